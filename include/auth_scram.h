@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * auth_scram: SCRAM-SHA-256 (RFC 5802, RFC 7677) as pure functions over
+ * buffers, both sides: pgcat as the server its clients log in to, and pgcat
+ * as a client of PostgreSQL. No sockets, no protocol framing, no globals.
+ * Channel binding is not offered (gs2 "n" or "y" accepted, "p" refused).
+ */
+#ifndef PGCAT_AUTH_SCRAM_H
+#define PGCAT_AUTH_SCRAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SCRAM_KEY_LEN 32          /* SHA-256 */
+#define SCRAM_MAX_SALT_LEN 64
+#define SCRAM_NONCE_RAW_LEN 18    /* random bytes, base64 → 24 chars */
+#define SCRAM_DEFAULT_ITERATIONS 4096
+#define SCRAM_MAX_MESSAGE 1024    /* any SCRAM message longer than this is refused */
+
+/* A stored SCRAM verifier, as in pg_authid: "SCRAM-SHA-256$<iter>:<salt b64>$<StoredKey b64>:<ServerKey b64>" */
+struct scram_secret {
+	int iterations;
+	uint8_t salt[SCRAM_MAX_SALT_LEN];
+	size_t salt_len;
+	uint8_t stored_key[SCRAM_KEY_LEN];
+	uint8_t server_key[SCRAM_KEY_LEN];
+};
+
+bool scram_secret_parse(const char *text, struct scram_secret *out)
+	__attribute__((warn_unused_result));
+/* Derive a verifier from a plaintext password (SaltedPassword = Hi(pw, salt, i)). */
+bool scram_secret_from_password(const char *password, const uint8_t *salt, size_t salt_len,
+				int iterations, struct scram_secret *out)
+	__attribute__((warn_unused_result));
+/* Format as "SCRAM-SHA-256$..." into out (NUL terminated). */
+bool scram_secret_format(const struct scram_secret *secret, char *out, size_t outsz)
+	__attribute__((warn_unused_result));
+
+/* ---- pgcat as SCRAM server (a client logging in to pgcat) ---- */
+
+enum scram_server_step { SCRAM_SERVER_WANT_FIRST, SCRAM_SERVER_WANT_FINAL, SCRAM_SERVER_DONE };
+
+struct scram_server {
+	enum scram_server_step step;
+	struct scram_secret secret;
+	char client_first_bare[SCRAM_MAX_MESSAGE + 1];
+	char server_first[SCRAM_MAX_MESSAGE + 1];
+	char nonce[SCRAM_MAX_MESSAGE + 1];        /* client nonce + server nonce */
+	char gs2_header[64];
+	/* ClientKey recovered from a verified proof: lets pgcat log in to a SCRAM
+	 * server with the same secret without knowing the password (pass-through). */
+	uint8_t client_key[SCRAM_KEY_LEN];
+};
+
+void scram_server_init(struct scram_server *st, const struct scram_secret *secret);
+/* Parse the client-first-message (SASLInitialResponse data) and write the
+ * server-first-message into out. server_nonce_raw: SCRAM_NONCE_RAW_LEN random
+ * bytes (passed in so tests are deterministic). */
+bool scram_server_handle_first(struct scram_server *st, const char *msg, size_t len,
+			       const uint8_t server_nonce_raw[SCRAM_NONCE_RAW_LEN],
+			       char *out, size_t outsz, size_t *outlen)
+	__attribute__((warn_unused_result));
+
+enum scram_verdict { SCRAM_OK, SCRAM_BAD_PROOF, SCRAM_MALFORMED };
+/* Check the client-final-message; on SCRAM_OK writes the server-final-message
+ * ("v=...") into out. */
+enum scram_verdict scram_server_handle_final(struct scram_server *st, const char *msg, size_t len,
+					     char *out, size_t outsz, size_t *outlen)
+	__attribute__((warn_unused_result));
+
+/* ---- pgcat as SCRAM client (logging in to PostgreSQL) ---- */
+
+enum scram_client_step { SCRAM_CLIENT_INIT, SCRAM_CLIENT_SENT_FIRST, SCRAM_CLIENT_SENT_FINAL, SCRAM_CLIENT_DONE };
+
+struct scram_client {
+	enum scram_client_step step;
+	char client_nonce[64];
+	char client_first_bare[SCRAM_MAX_MESSAGE + 1];
+	/* Either a password (salted per server's salt) or known keys (pass-through). */
+	const char *password;
+	bool have_keys;
+	uint8_t client_key[SCRAM_KEY_LEN];
+	uint8_t server_key[SCRAM_KEY_LEN];
+	uint8_t expected_server_signature[SCRAM_KEY_LEN];
+};
+
+/* Start with a password. nonce_raw: SCRAM_NONCE_RAW_LEN random bytes. Writes
+ * the client-first-message ("n,,n=,r=...") into out. */
+bool scram_client_first(struct scram_client *st, const char *password,
+			const uint8_t nonce_raw[SCRAM_NONCE_RAW_LEN],
+			char *out, size_t outsz, size_t *outlen)
+	__attribute__((warn_unused_result));
+/* Same, for a test vector: the client nonce given as its printable text. */
+bool scram_client_first_with_nonce(struct scram_client *st, const char *password, const char *nonce,
+				   char *out, size_t outsz, size_t *outlen)
+	__attribute__((warn_unused_result));
+/* Handle server-first ("r=,s=,i="), write client-final into out. */
+bool scram_client_handle_first(struct scram_client *st, const char *msg, size_t len,
+			       char *out, size_t outsz, size_t *outlen)
+	__attribute__((warn_unused_result));
+/* Check server-final ("v=..."). */
+bool scram_client_handle_final(struct scram_client *st, const char *msg, size_t len)
+	__attribute__((warn_unused_result));
+
+/* ---- helpers shared with auth ---- */
+bool pg_b64_encode(const uint8_t *in, size_t len, char *out, size_t outsz, size_t *outlen)
+	__attribute__((warn_unused_result));
+bool pg_b64_decode(const char *in, size_t len, uint8_t *out, size_t outsz, size_t *outlen)
+	__attribute__((warn_unused_result));
+
+#endif

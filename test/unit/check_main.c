@@ -1,0 +1,16 @@
+/* SPDX-License-Identifier: MIT */
+/* Runs every unit suite; exit status is the number of failures (0 = pass). */
+#include <stdlib.h>
+#include "check_suites.h"
+
+int main(void)
+{
+	SRunner *sr = srunner_create(proto_suite());
+	srunner_add_suite(sr, md5_suite());
+	srunner_add_suite(sr, scram_suite());
+	srunner_add_suite(sr, config_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

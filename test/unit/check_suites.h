@@ -1,0 +1,10 @@
+/* SPDX-License-Identifier: MIT */
+/* The Check suites linked into test/unit/check_pgcat, one per module. */
+#ifndef PGCAT_CHECK_SUITES_H
+#define PGCAT_CHECK_SUITES_H
+#include <check.h>
+Suite *proto_suite(void);
+Suite *md5_suite(void);
+Suite *scram_suite(void);
+Suite *config_suite(void);
+#endif
