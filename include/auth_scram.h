@@ -86,7 +86,11 @@ struct scram_client {
 };
 
 /* Start with a password. nonce_raw: SCRAM_NONCE_RAW_LEN random bytes. Writes
- * the client-first-message ("n,,n=,r=...") into out. */
+ * the client-first-message ("n,,n=,r=...") into out.
+ * (Added note) A non-NULL password selects password mode and clears
+ * have_keys/client_key/server_key; with password == NULL those three are left
+ * alone, and the caller sets have_keys and both keys (before or after this
+ * call, before scram_client_handle_first) for pass-through. */
 bool scram_client_first(struct scram_client *st, const char *password,
 			const uint8_t nonce_raw[SCRAM_NONCE_RAW_LEN],
 			char *out, size_t outsz, size_t *outlen)
@@ -103,7 +107,24 @@ bool scram_client_handle_first(struct scram_client *st, const char *msg, size_t 
 bool scram_client_handle_final(struct scram_client *st, const char *msg, size_t len)
 	__attribute__((warn_unused_result));
 
+/* Added: variants for test vectors whose nonces or user name are not what the
+ * functions above produce (RFC 7677 section 3).
+ * Server side with the server's nonce part given as printable text (no ','). */
+bool scram_server_handle_first_with_nonce(struct scram_server *st, const char *msg, size_t len,
+					  const char *server_nonce,
+					  char *out, size_t outsz, size_t *outlen)
+	__attribute__((warn_unused_result));
+/* Client side with a user name in "n=" (escaped as a saslname); the functions
+ * above send it empty, as libpq does, since PostgreSQL ignores it. */
+bool scram_client_first_with_user(struct scram_client *st, const char *password, const char *user,
+				  const char *nonce, char *out, size_t outsz, size_t *outlen)
+	__attribute__((warn_unused_result));
+
 /* ---- helpers shared with auth ---- */
+/* Standard base64 with padding. encode writes NUL-terminated text (outsz
+ * counts the NUL, *outlen does not). decode is strict: length a multiple of
+ * 4, padding only at the end, unused bits zero, no whitespace; out is raw
+ * bytes (not terminated). Both return false if out is too small. */
 bool pg_b64_encode(const uint8_t *in, size_t len, char *out, size_t outsz, size_t *outlen)
 	__attribute__((warn_unused_result));
 bool pg_b64_decode(const char *in, size_t len, uint8_t *out, size_t outsz, size_t *outlen)
