@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The test command: installs what is missing (Debian packages, a Python venv),
+# builds pgcat with AddressSanitizer + UndefinedBehaviorSanitizer and -Werror
+# in build-asan/, runs the Check unit tests (make check), then the pytest
+# integration tests against real PostgreSQL 15 servers they start themselves.
+# Exits non-zero on any failure. Extra arguments go to pytest, e.g.
+#   bash scripts/test.sh -k auth -x
+# Environment: PYTEST_TIMEOUT (seconds per test, default from pytest.ini),
+# PGCAT_LOAD_SECONDS (pgbench -T of the load tests, default 20).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+
+t_start=$(date +%s)
+phase() { printf '    (%s: %ss)\n' "$1" "$(( $(date +%s) - $2 ))"; }
+
+# --- 1. packages and venv ----------------------------------------------------
+log "checking packages"
+install_packages
+
+VENV="$ROOT/.venv"
+REQ="$ROOT/requirements-test.txt"
+if [ ! -x "$VENV/bin/python" ]; then
+	log "creating $VENV"
+	python3 -m venv "$VENV"
+fi
+req_sum=$(sha256sum "$REQ" | cut -d' ' -f1)
+if [ "$(cat "$VENV/.requirements-test.sha256" 2>/dev/null)" != "$req_sum" ]; then
+	log "pip install -r requirements-test.txt"
+	"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ"
+	echo "$req_sum" > "$VENV/.requirements-test.sha256"
+fi
+
+# --- 2. ASan + UBSan build ---------------------------------------------------
+t=$(date +%s)
+SAN_CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
+build_out_of_tree build-asan --enable-werror CFLAGS="$SAN_CFLAGS" LDFLAGS="-fsanitize=address,undefined"
+export PGCAT_BIN="$BUILT_BIN"
+phase build "$t"
+
+# A sanitizer report makes the process exit non-zero, with a stack.
+export ASAN_OPTIONS="abort_on_error=0:halt_on_error=1:detect_leaks=1:print_stacktrace=1:strict_string_checks=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+
+# The load tests open over a thousand client sockets at once.
+hard=$(ulimit -Hn)
+if [ "$hard" = unlimited ] || [ "$hard" -gt 65536 ]; then ulimit -n 65536; else ulimit -n "$hard"; fi
+echo "open files limit: $(ulimit -n)"
+
+# --- 3. unit tests ------------------------------------------------------------
+t=$(date +%s)
+log "make check (unit tests, Check)"
+unit_rc=0
+make -C build-asan check || unit_rc=$?
+for f in $(find build-asan/test -name '*.log' ! -name 'test-suite.log' 2>/dev/null); do
+	grep -h -E '^[0-9]+%: Checks: ' "$f" | sed "s|^|$(basename "$f" .log): |" || true
+done
+if [ "$unit_rc" -ne 0 ]; then
+	[ -f build-asan/test-suite.log ] && cat build-asan/test-suite.log
+	echo "unit tests FAILED (make check exit $unit_rc)"
+fi
+phase "unit tests" "$t"
+
+# --- 4. integration tests -----------------------------------------------------
+t=$(date +%s)
+log "pytest test/integration (pgcat: $PGCAT_BIN)"
+"$PGCAT_BIN" -V || true
+py_args=(-p no:cacheprovider --durations=15)
+if [ -n "${PYTEST_TIMEOUT:-}" ]; then py_args+=(--timeout "$PYTEST_TIMEOUT"); fi
+py_rc=0
+"$VENV/bin/python" -m pytest "${py_args[@]}" test/integration "$@" || py_rc=$?
+if [ "$py_rc" -eq 5 ]; then
+	echo "pytest collected no tests: that counts as a failure"
+fi
+phase "integration tests" "$t"
+
+# --- summary -----------------------------------------------------------------
+echo
+echo "unit tests: $([ "$unit_rc" -eq 0 ] && echo passed || echo "FAILED ($unit_rc)")"
+echo "integration tests: $([ "$py_rc" -eq 0 ] && echo passed || echo "FAILED (pytest exit $py_rc)")"
+echo "total time: $(( $(date +%s) - t_start ))s"
+if [ "$unit_rc" -ne 0 ] || [ "$py_rc" -ne 0 ]; then
+	exit 1
+fi
