@@ -1,1 +1,45 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * auth: which method a client must use and with what credentials; the
+ * client side of the login exchange as a small state machine driven by
+ * client.c. Crypto lives in auth_scram.c and auth_md5.c.
+ */
+#ifndef PGCAT_AUTH_H
+#define PGCAT_AUTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "auth_scram.h"
+#include "types.h"
+
+enum client_auth_method { CLIENT_AUTH_TRUST, CLIENT_AUTH_MD5, CLIENT_AUTH_SCRAM };
+enum client_auth_step { CLIENT_AUTH_WANT_PASSWORD, CLIENT_AUTH_WANT_SASL_INITIAL, CLIENT_AUTH_WANT_SASL_RESPONSE };
+
+struct client_auth {
+	enum client_auth_method method;
+	enum client_auth_step step;
+	bool user_known;              /* false: run the exchange, then refuse (SPEC §3) */
+	uint8_t md5_salt[4];
+	char md5_stored[40];          /* "md5..." */
+	struct scram_server scram;
+};
+
+enum auth_outcome { AUTH_CONTINUE, AUTH_OK, AUTH_FAILED, AUTH_PROTOCOL_ERROR };
+
+/* Start: choose the method and write the first AuthenticationRequest into
+ * out. pool may be NULL (unknown user). */
+enum auth_outcome auth_client_begin(struct worker *w, struct client *c, struct pool *pool,
+				    struct client_auth *a, struct evbuffer *out)
+	__attribute__((warn_unused_result));
+/* Handle one 'p' message body from the client. */
+enum auth_outcome auth_client_step(struct worker *w, struct client *c, struct client_auth *a,
+				   const uint8_t *body, size_t len, struct evbuffer *out)
+	__attribute__((warn_unused_result));
+
+/* Server side: the password pgcat logs in to servers with for this pool's user. */
+const char *auth_server_user(const struct pool *p);
+const char *auth_server_password(const struct pool *p);
+
+#endif

@@ -1,1 +1,107 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * client: the state machine of one client connection — startup, login,
+ * idle, waiting for a server, linked to a server — and the client-to-server
+ * half of the byte pump.
+ */
+#ifndef PGCAT_CLIENT_H
+#define PGCAT_CLIENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "list.h"
+#include "params.h"
+#include "types.h"
+
+enum client_state {
+	CLIENT_STARTUP,      /* waiting for StartupMessage / SSLRequest / CancelRequest */
+	CLIENT_AUTH,         /* authentication exchange in progress */
+	CLIENT_LOGIN_WAIT,   /* authenticated; waiting for the pool to learn server parameters */
+	CLIENT_IDLE,         /* logged in, no server */
+	CLIENT_WAITING,      /* queued for a server */
+	CLIENT_ACTIVE,       /* linked to a server */
+	CLIENT_CLOSED        /* socket gone, memory freed by the reaper */
+};
+
+struct client_auth;
+
+struct client {
+	struct list_node node;        /* worker list by state, or srvpool waiters */
+	struct worker *w;
+	uint64_t id;
+	enum client_state state;
+	struct bufferevent *bev;
+	char addr[64];
+	int port;
+	bool is_unix;
+
+	char user[64];
+	char database[64];
+	struct pool *pool;
+	struct srvpool *wait_target;
+	struct server *server;        /* linked server */
+	struct client_auth *auth;     /* only during login */
+
+	struct params params;         /* the session as this client sees it */
+
+	/* Pump state across reads: bytes left of the message being forwarded
+	 * to the server, or being discarded. */
+	uint32_t fwd_remaining;
+	uint32_t skip_remaining;
+	/* Answering a request pgcat could not serve: discard messages up to
+	 * and including Sync, then send ReadyForQuery. */
+	bool skip_to_sync;
+	/* The server was lost inside an explicit transaction: pgcat answers
+	 * until the client ends it (SPEC §3). */
+	bool in_failed_tx;
+	/* An error to answer the client's next message with. */
+	bool have_pending_error;
+	char pending_sqlstate[6];
+	char pending_message[256];
+
+	uint32_t cancel_pid, cancel_key;
+	bool has_cancel_key;
+	bool is_admin;
+	bool close_when_released;     /* shutdown: close after this transaction */
+	bool paused;                  /* reading stopped for the server's backpressure */
+	/* Inside client_process: nested reports only ask for another round. */
+	bool processing, reprocess;
+	/* failed transaction, extended protocol: pgcat answers a ROLLBACK batch itself */
+	bool local_rollback_batch;
+
+	uint64_t connect_us;
+	uint64_t state_since_us;
+	uint64_t last_activity_us;
+};
+
+/* Accept a connection (fd already non-blocking). */
+void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int salen, bool is_unix);
+/* Close with an error sent first (sqlstate NULL: just close). severity FATAL. */
+void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void client_free(struct client *c);
+
+/* Reports from the pool. */
+void client_on_linked(struct client *c);            /* a server is now c->server and ready */
+void client_on_released(struct client *c);          /* the server went back to the pool */
+void client_on_checkout_failed(struct client *c, const char *sqlstate, const char *message);
+/* The linked server is gone; s is closed but its fields are still readable. */
+void client_on_server_lost(struct client *c, struct server *s, const char *sqlstate, const char *message);
+void client_on_defaults_known(struct client *c);    /* pool learnt server parameters */
+void client_on_defaults_failed(struct client *c, const char *sqlstate, const char *message);
+/* The server's output buffer drained: resume reading the client. */
+void client_resume_reading(struct client *c);
+/* Process whatever the client has buffered (after a state change). */
+void client_process(struct client *c);
+/* The output buffer towards the client. */
+struct evbuffer *client_output(struct client *c);
+bool client_output_full(struct client *c);
+void client_set_state(struct client *c, enum client_state st);
+const char *client_state_name(enum client_state st);
+
+/* Cancel the query this client is running, if any (CancelRequest). */
+void client_cancel_query(struct client *c);
+
+#endif

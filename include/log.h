@@ -1,1 +1,32 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * log: one line per event — timestamp, level, pid, message — to stderr, a
+ * file or syslog. The level is checked before any formatting. Never pass a
+ * password here.
+ */
+#ifndef PGCAT_LOG_H
+#define PGCAT_LOG_H
+
+#include <stdbool.h>
+#include "config.h"
+
+/* The logger is the one piece of process-wide state outside struct worker:
+ * it must work before the worker exists (config errors) and after it is
+ * gone (shutdown), so it lives in log.c. */
+bool log_open(enum log_level level, const char *file, bool use_syslog) __attribute__((warn_unused_result));
+void log_set_level(enum log_level level);
+enum log_level log_get_level(void);
+void log_close(void);
+/* Re-open the log file (after logrotate). */
+void log_reopen(void);
+
+void log_write(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define log_enabled(lvl) ((lvl) <= log_get_level())
+#define log_error(...)   do { if (log_enabled(LOG_LEVEL_ERROR)) log_write(LOG_LEVEL_ERROR, __VA_ARGS__); } while (0)
+#define log_warning(...) do { if (log_enabled(LOG_LEVEL_WARNING)) log_write(LOG_LEVEL_WARNING, __VA_ARGS__); } while (0)
+#define log_info(...)    do { if (log_enabled(LOG_LEVEL_INFO)) log_write(LOG_LEVEL_INFO, __VA_ARGS__); } while (0)
+#define log_debug(...)   do { if (log_enabled(LOG_LEVEL_DEBUG)) log_write(LOG_LEVEL_DEBUG, __VA_ARGS__); } while (0)
+#define log_trace(...)   do { if (log_enabled(LOG_LEVEL_TRACE)) log_write(LOG_LEVEL_TRACE, __VA_ARGS__); } while (0)
+
+#endif

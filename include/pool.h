@@ -1,1 +1,108 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * pool: server connections per (pool, user, server) — "srvpool" — with idle
+ * and active lists, the FIFO of waiting clients, and the link between a
+ * client and a server. Owns the link so the client and server machines
+ * report to it instead of calling each other back and forth.
+ */
+#ifndef PGCAT_POOL_H
+#define PGCAT_POOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "auth_scram.h"
+#include "config.h"
+#include "list.h"
+#include "params.h"
+#include "types.h"
+
+struct srvpool {
+	struct pool *pool;
+	int shard;
+	enum server_role role;
+	char *host;
+	int port;
+	char *database;
+	struct sockaddr_storage addr;
+	socklen_t addrlen;
+	bool resolved;
+
+	struct list_node idle;        /* LIFO at the head: most recently used first */
+	struct list_node active;      /* linked to clients */
+	struct list_node opening;     /* connecting or logging in */
+	struct list_node other;       /* resetting or draining */
+	int n_idle, n_active, n_opening, n_other;
+	struct list_node waiters;     /* clients, FIFO */
+	int n_waiters;
+
+	uint64_t last_failure_us;
+	char last_error_code[6];
+	char last_error[256];
+};
+
+struct pool {
+	struct list_node node;
+	struct worker *w;
+	char *name;                   /* the database clients ask for */
+	char *user;
+	const struct config_pool *cpool;
+	const struct config_user *cuser;
+	enum pool_mode mode;
+	int pool_size;
+	int min_pool_size;
+
+	struct srvpool *targets;      /* every server of every shard */
+	size_t n_targets;
+
+	/* ParameterStatus set of a real server, learnt from the first login;
+	 * what a new client is told. */
+	struct params defaults;
+	bool have_defaults;
+	struct list_node login_waiters;   /* clients waiting for defaults */
+
+	struct scram_secret scram;    /* for clients logging in with SCRAM */
+	bool have_scram;
+};
+
+bool pool_create_all(struct worker *w) __attribute__((warn_unused_result));
+void pool_destroy_all(struct worker *w);
+struct pool *pool_find(struct worker *w, const char *db, const char *user);
+/* Is there any pool for this database name? */
+bool pool_db_exists(struct worker *w, const char *db);
+
+/* The server this client's next transaction goes to. */
+struct srvpool *pool_pick_target(struct pool *p);
+
+/* Client wants a server: link one now (returns true) or queue the client
+ * (returns false; the client is told later through client_on_linked or
+ * client_on_checkout_failed). */
+bool pool_checkout(struct srvpool *sp, struct client *c);
+void pool_cancel_wait(struct client *c);
+/* The transaction (or session) is over and the server is clean: unlink and
+ * reuse the server. */
+void pool_release(struct server *s);
+/* The client is gone while linked: detach it; the server finishes what it
+ * was doing (cancel, rollback) and comes back through pool_server_clean. */
+void pool_client_gone(struct server *s);
+/* A server reached a clean 'I' state with no client: idle it or hand it to a waiter. */
+void pool_server_clean(struct server *s);
+/* Server finished login: remember defaults, hand to a waiter or idle it. */
+void pool_server_ready(struct server *s);
+/* A server connection is gone (before or after login). */
+void pool_server_closed(struct server *s, bool login_failed);
+/* Move a server between the srvpool lists after its state changed
+ * (called by server_set_state only). */
+void pool_server_state_changed(struct server *s, int old_state);
+
+/* Janitor: timeouts, min_pool_size, idle_timeout, server_lifetime. */
+void pool_janitor(struct worker *w);
+/* A logged-in client needs the server parameters to be told: queue it
+ * until a server login provides them (client_on_defaults_known/failed). */
+void pool_request_defaults(struct pool *p, struct client *c);
+/* Open connections up to min_pool_size. */
+void pool_fill_min(struct pool *p);
+int srvpool_total(const struct srvpool *sp);
+
+#endif

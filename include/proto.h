@@ -1,1 +1,168 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * proto: PostgreSQL v3 wire protocol framing and the parsing of the few
+ * messages pgcat must read. Pure functions over byte buffers: no sockets,
+ * no state, so every length edge case is unit-testable.
+ */
+#ifndef PGCAT_PROTO_H
+#define PGCAT_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Message type bytes, PostgreSQL's names (src/include/libpq/protocol.h). */
+#define PqMsg_Bind 'B'
+#define PqMsg_Close 'C'
+#define PqMsg_Describe 'D'
+#define PqMsg_Execute 'E'
+#define PqMsg_FunctionCall 'F'
+#define PqMsg_Flush 'H'
+#define PqMsg_Parse 'P'
+#define PqMsg_Query 'Q'
+#define PqMsg_Sync 'S'
+#define PqMsg_Terminate 'X'
+#define PqMsg_CopyFail 'f'
+#define PqMsg_GSSResponse 'p'
+#define PqMsg_PasswordMessage 'p'
+#define PqMsg_SASLInitialResponse 'p'
+#define PqMsg_SASLResponse 'p'
+#define PqMsg_CopyData 'd'
+#define PqMsg_CopyDone 'c'
+
+#define PqMsg_ParseComplete '1'
+#define PqMsg_BindComplete '2'
+#define PqMsg_CloseComplete '3'
+#define PqMsg_NotificationResponse 'A'
+#define PqMsg_CommandComplete 'C'
+#define PqMsg_DataRow 'D'
+#define PqMsg_ErrorResponse 'E'
+#define PqMsg_CopyInResponse 'G'
+#define PqMsg_CopyOutResponse 'H'
+#define PqMsg_EmptyQueryResponse 'I'
+#define PqMsg_BackendKeyData 'K'
+#define PqMsg_NoticeResponse 'N'
+#define PqMsg_AuthenticationRequest 'R'
+#define PqMsg_ParameterStatus 'S'
+#define PqMsg_RowDescription 'T'
+#define PqMsg_FunctionCallResponse 'V'
+#define PqMsg_CopyBothResponse 'W'
+#define PqMsg_ReadyForQuery 'Z'
+#define PqMsg_NoData 'n'
+#define PqMsg_PortalSuspended 's'
+#define PqMsg_ParameterDescription 't'
+#define PqMsg_NegotiateProtocolVersion 'v'
+
+#define AUTH_REQ_OK 0
+#define AUTH_REQ_PASSWORD 3
+#define AUTH_REQ_MD5 5
+#define AUTH_REQ_GSS 7
+#define AUTH_REQ_SSPI 9
+#define AUTH_REQ_SASL 10
+#define AUTH_REQ_SASL_CONT 11
+#define AUTH_REQ_SASL_FIN 12
+
+#define PG_PROTOCOL_3_0 196608u          /* 3 << 16 */
+#define PG_CANCEL_REQUEST_CODE 80877102u
+#define PG_SSL_REQUEST_CODE 80877103u
+#define PG_GSSENC_REQUEST_CODE 80877104u
+
+#define PROTO_STARTUP_MAX 10000u         /* SPEC §3 */
+#define PROTO_AUTH_MSG_MAX 8192u         /* password / SASL messages before login */
+#define PROTO_HEADER_LEN 5u
+
+/* SQLSTATEs pgcat itself emits. */
+#define SQLSTATE_PROTOCOL_VIOLATION "08P01"
+#define SQLSTATE_CONNECTION_FAILURE "08006"
+#define SQLSTATE_CONNECTION_EXCEPTION "08000"
+#define SQLSTATE_INVALID_PASSWORD "28P01"
+#define SQLSTATE_INVALID_AUTHORIZATION "28000"
+#define SQLSTATE_INVALID_CATALOG_NAME "3D000"
+#define SQLSTATE_TOO_MANY_CONNECTIONS "53300"
+#define SQLSTATE_FEATURE_NOT_SUPPORTED "0A000"
+#define SQLSTATE_ADMIN_SHUTDOWN "57P01"
+#define SQLSTATE_QUERY_CANCELED "57014"
+#define SQLSTATE_IN_FAILED_TRANSACTION "25P02"
+#define SQLSTATE_INTERNAL_ERROR "XX000"
+#define SQLSTATE_INVALID_PARAMETER_VALUE "22023"
+
+enum proto_frame_result {
+	PROTO_FRAME_OK,          /* a whole header is there; body may still be arriving */
+	PROTO_FRAME_NEED_MORE,   /* fewer than 5 bytes */
+	PROTO_FRAME_BAD_LENGTH,  /* length field < 4 */
+	PROTO_FRAME_TOO_LONG     /* length field over the limit */
+};
+
+struct proto_frame {
+	uint8_t type;
+	uint32_t len;            /* the length field: counts itself, not the type byte */
+};
+
+/* Read a typed message header from data[0..avail). max_len bounds the length field. */
+enum proto_frame_result proto_frame_header(const uint8_t *data, size_t avail, uint32_t max_len,
+					   struct proto_frame *out);
+
+enum proto_startup_kind {
+	PROTO_STARTUP_NORMAL,
+	PROTO_STARTUP_SSL,
+	PROTO_STARTUP_GSSENC,
+	PROTO_STARTUP_CANCEL
+};
+
+enum proto_startup_result {
+	PROTO_STARTUP_RESULT_OK,
+	PROTO_STARTUP_RESULT_NEED_MORE,
+	PROTO_STARTUP_RESULT_BAD_LENGTH,   /* < 8 or > PROTO_STARTUP_MAX */
+	PROTO_STARTUP_RESULT_BAD_VERSION,
+	PROTO_STARTUP_RESULT_MALFORMED     /* parameters not NUL-terminated pairs */
+};
+
+#define PROTO_STARTUP_MAX_PARAMS 64
+
+struct proto_startup_param {
+	const char *name;        /* point into the caller's buffer */
+	const char *value;
+};
+
+struct proto_startup {
+	enum proto_startup_kind kind;
+	uint32_t len;            /* whole packet length */
+	uint32_t version;
+	uint32_t cancel_pid, cancel_key;
+	struct proto_startup_param params[PROTO_STARTUP_MAX_PARAMS];
+	size_t n_params;
+};
+
+/* Parse an untyped startup-phase packet. On OK with a NORMAL packet, params
+ * point into buf (which must stay alive). */
+enum proto_startup_result proto_parse_startup(const uint8_t *buf, size_t avail, struct proto_startup *out);
+
+/* Fields of an ErrorResponse/NoticeResponse body (after the 5-byte header). */
+struct proto_error_fields {
+	const char *severity;     /* 'S' (localized) */
+	const char *severity_nl;  /* 'V' */
+	const char *sqlstate;     /* 'C' */
+	const char *message;      /* 'M' */
+};
+bool proto_parse_error(const uint8_t *body, size_t len, struct proto_error_fields *out);
+
+/* ParameterStatus body: two NUL-terminated strings filling the body exactly. */
+bool proto_parse_parameter_status(const uint8_t *body, size_t len, const char **name, const char **value);
+
+/* A NUL-terminated string starting at body[*off] within len; advances *off. */
+bool proto_read_cstring(const uint8_t *body, size_t len, size_t *off, const char **out);
+
+static inline uint32_t proto_get_u32(const uint8_t *p)
+{
+	return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+static inline void proto_put_u32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+
+/* Is this a frontend message type valid after login (extended, simple, COPY, function call)? */
+bool proto_frontend_type_valid(uint8_t type);
+
+#endif

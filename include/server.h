@@ -1,1 +1,90 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * server: the state machine of one server connection — connect, login,
+ * idle, active for a client, bringing itself back to a clean state — and
+ * the server-to-client half of the byte pump.
+ */
+#ifndef PGCAT_SERVER_H
+#define PGCAT_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "list.h"
+#include "params.h"
+#include "types.h"
+
+enum server_state {
+	SERVER_CONNECTING,   /* TCP connect in progress */
+	SERVER_LOGIN,        /* startup and authentication */
+	SERVER_IDLE,         /* in the pool */
+	SERVER_SYNCING,      /* linked; sending the client's session parameters first */
+	SERVER_ACTIVE,       /* linked; bytes flow both ways */
+	SERVER_DRAINING,     /* client gone: finishing the query, rolling back */
+	SERVER_RESETTING,    /* server_reset_query after a session-mode client */
+	SERVER_CLOSED
+};
+
+struct server_auth;
+
+struct server {
+	struct list_node node;        /* srvpool list by state */
+	struct worker *w;
+	uint64_t id;
+	enum server_state state;
+	struct bufferevent *bev;
+	struct srvpool *sp;
+	struct client *client;        /* linked client */
+	struct server_auth *auth;     /* only during login */
+
+	struct params params;         /* the session as it is on the server */
+	uint32_t backend_pid, backend_key;
+	char tx_status;               /* of the last ReadyForQuery: 'I', 'T' or 'E' */
+	/* ReadyForQuery messages still owed: one per Query, Sync and
+	 * FunctionCall sent. The transaction can only end when this is 0. */
+	uint32_t outstanding;
+	/* Extended-protocol messages sent since the last Sync. */
+	bool ext_pending;
+	bool in_copy_in;
+	/* Bytes left of a server message being forwarded to the client. */
+	uint32_t fwd_remaining;
+	/* Any byte of the current request reached the client. */
+	bool sent_to_client;
+	bool paused;                  /* reading stopped for the client's backpressure */
+
+	/* A FATAL the server sent before closing, for the client's error. */
+	bool have_error;
+	char error_sqlstate[6];
+	char error_message[256];
+
+	uint64_t connect_us;
+	uint64_t state_since_us;
+	uint64_t last_used_us;
+	bool close_when_idle;
+};
+
+/* Open a new connection for this srvpool (state CONNECTING). */
+struct server *server_connect(struct srvpool *sp) __attribute__((warn_unused_result));
+/* Close the connection, log why, report to the pool, defer the free. */
+void server_close(struct server *s, const char *why);
+void server_free(struct server *s);
+void server_set_state(struct server *s, enum server_state st);
+const char *server_state_name(enum server_state st);
+
+/* Linked to c: send the SETs the client's parameters need, then go ACTIVE
+ * (client_on_linked is called once the server is ready for the client). */
+void server_link(struct server *s, struct client *c);
+/* Client gone: finish and clean up (cancel, CopyFail, Sync, ROLLBACK). */
+void server_drain(struct server *s);
+/* Session-mode release: run server_reset_query, then back to the pool. */
+void server_reset(struct server *s);
+/* The client drained its output: resume reading the server. */
+void server_resume_reading(struct server *s);
+struct evbuffer *server_output(struct server *s);
+bool server_output_full(struct server *s);
+/* Process bytes already buffered from the server. */
+void server_process(struct server *s);
+/* Send CancelRequest for the query running on this server. */
+void server_send_cancel(struct server *s);
+
+#endif

@@ -1,1 +1,70 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * worker: the per-process context. Everything mutable that a worker owns
+ * hangs off struct worker; the event loop, listeners, signals, timers and
+ * deferred frees live here. No protocol knowledge.
+ */
+#ifndef PGCAT_WORKER_H
+#define PGCAT_WORKER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "cancel.h"
+#include "list.h"
+#include "types.h"
+
+#define WORKER_MAX_LISTENERS 32
+
+struct worker {
+	struct event_base *base;
+	struct config *cfg;              /* current snapshot, owned */
+	char *config_path;
+
+	struct evconnlistener *listeners[WORKER_MAX_LISTENERS];
+	size_t n_listeners;
+	char unix_socket_path[108];
+
+	/* Clients by phase, for the janitor's timeout sweeps. Waiting clients
+	 * are on their srvpool's FIFO instead. */
+	struct list_node clients_login;   /* startup and authentication */
+	struct list_node clients_idle;    /* logged in, no server */
+	struct list_node clients_active;  /* linked to a server */
+	int n_clients;                    /* every client connection, for max_client_conn */
+
+	struct list_node pools;           /* struct pool, one per (pool, user) */
+	struct cancel_table cancel;
+	struct list_node cancel_requests; /* outgoing CancelRequests in flight */
+
+	/* Objects closed during this loop turn, freed by the reaper after it so
+	 * that no callback later in the turn sees freed memory. */
+	struct list_node dead_clients, dead_servers;
+	struct event *reaper;
+
+	struct event *janitor;
+	struct event *sig_term, *sig_int, *sig_quit, *sig_hup, *sig_usr1, *sig_usr2;
+	struct event *shutdown_timer;
+	bool shutting_down;
+	int exit_code;
+
+	uint64_t next_id;
+	uint64_t now_us;                  /* cached clock, refreshed per callback */
+	uint8_t fake_salt_secret[16];     /* for the mock challenge to unknown users */
+};
+
+/* Create the worker: listeners, signals, pools, timers. Takes ownership of cfg. */
+struct worker *worker_create(struct config *cfg, const char *config_path) __attribute__((warn_unused_result));
+/* Run the loop until shutdown; returns the process exit code. */
+int worker_run(struct worker *w);
+void worker_destroy(struct worker *w);
+
+void worker_update_clock(struct worker *w);
+/* Schedule the reaper for this loop turn. */
+void worker_schedule_reap(struct worker *w);
+/* Begin graceful shutdown (SIGTERM/SIGINT, admin SHUTDOWN). */
+void worker_begin_shutdown(struct worker *w);
+/* Called when the last client of a shutdown is gone. */
+void worker_check_shutdown_done(struct worker *w);
+
+#endif

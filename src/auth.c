@@ -1,1 +1,185 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * auth: the method a client must log in with and the credentials behind
+ * it, and the exchange itself as a small step machine. An unknown user runs
+ * the same exchange as a known one and is refused at the end with the same
+ * message as a wrong password, so logins do not reveal which users exist.
+ */
+#include "auth.h"
+
+#include <event2/buffer.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "auth_md5.h"
+#include "client.h"
+#include "config.h"
+#include "log.h"
+#include "pktbuf.h"
+#include "pool.h"
+#include "proto.h"
+#include "worker.h"
+
+static bool is_scram_secret(const char *pw) { return pw && strncmp(pw, "SCRAM-SHA-256$", 14) == 0; }
+
+static void send_pkt(struct evbuffer *out, struct pktbuf *pb)
+{
+	if (!pb->failed)
+		evbuffer_add(out, pb->data, pb->len);
+}
+
+/* A stable fake verifier for an unknown user: the salt must not change
+ * between attempts, or a prober could tell real users from fake ones. */
+static bool fake_secret(struct worker *w, const char *user, struct scram_secret *out)
+{
+	uint8_t mac[32];
+	unsigned int maclen = sizeof mac;
+	if (!HMAC(EVP_sha256(), w->fake_salt_secret, sizeof w->fake_salt_secret,
+		  (const uint8_t *)user, strlen(user), mac, &maclen))
+		return false;
+	memset(out, 0, sizeof *out);
+	out->iterations = SCRAM_DEFAULT_ITERATIONS;
+	memcpy(out->salt, mac, 16);
+	out->salt_len = 16;
+	return pg_random_bytes(out->stored_key, sizeof out->stored_key) &&
+	       pg_random_bytes(out->server_key, sizeof out->server_key);
+}
+
+enum auth_outcome auth_client_begin(struct worker *w, struct client *c, struct pool *pool,
+				    struct client_auth *a, struct evbuffer *out)
+{
+	const struct config_general *g = &w->cfg->general;
+	const char *pw = pool && pool->cuser ? pool->cuser->password : NULL;
+	a->user_known = pool != NULL && pw && pw[0];
+	uint8_t storage[256];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+
+	if (g->auth_type == AUTH_TYPE_TRUST)
+		return pool ? AUTH_OK : AUTH_FAILED;
+
+	/* The stored form decides what is possible: an md5 hash cannot serve
+	 * SCRAM, and a SCRAM secret cannot serve md5 (PostgreSQL does the same). */
+	bool use_md5 = g->auth_type == AUTH_TYPE_MD5;
+	if (a->user_known && pg_md5_is_stored(pw))
+		use_md5 = true;
+	if (a->user_known && is_scram_secret(pw))
+		use_md5 = false;
+
+	if (use_md5) {
+		a->method = CLIENT_AUTH_MD5;
+		a->step = CLIENT_AUTH_WANT_PASSWORD;
+		if (a->user_known) {
+			if (pg_md5_is_stored(pw))
+				snprintf(a->md5_stored, sizeof a->md5_stored, "%s", pw);
+			else
+				pg_md5_stored(pw, c->user, a->md5_stored);
+		}
+		if (!pg_random_bytes(a->md5_salt, sizeof a->md5_salt))
+			return AUTH_FAILED;
+		pktbuf_auth_request(&pb, AUTH_REQ_MD5, a->md5_salt, sizeof a->md5_salt);
+		send_pkt(out, &pb);
+		return AUTH_CONTINUE;
+	}
+
+	a->method = CLIENT_AUTH_SCRAM;
+	a->step = CLIENT_AUTH_WANT_SASL_INITIAL;
+	struct scram_secret secret;
+	if (a->user_known && pool->have_scram) {
+		secret = pool->scram;
+	} else if (!fake_secret(w, c->user, &secret)) {
+		return AUTH_FAILED;
+	}
+	scram_server_init(&a->scram, &secret);
+	static const char mech[] = "SCRAM-SHA-256\0";
+	pktbuf_auth_request(&pb, AUTH_REQ_SASL, mech, sizeof mech);
+	send_pkt(out, &pb);
+	return AUTH_CONTINUE;
+}
+
+enum auth_outcome auth_client_step(struct worker *w, struct client *c, struct client_auth *a,
+				   const uint8_t *body, size_t len, struct evbuffer *out)
+{
+	uint8_t storage[SCRAM_MAX_MESSAGE + 64];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	size_t off = 0;
+
+	switch (a->step) {
+	case CLIENT_AUTH_WANT_PASSWORD: {
+		const char *given;
+		if (!proto_read_cstring(body, len, &off, &given) || off != len)
+			return AUTH_PROTOCOL_ERROR;
+		if (!a->user_known)
+			return AUTH_FAILED;
+		char expected[PG_MD5_LEN + 1];
+		pg_md5_response(a->md5_stored, a->md5_salt, expected);
+		if (strlen(given) != PG_MD5_LEN || !pg_secure_streq(given, expected))
+			return AUTH_FAILED;
+		return AUTH_OK;
+	}
+	case CLIENT_AUTH_WANT_SASL_INITIAL: {
+		const char *mech;
+		if (!proto_read_cstring(body, len, &off, &mech) || len - off < 4)
+			return AUTH_PROTOCOL_ERROR;
+		if (strcmp(mech, "SCRAM-SHA-256") != 0)
+			return AUTH_PROTOCOL_ERROR;
+		uint32_t dlen = proto_get_u32(body + off);
+		off += 4;
+		if (dlen == 0xffffffffu || dlen != len - off)
+			return AUTH_PROTOCOL_ERROR;
+		uint8_t nonce[SCRAM_NONCE_RAW_LEN];
+		if (!pg_random_bytes(nonce, sizeof nonce))
+			return AUTH_FAILED;
+		char msg[SCRAM_MAX_MESSAGE + 1];
+		size_t mlen;
+		if (!scram_server_handle_first(&a->scram, (const char *)body + off, dlen, nonce, msg, sizeof msg, &mlen))
+			return AUTH_PROTOCOL_ERROR;
+		pktbuf_auth_request(&pb, AUTH_REQ_SASL_CONT, msg, mlen);
+		if (pb.failed)
+			return AUTH_FAILED;
+		evbuffer_add(out, pb.data, pb.len);
+		a->step = CLIENT_AUTH_WANT_SASL_RESPONSE;
+		return AUTH_CONTINUE;
+	}
+	case CLIENT_AUTH_WANT_SASL_RESPONSE: {
+		char msg[SCRAM_MAX_MESSAGE + 1];
+		size_t mlen;
+		enum scram_verdict v = scram_server_handle_final(&a->scram, (const char *)body, len, msg, sizeof msg, &mlen);
+		switch (v) {
+		case SCRAM_OK:
+			break;
+		case SCRAM_BAD_PROOF:
+			return AUTH_FAILED;
+		case SCRAM_MALFORMED:
+			return AUTH_PROTOCOL_ERROR;
+		}
+		if (!a->user_known)
+			return AUTH_FAILED;
+		pktbuf_auth_request(&pb, AUTH_REQ_SASL_FIN, msg, mlen);
+		if (pb.failed)
+			return AUTH_FAILED;
+		evbuffer_add(out, pb.data, pb.len);
+		return AUTH_OK;
+	}
+	}
+	return AUTH_PROTOCOL_ERROR;
+}
+
+const char *auth_server_user(const struct pool *p)
+{
+	if (p->cuser && p->cuser->server_username && p->cuser->server_username[0])
+		return p->cuser->server_username;
+	return p->user;
+}
+
+const char *auth_server_password(const struct pool *p)
+{
+	if (!p->cuser)
+		return NULL;
+	if (p->cuser->server_password && p->cuser->server_password[0])
+		return p->cuser->server_password;
+	return p->cuser->password;
+}

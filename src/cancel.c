@@ -1,1 +1,143 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * cancel: BackendKeyData keys for clients, and outgoing CancelRequests.
+ * The pid field of a key is slot index + 1; the key field is a random
+ * secret stored in the slot, so a key is valid only while its client lives.
+ */
+#include "cancel.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "auth_md5.h"
+#include "list.h"
+#include "log.h"
+#include "proto.h"
+#include "worker.h"
+
+bool cancel_table_init(struct cancel_table *t, uint32_t n_slots)
+{
+	t->slots = calloc(n_slots, sizeof *t->slots);
+	if (!t->slots)
+		return false;
+	t->n_slots = n_slots;
+	for (uint32_t i = 0; i < n_slots; i++)
+		t->slots[i].next_free = i + 2 <= n_slots ? i + 2 : 0;
+	t->free_head = n_slots ? 1 : 0;
+	return true;
+}
+
+void cancel_table_free(struct cancel_table *t)
+{
+	free(t->slots);
+	t->slots = NULL;
+	t->n_slots = 0;
+	t->free_head = 0;
+}
+
+bool cancel_key_assign(struct cancel_table *t, struct client *c, uint32_t *pid, uint32_t *key)
+{
+	if (!t->free_head)
+		return false;
+	uint32_t idx = t->free_head - 1;
+	struct cancel_slot *slot = &t->slots[idx];
+	uint32_t secret = 0;
+	while (secret == 0)
+		if (!pg_random_bytes(&secret, sizeof secret))
+			return false;
+	t->free_head = slot->next_free;
+	slot->secret = secret;
+	slot->client = c;
+	slot->next_free = 0;
+	*pid = idx + 1;
+	*key = secret;
+	return true;
+}
+
+void cancel_key_release(struct cancel_table *t, uint32_t pid)
+{
+	if (pid == 0 || pid > t->n_slots)
+		return;
+	struct cancel_slot *slot = &t->slots[pid - 1];
+	if (!slot->secret)
+		return;
+	slot->secret = 0;
+	slot->client = NULL;
+	slot->next_free = t->free_head;
+	t->free_head = pid;
+}
+
+struct client *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, uint32_t key)
+{
+	if (pid == 0 || pid > t->n_slots)
+		return NULL;
+	const struct cancel_slot *slot = &t->slots[pid - 1];
+	if (!slot->secret || slot->secret != key)
+		return NULL;
+	return slot->client;
+}
+
+/* One outgoing CancelRequest connection. */
+struct cancel_request {
+	struct list_node node;
+	struct bufferevent *bev;
+};
+
+static void cancel_request_done(struct cancel_request *r)
+{
+	list_del(&r->node);
+	bufferevent_free(r->bev);
+	free(r);
+}
+
+static void cancel_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct cancel_request *r = arg;
+	if (what & BEV_EVENT_CONNECTED)
+		return;
+	/* EOF (the server closes after reading the request) or an error. */
+	if (what & BEV_EVENT_ERROR)
+		log_debug("cancel request: connection error");
+	cancel_request_done(r);
+}
+
+static void cancel_read_cb(struct bufferevent *bev, void *arg)
+{
+	evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+}
+
+void cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid, uint32_t key)
+{
+	struct cancel_request *r = calloc(1, sizeof *r);
+	if (!r)
+		return;
+	r->bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
+	if (!r->bev) {
+		free(r);
+		return;
+	}
+	list_init(&r->node);
+	list_add_tail(&w->cancel_requests, &r->node);
+	bufferevent_setcb(r->bev, cancel_read_cb, NULL, cancel_event_cb, r);
+	uint8_t pkt[16];
+	proto_put_u32(pkt, 16);
+	proto_put_u32(pkt + 4, PG_CANCEL_REQUEST_CODE);
+	proto_put_u32(pkt + 8, pid);
+	proto_put_u32(pkt + 12, key);
+	bufferevent_write(r->bev, pkt, sizeof pkt);
+	bufferevent_enable(r->bev, EV_READ | EV_WRITE);
+	if (bufferevent_socket_connect(r->bev, (struct sockaddr *)addr, (int)addrlen) < 0) {
+		log_warning("cancel request: cannot connect");
+		cancel_request_done(r);
+	}
+}
+
+void cancel_requests_free_all(struct worker *w)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->cancel_requests)
+		cancel_request_done(LIST_ENTRY(pos, struct cancel_request, node));
+}

@@ -1,1 +1,929 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * client: one client connection's state machine (startup, login, idle,
+ * waiting, active) and the client-to-server half of the byte pump. Messages
+ * are forwarded by header; only startup, authentication and short Query
+ * texts (for search_path tracking) are read whole.
+ */
+#include "client.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/un.h>
+
+#include "auth.h"
+#include "cancel.h"
+#include "config.h"
+#include "log.h"
+#include "pktbuf.h"
+#include "pool.h"
+#include "proto.h"
+#include "server.h"
+#include "worker.h"
+
+/* Stop reading the client once this much waits for a slow server. */
+#define CLIENT_OUT_BUDGET (128u * 1024)
+#define CLIENT_READ_HIGH_WATER (64u * 1024)
+/* Query texts up to this length are read for search_path tracking and,
+ * after a lost server, for ROLLBACK; longer ones are streamed unread. */
+#define CLIENT_INSPECT_MAX (8u * 1024)
+/* SSLRequest/GSSENCRequest answered before the real startup packet. */
+#define CLIENT_MAX_NEGOTIATIONS 2
+
+static const char *const state_names[] = {
+	[CLIENT_STARTUP] = "startup", [CLIENT_AUTH] = "auth", [CLIENT_LOGIN_WAIT] = "login_wait",
+	[CLIENT_IDLE] = "idle", [CLIENT_WAITING] = "waiting", [CLIENT_ACTIVE] = "active",
+	[CLIENT_CLOSED] = "closed",
+};
+
+const char *client_state_name(enum client_state st) { return state_names[st]; }
+
+static void client_read_cb(struct bufferevent *bev, void *arg);
+static void client_write_cb(struct bufferevent *bev, void *arg);
+static void client_event_cb(struct bufferevent *bev, short what, void *arg);
+
+struct evbuffer *client_output(struct client *c) { return bufferevent_get_output(c->bev); }
+
+bool client_output_full(struct client *c)
+{
+	return evbuffer_get_length(bufferevent_get_output(c->bev)) >= CLIENT_OUT_BUDGET;
+}
+
+void client_set_state(struct client *c, enum client_state st)
+{
+	struct worker *w = c->w;
+	list_del(&c->node);
+	c->state = st;
+	c->state_since_us = w->now_us;
+	switch (st) {
+	case CLIENT_STARTUP:
+	case CLIENT_AUTH:
+		list_add_tail(&w->clients_login, &c->node);
+		break;
+	case CLIENT_IDLE:
+		list_add_tail(&w->clients_idle, &c->node);
+		break;
+	case CLIENT_ACTIVE:
+		list_add_tail(&w->clients_active, &c->node);
+		break;
+	case CLIENT_LOGIN_WAIT:   /* on the pool's login_waiters */
+	case CLIENT_WAITING:      /* on the srvpool's waiters */
+	case CLIENT_CLOSED:
+		break;
+	}
+}
+
+static void send_pkt(struct client *c, struct pktbuf *pb)
+{
+	if (!pb->failed && c->bev)
+		evbuffer_add(bufferevent_get_output(c->bev), pb->data, pb->len);
+}
+
+static void send_error(struct client *c, const char *severity, const char *sqlstate, const char *msg)
+{
+	uint8_t storage[1024];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_error(&pb, severity, sqlstate, msg);
+	send_pkt(c, &pb);
+}
+
+static void send_rfq(struct client *c, char status)
+{
+	uint8_t storage[8];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_ready_for_query(&pb, status);
+	send_pkt(c, &pb);
+}
+
+static void send_simple(struct client *c, uint8_t type)
+{
+	uint8_t msg[5] = { type, 0, 0, 0, 4 };
+	evbuffer_add(bufferevent_get_output(c->bev), msg, sizeof msg);
+}
+
+static char idle_status(const struct client *c) { return c->in_failed_tx ? 'E' : 'I'; }
+
+void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int salen, bool is_unix)
+{
+	struct client *c = calloc(1, sizeof *c);
+	if (!c) {
+		evutil_closesocket(fd);
+		return;
+	}
+	c->w = w;
+	c->id = ++w->next_id;
+	c->is_unix = is_unix;
+	params_init(&c->params);
+	list_init(&c->node);
+	c->connect_us = c->state_since_us = c->last_activity_us = w->now_us;
+	c->bev = bufferevent_socket_new(w->base, fd, BEV_OPT_CLOSE_ON_FREE);
+	if (!c->bev) {
+		evutil_closesocket(fd);
+		free(c);
+		return;
+	}
+	if (is_unix) {
+		snprintf(c->addr, sizeof c->addr, "unix");
+	} else if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+		inet_ntop(AF_INET, &in->sin_addr, c->addr, sizeof c->addr);
+		c->port = ntohs(in->sin_port);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+		inet_ntop(AF_INET6, &in6->sin6_addr, c->addr, sizeof c->addr);
+		c->port = ntohs(in6->sin6_port);
+	}
+	(void)salen;
+	if (!is_unix) {
+		int one = 1;
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		if (w->cfg->general.tcp_keepalive)
+			(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+	}
+	w->n_clients++;
+	c->state = CLIENT_CLOSED;
+	client_set_state(c, CLIENT_STARTUP);
+	bufferevent_setcb(c->bev, client_read_cb, client_write_cb, client_event_cb, c);
+	bufferevent_setwatermark(c->bev, EV_READ, 0, CLIENT_READ_HIGH_WATER);
+	bufferevent_setwatermark(c->bev, EV_WRITE, CLIENT_OUT_BUDGET / 2, 0);
+	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+	log_debug("C-%llu %s:%d: new connection", (unsigned long long)c->id, c->addr, c->port);
+}
+
+void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
+{
+	if (c->state == CLIENT_CLOSED)
+		return;
+	struct worker *w = c->w;
+	char msg[512] = "";
+	if (fmt) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(msg, sizeof msg, fmt, ap);
+		va_end(ap);
+	}
+	if (sqlstate && c->bev) {
+		send_error(c, "FATAL", sqlstate, msg);
+		/* Best effort: the error goes out now, before the socket closes. */
+		(void)evbuffer_write(bufferevent_get_output(c->bev), bufferevent_getfd(c->bev));
+	}
+	bool logged_in = c->state == CLIENT_IDLE || c->state == CLIENT_WAITING || c->state == CLIENT_ACTIVE;
+	if (logged_in ? w->cfg->general.log_disconnections : log_enabled(LOG_LEVEL_DEBUG))
+		log_info("C-%llu %s@%s %s:%d: closing%s%s", (unsigned long long)c->id, c->user, c->database,
+			 c->addr, c->port, msg[0] ? ": " : "", msg);
+
+	switch (c->state) {
+	case CLIENT_WAITING:
+		pool_cancel_wait(c);
+		break;
+	case CLIENT_ACTIVE:
+		if (c->server) {
+			struct server *s = c->server;
+			if (c->fwd_remaining > 0) {
+				/* Half a message reached the server: it cannot be
+				 * brought back. */
+				s->client = NULL;
+				c->server = NULL;
+				server_close(s, "client vanished in the middle of a message");
+			} else {
+				pool_client_gone(s);
+			}
+		}
+		break;
+	case CLIENT_LOGIN_WAIT:
+	case CLIENT_STARTUP:
+	case CLIENT_AUTH:
+	case CLIENT_IDLE:
+	case CLIENT_CLOSED:
+		break;
+	}
+	c->server = NULL;
+	if (c->has_cancel_key) {
+		cancel_key_release(&w->cancel, c->cancel_pid);
+		c->has_cancel_key = false;
+	}
+	if (c->bev) {
+		bufferevent_free(c->bev);
+		c->bev = NULL;
+	}
+	client_set_state(c, CLIENT_CLOSED);
+	w->n_clients--;
+	free(c->auth);
+	c->auth = NULL;
+	list_add_tail(&w->dead_clients, &c->node);
+	worker_schedule_reap(w);
+	if (w->shutting_down)
+		worker_check_shutdown_done(w);
+}
+
+void client_free(struct client *c)
+{
+	params_clear(&c->params);
+	free(c->auth);
+	free(c);
+}
+
+/* ---- startup and login ---- */
+
+static void login_done(struct client *c);
+
+static bool startup_param(struct client *c, const char *name, const char *value)
+{
+	if (strcmp(name, "user") == 0) {
+		snprintf(c->user, sizeof c->user, "%s", value);
+	} else if (strcmp(name, "database") == 0) {
+		snprintf(c->database, sizeof c->database, "%s", value);
+	} else if (strcmp(name, "options") == 0) {
+		if (!params_apply_options(&c->params, value)) {
+			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid command-line argument in startup packet: \"%s\"", value);
+			return false;
+		}
+	} else if (strcmp(name, "replication") == 0) {
+		client_close(c, SQLSTATE_FEATURE_NOT_SUPPORTED, "replication connections are not supported by pgcat");
+		return false;
+	} else if (strncmp(name, "_pq_.", 5) == 0) {
+		/* protocol extensions: ignored, as a server without them would */
+	} else if (!params_set(&c->params, name, value, strcasecmp(name, "search_path") == 0)) {
+		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "startup parameter \"%s\" is too long", name);
+		return false;
+	}
+	return true;
+}
+
+static void handle_cancel_request(struct client *c, uint32_t pid, uint32_t key)
+{
+	struct client *target = cancel_key_lookup(&c->w->cancel, pid, key);
+	if (target)
+		client_cancel_query(target);
+	/* Unknown keys are ignored silently, as PostgreSQL does. */
+	client_close(c, NULL, NULL);
+}
+
+static void start_login(struct client *c)
+{
+	struct worker *w = c->w;
+	if (!c->user[0]) {
+		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "no PostgreSQL user name specified in startup packet");
+		return;
+	}
+	if (!c->database[0])
+		snprintf(c->database, sizeof c->database, "%s", c->user);
+	if (w->n_clients > w->cfg->general.max_client_conn) {
+		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS, "too many clients already");
+		return;
+	}
+	if (w->shutting_down) {
+		client_close(c, "57P03", "pgcat is shutting down");
+		return;
+	}
+	if (!pool_db_exists(w, c->database)) {
+		client_close(c, SQLSTATE_INVALID_CATALOG_NAME, "database \"%s\" does not exist", c->database);
+		return;
+	}
+	c->pool = pool_find(w, c->database, c->user);
+	c->auth = calloc(1, sizeof *c->auth);
+	if (!c->auth) {
+		client_close(c, SQLSTATE_INTERNAL_ERROR, "out of memory");
+		return;
+	}
+	enum auth_outcome o = auth_client_begin(w, c, c->pool, c->auth, bufferevent_get_output(c->bev));
+	switch (o) {
+	case AUTH_OK:
+		login_done(c);
+		return;
+	case AUTH_CONTINUE:
+		client_set_state(c, CLIENT_AUTH);
+		return;
+	case AUTH_FAILED:
+	case AUTH_PROTOCOL_ERROR:
+		log_info("C-%llu %s@%s %s:%d: authentication failed", (unsigned long long)c->id, c->user,
+			 c->database, c->addr, c->port);
+		client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", c->user);
+		return;
+	}
+}
+
+static void process_startup(struct client *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	while (c->state == CLIENT_STARTUP) {
+		uint8_t hdr[8];
+		ssize_t got = evbuffer_copyout(in, hdr, sizeof hdr);
+		if (got < 4)
+			return;
+		uint32_t len = proto_get_u32(hdr);
+		if (len < 8 || len > PROTO_STARTUP_MAX) {
+			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid length of startup packet");
+			return;
+		}
+		if (evbuffer_get_length(in) < len)
+			return;
+		const uint8_t *buf = evbuffer_pullup(in, len);
+		struct proto_startup st;
+		enum proto_startup_result r = proto_parse_startup(buf, len, &st);
+		switch (r) {
+		case PROTO_STARTUP_RESULT_OK:
+			break;
+		case PROTO_STARTUP_RESULT_NEED_MORE:
+			return;
+		case PROTO_STARTUP_RESULT_BAD_LENGTH:
+			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid length of startup packet");
+			return;
+		case PROTO_STARTUP_RESULT_BAD_VERSION:
+			client_close(c, SQLSTATE_FEATURE_NOT_SUPPORTED,
+				     "unsupported frontend protocol %u.%u: server supports 3.0 to 3.0",
+				     st.version >> 16, st.version & 0xffff);
+			return;
+		case PROTO_STARTUP_RESULT_MALFORMED:
+			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid startup packet layout");
+			return;
+		}
+		switch (st.kind) {
+		case PROTO_STARTUP_SSL:
+		case PROTO_STARTUP_GSSENC: {
+			evbuffer_drain(in, len);
+			if (++c->skip_remaining > CLIENT_MAX_NEGOTIATIONS) {
+				client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "too many encryption requests");
+				return;
+			}
+			/* TLS is not offered yet: 'N', and the client goes on in
+			 * plain text (or, libpq 17, sends its CancelRequest). */
+			evbuffer_add(bufferevent_get_output(c->bev), "N", 1);
+			continue;
+		}
+		case PROTO_STARTUP_CANCEL:
+			evbuffer_drain(in, len);
+			handle_cancel_request(c, st.cancel_pid, st.cancel_key);
+			return;
+		case PROTO_STARTUP_NORMAL:
+			break;
+		}
+		c->skip_remaining = 0;
+		for (size_t i = 0; i < st.n_params; i++)
+			if (!startup_param(c, st.params[i].name, st.params[i].value))
+				return;
+		evbuffer_drain(in, len);
+		start_login(c);
+		return;
+	}
+}
+
+static void process_auth(struct client *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	while (c->state == CLIENT_AUTH) {
+		uint8_t hdr[5];
+		if (evbuffer_copyout(in, hdr, 5) < 5)
+			return;
+		struct proto_frame f;
+		if (proto_frame_header(hdr, 5, PROTO_AUTH_MSG_MAX, &f) != PROTO_FRAME_OK ||
+		    f.type != PqMsg_PasswordMessage) {
+			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "expected password response, got message type %d", hdr[0]);
+			return;
+		}
+		if (evbuffer_get_length(in) < f.len + 1)
+			return;
+		const uint8_t *buf = evbuffer_pullup(in, f.len + 1);
+		enum auth_outcome o = auth_client_step(c->w, c, c->auth, buf + 5, f.len - 4,
+						       bufferevent_get_output(c->bev));
+		evbuffer_drain(in, f.len + 1);
+		switch (o) {
+		case AUTH_CONTINUE:
+			continue;
+		case AUTH_OK:
+			login_done(c);
+			return;
+		case AUTH_FAILED:
+			log_info("C-%llu %s@%s %s:%d: password authentication failed", (unsigned long long)c->id,
+				 c->user, c->database, c->addr, c->port);
+			client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", c->user);
+			return;
+		case AUTH_PROTOCOL_ERROR:
+			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid authentication message");
+			return;
+		}
+	}
+}
+
+static void send_welcome(struct client *c)
+{
+	struct worker *w = c->w;
+	struct pool *p = c->pool;
+	uint8_t storage[8192];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_auth_request(&pb, AUTH_REQ_OK, NULL, 0);
+	/* What a real server reports, with the client's own startup values
+	 * where it gave them. */
+	for (size_t i = 0; i < p->defaults.n; i++) {
+		const struct param *d = &p->defaults.items[i];
+		const struct param *mine = params_get(&c->params, d->name);
+		if (!mine)
+			(void)params_set(&c->params, d->name, d->value, false);
+		pktbuf_parameter_status(&pb, d->name, mine ? mine->value : d->value);
+	}
+	for (size_t i = 0; i < c->params.n; i++) {
+		const struct param *m = &c->params.items[i];
+		if (params_reported(m->name) && !params_get(&p->defaults, m->name))
+			pktbuf_parameter_status(&pb, m->name, m->value);
+	}
+	if (!cancel_key_assign(&w->cancel, c, &c->cancel_pid, &c->cancel_key)) {
+		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS, "too many clients already");
+		return;
+	}
+	c->has_cancel_key = true;
+	pktbuf_begin(&pb, PqMsg_BackendKeyData);
+	pktbuf_put_u32(&pb, c->cancel_pid);
+	pktbuf_put_u32(&pb, c->cancel_key);
+	pktbuf_end(&pb);
+	pktbuf_ready_for_query(&pb, 'I');
+	if (pb.failed) {
+		client_close(c, SQLSTATE_INTERNAL_ERROR, "too many session parameters");
+		return;
+	}
+	send_pkt(c, &pb);
+	client_set_state(c, CLIENT_IDLE);
+	if (w->cfg->general.log_connections)
+		log_info("C-%llu %s@%s %s:%d: login", (unsigned long long)c->id, c->user, c->database,
+			 c->addr, c->port);
+}
+
+static void login_done(struct client *c)
+{
+	free(c->auth);
+	c->auth = NULL;
+	if (c->pool->have_defaults) {
+		send_welcome(c);
+		if (c->state == CLIENT_IDLE)
+			client_process(c);
+		return;
+	}
+	pool_request_defaults(c->pool, c);
+}
+
+void client_on_defaults_known(struct client *c)
+{
+	if (c->state != CLIENT_LOGIN_WAIT)
+		return;
+	send_welcome(c);
+	if (c->state == CLIENT_IDLE)
+		client_process(c);
+}
+
+void client_on_defaults_failed(struct client *c, const char *sqlstate, const char *message)
+{
+	if (c->state != CLIENT_LOGIN_WAIT)
+		return;
+	client_close(c, sqlstate, "%s", message);
+}
+
+/* ---- answering requests pgcat cannot pass on ---- */
+
+static bool is_transaction_end(const uint8_t *sql, size_t len)
+{
+	static const char *const words[] = { "rollback", "abort", "commit", "end" };
+	size_t i = 0;
+	while (i < len && (isspace(sql[i]) || sql[i] == '\0'))
+		i++;
+	for (size_t k = 0; k < sizeof words / sizeof *words; k++) {
+		size_t n = strlen(words[k]);
+		if (len - i >= n && strncasecmp((const char *)sql + i, words[k], n) == 0 &&
+		    (len - i == n || !isalnum(sql[i + n])))
+			return true;
+	}
+	return false;
+}
+
+/* The request at the head of the input is answered with an error: a Query
+ * or FunctionCall is consumed with ReadyForQuery, an extended batch is
+ * skipped to its Sync. */
+static void fail_current_request(struct client *c, const char *sqlstate, const char *msg)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	send_error(c, "ERROR", sqlstate, msg);
+	uint8_t hdr[5];
+	if (evbuffer_copyout(in, hdr, 5) == 5 && (hdr[0] == PqMsg_Query || hdr[0] == PqMsg_FunctionCall)) {
+		uint32_t total = proto_get_u32(hdr + 1) + 1;
+		size_t have = evbuffer_get_length(in);
+		if (have >= total) {
+			evbuffer_drain(in, total);
+		} else {
+			evbuffer_drain(in, have);
+			c->skip_remaining = total - (uint32_t)have;
+		}
+		send_rfq(c, idle_status(c));
+		return;
+	}
+	c->skip_to_sync = true;
+}
+
+void client_on_checkout_failed(struct client *c, const char *sqlstate, const char *message)
+{
+	if (c->state == CLIENT_CLOSED)
+		return;
+	client_set_state(c, CLIENT_IDLE);
+	fail_current_request(c, sqlstate, message);
+	client_process(c);
+}
+
+/* In a failed transaction whose server is gone, or with an error still to
+ * report: pgcat answers the client itself (SPEC §3). Returns false when it
+ * needs more bytes. */
+static bool answer_locally(struct client *c, const struct proto_frame *f)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	uint32_t total = f->len + 1;
+	const uint8_t *body = NULL;
+	bool inspectable = total <= CLIENT_INSPECT_MAX;
+	if ((f->type == PqMsg_Query || f->type == PqMsg_Parse) && inspectable) {
+		if (evbuffer_get_length(in) < total)
+			return false;
+		body = evbuffer_pullup(in, total) + 5;
+	}
+	bool is_end = false;
+	if (body && f->type == PqMsg_Query)
+		is_end = is_transaction_end(body, f->len - 4);
+	if (body && f->type == PqMsg_Parse) {
+		size_t off = 0;
+		const char *name;
+		if (proto_read_cstring(body, f->len - 4, &off, &name))
+			is_end = is_transaction_end(body + off, f->len - 4 - off);
+	}
+	const char *code = c->have_pending_error ? c->pending_sqlstate : SQLSTATE_IN_FAILED_TRANSACTION;
+	const char *msg = c->have_pending_error ? c->pending_message
+						: "current transaction is aborted, commands ignored until end of transaction block";
+	uint8_t type = f->type;
+	/* Consume the message (possibly in pieces). */
+	size_t have = evbuffer_get_length(in);
+	if (have >= total) {
+		evbuffer_drain(in, total);
+	} else {
+		evbuffer_drain(in, have);
+		c->skip_remaining = total - (uint32_t)have;
+	}
+	switch (type) {
+	case PqMsg_Query:
+		if (is_end && c->in_failed_tx) {
+			uint8_t storage[64];
+			struct pktbuf pb;
+			pktbuf_init(&pb, storage, sizeof storage);
+			pktbuf_command_complete(&pb, "ROLLBACK");
+			send_pkt(c, &pb);
+			c->in_failed_tx = false;
+			c->have_pending_error = false;
+			send_rfq(c, 'I');
+		} else {
+			send_error(c, "ERROR", code, msg);
+			c->have_pending_error = false;
+			send_rfq(c, idle_status(c));
+		}
+		return true;
+	case PqMsg_Parse:
+		if (is_end && c->in_failed_tx) {
+			c->local_rollback_batch = true;
+			send_simple(c, PqMsg_ParseComplete);
+			return true;
+		}
+		break;
+	case PqMsg_Bind:
+		if (c->local_rollback_batch) {
+			send_simple(c, PqMsg_BindComplete);
+			return true;
+		}
+		break;
+	case PqMsg_Describe:
+		if (c->local_rollback_batch) {
+			send_simple(c, PqMsg_NoData);
+			return true;
+		}
+		break;
+	case PqMsg_Execute:
+		if (c->local_rollback_batch) {
+			uint8_t storage[64];
+			struct pktbuf pb;
+			pktbuf_init(&pb, storage, sizeof storage);
+			pktbuf_command_complete(&pb, "ROLLBACK");
+			send_pkt(c, &pb);
+			return true;
+		}
+		break;
+	case PqMsg_Close:
+		send_simple(c, PqMsg_CloseComplete);
+		return true;
+	case PqMsg_Flush:
+	case PqMsg_CopyData:
+	case PqMsg_CopyDone:
+	case PqMsg_CopyFail:
+		return true;
+	case PqMsg_Sync:
+		if (c->local_rollback_batch) {
+			c->local_rollback_batch = false;
+			c->in_failed_tx = false;
+			c->have_pending_error = false;
+		}
+		send_rfq(c, idle_status(c));
+		return true;
+	default:
+		break;
+	}
+	send_error(c, "ERROR", code, msg);
+	c->have_pending_error = false;
+	c->local_rollback_batch = false;
+	if (type == PqMsg_FunctionCall)
+		send_rfq(c, idle_status(c));
+	else
+		c->skip_to_sync = true;
+	return true;
+}
+
+void client_on_server_lost(struct client *c, struct server *s, const char *sqlstate, const char *message)
+{
+	if (c->state == CLIENT_CLOSED)
+		return;
+	struct pool *p = c->pool;
+	log_info("C-%llu %s@%s: server connection lost: %s", (unsigned long long)c->id, c->user, c->database, message);
+	if (p->mode == POOL_MODE_SESSION || s->fwd_remaining > 0 || c->close_when_released) {
+		/* Session mode: the session is gone with its server. Half a server
+		 * message forwarded: the client's stream cannot be repaired. */
+		client_close(c, sqlstate, "%s", message);
+		return;
+	}
+	if (c->fwd_remaining > 0) {
+		c->skip_remaining = c->fwd_remaining;
+		c->fwd_remaining = 0;
+	}
+	bool in_tx = s->tx_status != 'I';
+	client_set_state(c, CLIENT_IDLE);
+	if (s->outstanding > 0 || s->ext_pending) {
+		/* A request in flight: the error answers it now. */
+		send_error(c, "ERROR", sqlstate, message);
+		c->in_failed_tx = in_tx;
+		for (uint32_t i = 0; i < s->outstanding; i++)
+			send_rfq(c, idle_status(c));
+		if (s->ext_pending)
+			c->skip_to_sync = true;
+	} else {
+		/* Idle inside a transaction: the next message gets the error. */
+		c->have_pending_error = true;
+		c->in_failed_tx = in_tx;
+		snprintf(c->pending_sqlstate, sizeof c->pending_sqlstate, "%s", sqlstate);
+		snprintf(c->pending_message, sizeof c->pending_message, "%s", message);
+	}
+	client_process(c);
+}
+
+/* ---- linked: the client-to-server pump ---- */
+
+static void pause_for_server(struct client *c)
+{
+	if (!c->paused) {
+		c->paused = true;
+		bufferevent_disable(c->bev, EV_READ);
+	}
+}
+
+void client_resume_reading(struct client *c)
+{
+	if (c->state == CLIENT_CLOSED || !c->paused)
+		return;
+	c->paused = false;
+	bufferevent_enable(c->bev, EV_READ);
+	client_process(c);
+}
+
+/* Validate the header at the head of the input. false: closed or need more. */
+static bool read_header(struct client *c, struct proto_frame *f)
+{
+	uint8_t hdr[5];
+	if (evbuffer_copyout(bufferevent_get_input(c->bev), hdr, 5) < 5)
+		return false;
+	int64_t max = c->w->cfg->general.max_packet_size;
+	uint32_t limit = max > UINT32_MAX - 1 ? UINT32_MAX - 1 : (uint32_t)max;
+	switch (proto_frame_header(hdr, 5, limit, f)) {
+	case PROTO_FRAME_OK:
+		break;
+	case PROTO_FRAME_NEED_MORE:
+		return false;
+	case PROTO_FRAME_BAD_LENGTH:
+		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid message length");
+		return false;
+	case PROTO_FRAME_TOO_LONG:
+		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "message of %u bytes exceeds max_packet_size", f->len);
+		return false;
+	}
+	if (!proto_frontend_type_valid(f->type)) {
+		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid frontend message type %d", f->type);
+		return false;
+	}
+	return true;
+}
+
+static void process_active(struct client *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	while (c->state == CLIENT_ACTIVE && c->server && c->server->state == SERVER_ACTIVE) {
+		struct server *s = c->server;
+		struct evbuffer *out = server_output(s);
+		if (c->fwd_remaining > 0) {
+			size_t have = evbuffer_get_length(in);
+			if (have == 0)
+				return;
+			size_t n = have < c->fwd_remaining ? have : c->fwd_remaining;
+			evbuffer_remove_buffer(in, out, n);
+			c->fwd_remaining -= (uint32_t)n;
+			continue;
+		}
+		if (server_output_full(s)) {
+			pause_for_server(c);
+			return;
+		}
+		struct proto_frame f;
+		if (!read_header(c, &f))
+			return;
+		uint32_t total = f.len + 1;
+		switch (f.type) {
+		case PqMsg_Terminate:
+			evbuffer_drain(in, evbuffer_get_length(in));
+			client_close(c, NULL, NULL);
+			return;
+		case PqMsg_Query:
+			if (total <= CLIENT_INSPECT_MAX) {
+				if (evbuffer_get_length(in) < total)
+					return;
+				const uint8_t *buf = evbuffer_pullup(in, total);
+				if (params_track_statement(&c->params, (const char *)buf + 5, f.len - 4) != PARAMS_STMT_NONE)
+					(void)params_track_statement(&s->params, (const char *)buf + 5, f.len - 4);
+			}
+			s->outstanding++;
+			break;
+		case PqMsg_Sync:
+			s->outstanding++;
+			s->ext_pending = false;
+			break;
+		case PqMsg_FunctionCall:
+			s->outstanding++;
+			break;
+		case PqMsg_Parse:
+		case PqMsg_Bind:
+		case PqMsg_Describe:
+		case PqMsg_Execute:
+		case PqMsg_Close:
+			s->ext_pending = true;
+			break;
+		default:
+			break;
+		}
+		c->last_activity_us = c->w->now_us;
+		c->fwd_remaining = total;
+	}
+}
+
+static void process_idle(struct client *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	while (c->state == CLIENT_IDLE) {
+		if (c->skip_remaining > 0) {
+			size_t have = evbuffer_get_length(in);
+			if (have == 0)
+				return;
+			size_t n = have < c->skip_remaining ? have : c->skip_remaining;
+			evbuffer_drain(in, n);
+			c->skip_remaining -= (uint32_t)n;
+			continue;
+		}
+		struct proto_frame f;
+		if (!read_header(c, &f))
+			return;
+		if (f.type == PqMsg_Terminate) {
+			client_close(c, NULL, NULL);
+			return;
+		}
+		if (c->skip_to_sync) {
+			uint32_t total = f.len + 1;
+			size_t have = evbuffer_get_length(in);
+			if (have >= total) {
+				evbuffer_drain(in, total);
+			} else {
+				evbuffer_drain(in, have);
+				c->skip_remaining = total - (uint32_t)have;
+			}
+			if (f.type == PqMsg_Sync) {
+				c->skip_to_sync = false;
+				send_rfq(c, idle_status(c));
+			}
+			continue;
+		}
+		if (c->in_failed_tx || c->have_pending_error) {
+			if (!answer_locally(c, &f))
+				return;
+			continue;
+		}
+		c->last_activity_us = c->w->now_us;
+		struct srvpool *sp = pool_pick_target(c->pool);
+		(void)pool_checkout(sp, c);
+	}
+}
+
+static void process_once(struct client *c)
+{
+	switch (c->state) {
+	case CLIENT_STARTUP:
+		process_startup(c);
+		break;
+	case CLIENT_AUTH:
+		process_auth(c);
+		break;
+	case CLIENT_IDLE:
+		process_idle(c);
+		break;
+	case CLIENT_ACTIVE:
+		process_active(c);
+		break;
+	case CLIENT_LOGIN_WAIT:
+	case CLIENT_WAITING:
+	case CLIENT_CLOSED:
+		break;
+	}
+}
+
+void client_process(struct client *c)
+{
+	if (c->processing) {
+		c->reprocess = true;
+		return;
+	}
+	c->processing = true;
+	do {
+		c->reprocess = false;
+		enum client_state before = c->state;
+		process_once(c);
+		if (c->state != before && c->state != CLIENT_CLOSED)
+			c->reprocess = true;
+	} while (c->reprocess && c->state != CLIENT_CLOSED && c->state != CLIENT_WAITING &&
+		 c->state != CLIENT_LOGIN_WAIT);
+	c->processing = false;
+}
+
+void client_on_linked(struct client *c)
+{
+	if (c->state != CLIENT_ACTIVE)
+		return;
+	client_process(c);
+}
+
+void client_on_released(struct client *c)
+{
+	if (c->state == CLIENT_CLOSED)
+		return;
+	client_set_state(c, CLIENT_IDLE);
+	if (c->close_when_released) {
+		client_close(c, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
+		return;
+	}
+	client_process(c);
+}
+
+void client_cancel_query(struct client *c)
+{
+	struct server *s = c->server;
+	if (c->state != CLIENT_ACTIVE || !s || s->outstanding == 0)
+		return;
+	server_send_cancel(s);
+}
+
+/* ---- libevent callbacks ---- */
+
+static void client_read_cb(struct bufferevent *bev, void *arg)
+{
+	struct client *c = arg;
+	worker_update_clock(c->w);
+	client_process(c);
+}
+
+static void client_write_cb(struct bufferevent *bev, void *arg)
+{
+	struct client *c = arg;
+	/* Below the low watermark: let the server's bytes flow again. */
+	if (c->server && c->server->paused)
+		server_resume_reading(c->server);
+}
+
+static void client_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct client *c = arg;
+	worker_update_clock(c->w);
+	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+		client_close(c, NULL, NULL);
+}

@@ -1,1 +1,104 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * log: formats and writes log lines. Not a place for policy: callers decide
+ * what is worth a line; this room only decides where it goes.
+ */
+#include "log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct {
+	enum log_level level;
+	FILE *file;          /* NULL: stderr */
+	char path[4096];
+	bool use_syslog;
+} logger = { LOG_LEVEL_INFO, NULL, "", false };
+
+static const char *const level_names[] = {
+	[LOG_LEVEL_ERROR] = "ERROR",
+	[LOG_LEVEL_WARNING] = "WARNING",
+	[LOG_LEVEL_INFO] = "LOG",
+	[LOG_LEVEL_DEBUG] = "DEBUG",
+	[LOG_LEVEL_TRACE] = "TRACE",
+};
+
+bool log_open(enum log_level level, const char *file, bool use_syslog)
+{
+	logger.level = level;
+	logger.use_syslog = use_syslog;
+	if (use_syslog)
+		openlog("pgcat", LOG_PID | LOG_NDELAY, LOG_DAEMON);
+	if (file && file[0]) {
+		FILE *f = fopen(file, "a");
+		if (!f) {
+			fprintf(stderr, "pgcat: cannot open log file %s: %s\n", file, strerror(errno));
+			return false;
+		}
+		setvbuf(f, NULL, _IOLBF, 0);
+		if (logger.file)
+			fclose(logger.file);
+		logger.file = f;
+		snprintf(logger.path, sizeof logger.path, "%s", file);
+	}
+	return true;
+}
+
+void log_set_level(enum log_level level) { logger.level = level; }
+enum log_level log_get_level(void) { return logger.level; }
+
+void log_close(void)
+{
+	if (logger.file) {
+		fclose(logger.file);
+		logger.file = NULL;
+	}
+	if (logger.use_syslog)
+		closelog();
+}
+
+void log_reopen(void)
+{
+	if (!logger.file || !logger.path[0])
+		return;
+	FILE *f = fopen(logger.path, "a");
+	if (!f)
+		return;
+	setvbuf(f, NULL, _IOLBF, 0);
+	fclose(logger.file);
+	logger.file = f;
+}
+
+void log_write(enum log_level level, const char *fmt, ...)
+{
+	char msg[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+
+	if (logger.use_syslog) {
+		static const int prio[] = {
+			[LOG_LEVEL_ERROR] = LOG_ERR, [LOG_LEVEL_WARNING] = LOG_WARNING,
+			[LOG_LEVEL_INFO] = LOG_INFO, [LOG_LEVEL_DEBUG] = LOG_DEBUG,
+			[LOG_LEVEL_TRACE] = LOG_DEBUG,
+		};
+		syslog(prio[level], "%s %s", level_names[level], msg);
+		return;
+	}
+	struct timeval tv;
+	gettimeofday(&tv, NULL);
+	struct tm tm;
+	gmtime_r(&tv.tv_sec, &tm);
+	char ts[32];
+	strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+	FILE *out = logger.file ? logger.file : stderr;
+	fprintf(out, "%s.%03dZ [%d] %s %s\n", ts, (int)(tv.tv_usec / 1000), (int)getpid(),
+		level_names[level], msg);
+}

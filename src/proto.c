@@ -1,1 +1,135 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * proto: framing and parsing of PostgreSQL v3 messages, as pure functions.
+ * Every length is checked before the bytes it covers are touched.
+ */
+#include "proto.h"
+
+#include <string.h>
+
+enum proto_frame_result proto_frame_header(const uint8_t *data, size_t avail, uint32_t max_len,
+					   struct proto_frame *out)
+{
+	if (avail < PROTO_HEADER_LEN)
+		return PROTO_FRAME_NEED_MORE;
+	uint32_t len = proto_get_u32(data + 1);
+	out->type = data[0];
+	out->len = len;
+	if (len < 4)
+		return PROTO_FRAME_BAD_LENGTH;
+	if (len > max_len)
+		return PROTO_FRAME_TOO_LONG;
+	return PROTO_FRAME_OK;
+}
+
+enum proto_startup_result proto_parse_startup(const uint8_t *buf, size_t avail, struct proto_startup *out)
+{
+	memset(out, 0, sizeof *out);
+	if (avail < 4)
+		return PROTO_STARTUP_RESULT_NEED_MORE;
+	uint32_t len = proto_get_u32(buf);
+	if (len < 8 || len > PROTO_STARTUP_MAX)
+		return PROTO_STARTUP_RESULT_BAD_LENGTH;
+	if (avail < len)
+		return PROTO_STARTUP_RESULT_NEED_MORE;
+	out->len = len;
+	uint32_t code = proto_get_u32(buf + 4);
+	out->version = code;
+	switch (code) {
+	case PG_SSL_REQUEST_CODE:
+		out->kind = PROTO_STARTUP_SSL;
+		return len == 8 ? PROTO_STARTUP_RESULT_OK : PROTO_STARTUP_RESULT_MALFORMED;
+	case PG_GSSENC_REQUEST_CODE:
+		out->kind = PROTO_STARTUP_GSSENC;
+		return len == 8 ? PROTO_STARTUP_RESULT_OK : PROTO_STARTUP_RESULT_MALFORMED;
+	case PG_CANCEL_REQUEST_CODE:
+		out->kind = PROTO_STARTUP_CANCEL;
+		if (len != 16)
+			return PROTO_STARTUP_RESULT_MALFORMED;
+		out->cancel_pid = proto_get_u32(buf + 8);
+		out->cancel_key = proto_get_u32(buf + 12);
+		return PROTO_STARTUP_RESULT_OK;
+	default:
+		break;
+	}
+	/* Protocol 3.x; a minor version above 0 is answered as 3.0 would be by
+	 * a server that does not negotiate: pgcat only speaks 3.0. */
+	if ((code >> 16) != 3 || (code & 0xffff) != 0)
+		return PROTO_STARTUP_RESULT_BAD_VERSION;
+	out->kind = PROTO_STARTUP_NORMAL;
+	/* name\0value\0 ... \0 ; the final terminator must be the last byte. */
+	size_t off = 8;
+	for (;;) {
+		if (off >= len)
+			return PROTO_STARTUP_RESULT_MALFORMED;
+		if (buf[off] == '\0') {
+			if (off + 1 != len)
+				return PROTO_STARTUP_RESULT_MALFORMED;
+			return PROTO_STARTUP_RESULT_OK;
+		}
+		const char *name, *value;
+		if (!proto_read_cstring(buf, len, &off, &name) || !proto_read_cstring(buf, len, &off, &value))
+			return PROTO_STARTUP_RESULT_MALFORMED;
+		if (out->n_params >= PROTO_STARTUP_MAX_PARAMS)
+			return PROTO_STARTUP_RESULT_MALFORMED;
+		out->params[out->n_params].name = name;
+		out->params[out->n_params].value = value;
+		out->n_params++;
+	}
+}
+
+bool proto_read_cstring(const uint8_t *body, size_t len, size_t *off, const char **out)
+{
+	if (*off >= len)
+		return false;
+	const uint8_t *start = body + *off;
+	const uint8_t *nul = memchr(start, 0, len - *off);
+	if (!nul)
+		return false;
+	*out = (const char *)start;
+	*off = (size_t)(nul - body) + 1;
+	return true;
+}
+
+bool proto_parse_error(const uint8_t *body, size_t len, struct proto_error_fields *out)
+{
+	memset(out, 0, sizeof *out);
+	size_t off = 0;
+	while (off < len) {
+		uint8_t code = body[off++];
+		if (code == 0)
+			return off == len;
+		const char *val;
+		if (!proto_read_cstring(body, len, &off, &val))
+			return false;
+		switch (code) {
+		case 'S': out->severity = val; break;
+		case 'V': out->severity_nl = val; break;
+		case 'C': out->sqlstate = val; break;
+		case 'M': out->message = val; break;
+		default: break;
+		}
+	}
+	return false;
+}
+
+bool proto_parse_parameter_status(const uint8_t *body, size_t len, const char **name, const char **value)
+{
+	size_t off = 0;
+	if (!proto_read_cstring(body, len, &off, name) || !proto_read_cstring(body, len, &off, value))
+		return false;
+	return off == len;
+}
+
+bool proto_frontend_type_valid(uint8_t type)
+{
+	switch (type) {
+	case PqMsg_Bind: case PqMsg_Close: case PqMsg_Describe: case PqMsg_Execute:
+	case PqMsg_FunctionCall: case PqMsg_Flush: case PqMsg_Parse: case PqMsg_Query:
+	case PqMsg_Sync: case PqMsg_Terminate: case PqMsg_CopyFail: case PqMsg_CopyData:
+	case PqMsg_CopyDone:
+		return true;
+	default:
+		return false;
+	}
+}

@@ -1,1 +1,829 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * server: one PostgreSQL server connection. Connects and logs in, then
+ * streams the server's messages to the linked client by header, reading
+ * only the few it must (ReadyForQuery, ParameterStatus, FATAL errors,
+ * CopyInResponse). When its client is gone it brings itself back to a clean
+ * idle state (cancel, CopyFail, Sync, ROLLBACK) instead of being closed.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <openssl/crypto.h>
+
+#include "auth.h"
+#include "auth_md5.h"
+#include "auth_scram.h"
+#include "client.h"
+#include "config.h"
+#include "log.h"
+#include "pktbuf.h"
+#include "pool.h"
+#include "proto.h"
+#include "worker.h"
+
+/* Stop reading the server once this much waits for a slow client. */
+#define SERVER_OUT_BUDGET (128u * 1024)
+/* Messages pgcat must read whole are buffered up to this; longer ones are
+ * streamed without being read. */
+#define SERVER_INSPECT_MAX (32u * 1024)
+/* No server message is longer than PostgreSQL's 1 GB field limit plus slack. */
+#define SERVER_MAX_MESSAGE (0x40000000u + 65536u)
+#define SERVER_READ_HIGH_WATER (64u * 1024)
+
+struct server_auth {
+	struct scram_client scram;
+	char *password;
+};
+
+static const char *const state_names[] = {
+	[SERVER_CONNECTING] = "connecting", [SERVER_LOGIN] = "login", [SERVER_IDLE] = "idle",
+	[SERVER_SYNCING] = "syncing", [SERVER_ACTIVE] = "active", [SERVER_DRAINING] = "draining",
+	[SERVER_RESETTING] = "resetting", [SERVER_CLOSED] = "closed",
+};
+
+const char *server_state_name(enum server_state st) { return state_names[st]; }
+
+static void server_read_cb(struct bufferevent *bev, void *arg);
+static void server_write_cb(struct bufferevent *bev, void *arg);
+static void server_event_cb(struct bufferevent *bev, short what, void *arg);
+
+void server_set_state(struct server *s, enum server_state st)
+{
+	enum server_state old = s->state;
+	if (old == st)
+		return;
+	s->state = st;
+	s->state_since_us = s->w->now_us;
+	pool_server_state_changed(s, (int)old);
+}
+
+struct evbuffer *server_output(struct server *s) { return bufferevent_get_output(s->bev); }
+
+bool server_output_full(struct server *s)
+{
+	return evbuffer_get_length(bufferevent_get_output(s->bev)) >= SERVER_OUT_BUDGET;
+}
+
+static void auth_free(struct server *s)
+{
+	if (!s->auth)
+		return;
+	if (s->auth->password) {
+		OPENSSL_cleanse(s->auth->password, strlen(s->auth->password));
+		free(s->auth->password);
+	}
+	free(s->auth);
+	s->auth = NULL;
+}
+
+struct server *server_connect(struct srvpool *sp)
+{
+	struct worker *w = sp->pool->w;
+	struct server *s = calloc(1, sizeof *s);
+	if (!s)
+		return NULL;
+	s->w = w;
+	s->id = ++w->next_id;
+	s->sp = sp;
+	s->tx_status = 'I';
+	params_init(&s->params);
+	list_init(&s->node);
+	s->connect_us = w->now_us;
+	s->state_since_us = w->now_us;
+	s->bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
+	if (!s->bev) {
+		free(s);
+		return NULL;
+	}
+	/* Enter the lists as CONNECTING before anything can fail, so that
+	 * server_close finds it where it expects. */
+	s->state = SERVER_CLOSED;
+	server_set_state(s, SERVER_CONNECTING);
+	bufferevent_setcb(s->bev, server_read_cb, server_write_cb, server_event_cb, s);
+	bufferevent_setwatermark(s->bev, EV_READ, 0, SERVER_READ_HIGH_WATER);
+	bufferevent_setwatermark(s->bev, EV_WRITE, SERVER_OUT_BUDGET / 2, 0);
+	bufferevent_enable(s->bev, EV_READ | EV_WRITE);
+	log_debug("S-%llu %s@%s %s:%d: connecting", (unsigned long long)s->id, auth_server_user(sp->pool),
+		  sp->database, sp->host, sp->port);
+	if (bufferevent_socket_connect(s->bev, (struct sockaddr *)&sp->addr, (int)sp->addrlen) < 0) {
+		s->have_error = true;
+		snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08006");
+		snprintf(s->error_message, sizeof s->error_message, "could not connect to server %s:%d: %s",
+			 sp->host, sp->port, strerror(errno));
+		server_close(s, "connect failed");
+		return NULL;
+	}
+	return s;
+}
+
+void server_close(struct server *s, const char *why)
+{
+	if (s->state == SERVER_CLOSED)
+		return;
+	struct worker *w = s->w;
+	bool login_failed = s->state == SERVER_CONNECTING || s->state == SERVER_LOGIN;
+	struct client *c = s->client;
+	enum server_state old = s->state;
+	if (why)
+		log_info("S-%llu %s:%d: closing (%s): %s", (unsigned long long)s->id, s->sp->host, s->sp->port,
+			 server_state_name(old), why);
+	/* A polite Terminate when the connection is healthy and idle. */
+	if (old == SERVER_IDLE && s->bev)
+		bufferevent_write(s->bev, "X\0\0\0\4", 5);
+	if (s->bev) {
+		bufferevent_free(s->bev);
+		s->bev = NULL;
+	}
+	pool_server_closed(s, login_failed);
+	s->state = SERVER_CLOSED;
+	s->client = NULL;
+	auth_free(s);
+	list_add_tail(&w->dead_servers, &s->node);
+	worker_schedule_reap(w);
+	if (c) {
+		c->server = NULL;
+		const char *code = s->have_error ? s->error_sqlstate : "08006";
+		const char *msg = s->have_error ? s->error_message : "server connection lost";
+		client_on_server_lost(c, s, code, msg);
+	}
+}
+
+void server_free(struct server *s)
+{
+	params_clear(&s->params);
+	auth_free(s);
+	free(s);
+}
+
+/* ---- login ---- */
+
+static void send_startup(struct server *s)
+{
+	uint8_t storage[1024];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_begin(&pb, 0);
+	pktbuf_put_u32(&pb, PG_PROTOCOL_3_0);
+	pktbuf_put_cstring(&pb, "user");
+	pktbuf_put_cstring(&pb, auth_server_user(s->sp->pool));
+	pktbuf_put_cstring(&pb, "database");
+	pktbuf_put_cstring(&pb, s->sp->database);
+	pktbuf_put_u8(&pb, 0);
+	pktbuf_end(&pb);
+	if (pb.failed) {
+		server_close(s, "startup packet too long");
+		return;
+	}
+	bufferevent_write(s->bev, pb.data, pb.len);
+}
+
+static void login_fail(struct server *s, const char *msg)
+{
+	if (!s->have_error) {
+		s->have_error = true;
+		snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08006");
+		snprintf(s->error_message, sizeof s->error_message, "%s", msg);
+	}
+	log_warning("S-%llu %s:%d: login failed: %s", (unsigned long long)s->id, s->sp->host, s->sp->port, msg);
+	server_close(s, NULL);
+}
+
+static void send_password_message(struct server *s, const void *data, size_t len)
+{
+	uint8_t storage[SCRAM_MAX_MESSAGE + 128];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_begin(&pb, PqMsg_PasswordMessage);
+	pktbuf_put_bytes(&pb, data, len);
+	pktbuf_end(&pb);
+	if (!pb.failed)
+		bufferevent_write(s->bev, pb.data, pb.len);
+}
+
+/* One 'R' message during login; false when the connection was closed. */
+static bool handle_auth_request(struct server *s, const uint8_t *body, size_t len)
+{
+	if (len < 4) {
+		login_fail(s, "malformed authentication request");
+		return false;
+	}
+	uint32_t code = proto_get_u32(body);
+	const char *password = auth_server_password(s->sp->pool);
+	const char *user = auth_server_user(s->sp->pool);
+	switch (code) {
+	case AUTH_REQ_OK:
+		auth_free(s);
+		return true;
+	case AUTH_REQ_PASSWORD:
+		if (!password || !password[0] || pg_md5_is_stored(password) ||
+		    strncmp(password, "SCRAM-SHA-256$", 14) == 0) {
+			login_fail(s, "server asks for a cleartext password, and pgcat has none for this user");
+			return false;
+		}
+		send_password_message(s, password, strlen(password) + 1);
+		return true;
+	case AUTH_REQ_MD5: {
+		if (len != 8 || !password || !password[0] || strncmp(password, "SCRAM-SHA-256$", 14) == 0) {
+			login_fail(s, "server asks for an md5 password, and pgcat has none for this user");
+			return false;
+		}
+		char stored[PG_MD5_LEN + 1], resp[PG_MD5_LEN + 1];
+		if (pg_md5_is_stored(password))
+			snprintf(stored, sizeof stored, "%s", password);
+		else
+			pg_md5_stored(password, user, stored);
+		pg_md5_response(stored, body + 4, resp);
+		send_password_message(s, resp, strlen(resp) + 1);
+		return true;
+	}
+	case AUTH_REQ_SASL: {
+		/* A list of mechanism names, each NUL-terminated, then an empty one. */
+		bool scram = false;
+		size_t off = 4;
+		const char *mech;
+		while (proto_read_cstring(body, len, &off, &mech) && mech[0])
+			if (strcmp(mech, "SCRAM-SHA-256") == 0)
+				scram = true;
+		if (!scram) {
+			login_fail(s, "server offers no SASL mechanism pgcat supports");
+			return false;
+		}
+		if (!password || !password[0] || pg_md5_is_stored(password) ||
+		    strncmp(password, "SCRAM-SHA-256$", 14) == 0) {
+			login_fail(s, "server asks for SCRAM, and pgcat has no plaintext password for this user");
+			return false;
+		}
+		s->auth = calloc(1, sizeof *s->auth);
+		if (!s->auth || !(s->auth->password = strdup(password))) {
+			login_fail(s, "out of memory");
+			return false;
+		}
+		uint8_t nonce[SCRAM_NONCE_RAW_LEN];
+		char msg[SCRAM_MAX_MESSAGE + 1];
+		size_t mlen;
+		if (!pg_random_bytes(nonce, sizeof nonce) ||
+		    !scram_client_first(&s->auth->scram, s->auth->password, nonce, msg, sizeof msg, &mlen)) {
+			login_fail(s, "cannot start SCRAM exchange");
+			return false;
+		}
+		uint8_t storage[SCRAM_MAX_MESSAGE + 64];
+		struct pktbuf pb;
+		pktbuf_init(&pb, storage, sizeof storage);
+		pktbuf_begin(&pb, PqMsg_SASLInitialResponse);
+		pktbuf_put_cstring(&pb, "SCRAM-SHA-256");
+		pktbuf_put_u32(&pb, (uint32_t)mlen);
+		pktbuf_put_bytes(&pb, msg, mlen);
+		pktbuf_end(&pb);
+		if (pb.failed) {
+			login_fail(s, "SCRAM message too long");
+			return false;
+		}
+		bufferevent_write(s->bev, pb.data, pb.len);
+		return true;
+	}
+	case AUTH_REQ_SASL_CONT: {
+		char msg[SCRAM_MAX_MESSAGE + 1];
+		size_t mlen;
+		if (!s->auth || !scram_client_handle_first(&s->auth->scram, (const char *)body + 4, len - 4,
+							   msg, sizeof msg, &mlen)) {
+			login_fail(s, "bad SCRAM server-first-message");
+			return false;
+		}
+		send_password_message(s, msg, mlen);
+		return true;
+	}
+	case AUTH_REQ_SASL_FIN:
+		if (!s->auth || !scram_client_handle_final(&s->auth->scram, (const char *)body + 4, len - 4)) {
+			login_fail(s, "server's SCRAM signature does not verify");
+			return false;
+		}
+		return true;
+	default:
+		login_fail(s, "server asks for an authentication method pgcat does not support");
+		return false;
+	}
+}
+
+static void note_error(struct server *s, const uint8_t *body, size_t len)
+{
+	struct proto_error_fields f;
+	if (!proto_parse_error(body, len, &f))
+		return;
+	s->have_error = true;
+	snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "%s", f.sqlstate ? f.sqlstate : "08006");
+	snprintf(s->error_message, sizeof s->error_message, "%s", f.message ? f.message : "server error");
+}
+
+static bool error_is_fatal(const uint8_t *body, size_t len)
+{
+	struct proto_error_fields f;
+	if (!proto_parse_error(body, len, &f))
+		return false;
+	const char *sev = f.severity_nl ? f.severity_nl : f.severity;
+	return sev && (strcmp(sev, "FATAL") == 0 || strcmp(sev, "PANIC") == 0);
+}
+
+/* Copy a whole message (header included) out of in, if it is all there. */
+static bool take_whole(struct evbuffer *in, uint32_t total, uint8_t *buf)
+{
+	if (evbuffer_get_length(in) < total)
+		return false;
+	evbuffer_remove(in, buf, total);
+	return true;
+}
+
+static void process_login(struct server *s)
+{
+	struct evbuffer *in = bufferevent_get_input(s->bev);
+	uint8_t buf[SERVER_INSPECT_MAX];
+	while (s->state == SERVER_LOGIN) {
+		uint8_t hdr[5];
+		if (evbuffer_copyout(in, hdr, 5) < 5)
+			return;
+		struct proto_frame f;
+		if (proto_frame_header(hdr, 5, SERVER_INSPECT_MAX - 1, &f) != PROTO_FRAME_OK) {
+			login_fail(s, "server sent an invalid message during login");
+			return;
+		}
+		if (!take_whole(in, f.len + 1, buf))
+			return;
+		const uint8_t *body = buf + 5;
+		size_t blen = f.len - 4;
+		switch (f.type) {
+		case PqMsg_AuthenticationRequest:
+			if (!handle_auth_request(s, body, blen))
+				return;
+			break;
+		case PqMsg_ParameterStatus: {
+			const char *name, *value;
+			if (proto_parse_parameter_status(body, blen, &name, &value))
+				(void)params_set(&s->params, name, value, false);
+			break;
+		}
+		case PqMsg_BackendKeyData:
+			if (blen == 8) {
+				s->backend_pid = proto_get_u32(body);
+				s->backend_key = proto_get_u32(body + 4);
+			}
+			break;
+		case PqMsg_ErrorResponse: {
+			note_error(s, body, blen);
+			login_fail(s, s->error_message);
+			return;
+		}
+		case PqMsg_ReadyForQuery:
+			s->tx_status = blen >= 1 ? (char)body[0] : 'I';
+			auth_free(s);
+			log_debug("S-%llu %s:%d: login done (backend pid %u)", (unsigned long long)s->id,
+				  s->sp->host, s->sp->port, s->backend_pid);
+			pool_server_ready(s);
+			return;
+		case PqMsg_NoticeResponse:
+		case PqMsg_NegotiateProtocolVersion:
+			break;
+		default:
+			login_fail(s, "server sent an unexpected message during login");
+			return;
+		}
+	}
+}
+
+/* ---- linking, syncing, draining, resetting ---- */
+
+void server_link(struct server *s, struct client *c)
+{
+	char sql[8192];
+	s->client = c;
+	s->sent_to_client = false;
+	int n = params_build_sync(&c->params, &s->params, sql, sizeof sql);
+	if (n > 0) {
+		uint8_t storage[sizeof sql + 16];
+		struct pktbuf pb;
+		pktbuf_init(&pb, storage, sizeof storage);
+		pktbuf_query(&pb, sql);
+		if (!pb.failed) {
+			log_trace("S-%llu: sync parameters: %s", (unsigned long long)s->id, sql);
+			bufferevent_write(s->bev, pb.data, pb.len);
+			s->outstanding++;
+			server_set_state(s, SERVER_SYNCING);
+			return;
+		}
+	}
+	server_set_state(s, SERVER_ACTIVE);
+	client_on_linked(c);
+}
+
+static void send_simple_query(struct server *s, const char *sql)
+{
+	uint8_t storage[4096];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_query(&pb, sql);
+	if (pb.failed) {
+		server_close(s, "query too long");
+		return;
+	}
+	bufferevent_write(s->bev, pb.data, pb.len);
+	s->outstanding++;
+}
+
+/* In DRAINING: push the server toward 'I' with nothing outstanding. */
+static void drain_step(struct server *s)
+{
+	if (s->state != SERVER_DRAINING)
+		return;
+	if (s->outstanding > 0)
+		return;
+	if (s->tx_status != 'I') {
+		send_simple_query(s, "ROLLBACK");
+		return;
+	}
+	if (s->sp->pool->mode == POOL_MODE_SESSION) {
+		server_reset(s);
+		return;
+	}
+	pool_server_clean(s);
+}
+
+void server_drain(struct server *s)
+{
+	if (s->state == SERVER_CLOSED)
+		return;
+	server_set_state(s, SERVER_DRAINING);
+	if (s->paused) {
+		s->paused = false;
+		bufferevent_enable(s->bev, EV_READ);
+	}
+	if (s->in_copy_in) {
+		static const char reason[] = "client disconnected";
+		uint8_t storage[64];
+		struct pktbuf pb;
+		pktbuf_init(&pb, storage, sizeof storage);
+		pktbuf_begin(&pb, PqMsg_CopyFail);
+		pktbuf_put_cstring(&pb, reason);
+		pktbuf_end(&pb);
+		bufferevent_write(s->bev, pb.data, pb.len);
+		s->in_copy_in = false;
+	}
+	if (s->ext_pending) {
+		bufferevent_write(s->bev, "S\0\0\0\4", 5);
+		s->outstanding++;
+		s->ext_pending = false;
+	}
+	if (s->outstanding > 0)
+		server_send_cancel(s);
+	drain_step(s);
+	if (s->state == SERVER_DRAINING)
+		server_process(s);
+}
+
+void server_reset(struct server *s)
+{
+	const char *q = s->w->cfg->general.server_reset_query;
+	if (!q || !q[0]) {
+		pool_server_clean(s);
+		return;
+	}
+	server_set_state(s, SERVER_RESETTING);
+	send_simple_query(s, q);
+}
+
+void server_send_cancel(struct server *s)
+{
+	if (!s->backend_pid)
+		return;
+	cancel_send(s->w, (struct sockaddr *)&s->sp->addr, s->sp->addrlen, s->backend_pid, s->backend_key);
+}
+
+static bool reset_query_clears_all(const char *q)
+{
+	return strcasestr(q, "DISCARD ALL") || strcasestr(q, "RESET ALL");
+}
+
+/* Messages while no client reads them (idle, syncing, draining, resetting):
+ * track state, forward nothing. */
+static void process_unlinked(struct server *s)
+{
+	struct evbuffer *in = bufferevent_get_input(s->bev);
+	uint8_t buf[SERVER_INSPECT_MAX];
+	enum server_state st = s->state;
+	while (s->state == st) {
+		uint8_t hdr[6];
+		size_t have = evbuffer_copyout(in, hdr, 6) < 0 ? 0 : evbuffer_get_length(in);
+		if (have < 5)
+			return;
+		struct proto_frame f;
+		if (proto_frame_header(hdr, 5, SERVER_MAX_MESSAGE, &f) != PROTO_FRAME_OK) {
+			server_close(s, "server sent an invalid message");
+			return;
+		}
+		uint32_t total = f.len + 1;
+		bool need_body = f.type == PqMsg_ParameterStatus || f.type == PqMsg_ErrorResponse;
+		if (need_body && total <= SERVER_INSPECT_MAX) {
+			if (!take_whole(in, total, buf))
+				return;
+		} else if (f.type == PqMsg_ReadyForQuery) {
+			if (have < 6)
+				return;
+			evbuffer_drain(in, 6);
+		} else {
+			/* Skip the body, in pieces if it is large. */
+			size_t n = have < total ? have : total;
+			if (n < total) {
+				/* Drop what is there and remember how much of this
+				 * message is still to come (server_process skips it). */
+				evbuffer_drain(in, n);
+				s->fwd_remaining = total - (uint32_t)n;
+				return;
+			}
+			evbuffer_drain(in, total);
+		}
+		const uint8_t *body = buf + 5;
+		size_t blen = f.len - 4;
+		switch (f.type) {
+		case PqMsg_ReadyForQuery:
+			s->tx_status = (char)hdr[5];
+			if (s->outstanding > 0)
+				s->outstanding--;
+			if (st == SERVER_SYNCING && s->outstanding == 0) {
+				struct client *c = s->client;
+				server_set_state(s, SERVER_ACTIVE);
+				if (c)
+					client_on_linked(c);
+				return;
+			}
+			if (st == SERVER_DRAINING) {
+				drain_step(s);
+			} else if (st == SERVER_RESETTING && s->outstanding == 0) {
+				if (reset_query_clears_all(s->w->cfg->general.server_reset_query))
+					for (size_t i = s->params.n; i-- > 0;)
+						if (!params_reported(s->params.items[i].name))
+							params_remove(&s->params, s->params.items[i].name);
+				if (s->tx_status != 'I') {
+					server_close(s, "reset query left a transaction open");
+					return;
+				}
+				pool_server_clean(s);
+			}
+			break;
+		case PqMsg_ParameterStatus: {
+			const char *name, *value;
+			if (need_body && total <= SERVER_INSPECT_MAX &&
+			    proto_parse_parameter_status(body, blen, &name, &value)) {
+				(void)params_set(&s->params, name, value, false);
+				/* While syncing, the server reports the canonical form of
+				 * what the client asked for: the client's value now. */
+				if (st == SERVER_SYNCING && s->client)
+					(void)params_set(&s->client->params, name, value, false);
+			}
+			break;
+		}
+		case PqMsg_ErrorResponse:
+			if (total <= SERVER_INSPECT_MAX && error_is_fatal(body, blen)) {
+				note_error(s, body, blen);
+				server_close(s, s->error_message);
+				return;
+			}
+			if (st == SERVER_SYNCING && s->client && total <= SERVER_INSPECT_MAX) {
+				/* A client parameter the server refuses: stop trying it;
+				 * the client keeps the server's value. */
+				struct proto_error_fields ef;
+				if (proto_parse_error(body, blen, &ef))
+					log_warning("S-%llu: setting client parameters failed: %s", (unsigned long long)s->id,
+						    ef.message ? ef.message : "");
+				(void)params_copy(&s->client->params, &s->params);
+			}
+			break;
+		case PqMsg_CopyInResponse:
+			s->in_copy_in = true;
+			if (st == SERVER_DRAINING) {
+				s->in_copy_in = false;
+				uint8_t storage[64];
+				struct pktbuf pb;
+				pktbuf_init(&pb, storage, sizeof storage);
+				pktbuf_begin(&pb, PqMsg_CopyFail);
+				pktbuf_put_cstring(&pb, "client disconnected");
+				pktbuf_end(&pb);
+				bufferevent_write(s->bev, pb.data, pb.len);
+			}
+			break;
+		default:
+			break;
+		}
+		if (st == SERVER_IDLE && f.type != PqMsg_ParameterStatus && f.type != PqMsg_NoticeResponse &&
+		    f.type != PqMsg_NotificationResponse && f.type != PqMsg_ErrorResponse) {
+			server_close(s, "unexpected message from an idle server");
+			return;
+		}
+	}
+}
+
+/* ---- the server-to-client pump ---- */
+
+static void pause_for_client(struct server *s)
+{
+	if (!s->paused) {
+		s->paused = true;
+		bufferevent_disable(s->bev, EV_READ);
+	}
+}
+
+void server_resume_reading(struct server *s)
+{
+	if (s->state == SERVER_CLOSED || !s->paused)
+		return;
+	s->paused = false;
+	bufferevent_enable(s->bev, EV_READ);
+	server_process(s);
+}
+
+static void process_active(struct server *s)
+{
+	struct evbuffer *in = bufferevent_get_input(s->bev);
+	uint8_t buf[SERVER_INSPECT_MAX];
+	while (s->state == SERVER_ACTIVE && s->client) {
+		struct client *c = s->client;
+		struct evbuffer *out = client_output(c);
+		if (s->fwd_remaining > 0) {
+			size_t have = evbuffer_get_length(in);
+			if (have == 0)
+				return;
+			size_t n = have < s->fwd_remaining ? have : s->fwd_remaining;
+			evbuffer_remove_buffer(in, out, n);
+			s->fwd_remaining -= (uint32_t)n;
+			s->sent_to_client = true;
+			if (client_output_full(c)) {
+				pause_for_client(s);
+				return;
+			}
+			continue;
+		}
+		if (client_output_full(c)) {
+			pause_for_client(s);
+			return;
+		}
+		uint8_t hdr[6];
+		ssize_t got = evbuffer_copyout(in, hdr, 6);
+		if (got < 5)
+			return;
+		struct proto_frame f;
+		if (proto_frame_header(hdr, (size_t)got, SERVER_MAX_MESSAGE, &f) != PROTO_FRAME_OK) {
+			server_close(s, "server sent an invalid message");
+			return;
+		}
+		uint32_t total = f.len + 1;
+		switch (f.type) {
+		case PqMsg_ReadyForQuery: {
+			if (got < 6)
+				return;
+			evbuffer_remove_buffer(in, out, 6);
+			s->tx_status = (char)hdr[5];
+			if (s->outstanding > 0)
+				s->outstanding--;
+			s->in_copy_in = false;
+			s->last_used_us = s->w->now_us;
+			c->last_activity_us = s->w->now_us;
+			s->sent_to_client = false;
+			if (s->outstanding == 0 && s->tx_status == 'I' &&
+			    (s->sp->pool->mode == POOL_MODE_TRANSACTION || c->close_when_released)) {
+				pool_release(s);
+				return;
+			}
+			continue;
+		}
+		case PqMsg_ParameterStatus:
+			if (total <= SERVER_INSPECT_MAX) {
+				if (!take_whole(in, total, buf))
+					return;
+				const char *name, *value;
+				if (proto_parse_parameter_status(buf + 5, f.len - 4, &name, &value)) {
+					(void)params_set(&s->params, name, value, false);
+					(void)params_set(&c->params, name, value, false);
+				}
+				evbuffer_add(out, buf, total);
+				continue;
+			}
+			break;
+		case PqMsg_ErrorResponse:
+			s->in_copy_in = false;
+			if (total <= SERVER_INSPECT_MAX) {
+				if (!take_whole(in, total, buf))
+					return;
+				if (error_is_fatal(buf + 5, f.len - 4)) {
+					/* The server is about to close: the client gets this
+					 * as an ERROR through client_on_server_lost. */
+					note_error(s, buf + 5, f.len - 4);
+					server_close(s, s->error_message);
+					return;
+				}
+				evbuffer_add(out, buf, total);
+				s->sent_to_client = true;
+				continue;
+			}
+			break;
+		case PqMsg_CopyInResponse:
+			s->in_copy_in = true;
+			break;
+		default:
+			break;
+		}
+		s->fwd_remaining = total;
+	}
+}
+
+void server_process(struct server *s)
+{
+	switch (s->state) {
+	case SERVER_CONNECTING:
+		return;
+	case SERVER_LOGIN:
+		process_login(s);
+		return;
+	case SERVER_ACTIVE:
+		process_active(s);
+		return;
+	case SERVER_IDLE:
+	case SERVER_SYNCING:
+	case SERVER_DRAINING:
+	case SERVER_RESETTING:
+		if (s->fwd_remaining > 0) {
+			struct evbuffer *in = bufferevent_get_input(s->bev);
+			size_t have = evbuffer_get_length(in);
+			size_t n = have < s->fwd_remaining ? have : s->fwd_remaining;
+			evbuffer_drain(in, n);
+			s->fwd_remaining -= (uint32_t)n;
+			if (s->fwd_remaining > 0)
+				return;
+		}
+		process_unlinked(s);
+		/* A state change inside may leave more to do in the new state. */
+		if (s->state == SERVER_ACTIVE)
+			process_active(s);
+		return;
+	case SERVER_CLOSED:
+		return;
+	}
+}
+
+static void server_read_cb(struct bufferevent *bev, void *arg)
+{
+	struct server *s = arg;
+	worker_update_clock(s->w);
+	server_process(s);
+}
+
+static void server_write_cb(struct bufferevent *bev, void *arg)
+{
+	struct server *s = arg;
+	/* Below the low watermark again: the client may send more. */
+	if (s->client && s->state == SERVER_ACTIVE)
+		client_resume_reading(s->client);
+}
+
+static void set_socket_options(struct server *s)
+{
+	evutil_socket_t fd = bufferevent_getfd(s->bev);
+	int one = 1;
+	if (s->sp->addr.ss_family == AF_INET || s->sp->addr.ss_family == AF_INET6) {
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		if (s->w->cfg->general.tcp_keepalive)
+			(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+	}
+}
+
+static void server_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct server *s = arg;
+	worker_update_clock(s->w);
+	if (what & BEV_EVENT_CONNECTED) {
+		set_socket_options(s);
+		server_set_state(s, SERVER_LOGIN);
+		send_startup(s);
+		return;
+	}
+	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+		/* Process what arrived before the close: typically the FATAL. */
+		if (s->state != SERVER_CONNECTING)
+			server_process(s);
+		if (s->state == SERVER_CLOSED)
+			return;
+		if (!s->have_error && (s->state == SERVER_CONNECTING || s->state == SERVER_LOGIN)) {
+			s->have_error = true;
+			snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08006");
+			snprintf(s->error_message, sizeof s->error_message, "could not connect to server %s:%d: %s",
+				 s->sp->host, s->sp->port,
+				 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+		}
+		server_close(s, (what & BEV_EVENT_EOF) ? "server closed the connection" : "connection error");
+	}
+}

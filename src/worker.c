@@ -1,1 +1,393 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * worker: the per-process context and its event loop — listeners, signals,
+ * the janitor timer, deferred frees and graceful shutdown. It hands sockets
+ * to the client machine and never reads a protocol byte itself.
+ */
+#include "worker.h"
+
+#include <errno.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "auth_md5.h"
+#include "client.h"
+#include "config.h"
+#include "log.h"
+#include "proto.h"
+#include "pool.h"
+#include "server.h"
+
+#define JANITOR_INTERVAL_MS 100
+
+void worker_update_clock(struct worker *w)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	w->now_us = (uint64_t)ts.tv_sec * 1000000ULL + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static void reaper_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct worker *w = arg;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->dead_clients) {
+		list_del(pos);
+		client_free(LIST_ENTRY(pos, struct client, node));
+	}
+	LIST_FOREACH_SAFE(pos, tmp, &w->dead_servers) {
+		list_del(pos);
+		server_free(LIST_ENTRY(pos, struct server, node));
+	}
+}
+
+void worker_schedule_reap(struct worker *w)
+{
+	if (w->reaper)
+		event_active(w->reaper, 0, 0);
+}
+
+static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
+{
+	struct worker *w = arg;
+	worker_update_clock(w);
+	bool is_unix = sa->sa_family == AF_UNIX;
+	client_accept(w, fd, sa, salen, is_unix);
+}
+
+static void accept_error_cb(struct evconnlistener *l, void *arg)
+{
+	int err = EVUTIL_SOCKET_ERROR();
+	/* EMFILE and friends: keep running; the janitor will not help, but
+	 * existing clients are unaffected. */
+	log_warning("accept failed: %s", evutil_socket_error_to_string(err));
+}
+
+static bool add_listener(struct worker *w, const struct sockaddr *sa, socklen_t salen, const char *what)
+{
+	if (w->n_listeners >= WORKER_MAX_LISTENERS) {
+		log_error("too many listen addresses");
+		return false;
+	}
+	unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE;
+	if (sa->sa_family != AF_UNIX)
+		flags |= LEV_OPT_REUSEABLE_PORT;
+	if (sa->sa_family == AF_INET6)
+		flags |= LEV_OPT_BIND_IPV6ONLY;
+	struct evconnlistener *l = evconnlistener_new_bind(w->base, accept_cb, w, flags, 1024, sa, (int)salen);
+	if (!l) {
+		log_error("cannot listen on %s: %s", what, strerror(errno));
+		return false;
+	}
+	evconnlistener_set_error_cb(l, accept_error_cb);
+	w->listeners[w->n_listeners++] = l;
+	log_info("listening on %s", what);
+	return true;
+}
+
+static bool open_listeners(struct worker *w)
+{
+	const struct config_general *g = &w->cfg->general;
+	char port[16];
+	snprintf(port, sizeof port, "%d", g->listen_port);
+	for (size_t i = 0; i < g->n_listen_addr; i++) {
+		const char *host = g->listen_addr[i];
+		bool any = strcmp(host, "*") == 0;
+		struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE, .ai_family = AF_UNSPEC };
+		struct addrinfo *res = NULL;
+		int rc = getaddrinfo(any ? NULL : host, port, &hints, &res);
+		if (rc != 0) {
+			log_error("cannot resolve listen_addr %s: %s", host, gai_strerror(rc));
+			return false;
+		}
+		for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+			char what[128];
+			char hbuf[64] = "?";
+			getnameinfo(ai->ai_addr, ai->ai_addrlen, hbuf, sizeof hbuf, NULL, 0, NI_NUMERICHOST);
+			snprintf(what, sizeof what, ai->ai_family == AF_INET6 ? "[%s]:%s" : "%s:%s", hbuf, port);
+			if (!add_listener(w, ai->ai_addr, ai->ai_addrlen, what)) {
+				freeaddrinfo(res);
+				return false;
+			}
+		}
+		freeaddrinfo(res);
+	}
+	if (g->unix_socket_dir && g->unix_socket_dir[0]) {
+		struct sockaddr_un un = { .sun_family = AF_UNIX };
+		int n = snprintf(un.sun_path, sizeof un.sun_path, "%s/.s.PGSQL.%d", g->unix_socket_dir, g->listen_port);
+		if (n < 0 || (size_t)n >= sizeof un.sun_path) {
+			log_error("unix_socket_dir %s: path too long", g->unix_socket_dir);
+			return false;
+		}
+		/* A stale socket file from a previous run would make bind fail. */
+		struct stat st;
+		if (stat(un.sun_path, &st) == 0 && S_ISSOCK(st.st_mode))
+			unlink(un.sun_path);
+		if (!add_listener(w, (struct sockaddr *)&un, sizeof un, un.sun_path))
+			return false;
+		chmod(un.sun_path, 0777);
+		snprintf(w->unix_socket_path, sizeof w->unix_socket_path, "%s", un.sun_path);
+	}
+	return true;
+}
+
+static void close_listeners(struct worker *w)
+{
+	for (size_t i = 0; i < w->n_listeners; i++)
+		evconnlistener_free(w->listeners[i]);
+	w->n_listeners = 0;
+	if (w->unix_socket_path[0]) {
+		unlink(w->unix_socket_path);
+		w->unix_socket_path[0] = '\0';
+	}
+}
+
+static void client_timeouts(struct worker *w)
+{
+	const struct config_general *g = &w->cfg->general;
+	uint64_t now = w->now_us;
+	struct list_node *pos, *tmp;
+	if (g->connect_timeout > 0) {
+		uint64_t limit = (uint64_t)g->connect_timeout * 1000;
+		LIST_FOREACH_SAFE(pos, tmp, &w->clients_login) {
+			struct client *c = LIST_ENTRY(pos, struct client, node);
+			if (now - c->connect_us >= limit)
+				client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "canceling authentication due to timeout");
+		}
+	}
+	if (g->client_idle_timeout > 0) {
+		uint64_t limit = (uint64_t)g->client_idle_timeout * 1000;
+		LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
+			struct client *c = LIST_ENTRY(pos, struct client, node);
+			if (now - c->last_activity_us >= limit)
+				client_close(c, SQLSTATE_ADMIN_SHUTDOWN, "client_idle_timeout");
+		}
+	}
+	if (g->idle_transaction_timeout > 0) {
+		uint64_t limit = (uint64_t)g->idle_transaction_timeout * 1000;
+		LIST_FOREACH_SAFE(pos, tmp, &w->clients_active) {
+			struct client *c = LIST_ENTRY(pos, struct client, node);
+			struct server *s = c->server;
+			if (s && s->state == SERVER_ACTIVE && s->outstanding == 0 && s->tx_status != 'I' &&
+			    now - c->last_activity_us >= limit)
+				client_close(c, "25P03", "terminating connection due to idle-in-transaction timeout");
+		}
+	}
+}
+
+static void janitor_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct worker *w = arg;
+	worker_update_clock(w);
+	client_timeouts(w);
+	pool_janitor(w);
+	if (w->shutting_down)
+		worker_check_shutdown_done(w);
+}
+
+static void close_all_clients(struct worker *w, struct list_node *head, const char *sqlstate, const char *msg)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, head)
+		client_close(LIST_ENTRY(pos, struct client, node), sqlstate, "%s", msg);
+}
+
+void worker_check_shutdown_done(struct worker *w)
+{
+	if (!w->shutting_down || w->n_clients > 0)
+		return;
+	/* Every client is gone: close the servers and leave the loop. */
+	pool_destroy_all(w);
+	event_base_loopexit(w->base, NULL);
+}
+
+void worker_begin_shutdown(struct worker *w)
+{
+	if (w->shutting_down)
+		return;
+	w->shutting_down = true;
+	log_info("shutting down: waiting up to %d ms for clients to finish", w->cfg->general.shutdown_timeout);
+	close_listeners(w);
+	close_all_clients(w, &w->clients_login, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
+	close_all_clients(w, &w->clients_idle, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
+	/* Linked clients finish their transaction; those sitting idle on a
+	 * session-mode server with nothing running can go now. */
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->clients_active) {
+		struct client *c = LIST_ENTRY(pos, struct client, node);
+		struct server *s = c->server;
+		if (s && s->state == SERVER_ACTIVE && s->outstanding == 0 && s->tx_status == 'I' &&
+		    c->fwd_remaining == 0 && s->fwd_remaining == 0)
+			client_close(c, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
+		else
+			c->close_when_released = true;
+	}
+	/* Waiting clients have not started a transaction: they are served
+	 * (their request is already sent) and closed after it. */
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		for (size_t i = 0; i < p->n_targets; i++) {
+			struct list_node *cp, *ct;
+			LIST_FOREACH_SAFE(cp, ct, &p->targets[i].waiters)
+				LIST_ENTRY(cp, struct client, node)->close_when_released = true;
+		}
+		close_all_clients(w, &p->login_waiters, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
+	}
+	struct timeval tv = { w->cfg->general.shutdown_timeout / 1000, (w->cfg->general.shutdown_timeout % 1000) * 1000 };
+	evtimer_add(w->shutdown_timer, &tv);
+	worker_check_shutdown_done(w);
+}
+
+static void shutdown_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct worker *w = arg;
+	log_warning("shutdown_timeout reached: closing the remaining %d clients", w->n_clients);
+	worker_update_clock(w);
+	close_all_clients(w, &w->clients_active, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		for (size_t i = 0; i < p->n_targets; i++)
+			close_all_clients(w, &p->targets[i].waiters, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
+	}
+	worker_check_shutdown_done(w);
+	event_base_loopexit(w->base, NULL);
+}
+
+static void signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+	struct worker *w = arg;
+	worker_update_clock(w);
+	switch (sig) {
+	case SIGTERM:
+	case SIGINT:
+		log_info("received signal %d: graceful shutdown", (int)sig);
+		worker_begin_shutdown(w);
+		break;
+	case SIGQUIT:
+		log_info("received SIGQUIT: immediate shutdown");
+		w->exit_code = 0;
+		event_base_loopbreak(w->base);
+		break;
+	case SIGHUP:
+		log_reopen();
+		log_warning("SIGHUP: configuration reload is not implemented yet; log file reopened");
+		break;
+	case SIGUSR1:
+	case SIGUSR2:
+		log_warning("signal %d: PAUSE/RESUME are not implemented yet", (int)sig);
+		break;
+	default:
+		break;
+	}
+}
+
+struct worker *worker_create(struct config *cfg, const char *config_path)
+{
+	struct worker *w = calloc(1, sizeof *w);
+	if (!w)
+		return NULL;
+	w->cfg = cfg;
+	w->config_path = strdup(config_path ? config_path : "");
+	list_init(&w->clients_login);
+	list_init(&w->clients_idle);
+	list_init(&w->clients_active);
+	list_init(&w->pools);
+	list_init(&w->cancel_requests);
+	list_init(&w->dead_clients);
+	list_init(&w->dead_servers);
+	worker_update_clock(w);
+	signal(SIGPIPE, SIG_IGN);
+
+	w->base = event_base_new();
+	if (!w->base || !w->config_path)
+		goto fail;
+	if (!pg_random_bytes(w->fake_salt_secret, sizeof w->fake_salt_secret))
+		goto fail;
+	/* Keys for every client that may be logged in, plus admin headroom. */
+	if (!cancel_table_init(&w->cancel, (uint32_t)cfg->general.max_client_conn + 16))
+		goto fail;
+	w->reaper = event_new(w->base, -1, 0, reaper_cb, w);
+	w->janitor = event_new(w->base, -1, EV_PERSIST, janitor_cb, w);
+	w->shutdown_timer = evtimer_new(w->base, shutdown_timer_cb, w);
+	w->sig_term = evsignal_new(w->base, SIGTERM, signal_cb, w);
+	w->sig_int = evsignal_new(w->base, SIGINT, signal_cb, w);
+	w->sig_quit = evsignal_new(w->base, SIGQUIT, signal_cb, w);
+	w->sig_hup = evsignal_new(w->base, SIGHUP, signal_cb, w);
+	w->sig_usr1 = evsignal_new(w->base, SIGUSR1, signal_cb, w);
+	w->sig_usr2 = evsignal_new(w->base, SIGUSR2, signal_cb, w);
+	if (!w->reaper || !w->janitor || !w->shutdown_timer || !w->sig_term || !w->sig_int || !w->sig_quit ||
+	    !w->sig_hup || !w->sig_usr1 || !w->sig_usr2)
+		goto fail;
+	if (!pool_create_all(w))
+		goto fail;
+	if (!open_listeners(w))
+		goto fail;
+	struct timeval tv = { 0, JANITOR_INTERVAL_MS * 1000 };
+	evtimer_add(w->janitor, &tv);
+	evsignal_add(w->sig_term, NULL);
+	evsignal_add(w->sig_int, NULL);
+	evsignal_add(w->sig_quit, NULL);
+	evsignal_add(w->sig_hup, NULL);
+	evsignal_add(w->sig_usr1, NULL);
+	evsignal_add(w->sig_usr2, NULL);
+	/* min_pool_size: warm connections from the start. */
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools)
+		pool_fill_min(LIST_ENTRY(pos, struct pool, node));
+	return w;
+fail:
+	worker_destroy(w);
+	return NULL;
+}
+
+int worker_run(struct worker *w)
+{
+	event_base_dispatch(w->base);
+	return w->exit_code;
+}
+
+void worker_destroy(struct worker *w)
+{
+	if (!w)
+		return;
+	worker_update_clock(w);
+	close_listeners(w);
+	/* Clients first (they detach from servers), then pools and servers. */
+	struct list_node *pos, *tmp;
+	w->shutting_down = true;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		for (size_t i = 0; i < p->n_targets; i++)
+			close_all_clients(w, &p->targets[i].waiters, NULL, "");
+		close_all_clients(w, &p->login_waiters, NULL, "");
+	}
+	close_all_clients(w, &w->clients_login, NULL, "");
+	close_all_clients(w, &w->clients_idle, NULL, "");
+	close_all_clients(w, &w->clients_active, NULL, "");
+	pool_destroy_all(w);
+	cancel_requests_free_all(w);
+	if (w->reaper)
+		reaper_cb(-1, 0, w);
+	struct event *evs[] = { w->reaper, w->janitor, w->shutdown_timer, w->sig_term, w->sig_int,
+				w->sig_quit, w->sig_hup, w->sig_usr1, w->sig_usr2 };
+	for (size_t i = 0; i < sizeof evs / sizeof *evs; i++)
+		if (evs[i])
+			event_free(evs[i]);
+	cancel_table_free(&w->cancel);
+	if (w->base)
+		event_base_free(w->base);
+	config_free(w->cfg);
+	free(w->config_path);
+	free(w);
+}
