@@ -1,1 +1,1906 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * config: reads pgcat.ini (SPEC §2) with inih into one immutable struct
+ * config, checking every key by type and range and naming file, line,
+ * section and key in each problem. It keeps no state between calls, opens
+ * no sockets and knows nothing of the running pools: building the live
+ * topology from the snapshot and swapping it on reload belong elsewhere.
+ *
+ * How the line numbers are known: inih reads lines through our reader and
+ * calls the key handler right after the line it came from, so the reader's
+ * line counter is the key's line. The reader also looks at each line
+ * before inih does, to track the full section name (inih cuts it at 49
+ * characters), to tell an indented continuation line from a new key, and
+ * to notice lines inih rejects without telling us which.
+ */
+#define _POSIX_C_SOURCE 200809L
+/* By path: the build's autoconf header is also called config.h and comes
+ * first in the include path. */
+#include "../include/config.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ini.h>
+
+/* Enum fields are written through int-sized copies. */
+_Static_assert(sizeof(enum pool_mode) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum auth_type) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum log_level) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum server_role) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum default_role) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum lb_mode) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum sharding_function) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum tls_mode) == sizeof(int), "enum size");
+
+#define CONFIG_MAX_FILE_SIZE (16 * 1024 * 1024)
+#define CONFIG_MAX_NAME 63          /* PostgreSQL's NAMEDATALEN - 1 */
+#define CONFIG_MAX_SHARD 65535
+#define CONFIG_MAX_PEER_ID 16383
+#define CONFIG_MAX_SOCKET_DIR 92    /* + "/.s.PGSQL.65535" fits sun_path */
+#define CONFIG_QUOTE_MAX 60         /* longest value echoed in a message */
+
+/* ------------------------------------------------------------------ */
+/* Enum spellings                                                       */
+
+struct enum_names {
+	const char *const *names;   /* indexed by enum value; NULL = not accepted */
+	size_t n;
+};
+#define ENUM_NAMES(a) { (a), sizeof(a) / sizeof((a)[0]) }
+
+static const char *const pool_mode_names[] = {
+	[POOL_MODE_SESSION] = "session", [POOL_MODE_TRANSACTION] = "transaction",
+};
+static const char *const auth_type_names[] = {
+	[AUTH_TYPE_SCRAM] = "scram-sha-256", [AUTH_TYPE_MD5] = "md5", [AUTH_TYPE_TRUST] = "trust",
+};
+static const char *const log_level_names[] = {
+	[LOG_LEVEL_ERROR] = "error", [LOG_LEVEL_WARNING] = "warning", [LOG_LEVEL_INFO] = "info",
+	[LOG_LEVEL_DEBUG] = "debug", [LOG_LEVEL_TRACE] = "trace",
+};
+static const char *const server_role_names[] = {
+	[SERVER_ROLE_PRIMARY] = "primary", [SERVER_ROLE_REPLICA] = "replica", [SERVER_ROLE_AUTO] = "auto",
+};
+static const char *const default_role_names[] = {
+	[DEFAULT_ROLE_ANY] = "any", [DEFAULT_ROLE_PRIMARY] = "primary", [DEFAULT_ROLE_REPLICA] = "replica",
+};
+static const char *const lb_mode_names[] = {
+	[LB_MODE_RANDOM] = "random", [LB_MODE_LOC] = "loc",
+};
+static const char *const sharding_function_names[] = {
+	[SHARDING_PG_BIGINT_HASH] = "pg_bigint_hash", [SHARDING_PG_TEXT_HASH] = "pg_text_hash",
+	[SHARDING_PG_UUID_HASH] = "pg_uuid_hash", [SHARDING_SHA1] = "sha1", [SHARDING_MURMUR3] = "murmur3",
+};
+static const char *const client_tls_names[] = {
+	[TLS_MODE_DISABLE] = "disable", [TLS_MODE_ALLOW] = "allow", [TLS_MODE_PREFER] = "prefer",
+	[TLS_MODE_REQUIRE] = "require", [TLS_MODE_VERIFY_CA] = "verify-ca", [TLS_MODE_VERIFY_FULL] = "verify-full",
+};
+/* SPEC §2: "allow" is a client-side mode only. */
+static const char *const server_tls_names[] = {
+	[TLS_MODE_DISABLE] = "disable", [TLS_MODE_ALLOW] = NULL, [TLS_MODE_PREFER] = "prefer",
+	[TLS_MODE_REQUIRE] = "require", [TLS_MODE_VERIFY_CA] = "verify-ca", [TLS_MODE_VERIFY_FULL] = "verify-full",
+};
+
+static const struct enum_names pool_mode_enum = ENUM_NAMES(pool_mode_names);
+static const struct enum_names auth_type_enum = ENUM_NAMES(auth_type_names);
+static const struct enum_names log_level_enum = ENUM_NAMES(log_level_names);
+static const struct enum_names server_role_enum = ENUM_NAMES(server_role_names);
+static const struct enum_names default_role_enum = ENUM_NAMES(default_role_names);
+static const struct enum_names lb_mode_enum = ENUM_NAMES(lb_mode_names);
+static const struct enum_names sharding_function_enum = ENUM_NAMES(sharding_function_names);
+static const struct enum_names client_tls_enum = ENUM_NAMES(client_tls_names);
+static const struct enum_names server_tls_enum = ENUM_NAMES(server_tls_names);
+
+static const char *enum_name(const struct enum_names *e, int v)
+{
+	if (v < 0 || (size_t)v >= e->n || e->names[v] == NULL)
+		return "unknown";
+	return e->names[v];
+}
+
+/* ------------------------------------------------------------------ */
+/* Key tables                                                           */
+
+enum value_kind {
+	VALUE_INT,          /* int field, min..max */
+	VALUE_INT64,        /* int64_t field, min..max */
+	VALUE_BOOL,
+	VALUE_STRING,       /* char * field */
+	VALUE_ENUM,         /* int-sized enum field */
+	VALUE_SHARD,        /* shard number or "all" */
+	VALUE_ADDR_LIST,    /* char ** at off, size_t count at off_n */
+	VALUE_TABLE_LIST,   /* same, [schema.]table.column entries */
+	VALUE_SERVER_LIST   /* struct config_server * at off, count at off_n */
+};
+
+enum {
+	KEY_EMPTY_INHERITS = 1 << 0,  /* "" stores CONFIG_INHERIT */
+	KEY_EMPTY_IS_NULL = 1 << 1,   /* "" stores NULL */
+	KEY_NOT_EMPTY = 1 << 2,
+	KEY_SECRET = 1 << 3           /* never echo the value */
+};
+
+typedef bool (*value_check)(const char *value, char *why, size_t whylen);
+
+struct key_spec {
+	const char *name;
+	enum value_kind kind;
+	int64_t min, max;
+	const struct enum_names *names;
+	size_t off, off_n;
+	unsigned flags;
+	const char *def;        /* default as written in the ini; NULL: none */
+	value_check check;      /* extra check of a string value, or NULL */
+};
+
+static bool check_socket_dir(const char *value, char *why, size_t whylen);
+static bool check_password(const char *value, char *why, size_t whylen);
+
+/*
+ * [general], in SPEC §2 order. One list feeds both the public table of
+ * config_general_keys() and the parser's table, so they cannot drift.
+ *   X(name, public type, default, reloadable, kind, min, max, enum, flags, check, count offset)
+ */
+#define GENERAL_KEYS(X) \
+	X(listen_addr, LIST, "0.0.0.0", false, VALUE_ADDR_LIST, 0, 0, NULL, 0, NULL, \
+	  offsetof(struct config_general, n_listen_addr)) \
+	X(listen_port, INT, "6432", false, VALUE_INT, 1, 65535, NULL, 0, NULL, 0) \
+	X(unix_socket_dir, STRING, "/tmp", false, VALUE_STRING, 0, 0, NULL, 0, check_socket_dir, 0) \
+	X(workers, INT, "1", false, VALUE_INT, 0, 1024, NULL, 0, NULL, 0) \
+	X(max_client_conn, INT, "10000", true, VALUE_INT, 1, 1000000, NULL, 0, NULL, 0) \
+	X(pool_mode, ENUM, "transaction", true, VALUE_ENUM, 0, 0, &pool_mode_enum, 0, NULL, 0) \
+	X(default_pool_size, INT, "10", true, VALUE_INT, 1, 10000, NULL, 0, NULL, 0) \
+	X(min_pool_size, INT, "0", true, VALUE_INT, 0, 10000, NULL, 0, NULL, 0) \
+	X(connect_timeout, INT, "5000", true, VALUE_INT, 1, INT_MAX, NULL, 0, NULL, 0) \
+	X(query_wait_timeout, INT, "120000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(idle_timeout, INT, "600000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(server_lifetime, INT, "3600000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(idle_transaction_timeout, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(client_idle_timeout, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(healthcheck_timeout, INT, "1000", true, VALUE_INT, 1, INT_MAX, NULL, 0, NULL, 0) \
+	X(healthcheck_delay, INT, "30000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(ban_time, INT, "60", true, VALUE_INT, 0, 86400, NULL, 0, NULL, 0) \
+	X(shutdown_timeout, INT, "60000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(server_reset_query, STRING, "DISCARD ALL", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(server_round_robin, BOOL, "false", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
+	X(tcp_keepalive, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
+	X(max_packet_size, INT64, "2147483647", true, VALUE_INT64, 5, 2147483647, NULL, 0, NULL, 0) \
+	X(query_parser_max_length, INT, "65536", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(autoreload, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(admin_username, STRING, "pgcat", true, VALUE_STRING, 0, 0, NULL, KEY_NOT_EMPTY, NULL, 0) \
+	X(admin_password, STRING, "", true, VALUE_STRING, 0, 0, NULL, KEY_SECRET, NULL, 0) \
+	X(auth_type, ENUM, "scram-sha-256", true, VALUE_ENUM, 0, 0, &auth_type_enum, 0, NULL, 0) \
+	X(auth_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(log_level, ENUM, "info", true, VALUE_ENUM, 0, 0, &log_level_enum, 0, NULL, 0) \
+	X(log_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(syslog, BOOL, "false", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
+	X(log_connections, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
+	X(log_disconnections, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
+	X(pidfile, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(prepared_statements, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
+	X(prepared_statements_cache_size, INT, "500", true, VALUE_INT, 1, 1000000, NULL, 0, NULL, 0) \
+	X(query_cache_size, INT, "10000", true, VALUE_INT, 0, 10000000, NULL, 0, NULL, 0) \
+	X(prometheus_port, INT, "0", true, VALUE_INT, 0, 65535, NULL, 0, NULL, 0) \
+	X(peer_id, INT, "0", true, VALUE_INT, 0, CONFIG_MAX_PEER_ID, NULL, 0, NULL, 0) \
+	X(stats_period, INT, "60", true, VALUE_INT, 1, 86400, NULL, 0, NULL, 0) \
+	X(dns_max_ttl, INT, "15000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(client_tls_sslmode, ENUM, "disable", true, VALUE_ENUM, 0, 0, &client_tls_enum, 0, NULL, 0) \
+	X(client_tls_cert_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(client_tls_key_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(client_tls_ca_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(server_tls_sslmode, ENUM, "prefer", true, VALUE_ENUM, 0, 0, &server_tls_enum, 0, NULL, 0) \
+	X(server_tls_ca_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0)
+
+#define GENERAL_INFO(name, type, def, reload, kind, mn, mx, en, fl, ck, offn) \
+	{ #name, CONFIG_KEY_##type, def, reload },
+static const struct config_key_info general_info[] = { GENERAL_KEYS(GENERAL_INFO) };
+
+#define GENERAL_SPEC(name, type, def, reload, kind, mn, mx, en, fl, ck, offn) \
+	{ #name, kind, mn, mx, en, offsetof(struct config_general, name), offn, fl, def, ck },
+static const struct key_spec general_specs[] = { GENERAL_KEYS(GENERAL_SPEC) };
+
+#define N_GENERAL_KEYS (sizeof(general_specs) / sizeof(general_specs[0]))
+_Static_assert(sizeof(general_info) / sizeof(general_info[0]) == N_GENERAL_KEYS, "key tables");
+
+enum pool_key {
+	POOL_KEY_POOL_MODE, POOL_KEY_DEFAULT_ROLE, POOL_KEY_QUERY_PARSER_ENABLED,
+	POOL_KEY_PRIMARY_READS_ENABLED, POOL_KEY_LOAD_BALANCING_MODE, POOL_KEY_SHARDING_FUNCTION,
+	POOL_KEY_SHARDED_TABLES, POOL_KEY_DEFAULT_SHARD, POOL_KEY_MAX_REPLICA_LAG,
+	POOL_KEY_STICKY_PRIMARY_AFTER_WRITE, POOL_KEY_COUNT
+};
+#define POOL_FIELD(f) offsetof(struct config_pool, f)
+static const struct key_spec pool_specs[POOL_KEY_COUNT] = {
+	/* No default: inherited from [general] once the whole file is read. */
+	[POOL_KEY_POOL_MODE] = { "pool_mode", VALUE_ENUM, 0, 0, &pool_mode_enum, POOL_FIELD(pool_mode), 0, 0, NULL, NULL },
+	[POOL_KEY_DEFAULT_ROLE] = { "default_role", VALUE_ENUM, 0, 0, &default_role_enum,
+		POOL_FIELD(default_role), 0, 0, "any", NULL },
+	[POOL_KEY_QUERY_PARSER_ENABLED] = { "query_parser_enabled", VALUE_BOOL, 0, 0, NULL,
+		POOL_FIELD(query_parser_enabled), 0, 0, "true", NULL },
+	[POOL_KEY_PRIMARY_READS_ENABLED] = { "primary_reads_enabled", VALUE_BOOL, 0, 0, NULL,
+		POOL_FIELD(primary_reads_enabled), 0, 0, "true", NULL },
+	[POOL_KEY_LOAD_BALANCING_MODE] = { "load_balancing_mode", VALUE_ENUM, 0, 0, &lb_mode_enum,
+		POOL_FIELD(load_balancing_mode), 0, 0, "random", NULL },
+	[POOL_KEY_SHARDING_FUNCTION] = { "sharding_function", VALUE_ENUM, 0, 0, &sharding_function_enum,
+		POOL_FIELD(sharding_function), 0, 0, "pg_bigint_hash", NULL },
+	[POOL_KEY_SHARDED_TABLES] = { "sharded_tables", VALUE_TABLE_LIST, 0, 0, NULL,
+		POOL_FIELD(sharded_tables), POOL_FIELD(n_sharded_tables), 0, "", NULL },
+	[POOL_KEY_DEFAULT_SHARD] = { "default_shard", VALUE_SHARD, 0, CONFIG_MAX_SHARD, NULL,
+		POOL_FIELD(default_shard), 0, 0, "0", NULL },
+	[POOL_KEY_MAX_REPLICA_LAG] = { "max_replica_lag", VALUE_INT64, 0, INT64_MAX, NULL,
+		POOL_FIELD(max_replica_lag), 0, 0, "0", NULL },
+	[POOL_KEY_STICKY_PRIMARY_AFTER_WRITE] = { "sticky_primary_after_write", VALUE_INT, 0, INT_MAX, NULL,
+		POOL_FIELD(sticky_primary_after_write), 0, 0, "0", NULL },
+};
+
+enum shard_key { SHARD_KEY_DATABASE, SHARD_KEY_SERVERS, SHARD_KEY_COUNT };
+static const struct key_spec shard_specs[SHARD_KEY_COUNT] = {
+	/* No default: the pool's name, filled in once the file is read. */
+	[SHARD_KEY_DATABASE] = { "database", VALUE_STRING, 0, 0, NULL,
+		offsetof(struct config_shard, database), 0, KEY_NOT_EMPTY, NULL, NULL },
+	[SHARD_KEY_SERVERS] = { "servers", VALUE_SERVER_LIST, 0, 0, NULL,
+		offsetof(struct config_shard, servers), offsetof(struct config_shard, n_servers), 0, NULL, NULL },
+};
+
+enum user_key {
+	USER_KEY_PASSWORD, USER_KEY_SERVER_USERNAME, USER_KEY_SERVER_PASSWORD, USER_KEY_POOL_SIZE,
+	USER_KEY_MIN_POOL_SIZE, USER_KEY_STATEMENT_TIMEOUT, USER_KEY_POOL_MODE, USER_KEY_COUNT
+};
+#define USER_FIELD(f) offsetof(struct config_user, f)
+static const struct key_spec user_specs[USER_KEY_COUNT] = {
+	[USER_KEY_PASSWORD] = { "password", VALUE_STRING, 0, 0, NULL, USER_FIELD(password), 0,
+		KEY_EMPTY_IS_NULL | KEY_SECRET, NULL, check_password },
+	[USER_KEY_SERVER_USERNAME] = { "server_username", VALUE_STRING, 0, 0, NULL, USER_FIELD(server_username), 0,
+		KEY_EMPTY_IS_NULL, NULL, NULL },
+	[USER_KEY_SERVER_PASSWORD] = { "server_password", VALUE_STRING, 0, 0, NULL, USER_FIELD(server_password), 0,
+		KEY_EMPTY_IS_NULL | KEY_SECRET, NULL, NULL },
+	[USER_KEY_POOL_SIZE] = { "pool_size", VALUE_INT, 1, 10000, NULL, USER_FIELD(pool_size), 0,
+		KEY_EMPTY_INHERITS, "", NULL },
+	[USER_KEY_MIN_POOL_SIZE] = { "min_pool_size", VALUE_INT, 0, 10000, NULL, USER_FIELD(min_pool_size), 0,
+		KEY_EMPTY_INHERITS, "", NULL },
+	[USER_KEY_STATEMENT_TIMEOUT] = { "statement_timeout", VALUE_INT, 0, INT_MAX, NULL,
+		USER_FIELD(statement_timeout), 0, 0, "0", NULL },
+	[USER_KEY_POOL_MODE] = { "pool_mode", VALUE_ENUM, 0, 0, &pool_mode_enum, USER_FIELD(pool_mode), 0,
+		KEY_EMPTY_INHERITS, "", NULL },
+};
+
+/* ------------------------------------------------------------------ */
+/* Parser state (lives on the stack of one load call)                   */
+
+enum section_kind { SECTION_NONE, SECTION_GENERAL, SECTION_POOL, SECTION_SHARD, SECTION_USER,
+		    SECTION_PEERS, SECTION_IGNORED };
+
+enum line_kind {
+	LINE_NONE,          /* blank, comment, section header, or already reported */
+	LINE_KEY,           /* inih should call the handler with a new key */
+	LINE_CONTINUATION   /* indented: inih continues the previous key */
+};
+
+struct shard_meta { int line; int key_line[SHARD_KEY_COUNT]; };
+struct user_meta { int line; int key_line[USER_KEY_COUNT]; };
+struct pool_meta {
+	int line;
+	int key_line[POOL_KEY_COUNT];
+	struct shard_meta *shards;  /* parallel to config_pool.shards */
+	struct user_meta *users;    /* parallel to config_pool.users */
+};
+
+struct parser {
+	struct config *cfg;
+	struct config_problems *problems;
+	const char *file;           /* name used in messages */
+	const char *pos;            /* rest of the text */
+	int lineno;
+	bool oom;
+	int first_syntax_line;
+
+	enum line_kind line_kind;   /* of the line inih is working on */
+	bool handled;               /* inih called the handler for it */
+	bool have_prev;             /* inih would treat an indented line as a continuation */
+	char snippet[48];           /* start of the line, for syntax errors */
+
+	enum section_kind section;
+	char *section_name;         /* full, as written between [ and ] */
+	size_t pool, shard, user;   /* indexes of the current section's object */
+
+	const struct key_spec *last_spec;  /* key an indented line would continue */
+	char last_key[64];                 /* its name as written; "" = ignore continuations */
+
+	int general_line[N_GENERAL_KEYS];
+	struct pool_meta *pools;    /* parallel to cfg->pools */
+	int *peer_line;             /* parallel to cfg->peers */
+	int peers_line;
+};
+
+/* ------------------------------------------------------------------ */
+/* Small helpers                                                        */
+
+static void *p_alloc(struct parser *p, size_t n)
+{
+	void *ptr = calloc(1, n ? n : 1);
+	if (ptr == NULL)
+		p->oom = true;
+	return ptr;
+}
+
+static char *p_strndup(struct parser *p, const char *s, size_t n)
+{
+	char *d = p_alloc(p, n + 1);
+	if (d != NULL)
+		memcpy(d, s, n);
+	return d;
+}
+
+static char *p_strdup(struct parser *p, const char *s)
+{
+	return p_strndup(p, s, strlen(s));
+}
+
+/* Grow *arr to hold n + 1 elements of size sz (new element zeroed). */
+static bool p_grow(struct parser *p, void *arr, size_t n, size_t sz)
+{
+	void **ap = arr;
+	if (n + 1 > SIZE_MAX / sz) {
+		p->oom = true;
+		return false;
+	}
+	void *np = realloc(*ap, (n + 1) * sz);
+	if (np == NULL) {
+		p->oom = true;
+		return false;
+	}
+	memset((char *)np + n * sz, 0, sz);
+	*ap = np;
+	return true;
+}
+
+static void *field(void *base, size_t off)
+{
+	return (char *)base + off;
+}
+
+static const void *cfield(const void *base, size_t off)
+{
+	return (const char *)base + off;
+}
+
+static int ascii_lower(int c)
+{
+	return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c;
+}
+
+static bool ci_equal(const char *a, const char *b)
+{
+	while (*a != '\0' && ascii_lower((unsigned char)*a) == ascii_lower((unsigned char)*b)) {
+		a++;
+		b++;
+	}
+	return *a == '\0' && *b == '\0';
+}
+
+static bool is_space(char c)
+{
+	return isspace((unsigned char)c) != 0;
+}
+
+/* Trim [*s, *s + *n) of white space in place. */
+static void trim(const char **s, size_t *n)
+{
+	while (*n > 0 && is_space(**s)) {
+		(*s)++;
+		(*n)--;
+	}
+	while (*n > 0 && is_space((*s)[*n - 1]))
+		(*n)--;
+}
+
+/* A value shown in a message: quoted, shortened, secrets hidden. */
+static void quote_value(const char *value, unsigned flags, char *buf, size_t buflen)
+{
+	if (flags & KEY_SECRET) {
+		snprintf(buf, buflen, "(hidden)");
+		return;
+	}
+	size_t len = strlen(value);
+	if (len > CONFIG_QUOTE_MAX)
+		snprintf(buf, buflen, "\"%.*s...\"", CONFIG_QUOTE_MAX, value);
+	else
+		snprintf(buf, buflen, "\"%s\"", value);
+}
+
+static bool parse_int64(const char *s, int64_t *out)
+{
+	if (*s == '\0' || is_space(*s))
+		return false;
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (errno != 0 || *end != '\0' || end == s)
+		return false;
+	*out = v;
+	return true;
+}
+
+static bool parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = { "true", "on", "yes", "1" };
+	static const char *const no[] = { "false", "off", "no", "0" };
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		if (ci_equal(s, yes[i])) {
+			*out = true;
+			return true;
+		}
+		if (ci_equal(s, no[i])) {
+			*out = false;
+			return true;
+		}
+	}
+	return false;
+}
+
+static bool parse_enum(const struct enum_names *e, const char *s, int *out)
+{
+	for (size_t i = 0; i < e->n; i++) {
+		if (e->names[i] != NULL && ci_equal(s, e->names[i])) {
+			*out = (int)i;
+			return true;
+		}
+	}
+	return false;
+}
+
+static void enum_choices(const struct enum_names *e, char *buf, size_t buflen)
+{
+	size_t used = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; i < e->n; i++) {
+		if (e->names[i] == NULL)
+			continue;
+		int w = snprintf(buf + used, buflen - used, "%s%s", used ? " | " : "", e->names[i]);
+		if (w < 0 || (size_t)w >= buflen - used)
+			return;
+		used += (size_t)w;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Problems                                                             */
+
+__attribute__((format(printf, 1, 0)))
+static char *vformat(const char *fmt, va_list ap)
+{
+	va_list ap2;
+	va_copy(ap2, ap);
+	int n = vsnprintf(NULL, 0, fmt, ap2);
+	va_end(ap2);
+	if (n < 0)
+		return NULL;
+	char *s = malloc((size_t)n + 1);
+	if (s != NULL)
+		vsnprintf(s, (size_t)n + 1, fmt, ap);
+	return s;
+}
+
+__attribute__((format(printf, 1, 2)))
+static char *format(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *s = vformat(fmt, ap);
+	va_end(ap);
+	return s;
+}
+
+static void add_problem(struct config_problems *pr, enum config_problem_kind kind, int line, char *message,
+			bool *oom)
+{
+	if (message == NULL) {
+		*oom = true;
+		return;
+	}
+	if (pr->n == pr->cap) {
+		size_t cap = pr->cap ? pr->cap * 2 : 8;
+		struct config_problem *items = realloc(pr->items, cap * sizeof(*items));
+		if (items == NULL) {
+			free(message);
+			*oom = true;
+			return;
+		}
+		pr->items = items;
+		pr->cap = cap;
+	}
+	pr->items[pr->n++] = (struct config_problem){ .kind = kind, .line = line, .message = message };
+}
+
+/* "FILE:LINE: [section] key: message"; line 0, section or key NULL leave that part out. */
+__attribute__((format(printf, 6, 7)))
+static void problem(struct parser *p, enum config_problem_kind kind, int line, const char *section,
+		    const char *key, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *body = vformat(fmt, ap);
+	va_end(ap);
+	if (body == NULL) {
+		p->oom = true;
+		return;
+	}
+	char where[32] = "";
+	if (line > 0)
+		snprintf(where, sizeof(where), ":%d", line);
+	char *msg = format("%s%s: %s%s%s%s%s%s%s", p->file, where,
+			   section ? "[" : "", section ? section : "", section ? "]" : "",
+			   section && key ? " " : "", key ? key : "", section || key ? ": " : "", body);
+	free(body);
+	add_problem(p->problems, kind, line, msg, &p->oom);
+}
+
+/* Message helpers tied to the current line and section. */
+#define line_error(p, key, ...) problem((p), CONFIG_PROBLEM_ERROR, (p)->lineno, (p)->section_name, (key), __VA_ARGS__)
+
+/* ------------------------------------------------------------------ */
+/* Value checks                                                         */
+
+static bool valid_ip(int af, const char *s, size_t n);
+
+/* A DNS name or a dotted IPv4 address. */
+static bool valid_hostname(const char *s, size_t n)
+{
+	if (n == 0 || n > 253)
+		return false;
+	if (strspn(s, "0123456789.") >= n)
+		return valid_ip(AF_INET, s, n);  /* "127.0.0.256" is no name either */
+	size_t label = 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == '.') {
+			if (label == 0)
+				return false;
+			label = 0;
+		} else if (isalnum(c) || c == '-' || c == '_') {
+			if (++label > 63)
+				return false;
+		} else {
+			return false;
+		}
+	}
+	return true;
+}
+
+static bool valid_ip(int af, const char *s, size_t n)
+{
+	char buf[64];
+	unsigned char addr[16];
+	if (n >= sizeof(buf))
+		return false;
+	memcpy(buf, s, n);
+	buf[n] = '\0';
+	return inet_pton(af, buf, addr) == 1;
+}
+
+static bool check_listen_addr(const char *s, size_t n, char *why, size_t whylen)
+{
+	if ((n == 1 && s[0] == '*') || valid_ip(AF_INET, s, n) || valid_ip(AF_INET6, s, n) || valid_hostname(s, n))
+		return true;
+	snprintf(why, whylen, "not an IP address, a host name or *");
+	return false;
+}
+
+static bool check_sharded_table(const char *s, size_t n, char *why, size_t whylen)
+{
+	size_t parts = 1, part_len = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == '.') {
+			if (part_len == 0)
+				break;
+			parts++;
+			part_len = 0;
+		} else if (is_space(s[i]) || s[i] == '"' || s[i] == '\'') {
+			part_len = 0;
+			parts = 0;
+			break;
+		} else {
+			part_len++;
+		}
+	}
+	if (part_len > 0 && (parts == 2 || parts == 3))
+		return true;
+	snprintf(why, whylen, "must be table.column or schema.table.column");
+	return false;
+}
+
+static bool check_socket_dir(const char *value, char *why, size_t whylen)
+{
+	if (strlen(value) <= CONFIG_MAX_SOCKET_DIR)
+		return true;
+	snprintf(why, whylen, "must be at most %d characters, so that the socket path fits", CONFIG_MAX_SOCKET_DIR);
+	return false;
+}
+
+static bool base64_run(const char **s, char stop)
+{
+	const char *start = *s;
+	while (**s != '\0' && **s != stop &&
+	       (isalnum((unsigned char)**s) || **s == '+' || **s == '/' || **s == '='))
+		(*s)++;
+	return *s > start && **s == stop;
+}
+
+/* A password that claims to be a SCRAM secret must look like one:
+ * SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey> */
+static bool check_password(const char *value, char *why, size_t whylen)
+{
+	static const char prefix[] = "SCRAM-SHA-256$";
+	if (strncmp(value, prefix, sizeof(prefix) - 1) != 0)
+		return true;
+	const char *s = value + sizeof(prefix) - 1;
+	const char *digits = s;
+	while (isdigit((unsigned char)*s))
+		s++;
+	bool ok = s > digits && *digits != '0' && *s == ':';
+	if (ok) {
+		s++;
+		ok = base64_run(&s, '$');
+	}
+	if (ok) {
+		s++;
+		ok = base64_run(&s, ':');
+	}
+	if (ok) {
+		s++;
+		ok = base64_run(&s, '\0');
+	}
+	if (!ok)
+		snprintf(why, whylen, "looks like a SCRAM secret but is not of the form "
+			 "SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>");
+	return ok;
+}
+
+/* "host:port" (want_role false) or "host:port:role"; IPv6 hosts in brackets. */
+static bool parse_endpoint(const char *s, size_t n, bool want_role, const char **host, size_t *host_len,
+			   int *port, int *role, char *why, size_t whylen)
+{
+	const char *form = want_role ? "host:port:role" : "host:port";
+	const char *rest;
+	if (n > 0 && s[0] == '[') {
+		const char *close = memchr(s, ']', n);
+		if (close == NULL) {
+			snprintf(why, whylen, "missing ']' after the IPv6 address");
+			return false;
+		}
+		*host = s + 1;
+		*host_len = (size_t)(close - s - 1);
+		if (!valid_ip(AF_INET6, *host, *host_len)) {
+			snprintf(why, whylen, "not an IPv6 address between [ and ]");
+			return false;
+		}
+		rest = close + 1;
+		if (rest == s + n || *rest != ':') {
+			snprintf(why, whylen, "expected %s, e.g. [::1]:5432%s", form, want_role ? ":replica" : "");
+			return false;
+		}
+		rest++;
+	} else {
+		size_t colons = 0;
+		for (size_t i = 0; i < n; i++)
+			colons += s[i] == ':';
+		size_t expect = want_role ? 2 : 1;
+		if (colons > expect) {
+			snprintf(why, whylen, "an IPv6 address must be written in brackets, e.g. [::1]:5432%s",
+				 want_role ? ":replica" : "");
+			return false;
+		}
+		if (colons < expect) {
+			snprintf(why, whylen, "expected %s", form);
+			return false;
+		}
+		const char *colon = memchr(s, ':', n);
+		*host = s;
+		*host_len = (size_t)(colon - s);
+		if (!valid_hostname(*host, *host_len)) {
+			snprintf(why, whylen, "\"%.*s\" is not a host name or IPv4 address", (int)*host_len, *host);
+			return false;
+		}
+		rest = colon + 1;
+	}
+	const char *end = s + n;
+	const char *port_end = want_role ? memchr(rest, ':', (size_t)(end - rest)) : end;
+	if (port_end == NULL) {
+		snprintf(why, whylen, "expected %s", form);
+		return false;
+	}
+	char buf[16];
+	size_t plen = (size_t)(port_end - rest);
+	int64_t v;
+	if (plen == 0 || plen >= sizeof(buf)) {
+		v = -1;
+	} else {
+		memcpy(buf, rest, plen);
+		buf[plen] = '\0';
+		if (!parse_int64(buf, &v))
+			v = -1;
+	}
+	if (v < 1 || v > 65535) {
+		snprintf(why, whylen, "port must be an integer between 1 and 65535");
+		return false;
+	}
+	*port = (int)v;
+	if (want_role) {
+		const char *r = port_end + 1;
+		size_t rlen = (size_t)(end - r);
+		char rbuf[16];
+		int rv = -1;
+		if (rlen < sizeof(rbuf)) {
+			memcpy(rbuf, r, rlen);
+			rbuf[rlen] = '\0';
+			if (!parse_enum(&server_role_enum, rbuf, &rv))
+				rv = -1;
+		}
+		if (rv < 0) {
+			snprintf(why, whylen, "role must be primary | replica | auto");
+			return false;
+		}
+		*role = rv;
+	}
+	return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* Setting values                                                       */
+
+static void free_string_list(char ***list, size_t *n)
+{
+	for (size_t i = 0; i < *n; i++)
+		free((*list)[i]);
+	free(*list);
+	*list = NULL;
+	*n = 0;
+}
+
+static void free_server_list(struct config_server **list, size_t *n)
+{
+	for (size_t i = 0; i < *n; i++)
+		free((*list)[i].host);
+	free(*list);
+	*list = NULL;
+	*n = 0;
+}
+
+static void set_list_item(struct parser *p, const struct key_spec *k, void *base, const char *item, size_t n)
+{
+	char why[160];
+	char **list_items = NULL;
+	switch (k->kind) {
+	case VALUE_ADDR_LIST:
+	case VALUE_TABLE_LIST: {
+		bool ok = k->kind == VALUE_ADDR_LIST ? check_listen_addr(item, n, why, sizeof(why))
+						     : check_sharded_table(item, n, why, sizeof(why));
+		if (!ok) {
+			line_error(p, k->name, "\"%.*s\": %s", (int)n, item, why);
+			return;
+		}
+		char ***list = field(base, k->off);
+		size_t *count = field(base, k->off_n);
+		char *copy = p_strndup(p, item, n);
+		if (copy == NULL)
+			return;
+		list_items = *list;
+		if (!p_grow(p, &list_items, *count, sizeof(char *))) {
+			free(copy);
+			return;
+		}
+		list_items[(*count)++] = copy;
+		*list = list_items;
+		return;
+	}
+	case VALUE_SERVER_LIST: {
+		const char *host;
+		size_t host_len;
+		int port, role;
+		if (!parse_endpoint(item, n, true, &host, &host_len, &port, &role, why, sizeof(why))) {
+			line_error(p, k->name, "\"%.*s\": %s", (int)n, item, why);
+			return;
+		}
+		struct config_server **list = field(base, k->off);
+		size_t *count = field(base, k->off_n);
+		for (size_t i = 0; i < *count; i++) {
+			if ((*list)[i].port == port && strlen((*list)[i].host) == host_len &&
+			    strncmp((*list)[i].host, host, host_len) == 0) {
+				line_error(p, k->name, "\"%.*s\": this server is listed twice", (int)n, item);
+				return;
+			}
+		}
+		char *copy = p_strndup(p, host, host_len);
+		if (copy == NULL)
+			return;
+		struct config_server *servers = *list;
+		if (!p_grow(p, &servers, *count, sizeof(*servers))) {
+			free(copy);
+			return;
+		}
+		servers[(*count)++] = (struct config_server){ .host = copy, .port = port, .role = (enum server_role)role };
+		*list = servers;
+		return;
+	}
+	case VALUE_INT:
+	case VALUE_INT64:
+	case VALUE_BOOL:
+	case VALUE_STRING:
+	case VALUE_ENUM:
+	case VALUE_SHARD:
+		return;
+	}
+}
+
+static bool is_list(enum value_kind kind)
+{
+	switch (kind) {
+	case VALUE_ADDR_LIST:
+	case VALUE_TABLE_LIST:
+	case VALUE_SERVER_LIST:
+		return true;
+	case VALUE_INT:
+	case VALUE_INT64:
+	case VALUE_BOOL:
+	case VALUE_STRING:
+	case VALUE_ENUM:
+	case VALUE_SHARD:
+		return false;
+	}
+	return false;
+}
+
+static void set_list(struct parser *p, const struct key_spec *k, void *base, const char *value, bool append)
+{
+	if (!append) {
+		if (k->kind == VALUE_SERVER_LIST)
+			free_server_list(field(base, k->off), field(base, k->off_n));
+		else
+			free_string_list(field(base, k->off), field(base, k->off_n));
+	}
+	/* Empty entries (",," or a trailing comma before a continuation line) are skipped. */
+	const char *s = value;
+	for (;;) {
+		const char *comma = strchr(s, ',');
+		size_t n = comma ? (size_t)(comma - s) : strlen(s);
+		const char *item = s;
+		trim(&item, &n);
+		if (n > 0)
+			set_list_item(p, k, base, item, n);
+		if (comma == NULL)
+			break;
+		s = comma + 1;
+	}
+}
+
+/* Parse value into the field k describes; report a problem on the current line if bad. */
+static void set_value(struct parser *p, const struct key_spec *k, void *base, const char *value, bool append)
+{
+	char got[CONFIG_QUOTE_MAX + 16];
+	quote_value(value, k->flags, got, sizeof(got));
+	bool inherit = (k->flags & KEY_EMPTY_INHERITS) && value[0] == '\0';
+	const char *or_empty = (k->flags & KEY_EMPTY_INHERITS) ? "empty (inherit) or " : "";
+
+	switch (k->kind) {
+	case VALUE_INT:
+	case VALUE_INT64: {
+		int64_t v = CONFIG_INHERIT;
+		if (!inherit && (!parse_int64(value, &v) || v < k->min || v > k->max)) {
+			line_error(p, k->name, "must be %san integer between %lld and %lld, got %s", or_empty,
+				   (long long)k->min, (long long)k->max, got);
+			return;
+		}
+		if (k->kind == VALUE_INT) {
+			int iv = (int)v;
+			memcpy(field(base, k->off), &iv, sizeof(iv));
+		} else {
+			memcpy(field(base, k->off), &v, sizeof(v));
+		}
+		return;
+	}
+	case VALUE_BOOL: {
+		bool b;
+		if (!parse_bool(value, &b)) {
+			line_error(p, k->name, "must be a boolean (true/false, on/off, yes/no, 1/0), got %s", got);
+			return;
+		}
+		*(bool *)field(base, k->off) = b;
+		return;
+	}
+	case VALUE_STRING: {
+		char why[200];
+		if ((k->flags & KEY_NOT_EMPTY) && value[0] == '\0') {
+			line_error(p, k->name, "must not be empty");
+			return;
+		}
+		if (k->check != NULL && !k->check(value, why, sizeof(why))) {
+			line_error(p, k->name, "%s, got %s", why, got);
+			return;
+		}
+		char *copy = NULL;
+		if (!((k->flags & KEY_EMPTY_IS_NULL) && value[0] == '\0')) {
+			copy = p_strdup(p, value);
+			if (copy == NULL)
+				return;
+		}
+		char **dst = field(base, k->off);
+		free(*dst);
+		*dst = copy;
+		return;
+	}
+	case VALUE_ENUM: {
+		int v = CONFIG_INHERIT;
+		if (!inherit && !parse_enum(k->names, value, &v)) {
+			char choices[200];
+			enum_choices(k->names, choices, sizeof(choices));
+			line_error(p, k->name, "must be %sone of %s, got %s", or_empty, choices, got);
+			return;
+		}
+		memcpy(field(base, k->off), &v, sizeof(v));
+		return;
+	}
+	case VALUE_SHARD: {
+		int64_t v;
+		if (ci_equal(value, "all")) {
+			v = CONFIG_DEFAULT_SHARD_ALL;
+		} else if (!parse_int64(value, &v) || v < k->min || v > k->max) {
+			line_error(p, k->name, "must be a shard number or \"all\", got %s", got);
+			return;
+		}
+		int iv = (int)v;
+		memcpy(field(base, k->off), &iv, sizeof(iv));
+		return;
+	}
+	case VALUE_ADDR_LIST:
+	case VALUE_TABLE_LIST:
+	case VALUE_SERVER_LIST:
+		set_list(p, k, base, value, append);
+		return;
+	}
+}
+
+static void apply_defaults(struct parser *p, const struct key_spec *specs, size_t n, void *base)
+{
+	for (size_t i = 0; i < n; i++)
+		if (specs[i].def != NULL)
+			set_value(p, &specs[i], base, specs[i].def, false);
+}
+
+static void free_fields(const struct key_spec *specs, size_t n, void *base)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct key_spec *k = &specs[i];
+		switch (k->kind) {
+		case VALUE_STRING: {
+			char **s = field(base, k->off);
+			free(*s);
+			*s = NULL;
+			break;
+		}
+		case VALUE_ADDR_LIST:
+		case VALUE_TABLE_LIST:
+			free_string_list(field(base, k->off), field(base, k->off_n));
+			break;
+		case VALUE_SERVER_LIST:
+			free_server_list(field(base, k->off), field(base, k->off_n));
+			break;
+		case VALUE_INT:
+		case VALUE_INT64:
+		case VALUE_BOOL:
+		case VALUE_ENUM:
+		case VALUE_SHARD:
+			break;
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Sections                                                             */
+
+static const struct key_spec *find_spec(const struct key_spec *specs, size_t n, const char *name, size_t *index)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(specs[i].name, name) == 0) {
+			if (index != NULL)
+				*index = i;
+			return &specs[i];
+		}
+	}
+	return NULL;
+}
+
+static void unknown_key(struct parser *p, const struct key_spec *specs, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (ci_equal(specs[i].name, name)) {
+			problem(p, CONFIG_PROBLEM_UNKNOWN, p->lineno, p->section_name, name,
+				"unknown key (did you mean %s?)", specs[i].name);
+			return;
+		}
+	}
+	problem(p, CONFIG_PROBLEM_UNKNOWN, p->lineno, p->section_name, name, "unknown key");
+}
+
+static bool valid_object_name(struct parser *p, const char *what, size_t n)
+{
+	if (n == 0) {
+		line_error(p, NULL, "empty %s name", what);
+		return false;
+	}
+	if (n > CONFIG_MAX_NAME) {
+		line_error(p, NULL, "%s name is longer than %d bytes, PostgreSQL's limit for names", what,
+			   CONFIG_MAX_NAME);
+		return false;
+	}
+	return true;
+}
+
+static bool find_or_add_pool(struct parser *p, const char *name, size_t n)
+{
+	struct config *cfg = p->cfg;
+	for (size_t i = 0; i < cfg->n_pools; i++) {
+		if (strlen(cfg->pools[i].name) == n && strncmp(cfg->pools[i].name, name, n) == 0) {
+			p->pool = i;
+			return true;
+		}
+	}
+	char *copy = p_strndup(p, name, n);
+	if (copy == NULL)
+		return false;
+	if (!p_grow(p, &p->pools, cfg->n_pools, sizeof(*p->pools)) ||
+	    !p_grow(p, &cfg->pools, cfg->n_pools, sizeof(*cfg->pools))) {
+		free(copy);
+		return false;
+	}
+	struct config_pool *pool = &cfg->pools[cfg->n_pools];
+	pool->name = copy;
+	p->pools[cfg->n_pools].line = p->lineno;
+	p->pool = cfg->n_pools++;
+	apply_defaults(p, pool_specs, POOL_KEY_COUNT, pool);
+	return true;
+}
+
+static bool find_or_add_shard(struct parser *p, int index)
+{
+	struct config_pool *pool = &p->cfg->pools[p->pool];
+	struct pool_meta *meta = &p->pools[p->pool];
+	for (size_t i = 0; i < pool->n_shards; i++) {
+		if (pool->shards[i].index == index) {
+			p->shard = i;
+			return true;
+		}
+	}
+	if (!p_grow(p, &meta->shards, pool->n_shards, sizeof(*meta->shards)) ||
+	    !p_grow(p, &pool->shards, pool->n_shards, sizeof(*pool->shards)))
+		return false;
+	pool->shards[pool->n_shards].index = index;
+	meta->shards[pool->n_shards].line = p->lineno;
+	p->shard = pool->n_shards++;
+	return true;
+}
+
+static bool find_or_add_user(struct parser *p, const char *name)
+{
+	struct config_pool *pool = &p->cfg->pools[p->pool];
+	struct pool_meta *meta = &p->pools[p->pool];
+	for (size_t i = 0; i < pool->n_users; i++) {
+		if (strcmp(pool->users[i].name, name) == 0) {
+			p->user = i;
+			return true;
+		}
+	}
+	char *copy = p_strdup(p, name);
+	if (copy == NULL)
+		return false;
+	if (!p_grow(p, &meta->users, pool->n_users, sizeof(*meta->users)) ||
+	    !p_grow(p, &pool->users, pool->n_users, sizeof(*pool->users))) {
+		free(copy);
+		return false;
+	}
+	struct config_user *user = &pool->users[pool->n_users];
+	user->name = copy;
+	meta->users[pool->n_users].line = p->lineno;
+	p->user = pool->n_users++;
+	apply_defaults(p, user_specs, USER_KEY_COUNT, user);
+	return true;
+}
+
+/* [pools.NAME], [pools.NAME.shards.N], [pools.NAME.users.USER] */
+static enum section_kind enter_pools_section(struct parser *p, const char *rest)
+{
+	const char *dot = strchr(rest, '.');
+	size_t name_len = dot ? (size_t)(dot - rest) : strlen(rest);
+	const char *sub = dot ? dot + 1 : NULL;
+	enum section_kind kind = SECTION_POOL;
+	int64_t index = 0;
+
+	if (sub != NULL && strncmp(sub, "shards.", 7) == 0) {
+		const char *digits = sub + 7;
+		if (!parse_int64(digits, &index) || index < 0 || index > CONFIG_MAX_SHARD || digits[0] == '+' ||
+		    digits[0] == '-') {
+			line_error(p, NULL, "shard number must be an integer between 0 and %d", CONFIG_MAX_SHARD);
+			return SECTION_IGNORED;
+		}
+		kind = SECTION_SHARD;
+	} else if (sub != NULL && strncmp(sub, "users.", 6) == 0) {
+		if (!valid_object_name(p, "user", strlen(sub + 6)))
+			return SECTION_IGNORED;
+		kind = SECTION_USER;
+	} else if (sub != NULL) {
+		problem(p, CONFIG_PROBLEM_UNKNOWN, p->lineno, p->section_name, NULL,
+			"unknown section; pool names cannot contain '.', and the parts of a pool are "
+			"[pools.NAME.shards.N] and [pools.NAME.users.USER]");
+		return SECTION_IGNORED;
+	}
+	if (!valid_object_name(p, "pool", name_len))
+		return SECTION_IGNORED;
+	if (!find_or_add_pool(p, rest, name_len))
+		return SECTION_IGNORED;
+	if (kind == SECTION_SHARD && !find_or_add_shard(p, (int)index))
+		return SECTION_IGNORED;
+	if (kind == SECTION_USER && !find_or_add_user(p, sub + 6))
+		return SECTION_IGNORED;
+	return kind;
+}
+
+static void enter_section(struct parser *p, const char *name, size_t n)
+{
+	free(p->section_name);
+	p->section_name = p_strndup(p, name, n);
+	p->have_prev = false;
+	p->last_key[0] = '\0';
+	p->last_spec = NULL;
+	if (p->section_name == NULL) {
+		p->section = SECTION_IGNORED;
+		return;
+	}
+	if (strcmp(p->section_name, "general") == 0) {
+		p->section = SECTION_GENERAL;
+	} else if (strcmp(p->section_name, "peers") == 0) {
+		p->section = SECTION_PEERS;
+		if (p->peers_line == 0)
+			p->peers_line = p->lineno;
+	} else if (strncmp(p->section_name, "pools.", 6) == 0) {
+		p->section = enter_pools_section(p, p->section_name + 6);
+	} else {
+		problem(p, CONFIG_PROBLEM_UNKNOWN, p->lineno, p->section_name, NULL,
+			"unknown section; expected [general], [pools.NAME], [pools.NAME.shards.N], "
+			"[pools.NAME.users.USER] or [peers]");
+		p->section = SECTION_IGNORED;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Keys                                                                 */
+
+/* Set a key of a table-driven section, catching duplicates. */
+static void table_key(struct parser *p, const struct key_spec *specs, size_t n, int *lines, void *base,
+		      const char *name, const char *value)
+{
+	size_t i;
+	const struct key_spec *k = find_spec(specs, n, name, &i);
+	if (k == NULL) {
+		unknown_key(p, specs, n, name);
+		return;
+	}
+	p->last_spec = k;
+	if (lines[i] != 0) {
+		line_error(p, name, "duplicate key (first set on line %d)", lines[i]);
+		p->last_key[0] = '\0';  /* its continuation lines belong to the ignored duplicate */
+		return;
+	}
+	lines[i] = p->lineno;
+	set_value(p, k, base, value, false);
+}
+
+static void peer_key(struct parser *p, const char *name, const char *value)
+{
+	struct config *cfg = p->cfg;
+	int64_t id;
+	if (!parse_int64(name, &id) || id < 1 || id > CONFIG_MAX_PEER_ID) {
+		line_error(p, name, "peer id must be an integer between 1 and %d", CONFIG_MAX_PEER_ID);
+		return;
+	}
+	for (size_t i = 0; i < cfg->n_peers; i++) {
+		if (cfg->peers[i].id == id) {
+			line_error(p, name, "duplicate peer id (first set on line %d)", p->peer_line[i]);
+			return;
+		}
+	}
+	const char *host;
+	size_t host_len;
+	int port;
+	char why[160];
+	if (!parse_endpoint(value, strlen(value), false, &host, &host_len, &port, NULL, why, sizeof(why))) {
+		char got[CONFIG_QUOTE_MAX + 16];
+		quote_value(value, 0, got, sizeof(got));
+		line_error(p, name, "%s, got %s", why, got);
+		return;
+	}
+	char *copy = p_strndup(p, host, host_len);
+	if (copy == NULL)
+		return;
+	if (!p_grow(p, &p->peer_line, cfg->n_peers, sizeof(*p->peer_line)) ||
+	    !p_grow(p, &cfg->peers, cfg->n_peers, sizeof(*cfg->peers))) {
+		free(copy);
+		return;
+	}
+	p->peer_line[cfg->n_peers] = p->lineno;
+	cfg->peers[cfg->n_peers++] = (struct config_peer){ .id = (int)id, .host = copy, .port = port };
+}
+
+static void *section_base(struct parser *p)
+{
+	struct config *cfg = p->cfg;
+	switch (p->section) {
+	case SECTION_GENERAL:
+		return &cfg->general;
+	case SECTION_POOL:
+		return &cfg->pools[p->pool];
+	case SECTION_SHARD:
+		return &cfg->pools[p->pool].shards[p->shard];
+	case SECTION_USER:
+		return &cfg->pools[p->pool].users[p->user];
+	case SECTION_NONE:
+	case SECTION_PEERS:
+	case SECTION_IGNORED:
+		return NULL;
+	}
+	return NULL;
+}
+
+static void continue_list(struct parser *p, const char *value)
+{
+	void *base = section_base(p);
+	if (p->last_spec != NULL && is_list(p->last_spec->kind) && base != NULL) {
+		if (strchr(value, '=') != NULL) {
+			line_error(p, p->last_key, "this indented line continues the list %s but looks like a "
+				   "new key; remove the indentation", p->last_key);
+			return;
+		}
+		set_value(p, p->last_spec, base, value, true);
+		return;
+	}
+	line_error(p, p->last_key, "this indented line continues the value of %s, but only lists "
+		   "(listen_addr, sharded_tables, servers) may span lines; remove the indentation "
+		   "if it starts a new key", p->last_key);
+	p->last_key[0] = '\0';  /* one report per key */
+}
+
+static void continue_value(struct parser *p, const char *raw)
+{
+	if (p->last_key[0] == '\0')
+		return;  /* continues an unknown, duplicate or ignored key: already reported */
+	/* Some inih builds leave inline comments on continuation lines: cut them here. */
+	size_t n = 0;
+	bool was_space = false;
+	while (raw[n] != '\0' && !(was_space && raw[n] == ';')) {
+		was_space = is_space(raw[n]);
+		n++;
+	}
+	trim(&raw, &n);
+	char *value = p_strndup(p, raw, n);
+	if (value == NULL)
+		return;
+	continue_list(p, value);
+	free(value);
+}
+
+static int on_key(void *user, const char *section, const char *name, const char *value)
+{
+	struct parser *p = user;
+	struct config *cfg = p->cfg;
+	(void)section;  /* ours is complete; inih's is cut at 49 characters */
+	p->handled = true;
+	if (p->oom)
+		return 1;
+	if (p->line_kind == LINE_CONTINUATION) {
+		continue_value(p, value);
+		return 1;
+	}
+	p->have_prev = true;
+	p->last_spec = NULL;
+	snprintf(p->last_key, sizeof(p->last_key), "%s", name);
+	if (name[0] == '\0') {
+		line_error(p, NULL, "missing key name before '='");
+		p->last_key[0] = '\0';
+		return 1;
+	}
+	switch (p->section) {
+	case SECTION_NONE:
+		problem(p, CONFIG_PROBLEM_UNKNOWN, p->lineno, NULL, name,
+			"key outside any section; put it under [general] or another section");
+		p->last_key[0] = '\0';
+		break;
+	case SECTION_GENERAL:
+		table_key(p, general_specs, N_GENERAL_KEYS, p->general_line, &cfg->general, name, value);
+		break;
+	case SECTION_POOL:
+		table_key(p, pool_specs, POOL_KEY_COUNT, p->pools[p->pool].key_line, &cfg->pools[p->pool],
+			  name, value);
+		break;
+	case SECTION_SHARD:
+		table_key(p, shard_specs, SHARD_KEY_COUNT, p->pools[p->pool].shards[p->shard].key_line,
+			  &cfg->pools[p->pool].shards[p->shard], name, value);
+		break;
+	case SECTION_USER:
+		table_key(p, user_specs, USER_KEY_COUNT, p->pools[p->pool].users[p->user].key_line,
+			  &cfg->pools[p->pool].users[p->user], name, value);
+		break;
+	case SECTION_PEERS:
+		peer_key(p, name, value);
+		break;
+	case SECTION_IGNORED:
+		p->last_key[0] = '\0';
+		break;
+	}
+	if (p->last_spec == NULL && p->section != SECTION_PEERS)
+		p->last_key[0] = '\0';
+	return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Reading lines                                                        */
+
+/* inih rejected the last line without a word to us: say so. */
+static void finish_line(struct parser *p)
+{
+	if (p->line_kind != LINE_NONE && !p->handled) {
+		problem(p, CONFIG_PROBLEM_ERROR, p->lineno, NULL, NULL,
+			"expected \"key = value\", a [section] or a comment, got \"%s\"", p->snippet);
+		if (p->first_syntax_line == 0)
+			p->first_syntax_line = p->lineno;
+	}
+	p->line_kind = LINE_NONE;
+}
+
+/* Look at a line as inih will, before it does. */
+static void classify(struct parser *p, const char *line)
+{
+	const char *s = line;
+	while (is_space(*s))
+		s++;
+	size_t len = strlen(s);
+	while (len > 0 && is_space(s[len - 1]))
+		len--;
+	snprintf(p->snippet, sizeof(p->snippet), "%.*s%s", len > 40 ? 40 : (int)len, s, len > 40 ? "..." : "");
+	p->handled = false;
+
+	if (*s == '\0' || *s == ';' || *s == '#') {
+		p->line_kind = LINE_NONE;
+	} else if (s > line && p->have_prev) {
+		p->line_kind = LINE_CONTINUATION;
+	} else if (*s == '[') {
+		/* Same rule as inih: the name ends at ']' or at an inline comment. */
+		const char *e = s + 1;
+		bool was_space = false;
+		while (*e != '\0' && *e != ']' && !(was_space && *e == ';')) {
+			was_space = is_space(*e);
+			e++;
+		}
+		p->line_kind = LINE_NONE;
+		if (*e != ']') {
+			problem(p, CONFIG_PROBLEM_ERROR, p->lineno, NULL, NULL,
+				"section header \"%s\" has no closing ']'", p->snippet);
+			if (p->first_syntax_line == 0)
+				p->first_syntax_line = p->lineno;
+			free(p->section_name);
+			p->section_name = NULL;
+			p->section = SECTION_IGNORED;
+			p->last_key[0] = '\0';
+			return;
+		}
+		const char *name = s + 1;
+		size_t n = (size_t)(e - name);
+		trim(&name, &n);
+		enter_section(p, name, n);
+		const char *after = e + 1;
+		while (is_space(*after))
+			after++;
+		if (*after != '\0' && *after != ';' && *after != '#')
+			line_error(p, NULL, "unexpected text after ']'");
+	} else {
+		p->line_kind = LINE_KEY;
+	}
+}
+
+static char *read_line(char *buf, int size, void *stream)
+{
+	struct parser *p = stream;
+	finish_line(p);
+	if (*p->pos == '\0' || size < 4)
+		return NULL;
+	const char *start = p->pos;
+	const char *nl = strchr(start, '\n');
+	size_t len = nl ? (size_t)(nl - start) : strlen(start);
+	p->pos = nl ? nl + 1 : start + len;
+	p->lineno++;
+	if (len > 0 && start[len - 1] == '\r')
+		len--;
+	if (p->lineno == 1 && len >= 3 && memcmp(start, "\xEF\xBB\xBF", 3) == 0) {
+		start += 3;
+		len -= 3;
+	}
+	/* inih splits longer lines; refuse them instead. */
+	if (len > (size_t)size - 3) {
+		problem(p, CONFIG_PROBLEM_ERROR, p->lineno, NULL, NULL,
+			"line is longer than %d characters; split long lists over indented continuation lines",
+			size - 3);
+		if (p->first_syntax_line == 0)
+			p->first_syntax_line = p->lineno;
+		p->line_kind = LINE_NONE;
+		strcpy(buf, "\n");
+		return buf;
+	}
+	memcpy(buf, start, len);
+	buf[len] = '\n';
+	buf[len + 1] = '\0';
+	classify(p, buf);
+	return buf;
+}
+
+/* ------------------------------------------------------------------ */
+/* Whole-file checks, once everything is read                           */
+
+static int general_line(const struct parser *p, const char *key)
+{
+	size_t i;
+	return find_spec(general_specs, N_GENERAL_KEYS, key, &i) ? p->general_line[i] : 0;
+}
+
+#define general_error(p, key, ...) \
+	problem((p), CONFIG_PROBLEM_ERROR, general_line((p), (key)), "general", (key), __VA_ARGS__)
+
+static void check_general(struct parser *p)
+{
+	const struct config_general *g = &p->cfg->general;
+	if (g->min_pool_size > g->default_pool_size)
+		general_error(p, "min_pool_size", "must not exceed default_pool_size (%d), got %d",
+			      g->default_pool_size, g->min_pool_size);
+	if (g->n_listen_addr == 0 && g->unix_socket_dir[0] == '\0')
+		general_error(p, "listen_addr", "is empty and so is unix_socket_dir: nothing to listen on");
+	if (g->prometheus_port != 0 && g->prometheus_port == g->listen_port)
+		general_error(p, "prometheus_port", "must differ from listen_port (%d)", g->listen_port);
+	if (g->client_tls_sslmode != TLS_MODE_DISABLE &&
+	    (g->client_tls_cert_file[0] == '\0' || g->client_tls_key_file[0] == '\0'))
+		general_error(p, "client_tls_sslmode", "\"%s\" needs client_tls_cert_file and client_tls_key_file",
+			      enum_name(&client_tls_enum, (int)g->client_tls_sslmode));
+	if ((g->client_tls_sslmode == TLS_MODE_VERIFY_CA || g->client_tls_sslmode == TLS_MODE_VERIFY_FULL) &&
+	    g->client_tls_ca_file[0] == '\0')
+		general_error(p, "client_tls_sslmode", "\"%s\" needs client_tls_ca_file to check client certificates",
+			      enum_name(&client_tls_enum, (int)g->client_tls_sslmode));
+	if (p->cfg->n_peers > 0 && g->peer_id == 0)
+		problem(p, CONFIG_PROBLEM_WARNING, p->peers_line, "peers", NULL,
+			"ignored while [general] peer_id is 0");
+}
+
+/* Put shards in index order; they must be numbered 0..n-1. */
+static bool order_shards(struct parser *p, struct config_pool *pool, struct pool_meta *meta)
+{
+	size_t n = pool->n_shards;
+	bool *seen = p_alloc(p, n);
+	if (seen == NULL)
+		return false;
+	const struct shard_meta *beyond = NULL;
+	int beyond_index = 0;
+	for (size_t i = 0; i < n; i++) {
+		if ((size_t)pool->shards[i].index < n) {
+			seen[pool->shards[i].index] = true;
+		} else if (beyond == NULL || pool->shards[i].index < beyond_index) {
+			beyond = &meta->shards[i];
+			beyond_index = pool->shards[i].index;
+		}
+	}
+	if (beyond != NULL) {
+		size_t missing = 0;
+		while (missing < n && seen[missing])
+			missing++;
+		char section[CONFIG_MAX_NAME + 8];
+		snprintf(section, sizeof(section), "pools.%s", pool->name);
+		problem(p, CONFIG_PROBLEM_ERROR, meta->line, section, NULL,
+			"shard %zu is missing: shards must be numbered 0 to %zu without gaps, "
+			"but [pools.%s.shards.%d] is on line %d",
+			missing, n - 1, pool->name, beyond_index, beyond->line);
+		free(seen);
+		return false;
+	}
+	free(seen);
+	for (size_t i = 0; i < n; i++) {
+		while ((size_t)pool->shards[i].index != i) {
+			size_t j = (size_t)pool->shards[i].index;
+			struct config_shard ts = pool->shards[i];
+			pool->shards[i] = pool->shards[j];
+			pool->shards[j] = ts;
+			struct shard_meta tm = meta->shards[i];
+			meta->shards[i] = meta->shards[j];
+			meta->shards[j] = tm;
+		}
+	}
+	return true;
+}
+
+static void check_pool(struct parser *p, struct config_pool *pool, struct pool_meta *meta)
+{
+	const struct config_general *g = &p->cfg->general;
+	char section[CONFIG_MAX_NAME * 2 + 32];
+
+	if (meta->key_line[POOL_KEY_POOL_MODE] == 0)
+		pool->pool_mode = g->pool_mode;
+	snprintf(section, sizeof(section), "pools.%s", pool->name);
+	if (pool->n_shards == 0) {
+		problem(p, CONFIG_PROBLEM_ERROR, meta->line, section, NULL,
+			"pool has no shards; add a [pools.%s.shards.0] section with its servers", pool->name);
+	} else if (order_shards(p, pool, meta)) {
+		if (pool->default_shard != CONFIG_DEFAULT_SHARD_ALL && (size_t)pool->default_shard >= pool->n_shards)
+			problem(p, CONFIG_PROBLEM_ERROR, meta->key_line[POOL_KEY_DEFAULT_SHARD], section,
+				"default_shard", "must be \"all\" or a shard number below %zu, got %d",
+				pool->n_shards, pool->default_shard);
+	}
+	for (size_t i = 0; i < pool->n_shards; i++) {
+		struct config_shard *shard = &pool->shards[i];
+		const struct shard_meta *sm = &meta->shards[i];
+		snprintf(section, sizeof(section), "pools.%s.shards.%d", pool->name, shard->index);
+		if (shard->database == NULL && sm->key_line[SHARD_KEY_DATABASE] == 0) {
+			shard->database = p_strdup(p, pool->name);
+		}
+		if (shard->n_servers == 0) {
+			if (sm->key_line[SHARD_KEY_SERVERS] != 0)
+				problem(p, CONFIG_PROBLEM_ERROR, sm->key_line[SHARD_KEY_SERVERS], section, "servers",
+					"must list at least one server as host:port:role");
+			else
+				problem(p, CONFIG_PROBLEM_ERROR, sm->line, section, NULL,
+					"shard has no servers; add servers = host:port:role, ...");
+		}
+		size_t primaries = 0;
+		for (size_t j = 0; j < shard->n_servers; j++)
+			primaries += shard->servers[j].role == SERVER_ROLE_PRIMARY;
+		if (primaries > 1)
+			problem(p, CONFIG_PROBLEM_ERROR, sm->key_line[SHARD_KEY_SERVERS], section, "servers",
+				"a shard has at most one primary, got %zu", primaries);
+	}
+	for (size_t i = 0; i < pool->n_users; i++) {
+		const struct config_user *u = &pool->users[i];
+		const struct user_meta *um = &meta->users[i];
+		int size = config_user_pool_size(p->cfg, pool, u);
+		int min = config_user_min_pool_size(p->cfg, pool, u);
+		int line = um->key_line[USER_KEY_MIN_POOL_SIZE] ? um->key_line[USER_KEY_MIN_POOL_SIZE]
+							       : um->key_line[USER_KEY_POOL_SIZE];
+		const char *key = um->key_line[USER_KEY_MIN_POOL_SIZE] ? "min_pool_size" : "pool_size";
+		if (min > size && line != 0) {
+			snprintf(section, sizeof(section), "pools.%s.users.%s", pool->name, u->name);
+			problem(p, CONFIG_PROBLEM_ERROR, line, section, key,
+				"the minimum pool size (%d) exceeds the pool size (%d)", min, size);
+		}
+	}
+}
+
+static void check_all(struct parser *p)
+{
+	check_general(p);
+	for (size_t i = 0; i < p->cfg->n_pools; i++)
+		check_pool(p, &p->cfg->pools[i], &p->pools[i]);
+	if (p->cfg->n_pools == 0)
+		problem(p, CONFIG_PROBLEM_WARNING, 0, NULL, NULL,
+			"no [pools.NAME] section: only the admin console can be reached");
+}
+
+/* ------------------------------------------------------------------ */
+/* Loading                                                              */
+
+static void parser_free(struct parser *p)
+{
+	for (size_t i = 0; p->pools != NULL && i < p->cfg->n_pools; i++) {
+		free(p->pools[i].shards);
+		free(p->pools[i].users);
+	}
+	free(p->pools);
+	free(p->peer_line);
+	free(p->section_name);
+}
+
+static struct config *load_text(const char *text, const char *file, struct config_problems *problems)
+{
+	struct config_problems local = { 0 };
+	if (problems == NULL)
+		problems = &local;
+	struct parser p = { .problems = problems, .file = file, .pos = text };
+	p.cfg = calloc(1, sizeof(*p.cfg));
+	if (p.cfg == NULL) {
+		p.oom = true;
+	} else {
+		p.cfg->path = p_strdup(&p, file);
+		apply_defaults(&p, general_specs, N_GENERAL_KEYS, &p.cfg->general);
+		int rc = ini_parse_stream(read_line, &p, on_key, &p);
+		finish_line(&p);
+		if (rc == -2)
+			p.oom = true;
+		else if (rc > 0 && p.first_syntax_line == 0)
+			problem(&p, CONFIG_PROBLEM_ERROR, rc, NULL, NULL, "syntax error");
+		if (!p.oom)
+			check_all(&p);
+		parser_free(&p);
+	}
+	if (p.oom) {
+		bool ignored = false;
+		add_problem(problems, CONFIG_PROBLEM_ERROR, 0, format("%s: out of memory", file), &ignored);
+	}
+	struct config *cfg = p.cfg;
+	if (p.oom || config_problems_has(problems, CONFIG_PROBLEM_ERROR)) {
+		config_free(cfg);
+		cfg = NULL;
+	}
+	config_problems_free(&local);
+	return cfg;
+}
+
+static void file_problem(struct config_problems *pr, char *message)
+{
+	bool ignored = false;
+	add_problem(pr, CONFIG_PROBLEM_ERROR, 0, message, &ignored);
+}
+
+struct config *config_load(const char *path, struct config_problems *problems)
+{
+	struct config_problems local = { 0 };
+	if (problems == NULL)
+		problems = &local;
+	*problems = (struct config_problems){ 0 };
+
+	FILE *f = fopen(path, "rb");
+	if (f == NULL) {
+		file_problem(problems, format("%s: cannot open: %s", path, strerror(errno)));
+		config_problems_free(&local);
+		return NULL;
+	}
+	char *text = NULL;
+	size_t len = 0, cap = 0;
+	bool failed = false;
+	for (;;) {
+		if (cap - len < 4096) {
+			cap = cap ? cap * 2 : 16384;
+			char *nt = realloc(text, cap + 1);
+			if (nt == NULL) {
+				file_problem(problems, format("%s: out of memory", path));
+				failed = true;
+				break;
+			}
+			text = nt;
+		}
+		size_t got = fread(text + len, 1, cap - len, f);
+		len += got;
+		if (len > CONFIG_MAX_FILE_SIZE) {
+			file_problem(problems, format("%s: file is larger than %d bytes", path, CONFIG_MAX_FILE_SIZE));
+			failed = true;
+			break;
+		}
+		if (got == 0) {
+			if (ferror(f)) {
+				file_problem(problems, format("%s: cannot read: %s", path, strerror(errno)));
+				failed = true;
+			}
+			break;
+		}
+	}
+	fclose(f);
+	struct config *cfg = NULL;
+	if (!failed) {
+		text[len] = '\0';
+		const char *nul = memchr(text, '\0', len);
+		if (nul != NULL) {
+			int line = 1;
+			for (const char *c = text; c < nul; c++)
+				line += *c == '\n';
+			file_problem(problems, format("%s:%d: the file contains a NUL byte", path, line));
+			if (problems->n > 0)
+				problems->items[problems->n - 1].line = line;
+		} else {
+			cfg = load_text(text, path, problems);
+		}
+	}
+	free(text);
+	config_problems_free(&local);
+	return cfg;
+}
+
+struct config *config_load_string(const char *text, const char *name, struct config_problems *problems)
+{
+	if (problems != NULL)
+		*problems = (struct config_problems){ 0 };
+	return load_text(text, name, problems);
+}
+
+void config_free(struct config *cfg)
+{
+	if (cfg == NULL)
+		return;
+	free(cfg->path);
+	free_fields(general_specs, N_GENERAL_KEYS, &cfg->general);
+	for (size_t i = 0; i < cfg->n_pools; i++) {
+		struct config_pool *pool = &cfg->pools[i];
+		free(pool->name);
+		free_fields(pool_specs, POOL_KEY_COUNT, pool);
+		for (size_t j = 0; j < pool->n_shards; j++)
+			free_fields(shard_specs, SHARD_KEY_COUNT, &pool->shards[j]);
+		free(pool->shards);
+		for (size_t j = 0; j < pool->n_users; j++) {
+			free(pool->users[j].name);
+			free_fields(user_specs, USER_KEY_COUNT, &pool->users[j]);
+		}
+		free(pool->users);
+	}
+	free(cfg->pools);
+	for (size_t i = 0; i < cfg->n_peers; i++)
+		free(cfg->peers[i].host);
+	free(cfg->peers);
+	free(cfg);
+}
+
+void config_problems_free(struct config_problems *problems)
+{
+	if (problems == NULL)
+		return;
+	for (size_t i = 0; i < problems->n; i++)
+		free(problems->items[i].message);
+	free(problems->items);
+	*problems = (struct config_problems){ 0 };
+}
+
+bool config_problems_has(const struct config_problems *problems, enum config_problem_kind kind)
+{
+	if (problems == NULL)
+		return false;
+	for (size_t i = 0; i < problems->n; i++)
+		if (problems->items[i].kind == kind)
+			return true;
+	return false;
+}
+
+/* ------------------------------------------------------------------ */
+/* Lookups                                                              */
+
+const struct config_pool *config_find_pool(const struct config *cfg, const char *name)
+{
+	if (cfg == NULL || name == NULL)
+		return NULL;
+	for (size_t i = 0; i < cfg->n_pools; i++)
+		if (strcmp(cfg->pools[i].name, name) == 0)
+			return &cfg->pools[i];
+	return NULL;
+}
+
+const struct config_user *config_find_user(const struct config_pool *pool, const char *name)
+{
+	if (pool == NULL || name == NULL)
+		return NULL;
+	for (size_t i = 0; i < pool->n_users; i++)
+		if (strcmp(pool->users[i].name, name) == 0)
+			return &pool->users[i];
+	return NULL;
+}
+
+int config_user_pool_size(const struct config *cfg, const struct config_pool *pool,
+			  const struct config_user *user)
+{
+	(void)pool;
+	if (user != NULL && user->pool_size != CONFIG_INHERIT)
+		return user->pool_size;
+	return cfg->general.default_pool_size;
+}
+
+int config_user_min_pool_size(const struct config *cfg, const struct config_pool *pool,
+			      const struct config_user *user)
+{
+	(void)pool;
+	if (user != NULL && user->min_pool_size != CONFIG_INHERIT)
+		return user->min_pool_size;
+	return cfg->general.min_pool_size;
+}
+
+enum pool_mode config_user_pool_mode(const struct config_pool *pool, const struct config_user *user)
+{
+	if (user != NULL && user->pool_mode != CONFIG_INHERIT)
+		return (enum pool_mode)user->pool_mode;
+	return pool->pool_mode;
+}
+
+const char *config_pool_mode_name(enum pool_mode m)
+{
+	return enum_name(&pool_mode_enum, (int)m);
+}
+
+const char *config_log_level_name(enum log_level l)
+{
+	return enum_name(&log_level_enum, (int)l);
+}
+
+const char *config_server_role_name(enum server_role r)
+{
+	return enum_name(&server_role_enum, (int)r);
+}
+
+const struct config_key_info *config_general_keys(size_t *n)
+{
+	if (n != NULL)
+		*n = N_GENERAL_KEYS;
+	return general_info;
+}
+
+/* Append to buf at *used; false once it no longer fits. */
+static bool put(char *buf, size_t buflen, size_t *used, const char *s)
+{
+	size_t len = strlen(s);
+	if (*used + len >= buflen) {
+		if (*used < buflen) {
+			memcpy(buf + *used, s, buflen - *used - 1);
+			buf[buflen - 1] = '\0';
+		}
+		*used = buflen;
+		return false;
+	}
+	memcpy(buf + *used, s, len + 1);
+	*used += len;
+	return true;
+}
+
+bool config_general_value(const struct config *cfg, const char *key, char *buf, size_t buflen)
+{
+	if (buf == NULL || buflen == 0)
+		return false;
+	buf[0] = '\0';
+	size_t i;
+	const struct key_spec *k = cfg && key ? find_spec(general_specs, N_GENERAL_KEYS, key, &i) : NULL;
+	if (k == NULL)
+		return false;
+	const void *base = &cfg->general;
+	char num[32];
+	size_t used = 0;
+	switch (k->kind) {
+	case VALUE_INT:
+	case VALUE_SHARD: {
+		int v;
+		memcpy(&v, cfield(base, k->off), sizeof(v));
+		snprintf(num, sizeof(num), "%d", v);
+		return put(buf, buflen, &used, num);
+	}
+	case VALUE_INT64: {
+		int64_t v;
+		memcpy(&v, cfield(base, k->off), sizeof(v));
+		snprintf(num, sizeof(num), "%lld", (long long)v);
+		return put(buf, buflen, &used, num);
+	}
+	case VALUE_BOOL:
+		return put(buf, buflen, &used, *(const bool *)cfield(base, k->off) ? "true" : "false");
+	case VALUE_STRING: {
+		const char *s = *(char *const *)cfield(base, k->off);
+		if (s == NULL)
+			s = "";
+		/* SHOW CONFIG must not print secrets. */
+		if ((k->flags & KEY_SECRET) && s[0] != '\0')
+			s = "********";
+		return put(buf, buflen, &used, s);
+	}
+	case VALUE_ENUM: {
+		int v;
+		memcpy(&v, cfield(base, k->off), sizeof(v));
+		return put(buf, buflen, &used, enum_name(k->names, v));
+	}
+	case VALUE_ADDR_LIST:
+	case VALUE_TABLE_LIST: {
+		char *const *list = *(char **const *)cfield(base, k->off);
+		size_t n = *(const size_t *)cfield(base, k->off_n);
+		for (size_t j = 0; j < n; j++)
+			if ((j > 0 && !put(buf, buflen, &used, ",")) || !put(buf, buflen, &used, list[j]))
+				return false;
+		return true;
+	}
+	case VALUE_SERVER_LIST:
+		return false;
+	}
+	return false;
+}

@@ -1,8 +1,995 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * Tests of the config room: good and bad pgcat.ini texts through
+ * config_load_string(), real files through config_load(), and the
+ * [general] key table behind SHOW CONFIG.
+ */
+#define _POSIX_C_SOURCE 200809L
+/* By path: the build's autoconf header is also called config.h. */
+#include "../../include/config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "check_suites.h"
+
+#define POOL "[pools.db]\n[pools.db.shards.0]\nservers = 127.0.0.1:5432:primary\n"
+
+static struct config *load(const char *text, struct config_problems *pr)
+{
+	return config_load_string(text, "t.ini", pr);
+}
+
+static void dump(const struct config_problems *pr, char *buf, size_t len)
+{
+	size_t used = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; i < pr->n && used < len; i++) {
+		int w = snprintf(buf + used, len - used, "\n  [%d] %s", pr->items[i].kind, pr->items[i].message);
+		if (w < 0)
+			break;
+		used += (size_t)w;
+	}
+}
+
+static const struct config_problem *find(const struct config_problems *pr, enum config_problem_kind kind,
+					  const char *start)
+{
+	for (size_t i = 0; i < pr->n; i++)
+		if (pr->items[i].kind == kind && strncmp(pr->items[i].message, start, strlen(start)) == 0)
+			return &pr->items[i];
+	return NULL;
+}
+
+static size_t count(const struct config_problems *pr, enum config_problem_kind kind)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < pr->n; i++)
+		n += pr->items[i].kind == kind;
+	return n;
+}
+
+/* The text must load with no problem at all. */
+static struct config *load_clean(const char *text, struct config_problems *pr)
+{
+	struct config *cfg = load(text, pr);
+	char buf[4096];
+	dump(pr, buf, sizeof(buf));
+	ck_assert_msg(cfg != NULL && pr->n == 0, "expected a clean load, got:%s", buf);
+	return cfg;
+}
+
+/* The text must be rejected with an error at line whose message starts with start. */
+static void expect_error_at(const char *text, int line, const char *start)
+{
+	struct config_problems pr;
+	struct config *cfg = load(text, &pr);
+	char buf[4096];
+	dump(&pr, buf, sizeof(buf));
+	ck_assert_msg(cfg == NULL, "expected rejection for: %s", text);
+	const struct config_problem *p = find(&pr, CONFIG_PROBLEM_ERROR, start);
+	ck_assert_msg(p != NULL, "no error starting with '%s'; got:%s", start, buf);
+	ck_assert_int_eq(p->line, line);
+	config_problems_free(&pr);
+}
+
+/* Same, for one [general] line at line 2, before a valid pool. */
+static void expect_general_error(const char *kv, const char *start)
+{
+	char text[1024];
+	snprintf(text, sizeof(text), "[general]\n%s\n" POOL, kv);
+	expect_error_at(text, 2, start);
+}
+
+START_TEST(test_defaults)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean(POOL, &pr);
+	const struct config_general *g = &cfg->general;
+
+	ck_assert_str_eq(cfg->path, "t.ini");
+	ck_assert_uint_eq(g->n_listen_addr, 1);
+	ck_assert_str_eq(g->listen_addr[0], "0.0.0.0");
+	ck_assert_int_eq(g->listen_port, 6432);
+	ck_assert_str_eq(g->unix_socket_dir, "/tmp");
+	ck_assert_int_eq(g->workers, 1);
+	ck_assert_int_eq(g->max_client_conn, 10000);
+	ck_assert_int_eq(g->pool_mode, POOL_MODE_TRANSACTION);
+	ck_assert_int_eq(g->default_pool_size, 10);
+	ck_assert_int_eq(g->min_pool_size, 0);
+	ck_assert_int_eq(g->connect_timeout, 5000);
+	ck_assert_int_eq(g->query_wait_timeout, 120000);
+	ck_assert_int_eq(g->idle_timeout, 600000);
+	ck_assert_int_eq(g->server_lifetime, 3600000);
+	ck_assert_int_eq(g->idle_transaction_timeout, 0);
+	ck_assert_int_eq(g->client_idle_timeout, 0);
+	ck_assert_int_eq(g->healthcheck_timeout, 1000);
+	ck_assert_int_eq(g->healthcheck_delay, 30000);
+	ck_assert_int_eq(g->ban_time, 60);
+	ck_assert_int_eq(g->shutdown_timeout, 60000);
+	ck_assert_str_eq(g->server_reset_query, "DISCARD ALL");
+	ck_assert(!g->server_round_robin);
+	ck_assert(g->tcp_keepalive);
+	ck_assert(g->max_packet_size == 2147483647);
+	ck_assert_int_eq(g->query_parser_max_length, 65536);
+	ck_assert_int_eq(g->autoreload, 0);
+	ck_assert_str_eq(g->admin_username, "pgcat");
+	ck_assert_str_eq(g->admin_password, "");
+	ck_assert_int_eq(g->auth_type, AUTH_TYPE_SCRAM);
+	ck_assert_str_eq(g->auth_file, "");
+	ck_assert_int_eq(g->log_level, LOG_LEVEL_INFO);
+	ck_assert_str_eq(g->log_file, "");
+	ck_assert(!g->syslog);
+	ck_assert(g->log_connections);
+	ck_assert(g->log_disconnections);
+	ck_assert_str_eq(g->pidfile, "");
+	ck_assert(g->prepared_statements);
+	ck_assert_int_eq(g->prepared_statements_cache_size, 500);
+	ck_assert_int_eq(g->query_cache_size, 10000);
+	ck_assert_int_eq(g->prometheus_port, 0);
+	ck_assert_int_eq(g->peer_id, 0);
+	ck_assert_int_eq(g->stats_period, 60);
+	ck_assert_int_eq(g->dns_max_ttl, 15000);
+	ck_assert_int_eq(g->client_tls_sslmode, TLS_MODE_DISABLE);
+	ck_assert_str_eq(g->client_tls_cert_file, "");
+	ck_assert_str_eq(g->client_tls_key_file, "");
+	ck_assert_str_eq(g->client_tls_ca_file, "");
+	ck_assert_int_eq(g->server_tls_sslmode, TLS_MODE_PREFER);
+	ck_assert_str_eq(g->server_tls_ca_file, "");
+
+	ck_assert_uint_eq(cfg->n_pools, 1);
+	const struct config_pool *pool = &cfg->pools[0];
+	ck_assert_str_eq(pool->name, "db");
+	ck_assert_int_eq(pool->pool_mode, POOL_MODE_TRANSACTION);
+	ck_assert_int_eq(pool->default_role, DEFAULT_ROLE_ANY);
+	ck_assert(pool->query_parser_enabled);
+	ck_assert(pool->primary_reads_enabled);
+	ck_assert_int_eq(pool->load_balancing_mode, LB_MODE_RANDOM);
+	ck_assert_int_eq(pool->sharding_function, SHARDING_PG_BIGINT_HASH);
+	ck_assert_uint_eq(pool->n_sharded_tables, 0);
+	ck_assert_int_eq(pool->default_shard, 0);
+	ck_assert(pool->max_replica_lag == 0);
+	ck_assert_int_eq(pool->sticky_primary_after_write, 0);
+	ck_assert_uint_eq(pool->n_shards, 1);
+	ck_assert_str_eq(pool->shards[0].database, "db");  /* defaults to the pool's name */
+	ck_assert_uint_eq(pool->shards[0].n_servers, 1);
+	ck_assert_uint_eq(pool->n_users, 0);
+	ck_assert_uint_eq(cfg->n_peers, 0);
+
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
+START_TEST(test_key_table)
+{
+	size_t n;
+	const struct config_key_info *keys = config_general_keys(&n);
+	ck_assert_uint_eq(n, 47);
+	size_t fixed = 0;
+	for (size_t i = 0; i < n; i++) {
+		for (size_t j = i + 1; j < n; j++)
+			ck_assert_str_ne(keys[i].name, keys[j].name);
+		if (!keys[i].reloadable) {
+			fixed++;
+			ck_assert(strcmp(keys[i].name, "listen_addr") == 0 || strcmp(keys[i].name, "listen_port") == 0 ||
+				  strcmp(keys[i].name, "unix_socket_dir") == 0 || strcmp(keys[i].name, "workers") == 0);
+		}
+	}
+	ck_assert_uint_eq(fixed, 4);
+
+	/* Every default, written out, loads and reads back as written. */
+	char text[8192] = "[general]\n";
+	for (size_t i = 0; i < n; i++) {
+		strcat(text, keys[i].name);
+		strcat(text, " = ");
+		strcat(text, keys[i].default_value);
+		strcat(text, "\n");
+	}
+	strcat(text, POOL);
+	struct config_problems pr;
+	struct config *cfg = load_clean(text, &pr);
+	struct config *defaults = load_clean(POOL, &pr);
+	for (size_t i = 0; i < n; i++) {
+		char a[256], b[256];
+		ck_assert(config_general_value(cfg, keys[i].name, a, sizeof(a)));
+		ck_assert(config_general_value(defaults, keys[i].name, b, sizeof(b)));
+		ck_assert_str_eq(a, keys[i].default_value);
+		ck_assert_str_eq(b, keys[i].default_value);
+	}
+	char small[4];
+	ck_assert(!config_general_value(cfg, "server_reset_query", small, sizeof(small)));
+	ck_assert_str_eq(small, "DIS");
+	ck_assert(!config_general_value(cfg, "no_such_key", small, sizeof(small)));
+	config_free(cfg);
+	config_free(defaults);
+	config_problems_free(&pr);
+}
+END_TEST
+
+START_TEST(test_general_values)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean(
+		"[general]\n"
+		"listen_addr = 127.0.0.1, ::1 ,localhost\n"
+		"listen_port = 7000\n"
+		"workers = 0\n"
+		"log_level = DEBUG\n"
+		"auth_type = md5\n"
+		"max_packet_size = 5\n"
+		"admin_password = s3cret\n"
+		"server_reset_query =\n"
+		"client_tls_sslmode = verify-full\n"
+		"client_tls_cert_file = /c.pem\n"
+		"client_tls_key_file = /k.pem\n"
+		"client_tls_ca_file = /ca.pem\n"
+		"server_tls_sslmode = disable\n"
+		POOL, &pr);
+	const struct config_general *g = &cfg->general;
+	ck_assert_uint_eq(g->n_listen_addr, 3);
+	ck_assert_str_eq(g->listen_addr[1], "::1");
+	ck_assert_str_eq(g->listen_addr[2], "localhost");
+	ck_assert_int_eq(g->listen_port, 7000);
+	ck_assert_int_eq(g->workers, 0);
+	ck_assert_int_eq(g->log_level, LOG_LEVEL_DEBUG);
+	ck_assert_int_eq(g->auth_type, AUTH_TYPE_MD5);
+	ck_assert(g->max_packet_size == 5);
+	ck_assert_str_eq(g->admin_password, "s3cret");
+	ck_assert_str_eq(g->server_reset_query, "");
+	ck_assert_int_eq(g->client_tls_sslmode, TLS_MODE_VERIFY_FULL);
+	ck_assert_int_eq(g->server_tls_sslmode, TLS_MODE_DISABLE);
+
+	char buf[128];
+	ck_assert(config_general_value(cfg, "listen_addr", buf, sizeof(buf)));
+	ck_assert_str_eq(buf, "127.0.0.1,::1,localhost");
+	ck_assert(config_general_value(cfg, "admin_password", buf, sizeof(buf)));
+	ck_assert_str_eq(buf, "********");  /* never shown */
+	ck_assert(config_general_value(cfg, "log_level", buf, sizeof(buf)));
+	ck_assert_str_eq(buf, "debug");
+	config_free(cfg);
+	config_problems_free(&pr);
+
+	cfg = load_clean("[general]\nlisten_addr = *\n" POOL, &pr);
+	ck_assert_str_eq(cfg->general.listen_addr[0], "*");
+	config_free(cfg);
+	/* No TCP listener is fine while there is a unix socket. */
+	cfg = load_clean("[general]\nlisten_addr =\n" POOL, &pr);
+	ck_assert_uint_eq(cfg->general.n_listen_addr, 0);
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
+static const char spec_sample[] =
+	"[general]\n"
+	"listen_addr = 0.0.0.0           ; comma list allowed; * = all\n"
+	"listen_port = 6432\n"
+	"pool_mode = transaction         ; transaction | session   (default for pools)\n"
+	"admin_username = pgcat\n"
+	"admin_password = ...            ; admin console (§7) login\n"
+	"auth_file =                     ; optional\n"
+	"peer_id = 2\n"
+	"\n"
+	"[pools.sharded_db]              ; clients connect with dbname=sharded_db\n"
+	"pool_mode = session             ; overrides [general]\n"
+	"default_role = replica\n"
+	"query_parser_enabled = false\n"
+	"primary_reads_enabled = off\n"
+	"load_balancing_mode = loc\n"
+	"sharding_function = murmur3\n"
+	"sharded_tables = users.id, public.orders.user_id\n"
+	"default_shard = all\n"
+	"max_replica_lag = 1048576\n"
+	"sticky_primary_after_write = 250\n"
+	"\n"
+	"[pools.sharded_db.shards.1]\n"
+	"database = shard1\n"
+	"servers = 127.0.0.1:5434:primary\n"
+	"\n"
+	"[pools.sharded_db.shards.0]\n"
+	"database = shard0               ; database name on the servers\n"
+	"servers = 127.0.0.1:5432:primary, 127.0.0.1:5433:replica   ; host:port:role\n"
+	"                                ; role: primary | replica | auto\n"
+	"\n"
+	"[pools.sharded_db.users.app]    ; client user name \"app\"\n"
+	"password = secret\n"
+	"server_username =               ; optional\n"
+	"server_password =\n"
+	"pool_size = 10\n"
+	"min_pool_size = 0\n"
+	"statement_timeout = 30000\n"
+	"pool_mode =                     ; optional override for this user\n"
+	"\n"
+	"[peers]\n"
+	"1 = pgcat-a.internal:6432\n"
+	"2 = pgcat-b.internal:6432\n";
+
+START_TEST(test_every_section)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean(spec_sample, &pr);
+	ck_assert_str_eq(cfg->general.admin_password, "...");
+	ck_assert_uint_eq(cfg->n_pools, 1);
+	const struct config_pool *pool = config_find_pool(cfg, "sharded_db");
+	ck_assert_ptr_nonnull(pool);
+	ck_assert_ptr_null(config_find_pool(cfg, "other"));
+	ck_assert_int_eq(pool->pool_mode, POOL_MODE_SESSION);
+	ck_assert_int_eq(pool->default_role, DEFAULT_ROLE_REPLICA);
+	ck_assert(!pool->query_parser_enabled);
+	ck_assert(!pool->primary_reads_enabled);
+	ck_assert_int_eq(pool->load_balancing_mode, LB_MODE_LOC);
+	ck_assert_int_eq(pool->sharding_function, SHARDING_MURMUR3);
+	ck_assert_uint_eq(pool->n_sharded_tables, 2);
+	ck_assert_str_eq(pool->sharded_tables[0], "users.id");
+	ck_assert_str_eq(pool->sharded_tables[1], "public.orders.user_id");
+	ck_assert_int_eq(pool->default_shard, CONFIG_DEFAULT_SHARD_ALL);
+	ck_assert(pool->max_replica_lag == 1048576);
+	ck_assert_int_eq(pool->sticky_primary_after_write, 250);
+
+	/* Shards come out sorted by index, whatever the file order. */
+	ck_assert_uint_eq(pool->n_shards, 2);
+	ck_assert_int_eq(pool->shards[0].index, 0);
+	ck_assert_str_eq(pool->shards[0].database, "shard0");
+	ck_assert_uint_eq(pool->shards[0].n_servers, 2);
+	ck_assert_str_eq(pool->shards[0].servers[0].host, "127.0.0.1");
+	ck_assert_int_eq(pool->shards[0].servers[0].port, 5432);
+	ck_assert_int_eq(pool->shards[0].servers[0].role, SERVER_ROLE_PRIMARY);
+	ck_assert_int_eq(pool->shards[0].servers[1].port, 5433);
+	ck_assert_int_eq(pool->shards[0].servers[1].role, SERVER_ROLE_REPLICA);
+	ck_assert_int_eq(pool->shards[1].index, 1);
+	ck_assert_str_eq(pool->shards[1].database, "shard1");
+
+	const struct config_user *u = config_find_user(pool, "app");
+	ck_assert_ptr_nonnull(u);
+	ck_assert_ptr_null(config_find_user(pool, "nobody"));
+	ck_assert_str_eq(u->password, "secret");
+	ck_assert_ptr_null(u->server_username);
+	ck_assert_ptr_null(u->server_password);
+	ck_assert_int_eq(u->pool_size, 10);
+	ck_assert_int_eq(u->min_pool_size, 0);
+	ck_assert_int_eq(u->statement_timeout, 30000);
+	ck_assert_int_eq(u->pool_mode, CONFIG_INHERIT);
+
+	ck_assert_uint_eq(cfg->n_peers, 2);
+	ck_assert_int_eq(cfg->peers[0].id, 1);
+	ck_assert_str_eq(cfg->peers[0].host, "pgcat-a.internal");
+	ck_assert_int_eq(cfg->peers[0].port, 6432);
+	ck_assert_int_eq(cfg->peers[1].id, 2);
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
+START_TEST(test_ipv6)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean(
+		"[general]\npeer_id = 1\n"
+		"[pools.db.shards.0]\n"
+		"servers = [::1]:5432:primary, [2001:db8::5]:6000:replica, db-1.example:5433:auto\n"
+		"[peers]\n7 = [fe80::1]:6432\n", &pr);
+	const struct config_shard *s = &cfg->pools[0].shards[0];
+	ck_assert_uint_eq(s->n_servers, 3);
+	ck_assert_str_eq(s->servers[0].host, "::1");
+	ck_assert_int_eq(s->servers[0].port, 5432);
+	ck_assert_int_eq(s->servers[0].role, SERVER_ROLE_PRIMARY);
+	ck_assert_str_eq(s->servers[1].host, "2001:db8::5");
+	ck_assert_int_eq(s->servers[1].port, 6000);
+	ck_assert_int_eq(s->servers[1].role, SERVER_ROLE_REPLICA);
+	ck_assert_str_eq(s->servers[2].host, "db-1.example");
+	ck_assert_int_eq(s->servers[2].role, SERVER_ROLE_AUTO);
+	ck_assert_str_eq(cfg->peers[0].host, "fe80::1");
+	ck_assert_int_eq(cfg->peers[0].id, 7);
+	config_free(cfg);
+	config_problems_free(&pr);
+
+	const char *pfx = "t.ini:3: [pools.db.shards.0] servers: ";
+	char text[256], start[256];
+	static const char *const bad[][2] = {
+		{ "::1:5432:primary", "an IPv6 address must be written in brackets" },
+		{ "[::1:5432:primary", "missing ']'" },
+		{ "[::zz]:5432:primary", "not an IPv6 address" },
+		{ "[::1]5432:primary", "expected host:port:role" },
+		{ "[127.0.0.1]:5432:primary", "not an IPv6 address" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(text, sizeof(text), "[pools.db]\n[pools.db.shards.0]\nservers = %s\n", bad[i][0]);
+		snprintf(start, sizeof(start), "%s\"%s\": %s", pfx, bad[i][0], bad[i][1]);
+		expect_error_at(text, 3, start);
+	}
+}
+END_TEST
+
+START_TEST(test_inheritance)
+{
+	struct config_problems pr;
+	/* [general] comes after the pools: inheritance is resolved at the end. */
+	struct config *cfg = load_clean(
+		"[pools.a]\n"
+		"[pools.a.shards.0]\nservers = h:1:primary\n"
+		"[pools.a.users.u1]\npool_mode =\n"
+		"[pools.a.users.u2]\npool_mode = transaction\npool_size = 3\nmin_pool_size = 1\n"
+		"[pools.b]\npool_mode = transaction\n"
+		"[pools.b.shards.0]\nservers = h:1:primary\n"
+		"[pools.b.users.u1]\n"
+		"[general]\npool_mode = session\ndefault_pool_size = 20\nmin_pool_size = 2\n", &pr);
+	const struct config_pool *a = config_find_pool(cfg, "a");
+	const struct config_pool *b = config_find_pool(cfg, "b");
+	ck_assert_int_eq(a->pool_mode, POOL_MODE_SESSION);
+	ck_assert_int_eq(b->pool_mode, POOL_MODE_TRANSACTION);
+
+	const struct config_user *u1 = config_find_user(a, "u1");
+	const struct config_user *u2 = config_find_user(a, "u2");
+	ck_assert_int_eq(u1->pool_mode, CONFIG_INHERIT);
+	ck_assert_int_eq(u1->pool_size, CONFIG_INHERIT);
+	ck_assert_int_eq(u1->min_pool_size, CONFIG_INHERIT);
+	ck_assert_int_eq(config_user_pool_mode(a, u1), POOL_MODE_SESSION);
+	ck_assert_int_eq(config_user_pool_size(cfg, a, u1), 20);
+	ck_assert_int_eq(config_user_min_pool_size(cfg, a, u1), 2);
+	ck_assert_int_eq(config_user_pool_mode(a, u2), POOL_MODE_TRANSACTION);
+	ck_assert_int_eq(config_user_pool_size(cfg, a, u2), 3);
+	ck_assert_int_eq(config_user_min_pool_size(cfg, a, u2), 1);
+	ck_assert_int_eq(config_user_pool_mode(b, config_find_user(b, "u1")), POOL_MODE_TRANSACTION);
+	/* Users from auth_file have no section. */
+	ck_assert_int_eq(config_user_pool_mode(a, NULL), POOL_MODE_SESSION);
+	ck_assert_int_eq(config_user_pool_size(cfg, a, NULL), 20);
+	ck_assert_int_eq(config_user_min_pool_size(cfg, a, NULL), 2);
+	/* A pool section may be implied by its shards. */
+	config_free(cfg);
+	cfg = load_clean("[pools.x.shards.0]\nservers = h:1:primary\n", &pr);
+	ck_assert_str_eq(cfg->pools[0].name, "x");
+	ck_assert_str_eq(cfg->pools[0].shards[0].database, "x");
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
+START_TEST(test_booleans)
+{
+	static const char *const yes[] = { "true", "on", "yes", "1", "TRUE", "On", "YES" };
+	static const char *const no[] = { "false", "off", "no", "0", "False", "OFF", "No" };
+	char text[256];
+	struct config_problems pr;
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		snprintf(text, sizeof(text), "[general]\nsyslog = %s\ntcp_keepalive = %s\n" POOL, yes[i], no[i]);
+		struct config *cfg = load_clean(text, &pr);
+		ck_assert(cfg->general.syslog);
+		ck_assert(!cfg->general.tcp_keepalive);
+		config_free(cfg);
+	}
+	config_problems_free(&pr);
+	static const char *const bad[] = { "maybe", "2", "", "y", "truee", "enabled" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char kv[64], start[200];
+		snprintf(kv, sizeof(kv), "syslog = %s", bad[i]);
+		snprintf(start, sizeof(start), "t.ini:2: [general] syslog: must be a boolean "
+			 "(true/false, on/off, yes/no, 1/0), got \"%s\"", bad[i]);
+		expect_general_error(kv, start);
+	}
+	expect_error_at("[pools.db]\nquery_parser_enabled = nope\n[pools.db.shards.0]\nservers = h:1:primary\n", 2,
+			"t.ini:2: [pools.db] query_parser_enabled: must be a boolean");
+}
+END_TEST
+
+START_TEST(test_message_format)
+{
+	expect_general_error("listen_port = abc",
+			     "t.ini:2: [general] listen_port: must be an integer between 1 and 65535, got \"abc\"");
+	struct config_problems pr;
+	struct config *cfg = load("[general]\n\n; comment\nlisten_port = abc\n" POOL, &pr);
+	ck_assert_ptr_null(cfg);
+	ck_assert_uint_eq(pr.n, 1);
+	ck_assert_int_eq(pr.items[0].kind, CONFIG_PROBLEM_ERROR);
+	ck_assert_int_eq(pr.items[0].line, 4);
+	ck_assert_str_eq(pr.items[0].message,
+			 "t.ini:4: [general] listen_port: must be an integer between 1 and 65535, got \"abc\"");
+	config_problems_free(&pr);
+	/* Long values are shortened in messages. */
+	char kv[300], start[200];
+	memset(start, 0, sizeof(start));
+	snprintf(kv, sizeof(kv), "log_level = %0150d", 0);
+	snprintf(start, sizeof(start), "t.ini:2: [general] log_level: must be one of error | warning | info | "
+		 "debug | trace, got \"%060d...\"", 0);
+	expect_general_error(kv, start);
+}
+END_TEST
+
+START_TEST(test_out_of_range)
+{
+	static const char *const cases[][2] = {
+		{ "listen_port = 0", "listen_port: must be an integer between 1 and 65535, got \"0\"" },
+		{ "listen_port = 65536", "listen_port: must be an integer between 1 and 65535" },
+		{ "listen_port = 64 32", "listen_port: must be an integer" },
+		{ "workers = -1", "workers: must be an integer between 0 and 1024" },
+		{ "max_client_conn = 0", "max_client_conn: must be an integer between 1 and 1000000" },
+		{ "default_pool_size = 0", "default_pool_size: must be an integer between 1 and 10000" },
+		{ "min_pool_size = -1", "min_pool_size: must be an integer between 0 and 10000" },
+		{ "connect_timeout = 0", "connect_timeout: must be an integer between 1 and 2147483647" },
+		{ "query_wait_timeout = 1.5", "query_wait_timeout: must be an integer between 0 and 2147483647" },
+		{ "idle_timeout = -5", "idle_timeout: must be an integer between 0" },
+		{ "server_lifetime = 2147483648", "server_lifetime: must be an integer between 0 and 2147483647" },
+		{ "healthcheck_timeout = 0", "healthcheck_timeout: must be an integer between 1" },
+		{ "ban_time = 86401", "ban_time: must be an integer between 0 and 86400" },
+		{ "max_packet_size = 4", "max_packet_size: must be an integer between 5 and 2147483647" },
+		{ "max_packet_size = 2147483648", "max_packet_size: must be an integer between 5 and 2147483647" },
+		{ "max_packet_size = 99999999999999999999999", "max_packet_size: must be an integer" },
+		{ "prepared_statements_cache_size = 0", "prepared_statements_cache_size: must be an integer between 1" },
+		{ "prometheus_port = 70000", "prometheus_port: must be an integer between 0 and 65535" },
+		{ "peer_id = 16384", "peer_id: must be an integer between 0 and 16383" },
+		{ "stats_period = 0", "stats_period: must be an integer between 1 and 86400" },
+		{ "autoreload = x", "autoreload: must be an integer" },
+		{ "pool_mode = statement", "pool_mode: must be one of session | transaction, got \"statement\"" },
+		{ "log_level = verbose", "log_level: must be one of error | warning | info | debug | trace" },
+		{ "auth_type = password", "auth_type: must be one of scram-sha-256 | md5 | trust" },
+		{ "client_tls_sslmode = on", "client_tls_sslmode: must be one of disable | allow | prefer | require | "
+					     "verify-ca | verify-full" },
+		{ "server_tls_sslmode = allow", "server_tls_sslmode: must be one of disable | prefer | require | "
+						"verify-ca | verify-full, got \"allow\"" },
+		{ "admin_username =", "admin_username: must not be empty" },
+		{ "listen_addr = 127.0.0.1, not an addr", "listen_addr: \"not an addr\": not an IP address" },
+		{ "listen_addr = 127.0.0.256", "listen_addr: \"127.0.0.256\": not an IP address" },
+		{ "unix_socket_dir = /tmp/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+		  "unix_socket_dir: must be at most 92 characters" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char start[300];
+		snprintf(start, sizeof(start), "t.ini:2: [general] %s", cases[i][1]);
+		expect_general_error(cases[i][0], start);
+	}
+	/* The edges themselves are fine. */
+	struct config_problems pr;
+	struct config *cfg = load_clean("[general]\nlisten_port = 65535\nworkers = 1024\nmax_packet_size = 2147483647\n"
+					"peer_id = 16383\nconnect_timeout = 2147483647\nban_time = 0\n" POOL, &pr);
+	ck_assert_int_eq(cfg->general.connect_timeout, 2147483647);
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
+START_TEST(test_pool_values)
+{
+	static const char *const cases[][2] = {
+		{ "pool_mode = tx", "pool_mode: must be one of session | transaction" },
+		{ "default_role = master", "default_role: must be one of any | primary | replica" },
+		{ "load_balancing_mode = round_robin", "load_balancing_mode: must be one of random | loc" },
+		{ "sharding_function = md5", "sharding_function: must be one of pg_bigint_hash | pg_text_hash | "
+					     "pg_uuid_hash | sha1 | murmur3" },
+		{ "sharded_tables = users", "sharded_tables: \"users\": must be table.column or schema.table.column" },
+		{ "sharded_tables = a.b.c.d", "sharded_tables: \"a.b.c.d\": must be table.column" },
+		{ "sharded_tables = a..b", "sharded_tables: \"a..b\": must be table.column" },
+		{ "default_shard = none", "default_shard: must be a shard number or \"all\", got \"none\"" },
+		{ "default_shard = -1", "default_shard: must be a shard number or \"all\"" },
+		{ "default_shard = 1", "default_shard: must be \"all\" or a shard number below 1, got 1" },
+		{ "max_replica_lag = -1", "max_replica_lag: must be an integer between 0 and 9223372036854775807" },
+		{ "sticky_primary_after_write = x", "sticky_primary_after_write: must be an integer" },
+		{ "servers = h:1:primary", "servers: unknown key" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char text[300], start[300];
+		snprintf(text, sizeof(text), "[pools.p]\n%s\n[pools.p.shards.0]\nservers = h:1:primary\n", cases[i][0]);
+		snprintf(start, sizeof(start), "t.ini:2: [pools.p] %s", cases[i][1]);
+		if (strstr(cases[i][1], "unknown key") != NULL) {
+			struct config_problems pr;
+			struct config *cfg = load(text, &pr);
+			ck_assert_ptr_nonnull(cfg);
+			ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_UNKNOWN, start));
+			config_free(cfg);
+			config_problems_free(&pr);
+		} else {
+			expect_error_at(text, 2, start);
+		}
+	}
+}
+END_TEST
+
+START_TEST(test_duplicates)
+{
+	expect_error_at("[general]\nworkers = 2\nlisten_port = 1\nworkers = 2\n" POOL, 4,
+			"t.ini:4: [general] workers: duplicate key (first set on line 2)");
+	expect_error_at("[pools.p]\ndefault_role = any\n[pools.p.shards.0]\nservers = h:1:primary\n"
+			"[pools.p]\ndefault_role = replica\n", 6,
+			"t.ini:6: [pools.p] default_role: duplicate key (first set on line 2)");
+	expect_error_at("[pools.p.shards.0]\nservers = h:1:primary\nservers = h:2:primary\n", 3,
+			"t.ini:3: [pools.p.shards.0] servers: duplicate key (first set on line 2)");
+	expect_error_at(POOL "[pools.db.users.u]\npassword = a\npassword = b\n", 6,
+			"t.ini:6: [pools.db.users.u] password: duplicate key (first set on line 5)");
+	expect_error_at(POOL "[pools.db.shards.0]\nservers = h:2:replica\n", 5,
+			"t.ini:5: [pools.db.shards.0] servers: duplicate key (first set on line 3)");
+	expect_error_at("[pools.db.shards.0]\nservers = h:1:primary, h:2:replica, h:2:replica\n", 2,
+			"t.ini:2: [pools.db.shards.0] servers: \"h:2:replica\": this server is listed twice");
+}
+END_TEST
+
+START_TEST(test_unknown)
+{
+	struct config_problems pr;
+	struct config *cfg = load("[general]\nlisten_port = 7000\nbogus_key = 1\n"
+				  "[pools.db]\nlisten_port = 1\n"
+				  "[pools.db.shards.0]\nservers = h:1:primary\nhost = x\n"
+				  "[pools.db.users.u]\nPassword = x\n"
+				  "[pgbouncer]\nlisten_port = 99999\nanything = at all\n"
+				  "[pools.db.replicas.0]\nx = 1\n", &pr);
+	char buf[4096];
+	dump(&pr, buf, sizeof(buf));
+	/* Unknown keys and sections do not reject the file. */
+	ck_assert_msg(cfg != NULL, "%s", buf);
+	ck_assert_int_eq(cfg->general.listen_port, 7000);
+	ck_assert_msg(count(&pr, CONFIG_PROBLEM_UNKNOWN) == 6 && pr.n == 6, "%s", buf);
+	ck_assert_int_eq(find(&pr, CONFIG_PROBLEM_UNKNOWN, "t.ini:3: [general] bogus_key: unknown key")->line, 3);
+	ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_UNKNOWN, "t.ini:5: [pools.db] listen_port: unknown key"));
+	ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_UNKNOWN, "t.ini:8: [pools.db.shards.0] host: unknown key"));
+	ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_UNKNOWN,
+				   "t.ini:10: [pools.db.users.u] Password: unknown key (did you mean password?)"));
+	/* One line for an unknown section; its keys are not checked. */
+	ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_UNKNOWN, "t.ini:11: [pgbouncer]: unknown section"));
+	ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_UNKNOWN, "t.ini:14: [pools.db.replicas.0]: unknown section"));
+	config_free(cfg);
+	config_problems_free(&pr);
+
+	cfg = load("listen_port = 7000\n" POOL, &pr);
+	ck_assert_ptr_nonnull(cfg);
+	ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_UNKNOWN, "t.ini:1: listen_port: key outside any section"));
+	ck_assert_int_eq(cfg->general.listen_port, 6432);
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
+START_TEST(test_syntax)
+{
+	expect_error_at("[general]\nlisten_port 6432\n" POOL, 2,
+			"t.ini:2: expected \"key = value\", a [section] or a comment, got \"listen_port 6432\"");
+	expect_error_at("[general\nlisten_port = 1\n" POOL, 1, "t.ini:1: section header \"[general\" has no closing ']'");
+	expect_error_at("[general] x\n" POOL, 1, "t.ini:1: [general]: unexpected text after ']'");
+	expect_error_at("[general]\n= 5\n" POOL, 2, "t.ini:2: [general]: missing key name before '='");
+	expect_error_at("[pools.]\n" POOL, 1, "t.ini:1: [pools.]: empty pool name");
+	expect_error_at("[pools.db.shards.x]\n" POOL, 1,
+			"t.ini:1: [pools.db.shards.x]: shard number must be an integer between 0 and 65535");
+	expect_error_at("[pools.db.shards.-1]\n" POOL, 1, "t.ini:1: [pools.db.shards.-1]: shard number must be");
+	expect_error_at("[pools.db.users.]\n" POOL, 1, "t.ini:1: [pools.db.users.]: empty user name");
+	char longname[200] = "[pools.";
+	memset(longname + strlen(longname), 'a', 64);
+	strcat(longname, "]\n" POOL);
+	expect_error_at(longname, 1, "t.ini:1: [pools.aaaa");
+	ck_assert_int_eq(1, 1);
+
+	/* inih would split a long line in two; it is refused instead. */
+	char text[600] = "[general]\nserver_reset_query = ";
+	memset(text + strlen(text), 'x', 300);
+	strcat(text, "\n" POOL);
+	expect_error_at(text, 2, "t.ini:2: line is longer than 197 characters");
+
+	/* An indented line continues the previous key, which only lists may do. */
+	expect_error_at("[general]\nlisten_port = 6432\n  workers = 2\n" POOL, 3,
+			"t.ini:3: [general] listen_port: this indented line continues the value of listen_port, "
+			"but only lists");
+	expect_error_at("[general]\nlisten_addr = 127.0.0.1\n  workers = 2\n" POOL, 3,
+			"t.ini:3: [general] listen_addr: this indented line continues the list listen_addr but "
+			"looks like a new key");
+	/* ... but an indented first key after a header is just a key. */
+	struct config_problems pr;
+	struct config *cfg = load_clean("[general]\n  listen_port = 7000\n\n[pools.db]\n    default_role = primary\n"
+					"[pools.db.shards.0]\n  servers = h:1:primary\n", &pr);
+	ck_assert_int_eq(cfg->general.listen_port, 7000);
+	ck_assert_int_eq(cfg->pools[0].default_role, DEFAULT_ROLE_PRIMARY);
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
+START_TEST(test_continuation_lists)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean(
+		"[general]\n"
+		"listen_addr = 127.0.0.1,\n"
+		"   ::1   ; loopback v6\n"
+		"\n"
+		"   ; a comment between\n"
+		"   10.0.0.1\n"
+		"[pools.db]\n"
+		"sharded_tables = a.b,\n"
+		"  s.c.d\n"
+		"[pools.db.shards.0]\n"
+		"servers =\n"
+		"    127.0.0.1:5432:primary,\n"
+		"    [::1]:5433:replica\n", &pr);
+	ck_assert_uint_eq(cfg->general.n_listen_addr, 3);
+	ck_assert_str_eq(cfg->general.listen_addr[1], "::1");
+	ck_assert_str_eq(cfg->general.listen_addr[2], "10.0.0.1");
+	ck_assert_uint_eq(cfg->pools[0].n_sharded_tables, 2);
+	ck_assert_str_eq(cfg->pools[0].sharded_tables[1], "s.c.d");
+	ck_assert_uint_eq(cfg->pools[0].shards[0].n_servers, 2);
+	ck_assert_str_eq(cfg->pools[0].shards[0].servers[1].host, "::1");
+	config_free(cfg);
+	config_problems_free(&pr);
+	/* A bad entry on a continuation line is reported on that line. */
+	expect_error_at("[pools.db.shards.0]\nservers = h:1:primary,\n  h:2:leader\n", 3,
+			"t.ini:3: [pools.db.shards.0] servers: \"h:2:leader\": role must be primary | replica | auto");
+}
+END_TEST
+
+START_TEST(test_pool_structure)
+{
+	expect_error_at("[general]\n[pools.lonely]\ndefault_role = any\n", 2,
+			"t.ini:2: [pools.lonely]: pool has no shards");
+	expect_error_at("[pools.p]\n[pools.p.shards.0]\nservers = h:1:primary\n[pools.p.shards.2]\nservers = h:2:primary\n",
+			1, "t.ini:1: [pools.p]: shard 1 is missing: shards must be numbered 0 to 1 without gaps, "
+			   "but [pools.p.shards.2] is on line 4");
+	expect_error_at("[pools.p.shards.1]\nservers = h:1:primary\n", 1,
+			"t.ini:1: [pools.p]: shard 0 is missing");
+	expect_error_at("[pools.p]\n[pools.p.shards.0]\ndatabase = d\n", 2,
+			"t.ini:2: [pools.p.shards.0]: shard has no servers");
+	expect_error_at("[pools.p]\n[pools.p.shards.0]\nservers =\n", 3,
+			"t.ini:3: [pools.p.shards.0] servers: must list at least one server");
+	expect_error_at("[pools.p]\n[pools.p.shards.0]\nservers = h:1\n", 3,
+			"t.ini:3: [pools.p.shards.0] servers: \"h:1\": expected host:port:role");
+	expect_error_at("[pools.p]\n[pools.p.shards.0]\nservers = h:0:primary\n", 3,
+			"t.ini:3: [pools.p.shards.0] servers: \"h:0:primary\": port must be an integer between 1 and 65535");
+	expect_error_at("[pools.p]\n[pools.p.shards.0]\nservers = h!x:1:primary\n", 3,
+			"t.ini:3: [pools.p.shards.0] servers: \"h!x:1:primary\": \"h!x\" is not a host name");
+	expect_error_at("[pools.p]\n[pools.p.shards.0]\nservers = a:1:primary, b:1:primary\n", 3,
+			"t.ini:3: [pools.p.shards.0] servers: a shard has at most one primary, got 2");
+	expect_error_at("[pools.p]\n[pools.p.shards.0]\ndatabase =\nservers = h:1:primary\n", 3,
+			"t.ini:3: [pools.p.shards.0] database: must not be empty");
+
+	/* A shard with only replicas and auto servers is fine; the order in the file does not matter. */
+	struct config_problems pr;
+	struct config *cfg = load_clean("[pools.p.shards.2]\nservers = c:1:replica\n[pools.p.shards.0]\n"
+					"servers = a:1:auto, a:2:auto\n[pools.p.shards.1]\nservers = b:1:primary\n"
+					"[pools.p]\ndefault_shard = 2\n", &pr);
+	const struct config_pool *pool = &cfg->pools[0];
+	ck_assert_uint_eq(pool->n_shards, 3);
+	static const char *const hosts[] = { "a", "b", "c" };
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(pool->shards[i].index, i);
+		ck_assert_str_eq(pool->shards[i].servers[0].host, hosts[i]);
+	}
+	ck_assert_int_eq(pool->default_shard, 2);
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
+START_TEST(test_users)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean(
+		POOL
+		"[pools.db.users.plain]\npassword = pa ss;word\nserver_username = srv\nserver_password = x\n"
+		"[pools.db.users.md5]\npassword = md5e10adc3949ba59abbe56e057f20f883e\n"
+		"[pools.db.users.scram]\npassword = SCRAM-SHA-256$4096:c2FsdA==$c3RvcmVk:c2VydmVy\n"
+		"[pools.db.users.first.last]\npool_size = 1\n", &pr);
+	const struct config_pool *pool = &cfg->pools[0];
+	ck_assert_uint_eq(pool->n_users, 4);
+	ck_assert_str_eq(config_find_user(pool, "plain")->password, "pa ss;word");
+	ck_assert_str_eq(config_find_user(pool, "plain")->server_username, "srv");
+	ck_assert_str_eq(config_find_user(pool, "plain")->server_password, "x");
+	ck_assert_str_eq(config_find_user(pool, "md5")->password, "md5e10adc3949ba59abbe56e057f20f883e");
+	ck_assert_ptr_nonnull(config_find_user(pool, "scram"));
+	ck_assert_ptr_null(config_find_user(pool, "first.last")->password);
+	ck_assert_int_eq(config_find_user(pool, "first.last")->pool_size, 1);
+	config_free(cfg);
+
+	/* A malformed secret is refused, and never echoed. */
+	cfg = load(POOL "[pools.db.users.u]\npassword = SCRAM-SHA-256$4096:salt\n", &pr);
+	ck_assert_ptr_null(cfg);
+	ck_assert_uint_eq(pr.n, 1);
+	ck_assert_ptr_nonnull(strstr(pr.items[0].message, "t.ini:5: [pools.db.users.u] password: looks like a SCRAM secret"));
+	ck_assert_ptr_null(strstr(pr.items[0].message, "4096"));
+	config_problems_free(&pr);
+
+	expect_error_at(POOL "[pools.db.users.u]\npool_size = 0\n", 5,
+			"t.ini:5: [pools.db.users.u] pool_size: must be empty (inherit) or an integer between 1 and 10000");
+	expect_error_at(POOL "[pools.db.users.u]\nmin_pool_size = -1\n", 5,
+			"t.ini:5: [pools.db.users.u] min_pool_size: must be empty (inherit) or an integer between 0");
+	expect_error_at(POOL "[pools.db.users.u]\nstatement_timeout = -1\n", 5,
+			"t.ini:5: [pools.db.users.u] statement_timeout: must be an integer between 0 and 2147483647");
+	expect_error_at(POOL "[pools.db.users.u]\npool_mode = statement\n", 5,
+			"t.ini:5: [pools.db.users.u] pool_mode: must be empty (inherit) or one of session | transaction");
+	expect_error_at(POOL "[pools.db.users.u]\npool_size = 2\nmin_pool_size = 3\n", 6,
+			"t.ini:6: [pools.db.users.u] min_pool_size: the minimum pool size (3) exceeds the pool size (2)");
+	expect_error_at("[general]\nmin_pool_size = 5\n" POOL "[pools.db.users.u]\npool_size = 2\n", 7,
+			"t.ini:7: [pools.db.users.u] pool_size: the minimum pool size (5) exceeds the pool size (2)");
+}
+END_TEST
+
+START_TEST(test_peers)
+{
+	expect_error_at("[general]\npeer_id = 1\n" POOL "[peers]\n0 = a:1\n", 7,
+			"t.ini:7: [peers] 0: peer id must be an integer between 1 and 16383");
+	expect_error_at("[general]\npeer_id = 1\n" POOL "[peers]\n1 = a:1\n01 = b:1\n", 8,
+			"t.ini:8: [peers] 01: duplicate peer id (first set on line 7)");
+	expect_error_at("[general]\npeer_id = 1\n" POOL "[peers]\n1 = a\n", 7,
+			"t.ini:7: [peers] 1: expected host:port, got \"a\"");
+	expect_error_at("[general]\npeer_id = 1\n" POOL "[peers]\n1 = a:1\n  b:2\n", 8,
+			"t.ini:8: [peers] 1: this indented line continues the value of 1");
+
+	struct config_problems pr;
+	struct config *cfg = load(POOL "[peers]\n1 = a:1\n", &pr);
+	ck_assert_ptr_nonnull(cfg);
+	ck_assert_uint_eq(pr.n, 1);
+	ck_assert_int_eq(pr.items[0].kind, CONFIG_PROBLEM_WARNING);
+	ck_assert_str_eq(pr.items[0].message, "t.ini:4: [peers]: ignored while [general] peer_id is 0");
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
+START_TEST(test_cross_checks)
+{
+	expect_error_at("[general]\nmin_pool_size = 11\n" POOL, 2,
+			"t.ini:2: [general] min_pool_size: must not exceed default_pool_size (10), got 11");
+	expect_error_at("[general]\nlisten_addr =\nunix_socket_dir =\n" POOL, 2,
+			"t.ini:2: [general] listen_addr: is empty and so is unix_socket_dir");
+	expect_error_at("[general]\nprometheus_port = 6432\n" POOL, 2,
+			"t.ini:2: [general] prometheus_port: must differ from listen_port (6432)");
+	expect_error_at("[general]\nclient_tls_sslmode = require\nclient_tls_cert_file = /c\n" POOL, 2,
+			"t.ini:2: [general] client_tls_sslmode: \"require\" needs client_tls_cert_file and client_tls_key_file");
+	expect_error_at("[general]\nclient_tls_sslmode = verify-ca\nclient_tls_cert_file = /c\n"
+			"client_tls_key_file = /k\n" POOL, 2,
+			"t.ini:2: [general] client_tls_sslmode: \"verify-ca\" needs client_tls_ca_file");
+
+	struct config_problems pr;
+	struct config *cfg = load("[general]\n", &pr);
+	ck_assert_ptr_nonnull(cfg);
+	ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_WARNING, "t.ini: no [pools.NAME] section"));
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
+START_TEST(test_file_format)
+{
+	/* BOM, CRLF, '#' and ';' comments, inline comments, "key: value". */
+	struct config_problems pr;
+	struct config *cfg = load_clean("\xEF\xBB\xBF# hash comment\r\n[general]\r\n; semicolon comment\r\n"
+					"listen_port: 7001 ; inline\r\nserver_reset_query = DISCARD ALL;\r\n"
+					"[pools.db]\r\n[pools.db.shards.0]\r\nservers = h:1:primary", &pr);
+	ck_assert_int_eq(cfg->general.listen_port, 7001);
+	/* A ';' not preceded by white space is part of the value. */
+	ck_assert_str_eq(cfg->general.server_reset_query, "DISCARD ALL;");
+	ck_assert_str_eq(cfg->pools[0].shards[0].servers[0].host, "h");
+	config_free(cfg);
+	/* An empty file: defaults, and a warning that there is no pool. */
+	cfg = load("", &pr);
+	ck_assert_ptr_nonnull(cfg);
+	ck_assert_uint_eq(count(&pr, CONFIG_PROBLEM_WARNING), 1);
+	config_free(cfg);
+	/* problems may be NULL. */
+	cfg = config_load_string(POOL, "t.ini", NULL);
+	ck_assert_ptr_nonnull(cfg);
+	config_free(cfg);
+	ck_assert_ptr_null(config_load_string("[general]\nworkers = x\n", "t.ini", NULL));
+	config_problems_free(&pr);
+	config_free(NULL);
+}
+END_TEST
+
+START_TEST(test_many_errors)
+{
+	struct config_problems pr;
+	struct config *cfg = load("[general]\nlisten_port = x\nworkers = y\nnope = 1\n"
+				  "[pools.a]\ndefault_role = z\n", &pr);
+	ck_assert_ptr_null(cfg);
+	char buf[4096];
+	dump(&pr, buf, sizeof(buf));
+	ck_assert_msg(pr.n == 5, "%s", buf);
+	ck_assert_int_eq(pr.items[0].line, 2);
+	ck_assert_int_eq(pr.items[1].line, 3);
+	ck_assert_int_eq(pr.items[2].line, 4);
+	ck_assert_int_eq(pr.items[2].kind, CONFIG_PROBLEM_UNKNOWN);
+	ck_assert_int_eq(pr.items[3].line, 6);
+	ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_ERROR, "t.ini:5: [pools.a]: pool has no shards"));
+	ck_assert(config_problems_has(&pr, CONFIG_PROBLEM_ERROR));
+	ck_assert(config_problems_has(&pr, CONFIG_PROBLEM_UNKNOWN));
+	ck_assert(!config_problems_has(&pr, CONFIG_PROBLEM_WARNING));
+	config_problems_free(&pr);
+	ck_assert_uint_eq(pr.n, 0);
+	ck_assert(!config_problems_has(&pr, CONFIG_PROBLEM_ERROR));
+}
+END_TEST
+
+static char *write_temp(const char *text, size_t len)
+{
+	char *path = strdup("/tmp/pgcat-check-config-XXXXXX");
+	ck_assert_ptr_nonnull(path);
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, text, len), (ssize_t)len);
+	close(fd);
+	return path;
+}
+
+START_TEST(test_load_file)
+{
+	static const char good[] = "[general]\nlisten_addr = 127.0.0.1\nlisten_port = 6433\n" POOL;
+	char *path = write_temp(good, strlen(good));
+	struct config_problems pr;
+	struct config *cfg = config_load(path, &pr);
+	ck_assert_ptr_nonnull(cfg);
+	ck_assert_uint_eq(pr.n, 0);
+	ck_assert_str_eq(cfg->path, path);
+	ck_assert_int_eq(cfg->general.listen_port, 6433);
+	config_free(cfg);
+	unlink(path);
+	free(path);
+
+	static const char bad[] = "[general]\n\nlisten_port = 0\n" POOL;
+	path = write_temp(bad, strlen(bad));
+	ck_assert_ptr_null(config_load(path, &pr));
+	ck_assert_uint_eq(pr.n, 1);
+	ck_assert_int_eq(pr.items[0].line, 3);
+	char want[256];
+	snprintf(want, sizeof(want), "%s:3: [general] listen_port: must be an integer between 1 and 65535, got \"0\"", path);
+	ck_assert_str_eq(pr.items[0].message, want);
+	config_problems_free(&pr);
+	unlink(path);
+
+	/* Missing file: one error, no line. */
+	ck_assert_ptr_null(config_load(path, &pr));
+	ck_assert_uint_eq(pr.n, 1);
+	ck_assert_int_eq(pr.items[0].line, 0);
+	snprintf(want, sizeof(want), "%s: cannot open: No such file or directory", path);
+	ck_assert_str_eq(pr.items[0].message, want);
+	config_problems_free(&pr);
+	free(path);
+
+	static const char nul[] = "[general]\nlisten_port = 1\0\n";
+	path = write_temp(nul, sizeof(nul) - 1);
+	ck_assert_ptr_null(config_load(path, &pr));
+	ck_assert_uint_eq(pr.n, 1);
+	ck_assert_int_eq(pr.items[0].line, 2);
+	ck_assert_ptr_nonnull(strstr(pr.items[0].message, ":2: the file contains a NUL byte"));
+	config_problems_free(&pr);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+START_TEST(test_names)
+{
+	ck_assert_str_eq(config_pool_mode_name(POOL_MODE_SESSION), "session");
+	ck_assert_str_eq(config_pool_mode_name(POOL_MODE_TRANSACTION), "transaction");
+	ck_assert_str_eq(config_pool_mode_name((enum pool_mode)7), "unknown");
+	ck_assert_str_eq(config_log_level_name(LOG_LEVEL_ERROR), "error");
+	ck_assert_str_eq(config_log_level_name(LOG_LEVEL_WARNING), "warning");
+	ck_assert_str_eq(config_log_level_name(LOG_LEVEL_TRACE), "trace");
+	ck_assert_str_eq(config_server_role_name(SERVER_ROLE_PRIMARY), "primary");
+	ck_assert_str_eq(config_server_role_name(SERVER_ROLE_REPLICA), "replica");
+	ck_assert_str_eq(config_server_role_name(SERVER_ROLE_AUTO), "auto");
+}
+END_TEST
 
 Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
+	TCase *tc = tcase_create("config");
+	tcase_add_test(tc, test_defaults);
+	tcase_add_test(tc, test_key_table);
+	tcase_add_test(tc, test_general_values);
+	tcase_add_test(tc, test_every_section);
+	tcase_add_test(tc, test_ipv6);
+	tcase_add_test(tc, test_inheritance);
+	tcase_add_test(tc, test_booleans);
+	tcase_add_test(tc, test_message_format);
+	tcase_add_test(tc, test_out_of_range);
+	tcase_add_test(tc, test_pool_values);
+	tcase_add_test(tc, test_duplicates);
+	tcase_add_test(tc, test_unknown);
+	tcase_add_test(tc, test_syntax);
+	tcase_add_test(tc, test_continuation_lists);
+	tcase_add_test(tc, test_pool_structure);
+	tcase_add_test(tc, test_users);
+	tcase_add_test(tc, test_peers);
+	tcase_add_test(tc, test_cross_checks);
+	tcase_add_test(tc, test_file_format);
+	tcase_add_test(tc, test_many_errors);
+	tcase_add_test(tc, test_load_file);
+	tcase_add_test(tc, test_names);
+	suite_add_tcase(s, tc);
 	return s;
 }
