@@ -1,8 +1,262 @@
 /* SPDX-License-Identifier: MIT */
+/* Unit tests: message framing, startup packets, error parsing, pktbuf, params. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "check_suites.h"
+#include "params.h"
+#include "pktbuf.h"
+#include "proto.h"
+
+static size_t make_header(uint8_t *b, uint8_t type, uint32_t len)
+{
+	b[0] = type;
+	proto_put_u32(b + 1, len);
+	return 5;
+}
+
+START_TEST(frame_needs_five_bytes)
+{
+	uint8_t b[5];
+	make_header(b, 'Q', 10);
+	struct proto_frame f;
+	for (size_t n = 0; n < 5; n++)
+		ck_assert_int_eq(proto_frame_header(b, n, 1000, &f), PROTO_FRAME_NEED_MORE);
+	ck_assert_int_eq(proto_frame_header(b, 5, 1000, &f), PROTO_FRAME_OK);
+	ck_assert_int_eq(f.type, 'Q');
+	ck_assert_uint_eq(f.len, 10);
+}
+END_TEST
+
+START_TEST(frame_length_edges)
+{
+	uint8_t b[5];
+	struct proto_frame f;
+	uint32_t lens[] = { 0, 1, 2, 3 };
+	for (size_t i = 0; i < 4; i++) {
+		make_header(b, 'S', lens[i]);
+		ck_assert_int_eq(proto_frame_header(b, 5, 1000, &f), PROTO_FRAME_BAD_LENGTH);
+	}
+	make_header(b, 'S', 4);
+	ck_assert_int_eq(proto_frame_header(b, 5, 1000, &f), PROTO_FRAME_OK);
+	make_header(b, 'Q', 1000);
+	ck_assert_int_eq(proto_frame_header(b, 5, 1000, &f), PROTO_FRAME_OK);
+	make_header(b, 'Q', 1001);
+	ck_assert_int_eq(proto_frame_header(b, 5, 1000, &f), PROTO_FRAME_TOO_LONG);
+	make_header(b, 'Q', 0xffffffffu);
+	ck_assert_int_eq(proto_frame_header(b, 5, 0x7fffffffu, &f), PROTO_FRAME_TOO_LONG);
+	make_header(b, 'Q', 0x80000000u);
+	ck_assert_int_eq(proto_frame_header(b, 5, 0x7fffffffu, &f), PROTO_FRAME_TOO_LONG);
+}
+END_TEST
+
+static size_t build_startup(uint8_t *buf, size_t cap, uint32_t version, const char *const *kv, size_t n)
+{
+	struct pktbuf pb;
+	pktbuf_init(&pb, buf, cap);
+	pktbuf_begin(&pb, 0);
+	pktbuf_put_u32(&pb, version);
+	for (size_t i = 0; i < n; i++)
+		pktbuf_put_cstring(&pb, kv[i]);
+	pktbuf_put_u8(&pb, 0);
+	pktbuf_end(&pb);
+	ck_assert(!pb.failed);
+	return pb.len;
+}
+
+START_TEST(startup_normal)
+{
+	uint8_t buf[256];
+	const char *kv[] = { "user", "app", "database", "db", "application_name", "x" };
+	size_t len = build_startup(buf, sizeof buf, PG_PROTOCOL_3_0, kv, 6);
+	struct proto_startup st;
+	ck_assert_int_eq(proto_parse_startup(buf, len, &st), PROTO_STARTUP_RESULT_OK);
+	ck_assert_int_eq(st.kind, PROTO_STARTUP_NORMAL);
+	ck_assert_uint_eq(st.n_params, 3);
+	ck_assert_str_eq(st.params[0].name, "user");
+	ck_assert_str_eq(st.params[0].value, "app");
+	ck_assert_str_eq(st.params[2].value, "x");
+	/* every shorter prefix needs more */
+	for (size_t n = 0; n < len; n++)
+		ck_assert_int_eq(proto_parse_startup(buf, n, &st), PROTO_STARTUP_RESULT_NEED_MORE);
+}
+END_TEST
+
+START_TEST(startup_bad)
+{
+	uint8_t buf[256];
+	struct proto_startup st;
+	const char *kv[] = { "user", "app" };
+	size_t len = build_startup(buf, sizeof buf, PG_PROTOCOL_3_0 + 1, kv, 2);
+	ck_assert_int_eq(proto_parse_startup(buf, len, &st), PROTO_STARTUP_RESULT_BAD_VERSION);
+	len = build_startup(buf, sizeof buf, 2u << 16, kv, 2);
+	ck_assert_int_eq(proto_parse_startup(buf, len, &st), PROTO_STARTUP_RESULT_BAD_VERSION);
+	/* length field < 8 and > 10000 */
+	proto_put_u32(buf, 7);
+	ck_assert_int_eq(proto_parse_startup(buf, 8, &st), PROTO_STARTUP_RESULT_BAD_LENGTH);
+	proto_put_u32(buf, PROTO_STARTUP_MAX + 1);
+	ck_assert_int_eq(proto_parse_startup(buf, 8, &st), PROTO_STARTUP_RESULT_BAD_LENGTH);
+	/* value without its terminator */
+	len = build_startup(buf, sizeof buf, PG_PROTOCOL_3_0, kv, 2);
+	buf[len - 2] = 'x';
+	ck_assert_int_eq(proto_parse_startup(buf, len, &st), PROTO_STARTUP_RESULT_MALFORMED);
+	/* name without a value */
+	const char *odd[] = { "user" };
+	len = build_startup(buf, sizeof buf, PG_PROTOCOL_3_0, odd, 1);
+	ck_assert_int_eq(proto_parse_startup(buf, len, &st), PROTO_STARTUP_RESULT_MALFORMED);
+	/* bytes after the final terminator */
+	len = build_startup(buf, sizeof buf, PG_PROTOCOL_3_0, kv, 2);
+	buf[len] = 0;
+	proto_put_u32(buf, (uint32_t)len + 1);
+	ck_assert_int_eq(proto_parse_startup(buf, len + 1, &st), PROTO_STARTUP_RESULT_MALFORMED);
+}
+END_TEST
+
+START_TEST(startup_special_codes)
+{
+	uint8_t buf[16];
+	struct proto_startup st;
+	proto_put_u32(buf, 8);
+	proto_put_u32(buf + 4, PG_SSL_REQUEST_CODE);
+	ck_assert_int_eq(proto_parse_startup(buf, 8, &st), PROTO_STARTUP_RESULT_OK);
+	ck_assert_int_eq(st.kind, PROTO_STARTUP_SSL);
+	proto_put_u32(buf + 4, PG_GSSENC_REQUEST_CODE);
+	ck_assert_int_eq(proto_parse_startup(buf, 8, &st), PROTO_STARTUP_RESULT_OK);
+	ck_assert_int_eq(st.kind, PROTO_STARTUP_GSSENC);
+	proto_put_u32(buf, 16);
+	proto_put_u32(buf + 4, PG_CANCEL_REQUEST_CODE);
+	proto_put_u32(buf + 8, 42);
+	proto_put_u32(buf + 12, 0xdeadbeef);
+	ck_assert_int_eq(proto_parse_startup(buf, 16, &st), PROTO_STARTUP_RESULT_OK);
+	ck_assert_int_eq(st.kind, PROTO_STARTUP_CANCEL);
+	ck_assert_uint_eq(st.cancel_pid, 42);
+	ck_assert_uint_eq(st.cancel_key, 0xdeadbeef);
+	proto_put_u32(buf, 12);
+	ck_assert_int_eq(proto_parse_startup(buf, 16, &st), PROTO_STARTUP_RESULT_MALFORMED);
+}
+END_TEST
+
+START_TEST(error_roundtrip)
+{
+	uint8_t buf[256];
+	struct pktbuf pb;
+	pktbuf_init(&pb, buf, sizeof buf);
+	pktbuf_error(&pb, "FATAL", "28P01", "password authentication failed for user \"x\"");
+	ck_assert(!pb.failed);
+	struct proto_frame f;
+	ck_assert_int_eq(proto_frame_header(buf, pb.len, 1000, &f), PROTO_FRAME_OK);
+	ck_assert_uint_eq(f.len + 1, pb.len);
+	struct proto_error_fields e;
+	ck_assert(proto_parse_error(buf + 5, f.len - 4, &e));
+	ck_assert_str_eq(e.severity, "FATAL");
+	ck_assert_str_eq(e.sqlstate, "28P01");
+	ck_assert_str_eq(e.message, "password authentication failed for user \"x\"");
+	/* truncated by one byte: no final terminator */
+	ck_assert(!proto_parse_error(buf + 5, f.len - 5, &e));
+}
+END_TEST
+
+START_TEST(pktbuf_overflow_is_sticky)
+{
+	uint8_t buf[8];
+	struct pktbuf pb;
+	pktbuf_init(&pb, buf, sizeof buf);
+	pktbuf_query(&pb, "SELECT 1");
+	ck_assert(pb.failed);
+	pktbuf_put_u8(&pb, 1);
+	ck_assert(pb.failed);
+	pktbuf_init(&pb, buf, sizeof buf);
+	pktbuf_ready_for_query(&pb, 'I');
+	ck_assert(!pb.failed);
+	ck_assert_uint_eq(pb.len, 6);
+	ck_assert_int_eq(buf[0], 'Z');
+	ck_assert_uint_eq(proto_get_u32(buf + 1), 5);
+	ck_assert_int_eq(buf[5], 'I');
+}
+END_TEST
+
+START_TEST(parameter_status_parse)
+{
+	const uint8_t ok[] = "TimeZone\0UTC";
+	const char *n, *v;
+	ck_assert(proto_parse_parameter_status(ok, sizeof ok, &n, &v));
+	ck_assert_str_eq(n, "TimeZone");
+	ck_assert_str_eq(v, "UTC");
+	ck_assert(!proto_parse_parameter_status(ok, sizeof ok - 1, &n, &v));
+	ck_assert(!proto_parse_parameter_status(ok, 9, &n, &v));
+}
+END_TEST
+
+START_TEST(params_sync_statements)
+{
+	struct params c, s;
+	params_init(&c);
+	params_init(&s);
+	ck_assert(params_set(&c, "TimeZone", "Europe/Paris", false));
+	ck_assert(params_set(&s, "timezone", "UTC", false));
+	ck_assert(params_set(&c, "application_name", "it's", false));
+	ck_assert(params_set(&s, "application_name", "it's", false));
+	ck_assert(params_set(&s, "search_path", "a, b", true));
+	char out[512];
+	int n = params_build_sync(&c, &s, out, sizeof out);
+	ck_assert_int_eq(n, 2);
+	ck_assert_str_eq(out, "SET TimeZone TO 'Europe/Paris';RESET search_path;");
+	ck_assert(params_set(&c, "search_path", "\"My Schema\", public", true));
+	ck_assert(params_set(&c, "application_name", "o'k", false));
+	n = params_build_sync(&c, &s, out, sizeof out);
+	ck_assert_int_eq(n, 3);
+	ck_assert_ptr_nonnull(strstr(out, "SET application_name TO 'o''k';"));
+	ck_assert_ptr_nonnull(strstr(out, "SET search_path TO \"My Schema\", public;"));
+	ck_assert_int_eq(params_build_sync(&c, &s, out, 10), -1);
+	params_clear(&c);
+	params_clear(&s);
+}
+END_TEST
+
+START_TEST(params_options_and_statements)
+{
+	struct params p;
+	params_init(&p);
+	ck_assert(params_apply_options(&p, "-c search_path=app,public --statement-timeout=5s -cDateStyle=ISO\\ ,\\ MDY"));
+	ck_assert_str_eq(params_get(&p, "search_path")->value, "app,public");
+	ck_assert(params_get(&p, "search_path")->raw);
+	ck_assert_str_eq(params_get(&p, "statement_timeout")->value, "5s");
+	ck_assert_str_eq(params_get(&p, "DateStyle")->value, "ISO , MDY");
+	ck_assert(!params_apply_options(&p, "-c"));
+	ck_assert(!params_apply_options(&p, "garbage"));
+
+	const char *q1 = "  /* hi */ set Session search_path = \"x\", public ; select 1";
+	ck_assert_int_eq(params_track_statement(&p, q1, strlen(q1)), PARAMS_STMT_SET);
+	ck_assert_str_eq(params_get(&p, "search_path")->value, "\"x\", public");
+	const char *q2 = "SET LOCAL search_path TO y";
+	ck_assert_int_eq(params_track_statement(&p, q2, strlen(q2)), PARAMS_STMT_NONE);
+	const char *q3 = "reset search_path";
+	ck_assert_int_eq(params_track_statement(&p, q3, strlen(q3)), PARAMS_STMT_RESET);
+	ck_assert_ptr_null(params_get(&p, "search_path"));
+	const char *q4 = "SELECT 'set search_path to x'";
+	ck_assert_int_eq(params_track_statement(&p, q4, strlen(q4)), PARAMS_STMT_NONE);
+	const char *q5 = "SET search_pathx TO y";
+	ck_assert_int_eq(params_track_statement(&p, q5, strlen(q5)), PARAMS_STMT_NONE);
+	params_clear(&p);
+}
+END_TEST
 
 Suite *proto_suite(void)
 {
 	Suite *s = suite_create("proto");
+	TCase *tc = tcase_create("framing");
+	tcase_add_test(tc, frame_needs_five_bytes);
+	tcase_add_test(tc, frame_length_edges);
+	tcase_add_test(tc, startup_normal);
+	tcase_add_test(tc, startup_bad);
+	tcase_add_test(tc, startup_special_codes);
+	tcase_add_test(tc, error_roundtrip);
+	tcase_add_test(tc, pktbuf_overflow_is_sticky);
+	tcase_add_test(tc, parameter_status_parse);
+	suite_add_tcase(s, tc);
+	TCase *tp = tcase_create("params");
+	tcase_add_test(tp, params_sync_statements);
+	tcase_add_test(tp, params_options_and_statements);
+	suite_add_tcase(s, tp);
 	return s;
 }
