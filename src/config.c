@@ -16,7 +16,7 @@
 #define _POSIX_C_SOURCE 200809L
 /* By path: the build's autoconf header is also called config.h and comes
  * first in the include path. */
-#include "../include/config.h"
+#include "config.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

@@ -1,0 +1,198 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config: pgcat.ini (SPEC §2) parsed with inih into one immutable snapshot.
+ * The snapshot is built whole or not at all; a reload builds a new one and
+ * swaps it in. This room knows nothing of sockets or pools at run time.
+ */
+#ifndef PGCAT_CONFIG_H
+#define PGCAT_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum pool_mode { POOL_MODE_SESSION, POOL_MODE_TRANSACTION };
+enum auth_type { AUTH_TYPE_SCRAM, AUTH_TYPE_MD5, AUTH_TYPE_TRUST };
+enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARNING, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG, LOG_LEVEL_TRACE };
+enum server_role { SERVER_ROLE_PRIMARY, SERVER_ROLE_REPLICA, SERVER_ROLE_AUTO };
+enum default_role { DEFAULT_ROLE_ANY, DEFAULT_ROLE_PRIMARY, DEFAULT_ROLE_REPLICA };
+enum lb_mode { LB_MODE_RANDOM, LB_MODE_LOC };
+enum sharding_function {
+	SHARDING_PG_BIGINT_HASH, SHARDING_PG_TEXT_HASH, SHARDING_PG_UUID_HASH,
+	SHARDING_SHA1, SHARDING_MURMUR3
+};
+enum tls_mode {
+	TLS_MODE_DISABLE, TLS_MODE_ALLOW, TLS_MODE_PREFER, TLS_MODE_REQUIRE,
+	TLS_MODE_VERIFY_CA, TLS_MODE_VERIFY_FULL
+};
+
+#define CONFIG_DEFAULT_SHARD_ALL (-1)
+#define CONFIG_INHERIT (-1)
+
+struct config_server {
+	char *host;               /* name or address; IPv6 without brackets */
+	int port;
+	enum server_role role;
+};
+
+struct config_shard {
+	int index;                /* N of [pools.P.shards.N]; shards sorted by it */
+	char *database;           /* database name on the servers */
+	struct config_server *servers;
+	size_t n_servers;
+};
+
+struct config_user {
+	char *name;
+	char *password;           /* plaintext, "md5<32 hex>" or "SCRAM-SHA-256$..." ; may be NULL */
+	char *server_username;    /* NULL: same as name */
+	char *server_password;    /* NULL: derive from password */
+	int pool_size;            /* CONFIG_INHERIT or >= 1 */
+	int min_pool_size;        /* CONFIG_INHERIT or >= 0 */
+	int statement_timeout;    /* ms, 0 = off */
+	int pool_mode;            /* CONFIG_INHERIT or enum pool_mode */
+};
+
+struct config_pool {
+	char *name;               /* dbname clients connect with */
+	enum pool_mode pool_mode; /* resolved: [general] value unless overridden */
+	enum default_role default_role;
+	bool query_parser_enabled;
+	bool primary_reads_enabled;
+	enum lb_mode load_balancing_mode;
+	enum sharding_function sharding_function;
+	char **sharded_tables;    /* "[schema.]table.column" entries */
+	size_t n_sharded_tables;
+	int default_shard;        /* shard index or CONFIG_DEFAULT_SHARD_ALL */
+	int64_t max_replica_lag;
+	int sticky_primary_after_write;
+	struct config_shard *shards;   /* sorted by index, indexes 0..n-1 without gaps */
+	size_t n_shards;
+	struct config_user *users;
+	size_t n_users;
+};
+
+struct config_peer {
+	int id;
+	char *host;
+	int port;
+};
+
+struct config_general {
+	char **listen_addr;       /* split comma list; "*" kept as "*" */
+	size_t n_listen_addr;
+	int listen_port;
+	char *unix_socket_dir;    /* "" = none */
+	int workers;
+	int max_client_conn;
+	enum pool_mode pool_mode;
+	int default_pool_size;
+	int min_pool_size;
+	int connect_timeout;
+	int query_wait_timeout;
+	int idle_timeout;
+	int server_lifetime;
+	int idle_transaction_timeout;
+	int client_idle_timeout;
+	int healthcheck_timeout;
+	int healthcheck_delay;
+	int ban_time;             /* seconds */
+	int shutdown_timeout;
+	char *server_reset_query; /* "" = none */
+	bool server_round_robin;
+	bool tcp_keepalive;
+	int64_t max_packet_size;
+	int query_parser_max_length;
+	int autoreload;
+	char *admin_username;
+	char *admin_password;
+	enum auth_type auth_type;
+	char *auth_file;          /* "" = none */
+	enum log_level log_level;
+	char *log_file;           /* "" = stderr */
+	bool syslog;
+	bool log_connections;
+	bool log_disconnections;
+	char *pidfile;            /* "" = none */
+	bool prepared_statements;
+	int prepared_statements_cache_size;
+	int query_cache_size;
+	int prometheus_port;
+	int peer_id;
+	int stats_period;
+	int dns_max_ttl;
+	enum tls_mode client_tls_sslmode;
+	char *client_tls_cert_file;
+	char *client_tls_key_file;
+	char *client_tls_ca_file;
+	enum tls_mode server_tls_sslmode;
+	char *server_tls_ca_file;
+};
+
+struct config {
+	char *path;
+	struct config_general general;
+	struct config_pool *pools;
+	size_t n_pools;
+	struct config_peer *peers;
+	size_t n_peers;
+};
+
+enum config_problem_kind {
+	CONFIG_PROBLEM_ERROR,     /* bad value, bad section, missing file...: config rejected */
+	CONFIG_PROBLEM_UNKNOWN,   /* unknown key or section: error under -t, warning at startup */
+	CONFIG_PROBLEM_WARNING    /* accepted, but worth a line in the log */
+};
+
+struct config_problem {
+	enum config_problem_kind kind;
+	int line;                 /* 0 when not tied to a line */
+	char *message;            /* "FILE:LINE: [section] key: what is wrong" */
+};
+
+struct config_problems {
+	struct config_problem *items;
+	size_t n, cap;
+};
+
+/* Parse and validate a file. Always fills problems (may be empty). Returns
+ * NULL if any CONFIG_PROBLEM_ERROR was found; unknown keys alone do not make
+ * it fail (the caller decides, -t treats them as errors). */
+struct config *config_load(const char *path, struct config_problems *problems)
+	__attribute__((warn_unused_result));
+/* Same, from a string (for tests); name is used in messages. */
+struct config *config_load_string(const char *text, const char *name,
+				  struct config_problems *problems)
+	__attribute__((warn_unused_result));
+void config_free(struct config *cfg);
+void config_problems_free(struct config_problems *problems);
+bool config_problems_has(const struct config_problems *problems, enum config_problem_kind kind);
+
+/* Lookups over a loaded config. */
+const struct config_pool *config_find_pool(const struct config *cfg, const char *name);
+const struct config_user *config_find_user(const struct config_pool *pool, const char *name);
+/* Effective values for a user in a pool (inheritance resolved). */
+int config_user_pool_size(const struct config *cfg, const struct config_pool *pool,
+			  const struct config_user *user);
+int config_user_min_pool_size(const struct config *cfg, const struct config_pool *pool,
+			      const struct config_user *user);
+enum pool_mode config_user_pool_mode(const struct config_pool *pool, const struct config_user *user);
+
+/* Names of enum values, as spelled in the ini file. */
+const char *config_pool_mode_name(enum pool_mode m);
+const char *config_log_level_name(enum log_level l);
+const char *config_server_role_name(enum server_role r);
+
+/* The key table of [general], for SHOW CONFIG and SET (SPEC §7). */
+enum config_key_type { CONFIG_KEY_INT, CONFIG_KEY_INT64, CONFIG_KEY_BOOL, CONFIG_KEY_STRING, CONFIG_KEY_ENUM, CONFIG_KEY_LIST };
+struct config_key_info {
+	const char *name;
+	enum config_key_type type;
+	const char *default_value;  /* as written in the ini */
+	bool reloadable;            /* false: listen_addr, listen_port, unix_socket_dir, workers */
+};
+const struct config_key_info *config_general_keys(size_t *n);
+/* Current value of a [general] key, formatted as in the ini, into buf. */
+bool config_general_value(const struct config *cfg, const char *key, char *buf, size_t buflen);
+
+#endif
