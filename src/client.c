@@ -162,6 +162,19 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 	log_debug("C-%llu %s:%d: new connection", (unsigned long long)c->id, c->addr, c->port);
 }
 
+/* Best effort: whatever is queued (the error above all) goes out now, in
+ * one non-blocking send, before the socket closes. */
+static void flush_before_close(struct client *c)
+{
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	size_t len = evbuffer_get_length(out);
+	if (len == 0 || len > CLIENT_OUT_BUDGET * 2)
+		return;
+	const unsigned char *data = evbuffer_pullup(out, (ssize_t)len);
+	if (data)
+		(void)send(bufferevent_getfd(c->bev), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 {
 	if (c->state == CLIENT_CLOSED)
@@ -176,8 +189,7 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 	}
 	if (sqlstate && c->bev) {
 		send_error(c, "FATAL", sqlstate, msg);
-		/* Best effort: the error goes out now, before the socket closes. */
-		(void)evbuffer_write(bufferevent_get_output(c->bev), bufferevent_getfd(c->bev));
+		flush_before_close(c);
 	}
 	bool logged_in = c->state == CLIENT_IDLE || c->state == CLIENT_WAITING || c->state == CLIENT_ACTIVE;
 	if (logged_in ? w->cfg->general.log_disconnections : log_enabled(LOG_LEVEL_DEBUG))
@@ -342,7 +354,7 @@ static void process_startup(struct client *c)
 			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid length of startup packet");
 			return;
 		case PROTO_STARTUP_RESULT_BAD_VERSION:
-			client_close(c, SQLSTATE_FEATURE_NOT_SUPPORTED,
+			client_close(c, SQLSTATE_PROTOCOL_VIOLATION,
 				     "unsupported frontend protocol %u.%u: server supports 3.0 to 3.0",
 				     st.version >> 16, st.version & 0xffff);
 			return;
