@@ -28,9 +28,16 @@ struct client_auth {
 
 enum auth_outcome { AUTH_CONTINUE, AUTH_OK, AUTH_FAILED, AUTH_PROTOCOL_ERROR };
 
+/* What a user logs in with: the configured password (plaintext, md5 hash
+ * or SCRAM secret) and, when one could be made, its SCRAM verifier. */
+struct auth_credentials {
+	const char *password;
+	const struct scram_secret *scram;
+};
+
 /* Start: choose the method and write the first AuthenticationRequest into
- * out. pool may be NULL (unknown user). */
-enum auth_outcome auth_client_begin(struct worker *w, struct client *c, struct pool *pool,
+ * out. cred NULL: unknown user (the exchange runs and fails at the end). */
+enum auth_outcome auth_client_begin(struct worker *w, struct client *c, const struct auth_credentials *cred,
 				    struct client_auth *a, struct evbuffer *out)
 	__attribute__((warn_unused_result));
 /* Handle one 'p' message body from the client. */

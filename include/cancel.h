@@ -28,6 +28,8 @@ struct cancel_table {
 
 bool cancel_table_init(struct cancel_table *t, uint32_t n_slots) __attribute__((warn_unused_result));
 void cancel_table_free(struct cancel_table *t);
+/* Make room for n_slots keys (after a reload raised max_client_conn). */
+bool cancel_table_grow(struct cancel_table *t, uint32_t n_slots) __attribute__((warn_unused_result));
 /* Give c a key. Returns false when the table is full. */
 bool cancel_key_assign(struct cancel_table *t, struct client *c, uint32_t *pid, uint32_t *key)
 	__attribute__((warn_unused_result));

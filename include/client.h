@@ -70,7 +70,11 @@ struct client {
 	bool processing, reprocess;
 	/* failed transaction, extended protocol: pgcat answers a ROLLBACK batch itself */
 	bool local_rollback_batch;
+	/* admin console: a PAUSE waiting for its pools to drain */
+	bool admin_pause_pending;
+	char admin_pause_db[64];
 
+	int64_t connect_wall;         /* time(), for SHOW CLIENTS */
 	uint64_t connect_us;
 	uint64_t state_since_us;
 	uint64_t last_activity_us;

@@ -16,13 +16,15 @@
 #include "config.h"
 #include "list.h"
 #include "params.h"
+#include "stats.h"
 #include "types.h"
 
 struct srvpool {
 	struct pool *pool;
+	struct list_node retired_node; /* on pool->retired once removed from the config */
 	int shard;
 	enum server_role role;
-	char *host;
+	char *host;                    /* owned copies: a srvpool outlives a reload */
 	int port;
 	char *database;
 	struct sockaddr_storage addr;
@@ -37,6 +39,7 @@ struct srvpool {
 	struct list_node waiters;     /* clients, FIFO */
 	int n_waiters;
 
+	uint64_t xact_count;            /* transactions completed here, for SHOW SHARDS */
 	uint64_t last_failure_us;
 	char last_error_code[6];
 	char last_error[256];
@@ -53,8 +56,16 @@ struct pool {
 	int pool_size;
 	int min_pool_size;
 
-	struct srvpool *targets;      /* every server of every shard */
+	struct srvpool **targets;     /* every server of every shard */
 	size_t n_targets;
+	/* Servers dropped by a reload: drained, then freed by the janitor. */
+	struct list_node retired;
+	/* Dropped from the config by a reload: no new logins; freed once its
+	 * clients and servers are gone. Its config snapshot is kept alive
+	 * through cfg_ref until then. */
+	bool removed;
+	struct config_ref *cfg_ref;
+	int n_clients;                /* logged in or logging in, for SHOW and draining */
 
 	/* ParameterStatus set of a real server, learnt from the first login;
 	 * what a new client is told. */
@@ -64,9 +75,39 @@ struct pool {
 
 	struct scram_secret scram;    /* for clients logging in with SCRAM */
 	bool have_scram;
+
+	struct stats stats;           /* totals since start */
+	struct stats stats_prev;      /* totals at the start of the current stats_period */
+	struct stats stats_avg;       /* per-second rates and mean times of the last stats_period */
+
+	bool paused;                  /* PAUSE/KILL: no server is handed out until RESUME */
+	bool disabled;                /* DISABLE: new logins refused until ENABLE */
+};
+
+/* A config snapshot kept alive for pools a reload removed. */
+struct config_ref {
+	struct config *cfg;
+	int refs;
 };
 
 bool pool_create_all(struct worker *w) __attribute__((warn_unused_result));
+/* Reload: match pools and servers of the new snapshot against the running
+ * ones; new ones appear, changed sizes apply, removed ones drain. The
+ * caller swaps w->cfg to newcfg afterwards and frees oldcfg unless
+ * *oldcfg_kept says removed pools still point into it (they free it last). */
+bool pool_reload(struct worker *w, struct config *newcfg, struct config *oldcfg, bool *oldcfg_kept)
+	__attribute__((warn_unused_result));
+/* Admin console operations on every pool of database db (NULL: all).
+ * Return the number of pools matched. */
+int pool_pause(struct worker *w, const char *db);
+int pool_resume(struct worker *w, const char *db);
+int pool_set_disabled(struct worker *w, const char *db, bool disabled);
+int pool_kill(struct worker *w, const char *db);
+int pool_reconnect(struct worker *w, const char *db);
+/* No server of these pools is linked to a client (PAUSE is complete). */
+bool pool_paused_drained(struct worker *w, const char *db);
+/* The pool's clients, counted for SHOW POOLS: active (idle or linked) and waiting. */
+void pool_count_clients(struct worker *w, const struct pool *p, int *active, int *waiting, uint64_t *maxwait_us);
 void pool_destroy_all(struct worker *w);
 struct pool *pool_find(struct worker *w, const char *db, const char *user);
 /* Is there any pool for this database name? */

@@ -57,6 +57,9 @@ struct server {
 	char error_sqlstate[6];
 	char error_message[256];
 
+	uint64_t query_start_us;      /* first message of the request in flight */
+	uint64_t xact_start_us;       /* first message after the last 'I' */
+	int64_t connect_wall;         /* time(), for SHOW SERVERS */
 	uint64_t connect_us;
 	uint64_t state_since_us;
 	uint64_t last_used_us;

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "auth_scram.h"
+#include "bans.h"
 #include "cancel.h"
 #include "list.h"
 #include "types.h"
@@ -51,6 +53,16 @@ struct worker {
 	uint64_t next_id;
 	uint64_t now_us;                  /* cached clock, refreshed per callback */
 	uint8_t fake_salt_secret[16];     /* for the mock challenge to unknown users */
+	struct scram_secret admin_scram;  /* admin_password's verifier */
+	bool have_admin_scram;
+
+	struct bans bans;
+	struct event *stats_timer;        /* every stats_period: SHOW STATS averages */
+	struct evhttp *http;              /* /metrics, when prometheus_port > 0 */
+	int http_port;
+	int64_t start_wall;
+	int64_t config_mtime;             /* for autoreload */
+	uint64_t last_autoreload_check_us;
 };
 
 /* Create the worker: listeners, signals, pools, timers. Takes ownership of cfg. */
@@ -66,5 +78,8 @@ void worker_schedule_reap(struct worker *w);
 void worker_begin_shutdown(struct worker *w);
 /* Called when the last client of a shutdown is gone. */
 void worker_check_shutdown_done(struct worker *w);
+/* Re-read the config file (SIGHUP, RELOAD, autoreload): all or nothing.
+ * On failure the old config stays and err holds the first problem. */
+bool worker_reload(struct worker *w, char *err, size_t errlen);
 
 #endif

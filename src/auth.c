@@ -47,18 +47,18 @@ static bool fake_secret(struct worker *w, const char *user, struct scram_secret 
 	       pg_random_bytes(out->server_key, sizeof out->server_key);
 }
 
-enum auth_outcome auth_client_begin(struct worker *w, struct client *c, struct pool *pool,
+enum auth_outcome auth_client_begin(struct worker *w, struct client *c, const struct auth_credentials *cred,
 				    struct client_auth *a, struct evbuffer *out)
 {
 	const struct config_general *g = &w->cfg->general;
-	const char *pw = pool && pool->cuser ? pool->cuser->password : NULL;
-	a->user_known = pool != NULL && pw && pw[0];
+	const char *pw = cred ? cred->password : NULL;
+	a->user_known = cred != NULL && pw && pw[0];
 	uint8_t storage[256];
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);
 
 	if (g->auth_type == AUTH_TYPE_TRUST)
-		return pool ? AUTH_OK : AUTH_FAILED;
+		return cred ? AUTH_OK : AUTH_FAILED;
 
 	/* The stored form decides what is possible: an md5 hash cannot serve
 	 * SCRAM, and a SCRAM secret cannot serve md5 (PostgreSQL does the same). */
@@ -87,8 +87,8 @@ enum auth_outcome auth_client_begin(struct worker *w, struct client *c, struct p
 	a->method = CLIENT_AUTH_SCRAM;
 	a->step = CLIENT_AUTH_WANT_SASL_INITIAL;
 	struct scram_secret secret;
-	if (a->user_known && pool->have_scram) {
-		secret = pool->scram;
+	if (a->user_known && cred->scram) {
+		secret = *cred->scram;
 	} else if (!fake_secret(w, c->user, &secret)) {
 		return AUTH_FAILED;
 	}

@@ -30,6 +30,24 @@ bool cancel_table_init(struct cancel_table *t, uint32_t n_slots)
 	return true;
 }
 
+bool cancel_table_grow(struct cancel_table *t, uint32_t n_slots)
+{
+	if (n_slots <= t->n_slots)
+		return true;
+	struct cancel_slot *s = realloc(t->slots, (size_t)n_slots * sizeof *s);
+	if (!s)
+		return false;
+	for (uint32_t i = t->n_slots; i < n_slots; i++) {
+		s[i].secret = 0;
+		s[i].client = NULL;
+		s[i].next_free = i + 2 <= n_slots ? i + 2 : t->free_head;
+	}
+	t->free_head = t->n_slots + 1;
+	t->slots = s;
+	t->n_slots = n_slots;
+	return true;
+}
+
 void cancel_table_free(struct cancel_table *t)
 {
 	free(t->slots);

@@ -20,7 +20,9 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/un.h>
+#include <time.h>
 
+#include "admin.h"
 #include "auth.h"
 #include "cancel.h"
 #include "config.h"
@@ -29,6 +31,7 @@
 #include "pool.h"
 #include "proto.h"
 #include "server.h"
+#include "stats.h"
 #include "worker.h"
 
 /* Stop reading the client once this much waits for a slow server. */
@@ -39,6 +42,8 @@
 #define CLIENT_INSPECT_MAX (8u * 1024)
 /* SSLRequest/GSSENCRequest answered before the real startup packet. */
 #define CLIENT_MAX_NEGOTIATIONS 2
+/* Admin-console logins allowed beyond max_client_conn (SPEC §3). */
+#define ADMIN_EXTRA_CONNECTIONS 5
 
 static const char *const state_names[] = {
 	[CLIENT_STARTUP] = "startup", [CLIENT_AUTH] = "auth", [CLIENT_LOGIN_WAIT] = "login_wait",
@@ -128,6 +133,7 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 	params_init(&c->params);
 	list_init(&c->node);
 	c->connect_us = c->state_since_us = c->last_activity_us = w->now_us;
+	c->connect_wall = (int64_t)time(NULL);
 	c->bev = bufferevent_socket_new(w->base, fd, BEV_OPT_CLOSE_ON_FREE);
 	if (!c->bev) {
 		evutil_closesocket(fd);
@@ -222,6 +228,11 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 		break;
 	}
 	c->server = NULL;
+	if (c->pool) {
+		c->pool->n_clients--;
+		/* the pool may be freed once drained; this client no longer counts */
+		c->pool = NULL;
+	}
 	if (c->has_cancel_key) {
 		cancel_key_release(&w->cancel, c->cancel_pid);
 		c->has_cancel_key = false;
@@ -292,7 +303,12 @@ static void start_login(struct client *c)
 	}
 	if (!c->database[0])
 		snprintf(c->database, sizeof c->database, "%s", c->user);
-	if (w->n_clients > w->cfg->general.max_client_conn) {
+	const struct config_general *g = &w->cfg->general;
+	/* The admin console: its own database names, unless a pool took them. */
+	c->is_admin = (strcmp(c->database, "pgcat") == 0 || strcmp(c->database, "pgbouncer") == 0) &&
+		      !pool_db_exists(w, c->database);
+	/* An operator can always get in: admin logins have 5 slots of their own. */
+	if (w->n_clients > g->max_client_conn + (c->is_admin ? ADMIN_EXTRA_CONNECTIONS : 0)) {
 		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS, "too many clients already");
 		return;
 	}
@@ -300,17 +316,41 @@ static void start_login(struct client *c)
 		client_close(c, "57P03", "pgcat is shutting down");
 		return;
 	}
-	if (!pool_db_exists(w, c->database)) {
-		client_close(c, SQLSTATE_INVALID_CATALOG_NAME, "database \"%s\" does not exist", c->database);
-		return;
+	struct auth_credentials cred = { 0 };
+	const struct auth_credentials *credp = NULL;
+	if (c->is_admin) {
+		if (strcmp(c->user, g->admin_username) != 0) {
+			client_close(c, SQLSTATE_INVALID_AUTHORIZATION,
+				     "user \"%s\" is not allowed to connect to the admin console", c->user);
+			return;
+		}
+		cred.password = g->admin_password;
+		cred.scram = w->have_admin_scram ? &w->admin_scram : NULL;
+		credp = &cred;
+	} else {
+		if (!pool_db_exists(w, c->database)) {
+			client_close(c, SQLSTATE_INVALID_CATALOG_NAME, "database \"%s\" does not exist", c->database);
+			return;
+		}
+		c->pool = pool_find(w, c->database, c->user);
+		if (c->pool)
+			c->pool->n_clients++;
+		if (c->pool && c->pool->disabled) {
+			client_close(c, SQLSTATE_CONNECTION_FAILURE, "database \"%s\" is disabled", c->database);
+			return;
+		}
+		if (c->pool) {
+			cred.password = c->pool->cuser ? c->pool->cuser->password : NULL;
+			cred.scram = c->pool->have_scram ? &c->pool->scram : NULL;
+			credp = &cred;
+		}
 	}
-	c->pool = pool_find(w, c->database, c->user);
 	c->auth = calloc(1, sizeof *c->auth);
 	if (!c->auth) {
 		client_close(c, SQLSTATE_INTERNAL_ERROR, "out of memory");
 		return;
 	}
-	enum auth_outcome o = auth_client_begin(w, c, c->pool, c->auth, bufferevent_get_output(c->bev));
+	enum auth_outcome o = auth_client_begin(w, c, credp, c->auth, bufferevent_get_output(c->bev));
 	switch (o) {
 	case AUTH_OK:
 		login_done(c);
@@ -467,6 +507,7 @@ static void send_welcome(struct client *c)
 	}
 	send_pkt(c, &pb);
 	client_set_state(c, CLIENT_IDLE);
+	stats_add(&p->stats, STAT_CLIENT_LOGIN, 1);
 	if (w->cfg->general.log_connections)
 		log_info("C-%llu %s@%s %s:%d: login", (unsigned long long)c->id, c->user, c->database,
 			 c->addr, c->port);
@@ -476,6 +517,10 @@ static void login_done(struct client *c)
 {
 	free(c->auth);
 	c->auth = NULL;
+	if (c->is_admin) {
+		admin_welcome(c);
+		return;
+	}
 	if (c->pool->have_defaults) {
 		send_welcome(c);
 		if (c->state == CLIENT_IDLE)
@@ -755,6 +800,7 @@ static void process_active(struct client *c)
 			size_t n = have < c->fwd_remaining ? have : c->fwd_remaining;
 			evbuffer_remove_buffer(in, out, n);
 			c->fwd_remaining -= (uint32_t)n;
+			stats_add(&c->pool->stats, STAT_RECEIVED, n);
 			continue;
 		}
 		if (server_output_full(s)) {
@@ -765,6 +811,14 @@ static void process_active(struct client *c)
 		if (!read_header(c, &f))
 			return;
 		uint32_t total = f.len + 1;
+		uint64_t now = c->w->now_us;
+		if (s->outstanding == 0 && !s->ext_pending) {
+			/* A new request: the clock for query_time (and, from 'I',
+			 * xact_time) starts here. */
+			s->query_start_us = now;
+			if (s->tx_status == 'I')
+				s->xact_start_us = now;
+		}
 		switch (f.type) {
 		case PqMsg_Terminate:
 			evbuffer_drain(in, evbuffer_get_length(in));
@@ -788,7 +842,14 @@ static void process_active(struct client *c)
 			s->outstanding++;
 			break;
 		case PqMsg_Parse:
+			stats_add(&c->pool->stats, STAT_CLIENT_PARSE, 1);
+			stats_add(&c->pool->stats, STAT_SERVER_PARSE, 1);
+			s->ext_pending = true;
+			break;
 		case PqMsg_Bind:
+			stats_add(&c->pool->stats, STAT_BIND, 1);
+			s->ext_pending = true;
+			break;
 		case PqMsg_Describe:
 		case PqMsg_Execute:
 		case PqMsg_Close:
@@ -797,7 +858,7 @@ static void process_active(struct client *c)
 		default:
 			break;
 		}
-		c->last_activity_us = c->w->now_us;
+		c->last_activity_us = now;
 		c->fwd_remaining = total;
 	}
 }
@@ -835,6 +896,11 @@ static void process_idle(struct client *c)
 				c->skip_to_sync = false;
 				send_rfq(c, idle_status(c));
 			}
+			continue;
+		}
+		if (c->is_admin) {
+			if (!admin_handle_message(c, &f))
+				return;
 			continue;
 		}
 		if (c->in_failed_tx || c->have_pending_error) {

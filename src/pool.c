@@ -43,6 +43,117 @@ static bool resolve(struct srvpool *sp)
 	return true;
 }
 
+static struct srvpool *srvpool_new(struct pool *p, const struct config_shard *sh, const struct config_server *cs)
+{
+	struct srvpool *sp = calloc(1, sizeof *sp);
+	if (!sp)
+		return NULL;
+	sp->pool = p;
+	sp->shard = sh->index;
+	sp->role = cs->role;
+	sp->host = strdup(cs->host);
+	sp->port = cs->port;
+	sp->database = strdup(sh->database);
+	if (!sp->host || !sp->database) {
+		free(sp->host);
+		free(sp->database);
+		free(sp);
+		return NULL;
+	}
+	list_init(&sp->retired_node);
+	list_init(&sp->idle);
+	list_init(&sp->active);
+	list_init(&sp->opening);
+	list_init(&sp->other);
+	list_init(&sp->waiters);
+	sp->resolved = resolve(sp);
+	return sp;
+}
+
+static void srvpool_free(struct srvpool *sp)
+{
+	free(sp->host);
+	free(sp->database);
+	free(sp);
+}
+
+static bool srvpool_matches(const struct srvpool *sp, const struct config_shard *sh, const struct config_server *cs)
+{
+	return sp->shard == sh->index && sp->port == cs->port && strcmp(sp->host, cs->host) == 0 &&
+	       strcmp(sp->database, sh->database) == 0;
+}
+
+/* Build the target array for cp, reusing srvpools of old[] that still
+ * match (their connections live on); consumed entries of old are NULLed. */
+static bool build_targets(struct pool *p, const struct config_pool *cp, struct srvpool **old, size_t n_old,
+			  struct srvpool ***out, size_t *n_out)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < cp->n_shards; i++)
+		n += cp->shards[i].n_servers;
+	struct srvpool **t = calloc(n ? n : 1, sizeof *t);
+	if (!t)
+		return false;
+	size_t k = 0;
+	for (size_t i = 0; i < cp->n_shards; i++) {
+		const struct config_shard *sh = &cp->shards[i];
+		for (size_t j = 0; j < sh->n_servers; j++) {
+			const struct config_server *cs = &sh->servers[j];
+			struct srvpool *sp = NULL;
+			for (size_t o = 0; o < n_old && !sp; o++) {
+				if (old[o] && srvpool_matches(old[o], sh, cs)) {
+					sp = old[o];
+					old[o] = NULL;
+					sp->role = cs->role;
+				}
+			}
+			if (!sp)
+				sp = srvpool_new(p, sh, cs);
+			if (!sp) {
+				for (size_t x = 0; x < k; x++)
+					if (t[x])
+						srvpool_free(t[x]);
+				free(t);
+				return false;
+			}
+			t[k++] = sp;
+		}
+	}
+	*out = t;
+	*n_out = n;
+	return true;
+}
+
+static void pool_derive_scram(struct pool *p)
+{
+	p->have_scram = false;
+	const struct config_user *cu = p->cuser;
+	const char *pw = cu ? cu->password : NULL;
+	if (!pw || !pw[0] || pg_md5_is_stored(pw))
+		return;
+	if (strncmp(pw, "SCRAM-SHA-256$", 14) == 0) {
+		p->have_scram = scram_secret_parse(pw, &p->scram);
+		if (!p->have_scram)
+			log_warning("pool %s user %s: cannot parse SCRAM secret", p->name, p->user);
+		return;
+	}
+	/* Derive the verifier once: PBKDF2 costs milliseconds, too much to
+	 * pay per login. */
+	uint8_t salt[16];
+	if (pg_random_bytes(salt, sizeof salt))
+		p->have_scram = scram_secret_from_password(pw, salt, sizeof salt, SCRAM_DEFAULT_ITERATIONS, &p->scram);
+}
+
+static void pool_apply_config(struct pool *p, const struct config *cfg, const struct config_pool *cp,
+			      const struct config_user *cu)
+{
+	p->cpool = cp;
+	p->cuser = cu;
+	p->mode = config_user_pool_mode(cp, cu);
+	p->pool_size = config_user_pool_size(cfg, cp, cu);
+	p->min_pool_size = config_user_min_pool_size(cfg, cp, cu);
+}
+
 static struct pool *pool_new(struct worker *w, const struct config_pool *cp, const struct config_user *cu)
 {
 	struct pool *p = calloc(1, sizeof *p);
@@ -51,61 +162,18 @@ static struct pool *pool_new(struct worker *w, const struct config_pool *cp, con
 	p->w = w;
 	p->name = strdup(cp->name);
 	p->user = strdup(cu->name);
-	p->cpool = cp;
-	p->cuser = cu;
-	p->mode = config_user_pool_mode(cp, cu);
-	p->pool_size = config_user_pool_size(w->cfg, cp, cu);
-	p->min_pool_size = config_user_min_pool_size(w->cfg, cp, cu);
 	params_init(&p->defaults);
 	list_init(&p->login_waiters);
+	list_init(&p->retired);
 	list_init(&p->node);
-	size_t n = 0;
-	for (size_t i = 0; i < cp->n_shards; i++)
-		n += cp->shards[i].n_servers;
-	p->targets = calloc(n ? n : 1, sizeof *p->targets);
-	if (!p->name || !p->user || !p->targets) {
+	if (!p->name || !p->user || !build_targets(p, cp, NULL, 0, &p->targets, &p->n_targets)) {
 		free(p->name);
 		free(p->user);
-		free(p->targets);
 		free(p);
 		return NULL;
 	}
-	size_t k = 0;
-	for (size_t i = 0; i < cp->n_shards; i++) {
-		const struct config_shard *sh = &cp->shards[i];
-		for (size_t j = 0; j < sh->n_servers; j++) {
-			struct srvpool *sp = &p->targets[k++];
-			sp->pool = p;
-			sp->shard = sh->index;
-			sp->role = sh->servers[j].role;
-			sp->host = sh->servers[j].host;
-			sp->port = sh->servers[j].port;
-			sp->database = sh->database;
-			list_init(&sp->idle);
-			list_init(&sp->active);
-			list_init(&sp->opening);
-			list_init(&sp->other);
-			list_init(&sp->waiters);
-			sp->resolved = resolve(sp);
-		}
-	}
-	p->n_targets = n;
-
-	/* Derive the SCRAM verifier once: PBKDF2 costs milliseconds, too much
-	 * to pay per login. */
-	const char *pw = cu->password;
-	if (pw && pw[0] && !pg_md5_is_stored(pw)) {
-		if (strncmp(pw, "SCRAM-SHA-256$", 14) == 0) {
-			p->have_scram = scram_secret_parse(pw, &p->scram);
-			if (!p->have_scram)
-				log_warning("pool %s user %s: cannot parse SCRAM secret", cp->name, cu->name);
-		} else {
-			uint8_t salt[16];
-			if (pg_random_bytes(salt, sizeof salt))
-				p->have_scram = scram_secret_from_password(pw, salt, sizeof salt,
-									  SCRAM_DEFAULT_ITERATIONS, &p->scram);
-		}
-	}
+	pool_apply_config(p, w->cfg, cp, cu);
+	pool_derive_scram(p);
 	return p;
 }
 
@@ -131,25 +199,49 @@ static void srvpool_close_list(struct list_node *head)
 		server_close(LIST_ENTRY(pos, struct server, node), NULL);
 }
 
+static void srvpool_close_all(struct srvpool *sp)
+{
+	srvpool_close_list(&sp->idle);
+	srvpool_close_list(&sp->active);
+	srvpool_close_list(&sp->opening);
+	srvpool_close_list(&sp->other);
+}
+
+static void config_ref_put(struct config_ref *ref)
+{
+	if (ref && --ref->refs == 0) {
+		config_free(ref->cfg);
+		free(ref);
+	}
+}
+
+static void pool_free(struct pool *p)
+{
+	struct list_node *pos, *tmp;
+	for (size_t i = 0; i < p->n_targets; i++) {
+		srvpool_close_all(p->targets[i]);
+		srvpool_free(p->targets[i]);
+	}
+	LIST_FOREACH_SAFE(pos, tmp, &p->retired) {
+		struct srvpool *sp = LIST_ENTRY(pos, struct srvpool, retired_node);
+		srvpool_close_all(sp);
+		list_del(&sp->retired_node);
+		srvpool_free(sp);
+	}
+	list_del(&p->node);
+	params_clear(&p->defaults);
+	config_ref_put(p->cfg_ref);
+	free(p->targets);
+	free(p->name);
+	free(p->user);
+	free(p);
+}
+
 void pool_destroy_all(struct worker *w)
 {
 	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
-		for (size_t i = 0; i < p->n_targets; i++) {
-			struct srvpool *sp = &p->targets[i];
-			srvpool_close_list(&sp->idle);
-			srvpool_close_list(&sp->active);
-			srvpool_close_list(&sp->opening);
-			srvpool_close_list(&sp->other);
-		}
-		list_del(&p->node);
-		params_clear(&p->defaults);
-		free(p->targets);
-		free(p->name);
-		free(p->user);
-		free(p);
-	}
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools)
+		pool_free(LIST_ENTRY(pos, struct pool, node));
 }
 
 struct pool *pool_find(struct worker *w, const char *db, const char *user)
@@ -157,7 +249,7 @@ struct pool *pool_find(struct worker *w, const char *db, const char *user)
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_ENTRY(pos, struct pool, node);
-		if (strcmp(p->name, db) == 0 && strcmp(p->user, user) == 0)
+		if (!p->removed && strcmp(p->name, db) == 0 && strcmp(p->user, user) == 0)
 			return p;
 	}
 	return NULL;
@@ -180,7 +272,7 @@ struct srvpool *pool_pick_target(struct pool *p)
 	int shard = p->cpool->default_shard >= 0 ? p->cpool->default_shard : 0;
 	struct srvpool *first = NULL;
 	for (size_t i = 0; i < p->n_targets; i++) {
-		struct srvpool *sp = &p->targets[i];
+		struct srvpool *sp = p->targets[i];
 		if (sp->shard != shard)
 			continue;
 		if (!first)
@@ -188,7 +280,7 @@ struct srvpool *pool_pick_target(struct pool *p)
 		if (sp->role == SERVER_ROLE_PRIMARY)
 			return sp;
 	}
-	return first ? first : &p->targets[0];
+	return first ? first : p->targets[0];
 }
 
 static void count_adjust(struct srvpool *sp, enum server_state st, int delta)
@@ -227,6 +319,11 @@ void pool_server_state_changed(struct server *s, int old_state)
 
 static void link_pair(struct server *s, struct client *c)
 {
+	struct stats *st = &s->sp->pool->stats;
+	st->v[STAT_SERVER_ASSIGNMENT]++;
+	uint64_t waited = c->state == CLIENT_WAITING ? s->w->now_us - c->state_since_us : 0;
+	st->v[STAT_WAIT_TIME] += waited;
+	stats_observe(st, HIST_WAIT, waited);
 	s->client = c;
 	c->server = s;
 	c->wait_target = NULL;
@@ -271,6 +368,14 @@ static void fail_waiters(struct srvpool *sp)
 bool pool_checkout(struct srvpool *sp, struct client *c)
 {
 	struct worker *w = sp->pool->w;
+	if (sp->pool->paused) {
+		/* PAUSE: the client waits, in order, until RESUME. */
+		client_set_state(c, CLIENT_WAITING);
+		list_add_tail(&sp->waiters, &c->node);
+		sp->n_waiters++;
+		c->wait_target = sp;
+		return false;
+	}
 	if (!list_empty(&sp->idle)) {
 		struct list_node *n = w->cfg->general.server_round_robin ? list_last(&sp->idle) : list_first(&sp->idle);
 		link_pair(LIST_ENTRY(n, struct server, node), c);
@@ -316,7 +421,7 @@ void pool_server_clean(struct server *s)
 			return;
 		}
 	}
-	if (!list_empty(&sp->waiters)) {
+	if (!list_empty(&sp->waiters) && !sp->pool->paused) {
 		struct client *c = LIST_ENTRY(list_first(&sp->waiters), struct client, node);
 		list_del(&c->node);
 		sp->n_waiters--;
@@ -413,7 +518,7 @@ void pool_request_defaults(struct pool *p, struct client *c)
 void pool_fill_min(struct pool *p)
 {
 	for (size_t i = 0; i < p->n_targets; i++) {
-		struct srvpool *sp = &p->targets[i];
+		struct srvpool *sp = p->targets[i];
 		if (recently_failed(sp, p->w->now_us) || !sp->resolved)
 			continue;
 		while (srvpool_total(sp) < p->min_pool_size && srvpool_total(sp) < p->pool_size) {
@@ -472,8 +577,11 @@ static void srvpool_janitor(struct srvpool *sp)
 			total--;
 		}
 	}
-	if (!list_empty(&sp->waiters) && !recently_failed(sp, now))
+	if (!list_empty(&sp->waiters) && !recently_failed(sp, now) && !sp->pool->paused)
 		maybe_launch(sp);
+	/* Paused pools give their idle servers back to PostgreSQL. */
+	if (sp->pool->paused)
+		srvpool_close_list(&sp->idle);
 }
 
 void pool_janitor(struct worker *w)
@@ -482,8 +590,333 @@ void pool_janitor(struct worker *w)
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_ENTRY(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++)
-			srvpool_janitor(&p->targets[i]);
+			srvpool_janitor(p->targets[i]);
+		struct list_node *rp, *rt;
+		LIST_FOREACH_SAFE(rp, rt, &p->retired) {
+			struct srvpool *sp = LIST_ENTRY(rp, struct srvpool, retired_node);
+			srvpool_close_list(&sp->idle);
+			srvpool_janitor(sp);
+			if (srvpool_total(sp) == 0 && sp->n_waiters == 0) {
+				list_del(&sp->retired_node);
+				srvpool_free(sp);
+			}
+		}
+		if (p->removed) {
+			bool empty = p->n_clients == 0 && list_empty(&p->retired);
+			for (size_t i = 0; i < p->n_targets && empty; i++)
+				empty = srvpool_total(p->targets[i]) == 0 && p->targets[i]->n_waiters == 0;
+			if (empty) {
+				log_info("pool %s user %s: removed by reload, now drained", p->name, p->user);
+				pool_free(p);
+			}
+			continue;
+		}
 		if (!w->shutting_down)
 			pool_fill_min(p);
 	}
+}
+
+/* ---- reload ---- */
+
+static void retire_srvpool(struct pool *p, struct srvpool *sp)
+{
+	log_info("pool %s user %s: server %s:%d removed by reload; closing its connections once idle",
+		 p->name, p->user, sp->host, sp->port);
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &sp->active)
+		LIST_ENTRY(pos, struct server, node)->close_when_idle = true;
+	LIST_FOREACH_SAFE(pos, tmp, &sp->other)
+		LIST_ENTRY(pos, struct server, node)->close_when_idle = true;
+	LIST_FOREACH_SAFE(pos, tmp, &sp->opening)
+		LIST_ENTRY(pos, struct server, node)->close_when_idle = true;
+	srvpool_close_list(&sp->idle);
+	list_add_tail(&p->retired, &sp->retired_node);
+	/* Its waiters go to wherever the pool now sends them. */
+	LIST_FOREACH_SAFE(pos, tmp, &sp->waiters) {
+		struct client *c = LIST_ENTRY(pos, struct client, node);
+		pool_cancel_wait(c);
+		if (p->removed || p->n_targets == 0)
+			client_on_checkout_failed(c, "08006", "server removed from the configuration");
+		else
+			(void)pool_checkout(pool_pick_target(p), c);
+	}
+}
+
+bool pool_reload(struct worker *w, struct config *newcfg, struct config *oldcfg, bool *oldcfg_kept)
+{
+	*oldcfg_kept = false;
+	struct list_node *pos, *tmp;
+	/* Pools the new config still has: new config pointers, sizes and
+	 * servers. Built first into fresh arrays so a failure changes nothing. */
+	struct pending { struct pool *p; struct srvpool **t; size_t n; const struct config_pool *cp;
+			 const struct config_user *cu; bool password_changed; };
+	size_t n_pending = 0, cap = 0;
+	struct pending *pend = NULL;
+	/* Allocated up front so that nothing can fail after the first change. */
+	struct config_ref *ref = calloc(1, sizeof *ref);
+	if (!ref)
+		return false;
+	ref->cfg = oldcfg;
+	for (size_t i = 0; i < newcfg->n_pools; i++) {
+		const struct config_pool *cp = &newcfg->pools[i];
+		for (size_t j = 0; j < cp->n_users; j++) {
+			const struct config_user *cu = &cp->users[j];
+			if (n_pending == cap) {
+				cap = cap ? cap * 2 : 16;
+				struct pending *np = realloc(pend, cap * sizeof *np);
+				if (!np)
+					goto fail;
+				pend = np;
+			}
+			struct pending *e = &pend[n_pending];
+			memset(e, 0, sizeof *e);
+			e->cp = cp;
+			e->cu = cu;
+			e->p = pool_find(w, cp->name, cu->name);
+			if (e->p) {
+				struct srvpool **old = calloc(e->p->n_targets ? e->p->n_targets : 1, sizeof *old);
+				if (!old)
+					goto fail;
+				memcpy(old, e->p->targets, e->p->n_targets * sizeof *old);
+				bool ok = build_targets(e->p, cp, old, e->p->n_targets, &e->t, &e->n);
+				free(old);
+				if (!ok)
+					goto fail;
+				const char *a = e->p->cuser ? e->p->cuser->password : NULL;
+				const char *b = cu->password;
+				e->password_changed = (a == NULL) != (b == NULL) || (a && strcmp(a, b) != 0);
+			} else {
+				e->p = pool_new(w, cp, cu);
+				if (!e->p)
+					goto fail;
+				/* pool_new read w->cfg: apply the new snapshot's values. */
+				pool_apply_config(e->p, newcfg, cp, cu);
+				e->t = NULL;
+			}
+			n_pending++;
+		}
+	}
+	/* Commit. Pools not in the new config: removed, draining. */
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		bool kept = false;
+		for (size_t i = 0; i < n_pending && !kept; i++)
+			kept = pend[i].p == p;
+		if (kept || p->removed)
+			continue;
+		log_info("pool %s user %s: removed by reload; draining", p->name, p->user);
+		p->removed = true;
+	}
+	/* Pools removed now still point into the old snapshot: they hold it. */
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		if (p->removed && !p->cfg_ref) {
+			ref->refs++;
+			p->cfg_ref = ref;
+		}
+	}
+	if (ref->refs > 0)
+		*oldcfg_kept = true;
+	else
+		free(ref);
+	for (size_t i = 0; i < n_pending; i++) {
+		struct pending *e = &pend[i];
+		struct pool *p = e->p;
+		if (e->t) {
+			/* Old srvpools not reused are retired. */
+			for (size_t k = 0; k < p->n_targets; k++) {
+				bool reused = false;
+				for (size_t m = 0; m < e->n && !reused; m++)
+					reused = e->t[m] == p->targets[k];
+				if (!reused)
+					retire_srvpool(p, p->targets[k]);
+			}
+			free(p->targets);
+			p->targets = e->t;
+			p->n_targets = e->n;
+			pool_apply_config(p, newcfg, e->cp, e->cu);
+			if (e->password_changed)
+				pool_derive_scram(p);
+		} else {
+			list_add_tail(&w->pools, &p->node);
+		}
+	}
+	free(pend);
+	return true;
+fail:
+	for (size_t i = 0; i < n_pending; i++) {
+		if (pend[i].t) {
+			/* free only srvpools created for this reload */
+			for (size_t k = 0; k < pend[i].n; k++) {
+				bool existing = false;
+				for (size_t m = 0; m < pend[i].p->n_targets && !existing; m++)
+					existing = pend[i].p->targets[m] == pend[i].t[k];
+				if (!existing)
+					srvpool_free(pend[i].t[k]);
+			}
+			free(pend[i].t);
+		} else if (pend[i].p) {
+			pool_free(pend[i].p);
+		}
+	}
+	free(pend);
+	free(ref);
+	return false;
+}
+
+/* ---- admin console operations ---- */
+
+static bool pool_matches_db(const struct pool *p, const char *db)
+{
+	return !p->removed && (db == NULL || strcmp(p->name, db) == 0);
+}
+
+int pool_pause(struct worker *w, const char *db)
+{
+	int n = 0;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		if (!pool_matches_db(p, db))
+			continue;
+		p->paused = true;
+		for (size_t i = 0; i < p->n_targets; i++)
+			srvpool_close_list(&p->targets[i]->idle);
+		n++;
+	}
+	return n;
+}
+
+int pool_resume(struct worker *w, const char *db)
+{
+	int n = 0;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		if (!pool_matches_db(p, db))
+			continue;
+		n++;
+		if (!p->paused)
+			continue;
+		p->paused = false;
+		for (size_t i = 0; i < p->n_targets; i++) {
+			struct srvpool *sp = p->targets[i];
+			while (!list_empty(&sp->waiters) && !list_empty(&sp->idle)) {
+				struct client *c = LIST_ENTRY(list_first(&sp->waiters), struct client, node);
+				list_del(&c->node);
+				sp->n_waiters--;
+				link_pair(LIST_ENTRY(list_first(&sp->idle), struct server, node), c);
+			}
+			if (!list_empty(&sp->waiters))
+				maybe_launch(sp);
+		}
+	}
+	return n;
+}
+
+int pool_set_disabled(struct worker *w, const char *db, bool disabled)
+{
+	int n = 0;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		if (pool_matches_db(p, db)) {
+			p->disabled = disabled;
+			n++;
+		}
+	}
+	return n;
+}
+
+static void close_pool_clients(struct list_node *head, const struct pool *p)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, head) {
+		struct client *c = LIST_ENTRY(pos, struct client, node);
+		if (c->pool == p)
+			client_close(c, "57P01", "database \"%s\" was killed by an administrator", p->name);
+	}
+}
+
+int pool_kill(struct worker *w, const char *db)
+{
+	int n = 0;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		if (!pool_matches_db(p, db))
+			continue;
+		n++;
+		p->paused = true;
+		close_pool_clients(&w->clients_idle, p);
+		close_pool_clients(&w->clients_active, p);
+		close_pool_clients(&w->clients_login, p);
+		close_pool_clients(&p->login_waiters, p);
+		for (size_t i = 0; i < p->n_targets; i++) {
+			close_pool_clients(&p->targets[i]->waiters, p);
+			srvpool_close_all(p->targets[i]);
+		}
+	}
+	return n;
+}
+
+int pool_reconnect(struct worker *w, const char *db)
+{
+	int n = 0;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		if (!pool_matches_db(p, db))
+			continue;
+		n++;
+		for (size_t i = 0; i < p->n_targets; i++) {
+			struct srvpool *sp = p->targets[i];
+			struct list_node *sp_pos, *sp_tmp;
+			struct list_node *lists[] = { &sp->active, &sp->other, &sp->opening };
+			for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
+				LIST_FOREACH_SAFE(sp_pos, sp_tmp, lists[l])
+					LIST_ENTRY(sp_pos, struct server, node)->close_when_idle = true;
+			srvpool_close_list(&sp->idle);
+		}
+	}
+	return n;
+}
+
+bool pool_paused_drained(struct worker *w, const char *db)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		if (!pool_matches_db(p, db))
+			continue;
+		for (size_t i = 0; i < p->n_targets; i++)
+			if (p->targets[i]->n_active > 0 || p->targets[i]->n_other > 0)
+				return false;
+	}
+	return true;
+}
+
+void pool_count_clients(struct worker *w, const struct pool *p, int *active, int *waiting, uint64_t *maxwait_us)
+{
+	int a = 0, wt = 0;
+	uint64_t maxwait = 0;
+	struct list_node *pos, *tmp;
+	struct list_node *lists[] = { &w->clients_idle, &w->clients_active };
+	for (size_t l = 0; l < 2; l++)
+		LIST_FOREACH_SAFE(pos, tmp, lists[l])
+			if (LIST_ENTRY(pos, struct client, node)->pool == p)
+				a++;
+	for (size_t i = 0; i < p->n_targets; i++) {
+		struct srvpool *sp = p->targets[i];
+		wt += sp->n_waiters;
+		if (!list_empty(&sp->waiters)) {
+			struct client *c = LIST_ENTRY(list_first(&sp->waiters), struct client, node);
+			uint64_t waited = w->now_us - c->state_since_us;
+			if (waited > maxwait)
+				maxwait = waited;
+		}
+	}
+	*active = a;
+	*waiting = wt;
+	*maxwait_us = maxwait;
 }

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <openssl/crypto.h>
 
 #include "auth.h"
@@ -29,6 +30,7 @@
 #include "pktbuf.h"
 #include "pool.h"
 #include "proto.h"
+#include "stats.h"
 #include "worker.h"
 
 /* Stop reading the server once this much waits for a slow client. */
@@ -99,6 +101,7 @@ struct server *server_connect(struct srvpool *sp)
 	params_init(&s->params);
 	list_init(&s->node);
 	s->connect_us = w->now_us;
+	s->connect_wall = (int64_t)time(NULL);
 	s->state_since_us = w->now_us;
 	s->bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
 	if (!s->bev) {
@@ -662,6 +665,7 @@ static void process_active(struct server *s)
 			evbuffer_remove_buffer(in, out, n);
 			s->fwd_remaining -= (uint32_t)n;
 			s->sent_to_client = true;
+			stats_add(&s->sp->pool->stats, STAT_SENT, n);
 			if (client_output_full(c)) {
 				pause_for_client(s);
 				return;
@@ -690,6 +694,21 @@ static void process_active(struct server *s)
 			s->tx_status = (char)hdr[5];
 			if (s->outstanding > 0)
 				s->outstanding--;
+			{
+				struct stats *st = &s->sp->pool->stats;
+				uint64_t now = s->w->now_us;
+				st->v[STAT_SENT] += 6;
+				st->v[STAT_QUERY]++;
+				st->v[STAT_QUERY_TIME] += now - s->query_start_us;
+				stats_observe(st, HIST_QUERY, now - s->query_start_us);
+				s->query_start_us = now;
+				if (s->tx_status == 'I') {
+					s->sp->xact_count++;
+					st->v[STAT_XACT]++;
+					st->v[STAT_XACT_TIME] += now - s->xact_start_us;
+					stats_observe(st, HIST_XACT, now - s->xact_start_us);
+				}
+			}
 			s->in_copy_in = false;
 			s->last_used_us = s->w->now_us;
 			c->last_activity_us = s->w->now_us;
@@ -711,6 +730,7 @@ static void process_active(struct server *s)
 					(void)params_set(&c->params, name, value, false);
 				}
 				evbuffer_add(out, buf, total);
+				stats_add(&s->sp->pool->stats, STAT_SENT, total);
 				continue;
 			}
 			break;
@@ -728,6 +748,7 @@ static void process_active(struct server *s)
 				}
 				evbuffer_add(out, buf, total);
 				s->sent_to_client = true;
+				stats_add(&s->sp->pool->stats, STAT_SENT, total);
 				continue;
 			}
 			break;

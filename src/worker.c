@@ -27,8 +27,115 @@
 #include "proto.h"
 #include "pool.h"
 #include "server.h"
+#include "admin.h"
+#include "auth_scram.h"
+#include "prometheus.h"
+#include "stats.h"
 
 #define JANITOR_INTERVAL_MS 100
+
+/* Derive the admin console's SCRAM verifier from admin_password. */
+static void admin_credentials(struct worker *w)
+{
+	const char *pw = w->cfg->general.admin_password;
+	w->have_admin_scram = false;
+	if (!pw || !pw[0] || pg_md5_is_stored(pw))
+		return;
+	if (strncmp(pw, "SCRAM-SHA-256$", 14) == 0) {
+		w->have_admin_scram = scram_secret_parse(pw, &w->admin_scram);
+		return;
+	}
+	uint8_t salt[16];
+	if (pg_random_bytes(salt, sizeof salt))
+		w->have_admin_scram = scram_secret_from_password(pw, salt, sizeof salt, SCRAM_DEFAULT_ITERATIONS,
+								 &w->admin_scram);
+}
+
+static int64_t file_mtime(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 ? (int64_t)st.st_mtime : -1;
+}
+
+static void stats_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct worker *w = arg;
+	int period = w->cfg->general.stats_period;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct stats d;
+		for (int i = 0; i < STAT__COUNT; i++)
+			d.v[i] = p->stats.v[i] - p->stats_prev.v[i];
+		struct stats *a = &p->stats_avg;
+		for (int i = 0; i < STAT__COUNT; i++)
+			a->v[i] = d.v[i] / (uint64_t)period;
+		/* Times are means per event, not per second (as PgBouncer's avg_*_time). */
+		a->v[STAT_XACT_TIME] = d.v[STAT_XACT] ? d.v[STAT_XACT_TIME] / d.v[STAT_XACT] : 0;
+		a->v[STAT_QUERY_TIME] = d.v[STAT_QUERY] ? d.v[STAT_QUERY_TIME] / d.v[STAT_QUERY] : 0;
+		a->v[STAT_WAIT_TIME] = d.v[STAT_SERVER_ASSIGNMENT] ? d.v[STAT_WAIT_TIME] / d.v[STAT_SERVER_ASSIGNMENT] : 0;
+		p->stats_prev = p->stats;
+	}
+	struct timeval tv = { period, 0 };
+	evtimer_add(w->stats_timer, &tv);
+}
+
+bool worker_reload(struct worker *w, char *err, size_t errlen)
+{
+	struct config_problems problems = { 0 };
+	struct config *cfg = config_load(w->config_path, &problems);
+	for (size_t i = 0; i < problems.n; i++) {
+		const struct config_problem *pr = &problems.items[i];
+		if (pr->kind == CONFIG_PROBLEM_ERROR)
+			log_error("reload: %s", pr->message);
+		else
+			log_warning("reload: %s", pr->message);
+	}
+	if (!cfg) {
+		const char *first = "configuration is invalid";
+		for (size_t i = 0; i < problems.n; i++)
+			if (problems.items[i].kind == CONFIG_PROBLEM_ERROR) {
+				first = problems.items[i].message;
+				break;
+			}
+		snprintf(err, errlen, "%s", first);
+		config_problems_free(&problems);
+		log_error("reload rejected: the old configuration stays in force");
+		return false;
+	}
+	config_problems_free(&problems);
+	const struct config_general *og = &w->cfg->general, *ng = &cfg->general;
+	/* Fixed at startup: keep the running values, say so. */
+	if (og->listen_port != ng->listen_port || og->workers != ng->workers ||
+	    strcmp(og->unix_socket_dir, ng->unix_socket_dir) != 0 || og->n_listen_addr != ng->n_listen_addr)
+		log_warning("reload: listen_addr, listen_port, unix_socket_dir and workers need a restart; "
+			    "keeping the running values");
+	if (!cancel_table_grow(&w->cancel, (uint32_t)ng->max_client_conn + 16)) {
+		snprintf(err, errlen, "out of memory");
+		config_free(cfg);
+		return false;
+	}
+	struct config *old = w->cfg;
+	bool old_kept = false;
+	if (!pool_reload(w, cfg, old, &old_kept)) {
+		snprintf(err, errlen, "out of memory while applying the new configuration");
+		config_free(cfg);
+		return false;
+	}
+	/* Keep what cannot change from the running snapshot. */
+	cfg->general.listen_port = og->listen_port;
+	cfg->general.workers = og->workers;
+	w->cfg = cfg;
+	if (!old_kept)
+		config_free(old);
+	log_set_level(w->cfg->general.log_level);
+	admin_credentials(w);
+	w->config_mtime = file_mtime(w->config_path);
+	if (!prometheus_reconfigure(w))
+		log_error("reload: /metrics is not served (see above)");
+	log_info("configuration reloaded from %s", w->config_path);
+	return true;
+}
 
 void worker_update_clock(struct worker *w)
 {
@@ -189,8 +296,21 @@ static void janitor_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct worker *w = arg;
 	worker_update_clock(w);
+	int autoreload = w->cfg->general.autoreload;
+	if (autoreload > 0 && w->now_us - w->last_autoreload_check_us >= (uint64_t)autoreload * 1000) {
+		w->last_autoreload_check_us = w->now_us;
+		int64_t m = file_mtime(w->config_path);
+		if (m >= 0 && m != w->config_mtime) {
+			char err[512];
+			log_info("autoreload: %s changed", w->config_path);
+			w->config_mtime = m;
+			(void)worker_reload(w, err, sizeof err);
+		}
+	}
 	client_timeouts(w);
 	pool_janitor(w);
+	admin_janitor(w);
+	bans_expire(&w->bans, (int64_t)time(NULL));
 	if (w->shutting_down)
 		worker_check_shutdown_done(w);
 }
@@ -218,6 +338,7 @@ void worker_begin_shutdown(struct worker *w)
 	w->shutting_down = true;
 	log_info("shutting down: waiting up to %d ms for clients to finish", w->cfg->general.shutdown_timeout);
 	close_listeners(w);
+	/* /metrics keeps answering while clients drain (SPEC §8). */
 	close_all_clients(w, &w->clients_login, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
 	close_all_clients(w, &w->clients_idle, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
 	/* Linked clients finish their transaction; those sitting idle on a
@@ -238,7 +359,7 @@ void worker_begin_shutdown(struct worker *w)
 		struct pool *p = LIST_ENTRY(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++) {
 			struct list_node *cp, *ct;
-			LIST_FOREACH_SAFE(cp, ct, &p->targets[i].waiters)
+			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters)
 				LIST_ENTRY(cp, struct client, node)->close_when_released = true;
 		}
 		close_all_clients(w, &p->login_waiters, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
@@ -258,7 +379,7 @@ static void shutdown_timer_cb(evutil_socket_t fd, short what, void *arg)
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_ENTRY(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++)
-			close_all_clients(w, &p->targets[i].waiters, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
+			close_all_clients(w, &p->targets[i]->waiters, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
 	}
 	worker_check_shutdown_done(w);
 	event_base_loopexit(w->base, NULL);
@@ -279,13 +400,20 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 		w->exit_code = 0;
 		event_base_loopbreak(w->base);
 		break;
-	case SIGHUP:
+	case SIGHUP: {
+		char err[512];
 		log_reopen();
-		log_warning("SIGHUP: configuration reload is not implemented yet; log file reopened");
+		log_info("SIGHUP: reloading configuration");
+		(void)worker_reload(w, err, sizeof err);
 		break;
+	}
 	case SIGUSR1:
+		log_info("SIGUSR1: pausing all pools");
+		(void)pool_pause(w, NULL);
+		break;
 	case SIGUSR2:
-		log_warning("signal %d: PAUSE/RESUME are not implemented yet", (int)sig);
+		log_info("SIGUSR2: resuming all pools");
+		(void)pool_resume(w, NULL);
 		break;
 	default:
 		break;
@@ -317,6 +445,10 @@ struct worker *worker_create(struct config *cfg, const char *config_path)
 	/* Keys for every client that may be logged in, plus admin headroom. */
 	if (!cancel_table_init(&w->cancel, (uint32_t)cfg->general.max_client_conn + 16))
 		goto fail;
+	w->start_wall = (int64_t)time(NULL);
+	w->config_mtime = file_mtime(w->config_path);
+	admin_credentials(w);
+	w->stats_timer = evtimer_new(w->base, stats_timer_cb, w);
 	w->reaper = event_new(w->base, -1, 0, reaper_cb, w);
 	w->janitor = event_new(w->base, -1, EV_PERSIST, janitor_cb, w);
 	w->shutdown_timer = evtimer_new(w->base, shutdown_timer_cb, w);
@@ -326,7 +458,7 @@ struct worker *worker_create(struct config *cfg, const char *config_path)
 	w->sig_hup = evsignal_new(w->base, SIGHUP, signal_cb, w);
 	w->sig_usr1 = evsignal_new(w->base, SIGUSR1, signal_cb, w);
 	w->sig_usr2 = evsignal_new(w->base, SIGUSR2, signal_cb, w);
-	if (!w->reaper || !w->janitor || !w->shutdown_timer || !w->sig_term || !w->sig_int || !w->sig_quit ||
+	if (!w->stats_timer || !w->reaper || !w->janitor || !w->shutdown_timer || !w->sig_term || !w->sig_int || !w->sig_quit ||
 	    !w->sig_hup || !w->sig_usr1 || !w->sig_usr2)
 		goto fail;
 	if (!pool_create_all(w))
@@ -335,6 +467,10 @@ struct worker *worker_create(struct config *cfg, const char *config_path)
 		goto fail;
 	struct timeval tv = { 0, JANITOR_INTERVAL_MS * 1000 };
 	evtimer_add(w->janitor, &tv);
+	struct timeval stv = { cfg->general.stats_period, 0 };
+	evtimer_add(w->stats_timer, &stv);
+	if (!prometheus_reconfigure(w))
+		goto fail;
 	evsignal_add(w->sig_term, NULL);
 	evsignal_add(w->sig_int, NULL);
 	evsignal_add(w->sig_quit, NULL);
@@ -369,7 +505,7 @@ void worker_destroy(struct worker *w)
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_ENTRY(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++)
-			close_all_clients(w, &p->targets[i].waiters, NULL, "");
+			close_all_clients(w, &p->targets[i]->waiters, NULL, "");
 		close_all_clients(w, &p->login_waiters, NULL, "");
 	}
 	close_all_clients(w, &w->clients_login, NULL, "");
@@ -379,7 +515,8 @@ void worker_destroy(struct worker *w)
 	cancel_requests_free_all(w);
 	if (w->reaper)
 		reaper_cb(-1, 0, w);
-	struct event *evs[] = { w->reaper, w->janitor, w->shutdown_timer, w->sig_term, w->sig_int,
+	prometheus_stop(w);
+	struct event *evs[] = { w->stats_timer, w->reaper, w->janitor, w->shutdown_timer, w->sig_term, w->sig_int,
 				w->sig_quit, w->sig_hup, w->sig_usr1, w->sig_usr2 };
 	for (size_t i = 0; i < sizeof evs / sizeof *evs; i++)
 		if (evs[i])

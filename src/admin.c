@@ -1,0 +1,1175 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * admin: the admin console (SPEC §7). A client logged in to database
+ * "pgcat" or "pgbouncer" is served here instead of being linked to a
+ * server. Column names and order follow PgBouncer's, pgcat's own columns
+ * come after them. Commands are dispatched from one table.
+ */
+#include "admin.h"
+
+#include <ctype.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bans.h"
+#include "cancel.h"
+#include "client.h"
+#include "config.h"
+#include "log.h"
+#include "pktbuf.h"
+#include "pool.h"
+#include "server.h"
+#include "stats.h"
+#include "worker.h"
+
+#define ADMIN_MAX_QUERY 8192
+#define ADMIN_ROW_MAX 16384
+#define TEXTOID 25
+#define INT8OID 20
+
+/* ---- result sets ---- */
+
+struct result {
+	struct client *c;
+	const char *types;        /* one char per column: 's' text, 'i' int8 */
+	int col;
+	int rows;
+	uint8_t buf[ADMIN_ROW_MAX];
+	struct pktbuf pb;
+};
+
+static void out_pkt(struct client *c, struct pktbuf *pb)
+{
+	if (!pb->failed)
+		evbuffer_add(client_output(c), pb->data, pb->len);
+}
+
+static void res_begin(struct result *r, struct client *c, const char *const *cols, const char *types)
+{
+	r->c = c;
+	r->types = types;
+	r->rows = 0;
+	size_t n = strlen(types);
+	pktbuf_init(&r->pb, r->buf, sizeof r->buf);
+	pktbuf_begin(&r->pb, PqMsg_RowDescription);
+	pktbuf_put_u16(&r->pb, (uint16_t)n);
+	for (size_t i = 0; i < n; i++) {
+		pktbuf_put_cstring(&r->pb, cols[i]);
+		pktbuf_put_u32(&r->pb, 0);
+		pktbuf_put_u16(&r->pb, 0);
+		pktbuf_put_u32(&r->pb, types[i] == 'i' ? INT8OID : TEXTOID);
+		pktbuf_put_u16(&r->pb, types[i] == 'i' ? 8 : 0xffff);
+		pktbuf_put_u32(&r->pb, 0xffffffffu);
+		pktbuf_put_u16(&r->pb, 0);
+	}
+	pktbuf_end(&r->pb);
+	out_pkt(c, &r->pb);
+}
+
+static void row_begin(struct result *r)
+{
+	pktbuf_init(&r->pb, r->buf, sizeof r->buf);
+	pktbuf_begin(&r->pb, PqMsg_DataRow);
+	pktbuf_put_u16(&r->pb, (uint16_t)strlen(r->types));
+	r->col = 0;
+}
+
+static void row_s(struct result *r, const char *s)
+{
+	if (!s) {
+		pktbuf_put_u32(&r->pb, 0xffffffffu);
+	} else {
+		size_t n = strlen(s);
+		pktbuf_put_u32(&r->pb, (uint32_t)n);
+		pktbuf_put_bytes(&r->pb, s, n);
+	}
+	r->col++;
+}
+
+static void row_i(struct result *r, int64_t v)
+{
+	char buf[32];
+	snprintf(buf, sizeof buf, "%" PRId64, v);
+	row_s(r, buf);
+}
+
+static void row_end(struct result *r)
+{
+	pktbuf_end(&r->pb);
+	if (r->col != (int)strlen(r->types))
+		log_error("admin: row with %d columns for %zu", r->col, strlen(r->types));
+	out_pkt(r->c, &r->pb);
+	r->rows++;
+}
+
+static void command_complete(struct client *c, const char *tag)
+{
+	uint8_t storage[128];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_command_complete(&pb, tag);
+	out_pkt(c, &pb);
+}
+
+static void res_end(struct result *r)
+{
+	command_complete(r->c, "SHOW");
+}
+
+static void send_error(struct client *c, const char *sqlstate, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void send_error(struct client *c, const char *sqlstate, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	uint8_t storage[1024];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_error(&pb, "ERROR", sqlstate, msg);
+	out_pkt(c, &pb);
+}
+
+static void send_rfq(struct client *c)
+{
+	uint8_t storage[8];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_ready_for_query(&pb, 'I');
+	out_pkt(c, &pb);
+}
+
+static void fmt_time(int64_t t, char *buf, size_t len)
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+	gmtime_r(&tt, &tm);
+	strftime(buf, len, "%Y-%m-%d %H:%M:%S UTC", &tm);
+}
+
+/* ---- SHOW commands ---- */
+
+/* Visit pools grouped by database name: first pool of each name. */
+static bool first_of_name(struct worker *w, const struct pool *p)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *q = LIST_ENTRY(pos, struct pool, node);
+		if (q == p)
+			return true;
+		if (strcmp(q->name, p->name) == 0)
+			return false;
+	}
+	return true;
+}
+
+static void db_stats(struct worker *w, const char *db, struct stats *tot, struct stats *avg)
+{
+	memset(tot, 0, sizeof *tot);
+	memset(avg, 0, sizeof *avg);
+	uint64_t xt = 0, qt = 0, wt = 0;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		if (strcmp(p->name, db) != 0)
+			continue;
+		stats_sum(tot, &p->stats);
+		const struct stats *a = &p->stats_avg;
+		for (int i = 0; i < STAT__COUNT; i++)
+			if (i != STAT_XACT_TIME && i != STAT_QUERY_TIME && i != STAT_WAIT_TIME)
+				avg->v[i] += a->v[i];
+		/* mean times, weighted by how many events each user had */
+		xt += a->v[STAT_XACT_TIME] * a->v[STAT_XACT];
+		qt += a->v[STAT_QUERY_TIME] * a->v[STAT_QUERY];
+		wt += a->v[STAT_WAIT_TIME] * a->v[STAT_SERVER_ASSIGNMENT];
+	}
+	avg->v[STAT_XACT_TIME] = avg->v[STAT_XACT] ? xt / avg->v[STAT_XACT] : 0;
+	avg->v[STAT_QUERY_TIME] = avg->v[STAT_QUERY] ? qt / avg->v[STAT_QUERY] : 0;
+	avg->v[STAT_WAIT_TIME] = avg->v[STAT_SERVER_ASSIGNMENT] ? wt / avg->v[STAT_SERVER_ASSIGNMENT] : 0;
+}
+
+static const enum stat_counter stat_order[] = {
+	STAT_SERVER_ASSIGNMENT, STAT_XACT, STAT_QUERY, STAT_RECEIVED, STAT_SENT, STAT_XACT_TIME,
+	STAT_QUERY_TIME, STAT_WAIT_TIME, STAT_CLIENT_PARSE, STAT_SERVER_PARSE, STAT_BIND, STAT_CLIENT_LOGIN,
+};
+#define N_STAT_ORDER (sizeof stat_order / sizeof *stat_order)
+
+enum stats_view { STATS_VIEW_BOTH, STATS_VIEW_TOTALS, STATS_VIEW_AVERAGES };
+
+static void show_stats_view(struct client *c, enum stats_view view)
+{
+	static const char *const both[] = {
+		"database", "total_server_assignment_count", "total_xact_count", "total_query_count",
+		"total_received", "total_sent", "total_xact_time", "total_query_time", "total_wait_time",
+		"total_client_parse_count", "total_server_parse_count", "total_bind_count",
+		"total_client_login_count", "avg_server_assignment_count", "avg_xact_count", "avg_query_count",
+		"avg_recv", "avg_sent", "avg_xact_time", "avg_query_time", "avg_wait_time",
+		"avg_client_parse_count", "avg_server_parse_count", "avg_bind_count", "avg_client_login_count",
+	};
+	static const char *const totals[] = {
+		"database", "server_assignment_count", "xact_count", "query_count", "bytes_received",
+		"bytes_sent", "xact_time", "query_time", "wait_time", "client_parse_count",
+		"server_parse_count", "bind_count", "client_login_count",
+	};
+	static const char *const avgs[] = {
+		"database", "server_assignment_count", "xact_count", "query_count", "bytes_received",
+		"bytes_sent", "xact_time", "query_time", "wait_time", "avg_client_parse_count",
+		"avg_server_parse_count", "avg_bind_count", "avg_client_login_count",
+	};
+	struct worker *w = c->w;
+	struct result r;
+	res_begin(&r, c, view == STATS_VIEW_BOTH ? both : view == STATS_VIEW_TOTALS ? totals : avgs,
+		  view == STATS_VIEW_BOTH ? "siiiiiiiiiiiiiiiiiiiiiiii" : "siiiiiiiiiiii");
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		if (!first_of_name(w, p))
+			continue;
+		struct stats tot, avg;
+		db_stats(w, p->name, &tot, &avg);
+		row_begin(&r);
+		row_s(&r, p->name);
+		if (view != STATS_VIEW_AVERAGES)
+			for (size_t i = 0; i < N_STAT_ORDER; i++)
+				row_i(&r, (int64_t)tot.v[stat_order[i]]);
+		if (view != STATS_VIEW_TOTALS)
+			for (size_t i = 0; i < N_STAT_ORDER; i++)
+				row_i(&r, (int64_t)avg.v[stat_order[i]]);
+		row_end(&r);
+	}
+	res_end(&r);
+}
+
+static void show_stats(struct client *c) { show_stats_view(c, STATS_VIEW_BOTH); }
+static void show_stats_totals(struct client *c) { show_stats_view(c, STATS_VIEW_TOTALS); }
+static void show_stats_averages(struct client *c) { show_stats_view(c, STATS_VIEW_AVERAGES); }
+
+static void show_pools(struct client *c)
+{
+	static const char *const cols[] = {
+		"database", "user", "cl_active", "cl_waiting", "cl_active_cancel_req", "cl_waiting_cancel_req",
+		"sv_active", "sv_active_cancel", "sv_being_canceled", "sv_idle", "sv_used", "sv_tested",
+		"sv_login", "maxwait", "maxwait_us", "pool_mode", "load_balance_hosts", "prepared_hits",
+		"prepared_misses", "paused",
+	};
+	struct worker *w = c->w;
+	struct result r;
+	res_begin(&r, c, cols, "ssiiiiiiiiiiiiissiii");
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		int active, waiting;
+		uint64_t maxwait;
+		pool_count_clients(w, p, &active, &waiting, &maxwait);
+		int sv_active = 0, sv_idle = 0, sv_login = 0, sv_other = 0;
+		for (size_t i = 0; i < p->n_targets; i++) {
+			sv_active += p->targets[i]->n_active;
+			sv_idle += p->targets[i]->n_idle;
+			sv_login += p->targets[i]->n_opening;
+			sv_other += p->targets[i]->n_other;
+		}
+		row_begin(&r);
+		row_s(&r, p->name);
+		row_s(&r, p->user);
+		row_i(&r, active);
+		row_i(&r, waiting);
+		row_i(&r, 0);
+		row_i(&r, 0);
+		row_i(&r, sv_active);
+		row_i(&r, 0);
+		row_i(&r, 0);
+		row_i(&r, sv_idle);
+		row_i(&r, sv_other);
+		row_i(&r, 0);
+		row_i(&r, sv_login);
+		row_i(&r, (int64_t)(maxwait / 1000000));
+		row_i(&r, (int64_t)(maxwait % 1000000));
+		row_s(&r, config_pool_mode_name(p->mode));
+		row_s(&r, NULL);
+		row_i(&r, (int64_t)p->stats.v[STAT_PREPARED_HITS]);
+		row_i(&r, (int64_t)p->stats.v[STAT_PREPARED_MISSES]);
+		row_i(&r, p->paused);
+		row_end(&r);
+	}
+	res_end(&r);
+}
+
+static const char *role_name(enum server_role role) { return config_server_role_name(role); }
+
+static void show_databases(struct client *c)
+{
+	static const char *const cols[] = {
+		"name", "host", "port", "database", "force_user", "pool_size", "min_pool_size",
+		"reserve_pool_size", "server_lifetime", "pool_mode", "load_balance_hosts", "max_connections",
+		"current_connections", "max_client_connections", "current_client_connections", "paused",
+		"disabled", "shard", "role", "banned",
+	};
+	struct worker *w = c->w;
+	int64_t now = (int64_t)time(NULL);
+	struct result r;
+	res_begin(&r, c, cols, "ssisiiiiissiiiiiiisi");
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		if (!first_of_name(w, p) || p->removed)
+			continue;
+		int clients = 0;
+		struct list_node *qp, *qt;
+		LIST_FOREACH_SAFE(qp, qt, &w->pools) {
+			struct pool *q = LIST_ENTRY(qp, struct pool, node);
+			if (strcmp(q->name, p->name) == 0)
+				clients += q->n_clients;
+		}
+		for (size_t i = 0; i < p->n_targets; i++) {
+			const struct srvpool *sp = p->targets[i];
+			int conns = 0;
+			LIST_FOREACH_SAFE(qp, qt, &w->pools) {
+				struct pool *q = LIST_ENTRY(qp, struct pool, node);
+				if (strcmp(q->name, p->name) == 0 && i < q->n_targets)
+					conns += srvpool_total(q->targets[i]);
+			}
+			row_begin(&r);
+			row_s(&r, p->name);
+			row_s(&r, sp->host);
+			row_i(&r, sp->port);
+			row_s(&r, sp->database);
+			row_s(&r, NULL);
+			row_i(&r, p->pool_size);
+			row_i(&r, p->min_pool_size);
+			row_i(&r, 0);
+			row_i(&r, w->cfg->general.server_lifetime / 1000);
+			row_s(&r, config_pool_mode_name(p->mode));
+			row_s(&r, NULL);
+			row_i(&r, 0);
+			row_i(&r, conns);
+			row_i(&r, w->cfg->general.max_client_conn);
+			row_i(&r, clients);
+			row_i(&r, p->paused);
+			row_i(&r, p->disabled);
+			row_i(&r, sp->shard);
+			row_s(&r, role_name(sp->role));
+			row_i(&r, bans_is_banned(&w->bans, sp->host, sp->port, now));
+			row_end(&r);
+		}
+	}
+	res_end(&r);
+}
+
+static const char *const conn_cols[] = {
+	"type", "user", "database", "replication", "state", "addr", "port", "local_addr", "local_port",
+	"connect_time", "request_time", "wait", "wait_us", "close_needed", "ptr", "link", "remote_pid",
+	"tls", "application_name", "prepared_statements", "id", "worker", "shard", "role",
+	"prepared_hits", "prepared_misses",
+};
+static const char conn_types[] = "sssssssiissiiissisiiiiisii";
+
+static void client_row(struct result *r, const struct client *c, const char *state)
+{
+	char ct[40], rt[40], ptr[32], link[32];
+	fmt_time(c->connect_wall, ct, sizeof ct);
+	uint64_t since_us = c->w->now_us - c->state_since_us;
+	int64_t request = c->connect_wall + (int64_t)((c->last_activity_us - c->connect_us) / 1000000);
+	fmt_time(request, rt, sizeof rt);
+	snprintf(ptr, sizeof ptr, "C-%" PRIu64, c->id);
+	if (c->server)
+		snprintf(link, sizeof link, "S-%" PRIu64, c->server->id);
+	const struct param *app = params_get(&c->params, "application_name");
+	bool waiting = strcmp(state, "waiting") == 0;
+	row_begin(r);
+	row_s(r, "C");
+	row_s(r, c->user);
+	row_s(r, c->database);
+	row_s(r, "no");
+	row_s(r, state);
+	row_s(r, c->addr);
+	row_i(r, c->port);
+	row_s(r, NULL);
+	row_i(r, 0);
+	row_s(r, ct);
+	row_s(r, rt);
+	row_i(r, waiting ? (int64_t)(since_us / 1000000) : 0);
+	row_i(r, waiting ? (int64_t)(since_us % 1000000) : 0);
+	row_i(r, 0);
+	row_s(r, ptr);
+	row_s(r, c->server ? link : NULL);
+	row_i(r, c->cancel_pid);
+	row_s(r, "");
+	row_s(r, app ? app->value : "");
+	row_i(r, 0);
+	row_i(r, (int64_t)c->id);
+	row_i(r, 0);
+	row_i(r, c->server ? c->server->sp->shard : 0);
+	row_s(r, c->server ? role_name(c->server->sp->role) : NULL);
+	row_i(r, 0);
+	row_i(r, 0);
+	row_end(r);
+}
+
+static void show_clients(struct client *c)
+{
+	struct worker *w = c->w;
+	struct result r;
+	res_begin(&r, c, conn_cols, conn_types);
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->clients_active)
+		client_row(&r, LIST_ENTRY(pos, struct client, node), "active");
+	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
+		const struct client *x = LIST_ENTRY(pos, struct client, node);
+		client_row(&r, x, x->is_admin ? "active" : "idle");
+	}
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		for (size_t i = 0; i < p->n_targets; i++) {
+			struct list_node *cp, *ct;
+			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters)
+				client_row(&r, LIST_ENTRY(cp, struct client, node), "waiting");
+		}
+	}
+	res_end(&r);
+}
+
+static const char *server_show_state(const struct server *s)
+{
+	switch (s->state) {
+	case SERVER_CONNECTING:
+	case SERVER_LOGIN: return "login";
+	case SERVER_IDLE: return "idle";
+	case SERVER_SYNCING:
+	case SERVER_ACTIVE: return "active";
+	case SERVER_DRAINING:
+	case SERVER_RESETTING: return "used";
+	case SERVER_CLOSED: return "closed";
+	}
+	return "?";
+}
+
+static void server_rows(struct result *r, struct list_node *head)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, head) {
+		const struct server *s = LIST_ENTRY(pos, struct server, node);
+		char ct[40], rt[40], ptr[32], link[32];
+		fmt_time(s->connect_wall, ct, sizeof ct);
+		fmt_time(s->connect_wall + (int64_t)((s->last_used_us - s->connect_us) / 1000000), rt, sizeof rt);
+		snprintf(ptr, sizeof ptr, "S-%" PRIu64, s->id);
+		if (s->client)
+			snprintf(link, sizeof link, "C-%" PRIu64, s->client->id);
+		const struct param *app = params_get(&s->params, "application_name");
+		row_begin(r);
+		row_s(r, "S");
+		row_s(r, s->sp->pool->user);
+		row_s(r, s->sp->pool->name);
+		row_s(r, "no");
+		row_s(r, server_show_state(s));
+		row_s(r, s->sp->host);
+		row_i(r, s->sp->port);
+		row_s(r, NULL);
+		row_i(r, 0);
+		row_s(r, ct);
+		row_s(r, rt);
+		row_i(r, 0);
+		row_i(r, 0);
+		row_i(r, s->close_when_idle);
+		row_s(r, ptr);
+		row_s(r, s->client ? link : NULL);
+		row_i(r, s->backend_pid);
+		row_s(r, "");
+		row_s(r, app ? app->value : "");
+		row_i(r, 0);
+		row_i(r, (int64_t)s->id);
+		row_i(r, 0);
+		row_i(r, s->sp->shard);
+		row_s(r, role_name(s->sp->role));
+		row_i(r, 0);
+		row_i(r, 0);
+		row_end(r);
+	}
+}
+
+static void show_servers(struct client *c)
+{
+	struct worker *w = c->w;
+	struct result r;
+	res_begin(&r, c, conn_cols, conn_types);
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		for (size_t i = 0; i < p->n_targets; i++) {
+			struct srvpool *sp = p->targets[i];
+			server_rows(&r, &sp->active);
+			server_rows(&r, &sp->idle);
+			server_rows(&r, &sp->other);
+			server_rows(&r, &sp->opening);
+		}
+	}
+	res_end(&r);
+}
+
+static void show_users(struct client *c)
+{
+	static const char *const cols[] = {
+		"name", "pool_size", "reserve_pool_size", "pool_mode", "max_user_connections",
+		"current_connections", "max_user_client_connections", "current_client_connections",
+	};
+	struct worker *w = c->w;
+	struct result r;
+	res_begin(&r, c, cols, "siisiiii");
+	struct list_node *pos, *tmp, *qp, *qt;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		bool first = true;
+		LIST_FOREACH_SAFE(qp, qt, &w->pools) {
+			struct pool *q = LIST_ENTRY(qp, struct pool, node);
+			if (q == p)
+				break;
+			if (strcmp(q->user, p->user) == 0)
+				first = false;
+		}
+		if (!first)
+			continue;
+		int conns = 0, clients = 0;
+		LIST_FOREACH_SAFE(qp, qt, &w->pools) {
+			struct pool *q = LIST_ENTRY(qp, struct pool, node);
+			if (strcmp(q->user, p->user) != 0)
+				continue;
+			clients += q->n_clients;
+			for (size_t i = 0; i < q->n_targets; i++)
+				conns += srvpool_total(q->targets[i]);
+		}
+		row_begin(&r);
+		row_s(&r, p->user);
+		row_i(&r, p->pool_size);
+		row_i(&r, 0);
+		row_s(&r, config_pool_mode_name(p->mode));
+		row_i(&r, 0);
+		row_i(&r, conns);
+		row_i(&r, 0);
+		row_i(&r, clients);
+		row_end(&r);
+	}
+	res_end(&r);
+}
+
+static void show_config(struct client *c)
+{
+	static const char *const cols[] = { "key", "value", "default", "changeable" };
+	struct result r;
+	res_begin(&r, c, cols, "ssss");
+	size_t n;
+	const struct config_key_info *keys = config_general_keys(&n);
+	for (size_t i = 0; i < n; i++) {
+		char value[1024];
+		if (!config_general_value(c->w->cfg, keys[i].name, value, sizeof value))
+			value[0] = '\0';
+		row_begin(&r);
+		row_s(&r, keys[i].name);
+		row_s(&r, value);
+		row_s(&r, keys[i].default_value);
+		row_s(&r, keys[i].reloadable ? "yes" : "no");
+		row_end(&r);
+	}
+	res_end(&r);
+}
+
+static void show_lists(struct client *c)
+{
+	static const char *const cols[] = { "list", "items" };
+	struct worker *w = c->w;
+	int pools = 0, used_servers = 0, free_servers = 0, login_clients = 0, used_clients = 0;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		pools++;
+		for (size_t i = 0; i < p->n_targets; i++) {
+			used_servers += p->targets[i]->n_active + p->targets[i]->n_other + p->targets[i]->n_opening;
+			free_servers += p->targets[i]->n_idle;
+		}
+	}
+	LIST_FOREACH_SAFE(pos, tmp, &w->clients_login)
+		login_clients++;
+	used_clients = w->n_clients - login_clients;
+	int databases = 0;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools)
+		if (first_of_name(w, LIST_ENTRY(pos, struct pool, node)))
+			databases++;
+	struct { const char *name; int64_t v; } rows[] = {
+		{ "databases", databases }, { "users", pools }, { "peers", (int64_t)w->cfg->n_peers },
+		{ "pools", pools }, { "peer_pools", 0 }, { "free_clients", 0 }, { "used_clients", used_clients },
+		{ "login_clients", login_clients }, { "free_servers", free_servers },
+		{ "used_servers", used_servers }, { "dns_names", 0 }, { "dns_zones", 0 }, { "dns_queries", 0 },
+		{ "dns_pending", 0 },
+	};
+	struct result r;
+	res_begin(&r, c, cols, "si");
+	for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+		row_begin(&r);
+		row_s(&r, rows[i].name);
+		row_i(&r, rows[i].v);
+		row_end(&r);
+	}
+	res_end(&r);
+}
+
+static void show_version(struct client *c)
+{
+	static const char *const cols[] = { "version" };
+	struct result r;
+	res_begin(&r, c, cols, "s");
+	row_begin(&r);
+	row_s(&r, "pgcat " PACKAGE_VERSION);
+	row_end(&r);
+	res_end(&r);
+}
+
+static void show_mem(struct client *c)
+{
+	static const char *const cols[] = { "name", "size", "used", "free", "memtotal" };
+	struct worker *w = c->w;
+	int servers = 0, pools = 0;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		pools++;
+		for (size_t i = 0; i < p->n_targets; i++)
+			servers += srvpool_total(p->targets[i]);
+	}
+	struct { const char *name; size_t size; int used; } rows[] = {
+		{ "client", sizeof(struct client), w->n_clients },
+		{ "server", sizeof(struct server), servers },
+		{ "pool", sizeof(struct pool), pools },
+		{ "cancel_slot", sizeof(struct cancel_slot), (int)w->cancel.n_slots },
+	};
+	struct result r;
+	res_begin(&r, c, cols, "siiii");
+	for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+		row_begin(&r);
+		row_s(&r, rows[i].name);
+		row_i(&r, (int64_t)rows[i].size);
+		row_i(&r, rows[i].used);
+		row_i(&r, 0);
+		row_i(&r, (int64_t)(rows[i].size * (size_t)rows[i].used));
+		row_end(&r);
+	}
+	res_end(&r);
+}
+
+static void show_dns_hosts(struct client *c)
+{
+	static const char *const cols[] = { "hostname", "ttl", "addrs" };
+	struct result r;
+	res_begin(&r, c, cols, "sis");
+	/* Host names are resolved once at startup and reload until the
+	 * asynchronous resolver lands; the list shows what is in use. */
+	struct worker *w = c->w;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		if (!first_of_name(w, p))
+			continue;
+		for (size_t i = 0; i < p->n_targets; i++) {
+			const struct srvpool *sp = p->targets[i];
+			char addr[128] = "";
+			if (sp->resolved) {
+				char host[64];
+				if (getnameinfo((const struct sockaddr *)&sp->addr, sp->addrlen, host, sizeof host, NULL, 0,
+						NI_NUMERICHOST) == 0)
+					snprintf(addr, sizeof addr, "%s", host);
+			}
+			row_begin(&r);
+			row_s(&r, sp->host);
+			row_i(&r, w->cfg->general.dns_max_ttl / 1000);
+			row_s(&r, addr);
+			row_end(&r);
+		}
+	}
+	res_end(&r);
+}
+
+static void show_shards(struct client *c)
+{
+	static const char *const cols[] = {
+		"pool", "shard", "host", "port", "role", "banned", "ban_reason", "ban_remaining_s",
+		"cl_active", "sv_active", "sv_idle", "xact_count",
+	};
+	struct worker *w = c->w;
+	int64_t now = (int64_t)time(NULL);
+	struct result r;
+	res_begin(&r, c, cols, "sisisisiiiii");
+	struct list_node *pos, *tmp, *qp, *qt;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		if (!first_of_name(w, p) || p->removed)
+			continue;
+		for (size_t i = 0; i < p->n_targets; i++) {
+			const struct srvpool *sp = p->targets[i];
+			int sv_active = 0, sv_idle = 0;
+			uint64_t xacts = 0;
+			LIST_FOREACH_SAFE(qp, qt, &w->pools) {
+				struct pool *q = LIST_ENTRY(qp, struct pool, node);
+				if (strcmp(q->name, p->name) != 0 || i >= q->n_targets)
+					continue;
+				sv_active += q->targets[i]->n_active;
+				sv_idle += q->targets[i]->n_idle;
+				xacts += q->targets[i]->xact_count;
+			}
+			const struct ban *b = bans_get(&w->bans, sp->host, sp->port, now);
+			row_begin(&r);
+			row_s(&r, p->name);
+			row_i(&r, sp->shard);
+			row_s(&r, sp->host);
+			row_i(&r, sp->port);
+			row_s(&r, role_name(sp->role));
+			row_i(&r, b != NULL);
+			row_s(&r, b ? b->reason : NULL);
+			row_i(&r, b ? b->until - now : 0);
+			row_i(&r, sv_active);  /* each active server serves one client */
+			row_i(&r, sv_active);
+			row_i(&r, sv_idle);
+			row_i(&r, (int64_t)xacts);
+			row_end(&r);
+		}
+	}
+	res_end(&r);
+}
+
+static void show_bans(struct client *c)
+{
+	static const char *const cols[] = {
+		"pool", "shard", "host", "port", "role", "reason", "banned_at", "remaining_s", "source",
+	};
+	struct worker *w = c->w;
+	int64_t now = (int64_t)time(NULL);
+	struct result r;
+	res_begin(&r, c, cols, "sisisssis");
+	for (int i = 0; i < BANS_MAX; i++) {
+		const struct ban *b = &w->bans.items[i];
+		if (!b->used || b->until <= now)
+			continue;
+		char at[40];
+		time_t t = (time_t)b->banned_at;
+		struct tm tm;
+		gmtime_r(&t, &tm);
+		strftime(at, sizeof at, "%Y-%m-%dT%H:%M:%SZ", &tm);
+		bool any = false;
+		struct list_node *pos, *tmp;
+		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+			struct pool *p = LIST_ENTRY(pos, struct pool, node);
+			if (!first_of_name(w, p))
+				continue;
+			for (size_t k = 0; k < p->n_targets; k++) {
+				const struct srvpool *sp = p->targets[k];
+				if (sp->port != b->port || strcmp(sp->host, b->host) != 0)
+					continue;
+				any = true;
+				row_begin(&r);
+				row_s(&r, p->name);
+				row_i(&r, sp->shard);
+				row_s(&r, b->host);
+				row_i(&r, b->port);
+				row_s(&r, role_name(sp->role));
+				row_s(&r, b->reason);
+				row_s(&r, at);
+				row_i(&r, b->until - now);
+				row_s(&r, b->source == BAN_SOURCE_ADMIN ? "admin" : "auto");
+				row_end(&r);
+			}
+		}
+		if (!any) {
+			row_begin(&r);
+			row_s(&r, NULL);
+			row_s(&r, NULL);
+			row_s(&r, b->host);
+			row_i(&r, b->port);
+			row_s(&r, NULL);
+			row_s(&r, b->reason);
+			row_s(&r, at);
+			row_i(&r, b->until - now);
+			row_s(&r, b->source == BAN_SOURCE_ADMIN ? "admin" : "auto");
+			row_end(&r);
+		}
+	}
+	res_end(&r);
+}
+
+static void show_prepared_statements(struct client *c)
+{
+	/* Transaction-mode prepared statements are not tracked yet: no rows. */
+	static const char *const cols[] = { "pool", "user", "name", "query", "servers", "hits", "misses" };
+	struct result r;
+	res_begin(&r, c, cols, "ssssiii");
+	res_end(&r);
+}
+
+static void show_workers(struct client *c)
+{
+	static const char *const cols[] = { "worker", "pid", "started", "clients", "servers" };
+	struct worker *w = c->w;
+	int servers = 0;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		for (size_t i = 0; i < p->n_targets; i++)
+			servers += srvpool_total(p->targets[i]);
+	}
+	char started[40];
+	fmt_time(w->start_wall, started, sizeof started);
+	struct result r;
+	res_begin(&r, c, cols, "iisii");
+	row_begin(&r);
+	row_i(&r, 0);
+	row_i(&r, (int64_t)getpid());
+	row_s(&r, started);
+	row_i(&r, w->n_clients);
+	row_i(&r, servers);
+	row_end(&r);
+	res_end(&r);
+}
+
+struct show_command {
+	const char *name;
+	void (*fn)(struct client *c);
+};
+
+static const struct show_command show_commands[] = {
+	{ "stats", show_stats },
+	{ "stats_totals", show_stats_totals },
+	{ "stats_averages", show_stats_averages },
+	{ "pools", show_pools },
+	{ "databases", show_databases },
+	{ "servers", show_servers },
+	{ "clients", show_clients },
+	{ "users", show_users },
+	{ "config", show_config },
+	{ "lists", show_lists },
+	{ "version", show_version },
+	{ "mem", show_mem },
+	{ "dns_hosts", show_dns_hosts },
+	{ "shards", show_shards },
+	{ "bans", show_bans },
+	{ "prepared_statements", show_prepared_statements },
+	{ "workers", show_workers },
+};
+
+/* ---- other commands ---- */
+
+/* Words of the statement, lowercased copies; quotes kept out of the count. */
+#define MAX_WORDS 8
+struct words {
+	char buf[ADMIN_MAX_QUERY + 1];
+	char *w[MAX_WORDS];
+	int n;
+	const char *rest[MAX_WORDS];  /* the original text from word i on */
+};
+
+static void split_words(const char *sql, struct words *ws)
+{
+	snprintf(ws->buf, sizeof ws->buf, "%s", sql);
+	ws->n = 0;
+	char *p = ws->buf;
+	while (*p && ws->n < MAX_WORDS) {
+		while (*p && isspace((unsigned char)*p))
+			p++;
+		if (!*p)
+			break;
+		ws->rest[ws->n] = sql + (p - ws->buf);
+		ws->w[ws->n++] = p;
+		while (*p && !isspace((unsigned char)*p))
+			p++;
+		if (*p)
+			*p++ = '\0';
+	}
+}
+
+static bool is(const struct words *ws, int i, const char *word)
+{
+	return i < ws->n && strcasecmp(ws->w[i], word) == 0;
+}
+
+static bool parse_host_port(const char *s, char *host, size_t hostlen, int *port)
+{
+	const char *colon = strrchr(s, ':');
+	if (!colon || colon == s)
+		return false;
+	const char *h = s;
+	size_t hl = (size_t)(colon - s);
+	if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
+		h++;
+		hl -= 2;
+	}
+	if (hl == 0 || hl >= hostlen)
+		return false;
+	char *end;
+	long p = strtol(colon + 1, &end, 10);
+	if (*end || p < 1 || p > 65535)
+		return false;
+	memcpy(host, h, hl);
+	host[hl] = '\0';
+	*port = (int)p;
+	return true;
+}
+
+/* Pending PAUSE: answered by the janitor once the pools drained. */
+static void finish_pause(struct client *c)
+{
+	command_complete(c, "PAUSE");
+	send_rfq(c);
+	c->admin_pause_pending = false;
+}
+
+void admin_janitor(struct worker *w)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
+		struct client *c = LIST_ENTRY(pos, struct client, node);
+		if (c->is_admin && c->admin_pause_pending &&
+		    pool_paused_drained(w, c->admin_pause_db[0] ? c->admin_pause_db : NULL))
+			finish_pause(c);
+	}
+}
+
+/* Returns false when the reply is deferred (no ReadyForQuery yet). */
+static bool run_command(struct client *c, const char *sql)
+{
+	struct worker *w = c->w;
+	struct words ws;
+	split_words(sql, &ws);
+	if (ws.n == 0) {
+		uint8_t msg[5] = { PqMsg_EmptyQueryResponse, 0, 0, 0, 4 };
+		evbuffer_add(client_output(c), msg, sizeof msg);
+		return true;
+	}
+	if (is(&ws, 0, "show")) {
+		if (ws.n != 2) {
+			send_error(c, "42601", "SHOW needs exactly one name, e.g. SHOW POOLS");
+			return true;
+		}
+		for (size_t i = 0; i < sizeof show_commands / sizeof *show_commands; i++) {
+			if (strcasecmp(ws.w[1], show_commands[i].name) == 0) {
+				show_commands[i].fn(c);
+				return true;
+			}
+		}
+		send_error(c, "42704", "unknown SHOW command: %s", ws.w[1]);
+		return true;
+	}
+	const char *db = ws.n >= 2 ? ws.w[1] : NULL;
+	if (is(&ws, 0, "reload") && ws.n == 1) {
+		char err[512];
+		if (worker_reload(w, err, sizeof err))
+			command_complete(c, "RELOAD");
+		else
+			send_error(c, "F0000", "reload failed, old configuration kept: %s", err);
+		return true;
+	}
+	if ((is(&ws, 0, "pause") || is(&ws, 0, "resume") || is(&ws, 0, "reconnect")) && ws.n <= 2) {
+		int n;
+		if (is(&ws, 0, "pause"))
+			n = pool_pause(w, db);
+		else if (is(&ws, 0, "resume"))
+			n = pool_resume(w, db);
+		else
+			n = pool_reconnect(w, db);
+		if (db && n == 0) {
+			send_error(c, "3D000", "no such database: %s", db);
+			return true;
+		}
+		log_info("admin: %s %s", ws.w[0], db ? db : "(all)");
+		if (is(&ws, 0, "pause") && !pool_paused_drained(w, db)) {
+			c->admin_pause_pending = true;
+			snprintf(c->admin_pause_db, sizeof c->admin_pause_db, "%s", db ? db : "");
+			return false;
+		}
+		char tag[16];
+		snprintf(tag, sizeof tag, "%s", ws.w[0]);
+		for (char *t = tag; *t; t++)
+			*t = (char)toupper((unsigned char)*t);
+		command_complete(c, tag);
+		return true;
+	}
+	if ((is(&ws, 0, "disable") || is(&ws, 0, "enable") || is(&ws, 0, "kill")) && ws.n == 2) {
+		int n = is(&ws, 0, "kill") ? pool_kill(w, db) : pool_set_disabled(w, db, is(&ws, 0, "disable"));
+		if (n == 0) {
+			send_error(c, "3D000", "no such database: %s", db);
+			return true;
+		}
+		log_info("admin: %s %s", ws.w[0], db);
+		command_complete(c, is(&ws, 0, "kill") ? "KILL" : is(&ws, 0, "disable") ? "DISABLE" : "ENABLE");
+		return true;
+	}
+	if (is(&ws, 0, "shutdown") && ws.n == 1) {
+		log_info("admin: SHUTDOWN");
+		command_complete(c, "SHUTDOWN");
+		worker_begin_shutdown(w);
+		return true;
+	}
+	if ((is(&ws, 0, "ban") && (ws.n == 2 || ws.n == 3)) || (is(&ws, 0, "unban") && ws.n == 2)) {
+		char host[256];
+		int port;
+		if (!parse_host_port(ws.w[1], host, sizeof host, &port)) {
+			send_error(c, "22023", "expected host:port, got \"%s\"", ws.w[1]);
+			return true;
+		}
+		if (is(&ws, 0, "unban")) {
+			(void)bans_clear(&w->bans, host, port);
+			log_info("admin: unban %s:%d", host, port);
+			command_complete(c, "UNBAN");
+			return true;
+		}
+		long secs = w->cfg->general.ban_time;
+		if (ws.n == 3) {
+			char *end;
+			secs = strtol(ws.w[2], &end, 10);
+			if (*end || secs < 1 || secs > 86400 * 365) {
+				send_error(c, "22023", "ban time must be a number of seconds, got \"%s\"", ws.w[2]);
+				return true;
+			}
+		}
+		if (!bans_set(&w->bans, host, port, (int64_t)time(NULL), (int)secs, BAN_SOURCE_ADMIN, "admin")) {
+			send_error(c, "53000", "ban table is full");
+			return true;
+		}
+		log_info("admin: ban %s:%d for %ld s", host, port, secs);
+		command_complete(c, "BAN");
+		return true;
+	}
+	if (is(&ws, 0, "set") && ws.n >= 3) {
+		/* SET key = value | SET key TO value */
+		const char *key = ws.w[1];
+		char keybuf[128];
+		const char *value;
+		char *eq = strchr(key, '=');
+		if (eq) {
+			/* "key=value" or "key=" */
+			snprintf(keybuf, sizeof keybuf, "%.*s", (int)(eq - key), key);
+			key = keybuf;
+			value = eq[1] ? ws.rest[1] + (eq - ws.w[1]) + 1 : (ws.n >= 3 ? ws.rest[2] : "");
+		} else if (strcmp(ws.w[2], "=") == 0 || strcasecmp(ws.w[2], "to") == 0) {
+			value = ws.n >= 4 ? ws.rest[3] : "";
+		} else if (ws.w[2][0] == '=') {
+			value = ws.rest[2] + 1;
+		} else {
+			send_error(c, "42601", "expected SET key = value");
+			return true;
+		}
+		char err[256];
+#ifndef PGCAT_HAVE_CONFIG_SET
+		(void)value;
+		snprintf(err, sizeof err, "SET is not available yet");
+		if (true) {
+#else
+		if (!config_general_set(w->cfg, key, value, err, sizeof err)) {
+#endif
+			send_error(c, "22023", "%s", err);
+			return true;
+		}
+		log_set_level(w->cfg->general.log_level);
+		log_info("admin: SET %s", key);
+		command_complete(c, "SET");
+		return true;
+	}
+	send_error(c, "42601", "unknown admin command: %s", sql);
+	return true;
+}
+
+static void trim_statement(char *s)
+{
+	size_t n = strlen(s);
+	while (n > 0 && (isspace((unsigned char)s[n - 1]) || s[n - 1] == ';'))
+		s[--n] = '\0';
+}
+
+bool admin_handle_message(struct client *c, const struct proto_frame *f)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	uint32_t total = f->len + 1;
+	if (c->admin_pause_pending)
+		return false;   /* the reply to PAUSE comes first */
+	switch (f->type) {
+	case PqMsg_Query: {
+		if (total > ADMIN_MAX_QUERY) {
+			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "admin command too long");
+			return true;
+		}
+		if (evbuffer_get_length(in) < total)
+			return false;
+		char sql[ADMIN_MAX_QUERY + 1];
+		evbuffer_remove(in, sql, total);
+		size_t n = f->len - 4;
+		if (n == 0 || sql[5 + n - 1] != '\0') {
+			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "malformed Query message");
+			return true;
+		}
+		memmove(sql, sql + 5, n);
+		trim_statement(sql);
+		log_debug("admin C-%llu: %s", (unsigned long long)c->id, sql);
+		if (run_command(c, sql) && c->state != CLIENT_CLOSED)
+			send_rfq(c);
+		return true;
+	}
+	case PqMsg_Sync:
+		evbuffer_drain(in, total);
+		send_rfq(c);
+		return true;
+	default:
+		/* Extended protocol, COPY, function calls: not here. */
+		{
+			size_t have = evbuffer_get_length(in);
+			if (have >= total) {
+				evbuffer_drain(in, total);
+			} else {
+				evbuffer_drain(in, have);
+				c->skip_remaining = total - (uint32_t)have;
+			}
+		}
+		send_error(c, SQLSTATE_FEATURE_NOT_SUPPORTED, "the admin console speaks the simple query protocol only");
+		if (f->type == PqMsg_FunctionCall)
+			send_rfq(c);
+		else
+			c->skip_to_sync = true;
+		return true;
+	}
+}
+
+void admin_welcome(struct client *c)
+{
+	struct worker *w = c->w;
+	uint8_t storage[1024];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_auth_request(&pb, AUTH_REQ_OK, NULL, 0);
+	/* Enough for psql and drivers; the version says what this is. */
+	pktbuf_parameter_status(&pb, "server_version", "15.0 (pgcat " PACKAGE_VERSION ")");
+	pktbuf_parameter_status(&pb, "server_encoding", "UTF8");
+	pktbuf_parameter_status(&pb, "client_encoding", "UTF8");
+	pktbuf_parameter_status(&pb, "DateStyle", "ISO, MDY");
+	pktbuf_parameter_status(&pb, "TimeZone", "UTC");
+	pktbuf_parameter_status(&pb, "integer_datetimes", "on");
+	pktbuf_parameter_status(&pb, "standard_conforming_strings", "on");
+	pktbuf_parameter_status(&pb, "application_name", "");
+	if (!cancel_key_assign(&w->cancel, c, &c->cancel_pid, &c->cancel_key)) {
+		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS, "too many clients already");
+		return;
+	}
+	c->has_cancel_key = true;
+	pktbuf_begin(&pb, PqMsg_BackendKeyData);
+	pktbuf_put_u32(&pb, c->cancel_pid);
+	pktbuf_put_u32(&pb, c->cancel_key);
+	pktbuf_end(&pb);
+	pktbuf_ready_for_query(&pb, 'I');
+	out_pkt(c, &pb);
+	client_set_state(c, CLIENT_IDLE);
+	log_info("C-%llu %s@%s %s:%d: admin console login", (unsigned long long)c->id, c->user, c->database,
+		 c->addr, c->port);
+	client_process(c);
+}

@@ -1,0 +1,265 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * prometheus: /metrics. Gauges and counters mirror SHOW POOLS, SHOW STATS
+ * and SHOW SERVERS with the prefix pgcat_, plus bans, workers and latency
+ * histograms of query, transaction and wait-for-server time per pool.
+ */
+#include "prometheus.h"
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "bans.h"
+#include "config.h"
+#include "log.h"
+#include "pool.h"
+#include "server.h"
+#include "stats.h"
+#include "worker.h"
+
+/* Label values escaped as the text format wants (\\, \", \n). */
+static void label(struct evbuffer *out, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			evbuffer_add_printf(out, "\\%c", *s);
+		else if (*s == '\n')
+			evbuffer_add(out, "\\n", 2);
+		else
+			evbuffer_add(out, s, 1);
+	}
+}
+
+static void pool_labels(struct evbuffer *out, const struct pool *p)
+{
+	evbuffer_add(out, "{pool=\"", 7);
+	label(out, p->name);
+	evbuffer_add(out, "\",user=\"", 8);
+	label(out, p->user);
+	evbuffer_add(out, "\"}", 2);
+}
+
+struct metric {
+	const char *name;
+	const char *type;
+	const char *help;
+};
+
+static void header(struct evbuffer *out, const struct metric *m)
+{
+	evbuffer_add_printf(out, "# HELP pgcat_%s %s\n# TYPE pgcat_%s %s\n", m->name, m->help, m->name, m->type);
+}
+
+enum pool_gauge { PG_CL_ACTIVE, PG_CL_WAITING, PG_SV_ACTIVE, PG_SV_IDLE, PG_SV_USED, PG_SV_LOGIN, PG_MAXWAIT,
+		  PG_PAUSED, PG__COUNT };
+
+static const struct metric pool_gauges[PG__COUNT] = {
+	[PG_CL_ACTIVE] = { "pools_cl_active", "gauge", "Client connections linked to a server or idle." },
+	[PG_CL_WAITING] = { "pools_cl_waiting", "gauge", "Client connections waiting for a server." },
+	[PG_SV_ACTIVE] = { "pools_sv_active", "gauge", "Server connections linked to a client." },
+	[PG_SV_IDLE] = { "pools_sv_idle", "gauge", "Server connections idle and ready." },
+	[PG_SV_USED] = { "pools_sv_used", "gauge", "Server connections being cleaned up or reset." },
+	[PG_SV_LOGIN] = { "pools_sv_login", "gauge", "Server connections connecting or logging in." },
+	[PG_MAXWAIT] = { "pools_maxwait_seconds", "gauge", "Longest current wait for a server." },
+	[PG_PAUSED] = { "pools_paused", "gauge", "1 while the pool is paused." },
+};
+
+static const struct {
+	enum stat_counter k;
+	struct metric m;
+	double scale;
+} counters[] = {
+	{ STAT_SERVER_ASSIGNMENT, { "stats_server_assignments_total", "counter", "Server connections handed to clients." }, 1 },
+	{ STAT_XACT, { "stats_xacts_total", "counter", "Transactions completed." }, 1 },
+	{ STAT_QUERY, { "stats_queries_total", "counter", "Queries completed." }, 1 },
+	{ STAT_RECEIVED, { "stats_received_bytes_total", "counter", "Bytes received from clients." }, 1 },
+	{ STAT_SENT, { "stats_sent_bytes_total", "counter", "Bytes sent to clients." }, 1 },
+	{ STAT_XACT_TIME, { "stats_xact_seconds_total", "counter", "Time spent in transactions." }, 1e-6 },
+	{ STAT_QUERY_TIME, { "stats_query_seconds_total", "counter", "Time spent in queries." }, 1e-6 },
+	{ STAT_WAIT_TIME, { "stats_wait_seconds_total", "counter", "Time clients waited for a server." }, 1e-6 },
+	{ STAT_CLIENT_PARSE, { "stats_client_parses_total", "counter", "Parse messages from clients." }, 1 },
+	{ STAT_SERVER_PARSE, { "stats_server_parses_total", "counter", "Parse messages sent to servers." }, 1 },
+	{ STAT_BIND, { "stats_binds_total", "counter", "Bind messages from clients." }, 1 },
+	{ STAT_CLIENT_LOGIN, { "stats_client_logins_total", "counter", "Client logins." }, 1 },
+	{ STAT_PREPARED_HITS, { "prepared_hits_total", "counter", "Prepared statements found on the server." }, 1 },
+	{ STAT_PREPARED_MISSES, { "prepared_misses_total", "counter", "Prepared statements that had to be prepared." }, 1 },
+};
+
+static const struct metric hists[HIST__COUNT] = {
+	[HIST_QUERY] = { "query_duration_seconds", "histogram", "Query time, from the request to ReadyForQuery." },
+	[HIST_XACT] = { "xact_duration_seconds", "histogram", "Transaction time, from its first message to ReadyForQuery 'I'." },
+	[HIST_WAIT] = { "wait_duration_seconds", "histogram", "Time a client waited for a server connection." },
+};
+
+void prometheus_render(struct worker *w, struct evbuffer *out)
+{
+	struct list_node *pos, *tmp;
+	for (int g = 0; g < PG__COUNT; g++) {
+		header(out, &pool_gauges[g]);
+		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+			struct pool *p = LIST_ENTRY(pos, struct pool, node);
+			int active, waiting;
+			uint64_t maxwait;
+			pool_count_clients(w, p, &active, &waiting, &maxwait);
+			int v[PG__COUNT] = { 0 };
+			v[PG_CL_ACTIVE] = active;
+			v[PG_CL_WAITING] = waiting;
+			for (size_t i = 0; i < p->n_targets; i++) {
+				v[PG_SV_ACTIVE] += p->targets[i]->n_active;
+				v[PG_SV_IDLE] += p->targets[i]->n_idle;
+				v[PG_SV_USED] += p->targets[i]->n_other;
+				v[PG_SV_LOGIN] += p->targets[i]->n_opening;
+			}
+			v[PG_PAUSED] = p->paused;
+			evbuffer_add_printf(out, "pgcat_%s", pool_gauges[g].name);
+			pool_labels(out, p);
+			if (g == PG_MAXWAIT)
+				evbuffer_add_printf(out, " %.6f\n", (double)maxwait / 1e6);
+			else
+				evbuffer_add_printf(out, " %d\n", v[g]);
+		}
+	}
+	for (size_t k = 0; k < sizeof counters / sizeof *counters; k++) {
+		header(out, &counters[k].m);
+		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+			struct pool *p = LIST_ENTRY(pos, struct pool, node);
+			evbuffer_add_printf(out, "pgcat_%s", counters[k].m.name);
+			pool_labels(out, p);
+			if (counters[k].scale == 1)
+				evbuffer_add_printf(out, " %" PRIu64 "\n", p->stats.v[counters[k].k]);
+			else
+				evbuffer_add_printf(out, " %.6f\n", (double)p->stats.v[counters[k].k] * counters[k].scale);
+		}
+	}
+	for (int h = 0; h < HIST__COUNT; h++) {
+		header(out, &hists[h]);
+		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+			struct pool *p = LIST_ENTRY(pos, struct pool, node);
+			uint64_t cum = 0;
+			for (int i = 0; i <= STATS_HIST_BOUNDS; i++) {
+				cum += p->stats.hist[h][i];
+				evbuffer_add_printf(out, "pgcat_%s_bucket{pool=\"", hists[h].name);
+				label(out, p->name);
+				evbuffer_add(out, "\",user=\"", 8);
+				label(out, p->user);
+				if (i < STATS_HIST_BOUNDS)
+					evbuffer_add_printf(out, "\",le=\"%g\"} %" PRIu64 "\n",
+							    (double)stats_hist_bounds_us[i] / 1e6, cum);
+				else
+					evbuffer_add_printf(out, "\",le=\"+Inf\"} %" PRIu64 "\n", cum);
+			}
+			evbuffer_add_printf(out, "pgcat_%s_sum", hists[h].name);
+			pool_labels(out, p);
+			evbuffer_add_printf(out, " %.6f\n", (double)p->stats.hist_sum_us[h] / 1e6);
+			evbuffer_add_printf(out, "pgcat_%s_count", hists[h].name);
+			pool_labels(out, p);
+			evbuffer_add_printf(out, " %" PRIu64 "\n", cum);
+		}
+	}
+	/* One gauge per server connection state, like SHOW SERVERS grouped. */
+	static const struct metric servers = { "servers", "gauge", "Server connections by pool, server and state." };
+	header(out, &servers);
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		for (size_t i = 0; i < p->n_targets; i++) {
+			const struct srvpool *sp = p->targets[i];
+			struct { const char *state; int n; } st[] = {
+				{ "active", sp->n_active }, { "idle", sp->n_idle }, { "used", sp->n_other },
+				{ "login", sp->n_opening },
+			};
+			for (size_t k = 0; k < sizeof st / sizeof *st; k++) {
+				evbuffer_add(out, "pgcat_servers{pool=\"", 20);
+				label(out, p->name);
+				evbuffer_add(out, "\",user=\"", 8);
+				label(out, p->user);
+				evbuffer_add(out, "\",host=\"", 8);
+				label(out, sp->host);
+				evbuffer_add_printf(out, "\",port=\"%d\",shard=\"%d\",role=\"%s\",state=\"%s\"} %d\n", sp->port,
+						    sp->shard, config_server_role_name(sp->role), st[k].state, st[k].n);
+			}
+		}
+	}
+	int64_t now = (int64_t)time(NULL);
+	int bans = 0;
+	for (int i = 0; i < BANS_MAX; i++)
+		if (w->bans.items[i].used && w->bans.items[i].until > now)
+			bans++;
+	static const struct metric m_bans = { "bans", "gauge", "Servers currently banned." };
+	static const struct metric m_workers = { "workers", "gauge", "Worker processes." };
+	static const struct metric m_clients = { "client_connections", "gauge", "Client connections of this instance." };
+	header(out, &m_bans);
+	evbuffer_add_printf(out, "pgcat_bans %d\n", bans);
+	header(out, &m_workers);
+	evbuffer_add_printf(out, "pgcat_workers %d\n", 1);
+	header(out, &m_clients);
+	evbuffer_add_printf(out, "pgcat_client_connections %d\n", w->n_clients);
+}
+
+static void metrics_cb(struct evhttp_request *req, void *arg)
+{
+	struct worker *w = arg;
+	if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
+		evhttp_send_error(req, 405, "Method Not Allowed");
+		return;
+	}
+	worker_update_clock(w);
+	struct evbuffer *out = evbuffer_new();
+	if (!out) {
+		evhttp_send_error(req, 500, "Internal Server Error");
+		return;
+	}
+	prometheus_render(w, out);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+			  "text/plain; version=0.0.4; charset=utf-8");
+	evhttp_send_reply(req, 200, "OK", out);
+	evbuffer_free(out);
+}
+
+static void other_cb(struct evhttp_request *req, void *arg)
+{
+	evhttp_send_error(req, 404, "Not Found");
+}
+
+void prometheus_stop(struct worker *w)
+{
+	if (w->http) {
+		evhttp_free(w->http);
+		w->http = NULL;
+	}
+	w->http_port = 0;
+}
+
+bool prometheus_reconfigure(struct worker *w)
+{
+	int port = w->cfg->general.prometheus_port;
+	if (port == w->http_port && (port == 0 || w->http))
+		return true;
+	prometheus_stop(w);
+	if (port == 0)
+		return true;
+	w->http = evhttp_new(w->base);
+	if (!w->http)
+		return false;
+	evhttp_set_cb(w->http, "/metrics", metrics_cb, w);
+	evhttp_set_gencb(w->http, other_cb, w);
+	const struct config_general *g = &w->cfg->general;
+	bool bound = false;
+	for (size_t i = 0; i < g->n_listen_addr; i++) {
+		const char *addr = strcmp(g->listen_addr[i], "*") == 0 ? "0.0.0.0" : g->listen_addr[i];
+		if (evhttp_bind_socket(w->http, addr, (uint16_t)port) == 0)
+			bound = true;
+		else
+			log_error("cannot listen for /metrics on %s:%d", addr, port);
+	}
+	if (!bound) {
+		prometheus_stop(w);
+		return false;
+	}
+	w->http_port = port;
+	log_info("serving /metrics on port %d", port);
+	return true;
+}
