@@ -414,6 +414,8 @@ void pool_server_clean(struct server *s)
 	struct worker *w = sp->pool->w;
 	const struct config_general *g = &w->cfg->general;
 	s->client = NULL;
+	if (sp->pool->removed && list_empty(&sp->waiters))
+		s->close_when_idle = true;
 	if (s->close_when_idle || w->shutting_down ||
 	    (g->server_lifetime > 0 && w->now_us - s->connect_us > (uint64_t)g->server_lifetime * 1000)) {
 		if (list_empty(&sp->waiters) || s->close_when_idle) {
@@ -602,6 +604,9 @@ void pool_janitor(struct worker *w)
 			}
 		}
 		if (p->removed) {
+			/* Draining: servers go as soon as they are idle. */
+			for (size_t i = 0; i < p->n_targets; i++)
+				srvpool_close_list(&p->targets[i]->idle);
 			bool empty = p->n_clients == 0 && list_empty(&p->retired);
 			for (size_t i = 0; i < p->n_targets && empty; i++)
 				empty = srvpool_total(p->targets[i]) == 0 && p->targets[i]->n_waiters == 0;

@@ -439,6 +439,59 @@ def render_ini(general: dict, pools: dict, peers: dict = None, extra: str = "") 
     return "\n".join(lines) + "\n"
 
 
+# Harness self-check only: PGCAT_TEST_TARGET=pgbouncer runs the same tests
+# against Debian's PgBouncer (translated config), to tell a wrong test from
+# a pgcat bug. pgcat-specific behaviour (SPEC error codes, CLI) differs there.
+TARGET = os.environ.get("PGCAT_TEST_TARGET", "pgcat")
+
+
+def _secs(ms):
+    return max(1, (int(ms) + 999) // 1000)
+
+
+def render_pgbouncer(general: dict, pools: dict, workdir: Path) -> str:
+    g = general
+    out = ["[databases]"]
+    users = {}
+    for name, pool in pools.items():
+        shard = pool.get("shards", {}).get(0) or {}
+        host, port = shard.get("servers", "127.0.0.1:5432:primary").split(",")[0].strip().rsplit(":", 2)[:2]
+        extra = ""
+        if pool.get("pool_mode"):
+            extra += " pool_mode=%s" % pool["pool_mode"]
+        for u, ud in pool.get("users", {}).items():
+            users[u] = ud.get("password", "")
+            if ud.get("pool_size") is not None:
+                extra += " pool_size=%s" % ud["pool_size"]
+            if ud.get("min_pool_size") is not None:
+                extra += " min_pool_size=%s" % ud["min_pool_size"]
+        out.append("%s = host=%s port=%s dbname=%s%s" % (name, host, port, shard.get("database", name), extra))
+    out.append("[pgbouncer]")
+    m = {"listen_addr": "listen_addr", "listen_port": "listen_port",
+         "unix_socket_dir": "unix_socket_dir", "pool_mode": "pool_mode",
+         "default_pool_size": "default_pool_size", "min_pool_size": "min_pool_size",
+         "max_client_conn": "max_client_conn", "auth_type": "auth_type",
+         "server_reset_query": "server_reset_query", "pidfile": "pidfile", "log_file": "logfile"}
+    secs = {"connect_timeout": "server_connect_timeout", "query_wait_timeout": "query_wait_timeout",
+            "idle_timeout": "server_idle_timeout", "server_lifetime": "server_lifetime",
+            "idle_transaction_timeout": "idle_transaction_timeout",
+            "client_idle_timeout": "client_idle_timeout"}
+    for k, v in g.items():
+        if k in m:
+            out.append("%s = %s" % (m[k], _fmt(v)))
+        elif k in secs:
+            out.append("%s = %s" % (secs[k], _secs(v) if int(v) else 0))
+        elif k in ("log_connections", "log_disconnections"):
+            out.append("%s = %d" % (k, 1 if v in (True, "true", 1) else 0))
+    out.append("auth_file = %s" % (workdir / "userlist.txt"))
+    out.append("admin_users = %s" % g.get("admin_username", "pgcat"))
+    out.append("server_login_retry = 1")
+    out.append("ignore_startup_parameters = extra_float_digits, options")
+    users.setdefault(g.get("admin_username", "pgcat"), g.get("admin_password", ""))
+    (workdir / "userlist.txt").write_text("".join('"%s" "%s"\n' % (u, pw) for u, pw in users.items()))
+    return "\n".join(out) + "\n"
+
+
 class Pgcat:
     """One running pgcat. Connect through it with connect()/aconnect()/asyncpg()/psql()."""
 
@@ -468,7 +521,14 @@ class Pgcat:
     def start(self, wait=True, timeout=30.0):
         self.write()
         self.log_fh = open(self.logfile, "ab")
-        self.proc = subprocess.Popen([self.binary] + list(self.args) + [str(self.ini)],
+        cmd = [self.binary] + list(self.args) + [str(self.ini)]
+        if TARGET == "pgbouncer":
+            self.ini.write_text(render_pgbouncer(self.general, self.pools, self.workdir))
+            for f in [self.workdir] + list(self.workdir.iterdir()):
+                shutil.chown(f, PG_OS_USER, PG_OS_USER)
+            cmd = ["setpriv", "--reuid", PG_OS_USER, "--regid", PG_OS_USER, "--init-groups",
+                   "/usr/sbin/pgbouncer", str(self.ini)]
+        self.proc = subprocess.Popen(cmd,
                                      stdin=subprocess.DEVNULL, stdout=self.log_fh,
                                      stderr=subprocess.STDOUT, env=self.env,
                                      start_new_session=True, cwd=str(self.workdir))
@@ -724,7 +784,7 @@ def pgcat(request, pg):
                 problems.append("pgcat (pid %d) did not exit within shutdown_timeout after SIGTERM"
                                 % inst.pid)
                 inst.kill_group()
-            elif rc != 0:
+            elif rc != 0 and TARGET == "pgcat":
                 problems.append("pgcat exited with code %d after SIGTERM (expected 0)" % rc)
         elif not inst.stopped_by_test and inst.proc.returncode != inst.expected_rc:
             problems.append("pgcat exited by itself during the test with code %d"
@@ -789,11 +849,12 @@ def _no_leftover_backends(pg):
     yield
 
 
-def assert_pool_idle(pg, user="app", db="appdb", timeout=10.0, max_conns=None):
+def assert_pool_idle(pg, user="app", db="appdb", timeout=10.0, max_conns=None, ignore_pids=()):
     """No server connection leaked: every backend pgcat holds for (user, db)
-    is idle (none 'active' or 'idle in transaction'), and at most max_conns."""
+    is idle (none 'active' or 'idle in transaction'), and at most max_conns
+    (ignore_pids: backends a test holds on purpose, not counted as idle)."""
     def ok():
-        rows = pg.backends(user, db)
+        rows = [r for r in pg.backends(user, db) if r[0] not in ignore_pids]
         bad = [r for r in rows if r[3] != "idle"]
         if bad:
             return False
