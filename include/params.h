@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define PARAMS_MAX 48
 #define PARAMS_VALUE_MAX 1024
@@ -24,6 +25,10 @@ struct param {
 struct params {
 	struct param items[PARAMS_MAX];
 	size_t n;
+	/* Order-independent digest of the whole set, kept current by every
+	 * change: two sets with equal digests need no SET between them, which
+	 * spares comparing every parameter on every server hand-out. */
+	uint64_t digest;
 };
 
 void params_init(struct params *p);
@@ -42,6 +47,9 @@ bool params_reported(const char *name);
 /* Write into out a single simple-protocol SQL string of SET/RESET statements
  * that makes the server's tracked values equal the client's. Returns the
  * number of statements (0: nothing to do), or -1 if out is too small. */
+/* Equal digests: same names, values and forms (a 64-bit hash: a collision
+ * is astronomically unlikely, and costs at most a missed SET). */
+static inline bool params_same(const struct params *a, const struct params *b) { return a->digest == b->digest; }
 int params_build_sync(const struct params *client, const struct params *server, char *out, size_t outsz);
 
 /* Client startup "options": "-c name=value", "-cname=value", "--name=value",

@@ -12,7 +12,33 @@
 #include <string.h>
 #include <strings.h>
 
-void params_init(struct params *p) { p->n = 0; }
+/* FNV-1a over the lowercased name, the value and the form, then mixed so
+ * that XOR-ing entries together gives an order-independent digest. */
+static uint64_t entry_hash(const char *name, const char *value, bool raw)
+{
+	uint64_t h = 1469598103934665603ULL;
+	for (const char *s = name; *s; s++) {
+		h ^= (uint8_t)tolower((unsigned char)*s);
+		h *= 1099511628211ULL;
+	}
+	h ^= 0xff;
+	h *= 1099511628211ULL;
+	for (const char *s = value; *s; s++) {
+		h ^= (uint8_t)*s;
+		h *= 1099511628211ULL;
+	}
+	h ^= raw ? 0x5bd1e995ULL : 0x27d4eb2fULL;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return h;
+}
+
+void params_init(struct params *p)
+{
+	p->n = 0;
+	p->digest = 0;
+}
 
 void params_clear(struct params *p)
 {
@@ -21,6 +47,7 @@ void params_clear(struct params *p)
 		free(p->items[i].value);
 	}
 	p->n = 0;
+	p->digest = 0;
 }
 
 static struct param *find(struct params *p, const char *name)
@@ -47,6 +74,7 @@ bool params_set(struct params *p, const char *name, const char *value, bool raw)
 		char *v = strdup(value);
 		if (!v)
 			return false;
+		p->digest ^= entry_hash(it->name, it->value, it->raw) ^ entry_hash(it->name, v, raw);
 		free(it->value);
 		it->value = v;
 		it->raw = raw;
@@ -64,6 +92,7 @@ bool params_set(struct params *p, const char *name, const char *value, bool raw)
 	p->items[p->n].value = v;
 	p->items[p->n].raw = raw;
 	p->n++;
+	p->digest ^= entry_hash(n, v, raw);
 	return true;
 }
 
@@ -72,6 +101,7 @@ void params_remove(struct params *p, const char *name)
 	struct param *it = find(p, name);
 	if (!it)
 		return;
+	p->digest ^= entry_hash(it->name, it->value, it->raw);
 	free(it->name);
 	free(it->value);
 	*it = p->items[--p->n];

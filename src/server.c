@@ -408,7 +408,7 @@ void server_link(struct server *s, struct client *c)
 	char sql[8192];
 	s->client = c;
 	s->sent_to_client = false;
-	int n = params_build_sync(&c->params, &s->params, sql, sizeof sql);
+	int n = params_same(&c->params, &s->params) ? 0 : params_build_sync(&c->params, &s->params, sql, sizeof sql);
 	if (n > 0) {
 		uint8_t storage[sizeof sql + 16];
 		struct pktbuf pb;
