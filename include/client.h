@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "io.h"
 #include "list.h"
 #include "params.h"
 #include "types.h"
@@ -32,7 +33,7 @@ struct client {
 	struct worker *w;
 	uint64_t id;
 	enum client_state state;
-	struct bufferevent *bev;
+	struct io io;
 	char addr[64];
 	int port;
 	bool is_unix;

@@ -13,7 +13,7 @@ struct list_node {
 	struct list_node *prev, *next;
 };
 
-#define LIST_ENTRY(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define LIST_OWNER(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
 static inline void list_init(struct list_node *head) { head->prev = head->next = head; }
 static inline bool list_empty(const struct list_node *head) { return head->next == head; }

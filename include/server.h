@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "io.h"
 #include "list.h"
 #include "params.h"
 #include "types.h"
@@ -32,7 +33,7 @@ struct server {
 	struct worker *w;
 	uint64_t id;
 	enum server_state state;
-	struct bufferevent *bev;
+	struct io io;
 	struct srvpool *sp;
 	struct client *client;        /* linked client */
 	struct server_auth *auth;     /* only during login */

@@ -14,6 +14,7 @@
 #include "auth_scram.h"
 #include "bans.h"
 #include "cancel.h"
+#include "io.h"
 #include "list.h"
 #include "types.h"
 
@@ -21,6 +22,7 @@
 
 struct worker {
 	struct event_base *base;
+	struct io_flusher flusher;
 	struct config *cfg;              /* current snapshot, owned */
 	char *config_path;
 

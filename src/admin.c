@@ -11,7 +11,6 @@
 #include <netdb.h>
 #include <stdarg.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,7 +164,7 @@ static bool first_of_name(struct worker *w, const struct pool *p)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *q = LIST_ENTRY(pos, struct pool, node);
+		struct pool *q = LIST_OWNER(pos, struct pool, node);
 		if (q == p)
 			return true;
 		if (strcmp(q->name, p->name) == 0)
@@ -181,7 +180,7 @@ static void db_stats(struct worker *w, const char *db, struct stats *tot, struct
 	uint64_t xt = 0, qt = 0, wt = 0;
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (strcmp(p->name, db) != 0)
 			continue;
 		stats_sum(tot, &p->stats);
@@ -233,7 +232,7 @@ static void show_stats_view(struct client *c, enum stats_view view)
 		  view == STATS_VIEW_BOTH ? "siiiiiiiiiiiiiiiiiiiiiiii" : "siiiiiiiiiiii");
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (!first_of_name(w, p))
 			continue;
 		struct stats tot, avg;
@@ -268,7 +267,7 @@ static void show_pools(struct client *c)
 	res_begin(&r, c, cols, "ssiiiiiiiiiiiiissiii");
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		int active, waiting;
 		uint64_t maxwait;
 		pool_count_clients(w, p, &active, &waiting, &maxwait);
@@ -321,13 +320,13 @@ static void show_databases(struct client *c)
 	res_begin(&r, c, cols, "ssisiiiiissiiiiiiisi");
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (!first_of_name(w, p) || p->removed)
 			continue;
 		int clients = 0;
 		struct list_node *qp, *qt;
 		LIST_FOREACH_SAFE(qp, qt, &w->pools) {
-			struct pool *q = LIST_ENTRY(qp, struct pool, node);
+			struct pool *q = LIST_OWNER(qp, struct pool, node);
 			if (strcmp(q->name, p->name) == 0)
 				clients += q->n_clients;
 		}
@@ -335,7 +334,7 @@ static void show_databases(struct client *c)
 			const struct srvpool *sp = p->targets[i];
 			int conns = 0;
 			LIST_FOREACH_SAFE(qp, qt, &w->pools) {
-				struct pool *q = LIST_ENTRY(qp, struct pool, node);
+				struct pool *q = LIST_OWNER(qp, struct pool, node);
 				if (strcmp(q->name, p->name) == 0 && i < q->n_targets)
 					conns += srvpool_total(q->targets[i]);
 			}
@@ -423,17 +422,17 @@ static void show_clients(struct client *c)
 	res_begin(&r, c, conn_cols, conn_types);
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->clients_active)
-		client_row(&r, LIST_ENTRY(pos, struct client, node), "active");
+		client_row(&r, LIST_OWNER(pos, struct client, node), "active");
 	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
-		const struct client *x = LIST_ENTRY(pos, struct client, node);
+		const struct client *x = LIST_OWNER(pos, struct client, node);
 		client_row(&r, x, x->is_admin ? "active" : "idle");
 	}
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++) {
 			struct list_node *cp, *ct;
 			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters)
-				client_row(&r, LIST_ENTRY(cp, struct client, node), "waiting");
+				client_row(&r, LIST_OWNER(cp, struct client, node), "waiting");
 		}
 	}
 	res_end(&r);
@@ -458,7 +457,7 @@ static void server_rows(struct result *r, struct list_node *head)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, head) {
-		const struct server *s = LIST_ENTRY(pos, struct server, node);
+		const struct server *s = LIST_OWNER(pos, struct server, node);
 		char ct[40], rt[40], ptr[32], link[32];
 		fmt_time(s->connect_wall, ct, sizeof ct);
 		fmt_time(s->connect_wall + (int64_t)((s->last_used_us - s->connect_us) / 1000000), rt, sizeof rt);
@@ -504,7 +503,7 @@ static void show_servers(struct client *c)
 	res_begin(&r, c, conn_cols, conn_types);
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++) {
 			struct srvpool *sp = p->targets[i];
 			server_rows(&r, &sp->active);
@@ -527,10 +526,10 @@ static void show_users(struct client *c)
 	res_begin(&r, c, cols, "siisiiii");
 	struct list_node *pos, *tmp, *qp, *qt;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		bool first = true;
 		LIST_FOREACH_SAFE(qp, qt, &w->pools) {
-			struct pool *q = LIST_ENTRY(qp, struct pool, node);
+			struct pool *q = LIST_OWNER(qp, struct pool, node);
 			if (q == p)
 				break;
 			if (strcmp(q->user, p->user) == 0)
@@ -540,7 +539,7 @@ static void show_users(struct client *c)
 			continue;
 		int conns = 0, clients = 0;
 		LIST_FOREACH_SAFE(qp, qt, &w->pools) {
-			struct pool *q = LIST_ENTRY(qp, struct pool, node);
+			struct pool *q = LIST_OWNER(qp, struct pool, node);
 			if (strcmp(q->user, p->user) != 0)
 				continue;
 			clients += q->n_clients;
@@ -589,7 +588,7 @@ static void show_lists(struct client *c)
 	int pools = 0, used_servers = 0, free_servers = 0, login_clients = 0, used_clients = 0;
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		pools++;
 		for (size_t i = 0; i < p->n_targets; i++) {
 			used_servers += p->targets[i]->n_active + p->targets[i]->n_other + p->targets[i]->n_opening;
@@ -601,7 +600,7 @@ static void show_lists(struct client *c)
 	used_clients = w->n_clients - login_clients;
 	int databases = 0;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools)
-		if (first_of_name(w, LIST_ENTRY(pos, struct pool, node)))
+		if (first_of_name(w, LIST_OWNER(pos, struct pool, node)))
 			databases++;
 	struct { const char *name; int64_t v; } rows[] = {
 		{ "databases", databases }, { "users", pools }, { "peers", (int64_t)w->cfg->n_peers },
@@ -639,7 +638,7 @@ static void show_mem(struct client *c)
 	int servers = 0, pools = 0;
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		pools++;
 		for (size_t i = 0; i < p->n_targets; i++)
 			servers += srvpool_total(p->targets[i]);
@@ -674,7 +673,7 @@ static void show_dns_hosts(struct client *c)
 	struct worker *w = c->w;
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (!first_of_name(w, p))
 			continue;
 		for (size_t i = 0; i < p->n_targets; i++) {
@@ -708,7 +707,7 @@ static void show_shards(struct client *c)
 	res_begin(&r, c, cols, "sisisisiiiii");
 	struct list_node *pos, *tmp, *qp, *qt;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (!first_of_name(w, p) || p->removed)
 			continue;
 		for (size_t i = 0; i < p->n_targets; i++) {
@@ -716,7 +715,7 @@ static void show_shards(struct client *c)
 			int sv_active = 0, sv_idle = 0;
 			uint64_t xacts = 0;
 			LIST_FOREACH_SAFE(qp, qt, &w->pools) {
-				struct pool *q = LIST_ENTRY(qp, struct pool, node);
+				struct pool *q = LIST_OWNER(qp, struct pool, node);
 				if (strcmp(q->name, p->name) != 0 || i >= q->n_targets)
 					continue;
 				sv_active += q->targets[i]->n_active;
@@ -764,7 +763,7 @@ static void show_bans(struct client *c)
 		bool any = false;
 		struct list_node *pos, *tmp;
 		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-			struct pool *p = LIST_ENTRY(pos, struct pool, node);
+			struct pool *p = LIST_OWNER(pos, struct pool, node);
 			if (!first_of_name(w, p))
 				continue;
 			for (size_t k = 0; k < p->n_targets; k++) {
@@ -818,7 +817,7 @@ static void show_workers(struct client *c)
 	int servers = 0;
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++)
 			servers += srvpool_total(p->targets[i]);
 	}
@@ -931,7 +930,7 @@ void admin_janitor(struct worker *w)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
-		struct client *c = LIST_ENTRY(pos, struct client, node);
+		struct client *c = LIST_OWNER(pos, struct client, node);
 		if (c->is_admin && c->admin_pause_pending &&
 		    pool_paused_drained(w, c->admin_pause_db[0] ? c->admin_pause_db : NULL))
 			finish_pause(c);
@@ -1091,7 +1090,7 @@ static void trim_statement(char *s)
 
 bool admin_handle_message(struct client *c, const struct proto_frame *f)
 {
-	struct evbuffer *in = bufferevent_get_input(c->bev);
+	struct evbuffer *in = c->io.in;
 	uint32_t total = f->len + 1;
 	if (c->admin_pause_pending)
 		return false;   /* the reply to PAUSE comes first */

@@ -157,5 +157,5 @@ void cancel_requests_free_all(struct worker *w)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->cancel_requests)
-		cancel_request_done(LIST_ENTRY(pos, struct cancel_request, node));
+		cancel_request_done(LIST_OWNER(pos, struct cancel_request, node));
 }

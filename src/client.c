@@ -10,7 +10,6 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -53,15 +52,15 @@ static const char *const state_names[] = {
 
 const char *client_state_name(enum client_state st) { return state_names[st]; }
 
-static void client_read_cb(struct bufferevent *bev, void *arg);
-static void client_write_cb(struct bufferevent *bev, void *arg);
-static void client_event_cb(struct bufferevent *bev, short what, void *arg);
+static void client_read_cb(struct io *io, void *arg);
+static void client_drain_cb(struct io *io, void *arg);
+static void client_event_cb(struct io *io, enum io_event what, int err, void *arg);
 
-struct evbuffer *client_output(struct client *c) { return bufferevent_get_output(c->bev); }
+struct evbuffer *client_output(struct client *c) { return io_out(&c->io); }
 
 bool client_output_full(struct client *c)
 {
-	return evbuffer_get_length(bufferevent_get_output(c->bev)) >= CLIENT_OUT_BUDGET;
+	return io_out_len(&c->io) >= CLIENT_OUT_BUDGET;
 }
 
 void client_set_state(struct client *c, enum client_state st)
@@ -90,8 +89,8 @@ void client_set_state(struct client *c, enum client_state st)
 
 static void send_pkt(struct client *c, struct pktbuf *pb)
 {
-	if (!pb->failed && c->bev)
-		evbuffer_add(bufferevent_get_output(c->bev), pb->data, pb->len);
+	if (!pb->failed && !c->io.closed)
+		evbuffer_add(io_out(&c->io), pb->data, pb->len);
 }
 
 static void send_error(struct client *c, const char *severity, const char *sqlstate, const char *msg)
@@ -115,7 +114,7 @@ static void send_rfq(struct client *c, char status)
 static void send_simple(struct client *c, uint8_t type)
 {
 	uint8_t msg[5] = { type, 0, 0, 0, 4 };
-	evbuffer_add(bufferevent_get_output(c->bev), msg, sizeof msg);
+	evbuffer_add(io_out(&c->io), msg, sizeof msg);
 }
 
 static char idle_status(const struct client *c) { return c->in_failed_tx ? 'E' : 'I'; }
@@ -134,8 +133,8 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 	list_init(&c->node);
 	c->connect_us = c->state_since_us = c->last_activity_us = w->now_us;
 	c->connect_wall = (int64_t)time(NULL);
-	c->bev = bufferevent_socket_new(w->base, fd, BEV_OPT_CLOSE_ON_FREE);
-	if (!c->bev) {
+	if (!io_open(&c->io, w->base, &w->flusher, fd, CLIENT_READ_HIGH_WATER, CLIENT_OUT_BUDGET / 2,
+		     client_read_cb, client_drain_cb, client_event_cb, c)) {
 		evutil_closesocket(fd);
 		free(c);
 		return;
@@ -161,24 +160,7 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 	w->n_clients++;
 	c->state = CLIENT_CLOSED;
 	client_set_state(c, CLIENT_STARTUP);
-	bufferevent_setcb(c->bev, client_read_cb, client_write_cb, client_event_cb, c);
-	bufferevent_setwatermark(c->bev, EV_READ, 0, CLIENT_READ_HIGH_WATER);
-	bufferevent_setwatermark(c->bev, EV_WRITE, CLIENT_OUT_BUDGET / 2, 0);
-	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 	log_debug("C-%llu %s:%d: new connection", (unsigned long long)c->id, c->addr, c->port);
-}
-
-/* Best effort: whatever is queued (the error above all) goes out now, in
- * one non-blocking send, before the socket closes. */
-static void flush_before_close(struct client *c)
-{
-	struct evbuffer *out = bufferevent_get_output(c->bev);
-	size_t len = evbuffer_get_length(out);
-	if (len == 0 || len > CLIENT_OUT_BUDGET * 2)
-		return;
-	const unsigned char *data = evbuffer_pullup(out, (ssize_t)len);
-	if (data)
-		(void)send(bufferevent_getfd(c->bev), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
@@ -193,9 +175,10 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 		vsnprintf(msg, sizeof msg, fmt, ap);
 		va_end(ap);
 	}
-	if (sqlstate && c->bev) {
+	if (sqlstate && !c->io.closed) {
 		send_error(c, "FATAL", sqlstate, msg);
-		flush_before_close(c);
+		/* Best effort: the error goes out now, before the socket closes. */
+		io_flush(&c->io);
 	}
 	bool logged_in = c->state == CLIENT_IDLE || c->state == CLIENT_WAITING || c->state == CLIENT_ACTIVE;
 	if (logged_in ? w->cfg->general.log_disconnections : log_enabled(LOG_LEVEL_DEBUG))
@@ -237,10 +220,7 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 		cancel_key_release(&w->cancel, c->cancel_pid);
 		c->has_cancel_key = false;
 	}
-	if (c->bev) {
-		bufferevent_free(c->bev);
-		c->bev = NULL;
-	}
+	io_close(&c->io);
 	client_set_state(c, CLIENT_CLOSED);
 	w->n_clients--;
 	free(c->auth);
@@ -350,7 +330,7 @@ static void start_login(struct client *c)
 		client_close(c, SQLSTATE_INTERNAL_ERROR, "out of memory");
 		return;
 	}
-	enum auth_outcome o = auth_client_begin(w, c, credp, c->auth, bufferevent_get_output(c->bev));
+	enum auth_outcome o = auth_client_begin(w, c, credp, c->auth, io_out(&c->io));
 	switch (o) {
 	case AUTH_OK:
 		login_done(c);
@@ -369,7 +349,7 @@ static void start_login(struct client *c)
 
 static void process_startup(struct client *c)
 {
-	struct evbuffer *in = bufferevent_get_input(c->bev);
+	struct evbuffer *in = c->io.in;
 	while (c->state == CLIENT_STARTUP) {
 		uint8_t hdr[8];
 		ssize_t got = evbuffer_copyout(in, hdr, sizeof hdr);
@@ -412,7 +392,7 @@ static void process_startup(struct client *c)
 			}
 			/* TLS is not offered yet: 'N', and the client goes on in
 			 * plain text (or, libpq 17, sends its CancelRequest). */
-			evbuffer_add(bufferevent_get_output(c->bev), "N", 1);
+			evbuffer_add(io_out(&c->io), "N", 1);
 			continue;
 		}
 		case PROTO_STARTUP_CANCEL:
@@ -434,7 +414,7 @@ static void process_startup(struct client *c)
 
 static void process_auth(struct client *c)
 {
-	struct evbuffer *in = bufferevent_get_input(c->bev);
+	struct evbuffer *in = c->io.in;
 	while (c->state == CLIENT_AUTH) {
 		uint8_t hdr[5];
 		if (evbuffer_copyout(in, hdr, 5) < 5)
@@ -449,7 +429,7 @@ static void process_auth(struct client *c)
 			return;
 		const uint8_t *buf = evbuffer_pullup(in, f.len + 1);
 		enum auth_outcome o = auth_client_step(c->w, c, c->auth, buf + 5, f.len - 4,
-						       bufferevent_get_output(c->bev));
+						       io_out(&c->io));
 		evbuffer_drain(in, f.len + 1);
 		switch (o) {
 		case AUTH_CONTINUE:
@@ -568,7 +548,7 @@ static bool is_transaction_end(const uint8_t *sql, size_t len)
  * skipped to its Sync. */
 static void fail_current_request(struct client *c, const char *sqlstate, const char *msg)
 {
-	struct evbuffer *in = bufferevent_get_input(c->bev);
+	struct evbuffer *in = c->io.in;
 	send_error(c, "ERROR", sqlstate, msg);
 	uint8_t hdr[5];
 	if (evbuffer_copyout(in, hdr, 5) == 5 && (hdr[0] == PqMsg_Query || hdr[0] == PqMsg_FunctionCall)) {
@@ -600,7 +580,7 @@ void client_on_checkout_failed(struct client *c, const char *sqlstate, const cha
  * needs more bytes. */
 static bool answer_locally(struct client *c, const struct proto_frame *f)
 {
-	struct evbuffer *in = bufferevent_get_input(c->bev);
+	struct evbuffer *in = c->io.in;
 	uint32_t total = f->len + 1;
 	const uint8_t *body = NULL;
 	bool inspectable = total <= CLIENT_INSPECT_MAX;
@@ -747,7 +727,7 @@ static void pause_for_server(struct client *c)
 {
 	if (!c->paused) {
 		c->paused = true;
-		bufferevent_disable(c->bev, EV_READ);
+		io_pause(&c->io, true);
 	}
 }
 
@@ -756,7 +736,7 @@ void client_resume_reading(struct client *c)
 	if (c->state == CLIENT_CLOSED || !c->paused)
 		return;
 	c->paused = false;
-	bufferevent_enable(c->bev, EV_READ);
+	io_pause(&c->io, false);
 	client_process(c);
 }
 
@@ -764,7 +744,7 @@ void client_resume_reading(struct client *c)
 static bool read_header(struct client *c, struct proto_frame *f)
 {
 	uint8_t hdr[5];
-	if (evbuffer_copyout(bufferevent_get_input(c->bev), hdr, 5) < 5)
+	if (evbuffer_copyout(c->io.in, hdr, 5) < 5)
 		return false;
 	int64_t max = c->w->cfg->general.max_packet_size;
 	uint32_t limit = max > UINT32_MAX - 1 ? UINT32_MAX - 1 : (uint32_t)max;
@@ -789,7 +769,7 @@ static bool read_header(struct client *c, struct proto_frame *f)
 
 static void process_active(struct client *c)
 {
-	struct evbuffer *in = bufferevent_get_input(c->bev);
+	struct evbuffer *in = c->io.in;
 	while (c->state == CLIENT_ACTIVE && c->server && c->server->state == SERVER_ACTIVE) {
 		struct server *s = c->server;
 		struct evbuffer *out = server_output(s);
@@ -865,7 +845,7 @@ static void process_active(struct client *c)
 
 static void process_idle(struct client *c)
 {
-	struct evbuffer *in = bufferevent_get_input(c->bev);
+	struct evbuffer *in = c->io.in;
 	while (c->state == CLIENT_IDLE) {
 		if (c->skip_remaining > 0) {
 			size_t have = evbuffer_get_length(in);
@@ -952,6 +932,9 @@ void client_process(struct client *c)
 	} while (c->reprocess && c->state != CLIENT_CLOSED && c->state != CLIENT_WAITING &&
 		 c->state != CLIENT_LOGIN_WAIT);
 	c->processing = false;
+	/* Input consumed below the high watermark: read again. */
+	if (c->state != CLIENT_CLOSED)
+		io_update_reading(&c->io);
 }
 
 void client_on_linked(struct client *c)
@@ -983,14 +966,14 @@ void client_cancel_query(struct client *c)
 
 /* ---- libevent callbacks ---- */
 
-static void client_read_cb(struct bufferevent *bev, void *arg)
+static void client_read_cb(struct io *io, void *arg)
 {
 	struct client *c = arg;
 	worker_update_clock(c->w);
 	client_process(c);
 }
 
-static void client_write_cb(struct bufferevent *bev, void *arg)
+static void client_drain_cb(struct io *io, void *arg)
 {
 	struct client *c = arg;
 	/* Below the low watermark: let the server's bytes flow again. */
@@ -998,10 +981,16 @@ static void client_write_cb(struct bufferevent *bev, void *arg)
 		server_resume_reading(c->server);
 }
 
-static void client_event_cb(struct bufferevent *bev, short what, void *arg)
+static void client_event_cb(struct io *io, enum io_event what, int err, void *arg)
 {
 	struct client *c = arg;
 	worker_update_clock(c->w);
-	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+	switch (what) {
+	case IO_CONNECTED:
+		return;
+	case IO_EOF:
+	case IO_ERROR:
 		client_close(c, NULL, NULL);
+		return;
+	}
 }

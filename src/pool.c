@@ -196,7 +196,7 @@ static void srvpool_close_list(struct list_node *head)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, head)
-		server_close(LIST_ENTRY(pos, struct server, node), NULL);
+		server_close(LIST_OWNER(pos, struct server, node), NULL);
 }
 
 static void srvpool_close_all(struct srvpool *sp)
@@ -223,7 +223,7 @@ static void pool_free(struct pool *p)
 		srvpool_free(p->targets[i]);
 	}
 	LIST_FOREACH_SAFE(pos, tmp, &p->retired) {
-		struct srvpool *sp = LIST_ENTRY(pos, struct srvpool, retired_node);
+		struct srvpool *sp = LIST_OWNER(pos, struct srvpool, retired_node);
 		srvpool_close_all(sp);
 		list_del(&sp->retired_node);
 		srvpool_free(sp);
@@ -241,14 +241,14 @@ void pool_destroy_all(struct worker *w)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools)
-		pool_free(LIST_ENTRY(pos, struct pool, node));
+		pool_free(LIST_OWNER(pos, struct pool, node));
 }
 
 struct pool *pool_find(struct worker *w, const char *db, const char *user)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (!p->removed && strcmp(p->name, db) == 0 && strcmp(p->user, user) == 0)
 			return p;
 	}
@@ -356,7 +356,7 @@ static void fail_waiters(struct srvpool *sp)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &sp->waiters) {
-		struct client *c = LIST_ENTRY(pos, struct client, node);
+		struct client *c = LIST_OWNER(pos, struct client, node);
 		list_del(&c->node);
 		sp->n_waiters--;
 		c->wait_target = NULL;
@@ -378,7 +378,7 @@ bool pool_checkout(struct srvpool *sp, struct client *c)
 	}
 	if (!list_empty(&sp->idle)) {
 		struct list_node *n = w->cfg->general.server_round_robin ? list_last(&sp->idle) : list_first(&sp->idle);
-		link_pair(LIST_ENTRY(n, struct server, node), c);
+		link_pair(LIST_OWNER(n, struct server, node), c);
 		return true;
 	}
 	if (!sp->resolved && !(sp->resolved = resolve(sp))) {
@@ -424,7 +424,7 @@ void pool_server_clean(struct server *s)
 		}
 	}
 	if (!list_empty(&sp->waiters) && !sp->pool->paused) {
-		struct client *c = LIST_ENTRY(list_first(&sp->waiters), struct client, node);
+		struct client *c = LIST_OWNER(list_first(&sp->waiters), struct client, node);
 		list_del(&c->node);
 		sp->n_waiters--;
 		link_pair(s, c);
@@ -464,7 +464,7 @@ void pool_server_ready(struct server *s)
 			p->have_defaults = true;
 		struct list_node *pos, *tmp;
 		LIST_FOREACH_SAFE(pos, tmp, &p->login_waiters) {
-			struct client *c = LIST_ENTRY(pos, struct client, node);
+			struct client *c = LIST_OWNER(pos, struct client, node);
 			client_on_defaults_known(c);
 		}
 	}
@@ -495,7 +495,7 @@ void pool_server_closed(struct server *s, bool login_failed)
 		if (!p->have_defaults) {
 			struct list_node *pos, *tmp;
 			LIST_FOREACH_SAFE(pos, tmp, &p->login_waiters) {
-				struct client *c = LIST_ENTRY(pos, struct client, node);
+				struct client *c = LIST_OWNER(pos, struct client, node);
 				client_on_defaults_failed(c, sp->last_error_code, sp->last_error);
 			}
 		}
@@ -540,7 +540,7 @@ static void srvpool_janitor(struct srvpool *sp)
 	if (g->query_wait_timeout > 0) {
 		uint64_t limit = (uint64_t)g->query_wait_timeout * 1000;
 		while (!list_empty(&sp->waiters)) {
-			struct client *c = LIST_ENTRY(list_first(&sp->waiters), struct client, node);
+			struct client *c = LIST_OWNER(list_first(&sp->waiters), struct client, node);
 			if (now - c->state_since_us < limit)
 				break;
 			list_del(&c->node);
@@ -553,7 +553,7 @@ static void srvpool_janitor(struct srvpool *sp)
 	if (g->connect_timeout > 0) {
 		uint64_t limit = (uint64_t)g->connect_timeout * 1000;
 		LIST_FOREACH_SAFE(pos, tmp, &sp->opening) {
-			struct server *s = LIST_ENTRY(pos, struct server, node);
+			struct server *s = LIST_OWNER(pos, struct server, node);
 			if (now - s->connect_us >= limit) {
 				s->have_error = true;
 				snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08006");
@@ -564,13 +564,13 @@ static void srvpool_janitor(struct srvpool *sp)
 	}
 	/* Draining or resetting for too long: the server does not come back. */
 	LIST_FOREACH_SAFE(pos, tmp, &sp->other) {
-		struct server *s = LIST_ENTRY(pos, struct server, node);
+		struct server *s = LIST_OWNER(pos, struct server, node);
 		if (now - s->state_since_us > 30ULL * 1000000)
 			server_close(s, "could not be brought back to idle");
 	}
 	int total = srvpool_total(sp);
 	LIST_FOREACH_SAFE(pos, tmp, &sp->idle) {
-		struct server *s = LIST_ENTRY(pos, struct server, node);
+		struct server *s = LIST_OWNER(pos, struct server, node);
 		bool too_old = g->server_lifetime > 0 && now - s->connect_us > (uint64_t)g->server_lifetime * 1000;
 		bool too_idle = g->idle_timeout > 0 && now - s->last_used_us > (uint64_t)g->idle_timeout * 1000 &&
 				total > sp->pool->min_pool_size;
@@ -590,12 +590,12 @@ void pool_janitor(struct worker *w)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++)
 			srvpool_janitor(p->targets[i]);
 		struct list_node *rp, *rt;
 		LIST_FOREACH_SAFE(rp, rt, &p->retired) {
-			struct srvpool *sp = LIST_ENTRY(rp, struct srvpool, retired_node);
+			struct srvpool *sp = LIST_OWNER(rp, struct srvpool, retired_node);
 			srvpool_close_list(&sp->idle);
 			srvpool_janitor(sp);
 			if (srvpool_total(sp) == 0 && sp->n_waiters == 0) {
@@ -629,16 +629,16 @@ static void retire_srvpool(struct pool *p, struct srvpool *sp)
 		 p->name, p->user, sp->host, sp->port);
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &sp->active)
-		LIST_ENTRY(pos, struct server, node)->close_when_idle = true;
+		LIST_OWNER(pos, struct server, node)->close_when_idle = true;
 	LIST_FOREACH_SAFE(pos, tmp, &sp->other)
-		LIST_ENTRY(pos, struct server, node)->close_when_idle = true;
+		LIST_OWNER(pos, struct server, node)->close_when_idle = true;
 	LIST_FOREACH_SAFE(pos, tmp, &sp->opening)
-		LIST_ENTRY(pos, struct server, node)->close_when_idle = true;
+		LIST_OWNER(pos, struct server, node)->close_when_idle = true;
 	srvpool_close_list(&sp->idle);
 	list_add_tail(&p->retired, &sp->retired_node);
 	/* Its waiters go to wherever the pool now sends them. */
 	LIST_FOREACH_SAFE(pos, tmp, &sp->waiters) {
-		struct client *c = LIST_ENTRY(pos, struct client, node);
+		struct client *c = LIST_OWNER(pos, struct client, node);
 		pool_cancel_wait(c);
 		if (p->removed || p->n_targets == 0)
 			client_on_checkout_failed(c, "08006", "server removed from the configuration");
@@ -703,7 +703,7 @@ bool pool_reload(struct worker *w, struct config *newcfg, struct config *oldcfg,
 	}
 	/* Commit. Pools not in the new config: removed, draining. */
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		bool kept = false;
 		for (size_t i = 0; i < n_pending && !kept; i++)
 			kept = pend[i].p == p;
@@ -714,7 +714,7 @@ bool pool_reload(struct worker *w, struct config *newcfg, struct config *oldcfg,
 	}
 	/* Pools removed now still point into the old snapshot: they hold it. */
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (p->removed && !p->cfg_ref) {
 			ref->refs++;
 			p->cfg_ref = ref;
@@ -781,7 +781,7 @@ int pool_pause(struct worker *w, const char *db)
 	int n = 0;
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (!pool_matches_db(p, db))
 			continue;
 		p->paused = true;
@@ -797,7 +797,7 @@ int pool_resume(struct worker *w, const char *db)
 	int n = 0;
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (!pool_matches_db(p, db))
 			continue;
 		n++;
@@ -807,10 +807,10 @@ int pool_resume(struct worker *w, const char *db)
 		for (size_t i = 0; i < p->n_targets; i++) {
 			struct srvpool *sp = p->targets[i];
 			while (!list_empty(&sp->waiters) && !list_empty(&sp->idle)) {
-				struct client *c = LIST_ENTRY(list_first(&sp->waiters), struct client, node);
+				struct client *c = LIST_OWNER(list_first(&sp->waiters), struct client, node);
 				list_del(&c->node);
 				sp->n_waiters--;
-				link_pair(LIST_ENTRY(list_first(&sp->idle), struct server, node), c);
+				link_pair(LIST_OWNER(list_first(&sp->idle), struct server, node), c);
 			}
 			if (!list_empty(&sp->waiters))
 				maybe_launch(sp);
@@ -824,7 +824,7 @@ int pool_set_disabled(struct worker *w, const char *db, bool disabled)
 	int n = 0;
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (pool_matches_db(p, db)) {
 			p->disabled = disabled;
 			n++;
@@ -837,7 +837,7 @@ static void close_pool_clients(struct list_node *head, const struct pool *p)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, head) {
-		struct client *c = LIST_ENTRY(pos, struct client, node);
+		struct client *c = LIST_OWNER(pos, struct client, node);
 		if (c->pool == p)
 			client_close(c, "57P01", "database \"%s\" was killed by an administrator", p->name);
 	}
@@ -848,7 +848,7 @@ int pool_kill(struct worker *w, const char *db)
 	int n = 0;
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (!pool_matches_db(p, db))
 			continue;
 		n++;
@@ -870,7 +870,7 @@ int pool_reconnect(struct worker *w, const char *db)
 	int n = 0;
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (!pool_matches_db(p, db))
 			continue;
 		n++;
@@ -880,7 +880,7 @@ int pool_reconnect(struct worker *w, const char *db)
 			struct list_node *lists[] = { &sp->active, &sp->other, &sp->opening };
 			for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
 				LIST_FOREACH_SAFE(sp_pos, sp_tmp, lists[l])
-					LIST_ENTRY(sp_pos, struct server, node)->close_when_idle = true;
+					LIST_OWNER(sp_pos, struct server, node)->close_when_idle = true;
 			srvpool_close_list(&sp->idle);
 		}
 	}
@@ -891,7 +891,7 @@ bool pool_paused_drained(struct worker *w, const char *db)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (!pool_matches_db(p, db))
 			continue;
 		for (size_t i = 0; i < p->n_targets; i++)
@@ -909,13 +909,13 @@ void pool_count_clients(struct worker *w, const struct pool *p, int *active, int
 	struct list_node *lists[] = { &w->clients_idle, &w->clients_active };
 	for (size_t l = 0; l < 2; l++)
 		LIST_FOREACH_SAFE(pos, tmp, lists[l])
-			if (LIST_ENTRY(pos, struct client, node)->pool == p)
+			if (LIST_OWNER(pos, struct client, node)->pool == p)
 				a++;
 	for (size_t i = 0; i < p->n_targets; i++) {
 		struct srvpool *sp = p->targets[i];
 		wt += sp->n_waiters;
 		if (!list_empty(&sp->waiters)) {
-			struct client *c = LIST_ENTRY(list_first(&sp->waiters), struct client, node);
+			struct client *c = LIST_OWNER(list_first(&sp->waiters), struct client, node);
 			uint64_t waited = w->now_us - c->state_since_us;
 			if (waited > maxwait)
 				maxwait = waited;

@@ -101,7 +101,7 @@ void prometheus_render(struct worker *w, struct evbuffer *out)
 	for (int g = 0; g < PG__COUNT; g++) {
 		header(out, &pool_gauges[g]);
 		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-			struct pool *p = LIST_ENTRY(pos, struct pool, node);
+			struct pool *p = LIST_OWNER(pos, struct pool, node);
 			int active, waiting;
 			uint64_t maxwait;
 			pool_count_clients(w, p, &active, &waiting, &maxwait);
@@ -126,7 +126,7 @@ void prometheus_render(struct worker *w, struct evbuffer *out)
 	for (size_t k = 0; k < sizeof counters / sizeof *counters; k++) {
 		header(out, &counters[k].m);
 		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-			struct pool *p = LIST_ENTRY(pos, struct pool, node);
+			struct pool *p = LIST_OWNER(pos, struct pool, node);
 			evbuffer_add_printf(out, "pgcat_%s", counters[k].m.name);
 			pool_labels(out, p);
 			if (counters[k].scale == 1)
@@ -138,7 +138,7 @@ void prometheus_render(struct worker *w, struct evbuffer *out)
 	for (int h = 0; h < HIST__COUNT; h++) {
 		header(out, &hists[h]);
 		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-			struct pool *p = LIST_ENTRY(pos, struct pool, node);
+			struct pool *p = LIST_OWNER(pos, struct pool, node);
 			uint64_t cum = 0;
 			for (int i = 0; i <= STATS_HIST_BOUNDS; i++) {
 				cum += p->stats.hist[h][i];
@@ -164,7 +164,7 @@ void prometheus_render(struct worker *w, struct evbuffer *out)
 	static const struct metric servers = { "servers", "gauge", "Server connections by pool, server and state." };
 	header(out, &servers);
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++) {
 			const struct srvpool *sp = p->targets[i];
 			struct { const char *state; int n; } st[] = {

@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -55,9 +54,9 @@ static const char *const state_names[] = {
 
 const char *server_state_name(enum server_state st) { return state_names[st]; }
 
-static void server_read_cb(struct bufferevent *bev, void *arg);
-static void server_write_cb(struct bufferevent *bev, void *arg);
-static void server_event_cb(struct bufferevent *bev, short what, void *arg);
+static void server_read_cb(struct io *io, void *arg);
+static void server_drain_cb(struct io *io, void *arg);
+static void server_event_cb(struct io *io, enum io_event what, int err, void *arg);
 
 void server_set_state(struct server *s, enum server_state st)
 {
@@ -69,11 +68,11 @@ void server_set_state(struct server *s, enum server_state st)
 	pool_server_state_changed(s, (int)old);
 }
 
-struct evbuffer *server_output(struct server *s) { return bufferevent_get_output(s->bev); }
+struct evbuffer *server_output(struct server *s) { return io_out(&s->io); }
 
 bool server_output_full(struct server *s)
 {
-	return evbuffer_get_length(bufferevent_get_output(s->bev)) >= SERVER_OUT_BUDGET;
+	return io_out_len(&s->io) >= SERVER_OUT_BUDGET;
 }
 
 static void auth_free(struct server *s)
@@ -103,22 +102,16 @@ struct server *server_connect(struct srvpool *sp)
 	s->connect_us = w->now_us;
 	s->connect_wall = (int64_t)time(NULL);
 	s->state_since_us = w->now_us;
-	s->bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
-	if (!s->bev) {
-		free(s);
-		return NULL;
-	}
 	/* Enter the lists as CONNECTING before anything can fail, so that
 	 * server_close finds it where it expects. */
 	s->state = SERVER_CLOSED;
 	server_set_state(s, SERVER_CONNECTING);
-	bufferevent_setcb(s->bev, server_read_cb, server_write_cb, server_event_cb, s);
-	bufferevent_setwatermark(s->bev, EV_READ, 0, SERVER_READ_HIGH_WATER);
-	bufferevent_setwatermark(s->bev, EV_WRITE, SERVER_OUT_BUDGET / 2, 0);
-	bufferevent_enable(s->bev, EV_READ | EV_WRITE);
 	log_debug("S-%llu %s@%s %s:%d: connecting", (unsigned long long)s->id, auth_server_user(sp->pool),
 		  sp->database, sp->host, sp->port);
-	if (bufferevent_socket_connect(s->bev, (struct sockaddr *)&sp->addr, (int)sp->addrlen) < 0) {
+	if (!io_connect(&s->io, w->base, &w->flusher, (struct sockaddr *)&sp->addr, sp->addrlen,
+			SERVER_READ_HIGH_WATER, SERVER_OUT_BUDGET / 2, server_read_cb, server_drain_cb,
+			server_event_cb, s)) {
+		s->io.closed = true;
 		s->have_error = true;
 		snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08006");
 		snprintf(s->error_message, sizeof s->error_message, "could not connect to server %s:%d: %s",
@@ -141,12 +134,11 @@ void server_close(struct server *s, const char *why)
 		log_info("S-%llu %s:%d: closing (%s): %s", (unsigned long long)s->id, s->sp->host, s->sp->port,
 			 server_state_name(old), why);
 	/* A polite Terminate when the connection is healthy and idle. */
-	if (old == SERVER_IDLE && s->bev)
-		bufferevent_write(s->bev, "X\0\0\0\4", 5);
-	if (s->bev) {
-		bufferevent_free(s->bev);
-		s->bev = NULL;
+	if (old == SERVER_IDLE && !s->io.closed) {
+		evbuffer_add(io_out(&s->io), "X\0\0\0\4", 5);
+		io_flush(&s->io);
 	}
+	io_close(&s->io);
 	pool_server_closed(s, login_failed);
 	s->state = SERVER_CLOSED;
 	s->client = NULL;
@@ -187,7 +179,7 @@ static void send_startup(struct server *s)
 		server_close(s, "startup packet too long");
 		return;
 	}
-	bufferevent_write(s->bev, pb.data, pb.len);
+	evbuffer_add(io_out(&s->io), pb.data, pb.len);
 }
 
 static void login_fail(struct server *s, const char *msg)
@@ -210,7 +202,7 @@ static void send_password_message(struct server *s, const void *data, size_t len
 	pktbuf_put_bytes(&pb, data, len);
 	pktbuf_end(&pb);
 	if (!pb.failed)
-		bufferevent_write(s->bev, pb.data, pb.len);
+		evbuffer_add(io_out(&s->io), pb.data, pb.len);
 }
 
 /* One 'R' message during login; false when the connection was closed. */
@@ -291,7 +283,7 @@ static bool handle_auth_request(struct server *s, const uint8_t *body, size_t le
 			login_fail(s, "SCRAM message too long");
 			return false;
 		}
-		bufferevent_write(s->bev, pb.data, pb.len);
+		evbuffer_add(io_out(&s->io), pb.data, pb.len);
 		return true;
 	}
 	case AUTH_REQ_SASL_CONT: {
@@ -347,7 +339,7 @@ static bool take_whole(struct evbuffer *in, uint32_t total, uint8_t *buf)
 
 static void process_login(struct server *s)
 {
-	struct evbuffer *in = bufferevent_get_input(s->bev);
+	struct evbuffer *in = s->io.in;
 	uint8_t buf[SERVER_INSPECT_MAX];
 	while (s->state == SERVER_LOGIN) {
 		uint8_t hdr[5];
@@ -416,7 +408,7 @@ void server_link(struct server *s, struct client *c)
 		pktbuf_query(&pb, sql);
 		if (!pb.failed) {
 			log_trace("S-%llu: sync parameters: %s", (unsigned long long)s->id, sql);
-			bufferevent_write(s->bev, pb.data, pb.len);
+			evbuffer_add(io_out(&s->io), pb.data, pb.len);
 			s->outstanding++;
 			server_set_state(s, SERVER_SYNCING);
 			return;
@@ -436,7 +428,7 @@ static void send_simple_query(struct server *s, const char *sql)
 		server_close(s, "query too long");
 		return;
 	}
-	bufferevent_write(s->bev, pb.data, pb.len);
+	evbuffer_add(io_out(&s->io), pb.data, pb.len);
 	s->outstanding++;
 }
 
@@ -465,7 +457,7 @@ void server_drain(struct server *s)
 	server_set_state(s, SERVER_DRAINING);
 	if (s->paused) {
 		s->paused = false;
-		bufferevent_enable(s->bev, EV_READ);
+		io_pause(&s->io, false);
 	}
 	if (s->in_copy_in) {
 		static const char reason[] = "client disconnected";
@@ -475,11 +467,11 @@ void server_drain(struct server *s)
 		pktbuf_begin(&pb, PqMsg_CopyFail);
 		pktbuf_put_cstring(&pb, reason);
 		pktbuf_end(&pb);
-		bufferevent_write(s->bev, pb.data, pb.len);
+		evbuffer_add(io_out(&s->io), pb.data, pb.len);
 		s->in_copy_in = false;
 	}
 	if (s->ext_pending) {
-		bufferevent_write(s->bev, "S\0\0\0\4", 5);
+		evbuffer_add(io_out(&s->io), "S\0\0\0\4", 5);
 		s->outstanding++;
 		s->ext_pending = false;
 	}
@@ -517,7 +509,7 @@ static bool reset_query_clears_all(const char *q)
  * track state, forward nothing. */
 static void process_unlinked(struct server *s)
 {
-	struct evbuffer *in = bufferevent_get_input(s->bev);
+	struct evbuffer *in = s->io.in;
 	uint8_t buf[SERVER_INSPECT_MAX];
 	enum server_state st = s->state;
 	while (s->state == st) {
@@ -617,7 +609,7 @@ static void process_unlinked(struct server *s)
 				pktbuf_begin(&pb, PqMsg_CopyFail);
 				pktbuf_put_cstring(&pb, "client disconnected");
 				pktbuf_end(&pb);
-				bufferevent_write(s->bev, pb.data, pb.len);
+				evbuffer_add(io_out(&s->io), pb.data, pb.len);
 			}
 			break;
 		default:
@@ -637,7 +629,7 @@ static void pause_for_client(struct server *s)
 {
 	if (!s->paused) {
 		s->paused = true;
-		bufferevent_disable(s->bev, EV_READ);
+		io_pause(&s->io, true);
 	}
 }
 
@@ -646,13 +638,13 @@ void server_resume_reading(struct server *s)
 	if (s->state == SERVER_CLOSED || !s->paused)
 		return;
 	s->paused = false;
-	bufferevent_enable(s->bev, EV_READ);
+	io_pause(&s->io, false);
 	server_process(s);
 }
 
 static void process_active(struct server *s)
 {
-	struct evbuffer *in = bufferevent_get_input(s->bev);
+	struct evbuffer *in = s->io.in;
 	uint8_t buf[SERVER_INSPECT_MAX];
 	while (s->state == SERVER_ACTIVE && s->client) {
 		struct client *c = s->client;
@@ -762,7 +754,7 @@ static void process_active(struct server *s)
 	}
 }
 
-void server_process(struct server *s)
+static void process_once(struct server *s)
 {
 	switch (s->state) {
 	case SERVER_CONNECTING:
@@ -778,7 +770,7 @@ void server_process(struct server *s)
 	case SERVER_DRAINING:
 	case SERVER_RESETTING:
 		if (s->fwd_remaining > 0) {
-			struct evbuffer *in = bufferevent_get_input(s->bev);
+			struct evbuffer *in = s->io.in;
 			size_t have = evbuffer_get_length(in);
 			size_t n = have < s->fwd_remaining ? have : s->fwd_remaining;
 			evbuffer_drain(in, n);
@@ -796,14 +788,22 @@ void server_process(struct server *s)
 	}
 }
 
-static void server_read_cb(struct bufferevent *bev, void *arg)
+void server_process(struct server *s)
+{
+	process_once(s);
+	/* Input consumed below the high watermark: read again. */
+	if (s->state != SERVER_CLOSED)
+		io_update_reading(&s->io);
+}
+
+static void server_read_cb(struct io *io, void *arg)
 {
 	struct server *s = arg;
 	worker_update_clock(s->w);
 	server_process(s);
 }
 
-static void server_write_cb(struct bufferevent *bev, void *arg)
+static void server_drain_cb(struct io *io, void *arg)
 {
 	struct server *s = arg;
 	/* Below the low watermark again: the client may send more. */
@@ -813,7 +813,7 @@ static void server_write_cb(struct bufferevent *bev, void *arg)
 
 static void set_socket_options(struct server *s)
 {
-	evutil_socket_t fd = bufferevent_getfd(s->bev);
+	evutil_socket_t fd = s->io.fd;
 	int one = 1;
 	if (s->sp->addr.ss_family == AF_INET || s->sp->addr.ss_family == AF_INET6) {
 		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -822,17 +822,17 @@ static void set_socket_options(struct server *s)
 	}
 }
 
-static void server_event_cb(struct bufferevent *bev, short what, void *arg)
+static void server_event_cb(struct io *io, enum io_event what, int err, void *arg)
 {
 	struct server *s = arg;
 	worker_update_clock(s->w);
-	if (what & BEV_EVENT_CONNECTED) {
+	if (what == IO_CONNECTED) {
 		set_socket_options(s);
 		server_set_state(s, SERVER_LOGIN);
 		send_startup(s);
 		return;
 	}
-	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+	{
 		/* Process what arrived before the close: typically the FATAL. */
 		if (s->state != SERVER_CONNECTING)
 			server_process(s);
@@ -842,9 +842,8 @@ static void server_event_cb(struct bufferevent *bev, short what, void *arg)
 			s->have_error = true;
 			snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08006");
 			snprintf(s->error_message, sizeof s->error_message, "could not connect to server %s:%d: %s",
-				 s->sp->host, s->sp->port,
-				 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+				 s->sp->host, s->sp->port, err ? strerror(err) : "connection closed");
 		}
-		server_close(s, (what & BEV_EVENT_EOF) ? "server closed the connection" : "connection error");
+		server_close(s, what == IO_EOF ? "server closed the connection" : "connection error");
 	}
 }

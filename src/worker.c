@@ -7,7 +7,6 @@
 #include "worker.h"
 
 #include <errno.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <netdb.h>
@@ -63,7 +62,7 @@ static void stats_timer_cb(evutil_socket_t fd, short what, void *arg)
 	int period = w->cfg->general.stats_period;
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		struct stats d;
 		for (int i = 0; i < STAT__COUNT; i++)
 			d.v[i] = p->stats.v[i] - p->stats_prev.v[i];
@@ -150,11 +149,11 @@ static void reaper_cb(evutil_socket_t fd, short what, void *arg)
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->dead_clients) {
 		list_del(pos);
-		client_free(LIST_ENTRY(pos, struct client, node));
+		client_free(LIST_OWNER(pos, struct client, node));
 	}
 	LIST_FOREACH_SAFE(pos, tmp, &w->dead_servers) {
 		list_del(pos);
-		server_free(LIST_ENTRY(pos, struct server, node));
+		server_free(LIST_OWNER(pos, struct server, node));
 	}
 }
 
@@ -267,7 +266,7 @@ static void client_timeouts(struct worker *w)
 	if (g->connect_timeout > 0) {
 		uint64_t limit = (uint64_t)g->connect_timeout * 1000;
 		LIST_FOREACH_SAFE(pos, tmp, &w->clients_login) {
-			struct client *c = LIST_ENTRY(pos, struct client, node);
+			struct client *c = LIST_OWNER(pos, struct client, node);
 			if (now - c->connect_us >= limit)
 				client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "canceling authentication due to timeout");
 		}
@@ -275,7 +274,7 @@ static void client_timeouts(struct worker *w)
 	if (g->client_idle_timeout > 0) {
 		uint64_t limit = (uint64_t)g->client_idle_timeout * 1000;
 		LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
-			struct client *c = LIST_ENTRY(pos, struct client, node);
+			struct client *c = LIST_OWNER(pos, struct client, node);
 			if (now - c->last_activity_us >= limit)
 				client_close(c, SQLSTATE_ADMIN_SHUTDOWN, "client_idle_timeout");
 		}
@@ -283,7 +282,7 @@ static void client_timeouts(struct worker *w)
 	if (g->idle_transaction_timeout > 0) {
 		uint64_t limit = (uint64_t)g->idle_transaction_timeout * 1000;
 		LIST_FOREACH_SAFE(pos, tmp, &w->clients_active) {
-			struct client *c = LIST_ENTRY(pos, struct client, node);
+			struct client *c = LIST_OWNER(pos, struct client, node);
 			struct server *s = c->server;
 			if (s && s->state == SERVER_ACTIVE && s->outstanding == 0 && s->tx_status != 'I' &&
 			    now - c->last_activity_us >= limit)
@@ -319,7 +318,7 @@ static void close_all_clients(struct worker *w, struct list_node *head, const ch
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, head)
-		client_close(LIST_ENTRY(pos, struct client, node), sqlstate, "%s", msg);
+		client_close(LIST_OWNER(pos, struct client, node), sqlstate, "%s", msg);
 }
 
 void worker_check_shutdown_done(struct worker *w)
@@ -345,7 +344,7 @@ void worker_begin_shutdown(struct worker *w)
 	 * session-mode server with nothing running can go now. */
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->clients_active) {
-		struct client *c = LIST_ENTRY(pos, struct client, node);
+		struct client *c = LIST_OWNER(pos, struct client, node);
 		struct server *s = c->server;
 		if (s && s->state == SERVER_ACTIVE && s->outstanding == 0 && s->tx_status == 'I' &&
 		    c->fwd_remaining == 0 && s->fwd_remaining == 0)
@@ -356,11 +355,11 @@ void worker_begin_shutdown(struct worker *w)
 	/* Waiting clients have not started a transaction: they are served
 	 * (their request is already sent) and closed after it. */
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++) {
 			struct list_node *cp, *ct;
 			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters)
-				LIST_ENTRY(cp, struct client, node)->close_when_released = true;
+				LIST_OWNER(cp, struct client, node)->close_when_released = true;
 		}
 		close_all_clients(w, &p->login_waiters, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
 	}
@@ -377,7 +376,7 @@ static void shutdown_timer_cb(evutil_socket_t fd, short what, void *arg)
 	close_all_clients(w, &w->clients_active, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++)
 			close_all_clients(w, &p->targets[i]->waiters, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
 	}
@@ -440,6 +439,8 @@ struct worker *worker_create(struct config *cfg, const char *config_path)
 	w->base = event_base_new();
 	if (!w->base || !w->config_path)
 		goto fail;
+	if (!io_flusher_init(&w->flusher, w->base))
+		goto fail;
 	if (!pg_random_bytes(w->fake_salt_secret, sizeof w->fake_salt_secret))
 		goto fail;
 	/* Keys for every client that may be logged in, plus admin headroom. */
@@ -480,7 +481,7 @@ struct worker *worker_create(struct config *cfg, const char *config_path)
 	/* min_pool_size: warm connections from the start. */
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools)
-		pool_fill_min(LIST_ENTRY(pos, struct pool, node));
+		pool_fill_min(LIST_OWNER(pos, struct pool, node));
 	return w;
 fail:
 	worker_destroy(w);
@@ -503,7 +504,7 @@ void worker_destroy(struct worker *w)
 	struct list_node *pos, *tmp;
 	w->shutting_down = true;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_ENTRY(pos, struct pool, node);
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++)
 			close_all_clients(w, &p->targets[i]->waiters, NULL, "");
 		close_all_clients(w, &p->login_waiters, NULL, "");
@@ -522,6 +523,7 @@ void worker_destroy(struct worker *w)
 		if (evs[i])
 			event_free(evs[i]);
 	cancel_table_free(&w->cancel);
+	io_flusher_free(&w->flusher);
 	if (w->base)
 		event_base_free(w->base);
 	config_free(w->cfg);

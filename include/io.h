@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * io: the byte pump of one socket — an input and an output evbuffer, one
+ * read and one write event — with backpressure by watermarks. Writes are
+ * flushed once per loop turn for every connection written to, straight to
+ * the socket; the write event is armed only when the kernel buffer is full.
+ * Knows no message types and nothing of clients or servers.
+ */
+#ifndef PGCAT_IO_H
+#define PGCAT_IO_H
+
+#include <event2/event.h>
+#include <event2/event_struct.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "list.h"
+
+enum io_event { IO_CONNECTED, IO_EOF, IO_ERROR };
+
+struct io;
+typedef void (*io_read_fn)(struct io *io, void *arg);
+typedef void (*io_drain_fn)(struct io *io, void *arg);
+typedef void (*io_event_fn)(struct io *io, enum io_event what, int err, void *arg);
+
+/* One per worker: the connections written to during this loop turn. */
+struct io_flusher {
+	struct list_node dirty;
+	struct event *ev;
+	/* Every read lands here first: large results stream in big chunks. */
+	uint8_t scratch[65536];
+};
+
+struct io {
+	evutil_socket_t fd;
+	struct evbuffer *in, *out;
+	struct event rev, wev;
+	struct io_flusher *flusher;
+	struct list_node dirty_node;
+	bool connecting;
+	bool read_armed, write_armed;
+	bool paused;             /* the owner asked: stop reading (peer backpressure) */
+	bool closed;
+	size_t read_high;        /* stop reading while input holds this much */
+	size_t write_low;        /* drain callback once output falls to this */
+	io_read_fn on_read;
+	io_drain_fn on_drain;
+	io_event_fn on_event;
+	void *arg;
+};
+
+bool io_flusher_init(struct io_flusher *f, struct event_base *base) __attribute__((warn_unused_result));
+void io_flusher_free(struct io_flusher *f);
+/* Flush every dirty connection now (also done by the flusher's event). */
+void io_flush_all(struct io_flusher *f);
+
+/* Adopt a connected, non-blocking socket. */
+bool io_open(struct io *io, struct event_base *base, struct io_flusher *f, evutil_socket_t fd,
+	     size_t read_high, size_t write_low, io_read_fn on_read, io_drain_fn on_drain, io_event_fn on_event,
+	     void *arg) __attribute__((warn_unused_result));
+/* Start a non-blocking connect; on_event(IO_CONNECTED) or (IO_ERROR) follows. */
+bool io_connect(struct io *io, struct event_base *base, struct io_flusher *f, const struct sockaddr *sa,
+		socklen_t salen, size_t read_high, size_t write_low, io_read_fn on_read, io_drain_fn on_drain,
+		io_event_fn on_event, void *arg) __attribute__((warn_unused_result));
+void io_close(struct io *io);
+
+/* The output buffer, marked for flushing at the end of this loop turn. */
+struct evbuffer *io_out(struct io *io);
+/* Write what is queued now, as far as the socket takes it (before a close). */
+void io_flush(struct io *io);
+size_t io_out_len(const struct io *io);
+/* Pause or resume reading for peer backpressure. */
+void io_pause(struct io *io, bool paused);
+/* Re-arm reading after the owner consumed input below read_high. */
+void io_update_reading(struct io *io);
+
+#endif
