@@ -195,4 +195,14 @@ const struct config_key_info *config_general_keys(size_t *n);
 /* Current value of a [general] key, formatted as in the ini, into buf. */
 bool config_general_value(const struct config *cfg, const char *key, char *buf, size_t buflen);
 
+/* Admin console SET (SPEC §7): change one [general] key of a loaded config
+ * at run time. Validates value exactly as the ini parser would (same type,
+ * bounds, enum names, checks); refuses keys that are not reloadable
+ * (listen_addr, listen_port, unix_socket_dir, workers) and unknown keys.
+ * On failure leaves cfg untouched and writes a one-line reason into err. */
+bool config_general_set(struct config *cfg, const char *key, const char *value, char *err, size_t errlen)
+	__attribute__((warn_unused_result));
+/* config_general_set() exists (admin.c tests for it). */
+#define PGCAT_HAVE_CONFIG_SET 1
+
 #endif

@@ -972,32 +972,62 @@ static void apply_defaults(struct parser *p, const struct key_spec *specs, size_
 			set_value(p, &specs[i], base, specs[i].def, false);
 }
 
+/* Free what the field k describes owns, leaving it empty. */
+static void free_field(const struct key_spec *k, void *base)
+{
+	switch (k->kind) {
+	case VALUE_STRING: {
+		char **s = field(base, k->off);
+		free(*s);
+		*s = NULL;
+		break;
+	}
+	case VALUE_ADDR_LIST:
+	case VALUE_TABLE_LIST:
+		free_string_list(field(base, k->off), field(base, k->off_n));
+		break;
+	case VALUE_SERVER_LIST:
+		free_server_list(field(base, k->off), field(base, k->off_n));
+		break;
+	case VALUE_INT:
+	case VALUE_INT64:
+	case VALUE_BOOL:
+	case VALUE_ENUM:
+	case VALUE_SHARD:
+		break;
+	}
+}
+
+/* Forget (without freeing) what the field k describes owns, so that a
+ * shallow copy can take a new value while the original keeps the old one. */
+static void detach_field(const struct key_spec *k, void *base)
+{
+	switch (k->kind) {
+	case VALUE_STRING:
+		*(char **)field(base, k->off) = NULL;
+		break;
+	case VALUE_ADDR_LIST:
+	case VALUE_TABLE_LIST:
+		*(char ***)field(base, k->off) = NULL;
+		*(size_t *)field(base, k->off_n) = 0;
+		break;
+	case VALUE_SERVER_LIST:
+		*(struct config_server **)field(base, k->off) = NULL;
+		*(size_t *)field(base, k->off_n) = 0;
+		break;
+	case VALUE_INT:
+	case VALUE_INT64:
+	case VALUE_BOOL:
+	case VALUE_ENUM:
+	case VALUE_SHARD:
+		break;
+	}
+}
+
 static void free_fields(const struct key_spec *specs, size_t n, void *base)
 {
-	for (size_t i = 0; i < n; i++) {
-		const struct key_spec *k = &specs[i];
-		switch (k->kind) {
-		case VALUE_STRING: {
-			char **s = field(base, k->off);
-			free(*s);
-			*s = NULL;
-			break;
-		}
-		case VALUE_ADDR_LIST:
-		case VALUE_TABLE_LIST:
-			free_string_list(field(base, k->off), field(base, k->off_n));
-			break;
-		case VALUE_SERVER_LIST:
-			free_server_list(field(base, k->off), field(base, k->off_n));
-			break;
-		case VALUE_INT:
-		case VALUE_INT64:
-		case VALUE_BOOL:
-		case VALUE_ENUM:
-		case VALUE_SHARD:
-			break;
-		}
-	}
+	for (size_t i = 0; i < n; i++)
+		free_field(&specs[i], base);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1903,4 +1933,127 @@ bool config_general_value(const struct config *cfg, const char *key, char *buf, 
 		return false;
 	}
 	return false;
+}
+
+/* ------------------------------------------------------------------ */
+/* SET (SPEC §7)                                                        */
+
+#define SET_FILE "SET"   /* stands for the file name in messages; cut off again */
+
+/* The value as the ini would hold it: outer white space trimmed and, if it
+ * is quoted the SQL way ('...', '' inside for '), unquoted. NULL on error,
+ * with the reason in err. */
+static char *set_unquote(const char *value, char *err, size_t errlen)
+{
+	const char *s = value;
+	size_t n = strlen(value);
+	trim(&s, &n);
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == '\n' || s[i] == '\r') {
+			snprintf(err, errlen, "the value must be on one line");
+			return NULL;
+		}
+	}
+	char *out = malloc(n + 1);
+	if (out == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if (n == 0 || s[0] != '\'') {
+		memcpy(out, s, n);
+		out[n] = '\0';
+		return out;
+	}
+	size_t used = 0;
+	size_t i = 1;
+	for (;;) {
+		if (i >= n) {
+			free(out);
+			snprintf(err, errlen, "unterminated quoted value");
+			return NULL;
+		}
+		if (s[i] == '\'') {
+			if (i + 1 < n && s[i + 1] == '\'') {
+				out[used++] = '\'';
+				i += 2;
+				continue;
+			}
+			if (i + 1 != n) {
+				free(out);
+				snprintf(err, errlen, "unexpected text after the closing quote");
+				return NULL;
+			}
+			break;
+		}
+		out[used++] = s[i++];
+	}
+	out[used] = '\0';
+	return out;
+}
+
+bool config_general_set(struct config *cfg, const char *key, const char *value, char *err, size_t errlen)
+{
+	char scratch[1];
+	if (err == NULL || errlen == 0) {
+		err = scratch;
+		errlen = sizeof(scratch);
+	}
+	err[0] = '\0';
+	if (cfg == NULL || key == NULL || value == NULL) {
+		snprintf(err, errlen, "missing key or value");
+		return false;
+	}
+	size_t idx = N_GENERAL_KEYS;
+	for (size_t i = 0; i < N_GENERAL_KEYS; i++) {
+		if (ci_equal(general_specs[i].name, key)) {
+			idx = i;
+			break;
+		}
+	}
+	if (idx == N_GENERAL_KEYS) {
+		snprintf(err, errlen, "unknown key \"%.*s%s\"", CONFIG_QUOTE_MAX, key,
+			 strlen(key) > CONFIG_QUOTE_MAX ? "..." : "");
+		return false;
+	}
+	const struct key_spec *k = &general_specs[idx];
+	if (!general_info[idx].reloadable) {
+		snprintf(err, errlen, "%s cannot be changed at run time; edit the file and restart", k->name);
+		return false;
+	}
+	char *v = set_unquote(value, err, errlen);
+	if (v == NULL)
+		return false;
+
+	/* Parse into a shallow copy whose field k owns nothing yet, then run the
+	 * load's whole-[general] checks on it; cfg changes only if all pass. */
+	struct config trial = *cfg;
+	detach_field(k, &trial.general);
+	struct config_problems problems = { 0 };
+	struct parser p = { .cfg = &trial, .problems = &problems, .file = SET_FILE };
+	set_value(&p, k, &trial.general, v, false);
+	free(v);
+	if (!p.oom && !config_problems_has(&problems, CONFIG_PROBLEM_ERROR))
+		check_general(&p);
+	bool ok = !p.oom && !config_problems_has(&problems, CONFIG_PROBLEM_ERROR);
+	if (ok) {
+		free_field(k, &cfg->general);
+		cfg->general = trial.general;
+	} else {
+		free_field(k, &trial.general);
+		const char *msg = "out of memory";
+		for (size_t i = 0; !p.oom && i < problems.n; i++) {
+			if (problems.items[i].kind == CONFIG_PROBLEM_ERROR) {
+				msg = problems.items[i].message;
+				break;
+			}
+		}
+		/* "SET: [general] key: why" -> "key: why" */
+		static const char *const prefixes[] = { SET_FILE ": ", "[general] " };
+		for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+			if (strncmp(msg, prefixes[i], strlen(prefixes[i])) == 0)
+				msg += strlen(prefixes[i]);
+		snprintf(err, errlen, "%s", msg);
+	}
+	config_problems_free(&problems);
+	return ok;
 }

@@ -950,6 +950,129 @@ START_TEST(test_load_file)
 }
 END_TEST
 
+/* SET must fail with a reason starting with start and leave every key as it was. */
+static void expect_set_refused(struct config *cfg, const char *key, const char *value, const char *start)
+{
+	size_t n;
+	const struct config_key_info *keys = config_general_keys(&n);
+	char before[64][256], after[256], err[256];
+	ck_assert_uint_le(n, 64);
+	for (size_t i = 0; i < n; i++)
+		ck_assert(config_general_value(cfg, keys[i].name, before[i], sizeof(before[i])));
+	const char *secret = cfg->general.admin_password;
+	memset(err, 0, sizeof(err));
+	ck_assert_msg(!config_general_set(cfg, key, value, err, sizeof(err)), "SET %s = %s was accepted", key, value);
+	ck_assert_msg(strncmp(err, start, strlen(start)) == 0, "SET %s = %s: expected '%s...', got '%s'", key,
+		      value, start, err);
+	ck_assert_ptr_null(strchr(err, '\n'));
+	for (size_t i = 0; i < n; i++) {
+		ck_assert(config_general_value(cfg, keys[i].name, after, sizeof(after)));
+		ck_assert_str_eq(after, before[i]);
+	}
+	ck_assert_ptr_eq(cfg->general.admin_password, secret);
+}
+
+static void expect_set(struct config *cfg, const char *key, const char *value, const char *shown)
+{
+	char err[256] = "", buf[256];
+	ck_assert_msg(config_general_set(cfg, key, value, err, sizeof(err)), "SET %s = %s refused: %s", key, value,
+		      err);
+	ck_assert(config_general_value(cfg, key, buf, sizeof(buf)));
+	ck_assert_str_eq(buf, shown);
+}
+
+START_TEST(test_set)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean("[general]\nserver_reset_query = RESET ALL\n" POOL, &pr);
+
+	/* int, int64, bool, enum, string */
+	expect_set(cfg, "max_client_conn", "500", "500");
+	ck_assert_int_eq(cfg->general.max_client_conn, 500);
+	expect_set(cfg, "max_packet_size", "5", "5");
+	ck_assert(cfg->general.max_packet_size == 5);
+	expect_set(cfg, "tcp_keepalive", "off", "false");
+	ck_assert(!cfg->general.tcp_keepalive);
+	expect_set(cfg, "server_round_robin", "YES", "true");
+	expect_set(cfg, "log_level", "DEBUG", "debug");
+	ck_assert_int_eq(cfg->general.log_level, LOG_LEVEL_DEBUG);
+	expect_set(cfg, "pool_mode", "session", "session");
+	ck_assert_int_eq(cfg->general.pool_mode, POOL_MODE_SESSION);
+	expect_set(cfg, "server_reset_query", "DISCARD ALL", "DISCARD ALL");
+	expect_set(cfg, "server_reset_query", "", "");
+	expect_set(cfg, "auth_file", "/etc/pgcat/users.txt", "/etc/pgcat/users.txt");
+	expect_set(cfg, "admin_password", "n3w", "********");
+	ck_assert_str_eq(cfg->general.admin_password, "n3w");
+
+	/* Key names are case-insensitive; outer white space goes, as in the ini. */
+	char err[256];
+	ck_assert(config_general_set(cfg, "Default_Pool_Size", "  20 ", err, sizeof(err)));
+	ck_assert_int_eq(cfg->general.default_pool_size, 20);
+
+	/* SQL quoting: one pair of quotes stripped, '' inside is '. */
+	expect_set(cfg, "log_level", "'warning'", "warning");
+	expect_set(cfg, "ban_time", "'120'", "120");
+	expect_set(cfg, "server_reset_query", "'SELECT ''x'''", "SELECT 'x'");
+	expect_set(cfg, "server_reset_query", "''", "");
+	expect_set(cfg, "log_file", " '/var/log/pg cat.log' ", "/var/log/pg cat.log");
+	expect_set(cfg, "server_reset_query", "it's", "it's");  /* not quoted: taken as is */
+	expect_set(cfg, "admin_username", "'''admin'''", "'admin'");
+
+	/* Refused, with cfg unchanged. */
+	expect_set_refused(cfg, "max_client_conn", "0", "max_client_conn: must be an integer between 1 and 1000000");
+	expect_set_refused(cfg, "max_client_conn", "1000001", "max_client_conn: must be an integer");
+	expect_set_refused(cfg, "max_client_conn", "ten", "max_client_conn: must be an integer");
+	expect_set_refused(cfg, "max_packet_size", "2147483648", "max_packet_size: must be an integer between 5");
+	expect_set_refused(cfg, "ban_time", "'86401'", "ban_time: must be an integer between 0 and 86400");
+	expect_set_refused(cfg, "tcp_keepalive", "maybe", "tcp_keepalive: must be a boolean");
+	expect_set_refused(cfg, "log_level", "verbose",
+			   "log_level: must be one of error | warning | info | debug | trace, got \"verbose\"");
+	expect_set_refused(cfg, "server_tls_sslmode", "allow", "server_tls_sslmode: must be one of disable | prefer");
+	expect_set_refused(cfg, "admin_username", "", "admin_username: must not be empty");
+	expect_set_refused(cfg, "admin_username", "''", "admin_username: must not be empty");
+	/* The load's cross-checks of [general] apply too. */
+	expect_set_refused(cfg, "min_pool_size", "21", "min_pool_size: must not exceed default_pool_size (20), got 21");
+	expect_set(cfg, "min_pool_size", "5", "5");
+	expect_set_refused(cfg, "default_pool_size", "'1'",
+			   "min_pool_size: must not exceed default_pool_size (1), got 5");
+	expect_set_refused(cfg, "prometheus_port", "6432", "prometheus_port: must differ from listen_port (6432)");
+	expect_set_refused(cfg, "client_tls_sslmode", "require", "client_tls_sslmode: \"require\" needs");
+	/* Not reloadable, unknown, badly quoted. */
+	expect_set_refused(cfg, "listen_port", "7000", "listen_port cannot be changed at run time");
+	expect_set_refused(cfg, "LISTEN_ADDR", "127.0.0.1", "listen_addr cannot be changed at run time");
+	expect_set_refused(cfg, "unix_socket_dir", "/run", "unix_socket_dir cannot be changed at run time");
+	expect_set_refused(cfg, "workers", "2", "workers cannot be changed at run time");
+	expect_set_refused(cfg, "no_such_key", "1", "unknown key \"no_such_key\"");
+	expect_set_refused(cfg, "", "1", "unknown key");
+	expect_set_refused(cfg, "pool_size", "1", "unknown key");  /* a user key, not [general] */
+	expect_set_refused(cfg, "log_level", "'debug", "unterminated quoted value");
+	expect_set_refused(cfg, "log_level", "'de'bug'", "unexpected text after the closing quote");
+	expect_set_refused(cfg, "server_reset_query", "'a\nb'", "the value must be on one line");
+	/* Secrets are never echoed. */
+	ck_assert(!config_general_set(cfg, "admin_password", "SCRAM-junk", err, sizeof(err)) ||
+		  strstr(err, "junk") == NULL);
+	ck_assert(!config_general_set(NULL, "log_level", "info", err, sizeof(err)));
+	ck_assert(!config_general_set(cfg, "log_level", NULL, err, sizeof(err)));
+	ck_assert(!config_general_set(cfg, "log_level", "nope", NULL, 0));
+	ck_assert_int_eq(cfg->general.log_level, LOG_LEVEL_WARNING);
+
+	/* A long reason is cut to fit, still terminated. */
+	char small[8];
+	ck_assert(!config_general_set(cfg, "log_level", "nope", small, sizeof(small)));
+	ck_assert_str_eq(small, "log_lev");
+
+	/* Valid once the other side allows it. */
+	expect_set(cfg, "client_tls_cert_file", "/c.pem", "/c.pem");
+	expect_set(cfg, "client_tls_key_file", "/k.pem", "/k.pem");
+	expect_set(cfg, "client_tls_sslmode", "require", "require");
+	expect_set_refused(cfg, "client_tls_cert_file", "''", "client_tls_sslmode: \"require\" needs");
+	ck_assert_str_eq(cfg->general.client_tls_cert_file, "/c.pem");
+
+	config_free(cfg);  /* every string set above is owned by cfg: ASan finds no leak */
+	config_problems_free(&pr);
+}
+END_TEST
+
 START_TEST(test_names)
 {
 	ck_assert_str_eq(config_pool_mode_name(POOL_MODE_SESSION), "session");
@@ -990,6 +1113,7 @@ Suite *config_suite(void)
 	tcase_add_test(tc, test_many_errors);
 	tcase_add_test(tc, test_load_file);
 	tcase_add_test(tc, test_names);
+	tcase_add_test(tc, test_set);
 	suite_add_tcase(s, tc);
 	return s;
 }
