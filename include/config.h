@@ -202,7 +202,5 @@ bool config_general_value(const struct config *cfg, const char *key, char *buf, 
  * On failure leaves cfg untouched and writes a one-line reason into err. */
 bool config_general_set(struct config *cfg, const char *key, const char *value, char *err, size_t errlen)
 	__attribute__((warn_unused_result));
-/* config_general_set() exists (admin.c tests for it). */
-#define PGCAT_HAVE_CONFIG_SET 1
 
 #endif

@@ -1062,13 +1062,7 @@ static bool run_command(struct client *c, const char *sql)
 			return true;
 		}
 		char err[256];
-#ifndef PGCAT_HAVE_CONFIG_SET
-		(void)value;
-		snprintf(err, sizeof err, "SET is not available yet");
-		if (true) {
-#else
 		if (!config_general_set(w->cfg, key, value, err, sizeof err)) {
-#endif
 			send_error(c, "22023", "%s", err);
 			return true;
 		}
