@@ -97,6 +97,8 @@ bool pool_create_all(struct worker *w) __attribute__((warn_unused_result));
  * *oldcfg_kept says removed pools still point into it (they free it last). */
 bool pool_reload(struct worker *w, struct config *newcfg, struct config *oldcfg, bool *oldcfg_kept)
 	__attribute__((warn_unused_result));
+/* [general] changed in place (admin SET): recompute inherited pool settings. */
+void pool_reapply_general(struct worker *w);
 /* Admin console operations on every pool of database db (NULL: all).
  * Return the number of pools matched. */
 int pool_pause(struct worker *w, const char *db);

@@ -1067,6 +1067,7 @@ static bool run_command(struct client *c, const char *sql)
 			return true;
 		}
 		log_set_level(w->cfg->general.log_level);
+		pool_reapply_general(w);
 		log_info("admin: SET %s", key);
 		command_complete(c, "SET");
 		return true;

@@ -925,3 +925,13 @@ void pool_count_clients(struct worker *w, const struct pool *p, int *active, int
 	*waiting = wt;
 	*maxwait_us = maxwait;
 }
+
+void pool_reapply_general(struct worker *w)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		if (!p->removed)
+			pool_apply_config(p, w->cfg, p->cpool, p->cuser);
+	}
+}
