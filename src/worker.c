@@ -358,6 +358,9 @@ void worker_begin_shutdown(struct worker *w)
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++) {
 			struct list_node *cp, *ct;
+			/* A paused pool would keep them waiting until shutdown_timeout. */
+			if (p->paused)
+				close_all_clients(w, &p->targets[i]->waiters, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
 			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters)
 				LIST_OWNER(cp, struct client, node)->close_when_released = true;
 		}
