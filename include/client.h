@@ -46,6 +46,7 @@ struct client {
 	struct client_auth *auth;     /* only during login */
 
 	struct params params;         /* the session as this client sees it */
+	struct params startup_params; /* what it logged in with: RESET goes back to these */
 
 	/* Pump state across reads: bytes left of the message being forwarded
 	 * to the server, or being discarded. */

@@ -57,10 +57,14 @@ int params_build_sync(const struct params *client, const struct params *server, 
  * malformed string. */
 bool params_apply_options(struct params *p, const char *options);
 
-/* Recognise a client statement that changes search_path (SET [SESSION]
- * search_path TO|= ..., RESET search_path, RESET ALL, DISCARD ALL) and apply
- * it to p. Only looks at the first statement of sql. */
+/* Recognise a client statement that changes a session setting (SET
+ * [SESSION] name TO|= ..., SET TIME ZONE, RESET name, RESET ALL, DISCARD
+ * ALL) and apply it to p; PostgreSQL 15 reports only some settings, so the
+ * others (search_path above all) are learnt here. Only the first statement
+ * of sql counts. defaults: the session's own startup settings, which RESET
+ * returns to (NULL for a server connection). */
 enum params_stmt { PARAMS_STMT_NONE, PARAMS_STMT_SET, PARAMS_STMT_RESET, PARAMS_STMT_RESET_ALL };
-enum params_stmt params_track_statement(struct params *p, const char *sql, size_t len);
+enum params_stmt params_track_statement(struct params *p, const char *sql, size_t len,
+					const struct params *defaults);
 
 #endif

@@ -130,6 +130,7 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 	c->id = ++w->next_id;
 	c->is_unix = is_unix;
 	params_init(&c->params);
+	params_init(&c->startup_params);
 	list_init(&c->node);
 	c->connect_us = c->state_since_us = c->last_activity_us = w->now_us;
 	c->connect_wall = (int64_t)time(NULL);
@@ -234,6 +235,7 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 void client_free(struct client *c)
 {
 	params_clear(&c->params);
+	params_clear(&c->startup_params);
 	free(c->auth);
 	free(c);
 }
@@ -407,6 +409,7 @@ static void process_startup(struct client *c)
 			if (!startup_param(c, st.params[i].name, st.params[i].value))
 				return;
 		evbuffer_drain(in, len);
+		(void)params_copy(&c->startup_params, &c->params);
 		start_login(c);
 		return;
 	}
@@ -767,6 +770,20 @@ static bool read_header(struct client *c, struct proto_frame *f)
 	return true;
 }
 
+/* A SET/RESET the client sends: its session and the server's change alike. */
+static void track_settings(struct client *c, struct server *s, const char *sql, size_t len)
+{
+	/* Cheap refusal first: only statements starting with s, r or d matter. */
+	size_t i = 0;
+	while (i < len && (sql[i] == ' ' || sql[i] == '\n' || sql[i] == '\t' || sql[i] == '\r'))
+		i++;
+	if (i < len && sql[i] != 's' && sql[i] != 'S' && sql[i] != 'r' && sql[i] != 'R' && sql[i] != 'd' &&
+	    sql[i] != 'D' && sql[i] != '/' && sql[i] != '-')
+		return;
+	if (params_track_statement(&c->params, sql, len, &c->startup_params) != PARAMS_STMT_NONE)
+		(void)params_track_statement(&s->params, sql, len, NULL);
+}
+
 static void process_active(struct client *c)
 {
 	struct evbuffer *in = c->io.in;
@@ -809,8 +826,7 @@ static void process_active(struct client *c)
 				if (evbuffer_get_length(in) < total)
 					return;
 				const uint8_t *buf = evbuffer_pullup(in, total);
-				if (params_track_statement(&c->params, (const char *)buf + 5, f.len - 4) != PARAMS_STMT_NONE)
-					(void)params_track_statement(&s->params, (const char *)buf + 5, f.len - 4);
+				track_settings(c, s, (const char *)buf + 5, f.len - 4);
 			}
 			s->outstanding++;
 			break;
@@ -822,6 +838,16 @@ static void process_active(struct client *c)
 			s->outstanding++;
 			break;
 		case PqMsg_Parse:
+			/* Drivers send SET through the extended protocol too. */
+			if (total <= CLIENT_INSPECT_MAX) {
+				if (evbuffer_get_length(in) < total)
+					return;
+				const uint8_t *buf = evbuffer_pullup(in, total);
+				size_t off = 0;
+				const char *stmt;
+				if (proto_read_cstring(buf + 5, f.len - 4, &off, &stmt))
+					track_settings(c, s, (const char *)buf + 5 + off, f.len - 4 - off);
+			}
 			stats_add(&c->pool->stats, STAT_CLIENT_PARSE, 1);
 			stats_add(&c->pool->stats, STAT_SERVER_PARSE, 1);
 			s->ext_pending = true;
@@ -958,6 +984,13 @@ void client_on_released(struct client *c)
 
 void client_cancel_query(struct client *c)
 {
+	if (c->state == CLIENT_WAITING) {
+		/* Nothing reached a server yet: pgcat answers the cancel itself,
+		 * as PostgreSQL would have. */
+		pool_cancel_wait(c);
+		client_on_checkout_failed(c, SQLSTATE_QUERY_CANCELED, "canceling statement due to user request");
+		return;
+	}
 	struct server *s = c->server;
 	if (c->state != CLIENT_ACTIVE || !s || s->outstanding == 0)
 		return;

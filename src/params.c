@@ -311,40 +311,94 @@ static bool word_is(const char **sp, const char *end, const char *w)
 	return true;
 }
 
-enum params_stmt params_track_statement(struct params *p, const char *sql, size_t len)
+/* Settings a RESET or DISCARD ALL takes back to: the reported ones come
+ * back through ParameterStatus; the others to what the session started
+ * with (defaults), or to nothing. */
+static void reset_unreported(struct params *p, const struct params *defaults, const char *only)
+{
+	for (size_t i = p->n; i-- > 0;) {
+		const char *name = p->items[i].name;
+		if (params_reported(name) || (only && strcasecmp(name, only) != 0))
+			continue;
+		params_remove(p, name);
+	}
+	if (!defaults)
+		return;
+	for (size_t i = 0; i < defaults->n; i++) {
+		const struct param *d = &defaults->items[i];
+		if (params_reported(d->name) || (only && strcasecmp(d->name, only) != 0))
+			continue;
+		(void)params_set(p, d->name, d->value, d->raw);
+	}
+}
+
+/* An identifier as a GUC name: letters, digits, '_' and '.' (custom
+ * settings such as myapp.tenant). */
+static size_t guc_name(const char *s, const char *end, char *out, size_t outsz)
+{
+	size_t n = 0;
+	if (s >= end || !(isalpha((unsigned char)*s) || *s == '_'))
+		return 0;
+	while (s + n < end && (isalnum((unsigned char)s[n]) || s[n] == '_' || s[n] == '.')) {
+		if (n + 1 >= outsz)
+			return 0;
+		out[n] = s[n];
+		n++;
+	}
+	out[n] = '\0';
+	return n;
+}
+
+enum params_stmt params_track_statement(struct params *p, const char *sql, size_t len,
+					const struct params *defaults)
 {
 	const char *end = sql + len;
 	const char *s = skip_space(sql, end);
+	char name[64];
 	if (word_is(&s, end, "discard")) {
 		if (word_is(&s, end, "all")) {
-			params_remove(p, "search_path");
+			reset_unreported(p, defaults, NULL);
 			return PARAMS_STMT_RESET_ALL;
 		}
 		return PARAMS_STMT_NONE;
 	}
 	if (word_is(&s, end, "reset")) {
 		if (word_is(&s, end, "all")) {
-			params_remove(p, "search_path");
+			reset_unreported(p, defaults, NULL);
 			return PARAMS_STMT_RESET_ALL;
 		}
-		if (word_is(&s, end, "search_path")) {
-			params_remove(p, "search_path");
-			return PARAMS_STMT_RESET;
-		}
-		return PARAMS_STMT_NONE;
+		size_t n = guc_name(s, end, name, sizeof name);
+		if (n == 0 || strcasecmp(name, "role") == 0 || strcasecmp(name, "session") == 0)
+			return PARAMS_STMT_NONE;
+		reset_unreported(p, defaults, name);
+		return PARAMS_STMT_RESET;
 	}
 	if (!word_is(&s, end, "set"))
 		return PARAMS_STMT_NONE;
 	if (word_is(&s, end, "local"))
 		return PARAMS_STMT_NONE;   /* lasts until the end of the transaction */
 	(void)word_is(&s, end, "session");
-	if (!word_is(&s, end, "search_path"))
-		return PARAMS_STMT_NONE;
-	if (!word_is(&s, end, "to")) {
-		if (s < end && *s == '=')
-			s = skip_space(s + 1, end);
-		else
+	if (word_is(&s, end, "time")) {
+		if (!word_is(&s, end, "zone"))
 			return PARAMS_STMT_NONE;
+		snprintf(name, sizeof name, "TimeZone");
+	} else {
+		size_t n = guc_name(s, end, name, sizeof name);
+		if (n == 0)
+			return PARAMS_STMT_NONE;
+		/* Not settings: transaction modes, roles, constraints. */
+		static const char *const not_gucs[] = { "transaction", "characteristics", "authorization",
+							"role", "constraints", "session" };
+		for (size_t i = 0; i < sizeof not_gucs / sizeof *not_gucs; i++)
+			if (strcasecmp(name, not_gucs[i]) == 0)
+				return PARAMS_STMT_NONE;
+		s = skip_space(s + n, end);
+		if (!word_is(&s, end, "to")) {
+			if (s < end && *s == '=')
+				s = skip_space(s + 1, end);
+			else
+				return PARAMS_STMT_NONE;
+		}
 	}
 	/* The value runs to the first ';' outside quotes, or the end. */
 	const char *v = s, *e = s;
@@ -370,9 +424,11 @@ enum params_stmt params_track_statement(struct params *p, const char *sql, size_
 	memcpy(buf, v, n);
 	buf[n] = '\0';
 	if (strcasecmp(buf, "default") == 0) {
-		params_remove(p, "search_path");
+		reset_unreported(p, defaults, name);
 		return PARAMS_STMT_RESET;
 	}
-	(void)params_set(p, "search_path", buf, true);
+	/* Reported settings: the server's ParameterStatus brings the canonical
+	 * value right after; keeping the SQL text until then is harmless. */
+	(void)params_set(p, name, buf, true);
 	return PARAMS_STMT_SET;
 }

@@ -552,6 +552,9 @@ static void process_unlinked(struct server *s)
 				s->outstanding--;
 			if (st == SERVER_SYNCING && s->outstanding == 0) {
 				struct client *c = s->client;
+				/* The SETs ran: the server's session is now the client's. */
+				if (c)
+					(void)params_copy(&s->params, &c->params);
 				server_set_state(s, SERVER_ACTIVE);
 				if (c)
 					client_on_linked(c);

@@ -226,18 +226,65 @@ START_TEST(params_options_and_statements)
 	ck_assert(!params_apply_options(&p, "garbage"));
 
 	const char *q1 = "  /* hi */ set Session search_path = \"x\", public ; select 1";
-	ck_assert_int_eq(params_track_statement(&p, q1, strlen(q1)), PARAMS_STMT_SET);
+	ck_assert_int_eq(params_track_statement(&p, q1, strlen(q1), NULL), PARAMS_STMT_SET);
 	ck_assert_str_eq(params_get(&p, "search_path")->value, "\"x\", public");
 	const char *q2 = "SET LOCAL search_path TO y";
-	ck_assert_int_eq(params_track_statement(&p, q2, strlen(q2)), PARAMS_STMT_NONE);
+	ck_assert_int_eq(params_track_statement(&p, q2, strlen(q2), NULL), PARAMS_STMT_NONE);
 	const char *q3 = "reset search_path";
-	ck_assert_int_eq(params_track_statement(&p, q3, strlen(q3)), PARAMS_STMT_RESET);
+	ck_assert_int_eq(params_track_statement(&p, q3, strlen(q3), NULL), PARAMS_STMT_RESET);
 	ck_assert_ptr_null(params_get(&p, "search_path"));
 	const char *q4 = "SELECT 'set search_path to x'";
-	ck_assert_int_eq(params_track_statement(&p, q4, strlen(q4)), PARAMS_STMT_NONE);
-	const char *q5 = "SET search_pathx TO y";
-	ck_assert_int_eq(params_track_statement(&p, q5, strlen(q5)), PARAMS_STMT_NONE);
+	ck_assert_int_eq(params_track_statement(&p, q4, strlen(q4), NULL), PARAMS_STMT_NONE);
+	const char *q5 = "SET myapp.tenant TO 'y'";
+	ck_assert_int_eq(params_track_statement(&p, q5, strlen(q5), NULL), PARAMS_STMT_SET);
+	ck_assert_str_eq(params_get(&p, "myapp.tenant")->value, "'y'");
+	const char *q6 = "SET ROLE admin";
+	ck_assert_int_eq(params_track_statement(&p, q6, strlen(q6), NULL), PARAMS_STMT_NONE);
+	const char *q7 = "set time zone 'UTC'";
+	ck_assert_int_eq(params_track_statement(&p, q7, strlen(q7), NULL), PARAMS_STMT_SET);
+	ck_assert_str_eq(params_get(&p, "TimeZone")->value, "'UTC'");
+	const char *q8 = "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE";
+	ck_assert_int_eq(params_track_statement(&p, q8, strlen(q8), NULL), PARAMS_STMT_NONE);
+	/* RESET goes back to the startup value; RESET ALL to all of them */
+	struct params startup;
+	params_init(&startup);
+	ck_assert(params_set(&startup, "search_path", "app", true));
+	const char *q9 = "SET search_path = other";
+	ck_assert_int_eq(params_track_statement(&p, q9, strlen(q9), &startup), PARAMS_STMT_SET);
+	const char *q10 = "RESET search_path";
+	ck_assert_int_eq(params_track_statement(&p, q10, strlen(q10), &startup), PARAMS_STMT_RESET);
+	ck_assert_str_eq(params_get(&p, "search_path")->value, "app");
+	const char *q11 = "DISCARD ALL";
+	ck_assert_int_eq(params_track_statement(&p, q11, strlen(q11), NULL), PARAMS_STMT_RESET_ALL);
+	ck_assert_ptr_null(params_get(&p, "search_path"));
+	ck_assert_ptr_null(params_get(&p, "myapp.tenant"));
+	ck_assert_ptr_nonnull(params_get(&p, "TimeZone"));   /* reported: the server tells */
+	params_clear(&startup);
 	params_clear(&p);
+}
+END_TEST
+
+START_TEST(params_digest_is_order_independent)
+{
+	struct params a, b;
+	params_init(&a);
+	params_init(&b);
+	ck_assert(params_set(&a, "TimeZone", "UTC", false));
+	ck_assert(params_set(&a, "application_name", "x", false));
+	ck_assert(params_set(&b, "application_name", "x", false));
+	ck_assert(!params_same(&a, &b));
+	ck_assert(params_set(&b, "timezone", "UTC", false));
+	ck_assert(params_same(&a, &b));
+	ck_assert(params_set(&b, "application_name", "y", false));
+	ck_assert(!params_same(&a, &b));
+	params_remove(&b, "application_name");
+	params_remove(&a, "application_name");
+	ck_assert(params_same(&a, &b));
+	ck_assert(params_copy(&b, &a));
+	ck_assert(params_same(&a, &b));
+	params_clear(&a);
+	params_clear(&b);
+	ck_assert(params_same(&a, &b));
 }
 END_TEST
 
@@ -257,6 +304,7 @@ Suite *proto_suite(void)
 	TCase *tp = tcase_create("params");
 	tcase_add_test(tp, params_sync_statements);
 	tcase_add_test(tp, params_options_and_statements);
+	tcase_add_test(tp, params_digest_is_order_independent);
 	suite_add_tcase(s, tp);
 	return s;
 }
