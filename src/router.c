@@ -1,0 +1,1518 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * router: reads a statement's meaning for routing from libpg_query's JSON
+ * parse tree (read/write, transaction control, sharding keys), reads comment
+ * hints and pgcat's own SET/SHOW statements, and caches verdicts by text.
+ * It does not choose servers or shards and keeps no global state.
+ *
+ * libpg_query's JSON is walked with a small tokenizer of our own: one pass
+ * builds a flat token array in document order (each token knows where its
+ * subtree ends), so lookups need no recursion and no allocation per node.
+ */
+#include "router.h"
+
+#include <ctype.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <pg_query.h>
+
+/* ------------------------------------------------------------------ */
+/* JSON tokens                                                          */
+
+enum jtype { J_OBJ, J_ARR, J_KEY, J_STR, J_PRIM };
+
+struct jtok {
+	uint32_t start, end;      /* J_KEY/J_STR: between the quotes; else the token's bytes */
+	uint32_t after;           /* first token index past this token's subtree */
+	int32_t up;               /* enclosing container or key; -1 for the root */
+	uint8_t type;             /* enum jtype */
+};
+
+struct jdoc {
+	const char *s;
+	const struct jtok *t;
+	int n;
+};
+
+#define JNONE (-1)
+
+/* Tokenizes len bytes of JSON into t (cap entries). Strict enough for
+ * libpg_query's output (structure, string ends, primitive starts); false on
+ * anything malformed or too big. One pass, one switch per structural byte. */
+static bool json_parse(const char *s, size_t len, struct jtok *t, size_t cap, int *ntok)
+{
+	/* what may come next */
+	enum { W_VALUE, W_VALUE_OR_CLOSE, W_KEY, W_KEY_OR_CLOSE, W_COLON, W_NEXT, W_END } want = W_VALUE;
+	size_t n = 0, i = 0;
+	int32_t up = JNONE, done;
+
+	if (len >= UINT32_MAX / 2 || cap > INT32_MAX)
+		return false;
+	while (i < len) {
+		char c = s[i];
+		switch (c) {
+		case ' ': case '\t': case '\n': case '\r':
+			i++;
+			continue;
+		case ':':
+			if (want != W_COLON)
+				return false;
+			want = W_VALUE;
+			i++;
+			continue;
+		case ',':
+			if (want != W_NEXT)
+				return false;
+			want = t[up].type == J_OBJ ? W_KEY : W_VALUE;
+			i++;
+			continue;
+		case '{': case '[':
+			if ((want != W_VALUE && want != W_VALUE_OR_CLOSE) || n == cap)
+				return false;
+			t[n] = (struct jtok){ .start = (uint32_t)i, .up = up, .type = c == '{' ? J_OBJ : J_ARR };
+			up = (int32_t)n++;
+			want = c == '{' ? W_KEY_OR_CLOSE : W_VALUE_OR_CLOSE;
+			i++;
+			continue;
+		case '}': case ']':
+			if (want == W_NEXT) {
+				if (t[up].type != (c == '}' ? J_OBJ : J_ARR))
+					return false;
+			} else if (want != (c == '}' ? W_KEY_OR_CLOSE : W_VALUE_OR_CLOSE)) {
+				return false;
+			}
+			t[up].end = (uint32_t)(i + 1);
+			t[up].after = (uint32_t)n;
+			done = up;
+			i++;
+			break;
+		case '"': {
+			bool key = want == W_KEY || want == W_KEY_OR_CLOSE;
+			if ((!key && want != W_VALUE && want != W_VALUE_OR_CLOSE) || n == cap)
+				return false;
+			/* the closing quote: one not escaped by an odd run of
+			 * backslashes (each run is looked at once: linear) */
+			const char *q, *body = s + i + 1;
+			size_t from = i + 1;
+			for (;;) {
+				if (!(q = memchr(s + from, '"', len - from)))
+					return false;
+				size_t bs = 0;
+				while (q - bs > body && q[-(ptrdiff_t)bs - 1] == '\\')
+					bs++;
+				if (bs % 2 == 0)
+					break;
+				from = (size_t)(q - s) + 1;
+			}
+			size_t j = (size_t)(q - s);
+			t[n] = (struct jtok){ .start = (uint32_t)(i + 1), .end = (uint32_t)j,
+					      .after = (uint32_t)(n + 1), .up = up, .type = key ? J_KEY : J_STR };
+			i = j + 1;
+			if (key) {
+				up = (int32_t)n++;
+				want = W_COLON;
+				continue;
+			}
+			done = (int32_t)n++;
+			break;
+		}
+		default: {
+			if ((want != W_VALUE && want != W_VALUE_OR_CLOSE) || n == cap)
+				return false;
+			if (!(c == '-' || (c >= '0' && c <= '9') || c == 't' || c == 'f' || c == 'n'))
+				return false;
+			size_t j = i + 1;
+			while (j < len && (isalnum((unsigned char)s[j]) || s[j] == '.' || s[j] == '-' || s[j] == '+'))
+				j++;
+			t[n] = (struct jtok){ .start = (uint32_t)i, .end = (uint32_t)j,
+					      .after = (uint32_t)(n + 1), .up = up, .type = J_PRIM };
+			done = (int32_t)n++;
+			i = j;
+			break;
+		}
+		}
+		/* a value is complete: close its key, if any */
+		up = t[done].up;
+		if (up != JNONE && t[up].type == J_KEY) {
+			t[up].after = (uint32_t)n;
+			up = t[up].up;
+		}
+		want = up == JNONE ? W_END : W_NEXT;
+	}
+	if (want != W_END)
+		return false;
+	*ntok = (int)n;
+	return true;
+}
+
+static bool jvalid(const struct jdoc *d, int i)
+{
+	return i >= 0 && i < d->n;
+}
+
+/* The value of key `name` in object o, or JNONE. */
+#define jget(d, o, name) jget_n(d, o, name, sizeof("" name) - 1)   /* literals only */
+static int jget_n(const struct jdoc *d, int o, const char *name, size_t nl)
+{
+	if (!jvalid(d, o) || d->t[o].type != J_OBJ)
+		return JNONE;
+	for (int k = o + 1; k < (int)d->t[o].after; k = (int)d->t[k].after) {
+		const struct jtok *kt = &d->t[k];
+		if (kt->end - kt->start == nl && memcmp(d->s + kt->start, name, nl) == 0)
+			return k + 1 < (int)kt->after ? k + 1 : JNONE;
+	}
+	return JNONE;
+}
+
+/* v is {"<name>": {...}}: returns the inner object, else JNONE. */
+#define jnode(d, v, name) jnode_n(d, v, name, sizeof("" name) - 1)
+static int jnode_n(const struct jdoc *d, int v, const char *name, size_t nl)
+{
+	if (!jvalid(d, v) || d->t[v].type != J_OBJ || d->t[v].after <= (uint32_t)v + 2)
+		return JNONE;
+	const struct jtok *kt = &d->t[v + 1];
+	if (kt->end - kt->start != nl || memcmp(d->s + kt->start, name, nl) != 0)
+		return JNONE;
+	return d->t[v + 2].type == J_OBJ ? v + 2 : JNONE;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+static bool put_utf8(char *buf, size_t cap, size_t *o, uint32_t cp)
+{
+	unsigned char b[4];
+	size_t n;
+	if (cp < 0x80) {
+		b[0] = (unsigned char)cp;
+		n = 1;
+	} else if (cp < 0x800) {
+		b[0] = (unsigned char)(0xc0 | (cp >> 6));
+		b[1] = (unsigned char)(0x80 | (cp & 0x3f));
+		n = 2;
+	} else if (cp < 0x10000) {
+		b[0] = (unsigned char)(0xe0 | (cp >> 12));
+		b[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
+		b[2] = (unsigned char)(0x80 | (cp & 0x3f));
+		n = 3;
+	} else {
+		b[0] = (unsigned char)(0xf0 | (cp >> 18));
+		b[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3f));
+		b[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
+		b[3] = (unsigned char)(0x80 | (cp & 0x3f));
+		n = 4;
+	}
+	if (*o + n >= cap)
+		return false;
+	memcpy(buf + *o, b, n);
+	*o += n;
+	return true;
+}
+
+static bool read_u4(const char *p, const char *e, uint32_t *out)
+{
+	if (e - p < 4)
+		return false;
+	uint32_t v = 0;
+	for (int k = 0; k < 4; k++) {
+		int h = hexval(p[k]);
+		if (h < 0)
+			return false;
+		v = v << 4 | (uint32_t)h;
+	}
+	*out = v;
+	return true;
+}
+
+/* Unescapes string token v into buf (cap bytes, NUL-terminated). Returns the
+ * length, or -1 if v is not a string, is malformed or does not fit. A string
+ * holding NUL (\u0000) is refused too. */
+static int jstr(const struct jdoc *d, int v, char *buf, size_t cap)
+{
+	if (!jvalid(d, v) || (d->t[v].type != J_STR && d->t[v].type != J_KEY) || cap == 0)
+		return -1;
+	const char *p = d->s + d->t[v].start, *e = d->s + d->t[v].end;
+	size_t o = 0;
+	while (p < e) {
+		if (*p != '\\') {
+			if (o + 1 >= cap)
+				return -1;
+			buf[o++] = *p++;
+			continue;
+		}
+		if (e - p < 2)
+			return -1;
+		char c = p[1];
+		p += 2;
+		char lit;
+		switch (c) {
+		case '"': lit = '"'; break;
+		case '\\': lit = '\\'; break;
+		case '/': lit = '/'; break;
+		case 'b': lit = '\b'; break;
+		case 'f': lit = '\f'; break;
+		case 'n': lit = '\n'; break;
+		case 'r': lit = '\r'; break;
+		case 't': lit = '\t'; break;
+		case 'u': {
+			uint32_t cp, lo;
+			if (!read_u4(p, e, &cp))
+				return -1;
+			p += 4;
+			if (cp >= 0xd800 && cp < 0xdc00) {
+				if (e - p < 6 || p[0] != '\\' || p[1] != 'u' || !read_u4(p + 2, e, &lo) ||
+				    lo < 0xdc00 || lo >= 0xe000)
+					return -1;
+				p += 6;
+				cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+			} else if (cp >= 0xdc00 && cp < 0xe000) {
+				return -1;
+			}
+			if (cp == 0 || !put_utf8(buf, cap, &o, cp))
+				return -1;
+			continue;
+		}
+		default:
+			return -1;
+		}
+		if (o + 1 >= cap)
+			return -1;
+		buf[o++] = lit;
+	}
+	buf[o] = '\0';
+	return (int)o;
+}
+
+/* Is string token v equal to lit (case-insensitively if ci)? */
+static bool jstr_is(const struct jdoc *d, int v, const char *lit, bool ci)
+{
+	char buf[128];
+	if (jstr(d, v, buf, sizeof(buf)) < 0)
+		return false;
+	return ci ? strcasecmp(buf, lit) == 0 : strcmp(buf, lit) == 0;
+}
+
+/* {"String":{"sval":"x"}} → the sval token, else JNONE. */
+static int jstring_node(const struct jdoc *d, int v)
+{
+	return jget(d, jnode(d, v, "String"), "sval");
+}
+
+/* Primitive token v as a non-negative int, else -1. */
+static long jint(const struct jdoc *d, int v)
+{
+	if (!jvalid(d, v) || d->t[v].type != J_PRIM)
+		return -1;
+	const char *p = d->s + d->t[v].start, *e = d->s + d->t[v].end;
+	long x = 0;
+	if (p == e)
+		return -1;
+	for (; p < e; p++) {
+		if (*p < '0' || *p > '9' || x > (LONG_MAX - 9) / 10)
+			return -1;
+		x = x * 10 + (*p - '0');
+	}
+	return x;
+}
+
+/* ------------------------------------------------------------------ */
+/* The walk over one query's statements                                 */
+
+#define LEVEL_REFS 16
+#define LEVEL_CONDS 16
+#define MAX_EXPR_DEPTH 48
+#define NAME_MAX_BYTES 64
+
+/* A reference to a sharded table at one query level. */
+struct ref {
+	const struct router_table *tbl;
+	char qual[NAME_MAX_BYTES];     /* the alias, or the table's name */
+	char schema[NAME_MAX_BYTES];   /* "" when not written */
+	bool aliased;
+	bool constrained;
+	bool never;                    /* cannot be constrained (UPDATE assigns its key) */
+};
+
+/* One query level (a SELECT, UPDATE, DELETE): its sharded references and the
+ * conditions that must hold for every row it touches. */
+struct level {
+	struct ref refs[LEVEL_REFS];
+	size_t n_refs;
+	int conds[LEVEL_CONDS];
+	size_t n_conds;
+};
+
+struct walk {
+	struct jdoc d;
+	const char *sql;               /* the parsed text, for literals the JSON loses */
+	size_t sql_len;
+	const struct router_rules *rules;
+	struct router_verdict *v;
+	unsigned sharded;              /* sharded references seen in DML */
+	unsigned constrained;          /* ... of which constrained by a key */
+	bool overflow;                 /* more keys than fit */
+};
+
+static const struct router_table *sharded_table(const struct walk *w, const char *schema, const char *rel)
+{
+	for (size_t i = 0; i < w->rules->n_sharded; i++) {
+		const struct router_table *tb = &w->rules->sharded[i];
+		if (!tb->table || !tb->column || strcasecmp(tb->table, rel) != 0)
+			continue;
+		if (tb->schema && schema[0] && strcasecmp(tb->schema, schema) != 0)
+			continue;
+		return tb;
+	}
+	return NULL;
+}
+
+/* rv: a RangeVar's fields. Fills r and returns true if it names a sharded table. */
+static bool range_var(const struct walk *w, int rv, struct ref *r)
+{
+	const struct jdoc *d = &w->d;
+	char rel[NAME_MAX_BYTES];
+	if (jstr(d, jget(d, rv, "relname"), rel, sizeof(rel)) < 0)
+		return false;
+	/* A name that cannot be read (PostgreSQL truncates identifiers to
+	 * 63 bytes, so never in practice) matches nothing, but a sharded table
+	 * is still counted as one. */
+	r->schema[0] = '\0';
+	int sv = jget(d, rv, "schemaname");
+	if (sv != JNONE && jstr(d, sv, r->schema, sizeof(r->schema)) < 0)
+		strcpy(r->schema, "\x01");
+	r->tbl = sharded_table(w, r->schema, rel);
+	if (!r->tbl)
+		return false;
+	int alias = jget(d, jget(d, rv, "alias"), "aliasname");
+	r->aliased = alias != JNONE;
+	if (r->aliased) {
+		if (jstr(d, alias, r->qual, sizeof(r->qual)) < 0)
+			r->qual[0] = '\0';
+	} else {
+		memcpy(r->qual, rel, sizeof(rel));
+	}
+	r->constrained = false;
+	r->never = false;
+	return true;
+}
+
+static void count_sharded(struct walk *w)
+{
+	w->sharded++;
+	w->v->reads_sharded = true;
+}
+
+/* Adds rv to the level if it is sharded; count: a bare RangeVar (a DML
+ * target) that the generic walk does not see. */
+static struct ref *level_add(struct walk *w, struct level *L, int rv, bool count)
+{
+	struct ref r;
+	if (!range_var(w, rv, &r))
+		return NULL;
+	if (count)
+		count_sharded(w);
+	if (L->n_refs == LEVEL_REFS)
+		return NULL;      /* stays unconstrained: conservative */
+	L->refs[L->n_refs] = r;
+	return &L->refs[L->n_refs++];
+}
+
+static void level_cond(struct level *L, int e)
+{
+	if (e != JNONE && L->n_conds < LEVEL_CONDS)
+		L->conds[L->n_conds++] = e;
+}
+
+static void collect_from(struct walk *w, struct level *L, int item, int depth)
+{
+	const struct jdoc *d = &w->d;
+	int x;
+	if (depth > MAX_EXPR_DEPTH)
+		return;
+	if ((x = jnode(d, item, "RangeVar")) != JNONE) {
+		level_add(w, L, x, false);
+	} else if ((x = jnode(d, item, "JoinExpr")) != JNONE) {
+		collect_from(w, L, jget(d, x, "larg"), depth + 1);
+		collect_from(w, L, jget(d, x, "rarg"), depth + 1);
+		if (jstr_is(d, jget(d, x, "jointype"), "JOIN_INNER", false))
+			level_cond(L, jget(d, x, "quals"));
+	} else if ((x = jnode(d, item, "RangeTableSample")) != JNONE) {
+		collect_from(w, L, jget(d, x, "relation"), depth + 1);
+	}
+}
+
+static void collect_from_list(struct walk *w, struct level *L, int list)
+{
+	const struct jdoc *d = &w->d;
+	if (!jvalid(d, list) || d->t[list].type != J_ARR)
+		return;
+	for (int c = list + 1; c < (int)d->t[list].after; c = (int)d->t[c].after)
+		collect_from(w, L, c, 0);
+}
+
+/* Does expression e name the sharding column of r? */
+static bool colref_is(const struct walk *w, const struct ref *r, int e)
+{
+	const struct jdoc *d = &w->d;
+	int fields = jget(d, jnode(d, e, "ColumnRef"), "fields");
+	if (!jvalid(d, fields) || d->t[fields].type != J_ARR)
+		return false;
+	char f[3][NAME_MAX_BYTES];
+	int n = 0;
+	for (int c = fields + 1; c < (int)d->t[fields].after; c = (int)d->t[c].after) {
+		if (n == 3 || jstr(d, jstring_node(d, c), f[n], sizeof(f[n])) < 0)
+			return false;    /* A_Star, db.schema.table.col */
+		n++;
+	}
+	if (n == 0 || strcasecmp(f[n - 1], r->tbl->column) != 0)
+		return false;
+	if (n == 1)
+		return true;
+	if (strcasecmp(f[n - 2], r->qual) != 0)
+		return false;
+	if (n == 2)
+		return true;
+	return !r->aliased && (r->schema[0] == '\0' || strcasecmp(f[0], r->schema) == 0) &&
+	       (!r->tbl->schema || strcasecmp(f[0], r->tbl->schema) == 0);
+}
+
+static bool is_ident_char(char c)
+{
+	return isalnum((unsigned char)c) || c == '_' || c == '$' || (unsigned char)c >= 0x80;
+}
+
+/* libpg_query's JSON writes an integer constant of 0 or below as "ival":{};
+ * read it back from the text at its location (the '-' sign, if any). */
+static bool int_from_text(const struct walk *w, int loc_tok, char *out, size_t cap)
+{
+	long loc = jint(&w->d, loc_tok);
+	if (loc < 0 || (size_t)loc >= w->sql_len)
+		return false;
+	const char *p = w->sql + loc, *e = w->sql + w->sql_len;
+	size_t o = 0;
+	bool neg = *p == '-';
+	if (neg) {
+		out[o++] = '-';
+		p++;
+		while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' || *p == '\v'))
+			p++;
+	}
+	const char *digits = p;
+	bool nonzero = false;
+	while (p < e && *p >= '0' && *p <= '9') {
+		if (o + 1 >= cap)
+			return false;
+		nonzero |= *p != '0';
+		out[o++] = *p++;
+	}
+	if (p == digits || (p < e && (is_ident_char(*p) || *p == '.')) || (nonzero && !neg))
+		return false;
+	out[o] = '\0';
+	return true;
+}
+
+/* A constant or a $n (through casts): the key it gives. */
+static bool key_value(const struct walk *w, int e, int depth, struct router_key *k)
+{
+	const struct jdoc *d = &w->d;
+	int x;
+	memset(k, 0, sizeof(*k));
+	if ((x = jnode(d, e, "ParamRef")) != JNONE) {
+		long n = jint(d, jget(d, x, "number"));
+		if (n <= 0 || n > INT_MAX)
+			return false;
+		k->param = (int)n;
+		return true;
+	}
+	if ((x = jnode(d, e, "TypeCast")) != JNONE)
+		return depth < 4 && key_value(w, jget(d, x, "arg"), depth + 1, k);
+	if ((x = jnode(d, e, "A_Const")) == JNONE)
+		return false;
+	int y;
+	if ((y = jget(d, x, "ival")) != JNONE) {
+		int z = jget(d, y, "ival");
+		if (z == JNONE)
+			return int_from_text(w, jget(d, x, "location"), k->text, sizeof(k->text));
+		const struct jtok *zt = &d->t[z];
+		size_t n = zt->end - zt->start;
+		if (zt->type != J_PRIM || n == 0 || n >= sizeof(k->text))
+			return false;
+		memcpy(k->text, d->s + zt->start, n);
+		return true;
+	}
+	if ((y = jget(d, x, "fval")) != JNONE)
+		return jstr(d, jget(d, y, "fval"), k->text, sizeof(k->text)) > 0;
+	if ((y = jget(d, x, "sval")) != JNONE) {
+		int z = jget(d, y, "sval");
+		return z == JNONE || jstr(d, z, k->text, sizeof(k->text)) >= 0;
+	}
+	return false;     /* boolean, bit string, NULL */
+}
+
+static void add_key(struct walk *w, const struct router_key *k)
+{
+	struct router_verdict *v = w->v;
+	for (size_t i = 0; i < v->n_keys; i++)
+		if (v->keys[i].param == k->param && strcmp(v->keys[i].text, k->text) == 0)
+			return;
+	if (v->n_keys == ROUTER_MAX_KEYS) {
+		w->overflow = true;
+		return;
+	}
+	v->keys[v->n_keys++] = *k;
+}
+
+/* The last element of an operator name list, if it is "=" (optionally
+ * OPERATOR(pg_catalog.=)). */
+static bool is_eq_op(const struct jdoc *d, int name)
+{
+	if (!jvalid(d, name) || d->t[name].type != J_ARR)
+		return false;
+	int n = 0, last = JNONE, first = JNONE;
+	for (int c = name + 1; c < (int)d->t[name].after; c = (int)d->t[c].after) {
+		if (n == 0)
+			first = c;
+		last = c;
+		n++;
+	}
+	if (n == 2 && !jstr_is(d, jstring_node(d, first), "pg_catalog", false))
+		return false;
+	return (n == 1 || n == 2) && jstr_is(d, jstring_node(d, last), "=", false);
+}
+
+/* Does e hold for every row only if r's key is one of the keys it adds?
+ * Adds nothing when it returns false. */
+static bool constrain(struct walk *w, const struct ref *r, int e, int depth)
+{
+	const struct jdoc *d = &w->d;
+	int x;
+	if (depth > MAX_EXPR_DEPTH)
+		return false;
+	if ((x = jnode(d, e, "BoolExpr")) != JNONE) {
+		int op = jget(d, x, "boolop"), args = jget(d, x, "args");
+		if (!jvalid(d, args) || d->t[args].type != J_ARR)
+			return false;
+		if (jstr_is(d, op, "AND_EXPR", false)) {
+			for (int c = args + 1; c < (int)d->t[args].after; c = (int)d->t[c].after)
+				if (constrain(w, r, c, depth + 1))
+					return true;
+			return false;
+		}
+		if (jstr_is(d, op, "OR_EXPR", false)) {
+			size_t saved = w->v->n_keys;
+			bool saved_overflow = w->overflow, any = false;
+			for (int c = args + 1; c < (int)d->t[args].after; c = (int)d->t[c].after) {
+				if (!constrain(w, r, c, depth + 1)) {
+					w->v->n_keys = saved;
+					w->overflow = saved_overflow;
+					return false;
+				}
+				any = true;
+			}
+			return any;
+		}
+		return false;
+	}
+	if ((x = jnode(d, e, "A_Expr")) == JNONE || !is_eq_op(d, jget(d, x, "name")))
+		return false;
+	int kind = jget(d, x, "kind"), l = jget(d, x, "lexpr"), rr = jget(d, x, "rexpr");
+	struct router_key k;
+	if (jstr_is(d, kind, "AEXPR_OP", false)) {
+		if ((colref_is(w, r, l) && key_value(w, rr, 0, &k)) || (colref_is(w, r, rr) && key_value(w, l, 0, &k))) {
+			add_key(w, &k);
+			return true;
+		}
+		return false;
+	}
+	if (jstr_is(d, kind, "AEXPR_IN", false) && colref_is(w, r, l)) {
+		int items = jget(d, jnode(d, rr, "List"), "items");
+		if (!jvalid(d, items) || d->t[items].type != J_ARR || d->t[items].after == (uint32_t)items + 1)
+			return false;
+		for (int c = items + 1; c < (int)d->t[items].after; c = (int)d->t[c].after)
+			if (!key_value(w, c, 0, &k))
+				return false;
+		for (int c = items + 1; c < (int)d->t[items].after; c = (int)d->t[c].after) {
+			key_value(w, c, 0, &k);
+			add_key(w, &k);
+		}
+		return true;
+	}
+	return false;
+}
+
+/* Gathers the `x = y` conjuncts of e with a column on each side. */
+static void column_equalities(const struct jdoc *d, int e, int depth, int *eqs, size_t *n, size_t cap)
+{
+	int x;
+	if (depth > MAX_EXPR_DEPTH || *n == cap)
+		return;
+	if ((x = jnode(d, e, "BoolExpr")) != JNONE) {
+		int args = jget(d, x, "args");
+		if (!jstr_is(d, jget(d, x, "boolop"), "AND_EXPR", false) || !jvalid(d, args) ||
+		    d->t[args].type != J_ARR)
+			return;
+		for (int c = args + 1; c < (int)d->t[args].after; c = (int)d->t[c].after)
+			column_equalities(d, c, depth + 1, eqs, n, cap);
+		return;
+	}
+	if ((x = jnode(d, e, "A_Expr")) != JNONE && jstr_is(d, jget(d, x, "kind"), "AEXPR_OP", false) &&
+	    is_eq_op(d, jget(d, x, "name")) && jnode(d, jget(d, x, "lexpr"), "ColumnRef") != JNONE &&
+	    jnode(d, jget(d, x, "rexpr"), "ColumnRef") != JNONE)
+		eqs[(*n)++] = x;
+}
+
+static int ref_of(const struct walk *w, const struct level *L, int e)
+{
+	for (size_t i = 0; i < L->n_refs; i++)
+		if (colref_is(w, &L->refs[i], e))
+			return (int)i;
+	return -1;
+}
+
+static void level_finish(struct walk *w, struct level *L)
+{
+	const struct jdoc *d = &w->d;
+	if (L->n_refs == 0)
+		return;
+	for (size_t i = 0; i < L->n_refs; i++) {
+		struct ref *r = &L->refs[i];
+		for (size_t c = 0; c < L->n_conds && !r->never && !r->constrained; c++)
+			r->constrained = constrain(w, r, L->conds[c], 0);
+	}
+	/* a.key = b.key joins a constrained reference to another */
+	if (L->n_refs > 1) {
+		int eqs[32];
+		size_t n = 0;
+		for (size_t c = 0; c < L->n_conds; c++)
+			column_equalities(d, L->conds[c], 0, eqs, &n, 32);
+		for (bool changed = true; changed;) {
+			changed = false;
+			for (size_t q = 0; q < n; q++) {
+				int a = ref_of(w, L, jget(d, eqs[q], "lexpr")), b = ref_of(w, L, jget(d, eqs[q], "rexpr"));
+				if (a < 0 || b < 0 || a == b)
+					continue;
+				struct ref *ra = &L->refs[a], *rb = &L->refs[b];
+				if (ra->constrained != rb->constrained && !ra->never && !rb->never) {
+					ra->constrained = rb->constrained = true;
+					changed = true;
+				}
+			}
+		}
+	}
+	for (size_t i = 0; i < L->n_refs; i++)
+		if (L->refs[i].constrained)
+			w->constrained++;
+}
+
+static void level_select(struct walk *w, int x)
+{
+	struct level L = { .n_refs = 0 };
+	collect_from_list(w, &L, jget(&w->d, x, "fromClause"));
+	if (L.n_refs == 0)
+		return;
+	level_cond(&L, jget(&w->d, x, "whereClause"));
+	level_finish(w, &L);
+}
+
+/* UPDATE (from_key "fromClause") or DELETE ("usingClause"). */
+static void level_modify(struct walk *w, int x, const char *from_key, bool update)
+{
+	const struct jdoc *d = &w->d;
+	struct level L = { .n_refs = 0 };
+	struct ref *target = level_add(w, &L, jget(d, x, "relation"), true);
+	if (target && update) {
+		int tl = jget(d, x, "targetList");
+		for (int c = jvalid(d, tl) ? tl + 1 : 0; jvalid(d, tl) && c < (int)d->t[tl].after; c = (int)d->t[c].after)
+			if (jstr_is(d, jget(d, jnode(d, c, "ResTarget"), "name"), target->tbl->column, true))
+				target->never = true;
+	}
+	collect_from_list(w, &L, jget_n(d, x, from_key, strlen(from_key)));
+	level_cond(&L, jget(d, x, "whereClause"));
+	level_finish(w, &L);
+}
+
+static void level_insert(struct walk *w, int x)
+{
+	const struct jdoc *d = &w->d;
+	struct ref r;
+	if (!range_var(w, jget(d, x, "relation"), &r))
+		return;
+	count_sharded(w);
+	int cols = jget(d, x, "cols"), col = -1, n = 0;
+	if (!jvalid(d, cols) || d->t[cols].type != J_ARR)
+		return;
+	for (int c = cols + 1; c < (int)d->t[cols].after; c = (int)d->t[c].after, n++) {
+		int rt = jnode(d, c, "ResTarget");
+		if (jget(d, rt, "indirection") == JNONE && jstr_is(d, jget(d, rt, "name"), r.tbl->column, true)) {
+			col = n;
+			break;
+		}
+	}
+	int rows = jget(d, jnode(d, jget(d, x, "selectStmt"), "SelectStmt"), "valuesLists");
+	if (col < 0 || !jvalid(d, rows) || d->t[rows].type != J_ARR || d->t[rows].after == (uint32_t)rows + 1)
+		return;
+	size_t saved = w->v->n_keys;
+	bool saved_overflow = w->overflow;
+	for (int row = rows + 1; row < (int)d->t[rows].after; row = (int)d->t[row].after) {
+		int items = jget(d, jnode(d, row, "List"), "items"), item = JNONE;
+		if (jvalid(d, items) && d->t[items].type == J_ARR) {
+			int i = 0;
+			for (int c = items + 1; c < (int)d->t[items].after; c = (int)d->t[c].after, i++) {
+				if (i == col) {
+					item = c;
+					break;
+				}
+			}
+		}
+		struct router_key k;
+		if (item == JNONE || !key_value(w, item, 0, &k)) {
+			w->v->n_keys = saved;
+			w->overflow = saved_overflow;
+			return;
+		}
+		add_key(w, &k);
+	}
+	w->constrained++;
+}
+
+/* ------------------------------------------------------------------ */
+/* Writing functions                                                    */
+
+static const char *const builtin_writers[] = {
+	"nextval", "setval", "pg_advisory_*", "pg_try_advisory_*", "pg_notify", "txid_current",
+	"pg_current_xact_id", "lo_*", "lowrite", "pg_logical_emit_message",
+};
+
+static bool name_matches(const char *name, const char *pattern)
+{
+	const char *dot = strrchr(pattern, '.');
+	if (dot)
+		pattern = dot + 1;
+	size_t pl = strlen(pattern);
+	if (pl > 0 && pattern[pl - 1] == '*')
+		return strncasecmp(name, pattern, pl - 1) == 0;
+	return strcasecmp(name, pattern) == 0;
+}
+
+static bool writing_function(const struct walk *w, int fc)
+{
+	const struct jdoc *d = &w->d;
+	int names = jget(d, fc, "funcname"), last = JNONE;
+	if (!jvalid(d, names) || d->t[names].type != J_ARR)
+		return false;
+	for (int c = names + 1; c < (int)d->t[names].after; c = (int)d->t[c].after)
+		last = c;
+	char name[NAME_MAX_BYTES];
+	if (jstr(d, jstring_node(d, last), name, sizeof(name)) < 0)
+		return false;
+	for (size_t i = 0; i < sizeof(builtin_writers) / sizeof(builtin_writers[0]); i++)
+		if (name_matches(name, builtin_writers[i]))
+			return true;
+	for (size_t i = 0; i < w->rules->n_writing_functions; i++)
+		if (w->rules->writing_functions[i] && name_matches(name, w->rules->writing_functions[i]))
+			return true;
+	return false;
+}
+
+/* ------------------------------------------------------------------ */
+/* Statements                                                           */
+
+#define key_is(d, k, name) key_is_n(d, k, name, sizeof("" name) - 1)
+static bool key_is_n(const struct jdoc *d, int k, const char *name, size_t nl)
+{
+	return d->t[k].end - d->t[k].start == nl && memcmp(d->s + d->t[k].start, name, nl) == 0;
+}
+
+/* Walks every node of a DML subtree: writes (when detect_writes), sharded
+ * references, and each query level's keys. */
+static void walk_dml(struct walk *w, int root, bool detect_writes)
+{
+	const struct jdoc *d = &w->d;
+	if (!jvalid(d, root))
+		return;
+	for (int i = root; i < (int)d->t[root].after; i++) {
+		const struct jtok *kt = &d->t[i];
+		if (kt->type != J_KEY || i + 1 >= (int)kt->after)
+			continue;
+		if (key_is(d, i, "lockingClause") || key_is(d, i, "intoClause")) {
+			/* FOR UPDATE/SHARE, SELECT INTO; its names are not table reads */
+			if (detect_writes)
+				w->v->writes = true;
+			i = (int)kt->after - 1;
+			continue;
+		}
+		char c0 = d->s[kt->start];
+		int x = i + 1;
+		if (d->t[x].type != J_OBJ)
+			continue;
+		if (key_is(d, i, "larg") || key_is(d, i, "rarg")) {
+			/* a set operation's branches are bare SelectStmts (a JoinExpr's
+			 * are wrapped nodes, and start with an upper-case key) */
+			char v0 = x + 1 < (int)d->t[x].after ? d->s[d->t[x + 1].start] : 'A';
+			if (!(v0 >= 'A' && v0 <= 'Z'))
+				level_select(w, x);
+			continue;
+		}
+		if (!(c0 >= 'A' && c0 <= 'Z'))
+			continue;
+		if (key_is(d, i, "SelectStmt")) {
+			level_select(w, x);
+		} else if (key_is(d, i, "InsertStmt")) {
+			w->v->writes |= detect_writes;
+			level_insert(w, x);
+		} else if (key_is(d, i, "UpdateStmt")) {
+			w->v->writes |= detect_writes;
+			level_modify(w, x, "fromClause", true);
+		} else if (key_is(d, i, "DeleteStmt")) {
+			w->v->writes |= detect_writes;
+			level_modify(w, x, "usingClause", false);
+		} else if (key_is(d, i, "MergeStmt")) {
+			struct ref r;
+			w->v->writes |= detect_writes;
+			if (range_var(w, jget(d, x, "relation"), &r))
+				count_sharded(w);
+		} else if (key_is(d, i, "RangeVar")) {
+			struct ref r;
+			if (range_var(w, x, &r))
+				count_sharded(w);
+		} else if (key_is(d, i, "FuncCall")) {
+			if (detect_writes && writing_function(w, x))
+				w->v->writes = true;
+		}
+	}
+}
+
+/* EXPLAIN's ANALYZE option: present and not turned off. */
+static bool explain_analyze(const struct jdoc *d, int opts)
+{
+	if (!jvalid(d, opts) || d->t[opts].type != J_ARR)
+		return false;
+	for (int c = opts + 1; c < (int)d->t[opts].after; c = (int)d->t[c].after) {
+		int de = jnode(d, c, "DefElem");
+		if (!jstr_is(d, jget(d, de, "defname"), "analyze", true))
+			continue;
+		int arg = jget(d, de, "arg"), s, a;
+		if (arg == JNONE)
+			return true;
+		if ((s = jstring_node(d, arg)) != JNONE)
+			return !(jstr_is(d, s, "false", true) || jstr_is(d, s, "off", true) ||
+				 jstr_is(d, s, "no", true) || jstr_is(d, s, "0", true));
+		if ((a = jnode(d, arg, "A_Const")) != JNONE) {
+			int iv = jget(d, a, "ival"), bv = jget(d, a, "boolval");
+			if ((iv != JNONE && jget(d, iv, "ival") == JNONE) || (bv != JNONE && jget(d, bv, "boolval") == JNONE))
+				return false;
+		}
+		return true;
+	}
+	return false;
+}
+
+static void statement_transaction(struct walk *w, int x)
+{
+	const struct jdoc *d = &w->d;
+	struct router_verdict *v = w->v;
+	int kind = jget(d, x, "kind");
+	if (jstr_is(d, kind, "TRANS_STMT_BEGIN", false) || jstr_is(d, kind, "TRANS_STMT_START", false)) {
+		bool ro = false;
+		int opts = jget(d, x, "options");
+		for (int c = jvalid(d, opts) ? opts + 1 : 0; jvalid(d, opts) && c < (int)d->t[opts].after;
+		     c = (int)d->t[c].after) {
+			int de = jnode(d, c, "DefElem");
+			if (!jstr_is(d, jget(d, de, "defname"), "transaction_read_only", false))
+				continue;
+			long on = jint(d, jget(d, jget(d, jnode(d, jget(d, de, "arg"), "A_Const"), "ival"), "ival"));
+			ro = on == 1;
+		}
+		v->begins = true;
+		v->begin_read_only = ro;
+		v->writes |= !ro;
+	} else if (jstr_is(d, kind, "TRANS_STMT_COMMIT", false) || jstr_is(d, kind, "TRANS_STMT_ROLLBACK", false) ||
+		   jstr_is(d, kind, "TRANS_STMT_PREPARE", false)) {
+		v->ends = true;
+	} else if (jstr_is(d, kind, "TRANS_STMT_SAVEPOINT", false) || jstr_is(d, kind, "TRANS_STMT_RELEASE", false) ||
+		   jstr_is(d, kind, "TRANS_STMT_ROLLBACK_TO", false)) {
+		/* inside the transaction, wherever it is */
+	} else {
+		v->writes = true;     /* COMMIT/ROLLBACK PREPARED, unknown */
+	}
+}
+
+/* Utility statements that run anywhere (a hot standby too) and write nothing. */
+static const char *const neutral_statements[] = {
+	"VariableShowStmt", "VariableSetStmt", "DiscardStmt", "DeallocateStmt", "UnlistenStmt",
+	"LoadStmt", "FetchStmt", "ClosePortalStmt", "ConstraintsSetStmt",
+};
+
+static void statement(struct walk *w, int node)
+{
+	const struct jdoc *d = &w->d;
+	int x;
+	if ((x = jnode(d, node, "SelectStmt")) != JNONE || (x = jnode(d, node, "InsertStmt")) != JNONE ||
+	    (x = jnode(d, node, "UpdateStmt")) != JNONE || (x = jnode(d, node, "DeleteStmt")) != JNONE ||
+	    (x = jnode(d, node, "MergeStmt")) != JNONE) {
+		walk_dml(w, node, true);
+	} else if ((x = jnode(d, node, "ExplainStmt")) != JNONE) {
+		walk_dml(w, jget(d, x, "query"), explain_analyze(d, jget(d, x, "options")));
+	} else if ((x = jnode(d, node, "DeclareCursorStmt")) != JNONE || (x = jnode(d, node, "PrepareStmt")) != JNONE) {
+		walk_dml(w, jget(d, x, "query"), true);
+	} else if ((x = jnode(d, node, "CopyStmt")) != JNONE) {
+		struct ref r;
+		int from = jget(d, x, "is_from");
+		if (jvalid(d, from) && d->t[from].type == J_PRIM && d->s[d->t[from].start] == 't')
+			w->v->writes = true;
+		if (range_var(w, jget(d, x, "relation"), &r))
+			count_sharded(w);
+		walk_dml(w, jget(d, x, "query"), true);
+	} else if ((x = jnode(d, node, "TransactionStmt")) != JNONE) {
+		statement_transaction(w, x);
+	} else {
+		for (size_t i = 0; i < sizeof(neutral_statements) / sizeof(neutral_statements[0]); i++)
+			if (jnode_n(d, node, neutral_statements[i], strlen(neutral_statements[i])) != JNONE)
+				return;
+		w->v->writes = true;
+	}
+}
+
+/* Fills the verdict from libpg_query's JSON; false if the JSON is not understood. */
+static bool analyse(const char *json, const char *sql, size_t sql_len, const struct router_rules *rules,
+		    struct router_verdict *v)
+{
+	enum { STACK_TOKENS = 512 };
+	struct jtok stack_tokens[STACK_TOKENS];
+	size_t jlen = strlen(json);
+	size_t cap = jlen / 2 + 2;    /* every token but the first follows one of { [ , : */
+	struct jtok *t = stack_tokens;
+	if (cap > STACK_TOKENS) {
+		if (cap > SIZE_MAX / sizeof(*t) || !(t = malloc(cap * sizeof(*t))))
+			return false;
+	} else {
+		cap = STACK_TOKENS;
+	}
+	struct walk w = { .d = { .s = json, .t = t }, .sql = sql, .sql_len = sql_len, .rules = rules, .v = v };
+	bool ok = json_parse(json, jlen, t, cap, &w.d.n) && w.d.n > 0 && t[0].type == J_OBJ;
+	if (ok) {
+		int stmts = jget(&w.d, 0, "stmts");
+		size_t n = 0;
+		v->writes = false;
+		if (jvalid(&w.d, stmts) && w.d.t[stmts].type == J_ARR) {
+			for (int c = stmts + 1; c < (int)w.d.t[stmts].after; c = (int)w.d.t[c].after, n++)
+				statement(&w, jget(&w.d, c, "stmt"));
+		}
+		v->multi_statement = n > 1;
+		v->keys_complete = w.sharded > 0 && w.constrained == w.sharded && !w.overflow && v->n_keys > 0;
+	}
+	if (t != stack_tokens)
+		free(t);
+	return ok;
+}
+
+/* ------------------------------------------------------------------ */
+/* Comment hints                                                        */
+
+static bool sql_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+bool router_role_parse(const char *s, size_t len, enum router_role *out)
+{
+	static const struct { const char *name; enum router_role role; } roles[] = {
+		{ "primary", ROUTER_ROLE_PRIMARY }, { "replica", ROUTER_ROLE_REPLICA }, { "any", ROUTER_ROLE_ANY },
+		{ "auto", ROUTER_ROLE_NONE }, { "default", ROUTER_ROLE_NONE },
+	};
+	for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++) {
+		if (strlen(roles[i].name) == len && strncasecmp(s, roles[i].name, len) == 0) {
+			*out = roles[i].role;
+			return true;
+		}
+	}
+	return false;
+}
+
+static void hint_apply(struct router_verdict *v, const char *name, size_t nl, const char *val, size_t vl)
+{
+	if (nl == 5 && strncasecmp(name, "shard", 5) == 0) {
+		int shard = 0;
+		if (vl == 0 || vl > 9)
+			return;
+		for (size_t i = 0; i < vl; i++) {
+			if (val[i] < '0' || val[i] > '9')
+				return;
+			shard = shard * 10 + (val[i] - '0');
+		}
+		v->hint_shard = shard;
+	} else if (nl == 12 && strncasecmp(name, "sharding_key", 12) == 0) {
+		if (vl == 0 || vl >= sizeof(v->hint_key) || memchr(val, '\0', vl))
+			return;
+		memcpy(v->hint_key, val, vl);
+		v->hint_key[vl] = '\0';
+		v->has_hint_key = true;
+	} else if (nl == 4 && strncasecmp(name, "role", 4) == 0) {
+		enum router_role role;
+		if (router_role_parse(val, vl, &role))
+			v->hint_role = role;
+	}
+}
+
+/* A leading `/ * pgcat: name=value ... * /` comment. */
+static void parse_hints(const char *s, size_t len, struct router_verdict *v)
+{
+	size_t i = 0;
+	while (i < len && sql_space(s[i]))
+		i++;
+	if (len - i < 4 || s[i] != '/' || s[i + 1] != '*')
+		return;
+	const char *b = s + i + 2, *e = NULL;
+	for (const char *p = b; p + 1 < s + len; p++) {
+		if (p[0] == '*' && p[1] == '/') {
+			e = p;
+			break;
+		}
+	}
+	if (!e)
+		return;
+	while (b < e && sql_space(*b))
+		b++;
+	if (e - b < 5 || strncasecmp(b, "pgcat", 5) != 0)
+		return;
+	b += 5;
+	while (b < e && sql_space(*b))
+		b++;
+	if (b == e || *b != ':')
+		return;
+	b++;
+	for (;;) {
+		while (b < e && (sql_space(*b) || *b == ','))
+			b++;
+		if (b == e)
+			return;
+		const char *name = b;
+		while (b < e && (isalnum((unsigned char)*b) || *b == '_'))
+			b++;
+		size_t nl = (size_t)(b - name);
+		while (b < e && sql_space(*b))
+			b++;
+		if (nl == 0 || b == e || *b != '=')
+			return;
+		b++;
+		while (b < e && sql_space(*b))
+			b++;
+		const char *val = b;
+		size_t vl;
+		if (b < e && (*b == '\'' || *b == '"')) {
+			char q = *b++;
+			val = b;
+			while (b < e && *b != q)
+				b++;
+			if (b == e)
+				return;
+			vl = (size_t)(b - val);
+			b++;
+		} else {
+			while (b < e && !sql_space(*b) && *b != ',')
+				b++;
+			vl = (size_t)(b - val);
+		}
+		hint_apply(v, name, nl, val, vl);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Classification                                                       */
+
+bool router_classify(const char *sql, size_t len, const struct router_rules *rules, struct router_verdict *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->hint_shard = -1;
+	out->hint_role = ROUTER_ROLE_NONE;
+	out->writes = true;      /* until proven otherwise */
+	if (!sql)
+		return false;
+	const char *nul = memchr(sql, '\0', len);
+	if (nul)
+		len = (size_t)(nul - sql);
+	parse_hints(sql, len, out);
+	if (!rules || len > rules->max_length)
+		return false;
+
+	char stack_text[2048];
+	char *text = stack_text;
+	if (len >= sizeof(stack_text) && !(text = malloc(len + 1)))
+		return false;
+	memcpy(text, sql, len);
+	text[len] = '\0';
+
+	PgQueryParseResult r = pg_query_parse(text);
+	bool ok = !r.error && r.parse_tree && analyse(r.parse_tree, text, len, rules, out);
+	pg_query_free_parse_result(r);
+	if (text != stack_text)
+		free(text);
+	if (!ok) {
+		/* keep the hints, drop anything half-read */
+		out->writes = true;
+		out->begins = out->begin_read_only = out->ends = false;
+		out->reads_sharded = out->multi_statement = out->keys_complete = false;
+		out->n_keys = 0;
+	}
+	out->parsed = ok;
+	return ok;
+}
+
+/* ------------------------------------------------------------------ */
+/* pgcat's own SET/SHOW                                                 */
+
+struct cmd_lex {
+	const char *s;
+	size_t i, len;
+};
+
+static void lex_space(struct cmd_lex *l)
+{
+	while (l->i < l->len && sql_space(l->s[l->i]))
+		l->i++;
+}
+
+/* Reads a whole word at the cursor; true if it is `word` (case-insensitive). */
+static bool lex_word(struct cmd_lex *l, const char *word)
+{
+	size_t st = l->i, wl = strlen(word);
+	while (l->i < l->len && is_ident_char(l->s[l->i]))
+		l->i++;
+	return l->i - st == wl && strncasecmp(l->s + st, word, wl) == 0;
+}
+
+static bool lex_end(struct cmd_lex *l)
+{
+	while (l->i < l->len && (sql_space(l->s[l->i]) || l->s[l->i] == ';'))
+		l->i++;
+	return l->i == l->len;
+}
+
+/* `TO value` or `= value`, then the end. */
+static bool lex_set_value(struct cmd_lex *l, char *value, size_t valuelen)
+{
+	lex_space(l);
+	if (l->i < l->len && l->s[l->i] == '=') {
+		l->i++;
+	} else if (!lex_word(l, "to")) {
+		return false;
+	}
+	lex_space(l);
+	if (l->i == l->len)
+		return false;
+	size_t o = 0;
+	char q = l->s[l->i];
+	if (q == '\'' || q == '"') {
+		l->i++;
+		for (;;) {
+			if (l->i == l->len)
+				return false;
+			char c = l->s[l->i++];
+			if (c == q) {
+				if (l->i < l->len && l->s[l->i] == q)
+					l->i++;      /* doubled quote */
+				else
+					break;
+			}
+			if (value && o + 1 >= valuelen)
+				return false;
+			if (value)
+				value[o] = c;
+			o++;
+		}
+	} else {
+		while (l->i < l->len) {
+			char c = l->s[l->i];
+			if (!(isalnum((unsigned char)c) || c == '_' || c == '.' || c == '+' || c == '-'))
+				break;
+			if (value && o + 1 >= valuelen)
+				return false;
+			if (value)
+				value[o] = c;
+			o++;
+			l->i++;
+		}
+		if (o == 0)
+			return false;
+	}
+	if (value)
+		value[o] = '\0';
+	return lex_end(l);
+}
+
+enum router_command router_parse_command(const char *sql, size_t len, char *value, size_t valuelen)
+{
+	struct cmd_lex l = { .s = sql, .i = 0, .len = sql ? len : 0 };
+	if (value && valuelen)
+		value[0] = '\0';
+	lex_space(&l);
+	if (l.i == l.len || (sql[l.i] | 0x20) != 's')
+		return ROUTER_CMD_NONE;
+	size_t st = l.i;
+	bool set = lex_word(&l, "set");
+	if (!set) {
+		l.i = st;
+		if (!lex_word(&l, "show"))
+			return ROUTER_CMD_NONE;
+	}
+	if (l.i == l.len || !sql_space(sql[l.i]))
+		return ROUTER_CMD_NONE;
+	lex_space(&l);
+	st = l.i;
+	while (l.i < l.len && is_ident_char(sql[l.i]))
+		l.i++;
+	size_t wl = l.i - st;
+	if (l.i < l.len && sql[l.i] == '.')
+		return ROUTER_CMD_NONE;      /* a custom parameter: shard.x */
+	const char *w = sql + st;
+#define WORD_IS(lit) (wl == sizeof(lit) - 1 && strncasecmp(w, lit, wl) == 0)
+	enum router_command cmd;
+	const char *second = NULL;
+	if (WORD_IS("shard")) {
+		cmd = set ? ROUTER_CMD_SET_SHARD : ROUTER_CMD_SHOW_SHARD;
+	} else if (WORD_IS("sharding") && set) {
+		cmd = ROUTER_CMD_SET_SHARDING_KEY;
+		second = "key";
+	} else if (WORD_IS("server")) {
+		cmd = set ? ROUTER_CMD_SET_SERVER_ROLE : ROUTER_CMD_SHOW_SERVER_ROLE;
+		second = "role";
+	} else if (WORD_IS("primary")) {
+		cmd = set ? ROUTER_CMD_SET_PRIMARY_READS : ROUTER_CMD_SHOW_PRIMARY_READS;
+		second = "reads";
+	} else {
+		return ROUTER_CMD_NONE;
+	}
+#undef WORD_IS
+	if (second) {
+		lex_space(&l);
+		if (!lex_word(&l, second))
+			return ROUTER_CMD_INVALID;
+	}
+	if (set ? !lex_set_value(&l, value, valuelen) : !lex_end(&l)) {
+		if (value && valuelen)
+			value[0] = '\0';
+		return ROUTER_CMD_INVALID;
+	}
+	return cmd;
+}
+
+/* ------------------------------------------------------------------ */
+/* Verdict cache                                                        */
+
+/* A verdict is stored without its unused keys: the head, then n_keys keys,
+ * then the text. */
+#define VERDICT_HEAD offsetof(struct router_verdict, keys)
+
+struct cache_entry {
+	struct cache_entry *chain;          /* same bucket */
+	struct cache_entry *newer, *older;  /* LRU list */
+	uint64_t hash;                      /* of the rules and the text */
+	uint64_t rules;                     /* of the rules alone */
+	size_t len;
+	size_t n_keys;
+	unsigned char data[];               /* head, keys, text */
+};
+
+struct router_cache {
+	size_t capacity, entries;
+	struct cache_entry **buckets;
+	size_t n_buckets;                   /* power of two, or 0 before the first insert */
+	struct cache_entry *newest, *oldest;
+	unsigned long long hits, misses, evictions;
+	struct router_verdict scratch;
+};
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++) {
+		h ^= b[i];
+		h *= 1099511628211ULL;
+	}
+	return h;
+}
+
+static uint64_t fnv_str(uint64_t h, const char *s)
+{
+	static const unsigned char sep = 0xff, none = 0xfe;
+	if (!s)
+		return fnv(h, &none, 1);
+	return fnv(fnv(h, s, strlen(s)), &sep, 1);
+}
+
+/* Everything in the rules that changes a verdict. */
+static uint64_t rules_hash(const struct router_rules *r)
+{
+	uint64_t h = 1469598103934665603ULL;
+	h = fnv(h, &r->max_length, sizeof(r->max_length));
+	h = fnv(h, &r->n_sharded, sizeof(r->n_sharded));
+	for (size_t i = 0; i < r->n_sharded; i++) {
+		h = fnv_str(h, r->sharded[i].schema);
+		h = fnv_str(h, r->sharded[i].table);
+		h = fnv_str(h, r->sharded[i].column);
+	}
+	h = fnv(h, &r->n_writing_functions, sizeof(r->n_writing_functions));
+	for (size_t i = 0; i < r->n_writing_functions; i++)
+		h = fnv_str(h, r->writing_functions[i]);
+	return h;
+}
+
+struct router_cache *router_cache_new(size_t capacity)
+{
+	struct router_cache *c = calloc(1, sizeof(*c));
+	if (c)
+		c->capacity = capacity;
+	return c;
+}
+
+void router_cache_free(struct router_cache *c)
+{
+	if (!c)
+		return;
+	for (struct cache_entry *e = c->newest, *next; e; e = next) {
+		next = e->older;
+		free(e);
+	}
+	free(c->buckets);
+	free(c);
+}
+
+void router_cache_stats(const struct router_cache *c, struct router_cache_stats *out)
+{
+	out->entries = c->entries;
+	out->hits = c->hits;
+	out->misses = c->misses;
+	out->evictions = c->evictions;
+}
+
+static const char *entry_text(const struct cache_entry *e)
+{
+	return (const char *)e->data + VERDICT_HEAD + e->n_keys * sizeof(struct router_key);
+}
+
+static void lru_unlink(struct router_cache *c, struct cache_entry *e)
+{
+	if (e->newer)
+		e->newer->older = e->older;
+	else
+		c->newest = e->older;
+	if (e->older)
+		e->older->newer = e->newer;
+	else
+		c->oldest = e->newer;
+	e->newer = e->older = NULL;
+}
+
+static void lru_push(struct router_cache *c, struct cache_entry *e)
+{
+	e->newer = NULL;
+	e->older = c->newest;
+	if (c->newest)
+		c->newest->newer = e;
+	c->newest = e;
+	if (!c->oldest)
+		c->oldest = e;
+}
+
+static void evict_oldest(struct router_cache *c)
+{
+	struct cache_entry *e = c->oldest;
+	struct cache_entry **pp = &c->buckets[e->hash & (c->n_buckets - 1)];
+	while (*pp != e)
+		pp = &(*pp)->chain;
+	*pp = e->chain;
+	lru_unlink(c, e);
+	free(e);
+	c->entries--;
+	c->evictions++;
+}
+
+/* Keeps the load factor at most 1; failure only means longer chains. */
+static void maybe_grow(struct router_cache *c)
+{
+	if (c->n_buckets && c->entries < c->n_buckets)
+		return;
+	size_t n = c->n_buckets ? c->n_buckets * 2 : 64;
+	if (n > SIZE_MAX / sizeof(*c->buckets))
+		return;
+	struct cache_entry **b = calloc(n, sizeof(*b));
+	if (!b)
+		return;
+	for (struct cache_entry *e = c->newest; e; e = e->older) {
+		size_t k = e->hash & (n - 1);
+		e->chain = b[k];
+		b[k] = e;
+	}
+	free(c->buckets);
+	c->buckets = b;
+	c->n_buckets = n;
+}
+
+static void cache_insert(struct router_cache *c, uint64_t h, uint64_t rh, const char *sql, size_t len,
+			 const struct router_verdict *v)
+{
+	size_t keys = v->n_keys * sizeof(struct router_key);
+	if (len > SIZE_MAX - sizeof(struct cache_entry) - VERDICT_HEAD - keys)
+		return;
+	if (c->entries == c->capacity)
+		evict_oldest(c);
+	maybe_grow(c);
+	if (!c->n_buckets)
+		return;
+	struct cache_entry *e = malloc(sizeof(*e) + VERDICT_HEAD + keys + len);
+	if (!e)
+		return;
+	e->hash = h;
+	e->rules = rh;
+	e->len = len;
+	e->n_keys = v->n_keys;
+	memcpy(e->data, v, VERDICT_HEAD);
+	memcpy(e->data + VERDICT_HEAD, v->keys, keys);
+	memcpy(e->data + VERDICT_HEAD + keys, sql, len);
+	size_t k = h & (c->n_buckets - 1);
+	e->chain = c->buckets[k];
+	c->buckets[k] = e;
+	lru_push(c, e);
+	c->entries++;
+}
+
+const struct router_verdict *router_cache_classify(struct router_cache *c, const char *sql, size_t len,
+						   const struct router_rules *rules)
+{
+	struct router_verdict *v = &c->scratch;
+	if (c->capacity == 0 || !sql || !rules || len > rules->max_length) {
+		router_classify(sql, len, rules, v);
+		return v;
+	}
+	uint64_t rh = rules_hash(rules);
+	uint64_t h = fnv(rh, sql, len);
+	h ^= h >> 29;
+	if (c->n_buckets) {
+		for (struct cache_entry *e = c->buckets[h & (c->n_buckets - 1)]; e; e = e->chain) {
+			if (e->hash != h || e->rules != rh || e->len != len || memcmp(entry_text(e), sql, len) != 0)
+				continue;
+			memcpy(v, e->data, VERDICT_HEAD);
+			memcpy(v->keys, e->data + VERDICT_HEAD, e->n_keys * sizeof(struct router_key));
+			lru_unlink(c, e);
+			lru_push(c, e);
+			c->hits++;
+			return v;
+		}
+	}
+	c->misses++;
+	router_classify(sql, len, rules, v);
+	cache_insert(c, h, rh, sql, len, v);
+	return v;
+}
