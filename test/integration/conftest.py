@@ -713,6 +713,14 @@ def pgcat_env(extra=None):
     return env
 
 
+def pytest_configure(config):
+    # A SIGTERM (CI timeout, `timeout` command) tears down like Ctrl-C does, so
+    # the PostgreSQL servers and pgcat instances of the fixtures are stopped.
+    def on_term(signum, frame):
+        raise KeyboardInterrupt("SIGTERM")
+    signal.signal(signal.SIGTERM, on_term)
+
+
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -743,7 +751,7 @@ def pgcat(request, pg):
 
     def start(general=None, pool=None, users=None, pools=None, replace_pools=None,
               args=(), env=None, wait=True, start=True):
-        workdir = Path(tempfile.mkdtemp(prefix="pgc"))
+        workdir = Path(tempfile.mkdtemp(prefix="pgcit-"))
         port = free_port()
         g = default_general(port, workdir)
         for k, v in (general or {}).items():

@@ -1,0 +1,177 @@
+# SPDX-License-Identifier: MIT
+"""COPY through pgcat (SPEC §3.5): FROM STDIN and TO STDOUT in text, CSV and
+binary, CopyFail from the client, an error in the middle of a COPY; the
+server connection stays with the client for the whole COPY and is returned
+clean afterwards."""
+import threading
+
+import pytest
+from psycopg import errors
+
+from conftest import assert_pool_idle, assert_works
+
+MODES = ["transaction", "session"]
+ROWS = [(i, "text %d with\ttab and \\ backslash" % i, i * 1.5) for i in range(1000)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_copy_in_text_and_out_text(pgcat, pg, table, mode):
+    t = table("id int, s text, f float8")
+    p = pgcat(general={"pool_mode": mode, "default_pool_size": 1})
+    with p.connect() as c:
+        with c.cursor().copy("COPY %s (id, s, f) FROM STDIN" % t) as cp:
+            for row in ROWS:
+                cp.write_row(row)
+        assert c.execute("SELECT count(*), sum(id) FROM %s" % t).fetchone() == (1000, sum(range(1000)))
+        out = []
+        with c.cursor().copy("COPY (SELECT id, s, f FROM %s ORDER BY id) TO STDOUT" % t) as cp:
+            for row in cp.rows():
+                out.append(row)
+        assert [(int(a), b, float(f)) for a, b, f in out] == ROWS
+    assert pg.sql("SELECT count(*) FROM %s" % t)[0][0] == 1000
+    assert_pool_idle(pg, max_conns=1)
+
+
+def test_copy_csv_in_and_out(pgcat, pg, table):
+    t = table("id int, s text")
+    p = pgcat()
+    data = "".join('%d,"quoted, with comma %d"\n' % (i, i) for i in range(500)).encode()
+    with p.connect() as c:
+        with c.cursor().copy("COPY %s FROM STDIN (FORMAT csv)" % t) as cp:
+            cp.write(data[:1000])
+            cp.write(data[1000:])
+        buf = b""
+        with c.cursor().copy("COPY (SELECT * FROM %s ORDER BY id) TO STDOUT (FORMAT csv)" % t) as cp:
+            while True:
+                chunk = cp.read()
+                if not chunk:
+                    break
+                buf += bytes(chunk)
+    assert buf == data
+    assert_pool_idle(pg)
+
+
+def test_copy_binary_in_and_out(pgcat, pg, table):
+    t = table("id int8, s text, b bytea")
+    p = pgcat()
+    rows = [(i, "s%d" % i, bytes([i % 256]) * 100) for i in range(300)]
+    with p.connect() as c:
+        with c.cursor().copy("COPY %s FROM STDIN (FORMAT binary)" % t) as cp:
+            cp.set_types(["int8", "text", "bytea"])
+            for row in rows:
+                cp.write_row(row)
+        with c.cursor().copy("COPY (SELECT * FROM %s ORDER BY id) TO STDOUT (FORMAT binary)" % t) as cp:
+            cp.set_types(["int8", "text", "bytea"])
+            got = [(a, b, bytes(bb)) for a, b, bb in cp.rows()]
+    assert got == rows
+    assert_pool_idle(pg)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_copy_fail_from_client(pgcat, pg, table, mode):
+    t = table("id int")
+    p = pgcat(general={"pool_mode": mode, "default_pool_size": 1})
+
+    class Boom(Exception):
+        pass
+    with p.connect() as c:
+        with pytest.raises(errors.QueryCanceled) as ei:
+            with c.cursor().copy("COPY %s FROM STDIN" % t) as cp:
+                cp.write_row((1,))
+                cp.write_row((2,))
+                raise Boom("client gives up")   # psycopg sends CopyFail
+        assert "COPY from stdin failed" in str(ei.value)
+        assert c.execute("SELECT count(*) FROM %s" % t).fetchone()[0] == 0
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+    assert pg.sql("SELECT count(*) FROM %s" % t)[0][0] == 0
+    assert_pool_idle(pg, max_conns=1)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_error_in_the_middle_of_copy_in(pgcat, pg, table, mode):
+    t = table("id int")
+    p = pgcat(general={"pool_mode": mode, "default_pool_size": 1})
+    with p.connect() as c:
+        with pytest.raises(errors.InvalidTextRepresentation):
+            with c.cursor().copy("COPY %s FROM STDIN" % t) as cp:
+                cp.write(b"1\n2\n")
+                cp.write(b"not a number\n")
+                cp.write(b"".join(b"%d\n" % i for i in range(10000)))
+        assert c.execute("SELECT count(*) FROM %s" % t).fetchone()[0] == 0
+    assert_works(p)
+    assert_pool_idle(pg, max_conns=1)
+
+
+def test_error_in_the_middle_of_copy_out(pgcat, pg):
+    p = pgcat(general={"default_pool_size": 1})
+    with p.connect() as c:
+        got = 0
+        with pytest.raises(errors.DivisionByZero):
+            with c.cursor().copy("COPY (SELECT 10 / (5000 - i) FROM generate_series(1, 10000) i) "
+                                 "TO STDOUT") as cp:
+                for _ in cp.rows():
+                    got += 1
+        assert got < 10000
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+    assert_pool_idle(pg, max_conns=1)
+
+
+def test_copy_in_a_transaction_then_rollback(pgcat, pg, table):
+    t = table("id int")
+    p = pgcat(general={"default_pool_size": 1})
+    with p.connect(autocommit=False) as c:
+        with c.cursor().copy("COPY %s FROM STDIN" % t) as cp:
+            cp.write(b"".join(b"%d\n" % i for i in range(100)))
+        assert c.execute("SELECT count(*) FROM %s" % t).fetchone()[0] == 100
+        c.rollback()
+    assert pg.sql("SELECT count(*) FROM %s" % t)[0][0] == 0
+    assert_pool_idle(pg, max_conns=1)
+
+
+def test_concurrent_copies_share_one_server(pgcat, pg, table):
+    """Transaction mode, pool_size 1: each COPY keeps the server to itself."""
+    t = table("who int, id int")
+    p = pgcat(general={"default_pool_size": 1})
+    errs = []
+
+    def writer(w):
+        try:
+            with p.connect() as c:
+                for _ in range(5):
+                    with c.cursor().copy("COPY %s FROM STDIN" % t) as cp:
+                        for i in range(0, 2000, 100):
+                            cp.write(b"".join(b"%d\t%d\n" % (w, j) for j in range(i, i + 100)))
+        except Exception as e:  # noqa: BLE001
+            errs.append(repr(e))
+    ts = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join(120)
+    assert not errs, errs
+    counts = dict(pg.sql("SELECT who, count(*) FROM %s GROUP BY who" % t))
+    assert counts == {0: 10000, 1: 10000, 2: 10000, 3: 10000}
+    assert_pool_idle(pg, max_conns=1)
+
+
+def test_psql_copy(pgcat, pg, table, tmp_path):
+    t = table("id int, s text")
+    p = pgcat()
+    src = tmp_path / "in.csv"
+    src.write_text("".join("%d,row %d\n" % (i, i) for i in range(250)))
+    p.psql(r"\copy %s FROM '%s' WITH (FORMAT csv)" % (t, src))
+    out = p.psql(r"\copy (SELECT * FROM %s ORDER BY id) TO STDOUT WITH (FORMAT csv)" % t).stdout
+    assert out == src.read_text()
+    assert_pool_idle(pg)
+
+
+def test_large_copy_in(pgcat, pg, table):
+    t = table("s text")
+    p = pgcat()
+    line = b"x" * 4000 + b"\n"
+    with p.connect() as c:
+        with c.cursor().copy("COPY %s FROM STDIN" % t) as cp:
+            for _ in range(50):
+                cp.write(line * 100)       # 20 MB in 400 kB pieces
+    assert pg.sql("SELECT count(*), sum(length(s)) FROM %s" % t)[0] == (5000, 5000 * 4000)
+    assert_pool_idle(pg)

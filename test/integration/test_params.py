@@ -1,0 +1,198 @@
+# SPDX-License-Identifier: MIT
+"""Session parameters in transaction mode (SPEC §3): pgcat tracks each client's
+TimeZone, search_path, application_name, DateStyle... and replays them with
+SET on whichever server the client gets, so no client ever sees another
+client's settings, and each keeps its own across transactions."""
+import asyncio
+
+import pytest
+
+from conftest import assert_pool_idle
+
+
+def show(c, name):
+    return c.execute("SELECT current_setting(%s)", (name,)).fetchone()[0]
+
+
+@pytest.fixture
+def one_server(pgcat):
+    # pool_size 1: both clients necessarily run on the same server connection.
+    return pgcat(general={"pool_mode": "transaction", "default_pool_size": 1})
+
+
+def test_set_by_one_client_is_not_seen_by_another(one_server, pg):
+    p = one_server
+    a = p.connect()
+    b = p.connect()
+    defaults = {k: show(b, k) for k in ("TimeZone", "search_path", "application_name", "DateStyle",
+                                        "IntervalStyle", "extra_float_digits")}
+    a.execute("SET TimeZone = 'Asia/Tokyo'")
+    a.execute("SET search_path = other, public")
+    a.execute("SET application_name = 'client_a'")
+    a.execute("SET DateStyle = 'SQL, DMY'")
+    a.execute("SET IntervalStyle = 'iso_8601'")
+    a.execute("SET extra_float_digits = 1")
+    pid_a = a.execute("SELECT pg_backend_pid()").fetchone()[0]
+    pid_b = b.execute("SELECT pg_backend_pid()").fetchone()[0]
+    assert pid_a == pid_b, "pool_size 1: both clients share the one server"
+    for k, v in defaults.items():
+        assert show(b, k) == v, "client B sees client A's %s" % k
+    # A still has its own, on later transactions, after B used the server.
+    assert show(a, "TimeZone") == "Asia/Tokyo"
+    assert show(a, "search_path") == "other, public"
+    assert show(a, "application_name") == "client_a"
+    assert show(a, "DateStyle") == "SQL, DMY"
+    assert show(a, "IntervalStyle") == "iso_8601"
+    assert show(a, "extra_float_digits") == "1"
+    # And B again, after A.
+    for k, v in defaults.items():
+        assert show(b, k) == v, "client B sees client A's %s (second round)" % k
+    a.close()
+    b.close()
+    assert_pool_idle(pg, max_conns=1)
+
+
+def test_search_path_resolves_tables_per_client(one_server, pg):
+    """Not only SHOW: unqualified names resolve with the client's own search_path."""
+    pg.sql("CREATE TABLE IF NOT EXISTS other.sp_probe (v text)")
+    pg.sql("CREATE TABLE IF NOT EXISTS public.sp_probe (v text)")
+    pg.sql("GRANT ALL ON other.sp_probe, public.sp_probe TO PUBLIC")
+    pg.sql("TRUNCATE other.sp_probe, public.sp_probe")
+    pg.sql("INSERT INTO other.sp_probe VALUES ('other')")
+    pg.sql("INSERT INTO public.sp_probe VALUES ('public')")
+    p = one_server
+    a = p.connect()
+    b = p.connect()
+    a.execute("SET search_path TO other")
+    for _ in range(3):
+        assert a.execute("SELECT v FROM sp_probe").fetchone()[0] == "other"
+        assert b.execute("SELECT v FROM sp_probe").fetchone()[0] == "public"
+    a.execute("RESET search_path")
+    assert a.execute("SELECT v FROM sp_probe").fetchone()[0] == "public"
+    a.close()
+    b.close()
+
+
+def test_reset_and_reset_all(one_server):
+    p = one_server
+    a = p.connect()
+    b = p.connect()
+    default_tz = show(b, "TimeZone")
+    a.execute("SET TimeZone = 'America/Lima'")
+    a.execute("SET application_name = 'aa'")
+    a.execute("RESET TimeZone")
+    assert show(a, "TimeZone") == default_tz
+    assert show(a, "application_name") == "aa"
+    b.execute("SET TimeZone = 'Europe/Paris'")
+    a.execute("RESET ALL")
+    assert show(a, "application_name") == ""
+    assert show(a, "TimeZone") == default_tz
+    assert show(b, "TimeZone") == "Europe/Paris"
+    a.close()
+    b.close()
+
+
+def test_set_local_and_rolled_back_set_do_not_stick(one_server):
+    p = one_server
+    a = p.connect(autocommit=False)
+    default_tz = show(a, "TimeZone")
+    a.commit()
+    a.execute("SET LOCAL TimeZone = 'Asia/Kolkata'")
+    assert show(a, "TimeZone") == "Asia/Kolkata"
+    a.commit()
+    assert show(a, "TimeZone") == default_tz
+    a.commit()
+    a.execute("SET TimeZone = 'Asia/Kolkata'")
+    a.rollback()                      # a SET inside a rolled-back transaction is undone
+    assert show(a, "TimeZone") == default_tz
+    a.commit()
+    b = p.connect()
+    assert show(b, "TimeZone") == default_tz
+    a.close()
+    b.close()
+
+
+def test_startup_parameters_follow_the_client(one_server):
+    """Startup parameters (application_name, DateStyle, TimeZone, search_path via
+    options, pgjdbc's extra_float_digits) are applied on whichever server the
+    client gets."""
+    p = one_server
+
+    async def go():
+        a = await p.asyncpg(server_settings={"application_name": "from_startup_a",
+                                             "DateStyle": "German, DMY",
+                                             "TimeZone": "Pacific/Auckland",
+                                             "extra_float_digits": "2"})
+        b = await p.asyncpg(server_settings={"application_name": "from_startup_b"})
+        try:
+            out = []
+            for _ in range(2):
+                out.append([await a.fetchval("SELECT current_setting('application_name')"),
+                            await a.fetchval("SELECT current_setting('DateStyle')"),
+                            await a.fetchval("SELECT current_setting('TimeZone')"),
+                            await a.fetchval("SELECT current_setting('extra_float_digits')"),
+                            await b.fetchval("SELECT current_setting('application_name')"),
+                            await b.fetchval("SELECT current_setting('TimeZone')"),
+                            await b.fetchval("SELECT current_setting('DateStyle')")])
+            return out
+        finally:
+            await a.close()
+            await b.close()
+    for got in asyncio.run(go()):
+        assert got[:4] == ["from_startup_a", "German, DMY", "Pacific/Auckland", "2"]
+        assert got[4] == "from_startup_b"
+        assert got[5] != "Pacific/Auckland" and got[6] != "German, DMY"
+
+
+def test_options_search_path(one_server):
+    p = one_server
+    a = p.connect(options="-c search_path=other,public")
+    b = p.connect()
+    for _ in range(2):
+        assert show(a, "search_path") == "other, public"
+        assert show(b, "search_path") == '"$user", public'
+    a.close()
+    b.close()
+
+
+def test_parameter_status_reported_to_the_client(one_server):
+    p = one_server
+    a = p.connect()
+    b = p.connect()
+    a.execute("SET TimeZone = 'Asia/Tokyo'")
+    assert a.info.parameter_status("TimeZone") == "Asia/Tokyo"
+    b.execute("SELECT 1")
+    assert b.info.parameter_status("TimeZone") != "Asia/Tokyo"
+    a.execute("SET application_name = 'ps_a'")
+    assert a.info.parameter_status("application_name") == "ps_a"
+    a.execute("SELECT 1")
+    assert a.info.parameter_status("TimeZone") == "Asia/Tokyo"
+    a.close()
+    b.close()
+
+
+def test_params_with_several_servers(pgcat):
+    """Many clients with distinct settings over 3 servers: each always sees its own."""
+    p = pgcat(general={"default_pool_size": 3})
+    zones = ["UTC", "Asia/Tokyo", "Europe/Paris", "America/Lima", "Africa/Cairo", "Asia/Kolkata"]
+    conns = [p.connect() for _ in zones]
+    for c, z in zip(conns, zones):
+        c.execute("SET TimeZone = %s" % ("'%s'" % z))
+        c.execute("SET application_name = %s" % ("'app_%s'" % z.replace("/", "_")))
+    for _ in range(4):
+        for c, z in zip(conns, zones):
+            assert show(c, "TimeZone") == z
+            assert show(c, "application_name") == "app_%s" % z.replace("/", "_")
+    for c in conns:
+        c.close()
+
+
+def test_session_mode_keeps_settings(pgcat):
+    p = pgcat(general={"pool_mode": "session", "default_pool_size": 2})
+    a = p.connect()
+    a.execute("SET TimeZone = 'Asia/Tokyo'")
+    a.execute("SET work_mem = '9MB'")     # not tracked, but session mode keeps everything
+    for _ in range(3):
+        assert show(a, "TimeZone") == "Asia/Tokyo"
+        assert show(a, "work_mem") == "9MB"
+    a.close()

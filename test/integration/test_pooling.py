@@ -1,0 +1,286 @@
+# SPDX-License-Identifier: MIT
+"""Pooling (SPEC §3): transaction mode shares few server connections among many
+clients, session mode gives each client its own until it leaves (then runs
+server_reset_query), pool_size and min_pool_size hold, waiting clients are
+served in FIFO order, max_client_conn refuses with 53300."""
+import threading
+import time
+
+import psycopg
+import pytest
+
+import pgwire
+from conftest import PASSWORDS, assert_pool_idle, assert_works, wait_until
+
+
+class MaxSampler:
+    """Samples pg.count(user, db) in the background; .max is the largest seen."""
+
+    def __init__(self, pg, user="app", db="appdb", interval=0.02):
+        self.pg, self.user, self.db, self.interval = pg, user, db, interval
+        self.max = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        with self.pg.connect("postgres") as c:
+            while not self._stop.is_set():
+                n = c.execute("SELECT count(*) FROM pg_stat_activity WHERE usename = %s "
+                              "AND datname = %s AND backend_type = 'client backend'",
+                              (self.user, self.db)).fetchone()[0]
+                self.max = max(self.max, n)
+                self.samples += 1
+                time.sleep(self.interval)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join(10)
+
+
+def run_threads(n, fn):
+    errors = []
+
+    def wrap(i):
+        try:
+            fn(i)
+        except BaseException as e:  # noqa: BLE001
+            errors.append((i, repr(e)))
+    ts = [threading.Thread(target=wrap, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errors, "client errors: %r" % errors[:5]
+
+
+def test_transaction_mode_pool_size_respected(pgcat, pg):
+    p = pgcat(general={"pool_mode": "transaction", "default_pool_size": 2})
+    done = []
+
+    def client(i):
+        with p.connect(autocommit=False) as c:
+            for j in range(10):
+                v = c.execute("SELECT %s::int * 2, pg_sleep(0.01)", (i * 100 + j,)).fetchone()[0]
+                assert v == (i * 100 + j) * 2
+                c.commit()
+        done.append(i)
+
+    with MaxSampler(pg) as s:
+        run_threads(20, client)
+    assert len(done) == 20
+    assert s.samples > 5
+    assert 1 <= s.max <= 2, "saw %d server connections with pool_size 2" % s.max
+    assert_pool_idle(pg, max_conns=2)
+
+
+def test_user_pool_size_overrides_default(pgcat, pg):
+    p = pgcat(general={"default_pool_size": 10}, users={"app": {"pool_size": 3}})
+
+    def client(i):
+        with p.connect() as c:
+            for _ in range(5):
+                c.execute("SELECT pg_sleep(0.02)")
+
+    with MaxSampler(pg) as s:
+        run_threads(12, client)
+    assert 1 <= s.max <= 3, "saw %d server connections with pool_size 3" % s.max
+
+
+def test_transaction_stays_on_one_server(pgcat, pg):
+    p = pgcat(general={"default_pool_size": 3})
+
+    def client(i):
+        with p.connect(autocommit=False) as c:
+            for _ in range(5):
+                pid1 = c.execute("SELECT pg_backend_pid()").fetchone()[0]
+                c.execute("CREATE TEMP TABLE tx_local (a int) ON COMMIT DROP")
+                c.execute("SELECT pg_sleep(0.01)")
+                c.execute("INSERT INTO tx_local VALUES (1)")
+                pid2 = c.execute("SELECT pg_backend_pid()").fetchone()[0]
+                assert pid1 == pid2, "transaction moved from server %d to %d" % (pid1, pid2)
+                assert c.execute("SELECT count(*) FROM tx_local").fetchone()[0] == 1
+                c.commit()
+
+    run_threads(8, client)
+    assert_pool_idle(pg, max_conns=3)
+
+
+def test_transaction_mode_shares_one_server_between_clients(pgcat, pg):
+    p = pgcat(general={"default_pool_size": 1})
+    a = p.connect()
+    b = p.connect()
+    pa = a.execute("SELECT pg_backend_pid()").fetchone()[0]
+    pb = b.execute("SELECT pg_backend_pid()").fetchone()[0]
+    assert pa == pb, "pool_size 1 in transaction mode: both clients use the one server"
+    assert pg.count("app", "appdb") == 1
+    a.close()
+    b.close()
+
+
+def test_session_mode_one_server_per_client(pgcat, pg):
+    p = pgcat(general={"pool_mode": "session", "default_pool_size": 5})
+    conns = [p.connect() for _ in range(3)]
+    pids = []
+    for c in conns:
+        ps = {c.execute("SELECT pg_backend_pid()").fetchone()[0] for _ in range(5)}
+        assert len(ps) == 1, "a session-mode client changed server: %r" % ps
+        pids.append(ps.pop())
+    assert len(set(pids)) == 3, "session clients share a server: %r" % pids
+    assert pg.count("app", "appdb") == 3
+    # Session state lives on: a SET stays without a transaction around it.
+    conns[0].execute("SET work_mem = '3MB'")
+    conns[1].execute("SELECT 1")
+    assert conns[0].execute("SHOW work_mem").fetchone()[0] == "3MB"
+    for c in conns:
+        c.close()
+    assert_pool_idle(pg, max_conns=5)
+
+
+def test_session_mode_clients_wait_for_a_free_server(pgcat, pg):
+    p = pgcat(general={"pool_mode": "session", "default_pool_size": 2})
+
+    def client(i):
+        with p.connect() as c:
+            for _ in range(3):
+                c.execute("SELECT pg_sleep(0.01)")
+
+    with MaxSampler(pg) as s:
+        run_threads(8, client)
+    assert 1 <= s.max <= 2, "saw %d server connections with pool_size 2" % s.max
+    assert_pool_idle(pg, max_conns=2)
+
+
+def test_session_mode_server_reset_query(pgcat, pg):
+    """What one session left behind (temp table, SET, prepared statement,
+    advisory lock, LISTEN) is gone for the next client of the same server."""
+    p = pgcat(general={"pool_mode": "session", "default_pool_size": 1})
+    with p.connect() as a:
+        pid_a = a.execute("SELECT pg_backend_pid()").fetchone()[0]
+        a.execute("CREATE TEMP TABLE left_behind (a int)")
+        a.execute("SET work_mem = '7MB'")
+        a.execute("SET TimeZone = 'Asia/Tokyo'")
+        a.execute("PREPARE leftover AS SELECT 1")
+        a.execute("SELECT pg_advisory_lock(4242)")
+        a.execute("LISTEN left_channel")
+    with p.connect() as b:
+        assert b.execute("SELECT pg_backend_pid()").fetchone()[0] == pid_a, \
+            "pool_size 1: the next client should get the same server connection"
+        assert b.execute("SELECT to_regclass('pg_temp.left_behind')").fetchone()[0] is None
+        assert b.execute("SHOW work_mem").fetchone()[0] != "7MB"
+        assert b.execute("SHOW TimeZone").fetchone()[0] != "Asia/Tokyo"
+        assert b.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] == 0
+        assert b.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                         "AND pid = pg_backend_pid()").fetchone()[0] == 0
+        assert b.execute("SELECT count(*) FROM pg_listening_channels()").fetchone()[0] == 0
+    assert_pool_idle(pg, max_conns=1)
+
+
+def test_session_mode_custom_server_reset_query(pgcat, pg, table):
+    t = table("who text")
+    p = pgcat(general={"pool_mode": "session", "default_pool_size": 1,
+                       "server_reset_query": "INSERT INTO %s VALUES ('reset')" % t})
+    with p.connect() as a:
+        a.execute("SELECT 1")
+    wait_until(lambda: pg.sql("SELECT count(*) FROM %s" % t)[0][0] == 1, 10,
+               msg="server_reset_query to run when the session client left")
+
+
+def test_min_pool_size_opened_at_startup(pgcat, pg):
+    pgcat(general={"idle_timeout": 500}, users={"app": {"min_pool_size": 3}})
+    wait_until(lambda: pg.count("app", "appdb") == 3, 15,
+               msg="3 warm server connections for app without any client")
+    assert pg.count("md5user", "appdb") == 0
+    # Kept even past idle_timeout.
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        assert pg.count("app", "appdb") >= 3, "min_pool_size connections were closed"
+        time.sleep(0.1)
+
+
+def test_general_min_pool_size(pgcat, pg):
+    pgcat(general={"min_pool_size": 2}, users={"md5user": None, "cleartext_user": None,
+                                                "trust_user": None})
+    wait_until(lambda: pg.count("app", "appdb") == 2, 15)
+
+
+def test_min_pool_size_replaces_killed_connections(pgcat, pg):
+    pgcat(users={"app": {"min_pool_size": 2}})
+    wait_until(lambda: pg.count("app", "appdb") == 2, 15)
+    victim = pg.backends("app", "appdb")[0][0]
+    pg.terminate(victim)
+    wait_until(lambda: victim not in [r[0] for r in pg.backends("app", "appdb")]
+               and pg.count("app", "appdb") == 2, 15,
+               msg="min_pool_size to open a replacement")
+
+
+def test_waiting_clients_served_fifo(pgcat, pg):
+    p = pgcat(general={"default_pool_size": 1})
+    holder = p.connect(autocommit=False)
+    holder.execute("SELECT 1")          # holds the only server (transaction open)
+    order = []
+    lock = threading.Lock()
+
+    def waiter(i):
+        with p.connect() as c:
+            # The server's clock says when each query ran (thread wake-up order
+            # on this side could differ).
+            ts = c.execute("SELECT clock_timestamp()").fetchone()[0]
+            with lock:
+                order.append((ts, i))
+
+    ts = []
+    for i in range(4):
+        t = threading.Thread(target=waiter, args=(i,))
+        t.start()
+        ts.append(t)
+        time.sleep(0.3)                 # let each one queue before the next
+    assert order == [], "a client ran while the only server was in another's transaction"
+    holder.commit()
+    for t in ts:
+        t.join(30)
+    holder.close()
+    ran = [i for _, i in sorted(order)]
+    assert ran == [0, 1, 2, 3], "clients were not served in arrival order: %r" % ran
+
+
+def test_max_client_conn(pgcat, pg):
+    p = pgcat(general={"max_client_conn": 3})
+    conns = [p.connect() for _ in range(3)]
+    r = p.raw()
+    with pytest.raises(pgwire.ProtocolError) as ei:
+        r.login("app", PASSWORDS["app"], "appdb")
+    r.close()
+    fields = ei.value.args[0]
+    assert isinstance(fields, dict), fields
+    assert fields.get("C") == "53300"
+    assert "too many clients already" in fields.get("M", "")
+    with pytest.raises(psycopg.OperationalError) as ei:
+        p.connect()
+    assert "too many clients already" in str(ei.value)
+    for c in conns:                      # existing clients unaffected
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+    conns.pop().close()
+    wait_until(lambda: p.connect().close() is None, 10, msg="a login after a client left")
+    for c in conns:
+        c.close()
+
+
+def test_many_clients_few_servers_all_succeed(pgcat, pg):
+    p = pgcat(general={"default_pool_size": 3})
+    results = []
+
+    def client(i):
+        with p.connect() as c:
+            for j in range(20):
+                results.append(c.execute("SELECT %s::int", (i * 1000 + j,)).fetchone()[0])
+
+    with MaxSampler(pg) as s:
+        run_threads(40, client)
+    assert sorted(results) == sorted(i * 1000 + j for i in range(40) for j in range(20))
+    assert s.max <= 3
+    assert_works(p)
