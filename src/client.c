@@ -66,6 +66,7 @@ bool client_output_full(struct client *c)
 void client_set_state(struct client *c, enum client_state st)
 {
 	struct worker *w = c->w;
+	log_trace("C-%llu: %s -> %s", (unsigned long long)c->id, client_state_name(c->state), client_state_name(st));
 	list_del(&c->node);
 	c->state = st;
 	c->state_since_us = w->now_us;

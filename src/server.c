@@ -63,6 +63,8 @@ void server_set_state(struct server *s, enum server_state st)
 	enum server_state old = s->state;
 	if (old == st)
 		return;
+	log_trace("S-%llu: %s -> %s (outstanding %u, tx %c)", (unsigned long long)s->id, server_state_name(old),
+		  server_state_name(st), s->outstanding, s->tx_status);
 	s->state = st;
 	s->state_since_us = s->w->now_us;
 	pool_server_state_changed(s, (int)old);
