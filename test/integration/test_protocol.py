@@ -41,11 +41,13 @@ def test_error_skips_to_sync_raw(pgcat, pg):
     p = pgcat()
     r = p.raw_login()
     r.send(pgwire.parse("SELECT 1") + pgwire.bind() + pgwire.execute()
-           + pgwire.parse("SELECT 1/0") + pgwire.bind() + pgwire.execute()
+           + pgwire.parse("SELECT 1 / count(*) FROM (SELECT 1 WHERE false) s")  # fails in Execute
+           + pgwire.bind() + pgwire.execute()
            + pgwire.parse("SELECT 3") + pgwire.bind() + pgwire.execute()
            + pgwire.sync())
     msgs = r.read_until((b"Z",))
     types = [m[0] for m in msgs]
+    # the third statement is skipped: nothing of it before ReadyForQuery
     assert types == [b"1", b"2", b"D", b"C", b"1", b"2", b"E", b"Z"], types
     assert pgwire.parse_fields(msgs[6][1])["C"] == "22012"
     assert msgs[-1] == (b"Z", b"I")
