@@ -20,13 +20,27 @@ struct cancel_slot {
 	struct client *client;
 };
 
+struct shm;
+
+/* pid = ((worker + 1) << SHM_CANCEL_WORKER_SHIFT) | (slot + 1): any worker
+ * can tell whose key it is; the shared segment mirrors each slot's secret
+ * and the server its client is linked to, so a CancelRequest landing on
+ * another worker still reaches the right query. */
 struct cancel_table {
 	struct cancel_slot *slots;
 	uint32_t n_slots;
 	uint32_t free_head;       /* index + 1; 0 = none */
+	int worker;
+	struct shm *shm;
 };
 
-bool cancel_table_init(struct cancel_table *t, uint32_t n_slots) __attribute__((warn_unused_result));
+bool cancel_table_init(struct cancel_table *t, uint32_t n_slots, int worker, struct shm *shm)
+	__attribute__((warn_unused_result));
+/* Publish that c's key now names a query on this server (s NULL: none). */
+void cancel_key_link(struct cancel_table *t, const struct client *c, const struct server *s);
+/* A CancelRequest: cancel locally, or through the shared segment when the
+ * key belongs to another worker. */
+void cancel_handle_request(struct worker *w, uint32_t pid, uint32_t key);
 void cancel_table_free(struct cancel_table *t);
 /* Make room for n_slots keys (after a reload raised max_client_conn). */
 bool cancel_table_grow(struct cancel_table *t, uint32_t n_slots) __attribute__((warn_unused_result));

@@ -40,6 +40,7 @@ struct srvpool {
 	int n_waiters;
 
 	uint64_t xact_count;            /* transactions completed here, for SHOW SHARDS */
+	int shm_target;                 /* slot of the shared connection counts, -1: none */
 	uint64_t last_failure_us;
 	char last_error_code[6];
 	char last_error[256];
@@ -76,9 +77,14 @@ struct pool {
 	struct scram_secret scram;    /* for clients logging in with SCRAM */
 	bool have_scram;
 
-	struct stats stats;           /* totals since start */
+	/* Counters live in this worker's slot of the shared segment, so the
+	 * admin console of any worker can sum them; the local structs are a
+	 * fallback when the segment's pool directory is full. */
+	int shm_slot;
+	struct stats *stats;          /* totals since start */
+	struct stats *stats_avg;      /* per-second rates and mean times of the last stats_period */
 	struct stats stats_prev;      /* totals at the start of the current stats_period */
-	struct stats stats_avg;       /* per-second rates and mean times of the last stats_period */
+	struct stats stats_local, stats_avg_local;
 
 	bool paused;                  /* PAUSE/KILL: no server is handed out until RESUME */
 	bool disabled;                /* DISABLE: new logins refused until ENABLE */
@@ -108,6 +114,8 @@ int pool_kill(struct worker *w, const char *db);
 int pool_reconnect(struct worker *w, const char *db);
 /* No server of these pools is linked to a client (PAUSE is complete). */
 bool pool_paused_drained(struct worker *w, const char *db);
+/* Publish this worker's figures to the shared segment (janitor). */
+void pool_publish(struct worker *w);
 /* The pool's clients, counted for SHOW POOLS: active (idle or linked) and waiting. */
 void pool_count_clients(struct worker *w, const struct pool *p, int *active, int *waiting, uint64_t *maxwait_us);
 void pool_destroy_all(struct worker *w);

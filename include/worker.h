@@ -13,6 +13,7 @@
 
 #include "auth_scram.h"
 #include "bans.h"
+#include "shm.h"
 #include "cancel.h"
 #include "io.h"
 #include "list.h"
@@ -21,6 +22,9 @@
 #define WORKER_MAX_LISTENERS 32
 
 struct worker {
+	int id;                           /* 0 .. workers-1 */
+	struct shm *shm;                  /* shared with the other workers */
+	uint64_t admin_seen;              /* last shm admin command applied */
 	struct event_base *base;
 	struct io_flusher flusher;
 	struct config *cfg;              /* current snapshot, owned */
@@ -28,7 +32,6 @@ struct worker {
 
 	struct evconnlistener *listeners[WORKER_MAX_LISTENERS];
 	size_t n_listeners;
-	char unix_socket_path[108];
 
 	/* Clients by phase, for the janitor's timeout sweeps. Waiting clients
 	 * are on their srvpool's FIFO instead. */
@@ -58,7 +61,6 @@ struct worker {
 	struct scram_secret admin_scram;  /* admin_password's verifier */
 	bool have_admin_scram;
 
-	struct bans bans;
 	struct event *stats_timer;        /* every stats_period: SHOW STATS averages */
 	struct evhttp *http;              /* /metrics, when prometheus_port > 0 */
 	int http_port;
@@ -67,8 +69,10 @@ struct worker {
 	uint64_t last_autoreload_check_us;
 };
 
-/* Create the worker: listeners, signals, pools, timers. Takes ownership of cfg. */
-struct worker *worker_create(struct config *cfg, const char *config_path) __attribute__((warn_unused_result));
+/* Create the worker: listeners, signals, pools, timers. Takes ownership of
+ * cfg. unix_fd: the supervisor's listening unix socket, or -1. */
+struct worker *worker_create(struct config *cfg, const char *config_path, int id, struct shm *shm, int unix_fd)
+	__attribute__((warn_unused_result));
 /* Run the loop until shutdown; returns the process exit code. */
 int worker_run(struct worker *w);
 void worker_destroy(struct worker *w);

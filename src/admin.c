@@ -8,6 +8,8 @@
 #include "admin.h"
 
 #include <ctype.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <event2/buffer.h>
@@ -27,6 +29,7 @@
 #include "pktbuf.h"
 #include "pool.h"
 #include "server.h"
+#include "shm.h"
 #include "stats.h"
 #include "worker.h"
 
@@ -183,8 +186,16 @@ static void db_stats(struct worker *w, const char *db, struct stats *tot, struct
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (strcmp(p->name, db) != 0)
 			continue;
-		stats_sum(tot, &p->stats);
-		const struct stats *a = &p->stats_avg;
+		struct stats pt, pa;
+		if (p->shm_slot >= 0) {
+			shm_stats_total(w->shm, p->shm_slot, &pt);
+			shm_stats_avg_total(w->shm, p->shm_slot, &pa);
+		} else {
+			pt = *p->stats;
+			pa = *p->stats_avg;
+		}
+		stats_sum(tot, &pt);
+		const struct stats *a = &pa;
 		for (int i = 0; i < STAT__COUNT; i++)
 			if (i != STAT_XACT_TIME && i != STAT_QUERY_TIME && i != STAT_WAIT_TIME)
 				avg->v[i] += a->v[i];
@@ -265,19 +276,17 @@ static void show_pools(struct client *c)
 	struct worker *w = c->w;
 	struct result r;
 	res_begin(&r, c, cols, "ssiiiiiiiiiiiiissiii");
+	/* This worker's figures fresh; the others' as of their last tick. */
+	pool_publish(w);
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		int active, waiting;
-		uint64_t maxwait;
-		pool_count_clients(w, p, &active, &waiting, &maxwait);
-		int sv_active = 0, sv_idle = 0, sv_login = 0, sv_other = 0;
-		for (size_t i = 0; i < p->n_targets; i++) {
-			sv_active += p->targets[i]->n_active;
-			sv_idle += p->targets[i]->n_idle;
-			sv_login += p->targets[i]->n_opening;
-			sv_other += p->targets[i]->n_other;
-		}
+		int32_t active, waiting, sv_active, sv_idle, sv_other, sv_login;
+		int64_t maxwait;
+		shm_gauges_total(w->shm, p->shm_slot, &active, &waiting, &sv_active, &sv_idle, &sv_other, &sv_login,
+				 &maxwait);
+		struct stats st;
+		shm_stats_total(w->shm, p->shm_slot, &st);
 		row_begin(&r);
 		row_s(&r, p->name);
 		row_s(&r, p->user);
@@ -296,8 +305,8 @@ static void show_pools(struct client *c)
 		row_i(&r, (int64_t)(maxwait % 1000000));
 		row_s(&r, config_pool_mode_name(p->mode));
 		row_s(&r, NULL);
-		row_i(&r, (int64_t)p->stats.v[STAT_PREPARED_HITS]);
-		row_i(&r, (int64_t)p->stats.v[STAT_PREPARED_MISSES]);
+		row_i(&r, (int64_t)st.v[STAT_PREPARED_HITS]);
+		row_i(&r, (int64_t)st.v[STAT_PREPARED_MISSES]);
 		row_i(&r, p->paused);
 		row_end(&r);
 	}
@@ -316,6 +325,8 @@ static void show_databases(struct client *c)
 	};
 	struct worker *w = c->w;
 	int64_t now = (int64_t)time(NULL);
+	struct bans bans;
+	shm_bans_copy(w->shm, &bans);
 	struct result r;
 	res_begin(&r, c, cols, "ssisiiiiissiiiiiiisi");
 	struct list_node *pos, *tmp;
@@ -358,7 +369,7 @@ static void show_databases(struct client *c)
 			row_i(&r, p->disabled);
 			row_i(&r, sp->shard);
 			row_s(&r, role_name(sp->role));
-			row_i(&r, bans_is_banned(&w->bans, sp->host, sp->port, now));
+			row_i(&r, bans_is_banned(&bans, sp->host, sp->port, now));
 			row_end(&r);
 		}
 	}
@@ -703,6 +714,8 @@ static void show_shards(struct client *c)
 	};
 	struct worker *w = c->w;
 	int64_t now = (int64_t)time(NULL);
+	struct bans bans;
+	shm_bans_copy(w->shm, &bans);
 	struct result r;
 	res_begin(&r, c, cols, "sisisisiiiii");
 	struct list_node *pos, *tmp, *qp, *qt;
@@ -722,7 +735,7 @@ static void show_shards(struct client *c)
 				sv_idle += q->targets[i]->n_idle;
 				xacts += q->targets[i]->xact_count;
 			}
-			const struct ban *b = bans_get(&w->bans, sp->host, sp->port, now);
+			const struct ban *b = bans_get(&bans, sp->host, sp->port, now);
 			row_begin(&r);
 			row_s(&r, p->name);
 			row_i(&r, sp->shard);
@@ -749,10 +762,12 @@ static void show_bans(struct client *c)
 	};
 	struct worker *w = c->w;
 	int64_t now = (int64_t)time(NULL);
+	struct bans bans;
+	shm_bans_copy(w->shm, &bans);
 	struct result r;
 	res_begin(&r, c, cols, "sisisssis");
 	for (int i = 0; i < BANS_MAX; i++) {
-		const struct ban *b = &w->bans.items[i];
+		const struct ban *b = &bans.items[i];
 		if (!b->used || b->until <= now)
 			continue;
 		char at[40];
@@ -812,26 +827,27 @@ static void show_prepared_statements(struct client *c)
 
 static void show_workers(struct client *c)
 {
-	static const char *const cols[] = { "worker", "pid", "started", "clients", "servers" };
+	static const char *const cols[] = { "worker", "pid", "started", "clients", "servers", "restarts" };
 	struct worker *w = c->w;
-	int servers = 0;
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		for (size_t i = 0; i < p->n_targets; i++)
-			servers += srvpool_total(p->targets[i]);
-	}
-	char started[40];
-	fmt_time(w->start_wall, started, sizeof started);
+	pool_publish(w);
 	struct result r;
-	res_begin(&r, c, cols, "iisii");
-	row_begin(&r);
-	row_i(&r, 0);
-	row_i(&r, (int64_t)getpid());
-	row_s(&r, started);
-	row_i(&r, w->n_clients);
-	row_i(&r, servers);
-	row_end(&r);
+	res_begin(&r, c, cols, "iisiii");
+	for (uint32_t i = 0; i < w->shm->h->n_workers; i++) {
+		struct shm_worker *sw = &w->shm->h->workers[i];
+		int32_t pid = atomic_load(&sw->pid);
+		if (pid <= 0)
+			continue;
+		char started[40];
+		fmt_time(atomic_load(&sw->started), started, sizeof started);
+		row_begin(&r);
+		row_i(&r, (int64_t)i);
+		row_i(&r, pid);
+		row_s(&r, started);
+		row_i(&r, (int)i == w->id ? w->n_clients : atomic_load(&sw->clients));
+		row_i(&r, atomic_load(&sw->servers));
+		row_i(&r, atomic_load(&sw->restarts));
+		row_end(&r);
+	}
 	res_end(&r);
 }
 
@@ -965,24 +981,33 @@ static bool run_command(struct client *c, const char *sql)
 	const char *db = ws.n >= 2 ? ws.w[1] : NULL;
 	if (is(&ws, 0, "reload") && ws.n == 1) {
 		char err[512];
-		if (worker_reload(w, err, sizeof err))
+		if (worker_reload(w, err, sizeof err)) {
+			/* The supervisor passes it on to the other workers. */
+			if (w->shm->h->n_workers > 1)
+				kill(getppid(), SIGHUP);
 			command_complete(c, "RELOAD");
-		else
+		} else
 			send_error(c, "F0000", "reload failed, old configuration kept: %s", err);
 		return true;
 	}
 	if ((is(&ws, 0, "pause") || is(&ws, 0, "resume") || is(&ws, 0, "reconnect")) && ws.n <= 2) {
 		int n;
-		if (is(&ws, 0, "pause"))
+		enum shm_admin_command cmd;
+		if (is(&ws, 0, "pause")) {
 			n = pool_pause(w, db);
-		else if (is(&ws, 0, "resume"))
+			cmd = SHM_ADMIN_PAUSE;
+		} else if (is(&ws, 0, "resume")) {
 			n = pool_resume(w, db);
-		else
+			cmd = SHM_ADMIN_RESUME;
+		} else {
 			n = pool_reconnect(w, db);
+			cmd = SHM_ADMIN_RECONNECT;
+		}
 		if (db && n == 0) {
 			send_error(c, "3D000", "no such database: %s", db);
 			return true;
 		}
+		shm_admin_post(w->shm, w->id, cmd, db, NULL);
 		log_info("admin: %s %s", ws.w[0], db ? db : "(all)");
 		if (is(&ws, 0, "pause") && !pool_paused_drained(w, db)) {
 			c->admin_pause_pending = true;
@@ -1002,6 +1027,9 @@ static bool run_command(struct client *c, const char *sql)
 			send_error(c, "3D000", "no such database: %s", db);
 			return true;
 		}
+		shm_admin_post(w->shm, w->id,
+			       is(&ws, 0, "kill") ? SHM_ADMIN_KILL : is(&ws, 0, "disable") ? SHM_ADMIN_DISABLE : SHM_ADMIN_ENABLE,
+			       db, NULL);
 		log_info("admin: %s %s", ws.w[0], db);
 		command_complete(c, is(&ws, 0, "kill") ? "KILL" : is(&ws, 0, "disable") ? "DISABLE" : "ENABLE");
 		return true;
@@ -1009,6 +1037,8 @@ static bool run_command(struct client *c, const char *sql)
 	if (is(&ws, 0, "shutdown") && ws.n == 1) {
 		log_info("admin: SHUTDOWN");
 		command_complete(c, "SHUTDOWN");
+		/* The whole instance: the supervisor tells every worker. */
+		kill(getppid(), SIGTERM);
 		worker_begin_shutdown(w);
 		return true;
 	}
@@ -1020,7 +1050,7 @@ static bool run_command(struct client *c, const char *sql)
 			return true;
 		}
 		if (is(&ws, 0, "unban")) {
-			(void)bans_clear(&w->bans, host, port);
+			(void)shm_ban_clear(w->shm, host, port);
 			log_info("admin: unban %s:%d", host, port);
 			command_complete(c, "UNBAN");
 			return true;
@@ -1034,7 +1064,7 @@ static bool run_command(struct client *c, const char *sql)
 				return true;
 			}
 		}
-		if (!bans_set(&w->bans, host, port, (int64_t)time(NULL), (int)secs, BAN_SOURCE_ADMIN, "admin")) {
+		if (!shm_ban_set(w->shm, host, port, (int64_t)time(NULL), (int)secs, BAN_SOURCE_ADMIN, "admin")) {
 			send_error(c, "53000", "ban table is full");
 			return true;
 		}
@@ -1068,6 +1098,7 @@ static bool run_command(struct client *c, const char *sql)
 		}
 		log_set_level(w->cfg->general.log_level);
 		pool_reapply_general(w);
+		shm_admin_post(w->shm, w->id, SHM_ADMIN_SET, key, value);
 		log_info("admin: SET %s", key);
 		command_complete(c, "SET");
 		return true;

@@ -16,10 +16,21 @@
 #include "list.h"
 #include "log.h"
 #include "proto.h"
+#include "client.h"
+#include "pool.h"
+#include "server.h"
+#include "shm.h"
 #include "worker.h"
 
-bool cancel_table_init(struct cancel_table *t, uint32_t n_slots)
+static uint32_t slot_of(uint32_t pid) { return (pid & ((1u << SHM_CANCEL_WORKER_SHIFT) - 1)) - 1; }
+static int worker_of(uint32_t pid) { return (int)(pid >> SHM_CANCEL_WORKER_SHIFT) - 1; }
+
+bool cancel_table_init(struct cancel_table *t, uint32_t n_slots, int worker, struct shm *shm)
 {
+	t->worker = worker;
+	t->shm = shm;
+	if (shm && n_slots > shm->h->cancel_per_worker)
+		n_slots = shm->h->cancel_per_worker;
 	t->slots = calloc(n_slots, sizeof *t->slots);
 	if (!t->slots)
 		return false;
@@ -32,6 +43,8 @@ bool cancel_table_init(struct cancel_table *t, uint32_t n_slots)
 
 bool cancel_table_grow(struct cancel_table *t, uint32_t n_slots)
 {
+	if (t->shm && n_slots > t->shm->h->cancel_per_worker)
+		n_slots = t->shm->h->cancel_per_worker;
 	if (n_slots <= t->n_slots)
 		return true;
 	struct cancel_slot *s = realloc(t->slots, (size_t)n_slots * sizeof *s);
@@ -70,32 +83,70 @@ bool cancel_key_assign(struct cancel_table *t, struct client *c, uint32_t *pid, 
 	slot->secret = secret;
 	slot->client = c;
 	slot->next_free = 0;
-	*pid = idx + 1;
+	*pid = ((uint32_t)(t->worker + 1) << SHM_CANCEL_WORKER_SHIFT) | (idx + 1);
 	*key = secret;
+	if (t->shm)
+		shm_cancel_publish(t->shm, t->worker, idx, secret, 0, 0, NULL, 0);
 	return true;
 }
 
 void cancel_key_release(struct cancel_table *t, uint32_t pid)
 {
-	if (pid == 0 || pid > t->n_slots)
+	if (worker_of(pid) != t->worker)
 		return;
-	struct cancel_slot *slot = &t->slots[pid - 1];
+	uint32_t idx = slot_of(pid);
+	if (idx >= t->n_slots)
+		return;
+	struct cancel_slot *slot = &t->slots[idx];
 	if (!slot->secret)
 		return;
 	slot->secret = 0;
 	slot->client = NULL;
 	slot->next_free = t->free_head;
-	t->free_head = pid;
+	t->free_head = idx + 1;
+	if (t->shm)
+		shm_cancel_publish(t->shm, t->worker, idx, 0, 0, 0, NULL, 0);
 }
 
 struct client *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, uint32_t key)
 {
-	if (pid == 0 || pid > t->n_slots)
+	if (worker_of(pid) != t->worker)
 		return NULL;
-	const struct cancel_slot *slot = &t->slots[pid - 1];
+	uint32_t idx = slot_of(pid);
+	if (idx >= t->n_slots)
+		return NULL;
+	const struct cancel_slot *slot = &t->slots[idx];
 	if (!slot->secret || slot->secret != key)
 		return NULL;
 	return slot->client;
+}
+
+void cancel_key_link(struct cancel_table *t, const struct client *c, const struct server *s)
+{
+	if (!t->shm || !c->has_cancel_key)
+		return;
+	uint32_t idx = slot_of(c->cancel_pid);
+	if (s)
+		shm_cancel_publish(t->shm, t->worker, idx, c->cancel_key, s->backend_pid, s->backend_key,
+				   (const struct sockaddr *)&s->sp->addr, s->sp->addrlen);
+	else
+		shm_cancel_publish(t->shm, t->worker, idx, c->cancel_key, 0, 0, NULL, 0);
+}
+
+void cancel_handle_request(struct worker *w, uint32_t pid, uint32_t key)
+{
+	struct client *target = cancel_key_lookup(&w->cancel, pid, key);
+	if (target) {
+		client_cancel_query(target);
+		return;
+	}
+	if (!w->shm || worker_of(pid) == w->id || worker_of(pid) < 0)
+		return;   /* unknown keys are ignored silently, as PostgreSQL does */
+	uint32_t bpid, bkey;
+	struct sockaddr_storage addr;
+	socklen_t addrlen;
+	if (shm_cancel_read(w->shm, worker_of(pid), slot_of(pid), key, &bpid, &bkey, &addr, &addrlen))
+		cancel_send(w, (struct sockaddr *)&addr, addrlen, bpid, bkey);
 }
 
 /* One outgoing CancelRequest connection. */

@@ -8,6 +8,7 @@
 #include "client.h"
 
 #include <arpa/inet.h>
+#include <stdatomic.h>
 #include <ctype.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -30,6 +31,7 @@
 #include "pool.h"
 #include "proto.h"
 #include "server.h"
+#include "shm.h"
 #include "stats.h"
 #include "worker.h"
 
@@ -160,6 +162,7 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 			(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
 	}
 	w->n_clients++;
+	atomic_store_explicit(&w->shm->h->workers[w->id].clients, w->n_clients, memory_order_relaxed);
 	c->state = CLIENT_CLOSED;
 	client_set_state(c, CLIENT_STARTUP);
 	log_debug("C-%llu %s:%d: new connection", (unsigned long long)c->id, c->addr, c->port);
@@ -225,6 +228,7 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 	io_close(&c->io);
 	client_set_state(c, CLIENT_CLOSED);
 	w->n_clients--;
+	atomic_store_explicit(&w->shm->h->workers[w->id].clients, w->n_clients, memory_order_relaxed);
 	free(c->auth);
 	c->auth = NULL;
 	list_add_tail(&w->dead_clients, &c->node);
@@ -270,10 +274,7 @@ static bool startup_param(struct client *c, const char *name, const char *value)
 
 static void handle_cancel_request(struct client *c, uint32_t pid, uint32_t key)
 {
-	struct client *target = cancel_key_lookup(&c->w->cancel, pid, key);
-	if (target)
-		client_cancel_query(target);
-	/* Unknown keys are ignored silently, as PostgreSQL does. */
+	cancel_handle_request(c->w, pid, key);
 	client_close(c, NULL, NULL);
 }
 
@@ -291,7 +292,8 @@ static void start_login(struct client *c)
 	c->is_admin = (strcmp(c->database, "pgcat") == 0 || strcmp(c->database, "pgbouncer") == 0) &&
 		      !pool_db_exists(w, c->database);
 	/* An operator can always get in: admin logins have 5 slots of their own. */
-	if (w->n_clients > g->max_client_conn + (c->is_admin ? ADMIN_EXTRA_CONNECTIONS : 0)) {
+	/* max_client_conn holds for the instance: every worker's clients count. */
+	if (shm_clients_total(w->shm) > g->max_client_conn + (c->is_admin ? ADMIN_EXTRA_CONNECTIONS : 0)) {
 		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS, "too many clients already");
 		return;
 	}
@@ -491,7 +493,7 @@ static void send_welcome(struct client *c)
 	}
 	send_pkt(c, &pb);
 	client_set_state(c, CLIENT_IDLE);
-	stats_add(&p->stats, STAT_CLIENT_LOGIN, 1);
+	stats_add(p->stats, STAT_CLIENT_LOGIN, 1);
 	if (w->cfg->general.log_connections)
 		log_info("C-%llu %s@%s %s:%d: login", (unsigned long long)c->id, c->user, c->database,
 			 c->addr, c->port);
@@ -798,7 +800,7 @@ static void process_active(struct client *c)
 			size_t n = have < c->fwd_remaining ? have : c->fwd_remaining;
 			evbuffer_remove_buffer(in, out, n);
 			c->fwd_remaining -= (uint32_t)n;
-			stats_add(&c->pool->stats, STAT_RECEIVED, n);
+			stats_add(c->pool->stats, STAT_RECEIVED, n);
 			continue;
 		}
 		if (server_output_full(s)) {
@@ -849,12 +851,12 @@ static void process_active(struct client *c)
 				if (proto_read_cstring(buf + 5, f.len - 4, &off, &stmt))
 					track_settings(c, s, (const char *)buf + 5 + off, f.len - 4 - off);
 			}
-			stats_add(&c->pool->stats, STAT_CLIENT_PARSE, 1);
-			stats_add(&c->pool->stats, STAT_SERVER_PARSE, 1);
+			stats_add(c->pool->stats, STAT_CLIENT_PARSE, 1);
+			stats_add(c->pool->stats, STAT_SERVER_PARSE, 1);
 			s->ext_pending = true;
 			break;
 		case PqMsg_Bind:
-			stats_add(&c->pool->stats, STAT_BIND, 1);
+			stats_add(c->pool->stats, STAT_BIND, 1);
 			s->ext_pending = true;
 			break;
 		case PqMsg_Describe:

@@ -18,7 +18,7 @@
 
 #include "config.h"
 #include "log.h"
-#include "worker.h"
+#include "supervisor.h"
 
 
 #define EXIT_BAD_CONFIG 1
@@ -169,9 +169,6 @@ int main(int argc, char **argv)
 		config_free(cfg);
 		return EXIT_BAD_CONFIG;
 	}
-	if (cfg->general.workers > 1)
-		log_warning("workers = %d: several worker processes are not implemented yet; running one",
-			    cfg->general.workers);
 	if (daemon_mode && !daemonize()) {
 		fprintf(stderr, "pgcat: cannot detach: %s\n", strerror(errno));
 		config_free(cfg);
@@ -183,17 +180,8 @@ int main(int argc, char **argv)
 		config_free(cfg);
 		return EXIT_BAD_CONFIG;
 	}
-	struct worker *w = worker_create(cfg, path);
-	if (!w) {
-		log_error("startup failed");
-		if (pidfile)
-			unlink(pidfile);
-		free(pidfile);
-		return EXIT_BAD_CONFIG;
-	}
-	log_info("pgcat %s started", PACKAGE_VERSION);
-	int rc = worker_run(w);
-	worker_destroy(w);
+	log_info("pgcat %s starting", PACKAGE_VERSION);
+	int rc = supervisor_run(cfg, path);
 	if (pidfile)
 		unlink(pidfile);
 	free(pidfile);

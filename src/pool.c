@@ -14,7 +14,9 @@
 #include <strings.h>
 
 #include "auth_md5.h"
+#include "cancel.h"
 #include "client.h"
+#include "shm.h"
 #include "log.h"
 #include "server.h"
 #include "worker.h"
@@ -60,6 +62,9 @@ static struct srvpool *srvpool_new(struct pool *p, const struct config_shard *sh
 		free(sp);
 		return NULL;
 	}
+	sp->shm_target = p->w->shm && p->shm_slot >= 0
+				 ? shm_target_slot(p->w->shm, p->shm_slot, sh->index, cs->host, cs->port, sh->database)
+				 : -1;
 	list_init(&sp->retired_node);
 	list_init(&sp->idle);
 	list_init(&sp->active);
@@ -72,6 +77,11 @@ static struct srvpool *srvpool_new(struct pool *p, const struct config_shard *sh
 
 static void srvpool_free(struct srvpool *sp)
 {
+	struct worker *w = sp->pool->w;
+	if (w->shm) {
+		shm_conns_set(w->shm, w->id, sp->shm_target, 0);
+		shm_waiters_set(w->shm, w->id, sp->shm_target, 0);
+	}
 	free(sp->host);
 	free(sp->database);
 	free(sp);
@@ -166,6 +176,19 @@ static struct pool *pool_new(struct worker *w, const struct config_pool *cp, con
 	list_init(&p->login_waiters);
 	list_init(&p->retired);
 	list_init(&p->node);
+	p->shm_slot = w->shm && p->name && p->user ? shm_pool_slot(w->shm, p->name, p->user) : -1;
+	if (p->shm_slot >= 0) {
+		p->stats = shm_stats(w->shm, w->id, p->shm_slot);
+		p->stats_avg = shm_stats_avg(w->shm, w->id, p->shm_slot);
+		/* A restarted worker continues its predecessor's counters. */
+		p->stats_prev = *p->stats;
+	} else {
+		if (w->shm)
+			log_warning("pool %s user %s: shared pool directory full; its figures stay in one worker",
+				    cp->name, cu->name);
+		p->stats = &p->stats_local;
+		p->stats_avg = &p->stats_avg_local;
+	}
 	if (!p->name || !p->user || !build_targets(p, cp, NULL, 0, &p->targets, &p->n_targets)) {
 		free(p->name);
 		free(p->user);
@@ -229,6 +252,16 @@ static void pool_free(struct pool *p)
 		srvpool_free(sp);
 	}
 	list_del(&p->node);
+	if (p->w->shm && p->shm_slot >= 0) {
+		struct shm_pool_gauges *g = shm_gauges(p->w->shm, p->w->id, p->shm_slot);
+		atomic_store(&g->cl_active, 0);
+		atomic_store(&g->cl_waiting, 0);
+		atomic_store(&g->sv_active, 0);
+		atomic_store(&g->sv_idle, 0);
+		atomic_store(&g->sv_used, 0);
+		atomic_store(&g->sv_login, 0);
+		atomic_store(&g->maxwait_us, 0);
+	}
 	params_clear(&p->defaults);
 	config_ref_put(p->cfg_ref);
 	free(p->targets);
@@ -295,6 +328,19 @@ static void count_adjust(struct srvpool *sp, enum server_state st, int delta)
 	case SERVER_RESETTING: sp->n_other += delta; break;
 	case SERVER_CLOSED: break;
 	}
+	struct worker *w = sp->pool->w;
+	if (w->shm)
+		shm_conns_set(w->shm, w->id, sp->shm_target, srvpool_total(sp));
+}
+
+/* Connections to this server across every worker: pool sizes hold per
+ * instance (SPEC §9). */
+static int instance_total(const struct srvpool *sp)
+{
+	struct worker *w = sp->pool->w;
+	if (!w->shm || sp->shm_target < 0)
+		return srvpool_total(sp);
+	return shm_conns_total(w->shm, sp->shm_target);
 }
 
 /* One list per state, and its count, kept in step with the server's state. */
@@ -319,7 +365,7 @@ void pool_server_state_changed(struct server *s, int old_state)
 
 static void link_pair(struct server *s, struct client *c)
 {
-	struct stats *st = &s->sp->pool->stats;
+	struct stats *st = s->sp->pool->stats;
 	st->v[STAT_SERVER_ASSIGNMENT]++;
 	uint64_t waited = c->state == CLIENT_WAITING ? s->w->now_us - c->state_since_us : 0;
 	st->v[STAT_WAIT_TIME] += waited;
@@ -327,6 +373,7 @@ static void link_pair(struct server *s, struct client *c)
 	s->client = c;
 	c->server = s;
 	c->wait_target = NULL;
+	cancel_key_link(&s->w->cancel, c, s);
 	client_set_state(c, CLIENT_ACTIVE);
 	server_link(s, c);
 }
@@ -345,7 +392,7 @@ static void maybe_launch(struct srvpool *sp)
 		if (!sp->resolved)
 			return;
 	}
-	while (sp->n_opening < sp->n_waiters && srvpool_total(sp) < p->pool_size) {
+	while (sp->n_opening < sp->n_waiters && instance_total(sp) < p->pool_size) {
 		struct server *s = server_connect(sp);
 		if (!s)
 			break;
@@ -437,8 +484,10 @@ void pool_release(struct server *s)
 {
 	struct client *c = s->client;
 	s->client = NULL;
-	if (c)
+	if (c) {
 		c->server = NULL;
+		cancel_key_link(&s->w->cancel, c, NULL);
+	}
 	s->last_used_us = s->w->now_us;
 	pool_server_clean(s);
 	if (c)
@@ -519,11 +568,14 @@ void pool_request_defaults(struct pool *p, struct client *c)
 
 void pool_fill_min(struct pool *p)
 {
+	/* One worker keeps the instance's warm connections. */
+	if (p->w->id != 0)
+		return;
 	for (size_t i = 0; i < p->n_targets; i++) {
 		struct srvpool *sp = p->targets[i];
 		if (recently_failed(sp, p->w->now_us) || !sp->resolved)
 			continue;
-		while (srvpool_total(sp) < p->min_pool_size && srvpool_total(sp) < p->pool_size) {
+		while (instance_total(sp) < p->min_pool_size && instance_total(sp) < p->pool_size) {
 			if (!server_connect(sp))
 				break;
 		}
@@ -890,6 +942,7 @@ int pool_reconnect(struct worker *w, const char *db)
 bool pool_paused_drained(struct worker *w, const char *db)
 {
 	struct list_node *pos, *tmp;
+	pool_publish(w);
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (!pool_matches_db(p, db))
@@ -897,6 +950,13 @@ bool pool_paused_drained(struct worker *w, const char *db)
 		for (size_t i = 0; i < p->n_targets; i++)
 			if (p->targets[i]->n_active > 0 || p->targets[i]->n_other > 0)
 				return false;
+		if (w->shm && p->shm_slot >= 0) {
+			int32_t a, wt, sa, si, su, sl;
+			int64_t mw;
+			shm_gauges_total(w->shm, p->shm_slot, &a, &wt, &sa, &si, &su, &sl, &mw);
+			if (sa > 0 || su > 0)
+				return false;
+		}
 	}
 	return true;
 }
@@ -933,5 +993,45 @@ void pool_reapply_general(struct worker *w)
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (!p->removed)
 			pool_apply_config(p, w->cfg, p->cpool, p->cuser);
+	}
+}
+
+/* Janitor, every tick: this worker's part of the instance-wide figures, and
+ * idle servers handed back when another worker's clients wait for them. */
+void pool_publish(struct worker *w)
+{
+	if (!w->shm)
+		return;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		int active, waiting;
+		uint64_t maxwait;
+		pool_count_clients(w, p, &active, &waiting, &maxwait);
+		int32_t sv_active = 0, sv_idle = 0, sv_used = 0, sv_login = 0;
+		for (size_t i = 0; i < p->n_targets; i++) {
+			struct srvpool *sp = p->targets[i];
+			sv_active += sp->n_active;
+			sv_idle += sp->n_idle;
+			sv_used += sp->n_other;
+			sv_login += sp->n_opening;
+			shm_waiters_set(w->shm, w->id, sp->shm_target, sp->n_waiters);
+			if (sp->shm_target >= 0 && !list_empty(&sp->idle) && instance_total(sp) >= p->pool_size &&
+			    shm_waiters_others(w->shm, w->id, sp->shm_target) > 0) {
+				/* The least recently used one. */
+				server_close(LIST_OWNER(list_last(&sp->idle), struct server, node),
+					     "handed back for another worker's waiting clients");
+			}
+		}
+		if (p->shm_slot < 0)
+			continue;
+		struct shm_pool_gauges *g = shm_gauges(w->shm, w->id, p->shm_slot);
+		atomic_store_explicit(&g->cl_active, active, memory_order_relaxed);
+		atomic_store_explicit(&g->cl_waiting, waiting, memory_order_relaxed);
+		atomic_store_explicit(&g->sv_active, sv_active, memory_order_relaxed);
+		atomic_store_explicit(&g->sv_idle, sv_idle, memory_order_relaxed);
+		atomic_store_explicit(&g->sv_used, sv_used, memory_order_relaxed);
+		atomic_store_explicit(&g->sv_login, sv_login, memory_order_relaxed);
+		atomic_store_explicit(&g->maxwait_us, (int64_t)maxwait, memory_order_relaxed);
 	}
 }

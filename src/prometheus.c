@@ -9,6 +9,7 @@
 #include <event2/buffer.h>
 #include <event2/http.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -18,6 +19,7 @@
 #include "log.h"
 #include "pool.h"
 #include "server.h"
+#include "shm.h"
 #include "stats.h"
 #include "worker.h"
 
@@ -98,50 +100,48 @@ static const struct metric hists[HIST__COUNT] = {
 void prometheus_render(struct worker *w, struct evbuffer *out)
 {
 	struct list_node *pos, *tmp;
+	/* Instance-wide: every worker's share from the shared segment. */
+	pool_publish(w);
 	for (int g = 0; g < PG__COUNT; g++) {
 		header(out, &pool_gauges[g]);
 		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 			struct pool *p = LIST_OWNER(pos, struct pool, node);
-			int active, waiting;
-			uint64_t maxwait;
-			pool_count_clients(w, p, &active, &waiting, &maxwait);
-			int v[PG__COUNT] = { 0 };
-			v[PG_CL_ACTIVE] = active;
-			v[PG_CL_WAITING] = waiting;
-			for (size_t i = 0; i < p->n_targets; i++) {
-				v[PG_SV_ACTIVE] += p->targets[i]->n_active;
-				v[PG_SV_IDLE] += p->targets[i]->n_idle;
-				v[PG_SV_USED] += p->targets[i]->n_other;
-				v[PG_SV_LOGIN] += p->targets[i]->n_opening;
-			}
+			int32_t v[PG__COUNT] = { 0 };
+			int64_t maxwait;
+			shm_gauges_total(w->shm, p->shm_slot, &v[PG_CL_ACTIVE], &v[PG_CL_WAITING], &v[PG_SV_ACTIVE],
+					 &v[PG_SV_IDLE], &v[PG_SV_USED], &v[PG_SV_LOGIN], &maxwait);
 			v[PG_PAUSED] = p->paused;
 			evbuffer_add_printf(out, "pgcat_%s", pool_gauges[g].name);
 			pool_labels(out, p);
 			if (g == PG_MAXWAIT)
 				evbuffer_add_printf(out, " %.6f\n", (double)maxwait / 1e6);
 			else
-				evbuffer_add_printf(out, " %d\n", v[g]);
+				evbuffer_add_printf(out, " %d\n", (int)v[g]);
 		}
 	}
 	for (size_t k = 0; k < sizeof counters / sizeof *counters; k++) {
 		header(out, &counters[k].m);
 		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 			struct pool *p = LIST_OWNER(pos, struct pool, node);
+			struct stats st;
+			shm_stats_total(w->shm, p->shm_slot, &st);
 			evbuffer_add_printf(out, "pgcat_%s", counters[k].m.name);
 			pool_labels(out, p);
 			if (counters[k].scale == 1)
-				evbuffer_add_printf(out, " %" PRIu64 "\n", p->stats.v[counters[k].k]);
+				evbuffer_add_printf(out, " %" PRIu64 "\n", st.v[counters[k].k]);
 			else
-				evbuffer_add_printf(out, " %.6f\n", (double)p->stats.v[counters[k].k] * counters[k].scale);
+				evbuffer_add_printf(out, " %.6f\n", (double)st.v[counters[k].k] * counters[k].scale);
 		}
 	}
 	for (int h = 0; h < HIST__COUNT; h++) {
 		header(out, &hists[h]);
 		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 			struct pool *p = LIST_OWNER(pos, struct pool, node);
+			struct stats st;
+			shm_stats_total(w->shm, p->shm_slot, &st);
 			uint64_t cum = 0;
 			for (int i = 0; i <= STATS_HIST_BOUNDS; i++) {
-				cum += p->stats.hist[h][i];
+				cum += st.hist[h][i];
 				evbuffer_add_printf(out, "pgcat_%s_bucket{pool=\"", hists[h].name);
 				label(out, p->name);
 				evbuffer_add(out, "\",user=\"", 8);
@@ -154,7 +154,7 @@ void prometheus_render(struct worker *w, struct evbuffer *out)
 			}
 			evbuffer_add_printf(out, "pgcat_%s_sum", hists[h].name);
 			pool_labels(out, p);
-			evbuffer_add_printf(out, " %.6f\n", (double)p->stats.hist_sum_us[h] / 1e6);
+			evbuffer_add_printf(out, " %.6f\n", (double)st.hist_sum_us[h] / 1e6);
 			evbuffer_add_printf(out, "pgcat_%s_count", hists[h].name);
 			pool_labels(out, p);
 			evbuffer_add_printf(out, " %" PRIu64 "\n", cum);
@@ -185,8 +185,10 @@ void prometheus_render(struct worker *w, struct evbuffer *out)
 	}
 	int64_t now = (int64_t)time(NULL);
 	int bans = 0;
+	struct bans table;
+	shm_bans_copy(w->shm, &table);
 	for (int i = 0; i < BANS_MAX; i++)
-		if (w->bans.items[i].used && w->bans.items[i].until > now)
+		if (table.items[i].used && table.items[i].until > now)
 			bans++;
 	static const struct metric m_bans = { "bans", "gauge", "Servers currently banned." };
 	static const struct metric m_workers = { "workers", "gauge", "Worker processes." };
@@ -194,9 +196,13 @@ void prometheus_render(struct worker *w, struct evbuffer *out)
 	header(out, &m_bans);
 	evbuffer_add_printf(out, "pgcat_bans %d\n", bans);
 	header(out, &m_workers);
-	evbuffer_add_printf(out, "pgcat_workers %d\n", 1);
+	int workers = 0;
+	for (uint32_t i = 0; i < w->shm->h->n_workers; i++)
+		if (atomic_load(&w->shm->h->workers[i].pid) > 0)
+			workers++;
+	evbuffer_add_printf(out, "pgcat_workers %d\n", workers);
 	header(out, &m_clients);
-	evbuffer_add_printf(out, "pgcat_client_connections %d\n", w->n_clients);
+	evbuffer_add_printf(out, "pgcat_client_connections %d\n", (int)shm_clients_total(w->shm));
 }
 
 static void metrics_cb(struct evhttp_request *req, void *arg)
@@ -235,7 +241,9 @@ void prometheus_stop(struct worker *w)
 
 bool prometheus_reconfigure(struct worker *w)
 {
-	int port = w->cfg->general.prometheus_port;
+	/* One worker serves /metrics: the figures come from the shared
+	 * segment, so any one of them can. */
+	int port = w->id == 0 ? w->cfg->general.prometheus_port : 0;
 	if (port == w->http_port && (port == 0 || w->http))
 		return true;
 	prometheus_stop(w);

@@ -149,6 +149,7 @@ void server_close(struct server *s, const char *why)
 	worker_schedule_reap(w);
 	if (c) {
 		c->server = NULL;
+		cancel_key_link(&w->cancel, c, NULL);
 		const char *code = s->have_error ? s->error_sqlstate : "08006";
 		const char *msg = s->have_error ? s->error_message : "server connection lost";
 		client_on_server_lost(c, s, code, msg);
@@ -662,7 +663,7 @@ static void process_active(struct server *s)
 			evbuffer_remove_buffer(in, out, n);
 			s->fwd_remaining -= (uint32_t)n;
 			s->sent_to_client = true;
-			stats_add(&s->sp->pool->stats, STAT_SENT, n);
+			stats_add(s->sp->pool->stats, STAT_SENT, n);
 			if (client_output_full(c)) {
 				pause_for_client(s);
 				return;
@@ -692,7 +693,7 @@ static void process_active(struct server *s)
 			if (s->outstanding > 0)
 				s->outstanding--;
 			{
-				struct stats *st = &s->sp->pool->stats;
+				struct stats *st = s->sp->pool->stats;
 				uint64_t now = s->w->now_us;
 				st->v[STAT_SENT] += 6;
 				st->v[STAT_QUERY]++;
@@ -727,7 +728,7 @@ static void process_active(struct server *s)
 					(void)params_set(&c->params, name, value, false);
 				}
 				evbuffer_add(out, buf, total);
-				stats_add(&s->sp->pool->stats, STAT_SENT, total);
+				stats_add(s->sp->pool->stats, STAT_SENT, total);
 				continue;
 			}
 			break;
@@ -745,7 +746,7 @@ static void process_active(struct server *s)
 				}
 				evbuffer_add(out, buf, total);
 				s->sent_to_client = true;
-				stats_add(&s->sp->pool->stats, STAT_SENT, total);
+				stats_add(s->sp->pool->stats, STAT_SENT, total);
 				continue;
 			}
 			break;

@@ -65,15 +65,15 @@ static void stats_timer_cb(evutil_socket_t fd, short what, void *arg)
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		struct stats d;
 		for (int i = 0; i < STAT__COUNT; i++)
-			d.v[i] = p->stats.v[i] - p->stats_prev.v[i];
-		struct stats *a = &p->stats_avg;
+			d.v[i] = p->stats->v[i] - p->stats_prev.v[i];
+		struct stats *a = p->stats_avg;
 		for (int i = 0; i < STAT__COUNT; i++)
 			a->v[i] = d.v[i] / (uint64_t)period;
 		/* Times are means per event, not per second (as PgBouncer's avg_*_time). */
 		a->v[STAT_XACT_TIME] = d.v[STAT_XACT] ? d.v[STAT_XACT_TIME] / d.v[STAT_XACT] : 0;
 		a->v[STAT_QUERY_TIME] = d.v[STAT_QUERY] ? d.v[STAT_QUERY_TIME] / d.v[STAT_QUERY] : 0;
 		a->v[STAT_WAIT_TIME] = d.v[STAT_SERVER_ASSIGNMENT] ? d.v[STAT_WAIT_TIME] / d.v[STAT_SERVER_ASSIGNMENT] : 0;
-		p->stats_prev = p->stats;
+		p->stats_prev = *p->stats;
 	}
 	struct timeval tv = { period, 0 };
 	evtimer_add(w->stats_timer, &tv);
@@ -201,7 +201,7 @@ static bool add_listener(struct worker *w, const struct sockaddr *sa, socklen_t 
 	return true;
 }
 
-static bool open_listeners(struct worker *w)
+static bool open_listeners(struct worker *w, int unix_fd)
 {
 	const struct config_general *g = &w->cfg->general;
 	char port[16];
@@ -228,21 +228,21 @@ static bool open_listeners(struct worker *w)
 		}
 		freeaddrinfo(res);
 	}
-	if (g->unix_socket_dir && g->unix_socket_dir[0]) {
-		struct sockaddr_un un = { .sun_family = AF_UNIX };
-		int n = snprintf(un.sun_path, sizeof un.sun_path, "%s/.s.PGSQL.%d", g->unix_socket_dir, g->listen_port);
-		if (n < 0 || (size_t)n >= sizeof un.sun_path) {
-			log_error("unix_socket_dir %s: path too long", g->unix_socket_dir);
+	if (unix_fd >= 0) {
+		/* Bound once by the supervisor; every worker accepts from its
+		 * copy. Backlog 0: it is listening already. */
+		int fd = dup(unix_fd);
+		struct evconnlistener *l = fd < 0 ? NULL
+					  : evconnlistener_new(w->base, accept_cb, w,
+							       LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
+		if (!l) {
+			if (fd >= 0)
+				close(fd);
+			log_error("cannot accept on the unix socket: %s", strerror(errno));
 			return false;
 		}
-		/* A stale socket file from a previous run would make bind fail. */
-		struct stat st;
-		if (stat(un.sun_path, &st) == 0 && S_ISSOCK(st.st_mode))
-			unlink(un.sun_path);
-		if (!add_listener(w, (struct sockaddr *)&un, sizeof un, un.sun_path))
-			return false;
-		chmod(un.sun_path, 0777);
-		snprintf(w->unix_socket_path, sizeof w->unix_socket_path, "%s", un.sun_path);
+		evconnlistener_set_error_cb(l, accept_error_cb);
+		w->listeners[w->n_listeners++] = l;
 	}
 	return true;
 }
@@ -252,10 +252,6 @@ static void close_listeners(struct worker *w)
 	for (size_t i = 0; i < w->n_listeners; i++)
 		evconnlistener_free(w->listeners[i]);
 	w->n_listeners = 0;
-	if (w->unix_socket_path[0]) {
-		unlink(w->unix_socket_path);
-		w->unix_socket_path[0] = '\0';
-	}
 }
 
 static void client_timeouts(struct worker *w)
@@ -291,6 +287,50 @@ static void client_timeouts(struct worker *w)
 	}
 }
 
+/* Commands another worker's admin console posted for the whole instance. */
+static void apply_admin_commands(struct worker *w)
+{
+	struct shm_admin_entry e;
+	while (shm_admin_next(w->shm, &w->admin_seen, &e)) {
+		if (e.from_worker == w->id)
+			continue;
+		const char *db = e.arg[0] ? e.arg : NULL;
+		switch (e.cmd) {
+		case SHM_ADMIN_PAUSE: (void)pool_pause(w, db); break;
+		case SHM_ADMIN_RESUME: (void)pool_resume(w, db); break;
+		case SHM_ADMIN_DISABLE: (void)pool_set_disabled(w, db, true); break;
+		case SHM_ADMIN_ENABLE: (void)pool_set_disabled(w, db, false); break;
+		case SHM_ADMIN_KILL: (void)pool_kill(w, db); break;
+		case SHM_ADMIN_RECONNECT: (void)pool_reconnect(w, db); break;
+		case SHM_ADMIN_SET: {
+			char err[256];
+			if (config_general_set(w->cfg, e.arg, e.value, err, sizeof err)) {
+				log_set_level(w->cfg->general.log_level);
+				pool_reapply_general(w);
+			}
+			break;
+		}
+		}
+	}
+}
+
+/* This worker's share of the instance-wide figures. */
+static void worker_publish(struct worker *w)
+{
+	struct shm_worker *me = &w->shm->h->workers[w->id];
+	int servers = 0;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		for (size_t i = 0; i < p->n_targets; i++)
+			servers += srvpool_total(p->targets[i]);
+	}
+	atomic_store_explicit(&me->clients, w->n_clients, memory_order_relaxed);
+	atomic_store_explicit(&me->servers, servers, memory_order_relaxed);
+	pool_publish(w);
+	apply_admin_commands(w);
+}
+
 static void janitor_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct worker *w = arg;
@@ -309,7 +349,7 @@ static void janitor_cb(evutil_socket_t fd, short what, void *arg)
 	client_timeouts(w);
 	pool_janitor(w);
 	admin_janitor(w);
-	bans_expire(&w->bans, (int64_t)time(NULL));
+	worker_publish(w);
 	if (w->shutting_down)
 		worker_check_shutdown_done(w);
 }
@@ -422,11 +462,14 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 	}
 }
 
-struct worker *worker_create(struct config *cfg, const char *config_path)
+struct worker *worker_create(struct config *cfg, const char *config_path, int id, struct shm *shm, int unix_fd)
 {
 	struct worker *w = calloc(1, sizeof *w);
 	if (!w)
 		return NULL;
+	w->id = id;
+	w->shm = shm;
+	w->admin_seen = atomic_load(&shm->h->admin_seq);
 	w->cfg = cfg;
 	w->config_path = strdup(config_path ? config_path : "");
 	list_init(&w->clients_login);
@@ -447,7 +490,7 @@ struct worker *worker_create(struct config *cfg, const char *config_path)
 	if (!pg_random_bytes(w->fake_salt_secret, sizeof w->fake_salt_secret))
 		goto fail;
 	/* Keys for every client that may be logged in, plus admin headroom. */
-	if (!cancel_table_init(&w->cancel, (uint32_t)cfg->general.max_client_conn + 16))
+	if (!cancel_table_init(&w->cancel, (uint32_t)cfg->general.max_client_conn + 16, id, shm))
 		goto fail;
 	w->start_wall = (int64_t)time(NULL);
 	w->config_mtime = file_mtime(w->config_path);
@@ -467,7 +510,7 @@ struct worker *worker_create(struct config *cfg, const char *config_path)
 		goto fail;
 	if (!pool_create_all(w))
 		goto fail;
-	if (!open_listeners(w))
+	if (!open_listeners(w, unix_fd))
 		goto fail;
 	struct timeval tv = { 0, JANITOR_INTERVAL_MS * 1000 };
 	evtimer_add(w->janitor, &tv);

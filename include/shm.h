@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shm: the segment every worker process sees (SPEC §9), created by the
+ * supervisor before it forks. Plain fixed-size structs at fixed offsets,
+ * never pointers; each counter has one writer (its worker) and readers sum
+ * over workers; the few shared tables (pool and server directories, bans,
+ * the admin command ring) are guarded by one robust process-shared mutex
+ * held for a few instructions and never across a syscall, so a worker that
+ * dies holding it cannot wedge the others.
+ */
+#ifndef PGCAT_SHM_H
+#define PGCAT_SHM_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "bans.h"
+#include "stats.h"
+
+#define SHM_MAGIC 0x70676361u      /* "pgca" */
+#define SHM_VERSION 1u
+#define SHM_MAX_WORKERS 128
+#define SHM_MAX_POOLS 1024          /* (pool, user) pairs, over the life of the instance */
+#define SHM_MAX_TARGETS 4096        /* (pool, user, server) triples */
+#define SHM_ADMIN_RING 16
+
+struct shm_worker {
+	_Atomic int32_t pid;           /* 0: slot unused */
+	_Atomic int64_t started;       /* wall clock, seconds */
+	_Atomic int32_t clients;
+	_Atomic int32_t servers;
+	_Atomic int32_t ready;         /* listening */
+	_Atomic int32_t restarts;
+};
+
+struct shm_pool_entry {
+	char name[64];
+	char user[64];
+	uint32_t used;
+};
+
+struct shm_target_entry {
+	uint32_t pool;
+	int32_t shard;
+	int32_t port;
+	char host[256];
+	char database[64];
+	uint32_t used;
+};
+
+/* Gauges a worker publishes for its part of a pool (refreshed by its janitor). */
+struct shm_pool_gauges {
+	_Atomic int32_t cl_active, cl_waiting, sv_active, sv_idle, sv_used, sv_login;
+	_Atomic int64_t maxwait_us;
+};
+
+/* What a CancelRequest needs, published by the worker that owns the key. */
+struct shm_cancel_slot {
+	_Atomic uint32_t seq;          /* odd while being written */
+	_Atomic uint32_t secret;       /* 0: no client */
+	uint32_t backend_pid, backend_key;   /* 0: no query can be running */
+	struct sockaddr_storage addr;
+	socklen_t addrlen;
+};
+
+enum shm_admin_command {
+	SHM_ADMIN_PAUSE, SHM_ADMIN_RESUME, SHM_ADMIN_DISABLE, SHM_ADMIN_ENABLE, SHM_ADMIN_KILL,
+	SHM_ADMIN_RECONNECT, SHM_ADMIN_SET
+};
+
+struct shm_admin_entry {
+	uint64_t seq;
+	int32_t from_worker;
+	enum shm_admin_command cmd;
+	char arg[64];                  /* database ("" = all) or SET key */
+	char value[256];               /* SET value */
+};
+
+struct shm_header {
+	uint32_t magic, version;
+	uint64_t size;
+	uint32_t n_workers;
+	uint32_t cancel_per_worker;
+	pthread_mutex_t lock;
+	struct shm_worker workers[SHM_MAX_WORKERS];
+	struct shm_pool_entry pools[SHM_MAX_POOLS];
+	struct shm_target_entry targets[SHM_MAX_TARGETS];
+	struct bans bans;
+	_Atomic uint64_t admin_seq;
+	struct shm_admin_entry admin[SHM_ADMIN_RING];
+	uint64_t off_stats, off_avg, off_gauges, off_conns, off_waiters, off_cancel;
+};
+
+struct shm {
+	struct shm_header *h;
+	size_t size;
+};
+
+/* Supervisor, before fork. */
+bool shm_create(struct shm *shm, uint32_t n_workers, uint32_t max_client_conn) __attribute__((warn_unused_result));
+void shm_destroy(struct shm *shm);
+
+/* Directories (take the lock): a slot for a (pool, user), a (pool slot,
+ * shard, server); -1 when full. */
+int shm_pool_slot(struct shm *shm, const char *name, const char *user);
+int shm_target_slot(struct shm *shm, int pool, int shard, const char *host, int port, const char *database);
+
+struct stats *shm_stats(struct shm *shm, int worker, int pool);
+struct stats *shm_stats_avg(struct shm *shm, int worker, int pool);
+struct shm_pool_gauges *shm_gauges(struct shm *shm, int worker, int pool);
+/* Sums over every worker. */
+void shm_stats_total(struct shm *shm, int pool, struct stats *out);
+void shm_stats_avg_total(struct shm *shm, int pool, struct stats *out);
+void shm_gauges_total(struct shm *shm, int pool, int32_t *cl_active, int32_t *cl_waiting, int32_t *sv_active,
+		      int32_t *sv_idle, int32_t *sv_used, int32_t *sv_login, int64_t *maxwait_us);
+
+/* Server connections per (pool, user, server), for pool sizes that hold
+ * per instance: each worker writes its own count. */
+void shm_conns_set(struct shm *shm, int worker, int target, int32_t n);
+int32_t shm_conns_total(struct shm *shm, int target);
+void shm_waiters_set(struct shm *shm, int worker, int target, int32_t n);
+int32_t shm_waiters_others(struct shm *shm, int worker, int target);
+int32_t shm_clients_total(struct shm *shm);
+/* A worker restarting: its connection counts start from zero again. */
+void shm_worker_reset(struct shm *shm, int worker);
+
+/* Cancel keys: pid = ((worker + 1) << SHM_CANCEL_WORKER_SHIFT) | (slot + 1). */
+#define SHM_CANCEL_WORKER_SHIFT 20
+struct shm_cancel_slot *shm_cancel(struct shm *shm, int worker, uint32_t slot);
+void shm_cancel_publish(struct shm *shm, int worker, uint32_t slot, uint32_t secret, uint32_t backend_pid,
+			uint32_t backend_key, const struct sockaddr *addr, socklen_t addrlen);
+/* Read a slot consistently; false when the secret does not match or no
+ * query can be running. */
+bool shm_cancel_read(struct shm *shm, int worker, uint32_t slot, uint32_t secret, uint32_t *backend_pid,
+		     uint32_t *backend_key, struct sockaddr_storage *addr, socklen_t *addrlen);
+
+/* Bans, under the lock. */
+bool shm_ban_set(struct shm *shm, const char *host, int port, int64_t now, int seconds, enum ban_source source,
+		 const char *reason) __attribute__((warn_unused_result));
+bool shm_ban_clear(struct shm *shm, const char *host, int port);
+/* Copy of the table, for listing without holding the lock. */
+void shm_bans_copy(struct shm *shm, struct bans *out);
+bool shm_is_banned(struct shm *shm, const char *host, int port, int64_t now);
+
+/* Admin commands for every worker. */
+void shm_admin_post(struct shm *shm, int from_worker, enum shm_admin_command cmd, const char *arg, const char *value);
+/* Next command after *seen, or false. */
+bool shm_admin_next(struct shm *shm, uint64_t *seen, struct shm_admin_entry *out);
+
+#endif

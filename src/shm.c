@@ -1,0 +1,417 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shm: the shared segment. One anonymous shared mapping made before fork;
+ * pages of slots nobody uses are never touched, so sizing for the maximum
+ * costs address space, not memory.
+ */
+#include "shm.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "log.h"
+
+_Static_assert(sizeof(struct shm_cancel_slot) % 8 == 0, "cancel slots stay 8-byte aligned");
+_Static_assert(sizeof(struct stats) % 8 == 0, "stats slots stay 8-byte aligned");
+
+static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+bool shm_create(struct shm *shm, uint32_t n_workers, uint32_t max_client_conn)
+{
+	if (n_workers == 0 || n_workers > SHM_MAX_WORKERS)
+		return false;
+	uint32_t per = max_client_conn + 16;
+	if (per >= (1u << SHM_CANCEL_WORKER_SHIFT) - 1)
+		per = (1u << SHM_CANCEL_WORKER_SHIFT) - 2;
+	size_t off = align8(sizeof(struct shm_header));
+	size_t off_stats = off;
+	off += align8((size_t)n_workers * SHM_MAX_POOLS * sizeof(struct stats));
+	size_t off_avg = off;
+	off += align8((size_t)n_workers * SHM_MAX_POOLS * sizeof(struct stats));
+	size_t off_gauges = off;
+	off += align8((size_t)n_workers * SHM_MAX_POOLS * sizeof(struct shm_pool_gauges));
+	size_t off_conns = off;
+	off += align8((size_t)n_workers * SHM_MAX_TARGETS * sizeof(_Atomic int32_t));
+	size_t off_waiters = off;
+	off += align8((size_t)n_workers * SHM_MAX_TARGETS * sizeof(_Atomic int32_t));
+	size_t off_cancel = off;
+	off += align8((size_t)n_workers * per * sizeof(struct shm_cancel_slot));
+	void *p = mmap(NULL, off, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED) {
+		log_error("cannot map %zu bytes of shared memory: %s", off, strerror(errno));
+		return false;
+	}
+	struct shm_header *h = p;
+	h->magic = SHM_MAGIC;
+	h->version = SHM_VERSION;
+	h->size = off;
+	h->n_workers = n_workers;
+	h->cancel_per_worker = per;
+	h->off_stats = off_stats;
+	h->off_avg = off_avg;
+	h->off_gauges = off_gauges;
+	h->off_conns = off_conns;
+	h->off_waiters = off_waiters;
+	h->off_cancel = off_cancel;
+	pthread_mutexattr_t attr;
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+	/* A worker killed while holding the lock must not wedge the others. */
+	pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+	int rc = pthread_mutex_init(&h->lock, &attr);
+	pthread_mutexattr_destroy(&attr);
+	if (rc != 0) {
+		munmap(p, off);
+		return false;
+	}
+	shm->h = h;
+	shm->size = off;
+	return true;
+}
+
+void shm_destroy(struct shm *shm)
+{
+	if (shm->h)
+		munmap(shm->h, shm->size);
+	shm->h = NULL;
+}
+
+static void lock(struct shm *shm)
+{
+	if (pthread_mutex_lock(&shm->h->lock) == EOWNERDEAD)
+		/* The tables are updated so that a half-done change is harmless
+		 * (a slot is marked used last). */
+		pthread_mutex_consistent(&shm->h->lock);
+}
+
+static void unlock(struct shm *shm) { pthread_mutex_unlock(&shm->h->lock); }
+
+int shm_pool_slot(struct shm *shm, const char *name, const char *user)
+{
+	struct shm_header *h = shm->h;
+	int found = -1, free_slot = -1;
+	lock(shm);
+	for (int i = 0; i < SHM_MAX_POOLS; i++) {
+		struct shm_pool_entry *e = &h->pools[i];
+		if (!e->used) {
+			if (free_slot < 0)
+				free_slot = i;
+			continue;
+		}
+		if (strcmp(e->name, name) == 0 && strcmp(e->user, user) == 0) {
+			found = i;
+			break;
+		}
+	}
+	if (found < 0 && free_slot >= 0 && strlen(name) < sizeof h->pools[0].name &&
+	    strlen(user) < sizeof h->pools[0].user) {
+		struct shm_pool_entry *e = &h->pools[free_slot];
+		snprintf(e->name, sizeof e->name, "%s", name);
+		snprintf(e->user, sizeof e->user, "%s", user);
+		e->used = 1;
+		found = free_slot;
+	}
+	unlock(shm);
+	return found;
+}
+
+int shm_target_slot(struct shm *shm, int pool, int shard, const char *host, int port, const char *database)
+{
+	struct shm_header *h = shm->h;
+	int found = -1, free_slot = -1;
+	if (pool < 0)
+		return -1;
+	lock(shm);
+	for (int i = 0; i < SHM_MAX_TARGETS; i++) {
+		struct shm_target_entry *e = &h->targets[i];
+		if (!e->used) {
+			if (free_slot < 0)
+				free_slot = i;
+			continue;
+		}
+		if (e->pool == (uint32_t)pool && e->shard == shard && e->port == port && strcmp(e->host, host) == 0 &&
+		    strcmp(e->database, database) == 0) {
+			found = i;
+			break;
+		}
+	}
+	if (found < 0 && free_slot >= 0 && strlen(host) < sizeof h->targets[0].host &&
+	    strlen(database) < sizeof h->targets[0].database) {
+		struct shm_target_entry *e = &h->targets[free_slot];
+		e->pool = (uint32_t)pool;
+		e->shard = shard;
+		e->port = port;
+		snprintf(e->host, sizeof e->host, "%s", host);
+		snprintf(e->database, sizeof e->database, "%s", database);
+		e->used = 1;
+		found = free_slot;
+	}
+	unlock(shm);
+	return found;
+}
+
+static void *at(struct shm *shm, uint64_t off) { return (char *)shm->h + off; }
+
+struct stats *shm_stats(struct shm *shm, int worker, int pool)
+{
+	return (struct stats *)at(shm, shm->h->off_stats) + (size_t)worker * SHM_MAX_POOLS + (size_t)pool;
+}
+
+struct stats *shm_stats_avg(struct shm *shm, int worker, int pool)
+{
+	return (struct stats *)at(shm, shm->h->off_avg) + (size_t)worker * SHM_MAX_POOLS + (size_t)pool;
+}
+
+struct shm_pool_gauges *shm_gauges(struct shm *shm, int worker, int pool)
+{
+	return (struct shm_pool_gauges *)at(shm, shm->h->off_gauges) + (size_t)worker * SHM_MAX_POOLS + (size_t)pool;
+}
+
+void shm_stats_total(struct shm *shm, int pool, struct stats *out)
+{
+	memset(out, 0, sizeof *out);
+	if (pool < 0)
+		return;
+	for (uint32_t w = 0; w < shm->h->n_workers; w++)
+		stats_sum(out, shm_stats(shm, (int)w, pool));
+}
+
+void shm_stats_avg_total(struct shm *shm, int pool, struct stats *out)
+{
+	memset(out, 0, sizeof *out);
+	if (pool < 0)
+		return;
+	uint64_t xt = 0, qt = 0, wt = 0;
+	for (uint32_t w = 0; w < shm->h->n_workers; w++) {
+		const struct stats *a = shm_stats_avg(shm, (int)w, pool);
+		for (int i = 0; i < STAT__COUNT; i++)
+			if (i != STAT_XACT_TIME && i != STAT_QUERY_TIME && i != STAT_WAIT_TIME)
+				out->v[i] += a->v[i];
+		/* mean times, weighted by each worker's event counts */
+		xt += a->v[STAT_XACT_TIME] * a->v[STAT_XACT];
+		qt += a->v[STAT_QUERY_TIME] * a->v[STAT_QUERY];
+		wt += a->v[STAT_WAIT_TIME] * a->v[STAT_SERVER_ASSIGNMENT];
+	}
+	out->v[STAT_XACT_TIME] = out->v[STAT_XACT] ? xt / out->v[STAT_XACT] : 0;
+	out->v[STAT_QUERY_TIME] = out->v[STAT_QUERY] ? qt / out->v[STAT_QUERY] : 0;
+	out->v[STAT_WAIT_TIME] = out->v[STAT_SERVER_ASSIGNMENT] ? wt / out->v[STAT_SERVER_ASSIGNMENT] : 0;
+}
+
+void shm_gauges_total(struct shm *shm, int pool, int32_t *cl_active, int32_t *cl_waiting, int32_t *sv_active,
+		      int32_t *sv_idle, int32_t *sv_used, int32_t *sv_login, int64_t *maxwait_us)
+{
+	*cl_active = *cl_waiting = *sv_active = *sv_idle = *sv_used = *sv_login = 0;
+	*maxwait_us = 0;
+	if (pool < 0)
+		return;
+	for (uint32_t w = 0; w < shm->h->n_workers; w++) {
+		struct shm_pool_gauges *g = shm_gauges(shm, (int)w, pool);
+		*cl_active += atomic_load_explicit(&g->cl_active, memory_order_relaxed);
+		*cl_waiting += atomic_load_explicit(&g->cl_waiting, memory_order_relaxed);
+		*sv_active += atomic_load_explicit(&g->sv_active, memory_order_relaxed);
+		*sv_idle += atomic_load_explicit(&g->sv_idle, memory_order_relaxed);
+		*sv_used += atomic_load_explicit(&g->sv_used, memory_order_relaxed);
+		*sv_login += atomic_load_explicit(&g->sv_login, memory_order_relaxed);
+		int64_t mw = atomic_load_explicit(&g->maxwait_us, memory_order_relaxed);
+		if (mw > *maxwait_us)
+			*maxwait_us = mw;
+	}
+}
+
+static _Atomic int32_t *conns(struct shm *shm, int worker, int target)
+{
+	return (_Atomic int32_t *)at(shm, shm->h->off_conns) + (size_t)worker * SHM_MAX_TARGETS + (size_t)target;
+}
+
+static _Atomic int32_t *waiters(struct shm *shm, int worker, int target)
+{
+	return (_Atomic int32_t *)at(shm, shm->h->off_waiters) + (size_t)worker * SHM_MAX_TARGETS + (size_t)target;
+}
+
+void shm_conns_set(struct shm *shm, int worker, int target, int32_t n)
+{
+	if (target >= 0)
+		atomic_store_explicit(conns(shm, worker, target), n, memory_order_relaxed);
+}
+
+int32_t shm_conns_total(struct shm *shm, int target)
+{
+	int32_t n = 0;
+	if (target < 0)
+		return 0;
+	for (uint32_t w = 0; w < shm->h->n_workers; w++)
+		n += atomic_load_explicit(conns(shm, (int)w, target), memory_order_relaxed);
+	return n;
+}
+
+void shm_waiters_set(struct shm *shm, int worker, int target, int32_t n)
+{
+	if (target >= 0)
+		atomic_store_explicit(waiters(shm, worker, target), n, memory_order_relaxed);
+}
+
+int32_t shm_waiters_others(struct shm *shm, int worker, int target)
+{
+	int32_t n = 0;
+	if (target < 0)
+		return 0;
+	for (uint32_t w = 0; w < shm->h->n_workers; w++)
+		if ((int)w != worker)
+			n += atomic_load_explicit(waiters(shm, (int)w, target), memory_order_relaxed);
+	return n;
+}
+
+int32_t shm_clients_total(struct shm *shm)
+{
+	int32_t n = 0;
+	for (uint32_t w = 0; w < shm->h->n_workers; w++)
+		n += atomic_load_explicit(&shm->h->workers[w].clients, memory_order_relaxed);
+	return n;
+}
+
+void shm_worker_reset(struct shm *shm, int worker)
+{
+	for (int t = 0; t < SHM_MAX_TARGETS; t++) {
+		atomic_store_explicit(conns(shm, worker, t), 0, memory_order_relaxed);
+		atomic_store_explicit(waiters(shm, worker, t), 0, memory_order_relaxed);
+	}
+	for (int p = 0; p < SHM_MAX_POOLS; p++) {
+		struct shm_pool_gauges *g = shm_gauges(shm, worker, p);
+		atomic_store(&g->cl_active, 0);
+		atomic_store(&g->cl_waiting, 0);
+		atomic_store(&g->sv_active, 0);
+		atomic_store(&g->sv_idle, 0);
+		atomic_store(&g->sv_used, 0);
+		atomic_store(&g->sv_login, 0);
+		atomic_store(&g->maxwait_us, 0);
+	}
+	for (uint32_t s = 0; s < shm->h->cancel_per_worker; s++) {
+		struct shm_cancel_slot *c = shm_cancel(shm, worker, s);
+		if (atomic_load(&c->secret))
+			atomic_store(&c->secret, 0);
+	}
+	struct shm_worker *wk = &shm->h->workers[worker];
+	atomic_store(&wk->clients, 0);
+	atomic_store(&wk->servers, 0);
+	atomic_store(&wk->ready, 0);
+}
+
+struct shm_cancel_slot *shm_cancel(struct shm *shm, int worker, uint32_t slot)
+{
+	return (struct shm_cancel_slot *)at(shm, shm->h->off_cancel) +
+	       (size_t)worker * shm->h->cancel_per_worker + slot;
+}
+
+void shm_cancel_publish(struct shm *shm, int worker, uint32_t slot, uint32_t secret, uint32_t backend_pid,
+			uint32_t backend_key, const struct sockaddr *addr, socklen_t addrlen)
+{
+	if (slot >= shm->h->cancel_per_worker)
+		return;
+	struct shm_cancel_slot *c = shm_cancel(shm, worker, slot);
+	/* seqlock: readers retry while seq is odd or changed under them */
+	uint32_t seq = atomic_load_explicit(&c->seq, memory_order_relaxed);
+	atomic_store_explicit(&c->seq, seq + 1, memory_order_release);
+	atomic_thread_fence(memory_order_release);
+	atomic_store_explicit(&c->secret, secret, memory_order_relaxed);
+	c->backend_pid = backend_pid;
+	c->backend_key = backend_key;
+	if (addr && addrlen <= sizeof c->addr) {
+		memcpy(&c->addr, addr, addrlen);
+		c->addrlen = addrlen;
+	} else {
+		c->addrlen = 0;
+	}
+	atomic_store_explicit(&c->seq, seq + 2, memory_order_release);
+}
+
+bool shm_cancel_read(struct shm *shm, int worker, uint32_t slot, uint32_t secret, uint32_t *backend_pid,
+		     uint32_t *backend_key, struct sockaddr_storage *addr, socklen_t *addrlen)
+{
+	if (worker < 0 || (uint32_t)worker >= shm->h->n_workers || slot >= shm->h->cancel_per_worker)
+		return false;
+	struct shm_cancel_slot *c = shm_cancel(shm, worker, slot);
+	for (int tries = 0; tries < 100; tries++) {
+		uint32_t s1 = atomic_load_explicit(&c->seq, memory_order_acquire);
+		if (s1 & 1)
+			continue;
+		uint32_t sec = atomic_load_explicit(&c->secret, memory_order_relaxed);
+		uint32_t pid = c->backend_pid, key = c->backend_key;
+		socklen_t len = c->addrlen;
+		if (len > sizeof *addr)
+			len = 0;
+		memcpy(addr, &c->addr, len);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&c->seq, memory_order_relaxed) != s1)
+			continue;
+		if (sec == 0 || sec != secret || pid == 0 || len == 0)
+			return false;
+		*backend_pid = pid;
+		*backend_key = key;
+		*addrlen = len;
+		return true;
+	}
+	return false;
+}
+
+bool shm_ban_set(struct shm *shm, const char *host, int port, int64_t now, int seconds, enum ban_source source,
+		 const char *reason)
+{
+	lock(shm);
+	bool ok = bans_set(&shm->h->bans, host, port, now, seconds, source, reason);
+	unlock(shm);
+	return ok;
+}
+
+bool shm_ban_clear(struct shm *shm, const char *host, int port)
+{
+	lock(shm);
+	bool ok = bans_clear(&shm->h->bans, host, port);
+	unlock(shm);
+	return ok;
+}
+
+void shm_bans_copy(struct shm *shm, struct bans *out)
+{
+	lock(shm);
+	memcpy(out, &shm->h->bans, sizeof *out);
+	unlock(shm);
+}
+
+bool shm_is_banned(struct shm *shm, const char *host, int port, int64_t now)
+{
+	lock(shm);
+	bool b = bans_is_banned(&shm->h->bans, host, port, now);
+	unlock(shm);
+	return b;
+}
+
+void shm_admin_post(struct shm *shm, int from_worker, enum shm_admin_command cmd, const char *arg, const char *value)
+{
+	lock(shm);
+	uint64_t seq = atomic_load(&shm->h->admin_seq) + 1;
+	struct shm_admin_entry *e = &shm->h->admin[seq % SHM_ADMIN_RING];
+	e->seq = seq;
+	e->from_worker = from_worker;
+	e->cmd = cmd;
+	snprintf(e->arg, sizeof e->arg, "%s", arg ? arg : "");
+	snprintf(e->value, sizeof e->value, "%s", value ? value : "");
+	atomic_store(&shm->h->admin_seq, seq);
+	unlock(shm);
+}
+
+bool shm_admin_next(struct shm *shm, uint64_t *seen, struct shm_admin_entry *out)
+{
+	uint64_t last = atomic_load(&shm->h->admin_seq);
+	if (*seen >= last)
+		return false;
+	/* Fell behind by more than the ring: skip to what is still there. */
+	if (last - *seen > SHM_ADMIN_RING)
+		*seen = last - SHM_ADMIN_RING;
+	lock(shm);
+	*out = shm->h->admin[(*seen + 1) % SHM_ADMIN_RING];
+	unlock(shm);
+	*seen += 1;
+	return out->seq == *seen;
+}

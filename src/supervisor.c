@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * supervisor: fork N workers that share the listening port (each binds it
+ * with SO_REUSEPORT) and one unix socket (bound here once: SO_REUSEPORT does
+ * not balance AF_UNIX). Signals are taken synchronously with sigtimedwait,
+ * so there is no handler and no event loop in this process.
+ */
+#include "supervisor.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+#include "sdnotify.h"
+#include "shm.h"
+#include "worker.h"
+
+/* A worker that keeps dying is restarted at most this often. */
+#define RESTART_BACKOFF_SEC 1
+
+struct supervisor {
+	struct config *cfg;
+	const char *config_path;
+	struct shm shm;
+	int n_workers;
+	pid_t pids[SHM_MAX_WORKERS];
+	int64_t died_at[SHM_MAX_WORKERS];
+	bool restart_pending[SHM_MAX_WORKERS];
+	bool ever_ready[SHM_MAX_WORKERS];
+	int unix_fd;
+	char unix_path[108];
+	ino_t unix_ino;
+	sigset_t old_mask;
+	bool shutting_down;
+	bool ready_sent;
+	int exit_code;
+};
+
+static int open_unix_socket(struct supervisor *sv)
+{
+	const struct config_general *g = &sv->cfg->general;
+	if (!g->unix_socket_dir || !g->unix_socket_dir[0])
+		return -1;
+	struct sockaddr_un un = { .sun_family = AF_UNIX };
+	int n = snprintf(un.sun_path, sizeof un.sun_path, "%s/.s.PGSQL.%d", g->unix_socket_dir, g->listen_port);
+	if (n < 0 || (size_t)n >= sizeof un.sun_path) {
+		log_error("unix_socket_dir %s: path too long", g->unix_socket_dir);
+		return -2;
+	}
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -2;
+	/* A stale file, or a previous instance in an online restart: the new
+	 * instance takes the path; the old one keeps accepting on its fd. */
+	struct stat st;
+	if (stat(un.sun_path, &st) == 0 && S_ISSOCK(st.st_mode))
+		unlink(un.sun_path);
+	if (bind(fd, (struct sockaddr *)&un, sizeof un) < 0 || listen(fd, 1024) < 0) {
+		log_error("cannot listen on %s: %s", un.sun_path, strerror(errno));
+		close(fd);
+		return -2;
+	}
+	chmod(un.sun_path, 0777);
+	snprintf(sv->unix_path, sizeof sv->unix_path, "%s", un.sun_path);
+	if (stat(un.sun_path, &st) == 0)
+		sv->unix_ino = st.st_ino;
+	log_info("listening on %s", un.sun_path);
+	return fd;
+}
+
+static void remove_unix_socket(struct supervisor *sv)
+{
+	if (sv->unix_fd >= 0) {
+		close(sv->unix_fd);
+		sv->unix_fd = -1;
+	}
+	/* Only our own file: after an online restart the path is the new
+	 * instance's. */
+	struct stat st;
+	if (sv->unix_path[0] && stat(sv->unix_path, &st) == 0 && st.st_ino == sv->unix_ino)
+		unlink(sv->unix_path);
+	sv->unix_path[0] = '\0';
+}
+
+static pid_t spawn(struct supervisor *sv, int id, bool restart)
+{
+	pid_t pid = fork();
+	if (pid < 0) {
+		log_error("cannot fork worker %d: %s", id, strerror(errno));
+		return -1;
+	}
+	if (pid > 0)
+		return pid;
+	/* The worker. */
+	sigprocmask(SIG_SETMASK, &sv->old_mask, NULL);
+	struct config *cfg = sv->cfg;
+	if (restart) {
+		/* Workers reload on their own: start from the file as it is now. */
+		struct config_problems problems = { 0 };
+		struct config *fresh = config_load(sv->config_path, &problems);
+		config_problems_free(&problems);
+		if (fresh) {
+			config_free(cfg);
+			cfg = fresh;
+		}
+		shm_worker_reset(&sv->shm, id);
+	}
+	struct shm_worker *slot = &sv->shm.h->workers[id];
+	atomic_store(&slot->pid, (int32_t)getpid());
+	atomic_store(&slot->started, (int64_t)time(NULL));
+	struct worker *w = worker_create(cfg, sv->config_path, id, &sv->shm, sv->unix_fd);
+	if (!w) {
+		log_error("worker %d: startup failed", id);
+		exit(1);
+	}
+	atomic_store(&slot->ready, 1);
+	int rc = worker_run(w);
+	worker_destroy(w);
+	atomic_store(&slot->ready, 0);
+	log_close();
+	exit(rc);
+}
+
+static void forward(struct supervisor *sv, int sig, pid_t except)
+{
+	for (int i = 0; i < sv->n_workers; i++)
+		if (sv->pids[i] > 0 && sv->pids[i] != except)
+			kill(sv->pids[i], sig);
+}
+
+static bool any_alive(const struct supervisor *sv)
+{
+	for (int i = 0; i < sv->n_workers; i++)
+		if (sv->pids[i] > 0)
+			return true;
+	return false;
+}
+
+static void reap(struct supervisor *sv)
+{
+	int status;
+	pid_t pid;
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		int id = -1;
+		for (int i = 0; i < sv->n_workers; i++)
+			if (sv->pids[i] == pid)
+				id = i;
+		if (id < 0)
+			continue;
+		sv->pids[id] = 0;
+		atomic_store(&sv->shm.h->workers[id].pid, 0);
+		atomic_store(&sv->shm.h->workers[id].ready, 0);
+		bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+		if (sv->shutting_down) {
+			if (!clean)
+				sv->exit_code = 1;
+			log_debug("worker %d (pid %d) exited", id, (int)pid);
+			continue;
+		}
+		if (WIFSIGNALED(status))
+			log_error("worker %d (pid %d) died of signal %d", id, (int)pid, WTERMSIG(status));
+		else
+			log_error("worker %d (pid %d) exited with code %d", id, (int)pid, WEXITSTATUS(status));
+		if (!sv->ever_ready[id]) {
+			/* It never came up (port taken, bad file...): restarting
+			 * would fail the same way. */
+			log_error("worker %d failed to start; stopping", id);
+			sv->exit_code = 1;
+			sv->shutting_down = true;
+			forward(sv, SIGTERM, 0);
+			continue;
+		}
+		sv->restart_pending[id] = true;
+		sv->died_at[id] = (int64_t)time(NULL);
+	}
+}
+
+int supervisor_run(struct config *cfg, const char *config_path)
+{
+	struct supervisor sv;
+	memset(&sv, 0, sizeof sv);
+	sv.cfg = cfg;
+	sv.config_path = config_path;
+	sv.unix_fd = -1;
+	int n = cfg->general.workers;
+	if (n <= 0) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		n = cpus > 0 ? (int)cpus : 1;
+	}
+	if (n > SHM_MAX_WORKERS)
+		n = SHM_MAX_WORKERS;
+	sv.n_workers = n;
+	if (!shm_create(&sv.shm, (uint32_t)n, (uint32_t)cfg->general.max_client_conn)) {
+		config_free(cfg);
+		return 1;
+	}
+	sv.unix_fd = open_unix_socket(&sv);
+	if (sv.unix_fd == -2) {
+		shm_destroy(&sv.shm);
+		config_free(cfg);
+		return 1;
+	}
+	sigset_t set;
+	sigemptyset(&set);
+	int sigs[] = { SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD };
+	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+		sigaddset(&set, sigs[i]);
+	sigprocmask(SIG_BLOCK, &set, &sv.old_mask);
+	signal(SIGPIPE, SIG_IGN);
+
+	for (int i = 0; i < n; i++) {
+		sv.pids[i] = spawn(&sv, i, false);
+		if (sv.pids[i] < 0) {
+			sv.exit_code = 1;
+			sv.shutting_down = true;
+			forward(&sv, SIGTERM, 0);
+			break;
+		}
+	}
+	log_info("supervisor %d: %d worker%s", (int)getpid(), n, n == 1 ? "" : "s");
+
+	while (any_alive(&sv) || (!sv.shutting_down)) {
+		struct timespec tick = { 0, 100 * 1000 * 1000 };
+		siginfo_t info;
+		int sig = sigtimedwait(&set, &info, &tick);
+		switch (sig) {
+		case SIGCHLD:
+			break;
+		case SIGTERM:
+		case SIGINT:
+			if (!sv.shutting_down) {
+				log_info("supervisor: signal %d, shutting down", sig);
+				sd_notify_send("STOPPING=1");
+			}
+			sv.shutting_down = true;
+			/* No new client waits in a queue nobody will accept from. */
+			remove_unix_socket(&sv);
+			forward(&sv, sig, 0);
+			break;
+		case SIGQUIT:
+			log_info("supervisor: SIGQUIT, immediate shutdown");
+			sv.shutting_down = true;
+			forward(&sv, SIGQUIT, 0);
+			break;
+		case SIGHUP:
+			sd_notify_send("RELOADING=1");
+			/* A worker asking (admin RELOAD) has already reloaded. */
+			forward(&sv, SIGHUP, info.si_pid);
+			sd_notify_send("READY=1");
+			break;
+		case SIGUSR1:
+		case SIGUSR2:
+			forward(&sv, sig, 0);
+			break;
+		default:
+			break;
+		}
+		reap(&sv);
+		int ready = 0;
+		for (int i = 0; i < n; i++) {
+			if (sv.pids[i] > 0 && atomic_load(&sv.shm.h->workers[i].ready)) {
+				sv.ever_ready[i] = true;
+				ready++;
+			}
+		}
+		if (!sv.ready_sent && ready == n) {
+			sv.ready_sent = true;
+			sd_notify_send("READY=1");
+			log_info("ready: %d worker%s listening", n, n == 1 ? "" : "s");
+		}
+		if (!sv.shutting_down) {
+			int64_t now = (int64_t)time(NULL);
+			for (int i = 0; i < n; i++) {
+				if (!sv.restart_pending[i] || now - sv.died_at[i] < RESTART_BACKOFF_SEC)
+					continue;
+				sv.restart_pending[i] = false;
+				atomic_fetch_add(&sv.shm.h->workers[i].restarts, 1);
+				sv.pids[i] = spawn(&sv, i, true);
+				if (sv.pids[i] > 0)
+					log_info("worker %d restarted as pid %d", i, (int)sv.pids[i]);
+			}
+		}
+		if (sv.shutting_down && !any_alive(&sv))
+			break;
+	}
+	remove_unix_socket(&sv);
+	shm_destroy(&sv.shm);
+	config_free(cfg);
+	return sv.exit_code;
+}
