@@ -129,23 +129,39 @@ def test_pgbench_prepared_session_mode_reconnecting_clients_pool_10(pgcat, pg, t
     assert s.max <= 10, "pool_size 10 but %d server connections" % s.max
 
 
-def run_1000_clients(p, clients=1000, transactions=20):
-    async def one(i, results):
-        c = await p.aconnect(dbname="benchdb", connect_timeout=120)
-        try:
-            for j in range(transactions):
-                async with c.transaction():
-                    cur = await c.execute("SELECT %s::int + %s::int", (i, j))
-                    v = (await cur.fetchone())[0]
-                    assert v == i + j
-                    results.append(1)
-        finally:
-            await c.close()
-
+def run_1000_clients(p, clients=1000, transactions=20, connecting_at_once=100, barrier=True):
+    """`clients` psycopg AsyncConnections, each running `transactions`
+    transactions. Logins are ramped (at most `connecting_at_once` handshakes in
+    flight, as an application's pool would open them); with barrier=True all
+    clients are connected before any transaction starts, so all of them are
+    really there at once. (Session mode cannot wait for all: a session holds
+    its server until it disconnects.)"""
     async def main():
         results = []
-        outcomes = await asyncio.gather(*[one(i, results) for i in range(clients)],
-                                        return_exceptions=True)
+        gate = asyncio.Semaphore(connecting_at_once)
+        connected = 0
+        all_in = asyncio.Event()
+
+        async def one(i):
+            nonlocal connected
+            async with gate:
+                c = await p.aconnect(dbname="benchdb", connect_timeout=120)
+            try:
+                connected += 1
+                if connected == clients:
+                    all_in.set()
+                if barrier:
+                    await asyncio.wait_for(all_in.wait(), 300)
+                for j in range(transactions):
+                    async with c.transaction():
+                        cur = await c.execute("SELECT %s::int + %s::int", (i, j))
+                        v = (await cur.fetchone())[0]
+                        assert v == i + j
+                        results.append(1)
+            finally:
+                await c.close()
+
+        outcomes = await asyncio.gather(*[one(i) for i in range(clients)], return_exceptions=True)
         errors = [repr(o) for o in outcomes if isinstance(o, BaseException)]
         return results, errors
     return asyncio.run(main())
@@ -157,7 +173,7 @@ def test_1000_concurrent_psycopg_clients_pool_10(pgcat, pg, mode):
     p = pgcat(general={"pool_mode": mode, "default_pool_size": 10, "max_client_conn": 2000},
               pools=bench_pool(pg))
     with MaxSampler(pg, db="benchdb") as s:
-        results, errors = run_1000_clients(p)
+        results, errors = run_1000_clients(p, barrier=(mode == "transaction"))
     assert not errors, "%d of 1000 clients failed, e.g. %s" % (len(errors), errors[:3])
     assert len(results) == 1000 * 20
     assert s.max <= 10, "pool_size 10 but %d server connections" % s.max
