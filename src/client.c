@@ -297,10 +297,6 @@ static void start_login(struct client *c)
 		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS, "too many clients already");
 		return;
 	}
-	if (w->shutting_down) {
-		client_close(c, "57P03", "pgcat is shutting down");
-		return;
-	}
 	struct auth_credentials cred = { 0 };
 	const struct auth_credentials *credp = NULL;
 	if (c->is_admin) {

@@ -102,8 +102,8 @@ static pid_t spawn(struct supervisor *sv, int id, bool restart)
 	}
 	if (pid > 0)
 		return pid;
-	/* The worker. */
-	sigprocmask(SIG_SETMASK, &sv->old_mask, NULL);
+	/* The worker. Signals stay blocked until its handlers are in place:
+	 * a SIGTERM forwarded during startup then waits instead of killing it. */
 	struct config *cfg = sv->cfg;
 	if (restart) {
 		/* Workers reload on their own: start from the file as it is now. */
@@ -124,10 +124,10 @@ static pid_t spawn(struct supervisor *sv, int id, bool restart)
 		log_error("worker %d: startup failed", id);
 		exit(1);
 	}
+	sigprocmask(SIG_SETMASK, &sv->old_mask, NULL);
 	atomic_store(&slot->ready, 1);
 	int rc = worker_run(w);
 	worker_destroy(w);
-	atomic_store(&slot->ready, 0);
 	log_close();
 	exit(rc);
 }
@@ -159,6 +159,9 @@ static void reap(struct supervisor *sv)
 		if (id < 0)
 			continue;
 		sv->pids[id] = 0;
+		/* Ready since the last loop tick counts too. */
+		if (atomic_load(&sv->shm.h->workers[id].ready))
+			sv->ever_ready[id] = true;
 		atomic_store(&sv->shm.h->workers[id].pid, 0);
 		atomic_store(&sv->shm.h->workers[id].ready, 0);
 		bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;

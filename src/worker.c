@@ -331,10 +331,26 @@ static void worker_publish(struct worker *w)
 	apply_admin_commands(w);
 }
 
+/* Shutdown: a client that logged in during the drain had a moment to send
+ * its first query; one that stays idle is closed. */
+#define SHUTDOWN_IDLE_GRACE_US 1000000ULL
+
+static void close_idle_after_grace(struct worker *w)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
+		struct client *c = LIST_OWNER(pos, struct client, node);
+		if (w->now_us - c->state_since_us >= SHUTDOWN_IDLE_GRACE_US)
+			client_close(c, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
+	}
+}
+
 static void janitor_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct worker *w = arg;
 	worker_update_clock(w);
+	if (w->shutting_down)
+		close_idle_after_grace(w);
 	int autoreload = w->cfg->general.autoreload;
 	if (autoreload > 0 && w->now_us - w->last_autoreload_check_us >= (uint64_t)autoreload * 1000) {
 		w->last_autoreload_check_us = w->now_us;
@@ -377,8 +393,12 @@ void worker_begin_shutdown(struct worker *w)
 	w->shutting_down = true;
 	log_info("shutting down: waiting up to %d ms for clients to finish", w->cfg->general.shutdown_timeout);
 	close_listeners(w);
-	/* /metrics keeps answering while clients drain (SPEC §8). */
-	close_all_clients(w, &w->clients_login, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
+	/* /metrics keeps answering while clients drain (SPEC §8). Clients in
+	 * the middle of logging in (an online restart) may finish and run
+	 * their first transaction; they are closed after it. */
+	struct list_node *lp, *lt;
+	LIST_FOREACH_SAFE(lp, lt, &w->clients_login)
+		LIST_OWNER(lp, struct client, node)->close_when_released = true;
 	close_all_clients(w, &w->clients_idle, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
 	/* Linked clients finish their transaction; those sitting idle on a
 	 * session-mode server with nothing running can go now. */

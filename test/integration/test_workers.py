@@ -1,0 +1,263 @@
+# SPDX-License-Identifier: MIT
+"""Several worker processes sharing the port, and the shared segment
+(SPEC §3.4, §9): instance-wide pool sizes, client limits and figures,
+cancellation across workers, restarts, signals, systemd readiness and the
+online restart."""
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import psycopg
+import pytest
+
+from conftest import (ADMIN_PASSWORD, ADMIN_USER, PASSWORDS, PG_BIN, free_port, pgcat_binary, pgcat_env,
+                      port_open, render_ini, default_general, default_pools, wait_until)
+from test_admin import admin, command, show
+
+
+def run_in_thread(fn):
+    box = {}
+
+    def target():
+        try:
+            box["result"] = fn()
+        except Exception as e:   # the test inspects it
+            box["error"] = e
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t, box
+
+
+def worker_pids(inst):
+    r = admin(inst)
+    _, rows = show(r, "WORKERS")
+    return [int(x["pid"]) for x in rows]
+
+
+def test_workers_listed_and_share_the_port(pgcat):
+    inst = pgcat(general={"workers": 2})
+    wait_until(lambda: len(worker_pids(inst)) == 2)
+    pids = worker_pids(inst)
+    assert len(set(pids)) == 2 and inst.pid not in pids
+    # many connections: both workers get some (SO_REUSEPORT spreads them)
+    conns = [inst.connect() for _ in range(24)]
+    for c in conns:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+    r = admin(inst)
+    _, rows = show(r, "WORKERS")
+    clients = [int(x["clients"]) for x in rows]
+    assert sum(clients) >= 24 and all(n > 0 for n in clients), clients
+    for c in conns:
+        c.close()
+
+
+def test_pool_size_holds_per_instance(pgcat, pg):
+    inst = pgcat(general={"workers": 2, "default_pool_size": 3})
+    conns = [inst.connect(autocommit=False) for _ in range(12)]
+    seen = []
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            seen.append(pg.count("app", "appdb"))
+            time.sleep(0.02)
+    s = threading.Thread(target=sample, daemon=True)
+    s.start()
+    threads = [run_in_thread(lambda c=c: (c.execute("SELECT pg_sleep(0.3)"), c.commit())) for c in conns]
+    for t, box in threads:
+        t.join(30)
+        assert "error" not in box, box
+    stop.set()
+    s.join()
+    assert max(seen) <= 3, "pool_size 3 but %d server connections" % max(seen)
+    for c in conns:
+        c.close()
+
+
+def test_max_client_conn_per_instance(pgcat):
+    inst = pgcat(general={"workers": 2, "max_client_conn": 4})
+    conns = [inst.connect() for _ in range(4)]
+    with pytest.raises(psycopg.OperationalError) as e:
+        inst.connect()
+    assert "too many clients" in str(e.value)
+    for c in conns:
+        c.close()
+
+
+def test_cancel_reaches_the_query_from_any_worker(pgcat):
+    inst = pgcat(general={"workers": 2})
+    cancelled = 0
+    for _ in range(8):
+        c = inst.connect()
+        t, box = run_in_thread(lambda: c.execute("SELECT pg_sleep(5)"))
+        time.sleep(0.3)
+        c.cancel()   # a new connection: lands on either worker
+        t.join(10)
+        assert not t.is_alive()
+        if isinstance(box.get("error"), psycopg.errors.QueryCanceled):
+            cancelled += 1
+        c.close()
+    assert cancelled == 8
+
+
+def test_stats_are_summed_over_workers(pgcat):
+    inst = pgcat(general={"workers": 2})
+    for i in range(20):
+        with inst.connect() as c:
+            c.execute("SELECT 1")
+    r = admin(inst)
+    _, rows = show(r, "STATS_TOTALS")
+    row = {x["database"]: x for x in rows}["appdb"]
+    assert int(row["client_login_count"]) >= 20
+    assert int(row["xact_count"]) >= 20
+
+
+def test_dead_worker_is_restarted(pgcat):
+    inst = pgcat(general={"workers": 2})
+    wait_until(lambda: len(worker_pids(inst)) == 2)
+    victim = worker_pids(inst)[1]
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: len(worker_pids(inst)) == 2 and victim not in worker_pids(inst), 15)
+    r = admin(inst)
+    _, rows = show(r, "WORKERS")
+    assert sum(int(x["restarts"]) for x in rows) == 1
+    assert "died of signal 9" in inst.log()
+    for _ in range(10):
+        with inst.connect() as c:
+            assert c.execute("SELECT 7").fetchone()[0] == 7
+
+
+def test_pause_applies_to_every_worker(pgcat):
+    inst = pgcat(general={"workers": 2})
+    r = admin(inst)
+    assert command(r, "PAUSE appdb") is None
+    conns = [inst.connect() for _ in range(6)]
+    threads = [run_in_thread(lambda c=c: c.execute("SELECT 5").fetchone()[0]) for c in conns]
+    time.sleep(0.8)
+    assert all(t.is_alive() for t, _ in threads), "a query ran on a paused pool"
+    assert command(r, "RESUME appdb") is None
+    for t, box in threads:
+        t.join(10)
+        assert box.get("result") == 5, box
+    for c in conns:
+        c.close()
+
+
+def test_sighup_reloads_every_worker(pgcat, pg):
+    inst = pgcat(general={"workers": 2, "default_pool_size": 5})
+    inst.general["default_pool_size"] = 2
+    inst.write()
+    inst.send_signal(signal.SIGHUP)
+    wait_until(lambda: inst.log().count("configuration reloaded") >= 2, 10)
+    conns = [inst.connect(autocommit=False) for _ in range(8)]
+    seen = []
+    threads = [run_in_thread(lambda c=c: (c.execute("SELECT pg_sleep(0.3)"), c.commit())) for c in conns]
+    for _ in range(10):
+        seen.append(pg.count("app", "appdb"))
+        time.sleep(0.05)
+    for t, box in threads:
+        t.join(30)
+        assert "error" not in box, box
+    assert max(seen) <= 2
+    for c in conns:
+        c.close()
+
+
+def test_sd_notify_readiness(pg, tmp_path):
+    sock_path = str(tmp_path / "notify.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(sock_path)
+    s.settimeout(15)
+    port = free_port()
+    g = default_general(port, tmp_path)
+    g["workers"] = 2
+    ini = tmp_path / "pgcat.ini"
+    ini.write_text(render_ini(g, default_pools(pg)))
+    env = pgcat_env({"NOTIFY_SOCKET": sock_path})
+    log = open(tmp_path / "log", "wb")
+    proc = subprocess.Popen([pgcat_binary(), str(ini)], stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    try:
+        assert s.recv(100) == b"READY=1"
+        assert port_open("127.0.0.1", port)
+        proc.send_signal(signal.SIGHUP)
+        assert s.recv(100) == b"RELOADING=1"
+        assert s.recv(100) == b"READY=1"
+        proc.send_signal(signal.SIGTERM)
+        assert s.recv(100) == b"STOPPING=1"
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+        s.close()
+
+
+MIGRATE = "/proc/sys/net/ipv4/tcp_migrate_req"
+
+
+@pytest.fixture
+def tcp_migrate_req():
+    """Linux resets connections still in a closing listener's accept queue
+    unless net.ipv4.tcp_migrate_req = 1 (SPEC §9 and doc/operations.md)."""
+    try:
+        old = open(MIGRATE).read().strip()
+        with open(MIGRATE, "w") as f:
+            f.write("1")
+    except OSError:
+        pytest.skip("cannot set net.ipv4.tcp_migrate_req here")
+    yield
+    with open(MIGRATE, "w") as f:
+        f.write(old)
+
+
+def test_online_restart_no_client_error(pg, tmp_path, tcp_migrate_req):
+    """A second pgcat on the same port takes new clients while the first,
+    sent SIGTERM, drains: clients that connect per transaction see no error."""
+    port = free_port()
+
+    def start(name):
+        d = tmp_path / name
+        d.mkdir()
+        g = default_general(port, d)
+        g["unix_socket_dir"] = ""
+        ini = d / "pgcat.ini"
+        ini.write_text(render_ini(g, default_pools(pg)))
+        log = open(d / "log", "wb")
+        p = subprocess.Popen([pgcat_binary(), str(ini)], stdout=log, stderr=subprocess.STDOUT,
+                             env=pgcat_env(), start_new_session=True)
+        return p, log
+    a, la = start("a")
+    wait_until(lambda: port_open("127.0.0.1", port), 15)
+    errors = []
+    stop = threading.Event()
+
+    def client_loop():
+        while not stop.is_set():
+            try:
+                with psycopg.connect(host="127.0.0.1", port=port, user="app", password=PASSWORDS["app"],
+                                     dbname="appdb", connect_timeout=5) as c:
+                    c.execute("SELECT 1").fetchone()
+            except Exception as e:   # counted: the test asserts there are none
+                errors.append(repr(e))
+            time.sleep(0.01)
+    threads = [threading.Thread(target=client_loop, daemon=True) for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(1)
+    b, lb = start("b")
+    time.sleep(1.5)          # b is listening beside a
+    a.send_signal(signal.SIGTERM)
+    assert a.wait(30) == 0
+    time.sleep(1.5)          # clients now all land on b
+    stop.set()
+    for t in threads:
+        t.join(10)
+    b.send_signal(signal.SIGTERM)
+    assert b.wait(30) == 0
+    la.close()
+    lb.close()
+    assert errors == [], errors[:5]
