@@ -72,9 +72,13 @@ struct client {
 	bool processing, reprocess;
 	/* failed transaction, extended protocol: pgcat answers a ROLLBACK batch itself */
 	bool local_rollback_batch;
-	/* admin console: a PAUSE waiting for its pools to drain */
-	bool admin_pause_pending;
-	char admin_pause_db[64];
+	/* admin console: a command whose reply waits until every worker
+	 * applied it (admin_wait_seq) and, for PAUSE, the pools drained */
+	bool admin_pending;
+	bool admin_pending_drain;
+	uint64_t admin_wait_seq;
+	char admin_pending_tag[16];
+	char admin_pending_db[64];
 
 	int64_t connect_wall;         /* time(), for SHOW CLIENTS */
 	uint64_t connect_us;

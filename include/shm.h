@@ -36,6 +36,7 @@ struct shm_worker {
 	_Atomic int32_t servers;
 	_Atomic int32_t ready;         /* listening */
 	_Atomic int32_t restarts;
+	_Atomic uint64_t admin_applied;  /* last admin command seq this worker has seen */
 };
 
 struct shm_pool_entry {
@@ -148,7 +149,11 @@ void shm_bans_copy(struct shm *shm, struct bans *out);
 bool shm_is_banned(struct shm *shm, const char *host, int port, int64_t now);
 
 /* Admin commands for every worker. */
-void shm_admin_post(struct shm *shm, int from_worker, enum shm_admin_command cmd, const char *arg, const char *value);
+/* Returns the command's sequence number. */
+uint64_t shm_admin_post(struct shm *shm, int from_worker, enum shm_admin_command cmd, const char *arg,
+			const char *value);
+/* Every live worker other than me has seen command seq. */
+bool shm_admin_applied_by_all(struct shm *shm, int me, uint64_t seq);
 /* Next command after *seen, or false. */
 bool shm_admin_next(struct shm *shm, uint64_t *seen, struct shm_admin_entry *out);
 

@@ -934,12 +934,25 @@ static bool parse_host_port(const char *s, char *host, size_t hostlen, int *port
 	return true;
 }
 
-/* Pending PAUSE: answered by the janitor once the pools drained. */
-static void finish_pause(struct client *c)
+/* A command for every worker: reply once they all applied it (and, for
+ * PAUSE, once the pools drained), else later from the janitor. Returns
+ * true when the reply went out now. */
+static bool broadcast(struct client *c, enum shm_admin_command cmd, const char *arg, const char *value,
+		      const char *tag, bool drain)
 {
-	command_complete(c, "PAUSE");
-	send_rfq(c);
-	c->admin_pause_pending = false;
+	struct worker *w = c->w;
+	uint64_t seq = shm_admin_post(w->shm, w->id, cmd, arg, value);
+	c->admin_wait_seq = seq;
+	c->admin_pending_drain = drain;
+	snprintf(c->admin_pending_tag, sizeof c->admin_pending_tag, "%s", tag);
+	snprintf(c->admin_pending_db, sizeof c->admin_pending_db, "%s", arg ? arg : "");
+	if (shm_admin_applied_by_all(w->shm, w->id, seq) &&
+	    (!drain || pool_paused_drained(w, arg && arg[0] ? arg : NULL))) {
+		command_complete(c, tag);
+		return true;
+	}
+	c->admin_pending = true;
+	return false;
 }
 
 void admin_janitor(struct worker *w)
@@ -947,9 +960,17 @@ void admin_janitor(struct worker *w)
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
 		struct client *c = LIST_OWNER(pos, struct client, node);
-		if (c->is_admin && c->admin_pause_pending &&
-		    pool_paused_drained(w, c->admin_pause_db[0] ? c->admin_pause_db : NULL))
-			finish_pause(c);
+		if (!c->is_admin || !c->admin_pending)
+			continue;
+		if (!shm_admin_applied_by_all(w->shm, w->id, c->admin_wait_seq))
+			continue;
+		if (c->admin_pending_drain &&
+		    !pool_paused_drained(w, c->admin_pending_db[0] ? c->admin_pending_db : NULL))
+			continue;
+		c->admin_pending = false;
+		command_complete(c, c->admin_pending_tag);
+		send_rfq(c);
+		client_process(c);
 	}
 }
 
@@ -1007,19 +1028,12 @@ static bool run_command(struct client *c, const char *sql)
 			send_error(c, "3D000", "no such database: %s", db);
 			return true;
 		}
-		shm_admin_post(w->shm, w->id, cmd, db, NULL);
 		log_info("admin: %s %s", ws.w[0], db ? db : "(all)");
-		if (is(&ws, 0, "pause") && !pool_paused_drained(w, db)) {
-			c->admin_pause_pending = true;
-			snprintf(c->admin_pause_db, sizeof c->admin_pause_db, "%s", db ? db : "");
-			return false;
-		}
 		char tag[16];
 		snprintf(tag, sizeof tag, "%s", ws.w[0]);
 		for (char *t = tag; *t; t++)
 			*t = (char)toupper((unsigned char)*t);
-		command_complete(c, tag);
-		return true;
+		return broadcast(c, cmd, db, NULL, tag, cmd == SHM_ADMIN_PAUSE);
 	}
 	if ((is(&ws, 0, "disable") || is(&ws, 0, "enable") || is(&ws, 0, "kill")) && ws.n == 2) {
 		int n = is(&ws, 0, "kill") ? pool_kill(w, db) : pool_set_disabled(w, db, is(&ws, 0, "disable"));
@@ -1027,12 +1041,10 @@ static bool run_command(struct client *c, const char *sql)
 			send_error(c, "3D000", "no such database: %s", db);
 			return true;
 		}
-		shm_admin_post(w->shm, w->id,
-			       is(&ws, 0, "kill") ? SHM_ADMIN_KILL : is(&ws, 0, "disable") ? SHM_ADMIN_DISABLE : SHM_ADMIN_ENABLE,
-			       db, NULL);
 		log_info("admin: %s %s", ws.w[0], db);
-		command_complete(c, is(&ws, 0, "kill") ? "KILL" : is(&ws, 0, "disable") ? "DISABLE" : "ENABLE");
-		return true;
+		return broadcast(c,
+				 is(&ws, 0, "kill") ? SHM_ADMIN_KILL : is(&ws, 0, "disable") ? SHM_ADMIN_DISABLE : SHM_ADMIN_ENABLE,
+				 db, NULL, is(&ws, 0, "kill") ? "KILL" : is(&ws, 0, "disable") ? "DISABLE" : "ENABLE", false);
 	}
 	if (is(&ws, 0, "shutdown") && ws.n == 1) {
 		log_info("admin: SHUTDOWN");
@@ -1098,10 +1110,8 @@ static bool run_command(struct client *c, const char *sql)
 		}
 		log_set_level(w->cfg->general.log_level);
 		pool_reapply_general(w);
-		shm_admin_post(w->shm, w->id, SHM_ADMIN_SET, key, value);
 		log_info("admin: SET %s", key);
-		command_complete(c, "SET");
-		return true;
+		return broadcast(c, SHM_ADMIN_SET, key, value, "SET", false);
 	}
 	send_error(c, "42601", "unknown admin command: %s", sql);
 	return true;
@@ -1118,8 +1128,8 @@ bool admin_handle_message(struct client *c, const struct proto_frame *f)
 {
 	struct evbuffer *in = c->io.in;
 	uint32_t total = f->len + 1;
-	if (c->admin_pause_pending)
-		return false;   /* the reply to PAUSE comes first */
+	if (c->admin_pending)
+		return false;   /* the reply to the previous command comes first */
 	switch (f->type) {
 	case PqMsg_Query: {
 		if (total > ADMIN_MAX_QUERY) {

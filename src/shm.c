@@ -387,7 +387,20 @@ bool shm_is_banned(struct shm *shm, const char *host, int port, int64_t now)
 	return b;
 }
 
-void shm_admin_post(struct shm *shm, int from_worker, enum shm_admin_command cmd, const char *arg, const char *value)
+bool shm_admin_applied_by_all(struct shm *shm, int me, uint64_t seq)
+{
+	for (uint32_t i = 0; i < shm->h->n_workers; i++) {
+		struct shm_worker *w = &shm->h->workers[i];
+		if ((int)i == me || atomic_load(&w->pid) <= 0 || !atomic_load(&w->ready))
+			continue;
+		if (atomic_load(&w->admin_applied) < seq)
+			return false;
+	}
+	return true;
+}
+
+uint64_t shm_admin_post(struct shm *shm, int from_worker, enum shm_admin_command cmd, const char *arg,
+			const char *value)
 {
 	lock(shm);
 	uint64_t seq = atomic_load(&shm->h->admin_seq) + 1;
@@ -399,6 +412,7 @@ void shm_admin_post(struct shm *shm, int from_worker, enum shm_admin_command cmd
 	snprintf(e->value, sizeof e->value, "%s", value ? value : "");
 	atomic_store(&shm->h->admin_seq, seq);
 	unlock(shm);
+	return seq;
 }
 
 bool shm_admin_next(struct shm *shm, uint64_t *seen, struct shm_admin_entry *out)

@@ -312,6 +312,7 @@ static void apply_admin_commands(struct worker *w)
 		}
 		}
 	}
+	atomic_store(&w->shm->h->workers[w->id].admin_applied, w->admin_seen);
 }
 
 /* This worker's share of the instance-wide figures. */
@@ -381,8 +382,9 @@ void worker_check_shutdown_done(struct worker *w)
 {
 	if (!w->shutting_down || w->n_clients > 0)
 		return;
-	/* Every client is gone: close the servers and leave the loop. */
-	pool_destroy_all(w);
+	/* Every client is gone: leave the loop; worker_destroy closes the
+	 * servers. (Not here: this runs deep inside callbacks that still
+	 * hold pointers to pools and servers.) */
 	event_base_loopexit(w->base, NULL);
 }
 
