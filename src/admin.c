@@ -226,6 +226,9 @@ static void show_stats_view(struct client *c, enum stats_view view)
 		"total_client_login_count", "avg_server_assignment_count", "avg_xact_count", "avg_query_count",
 		"avg_recv", "avg_sent", "avg_xact_time", "avg_query_time", "avg_wait_time",
 		"avg_client_parse_count", "avg_server_parse_count", "avg_bind_count", "avg_client_login_count",
+		/* PgBouncer before 1.8 named the query count total_requests; exporters
+		 * of that era (Debian's prometheus-pgbouncer-exporter) still read it. */
+		"total_requests",
 	};
 	static const char *const totals[] = {
 		"database", "server_assignment_count", "xact_count", "query_count", "bytes_received",
@@ -240,7 +243,7 @@ static void show_stats_view(struct client *c, enum stats_view view)
 	struct worker *w = c->w;
 	struct result r;
 	res_begin(&r, c, view == STATS_VIEW_BOTH ? both : view == STATS_VIEW_TOTALS ? totals : avgs,
-		  view == STATS_VIEW_BOTH ? "siiiiiiiiiiiiiiiiiiiiiiii" : "siiiiiiiiiiii");
+		  view == STATS_VIEW_BOTH ? "siiiiiiiiiiiiiiiiiiiiiiiii" : "siiiiiiiiiiii");
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
@@ -256,6 +259,8 @@ static void show_stats_view(struct client *c, enum stats_view view)
 		if (view != STATS_VIEW_TOTALS)
 			for (size_t i = 0; i < N_STAT_ORDER; i++)
 				row_i(&r, (int64_t)avg.v[stat_order[i]]);
+		if (view == STATS_VIEW_BOTH)
+			row_i(&r, (int64_t)tot.v[STAT_QUERY]);
 		row_end(&r);
 	}
 	res_end(&r);
@@ -322,13 +327,14 @@ static void show_databases(struct client *c)
 		"reserve_pool_size", "server_lifetime", "pool_mode", "load_balance_hosts", "max_connections",
 		"current_connections", "max_client_connections", "current_client_connections", "paused",
 		"disabled", "shard", "role", "banned",
+		"reserve_pool",   /* the pre-1.8 name of reserve_pool_size, for old exporters */
 	};
 	struct worker *w = c->w;
 	int64_t now = (int64_t)time(NULL);
 	struct bans bans;
 	shm_bans_copy(w->shm, &bans);
 	struct result r;
-	res_begin(&r, c, cols, "ssisiiiiissiiiiiiisi");
+	res_begin(&r, c, cols, "ssisiiiiissiiiiiiisii");
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
@@ -370,6 +376,7 @@ static void show_databases(struct client *c)
 			row_i(&r, sp->shard);
 			row_s(&r, role_name(sp->role));
 			row_i(&r, bans_is_banned(&bans, sp->host, sp->port, now));
+			row_i(&r, 0);
 			row_end(&r);
 		}
 	}

@@ -360,3 +360,97 @@ def test_shutdown_command_exits_zero(pgcat):
     wait_until(lambda: not inst.alive(), 15)
     assert inst.proc.returncode == 0
     inst.stopped_by_test = True
+
+
+def test_stats_count_exactly_the_transactions(pgcat):
+    inst = pgcat()
+    r = admin(inst)
+    c = inst.connect()
+    c.execute("SELECT 1")    # the connection's first use, before the baseline
+    before = {x["database"]: x for x in show(r, "STATS_TOTALS")[1]}["appdb"]
+    for i in range(100):
+        c.execute("SELECT %s::int", (i,))
+    after = {x["database"]: x for x in show(r, "STATS_TOTALS")[1]}["appdb"]
+    assert int(after["xact_count"]) - int(before["xact_count"]) == 100
+    assert int(after["query_count"]) - int(before["query_count"]) == 100
+    c.close()
+
+
+def test_show_through_psycopg_client_cursor(pgcat):
+    """psycopg's ClientCursor speaks the simple protocol the console wants."""
+    inst = pgcat()
+    traffic(inst, 5)
+    with psycopg.connect(**inst.conninfo(user=ADMIN_USER, dbname="pgbouncer", password=ADMIN_PASSWORD),
+                         autocommit=True, cursor_factory=psycopg.ClientCursor) as a:
+        cur = a.execute("SHOW POOLS")
+        cols = [d.name for d in cur.description]
+        assert cols[:4] == ["database", "user", "cl_active", "cl_waiting"]
+        rows = cur.fetchall()
+        assert ("appdb", "app") in [(x[0], x[1]) for x in rows]
+        cur = a.execute("SHOW STATS")
+        row = [x for x in cur.fetchall() if x[0] == "appdb"][0]
+        assert int(row[2]) >= 5     # total_xact_count
+
+
+def test_metrics_parse_with_prometheus_client(pgcat):
+    from prometheus_client.parser import text_string_to_metric_families
+    port = free_port()
+    inst = pgcat(general={"prometheus_port": port})
+    traffic(inst, 12)
+    body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read().decode()
+    families = {f.name: f for f in text_string_to_metric_families(body)}
+    # counters are exposed without the _total suffix in the family name
+    xacts = [s for s in families["pgcat_stats_xacts"].samples
+             if s.labels.get("pool") == "appdb" and s.labels.get("user") == "app"]
+    assert xacts and xacts[0].value >= 12
+    hist = families["pgcat_query_duration_seconds"]
+    assert hist.type == "histogram"
+    count = [s for s in hist.samples if s.name.endswith("_count") and s.labels.get("user") == "app"][0]
+    assert count.value >= 12
+
+
+def test_pgbouncer_exporter_scrapes_pgcat(pgcat):
+    """Debian's prometheus-pgbouncer-exporter, written for PgBouncer, reads
+    pgcat's console without errors and reports the pools."""
+    exe = "/usr/bin/prometheus-pgbouncer-exporter"
+    assert os.path.exists(exe), "scripts/test.sh installs prometheus-pgbouncer-exporter"
+    inst = pgcat()
+    traffic(inst, 7)
+    port = free_port()
+    env = dict(os.environ, PGPASSWORD=ADMIN_PASSWORD)
+    import subprocess
+    proc = subprocess.Popen([exe, "--port", str(port), "--host", "127.0.0.1", "--pgbouncer-port", str(inst.port),
+                             "--pgbouncer-user", ADMIN_USER, "--pgbouncer-host", inst.host],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        def scrape():
+            return urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read().decode()
+        body = wait_until(scrape, 20)
+        assert 'pgbouncer_active_clients{database="appdb",user="app"}' in body
+        req = [l for l in body.splitlines() if l.startswith('pgbouncer_requests_total{database="appdb"}')]
+        assert req and float(req[0].split()[-1]) >= 7
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=10)[0].decode(errors="replace")
+    assert "Traceback" not in out and "Error" not in out, out
+
+
+def test_reload_under_load_no_failed_transactions(pgcat, pg, tmp_path):
+    import subprocess
+    from conftest import PG_BIN
+    inst = pgcat(general={"default_pool_size": 5})
+    script = tmp_path / "select.sql"
+    script.write_text("SELECT 1;\n")
+    env = dict(os.environ, PGPASSWORD=PASSWORDS["app"], PGSSLMODE="disable")
+    bench = subprocess.Popen([str(PG_BIN / "pgbench"), "-h", inst.host, "-p", str(inst.port), "-U", "app", "-n",
+                              "-c", "8", "-j", "2", "-T", "6", "-f", str(script), "appdb"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    r = admin(inst)
+    for size in (3, 7, 4):
+        time.sleep(1.2)
+        inst.general["default_pool_size"] = size
+        inst.write()
+        assert command(r, "RELOAD") is None
+    out = bench.communicate(timeout=60)[0]
+    assert bench.returncode == 0, out
+    assert "number of failed transactions: 0" in out, out
