@@ -401,7 +401,12 @@ void worker_begin_shutdown(struct worker *w)
 	struct list_node *lp, *lt;
 	LIST_FOREACH_SAFE(lp, lt, &w->clients_login)
 		LIST_OWNER(lp, struct client, node)->close_when_released = true;
-	close_all_clients(w, &w->clients_idle, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
+	/* Idle clients: those idle for a while go now; one that just logged in
+	 * or just finished a transaction gets a moment to send its next
+	 * request (close_idle_after_grace). */
+	LIST_FOREACH_SAFE(lp, lt, &w->clients_idle)
+		LIST_OWNER(lp, struct client, node)->close_when_released = true;
+	close_idle_after_grace(w);
 	/* Linked clients finish their transaction; those sitting idle on a
 	 * session-mode server with nothing running can go now. */
 	struct list_node *pos, *tmp;

@@ -56,7 +56,7 @@ def test_workers_listed_and_share_the_port(pgcat):
 
 def test_pool_size_holds_per_instance(pgcat, pg):
     inst = pgcat(general={"workers": 2, "default_pool_size": 3})
-    conns = [inst.connect(autocommit=False) for _ in range(12)]
+    conns = [inst.connect(autocommit=False) for _ in range(50)]
     seen = []
     stop = threading.Event()
 
@@ -90,7 +90,7 @@ def test_max_client_conn_per_instance(pgcat):
 def test_cancel_reaches_the_query_from_any_worker(pgcat):
     inst = pgcat(general={"workers": 2})
     cancelled = 0
-    for _ in range(8):
+    for _ in range(20):
         c = inst.connect()
         t, box = run_in_thread(lambda: c.execute("SELECT pg_sleep(5)"))
         time.sleep(0.3)
@@ -100,7 +100,7 @@ def test_cancel_reaches_the_query_from_any_worker(pgcat):
         if isinstance(box.get("error"), psycopg.errors.QueryCanceled):
             cancelled += 1
         c.close()
-    assert cancelled == 8
+    assert cancelled == 20
 
 
 def test_stats_are_summed_over_workers(pgcat):
@@ -261,3 +261,58 @@ def test_online_restart_no_client_error(pg, tmp_path, tcp_migrate_req):
     la.close()
     lb.close()
     assert errors == [], errors[:5]
+
+
+def test_sigterm_with_transaction_in_flight_two_workers(pgcat, pg, table):
+    t = table("id int")
+    p = pgcat(general={"workers": 2, "shutdown_timeout": 20000})
+    c = p.connect(autocommit=False)
+    c.execute("INSERT INTO %s VALUES (1)" % t)
+    p.send_signal(signal.SIGTERM)
+    p.stopped_by_test = True
+    wait_until(lambda: not port_open(p.host, p.port), 10)
+    c.execute("INSERT INTO %s VALUES (2)" % t)
+    c.commit()
+    assert p.stop(timeout=15) == 0
+    assert pg.sql("SELECT count(*) FROM %s" % t)[0][0] == 2
+    c.close()
+
+
+def test_online_restart_pgbench_no_failed_transactions(pg, tmp_path, tcp_migrate_req):
+    """pgbench with a new connection per transaction (-C) through an online
+    restart: old instance drains, new one takes over, nothing fails."""
+    port = free_port()
+
+    def start(name):
+        d = tmp_path / name
+        d.mkdir()
+        g = default_general(port, d)
+        g["unix_socket_dir"] = ""
+        g["workers"] = 2
+        ini = d / "pgcat.ini"
+        ini.write_text(render_ini(g, default_pools(pg)))
+        log = open(d / "log", "wb")
+        p = subprocess.Popen([pgcat_binary(), str(ini)], stdout=log, stderr=subprocess.STDOUT,
+                             env=pgcat_env(), start_new_session=True)
+        return p, log
+    a, la = start("a")
+    wait_until(lambda: port_open("127.0.0.1", port), 15)
+    script = tmp_path / "s.sql"
+    script.write_text("SELECT 1;\n")
+    env = dict(os.environ, PGPASSWORD=PASSWORDS["app"], PGSSLMODE="disable")
+    bench = subprocess.Popen([str(PG_BIN / "pgbench"), "-h", "127.0.0.1", "-p", str(port), "-U", "app", "-n", "-C",
+                              "-c", "4", "-j", "2", "-T", "6", "-f", str(script), "appdb"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(1.5)
+    b, lb = start("b")
+    wait_until(lambda: b.poll() is None and port_open("127.0.0.1", port), 10)
+    time.sleep(1)
+    a.send_signal(signal.SIGTERM)
+    assert a.wait(30) == 0
+    out = bench.communicate(timeout=60)[0]
+    b.send_signal(signal.SIGTERM)
+    assert b.wait(30) == 0
+    la.close()
+    lb.close()
+    assert bench.returncode == 0, out
+    assert "number of failed transactions: 0" in out, out
