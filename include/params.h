@@ -23,8 +23,9 @@ struct param {
 };
 
 struct params {
-	struct param items[PARAMS_MAX];
-	size_t n;
+	/* Grown on demand: an idle client's footprint stays small. */
+	struct param *items;
+	size_t n, cap;
 	/* Order-independent digest of the whole set, kept current by every
 	 * change: two sets with equal digests need no SET between them, which
 	 * spares comparing every parameter on every server hand-out. */

@@ -36,7 +36,9 @@ static uint64_t entry_hash(const char *name, const char *value, bool raw)
 
 void params_init(struct params *p)
 {
+	p->items = NULL;
 	p->n = 0;
+	p->cap = 0;
 	p->digest = 0;
 }
 
@@ -46,7 +48,10 @@ void params_clear(struct params *p)
 		free(p->items[i].name);
 		free(p->items[i].value);
 	}
+	free(p->items);
+	p->items = NULL;
 	p->n = 0;
+	p->cap = 0;
 	p->digest = 0;
 }
 
@@ -82,6 +87,16 @@ bool params_set(struct params *p, const char *name, const char *value, bool raw)
 	}
 	if (p->n >= PARAMS_MAX)
 		return false;
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? p->cap * 2 : 16;
+		if (cap > PARAMS_MAX)
+			cap = PARAMS_MAX;
+		struct param *items = realloc(p->items, cap * sizeof *items);
+		if (!items)
+			return false;
+		p->items = items;
+		p->cap = cap;
+	}
 	char *n = strdup(name), *v = strdup(value);
 	if (!n || !v) {
 		free(n);
