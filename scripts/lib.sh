@@ -58,13 +58,19 @@ build_out_of_tree() {
 		  (cd "$root" && git ls-files -z -o -i --exclude-standard -- 'src/*.[ch]' 'include/*.h' 'test/*.[ch]'); } \
 			| (cd "$root" && tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -xpf - -C "$src"
 	fi
-	if [ ! -x "$src/configure" ]; then
+	# (Re)generate the build system when it is missing or older than its sources.
+	if [ ! -x "$src/configure" ] || [ "$src/configure.ac" -nt "$src/configure" ] \
+		|| [ ! -f "$src/Makefile.in" ] || [ "$src/Makefile.am" -nt "$src/Makefile.in" ]; then
 		log "autogen.sh"
 		(cd "$src" && ./autogen.sh)
 	fi
 	local stamp="$src|$*"
-	if [ ! -f "$bdir/Makefile" ] || [ "$(cat "$bdir/.configure-stamp" 2>/dev/null)" != "$stamp" ]; then
-		log "configure in $bdir"
+	if [ ! -f "$bdir/Makefile" ] || [ ! -f "$bdir/config.status" ] \
+		|| [ "$src/configure" -nt "$bdir/config.status" ] \
+		|| [ "$(cat "$bdir/.configure-stamp" 2>/dev/null)" != "$stamp" ]; then
+		log "configure in $bdir (from scratch)"
+		# Files of an older configuration (e.g. a renamed config header) must not linger.
+		find "$bdir" -mindepth 1 -maxdepth 1 ! -name .srctree -exec rm -rf {} +
 		(cd "$bdir" && "$src/configure" "$@") > "$bdir/configure.out" 2>&1 \
 			|| { tail -40 "$bdir/configure.out"; die "configure failed (see $bdir/configure.out and $bdir/config.log)"; }
 		printf '%s' "$stamp" > "$bdir/.configure-stamp"

@@ -118,7 +118,9 @@ def test_pgbench_prepared_session_mode_reconnecting_clients_pool_10(pgcat, pg, t
     transaction (-C): sessions queue for the 10 servers, each gets a clean one
     (server_reset_query drops the previous session's prepared statements)."""
     ensure_bench_data(pg)
-    p = pgcat(general={"pool_mode": "session", "default_pool_size": 10}, pools=bench_pool(pg))
+    # query_wait_timeout below pgbench's patience: a stuck queue fails fast.
+    p = pgcat(general={"pool_mode": "session", "default_pool_size": 10, "query_wait_timeout": 30000},
+              pools=bench_pool(pg))
     prefix = str(tmp_path / "pgb")
     secs = max(5, SECONDS // 2)
     with MaxSampler(pg, db="benchdb") as s:
