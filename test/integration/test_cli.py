@@ -10,13 +10,13 @@ import subprocess
 
 import pytest
 
-from conftest import (REPO, free_port, pgcat_binary, pgcat_env, port_open, render_ini,
+from conftest import (DEFAULT_ASAN, DEFAULT_UBSAN, REPO, free_port, pgcat_binary, pgcat_env, port_open, render_ini,
                       default_general, default_pools, wait_until)
 
 
-def run(args, cwd=None, timeout=30):
+def run(args, cwd=None, timeout=30, env=None):
     return subprocess.run([pgcat_binary()] + list(args), capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, env=pgcat_env(), stdin=subprocess.DEVNULL)
+                          timeout=timeout, cwd=cwd, env=pgcat_env(env), stdin=subprocess.DEVNULL)
 
 
 def good_ini(pg, tmp_path, **general):
@@ -294,7 +294,10 @@ def test_daemon_with_pidfile(pg, tmp_path):
     logfile = tmp_path / "pgcat.log"
     path = write(tmp_path, good_ini(pg, tmp_path, listen_port=port, pidfile=str(pidfile),
                                     log_file=str(logfile)))
-    r = run(["-d", str(path)], timeout=20)
+    # A daemon's stderr goes nowhere: sanitizer reports go to files instead.
+    asan = os.environ.get("ASAN_OPTIONS", DEFAULT_ASAN) + ":log_path=%s" % (tmp_path / "asan")
+    ubsan = os.environ.get("UBSAN_OPTIONS", DEFAULT_UBSAN) + ":log_path=%s" % (tmp_path / "ubsan")
+    r = run(["-d", str(path)], timeout=20, env={"ASAN_OPTIONS": asan, "UBSAN_OPTIONS": ubsan})
     assert r.returncode == 0, r.stderr
     pid = None
     try:
@@ -319,6 +322,8 @@ def test_daemon_with_pidfile(pg, tmp_path):
             wait_until(gone, 20, msg="daemon to exit on SIGTERM")
     assert not port_open("127.0.0.1", port)
     text = logfile.read_text() if logfile.exists() else ""
+    for f in list(tmp_path.glob("asan*")) + list(tmp_path.glob("ubsan*")):
+        text += f.read_text(errors="replace")
     assert not re.search(r"AddressSanitizer|LeakSanitizer|runtime error:", text), text
 
 
