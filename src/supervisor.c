@@ -166,9 +166,10 @@ static void reap(struct supervisor *sv)
 		atomic_store(&sv->shm.h->workers[id].ready, 0);
 		bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
 		if (sv->shutting_down) {
-			if (!clean)
+			if (!clean) {
 				sv->exit_code = 1;
-			log_debug("worker %d (pid %d) exited", id, (int)pid);
+				log_error("worker %d (pid %d) ended with status 0x%x during shutdown", id, (int)pid, status);
+			}
 			continue;
 		}
 		if (WIFSIGNALED(status))
