@@ -572,12 +572,16 @@ void worker_destroy(struct worker *w)
 	if (!w)
 		return;
 	/* On the way out: a repeated SIGTERM (the supervisor forwards every
-	 * one) must not kill the process once its handlers are gone. */
-	signal(SIGTERM, SIG_IGN);
-	signal(SIGINT, SIG_IGN);
-	signal(SIGHUP, SIG_IGN);
-	signal(SIGUSR1, SIG_IGN);
-	signal(SIGUSR2, SIG_IGN);
+	 * one) must not kill the process once libevent has put the default
+	 * handlers back. Blocked, it just stays pending until exit. */
+	sigset_t quiet;
+	sigemptyset(&quiet);
+	sigaddset(&quiet, SIGTERM);
+	sigaddset(&quiet, SIGINT);
+	sigaddset(&quiet, SIGHUP);
+	sigaddset(&quiet, SIGUSR1);
+	sigaddset(&quiet, SIGUSR2);
+	sigprocmask(SIG_BLOCK, &quiet, NULL);
 	worker_update_clock(w);
 	close_listeners(w);
 	/* Clients first (they detach from servers), then pools and servers. */
