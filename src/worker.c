@@ -496,7 +496,9 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 		return NULL;
 	w->id = id;
 	w->shm = shm;
-	w->admin_seen = atomic_load(&shm->h->admin_seq);
+	/* Replay the admin ring from its start: a worker that starts (or
+	 * restarts) after a PAUSE or SET reaches the state the others are in. */
+	w->admin_seen = 0;
 	w->cfg = cfg;
 	w->config_path = strdup(config_path ? config_path : "");
 	list_init(&w->clients_login);
@@ -537,6 +539,7 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 		goto fail;
 	if (!pool_create_all(w))
 		goto fail;
+	apply_admin_commands(w);
 	if (!open_listeners(w, unix_fd))
 		goto fail;
 	struct timeval tv = { 0, JANITOR_INTERVAL_MS * 1000 };
