@@ -176,7 +176,10 @@ static void reap(struct supervisor *sv)
 			log_error("worker %d (pid %d) died of signal %d", id, (int)pid, WTERMSIG(status));
 		else
 			log_error("worker %d (pid %d) exited with code %d", id, (int)pid, WEXITSTATUS(status));
-		if (!sv->ever_ready[id]) {
+		/* A worker that exited by itself before it ever listened (port
+		 * taken, bad file...) would fail the same way again; one killed
+		 * by a signal is restarted. */
+		if (!sv->ever_ready[id] && WIFEXITED(status)) {
 			/* It never came up (port taken, bad file...): restarting
 			 * would fail the same way. */
 			log_error("worker %d failed to start; stopping", id);
