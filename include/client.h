@@ -111,6 +111,12 @@ bool client_output_full(struct client *c);
 void client_set_state(struct client *c, enum client_state st);
 const char *client_state_name(enum client_state st);
 
+struct pktbuf;
+/* End of a login: append BackendKeyData (a fresh cancel key) and
+ * ReadyForQuery to pb (AuthenticationOk and ParameterStatus already in
+ * it), send it, go IDLE. false: the client was closed. */
+bool client_finish_welcome(struct client *c, struct pktbuf *pb);
+
 /* Cancel the query this client is running, if any (CancelRequest). */
 void client_cancel_query(struct client *c);
 

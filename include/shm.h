@@ -114,6 +114,8 @@ int shm_target_slot(struct shm *shm, int pool, int shard, const char *host, int 
 struct stats *shm_stats(struct shm *shm, int worker, int pool);
 struct stats *shm_stats_avg(struct shm *shm, int worker, int pool);
 struct shm_pool_gauges *shm_gauges(struct shm *shm, int worker, int pool);
+/* Zero one worker's gauges of a pool (the pool is gone, or the worker). */
+void shm_gauges_clear(struct shm *shm, int worker, int pool);
 /* Sums over every worker. */
 void shm_stats_total(struct shm *shm, int pool, struct stats *out);
 void shm_stats_avg_total(struct shm *shm, int pool, struct stats *out);

@@ -1185,7 +1185,6 @@ bool admin_handle_message(struct client *c, const struct proto_frame *f)
 
 void admin_welcome(struct client *c)
 {
-	struct worker *w = c->w;
 	uint8_t storage[1024];
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);
@@ -1199,18 +1198,8 @@ void admin_welcome(struct client *c)
 	pktbuf_parameter_status(&pb, "integer_datetimes", "on");
 	pktbuf_parameter_status(&pb, "standard_conforming_strings", "on");
 	pktbuf_parameter_status(&pb, "application_name", "");
-	if (!cancel_key_assign(&w->cancel, c, &c->cancel_pid, &c->cancel_key)) {
-		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS, "too many clients already");
+	if (!client_finish_welcome(c, &pb))
 		return;
-	}
-	c->has_cancel_key = true;
-	pktbuf_begin(&pb, PqMsg_BackendKeyData);
-	pktbuf_put_u32(&pb, c->cancel_pid);
-	pktbuf_put_u32(&pb, c->cancel_key);
-	pktbuf_end(&pb);
-	pktbuf_ready_for_query(&pb, 'I');
-	out_pkt(c, &pb);
-	client_set_state(c, CLIENT_IDLE);
 	log_info("C-%llu %s@%s %s:%d: admin console login", (unsigned long long)c->id, c->user, c->database,
 		 c->addr, c->port);
 	client_process(c);

@@ -473,26 +473,33 @@ static void send_welcome(struct client *c)
 		if (params_reported(m->name) && !params_get(&p->defaults, m->name))
 			pktbuf_parameter_status(&pb, m->name, m->value);
 	}
-	if (!cancel_key_assign(&w->cancel, c, &c->cancel_pid, &c->cancel_key)) {
-		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS, "too many clients already");
+	if (!client_finish_welcome(c, &pb))
 		return;
-	}
-	c->has_cancel_key = true;
-	pktbuf_begin(&pb, PqMsg_BackendKeyData);
-	pktbuf_put_u32(&pb, c->cancel_pid);
-	pktbuf_put_u32(&pb, c->cancel_key);
-	pktbuf_end(&pb);
-	pktbuf_ready_for_query(&pb, 'I');
-	if (pb.failed) {
-		client_close(c, SQLSTATE_INTERNAL_ERROR, "too many session parameters");
-		return;
-	}
-	send_pkt(c, &pb);
-	client_set_state(c, CLIENT_IDLE);
 	stats_add(p->stats, STAT_CLIENT_LOGIN, 1);
 	if (w->cfg->general.log_connections)
 		log_info("C-%llu %s@%s %s:%d: login", (unsigned long long)c->id, c->user, c->database,
 			 c->addr, c->port);
+}
+
+bool client_finish_welcome(struct client *c, struct pktbuf *pb)
+{
+	if (!cancel_key_assign(&c->w->cancel, c, &c->cancel_pid, &c->cancel_key)) {
+		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS, "too many clients already");
+		return false;
+	}
+	c->has_cancel_key = true;
+	pktbuf_begin(pb, PqMsg_BackendKeyData);
+	pktbuf_put_u32(pb, c->cancel_pid);
+	pktbuf_put_u32(pb, c->cancel_key);
+	pktbuf_end(pb);
+	pktbuf_ready_for_query(pb, 'I');
+	if (pb->failed) {
+		client_close(c, SQLSTATE_INTERNAL_ERROR, "too many session parameters");
+		return false;
+	}
+	send_pkt(c, pb);
+	client_set_state(c, CLIENT_IDLE);
+	return true;
 }
 
 static void login_done(struct client *c)

@@ -252,16 +252,8 @@ static void pool_free(struct pool *p)
 		srvpool_free(sp);
 	}
 	list_del(&p->node);
-	if (p->w->shm && p->shm_slot >= 0) {
-		struct shm_pool_gauges *g = shm_gauges(p->w->shm, p->w->id, p->shm_slot);
-		atomic_store(&g->cl_active, 0);
-		atomic_store(&g->cl_waiting, 0);
-		atomic_store(&g->sv_active, 0);
-		atomic_store(&g->sv_idle, 0);
-		atomic_store(&g->sv_used, 0);
-		atomic_store(&g->sv_login, 0);
-		atomic_store(&g->maxwait_us, 0);
-	}
+	if (p->w->shm && p->shm_slot >= 0)
+		shm_gauges_clear(p->w->shm, p->w->id, p->shm_slot);
 	params_clear(&p->defaults);
 	config_ref_put(p->cfg_ref);
 	free(p->targets);

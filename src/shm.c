@@ -169,6 +169,18 @@ struct shm_pool_gauges *shm_gauges(struct shm *shm, int worker, int pool)
 	return (struct shm_pool_gauges *)at(shm, shm->h->off_gauges) + (size_t)worker * SHM_MAX_POOLS + (size_t)pool;
 }
 
+void shm_gauges_clear(struct shm *shm, int worker, int pool)
+{
+	struct shm_pool_gauges *g = shm_gauges(shm, worker, pool);
+	atomic_store(&g->cl_active, 0);
+	atomic_store(&g->cl_waiting, 0);
+	atomic_store(&g->sv_active, 0);
+	atomic_store(&g->sv_idle, 0);
+	atomic_store(&g->sv_used, 0);
+	atomic_store(&g->sv_login, 0);
+	atomic_store(&g->maxwait_us, 0);
+}
+
 void shm_stats_total(struct shm *shm, int pool, struct stats *out)
 {
 	memset(out, 0, sizeof *out);
@@ -277,16 +289,8 @@ void shm_worker_reset(struct shm *shm, int worker)
 		atomic_store_explicit(conns(shm, worker, t), 0, memory_order_relaxed);
 		atomic_store_explicit(waiters(shm, worker, t), 0, memory_order_relaxed);
 	}
-	for (int p = 0; p < SHM_MAX_POOLS; p++) {
-		struct shm_pool_gauges *g = shm_gauges(shm, worker, p);
-		atomic_store(&g->cl_active, 0);
-		atomic_store(&g->cl_waiting, 0);
-		atomic_store(&g->sv_active, 0);
-		atomic_store(&g->sv_idle, 0);
-		atomic_store(&g->sv_used, 0);
-		atomic_store(&g->sv_login, 0);
-		atomic_store(&g->maxwait_us, 0);
-	}
+	for (int p = 0; p < SHM_MAX_POOLS; p++)
+		shm_gauges_clear(shm, worker, p);
 	for (uint32_t s = 0; s < shm->h->cancel_per_worker; s++) {
 		struct shm_cancel_slot *c = shm_cancel(shm, worker, s);
 		if (atomic_load(&c->secret))
