@@ -3,7 +3,8 @@
 # The test command: installs what is missing (Debian packages, a Python venv),
 # builds pgcat with AddressSanitizer + UndefinedBehaviorSanitizer and -Werror
 # in build-asan/, runs the Check unit tests (make check), then the pytest
-# integration tests against real PostgreSQL 15 servers they start themselves.
+# integration tests against real PostgreSQL 15 servers they start themselves,
+# then make distcheck and scripts/test-deb.sh (the Debian package).
 # Exits non-zero on any failure. Extra arguments go to pytest, e.g.
 #   bash scripts/test.sh -k auth -x
 # Environment: PYTEST_TIMEOUT (seconds per test, default from pytest.ini),
@@ -77,11 +78,28 @@ if [ "$py_rc" -eq 5 ]; then
 fi
 phase "integration tests" "$t"
 
+# --- 5. make distcheck, Debian package -----------------------------------------
+t=$(date +%s)
+log "make distcheck (in build-dist/)"
+set +e
+( set -e; build_out_of_tree build-dist; make -C build-dist distcheck )
+dist_rc=$?
+set -e
+phase distcheck "$t"
+
+t=$(date +%s)
+log "Debian package: build, lintian, install, check, purge (scripts/test-deb.sh)"
+deb_rc=0
+bash scripts/test-deb.sh || deb_rc=$?
+phase "debian package" "$t"
+
 # --- summary -----------------------------------------------------------------
 echo
 echo "unit tests: $([ "$unit_rc" -eq 0 ] && echo passed || echo "FAILED ($unit_rc)")"
 echo "integration tests: $([ "$py_rc" -eq 0 ] && echo passed || echo "FAILED (pytest exit $py_rc)")"
+echo "make distcheck: $([ "$dist_rc" -eq 0 ] && echo passed || echo "FAILED ($dist_rc)")"
+echo "debian package: $([ "$deb_rc" -eq 0 ] && echo passed || echo "FAILED ($deb_rc)")"
 echo "total time: $(( $(date +%s) - t_start ))s"
-if [ "$unit_rc" -ne 0 ] || [ "$py_rc" -ne 0 ]; then
+if [ "$unit_rc" -ne 0 ] || [ "$py_rc" -ne 0 ] || [ "$dist_rc" -ne 0 ] || [ "$deb_rc" -ne 0 ]; then
 	exit 1
 fi
