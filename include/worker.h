@@ -52,6 +52,8 @@ struct worker {
 	struct event *janitor;
 	struct event *sig_term, *sig_int, *sig_quit, *sig_hup, *sig_usr1, *sig_usr2;
 	struct event *shutdown_timer;
+	struct event *accept_resume;      /* accepting paused: out of fds */
+	bool accept_paused;
 	bool shutting_down;
 	int exit_code;
 

@@ -171,11 +171,47 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	client_accept(w, fd, sa, salen, is_unix);
 }
 
+/* Out of file descriptors (EMFILE, ENFILE) or memory: the pending
+ * connection stays in the backlog and the listener would fire again at
+ * once, so accepting pauses for a moment instead of spinning on the error
+ * (one log line per pause). Existing clients are unaffected. */
+#define ACCEPT_PAUSE_MS 200
+
+static void accept_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct worker *w = arg;
+	w->accept_paused = false;
+	if (w->shutting_down)
+		return;
+	for (size_t i = 0; i < w->n_listeners; i++)
+		if (w->listeners[i])
+			(void)evconnlistener_enable(w->listeners[i]);
+}
+
 static void accept_error_cb(struct evconnlistener *l, void *arg)
 {
+	struct worker *w = arg;
 	int err = EVUTIL_SOCKET_ERROR();
-	/* EMFILE and friends: keep running; the janitor will not help, but
-	 * existing clients are unaffected. */
+	if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+		if (w->accept_paused)
+			return;
+		log_warning("accept failed: %s; not accepting for %d ms", evutil_socket_error_to_string(err),
+			    ACCEPT_PAUSE_MS);
+		for (size_t i = 0; i < w->n_listeners; i++)
+			if (w->listeners[i])
+				(void)evconnlistener_disable(w->listeners[i]);
+		struct timeval tv = { .tv_sec = 0, .tv_usec = ACCEPT_PAUSE_MS * 1000 };
+		if (evtimer_add(w->accept_resume, &tv) == 0) {
+			w->accept_paused = true;
+			return;
+		}
+		/* No timer: fall back to accepting again right away. */
+		for (size_t i = 0; i < w->n_listeners; i++)
+			if (w->listeners[i])
+				(void)evconnlistener_enable(w->listeners[i]);
+		return;
+	}
+	/* ECONNABORTED and the like concern one connection only. */
 	log_warning("accept failed: %s", evutil_socket_error_to_string(err));
 }
 
@@ -528,13 +564,14 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	w->reaper = event_new(w->base, -1, 0, reaper_cb, w);
 	w->janitor = event_new(w->base, -1, EV_PERSIST, janitor_cb, w);
 	w->shutdown_timer = evtimer_new(w->base, shutdown_timer_cb, w);
+	w->accept_resume = evtimer_new(w->base, accept_resume_cb, w);
 	w->sig_term = evsignal_new(w->base, SIGTERM, signal_cb, w);
 	w->sig_int = evsignal_new(w->base, SIGINT, signal_cb, w);
 	w->sig_quit = evsignal_new(w->base, SIGQUIT, signal_cb, w);
 	w->sig_hup = evsignal_new(w->base, SIGHUP, signal_cb, w);
 	w->sig_usr1 = evsignal_new(w->base, SIGUSR1, signal_cb, w);
 	w->sig_usr2 = evsignal_new(w->base, SIGUSR2, signal_cb, w);
-	if (!w->stats_timer || !w->reaper || !w->janitor || !w->shutdown_timer || !w->sig_term || !w->sig_int || !w->sig_quit ||
+	if (!w->stats_timer || !w->reaper || !w->janitor || !w->shutdown_timer || !w->accept_resume || !w->sig_term || !w->sig_int || !w->sig_quit ||
 	    !w->sig_hup || !w->sig_usr1 || !w->sig_usr2)
 		goto fail;
 	if (!pool_create_all(w))
@@ -604,7 +641,7 @@ void worker_destroy(struct worker *w)
 	if (w->reaper)
 		reaper_cb(-1, 0, w);
 	prometheus_stop(w);
-	struct event *evs[] = { w->stats_timer, w->reaper, w->janitor, w->shutdown_timer, w->sig_term, w->sig_int,
+	struct event *evs[] = { w->stats_timer, w->reaper, w->janitor, w->shutdown_timer, w->accept_resume, w->sig_term, w->sig_int,
 				w->sig_quit, w->sig_hup, w->sig_usr1, w->sig_usr2 };
 	for (size_t i = 0; i < sizeof evs / sizeof *evs; i++)
 		if (evs[i])
