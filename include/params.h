@@ -14,23 +14,38 @@
 #define PARAMS_MAX 48
 #define PARAMS_VALUE_MAX 1024
 
+/* One setting: immutable once made and shared by reference between the
+ * tables that hold it (a pool's defaults, its clients, its servers). */
 struct param {
-	char *name;
-	char *value;
+	unsigned refs;
 	/* value is SQL text to splice after SET name TO (search_path's list
 	 * syntax), not a string to quote. */
 	bool raw;
+	uint64_t hash;       /* this entry's share of a table's digest */
+	const char *value;   /* points into the same allocation, after name */
+	char name[];
+};
+
+/* A set of settings, copy-on-write: copying a set shares its table; the
+ * first change to a shared table clones it (pointers only). An idle client
+ * whose session is the pool's default holds no table of its own, which is
+ * what keeps its footprint small. */
+struct param_table {
+	unsigned refs;
+	unsigned n, cap;
+	struct param *items[];
 };
 
 struct params {
-	/* Grown on demand: an idle client's footprint stays small. */
-	struct param *items;
-	size_t n, cap;
+	struct param_table *t;   /* NULL: empty */
 	/* Order-independent digest of the whole set, kept current by every
 	 * change: two sets with equal digests need no SET between them, which
 	 * spares comparing every parameter on every server hand-out. */
 	uint64_t digest;
 };
+
+static inline size_t params_count(const struct params *p) { return p->t ? p->t->n : 0; }
+static inline const struct param *params_at(const struct params *p, size_t i) { return p->t->items[i]; }
 
 void params_init(struct params *p);
 void params_clear(struct params *p);
@@ -38,7 +53,8 @@ void params_clear(struct params *p);
 bool params_set(struct params *p, const char *name, const char *value, bool raw);
 void params_remove(struct params *p, const char *name);
 const struct param *params_get(const struct params *p, const char *name);
-bool params_copy(struct params *dst, const struct params *src);
+/* dst becomes a (shared) copy of src. */
+void params_copy(struct params *dst, const struct params *src);
 
 /* Can pgcat SET this parameter on a server? (server_version and such: no) */
 bool params_settable(const char *name);

@@ -408,7 +408,7 @@ static void process_startup(struct client *c)
 			if (!startup_param(c, st.params[i].name, st.params[i].value))
 				return;
 		evbuffer_drain(in, len);
-		(void)params_copy(&c->startup_params, &c->params);
+		params_copy(&c->startup_params, &c->params);
 		start_login(c);
 		return;
 	}
@@ -461,17 +461,26 @@ static void send_welcome(struct client *c)
 	pktbuf_auth_request(&pb, AUTH_REQ_OK, NULL, 0);
 	/* What a real server reports, with the client's own startup values
 	 * where it gave them. */
-	for (size_t i = 0; i < p->defaults.n; i++) {
-		const struct param *d = &p->defaults.items[i];
-		const struct param *mine = params_get(&c->params, d->name);
-		if (!mine)
-			(void)params_set(&c->params, d->name, d->value, false);
-		pktbuf_parameter_status(&pb, d->name, mine ? mine->value : d->value);
-	}
-	for (size_t i = 0; i < c->params.n; i++) {
-		const struct param *m = &c->params.items[i];
-		if (params_reported(m->name) && !params_get(&p->defaults, m->name))
-			pktbuf_parameter_status(&pb, m->name, m->value);
+	if (params_count(&c->params) == 0) {
+		/* Nothing of its own: the client shares the pool's table. */
+		params_copy(&c->params, &p->defaults);
+		for (size_t i = 0; i < params_count(&p->defaults); i++) {
+			const struct param *d = params_at(&p->defaults, i);
+			pktbuf_parameter_status(&pb, d->name, d->value);
+		}
+	} else {
+		for (size_t i = 0; i < params_count(&p->defaults); i++) {
+			const struct param *d = params_at(&p->defaults, i);
+			const struct param *mine = params_get(&c->params, d->name);
+			if (!mine)
+				(void)params_set(&c->params, d->name, d->value, false);
+			pktbuf_parameter_status(&pb, d->name, mine ? mine->value : d->value);
+		}
+		for (size_t i = 0; i < params_count(&c->params); i++) {
+			const struct param *m = params_at(&c->params, i);
+			if (params_reported(m->name) && !params_get(&p->defaults, m->name))
+				pktbuf_parameter_status(&pb, m->name, m->value);
+		}
 	}
 	if (!client_finish_welcome(c, &pb))
 		return;

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * params: tracked session parameters. Names compare case-insensitively, as
- * PostgreSQL's GUC names do. Allocation happens only when a value changes,
- * never per message.
+ * PostgreSQL's GUC names do. Sets are copy-on-write and entries shared, so
+ * copying a session (to a server, to a client's startup snapshot) costs no
+ * allocation; allocation happens only when a value changes, never per
+ * message.
  */
 #include "params.h"
 
@@ -36,99 +38,155 @@ static uint64_t entry_hash(const char *name, const char *value, bool raw)
 
 void params_init(struct params *p)
 {
-	p->items = NULL;
-	p->n = 0;
-	p->cap = 0;
+	p->t = NULL;
 	p->digest = 0;
+}
+
+static void param_unref(struct param *e)
+{
+	if (--e->refs == 0)
+		free(e);
+}
+
+static void table_unref(struct param_table *t)
+{
+	if (!t || --t->refs > 0)
+		return;
+	for (unsigned i = 0; i < t->n; i++)
+		param_unref(t->items[i]);
+	free(t);
 }
 
 void params_clear(struct params *p)
 {
-	for (size_t i = 0; i < p->n; i++) {
-		free(p->items[i].name);
-		free(p->items[i].value);
-	}
-	free(p->items);
-	p->items = NULL;
-	p->n = 0;
-	p->cap = 0;
+	table_unref(p->t);
+	p->t = NULL;
 	p->digest = 0;
 }
 
-static struct param *find(struct params *p, const char *name)
+static int find(const struct params *p, const char *name)
 {
-	for (size_t i = 0; i < p->n; i++)
-		if (strcasecmp(p->items[i].name, name) == 0)
-			return &p->items[i];
-	return NULL;
+	if (!p->t)
+		return -1;
+	for (unsigned i = 0; i < p->t->n; i++)
+		if (strcasecmp(p->t->items[i]->name, name) == 0)
+			return (int)i;
+	return -1;
 }
 
 const struct param *params_get(const struct params *p, const char *name)
 {
-	return find((struct params *)p, name);
+	int i = find(p, name);
+	return i < 0 ? NULL : p->t->items[i];
+}
+
+/* Make p's table private to p, with room for one more entry if grow. */
+static bool make_writable(struct params *p, bool grow)
+{
+	struct param_table *t = p->t;
+	if (t && t->refs == 1 && (!grow || t->n < t->cap))
+		return true;
+	unsigned n = t ? t->n : 0;
+	unsigned cap = t ? t->cap : 0;
+	if (grow && n >= cap)
+		cap = cap ? cap * 2 : 16;
+	if (cap > PARAMS_MAX)
+		cap = PARAMS_MAX;
+	if (grow && n >= cap)
+		return false;
+	if (t && t->refs == 1) {
+		struct param_table *g = realloc(t, sizeof *t + cap * sizeof t->items[0]);
+		if (!g)
+			return false;
+		g->cap = cap;
+		p->t = g;
+		return true;
+	}
+	struct param_table *c = malloc(sizeof *c + cap * sizeof c->items[0]);
+	if (!c)
+		return false;
+	c->refs = 1;
+	c->n = n;
+	c->cap = cap;
+	for (unsigned i = 0; i < n; i++) {
+		c->items[i] = t->items[i];
+		c->items[i]->refs++;
+	}
+	table_unref(t);
+	p->t = c;
+	return true;
+}
+
+static struct param *param_new(const char *name, const char *value, bool raw)
+{
+	size_t nl = strlen(name), vl = strlen(value);
+	struct param *e = malloc(sizeof *e + nl + 1 + vl + 1);
+	if (!e)
+		return NULL;
+	e->refs = 1;
+	e->raw = raw;
+	memcpy(e->name, name, nl + 1);
+	memcpy(e->name + nl + 1, value, vl + 1);
+	e->value = e->name + nl + 1;
+	e->hash = entry_hash(name, value, raw);
+	return e;
 }
 
 bool params_set(struct params *p, const char *name, const char *value, bool raw)
 {
 	if (strlen(value) > PARAMS_VALUE_MAX || strlen(name) > 63)
 		return false;
-	struct param *it = find(p, name);
-	if (it) {
-		if (it->raw == raw && strcmp(it->value, value) == 0)
+	int i = find(p, name);
+	if (i >= 0) {
+		struct param *old = p->t->items[i];
+		if (old->raw == raw && strcmp(old->value, value) == 0)
 			return true;
-		char *v = strdup(value);
-		if (!v)
+		/* Keep the name as first spelled (ParameterStatus casing). */
+		struct param *e = param_new(old->name, value, raw);
+		if (!e || !make_writable(p, false)) {
+			free(e);
 			return false;
-		p->digest ^= entry_hash(it->name, it->value, it->raw) ^ entry_hash(it->name, v, raw);
-		free(it->value);
-		it->value = v;
-		it->raw = raw;
+		}
+		old = p->t->items[i];
+		p->digest ^= old->hash ^ e->hash;
+		p->t->items[i] = e;
+		param_unref(old);
 		return true;
 	}
-	if (p->n >= PARAMS_MAX)
+	if (params_count(p) >= PARAMS_MAX)
 		return false;
-	if (p->n == p->cap) {
-		size_t cap = p->cap ? p->cap * 2 : 16;
-		if (cap > PARAMS_MAX)
-			cap = PARAMS_MAX;
-		struct param *items = realloc(p->items, cap * sizeof *items);
-		if (!items)
-			return false;
-		p->items = items;
-		p->cap = cap;
-	}
-	char *n = strdup(name), *v = strdup(value);
-	if (!n || !v) {
-		free(n);
-		free(v);
+	struct param *e = param_new(name, value, raw);
+	if (!e || !make_writable(p, true)) {
+		free(e);
 		return false;
 	}
-	p->items[p->n].name = n;
-	p->items[p->n].value = v;
-	p->items[p->n].raw = raw;
-	p->n++;
-	p->digest ^= entry_hash(n, v, raw);
+	p->t->items[p->t->n++] = e;
+	p->digest ^= e->hash;
 	return true;
 }
 
 void params_remove(struct params *p, const char *name)
 {
-	struct param *it = find(p, name);
-	if (!it)
+	int i = find(p, name);
+	if (i < 0 || !make_writable(p, false))
 		return;
-	p->digest ^= entry_hash(it->name, it->value, it->raw);
-	free(it->name);
-	free(it->value);
-	*it = p->items[--p->n];
+	struct param *e = p->t->items[i];
+	p->digest ^= e->hash;
+	p->t->items[i] = p->t->items[--p->t->n];
+	param_unref(e);
 }
 
-bool params_copy(struct params *dst, const struct params *src)
+void params_copy(struct params *dst, const struct params *src)
 {
-	params_clear(dst);
-	for (size_t i = 0; i < src->n; i++)
-		if (!params_set(dst, src->items[i].name, src->items[i].value, src->items[i].raw))
-			return false;
-	return true;
+	if (dst->t == src->t) {
+		dst->digest = src->digest;
+		return;
+	}
+	if (src->t)
+		src->t->refs++;
+	table_unref(dst->t);
+	dst->t = src->t;
+	dst->digest = src->digest;
 }
 
 /* Reported by PostgreSQL 15 but fixed for the life of a session (or only
@@ -204,8 +262,8 @@ int params_build_sync(const struct params *client, const struct params *server, 
 	if (outsz == 0)
 		return -1;
 	out[0] = '\0';
-	for (size_t i = 0; i < client->n; i++) {
-		const struct param *c = &client->items[i];
+	for (size_t i = 0; i < params_count(client); i++) {
+		const struct param *c = params_at(client, i);
 		if (!params_settable(c->name) || !valid_name(c->name))
 			continue;
 		const struct param *s = params_get(server, c->name);
@@ -227,8 +285,8 @@ int params_build_sync(const struct params *client, const struct params *server, 
 	}
 	/* Settings the server carries that the client never made: back to the
 	 * server's default. Reported ones are always in the client's table. */
-	for (size_t i = 0; i < server->n; i++) {
-		const struct param *s = &server->items[i];
+	for (size_t i = 0; i < params_count(server); i++) {
+		const struct param *s = params_at(server, i);
 		if (!params_settable(s->name) || !valid_name(s->name) || params_get(client, s->name))
 			continue;
 		if (!append(out, outsz, &off, "RESET ", 6) ||
@@ -331,16 +389,16 @@ static bool word_is(const char **sp, const char *end, const char *w)
  * with (defaults), or to nothing. */
 static void reset_unreported(struct params *p, const struct params *defaults, const char *only)
 {
-	for (size_t i = p->n; i-- > 0;) {
-		const char *name = p->items[i].name;
+	for (size_t i = params_count(p); i-- > 0;) {
+		const char *name = params_at(p, i)->name;
 		if (params_reported(name) || (only && strcasecmp(name, only) != 0))
 			continue;
 		params_remove(p, name);
 	}
 	if (!defaults)
 		return;
-	for (size_t i = 0; i < defaults->n; i++) {
-		const struct param *d = &defaults->items[i];
+	for (size_t i = 0; i < params_count(defaults); i++) {
+		const struct param *d = params_at(defaults, i);
 		if (params_reported(d->name) || (only && strcasecmp(d->name, only) != 0))
 			continue;
 		(void)params_set(p, d->name, d->value, d->raw);

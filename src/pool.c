@@ -501,8 +501,8 @@ void pool_server_ready(struct server *s)
 	s->last_used_us = s->w->now_us;
 	s->sp->last_failure_us = 0;
 	if (!p->have_defaults) {
-		if (params_copy(&p->defaults, &s->params))
-			p->have_defaults = true;
+		params_copy(&p->defaults, &s->params);
+		p->have_defaults = true;
 		struct list_node *pos, *tmp;
 		LIST_FOREACH_SAFE(pos, tmp, &p->login_waiters) {
 			struct client *c = LIST_OWNER(pos, struct client, node);

@@ -567,9 +567,9 @@ static void process_unlinked(struct server *s)
 				drain_step(s);
 			} else if (st == SERVER_RESETTING && s->outstanding == 0) {
 				if (reset_query_clears_all(s->w->cfg->general.server_reset_query))
-					for (size_t i = s->params.n; i-- > 0;)
-						if (!params_reported(s->params.items[i].name))
-							params_remove(&s->params, s->params.items[i].name);
+					for (size_t i = params_count(&s->params); i-- > 0;)
+						if (!params_reported(params_at(&s->params, i)->name))
+							params_remove(&s->params, params_at(&s->params, i)->name);
 				if (s->tx_status != 'I') {
 					server_close(s, "reset query left a transaction open");
 					return;

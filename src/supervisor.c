@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -193,6 +194,30 @@ static void reap(struct supervisor *sv)
 	}
 }
 
+/* Each worker may hold every client of the instance (the kernel spreads
+ * them unevenly) plus its server connections: raise the soft limit on open
+ * files to fit max_client_conn, as far as the hard limit allows, so that a
+ * default limit of 1024 does not cap a pooler configured for thousands. */
+static void raise_nofile_limit(const struct config *cfg)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return;
+	rlim_t want = (rlim_t)cfg->general.max_client_conn + 1024;
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur >= want)
+		return;
+	if (rl.rlim_cur == RLIM_INFINITY)
+		return;
+	rlim_t old = rl.rlim_cur;
+	rl.rlim_cur = (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want) ? want : rl.rlim_max;
+	if (rl.rlim_cur > old && setrlimit(RLIMIT_NOFILE, &rl) != 0)
+		log_warning("could not raise the open files limit to %llu: %s", (unsigned long long)rl.rlim_cur,
+			    strerror(errno));
+	else if (rl.rlim_cur < want)
+		log_warning("open files limit is %llu (hard limit); max_client_conn = %d needs about %llu",
+			    (unsigned long long)rl.rlim_cur, cfg->general.max_client_conn, (unsigned long long)want);
+}
+
 int supervisor_run(struct config *cfg, const char *config_path)
 {
 	struct supervisor sv;
@@ -208,6 +233,7 @@ int supervisor_run(struct config *cfg, const char *config_path)
 	if (n > SHM_MAX_WORKERS)
 		n = SHM_MAX_WORKERS;
 	sv.n_workers = n;
+	raise_nofile_limit(cfg);
 	if (!shm_create(&sv.shm, (uint32_t)n, (uint32_t)cfg->general.max_client_conn)) {
 		config_free(cfg);
 		return 1;

@@ -5,6 +5,8 @@
 
 #include "check_suites.h"
 #include "params.h"
+
+#include <stdio.h>
 #include "pktbuf.h"
 #include "proto.h"
 
@@ -280,11 +282,61 @@ START_TEST(params_digest_is_order_independent)
 	params_remove(&b, "application_name");
 	params_remove(&a, "application_name");
 	ck_assert(params_same(&a, &b));
-	ck_assert(params_copy(&b, &a));
+	params_copy(&b, &a);
 	ck_assert(params_same(&a, &b));
 	params_clear(&a);
 	params_clear(&b);
 	ck_assert(params_same(&a, &b));
+}
+END_TEST
+
+/* Copies share one table; a change to one copy leaves the others as they were. */
+START_TEST(params_copy_on_write)
+{
+	struct params a, b, c;
+	params_init(&a);
+	params_init(&b);
+	params_init(&c);
+	ck_assert(params_set(&a, "TimeZone", "UTC", false));
+	ck_assert(params_set(&a, "application_name", "x", false));
+	params_copy(&b, &a);
+	params_copy(&c, &a);
+	ck_assert_ptr_eq(a.t, b.t);
+	ck_assert(params_set(&b, "timezone", "Europe/Paris", false));
+	ck_assert_ptr_ne(a.t, b.t);
+	ck_assert_str_eq(params_get(&a, "timezone")->value, "UTC");
+	ck_assert_str_eq(params_get(&c, "timezone")->value, "UTC");
+	ck_assert_str_eq(params_get(&b, "TIMEZONE")->value, "Europe/Paris");
+	/* The name keeps its first spelling. */
+	ck_assert_str_eq(params_get(&b, "timezone")->name, "TimeZone");
+	ck_assert(!params_same(&a, &b));
+	ck_assert(params_same(&a, &c));
+	params_remove(&c, "application_name");
+	ck_assert_ptr_nonnull(params_get(&a, "application_name"));
+	ck_assert_ptr_null(params_get(&c, "application_name"));
+	ck_assert_uint_eq(params_count(&a), 2);
+	ck_assert_uint_eq(params_count(&c), 1);
+	/* Setting the value it already has changes nothing and shares on. */
+	params_copy(&c, &a);
+	ck_assert(params_set(&c, "TimeZone", "UTC", false));
+	ck_assert_ptr_eq(a.t, c.t);
+	/* Full tables: replacing a value still works, adding does not. */
+	struct params f;
+	params_init(&f);
+	char name[32];
+	for (int i = 0; i < PARAMS_MAX; i++) {
+		snprintf(name, sizeof name, "my.p%d", i);
+		ck_assert(params_set(&f, name, "1", false));
+	}
+	ck_assert(!params_set(&f, "my.extra", "1", false));
+	ck_assert(params_set(&f, "my.p0", "2", false));
+	params_copy(&b, &f);
+	ck_assert(params_set(&f, "my.p1", "3", false));
+	ck_assert_str_eq(params_get(&b, "my.p1")->value, "1");
+	params_clear(&f);
+	params_clear(&a);
+	params_clear(&b);
+	params_clear(&c);
 }
 END_TEST
 
@@ -305,6 +357,7 @@ Suite *proto_suite(void)
 	tcase_add_test(tp, params_sync_statements);
 	tcase_add_test(tp, params_options_and_statements);
 	tcase_add_test(tp, params_digest_is_order_independent);
+	tcase_add_test(tp, params_copy_on_write);
 	suite_add_tcase(s, tp);
 	return s;
 }
