@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include <netinet/in.h>
+
 #include "io.h"
 #include "list.h"
 #include "params.h"
@@ -28,18 +30,35 @@ enum client_state {
 
 struct client_auth;
 
+struct client_pending_error {
+	char sqlstate[6];
+	char message[];
+};
+struct admin_pending;
+
+/* Room for a formatted peer address ("unix", IPv4 or IPv6). */
+#define CLIENT_ADDR_STRLEN 46
+
 struct client {
 	struct list_node node;        /* worker list by state, or srvpool waiters */
 	struct worker *w;
 	uint64_t id;
 	enum client_state state;
 	struct io io;
-	char addr[64];
-	int port;
+	/* The peer, kept binary (client_addr_str formats it): 20 bytes instead
+	 * of a string buffer in every client. */
+	union {
+		struct in_addr v4;
+		struct in6_addr v6;
+	} peer;
+	uint16_t port;
+	uint8_t peer_family;          /* AF_INET, AF_INET6 or AF_UNIX */
 	bool is_unix;
 
-	char user[64];
-	char database[64];
+	/* From the startup packet, in one allocation (names); "" until then. */
+	const char *user;
+	const char *database;
+	char *names;
 	struct pool *pool;
 	struct srvpool *wait_target;
 	struct server *server;        /* linked server */
@@ -58,10 +77,9 @@ struct client {
 	/* The server was lost inside an explicit transaction: pgcat answers
 	 * until the client ends it (SPEC §3). */
 	bool in_failed_tx;
-	/* An error to answer the client's next message with. */
-	bool have_pending_error;
-	char pending_sqlstate[6];
-	char pending_message[256];
+	/* An error to answer the client's next message with (rare: allocated
+	 * when needed). */
+	struct client_pending_error *pending_error;
 
 	uint32_t cancel_pid, cancel_key;
 	bool has_cancel_key;
@@ -73,14 +91,9 @@ struct client {
 	/* failed transaction, extended protocol: pgcat answers a ROLLBACK batch itself */
 	bool local_rollback_batch;
 	/* admin console: a command whose reply waits until every worker
-	 * applied it (admin_wait_seq) and, for PAUSE, the pools drained */
-	bool admin_pending;
-	bool admin_pending_drain;
-	uint64_t admin_wait_seq;
-	char admin_pending_tag[16];
-	char admin_pending_db[64];
+	 * applied it and, for PAUSE, the pools drained (allocated when needed) */
+	struct admin_pending *admin_pending;
 
-	int64_t connect_wall;         /* time(), for SHOW CLIENTS */
 	uint64_t connect_us;
 	uint64_t state_since_us;
 	uint64_t last_activity_us;
@@ -92,6 +105,8 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void client_free(struct client *c);
+/* The peer address as text, in buf (CLIENT_ADDR_STRLEN bytes). */
+const char *client_addr_str(const struct client *c, char *buf);
 
 /* Reports from the pool. */
 void client_on_linked(struct client *c);            /* a server is now c->server and ready */

@@ -29,22 +29,26 @@ typedef void (*io_event_fn)(struct io *io, enum io_event what, int err, void *ar
 struct io_flusher {
 	struct list_node dirty;
 	struct event *ev;
+	struct evbuffer *discard;  /* what is written to closed connections */
 	/* Every read lands here first: large results stream in big chunks. */
 	uint8_t scratch[65536];
 };
 
 struct io {
 	evutil_socket_t fd;
+	/* NULL while empty and trimmed (io_trim): an idle client holds no buffers. */
 	struct evbuffer *in, *out;
-	struct event rev, wev;
+	struct event rev;
+	struct event *wev;       /* made on first need */
 	struct io_flusher *flusher;
 	struct list_node dirty_node;
 	bool connecting;
 	bool read_armed, write_armed;
 	bool paused;             /* the owner asked: stop reading (peer backpressure) */
 	bool closed;
-	size_t read_high;        /* stop reading while input holds this much */
-	size_t write_low;        /* drain callback once output falls to this */
+	bool trim_after_flush;   /* io_trim once the output is written */
+	uint32_t read_high;      /* stop reading while input holds this much */
+	uint32_t write_low;      /* drain callback once output falls to this */
 	io_read_fn on_read;
 	io_drain_fn on_drain;
 	io_event_fn on_event;
@@ -66,8 +70,14 @@ bool io_connect(struct io *io, struct event_base *base, struct io_flusher *f, co
 		io_event_fn on_event, void *arg) __attribute__((warn_unused_result));
 void io_close(struct io *io);
 
-/* The output buffer, marked for flushing at the end of this loop turn. */
+/* The output buffer, marked for flushing at the end of this loop turn.
+ * Never NULL: after a close (or out of memory) writes go to a scratch
+ * buffer that is discarded. */
 struct evbuffer *io_out(struct io *io);
+/* The input buffer, made if the connection had none (NULL: out of memory). */
+struct evbuffer *io_in(struct io *io);
+/* Free both buffers if they are empty: for connections that sit idle. */
+void io_trim(struct io *io);
 /* Write what is queued now, as far as the socket takes it (before a close). */
 void io_flush(struct io *io);
 size_t io_out_len(const struct io *io);

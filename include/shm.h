@@ -23,7 +23,7 @@
 #include "stats.h"
 
 #define SHM_MAGIC 0x70676361u      /* "pgca" */
-#define SHM_VERSION 1u
+#define SHM_VERSION 2u
 #define SHM_MAX_WORKERS 128
 #define SHM_MAX_POOLS 1024          /* (pool, user) pairs, over the life of the instance */
 #define SHM_MAX_TARGETS 4096        /* (pool, user, server) triples */
@@ -65,8 +65,11 @@ struct shm_cancel_slot {
 	_Atomic uint32_t seq;          /* odd while being written */
 	_Atomic uint32_t secret;       /* 0: no client */
 	uint32_t backend_pid, backend_key;   /* 0: no query can be running */
-	struct sockaddr_storage addr;
-	socklen_t addrlen;
+	/* The server's address: servers are reached over TCP, so an IPv6
+	 * sockaddr is the largest (48-byte slots: a slot per client is touched,
+	 * and counts in the resident size of every idle client). */
+	uint32_t addrlen;
+	uint8_t addr[sizeof(struct sockaddr_in6)];
 };
 
 enum shm_admin_command {

@@ -394,9 +394,11 @@ static const char conn_types[] = "sssssssiissiiissisiiiiisii";
 static void client_row(struct result *r, const struct client *c, const char *state)
 {
 	char ct[40], rt[40], ptr[32], link[32];
-	fmt_time(c->connect_wall, ct, sizeof ct);
+	/* Wall-clock times from the monotonic ones (kept per client). */
+	int64_t connect_wall = (int64_t)time(NULL) - (int64_t)((c->w->now_us - c->connect_us) / 1000000);
+	fmt_time(connect_wall, ct, sizeof ct);
 	uint64_t since_us = c->w->now_us - c->state_since_us;
-	int64_t request = c->connect_wall + (int64_t)((c->last_activity_us - c->connect_us) / 1000000);
+	int64_t request = connect_wall + (int64_t)((c->last_activity_us - c->connect_us) / 1000000);
 	fmt_time(request, rt, sizeof rt);
 	snprintf(ptr, sizeof ptr, "C-%" PRIu64, c->id);
 	if (c->server)
@@ -409,7 +411,8 @@ static void client_row(struct result *r, const struct client *c, const char *sta
 	row_s(r, c->database);
 	row_s(r, "no");
 	row_s(r, state);
-	row_s(r, c->addr);
+	char a[CLIENT_ADDR_STRLEN];
+	row_s(r, client_addr_str(c, a));
 	row_i(r, c->port);
 	row_s(r, NULL);
 	row_i(r, 0);
@@ -941,6 +944,14 @@ static bool parse_host_port(const char *s, char *host, size_t hostlen, int *port
 	return true;
 }
 
+/* A reply that waits for the other workers (struct client points to it). */
+struct admin_pending {
+	uint64_t seq;
+	bool drain;        /* PAUSE: and for the pools to drain */
+	char tag[16];
+	char db[64];
+};
+
 /* A command for every worker: reply once they all applied it (and, for
  * PAUSE, once the pools drained), else later from the janitor. Returns
  * true when the reply went out now. */
@@ -949,16 +960,20 @@ static bool broadcast(struct client *c, enum shm_admin_command cmd, const char *
 {
 	struct worker *w = c->w;
 	uint64_t seq = shm_admin_post(w->shm, w->id, cmd, arg, value);
-	c->admin_wait_seq = seq;
-	c->admin_pending_drain = drain;
-	snprintf(c->admin_pending_tag, sizeof c->admin_pending_tag, "%s", tag);
-	snprintf(c->admin_pending_db, sizeof c->admin_pending_db, "%s", arg ? arg : "");
-	if (shm_admin_applied_by_all(w->shm, w->id, seq) &&
-	    (!drain || pool_paused_drained(w, arg && arg[0] ? arg : NULL))) {
+	struct admin_pending *ap;
+	if ((shm_admin_applied_by_all(w->shm, w->id, seq) &&
+	     (!drain || pool_paused_drained(w, arg && arg[0] ? arg : NULL))) ||
+	    !(ap = calloc(1, sizeof *ap))) {
+		/* (Out of memory: the command is posted; the reply cannot wait.) */
 		command_complete(c, tag);
 		return true;
 	}
-	c->admin_pending = true;
+	ap->seq = seq;
+	ap->drain = drain;
+	snprintf(ap->tag, sizeof ap->tag, "%s", tag);
+	snprintf(ap->db, sizeof ap->db, "%s", arg ? arg : "");
+	free(c->admin_pending);
+	c->admin_pending = ap;
 	return false;
 }
 
@@ -967,15 +982,16 @@ void admin_janitor(struct worker *w)
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
 		struct client *c = LIST_OWNER(pos, struct client, node);
-		if (!c->is_admin || !c->admin_pending)
+		struct admin_pending *ap = c->admin_pending;
+		if (!c->is_admin || !ap)
 			continue;
-		if (!shm_admin_applied_by_all(w->shm, w->id, c->admin_wait_seq))
+		if (!shm_admin_applied_by_all(w->shm, w->id, ap->seq))
 			continue;
-		if (c->admin_pending_drain &&
-		    !pool_paused_drained(w, c->admin_pending_db[0] ? c->admin_pending_db : NULL))
+		if (ap->drain && !pool_paused_drained(w, ap->db[0] ? ap->db : NULL))
 			continue;
-		c->admin_pending = false;
-		command_complete(c, c->admin_pending_tag);
+		c->admin_pending = NULL;
+		command_complete(c, ap->tag);
+		free(ap);
 		send_rfq(c);
 		client_process(c);
 	}
@@ -1200,7 +1216,8 @@ void admin_welcome(struct client *c)
 	pktbuf_parameter_status(&pb, "application_name", "");
 	if (!client_finish_welcome(c, &pb))
 		return;
+	char a[CLIENT_ADDR_STRLEN];
 	log_info("C-%llu %s@%s %s:%d: admin console login", (unsigned long long)c->id, c->user, c->database,
-		 c->addr, c->port);
+		 client_addr_str(c, a), c->port);
 	client_process(c);
 }

@@ -136,22 +136,25 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 	params_init(&c->startup_params);
 	list_init(&c->node);
 	c->connect_us = c->state_since_us = c->last_activity_us = w->now_us;
-	c->connect_wall = (int64_t)time(NULL);
 	if (!io_open(&c->io, w->base, &w->flusher, fd, CLIENT_READ_HIGH_WATER, CLIENT_OUT_BUDGET / 2,
 		     client_read_cb, client_drain_cb, client_event_cb, c)) {
 		evutil_closesocket(fd);
 		free(c);
 		return;
 	}
+	c->user = c->database = "";
+	c->peer_family = AF_UNIX;
 	if (is_unix) {
-		snprintf(c->addr, sizeof c->addr, "unix");
+		/* no address */
 	} else if (sa->sa_family == AF_INET) {
 		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-		inet_ntop(AF_INET, &in->sin_addr, c->addr, sizeof c->addr);
+		c->peer.v4 = in->sin_addr;
+		c->peer_family = AF_INET;
 		c->port = ntohs(in->sin_port);
 	} else if (sa->sa_family == AF_INET6) {
 		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
-		inet_ntop(AF_INET6, &in6->sin6_addr, c->addr, sizeof c->addr);
+		c->peer.v6 = in6->sin6_addr;
+		c->peer_family = AF_INET6;
 		c->port = ntohs(in6->sin6_port);
 	}
 	(void)salen;
@@ -165,7 +168,17 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 	atomic_store_explicit(&w->shm->h->workers[w->id].clients, w->n_clients, memory_order_relaxed);
 	c->state = CLIENT_CLOSED;
 	client_set_state(c, CLIENT_STARTUP);
-	log_debug("C-%llu %s:%d: new connection", (unsigned long long)c->id, c->addr, c->port);
+	char a[CLIENT_ADDR_STRLEN];
+	log_debug("C-%llu %s:%d: new connection", (unsigned long long)c->id, client_addr_str(c, a), c->port);
+}
+
+const char *client_addr_str(const struct client *c, char *buf)
+{
+	if (c->peer_family == AF_INET)
+		return inet_ntop(AF_INET, &c->peer.v4, buf, CLIENT_ADDR_STRLEN) ? buf : "?";
+	if (c->peer_family == AF_INET6)
+		return inet_ntop(AF_INET6, &c->peer.v6, buf, CLIENT_ADDR_STRLEN) ? buf : "?";
+	return "unix";
 }
 
 void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
@@ -186,9 +199,11 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 		io_flush(&c->io);
 	}
 	bool logged_in = c->state == CLIENT_IDLE || c->state == CLIENT_WAITING || c->state == CLIENT_ACTIVE;
-	if (logged_in ? w->cfg->general.log_disconnections : log_enabled(LOG_LEVEL_DEBUG))
+	if (logged_in ? w->cfg->general.log_disconnections : log_enabled(LOG_LEVEL_DEBUG)) {
+		char a[CLIENT_ADDR_STRLEN];
 		log_info("C-%llu %s@%s %s:%d: closing%s%s", (unsigned long long)c->id, c->user, c->database,
-			 c->addr, c->port, msg[0] ? ": " : "", msg);
+			 client_addr_str(c, a), c->port, msg[0] ? ": " : "", msg);
+	}
 
 	switch (c->state) {
 	case CLIENT_WAITING:
@@ -242,6 +257,9 @@ void client_free(struct client *c)
 	params_clear(&c->params);
 	params_clear(&c->startup_params);
 	free(c->auth);
+	free(c->names);
+	free(c->pending_error);
+	free(c->admin_pending);
 	free(c);
 }
 
@@ -251,10 +269,8 @@ static void login_done(struct client *c);
 
 static bool startup_param(struct client *c, const char *name, const char *value)
 {
-	if (strcmp(name, "user") == 0) {
-		snprintf(c->user, sizeof c->user, "%s", value);
-	} else if (strcmp(name, "database") == 0) {
-		snprintf(c->database, sizeof c->database, "%s", value);
+	if (strcmp(name, "user") == 0 || strcmp(name, "database") == 0) {
+		/* taken by set_names after the loop */
 	} else if (strcmp(name, "options") == 0) {
 		if (!params_apply_options(&c->params, value)) {
 			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid command-line argument in startup packet: \"%s\"", value);
@@ -272,6 +288,36 @@ static bool startup_param(struct client *c, const char *name, const char *value)
 	return true;
 }
 
+/* user and database (the user's name when not given), cut to 63 bytes as
+ * PostgreSQL's NAMEDATALEN does, in one allocation. */
+static bool set_names(struct client *c, const struct proto_startup *st)
+{
+	const char *user = "", *db = "";
+	for (size_t i = 0; i < st->n_params; i++) {
+		if (strcmp(st->params[i].name, "user") == 0)
+			user = st->params[i].value;
+		else if (strcmp(st->params[i].name, "database") == 0)
+			db = st->params[i].value;
+	}
+	if (!db[0])
+		db = user;
+	size_t ul = strnlen(user, 63), dl = strnlen(db, 63);
+	char *names = malloc(ul + 1 + dl + 1);
+	if (!names) {
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return false;
+	}
+	memcpy(names, user, ul);
+	names[ul] = '\0';
+	memcpy(names + ul + 1, db, dl);
+	names[ul + 1 + dl] = '\0';
+	free(c->names);
+	c->names = names;
+	c->user = names;
+	c->database = names + ul + 1;
+	return true;
+}
+
 static void handle_cancel_request(struct client *c, uint32_t pid, uint32_t key)
 {
 	cancel_handle_request(c->w, pid, key);
@@ -285,8 +331,6 @@ static void start_login(struct client *c)
 		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "no PostgreSQL user name specified in startup packet");
 		return;
 	}
-	if (!c->database[0])
-		snprintf(c->database, sizeof c->database, "%s", c->user);
 	const struct config_general *g = &w->cfg->general;
 	/* The admin console: its own database names, unless a pool took them. */
 	c->is_admin = (strcmp(c->database, "pgcat") == 0 || strcmp(c->database, "pgbouncer") == 0) &&
@@ -341,8 +385,9 @@ static void start_login(struct client *c)
 		return;
 	case AUTH_FAILED:
 	case AUTH_PROTOCOL_ERROR:
+		char a[CLIENT_ADDR_STRLEN];
 		log_info("C-%llu %s@%s %s:%d: authentication failed", (unsigned long long)c->id, c->user,
-			 c->database, c->addr, c->port);
+			 c->database, client_addr_str(c, a), c->port);
 		client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", c->user);
 		return;
 	}
@@ -407,6 +452,8 @@ static void process_startup(struct client *c)
 		for (size_t i = 0; i < st.n_params; i++)
 			if (!startup_param(c, st.params[i].name, st.params[i].value))
 				return;
+		if (!set_names(c, &st))
+			return;
 		evbuffer_drain(in, len);
 		params_copy(&c->startup_params, &c->params);
 		start_login(c);
@@ -440,8 +487,9 @@ static void process_auth(struct client *c)
 			login_done(c);
 			return;
 		case AUTH_FAILED:
+			char a[CLIENT_ADDR_STRLEN];
 			log_info("C-%llu %s@%s %s:%d: password authentication failed", (unsigned long long)c->id,
-				 c->user, c->database, c->addr, c->port);
+				 c->user, c->database, client_addr_str(c, a), c->port);
 			client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", c->user);
 			return;
 		case AUTH_PROTOCOL_ERROR:
@@ -485,9 +533,11 @@ static void send_welcome(struct client *c)
 	if (!client_finish_welcome(c, &pb))
 		return;
 	stats_add(p->stats, STAT_CLIENT_LOGIN, 1);
-	if (w->cfg->general.log_connections)
+	if (w->cfg->general.log_connections) {
+		char a[CLIENT_ADDR_STRLEN];
 		log_info("C-%llu %s@%s %s:%d: login", (unsigned long long)c->id, c->user, c->database,
-			 c->addr, c->port);
+			 client_addr_str(c, a), c->port);
+	}
 }
 
 bool client_finish_welcome(struct client *c, struct pktbuf *pb)
@@ -508,6 +558,16 @@ bool client_finish_welcome(struct client *c, struct pktbuf *pb)
 	}
 	send_pkt(c, pb);
 	client_set_state(c, CLIENT_IDLE);
+	/* Logged in: the names are the pool's (which outlives its clients). */
+	if (c->pool && c->names && strcmp(c->pool->user, c->user) == 0 && strcmp(c->pool->name, c->database) == 0) {
+		c->user = c->pool->user;
+		c->database = c->pool->name;
+		free(c->names);
+		c->names = NULL;
+	}
+	/* Once the welcome is written, the buffers of the login go back: a
+	 * client that then sits idle holds none (the next read makes them). */
+	c->io.trim_after_flush = true;
 	return true;
 }
 
@@ -593,6 +653,27 @@ void client_on_checkout_failed(struct client *c, const char *sqlstate, const cha
 	client_process(c);
 }
 
+static void clear_pending_error(struct client *c)
+{
+	free(c->pending_error);
+	c->pending_error = NULL;
+}
+
+/* Without memory for the text, the client still gets an error: the generic
+ * one of a failed transaction. */
+static void set_pending_error(struct client *c, const char *sqlstate, const char *message)
+{
+	size_t n = strnlen(message, 255);
+	struct client_pending_error *e = malloc(sizeof *e + n + 1);
+	clear_pending_error(c);
+	if (!e)
+		return;
+	snprintf(e->sqlstate, sizeof e->sqlstate, "%s", sqlstate);
+	memcpy(e->message, message, n);
+	e->message[n] = '\0';
+	c->pending_error = e;
+}
+
 /* In a failed transaction whose server is gone, or with an error still to
  * report: pgcat answers the client itself (SPEC §3). Returns false when it
  * needs more bytes. */
@@ -616,8 +697,8 @@ static bool answer_locally(struct client *c, const struct proto_frame *f)
 		if (proto_read_cstring(body, f->len - 4, &off, &name))
 			is_end = is_transaction_end(body + off, f->len - 4 - off);
 	}
-	const char *code = c->have_pending_error ? c->pending_sqlstate : SQLSTATE_IN_FAILED_TRANSACTION;
-	const char *msg = c->have_pending_error ? c->pending_message
+	const char *code = c->pending_error ? c->pending_error->sqlstate : SQLSTATE_IN_FAILED_TRANSACTION;
+	const char *msg = c->pending_error ? c->pending_error->message
 						: "current transaction is aborted, commands ignored until end of transaction block";
 	uint8_t type = f->type;
 	/* Consume the message (possibly in pieces). */
@@ -637,11 +718,11 @@ static bool answer_locally(struct client *c, const struct proto_frame *f)
 			pktbuf_command_complete(&pb, "ROLLBACK");
 			send_pkt(c, &pb);
 			c->in_failed_tx = false;
-			c->have_pending_error = false;
+			clear_pending_error(c);
 			send_rfq(c, 'I');
 		} else {
 			send_error(c, "ERROR", code, msg);
-			c->have_pending_error = false;
+			clear_pending_error(c);
 			send_rfq(c, idle_status(c));
 		}
 		return true;
@@ -686,7 +767,7 @@ static bool answer_locally(struct client *c, const struct proto_frame *f)
 		if (c->local_rollback_batch) {
 			c->local_rollback_batch = false;
 			c->in_failed_tx = false;
-			c->have_pending_error = false;
+			clear_pending_error(c);
 		}
 		send_rfq(c, idle_status(c));
 		return true;
@@ -694,7 +775,7 @@ static bool answer_locally(struct client *c, const struct proto_frame *f)
 		break;
 	}
 	send_error(c, "ERROR", code, msg);
-	c->have_pending_error = false;
+	clear_pending_error(c);
 	c->local_rollback_batch = false;
 	if (type == PqMsg_FunctionCall)
 		send_rfq(c, idle_status(c));
@@ -731,10 +812,8 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 			c->skip_to_sync = true;
 	} else {
 		/* Idle inside a transaction: the next message gets the error. */
-		c->have_pending_error = true;
 		c->in_failed_tx = in_tx;
-		snprintf(c->pending_sqlstate, sizeof c->pending_sqlstate, "%s", sqlstate);
-		snprintf(c->pending_message, sizeof c->pending_message, "%s", message);
+		set_pending_error(c, sqlstate, message);
 	}
 	client_process(c);
 }
@@ -924,7 +1003,7 @@ static void process_idle(struct client *c)
 				return;
 			continue;
 		}
-		if (c->in_failed_tx || c->have_pending_error) {
+		if (c->in_failed_tx || c->pending_error) {
 			if (!answer_locally(c, &f))
 				return;
 			continue;
@@ -961,6 +1040,10 @@ void client_process(struct client *c)
 {
 	if (c->processing) {
 		c->reprocess = true;
+		return;
+	}
+	if (!c->io.in && c->state != CLIENT_CLOSED && !io_in(&c->io)) {
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 		return;
 	}
 	c->processing = true;

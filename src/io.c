@@ -14,9 +14,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+static void write_cb(evutil_socket_t fd, short what, void *arg);
+
 static void io_arm_read(struct io *io)
 {
-	bool want = !io->closed && !io->connecting && !io->paused && evbuffer_get_length(io->in) < io->read_high;
+	bool want = !io->closed && !io->connecting && !io->paused &&
+		    (!io->in || evbuffer_get_length(io->in) < io->read_high);
 	if (want && !io->read_armed) {
 		event_add(&io->rev, NULL);
 		io->read_armed = true;
@@ -26,13 +29,21 @@ static void io_arm_read(struct io *io)
 	}
 }
 
+/* The write event exists only once a connection has needed one (a connect,
+ * or a socket buffer that filled up): most clients never do, and an event
+ * is 128 bytes of an idle client's footprint. */
 static void io_arm_write(struct io *io, bool want)
 {
 	if (want && !io->write_armed) {
-		event_add(&io->wev, NULL);
+		if (!io->wev) {
+			io->wev = event_new(event_get_base(&io->rev), io->fd, EV_WRITE | EV_PERSIST, write_cb, io);
+			if (!io->wev)
+				return;   /* the janitor's timeouts end such a connection */
+		}
+		event_add(io->wev, NULL);
 		io->write_armed = true;
 	} else if (!want && io->write_armed) {
-		event_del(&io->wev);
+		event_del(io->wev);
 		io->write_armed = false;
 	}
 }
@@ -40,7 +51,7 @@ static void io_arm_write(struct io *io, bool want)
 /* Returns false when the socket failed (the owner was told). */
 static bool io_write_some(struct io *io)
 {
-	while (evbuffer_get_length(io->out) > 0) {
+	while (io->out && evbuffer_get_length(io->out) > 0) {
 		/* The usual reply sits in one chain: send() it, cheaper than the
 		 * writev evbuffer_write would make. */
 		struct evbuffer_iovec v[2];
@@ -75,7 +86,7 @@ static ssize_t read_into(struct io *io)
 {
 	/* recv, not read: the socket path skips the VFS layers read goes through. */
 	ssize_t n = recv(io->fd, io->flusher->scratch, sizeof io->flusher->scratch, 0);
-	if (n > 0 && evbuffer_add(io->in, io->flusher->scratch, (size_t)n) < 0) {
+	if (n > 0 && (!io_in(io) || evbuffer_add(io->in, io->flusher->scratch, (size_t)n) < 0)) {
 		errno = ENOMEM;
 		return -1;
 	}
@@ -120,13 +131,13 @@ static void write_cb(evutil_socket_t fd, short what, void *arg)
 		}
 		io_arm_read(io);
 		io->on_event(io, IO_CONNECTED, 0, io->arg);
-		if (!io->closed && evbuffer_get_length(io->out) > 0)
+		if (!io->closed && io_out_len(io) > 0)
 			(void)io_write_some(io);
 		return;
 	}
 	if (!io_write_some(io))
 		return;
-	if (evbuffer_get_length(io->out) <= io->write_low && io->on_drain)
+	if (io_out_len(io) <= io->write_low && io->on_drain)
 		io->on_drain(io, io->arg);
 }
 
@@ -138,6 +149,7 @@ static void flusher_cb(evutil_socket_t fd, short what, void *arg)
 bool io_flusher_init(struct io_flusher *f, struct event_base *base)
 {
 	list_init(&f->dirty);
+	f->discard = NULL;
 	f->ev = event_new(base, -1, 0, flusher_cb, f);
 	return f->ev != NULL;
 }
@@ -147,6 +159,9 @@ void io_flusher_free(struct io_flusher *f)
 	if (f->ev)
 		event_free(f->ev);
 	f->ev = NULL;
+	if (f->discard)
+		evbuffer_free(f->discard);
+	f->discard = NULL;
 }
 
 void io_flush(struct io *io)
@@ -163,6 +178,11 @@ void io_flush_all(struct io_flusher *f)
 	while (!list_empty(&f->dirty)) {
 		struct io *io = LIST_OWNER(list_first(&f->dirty), struct io, dirty_node);
 		io_flush(io);
+		/* Here, outside every read callback, no caller holds the buffers. */
+		if (io->trim_after_flush && !io->closed) {
+			io->trim_after_flush = false;
+			io_trim(io);
+		}
 	}
 }
 
@@ -174,24 +194,14 @@ static bool io_setup(struct io *io, struct event_base *base, struct io_flusher *
 	io->fd = fd;
 	io->flusher = f;
 	list_init(&io->dirty_node);
-	io->read_high = read_high;
-	io->write_low = write_low;
+	io->read_high = read_high > UINT32_MAX ? UINT32_MAX : (uint32_t)read_high;
+	io->write_low = write_low > UINT32_MAX ? UINT32_MAX : (uint32_t)write_low;
 	io->on_read = on_read;
 	io->on_drain = on_drain;
 	io->on_event = on_event;
 	io->arg = arg;
-	io->in = evbuffer_new();
-	io->out = evbuffer_new();
-	if (!io->in || !io->out) {
-		if (io->in)
-			evbuffer_free(io->in);
-		if (io->out)
-			evbuffer_free(io->out);
-		io->closed = true;
-		return false;
-	}
+	/* Buffers come with the first byte in or out (io_in, io_out). */
 	event_assign(&io->rev, base, fd, EV_READ | EV_PERSIST, read_cb, io);
-	event_assign(&io->wev, base, fd, EV_WRITE | EV_PERSIST, write_cb, io);
 	return true;
 }
 
@@ -240,19 +250,60 @@ void io_close(struct io *io)
 	if (io->fd >= 0)
 		close(io->fd);
 	io->fd = -1;
-	evbuffer_free(io->in);
-	evbuffer_free(io->out);
+	if (io->wev)
+		event_free(io->wev);
+	io->wev = NULL;
+	if (io->in)
+		evbuffer_free(io->in);
+	if (io->out)
+		evbuffer_free(io->out);
 	io->in = io->out = NULL;
+}
+
+struct evbuffer *io_in(struct io *io)
+{
+	if (!io->in)
+		io->in = evbuffer_new();
+	return io->in;
+}
+
+/* Writes to a closed connection land in a buffer that is thrown away; one
+ * per worker serves them all, so callers need no NULL checks. */
+static struct evbuffer *discard_buffer(struct io *io)
+{
+	if (!io->flusher->discard)
+		io->flusher->discard = evbuffer_new();
+	else
+		evbuffer_drain(io->flusher->discard, evbuffer_get_length(io->flusher->discard));
+	return io->flusher->discard;
 }
 
 struct evbuffer *io_out(struct io *io)
 {
-	if (!list_linked(&io->dirty_node) && !io->closed) {
+	if (io->closed)
+		return io->out ? io->out : discard_buffer(io);
+	if (!io->out && !(io->out = evbuffer_new()))
+		return discard_buffer(io);   /* out of memory: the bytes are lost, the connection times out */
+	if (!list_linked(&io->dirty_node)) {
 		if (list_empty(&io->flusher->dirty))
 			event_active(io->flusher->ev, 0, 0);
 		list_add_tail(&io->flusher->dirty, &io->dirty_node);
 	}
 	return io->out;
+}
+
+void io_trim(struct io *io)
+{
+	if (io->closed || list_linked(&io->dirty_node))
+		return;
+	if (io->in && evbuffer_get_length(io->in) == 0) {
+		evbuffer_free(io->in);
+		io->in = NULL;
+	}
+	if (io->out && evbuffer_get_length(io->out) == 0 && !io->write_armed) {
+		evbuffer_free(io->out);
+		io->out = NULL;
+	}
 }
 
 size_t io_out_len(const struct io *io)

@@ -762,6 +762,9 @@ static void process_active(struct server *s)
 
 static void process_once(struct server *s)
 {
+	/* Nothing read yet: nothing to process (the buffer comes with the first read). */
+	if (!s->io.in)
+		return;
 	switch (s->state) {
 	case SERVER_CONNECTING:
 		return;

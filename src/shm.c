@@ -322,8 +322,8 @@ void shm_cancel_publish(struct shm *shm, int worker, uint32_t slot, uint32_t sec
 	c->backend_pid = backend_pid;
 	c->backend_key = backend_key;
 	if (addr && addrlen <= sizeof c->addr) {
-		memcpy(&c->addr, addr, addrlen);
-		c->addrlen = addrlen;
+		memcpy(c->addr, addr, addrlen);
+		c->addrlen = (uint32_t)addrlen;
 	} else {
 		c->addrlen = 0;
 	}
@@ -342,10 +342,10 @@ bool shm_cancel_read(struct shm *shm, int worker, uint32_t slot, uint32_t secret
 			continue;
 		uint32_t sec = atomic_load_explicit(&c->secret, memory_order_relaxed);
 		uint32_t pid = c->backend_pid, key = c->backend_key;
-		socklen_t len = c->addrlen;
-		if (len > sizeof *addr)
+		socklen_t len = (socklen_t)c->addrlen;
+		if (len > sizeof c->addr)
 			len = 0;
-		memcpy(addr, &c->addr, len);
+		memcpy(addr, c->addr, len);
 		atomic_thread_fence(memory_order_acquire);
 		if (atomic_load_explicit(&c->seq, memory_order_relaxed) != s1)
 			continue;
