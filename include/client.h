@@ -35,6 +35,7 @@ struct client_pending_error {
 	char message[];
 };
 struct admin_pending;
+struct prep_client;
 
 /* Room for a formatted peer address ("unix", IPv4 or IPv6). */
 #define CLIENT_ADDR_STRLEN 46
@@ -80,6 +81,8 @@ struct client {
 	/* An error to answer the client's next message with (rare: allocated
 	 * when needed). */
 	struct client_pending_error *pending_error;
+	/* Named prepared statements in transaction mode (made on first use). */
+	struct prep_client *prep;
 
 	uint32_t cancel_pid, cancel_key;
 	bool has_cancel_key;

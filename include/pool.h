@@ -16,6 +16,7 @@
 #include "config.h"
 #include "list.h"
 #include "params.h"
+#include "prepared.h"
 #include "stats.h"
 #include "types.h"
 
@@ -73,6 +74,8 @@ struct pool {
 	struct params defaults;
 	bool have_defaults;
 	struct list_node login_waiters;   /* clients waiting for defaults */
+
+	struct prep_registry prep;    /* its prepared statements (SPEC §5) */
 
 	struct scram_secret scram;    /* for clients logging in with SCRAM */
 	bool have_scram;

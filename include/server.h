@@ -28,6 +28,8 @@ enum server_state {
 
 struct server_auth;
 
+struct prep_server;
+
 struct server {
 	struct list_node node;        /* srvpool list by state */
 	struct worker *w;
@@ -65,6 +67,10 @@ struct server {
 	uint64_t state_since_us;
 	uint64_t last_used_us;
 	bool close_when_idle;
+	/* Prepared statements: what this connection holds (made on first use),
+	 * and whether the linked client's messages are rewritten. */
+	struct prep_server *prep;
+	bool prep_on;
 };
 
 /* Open a new connection for this srvpool (state CONNECTING). */

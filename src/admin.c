@@ -28,6 +28,7 @@
 #include "log.h"
 #include "pktbuf.h"
 #include "pool.h"
+#include "prepared.h"
 #include "server.h"
 #include "shm.h"
 #include "stats.h"
@@ -426,7 +427,7 @@ static void client_row(struct result *r, const struct client *c, const char *sta
 	row_i(r, c->cancel_pid);
 	row_s(r, "");
 	row_s(r, app ? app->value : "");
-	row_i(r, 0);
+	row_i(r, c->prep ? c->prep->names.n : 0);
 	row_i(r, (int64_t)c->id);
 	row_i(r, 0);
 	row_i(r, c->server ? c->server->sp->shard : 0);
@@ -506,13 +507,13 @@ static void server_rows(struct result *r, struct list_node *head)
 		row_i(r, s->backend_pid);
 		row_s(r, "");
 		row_s(r, app ? app->value : "");
-		row_i(r, 0);
+		row_i(r, s->prep ? s->prep->set.n : 0);
 		row_i(r, (int64_t)s->id);
 		row_i(r, 0);
 		row_i(r, s->sp->shard);
 		row_s(r, role_name(s->sp->role));
-		row_i(r, 0);
-		row_i(r, 0);
+		row_i(r, s->prep ? (int64_t)s->prep->hits : 0);
+		row_i(r, s->prep ? (int64_t)s->prep->misses : 0);
 		row_end(r);
 	}
 }
@@ -828,10 +829,28 @@ static void show_bans(struct client *c)
 
 static void show_prepared_statements(struct client *c)
 {
-	/* Transaction-mode prepared statements are not tracked yet: no rows. */
+	/* This worker's statements (each worker keeps its own registry). */
 	static const char *const cols[] = { "pool", "user", "name", "query", "servers", "hits", "misses" };
 	struct result r;
 	res_begin(&r, c, cols, "ssssiii");
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &c->w->pools) {
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		for (uint32_t b = 0; b < p->prep.n_buckets; b++)
+			for (const struct prep_stmt *st = p->prep.buckets[b]; st; st = st->hnext) {
+				char name[PREP_GNAME_MAX];
+				snprintf(name, sizeof name, "pgcat_%" PRIx64, st->id);
+				row_begin(&r);
+				row_s(&r, p->name);
+				row_s(&r, p->user);
+				row_s(&r, name);
+				row_s(&r, (const char *)st->key);
+				row_i(&r, st->servers);
+				row_i(&r, (int64_t)st->hits);
+				row_i(&r, (int64_t)st->misses);
+				row_end(&r);
+			}
+	}
 	res_end(&r);
 }
 

@@ -6,6 +6,7 @@
  * texts (for search_path tracking) are read whole.
  */
 #include "client.h"
+#include "prepared.h"
 
 #include <arpa/inet.h>
 #include <stdatomic.h>
@@ -231,6 +232,7 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 		break;
 	}
 	c->server = NULL;
+	prep_client_free(c);
 	if (c->pool) {
 		c->pool->n_clients--;
 		/* the pool may be freed once drained; this client no longer counts */
@@ -910,6 +912,25 @@ static void process_active(struct client *c)
 			if (s->tx_status == 'I')
 				s->xact_start_us = now;
 		}
+		/* Prepared statements: the messages rewritten need their bytes
+		 * (Bind and Describe: the names at the front) before anything is
+		 * counted. */
+		bool prep = s->prep_on && (f.type == PqMsg_Parse || f.type == PqMsg_Bind || f.type == PqMsg_Describe ||
+					   f.type == PqMsg_Close || f.type == PqMsg_Query || f.type == PqMsg_Sync ||
+					   f.type == PqMsg_FunctionCall);
+		if (prep) {
+			size_t need = (f.type == PqMsg_Bind || f.type == PqMsg_Describe) && total > 5 + 512 ? 5 + 512 : total;
+			if (f.type == PqMsg_Sync || f.type == PqMsg_FunctionCall)
+				need = 0;
+			if (evbuffer_get_length(in) < need) {
+				/* A message bigger than the read watermark (a long query):
+				 * let it all in, max_packet_size bounds it. */
+				if (need > c->io.read_high)
+					c->io.read_high = (uint32_t)need;
+				return;
+			}
+			c->io.read_high = CLIENT_READ_HIGH_WATER;
+		}
 		switch (f.type) {
 		case PqMsg_Terminate:
 			evbuffer_drain(in, evbuffer_get_length(in));
@@ -959,6 +980,17 @@ static void process_active(struct client *c)
 			break;
 		}
 		c->last_activity_us = now;
+		if (prep) {
+			switch (prep_client_message(c, s, &f)) {
+			case PREP_FORWARD:
+				break;
+			case PREP_DONE:
+				continue;   /* rewritten (the rest, if any, streams through) */
+			case PREP_WAIT:
+			case PREP_FAILED:
+				return;
+			}
+		}
 		c->fwd_remaining = total;
 	}
 }

@@ -173,6 +173,7 @@ static struct pool *pool_new(struct worker *w, const struct config_pool *cp, con
 	p->name = strdup(cp->name);
 	p->user = strdup(cu->name);
 	params_init(&p->defaults);
+	prep_registry_init(&p->prep);
 	list_init(&p->login_waiters);
 	list_init(&p->retired);
 	list_init(&p->node);
@@ -255,6 +256,7 @@ static void pool_free(struct pool *p)
 	if (p->w->shm && p->shm_slot >= 0)
 		shm_gauges_clear(p->w->shm, p->w->id, p->shm_slot);
 	params_clear(&p->defaults);
+	prep_registry_free(&p->prep);
 	config_ref_put(p->cfg_ref);
 	free(p->targets);
 	free(p->name);
@@ -469,7 +471,12 @@ void pool_server_clean(struct server *s)
 		link_pair(s, c);
 		return;
 	}
+	/* Over the instance's pool_size (a connection opened only to learn the
+	 * server's parameters for a worker's first login, or a smaller
+	 * pool_size after a reload): it does not stay. */
 	server_set_state(s, SERVER_IDLE);
+	if (instance_total(sp) > sp->pool->pool_size)
+		server_close(s, "more server connections than pool_size");
 }
 
 void pool_release(struct server *s)

@@ -7,6 +7,7 @@
  * idle state (cancel, CopyFail, Sync, ROLLBACK) instead of being closed.
  */
 #include "server.h"
+#include "prepared.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -140,6 +141,8 @@ void server_close(struct server *s, const char *why)
 		evbuffer_add(io_out(&s->io), "X\0\0\0\4", 5);
 		io_flush(&s->io);
 	}
+	prep_server_free(s);
+	s->prep_on = false;
 	io_close(&s->io);
 	pool_server_closed(s, login_failed);
 	s->state = SERVER_CLOSED;
@@ -403,6 +406,10 @@ void server_link(struct server *s, struct client *c)
 	char sql[8192];
 	s->client = c;
 	s->sent_to_client = false;
+	s->prep_on = prep_enabled(c);
+	/* Nothing of a previous client may still be awaited. */
+	if (s->prep && (s->prep->seg_sent != s->prep->seg_recv || s->prep->parses.len || s->prep->closes.len))
+		prep_server_reset_pending(s);
 	int n = params_same(&c->params, &s->params) ? 0 : params_build_sync(&c->params, &s->params, sql, sizeof sql);
 	if (n > 0) {
 		uint8_t storage[sizeof sql + 16];
@@ -458,6 +465,9 @@ void server_drain(struct server *s)
 	if (s->state == SERVER_CLOSED)
 		return;
 	server_set_state(s, SERVER_DRAINING);
+	/* Whatever was in flight is not matched any more. */
+	prep_server_reset_pending(s);
+	s->prep_on = false;
 	if (s->paused) {
 		s->paused = false;
 		io_pause(&s->io, false);
@@ -493,6 +503,10 @@ void server_reset(struct server *s)
 		return;
 	}
 	server_set_state(s, SERVER_RESETTING);
+	s->prep_on = false;
+	/* DISCARD ALL (the usual reset) drops every prepared statement. */
+	if (strncasecmp(q, "discard all", 11) == 0 || strstr(q, "DISCARD ALL") || strstr(q, "discard all"))
+		prep_server_discarded(s);
 	send_simple_query(s, q);
 }
 
@@ -648,6 +662,12 @@ void server_resume_reading(struct server *s)
 	server_process(s);
 }
 
+/* A small server message pgcat consumed itself (all of it is buffered). */
+static void drop_message(struct server *s, uint32_t total)
+{
+	evbuffer_drain(s->io.in, total);
+}
+
 static void process_active(struct server *s)
 {
 	struct evbuffer *in = s->io.in;
@@ -684,6 +704,43 @@ static void process_active(struct server *s)
 			return;
 		}
 		uint32_t total = f.len + 1;
+		if (s->prep_on) {
+			if (f.type == PqMsg_ReadyForQuery && got < 6)
+				return;
+			const uint8_t *whole = NULL;
+			bool small = total <= SERVER_INSPECT_MAX;
+			/* Replies pgcat may drop or replace are small: have them whole first. */
+			if (small && f.type && strchr("123CEIZ", f.type) && evbuffer_get_length(in) < total)
+				return;
+			if (small && prep_server_wants(s, f.type))
+				whole = evbuffer_pullup(in, total);
+			uint8_t *repl = NULL;
+			uint32_t repl_len = 0;
+			switch (prep_server_message(s, f.type, whole, total, &repl, &repl_len)) {
+			case PREP_PASS:
+				break;
+			case PREP_SWALLOW:
+				if (!small) {
+					server_close(s, "unexpected large reply to pgcat's own message");
+					return;
+				}
+				if (f.type == PqMsg_ReadyForQuery) {
+					/* pgcat's own PREPARE segment: one ReadyForQuery less owed */
+					s->tx_status = (char)hdr[5];
+					if (s->outstanding > 0)
+						s->outstanding--;
+				}
+				drop_message(s, total);
+				continue;
+			case PREP_REPLACE:
+				drop_message(s, total);
+				evbuffer_add(out, repl, repl_len);
+				free(repl);
+				s->sent_to_client = true;
+				stats_add(s->sp->pool->stats, STAT_SENT, repl_len);
+				continue;
+			}
+		}
 		switch (f.type) {
 		case PqMsg_ReadyForQuery: {
 			if (got < 6)

@@ -318,8 +318,11 @@ static void client_timeouts(struct worker *w)
 		w->last_trim_us = now;
 		LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
 			struct client *c = LIST_OWNER(pos, struct client, node);
-			if ((c->io.in || c->io.out) && now - c->last_activity_us >= 1000000)
-				io_trim(&c->io);
+			if (now - c->last_activity_us >= 1000000) {
+				if (c->io.in || c->io.out)
+					io_trim(&c->io);
+				prep_client_trim(c);
+			}
 		}
 	}
 	if (g->idle_transaction_timeout > 0) {
@@ -411,6 +414,7 @@ static void janitor_cb(evutil_socket_t fd, short what, void *arg)
 		}
 	}
 	client_timeouts(w);
+	cancel_poll_waiting(w);
 	pool_janitor(w);
 	admin_janitor(w);
 	worker_publish(w);

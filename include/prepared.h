@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * prepared: named prepared statements in transaction mode (SPEC §5).
+ *
+ * Each distinct statement (Parse body: text and parameter types; or the text
+ * after the name of an SQL PREPARE) gets one entry in its pool's registry and
+ * a global name. A client's names map to entries; each server connection
+ * keeps the set of entries prepared on it (LRU, prepared_statements_cache_size).
+ * Client messages are rewritten to global names, with a Parse sent first
+ * where the server lacks the statement.
+ *
+ * The client must see exactly what PostgreSQL would send. pgcat never
+ * invents a reply out of order: every reply the client expects comes from a
+ * message the server really answers at that position. What pgcat adds is
+ * swallowed (the ParseComplete of a Parse it sent, the CloseComplete of an
+ * eviction), and what pgcat answers itself is a real server reply replaced in
+ * place: an error is a Bind to (or DEALLOCATE of) the statement
+ * "pgcat_error", which does not exist, so the server fails at that point,
+ * skips to Sync and marks the transaction failed as it would; its error is
+ * replaced by the client's own. A local success is an empty query whose
+ * EmptyQueryResponse becomes the client's CommandComplete.
+ */
+#ifndef PGCAT_PREPARED_H
+#define PGCAT_PREPARED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct client;
+struct server;
+struct proto_frame;
+
+/* One distinct statement of a pool; shared by clients and servers. */
+struct prep_stmt {
+	struct prep_stmt *hnext;
+	uint64_t hash;
+	uint64_t id;
+	uint32_t refs;
+	bool sql;               /* key is an SQL PREPARE's text after the name */
+	uint32_t servers;       /* server connections holding it */
+	uint64_t hits, misses;
+	uint32_t key_len;
+	uint8_t key[];          /* Parse: query\0 int16 n, n x int32 oid */
+};
+
+/* Per pool. */
+struct prep_registry {
+	struct prep_stmt **buckets;
+	uint32_t n_buckets, count;
+	uint64_t next_id;
+};
+
+void prep_registry_init(struct prep_registry *r);
+/* Every statement must have been released (clients and servers gone). */
+void prep_registry_free(struct prep_registry *r);
+/* The entry for key, made if new; the caller owns one reference. */
+struct prep_stmt *prep_registry_get(struct prep_registry *r, bool sql, const uint8_t *key, size_t len);
+void prep_stmt_unref(struct prep_registry *r, struct prep_stmt *st);
+
+/* A client's names. */
+struct prep_cmap_entry {
+	char *name;
+	struct prep_stmt *st;
+};
+struct prep_cmap {
+	struct prep_cmap_entry *e;
+	uint32_t cap, n;
+};
+struct prep_stmt *prep_cmap_get(const struct prep_cmap *m, const char *name);
+/* Takes over the caller's reference to st. */
+bool prep_cmap_put(struct prep_cmap *m, const char *name, struct prep_stmt *st);
+bool prep_cmap_del(struct prep_cmap *m, struct prep_registry *r, const char *name);
+void prep_cmap_clear(struct prep_cmap *m, struct prep_registry *r);
+
+/* What a server connection holds. */
+struct prep_sset_entry {
+	struct prep_stmt *st;
+	uint64_t used;
+};
+struct prep_sset {
+	struct prep_sset_entry *e;
+	uint32_t cap, n;
+	uint64_t clock;
+	/* Part of every global name on this connection: bumped when pgcat no
+	 * longer knows what the server holds (DISCARD ALL), so that a name is
+	 * never prepared twice. */
+	uint32_t gen;
+};
+bool prep_sset_has(struct prep_sset *s, const struct prep_stmt *st);   /* and marks it used */
+bool prep_sset_add(struct prep_sset *s, struct prep_stmt *st);         /* takes a new reference */
+void prep_sset_del(struct prep_sset *s, struct prep_registry *r, struct prep_stmt *st);
+/* The least recently used entry, removed; the caller gets its reference. */
+struct prep_stmt *prep_sset_pop_lru(struct prep_sset *s);
+void prep_sset_clear(struct prep_sset *s, struct prep_registry *r);
+
+#define PREP_GNAME_MAX 48
+void prep_gname(char out[PREP_GNAME_MAX], const struct prep_stmt *st, uint32_t gen);
+
+/* ---- the protocol side ---- */
+
+/* A FIFO of what pgcat sent and must match with the server's replies. */
+struct prep_pend {
+	uint32_t seg;           /* the Sync/Query it belongs to */
+	bool swallow;           /* pgcat's own: the client never sees the reply */
+	bool evict;             /* a Close of st that pgcat sent to evict it */
+	struct prep_stmt *st;   /* Parse: what it adds to the server (a reference) */
+	char *cname;            /* Parse/PREPARE with a client name: undone on failure */
+	uint8_t *repl;          /* replacement reply (error, CommandComplete) */
+	uint32_t repl_len;
+};
+struct prep_ring {
+	struct prep_pend *q;
+	uint32_t head, len, cap;
+};
+
+struct prep_server {
+	struct prep_sset set;
+	struct prep_ring parses;    /* every Parse sent: matched with ParseComplete */
+	struct prep_ring closes;    /* every Close sent: matched with CloseComplete */
+	struct prep_ring sqlpreps;  /* SQL PREPAREs sent: confirmed by the segment's end */
+	struct prep_ring repls;     /* replies to replace (errors, empty queries) */
+	struct prep_ring swallows;  /* whole segments pgcat sent (SQL PREPARE before EXECUTE) */
+	uint32_t seg_sent, seg_recv;
+	/* Whose unnamed statement the server holds (client id, its generation). */
+	uint64_t unnamed_client;
+	uint32_t unnamed_gen;
+	uint64_t hits, misses;
+};
+
+struct prep_client {
+	struct prep_cmap names;
+	/* The last unnamed Parse, for replay on another server. */
+	uint8_t *unnamed;
+	uint32_t unnamed_len, unnamed_cap;
+	uint32_t unnamed_gen;
+};
+
+/* Is rewriting on for this client's transactions? */
+bool prep_enabled(const struct client *c);
+
+enum prep_action {
+	PREP_FORWARD,   /* forward the message as is (the pump does) */
+	PREP_DONE,      /* consumed; what the server needs is queued (maybe with c->fwd_remaining) */
+	PREP_WAIT,      /* need more bytes */
+	PREP_FAILED     /* the client was closed */
+};
+/* A client message (Parse, Bind, Describe, Close, Query) with the client
+ * linked to s. Also counts Sync/Query/FunctionCall segments. */
+enum prep_action prep_client_message(struct client *c, struct server *s, const struct proto_frame *f);
+
+enum prep_verdict {
+	PREP_PASS,      /* forward */
+	PREP_SWALLOW,   /* drop the message */
+	PREP_REPLACE    /* send *repl instead (caller frees it with free()) */
+};
+/* A server reply while linked (type, and the whole message for E/C when
+ * msg is not NULL). */
+enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint8_t *msg, uint32_t total,
+				      uint8_t **repl, uint32_t *repl_len);
+/* Does this reply type need the whole message for prep_server_message? */
+bool prep_server_wants(const struct server *s, uint8_t type);
+
+/* The server's session was reset or lost: forget pending matches. */
+void prep_server_reset_pending(struct server *s);
+/* The server connection ends: release everything. */
+void prep_server_free(struct server *s);
+/* The server ran DISCARD ALL (reset query): it holds nothing now. */
+void prep_server_discarded(struct server *s);
+void prep_client_free(struct client *c);
+/* An idle client gives back its unnamed-Parse copy. */
+void prep_client_trim(struct client *c);
+
+#endif

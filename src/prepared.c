@@ -1,0 +1,1319 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * prepared: named prepared statements in transaction mode. See prepared.h
+ * for the approach; the data structures come first, then the client-side
+ * rewriting, then the matching of the server's replies.
+ */
+#include "prepared.h"
+
+#include <ctype.h>
+#include <event2/buffer.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "config.h"
+#include "pktbuf.h"
+#include "pool.h"
+#include "proto.h"
+#include "server.h"
+#include "stats.h"
+#include "worker.h"
+
+/* The statement no server ever holds: answering with its "does not exist"
+ * error puts the server where the client's failed message would. */
+#define PREP_ERROR_NAME "pgcat_error"
+
+static uint64_t fnv(const void *p, size_t n, uint64_t h)
+{
+	const uint8_t *b = p;
+	for (size_t i = 0; i < n; i++) {
+		h ^= b[i];
+		h *= 1099511628211ULL;
+	}
+	return h;
+}
+
+/* ---- registry ---- */
+
+void prep_registry_init(struct prep_registry *r)
+{
+	memset(r, 0, sizeof *r);
+}
+
+void prep_registry_free(struct prep_registry *r)
+{
+	for (uint32_t i = 0; i < r->n_buckets; i++) {
+		struct prep_stmt *st = r->buckets[i];
+		while (st) {
+			struct prep_stmt *next = st->hnext;
+			free(st);
+			st = next;
+		}
+	}
+	free(r->buckets);
+	memset(r, 0, sizeof *r);
+}
+
+static bool registry_grow(struct prep_registry *r)
+{
+	uint32_t nb = r->n_buckets ? r->n_buckets * 2 : 64;
+	struct prep_stmt **b = calloc(nb, sizeof *b);
+	if (!b)
+		return false;
+	for (uint32_t i = 0; i < r->n_buckets; i++) {
+		struct prep_stmt *st = r->buckets[i];
+		while (st) {
+			struct prep_stmt *next = st->hnext;
+			uint32_t k = (uint32_t)(st->hash & (nb - 1));
+			st->hnext = b[k];
+			b[k] = st;
+			st = next;
+		}
+	}
+	free(r->buckets);
+	r->buckets = b;
+	r->n_buckets = nb;
+	return true;
+}
+
+struct prep_stmt *prep_registry_get(struct prep_registry *r, bool sql, const uint8_t *key, size_t len)
+{
+	if (len > UINT32_MAX - 1)
+		return NULL;
+	uint64_t h = fnv(key, len, sql ? 0x9e3779b97f4a7c15ULL : 1469598103934665603ULL);
+	if (r->n_buckets) {
+		for (struct prep_stmt *st = r->buckets[h & (r->n_buckets - 1)]; st; st = st->hnext)
+			if (st->hash == h && st->sql == sql && st->key_len == len && memcmp(st->key, key, len) == 0) {
+				st->refs++;
+				return st;
+			}
+	}
+	if (r->count >= r->n_buckets && !registry_grow(r))
+		return NULL;
+	struct prep_stmt *st = malloc(sizeof *st + len + 1);
+	if (!st)
+		return NULL;
+	memset(st, 0, sizeof *st);
+	st->hash = h;
+	st->id = ++r->next_id;
+	st->refs = 1;
+	st->sql = sql;
+	st->key_len = (uint32_t)len;
+	memcpy(st->key, key, len);
+	st->key[len] = 0;
+	uint32_t k = (uint32_t)(h & (r->n_buckets - 1));
+	st->hnext = r->buckets[k];
+	r->buckets[k] = st;
+	r->count++;
+	return st;
+}
+
+void prep_stmt_unref(struct prep_registry *r, struct prep_stmt *st)
+{
+	if (!st || --st->refs > 0)
+		return;
+	struct prep_stmt **pp = &r->buckets[st->hash & (r->n_buckets - 1)];
+	while (*pp && *pp != st)
+		pp = &(*pp)->hnext;
+	if (*pp)
+		*pp = st->hnext;
+	r->count--;
+	free(st);
+}
+
+/* ---- a client's names: open addressing, deletion by backward shift ---- */
+
+static uint64_t name_hash(const char *s)
+{
+	return fnv(s, strlen(s), 1469598103934665603ULL);
+}
+
+static int cmap_find(const struct prep_cmap *m, const char *name)
+{
+	if (!m->cap)
+		return -1;
+	uint32_t mask = m->cap - 1;
+	for (uint32_t i = (uint32_t)name_hash(name) & mask;; i = (i + 1) & mask) {
+		if (!m->e[i].name)
+			return -1;
+		if (strcmp(m->e[i].name, name) == 0)
+			return (int)i;
+	}
+}
+
+struct prep_stmt *prep_cmap_get(const struct prep_cmap *m, const char *name)
+{
+	int i = cmap_find(m, name);
+	return i < 0 ? NULL : m->e[i].st;
+}
+
+static void cmap_insert(struct prep_cmap_entry *e, uint32_t cap, char *name, struct prep_stmt *st)
+{
+	uint32_t mask = cap - 1;
+	uint32_t i = (uint32_t)name_hash(name) & mask;
+	while (e[i].name)
+		i = (i + 1) & mask;
+	e[i].name = name;
+	e[i].st = st;
+}
+
+bool prep_cmap_put(struct prep_cmap *m, const char *name, struct prep_stmt *st)
+{
+	if ((m->n + 1) * 4 > m->cap * 3) {
+		uint32_t cap = m->cap ? m->cap * 2 : 8;
+		struct prep_cmap_entry *e = calloc(cap, sizeof *e);
+		if (!e)
+			return false;
+		for (uint32_t i = 0; i < m->cap; i++)
+			if (m->e[i].name)
+				cmap_insert(e, cap, m->e[i].name, m->e[i].st);
+		free(m->e);
+		m->e = e;
+		m->cap = cap;
+	}
+	char *copy = strdup(name);
+	if (!copy)
+		return false;
+	cmap_insert(m->e, m->cap, copy, st);
+	m->n++;
+	return true;
+}
+
+bool prep_cmap_del(struct prep_cmap *m, struct prep_registry *r, const char *name)
+{
+	int found = cmap_find(m, name);
+	if (found < 0)
+		return false;
+	uint32_t mask = m->cap - 1, i = (uint32_t)found;
+	free(m->e[i].name);
+	prep_stmt_unref(r, m->e[i].st);
+	m->e[i].name = NULL;
+	m->n--;
+	/* Shift later members of the cluster back into the hole. */
+	for (uint32_t j = (i + 1) & mask; m->e[j].name; j = (j + 1) & mask) {
+		uint32_t home = (uint32_t)name_hash(m->e[j].name) & mask;
+		bool movable = (j > i) ? (home <= i || home > j) : (home <= i && home > j);
+		if (movable) {
+			m->e[i] = m->e[j];
+			m->e[j].name = NULL;
+			i = j;
+		}
+	}
+	return true;
+}
+
+void prep_cmap_clear(struct prep_cmap *m, struct prep_registry *r)
+{
+	for (uint32_t i = 0; i < m->cap; i++)
+		if (m->e[i].name) {
+			free(m->e[i].name);
+			prep_stmt_unref(r, m->e[i].st);
+		}
+	free(m->e);
+	m->e = NULL;
+	m->cap = m->n = 0;
+}
+
+/* ---- a server's statements ---- */
+
+static uint32_t id_slot(uint64_t id, uint32_t mask)
+{
+	return (uint32_t)((id * 0x9e3779b97f4a7c15ULL) >> 32) & mask;
+}
+
+static int sset_find(const struct prep_sset *s, const struct prep_stmt *st)
+{
+	if (!s->cap)
+		return -1;
+	uint32_t mask = s->cap - 1;
+	for (uint32_t i = id_slot(st->id, mask);; i = (i + 1) & mask) {
+		if (!s->e[i].st)
+			return -1;
+		if (s->e[i].st == st)
+			return (int)i;
+	}
+}
+
+bool prep_sset_has(struct prep_sset *s, const struct prep_stmt *st)
+{
+	int i = sset_find(s, st);
+	if (i < 0)
+		return false;
+	s->e[i].used = ++s->clock;
+	return true;
+}
+
+static void sset_insert(struct prep_sset_entry *e, uint32_t cap, struct prep_stmt *st, uint64_t used)
+{
+	uint32_t mask = cap - 1;
+	uint32_t i = id_slot(st->id, mask);
+	while (e[i].st)
+		i = (i + 1) & mask;
+	e[i].st = st;
+	e[i].used = used;
+}
+
+bool prep_sset_add(struct prep_sset *s, struct prep_stmt *st)
+{
+	if ((s->n + 1) * 4 > s->cap * 3) {
+		uint32_t cap = s->cap ? s->cap * 2 : 16;
+		struct prep_sset_entry *e = calloc(cap, sizeof *e);
+		if (!e)
+			return false;
+		for (uint32_t i = 0; i < s->cap; i++)
+			if (s->e[i].st)
+				sset_insert(e, cap, s->e[i].st, s->e[i].used);
+		free(s->e);
+		s->e = e;
+		s->cap = cap;
+	}
+	st->refs++;
+	st->servers++;
+	sset_insert(s->e, s->cap, st, ++s->clock);
+	s->n++;
+	return true;
+}
+
+static void sset_remove_at(struct prep_sset *s, uint32_t i)
+{
+	uint32_t mask = s->cap - 1;
+	s->e[i].st = NULL;
+	s->n--;
+	for (uint32_t j = (i + 1) & mask; s->e[j].st; j = (j + 1) & mask) {
+		uint32_t home = id_slot(s->e[j].st->id, mask);
+		bool movable = (j > i) ? (home <= i || home > j) : (home <= i && home > j);
+		if (movable) {
+			s->e[i] = s->e[j];
+			s->e[j].st = NULL;
+			i = j;
+		}
+	}
+}
+
+void prep_sset_del(struct prep_sset *s, struct prep_registry *r, struct prep_stmt *st)
+{
+	int i = sset_find(s, st);
+	if (i < 0)
+		return;
+	sset_remove_at(s, (uint32_t)i);
+	st->servers--;
+	prep_stmt_unref(r, st);
+}
+
+struct prep_stmt *prep_sset_pop_lru(struct prep_sset *s)
+{
+	int best = -1;
+	for (uint32_t i = 0; i < s->cap; i++)
+		if (s->e[i].st && (best < 0 || s->e[i].used < s->e[best].used))
+			best = (int)i;
+	if (best < 0)
+		return NULL;
+	struct prep_stmt *st = s->e[best].st;
+	sset_remove_at(s, (uint32_t)best);
+	st->servers--;
+	return st;
+}
+
+void prep_sset_clear(struct prep_sset *s, struct prep_registry *r)
+{
+	for (uint32_t i = 0; i < s->cap; i++)
+		if (s->e[i].st) {
+			s->e[i].st->servers--;
+			prep_stmt_unref(r, s->e[i].st);
+		}
+	free(s->e);
+	s->e = NULL;
+	s->cap = s->n = 0;
+	s->gen++;
+}
+
+void prep_gname(char out[PREP_GNAME_MAX], const struct prep_stmt *st, uint32_t gen)
+{
+	snprintf(out, PREP_GNAME_MAX, "pgcat_%" PRIx64 "_%" PRIx32, st->id, gen);
+}
+
+/* ---- FIFOs ---- */
+
+static bool ring_push(struct prep_ring *q, const struct prep_pend *p)
+{
+	if (q->len == q->cap) {
+		uint32_t cap = q->cap ? q->cap * 2 : 8;
+		struct prep_pend *n = malloc(cap * sizeof *n);
+		if (!n)
+			return false;
+		for (uint32_t i = 0; i < q->len; i++)
+			n[i] = q->q[(q->head + i) % q->cap];
+		free(q->q);
+		q->q = n;
+		q->head = 0;
+		q->cap = cap;
+	}
+	q->q[(q->head + q->len) % q->cap] = *p;
+	q->len++;
+	return true;
+}
+
+static struct prep_pend *ring_head(struct prep_ring *q)
+{
+	return q->len ? &q->q[q->head] : NULL;
+}
+
+static void ring_pop(struct prep_ring *q)
+{
+	q->head = (q->head + 1) % q->cap;
+	q->len--;
+}
+
+static void pend_release(struct prep_registry *r, struct prep_pend *p)
+{
+	prep_stmt_unref(r, p->st);
+	free(p->cname);
+	free(p->repl);
+	p->st = NULL;
+	p->cname = NULL;
+	p->repl = NULL;
+}
+
+static void ring_clear(struct prep_ring *q, struct prep_registry *r)
+{
+	while (q->len) {
+		pend_release(r, ring_head(q));
+		ring_pop(q);
+	}
+	free(q->q);
+	memset(q, 0, sizeof *q);
+}
+
+/* ---- helpers ---- */
+
+bool prep_enabled(const struct client *c)
+{
+	return c->pool && c->pool->mode == POOL_MODE_TRANSACTION && c->w->cfg->general.prepared_statements;
+}
+
+static struct prep_registry *reg_of(struct server *s)
+{
+	return &s->sp->pool->prep;
+}
+
+static struct prep_server *server_prep(struct server *s)
+{
+	if (!s->prep)
+		s->prep = calloc(1, sizeof *s->prep);
+	return s->prep;
+}
+
+static struct prep_client *client_prep(struct client *c)
+{
+	if (!c->prep)
+		c->prep = calloc(1, sizeof *c->prep);
+	return c->prep;
+}
+
+static void put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t alen, const void *b, size_t blen)
+{
+	uint8_t hdr[5];
+	uint32_t len = (uint32_t)(4 + alen + blen);
+	hdr[0] = type;
+	hdr[1] = (uint8_t)(len >> 24);
+	hdr[2] = (uint8_t)(len >> 16);
+	hdr[3] = (uint8_t)(len >> 8);
+	hdr[4] = (uint8_t)len;
+	evbuffer_add(out, hdr, 5);
+	if (alen)
+		evbuffer_add(out, a, alen);
+	if (blen)
+		evbuffer_add(out, b, blen);
+}
+
+/* Parse of st under its global name. */
+static void send_parse(struct server *s, struct prep_stmt *st)
+{
+	char g[PREP_GNAME_MAX];
+	prep_gname(g, st, s->prep->set.gen);
+	struct evbuffer *out = server_output(s);
+	if (st->sql) {
+		/* An SQL PREPARE's "(types) AS query": only the query carries
+		 * over to a protocol Parse (the server infers the types). */
+		const char *q = (const char *)st->key;
+		const char *as = NULL;
+		for (const char *p = q; *p; p++)
+			if ((p == q || isspace((unsigned char)p[-1])) && strncasecmp(p, "as", 2) == 0 &&
+			    (isspace((unsigned char)p[2]) || p[2] == '\0')) {
+				as = p + 2;
+				break;
+			}
+		const char *body = as ? as : q;
+		uint8_t zero[3] = { 0, 0, 0 };
+		size_t gl = strlen(g) + 1, bl = strlen(body) + 1;
+		uint8_t *tmp = malloc(gl + bl + 2);
+		if (!tmp)
+			return;
+		memcpy(tmp, g, gl);
+		memcpy(tmp + gl, body, bl);
+		memcpy(tmp + gl + bl, zero, 2);
+		put_msg(out, PqMsg_Parse, tmp, gl + bl + 2, NULL, 0);
+		free(tmp);
+		return;
+	}
+	put_msg(out, PqMsg_Parse, g, strlen(g) + 1, st->key, st->key_len);
+}
+
+/* Make room, then record that st will be on the server. pgcat's own Parse
+ * (swallow) or the client's (forwarded reply). */
+static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *st, bool swallow,
+			  const char *cname)
+{
+	struct prep_server *ps = s->prep;
+	struct prep_registry *r = reg_of(s);
+	int limit = c->w->cfg->general.prepared_statements_cache_size;
+	while (limit > 0 && ps->set.n >= (uint32_t)limit) {
+		struct prep_stmt *victim = prep_sset_pop_lru(&ps->set);
+		if (!victim)
+			break;
+		char g[PREP_GNAME_MAX];
+		prep_gname(g, victim, ps->set.gen);
+		uint8_t body[PREP_GNAME_MAX + 1];
+		body[0] = 'S';
+		size_t gl = strlen(g) + 1;
+		memcpy(body + 1, g, gl);
+		put_msg(server_output(s), PqMsg_Close, body, 1 + gl, NULL, 0);
+		struct prep_pend p = { .seg = ps->seg_sent, .swallow = true, .evict = true, .st = victim };
+		if (!ring_push(&ps->closes, &p)) {
+			prep_stmt_unref(r, victim);
+			return false;
+		}
+		s->ext_pending = true;
+	}
+	send_parse(s, st);
+	if (!prep_sset_add(&ps->set, st))
+		return false;
+	st->refs++;
+	struct prep_pend p = { .seg = ps->seg_sent, .swallow = swallow, .st = st, .cname = cname ? strdup(cname) : NULL };
+	if (!ring_push(&ps->parses, &p)) {
+		pend_release(r, &p);
+		return false;
+	}
+	s->ext_pending = true;
+	ps->misses++;
+	st->misses++;
+	stats_add(c->pool->stats, STAT_PREPARED_MISSES, 1);
+	return true;
+}
+
+static void count_hit(struct client *c, struct server *s, struct prep_stmt *st)
+{
+	s->prep->hits++;
+	st->hits++;
+	stats_add(c->pool->stats, STAT_PREPARED_HITS, 1);
+}
+
+/* A ParseComplete the client expects where the server already holds the
+ * statement: a Parse and Close of an empty statement, the Close swallowed. */
+static bool send_nop_parse(struct server *s, const char *cname)
+{
+	static const uint8_t parse_body[] = "pgcat_nop\0\0\0";   /* name, "", 0 types */
+	static const uint8_t close_body[] = "Spgcat_nop";
+	struct prep_server *ps = s->prep;
+	put_msg(server_output(s), PqMsg_Parse, parse_body, sizeof parse_body, NULL, 0);
+	put_msg(server_output(s), PqMsg_Close, close_body, sizeof close_body, NULL, 0);
+	/* If an earlier message fails, this Parse is skipped: the client's
+	 * name is then undone like any failed Parse. */
+	struct prep_pend p = { .seg = ps->seg_sent, .cname = strdup(cname) };
+	struct prep_pend c = { .seg = ps->seg_sent, .swallow = true };
+	s->ext_pending = true;
+	if (!p.cname || !ring_push(&ps->parses, &p))
+		return free(p.cname), false;
+	return ring_push(&ps->closes, &c);
+}
+
+/* The client's error, at this point of the stream (see prepared.h). */
+static bool send_error_bind(struct server *s, const char *sqlstate, const char *message)
+{
+	static const uint8_t bind_body[] = "\0" PREP_ERROR_NAME "\0\0\0\0\0\0";
+	struct prep_server *ps = s->prep;
+	uint8_t storage[512];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_error(&pb, "ERROR", sqlstate, message);
+	struct prep_pend p = { .seg = ps->seg_sent, .repl = malloc(pb.len), .repl_len = (uint32_t)pb.len };
+	if (!p.repl || pb.failed)
+		return free(p.repl), false;
+	memcpy(p.repl, pb.data, pb.len);
+	if (!ring_push(&ps->repls, &p))
+		return free(p.repl), false;
+	put_msg(server_output(s), PqMsg_Bind, bind_body, sizeof bind_body, NULL, 0);
+	s->ext_pending = true;
+	return true;
+}
+
+/* The client's unnamed statement is not the one on this server: send it. */
+static bool replay_unnamed(struct client *c, struct server *s)
+{
+	struct prep_client *pc = c->prep;
+	struct prep_server *ps = s->prep;
+	if (!pc || !pc->unnamed_len)
+		return true;
+	if (ps->unnamed_client == c->id && ps->unnamed_gen == pc->unnamed_gen)
+		return true;
+	evbuffer_add(server_output(s), pc->unnamed, pc->unnamed_len);
+	struct prep_pend p = { .seg = ps->seg_sent, .swallow = true };
+	ps->unnamed_client = c->id;
+	ps->unnamed_gen = pc->unnamed_gen;
+	s->ext_pending = true;
+	return ring_push(&ps->parses, &p);
+}
+
+/* Make sure s holds st before a message that uses it. */
+static bool ensure_on_server(struct client *c, struct server *s, struct prep_stmt *st)
+{
+	if (prep_sset_has(&s->prep->set, st)) {
+		count_hit(c, s, st);
+		return true;
+	}
+	return add_to_server(c, s, st, true, NULL);
+}
+
+static void drain_msg(struct client *c, uint32_t total)
+{
+	evbuffer_drain(c->io.in, total);
+	stats_add(c->pool->stats, STAT_RECEIVED, total);
+}
+
+/* ---- protocol messages ---- */
+
+static enum prep_action on_parse(struct client *c, struct server *s, const uint8_t *m, uint32_t total)
+{
+	size_t off = 0;
+	const char *name;
+	if (!proto_read_cstring(m + 5, total - 5, &off, &name))
+		return PREP_FORWARD;   /* malformed: the server says so */
+	struct prep_server *ps = s->prep;
+	struct prep_client *pc = client_prep(c);
+	if (!pc) {
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return PREP_FAILED;
+	}
+	if (!name[0]) {
+		/* Unnamed: forwarded; remembered for a Bind in a later transaction. */
+		if (pc->unnamed_cap < total) {
+			uint8_t *b = realloc(pc->unnamed, total);
+			if (!b) {
+				client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+				return PREP_FAILED;
+			}
+			pc->unnamed = b;
+			pc->unnamed_cap = total;
+		}
+		memcpy(pc->unnamed, m, total);
+		pc->unnamed_len = total;
+		pc->unnamed_gen++;
+		ps->unnamed_client = c->id;
+		ps->unnamed_gen = pc->unnamed_gen;
+		struct prep_pend p = { .seg = ps->seg_sent };
+		if (!ring_push(&ps->parses, &p)) {
+			client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+			return PREP_FAILED;
+		}
+		return PREP_FORWARD;
+	}
+	bool ok;
+	if (prep_cmap_get(&pc->names, name)) {
+		char msg[160];
+		snprintf(msg, sizeof msg, "prepared statement \"%s\" already exists", name);
+		ok = send_error_bind(s, "42P05", msg);
+	} else {
+		struct prep_stmt *st = prep_registry_get(reg_of(s), false, m + 5 + off, total - 5 - off);
+		ok = st != NULL;
+		if (ok && !prep_cmap_put(&pc->names, name, st)) {
+			prep_stmt_unref(reg_of(s), st);
+			ok = false;
+		}
+		if (ok) {
+			if (prep_sset_has(&ps->set, st)) {
+				count_hit(c, s, st);
+				ok = send_nop_parse(s, name);
+			} else {
+				ok = add_to_server(c, s, st, false, name);
+			}
+		}
+	}
+	if (!ok) {
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return PREP_FAILED;
+	}
+	drain_msg(c, total);
+	return PREP_DONE;
+}
+
+/* Bind or Describe 'S' naming a client statement: rewrite the name.
+ * prefix_len bytes of the message precede the name (after the header). */
+static enum prep_action rewrite_name(struct client *c, struct server *s, const struct proto_frame *f,
+				     const uint8_t *m, size_t have, size_t name_off)
+{
+	uint32_t total = f->len + 1;
+	const char *name = (const char *)m + name_off;
+	size_t nl = strnlen(name, have - name_off);
+	if (name_off + nl >= have)
+		return have >= total ? PREP_FORWARD : PREP_WAIT;   /* no terminator in the message: malformed */
+	if (nl == 0)
+		return replay_unnamed(c, s) ? PREP_FORWARD : PREP_FAILED;
+	struct prep_stmt *st = c->prep ? prep_cmap_get(&c->prep->names, name) : NULL;
+	bool ok;
+	if (!st) {
+		if (have < total)
+			return PREP_WAIT;   /* the whole message goes, once it is here */
+		char msg[160];
+		snprintf(msg, sizeof msg, "prepared statement \"%s\" does not exist", name);
+		ok = send_error_bind(s, "26000", msg);
+		if (ok) {
+			drain_msg(c, total);
+			return PREP_DONE;
+		}
+	} else {
+		ok = ensure_on_server(c, s, st);
+	}
+	if (!ok) {
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return PREP_FAILED;
+	}
+	char g[PREP_GNAME_MAX];
+	prep_gname(g, st, s->prep->set.gen);
+	size_t gl = strlen(g) + 1;
+	size_t old_prefix = name_off + nl + 1;          /* header, fields before, name, NUL */
+	uint32_t rest = total - (uint32_t)old_prefix;
+	uint32_t len = (uint32_t)(4 + (name_off - 5) + gl + rest);
+	uint8_t hdr[5] = { f->type, (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len };
+	struct evbuffer *out = server_output(s);
+	evbuffer_add(out, hdr, 5);
+	evbuffer_add(out, m + 5, name_off - 5);
+	evbuffer_add(out, g, gl);
+	evbuffer_drain(c->io.in, old_prefix);
+	stats_add(c->pool->stats, STAT_RECEIVED, old_prefix);
+	c->fwd_remaining = rest;
+	s->ext_pending = true;
+	return PREP_DONE;
+}
+
+static enum prep_action on_close(struct client *c, struct server *s, const uint8_t *m, uint32_t total)
+{
+	struct prep_server *ps = s->prep;
+	struct prep_pend p = { .seg = ps->seg_sent };
+	if (total < 7 || m[5] != 'S' || m[total - 1] != 0 || m[6] == 0) {
+		/* Portals and the unnamed statement: the server's business. */
+		if (!ring_push(&ps->closes, &p)) {
+			client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+			return PREP_FAILED;
+		}
+		return PREP_FORWARD;
+	}
+	const char *name = (const char *)m + 6;
+	if (c->prep)
+		(void)prep_cmap_del(&c->prep->names, reg_of(s), name);
+	/* The statement stays on the server for others; the client gets the
+	 * CloseComplete of a Close of nothing (not an error in PostgreSQL). */
+	static const uint8_t body[] = "S" PREP_ERROR_NAME;
+	put_msg(server_output(s), PqMsg_Close, body, sizeof body, NULL, 0);
+	if (!ring_push(&ps->closes, &p)) {
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return PREP_FAILED;
+	}
+	s->ext_pending = true;
+	drain_msg(c, total);
+	return PREP_DONE;
+}
+
+/* ---- SQL: PREPARE, EXECUTE, DEALLOCATE, DISCARD ALL ---- */
+
+static const char *sql_space(const char *s, const char *end)
+{
+	for (;;) {
+		while (s < end && isspace((unsigned char)*s))
+			s++;
+		if (end - s >= 2 && s[0] == '-' && s[1] == '-') {
+			while (s < end && *s != '\n')
+				s++;
+			continue;
+		}
+		if (end - s >= 2 && s[0] == '/' && s[1] == '*') {
+			const char *e = s + 2;
+			while (end - e >= 2 && !(e[0] == '*' && e[1] == '/'))
+				e++;
+			if (end - e < 2)
+				return end;
+			s = e + 2;
+			continue;
+		}
+		return s;
+	}
+}
+
+static bool sql_word(const char **sp, const char *end, const char *w)
+{
+	const char *s = *sp;
+	size_t n = strlen(w);
+	if ((size_t)(end - s) < n || strncasecmp(s, w, n) != 0)
+		return false;
+	if (s + n < end && (isalnum((unsigned char)s[n]) || s[n] == '_' || s[n] == '$'))
+		return false;
+	*sp = sql_space(s + n, end);
+	return true;
+}
+
+/* An identifier: unquoted folds to lower case, "quoted" keeps its case. */
+static bool sql_ident(const char **sp, const char *end, char *out, size_t outsz)
+{
+	const char *s = *sp;
+	size_t n = 0;
+	if (s < end && *s == '"') {
+		s++;
+		for (;;) {
+			if (s >= end)
+				return false;
+			if (*s == '"') {
+				if (s + 1 < end && s[1] == '"') {
+					s++;
+				} else {
+					s++;
+					break;
+				}
+			}
+			if (n + 1 >= outsz)
+				return false;
+			out[n++] = *s++;
+		}
+	} else {
+		while (s < end && (isalnum((unsigned char)*s) || *s == '_' || *s == '$' || (unsigned char)*s >= 0x80)) {
+			if (n + 1 >= outsz)
+				return false;
+			out[n++] = (char)tolower((unsigned char)*s++);
+		}
+	}
+	if (n == 0)
+		return false;
+	out[n] = '\0';
+	*sp = sql_space(s, end);
+	return true;
+}
+
+/* Where the statement ends: the first ';' outside quotes and comments, with
+ * only blanks after it (NULL: more than one statement). */
+static const char *single_statement_end(const char *s, const char *end)
+{
+	char q = 0;
+	const char *p = s;
+	while (p < end && *p) {
+		if (q) {
+			if (*p == q)
+				q = 0;
+			p++;
+			continue;
+		}
+		if (*p == '\'' || *p == '"') {
+			q = *p++;
+			continue;
+		}
+		if (*p == '$') {
+			/* dollar quoting: $tag$ ... $tag$ */
+			const char *t = p + 1;
+			while (t < end && (isalnum((unsigned char)*t) || *t == '_'))
+				t++;
+			if (t < end && *t == '$') {
+				size_t tl = (size_t)(t - p + 1);
+				const char *c = t + 1;
+				while (c + tl <= end && memcmp(c, p, tl) != 0)
+					c++;
+				if (c + tl > end)
+					return NULL;
+				p = c + tl;
+				continue;
+			}
+		}
+		if (*p == ';') {
+			const char *after = sql_space(p + 1, end);
+			while (after < end && (*after == ';' || isspace((unsigned char)*after)))
+				after = sql_space(after + 1, end);
+			return (after >= end || !*after) ? p : NULL;
+		}
+		p++;
+	}
+	return p;
+}
+
+/* Replace the client's Query with sql (same single reply slot). */
+static void send_query(struct server *s, const char *sql, size_t len)
+{
+	uint8_t nul = 0;
+	put_msg(server_output(s), PqMsg_Query, sql, len, &nul, 1);
+}
+
+static bool push_repl_msg(struct server *s, uint8_t type_hint, const uint8_t *bytes, size_t len)
+{
+	(void)type_hint;
+	struct prep_pend p = { .seg = s->prep->seg_sent, .repl = malloc(len), .repl_len = (uint32_t)len };
+	if (!p.repl)
+		return false;
+	memcpy(p.repl, bytes, len);
+	if (!ring_push(&s->prep->repls, &p))
+		return free(p.repl), false;
+	return true;
+}
+
+/* The server answers an empty query; the client sees CommandComplete tag. */
+static bool reply_command(struct server *s, const char *tag)
+{
+	uint8_t storage[128];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_command_complete(&pb, tag);
+	if (pb.failed || !push_repl_msg(s, 'C', pb.data, pb.len))
+		return false;
+	send_query(s, "", 0);
+	return true;
+}
+
+static bool reply_error(struct server *s, const char *sqlstate, const char *message)
+{
+	uint8_t storage[512];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_error(&pb, "ERROR", sqlstate, message);
+	if (pb.failed || !push_repl_msg(s, 'E', pb.data, pb.len))
+		return false;
+	static const char q[] = "DEALLOCATE " PREP_ERROR_NAME;
+	send_query(s, q, sizeof q - 1);
+	return true;
+}
+
+/* Text for an SQL PREPARE of st under global name g. */
+static char *prepare_sql(const struct prep_stmt *st, const char *g, size_t *len)
+{
+	const char *body = (const char *)st->key;
+	size_t n = strlen(g) + strlen(body) + 16;
+	char *q = malloc(n);
+	if (!q)
+		return NULL;
+	int w = snprintf(q, n, "PREPARE %s %s%s", g, st->sql ? "" : "AS ", body);
+	*len = w < 0 ? 0 : (size_t)w;
+	return q;
+}
+
+static enum prep_action on_query(struct client *c, struct server *s, const uint8_t *m, uint32_t total)
+{
+	struct prep_server *ps = s->prep;
+	const char *sql = (const char *)m + 5;
+	const char *end = sql + (total - 5);
+	if (end > sql && end[-1] == '\0')
+		end--;
+	const char *p = sql_space(sql, end);
+	/* The simple protocol ends the server's unnamed statement. */
+	bool maybe = p < end && (strchr("pPeEdD", *p) != NULL);
+	if (!maybe) {
+		ps->unnamed_client = 0;
+		return PREP_FORWARD;
+	}
+	const char *stop = single_statement_end(p, end);
+	char name[128];
+	bool ok = true;
+	struct prep_client *pc = client_prep(c);
+	if (!pc) {
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return PREP_FAILED;
+	}
+	struct prep_registry *r = reg_of(s);
+	if (sql_word(&p, end, "discard")) {
+		if (sql_word(&p, end, "all")) {
+			/* The server forgets everything, the client its names. */
+			prep_cmap_clear(&pc->names, r);
+			prep_sset_clear(&ps->set, r);
+		}
+		ps->unnamed_client = 0;
+		return PREP_FORWARD;
+	}
+	if (!stop) {
+		ps->unnamed_client = 0;
+		return PREP_FORWARD;   /* several statements: not rewritten */
+	}
+	if (sql_word(&p, end, "deallocate")) {
+		(void)sql_word(&p, end, "prepare");
+		if (sql_word(&p, end, "all")) {
+			prep_cmap_clear(&pc->names, r);
+			ok = reply_command(s, "DEALLOCATE ALL");
+		} else if (sql_ident(&p, end, name, sizeof name)) {
+			if (prep_cmap_del(&pc->names, r, name)) {
+				ok = reply_command(s, "DEALLOCATE");
+			} else {
+				char msg[200];
+				snprintf(msg, sizeof msg, "prepared statement \"%s\" does not exist", name);
+				ok = reply_error(s, "26000", msg);
+			}
+		} else {
+			return PREP_FORWARD;   /* a syntax error: the server's */
+		}
+	} else if (sql_word(&p, end, "prepare")) {
+		if (sql_word(&p, end, "transaction") || !sql_ident(&p, end, name, sizeof name))
+			return PREP_FORWARD;
+		if (prep_cmap_get(&pc->names, name)) {
+			char msg[200];
+			snprintf(msg, sizeof msg, "prepared statement \"%s\" already exists", name);
+			ok = reply_error(s, "42P05", msg);
+		} else {
+			/* Key: the text after the name, "(types) AS query". */
+			size_t klen = (size_t)(stop - p);
+			struct prep_stmt *st = prep_registry_get(r, true, (const uint8_t *)p, klen);
+			ok = st && prep_cmap_put(&pc->names, name, st);
+			if (st && !ok)
+				prep_stmt_unref(r, st);
+			if (ok && prep_sset_has(&ps->set, st)) {
+				count_hit(c, s, st);
+				ok = reply_command(s, "PREPARE");
+			} else if (ok) {
+				char g[PREP_GNAME_MAX];
+				prep_gname(g, st, ps->set.gen);
+				size_t qlen;
+				char *q = prepare_sql(st, g, &qlen);
+				ok = q && prep_sset_add(&ps->set, st);
+				if (ok) {
+					send_query(s, q, qlen);
+					st->refs++;
+					struct prep_pend pp = { .seg = ps->seg_sent, .st = st, .cname = strdup(name) };
+					ok = ring_push(&ps->sqlpreps, &pp);
+					if (!ok)
+						pend_release(r, &pp);
+					ps->misses++;
+					st->misses++;
+					stats_add(c->pool->stats, STAT_PREPARED_MISSES, 1);
+				}
+				free(q);
+			}
+		}
+	} else if (sql_word(&p, end, "execute")) {
+		const char *name_at = p;
+		if (!sql_ident(&p, end, name, sizeof name))
+			return PREP_FORWARD;
+		(void)name_at;
+		struct prep_stmt *st = prep_cmap_get(&pc->names, name);
+		if (!st) {
+			char msg[200];
+			snprintf(msg, sizeof msg, "prepared statement \"%s\" does not exist", name);
+			ok = reply_error(s, "26000", msg);
+		} else {
+			char g[PREP_GNAME_MAX];
+			if (prep_sset_has(&ps->set, st)) {
+				count_hit(c, s, st);
+			} else {
+				/* A PREPARE of its own first: a whole segment the client
+				 * never sees (its Z counts as one more outstanding). */
+				prep_gname(g, st, ps->set.gen);
+				size_t qlen;
+				char *q = prepare_sql(st, g, &qlen);
+				ok = q && prep_sset_add(&ps->set, st);
+				if (ok) {
+					send_query(s, q, qlen);
+					st->refs++;
+					struct prep_pend pp = { .seg = ps->seg_sent, .st = st };
+					struct prep_pend sw = { .seg = ps->seg_sent, .swallow = true };
+					ok = ring_push(&ps->sqlpreps, &pp) && ring_push(&ps->swallows, &sw);
+					ps->seg_sent++;
+					s->outstanding++;
+					ps->misses++;
+					st->misses++;
+					stats_add(c->pool->stats, STAT_PREPARED_MISSES, 1);
+				}
+				free(q);
+			}
+			if (ok) {
+				prep_gname(g, st, ps->set.gen);
+				size_t gl = strlen(g);
+				size_t restl = (size_t)(end - p);
+				char *q = malloc(8 + 1 + gl + 1 + restl + 1);
+				ok = q != NULL;
+				if (ok) {
+					int w = snprintf(q, 8 + 1 + gl + 1 + restl + 1, "EXECUTE %s %.*s", g, (int)restl, p);
+					send_query(s, q, w < 0 ? 0 : (size_t)w);
+					free(q);
+				}
+			}
+		}
+	} else {
+		ps->unnamed_client = 0;
+		return PREP_FORWARD;
+	}
+	if (!ok) {
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return PREP_FAILED;
+	}
+	ps->unnamed_client = 0;
+	drain_msg(c, total);
+	return PREP_DONE;
+}
+
+enum prep_action prep_client_message(struct client *c, struct server *s, const struct proto_frame *f)
+{
+	uint32_t total = f->len + 1;
+	struct evbuffer *in = c->io.in;
+	if (!server_prep(s)) {
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return PREP_FAILED;
+	}
+	switch (f->type) {
+	case PqMsg_Parse: {
+		if (evbuffer_get_length(in) < total)
+			return PREP_WAIT;
+		return on_parse(c, s, evbuffer_pullup(in, total), total);
+	}
+	case PqMsg_Bind:
+	case PqMsg_Describe: {
+		/* Only the names at the front matter: the rest streams through. */
+		size_t want = total < 5 + 2 * 256 ? total : 5 + 2 * 256;
+		size_t have = evbuffer_get_length(in);
+		if (have < want)
+			return PREP_WAIT;
+		const uint8_t *m = evbuffer_pullup(in, (ssize_t)want);
+		size_t name_off;
+		if (f->type == PqMsg_Bind) {
+			size_t pl = strnlen((const char *)m + 5, want - 5);
+			if (5 + pl >= want) {
+				if (want == total)
+					return PREP_FORWARD;   /* malformed */
+				if (have < total)
+					return PREP_WAIT;
+				m = evbuffer_pullup(in, total);
+				want = total;
+				pl = strnlen((const char *)m + 5, want - 5);
+				if (5 + pl >= want)
+					return PREP_FORWARD;
+			}
+			name_off = 5 + pl + 1;
+		} else {
+			if (want < 7 || m[5] != 'S')
+				return PREP_FORWARD;   /* portal, or malformed */
+			name_off = 6;
+		}
+		if (name_off >= want) {
+			if (have < total)
+				return PREP_WAIT;
+			return PREP_FORWARD;
+		}
+		if (strnlen((const char *)m + name_off, want - name_off) >= want - name_off && want < total) {
+			if (have < total)
+				return PREP_WAIT;
+			m = evbuffer_pullup(in, total);
+			want = total;
+		}
+		return rewrite_name(c, s, f, m, want, name_off);
+	}
+	case PqMsg_Close: {
+		if (evbuffer_get_length(in) < total)
+			return PREP_WAIT;
+		return on_close(c, s, evbuffer_pullup(in, total), total);
+	}
+	case PqMsg_Query: {
+		if (evbuffer_get_length(in) < total)
+			return PREP_WAIT;
+		enum prep_action a = on_query(c, s, evbuffer_pullup(in, total), total);
+		if (a != PREP_FAILED)
+			s->prep->seg_sent++;
+		return a;
+	}
+	case PqMsg_Sync:
+	case PqMsg_FunctionCall:
+		s->prep->seg_sent++;
+		return PREP_FORWARD;
+	default:
+		return PREP_FORWARD;
+	}
+}
+
+/* ---- the server's replies ---- */
+
+bool prep_server_wants(const struct server *s, uint8_t type)
+{
+	return s->prep && (type == PqMsg_ErrorResponse || (type == PqMsg_CommandComplete && s->prep->swallows.len));
+}
+
+/* The segment failed: what it would have done did not happen. */
+static void undo_segment(struct server *s, uint32_t seg)
+{
+	struct prep_server *ps = s->prep;
+	struct prep_registry *r = reg_of(s);
+	struct prep_ring *rings[] = { &ps->parses, &ps->sqlpreps };
+	for (size_t k = 0; k < 2; k++) {
+		struct prep_pend *p;
+		while ((p = ring_head(rings[k])) && p->seg == seg) {
+			if (p->st)
+				prep_sset_del(&ps->set, r, p->st);
+			if (p->cname && s->client && s->client->prep)
+				(void)prep_cmap_del(&s->client->prep->names, r, p->cname);
+			pend_release(r, p);
+			ring_pop(rings[k]);
+		}
+	}
+	struct prep_pend *p;
+	while ((p = ring_head(&ps->closes)) && p->seg == seg) {
+		/* An eviction the server skipped: the statement is still there. */
+		if (p->evict && p->st && !prep_sset_has(&ps->set, p->st))
+			(void)prep_sset_add(&ps->set, p->st);
+		pend_release(r, p);
+		ring_pop(&ps->closes);
+	}
+}
+
+/* Replies of finished segments that never came (skipped by an error). */
+static void finish_segment(struct server *s, uint32_t seg)
+{
+	struct prep_server *ps = s->prep;
+	struct prep_registry *r = reg_of(s);
+	struct prep_pend *p;
+	while ((p = ring_head(&ps->sqlpreps)) && p->seg == seg) {
+		pend_release(r, p);
+		ring_pop(&ps->sqlpreps);
+	}
+	while ((p = ring_head(&ps->repls)) && p->seg == seg) {
+		pend_release(r, p);
+		ring_pop(&ps->repls);
+	}
+	undo_segment(s, seg);   /* (parses/closes of a finished segment were all answered or skipped) */
+}
+
+enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint8_t *msg, uint32_t total,
+				      uint8_t **repl, uint32_t *repl_len)
+{
+	struct prep_server *ps = s->prep;
+	if (!ps)
+		return PREP_PASS;
+	struct prep_registry *r = reg_of(s);
+	struct prep_pend *p;
+	bool swallow_seg = (p = ring_head(&ps->swallows)) && p->seg == ps->seg_recv;
+	switch (type) {
+	case PqMsg_ParseComplete:
+		if ((p = ring_head(&ps->parses)) && p->seg == ps->seg_recv) {
+			bool sw = p->swallow;
+			pend_release(r, p);
+			ring_pop(&ps->parses);
+			return sw ? PREP_SWALLOW : PREP_PASS;
+		}
+		return PREP_PASS;
+	case PqMsg_CloseComplete:
+		if ((p = ring_head(&ps->closes)) && p->seg == ps->seg_recv) {
+			bool sw = p->swallow;
+			pend_release(r, p);
+			ring_pop(&ps->closes);
+			return sw ? PREP_SWALLOW : PREP_PASS;
+		}
+		return PREP_PASS;
+	case PqMsg_EmptyQueryResponse:
+		if ((p = ring_head(&ps->repls)) && p->seg == ps->seg_recv) {
+			*repl = p->repl;
+			*repl_len = p->repl_len;
+			p->repl = NULL;
+			pend_release(r, p);
+			ring_pop(&ps->repls);
+			return PREP_REPLACE;
+		}
+		return PREP_PASS;
+	case PqMsg_CommandComplete:
+		return swallow_seg ? PREP_SWALLOW : PREP_PASS;
+	case PqMsg_ErrorResponse: {
+		enum prep_verdict v = PREP_PASS;
+		/* Ours (the statement that does not exist)? Then the client's. */
+		if (msg && (p = ring_head(&ps->repls)) && p->seg == ps->seg_recv &&
+		    memmem(msg, total, "\"" PREP_ERROR_NAME "\"", sizeof PREP_ERROR_NAME + 1) != NULL) {
+			*repl = p->repl;
+			*repl_len = p->repl_len;
+			p->repl = NULL;
+			pend_release(r, p);
+			ring_pop(&ps->repls);
+			v = PREP_REPLACE;
+		}
+		/* After a schema change a statement's plan may no longer fit
+		 * (0A000): pgcat forgets what this server holds (the names move to
+		 * a new generation), so the next use prepares afresh instead of
+		 * failing again and again as a direct connection would. */
+		if (msg && memmem(msg, total, "\0C0A000\0", 8) != NULL &&
+		    memmem(msg, total, "cached plan must not change result type", 39) != NULL)
+			prep_sset_clear(&ps->set, r);
+		undo_segment(s, ps->seg_recv);
+		return v;
+	}
+	case PqMsg_ReadyForQuery:
+		finish_segment(s, ps->seg_recv);
+		if (swallow_seg) {
+			pend_release(r, ring_head(&ps->swallows));
+			ring_pop(&ps->swallows);
+		}
+		ps->seg_recv++;
+		return swallow_seg ? PREP_SWALLOW : PREP_PASS;
+	default:
+		return PREP_PASS;
+	}
+}
+
+void prep_server_reset_pending(struct server *s)
+{
+	struct prep_server *ps = s->prep;
+	if (!ps)
+		return;
+	struct prep_registry *r = reg_of(s);
+	/* Parses in flight may or may not have happened: forget the set. */
+	bool unsure = ps->parses.len || ps->closes.len || ps->sqlpreps.len;
+	ring_clear(&ps->parses, r);
+	ring_clear(&ps->closes, r);
+	ring_clear(&ps->sqlpreps, r);
+	ring_clear(&ps->repls, r);
+	ring_clear(&ps->swallows, r);
+	if (unsure)
+		prep_sset_clear(&ps->set, r);
+	ps->seg_sent = ps->seg_recv = 0;
+	ps->unnamed_client = 0;
+}
+
+void prep_server_discarded(struct server *s)
+{
+	if (!s->prep)
+		return;
+	prep_sset_clear(&s->prep->set, reg_of(s));
+	s->prep->unnamed_client = 0;
+}
+
+void prep_server_free(struct server *s)
+{
+	if (!s->prep)
+		return;
+	prep_server_reset_pending(s);
+	prep_sset_clear(&s->prep->set, reg_of(s));
+	free(s->prep);
+	s->prep = NULL;
+}
+
+void prep_client_free(struct client *c)
+{
+	if (!c->prep)
+		return;
+	if (c->pool)
+		prep_cmap_clear(&c->prep->names, &c->pool->prep);
+	free(c->prep->unnamed);
+	free(c->prep);
+	c->prep = NULL;
+}
+
+void prep_client_trim(struct client *c)
+{
+	struct prep_client *pc = c->prep;
+	if (!pc)
+		return;
+	if (pc->unnamed && pc->unnamed_len == 0) {
+		free(pc->unnamed);
+		pc->unnamed = NULL;
+		pc->unnamed_cap = 0;
+	}
+	if (pc->names.n == 0 && pc->unnamed_len == 0) {
+		free(pc->names.e);
+		free(pc->unnamed);
+		free(pc);
+		c->prep = NULL;
+	}
+}
