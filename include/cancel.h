@@ -41,6 +41,8 @@ void cancel_key_link(struct cancel_table *t, const struct client *c, const struc
 /* A CancelRequest: cancel locally, or through the shared segment when the
  * key belongs to another worker. */
 void cancel_handle_request(struct worker *w, uint32_t pid, uint32_t key);
+/* Waiting clients another worker was asked to cancel (janitor tick). */
+void cancel_poll_waiting(struct worker *w);
 void cancel_table_free(struct cancel_table *t);
 /* Make room for n_slots keys (after a reload raised max_client_conn). */
 bool cancel_table_grow(struct cancel_table *t, uint32_t n_slots) __attribute__((warn_unused_result));

@@ -23,7 +23,7 @@
 #include "stats.h"
 
 #define SHM_MAGIC 0x70676361u      /* "pgca" */
-#define SHM_VERSION 2u
+#define SHM_VERSION 3u
 #define SHM_MAX_WORKERS 128
 #define SHM_MAX_POOLS 1024          /* (pool, user) pairs, over the life of the instance */
 #define SHM_MAX_TARGETS 4096        /* (pool, user, server) triples */
@@ -70,6 +70,11 @@ struct shm_cancel_slot {
 	 * and counts in the resident size of every idle client). */
 	uint32_t addrlen;
 	uint8_t addr[sizeof(struct sockaddr_in6)];
+	/* Another worker got a CancelRequest for this client while it waited
+	 * for a server (no query to cancel): the secret, for the owner to act
+	 * on at its next janitor tick. */
+	_Atomic uint32_t cancel_req;
+	uint32_t reserved;   /* keeps slots 8-byte aligned */
 };
 
 enum shm_admin_command {
@@ -144,6 +149,11 @@ void shm_cancel_publish(struct shm *shm, int worker, uint32_t slot, uint32_t sec
  * query can be running. */
 bool shm_cancel_read(struct shm *shm, int worker, uint32_t slot, uint32_t secret, uint32_t *backend_pid,
 		     uint32_t *backend_key, struct sockaddr_storage *addr, socklen_t *addrlen);
+
+/* Ask the owning worker to cancel its waiting client (secret must match). */
+bool shm_cancel_flag(struct shm *shm, int worker, uint32_t slot, uint32_t secret);
+/* The owner: was a cancel asked for this slot? (clears the request) */
+bool shm_cancel_take_flag(struct shm *shm, int worker, uint32_t slot, uint32_t secret);
 
 /* Bans, under the lock. */
 bool shm_ban_set(struct shm *shm, const char *host, int port, int64_t now, int seconds, enum ban_source source,

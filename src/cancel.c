@@ -147,6 +147,29 @@ void cancel_handle_request(struct worker *w, uint32_t pid, uint32_t key)
 	socklen_t addrlen;
 	if (shm_cancel_read(w->shm, worker_of(pid), slot_of(pid), key, &bpid, &bkey, &addr, &addrlen))
 		cancel_send(w, (struct sockaddr *)&addr, addrlen, bpid, bkey);
+	else
+		/* No query on a server: the client may be waiting for one; its
+		 * worker answers it (cancel_poll_waiting). */
+		(void)shm_cancel_flag(w->shm, worker_of(pid), slot_of(pid), key);
+}
+
+void cancel_poll_waiting(struct worker *w)
+{
+	if (!w->shm)
+		return;
+	struct list_node *pp, *pt;
+	LIST_FOREACH_SAFE(pp, pt, &w->pools) {
+		struct pool *p = LIST_OWNER(pp, struct pool, node);
+		for (size_t i = 0; i < p->n_targets; i++) {
+			struct list_node *cp, *ct;
+			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters) {
+				struct client *c = LIST_OWNER(cp, struct client, node);
+				if (c->has_cancel_key &&
+				    shm_cancel_take_flag(w->shm, w->id, slot_of(c->cancel_pid), c->cancel_key))
+					client_cancel_query(c);
+			}
+		}
+	}
 }
 
 /* One outgoing CancelRequest connection. */

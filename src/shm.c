@@ -328,6 +328,29 @@ void shm_cancel_publish(struct shm *shm, int worker, uint32_t slot, uint32_t sec
 		c->addrlen = 0;
 	}
 	atomic_store_explicit(&c->seq, seq + 2, memory_order_release);
+	/* A new state of the slot: an older cancel request no longer applies. */
+	atomic_store_explicit(&c->cancel_req, 0, memory_order_relaxed);
+}
+
+bool shm_cancel_flag(struct shm *shm, int worker, uint32_t slot, uint32_t secret)
+{
+	if (worker < 0 || (uint32_t)worker >= shm->h->n_workers || slot >= shm->h->cancel_per_worker || secret == 0)
+		return false;
+	struct shm_cancel_slot *c = shm_cancel(shm, worker, slot);
+	if (atomic_load_explicit(&c->secret, memory_order_acquire) != secret)
+		return false;
+	atomic_store_explicit(&c->cancel_req, secret, memory_order_release);
+	return true;
+}
+
+bool shm_cancel_take_flag(struct shm *shm, int worker, uint32_t slot, uint32_t secret)
+{
+	if (slot >= shm->h->cancel_per_worker)
+		return false;
+	struct shm_cancel_slot *c = shm_cancel(shm, worker, slot);
+	if (atomic_load_explicit(&c->cancel_req, memory_order_acquire) == 0)
+		return false;
+	return atomic_exchange_explicit(&c->cancel_req, 0, memory_order_acq_rel) == secret;
 }
 
 bool shm_cancel_read(struct shm *shm, int worker, uint32_t slot, uint32_t secret, uint32_t *backend_pid,

@@ -316,3 +316,31 @@ def test_online_restart_pgbench_no_failed_transactions(pg, tmp_path, tcp_migrate
     lb.close()
     assert bench.returncode == 0, out
     assert "number of failed transactions: 0" in out, out
+
+
+def test_cancel_of_a_waiting_client_from_any_worker(pgcat):
+    """A client waiting for a server (nothing running yet) is cancelled by
+    a CancelRequest whichever worker it lands on: pgcat answers 57014."""
+    inst = pgcat(general={"workers": 2, "default_pool_size": 1})
+    # Every worker learns the server's parameters first (a first login on a
+    # worker waits for a server otherwise).
+    for _ in range(12):
+        with inst.connect() as w:
+            w.execute("SELECT 1")
+    holder = inst.connect(autocommit=False)
+    holder.execute("SELECT 1")          # holds the only server (open transaction)
+    cancelled = 0
+    for _ in range(10):
+        c = inst.connect()
+        t, box = run_in_thread(lambda: c.execute("SELECT 42"))
+        time.sleep(0.3)
+        assert t.is_alive(), box             # waiting for the server
+        c.cancel()                      # a new connection: either worker
+        t.join(5)
+        assert not t.is_alive()
+        if isinstance(box.get("error"), psycopg.errors.QueryCanceled):
+            cancelled += 1
+        c.close()
+    holder.rollback()
+    holder.close()
+    assert cancelled == 10
