@@ -420,6 +420,22 @@ def cmd_report(a):
             P(f"| {p} | {c} | {f0(g['tps'])} | {f0(gp['tps'])} | {f2(ratio(gp['tps'], g['tps']))} "
               f"| {f1(g['cpu'])} | {f1(gp['cpu'])} |")
 
+    if any("pgcat-w2" in t for t in cells.values()):
+        P("\n### pgcat workers = 2 vs workers = 1 (medians)\n")
+        P("Two worker processes share this machine's two cores with pgbench and "
+          "PostgreSQL: this shows what a second worker does here, not on a larger machine.\n")
+        P("| protocol | clients | workers=1 tps | workers=2 tps | w2/w1 | w2/PgBouncer | CPU µs/txn w1 | CPU µs/txn w2 |")
+        P("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for p in protos:
+            for c in sorted({k[1] for k in cells if k[0] == p}):
+                t = cells[(p, c)]
+                g, w2, b = agg(t.get("pgcat")), agg(t.get("pgcat-w2")), agg(t.get("pgbouncer"))
+                if not g or not w2:
+                    continue
+                P(f"| {p} | {c} | {f0(g['tps'])} | {f0(w2['tps'])}{' ⚠' if w2['bad'] else ''} | "
+                  f"{f2(ratio(w2['tps'], g['tps']))} | {f2(ratio(w2['tps'], b['tps'])) if b else 'n/a'} | "
+                  f"{f1(g['cpu'])} | {f1(w2['cpu'])} |")
+
     if "prepared" in protos:
         P("\n### pgcat: prepared vs extended protocol (medians)\n")
         P("| clients | extended tps | prepared tps | prepared/extended | prepared failures |")

@@ -90,8 +90,8 @@ trap 'exit 130' INT TERM
 # the daemon itself (setpriv execs it), so the trap can stop it by PID.
 AS_PG=(setpriv --reuid=postgres --regid=postgres --init-groups --)
 
-read -r PGPORT PGB_PORT PGB_PLAIN_PORT PGB_MD5_PORT PGCAT_PORT PGCAT_PARSER_PORT PGCAT_MD5_PORT \
-	<<<"$($PY "$HERE/bench.py" freeports 7)"
+read -r PGPORT PGB_PORT PGB_PLAIN_PORT PGB_MD5_PORT PGCAT_PORT PGCAT_PARSER_PORT PGCAT_MD5_PORT PGCAT_W2_PORT \
+	<<<"$($PY "$HERE/bench.py" freeports 8)"
 
 # ---------------------------------------------------------------- pgcat build
 if [ -z "${PGCAT_BIN:-}" ]; then
@@ -188,13 +188,13 @@ start_pgbouncer pgbouncer-plain "$PGB_PLAIN_PORT" scram-sha-256 userlist-plain.t
 start_pgbouncer pgbouncer-md5 "$PGB_MD5_PORT" md5 userlist-plain.txt
 
 # ---------------------------------------------------------------- pgcat
-start_pgcat() { # name port parser auth_type
+start_pgcat() { # name port parser auth_type [workers]
 	cat >"$TMP/$1.ini" <<EOF
 [general]
 listen_addr = 127.0.0.1
 listen_port = $2
 unix_socket_dir =
-workers = 1
+workers = ${5:-1}
 pool_mode = transaction
 default_pool_size = 10
 max_client_conn = 20000
@@ -219,15 +219,19 @@ EOF
 start_pgcat pgcat "$PGCAT_PORT" false scram-sha-256
 start_pgcat pgcat-parser "$PGCAT_PARSER_PORT" true scram-sha-256
 start_pgcat pgcat-md5 "$PGCAT_MD5_PORT" false md5
+# Two worker processes on this 2-core machine: they compete with pgbench and
+# PostgreSQL for the same two cores, so this row shows what it can here, not
+# what a larger machine gains.
+start_pgcat pgcat-w2 "$PGCAT_W2_PORT" false scram-sha-256 2
 
 declare -A PORT=([direct]=$PGPORT [pgbouncer]=$PGB_PORT [pgbouncer-plain]=$PGB_PLAIN_PORT
 	[pgbouncer-md5]=$PGB_MD5_PORT [pgcat]=$PGCAT_PORT [pgcat-parser]=$PGCAT_PARSER_PORT
-	[pgcat-md5]=$PGCAT_MD5_PORT)
+	[pgcat-md5]=$PGCAT_MD5_PORT [pgcat-w2]=$PGCAT_W2_PORT)
 declare -A PID=([direct]="" [pgbouncer]=$PID_pgbouncer [pgbouncer-plain]=$PID_pgbouncer_plain
 	[pgbouncer-md5]=$PID_pgbouncer_md5 [pgcat]=$PID_pgcat [pgcat-parser]=$PID_pgcat_parser
-	[pgcat-md5]=$PID_pgcat_md5)
+	[pgcat-md5]=$PID_pgcat_md5 [pgcat-w2]=$PID_pgcat_w2)
 
-for t in pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-parser pgcat-md5; do
+for t in pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-parser pgcat-md5 pgcat-w2; do
 	ok=
 	for _ in $(seq 100); do
 		kill -0 "${PID[$t]}" 2>/dev/null || break
@@ -237,7 +241,7 @@ for t in pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-parser pgcat-md5; d
 	[ -n "$ok" ] || { echo "run.sh: $t did not come up; log:" >&2; cat "$TMP/$t"*.log "$TMP/$t.stderr" 2>/dev/null | tail -20 >&2; exit 1; }
 done
 echo "== warm-up (fill every pool)"
-for t in direct pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-parser pgcat-md5; do
+for t in direct pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-parser pgcat-md5 pgcat-w2; do
 	pgbench -n -S -c 10 -j 2 -T 2 -h 127.0.0.1 -p "${PORT[$t]}" -U bench bench >/dev/null 2>&1 ||
 		echo "   warm-up against $t failed" >&2
 done
@@ -266,8 +270,8 @@ pgb_has_prepared() { # PgBouncer >= 1.21 supports prepared statements in transac
 echo "== pgbench -S cells: ${SECS}s x $REPEATS repeats, clients: $CLIENTS, protocols: $PROTOCOLS"
 for c in $CLIENTS; do
 	for p in $PROTOCOLS; do
-		targets="direct pgbouncer pgcat pgcat-parser"
-		if [ "$p" = prepared ] && ! pgb_has_prepared; then targets="direct pgcat pgcat-parser"; fi
+		targets="direct pgbouncer pgcat pgcat-parser pgcat-w2"
+		if [ "$p" = prepared ] && ! pgb_has_prepared; then targets="direct pgcat pgcat-parser pgcat-w2"; fi
 		for r in $(seq "$REPEATS"); do
 			for t in $targets; do
 				cell cell "$t" "$p" "$c" "$r" "$SECS"
@@ -285,10 +289,10 @@ for r in $(seq "$REPEATS"); do
 done
 
 # ---------------------------------------------------------------- report
-for t in pgbouncer pgcat pgcat-parser pgcat-md5; do
+for t in pgbouncer pgcat pgcat-parser pgcat-md5 pgcat-w2; do
 	kill -0 "${PID[$t]}" 2>/dev/null || echo "run.sh: WARNING: $t (pid ${PID[$t]}) died during the run" | tee -a "$OUT/machine.txt" >&2
 done
-for t in pgcat pgcat-parser pgcat-md5; do cp "$TMP/$t.log" "$OUT/$t.log"; done
+for t in pgcat pgcat-parser pgcat-md5 pgcat-w2; do cp "$TMP/$t.log" "$OUT/$t.log"; done
 $PY "$HERE/bench.py" report "$RES" | tee "$OUT/report.md"
 echo
 echo "results: $OUT (machine.txt, results.jsonl, report.md)"
