@@ -81,6 +81,12 @@ struct client {
 	/* An error to answer the client's next message with (rare: allocated
 	 * when needed). */
 	struct client_pending_error *pending_error;
+	/* SET SERVER ROLE / SET PRIMARY READS / SET SHARD (SPEC §6): a
+	 * router_role, -1/0/1, a shard or -1; and read-your-writes. */
+	int8_t role_override;
+	int8_t primary_reads_override;
+	int16_t shard_override;
+	uint64_t sticky_until_us;
 	/* Named prepared statements in transaction mode (made on first use). */
 	struct prep_client *prep;
 

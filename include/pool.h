@@ -47,6 +47,8 @@ struct srvpool {
 	char last_error[256];
 };
 
+struct router_cache;
+
 struct pool {
 	struct list_node node;
 	struct worker *w;
@@ -76,6 +78,7 @@ struct pool {
 	struct list_node login_waiters;   /* clients waiting for defaults */
 
 	struct prep_registry prep;    /* its prepared statements (SPEC §5) */
+	struct router_cache *router_cache;   /* the query parser's verdicts (SPEC §4) */
 
 	struct scram_secret scram;    /* for clients logging in with SCRAM */
 	bool have_scram;
@@ -132,6 +135,8 @@ struct srvpool *pool_pick_target(struct pool *p);
 /* Client wants a server: link one now (returns true) or queue the client
  * (returns false; the client is told later through client_on_linked or
  * client_on_checkout_failed). */
+/* Its last connection attempt failed moments ago (reconnect back-off). */
+bool pool_srvpool_failing(const struct srvpool *sp);
 bool pool_checkout(struct srvpool *sp, struct client *c);
 void pool_cancel_wait(struct client *c);
 /* The transaction (or session) is over and the server is clean: unlink and

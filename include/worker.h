@@ -69,7 +69,8 @@ struct worker {
 	int64_t start_wall;
 	int64_t config_mtime;             /* for autoreload */
 	uint64_t last_autoreload_check_us;
-	uint64_t last_trim_us;             /* idle clients' buffers last freed */
+	uint64_t last_trim_us;
+	uint64_t rng;                     /* route's generator state */             /* idle clients' buffers last freed */
 };
 
 /* Create the worker: listeners, signals, pools, timers. Takes ownership of

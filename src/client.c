@@ -6,6 +6,7 @@
  * texts (for search_path tracking) are read whole.
  */
 #include "client.h"
+#include "route.h"
 #include "prepared.h"
 
 #include <arpa/inet.h>
@@ -144,6 +145,9 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 		return;
 	}
 	c->user = c->database = "";
+	c->role_override = 0;            /* ROUTER_ROLE_NONE */
+	c->primary_reads_override = -1;
+	c->shard_override = -1;
 	c->peer_family = AF_UNIX;
 	if (is_unix) {
 		/* no address */
@@ -1041,7 +1045,17 @@ static void process_idle(struct client *c)
 			continue;
 		}
 		c->last_activity_us = c->w->now_us;
-		struct srvpool *sp = pool_pick_target(c->pool);
+		if (f.type == PqMsg_Query && f.len + 1 <= CLIENT_INSPECT_MAX) {
+			uint32_t total = f.len + 1;
+			if (evbuffer_get_length(in) < total)
+				return;
+			const uint8_t *m = evbuffer_pullup(in, total);
+			if (route_local_command(c, (const char *)m + 5, strnlen((const char *)m + 5, total - 5))) {
+				evbuffer_drain(in, total);
+				continue;
+			}
+		}
+		struct srvpool *sp = route_pick(c, &f);
 		(void)pool_checkout(sp, c);
 	}
 }

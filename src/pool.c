@@ -6,6 +6,7 @@
  * the client and server machines what happened.
  */
 #include "pool.h"
+#include "route.h"
 
 #include <netdb.h>
 #include <stdio.h>
@@ -174,6 +175,8 @@ static struct pool *pool_new(struct worker *w, const struct config_pool *cp, con
 	p->user = strdup(cu->name);
 	params_init(&p->defaults);
 	prep_registry_init(&p->prep);
+	if (!route_pool_init(p))
+		log_warning("pool %s: no memory for the query cache; statements are parsed every time", cp->name);
 	list_init(&p->login_waiters);
 	list_init(&p->retired);
 	list_init(&p->node);
@@ -257,6 +260,7 @@ static void pool_free(struct pool *p)
 		shm_gauges_clear(p->w->shm, p->w->id, p->shm_slot);
 	params_clear(&p->defaults);
 	prep_registry_free(&p->prep);
+	route_pool_free(p);
 	config_ref_put(p->cfg_ref);
 	free(p->targets);
 	free(p->name);
@@ -376,6 +380,11 @@ static bool recently_failed(const struct srvpool *sp, uint64_t now)
 {
 	return sp->last_failure_us && now - sp->last_failure_us < RECONNECT_BACKOFF_US &&
 	       srvpool_total(sp) == 0;
+}
+
+bool pool_srvpool_failing(const struct srvpool *sp)
+{
+	return recently_failed(sp, sp->pool->w->now_us);
 }
 
 static void maybe_launch(struct srvpool *sp)
@@ -535,6 +544,26 @@ void pool_server_closed(struct server *s, bool login_failed)
 	} else {
 		snprintf(sp->last_error_code, sizeof sp->last_error_code, "08006");
 		snprintf(sp->last_error, sizeof sp->last_error, "server connection failed");
+	}
+	/* A replica that cannot be reached is banned; its waiters go to
+	 * another server of the shard (SPEC §4 failover). */
+	route_connect_failed(sp, sp->last_error);
+	if (route_is_banned(sp)) {
+		struct list_node moved, *pos, *tmp;
+		list_init(&moved);
+		LIST_FOREACH_SAFE(pos, tmp, &sp->waiters) {
+			list_del(pos);
+			list_add_tail(&moved, pos);
+		}
+		sp->n_waiters = 0;
+		LIST_FOREACH_SAFE(pos, tmp, &moved) {
+			struct client *c = LIST_OWNER(pos, struct client, node);
+			list_del(pos);
+			list_init(pos);
+			c->wait_target = NULL;
+			client_set_state(c, CLIENT_IDLE);
+			client_process(c);
+		}
 	}
 	/* Nobody left who could serve the waiters: tell them now rather than
 	 * at query_wait_timeout. */

@@ -567,7 +567,8 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 		goto fail;
 	if (!io_flusher_init(&w->flusher, w->base))
 		goto fail;
-	if (!pg_random_bytes(w->fake_salt_secret, sizeof w->fake_salt_secret))
+	if (!pg_random_bytes(w->fake_salt_secret, sizeof w->fake_salt_secret) ||
+	    !pg_random_bytes((uint8_t *)&w->rng, sizeof w->rng))
 		goto fail;
 	/* Keys for every client that may be logged in, plus admin headroom. */
 	if (!cancel_table_init(&w->cancel, (uint32_t)cfg->general.max_client_conn + 16, id, shm))

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * route: which server a transaction goes to (SPEC §4). The role comes from
+ * the client's SET SERVER ROLE, else a comment hint or the query parser's
+ * verdict on the transaction's first statement (query_parser_enabled), else
+ * default_role; then one server of the shard is picked among those of that
+ * role that are not banned, at random or by least outstanding connections.
+ */
+#ifndef PGCAT_ROUTE_H
+#define PGCAT_ROUTE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct client;
+struct pool;
+struct srvpool;
+struct proto_frame;
+struct router_cache;
+
+/* The server for the transaction the client starts with message f (the
+ * message is at the head of the client's input, maybe not whole). */
+struct srvpool *route_pick(struct client *c, const struct proto_frame *f);
+
+/* SET SERVER ROLE, SET PRIMARY READS, SHOW SERVER ROLE, SHOW PRIMARY READS
+ * in a simple Query: answered by pgcat. Returns true when it answered
+ * (reply queued); sql is the query text. */
+bool route_local_command(struct client *c, const char *sql, size_t len);
+
+/* A connect or login to sp failed: ban it if it is a replica (and there is
+ * somewhere else to go). */
+void route_connect_failed(struct srvpool *sp, const char *reason);
+/* Is sp out of the read rotation now? */
+bool route_is_banned(const struct srvpool *sp);
+
+/* Per pool: the parser's cache (query_cache_size entries). */
+bool route_pool_init(struct pool *p);
+void route_pool_free(struct pool *p);
+
+#endif

@@ -1,0 +1,412 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * route: the role of a transaction and the server of its shard (SPEC §4).
+ */
+#include "route.h"
+
+#include <event2/buffer.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client.h"
+#include "config.h"
+#include "log.h"
+#include "pktbuf.h"
+#include "pool.h"
+#include "prepared.h"
+#include "proto.h"
+#include "router.h"
+#include "shm.h"
+#include "worker.h"
+
+/* Longest first statement the parser looks at; longer ones go by default_role
+ * (query_parser_max_length may lower it further). */
+#define ROUTE_INSPECT_MAX (64u * 1024)
+
+bool route_pool_init(struct pool *p)
+{
+	size_t cap = p->w->cfg->general.query_cache_size > 0 ? (size_t)p->w->cfg->general.query_cache_size : 0;
+	p->router_cache = cap ? router_cache_new(cap) : NULL;
+	return cap == 0 || p->router_cache != NULL;
+}
+
+void route_pool_free(struct pool *p)
+{
+	if (p->router_cache)
+		router_cache_free(p->router_cache);
+	p->router_cache = NULL;
+}
+
+/* xorshift64*: the worker's own generator, for picking among servers. */
+static uint64_t next_random(struct worker *w)
+{
+	uint64_t x = w->rng ? w->rng : 0x9e3779b97f4a7c15ULL ^ (uint64_t)w->id;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	w->rng = x;
+	return x * 0x2545f4914f6cdd1dULL;
+}
+
+bool route_is_banned(const struct srvpool *sp)
+{
+	struct worker *w = sp->pool->w;
+	if (!w->shm)
+		return false;
+	return shm_is_banned(w->shm, sp->host, sp->port, (int64_t)time(NULL));
+}
+
+/* Servers of the shard, replicas first. */
+static size_t shard_servers(struct pool *p, int shard, struct srvpool **out, size_t max)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < p->n_targets && n < max; i++)
+		if (p->targets[i]->shard == shard)
+			out[n++] = p->targets[i];
+	return n;
+}
+
+void route_connect_failed(struct srvpool *sp, const char *reason)
+{
+	struct pool *p = sp->pool;
+	struct worker *w = p->w;
+	/* The primary is never banned (writes have nowhere else to go), nor a
+	 * server alone in its shard. */
+	if (sp->role == SERVER_ROLE_PRIMARY || !w->shm)
+		return;
+	struct srvpool *all[64];
+	if (shard_servers(p, sp->shard, all, 64) < 2)
+		return;
+	int secs = w->cfg->general.ban_time > 0 ? w->cfg->general.ban_time : 60;
+	if (!shm_is_banned(w->shm, sp->host, sp->port, (int64_t)time(NULL))) {
+		log_warning("banning %s:%d for %d s: %s", sp->host, sp->port, secs, reason);
+		if (!shm_ban_set(w->shm, sp->host, sp->port, (int64_t)time(NULL), secs, BAN_SOURCE_AUTO, reason))
+			log_warning("ban table full: %s:%d not banned", sp->host, sp->port);
+	}
+}
+
+/* Every read candidate banned: clear the automatic bans of the shard (a
+ * safety valve against false positives); admin bans stay. */
+static void clear_shard_bans(struct pool *p, int shard)
+{
+	struct worker *w = p->w;
+	struct bans *copy = malloc(sizeof *copy);
+	if (!copy)
+		return;
+	shm_bans_copy(w->shm, copy);
+	int64_t now = (int64_t)time(NULL);
+	struct srvpool *all[64];
+	size_t n = shard_servers(p, shard, all, 64);
+	for (size_t i = 0; i < n; i++) {
+		const struct ban *b = bans_get(copy, all[i]->host, all[i]->port, now);
+		if (b && b->source == BAN_SOURCE_AUTO)
+			(void)shm_ban_clear(w->shm, all[i]->host, all[i]->port);
+	}
+	free(copy);
+	log_warning("pool %s: every server of shard %d was banned; automatic bans cleared", p->name, shard);
+}
+
+static int outstanding(const struct srvpool *sp)
+{
+	return sp->n_active + sp->n_opening + sp->n_waiters;
+}
+
+/* The text of the transaction's first statement, if whole in the buffer. */
+static bool first_statement(struct client *c, const struct proto_frame *f, const char **sql, size_t *len)
+{
+	uint32_t total = f->len + 1;
+	struct evbuffer *in = c->io.in;
+	if (f->type == PqMsg_Bind) {
+		/* A named statement: its text is in the pool's registry. */
+		if (!c->prep || total > ROUTE_INSPECT_MAX || evbuffer_get_length(in) < total)
+			return false;
+		const uint8_t *m = evbuffer_pullup(in, total);
+		size_t pl = strnlen((const char *)m + 5, total - 5);
+		if (5 + pl + 1 >= total)
+			return false;
+		const char *name = (const char *)m + 5 + pl + 1;
+		if (strnlen(name, total - 5 - pl - 1) >= total - 5 - pl - 1 || !name[0])
+			return false;
+		const struct prep_stmt *st = prep_cmap_get(&c->prep->names, name);
+		if (!st)
+			return false;
+		*sql = (const char *)st->key;
+		*len = strlen(*sql);
+		return true;
+	}
+	if (f->type != PqMsg_Query && f->type != PqMsg_Parse)
+		return false;
+	if (total > ROUTE_INSPECT_MAX || evbuffer_get_length(in) < total)
+		return false;
+	const uint8_t *m = evbuffer_pullup(in, total);
+	size_t off = 0;
+	if (f->type == PqMsg_Parse) {
+		const char *name;
+		if (!proto_read_cstring(m + 5, total - 5, &off, &name))
+			return false;
+	}
+	const char *q = (const char *)m + 5 + off;
+	*sql = q;
+	*len = strnlen(q, total - 5 - off);
+	return true;
+}
+
+static enum router_role decide_role(struct client *c, const struct proto_frame *f, bool *writes)
+{
+	struct pool *p = c->pool;
+	const struct config_pool *cp = p->cpool;
+	*writes = false;
+	if (c->role_override != ROUTER_ROLE_NONE)
+		return (enum router_role)c->role_override;
+	enum router_role role = ROUTER_ROLE_ANY;
+	switch (cp->default_role) {
+	case DEFAULT_ROLE_ANY: role = ROUTER_ROLE_ANY; break;
+	case DEFAULT_ROLE_PRIMARY: role = ROUTER_ROLE_PRIMARY; break;
+	case DEFAULT_ROLE_REPLICA: role = ROUTER_ROLE_REPLICA; break;
+	}
+	const char *sql;
+	size_t len;
+	if (!first_statement(c, f, &sql, &len))
+		return role;
+	struct router_rules rules = { 0 };
+	size_t maxlen = (size_t)c->w->cfg->general.query_parser_max_length;
+	rules.max_length = cp->query_parser_enabled ? maxlen : 0;   /* off: only hints are read */
+	struct router_verdict local;
+	const struct router_verdict *v;
+	if (cp->query_parser_enabled && p->router_cache) {
+		v = router_cache_classify(p->router_cache, sql, len, &rules);
+	} else {
+		if (!router_classify(sql, len, &rules, &local))
+			return role;
+		v = &local;
+	}
+	if (!v)
+		return role;
+	if (v->hint_role != ROUTER_ROLE_NONE)
+		return v->hint_role;
+	if (!cp->query_parser_enabled || !v->parsed)
+		return role;
+	if ((v->begins && !v->begin_read_only) || v->writes || v->multi_statement) {
+		*writes = !(v->begins && v->begin_read_only);
+		return ROUTER_ROLE_PRIMARY;
+	}
+	return ROUTER_ROLE_REPLICA;
+}
+
+struct srvpool *route_pick(struct client *c, const struct proto_frame *f)
+{
+	struct pool *p = c->pool;
+	struct worker *w = c->w;
+	const struct config_pool *cp = p->cpool;
+	int shard = c->shard_override >= 0 ? c->shard_override : (cp->default_shard >= 0 ? cp->default_shard : 0);
+	struct srvpool *all[64];
+	size_t n = shard_servers(p, shard, all, 64);
+	if (n == 0)
+		return p->targets[0];
+	if (n == 1)
+		return all[0];   /* nothing to choose: no parsing, no ban checks */
+
+	bool writes;
+	enum router_role role = decide_role(c, f, &writes);
+	if (role == ROUTER_ROLE_REPLICA && cp->sticky_primary_after_write > 0 && w->now_us < c->sticky_until_us)
+		role = ROUTER_ROLE_PRIMARY;
+	if (writes && cp->sticky_primary_after_write > 0)
+		c->sticky_until_us = w->now_us + (uint64_t)cp->sticky_primary_after_write * 1000;
+
+	struct srvpool *primary = NULL;
+	for (size_t i = 0; i < n; i++)
+		if (all[i]->role == SERVER_ROLE_PRIMARY)
+			primary = all[i];
+	if (role == ROUTER_ROLE_PRIMARY && primary)
+		return primary;   /* never banned for writes */
+
+	bool primary_reads = c->primary_reads_override >= 0 ? c->primary_reads_override == 1 : cp->primary_reads_enabled;
+	struct srvpool *cand[64];
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct srvpool *sp = all[i];
+		bool is_replica = sp->role != SERVER_ROLE_PRIMARY;
+		if (role == ROUTER_ROLE_REPLICA && !is_replica && !primary_reads)
+			continue;
+		cand[k++] = sp;
+	}
+	if (k == 0)
+		return primary ? primary : all[0];
+	struct srvpool *ok[64];
+	size_t m = 0;
+	for (size_t i = 0; i < k; i++) {
+		if (route_is_banned(cand[i]))
+			continue;
+		if (pool_srvpool_failing(cand[i])) {
+			/* failed moments ago (say, right after an UNBAN): banned again */
+			route_connect_failed(cand[i], cand[i]->last_error);
+			continue;
+		}
+		ok[m++] = cand[i];
+	}
+	if (m == 0) {
+		clear_shard_bans(p, shard);
+		for (size_t i = 0; i < k; i++)
+			if (!route_is_banned(cand[i]))   /* admin bans stay */
+				ok[m++] = cand[i];
+		if (m == 0)
+			return role == ROUTER_ROLE_ANY && primary ? primary : cand[next_random(w) % k];
+	}
+	if (cp->load_balancing_mode == LB_MODE_LOC) {
+		/* least outstanding connections; ties at random */
+		size_t best = 0, ties = 0;
+		int lo = 0;
+		for (size_t i = 0; i < m; i++) {
+			int o = outstanding(ok[i]);
+			if (i == 0 || o < lo) {
+				lo = o;
+				best = i;
+				ties = 1;
+			} else if (o == lo && next_random(w) % ++ties == 0) {
+				best = i;
+			}
+		}
+		return ok[best];
+	}
+	return ok[next_random(w) % m];
+}
+
+/* ---- SET SERVER ROLE and friends ---- */
+
+static void reply(struct client *c, struct pktbuf *pb)
+{
+	pktbuf_ready_for_query(pb, 'I');
+	if (!pb->failed)
+		evbuffer_add(client_output(c), pb->data, pb->len);
+}
+
+static void reply_show(struct client *c, const char *column, const char *value)
+{
+	uint8_t storage[512];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_begin(&pb, PqMsg_RowDescription);
+	pktbuf_put_u16(&pb, 1);
+	pktbuf_put_cstring(&pb, column);
+	pktbuf_put_u32(&pb, 0);
+	pktbuf_put_u16(&pb, 0);
+	pktbuf_put_u32(&pb, 25);      /* text */
+	pktbuf_put_u16(&pb, 0xffff);  /* -1: variable */
+	pktbuf_put_u32(&pb, 0xffffffff);
+	pktbuf_put_u16(&pb, 0);
+	pktbuf_end(&pb);
+	pktbuf_begin(&pb, PqMsg_DataRow);
+	pktbuf_put_u16(&pb, 1);
+	pktbuf_put_u32(&pb, (uint32_t)strlen(value));
+	pktbuf_put_bytes(&pb, value, strlen(value));
+	pktbuf_end(&pb);
+	pktbuf_command_complete(&pb, "SHOW");
+	reply(c, &pb);
+}
+
+static void reply_error(struct client *c, const char *sqlstate, const char *msg)
+{
+	uint8_t storage[512];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_error(&pb, "ERROR", sqlstate, msg);
+	reply(c, &pb);
+}
+
+static const char *role_text(int r)
+{
+	switch (r) {
+	case ROUTER_ROLE_PRIMARY: return "primary";
+	case ROUTER_ROLE_REPLICA: return "replica";
+	case ROUTER_ROLE_ANY: return "any";
+	default: return "auto";
+	}
+}
+
+bool route_local_command(struct client *c, const char *sql, size_t len)
+{
+	/* Cheap refusal: only SET/SHOW can be ours. */
+	size_t i = 0;
+	while (i < len && (sql[i] == ' ' || sql[i] == '\t' || sql[i] == '\n' || sql[i] == '\r'))
+		i++;
+	if (i >= len || (sql[i] != 's' && sql[i] != 'S'))
+		return false;
+	char value[128];
+	enum router_command cmd = router_parse_command(sql, len, value, sizeof value);
+	uint8_t storage[256];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	switch (cmd) {
+	case ROUTER_CMD_NONE:
+		return false;
+	case ROUTER_CMD_INVALID:
+		reply_error(c, "42601", "syntax error in pgcat command");
+		return true;
+	case ROUTER_CMD_SET_SERVER_ROLE: {
+		enum router_role r;
+		if (!router_role_parse(value, strlen(value), &r)) {
+			char msg[200];
+			snprintf(msg, sizeof msg, "invalid server role \"%s\": primary, replica, any, auto or default",
+				 value);
+			reply_error(c, "22023", msg);
+			return true;
+		}
+		c->role_override = (int8_t)r;
+		pktbuf_command_complete(&pb, "SET");
+		reply(c, &pb);
+		return true;
+	}
+	case ROUTER_CMD_SET_PRIMARY_READS:
+		if (strcasecmp(value, "on") == 0 || strcasecmp(value, "true") == 0) {
+			c->primary_reads_override = 1;
+		} else if (strcasecmp(value, "off") == 0 || strcasecmp(value, "false") == 0) {
+			c->primary_reads_override = 0;
+		} else if (strcasecmp(value, "default") == 0) {
+			c->primary_reads_override = -1;
+		} else {
+			reply_error(c, "22023", "invalid value for primary reads: on, off or default");
+			return true;
+		}
+		pktbuf_command_complete(&pb, "SET");
+		reply(c, &pb);
+		return true;
+	case ROUTER_CMD_SET_SHARD: {
+		char *end;
+		long s = strtol(value, &end, 10);
+		if (!value[0] || *end || s < 0 || (size_t)s >= c->pool->cpool->n_shards) {
+			char msg[200];
+			snprintf(msg, sizeof msg, "invalid shard \"%s\": this pool has shards 0 to %zu", value,
+				 c->pool->cpool->n_shards - 1);
+			reply_error(c, "22023", msg);
+			return true;
+		}
+		c->shard_override = (int16_t)s;
+		pktbuf_command_complete(&pb, "SET");
+		reply(c, &pb);
+		return true;
+	}
+	case ROUTER_CMD_SET_SHARDING_KEY:
+		reply_error(c, "0A000", "SET SHARDING KEY is not supported yet");
+		return true;
+	case ROUTER_CMD_SHOW_SHARD: {
+		char v[16];
+		int s = c->shard_override >= 0 ? c->shard_override
+						: (c->pool->cpool->default_shard >= 0 ? c->pool->cpool->default_shard : 0);
+		snprintf(v, sizeof v, "%d", s);
+		reply_show(c, "shard", v);
+		return true;
+	}
+	case ROUTER_CMD_SHOW_SERVER_ROLE:
+		reply_show(c, "server_role", role_text(c->role_override));
+		return true;
+	case ROUTER_CMD_SHOW_PRIMARY_READS: {
+		bool on = c->primary_reads_override >= 0 ? c->primary_reads_override == 1
+							 : c->pool->cpool->primary_reads_enabled;
+		reply_show(c, "primary_reads", on ? "on" : "off");
+		return true;
+	}
+	}
+	return false;
+}

@@ -1,0 +1,130 @@
+# SPDX-License-Identifier: MIT
+"""Replicas (SPEC §4, §6 role commands): reads to replicas, writes and
+explicit transactions to the primary, SET SERVER ROLE / SHOW SERVER ROLE,
+comment hints, bans of an unreachable replica shared by the workers, and
+the all-banned safety valve. Uses a real streaming replica."""
+import pytest
+
+from conftest import free_port, wait_until
+from test_admin import admin, show, command
+
+
+def pools(pg, replicas, parser=True, primary_reads=False, extra=None):
+    servers = ["127.0.0.1:%d:primary" % pg.port] + ["%s:%d:replica" % hp for hp in replicas]
+    pool = {"query_parser_enabled": "true" if parser else "false",
+            "primary_reads_enabled": "true" if primary_reads else "false",
+            "shards": {0: {"database": "appdb", "servers": ", ".join(servers)}}}
+    pool.update(extra or {})
+    return {"appdb": pool}
+
+
+def start(pgcat, pg, replicas, **kw):
+    general = kw.pop("general", {})
+    inst = pgcat(pool=pools(pg, replicas, **kw)["appdb"], general=general)
+    return inst
+
+
+def in_recovery(c):
+    return c.execute("SELECT pg_is_in_recovery()").fetchone()[0]
+
+
+@pytest.fixture
+def rw_table(pg):
+    pg.sql("DROP TABLE IF EXISTS route_t; CREATE TABLE route_t (id serial PRIMARY KEY, v int); "
+           "GRANT ALL ON route_t TO app; GRANT ALL ON SEQUENCE route_t_id_seq TO app")
+    yield "route_t"
+    pg.sql("DROP TABLE IF EXISTS route_t")
+
+
+def test_reads_to_replica_writes_to_primary(pgcat, pg, pg_replica, rw_table):
+    inst = start(pgcat, pg, [("127.0.0.1", pg_replica.port)])
+    c = inst.connect()
+    for _ in range(20):
+        assert in_recovery(c) is True
+    for i in range(10):
+        # a write on the replica would fail with PostgreSQL's read-only error
+        c.execute("INSERT INTO route_t (v) VALUES (%s)", (i,))
+    assert c.execute("SELECT nextval('route_t_id_seq') > 0").fetchone()[0] is True
+    # explicit transactions go to the primary, BEGIN READ ONLY to a replica
+    c.execute("BEGIN")
+    assert in_recovery(c) is False
+    c.execute("COMMIT")
+    c.execute("BEGIN READ ONLY")
+    assert in_recovery(c) is True
+    c.execute("COMMIT")
+    c.close()
+
+
+def test_set_server_role_and_hints(pgcat, pg, pg_replica):
+    inst = start(pgcat, pg, [("127.0.0.1", pg_replica.port)])
+    r = inst.raw_login()
+    rows, err, _ = r.simple("SHOW SERVER ROLE")
+    assert err is None and rows == [["auto"]]
+    assert r.simple("SET SERVER ROLE TO 'primary'")[1] is None
+    assert r.simple("SHOW SERVER ROLE")[0] == [["primary"]]
+    for _ in range(5):
+        assert r.simple("SELECT pg_is_in_recovery()")[0] == [["f"]]
+    assert r.simple("SET SERVER ROLE TO 'replica'")[1] is None
+    for _ in range(5):
+        assert r.simple("SELECT pg_is_in_recovery()")[0] == [["t"]]
+    rows, err, _ = r.simple("SET SERVER ROLE TO 'nonsense'")
+    assert err and err["C"] == "22023", err
+    assert r.simple("SET SERVER ROLE TO 'auto'")[1] is None
+    # a comment hint beats the parser
+    assert r.simple("/* pgcat: role=primary */ SELECT pg_is_in_recovery()")[0] == [["f"]]
+    assert r.simple("SELECT pg_is_in_recovery()")[0] == [["t"]]
+    # SET SHARD on a one-shard pool: 0 is fine, 1 is not
+    assert r.simple("SET SHARD TO '0'")[1] is None
+    rows, err, _ = r.simple("SET SHARD TO '1'")
+    assert err and err["C"] == "22023", err
+    assert r.simple("SHOW SHARD")[0] == [["0"]]
+    r.close()
+
+
+def test_parser_off_default_role(pgcat, pg, pg_replica):
+    inst = start(pgcat, pg, [("127.0.0.1", pg_replica.port)], parser=False,
+                 extra={"default_role": "replica"})
+    c = inst.connect()
+    for _ in range(5):
+        assert in_recovery(c) is True
+    c.close()
+    inst2 = start(pgcat, pg, [("127.0.0.1", pg_replica.port)], parser=False,
+                  extra={"default_role": "primary"})
+    c = inst2.connect()
+    for _ in range(5):
+        assert in_recovery(c) is False
+    c.close()
+
+
+def test_dead_replica_banned_reads_go_on(pgcat, pg, pg_replica):
+    dead = free_port()   # nothing listens there
+    inst = start(pgcat, pg, [("127.0.0.1", pg_replica.port), ("127.0.0.1", dead)],
+                 general={"workers": 2, "ban_time": 60})
+    c = inst.connect()
+    for i in range(200):
+        assert in_recovery(c) is True, i
+    c.close()
+    r = admin(inst)
+    _, bans = show(r, "BANS")
+    assert any(int(b["port"]) == dead for b in bans), bans
+    assert not any(int(b["port"]) == pg_replica.port for b in bans), bans
+    # UNBAN by admin: the dead one is tried again and banned again, reads still work
+    assert command(r, "UNBAN 127.0.0.1:%d" % dead) is None
+    c = inst.connect()
+    for _ in range(30):
+        assert in_recovery(c) is True
+    c.close()
+
+
+def test_admin_ban_moves_reads_and_valve(pgcat, pg, pg_replica):
+    inst = start(pgcat, pg, [("127.0.0.1", pg_replica.port)], primary_reads=True)
+    r = admin(inst)
+    assert command(r, "BAN 127.0.0.1:%d 60" % pg_replica.port) is None
+    c = inst.connect()
+    # the replica is out of the rotation: reads go to the primary
+    for _ in range(20):
+        assert in_recovery(c) is False
+    assert command(r, "UNBAN 127.0.0.1:%d" % pg_replica.port) is None
+    seen = {in_recovery(c) for _ in range(60)}
+    assert seen == {True, False}, seen
+    c.close()
