@@ -135,6 +135,8 @@ struct srvpool *pool_pick_target(struct pool *p);
 /* Client wants a server: link one now (returns true) or queue the client
  * (returns false; the client is told later through client_on_linked or
  * client_on_checkout_failed). */
+/* The client's server failed before any of its bytes reached it: pick again. */
+void pool_reroute_client(struct client *c);
 /* Its last connection attempt failed moments ago (reconnect back-off). */
 bool pool_srvpool_failing(const struct srvpool *sp);
 bool pool_checkout(struct srvpool *sp, struct client *c);

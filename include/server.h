@@ -71,6 +71,9 @@ struct server {
 	 * and whether the linked client's messages are rewritten. */
 	struct prep_server *prep;
 	bool prep_on;
+	/* SYNCING includes a health check (unused for healthcheck_delay):
+	 * if it fails, the server is banned and the client routed again. */
+	bool health_check;
 };
 
 /* Open a new connection for this srvpool (state CONNECTING). */

@@ -382,6 +382,14 @@ static bool recently_failed(const struct srvpool *sp, uint64_t now)
 	       srvpool_total(sp) == 0;
 }
 
+void pool_reroute_client(struct client *c)
+{
+	if (c->state == CLIENT_CLOSED)
+		return;
+	client_set_state(c, CLIENT_IDLE);
+	client_process(c);
+}
+
 bool pool_srvpool_failing(const struct srvpool *sp)
 {
 	return recently_failed(sp, sp->pool->w->now_us);
@@ -628,6 +636,18 @@ static void srvpool_janitor(struct srvpool *sp)
 			c->wait_target = NULL;
 			log_info("C-%llu %s@%s: query_wait_timeout", (unsigned long long)c->id, c->user, c->database);
 			client_on_checkout_failed(c, "08P01", "query_wait_timeout");
+		}
+	}
+	/* Health checks that got no answer in time: the server is banned (a
+	 * replica) and closed; its client is routed again. */
+	if (g->healthcheck_timeout > 0) {
+		uint64_t limit = (uint64_t)g->healthcheck_timeout * 1000;
+		LIST_FOREACH_SAFE(pos, tmp, &sp->active) {
+			struct server *s = LIST_OWNER(pos, struct server, node);
+			if (s->state == SERVER_SYNCING && s->health_check && now - s->state_since_us >= limit) {
+				route_connect_failed(sp, "health check timed out");
+				server_close(s, "health check timed out");
+			}
 		}
 	}
 	if (g->connect_timeout > 0) {

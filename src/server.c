@@ -8,6 +8,7 @@
  */
 #include "server.h"
 #include "prepared.h"
+#include "route.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -150,6 +151,14 @@ void server_close(struct server *s, const char *why)
 	auth_free(s);
 	list_add_tail(&w->dead_servers, &s->node);
 	worker_schedule_reap(w);
+	if (c && old == SERVER_SYNCING && s->health_check) {
+		/* Nothing of the client's reached this server: it goes elsewhere. */
+		route_connect_failed(s->sp, why ? why : "health check failed");
+		c->server = NULL;
+		cancel_key_link(&w->cancel, c, NULL);
+		pool_reroute_client(c);
+		return;
+	}
 	if (c) {
 		c->server = NULL;
 		cancel_key_link(&w->cancel, c, NULL);
@@ -411,6 +420,15 @@ void server_link(struct server *s, struct client *c)
 	if (s->prep && (s->prep->seg_sent != s->prep->seg_recv || s->prep->parses.len || s->prep->closes.len))
 		prep_server_reset_pending(s);
 	int n = params_same(&c->params, &s->params) ? 0 : params_build_sync(&c->params, &s->params, sql, sizeof sql);
+	/* Unused for healthcheck_delay: checked before the client's first byte
+	 * goes there (the SETs, if any, are the check; else an empty query). */
+	const struct config_general *g = &s->w->cfg->general;
+	s->health_check = g->healthcheck_delay >= 0 && s->last_used_us &&
+			  s->w->now_us - s->last_used_us > (uint64_t)g->healthcheck_delay * 1000;
+	if (s->health_check && n <= 0) {
+		snprintf(sql, sizeof sql, ";");
+		n = 1;
+	}
 	if (n > 0) {
 		uint8_t storage[sizeof sql + 16];
 		struct pktbuf pb;
@@ -572,6 +590,7 @@ static void process_unlinked(struct server *s)
 				/* The SETs ran: the server's session is now the client's. */
 				if (c)
 					(void)params_copy(&s->params, &c->params);
+				s->health_check = false;
 				server_set_state(s, SERVER_ACTIVE);
 				if (c)
 					client_on_linked(c);

@@ -128,3 +128,38 @@ def test_admin_ban_moves_reads_and_valve(pgcat, pg, pg_replica):
     seen = {in_recovery(c) for _ in range(60)}
     assert seen == {True, False}, seen
     c.close()
+
+
+def replica_pids(rep):
+    """The replica's postmaster and all its children."""
+    import subprocess
+    pm = int(open(rep.datadir / "postmaster.pid").readline())
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pm)], capture_output=True, text=True).stdout
+    return [pm] + [int(x) for x in out.split()]
+
+
+def test_frozen_replica_banned_by_health_check(pgcat, pg, pg_replica):
+    import os
+    import signal
+    import time
+    inst = start(pgcat, pg, [("127.0.0.1", pg_replica.port)], primary_reads=True,
+                 general={"healthcheck_delay": 0, "healthcheck_timeout": 500, "ban_time": 60})
+    c = inst.connect()
+    seen = {in_recovery(c) for _ in range(40)}
+    assert True in seen   # the replica serves reads
+    pids = replica_pids(pg_replica)
+    for p in pids:
+        os.kill(p, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        for i in range(20):
+            assert in_recovery(c) is False, i   # all from the primary now
+        r = admin(inst)
+        _, bans = show(r, "BANS")
+        assert any(int(b["port"]) == pg_replica.port for b in bans), bans
+        # banned within healthcheck_timeout (+ the janitor's tick) of the first read
+        assert time.monotonic() - t0 < 20
+    finally:
+        for p in pids:
+            os.kill(p, signal.SIGCONT)
+    c.close()
