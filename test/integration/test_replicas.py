@@ -163,3 +163,50 @@ def test_frozen_replica_banned_by_health_check(pgcat, pg, pg_replica):
         for p in pids:
             os.kill(p, signal.SIGCONT)
     c.close()
+
+
+def shard_xacts(inst):
+    r = admin(inst)
+    _, rows = show(r, "SHARDS")
+    r.close()
+    return {(x["host"], int(x["port"])): int(x["xact_count"]) for x in rows}
+
+
+def test_random_split_between_two_replicas(pgcat, pg, pg_replica):
+    # The same replica under two names: two servers as far as pgcat knows.
+    inst = start(pgcat, pg, [("127.0.0.1", pg_replica.port), ("localhost", pg_replica.port)])
+    c = inst.connect()
+    for _ in range(1000):
+        c.execute("SELECT 1")
+    c.close()
+    x = shard_xacts(inst)
+    a, b = x[("127.0.0.1", pg_replica.port)], x[("localhost", pg_replica.port)]
+    assert a + b >= 1000, x
+    assert 0.4 <= a / (a + b) <= 0.6, x
+
+
+def test_loc_prefers_the_idle_replica(pgcat, pg, pg_replica):
+    inst = start(pgcat, pg, [("127.0.0.1", pg_replica.port), ("localhost", pg_replica.port)],
+                 extra={"load_balancing_mode": "loc"})
+    # Hold transactions open: whichever replica they land on is busy; new
+    # reads must then go to the other one.
+    holders = []
+    for _ in range(3):   # odd: the two replicas cannot be equally busy
+        h = inst.connect()
+        h.execute("BEGIN READ ONLY")
+        assert in_recovery(h) is True
+        holders.append(h)
+    before = shard_xacts(inst)
+    busy = [inst.connect() for _ in range(1)]
+    c = busy[0]
+    for _ in range(50):
+        c.execute("SELECT 1")
+    after = shard_xacts(inst)
+    gained = {k: after[k] - before.get(k, 0) for k in after}
+    reps = [gained[("127.0.0.1", pg_replica.port)], gained[("localhost", pg_replica.port)]]
+    # every one of the 50 reads went to the same (less loaded) replica
+    assert sorted(reps) == [0, 50], gained
+    for h in holders:
+        h.execute("ROLLBACK")
+        h.close()
+    c.close()
