@@ -87,6 +87,11 @@ struct client {
 	int8_t primary_reads_override;
 	int16_t shard_override;
 	uint64_t sticky_until_us;
+	/* A read sent to a replica: a copy of its bytes until the first reply
+	 * reaches the client, to send it elsewhere if the replica dies. */
+	bool retry_on;
+	struct evbuffer *retry;
+	uint32_t retry_skip;          /* acknowledgements the replay must not repeat */
 	/* Named prepared statements in transaction mode (made on first use). */
 	struct prep_client *prep;
 
@@ -133,6 +138,8 @@ void client_process(struct client *c);
 struct evbuffer *client_output(struct client *c);
 bool client_output_full(struct client *c);
 void client_set_state(struct client *c, enum client_state st);
+/* A reply of the current transaction reached the client: no more retry. */
+void client_reply_started(struct client *c);
 const char *client_state_name(enum client_state st);
 
 struct pktbuf;

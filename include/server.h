@@ -74,6 +74,13 @@ struct server {
 	/* SYNCING includes a health check (unused for healthcheck_delay):
 	 * if it fails, the server is banned and the client routed again. */
 	bool health_check;
+	/* The current request's replies forwarded so far: how many, and
+	 * whether any carried data (rows, results, errors) rather than
+	 * acknowledgements a replay would repeat exactly (1, 2, 3, t, T, n). */
+	uint32_t req_msgs;
+	bool req_data;
+	/* A replayed read: this many acknowledgements the client already has. */
+	uint32_t skip_msgs;
 };
 
 /* Open a new connection for this srvpool (state CONNECTING). */

@@ -237,6 +237,7 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 	}
 	c->server = NULL;
 	prep_client_free(c);
+	client_reply_started(c);   /* frees the retry copy */
 	if (c->pool) {
 		c->pool->n_clients--;
 		/* the pool may be freed once drained; this client no longer counts */
@@ -795,6 +796,29 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 	if (c->state == CLIENT_CLOSED)
 		return;
 	struct pool *p = c->pool;
+	/* (retry_on without a copy: nothing of the request was sent yet.) */
+	if (c->retry_on && !s->req_data && s->fwd_remaining == 0 && p->mode == POOL_MODE_TRANSACTION &&
+	    !c->close_when_released && c->io.in) {
+		/* A read whose replica died before answering: the same bytes go
+		 * to another server (SPEC §4), once. */
+		log_info("C-%llu %s@%s: server lost before answering (%s); read sent again elsewhere",
+			 (unsigned long long)c->id, c->user, c->database, message);
+		route_connect_failed(s->sp, message);
+		if (c->fwd_remaining > 0) {
+			evbuffer_drain(c->io.in, c->fwd_remaining);   /* the rest of a message the copy holds whole */
+			c->fwd_remaining = 0;
+		}
+		if (c->retry)
+			evbuffer_prepend_buffer(c->io.in, c->retry);
+		client_reply_started(c);
+		/* What the client already got (ParseComplete, RowDescription...)
+		 * comes again from the next server: dropped there. */
+		c->retry_skip = s->req_msgs;
+		client_set_state(c, CLIENT_IDLE);
+		client_process(c);
+		return;
+	}
+	client_reply_started(c);
 	log_info("C-%llu %s@%s: server connection lost: %s", (unsigned long long)c->id, c->user, c->database, message);
 	if (p->mode == POOL_MODE_SESSION || s->fwd_remaining > 0 || c->close_when_released) {
 		/* Session mode: the session is gone with its server. Half a server
@@ -882,6 +906,47 @@ static void track_settings(struct client *c, struct server *s, const char *sql, 
 		return;
 	if (params_track_statement(&c->params, sql, len, &c->startup_params) != PARAMS_STMT_NONE)
 		(void)params_track_statement(&s->params, sql, len, NULL);
+}
+
+#define RETRY_MAX (64u * 1024)
+
+static void drop_retry(struct client *c)
+{
+	c->retry_on = false;
+	if (c->retry) {
+		evbuffer_free(c->retry);
+		c->retry = NULL;
+	}
+}
+
+/* Keep a copy of a read's message while nothing came back yet. Not for
+ * messages that are not whole here, big ones, or a Parse that prepared
+ * statements rewrite (its name is already taken on the client's side). */
+static void capture_for_retry(struct client *c, const struct proto_frame *f, bool prep)
+{
+	uint32_t total = f->len + 1;
+	bool named_parse = false;
+	if (prep && f->type == PqMsg_Parse && evbuffer_get_length(c->io.in) >= 6) {
+		uint8_t b[6];
+		evbuffer_copyout(c->io.in, b, 6);
+		named_parse = b[5] != 0;
+	}
+	if (named_parse || evbuffer_get_length(c->io.in) < total ||
+	    (c->retry ? evbuffer_get_length(c->retry) : 0) + total > RETRY_MAX) {
+		drop_retry(c);
+		return;
+	}
+	if (!c->retry && !(c->retry = evbuffer_new())) {
+		drop_retry(c);
+		return;
+	}
+	if (evbuffer_add(c->retry, evbuffer_pullup(c->io.in, total), total) != 0)
+		drop_retry(c);
+}
+
+void client_reply_started(struct client *c)
+{
+	drop_retry(c);
 }
 
 static void process_active(struct client *c)
@@ -984,6 +1049,8 @@ static void process_active(struct client *c)
 			break;
 		}
 		c->last_activity_us = now;
+		if (c->retry_on)
+			capture_for_retry(c, &f, prep);
 		if (prep) {
 			switch (prep_client_message(c, s, &f)) {
 			case PREP_FORWARD:

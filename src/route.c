@@ -195,7 +195,19 @@ static enum router_role decide_role(struct client *c, const struct proto_frame *
 	return ROUTER_ROLE_REPLICA;
 }
 
+static struct srvpool *pick(struct client *c, const struct proto_frame *f);
+
 struct srvpool *route_pick(struct client *c, const struct proto_frame *f)
+{
+	struct srvpool *sp = pick(c, f);
+	/* Reads on a replica can be sent elsewhere if it dies before answering. */
+	client_reply_started(c);
+	c->retry_on = sp && sp->role != SERVER_ROLE_PRIMARY && c->pool->mode == POOL_MODE_TRANSACTION &&
+		      c->pool->n_targets > 1;
+	return sp;
+}
+
+static struct srvpool *pick(struct client *c, const struct proto_frame *f)
 {
 	struct pool *p = c->pool;
 	struct worker *w = c->w;

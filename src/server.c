@@ -415,6 +415,10 @@ void server_link(struct server *s, struct client *c)
 	char sql[8192];
 	s->client = c;
 	s->sent_to_client = false;
+	s->req_msgs = 0;
+	s->req_data = false;
+	s->skip_msgs = c->retry_skip;
+	c->retry_skip = 0;
 	s->prep_on = prep_enabled(c);
 	/* Nothing of a previous client may still be awaited. */
 	if (s->prep && (s->prep->seg_sent != s->prep->seg_recv || s->prep->parses.len || s->prep->closes.len))
@@ -787,6 +791,10 @@ static void process_active(struct server *s)
 			s->last_used_us = s->w->now_us;
 			c->last_activity_us = s->w->now_us;
 			s->sent_to_client = false;
+			s->req_msgs = 0;
+			s->req_data = false;
+			s->skip_msgs = 0;
+			client_reply_started(c);
 			if (s->outstanding == 0 && s->tx_status == 'I' &&
 			    (s->sp->pool->mode == POOL_MODE_TRANSACTION || c->close_when_released)) {
 				pool_release(s);
@@ -822,6 +830,7 @@ static void process_active(struct server *s)
 				}
 				evbuffer_add(out, buf, total);
 				s->sent_to_client = true;
+				s->req_data = true;
 				stats_add(s->sp->pool->stats, STAT_SENT, total);
 				continue;
 			}
@@ -831,6 +840,27 @@ static void process_active(struct server *s)
 			break;
 		default:
 			break;
+		}
+		if (f.type == PqMsg_ParseComplete || f.type == PqMsg_BindComplete || f.type == PqMsg_CloseComplete ||
+		    f.type == PqMsg_ParameterDescription || f.type == PqMsg_RowDescription || f.type == PqMsg_NoData) {
+			if (s->skip_msgs > 0) {
+				/* A replayed read: the client has this one already. */
+				if (total > SERVER_INSPECT_MAX) {
+					server_close(s, "replayed read: unexpected large reply");
+					return;
+				}
+				if (evbuffer_get_length(in) < total)
+					return;
+				evbuffer_drain(in, total);
+				s->skip_msgs--;
+				continue;
+			}
+			s->req_msgs++;
+		} else if (f.type != PqMsg_NoticeResponse && f.type != PqMsg_NotificationResponse) {
+			/* (a notice, such as the one of a server shutting down, is not
+			 * part of the answer: a replay need not repeat it) */
+			s->req_data = true;
+			s->skip_msgs = 0;
 		}
 		s->fwd_remaining = total;
 	}

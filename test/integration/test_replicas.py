@@ -210,3 +210,55 @@ def test_loc_prefers_the_idle_replica(pgcat, pg, pg_replica):
         h.execute("ROLLBACK")
         h.close()
     c.close()
+
+
+@pytest.fixture
+def second_replica(pg, pg_root):
+    """Another streaming replica, this test's to kill."""
+    import subprocess
+    from conftest import PG_BIN, PgServer, as_pg_user
+    rep = PgServer(pg_root, "replica-kill-%d" % free_port())
+    rep.sockdir.mkdir(parents=True, exist_ok=True)
+    rep._chown(rep.sockdir)
+    subprocess.run(as_pg_user([str(PG_BIN / "pg_basebackup"), "-h", pg.host, "-p", str(pg.port),
+                               "-U", "postgres", "-D", str(rep.datadir), "-R", "-X", "stream", "-c", "fast",
+                               "--no-sync"]), check=True, capture_output=True, text=True, timeout=120)
+    rep.port = free_port()
+    with open(rep.datadir / "postgresql.conf", "a") as f:
+        f.write(rep._conf(rep.port))
+    rep.start()
+    wait_until(lambda: rep.sql("SELECT pg_is_in_recovery()")[0][0], 30, msg="replica in recovery")
+    yield rep
+    rep.stop()
+
+
+def test_replica_killed_during_reads_no_failed_read(pgcat, pg, pg_replica, second_replica):
+    import subprocess
+    import threading
+    from conftest import PG_BIN, as_pg_user
+    inst = start(pgcat, pg, [("127.0.0.1", pg_replica.port), ("127.0.0.1", second_replica.port)],
+                 general={"ban_time": 60})
+    failures, done = [], []
+
+    def reader():
+        c = inst.connect()
+        for i in range(200):
+            try:
+                assert c.execute("SELECT pg_is_in_recovery() FROM pg_sleep(0.005)").fetchone()[0] is True
+            except Exception as e:   # counted: the test asserts there are none
+                failures.append((i, repr(e)))
+            done.append(i)
+        c.close()
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: len(done) >= 100, 30)
+    subprocess.run(as_pg_user([str(PG_BIN / "pg_ctl"), "-D", str(second_replica.datadir), "-m", "immediate",
+                               "-w", "stop"]), capture_output=True, timeout=30)
+    for t in threads:
+        t.join(60)
+    assert len(done) == 800
+    assert failures == [], failures[:5]
+    r = admin(inst)
+    _, bans = show(r, "BANS")
+    assert any(int(b["port"]) == second_replica.port for b in bans), bans
