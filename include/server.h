@@ -81,6 +81,7 @@ struct server {
 	bool req_data;
 	/* A replayed read: this many acknowledgements the client already has. */
 	uint32_t skip_msgs;
+	bool timeout_cancelled;       /* statement_timeout sent a cancel for this request */
 };
 
 /* Open a new connection for this srvpool (state CONNECTING). */

@@ -635,7 +635,26 @@ static void srvpool_janitor(struct srvpool *sp)
 			sp->n_waiters--;
 			c->wait_target = NULL;
 			log_info("C-%llu %s@%s: query_wait_timeout", (unsigned long long)c->id, c->user, c->database);
+			/* A replica that cannot serve its queue in time leaves the rotation. */
+			route_connect_failed(sp, "query_wait_timeout");
 			client_on_checkout_failed(c, "08P01", "query_wait_timeout");
+		}
+	}
+	/* statement_timeout (per user): the query is cancelled (the client gets
+	 * PostgreSQL's 57014) and a replica that is that slow is banned. */
+	int st_ms = sp->pool->cuser ? sp->pool->cuser->statement_timeout : 0;
+	if (st_ms > 0) {
+		uint64_t limit = (uint64_t)st_ms * 1000;
+		LIST_FOREACH_SAFE(pos, tmp, &sp->active) {
+			struct server *s = LIST_OWNER(pos, struct server, node);
+			if (s->state == SERVER_ACTIVE && s->outstanding > 0 && !s->timeout_cancelled &&
+			    now - s->query_start_us >= limit) {
+				s->timeout_cancelled = true;
+				log_info("S-%llu %s:%d: statement_timeout (%d ms): cancelling", (unsigned long long)s->id,
+					 sp->host, sp->port, st_ms);
+				server_send_cancel(s);
+				route_connect_failed(sp, "statement_timeout");
+			}
 		}
 	}
 	/* Health checks that got no answer in time: the server is banned (a

@@ -794,6 +794,7 @@ static void process_active(struct server *s)
 			s->req_msgs = 0;
 			s->req_data = false;
 			s->skip_msgs = 0;
+			s->timeout_cancelled = false;
 			client_reply_started(c);
 			if (s->outstanding == 0 && s->tx_status == 'I' &&
 			    (s->sp->pool->mode == POOL_MODE_TRANSACTION || c->close_when_released)) {

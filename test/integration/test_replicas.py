@@ -262,3 +262,21 @@ def test_replica_killed_during_reads_no_failed_read(pgcat, pg, pg_replica, secon
     r = admin(inst)
     _, bans = show(r, "BANS")
     assert any(int(b["port"]) == second_replica.port for b in bans), bans
+
+
+def test_statement_timeout_cancels_and_bans_replica(pgcat, pg, pg_replica):
+    import time
+    import psycopg
+    pool = pools(pg, [("127.0.0.1", pg_replica.port)])["appdb"]
+    inst = pgcat(pool=pool, users={"app": {"statement_timeout": 500}}, general={"ban_time": 60})
+    c = inst.connect()
+    t0 = time.monotonic()
+    with pytest.raises(psycopg.errors.QueryCanceled):
+        c.execute("SELECT pg_is_in_recovery(), pg_sleep(5)")
+    assert time.monotonic() - t0 < 3
+    r = admin(inst)
+    _, bans = show(r, "BANS")
+    assert any(int(b["port"]) == pg_replica.port for b in bans), bans
+    # reads go on (the valve: the only replica is banned, primary reads off)
+    assert c.execute("SELECT 1").fetchone()[0] == 1
+    c.close()
