@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Writes the seed inputs of the fuzz targets into test/fuzz/corpus/<target>/.
+
+The seeds are a handful of realistic inputs per target, so each fuzzer starts
+from the shapes pgcat really sees. The SCRAM seeds hold proofs and
+signatures that must match the fixed keys and nonces in fuzz_scram_*.c, which
+is why they are computed here rather than written by hand. Run it again after
+changing those constants:
+
+    python3 test/fuzz/seeds.py
+
+Only files named seed-* are (re)written; regression inputs (regress-*) that
+reproduce fixed bugs are left alone.
+"""
+import base64
+import hashlib
+import hmac
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = os.path.join(HERE, "corpus")
+
+
+def write(target, name, data):
+    d = os.path.join(CORPUS, target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, "seed-" + name), "wb") as f:
+        f.write(data)
+
+
+# --- wire protocol ------------------------------------------------------------
+
+def msg(typ, payload=b""):
+    return typ + struct.pack("!I", len(payload) + 4) + payload
+
+
+def cstr(s):
+    return (s.encode() if isinstance(s, str) else s) + b"\x00"
+
+
+def startup(params, version=196608):
+    body = struct.pack("!I", version) + b"".join(cstr(k) + cstr(v) for k, v in params.items()) + b"\x00"
+    return struct.pack("!I", len(body) + 4) + body
+
+
+def proto_startup():
+    t = "proto_startup"
+    write(t, "psql", startup({"user": "app", "database": "appdb", "application_name": "psql",
+                              "client_encoding": "UTF8"}))
+    write(t, "ssl-then-startup", struct.pack("!II", 8, 80877103) + startup({"user": "app"}))
+    write(t, "gssenc", struct.pack("!II", 8, 80877104))
+    write(t, "cancel", struct.pack("!IIII", 16, 80877102, 0x12345678, 0x9abcdef0))
+    write(t, "pgjdbc", startup({"user": "app", "database": "appdb", "client_encoding": "UTF8",
+                                "DateStyle": "ISO", "TimeZone": "Europe/Paris",
+                                "extra_float_digits": "2",
+                                "options": "-c search_path=app,public"}))
+    write(t, "protocol-3.2", startup({"user": "app"}, version=(3 << 16) | 2))
+
+
+def error_body(fields):
+    return b"".join(k.encode() + cstr(v) for k, v in fields) + b"\x00"
+
+
+def proto_message():
+    t = "proto_message"
+    # First byte: index of the length limit (5 = 1 MB, 3 = before login).
+    write(t, "simple-query", b"\x05" + msg(b"Q", cstr("SELECT 1")) + msg(b"X"))
+    write(t, "extended", b"\x05" + msg(b"P", cstr("") + cstr("SELECT $1::int") + struct.pack("!HI", 1, 23))
+          + msg(b"B", cstr("") + cstr("") + struct.pack("!HHi", 0, 1, 1) + b"7" + struct.pack("!H", 0))
+          + msg(b"D", b"P" + cstr("")) + msg(b"E", cstr("") + struct.pack("!I", 0)) + msg(b"S"))
+    write(t, "error-response", b"\x05" + msg(b"E", error_body([
+        ("S", "ERROR"), ("V", "ERROR"), ("C", "42P01"),
+        ("M", 'relation "nope" does not exist'), ("P", "15"), ("F", "parse_relation.c"),
+        ("L", "1392"), ("R", "parserOpenTable")])) + msg(b"Z", b"I"))
+    write(t, "login-tail", b"\x05" + msg(b"R", struct.pack("!I", 0))
+          + msg(b"S", cstr("server_version") + cstr("15.8"))
+          + msg(b"S", cstr("TimeZone") + cstr("UTC"))
+          + msg(b"K", struct.pack("!II", 4242, 0x5eed)) + msg(b"Z", b"I"))
+    write(t, "sasl-initial", b"\x03" + msg(b"p", cstr("SCRAM-SHA-256") + struct.pack("!I", 32)
+                                         + b"n,,n=,r=pgcatFuzzClientNonce+024"))
+    write(t, "notice", b"\x05" + msg(b"N", error_body([
+        ("S", "WARNING"), ("V", "WARNING"), ("C", "01000"), ("M", "there is no transaction in progress")])))
+    write(t, "copy", b"\x05" + msg(b"d", b"1\tone\n") + msg(b"d", b"2\ttwo\n") + msg(b"c")
+          + msg(b"f", cstr("client gave up")))
+
+
+# --- SCRAM ----------------------------------------------------------------------
+
+def b64(b):
+    return base64.b64encode(b).decode()
+
+
+def hm(key, data):
+    return hmac.new(key, data.encode() if isinstance(data, str) else data, hashlib.sha256).digest()
+
+
+SALT = bytes(0xa0 + 3 * i for i in range(16))
+SERVER_NONCE = b64(bytes(range(1, 19)))
+CLIENT_NONCE = "pgcatFuzzClientNonce+024"
+
+
+def scram_server():
+    """Client messages to pgcat, which holds the verifier of "pencil"."""
+    t = "scram_server"
+    salted = hashlib.pbkdf2_hmac("sha256", b"pencil", SALT, 4096)
+    client_key = hm(salted, "Client Key")
+    stored_key = hashlib.sha256(client_key).digest()
+    server_key = hm(salted, "Server Key")
+
+    def exchange(gs2, cnonce, ext="", good=True):
+        first_bare = "n=,r=" + cnonce
+        server_first = "r=%s%s,s=%s,i=4096" % (cnonce, SERVER_NONCE, b64(SALT))
+        wo_proof = "c=%s,r=%s%s%s" % (b64(gs2.encode()), cnonce, SERVER_NONCE, ext)
+        auth = ",".join([first_bare, server_first, wo_proof])
+        proof = bytes(a ^ b for a, b in zip(client_key, hm(stored_key, auth)))
+        if not good:
+            proof = bytes(32)
+        return (gs2 + first_bare).encode() + b"\x00" + (wo_proof + ",p=" + b64(proof)).encode()
+
+    write(t, "libpq", exchange("n,,", CLIENT_NONCE))
+    write(t, "gs2-y", exchange("y,,", "another/client+nonce"))
+    write(t, "extension", exchange("n,,", CLIENT_NONCE, ext=",x=ignored"))
+    write(t, "wrong-proof", exchange("n,,", CLIENT_NONCE, good=False))
+    write(t, "channel-binding-p", "p=tls-server-end-point,,n=,r=" + CLIENT_NONCE)
+    write(t, "verifier", "SCRAM-SHA-256$4096:%s$%s:%s" % (b64(SALT), b64(stored_key), b64(server_key)))
+
+
+def scram_client():
+    """Server messages to pgcat, which logs in with fixed pass-through keys."""
+    t = "scram_client"
+    client_key = bytes(0x10 + i for i in range(32))
+    server_key = bytes(0x80 + i for i in range(32))
+
+    def exchange(snonce, salt=SALT, iters=4096, good=True):
+        nonce = CLIENT_NONCE + snonce
+        server_first = "r=%s,s=%s,i=%d" % (nonce, b64(salt), iters)
+        auth = ",".join(["n=,r=" + CLIENT_NONCE, server_first, "c=biws,r=" + nonce])
+        sig = hm(server_key, auth) if good else bytes(32)
+        return server_first.encode() + b"\x00" + ("v=" + b64(sig)).encode()
+
+    assert client_key  # the client key only enters the proof, which the server would check
+    write(t, "postgres", exchange("serverPart+0123456789"))
+    write(t, "long-salt", exchange("x" * 24, salt=bytes(range(64))))
+    write(t, "bad-signature", exchange("serverPart+0123456789", good=False))
+    write(t, "server-error", ("r=%sserverPart+0123456789,s=%s,i=4096" % (CLIENT_NONCE, b64(SALT))).encode()
+          + b"\x00e=invalid-proof")
+    write(t, "foreign-nonce", "r=someoneelse,s=%s,i=4096" % b64(SALT))
+
+
+# --- config -------------------------------------------------------------------------
+
+def verifier(password):
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), SALT, 4096)
+    stored = hashlib.sha256(hm(salted, "Client Key")).digest()
+    return "SCRAM-SHA-256$4096:%s$%s:%s" % (b64(SALT), b64(stored), b64(hm(salted, "Server Key")))
+
+
+CONFIG_GENERAL = """[general]
+listen_addr = 127.0.0.1, ::1
+listen_port = 6432
+unix_socket_dir = /tmp
+workers = 2
+max_client_conn = 1000
+pool_mode = transaction
+default_pool_size = 10
+connect_timeout = 5000
+query_wait_timeout = 120000
+idle_timeout = 600000
+server_reset_query = DISCARD ALL
+max_packet_size = 1048576
+admin_username = pgcat
+admin_password = admin_pw
+auth_type = scram-sha-256
+log_level = info
+prometheus_port = 9930
+"""
+
+
+def config():
+    t = "config"
+    write(t, "minimal", """[general]
+admin_password = secret
+
+[pools.appdb]
+[pools.appdb.shards.0]
+servers = 127.0.0.1:5432:primary
+""")
+    write(t, "replicas", CONFIG_GENERAL + """
+[pools.appdb]
+default_role = any
+query_parser_enabled = true
+primary_reads_enabled = false
+load_balancing_mode = loc
+
+[pools.appdb.shards.0]
+database = appdb
+servers = 127.0.0.1:5432:primary, 127.0.0.1:5433:replica, [::1]:5434:auto
+
+[pools.appdb.users.app]
+password = %(md5)s
+pool_size = 20
+statement_timeout = 30000
+""" % {"md5": "md5" + hashlib.md5(b"app_pwapp").hexdigest()})
+    write(t, "sharded", CONFIG_GENERAL + """
+[pools.sharded_db]
+sharding_function = pg_bigint_hash
+sharded_tables = users.id,
+    public.orders.user_id
+default_shard = all
+
+[pools.sharded_db.shards.0]
+database = shard0
+servers = 127.0.0.1:5432:primary
+
+[pools.sharded_db.shards.1]
+database = shard1
+servers = 127.0.0.1:5432:primary
+
+[pools.sharded_db.users.app]
+password = %(scram)s
+server_username = app_rw
+server_password = app_pw
+
+[peers]
+1 = pgcat-a.internal:6432
+2 = pgcat-b.internal:6432
+""" % {"scram": verifier("app_pw")})
+    write(t, "errors", """[general]
+listen_port = 70000
+pool_mode = sometimes
+unknown_key = 1
+[pools.x.shards.zero]
+servers = nohost
+set_me = 'quoted ''value'''
+""")
+    write(t, "set-line", "[general]\nadmin_password = a\n[pools.d]\n[pools.d.shards.0]\n"
+          "servers = localhost:5432:primary\nquery_wait_timeout = '5000'")
+
+
+# --- router, params, sharding ----------------------------------------------------------
+
+def router():
+    t = "router"
+    for name, sql in [
+        ("select-key", "SELECT * FROM users WHERE id = 42"),
+        ("join-in", "SELECT o.* FROM public.orders o JOIN users u ON u.id = o.user_id "
+                    "WHERE u.id IN (1, 2, 3) AND o.total > 10.5"),
+        ("insert", "INSERT INTO orders (user_id, total) VALUES ($1, $2), (7, 3) RETURNING id"),
+        ("cte-write", "WITH moved AS (DELETE FROM app.events WHERE tenant = 'acme' RETURNING *) "
+                      "SELECT count(*) FROM moved"),
+        ("begin-read-only", "BEGIN READ ONLY; SELECT nextval('s'); COMMIT;"),
+        ("hint", "/* pgcat: shard=1, role='replica' sharding_key=99 */ SELECT 1"),
+        ("set-sharding-key", "SET SHARDING KEY TO '1234';"),
+        ("set-server-role", "  set server role = \"replica\"  "),
+        ("show-primary-reads", "SHOW PRIMARY READS;"),
+        ("for-update", "SELECT * FROM users u WHERE u.id = 5 OR u.id = $1 FOR UPDATE SKIP LOCKED"),
+        ("copy", "COPY orders (user_id, total) FROM STDIN WITH (FORMAT csv)"),
+        ("explain", "EXPLAIN (ANALYZE, BUFFERS) UPDATE users SET name = 'x' WHERE id = -9223372036854775808"),
+    ]:
+        write(t, name, sql)
+
+
+def params():
+    t = "params"
+    write(t, "search-path", "-c search_path=app,public -c DateStyle=ISO\x00"
+          "SET search_path TO app, \"$user\", public\x00RESET search_path\x00SHOW search_path")
+    write(t, "time-zone", "--application-name=worker\\ 1\x00SET TIME ZONE 'Europe/Paris'\x00"
+          "set session timezone = default\x00SET LOCAL work_mem = '64MB'")
+    write(t, "discard", "-cwork_mem=4MB\x00SET work_mem TO '8MB';SELECT 1\x00"
+          "/* c */ -- line\n DISCARD ALL\x00RESET ALL")
+    write(t, "custom", "\x00SET myapp.tenant = 'a''b'\x00SET statement_timeout TO 5000\x00"
+          "RESET myapp.tenant\x00SET ROLE admin\x00SET SESSION AUTHORIZATION DEFAULT")
+
+
+def sharding():
+    t = "sharding"
+    # byte 0: shard count + 2; byte 1: error buffer (multiple of 4: size/4, else 256)
+    write(t, "bigint", b"\x04\x01" + b"1234")
+    write(t, "bigint-spaces", b"\x05\x02" + b"  -0042 ")
+    write(t, "bigint-min", b"\x0a\x03" + b"-9223372036854775808")
+    write(t, "out-of-range", b"\x0a\x08" + b"9223372036854775808")
+    write(t, "uuid", b"\x06\x01" + b"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")
+    write(t, "uuid-braces", b"\x06\x01" + b"{A0EEBC999C0B4EF8BB6D6BB9BD380A11}")
+    write(t, "text", b"\x03\x01" + "ümlaut key".encode())
+    write(t, "no-shards", b"\x02\x01" + b"7")
+
+
+if __name__ == "__main__":
+    for f in (proto_startup, proto_message, scram_server, scram_client, config, router, params, sharding):
+        f()
