@@ -1247,8 +1247,11 @@ static bool lex_set_value(struct cmd_lex *l, char *value, size_t valuelen)
 		if (o == 0)
 			return false;
 	}
-	if (value)
+	if (value) {
+		if (o >= valuelen)
+			return false;   /* no room for the terminator ('' into 0 bytes) */
 		value[o] = '\0';
+	}
 	return lex_end(l);
 }
 
