@@ -4,7 +4,9 @@
 # builds pgcat with AddressSanitizer + UndefinedBehaviorSanitizer and -Werror
 # in build-asan/, runs the Check unit tests (make check), then the pytest
 # integration tests against real PostgreSQL 15 servers they start themselves,
-# then make distcheck and scripts/test-deb.sh (the Debian package).
+# then make distcheck and scripts/test-deb.sh (the Debian package). After the
+# unit tests, scripts/fuzz.sh runs each libFuzzer target for FUZZ_SECONDS
+# (default here 15).
 # Exits non-zero on any failure. Extra arguments go to pytest, e.g.
 #   bash scripts/test.sh -k auth -x
 # Environment: PYTEST_TIMEOUT (seconds per test, default from pytest.ini),
@@ -65,6 +67,13 @@ if [ "$unit_rc" -ne 0 ]; then
 fi
 phase "unit tests" "$t"
 
+# --- 3b. fuzzing (libFuzzer targets of the parsers, doc/fuzzing.md) ------------
+t=$(date +%s)
+log "fuzzing: each target for ${FUZZ_SECONDS:-15}s (scripts/fuzz.sh)"
+fuzz_rc=0
+FUZZ_SECONDS=${FUZZ_SECONDS:-15} bash scripts/fuzz.sh || fuzz_rc=$?
+phase fuzzing "$t"
+
 # --- 4. integration tests -----------------------------------------------------
 t=$(date +%s)
 log "pytest test/integration (pgcat: $PGCAT_BIN)"
@@ -96,10 +105,11 @@ phase "debian package" "$t"
 # --- summary -----------------------------------------------------------------
 echo
 echo "unit tests: $([ "$unit_rc" -eq 0 ] && echo passed || echo "FAILED ($unit_rc)")"
+echo "fuzzing: $([ "$fuzz_rc" -eq 0 ] && echo passed || echo "FAILED ($fuzz_rc)")"
 echo "integration tests: $([ "$py_rc" -eq 0 ] && echo passed || echo "FAILED (pytest exit $py_rc)")"
 echo "make distcheck: $([ "$dist_rc" -eq 0 ] && echo passed || echo "FAILED ($dist_rc)")"
 echo "debian package: $([ "$deb_rc" -eq 0 ] && echo passed || echo "FAILED ($deb_rc)")"
 echo "total time: $(( $(date +%s) - t_start ))s"
-if [ "$unit_rc" -ne 0 ] || [ "$py_rc" -ne 0 ] || [ "$dist_rc" -ne 0 ] || [ "$deb_rc" -ne 0 ]; then
+if [ "$unit_rc" -ne 0 ] || [ "$fuzz_rc" -ne 0 ] || [ "$py_rc" -ne 0 ] || [ "$dist_rc" -ne 0 ] || [ "$deb_rc" -ne 0 ]; then
 	exit 1
 fi
