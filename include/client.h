@@ -92,6 +92,7 @@ struct client {
 	bool retry_on;
 	struct evbuffer *retry;
 	uint32_t retry_skip;          /* acknowledgements the replay must not repeat */
+	bool route_error;             /* route_pick: no server may take this write */
 	/* Named prepared statements in transaction mode (made on first use). */
 	struct prep_client *prep;
 

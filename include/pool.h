@@ -41,6 +41,9 @@ struct srvpool {
 	int n_waiters;
 
 	uint64_t xact_count;            /* transactions completed here, for SHOW SHARDS */
+	/* From health checks (SPEC §4 role checks): */
+	bool role_known, in_recovery;
+	uint64_t wal_lsn;               /* current (primary) or replayed (replica) */
 	int shm_target;                 /* slot of the shared connection counts, -1: none */
 	uint64_t last_failure_us;
 	char last_error_code[6];

@@ -82,6 +82,7 @@ struct server {
 	/* A replayed read: this many acknowledgements the client already has. */
 	uint32_t skip_msgs;
 	bool timeout_cancelled;       /* statement_timeout sent a cancel for this request */
+	bool checked;                 /* had its first health check */
 };
 
 /* Open a new connection for this srvpool (state CONNECTING). */

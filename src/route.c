@@ -196,6 +196,7 @@ static enum router_role decide_role(struct client *c, const struct proto_frame *
 }
 
 static struct srvpool *pick(struct client *c, const struct proto_frame *f);
+static bool takes_writes(const struct srvpool *sp);
 
 struct srvpool *route_pick(struct client *c, const struct proto_frame *f)
 {
@@ -227,19 +228,29 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f)
 	if (writes && cp->sticky_primary_after_write > 0)
 		c->sticky_until_us = w->now_us + (uint64_t)cp->sticky_primary_after_write * 1000;
 
-	struct srvpool *primary = NULL;
-	for (size_t i = 0; i < n; i++)
+	struct srvpool *primary = NULL, *configured = NULL;
+	for (size_t i = 0; i < n; i++) {
 		if (all[i]->role == SERVER_ROLE_PRIMARY)
+			configured = all[i];
+		if (takes_writes(all[i]) && (!primary || all[i]->role == SERVER_ROLE_AUTO))
 			primary = all[i];
-	if (role == ROUTER_ROLE_PRIMARY && primary)
-		return primary;   /* never banned for writes */
+	}
+	if (role == ROUTER_ROLE_PRIMARY) {
+		if (primary)
+			return primary;   /* never banned for writes */
+		if (configured) {
+			/* configured primary found in recovery, no auto server promoted */
+			c->route_error = true;
+			return configured;
+		}
+	}
 
 	bool primary_reads = c->primary_reads_override >= 0 ? c->primary_reads_override == 1 : cp->primary_reads_enabled;
 	struct srvpool *cand[64];
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct srvpool *sp = all[i];
-		bool is_replica = sp->role != SERVER_ROLE_PRIMARY;
+		bool is_replica = sp != primary;
 		if (role == ROUTER_ROLE_REPLICA && !is_replica && !primary_reads)
 			continue;
 		cand[k++] = sp;
@@ -421,4 +432,68 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 	}
 	}
 	return false;
+}
+
+/* ---- role checks ---- */
+
+bool route_wants_role_check(const struct srvpool *sp)
+{
+	struct pool *p = sp->pool;
+	if (sp->role == SERVER_ROLE_AUTO || p->cpool->max_replica_lag > 0)
+		return true;
+	size_t n = 0;
+	for (size_t i = 0; i < p->n_targets; i++)
+		if (p->targets[i]->shard == sp->shard)
+			n++;
+	return n > 1;
+}
+
+static uint64_t parse_lsn(const char *s)
+{
+	unsigned long hi, lo;
+	if (!s || sscanf(s, "%lx/%lx", &hi, &lo) != 2)
+		return 0;
+	return ((uint64_t)hi << 32) | (uint64_t)lo;
+}
+
+/* Writes may go there: a primary that is not in recovery, or an auto
+ * server that was found not to be. */
+static bool takes_writes(const struct srvpool *sp)
+{
+	if (sp->role == SERVER_ROLE_PRIMARY)
+		return !(sp->role_known && sp->in_recovery);
+	if (sp->role == SERVER_ROLE_AUTO)
+		return sp->role_known && !sp->in_recovery;
+	return false;
+}
+
+void route_health_result(struct srvpool *sp, bool in_recovery, const char *lsn)
+{
+	struct pool *p = sp->pool;
+	bool was_known = sp->role_known, was = sp->in_recovery;
+	sp->role_known = true;
+	sp->in_recovery = in_recovery;
+	sp->wal_lsn = parse_lsn(lsn);
+	if (!was_known || was != in_recovery) {
+		if (sp->role == SERVER_ROLE_PRIMARY && in_recovery)
+			log_warning("%s:%d is configured as primary but is in recovery: no writes go there",
+				    sp->host, sp->port);
+		else if (sp->role == SERVER_ROLE_AUTO)
+			log_info("%s:%d (role auto) is a %s", sp->host, sp->port, in_recovery ? "replica" : "primary");
+	}
+	int64_t max_lag = p->cpool->max_replica_lag;
+	if (!in_recovery || max_lag <= 0 || !sp->wal_lsn)
+		return;
+	for (size_t i = 0; i < p->n_targets; i++) {
+		struct srvpool *pr = p->targets[i];
+		if (pr->shard != sp->shard || !takes_writes(pr) || !pr->role_known || !pr->wal_lsn)
+			continue;
+		if (pr->wal_lsn > sp->wal_lsn && pr->wal_lsn - sp->wal_lsn > (uint64_t)max_lag) {
+			char why[96];
+			snprintf(why, sizeof why, "replica lag %llu bytes > max_replica_lag",
+				 (unsigned long long)(pr->wal_lsn - sp->wal_lsn));
+			route_connect_failed(sp, why);
+		}
+		return;
+	}
 }

@@ -280,3 +280,74 @@ def test_statement_timeout_cancels_and_bans_replica(pgcat, pg, pg_replica):
     # reads go on (the valve: the only replica is banned, primary reads off)
     assert c.execute("SELECT 1").fetchone()[0] == 1
     c.close()
+
+
+def test_lag_ban_when_replay_paused(pgcat, pg, pg_replica, rw_table):
+    inst = start(pgcat, pg, [("127.0.0.1", pg_replica.port)], primary_reads=True,
+                 extra={"max_replica_lag": 1024},
+                 general={"healthcheck_delay": 0, "ban_time": 60})
+    c = inst.connect()
+    assert True in {in_recovery(c) for _ in range(30)}
+    pg_replica.sql("SELECT pg_wal_replay_pause()")
+    try:
+        for i in range(200):   # a few hundred kB of WAL on the primary
+            c.execute("INSERT INTO route_t (v) SELECT g FROM generate_series(1, 100) g")
+        # reads: the replica's check now shows the lag and bans it
+        wait_until(lambda: not any(in_recovery(c) for _ in range(10)), 20)
+        r = admin(inst)
+        _, bans = show(r, "BANS")
+        assert any(int(b["port"]) == pg_replica.port for b in bans), bans
+    finally:
+        pg_replica.sql("SELECT pg_wal_replay_resume()")
+    c.close()
+
+
+def test_auto_roles_find_the_primary(pgcat, pg, pg_replica, rw_table):
+    pool = {"query_parser_enabled": "true",
+            "shards": {0: {"database": "appdb",
+                           "servers": "127.0.0.1:%d:auto, 127.0.0.1:%d:auto" % (pg_replica.port, pg.port)}}}
+    inst = pgcat(pool=pool)
+    c = inst.connect()
+    # the first transactions may meet a server of unknown role; every write
+    # after that goes to the server found not in recovery
+    for _ in range(6):
+        in_recovery(c)
+    for i in range(20):
+        c.execute("INSERT INTO route_t (v) VALUES (%s)", (i,))
+    assert True in {in_recovery(c) for _ in range(30)}
+    c.close()
+
+
+def test_configured_primary_in_recovery_gets_no_writes(pgcat, pg, pg_replica):
+    import psycopg
+    # The replica listed as the primary (a demoted primary after a failover).
+    pool = {"query_parser_enabled": "true",
+            "shards": {0: {"database": "appdb",
+                           "servers": "127.0.0.1:%d:primary, localhost:%d:replica" % (pg_replica.port,
+                                                                                       pg_replica.port)}}}
+    inst = pgcat(pool=pool, general={"healthcheck_delay": 0})
+    c = inst.connect()
+    for _ in range(10):
+        c.execute("SELECT 1")
+    try:
+        c.execute("/* pgcat: role=primary */ SELECT 1")   # the primary gets checked
+    except psycopg.errors.ReadOnlySqlTransaction:
+        pass   # (already known to be in recovery)
+    with pytest.raises(psycopg.Error) as e:
+        c.execute("CREATE TEMP TABLE x (a int)")
+    assert e.value.sqlstate == "25006", e.value
+    c.close()
+
+
+def test_sticky_primary_after_write(pgcat, pg, pg_replica, rw_table):
+    import time
+    inst = start(pgcat, pg, [("127.0.0.1", pg_replica.port)], extra={"sticky_primary_after_write": 1500})
+    c = inst.connect()
+    assert in_recovery(c) is True
+    c.execute("INSERT INTO route_t (v) VALUES (1)")
+    # read-your-writes: the next reads see the primary
+    assert in_recovery(c) is False
+    assert c.execute("SELECT count(*) FROM route_t").fetchone()[0] == 1
+    time.sleep(2)
+    assert in_recovery(c) is True
+    c.close()
