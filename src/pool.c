@@ -296,22 +296,27 @@ int srvpool_total(const struct srvpool *sp)
 	return sp->n_idle + sp->n_active + sp->n_opening + sp->n_other;
 }
 
+static bool recently_failed(const struct srvpool *sp, uint64_t now);
+
 struct srvpool *pool_pick_target(struct pool *p)
 {
-	/* Until the router exists: the default shard's primary, else its first
-	 * server. */
+	/* For learning the server parameters of a login: the default shard's
+	 * primary, else another of its servers; one that failed moments ago
+	 * or is banned only when nothing else is left. */
 	int shard = p->cpool->default_shard >= 0 ? p->cpool->default_shard : 0;
-	struct srvpool *first = NULL;
+	struct srvpool *first = NULL, *healthy = NULL;
 	for (size_t i = 0; i < p->n_targets; i++) {
 		struct srvpool *sp = p->targets[i];
 		if (sp->shard != shard)
 			continue;
 		if (!first)
 			first = sp;
-		if (sp->role == SERVER_ROLE_PRIMARY)
-			return sp;
+		if (recently_failed(sp, p->w->now_us) || route_is_banned(sp))
+			continue;
+		if (!healthy || sp->role == SERVER_ROLE_PRIMARY)
+			healthy = sp;
 	}
-	return first ? first : p->targets[0];
+	return healthy ? healthy : first ? first : p->targets[0];
 }
 
 static void count_adjust(struct srvpool *sp, enum server_state st, int delta)
@@ -578,10 +583,24 @@ void pool_server_closed(struct server *s, bool login_failed)
 	if (srvpool_total(sp) == 0) {
 		fail_waiters(sp);
 		if (!p->have_defaults) {
-			struct list_node *pos, *tmp;
+			/* Another server of the shard may tell the parameters. */
+			struct srvpool *other = pool_pick_target(p);
+			bool retry = other != sp && !recently_failed(other, p->w->now_us);
+			struct list_node waiting, *pos, *tmp;
+			list_init(&waiting);
 			LIST_FOREACH_SAFE(pos, tmp, &p->login_waiters) {
+				list_del(pos);
+				list_add_tail(&waiting, pos);
+			}
+			LIST_FOREACH_SAFE(pos, tmp, &waiting) {
 				struct client *c = LIST_OWNER(pos, struct client, node);
-				client_on_defaults_failed(c, sp->last_error_code, sp->last_error);
+				list_del(pos);
+				list_init(pos);
+				if (retry) {
+					pool_request_defaults(p, c);
+				} else {
+					client_on_defaults_failed(c, sp->last_error_code, sp->last_error);
+				}
 			}
 		}
 	}

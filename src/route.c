@@ -72,9 +72,10 @@ void route_connect_failed(struct srvpool *sp, const char *reason)
 {
 	struct pool *p = sp->pool;
 	struct worker *w = p->w;
-	/* The primary is never banned (writes have nowhere else to go), nor a
-	 * server alone in its shard. */
-	if (sp->role == SERVER_ROLE_PRIMARY || !w->shm)
+	/* The primary is never banned for writes (they ignore bans: nowhere
+	 * else to go); with primary reads on, it leaves the read rotation like
+	 * a replica. A server alone in its shard is never banned. */
+	if ((sp->role == SERVER_ROLE_PRIMARY && !p->cpool->primary_reads_enabled) || !w->shm)
 		return;
 	struct srvpool *all[64];
 	if (shard_servers(p, sp->shard, all, 64) < 2)
