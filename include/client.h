@@ -93,6 +93,7 @@ struct client {
 	struct evbuffer *retry;
 	uint32_t retry_skip;          /* acknowledgements the replay must not repeat */
 	bool route_error;             /* route_pick: no server may take this write */
+	bool replayed;                /* this request was already replayed once */
 	/* Named prepared statements in transaction mode (made on first use). */
 	struct prep_client *prep;
 

@@ -1234,8 +1234,22 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 		 * a new generation), so the next use prepares afresh instead of
 		 * failing again and again as a direct connection would. */
 		if (msg && memmem(msg, total, "\0C0A000\0", 8) != NULL &&
-		    memmem(msg, total, "cached plan must not change result type", 39) != NULL)
-			prep_sset_clear(&ps->set, r);
+		    memmem(msg, total, "cached plan must not change result type", 39) != NULL) {
+			/* The schema change concerns every connection of the pool:
+			 * each prepares afresh (pgcat cannot tell which statement). */
+			struct pool *pool = s->sp->pool;
+			for (size_t i = 0; i < pool->n_targets; i++) {
+				struct list_node *lists[] = { &pool->targets[i]->idle, &pool->targets[i]->active };
+				for (size_t k = 0; k < 2; k++) {
+					struct list_node *pos;
+					for (pos = lists[k]->next; pos != lists[k]; pos = pos->next) {
+						struct server *o = LIST_OWNER(pos, struct server, node);
+						if (o->prep)
+							prep_sset_clear(&o->prep->set, r);
+					}
+				}
+			}
+		}
 		undo_segment(s, ps->seg_recv);
 		return v;
 	}

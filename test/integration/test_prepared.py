@@ -312,10 +312,8 @@ def test_schema_change_then_statement_works_again(pgcat, pg):
     first = raw_exec(r, "sel")
     assert first[0] == [["1"]], first
     pg.sql("ALTER TABLE prep_schema ADD COLUMN b text DEFAULT 'x'")
-    rows, err, _ = raw_exec(r, "sel")
-    # PostgreSQL's answer once; pgcat then prepares the statement afresh
-    # (a direct connection would keep failing until the client re-prepares).
-    assert err and err["C"] == "0A000", err
+    # PostgreSQL refuses the old plan (0A000); pgcat prepares the statement
+    # afresh and replays the execution: the client sees the new result.
     rows, err, _ = raw_exec(r, "sel")
     assert err is None and rows == [["1", "x"]], (rows, err)
     r.close()
@@ -360,3 +358,29 @@ def test_asyncpg_with_several_workers(pgcat, workers):
     async def main():
         await asyncio.gather(*(client(i) for i in range(12)))
     asyncio.run(main())
+
+
+def test_schema_change_with_several_server_connections(pgcat, pg):
+    """Every connection of the pool held the old plan: none of the clients
+    sees the 0A000 error."""
+    inst = small_pool(pgcat, 3)
+    pg.sql("DROP TABLE IF EXISTS prep_schema2; CREATE TABLE prep_schema2 (a int); "
+           "INSERT INTO prep_schema2 VALUES (1); GRANT SELECT ON prep_schema2 TO app")
+    clients = [inst.raw_login() for _ in range(3)]
+    for r in clients:
+        assert types_of(raw_prepare(r, "sel", "SELECT * FROM prep_schema2")) == [b"1", b"Z"]
+    # hold all three servers at once so each prepares the statement
+    for r in clients:
+        r.simple("BEGIN")
+    for r in clients:
+        assert raw_exec(r, "sel")[0] == [["1"]]
+    for r in clients:
+        r.simple("COMMIT")
+    pg.sql("ALTER TABLE prep_schema2 ADD COLUMN b text DEFAULT 'y'")
+    for _ in range(3):
+        for r in clients:
+            rows, err, _ = raw_exec(r, "sel")
+            assert err is None and rows == [["1", "y"]], (rows, err)
+    for r in clients:
+        r.close()
+    pg.sql("DROP TABLE prep_schema2")
