@@ -165,5 +165,6 @@ static inline void proto_put_u32(uint8_t *p, uint32_t v)
 
 /* Is this a frontend message type valid after login (extended, simple, COPY, function call)? */
 bool proto_frontend_type_valid(uint8_t type);
+bool proto_backend_type_valid(uint8_t type);
 
 #endif

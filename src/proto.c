@@ -121,6 +121,12 @@ bool proto_parse_parameter_status(const uint8_t *body, size_t len, const char **
 	return off == len;
 }
 
+bool proto_backend_type_valid(uint8_t type)
+{
+	/* What a PostgreSQL v3 server sends after login. */
+	return type != 0 && strchr("123ACDEGHIKNRSTVWZcdnstv", type) != NULL;
+}
+
 bool proto_frontend_type_valid(uint8_t type)
 {
 	switch (type) {

@@ -763,6 +763,18 @@ static void process_active(struct server *s)
 			return;
 		}
 		uint32_t total = f.len + 1;
+		/* A server that breaks the protocol is not passed on (SPEC §10):
+		 * the client gets pgcat's error and the connection is dropped. */
+		if (!proto_backend_type_valid(f.type) || (f.type == PqMsg_ErrorResponse && f.len < 5) ||
+		    (f.type == PqMsg_ReadyForQuery && (f.len != 5 || (got >= 6 && hdr[5] != 'I' && hdr[5] != 'T' &&
+									hdr[5] != 'E')))) {
+			s->have_error = true;
+			snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08P01");
+			snprintf(s->error_message, sizeof s->error_message, "server sent an invalid message (type %d)",
+				 f.type);
+			server_close(s, s->error_message);
+			return;
+		}
 		if (s->prep_on) {
 			if (f.type == PqMsg_ReadyForQuery && got < 6)
 				return;

@@ -13,7 +13,7 @@ pgcat, beyond the clean losses of test_faults.py.
   descriptors and memory come back to where they were;
 - a fake PostgreSQL server that answers with malformed messages: the client
   gets an error, pgcat logs it, closes that server and keeps serving the
-  other pools (three kinds of bad message still pass through: xfail).
+  other pools.
 """
 import contextlib
 import os
@@ -308,22 +308,10 @@ MALFORMED = {
 }
 
 # Cases where pgcat falls short today (outside the parsers this suite may fix).
-KNOWN_FAKE_SERVER_BUGS = {
-    "unknown_type":
-        "pgcat streams server messages of any type byte on to the client: a message of unknown type "
-        "'!' from a server reaches the client unchanged, with no ErrorResponse, and the server stays "
-        "in the pool (src/server.c process_active forwards every type it does not inspect)",
-    "error_empty_body":
-        "pgcat passes a malformed ErrorResponse from a server (length 4: no fields, no terminating "
-        "NUL) on to the client unchanged and keeps the server in the pool; libpq then fails with "
-        "'message contents do not agree with length in message type \"E\"' instead of getting an "
-        "error from pgcat (src/server.c forwards an ErrorResponse that proto_parse_error rejects)",
-    "ready_bad_status":
-        "pgcat does not check the status byte of a server's ReadyForQuery: a 'Z' with status 'X' is "
-        "passed on to the client unchanged (libpq then reports transaction status UNKNOWN), no "
-        "error, and the server stays linked to that client as if inside a transaction until a "
-        "later 'Z' with 'I' (src/server.c stores hdr[5] as tx_status without validating it)",
-}
+# Malformed replies pgcat still passes through (none known now: an unknown
+# type, an empty ErrorResponse and a bad ReadyForQuery status end the
+# server connection and the client gets an error).
+KNOWN_FAKE_SERVER_BUGS = {}
 
 
 class FakeServer:
