@@ -298,6 +298,10 @@ int srvpool_total(const struct srvpool *sp)
 
 static bool recently_failed(const struct srvpool *sp, uint64_t now);
 
+/* How long after statement_timeout's cancel a query may still run before
+ * pgcat gives up on that server connection. */
+#define STATEMENT_TIMEOUT_GRACE_US 1000000
+
 struct srvpool *pool_pick_target(struct pool *p)
 {
 	/* For learning the server parameters of a login: the default shard's
@@ -666,13 +670,22 @@ static void srvpool_janitor(struct srvpool *sp)
 		uint64_t limit = (uint64_t)st_ms * 1000;
 		LIST_FOREACH_SAFE(pos, tmp, &sp->active) {
 			struct server *s = LIST_OWNER(pos, struct server, node);
-			if (s->state == SERVER_ACTIVE && s->outstanding > 0 && !s->timeout_cancelled &&
-			    now - s->query_start_us >= limit) {
+			if (s->state != SERVER_ACTIVE || s->outstanding == 0 || now - s->query_start_us < limit)
+				continue;
+			if (!s->timeout_cancelled) {
 				s->timeout_cancelled = true;
 				log_info("S-%llu %s:%d: statement_timeout (%d ms): cancelling", (unsigned long long)s->id,
 					 sp->host, sp->port, st_ms);
 				server_send_cancel(s);
 				route_connect_failed(sp, "statement_timeout");
+			} else if (now - s->query_start_us >= limit + STATEMENT_TIMEOUT_GRACE_US) {
+				/* The cancel did not end it (a stopped or unreachable
+				 * server): pgcat ends it, the client gets 57014. */
+				s->have_error = true;
+				snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "57014");
+				snprintf(s->error_message, sizeof s->error_message,
+					 "canceling statement due to statement timeout");
+				server_close(s, "statement_timeout: the server did not act on the cancel");
 			}
 		}
 	}

@@ -6,7 +6,7 @@ pgcat, beyond the clean losses of test_faults.py.
   every backend): the client gets an error, pgcat recovers by itself;
 - a server frozen with SIGSTOP: other clients are served meanwhile; a frozen
   idle server is given up by the health check; statement_timeout should end
-  the wait of a query on a frozen server (it does not yet: xfail);
+  the wait of a query on a frozen server;
 - a client that never reads a huge result while another is served: pgcat's
   memory stays bounded;
 - thousands of connect/disconnect cycles, with and without login: open
@@ -159,11 +159,6 @@ def test_frozen_backend_other_clients_served(pgcat, pg):
     assert_pool_idle(pg, max_conns=2)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a query on a backend stopped with SIGSTOP is never ended: users.<name>.statement_timeout "
-    "(SPEC §2: the query is cancelled, ERROR 57014) at most sends a CancelRequest, which a stopped "
-    "backend cannot act on, and pgcat takes no further step (closing that server and answering the "
-    "client itself), so the client waits for as long as the backend is stopped"))
 def test_frozen_backend_statement_timeout(pgcat, pg):
     p = pgcat(general={"default_pool_size": 1}, users={"app": {"statement_timeout": 1000}})
     c = p.connect()
