@@ -62,6 +62,8 @@ struct config_pool {
 	enum lb_mode load_balancing_mode;
 	enum sharding_function sharding_function;
 	char **sharded_tables;    /* "[schema.]table.column" entries */
+	char **writing_functions; /* beyond the built-ins: routed to the primary (SPEC §4) */
+	size_t n_writing_functions;
 	size_t n_sharded_tables;
 	int default_shard;        /* shard index or CONFIG_DEFAULT_SHARD_ALL */
 	int64_t max_replica_lag;

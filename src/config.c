@@ -117,6 +117,7 @@ enum value_kind {
 	VALUE_SHARD,        /* shard number or "all" */
 	VALUE_ADDR_LIST,    /* char ** at off, size_t count at off_n */
 	VALUE_TABLE_LIST,   /* same, [schema.]table.column entries */
+	VALUE_NAME_LIST,    /* same, [schema.]function names, '*' at the end for a prefix */
 	VALUE_SERVER_LIST   /* struct config_server * at off, count at off_n */
 };
 
@@ -213,7 +214,7 @@ enum pool_key {
 	POOL_KEY_POOL_MODE, POOL_KEY_DEFAULT_ROLE, POOL_KEY_QUERY_PARSER_ENABLED,
 	POOL_KEY_PRIMARY_READS_ENABLED, POOL_KEY_LOAD_BALANCING_MODE, POOL_KEY_SHARDING_FUNCTION,
 	POOL_KEY_SHARDED_TABLES, POOL_KEY_DEFAULT_SHARD, POOL_KEY_MAX_REPLICA_LAG,
-	POOL_KEY_STICKY_PRIMARY_AFTER_WRITE, POOL_KEY_COUNT
+	POOL_KEY_STICKY_PRIMARY_AFTER_WRITE, POOL_KEY_WRITING_FUNCTIONS, POOL_KEY_COUNT
 };
 #define POOL_FIELD(f) offsetof(struct config_pool, f)
 static const struct key_spec pool_specs[POOL_KEY_COUNT] = {
@@ -237,6 +238,8 @@ static const struct key_spec pool_specs[POOL_KEY_COUNT] = {
 		POOL_FIELD(max_replica_lag), 0, 0, "0", NULL },
 	[POOL_KEY_STICKY_PRIMARY_AFTER_WRITE] = { "sticky_primary_after_write", VALUE_INT, 0, INT_MAX, NULL,
 		POOL_FIELD(sticky_primary_after_write), 0, 0, "0", NULL },
+	[POOL_KEY_WRITING_FUNCTIONS] = { "writing_functions", VALUE_NAME_LIST, 0, 0, NULL,
+		POOL_FIELD(writing_functions), POOL_FIELD(n_writing_functions), 0, "", NULL },
 };
 
 enum shard_key { SHARD_KEY_DATABASE, SHARD_KEY_SERVERS, SHARD_KEY_COUNT };
@@ -592,6 +595,26 @@ static bool check_listen_addr(const char *s, size_t n, char *why, size_t whylen)
 	return false;
 }
 
+/* A function name for writing_functions: [schema.]name, an optional '*'
+ * at the end for a prefix. */
+static bool check_function_name(const char *s, size_t n, char *why, size_t whylen)
+{
+	if (n == 0 || n > 127) {
+		snprintf(why, whylen, "a function name of 1 to 127 characters");
+		return false;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char ch = s[i];
+		bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+			  ch == '.' || (ch == '*' && i == n - 1) || (unsigned char)ch >= 0x80;
+		if (!ok) {
+			snprintf(why, whylen, "not a function name ([schema.]name, '*' at the end for a prefix)");
+			return false;
+		}
+	}
+	return true;
+}
+
 static bool check_sharded_table(const char *s, size_t n, char *why, size_t whylen)
 {
 	size_t parts = 1, part_len = 0;
@@ -778,9 +801,11 @@ static void set_list_item(struct parser *p, const struct key_spec *k, void *base
 	char **list_items = NULL;
 	switch (k->kind) {
 	case VALUE_ADDR_LIST:
-	case VALUE_TABLE_LIST: {
-		bool ok = k->kind == VALUE_ADDR_LIST ? check_listen_addr(item, n, why, sizeof(why))
-						     : check_sharded_table(item, n, why, sizeof(why));
+	case VALUE_TABLE_LIST:
+	case VALUE_NAME_LIST: {
+		bool ok = k->kind == VALUE_ADDR_LIST   ? check_listen_addr(item, n, why, sizeof(why))
+			  : k->kind == VALUE_NAME_LIST ? check_function_name(item, n, why, sizeof(why))
+						       : check_sharded_table(item, n, why, sizeof(why));
 		if (!ok) {
 			line_error(p, k->name, "\"%.*s\": %s", (int)n, item, why);
 			return;
@@ -843,6 +868,7 @@ static bool is_list(enum value_kind kind)
 	switch (kind) {
 	case VALUE_ADDR_LIST:
 	case VALUE_TABLE_LIST:
+	case VALUE_NAME_LIST:
 	case VALUE_SERVER_LIST:
 		return true;
 	case VALUE_INT:
@@ -959,6 +985,7 @@ static void set_value(struct parser *p, const struct key_spec *k, void *base, co
 	}
 	case VALUE_ADDR_LIST:
 	case VALUE_TABLE_LIST:
+	case VALUE_NAME_LIST:
 	case VALUE_SERVER_LIST:
 		set_list(p, k, base, value, append);
 		return;
@@ -984,6 +1011,7 @@ static void free_field(const struct key_spec *k, void *base)
 	}
 	case VALUE_ADDR_LIST:
 	case VALUE_TABLE_LIST:
+	case VALUE_NAME_LIST:
 		free_string_list(field(base, k->off), field(base, k->off_n));
 		break;
 	case VALUE_SERVER_LIST:
@@ -1008,6 +1036,7 @@ static void detach_field(const struct key_spec *k, void *base)
 		break;
 	case VALUE_ADDR_LIST:
 	case VALUE_TABLE_LIST:
+	case VALUE_NAME_LIST:
 		*(char ***)field(base, k->off) = NULL;
 		*(size_t *)field(base, k->off_n) = 0;
 		break;
@@ -1921,7 +1950,8 @@ bool config_general_value(const struct config *cfg, const char *key, char *buf, 
 		return put(buf, buflen, &used, enum_name(k->names, v));
 	}
 	case VALUE_ADDR_LIST:
-	case VALUE_TABLE_LIST: {
+	case VALUE_TABLE_LIST:
+	case VALUE_NAME_LIST: {
 		char *const *list = *(char **const *)cfield(base, k->off);
 		size_t n = *(const size_t *)cfield(base, k->off_n);
 		for (size_t j = 0; j < n; j++)

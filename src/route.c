@@ -172,6 +172,8 @@ static enum router_role decide_role(struct client *c, const struct proto_frame *
 	if (!first_statement(c, f, &sql, &len))
 		return role;
 	struct router_rules rules = { 0 };
+	rules.writing_functions = (const char *const *)cp->writing_functions;
+	rules.n_writing_functions = cp->n_writing_functions;
 	size_t maxlen = (size_t)c->w->cfg->general.query_parser_max_length;
 	rules.max_length = cp->query_parser_enabled ? maxlen : 0;   /* off: only hints are read */
 	struct router_verdict local;

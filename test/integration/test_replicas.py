@@ -365,3 +365,17 @@ def test_banned_replica_serves_again_after_ban_time(pgcat, pg, pg_replica):
     time.sleep(2.5)
     assert True in {in_recovery(c) for _ in range(40)}
     c.close()
+
+
+def test_writing_functions_go_to_the_primary(pgcat, pg, pg_replica):
+    pg.sql("CREATE OR REPLACE FUNCTION app_bump() RETURNS int LANGUAGE sql AS 'SELECT 1'")
+    wait_until(lambda: pg_replica.sql("SELECT count(*) FROM pg_proc WHERE proname = 'app_bump'")[0][0] == 1, 20)
+    q = "SELECT app_bump(), pg_is_in_recovery()"
+    inst = start(pgcat, pg, [("127.0.0.1", pg_replica.port)])
+    c = inst.connect()
+    assert {c.execute(q).fetchone()[1] for _ in range(10)} == {True}   # a read as far as pgcat knows
+    c.close()
+    inst2 = start(pgcat, pg, [("127.0.0.1", pg_replica.port)], extra={"writing_functions": "app_*, other.fn"})
+    c = inst2.connect()
+    assert {c.execute(q).fetchone()[1] for _ in range(10)} == {False}
+    c.close()
