@@ -9,4 +9,5 @@ Suite *scram_suite(void);
 Suite *config_suite(void);
 Suite *router_suite(void);
 Suite *sharding_suite(void);
+Suite *prepared_suite(void);
 #endif

@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests: the prepared-statement registry, a client's names (open
+ * addressing with backward-shift deletion) and a server's LRU set, checked
+ * against a plain model under thousands of random operations. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_suites.h"
+#include "prepared.h"
+
+static struct prep_stmt *stmt(struct prep_registry *r, int i)
+{
+	char q[64];
+	int n = snprintf(q, sizeof q, "SELECT %d", i);
+	return prep_registry_get(r, false, (const uint8_t *)q, (size_t)n + 1);
+}
+
+START_TEST(registry_dedups_and_frees)
+{
+	struct prep_registry r;
+	prep_registry_init(&r);
+	struct prep_stmt *a = stmt(&r, 1), *b = stmt(&r, 1), *c = stmt(&r, 2);
+	ck_assert_ptr_eq(a, b);
+	ck_assert_ptr_ne(a, c);
+	ck_assert_uint_eq(a->refs, 2);
+	ck_assert_uint_eq(r.count, 2);
+	/* the same text from SQL PREPARE is another statement */
+	struct prep_stmt *s = prep_registry_get(&r, true, a->key, a->key_len);
+	ck_assert_ptr_ne(s, a);
+	prep_stmt_unref(&r, s);
+	prep_stmt_unref(&r, a);
+	prep_stmt_unref(&r, b);
+	prep_stmt_unref(&r, c);
+	ck_assert_uint_eq(r.count, 0);
+	/* many, past several growths */
+	struct prep_stmt *all[500];
+	for (int i = 0; i < 500; i++)
+		all[i] = stmt(&r, i);
+	for (int i = 0; i < 500; i++)
+		ck_assert_ptr_eq(stmt(&r, i), all[i]);
+	for (int i = 0; i < 500; i++) {
+		prep_stmt_unref(&r, all[i]);
+		prep_stmt_unref(&r, all[i]);
+	}
+	ck_assert_uint_eq(r.count, 0);
+	prep_registry_free(&r);
+}
+END_TEST
+
+START_TEST(client_names_match_a_model)
+{
+	struct prep_registry r;
+	prep_registry_init(&r);
+	struct prep_cmap m = { 0 };
+	enum { N = 64 };
+	struct prep_stmt *model[N] = { 0 };
+	srand(7);
+	for (int op = 0; op < 3000; op++) {
+		int k = rand() % N;
+		char name[16];
+		snprintf(name, sizeof name, "s%d", k);
+		if (rand() % 3) {
+			if (!model[k]) {
+				struct prep_stmt *st = stmt(&r, rand() % 10);
+				ck_assert(prep_cmap_put(&m, name, st));
+				model[k] = st;
+			}
+		} else {
+			ck_assert_int_eq(prep_cmap_del(&m, &r, name), model[k] != NULL);
+			model[k] = NULL;
+		}
+		if (op % 8)
+			continue;
+		for (int j = 0; j < N; j++) {
+			snprintf(name, sizeof name, "s%d", j);
+			ck_assert_ptr_eq(prep_cmap_get(&m, name), model[j]);
+		}
+	}
+	prep_cmap_clear(&m, &r);
+	ck_assert_uint_eq(r.count, 0);
+	prep_registry_free(&r);
+}
+END_TEST
+
+START_TEST(server_set_lru_and_model)
+{
+	struct prep_registry r;
+	prep_registry_init(&r);
+	struct prep_sset s = { 0 };
+	struct prep_stmt *st[40];
+	for (int i = 0; i < 40; i++)
+		st[i] = stmt(&r, i);
+	bool in[40] = { false };
+	srand(11);
+	for (int op = 0; op < 3000; op++) {
+		int k = rand() % 40;
+		int what = rand() % 4;
+		if (what < 2) {
+			if (!in[k]) {
+				ck_assert(prep_sset_add(&s, st[k]));
+				in[k] = true;
+			}
+		} else if (what == 2) {
+			prep_sset_del(&s, &r, st[k]);
+			in[k] = false;
+		} else {
+			ck_assert_int_eq(prep_sset_has(&s, st[k]), in[k]);
+		}
+		if (op % 8)
+			continue;
+		for (int j = 0; j < 40; j++)
+			ck_assert_int_eq(prep_sset_has(&s, st[j]), in[j]);
+	}
+	/* LRU: touch 0..9 in order, the first popped is 0 */
+	prep_sset_clear(&s, &r);
+	for (int i = 0; i < 10; i++)
+		ck_assert(prep_sset_add(&s, st[i]));
+	ck_assert(prep_sset_has(&s, st[0]));   /* 0 used last now */
+	struct prep_stmt *v = prep_sset_pop_lru(&s);
+	ck_assert_ptr_eq(v, st[1]);
+	prep_stmt_unref(&r, v);
+	uint32_t gen = s.gen;
+	prep_sset_clear(&s, &r);
+	ck_assert_uint_eq(s.gen, gen + 1);
+	for (int i = 0; i < 40; i++)
+		prep_stmt_unref(&r, st[i]);
+	ck_assert_uint_eq(r.count, 0);
+	char g[PREP_GNAME_MAX];
+	prep_registry_free(&r);
+	struct prep_stmt fake = { .id = 0x2a };
+	prep_gname(g, &fake, 3);
+	ck_assert_str_eq(g, "pgcat_2a_3");
+}
+END_TEST
+
+Suite *prepared_suite(void)
+{
+	Suite *s = suite_create("prepared");
+	TCase *tc = tcase_create("structures");
+	tcase_set_timeout(tc, 60);   /* thousands of operations under sanitizers on a busy machine */
+	tcase_add_test(tc, registry_dedups_and_frees);
+	tcase_add_test(tc, client_names_match_a_model);
+	tcase_add_test(tc, server_set_lru_and_model);
+	suite_add_tcase(s, tc);
+	return s;
+}
