@@ -130,7 +130,7 @@ chown postgres: "$TMP/pwfile"
 "${AS_PG[@]}" "$PGBIN/initdb" -D "$TMP/pgdata" -U postgres -A scram-sha-256 --pwfile="$TMP/pwfile" \
 	-E UTF8 --no-sync >"$TMP/initdb.log" 2>&1
 cat >>"$TMP/pgdata/postgresql.conf" <<EOF
-listen_addresses = '127.0.0.1'
+listen_addresses = '127.0.0.1,127.0.0.2'
 port = $PGPORT
 unix_socket_directories = '$TMP'
 max_connections = 1100
@@ -142,6 +142,7 @@ password_encryption = 'scram-sha-256'
 logging_collector = off
 log_min_messages = warning
 EOF
+echo "host all all 127.0.0.2/32 scram-sha-256" >>"$TMP/pgdata/pg_hba.conf"   # pgcat-parser's "replica"
 "${AS_PG[@]}" "$PGBIN/postgres" -D "$TMP/pgdata" >"$TMP/postgres.log" 2>&1 &
 PG_PID=$!
 PIDS+=("$PG_PID")
@@ -188,6 +189,11 @@ start_pgbouncer pgbouncer-plain "$PGB_PLAIN_PORT" scram-sha-256 userlist-plain.t
 start_pgbouncer pgbouncer-md5 "$PGB_MD5_PORT" md5 userlist-plain.txt
 
 # ---------------------------------------------------------------- pgcat
+# pgcat-parser's pool lists the same PostgreSQL twice, as a primary on
+# 127.0.0.1 and as a replica on 127.0.0.2: with one server per shard there is
+# nothing to decide and pgcat skips the router, so only a pool with a replica
+# makes the parser run on every transaction (and the select-only traffic then
+# goes to the "replica" address: same server, same work).
 start_pgcat() { # name port parser auth_type [workers]
 	cat >"$TMP/$1.ini" <<EOF
 [general]
@@ -206,7 +212,7 @@ auth_type = $4
 query_parser_enabled = $3
 [pools.bench.shards.0]
 database = bench
-servers = 127.0.0.1:$PGPORT:primary
+servers = 127.0.0.1:$PGPORT:primary$( [ "$3" = true ] && echo ", 127.0.0.2:$PGPORT:replica")
 [pools.bench.users.bench]
 password = bench
 pool_size = 10
