@@ -81,6 +81,11 @@ void io_trim(struct io *io);
 /* Write what is queued now, as far as the socket takes it (before a close). */
 void io_flush(struct io *io);
 size_t io_out_len(const struct io *io);
+/* Read now, as if the socket had been reported readable: for a socket just
+ * accepted, whose first packet has often arrived already (a wait for the
+ * event would cost an epoll round). Nothing happens if there is no data.
+ * The read callback may close the connection and free its owner. */
+void io_read_now(struct io *io);
 /* Pause or resume reading for peer backpressure. */
 void io_pause(struct io *io, bool paused);
 /* Re-arm reading after the owner consumed input below read_high. */

@@ -175,6 +175,9 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 	client_set_state(c, CLIENT_STARTUP);
 	char a[CLIENT_ADDR_STRLEN];
 	log_debug("C-%llu %s:%d: new connection", (unsigned long long)c->id, client_addr_str(c, a), c->port);
+	/* Last: the startup packet may be read and answered (or the client
+	 * closed and freed) right here. */
+	io_read_now(&c->io);
 }
 
 const char *client_addr_str(const struct client *c, char *buf)

@@ -113,6 +113,12 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 		io_arm_read(io);
 }
 
+void io_read_now(struct io *io)
+{
+	if (!io->closed && io->read_armed)
+		read_cb(io->fd, EV_READ, io);
+}
+
 static void write_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct io *io = arg;
