@@ -287,6 +287,9 @@ int supervisor_run(struct config *cfg, const char *config_path)
 			forward(&sv, SIGQUIT, 0);
 			break;
 		case SIGHUP:
+			/* The supervisor logs too (worker exits and restarts): after a
+			 * rotation that moved the file, it must write to the new one. */
+			log_reopen();
 			sd_notify_send("RELOADING=1");
 			/* A worker asking (admin RELOAD) has already reloaded. */
 			forward(&sv, SIGHUP, info.si_pid);

@@ -2,12 +2,14 @@
 """Logs (SPEC §8): one line per event with a timestamp and a level,
 connection and disconnection lines naming the client's address (switchable),
 log_file, and never a password."""
+import os
 import re
+import signal
 
 import psycopg
 import pytest
 
-from conftest import PASSWORDS, wait_until
+from conftest import PASSWORDS, proc_children, wait_until
 
 TS = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}")
 LEVEL = re.compile(r"\b(ERROR|WARNING|WARN|INFO|LOG|DEBUG|TRACE|error|warning|info|debug|trace)\b")
@@ -73,3 +75,25 @@ def test_log_level_error_is_quiet(pgcat):
             c.execute("SELECT 1")
     lines = [l for l in new_lines(p, start) if l.strip()]
     assert not [l for l in lines if re.search(r"\b(INFO|info|LOG)\b", l)], lines
+
+
+def test_log_file_reopened_on_sighup(pgcat, tmp_path):
+    """logrotate without copytruncate: the file is renamed, SIGHUP, and both
+    the worker and the supervisor (which logs worker deaths) write to a new
+    file at the old path."""
+    path = tmp_path / "pgcat.log"
+    p = pgcat(general={"log_file": str(path), "log_level": "info"})
+    wait_until(lambda: path.exists() and path.read_text().strip(), 5, msg="log lines in log_file")
+    rotated = tmp_path / "pgcat.log.1"
+    path.rename(rotated)
+    p.send_signal(signal.SIGHUP)
+    wait_until(lambda: path.exists() and "reloading" in path.read_text(), 10,
+               msg="the worker's SIGHUP line in the new log file")
+    workers = proc_children(p.pid)
+    assert workers, "no worker process under the supervisor"
+    os.kill(workers[0], signal.SIGKILL)
+    wait_until(lambda: "restarted" in path.read_text(), 15,
+               msg="the supervisor's worker-restart line in the new log file")
+    assert "restarted" not in rotated.read_text()
+    with p.connect() as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
