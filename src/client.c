@@ -907,6 +907,10 @@ static void track_settings(struct client *c, struct server *s, const char *sql, 
 	if (i < len && sql[i] != 's' && sql[i] != 'S' && sql[i] != 'r' && sql[i] != 'R' && sql[i] != 'd' &&
 	    sql[i] != 'D' && sql[i] != '/' && sql[i] != '-')
 		return;
+	/* SELECT shares SET's first letter: only "set" goes further. */
+	if (i < len && (sql[i] | 0x20) == 's' &&
+	    (len - i < 3 || (sql[i + 1] | 0x20) != 'e' || (sql[i + 2] | 0x20) != 't'))
+		return;
 	if (params_track_statement(&c->params, sql, len, &c->startup_params) != PARAMS_STMT_NONE)
 		(void)params_track_statement(&s->params, sql, len, NULL);
 }
