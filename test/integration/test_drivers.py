@@ -1,0 +1,70 @@
+# SPDX-License-Identifier: MIT
+"""Other languages' drivers through pgcat (SPEC §3, §5): node-postgres and
+postgres.js, pgx and pgxpool, pgjdbc — named prepared statements, pipelined
+batches, transactions and errors, in transaction mode with more clients than
+server connections (pool_size 3).
+
+The programs are under test/drivers/. They need Node.js, Go and a JDK plus
+packages from npm, the Go module proxy and Maven Central, so these tests run
+only through scripts/test-drivers.sh, which fetches and builds them and sets
+PGCAT_DRIVERS_DIR; the default test command skips them (the other
+integration tests cover the same protocol paths with psycopg, asyncpg and
+pgbench)."""
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import PASSWORDS, assert_pool_idle
+
+DRIVERS = os.environ.get("PGCAT_DRIVERS_DIR")
+pytestmark = pytest.mark.skipif(not DRIVERS, reason="driver programs not built: run scripts/test-drivers.sh")
+
+
+@pytest.fixture
+def small_pool(pgcat):
+    return pgcat(pool={"pool_mode": "transaction"}, users={"app": {"pool_size": 3}})
+
+
+def run(cmd, env=None, timeout=180):
+    r = subprocess.run(cmd, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, "%s exited with %d:\n%s" % (cmd[0], r.returncode, out[-4000:])
+    return r.stdout
+
+
+def test_node_postgres_and_postgres_js(small_pool, pg):
+    out = run(["node", str(Path(DRIVERS) / "node" / "drivers.js")],
+              env={"PGHOST": "127.0.0.1", "PGPORT": str(small_pool.port), "PGUSER": "app",
+                   "PGPASSWORD": PASSWORDS["app"], "PGDATABASE": "appdb"})
+    # 8 node-postgres clients and 8 postgres.js clients, 200 rounds each
+    assert out.split() == ["ok", "3200"], out
+    assert_pool_idle(pg, max_conns=3)
+
+
+def test_pgx(small_pool, pg):
+    url = "postgres://app:%s@127.0.0.1:%d/appdb" % (PASSWORDS["app"], small_pool.port)
+    out = run([str(Path(DRIVERS) / "go" / "drivers"), url])
+    assert out.strip() == "ok", out
+    assert_pool_idle(pg, max_conns=3)
+
+
+def test_pgjdbc(small_pool, pg):
+    with pg.connect("appdb") as c:
+        c.execute("DROP TABLE IF EXISTS pgcat_drivers_jdbc")
+        c.execute("CREATE TABLE pgcat_drivers_jdbc (worker int, k int)")
+        c.execute("GRANT ALL ON pgcat_drivers_jdbc TO app")
+    try:
+        url = "jdbc:postgresql://127.0.0.1:%d/appdb?prepareThreshold=1&user=app&password=%s" % (
+            small_pool.port, PASSWORDS["app"])
+        java = Path(DRIVERS) / "java"
+        out = run(["java", "-cp", "%s:%s" % (java / "postgresql.jar", java), "Drivers", url])
+        assert out.split() == ["ok", "2400"], out     # 8 threads x 300
+        with pg.connect("appdb") as c:
+            rows = c.execute("SELECT worker, count(*) FROM pgcat_drivers_jdbc GROUP BY worker ORDER BY 1").fetchall()
+        assert rows == [(w, 10) for w in range(8)]
+    finally:
+        with pg.connect("appdb") as c:
+            c.execute("DROP TABLE IF EXISTS pgcat_drivers_jdbc")
+    assert_pool_idle(pg, max_conns=3)
