@@ -41,6 +41,14 @@ struct server {
 	struct server_auth *auth;     /* only during login */
 
 	struct params params;         /* the session as it is on the server */
+	/* Session settings the client changed in the transaction (or request)
+	 * under way, not yet known to stick: what both sides were before it.
+	 * A SET that fails, or whose transaction rolls back, is undone in
+	 * PostgreSQL, so it is undone here too (set_pending false: none). */
+	struct params set_undo_client, set_undo_server;
+	bool set_pending;
+	bool set_cycle_error;         /* an ErrorResponse since the last ReadyForQuery */
+	bool set_last_rollback;       /* the last CommandComplete was ROLLBACK */
 	uint32_t backend_pid, backend_key;
 	char tx_status;               /* of the last ReadyForQuery: 'I', 'T' or 'E' */
 	/* ReadyForQuery messages still owed: one per Query, Sync and
@@ -112,5 +120,9 @@ bool server_output_full(struct server *s);
 void server_process(struct server *s);
 /* Send CancelRequest for the query running on this server. */
 void server_send_cancel(struct server *s);
+
+/* The transaction that changed session settings will not commit (its
+ * client is gone; the server is being cleaned): undo them on both sides. */
+void server_settings_discard(struct server *s);
 
 #endif

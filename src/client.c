@@ -911,8 +911,20 @@ static void track_settings(struct client *c, struct server *s, const char *sql, 
 	if (i < len && (sql[i] | 0x20) == 's' &&
 	    (len - i < 3 || (sql[i + 1] | 0x20) != 'e' || (sql[i + 2] | 0x20) != 't'))
 		return;
-	if (params_track_statement(&c->params, sql, len, &c->startup_params) != PARAMS_STMT_NONE)
+	/* What both sides were before the request: the change sticks only if
+	 * the statement succeeds and its transaction commits (server.c). */
+	bool first = !s->set_pending;
+	if (first) {
+		params_copy(&s->set_undo_client, &c->params);
+		params_copy(&s->set_undo_server, &s->params);
+	}
+	if (params_track_statement(&c->params, sql, len, &c->startup_params) != PARAMS_STMT_NONE) {
 		(void)params_track_statement(&s->params, sql, len, NULL);
+		s->set_pending = true;
+	} else if (first) {
+		params_clear(&s->set_undo_client);
+		params_clear(&s->set_undo_server);
+	}
 }
 
 #define RETRY_MAX (64u * 1024)

@@ -481,6 +481,7 @@ void pool_server_clean(struct server *s)
 	struct worker *w = sp->pool->w;
 	const struct config_general *g = &w->cfg->general;
 	s->client = NULL;
+	server_settings_discard(s);   /* a client gone mid-transaction: rolled back */
 	if (sp->pool->removed && list_empty(&sp->waiters))
 		s->close_when_idle = true;
 	if (s->close_when_idle || w->shutting_down ||

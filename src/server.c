@@ -162,6 +162,9 @@ void server_close(struct server *s, const char *why)
 		return;
 	}
 	if (c) {
+		/* Its transaction is gone with it, and its SETs with it. */
+		if (s->set_pending)
+			params_copy(&c->params, &s->set_undo_client);
 		c->server = NULL;
 		cancel_key_link(&w->cancel, c, NULL);
 		const char *code = s->have_error ? s->error_sqlstate : "08006";
@@ -173,6 +176,8 @@ void server_close(struct server *s, const char *why)
 void server_free(struct server *s)
 {
 	params_clear(&s->params);
+	params_clear(&s->set_undo_client);
+	params_clear(&s->set_undo_server);
 	auth_free(s);
 	free(s);
 }
@@ -727,6 +732,40 @@ static void drop_message(struct server *s, uint32_t total)
 	evbuffer_drain(s->io.in, total);
 }
 
+/* A request or transaction that changed session settings has ended
+ * (ReadyForQuery 'I'), or the server is gone: keep the changes if it
+ * committed, else put both sides back as they were (PostgreSQL undoes a SET
+ * that failed or was rolled back). ROLLBACK TO SAVEPOINT is not followed:
+ * a SET undone by it is kept if the transaction commits. */
+static void settings_settle(struct server *s, bool committed)
+{
+	if (!s->set_pending)
+		return;
+	if (!committed) {
+		if (s->client)
+			params_copy(&s->client->params, &s->set_undo_client);
+		params_copy(&s->params, &s->set_undo_server);
+	}
+	params_clear(&s->set_undo_client);
+	params_clear(&s->set_undo_server);
+	s->set_pending = false;
+}
+
+void server_settings_discard(struct server *s)
+{
+	settings_settle(s, false);
+}
+
+/* While settings are pending, note whether a CommandComplete says ROLLBACK
+ * (also what COMMIT of a failed transaction answers). */
+static void settings_note_complete(struct server *s, struct evbuffer *in, uint32_t total)
+{
+	static const char tag[] = "ROLLBACK";   /* with its NUL */
+	uint8_t b[5 + sizeof tag];
+	s->set_last_rollback = total == 5 + sizeof tag && evbuffer_copyout(in, b, sizeof b) == (ssize_t)sizeof b &&
+			       memcmp(b + 5, tag, sizeof tag) == 0;
+}
+
 static void process_active(struct server *s)
 {
 	struct evbuffer *in = s->io.in;
@@ -858,6 +897,9 @@ static void process_active(struct server *s)
 			s->tx_status = (char)hdr[5];
 			if (s->outstanding > 0)
 				s->outstanding--;
+			if (s->set_pending && s->tx_status == 'I')
+				settings_settle(s, !s->set_cycle_error && !s->set_last_rollback);
+			s->set_cycle_error = false;
 			{
 				struct stats *st = s->sp->pool->stats;
 				uint64_t now = s->w->now_us;
@@ -906,6 +948,7 @@ static void process_active(struct server *s)
 			break;
 		case PqMsg_ErrorResponse:
 			s->in_copy_in = false;
+			s->set_cycle_error = true;
 			if (total <= SERVER_INSPECT_MAX) {
 				if (!take_whole(in, total, buf))
 					return;
@@ -925,6 +968,10 @@ static void process_active(struct server *s)
 			break;
 		case PqMsg_CopyInResponse:
 			s->in_copy_in = true;
+			break;
+		case PqMsg_CommandComplete:
+			if (s->set_pending)
+				settings_note_complete(s, in, total);
 			break;
 		default:
 			break;

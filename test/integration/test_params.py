@@ -5,6 +5,8 @@ SET on whichever server the client gets, so no client ever sees another
 client's settings, and each keeps its own across transactions."""
 import asyncio
 
+import psycopg
+
 import pytest
 
 from conftest import assert_pool_idle
@@ -196,3 +198,58 @@ def test_session_mode_keeps_settings(pgcat):
         assert show(a, "TimeZone") == "Asia/Tokyo"
         assert show(a, "work_mem") == "9MB"
     a.close()
+
+
+def _on_another_server(p, a, run):
+    """Run a's next statement on a server other than the one a just used: a
+    second client holds that one in an open transaction meanwhile."""
+    used = a.execute("SELECT pg_backend_pid()").fetchone()[0]
+    b = p.connect()
+    try:
+        b.execute("BEGIN")
+        held = b.execute("SELECT pg_backend_pid()").fetchone()[0]
+        assert held == used, "the second client should get the server the first one just released"
+        pid, value = run()
+        assert pid != used, "the statement should run on another server connection"
+        return value
+    finally:
+        b.execute("ROLLBACK")
+        b.close()
+
+
+@pytest.mark.parametrize("case", ["rolled_back", "failed_transaction", "failed_set", "committed"])
+def test_set_sticks_only_if_postgresql_keeps_it(pgcat, pg, case):
+    """A SET that PostgreSQL undoes (its transaction rolled back or failed,
+    or the SET itself was refused) must not follow the client to its next
+    server; one in a committed transaction must (what a direct connection
+    shows)."""
+    p = pgcat(general={"pool_mode": "transaction", "default_pool_size": 4})
+    a = p.connect()
+    a.execute("SET search_path = kept_schema")          # stays through every case
+    if case == "rolled_back":
+        a.execute("BEGIN")
+        a.execute("SET work_mem = '77MB'")
+        a.execute("ROLLBACK")
+        name, expected = "work_mem", "4MB"
+    elif case == "failed_transaction":
+        a.execute("BEGIN")
+        a.execute("SET work_mem = '78MB'")
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            a.execute("SELECT 1/0")
+        a.execute("COMMIT")                                # answered ROLLBACK
+        name, expected = "work_mem", "4MB"
+    elif case == "failed_set":
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            a.execute("SET statement_timeout = 'not a duration'")
+        name, expected = "statement_timeout", "0"
+    else:
+        a.execute("BEGIN")
+        a.execute("SET work_mem = '79MB'")
+        a.execute("COMMIT")
+        name, expected = "work_mem", "79MB"
+    value = _on_another_server(
+        p, a, lambda: a.execute("SELECT pg_backend_pid(), current_setting(%s)", (name,)).fetchone())
+    assert value == expected
+    assert show(a, "search_path") == "kept_schema", "a refused or rolled-back SET cost the client its other settings"
+    a.close()
+    assert_pool_idle(pg)
