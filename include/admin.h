@@ -19,5 +19,8 @@ void admin_welcome(struct client *c);
 bool admin_handle_message(struct client *c, const struct proto_frame *f);
 /* Janitor: answer PAUSE commands whose pools have drained. */
 void admin_janitor(struct worker *w);
+/* Another worker's console asked for SHOW <what> (clients, servers):
+ * write this worker's rows into its shared-memory slot for request seq. */
+void admin_dump(struct worker *w, const char *what, uint64_t seq);
 
 #endif

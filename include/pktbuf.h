@@ -31,6 +31,8 @@ void pktbuf_end(struct pktbuf *pb);
 
 /* Whole messages pgcat sends itself. */
 void pktbuf_error(struct pktbuf *pb, const char *severity, const char *sqlstate, const char *message);
+/* The same fields as a NoticeResponse. */
+void pktbuf_notice(struct pktbuf *pb, const char *severity, const char *sqlstate, const char *message);
 void pktbuf_ready_for_query(struct pktbuf *pb, char status);
 void pktbuf_parameter_status(struct pktbuf *pb, const char *name, const char *value);
 void pktbuf_auth_request(struct pktbuf *pb, uint32_t code, const void *extra, size_t extra_len);

@@ -23,7 +23,7 @@
 #include "stats.h"
 
 #define SHM_MAGIC 0x70676361u      /* "pgca" */
-#define SHM_VERSION 3u
+#define SHM_VERSION 4u
 #define SHM_MAX_WORKERS 128
 #define SHM_MAX_POOLS 1024          /* (pool, user) pairs, over the life of the instance */
 #define SHM_MAX_TARGETS 4096        /* (pool, user, server) triples */
@@ -79,7 +79,24 @@ struct shm_cancel_slot {
 
 enum shm_admin_command {
 	SHM_ADMIN_PAUSE, SHM_ADMIN_RESUME, SHM_ADMIN_DISABLE, SHM_ADMIN_ENABLE, SHM_ADMIN_KILL,
-	SHM_ADMIN_RECONNECT, SHM_ADMIN_SET
+	SHM_ADMIN_RECONNECT, SHM_ADMIN_SET,
+	SHM_ADMIN_DUMP             /* write my rows of SHOW <arg> into my dump slot */
+};
+
+/* SHOW CLIENTS / SHOW SERVERS with several workers: the console's worker
+ * asks the others (SHM_ADMIN_DUMP) and each writes its rows, as DataRow
+ * messages, into its slot for that kind. A slot is written under a
+ * sequence lock: seq is 0 while the worker writes, then the request's
+ * sequence number; a reader copies and checks seq again. */
+enum shm_dump_kind { SHM_DUMP_CLIENTS, SHM_DUMP_SERVERS, SHM_DUMP__COUNT };
+
+struct shm_dump {
+	_Atomic uint64_t seq;
+	uint32_t len;                  /* bytes of data used */
+	uint32_t rows;
+	uint32_t truncated;            /* rows that did not fit */
+	uint32_t reserved;
+	uint8_t data[];
 };
 
 struct shm_admin_entry {
@@ -103,6 +120,7 @@ struct shm_header {
 	_Atomic uint64_t admin_seq;
 	struct shm_admin_entry admin[SHM_ADMIN_RING];
 	uint64_t off_stats, off_avg, off_gauges, off_conns, off_waiters, off_cancel;
+	uint64_t off_dump, dump_slot_size;   /* SHM_DUMP__COUNT x n_workers slots */
 };
 
 struct shm {
@@ -171,5 +189,17 @@ uint64_t shm_admin_post(struct shm *shm, int from_worker, enum shm_admin_command
 bool shm_admin_applied_by_all(struct shm *shm, int me, uint64_t seq);
 /* Next command after *seen, or false. */
 bool shm_admin_next(struct shm *shm, uint64_t *seen, struct shm_admin_entry *out);
+
+/* The dump slot of a worker for one kind, and how many data bytes it holds. */
+struct shm_dump *shm_dump_slot(struct shm *shm, enum shm_dump_kind kind, int worker);
+size_t shm_dump_capacity(const struct shm *shm);
+/* Writer: begin (readers now see no answer), fill data/len/rows, commit. */
+void shm_dump_begin(struct shm_dump *d);
+void shm_dump_commit(struct shm_dump *d, uint64_t seq);
+/* Reader: a malloc'ed copy of the rows if the slot answers request seq or a
+ * later one (a fresher listing is as good), consistently read. Returns
+ * false if there is no such answer (yet) or a write was under way. */
+bool shm_dump_read(struct shm *shm, enum shm_dump_kind kind, int worker, uint64_t seq, uint8_t **data,
+		   uint32_t *len, uint32_t *rows, uint32_t *truncated);
 
 #endif

@@ -42,7 +42,9 @@
 /* ---- result sets ---- */
 
 struct result {
-	struct client *c;
+	struct client *c;         /* where rows go, or... */
+	struct shm_dump *dump;    /* ...into this worker's dump slot (c NULL) */
+	size_t dump_cap;
 	const char *types;        /* one char per column: 's' text, 'i' int8 */
 	int col;
 	int rows;
@@ -59,6 +61,7 @@ static void out_pkt(struct client *c, struct pktbuf *pb)
 static void res_begin(struct result *r, struct client *c, const char *const *cols, const char *types)
 {
 	r->c = c;
+	r->dump = NULL;
 	r->types = types;
 	r->rows = 0;
 	size_t n = strlen(types);
@@ -110,7 +113,17 @@ static void row_end(struct result *r)
 	pktbuf_end(&r->pb);
 	if (r->col != (int)strlen(r->types))
 		log_error("admin: row with %d columns for %zu", r->col, strlen(r->types));
-	out_pkt(r->c, &r->pb);
+	if (r->dump) {
+		if (r->pb.failed || r->dump->len + r->pb.len > r->dump_cap) {
+			r->dump->truncated++;
+			return;
+		}
+		memcpy(r->dump->data + r->dump->len, r->pb.data, r->pb.len);
+		r->dump->len += (uint32_t)r->pb.len;
+		r->dump->rows++;
+	} else {
+		out_pkt(r->c, &r->pb);
+	}
 	r->rows++;
 }
 
@@ -429,7 +442,7 @@ static void client_row(struct result *r, const struct client *c, const char *sta
 	row_s(r, app ? app->value : "");
 	row_i(r, c->prep ? c->prep->names.n : 0);
 	row_i(r, (int64_t)c->id);
-	row_i(r, 0);
+	row_i(r, c->w->id);
 	row_i(r, c->server ? c->server->sp->shard : 0);
 	row_s(r, c->server ? role_name(c->server->sp->role) : NULL);
 	row_i(r, 0);
@@ -437,26 +450,31 @@ static void client_row(struct result *r, const struct client *c, const char *sta
 	row_end(r);
 }
 
-static void show_clients(struct client *c)
+/* This worker's clients, as rows of r. */
+static void client_rows(struct result *r, struct worker *w)
 {
-	struct worker *w = c->w;
-	struct result r;
-	res_begin(&r, c, conn_cols, conn_types);
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->clients_active)
-		client_row(&r, LIST_OWNER(pos, struct client, node), "active");
+		client_row(r, LIST_OWNER(pos, struct client, node), "active");
 	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
 		const struct client *x = LIST_OWNER(pos, struct client, node);
-		client_row(&r, x, x->is_admin ? "active" : "idle");
+		client_row(r, x, x->is_admin ? "active" : "idle");
 	}
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++) {
 			struct list_node *cp, *ct;
 			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters)
-				client_row(&r, LIST_OWNER(cp, struct client, node), "waiting");
+				client_row(r, LIST_OWNER(cp, struct client, node), "waiting");
 		}
 	}
+}
+
+static void show_clients(struct client *c)
+{
+	struct result r;
+	res_begin(&r, c, conn_cols, conn_types);
+	client_rows(&r, c->w);
 	res_end(&r);
 }
 
@@ -509,7 +527,7 @@ static void server_rows(struct result *r, struct list_node *head)
 		row_s(r, app ? app->value : "");
 		row_i(r, s->prep ? s->prep->set.n : 0);
 		row_i(r, (int64_t)s->id);
-		row_i(r, 0);
+		row_i(r, s->w->id);
 		row_i(r, s->sp->shard);
 		row_s(r, role_name(s->sp->role));
 		row_i(r, s->prep ? (int64_t)s->prep->hits : 0);
@@ -518,21 +536,100 @@ static void server_rows(struct result *r, struct list_node *head)
 	}
 }
 
-static void show_servers(struct client *c)
+/* This worker's server connections, as rows of r. */
+static void all_server_rows(struct result *r, struct worker *w)
 {
-	struct worker *w = c->w;
-	struct result r;
-	res_begin(&r, c, conn_cols, conn_types);
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++) {
 			struct srvpool *sp = p->targets[i];
-			server_rows(&r, &sp->active);
-			server_rows(&r, &sp->idle);
-			server_rows(&r, &sp->other);
-			server_rows(&r, &sp->opening);
+			server_rows(r, &sp->active);
+			server_rows(r, &sp->idle);
+			server_rows(r, &sp->other);
+			server_rows(r, &sp->opening);
 		}
+	}
+}
+
+static void show_servers(struct client *c)
+{
+	struct result r;
+	res_begin(&r, c, conn_cols, conn_types);
+	all_server_rows(&r, c->w);
+	res_end(&r);
+}
+
+/* ---- SHOW CLIENTS / SERVERS across workers ---- */
+
+static void (*const dump_producers[SHM_DUMP__COUNT])(struct result *, struct worker *) = {
+	[SHM_DUMP_CLIENTS] = client_rows,
+	[SHM_DUMP_SERVERS] = all_server_rows,
+};
+static const char *const dump_names[SHM_DUMP__COUNT] = {
+	[SHM_DUMP_CLIENTS] = "clients",
+	[SHM_DUMP_SERVERS] = "servers",
+};
+
+static int dump_kind(const char *name)
+{
+	for (int k = 0; k < SHM_DUMP__COUNT; k++)
+		if (strcasecmp(name, dump_names[k]) == 0)
+			return k;
+	return -1;
+}
+
+void admin_dump(struct worker *w, const char *what, uint64_t seq)
+{
+	int kind = dump_kind(what);
+	if (kind < 0)
+		return;
+	struct result r;
+	memset(&r, 0, sizeof r);
+	r.dump = shm_dump_slot(w->shm, (enum shm_dump_kind)kind, w->id);
+	r.dump_cap = shm_dump_capacity(w->shm);
+	r.types = conn_types;
+	shm_dump_begin(r.dump);
+	dump_producers[kind](&r, w);
+	shm_dump_commit(r.dump, seq);
+}
+
+/* The console's worker: its own rows, then every other worker's. */
+static void finish_dump(struct client *c, int kind, uint64_t seq)
+{
+	struct worker *w = c->w;
+	struct result r;
+	res_begin(&r, c, conn_cols, conn_types);
+	dump_producers[kind](&r, w);
+	uint32_t truncated = 0;
+	int missing = 0;
+	for (uint32_t i = 0; i < w->shm->h->n_workers; i++) {
+		if ((int)i == w->id || atomic_load(&w->shm->h->workers[i].pid) <= 0 ||
+		    !atomic_load(&w->shm->h->workers[i].ready))
+			continue;
+		uint8_t *data = NULL;
+		uint32_t len, rows, trunc;
+		bool ok = false;
+		/* A write under way (a newer request) is brief: try a few times. */
+		for (int attempt = 0; attempt < 100 && !ok; attempt++)
+			ok = shm_dump_read(w->shm, (enum shm_dump_kind)kind, (int)i, seq, &data, &len, &rows, &trunc);
+		if (!ok) {
+			missing++;
+			continue;
+		}
+		evbuffer_add(client_output(c), data, len);
+		free(data);
+		truncated += trunc;
+	}
+	if (truncated || missing) {
+		uint8_t storage[256];
+		struct pktbuf pb;
+		char msg[160];
+		snprintf(msg, sizeof msg, "incomplete listing: %u rows did not fit the shared buffer, %d worker%s did not answer",
+			 truncated, missing, missing == 1 ? "" : "s");
+		pktbuf_init(&pb, storage, sizeof storage);
+		pktbuf_notice(&pb, "WARNING", "01000", msg);
+		out_pkt(c, &pb);
 	}
 	res_end(&r);
 }
@@ -967,6 +1064,7 @@ static bool parse_host_port(const char *s, char *host, size_t hostlen, int *port
 struct admin_pending {
 	uint64_t seq;
 	bool drain;        /* PAUSE: and for the pools to drain */
+	int dump;          /* SHOW CLIENTS/SERVERS: the shm_dump_kind; -1: a command */
 	char tag[16];
 	char db[64];
 };
@@ -989,8 +1087,28 @@ static bool broadcast(struct client *c, enum shm_admin_command cmd, const char *
 	}
 	ap->seq = seq;
 	ap->drain = drain;
+	ap->dump = -1;
 	snprintf(ap->tag, sizeof ap->tag, "%s", tag);
 	snprintf(ap->db, sizeof ap->db, "%s", arg ? arg : "");
+	free(c->admin_pending);
+	c->admin_pending = ap;
+	return false;
+}
+
+/* SHOW CLIENTS / SERVERS with several workers: every other worker writes
+ * its rows into shared memory at its next janitor tick; the reply goes
+ * out when all have (true: already). */
+static bool show_across_workers(struct client *c, int kind)
+{
+	struct worker *w = c->w;
+	uint64_t seq = shm_admin_post(w->shm, w->id, SHM_ADMIN_DUMP, dump_names[kind], NULL);
+	struct admin_pending *ap;
+	if (shm_admin_applied_by_all(w->shm, w->id, seq) || !(ap = calloc(1, sizeof *ap))) {
+		finish_dump(c, kind, seq);
+		return true;
+	}
+	ap->seq = seq;
+	ap->dump = kind;
 	free(c->admin_pending);
 	c->admin_pending = ap;
 	return false;
@@ -1009,7 +1127,10 @@ void admin_janitor(struct worker *w)
 		if (ap->drain && !pool_paused_drained(w, ap->db[0] ? ap->db : NULL))
 			continue;
 		c->admin_pending = NULL;
-		command_complete(c, ap->tag);
+		if (ap->dump >= 0)
+			finish_dump(c, ap->dump, ap->seq);
+		else
+			command_complete(c, ap->tag);
 		free(ap);
 		send_rfq(c);
 		client_process(c);
@@ -1032,6 +1153,9 @@ static bool run_command(struct client *c, const char *sql)
 			send_error(c, "42601", "SHOW needs exactly one name, e.g. SHOW POOLS");
 			return true;
 		}
+		int kind = dump_kind(ws.w[1]);
+		if (kind >= 0 && w->shm->h->n_workers > 1)
+			return show_across_workers(c, kind);
 		for (size_t i = 0; i < sizeof show_commands / sizeof *show_commands; i++) {
 			if (strcasecmp(ws.w[1], show_commands[i].name) == 0) {
 				show_commands[i].fn(c);

@@ -92,9 +92,9 @@ void pktbuf_end(struct pktbuf *pb)
 	pb->in_msg = false;
 }
 
-void pktbuf_error(struct pktbuf *pb, const char *severity, const char *sqlstate, const char *message)
+static void put_fields(struct pktbuf *pb, char type, const char *severity, const char *sqlstate, const char *message)
 {
-	pktbuf_begin(pb, PqMsg_ErrorResponse);
+	pktbuf_begin(pb, type);
 	pktbuf_put_u8(pb, 'S');
 	pktbuf_put_cstring(pb, severity);
 	pktbuf_put_u8(pb, 'V');
@@ -105,6 +105,16 @@ void pktbuf_error(struct pktbuf *pb, const char *severity, const char *sqlstate,
 	pktbuf_put_cstring(pb, message);
 	pktbuf_put_u8(pb, 0);
 	pktbuf_end(pb);
+}
+
+void pktbuf_error(struct pktbuf *pb, const char *severity, const char *sqlstate, const char *message)
+{
+	put_fields(pb, PqMsg_ErrorResponse, severity, sqlstate, message);
+}
+
+void pktbuf_notice(struct pktbuf *pb, const char *severity, const char *sqlstate, const char *message)
+{
+	put_fields(pb, PqMsg_NoticeResponse, severity, sqlstate, message);
 }
 
 void pktbuf_ready_for_query(struct pktbuf *pb, char status)

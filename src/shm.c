@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -38,6 +39,17 @@ bool shm_create(struct shm *shm, uint32_t n_workers, uint32_t max_client_conn)
 	off += align8((size_t)n_workers * SHM_MAX_TARGETS * sizeof(_Atomic int32_t));
 	size_t off_cancel = off;
 	off += align8((size_t)n_workers * per * sizeof(struct shm_cancel_slot));
+	/* Room for about 320 bytes of row per possible client (a SHOW CLIENTS
+	 * row is ~200), at least 64 kB, at most 16 MB per slot. Pages are
+	 * only touched when a worker writes rows. */
+	size_t dump_slot = 320 * ((size_t)max_client_conn + 64);
+	if (dump_slot < 64 * 1024)
+		dump_slot = 64 * 1024;
+	if (dump_slot > 16 * 1024 * 1024)
+		dump_slot = 16 * 1024 * 1024;
+	dump_slot = align8(dump_slot);
+	size_t off_dump = off;
+	off += (size_t)SHM_DUMP__COUNT * n_workers * dump_slot;
 	void *p = mmap(NULL, off, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (p == MAP_FAILED) {
 		log_error("cannot map %zu bytes of shared memory: %s", off, strerror(errno));
@@ -55,6 +67,8 @@ bool shm_create(struct shm *shm, uint32_t n_workers, uint32_t max_client_conn)
 	h->off_conns = off_conns;
 	h->off_waiters = off_waiters;
 	h->off_cancel = off_cancel;
+	h->off_dump = off_dump;
+	h->dump_slot_size = dump_slot;
 	pthread_mutexattr_t attr;
 	pthread_mutexattr_init(&attr);
 	pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
@@ -455,4 +469,54 @@ bool shm_admin_next(struct shm *shm, uint64_t *seen, struct shm_admin_entry *out
 	unlock(shm);
 	*seen += 1;
 	return out->seq == *seen;
+}
+
+struct shm_dump *shm_dump_slot(struct shm *shm, enum shm_dump_kind kind, int worker)
+{
+	size_t i = (size_t)kind * shm->h->n_workers + (size_t)worker;
+	return (struct shm_dump *)((uint8_t *)shm->h + shm->h->off_dump + i * shm->h->dump_slot_size);
+}
+
+size_t shm_dump_capacity(const struct shm *shm)
+{
+	return shm->h->dump_slot_size - sizeof(struct shm_dump);
+}
+
+void shm_dump_begin(struct shm_dump *d)
+{
+	atomic_store_explicit(&d->seq, 0, memory_order_release);
+	atomic_thread_fence(memory_order_seq_cst);
+	d->len = d->rows = d->truncated = 0;
+}
+
+void shm_dump_commit(struct shm_dump *d, uint64_t seq)
+{
+	atomic_store_explicit(&d->seq, seq, memory_order_release);
+}
+
+bool shm_dump_read(struct shm *shm, enum shm_dump_kind kind, int worker, uint64_t seq, uint8_t **data,
+		   uint32_t *len, uint32_t *rows, uint32_t *truncated)
+{
+	struct shm_dump *d = shm_dump_slot(shm, kind, worker);
+	uint64_t s1 = atomic_load_explicit(&d->seq, memory_order_acquire);
+	if (s1 == 0 || s1 < seq)
+		return false;
+	uint32_t n = d->len;
+	if (n > shm_dump_capacity(shm))
+		return false;
+	uint8_t *copy = malloc(n ? n : 1);
+	if (!copy)
+		return false;
+	memcpy(copy, d->data, n);
+	uint32_t r = d->rows, t = d->truncated;
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&d->seq, memory_order_relaxed) != s1) {
+		free(copy);
+		return false;
+	}
+	*data = copy;
+	*len = n;
+	*rows = r;
+	*truncated = t;
+	return true;
 }

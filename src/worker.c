@@ -352,6 +352,7 @@ static void apply_admin_commands(struct worker *w)
 		case SHM_ADMIN_ENABLE: (void)pool_set_disabled(w, db, false); break;
 		case SHM_ADMIN_KILL: (void)pool_kill(w, db); break;
 		case SHM_ADMIN_RECONNECT: (void)pool_reconnect(w, db); break;
+		case SHM_ADMIN_DUMP: admin_dump(w, e.arg, e.seq); break;
 		case SHM_ADMIN_SET: {
 			char err[256];
 			if (config_general_set(w->cfg, e.arg, e.value, err, sizeof err)) {

@@ -344,3 +344,35 @@ def test_cancel_of_a_waiting_client_from_any_worker(pgcat):
     holder.rollback()
     holder.close()
     assert cancelled == 10
+
+
+def test_show_clients_and_servers_list_every_worker(pgcat, pg):
+    """SHOW CLIENTS / SHOW SERVERS answer for the whole instance, whichever
+    worker the console landed on: every client and server connection once,
+    with the worker that holds it."""
+    inst = pgcat(general={"workers": 2, "default_pool_size": 6})
+    wait_until(lambda: len(worker_pids(inst)) == 2)
+    names = ["lister_%d" % i for i in range(24)]
+    conns = []
+    for i, n in enumerate(names):
+        # four hold a server in an open transaction; the rest are idle
+        c = inst.connect(autocommit=i >= 4, application_name=n)
+        c.execute("SELECT 1")
+        conns.append(c)
+    try:
+        for _ in range(3):               # consoles land on either worker
+            r = admin(inst)
+            cols, rows = show(r, "CLIENTS")
+            apps = sorted(x["application_name"] for x in rows if x["user"] == "app")
+            assert apps == sorted(names), apps
+            workers = {x["worker"] for x in rows if x["user"] == "app"}
+            assert workers == {"0", "1"}, workers
+            cols, srows = show(r, "SERVERS")
+            backends = pg.backends("app", "appdb")
+            assert len([x for x in srows if x["user"] == "app"]) == len(backends), (srows, backends)
+            assert sorted(int(x["remote_pid"]) for x in srows if x["user"] == "app") == \
+                sorted(b[0] for b in backends)
+            r.close()
+    finally:
+        for c in conns:
+            c.close()
