@@ -20,6 +20,7 @@ import hashlib
 import os
 import re
 import shutil
+import shlex
 import signal
 import socket
 import subprocess
@@ -443,6 +444,8 @@ def render_ini(general: dict, pools: dict, peers: dict = None, extra: str = "") 
 # against Debian's PgBouncer (translated config), to tell a wrong test from
 # a pgcat bug. pgcat-specific behaviour (SPEC error codes, CLI) differs there.
 TARGET = os.environ.get("PGCAT_TEST_TARGET", "pgcat")
+# A command pgcat runs under (scripts/valgrind.sh sets it to valgrind's).
+WRAPPER = os.environ.get("PGCAT_WRAPPER", "")
 
 
 def _secs(ms):
@@ -522,6 +525,9 @@ class Pgcat:
         self.write()
         self.log_fh = open(self.logfile, "ab")
         cmd = [self.binary] + list(self.args) + [str(self.ini)]
+        if WRAPPER and TARGET == "pgcat":
+            # e.g. valgrind (scripts/valgrind.sh); {workdir} is this instance's directory
+            cmd = [a.replace("{workdir}", str(self.workdir)) for a in shlex.split(WRAPPER)] + cmd
         if TARGET == "pgbouncer":
             self.ini.write_text(render_pgbouncer(self.general, self.pools, self.workdir))
             for f in [self.workdir] + list(self.workdir.iterdir()):
@@ -602,6 +608,20 @@ class Pgcat:
 
     def sanitizer_lines(self):
         return [l for l in self.log().splitlines() if SANITIZER_RE.search(l)]
+
+    def valgrind_problems(self):
+        """Under PGCAT_WRAPPER=valgrind ...: each process's log must end with
+        ERROR SUMMARY: 0 errors (leaks count as errors, see scripts/valgrind.sh)."""
+        out = []
+        for f in sorted(self.workdir.glob("valgrind.*.log")):
+            text = f.read_text(errors="replace")
+            m = re.search(r"ERROR SUMMARY: (\d+) errors", text)
+            if m is None:
+                # a process still running, or one that exec'd: no summary
+                continue
+            if int(m.group(1)) != 0:
+                out.append("%s:\n%s" % (f.name, text[-6000:]))
+        return out
 
     def rss_kb(self):
         return tree_rss_kb(self.proc.pid)
@@ -810,6 +830,8 @@ def pgcat(request, pg):
         san = inst.sanitizer_lines()
         if san:
             problems.append("sanitizer report in pgcat's log:\n  " + "\n  ".join(san[:20]))
+        for v in inst.valgrind_problems():
+            problems.append("valgrind report:\n" + v)
         inst.log_fh.close()
 
     if problems or _test_failed(request):
