@@ -394,12 +394,13 @@ static void start_login(struct client *c)
 		client_set_state(c, CLIENT_AUTH);
 		return;
 	case AUTH_FAILED:
-	case AUTH_PROTOCOL_ERROR:
+	case AUTH_PROTOCOL_ERROR: {
 		char a[CLIENT_ADDR_STRLEN];
 		log_info("C-%llu %s@%s %s:%d: authentication failed", (unsigned long long)c->id, c->user,
 			 c->database, client_addr_str(c, a), c->port);
 		client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", c->user);
 		return;
+	}
 	}
 }
 
@@ -496,12 +497,13 @@ static void process_auth(struct client *c)
 		case AUTH_OK:
 			login_done(c);
 			return;
-		case AUTH_FAILED:
+		case AUTH_FAILED: {
 			char a[CLIENT_ADDR_STRLEN];
 			log_info("C-%llu %s@%s %s:%d: password authentication failed", (unsigned long long)c->id,
 				 c->user, c->database, client_addr_str(c, a), c->port);
 			client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", c->user);
 			return;
+		}
 		case AUTH_PROTOCOL_ERROR:
 			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid authentication message");
 			return;

@@ -289,6 +289,73 @@ def sharding():
     write(t, "no-shards", b"\x02\x01" + b"7")
 
 
+# --- the state machines (fuzz_session.c) ------------------------------------------
+
+def client_sm():
+    """What a client sends, from its first byte (user app, database db)."""
+    t = "client_sm"
+    login = startup({"user": "app", "database": "db", "application_name": "fuzz"})
+    write(t, "simple", login + msg(b"Q", cstr("SELECT 1")) + msg(b"X"))
+    write(t, "extended", login
+          + msg(b"P", cstr("") + cstr("SELECT $1::int") + struct.pack("!HI", 1, 23))
+          + msg(b"B", cstr("") + cstr("") + struct.pack("!HHi", 0, 1, 1) + b"7" + struct.pack("!H", 0))
+          + msg(b"D", b"P" + cstr("")) + msg(b"E", cstr("") + struct.pack("!I", 0)) + msg(b"S") + msg(b"X"))
+    write(t, "named-prepared", login
+          + msg(b"P", cstr("s1") + cstr("SELECT 1") + struct.pack("!H", 0)) + msg(b"D", b"S" + cstr("s1"))
+          + msg(b"S") + msg(b"B", cstr("") + cstr("s1") + struct.pack("!HHH", 0, 0, 0))
+          + msg(b"E", cstr("") + struct.pack("!I", 0)) + msg(b"C", b"S" + cstr("s1")) + msg(b"S"))
+    write(t, "transaction", login + msg(b"Q", cstr("BEGIN")) + msg(b"Q", cstr("SET search_path = x"))
+          + msg(b"Q", cstr("SELECT 1/0")) + msg(b"Q", cstr("ROLLBACK")) + msg(b"Q", cstr("SHOW search_path")))
+    write(t, "copy-in", login + msg(b"Q", cstr("COPY t FROM STDIN")) + msg(b"d", b"1\tone\n")
+          + msg(b"d", b"2\ttwo\n") + msg(b"c") + msg(b"Q", cstr("SELECT 1")))
+    write(t, "copy-fail", login + msg(b"Q", cstr("COPY t FROM STDIN")) + msg(b"d", b"1\n")
+          + msg(b"f", cstr("client gave up")))
+    write(t, "pgcat-commands", login + msg(b"Q", cstr("SET SERVER ROLE TO 'replica'"))
+          + msg(b"Q", cstr("SHOW SERVER ROLE")) + msg(b"Q", cstr("SET SHARD TO '0'"))
+          + msg(b"Q", cstr("/* pgcat: role=primary */ SELECT 1")))
+    write(t, "ssl-then-startup", struct.pack("!II", 8, 80877103) + login + msg(b"Q", cstr("SELECT 1")))
+    write(t, "cancel", struct.pack("!IIII", 16, 80877102, 0x12345678, 0x9abcdef0))
+    write(t, "admin", startup({"user": "admin", "database": "pgcat"})
+          + msg(b"p", cstr("adminpw")) + msg(b"Q", cstr("SHOW POOLS")) + msg(b"Q", cstr("SHOW CLIENTS")))
+    write(t, "function-call", login + msg(b"F", struct.pack("!IHHIH", 1598, 0, 0, 0, 0)))
+    write(t, "pipeline", login + msg(b"Q", cstr("SELECT 1")) + msg(b"Q", cstr("SELECT 2"))
+          + msg(b"P", cstr("") + cstr("SELECT 3") + struct.pack("!H", 0))
+          + msg(b"B", cstr("") + cstr("") + struct.pack("!HHH", 0, 0, 0)) + msg(b"E", cstr("") + struct.pack("!I", 0))
+          + msg(b"H") + msg(b"S"))
+
+
+def server_sm():
+    """What the server answers to fuzz_session.c's fixed client script:
+    login, SELECT 1, Parse s1/Bind/Describe/Execute/Sync, BEGIN, SET, COMMIT."""
+    t = "server_sm"
+    login = (msg(b"R", struct.pack("!I", 0))
+             + msg(b"S", cstr("server_version") + cstr("15.8")) + msg(b"S", cstr("client_encoding") + cstr("UTF8"))
+             + msg(b"S", cstr("DateStyle") + cstr("ISO, MDY")) + msg(b"S", cstr("TimeZone") + cstr("UTC"))
+             + msg(b"S", cstr("integer_datetimes") + cstr("on"))
+             + msg(b"K", struct.pack("!II", 4242, 0x5eed)) + msg(b"Z", b"I"))
+    rowdesc = msg(b"T", struct.pack("!H", 1) + cstr("?column?") + struct.pack("!IHIhiH", 0, 0, 23, 4, -1, 0))
+    select1 = rowdesc + msg(b"D", struct.pack("!HI", 1, 1) + b"1") + msg(b"C", cstr("SELECT 1")) + msg(b"Z", b"I")
+    extended = (msg(b"1") + msg(b"2") + rowdesc + msg(b"D", struct.pack("!HI", 1, 1) + b"1")
+                + msg(b"C", cstr("SELECT 1")) + msg(b"Z", b"I"))
+    tx = (msg(b"C", cstr("BEGIN")) + msg(b"Z", b"T") + msg(b"C", cstr("SET")) + msg(b"Z", b"T")
+          + msg(b"C", cstr("COMMIT")) + msg(b"Z", b"I"))
+    write(t, "session", login + select1 + extended + tx)
+    write(t, "md5-login", msg(b"R", struct.pack("!I", 5) + b"\x01\x02\x03\x04") + login + select1)
+    write(t, "cleartext-login", msg(b"R", struct.pack("!I", 3)) + login + select1)
+    write(t, "sasl-login", msg(b"R", struct.pack("!I", 10) + cstr("SCRAM-SHA-256") + b"\x00"))
+    write(t, "login-error", msg(b"E", error_body([("S", "FATAL"), ("V", "FATAL"), ("C", "28P01"),
+                                                  ("M", "password authentication failed")])))
+    write(t, "query-error", login + msg(b"E", error_body([("S", "ERROR"), ("V", "ERROR"), ("C", "42P01"),
+                                                         ("M", "relation does not exist")])) + msg(b"Z", b"I"))
+    write(t, "notices", login + msg(b"N", error_body([("S", "NOTICE"), ("V", "NOTICE"), ("C", "00000"), ("M", "hi")]))
+          + msg(b"A", struct.pack("!I", 7) + cstr("chan") + cstr("payload")) + select1)
+    write(t, "parameter-change", login + msg(b"S", cstr("application_name") + cstr("x")) + select1
+          + extended + tx)
+    write(t, "fatal-mid-query", login + rowdesc + msg(b"E", error_body([
+        ("S", "FATAL"), ("V", "FATAL"), ("C", "57P01"), ("M", "terminating connection due to administrator command")])))
+
+
 if __name__ == "__main__":
-    for f in (proto_startup, proto_message, scram_server, scram_client, config, router, params, sharding):
+    for f in (proto_startup, proto_message, scram_server, scram_client, config, router, params, sharding,
+              client_sm, server_sm):
         f()
