@@ -85,6 +85,12 @@ struct pool {
 
 	struct scram_secret scram;    /* for clients logging in with SCRAM */
 	bool have_scram;
+	/* SCRAM pass-through: when the user's only secret is a SCRAM verifier,
+	 * the ClientKey recovered from a client's verified proof logs pgcat in
+	 * to servers holding the same verifier. Memory only; reset when the
+	 * secret changes. */
+	uint8_t passthrough_client_key[SCRAM_KEY_LEN];
+	bool have_passthrough_key;
 
 	/* Counters live in this worker's slot of the shared segment, so the
 	 * admin console of any worker can sum them; the local structs are a

@@ -158,6 +158,12 @@ enum auth_outcome auth_client_step(struct worker *w, struct client *c, struct cl
 		}
 		if (!a->user_known)
 			return AUTH_FAILED;
+		/* The user's secret is a SCRAM verifier: the client's key is what
+		 * logs pgcat in to servers with the same verifier. */
+		if (c->pool && c->pool->cuser && is_scram_secret(c->pool->cuser->password) && !c->is_admin) {
+			memcpy(c->pool->passthrough_client_key, a->scram.client_key, SCRAM_KEY_LEN);
+			c->pool->have_passthrough_key = true;
+		}
 		pktbuf_auth_request(&pb, AUTH_REQ_SASL_FIN, msg, mlen);
 		if (pb.failed)
 			return AUTH_FAILED;

@@ -18,6 +18,8 @@
  * first in the include path. */
 #include "config.h"
 
+#include "auth_file.h"
+
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -1663,6 +1665,120 @@ static void parser_free(struct parser *p)
 	free(p->section_name);
 }
 
+/* ---- auth_file (SPEC §2): users for pools without users sections ---- */
+
+#define AUTH_FILE_MAX_SIZE (16 * 1024 * 1024)
+
+/* auth_file relative to the directory of the config file. */
+static char *auth_file_path(const char *cfg_path, const char *file)
+{
+	if (file[0] == '/' || cfg_path == NULL)
+		return strdup(file);
+	const char *slash = strrchr(cfg_path, '/');
+	if (slash == NULL)
+		return strdup(file);
+	return format("%.*s/%s", (int)(slash - cfg_path), cfg_path, file);
+}
+
+static char *read_small_file(const char *path, size_t max, size_t *len, char **err)
+{
+	FILE *f = fopen(path, "rb");
+	if (f == NULL) {
+		*err = format("cannot open: %s", strerror(errno));
+		return NULL;
+	}
+	char *buf = malloc(max + 1);
+	size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+	bool bad = buf == NULL || ferror(f);
+	fclose(f);
+	if (bad || n > max) {
+		*err = buf == NULL ? format("out of memory") : n > max ? format("larger than %zu bytes", max)
+								       : format("cannot read: %s", strerror(errno));
+		free(buf);
+		return NULL;
+	}
+	buf[n] = '\0';
+	*len = n;
+	return buf;
+}
+
+struct bad_line_ctx {
+	struct parser *p;
+	const char *path;
+};
+
+static void auth_file_bad_line(void *arg, int line, const char *why)
+{
+	struct bad_line_ctx *b = arg;
+	char *msg = format("%s:%d: line skipped: %s", b->path, line, why);
+	if (msg == NULL) {
+		b->p->oom = true;
+		return;
+	}
+	add_problem(b->p->problems, CONFIG_PROBLEM_WARNING, line, msg, &b->p->oom);
+}
+
+/* Every user of the file becomes a user of each pool that has no users
+ * section, as if written there with `password = <secret>`. */
+static void load_auth_file(struct parser *p)
+{
+	struct config *cfg = p->cfg;
+	bool wanted = false;
+	for (size_t i = 0; i < cfg->n_pools; i++)
+		wanted |= cfg->pools[i].n_users == 0;
+	if (!cfg->general.auth_file || !cfg->general.auth_file[0] || !wanted)
+		return;
+	char *path = auth_file_path(cfg->path, cfg->general.auth_file);
+	if (path == NULL) {
+		p->oom = true;
+		return;
+	}
+	char *err = NULL;
+	size_t len = 0;
+	char *text = read_small_file(path, AUTH_FILE_MAX_SIZE, &len, &err);
+	if (text == NULL) {
+		char *msg = err ? format("%s: [general] auth_file: %s: %s", p->file, path, err) : NULL;
+		free(err);
+		if (msg == NULL)
+			p->oom = true;
+		else
+			add_problem(p->problems, CONFIG_PROBLEM_ERROR, 0, msg, &p->oom);
+		free(path);
+		return;
+	}
+	struct auth_file af;
+	struct bad_line_ctx ctx = { p, path };
+	if (!auth_file_parse(text, len, &af, auth_file_bad_line, &ctx)) {
+		p->oom = true;
+		free(text);
+		free(path);
+		return;
+	}
+	free(text);
+	for (size_t i = 0; i < cfg->n_pools && !p->oom; i++) {
+		struct config_pool *pool = &cfg->pools[i];
+		if (pool->n_users != 0)
+			continue;
+		for (size_t k = 0; k < af.n && !p->oom; k++) {
+			if (!p_grow(p, &pool->users, pool->n_users, sizeof(*pool->users)))
+				break;
+			struct config_user *u = &pool->users[pool->n_users];
+			apply_defaults(p, user_specs, USER_KEY_COUNT, u);
+			u->name = p_strdup(p, af.entries[k].user);
+			free(u->password);
+			u->password = p_strdup(p, af.entries[k].secret);
+			if (u->name == NULL || u->password == NULL) {
+				free(u->name);
+				free(u->password);
+				break;
+			}
+			pool->n_users++;
+		}
+	}
+	auth_file_free(&af);
+	free(path);
+}
+
 static struct config *load_text(const char *text, const char *file, struct config_problems *problems)
 {
 	struct config_problems local = { 0 };
@@ -1683,6 +1799,8 @@ static struct config *load_text(const char *text, const char *file, struct confi
 			problem(&p, CONFIG_PROBLEM_ERROR, rc, NULL, NULL, "syntax error");
 		if (!p.oom)
 			check_all(&p);
+		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
+			load_auth_file(&p);
 		parser_free(&p);
 	}
 	if (p.oom) {

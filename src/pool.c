@@ -6,6 +6,8 @@
  * the client and server machines what happened.
  */
 #include "pool.h"
+
+#include <openssl/crypto.h>
 #include "route.h"
 
 #include <netdb.h>
@@ -138,6 +140,8 @@ static bool build_targets(struct pool *p, const struct config_pool *cp, struct s
 static void pool_derive_scram(struct pool *p)
 {
 	p->have_scram = false;
+	p->have_passthrough_key = false;
+	OPENSSL_cleanse(p->passthrough_client_key, sizeof p->passthrough_client_key);
 	const struct config_user *cu = p->cuser;
 	const char *pw = cu ? cu->password : NULL;
 	if (!pw || !pw[0] || pg_md5_is_stored(pw))
@@ -630,6 +634,11 @@ void pool_fill_min(struct pool *p)
 {
 	/* One worker keeps the instance's warm connections. */
 	if (p->w->id != 0)
+		return;
+	/* Only a SCRAM verifier for this user: no login is possible before a
+	 * client has lent its key (SCRAM pass-through, doc/authentication.md). */
+	if (p->cuser && p->cuser->password && strncmp(p->cuser->password, "SCRAM-SHA-256$", 14) == 0 &&
+	    !p->have_passthrough_key && !(p->cuser->server_password && p->cuser->server_password[0]))
 		return;
 	for (size_t i = 0; i < p->n_targets; i++) {
 		struct srvpool *sp = p->targets[i];

@@ -87,6 +87,7 @@ static void auth_free(struct server *s)
 		OPENSSL_cleanse(s->auth->password, strlen(s->auth->password));
 		free(s->auth->password);
 	}
+	OPENSSL_cleanse(&s->auth->scram, sizeof s->auth->scram);   /* a pass-through key, maybe */
 	free(s->auth);
 	s->auth = NULL;
 }
@@ -275,15 +276,28 @@ static bool handle_auth_request(struct server *s, const uint8_t *body, size_t le
 			login_fail(s, "server offers no SASL mechanism pgcat supports");
 			return false;
 		}
-		if (!password || !password[0] || pg_md5_is_stored(password) ||
-		    strncmp(password, "SCRAM-SHA-256$", 14) == 0) {
+		struct pool *pool = s->sp->pool;
+		bool passthrough = password && strncmp(password, "SCRAM-SHA-256$", 14) == 0;
+		if (!password || !password[0] || pg_md5_is_stored(password)) {
 			login_fail(s, "server asks for SCRAM, and pgcat has no plaintext password for this user");
 			return false;
 		}
+		if (passthrough && !(pool->have_scram && pool->have_passthrough_key)) {
+			login_fail(s, "server asks for SCRAM, and pgcat has only a SCRAM secret for this user: "
+				      "no client has logged in with it yet to pass its key through");
+			return false;
+		}
 		s->auth = calloc(1, sizeof *s->auth);
-		if (!s->auth || !(s->auth->password = strdup(password))) {
+		if (!s->auth || (!passthrough && !(s->auth->password = strdup(password)))) {
 			login_fail(s, "out of memory");
 			return false;
+		}
+		if (passthrough) {
+			/* The client's key answers for the user (SCRAM pass-through):
+			 * it works if the server holds the same verifier. */
+			s->auth->scram.have_keys = true;
+			memcpy(s->auth->scram.client_key, pool->passthrough_client_key, SCRAM_KEY_LEN);
+			memcpy(s->auth->scram.server_key, pool->scram.server_key, SCRAM_KEY_LEN);
 		}
 		uint8_t nonce[SCRAM_NONCE_RAW_LEN];
 		char msg[SCRAM_MAX_MESSAGE + 1];

@@ -355,7 +355,15 @@ def server_sm():
         ("S", "FATAL"), ("V", "FATAL"), ("C", "57P01"), ("M", "terminating connection due to administrator command")])))
 
 
+def auth_file():
+    t = "auth_file"
+    write(t, "three-kinds", '"app" "SCRAM-SHA-256$4096:c2FsdHNhbHRzYWx0c2FsdA==$c3RvcmVk:c2VydmVy"\n'
+          '"md5user" "md5b8c5a6a0e1f0a6f9f8c5e5d0b0b0b0b0"\n"plain" "secret"\n')
+    write(t, "quotes-comments", '; comment\r\n# other\n\n  "we""ird" "pa""ss" trailing\r\n"last" "x"')
+    write(t, "bad-lines", '"unterminated\nbare words\n"onlyuser"\n"" "empty"\n"ok" "1"\n')
+
+
 if __name__ == "__main__":
     for f in (proto_startup, proto_message, scram_server, scram_client, config, router, params, sharding,
-              client_sm, server_sm):
+              client_sm, server_sm, auth_file):
         f()
