@@ -19,9 +19,26 @@ struct srvpool;
 struct proto_frame;
 struct router_cache;
 
+/* How a transaction's shard was chosen (SHOW SHARDS counts each). */
+enum route_via {
+	ROUTE_VIA_KEY,       /* the query parser found its sharding keys */
+	ROUTE_VIA_SET,       /* SET SHARD / SET SHARDING KEY */
+	ROUTE_VIA_HINT,      /* a comment hint, shard= or sharding_key= */
+	ROUTE_VIA_DEFAULT,   /* default_shard */
+	ROUTE_VIA__COUNT
+};
+
 /* The server for the transaction the client starts with message f (the
- * message is at the head of the client's input, maybe not whole). */
+ * message is at the head of the client's input, maybe not whole). NULL:
+ * nothing to check out now, because route answered the request itself (a
+ * refused cross-shard write, a bad hint, the cross-shard read path) or
+ * waits for the rest of it (a Bind after the Parse). */
 struct srvpool *route_pick(struct client *c, const struct proto_frame *f);
+
+/* A read whose rows are on several shards (SPEC §6). Answers the request
+ * (reply queued, or handed to another room); true when it did. The one
+ * entry point for cross-shard reads: fan-out plugs in here. */
+bool route_cross_shard_read(struct client *c, const struct proto_frame *f);
 
 /* SET SERVER ROLE, SET PRIMARY READS, SHOW SERVER ROLE, SHOW PRIMARY READS
  * in a simple Query: answered by pgcat. Returns true when it answered

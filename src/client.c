@@ -1123,6 +1123,8 @@ static void process_idle(struct client *c)
 			}
 		}
 		struct srvpool *sp = route_pick(c, &f);
+		if (!sp)
+			return;   /* route answered the request, or waits for the rest of it */
 		if (c->route_error) {
 			c->route_error = false;
 			client_on_checkout_failed(c, "25006", "cannot execute a write: the configured primary is in recovery");

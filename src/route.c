@@ -18,6 +18,8 @@
 #include "prepared.h"
 #include "proto.h"
 #include "router.h"
+#include "sharding.h"
+#include "shardkey.h"
 #include "shm.h"
 #include "worker.h"
 
@@ -154,7 +156,66 @@ static bool first_statement(struct client *c, const struct proto_frame *f, const
 	return true;
 }
 
-static enum router_role decide_role(struct client *c, const struct proto_frame *f, bool *writes)
+/* The rules the parser works with for this pool: its sharded_tables split
+ * into [schema.]table.column (on the stack: a reload may change them at any
+ * time, and the cache fingerprints their contents anyway). */
+#define ROUTE_MAX_TABLES 32
+struct route_rules {
+	struct router_rules r;
+	struct router_table t[ROUTE_MAX_TABLES];
+	char text[2048];
+};
+
+static void build_rules(const struct client *c, struct route_rules *out)
+{
+	const struct config_pool *cp = c->pool->cpool;
+	memset(&out->r, 0, sizeof out->r);
+	out->r.writing_functions = (const char *const *)cp->writing_functions;
+	out->r.n_writing_functions = cp->n_writing_functions;
+	size_t maxlen = (size_t)c->w->cfg->general.query_parser_max_length;
+	out->r.max_length = cp->query_parser_enabled ? maxlen : 0;   /* off: only hints are read */
+	size_t used = 0, n = 0;
+	for (size_t i = 0; i < cp->n_sharded_tables && n < ROUTE_MAX_TABLES; i++) {
+		size_t l = strlen(cp->sharded_tables[i]);
+		if (l + 1 > sizeof out->text - used)
+			break;
+		char *copy = out->text + used;
+		memcpy(copy, cp->sharded_tables[i], l + 1);
+		used += l + 1;
+		char *last = strrchr(copy, '.');
+		if (!last)
+			continue;   /* config checked: never */
+		*last = '\0';
+		char *first = strchr(copy, '.');
+		struct router_table *t = &out->t[n++];
+		t->column = last + 1;
+		if (first) {
+			*first = '\0';
+			t->schema = copy;
+			t->table = first + 1;
+		} else {
+			t->schema = NULL;
+			t->table = copy;
+		}
+	}
+	out->r.sharded = out->t;
+	out->r.n_sharded = n;
+}
+
+/* The verdict on sql: from the pool's cache (valid until the next call), or
+ * into *local. */
+static const struct router_verdict *classify(struct client *c, const struct route_rules *rr, const char *sql,
+					     size_t len, struct router_verdict *local)
+{
+	struct pool *p = c->pool;
+	if (p->cpool->query_parser_enabled && p->router_cache)
+		return router_cache_classify(p->router_cache, sql, len, &rr->r);
+	(void)router_classify(sql, len, &rr->r, local);
+	return local;
+}
+
+static enum router_role decide_role(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
+				    bool *writes)
 {
 	struct pool *p = c->pool;
 	const struct config_pool *cp = p->cpool;
@@ -171,22 +232,8 @@ static enum router_role decide_role(struct client *c, const struct proto_frame *
 	size_t len;
 	if (!first_statement(c, f, &sql, &len))
 		return role;
-	struct router_rules rules = { 0 };
-	rules.writing_functions = (const char *const *)cp->writing_functions;
-	rules.n_writing_functions = cp->n_writing_functions;
-	size_t maxlen = (size_t)c->w->cfg->general.query_parser_max_length;
-	rules.max_length = cp->query_parser_enabled ? maxlen : 0;   /* off: only hints are read */
 	struct router_verdict local;
-	const struct router_verdict *v;
-	if (cp->query_parser_enabled && p->router_cache) {
-		v = router_cache_classify(p->router_cache, sql, len, &rules);
-	} else {
-		if (!router_classify(sql, len, &rules, &local))
-			return role;
-		v = &local;
-	}
-	if (!v)
-		return role;
+	const struct router_verdict *v = classify(c, rr, sql, len, &local);
 	if (v->hint_role != ROUTER_ROLE_NONE)
 		return v->hint_role;
 	if (!cp->query_parser_enabled || !v->parsed)
@@ -198,12 +245,281 @@ static enum router_role decide_role(struct client *c, const struct proto_frame *
 	return ROUTER_ROLE_REPLICA;
 }
 
+/* ---- which shard (SPEC §6) ---- */
+
+/* How far the routing looks into a request (Parse, Bind, ... up to Sync):
+ * beyond this the statements seen decide, and a sharded one makes the
+ * request cross-shard (its later Binds are not visible). */
+#define ROUTE_SCAN_MAX (32u * 1024)
+/* Statements prepared by one request that the scan keeps track of. */
+#define ROUTE_SCAN_PARSES 8
+
+enum shard_decision {
+	SHARD_DECIDED,      /* *shard is where the transaction goes */
+	SHARD_WAIT,         /* the rest of the request is still on its way */
+	SHARD_ANSWERED      /* refused, or handed to the cross-shard read path */
+};
+
+struct scan_parse {
+	const char *name;
+	const char *sql;
+	size_t sql_len;
+	const uint8_t *types;
+	uint16_t n_types;
+	bool bound;
+};
+
+/* A statement's text and parameter types from a Parse body (name, query,
+ * types). */
+static bool read_parse(const uint8_t *body, size_t len, struct scan_parse *out)
+{
+	size_t off = 0;
+	const char *name, *sql;
+	if (!proto_read_cstring(body, len, &off, &name))
+		return false;
+	size_t qoff = off;
+	if (!proto_read_cstring(body, len, &off, &sql))
+		return false;
+	out->name = name;
+	out->sql = sql;
+	out->sql_len = off - qoff - 1;
+	out->bound = false;
+	return shardkey_param_types(body + off, len - off, &out->types, &out->n_types);
+}
+
+/* One statement (with the Bind executing it, if any) into acc. */
+static void scan_statement(struct client *c, const struct route_rules *rr, const char *sql, size_t len,
+			   const struct shardkey_bind *bind, struct shardkey_result *acc, bool *sharded)
+{
+	const struct config_pool *cp = c->pool->cpool;
+	struct router_verdict local;
+	const struct router_verdict *v = classify(c, rr, sql, len, &local);
+	struct shardkey_result r;
+	shardkey_resolve(v, cp->sharding_function, (int)cp->n_shards, bind, bind ? 1 : 0, &r);
+	*sharded = *sharded || (v->parsed && v->reads_sharded);
+	shardkey_merge(acc, &r);
+}
+
+/* The statement a Bind executes: prepared in this request, the client's
+ * unnamed one from an earlier request, or one of its named statements. */
+static bool bind_statement(struct client *c, struct scan_parse *parses, size_t n_parses, const char *name,
+			   struct scan_parse *out)
+{
+	for (size_t i = n_parses; i-- > 0;) {
+		if (strcmp(parses[i].name, name) == 0) {
+			parses[i].bound = true;
+			*out = parses[i];
+			return true;
+		}
+	}
+	if (!c->prep)
+		return false;
+	if (!name[0]) {
+		const struct prep_client *pc = c->prep;
+		if (pc->unnamed_len < 5)
+			return false;
+		return read_parse(pc->unnamed + 5, pc->unnamed_len - 5, out);
+	}
+	const struct prep_stmt *st = prep_cmap_get(&c->prep->names, name);
+	if (!st || st->sql || st->key_len == 0)
+		return false;
+	const char *sql = (const char *)st->key;
+	size_t l = strnlen(sql, st->key_len);
+	if (l >= st->key_len)
+		return false;
+	out->name = name;
+	out->sql = sql;
+	out->sql_len = l;
+	return shardkey_param_types(st->key + l + 1, st->key_len - l - 1, &out->types, &out->n_types);
+}
+
+/* Reads the request at the head of the client's input (a simple Query, or
+ * extended-protocol messages up to Sync/Flush) and folds what each of its
+ * statements touches into *acc. false: wait for more bytes. */
+static bool scan_request(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
+			 struct shardkey_result *acc)
+{
+	struct evbuffer *in = c->io.in;
+	size_t have = evbuffer_get_length(in);
+	bool sharded = false;
+	acc->outcome = SHARDKEY_DEFAULT;
+	acc->shard = -1;
+	acc->writes = false;
+	if (f->type == PqMsg_Query) {
+		uint32_t total = f->len + 1;
+		if (total > ROUTE_INSPECT_MAX) {
+			acc->writes = true;   /* not parsed: default_shard, SPEC §2 */
+			return true;
+		}
+		if (have < total)
+			return false;
+		const uint8_t *m = evbuffer_pullup(in, total);
+		const char *sql = (const char *)m + 5;
+		scan_statement(c, rr, sql, strnlen(sql, total - 5), NULL, acc, &sharded);
+		return true;
+	}
+	if (f->type != PqMsg_Parse && f->type != PqMsg_Bind && f->type != PqMsg_Describe &&
+	    f->type != PqMsg_Execute && f->type != PqMsg_Close)
+		return true;
+	size_t lim = have < ROUTE_SCAN_MAX ? have : ROUTE_SCAN_MAX;
+	const uint8_t *m = evbuffer_pullup(in, lim);
+	struct scan_parse parses[ROUTE_SCAN_PARSES];
+	size_t n_parses = 0;
+	bool complete = false, truncated = false;
+	size_t off = 0;
+	while (off + 5 <= lim) {
+		uint8_t type = m[off];
+		uint32_t l = proto_get_u32(m + off + 1);
+		if (l < 4 || type == PqMsg_Sync || type == PqMsg_Flush || type == PqMsg_Query ||
+		    type == PqMsg_FunctionCall || type == PqMsg_Terminate) {
+			complete = true;   /* (a bad length: the pump refuses it) */
+			break;
+		}
+		size_t total = (size_t)l + 1;
+		if (total > lim - off)
+			break;
+		const uint8_t *body = m + off + 5;
+		size_t blen = l - 4;
+		if (type == PqMsg_Parse) {
+			struct scan_parse sp;
+			if (n_parses == ROUTE_SCAN_PARSES || !read_parse(body, blen, &sp)) {
+				truncated = true;
+				sharded = true;   /* unknown: assume the worst */
+				break;
+			}
+			parses[n_parses++] = sp;
+		} else if (type == PqMsg_Bind) {
+			size_t noff = 0;
+			const char *portal, *name;
+			struct scan_parse st;
+			if (proto_read_cstring(body, blen, &noff, &portal) && proto_read_cstring(body, blen, &noff, &name) &&
+			    bind_statement(c, parses, n_parses, name, &st)) {
+				struct shardkey_bind b = { body, blen, st.types, st.n_types };
+				scan_statement(c, rr, st.sql, st.sql_len, &b, acc, &sharded);
+			}
+		}
+		off += total;
+	}
+	if (!complete) {
+		if (lim == have && have < ROUTE_SCAN_MAX)
+			return false;
+		truncated = true;
+	}
+	/* Statements prepared and not executed here: their literal keys. */
+	for (size_t i = 0; i < n_parses; i++)
+		if (!parses[i].bound)
+			scan_statement(c, rr, parses[i].sql, parses[i].sql_len, NULL, acc, &sharded);
+	if (truncated && sharded) {
+		acc->outcome = SHARDKEY_CROSS;
+		acc->shard = -1;
+	}
+	return true;
+}
+
+/* Answers the request with an error (ReadyForQuery, or skipping to Sync). */
+static void refuse(struct client *c, const char *sqlstate, const char *msg)
+{
+	client_on_checkout_failed(c, sqlstate, msg);
+}
+
+bool route_cross_shard_read(struct client *c, const struct proto_frame *f)
+{
+	(void)f;
+	/* Placeholder until fan-out lands (doc/sharding.md). */
+	refuse(c, "0A000", "cross-shard read: not supported (no sharding key found; use SET SHARD or SET SHARDING KEY)");
+	return true;
+}
+
+static enum shard_decision decide_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
+					int *shard, enum route_via *via)
+{
+	const struct config_pool *cp = c->pool->cpool;
+	int n_shards = (int)cp->n_shards;
+	*shard = c->shard_override >= 0 ? c->shard_override : (cp->default_shard >= 0 ? cp->default_shard : 0);
+	*via = c->shard_override >= 0 ? ROUTE_VIA_SET : ROUTE_VIA_DEFAULT;
+	if (n_shards <= 1)
+		return SHARD_DECIDED;
+
+	/* A comment hint routes this one transaction, whatever was SET. */
+	const char *sql;
+	size_t len;
+	if (first_statement(c, f, &sql, &len)) {
+		struct router_verdict local;
+		const struct router_verdict *v = classify(c, rr, sql, len, &local);
+		char msg[160];
+		if (v->hint_invalid) {
+			refuse(c, "22023", "invalid pgcat hint: shard= takes a shard number, sharding_key= a key of at most 63 bytes");
+			return SHARD_ANSWERED;
+		}
+		if (v->hint_shard >= 0) {
+			if (v->hint_shard >= n_shards) {
+				snprintf(msg, sizeof msg, "invalid shard %d in pgcat hint: this pool has shards 0 to %d",
+					 v->hint_shard, n_shards - 1);
+				refuse(c, "22023", msg);
+				return SHARD_ANSWERED;
+			}
+			*shard = v->hint_shard;
+			*via = ROUTE_VIA_HINT;
+			return SHARD_DECIDED;
+		}
+		if (v->has_hint_key) {
+			char err[120];
+			int s;
+			if (!sharding_shard_for_key(cp->sharding_function, v->hint_key, strlen(v->hint_key), n_shards, &s,
+						    err, sizeof err)) {
+				snprintf(msg, sizeof msg, "invalid sharding_key in pgcat hint: %s", err);
+				refuse(c, "22023", msg);
+				return SHARD_ANSWERED;
+			}
+			*shard = s;
+			*via = ROUTE_VIA_HINT;
+			return SHARD_DECIDED;
+		}
+	}
+	if (c->shard_override >= 0)
+		return SHARD_DECIDED;
+
+	struct shardkey_result r = { SHARDKEY_DEFAULT, -1, true };
+	if (cp->query_parser_enabled && cp->n_sharded_tables > 0) {
+		if (!scan_request(c, f, rr, &r))
+			return SHARD_WAIT;
+	} else if (first_statement(c, f, &sql, &len)) {
+		struct router_verdict local;
+		r.writes = classify(c, rr, sql, len, &local)->writes;
+	}
+	if (r.outcome == SHARDKEY_ONE) {
+		*shard = r.shard;
+		*via = ROUTE_VIA_KEY;
+		return SHARD_DECIDED;
+	}
+	if (r.outcome == SHARDKEY_DEFAULT && cp->default_shard >= 0)
+		return SHARD_DECIDED;
+	/* Several shards, a sharded table without key, or default_shard = all. */
+	if (r.writes) {
+		refuse(c, "0A000",
+		       r.outcome == SHARDKEY_DEFAULT
+			       ? "cross-shard write: default_shard = all and no shard chosen; use SET SHARD or SET SHARDING KEY"
+			       : "cross-shard write: the statement's sharding keys are missing or on several shards; "
+				 "use SET SHARD or SET SHARDING KEY");
+		return SHARD_ANSWERED;
+	}
+	(void)route_cross_shard_read(c, f);
+	return SHARD_ANSWERED;
+}
+
+static void route_count(struct srvpool *sp, enum route_via via)
+{
+	sp->routed[via]++;
+}
+
 static struct srvpool *pick(struct client *c, const struct proto_frame *f);
 static bool takes_writes(const struct srvpool *sp);
 
 struct srvpool *route_pick(struct client *c, const struct proto_frame *f)
 {
 	struct srvpool *sp = pick(c, f);
+	if (!sp)
+		return NULL;
 	/* Reads on a replica can be sent elsewhere if it dies before answering. */
 	client_reply_started(c);
 	c->retry_on = sp && c->pool->mode == POOL_MODE_TRANSACTION &&
@@ -214,12 +530,35 @@ struct srvpool *route_pick(struct client *c, const struct proto_frame *f)
 	return sp;
 }
 
+static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
+				     int shard);
+
 static struct srvpool *pick(struct client *c, const struct proto_frame *f)
+{
+	struct pool *p = c->pool;
+	struct route_rules rr;
+	build_rules(c, &rr);
+	int shard;
+	enum route_via via;
+	switch (decide_shard(c, f, &rr, &shard, &via)) {
+	case SHARD_DECIDED:
+		break;
+	case SHARD_WAIT:
+	case SHARD_ANSWERED:
+		return NULL;
+	}
+	struct srvpool *sp = pick_in_shard(c, f, &rr, shard);
+	if (sp && p->cpool->n_shards > 1)
+		route_count(sp, via);
+	return sp;
+}
+
+static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
+				     int shard)
 {
 	struct pool *p = c->pool;
 	struct worker *w = c->w;
 	const struct config_pool *cp = p->cpool;
-	int shard = c->shard_override >= 0 ? c->shard_override : (cp->default_shard >= 0 ? cp->default_shard : 0);
 	struct srvpool *all[64];
 	size_t n = shard_servers(p, shard, all, 64);
 	if (n == 0)
@@ -228,7 +567,7 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f)
 		return all[0];   /* nothing to choose: no parsing, no ban checks */
 
 	bool writes;
-	enum router_role role = decide_role(c, f, &writes);
+	enum router_role role = decide_role(c, f, rr, &writes);
 	if (role == ROUTER_ROLE_REPLICA && cp->sticky_primary_after_write > 0 && w->now_us < c->sticky_until_us)
 		role = ROUTER_ROLE_PRIMARY;
 	if (writes && cp->sticky_primary_after_write > 0)
@@ -416,9 +755,21 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 		reply(c, &pb);
 		return true;
 	}
-	case ROUTER_CMD_SET_SHARDING_KEY:
-		reply_error(c, "0A000", "SET SHARDING KEY is not supported yet");
+	case ROUTER_CMD_SET_SHARDING_KEY: {
+		const struct config_pool *cp = c->pool->cpool;
+		char err[120], msg[200];
+		int s;
+		if (!sharding_shard_for_key(cp->sharding_function, value, strlen(value), (int)cp->n_shards, &s, err,
+					    sizeof err)) {
+			snprintf(msg, sizeof msg, "invalid sharding key: %s", err);
+			reply_error(c, "22023", msg);
+			return true;
+		}
+		c->shard_override = (int16_t)s;
+		pktbuf_command_complete(&pb, "SET");
+		reply(c, &pb);
 		return true;
+	}
 	case ROUTER_CMD_SHOW_SHARD: {
 		char v[16];
 		int s = c->shard_override >= 0 ? c->shard_override

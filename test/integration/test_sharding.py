@@ -1,0 +1,184 @@
+# SPDX-License-Identifier: MIT
+"""Sharding (SPEC §6): SET SHARDING KEY, comment hints, automatic routing by
+the sharding keys the query parser finds (literals and bound parameters, text
+and binary, unnamed and named prepared statements), refused cross-shard
+writes and reads, SHOW SHARDS. Where each row landed is checked on the shard
+databases themselves, against PostgreSQL's own hash partitioning
+(satisfies_hash_partition with a partitioned table of the same key type)."""
+import asyncio
+import contextlib
+import uuid
+
+import psycopg
+import pytest
+
+import pgwire
+from conftest import PASSWORDS, wait_until
+from test_admin import admin, show
+
+SHARD_DBS = ("shard0", "shard1", "shard2")
+# table -> (key type, pool)
+TABLES = {"items2": "bigint", "items3": "bigint", "titems": "text", "uitems": "uuid"}
+
+
+@pytest.fixture(scope="module")
+def shard_dbs(pg):
+    with pg.connect("postgres") as c:
+        if not c.execute("SELECT 1 FROM pg_database WHERE datname = 'shard2'").fetchone():
+            c.execute("CREATE DATABASE shard2")
+            with pg.connect("shard2") as c2:
+                c2.execute("GRANT ALL ON SCHEMA public TO PUBLIC")
+    for db in SHARD_DBS:
+        with pg.connect(db) as c:
+            for t, typ in TABLES.items():
+                c.execute("DROP TABLE IF EXISTS %s" % t)
+                c.execute("CREATE TABLE %s (id %s PRIMARY KEY, v text)" % (t, typ))
+                c.execute("GRANT ALL ON %s TO PUBLIC" % t)
+                # the partitioned parent satisfies_hash_partition checks against
+                c.execute("DROP TABLE IF EXISTS hp_%s" % typ)
+                c.execute("CREATE TABLE hp_%s (id %s) PARTITION BY HASH (id)" % (typ, typ))
+            c.execute("DROP TABLE IF EXISTS plain")
+            c.execute("CREATE TABLE plain (x int)")
+            c.execute("GRANT ALL ON plain TO PUBLIC")
+    yield pg
+    for db in SHARD_DBS:
+        with pg.connect(db) as c:
+            for t in TABLES:
+                c.execute("DROP TABLE IF EXISTS %s" % t)
+
+
+@pytest.fixture
+def shards(shard_dbs):
+    for db in SHARD_DBS:
+        with shard_dbs.connect(db) as c:
+            c.execute("TRUNCATE %s, plain" % ", ".join(TABLES))
+    return shard_dbs
+
+
+def sharded_pool(pg, dbs, function, tables, **extra):
+    pool = {
+        "query_parser_enabled": "true",
+        "sharding_function": function,
+        "sharded_tables": tables,
+        "default_shard": "0",
+        "shards": {i: {"database": db, "servers": "127.0.0.1:%d:primary" % pg.port} for i, db in enumerate(dbs)},
+        "users": {"app": {"password": PASSWORDS["app"]}},
+    }
+    pool.update(extra)
+    return pool
+
+
+def start(pgcat, pg, **kw):
+    general = {"prepared_statements": "true"}
+    general.update(kw.pop("general", {}))
+    pools = {
+        "sh2": sharded_pool(pg, SHARD_DBS[:2], "pg_bigint_hash", "public.items2.id"),
+        "sh3": sharded_pool(pg, SHARD_DBS, "pg_bigint_hash", "public.items3.id"),
+        "sht": sharded_pool(pg, SHARD_DBS, "pg_text_hash", "titems.id"),
+        "shu": sharded_pool(pg, SHARD_DBS[:2], "pg_uuid_hash", "uitems.id"),
+    }
+    pools.update(kw.pop("pools", {}))
+    return pgcat(general=general, pools=pools, **kw)
+
+
+def rows_per_shard(pg, table, n_shards):
+    out = []
+    for db in SHARD_DBS[:n_shards]:
+        with pg.connect(db) as c:
+            out.append(sorted(r[0] for r in c.execute("SELECT id FROM %s" % table).fetchall()))
+    return out
+
+
+def misplaced(pg, table, n_shards):
+    """Rows PostgreSQL's hash partitioning would put on another shard."""
+    typ = TABLES[table]
+    bad = 0
+    for i, db in enumerate(SHARD_DBS[:n_shards]):
+        with pg.connect(db) as c:
+            bad += c.execute(
+                "SELECT count(*) FROM %s WHERE NOT satisfies_hash_partition('hp_%s'::regclass::oid, %d, %d, id)"
+                % (table, typ, n_shards, i)).fetchone()[0]
+    return bad
+
+
+def shard_of(pg, table, n_shards, key):
+    typ = TABLES[table]
+    with pg.connect("shard0") as c:
+        for i in range(n_shards):
+            if c.execute("SELECT satisfies_hash_partition('hp_%s'::regclass::oid, %d, %d, %%s::%s)"
+                         % (typ, n_shards, i, typ), (key,)).fetchone()[0]:
+                return i
+    raise AssertionError("no shard for %r" % (key,))
+
+
+def where(pg, table, n_shards, key):
+    """Shards holding key."""
+    typ = TABLES[table]
+    found = []
+    for i, db in enumerate(SHARD_DBS[:n_shards]):
+        with pg.connect(db) as c:
+            if c.execute("SELECT count(*) FROM %s WHERE id = %%s::%s" % (table, typ), (key,)).fetchone()[0]:
+                found.append(i)
+    return found
+
+
+def sqlstate(exc):
+    return getattr(exc, "sqlstate", None)
+
+
+# ---- SET SHARDING KEY, SHOW SHARD, hints ------------------------------------
+
+def test_set_sharding_key_and_show_shard(pgcat, shards):
+    inst = start(pgcat, shards)
+    with inst.connect(dbname="sh3") as c:
+        for key in (0, 1, 7, 1234, -5, 9223372036854775807, -9223372036854775808):
+            c.execute("SET SHARDING KEY TO '%d'" % key)
+            s = shard_of(shards, "items3", 3, key)
+            assert c.execute("SHOW SHARD").fetchone()[0] == str(s)
+            # the following transactions go there, whatever they touch
+            assert c.execute("SELECT current_database()").fetchone()[0] == "shard%d" % s
+        # read the way int8in reads: spaces, sign, leading zeros
+        c.execute("SET SHARDING KEY TO '  +0001234 '")
+        assert c.execute("SHOW SHARD").fetchone()[0] == str(shard_of(shards, "items3", 3, 1234))
+        before = c.execute("SHOW SHARD").fetchone()[0]
+        for bad in ("abc", "1.5", "", "9223372036854775808", "12 34"):
+            with pytest.raises(psycopg.Error) as e:
+                c.execute("SET SHARDING KEY TO '%s'" % bad)
+            assert sqlstate(e.value) == "22023", bad
+            assert c.execute("SHOW SHARD").fetchone()[0] == before
+    with inst.connect(dbname="sht") as c:
+        for key in ("alice", "bob", "", " spaced ", "ünïcödé"):
+            c.execute("SET SHARDING KEY TO %s" % psycopg.sql.quote(key))
+            s = shard_of(shards, "titems", 3, key)
+            assert c.execute("SHOW SHARD").fetchone()[0] == str(s), key
+    with inst.connect(dbname="shu") as c:
+        u = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+        c.execute("SET SHARDING KEY TO '%s'" % u.upper().replace("-", ""))
+        assert c.execute("SHOW SHARD").fetchone()[0] == str(shard_of(shards, "uitems", 2, u))
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("SET SHARDING KEY TO 'not-a-uuid'")
+        assert sqlstate(e.value) == "22023"
+
+
+def test_comment_hints(pgcat, shards):
+    inst = start(pgcat, shards)
+    with inst.connect(dbname="sh3") as c:
+        for s in range(3):
+            assert c.execute("/* pgcat: shard=%d */ SELECT current_database()" % s).fetchone()[0] == "shard%d" % s
+        k = 4242
+        s = shard_of(shards, "items3", 3, k)
+        assert c.execute("/* pgcat: sharding_key=%d */ SELECT current_database()" % k).fetchone()[0] == \
+            "shard%d" % s
+        # a hint beats SET SHARD, for one transaction only
+        c.execute("SET SHARD TO '2'")
+        assert c.execute("/* pgcat: shard=1 */ SELECT current_database()").fetchone()[0] == "shard1"
+        assert c.execute("SELECT current_database()").fetchone()[0] == "shard2"
+        for bad in ("shard=3", "shard=x", "sharding_key=abc", "shard=-1"):
+            with pytest.raises(psycopg.Error) as e:
+                c.execute("/* pgcat: %s */ SELECT 1" % bad)
+            assert sqlstate(e.value) == "22023", bad
+        assert c.execute("SELECT current_database()").fetchone()[0] == "shard2"
+    with inst.connect(dbname="sht") as c:
+        s = shard_of(shards, "titems", 3, "zed")
+        assert c.execute("/* pgcat: sharding_key='zed' */ SELECT current_database()").fetchone()[0] == \
+            "shard%d" % s
