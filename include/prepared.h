@@ -161,6 +161,13 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 /* Does this reply type need the whole message for prep_server_message? */
 bool prep_server_wants(const struct server *s, uint8_t type);
 
+/* Ends the segment the client left open (Parse/Describe/Flush, no Sync
+ * yet) with a Sync of pgcat's own whose replies the client never sees, so
+ * that the server can go back to the pool at its ReadyForQuery (sharding:
+ * the Bind that follows picks its shard, route.c). false: not possible
+ * (rewriting off, no memory); nothing was sent. */
+bool prep_server_end_segment(struct server *s) __attribute__((warn_unused_result));
+
 /* The server's session was reset or lost: forget pending matches. */
 void prep_server_reset_pending(struct server *s);
 /* The server connection ends: release everything. */

@@ -35,6 +35,25 @@ enum route_via {
  * waits for the rest of it (a Bind after the Parse). */
 struct srvpool *route_pick(struct client *c, const struct proto_frame *f);
 
+/*
+ * A request that only prepares a sharded statement and ends with Flush
+ * (asyncpg: Parse, Describe, Flush; then Bind, Execute, Sync once the types
+ * are known) has no key yet; it goes to default_shard PROVISIONALly. At the
+ * Bind, pgcat ends the server's segment with a Sync of its own (replies
+ * swallowed, prepared.c), the server goes back to the pool, and the Bind
+ * is routed by its parameters like a new transaction (the statement is
+ * prepared again on that server, SPEC §5).
+ */
+enum route_phase {
+	ROUTE_PHASE_NONE,
+	ROUTE_PHASE_PROVISIONAL,   /* routed to default_shard before the key was known */
+	ROUTE_PHASE_REROUTING      /* pgcat's Sync is out; the Bind waits for the release */
+};
+struct server;
+/* A message f from a client linked to s while c->shard_phase is set: true
+ * when it must stay in the client's input for now. */
+bool route_active_message(struct client *c, struct server *s, const struct proto_frame *f);
+
 /* A read whose rows are on several shards (SPEC §6). Answers the request
  * (reply queued, or handed to another room); true when it did. The one
  * entry point for cross-shard reads: fan-out plugs in here. */

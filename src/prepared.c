@@ -1128,6 +1128,21 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 	}
 }
 
+bool prep_server_end_segment(struct server *s)
+{
+	struct prep_server *ps = s->prep;
+	if (!ps || !s->prep_on)
+		return false;
+	struct prep_pend p = { .seg = ps->seg_sent, .swallow = true };
+	if (!ring_push(&ps->swallows, &p))
+		return false;
+	evbuffer_add(server_output(s), "S\0\0\0\4", 5);
+	ps->seg_sent++;
+	s->outstanding++;
+	s->ext_pending = false;
+	return true;
+}
+
 /* ---- the server's replies ---- */
 
 bool prep_server_wants(const struct server *s, uint8_t type)

@@ -20,6 +20,7 @@
 #include "router.h"
 #include "sharding.h"
 #include "shardkey.h"
+#include "server.h"
 #include "shm.h"
 #include "worker.h"
 
@@ -337,8 +338,9 @@ static bool bind_statement(struct client *c, struct scan_parse *parses, size_t n
  * extended-protocol messages up to Sync/Flush) and folds what each of its
  * statements touches into *acc. false: wait for more bytes. */
 static bool scan_request(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
-			 struct shardkey_result *acc)
+			 struct shardkey_result *acc, bool *provisional)
 {
+	*provisional = false;
 	struct evbuffer *in = c->io.in;
 	size_t have = evbuffer_get_length(in);
 	bool sharded = false;
@@ -365,7 +367,7 @@ static bool scan_request(struct client *c, const struct proto_frame *f, const st
 	const uint8_t *m = evbuffer_pullup(in, lim);
 	struct scan_parse parses[ROUTE_SCAN_PARSES];
 	size_t n_parses = 0;
-	bool complete = false, truncated = false;
+	bool complete = false, truncated = false, flush = false, bound = false;
 	size_t off = 0;
 	while (off + 5 <= lim) {
 		uint8_t type = m[off];
@@ -373,6 +375,7 @@ static bool scan_request(struct client *c, const struct proto_frame *f, const st
 		if (l < 4 || type == PqMsg_Sync || type == PqMsg_Flush || type == PqMsg_Query ||
 		    type == PqMsg_FunctionCall || type == PqMsg_Terminate) {
 			complete = true;   /* (a bad length: the pump refuses it) */
+			flush = l >= 4 && type == PqMsg_Flush;
 			break;
 		}
 		size_t total = (size_t)l + 1;
@@ -392,6 +395,7 @@ static bool scan_request(struct client *c, const struct proto_frame *f, const st
 			size_t noff = 0;
 			const char *portal, *name;
 			struct scan_parse st;
+			bound = true;
 			if (proto_read_cstring(body, blen, &noff, &portal) && proto_read_cstring(body, blen, &noff, &name) &&
 			    bind_statement(c, parses, n_parses, name, &st)) {
 				struct shardkey_bind b = { body, blen, st.types, st.n_types };
@@ -406,9 +410,13 @@ static bool scan_request(struct client *c, const struct proto_frame *f, const st
 		truncated = true;
 	}
 	/* Statements prepared and not executed here: their literal keys. */
+	bool sharded_before = sharded;
 	for (size_t i = 0; i < n_parses; i++)
 		if (!parses[i].bound)
 			scan_statement(c, rr, parses[i].sql, parses[i].sql_len, NULL, acc, &sharded);
+	/* Parse, Describe, Flush of a sharded statement: its Bind comes next,
+	 * in the same server transaction. */
+	*provisional = flush && !bound && sharded && !sharded_before && acc->outcome == SHARDKEY_DEFAULT;
 	if (truncated && sharded) {
 		acc->outcome = SHARDKEY_CROSS;
 		acc->shard = -1;
@@ -481,8 +489,11 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 
 	struct shardkey_result r = { SHARDKEY_DEFAULT, -1, true };
 	if (cp->query_parser_enabled && cp->n_sharded_tables > 0) {
-		if (!scan_request(c, f, rr, &r))
+		bool provisional;
+		if (!scan_request(c, f, rr, &r, &provisional))
 			return SHARD_WAIT;
+		if (provisional && c->pool->mode == POOL_MODE_TRANSACTION && prep_enabled(c))
+			c->shard_phase = ROUTE_PHASE_PROVISIONAL;
 	} else if (first_statement(c, f, &sql, &len)) {
 		struct router_verdict local;
 		r.writes = classify(c, rr, sql, len, &local)->writes;
@@ -512,6 +523,39 @@ static void route_count(struct srvpool *sp, enum route_via via)
 	sp->routed[via]++;
 }
 
+bool route_active_message(struct client *c, struct server *s, const struct proto_frame *f)
+{
+	if (c->shard_phase == ROUTE_PHASE_REROUTING)
+		return true;
+	if (f->type != PqMsg_Bind) {
+		if (f->type == PqMsg_Sync || f->type == PqMsg_Query || f->type == PqMsg_FunctionCall)
+			c->shard_phase = ROUTE_PHASE_NONE;   /* the segment ends where it is */
+		return false;
+	}
+	/* Only when the server owes nothing and is outside a transaction:
+	 * everything it answered so far was about preparing. */
+	if (s->outstanding != 0 || !s->ext_pending || s->tx_status != 'I') {
+		c->shard_phase = ROUTE_PHASE_NONE;
+		return false;
+	}
+	struct route_rules rr;
+	build_rules(c, &rr);
+	struct shardkey_result r;
+	bool provisional;
+	if (!scan_request(c, f, &rr, &r, &provisional))
+		return true;   /* the rest of the request first */
+	if (r.outcome == SHARDKEY_DEFAULT || (r.outcome == SHARDKEY_ONE && r.shard == s->sp->shard)) {
+		c->shard_phase = ROUTE_PHASE_NONE;
+		return false;   /* already where it belongs */
+	}
+	if (!prep_server_end_segment(s)) {
+		c->shard_phase = ROUTE_PHASE_NONE;
+		return false;
+	}
+	c->shard_phase = ROUTE_PHASE_REROUTING;
+	return true;
+}
+
 static struct srvpool *pick(struct client *c, const struct proto_frame *f);
 static bool takes_writes(const struct srvpool *sp);
 
@@ -538,6 +582,7 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f)
 	struct pool *p = c->pool;
 	struct route_rules rr;
 	build_rules(c, &rr);
+	c->shard_phase = ROUTE_PHASE_NONE;
 	int shard;
 	enum route_via via;
 	switch (decide_shard(c, f, &rr, &shard, &via)) {

@@ -838,6 +838,15 @@ static void process_active(struct server *s)
 					s->tx_status = (char)hdr[5];
 					if (s->outstanding > 0)
 						s->outstanding--;
+					drop_message(s, total);
+					/* pgcat's own Sync after a Flush (sharding, route.c):
+					 * nothing else owed, the server goes back. */
+					if (s->outstanding == 0 && !s->ext_pending && s->tx_status == 'I' &&
+					    s->sp->pool->mode == POOL_MODE_TRANSACTION) {
+						pool_release(s);
+						return;
+					}
+					continue;
 				}
 				drop_message(s, total);
 				continue;

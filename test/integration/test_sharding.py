@@ -182,3 +182,113 @@ def test_comment_hints(pgcat, shards):
         s = shard_of(shards, "titems", 3, "zed")
         assert c.execute("/* pgcat: sharding_key='zed' */ SELECT current_database()").fetchone()[0] == \
             "shard%d" % s
+
+
+# ---- automatic routing --------------------------------------------------------
+
+KEYS = list(range(-500, 500))   # 1,000 keys, negative ones included
+
+
+def test_bulk_inserts_land_where_postgres_hashes_them(pgcat, shards):
+    """1,000 keys per pool through pgcat, one INSERT per key, simple and
+    extended protocol: every row is on the shard PARTITION BY HASH says."""
+    inst = start(pgcat, shards)
+    with inst.connect(dbname="sh2") as c:
+        for k in KEYS[:500]:   # simple protocol: literals in the text
+            c.execute(psycopg.sql.SQL("INSERT INTO items2 (id, v) VALUES ({}, 'x')").format(k))
+        for k in KEYS[500:]:   # extended protocol, unnamed statement, text parameter
+            c.execute("INSERT INTO items2 (id, v) VALUES (%s, 'x')", (k,))
+    with inst.connect(dbname="sh3") as c:
+        for k in KEYS[:500]:   # binary parameters
+            c.execute("INSERT INTO items3 (id, v) VALUES (%b, 'x')", (k,))
+    with inst.connect(dbname="sh3", prepare_threshold=0) as c:   # named prepared statements
+        for k in KEYS[500:]:
+            c.execute("INSERT INTO items3 (id, v) VALUES (%s, 'x')", (k,))
+    with inst.connect(dbname="sht") as c:
+        for k in KEYS:
+            c.execute("INSERT INTO titems (id, v) VALUES (%s, 'x')", ("key-%d" % k,))
+    for table, n in (("items2", 2), ("items3", 3), ("titems", 3)):
+        per = rows_per_shard(shards, table, n)
+        assert sum(len(p) for p in per) == len(KEYS), table
+        assert all(len(p) > 100 for p in per), (table, [len(p) for p in per])
+        assert misplaced(shards, table, n) == 0, table
+
+
+def test_asyncpg_parameters_and_prepared_statements(pgcat, shards):
+    inst = start(pgcat, shards)
+
+    async def run():
+        # asyncpg binds bigint and uuid in binary, with the type left to the server
+        conn = await inst.asyncpg(dbname="sh3", statement_cache_size=100)
+        try:
+            for k in KEYS[:300]:
+                await conn.execute("INSERT INTO items3 (id, v) VALUES ($1, 'a')", k)
+            stmt = await conn.prepare("INSERT INTO items3 (id, v) VALUES ($1, $2)")
+            for k in KEYS[300:600]:
+                await stmt.fetch(k, "p")
+            # reads by key find each row on its shard
+            for k in KEYS[:600:37]:
+                assert await conn.fetchval("SELECT v FROM items3 WHERE id = $1", k) in ("a", "p")
+            sel = await conn.prepare("SELECT count(*) FROM items3 WHERE id = $1")
+            for k in KEYS[:600:41]:
+                assert await sel.fetchval(k) == 1
+        finally:
+            await conn.close()
+        conn = await inst.asyncpg(dbname="shu")
+        try:
+            for _ in range(200):
+                await conn.execute("INSERT INTO uitems (id, v) VALUES ($1, 'u')", uuid.uuid4())
+        finally:
+            await conn.close()
+        conn = await inst.asyncpg(dbname="sht")
+        try:
+            for k in KEYS[:200]:
+                await conn.execute("INSERT INTO titems (id, v) VALUES ($1, 'a')", "a%d" % k)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+    assert sum(len(p) for p in rows_per_shard(shards, "items3", 3)) == 600
+    assert misplaced(shards, "items3", 3) == 0
+    assert sum(len(p) for p in rows_per_shard(shards, "uitems", 2)) == 200
+    assert misplaced(shards, "uitems", 2) == 0
+    assert misplaced(shards, "titems", 3) == 0
+
+
+def test_where_in_update_delete_multirow(pgcat, shards):
+    inst = start(pgcat, shards)
+    with inst.connect(dbname="sh3") as c:
+        for k in range(60):
+            c.execute("INSERT INTO items3 (id, v) VALUES (%s, 'x')", (k,))
+        assert misplaced(shards, "items3", 3) == 0
+        by_shard = {}
+        for k in range(60):
+            by_shard.setdefault(shard_of(shards, "items3", 3, k), []).append(k)
+        for s, ks in by_shard.items():
+            a, b, d = ks[:3]
+            # WHERE col = const, simple and extended
+            assert c.execute("SELECT v FROM items3 WHERE id = %d" % a).fetchone()[0] == "x"
+            assert c.execute("SELECT v FROM items3 WHERE id = %s", (a,)).fetchone()[0] == "x"
+            # IN (...) with every key on one shard
+            assert c.execute("SELECT count(*) FROM items3 WHERE id IN (%d, %d, %d)" % (a, b, d)).fetchone()[0] == 3
+            assert c.execute("SELECT count(*) FROM items3 WHERE id IN (%s, %s)", (a, b)).fetchone()[0] == 2
+            # UPDATE / DELETE WHERE col = const
+            assert c.execute("UPDATE items3 SET v = 'u' WHERE id = %d" % a).rowcount == 1
+            assert c.execute("UPDATE items3 SET v = 'w' WHERE id = %s", (b,)).rowcount == 1
+            assert c.execute("DELETE FROM items3 WHERE id = %s", (d,)).rowcount == 1
+            assert where(shards, "items3", 3, a) == [s]
+            with shards.connect("shard%d" % s) as direct:
+                assert direct.execute("SELECT v FROM items3 WHERE id = %s", (a,)).fetchone()[0] == "u"
+                assert direct.execute("SELECT v FROM items3 WHERE id = %s", (b,)).fetchone()[0] == "w"
+            assert where(shards, "items3", 3, d) == []
+        # multi-row INSERT whose rows all hash to one shard: that shard
+        new = [k for k in range(1000, 1100) if shard_of(shards, "items3", 3, k) == 1][:5]
+        c.execute("INSERT INTO items3 (id, v) VALUES (%d, 'm'), (%d, 'm'), (%d, 'm')" % tuple(new[:3]))
+        c.execute("INSERT INTO items3 (id, v) VALUES (%s, 'm'), (%s, 'm')", (new[3], new[4]))
+        assert all(where(shards, "items3", 3, k) == [1] for k in new)
+        assert misplaced(shards, "items3", 3) == 0
+        # statements on tables that are not sharded: default_shard (0)
+        c.execute("INSERT INTO plain VALUES (1)")
+        assert c.execute("SELECT current_database()").fetchone()[0] == "shard0"
+    with shards.connect("shard0") as direct:
+        assert direct.execute("SELECT count(*) FROM plain").fetchone()[0] == 1
