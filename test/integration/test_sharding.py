@@ -292,3 +292,73 @@ def test_where_in_update_delete_multirow(pgcat, shards):
         assert c.execute("SELECT current_database()").fetchone()[0] == "shard0"
     with shards.connect("shard0") as direct:
         assert direct.execute("SELECT count(*) FROM plain").fetchone()[0] == 1
+
+
+# ---- cross-shard -------------------------------------------------------------
+
+def two_keys_on_different_shards(pg, table, n):
+    seen = {}
+    for k in range(100):
+        seen.setdefault(shard_of(pg, table, n, k), k)
+        if len(seen) >= 2:
+            return list(seen.values())[:2]
+    raise AssertionError("no two shards")
+
+
+def test_cross_shard_writes_refused_unless_a_shard_is_chosen(pgcat, shards):
+    inst = start(pgcat, shards)
+    a, b = two_keys_on_different_shards(shards, "items3", 3)
+    writes = [
+        "INSERT INTO items3 (id, v) VALUES (%d, 'x'), (%d, 'x')" % (a, b),   # rows on two shards
+        "UPDATE items3 SET v = 'y'",                                           # no key
+        "DELETE FROM items3 WHERE v = 'x'",
+        "UPDATE items3 SET v = 'y' WHERE id IN (%d, %d)" % (a, b),
+        "INSERT INTO items3 SELECT 5, 'x'",
+        "DELETE FROM items3 WHERE id = %d OR id = %d" % (a, b),
+    ]
+    with inst.connect(dbname="sh3") as c:
+        for sql in writes:
+            with pytest.raises(psycopg.Error) as e:
+                c.execute(sql)
+            assert sqlstate(e.value) == "0A000", sql
+            assert "cross-shard write" in str(e.value), sql
+        # the same through the extended protocol, parameters on two shards
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("INSERT INTO items3 (id, v) VALUES (%s, 'x'), (%s, 'x')", (a, b))
+        assert sqlstate(e.value) == "0A000"
+        # the connection still works, and nothing was written anywhere
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+        assert rows_per_shard(shards, "items3", 3) == [[], [], []]
+        # a client that chose a shard writes there
+        c.execute("SET SHARD TO '2'")
+        c.execute("INSERT INTO items3 (id, v) VALUES (%d, 'x'), (%d, 'x')" % (a, b))
+        c.execute("/* pgcat: shard=1 */ UPDATE items3 SET v = 'y'")
+    assert rows_per_shard(shards, "items3", 3)[2] == sorted([a, b])
+    # raw wire: the refused write in a pipeline of the extended protocol
+    # answers ErrorResponse then ReadyForQuery, and the next query works
+    r = inst.raw_login(dbname="sh3")
+    r.send(pgwire.parse("UPDATE items3 SET v = 'z'") + pgwire.bind() + pgwire.execute() +
+           pgwire.sync())
+    msgs = r.read_until((b"Z",))
+    assert [t for t, _ in msgs] == [b"E", b"Z"], msgs
+    rows, err, status = r.simple("SELECT 42")
+    assert rows == [["42"]] and err is None
+    r.close()
+
+
+def test_cross_shard_read_goes_to_the_cross_shard_path(pgcat, shards):
+    """Reads with no key (or keys on several shards) take the cross-shard
+    read path; in this branch it refuses them (fan-out comes separately)."""
+    inst = start(pgcat, shards)
+    a, b = two_keys_on_different_shards(shards, "items3", 3)
+    with inst.connect(dbname="sh3") as c:
+        for sql in ("SELECT * FROM items3", "SELECT * FROM items3 WHERE id IN (%d, %d)" % (a, b),
+                    "SELECT count(*) FROM items3 WHERE v = 'x'"):
+            with pytest.raises(psycopg.Error) as e:
+                c.execute(sql)
+            assert sqlstate(e.value) == "0A000" and "cross-shard read" in str(e.value), sql
+        # unsharded tables and SELECT 1 go to default_shard
+        assert c.execute("SELECT current_database()").fetchone()[0] == "shard0"
+        assert c.execute("SELECT count(*) FROM plain").fetchone()[0] == 0
+        c.execute("SET SHARD TO '1'")
+        assert c.execute("SELECT count(*) FROM items3").fetchone()[0] == 0
