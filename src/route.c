@@ -518,9 +518,21 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 	return SHARD_ANSWERED;
 }
 
+_Static_assert(ROUTE_VIA__COUNT == SHM_ROUTE_VIA, "one shared counter per way of choosing a shard");
+
+/* SHOW SHARDS: where transactions were routed, and how (summed over the
+ * workers through the shared segment; local without one). */
 static void route_count(struct srvpool *sp, enum route_via via)
 {
-	sp->routed[via]++;
+	struct worker *w = sp->pool->w;
+	struct shm_target_counts *t = w->shm ? shm_target_counts(w->shm, w->id, sp->shm_target) : NULL;
+	if (!t) {
+		sp->routed[via]++;
+		return;
+	}
+	/* one writer: this worker */
+	atomic_store_explicit(&t->routed[via], atomic_load_explicit(&t->routed[via], memory_order_relaxed) + 1,
+			      memory_order_relaxed);
 }
 
 bool route_active_message(struct client *c, struct server *s, const struct proto_frame *f)

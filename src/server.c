@@ -877,6 +877,12 @@ static void process_active(struct server *s)
 				s->query_start_us = now;
 				if (s->tx_status == 'I') {
 					s->sp->xact_count++;
+					struct shm_target_counts *tc =
+						s->w->shm ? shm_target_counts(s->w->shm, s->w->id, s->sp->shm_target) : NULL;
+					if (tc)   /* one writer: this worker (SHOW SHARDS) */
+						atomic_store_explicit(&tc->xacts,
+								      atomic_load_explicit(&tc->xacts, memory_order_relaxed) + 1,
+								      memory_order_relaxed);
 					st->v[STAT_XACT]++;
 					st->v[STAT_XACT_TIME] += now - s->xact_start_us;
 					stats_observe(st, HIST_XACT, now - s->xact_start_us);

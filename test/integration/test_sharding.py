@@ -362,3 +362,43 @@ def test_cross_shard_read_goes_to_the_cross_shard_path(pgcat, shards):
         assert c.execute("SELECT count(*) FROM plain").fetchone()[0] == 0
         c.execute("SET SHARD TO '1'")
         assert c.execute("SELECT count(*) FROM items3").fetchone()[0] == 0
+
+
+# ---- SHOW SHARDS ---------------------------------------------------------------
+
+def test_show_shards_columns_and_counters(pgcat, shards):
+    """Counters are for the whole instance: two workers, clients spread over
+    them by the kernel, the figures still add up."""
+    inst = start(pgcat, shards, general={"workers": 2})
+    expected_key = [0, 0]
+    for conn_no in range(6):
+        with inst.connect(dbname="sh2") as c:
+            for k in range(conn_no * 10, conn_no * 10 + 10):
+                c.execute("INSERT INTO items2 (id, v) VALUES (%s, 'x')", (k,))
+                expected_key[shard_of(shards, "items2", 2, k)] += 1
+    with inst.connect(dbname="sh2") as c:
+        c.execute("SET SHARD TO '1'")
+        for _ in range(3):
+            c.execute("SELECT 1")
+    with inst.connect(dbname="sh2") as c:
+        for _ in range(2):
+            c.execute("/* pgcat: shard=0 */ SELECT 1")
+        for _ in range(4):
+            c.execute("SELECT 1")   # default_shard
+    r = admin(inst)
+    cols, rows = show(r, "SHARDS")
+    r.close()
+    assert cols[:12] == ["pool", "shard", "host", "port", "role", "banned", "ban_reason", "ban_remaining_s",
+                         "cl_active", "sv_active", "sv_idle", "xact_count"]
+    assert cols[12:] == ["routed_key", "routed_set", "routed_hint", "routed_default"]
+    mine = {int(row["shard"]): row for row in rows if row["pool"] == "sh2"}
+    assert sorted(mine) == [0, 1]
+    for s in (0, 1):
+        assert int(mine[s]["port"]) == shards.port and mine[s]["role"] == "primary"
+        assert mine[s]["banned"] == "0"
+        assert int(mine[s]["routed_key"]) == expected_key[s]
+    assert [int(mine[s]["routed_set"]) for s in (0, 1)] == [0, 3]
+    assert [int(mine[s]["routed_hint"]) for s in (0, 1)] == [2, 0]
+    assert [int(mine[s]["routed_default"]) for s in (0, 1)] == [4, 0]
+    assert int(mine[0]["xact_count"]) >= expected_key[0] + 6
+    assert int(mine[1]["xact_count"]) >= expected_key[1] + 3
