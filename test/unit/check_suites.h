@@ -10,4 +10,5 @@ Suite *config_suite(void);
 Suite *router_suite(void);
 Suite *sharding_suite(void);
 Suite *prepared_suite(void);
+Suite *shardkey_suite(void);
 #endif
