@@ -402,3 +402,48 @@ def test_show_shards_columns_and_counters(pgcat, shards):
     assert [int(mine[s]["routed_default"]) for s in (0, 1)] == [4, 0]
     assert int(mine[0]["xact_count"]) >= expected_key[0] + 6
     assert int(mine[1]["xact_count"]) >= expected_key[1] + 3
+
+
+# ---- replicas inside a shard ------------------------------------------------------
+
+def test_shard_with_replicas_and_failover(pgcat, shards, pg_replica):
+    """Shard 0 has the primary, a streaming replica and a dead replica;
+    shard 1 only its primary. Keyed writes go to each shard's primary, keyed
+    reads of shard 0 to its live replica (the dead one is banned, the reads
+    go on), keyed reads of shard 1 to its primary."""
+    from conftest import free_port
+    dead = free_port()
+    pool = sharded_pool(shards, SHARD_DBS[:2], "pg_bigint_hash", "items2.id", primary_reads_enabled="false")
+    pool["shards"][0]["servers"] = "127.0.0.1:%d:primary, 127.0.0.1:%d:replica, 127.0.0.1:%d:replica" % (
+        shards.port, pg_replica.port, dead)
+    inst = start(pgcat, shards, pools={"shr": pool})
+    keys = {0: [], 1: []}
+    for k in range(40):
+        keys[shard_of(shards, "items2", 2, k)].append(k)
+    with inst.connect(dbname="shr") as c:
+        for k in range(40):
+            c.execute("INSERT INTO items2 (id, v) VALUES (%s, 'x')", (k,))
+    assert misplaced(shards, "items2", 2) == 0
+    wait_until(lambda: pg_replica.sql("SELECT count(*) FROM items2", dbname="shard0")[0][0] == len(keys[0]),
+               10, msg="replica caught up")
+    with inst.connect(dbname="shr") as c:
+        for k in keys[0]:
+            row = c.execute("SELECT pg_is_in_recovery(), current_database(), count(*) FROM items2 WHERE id = %s",
+                            (k,)).fetchone()
+            assert row == (True, "shard0", 1), (k, row)
+        for k in keys[1]:
+            row = c.execute("SELECT pg_is_in_recovery(), current_database(), count(*) FROM items2 WHERE id = %s",
+                            (k,)).fetchone()
+            assert row == (False, "shard1", 1), (k, row)
+        # a keyed write of shard 0 goes to its primary
+        assert c.execute("UPDATE items2 SET v = 'y' WHERE id = %s RETURNING pg_is_in_recovery()",
+                         (keys[0][0],)).fetchone()[0] is False
+    r = admin(inst)
+    _, rows = show(r, "SHARDS")
+    r.close()
+    mine = [row for row in rows if row["pool"] == "shr"]
+    assert [(int(x["shard"]), x["role"]) for x in mine] == [(0, "primary"), (0, "replica"), (0, "replica"), (1, "primary")]
+    banned = {int(x["port"]): x["banned"] for x in mine}
+    assert banned[dead] == "1" and banned[pg_replica.port] == "0"
+    by_port = {int(x["port"]): int(x["routed_key"]) for x in mine if x["shard"] == "0"}
+    assert by_port[pg_replica.port] >= len(keys[0])
