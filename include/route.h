@@ -36,6 +36,12 @@ enum route_via {
 struct srvpool *route_pick(struct client *c, const struct proto_frame *f);
 
 /*
+ * After the shard of a transaction was chosen by its keys or default_shard,
+ * the requests that follow on the same server (the rest of an explicit
+ * transaction, or a pipeline) are checked too (GUARD): a statement whose
+ * keys are on another shard, or a cross-shard one, is refused there
+ * (0A000) instead of running on the wrong shard.
+ *
  * A request that only prepares a sharded statement and ends with Flush
  * (asyncpg: Parse, Describe, Flush; then Bind, Execute, Sync once the types
  * are known) has no key yet; it goes to default_shard PROVISIONALly. At the
@@ -45,14 +51,20 @@ struct srvpool *route_pick(struct client *c, const struct proto_frame *f);
  * prepared again on that server, SPEC §5).
  */
 enum route_phase {
-	ROUTE_PHASE_NONE,
+	ROUTE_PHASE_NONE,          /* nothing to check (one shard, or the client chose it) */
+	ROUTE_PHASE_GUARD,         /* check each Query and Bind against the server's shard */
 	ROUTE_PHASE_PROVISIONAL,   /* routed to default_shard before the key was known */
 	ROUTE_PHASE_REROUTING      /* pgcat's Sync is out; the Bind waits for the release */
 };
+enum route_active {
+	ROUTE_ACTIVE_FORWARD,      /* go on with the message as usual */
+	ROUTE_ACTIVE_WAIT,         /* leave it in the client's input for now */
+	ROUTE_ACTIVE_CONSUMED      /* taken and answered (refused on the server) */
+};
 struct server;
-/* A message f from a client linked to s while c->shard_phase is set: true
- * when it must stay in the client's input for now. */
-bool route_active_message(struct client *c, struct server *s, const struct proto_frame *f);
+/* Message f (at the head of the input) from a client linked to s while
+ * c->shard_phase is not NONE. */
+enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f);
 
 /* A read whose rows are on several shards (SPEC §6). Answers the request
  * (reply queued, or handed to another room); true when it did. The one

@@ -972,10 +972,18 @@ static void process_active(struct client *c)
 		struct proto_frame f;
 		if (!read_header(c, &f))
 			return;
-		/* Sharding: a Bind after a Parse/Describe/Flush that was routed
-		 * before its key was known waits for the server to go back. */
-		if (c->shard_phase != ROUTE_PHASE_NONE && route_active_message(c, s, &f))
-			return;
+		/* Sharding: each statement of the transaction is checked
+		 * against the server's shard (route.h). */
+		if (c->shard_phase != ROUTE_PHASE_NONE) {
+			switch (route_active_message(c, s, &f)) {
+			case ROUTE_ACTIVE_FORWARD:
+				break;
+			case ROUTE_ACTIVE_WAIT:
+				return;
+			case ROUTE_ACTIVE_CONSUMED:
+				continue;
+			}
+		}
 		uint32_t total = f.len + 1;
 		uint64_t now = c->w->now_us;
 		if (s->outstanding == 0 && !s->ext_pending) {

@@ -535,37 +535,67 @@ static void route_count(struct srvpool *sp, enum route_via via)
 			      memory_order_relaxed);
 }
 
-bool route_active_message(struct client *c, struct server *s, const struct proto_frame *f)
+/* The guard's refusal of a Query or Bind at the head of the input. */
+static enum route_active refuse_on_server(struct client *c, struct server *s, const struct proto_frame *f,
+					  const char *msg)
+{
+	uint32_t total = f->len + 1;
+	if (evbuffer_get_length(c->io.in) < total)
+		return ROUTE_ACTIVE_WAIT;
+	bool ok = f->type == PqMsg_Query ? prep_server_fail_query(s, "0A000", msg)
+					 : prep_server_fail_bind(s, "0A000", msg);
+	if (!ok)
+		return ROUTE_ACTIVE_FORWARD;
+	evbuffer_drain(c->io.in, total);
+	client_reply_started(c);   /* what was captured for a replay is incomplete now */
+	log_debug("C-%llu: %s", (unsigned long long)c->id, msg);
+	return ROUTE_ACTIVE_CONSUMED;
+}
+
+enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f)
 {
 	if (c->shard_phase == ROUTE_PHASE_REROUTING)
-		return true;
-	if (f->type != PqMsg_Bind) {
-		if (f->type == PqMsg_Sync || f->type == PqMsg_Query || f->type == PqMsg_FunctionCall)
-			c->shard_phase = ROUTE_PHASE_NONE;   /* the segment ends where it is */
-		return false;
+		return ROUTE_ACTIVE_WAIT;
+	if (f->type != PqMsg_Bind && f->type != PqMsg_Query) {
+		if (c->shard_phase == ROUTE_PHASE_PROVISIONAL &&
+		    (f->type == PqMsg_Sync || f->type == PqMsg_FunctionCall))
+			c->shard_phase = ROUTE_PHASE_GUARD;   /* the segment ends where it is */
+		return ROUTE_ACTIVE_FORWARD;
 	}
-	/* Only when the server owes nothing and is outside a transaction:
-	 * everything it answered so far was about preparing. */
-	if (s->outstanding != 0 || !s->ext_pending || s->tx_status != 'I') {
-		c->shard_phase = ROUTE_PHASE_NONE;
-		return false;
-	}
+	/* Too long to look at: the parser would not read it either. */
+	if (f->len + 1 > ROUTE_SCAN_MAX)
+		return ROUTE_ACTIVE_FORWARD;
 	struct route_rules rr;
 	build_rules(c, &rr);
 	struct shardkey_result r;
 	bool provisional;
 	if (!scan_request(c, f, &rr, &r, &provisional))
-		return true;   /* the rest of the request first */
-	if (r.outcome == SHARDKEY_DEFAULT || (r.outcome == SHARDKEY_ONE && r.shard == s->sp->shard)) {
-		c->shard_phase = ROUTE_PHASE_NONE;
-		return false;   /* already where it belongs */
+		return ROUTE_ACTIVE_WAIT;   /* the rest of the request first */
+	int here = s->sp->shard;
+	if (r.outcome == SHARDKEY_DEFAULT || (r.outcome == SHARDKEY_ONE && r.shard == here)) {
+		if (c->shard_phase == ROUTE_PHASE_PROVISIONAL && f->type == PqMsg_Bind)
+			c->shard_phase = ROUTE_PHASE_GUARD;   /* already where it belongs */
+		return ROUTE_ACTIVE_FORWARD;
 	}
-	if (!prep_server_end_segment(s)) {
-		c->shard_phase = ROUTE_PHASE_NONE;
-		return false;
+	/* Only prepared so far (the server owes nothing, no transaction): the
+	 * Bind starts afresh on its own shard. */
+	if (c->shard_phase == ROUTE_PHASE_PROVISIONAL && f->type == PqMsg_Bind && s->outstanding == 0 &&
+	    s->ext_pending && s->tx_status == 'I' && prep_server_end_segment(s)) {
+		c->shard_phase = ROUTE_PHASE_REROUTING;
+		return ROUTE_ACTIVE_WAIT;
 	}
-	c->shard_phase = ROUTE_PHASE_REROUTING;
-	return true;
+	char msg[200];
+	if (r.outcome == SHARDKEY_ONE)
+		snprintf(msg, sizeof msg,
+			 "cross-shard transaction: this statement's keys are on shard %d, the transaction runs on shard %d; "
+			 "use one transaction per shard",
+			 r.shard, here);
+	else
+		snprintf(msg, sizeof msg,
+			 "cross-shard statement inside a transaction or pipeline on shard %d: its sharding keys are "
+			 "missing or on several shards",
+			 here);
+	return refuse_on_server(c, s, f, msg);
 }
 
 static struct srvpool *pick(struct client *c, const struct proto_frame *f);
@@ -605,8 +635,14 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f)
 		return NULL;
 	}
 	struct srvpool *sp = pick_in_shard(c, f, &rr, shard);
-	if (sp && p->cpool->n_shards > 1)
+	if (sp && p->cpool->n_shards > 1) {
 		route_count(sp, via);
+		/* A shard the client did not choose: the transaction's other
+		 * statements must agree with it. */
+		if (c->shard_phase == ROUTE_PHASE_NONE && (via == ROUTE_VIA_KEY || via == ROUTE_VIA_DEFAULT) &&
+		    p->cpool->query_parser_enabled && p->cpool->n_sharded_tables > 0)
+			c->shard_phase = ROUTE_PHASE_GUARD;
+	}
 	return sp;
 }
 

@@ -447,3 +447,79 @@ def test_shard_with_replicas_and_failover(pgcat, shards, pg_replica):
     assert banned[dead] == "1" and banned[pg_replica.port] == "0"
     by_port = {int(x["port"]): int(x["routed_key"]) for x in mine if x["shard"] == "0"}
     assert by_port[pg_replica.port] >= len(keys[0])
+
+
+# ---- transactions and pipelines -------------------------------------------------
+
+def keys_by_shard(pg, table, n, count=4):
+    out = {}
+    for k in range(200):
+        out.setdefault(shard_of(pg, table, n, k), [])
+        if len(out[shard_of(pg, table, n, k)]) < count:
+            out[shard_of(pg, table, n, k)].append(k)
+    return out
+
+
+def test_statements_after_the_first_must_stay_on_its_shard(pgcat, shards):
+    """Once a transaction runs on a shard, a later statement whose keys are
+    on another one is refused by that shard's server (the transaction fails
+    as in PostgreSQL), never run on the wrong shard."""
+    inst = start(pgcat, shards)
+    ks = keys_by_shard(shards, "items3", 3)
+    r = inst.raw_login(dbname="sh3")
+    # simple protocol: the first statement routes, the second is refused
+    rows, err, status = r.simple("BEGIN; INSERT INTO items3 (id, v) VALUES (%d, 'a')" % ks[1][0])
+    assert err is None and status == "T"
+    rows, err, status = r.simple("INSERT INTO items3 (id, v) VALUES (%d, 'b')" % ks[2][0])
+    assert err["C"] == "0A000" and "cross-shard transaction" in err["M"], err
+    assert status == "E"
+    rows, err, status = r.simple("ROLLBACK")
+    assert err is None and status == "I"
+    # the same through the extended protocol (a Bind with the other key)
+    rows, err, status = r.simple("BEGIN; INSERT INTO items3 (id, v) VALUES (%d, 'a')" % ks[1][0])
+    assert status == "T"
+    r.send(pgwire.parse("INSERT INTO items3 (id, v) VALUES ($1, 'b')") + pgwire.bind([ks[2][1]]) +
+           pgwire.execute() + pgwire.sync())
+    msgs = r.read_until((b"Z",))
+    types = [t for t, _ in msgs]
+    assert types == [b"1", b"E", b"Z"], msgs
+    err = pgwire.parse_fields(msgs[1][1])
+    assert err["C"] == "0A000" and "cross-shard transaction" in err["M"], err
+    assert msgs[-1][1] == b"E"
+    rows, err, status = r.simple("ROLLBACK")
+    assert status == "I"
+    # a key of the same shard is fine; so is a table that is not sharded
+    rows, err, status = r.simple("BEGIN; INSERT INTO items3 (id, v) VALUES (%d, 'a')" % ks[1][0])
+    r.send(pgwire.parse("INSERT INTO items3 (id, v) VALUES ($1, 'b')") + pgwire.bind([ks[1][1]]) +
+           pgwire.execute() + pgwire.sync())
+    assert [t for t, _ in r.read_until((b"Z",))] == [b"1", b"2", b"C", b"Z"]
+    rows, err, status = r.simple("INSERT INTO plain VALUES (7)")
+    assert err is None
+    rows, err, status = r.simple("COMMIT")
+    assert err is None and status == "I"
+    r.close()
+    assert where(shards, "items3", 3, ks[1][0]) == [1] and where(shards, "items3", 3, ks[1][1]) == [1]
+    assert where(shards, "items3", 3, ks[2][0]) == [] and where(shards, "items3", 3, ks[2][1]) == []
+    assert misplaced(shards, "items3", 3) == 0
+
+
+def test_pipelined_requests_for_other_shards_are_refused(pgcat, shards):
+    """Requests pipelined behind one another share the first one's server:
+    one for another shard is refused rather than run there."""
+    inst = start(pgcat, shards)
+    ks = keys_by_shard(shards, "items3", 3)
+    r = inst.raw_login(dbname="sh3")
+    q = "INSERT INTO items3 (id, v) VALUES ($1, 'p')"
+    r.send(pgwire.parse(q) + pgwire.bind([ks[0][0]]) + pgwire.execute() + pgwire.sync() +
+           pgwire.parse(q) + pgwire.bind([ks[0][1]]) + pgwire.execute() + pgwire.sync() +
+           pgwire.parse(q) + pgwire.bind([ks[2][0]]) + pgwire.execute() + pgwire.sync())
+    seen = []
+    for _ in range(3):
+        seen.append([t for t, _ in r.read_until((b"Z",))])
+    assert seen[0] == [b"1", b"2", b"C", b"Z"] and seen[1] == [b"1", b"2", b"C", b"Z"], seen
+    assert seen[2] == [b"1", b"E", b"Z"], seen
+    rows, err, status = r.simple("SELECT 1")
+    assert rows == [["1"]]
+    r.close()
+    assert where(shards, "items3", 3, ks[0][0]) == [0] and where(shards, "items3", 3, ks[0][1]) == [0]
+    assert where(shards, "items3", 3, ks[2][0]) == []
