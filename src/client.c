@@ -122,7 +122,7 @@ static void send_simple(struct client *c, uint8_t type)
 	evbuffer_add(io_out(&c->io), msg, sizeof msg);
 }
 
-static char idle_status(const struct client *c) { return c->in_failed_tx ? 'E' : 'I'; }
+static char idle_status(const struct client *c) { return c->in_failed_tx ? 'E' : c->held_begin ? 'T' : 'I'; }
 
 void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int salen, bool is_unix)
 {
@@ -267,6 +267,7 @@ void client_free(struct client *c)
 	free(c->names);
 	free(c->pending_error);
 	free(c->admin_pending);
+	free(c->held_begin);
 	free(c);
 }
 

@@ -231,6 +231,11 @@ static enum router_role decide_role(struct client *c, const struct proto_frame *
 	}
 	const char *sql;
 	size_t len;
+	if (c->held_begin && cp->query_parser_enabled) {
+		/* the transaction began with the BEGIN pgcat held (below) */
+		*writes = !c->held_begin_read_only;
+		return c->held_begin_read_only ? ROUTER_ROLE_REPLICA : ROUTER_ROLE_PRIMARY;
+	}
 	if (!first_statement(c, f, &sql, &len))
 		return role;
 	struct router_verdict local;
@@ -427,6 +432,13 @@ static bool scan_request(struct client *c, const struct proto_frame *f, const st
 /* Answers the request with an error (ReadyForQuery, or skipping to Sync). */
 static void refuse(struct client *c, const char *sqlstate, const char *msg)
 {
+	if (c->held_begin) {
+		/* inside the transaction pgcat holds: it failed, as it would
+		 * have on a server (the client ends it with ROLLBACK) */
+		free(c->held_begin);
+		c->held_begin = NULL;
+		c->in_failed_tx = true;
+	}
 	client_on_checkout_failed(c, sqlstate, msg);
 }
 
@@ -572,7 +584,10 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 	if (!scan_request(c, f, &rr, &r, &provisional))
 		return ROUTE_ACTIVE_WAIT;   /* the rest of the request first */
 	int here = s->sp->shard;
-	if (r.outcome == SHARDKEY_DEFAULT || (r.outcome == SHARDKEY_ONE && r.shard == here)) {
+	/* (with a held BEGIN the Bind starts afresh anyway: the BEGIN goes
+	 * first, and not in the middle of a segment) */
+	bool in_place = !(c->shard_phase == ROUTE_PHASE_PROVISIONAL && c->held_begin);
+	if (in_place && (r.outcome == SHARDKEY_DEFAULT || (r.outcome == SHARDKEY_ONE && r.shard == here))) {
 		if (c->shard_phase == ROUTE_PHASE_PROVISIONAL && f->type == PqMsg_Bind)
 			c->shard_phase = ROUTE_PHASE_GUARD;   /* already where it belongs */
 		return ROUTE_ACTIVE_FORWARD;
@@ -601,8 +616,106 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 static struct srvpool *pick(struct client *c, const struct proto_frame *f);
 static bool takes_writes(const struct srvpool *sp);
 
+/* ---- BEGIN held until the first statement (sharding) ---- */
+
+static void reply(struct client *c, struct pktbuf *pb);
+
+#define ROUTE_HELD_BEGIN_MAX 200
+
+/* The first word of sql (letters), lower-cased into w; its end. */
+static size_t first_word(const char *sql, size_t len, size_t from, char *w, size_t wsz)
+{
+	size_t i = from, n = 0;
+	while (i < len && (sql[i] == ' ' || sql[i] == '\t' || sql[i] == '\n' || sql[i] == '\r'))
+		i++;
+	while (i < len && ((sql[i] >= 'a' && sql[i] <= 'z') || (sql[i] >= 'A' && sql[i] <= 'Z'))) {
+		if (n + 1 < wsz)
+			w[n++] = (char)(sql[i] | 0x20);
+		i++;
+	}
+	w[n] = '\0';
+	return i;
+}
+
+/* COMMIT, END, ROLLBACK or ABORT, with an optional WORK or TRANSACTION and
+ * semicolon, and nothing else (not AND CHAIN, not ROLLBACK TO): the tag
+ * PostgreSQL answers it with, or NULL. */
+static const char *plain_end_tag(const char *sql, size_t len)
+{
+	char w[16];
+	size_t i = first_word(sql, len, 0, w, sizeof w);
+	const char *tag = strcmp(w, "commit") == 0 || strcmp(w, "end") == 0	     ? "COMMIT"
+			  : strcmp(w, "rollback") == 0 || strcmp(w, "abort") == 0 ? "ROLLBACK"
+										   : NULL;
+	if (!tag)
+		return NULL;
+	size_t j = first_word(sql, len, i, w, sizeof w);
+	if (strcmp(w, "work") == 0 || strcmp(w, "transaction") == 0)
+		i = j;
+	else if (w[0])
+		return NULL;
+	while (i < len && (sql[i] == ' ' || sql[i] == '\t' || sql[i] == '\n' || sql[i] == '\r' || sql[i] == ';'))
+		i++;
+	return i == len ? tag : NULL;
+}
+
+/* In a sharded pool with automatic routing, a BEGIN alone says nothing
+ * about the shard: pgcat answers it and holds it until the transaction's
+ * first statement has been routed (server.c sends it first on link). true:
+ * answered (held BEGIN, or the COMMIT/ROLLBACK of a transaction that never
+ * reached a server). */
+static bool hold_begin(struct client *c, const struct proto_frame *f)
+{
+	const struct config_pool *cp = c->pool->cpool;
+	if (f->type != PqMsg_Query)
+		return false;
+	if (!c->held_begin && (cp->n_shards <= 1 || !cp->query_parser_enabled || cp->n_sharded_tables == 0 ||
+			       c->shard_override >= 0 || c->pool->mode != POOL_MODE_TRANSACTION))
+		return false;
+	uint32_t total = f->len + 1;
+	if (total > 5 + ROUTE_HELD_BEGIN_MAX || evbuffer_get_length(c->io.in) < total)
+		return false;
+	const char *sql = (const char *)evbuffer_pullup(c->io.in, total) + 5;
+	size_t len = strnlen(sql, total - 5);
+	uint8_t storage[64];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	if (c->held_begin) {
+		const char *tag = plain_end_tag(sql, len);
+		if (!tag)
+			return false;
+		free(c->held_begin);
+		c->held_begin = NULL;
+		evbuffer_drain(c->io.in, total);
+		pktbuf_command_complete(&pb, tag);
+		reply(c, &pb);
+		return true;
+	}
+	struct route_rules rr;
+	build_rules(c, &rr);
+	struct router_verdict local;
+	const struct router_verdict *v = classify(c, &rr, sql, len, &local);
+	if (!v->parsed || !v->begins || v->ends || v->multi_statement || v->reads_sharded || v->hint_shard >= 0 ||
+	    v->has_hint_key || v->hint_invalid || v->hint_role != ROUTER_ROLE_NONE)
+		return false;
+	char w[16];
+	(void)first_word(sql, len, 0, w, sizeof w);
+	const char *tag = strcmp(w, "begin") == 0 ? "BEGIN" : strcmp(w, "start") == 0 ? "START TRANSACTION" : NULL;
+	if (!tag || !(c->held_begin = malloc(len + 1)))
+		return false;
+	memcpy(c->held_begin, sql, len);
+	c->held_begin[len] = '\0';
+	c->held_begin_read_only = v->begin_read_only;
+	evbuffer_drain(c->io.in, total);
+	pktbuf_command_complete(&pb, tag);
+	reply(c, &pb);
+	return true;
+}
+
 struct srvpool *route_pick(struct client *c, const struct proto_frame *f)
 {
+	if (hold_begin(c, f))
+		return NULL;
 	struct srvpool *sp = pick(c, f);
 	if (!sp)
 		return NULL;
@@ -738,7 +851,7 @@ static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame 
 
 static void reply(struct client *c, struct pktbuf *pb)
 {
-	pktbuf_ready_for_query(pb, 'I');
+	pktbuf_ready_for_query(pb, c->held_begin ? 'T' : 'I');
 	if (!pb->failed)
 		evbuffer_add(client_output(c), pb->data, pb->len);
 }

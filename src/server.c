@@ -444,6 +444,7 @@ void server_link(struct server *s, struct client *c)
 		snprintf(sql + used, sizeof sql - used, "%s", q);
 		n = 1;
 	}
+	bool syncing = false;
 	if (n > 0) {
 		uint8_t storage[sizeof sql + 16];
 		struct pktbuf pb;
@@ -453,9 +454,25 @@ void server_link(struct server *s, struct client *c)
 			log_trace("S-%llu: sync parameters: %s", (unsigned long long)s->id, sql);
 			evbuffer_add(io_out(&s->io), pb.data, pb.len);
 			s->outstanding++;
-			server_set_state(s, SERVER_SYNCING);
-			return;
+			syncing = true;
 		}
+	}
+	if (c->held_begin && c->shard_phase != ROUTE_PHASE_PROVISIONAL) {
+		/* sharding: the BEGIN pgcat answered (route.c), replies absorbed;
+		 * not while only preparing before the key is known */
+		uint8_t storage[512];
+		struct pktbuf pb;
+		pktbuf_init(&pb, storage, sizeof storage);
+		pktbuf_query(&pb, c->held_begin);
+		if (!pb.failed) {
+			evbuffer_add(io_out(&s->io), pb.data, pb.len);
+			s->outstanding++;
+			syncing = true;
+		}
+	}
+	if (syncing) {
+		server_set_state(s, SERVER_SYNCING);
+		return;
 	}
 	server_set_state(s, SERVER_ACTIVE);
 	client_on_linked(c);
@@ -630,6 +647,11 @@ static void process_unlinked(struct server *s)
 				/* The SETs ran: the server's session is now the client's. */
 				if (c)
 					(void)params_copy(&s->params, &c->params);
+				if (c && c->held_begin && c->shard_phase != ROUTE_PHASE_PROVISIONAL) {
+					/* it ran here: the transaction is open */
+					free(c->held_begin);
+					c->held_begin = NULL;
+				}
 				s->health_check = false;
 				server_set_state(s, SERVER_ACTIVE);
 				if (c)

@@ -523,3 +523,66 @@ def test_pipelined_requests_for_other_shards_are_refused(pgcat, shards):
     r.close()
     assert where(shards, "items3", 3, ks[0][0]) == [0] and where(shards, "items3", 3, ks[0][1]) == [0]
     assert where(shards, "items3", 3, ks[2][0]) == []
+
+
+def test_explicit_transactions_are_routed_by_their_first_statement(pgcat, shards):
+    """A BEGIN alone does not say where the transaction goes: pgcat answers
+    it and opens it on the shard of the first statement."""
+    inst = start(pgcat, shards)
+    ks = keys_by_shard(shards, "items3", 3)
+    # psycopg outside autocommit: BEGIN, then the statements, then COMMIT
+    with inst.connect(dbname="sh3", autocommit=False) as c:
+        for s in (2, 1):
+            c.execute("INSERT INTO items3 (id, v) VALUES (%s, 't')", (ks[s][0],))
+            c.execute("UPDATE items3 SET v = 'u' WHERE id = %s", (ks[s][0],))
+            c.execute("INSERT INTO items3 (id, v) VALUES (%s, 't')", (ks[s][1],))
+            assert c.execute("SELECT current_database()").fetchone()[0] == "shard%d" % s
+            c.commit()
+        # a statement for another shard fails the transaction; nothing of it stays
+        c.execute("INSERT INTO items3 (id, v) VALUES (%s, 'r')", (ks[0][2],))
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("INSERT INTO items3 (id, v) VALUES (%s, 'r')", (ks[1][2],))
+        assert sqlstate(e.value) == "0A000"
+        c.rollback()
+        # a cross-shard write as the first statement: refused, transaction failed
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("UPDATE items3 SET v = 'all'")
+        assert sqlstate(e.value) == "0A000"
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("SELECT 1")
+        assert sqlstate(e.value) == "25P02"
+        c.rollback()
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+        c.rollback()
+    assert where(shards, "items3", 3, ks[2][0]) == [2] and where(shards, "items3", 3, ks[1][1]) == [1]
+    assert where(shards, "items3", 3, ks[0][2]) == [] and where(shards, "items3", 3, ks[1][2]) == []
+    assert misplaced(shards, "items3", 3) == 0
+    # raw: the answers pgcat gives itself look like PostgreSQL's
+    r = inst.raw_login(dbname="sh3")
+    for begin, tag in (("BEGIN", "BEGIN"), ("start transaction isolation level serializable", "START TRANSACTION")):
+        r.send(pgwire.query(begin))
+        msgs = r.read_until((b"Z",))
+        assert [(t, p) for t, p in msgs] == [(b"C", tag.encode() + b"\0"), (b"Z", b"T")], msgs
+        rows, err, status = r.simple("SHOW SHARD")
+        assert status == "T"
+        r.send(pgwire.query("commit;"))
+        assert [(t, p) for t, p in r.read_until((b"Z",))] == [(b"C", b"COMMIT\0"), (b"Z", b"I")]
+    # the isolation level given with the BEGIN reaches the server
+    rows, err, status = r.simple("START TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+    rows, err, status = r.simple("SELECT current_setting('transaction_isolation'), count(*) FROM items3 "
+                                 "WHERE id = %d" % ks[2][0])
+    assert rows == [["serializable", "1"]] and status == "T", (rows, err)
+    rows, err, status = r.simple("ROLLBACK")
+    assert status == "I"
+    r.close()
+
+    async def run():
+        conn = await inst.asyncpg(dbname="sh3")
+        try:
+            async with conn.transaction():
+                await conn.execute("INSERT INTO items3 (id, v) VALUES ($1, 'async')", ks[1][3])
+                await conn.execute("INSERT INTO items3 (id, v) VALUES ($1, 'async')", ks[1][2])
+        finally:
+            await conn.close()
+    asyncio.run(run())
+    assert where(shards, "items3", 3, ks[1][3]) == [1] and where(shards, "items3", 3, ks[1][2]) == [1]
