@@ -21,7 +21,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 FUZZ_JOBS=${FUZZ_JOBS:-$(nproc)}
 FUZZ_TIMEOUT=${FUZZ_TIMEOUT:-10}
 FUZZ_BUILD=${FUZZ_BUILD:-build-fuzz}
-ALL_TARGETS="proto_startup proto_message scram_server scram_client config router params sharding"
+ALL_TARGETS="proto_startup proto_message scram_server scram_client config router params sharding shardkey"
 
 # Longest input worth trying per target: a little past each parser's limit.
 max_len() {
@@ -31,6 +31,7 @@ max_len() {
 	scram_server | scram_client) echo 2200 ;;   # two messages of at most 1,024
 	router | params) echo 4096 ;;
 	sharding) echo 128 ;;
+	shardkey) echo 512 ;;
 	*) echo 4096 ;;
 	esac
 }
