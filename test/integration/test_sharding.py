@@ -586,3 +586,46 @@ def test_explicit_transactions_are_routed_by_their_first_statement(pgcat, shards
             await conn.close()
     asyncio.run(run())
     assert where(shards, "items3", 3, ks[1][3]) == [1] and where(shards, "items3", 3, ks[1][2]) == [1]
+
+
+def test_bad_bind_messages_in_a_sharded_pool(pgcat, shards):
+    """Malformed Bind bodies and unknown statements, sent raw: refused with an
+    error, pgcat keeps serving."""
+    import struct
+    inst = start(pgcat, shards)
+    q = "INSERT INTO items3 (id, v) VALUES ($1, 'bad')"
+    bad_binds = [
+        # declares one parameter of 1000 bytes, has 3
+        pgwire.msg(b"B", b"\0\0" + struct.pack("!HH", 0, 1) + struct.pack("!i", 1000) + b"123"),
+        # a length of -2
+        pgwire.msg(b"B", b"\0\0" + struct.pack("!HH", 0, 1) + struct.pack("!i", -2) + struct.pack("!H", 0)),
+        # format count that fits no parameter count
+        pgwire.msg(b"B", b"\0\0" + struct.pack("!HHHHH", 3, 1, 1, 1, 1) + struct.pack("!i", 1) + b"7"
+                   + struct.pack("!H", 0)),
+        # binary key of a length no integer has
+        pgwire.msg(b"B", b"\0\0" + struct.pack("!HHH", 1, 1, 1) + struct.pack("!i", 3) + b"\1\2\3"
+                   + struct.pack("!H", 0)),
+        # no terminator on the names
+        pgwire.msg(b"B", b"\0abc"),
+    ]
+    # no usable key: a cross-shard write for pgcat; unreadable names: the
+    # statement is only prepared (default shard), PostgreSQL refuses the Bind
+    expected = ["0A000", "0A000", "0A000", "0A000", "08P01"]
+    for b, code in zip(bad_binds, expected):
+        r = inst.raw_login(dbname="sh3")
+        r.send(pgwire.parse(q) + b + pgwire.execute() + pgwire.sync())
+        msgs = r.read_until((b"Z",))
+        errs = [pgwire.parse_fields(p) for t, p in msgs if t == b"E"]
+        assert errs and errs[0]["C"] == code, msgs
+        rows, err, status = r.simple("SELECT 1")
+        assert rows == [["1"]], (rows, err)
+        r.close()
+    # a Bind of a statement this client never prepared
+    r = inst.raw_login(dbname="sh3")
+    r.send(pgwire.bind(["5"], stmt="never_prepared") + pgwire.execute() + pgwire.sync())
+    msgs = r.read_until((b"Z",))
+    assert [pgwire.parse_fields(p)["C"] for t, p in msgs if t == b"E"] == ["26000"], msgs
+    r.close()
+    assert rows_per_shard(shards, "items3", 3) == [[], [], []]
+    with inst.connect(dbname="sh3") as c:
+        assert c.execute("SELECT 41 + 1").fetchone()[0] == 42
