@@ -253,10 +253,14 @@ static enum router_role decide_role(struct client *c, const struct proto_frame *
 
 /* ---- which shard (SPEC §6) ---- */
 
-/* How far the routing looks into a request (Parse, Bind, ... up to Sync):
- * beyond this the statements seen decide, and a sharded one makes the
- * request cross-shard (its later Binds are not visible). */
-#define ROUTE_SCAN_MAX (32u * 1024)
+/* How far the routing looks into a request (Parse, Bind, ... up to Sync),
+ * letting it into the buffer whole (a Bind with a large value before its
+ * Execute): beyond this the statements seen decide, and a sharded one makes
+ * the request cross-shard (its later Binds are not visible). */
+#define ROUTE_SCAN_MAX (1024u * 1024)
+/* The client's usual read watermark (client.c), restored after a scan that
+ * had to raise it. */
+#define ROUTE_READ_HIGH (64u * 1024)
 /* Statements prepared by one request that the scan keeps track of. */
 #define ROUTE_SCAN_PARSES 8
 
@@ -373,7 +377,7 @@ static bool scan_request(struct client *c, const struct proto_frame *f, const st
 	struct scan_parse parses[ROUTE_SCAN_PARSES];
 	size_t n_parses = 0;
 	bool complete = false, truncated = false, flush = false, bound = false;
-	size_t off = 0;
+	size_t off = 0, want = 0;
 	while (off + 5 <= lim) {
 		uint8_t type = m[off];
 		uint32_t l = proto_get_u32(m + off + 1);
@@ -384,8 +388,10 @@ static bool scan_request(struct client *c, const struct proto_frame *f, const st
 			break;
 		}
 		size_t total = (size_t)l + 1;
-		if (total > lim - off)
+		if (total > lim - off) {
+			want = off + total;
 			break;
+		}
 		const uint8_t *body = m + off + 5;
 		size_t blen = l - 4;
 		if (type == PqMsg_Parse) {
@@ -410,10 +416,19 @@ static bool scan_request(struct client *c, const struct proto_frame *f, const st
 		off += total;
 	}
 	if (!complete) {
-		if (lim == have && have < ROUTE_SCAN_MAX)
+		size_t need = want ? want : off + 5;
+		if (lim == have && need <= ROUTE_SCAN_MAX) {
+			/* the rest is on its way: let it in (bounded) */
+			if (need > c->io.read_high)
+				c->io.read_high = (uint32_t)need;
+			log_debug("C-%llu: routing waits for %zu bytes of the request (%zu here)", (unsigned long long)c->id,
+				  need, have);
 			return false;
+		}
 		truncated = true;
 	}
+	if (c->io.read_high > ROUTE_READ_HIGH)
+		c->io.read_high = ROUTE_READ_HIGH;
 	/* Statements prepared and not executed here: their literal keys. */
 	bool sharded_before = sharded;
 	for (size_t i = 0; i < n_parses; i++)

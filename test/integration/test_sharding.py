@@ -629,3 +629,18 @@ def test_bad_bind_messages_in_a_sharded_pool(pgcat, shards):
     assert rows_per_shard(shards, "items3", 3) == [[], [], []]
     with inst.connect(dbname="sh3") as c:
         assert c.execute("SELECT 41 + 1").fetchone()[0] == 42
+
+
+def test_large_values_are_routed_by_their_key(pgcat, shards):
+    """A Bind carrying a value larger than the usual read buffer is let in
+    whole and routed by its key, wherever the key sits among the values."""
+    inst = start(pgcat, shards)
+    big = "x" * 300_000
+    with inst.connect(dbname="sh3") as c:
+        for k in range(6):
+            c.execute("INSERT INTO items3 (v, id) VALUES (%s, %s)", (big, k))
+        for k in range(6, 9):
+            c.execute("INSERT INTO items3 (id, v) VALUES (%s, %s)", (k, big))
+        assert c.execute("SELECT length(v) FROM items3 WHERE id = %s", (4,)).fetchone()[0] == len(big)
+    assert sum(len(p) for p in rows_per_shard(shards, "items3", 3)) == 9
+    assert misplaced(shards, "items3", 3) == 0
