@@ -562,6 +562,39 @@ static void route_count(struct srvpool *sp, enum route_via via)
 			      memory_order_relaxed);
 }
 
+/* The guard looks at one message at a time (a pipeline of many Binds is
+ * checked in one pass): a whole Query, or one Bind with its statement.
+ * false: wait for the rest of it. */
+static bool scan_message(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
+			 struct shardkey_result *acc)
+{
+	bool provisional, sharded = false;
+	if (f->type == PqMsg_Query)
+		return scan_request(c, f, rr, acc, &provisional);
+	acc->outcome = SHARDKEY_DEFAULT;
+	acc->shard = -1;
+	acc->writes = false;
+	struct evbuffer *in = c->io.in;
+	size_t total = (size_t)f->len + 1;
+	if (evbuffer_get_length(in) < total) {
+		if (total > c->io.read_high)
+			c->io.read_high = (uint32_t)total;   /* (at most ROUTE_SCAN_MAX) */
+		return false;
+	}
+	if (c->io.read_high > ROUTE_READ_HIGH)
+		c->io.read_high = ROUTE_READ_HIGH;
+	const uint8_t *body = evbuffer_pullup(in, (ev_ssize_t)total) + 5;
+	size_t blen = total - 5, noff = 0;
+	const char *portal, *name;
+	struct scan_parse st;
+	if (proto_read_cstring(body, blen, &noff, &portal) && proto_read_cstring(body, blen, &noff, &name) &&
+	    bind_statement(c, NULL, 0, name, &st)) {
+		struct shardkey_bind b = { body, blen, st.types, st.n_types };
+		scan_statement(c, rr, st.sql, st.sql_len, &b, acc, &sharded);
+	}
+	return true;
+}
+
 /* The guard's refusal of a Query or Bind at the head of the input. */
 static enum route_active refuse_on_server(struct client *c, struct server *s, const struct proto_frame *f,
 					  const char *msg)
@@ -595,9 +628,8 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 	struct route_rules rr;
 	build_rules(c, &rr);
 	struct shardkey_result r;
-	bool provisional;
-	if (!scan_request(c, f, &rr, &r, &provisional))
-		return ROUTE_ACTIVE_WAIT;   /* the rest of the request first */
+	if (!scan_message(c, f, &rr, &r))
+		return ROUTE_ACTIVE_WAIT;   /* the rest of the message first */
 	int here = s->sp->shard;
 	/* (with a held BEGIN the Bind starts afresh anyway: the BEGIN goes
 	 * first, and not in the middle of a segment) */
