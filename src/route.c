@@ -262,7 +262,7 @@ static enum router_role decide_role(struct client *c, const struct proto_frame *
  * had to raise it. */
 #define ROUTE_READ_HIGH (64u * 1024)
 /* Statements prepared by one request that the scan keeps track of. */
-#define ROUTE_SCAN_PARSES 8
+#define ROUTE_SCAN_PARSES 64
 
 enum shard_decision {
 	SHARD_DECIDED,      /* *shard is where the transaction goes */
