@@ -954,7 +954,7 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 		i++;
 	if (i >= len || (sql[i] != 's' && sql[i] != 'S'))
 		return false;
-	char value[128];
+	char value[1024];   /* SET SHARDING KEY: a text key may be long */
 	enum router_command cmd = router_parse_command(sql, len, value, sizeof value);
 	uint8_t storage[256];
 	struct pktbuf pb;
@@ -969,7 +969,7 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 		enum router_role r;
 		if (!router_role_parse(value, strlen(value), &r)) {
 			char msg[200];
-			snprintf(msg, sizeof msg, "invalid server role \"%s\": primary, replica, any, auto or default",
+			snprintf(msg, sizeof msg, "invalid server role \"%.64s\": primary, replica, any, auto or default",
 				 value);
 			reply_error(c, "22023", msg);
 			return true;
@@ -998,7 +998,7 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 		long s = strtol(value, &end, 10);
 		if (!value[0] || *end || s < 0 || (size_t)s >= c->pool->cpool->n_shards) {
 			char msg[200];
-			snprintf(msg, sizeof msg, "invalid shard \"%s\": this pool has shards 0 to %zu", value,
+			snprintf(msg, sizeof msg, "invalid shard \"%.64s\": this pool has shards 0 to %zu", value,
 				 c->pool->cpool->n_shards - 1);
 			reply_error(c, "22023", msg);
 			return true;

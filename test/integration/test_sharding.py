@@ -147,7 +147,7 @@ def test_set_sharding_key_and_show_shard(pgcat, shards):
             assert sqlstate(e.value) == "22023", bad
             assert c.execute("SHOW SHARD").fetchone()[0] == before
     with inst.connect(dbname="sht") as c:
-        for key in ("alice", "bob", "", " spaced ", "ünïcödé"):
+        for key in ("alice", "bob", "", " spaced ", "ünïcödé", "long-" * 150):
             c.execute("SET SHARDING KEY TO %s" % psycopg.sql.quote(key))
             s = shard_of(shards, "titems", 3, key)
             assert c.execute("SHOW SHARD").fetchone()[0] == str(s), key
