@@ -66,9 +66,11 @@ struct server;
  * c->shard_phase is not NONE. */
 enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f);
 
-/* A read whose rows are on several shards (SPEC §6). Answers the request
- * (reply queued, or handed to another room); true when it did. The one
- * entry point for cross-shard reads: fan-out plugs in here. */
+/* A read whose rows are on several shards (SPEC §6), at the head of the
+ * client's input (idle client, nothing consumed). Answers the request
+ * (reply queued, or handed to another room) and returns true; false: not
+ * taken, route refuses it with 0A000. The one entry point for cross-shard
+ * reads: fan-out plugs in here (the placeholder refuses, doc/sharding.md). */
 bool route_cross_shard_read(struct client *c, const struct proto_frame *f);
 
 /* SET SERVER ROLE, SET PRIMARY READS, SHOW SERVER ROLE, SHOW PRIMARY READS

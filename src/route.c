@@ -541,7 +541,8 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 				 "use SET SHARD or SET SHARDING KEY");
 		return SHARD_ANSWERED;
 	}
-	(void)route_cross_shard_read(c, f);
+	if (!route_cross_shard_read(c, f))
+		refuse(c, "0A000", "cross-shard read: not supported");
 	return SHARD_ANSWERED;
 }
 

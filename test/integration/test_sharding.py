@@ -315,6 +315,8 @@ def test_cross_shard_writes_refused_unless_a_shard_is_chosen(pgcat, shards):
         "UPDATE items3 SET v = 'y' WHERE id IN (%d, %d)" % (a, b),
         "INSERT INTO items3 SELECT 5, 'x'",
         "DELETE FROM items3 WHERE id = %d OR id = %d" % (a, b),
+        "UPDATE items3 SET id = %d WHERE id = %d" % (b, a),                   # moves a row's key
+        "COPY items3 FROM STDIN",                                              # (no splitting yet)
     ]
     with inst.connect(dbname="sh3") as c:
         for sql in writes:
@@ -644,3 +646,25 @@ def test_large_values_are_routed_by_their_key(pgcat, shards):
         assert c.execute("SELECT length(v) FROM items3 WHERE id = %s", (4,)).fetchone()[0] == len(big)
     assert sum(len(p) for p in rows_per_shard(shards, "items3", 3)) == 9
     assert misplaced(shards, "items3", 3) == 0
+
+
+def test_default_shard_all(pgcat, shards):
+    """default_shard = all: statements without a shard choice are
+    cross-shard; writes are refused, reads take the cross-shard path."""
+    pool = sharded_pool(shards, SHARD_DBS[:2], "pg_bigint_hash", "items2.id", default_shard="all")
+    inst = start(pgcat, shards, pools={"shall": pool})
+    with inst.connect(dbname="shall") as c:
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("INSERT INTO plain VALUES (1)")
+        assert sqlstate(e.value) == "0A000" and "cross-shard write" in str(e.value)
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("SELECT 1")
+        assert sqlstate(e.value) == "0A000" and "cross-shard read" in str(e.value)
+        # keyed statements and a chosen shard work as usual
+        c.execute("INSERT INTO items2 (id, v) VALUES (%s, 'k')", (11,))
+        assert where(shards, "items2", 2, 11) == [shard_of(shards, "items2", 2, 11)]
+        c.execute("SET SHARD TO '1'")
+        c.execute("INSERT INTO plain VALUES (2)")
+        assert c.execute("SHOW SHARD").fetchone()[0] == "1"
+    with shards.connect("shard1") as direct:
+        assert direct.execute("SELECT count(*) FROM plain WHERE x = 2").fetchone()[0] == 1
