@@ -53,6 +53,7 @@ struct srvpool *route_pick(struct client *c, const struct proto_frame *f);
 enum route_phase {
 	ROUTE_PHASE_NONE,          /* nothing to check (one shard, or the client chose it) */
 	ROUTE_PHASE_GUARD,         /* check each Query and Bind against the server's shard */
+	ROUTE_PHASE_REFUSE_BIND,   /* the request a Parse opened is for another shard: refuse its Bind */
 	ROUTE_PHASE_PROVISIONAL,   /* routed to default_shard before the key was known */
 	ROUTE_PHASE_REROUTING      /* pgcat's Sync is out; the Bind waits for the release */
 };

@@ -617,12 +617,30 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 {
 	if (c->shard_phase == ROUTE_PHASE_REROUTING)
 		return ROUTE_ACTIVE_WAIT;
+	bool refuse_bind = c->shard_phase == ROUTE_PHASE_REFUSE_BIND && f->type == PqMsg_Bind;
+	if (f->type == PqMsg_Parse && c->shard_phase == ROUTE_PHASE_GUARD && f->len + 1 <= ROUTE_SCAN_MAX) {
+		/* The request this Parse opens, with its Binds: once the Parse
+		 * is sent, its text may be known nowhere else (no prepared
+		 * statement rewriting), so it is judged now and its Bind
+		 * refused if need be. */
+		struct route_rules rr;
+		build_rules(c, &rr);
+		struct shardkey_result r;
+		bool provisional;
+		if (!scan_request(c, f, &rr, &r, &provisional))
+			return ROUTE_ACTIVE_WAIT;
+		if (r.outcome == SHARDKEY_CROSS || (r.outcome == SHARDKEY_ONE && r.shard != s->sp->shard))
+			c->shard_phase = ROUTE_PHASE_REFUSE_BIND;
+		return ROUTE_ACTIVE_FORWARD;
+	}
 	if (f->type != PqMsg_Bind && f->type != PqMsg_Query) {
-		if (c->shard_phase == ROUTE_PHASE_PROVISIONAL &&
+		if ((c->shard_phase == ROUTE_PHASE_PROVISIONAL || c->shard_phase == ROUTE_PHASE_REFUSE_BIND) &&
 		    (f->type == PqMsg_Sync || f->type == PqMsg_FunctionCall))
 			c->shard_phase = ROUTE_PHASE_GUARD;   /* the segment ends where it is */
 		return ROUTE_ACTIVE_FORWARD;
 	}
+	if (c->shard_phase == ROUTE_PHASE_REFUSE_BIND && f->type == PqMsg_Query)
+		c->shard_phase = ROUTE_PHASE_GUARD;   /* the Parse's request ended */
 	/* Too long to look at: the parser would not read it either. */
 	if (f->len + 1 > ROUTE_SCAN_MAX)
 		return ROUTE_ACTIVE_FORWARD;
@@ -631,7 +649,11 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 	struct shardkey_result r;
 	if (!scan_message(c, f, &rr, &r))
 		return ROUTE_ACTIVE_WAIT;   /* the rest of the message first */
+	if (refuse_bind)
+		c->shard_phase = ROUTE_PHASE_GUARD;
 	int here = s->sp->shard;
+	if (refuse_bind && !(r.outcome == SHARDKEY_CROSS || (r.outcome == SHARDKEY_ONE && r.shard != here)))
+		r.outcome = SHARDKEY_CROSS;   /* judged at its Parse; its statement is not known here */
 	/* (with a held BEGIN the Bind starts afresh anyway: the BEGIN goes
 	 * first, and not in the middle of a segment) */
 	bool in_place = !(c->shard_phase == ROUTE_PHASE_PROVISIONAL && c->held_begin);

@@ -668,3 +668,26 @@ def test_default_shard_all(pgcat, shards):
         assert c.execute("SHOW SHARD").fetchone()[0] == "1"
     with shards.connect("shard1") as direct:
         assert direct.execute("SELECT count(*) FROM plain WHERE x = 2").fetchone()[0] == 1
+
+
+def test_guard_without_prepared_statement_rewriting(pgcat, shards):
+    """With prepared_statements off, pgcat judges the request when its Parse
+    goes by, and the Bind for another shard is refused by the server (as a
+    Bind of the statement pgcat_cross_shard_statement_refused)."""
+    inst = start(pgcat, shards, general={"prepared_statements": "false"})
+    ks = keys_by_shard(shards, "items3", 3)
+    r = inst.raw_login(dbname="sh3")
+    rows, err, status = r.simple("BEGIN; INSERT INTO items3 (id, v) VALUES (%d, 'a')" % ks[1][0])
+    assert status == "T"
+    q = "INSERT INTO items3 (id, v) VALUES ($1, 'b')"
+    r.send(pgwire.parse(q) + pgwire.bind([ks[1][1]]) + pgwire.execute() + pgwire.sync())
+    assert [t for t, _ in r.read_until((b"Z",))] == [b"1", b"2", b"C", b"Z"]
+    r.send(pgwire.parse(q) + pgwire.bind([ks[2][0]]) + pgwire.execute() + pgwire.sync())
+    msgs = r.read_until((b"Z",))
+    assert [t for t, _ in msgs] == [b"1", b"E", b"Z"], msgs
+    err = pgwire.parse_fields(msgs[1][1])
+    assert err["C"] == "26000" and "pgcat_cross_shard_statement_refused" in err["M"], err
+    rows, err, status = r.simple("ROLLBACK")
+    assert status == "I"
+    r.close()
+    assert rows_per_shard(shards, "items3", 3) == [[], [], []]
