@@ -569,6 +569,20 @@ def test_explicit_transactions_are_routed_by_their_first_statement(pgcat, shards
         assert status == "T"
         r.send(pgwire.query("commit;"))
         assert [(t, p) for t, p in r.read_until((b"Z",))] == [(b"C", b"COMMIT\0"), (b"Z", b"I")]
+    # a hint on the BEGIN routes the transaction at once
+    rows, err, status = r.simple("/* pgcat: shard=2 */ BEGIN")
+    rows, err, status = r.simple("SELECT current_database(), txid_current_if_assigned() IS NULL")
+    assert rows == [["shard2", "t"]] and status == "T"
+    assert r.simple("COMMIT")[2] == "I"
+    # SET SHARD inside a held transaction chooses its shard
+    assert r.simple("BEGIN")[2] == "T"
+    rows, err, status = r.simple("SET SHARD TO '1'")
+    assert err is None and status == "T"
+    rows, err, status = r.simple("SELECT current_database()")
+    assert rows == [["shard1"]] and status == "T"
+    assert r.simple("ROLLBACK")[2] == "I"
+    r.close()
+    r = inst.raw_login(dbname="sh3")   # (a SET SHARD lasts for the session)
     # the isolation level given with the BEGIN reaches the server
     rows, err, status = r.simple("START TRANSACTION ISOLATION LEVEL SERIALIZABLE")
     rows, err, status = r.simple("SELECT current_setting('transaction_isolation'), count(*) FROM items3 "
