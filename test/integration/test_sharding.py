@@ -705,3 +705,23 @@ def test_guard_without_prepared_statement_rewriting(pgcat, shards):
     assert status == "I"
     r.close()
     assert rows_per_shard(shards, "items3", 3) == [[], [], []]
+
+
+def test_psycopg_pipeline(pgcat, shards):
+    """psycopg's pipeline mode: statements of one shard go through; a
+    pipeline that mixes shards is refused or checked statement by statement,
+    never written to the wrong shard."""
+    inst = start(pgcat, shards)
+    ks = keys_by_shard(shards, "items3", 3, count=6)
+    with inst.connect(dbname="sh3") as c:
+        with c.pipeline():
+            for k in ks[2][:5]:
+                c.execute("INSERT INTO items3 (id, v) VALUES (%s, 'pl')", (k,))
+        assert all(where(shards, "items3", 3, k) == [2] for k in ks[2][:5])
+        with pytest.raises(psycopg.Error) as e:
+            with c.pipeline():
+                c.execute("INSERT INTO items3 (id, v) VALUES (%s, 'pl')", (ks[0][0],))
+                c.execute("INSERT INTO items3 (id, v) VALUES (%s, 'pl')", (ks[1][0],))
+        assert sqlstate(e.value) == "0A000"
+    assert where(shards, "items3", 3, ks[1][0]) == []
+    assert misplaced(shards, "items3", 3) == 0
