@@ -86,6 +86,11 @@ struct client {
 	int8_t role_override;
 	int8_t primary_reads_override;
 	int16_t shard_override;
+	uint8_t shard_phase;          /* enum route_phase (route.c) */
+	bool held_begin_read_only;
+	/* A BEGIN pgcat answered itself until the transaction's first
+	 * statement shows its shard (route.c); sent to the server when linked. */
+	char *held_begin;
 	uint64_t sticky_until_us;
 	/* A read sent to a replica: a copy of its bytes until the first reply
 	 * reaches the client, to send it elsewhere if the replica dies. */

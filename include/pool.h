@@ -41,6 +41,7 @@ struct srvpool {
 	int n_waiters;
 
 	uint64_t xact_count;            /* transactions completed here, for SHOW SHARDS */
+	uint64_t routed[4];             /* transactions routed here, by enum route_via (SHOW SHARDS) */
 	/* From health checks (SPEC §4 role checks): */
 	bool role_known, in_recovery;
 	uint64_t wal_lsn;               /* current (primary) or replayed (replica) */

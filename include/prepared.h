@@ -161,6 +161,25 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 /* Does this reply type need the whole message for prep_server_message? */
 bool prep_server_wants(const struct server *s, uint8_t type);
 
+/* Sharding (route.c) refuses a client's request in the middle of a server
+ * transaction or pipeline: the Query (already taken from the client's
+ * input) is replaced by one that makes the server raise (sqlstate,
+ * message); the Bind by one the server refuses, its error replaced by
+ * (sqlstate, message) when rewriting is on (else PostgreSQL's 26000 about
+ * the statement "pgcat_cross_shard_statement_refused"). Segment counts stay
+ * right. false: nothing sent (message too long). */
+bool prep_server_fail_query(struct server *s, const char *sqlstate, const char *message)
+	__attribute__((warn_unused_result));
+bool prep_server_fail_bind(struct server *s, const char *sqlstate, const char *message)
+	__attribute__((warn_unused_result));
+
+/* Ends the segment the client left open (Parse/Describe/Flush, no Sync
+ * yet) with a Sync of pgcat's own whose replies the client never sees, so
+ * that the server can go back to the pool at its ReadyForQuery (sharding:
+ * the Bind that follows picks its shard, route.c). false: not possible
+ * (rewriting off, no memory); nothing was sent. */
+bool prep_server_end_segment(struct server *s) __attribute__((warn_unused_result));
+
 /* The server's session was reset or lost: forget pending matches. */
 void prep_server_reset_pending(struct server *s);
 /* The server connection ends: release everything. */

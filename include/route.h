@@ -19,9 +19,60 @@ struct srvpool;
 struct proto_frame;
 struct router_cache;
 
+/* How a transaction's shard was chosen (SHOW SHARDS counts each). */
+enum route_via {
+	ROUTE_VIA_KEY,       /* the query parser found its sharding keys */
+	ROUTE_VIA_SET,       /* SET SHARD / SET SHARDING KEY */
+	ROUTE_VIA_HINT,      /* a comment hint, shard= or sharding_key= */
+	ROUTE_VIA_DEFAULT,   /* default_shard */
+	ROUTE_VIA__COUNT
+};
+
 /* The server for the transaction the client starts with message f (the
- * message is at the head of the client's input, maybe not whole). */
+ * message is at the head of the client's input, maybe not whole). NULL:
+ * nothing to check out now, because route answered the request itself (a
+ * refused cross-shard write, a bad hint, the cross-shard read path) or
+ * waits for the rest of it (a Bind after the Parse). */
 struct srvpool *route_pick(struct client *c, const struct proto_frame *f);
+
+/*
+ * After the shard of a transaction was chosen by its keys or default_shard,
+ * the requests that follow on the same server (the rest of an explicit
+ * transaction, or a pipeline) are checked too (GUARD): a statement whose
+ * keys are on another shard, or a cross-shard one, is refused there
+ * (0A000) instead of running on the wrong shard.
+ *
+ * A request that only prepares a sharded statement and ends with Flush
+ * (asyncpg: Parse, Describe, Flush; then Bind, Execute, Sync once the types
+ * are known) has no key yet; it goes to default_shard PROVISIONALly. At the
+ * Bind, pgcat ends the server's segment with a Sync of its own (replies
+ * swallowed, prepared.c), the server goes back to the pool, and the Bind
+ * is routed by its parameters like a new transaction (the statement is
+ * prepared again on that server, SPEC §5).
+ */
+enum route_phase {
+	ROUTE_PHASE_NONE,          /* nothing to check (one shard, or the client chose it) */
+	ROUTE_PHASE_GUARD,         /* check each Query and Bind against the server's shard */
+	ROUTE_PHASE_REFUSE_BIND,   /* the request a Parse opened is for another shard: refuse its Bind */
+	ROUTE_PHASE_PROVISIONAL,   /* routed to default_shard before the key was known */
+	ROUTE_PHASE_REROUTING      /* pgcat's Sync is out; the Bind waits for the release */
+};
+enum route_active {
+	ROUTE_ACTIVE_FORWARD,      /* go on with the message as usual */
+	ROUTE_ACTIVE_WAIT,         /* leave it in the client's input for now */
+	ROUTE_ACTIVE_CONSUMED      /* taken and answered (refused on the server) */
+};
+struct server;
+/* Message f (at the head of the input) from a client linked to s while
+ * c->shard_phase is not NONE. */
+enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f);
+
+/* A read whose rows are on several shards (SPEC §6), at the head of the
+ * client's input (idle client, nothing consumed). Answers the request
+ * (reply queued, or handed to another room) and returns true; false: not
+ * taken, route refuses it with 0A000. The one entry point for cross-shard
+ * reads: fan-out plugs in here (the placeholder refuses, doc/sharding.md). */
+bool route_cross_shard_read(struct client *c, const struct proto_frame *f);
 
 /* SET SERVER ROLE, SET PRIMARY READS, SHOW SERVER ROLE, SHOW PRIMARY READS
  * in a simple Query: answered by pgcat. Returns true when it answered

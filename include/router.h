@@ -100,6 +100,7 @@ struct router_verdict {
 	 * (values optionally quoted, pairs separated by spaces or commas).
 	 * Read even when the text is not parsed. */
 	int hint_shard;           /* -1: none */
+	bool hint_invalid;        /* shard= not a number, sharding_key= empty or too long: 22023 */
 	bool has_hint_key;
 	enum router_role hint_role;   /* auto/default: NONE */
 	char hint_key[ROUTER_KEY_TEXT];

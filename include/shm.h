@@ -23,7 +23,7 @@
 #include "stats.h"
 
 #define SHM_MAGIC 0x70676361u      /* "pgca" */
-#define SHM_VERSION 4u
+#define SHM_VERSION 5u
 #define SHM_MAX_WORKERS 128
 #define SHM_MAX_POOLS 1024          /* (pool, user) pairs, over the life of the instance */
 #define SHM_MAX_TARGETS 4096        /* (pool, user, server) triples */
@@ -58,6 +58,15 @@ struct shm_target_entry {
 struct shm_pool_gauges {
 	_Atomic int32_t cl_active, cl_waiting, sv_active, sv_idle, sv_used, sv_login;
 	_Atomic int64_t maxwait_us;
+};
+
+/* Per (pool, user, server) and worker, for SHOW SHARDS: transactions
+ * completed there, and transactions routed there by how their shard was
+ * chosen (enum route_via). One writer (its worker); readers sum. */
+#define SHM_ROUTE_VIA 4
+struct shm_target_counts {
+	_Atomic uint64_t xacts;
+	_Atomic uint64_t routed[SHM_ROUTE_VIA];
 };
 
 /* What a CancelRequest needs, published by the worker that owns the key. */
@@ -119,7 +128,7 @@ struct shm_header {
 	struct bans bans;
 	_Atomic uint64_t admin_seq;
 	struct shm_admin_entry admin[SHM_ADMIN_RING];
-	uint64_t off_stats, off_avg, off_gauges, off_conns, off_waiters, off_cancel;
+	uint64_t off_stats, off_avg, off_gauges, off_conns, off_waiters, off_cancel, off_target_counts;
 	uint64_t off_dump, dump_slot_size;   /* SHM_DUMP__COUNT x n_workers slots */
 };
 
@@ -155,6 +164,10 @@ int32_t shm_conns_total(struct shm *shm, int target);
 void shm_waiters_set(struct shm *shm, int worker, int target, int32_t n);
 int32_t shm_waiters_others(struct shm *shm, int worker, int target);
 int32_t shm_clients_total(struct shm *shm);
+/* This worker's counters of a target (NULL: target < 0), and the sums over
+ * every worker (zeros for target < 0). */
+struct shm_target_counts *shm_target_counts(struct shm *shm, int worker, int target);
+void shm_target_counts_total(struct shm *shm, int target, uint64_t *xacts, uint64_t routed[SHM_ROUTE_VIA]);
 /* A worker restarting: its connection counts start from zero again. */
 void shm_worker_reset(struct shm *shm, int worker);
 

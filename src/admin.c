@@ -819,13 +819,15 @@ static void show_shards(struct client *c)
 	static const char *const cols[] = {
 		"pool", "shard", "host", "port", "role", "banned", "ban_reason", "ban_remaining_s",
 		"cl_active", "sv_active", "sv_idle", "xact_count",
+		/* pgcat's own: transactions routed here, by how the shard was chosen */
+		"routed_key", "routed_set", "routed_hint", "routed_default",
 	};
 	struct worker *w = c->w;
 	int64_t now = (int64_t)time(NULL);
 	struct bans bans;
 	shm_bans_copy(w->shm, &bans);
 	struct result r;
-	res_begin(&r, c, cols, "sisisisiiiii");
+	res_begin(&r, c, cols, "sisisisiiiiiiiii");
 	struct list_node *pos, *tmp, *qp, *qt;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
@@ -834,14 +836,26 @@ static void show_shards(struct client *c)
 		for (size_t i = 0; i < p->n_targets; i++) {
 			const struct srvpool *sp = p->targets[i];
 			int sv_active = 0, sv_idle = 0;
-			uint64_t xacts = 0;
+			uint64_t xacts = 0, routed[SHM_ROUTE_VIA] = { 0 };
 			LIST_FOREACH_SAFE(qp, qt, &w->pools) {
 				struct pool *q = LIST_OWNER(qp, struct pool, node);
 				if (strcmp(q->name, p->name) != 0 || i >= q->n_targets)
 					continue;
-				sv_active += q->targets[i]->n_active;
-				sv_idle += q->targets[i]->n_idle;
-				xacts += q->targets[i]->xact_count;
+				const struct srvpool *qs = q->targets[i];
+				sv_active += qs->n_active;
+				sv_idle += qs->n_idle;
+				/* the whole instance's counts when the shared segment has them */
+				uint64_t x, rt[SHM_ROUTE_VIA];
+				if (w->shm && qs->shm_target >= 0) {
+					shm_target_counts_total(w->shm, qs->shm_target, &x, rt);
+				} else {
+					x = qs->xact_count;
+					for (int v = 0; v < SHM_ROUTE_VIA; v++)
+						rt[v] = qs->routed[v];
+				}
+				xacts += x;
+				for (int v = 0; v < SHM_ROUTE_VIA; v++)
+					routed[v] += rt[v];
 			}
 			const struct ban *b = bans_get(&bans, sp->host, sp->port, now);
 			row_begin(&r);
@@ -857,6 +871,8 @@ static void show_shards(struct client *c)
 			row_i(&r, sv_active);
 			row_i(&r, sv_idle);
 			row_i(&r, (int64_t)xacts);
+			for (int v = 0; v < SHM_ROUTE_VIA; v++)
+				row_i(&r, (int64_t)routed[v]);
 			row_end(&r);
 		}
 	}

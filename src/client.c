@@ -122,7 +122,7 @@ static void send_simple(struct client *c, uint8_t type)
 	evbuffer_add(io_out(&c->io), msg, sizeof msg);
 }
 
-static char idle_status(const struct client *c) { return c->in_failed_tx ? 'E' : 'I'; }
+static char idle_status(const struct client *c) { return c->in_failed_tx ? 'E' : c->held_begin ? 'T' : 'I'; }
 
 void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int salen, bool is_unix)
 {
@@ -270,6 +270,7 @@ void client_free(struct client *c)
 	free(c->names);
 	free(c->pending_error);
 	free(c->admin_pending);
+	free(c->held_begin);
 	free(c);
 }
 
@@ -993,6 +994,18 @@ static void process_active(struct client *c)
 		struct proto_frame f;
 		if (!read_header(c, &f))
 			return;
+		/* Sharding: each statement of the transaction is checked
+		 * against the server's shard (route.h). */
+		if (c->shard_phase != ROUTE_PHASE_NONE) {
+			switch (route_active_message(c, s, &f)) {
+			case ROUTE_ACTIVE_FORWARD:
+				break;
+			case ROUTE_ACTIVE_WAIT:
+				return;
+			case ROUTE_ACTIVE_CONSUMED:
+				continue;
+			}
+		}
 		uint32_t total = f.len + 1;
 		uint64_t now = c->w->now_us;
 		if (s->outstanding == 0 && !s->ext_pending) {
@@ -1144,6 +1157,8 @@ static void process_idle(struct client *c)
 			}
 		}
 		struct srvpool *sp = route_pick(c, &f);
+		if (!sp)
+			return;   /* route answered the request, or waits for the rest of it */
 		if (c->route_error) {
 			c->route_error = false;
 			client_on_checkout_failed(c, "25006", "cannot execute a write: the configured primary is in recovery");

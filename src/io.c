@@ -183,12 +183,19 @@ void io_flush_all(struct io_flusher *f)
 {
 	while (!list_empty(&f->dirty)) {
 		struct io *io = LIST_OWNER(list_first(&f->dirty), struct io, dirty_node);
+		size_t before = io_out_len(io);
 		io_flush(io);
 		/* Here, outside every read callback, no caller holds the buffers. */
 		if (io->trim_after_flush && !io->closed) {
 			io->trim_after_flush = false;
 			io_trim(io);
 		}
+		/* The socket took a backlog above the low watermark at once, so
+		 * the write callback that reports draining never runs: report it
+		 * here (a peer paused for this backlog resumes). */
+		if (before > io->write_low && !io->closed && !io->write_armed && io_out_len(io) <= io->write_low &&
+		    io->on_drain)
+			io->on_drain(io, io->arg);
 	}
 }
 

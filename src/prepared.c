@@ -1128,6 +1128,56 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 	}
 }
 
+bool prep_server_fail_query(struct server *s, const char *sqlstate, const char *message)
+{
+	/* The server raises the error itself: the transaction fails there as
+	 * it would have, and the replies (ErrorResponse, ReadyForQuery) are
+	 * real ones at their real position. */
+	char clean[256];
+	size_t n = 0;
+	for (const char *m = message; *m && n + 1 < sizeof clean; m++)
+		clean[n++] = *m == '\'' || *m == '$' || *m == '\\' ? '"' : *m;
+	clean[n] = '\0';
+	char sql[400];
+	int w = snprintf(sql, sizeof sql,
+			 "DO $pgcat$BEGIN RAISE EXCEPTION USING ERRCODE = '%.5s', MESSAGE = '%s'; END$pgcat$",
+			 sqlstate, clean);
+	if (w < 0 || (size_t)w >= sizeof sql)
+		return false;
+	put_msg(server_output(s), PqMsg_Query, sql, (size_t)w + 1, NULL, 0);
+	s->outstanding++;
+	if (s->prep && s->prep_on)
+		s->prep->seg_sent++;
+	return true;
+}
+
+bool prep_server_fail_bind(struct server *s, const char *sqlstate, const char *message)
+{
+	if (s->prep && s->prep_on)
+		return send_error_bind(s, sqlstate, message);
+	/* Without rewriting nothing replaces the server's error: a Bind of a
+	 * statement whose name says why it does not exist. */
+	static const uint8_t body[] = "\0pgcat_cross_shard_statement_refused\0\0\0\0\0\0";
+	put_msg(server_output(s), PqMsg_Bind, body, sizeof body, NULL, 0);
+	s->ext_pending = true;
+	return true;
+}
+
+bool prep_server_end_segment(struct server *s)
+{
+	struct prep_server *ps = s->prep;
+	if (!ps || !s->prep_on)
+		return false;
+	struct prep_pend p = { .seg = ps->seg_sent, .swallow = true };
+	if (!ring_push(&ps->swallows, &p))
+		return false;
+	evbuffer_add(server_output(s), "S\0\0\0\4", 5);
+	ps->seg_sent++;
+	s->outstanding++;
+	s->ext_pending = false;
+	return true;
+}
+
 /* ---- the server's replies ---- */
 
 bool prep_server_wants(const struct server *s, uint8_t type)

@@ -18,6 +18,9 @@
 #include "prepared.h"
 #include "proto.h"
 #include "router.h"
+#include "sharding.h"
+#include "shardkey.h"
+#include "server.h"
 #include "shm.h"
 #include "worker.h"
 
@@ -154,7 +157,66 @@ static bool first_statement(struct client *c, const struct proto_frame *f, const
 	return true;
 }
 
-static enum router_role decide_role(struct client *c, const struct proto_frame *f, bool *writes)
+/* The rules the parser works with for this pool: its sharded_tables split
+ * into [schema.]table.column (on the stack: a reload may change them at any
+ * time, and the cache fingerprints their contents anyway). */
+#define ROUTE_MAX_TABLES 32
+struct route_rules {
+	struct router_rules r;
+	struct router_table t[ROUTE_MAX_TABLES];
+	char text[2048];
+};
+
+static void build_rules(const struct client *c, struct route_rules *out)
+{
+	const struct config_pool *cp = c->pool->cpool;
+	memset(&out->r, 0, sizeof out->r);
+	out->r.writing_functions = (const char *const *)cp->writing_functions;
+	out->r.n_writing_functions = cp->n_writing_functions;
+	size_t maxlen = (size_t)c->w->cfg->general.query_parser_max_length;
+	out->r.max_length = cp->query_parser_enabled ? maxlen : 0;   /* off: only hints are read */
+	size_t used = 0, n = 0;
+	for (size_t i = 0; i < cp->n_sharded_tables && n < ROUTE_MAX_TABLES; i++) {
+		size_t l = strlen(cp->sharded_tables[i]);
+		if (l + 1 > sizeof out->text - used)
+			break;
+		char *copy = out->text + used;
+		memcpy(copy, cp->sharded_tables[i], l + 1);
+		used += l + 1;
+		char *last = strrchr(copy, '.');
+		if (!last)
+			continue;   /* config checked: never */
+		*last = '\0';
+		char *first = strchr(copy, '.');
+		struct router_table *t = &out->t[n++];
+		t->column = last + 1;
+		if (first) {
+			*first = '\0';
+			t->schema = copy;
+			t->table = first + 1;
+		} else {
+			t->schema = NULL;
+			t->table = copy;
+		}
+	}
+	out->r.sharded = out->t;
+	out->r.n_sharded = n;
+}
+
+/* The verdict on sql: from the pool's cache (valid until the next call), or
+ * into *local. */
+static const struct router_verdict *classify(struct client *c, const struct route_rules *rr, const char *sql,
+					     size_t len, struct router_verdict *local)
+{
+	struct pool *p = c->pool;
+	if (p->cpool->query_parser_enabled && p->router_cache)
+		return router_cache_classify(p->router_cache, sql, len, &rr->r);
+	(void)router_classify(sql, len, &rr->r, local);
+	return local;
+}
+
+static enum router_role decide_role(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
+				    bool *writes)
 {
 	struct pool *p = c->pool;
 	const struct config_pool *cp = p->cpool;
@@ -169,24 +231,15 @@ static enum router_role decide_role(struct client *c, const struct proto_frame *
 	}
 	const char *sql;
 	size_t len;
+	if (c->held_begin && cp->query_parser_enabled) {
+		/* the transaction began with the BEGIN pgcat held (below) */
+		*writes = !c->held_begin_read_only;
+		return c->held_begin_read_only ? ROUTER_ROLE_REPLICA : ROUTER_ROLE_PRIMARY;
+	}
 	if (!first_statement(c, f, &sql, &len))
 		return role;
-	struct router_rules rules = { 0 };
-	rules.writing_functions = (const char *const *)cp->writing_functions;
-	rules.n_writing_functions = cp->n_writing_functions;
-	size_t maxlen = (size_t)c->w->cfg->general.query_parser_max_length;
-	rules.max_length = cp->query_parser_enabled ? maxlen : 0;   /* off: only hints are read */
 	struct router_verdict local;
-	const struct router_verdict *v;
-	if (cp->query_parser_enabled && p->router_cache) {
-		v = router_cache_classify(p->router_cache, sql, len, &rules);
-	} else {
-		if (!router_classify(sql, len, &rules, &local))
-			return role;
-		v = &local;
-	}
-	if (!v)
-		return role;
+	const struct router_verdict *v = classify(c, rr, sql, len, &local);
 	if (v->hint_role != ROUTER_ROLE_NONE)
 		return v->hint_role;
 	if (!cp->query_parser_enabled || !v->parsed)
@@ -198,12 +251,544 @@ static enum router_role decide_role(struct client *c, const struct proto_frame *
 	return ROUTER_ROLE_REPLICA;
 }
 
+/* ---- which shard (SPEC §6) ---- */
+
+/* How far the routing looks into a request (Parse, Bind, ... up to Sync),
+ * letting it into the buffer whole (a Bind with a large value before its
+ * Execute): beyond this the statements seen decide, and a sharded one makes
+ * the request cross-shard (its later Binds are not visible). */
+#define ROUTE_SCAN_MAX (1024u * 1024)
+/* The client's usual read watermark (client.c), restored after a scan that
+ * had to raise it. */
+#define ROUTE_READ_HIGH (64u * 1024)
+/* Statements prepared by one request that the scan keeps track of. */
+#define ROUTE_SCAN_PARSES 64
+
+enum shard_decision {
+	SHARD_DECIDED,      /* *shard is where the transaction goes */
+	SHARD_WAIT,         /* the rest of the request is still on its way */
+	SHARD_ANSWERED      /* refused, or handed to the cross-shard read path */
+};
+
+struct scan_parse {
+	const char *name;
+	const char *sql;
+	size_t sql_len;
+	const uint8_t *types;
+	uint16_t n_types;
+	bool bound;
+};
+
+/* A statement's text and parameter types from a Parse body (name, query,
+ * types). */
+static bool read_parse(const uint8_t *body, size_t len, struct scan_parse *out)
+{
+	size_t off = 0;
+	const char *name, *sql;
+	if (!proto_read_cstring(body, len, &off, &name))
+		return false;
+	size_t qoff = off;
+	if (!proto_read_cstring(body, len, &off, &sql))
+		return false;
+	out->name = name;
+	out->sql = sql;
+	out->sql_len = off - qoff - 1;
+	out->bound = false;
+	return shardkey_param_types(body + off, len - off, &out->types, &out->n_types);
+}
+
+/* One statement (with the Bind executing it, if any) into acc. */
+static void scan_statement(struct client *c, const struct route_rules *rr, const char *sql, size_t len,
+			   const struct shardkey_bind *bind, struct shardkey_result *acc, bool *sharded)
+{
+	const struct config_pool *cp = c->pool->cpool;
+	struct router_verdict local;
+	const struct router_verdict *v = classify(c, rr, sql, len, &local);
+	struct shardkey_result r;
+	shardkey_resolve(v, cp->sharding_function, (int)cp->n_shards, bind, bind ? 1 : 0, &r);
+	*sharded = *sharded || (v->parsed && v->reads_sharded);
+	shardkey_merge(acc, &r);
+}
+
+/* The statement a Bind executes: prepared in this request, the client's
+ * unnamed one from an earlier request, or one of its named statements. */
+static bool bind_statement(struct client *c, struct scan_parse *parses, size_t n_parses, const char *name,
+			   struct scan_parse *out)
+{
+	for (size_t i = n_parses; i-- > 0;) {
+		if (strcmp(parses[i].name, name) == 0) {
+			parses[i].bound = true;
+			*out = parses[i];
+			return true;
+		}
+	}
+	if (!c->prep)
+		return false;
+	if (!name[0]) {
+		const struct prep_client *pc = c->prep;
+		if (pc->unnamed_len < 5)
+			return false;
+		return read_parse(pc->unnamed + 5, pc->unnamed_len - 5, out);
+	}
+	const struct prep_stmt *st = prep_cmap_get(&c->prep->names, name);
+	if (!st || st->sql || st->key_len == 0)
+		return false;
+	const char *sql = (const char *)st->key;
+	size_t l = strnlen(sql, st->key_len);
+	if (l >= st->key_len)
+		return false;
+	out->name = name;
+	out->sql = sql;
+	out->sql_len = l;
+	return shardkey_param_types(st->key + l + 1, st->key_len - l - 1, &out->types, &out->n_types);
+}
+
+/* Reads the request at the head of the client's input (a simple Query, or
+ * extended-protocol messages up to Sync/Flush) and folds what each of its
+ * statements touches into *acc. false: wait for more bytes. */
+static bool scan_request(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
+			 struct shardkey_result *acc, bool *provisional)
+{
+	*provisional = false;
+	struct evbuffer *in = c->io.in;
+	size_t have = evbuffer_get_length(in);
+	bool sharded = false;
+	acc->outcome = SHARDKEY_DEFAULT;
+	acc->shard = -1;
+	acc->writes = false;
+	if (f->type == PqMsg_Query) {
+		uint32_t total = f->len + 1;
+		if (total > ROUTE_INSPECT_MAX) {
+			acc->writes = true;   /* not parsed: default_shard, SPEC §2 */
+			return true;
+		}
+		if (have < total)
+			return false;
+		const uint8_t *m = evbuffer_pullup(in, total);
+		const char *sql = (const char *)m + 5;
+		scan_statement(c, rr, sql, strnlen(sql, total - 5), NULL, acc, &sharded);
+		return true;
+	}
+	if (f->type != PqMsg_Parse && f->type != PqMsg_Bind && f->type != PqMsg_Describe &&
+	    f->type != PqMsg_Execute && f->type != PqMsg_Close)
+		return true;
+	size_t lim = have < ROUTE_SCAN_MAX ? have : ROUTE_SCAN_MAX;
+	const uint8_t *m = evbuffer_pullup(in, lim);
+	struct scan_parse parses[ROUTE_SCAN_PARSES];
+	size_t n_parses = 0;
+	bool complete = false, truncated = false, flush = false, bound = false;
+	size_t off = 0, want = 0;
+	while (off + 5 <= lim) {
+		uint8_t type = m[off];
+		uint32_t l = proto_get_u32(m + off + 1);
+		if (l < 4 || type == PqMsg_Sync || type == PqMsg_Flush || type == PqMsg_Query ||
+		    type == PqMsg_FunctionCall || type == PqMsg_Terminate) {
+			complete = true;   /* (a bad length: the pump refuses it) */
+			flush = l >= 4 && type == PqMsg_Flush;
+			break;
+		}
+		size_t total = (size_t)l + 1;
+		if (total > lim - off) {
+			want = off + total;
+			break;
+		}
+		const uint8_t *body = m + off + 5;
+		size_t blen = l - 4;
+		if (type == PqMsg_Parse) {
+			struct scan_parse sp;
+			if (n_parses == ROUTE_SCAN_PARSES || !read_parse(body, blen, &sp)) {
+				truncated = true;
+				sharded = true;   /* unknown: assume the worst */
+				break;
+			}
+			parses[n_parses++] = sp;
+		} else if (type == PqMsg_Bind) {
+			size_t noff = 0;
+			const char *portal, *name;
+			struct scan_parse st;
+			bound = true;
+			if (proto_read_cstring(body, blen, &noff, &portal) && proto_read_cstring(body, blen, &noff, &name) &&
+			    bind_statement(c, parses, n_parses, name, &st)) {
+				struct shardkey_bind b = { body, blen, st.types, st.n_types };
+				scan_statement(c, rr, st.sql, st.sql_len, &b, acc, &sharded);
+			}
+		}
+		off += total;
+	}
+	if (!complete) {
+		size_t need = want ? want : off + 5;
+		if (lim == have && need <= ROUTE_SCAN_MAX) {
+			/* the rest is on its way: let it in (bounded) */
+			if (need > c->io.read_high)
+				c->io.read_high = (uint32_t)need;
+			log_debug("C-%llu: routing waits for %zu bytes of the request (%zu here)", (unsigned long long)c->id,
+				  need, have);
+			return false;
+		}
+		truncated = true;
+	}
+	if (c->io.read_high > ROUTE_READ_HIGH)
+		c->io.read_high = ROUTE_READ_HIGH;
+	/* Statements prepared and not executed here: their literal keys. */
+	bool sharded_before = sharded;
+	for (size_t i = 0; i < n_parses; i++)
+		if (!parses[i].bound)
+			scan_statement(c, rr, parses[i].sql, parses[i].sql_len, NULL, acc, &sharded);
+	/* Parse, Describe, Flush of a sharded statement: its Bind comes next,
+	 * in the same server transaction. */
+	*provisional = flush && !bound && sharded && !sharded_before && acc->outcome == SHARDKEY_DEFAULT;
+	if (truncated && sharded) {
+		acc->outcome = SHARDKEY_CROSS;
+		acc->shard = -1;
+	}
+	return true;
+}
+
+/* Answers the request with an error (ReadyForQuery, or skipping to Sync). */
+static void refuse(struct client *c, const char *sqlstate, const char *msg)
+{
+	if (c->held_begin) {
+		/* inside the transaction pgcat holds: it failed, as it would
+		 * have on a server (the client ends it with ROLLBACK) */
+		free(c->held_begin);
+		c->held_begin = NULL;
+		c->in_failed_tx = true;
+	}
+	client_on_checkout_failed(c, sqlstate, msg);
+}
+
+bool route_cross_shard_read(struct client *c, const struct proto_frame *f)
+{
+	(void)f;
+	/* Placeholder until fan-out lands (doc/sharding.md). */
+	refuse(c, "0A000", "cross-shard read: not supported (no sharding key found; use SET SHARD or SET SHARDING KEY)");
+	return true;
+}
+
+static enum shard_decision decide_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
+					int *shard, enum route_via *via)
+{
+	const struct config_pool *cp = c->pool->cpool;
+	int n_shards = (int)cp->n_shards;
+	*shard = c->shard_override >= 0 ? c->shard_override : (cp->default_shard >= 0 ? cp->default_shard : 0);
+	*via = c->shard_override >= 0 ? ROUTE_VIA_SET : ROUTE_VIA_DEFAULT;
+	if (n_shards <= 1)
+		return SHARD_DECIDED;
+
+	/* A comment hint routes this one transaction, whatever was SET. */
+	const char *sql;
+	size_t len;
+	if (first_statement(c, f, &sql, &len)) {
+		struct router_verdict local;
+		const struct router_verdict *v = classify(c, rr, sql, len, &local);
+		char msg[160];
+		if (v->hint_invalid) {
+			refuse(c, "22023", "invalid pgcat hint: shard= takes a shard number, sharding_key= a key of at most 63 bytes");
+			return SHARD_ANSWERED;
+		}
+		if (v->hint_shard >= 0) {
+			if (v->hint_shard >= n_shards) {
+				snprintf(msg, sizeof msg, "invalid shard %d in pgcat hint: this pool has shards 0 to %d",
+					 v->hint_shard, n_shards - 1);
+				refuse(c, "22023", msg);
+				return SHARD_ANSWERED;
+			}
+			*shard = v->hint_shard;
+			*via = ROUTE_VIA_HINT;
+			return SHARD_DECIDED;
+		}
+		if (v->has_hint_key) {
+			char err[120];
+			int s;
+			if (!sharding_shard_for_key(cp->sharding_function, v->hint_key, strlen(v->hint_key), n_shards, &s,
+						    err, sizeof err)) {
+				snprintf(msg, sizeof msg, "invalid sharding_key in pgcat hint: %s", err);
+				refuse(c, "22023", msg);
+				return SHARD_ANSWERED;
+			}
+			*shard = s;
+			*via = ROUTE_VIA_HINT;
+			return SHARD_DECIDED;
+		}
+	}
+	if (c->shard_override >= 0)
+		return SHARD_DECIDED;
+
+	struct shardkey_result r = { SHARDKEY_DEFAULT, -1, true };
+	if (cp->query_parser_enabled && cp->n_sharded_tables > 0) {
+		bool provisional;
+		if (!scan_request(c, f, rr, &r, &provisional))
+			return SHARD_WAIT;
+		if (provisional && c->pool->mode == POOL_MODE_TRANSACTION && prep_enabled(c))
+			c->shard_phase = ROUTE_PHASE_PROVISIONAL;
+	} else if (first_statement(c, f, &sql, &len)) {
+		struct router_verdict local;
+		r.writes = classify(c, rr, sql, len, &local)->writes;
+	}
+	if (r.outcome == SHARDKEY_ONE) {
+		*shard = r.shard;
+		*via = ROUTE_VIA_KEY;
+		return SHARD_DECIDED;
+	}
+	if (r.outcome == SHARDKEY_DEFAULT && cp->default_shard >= 0)
+		return SHARD_DECIDED;
+	/* Several shards, a sharded table without key, or default_shard = all. */
+	if (r.writes) {
+		refuse(c, "0A000",
+		       r.outcome == SHARDKEY_DEFAULT
+			       ? "cross-shard write: default_shard = all and no shard chosen; use SET SHARD or SET SHARDING KEY"
+			       : "cross-shard write: the statement's sharding keys are missing or on several shards; "
+				 "use SET SHARD or SET SHARDING KEY");
+		return SHARD_ANSWERED;
+	}
+	if (!route_cross_shard_read(c, f))
+		refuse(c, "0A000", "cross-shard read: not supported");
+	return SHARD_ANSWERED;
+}
+
+_Static_assert(ROUTE_VIA__COUNT == SHM_ROUTE_VIA, "one shared counter per way of choosing a shard");
+
+/* SHOW SHARDS: where transactions were routed, and how (summed over the
+ * workers through the shared segment; local without one). */
+static void route_count(struct srvpool *sp, enum route_via via)
+{
+	struct worker *w = sp->pool->w;
+	struct shm_target_counts *t = w->shm ? shm_target_counts(w->shm, w->id, sp->shm_target) : NULL;
+	if (!t) {
+		sp->routed[via]++;
+		return;
+	}
+	/* one writer: this worker */
+	atomic_store_explicit(&t->routed[via], atomic_load_explicit(&t->routed[via], memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
+
+/* The guard looks at one message at a time (a pipeline of many Binds is
+ * checked in one pass): a whole Query, or one Bind with its statement.
+ * false: wait for the rest of it. */
+static bool scan_message(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
+			 struct shardkey_result *acc)
+{
+	bool provisional, sharded = false;
+	if (f->type == PqMsg_Query)
+		return scan_request(c, f, rr, acc, &provisional);
+	acc->outcome = SHARDKEY_DEFAULT;
+	acc->shard = -1;
+	acc->writes = false;
+	struct evbuffer *in = c->io.in;
+	size_t total = (size_t)f->len + 1;
+	if (evbuffer_get_length(in) < total) {
+		if (total > c->io.read_high)
+			c->io.read_high = (uint32_t)total;   /* (at most ROUTE_SCAN_MAX) */
+		return false;
+	}
+	if (c->io.read_high > ROUTE_READ_HIGH)
+		c->io.read_high = ROUTE_READ_HIGH;
+	const uint8_t *body = evbuffer_pullup(in, (ev_ssize_t)total) + 5;
+	size_t blen = total - 5, noff = 0;
+	const char *portal, *name;
+	struct scan_parse st;
+	if (proto_read_cstring(body, blen, &noff, &portal) && proto_read_cstring(body, blen, &noff, &name) &&
+	    bind_statement(c, NULL, 0, name, &st)) {
+		struct shardkey_bind b = { body, blen, st.types, st.n_types };
+		scan_statement(c, rr, st.sql, st.sql_len, &b, acc, &sharded);
+	}
+	return true;
+}
+
+/* The guard's refusal of a Query or Bind at the head of the input. */
+static enum route_active refuse_on_server(struct client *c, struct server *s, const struct proto_frame *f,
+					  const char *msg)
+{
+	uint32_t total = f->len + 1;
+	if (evbuffer_get_length(c->io.in) < total)
+		return ROUTE_ACTIVE_WAIT;
+	bool ok = f->type == PqMsg_Query ? prep_server_fail_query(s, "0A000", msg)
+					 : prep_server_fail_bind(s, "0A000", msg);
+	if (!ok)
+		return ROUTE_ACTIVE_FORWARD;
+	evbuffer_drain(c->io.in, total);
+	client_reply_started(c);   /* what was captured for a replay is incomplete now */
+	log_debug("C-%llu: %s", (unsigned long long)c->id, msg);
+	return ROUTE_ACTIVE_CONSUMED;
+}
+
+enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f)
+{
+	if (c->shard_phase == ROUTE_PHASE_REROUTING)
+		return ROUTE_ACTIVE_WAIT;
+	bool refuse_bind = c->shard_phase == ROUTE_PHASE_REFUSE_BIND && f->type == PqMsg_Bind;
+	if (f->type == PqMsg_Parse && c->shard_phase == ROUTE_PHASE_GUARD && f->len + 1 <= ROUTE_SCAN_MAX) {
+		/* The request this Parse opens, with its Binds: once the Parse
+		 * is sent, its text may be known nowhere else (no prepared
+		 * statement rewriting), so it is judged now and its Bind
+		 * refused if need be. */
+		struct route_rules rr;
+		build_rules(c, &rr);
+		struct shardkey_result r;
+		bool provisional;
+		if (!scan_request(c, f, &rr, &r, &provisional))
+			return ROUTE_ACTIVE_WAIT;
+		if (r.outcome == SHARDKEY_CROSS || (r.outcome == SHARDKEY_ONE && r.shard != s->sp->shard))
+			c->shard_phase = ROUTE_PHASE_REFUSE_BIND;
+		return ROUTE_ACTIVE_FORWARD;
+	}
+	if (f->type != PqMsg_Bind && f->type != PqMsg_Query) {
+		if ((c->shard_phase == ROUTE_PHASE_PROVISIONAL || c->shard_phase == ROUTE_PHASE_REFUSE_BIND) &&
+		    (f->type == PqMsg_Sync || f->type == PqMsg_FunctionCall))
+			c->shard_phase = ROUTE_PHASE_GUARD;   /* the segment ends where it is */
+		return ROUTE_ACTIVE_FORWARD;
+	}
+	if (c->shard_phase == ROUTE_PHASE_REFUSE_BIND && f->type == PqMsg_Query)
+		c->shard_phase = ROUTE_PHASE_GUARD;   /* the Parse's request ended */
+	/* Too long to look at: the parser would not read it either. */
+	if (f->len + 1 > ROUTE_SCAN_MAX)
+		return ROUTE_ACTIVE_FORWARD;
+	struct route_rules rr;
+	build_rules(c, &rr);
+	struct shardkey_result r;
+	if (!scan_message(c, f, &rr, &r))
+		return ROUTE_ACTIVE_WAIT;   /* the rest of the message first */
+	if (refuse_bind)
+		c->shard_phase = ROUTE_PHASE_GUARD;
+	int here = s->sp->shard;
+	if (refuse_bind && !(r.outcome == SHARDKEY_CROSS || (r.outcome == SHARDKEY_ONE && r.shard != here)))
+		r.outcome = SHARDKEY_CROSS;   /* judged at its Parse; its statement is not known here */
+	/* (with a held BEGIN the Bind starts afresh anyway: the BEGIN goes
+	 * first, and not in the middle of a segment) */
+	bool in_place = !(c->shard_phase == ROUTE_PHASE_PROVISIONAL && c->held_begin);
+	if (in_place && (r.outcome == SHARDKEY_DEFAULT || (r.outcome == SHARDKEY_ONE && r.shard == here))) {
+		if (c->shard_phase == ROUTE_PHASE_PROVISIONAL && f->type == PqMsg_Bind)
+			c->shard_phase = ROUTE_PHASE_GUARD;   /* already where it belongs */
+		return ROUTE_ACTIVE_FORWARD;
+	}
+	/* Only prepared so far (the server owes nothing, no transaction): the
+	 * Bind starts afresh on its own shard. */
+	if (c->shard_phase == ROUTE_PHASE_PROVISIONAL && f->type == PqMsg_Bind && s->outstanding == 0 &&
+	    s->ext_pending && s->tx_status == 'I' && prep_server_end_segment(s)) {
+		c->shard_phase = ROUTE_PHASE_REROUTING;
+		return ROUTE_ACTIVE_WAIT;
+	}
+	char msg[200];
+	if (r.outcome == SHARDKEY_ONE)
+		snprintf(msg, sizeof msg,
+			 "cross-shard transaction: this statement's keys are on shard %d, the transaction runs on shard %d; "
+			 "use one transaction per shard",
+			 r.shard, here);
+	else
+		snprintf(msg, sizeof msg,
+			 "cross-shard statement inside a transaction or pipeline on shard %d: its sharding keys are "
+			 "missing or on several shards",
+			 here);
+	return refuse_on_server(c, s, f, msg);
+}
+
 static struct srvpool *pick(struct client *c, const struct proto_frame *f);
 static bool takes_writes(const struct srvpool *sp);
 
+/* ---- BEGIN held until the first statement (sharding) ---- */
+
+static void reply(struct client *c, struct pktbuf *pb);
+
+#define ROUTE_HELD_BEGIN_MAX 200
+
+/* The first word of sql (letters), lower-cased into w; its end. */
+static size_t first_word(const char *sql, size_t len, size_t from, char *w, size_t wsz)
+{
+	size_t i = from, n = 0;
+	while (i < len && (sql[i] == ' ' || sql[i] == '\t' || sql[i] == '\n' || sql[i] == '\r'))
+		i++;
+	while (i < len && ((sql[i] >= 'a' && sql[i] <= 'z') || (sql[i] >= 'A' && sql[i] <= 'Z'))) {
+		if (n + 1 < wsz)
+			w[n++] = (char)(sql[i] | 0x20);
+		i++;
+	}
+	w[n] = '\0';
+	return i;
+}
+
+/* COMMIT, END, ROLLBACK or ABORT, with an optional WORK or TRANSACTION and
+ * semicolon, and nothing else (not AND CHAIN, not ROLLBACK TO): the tag
+ * PostgreSQL answers it with, or NULL. */
+static const char *plain_end_tag(const char *sql, size_t len)
+{
+	char w[16];
+	size_t i = first_word(sql, len, 0, w, sizeof w);
+	const char *tag = strcmp(w, "commit") == 0 || strcmp(w, "end") == 0	     ? "COMMIT"
+			  : strcmp(w, "rollback") == 0 || strcmp(w, "abort") == 0 ? "ROLLBACK"
+										   : NULL;
+	if (!tag)
+		return NULL;
+	size_t j = first_word(sql, len, i, w, sizeof w);
+	if (strcmp(w, "work") == 0 || strcmp(w, "transaction") == 0)
+		i = j;
+	else if (w[0])
+		return NULL;
+	while (i < len && (sql[i] == ' ' || sql[i] == '\t' || sql[i] == '\n' || sql[i] == '\r' || sql[i] == ';'))
+		i++;
+	return i == len ? tag : NULL;
+}
+
+/* In a sharded pool with automatic routing, a BEGIN alone says nothing
+ * about the shard: pgcat answers it and holds it until the transaction's
+ * first statement has been routed (server.c sends it first on link). true:
+ * answered (held BEGIN, or the COMMIT/ROLLBACK of a transaction that never
+ * reached a server). */
+static bool hold_begin(struct client *c, const struct proto_frame *f)
+{
+	const struct config_pool *cp = c->pool->cpool;
+	if (f->type != PqMsg_Query)
+		return false;
+	if (!c->held_begin && (cp->n_shards <= 1 || !cp->query_parser_enabled || cp->n_sharded_tables == 0 ||
+			       c->shard_override >= 0 || c->pool->mode != POOL_MODE_TRANSACTION))
+		return false;
+	uint32_t total = f->len + 1;
+	if (total > 5 + ROUTE_HELD_BEGIN_MAX || evbuffer_get_length(c->io.in) < total)
+		return false;
+	const char *sql = (const char *)evbuffer_pullup(c->io.in, total) + 5;
+	size_t len = strnlen(sql, total - 5);
+	uint8_t storage[64];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	if (c->held_begin) {
+		const char *tag = plain_end_tag(sql, len);
+		if (!tag)
+			return false;
+		free(c->held_begin);
+		c->held_begin = NULL;
+		evbuffer_drain(c->io.in, total);
+		pktbuf_command_complete(&pb, tag);
+		reply(c, &pb);
+		return true;
+	}
+	struct route_rules rr;
+	build_rules(c, &rr);
+	struct router_verdict local;
+	const struct router_verdict *v = classify(c, &rr, sql, len, &local);
+	if (!v->parsed || !v->begins || v->ends || v->multi_statement || v->reads_sharded || v->hint_shard >= 0 ||
+	    v->has_hint_key || v->hint_invalid || v->hint_role != ROUTER_ROLE_NONE)
+		return false;
+	char w[16];
+	(void)first_word(sql, len, 0, w, sizeof w);
+	const char *tag = strcmp(w, "begin") == 0 ? "BEGIN" : strcmp(w, "start") == 0 ? "START TRANSACTION" : NULL;
+	if (!tag || !(c->held_begin = malloc(len + 1)))
+		return false;
+	memcpy(c->held_begin, sql, len);
+	c->held_begin[len] = '\0';
+	c->held_begin_read_only = v->begin_read_only;
+	evbuffer_drain(c->io.in, total);
+	pktbuf_command_complete(&pb, tag);
+	reply(c, &pb);
+	return true;
+}
+
 struct srvpool *route_pick(struct client *c, const struct proto_frame *f)
 {
+	if (hold_begin(c, f))
+		return NULL;
 	struct srvpool *sp = pick(c, f);
+	if (!sp)
+		return NULL;
 	/* Reads on a replica can be sent elsewhere if it dies before answering. */
 	client_reply_started(c);
 	c->retry_on = sp && c->pool->mode == POOL_MODE_TRANSACTION &&
@@ -214,12 +799,42 @@ struct srvpool *route_pick(struct client *c, const struct proto_frame *f)
 	return sp;
 }
 
+static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
+				     int shard);
+
 static struct srvpool *pick(struct client *c, const struct proto_frame *f)
+{
+	struct pool *p = c->pool;
+	struct route_rules rr;
+	build_rules(c, &rr);
+	c->shard_phase = ROUTE_PHASE_NONE;
+	int shard;
+	enum route_via via;
+	switch (decide_shard(c, f, &rr, &shard, &via)) {
+	case SHARD_DECIDED:
+		break;
+	case SHARD_WAIT:
+	case SHARD_ANSWERED:
+		return NULL;
+	}
+	struct srvpool *sp = pick_in_shard(c, f, &rr, shard);
+	if (sp && p->cpool->n_shards > 1) {
+		route_count(sp, via);
+		/* A shard the client did not choose: the transaction's other
+		 * statements must agree with it. */
+		if (c->shard_phase == ROUTE_PHASE_NONE && (via == ROUTE_VIA_KEY || via == ROUTE_VIA_DEFAULT) &&
+		    p->cpool->query_parser_enabled && p->cpool->n_sharded_tables > 0)
+			c->shard_phase = ROUTE_PHASE_GUARD;
+	}
+	return sp;
+}
+
+static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
+				     int shard)
 {
 	struct pool *p = c->pool;
 	struct worker *w = c->w;
 	const struct config_pool *cp = p->cpool;
-	int shard = c->shard_override >= 0 ? c->shard_override : (cp->default_shard >= 0 ? cp->default_shard : 0);
 	struct srvpool *all[64];
 	size_t n = shard_servers(p, shard, all, 64);
 	if (n == 0)
@@ -228,7 +843,7 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f)
 		return all[0];   /* nothing to choose: no parsing, no ban checks */
 
 	bool writes;
-	enum router_role role = decide_role(c, f, &writes);
+	enum router_role role = decide_role(c, f, rr, &writes);
 	if (role == ROUTER_ROLE_REPLICA && cp->sticky_primary_after_write > 0 && w->now_us < c->sticky_until_us)
 		role = ROUTER_ROLE_PRIMARY;
 	if (writes && cp->sticky_primary_after_write > 0)
@@ -306,7 +921,7 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f)
 
 static void reply(struct client *c, struct pktbuf *pb)
 {
-	pktbuf_ready_for_query(pb, 'I');
+	pktbuf_ready_for_query(pb, c->held_begin ? 'T' : 'I');
 	if (!pb->failed)
 		evbuffer_add(client_output(c), pb->data, pb->len);
 }
@@ -366,7 +981,7 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 	char c1 = (char)(sql[i + 1] | 0x20), c2 = (char)(sql[i + 2] | 0x20);
 	if (!(c1 == 'e' && c2 == 't') && !(c1 == 'h' && c2 == 'o'))
 		return false;
-	char value[128];
+	char value[1024];   /* SET SHARDING KEY: a text key may be long */
 	enum router_command cmd = router_parse_command(sql, len, value, sizeof value);
 	uint8_t storage[256];
 	struct pktbuf pb;
@@ -381,7 +996,7 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 		enum router_role r;
 		if (!router_role_parse(value, strlen(value), &r)) {
 			char msg[200];
-			snprintf(msg, sizeof msg, "invalid server role \"%s\": primary, replica, any, auto or default",
+			snprintf(msg, sizeof msg, "invalid server role \"%.64s\": primary, replica, any, auto or default",
 				 value);
 			reply_error(c, "22023", msg);
 			return true;
@@ -410,7 +1025,7 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 		long s = strtol(value, &end, 10);
 		if (!value[0] || *end || s < 0 || (size_t)s >= c->pool->cpool->n_shards) {
 			char msg[200];
-			snprintf(msg, sizeof msg, "invalid shard \"%s\": this pool has shards 0 to %zu", value,
+			snprintf(msg, sizeof msg, "invalid shard \"%.64s\": this pool has shards 0 to %zu", value,
 				 c->pool->cpool->n_shards - 1);
 			reply_error(c, "22023", msg);
 			return true;
@@ -420,9 +1035,21 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 		reply(c, &pb);
 		return true;
 	}
-	case ROUTER_CMD_SET_SHARDING_KEY:
-		reply_error(c, "0A000", "SET SHARDING KEY is not supported yet");
+	case ROUTER_CMD_SET_SHARDING_KEY: {
+		const struct config_pool *cp = c->pool->cpool;
+		char err[120], msg[200];
+		int s;
+		if (!sharding_shard_for_key(cp->sharding_function, value, strlen(value), (int)cp->n_shards, &s, err,
+					    sizeof err)) {
+			snprintf(msg, sizeof msg, "invalid sharding key: %s", err);
+			reply_error(c, "22023", msg);
+			return true;
+		}
+		c->shard_override = (int16_t)s;
+		pktbuf_command_complete(&pb, "SET");
+		reply(c, &pb);
 		return true;
+	}
 	case ROUTER_CMD_SHOW_SHARD: {
 		char v[16];
 		int s = c->shard_override >= 0 ? c->shard_override

@@ -1045,17 +1045,23 @@ static void hint_apply(struct router_verdict *v, const char *name, size_t nl, co
 {
 	if (nl == 5 && strncasecmp(name, "shard", 5) == 0) {
 		int shard = 0;
-		if (vl == 0 || vl > 9)
+		if (vl == 0 || vl > 9) {
+			v->hint_invalid = true;
 			return;
+		}
 		for (size_t i = 0; i < vl; i++) {
-			if (val[i] < '0' || val[i] > '9')
+			if (val[i] < '0' || val[i] > '9') {
+				v->hint_invalid = true;
 				return;
+			}
 			shard = shard * 10 + (val[i] - '0');
 		}
 		v->hint_shard = shard;
 	} else if (nl == 12 && strncasecmp(name, "sharding_key", 12) == 0) {
-		if (vl == 0 || vl >= sizeof(v->hint_key) || memchr(val, '\0', vl))
+		if (vl == 0 || vl >= sizeof(v->hint_key) || memchr(val, '\0', vl)) {
+			v->hint_invalid = true;
 			return;
+		}
 		memcpy(v->hint_key, val, vl);
 		v->hint_key[vl] = '\0';
 		v->has_hint_key = true;

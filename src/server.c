@@ -463,6 +463,7 @@ void server_link(struct server *s, struct client *c)
 		snprintf(sql + used, sizeof sql - used, "%s", q);
 		n = 1;
 	}
+	bool syncing = false;
 	if (n > 0) {
 		uint8_t storage[sizeof sql + 16];
 		struct pktbuf pb;
@@ -472,9 +473,25 @@ void server_link(struct server *s, struct client *c)
 			log_trace("S-%llu: sync parameters: %s", (unsigned long long)s->id, sql);
 			evbuffer_add(io_out(&s->io), pb.data, pb.len);
 			s->outstanding++;
-			server_set_state(s, SERVER_SYNCING);
-			return;
+			syncing = true;
 		}
+	}
+	if (c->held_begin && c->shard_phase != ROUTE_PHASE_PROVISIONAL) {
+		/* sharding: the BEGIN pgcat answered (route.c), replies absorbed;
+		 * not while only preparing before the key is known */
+		uint8_t storage[512];
+		struct pktbuf pb;
+		pktbuf_init(&pb, storage, sizeof storage);
+		pktbuf_query(&pb, c->held_begin);
+		if (!pb.failed) {
+			evbuffer_add(io_out(&s->io), pb.data, pb.len);
+			s->outstanding++;
+			syncing = true;
+		}
+	}
+	if (syncing) {
+		server_set_state(s, SERVER_SYNCING);
+		return;
 	}
 	server_set_state(s, SERVER_ACTIVE);
 	client_on_linked(c);
@@ -649,6 +666,11 @@ static void process_unlinked(struct server *s)
 				/* The SETs ran: the server's session is now the client's. */
 				if (c)
 					(void)params_copy(&s->params, &c->params);
+				if (c && c->held_begin && c->shard_phase != ROUTE_PHASE_PROVISIONAL) {
+					/* it ran here: the transaction is open */
+					free(c->held_begin);
+					c->held_begin = NULL;
+				}
 				s->health_check = false;
 				server_set_state(s, SERVER_ACTIVE);
 				if (c)
@@ -891,6 +913,15 @@ static void process_active(struct server *s)
 					s->tx_status = (char)hdr[5];
 					if (s->outstanding > 0)
 						s->outstanding--;
+					drop_message(s, total);
+					/* pgcat's own Sync after a Flush (sharding, route.c):
+					 * nothing else owed, the server goes back. */
+					if (s->outstanding == 0 && !s->ext_pending && s->tx_status == 'I' &&
+					    s->sp->pool->mode == POOL_MODE_TRANSACTION) {
+						pool_release(s);
+						return;
+					}
+					continue;
 				}
 				drop_message(s, total);
 				continue;
@@ -924,6 +955,12 @@ static void process_active(struct server *s)
 				s->query_start_us = now;
 				if (s->tx_status == 'I') {
 					s->sp->xact_count++;
+					struct shm_target_counts *tc =
+						s->w->shm ? shm_target_counts(s->w->shm, s->w->id, s->sp->shm_target) : NULL;
+					if (tc)   /* one writer: this worker (SHOW SHARDS) */
+						atomic_store_explicit(&tc->xacts,
+								      atomic_load_explicit(&tc->xacts, memory_order_relaxed) + 1,
+								      memory_order_relaxed);
 					st->v[STAT_XACT]++;
 					st->v[STAT_XACT_TIME] += now - s->xact_start_us;
 					stats_observe(st, HIST_XACT, now - s->xact_start_us);

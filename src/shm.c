@@ -39,6 +39,8 @@ bool shm_create(struct shm *shm, uint32_t n_workers, uint32_t max_client_conn)
 	off += align8((size_t)n_workers * SHM_MAX_TARGETS * sizeof(_Atomic int32_t));
 	size_t off_cancel = off;
 	off += align8((size_t)n_workers * per * sizeof(struct shm_cancel_slot));
+	size_t off_target_counts = off;
+	off += align8((size_t)n_workers * SHM_MAX_TARGETS * sizeof(struct shm_target_counts));
 	/* Room for about 320 bytes of row per possible client (a SHOW CLIENTS
 	 * row is ~200), at least 64 kB, at most 16 MB per slot. Pages are
 	 * only touched when a worker writes rows. */
@@ -67,6 +69,7 @@ bool shm_create(struct shm *shm, uint32_t n_workers, uint32_t max_client_conn)
 	h->off_conns = off_conns;
 	h->off_waiters = off_waiters;
 	h->off_cancel = off_cancel;
+	h->off_target_counts = off_target_counts;
 	h->off_dump = off_dump;
 	h->dump_slot_size = dump_slot;
 	pthread_mutexattr_t attr;
@@ -287,6 +290,29 @@ int32_t shm_waiters_others(struct shm *shm, int worker, int target)
 		if ((int)w != worker)
 			n += atomic_load_explicit(waiters(shm, (int)w, target), memory_order_relaxed);
 	return n;
+}
+
+struct shm_target_counts *shm_target_counts(struct shm *shm, int worker, int target)
+{
+	if (target < 0 || target >= SHM_MAX_TARGETS)
+		return NULL;
+	return (struct shm_target_counts *)at(shm, shm->h->off_target_counts) + (size_t)worker * SHM_MAX_TARGETS +
+	       (size_t)target;
+}
+
+void shm_target_counts_total(struct shm *shm, int target, uint64_t *xacts, uint64_t routed[SHM_ROUTE_VIA])
+{
+	*xacts = 0;
+	for (int v = 0; v < SHM_ROUTE_VIA; v++)
+		routed[v] = 0;
+	if (target < 0 || target >= SHM_MAX_TARGETS)
+		return;
+	for (uint32_t w = 0; w < shm->h->n_workers; w++) {
+		struct shm_target_counts *t = shm_target_counts(shm, (int)w, target);
+		*xacts += atomic_load_explicit(&t->xacts, memory_order_relaxed);
+		for (int v = 0; v < SHM_ROUTE_VIA; v++)
+			routed[v] += atomic_load_explicit(&t->routed[v], memory_order_relaxed);
+	}
 }
 
 int32_t shm_clients_total(struct shm *shm)

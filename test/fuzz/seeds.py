@@ -363,7 +363,27 @@ def auth_file():
     write(t, "bad-lines", '"unterminated\nbare words\n"onlyuser"\n"" "empty"\n"ok" "1"\n')
 
 
+def shardkey():
+    t = "shardkey"
+
+    def bind(params, formats=()):
+        b = b"\x00s1\x00" + struct.pack("!H", len(formats))
+        for f in formats:
+            b += struct.pack("!H", f)
+        b += struct.pack("!H", len(params))
+        for p in params:
+            b += struct.pack("!i", -1) if p is None else struct.pack("!i", len(p)) + p
+        return b + struct.pack("!H", 0)
+    # byte 0: function (0 pg_bigint_hash, 1 text, 2 uuid, 3 sha1, 4 murmur3);
+    # byte 1: shards - 1; byte 2: parameter number; byte 3: type (0 unknown, 1 int8, 2 int2, 3 int4, 4 text, 6 uuid)
+    write(t, "text-int", b"\x00\x02\x01\x00" + bind([b"1234"]))
+    write(t, "binary-int8", b"\x00\x02\x01\x01" + bind([struct.pack("!q", -7)], [1]))
+    write(t, "binary-int4-second", b"\x03\x06\x02\x03" + bind([b"x", struct.pack("!i", 42)], [0, 1]))
+    write(t, "uuid", b"\x02\x01\x01\x06" + bind([bytes(range(16))], [1]))
+    write(t, "text-null", b"\x01\x02\x02\x04" + bind([b"alice", None]))
+
+
 if __name__ == "__main__":
     for f in (proto_startup, proto_message, scram_server, scram_client, config, router, params, sharding,
-              client_sm, server_sm, auth_file):
+              client_sm, server_sm, auth_file, shardkey):
         f()

@@ -491,10 +491,18 @@ START_TEST(hints)
 	ck_assert_int_eq(v.hint_role, ROUTER_ROLE_PRIMARY);
 	v = classify("/* pgcat: role=any */ SELECT 1");
 	ck_assert_int_eq(v.hint_role, ROUTER_ROLE_ANY);
+	ck_assert(!v.hint_invalid);
 	v = classify("/* pgcat: role=bogus shard=x sharding_key= */ SELECT 1");
 	ck_assert_int_eq(v.hint_role, ROUTER_ROLE_NONE);
 	ck_assert_int_eq(v.hint_shard, -1);
 	ck_assert(!v.has_hint_key);
+	ck_assert(v.hint_invalid);   /* bad shard= and sharding_key= values: 22023 for route.c */
+	v = classify("/* pgcat: shard=-1 */ SELECT 1");
+	ck_assert(v.hint_invalid && v.hint_shard == -1);
+	v = classify("/* pgcat: sharding_key=" "0123456789012345678901234567890123456789012345678901234567890123" " */ SELECT 1");
+	ck_assert(v.hint_invalid && !v.has_hint_key);
+	v = classify("/* pgcat: sharding_key='' */ SELECT 1");
+	ck_assert(v.hint_invalid);
 
 	/* only a leading comment, only with the pgcat: prefix */
 	v = classify("SELECT 1 /* pgcat: shard=1 */");

@@ -11,4 +11,5 @@ Suite *router_suite(void);
 Suite *sharding_suite(void);
 Suite *prepared_suite(void);
 Suite *auth_file_suite(void);
+Suite *shardkey_suite(void);
 #endif
