@@ -30,7 +30,8 @@ struct srvpool {
 	char *database;
 	struct sockaddr_storage addr;
 	socklen_t addrlen;
-	bool resolved;
+	bool resolved;                 /* addr holds an address (maybe stale while a refresh runs) */
+	bool host_is_literal;          /* an IP address: no DNS */
 
 	struct list_node idle;        /* LIFO at the head: most recently used first */
 	struct list_node active;      /* linked to clients */
@@ -175,5 +176,10 @@ void pool_request_defaults(struct pool *p, struct client *c);
 /* Open connections up to min_pool_size. */
 void pool_fill_min(struct pool *p);
 int srvpool_total(const struct srvpool *sp);
+
+struct dns_entry;
+/* A c-ares lookup ended (dns.c): servers with that host name take the
+ * answer, or are banned and fail their waiting clients. */
+void pool_dns_done(struct worker *w, const struct dns_entry *e);
 
 #endif

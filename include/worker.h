@@ -19,6 +19,8 @@
 #include "list.h"
 #include "types.h"
 
+struct dns;
+
 #define WORKER_MAX_LISTENERS 32
 
 struct worker {
@@ -63,6 +65,7 @@ struct worker {
 	struct scram_secret admin_scram;  /* admin_password's verifier */
 	bool have_admin_scram;
 
+	struct dns *dns;                  /* c-ares resolver and cache of server host names */
 	struct event *stats_timer;        /* every stats_period: SHOW STATS averages */
 	struct evhttp *http;              /* /metrics, when prometheus_port > 0 */
 	int http_port;

@@ -25,6 +25,7 @@
 #include "cancel.h"
 #include "client.h"
 #include "config.h"
+#include "dns.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool.h"
@@ -721,12 +722,15 @@ static void show_lists(struct client *c)
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools)
 		if (first_of_name(w, LIST_OWNER(pos, struct pool, node)))
 			databases++;
+	int64_t dns_names = 0, dns_pending_n = w->dns ? (int64_t)dns_pending(w->dns) : 0;
+	while (w->dns && dns_entry_at(w->dns, (size_t)dns_names))
+		dns_names++;
 	struct { const char *name; int64_t v; } rows[] = {
 		{ "databases", databases }, { "users", pools }, { "peers", (int64_t)w->cfg->n_peers },
 		{ "pools", pools }, { "peer_pools", 0 }, { "free_clients", 0 }, { "used_clients", used_clients },
 		{ "login_clients", login_clients }, { "free_servers", free_servers },
-		{ "used_servers", used_servers }, { "dns_names", 0 }, { "dns_zones", 0 }, { "dns_queries", 0 },
-		{ "dns_pending", 0 },
+		{ "used_servers", used_servers }, { "dns_names", dns_names }, { "dns_zones", 0 },
+		{ "dns_queries", dns_pending_n }, { "dns_pending", dns_pending_n },
 	};
 	struct result r;
 	res_begin(&r, c, cols, "si");
@@ -787,29 +791,28 @@ static void show_dns_hosts(struct client *c)
 	static const char *const cols[] = { "hostname", "ttl", "addrs" };
 	struct result r;
 	res_begin(&r, c, cols, "sis");
-	/* Host names are resolved once at startup and reload until the
-	 * asynchronous resolver lands; the list shows what is in use. */
+	/* This worker's c-ares cache: each server host name it has looked up,
+	 * seconds until its answer goes stale, and the addresses (in the order
+	 * they are tried). */
 	struct worker *w = c->w;
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		if (!first_of_name(w, p))
-			continue;
-		for (size_t i = 0; i < p->n_targets; i++) {
-			const struct srvpool *sp = p->targets[i];
-			char addr[128] = "";
-			if (sp->resolved) {
-				char host[64];
-				if (getnameinfo((const struct sockaddr *)&sp->addr, sp->addrlen, host, sizeof host, NULL, 0,
-						NI_NUMERICHOST) == 0)
-					snprintf(addr, sizeof addr, "%s", host);
-			}
-			row_begin(&r);
-			row_s(&r, sp->host);
-			row_i(&r, w->cfg->general.dns_max_ttl / 1000);
-			row_s(&r, addr);
-			row_end(&r);
+	const struct dns_entry *e;
+	for (size_t i = 0; w->dns && (e = dns_entry_at(w->dns, i)) != NULL; i++) {
+		char addrs[DNS_MAX_ADDRS * 48] = "";
+		size_t used = 0;
+		for (int k = 0; k < e->n_addrs; k++) {
+			char host[64];
+			if (getnameinfo((const struct sockaddr *)&e->addrs[k], e->addrlens[k], host, sizeof host, NULL, 0,
+					NI_NUMERICHOST) == 0)
+				used += (size_t)snprintf(addrs + used, sizeof addrs - used, "%s%s", used ? "," : "", host);
+			if (used >= sizeof addrs)
+				break;
 		}
+		row_begin(&r);
+		row_s(&r, e->host);
+		row_i(&r, e->state == DNS_OK && e->expires_us > w->now_us ? (int64_t)((e->expires_us - w->now_us) / 1000000)
+									   : 0);
+		row_s(&r, addrs);
+		row_end(&r);
 	}
 	res_end(&r);
 }

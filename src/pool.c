@@ -7,6 +7,8 @@
  */
 #include "pool.h"
 
+#include "dns.h"
+
 #include <openssl/crypto.h>
 #include "route.h"
 
@@ -29,23 +31,46 @@
  * the failure at once instead of a storm of doomed connects. */
 #define RECONNECT_BACKOFF_US 500000ULL
 
+/* The entry's first address, with the server's port. */
+static bool take_dns_entry(struct srvpool *sp, const struct dns_entry *e)
+{
+	if (!e || e->state != DNS_OK || e->n_addrs == 0)
+		return false;
+	memcpy(&sp->addr, &e->addrs[0], sizeof sp->addr);
+	sp->addrlen = e->addrlens[0];
+	if (sp->addr.ss_family == AF_INET)
+		((struct sockaddr_in *)&sp->addr)->sin_port = htons((uint16_t)sp->port);
+	else if (sp->addr.ss_family == AF_INET6)
+		((struct sockaddr_in6 *)&sp->addr)->sin6_port = htons((uint16_t)sp->port);
+	return true;
+}
+
+/* An address for the server: an IP literal at once; a host name from the
+ * worker's c-ares cache (dns.c), which starts a lookup when it has none or
+ * a stale one. False while the first answer is not in (pool_dns_done
+ * follows) or when the name does not resolve. */
 static bool resolve(struct srvpool *sp)
 {
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_family = AF_UNSPEC };
-	struct addrinfo *res = NULL;
-	char port[16];
-	snprintf(port, sizeof port, "%d", sp->port);
-	/* Resolved once at startup; asynchronous re-resolution (c-ares) is a
-	 * later step. */
-	int rc = getaddrinfo(sp->host, port, &hints, &res);
-	if (rc != 0 || !res) {
-		log_warning("cannot resolve server %s:%d: %s", sp->host, sp->port, gai_strerror(rc));
-		return false;
+	if (sp->host_is_literal)
+		return true;
+	if (dns_literal(sp->host, sp->port, &sp->addr, &sp->addrlen)) {
+		sp->host_is_literal = true;
+		return true;
 	}
-	memcpy(&sp->addr, res->ai_addr, res->ai_addrlen);
-	sp->addrlen = res->ai_addrlen;
-	freeaddrinfo(res);
-	return true;
+	struct worker *w = sp->pool->w;
+	if (!w->dns)
+		return false;
+	return take_dns_entry(sp, dns_lookup(w->dns, sp->host, w->cfg->general.dns_max_ttl));
+}
+
+/* Is a first lookup of sp's host in flight (so a client may wait for it)? */
+static bool resolving(struct srvpool *sp)
+{
+	struct worker *w = sp->pool->w;
+	if (!w->dns || sp->host_is_literal)
+		return false;
+	const struct dns_entry *e = dns_lookup(w->dns, sp->host, w->cfg->general.dns_max_ttl);
+	return e && e->state == DNS_RESOLVING;
 }
 
 static struct srvpool *srvpool_new(struct pool *p, const struct config_shard *sh, const struct config_server *cs)
@@ -411,11 +436,11 @@ bool pool_srvpool_failing(const struct srvpool *sp)
 static void maybe_launch(struct srvpool *sp)
 {
 	struct pool *p = sp->pool;
-	if (!sp->resolved) {
-		sp->resolved = resolve(sp);
-		if (!sp->resolved)
-			return;
-	}
+	/* A new connection: the freshest address (a stale one is used while
+	 * its refresh is in flight). */
+	sp->resolved = resolve(sp);
+	if (!sp->resolved)
+		return;
 	while (sp->n_opening < sp->n_waiters && instance_total(sp) < p->pool_size) {
 		struct server *s = server_connect(sp);
 		if (!s)
@@ -452,8 +477,8 @@ bool pool_checkout(struct srvpool *sp, struct client *c)
 		link_pair(LIST_OWNER(n, struct server, node), c);
 		return true;
 	}
-	if (!sp->resolved && !(sp->resolved = resolve(sp))) {
-		client_on_checkout_failed(c, "08006", "cannot resolve server host name");
+	if (!sp->resolved && !(sp->resolved = resolve(sp)) && !resolving(sp)) {
+		client_on_checkout_failed(c, "08006", sp->last_error[0] ? sp->last_error : "cannot resolve server host name");
 		return false;
 	}
 	if (recently_failed(sp, w->now_us)) {
@@ -747,13 +772,45 @@ static void srvpool_janitor(struct srvpool *sp)
 		srvpool_close_list(&sp->idle);
 }
 
+void pool_dns_done(struct worker *w, const struct dns_entry *e)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		for (size_t i = 0; i < p->n_targets; i++) {
+			struct srvpool *sp = p->targets[i];
+			if (sp->host_is_literal || strcmp(sp->host, e->host) != 0)
+				continue;
+			if (e->state == DNS_OK && take_dns_entry(sp, e)) {
+				sp->resolved = true;
+				if (sp->n_waiters > 0)
+					maybe_launch(sp);
+				continue;
+			}
+			/* A host that stops resolving: like a server that refuses
+			 * connections (a replica is banned, waiting clients fail). */
+			sp->resolved = false;
+			snprintf(sp->last_error_code, sizeof sp->last_error_code, "08006");
+			snprintf(sp->last_error, sizeof sp->last_error, "%s", e->error);
+			route_connect_failed(sp, e->error);
+			fail_waiters(sp);
+		}
+	}
+}
+
 void pool_janitor(struct worker *w)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		for (size_t i = 0; i < p->n_targets; i++)
-			srvpool_janitor(p->targets[i]);
+		for (size_t i = 0; i < p->n_targets; i++) {
+			struct srvpool *sp = p->targets[i];
+			/* Names are looked up again when their answer goes stale,
+			 * so a host that stops resolving is noticed (and banned). */
+			if (!sp->host_is_literal && w->dns)
+				(void)dns_lookup(w->dns, sp->host, w->cfg->general.dns_max_ttl);
+			srvpool_janitor(sp);
+		}
 		struct list_node *rp, *rt;
 		LIST_FOREACH_SAFE(rp, rt, &p->retired) {
 			struct srvpool *sp = LIST_OWNER(rp, struct srvpool, retired_node);

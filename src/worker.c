@@ -6,6 +6,8 @@
  */
 #include "worker.h"
 
+#include "dns.h"
+
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/listener.h>
@@ -568,6 +570,8 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 		goto fail;
 	if (!io_flusher_init(&w->flusher, w->base))
 		goto fail;
+	if (!(w->dns = dns_new(w, pool_dns_done)))
+		goto fail;
 	if (!pg_random_bytes(w->fake_salt_secret, sizeof w->fake_salt_secret) ||
 	    !pg_random_bytes((uint8_t *)&w->rng, sizeof w->rng))
 		goto fail;
@@ -664,6 +668,7 @@ void worker_destroy(struct worker *w)
 		if (evs[i])
 			event_free(evs[i]);
 	cancel_table_free(&w->cancel);
+	dns_free(w->dns);
 	io_flusher_free(&w->flusher);
 	if (w->base)
 		event_base_free(w->base);

@@ -9,7 +9,7 @@ import signal
 import psycopg
 import pytest
 
-from conftest import PASSWORDS, proc_children, wait_until
+from conftest import PASSWORDS, port_open, proc_children, wait_until
 
 TS = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}")
 LEVEL = re.compile(r"\b(ERROR|WARNING|WARN|INFO|LOG|DEBUG|TRACE|error|warning|info|debug|trace)\b")
@@ -95,5 +95,12 @@ def test_log_file_reopened_on_sighup(pgcat, tmp_path):
     wait_until(lambda: "restarted" in path.read_text(), 15,
                msg="the supervisor's worker-restart line in the new log file")
     assert "restarted" not in rotated.read_text()
-    with p.connect() as c:
-        assert c.execute("SELECT 1").fetchone()[0] == 1
+    wait_until(lambda: port_open(p.host, p.port), 15, msg="the restarted worker listening")
+
+    def works():
+        try:
+            with p.connect() as c:
+                return c.execute("SELECT 1").fetchone()[0] == 1
+        except psycopg.OperationalError:
+            return False      # the new worker may not be listening yet
+    wait_until(works, 15, msg="pgcat serving again after the worker restart")
