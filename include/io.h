@@ -18,7 +18,10 @@
 
 #include "list.h"
 
-enum io_event { IO_CONNECTED, IO_EOF, IO_ERROR };
+typedef struct ssl_st SSL;
+
+/* IO_TLS_READY: the handshake io_start_tls began is done. */
+enum io_event { IO_CONNECTED, IO_EOF, IO_ERROR, IO_TLS_READY };
 
 struct io;
 typedef void (*io_read_fn)(struct io *io, void *arg);
@@ -47,6 +50,8 @@ struct io {
 	bool paused;             /* the owner asked: stop reading (peer backpressure) */
 	bool closed;
 	bool trim_after_flush;   /* io_trim once the output is written */
+	bool tls_handshaking;    /* ssl set, handshake not finished */
+	SSL *ssl;                /* NULL: plain TCP (the fast path tests only this) */
 	uint32_t read_high;      /* stop reading while input holds this much */
 	uint32_t write_low;      /* drain callback once output falls to this */
 	io_read_fn on_read;
@@ -86,6 +91,12 @@ size_t io_out_len(const struct io *io);
  * event would cost an epoll round). Nothing happens if there is no data.
  * The read callback may close the connection and free its owner. */
 void io_read_now(struct io *io);
+/* From now on the socket carries TLS: ssl (owned from here on, freed with
+ * the connection) was made for this side (accept or connect state). Output
+ * queued stays queued until the handshake is done, then on_event reports
+ * IO_TLS_READY (or IO_ERROR). Anything in the input buffer must have been
+ * consumed before. */
+void io_start_tls(struct io *io, SSL *ssl);
 /* Pause or resume reading for peer backpressure. */
 void io_pause(struct io *io, bool paused);
 /* Re-arm reading after the owner consumed input below read_high. */

@@ -40,6 +40,9 @@ struct server {
 	struct client *client;        /* linked client */
 	struct server_auth *auth;     /* only during login */
 
+	/* server_tls_sslmode: SSLRequest sent, waiting for 'S'/'N'; then the
+	 * handshake; the StartupMessage goes once it is done (or after 'N'). */
+	enum { SERVER_TLS_NONE, SERVER_TLS_WAIT_ANSWER, SERVER_TLS_HANDSHAKE } tls_phase;
 	struct params params;         /* the session as it is on the server */
 	/* Session settings the client changed in the transaction (or request)
 	 * under way, not yet known to stick: what both sides were before it.

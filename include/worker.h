@@ -18,6 +18,7 @@
 #include "io.h"
 #include "list.h"
 #include "types.h"
+#include "tls.h"
 
 struct dns;
 
@@ -66,6 +67,7 @@ struct worker {
 	bool have_admin_scram;
 
 	struct dns *dns;                  /* c-ares resolver and cache of server host names */
+	struct tls_contexts tls;          /* OpenSSL contexts of both sides (tls.c) */
 	struct event *stats_timer;        /* every stats_period: SHOW STATS averages */
 	struct evhttp *http;              /* /metrics, when prometheus_port > 0 */
 	int http_port;

@@ -26,6 +26,7 @@
 #include "client.h"
 #include "config.h"
 #include "dns.h"
+#include "tls.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool.h"
@@ -439,7 +440,9 @@ static void client_row(struct result *r, const struct client *c, const char *sta
 	row_s(r, ptr);
 	row_s(r, c->server ? link : NULL);
 	row_i(r, c->cancel_pid);
-	row_s(r, "");
+	char tls[96];
+	tls_describe(c->io.ssl, tls, sizeof tls);
+	row_s(r, tls);
 	row_s(r, app ? app->value : "");
 	row_i(r, c->prep ? c->prep->names.n : 0);
 	row_i(r, (int64_t)c->id);
@@ -524,7 +527,9 @@ static void server_rows(struct result *r, struct list_node *head)
 		row_s(r, ptr);
 		row_s(r, s->client ? link : NULL);
 		row_i(r, s->backend_pid);
-		row_s(r, "");
+		char tls[96];
+		tls_describe(s->io.ssl, tls, sizeof tls);
+		row_s(r, tls);
 		row_s(r, app ? app->value : "");
 		row_i(r, s->prep ? s->prep->set.n : 0);
 		row_i(r, (int64_t)s->id);

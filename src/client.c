@@ -6,6 +6,10 @@
  * texts (for search_path tracking) are read whole.
  */
 #include "client.h"
+
+#include <openssl/ssl.h>
+
+#include "tls.h"
 #include "route.h"
 #include "prepared.h"
 
@@ -352,6 +356,12 @@ static void start_login(struct client *c)
 		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS, "too many clients already");
 		return;
 	}
+	/* verify-full: the certificate (checked against the CA in the
+	 * handshake) must also name this user, as clientcert=verify-full. */
+	if (c->io.ssl && g->client_tls_sslmode == TLS_MODE_VERIFY_FULL && !tls_client_cert_matches_user(c->io.ssl, c->user)) {
+		client_close(c, "28000", "certificate authentication failed for user \"%s\"", c->user);
+		return;
+	}
 	struct auth_credentials cred = { 0 };
 	const struct auth_credentials *credp = NULL;
 	if (c->is_admin) {
@@ -405,6 +415,27 @@ static void start_login(struct client *c)
 	}
 }
 
+/* SSLRequest with client TLS on: 'S' in clear, then the handshake. */
+static void start_client_tls(struct client *c)
+{
+	/* Bytes sent after the SSLRequest, before our answer, would be taken
+	 * as if they came through TLS (CVE-2021-23214): refuse them. */
+	if (c->io.in && evbuffer_get_length(c->io.in) > 0) {
+		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "received unencrypted data after SSL request");
+		return;
+	}
+	io_flush(&c->io);   /* an earlier 'N' (GSSENCRequest) goes first, in clear */
+	SSL *ssl = SSL_new(c->w->tls.for_clients);
+	if (io_out_len(&c->io) > 0 || !ssl || send(c->io.fd, "S", 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
+		if (ssl)
+			SSL_free(ssl);
+		client_close(c, NULL, NULL);
+		return;
+	}
+	SSL_set_accept_state(ssl);
+	io_start_tls(&c->io, ssl);
+}
+
 static void process_startup(struct client *c)
 {
 	struct evbuffer *in = c->io.in;
@@ -448,8 +479,13 @@ static void process_startup(struct client *c)
 				client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "too many encryption requests");
 				return;
 			}
-			/* TLS is not offered yet: 'N', and the client goes on in
-			 * plain text (or, libpq 17, sends its CancelRequest). */
+			if (st.kind == PROTO_STARTUP_SSL && c->w->tls.for_clients && !c->is_unix && !c->io.ssl) {
+				start_client_tls(c);
+				return;
+			}
+			/* No TLS here (off, a unix socket, or already on): 'N', and
+			 * the client goes on in plain text (or, libpq 17, sends its
+			 * CancelRequest). */
 			evbuffer_add(io_out(&c->io), "N", 1);
 			continue;
 		}
@@ -461,6 +497,12 @@ static void process_startup(struct client *c)
 			break;
 		}
 		c->skip_remaining = 0;
+		/* client_tls_sslmode require and verify-*: TCP clients must have
+		 * asked for TLS (a CancelRequest above needs none). */
+		if (!c->io.ssl && !c->is_unix && c->w->cfg->general.client_tls_sslmode >= TLS_MODE_REQUIRE) {
+			client_close(c, "28000", "SSL required");
+			return;
+		}
 		for (size_t i = 0; i < st.n_params; i++)
 			if (!startup_param(c, st.params[i].name, st.params[i].value))
 				return;
@@ -1272,9 +1314,17 @@ static void client_event_cb(struct io *io, enum io_event what, int err, void *ar
 	worker_update_clock(c->w);
 	switch (what) {
 	case IO_CONNECTED:
+	case IO_TLS_READY:   /* the startup packet comes next, encrypted */
 		return;
 	case IO_EOF:
 	case IO_ERROR:
+		if (c->io.tls_handshaking) {
+			char why[160];
+			tls_last_error(why, sizeof why);
+			char a[CLIENT_ADDR_STRLEN];
+			log_info("C-%llu %s:%d: TLS handshake failed: %s", (unsigned long long)c->id, client_addr_str(c, a),
+				 c->port, what == IO_EOF ? "connection closed" : why);
+		}
 		client_close(c, NULL, NULL);
 		return;
 	}

@@ -10,6 +10,9 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -23,6 +26,9 @@ static void io_arm_read(struct io *io)
 	if (want && !io->read_armed) {
 		event_add(&io->rev, NULL);
 		io->read_armed = true;
+		/* Bytes OpenSSL has already taken off the socket raise no event. */
+		if (io->ssl && !io->tls_handshaking && SSL_has_pending(io->ssl))
+			event_active(&io->rev, EV_READ, 0);
 	} else if (!want && io->read_armed) {
 		event_del(&io->rev);
 		io->read_armed = false;
@@ -48,9 +54,44 @@ static void io_arm_write(struct io *io, bool want)
 	}
 }
 
+static void tls_step(struct io *io);
+
+/* TLS: as much of the output as SSL_write takes, chain by chain. */
+static bool tls_write_some(struct io *io)
+{
+	if (io->tls_handshaking)
+		return true;   /* stays queued until the handshake is done */
+	while (io->out && evbuffer_get_length(io->out) > 0) {
+		struct evbuffer_iovec v;
+		if (evbuffer_peek(io->out, -1, NULL, &v, 1) < 1)
+			break;
+		int len = v.iov_len > INT_MAX ? INT_MAX : (int)v.iov_len;
+		ERR_clear_error();
+		int n = SSL_write(io->ssl, v.iov_base, len);
+		if (n > 0) {
+			evbuffer_drain(io->out, (size_t)n);
+			continue;
+		}
+		int e = SSL_get_error(io->ssl, n);
+		if (e == SSL_ERROR_WANT_WRITE) {
+			io_arm_write(io, true);
+			return true;
+		}
+		if (e == SSL_ERROR_WANT_READ)
+			return true;   /* the read callback tries again */
+		io_arm_write(io, false);
+		io->on_event(io, IO_ERROR, e == SSL_ERROR_SYSCALL && errno ? errno : EPROTO, io->arg);
+		return false;
+	}
+	io_arm_write(io, false);
+	return true;
+}
+
 /* Returns false when the socket failed (the owner was told). */
 static bool io_write_some(struct io *io)
 {
+	if (io->ssl)
+		return tls_write_some(io);
 	while (io->out && evbuffer_get_length(io->out) > 0) {
 		/* The usual reply sits in one chain: send() it, cheaper than the
 		 * writev evbuffer_write would make. */
@@ -82,8 +123,41 @@ static bool io_write_some(struct io *io)
 /* evbuffer_read asks the kernel how much is readable (an ioctl) before
  * every read, and reserving a big chain per read costs an allocation; one
  * read into the worker's scratch buffer and one append cost neither. */
+static ssize_t tls_read_into(struct io *io)
+{
+	ERR_clear_error();
+	int n = SSL_read(io->ssl, io->flusher->scratch, (int)sizeof io->flusher->scratch);
+	if (n > 0) {
+		if (!io_in(io) || evbuffer_add(io->in, io->flusher->scratch, (size_t)n) < 0) {
+			errno = ENOMEM;
+			return -1;
+		}
+		return n;
+	}
+	switch (SSL_get_error(io->ssl, n)) {
+	case SSL_ERROR_WANT_READ:
+		errno = EAGAIN;
+		return -1;
+	case SSL_ERROR_WANT_WRITE:
+		io_arm_write(io, true);
+		errno = EAGAIN;
+		return -1;
+	case SSL_ERROR_ZERO_RETURN:
+		return 0;   /* close_notify */
+	case SSL_ERROR_SYSCALL:
+		if (errno == 0 || errno == EAGAIN)
+			return errno == 0 ? 0 : -1;   /* EOF without close_notify: a plain EOF */
+		return -1;
+	default:
+		errno = EPROTO;
+		return -1;
+	}
+}
+
 static ssize_t read_into(struct io *io)
 {
+	if (io->ssl)
+		return tls_read_into(io);
 	/* recv, not read: the socket path skips the VFS layers read goes through. */
 	ssize_t n = recv(io->fd, io->flusher->scratch, sizeof io->flusher->scratch, 0);
 	if (n > 0 && (!io_in(io) || evbuffer_add(io->in, io->flusher->scratch, (size_t)n) < 0)) {
@@ -96,6 +170,17 @@ static ssize_t read_into(struct io *io)
 static void read_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct io *io = arg;
+	if (io->ssl) {
+		if (io->tls_handshaking) {
+			tls_step(io);
+			return;
+		}
+		/* A write that waited for the peer's bytes (TLS key update). */
+		if (io_out_len(io) > 0 && !io->write_armed && !io_write_some(io))
+			return;
+		if (io->closed)
+			return;
+	}
 	ssize_t n = read_into(io);
 	if (n == 0) {
 		io->on_event(io, IO_EOF, 0, io->arg);
@@ -109,8 +194,54 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	io->on_read(io, io->arg);
-	if (!io->closed)
+	if (!io->closed) {
 		io_arm_read(io);
+		/* A record holds more than one read took: no socket event will say so. */
+		if (io->ssl && io->read_armed && SSL_has_pending(io->ssl))
+			event_active(&io->rev, EV_READ, 0);
+	}
+}
+
+/* One more step of the handshake, on either readiness. */
+static void tls_step(struct io *io)
+{
+	ERR_clear_error();
+	int rc = SSL_do_handshake(io->ssl);
+	if (rc == 1) {
+		io->tls_handshaking = false;
+		io_arm_write(io, false);
+		io->on_event(io, IO_TLS_READY, 0, io->arg);
+		if (io->closed)
+			return;
+		if (io_out_len(io) > 0)
+			(void)io_write_some(io);
+		if (!io->closed && io->read_armed && SSL_has_pending(io->ssl))
+			event_active(&io->rev, EV_READ, 0);
+		return;
+	}
+	switch (SSL_get_error(io->ssl, rc)) {
+	case SSL_ERROR_WANT_READ:
+		io_arm_write(io, false);
+		io_arm_read(io);
+		return;
+	case SSL_ERROR_WANT_WRITE:
+		io_arm_write(io, true);
+		return;
+	default:
+		io->on_event(io, IO_ERROR, EPROTO, io->arg);
+		return;
+	}
+}
+
+void io_start_tls(struct io *io, SSL *ssl)
+{
+	io->ssl = ssl;
+	io->tls_handshaking = true;
+	if (SSL_set_fd(ssl, io->fd) != 1) {
+		io->on_event(io, IO_ERROR, EPROTO, io->arg);
+		return;
+	}
+	tls_step(io);
 }
 
 void io_read_now(struct io *io)
@@ -139,6 +270,10 @@ static void write_cb(evutil_socket_t fd, short what, void *arg)
 		io->on_event(io, IO_CONNECTED, 0, io->arg);
 		if (!io->closed && io_out_len(io) > 0)
 			(void)io_write_some(io);
+		return;
+	}
+	if (io->ssl && io->tls_handshaking) {
+		tls_step(io);
 		return;
 	}
 	if (!io_write_some(io))
@@ -260,6 +395,10 @@ void io_close(struct io *io)
 		list_del(&io->dirty_node);
 	io_arm_read(io);
 	io_arm_write(io, false);
+	if (io->ssl) {
+		SSL_free(io->ssl);
+		io->ssl = NULL;
+	}
 	if (io->fd >= 0)
 		close(io->fd);
 	io->fd = -1;

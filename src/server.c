@@ -7,6 +7,12 @@
  * idle state (cancel, CopyFail, Sync, ROLLBACK) instead of being closed.
  */
 #include "server.h"
+
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "dns.h"
+#include "tls.h"
 #include "prepared.h"
 #include "route.h"
 
@@ -373,10 +379,68 @@ static bool take_whole(struct evbuffer *in, uint32_t total, uint8_t *buf)
 	return true;
 }
 
+/* The server's one-byte answer to pgcat's SSLRequest. Returns true when
+ * the login goes on in this call (in clear, after 'N'). */
+static bool handle_ssl_answer(struct server *s)
+{
+	struct evbuffer *in = s->io.in;
+	uint8_t b;
+	if (evbuffer_copyout(in, &b, 1) < 1)
+		return false;
+	evbuffer_drain(in, 1);
+	enum tls_mode mode = s->w->cfg->general.server_tls_sslmode;
+	if (b == 'N') {
+		if (mode >= TLS_MODE_REQUIRE) {
+			login_fail(s, "the server does not support TLS, and server_tls_sslmode requires it");
+			return false;
+		}
+		s->tls_phase = SERVER_TLS_NONE;
+		send_startup(s);
+		return true;
+	}
+	if (b != 'S') {
+		login_fail(s, "the server answered the SSL request with something else than S or N");
+		return false;
+	}
+	/* Bytes after 'S' would be taken as if encrypted (CVE-2021-23222). */
+	if (evbuffer_get_length(in) > 0) {
+		login_fail(s, "the server sent unencrypted data after accepting TLS");
+		return false;
+	}
+	SSL *ssl = SSL_new(s->w->tls.for_servers);
+	if (!ssl) {
+		login_fail(s, "cannot start TLS (out of memory)");
+		return false;
+	}
+	SSL_set_connect_state(ssl);
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	bool literal = dns_literal(s->sp->host, s->sp->port, &ss, &sl);
+	if (!literal)
+		(void)SSL_set_tlsext_host_name(ssl, s->sp->host);
+	if (mode == TLS_MODE_VERIFY_FULL) {
+		/* The certificate must name the host as configured. */
+		int ok = literal ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), s->sp->host)
+				 : SSL_set1_host(ssl, s->sp->host);
+		if (ok != 1) {
+			SSL_free(ssl);
+			login_fail(s, "cannot set the host name to verify");
+			return false;
+		}
+	}
+	s->tls_phase = SERVER_TLS_HANDSHAKE;
+	io_start_tls(&s->io, ssl);
+	return false;
+}
+
 static void process_login(struct server *s)
 {
 	struct evbuffer *in = s->io.in;
 	uint8_t buf[SERVER_INSPECT_MAX];
+	if (s->tls_phase == SERVER_TLS_WAIT_ANSWER && !handle_ssl_answer(s))
+		return;
+	if (s->tls_phase == SERVER_TLS_HANDSHAKE)
+		return;
 	while (s->state == SERVER_LOGIN) {
 		uint8_t hdr[5];
 		if (evbuffer_copyout(in, hdr, 5) < 5)
@@ -1130,8 +1194,29 @@ static void server_event_cb(struct io *io, enum io_event what, int err, void *ar
 	if (what == IO_CONNECTED) {
 		set_socket_options(s);
 		server_set_state(s, SERVER_LOGIN);
+		if (s->w->tls.for_servers) {
+			/* server_tls_sslmode: ask first (Int32 8, Int32 80877103). */
+			static const uint8_t ssl_request[8] = { 0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f };
+			evbuffer_add(io_out(&s->io), ssl_request, sizeof ssl_request);
+			s->tls_phase = SERVER_TLS_WAIT_ANSWER;
+			return;
+		}
 		send_startup(s);
 		return;
+	}
+	if (what == IO_TLS_READY) {
+		s->tls_phase = SERVER_TLS_NONE;
+		send_startup(s);
+		return;
+	}
+	if (s->tls_phase == SERVER_TLS_HANDSHAKE && !s->have_error) {
+		char why[200];
+		tls_last_error(why, sizeof why);
+		s->have_error = true;
+		snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08006");
+		snprintf(s->error_message, sizeof s->error_message, "TLS handshake with server %s:%d failed: %s",
+			 s->sp->host, s->sp->port, what == IO_EOF ? "connection closed" : why);
+		log_warning("S-%llu: %s", (unsigned long long)s->id, s->error_message);
 	}
 	{
 		/* Process what arrived before the close: typically the FATAL. */

@@ -7,6 +7,7 @@
 #include "worker.h"
 
 #include "dns.h"
+#include "tls.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -111,8 +112,19 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 	    strcmp(og->unix_socket_dir, ng->unix_socket_dir) != 0 || og->n_listen_addr != ng->n_listen_addr)
 		log_warning("reload: listen_addr, listen_port, unix_socket_dir and workers need a restart; "
 			    "keeping the running values");
+	/* New certificates and keys are read now: a reload that cannot read
+	 * them fails as a whole, and the running contexts stay. */
+	struct tls_contexts tls;
+	char tls_err[384];
+	if (!tls_contexts_build(ng, &tls, tls_err, sizeof tls_err)) {
+		snprintf(err, errlen, "TLS: %s", tls_err);
+		log_error("reload rejected (%s): the old configuration stays in force", err);
+		config_free(cfg);
+		return false;
+	}
 	if (!cancel_table_grow(&w->cancel, (uint32_t)ng->max_client_conn + 16)) {
 		snprintf(err, errlen, "out of memory");
+		tls_contexts_free(&tls);
 		config_free(cfg);
 		return false;
 	}
@@ -120,9 +132,13 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 	bool old_kept = false;
 	if (!pool_reload(w, cfg, old, &old_kept)) {
 		snprintf(err, errlen, "out of memory while applying the new configuration");
+		tls_contexts_free(&tls);
 		config_free(cfg);
 		return false;
 	}
+	/* Connections in their handshake keep a reference to the old ones. */
+	tls_contexts_free(&w->tls);
+	w->tls = tls;
 	/* Keep what cannot change from the running snapshot. */
 	cfg->general.listen_port = og->listen_port;
 	cfg->general.workers = og->workers;
@@ -572,6 +588,13 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 		goto fail;
 	if (!(w->dns = dns_new(w, pool_dns_done)))
 		goto fail;
+	{
+		char tls_err[384];
+		if (!tls_contexts_build(&cfg->general, &w->tls, tls_err, sizeof tls_err)) {
+			log_error("TLS: %s", tls_err);
+			goto fail;
+		}
+	}
 	if (!pg_random_bytes(w->fake_salt_secret, sizeof w->fake_salt_secret) ||
 	    !pg_random_bytes((uint8_t *)&w->rng, sizeof w->rng))
 		goto fail;
@@ -669,6 +692,7 @@ void worker_destroy(struct worker *w)
 			event_free(evs[i]);
 	cancel_table_free(&w->cancel);
 	dns_free(w->dns);
+	tls_contexts_free(&w->tls);
 	io_flusher_free(&w->flusher);
 	if (w->base)
 		event_base_free(w->base);

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tls: OpenSSL contexts for both sides (SPEC §2 client_tls_*, server_tls_*)
+ * and the checks made on a finished handshake. The byte pump (io.c) runs the
+ * handshakes and the encrypted reads and writes without blocking.
+ */
+#ifndef PGCAT_TLS_H
+#define PGCAT_TLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <openssl/ssl.h>
+
+struct config_general;
+
+/* The contexts a worker uses; NULL when that side has TLS off. */
+struct tls_contexts {
+	SSL_CTX *for_clients;   /* pgcat as the TLS server, clients connecting */
+	SSL_CTX *for_servers;   /* pgcat as the TLS client, to PostgreSQL */
+};
+
+/* Build both contexts from the configuration (certificate, key and CA files
+ * read now). On failure nothing is kept and err says why. */
+bool tls_contexts_build(const struct config_general *g, struct tls_contexts *out, char *err, size_t errlen)
+	__attribute__((warn_unused_result));
+void tls_contexts_free(struct tls_contexts *t);
+
+/* A client's certificate after the handshake: under verify-full its common
+ * name must be the user name (as PostgreSQL's clientcert=verify-full).
+ * Returns true when the session may go on. */
+bool tls_client_cert_matches_user(SSL *ssl, const char *user);
+
+/* "TLSv1.3/TLS_AES_256_GCM_SHA384" for SHOW CLIENTS/SERVERS ("" without). */
+void tls_describe(SSL *ssl, char *out, size_t outlen);
+
+/* The reason of the last OpenSSL failure, for a log line. */
+void tls_last_error(char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tls: the SSL_CTX of each side, built from the configuration at start and
+ * at every reload (a reload with unreadable certificates fails as a whole
+ * and the old contexts stay).
+ */
+#include "tls.h"
+
+#include <openssl/err.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+
+void tls_last_error(char *out, size_t outlen)
+{
+	unsigned long e = ERR_get_error();
+	if (!e) {
+		snprintf(out, outlen, "unknown TLS error");
+		return;
+	}
+	ERR_error_string_n(e, out, outlen);
+	ERR_clear_error();
+}
+
+static bool fail(char *err, size_t errlen, const char *what, const char *file)
+{
+	char why[256];
+	tls_last_error(why, sizeof why);
+	snprintf(err, errlen, "%s%s%s: %s", what, file ? " " : "", file ? file : "", why);
+	return false;
+}
+
+/* Encrypted writes go out of an evbuffer whose chains may move between two
+ * tries, and partially (as much as fits). */
+static void common(SSL_CTX *ctx)
+{
+	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+	SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE);
+	/* Renegotiation and compression have no place in a pooler. */
+	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+}
+
+static bool build_for_clients(const struct config_general *g, SSL_CTX **out, char *err, size_t errlen)
+{
+	*out = NULL;
+	if (g->client_tls_sslmode == TLS_MODE_DISABLE)
+		return true;
+	if (!g->client_tls_cert_file || !g->client_tls_cert_file[0] || !g->client_tls_key_file ||
+	    !g->client_tls_key_file[0]) {
+		snprintf(err, errlen, "client_tls_sslmode needs client_tls_cert_file and client_tls_key_file");
+		return false;
+	}
+	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+	if (!ctx)
+		return fail(err, errlen, "cannot create a TLS context", NULL);
+	common(ctx);
+	if (SSL_CTX_use_certificate_chain_file(ctx, g->client_tls_cert_file) != 1) {
+		fail(err, errlen, "client_tls_cert_file", g->client_tls_cert_file);
+		SSL_CTX_free(ctx);
+		return false;
+	}
+	if (SSL_CTX_use_PrivateKey_file(ctx, g->client_tls_key_file, SSL_FILETYPE_PEM) != 1 ||
+	    SSL_CTX_check_private_key(ctx) != 1) {
+		fail(err, errlen, "client_tls_key_file", g->client_tls_key_file);
+		SSL_CTX_free(ctx);
+		return false;
+	}
+	bool verify = g->client_tls_sslmode == TLS_MODE_VERIFY_CA || g->client_tls_sslmode == TLS_MODE_VERIFY_FULL;
+	bool have_ca = g->client_tls_ca_file && g->client_tls_ca_file[0];
+	if (verify && !have_ca) {
+		snprintf(err, errlen, "client_tls_sslmode verify-ca and verify-full need client_tls_ca_file");
+		SSL_CTX_free(ctx);
+		return false;
+	}
+	if (have_ca) {
+		if (SSL_CTX_load_verify_locations(ctx, g->client_tls_ca_file, NULL) != 1) {
+			fail(err, errlen, "client_tls_ca_file", g->client_tls_ca_file);
+			SSL_CTX_free(ctx);
+			return false;
+		}
+		STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(g->client_tls_ca_file);
+		if (names)
+			SSL_CTX_set_client_CA_list(ctx, names);
+	}
+	/* verify-*: a client certificate signed by the CA is required. */
+	SSL_CTX_set_verify(ctx, verify ? SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT : SSL_VERIFY_NONE, NULL);
+	static const unsigned char sid[] = "pgcat";
+	SSL_CTX_set_session_id_context(ctx, sid, sizeof sid - 1);
+	*out = ctx;
+	return true;
+}
+
+static bool build_for_servers(const struct config_general *g, SSL_CTX **out, char *err, size_t errlen)
+{
+	*out = NULL;
+	if (g->server_tls_sslmode == TLS_MODE_DISABLE)
+		return true;
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	if (!ctx)
+		return fail(err, errlen, "cannot create a TLS context", NULL);
+	common(ctx);
+	bool verify = g->server_tls_sslmode == TLS_MODE_VERIFY_CA || g->server_tls_sslmode == TLS_MODE_VERIFY_FULL;
+	bool have_ca = g->server_tls_ca_file && g->server_tls_ca_file[0];
+	if (verify && !have_ca) {
+		snprintf(err, errlen, "server_tls_sslmode verify-ca and verify-full need server_tls_ca_file");
+		SSL_CTX_free(ctx);
+		return false;
+	}
+	if (have_ca && SSL_CTX_load_verify_locations(ctx, g->server_tls_ca_file, NULL) != 1) {
+		fail(err, errlen, "server_tls_ca_file", g->server_tls_ca_file);
+		SSL_CTX_free(ctx);
+		return false;
+	}
+	SSL_CTX_set_verify(ctx, verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
+	*out = ctx;
+	return true;
+}
+
+bool tls_contexts_build(const struct config_general *g, struct tls_contexts *out, char *err, size_t errlen)
+{
+	memset(out, 0, sizeof *out);
+	ERR_clear_error();
+	if (!build_for_clients(g, &out->for_clients, err, errlen))
+		return false;
+	if (!build_for_servers(g, &out->for_servers, err, errlen)) {
+		tls_contexts_free(out);
+		return false;
+	}
+	return true;
+}
+
+void tls_contexts_free(struct tls_contexts *t)
+{
+	if (t->for_clients)
+		SSL_CTX_free(t->for_clients);
+	if (t->for_servers)
+		SSL_CTX_free(t->for_servers);
+	t->for_clients = t->for_servers = NULL;
+}
+
+bool tls_client_cert_matches_user(SSL *ssl, const char *user)
+{
+	X509 *cert = SSL_get1_peer_certificate(ssl);
+	if (!cert)
+		return false;
+	char cn[256];
+	int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);
+	X509_free(cert);
+	return n > 0 && (size_t)n == strlen(cn) && strcmp(cn, user) == 0;
+}
+
+void tls_describe(SSL *ssl, char *out, size_t outlen)
+{
+	if (!ssl) {
+		if (outlen)
+			out[0] = '\0';
+		return;
+	}
+	snprintf(out, outlen, "%s/%s", SSL_get_version(ssl), SSL_get_cipher_name(ssl));
+}
