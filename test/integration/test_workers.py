@@ -120,7 +120,12 @@ def test_dead_worker_is_restarted(pgcat):
     wait_until(lambda: len(worker_pids(inst)) == 2)
     victim = worker_pids(inst)[1]
     os.kill(victim, signal.SIGKILL)
-    wait_until(lambda: len(worker_pids(inst)) == 2 and victim not in worker_pids(inst), 15)
+
+    def replaced():
+        pids = worker_pids(inst)
+        # a dead worker's row shows pid 0 until the supervisor has forked its successor
+        return len(pids) == 2 and victim not in pids and all(p > 0 for p in pids)
+    wait_until(replaced, 15)
     r = admin(inst)
     _, rows = show(r, "WORKERS")
     assert sum(int(x["restarts"]) for x in rows) == 1
