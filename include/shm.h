@@ -97,7 +97,7 @@ enum shm_admin_command {
  * messages, into its slot for that kind. A slot is written under a
  * sequence lock: seq is 0 while the worker writes, then the request's
  * sequence number; a reader copies and checks seq again. */
-enum shm_dump_kind { SHM_DUMP_CLIENTS, SHM_DUMP_SERVERS, SHM_DUMP__COUNT };
+enum shm_dump_kind { SHM_DUMP_CLIENTS, SHM_DUMP_SERVERS, SHM_DUMP_PREPARED, SHM_DUMP__COUNT };
 
 struct shm_dump {
 	_Atomic uint64_t seq;

@@ -568,13 +568,57 @@ static void show_servers(struct client *c)
 
 /* ---- SHOW CLIENTS / SERVERS across workers ---- */
 
+/* This worker's prepared statements (each worker keeps its own registry,
+ * so one text can be listed once per worker). */
+static const char *const prep_cols[] = { "pool", "user", "name", "query", "servers", "hits", "misses", "worker" };
+static const char prep_types[] = "ssssiiii";
+
+static void prepared_rows(struct result *r, struct worker *w)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		for (uint32_t b = 0; b < p->prep.n_buckets; b++)
+			for (const struct prep_stmt *st = p->prep.buckets[b]; st; st = st->hnext) {
+				char name[PREP_GNAME_MAX];
+				snprintf(name, sizeof name, "pgcat_%" PRIx64, st->id);
+				row_begin(r);
+				row_s(r, p->name);
+				row_s(r, p->user);
+				row_s(r, name);
+				row_s(r, (const char *)st->key);
+				row_i(r, st->servers);
+				row_i(r, (int64_t)st->hits);
+				row_i(r, (int64_t)st->misses);
+				row_i(r, w->id);
+				row_end(r);
+			}
+	}
+}
+
+static void show_prepared_statements(struct client *c)
+{
+	struct result r;
+	res_begin(&r, c, prep_cols, prep_types);
+	prepared_rows(&r, c->w);
+	res_end(&r);
+}
+
 static void (*const dump_producers[SHM_DUMP__COUNT])(struct result *, struct worker *) = {
 	[SHM_DUMP_CLIENTS] = client_rows,
 	[SHM_DUMP_SERVERS] = all_server_rows,
+	[SHM_DUMP_PREPARED] = prepared_rows,
 };
 static const char *const dump_names[SHM_DUMP__COUNT] = {
 	[SHM_DUMP_CLIENTS] = "clients",
 	[SHM_DUMP_SERVERS] = "servers",
+	[SHM_DUMP_PREPARED] = "prepared_statements",
+};
+static const char *const *const dump_cols[SHM_DUMP__COUNT] = {
+	[SHM_DUMP_CLIENTS] = conn_cols, [SHM_DUMP_SERVERS] = conn_cols, [SHM_DUMP_PREPARED] = prep_cols,
+};
+static const char *const dump_types[SHM_DUMP__COUNT] = {
+	[SHM_DUMP_CLIENTS] = conn_types, [SHM_DUMP_SERVERS] = conn_types, [SHM_DUMP_PREPARED] = prep_types,
 };
 
 static int dump_kind(const char *name)
@@ -594,7 +638,7 @@ void admin_dump(struct worker *w, const char *what, uint64_t seq)
 	memset(&r, 0, sizeof r);
 	r.dump = shm_dump_slot(w->shm, (enum shm_dump_kind)kind, w->id);
 	r.dump_cap = shm_dump_capacity(w->shm);
-	r.types = conn_types;
+	r.types = dump_types[kind];
 	shm_dump_begin(r.dump);
 	dump_producers[kind](&r, w);
 	shm_dump_commit(r.dump, seq);
@@ -605,7 +649,7 @@ static void finish_dump(struct client *c, int kind, uint64_t seq)
 {
 	struct worker *w = c->w;
 	struct result r;
-	res_begin(&r, c, conn_cols, conn_types);
+	res_begin(&r, c, dump_cols[kind], dump_types[kind]);
 	dump_producers[kind](&r, w);
 	uint32_t truncated = 0;
 	int missing = 0;
@@ -944,33 +988,6 @@ static void show_bans(struct client *c)
 			row_s(&r, b->source == BAN_SOURCE_ADMIN ? "admin" : "auto");
 			row_end(&r);
 		}
-	}
-	res_end(&r);
-}
-
-static void show_prepared_statements(struct client *c)
-{
-	/* This worker's statements (each worker keeps its own registry). */
-	static const char *const cols[] = { "pool", "user", "name", "query", "servers", "hits", "misses" };
-	struct result r;
-	res_begin(&r, c, cols, "ssssiii");
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &c->w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		for (uint32_t b = 0; b < p->prep.n_buckets; b++)
-			for (const struct prep_stmt *st = p->prep.buckets[b]; st; st = st->hnext) {
-				char name[PREP_GNAME_MAX];
-				snprintf(name, sizeof name, "pgcat_%" PRIx64, st->id);
-				row_begin(&r);
-				row_s(&r, p->name);
-				row_s(&r, p->user);
-				row_s(&r, name);
-				row_s(&r, (const char *)st->key);
-				row_i(&r, st->servers);
-				row_i(&r, (int64_t)st->hits);
-				row_i(&r, (int64_t)st->misses);
-				row_end(&r);
-			}
 	}
 	res_end(&r);
 }

@@ -381,3 +381,26 @@ def test_show_clients_and_servers_list_every_worker(pgcat, pg):
     finally:
         for c in conns:
             c.close()
+
+
+def test_show_prepared_statements_lists_every_worker(pgcat):
+    """Each worker keeps its own registry; SHOW PREPARED_STATEMENTS gathers
+    them all, with the worker that holds each."""
+    inst = pgcat(general={"workers": 2})
+    wait_until(lambda: len(worker_pids(inst)) == 2)
+    conns = []
+    for i in range(16):
+        c = inst.connect(prepare_threshold=0)     # every statement prepared by name
+        c.execute("SELECT %s::int + 0 AS marker_workers_test", (i,))
+        conns.append(c)
+    try:
+        for _ in range(3):                        # consoles land on either worker
+            r = admin(inst)
+            cols, rows = show(r, "PREPARED_STATEMENTS")
+            r.close()
+            assert cols[-1] == "worker", cols
+            mine = [x for x in rows if "marker_workers_test" in x["query"]]
+            assert {x["worker"] for x in mine} == {"0", "1"}, mine
+    finally:
+        for c in conns:
+            c.close()
