@@ -867,7 +867,11 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 		return;
 	}
 	client_reply_started(c);
-	log_info("C-%llu %s@%s: server connection lost: %s", (unsigned long long)c->id, c->user, c->database, message);
+	/* Why no replay (read retry, SPEC §4): for the log, to tell a reply
+	 * that had started from a request that could not be copied. */
+	log_info("C-%llu %s@%s: server connection lost: %s (retry %s, reply started %s, half a message %s)",
+		 (unsigned long long)c->id, c->user, c->database, message, c->retry_on ? "on" : "off",
+		 s->req_data ? "yes" : "no", s->fwd_remaining > 0 ? "yes" : "no");
 	if (p->mode == POOL_MODE_SESSION || s->fwd_remaining > 0 || c->close_when_released) {
 		/* Session mode: the session is gone with its server. Half a server
 		 * message forwarded: the client's stream cannot be repaired. */
