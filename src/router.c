@@ -20,312 +20,7 @@
 
 #include <pg_query.h>
 
-/* ------------------------------------------------------------------ */
-/* JSON tokens                                                          */
-
-enum jtype { J_OBJ, J_ARR, J_KEY, J_STR, J_PRIM };
-
-struct jtok {
-	uint32_t start, end;      /* J_KEY/J_STR: between the quotes; else the token's bytes */
-	uint32_t after;           /* first token index past this token's subtree */
-	int32_t up;               /* enclosing container or key; -1 for the root */
-	uint8_t type;             /* enum jtype */
-};
-
-struct jdoc {
-	const char *s;
-	const struct jtok *t;
-	int n;
-};
-
-#define JNONE (-1)
-
-/* Tokenizes len bytes of JSON into t (cap entries). Strict enough for
- * libpg_query's output (structure, string ends, primitive starts); false on
- * anything malformed or too big. One pass, one switch per structural byte. */
-static bool json_parse(const char *s, size_t len, struct jtok *t, size_t cap, int *ntok)
-{
-	/* what may come next */
-	enum { W_VALUE, W_VALUE_OR_CLOSE, W_KEY, W_KEY_OR_CLOSE, W_COLON, W_NEXT, W_END } want = W_VALUE;
-	size_t n = 0, i = 0;
-	int32_t up = JNONE, done;
-
-	if (len >= UINT32_MAX / 2 || cap > INT32_MAX)
-		return false;
-	while (i < len) {
-		char c = s[i];
-		switch (c) {
-		case ' ': case '\t': case '\n': case '\r':
-			i++;
-			continue;
-		case ':':
-			if (want != W_COLON)
-				return false;
-			want = W_VALUE;
-			i++;
-			continue;
-		case ',':
-			if (want != W_NEXT)
-				return false;
-			want = t[up].type == J_OBJ ? W_KEY : W_VALUE;
-			i++;
-			continue;
-		case '{': case '[':
-			if ((want != W_VALUE && want != W_VALUE_OR_CLOSE) || n == cap)
-				return false;
-			t[n] = (struct jtok){ .start = (uint32_t)i, .up = up, .type = c == '{' ? J_OBJ : J_ARR };
-			up = (int32_t)n++;
-			want = c == '{' ? W_KEY_OR_CLOSE : W_VALUE_OR_CLOSE;
-			i++;
-			continue;
-		case '}': case ']':
-			if (want == W_NEXT) {
-				if (t[up].type != (c == '}' ? J_OBJ : J_ARR))
-					return false;
-			} else if (want != (c == '}' ? W_KEY_OR_CLOSE : W_VALUE_OR_CLOSE)) {
-				return false;
-			}
-			t[up].end = (uint32_t)(i + 1);
-			t[up].after = (uint32_t)n;
-			done = up;
-			i++;
-			break;
-		case '"': {
-			bool key = want == W_KEY || want == W_KEY_OR_CLOSE;
-			if ((!key && want != W_VALUE && want != W_VALUE_OR_CLOSE) || n == cap)
-				return false;
-			/* the closing quote: one not escaped by an odd run of
-			 * backslashes (each run is looked at once: linear) */
-			const char *q, *body = s + i + 1;
-			size_t from = i + 1;
-			for (;;) {
-				if (!(q = memchr(s + from, '"', len - from)))
-					return false;
-				size_t bs = 0;
-				while (q - bs > body && q[-(ptrdiff_t)bs - 1] == '\\')
-					bs++;
-				if (bs % 2 == 0)
-					break;
-				from = (size_t)(q - s) + 1;
-			}
-			size_t j = (size_t)(q - s);
-			t[n] = (struct jtok){ .start = (uint32_t)(i + 1), .end = (uint32_t)j,
-					      .after = (uint32_t)(n + 1), .up = up, .type = key ? J_KEY : J_STR };
-			i = j + 1;
-			if (key) {
-				up = (int32_t)n++;
-				want = W_COLON;
-				continue;
-			}
-			done = (int32_t)n++;
-			break;
-		}
-		default: {
-			if ((want != W_VALUE && want != W_VALUE_OR_CLOSE) || n == cap)
-				return false;
-			if (!(c == '-' || (c >= '0' && c <= '9') || c == 't' || c == 'f' || c == 'n'))
-				return false;
-			size_t j = i + 1;
-			while (j < len && (isalnum((unsigned char)s[j]) || s[j] == '.' || s[j] == '-' || s[j] == '+'))
-				j++;
-			t[n] = (struct jtok){ .start = (uint32_t)i, .end = (uint32_t)j,
-					      .after = (uint32_t)(n + 1), .up = up, .type = J_PRIM };
-			done = (int32_t)n++;
-			i = j;
-			break;
-		}
-		}
-		/* a value is complete: close its key, if any */
-		up = t[done].up;
-		if (up != JNONE && t[up].type == J_KEY) {
-			t[up].after = (uint32_t)n;
-			up = t[up].up;
-		}
-		want = up == JNONE ? W_END : W_NEXT;
-	}
-	if (want != W_END)
-		return false;
-	*ntok = (int)n;
-	return true;
-}
-
-static bool jvalid(const struct jdoc *d, int i)
-{
-	return i >= 0 && i < d->n;
-}
-
-/* The value of key `name` in object o, or JNONE. */
-#define jget(d, o, name) jget_n(d, o, name, sizeof("" name) - 1)   /* literals only */
-static int jget_n(const struct jdoc *d, int o, const char *name, size_t nl)
-{
-	if (!jvalid(d, o) || d->t[o].type != J_OBJ)
-		return JNONE;
-	for (int k = o + 1; k < (int)d->t[o].after; k = (int)d->t[k].after) {
-		const struct jtok *kt = &d->t[k];
-		if (kt->end - kt->start == nl && memcmp(d->s + kt->start, name, nl) == 0)
-			return k + 1 < (int)kt->after ? k + 1 : JNONE;
-	}
-	return JNONE;
-}
-
-/* v is {"<name>": {...}}: returns the inner object, else JNONE. */
-#define jnode(d, v, name) jnode_n(d, v, name, sizeof("" name) - 1)
-static int jnode_n(const struct jdoc *d, int v, const char *name, size_t nl)
-{
-	if (!jvalid(d, v) || d->t[v].type != J_OBJ || d->t[v].after <= (uint32_t)v + 2)
-		return JNONE;
-	const struct jtok *kt = &d->t[v + 1];
-	if (kt->end - kt->start != nl || memcmp(d->s + kt->start, name, nl) != 0)
-		return JNONE;
-	return d->t[v + 2].type == J_OBJ ? v + 2 : JNONE;
-}
-
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-static bool put_utf8(char *buf, size_t cap, size_t *o, uint32_t cp)
-{
-	unsigned char b[4];
-	size_t n;
-	if (cp < 0x80) {
-		b[0] = (unsigned char)cp;
-		n = 1;
-	} else if (cp < 0x800) {
-		b[0] = (unsigned char)(0xc0 | (cp >> 6));
-		b[1] = (unsigned char)(0x80 | (cp & 0x3f));
-		n = 2;
-	} else if (cp < 0x10000) {
-		b[0] = (unsigned char)(0xe0 | (cp >> 12));
-		b[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-		b[2] = (unsigned char)(0x80 | (cp & 0x3f));
-		n = 3;
-	} else {
-		b[0] = (unsigned char)(0xf0 | (cp >> 18));
-		b[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3f));
-		b[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-		b[3] = (unsigned char)(0x80 | (cp & 0x3f));
-		n = 4;
-	}
-	if (*o + n >= cap)
-		return false;
-	memcpy(buf + *o, b, n);
-	*o += n;
-	return true;
-}
-
-static bool read_u4(const char *p, const char *e, uint32_t *out)
-{
-	if (e - p < 4)
-		return false;
-	uint32_t v = 0;
-	for (int k = 0; k < 4; k++) {
-		int h = hexval(p[k]);
-		if (h < 0)
-			return false;
-		v = v << 4 | (uint32_t)h;
-	}
-	*out = v;
-	return true;
-}
-
-/* Unescapes string token v into buf (cap bytes, NUL-terminated). Returns the
- * length, or -1 if v is not a string, is malformed or does not fit. A string
- * holding NUL (\u0000) is refused too. */
-static int jstr(const struct jdoc *d, int v, char *buf, size_t cap)
-{
-	if (!jvalid(d, v) || (d->t[v].type != J_STR && d->t[v].type != J_KEY) || cap == 0)
-		return -1;
-	const char *p = d->s + d->t[v].start, *e = d->s + d->t[v].end;
-	size_t o = 0;
-	while (p < e) {
-		if (*p != '\\') {
-			if (o + 1 >= cap)
-				return -1;
-			buf[o++] = *p++;
-			continue;
-		}
-		if (e - p < 2)
-			return -1;
-		char c = p[1];
-		p += 2;
-		char lit;
-		switch (c) {
-		case '"': lit = '"'; break;
-		case '\\': lit = '\\'; break;
-		case '/': lit = '/'; break;
-		case 'b': lit = '\b'; break;
-		case 'f': lit = '\f'; break;
-		case 'n': lit = '\n'; break;
-		case 'r': lit = '\r'; break;
-		case 't': lit = '\t'; break;
-		case 'u': {
-			uint32_t cp, lo;
-			if (!read_u4(p, e, &cp))
-				return -1;
-			p += 4;
-			if (cp >= 0xd800 && cp < 0xdc00) {
-				if (e - p < 6 || p[0] != '\\' || p[1] != 'u' || !read_u4(p + 2, e, &lo) ||
-				    lo < 0xdc00 || lo >= 0xe000)
-					return -1;
-				p += 6;
-				cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-			} else if (cp >= 0xdc00 && cp < 0xe000) {
-				return -1;
-			}
-			if (cp == 0 || !put_utf8(buf, cap, &o, cp))
-				return -1;
-			continue;
-		}
-		default:
-			return -1;
-		}
-		if (o + 1 >= cap)
-			return -1;
-		buf[o++] = lit;
-	}
-	buf[o] = '\0';
-	return (int)o;
-}
-
-/* Is string token v equal to lit (case-insensitively if ci)? */
-static bool jstr_is(const struct jdoc *d, int v, const char *lit, bool ci)
-{
-	char buf[128];
-	if (jstr(d, v, buf, sizeof(buf)) < 0)
-		return false;
-	return ci ? strcasecmp(buf, lit) == 0 : strcmp(buf, lit) == 0;
-}
-
-/* {"String":{"sval":"x"}} → the sval token, else JNONE. */
-static int jstring_node(const struct jdoc *d, int v)
-{
-	return jget(d, jnode(d, v, "String"), "sval");
-}
-
-/* Primitive token v as a non-negative int, else -1. */
-static long jint(const struct jdoc *d, int v)
-{
-	if (!jvalid(d, v) || d->t[v].type != J_PRIM)
-		return -1;
-	const char *p = d->s + d->t[v].start, *e = d->s + d->t[v].end;
-	long x = 0;
-	if (p == e)
-		return -1;
-	for (; p < e; p++) {
-		if (*p < '0' || *p > '9' || x > (LONG_MAX - 9) / 10)
-			return -1;
-		x = x * 10 + (*p - '0');
-	}
-	return x;
-}
+#include "pgjson.h"
 
 /* ------------------------------------------------------------------ */
 /* The walk over one query's statements                                 */
@@ -383,14 +78,14 @@ static bool range_var(const struct walk *w, int rv, struct ref *r)
 {
 	const struct jdoc *d = &w->d;
 	char rel[NAME_MAX_BYTES];
-	if (jstr(d, jget(d, rv, "relname"), rel, sizeof(rel)) < 0)
+	if (pgjson_str(d, jget(d, rv, "relname"), rel, sizeof(rel)) < 0)
 		return false;
 	/* A name that cannot be read (PostgreSQL truncates identifiers to
 	 * 63 bytes, so never in practice) matches nothing, but a sharded table
 	 * is still counted as one. */
 	r->schema[0] = '\0';
 	int sv = jget(d, rv, "schemaname");
-	if (sv != JNONE && jstr(d, sv, r->schema, sizeof(r->schema)) < 0)
+	if (sv != JNONE && pgjson_str(d, sv, r->schema, sizeof(r->schema)) < 0)
 		strcpy(r->schema, "\x01");
 	r->tbl = sharded_table(w, r->schema, rel);
 	if (!r->tbl)
@@ -398,7 +93,7 @@ static bool range_var(const struct walk *w, int rv, struct ref *r)
 	int alias = jget(d, jget(d, rv, "alias"), "aliasname");
 	r->aliased = alias != JNONE;
 	if (r->aliased) {
-		if (jstr(d, alias, r->qual, sizeof(r->qual)) < 0)
+		if (pgjson_str(d, alias, r->qual, sizeof(r->qual)) < 0)
 			r->qual[0] = '\0';
 	} else {
 		memcpy(r->qual, rel, sizeof(rel));
@@ -446,7 +141,7 @@ static void collect_from(struct walk *w, struct level *L, int item, int depth)
 	} else if ((x = jnode(d, item, "JoinExpr")) != JNONE) {
 		collect_from(w, L, jget(d, x, "larg"), depth + 1);
 		collect_from(w, L, jget(d, x, "rarg"), depth + 1);
-		if (jstr_is(d, jget(d, x, "jointype"), "JOIN_INNER", false))
+		if (pgjson_str_is(d, jget(d, x, "jointype"), "JOIN_INNER", false))
 			level_cond(L, jget(d, x, "quals"));
 	} else if ((x = jnode(d, item, "RangeTableSample")) != JNONE) {
 		collect_from(w, L, jget(d, x, "relation"), depth + 1);
@@ -456,7 +151,7 @@ static void collect_from(struct walk *w, struct level *L, int item, int depth)
 static void collect_from_list(struct walk *w, struct level *L, int list)
 {
 	const struct jdoc *d = &w->d;
-	if (!jvalid(d, list) || d->t[list].type != J_ARR)
+	if (!pgjson_valid(d, list) || d->t[list].type != J_ARR)
 		return;
 	for (int c = list + 1; c < (int)d->t[list].after; c = (int)d->t[c].after)
 		collect_from(w, L, c, 0);
@@ -467,12 +162,12 @@ static bool colref_is(const struct walk *w, const struct ref *r, int e)
 {
 	const struct jdoc *d = &w->d;
 	int fields = jget(d, jnode(d, e, "ColumnRef"), "fields");
-	if (!jvalid(d, fields) || d->t[fields].type != J_ARR)
+	if (!pgjson_valid(d, fields) || d->t[fields].type != J_ARR)
 		return false;
 	char f[3][NAME_MAX_BYTES];
 	int n = 0;
 	for (int c = fields + 1; c < (int)d->t[fields].after; c = (int)d->t[c].after) {
-		if (n == 3 || jstr(d, jstring_node(d, c), f[n], sizeof(f[n])) < 0)
+		if (n == 3 || pgjson_str(d, pgjson_string_node(d, c), f[n], sizeof(f[n])) < 0)
 			return false;    /* A_Star, db.schema.table.col */
 		n++;
 	}
@@ -497,7 +192,7 @@ static bool is_ident_char(char c)
  * read it back from the text at its location (the '-' sign, if any). */
 static bool int_from_text(const struct walk *w, int loc_tok, char *out, size_t cap)
 {
-	long loc = jint(&w->d, loc_tok);
+	long loc = pgjson_int(&w->d, loc_tok);
 	if (loc < 0 || (size_t)loc >= w->sql_len)
 		return false;
 	const char *p = w->sql + loc, *e = w->sql + w->sql_len;
@@ -530,7 +225,7 @@ static bool key_value(const struct walk *w, int e, int depth, struct router_key 
 	int x;
 	memset(k, 0, sizeof(*k));
 	if ((x = jnode(d, e, "ParamRef")) != JNONE) {
-		long n = jint(d, jget(d, x, "number"));
+		long n = pgjson_int(d, jget(d, x, "number"));
 		if (n <= 0 || n > INT_MAX)
 			return false;
 		k->param = (int)n;
@@ -553,10 +248,10 @@ static bool key_value(const struct walk *w, int e, int depth, struct router_key 
 		return true;
 	}
 	if ((y = jget(d, x, "fval")) != JNONE)
-		return jstr(d, jget(d, y, "fval"), k->text, sizeof(k->text)) > 0;
+		return pgjson_str(d, jget(d, y, "fval"), k->text, sizeof(k->text)) > 0;
 	if ((y = jget(d, x, "sval")) != JNONE) {
 		int z = jget(d, y, "sval");
-		return z == JNONE || jstr(d, z, k->text, sizeof(k->text)) >= 0;
+		return z == JNONE || pgjson_str(d, z, k->text, sizeof(k->text)) >= 0;
 	}
 	return false;     /* boolean, bit string, NULL */
 }
@@ -578,7 +273,7 @@ static void add_key(struct walk *w, const struct router_key *k)
  * OPERATOR(pg_catalog.=)). */
 static bool is_eq_op(const struct jdoc *d, int name)
 {
-	if (!jvalid(d, name) || d->t[name].type != J_ARR)
+	if (!pgjson_valid(d, name) || d->t[name].type != J_ARR)
 		return false;
 	int n = 0, last = JNONE, first = JNONE;
 	for (int c = name + 1; c < (int)d->t[name].after; c = (int)d->t[c].after) {
@@ -587,9 +282,9 @@ static bool is_eq_op(const struct jdoc *d, int name)
 		last = c;
 		n++;
 	}
-	if (n == 2 && !jstr_is(d, jstring_node(d, first), "pg_catalog", false))
+	if (n == 2 && !pgjson_str_is(d, pgjson_string_node(d, first), "pg_catalog", false))
 		return false;
-	return (n == 1 || n == 2) && jstr_is(d, jstring_node(d, last), "=", false);
+	return (n == 1 || n == 2) && pgjson_str_is(d, pgjson_string_node(d, last), "=", false);
 }
 
 /* Does e hold for every row only if r's key is one of the keys it adds?
@@ -602,15 +297,15 @@ static bool constrain(struct walk *w, const struct ref *r, int e, int depth)
 		return false;
 	if ((x = jnode(d, e, "BoolExpr")) != JNONE) {
 		int op = jget(d, x, "boolop"), args = jget(d, x, "args");
-		if (!jvalid(d, args) || d->t[args].type != J_ARR)
+		if (!pgjson_valid(d, args) || d->t[args].type != J_ARR)
 			return false;
-		if (jstr_is(d, op, "AND_EXPR", false)) {
+		if (pgjson_str_is(d, op, "AND_EXPR", false)) {
 			for (int c = args + 1; c < (int)d->t[args].after; c = (int)d->t[c].after)
 				if (constrain(w, r, c, depth + 1))
 					return true;
 			return false;
 		}
-		if (jstr_is(d, op, "OR_EXPR", false)) {
+		if (pgjson_str_is(d, op, "OR_EXPR", false)) {
 			size_t saved = w->v->n_keys;
 			bool saved_overflow = w->overflow, any = false;
 			for (int c = args + 1; c < (int)d->t[args].after; c = (int)d->t[c].after) {
@@ -629,16 +324,16 @@ static bool constrain(struct walk *w, const struct ref *r, int e, int depth)
 		return false;
 	int kind = jget(d, x, "kind"), l = jget(d, x, "lexpr"), rr = jget(d, x, "rexpr");
 	struct router_key k;
-	if (jstr_is(d, kind, "AEXPR_OP", false)) {
+	if (pgjson_str_is(d, kind, "AEXPR_OP", false)) {
 		if ((colref_is(w, r, l) && key_value(w, rr, 0, &k)) || (colref_is(w, r, rr) && key_value(w, l, 0, &k))) {
 			add_key(w, &k);
 			return true;
 		}
 		return false;
 	}
-	if (jstr_is(d, kind, "AEXPR_IN", false) && colref_is(w, r, l)) {
+	if (pgjson_str_is(d, kind, "AEXPR_IN", false) && colref_is(w, r, l)) {
 		int items = jget(d, jnode(d, rr, "List"), "items");
-		if (!jvalid(d, items) || d->t[items].type != J_ARR || d->t[items].after == (uint32_t)items + 1)
+		if (!pgjson_valid(d, items) || d->t[items].type != J_ARR || d->t[items].after == (uint32_t)items + 1)
 			return false;
 		for (int c = items + 1; c < (int)d->t[items].after; c = (int)d->t[c].after)
 			if (!key_value(w, c, 0, &k))
@@ -660,14 +355,14 @@ static void column_equalities(const struct jdoc *d, int e, int depth, int *eqs, 
 		return;
 	if ((x = jnode(d, e, "BoolExpr")) != JNONE) {
 		int args = jget(d, x, "args");
-		if (!jstr_is(d, jget(d, x, "boolop"), "AND_EXPR", false) || !jvalid(d, args) ||
+		if (!pgjson_str_is(d, jget(d, x, "boolop"), "AND_EXPR", false) || !pgjson_valid(d, args) ||
 		    d->t[args].type != J_ARR)
 			return;
 		for (int c = args + 1; c < (int)d->t[args].after; c = (int)d->t[c].after)
 			column_equalities(d, c, depth + 1, eqs, n, cap);
 		return;
 	}
-	if ((x = jnode(d, e, "A_Expr")) != JNONE && jstr_is(d, jget(d, x, "kind"), "AEXPR_OP", false) &&
+	if ((x = jnode(d, e, "A_Expr")) != JNONE && pgjson_str_is(d, jget(d, x, "kind"), "AEXPR_OP", false) &&
 	    is_eq_op(d, jget(d, x, "name")) && jnode(d, jget(d, x, "lexpr"), "ColumnRef") != JNONE &&
 	    jnode(d, jget(d, x, "rexpr"), "ColumnRef") != JNONE)
 		eqs[(*n)++] = x;
@@ -734,11 +429,11 @@ static void level_modify(struct walk *w, int x, const char *from_key, bool updat
 	struct ref *target = level_add(w, &L, jget(d, x, "relation"), true);
 	if (target && update) {
 		int tl = jget(d, x, "targetList");
-		for (int c = jvalid(d, tl) ? tl + 1 : 0; jvalid(d, tl) && c < (int)d->t[tl].after; c = (int)d->t[c].after)
-			if (jstr_is(d, jget(d, jnode(d, c, "ResTarget"), "name"), target->tbl->column, true))
+		for (int c = pgjson_valid(d, tl) ? tl + 1 : 0; pgjson_valid(d, tl) && c < (int)d->t[tl].after; c = (int)d->t[c].after)
+			if (pgjson_str_is(d, jget(d, jnode(d, c, "ResTarget"), "name"), target->tbl->column, true))
 				target->never = true;
 	}
-	collect_from_list(w, &L, jget_n(d, x, from_key, strlen(from_key)));
+	collect_from_list(w, &L, pgjson_get_n(d, x, from_key, strlen(from_key)));
 	level_cond(&L, jget(d, x, "whereClause"));
 	level_finish(w, &L);
 }
@@ -751,23 +446,23 @@ static void level_insert(struct walk *w, int x)
 		return;
 	count_sharded(w);
 	int cols = jget(d, x, "cols"), col = -1, n = 0;
-	if (!jvalid(d, cols) || d->t[cols].type != J_ARR)
+	if (!pgjson_valid(d, cols) || d->t[cols].type != J_ARR)
 		return;
 	for (int c = cols + 1; c < (int)d->t[cols].after; c = (int)d->t[c].after, n++) {
 		int rt = jnode(d, c, "ResTarget");
-		if (jget(d, rt, "indirection") == JNONE && jstr_is(d, jget(d, rt, "name"), r.tbl->column, true)) {
+		if (jget(d, rt, "indirection") == JNONE && pgjson_str_is(d, jget(d, rt, "name"), r.tbl->column, true)) {
 			col = n;
 			break;
 		}
 	}
 	int rows = jget(d, jnode(d, jget(d, x, "selectStmt"), "SelectStmt"), "valuesLists");
-	if (col < 0 || !jvalid(d, rows) || d->t[rows].type != J_ARR || d->t[rows].after == (uint32_t)rows + 1)
+	if (col < 0 || !pgjson_valid(d, rows) || d->t[rows].type != J_ARR || d->t[rows].after == (uint32_t)rows + 1)
 		return;
 	size_t saved = w->v->n_keys;
 	bool saved_overflow = w->overflow;
 	for (int row = rows + 1; row < (int)d->t[rows].after; row = (int)d->t[row].after) {
 		int items = jget(d, jnode(d, row, "List"), "items"), item = JNONE;
-		if (jvalid(d, items) && d->t[items].type == J_ARR) {
+		if (pgjson_valid(d, items) && d->t[items].type == J_ARR) {
 			int i = 0;
 			for (int c = items + 1; c < (int)d->t[items].after; c = (int)d->t[c].after, i++) {
 				if (i == col) {
@@ -810,12 +505,12 @@ static bool writing_function(const struct walk *w, int fc)
 {
 	const struct jdoc *d = &w->d;
 	int names = jget(d, fc, "funcname"), last = JNONE;
-	if (!jvalid(d, names) || d->t[names].type != J_ARR)
+	if (!pgjson_valid(d, names) || d->t[names].type != J_ARR)
 		return false;
 	for (int c = names + 1; c < (int)d->t[names].after; c = (int)d->t[c].after)
 		last = c;
 	char name[NAME_MAX_BYTES];
-	if (jstr(d, jstring_node(d, last), name, sizeof(name)) < 0)
+	if (pgjson_str(d, pgjson_string_node(d, last), name, sizeof(name)) < 0)
 		return false;
 	for (size_t i = 0; i < sizeof(builtin_writers) / sizeof(builtin_writers[0]); i++)
 		if (name_matches(name, builtin_writers[i]))
@@ -840,7 +535,7 @@ static bool key_is_n(const struct jdoc *d, int k, const char *name, size_t nl)
 static void walk_dml(struct walk *w, int root, bool detect_writes)
 {
 	const struct jdoc *d = &w->d;
-	if (!jvalid(d, root))
+	if (!pgjson_valid(d, root))
 		return;
 	for (int i = root; i < (int)d->t[root].after; i++) {
 		const struct jtok *kt = &d->t[i];
@@ -897,18 +592,18 @@ static void walk_dml(struct walk *w, int root, bool detect_writes)
 /* EXPLAIN's ANALYZE option: present and not turned off. */
 static bool explain_analyze(const struct jdoc *d, int opts)
 {
-	if (!jvalid(d, opts) || d->t[opts].type != J_ARR)
+	if (!pgjson_valid(d, opts) || d->t[opts].type != J_ARR)
 		return false;
 	for (int c = opts + 1; c < (int)d->t[opts].after; c = (int)d->t[c].after) {
 		int de = jnode(d, c, "DefElem");
-		if (!jstr_is(d, jget(d, de, "defname"), "analyze", true))
+		if (!pgjson_str_is(d, jget(d, de, "defname"), "analyze", true))
 			continue;
 		int arg = jget(d, de, "arg"), s, a;
 		if (arg == JNONE)
 			return true;
-		if ((s = jstring_node(d, arg)) != JNONE)
-			return !(jstr_is(d, s, "false", true) || jstr_is(d, s, "off", true) ||
-				 jstr_is(d, s, "no", true) || jstr_is(d, s, "0", true));
+		if ((s = pgjson_string_node(d, arg)) != JNONE)
+			return !(pgjson_str_is(d, s, "false", true) || pgjson_str_is(d, s, "off", true) ||
+				 pgjson_str_is(d, s, "no", true) || pgjson_str_is(d, s, "0", true));
 		if ((a = jnode(d, arg, "A_Const")) != JNONE) {
 			int iv = jget(d, a, "ival"), bv = jget(d, a, "boolval");
 			if ((iv != JNONE && jget(d, iv, "ival") == JNONE) || (bv != JNONE && jget(d, bv, "boolval") == JNONE))
@@ -924,25 +619,25 @@ static void statement_transaction(struct walk *w, int x)
 	const struct jdoc *d = &w->d;
 	struct router_verdict *v = w->v;
 	int kind = jget(d, x, "kind");
-	if (jstr_is(d, kind, "TRANS_STMT_BEGIN", false) || jstr_is(d, kind, "TRANS_STMT_START", false)) {
+	if (pgjson_str_is(d, kind, "TRANS_STMT_BEGIN", false) || pgjson_str_is(d, kind, "TRANS_STMT_START", false)) {
 		bool ro = false;
 		int opts = jget(d, x, "options");
-		for (int c = jvalid(d, opts) ? opts + 1 : 0; jvalid(d, opts) && c < (int)d->t[opts].after;
+		for (int c = pgjson_valid(d, opts) ? opts + 1 : 0; pgjson_valid(d, opts) && c < (int)d->t[opts].after;
 		     c = (int)d->t[c].after) {
 			int de = jnode(d, c, "DefElem");
-			if (!jstr_is(d, jget(d, de, "defname"), "transaction_read_only", false))
+			if (!pgjson_str_is(d, jget(d, de, "defname"), "transaction_read_only", false))
 				continue;
-			long on = jint(d, jget(d, jget(d, jnode(d, jget(d, de, "arg"), "A_Const"), "ival"), "ival"));
+			long on = pgjson_int(d, jget(d, jget(d, jnode(d, jget(d, de, "arg"), "A_Const"), "ival"), "ival"));
 			ro = on == 1;
 		}
 		v->begins = true;
 		v->begin_read_only = ro;
 		v->writes |= !ro;
-	} else if (jstr_is(d, kind, "TRANS_STMT_COMMIT", false) || jstr_is(d, kind, "TRANS_STMT_ROLLBACK", false) ||
-		   jstr_is(d, kind, "TRANS_STMT_PREPARE", false)) {
+	} else if (pgjson_str_is(d, kind, "TRANS_STMT_COMMIT", false) || pgjson_str_is(d, kind, "TRANS_STMT_ROLLBACK", false) ||
+		   pgjson_str_is(d, kind, "TRANS_STMT_PREPARE", false)) {
 		v->ends = true;
-	} else if (jstr_is(d, kind, "TRANS_STMT_SAVEPOINT", false) || jstr_is(d, kind, "TRANS_STMT_RELEASE", false) ||
-		   jstr_is(d, kind, "TRANS_STMT_ROLLBACK_TO", false)) {
+	} else if (pgjson_str_is(d, kind, "TRANS_STMT_SAVEPOINT", false) || pgjson_str_is(d, kind, "TRANS_STMT_RELEASE", false) ||
+		   pgjson_str_is(d, kind, "TRANS_STMT_ROLLBACK_TO", false)) {
 		/* inside the transaction, wherever it is */
 	} else {
 		v->writes = true;     /* COMMIT/ROLLBACK PREPARED, unknown */
@@ -970,7 +665,7 @@ static void statement(struct walk *w, int node)
 	} else if ((x = jnode(d, node, "CopyStmt")) != JNONE) {
 		struct ref r;
 		int from = jget(d, x, "is_from");
-		if (jvalid(d, from) && d->t[from].type == J_PRIM && d->s[d->t[from].start] == 't')
+		if (pgjson_valid(d, from) && d->t[from].type == J_PRIM && d->s[d->t[from].start] == 't')
 			w->v->writes = true;
 		if (range_var(w, jget(d, x, "relation"), &r))
 			count_sharded(w);
@@ -979,7 +674,7 @@ static void statement(struct walk *w, int node)
 		statement_transaction(w, x);
 	} else {
 		for (size_t i = 0; i < sizeof(neutral_statements) / sizeof(neutral_statements[0]); i++)
-			if (jnode_n(d, node, neutral_statements[i], strlen(neutral_statements[i])) != JNONE)
+			if (pgjson_node_n(d, node, neutral_statements[i], strlen(neutral_statements[i])) != JNONE)
 				return;
 		w->v->writes = true;
 	}
@@ -1001,12 +696,12 @@ static bool analyse(const char *json, const char *sql, size_t sql_len, const str
 		cap = STACK_TOKENS;
 	}
 	struct walk w = { .d = { .s = json, .t = t }, .sql = sql, .sql_len = sql_len, .rules = rules, .v = v };
-	bool ok = json_parse(json, jlen, t, cap, &w.d.n) && w.d.n > 0 && t[0].type == J_OBJ;
+	bool ok = pgjson_parse(json, jlen, t, cap, &w.d.n) && w.d.n > 0 && t[0].type == J_OBJ;
 	if (ok) {
 		int stmts = jget(&w.d, 0, "stmts");
 		size_t n = 0;
 		v->writes = false;
-		if (jvalid(&w.d, stmts) && w.d.t[stmts].type == J_ARR) {
+		if (pgjson_valid(&w.d, stmts) && w.d.t[stmts].type == J_ARR) {
 			for (int c = stmts + 1; c < (int)w.d.t[stmts].after; c = (int)w.d.t[c].after, n++)
 				statement(&w, jget(&w.d, c, "stmt"));
 		}
