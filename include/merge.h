@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * merge: one answer out of the answers of every shard to a cross-shard read
+ * (SPEC §6). The plan reads the query (libpg_query) for what the merge must
+ * do: ORDER BY on output columns, LIMIT/OFFSET applied after merging, and
+ * count/sum/min/max/avg without GROUP BY combined. What it cannot merge
+ * exactly (GROUP BY, DISTINCT, set operations, window functions, ORDER BY an
+ * expression, count(DISTINCT), avg without sum and count of the same
+ * argument...) is refused with the reason, before anything runs.
+ *
+ * The rows are merged from the shards' replies as received, without copying
+ * them first: each shard's DataRows are already in the query's order, so an
+ * ORDER BY is a k-way merge. Pure: no sockets and no globals.
+ */
+#ifndef PGCAT_MERGE_H
+#define PGCAT_MERGE_H
+
+#include <locale.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct evbuffer;
+
+#define MERGE_MAX_SORT 8
+#define MERGE_MAX_AGGS 32
+#define MERGE_WHY 200
+#define MERGE_MAX_SHARDS 64       /* shards a cross-shard read may span */
+
+enum merge_agg { MERGE_AGG_NONE, MERGE_AGG_COUNT, MERGE_AGG_SUM, MERGE_AGG_MIN, MERGE_AGG_MAX, MERGE_AGG_AVG,
+		 MERGE_AGG_CONST };
+
+struct merge_sort {
+	int position;              /* 1-based output column; 0: by name */
+	char name[64];             /* output column name (case as parsed) */
+	bool desc;
+	bool nulls_first;
+	bool bytewise;             /* COLLATE "C" / "POSIX": compare bytes whatever the database's collation */
+};
+
+struct merge_plan {
+	/* Aggregates without GROUP BY: one kind per output column; every
+	 * column is an aggregate or a constant. */
+	bool aggregates;
+	int n_cols;                            /* output columns when aggregates */
+	uint8_t agg[MERGE_MAX_AGGS];           /* enum merge_agg */
+	int8_t avg_sum[MERGE_MAX_AGGS];        /* AVG: the columns of sum() and count() of its argument */
+	int8_t avg_count[MERGE_MAX_AGGS];
+	int n_sort;
+	struct merge_sort sort[MERGE_MAX_SORT];
+	bool has_limit, has_offset;
+	int64_t limit, offset;                 /* after the merge */
+	/* What each shard runs instead: LIMIT limit+offset, OFFSET 0 (byte
+	 * ranges of the two constants in the text; len 0: none). */
+	size_t limit_at, limit_len, offset_at, offset_len;
+};
+
+/* Reads the cross-shard read sql[0..len). false: it cannot be merged
+ * exactly; why tells the client (0A000). */
+bool merge_plan_build(const char *sql, size_t len, struct merge_plan *p, char why[MERGE_WHY]);
+/* Does any shard need a text other than the client's? */
+bool merge_plan_rewrites(const struct merge_plan *p);
+/* The text each shard runs, NUL-terminated, malloc'd (NULL: no memory). */
+char *merge_plan_shard_sql(const struct merge_plan *p, const char *sql, size_t len, size_t *outlen);
+/* Does the merge compare values (ORDER BY, min, max)? Then string columns
+ * need the database's collation. */
+bool merge_plan_compares(const struct merge_plan *p);
+
+/* One shard's result: its DataRow messages, whole and contiguous (type
+ * byte and length included), and how many. */
+struct merge_shard {
+	const uint8_t *rows;
+	size_t rows_len;
+	uint64_t n_rows;
+};
+
+/* The columns, from the RowDescription every shard sent alike. */
+struct merge_column {
+	char name[64];
+	uint32_t type_oid;
+	int16_t format;
+};
+
+/*
+ * Writes the merged DataRows to out, then CommandComplete "SELECT n" (or,
+ * when max_rows > 0 and more rows were left, max_rows of them and
+ * PortalSuspended, as an Execute with that row limit gets).
+ * coll: the database's collation for string columns ((locale_t)0: bytes).
+ * false: the rows cannot be merged (a column type it cannot order or add,
+ * an ORDER BY name not among the columns, a value it cannot read); why
+ * says so and nothing was written to out.
+ */
+bool merge_rows(const struct merge_plan *p, const struct merge_column *cols, int n_cols,
+		const struct merge_shard *shards, size_t n_shards, locale_t coll, uint32_t max_rows,
+		struct evbuffer *out, char why[MERGE_WHY]);
+
+/* A RowDescription body into cols (at most cap of them). false: malformed. */
+bool merge_read_row_description(const uint8_t *body, size_t len, struct merge_column *cols, int cap, int *n_cols);
+
+#endif

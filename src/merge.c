@@ -1,0 +1,897 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * merge: the plan of a cross-shard read and the merge of the shards' rows
+ * (include/merge.h).
+ */
+#include "merge.h"
+
+#include <event2/buffer.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <pg_query.h>
+
+#include "pgjson.h"
+#include "pgvalue.h"
+#include "proto.h"
+
+/* ------------------------------------------------------------------ */
+/* The plan                                                              */
+
+#define PLAN_TOKENS_MIN 256
+
+static bool refuse(char why[MERGE_WHY], const char *msg)
+{
+	snprintf(why, MERGE_WHY, "cross-shard read: %s", msg);
+	return false;
+}
+
+/* The last name of a qualified function name list (pg_catalog.count -> count). */
+static int last_name(const struct jdoc *d, int list)
+{
+	if (!pgjson_valid(d, list) || d->t[list].type != J_ARR || d->t[list].after <= (uint32_t)list + 1)
+		return JNONE;
+	int last = JNONE;
+	for (int e = list + 1; e < (int)d->t[list].after; e = (int)d->t[e].after)
+		last = e;
+	return pgjson_string_node(d, last);
+}
+
+static int array_len(const struct jdoc *d, int a)
+{
+	if (!pgjson_valid(d, a) || d->t[a].type != J_ARR)
+		return 0;
+	int n = 0;
+	for (int e = a + 1; e < (int)d->t[a].after; e = (int)d->t[e].after)
+		n++;
+	return n;
+}
+
+/* Aggregates PostgreSQL ships that pgcat cannot combine (anywhere in the
+ * select list they make the merge refuse: a shard's partial answer is not
+ * a part of the whole one). */
+static const char *const other_aggregates[] = {
+	"array_agg", "string_agg", "bool_and", "bool_or", "every", "bit_and", "bit_or", "bit_xor",
+	"json_agg", "jsonb_agg", "json_object_agg", "jsonb_object_agg", "xmlagg", "stddev", "stddev_pop",
+	"stddev_samp", "variance", "var_pop", "var_samp", "corr", "covar_pop", "covar_samp", "regr_avgx",
+	"regr_avgy", "regr_count", "regr_intercept", "regr_r2", "regr_slope", "regr_sxx", "regr_sxy", "regr_syy",
+	"percentile_cont", "percentile_disc", "mode", "rank", "dense_rank", "percent_rank", "cume_dist",
+	"range_agg", "range_intersect_agg", "any_value", "grouping",
+};
+
+static bool is_other_aggregate(const char *name)
+{
+	for (size_t i = 0; i < sizeof other_aggregates / sizeof *other_aggregates; i++)
+		if (strcasecmp(name, other_aggregates[i]) == 0)
+			return true;
+	return false;
+}
+
+/* Does the subtree [from, to) call an aggregate (a known one, or any
+ * function with an OVER, FILTER or WITHIN GROUP)? Subqueries are skipped:
+ * their aggregates are theirs. */
+static bool calls_aggregate(const struct jdoc *d, int from, int to)
+{
+	for (int k = from; k < to; k++) {
+		if (d->t[k].type != J_KEY)
+			continue;
+		const struct jtok *kt = &d->t[k];
+		size_t kl = kt->end - kt->start;
+		const char *ks = d->s + kt->start;
+		if (kl == 7 && memcmp(ks, "SubLink", 7) == 0) {
+			k = (int)kt->after - 1;
+			continue;
+		}
+		if (kl != 8 || memcmp(ks, "FuncCall", 8) != 0)
+			continue;
+		int fc = k + 1;
+		char name[64];
+		if (pgjson_str(d, last_name(d, jget(d, fc, "funcname")), name, sizeof name) < 0)
+			return true;   /* a name it cannot read: assume the worst */
+		if (strcasecmp(name, "count") == 0 || strcasecmp(name, "sum") == 0 || strcasecmp(name, "min") == 0 ||
+		    strcasecmp(name, "max") == 0 || strcasecmp(name, "avg") == 0 || is_other_aggregate(name) ||
+		    jget(d, fc, "over") != JNONE || jget(d, fc, "agg_within_group") != JNONE)
+			return true;
+	}
+	return false;
+}
+
+/* The JSON text of a subtree without its "location" fields: two argument
+ * lists are the same expression if these are equal. */
+static size_t strip_locations(const struct jdoc *d, int v, char *out, size_t cap)
+{
+	if (!pgjson_valid(d, v))
+		return 0;
+	const char *s = d->s + d->t[v].start;
+	const char *e = d->s + (d->t[v].type == J_STR ? d->t[v].end + 1 : d->t[v].end);
+	size_t o = 0;
+	while (s < e) {
+		if (e - s > 11 && memcmp(s, "\"location\":", 11) == 0) {
+			s += 11;
+			while (s < e && (*s == '-' || (*s >= '0' && *s <= '9')))
+				s++;
+			if (s < e && *s == ',')
+				s++;
+			continue;
+		}
+		if (o + 1 >= cap)
+			return 0;
+		out[o++] = *s++;
+	}
+	out[o] = '\0';
+	return o;
+}
+
+/* An integer constant of LIMIT/OFFSET: its value and where its text is. */
+static bool limit_const(const struct jdoc *d, int v, const char *sql, size_t len, int64_t *val, size_t *at,
+			size_t *tlen, bool *is_null)
+{
+	int c = jnode(d, v, "A_Const");
+	*is_null = false;
+	if (c == JNONE)
+		return false;
+	if (jget(d, c, "isnull") != JNONE) {
+		*is_null = true;   /* LIMIT ALL / LIMIT NULL */
+		return true;
+	}
+	int iv = jget(d, c, "ival");
+	long loc = pgjson_int(d, jget(d, c, "location"));
+	if (iv == JNONE || loc < 0 || (size_t)loc >= len)
+		return false;
+	/* {"ival":{}} is 0; {"ival":{"ival":-3}} may be negative */
+	size_t p = (size_t)loc, q = p;
+	if (q < len && sql[q] == '-')
+		q++;
+	size_t digits_at = q;
+	while (q < len && sql[q] >= '0' && sql[q] <= '9')
+		q++;
+	if (q == digits_at || q - p > 19)
+		return false;
+	char buf[24];
+	memcpy(buf, sql + p, q - p);
+	buf[q - p] = '\0';
+	*val = strtoll(buf, NULL, 10);
+	*at = p;
+	*tlen = q - p;
+	return true;
+}
+
+/* One select-list entry of an aggregate query. */
+static bool plan_agg_target(const struct jdoc *d, int val, struct merge_plan *p, int col, char args[][256],
+			    char why[MERGE_WHY])
+{
+	if (jnode(d, val, "A_Const") != JNONE) {
+		p->agg[col] = MERGE_AGG_CONST;
+		return true;
+	}
+	int fc = jnode(d, val, "FuncCall");
+	char name[64];
+	if (fc == JNONE || pgjson_str(d, last_name(d, jget(d, fc, "funcname")), name, sizeof name) < 0)
+		return refuse(why, "an aggregate query whose select list holds something other than count, sum, "
+				   "min, max, avg or a constant cannot be merged");
+	if (jget(d, fc, "agg_distinct") != JNONE)
+		return refuse(why, "an aggregate over DISTINCT values cannot be merged across shards");
+	if (jget(d, fc, "over") != JNONE || jget(d, fc, "agg_within_group") != JNONE)
+		return refuse(why, "window and ordered-set aggregates cannot be merged across shards");
+	int args_v = jget(d, fc, "args");
+	if (calls_aggregate(d, args_v == JNONE ? 0 : args_v, args_v == JNONE ? 0 : (int)d->t[args_v].after))
+		return refuse(why, "nested aggregates cannot be merged across shards");
+	if (strcasecmp(name, "count") == 0)
+		p->agg[col] = MERGE_AGG_COUNT;
+	else if (strcasecmp(name, "sum") == 0)
+		p->agg[col] = MERGE_AGG_SUM;
+	else if (strcasecmp(name, "min") == 0)
+		p->agg[col] = MERGE_AGG_MIN;
+	else if (strcasecmp(name, "max") == 0)
+		p->agg[col] = MERGE_AGG_MAX;
+	else if (strcasecmp(name, "avg") == 0)
+		p->agg[col] = MERGE_AGG_AVG;
+	else
+		return refuse(why, "an aggregate query whose select list holds something other than count, sum, "
+				   "min, max, avg or a constant cannot be merged");
+	/* count(*) and count(x) differ; the argument's text tells avg's sum
+	 * and count apart from others' */
+	if (jget(d, fc, "agg_star") != JNONE)
+		snprintf(args[col], 256, "*");
+	else if (array_len(d, args_v) != 1 || !strip_locations(d, args_v, args[col], 256))
+		args[col][0] = '\0';
+	/* FILTER applies on every shard alike; keep it in the identity */
+	int filt = jget(d, fc, "agg_filter");
+	if (filt != JNONE && args[col][0]) {
+		char f[256];
+		size_t fl = strip_locations(d, filt, f, sizeof f), al = strlen(args[col]);
+		if (!fl || al + fl + 1 >= 256)
+			args[col][0] = '\0';
+		else
+			snprintf(args[col] + al, 256 - al, "|%s", f);
+	}
+	return true;
+}
+
+static bool plan_select(const struct jdoc *d, int sel, const char *sql, size_t len, struct merge_plan *p,
+			char why[MERGE_WHY])
+{
+	if (!pgjson_str_is(d, jget(d, sel, "op"), "SETOP_NONE", false))
+		return refuse(why, "UNION, INTERSECT and EXCEPT cannot be merged across shards");
+	if (jget(d, sel, "distinctClause") != JNONE)
+		return refuse(why, "DISTINCT cannot be merged across shards");
+	if (jget(d, sel, "groupClause") != JNONE || jget(d, sel, "havingClause") != JNONE)
+		return refuse(why, "GROUP BY and HAVING cannot be merged across shards");
+	if (jget(d, sel, "windowClause") != JNONE)
+		return refuse(why, "window functions cannot be merged across shards");
+	if (jget(d, sel, "intoClause") != JNONE || jget(d, sel, "lockingClause") != JNONE)
+		return refuse(why, "SELECT INTO and FOR UPDATE/SHARE are not reads");
+	if (jget(d, sel, "valuesLists") != JNONE)
+		return refuse(why, "VALUES lists are not sharded");
+	int lo = jget(d, sel, "limitOption");
+	if (lo != JNONE && pgjson_str_is(d, lo, "LIMIT_OPTION_WITH_TIES", false))
+		return refuse(why, "FETCH ... WITH TIES cannot be merged across shards");
+
+	/* The select list: aggregates, or plain rows. */
+	int tl = jget(d, sel, "targetList");
+	if (tl == JNONE || d->t[tl].type != J_ARR)
+		return refuse(why, "a query without a select list cannot be merged");
+	for (int k = tl; k < (int)d->t[tl].after; k++) {
+		if (d->t[k].type == J_KEY && d->t[k].end - d->t[k].start == 4 && memcmp(d->s + d->t[k].start, "over", 4) == 0)
+			return refuse(why, "window functions cannot be merged across shards");
+		if (d->t[k].type == J_KEY && d->t[k].end - d->t[k].start == 7 &&
+		    memcmp(d->s + d->t[k].start, "SubLink", 7) == 0)
+			k = (int)d->t[k].after - 1;
+	}
+	if (calls_aggregate(d, tl, (int)d->t[tl].after)) {
+		char args[MERGE_MAX_AGGS][256];   /* each aggregate's argument, as text */
+		int col = 0;
+		p->aggregates = true;
+		for (int e = tl + 1; e < (int)d->t[tl].after; e = (int)d->t[e].after, col++) {
+			if (col == MERGE_MAX_AGGS)
+				return refuse(why, "too many aggregates to merge");
+			int rt = jnode(d, e, "ResTarget");
+			int val = jget(d, rt, "val");
+			p->avg_sum[col] = p->avg_count[col] = -1;
+			if (!plan_agg_target(d, val, p, col, args, why))
+				return false;
+		}
+		p->n_cols = col;
+		for (int i = 0; i < col; i++) {
+			if (p->agg[i] != MERGE_AGG_AVG)
+				continue;
+			for (int j = 0; j < col && args[i][0]; j++) {
+				if (strcmp(args[j], args[i]) != 0)
+					continue;
+				if (p->agg[j] == MERGE_AGG_SUM && p->avg_sum[i] < 0)
+					p->avg_sum[i] = (int8_t)j;
+				if (p->agg[j] == MERGE_AGG_COUNT && p->avg_count[i] < 0)
+					p->avg_count[i] = (int8_t)j;
+			}
+			if (p->avg_sum[i] < 0 || p->avg_count[i] < 0)
+				return refuse(why, "avg() across shards needs sum() and count() of the same argument in the "
+						   "select list too (avg is merged as sum / count)");
+		}
+	}
+
+	/* ORDER BY output columns. */
+	int sc = jget(d, sel, "sortClause");
+	if (sc != JNONE) {
+		for (int e = sc + 1; e < (int)d->t[sc].after; e = (int)d->t[e].after) {
+			if (p->n_sort == MERGE_MAX_SORT)
+				return refuse(why, "too many ORDER BY keys to merge");
+			int sb = jnode(d, e, "SortBy");
+			struct merge_sort *k = &p->sort[p->n_sort];
+			memset(k, 0, sizeof *k);
+			if (jget(d, sb, "useOp") != JNONE)
+				return refuse(why, "ORDER BY ... USING cannot be merged across shards");
+			int node = jget(d, sb, "node");
+			int coll = jnode(d, node, "CollateClause");
+			if (coll != JNONE) {
+				char cn[64];
+				if (pgjson_str(d, last_name(d, jget(d, coll, "collname")), cn, sizeof cn) < 0 ||
+				    (strcmp(cn, "C") != 0 && strcmp(cn, "POSIX") != 0 && strcasecmp(cn, "ucs_basic") != 0))
+					return refuse(why, "ORDER BY with a COLLATE other than \"C\" cannot be merged across shards");
+				k->bytewise = true;
+				node = jget(d, coll, "arg");
+			}
+			int ac = jnode(d, node, "A_Const");
+			int cr = jnode(d, node, "ColumnRef");
+			if (ac != JNONE) {
+				int iv = jget(d, ac, "ival");
+				long pos = pgjson_int(d, jget(d, iv, "ival"));
+				if (iv == JNONE || pos < 1 || pos > 1664)
+					return refuse(why, "ORDER BY a constant other than a column position cannot be merged");
+				k->position = (int)pos;
+			} else if (cr != JNONE) {
+				int fields = jget(d, cr, "fields");
+				if (pgjson_str(d, last_name(d, fields), k->name, sizeof k->name) < 0)
+					return refuse(why, "ORDER BY must name output columns to be merged across shards");
+			} else {
+				return refuse(why, "ORDER BY an expression cannot be merged across shards; order by an output "
+						   "column (its name or position)");
+			}
+			int dir = jget(d, sb, "sortby_dir"), nulls = jget(d, sb, "sortby_nulls");
+			k->desc = pgjson_str_is(d, dir, "SORTBY_DESC", false);
+			k->nulls_first = pgjson_str_is(d, nulls, "SORTBY_NULLS_FIRST", false) ||
+					 (k->desc && !pgjson_str_is(d, nulls, "SORTBY_NULLS_LAST", false));
+			p->n_sort++;
+		}
+	}
+
+	/* LIMIT / OFFSET: after the merge; each shard returns limit + offset. */
+	int lc = jget(d, sel, "limitCount"), lof = jget(d, sel, "limitOffset");
+	bool is_null;
+	if (lc != JNONE) {
+		if (!limit_const(d, lc, sql, len, &p->limit, &p->limit_at, &p->limit_len, &is_null))
+			return refuse(why, "LIMIT must be an integer constant to be merged across shards");
+		p->has_limit = !is_null;
+		if (is_null)
+			p->limit_len = 0;
+	}
+	if (lof != JNONE) {
+		if (!limit_const(d, lof, sql, len, &p->offset, &p->offset_at, &p->offset_len, &is_null))
+			return refuse(why, "OFFSET must be an integer constant to be merged across shards");
+		p->has_offset = !is_null && p->offset != 0;
+		if (!p->has_offset)
+			p->offset_len = 0;
+	}
+	if ((p->has_limit && p->limit < 0) || (p->has_offset && p->offset < 0)) {
+		/* PostgreSQL refuses these itself: leave the text alone */
+		p->has_limit = p->has_offset = false;
+		p->limit_len = p->offset_len = 0;
+	}
+	if (p->has_limit && p->has_offset && p->limit > INT64_MAX - p->offset)
+		return refuse(why, "LIMIT + OFFSET too large");
+	if (!p->has_offset || p->aggregates)
+		p->limit_len = 0;   /* the shard's LIMIT stays as written */
+	if (p->aggregates)
+		p->offset_len = 0;  /* one row per shard either way; applied after */
+	return true;
+}
+
+bool merge_plan_build(const char *sql, size_t len, struct merge_plan *p, char why[MERGE_WHY])
+{
+	memset(p, 0, sizeof *p);
+	why[0] = '\0';
+	char *text = malloc(len + 1);
+	if (!text)
+		return refuse(why, "out of memory");
+	memcpy(text, sql, len);
+	text[len] = '\0';
+	len = strlen(text);   /* PostgreSQL stops at an embedded NUL too */
+	PgQueryParseResult r = pg_query_parse(text);
+	bool ok = false;
+	struct jtok *toks = NULL;
+	if (r.error || !r.parse_tree) {
+		refuse(why, "the query could not be parsed");
+		goto out;
+	}
+	size_t jlen = strlen(r.parse_tree), cap = jlen / 4 + PLAN_TOKENS_MIN;
+	toks = malloc(cap * sizeof *toks);
+	int ntok;
+	if (!toks || !pgjson_parse(r.parse_tree, jlen, toks, cap, &ntok)) {
+		refuse(why, "the query could not be parsed");
+		goto out;
+	}
+	struct jdoc d = { r.parse_tree, toks, ntok };
+	int stmts = jget(&d, 0, "stmts");
+	if (array_len(&d, stmts) != 1) {
+		refuse(why, "several statements in one query cannot be merged across shards; send them one by one");
+		goto out;
+	}
+	int sel = jnode(&d, jget(&d, stmts + 1, "stmt"), "SelectStmt");
+	if (sel == JNONE) {
+		refuse(why, "only SELECT can be merged across shards");
+		goto out;
+	}
+	ok = plan_select(&d, sel, text, len, p, why);
+out:
+	free(toks);
+	pg_query_free_parse_result(r);
+	free(text);
+	return ok;
+}
+
+bool merge_plan_rewrites(const struct merge_plan *p) { return p->limit_len > 0 || p->offset_len > 0; }
+
+bool merge_plan_compares(const struct merge_plan *p)
+{
+	if (p->n_sort > 0)
+		return true;
+	for (int i = 0; p->aggregates && i < p->n_cols; i++)
+		if (p->agg[i] == MERGE_AGG_MIN || p->agg[i] == MERGE_AGG_MAX)
+			return true;
+	return false;
+}
+
+char *merge_plan_shard_sql(const struct merge_plan *p, const char *sql, size_t len, size_t *outlen)
+{
+	/* the two replacements, in text order */
+	struct { size_t at, len; char repl[24]; } r[2];
+	int n = 0;
+	if (p->limit_len) {
+		r[n].at = p->limit_at;
+		r[n].len = p->limit_len;
+		snprintf(r[n].repl, sizeof r[n].repl, "%" PRId64, p->limit + (p->has_offset ? p->offset : 0));
+		n++;
+	}
+	if (p->offset_len) {
+		r[n].at = p->offset_at;
+		r[n].len = p->offset_len;
+		snprintf(r[n].repl, sizeof r[n].repl, "0");
+		n++;
+	}
+	if (n == 2 && r[0].at > r[1].at) {
+		__typeof__(r[0]) t = r[0];
+		r[0] = r[1];
+		r[1] = t;
+	}
+	size_t cap = len + 1 + 2 * 24, o = 0, from = 0;
+	char *out = malloc(cap);
+	if (!out)
+		return NULL;
+	for (int i = 0; i < n; i++) {
+		if (r[i].at < from || r[i].at + r[i].len > len) {
+			free(out);
+			return NULL;
+		}
+		memcpy(out + o, sql + from, r[i].at - from);
+		o += r[i].at - from;
+		size_t rl = strlen(r[i].repl);
+		memcpy(out + o, r[i].repl, rl);
+		o += rl;
+		from = r[i].at + r[i].len;
+	}
+	memcpy(out + o, sql + from, len - from);
+	o += len - from;
+	out[o] = '\0';
+	*outlen = o;
+	return out;
+}
+
+/* ------------------------------------------------------------------ */
+/* The rows                                                              */
+
+bool merge_read_row_description(const uint8_t *body, size_t len, struct merge_column *cols, int cap, int *n_cols)
+{
+	if (len < 2)
+		return false;
+	int n = (int)(((unsigned)body[0] << 8) | body[1]);
+	if (n > cap)
+		return false;
+	size_t off = 2;
+	for (int i = 0; i < n; i++) {
+		const char *name;
+		if (!proto_read_cstring(body, len, &off, &name) || len - off < 18)
+			return false;
+		snprintf(cols[i].name, sizeof cols[i].name, "%s", name);
+		cols[i].type_oid = proto_get_u32(body + off + 6);
+		cols[i].format = (int16_t)(((unsigned)body[off + 16] << 8) | body[off + 17]);
+		off += 18;
+	}
+	*n_cols = n;
+	return off == len;
+}
+
+/* Column i of a DataRow message m (whole, with its header): NULL -> *vlen < 0. */
+static bool row_value(const uint8_t *m, size_t mlen, int i, const uint8_t **v, int32_t *vlen)
+{
+	if (mlen < 7)
+		return false;
+	int n = (int)(((unsigned)m[5] << 8) | m[6]);
+	if (i >= n)
+		return false;
+	size_t off = 7;
+	for (int k = 0;; k++) {
+		if (mlen - off < 4)
+			return false;
+		int32_t l = (int32_t)proto_get_u32(m + off);
+		off += 4;
+		if (l < -1 || (l > 0 && (size_t)l > mlen - off))
+			return false;
+		if (k == i) {
+			*v = m + off;
+			*vlen = l;
+			return true;
+		}
+		if (l > 0)
+			off += (size_t)l;
+	}
+}
+
+/* A shard's rows, one DataRow at a time. */
+struct cursor {
+	const uint8_t *p, *end;
+	size_t len;        /* of the message at p; 0: exhausted */
+};
+
+static bool cursor_load(struct cursor *c)
+{
+	if (c->p == c->end) {
+		c->len = 0;
+		return true;
+	}
+	if (c->end - c->p < 5 || c->p[0] != PqMsg_DataRow)
+		return false;
+	uint32_t l = proto_get_u32(c->p + 1);
+	if (l < 4 || (size_t)l + 1 > (size_t)(c->end - c->p))
+		return false;
+	c->len = (size_t)l + 1;
+	return true;
+}
+
+struct sort_key {
+	int col;
+	bool desc, nulls_first;
+	uint32_t oid;
+	int16_t format;
+	locale_t coll;
+};
+
+/* a vs b by the sort keys; false: a value could not be compared. */
+static bool row_compare(const struct sort_key *keys, int n, const uint8_t *a, size_t alen, const uint8_t *b,
+			size_t blen, int *out)
+{
+	for (int i = 0; i < n; i++) {
+		const struct sort_key *k = &keys[i];
+		const uint8_t *va, *vb;
+		int32_t la, lb;
+		if (!row_value(a, alen, k->col, &va, &la) || !row_value(b, blen, k->col, &vb, &lb))
+			return false;
+		int c;
+		if (la < 0 || lb < 0) {
+			if (la < 0 && lb < 0)
+				continue;
+			/* NULL against a value: where NULLS FIRST/LAST puts it */
+			c = la < 0 ? (k->nulls_first ? -1 : 1) : (k->nulls_first ? 1 : -1);
+			*out = c;
+			return true;
+		}
+		if (!pgvalue_compare(k->oid, k->format, va, (size_t)la, vb, (size_t)lb, k->coll, &c))
+			return false;
+		if (c != 0) {
+			*out = k->desc ? -c : c;
+			return true;
+		}
+	}
+	*out = 0;
+	return true;
+}
+
+static void put_command_complete(struct evbuffer *out, uint64_t n)
+{
+	char tag[32];
+	int tl = snprintf(tag, sizeof tag, "SELECT %" PRIu64, n);
+	uint8_t h[5] = { PqMsg_CommandComplete };
+	proto_put_u32(h + 1, (uint32_t)(4 + tl + 1));
+	evbuffer_add(out, h, 5);
+	evbuffer_add(out, tag, (size_t)tl + 1);
+}
+
+static bool type_name_fail(char why[MERGE_WHY], const char *what, const struct merge_column *c)
+{
+	snprintf(why, MERGE_WHY, "cross-shard read: cannot %s column \"%s\" (type oid %u, %s format) across shards",
+		 what, c->name, c->type_oid, c->format ? "binary" : "text");
+	return false;
+}
+
+/* Rows in order: a k-way merge of the shards' sorted rows. */
+static bool merge_sorted(const struct merge_plan *p, const struct merge_column *cols, int n_cols,
+			 const struct merge_shard *shards, size_t n_shards, locale_t coll, struct evbuffer *out,
+			 uint64_t *sent, char why[MERGE_WHY])
+{
+	struct sort_key keys[MERGE_MAX_SORT];
+	for (int i = 0; i < p->n_sort; i++) {
+		const struct merge_sort *s = &p->sort[i];
+		int col = -1;
+		if (s->position > 0) {
+			if (s->position <= n_cols)
+				col = s->position - 1;
+		} else {
+			for (int c = 0; c < n_cols; c++) {
+				if (strcmp(cols[c].name, s->name) != 0)
+					continue;
+				if (col >= 0) {
+					snprintf(why, MERGE_WHY, "cross-shard read: ORDER BY \"%s\" is ambiguous among the output columns",
+						 s->name);
+					return false;
+				}
+				col = c;
+			}
+		}
+		if (col < 0) {
+			snprintf(why, MERGE_WHY,
+				 "cross-shard read: ORDER BY %s%s%s is not an output column; add it to the select list to merge "
+				 "the shards' rows", s->position ? "" : "\"", s->position ? "a position" : s->name,
+				 s->position ? "" : "\"");
+			return false;
+		}
+		if (!pgvalue_can_compare(cols[col].type_oid, cols[col].format))
+			return type_name_fail(why, "order by", &cols[col]);
+		keys[i] = (struct sort_key){ col, s->desc, s->nulls_first, cols[col].type_oid, cols[col].format,
+					     s->bytewise ? (locale_t)0 : coll };
+	}
+	struct cursor cur[MERGE_MAX_SHARDS];
+	if (n_shards > MERGE_MAX_SHARDS)
+		return false;
+	for (size_t i = 0; i < n_shards; i++) {
+		cur[i] = (struct cursor){ shards[i].rows, shards[i].rows + shards[i].rows_len, 0 };
+		if (!cursor_load(&cur[i]))
+			goto bad_row;
+	}
+	uint64_t skip = p->has_offset ? (uint64_t)p->offset : 0, n = 0;
+	for (;;) {
+		if (p->has_limit && n >= (uint64_t)p->limit)
+			break;
+		int best = -1;
+		for (size_t i = 0; i < n_shards; i++) {
+			if (!cur[i].len)
+				continue;
+			if (best < 0) {
+				best = (int)i;
+				continue;
+			}
+			int c;
+			if (!row_compare(keys, p->n_sort, cur[i].p, cur[i].len, cur[best].p, cur[best].len, &c)) {
+				snprintf(why, MERGE_WHY, "cross-shard read: a value of an ORDER BY column could not be read");
+				return false;
+			}
+			if (c < 0)   /* ties keep shard order: stable */
+				best = (int)i;
+		}
+		if (best < 0)
+			break;
+		if (skip > 0)
+			skip--;
+		else {
+			evbuffer_add(out, cur[best].p, cur[best].len);
+			n++;
+		}
+		cur[best].p += cur[best].len;
+		if (!cursor_load(&cur[best]))
+			goto bad_row;
+	}
+	*sent = n;
+	return true;
+bad_row:
+	snprintf(why, MERGE_WHY, "cross-shard read: a shard sent a malformed row");
+	return false;
+}
+
+/* Rows in shard order, OFFSET and LIMIT applied. */
+static bool merge_concat(const struct merge_plan *p, const struct merge_shard *shards, size_t n_shards,
+			 struct evbuffer *out, uint64_t *sent, char why[MERGE_WHY])
+{
+	uint64_t skip = p->has_offset ? (uint64_t)p->offset : 0, n = 0;
+	for (size_t i = 0; i < n_shards; i++) {
+		if (!p->has_offset && !p->has_limit) {
+			/* the common case: every row, one copy per shard */
+			evbuffer_add(out, shards[i].rows, shards[i].rows_len);
+			n += shards[i].n_rows;
+			continue;
+		}
+		struct cursor c = { shards[i].rows, shards[i].rows + shards[i].rows_len, 0 };
+		for (;;) {
+			if (!cursor_load(&c)) {
+				snprintf(why, MERGE_WHY, "cross-shard read: a shard sent a malformed row");
+				return false;
+			}
+			if (!c.len || (p->has_limit && n >= (uint64_t)p->limit))
+				break;
+			if (skip > 0)
+				skip--;
+			else {
+				evbuffer_add(out, c.p, c.len);
+				n++;
+			}
+			c.p += c.len;
+		}
+	}
+	*sent = n;
+	return true;
+}
+
+/* A value of the merged aggregate row. */
+struct agg_value {
+	bool is_null;
+	size_t len;
+	uint8_t buf[PGVALUE_NUMERIC_MAX];
+};
+
+static void agg_set(struct agg_value *a, const uint8_t *v, int32_t l)
+{
+	a->is_null = l < 0;
+	a->len = l < 0 ? 0 : (size_t)l;
+	if (l > 0)
+		memcpy(a->buf, v, (size_t)l);
+}
+
+/* count, sum, min, max, avg: one row out of one row per shard. */
+static bool merge_aggregates(const struct merge_plan *p, const struct merge_column *cols, int n_cols,
+			     const struct merge_shard *shards, size_t n_shards, locale_t coll, struct evbuffer *out,
+			     uint64_t *sent, char why[MERGE_WHY])
+{
+	if (n_cols != p->n_cols) {
+		snprintf(why, MERGE_WHY, "cross-shard read: the shards' columns do not match the select list");
+		return false;
+	}
+	for (size_t s = 0; s < n_shards; s++) {
+		if (shards[s].n_rows == 0 && p->has_limit && p->limit == 0)
+			continue;
+		if (shards[s].n_rows != 1) {
+			snprintf(why, MERGE_WHY, "cross-shard read: a shard answered an aggregate with %" PRIu64 " rows",
+				 shards[s].n_rows);
+			return false;
+		}
+	}
+	if (shards[0].n_rows == 0 || (p->has_offset && p->offset > 0)) {
+		/* LIMIT 0 or OFFSET past the one row */
+		*sent = 0;
+		return true;
+	}
+	struct agg_value *acc = calloc((size_t)n_cols, sizeof *acc);
+	if (!acc) {
+		snprintf(why, MERGE_WHY, "cross-shard read: out of memory");
+		return false;
+	}
+	bool ok = false;
+	for (int c = 0; c < n_cols; c++) {
+		const struct merge_column *col = &cols[c];
+		enum merge_agg kind = (enum merge_agg)p->agg[c];
+		if ((kind == MERGE_AGG_COUNT || kind == MERGE_AGG_SUM) && !pgvalue_can_add(col->type_oid, col->format)) {
+			type_name_fail(why, "add", col);
+			goto out;
+		}
+		if ((kind == MERGE_AGG_MIN || kind == MERGE_AGG_MAX) && !pgvalue_can_compare(col->type_oid, col->format)) {
+			type_name_fail(why, "compare", col);
+			goto out;
+		}
+		acc[c].is_null = true;
+		for (size_t s = 0; s < n_shards; s++) {
+			const uint8_t *v;
+			int32_t l;
+			if (!row_value(shards[s].rows, shards[s].rows_len, c, &v, &l) ||
+			    (l > 0 && (size_t)l > sizeof acc[c].buf)) {
+				snprintf(why, MERGE_WHY, "cross-shard read: a shard sent a malformed row");
+				goto out;
+			}
+			if (kind == MERGE_AGG_AVG)
+				continue;   /* from the merged sum and count below */
+			if (s == 0 || kind == MERGE_AGG_CONST) {
+				if (s == 0)
+					agg_set(&acc[c], v, l);
+				continue;
+			}
+			if (l < 0)
+				continue;   /* sum/min/max skip NULL; count is never NULL */
+			if (acc[c].is_null) {
+				agg_set(&acc[c], v, l);
+				continue;
+			}
+			if (kind == MERGE_AGG_COUNT || kind == MERGE_AGG_SUM) {
+				uint8_t sum[PGVALUE_NUMERIC_MAX];
+				size_t sl;
+				if (!pgvalue_add(col->type_oid, col->format, acc[c].buf, acc[c].len, v, (size_t)l, sum, sizeof sum,
+						 &sl)) {
+					snprintf(why, MERGE_WHY, "cross-shard read: the sum of column \"%s\" could not be computed",
+						 col->name);
+					goto out;
+				}
+				memcpy(acc[c].buf, sum, sl);
+				acc[c].len = sl;
+			} else {
+				int cmp;
+				if (!pgvalue_compare(col->type_oid, col->format, v, (size_t)l, acc[c].buf, acc[c].len, coll,
+						     &cmp)) {
+					snprintf(why, MERGE_WHY, "cross-shard read: a value of column \"%s\" could not be read",
+						 col->name);
+					goto out;
+				}
+				if ((kind == MERGE_AGG_MIN && cmp < 0) || (kind == MERGE_AGG_MAX && cmp > 0))
+					agg_set(&acc[c], v, l);
+			}
+		}
+	}
+	for (int c = 0; c < n_cols; c++) {
+		if (p->agg[c] != MERGE_AGG_AVG)
+			continue;
+		const struct agg_value *sum = &acc[p->avg_sum[c]], *cnt = &acc[p->avg_count[c]];
+		const struct merge_column *sc = &cols[p->avg_sum[c]], *cc = &cols[p->avg_count[c]];
+		int64_t count = 0;
+		if (cnt->is_null) {
+			snprintf(why, MERGE_WHY, "cross-shard read: count() was NULL");
+			goto out;
+		}
+		if (cc->format == 1 && cnt->len == 8) {
+			uint64_t u = 0;
+			for (int i = 0; i < 8; i++)
+				u = u << 8 | cnt->buf[i];
+			count = (int64_t)u;
+		} else if (cc->format == 0 && cnt->len < 24) {
+			char t[24];
+			memcpy(t, cnt->buf, cnt->len);
+			t[cnt->len] = '\0';
+			count = strtoll(t, NULL, 10);
+		} else {
+			snprintf(why, MERGE_WHY, "cross-shard read: count() could not be read");
+			goto out;
+		}
+		if (count == 0 || sum->is_null) {
+			acc[c].is_null = true;   /* avg of no rows */
+			continue;
+		}
+		if (!pgvalue_avg(cols[c].type_oid, cols[c].format, sc->type_oid, sc->format, sum->buf, sum->len, count,
+				 acc[c].buf, sizeof acc[c].buf, &acc[c].len)) {
+			type_name_fail(why, "average", &cols[c]);
+			goto out;
+		}
+		acc[c].is_null = false;
+	}
+	/* the one row */
+	size_t total = 4 + 2;
+	for (int c = 0; c < n_cols; c++)
+		total += 4 + acc[c].len;
+	uint8_t h[7] = { PqMsg_DataRow };
+	proto_put_u32(h + 1, (uint32_t)total);
+	h[5] = (uint8_t)(n_cols >> 8);
+	h[6] = (uint8_t)n_cols;
+	evbuffer_add(out, h, sizeof h);
+	for (int c = 0; c < n_cols; c++) {
+		uint8_t l[4];
+		proto_put_u32(l, acc[c].is_null ? UINT32_MAX : (uint32_t)acc[c].len);
+		evbuffer_add(out, l, 4);
+		if (!acc[c].is_null)
+			evbuffer_add(out, acc[c].buf, acc[c].len);
+	}
+	*sent = 1;
+	ok = true;
+out:
+	free(acc);
+	return ok;
+}
+
+bool merge_rows(const struct merge_plan *plan, const struct merge_column *cols, int n_cols,
+		const struct merge_shard *shards, size_t n_shards, locale_t coll, uint32_t max_rows,
+		struct evbuffer *out, char why[MERGE_WHY])
+{
+	/* An Execute's row limit: one row more tells whether the portal
+	 * would have been suspended. */
+	struct merge_plan capped = *plan;
+	const struct merge_plan *p = plan;
+	if (max_rows > 0 && (!plan->has_limit || plan->limit > (int64_t)max_rows)) {
+		capped.has_limit = true;
+		capped.limit = (int64_t)max_rows + 1;
+		p = &capped;
+	}
+	struct evbuffer *tmp = evbuffer_new();
+	if (!tmp) {
+		snprintf(why, MERGE_WHY, "cross-shard read: out of memory");
+		return false;
+	}
+	uint64_t sent = 0;
+	bool ok;
+	if (p->aggregates)
+		ok = merge_aggregates(p, cols, n_cols, shards, n_shards, coll, tmp, &sent, why);
+	else if (p->n_sort > 0 && n_shards > 1)
+		ok = merge_sorted(p, cols, n_cols, shards, n_shards, coll, tmp, &sent, why);
+	else
+		ok = merge_concat(p, shards, n_shards, tmp, &sent, why);
+	if (ok && max_rows > 0 && sent > max_rows) {
+		/* the first max_rows rows, then PortalSuspended */
+		size_t keep = 0;
+		for (uint32_t i = 0; i < max_rows; i++) {
+			uint8_t h[5];
+			struct evbuffer_ptr pos;
+			if (evbuffer_ptr_set(tmp, &pos, keep, EVBUFFER_PTR_SET) < 0 || evbuffer_copyout_from(tmp, &pos, h, 5) != 5)
+				break;
+			keep += (size_t)proto_get_u32(h + 1) + 1;
+		}
+		evbuffer_remove_buffer(tmp, out, keep);
+		static const uint8_t suspended[5] = { PqMsg_PortalSuspended, 0, 0, 0, 4 };
+		evbuffer_add(out, suspended, sizeof suspended);
+	} else if (ok) {
+		put_command_complete(tmp, sent);
+		evbuffer_add_buffer(out, tmp);
+	}
+	evbuffer_free(tmp);
+	return ok;
+}
