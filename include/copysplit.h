@@ -51,8 +51,10 @@ struct copysplit {
 	/* the row being collected across feeds */
 	uint8_t *row;
 	size_t row_len, row_cap;
-	/* CSV: inside a quoted field at the end of what was fed */
+	/* At the end of what was fed: inside a CSV quoted field; after a
+	 * backslash (text) or an escape character inside quotes (CSV). */
 	bool in_quotes;
+	bool escaped;
 	/* the decoded key of the current row */
 	uint8_t *key;
 	size_t key_len, key_cap;

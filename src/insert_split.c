@@ -1,0 +1,397 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * insert_split: one INSERT per shard out of a multi-row INSERT
+ * (include/insert_split.h).
+ */
+#include "insert_split.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <pg_query.h>
+
+#include "pgjson.h"
+#include "sharding.h"
+
+#define SPLIT_MAX_ROWS 100000
+
+static bool refuse(char why[MERGE_WHY], const char *msg)
+{
+	snprintf(why, MERGE_WHY, "cross-shard write: %s", msg);
+	return false;
+}
+
+/* ---- the text ---- */
+
+/* Past the comment or quoted token at s[i], or i if there is none there. */
+static size_t skip_quoted(const char *s, size_t len, size_t i)
+{
+	if (i + 1 < len && s[i] == '-' && s[i + 1] == '-') {
+		while (i < len && s[i] != '\n')
+			i++;
+		return i;
+	}
+	if (i + 1 < len && s[i] == '/' && s[i + 1] == '*') {
+		int depth = 0;
+		while (i < len) {
+			if (i + 1 < len && s[i] == '/' && s[i + 1] == '*') {
+				depth++;
+				i += 2;
+			} else if (i + 1 < len && s[i] == '*' && s[i + 1] == '/') {
+				i += 2;
+				if (--depth == 0)
+					return i;
+			} else {
+				i++;
+			}
+		}
+		return len;
+	}
+	if (s[i] == '\'') {
+		/* E'...' takes backslash escapes */
+		bool esc = i > 0 && (s[i - 1] == 'E' || s[i - 1] == 'e') &&
+			   (i < 2 || !(isalnum((unsigned char)s[i - 2]) || s[i - 2] == '_'));
+		i++;
+		while (i < len) {
+			if (esc && s[i] == '\\' && i + 1 < len) {
+				i += 2;
+				continue;
+			}
+			if (s[i] == '\'') {
+				if (i + 1 < len && s[i + 1] == '\'') {
+					i += 2;
+					continue;
+				}
+				return i + 1;
+			}
+			i++;
+		}
+		return len;
+	}
+	if (s[i] == '"') {
+		i++;
+		while (i < len) {
+			if (s[i] == '"') {
+				if (i + 1 < len && s[i + 1] == '"') {
+					i += 2;
+					continue;
+				}
+				return i + 1;
+			}
+			i++;
+		}
+		return len;
+	}
+	if (s[i] == '$' && (i == 0 || !(isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_'))) {
+		/* $tag$ ... $tag$ ($1 is a parameter, not a quote) */
+		size_t j = i + 1;
+		while (j < len && (isalpha((unsigned char)s[j]) || s[j] == '_' || (j > i + 1 && isdigit((unsigned char)s[j]))))
+			j++;
+		if (j >= len || s[j] != '$')
+			return i;
+		size_t tl = j - i + 1;
+		const char *tag = s + i;
+		for (size_t k = j + 1; k + tl <= len; k++)
+			if (s[k] == '$' && memcmp(s + k, tag, tl) == 0)
+				return k + tl;
+		return len;
+	}
+	return i;
+}
+
+/* Past whitespace and comments. */
+static size_t skip_space(const char *s, size_t len, size_t i)
+{
+	for (;;) {
+		while (i < len && isspace((unsigned char)s[i]))
+			i++;
+		if (i + 1 < len && ((s[i] == '-' && s[i + 1] == '-') || (s[i] == '/' && s[i + 1] == '*')))
+			i = skip_quoted(s, len, i);
+		else
+			return i;
+	}
+}
+
+/* The rows of the VALUES list at depth 0: [open, close] of each. */
+static int find_rows(const char *s, size_t len, size_t *open, size_t *close, int cap)
+{
+	size_t i = 0;
+	int depth = 0;
+	while (i < len) {
+		size_t j = skip_quoted(s, len, i);
+		if (j != i) {
+			i = j;
+			continue;
+		}
+		char ch = s[i];
+		if (ch == '(')
+			depth++;
+		else if (ch == ')')
+			depth--;
+		else if (depth == 0 && (ch == 'v' || ch == 'V') && len - i >= 6 && strncasecmp(s + i, "values", 6) == 0 &&
+			 (i == 0 || !(isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_' || s[i - 1] == '"')) &&
+			 (i + 6 == len || !(isalnum((unsigned char)s[i + 6]) || s[i + 6] == '_'))) {
+			i += 6;
+			break;
+		}
+		i++;
+	}
+	if (i >= len)
+		return -1;
+	int n = 0;
+	for (;;) {
+		i = skip_space(s, len, i);
+		if (i >= len || s[i] != '(' || n == cap)
+			return -1;
+		open[n] = i;
+		int d = 0;
+		while (i < len) {
+			size_t j = skip_quoted(s, len, i);
+			if (j != i) {
+				i = j;
+				continue;
+			}
+			if (s[i] == '(')
+				d++;
+			else if (s[i] == ')' && --d == 0)
+				break;
+			i++;
+		}
+		if (i >= len)
+			return -1;
+		close[n++] = i;
+		i = skip_space(s, len, i + 1);
+		if (i < len && s[i] == ',') {
+			i++;
+			continue;
+		}
+		return n;
+	}
+}
+
+/* ---- the parse tree ---- */
+
+/* The key's text from a row item: a constant, maybe cast or negated. */
+static bool key_text(const struct jdoc *d, int item, const char *sql, size_t len, char *out, size_t cap)
+{
+	int tc = jnode(d, item, "TypeCast");
+	if (tc != JNONE)
+		item = jget(d, tc, "arg");
+	int c = jnode(d, item, "A_Const");
+	if (c == JNONE)
+		return false;
+	int sv = jget(d, c, "sval");
+	if (sv != JNONE)
+		return pgjson_str(d, jget(d, sv, "sval"), out, cap) >= 0;
+	int fv = jget(d, c, "fval");
+	if (fv != JNONE)
+		return pgjson_str(d, jget(d, fv, "fval"), out, cap) >= 0;
+	if (jget(d, c, "ival") == JNONE)
+		return false;
+	/* an integer: its text, as written (0 is "ival":{}) */
+	long loc = pgjson_int(d, jget(d, c, "location"));
+	if (loc < 0 || (size_t)loc >= len)
+		return false;
+	size_t p = (size_t)loc, q = p;
+	if (q < len && sql[q] == '-')
+		q++;
+	while (q < len && isdigit((unsigned char)sql[q]))
+		q++;
+	if (q == p || q - p >= cap)
+		return false;
+	memcpy(out, sql + p, q - p);
+	out[q - p] = '\0';
+	return true;
+}
+
+static bool names_match(const char *a, const char *b) { return a && b && strcasecmp(a, b) == 0; }
+
+bool insert_split_build(const char *sql, size_t len, const struct router_rules *rules, enum sharding_function fn,
+			int n_shards, struct insert_split *out, char why[MERGE_WHY])
+{
+	memset(out, 0, sizeof *out);
+	out->n_shards = n_shards;
+	why[0] = '\0';
+	if (n_shards < 1 || n_shards > MERGE_MAX_SHARDS)
+		return refuse(why, "too many shards");
+	char *text = malloc(len + 1);
+	if (!text)
+		return refuse(why, "out of memory");
+	memcpy(text, sql, len);
+	text[len] = '\0';
+	len = strlen(text);
+	PgQueryParseResult r = pg_query_parse(text);
+	struct jtok *toks = NULL;
+	size_t *open = NULL, *close = NULL;
+	int *shard_of = NULL;
+	bool ok = false;
+	if (r.error || !r.parse_tree) {
+		refuse(why, "the statement could not be parsed");
+		goto out;
+	}
+	size_t jlen = strlen(r.parse_tree), cap = jlen / 4 + 256;
+	int ntok;
+	toks = malloc(cap * sizeof *toks);
+	if (!toks || !pgjson_parse(r.parse_tree, jlen, toks, cap, &ntok)) {
+		refuse(why, "the statement could not be parsed");
+		goto out;
+	}
+	struct jdoc d = { r.parse_tree, toks, ntok };
+	int stmts = jget(&d, 0, "stmts");
+	int first = stmts + 1;
+	if (stmts == JNONE || d.t[stmts].type != J_ARR || !pgjson_valid(&d, first) ||
+	    d.t[first].after != d.t[stmts].after) {
+		refuse(why, "several statements cannot be split across shards");
+		goto out;
+	}
+	int ins = jnode(&d, jget(&d, first, "stmt"), "InsertStmt");
+	if (ins == JNONE) {
+		refuse(why, "the statement's sharding keys are missing or on several shards; use SET SHARD or SET "
+			    "SHARDING KEY");
+		goto out;
+	}
+	if (jget(&d, ins, "withClause") != JNONE) {
+		refuse(why, "an INSERT with WITH cannot be split across shards");
+		goto out;
+	}
+	/* the sharded table and the key's position in the column list */
+	int rv = jget(&d, ins, "relation");
+	char schema[64] = "", rel[64] = "";
+	if (pgjson_str(&d, jget(&d, rv, "relname"), rel, sizeof rel) < 0) {
+		refuse(why, "the table could not be read");
+		goto out;
+	}
+	(void)pgjson_str(&d, jget(&d, rv, "schemaname"), schema, sizeof schema);
+	const char *column = NULL;
+	for (size_t i = 0; i < rules->n_sharded; i++) {
+		const struct router_table *t = &rules->sharded[i];
+		if (names_match(t->table, rel) && (!t->schema || !schema[0] || names_match(t->schema, schema))) {
+			column = t->column;
+			break;
+		}
+	}
+	int cols = jget(&d, ins, "cols");
+	int key_pos = -1, n_cols = 0;
+	if (column && cols != JNONE && d.t[cols].type == J_ARR) {
+		for (int e = cols + 1; e < (int)d.t[cols].after; e = (int)d.t[e].after, n_cols++) {
+			char name[64];
+			if (pgjson_str(&d, jget(&d, jnode(&d, e, "ResTarget"), "name"), name, sizeof name) >= 0 &&
+			    names_match(name, column))
+				key_pos = n_cols;
+		}
+	}
+	if (key_pos < 0) {
+		refuse(why, "an INSERT into a sharded table needs a column list naming the sharding column to be split "
+			    "across shards");
+		goto out;
+	}
+	int sel = jnode(&d, jget(&d, ins, "selectStmt"), "SelectStmt");
+	int vl = jget(&d, sel, "valuesLists");
+	if (vl == JNONE || d.t[vl].type != J_ARR) {
+		refuse(why, "only INSERT ... VALUES can be split across shards");
+		goto out;
+	}
+	int n_rows = 0;
+	for (int e = vl + 1; e < (int)d.t[vl].after; e = (int)d.t[e].after)
+		n_rows++;
+	if (n_rows < 1 || n_rows > SPLIT_MAX_ROWS) {
+		refuse(why, "too many rows to split across shards");
+		goto out;
+	}
+	open = malloc((size_t)n_rows * sizeof *open);
+	close = malloc((size_t)n_rows * sizeof *close);
+	shard_of = malloc((size_t)n_rows * sizeof *shard_of);
+	if (!open || !close || !shard_of) {
+		refuse(why, "out of memory");
+		goto out;
+	}
+	if (find_rows(text, len, open, close, n_rows) != n_rows) {
+		refuse(why, "the VALUES rows could not be told apart");
+		goto out;
+	}
+	int row = 0;
+	for (int e = vl + 1; e < (int)d.t[vl].after; e = (int)d.t[e].after, row++) {
+		int items = jget(&d, jnode(&d, e, "List"), "items");
+		int item = items == JNONE ? JNONE : items + 1, k = 0;
+		while (item != JNONE && item < (int)d.t[items].after && k < key_pos) {
+			item = (int)d.t[item].after;
+			k++;
+		}
+		char key[ROUTER_KEY_TEXT], err[120];
+		if (item == JNONE || item >= (int)d.t[items].after || !key_text(&d, item, text, len, key, sizeof key)) {
+			refuse(why, "every row's sharding key must be a constant to split an INSERT across shards");
+			goto out;
+		}
+		if (!sharding_shard_for_key(fn, key, strlen(key), n_shards, &shard_of[row], err, sizeof err)) {
+			snprintf(why, MERGE_WHY, "cross-shard write: %s", err);
+			goto out;
+		}
+		/* the row's text must be where the tree says it is */
+		long loc = pgjson_int(&d, jget(&d, jnode(&d, item, "A_Const"), "location"));
+		if (loc >= 0 && ((size_t)loc < open[row] || (size_t)loc > close[row])) {
+			refuse(why, "the VALUES rows could not be told apart");
+			goto out;
+		}
+	}
+	/* prefix, the shard's rows, suffix */
+	size_t prefix = open[0], suffix_at = close[n_rows - 1] + 1;
+	for (int s = 0; s < n_shards; s++) {
+		size_t need = prefix + (len - suffix_at) + 1;
+		unsigned cnt = 0;
+		for (int i = 0; i < n_rows; i++)
+			if (shard_of[i] == s) {
+				need += close[i] - open[i] + 1 + 2;
+				cnt++;
+			}
+		if (!cnt)
+			continue;
+		char *q = malloc(need);
+		if (!q) {
+			refuse(why, "out of memory");
+			goto out;
+		}
+		size_t o = 0;
+		memcpy(q, text, prefix);
+		o = prefix;
+		bool firstrow = true;
+		for (int i = 0; i < n_rows; i++) {
+			if (shard_of[i] != s)
+				continue;
+			if (!firstrow) {
+				memcpy(q + o, ", ", 2);
+				o += 2;
+			}
+			firstrow = false;
+			memcpy(q + o, text + open[i], close[i] - open[i] + 1);
+			o += close[i] - open[i] + 1;
+		}
+		memcpy(q + o, text + suffix_at, len - suffix_at);
+		o += len - suffix_at;
+		q[o] = '\0';
+		out->sql[s] = q;
+		out->len[s] = o;
+		out->rows[s] = cnt;
+	}
+	ok = true;
+out:
+	if (!ok)
+		insert_split_free(out);
+	free(open);
+	free(close);
+	free(shard_of);
+	free(toks);
+	pg_query_free_parse_result(r);
+	free(text);
+	return ok;
+}
+
+void insert_split_free(struct insert_split *s)
+{
+	for (int i = 0; i < MERGE_MAX_SHARDS; i++) {
+		free(s->sql[i]);
+		s->sql[i] = NULL;
+	}
+}
