@@ -25,6 +25,7 @@ enum client_state {
 	CLIENT_IDLE,         /* logged in, no server */
 	CLIENT_WAITING,      /* queued for a server */
 	CLIENT_ACTIVE,       /* linked to a server */
+	CLIENT_FANOUT,       /* a cross-shard read runs on every shard (fanout.c) */
 	CLIENT_CLOSED        /* socket gone, memory freed by the reaper */
 };
 
@@ -35,6 +36,7 @@ struct client_pending_error {
 	char message[];
 };
 struct admin_pending;
+struct fanout;
 struct prep_client;
 
 /* Room for a formatted peer address ("unix", IPv4 or IPv6). */
@@ -101,6 +103,10 @@ struct client {
 	bool replayed;                /* this request was already replayed once */
 	/* Named prepared statements in transaction mode (made on first use). */
 	struct prep_client *prep;
+	/* The cross-shard read under way (CLIENT_FANOUT), or for a leg client
+	 * (is_fanout_leg) the one it serves; NULL otherwise. */
+	struct fanout *fanout;
+	bool is_fanout_leg;
 
 	uint32_t cancel_pid, cancel_key;
 	bool has_cancel_key;
@@ -120,6 +126,10 @@ struct client {
 	uint64_t last_activity_us;
 };
 
+/* A leg of a cross-shard read (fanout.c): an internal client on fd (one
+ * end of a socketpair), logged in as parent with its session settings,
+ * pinned to shard. NULL: out of memory (fd closed). */
+struct client *client_open_leg(struct client *parent, int fd, int shard, struct fanout *fo);
 /* Accept a connection (fd already non-blocking). */
 void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int salen, bool is_unix);
 /* Close with an error sent first (sqlstate NULL: just close). severity FATAL. */

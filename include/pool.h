@@ -8,6 +8,7 @@
 #ifndef PGCAT_POOL_H
 #define PGCAT_POOL_H
 
+#include <locale.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -84,6 +85,11 @@ struct pool {
 
 	struct prep_registry prep;    /* its prepared statements (SPEC §5) */
 	struct router_cache *router_cache;   /* the query parser's verdicts (SPEC §4) */
+	/* Cross-shard merges: the shards' database collation, learnt once
+	 * (fanout.c); (locale_t)0 with collation_bytewise for C. */
+	bool collation_known, collation_bytewise;
+	locale_t collation;
+	char collation_name[128];
 
 	struct scram_secret scram;    /* for clients logging in with SCRAM */
 	bool have_scram;

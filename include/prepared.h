@@ -180,6 +180,14 @@ bool prep_server_fail_bind(struct server *s, const char *sqlstate, const char *m
  * (rewriting off, no memory); nothing was sent. */
 bool prep_server_end_segment(struct server *s) __attribute__((warn_unused_result));
 
+/* Cross-shard reads run a client's statement on every shard themselves
+ * (fanout.c). The text and parameter types ("query\0 int16 n, n x oid") of
+ * the client's statement name ("" the unnamed one); false: not known. */
+bool prep_client_statement(const struct client *c, const char *name, const uint8_t **key, size_t *keylen);
+/* The client's Parse (whole message) that fanout answered: its statement
+ * is the client's from now on, as if a server had taken it. */
+bool prep_client_adopt(struct client *c, const uint8_t *parse, uint32_t total);
+
 /* The server's session was reset or lost: forget pending matches. */
 void prep_server_reset_pending(struct server *s);
 /* The server connection ends: release everything. */

@@ -68,11 +68,12 @@ struct server;
 enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f);
 
 /* A read whose rows are on several shards (SPEC §6), at the head of the
- * client's input (idle client, nothing consumed). Answers the request
- * (reply queued, or handed to another room) and returns true; false: not
- * taken, route refuses it with 0A000. The one entry point for cross-shard
- * reads: fan-out plugs in here (the placeholder refuses, doc/sharding.md). */
-bool route_cross_shard_read(struct client *c, const struct proto_frame *f);
+ * client's input (idle client, nothing consumed): sent to every shard and
+ * merged (fanout.c), or refused with 0A000 when it cannot be merged
+ * exactly. A request that executes nothing (Parse, Describe) may go to any
+ * one shard instead. */
+enum route_cross { ROUTE_CROSS_ANSWERED, ROUTE_CROSS_ANY_SHARD };
+enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f);
 
 /* SET SERVER ROLE, SET PRIMARY READS, SHOW SERVER ROLE, SHOW PRIMARY READS
  * in a simple Query: answered by pgcat. Returns true when it answered

@@ -37,6 +37,7 @@
 #include "pool.h"
 #include "proto.h"
 #include "server.h"
+#include "fanout.h"
 #include "shm.h"
 #include "stats.h"
 #include "worker.h"
@@ -54,7 +55,7 @@
 
 static const char *const state_names[] = {
 	[CLIENT_STARTUP] = "startup", [CLIENT_AUTH] = "auth", [CLIENT_LOGIN_WAIT] = "login_wait",
-	[CLIENT_IDLE] = "idle", [CLIENT_WAITING] = "waiting", [CLIENT_ACTIVE] = "active",
+	[CLIENT_IDLE] = "idle", [CLIENT_WAITING] = "waiting", [CLIENT_ACTIVE] = "active", [CLIENT_FANOUT] = "fanout",
 	[CLIENT_CLOSED] = "closed",
 };
 
@@ -87,6 +88,7 @@ void client_set_state(struct client *c, enum client_state st)
 		list_add_tail(&w->clients_idle, &c->node);
 		break;
 	case CLIENT_ACTIVE:
+	case CLIENT_FANOUT:
 		list_add_tail(&w->clients_active, &c->node);
 		break;
 	case CLIENT_LOGIN_WAIT:   /* on the pool's login_waiters */
@@ -184,6 +186,56 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 	io_read_now(&c->io);
 }
 
+struct client *client_open_leg(struct client *parent, int fd, int shard, struct fanout *fo)
+{
+	struct worker *w = parent->w;
+	struct client *c = calloc(1, sizeof *c);
+	size_t ul = strlen(parent->user), dl = strlen(parent->database);
+	char *names = malloc(ul + 1 + dl + 1);
+	if (!c || !names) {
+		free(c);
+		free(names);
+		evutil_closesocket(fd);
+		return NULL;
+	}
+	c->w = w;
+	c->id = ++w->next_id;
+	c->is_unix = true;
+	c->peer_family = AF_UNIX;
+	params_init(&c->params);
+	params_init(&c->startup_params);
+	list_init(&c->node);
+	c->connect_us = c->state_since_us = c->last_activity_us = w->now_us;
+	if (!io_open(&c->io, w->base, &w->flusher, fd, CLIENT_READ_HIGH_WATER, CLIENT_OUT_BUDGET / 2, client_read_cb,
+		     client_drain_cb, client_event_cb, c)) {
+		evutil_closesocket(fd);
+		free(names);
+		free(c);
+		return NULL;
+	}
+	memcpy(names, parent->user, ul + 1);
+	memcpy(names + ul + 1, parent->database, dl + 1);
+	c->names = names;
+	c->user = names;
+	c->database = names + ul + 1;
+	/* the parent's session, as a server would have to see it */
+	params_copy(&c->params, &parent->params);
+	params_copy(&c->startup_params, &parent->startup_params);
+	c->role_override = parent->role_override;
+	c->primary_reads_override = parent->primary_reads_override;
+	c->sticky_until_us = parent->sticky_until_us;
+	c->shard_override = (int16_t)shard;
+	c->pool = parent->pool;
+	c->pool->n_clients++;
+	c->fanout = fo;
+	c->is_fanout_leg = true;
+	w->n_clients++;
+	atomic_store_explicit(&w->shm->h->workers[w->id].clients, w->n_clients, memory_order_relaxed);
+	c->state = CLIENT_CLOSED;
+	client_set_state(c, CLIENT_IDLE);
+	return c;
+}
+
 const char *client_addr_str(const struct client *c, char *buf)
 {
 	if (c->peer_family == AF_INET)
@@ -217,9 +269,14 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 			 client_addr_str(c, a), c->port, msg[0] ? ": " : "", msg);
 	}
 
+	if (c->is_fanout_leg)
+		fanout_leg_closed(c);
 	switch (c->state) {
 	case CLIENT_WAITING:
 		pool_cancel_wait(c);
+		break;
+	case CLIENT_FANOUT:
+		fanout_abort(c);
 		break;
 	case CLIENT_ACTIVE:
 		if (c->server) {
@@ -1229,6 +1286,9 @@ static void process_once(struct client *c)
 	case CLIENT_ACTIVE:
 		process_active(c);
 		break;
+	case CLIENT_FANOUT:
+		fanout_client_input(c);   /* a COPY's rows; else its input waits */
+		break;
 	case CLIENT_LOGIN_WAIT:
 	case CLIENT_WAITING:
 	case CLIENT_CLOSED:
@@ -1282,6 +1342,10 @@ void client_on_released(struct client *c)
 
 void client_cancel_query(struct client *c)
 {
+	if (c->state == CLIENT_FANOUT) {
+		fanout_cancel(c);
+		return;
+	}
 	if (c->state == CLIENT_WAITING) {
 		/* Nothing reached a server yet: pgcat answers the cancel itself,
 		 * as PostgreSQL would have. */

@@ -8,6 +8,7 @@
 #include "pool.h"
 
 #include "dns.h"
+#include "fanout.h"
 
 #include <openssl/crypto.h>
 #include "route.h"
@@ -290,6 +291,7 @@ static void pool_free(struct pool *p)
 	params_clear(&p->defaults);
 	prep_registry_free(&p->prep);
 	route_pool_free(p);
+	fanout_pool_free(p);
 	config_ref_put(p->cfg_ref);
 	free(p->targets);
 	free(p->name);

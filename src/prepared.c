@@ -1381,3 +1381,60 @@ void prep_client_trim(struct client *c)
 		c->prep = NULL;
 	}
 }
+
+/* ---- cross-shard reads (fanout.c) ---- */
+
+bool prep_client_statement(const struct client *c, const char *name, const uint8_t **key, size_t *keylen)
+{
+	const struct prep_client *pc = c->prep;
+	if (!pc)
+		return false;
+	if (name[0]) {
+		const struct prep_stmt *st = prep_cmap_get(&pc->names, name);
+		if (!st || st->sql)
+			return false;
+		*key = st->key;
+		*keylen = st->key_len;
+		return true;
+	}
+	/* the unnamed statement: the body of the last unnamed Parse, after its
+	 * (empty) name */
+	if (pc->unnamed_len < 6)
+		return false;
+	*key = pc->unnamed + 6;
+	*keylen = pc->unnamed_len - 6;
+	return true;
+}
+
+bool prep_client_adopt(struct client *c, const uint8_t *parse, uint32_t total)
+{
+	size_t off = 0;
+	const char *name;
+	struct prep_client *pc = client_prep(c);
+	if (!pc || total < 5 || !proto_read_cstring(parse + 5, total - 5, &off, &name))
+		return false;
+	if (!name[0]) {
+		if (pc->unnamed_cap < total) {
+			uint8_t *b = realloc(pc->unnamed, total);
+			if (!b)
+				return false;
+			pc->unnamed = b;
+			pc->unnamed_cap = total;
+		}
+		memcpy(pc->unnamed, parse, total);
+		pc->unnamed_len = total;
+		pc->unnamed_gen++;
+		return true;
+	}
+	if (prep_cmap_get(&pc->names, name))
+		return true;
+	struct prep_registry *reg = &c->pool->prep;
+	struct prep_stmt *st = prep_registry_get(reg, false, parse + 5 + off, total - 5 - off);
+	if (!st)
+		return false;
+	if (!prep_cmap_put(&pc->names, name, st)) {
+		prep_stmt_unref(reg, st);
+		return false;
+	}
+	return true;
+}

@@ -12,6 +12,7 @@
 
 #include "client.h"
 #include "config.h"
+#include "fanout.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool.h"
@@ -457,12 +458,25 @@ static void refuse(struct client *c, const char *sqlstate, const char *msg)
 	client_on_checkout_failed(c, sqlstate, msg);
 }
 
-bool route_cross_shard_read(struct client *c, const struct proto_frame *f)
+enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f)
 {
-	(void)f;
-	/* Placeholder until fan-out lands (doc/sharding.md). */
-	refuse(c, "0A000", "cross-shard read: not supported (no sharding key found; use SET SHARD or SET SHARDING KEY)");
-	return true;
+	char why[200];
+	switch (fanout_start(c, f, why, sizeof why)) {
+	case FANOUT_STARTED:
+		return ROUTE_CROSS_ANSWERED;
+	case FANOUT_ANY_SHARD_FLUSH:
+		/* asyncpg's Parse, Describe, Flush: the Bind that follows picks
+		 * its shards itself (as for a statement whose key is a parameter) */
+		if (c->pool->mode == POOL_MODE_TRANSACTION && prep_enabled(c))
+			c->shard_phase = ROUTE_PHASE_PROVISIONAL;
+		return ROUTE_CROSS_ANY_SHARD;
+	case FANOUT_ANY_SHARD:
+		return ROUTE_CROSS_ANY_SHARD;
+	case FANOUT_REFUSED:
+		break;
+	}
+	refuse(c, "0A000", why);
+	return ROUTE_CROSS_ANSWERED;
 }
 
 static enum shard_decision decide_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
@@ -533,6 +547,24 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 	if (r.outcome == SHARDKEY_DEFAULT && cp->default_shard >= 0)
 		return SHARD_DECIDED;
 	/* Several shards, a sharded table without key, or default_shard = all. */
+	if (r.writes && r.outcome == SHARDKEY_CROSS) {
+		/* a COPY FROM STDIN or a multi-row INSERT whose rows belong to
+		 * several shards is split */
+		char why[200];
+		enum fanout_start st = fanout_start_copy(c, f, &rr->r, why, sizeof why);
+		if (st == FANOUT_ANY_SHARD)
+			st = fanout_start_insert(c, f, &rr->r, why, sizeof why);
+		switch (st) {
+		case FANOUT_STARTED:
+			return SHARD_ANSWERED;
+		case FANOUT_ANY_SHARD:
+		case FANOUT_ANY_SHARD_FLUSH:
+		case FANOUT_REFUSED:
+			break;
+		}
+		refuse(c, "0A000", why);
+		return SHARD_ANSWERED;
+	}
 	if (r.writes) {
 		refuse(c, "0A000",
 		       r.outcome == SHARDKEY_DEFAULT
@@ -541,9 +573,8 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 				 "use SET SHARD or SET SHARDING KEY");
 		return SHARD_ANSWERED;
 	}
-	if (!route_cross_shard_read(c, f))
-		refuse(c, "0A000", "cross-shard read: not supported");
-	return SHARD_ANSWERED;
+	/* (*shard is default_shard, or shard 0 for default_shard = all) */
+	return route_cross_shard_read(c, f) == ROUTE_CROSS_ANY_SHARD ? SHARD_DECIDED : SHARD_ANSWERED;
 }
 
 _Static_assert(ROUTE_VIA__COUNT == SHM_ROUTE_VIA, "one shared counter per way of choosing a shard");

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fanout: a cross-shard read (SPEC §6) sent to every shard at once and
+ * answered with one merged result.
+ *
+ * Each shard is reached through a "leg": an internal client of the same
+ * pool, user and session settings, pinned to that shard, connected to pgcat
+ * itself through a socketpair. A leg is an ordinary client for the rest of
+ * pgcat, so it gets a server the usual way: the pool's size and queue,
+ * replicas and bans, failover, settings sync, timeouts and cancellation all
+ * apply per shard without a second code path. fanout writes the shard's
+ * request into the pair, keeps the whole reply (up to a bound), and once
+ * every shard answered merges them (merge.c) into the client's reply.
+ *
+ * The client waits in CLIENT_FANOUT meanwhile; its cancel request cancels
+ * every leg; if it goes away, the legs are closed and their servers clean up
+ * as for any vanished client.
+ */
+#ifndef PGCAT_FANOUT_H
+#define PGCAT_FANOUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct client;
+struct proto_frame;
+
+enum fanout_start {
+	FANOUT_STARTED,     /* the client waits in CLIENT_FANOUT; the reply comes later */
+	FANOUT_REFUSED,     /* *why says why it cannot be merged: answer 0A000 */
+	FANOUT_ANY_SHARD,   /* the request executes nothing (Parse/Describe only): any shard answers alike */
+	FANOUT_ANY_SHARD_FLUSH   /* the same, ended by Flush: its Bind comes next and may fan out */
+};
+
+/* The request at the head of c's input (whole: route waited for it) reads
+ * rows of every shard. */
+enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, char *why, size_t whylen);
+
+/* The request at the head of c's input is an INSERT whose rows belong to
+ * several shards: each shard gets its rows, in a transaction committed
+ * only once every shard took them. rules: the pool's sharded tables. */
+struct router_rules;
+enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame *f, const struct router_rules *rules,
+				      char *why, size_t whylen);
+
+/* A COPY ... FROM STDIN into a sharded table: each row goes to its shard
+ * (in a transaction per shard, committed once every shard took its rows).
+ * FANOUT_ANY_SHARD: not such a COPY. */
+enum fanout_start fanout_start_copy(struct client *c, const struct proto_frame *f, const struct router_rules *rules,
+				    char *why, size_t whylen);
+/* The client's input while it waits in CLIENT_FANOUT: a COPY's rows. */
+void fanout_client_input(struct client *c);
+
+/* The client went away (any state but CLIENT_FANOUT is a no-op). */
+void fanout_abort(struct client *c);
+/* The client sent a CancelRequest: cancel every shard's query. */
+void fanout_cancel(struct client *c);
+/* A leg client is closing (pgcat closed it, or its pair end closed). */
+void fanout_leg_closed(struct client *leg);
+
+/* Per pool: the database's collation, learnt by the first merge that
+ * compares strings. */
+struct pool;
+void fanout_pool_free(struct pool *p);
+
+#endif

@@ -1,0 +1,1477 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fanout: cross-shard reads through one leg per shard (include/fanout.h).
+ */
+#include "fanout.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "config.h"
+#include "copy_route.h"
+#include "copysplit.h"
+#include "insert_split.h"
+#include "sharding.h"
+#include "io.h"
+#include "log.h"
+#include "merge.h"
+#include "pktbuf.h"
+#include "pool.h"
+#include "prepared.h"
+#include "proto.h"
+#include "worker.h"
+
+/* A shard's reply is kept whole until every shard answered: at most this
+ * much of it (the query fails with 54000 beyond). */
+#define FANOUT_REPLY_MAX (256u * 1024 * 1024)
+/* The client's request is read whole (route waited for it up to this). */
+#define FANOUT_REQUEST_MAX (1024u * 1024)
+
+/* The database's collation, asked of shard 0 before the first merge that
+ * compares strings (every shard of a pool is one schema: same collation). */
+static const char COLLATION_QUERY[] = "SELECT datcollate FROM pg_catalog.pg_database WHERE datname = current_database()";
+
+struct fanout_leg {
+	struct fanout *fo;
+	int shard;
+	struct io io;             /* pgcat's end of the pair */
+	struct client *client;    /* the leg client; NULL once it closed */
+	size_t scanned;           /* bytes of the reply walked so far */
+	int ready_needed;         /* ReadyForQuery messages still to come */
+	bool io_open;
+	bool want_copy_in;        /* COPY: done at CopyInResponse (after ready_needed) */
+	struct evbuffer *rows;    /* COPY: this shard's rows, for the next CopyData */
+	bool done;                /* the reply is complete, or the leg failed */
+	bool lost;                /* closed before its reply was complete */
+	bool too_big;
+};
+
+/* What the client's request asked, in order: the replies it expects. */
+enum reply_step { STEP_PARSE, STEP_DESCRIBE_STMT, STEP_BIND, STEP_DESCRIBE_PORTAL, STEP_EXECUTE, STEP_SYNC };
+#define MAX_STEPS 8
+
+enum fanout_kind {
+	FANOUT_READ,          /* one statement on every shard, rows merged */
+	FANOUT_INSERT,        /* a multi-row INSERT cut per shard (insert_split.c) */
+	FANOUT_COPY           /* COPY FROM STDIN, rows sent to their shards (copysplit.c) */
+};
+/* A split INSERT runs in a transaction on each shard: BEGIN and the
+ * shard's INSERT, then COMMIT only if every shard took its rows. */
+enum fanout_phase {
+	PHASE_RUN,            /* INSERT: BEGIN and the shard's rows */
+	PHASE_COPY_OPEN,      /* COPY: BEGIN and COPY, until each shard's CopyInResponse */
+	PHASE_COPY_DATA,      /* COPY: the client's rows flow to their shards */
+	PHASE_COPY_CLOSE,     /* COPY: CopyDone (or CopyFail) sent, until each shard's ReadyForQuery */
+	PHASE_END             /* COMMIT or ROLLBACK on every shard */
+};
+
+struct fanout {
+	struct client *c;
+	enum fanout_kind kind;
+	enum fanout_phase phase;
+	/* INSERT: the rows of RETURNING and the counts, kept from PHASE_RUN */
+	struct evbuffer *result;
+	uint8_t *error;           /* the first shard's ErrorResponse (whole) */
+	size_t error_len;
+	bool wrote_desc;
+	uint64_t inserted;        /* INSERT and COPY: rows, summed over the shards */
+	/* COPY: the statement read, the splitter, the client's data */
+	struct copy_route copy;
+	struct copysplit split;
+	bool split_ready;
+	uint8_t *copy_in_response;   /* shard 0's, for the client */
+	size_t copy_in_response_len;
+	uint32_t copy_remaining;     /* bytes of the client's CopyData being read */
+	uint32_t skip_remaining;     /* bytes of another client message being dropped */
+	bool copy_discard;           /* an error: the client's data is dropped until CopyDone */
+	bool waiting_drain;          /* the shards' buffers are full: stop reading the client */
+	struct merge_plan plan;
+	bool extended;
+	bool asks_collation;
+	uint8_t steps[MAX_STEPS];
+	int n_steps;
+	/* The Execute's row limit: the rest is dropped with the portal at
+	 * Sync (a request that reads a portal in parts is not fanned out). */
+	uint32_t max_rows;
+	/* The client's Parse (whole message), to remember its statement. */
+	uint8_t *parse_msg;
+	uint32_t parse_len;
+	int n_legs, n_done;
+	struct fanout_leg legs[];
+};
+
+/* ---- the client's request ---- */
+
+struct request {
+	size_t end;                       /* bytes of the request */
+	const char *query;                /* simple Query text */
+	const uint8_t *parse;             /* whole Parse message */
+	uint32_t parse_total;
+	const char *parse_name, *parse_sql;
+	const uint8_t *parse_types;       /* int16 n, n x oid */
+	size_t parse_types_len;
+	const char *bind_portal, *bind_stmt;
+	const uint8_t *bind_rest;         /* formats, values, result formats */
+	size_t bind_rest_len;
+	bool has_bind, has_execute, has_sync, has_flush;
+	uint32_t max_rows;                /* Execute's row limit (0: all) */
+	uint8_t steps[MAX_STEPS];
+	int n_steps;
+};
+
+static bool refuse(char *why, size_t whylen, const char *msg)
+{
+	snprintf(why, whylen, "cross-shard read: %s", msg);
+	return false;
+}
+
+static bool add_step(struct request *r, uint8_t step)
+{
+	if (r->n_steps == MAX_STEPS)
+		return false;
+	r->steps[r->n_steps++] = step;
+	return true;
+}
+
+/* Reads the request's messages. false: not one pgcat can fan out. */
+static bool read_request(const uint8_t *m, size_t lim, struct request *r, char *why, size_t whylen)
+{
+	size_t off = 0;
+	memset(r, 0, sizeof *r);
+	while (off + 5 <= lim) {
+		uint8_t type = m[off];
+		uint32_t l = proto_get_u32(m + off + 1);
+		size_t total = (size_t)l + 1;
+		if (l < 4 || total > lim - off)
+			return refuse(why, whylen, "the request is too large to be sent to every shard");
+		const uint8_t *body = m + off + 5;
+		size_t blen = l - 4, b = 0;
+		const char *s1, *s2;
+		switch (type) {
+		case PqMsg_Query:
+			if (off != 0 || !proto_read_cstring(body, blen, &b, &r->query))
+				return refuse(why, whylen, "malformed request");
+			r->end = total;
+			return true;
+		case PqMsg_Parse:
+			if (r->parse || r->has_bind || !proto_read_cstring(body, blen, &b, &s1) ||
+			    !proto_read_cstring(body, blen, &b, &s2) || blen - b < 2 || !add_step(r, STEP_PARSE))
+				return refuse(why, whylen, "only one statement per request can be sent to every shard");
+			r->parse = m + off;
+			r->parse_total = (uint32_t)total;
+			r->parse_name = s1;
+			r->parse_sql = s2;
+			r->parse_types = body + b;
+			r->parse_types_len = blen - b;
+			break;
+		case PqMsg_Bind:
+			if (r->has_bind || !proto_read_cstring(body, blen, &b, &s1) || !proto_read_cstring(body, blen, &b, &s2) ||
+			    !add_step(r, STEP_BIND))
+				return refuse(why, whylen, "only one statement per request can be sent to every shard");
+			r->has_bind = true;
+			r->bind_portal = s1;
+			r->bind_stmt = s2;
+			r->bind_rest = body + b;
+			r->bind_rest_len = blen - b;
+			break;
+		case PqMsg_Describe:
+			if (blen < 2 || !(body[0] == 'S' || body[0] == 'P'))
+				return refuse(why, whylen, "malformed Describe");
+			b = 1;
+			if (!proto_read_cstring(body, blen, &b, &s1))
+				return refuse(why, whylen, "malformed Describe");
+			if (body[0] == 'S') {
+				if (r->has_bind || !r->parse || strcmp(s1, r->parse_name) != 0 || !add_step(r, STEP_DESCRIBE_STMT))
+					return refuse(why, whylen, "this Describe cannot be sent to every shard");
+			} else if (!r->has_bind || strcmp(s1, r->bind_portal) != 0 || !add_step(r, STEP_DESCRIBE_PORTAL)) {
+				return refuse(why, whylen, "this Describe cannot be sent to every shard");
+			}
+			break;
+		case PqMsg_Execute:
+			if (!r->has_bind || r->has_execute || !proto_read_cstring(body, blen, &b, &s1) || blen - b != 4 ||
+			    strcmp(s1, r->bind_portal) != 0 || !add_step(r, STEP_EXECUTE))
+				return refuse(why, whylen, "only one Execute per request can be sent to every shard");
+			r->max_rows = proto_get_u32(body + b);
+			r->has_execute = true;
+			break;
+		case PqMsg_Sync:
+			if (!add_step(r, STEP_SYNC))
+				return refuse(why, whylen, "request too long");
+			r->has_sync = true;
+			r->end = off + total;
+			return true;
+		case PqMsg_Flush:
+			r->has_flush = true;
+			r->end = off + total;
+			return true;
+		default:
+			return refuse(why, whylen, "this message cannot be sent to every shard");
+		}
+		off += total;
+	}
+	return refuse(why, whylen, "the request is too large to be sent to every shard");
+}
+
+static void put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t alen, const void *b, size_t blen)
+{
+	uint8_t h[5] = { type };
+	proto_put_u32(h + 1, (uint32_t)(4 + alen + blen));
+	evbuffer_add(out, h, 5);
+	if (alen)
+		evbuffer_add(out, a, alen);
+	if (blen)
+		evbuffer_add(out, b, blen);
+}
+
+/* ---- legs ---- */
+
+static void leg_close_io(struct fanout_leg *leg)
+{
+	if (!leg->io_open)
+		return;
+	leg->io_open = false;
+	io_close(&leg->io);   /* the leg client reads EOF and goes away */
+}
+
+static void fanout_release(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	struct fanout *fo = arg;
+	if (fo->result)
+		evbuffer_free(fo->result);
+	if (fo->split_ready)
+		copysplit_free(&fo->split);
+	free(fo->copy_in_response);
+	free(fo->error);
+	free(fo->parse_msg);
+	free(fo);
+}
+
+/* Closes the legs; the memory goes at the next loop turn, since this may
+ * run inside a leg's own io callback, which reads its io after. */
+static void fanout_free(struct fanout *fo)
+{
+	for (int i = 0; i < fo->n_legs; i++) {
+		struct fanout_leg *leg = &fo->legs[i];
+		if (leg->client) {
+			leg->client->fanout = NULL;
+			leg->client = NULL;
+		}
+		leg_close_io(leg);
+		if (leg->rows) {
+			evbuffer_free(leg->rows);
+			leg->rows = NULL;
+		}
+	}
+	const struct timeval now = { 0, 0 };
+	if (event_base_once(fo->c->w->base, -1, EV_TIMEOUT, fanout_release, fo, &now) != 0)
+		log_warning("cross-shard read: could not schedule a release (%zu bytes kept)", sizeof *fo);
+}
+
+static void fanout_finish(struct fanout *fo);
+
+static void leg_done(struct fanout_leg *leg)
+{
+	if (leg->done)
+		return;
+	leg->done = true;
+	struct fanout *fo = leg->fo;
+	if (++fo->n_done == fo->n_legs)
+		fanout_finish(fo);
+}
+
+/* Walks the reply's new messages. true: the leg's part of this phase is
+ * complete (its last ReadyForQuery, or CopyInResponse when that is
+ * awaited), or it failed (lost, too big). Calls nothing. */
+static bool leg_scan(struct fanout_leg *leg)
+{
+	struct evbuffer *in = leg->io.in;
+	size_t have = in ? evbuffer_get_length(in) : 0;
+	while (have - leg->scanned >= 5) {
+		uint8_t h[5];
+		struct evbuffer_ptr pos;
+		if (evbuffer_ptr_set(in, &pos, leg->scanned, EVBUFFER_PTR_SET) < 0 ||
+		    evbuffer_copyout_from(in, &pos, h, 5) != 5)
+			break;
+		uint32_t l = proto_get_u32(h + 1);
+		if (l < 4) {
+			leg->lost = true;
+			return true;
+		}
+		if ((size_t)l + 1 > have - leg->scanned)
+			break;
+		leg->scanned += (size_t)l + 1;
+		if (h[0] == PqMsg_ReadyForQuery) {
+			if (leg->ready_needed > 0) {
+				if (--leg->ready_needed == 0 && !leg->want_copy_in)
+					return true;
+			} else if (leg->want_copy_in) {
+				return true;   /* the COPY failed: its ReadyForQuery */
+			}
+		} else if (h[0] == PqMsg_CopyInResponse && leg->want_copy_in && leg->ready_needed == 0) {
+			return true;
+		}
+	}
+	if (have > FANOUT_REPLY_MAX) {
+		leg->too_big = true;
+		leg_close_io(leg);
+		return true;
+	}
+	return false;
+}
+
+static void leg_read_cb(struct io *io, void *arg)
+{
+	(void)io;
+	struct fanout_leg *leg = arg;
+	if (!leg->done && leg_scan(leg))
+		leg_done(leg);   /* may free the fan-out: leg is gone */
+}
+
+/* A new phase: every live leg waits for its replies again (some may be
+ * buffered already: an error during COPY). Ends with fanout_finish when
+ * all are in: the caller must not touch fo after this. */
+static void begin_wait(struct fanout *fo)
+{
+	fo->n_done = 0;
+	for (int i = 0; i < fo->n_legs; i++) {
+		struct fanout_leg *leg = &fo->legs[i];
+		if (!leg->io_open || leg->lost || leg->too_big) {
+			leg->done = true;
+			fo->n_done++;
+			continue;
+		}
+		leg->done = leg_scan(leg);
+		fo->n_done += leg->done;
+	}
+	if (fo->n_done == fo->n_legs)
+		fanout_finish(fo);
+}
+
+/* Below 256 kB queued for every shard, the client's rows flow again. */
+#define COPY_LEG_HIGH (1024u * 1024)
+#define COPY_LEG_LOW (256u * 1024)
+
+static void leg_drain_cb(struct io *io, void *arg)
+{
+	(void)io;
+	struct fanout_leg *leg = arg;
+	struct fanout *fo = leg->fo;
+	if (!fo->waiting_drain)
+		return;
+	for (int i = 0; i < fo->n_legs; i++)
+		if (fo->legs[i].io_open && io_out_len(&fo->legs[i].io) > COPY_LEG_LOW)
+			return;
+	fo->waiting_drain = false;
+	client_process(fo->c);
+}
+
+static void leg_event_cb(struct io *io, enum io_event what, int err, void *arg)
+{
+	struct fanout_leg *leg = arg;
+	(void)io;
+	(void)err;
+	if (what != IO_EOF && what != IO_ERROR)
+		return;
+	if (leg->done) {
+		/* between phases (COPY rows flowing): noticed at the next one */
+		if (leg->fo->phase == PHASE_COPY_DATA)
+			leg->lost = true;
+		return;
+	}
+	leg->lost = true;
+	leg_done(leg);
+}
+
+/* ---- the merge ---- */
+
+/* One shard's reply, as read by finish. */
+struct leg_reply {
+	const uint8_t *error;          /* an ErrorResponse (whole), else NULL */
+	size_t error_len;
+	const uint8_t *param_desc, *stmt_desc, *portal_desc;   /* whole messages */
+	size_t param_desc_len, stmt_desc_len, portal_desc_len;
+	struct merge_shard rows;
+	bool have_tag;
+	char collation[128];
+	bool have_collation;
+};
+
+/* Reads one shard's reply; rows made contiguous in place (a notice among
+ * them is dropped). false: a reply pgcat did not expect. */
+static bool read_reply(uint8_t *m, size_t len, bool extended, bool collation_first, struct leg_reply *r)
+{
+	memset(r, 0, sizeof *r);
+	size_t off = 0;
+	bool after_param_desc = false, after_bind = false, in_rows = false;
+	uint8_t *rows_w = NULL;
+	int prefix_ready = collation_first ? 1 : 0;
+	while (off + 5 <= len) {
+		uint8_t type = m[off];
+		uint32_t l = proto_get_u32(m + off + 1);
+		size_t total = (size_t)l + 1;
+		if (l < 4 || total > len - off)
+			return false;
+		uint8_t *msg = m + off;
+		off += total;
+		if (prefix_ready > 0) {
+			/* the collation query's T, D, C, Z */
+			if (type == PqMsg_DataRow && total >= 11 && proto_get_u32(msg + 7) < sizeof r->collation &&
+			    proto_get_u32(msg + 7) <= total - 11) {
+				uint32_t vl = proto_get_u32(msg + 7);
+				memcpy(r->collation, msg + 11, vl);
+				r->collation[vl] = '\0';
+				r->have_collation = true;
+			}
+			if (type == PqMsg_ReadyForQuery)
+				prefix_ready--;
+			continue;
+		}
+		switch (type) {
+		case PqMsg_ErrorResponse:
+			if (!r->error) {
+				r->error = msg;
+				r->error_len = total;
+			}
+			in_rows = false;
+			break;
+		case PqMsg_ParameterDescription:
+			r->param_desc = msg;
+			r->param_desc_len = total;
+			after_param_desc = true;
+			break;
+		case PqMsg_BindComplete:
+			after_bind = true;
+			after_param_desc = false;
+			break;
+		case PqMsg_RowDescription:
+		case PqMsg_NoData:
+			if (extended && after_param_desc) {
+				r->stmt_desc = msg;
+				r->stmt_desc_len = total;
+				after_param_desc = false;
+			} else if (!extended || after_bind) {
+				r->portal_desc = msg;
+				r->portal_desc_len = total;
+				in_rows = true;
+				rows_w = msg + total;
+				r->rows.rows = rows_w;
+			}
+			break;
+		case PqMsg_DataRow:
+			if (!in_rows)
+				return false;
+			if (rows_w != msg)
+				memmove(rows_w, msg, total);
+			rows_w += total;
+			r->rows.n_rows++;
+			break;
+		case PqMsg_CommandComplete:
+			if (in_rows)
+				r->rows.rows_len = (size_t)(rows_w - r->rows.rows);
+			in_rows = false;
+			r->have_tag = true;
+			break;
+		case PqMsg_ParseComplete:
+		case PqMsg_NoticeResponse:
+		case PqMsg_ParameterStatus:
+		case PqMsg_NotificationResponse:
+		case PqMsg_ReadyForQuery:
+			break;
+		default:
+			return false;
+		}
+	}
+	return off == len;
+}
+
+static void fanout_pool_collation(struct pool *p, const char *name)
+{
+	p->collation_known = true;
+	p->collation_bytewise = strcmp(name, "C") == 0 || strcmp(name, "POSIX") == 0 || strcasecmp(name, "C.UTF-8") == 0 ||
+				strcasecmp(name, "C.utf8") == 0;
+	if (!p->collation_bytewise) {
+		p->collation = newlocale(LC_COLLATE_MASK, name, (locale_t)0);
+		if (!p->collation)
+			log_warning("pool %s: collation \"%s\" is not installed here: cross-shard ORDER BY on text refused",
+				    p->name, name);
+	}
+	snprintf(p->collation_name, sizeof p->collation_name, "%s", name);
+}
+
+void fanout_pool_free(struct pool *p)
+{
+	if (p->collation)
+		freelocale(p->collation);
+	p->collation = (locale_t)0;
+	p->collation_known = false;
+}
+
+static void send_error(struct evbuffer *out, const char *sqlstate, const char *msg)
+{
+	uint8_t storage[1024];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_error(&pb, "ERROR", sqlstate, msg);
+	if (!pb.failed)
+		evbuffer_add(out, pb.data, pb.len);
+}
+
+static bool reply_rows(struct fanout *fo, struct leg_reply *rep, struct evbuffer *out, char why[MERGE_WHY])
+{
+	struct pool *p = fo->c->pool;
+	struct merge_column cols[256];
+	int n_cols = 0;
+	const uint8_t *d = rep[0].portal_desc;
+	if (!d || d[0] != PqMsg_RowDescription ||
+	    !merge_read_row_description(d + 5, rep[0].portal_desc_len - 5, cols, 256, &n_cols)) {
+		snprintf(why, MERGE_WHY, "cross-shard read: the result has no row description pgcat can read");
+		return false;
+	}
+	struct merge_shard shards[MERGE_MAX_SHARDS];
+	for (int i = 0; i < fo->n_legs; i++) {
+		struct merge_column other[256];
+		int n_other = 0;
+		const uint8_t *od = rep[i].portal_desc;
+		if (!od || od[0] != PqMsg_RowDescription ||
+		    !merge_read_row_description(od + 5, rep[i].portal_desc_len - 5, other, 256, &n_other) ||
+		    n_other != n_cols) {
+			snprintf(why, MERGE_WHY, "cross-shard read: the shards' results have different columns");
+			return false;
+		}
+		for (int k = 0; k < n_cols; k++)
+			if (other[k].type_oid != cols[k].type_oid || other[k].format != cols[k].format) {
+				snprintf(why, MERGE_WHY, "cross-shard read: column \"%s\" has different types on the shards",
+					 cols[k].name);
+				return false;
+			}
+		shards[i] = rep[i].rows;
+	}
+	locale_t coll = (locale_t)0;
+	if (merge_plan_compares(&fo->plan) && !p->collation_bytewise) {
+		/* strings need the collation; without it only other types merge */
+		coll = p->collation;
+		if (!coll) {
+			bool strings = false;
+			for (int k = 0; k < n_cols; k++)
+				strings |= cols[k].type_oid == 25 || cols[k].type_oid == 1043 || cols[k].type_oid == 1042 ||
+					   cols[k].type_oid == 19;
+			if (strings) {
+				snprintf(why, MERGE_WHY,
+					 "cross-shard read: strings cannot be ordered: collation \"%.60s\" is not available to pgcat "
+					 "(use COLLATE \"C\")", p->collation_name);
+				return false;
+			}
+		}
+	}
+	return merge_rows(&fo->plan, cols, n_cols, shards, (size_t)fo->n_legs, coll, fo->max_rows, out, why);
+}
+
+static void insert_finish(struct fanout *fo);
+static void copy_finish(struct fanout *fo);
+
+static void fanout_finish(struct fanout *fo)
+{
+	if (fo->kind == FANOUT_INSERT) {
+		insert_finish(fo);
+		return;
+	}
+	if (fo->kind == FANOUT_COPY) {
+		copy_finish(fo);
+		return;
+	}
+	struct client *c = fo->c;
+	struct pool *p = c->pool;
+	struct evbuffer *reply = evbuffer_new();
+	struct leg_reply rep[MERGE_MAX_SHARDS];
+	char why[MERGE_WHY] = "";
+	const char *sqlstate = SQLSTATE_FEATURE_NOT_SUPPORTED;
+	const uint8_t *error = NULL;
+	size_t error_len = 0;
+	char status = c->held_begin ? 'T' : 'I';
+
+	for (int i = 0; i < fo->n_legs && !why[0] && !error; i++) {
+		struct fanout_leg *leg = &fo->legs[i];
+		if (leg->too_big) {
+			sqlstate = "54000";
+			snprintf(why, sizeof why, "cross-shard read: the result of shard %d is larger than %u MB", leg->shard,
+				 FANOUT_REPLY_MAX >> 20);
+			break;
+		}
+		struct evbuffer *in = leg->io.in;
+		size_t len = in ? evbuffer_get_length(in) : 0;
+		uint8_t *m = len ? evbuffer_pullup(in, (ev_ssize_t)len) : NULL;
+		bool ok = (len == 0 || m) && read_reply(m, leg->lost ? leg->scanned : len, fo->extended,
+							i == 0 && fo->asks_collation, &rep[i]);
+		if (ok && rep[i].error) {
+			error = rep[i].error;   /* the first shard's error, as PostgreSQL wrote it */
+			error_len = rep[i].error_len;
+			break;
+		}
+		if (leg->lost || !ok || !rep[i].have_tag) {
+			sqlstate = SQLSTATE_CONNECTION_FAILURE;
+			snprintf(why, sizeof why, "cross-shard read: shard %d: %s", leg->shard,
+				 leg->lost ? "the connection was lost before the result was complete" : "unexpected reply");
+			break;
+		}
+		if (i == 0 && fo->asks_collation && rep[0].have_collation && !p->collation_known)
+			fanout_pool_collation(p, rep[0].collation);
+	}
+	if (!reply) {
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return;
+	}
+	if (!why[0] && !error) {
+		struct leg_reply *r0 = &rep[0];
+		static const uint8_t parse_complete[5] = { PqMsg_ParseComplete, 0, 0, 0, 4 };
+		static const uint8_t bind_complete[5] = { PqMsg_BindComplete, 0, 0, 0, 4 };
+		for (int s = 0; s < fo->n_steps && !why[0]; s++) {
+			switch (fo->steps[s]) {
+			case STEP_PARSE:
+				evbuffer_add(reply, parse_complete, 5);
+				break;
+			case STEP_DESCRIBE_STMT:
+				if (r0->param_desc)
+					evbuffer_add(reply, r0->param_desc, r0->param_desc_len);
+				if (r0->stmt_desc)
+					evbuffer_add(reply, r0->stmt_desc, r0->stmt_desc_len);
+				break;
+			case STEP_BIND:
+				evbuffer_add(reply, bind_complete, 5);
+				break;
+			case STEP_DESCRIBE_PORTAL:
+				if (r0->portal_desc)
+					evbuffer_add(reply, r0->portal_desc, r0->portal_desc_len);
+				break;
+			case STEP_EXECUTE:
+				if (!reply_rows(fo, rep, reply, why))
+					break;
+				break;
+			case STEP_SYNC:
+				break;
+			}
+		}
+		if (!fo->extended && !why[0]) {
+			if (r0->portal_desc)
+				evbuffer_add(reply, r0->portal_desc, r0->portal_desc_len);
+			(void)reply_rows(fo, rep, reply, why);
+		}
+	}
+	struct evbuffer *out = client_output(c);
+	if (error) {
+		evbuffer_add(out, error, error_len);
+	} else if (why[0]) {
+		log_debug("C-%llu: %s", (unsigned long long)c->id, why);
+		send_error(out, sqlstate, why);
+	} else {
+		evbuffer_add_buffer(out, reply);
+		/* the client's named statement lives on (SPEC §5) */
+		if (fo->parse_msg && prep_enabled(c))
+			(void)prep_client_adopt(c, fo->parse_msg, fo->parse_len);
+	}
+	evbuffer_free(reply);
+	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)status };
+	evbuffer_add(out, z, sizeof z);
+	c->fanout = NULL;
+	fanout_free(fo);
+	client_on_released(c);   /* idle again: its next request */
+}
+
+/* ---- start ---- */
+
+/* Leg idx of fo, to shard: the pair, pgcat's end, the leg client. */
+static bool open_leg(struct fanout *fo, int idx, int shard, char *why, size_t whylen)
+{
+	struct client *c = fo->c;
+	struct worker *w = c->w;
+	struct fanout_leg *leg = &fo->legs[idx];
+	leg->fo = fo;
+	leg->shard = shard;
+	leg->ready_needed = 1;
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) {
+		snprintf(why, whylen, "cross-shard %s: cannot reach shard %d: %s", fo->kind == FANOUT_READ ? "read" : "write",
+			 shard, strerror(errno));
+		return false;
+	}
+	if (!io_open(&leg->io, w->base, &w->flusher, sv[1], FANOUT_REPLY_MAX + 65536u, COPY_LEG_LOW, leg_read_cb, leg_drain_cb,
+		     leg_event_cb, leg)) {
+		close(sv[0]);
+		close(sv[1]);
+		snprintf(why, whylen, "cross-shard query: out of memory");
+		return false;
+	}
+	leg->io_open = true;
+	leg->client = client_open_leg(c, sv[0], shard, fo);
+	if (!leg->client) {
+		snprintf(why, whylen, "cross-shard query: out of memory");
+		return false;
+	}
+	return true;
+}
+
+/* The statement a Bind names, when its Parse is not in this request. */
+static bool bound_statement(struct client *c, const char *name, const char **sql, const uint8_t **types,
+			    size_t *types_len)
+{
+	const uint8_t *key;
+	size_t keylen;
+	if (!prep_enabled(c) || !prep_client_statement(c, name, &key, &keylen))
+		return false;
+	size_t q = strnlen((const char *)key, keylen);
+	if (q == keylen || keylen - q - 1 < 2)
+		return false;
+	*sql = (const char *)key;
+	*types = key + q + 1;
+	*types_len = keylen - q - 1;
+	return true;
+}
+
+enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, char *why, size_t whylen)
+{
+	(void)f;
+	struct pool *p = c->pool;
+	int n_shards = (int)p->cpool->n_shards;
+	struct evbuffer *in = c->io.in;
+	size_t have = evbuffer_get_length(in);
+	size_t lim = have < FANOUT_REQUEST_MAX ? have : FANOUT_REQUEST_MAX;
+	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim);
+	struct request r;
+	why[0] = '\0';
+	if (n_shards > MERGE_MAX_SHARDS) {
+		refuse(why, whylen, "too many shards");
+		return FANOUT_REFUSED;
+	}
+	if (!m || !read_request(m, lim, &r, why, whylen))
+		return FANOUT_REFUSED;
+	if (!r.query && !r.has_execute)   /* Parse/Describe: every shard answers alike */
+		return r.has_flush ? FANOUT_ANY_SHARD_FLUSH : FANOUT_ANY_SHARD;
+	if (!r.query && !r.has_sync) {
+		refuse(why, whylen, "an Execute without Sync cannot be merged (send Sync)");
+		return FANOUT_REFUSED;
+	}
+	const char *sql = r.query;
+	const uint8_t *types = (const uint8_t *)"\0";
+	size_t types_len = 2;
+	if (!r.query) {
+		if (r.parse && strcmp(r.parse_name, r.bind_stmt) == 0) {
+			sql = r.parse_sql;
+			types = r.parse_types;
+			types_len = r.parse_types_len;
+		} else if (!bound_statement(c, r.bind_stmt, &sql, &types, &types_len)) {
+			refuse(why, whylen, "the prepared statement is not known to pgcat (prepared_statements off?)");
+			return FANOUT_REFUSED;
+		}
+	}
+	struct fanout *fo = calloc(1, sizeof *fo + (size_t)n_shards * sizeof fo->legs[0]);
+	if (!fo) {
+		refuse(why, whylen, "out of memory");
+		return FANOUT_REFUSED;
+	}
+	fo->c = c;
+	fo->extended = r.query == NULL;
+	char pwhy[MERGE_WHY];
+	if (!merge_plan_build(sql, strlen(sql), &fo->plan, pwhy)) {
+		snprintf(why, whylen, "%s", pwhy);
+		free(fo);
+		return FANOUT_REFUSED;
+	}
+	memcpy(fo->steps, r.steps, sizeof r.steps);
+	fo->n_steps = r.n_steps;
+	fo->max_rows = r.max_rows;
+	fo->asks_collation = merge_plan_compares(&fo->plan) && !p->collation_known;
+	if (r.parse && r.parse_name[0]) {
+		fo->parse_msg = malloc(r.parse_total);
+		if (fo->parse_msg) {
+			memcpy(fo->parse_msg, r.parse, r.parse_total);
+			fo->parse_len = r.parse_total;
+		}
+	}
+
+	/* What every shard runs. */
+	struct evbuffer *req = evbuffer_new();
+	size_t sql_len = strlen(sql);
+	char *shard_sql = merge_plan_rewrites(&fo->plan) ? merge_plan_shard_sql(&fo->plan, sql, sql_len, &sql_len)
+							 : NULL;
+	const char *run = shard_sql ? shard_sql : sql;
+	if (!req || (merge_plan_rewrites(&fo->plan) && !shard_sql)) {
+		evbuffer_free(req);
+		free(shard_sql);
+		free(fo->parse_msg);
+		free(fo);
+		refuse(why, whylen, "out of memory");
+		return FANOUT_REFUSED;
+	}
+	if (!fo->extended) {
+		put_msg(req, PqMsg_Query, run, sql_len + 1, NULL, 0);
+	} else {
+		/* Parse, [Describe S], Bind, Describe P, Execute, Sync: unnamed,
+		 * whatever the client named them */
+		uint8_t h[5] = { PqMsg_Parse };
+		proto_put_u32(h + 1, (uint32_t)(4 + 1 + sql_len + 1 + types_len));
+		evbuffer_add(req, h, 5);
+		evbuffer_add(req, "", 1);
+		evbuffer_add(req, run, sql_len + 1);
+		evbuffer_add(req, types, types_len);
+		for (int s = 0; s < r.n_steps; s++)
+			if (r.steps[s] == STEP_DESCRIBE_STMT)
+				put_msg(req, PqMsg_Describe, "S", 2, NULL, 0);
+		put_msg(req, PqMsg_Bind, "\0", 2, r.bind_rest, r.bind_rest_len);
+		put_msg(req, PqMsg_Describe, "P", 2, NULL, 0);
+		put_msg(req, PqMsg_Execute, "\0\0\0\0", 5, NULL, 0);
+		put_msg(req, PqMsg_Sync, NULL, 0, NULL, 0);
+	}
+	free(shard_sql);
+
+	/* One leg per shard. */
+	fo->n_legs = n_shards;
+	int made = 0;
+	for (; made < n_shards; made++) {
+		if (!open_leg(fo, made, made, why, whylen)) {
+			made++;
+			break;
+		}
+		struct fanout_leg *leg = &fo->legs[made];
+		leg->ready_needed = made == 0 && fo->asks_collation ? 2 : 1;
+		if (made == 0 && fo->asks_collation)
+			put_msg(io_out(&leg->io), PqMsg_Query, COLLATION_QUERY, sizeof COLLATION_QUERY, NULL, 0);
+		size_t rl = evbuffer_get_length(req);
+		evbuffer_add(io_out(&leg->io), evbuffer_pullup(req, (ev_ssize_t)rl), rl);
+	}
+	evbuffer_free(req);
+	if (made < n_shards || why[0]) {
+		fo->n_legs = made;
+		fanout_free(fo);
+		return FANOUT_REFUSED;
+	}
+	evbuffer_drain(in, r.end);
+	c->fanout = fo;
+	client_set_state(c, CLIENT_FANOUT);
+	log_debug("C-%llu: cross-shard read sent to %d shards", (unsigned long long)c->id, n_shards);
+	return FANOUT_STARTED;
+}
+
+/* ---- a multi-row INSERT split by shard ---- */
+
+/* Takes a shard's reply of a phase: its first error, RETURNING rows, and
+ * the row count of "INSERT 0 n". */
+static void insert_take_reply(struct fanout *fo, struct fanout_leg *leg)
+{
+	struct evbuffer *in = leg->io.in;
+	size_t len = in ? evbuffer_get_length(in) : 0;
+	const uint8_t *m = len ? evbuffer_pullup(in, (ev_ssize_t)len) : NULL;
+	size_t off = 0;
+	bool ok = !leg->lost && !leg->too_big;
+	while (m && off + 5 <= len) {
+		uint8_t type = m[off];
+		uint32_t l = proto_get_u32(m + off + 1);
+		if (l < 4 || (size_t)l + 1 > len - off)
+			break;
+		const uint8_t *msg = m + off;
+		size_t total = (size_t)l + 1;
+		off += total;
+		if (type == PqMsg_ErrorResponse && !fo->error) {
+			fo->error = malloc(total);
+			if (fo->error) {
+				memcpy(fo->error, msg, total);
+				fo->error_len = total;
+			}
+		} else if (fo->phase == PHASE_RUN && type == PqMsg_RowDescription && !fo->wrote_desc) {
+			evbuffer_prepend(fo->result, msg, total);
+			fo->wrote_desc = true;
+		} else if (fo->phase == PHASE_RUN && type == PqMsg_DataRow) {
+			evbuffer_add(fo->result, msg, total);
+		} else if (fo->phase == PHASE_RUN && type == PqMsg_CommandComplete && total > 5 + 9 &&
+			   memcmp(msg + 5, "INSERT 0 ", 9) == 0) {
+			fo->inserted += strtoull((const char *)msg + 5 + 9, NULL, 10);
+		} else if (fo->phase == PHASE_COPY_CLOSE && type == PqMsg_CommandComplete && total > 5 + 5 &&
+			   memcmp(msg + 5, "COPY ", 5) == 0) {
+			fo->inserted += strtoull((const char *)msg + 5 + 5, NULL, 10);
+		}
+	}
+	if (!ok && !fo->error) {
+		char why[160];
+		snprintf(why, sizeof why, "cross-shard write: shard %d: %s", leg->shard,
+			 leg->too_big ? "the reply is too large" : "the connection was lost before the reply was complete");
+		uint8_t storage[256];
+		struct pktbuf pb;
+		pktbuf_init(&pb, storage, sizeof storage);
+		pktbuf_error(&pb, "ERROR", leg->lost ? SQLSTATE_CONNECTION_FAILURE : "54000", why);
+		if (!pb.failed && (fo->error = malloc(pb.len))) {
+			memcpy(fo->error, pb.data, pb.len);
+			fo->error_len = pb.len;
+		}
+	}
+	if (len)
+		evbuffer_drain(in, len);
+	leg->scanned = 0;
+}
+
+/* The error the client gets, made by pgcat (the first one wins). */
+static void set_error(struct fanout *fo, const char *sqlstate, const char *msg)
+{
+	if (fo->error)
+		return;
+	uint8_t storage[512];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_error(&pb, "ERROR", sqlstate, msg);
+	if (!pb.failed && (fo->error = malloc(pb.len))) {
+		memcpy(fo->error, pb.data, pb.len);
+		fo->error_len = pb.len;
+	}
+}
+
+/* COMMIT on every shard if none failed, else ROLLBACK. */
+static void write_end(struct fanout *fo)
+{
+	const char *end = fo->error ? "ROLLBACK" : "COMMIT";
+	fo->phase = PHASE_END;
+	for (int i = 0; i < fo->n_legs; i++) {
+		struct fanout_leg *leg = &fo->legs[i];
+		leg->want_copy_in = false;
+		leg->ready_needed = 1;
+		if (leg->io_open && !leg->lost)
+			put_msg(io_out(&leg->io), PqMsg_Query, end, strlen(end) + 1, NULL, 0);
+	}
+	begin_wait(fo);
+}
+
+/* The client's answer, once every shard committed or rolled back. */
+static void write_reply(struct fanout *fo)
+{
+	struct client *c = fo->c;
+	struct evbuffer *out = client_output(c);
+	if (fo->error) {
+		evbuffer_add(out, fo->error, fo->error_len);
+	} else {
+		evbuffer_add_buffer(out, fo->result);
+		char tag[40];
+		int tl = snprintf(tag, sizeof tag, fo->kind == FANOUT_COPY ? "COPY %llu" : "INSERT 0 %llu",
+				  (unsigned long long)fo->inserted);
+		put_msg(out, PqMsg_CommandComplete, tag, (size_t)tl + 1, NULL, 0);
+	}
+	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
+	evbuffer_add(out, z, sizeof z);
+	c->fanout = NULL;
+	fanout_free(fo);
+	client_on_released(c);
+}
+
+static void insert_finish(struct fanout *fo)
+{
+	bool commit_phase = fo->phase == PHASE_END, failed_before = fo->error != NULL;
+	for (int i = 0; i < fo->n_legs; i++)
+		insert_take_reply(fo, &fo->legs[i]);
+	if (!commit_phase) {
+		write_end(fo);   /* every shard took its rows, or none keeps them */
+		return;
+	}
+	if (!failed_before && fo->error)
+		log_warning("C-%llu: a cross-shard write failed at COMMIT on a shard; the other shards committed",
+			    (unsigned long long)fo->c->id);
+	write_reply(fo);
+}
+
+/* ---- COPY FROM STDIN split by shard ---- */
+
+static bool copy_row(void *arg, const uint8_t *row, size_t rowlen, bool header, const uint8_t *key, size_t keylen,
+		     bool is_null)
+{
+	struct fanout *fo = arg;
+	if (header) {
+		for (int i = 0; i < fo->n_legs; i++)
+			evbuffer_add(fo->legs[i].rows, row, rowlen);
+		return true;
+	}
+	char msg[200], err[120];
+	int s;
+	if (is_null) {
+		snprintf(msg, sizeof msg, "cross-shard COPY: line %llu: the sharding key is NULL",
+			 (unsigned long long)fo->split.line);
+		set_error(fo, "22004", msg);
+		return false;
+	}
+	if (!sharding_shard_for_key(fo->c->pool->cpool->sharding_function, (const char *)key, keylen, fo->n_legs, &s,
+				    err, sizeof err)) {
+		snprintf(msg, sizeof msg, "cross-shard COPY: line %llu: %s", (unsigned long long)fo->split.line, err);
+		set_error(fo, "22P02", msg);
+		return false;
+	}
+	evbuffer_add(fo->legs[s].rows, row, rowlen);
+	return true;
+}
+
+/* Each shard's rows so far, as one CopyData. */
+static void copy_flush_rows(struct fanout *fo)
+{
+	for (int i = 0; i < fo->n_legs; i++) {
+		struct fanout_leg *leg = &fo->legs[i];
+		size_t n = evbuffer_get_length(leg->rows);
+		if (!n)
+			continue;
+		while (n > 0) {
+			/* CopyData messages of at most 1 MB */
+			size_t part = n < (1u << 20) ? n : (1u << 20);
+			uint8_t h[5] = { PqMsg_CopyData };
+			proto_put_u32(h + 1, (uint32_t)(4 + part));
+			struct evbuffer *out = io_out(&leg->io);
+			evbuffer_add(out, h, 5);
+			evbuffer_remove_buffer(leg->rows, out, part);
+			n -= part;
+		}
+		if (io_out_len(&leg->io) > COPY_LEG_HIGH)
+			fo->waiting_drain = true;
+	}
+}
+
+/* The client's data stops here (CopyDone, CopyFail, an error): every
+ * shard ends its COPY, then the transactions end. */
+static void copy_close(struct fanout *fo, bool fail, const char *why)
+{
+	for (int i = 0; i < fo->n_legs; i++) {
+		struct fanout_leg *leg = &fo->legs[i];
+		leg->ready_needed = 1;
+		leg->want_copy_in = false;
+		if (!leg->io_open || leg->lost)
+			continue;
+		if (fail)
+			put_msg(io_out(&leg->io), PqMsg_CopyFail, why, strlen(why) + 1, NULL, 0);
+		else
+			put_msg(io_out(&leg->io), PqMsg_CopyDone, NULL, 0, NULL, 0);
+	}
+	fo->phase = PHASE_COPY_CLOSE;
+	begin_wait(fo);
+}
+
+/* A splitter or hashing error: the shards' COPY fails now, the client's
+ * rows are dropped until its CopyDone. */
+static void copy_abort(struct fanout *fo)
+{
+	if (fo->copy_discard)
+		return;
+	fo->copy_discard = true;
+	for (int i = 0; i < fo->n_legs; i++) {
+		struct fanout_leg *leg = &fo->legs[i];
+		static const char msg[] = "pgcat: cross-shard COPY failed";
+		if (leg->io_open && !leg->lost)
+			put_msg(io_out(&leg->io), PqMsg_CopyFail, msg, sizeof msg, NULL, 0);
+	}
+}
+
+static void copy_feed(struct fanout *fo, const uint8_t *data, size_t n)
+{
+	if (fo->copy_discard || fo->split.ended)
+		return;
+	enum copysplit_result r = copysplit_feed(&fo->split, data, n, copy_row, fo);
+	if (r == COPYSPLIT_OK || r == COPYSPLIT_END) {
+		copy_flush_rows(fo);
+		return;
+	}
+	if (r != COPYSPLIT_STOPPED) {
+		char msg[200];
+		snprintf(msg, sizeof msg, "cross-shard COPY: line %llu: %s", (unsigned long long)fo->split.line,
+			 copysplit_strerror(r));
+		set_error(fo, r == COPYSPLIT_ERR_NOMEM ? SQLSTATE_OUT_OF_MEMORY : "22P04", msg);
+	}
+	copy_abort(fo);
+}
+
+void fanout_client_input(struct client *c)
+{
+	struct fanout *fo = c->fanout;
+	if (!fo || fo->kind != FANOUT_COPY || fo->phase != PHASE_COPY_DATA)
+		return;
+	struct evbuffer *in = c->io.in;
+	while (fo->phase == PHASE_COPY_DATA && !fo->waiting_drain) {
+		size_t have = evbuffer_get_length(in);
+		if (fo->skip_remaining) {
+			size_t n = have < fo->skip_remaining ? have : fo->skip_remaining;
+			if (!n)
+				return;
+			evbuffer_drain(in, n);
+			fo->skip_remaining -= (uint32_t)n;
+			continue;
+		}
+		if (fo->copy_remaining) {
+			size_t n = have < fo->copy_remaining ? have : fo->copy_remaining;
+			if (!n)
+				return;
+			/* the splitter takes any piece: no need to wait for the
+			 * whole message, however large */
+			struct evbuffer_iovec v;
+			if (evbuffer_peek(in, (ev_ssize_t)n, NULL, &v, 1) < 1)
+				return;
+			if (v.iov_len > n)
+				v.iov_len = n;
+			copy_feed(fo, v.iov_base, v.iov_len);
+			evbuffer_drain(in, v.iov_len);
+			fo->copy_remaining -= (uint32_t)v.iov_len;
+			continue;
+		}
+		uint8_t h[5];
+		if (have < 5 || evbuffer_copyout(in, h, 5) != 5)
+			return;
+		uint32_t l = proto_get_u32(h + 1);
+		if (l < 4) {
+			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid message length");
+			return;
+		}
+		switch (h[0]) {
+		case PqMsg_CopyData:
+			evbuffer_drain(in, 5);
+			fo->copy_remaining = l - 4;
+			break;
+		case PqMsg_CopyDone:
+			evbuffer_drain(in, 5);
+			fo->skip_remaining = l - 4;
+			if (!fo->copy_discard && !fo->split.ended) {
+				enum copysplit_result r = copysplit_finish(&fo->split, copy_row, fo);
+				if (r == COPYSPLIT_OK || r == COPYSPLIT_END) {
+					copy_flush_rows(fo);
+				} else {
+					if (r != COPYSPLIT_STOPPED) {
+						char msg[200];
+						snprintf(msg, sizeof msg, "cross-shard COPY: line %llu: %s",
+							 (unsigned long long)fo->split.line, copysplit_strerror(r));
+						set_error(fo, "22P04", msg);
+					}
+					copy_abort(fo);
+				}
+			}
+			copy_close(fo, fo->copy_discard, "pgcat: cross-shard COPY failed");
+			return;   /* fo may be gone */
+		case PqMsg_CopyFail: {
+			if (l > 64 * 1024) {
+				client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "CopyFail message too long");
+				return;
+			}
+			if (have < (size_t)l + 1)
+				return;
+			char msg[300];
+			size_t ml = l - 4 < sizeof msg - 1 ? l - 4 : sizeof msg - 1;
+			evbuffer_drain(in, 5);
+			evbuffer_remove(in, msg, ml);
+			evbuffer_drain(in, l - 4 - ml);
+			msg[ml] = '\0';
+			char err[400];
+			snprintf(err, sizeof err, "COPY from stdin failed: %s", msg);
+			set_error(fo, "57014", err);
+			copy_abort(fo);
+			copy_close(fo, true, msg);
+			return;
+		}
+		case PqMsg_Flush:
+		case PqMsg_Sync:
+			/* ignored during COPY, as PostgreSQL does */
+			evbuffer_drain(in, 5);
+			fo->skip_remaining = l - 4;
+			break;
+		default: {
+			char msg[120];
+			snprintf(msg, sizeof msg, "unexpected message type 0x%02X during COPY from stdin", h[0]);
+			set_error(fo, SQLSTATE_PROTOCOL_VIOLATION, msg);
+			evbuffer_drain(in, 5);
+			fo->skip_remaining = l - 4;
+			copy_abort(fo);
+			copy_close(fo, true, msg);
+			return;
+		}
+		}
+	}
+}
+
+/* Every shard answered its BEGIN and COPY (or failed). */
+static void copy_opened(struct fanout *fo)
+{
+	struct client *c = fo->c;
+	bool in_copy[MERGE_MAX_SHARDS] = { false };
+	for (int i = 0; i < fo->n_legs; i++) {
+		struct fanout_leg *leg = &fo->legs[i];
+		struct evbuffer *in = leg->io.in;
+		size_t len = in ? evbuffer_get_length(in) : 0;
+		const uint8_t *m = len ? evbuffer_pullup(in, (ev_ssize_t)len) : NULL;
+		size_t off = 0;
+		while (m && off + 5 <= len) {
+			uint32_t l = proto_get_u32(m + off + 1);
+			if (l < 4 || (size_t)l + 1 > len - off)
+				break;
+			const uint8_t *msg = m + off;
+			size_t total = (size_t)l + 1;
+			off += total;
+			if (msg[0] == PqMsg_ErrorResponse && !fo->error) {
+				if ((fo->error = malloc(total))) {
+					memcpy(fo->error, msg, total);
+					fo->error_len = total;
+				}
+			} else if (msg[0] == PqMsg_DataRow && i == 0 && fo->copy.key_position < 0 && total >= 11) {
+				/* the position query's answer */
+				uint32_t vl = proto_get_u32(msg + 7);
+				char num[16];
+				if (vl > 0 && vl < sizeof num && vl <= total - 11) {
+					memcpy(num, msg + 11, vl);
+					num[vl] = '\0';
+					fo->copy.key_position = atoi(num);
+				}
+			} else if (msg[0] == PqMsg_CopyInResponse) {
+				in_copy[i] = true;
+				if (i == 0 && !fo->copy_in_response && (fo->copy_in_response = malloc(total))) {
+					memcpy(fo->copy_in_response, msg, total);
+					fo->copy_in_response_len = total;
+				}
+			}
+		}
+		if (leg->lost || leg->too_big)
+			set_error(fo, SQLSTATE_CONNECTION_FAILURE, "cross-shard COPY: a shard's connection was lost");
+		if (len)
+			evbuffer_drain(in, len);
+		leg->scanned = 0;
+	}
+	if (!fo->error && fo->copy.key_position < 0)
+		set_error(fo, "42703", "cross-shard COPY: the sharding column was not found in the table");
+	if (!fo->error && !fo->copy_in_response)
+		set_error(fo, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+	struct copysplit_options o = fo->copy.opts;
+	o.key_column = (unsigned)(fo->copy.key_position < 0 ? 0 : fo->copy.key_position);
+	if (!fo->error) {
+		copysplit_init(&fo->split, &o);
+		fo->split_ready = true;
+		for (int i = 0; i < fo->n_legs && !fo->error; i++)
+			if (!(fo->legs[i].rows = evbuffer_new()))
+				set_error(fo, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+	}
+	if (fo->error) {
+		/* the shards that opened their COPY fail it; then ROLLBACK */
+		for (int i = 0; i < fo->n_legs; i++) {
+			struct fanout_leg *leg = &fo->legs[i];
+			leg->want_copy_in = false;
+			leg->ready_needed = in_copy[i] ? 1 : 0;
+			static const char msg[] = "pgcat: cross-shard COPY failed on another shard";
+			if (in_copy[i] && leg->io_open && !leg->lost)
+				put_msg(io_out(&leg->io), PqMsg_CopyFail, msg, sizeof msg, NULL, 0);
+		}
+		fo->phase = PHASE_COPY_CLOSE;
+		begin_wait(fo);
+		return;
+	}
+	evbuffer_add(client_output(c), fo->copy_in_response, fo->copy_in_response_len);
+	fo->phase = PHASE_COPY_DATA;
+	for (int i = 0; i < fo->n_legs; i++)
+		fo->legs[i].done = true;   /* nothing awaited while rows flow */
+	client_process(c);   /* rows the client sent already */
+}
+
+static void copy_finish(struct fanout *fo)
+{
+	switch (fo->phase) {
+	case PHASE_COPY_OPEN:
+		copy_opened(fo);
+		return;
+	case PHASE_COPY_CLOSE:
+		for (int i = 0; i < fo->n_legs; i++)
+			insert_take_reply(fo, &fo->legs[i]);
+		write_end(fo);
+		return;
+	case PHASE_END: {
+		bool failed_before = fo->error != NULL;
+		for (int i = 0; i < fo->n_legs; i++)
+			insert_take_reply(fo, &fo->legs[i]);
+		if (!failed_before && fo->error)
+			log_warning("C-%llu: a cross-shard COPY failed at COMMIT on a shard; the other shards committed",
+				    (unsigned long long)fo->c->id);
+		write_reply(fo);
+		return;
+	}
+	case PHASE_RUN:
+	case PHASE_COPY_DATA:
+		return;
+	}
+}
+
+enum fanout_start fanout_start_copy(struct client *c, const struct proto_frame *f, const struct router_rules *rules,
+				    char *why, size_t whylen)
+{
+	struct pool *p = c->pool;
+	int n_shards = (int)p->cpool->n_shards;
+	struct evbuffer *in = c->io.in;
+	why[0] = '\0';
+	if (f->type != PqMsg_Query)
+		return FANOUT_ANY_SHARD;   /* not a COPY (route refuses what it was) */
+	size_t total = (size_t)f->len + 1;
+	if (evbuffer_get_length(in) < total || total > FANOUT_REQUEST_MAX || n_shards > MERGE_MAX_SHARDS)
+		return FANOUT_ANY_SHARD;
+	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)total);
+	if (!m)
+		return FANOUT_ANY_SHARD;
+	const char *sql = (const char *)m + 5;
+	size_t sql_len = strnlen(sql, total - 5);
+	struct copy_route cr;
+	char cwhy[MERGE_WHY];
+	switch (copy_route_read(sql, sql_len, rules, &cr, cwhy)) {
+	case COPY_ROUTE_NOT_COPY:
+		return FANOUT_ANY_SHARD;
+	case COPY_ROUTE_REFUSED:
+		snprintf(why, whylen, "%s", cwhy);
+		return FANOUT_REFUSED;
+	case COPY_ROUTE_SPLIT:
+		break;
+	}
+	if (c->held_begin) {
+		snprintf(why, whylen, "cross-shard COPY: a COPY into a sharded table cannot be split inside a transaction; "
+				      "use SET SHARD or one transaction per shard");
+		return FANOUT_REFUSED;
+	}
+	char posq[1024];
+	if (cr.key_position < 0 && !copy_route_position_query(&cr, posq, sizeof posq)) {
+		snprintf(why, whylen, "cross-shard COPY: the table name is too long");
+		return FANOUT_REFUSED;
+	}
+	struct fanout *fo = calloc(1, sizeof *fo + (size_t)n_shards * sizeof fo->legs[0]);
+	if (!fo || !(fo->result = evbuffer_new())) {
+		free(fo);
+		snprintf(why, whylen, "cross-shard COPY: out of memory");
+		return FANOUT_REFUSED;
+	}
+	fo->c = c;
+	fo->kind = FANOUT_COPY;
+	fo->phase = PHASE_COPY_OPEN;
+	fo->copy = cr;
+	fo->copy.opts.null_string = fo->copy.opts.null_string == cr.null_string ? fo->copy.null_string
+										 : fo->copy.opts.null_string;
+	for (int s = 0; s < n_shards && !why[0]; s++) {
+		fo->n_legs = s + 1;
+		if (!open_leg(fo, s, s, why, whylen))
+			break;
+		struct fanout_leg *leg = &fo->legs[s];
+		leg->want_copy_in = true;
+		leg->ready_needed = 1;
+		if (s == 0 && cr.key_position < 0) {
+			put_msg(io_out(&leg->io), PqMsg_Query, posq, strlen(posq) + 1, NULL, 0);
+			leg->ready_needed++;
+		}
+		put_msg(io_out(&leg->io), PqMsg_Query, "BEGIN", 6, NULL, 0);
+		put_msg(io_out(&leg->io), PqMsg_Query, sql, sql_len + 1, NULL, 0);
+	}
+	if (why[0]) {
+		fanout_free(fo);
+		return FANOUT_REFUSED;
+	}
+	evbuffer_drain(in, total);
+	c->fanout = fo;
+	client_set_state(c, CLIENT_FANOUT);
+	log_debug("C-%llu: COPY split over %d shards", (unsigned long long)c->id, n_shards);
+	return FANOUT_STARTED;
+}
+
+enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame *f, const struct router_rules *rules,
+				      char *why, size_t whylen)
+{
+	struct pool *p = c->pool;
+	const struct config_pool *cp = p->cpool;
+	int n_shards = (int)cp->n_shards;
+	struct evbuffer *in = c->io.in;
+	why[0] = '\0';
+	if (f->type != PqMsg_Query) {
+		snprintf(why, whylen, "cross-shard write: an INSERT whose rows go to several shards is split only in a "
+				      "simple Query (send the rows without parameters, or one statement per shard)");
+		return FANOUT_REFUSED;
+	}
+	if (c->held_begin) {
+		snprintf(why, whylen, "cross-shard write: an INSERT whose rows go to several shards cannot be split inside "
+				      "a transaction; use SET SHARD or one transaction per shard");
+		return FANOUT_REFUSED;
+	}
+	size_t total = (size_t)f->len + 1;
+	if (evbuffer_get_length(in) < total || total > FANOUT_REQUEST_MAX) {
+		snprintf(why, whylen, "cross-shard write: the statement is too large to split");
+		return FANOUT_REFUSED;
+	}
+	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)total);
+	if (!m) {
+		snprintf(why, whylen, "cross-shard write: out of memory");
+		return FANOUT_REFUSED;
+	}
+	const char *sql = (const char *)m + 5;
+	size_t sql_len = strnlen(sql, total - 5);
+	struct insert_split split;
+	char swhy[MERGE_WHY];
+	if (!insert_split_build(sql, sql_len, rules, cp->sharding_function, n_shards, &split, swhy)) {
+		snprintf(why, whylen, "%s", swhy);
+		return FANOUT_REFUSED;
+	}
+	int n_legs = 0;
+	for (int s = 0; s < n_shards; s++)
+		n_legs += split.sql[s] != NULL;
+	struct fanout *fo = calloc(1, sizeof *fo + (size_t)n_legs * sizeof fo->legs[0]);
+	if (!fo || !(fo->result = evbuffer_new())) {
+		free(fo);
+		insert_split_free(&split);
+		snprintf(why, whylen, "cross-shard write: out of memory");
+		return FANOUT_REFUSED;
+	}
+	fo->c = c;
+	fo->kind = FANOUT_INSERT;
+	fo->phase = PHASE_RUN;
+	int made = 0;
+	for (int s = 0; s < n_shards && !why[0]; s++) {
+		if (!split.sql[s])
+			continue;
+		fo->n_legs = made + 1;
+		if (!open_leg(fo, made, s, why, whylen))
+			break;
+		struct fanout_leg *leg = &fo->legs[made++];
+		leg->ready_needed = 2;
+		put_msg(io_out(&leg->io), PqMsg_Query, "BEGIN", 6, NULL, 0);
+		put_msg(io_out(&leg->io), PqMsg_Query, split.sql[s], split.len[s] + 1, NULL, 0);
+	}
+	insert_split_free(&split);
+	if (why[0]) {
+		fanout_free(fo);
+		return FANOUT_REFUSED;
+	}
+	evbuffer_drain(in, total);
+	c->fanout = fo;
+	client_set_state(c, CLIENT_FANOUT);
+	log_debug("C-%llu: INSERT split over %d shards", (unsigned long long)c->id, n_legs);
+	return FANOUT_STARTED;
+}
+
+void fanout_abort(struct client *c)
+{
+	struct fanout *fo = c->fanout;
+	if (!fo)
+		return;
+	c->fanout = NULL;
+	fanout_free(fo);
+}
+
+void fanout_cancel(struct client *c)
+{
+	struct fanout *fo = c->fanout;
+	if (!fo)
+		return;
+	for (int i = 0; i < fo->n_legs; i++)
+		if (fo->legs[i].client)
+			client_cancel_query(fo->legs[i].client);
+}
+
+void fanout_leg_closed(struct client *leg_client)
+{
+	struct fanout *fo = leg_client->fanout;
+	leg_client->fanout = NULL;
+	if (!fo)
+		return;
+	for (int i = 0; i < fo->n_legs; i++)
+		if (fo->legs[i].client == leg_client)
+			fo->legs[i].client = NULL;
+	/* its pair end reports EOF: the leg is marked lost there if its reply
+	 * was not complete */
+}
