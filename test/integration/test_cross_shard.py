@@ -1,0 +1,508 @@
+# SPDX-License-Identifier: MIT
+"""Cross-shard reads (SPEC §6): a read without a sharding key runs on every
+shard in parallel and the shards' rows come back as one result. Every answer
+is compared with the same query on an unsharded database holding all the
+rows (xsingle): rows, ORDER BY + LIMIT/OFFSET, count/sum/min/max/avg, in the
+simple and extended protocols, text (psycopg) and binary (asyncpg) formats.
+What pgcat cannot merge exactly is refused with 0A000, and the connection
+goes on."""
+import asyncio
+import threading
+import time
+
+import asyncpg
+import psycopg
+import pytest
+
+import pgwire
+from conftest import PASSWORDS
+
+SHARDS = ("shard0", "shard1", "shard2")
+SINGLE = "xsingle"
+N_ROWS = 1000
+
+TABLE = """CREATE TABLE xs (
+    id bigint PRIMARY KEY,
+    v text,
+    n int,
+    price numeric(12, 3),
+    ts timestamptz,
+    d date,
+    f float8,
+    u uuid
+)"""
+
+# every row, with NULLs and repeats in the ordering columns
+ROWS = """SELECT g::bigint, CASE WHEN g % 17 = 0 THEN NULL ELSE 'v' || lpad((g * 7919 % 1000)::text, 4, '0') END,
+                 g % 100, CASE WHEN g % 13 = 0 THEN NULL ELSE (g * 37 % 1000) / 8.0 END,
+                 timestamptz '2024-01-01 00:00:00+00' + (g * 7 % 500) * interval '1 hour 1 second',
+                 date '1999-12-25' + (g * 3 % 400),
+                 (g % 50) * 0.5,
+                 ('00000000-0000-0000-0000-' || lpad(to_hex(g * 104729 % 65536), 12, '0'))::uuid
+          FROM generate_series(1, N_ROWS) g""".replace("N_ROWS", str(N_ROWS))
+
+
+@pytest.fixture(scope="module")
+def xdbs(pg):
+    with pg.connect("postgres") as c:
+        for db in ("shard2", SINGLE):
+            if not c.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db,)).fetchone():
+                c.execute("CREATE DATABASE %s" % db)
+                with pg.connect(db) as c2:
+                    c2.execute("GRANT ALL ON SCHEMA public TO PUBLIC")
+    for db in SHARDS + (SINGLE,):
+        with pg.connect(db) as c:
+            c.execute("DROP TABLE IF EXISTS xs")
+            c.execute(TABLE)
+            c.execute("GRANT ALL ON xs TO PUBLIC")
+            c.execute("DROP TABLE IF EXISTS xs_hp")
+            c.execute("CREATE TABLE xs_hp (id bigint) PARTITION BY HASH (id)")
+    with pg.connect(SINGLE) as c:
+        c.execute("INSERT INTO xs " + ROWS)
+    # each shard holds the rows PostgreSQL's hash partitioning puts there
+    for i, db in enumerate(SHARDS):
+        with pg.connect(db) as c:
+            c.execute("INSERT INTO xs SELECT * FROM (" + ROWS + ") r(id, v, n, price, ts, d, f, u) "
+                      "WHERE satisfies_hash_partition('xs_hp'::regclass::oid, 3, " + str(i) + ", id)")
+    counts = []
+    for db in SHARDS:
+        with pg.connect(db) as c:
+            counts.append(c.execute("SELECT count(*) FROM xs").fetchone()[0])
+    assert sum(counts) == N_ROWS and min(counts) > 0, counts
+    yield pg
+    for db in SHARDS + (SINGLE,):
+        with pg.connect(db) as c:
+            c.execute("DROP TABLE IF EXISTS xs, xs_hp")
+
+
+def start(pgcat, pg, **kw):
+    general = {"prepared_statements": "true"}
+    general.update(kw.pop("general", {}))
+    pool = {
+        "query_parser_enabled": "true",
+        "sharding_function": "pg_bigint_hash",
+        "sharded_tables": "xs.id",
+        "default_shard": "0",
+        "shards": {i: {"database": db, "servers": "127.0.0.1:%d:primary" % pg.port} for i, db in enumerate(SHARDS)},
+        "users": {"app": {"password": PASSWORDS["app"], "pool_size": "4"}},
+    }
+    pool.update(kw.pop("pool", {}))
+    return pgcat(general=general, pools={"xs3": pool}, **kw)
+
+
+def sqlstate(exc):
+    return getattr(exc, "sqlstate", None) or getattr(getattr(exc, "diag", None), "sqlstate", None)
+
+
+# ORDER BY queries: the order itself is compared
+ORDERED = [
+    "SELECT id, v FROM xs ORDER BY id",
+    "SELECT id, v FROM xs ORDER BY id DESC LIMIT 10",
+    "SELECT id, v, n FROM xs ORDER BY v, id LIMIT 25 OFFSET 10",
+    "SELECT id, v FROM xs ORDER BY v DESC NULLS LAST, id LIMIT 30",
+    "SELECT id, v FROM xs ORDER BY v NULLS FIRST, id DESC LIMIT 30",
+    "SELECT * FROM xs ORDER BY 4 DESC, 1 LIMIT 40",
+    "SELECT id, price FROM xs ORDER BY price, id OFFSET 990",
+    "SELECT id, ts FROM xs ORDER BY ts DESC, id LIMIT 50",
+    "SELECT id AS key, d FROM xs ORDER BY d, key FETCH FIRST 20 ROWS ONLY",
+    "SELECT id, f FROM xs ORDER BY f DESC, id LIMIT 15",
+    "SELECT id, u FROM xs ORDER BY u, id LIMIT 15",
+    "SELECT id, n FROM xs WHERE n BETWEEN 10 AND 12 ORDER BY n DESC, id",
+    "SELECT id FROM xs ORDER BY id LIMIT 0",
+    "SELECT id, v FROM xs ORDER BY v COLLATE \"C\", id LIMIT 12",
+]
+# no ORDER BY: compared as sets of rows
+UNORDERED = [
+    "SELECT * FROM xs",
+    "SELECT id, v FROM xs WHERE n < 5",
+    "SELECT id FROM xs WHERE v IS NULL",
+    "SELECT id FROM xs WHERE false",
+]
+AGGREGATES = [
+    "SELECT count(*) FROM xs",
+    "SELECT count(*), count(v), count(price), sum(n), min(id), max(id) FROM xs",
+    "SELECT sum(price), min(price), max(price), min(v), max(v) FROM xs",
+    "SELECT min(ts), max(ts), min(d), max(d) FROM xs",
+    "SELECT sum(price), count(price), avg(price) FROM xs",
+    "SELECT avg(n), count(n), sum(n) FROM xs WHERE n > 10",
+    "SELECT sum(id), count(id), avg(id) FROM xs",
+    "SELECT sum(f), count(f), avg(f), min(f), max(f) FROM xs",
+    "SELECT count(*), sum(n), avg(n), count(n) FROM xs WHERE false",
+    "SELECT count(*) FILTER (WHERE n > 50), 42 AS answer FROM xs",
+]
+
+
+def direct(pg, sql, params=None):
+    with pg.connect(SINGLE) as c:
+        return c.execute(sql, params).fetchall()
+
+
+def test_simple_protocol_results_equal_one_database(pgcat, xdbs):
+    inst = start(pgcat, xdbs)
+    with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                         dbname="xs3", autocommit=True) as c:
+        for sql in ORDERED + AGGREGATES:
+            assert c.execute(sql).fetchall() == direct(xdbs, sql), sql
+        for sql in UNORDERED:
+            got = c.execute(sql).fetchall()
+            assert sorted(got, key=repr) == sorted(direct(xdbs, sql), key=repr), sql
+        # the command tag counts the merged rows
+        cur = c.execute("SELECT id FROM xs ORDER BY id LIMIT 33")
+        assert cur.statusmessage == "SELECT 33"
+        cur = c.execute("SELECT id FROM xs")
+        assert cur.statusmessage == "SELECT %d" % N_ROWS and cur.rowcount == N_ROWS
+        # column names and types as PostgreSQL describes them
+        cur = c.execute("SELECT id AS key, price, ts FROM xs ORDER BY key LIMIT 1")
+        assert [d.name for d in cur.description] == ["key", "price", "ts"]
+
+
+def test_extended_protocol_with_parameters(pgcat, xdbs):
+    """psycopg sends parameters with Parse/Bind/Describe/Execute/Sync; the
+    parameters go to every shard."""
+    inst = start(pgcat, xdbs)
+    queries = [
+        ("SELECT id, v FROM xs WHERE n > %s ORDER BY v, id LIMIT 20", (90,)),
+        ("SELECT count(*), sum(price), count(price), avg(price) FROM xs WHERE n < %s", (30,)),
+        ("SELECT id FROM xs WHERE v LIKE %s ORDER BY id DESC", ("v00%",)),
+        ("SELECT min(ts), max(d) FROM xs WHERE id > %s", (500,)),
+    ]
+    with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                         dbname="xs3", autocommit=True) as c:
+        for sql, params in queries:
+            assert c.execute(sql, params).fetchall() == direct(xdbs, sql, params), sql
+        # psycopg's server-side prepared statements (named, after 5 runs)
+        sql, params = queries[0]
+        want = direct(xdbs, sql, params)
+        for _ in range(8):
+            assert c.execute(sql, params, prepare=True).fetchall() == want
+        # binary results through psycopg
+        with c.cursor(binary=True) as cur:
+            for sql, params in queries:
+                assert cur.execute(sql, params).fetchall() == direct(xdbs, sql, params), sql
+
+
+def test_asyncpg_binary_results_and_prepared_statements(pgcat, xdbs):
+    inst = start(pgcat, xdbs)
+
+    async def run():
+        conn = await asyncpg.connect(host="127.0.0.1", port=inst.port, user="app",
+                                     password=PASSWORDS["app"], database="xs3", statement_cache_size=100)
+        single = await asyncpg.connect(host="127.0.0.1", port=xdbs.port, user="postgres", database=SINGLE)
+        try:
+            for sql in ORDERED + AGGREGATES:
+                got = [tuple(r) for r in await conn.fetch(sql)]
+                want = [tuple(r) for r in await single.fetch(sql)]
+                assert got == want, sql
+            stmt = await conn.prepare("SELECT id, price FROM xs WHERE n = $1 ORDER BY price DESC NULLS LAST, id")
+            for n in (3, 77, 3):
+                got = [tuple(r) for r in await stmt.fetch(n)]
+                want = [tuple(r) for r in await single.fetch(
+                    "SELECT id, price FROM xs WHERE n = $1 ORDER BY price DESC NULLS LAST, id", n)]
+                assert got == want
+            assert await conn.fetchval("SELECT count(*) FROM xs WHERE id > $1", 100) == N_ROWS - 100
+        finally:
+            await conn.close()
+            await single.close()
+
+    asyncio.run(run())
+
+
+UNMERGEABLE = [
+    ("SELECT n, count(*) FROM xs GROUP BY n", "GROUP BY"),
+    ("SELECT DISTINCT n FROM xs", "DISTINCT"),
+    ("SELECT avg(price) FROM xs", "avg()"),
+    ("SELECT count(DISTINCT n) FROM xs", "DISTINCT"),
+    ("SELECT id FROM xs ORDER BY lower(v)", "expression"),
+    ("SELECT id FROM xs ORDER BY v", "not an output column"),
+    ("SELECT id FROM xs UNION SELECT id FROM xs", "UNION"),
+    ("SELECT id, row_number() OVER () FROM xs", "window"),
+    ("SELECT string_agg(v, ',') FROM xs", "aggregate"),
+    ("SELECT id FROM xs LIMIT (SELECT 3)", "LIMIT"),
+    ("SELECT 1 FROM xs; SELECT 2 FROM xs", "several statements"),
+]
+
+
+def test_unmergeable_queries_are_refused_and_the_session_goes_on(pgcat, xdbs):
+    inst = start(pgcat, xdbs)
+    with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                         dbname="xs3", autocommit=True) as c:
+        for sql, word in UNMERGEABLE:
+            with pytest.raises(psycopg.Error) as e:
+                c.execute(sql)
+            assert sqlstate(e.value) == "0A000", sql
+            assert "cross-shard read" in str(e.value) and word in str(e.value), (sql, str(e.value))
+            assert c.execute("SELECT count(*) FROM xs").fetchone()[0] == N_ROWS
+        # a shard's own error comes back as PostgreSQL wrote it
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("SELECT id / (n - n) FROM xs")
+        assert sqlstate(e.value) == "22012"
+        assert c.execute("SELECT max(id) FROM xs").fetchone()[0] == N_ROWS
+        # a shard chosen by the client is not a cross-shard read
+        c.execute("SET SHARD TO '1'")
+        with xdbs.connect("shard1") as s1:
+            assert c.execute("SELECT count(*) FROM xs").fetchone()[0] == \
+                s1.execute("SELECT count(*) FROM xs").fetchone()[0]
+
+
+def test_raw_wire_reply_shape(pgcat, xdbs):
+    """Exactly what a driver expects: ParseComplete, ParameterDescription,
+    RowDescription for Describe S; BindComplete; RowDescription for
+    Describe P; the rows; CommandComplete; ReadyForQuery."""
+    inst = start(pgcat, xdbs)
+    r = inst.raw_login(dbname="xs3")
+    r.send(pgwire.parse("SELECT id FROM xs WHERE n = $1 ORDER BY id", name="s1") +
+           pgwire.describe(b"S", "s1") + pgwire.bind(params=(7,), stmt="s1") + pgwire.describe() +
+           pgwire.execute() + pgwire.sync())
+    msgs = r.read_until((b"Z",))
+    types = [t for t, _ in msgs]
+    want_rows = [[str(x[0])] for x in direct(xdbs, "SELECT id FROM xs WHERE n = 7 ORDER BY id")]
+    assert types == [b"1", b"t", b"T", b"2", b"T"] + [b"D"] * len(want_rows) + [b"C", b"Z"], types
+    assert [pgwire.data_row_values(p) for t, p in msgs if t == b"D"] == want_rows
+    assert msgs[-2][1].rstrip(b"\0") == b"SELECT %d" % len(want_rows)
+    # the named statement lives on: a Bind alone runs it again
+    r.send(pgwire.bind(params=(8,), stmt="s1") + pgwire.execute() + pgwire.sync())
+    msgs = r.read_until((b"Z",))
+    want_rows = [[str(x[0])] for x in direct(xdbs, "SELECT id FROM xs WHERE n = 8 ORDER BY id")]
+    assert [pgwire.data_row_values(p) for t, p in msgs if t == b"D"] == want_rows
+    # inside a transaction pgcat holds open, the status stays 'T'
+    rows, err, status = r.simple("BEGIN")
+    r.send(pgwire.query("SELECT count(*) FROM xs"))
+    msgs = r.read_until((b"Z",))
+    assert [pgwire.data_row_values(p) for t, p in msgs if t == b"D"] == [[str(N_ROWS)]]
+    assert msgs[-1][1] == b"T"
+    rows, err, status = r.simple("COMMIT")
+    assert err is None
+    rows, err, status = r.simple("SELECT 42")
+    assert rows == [["42"]]
+    r.close()
+
+
+def test_cancel_reaches_every_shard(pgcat, xdbs):
+    inst = start(pgcat, xdbs)
+    c = psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                        dbname="xs3", autocommit=True)
+    try:
+        timer = threading.Timer(0.5, c.cancel)
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            c.execute("SELECT id, pg_sleep(0.05) FROM xs")
+        assert time.monotonic() - t0 < 10
+        assert c.execute("SELECT count(*) FROM xs").fetchone()[0] == N_ROWS
+    finally:
+        c.close()
+    # no server stays busy with the cancelled query
+    with xdbs.connect("postgres") as pc:
+        deadline = time.monotonic() + 10
+        while pc.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(0.05)%' "
+                         "AND state = 'active' AND pid <> pg_backend_pid()").fetchone()[0]:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+def test_client_gone_mid_fanout_and_many_clients(pgcat, xdbs):
+    """A client that vanishes while every shard works leaves no server
+    behind; many clients reading across shards at once all get the whole
+    answer (pool_size 4 per shard: legs queue like any client)."""
+    inst = start(pgcat, xdbs)
+    r = inst.raw_login(dbname="xs3")
+    r.send(pgwire.query("SELECT id, pg_sleep(0.01) FROM xs"))
+    time.sleep(0.3)
+    r.close()
+    want = direct(xdbs, "SELECT count(*), sum(n) FROM xs")
+
+    async def many():
+        async def one():
+            conn = await asyncpg.connect(host="127.0.0.1", port=inst.port, user="app",
+                                         password=PASSWORDS["app"], database="xs3")
+            try:
+                for _ in range(5):
+                    row = await conn.fetchrow("SELECT count(*), sum(n) FROM xs")
+                    assert tuple(row) == tuple(want[0])
+                    rows = await conn.fetch("SELECT id FROM xs ORDER BY id LIMIT 3 OFFSET 100")
+                    assert [x[0] for x in rows] == [101, 102, 103]
+            finally:
+                await conn.close()
+        await asyncio.gather(*(one() for _ in range(20)))
+
+    asyncio.run(many())
+    with xdbs.connect("postgres") as pc:
+        deadline = time.monotonic() + 15
+        while pc.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(0.01)%' "
+                         "AND state = 'active' AND pid <> pg_backend_pid()").fetchone()[0]:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+# ---- multi-row INSERT split by shard -------------------------------------------
+
+def on_shards(pg, sql):
+    out = []
+    for db in SHARDS:
+        with pg.connect(db) as c:
+            out.append(c.execute(sql).fetchall())
+    return out
+
+
+def test_multi_row_insert_is_split_by_shard(pgcat, xdbs):
+    """Each row lands on the shard PostgreSQL's hash partitioning gives it;
+    quoting that hides parentheses and commas is understood; RETURNING
+    gives every row; a failure on one shard leaves no row anywhere."""
+    inst = start(pgcat, xdbs)
+    ids = list(range(5001, 5101))
+    values = ", ".join("(%d, %s, %d)" % (k, ["'a''(b), c'", "$$x),($$", "E'c\\')'", "'/* ( */'"][k % 4], k % 7)
+                       for k in ids)
+    sql = "INSERT INTO xs (id, v, n) VALUES %s RETURNING id" % values
+    with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                         dbname="xs3", autocommit=True) as c:
+        cur = c.execute(sql)
+        assert cur.statusmessage == "INSERT 0 %d" % len(ids)
+        assert sorted(r[0] for r in cur.fetchall()) == ids
+        # placement, and the values as PostgreSQL read them
+        misplaced = 0
+        for i, db in enumerate(SHARDS):
+            with xdbs.connect(db) as d:
+                misplaced += d.execute(
+                    "SELECT count(*) FROM xs WHERE id > 5000 AND NOT "
+                    "satisfies_hash_partition('xs_hp'::regclass::oid, 3, %d, id)" % i).fetchone()[0]
+        assert misplaced == 0
+        got = c.execute("SELECT id, v, n FROM xs WHERE id > 5000 ORDER BY id").fetchall()
+        with xdbs.connect(SINGLE) as d:
+            d.execute("CREATE TEMP TABLE t (id bigint, v text, n int)")
+            d.execute("INSERT INTO t (id, v, n) VALUES %s" % values)
+            assert got == d.execute("SELECT * FROM t ORDER BY id").fetchall()
+        # a duplicate key on one shard: the other shards keep nothing either
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            c.execute("INSERT INTO xs (id, v) VALUES (5001, 'dup'), (6001, 'new'), (6002, 'new'), (6003, 'new')")
+        assert c.execute("SELECT count(*) FROM xs WHERE id > 6000").fetchone()[0] == 0
+        # refused: no column list, parameters, inside a transaction
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("INSERT INTO xs VALUES (7001), (7002), (7003)")
+        assert sqlstate(e.value) == "0A000" and "column list" in str(e.value)
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("INSERT INTO xs (id) VALUES (%s), (%s), (%s)", (7001, 7002, 7003))
+        assert sqlstate(e.value) == "0A000"
+        with c.transaction():
+            with pytest.raises(psycopg.Error) as e:
+                c.execute("INSERT INTO xs (id) VALUES (7001), (7002), (7003)")
+            assert sqlstate(e.value) == "0A000" and "transaction" in str(e.value)
+            raise psycopg.Rollback()
+        assert c.execute("SELECT count(*) FROM xs WHERE id > 7000").fetchone()[0] == 0
+    for db in SHARDS:
+        with xdbs.connect(db) as d:
+            d.execute("DELETE FROM xs WHERE id > 5000")
+
+
+# ---- COPY FROM STDIN split by shard --------------------------------------------
+
+def copy_conn(inst):
+    return psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                           dbname="xs3", autocommit=True)
+
+
+def clear_copied(pg, above):
+    for db in SHARDS:
+        with pg.connect(db) as d:
+            d.execute("DELETE FROM xs WHERE id > %d" % above)
+
+
+def placement_errors(pg, above):
+    bad = 0
+    for i, db in enumerate(SHARDS):
+        with pg.connect(db) as d:
+            bad += d.execute("SELECT count(*) FROM xs WHERE id > %d AND NOT "
+                             "satisfies_hash_partition('xs_hp'::regclass::oid, 3, %d, id)" % (above, i)).fetchone()[0]
+    return bad
+
+
+def test_copy_100k_rows_text_format(pgcat, xdbs):
+    """100,000 rows in psycopg's chunks (rows cut anywhere): each lands on
+    its shard, values as PostgreSQL reads them, COPY n with the total."""
+    inst = start(pgcat, xdbs)
+    base = 100000
+    n = 100000
+    try:
+        with copy_conn(inst) as c, c.cursor() as cur:
+            with cur.copy("COPY xs (id, v, n) FROM STDIN") as cp:
+                for k in range(base + 1, base + n + 1):
+                    cp.write_row((k, "row\t%d\\\n" % k if k % 1000 == 0 else "r%d" % k, k % 11))
+            assert cur.statusmessage == "COPY %d" % n
+            assert c.execute("SELECT count(*), sum(n), count(n) FROM xs WHERE id > %s", (base,)).fetchone() == \
+                (n, sum(k % 11 for k in range(base + 1, base + n + 1)), n)
+            assert c.execute("SELECT v FROM xs WHERE id = %s", (base + 5000,)).fetchone()[0] == \
+                "row\t%d\\\n" % (base + 5000)
+        assert placement_errors(xdbs, base) == 0
+    finally:
+        clear_copied(xdbs, base)
+
+
+def test_copy_csv_header_options_and_no_column_list(pgcat, xdbs):
+    inst = start(pgcat, xdbs)
+    base = 300000
+    try:
+        with copy_conn(inst) as c, c.cursor() as cur:
+            # no column list: pgcat asks where the key column is
+            with cur.copy("COPY xs FROM STDIN WITH (FORMAT csv, HEADER, DELIMITER ';', NULL 'nil')") as cp:
+                cp.write(b"id;v;n;price;ts;d;f;u\n")
+                for k in range(base + 1, base + 301):
+                    cp.write(('"%d";"multi\nline; ""q"" %d";%d;nil;nil;nil;nil;nil\n' % (k, k, k % 5)).encode())
+            assert cur.statusmessage == "COPY 300"
+            got = c.execute("SELECT id, v, price FROM xs WHERE id > %s ORDER BY id LIMIT 2", (base,)).fetchall()
+            assert got == [(base + 1, 'multi\nline; "q" %d' % (base + 1), None),
+                           (base + 2, 'multi\nline; "q" %d' % (base + 2), None)]
+            # the legacy syntax, the end marker, and a last line without newline
+            with cur.copy("COPY xs (v, id) FROM STDIN CSV") as cp:
+                cp.write(b"a,%d\nb,%d" % (base + 401, base + 402))
+            assert cur.statusmessage == "COPY 2"
+        assert placement_errors(xdbs, base) == 0
+    finally:
+        clear_copied(xdbs, base)
+
+
+def test_copy_errors_leave_no_rows_anywhere(pgcat, xdbs):
+    inst = start(pgcat, xdbs)
+    base = 400000
+    try:
+        with copy_conn(inst) as c, c.cursor() as cur:
+            # a NULL key
+            with pytest.raises(psycopg.Error) as e:
+                with cur.copy("COPY xs (id, v) FROM STDIN") as cp:
+                    for k in range(base + 1, base + 50):
+                        cp.write_row((k, "x"))
+                    cp.write_row((None, "x"))
+            assert "sharding key is NULL" in str(e.value)
+            # a row one shard refuses (duplicate key): every shard rolls back
+            c.execute("INSERT INTO xs (id, v) VALUES (%s, 'there')", (base + 7,))
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                with cur.copy("COPY xs (id, v) FROM STDIN") as cp:
+                    for k in range(base + 1, base + 100):
+                        cp.write_row((k, "x"))
+            assert c.execute("SELECT count(*) FROM xs WHERE id > %s", (base,)).fetchone()[0] == 1
+            # the client gives up: CopyFail
+            with pytest.raises(RuntimeError):
+                with cur.copy("COPY xs (id, v) FROM STDIN") as cp:
+                    cp.write_row((base + 200, "x"))
+                    raise RuntimeError("client changed its mind")
+            assert c.execute("SELECT count(*) FROM xs WHERE id > %s", (base,)).fetchone()[0] == 1
+            # binary COPY cannot be split
+            with pytest.raises(psycopg.Error) as e:
+                with cur.copy("COPY xs (id) FROM STDIN WITH (FORMAT binary)") as cp:
+                    pass
+            assert sqlstate(e.value) == "0A000"
+            # the session goes on
+            assert c.execute("SELECT count(*) FROM xs WHERE id > %s", (base,)).fetchone()[0] == 1
+        # a client killed in the middle of its COPY: nothing stays, no server stuck
+        r = inst.raw_login(dbname="xs3")
+        r.send(pgwire.query("COPY xs (id, v) FROM STDIN"))
+        assert r.read_msg()[0] == b"G"
+        r.send(pgwire.msg(b"d", b"".join(b"%d\tx\n" % k for k in range(base + 500, base + 600))))
+        time.sleep(0.3)
+        r.close()
+        with copy_conn(inst) as c:
+            deadline = time.monotonic() + 10
+            while c.execute("SELECT count(*) FROM xs WHERE id >= %s", (base + 500,)).fetchone()[0] != 0:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            assert c.execute("SELECT count(*) FROM xs").fetchone()[0] == N_ROWS + 1
+    finally:
+        clear_copied(xdbs, base)
