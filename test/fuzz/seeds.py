@@ -383,7 +383,33 @@ def shardkey():
     write(t, "text-null", b"\x01\x02\x02\x04" + bind([b"alice", None]))
 
 
+def copysplit():
+    t = "copysplit"
+    # byte 0: bit 0 CSV, bit 1 HEADER; byte 1: key column; byte 2: delimiter (bits 0-1),
+    # quote ' (bit 2), escape \\ (bit 3), NULL 'NULL' (bit 4); byte 3: chunk sizes
+    write(t, "text", b"\x00\x01\x00\x21" + b"a\t7\nx\\\ty\t1\\t2\r\n\\N\t\\N\n\\.\nrest\n")
+    write(t, "text-escapes", b"\x00\x00\x00\x05" + b"\\x41\\101\\z\tq\na\\\nb\tc\nlast")
+    write(t, "csv-header", b"\x03\x01\x01\x47" + b"id,v\na,\"7\"\n\"x,\ny\",\"a\"\"b\"\n,,\n")
+    write(t, "csv-escape", b"\x01\x01\x0d\x13" + b"a;'q\\'r\\\\'\nb;'open")
+    write(t, "csv-null", b"\x01\x00\x10\x02" + b"NULL\t\"NULL\"\n\\.\n")
+
+
+def merge():
+    t = "merge"
+    # byte 0: value type (index) and format (bit 7); SQL; NUL; value; NUL; value
+    write(t, "order-limit", b"\x0e" + b"SELECT id, v FROM items ORDER BY 2 DESC NULLS LAST, id LIMIT 10 OFFSET 5"
+          + b"\x00-12.50\x0099999.001")
+    write(t, "aggregates", b"\x02" + b"select count(*), sum(x), count(x), avg(x), min(v) filter (where y > 1) from items"
+          + b"\x009223372036854775807\x001")
+    write(t, "insert", b"\x0d" + b"INSERT INTO items (v, id) VALUES ('a,(b)', 7), ($$x)$$, 42), (E'e\\')', -1) "
+          b"RETURNING id" + b"\x002024-01-01 10:00:00+02\x002024-01-01 09:00:00.5+00")
+    write(t, "copy", b"\x08" + b"COPY s.t (v, k) FROM STDIN WITH (FORMAT csv, HEADER, DELIMITER ';', NULL 'nil')"
+          + b"\x000.1\x00NaN")
+    write(t, "binary-numeric", b"\x8e" + b"select 1" + b"\x00" + bytes([0, 3, 0, 1, 0, 0, 0, 3, 0, 1, 9, 41, 26, 124])
+          + b"\x00" + bytes([0, 1, 0xff, 0xff, 0x40, 0, 0, 4, 0, 12]))
+
+
 if __name__ == "__main__":
     for f in (proto_startup, proto_message, scram_server, scram_client, config, router, params, sharding,
-              client_sm, server_sm, auth_file, shardkey):
+              client_sm, server_sm, auth_file, shardkey, copysplit, merge):
         f()
