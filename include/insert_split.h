@@ -25,11 +25,18 @@ struct insert_split {
 	char *sql[MERGE_MAX_SHARDS];   /* NUL-terminated; NULL: no row for that shard */
 	size_t len[MERGE_MAX_SHARDS];
 	unsigned rows[MERGE_MAX_SHARDS];
+	/* With a Bind: each part's parameters are renumbered $1.. in order;
+	 * params[s][k] is the client's number of the part's $(k+1). */
+	uint16_t *params[MERGE_MAX_SHARDS];
+	uint16_t n_params[MERGE_MAX_SHARDS];
 };
+struct shardkey_bind;
 
-/* false: not an INSERT pgcat can split (why says so, for a 0A000). */
+/* false: not an INSERT pgcat can split (why says so, for a 0A000).
+ * bind: the Bind executing it (extended protocol), whose values are the
+ * keys written $n; NULL for a simple Query. */
 bool insert_split_build(const char *sql, size_t len, const struct router_rules *rules, enum sharding_function fn,
-			int n_shards, struct insert_split *out, char why[MERGE_WHY]);
+			int n_shards, const struct shardkey_bind *bind, struct insert_split *out, char why[MERGE_WHY]);
 void insert_split_free(struct insert_split *s);
 
 #endif

@@ -19,6 +19,7 @@
 #include "copysplit.h"
 #include "insert_split.h"
 #include "sharding.h"
+#include "shardkey.h"
 #include "io.h"
 #include "log.h"
 #include "merge.h"
@@ -117,7 +118,8 @@ struct request {
 	const char *parse_name, *parse_sql;
 	const uint8_t *parse_types;       /* int16 n, n x oid */
 	size_t parse_types_len;
-	const char *bind_portal, *bind_stmt;
+	const char *bind_portal, *bind_stmt;   /* bind_portal: the Bind body's start */
+	size_t bind_len;                  /* of the Bind body */
 	const uint8_t *bind_rest;         /* formats, values, result formats */
 	size_t bind_rest_len;
 	bool has_bind, has_execute, has_sync, has_flush;
@@ -176,6 +178,7 @@ static bool read_request(const uint8_t *m, size_t lim, struct request *r, char *
 			    !add_step(r, STEP_BIND))
 				return refuse(why, whylen, "only one statement per request can be sent to every shard");
 			r->has_bind = true;
+			r->bind_len = blen;
 			r->bind_portal = s1;
 			r->bind_stmt = s2;
 			r->bind_rest = body + b;
@@ -884,7 +887,8 @@ static void insert_take_reply(struct fanout *fo, struct fanout_leg *leg)
 				memcpy(fo->error, msg, total);
 				fo->error_len = total;
 			}
-		} else if (fo->phase == PHASE_RUN && type == PqMsg_RowDescription && !fo->wrote_desc) {
+		} else if (fo->phase == PHASE_RUN && (type == PqMsg_RowDescription || type == PqMsg_NoData) &&
+			   !fo->wrote_desc) {
 			evbuffer_prepend(fo->result, msg, total);
 			fo->wrote_desc = true;
 		} else if (fo->phase == PHASE_RUN && type == PqMsg_DataRow) {
@@ -953,7 +957,17 @@ static void write_reply(struct fanout *fo)
 	if (fo->error) {
 		evbuffer_add(out, fo->error, fo->error_len);
 	} else {
-		evbuffer_add_buffer(out, fo->result);
+		static const uint8_t parse_complete[5] = { PqMsg_ParseComplete, 0, 0, 0, 4 };
+		static const uint8_t bind_complete[5] = { PqMsg_BindComplete, 0, 0, 0, 4 };
+		for (int i = 0; fo->extended && i < fo->n_steps; i++) {
+			if (fo->steps[i] == STEP_PARSE)
+				evbuffer_add(out, parse_complete, 5);
+			else if (fo->steps[i] == STEP_BIND)
+				evbuffer_add(out, bind_complete, 5);
+		}
+		evbuffer_add_buffer(out, fo->result);   /* RowDescription or NoData, rows */
+		if (fo->parse_msg && prep_enabled(c))
+			(void)prep_client_adopt(c, fo->parse_msg, fo->parse_len);
 		char tag[40];
 		int tl = snprintf(tag, sizeof tag, fo->kind == FANOUT_COPY ? "COPY %llu" : "INSERT 0 %llu",
 				  (unsigned long long)fo->inserted);
@@ -1371,6 +1385,120 @@ enum fanout_start fanout_start_copy(struct client *c, const struct proto_frame *
 	return FANOUT_STARTED;
 }
 
+/* The parts of a Bind body after its two names: parameter formats,
+ * values, result formats. */
+struct bind_parts {
+	const uint8_t *formats;       /* n_formats x int16 */
+	uint16_t n_formats;
+	const uint8_t *values;        /* n_values x (int32 len, bytes) */
+	uint16_t n_values;
+	const uint8_t *results;       /* int16 n, n x int16: copied as is */
+	size_t results_len;
+};
+
+static bool read_bind_parts(const uint8_t *p, size_t len, struct bind_parts *b)
+{
+	size_t off = 0;
+	if (len < 2)
+		return false;
+	b->n_formats = (uint16_t)(p[0] << 8 | p[1]);
+	off = 2;
+	if (len - off < 2 * (size_t)b->n_formats + 2)
+		return false;
+	b->formats = p + off;
+	off += 2 * (size_t)b->n_formats;
+	b->n_values = (uint16_t)(p[off] << 8 | p[off + 1]);
+	off += 2;
+	b->values = p + off;
+	for (uint16_t i = 0; i < b->n_values; i++) {
+		if (len - off < 4)
+			return false;
+		int32_t l = (int32_t)proto_get_u32(p + off);
+		off += 4;
+		if (l < -1 || (l > 0 && (size_t)l > len - off))
+			return false;
+		if (l > 0)
+			off += (size_t)l;
+	}
+	b->results = p + off;
+	b->results_len = len - off;
+	return b->results_len >= 2;
+}
+
+/* Value k (0-based) of the Bind: its bytes with the length word. */
+static const uint8_t *bind_value(const struct bind_parts *b, uint16_t k, size_t *total)
+{
+	const uint8_t *v = b->values;
+	for (uint16_t i = 0;; i++) {
+		int32_t l = (int32_t)proto_get_u32(v);
+		size_t t = 4 + (l > 0 ? (size_t)l : 0);
+		if (i == k) {
+			*total = t;
+			return v;
+		}
+		v += t;
+	}
+}
+
+/* One shard's part of a split INSERT in the extended protocol: its
+ * statement, and a Bind with the parameters it uses, renumbered. */
+static void put_insert_part(struct evbuffer *out, const char *sql, size_t sql_len, const uint16_t *params,
+			    uint16_t n_params, const uint8_t *types, uint16_t n_types, const struct bind_parts *b,
+			    bool describe)
+{
+	uint8_t h[5] = { PqMsg_Parse };
+	proto_put_u32(h + 1, (uint32_t)(4 + 1 + sql_len + 1 + 2 + 4 * (size_t)n_params));
+	evbuffer_add(out, h, 5);
+	evbuffer_add(out, "", 1);
+	evbuffer_add(out, sql, sql_len + 1);
+	uint8_t n16[2] = { (uint8_t)(n_params >> 8), (uint8_t)n_params };
+	evbuffer_add(out, n16, 2);
+	for (uint16_t k = 0; k < n_params; k++) {
+		uint16_t old = params[k];
+		static const uint8_t unknown[4] = { 0 };
+		evbuffer_add(out, old <= n_types ? types + 4 * (old - 1) : unknown, 4);
+	}
+	/* Bind: formats (all alike, or one per kept parameter), values */
+	size_t len = 4 + 2 + 2 + (b->n_formats > 1 ? 2 * (size_t)n_params : 2 * (size_t)b->n_formats) + 2 + b->results_len;
+	for (uint16_t k = 0; k < n_params; k++) {
+		size_t t = 4;
+		if (params[k] <= b->n_values)
+			(void)bind_value(b, (uint16_t)(params[k] - 1), &t);
+		len += t;
+	}
+	h[0] = PqMsg_Bind;
+	proto_put_u32(h + 1, (uint32_t)len);
+	evbuffer_add(out, h, 5);
+	evbuffer_add(out, "\0\0", 2);
+	if (b->n_formats > 1) {
+		evbuffer_add(out, n16, 2);
+		for (uint16_t k = 0; k < n_params; k++) {
+			static const uint8_t text[2] = { 0, 0 };
+			evbuffer_add(out, params[k] <= b->n_formats ? b->formats + 2 * (params[k] - 1) : text, 2);
+		}
+	} else {
+		uint8_t nf[2] = { 0, (uint8_t)b->n_formats };
+		evbuffer_add(out, nf, 2);
+		evbuffer_add(out, b->formats, 2 * (size_t)b->n_formats);
+	}
+	evbuffer_add(out, n16, 2);
+	for (uint16_t k = 0; k < n_params; k++) {
+		size_t t;
+		if (params[k] <= b->n_values) {
+			const uint8_t *v = bind_value(b, (uint16_t)(params[k] - 1), &t);
+			evbuffer_add(out, v, t);
+		} else {
+			static const uint8_t null[4] = { 0xff, 0xff, 0xff, 0xff };   /* PostgreSQL refuses it as it would */
+			evbuffer_add(out, null, 4);
+		}
+	}
+	evbuffer_add(out, b->results, b->results_len);
+	if (describe)
+		put_msg(out, PqMsg_Describe, "P", 2, NULL, 0);
+	put_msg(out, PqMsg_Execute, "\0\0\0\0", 5, NULL, 0);
+	put_msg(out, PqMsg_Sync, NULL, 0, NULL, 0);
+}
+
 enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame *f, const struct router_rules *rules,
 				      char *why, size_t whylen)
 {
@@ -1379,31 +1507,56 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 	int n_shards = (int)cp->n_shards;
 	struct evbuffer *in = c->io.in;
 	why[0] = '\0';
-	if (f->type != PqMsg_Query) {
-		snprintf(why, whylen, "cross-shard write: an INSERT whose rows go to several shards is split only in a "
-				      "simple Query (send the rows without parameters, or one statement per shard)");
-		return FANOUT_REFUSED;
-	}
 	if (c->held_begin) {
 		snprintf(why, whylen, "cross-shard write: an INSERT whose rows go to several shards cannot be split inside "
 				      "a transaction; use SET SHARD or one transaction per shard");
 		return FANOUT_REFUSED;
 	}
-	size_t total = (size_t)f->len + 1;
-	if (evbuffer_get_length(in) < total || total > FANOUT_REQUEST_MAX) {
-		snprintf(why, whylen, "cross-shard write: the statement is too large to split");
+	size_t have = evbuffer_get_length(in);
+	size_t lim = have < FANOUT_REQUEST_MAX ? have : FANOUT_REQUEST_MAX;
+	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim);
+	struct request r;
+	char rwhy[200] = "";
+	if (!m || !read_request(m, lim, &r, rwhy, sizeof rwhy)) {
+		const char *reason = strchr(rwhy, ':');
+		snprintf(why, whylen, "cross-shard write%s", reason ? reason : ": the request could not be read");
 		return FANOUT_REFUSED;
 	}
-	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)total);
-	if (!m) {
-		snprintf(why, whylen, "cross-shard write: out of memory");
-		return FANOUT_REFUSED;
+	(void)f;
+	const char *sql = r.query;
+	const uint8_t *types = NULL;
+	size_t types_len = 0;
+	struct bind_parts bp;
+	struct shardkey_bind kb = { 0 };
+	if (!r.query) {
+		bool stmt_describe = false;
+		for (int i = 0; i < r.n_steps; i++)
+			stmt_describe |= r.steps[i] == STEP_DESCRIBE_STMT;
+		if (!r.has_execute || !r.has_sync || r.max_rows != 0 || stmt_describe) {
+			snprintf(why, whylen, "cross-shard write: an INSERT whose rows go to several shards is split only as "
+					      "Parse/Bind/Describe/Execute/Sync (or a simple Query)");
+			return FANOUT_REFUSED;
+		}
+		if (r.parse && strcmp(r.parse_name, r.bind_stmt) == 0) {
+			sql = r.parse_sql;
+			types = r.parse_types;
+			types_len = r.parse_types_len;
+		} else if (!bound_statement(c, r.bind_stmt, &sql, &types, &types_len)) {
+			snprintf(why, whylen, "cross-shard write: the prepared statement is not known to pgcat");
+			return FANOUT_REFUSED;
+		}
+		if (!read_bind_parts(r.bind_rest, r.bind_rest_len, &bp) ||
+		    !shardkey_param_types(types, types_len, &kb.types, &kb.n_types)) {
+			snprintf(why, whylen, "cross-shard write: malformed Bind");
+			return FANOUT_REFUSED;
+		}
+		kb.body = (const uint8_t *)r.bind_portal;
+		kb.len = r.bind_len;
 	}
-	const char *sql = (const char *)m + 5;
-	size_t sql_len = strnlen(sql, total - 5);
 	struct insert_split split;
 	char swhy[MERGE_WHY];
-	if (!insert_split_build(sql, sql_len, rules, cp->sharding_function, n_shards, &split, swhy)) {
+	if (!insert_split_build(sql, strlen(sql), rules, cp->sharding_function, n_shards, r.query ? NULL : &kb, &split,
+				swhy)) {
 		snprintf(why, whylen, "%s", swhy);
 		return FANOUT_REFUSED;
 	}
@@ -1420,6 +1573,16 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 	fo->c = c;
 	fo->kind = FANOUT_INSERT;
 	fo->phase = PHASE_RUN;
+	fo->extended = r.query == NULL;
+	memcpy(fo->steps, r.steps, sizeof r.steps);
+	fo->n_steps = r.n_steps;
+	bool describe = false;
+	for (int i = 0; i < r.n_steps; i++)
+		describe |= r.steps[i] == STEP_DESCRIBE_PORTAL;
+	if (r.parse && r.parse_name[0] && (fo->parse_msg = malloc(r.parse_total))) {
+		memcpy(fo->parse_msg, r.parse, r.parse_total);
+		fo->parse_len = r.parse_total;
+	}
 	int made = 0;
 	for (int s = 0; s < n_shards && !why[0]; s++) {
 		if (!split.sql[s])
@@ -1429,15 +1592,20 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 			break;
 		struct fanout_leg *leg = &fo->legs[made++];
 		leg->ready_needed = 2;
-		put_msg(io_out(&leg->io), PqMsg_Query, "BEGIN", 6, NULL, 0);
-		put_msg(io_out(&leg->io), PqMsg_Query, split.sql[s], split.len[s] + 1, NULL, 0);
+		struct evbuffer *out = io_out(&leg->io);
+		put_msg(out, PqMsg_Query, "BEGIN", 6, NULL, 0);
+		if (r.query)
+			put_msg(out, PqMsg_Query, split.sql[s], split.len[s] + 1, NULL, 0);
+		else
+			put_insert_part(out, split.sql[s], strlen(split.sql[s]), split.params[s], split.n_params[s], kb.types,
+					kb.n_types, &bp, describe);
 	}
 	insert_split_free(&split);
 	if (why[0]) {
 		fanout_free(fo);
 		return FANOUT_REFUSED;
 	}
-	evbuffer_drain(in, total);
+	evbuffer_drain(in, r.end);
 	c->fanout = fo;
 	client_set_state(c, CLIENT_FANOUT);
 	log_debug("C-%llu: INSERT split over %d shards", (unsigned long long)c->id, n_legs);

@@ -15,6 +15,7 @@
 
 #include "pgjson.h"
 #include "sharding.h"
+#include "shardkey.h"
 
 #define SPLIT_MAX_ROWS 100000
 
@@ -209,8 +210,78 @@ static bool key_text(const struct jdoc *d, int item, const char *sql, size_t len
 
 static bool names_match(const char *a, const char *b) { return a && b && strcasecmp(a, b) == 0; }
 
+/* Rewrites the $n of q[0..*len) to their rank among the parameters q
+ * uses, in place (numbers only get shorter), and lists the old numbers in
+ * ascending order. false: more parameters than fit. */
+static bool renumber_params(char *q, size_t *len, uint16_t *old, uint16_t *n_old)
+{
+	/* which numbers appear */
+	static const size_t max = 65536;
+	uint8_t *used = calloc(max / 8, 1);
+	if (!used)
+		return false;
+	size_t n = *len;
+	for (size_t i = 0; i < n;) {
+		size_t j = skip_quoted(q, n, i);
+		if (j != i) {
+			i = j;
+			continue;
+		}
+		if (q[i] == '$' && i + 1 < n && isdigit((unsigned char)q[i + 1]) &&
+		    (i == 0 || !(isalnum((unsigned char)q[i - 1]) || q[i - 1] == '_'))) {
+			unsigned long v = 0;
+			j = i + 1;
+			while (j < n && isdigit((unsigned char)q[j]) && v < max)
+				v = v * 10 + (unsigned long)(q[j++] - '0');
+			if (v > 0 && v < max)
+				used[v / 8] |= (uint8_t)(1u << (v % 8));
+			i = j;
+			continue;
+		}
+		i++;
+	}
+	uint16_t rank_count = 0;
+	for (size_t v = 1; v < max; v++)
+		if (used[v / 8] & (1u << (v % 8)))
+			old[rank_count++] = (uint16_t)v;
+	*n_old = rank_count;
+	/* rewrite: each $old becomes $rank, copying down */
+	size_t w = 0;
+	for (size_t i = 0; i < n;) {
+		size_t j = skip_quoted(q, n, i);
+		if (j != i) {
+			memmove(q + w, q + i, j - i);
+			w += j - i;
+			i = j;
+			continue;
+		}
+		if (q[i] == '$' && i + 1 < n && isdigit((unsigned char)q[i + 1]) &&
+		    (i == 0 || !(isalnum((unsigned char)q[i - 1]) || q[i - 1] == '_'))) {
+			unsigned long v = 0;
+			j = i + 1;
+			while (j < n && isdigit((unsigned char)q[j]) && v < max)
+				v = v * 10 + (unsigned long)(q[j++] - '0');
+			unsigned rank = 0;
+			for (uint16_t k = 0; k < rank_count; k++)
+				if (old[k] == v)
+					rank = k + 1u;
+			char num[8];
+			int nl = snprintf(num, sizeof num, "$%u", rank);
+			memcpy(q + w, num, (size_t)nl);   /* never longer than $v */
+			w += (size_t)nl;
+			i = j;
+			continue;
+		}
+		q[w++] = q[i++];
+	}
+	q[w] = '\0';
+	*len = w;
+	free(used);
+	return true;
+}
+
 bool insert_split_build(const char *sql, size_t len, const struct router_rules *rules, enum sharding_function fn,
-			int n_shards, struct insert_split *out, char why[MERGE_WHY])
+			int n_shards, const struct shardkey_bind *bind, struct insert_split *out, char why[MERGE_WHY])
 {
 	memset(out, 0, sizeof *out);
 	out->n_shards = n_shards;
@@ -321,8 +392,27 @@ bool insert_split_build(const char *sql, size_t len, const struct router_rules *
 			k++;
 		}
 		char key[ROUTER_KEY_TEXT], err[120];
+		int pr = item == JNONE ? JNONE : jnode(&d, item, "ParamRef");
+		if (pr != JNONE && bind) {
+			/* $n: the bound value decides */
+			long num = pgjson_int(&d, jget(&d, pr, "number"));
+			const uint8_t *val;
+			int32_t vlen;
+			int16_t format;
+			uint32_t oid = 0;
+			if (num >= 1 && num <= bind->n_types)
+				oid = (uint32_t)bind->types[4 * (num - 1)] << 24 | (uint32_t)bind->types[4 * (num - 1) + 1] << 16 |
+				      (uint32_t)bind->types[4 * (num - 1) + 2] << 8 | bind->types[4 * (num - 1) + 3];
+			if (num < 1 || num > 65535 || !shardkey_bind_param(bind->body, bind->len, (int)num, &val, &vlen, &format) ||
+			    !shardkey_value_shard(fn, n_shards, val, vlen, format, oid, &shard_of[row])) {
+				refuse(why, "a row's sharding key parameter is NULL or cannot be read");
+				goto out;
+			}
+			continue;
+		}
 		if (item == JNONE || item >= (int)d.t[items].after || !key_text(&d, item, text, len, key, sizeof key)) {
-			refuse(why, "every row's sharding key must be a constant to split an INSERT across shards");
+			refuse(why, "every row's sharding key must be a constant or a parameter to split an INSERT across "
+				    "shards");
 			goto out;
 		}
 		if (!sharding_shard_for_key(fn, key, strlen(key), n_shards, &shard_of[row], err, sizeof err)) {
@@ -372,6 +462,13 @@ bool insert_split_build(const char *sql, size_t len, const struct router_rules *
 		o += len - suffix_at;
 		q[o] = '\0';
 		out->sql[s] = q;
+		if (bind) {
+			out->params[s] = malloc(65535 * sizeof *out->params[s]);
+			if (!out->params[s] || !renumber_params(q, &o, out->params[s], &out->n_params[s])) {
+				refuse(why, "out of memory");
+				goto out;
+			}
+		}
 		out->len[s] = o;
 		out->rows[s] = cnt;
 	}
@@ -392,6 +489,8 @@ void insert_split_free(struct insert_split *s)
 {
 	for (int i = 0; i < MERGE_MAX_SHARDS; i++) {
 		free(s->sql[i]);
+		free(s->params[i]);
 		s->sql[i] = NULL;
+		s->params[i] = NULL;
 	}
 }

@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(strlen(why) < MERGE_WHY);
 	}
 	struct insert_split split;
-	if (insert_split_build(sql, sql_len, &rules, SHARDING_PG_BIGINT_HASH, 3, &split, why)) {
+	if (insert_split_build(sql, sql_len, &rules, SHARDING_PG_BIGINT_HASH, 3, NULL, &split, why)) {
 		for (int s = 0; s < 3; s++)
 			if (split.sql[s])
 				CHECK(strlen(split.sql[s]) == split.len[s] && split.len[s] <= sql_len + 2 * split.rows[s]);

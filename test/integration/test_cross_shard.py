@@ -375,13 +375,10 @@ def test_multi_row_insert_is_split_by_shard(pgcat, xdbs):
         with pytest.raises(psycopg.errors.UniqueViolation):
             c.execute("INSERT INTO xs (id, v) VALUES (5001, 'dup'), (6001, 'new'), (6002, 'new'), (6003, 'new')")
         assert c.execute("SELECT count(*) FROM xs WHERE id > 6000").fetchone()[0] == 0
-        # refused: no column list, parameters, inside a transaction
+        # refused: no column list, inside a transaction
         with pytest.raises(psycopg.Error) as e:
             c.execute("INSERT INTO xs VALUES (7001), (7002), (7003)")
         assert sqlstate(e.value) == "0A000" and "column list" in str(e.value)
-        with pytest.raises(psycopg.Error) as e:
-            c.execute("INSERT INTO xs (id) VALUES (%s), (%s), (%s)", (7001, 7002, 7003))
-        assert sqlstate(e.value) == "0A000"
         with c.transaction():
             with pytest.raises(psycopg.Error) as e:
                 c.execute("INSERT INTO xs (id) VALUES (7001), (7002), (7003)")
@@ -506,3 +503,44 @@ def test_copy_errors_leave_no_rows_anywhere(pgcat, xdbs):
             assert c.execute("SELECT count(*) FROM xs").fetchone()[0] == N_ROWS + 1
     finally:
         clear_copied(xdbs, base)
+
+
+def test_multi_row_insert_with_parameters(pgcat, xdbs):
+    """The extended protocol: each shard gets its rows with only the
+    parameters they use, renumbered (text and binary values, a parameter
+    outside the rows going to every shard); psycopg and asyncpg."""
+    inst = start(pgcat, xdbs)
+    try:
+        with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                             dbname="xs3", autocommit=True) as c:
+            ids = list(range(8001, 8031))
+            sql = "INSERT INTO xs (id, v, n) VALUES " + ", ".join(["(%s, %s, %s)"] * len(ids)) + " RETURNING id, v"
+            params = []
+            for k in ids:
+                params += [k, "p%d" % k, k % 3]
+            cur = c.execute(sql, params)
+            assert cur.statusmessage == "INSERT 0 %d" % len(ids)
+            assert sorted(cur.fetchall()) == [(k, "p%d" % k) for k in ids]
+            # binary parameters, one parameter shared by every row
+            with c.cursor(binary=True) as bc:
+                bc.execute("INSERT INTO xs (id, v) VALUES (%s, %s), (%s, %s), (%s, %s)",
+                           (8101, "same", 8102, "same", 8103, "same"))
+                assert bc.statusmessage == "INSERT 0 3"
+            assert c.execute("SELECT count(*) FROM xs WHERE id BETWEEN 8101 AND 8103 AND v = 'same'").fetchone()[0] == 3
+        assert placement_errors(xdbs, 8000) == 0
+
+        async def run():
+            conn = await asyncpg.connect(host="127.0.0.1", port=inst.port, user="app",
+                                         password=PASSWORDS["app"], database="xs3")
+            try:
+                stmt = await conn.prepare("INSERT INTO xs (id, v) VALUES ($1, $3), ($2, $3)")
+                for a in (8201, 8211, 8221):
+                    await stmt.fetch(a, a + 1, "async")
+                return await conn.fetchval("SELECT count(*) FROM xs WHERE v = 'async'")
+            finally:
+                await conn.close()
+
+        assert asyncio.run(run()) == 6
+        assert placement_errors(xdbs, 8000) == 0
+    finally:
+        clear_copied(xdbs, 8000)

@@ -203,7 +203,7 @@ START_TEST(insert_split_rows)
 	char why[MERGE_WHY];
 	const char *sql = "INSERT INTO items (v, id) VALUES ('a,(b)', 7), ($$x)$$, 42), ('c''d', -1), "
 			  "(E'e\\')', 1234) RETURNING id";
-	ck_assert_msg(insert_split_build(sql, strlen(sql), &rules, SHARDING_PG_BIGINT_HASH, 3, &s, why), "%s", why);
+	ck_assert_msg(insert_split_build(sql, strlen(sql), &rules, SHARDING_PG_BIGINT_HASH, 3, NULL, &s, why), "%s", why);
 	ck_assert_str_eq(s.sql[0], "INSERT INTO items (v, id) VALUES ($$x)$$, 42), (E'e\\')', 1234) RETURNING id");
 	ck_assert_str_eq(s.sql[1], "INSERT INTO items (v, id) VALUES ('a,(b)', 7) RETURNING id");
 	ck_assert_str_eq(s.sql[2], "INSERT INTO items (v, id) VALUES ('c''d', -1) RETURNING id");
@@ -219,7 +219,7 @@ START_TEST(insert_split_rows)
 	};
 	for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
 		ck_assert_msg(!insert_split_build(refused[i][0], strlen(refused[i][0]), &rules, SHARDING_PG_BIGINT_HASH, 3,
-						  &s, why),
+						  NULL, &s, why),
 			      "%s", refused[i][0]);
 		ck_assert_msg(strstr(why, refused[i][1]) != NULL, "%s: %s", refused[i][0], why);
 	}
