@@ -33,8 +33,9 @@ enum fanout_start {
 };
 
 /* The request at the head of c's input (whole: route waited for it) reads
- * rows of every shard. */
-enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, char *why, size_t whylen);
+ * rows of every shard. sharded: it touches a sharded table (else it is
+ * default_shard = all: a statement other than SELECT goes to one shard). */
+enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bool sharded, char *why, size_t whylen);
 
 /* The request at the head of c's input is an INSERT whose rows belong to
  * several shards: each shard gets its rows, in a transaction committed

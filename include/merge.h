@@ -39,6 +39,7 @@ struct merge_sort {
 };
 
 struct merge_plan {
+	bool not_select;                       /* refused: one statement, but not a SELECT */
 	/* Aggregates without GROUP BY: one kind per output column; every
 	 * column is an aggregate or a constant. */
 	bool aggregates;

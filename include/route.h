@@ -70,10 +70,11 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 /* A read whose rows are on several shards (SPEC §6), at the head of the
  * client's input (idle client, nothing consumed): sent to every shard and
  * merged (fanout.c), or refused with 0A000 when it cannot be merged
- * exactly. A request that executes nothing (Parse, Describe) may go to any
- * one shard instead. */
+ * exactly. A request that executes nothing (Parse, Describe), and with
+ * default_shard = all a statement other than SELECT that touches no
+ * sharded table (SET, SHOW...; sharded false), go to one shard instead. */
 enum route_cross { ROUTE_CROSS_ANSWERED, ROUTE_CROSS_ANY_SHARD };
-enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f);
+enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f, bool sharded);
 
 /* SET SERVER ROLE, SET PRIMARY READS, SHOW SERVER ROLE, SHOW PRIMARY READS
  * in a simple Query: answered by pgcat. Returns true when it answered

@@ -738,7 +738,7 @@ static bool bound_statement(struct client *c, const char *name, const char **sql
 	return true;
 }
 
-enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, char *why, size_t whylen)
+enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bool sharded, char *why, size_t whylen)
 {
 	(void)f;
 	struct pool *p = c->pool;
@@ -783,9 +783,10 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, ch
 	fo->extended = r.query == NULL;
 	char pwhy[MERGE_WHY];
 	if (!merge_plan_build(sql, strlen(sql), &fo->plan, pwhy)) {
+		bool any = fo->plan.not_select && !sharded;   /* SET, SHOW... with default_shard = all */
 		snprintf(why, whylen, "%s", pwhy);
 		free(fo);
-		return FANOUT_REFUSED;
+		return any ? FANOUT_ANY_SHARD : FANOUT_REFUSED;
 	}
 	memcpy(fo->steps, r.steps, sizeof r.steps);
 	fo->n_steps = r.n_steps;

@@ -380,6 +380,7 @@ bool merge_plan_build(const char *sql, size_t len, struct merge_plan *p, char wh
 	}
 	int sel = jnode(&d, jget(&d, stmts + 1, "stmt"), "SelectStmt");
 	if (sel == JNONE) {
+		p->not_select = true;
 		refuse(why, "only SELECT can be merged across shards");
 		goto out;
 	}

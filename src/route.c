@@ -458,10 +458,10 @@ static void refuse(struct client *c, const char *sqlstate, const char *msg)
 	client_on_checkout_failed(c, sqlstate, msg);
 }
 
-enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f)
+enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f, bool sharded)
 {
 	char why[200];
-	switch (fanout_start(c, f, why, sizeof why)) {
+	switch (fanout_start(c, f, sharded, why, sizeof why)) {
 	case FANOUT_STARTED:
 		return ROUTE_CROSS_ANSWERED;
 	case FANOUT_ANY_SHARD_FLUSH:
@@ -574,7 +574,8 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		return SHARD_ANSWERED;
 	}
 	/* (*shard is default_shard, or shard 0 for default_shard = all) */
-	return route_cross_shard_read(c, f) == ROUTE_CROSS_ANY_SHARD ? SHARD_DECIDED : SHARD_ANSWERED;
+	return route_cross_shard_read(c, f, r.outcome == SHARDKEY_CROSS) == ROUTE_CROSS_ANY_SHARD ? SHARD_DECIDED
+												   : SHARD_ANSWERED;
 }
 
 _Static_assert(ROUTE_VIA__COUNT == SHM_ROUTE_VIA, "one shared counter per way of choosing a shard");

@@ -323,9 +323,9 @@ def test_cross_shard_writes_refused_unless_a_shard_is_chosen(pgcat, shards):
                 c.execute(sql)
             assert sqlstate(e.value) == "0A000", sql
             assert "cross-shard write" in str(e.value), sql
-        # the same through the extended protocol, parameters on two shards
+        # the same through the extended protocol, keys as parameters
         with pytest.raises(psycopg.Error) as e:
-            c.execute("INSERT INTO items3 (id, v) VALUES (%s, 'x'), (%s, 'x')", (a, b))
+            c.execute("UPDATE items3 SET v = 'y' WHERE id IN (%s, %s)", (a, b))
         assert sqlstate(e.value) == "0A000"
         # the connection still works, and nothing was written anywhere
         assert c.execute("SELECT 1").fetchone()[0] == 1
@@ -676,6 +676,10 @@ def test_default_shard_all(pgcat, shards):
         assert sqlstate(e.value) == "0A000" and "cross-shard write" in str(e.value)
         # a read runs on every shard: one row from each
         assert c.execute("SELECT 1").fetchall() == [(1,), (1,)]
+        # statements other than SELECT that touch no sharded table go to one shard
+        c.execute("SET application_name = 'everywhere'")
+        assert c.execute("SHOW application_name").fetchone()[0] == "everywhere"
+        assert c.execute("SELECT current_setting('application_name')").fetchall() == [("everywhere",)] * 2
         # keyed statements and a chosen shard work as usual
         c.execute("INSERT INTO items2 (id, v) VALUES (%s, 'k')", (11,))
         assert where(shards, "items2", 2, 11) == [shard_of(shards, "items2", 2, 11)]
