@@ -97,7 +97,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 static struct worker *make_worker(void)
 {
-	char ini[2048];
+	char ini[4096];
 	snprintf(ini, sizeof ini,
 		 "[general]\n"
 		 "listen_addr = 127.0.0.1\n"
@@ -117,8 +117,22 @@ static struct worker *make_worker(void)
 		 "database = db\n"
 		 "servers = 127.0.0.1:%d:primary\n"
 		 "[pools.db.users.app]\n"
+		 "password = pw\n"
+		 /* two shards on the same emulated server: cross-shard reads,
+		  * split INSERTs and COPY run their fan-out for real */
+		 "[pools.sh]\n"
+		 "query_parser_enabled = true\n"
+		 "sharding_function = pg_bigint_hash\n"
+		 "sharded_tables = t.id\n"
+		 "[pools.sh.shards.0]\n"
+		 "database = db\n"
+		 "servers = 127.0.0.1:%d:primary\n"
+		 "[pools.sh.shards.1]\n"
+		 "database = db\n"
+		 "servers = 127.0.0.1:%d:primary\n"
+		 "[pools.sh.users.app]\n"
 		 "password = pw\n",
-		 pgcat_port, server_port);
+		 pgcat_port, server_port, server_port, server_port);
 	struct config_problems problems;
 	memset(&problems, 0, sizeof problems);
 	struct config *cfg = config_load_string(ini, "fuzz.ini", &problems);
