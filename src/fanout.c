@@ -1527,7 +1527,7 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 	const char *sql = r.query;
 	const uint8_t *types = NULL;
 	size_t types_len = 0;
-	struct bind_parts bp;
+	struct bind_parts bp = { 0 };
 	struct shardkey_bind kb = { 0 };
 	if (!r.query) {
 		bool stmt_describe = false;
