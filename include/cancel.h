@@ -14,6 +14,8 @@
 
 #include "types.h"
 
+struct randpool;
+
 struct cancel_slot {
 	uint32_t secret;          /* 0: free */
 	uint32_t next_free;
@@ -32,9 +34,10 @@ struct cancel_table {
 	uint32_t free_head;       /* index + 1; 0 = none */
 	int worker;
 	struct shm *shm;
+	struct randpool *rand;    /* where keys come from (the worker's) */
 };
 
-bool cancel_table_init(struct cancel_table *t, uint32_t n_slots, int worker, struct shm *shm)
+bool cancel_table_init(struct cancel_table *t, uint32_t n_slots, int worker, struct shm *shm, struct randpool *rand)
 	__attribute__((warn_unused_result));
 /* Publish that c's key now names a query on this server (s NULL: none). */
 void cancel_key_link(struct cancel_table *t, const struct client *c, const struct server *s);

@@ -52,6 +52,10 @@ void params_clear(struct params *p);
 /* Returns false when full or the value is too long (the parameter is then not tracked). */
 bool params_set(struct params *p, const char *name, const char *value, bool raw);
 void params_remove(struct params *p, const char *name);
+/* Add every setting of from that p lacks, sharing from's entries (a login
+ * takes the pool's defaults this way: no allocation per setting). false:
+ * out of memory or p is full (what was added stays). */
+bool params_add_missing(struct params *p, const struct params *from);
 const struct param *params_get(const struct params *p, const char *name);
 /* dst becomes a (shared) copy of src. */
 void params_copy(struct params *dst, const struct params *src);

@@ -17,6 +17,7 @@
 #include "cancel.h"
 #include "io.h"
 #include "list.h"
+#include "randpool.h"
 #include "types.h"
 #include "tls.h"
 
@@ -75,7 +76,8 @@ struct worker {
 	int64_t config_mtime;             /* for autoreload */
 	uint64_t last_autoreload_check_us;
 	uint64_t last_trim_us;
-	uint64_t rng;                     /* route's generator state */             /* idle clients' buffers last freed */
+	uint64_t rng;                     /* route's generator state */
+	struct randpool rand;             /* salts, nonces and cancel keys of logins */             /* idle clients' buffers last freed */
 };
 
 /* Create the worker: listeners, signals, pools, timers. Takes ownership of

@@ -77,7 +77,7 @@ enum auth_outcome auth_client_begin(struct worker *w, struct client *c, const st
 			else
 				pg_md5_stored(pw, c->user, a->md5_stored);
 		}
-		if (!pg_random_bytes(a->md5_salt, sizeof a->md5_salt))
+		if (!randpool_bytes(&w->rand, a->md5_salt, sizeof a->md5_salt))
 			return AUTH_FAILED;
 		pktbuf_auth_request(&pb, AUTH_REQ_MD5, a->md5_salt, sizeof a->md5_salt);
 		send_pkt(out, &pb);
@@ -131,7 +131,7 @@ enum auth_outcome auth_client_step(struct worker *w, struct client *c, struct cl
 		if (dlen == 0xffffffffu || dlen != len - off)
 			return AUTH_PROTOCOL_ERROR;
 		uint8_t nonce[SCRAM_NONCE_RAW_LEN];
-		if (!pg_random_bytes(nonce, sizeof nonce))
+		if (!randpool_bytes(&w->rand, nonce, sizeof nonce))
 			return AUTH_FAILED;
 		char msg[SCRAM_MAX_MESSAGE + 1];
 		size_t mlen;

@@ -152,25 +152,74 @@ bool pg_b64_decode(const char *in, size_t len, uint8_t *out, size_t outsz, size_
  * crypto primitives
  * ------------------------------------------------------------------------ */
 
-static bool hmac_sha256(const uint8_t *key, size_t keylen, const void *data, size_t datalen,
-			uint8_t out[SCRAM_KEY_LEN])
+/*
+ * SHA-256 through one digest and one context fetched once per process.
+ * OpenSSL 3's one-shot HMAC() and EVP_Digest() look the algorithm up by
+ * name and allocate a context on every call, which made them most of the
+ * CPU a SCRAM login spends in user space; the digest itself is a few
+ * blocks. The handles hold no secret between calls (the final step wipes
+ * the block buffer) and are the process's own, like OpenSSL's provider
+ * tables; pgcat is single-threaded per process.
+ */
+static struct {
+	EVP_MD *md;
+	EVP_MD_CTX *ctx;
+} sha256_handles;
+
+static EVP_MD_CTX *sha256_begin(void)
+{
+	if (!sha256_handles.md)
+		sha256_handles.md = EVP_MD_fetch(NULL, "SHA256", NULL);
+	if (!sha256_handles.ctx)
+		sha256_handles.ctx = EVP_MD_CTX_new();
+	if (!sha256_handles.md || !sha256_handles.ctx ||
+	    EVP_DigestInit_ex2(sha256_handles.ctx, sha256_handles.md, NULL) != 1)
+		return NULL;
+	return sha256_handles.ctx;
+}
+
+static bool sha256_end(EVP_MD_CTX *ctx, uint8_t out[SCRAM_KEY_LEN])
 {
 	unsigned int mdlen = 0;
-
-	if (keylen > INT_MAX)
-		return false;
-	if (HMAC(EVP_sha256(), key, (int)keylen, data, datalen, out, &mdlen) == NULL)
-		return false;
-	return mdlen == SCRAM_KEY_LEN;
+	return EVP_DigestFinal_ex(ctx, out, &mdlen) == 1 && mdlen == SCRAM_KEY_LEN;
 }
 
 static bool sha256(const uint8_t *data, size_t len, uint8_t out[SCRAM_KEY_LEN])
 {
-	unsigned int mdlen = 0;
+	EVP_MD_CTX *ctx = sha256_begin();
+	return ctx && EVP_DigestUpdate(ctx, data, len) == 1 && sha256_end(ctx, out);
+}
 
-	if (EVP_Digest(data, len, out, &mdlen, EVP_sha256(), NULL) != 1)
+/* HMAC-SHA-256 as RFC 2104 defines it, on the digest above. */
+static bool hmac_sha256(const uint8_t *key, size_t keylen, const void *data, size_t datalen,
+			uint8_t out[SCRAM_KEY_LEN])
+{
+	enum { BLOCK = 64 };
+	uint8_t pad[BLOCK];
+	uint8_t inner[SCRAM_KEY_LEN];
+	EVP_MD_CTX *ctx;
+	bool ok = false;
+
+	/* SCRAM's keys are 32 bytes; a longer key would first be hashed. */
+	if (keylen > BLOCK)
 		return false;
-	return mdlen == SCRAM_KEY_LEN;
+	memset(pad, 0, sizeof pad);
+	memcpy(pad, key, keylen);
+	for (size_t i = 0; i < BLOCK; i++)
+		pad[i] ^= 0x36;
+	ctx = sha256_begin();
+	if (!ctx || EVP_DigestUpdate(ctx, pad, BLOCK) != 1 || EVP_DigestUpdate(ctx, data, datalen) != 1 ||
+	    !sha256_end(ctx, inner))
+		goto out;
+	for (size_t i = 0; i < BLOCK; i++)
+		pad[i] ^= 0x36 ^ 0x5c;
+	ctx = sha256_begin();
+	ok = ctx && EVP_DigestUpdate(ctx, pad, BLOCK) == 1 && EVP_DigestUpdate(ctx, inner, sizeof inner) == 1 &&
+	     sha256_end(ctx, out);
+out:
+	OPENSSL_cleanse(pad, sizeof pad);
+	OPENSSL_cleanse(inner, sizeof inner);
+	return ok;
 }
 
 /* Hi() of RFC 5802 is PBKDF2 with HMAC-SHA-256 and one output block. */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "auth_md5.h"
+#include "randpool.h"
 #include "list.h"
 #include "log.h"
 #include "proto.h"
@@ -25,9 +26,10 @@
 static uint32_t slot_of(uint32_t pid) { return (pid & ((1u << SHM_CANCEL_WORKER_SHIFT) - 1)) - 1; }
 static int worker_of(uint32_t pid) { return (int)(pid >> SHM_CANCEL_WORKER_SHIFT) - 1; }
 
-bool cancel_table_init(struct cancel_table *t, uint32_t n_slots, int worker, struct shm *shm)
+bool cancel_table_init(struct cancel_table *t, uint32_t n_slots, int worker, struct shm *shm, struct randpool *rand)
 {
 	t->worker = worker;
+	t->rand = rand;
 	t->shm = shm;
 	if (shm && n_slots > shm->h->cancel_per_worker)
 		n_slots = shm->h->cancel_per_worker;
@@ -77,7 +79,7 @@ bool cancel_key_assign(struct cancel_table *t, struct client *c, uint32_t *pid, 
 	struct cancel_slot *slot = &t->slots[idx];
 	uint32_t secret = 0;
 	while (secret == 0)
-		if (!pg_random_bytes(&secret, sizeof secret))
+		if (!randpool_bytes(t->rand, &secret, sizeof secret))
 			return false;
 	t->free_head = slot->next_free;
 	slot->secret = secret;

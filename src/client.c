@@ -632,8 +632,6 @@ static void send_welcome(struct client *c)
 		for (size_t i = 0; i < params_count(&p->defaults); i++) {
 			const struct param *d = params_at(&p->defaults, i);
 			const struct param *mine = params_get(&c->params, d->name);
-			if (!mine)
-				(void)params_set(&c->params, d->name, d->value, false);
 			pktbuf_parameter_status(&pb, d->name, mine ? mine->value : d->value);
 		}
 		for (size_t i = 0; i < params_count(&c->params); i++) {
@@ -641,6 +639,9 @@ static void send_welcome(struct client *c)
 			if (params_reported(m->name) && !params_get(&p->defaults, m->name))
 				pktbuf_parameter_status(&pb, m->name, m->value);
 		}
+		/* The session starts from the server's defaults where the client
+		 * named no value of its own. */
+		(void)params_add_missing(&c->params, &p->defaults);
 	}
 	if (!client_finish_welcome(c, &pb))
 		return;

@@ -6,6 +6,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,7 +20,17 @@ static struct {
 	FILE *file;          /* NULL: stderr */
 	char path[4096];
 	bool use_syslog;
-} logger = { LOG_LEVEL_INFO, NULL, "", false };
+	/* Every line carries the pid and a timestamp: both are cached (a
+	 * login logs two lines, and getpid and strftime were a visible part of
+	 * its cost). The pid is refreshed in a forked child by an atfork
+	 * handler, the seconds part of the timestamp when the second changes. */
+	pid_t pid;
+	bool atfork_set;
+	time_t ts_sec;
+	char ts[32];
+} logger = { LOG_LEVEL_INFO, NULL, "", false, 0, false, -1, "" };
+
+static void log_child_after_fork(void) { logger.pid = getpid(); }
 
 static const char *const level_names[] = {
 	[LOG_LEVEL_ERROR] = "ERROR",
@@ -33,6 +44,9 @@ bool log_open(enum log_level level, const char *file, bool use_syslog)
 {
 	logger.level = level;
 	logger.use_syslog = use_syslog;
+	logger.pid = getpid();
+	if (!logger.atfork_set && pthread_atfork(NULL, NULL, log_child_after_fork) == 0)
+		logger.atfork_set = true;
 	if (use_syslog)
 		openlog("pgcat", LOG_PID | LOG_NDELAY, LOG_DAEMON);
 	if (file && file[0]) {
@@ -94,11 +108,15 @@ void log_write(enum log_level level, const char *fmt, ...)
 	}
 	struct timeval tv;
 	gettimeofday(&tv, NULL);
-	struct tm tm;
-	gmtime_r(&tv.tv_sec, &tm);
-	char ts[32];
-	strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (tv.tv_sec != logger.ts_sec) {
+		struct tm tm;
+		gmtime_r(&tv.tv_sec, &tm);
+		strftime(logger.ts, sizeof logger.ts, "%Y-%m-%dT%H:%M:%S", &tm);
+		logger.ts_sec = tv.tv_sec;
+	}
+	/* log_open not called yet (or pid unknown): ask. */
+	pid_t pid = logger.atfork_set ? logger.pid : getpid();
 	FILE *out = logger.file ? logger.file : stderr;
-	fprintf(out, "%s.%03dZ [%d] %s %s\n", ts, (int)(tv.tv_usec / 1000), (int)getpid(),
+	fprintf(out, "%s.%03dZ [%d] %s %s\n", logger.ts, (int)(tv.tv_usec / 1000), (int)pid,
 		level_names[level], msg);
 }

@@ -165,6 +165,22 @@ bool params_set(struct params *p, const char *name, const char *value, bool raw)
 	return true;
 }
 
+bool params_add_missing(struct params *p, const struct params *from)
+{
+	for (size_t i = 0; i < params_count(from); i++) {
+		struct param *e = from->t->items[i];
+		if (find(p, e->name) >= 0)
+			continue;
+		if (params_count(p) >= PARAMS_MAX || !make_writable(p, true))
+			return false;
+		/* Entries are immutable once made: share it rather than copy. */
+		e->refs++;
+		p->t->items[p->t->n++] = e;
+		p->digest ^= e->hash;
+	}
+	return true;
+}
+
 void params_remove(struct params *p, const char *name)
 {
 	int i = find(p, name);

@@ -599,7 +599,8 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	    !pg_random_bytes((uint8_t *)&w->rng, sizeof w->rng))
 		goto fail;
 	/* Keys for every client that may be logged in, plus admin headroom. */
-	if (!cancel_table_init(&w->cancel, (uint32_t)cfg->general.max_client_conn + 16, id, shm))
+	randpool_init(&w->rand);
+	if (!cancel_table_init(&w->cancel, (uint32_t)cfg->general.max_client_conn + 16, id, shm, &w->rand))
 		goto fail;
 	w->start_wall = (int64_t)time(NULL);
 	w->config_mtime = file_mtime(w->config_path);
@@ -682,6 +683,7 @@ void worker_destroy(struct worker *w)
 	close_all_clients(w, &w->clients_active, NULL, "");
 	pool_destroy_all(w);
 	cancel_requests_free_all(w);
+	randpool_wipe(&w->rand);
 	if (w->reaper)
 		reaper_cb(-1, 0, w);
 	prometheus_stop(w);

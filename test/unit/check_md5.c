@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "auth_md5.h"
+#include "randpool.h"
 
 /* Expected values computed independently with Python's hashlib:
  *   "md5" + md5(b"secret" + b"app").hexdigest()
@@ -84,6 +85,39 @@ START_TEST(test_random_bytes)
 }
 END_TEST
 
+/* The login pool: every byte handed out once, refills when empty, large
+ * requests served directly, wiped bytes are gone. */
+START_TEST(test_randpool)
+{
+	struct randpool r;
+	randpool_init(&r);
+	uint8_t a[18], b[18];
+	ck_assert(randpool_bytes(&r, a, sizeof a));
+	ck_assert_uint_eq(r.avail, RANDPOOL_SIZE - sizeof a);
+	ck_assert(randpool_bytes(&r, b, sizeof b));
+	ck_assert(memcmp(a, b, sizeof a) != 0);
+	/* What was handed out no longer sits in the pool. */
+	static const uint8_t zero[36];
+	ck_assert(memcmp(r.buf + r.avail, zero, sizeof zero) == 0);
+	/* Drain it: the next request refills. */
+	uint8_t big[RANDPOOL_SIZE / 4];
+	while (r.avail >= sizeof big)
+		ck_assert(randpool_bytes(&r, big, sizeof big));
+	uint32_t left = r.avail;
+	ck_assert(randpool_bytes(&r, big, left + 1));
+	ck_assert_uint_eq(r.avail, RANDPOOL_SIZE - (left + 1));
+	/* More than a quarter of the pool: straight from OpenSSL, pool untouched. */
+	uint8_t huge[RANDPOOL_SIZE];
+	uint32_t before = r.avail;
+	ck_assert(randpool_bytes(&r, huge, sizeof huge));
+	ck_assert_uint_eq(r.avail, before);
+	ck_assert(randpool_bytes(&r, a, 0));
+	randpool_wipe(&r);
+	ck_assert_uint_eq(r.avail, 0);
+	ck_assert(randpool_bytes(&r, a, sizeof a));
+}
+END_TEST
+
 Suite *md5_suite(void)
 {
 	Suite *s = suite_create("md5");
@@ -94,6 +128,7 @@ Suite *md5_suite(void)
 	tcase_add_test(tc, test_md5_is_stored);
 	tcase_add_test(tc, test_secure_streq);
 	tcase_add_test(tc, test_random_bytes);
+	tcase_add_test(tc, test_randpool);
 	suite_add_tcase(s, tc);
 	return s;
 }

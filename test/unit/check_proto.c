@@ -290,6 +290,56 @@ START_TEST(params_digest_is_order_independent)
 }
 END_TEST
 
+/* A login's session: the client's own values win, the defaults fill the
+ * rest, and the result is the set that params_set would have built. */
+START_TEST(params_add_missing_shares_defaults)
+{
+	struct params defaults, client, expect;
+	params_init(&defaults);
+	params_init(&client);
+	params_init(&expect);
+	ck_assert(params_set(&defaults, "TimeZone", "UTC", false));
+	ck_assert(params_set(&defaults, "DateStyle", "ISO, MDY", false));
+	ck_assert(params_set(&defaults, "application_name", "", false));
+	ck_assert(params_set(&client, "application_name", "app1", false));
+	ck_assert(params_set(&client, "search_path", "a, b", true));
+	struct params before;
+	params_init(&before);
+	params_copy(&before, &client);
+
+	ck_assert(params_add_missing(&client, &defaults));
+	ck_assert_uint_eq(params_count(&client), 4);
+	ck_assert_str_eq(params_get(&client, "application_name")->value, "app1");
+	ck_assert_str_eq(params_get(&client, "timezone")->value, "UTC");
+	ck_assert_str_eq(params_get(&client, "datestyle")->value, "ISO, MDY");
+	/* Shared, not copied: the very entry of the defaults. */
+	ck_assert_ptr_eq(params_get(&client, "TimeZone"), params_get(&defaults, "TimeZone"));
+	/* The digest is that of the same set built one value at a time. */
+	ck_assert(params_set(&expect, "DateStyle", "ISO, MDY", false));
+	ck_assert(params_set(&expect, "search_path", "a, b", true));
+	ck_assert(params_set(&expect, "TimeZone", "UTC", false));
+	ck_assert(params_set(&expect, "application_name", "app1", false));
+	ck_assert(params_same(&client, &expect));
+	/* The copy taken before is untouched (copy-on-write). */
+	ck_assert_uint_eq(params_count(&before), 2);
+	ck_assert_ptr_null(params_get(&before, "TimeZone"));
+	/* Adding again adds nothing; the defaults outlive the client's table. */
+	ck_assert(params_add_missing(&client, &defaults));
+	ck_assert_uint_eq(params_count(&client), 4);
+	params_clear(&defaults);
+	ck_assert_str_eq(params_get(&client, "timezone")->value, "UTC");
+	/* From an empty set: the defaults' table is not shared, its entries are. */
+	struct params empty;
+	params_init(&empty);
+	ck_assert(params_add_missing(&empty, &client));
+	ck_assert(params_same(&empty, &client));
+	params_clear(&empty);
+	params_clear(&client);
+	params_clear(&expect);
+	params_clear(&before);
+}
+END_TEST
+
 /* Copies share one table; a change to one copy leaves the others as they were. */
 START_TEST(params_copy_on_write)
 {
@@ -358,6 +408,7 @@ Suite *proto_suite(void)
 	tcase_add_test(tp, params_options_and_statements);
 	tcase_add_test(tp, params_digest_is_order_independent);
 	tcase_add_test(tp, params_copy_on_write);
+	tcase_add_test(tp, params_add_missing_shares_defaults);
 	suite_add_tcase(s, tp);
 	return s;
 }
