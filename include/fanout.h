@@ -44,6 +44,14 @@ struct router_rules;
 enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame *f, const struct router_rules *rules,
 				      char *why, size_t whylen);
 
+/* default_shard = all: a write without a shard choice runs on every shard
+ * (in a transaction on each, committed once every shard succeeded), when
+ * that gives the same result as on one database (broadcast.c decides):
+ * DDL, tables kept whole on every shard, UPDATE and DELETE of sharded
+ * tables. The command tag's count is summed. */
+enum fanout_start fanout_start_broadcast(struct client *c, const struct router_rules *rules, char *why,
+					 size_t whylen);
+
 /* A COPY ... FROM STDIN into a sharded table: each row goes to its shard
  * (in a transaction per shard, committed once every shard took its rows).
  * FANOUT_ANY_SHARD: not such a COPY. */

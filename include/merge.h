@@ -2,15 +2,19 @@
 /*
  * merge: one answer out of the answers of every shard to a cross-shard read
  * (SPEC §6). The plan reads the query (libpg_query) for what the merge must
- * do: ORDER BY on output columns, LIMIT/OFFSET applied after merging, and
- * count/sum/min/max/avg without GROUP BY combined. What it cannot merge
- * exactly (GROUP BY, DISTINCT, set operations, window functions, ORDER BY an
- * expression, count(DISTINCT), avg without sum and count of the same
- * argument...) is refused with the reason, before anything runs.
+ * do: ORDER BY on output columns, LIMIT/OFFSET applied after merging,
+ * count/sum/min/max/avg combined, with or without GROUP BY (groups with the
+ * same key merged across shards), and DISTINCT applied after the merge.
+ * What it cannot merge exactly (HAVING, GROUP BY an expression not in the
+ * select list, DISTINCT ON, set operations, window functions, ORDER BY an
+ * expression not in the select list, count(DISTINCT), avg without sum and
+ * count of the same argument...) is refused with the reason, before
+ * anything runs.
  *
- * The rows are merged from the shards' replies as received, without copying
- * them first: each shard's DataRows are already in the query's order, so an
- * ORDER BY is a k-way merge. Pure: no sockets and no globals.
+ * Plain rows are merged from the shards' replies as received, without
+ * copying them first: each shard's DataRows are already in the query's
+ * order, so an ORDER BY is a k-way merge. Groups and DISTINCT sort all rows
+ * by their key first. Pure: no sockets and no globals.
  */
 #ifndef PGCAT_MERGE_H
 #define PGCAT_MERGE_H
@@ -28,7 +32,7 @@ struct evbuffer;
 #define MERGE_MAX_SHARDS 64       /* shards a cross-shard read may span */
 
 enum merge_agg { MERGE_AGG_NONE, MERGE_AGG_COUNT, MERGE_AGG_SUM, MERGE_AGG_MIN, MERGE_AGG_MAX, MERGE_AGG_AVG,
-		 MERGE_AGG_CONST };
+		 MERGE_AGG_CONST, MERGE_AGG_KEY /* a GROUP BY column */ };
 
 struct merge_sort {
 	int position;              /* 1-based output column; 0: by name */
@@ -40,9 +44,11 @@ struct merge_sort {
 
 struct merge_plan {
 	bool not_select;                       /* refused: one statement, but not a SELECT */
-	/* Aggregates without GROUP BY: one kind per output column; every
-	 * column is an aggregate or a constant. */
+	/* Aggregates: one kind per output column; every column is an
+	 * aggregate, a constant or (grouped) a GROUP BY key. */
 	bool aggregates;
+	bool grouped;                          /* GROUP BY: one row per distinct key after the merge */
+	bool distinct;                         /* SELECT DISTINCT: equal rows once after the merge */
 	int n_cols;                            /* output columns when aggregates */
 	uint8_t agg[MERGE_MAX_AGGS];           /* enum merge_agg */
 	int8_t avg_sum[MERGE_MAX_AGGS];        /* AVG: the columns of sum() and count() of its argument */
@@ -51,7 +57,8 @@ struct merge_plan {
 	struct merge_sort sort[MERGE_MAX_SORT];
 	bool has_limit, has_offset;
 	int64_t limit, offset;                 /* after the merge */
-	/* What each shard runs instead: LIMIT limit+offset, OFFSET 0 (byte
+	/* What each shard runs instead: LIMIT limit+offset (grouped: no
+	 * limit, as a group's rows may come from every shard), OFFSET 0 (byte
 	 * ranges of the two constants in the text; len 0: none). */
 	size_t limit_at, limit_len, offset_at, offset_len;
 };

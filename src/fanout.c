@@ -18,6 +18,7 @@
 #include "copy_route.h"
 #include "copysplit.h"
 #include "insert_split.h"
+#include "broadcast.h"
 #include "sharding.h"
 #include "shardkey.h"
 #include "io.h"
@@ -52,6 +53,8 @@ struct fanout_leg {
 	bool done;                /* the reply is complete, or the leg failed */
 	bool lost;                /* closed before its reply was complete */
 	bool too_big;
+	bool begin_pending;       /* the BEGIN pgcat sent first: its CommandComplete is not the client's */
+	uint8_t completes;        /* CommandComplete messages of the client's statement */
 };
 
 /* What the client's request asked, in order: the replies it expects. */
@@ -61,7 +64,8 @@ enum reply_step { STEP_PARSE, STEP_DESCRIBE_STMT, STEP_BIND, STEP_DESCRIBE_PORTA
 enum fanout_kind {
 	FANOUT_READ,          /* one statement on every shard, rows merged */
 	FANOUT_INSERT,        /* a multi-row INSERT cut per shard (insert_split.c) */
-	FANOUT_COPY           /* COPY FROM STDIN, rows sent to their shards (copysplit.c) */
+	FANOUT_COPY,          /* COPY FROM STDIN, rows sent to their shards (copysplit.c) */
+	FANOUT_BROADCAST      /* default_shard = all: one write run alike on every shard (broadcast.c) */
 };
 /* A split INSERT runs in a transaction on each shard: BEGIN and the
  * shard's INSERT, then COMMIT only if every shard took its rows. */
@@ -83,6 +87,10 @@ struct fanout {
 	size_t error_len;
 	bool wrote_desc;
 	uint64_t inserted;        /* INSERT and COPY: rows, summed over the shards */
+	/* A broadcast write's command tag ("UPDATE", "CREATE TABLE"): the
+	 * words of the first shard's; a count, if it has one, is summed. */
+	char tag[64];
+	bool tag_counted;
 	/* COPY: the statement read, the splitter, the client's data */
 	struct copy_route copy;
 	struct copysplit split;
@@ -583,7 +591,7 @@ static void copy_finish(struct fanout *fo);
 
 static void fanout_finish(struct fanout *fo)
 {
-	if (fo->kind == FANOUT_INSERT) {
+	if (fo->kind == FANOUT_INSERT || fo->kind == FANOUT_BROADCAST) {
 		insert_finish(fo);
 		return;
 	}
@@ -865,8 +873,42 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 
 /* ---- a multi-row INSERT split by shard ---- */
 
+static void set_error(struct fanout *fo, const char *sqlstate, const char *msg);
+
+/* A CommandComplete of a write: "INSERT 0 n", "UPDATE n", "CREATE TABLE".
+ * The count is summed over the shards; the words are the first shard's. */
+static void take_tag(struct fanout *fo, struct fanout_leg *leg, const char *tag, size_t n)
+{
+	size_t tl = strnlen(tag, n);
+	if (leg->begin_pending && tl == 5 && memcmp(tag, "BEGIN", 5) == 0) {
+		leg->begin_pending = false;
+		return;
+	}
+	if (++leg->completes > 1) {
+		/* several statements ran: one tag could not stand for them (and the
+		 * error rolls every shard back) */
+		set_error(fo, SQLSTATE_FEATURE_NOT_SUPPORTED,
+			  "cross-shard write: send one statement per query when it runs on every shard");
+		return;
+	}
+	size_t sp = tl;
+	while (sp > 0 && tag[sp - 1] >= '0' && tag[sp - 1] <= '9')
+		sp--;
+	bool counted = sp < tl && sp > 0 && tag[sp - 1] == ' ' && tl - sp <= 19;
+	size_t words = counted ? sp - 1 : tl;
+	if (!fo->tag[0]) {
+		if (words >= sizeof fo->tag)
+			words = sizeof fo->tag - 1;
+		memcpy(fo->tag, tag, words);
+		fo->tag[words] = '\0';
+		fo->tag_counted = counted;
+	}
+	if (counted)
+		fo->inserted += strtoull(tag + sp, NULL, 10);
+}
+
 /* Takes a shard's reply of a phase: its first error, RETURNING rows, and
- * the row count of "INSERT 0 n". */
+ * the count of its command tag. */
 static void insert_take_reply(struct fanout *fo, struct fanout_leg *leg)
 {
 	struct evbuffer *in = leg->io.in;
@@ -894,9 +936,8 @@ static void insert_take_reply(struct fanout *fo, struct fanout_leg *leg)
 			fo->wrote_desc = true;
 		} else if (fo->phase == PHASE_RUN && type == PqMsg_DataRow) {
 			evbuffer_add(fo->result, msg, total);
-		} else if (fo->phase == PHASE_RUN && type == PqMsg_CommandComplete && total > 5 + 9 &&
-			   memcmp(msg + 5, "INSERT 0 ", 9) == 0) {
-			fo->inserted += strtoull((const char *)msg + 5 + 9, NULL, 10);
+		} else if (fo->phase == PHASE_RUN && type == PqMsg_CommandComplete) {
+			take_tag(fo, leg, (const char *)msg + 5, total - 5);
 		} else if (fo->phase == PHASE_COPY_CLOSE && type == PqMsg_CommandComplete && total > 5 + 5 &&
 			   memcmp(msg + 5, "COPY ", 5) == 0) {
 			fo->inserted += strtoull((const char *)msg + 5 + 5, NULL, 10);
@@ -969,9 +1010,15 @@ static void write_reply(struct fanout *fo)
 		evbuffer_add_buffer(out, fo->result);   /* RowDescription or NoData, rows */
 		if (fo->parse_msg && prep_enabled(c))
 			(void)prep_client_adopt(c, fo->parse_msg, fo->parse_len);
-		char tag[40];
-		int tl = snprintf(tag, sizeof tag, fo->kind == FANOUT_COPY ? "COPY %llu" : "INSERT 0 %llu",
-				  (unsigned long long)fo->inserted);
+		char tag[96];
+		int tl;
+		if (fo->kind == FANOUT_COPY)
+			tl = snprintf(tag, sizeof tag, "COPY %llu", (unsigned long long)fo->inserted);
+		else if (fo->kind == FANOUT_INSERT || fo->tag_counted)
+			tl = snprintf(tag, sizeof tag, "%s %llu", fo->tag[0] ? fo->tag : "INSERT 0",
+				      (unsigned long long)fo->inserted);
+		else
+			tl = snprintf(tag, sizeof tag, "%s", fo->tag);
 		put_msg(out, PqMsg_CommandComplete, tag, (size_t)tl + 1, NULL, 0);
 	}
 	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
@@ -1593,6 +1640,7 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 			break;
 		struct fanout_leg *leg = &fo->legs[made++];
 		leg->ready_needed = 2;
+		leg->begin_pending = true;
 		struct evbuffer *out = io_out(&leg->io);
 		put_msg(out, PqMsg_Query, "BEGIN", 6, NULL, 0);
 		if (r.query)
@@ -1610,6 +1658,122 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 	c->fanout = fo;
 	client_set_state(c, CLIENT_FANOUT);
 	log_debug("C-%llu: INSERT split over %d shards", (unsigned long long)c->id, n_legs);
+	return FANOUT_STARTED;
+}
+
+enum fanout_start fanout_start_broadcast(struct client *c, const struct router_rules *rules, char *why,
+					 size_t whylen)
+{
+	struct pool *p = c->pool;
+	int n_shards = (int)p->cpool->n_shards;
+	struct evbuffer *in = c->io.in;
+	why[0] = '\0';
+	if (c->held_begin) {
+		snprintf(why, whylen, "cross-shard write: a write that runs on every shard cannot run inside a transaction; "
+				      "use SET SHARD or send it on its own");
+		return FANOUT_REFUSED;
+	}
+	size_t have = evbuffer_get_length(in);
+	size_t lim = have < FANOUT_REQUEST_MAX ? have : FANOUT_REQUEST_MAX;
+	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim);
+	struct request r;
+	char rwhy[200] = "";
+	if (!m || !read_request(m, lim, &r, rwhy, sizeof rwhy)) {
+		const char *reason = strchr(rwhy, ':');
+		snprintf(why, whylen, "cross-shard write%s", reason ? reason : ": the request could not be read");
+		return FANOUT_REFUSED;
+	}
+	const char *sql = r.query;
+	const uint8_t *types = NULL;
+	size_t types_len = 0;
+	struct bind_parts bp = { 0 };
+	struct shardkey_bind kb = { 0 };
+	if (!r.query) {
+		bool stmt_describe = false;
+		for (int i = 0; i < r.n_steps; i++)
+			stmt_describe |= r.steps[i] == STEP_DESCRIBE_STMT;
+		if (!r.has_execute || !r.has_sync || r.max_rows != 0 || stmt_describe) {
+			snprintf(why, whylen, "cross-shard write: a write that runs on every shard is sent only as "
+					      "Parse/Bind/Describe/Execute/Sync (or a simple Query)");
+			return FANOUT_REFUSED;
+		}
+		if (r.parse && strcmp(r.parse_name, r.bind_stmt) == 0) {
+			sql = r.parse_sql;
+			types = r.parse_types;
+			types_len = r.parse_types_len;
+		} else if (!bound_statement(c, r.bind_stmt, &sql, &types, &types_len)) {
+			snprintf(why, whylen, "cross-shard write: the prepared statement is not known to pgcat");
+			return FANOUT_REFUSED;
+		}
+		if (!read_bind_parts(r.bind_rest, r.bind_rest_len, &bp) ||
+		    !shardkey_param_types(types, types_len, &kb.types, &kb.n_types)) {
+			snprintf(why, whylen, "cross-shard write: malformed Bind");
+			return FANOUT_REFUSED;
+		}
+	}
+	bool outside_tx;
+	char bwhy[MERGE_WHY];
+	if (!broadcast_write_check(sql, strlen(sql), rules, &outside_tx, bwhy)) {
+		snprintf(why, whylen, "%s", bwhy);
+		return FANOUT_REFUSED;
+	}
+	/* every parameter, as numbered */
+	uint16_t *all = NULL;
+	if (!r.query && bp.n_values > 0) {
+		all = malloc((size_t)bp.n_values * sizeof *all);
+		if (!all) {
+			snprintf(why, whylen, "cross-shard write: out of memory");
+			return FANOUT_REFUSED;
+		}
+		for (uint16_t k = 0; k < bp.n_values; k++)
+			all[k] = (uint16_t)(k + 1);
+	}
+	struct fanout *fo = calloc(1, sizeof *fo + (size_t)n_shards * sizeof fo->legs[0]);
+	if (!fo || !(fo->result = evbuffer_new())) {
+		free(fo);
+		free(all);
+		snprintf(why, whylen, "cross-shard write: out of memory");
+		return FANOUT_REFUSED;
+	}
+	fo->c = c;
+	fo->kind = FANOUT_BROADCAST;
+	fo->phase = PHASE_RUN;
+	fo->extended = r.query == NULL;
+	memcpy(fo->steps, r.steps, sizeof r.steps);
+	fo->n_steps = r.n_steps;
+	bool describe = false;
+	for (int i = 0; i < r.n_steps; i++)
+		describe |= r.steps[i] == STEP_DESCRIBE_PORTAL;
+	if (r.parse && r.parse_name[0] && (fo->parse_msg = malloc(r.parse_total))) {
+		memcpy(fo->parse_msg, r.parse, r.parse_total);
+		fo->parse_len = r.parse_total;
+	}
+	for (int s = 0; s < n_shards && !why[0]; s++) {
+		fo->n_legs = s + 1;
+		if (!open_leg(fo, s, s, why, whylen))
+			break;
+		struct fanout_leg *leg = &fo->legs[s];
+		struct evbuffer *out = io_out(&leg->io);
+		/* In a transaction on each shard, committed only once every shard
+		 * succeeded; what PostgreSQL runs only outside one goes alone. */
+		leg->ready_needed = outside_tx ? 1 : 2;
+		leg->begin_pending = !outside_tx;
+		if (!outside_tx)
+			put_msg(out, PqMsg_Query, "BEGIN", 6, NULL, 0);
+		if (r.query)
+			put_msg(out, PqMsg_Query, r.query, strlen(r.query) + 1, NULL, 0);
+		else
+			put_insert_part(out, sql, strlen(sql), all, bp.n_values, kb.types, kb.n_types, &bp, describe);
+	}
+	free(all);
+	if (why[0]) {
+		fanout_free(fo);
+		return FANOUT_REFUSED;
+	}
+	evbuffer_drain(in, r.end);
+	c->fanout = fo;
+	client_set_state(c, CLIENT_FANOUT);
+	log_debug("C-%llu: write sent to all %d shards", (unsigned long long)c->id, n_shards);
 	return FANOUT_STARTED;
 }
 

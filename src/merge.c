@@ -171,7 +171,7 @@ static bool plan_agg_target(const struct jdoc *d, int val, struct merge_plan *p,
 	char name[64];
 	if (fc == JNONE || pgjson_str(d, last_name(d, jget(d, fc, "funcname")), name, sizeof name) < 0)
 		return refuse(why, "an aggregate query whose select list holds something other than count, sum, "
-				   "min, max, avg or a constant cannot be merged");
+				   "min, max, avg, a constant or a GROUP BY column cannot be merged");
 	if (jget(d, fc, "agg_distinct") != JNONE)
 		return refuse(why, "an aggregate over DISTINCT values cannot be merged across shards");
 	if (jget(d, fc, "over") != JNONE || jget(d, fc, "agg_within_group") != JNONE)
@@ -191,7 +191,7 @@ static bool plan_agg_target(const struct jdoc *d, int val, struct merge_plan *p,
 		p->agg[col] = MERGE_AGG_AVG;
 	else
 		return refuse(why, "an aggregate query whose select list holds something other than count, sum, "
-				   "min, max, avg or a constant cannot be merged");
+				   "min, max, avg, a constant or a GROUP BY column cannot be merged");
 	/* count(*) and count(x) differ; the argument's text tells avg's sum
 	 * and count apart from others' */
 	if (jget(d, fc, "agg_star") != JNONE)
@@ -211,15 +211,30 @@ static bool plan_agg_target(const struct jdoc *d, int val, struct merge_plan *p,
 	return true;
 }
 
+static bool plan_targets(const struct jdoc *d, int tl, int gc, struct merge_plan *p, char (*texts)[256],
+			 char aliases[][64], int n_texts, char why[MERGE_WHY]);
+static bool plan_sort(const struct jdoc *d, int sel, struct merge_plan *p, char (*texts)[256], int n_texts,
+		      char why[MERGE_WHY]);
+static bool plan_limit(const struct jdoc *d, int sel, const char *sql, size_t len, struct merge_plan *p,
+		       char why[MERGE_WHY]);
+
 static bool plan_select(const struct jdoc *d, int sel, const char *sql, size_t len, struct merge_plan *p,
 			char why[MERGE_WHY])
 {
 	if (!pgjson_str_is(d, jget(d, sel, "op"), "SETOP_NONE", false))
 		return refuse(why, "UNION, INTERSECT and EXCEPT cannot be merged across shards");
-	if (jget(d, sel, "distinctClause") != JNONE)
-		return refuse(why, "DISTINCT cannot be merged across shards");
-	if (jget(d, sel, "groupClause") != JNONE || jget(d, sel, "havingClause") != JNONE)
-		return refuse(why, "GROUP BY and HAVING cannot be merged across shards");
+	int dc = jget(d, sel, "distinctClause");
+	if (dc != JNONE) {
+		/* plain DISTINCT is a list of one empty node; DISTINCT ON lists expressions */
+		if (array_len(d, dc) != 1 || d->t[dc + 1].type != J_OBJ || d->t[dc + 1].after != (uint32_t)dc + 2)
+			return refuse(why, "DISTINCT ON cannot be merged across shards");
+		p->distinct = true;
+	}
+	if (jget(d, sel, "havingClause") != JNONE)
+		return refuse(why, "HAVING cannot be merged across shards (it would filter each shard's partial groups)");
+	int gc = jget(d, sel, "groupClause");
+	if (gc != JNONE && (d->t[gc].type != J_ARR || array_len(d, gc) == 0))
+		return refuse(why, "this GROUP BY cannot be merged across shards");
 	if (jget(d, sel, "windowClause") != JNONE)
 		return refuse(why, "window functions cannot be merged across shards");
 	if (jget(d, sel, "intoClause") != JNONE || jget(d, sel, "lockingClause") != JNONE)
@@ -241,7 +256,75 @@ static bool plan_select(const struct jdoc *d, int sel, const char *sql, size_t l
 		    memcmp(d->s + d->t[k].start, "SubLink", 7) == 0)
 			k = (int)d->t[k].after - 1;
 	}
-	if (calls_aggregate(d, tl, (int)d->t[tl].after)) {
+	/* Each select-list entry as text without locations (first
+	 * MERGE_MAX_AGGS): GROUP BY and ORDER BY expressions are matched to
+	 * output columns by it. */
+	char (*texts)[256] = calloc(MERGE_MAX_AGGS, 256);
+	if (!texts)
+		return refuse(why, "out of memory");
+	char aliases[MERGE_MAX_AGGS][64];
+	int n_texts = 0;
+	for (int e = tl + 1; e < (int)d->t[tl].after && n_texts < MERGE_MAX_AGGS; e = (int)d->t[e].after, n_texts++) {
+		int rt = jnode(d, e, "ResTarget");
+		if (!strip_locations(d, jget(d, rt, "val"), texts[n_texts], 256))
+			texts[n_texts][0] = '\0';
+		if (pgjson_str(d, jget(d, rt, "name"), aliases[n_texts], sizeof aliases[n_texts]) < 0)
+			aliases[n_texts][0] = '\0';
+	}
+	bool ok = plan_targets(d, tl, gc, p, texts, aliases, n_texts, why) &&
+		  plan_sort(d, sel, p, texts, n_texts, why);
+	free(texts);
+	if (!ok)
+		return false;
+	return plan_limit(d, sel, sql, len, p, why);
+}
+
+/* Which output column a GROUP BY or ORDER BY item names: a position, the
+ * same expression as a select-list entry, or an entry's alias. -1: none. */
+static int match_output(const struct jdoc *d, int node, char (*texts)[256], char aliases[][64], int n_texts)
+{
+	int ac = jnode(d, node, "A_Const");
+	if (ac != JNONE) {
+		int iv = jget(d, ac, "ival");
+		long pos = pgjson_int(d, jget(d, iv, "ival"));
+		return iv != JNONE && pos >= 1 && pos <= n_texts ? (int)pos - 1 : -1;
+	}
+	char t[256];
+	if (!strip_locations(d, node, t, sizeof t))
+		return -1;
+	for (int i = 0; i < n_texts; i++)
+		if (texts[i][0] && strcmp(texts[i], t) == 0)
+			return i;
+	int cr = jnode(d, node, "ColumnRef");
+	char name[64];
+	if (cr != JNONE && array_len(d, jget(d, cr, "fields")) == 1 &&
+	    pgjson_str(d, last_name(d, jget(d, cr, "fields")), name, sizeof name) >= 0)
+		for (int i = 0; i < n_texts; i++)
+			if (aliases[i][0] && strcmp(aliases[i], name) == 0)
+				return i;
+	return -1;
+}
+
+/* The select list of an aggregate or grouped query: what each column is. */
+static bool plan_targets(const struct jdoc *d, int tl, int gc, struct merge_plan *p, char (*texts)[256],
+			 char aliases[][64], int n_texts, char why[MERGE_WHY])
+{
+	bool key[MERGE_MAX_AGGS] = { false };
+	if (gc != JNONE) {
+		for (int g = gc + 1; g < (int)d->t[gc].after; g = (int)d->t[g].after) {
+			if (jnode(d, g, "GroupingSet") != JNONE)
+				return refuse(why, "GROUPING SETS, ROLLUP and CUBE cannot be merged across shards");
+			int col = match_output(d, g, texts, aliases, n_texts);
+			if (col < 0)
+				return refuse(why, "GROUP BY must name columns of the select list to be merged across shards; "
+						   "add the expression to the select list");
+			key[col] = true;
+		}
+		p->grouped = true;
+	}
+	if (!p->grouped && !calls_aggregate(d, tl, (int)d->t[tl].after))
+		return true;   /* plain rows */
+	{
 		char args[MERGE_MAX_AGGS][256];   /* each aggregate's argument, as text */
 		int col = 0;
 		p->aggregates = true;
@@ -251,6 +334,13 @@ static bool plan_select(const struct jdoc *d, int sel, const char *sql, size_t l
 			int rt = jnode(d, e, "ResTarget");
 			int val = jget(d, rt, "val");
 			p->avg_sum[col] = p->avg_count[col] = -1;
+			if (key[col]) {
+				if (calls_aggregate(d, val, (int)d->t[val].after))
+					return refuse(why, "a GROUP BY column that holds an aggregate cannot be merged");
+				p->agg[col] = MERGE_AGG_KEY;
+				args[col][0] = '\0';
+				continue;
+			}
 			if (!plan_agg_target(d, val, p, col, args, why))
 				return false;
 		}
@@ -271,8 +361,13 @@ static bool plan_select(const struct jdoc *d, int sel, const char *sql, size_t l
 						   "select list too (avg is merged as sum / count)");
 		}
 	}
+	return true;
+}
 
-	/* ORDER BY output columns. */
+/* ORDER BY output columns. */
+static bool plan_sort(const struct jdoc *d, int sel, struct merge_plan *p, char (*texts)[256], int n_texts,
+		      char why[MERGE_WHY])
+{
 	int sc = jget(d, sel, "sortClause");
 	if (sc != JNONE) {
 		for (int e = sc + 1; e < (int)d->t[sc].after; e = (int)d->t[e].after) {
@@ -306,8 +401,16 @@ static bool plan_select(const struct jdoc *d, int sel, const char *sql, size_t l
 				if (pgjson_str(d, last_name(d, fields), k->name, sizeof k->name) < 0)
 					return refuse(why, "ORDER BY must name output columns to be merged across shards");
 			} else {
-				return refuse(why, "ORDER BY an expression cannot be merged across shards; order by an output "
-						   "column (its name or position)");
+				int col = -1;
+				for (int i = 0; col < 0 && i < n_texts; i++) {
+					char t[256];
+					if (texts[i][0] && strip_locations(d, node, t, sizeof t) && strcmp(texts[i], t) == 0)
+						col = i;
+				}
+				if (col < 0)
+					return refuse(why, "ORDER BY an expression cannot be merged across shards unless the select "
+							   "list holds it; order by an output column (its name or position)");
+				k->position = col + 1;
 			}
 			int dir = jget(d, sb, "sortby_dir"), nulls = jget(d, sb, "sortby_nulls");
 			k->desc = pgjson_str_is(d, dir, "SORTBY_DESC", false);
@@ -316,8 +419,13 @@ static bool plan_select(const struct jdoc *d, int sel, const char *sql, size_t l
 			p->n_sort++;
 		}
 	}
+	return true;
+}
 
-	/* LIMIT / OFFSET: after the merge; each shard returns limit + offset. */
+/* LIMIT / OFFSET: after the merge; each shard returns limit + offset. */
+static bool plan_limit(const struct jdoc *d, int sel, const char *sql, size_t len, struct merge_plan *p,
+		       char why[MERGE_WHY])
+{
 	int lc = jget(d, sel, "limitCount"), lof = jget(d, sel, "limitOffset");
 	bool is_null;
 	if (lc != JNONE) {
@@ -341,6 +449,15 @@ static bool plan_select(const struct jdoc *d, int sel, const char *sql, size_t l
 	}
 	if (p->has_limit && p->has_offset && p->limit > INT64_MAX - p->offset)
 		return refuse(why, "LIMIT + OFFSET too large");
+	if (p->grouped) {
+		/* a group's rows may come from every shard: no LIMIT or OFFSET
+		 * on the shards (rewritten below), both after the merge */
+		if (!p->has_limit)
+			p->limit_len = 0;
+		if (!p->has_offset)
+			p->offset_len = 0;
+		return true;
+	}
 	if (!p->has_offset || p->aggregates)
 		p->limit_len = 0;   /* the shard's LIMIT stays as written */
 	if (p->aggregates)
@@ -412,7 +529,10 @@ char *merge_plan_shard_sql(const struct merge_plan *p, const char *sql, size_t l
 	if (p->limit_len) {
 		r[n].at = p->limit_at;
 		r[n].len = p->limit_len;
-		snprintf(r[n].repl, sizeof r[n].repl, "%" PRId64, p->limit + (p->has_offset ? p->offset : 0));
+		if (p->grouped)   /* no limit; a number is valid in LIMIT and FETCH FIRST alike */
+			snprintf(r[n].repl, sizeof r[n].repl, "%" PRId64, INT64_MAX);
+		else
+			snprintf(r[n].repl, sizeof r[n].repl, "%" PRId64, p->limit + (p->has_offset ? p->offset : 0));
 		n++;
 	}
 	if (p->offset_len) {
@@ -575,42 +695,17 @@ static bool type_name_fail(char why[MERGE_WHY], const char *what, const struct m
 	return false;
 }
 
+static bool resolve_sort_keys(const struct merge_plan *p, const struct merge_column *cols, int n_cols, locale_t coll,
+			      struct sort_key keys[MERGE_MAX_SORT], char why[MERGE_WHY]);
+
 /* Rows in order: a k-way merge of the shards' sorted rows. */
 static bool merge_sorted(const struct merge_plan *p, const struct merge_column *cols, int n_cols,
 			 const struct merge_shard *shards, size_t n_shards, locale_t coll, struct evbuffer *out,
 			 uint64_t *sent, char why[MERGE_WHY])
 {
 	struct sort_key keys[MERGE_MAX_SORT];
-	for (int i = 0; i < p->n_sort; i++) {
-		const struct merge_sort *s = &p->sort[i];
-		int col = -1;
-		if (s->position > 0) {
-			if (s->position <= n_cols)
-				col = s->position - 1;
-		} else {
-			for (int c = 0; c < n_cols; c++) {
-				if (strcmp(cols[c].name, s->name) != 0)
-					continue;
-				if (col >= 0) {
-					snprintf(why, MERGE_WHY, "cross-shard read: ORDER BY \"%s\" is ambiguous among the output columns",
-						 s->name);
-					return false;
-				}
-				col = c;
-			}
-		}
-		if (col < 0) {
-			snprintf(why, MERGE_WHY,
-				 "cross-shard read: ORDER BY %s%s%s is not an output column; add it to the select list to merge "
-				 "the shards' rows", s->position ? "" : "\"", s->position ? "a position" : s->name,
-				 s->position ? "" : "\"");
-			return false;
-		}
-		if (!pgvalue_can_compare(cols[col].type_oid, cols[col].format))
-			return type_name_fail(why, "order by", &cols[col]);
-		keys[i] = (struct sort_key){ col, s->desc, s->nulls_first, cols[col].type_oid, cols[col].format,
-					     s->bytewise ? (locale_t)0 : coll };
-	}
+	if (!resolve_sort_keys(p, cols, n_cols, coll, keys, why))
+		return false;
 	struct cursor cur[MERGE_MAX_SHARDS];
 	if (n_shards > MERGE_MAX_SHARDS)
 		return false;
@@ -691,10 +786,13 @@ static bool merge_concat(const struct merge_plan *p, const struct merge_shard *s
 	return true;
 }
 
-/* A value of the merged aggregate row. */
+/* A value of a merged row: computed into buf (sums, averages), or one of
+ * the shards' own values, pointed to (min, max, constants, GROUP BY keys;
+ * the shards' rows outlive the merge). */
 struct agg_value {
 	bool is_null;
 	size_t len;
+	const uint8_t *ref;        /* NULL: the value is in buf */
 	uint8_t buf[PGVALUE_NUMERIC_MAX];
 };
 
@@ -702,62 +800,44 @@ static void agg_set(struct agg_value *a, const uint8_t *v, int32_t l)
 {
 	a->is_null = l < 0;
 	a->len = l < 0 ? 0 : (size_t)l;
-	if (l > 0)
-		memcpy(a->buf, v, (size_t)l);
+	a->ref = v;
 }
 
-/* count, sum, min, max, avg: one row out of one row per shard. */
-static bool merge_aggregates(const struct merge_plan *p, const struct merge_column *cols, int n_cols,
-			     const struct merge_shard *shards, size_t n_shards, locale_t coll, struct evbuffer *out,
-			     uint64_t *sent, char why[MERGE_WHY])
+static const uint8_t *agg_bytes(const struct agg_value *a) { return a->ref ? a->ref : a->buf; }
+
+/* A DataRow message, whole. */
+struct mrow {
+	const uint8_t *p;
+	size_t len;
+};
+
+/* Combines rows (one per shard, or one group's) column by column into
+ * acc[n_cols]: count and sum added, min and max compared, avg from the
+ * merged sum and count, constants and GROUP BY keys taken from the first. */
+static bool combine_rows(const struct merge_plan *p, const struct merge_column *cols, int n_cols,
+			 const struct mrow *rows, size_t n, locale_t coll, struct agg_value *acc, char why[MERGE_WHY])
 {
-	if (n_cols != p->n_cols) {
-		snprintf(why, MERGE_WHY, "cross-shard read: the shards' columns do not match the select list");
-		return false;
-	}
-	for (size_t s = 0; s < n_shards; s++) {
-		if (shards[s].n_rows == 0 && p->has_limit && p->limit == 0)
-			continue;
-		if (shards[s].n_rows != 1) {
-			snprintf(why, MERGE_WHY, "cross-shard read: a shard answered an aggregate with %" PRIu64 " rows",
-				 shards[s].n_rows);
-			return false;
-		}
-	}
-	if (shards[0].n_rows == 0 || (p->has_offset && p->offset > 0)) {
-		/* LIMIT 0 or OFFSET past the one row */
-		*sent = 0;
-		return true;
-	}
-	struct agg_value *acc = calloc((size_t)n_cols, sizeof *acc);
-	if (!acc) {
-		snprintf(why, MERGE_WHY, "cross-shard read: out of memory");
-		return false;
-	}
-	bool ok = false;
 	for (int c = 0; c < n_cols; c++) {
 		const struct merge_column *col = &cols[c];
 		enum merge_agg kind = (enum merge_agg)p->agg[c];
-		if ((kind == MERGE_AGG_COUNT || kind == MERGE_AGG_SUM) && !pgvalue_can_add(col->type_oid, col->format)) {
-			type_name_fail(why, "add", col);
-			goto out;
-		}
-		if ((kind == MERGE_AGG_MIN || kind == MERGE_AGG_MAX) && !pgvalue_can_compare(col->type_oid, col->format)) {
-			type_name_fail(why, "compare", col);
-			goto out;
-		}
+		bool adds = kind == MERGE_AGG_COUNT || kind == MERGE_AGG_SUM;
+		if (adds && !pgvalue_can_add(col->type_oid, col->format))
+			return type_name_fail(why, "add", col);
+		if ((kind == MERGE_AGG_MIN || kind == MERGE_AGG_MAX) && !pgvalue_can_compare(col->type_oid, col->format))
+			return type_name_fail(why, "compare", col);
 		acc[c].is_null = true;
-		for (size_t s = 0; s < n_shards; s++) {
+		acc[c].len = 0;
+		acc[c].ref = NULL;
+		for (size_t s = 0; s < n; s++) {
 			const uint8_t *v;
 			int32_t l;
-			if (!row_value(shards[s].rows, shards[s].rows_len, c, &v, &l) ||
-			    (l > 0 && (size_t)l > sizeof acc[c].buf)) {
+			if (!row_value(rows[s].p, rows[s].len, c, &v, &l) || (adds && l > 0 && (size_t)l > sizeof acc[c].buf)) {
 				snprintf(why, MERGE_WHY, "cross-shard read: a shard sent a malformed row");
-				goto out;
+				return false;
 			}
 			if (kind == MERGE_AGG_AVG)
 				continue;   /* from the merged sum and count below */
-			if (s == 0 || kind == MERGE_AGG_CONST) {
+			if (s == 0 || kind == MERGE_AGG_CONST || kind == MERGE_AGG_KEY) {
 				if (s == 0)
 					agg_set(&acc[c], v, l);
 				continue;
@@ -768,24 +848,25 @@ static bool merge_aggregates(const struct merge_plan *p, const struct merge_colu
 				agg_set(&acc[c], v, l);
 				continue;
 			}
-			if (kind == MERGE_AGG_COUNT || kind == MERGE_AGG_SUM) {
+			if (adds) {
 				uint8_t sum[PGVALUE_NUMERIC_MAX];
 				size_t sl;
-				if (!pgvalue_add(col->type_oid, col->format, acc[c].buf, acc[c].len, v, (size_t)l, sum, sizeof sum,
-						 &sl)) {
+				if (!pgvalue_add(col->type_oid, col->format, agg_bytes(&acc[c]), acc[c].len, v, (size_t)l, sum,
+						 sizeof sum, &sl)) {
 					snprintf(why, MERGE_WHY, "cross-shard read: the sum of column \"%s\" could not be computed",
 						 col->name);
-					goto out;
+					return false;
 				}
 				memcpy(acc[c].buf, sum, sl);
 				acc[c].len = sl;
+				acc[c].ref = NULL;
 			} else {
 				int cmp;
-				if (!pgvalue_compare(col->type_oid, col->format, v, (size_t)l, acc[c].buf, acc[c].len, coll,
-						     &cmp)) {
+				if (!pgvalue_compare(col->type_oid, col->format, v, (size_t)l, agg_bytes(&acc[c]), acc[c].len,
+						     coll, &cmp)) {
 					snprintf(why, MERGE_WHY, "cross-shard read: a value of column \"%s\" could not be read",
 						 col->name);
-					goto out;
+					return false;
 				}
 				if ((kind == MERGE_AGG_MIN && cmp < 0) || (kind == MERGE_AGG_MAX && cmp > 0))
 					agg_set(&acc[c], v, l);
@@ -797,37 +878,43 @@ static bool merge_aggregates(const struct merge_plan *p, const struct merge_colu
 			continue;
 		const struct agg_value *sum = &acc[p->avg_sum[c]], *cnt = &acc[p->avg_count[c]];
 		const struct merge_column *sc = &cols[p->avg_sum[c]], *cc = &cols[p->avg_count[c]];
+		const uint8_t *cb = agg_bytes(cnt);
 		int64_t count = 0;
 		if (cnt->is_null) {
 			snprintf(why, MERGE_WHY, "cross-shard read: count() was NULL");
-			goto out;
+			return false;
 		}
 		if (cc->format == 1 && cnt->len == 8) {
 			uint64_t u = 0;
 			for (int i = 0; i < 8; i++)
-				u = u << 8 | cnt->buf[i];
+				u = u << 8 | cb[i];
 			count = (int64_t)u;
 		} else if (cc->format == 0 && cnt->len < 24) {
 			char t[24];
-			memcpy(t, cnt->buf, cnt->len);
+			memcpy(t, cb, cnt->len);
 			t[cnt->len] = '\0';
 			count = strtoll(t, NULL, 10);
 		} else {
 			snprintf(why, MERGE_WHY, "cross-shard read: count() could not be read");
-			goto out;
+			return false;
 		}
+		acc[c].ref = NULL;
 		if (count == 0 || sum->is_null) {
 			acc[c].is_null = true;   /* avg of no rows */
+			acc[c].len = 0;
 			continue;
 		}
-		if (!pgvalue_avg(cols[c].type_oid, cols[c].format, sc->type_oid, sc->format, sum->buf, sum->len, count,
-				 acc[c].buf, sizeof acc[c].buf, &acc[c].len)) {
-			type_name_fail(why, "average", &cols[c]);
-			goto out;
-		}
+		if (!pgvalue_avg(cols[c].type_oid, cols[c].format, sc->type_oid, sc->format, agg_bytes(sum), sum->len,
+				 count, acc[c].buf, sizeof acc[c].buf, &acc[c].len))
+			return type_name_fail(why, "average", &cols[c]);
 		acc[c].is_null = false;
 	}
-	/* the one row */
+	return true;
+}
+
+/* The merged row as a DataRow; returns its length. */
+static size_t emit_row(struct evbuffer *out, const struct agg_value *acc, int n_cols)
+{
 	size_t total = 4 + 2;
 	for (int c = 0; c < n_cols; c++)
 		total += 4 + acc[c].len;
@@ -841,12 +928,275 @@ static bool merge_aggregates(const struct merge_plan *p, const struct merge_colu
 		proto_put_u32(l, acc[c].is_null ? UINT32_MAX : (uint32_t)acc[c].len);
 		evbuffer_add(out, l, 4);
 		if (!acc[c].is_null)
-			evbuffer_add(out, acc[c].buf, acc[c].len);
+			evbuffer_add(out, agg_bytes(&acc[c]), acc[c].len);
 	}
-	*sent = 1;
-	ok = true;
-out:
+	return total + 1;
+}
+
+/* count, sum, min, max, avg without GROUP BY: one row out of one row per shard. */
+static bool merge_aggregates(const struct merge_plan *p, const struct merge_column *cols, int n_cols,
+			     const struct merge_shard *shards, size_t n_shards, locale_t coll, struct evbuffer *out,
+			     uint64_t *sent, char why[MERGE_WHY])
+{
+	if (n_cols != p->n_cols) {
+		snprintf(why, MERGE_WHY, "cross-shard read: the shards' columns do not match the select list");
+		return false;
+	}
+	struct mrow rows[MERGE_MAX_SHARDS];
+	if (n_shards > MERGE_MAX_SHARDS)
+		return false;
+	for (size_t s = 0; s < n_shards; s++) {
+		if (shards[s].n_rows == 0 && p->has_limit && p->limit == 0)
+			continue;
+		if (shards[s].n_rows != 1) {
+			snprintf(why, MERGE_WHY, "cross-shard read: a shard answered an aggregate with %" PRIu64 " rows",
+				 shards[s].n_rows);
+			return false;
+		}
+		rows[s] = (struct mrow){ shards[s].rows, shards[s].rows_len };
+	}
+	if (shards[0].n_rows == 0 || (p->has_offset && p->offset > 0)) {
+		/* LIMIT 0 or OFFSET past the one row */
+		*sent = 0;
+		return true;
+	}
+	struct agg_value *acc = calloc((size_t)n_cols, sizeof *acc);
+	if (!acc) {
+		snprintf(why, MERGE_WHY, "cross-shard read: out of memory");
+		return false;
+	}
+	bool ok = combine_rows(p, cols, n_cols, rows, n_shards, coll, acc, why);
+	if (ok) {
+		emit_row(out, acc, n_cols);
+		*sent = 1;
+	}
 	free(acc);
+	return ok;
+}
+
+/* Ordering rows for GROUP BY and DISTINCT, and for ORDER BY after them. */
+struct order {
+	const struct merge_column *cols;
+	const int *key_cols;       /* grouping: these columns, compared for equality */
+	int n_keys;
+	const struct sort_key *sort;   /* or ORDER BY: these keys */
+	int n_sort;
+	bool failed;               /* a value could not be read or compared */
+};
+
+/* Values that are equal though spelled differently (1.0 and 1.00, -0 and
+ * 0) are compared as numbers; any other type by its bytes: every leg runs
+ * with the same session settings, so equal values are spelled alike. NULLs
+ * are one group, first. */
+static int key_compare(struct order *o, const struct mrow *a, const struct mrow *b)
+{
+	for (int i = 0; i < o->n_keys; i++) {
+		int c = o->key_cols[i];
+		const struct merge_column *col = &o->cols[c];
+		const uint8_t *va, *vb;
+		int32_t la, lb;
+		if (!row_value(a->p, a->len, c, &va, &la) || !row_value(b->p, b->len, c, &vb, &lb)) {
+			o->failed = true;
+			return 0;
+		}
+		int r;
+		if (la < 0 || lb < 0) {
+			r = (lb < 0) - (la < 0);
+		} else if ((col->type_oid == 700 || col->type_oid == 701 || col->type_oid == 1700) &&
+			   pgvalue_can_compare(col->type_oid, col->format)) {
+			if (!pgvalue_compare(col->type_oid, col->format, va, (size_t)la, vb, (size_t)lb, (locale_t)0, &r)) {
+				o->failed = true;
+				return 0;
+			}
+		} else {
+			size_t n = la < lb ? (size_t)la : (size_t)lb;
+			r = n ? memcmp(va, vb, n) : 0;
+			if (r == 0)
+				r = (la > lb) - (la < lb);
+		}
+		if (r != 0)
+			return r;
+	}
+	return 0;
+}
+
+static int sort_compare(struct order *o, const struct mrow *a, const struct mrow *b)
+{
+	int c;
+	if (!row_compare(o->sort, o->n_sort, a->p, a->len, b->p, b->len, &c)) {
+		o->failed = true;
+		return 0;
+	}
+	return c;
+}
+
+/* A stable merge sort of rows[0..n) (tmp: room for n more). */
+static void sort_rows(struct mrow *rows, struct mrow *tmp, size_t n,
+		      int (*cmp)(struct order *, const struct mrow *, const struct mrow *), struct order *o)
+{
+	for (size_t width = 1; width < n && !o->failed; width *= 2) {
+		for (size_t lo = 0; lo < n; lo += 2 * width) {
+			size_t mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n;
+			size_t i = lo, j = mid, k = lo;
+			while (i < mid && j < hi)
+				tmp[k++] = cmp(o, &rows[j], &rows[i]) < 0 ? rows[j++] : rows[i++];
+			while (i < mid)
+				tmp[k++] = rows[i++];
+			while (j < hi)
+				tmp[k++] = rows[j++];
+		}
+		memcpy(rows, tmp, n * sizeof *rows);
+	}
+}
+
+/* The ORDER BY keys as columns of the result. */
+static bool resolve_sort_keys(const struct merge_plan *p, const struct merge_column *cols, int n_cols, locale_t coll,
+			      struct sort_key keys[MERGE_MAX_SORT], char why[MERGE_WHY])
+{
+	for (int i = 0; i < p->n_sort; i++) {
+		const struct merge_sort *s = &p->sort[i];
+		int col = -1;
+		if (s->position > 0) {
+			if (s->position <= n_cols)
+				col = s->position - 1;
+		} else {
+			for (int c = 0; c < n_cols; c++) {
+				if (strcmp(cols[c].name, s->name) != 0)
+					continue;
+				if (col >= 0) {
+					snprintf(why, MERGE_WHY, "cross-shard read: ORDER BY \"%s\" is ambiguous among the output columns",
+						 s->name);
+					return false;
+				}
+				col = c;
+			}
+		}
+		if (col < 0) {
+			snprintf(why, MERGE_WHY,
+				 "cross-shard read: ORDER BY %s%s%s is not an output column; add it to the select list to merge "
+				 "the shards' rows", s->position ? "" : "\"", s->position ? "a position" : s->name,
+				 s->position ? "" : "\"");
+			return false;
+		}
+		if (!pgvalue_can_compare(cols[col].type_oid, cols[col].format))
+			return type_name_fail(why, "order by", &cols[col]);
+		keys[i] = (struct sort_key){ col, s->desc, s->nulls_first, cols[col].type_oid, cols[col].format,
+					     s->bytewise ? (locale_t)0 : coll };
+	}
+	return true;
+}
+
+/*
+ * GROUP BY and DISTINCT: every shard's rows sorted by the key (GROUP BY
+ * columns, or the whole row), equal keys merged into one row (aggregates
+ * combined, or the first row kept), then ORDER BY, OFFSET and LIMIT.
+ */
+static bool merge_grouped(const struct merge_plan *p, const struct merge_column *cols, int n_cols,
+			  const struct merge_shard *shards, size_t n_shards, locale_t coll, struct evbuffer *out,
+			  uint64_t *sent, char why[MERGE_WHY])
+{
+	if (p->grouped && n_cols != p->n_cols) {
+		snprintf(why, MERGE_WHY, "cross-shard read: the shards' columns do not match the select list");
+		return false;
+	}
+	struct sort_key sort[MERGE_MAX_SORT];
+	if (!resolve_sort_keys(p, cols, n_cols, coll, sort, why))
+		return false;
+	size_t total = 0;
+	for (size_t s = 0; s < n_shards; s++)
+		total += shards[s].n_rows;
+	struct mrow *rows = malloc((2 * total + 1) * sizeof *rows);
+	int *key_cols = malloc(((size_t)n_cols + 1) * sizeof *key_cols);
+	struct agg_value *acc = p->grouped ? calloc((size_t)n_cols, sizeof *acc) : NULL;
+	size_t *built_len = p->grouped ? malloc((total + 1) * sizeof *built_len) : NULL;
+	struct evbuffer *built = p->grouped ? evbuffer_new() : NULL;
+	bool ok = false;
+	if (!rows || !key_cols || (p->grouped && (!acc || !built_len || !built))) {
+		snprintf(why, MERGE_WHY, "cross-shard read: out of memory");
+		goto out;
+	}
+	struct mrow *tmp = rows + total;
+	size_t n = 0;
+	for (size_t s = 0; s < n_shards; s++) {
+		struct cursor c = { shards[s].rows, shards[s].rows + shards[s].rows_len, 0 };
+		for (;;) {
+			if (!cursor_load(&c) || (c.len && n == total))
+				goto bad_row;
+			if (!c.len)
+				break;
+			rows[n++] = (struct mrow){ c.p, c.len };
+			c.p += c.len;
+		}
+	}
+	int n_keys = 0;
+	for (int c = 0; c < n_cols; c++)
+		if (!p->grouped || p->agg[c] == MERGE_AGG_KEY)
+			key_cols[n_keys++] = c;
+	struct order o = { cols, key_cols, n_keys, sort, p->n_sort, false };
+	sort_rows(rows, tmp, n, key_compare, &o);
+	if (o.failed)
+		goto bad_row;
+	/* One row per run of equal keys, into tmp. */
+	size_t n_out = 0;
+	for (size_t i = 0; i < n;) {
+		size_t j = i + 1;
+		while (j < n && key_compare(&o, &rows[i], &rows[j]) == 0)
+			j++;
+		if (o.failed)
+			goto bad_row;
+		if (p->grouped) {
+			if (!combine_rows(p, cols, n_cols, rows + i, j - i, coll, acc, why))
+				goto out;
+			built_len[n_out] = emit_row(built, acc, n_cols);
+			tmp[n_out] = (struct mrow){ NULL, built_len[n_out] };
+		} else {
+			tmp[n_out] = rows[i];
+		}
+		n_out++;
+		i = j;
+	}
+	if (p->grouped) {
+		const uint8_t *base = n_out ? evbuffer_pullup(built, -1) : NULL;
+		if (n_out && !base) {
+			snprintf(why, MERGE_WHY, "cross-shard read: out of memory");
+			goto out;
+		}
+		size_t at = 0;
+		for (size_t i = 0; i < n_out; i++) {
+			tmp[i].p = base + at;
+			at += built_len[i];
+		}
+	}
+	if (p->n_sort > 0) {
+		sort_rows(tmp, rows, n_out, sort_compare, &o);
+		if (o.failed) {
+			snprintf(why, MERGE_WHY, "cross-shard read: a value of an ORDER BY column could not be read");
+			goto out;
+		}
+	}
+	uint64_t skip = p->has_offset ? (uint64_t)p->offset : 0, sent_n = 0;
+	for (size_t i = 0; i < n_out; i++) {
+		if (p->has_limit && sent_n >= (uint64_t)p->limit)
+			break;
+		if (skip > 0) {
+			skip--;
+			continue;
+		}
+		evbuffer_add(out, tmp[i].p, tmp[i].len);
+		sent_n++;
+	}
+	*sent = sent_n;
+	ok = true;
+	goto out;
+bad_row:
+	snprintf(why, MERGE_WHY, "cross-shard read: a shard sent a malformed row");
+out:
+	free(rows);
+	free(key_cols);
+	free(acc);
+	free(built_len);
+	if (built)
+		evbuffer_free(built);
 	return ok;
 }
 
@@ -870,7 +1220,9 @@ bool merge_rows(const struct merge_plan *plan, const struct merge_column *cols, 
 	}
 	uint64_t sent = 0;
 	bool ok;
-	if (p->aggregates)
+	if (p->grouped || (p->distinct && !p->aggregates))
+		ok = merge_grouped(p, cols, n_cols, shards, n_shards, coll, tmp, &sent, why);
+	else if (p->aggregates)
 		ok = merge_aggregates(p, cols, n_cols, shards, n_shards, coll, tmp, &sent, why);
 	else if (p->n_sort > 0 && n_shards > 1)
 		ok = merge_sorted(p, cols, n_cols, shards, n_shards, coll, tmp, &sent, why);

@@ -554,6 +554,10 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		enum fanout_start st = fanout_start_copy(c, f, &rr->r, why, sizeof why);
 		if (st == FANOUT_ANY_SHARD)
 			st = fanout_start_insert(c, f, &rr->r, why, sizeof why);
+		/* default_shard = all: an UPDATE or DELETE without a key runs
+		 * on every shard */
+		if (st == FANOUT_REFUSED && cp->default_shard < 0)
+			st = fanout_start_broadcast(c, &rr->r, why, sizeof why);
 		switch (st) {
 		case FANOUT_STARTED:
 			return SHARD_ANSWERED;
@@ -566,11 +570,17 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		return SHARD_ANSWERED;
 	}
 	if (r.writes) {
-		refuse(c, "0A000",
-		       r.outcome == SHARDKEY_DEFAULT
-			       ? "cross-shard write: default_shard = all and no shard chosen; use SET SHARD or SET SHARDING KEY"
-			       : "cross-shard write: the statement's sharding keys are missing or on several shards; "
-				 "use SET SHARD or SET SHARDING KEY");
+		char why[200];
+		if (r.outcome == SHARDKEY_DEFAULT && cp->default_shard < 0) {
+			/* default_shard = all: DDL and writes of tables kept on
+			 * every shard run on every shard */
+			if (fanout_start_broadcast(c, &rr->r, why, sizeof why) == FANOUT_STARTED)
+				return SHARD_ANSWERED;
+		} else {
+			snprintf(why, sizeof why, "cross-shard write: the statement's sharding keys are missing or on several "
+						  "shards; use SET SHARD or SET SHARDING KEY");
+		}
+		refuse(c, "0A000", why);
 		return SHARD_ANSWERED;
 	}
 	/* (*shard is default_shard, or shard 0 for default_shard = all) */

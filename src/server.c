@@ -605,6 +605,7 @@ void server_drain(struct server *s)
 		s->paused = false;
 		io_pause(&s->io, false);
 	}
+	bool copy_failed = s->in_copy_in;
 	if (s->in_copy_in) {
 		static const char reason[] = "client disconnected";
 		uint8_t storage[64];
@@ -621,7 +622,9 @@ void server_drain(struct server *s)
 		s->outstanding++;
 		s->ext_pending = false;
 	}
-	if (s->outstanding > 0)
+	/* A COPY FROM STDIN ends with the CopyFail: a cancel would only race
+	 * with it, and arrive after the server went to the next client. */
+	if (s->outstanding > 0 && !copy_failed)
 		server_send_cancel(s);
 	drain_step(s);
 	if (s->state == SERVER_DRAINING)

@@ -2,7 +2,7 @@
 /*
  * libFuzzer target: the cross-shard planners and value routines read SQL
  * and values clients and servers send (src/merge.c, src/insert_split.c,
- * src/copy_route.c, src/pgvalue.c). Input: byte 0 picks a type and format
+ * src/copy_route.c, src/broadcast.c, src/pgvalue.c). Input: byte 0 picks a type and format
  * for the value routines, then text up to the first NUL is SQL, and what
  * follows is two values split at the next NUL. Invariants: a plan's
  * rewritten text is a string of its own length; a split INSERT's parts are
@@ -10,6 +10,7 @@
  * value routines fit the buffer they were given; comparing a value with
  * itself gives 0 whenever it is readable.
  */
+#include "broadcast.h"
 #include "copy_route.h"
 #include "insert_split.h"
 #include "merge.h"
@@ -69,6 +70,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				CHECK(strlen(split.sql[s]) == split.len[s] && split.len[s] <= sql_len + 2 * split.rows[s]);
 		insert_split_free(&split);
 	}
+	bool outside_tx;
+	if (!broadcast_write_check(sql, sql_len, &rules, &outside_tx, why))
+		CHECK(strlen(why) < MERGE_WHY && why[0]);
 	struct copy_route cr;
 	if (copy_route_read(sql, sql_len, &rules, &cr, why) == COPY_ROUTE_SPLIT) {
 		char q[1024];

@@ -2,7 +2,8 @@
 """Cross-shard reads (SPEC §6): a read without a sharding key runs on every
 shard in parallel and the shards' rows come back as one result. Every answer
 is compared with the same query on an unsharded database holding all the
-rows (xsingle): rows, ORDER BY + LIMIT/OFFSET, count/sum/min/max/avg, in the
+rows (xsingle): rows, ORDER BY + LIMIT/OFFSET, count/sum/min/max/avg with
+and without GROUP BY, DISTINCT, in the
 simple and extended protocols, text (psycopg) and binary (asyncpg) formats.
 What pgcat cannot merge exactly is refused with 0A000, and the connection
 goes on."""
@@ -131,6 +132,24 @@ AGGREGATES = [
     "SELECT count(*) FILTER (WHERE n > 50), 42 AS answer FROM xs",
 ]
 
+# GROUP BY (groups merged across shards) and DISTINCT (applied after the merge)
+GROUPED_ORDERED = [
+    "SELECT n, count(*), sum(price), count(price), avg(price), min(v), max(ts) FROM xs GROUP BY n ORDER BY n",
+    "SELECT n % 7 AS r, count(*) FROM xs GROUP BY r ORDER BY count(*) DESC, r LIMIT 3 OFFSET 1",
+    "SELECT v IS NULL, count(*), sum(id) FROM xs GROUP BY 1 ORDER BY 1",
+    "SELECT d, sum(n) FROM xs GROUP BY d ORDER BY sum(n) DESC, d LIMIT 10",
+    "SELECT price, count(*) FROM xs GROUP BY price ORDER BY price NULLS FIRST LIMIT 20",
+    "SELECT f, min(id), max(id) FROM xs GROUP BY f ORDER BY f DESC",
+    "SELECT DISTINCT n % 10 AS m FROM xs ORDER BY m",
+    "SELECT DISTINCT v FROM xs ORDER BY v NULLS FIRST LIMIT 15",
+    "SELECT DISTINCT f, n % 2 FROM xs ORDER BY f DESC, 2 OFFSET 3",
+]
+GROUPED_UNORDERED = [
+    "SELECT n, count(*) FROM xs GROUP BY n",
+    "SELECT DISTINCT n % 5, v IS NULL FROM xs",
+    "SELECT f FROM xs GROUP BY f",
+]
+
 
 def direct(pg, sql, params=None):
     with pg.connect(SINGLE) as c:
@@ -141,9 +160,9 @@ def test_simple_protocol_results_equal_one_database(pgcat, xdbs):
     inst = start(pgcat, xdbs)
     with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
                          dbname="xs3", autocommit=True) as c:
-        for sql in ORDERED + AGGREGATES:
+        for sql in ORDERED + AGGREGATES + GROUPED_ORDERED:
             assert c.execute(sql).fetchall() == direct(xdbs, sql), sql
-        for sql in UNORDERED:
+        for sql in UNORDERED + GROUPED_UNORDERED:
             got = c.execute(sql).fetchall()
             assert sorted(got, key=repr) == sorted(direct(xdbs, sql), key=repr), sql
         # the command tag counts the merged rows
@@ -165,6 +184,8 @@ def test_extended_protocol_with_parameters(pgcat, xdbs):
         ("SELECT count(*), sum(price), count(price), avg(price) FROM xs WHERE n < %s", (30,)),
         ("SELECT id FROM xs WHERE v LIKE %s ORDER BY id DESC", ("v00%",)),
         ("SELECT min(ts), max(d) FROM xs WHERE id > %s", (500,)),
+        ("SELECT n, count(*), sum(price) FROM xs WHERE id > %s GROUP BY n ORDER BY n", (100,)),
+        ("SELECT DISTINCT n %% %s AS m FROM xs ORDER BY m", (6,)),
     ]
     with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
                          dbname="xs3", autocommit=True) as c:
@@ -189,7 +210,7 @@ def test_asyncpg_binary_results_and_prepared_statements(pgcat, xdbs):
                                      password=PASSWORDS["app"], database="xs3", statement_cache_size=100)
         single = await asyncpg.connect(host="127.0.0.1", port=xdbs.port, user="postgres", database=SINGLE)
         try:
-            for sql in ORDERED + AGGREGATES:
+            for sql in ORDERED + AGGREGATES + GROUPED_ORDERED:
                 got = [tuple(r) for r in await conn.fetch(sql)]
                 want = [tuple(r) for r in await single.fetch(sql)]
                 assert got == want, sql
@@ -208,8 +229,10 @@ def test_asyncpg_binary_results_and_prepared_statements(pgcat, xdbs):
 
 
 UNMERGEABLE = [
-    ("SELECT n, count(*) FROM xs GROUP BY n", "GROUP BY"),
-    ("SELECT DISTINCT n FROM xs", "DISTINCT"),
+    ("SELECT n, count(*) FROM xs GROUP BY n HAVING count(*) > 5", "HAVING"),
+    ("SELECT count(*) FROM xs GROUP BY n", "GROUP BY must name columns"),
+    ("SELECT n, count(*) FROM xs GROUP BY ROLLUP (n)", "ROLLUP"),
+    ("SELECT DISTINCT ON (n) n, id FROM xs", "DISTINCT ON"),
     ("SELECT avg(price) FROM xs", "avg()"),
     ("SELECT count(DISTINCT n) FROM xs", "DISTINCT"),
     ("SELECT id FROM xs ORDER BY lower(v)", "expression"),

@@ -666,14 +666,73 @@ def test_large_values_are_routed_by_their_key(pgcat, shards):
 
 
 def test_default_shard_all(pgcat, shards):
-    """default_shard = all: statements without a shard choice are
-    cross-shard; writes are refused, reads run on every shard."""
+    """default_shard = all: statements without a shard choice run on every
+    shard: reads one row from each, writes (DDL, unsharded tables, UPDATE
+    and DELETE without a key) on every shard with the counts summed; what
+    would put rows on the wrong shard is refused."""
     pool = sharded_pool(shards, SHARD_DBS[:2], "pg_bigint_hash", "items2.id", default_shard="all")
     inst = start(pgcat, shards, pools={"shall": pool})
+
+    def on_shards(sql):
+        out = []
+        for db in SHARD_DBS[:2]:
+            with shards.connect(db) as d:
+                out.append(d.execute(sql).fetchall())
+        return out
+
     with inst.connect(dbname="shall") as c:
+        # DDL and a table kept whole on every shard
+        cur = c.execute("CREATE TABLE bcast (x int)")
+        assert cur.statusmessage == "CREATE TABLE"
+        try:
+            cur = c.execute("INSERT INTO bcast VALUES (1), (2)")
+            assert cur.statusmessage == "INSERT 0 4" and cur.rowcount == 4
+            assert on_shards("SELECT x FROM bcast ORDER BY x") == [[(1,), (2,)], [(1,), (2,)]]
+            cur = c.execute("UPDATE bcast SET x = x + %s WHERE x = 2", (10,))
+            assert cur.statusmessage == "UPDATE 2"
+            assert on_shards("SELECT x FROM bcast ORDER BY x") == [[(1,), (12,)], [(1,), (12,)]]
+            # outside a transaction block where PostgreSQL wants it so
+            c.execute("CREATE INDEX CONCURRENTLY bcast_x ON bcast (x)")
+            assert on_shards("SELECT count(*) FROM pg_indexes WHERE indexname = 'bcast_x'") == [[(1,)], [(1,)]]
+            # several statements: refused, and rolled back on every shard
+            with pytest.raises(psycopg.Error) as e:
+                c.execute("UPDATE bcast SET x = 0; DELETE FROM bcast")
+            assert sqlstate(e.value) == "0A000" and "one statement" in str(e.value)
+            assert on_shards("SELECT x FROM bcast ORDER BY x") == [[(1,), (12,)], [(1,), (12,)]]
+            # one shard's error: every shard rolls back
+            with shards.connect(SHARD_DBS[1]) as d:
+                d.execute("ALTER TABLE bcast ADD CONSTRAINT small CHECK (x < 100)")
+            with pytest.raises(psycopg.Error) as e:
+                c.execute("UPDATE bcast SET x = x + 100 WHERE x = 12")
+            assert sqlstate(e.value) == "23514"
+            assert on_shards("SELECT x FROM bcast ORDER BY x") == [[(1,), (12,)], [(1,), (12,)]]
+        finally:
+            c.execute("DROP TABLE bcast")
+        assert on_shards("SELECT count(*) FROM pg_tables WHERE tablename = 'bcast'") == [[(0,)], [(0,)]]
+        # a sharded table: UPDATE and DELETE without a key change each shard's rows
+        for k in (1, 2, 3, 4):
+            c.execute("INSERT INTO items2 (id, v) VALUES (%s, 'a')", (k,))
+        cur = c.execute("UPDATE items2 SET v = 'b' WHERE id <= 4")
+        assert cur.statusmessage == "UPDATE 4"
+        assert sorted(sum(on_shards("SELECT id, v FROM items2 WHERE id <= 4"), [])) == [(k, "b") for k in (1, 2, 3, 4)]
+        refused = [
+            ("UPDATE items2 SET id = id + 100", "sharding column"),
+            ("INSERT INTO items2 (id, v) SELECT 9, 'x'", "INSERT"),
+            ("SELECT id FROM items2 FOR UPDATE", "cross-shard"),
+        ]
+        for sql, word in refused:
+            with pytest.raises(psycopg.Error) as e:
+                c.execute(sql)
+            assert sqlstate(e.value) == "0A000" and word in str(e.value), (sql, str(e.value))
+        # inside a transaction: refused
+        c.execute("BEGIN")
         with pytest.raises(psycopg.Error) as e:
-            c.execute("INSERT INTO plain VALUES (1)")
-        assert sqlstate(e.value) == "0A000" and "cross-shard write" in str(e.value)
+            c.execute("DELETE FROM items2 WHERE v = 'b'")
+        assert sqlstate(e.value) == "0A000" and "inside a transaction" in str(e.value)
+        c.execute("ROLLBACK")
+        cur = c.execute("DELETE FROM items2 WHERE id <= 4")
+        assert cur.statusmessage == "DELETE 4"
+        assert on_shards("SELECT count(*) FROM items2 WHERE id <= 4") == [[(0,)], [(0,)]]
         # a read runs on every shard: one row from each
         assert c.execute("SELECT 1").fetchall() == [(1,), (1,)]
         # statements other than SELECT that touch no sharded table go to one shard

@@ -78,11 +78,58 @@ START_TEST(plan_aggregates)
 }
 END_TEST
 
+START_TEST(plan_grouped)
+{
+	struct merge_plan p;
+	char why[MERGE_WHY];
+	const char *sql = "SELECT x, count(*), sum(y) FROM items GROUP BY x ORDER BY count(*) DESC LIMIT 5 OFFSET 1";
+	ck_assert_msg(merge_plan_build(sql, strlen(sql), &p, why), "%s", why);
+	ck_assert(p.grouped && p.aggregates && !p.distinct);
+	ck_assert_int_eq(p.n_cols, 3);
+	ck_assert_int_eq(p.agg[0], MERGE_AGG_KEY);
+	ck_assert_int_eq(p.agg[1], MERGE_AGG_COUNT);
+	ck_assert_int_eq(p.agg[2], MERGE_AGG_SUM);
+	ck_assert_int_eq(p.n_sort, 1);
+	ck_assert_int_eq(p.sort[0].position, 2);   /* count(*) is the second output column */
+	ck_assert(p.has_limit && p.limit == 5 && p.has_offset && p.offset == 1);
+	/* every group whole from every shard: no LIMIT or OFFSET there */
+	size_t n;
+	char *shard = merge_plan_shard_sql(&p, sql, strlen(sql), &n);
+	ck_assert_str_eq(shard, "SELECT x, count(*), sum(y) FROM items GROUP BY x ORDER BY count(*) DESC "
+				"LIMIT 9223372036854775807 OFFSET 0");
+	free(shard);
+	/* GROUP BY a position, an alias, an expression of the select list */
+	sql = "select lower(v) as l, max(id) from items group by 1";
+	ck_assert_msg(merge_plan_build(sql, strlen(sql), &p, why), "%s", why);
+	ck_assert_int_eq(p.agg[0], MERGE_AGG_KEY);
+	ck_assert(!merge_plan_rewrites(&p));
+	sql = "select lower(v) as l, max(id) from items group by l";
+	ck_assert_msg(merge_plan_build(sql, strlen(sql), &p, why), "%s", why);
+	ck_assert_int_eq(p.agg[0], MERGE_AGG_KEY);
+	sql = "select lower(v), max(id) from items group by lower(v) order by lower(v)";
+	ck_assert_msg(merge_plan_build(sql, strlen(sql), &p, why), "%s", why);
+	ck_assert_int_eq(p.agg[0], MERGE_AGG_KEY);
+	ck_assert_int_eq(p.sort[0].position, 1);
+	/* GROUP BY without aggregates; DISTINCT */
+	sql = "select x from items group by x";
+	ck_assert_msg(merge_plan_build(sql, strlen(sql), &p, why), "%s", why);
+	ck_assert(p.grouped && p.agg[0] == MERGE_AGG_KEY);
+	sql = "select distinct x, y from items order by x limit 3";
+	ck_assert_msg(merge_plan_build(sql, strlen(sql), &p, why), "%s", why);
+	ck_assert(p.distinct && !p.grouped && !p.aggregates);
+	ck_assert(!merge_plan_rewrites(&p));   /* each shard's first 3 distinct rows are enough */
+}
+END_TEST
+
 START_TEST(plan_refusals)
 {
 	static const char *const refused[][2] = {
-		{ "select x, count(*) from items group by x", "GROUP BY" },
-		{ "select distinct x from items", "DISTINCT" },
+		{ "select x, count(*) from items group by x having count(*) > 1", "HAVING" },
+		{ "select count(*) from items group by x", "GROUP BY must name columns" },
+		{ "select x, count(*) from items group by rollup (x)", "ROLLUP" },
+		{ "select x, y, count(*) from items group by x", "GROUP BY column" },
+		{ "select distinct on (x) x, y from items", "DISTINCT ON" },
+		{ "select x, count(*) from items group by x order by sum(y)", "expression" },
 		{ "select avg(x) from items", "avg()" },
 		{ "select avg(x), sum(x), count(y) from items", "avg()" },
 		{ "select count(distinct x) from items", "DISTINCT" },
@@ -192,6 +239,87 @@ START_TEST(merge_aggregate_rows)
 	merge_case("select sum(x) from items", (const char *[]){ NULL }, 1, (const char *[]){ NULL }, 1, 20, 0,
 		   "N|SELECT 1");
 	merge_case("select count(*) from items offset 1", a, 1, b, 1, 20, 0, "|SELECT 0");
+}
+END_TEST
+
+/* Two-column rows ("k:v" pairs) merged by a grouped or DISTINCT plan. */
+static void merge_case2(const char *sql, const char *const (*a)[2], size_t na, const char *const (*b)[2], size_t nb,
+			uint32_t key_type, const char *want)
+{
+	struct merge_plan p;
+	char why[MERGE_WHY];
+	ck_assert_msg(merge_plan_build(sql, strlen(sql), &p, why), "%s", why);
+	uint8_t buf[2][1024];
+	struct merge_shard sh[2];
+	const char *const (*in[2])[2] = { a, b };
+	size_t nin[2] = { na, nb };
+	for (int s = 0; s < 2; s++) {
+		size_t o = 0;
+		for (size_t i = 0; i < nin[s]; i++) {
+			size_t start = o;
+			buf[s][o] = 'D';
+			o += 5;
+			buf[s][o++] = 0;
+			buf[s][o++] = 2;
+			for (int c = 0; c < 2; c++) {
+				const char *v = in[s][i][c];
+				proto_put_u32(buf[s] + o, v ? (uint32_t)strlen(v) : UINT32_MAX);
+				o += 4;
+				if (v) {
+					memcpy(buf[s] + o, v, strlen(v));
+					o += strlen(v);
+				}
+			}
+			proto_put_u32(buf[s] + start + 1, (uint32_t)(o - start - 1));
+		}
+		sh[s] = (struct merge_shard){ buf[s], o, nin[s] };
+	}
+	struct merge_column cols[2] = { { "x", key_type, 0 }, { "n", 20, 0 } };
+	struct evbuffer *out = evbuffer_new();
+	ck_assert_msg(merge_rows(&p, cols, 2, sh, 2, (locale_t)0, 0, out, why), "%s", why);
+	char got[512];
+	size_t len = evbuffer_get_length(out), off = 0, o = 0;
+	const uint8_t *m = evbuffer_pullup(out, (ev_ssize_t)len);
+	got[0] = '\0';
+	while (off + 5 <= len) {
+		uint32_t l = proto_get_u32(m + off + 1);
+		if (m[off] == 'D') {
+			size_t at = off + 7;
+			o += (size_t)snprintf(got + o, sizeof got - o, "%s", o ? "," : "");
+			for (int c = 0; c < 2; c++) {
+				int32_t vl = (int32_t)proto_get_u32(m + at);
+				at += 4;
+				o += (size_t)snprintf(got + o, sizeof got - o, "%s%.*s", c ? ":" : "", vl < 0 ? 1 : vl,
+						      vl < 0 ? "N" : (const char *)m + at);
+				at += vl > 0 ? (size_t)vl : 0;
+			}
+		} else if (m[off] == 'C') {
+			o += (size_t)snprintf(got + o, sizeof got - o, "|%s", (const char *)m + off + 5);
+		}
+		off += (size_t)l + 1;
+	}
+	ck_assert_str_eq(got, want);
+	evbuffer_free(out);
+}
+
+START_TEST(merge_grouped_rows)
+{
+	const char *const a[][2] = { { "a", "2" }, { "b", "1" }, { NULL, "5" } };
+	const char *const b[][2] = { { "b", "3" }, { "c", "1" }, { NULL, "1" } };
+	/* groups of the same key merged across shards, NULL one group */
+	merge_case2("select x, count(*) from items group by x order by 2 desc, 1", a, 3, b, 3, 25,
+		    "N:6,b:4,a:2,c:1|SELECT 4");
+	merge_case2("select x, count(*) from items group by x order by count(*) desc limit 2 offset 1", a, 3, b, 3, 25,
+		    "b:4,a:2|SELECT 2");
+	merge_case2("select x, max(n) from items group by x order by x nulls first", a, 3, b, 3, 25,
+		    "N:5,a:2,b:3,c:1|SELECT 4");
+	/* numeric keys equal by value though spelled differently */
+	const char *const na[][2] = { { "1.0", "1" }, { "2", "7" } }, *const nb[][2] = { { "1.00", "2" } };
+	merge_case2("select x, sum(n) from items group by x order by x", na, 2, nb, 1, 1700, "1.0:3,2:7|SELECT 2");
+	/* DISTINCT: equal rows once */
+	const char *const da[][2] = { { "a", "1" }, { "b", "1" } }, *const db[][2] = { { "a", "1" }, { "a", "2" } };
+	merge_case2("select distinct x, n from items order by x, n", da, 2, db, 2, 25, "a:1,a:2,b:1|SELECT 3");
+	merge_case2("select distinct x, n from items order by n desc, x limit 2", da, 2, db, 2, 25, "a:2,a:1|SELECT 2");
 }
 END_TEST
 
@@ -349,6 +477,8 @@ Suite *merge_suite(void)
 	tcase_add_test(tc, plan_order_limit_offset);
 	tcase_add_test(tc, plan_aggregates);
 	tcase_add_test(tc, plan_refusals);
+	tcase_add_test(tc, plan_grouped);
+	tcase_add_test(tc, merge_grouped_rows);
 	tcase_add_test(tc, merge_sorted_rows);
 	tcase_add_test(tc, merge_aggregate_rows);
 	tcase_add_test(tc, insert_split_rows);
