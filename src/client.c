@@ -1244,6 +1244,24 @@ static void process_idle(struct client *c)
 				return;
 			continue;
 		}
+		if (f.type == PqMsg_CopyData || f.type == PqMsg_CopyDone || f.type == PqMsg_CopyFail) {
+			/* An idle client has no COPY running: this is the rest of one
+			 * whose server was lost (the client streams on until it reads
+			 * the error, libpq only at its CopyDone). PostgreSQL ignores
+			 * these outside a COPY; so does pgcat. Routed, they would take
+			 * a server and, if none could be had (say, in crash recovery),
+			 * earn an error that leaves the client skipping to a Sync a
+			 * simple-query client never sends: it would hang. */
+			uint32_t total = f.len + 1;
+			size_t have = evbuffer_get_length(in);
+			if (have >= total) {
+				evbuffer_drain(in, total);
+			} else {
+				evbuffer_drain(in, have);
+				c->skip_remaining = total - (uint32_t)have;
+			}
+			continue;
+		}
 		if (c->in_failed_tx || c->pending_error) {
 			if (!answer_locally(c, &f))
 				return;

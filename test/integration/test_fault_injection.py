@@ -120,6 +120,72 @@ def test_backend_sigkill_mid_query(pgcat, pg, mode):
     assert_pool_idle(pg, max_conns=3)
 
 
+def copy_progress(pg, pid):
+    """Rows the COPY running on backend pid has processed so far (None: no COPY there)."""
+    rows = pg.sql("SELECT tuples_processed FROM pg_stat_progress_copy WHERE pid = %s", (pid,),
+                  dbname="postgres")
+    return rows[0][0] if rows else None
+
+
+@pytest.mark.parametrize("mode", ["transaction", "session"])
+def test_backend_sigkill_mid_copy_in(pgcat, pg, table, mode):
+    """The backend of a COPY FROM STDIN is killed while the client streams
+    rows: the client gets an error, none of the COPY's rows are kept, and
+    pgcat keeps serving without leaking a server connection."""
+    t = table("id int, s text")
+    # synchronous_commit is off on the test server: without a flush of the
+    # WAL the crash could take the table's creation with it.
+    pg.sql("CHECKPOINT")
+    p = pgcat(general={"pool_mode": mode, "default_pool_size": 2})
+    c = p.connect()
+    pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]
+    line = b"%d\t" + b"x" * 200 + b"\n"
+    with pytest.raises(psycopg.Error) as ei:
+        with c.cursor().copy("COPY %s (id, s) FROM STDIN" % t) as cp:
+            for i in range(2000):
+                cp.write(line % i)
+            # The server is in the middle of the COPY: it has rows, not all.
+            wait_until(lambda: (copy_progress(pg, pid) or 0) > 0, 10,
+                       msg="backend %d to be processing the COPY" % pid)
+            log_at = pg.log_offset()
+            os.kill(pid, signal.SIGKILL)
+            # The client does not know yet and goes on streaming.
+            for i in range(2000, 4000):
+                cp.write(line % i)
+    e = ei.value
+    if mode == "transaction":
+        # SPEC §3: an ERROR, the server's SQLSTATE or 08006; the client stays.
+        assert e.sqlstate in ("08006", "57P01", "57P02"), "got %r (%s)" % (e.sqlstate, e)
+        assert e.diag.severity == "ERROR", e.diag.severity
+        assert not c.closed and not c.broken
+    else:
+        assert c.closed or c.broken, "session mode: the client should be disconnected (%r)" % (e,)
+    wait_crash_recovery(pg, log_at)
+    if mode == "transaction":
+        # The same connection goes on once PostgreSQL is back.
+        def select_7():
+            th, box = run_in_thread(lambda: c.execute("SELECT 7").fetchone()[0])
+            th.join(10)
+            assert not th.is_alive(), "the client's next query got no answer"
+            return box.get("result") == 7
+        wait_until(select_7, 15, msg="the client's connection to work again")
+        assert c.execute("SELECT pg_backend_pid()").fetchone()[0] != pid
+        assert c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    c.close()
+    assert pg.sql("SELECT count(*) FROM %s" % t)[0][0] == 0, "rows of the failed COPY were kept"
+    # New clients are served, a COPY through pgcat works again.
+    for _ in range(3):
+        with p.connect() as c2:
+            assert c2.execute("SELECT 40 + 2").fetchone()[0] == 42
+    with p.connect() as c3:
+        with c3.cursor().copy("COPY %s (id, s) FROM STDIN" % t) as cp:
+            for i in range(100):
+                cp.write(line % i)
+    assert pg.sql("SELECT count(*) FROM %s" % t)[0][0] == 100
+    assert p.alive()
+    assert_pool_idle(pg, max_conns=2)
+
+
 # --- server frozen with SIGSTOP -------------------------------------------------------------
 
 @contextlib.contextmanager
