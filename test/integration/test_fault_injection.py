@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import struct
+import subprocess
 import threading
 import time
 
@@ -27,7 +28,7 @@ import psycopg
 import pytest
 
 import pgwire
-from conftest import (ADMIN_PASSWORD, ADMIN_USER, DEFAULT_ASAN, PASSWORDS, assert_pool_idle,
+from conftest import (ADMIN_PASSWORD, ADMIN_USER, DEFAULT_ASAN, PASSWORDS, PG_BIN, assert_pool_idle,
                       assert_works, wait_until)
 from test_workers import worker_pids
 
@@ -128,7 +129,7 @@ def copy_progress(pg, pid):
 
 
 @pytest.mark.parametrize("mode", ["transaction", "session"])
-def test_backend_sigkill_mid_copy_in(pgcat, pg, table, mode):
+def test_backend_sigkill_mid_copy_in(table, pgcat, pg, mode):
     """The backend of a COPY FROM STDIN is killed while the client streams
     rows: the client gets an error, none of the COPY's rows are kept, and
     pgcat keeps serving without leaking a server connection."""
@@ -184,6 +185,112 @@ def test_backend_sigkill_mid_copy_in(pgcat, pg, table, mode):
     assert pg.sql("SELECT count(*) FROM %s" % t)[0][0] == 100
     assert p.alive()
     assert_pool_idle(pg, max_conns=2)
+
+
+# --- client killed in the middle of a COPY FROM STDIN -----------------------------------------
+# (`table` comes before `pgcat` in these tests: torn down after pgcat has
+# closed its server connections, its DROP TABLE cannot wait forever on the
+# lock of a COPY that a failing test left open.)
+
+COPY_ROWS = 3000   # about 30 kB: more than psql's and libpq's buffers, so rows reach the server
+
+
+def copy_rows(first=0, n=COPY_ROWS):
+    return "".join("%d\trow %d\n" % (i, i) for i in range(first, first + n)).encode()
+
+
+@contextlib.contextmanager
+def copy_client(p, t, how):
+    """A client that opens COPY t FROM STDIN through pgcat, has sent rows
+    and no end; yields a function that kills it."""
+    if how == "kill_psql":
+        env = dict(os.environ, PGPASSWORD=PASSWORDS["app"], PGSSLMODE="disable")
+        proc = subprocess.Popen([str(PG_BIN / "psql"), "-X", "-q", "-h", p.host, "-p", str(p.port),
+                                 "-U", "app", "-d", "appdb"], env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            # Rows and no terminator (no "\\."): psql keeps the COPY open.
+            proc.stdin.write(b"COPY %s (id, s) FROM STDIN;\n" % t.encode() + copy_rows())
+            proc.stdin.flush()
+
+            def vanish():
+                proc.kill()
+                proc.wait()
+            yield vanish
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdin.close()
+    else:
+        r = p.raw_login()
+        try:
+            r.send(pgwire.query("COPY %s (id, s) FROM STDIN" % t))
+            assert r.read_msg()[0] == b"G"     # CopyInResponse
+            r.send(pgwire.msg(b"d", copy_rows()))
+            if how == "raw_half_message":
+                # The header of the next CopyData says more is coming.
+                more = pgwire.msg(b"d", copy_rows(COPY_ROWS))
+                r.send(more[:len(more) // 2])
+            yield r.close
+        finally:
+            r.close()
+
+
+def wait_copy_running(pg, pid):
+    """The server is in the middle of the COPY: it has rows, and no end."""
+    wait_until(lambda: (copy_progress(pg, pid) or 0) > 0, 10,
+               msg="backend %d to be processing the COPY (backends: %r)" % (pid, app_backends(pg)))
+
+
+@pytest.mark.parametrize("mode", ["transaction", "session"])
+@pytest.mark.parametrize("how", ["kill_psql", "raw_socket"])
+def test_client_vanishes_mid_copy_in(table, pgcat, pg, how, mode):
+    """A client dies while streaming a COPY FROM STDIN (no CopyDone, no
+    CopyFail): pgcat ends the COPY with a CopyFail, so nothing of it is
+    committed, and returns the server connection to the pool: the same
+    backend serves the next client."""
+    t = table("id int, s text")
+    p = pgcat(general={"pool_mode": mode, "default_pool_size": 1})
+    assert_works(p)
+    (pid_before,) = [b[0] for b in app_backends(pg)]
+    with copy_client(p, t, how) as vanish:
+        wait_copy_running(pg, pid_before)
+        vanish()
+    # The COPY is ended and the connection kept, back to idle.
+    wait_until(lambda: [(b[0], b[3]) for b in app_backends(pg)] == [(pid_before, "idle")], 10,
+               msg="server %d back to idle (got %r)" % (pid_before, app_backends(pg)))
+    assert copy_progress(pg, pid_before) is None
+    check_after_vanished_copy(p, pg, t, pid_before)
+
+
+def test_client_vanishes_mid_copy_data_message(table, pgcat, pg):
+    """The client dies half-way through a CopyData message: what reached
+    the server cannot be ended cleanly (pgcat closes that connection, SPEC
+    §3); still nothing is committed, nothing leaks, the next client is
+    served."""
+    t = table("id int, s text")
+    p = pgcat(general={"default_pool_size": 1})
+    assert_works(p)
+    (pid_before,) = [b[0] for b in app_backends(pg)]
+    with copy_client(p, t, "raw_half_message") as vanish:
+        wait_copy_running(pg, pid_before)
+        vanish()
+    wait_until(lambda: pid_before not in [b[0] for b in app_backends(pg)], 10,
+               msg="pgcat to close server %d, which got half a message" % pid_before)
+    check_after_vanished_copy(p, pg, t, None)
+
+
+def check_after_vanished_copy(p, pg, t, pid_before):
+    assert pg.sql("SELECT count(*) FROM %s" % t)[0][0] == 0, "rows of the vanished client's COPY were committed"
+    with p.connect() as c:
+        if pid_before is not None:
+            assert c.execute("SELECT pg_backend_pid()").fetchone()[0] == pid_before
+        with c.cursor().copy("COPY %s (id, s) FROM STDIN" % t) as cp:
+            cp.write(b"1\tone\n")
+        assert c.execute("SELECT count(*) FROM %s" % t).fetchone()[0] == 1
+    assert p.alive()
+    assert_pool_idle(pg, max_conns=1)
 
 
 # --- server frozen with SIGSTOP -------------------------------------------------------------
