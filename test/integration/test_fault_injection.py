@@ -28,8 +28,8 @@ import psycopg
 import pytest
 
 import pgwire
-from conftest import (ADMIN_PASSWORD, ADMIN_USER, DEFAULT_ASAN, PASSWORDS, PG_BIN, assert_pool_idle,
-                      assert_works, wait_until)
+from conftest import (ADMIN_PASSWORD, ADMIN_USER, DEFAULT_ASAN, PASSWORDS, PG_BIN, PgServer, _setup_roles,
+                      as_pg_user, assert_pool_idle, assert_works, free_port, wait_until)
 from test_workers import worker_pids
 
 
@@ -291,6 +291,153 @@ def check_after_vanished_copy(p, pg, t, pid_before):
         assert c.execute("SELECT count(*) FROM %s" % t).fetchone()[0] == 1
     assert p.alive()
     assert_pool_idle(pg, max_conns=1)
+
+
+# --- PostgreSQL restarted under 100 clients ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pg_own(pg_root):
+    """A PostgreSQL of this module's own, to restart: the session's `pg` is
+    shared by every test. Stopped at the end by its postmaster's PID."""
+    server = PgServer(pg_root, "restart-%d" % free_port())
+    server.initdb()
+    server.start()
+    try:
+        _setup_roles(server)
+        yield server
+    finally:
+        server.stop()
+
+
+def pg_ctl_restart(server, how):
+    """pg_ctl restart: the postmaster goes away and comes back on the same port."""
+    old = server.postmaster_pid()
+    subprocess.run(as_pg_user([str(PG_BIN / "pg_ctl"), "-D", str(server.datadir), "-l", str(server.logfile),
+                               "-m", how, "-w", "-t", "60", "restart"]),
+                   check=True, capture_output=True, text=True, timeout=90)
+    new = server.postmaster_pid()
+    assert new is not None and new != old, "pg_ctl restart left postmaster %r (was %r)" % (new, old)
+
+
+class QueryLoop(threading.Thread):
+    """One client of pgcat running SELECT <its number> in a loop on one
+    connection, noting successes, errors and whether it was disconnected."""
+
+    def __init__(self, p, n, stop):
+        super().__init__(daemon=True)
+        self.p, self.n, self.stop = p, n, stop
+        self.oks = 0
+        self.last_ok = 0.0
+        self.errors = []          # (sqlstate, severity, message)
+        self.wrong = []           # answers that were not this client's
+        self.disconnects = 0
+        self.fatal = None         # an exception that ended the loop
+
+    def run(self):
+        try:
+            conn = self.p.connect()
+            while not self.stop.is_set():
+                try:
+                    v = conn.execute("SELECT %s::int", (self.n,)).fetchone()[0]
+                    if v != self.n:
+                        self.wrong.append(v)
+                    self.oks += 1
+                    self.last_ok = time.monotonic()
+                except psycopg.Error as e:
+                    self.errors.append((e.sqlstate, e.diag.severity, str(e).strip()[:200]))
+                    if conn.closed or conn.broken:
+                        self.disconnects += 1
+                        with contextlib.suppress(psycopg.Error):
+                            conn = self.p.connect()
+                    # A client backing off after an error, as applications do.
+                    self.stop.wait(0.02)
+            conn.close()
+        except Exception as e:   # noqa: BLE001 - reported by the test
+            self.fatal = e
+
+
+def pool_row(p, pool="appdb", user="app"):
+    r = pgwire.Raw(p.host, p.port)
+    try:
+        r.login(ADMIN_USER, ADMIN_PASSWORD, "pgcat")
+        r.send(pgwire.query("SHOW POOLS"))
+        cols, rows = [], []
+        for typ, payload in r.read_until((b"Z",)):
+            if typ == b"T":
+                (n,) = struct.unpack("!H", payload[:2])
+                off = 2
+                for _ in range(n):
+                    end = payload.index(b"\x00", off)
+                    cols.append(payload[off:end].decode())
+                    off = end + 1 + 18
+            elif typ == b"D":
+                rows.append(dict(zip(cols, pgwire.data_row_values(payload))))
+            elif typ == b"E":
+                raise AssertionError("SHOW POOLS: %r" % pgwire.parse_fields(payload))
+    finally:
+        r.close()
+    (row,) = [x for x in rows if x["database"] == pool and x["user"] == user]
+    return {k: (int(v) if v is not None and v.lstrip("-").isdigit() else v) for k, v in row.items()}
+
+
+N_CLIENTS = 100
+POOL_SIZE = 10
+# What a client may see while PostgreSQL restarts: its server ended by the
+# shutdown (57P01 fast, 57P02 immediate), the connection lost (08006), the
+# server refusing logins while it stops or starts (57P03).
+RESTART_SQLSTATES = {"57P01", "57P02", "08006", "57P03"}
+
+
+@pytest.mark.parametrize("how", ["fast", "immediate"])
+def test_postgres_restart_under_100_clients(pgcat, pg_own, how):
+    """pg_ctl restart -m fast / -m immediate of the PostgreSQL behind pgcat
+    while 100 clients query through it (transaction mode): they get errors
+    for what was in flight, then succeed again on the same connections to
+    pgcat, which is not restarted; afterwards the pool is sane."""
+    p = pgcat(general={"default_pool_size": POOL_SIZE, "max_client_conn": 200},
+              replace_pools={"appdb": {
+                  "shards": {0: {"database": "appdb", "servers": "127.0.0.1:%d:primary" % pg_own.port}},
+                  "users": {"app": {"password": PASSWORDS["app"]}}}})
+    workers = wait_until(lambda: worker_pids(p), 10)
+    stop = threading.Event()
+    loops = [QueryLoop(p, n, stop) for n in range(N_CLIENTS)]
+    try:
+        for lp in loops:
+            lp.start()
+        wait_until(lambda: all(lp.oks > 0 or lp.fatal for lp in loops), 30,
+                   msg="all %d clients to run queries" % N_CLIENTS)
+        assert not [lp.fatal for lp in loops if lp.fatal], [lp.fatal for lp in loops if lp.fatal][:3]
+        assert not any(lp.errors for lp in loops), [lp.errors[:2] for lp in loops if lp.errors][:3]
+        pg_ctl_restart(pg_own, how)
+        back = time.monotonic()
+        # Every client succeeds again after the restart, without pgcat's.
+        wait_until(lambda: all(lp.last_ok > back or lp.fatal for lp in loops), 20,
+                   msg="every client to succeed again after the restart (%d of %d did)"
+                   % (sum(lp.last_ok > back for lp in loops), N_CLIENTS))
+    finally:
+        stop.set()
+        for lp in loops:
+            lp.join(20)
+    assert not [lp for lp in loops if lp.is_alive()], "client threads still running"
+    assert not [lp.fatal for lp in loops if lp.fatal], [lp.fatal for lp in loops if lp.fatal][:3]
+    assert not [lp.wrong for lp in loops if lp.wrong], "clients got another client's answer"
+    errors = [e for lp in loops for e in lp.errors]
+    assert errors, "no client saw an error: was PostgreSQL restarted under them?"
+    unexpected = [e for e in errors if e[0] not in RESTART_SQLSTATES]
+    assert not unexpected, "errors unrelated to a restart: %r" % unexpected[:5]
+    # Transaction mode: an ERROR, the client's connection to pgcat stays (SPEC §3).
+    assert {e[1] for e in errors} == {"ERROR"}, {e[1] for e in errors}
+    assert sum(lp.disconnects for lp in loops) == 0, "clients were disconnected"
+    assert p.alive() and worker_pids(p) == workers, "pgcat or its worker was restarted"
+    # Fresh clients are served; the pool settles: nobody active or waiting,
+    # no server connection in login, at most pool_size of them, all idle.
+    for i in range(5):
+        with p.connect() as c:
+            assert c.execute("SELECT %s::int", (i,)).fetchone()[0] == i
+    wait_until(lambda: (lambda r: r["cl_active"] == 0 and r["cl_waiting"] == 0 and r["sv_active"] == 0
+                        and r["sv_login"] == 0 and r["sv_idle"] + r["sv_used"] <= POOL_SIZE)(pool_row(p)),
+               10, msg="SHOW POOLS to settle (%r)" % (pool_row(p),))
+    assert_pool_idle(pg_own, max_conns=POOL_SIZE)
 
 
 # --- server frozen with SIGSTOP -------------------------------------------------------------
