@@ -2,8 +2,14 @@
 """Fault injection (SPEC §3, §10): what a user sees when things break under
 pgcat, beyond the clean losses of test_faults.py.
 
-- a server backend killed with SIGKILL mid-query (PostgreSQL then restarts
-  every backend): the client gets an error, pgcat recovers by itself;
+- a server backend killed with SIGKILL mid-query or in the middle of a
+  COPY FROM STDIN (PostgreSQL then restarts every backend): the client gets
+  an error, nothing of the COPY is kept, pgcat recovers by itself;
+- a client killed in the middle of a COPY FROM STDIN: the COPY is failed,
+  and the server connection goes back to the pool;
+- PostgreSQL restarted (pg_ctl restart -m fast / immediate) under 100
+  clients: errors for what was in flight, then every client is served
+  again on its connection, without restarting pgcat;
 - a server frozen with SIGSTOP: other clients are served meanwhile; a frozen
   idle server is given up by the health check; statement_timeout should end
   the wait of a query on a frozen server;
