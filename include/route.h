@@ -85,7 +85,7 @@ bool route_local_command(struct client *c, const char *sql, size_t len);
  * somewhere else to go). */
 void route_connect_failed(struct srvpool *sp, const char *reason);
 /* Is sp out of the read rotation now? */
-bool route_is_banned(const struct srvpool *sp);
+bool route_is_banned(struct srvpool *sp);
 
 /* Should a health check of sp ask for recovery state and WAL position? */
 bool route_wants_role_check(const struct srvpool *sp);

@@ -23,7 +23,7 @@
 #include "stats.h"
 
 #define SHM_MAGIC 0x70676361u      /* "pgca" */
-#define SHM_VERSION 5u
+#define SHM_VERSION 6u
 #define SHM_MAX_WORKERS 128
 #define SHM_MAX_POOLS 1024          /* (pool, user) pairs, over the life of the instance */
 #define SHM_MAX_TARGETS 4096        /* (pool, user, server) triples */
@@ -126,6 +126,9 @@ struct shm_header {
 	struct shm_pool_entry pools[SHM_MAX_POOLS];
 	struct shm_target_entry targets[SHM_MAX_TARGETS];
 	struct bans bans;
+	/* Bumped (under the lock) by every ban set or cleared: a worker
+	 * re-reads the table only when it moved (route_is_banned). */
+	_Atomic uint64_t bans_gen;
 	_Atomic uint64_t admin_seq;
 	struct shm_admin_entry admin[SHM_ADMIN_RING];
 	uint64_t off_stats, off_avg, off_gauges, off_conns, off_waiters, off_cancel, off_target_counts;
@@ -193,6 +196,10 @@ bool shm_ban_clear(struct shm *shm, const char *host, int port);
 /* Copy of the table, for listing without holding the lock. */
 void shm_bans_copy(struct shm *shm, struct bans *out);
 bool shm_is_banned(struct shm *shm, const char *host, int port, int64_t now);
+/* The table's generation (no lock), and under the lock the expiry of a
+ * server's ban (0: none) with the generation it was read at. */
+uint64_t shm_bans_generation(struct shm *shm);
+int64_t shm_ban_until(struct shm *shm, const char *host, int port, uint64_t *gen);
 
 /* Admin commands for every worker. */
 /* Returns the command's sequence number. */

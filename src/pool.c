@@ -91,6 +91,7 @@ static struct srvpool *srvpool_new(struct pool *p, const struct config_shard *sh
 		free(sp);
 		return NULL;
 	}
+	sp->ban_gen = UINT64_MAX;   /* never a generation: the first check reads the table */
 	sp->shm_target = p->w->shm && p->shm_slot >= 0
 				 ? shm_target_slot(p->w->shm, p->shm_slot, sh->index, cs->host, cs->port, sh->database)
 				 : -1;

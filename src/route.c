@@ -54,12 +54,17 @@ static uint64_t next_random(struct worker *w)
 	return x * 0x2545f4914f6cdd1dULL;
 }
 
-bool route_is_banned(const struct srvpool *sp)
+/* Asked for every candidate of every routed transaction: the shared table
+ * (256 entries behind a process-shared mutex) is read only when its
+ * generation moved; an expiry needs no new read, the cached time says it. */
+bool route_is_banned(struct srvpool *sp)
 {
 	struct worker *w = sp->pool->w;
 	if (!w->shm)
 		return false;
-	return shm_is_banned(w->shm, sp->host, sp->port, (int64_t)time(NULL));
+	if (shm_bans_generation(w->shm) != sp->ban_gen)
+		sp->ban_until = shm_ban_until(w->shm, sp->host, sp->port, &sp->ban_gen);
+	return sp->ban_until != 0 && sp->ban_until > (int64_t)time(NULL);
 }
 
 /* Servers of the shard, replicas first. */

@@ -427,6 +427,7 @@ bool shm_ban_set(struct shm *shm, const char *host, int port, int64_t now, int s
 {
 	lock(shm);
 	bool ok = bans_set(&shm->h->bans, host, port, now, seconds, source, reason);
+	atomic_fetch_add(&shm->h->bans_gen, 1);
 	unlock(shm);
 	return ok;
 }
@@ -435,6 +436,7 @@ bool shm_ban_clear(struct shm *shm, const char *host, int port)
 {
 	lock(shm);
 	bool ok = bans_clear(&shm->h->bans, host, port);
+	atomic_fetch_add(&shm->h->bans_gen, 1);
 	unlock(shm);
 	return ok;
 }
@@ -452,6 +454,23 @@ bool shm_is_banned(struct shm *shm, const char *host, int port, int64_t now)
 	bool b = bans_is_banned(&shm->h->bans, host, port, now);
 	unlock(shm);
 	return b;
+}
+
+uint64_t shm_bans_generation(struct shm *shm)
+{
+	return atomic_load_explicit(&shm->h->bans_gen, memory_order_acquire);
+}
+
+int64_t shm_ban_until(struct shm *shm, const char *host, int port, uint64_t *gen)
+{
+	lock(shm);
+	/* now = INT64_MIN: any entry in the table, expired or not; the caller
+	 * compares the expiry with its own clock. */
+	const struct ban *b = bans_get(&shm->h->bans, host, port, INT64_MIN);
+	int64_t until = b ? b->until : 0;
+	*gen = atomic_load_explicit(&shm->h->bans_gen, memory_order_relaxed);
+	unlock(shm);
+	return until;
 }
 
 bool shm_admin_applied_by_all(struct shm *shm, int me, uint64_t seq)
