@@ -21,6 +21,7 @@
 #include <pg_query.h>
 
 #include "pgjson.h"
+#include "sqlshape.h"
 
 /* ------------------------------------------------------------------ */
 /* The walk over one query's statements                                 */
@@ -609,6 +610,9 @@ static bool explain_analyze(const struct jdoc *d, int opts)
 			if ((iv != JNONE && jget(d, iv, "ival") == JNONE) || (bv != JNONE && jget(d, bv, "boolval") == JNONE))
 				return false;
 		}
+		/* an option's number is a bare Integer node: ANALYZE 0 is off */
+		if ((a = jnode(d, arg, "Integer")) != JNONE && jget(d, a, "ival") == JNONE)
+			return false;
 		return true;
 	}
 	return false;
@@ -1019,6 +1023,9 @@ enum router_command router_parse_command(const char *sql, size_t len, char *valu
  * then the text. */
 #define VERDICT_HEAD offsetof(struct router_verdict, keys)
 
+/* Longest shape made (the text of a longer statement is its own key). */
+#define ROUTER_SHAPE_MAX 4096
+
 struct cache_entry {
 	struct cache_entry *chain;          /* same bucket */
 	struct cache_entry *newer, *older;  /* LRU list */
@@ -1201,11 +1208,26 @@ const struct router_verdict *router_cache_classify(struct router_cache *c, const
 		return v;
 	}
 	uint64_t rh = rules_hash(rules);
-	uint64_t h = fnv(rh, sql, len);
+	/* Without sharded tables a verdict never depends on the values of the
+	 * constants: a statement sent with literals (the simple protocol) is
+	 * looked up by its shape, so `WHERE aid = 1` and `WHERE aid = 2` share
+	 * one parse. Shapes and texts never meet: their rules hashes differ. */
+	char shape[ROUTER_SHAPE_MAX];
+	const char *key = sql;
+	size_t klen = len;
+	if (rules->n_sharded == 0) {
+		size_t n = sqlshape_make(sql, len, shape, sizeof shape);
+		if (n > 0) {
+			key = shape;
+			klen = n;
+			rh ^= 0x7368617065ULL;   /* "shape" */
+		}
+	}
+	uint64_t h = fnv(rh, key, klen);
 	h ^= h >> 29;
 	if (c->n_buckets) {
 		for (struct cache_entry *e = c->buckets[h & (c->n_buckets - 1)]; e; e = e->chain) {
-			if (e->hash != h || e->rules != rh || e->len != len || memcmp(entry_text(e), sql, len) != 0)
+			if (e->hash != h || e->rules != rh || e->len != klen || memcmp(entry_text(e), key, klen) != 0)
 				continue;
 			memcpy(v, e->data, VERDICT_HEAD);
 			memcpy(v->keys, e->data + VERDICT_HEAD, e->n_keys * sizeof(struct router_key));
@@ -1217,6 +1239,6 @@ const struct router_verdict *router_cache_classify(struct router_cache *c, const
 	}
 	c->misses++;
 	router_classify(sql, len, rules, v);
-	cache_insert(c, h, rh, sql, len, v);
+	cache_insert(c, h, rh, key, klen, v);
 	return v;
 }

@@ -8,9 +8,13 @@
  *  - router_parse_command(): pgcat's own SET/SHOW statements, with a value
  *    buffer allocated to its exact size: the production size and 0..3.
  *  - router_role_parse().
+ *  - sqlshape_make(): a text with a shape and the text made from that shape
+ *    with other constants of the same classes get the same verdict (without
+ *    sharded tables, where the cache looks statements up by shape).
  * The text is copied to a buffer of exactly its length, not terminated.
  */
 #include "router.h"
+#include "sqlshape.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -97,6 +101,63 @@ static void command(const char *sql, size_t len, size_t valuelen)
 		CHECK(bare == cmd);
 }
 
+/* Other constants in the places of sql's: the shape's markers replaced. */
+static void shape_check(const char *sql, size_t size)
+{
+	for (size_t i = 0; i < size; i++)
+		if (sql[i] == SQLSHAPE_ICONST || sql[i] == SQLSHAPE_FCONST || sql[i] == SQLSHAPE_SCONST)
+			return;   /* a marker byte in a comment would be rewritten too */
+	char *shape = malloc(size + 1);
+	if (shape == NULL)
+		return;
+	size_t n = sqlshape_make(sql, size, shape, size);
+	CHECK(n <= size);
+	if (n == 0) {
+		free(shape);
+		return;
+	}
+	char *other = malloc(n * 5 + 1);
+	if (other == NULL) {
+		free(shape);
+		return;
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		/* (an FCONST right after a name began with '.': "t1.5") */
+		const char *rep = shape[i] == SQLSHAPE_ICONST ? "70" : shape[i] == SQLSHAPE_FCONST ? ".25" :
+				  shape[i] == SQLSHAPE_SCONST ? "'v'" : NULL;
+		if (rep) {
+			memcpy(other + k, rep, strlen(rep));
+			k += strlen(rep);
+		} else {
+			other[k++] = shape[i];
+		}
+	}
+	char *again = malloc(k + 1);
+	if (again != NULL) {
+		size_t m = sqlshape_make(other, k, again, k);
+		CHECK(m == n && memcmp(again, shape, n) == 0);
+		free(again);
+	}
+	struct router_rules plain = {
+		.writing_functions = writers, .n_writing_functions = sizeof writers / sizeof writers[0],
+		.max_length = 65536,
+	};
+	struct router_verdict a, b;
+	router_classify(sql, size, &plain, &a);
+	router_classify(other, k, &plain, &b);
+	CHECK(same_verdict(&a, &b));
+	struct router_cache *cache = router_cache_new(2);
+	if (cache != NULL) {
+		(void)router_cache_classify(cache, sql, size, &plain);
+		const struct router_verdict *c = router_cache_classify(cache, other, k, &plain);
+		CHECK(c != NULL && same_verdict(c, &b));
+		router_cache_free(cache);
+	}
+	free(other);
+	free(shape);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char *sql = malloc(size);
@@ -129,6 +190,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_verdict(c3);
 		router_cache_free(cache);
 	}
+
+	shape_check(sql, size);
 
 	/* pgcat's own statements: the production value size, and tiny ones. */
 	command(sql, size, 64);

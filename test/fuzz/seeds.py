@@ -260,6 +260,9 @@ def router():
         ("for-update", "SELECT * FROM users u WHERE u.id = 5 OR u.id = $1 FOR UPDATE SKIP LOCKED"),
         ("copy", "COPY orders (user_id, total) FROM STDIN WITH (FORMAT csv)"),
         ("explain", "EXPLAIN (ANALYZE, BUFFERS) UPDATE users SET name = 'x' WHERE id = -9223372036854775808"),
+        ("shape-constants", "-- c 'x'\n/* pgcat: role=replica */ SELECT \"a\"\"b\", 'it''s', 1.5e-3, .5, "
+                            "2147483648, x1 FROM t WHERE n = -7 AND s = 'a'\n'b' LIMIT $1;  "),
+        ("shape-write", "UPDATE t SET v = v + 1, w = nextval('s') WHERE id IN (1, 2, 3.0) RETURNING 'done'"),
     ]:
         write(t, name, sql)
 

@@ -71,6 +71,8 @@ START_TEST(reads)
 		"EXPLAIN SELECT * FROM t",
 		"EXPLAIN INSERT INTO t VALUES (1)",
 		"EXPLAIN (ANALYZE false) DELETE FROM t",
+		"EXPLAIN (ANALYZE 0) DELETE FROM t",
+		"EXPLAIN (ANALYZE 'off') DELETE FROM t",
 		"EXPLAIN ANALYZE SELECT 1",
 		"COPY t TO STDOUT",
 		"COPY (SELECT * FROM t) TO STDOUT",
@@ -147,6 +149,7 @@ START_TEST(writes)
 		"NOTIFY ch",
 		"EXPLAIN ANALYZE INSERT INTO t VALUES (1)",
 		"EXPLAIN (ANALYZE, BUFFERS) UPDATE t SET a = 1",
+		"EXPLAIN (ANALYZE 1) DELETE FROM t",
 		"PREPARE p AS INSERT INTO t VALUES ($1)",
 		"DECLARE c CURSOR FOR SELECT * FROM t FOR UPDATE",
 		"COMMIT PREPARED 'x'",
@@ -747,6 +750,51 @@ START_TEST(max_length)
 }
 END_TEST
 
+/* Without sharded tables, statements that differ only in their constants
+ * share one entry (their shape); with sharded tables the constants are keys
+ * and every text is its own entry. */
+START_TEST(cache_shapes)
+{
+	struct router_cache *c = router_cache_new(16);
+	ck_assert_ptr_nonnull(c);
+	struct router_cache_stats st;
+	struct router_rules plain = { .max_length = 1000 };
+	const struct router_verdict *v = router_cache_classify(c, "SELECT * FROM users WHERE id = 1", 32, &plain);
+	ck_assert(v->parsed && !v->writes);
+	v = router_cache_classify(c, "SELECT * FROM users WHERE id = 22", 33, &plain);
+	ck_assert(v->parsed && !v->writes);
+	router_cache_stats(c, &st);
+	ck_assert(st.hits == 1 && st.misses == 1 && st.entries == 1);
+	/* a string where the integer was: another shape */
+	v = router_cache_classify(c, "SELECT * FROM users WHERE id = '1'", 34, &plain);
+	router_cache_stats(c, &st);
+	ck_assert(st.hits == 1 && st.misses == 2);
+	/* a write of the same shape family stays a write */
+	v = router_cache_classify(c, "UPDATE users SET n = 1 WHERE id = 5", 35, &plain);
+	ck_assert(v->parsed && v->writes);
+	v = router_cache_classify(c, "UPDATE users SET n = 2 WHERE id = 6", 35, &plain);
+	ck_assert(v->parsed && v->writes);
+	router_cache_stats(c, &st);
+	ck_assert(st.hits == 2 && st.misses == 3);
+	/* the hint in a comment is part of the shape */
+	v = router_cache_classify(c, "/* pgcat: role=primary */ SELECT 1", 34, &plain);
+	ck_assert_int_eq(v->hint_role, ROUTER_ROLE_PRIMARY);
+	v = router_cache_classify(c, "/* pgcat: role=replica */ SELECT 2", 34, &plain);
+	ck_assert_int_eq(v->hint_role, ROUTER_ROLE_REPLICA);
+	/* EXPLAIN's options are constants that matter: no shape */
+	v = router_cache_classify(c, "EXPLAIN (ANALYZE 1) DELETE FROM t", 33, &plain);
+	ck_assert(v->writes);
+	v = router_cache_classify(c, "EXPLAIN (ANALYZE 0) DELETE FROM t", 33, &plain);
+	ck_assert(!v->writes);
+	/* sharding keys: every value is looked at */
+	v = router_cache_classify(c, "SELECT * FROM users WHERE id = 1", 32, &rules);
+	ck_assert(has_key(v, "1"));
+	v = router_cache_classify(c, "SELECT * FROM users WHERE id = 2", 32, &rules);
+	ck_assert(has_key(v, "2") && !has_key(v, "1"));
+	router_cache_free(c);
+}
+END_TEST
+
 Suite *router_suite(void)
 {
 	Suite *s = suite_create("router");
@@ -762,6 +810,7 @@ Suite *router_suite(void)
 	tcase_add_test(tc, hints);
 	tcase_add_test(tc, commands);
 	tcase_add_test(tc, cache);
+	tcase_add_test(tc, cache_shapes);
 	tcase_add_test(tc, max_length);
 	suite_add_tcase(s, tc);
 	return s;

@@ -14,4 +14,5 @@ Suite *auth_file_suite(void);
 Suite *shardkey_suite(void);
 Suite *merge_suite(void);
 Suite *pgvalue_suite(void);
+Suite *sqlshape_suite(void);
 #endif
