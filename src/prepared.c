@@ -330,9 +330,30 @@ void prep_sset_clear(struct prep_sset *s, struct prep_registry *r)
 	s->gen++;
 }
 
+/* Lower-case hex of v without leading zeros at p; returns the end. */
+static char *put_hex(char *p, uint64_t v)
+{
+	char tmp[16];
+	int n = 0;
+	do {
+		tmp[n++] = "0123456789abcdef"[v & 15];
+		v >>= 4;
+	} while (v);
+	while (n > 0)
+		*p++ = tmp[--n];
+	return p;
+}
+
+/* "pgcat_<id>_<gen>" in hex. Made for every Bind of a named statement, so
+ * written by hand: snprintf cost ~800 instructions a transaction. */
 void prep_gname(char out[PREP_GNAME_MAX], const struct prep_stmt *st, uint32_t gen)
 {
-	snprintf(out, PREP_GNAME_MAX, "pgcat_%" PRIx64 "_%" PRIx32, st->id, gen);
+	_Static_assert(PREP_GNAME_MAX >= sizeof "pgcat_" + 16 + 1 + 8, "room for two hex numbers");
+	memcpy(out, "pgcat_", 6);
+	char *p = put_hex(out + 6, st->id);
+	*p++ = '_';
+	p = put_hex(p, gen);
+	*p = '\0';
 }
 
 /* ---- FIFOs ---- */

@@ -132,6 +132,11 @@ START_TEST(server_set_lru_and_model)
 	struct prep_stmt fake = { .id = 0x2a };
 	prep_gname(g, &fake, 3);
 	ck_assert_str_eq(g, "pgcat_2a_3");
+	struct prep_stmt zero = { .id = 0 }, big = { .id = UINT64_MAX };
+	prep_gname(g, &zero, 0);
+	ck_assert_str_eq(g, "pgcat_0_0");
+	prep_gname(g, &big, UINT32_MAX);
+	ck_assert_str_eq(g, "pgcat_ffffffffffffffff_ffffffff");
 }
 END_TEST
 
