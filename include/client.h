@@ -42,21 +42,13 @@ struct prep_client;
 /* Room for a formatted peer address ("unix", IPv4 or IPv6). */
 #define CLIENT_ADDR_STRLEN 46
 
+/* Laid out for size (8-byte fields first, flags as bits): an idle client
+ * is mostly this struct, and pgcat holds tens of thousands of them. */
 struct client {
 	struct list_node node;        /* worker list by state, or srvpool waiters */
 	struct worker *w;
 	uint64_t id;
-	enum client_state state;
 	struct io io;
-	/* The peer, kept binary (client_addr_str formats it): 20 bytes instead
-	 * of a string buffer in every client. */
-	union {
-		struct in_addr v4;
-		struct in6_addr v6;
-	} peer;
-	uint16_t port;
-	uint8_t peer_family;          /* AF_INET, AF_INET6 or AF_UNIX */
-	bool is_unix;
 
 	/* From the startup packet, in one allocation (names); "" until then. */
 	const char *user;
@@ -70,53 +62,21 @@ struct client {
 	struct params params;         /* the session as this client sees it */
 	struct params startup_params; /* what it logged in with: RESET goes back to these */
 
-	/* Pump state across reads: bytes left of the message being forwarded
-	 * to the server, or being discarded. */
-	uint32_t fwd_remaining;
-	uint32_t skip_remaining;
-	/* Answering a request pgcat could not serve: discard messages up to
-	 * and including Sync, then send ReadyForQuery. */
-	bool skip_to_sync;
-	/* The server was lost inside an explicit transaction: pgcat answers
-	 * until the client ends it (SPEC §3). */
-	bool in_failed_tx;
 	/* An error to answer the client's next message with (rare: allocated
 	 * when needed). */
 	struct client_pending_error *pending_error;
-	/* SET SERVER ROLE / SET PRIMARY READS / SET SHARD (SPEC §6): a
-	 * router_role, -1/0/1, a shard or -1; and read-your-writes. */
-	int8_t role_override;
-	int8_t primary_reads_override;
-	int16_t shard_override;
-	uint8_t shard_phase;          /* enum route_phase (route.c) */
-	bool held_begin_read_only;
 	/* A BEGIN pgcat answered itself until the transaction's first
 	 * statement shows its shard (route.c); sent to the server when linked. */
 	char *held_begin;
 	uint64_t sticky_until_us;
 	/* A read sent to a replica: a copy of its bytes until the first reply
 	 * reaches the client, to send it elsewhere if the replica dies. */
-	bool retry_on;
 	struct evbuffer *retry;
-	uint32_t retry_skip;          /* acknowledgements the replay must not repeat */
-	bool route_error;             /* route_pick: no server may take this write */
-	bool replayed;                /* this request was already replayed once */
 	/* Named prepared statements in transaction mode (made on first use). */
 	struct prep_client *prep;
 	/* The cross-shard read under way (CLIENT_FANOUT), or for a leg client
 	 * (is_fanout_leg) the one it serves; NULL otherwise. */
 	struct fanout *fanout;
-	bool is_fanout_leg;
-
-	uint32_t cancel_pid, cancel_key;
-	bool has_cancel_key;
-	bool is_admin;
-	bool close_when_released;     /* shutdown: close after this transaction */
-	bool paused;                  /* reading stopped for the server's backpressure */
-	/* Inside client_process: nested reports only ask for another round. */
-	bool processing, reprocess;
-	/* failed transaction, extended protocol: pgcat answers a ROLLBACK batch itself */
-	bool local_rollback_batch;
 	/* admin console: a command whose reply waits until every worker
 	 * applied it and, for PAUSE, the pools drained (allocated when needed) */
 	struct admin_pending *admin_pending;
@@ -124,6 +84,51 @@ struct client {
 	uint64_t connect_us;
 	uint64_t state_since_us;
 	uint64_t last_activity_us;
+
+	enum client_state state;
+	/* Pump state across reads: bytes left of the message being forwarded
+	 * to the server, or being discarded. */
+	uint32_t fwd_remaining;
+	uint32_t skip_remaining;
+	uint32_t retry_skip;          /* acknowledgements the replay must not repeat */
+	uint32_t cancel_pid, cancel_key;
+
+	/* The peer, kept binary (client_addr_str formats it): 20 bytes instead
+	 * of a string buffer in every client. */
+	union {
+		struct in_addr v4;
+		struct in6_addr v6;
+	} peer;
+	uint16_t port;
+	uint8_t peer_family;          /* AF_INET, AF_INET6 or AF_UNIX */
+
+	/* SET SERVER ROLE / SET PRIMARY READS / SET SHARD (SPEC §6): a
+	 * router_role, -1/0/1, a shard or -1; and read-your-writes. */
+	int8_t role_override;
+	int8_t primary_reads_override;
+	int16_t shard_override;
+	uint8_t shard_phase;          /* enum route_phase (route.c) */
+
+	bool is_unix : 1;
+	/* Answering a request pgcat could not serve: discard messages up to
+	 * and including Sync, then send ReadyForQuery. */
+	bool skip_to_sync : 1;
+	/* The server was lost inside an explicit transaction: pgcat answers
+	 * until the client ends it (SPEC §3). */
+	bool in_failed_tx : 1;
+	bool held_begin_read_only : 1;
+	bool retry_on : 1;
+	bool route_error : 1;         /* route_pick: no server may take this write */
+	bool replayed : 1;            /* this request was already replayed once */
+	bool is_fanout_leg : 1;
+	bool has_cancel_key : 1;
+	bool is_admin : 1;
+	bool close_when_released : 1; /* shutdown: close after this transaction */
+	bool paused : 1;              /* reading stopped for the server's backpressure */
+	/* Inside client_process: nested reports only ask for another round. */
+	bool processing : 1, reprocess : 1;
+	/* failed transaction, extended protocol: pgcat answers a ROLLBACK batch itself */
+	bool local_rollback_batch : 1;
 };
 
 /* A leg of a cross-shard read (fanout.c): an internal client on fd (one

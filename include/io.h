@@ -37,27 +37,37 @@ struct io_flusher {
 	uint8_t scratch[65536];
 };
 
+/* What an owner gives every connection of its kind: callbacks and the
+ * output low watermark (one static table per kind, not three pointers and
+ * a number in every connection). */
+struct io_ops {
+	io_read_fn on_read;
+	io_drain_fn on_drain;      /* NULL: not told */
+	io_event_fn on_event;
+	uint32_t write_low;        /* drain callback once output falls to this */
+	/* Where the connection sits in its owner: offsetof(owner, io). The
+	 * callbacks get the owner as their arg. */
+	size_t owner_offset;
+};
+
+/* Laid out for size: an idle client holds one (see doc/benchmarks.md). */
 struct io {
-	evutil_socket_t fd;
+	struct event rev;
 	/* NULL while empty and trimmed (io_trim): an idle client holds no buffers. */
 	struct evbuffer *in, *out;
-	struct event rev;
 	struct event *wev;       /* made on first need */
 	struct io_flusher *flusher;
 	struct list_node dirty_node;
-	bool connecting;
-	bool read_armed, write_armed;
-	bool paused;             /* the owner asked: stop reading (peer backpressure) */
-	bool closed;
-	bool trim_after_flush;   /* io_trim once the output is written */
-	bool tls_handshaking;    /* ssl set, handshake not finished */
 	SSL *ssl;                /* NULL: plain TCP (the fast path tests only this) */
+	const struct io_ops *ops;
+	evutil_socket_t fd;
 	uint32_t read_high;      /* stop reading while input holds this much */
-	uint32_t write_low;      /* drain callback once output falls to this */
-	io_read_fn on_read;
-	io_drain_fn on_drain;
-	io_event_fn on_event;
-	void *arg;
+	bool connecting : 1;
+	bool read_armed : 1, write_armed : 1;
+	bool paused : 1;             /* the owner asked: stop reading (peer backpressure) */
+	bool closed : 1;
+	bool trim_after_flush : 1;   /* io_trim once the output is written */
+	bool tls_handshaking : 1;    /* ssl set, handshake not finished */
 };
 
 bool io_flusher_init(struct io_flusher *f, struct event_base *base) __attribute__((warn_unused_result));
@@ -65,14 +75,13 @@ void io_flusher_free(struct io_flusher *f);
 /* Flush every dirty connection now (also done by the flusher's event). */
 void io_flush_all(struct io_flusher *f);
 
-/* Adopt a connected, non-blocking socket. */
+/* Adopt a connected, non-blocking socket. ops must outlive the connection;
+ * io is embedded in its owner at ops->owner_offset. */
 bool io_open(struct io *io, struct event_base *base, struct io_flusher *f, evutil_socket_t fd,
-	     size_t read_high, size_t write_low, io_read_fn on_read, io_drain_fn on_drain, io_event_fn on_event,
-	     void *arg) __attribute__((warn_unused_result));
+	     size_t read_high, const struct io_ops *ops) __attribute__((warn_unused_result));
 /* Start a non-blocking connect; on_event(IO_CONNECTED) or (IO_ERROR) follows. */
 bool io_connect(struct io *io, struct event_base *base, struct io_flusher *f, const struct sockaddr *sa,
-		socklen_t salen, size_t read_high, size_t write_low, io_read_fn on_read, io_drain_fn on_drain,
-		io_event_fn on_event, void *arg) __attribute__((warn_unused_result));
+		socklen_t salen, size_t read_high, const struct io_ops *ops) __attribute__((warn_unused_result));
 void io_close(struct io *io);
 
 /* The output buffer, marked for flushing at the end of this loop turn.

@@ -64,6 +64,8 @@ const char *client_state_name(enum client_state st) { return state_names[st]; }
 static void client_read_cb(struct io *io, void *arg);
 static void client_drain_cb(struct io *io, void *arg);
 static void client_event_cb(struct io *io, enum io_event what, int err, void *arg);
+static const struct io_ops client_io_ops = { client_read_cb, client_drain_cb, client_event_cb, CLIENT_OUT_BUDGET / 2,
+					      offsetof(struct client, io) };
 
 struct evbuffer *client_output(struct client *c) { return io_out(&c->io); }
 
@@ -91,8 +93,11 @@ void client_set_state(struct client *c, enum client_state st)
 	case CLIENT_FANOUT:
 		list_add_tail(&w->clients_active, &c->node);
 		break;
-	case CLIENT_LOGIN_WAIT:   /* on the pool's login_waiters */
 	case CLIENT_WAITING:      /* on the srvpool's waiters */
+		/* a CancelRequest for this wait may land on another worker */
+		cancel_key_share(&w->cancel, c);
+		break;
+	case CLIENT_LOGIN_WAIT:   /* on the pool's login_waiters */
 	case CLIENT_CLOSED:
 		break;
 	}
@@ -144,8 +149,7 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 	params_init(&c->startup_params);
 	list_init(&c->node);
 	c->connect_us = c->state_since_us = c->last_activity_us = w->now_us;
-	if (!io_open(&c->io, w->base, &w->flusher, fd, CLIENT_READ_HIGH_WATER, CLIENT_OUT_BUDGET / 2,
-		     client_read_cb, client_drain_cb, client_event_cb, c)) {
+	if (!io_open(&c->io, w->base, &w->flusher, fd, CLIENT_READ_HIGH_WATER, &client_io_ops)) {
 		evutil_closesocket(fd);
 		free(c);
 		return;
@@ -206,8 +210,7 @@ struct client *client_open_leg(struct client *parent, int fd, int shard, struct 
 	params_init(&c->startup_params);
 	list_init(&c->node);
 	c->connect_us = c->state_since_us = c->last_activity_us = w->now_us;
-	if (!io_open(&c->io, w->base, &w->flusher, fd, CLIENT_READ_HIGH_WATER, CLIENT_OUT_BUDGET / 2, client_read_cb,
-		     client_drain_cb, client_event_cb, c)) {
+	if (!io_open(&c->io, w->base, &w->flusher, fd, CLIENT_READ_HIGH_WATER, &client_io_ops)) {
 		evutil_closesocket(fd);
 		free(names);
 		free(c);

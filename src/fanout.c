@@ -339,6 +339,16 @@ static bool leg_scan(struct fanout_leg *leg)
 	return false;
 }
 
+/* Below 256 kB queued for every shard, the client's rows flow again. */
+#define COPY_LEG_HIGH (1024u * 1024)
+#define COPY_LEG_LOW (256u * 1024)
+
+static void leg_read_cb(struct io *io, void *arg);
+static void leg_drain_cb(struct io *io, void *arg);
+static void leg_event_cb(struct io *io, enum io_event what, int err, void *arg);
+static const struct io_ops leg_io_ops = { leg_read_cb, leg_drain_cb, leg_event_cb, COPY_LEG_LOW,
+					   offsetof(struct fanout_leg, io) };
+
 static void leg_read_cb(struct io *io, void *arg)
 {
 	(void)io;
@@ -366,10 +376,6 @@ static void begin_wait(struct fanout *fo)
 	if (fo->n_done == fo->n_legs)
 		fanout_finish(fo);
 }
-
-/* Below 256 kB queued for every shard, the client's rows flow again. */
-#define COPY_LEG_HIGH (1024u * 1024)
-#define COPY_LEG_LOW (256u * 1024)
 
 static void leg_drain_cb(struct io *io, void *arg)
 {
@@ -713,8 +719,7 @@ static bool open_leg(struct fanout *fo, int idx, int shard, char *why, size_t wh
 			 shard, strerror(errno));
 		return false;
 	}
-	if (!io_open(&leg->io, w->base, &w->flusher, sv[1], FANOUT_REPLY_MAX + 65536u, COPY_LEG_LOW, leg_read_cb, leg_drain_cb,
-		     leg_event_cb, leg)) {
+	if (!io_open(&leg->io, w->base, &w->flusher, sv[1], FANOUT_REPLY_MAX + 65536u, &leg_io_ops)) {
 		close(sv[0]);
 		close(sv[1]);
 		snprintf(why, whylen, "cross-shard query: out of memory");

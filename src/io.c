@@ -19,6 +19,12 @@
 
 static void write_cb(evutil_socket_t fd, short what, void *arg);
 
+/* The struct the connection is embedded in: its callbacks' arg. */
+static inline void *io_owner(struct io *io)
+{
+	return (char *)io - io->ops->owner_offset;
+}
+
 static void io_arm_read(struct io *io)
 {
 	bool want = !io->closed && !io->connecting && !io->paused &&
@@ -80,7 +86,7 @@ static bool tls_write_some(struct io *io)
 		if (e == SSL_ERROR_WANT_READ)
 			return true;   /* the read callback tries again */
 		io_arm_write(io, false);
-		io->on_event(io, IO_ERROR, e == SSL_ERROR_SYSCALL && errno ? errno : EPROTO, io->arg);
+		io->ops->on_event(io, IO_ERROR, e == SSL_ERROR_SYSCALL && errno ? errno : EPROTO, io_owner(io));
 		return false;
 	}
 	io_arm_write(io, false);
@@ -127,7 +133,7 @@ static bool io_write_some(struct io *io)
 			return true;
 		}
 		io_arm_write(io, false);
-		io->on_event(io, IO_ERROR, n == 0 ? EPIPE : err, io->arg);
+		io->ops->on_event(io, IO_ERROR, n == 0 ? EPIPE : err, io_owner(io));
 		return false;
 	}
 	io_arm_write(io, false);
@@ -197,17 +203,17 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	ssize_t n = read_into(io);
 	if (n == 0) {
-		io->on_event(io, IO_EOF, 0, io->arg);
+		io->ops->on_event(io, IO_EOF, 0, io_owner(io));
 		return;
 	}
 	if (n < 0) {
 		int err = errno;
 		if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR)
 			return;
-		io->on_event(io, IO_ERROR, err, io->arg);
+		io->ops->on_event(io, IO_ERROR, err, io_owner(io));
 		return;
 	}
-	io->on_read(io, io->arg);
+	io->ops->on_read(io, io_owner(io));
 	if (!io->closed) {
 		io_arm_read(io);
 		/* A record holds more than one read took: no socket event will say so. */
@@ -224,7 +230,7 @@ static void tls_step(struct io *io)
 	if (rc == 1) {
 		io->tls_handshaking = false;
 		io_arm_write(io, false);
-		io->on_event(io, IO_TLS_READY, 0, io->arg);
+		io->ops->on_event(io, IO_TLS_READY, 0, io_owner(io));
 		if (io->closed)
 			return;
 		if (io_out_len(io) > 0)
@@ -242,7 +248,7 @@ static void tls_step(struct io *io)
 		io_arm_write(io, true);
 		return;
 	default:
-		io->on_event(io, IO_ERROR, EPROTO, io->arg);
+		io->ops->on_event(io, IO_ERROR, EPROTO, io_owner(io));
 		return;
 	}
 }
@@ -252,7 +258,7 @@ void io_start_tls(struct io *io, SSL *ssl)
 	io->ssl = ssl;
 	io->tls_handshaking = true;
 	if (SSL_set_fd(ssl, io->fd) != 1) {
-		io->on_event(io, IO_ERROR, EPROTO, io->arg);
+		io->ops->on_event(io, IO_ERROR, EPROTO, io_owner(io));
 		return;
 	}
 	tls_step(io);
@@ -277,11 +283,11 @@ static void write_cb(evutil_socket_t fd, short what, void *arg)
 		io->connecting = false;
 		io_arm_write(io, false);
 		if (err) {
-			io->on_event(io, IO_ERROR, err, io->arg);
+			io->ops->on_event(io, IO_ERROR, err, io_owner(io));
 			return;
 		}
 		io_arm_read(io);
-		io->on_event(io, IO_CONNECTED, 0, io->arg);
+		io->ops->on_event(io, IO_CONNECTED, 0, io_owner(io));
 		if (!io->closed && io_out_len(io) > 0)
 			(void)io_write_some(io);
 		return;
@@ -292,8 +298,8 @@ static void write_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	if (!io_write_some(io))
 		return;
-	if (io_out_len(io) <= io->write_low && io->on_drain)
-		io->on_drain(io, io->arg);
+	if (io_out_len(io) <= io->ops->write_low && io->ops->on_drain)
+		io->ops->on_drain(io, io_owner(io));
 }
 
 static void flusher_cb(evutil_socket_t fd, short what, void *arg)
@@ -342,49 +348,42 @@ void io_flush_all(struct io_flusher *f)
 		/* The socket took a backlog above the low watermark at once, so
 		 * the write callback that reports draining never runs: report it
 		 * here (a peer paused for this backlog resumes). */
-		if (before > io->write_low && !io->closed && !io->write_armed && io_out_len(io) <= io->write_low &&
-		    io->on_drain)
-			io->on_drain(io, io->arg);
+		if (before > io->ops->write_low && !io->closed && !io->write_armed && io_out_len(io) <= io->ops->write_low &&
+		    io->ops->on_drain)
+			io->ops->on_drain(io, io_owner(io));
 	}
 }
 
 static bool io_setup(struct io *io, struct event_base *base, struct io_flusher *f, evutil_socket_t fd,
-		     size_t read_high, size_t write_low, io_read_fn on_read, io_drain_fn on_drain, io_event_fn on_event,
-		     void *arg)
+		     size_t read_high, const struct io_ops *ops)
 {
 	memset(io, 0, sizeof *io);
 	io->fd = fd;
 	io->flusher = f;
 	list_init(&io->dirty_node);
 	io->read_high = read_high > UINT32_MAX ? UINT32_MAX : (uint32_t)read_high;
-	io->write_low = write_low > UINT32_MAX ? UINT32_MAX : (uint32_t)write_low;
-	io->on_read = on_read;
-	io->on_drain = on_drain;
-	io->on_event = on_event;
-	io->arg = arg;
+	io->ops = ops;
 	/* Buffers come with the first byte in or out (io_in, io_out). */
 	event_assign(&io->rev, base, fd, EV_READ | EV_PERSIST, read_cb, io);
 	return true;
 }
 
 bool io_open(struct io *io, struct event_base *base, struct io_flusher *f, evutil_socket_t fd,
-	     size_t read_high, size_t write_low, io_read_fn on_read, io_drain_fn on_drain, io_event_fn on_event,
-	     void *arg)
+	     size_t read_high, const struct io_ops *ops)
 {
-	if (!io_setup(io, base, f, fd, read_high, write_low, on_read, on_drain, on_event, arg))
+	if (!io_setup(io, base, f, fd, read_high, ops))
 		return false;
 	io_arm_read(io);
 	return true;
 }
 
 bool io_connect(struct io *io, struct event_base *base, struct io_flusher *f, const struct sockaddr *sa,
-		socklen_t salen, size_t read_high, size_t write_low, io_read_fn on_read, io_drain_fn on_drain,
-		io_event_fn on_event, void *arg)
+		socklen_t salen, size_t read_high, const struct io_ops *ops)
 {
 	evutil_socket_t fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return false;
-	if (!io_setup(io, base, f, fd, read_high, write_low, on_read, on_drain, on_event, arg)) {
+	if (!io_setup(io, base, f, fd, read_high, ops)) {
 		close(fd);
 		return false;
 	}

@@ -65,6 +65,8 @@ const char *server_state_name(enum server_state st) { return state_names[st]; }
 static void server_read_cb(struct io *io, void *arg);
 static void server_drain_cb(struct io *io, void *arg);
 static void server_event_cb(struct io *io, enum io_event what, int err, void *arg);
+static const struct io_ops server_io_ops = { server_read_cb, server_drain_cb, server_event_cb, SERVER_OUT_BUDGET / 2,
+					      offsetof(struct server, io) };
 
 void server_set_state(struct server *s, enum server_state st)
 {
@@ -120,8 +122,7 @@ struct server *server_connect(struct srvpool *sp)
 	log_debug("S-%llu %s@%s %s:%d: connecting", (unsigned long long)s->id, auth_server_user(sp->pool),
 		  sp->database, sp->host, sp->port);
 	if (!io_connect(&s->io, w->base, &w->flusher, (struct sockaddr *)&sp->addr, sp->addrlen,
-			SERVER_READ_HIGH_WATER, SERVER_OUT_BUDGET / 2, server_read_cb, server_drain_cb,
-			server_event_cb, s)) {
+			SERVER_READ_HIGH_WATER, &server_io_ops)) {
 		s->io.closed = true;
 		s->have_error = true;
 		snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08006");
@@ -869,6 +870,25 @@ static void settings_note_complete(struct server *s, struct evbuffer *in, uint32
 			       memcmp(b + 5, tag, sizeof tag) == 0;
 }
 
+/* Replies the prepared-statement layer may drop or replace (ParseComplete,
+ * BindComplete, CloseComplete, CommandComplete, ErrorResponse,
+ * EmptyQueryResponse, ReadyForQuery). */
+static inline bool replaceable_reply(uint8_t type)
+{
+	switch (type) {
+	case PqMsg_ParseComplete:
+	case PqMsg_BindComplete:
+	case PqMsg_CloseComplete:
+	case PqMsg_CommandComplete:
+	case PqMsg_ErrorResponse:
+	case PqMsg_EmptyQueryResponse:
+	case PqMsg_ReadyForQuery:
+		return true;
+	default:
+		return false;
+	}
+}
+
 static void process_active(struct server *s)
 {
 	struct evbuffer *in = s->io.in;
@@ -923,7 +943,7 @@ static void process_active(struct server *s)
 			const uint8_t *whole = NULL;
 			bool small = total <= SERVER_INSPECT_MAX;
 			/* Replies pgcat may drop or replace are small: have them whole first. */
-			if (small && f.type && strchr("123CEIZ", f.type) && evbuffer_get_length(in) < total)
+			if (small && replaceable_reply(f.type) && evbuffer_get_length(in) < total)
 				return;
 			if (small && prep_server_wants(s, f.type))
 				whole = evbuffer_pullup(in, total);
