@@ -18,7 +18,14 @@ struct randpool;
 
 struct cancel_slot {
 	uint32_t secret;          /* 0: free */
-	uint32_t next_free;
+	union {
+		uint32_t next_free;   /* a free slot: the next one, index + 1 */
+		/* a slot in use: its secret is in the shared segment. Written
+		 * there only once the client first waits for or runs a query:
+		 * before that no other worker has anything to cancel, and an
+		 * idle client then touches no shared page (its resident size). */
+		uint32_t published;
+	};
 	struct client *client;
 };
 
@@ -41,6 +48,9 @@ bool cancel_table_init(struct cancel_table *t, uint32_t n_slots, int worker, str
 	__attribute__((warn_unused_result));
 /* Publish that c's key now names a query on this server (s NULL: none). */
 void cancel_key_link(struct cancel_table *t, const struct client *c, const struct server *s);
+/* Publish c's key (no query yet) if it is not already: c waits for a
+ * server, and another worker may be asked to cancel that wait. */
+void cancel_key_share(struct cancel_table *t, const struct client *c);
 /* A CancelRequest: cancel locally, or through the shared segment when the
  * key belongs to another worker. */
 void cancel_handle_request(struct worker *w, uint32_t pid, uint32_t key);

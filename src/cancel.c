@@ -84,11 +84,9 @@ bool cancel_key_assign(struct cancel_table *t, struct client *c, uint32_t *pid, 
 	t->free_head = slot->next_free;
 	slot->secret = secret;
 	slot->client = c;
-	slot->next_free = 0;
+	slot->published = 0;   /* see struct cancel_slot */
 	*pid = ((uint32_t)(t->worker + 1) << SHM_CANCEL_WORKER_SHIFT) | (idx + 1);
 	*key = secret;
-	if (t->shm)
-		shm_cancel_publish(t->shm, t->worker, idx, secret, 0, 0, NULL, 0);
 	return true;
 }
 
@@ -102,11 +100,12 @@ void cancel_key_release(struct cancel_table *t, uint32_t pid)
 	struct cancel_slot *slot = &t->slots[idx];
 	if (!slot->secret)
 		return;
+	bool published = slot->published;
 	slot->secret = 0;
 	slot->client = NULL;
 	slot->next_free = t->free_head;
 	t->free_head = idx + 1;
-	if (t->shm)
+	if (t->shm && published)
 		shm_cancel_publish(t->shm, t->worker, idx, 0, 0, 0, NULL, 0);
 }
 
@@ -123,10 +122,32 @@ struct client *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, uin
 	return slot->client;
 }
 
+/* The slot of c's key in this table, or NULL. */
+static struct cancel_slot *own_slot(struct cancel_table *t, const struct client *c)
+{
+	if (!t->shm || !c->has_cancel_key || worker_of(c->cancel_pid) != t->worker)
+		return NULL;
+	uint32_t idx = slot_of(c->cancel_pid);
+	if (idx >= t->n_slots || t->slots[idx].secret != c->cancel_key)
+		return NULL;
+	return &t->slots[idx];
+}
+
+void cancel_key_share(struct cancel_table *t, const struct client *c)
+{
+	struct cancel_slot *slot = own_slot(t, c);
+	if (!slot || slot->published)
+		return;
+	slot->published = 1;
+	shm_cancel_publish(t->shm, t->worker, slot_of(c->cancel_pid), c->cancel_key, 0, 0, NULL, 0);
+}
+
 void cancel_key_link(struct cancel_table *t, const struct client *c, const struct server *s)
 {
-	if (!t->shm || !c->has_cancel_key)
+	struct cancel_slot *slot = own_slot(t, c);
+	if (!slot)
 		return;
+	slot->published = 1;
 	uint32_t idx = slot_of(c->cancel_pid);
 	if (s)
 		shm_cancel_publish(t->shm, t->worker, idx, c->cancel_key, s->backend_pid, s->backend_key,
