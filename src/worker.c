@@ -10,6 +10,9 @@
 #include "tls.h"
 
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <netdb.h>
@@ -415,6 +418,26 @@ static void close_idle_after_grace(struct worker *w)
 	}
 }
 
+/* After a burst of connections, give the heap's free pages back: logins
+ * leave their buffers freed between the clients that stay (fragments
+ * malloc keeps resident), and a pooler holding tens of thousands of idle
+ * clients should cost what they hold. Rare (after 1,024 connections, at
+ * most once a second) and cheap next to those logins. */
+#define TRIM_EVERY_CONNECTIONS 1024
+#define TRIM_MIN_INTERVAL_US 1000000
+static void trim_heap(struct worker *w)
+{
+#ifdef __GLIBC__
+	if (w->next_id - w->trimmed_at_id < TRIM_EVERY_CONNECTIONS || w->now_us - w->trimmed_at_us < TRIM_MIN_INTERVAL_US)
+		return;
+	w->trimmed_at_id = w->next_id;
+	w->trimmed_at_us = w->now_us;
+	(void)malloc_trim(0);
+#else
+	(void)w;
+#endif
+}
+
 static void janitor_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct worker *w = arg;
@@ -437,6 +460,7 @@ static void janitor_cb(evutil_socket_t fd, short what, void *arg)
 	pool_janitor(w);
 	admin_janitor(w);
 	worker_publish(w);
+	trim_heap(w);
 	if (w->shutting_down)
 		worker_check_shutdown_done(w);
 }
