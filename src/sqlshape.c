@@ -13,26 +13,59 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Byte classes of the lexer, as PostgreSQL 15's scan.l has them. */
+/* Byte classes of the lexer, as PostgreSQL 15's scan.l has them: a table,
+ * as every byte of every routed statement goes through these tests. */
+enum {
+	IDENT_START = 1,   /* letters, '_', bytes >= 0x80 */
+	IDENT_CONT = 2,    /* ... and digits and '$' */
+	SPACE = 4,         /* space, tab, newline, carriage return, form feed */
+	DIGIT = 8
+};
+#define I (IDENT_START | IDENT_CONT)
+#define D (IDENT_CONT | DIGIT)
+#define C IDENT_CONT
+#define S SPACE
+static const uint8_t byte_class[256] = {
+	/* 0x00 */ 0, 0, 0, 0, 0, 0, 0, 0, 0, S, S, 0, S, S, 0, 0,
+	/* 0x10 */ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	/* 0x20 */ S, 0, 0, 0, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	/* 0x30 */ D, D, D, D, D, D, D, D, D, D, 0, 0, 0, 0, 0, 0,
+	/* 0x40 */ 0, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
+	/* 0x50 */ I, I, I, I, I, I, I, I, I, I, I, 0, 0, 0, 0, I,
+	/* 0x60 */ 0, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
+	/* 0x70 */ I, I, I, I, I, I, I, I, I, I, I, 0, 0, 0, 0, 0,
+	/* 0x80 */ I, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
+	/* 0x90 */ I, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
+	/* 0xa0 */ I, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
+	/* 0xb0 */ I, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
+	/* 0xc0 */ I, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
+	/* 0xd0 */ I, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
+	/* 0xe0 */ I, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
+	/* 0xf0 */ I, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
+};
+#undef I
+#undef D
+#undef C
+#undef S
+
 static inline bool is_space(unsigned char ch)
 {
-	/* space, tab, newline, carriage return, form feed */
-	return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f';
+	return byte_class[ch] & SPACE;
 }
 
 static inline bool is_ident_start(unsigned char ch)
 {
-	return (unsigned char)((ch | 0x20) - 'a') < 26 || ch == '_' || ch >= 0x80;
+	return byte_class[ch] & IDENT_START;
 }
 
 static inline bool is_digit(unsigned char ch)
 {
-	return (unsigned char)(ch - '0') < 10;
+	return byte_class[ch] & DIGIT;
 }
 
 static inline bool is_ident_cont(unsigned char ch)
 {
-	return is_ident_start(ch) || is_digit(ch) || ch == '$';
+	return byte_class[ch] & IDENT_CONT;
 }
 
 /* The text is read once, left to right; bytes are copied to out in runs,

@@ -103,9 +103,6 @@ START_TEST(no_shape)
 	ck_assert_str_eq(shape("SELECT \x01, 1"), "");
 	ck_assert_str_eq(shape("SELECT 1\v"), "");
 
-	/* an embedded NUL ends the text for PostgreSQL: no shape */
-	ck_assert_uint_eq(sqlshape_make("SELECT 'a\0b'", 13, out, sizeof out), 0);
-
 	/* too small an output buffer: no shape, and nothing written past it */
 	char out[8];
 	memset(out, 'z', sizeof out);
@@ -113,6 +110,10 @@ START_TEST(no_shape)
 	ck_assert_int_eq(out[7], 'z');
 	ck_assert_uint_eq(sqlshape_make("SELECT 12345", 12, out, 8), 8);
 	ck_assert_uint_eq(sqlshape_make(NULL, 0, out, 8), 0);
+	/* an embedded NUL ends the text for PostgreSQL: no shape */
+	char big[32];
+	ck_assert_uint_eq(sqlshape_make("SELECT 'a\0b'", 12, big, sizeof big), 0);
+	ck_assert_uint_eq(sqlshape_make("SELECT 'ab'", 11, big, sizeof big), 8);
 	/* the length bounds the text: a NUL-free prefix of a longer buffer */
 	ck_assert_uint_eq(sqlshape_make("SELECT 1 garbage 'x", 8, out, 8), 8);
 }
