@@ -28,10 +28,14 @@ typedef void (*io_read_fn)(struct io *io, void *arg);
 typedef void (*io_drain_fn)(struct io *io, void *arg);
 typedef void (*io_event_fn)(struct io *io, enum io_event what, int err, void *arg);
 
-/* One per worker: the connections written to during this loop turn. */
+/* One per worker: the connections written to during this loop turn. They
+ * are flushed when the socket callback that wrote to them returns, or, for
+ * writes made elsewhere (timers, DNS answers), by the flusher's event at
+ * the end of the loop turn. */
 struct io_flusher {
 	struct list_node dirty;
 	struct event *ev;
+	int depth;                 /* socket callbacks under way */
 	struct evbuffer *discard;  /* what is written to closed connections */
 	/* Every read lands here first: large results stream in big chunks. */
 	uint8_t scratch[65536];

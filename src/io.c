@@ -187,9 +187,18 @@ static ssize_t read_into(struct io *io)
 	return n;
 }
 
-static void read_cb(evutil_socket_t fd, short what, void *arg)
+/* A socket callback ended: what it wrote goes out now, not after a trip
+ * through the event loop (the flusher's event costs an activation, a
+ * dispatch and a removal per loop turn). The owners' callbacks have all
+ * returned here, as at the end of the turn. */
+static void callback_done(struct io_flusher *f)
 {
-	struct io *io = arg;
+	if (--f->depth == 0 && !list_empty(&f->dirty))
+		io_flush_all(f);
+}
+
+static void read_ready(struct io *io)
+{
 	if (io->ssl) {
 		if (io->tls_handshaking) {
 			tls_step(io);
@@ -220,6 +229,15 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 		if (io->ssl && io->read_armed && SSL_has_pending(io->ssl))
 			event_active(&io->rev, EV_READ, 0);
 	}
+}
+
+static void read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct io *io = arg;
+	struct io_flusher *f = io->flusher;   /* io may be closed by the callback */
+	f->depth++;
+	read_ready(io);
+	callback_done(f);
 }
 
 /* One more step of the handshake, on either readiness. */
@@ -270,13 +288,12 @@ void io_read_now(struct io *io)
 		read_cb(io->fd, EV_READ, io);
 }
 
-static void write_cb(evutil_socket_t fd, short what, void *arg)
+static void write_ready(struct io *io)
 {
-	struct io *io = arg;
 	if (io->connecting) {
 		int err = 0;
 		socklen_t len = sizeof err;
-		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		if (getsockopt(io->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
 			err = errno;
 		if (err == EINPROGRESS)
 			return;
@@ -302,6 +319,15 @@ static void write_cb(evutil_socket_t fd, short what, void *arg)
 		io->ops->on_drain(io, io_owner(io));
 }
 
+static void write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct io *io = arg;
+	struct io_flusher *f = io->flusher;
+	f->depth++;
+	write_ready(io);
+	callback_done(f);
+}
+
 static void flusher_cb(evutil_socket_t fd, short what, void *arg)
 {
 	io_flush_all(arg);
@@ -311,6 +337,7 @@ bool io_flusher_init(struct io_flusher *f, struct event_base *base)
 {
 	list_init(&f->dirty);
 	f->discard = NULL;
+	f->depth = 0;
 	f->ev = event_new(base, -1, 0, flusher_cb, f);
 	return f->ev != NULL;
 }
@@ -450,7 +477,8 @@ struct evbuffer *io_out(struct io *io)
 	if (!io->out && !(io->out = evbuffer_new()))
 		return discard_buffer(io);   /* out of memory: the bytes are lost, the connection times out */
 	if (!list_linked(&io->dirty_node)) {
-		if (list_empty(&io->flusher->dirty))
+		/* inside a socket callback, its end flushes (callback_done) */
+		if (list_empty(&io->flusher->dirty) && io->flusher->depth == 0)
 			event_active(io->flusher->ev, 0, 0);
 		list_add_tail(&io->flusher->dirty, &io->dirty_node);
 	}
