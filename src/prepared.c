@@ -931,7 +931,9 @@ static enum prep_action on_query(struct client *c, struct server *s, const uint8
 		end--;
 	const char *p = sql_space(sql, end);
 	/* The simple protocol ends the server's unnamed statement. */
-	bool maybe = p < end && (strchr("pPeEdD", *p) != NULL);
+	/* PREPARE, EXECUTE, DEALLOCATE start so; anything else is left alone */
+	char first = p < end ? (char)(*p | 0x20) : 0;
+	bool maybe = first == 'p' || first == 'e' || first == 'd';
 	if (!maybe) {
 		ps->unnamed_client = 0;
 		return PREP_FORWARD;
