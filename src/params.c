@@ -68,8 +68,12 @@ static int find(const struct params *p, const char *name)
 {
 	if (!p->t)
 		return -1;
+	/* The first letter, case folded, rules out most names without a call
+	 * (a login compares every default with every setting of its own). */
+	unsigned char first = (unsigned char)name[0] | 0x20;
 	for (unsigned i = 0; i < p->t->n; i++)
-		if (strcasecmp(p->t->items[i]->name, name) == 0)
+		if (((unsigned char)p->t->items[i]->name[0] | 0x20) == first &&
+		    strcasecmp(p->t->items[i]->name, name) == 0)
 			return (int)i;
 	return -1;
 }
