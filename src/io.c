@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -193,7 +194,7 @@ static ssize_t read_into(struct io *io)
  * returned here, as at the end of the turn. */
 static void callback_done(struct io_flusher *f)
 {
-	if (--f->depth == 0 && !list_empty(&f->dirty))
+	if (--f->depth == 0 && f->n_dirty > 0)
 		io_flush_all(f);
 }
 
@@ -333,9 +334,45 @@ static void flusher_cb(evutil_socket_t fd, short what, void *arg)
 	io_flush_all(arg);
 }
 
+/* Off the dirty array, the last entry taking its place. */
+static void undirty(struct io *io)
+{
+	struct io_flusher *f = io->flusher;
+	if (!io->dirty_slot)
+		return;
+	uint32_t i = io->dirty_slot - 1;
+	struct io *last = f->dirty[--f->n_dirty];
+	f->dirty[i] = last;
+	last->dirty_slot = i + 1;
+	io->dirty_slot = 0;
+}
+
+/* Onto the dirty array; false: out of memory. */
+static bool make_dirty(struct io *io)
+{
+	struct io_flusher *f = io->flusher;
+	if (io->dirty_slot)
+		return true;
+	if (f->n_dirty == f->cap_dirty) {
+		uint32_t cap = f->cap_dirty ? f->cap_dirty * 2 : 256;
+		struct io **d = cap > f->cap_dirty ? realloc(f->dirty, (size_t)cap * sizeof *d) : NULL;
+		if (!d)
+			return false;
+		f->dirty = d;
+		f->cap_dirty = cap;
+	}
+	/* inside a socket callback, its end flushes (callback_done) */
+	if (f->n_dirty == 0 && f->depth == 0)
+		event_active(f->ev, 0, 0);
+	f->dirty[f->n_dirty++] = io;
+	io->dirty_slot = f->n_dirty;
+	return true;
+}
+
 bool io_flusher_init(struct io_flusher *f, struct event_base *base)
 {
-	list_init(&f->dirty);
+	f->dirty = NULL;
+	f->n_dirty = f->cap_dirty = 0;
 	f->discard = NULL;
 	f->depth = 0;
 	f->ev = event_new(base, -1, 0, flusher_cb, f);
@@ -350,12 +387,14 @@ void io_flusher_free(struct io_flusher *f)
 	if (f->discard)
 		evbuffer_free(f->discard);
 	f->discard = NULL;
+	free(f->dirty);
+	f->dirty = NULL;
+	f->n_dirty = f->cap_dirty = 0;
 }
 
 void io_flush(struct io *io)
 {
-	if (list_linked(&io->dirty_node))
-		list_del(&io->dirty_node);
+	undirty(io);
 	if (io->closed || io->connecting || io->write_armed)
 		return;
 	(void)io_write_some(io);
@@ -363,8 +402,8 @@ void io_flush(struct io *io)
 
 void io_flush_all(struct io_flusher *f)
 {
-	while (!list_empty(&f->dirty)) {
-		struct io *io = LIST_OWNER(list_first(&f->dirty), struct io, dirty_node);
+	while (f->n_dirty > 0) {
+		struct io *io = f->dirty[f->n_dirty - 1];
 		size_t before = io_out_len(io);
 		io_flush(io);
 		/* Here, outside every read callback, no caller holds the buffers. */
@@ -387,7 +426,6 @@ static bool io_setup(struct io *io, struct event_base *base, struct io_flusher *
 	memset(io, 0, sizeof *io);
 	io->fd = fd;
 	io->flusher = f;
-	list_init(&io->dirty_node);
 	io->read_high = read_high > UINT32_MAX ? UINT32_MAX : (uint32_t)read_high;
 	io->ops = ops;
 	/* Buffers come with the first byte in or out (io_in, io_out). */
@@ -431,8 +469,7 @@ void io_close(struct io *io)
 	if (io->closed)
 		return;
 	io->closed = true;
-	if (list_linked(&io->dirty_node))
-		list_del(&io->dirty_node);
+	undirty(io);
 	io_arm_read(io);
 	io_arm_write(io, false);
 	if (io->ssl) {
@@ -476,18 +513,14 @@ struct evbuffer *io_out(struct io *io)
 		return io->out ? io->out : discard_buffer(io);
 	if (!io->out && !(io->out = evbuffer_new()))
 		return discard_buffer(io);   /* out of memory: the bytes are lost, the connection times out */
-	if (!list_linked(&io->dirty_node)) {
-		/* inside a socket callback, its end flushes (callback_done) */
-		if (list_empty(&io->flusher->dirty) && io->flusher->depth == 0)
-			event_active(io->flusher->ev, 0, 0);
-		list_add_tail(&io->flusher->dirty, &io->dirty_node);
-	}
+	if (!make_dirty(io))
+		return discard_buffer(io);   /* out of memory, as above */
 	return io->out;
 }
 
 void io_trim(struct io *io)
 {
-	if (io->closed || list_linked(&io->dirty_node))
+	if (io->closed || io->dirty_slot)
 		return;
 	if (io->in && evbuffer_get_length(io->in) == 0) {
 		evbuffer_free(io->in);
