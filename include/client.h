@@ -50,9 +50,9 @@ struct client {
 	uint64_t id;
 	struct io io;
 
-	/* From the startup packet, in one allocation (names); "" until then. */
-	const char *user;
-	const char *database;
+	/* "user\0database\0" from the startup packet, until the login has a
+	 * pool of that user and database, whose names then serve
+	 * (client_user, client_database). */
 	char *names;
 	struct pool *pool;
 	struct srvpool *wait_target;
@@ -85,7 +85,6 @@ struct client {
 	uint64_t state_since_us;
 	uint64_t last_activity_us;
 
-	enum client_state state;
 	/* Pump state across reads: bytes left of the message being forwarded
 	 * to the server, or being discarded. */
 	uint32_t fwd_remaining;
@@ -108,6 +107,7 @@ struct client {
 	int8_t primary_reads_override;
 	int16_t shard_override;
 	uint8_t shard_phase;          /* enum route_phase (route.c) */
+	enum client_state state : 8;  /* a bit-field, so that the small fields fit in 32 bytes */
 
 	bool is_unix : 1;
 	/* Answering a request pgcat could not serve: discard messages up to
@@ -141,6 +141,10 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void client_free(struct client *c);
+/* The user and database the client asked for ("" before its startup
+ * packet). */
+const char *client_user(const struct client *c);
+const char *client_database(const struct client *c);
 /* The peer address as text, in buf (CLIENT_ADDR_STRLEN bytes). */
 const char *client_addr_str(const struct client *c, char *buf);
 

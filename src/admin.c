@@ -423,8 +423,8 @@ static void client_row(struct result *r, const struct client *c, const char *sta
 	bool waiting = strcmp(state, "waiting") == 0;
 	row_begin(r);
 	row_s(r, "C");
-	row_s(r, c->user);
-	row_s(r, c->database);
+	row_s(r, client_user(c));
+	row_s(r, client_database(c));
 	row_s(r, "no");
 	row_s(r, state);
 	char a[CLIENT_ADDR_STRLEN];
@@ -1401,7 +1401,7 @@ void admin_welcome(struct client *c)
 	if (!client_finish_welcome(c, &pb))
 		return;
 	char a[CLIENT_ADDR_STRLEN];
-	log_info("C-%llu %s@%s %s:%d: admin console login", (unsigned long long)c->id, c->user, c->database,
+	log_info("C-%llu %s@%s %s:%d: admin console login", (unsigned long long)c->id, client_user(c), client_database(c),
 		 client_addr_str(c, a), c->port);
 	client_process(c);
 }

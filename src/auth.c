@@ -75,7 +75,7 @@ enum auth_outcome auth_client_begin(struct worker *w, struct client *c, const st
 			if (pg_md5_is_stored(pw))
 				snprintf(a->md5_stored, sizeof a->md5_stored, "%s", pw);
 			else
-				pg_md5_stored(pw, c->user, a->md5_stored);
+				pg_md5_stored(pw, client_user(c), a->md5_stored);
 		}
 		if (!randpool_bytes(&w->rand, a->md5_salt, sizeof a->md5_salt))
 			return AUTH_FAILED;
@@ -89,7 +89,7 @@ enum auth_outcome auth_client_begin(struct worker *w, struct client *c, const st
 	struct scram_secret secret;
 	if (a->user_known && cred->scram) {
 		secret = *cred->scram;
-	} else if (!fake_secret(w, c->user, &secret)) {
+	} else if (!fake_secret(w, client_user(c), &secret)) {
 		return AUTH_FAILED;
 	}
 	scram_server_init(&a->scram, &secret);

@@ -154,7 +154,6 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 		free(c);
 		return;
 	}
-	c->user = c->database = "";
 	c->role_override = 0;            /* ROUTER_ROLE_NONE */
 	c->primary_reads_override = -1;
 	c->shard_override = -1;
@@ -194,7 +193,8 @@ struct client *client_open_leg(struct client *parent, int fd, int shard, struct 
 {
 	struct worker *w = parent->w;
 	struct client *c = calloc(1, sizeof *c);
-	size_t ul = strlen(parent->user), dl = strlen(parent->database);
+	const char *parent_user = client_user(parent), *parent_db = client_database(parent);
+	size_t ul = strlen(parent_user), dl = strlen(parent_db);
 	char *names = malloc(ul + 1 + dl + 1);
 	if (!c || !names) {
 		free(c);
@@ -216,11 +216,9 @@ struct client *client_open_leg(struct client *parent, int fd, int shard, struct 
 		free(c);
 		return NULL;
 	}
-	memcpy(names, parent->user, ul + 1);
-	memcpy(names + ul + 1, parent->database, dl + 1);
+	memcpy(names, parent_user, ul + 1);
+	memcpy(names + ul + 1, parent_db, dl + 1);
 	c->names = names;
-	c->user = names;
-	c->database = names + ul + 1;
 	/* the parent's session, as a server would have to see it */
 	params_copy(&c->params, &parent->params);
 	params_copy(&c->startup_params, &parent->startup_params);
@@ -237,6 +235,20 @@ struct client *client_open_leg(struct client *parent, int fd, int shard, struct 
 	c->state = CLIENT_CLOSED;
 	client_set_state(c, CLIENT_IDLE);
 	return c;
+}
+
+const char *client_user(const struct client *c)
+{
+	if (c->names)
+		return c->names;
+	return c->pool ? c->pool->user : "";
+}
+
+const char *client_database(const struct client *c)
+{
+	if (c->names)
+		return c->names + strlen(c->names) + 1;
+	return c->pool ? c->pool->name : "";
 }
 
 const char *client_addr_str(const struct client *c, char *buf)
@@ -268,7 +280,7 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 	bool logged_in = c->state == CLIENT_IDLE || c->state == CLIENT_WAITING || c->state == CLIENT_ACTIVE;
 	if (logged_in ? w->cfg->general.log_disconnections : log_enabled(LOG_LEVEL_DEBUG)) {
 		char a[CLIENT_ADDR_STRLEN];
-		log_info("C-%llu %s@%s %s:%d: closing%s%s", (unsigned long long)c->id, c->user, c->database,
+		log_info("C-%llu %s@%s %s:%d: closing%s%s", (unsigned long long)c->id, client_user(c), client_database(c),
 			 client_addr_str(c, a), c->port, msg[0] ? ": " : "", msg);
 	}
 
@@ -388,8 +400,6 @@ static bool set_names(struct client *c, const struct proto_startup *st)
 	names[ul + 1 + dl] = '\0';
 	free(c->names);
 	c->names = names;
-	c->user = names;
-	c->database = names + ul + 1;
 	return true;
 }
 
@@ -402,14 +412,14 @@ static void handle_cancel_request(struct client *c, uint32_t pid, uint32_t key)
 static void start_login(struct client *c)
 {
 	struct worker *w = c->w;
-	if (!c->user[0]) {
+	if (!client_user(c)[0]) {
 		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "no PostgreSQL user name specified in startup packet");
 		return;
 	}
 	const struct config_general *g = &w->cfg->general;
 	/* The admin console: its own database names, unless a pool took them. */
-	c->is_admin = (strcmp(c->database, "pgcat") == 0 || strcmp(c->database, "pgbouncer") == 0) &&
-		      !pool_db_exists(w, c->database);
+	c->is_admin = (strcmp(client_database(c), "pgcat") == 0 || strcmp(client_database(c), "pgbouncer") == 0) &&
+		      !pool_db_exists(w, client_database(c));
 	/* An operator can always get in: admin logins have 5 slots of their own. */
 	/* max_client_conn holds for the instance: every worker's clients count. */
 	if (shm_clients_total(w->shm) > g->max_client_conn + (c->is_admin ? ADMIN_EXTRA_CONNECTIONS : 0)) {
@@ -418,31 +428,31 @@ static void start_login(struct client *c)
 	}
 	/* verify-full: the certificate (checked against the CA in the
 	 * handshake) must also name this user, as clientcert=verify-full. */
-	if (c->io.ssl && g->client_tls_sslmode == TLS_MODE_VERIFY_FULL && !tls_client_cert_matches_user(c->io.ssl, c->user)) {
-		client_close(c, "28000", "certificate authentication failed for user \"%s\"", c->user);
+	if (c->io.ssl && g->client_tls_sslmode == TLS_MODE_VERIFY_FULL && !tls_client_cert_matches_user(c->io.ssl, client_user(c))) {
+		client_close(c, "28000", "certificate authentication failed for user \"%s\"", client_user(c));
 		return;
 	}
 	struct auth_credentials cred = { 0 };
 	const struct auth_credentials *credp = NULL;
 	if (c->is_admin) {
-		if (strcmp(c->user, g->admin_username) != 0) {
+		if (strcmp(client_user(c), g->admin_username) != 0) {
 			client_close(c, SQLSTATE_INVALID_AUTHORIZATION,
-				     "user \"%s\" is not allowed to connect to the admin console", c->user);
+				     "user \"%s\" is not allowed to connect to the admin console", client_user(c));
 			return;
 		}
 		cred.password = g->admin_password;
 		cred.scram = w->have_admin_scram ? &w->admin_scram : NULL;
 		credp = &cred;
 	} else {
-		if (!pool_db_exists(w, c->database)) {
-			client_close(c, SQLSTATE_INVALID_CATALOG_NAME, "database \"%s\" does not exist", c->database);
+		if (!pool_db_exists(w, client_database(c))) {
+			client_close(c, SQLSTATE_INVALID_CATALOG_NAME, "database \"%s\" does not exist", client_database(c));
 			return;
 		}
-		c->pool = pool_find(w, c->database, c->user);
+		c->pool = pool_find(w, client_database(c), client_user(c));
 		if (c->pool)
 			c->pool->n_clients++;
 		if (c->pool && c->pool->disabled) {
-			client_close(c, SQLSTATE_CONNECTION_FAILURE, "database \"%s\" is disabled", c->database);
+			client_close(c, SQLSTATE_CONNECTION_FAILURE, "database \"%s\" is disabled", client_database(c));
 			return;
 		}
 		if (c->pool) {
@@ -467,9 +477,9 @@ static void start_login(struct client *c)
 	case AUTH_FAILED:
 	case AUTH_PROTOCOL_ERROR: {
 		char a[CLIENT_ADDR_STRLEN];
-		log_info("C-%llu %s@%s %s:%d: authentication failed", (unsigned long long)c->id, c->user,
-			 c->database, client_addr_str(c, a), c->port);
-		client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", c->user);
+		log_info("C-%llu %s@%s %s:%d: authentication failed", (unsigned long long)c->id, client_user(c),
+			 client_database(c), client_addr_str(c, a), c->port);
+		client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", client_user(c));
 		return;
 	}
 	}
@@ -603,8 +613,8 @@ static void process_auth(struct client *c)
 		case AUTH_FAILED: {
 			char a[CLIENT_ADDR_STRLEN];
 			log_info("C-%llu %s@%s %s:%d: password authentication failed", (unsigned long long)c->id,
-				 c->user, c->database, client_addr_str(c, a), c->port);
-			client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", c->user);
+				 client_user(c), client_database(c), client_addr_str(c, a), c->port);
+			client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", client_user(c));
 			return;
 		}
 		case AUTH_PROTOCOL_ERROR:
@@ -651,7 +661,7 @@ static void send_welcome(struct client *c)
 	stats_add(p->stats, STAT_CLIENT_LOGIN, 1);
 	if (w->cfg->general.log_connections) {
 		char a[CLIENT_ADDR_STRLEN];
-		log_info("C-%llu %s@%s %s:%d: login", (unsigned long long)c->id, c->user, c->database,
+		log_info("C-%llu %s@%s %s:%d: login", (unsigned long long)c->id, client_user(c), client_database(c),
 			 client_addr_str(c, a), c->port);
 	}
 }
@@ -675,9 +685,8 @@ bool client_finish_welcome(struct client *c, struct pktbuf *pb)
 	send_pkt(c, pb);
 	client_set_state(c, CLIENT_IDLE);
 	/* Logged in: the names are the pool's (which outlives its clients). */
-	if (c->pool && c->names && strcmp(c->pool->user, c->user) == 0 && strcmp(c->pool->name, c->database) == 0) {
-		c->user = c->pool->user;
-		c->database = c->pool->name;
+	if (c->pool && c->names && strcmp(c->pool->user, client_user(c)) == 0 &&
+	    strcmp(c->pool->name, client_database(c)) == 0) {
 		free(c->names);
 		c->names = NULL;
 	}
@@ -911,7 +920,7 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 		/* A read whose replica died before answering: the same bytes go
 		 * to another server (SPEC §4), once. */
 		log_info("C-%llu %s@%s: server lost before answering (%s); read sent again elsewhere",
-			 (unsigned long long)c->id, c->user, c->database, message);
+			 (unsigned long long)c->id, client_user(c), client_database(c), message);
 		route_connect_failed(s->sp, message);
 		if (c->fwd_remaining > 0) {
 			evbuffer_drain(c->io.in, c->fwd_remaining);   /* the rest of a message the copy holds whole */
@@ -931,7 +940,7 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 	/* Why no replay (read retry, SPEC §4): for the log, to tell a reply
 	 * that had started from a request that could not be copied. */
 	log_info("C-%llu %s@%s: server connection lost: %s (retry %s, reply started %s, half a message %s)",
-		 (unsigned long long)c->id, c->user, c->database, message, c->retry_on ? "on" : "off",
+		 (unsigned long long)c->id, client_user(c), client_database(c), message, c->retry_on ? "on" : "off",
 		 s->req_data ? "yes" : "no", s->fwd_remaining > 0 ? "yes" : "no");
 	if (p->mode == POOL_MODE_SESSION || s->fwd_remaining > 0 || c->close_when_released) {
 		/* Session mode: the session is gone with its server. Half a server
@@ -1388,6 +1397,12 @@ static void client_read_cb(struct io *io, void *arg)
 	struct client *c = arg;
 	worker_update_clock(c->w);
 	client_process(c);
+	/* Between the round trips of a login the buffers go back (io_trim
+	 * once the reply is written, if nothing more came in): hundreds of
+	 * logins in flight would otherwise hold their buffers, and leave them
+	 * freed between the clients that stay. */
+	if (c->state == CLIENT_STARTUP || c->state == CLIENT_AUTH)
+		c->io.trim_after_flush = true;
 }
 
 static void client_drain_cb(struct io *io, void *arg)

@@ -695,7 +695,7 @@ static void srvpool_janitor(struct srvpool *sp)
 			list_del(&c->node);
 			sp->n_waiters--;
 			c->wait_target = NULL;
-			log_info("C-%llu %s@%s: query_wait_timeout", (unsigned long long)c->id, c->user, c->database);
+			log_info("C-%llu %s@%s: query_wait_timeout", (unsigned long long)c->id, client_user(c), client_database(c));
 			/* A replica that cannot serve its queue in time leaves the rotation. */
 			route_connect_failed(sp, "query_wait_timeout");
 			client_on_checkout_failed(c, "08P01", "query_wait_timeout");
