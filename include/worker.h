@@ -64,6 +64,7 @@ struct worker {
 	uint64_t next_id;
 	uint64_t trimmed_at_id;           /* next_id at the last malloc_trim */
 	uint64_t trimmed_at_us;
+	uint64_t id_at_last_tick;         /* next_id at the janitor's last tick */
 	uint64_t now_us;                  /* cached clock, refreshed per callback */
 	uint8_t fake_salt_secret[16];     /* for the mock challenge to unknown users */
 	struct scram_secret admin_scram;  /* admin_password's verifier */

@@ -421,20 +421,24 @@ static void close_idle_after_grace(struct worker *w)
 /* After a burst of connections, give the heap's free pages back: logins
  * leave their buffers freed between the clients that stay (fragments
  * malloc keeps resident), and a pooler holding tens of thousands of idle
- * clients should cost what they hold. Rare (after 1,024 connections, at
- * most once a second) and cheap next to those logins. */
+ * clients should cost what they hold. Once 1,024 connections came since the
+ * last trim: when a janitor tick saw none arrive (the burst is over), or
+ * every 10 s while they keep coming. Cheap next to those logins. */
 #define TRIM_EVERY_CONNECTIONS 1024
-#define TRIM_MIN_INTERVAL_US 1000000
+#define TRIM_STORM_INTERVAL_US 10000000
 static void trim_heap(struct worker *w)
 {
+	bool quiet = w->next_id == w->id_at_last_tick;
+	w->id_at_last_tick = w->next_id;
 #ifdef __GLIBC__
-	if (w->next_id - w->trimmed_at_id < TRIM_EVERY_CONNECTIONS || w->now_us - w->trimmed_at_us < TRIM_MIN_INTERVAL_US)
+	if (w->next_id - w->trimmed_at_id < TRIM_EVERY_CONNECTIONS ||
+	    (!quiet && w->now_us - w->trimmed_at_us < TRIM_STORM_INTERVAL_US))
 		return;
 	w->trimmed_at_id = w->next_id;
 	w->trimmed_at_us = w->now_us;
 	(void)malloc_trim(0);
 #else
-	(void)w;
+	(void)quiet;
 #endif
 }
 
