@@ -19,7 +19,6 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,12 +171,8 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 		c->port = ntohs(in6->sin6_port);
 	}
 	(void)salen;
-	if (!is_unix) {
-		int one = 1;
-		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-		if (w->cfg->general.tcp_keepalive)
-			(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-	}
+	/* TCP_NODELAY and SO_KEEPALIVE come from the listening socket
+	 * (worker.c, listener_options). */
 	w->n_clients++;
 	atomic_store_explicit(&w->shm->h->workers[w->id].clients, w->n_clients, memory_order_relaxed);
 	c->state = CLIENT_CLOSED;

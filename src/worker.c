@@ -10,6 +10,8 @@
 #include "tls.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -85,6 +87,8 @@ static void stats_timer_cb(evutil_socket_t fd, short what, void *arg)
 	evtimer_add(w->stats_timer, &tv);
 }
 
+static void listener_options(struct worker *w, struct evconnlistener *l);
+
 bool worker_reload(struct worker *w, char *err, size_t errlen)
 {
 	struct config_problems problems = { 0 };
@@ -148,6 +152,9 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 	w->cfg = cfg;
 	if (!old_kept)
 		config_free(old);
+	for (size_t i = 0; i < w->n_listeners; i++)
+		if (w->listeners[i])
+			listener_options(w, w->listeners[i]);   /* tcp_keepalive may have changed */
 	log_set_level(w->cfg->general.log_level);
 	admin_credentials(w);
 	w->config_mtime = file_mtime(w->config_path);
@@ -236,6 +243,22 @@ static void accept_error_cb(struct evconnlistener *l, void *arg)
 	log_warning("accept failed: %s", evutil_socket_error_to_string(err));
 }
 
+/* TCP_NODELAY and SO_KEEPALIVE on a listening socket: Linux hands them on
+ * to every connection accepted from it (the new socket is a copy of the
+ * listener's), which saves two setsockopt calls per login. */
+static void listener_options(struct worker *w, struct evconnlistener *l)
+{
+	evutil_socket_t fd = evconnlistener_get_fd(l);
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof ss;
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0 || (ss.ss_family != AF_INET && ss.ss_family != AF_INET6))
+		return;
+	int one = 1, keep = w->cfg->general.tcp_keepalive ? 1 : 0;
+	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &keep, sizeof keep) != 0)
+		log_warning("listener: cannot set TCP_NODELAY/SO_KEEPALIVE: %s", strerror(errno));
+}
+
 static bool add_listener(struct worker *w, const struct sockaddr *sa, socklen_t salen, const char *what)
 {
 	if (w->n_listeners >= WORKER_MAX_LISTENERS) {
@@ -253,6 +276,7 @@ static bool add_listener(struct worker *w, const struct sockaddr *sa, socklen_t 
 		return false;
 	}
 	evconnlistener_set_error_cb(l, accept_error_cb);
+	listener_options(w, l);
 	w->listeners[w->n_listeners++] = l;
 	log_info("listening on %s", what);
 	return true;

@@ -3,6 +3,8 @@
 clients, session mode gives each client its own until it leaves (then runs
 server_reset_query), pool_size and min_pool_size hold, waiting clients are
 served in FIFO order, max_client_conn refuses with 53300."""
+import signal
+import subprocess
 import threading
 import time
 
@@ -284,3 +286,36 @@ def test_many_clients_few_servers_all_succeed(pgcat, pg):
     assert sorted(results) == sorted(i * 1000 + j for i in range(40) for j in range(20))
     assert s.max <= 3
     assert_works(p)
+
+
+def _keepalive_timers(port):
+    """Established TCP connections accepted on port (pgcat's side), and how
+    many of them run a keepalive timer, from ss(8). (ss shows one timer: a
+    connection with unacknowledged bytes shows its retransmission timer, so
+    callers poll.)"""
+    out = subprocess.run(["ss", "-tnoH", "state", "established", "( sport = :%d )" % port],
+                         capture_output=True, text=True, check=True).stdout
+    lines = [l for l in out.splitlines() if l.strip()]
+    return len(lines), sum("timer:(keepalive" in l for l in lines)
+
+
+def test_tcp_keepalive_on_client_connections_and_reload(pgcat, pg):
+    """tcp_keepalive (SPEC §2) holds for client connections, which take it
+    from the listening socket, and a reload that changes it holds for the
+    connections accepted afterwards."""
+    p = pgcat(general={"tcp_keepalive": True})
+    c1 = p.connect()
+    assert c1.execute("SELECT 1").fetchone()[0] == 1
+    wait_until(lambda: _keepalive_timers(p.port) == (1, 1), 10, msg="a keepalive timer on the client connection")
+    p.general["tcp_keepalive"] = False
+    p.write()
+    p.send_signal(signal.SIGHUP)
+    wait_until(lambda: "configuration reloaded" in p.log(), 10)
+    c2 = p.connect()
+    assert c2.execute("SELECT 2").fetchone()[0] == 2
+    # the first keeps its timer; the one accepted after the reload has none
+    wait_until(lambda: _keepalive_timers(p.port) == (2, 1), 10, msg="one keepalive timer out of two connections")
+    time.sleep(0.5)
+    assert _keepalive_timers(p.port) == (2, 1)
+    c1.close()
+    c2.close()
