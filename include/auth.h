@@ -23,7 +23,7 @@ struct client_auth {
 	bool user_known;              /* false: run the exchange, then refuse (SPEC §3) */
 	uint8_t md5_salt[4];
 	char md5_stored[40];          /* "md5..." */
-	struct scram_server scram;
+	struct scram_server scram;    /* last: valid once scram_server_init ran (method SCRAM) */
 };
 
 enum auth_outcome { AUTH_CONTINUE, AUTH_OK, AUTH_FAILED, AUTH_PROTOCOL_ERROR };

@@ -28,6 +28,17 @@ static void hex_lower(const uint8_t *in, size_t len, char *out)
 }
 
 /*
+ * MD5 through one digest and one context fetched once per process (as
+ * auth_scram.c does for SHA-256): EVP_md5() with a fresh context looked the
+ * algorithm up and allocated on every call, most of an md5 login's
+ * user-space work. The context holds no secret between calls.
+ */
+static struct {
+	EVP_MD *md;
+	EVP_MD_CTX *ctx;
+} md5_handles;
+
+/*
  * md5 over the concatenation a || b, written as "md5" + 32 hex digits.
  * Streams both parts so nothing secret is copied into a scratch buffer. On
  * an OpenSSL failure (e.g. MD5 unavailable under a FIPS provider) out is the
@@ -38,15 +49,18 @@ static void md5_hex2(const void *a, size_t alen, const void *b, size_t blen,
 {
 	uint8_t digest[EVP_MAX_MD_SIZE];
 	unsigned int dlen = 0;
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	bool ok = ctx != NULL &&
-		  EVP_DigestInit_ex(ctx, EVP_md5(), NULL) == 1 &&
+	if (!md5_handles.md)
+		md5_handles.md = EVP_MD_fetch(NULL, "MD5", NULL);
+	if (!md5_handles.ctx)
+		md5_handles.ctx = EVP_MD_CTX_new();
+	EVP_MD_CTX *ctx = md5_handles.ctx;
+	bool ok = md5_handles.md != NULL && ctx != NULL &&
+		  EVP_DigestInit_ex2(ctx, md5_handles.md, NULL) == 1 &&
 		  EVP_DigestUpdate(ctx, a, alen) == 1 &&
 		  EVP_DigestUpdate(ctx, b, blen) == 1 &&
 		  EVP_DigestFinal_ex(ctx, digest, &dlen) == 1 &&
 		  dlen == MD5_RAW_LEN;
 
-	EVP_MD_CTX_free(ctx);
 	if (!ok) {
 		out[0] = '\0';
 		return;

@@ -456,7 +456,11 @@ static void start_login(struct client *c)
 			credp = &cred;
 		}
 	}
-	c->auth = calloc(1, sizeof *c->auth);
+	/* Only the head is zeroed: the SCRAM state (3 kB) is set up by
+	 * scram_server_init when the method is SCRAM, and untouched otherwise. */
+	c->auth = malloc(sizeof *c->auth);
+	if (c->auth)
+		memset(c->auth, 0, offsetof(struct client_auth, scram));
 	if (!c->auth) {
 		client_close(c, SQLSTATE_INTERNAL_ERROR, "out of memory");
 		return;
