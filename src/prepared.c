@@ -709,9 +709,19 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 	uint32_t len = (uint32_t)(4 + (name_off - 5) + gl + rest);
 	uint8_t hdr[5] = { f->type, (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len };
 	struct evbuffer *out = server_output(s);
-	evbuffer_add(out, hdr, 5);
-	evbuffer_add(out, m + 5, name_off - 5);
-	evbuffer_add(out, g, gl);
+	size_t portal = name_off - 5;
+	uint8_t prefix[5 + 64 + PREP_GNAME_MAX];
+	if (portal <= 64) {
+		/* the usual Bind (an unnamed or short portal): one append */
+		memcpy(prefix, hdr, 5);
+		memcpy(prefix + 5, m + 5, portal);
+		memcpy(prefix + 5 + portal, g, gl);
+		evbuffer_add(out, prefix, 5 + portal + gl);
+	} else {
+		evbuffer_add(out, hdr, 5);
+		evbuffer_add(out, m + 5, portal);
+		evbuffer_add(out, g, gl);
+	}
 	evbuffer_drain(c->io.in, old_prefix);
 	stats_add(c->pool->stats, STAT_RECEIVED, old_prefix);
 	c->fwd_remaining = rest;
