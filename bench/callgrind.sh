@@ -124,6 +124,7 @@ log_level = warning
 auth_type = scram-sha-256
 [pools.bench]
 query_parser_enabled = $parser
+primary_reads_enabled = $( [ "$parser" = true ] && echo false || echo true )
 [pools.bench.shards.0]
 database = bench
 servers = 127.0.0.1:$PGPORT:primary$replica

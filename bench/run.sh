@@ -192,8 +192,11 @@ start_pgbouncer pgbouncer-md5 "$PGB_MD5_PORT" md5 userlist-plain.txt
 # pgcat-parser's pool lists the same PostgreSQL twice, as a primary on
 # 127.0.0.1 and as a replica on 127.0.0.2: with one server per shard there is
 # nothing to decide and pgcat skips the router, so only a pool with a replica
-# makes the parser run on every transaction (and the select-only traffic then
-# goes to the "replica" address: same server, same work).
+# makes the parser run on every transaction. primary_reads_enabled = false
+# sends every select-only transaction to the "replica" address, one pool of
+# server connections as with the parser off: with primary reads on (the
+# default) reads are spread at random over both addresses, and the cell
+# would measure two sets of backends taking turns, not the parser.
 start_pgcat() { # name port parser auth_type [workers]
 	cat >"$TMP/$1.ini" <<EOF
 [general]
@@ -210,6 +213,7 @@ log_disconnections = false
 auth_type = $4
 [pools.bench]
 query_parser_enabled = $3
+primary_reads_enabled = $( [ "$3" = true ] && echo false || echo true )
 [pools.bench.shards.0]
 database = bench
 servers = 127.0.0.1:$PGPORT:primary$( [ "$3" = true ] && echo ", 127.0.0.2:$PGPORT:replica")
