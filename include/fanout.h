@@ -24,6 +24,7 @@
 
 struct client;
 struct proto_frame;
+struct router_rules;
 
 enum fanout_start {
 	FANOUT_STARTED,     /* the client waits in CLIENT_FANOUT; the reply comes later */
@@ -34,8 +35,11 @@ enum fanout_start {
 
 /* The request at the head of c's input (whole: route waited for it) reads
  * rows of every shard. sharded: it touches a sharded table (else it is
- * default_shard = all: a statement other than SELECT goes to one shard). */
-enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bool sharded, char *why, size_t whylen);
+ * default_shard = all: a statement other than SELECT goes to one shard).
+ * rules: the pool's sharded tables, to refuse what one shard at a time
+ * would answer differently (broadcast_read_check). */
+enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bool sharded,
+			       const struct router_rules *rules, char *why, size_t whylen);
 
 /* The request at the head of c's input is an INSERT whose rows belong to
  * several shards: each shard gets its rows, in a transaction committed

@@ -746,7 +746,8 @@ static bool bound_statement(struct client *c, const char *name, const char **sql
 	return true;
 }
 
-enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bool sharded, char *why, size_t whylen)
+enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bool sharded,
+			       const struct router_rules *rules, char *why, size_t whylen)
 {
 	(void)f;
 	struct pool *p = c->pool;
@@ -795,6 +796,12 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 		snprintf(why, whylen, "%s", pwhy);
 		free(fo);
 		return any ? FANOUT_ANY_SHARD : FANOUT_REFUSED;
+	}
+	/* mergeable rows, but are they each shard's part of the answer? */
+	if (!broadcast_read_check(sql, strlen(sql), rules, pwhy)) {
+		snprintf(why, whylen, "%s", pwhy);
+		free(fo);
+		return FANOUT_REFUSED;
 	}
 	memcpy(fo->steps, r.steps, sizeof r.steps);
 	fo->n_steps = r.n_steps;

@@ -458,10 +458,11 @@ static void refuse(struct client *c, const char *sqlstate, const char *msg)
 	client_on_checkout_failed(c, sqlstate, msg);
 }
 
-enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f, bool sharded)
+enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f, bool sharded,
+				       const struct router_rules *rules)
 {
 	char why[200];
-	switch (fanout_start(c, f, sharded, why, sizeof why)) {
+	switch (fanout_start(c, f, sharded, rules, why, sizeof why)) {
 	case FANOUT_STARTED:
 		return ROUTE_CROSS_ANSWERED;
 	case FANOUT_ANY_SHARD_FLUSH:
@@ -584,7 +585,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		return SHARD_ANSWERED;
 	}
 	/* (*shard is default_shard, or shard 0 for default_shard = all) */
-	return route_cross_shard_read(c, f, r.outcome == SHARDKEY_CROSS) == ROUTE_CROSS_ANY_SHARD ? SHARD_DECIDED
+	return route_cross_shard_read(c, f, r.outcome == SHARDKEY_CROSS, &rr->r) == ROUTE_CROSS_ANY_SHARD ? SHARD_DECIDED
 												   : SHARD_ANSWERED;
 }
 

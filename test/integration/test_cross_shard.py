@@ -58,6 +58,7 @@ def xdbs(pg):
             c.execute("GRANT ALL ON xs TO PUBLIC")
             c.execute("DROP TABLE IF EXISTS xs_hp")
             c.execute("CREATE TABLE xs_hp (id bigint) PARTITION BY HASH (id)")
+            c.execute("GRANT SELECT ON xs_hp TO PUBLIC")   # also a table kept on every shard
     with pg.connect(SINGLE) as c:
         c.execute("INSERT INTO xs " + ROWS)
     # each shard holds the rows PostgreSQL's hash partitioning puts there
@@ -130,6 +131,11 @@ AGGREGATES = [
     "SELECT sum(f), count(f), avg(f), min(f), max(f) FROM xs",
     "SELECT count(*), sum(n), avg(n), count(n) FROM xs WHERE false",
     "SELECT count(*) FILTER (WHERE n > 50), 42 AS answer FROM xs",
+    # sharded tables joined on their sharding columns: each shard joins its own rows
+    "SELECT count(*), sum(a.n) FROM xs a JOIN xs b ON a.id = b.id WHERE b.n < 50",
+    "SELECT count(*) FROM xs a LEFT JOIN xs b USING (id)",
+    # a subquery over a table kept on every shard
+    "SELECT count(*) FROM xs WHERE id NOT IN (SELECT id FROM xs_hp)",
 ]
 
 # GROUP BY (groups merged across shards) and DISTINCT (applied after the merge)
@@ -242,6 +248,15 @@ UNMERGEABLE = [
     ("SELECT string_agg(v, ',') FROM xs", "aggregate"),
     ("SELECT id FROM xs LIMIT (SELECT 3)", "LIMIT"),
     ("SELECT 1 FROM xs; SELECT 2 FROM xs", "several statements"),
+    # each shard would see only its own rows of the inner xs: refused, not
+    # answered with one shard's average, maximum or first five rows
+    ("SELECT count(*) FROM xs WHERE n > (SELECT avg(n) FROM xs)", "subquery"),
+    ("SELECT id, (SELECT max(id) FROM xs) FROM xs", "subquery"),
+    ("WITH t AS (SELECT id FROM xs ORDER BY id LIMIT 5) SELECT id FROM t", "CTE"),
+    ("SELECT * FROM (SELECT id FROM xs ORDER BY id LIMIT 5) s", "derived table"),
+    ("SELECT count(*) FROM xs a WHERE EXISTS (SELECT 1 FROM xs b WHERE b.id = a.id + 1)", "subquery"),
+    ("SELECT count(*) FROM xs a JOIN xs b ON a.n = b.n", "sharding columns"),
+    ("SELECT count(*) FROM xs a, xs b WHERE a.id = b.id + 1", "sharding columns"),
 ]
 
 

@@ -719,6 +719,13 @@ def test_default_shard_all(pgcat, shards):
             ("UPDATE items2 SET id = id + 100", "sharding column"),
             ("INSERT INTO items2 (id, v) SELECT 9, 'x'", "INSERT"),
             ("SELECT id FROM items2 FOR UPDATE", "cross-shard"),
+            # each shard would run the subquery over its own rows only
+            ("DELETE FROM items2 WHERE id IN (SELECT max(id) FROM items2)", "subquery"),
+            ("UPDATE items2 SET v = (SELECT min(v) FROM items2)", "subquery"),
+            ("UPDATE items2 SET v = 'j' FROM items2 o WHERE o.v = items2.v", "sharding columns"),
+            # a table kept on every shard must change alike on each
+            ("INSERT INTO plain SELECT count(*) FROM items2", "kept on every shard"),
+            ("DELETE FROM plain WHERE x IN (SELECT id FROM items2)", "kept on every shard"),
         ]
         for sql, word in refused:
             with pytest.raises(psycopg.Error) as e:
