@@ -22,6 +22,10 @@
 /* The plan                                                              */
 
 #define PLAN_TOKENS_MIN 256
+/* An expression's parse tree as text without locations, to tell whether
+ * two are the same (GROUP BY and ORDER BY against the select list, avg's
+ * sum and count): longer ones are not matched (the query is refused). */
+#define EXPR_TEXT 4096
 
 static bool refuse(char why[MERGE_WHY], const char *msg)
 {
@@ -138,7 +142,19 @@ static bool limit_const(const struct jdoc *d, int v, const char *sql, size_t len
 		return true;
 	}
 	int iv = jget(d, c, "ival");
-	long loc = pgjson_int(d, jget(d, c, "location"));
+	int loc_tok = jget(d, c, "location");
+	long loc = pgjson_int(d, loc_tok);
+	if (iv != JNONE && pgjson_valid(d, loc_tok) && d->s[d->t[loc_tok].start] == '-') {
+		/* not in the text: FETCH FIRST ROW ONLY means 1 (its text
+		 * cannot be rewritten: *tlen 0) */
+		long implicit = pgjson_int(d, jget(d, iv, "ival"));
+		if (implicit < 0)
+			return false;
+		*val = implicit;
+		*at = 0;
+		*tlen = 0;
+		return true;
+	}
 	if (iv == JNONE || loc < 0 || (size_t)loc >= len)
 		return false;
 	/* {"ival":{}} is 0; {"ival":{"ival":-3}} may be negative */
@@ -160,7 +176,7 @@ static bool limit_const(const struct jdoc *d, int v, const char *sql, size_t len
 }
 
 /* One select-list entry of an aggregate query. */
-static bool plan_agg_target(const struct jdoc *d, int val, struct merge_plan *p, int col, char args[][256],
+static bool plan_agg_target(const struct jdoc *d, int val, struct merge_plan *p, int col, char (*args)[EXPR_TEXT],
 			    char why[MERGE_WHY])
 {
 	if (jnode(d, val, "A_Const") != JNONE) {
@@ -195,25 +211,25 @@ static bool plan_agg_target(const struct jdoc *d, int val, struct merge_plan *p,
 	/* count(*) and count(x) differ; the argument's text tells avg's sum
 	 * and count apart from others' */
 	if (jget(d, fc, "agg_star") != JNONE)
-		snprintf(args[col], 256, "*");
-	else if (array_len(d, args_v) != 1 || !strip_locations(d, args_v, args[col], 256))
+		snprintf(args[col], EXPR_TEXT, "*");
+	else if (array_len(d, args_v) != 1 || !strip_locations(d, args_v, args[col], EXPR_TEXT))
 		args[col][0] = '\0';
 	/* FILTER applies on every shard alike; keep it in the identity */
 	int filt = jget(d, fc, "agg_filter");
 	if (filt != JNONE && args[col][0]) {
-		char f[256];
+		char f[EXPR_TEXT];
 		size_t fl = strip_locations(d, filt, f, sizeof f), al = strlen(args[col]);
-		if (!fl || al + fl + 1 >= 256)
+		if (!fl || al + fl + 1 >= EXPR_TEXT)
 			args[col][0] = '\0';
 		else
-			snprintf(args[col] + al, 256 - al, "|%s", f);
+			snprintf(args[col] + al, EXPR_TEXT - al, "|%s", f);
 	}
 	return true;
 }
 
-static bool plan_targets(const struct jdoc *d, int tl, int gc, struct merge_plan *p, char (*texts)[256],
+static bool plan_targets(const struct jdoc *d, int tl, int gc, struct merge_plan *p, char (*texts)[EXPR_TEXT],
 			 char aliases[][64], int n_texts, char why[MERGE_WHY]);
-static bool plan_sort(const struct jdoc *d, int sel, struct merge_plan *p, char (*texts)[256], int n_texts,
+static bool plan_sort(const struct jdoc *d, int sel, struct merge_plan *p, char (*texts)[EXPR_TEXT], int n_texts,
 		      char why[MERGE_WHY]);
 static bool plan_limit(const struct jdoc *d, int sel, const char *sql, size_t len, struct merge_plan *p,
 		       char why[MERGE_WHY]);
@@ -259,14 +275,14 @@ static bool plan_select(const struct jdoc *d, int sel, const char *sql, size_t l
 	/* Each select-list entry as text without locations (first
 	 * MERGE_MAX_AGGS): GROUP BY and ORDER BY expressions are matched to
 	 * output columns by it. */
-	char (*texts)[256] = calloc(MERGE_MAX_AGGS, 256);
+	char (*texts)[EXPR_TEXT] = calloc(MERGE_MAX_AGGS, EXPR_TEXT);
 	if (!texts)
 		return refuse(why, "out of memory");
 	char aliases[MERGE_MAX_AGGS][64];
 	int n_texts = 0;
 	for (int e = tl + 1; e < (int)d->t[tl].after && n_texts < MERGE_MAX_AGGS; e = (int)d->t[e].after, n_texts++) {
 		int rt = jnode(d, e, "ResTarget");
-		if (!strip_locations(d, jget(d, rt, "val"), texts[n_texts], 256))
+		if (!strip_locations(d, jget(d, rt, "val"), texts[n_texts], EXPR_TEXT))
 			texts[n_texts][0] = '\0';
 		if (pgjson_str(d, jget(d, rt, "name"), aliases[n_texts], sizeof aliases[n_texts]) < 0)
 			aliases[n_texts][0] = '\0';
@@ -281,7 +297,7 @@ static bool plan_select(const struct jdoc *d, int sel, const char *sql, size_t l
 
 /* Which output column a GROUP BY or ORDER BY item names: a position, the
  * same expression as a select-list entry, or an entry's alias. -1: none. */
-static int match_output(const struct jdoc *d, int node, char (*texts)[256], char aliases[][64], int n_texts)
+static int match_output(const struct jdoc *d, int node, char (*texts)[EXPR_TEXT], char aliases[][64], int n_texts)
 {
 	int ac = jnode(d, node, "A_Const");
 	if (ac != JNONE) {
@@ -289,7 +305,7 @@ static int match_output(const struct jdoc *d, int node, char (*texts)[256], char
 		long pos = pgjson_int(d, jget(d, iv, "ival"));
 		return iv != JNONE && pos >= 1 && pos <= n_texts ? (int)pos - 1 : -1;
 	}
-	char t[256];
+	char t[EXPR_TEXT];
 	if (!strip_locations(d, node, t, sizeof t))
 		return -1;
 	for (int i = 0; i < n_texts; i++)
@@ -305,8 +321,49 @@ static int match_output(const struct jdoc *d, int node, char (*texts)[256], char
 	return -1;
 }
 
+/* The aggregates of the select list tl (key: the GROUP BY columns). */
+static bool plan_aggs(const struct jdoc *d, int tl, struct merge_plan *p, const bool *key, char (*args)[EXPR_TEXT],
+		      char why[MERGE_WHY])
+{
+	int col = 0;
+	p->aggregates = true;
+	for (int e = tl + 1; e < (int)d->t[tl].after; e = (int)d->t[e].after, col++) {
+		if (col == MERGE_MAX_AGGS)
+			return refuse(why, "too many aggregates to merge");
+		int rt = jnode(d, e, "ResTarget");
+		int val = jget(d, rt, "val");
+		p->avg_sum[col] = p->avg_count[col] = -1;
+		if (key[col]) {
+			if (calls_aggregate(d, val, (int)d->t[val].after))
+				return refuse(why, "a GROUP BY column that holds an aggregate cannot be merged");
+			p->agg[col] = MERGE_AGG_KEY;
+			args[col][0] = '\0';
+			continue;
+		}
+		if (!plan_agg_target(d, val, p, col, args, why))
+			return false;
+	}
+	p->n_cols = col;
+	for (int i = 0; i < col; i++) {
+		if (p->agg[i] != MERGE_AGG_AVG)
+			continue;
+		for (int j = 0; j < col && args[i][0]; j++) {
+			if (strcmp(args[j], args[i]) != 0)
+				continue;
+			if (p->agg[j] == MERGE_AGG_SUM && p->avg_sum[i] < 0)
+				p->avg_sum[i] = (int8_t)j;
+			if (p->agg[j] == MERGE_AGG_COUNT && p->avg_count[i] < 0)
+				p->avg_count[i] = (int8_t)j;
+		}
+		if (p->avg_sum[i] < 0 || p->avg_count[i] < 0)
+			return refuse(why, "avg() across shards needs sum() and count() of the same argument in the "
+					   "select list too (avg is merged as sum / count)");
+	}
+	return true;
+}
+
 /* The select list of an aggregate or grouped query: what each column is. */
-static bool plan_targets(const struct jdoc *d, int tl, int gc, struct merge_plan *p, char (*texts)[256],
+static bool plan_targets(const struct jdoc *d, int tl, int gc, struct merge_plan *p, char (*texts)[EXPR_TEXT],
 			 char aliases[][64], int n_texts, char why[MERGE_WHY])
 {
 	bool key[MERGE_MAX_AGGS] = { false };
@@ -324,48 +381,75 @@ static bool plan_targets(const struct jdoc *d, int tl, int gc, struct merge_plan
 	}
 	if (!p->grouped && !calls_aggregate(d, tl, (int)d->t[tl].after))
 		return true;   /* plain rows */
-	{
-		char args[MERGE_MAX_AGGS][256];   /* each aggregate's argument, as text */
-		int col = 0;
-		p->aggregates = true;
-		for (int e = tl + 1; e < (int)d->t[tl].after; e = (int)d->t[e].after, col++) {
-			if (col == MERGE_MAX_AGGS)
-				return refuse(why, "too many aggregates to merge");
-			int rt = jnode(d, e, "ResTarget");
-			int val = jget(d, rt, "val");
-			p->avg_sum[col] = p->avg_count[col] = -1;
-			if (key[col]) {
-				if (calls_aggregate(d, val, (int)d->t[val].after))
-					return refuse(why, "a GROUP BY column that holds an aggregate cannot be merged");
-				p->agg[col] = MERGE_AGG_KEY;
-				args[col][0] = '\0';
-				continue;
-			}
-			if (!plan_agg_target(d, val, p, col, args, why))
-				return false;
+	char (*args)[EXPR_TEXT] = calloc(MERGE_MAX_AGGS, EXPR_TEXT);   /* each aggregate's argument, as text */
+	if (!args)
+		return refuse(why, "out of memory");
+	bool ok = plan_aggs(d, tl, p, key, args, why);
+	free(args);
+	return ok;
+}
+
+/* ORDER BY t.col (node, a ColumnRef of several fields): the select-list
+ * entry that is this very column: the same text, a reference to col
+ * (bare, or qualified by t), or a star of t's columns, found by its output
+ * name (name: col; then -1). -2: none, or an alias is called col too. */
+static int qualified_output(const struct jdoc *d, int tl, int node, char (*texts)[EXPR_TEXT], int n_texts, char *name,
+			    size_t cap)
+{
+	int fields = jget(d, jnode(d, node, "ColumnRef"), "fields"), n = array_len(d, fields);
+	char f[3][64];
+	int i = 0;
+	if (n < 2 || n > 3 || tl == JNONE)
+		return -2;
+	for (int e = fields + 1; e < (int)d->t[fields].after; e = (int)d->t[e].after, i++)
+		if (pgjson_str(d, pgjson_string_node(d, e), f[i], sizeof f[i]) < 0)
+			return -2;
+	const char *col = f[n - 1], *qual = f[n - 2];
+	char t[EXPR_TEXT];
+	if (strip_locations(d, node, t, sizeof t))
+		for (int c = 0; c < n_texts; c++)
+			if (texts[c][0] && strcmp(texts[c], t) == 0)
+				return c;
+	int c = 0, star = -1;
+	for (int e = tl + 1; e < (int)d->t[tl].after; e = (int)d->t[e].after, c++) {
+		int rt = jnode(d, e, "ResTarget");
+		int ecr = jnode(d, jget(d, rt, "val"), "ColumnRef");
+		int ef = jget(d, ecr, "fields"), en = array_len(d, ef), k = 0;
+		char g[3][64];
+		if (ecr == JNONE || en < 1 || en > 3)
+			continue;
+		for (int x = ef + 1; x < (int)d->t[ef].after && k < en; x = (int)d->t[x].after, k++) {
+			if (jnode(d, x, "A_Star") != JNONE)
+				snprintf(g[k], sizeof g[k], "*");
+			else if (pgjson_str(d, pgjson_string_node(d, x), g[k], sizeof g[k]) < 0)
+				g[k][0] = '\0';
 		}
-		p->n_cols = col;
-		for (int i = 0; i < col; i++) {
-			if (p->agg[i] != MERGE_AGG_AVG)
-				continue;
-			for (int j = 0; j < col && args[i][0]; j++) {
-				if (strcmp(args[j], args[i]) != 0)
-					continue;
-				if (p->agg[j] == MERGE_AGG_SUM && p->avg_sum[i] < 0)
-					p->avg_sum[i] = (int8_t)j;
-				if (p->agg[j] == MERGE_AGG_COUNT && p->avg_count[i] < 0)
-					p->avg_count[i] = (int8_t)j;
-			}
-			if (p->avg_sum[i] < 0 || p->avg_count[i] < 0)
-				return refuse(why, "avg() across shards needs sum() and count() of the same argument in the "
-						   "select list too (avg is merged as sum / count)");
+		if (k != en || (en >= 2 && strcmp(g[en - 2], qual) != 0))
+			continue;
+		if (strcmp(g[en - 1], "*") == 0) {
+			star = c;
+			continue;
 		}
+		if (strcmp(g[en - 1], col) == 0)
+			return c;   /* the column itself, whatever it is called */
 	}
-	return true;
+	if (star < 0)
+		return -2;
+	/* by name among a star's columns: only if nothing else is called col
+	 * (an alias; an expression's own name is refused by the shards'
+	 * column names being ambiguous) */
+	c = 0;
+	for (int e = tl + 1; e < (int)d->t[tl].after; e = (int)d->t[e].after, c++) {
+		char a[64];
+		if (pgjson_str(d, jget(d, jnode(d, e, "ResTarget"), "name"), a, sizeof a) >= 0 && strcmp(a, col) == 0)
+			return -2;
+	}
+	snprintf(name, cap, "%s", col);
+	return -1;
 }
 
 /* ORDER BY output columns. */
-static bool plan_sort(const struct jdoc *d, int sel, struct merge_plan *p, char (*texts)[256], int n_texts,
+static bool plan_sort(const struct jdoc *d, int sel, struct merge_plan *p, char (*texts)[EXPR_TEXT], int n_texts,
 		      char why[MERGE_WHY])
 {
 	int sc = jget(d, sel, "sortClause");
@@ -396,14 +480,24 @@ static bool plan_sort(const struct jdoc *d, int sel, struct merge_plan *p, char 
 				if (iv == JNONE || pos < 1 || pos > 1664)
 					return refuse(why, "ORDER BY a constant other than a column position cannot be merged");
 				k->position = (int)pos;
-			} else if (cr != JNONE) {
+			} else if (cr != JNONE && array_len(d, jget(d, cr, "fields")) == 1) {
+				/* a bare name is an output column's first (as in PostgreSQL) */
 				int fields = jget(d, cr, "fields");
 				if (pgjson_str(d, last_name(d, fields), k->name, sizeof k->name) < 0)
 					return refuse(why, "ORDER BY must name output columns to be merged across shards");
+			} else if (cr != JNONE) {
+				/* t.col names the table's column, which need not be the output
+				 * column called col (SELECT v AS id ... ORDER BY t.id) */
+				int col = qualified_output(d, jget(d, sel, "targetList"), node, texts, n_texts, k->name,
+							   sizeof k->name);
+				if (col == -2)
+					return refuse(why, "ORDER BY a qualified column must name a column of the select list "
+							   "to be merged across shards; order by its output name or position");
+				k->position = col + 1;   /* 0 (col -1): by name, k->name */
 			} else {
 				int col = -1;
 				for (int i = 0; col < 0 && i < n_texts; i++) {
-					char t[256];
+					char t[EXPR_TEXT];
 					if (texts[i][0] && strip_locations(d, node, t, sizeof t) && strcmp(texts[i], t) == 0)
 						col = i;
 				}
@@ -449,6 +543,10 @@ static bool plan_limit(const struct jdoc *d, int sel, const char *sql, size_t le
 	}
 	if (p->has_limit && p->has_offset && p->limit > INT64_MAX - p->offset)
 		return refuse(why, "LIMIT + OFFSET too large");
+	if (p->has_limit && p->limit_len == 0 && (p->grouped || p->has_offset))
+		/* the shards' LIMIT must change but is not in the text */
+		return refuse(why, "FETCH FIRST ROW ONLY with OFFSET or GROUP BY cannot be merged across shards; write "
+				   "FETCH FIRST 1 ROW ONLY");
 	if (p->grouped) {
 		/* a group's rows may come from every shard: no LIMIT or OFFSET
 		 * on the shards (rewritten below), both after the merge */
@@ -458,10 +556,10 @@ static bool plan_limit(const struct jdoc *d, int sel, const char *sql, size_t le
 			p->offset_len = 0;
 		return true;
 	}
-	if (!p->has_offset || p->aggregates)
+	/* With an OFFSET, each shard returns its first limit + offset rows
+	 * (an aggregate's one row too: OFFSET 1 on a shard would drop it) */
+	if (!p->has_offset)
 		p->limit_len = 0;   /* the shard's LIMIT stays as written */
-	if (p->aggregates)
-		p->offset_len = 0;  /* one row per shard either way; applied after */
 	return true;
 }
 

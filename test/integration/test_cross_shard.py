@@ -112,6 +112,11 @@ ORDERED = [
     "SELECT id, n FROM xs WHERE n BETWEEN 10 AND 12 ORDER BY n DESC, id",
     "SELECT id FROM xs ORDER BY id LIMIT 0",
     "SELECT id, v FROM xs ORDER BY v COLLATE \"C\", id LIMIT 12",
+    # t.col is the table's column, not an output column of that name
+    "SELECT v AS id, id AS v FROM xs ORDER BY xs.id LIMIT 10",
+    "SELECT id AS k, v FROM xs ORDER BY xs.v NULLS FIRST, xs.id LIMIT 10",
+    "SELECT * FROM xs ORDER BY xs.n DESC, xs.id LIMIT 10",
+    "SELECT id FROM xs ORDER BY id DESC FETCH FIRST ROW ONLY",
 ]
 # no ORDER BY: compared as sets of rows
 UNORDERED = [
@@ -129,6 +134,9 @@ AGGREGATES = [
     "SELECT avg(n), count(n), sum(n) FROM xs WHERE n > 10",
     "SELECT sum(id), count(id), avg(id) FROM xs",
     "SELECT sum(f), count(f), avg(f), min(f), max(f) FROM xs",
+    "SELECT sum(n::numeric / 3), count(n::numeric / 3), avg(n::numeric / 3) FROM xs",
+    "SELECT count(*), max(id) FROM xs OFFSET 1",
+    "SELECT count(*), max(id) FROM xs LIMIT 1 OFFSET 0",
     "SELECT count(*), sum(n), avg(n), count(n) FROM xs WHERE false",
     "SELECT count(*) FILTER (WHERE n > 50), 42 AS answer FROM xs",
     # sharded tables joined on their sharding columns: each shard joins its own rows
@@ -247,6 +255,8 @@ UNMERGEABLE = [
     ("SELECT id, row_number() OVER () FROM xs", "window"),
     ("SELECT string_agg(v, ',') FROM xs", "aggregate"),
     ("SELECT id FROM xs LIMIT (SELECT 3)", "LIMIT"),
+    ("SELECT id FROM xs ORDER BY id OFFSET 2 FETCH FIRST ROW ONLY", "FETCH FIRST 1 ROW"),
+    ("SELECT v AS id FROM xs ORDER BY xs.id", "qualified column"),
     ("SELECT 1 FROM xs; SELECT 2 FROM xs", "several statements"),
     # each shard would see only its own rows of the inner xs: refused, not
     # answered with one shard's average, maximum or first five rows
