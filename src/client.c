@@ -1250,6 +1250,14 @@ static void process_idle(struct client *c)
 			continue;
 		}
 		c->last_activity_us = c->w->now_us;
+		if (f.type == PqMsg_Flush && !c->server && evbuffer_get_length(in) >= (size_t)f.len + 1) {
+			/* A Flush with nothing before it (psycopg's pipeline sends
+			 * Sync, Flush) asks PostgreSQL for nothing: taking a server for
+			 * it would hold one until the next request, which would then
+			 * count as pipelined behind it on that shard. */
+			evbuffer_drain(in, (size_t)f.len + 1);
+			continue;
+		}
 		if (f.type == PqMsg_Query && f.len + 1 <= CLIENT_INSPECT_MAX) {
 			uint32_t total = f.len + 1;
 			if (evbuffer_get_length(in) < total)

@@ -592,3 +592,27 @@ def test_multi_row_insert_with_parameters(pgcat, xdbs):
         assert placement_errors(xdbs, 8000) == 0
     finally:
         clear_copied(xdbs, 8000)
+
+
+def test_psycopg_pipeline_then_more_reads(pgcat, xdbs):
+    """psycopg's pipeline ends with Sync then Flush: the lone Flush must not
+    take a server of default_shard, which made the next cross-shard read
+    count as pipelined behind it (refused as cross-shard inside a
+    pipeline). Also after a pipeline pgcat refuses as a whole."""
+    inst = start(pgcat, xdbs)
+    with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                         dbname="xs3", autocommit=True) as c:
+        with c.pipeline():
+            cur = c.execute("SELECT count(*) FROM xs")
+        assert cur.fetchone()[0] == N_ROWS
+        assert c.execute("SELECT max(id) FROM xs").fetchone()[0] == N_ROWS
+        with pytest.raises(psycopg.Error) as e:
+            with c.pipeline():
+                c.execute("SELECT count(*) FROM xs")
+                c.execute("SELECT max(id) FROM xs")
+        assert sqlstate(e.value) == "0A000"
+        assert c.execute("SELECT count(*) FROM xs").fetchone()[0] == N_ROWS
+        with c.pipeline():
+            cur = c.execute("SELECT v FROM xs WHERE id = %s", (5,))
+        assert cur.fetchone()[0] == direct(xdbs, "SELECT v FROM xs WHERE id = 5")[0][0]
+        assert c.execute("SELECT min(id) FROM xs").fetchone()[0] == 1
