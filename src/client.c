@@ -1250,12 +1250,23 @@ static void process_idle(struct client *c)
 			continue;
 		}
 		c->last_activity_us = c->w->now_us;
-		if (f.type == PqMsg_Flush && !c->server && evbuffer_get_length(in) >= (size_t)f.len + 1) {
-			/* A Flush with nothing before it (psycopg's pipeline sends
-			 * Sync, Flush) asks PostgreSQL for nothing: taking a server for
-			 * it would hold one until the next request, which would then
-			 * count as pipelined behind it on that shard. */
-			evbuffer_drain(in, (size_t)f.len + 1);
+		if (!c->server && (f.type == PqMsg_Flush || f.type == PqMsg_CopyData || f.type == PqMsg_CopyDone ||
+				   f.type == PqMsg_CopyFail)) {
+			/* Nothing to do without a request before them, and PostgreSQL
+			 * ignores them too: a Flush after Sync (psycopg's pipeline
+			 * sends Sync, Flush), the rows a driver sent on after its COPY
+			 * was refused (asyncpg sends COPY, CopyData, CopyDone at once).
+			 * Taking a server for them would hold one until the next
+			 * request, which would then count as pipelined behind them on
+			 * that shard. */
+			uint32_t total = f.len + 1;
+			size_t have = evbuffer_get_length(in);
+			if (have >= total) {
+				evbuffer_drain(in, total);
+			} else {
+				evbuffer_drain(in, have);
+				c->skip_remaining = total - (uint32_t)have;
+			}
 			continue;
 		}
 		if (f.type == PqMsg_Query && f.len + 1 <= CLIENT_INSPECT_MAX) {

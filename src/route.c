@@ -706,8 +706,12 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 		return ROUTE_ACTIVE_FORWARD;
 	}
 	/* Only prepared so far (the server owes nothing, no transaction): the
-	 * Bind starts afresh on its own shard. */
-	if (c->shard_phase == ROUTE_PHASE_PROVISIONAL && f->type == PqMsg_Bind && s->outstanding == 0 &&
+	 * Bind starts afresh on its own shard, and so does a Query (asyncpg's
+	 * copy_records_to_table prepares a SELECT of the table, then sends its
+	 * COPY as a Query: split by shard like any COPY, not refused as
+	 * pipelined behind the prepare). */
+	if (c->shard_phase == ROUTE_PHASE_PROVISIONAL && (f->type == PqMsg_Bind || f->type == PqMsg_Query) &&
+	    s->outstanding == 0 &&
 	    s->ext_pending && s->tx_status == 'I' && prep_server_end_segment(s)) {
 		c->shard_phase = ROUTE_PHASE_REROUTING;
 		return ROUTE_ACTIVE_WAIT;
