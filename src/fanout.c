@@ -1069,8 +1069,19 @@ static bool copy_row(void *arg, const uint8_t *row, size_t rowlen, bool header, 
 		set_error(fo, "22004", msg);
 		return false;
 	}
-	if (!sharding_shard_for_key(fo->c->pool->cpool->sharding_function, (const char *)key, keylen, fo->n_legs, &s,
-				    err, sizeof err)) {
+	if (fo->split.o.format == COPYSPLIT_BINARY) {
+		/* the value in its binary form, read as a Bind's binary value
+		 * whose type the server chose (by the hash function and the
+		 * length: int8/int4/int2, uuid, text) */
+		if (keylen > INT32_MAX ||
+		    !shardkey_value_shard(fo->c->pool->cpool->sharding_function, fo->n_legs, key, (int32_t)keylen, 1, 0, &s)) {
+			snprintf(msg, sizeof msg, "cross-shard COPY: row %llu: the sharding key cannot be read in binary form",
+				 (unsigned long long)fo->split.line);
+			set_error(fo, "22P03", msg);
+			return false;
+		}
+	} else if (!sharding_shard_for_key(fo->c->pool->cpool->sharding_function, (const char *)key, keylen, fo->n_legs,
+					   &s, err, sizeof err)) {
 		snprintf(msg, sizeof msg, "cross-shard COPY: line %llu: %s", (unsigned long long)fo->split.line, err);
 		set_error(fo, "22P02", msg);
 		return false;

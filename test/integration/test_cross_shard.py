@@ -529,11 +529,13 @@ def test_copy_errors_leave_no_rows_anywhere(pgcat, xdbs):
                     cp.write_row((base + 200, "x"))
                     raise RuntimeError("client changed its mind")
             assert c.execute("SELECT count(*) FROM xs WHERE id > %s", (base,)).fetchone()[0] == 1
-            # binary COPY cannot be split
+            # binary COPY with a NULL key
             with pytest.raises(psycopg.Error) as e:
-                with cur.copy("COPY xs (id) FROM STDIN WITH (FORMAT binary)") as cp:
-                    pass
-            assert sqlstate(e.value) == "0A000"
+                with cur.copy("COPY xs (id, v) FROM STDIN WITH (FORMAT binary)") as cp:
+                    cp.set_types(["int8", "text"])
+                    cp.write_row((base + 300, "x"))
+                    cp.write_row((None, "x"))
+            assert "sharding key is NULL" in str(e.value)
             # the session goes on
             assert c.execute("SELECT count(*) FROM xs WHERE id > %s", (base,)).fetchone()[0] == 1
         # a client killed in the middle of its COPY: nothing stays, no server stuck
@@ -616,3 +618,42 @@ def test_psycopg_pipeline_then_more_reads(pgcat, xdbs):
             cur = c.execute("SELECT v FROM xs WHERE id = %s", (5,))
         assert cur.fetchone()[0] == direct(xdbs, "SELECT v FROM xs WHERE id = 5")[0][0]
         assert c.execute("SELECT min(id) FROM xs").fetchone()[0] == 1
+
+
+def test_copy_binary_format_psycopg_and_asyncpg(pgcat, xdbs):
+    """Binary COPY is split too: psycopg's binary copy and asyncpg's
+    copy_records_to_table (which prepares a SELECT of the table first, and
+    sends its rows without waiting for CopyInResponse)."""
+    inst = start(pgcat, xdbs)
+    base = 500000
+    try:
+        with copy_conn(inst) as c, c.cursor() as cur:
+            with cur.copy("COPY xs (id, v, n) FROM STDIN (FORMAT BINARY)") as cp:
+                cp.set_types(["int8", "text", "int4"])
+                for k in range(base + 1, base + 3001):
+                    cp.write_row((k, "b%d" % k if k % 7 else None, k % 13))
+            assert cur.statusmessage == "COPY 3000"
+            assert c.execute("SELECT count(*), count(v), sum(n) FROM xs WHERE id > %s", (base,)).fetchone() == \
+                (3000, 3000 - len([k for k in range(base + 1, base + 3001) if k % 7 == 0]),
+                 sum(k % 13 for k in range(base + 1, base + 3001)))
+            # no column list: the key's position is asked of shard 0
+            with cur.copy("COPY xs FROM STDIN (FORMAT BINARY)") as cp:
+                cp.set_types(["int8", "text", "int4", "numeric", "timestamptz", "date", "float8", "uuid"])
+                cp.write_row((base + 5001, "whole", 1, None, None, None, 2.5, None))
+            assert c.execute("SELECT v, f FROM xs WHERE id = %s", (base + 5001,)).fetchone() == ("whole", 2.5)
+
+        async def run():
+            conn = await asyncpg.connect(host="127.0.0.1", port=inst.port, user="app",
+                                         password=PASSWORDS["app"], database="xs3")
+            try:
+                res = await conn.copy_records_to_table(
+                    "xs", records=[(base + 6000 + i, "rec%d" % i) for i in range(1, 201)], columns=["id", "v"])
+                assert res == "COPY 200"
+                return await conn.fetchval("SELECT count(*) FROM xs WHERE v LIKE 'rec%'")
+            finally:
+                await conn.close()
+
+        assert asyncio.run(run()) == 200
+        assert placement_errors(xdbs, base) == 0
+    finally:
+        clear_copied(xdbs, base)
