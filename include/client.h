@@ -107,6 +107,10 @@ struct client {
 	 * (is_fanout_leg) the one it serves; NULL otherwise. */
 	struct fanout *fanout;
 	bool is_fanout_leg;
+	/* A cross-shard read into a named portal fetched in parts (pgjdbc's
+	 * fetch size, asyncpg's cursors): its rows not yet fetched, answered
+	 * by pgcat (fanout.c); NULL: none. */
+	struct fanout_portal *xportal;
 
 	uint32_t cancel_pid, cancel_key;
 	bool has_cancel_key;

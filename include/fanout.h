@@ -66,6 +66,16 @@ void fanout_client_input(struct client *c);
 
 /* The client went away (any state but CLIENT_FANOUT is a no-op). */
 void fanout_abort(struct client *c);
+
+/* A named portal of a cross-shard read that an Execute with a row limit
+ * left suspended: the merged rows are all in pgcat, and later Execute,
+ * Describe and Close messages of that portal are answered from them, at
+ * idle, without a server. true: m (whole message f at the head of c's
+ * input) was answered and consumed. The portal is dropped at a Sync
+ * outside a transaction, as PostgreSQL's would be at the end of its
+ * implicit transaction, and when another arrives. */
+bool fanout_portal_message(struct client *c, const struct proto_frame *f);
+void fanout_portal_drop(struct client *c);
 /* The client sent a CancelRequest: cancel every shard's query. */
 void fanout_cancel(struct client *c);
 /* A leg client is closing (pgcat closed it, or its pair end closed). */

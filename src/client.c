@@ -332,6 +332,7 @@ void client_free(struct client *c)
 	free(c->pending_error);
 	free(c->admin_pending);
 	free(c->held_begin);
+	fanout_portal_drop(c);
 	free(c);
 }
 
@@ -1250,6 +1251,18 @@ static void process_idle(struct client *c)
 			continue;
 		}
 		c->last_activity_us = c->w->now_us;
+		if (c->xportal && fanout_portal_message(c, &f))
+			continue;   /* a cross-shard portal's next rows */
+		if (f.type == PqMsg_Sync && !c->server) {
+			/* A Sync with nothing before it (after messages pgcat
+			 * answered: a Close, a portal's rows): ReadyForQuery as the
+			 * server would say it. Sent to a server it would open the
+			 * held transaction there and pin it to that shard. */
+			uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
+			evbuffer_drain(in, (size_t)f.len + 1);
+			evbuffer_add(client_output(c), z, sizeof z);
+			continue;
+		}
 		if (!c->server && (f.type == PqMsg_Flush || f.type == PqMsg_CopyData || f.type == PqMsg_CopyDone ||
 				   f.type == PqMsg_CopyFail)) {
 			/* Nothing to do without a request before them, and PostgreSQL
@@ -1267,6 +1280,21 @@ static void process_idle(struct client *c)
 				evbuffer_drain(in, have);
 				c->skip_remaining = total - (uint32_t)have;
 			}
+			continue;
+		}
+		if (f.type == PqMsg_Close && !c->server && prep_enabled(c) && f.len + 1 <= CLIENT_INSPECT_MAX) {
+			/* pgjdbc closes a statement (no Sync) before its next
+			 * request: with prepared_statements pgcat keeps the client's
+			 * statements itself, and nothing else of the client's is open
+			 * on a server, so it answers alone instead of making the Close
+			 * part of the next request (which a cross-shard read cannot
+			 * carry to every shard). */
+			uint32_t total = f.len + 1;
+			if (evbuffer_get_length(in) < total)
+				return;
+			prep_client_close_idle(c, evbuffer_pullup(in, total), total);
+			evbuffer_drain(in, total);
+			send_simple(c, PqMsg_CloseComplete);
 			continue;
 		}
 		if (f.type == PqMsg_Query && f.len + 1 <= CLIENT_INSPECT_MAX) {

@@ -112,6 +112,10 @@ struct fanout {
 	/* The client's Parse (whole message), to remember its statement. */
 	uint8_t *parse_msg;
 	uint32_t parse_len;
+	/* The client's portal name ("" unnamed), and for a named one read in
+	 * parts, its rest once merged (given to the client on success). */
+	char portal[64];
+	struct fanout_portal *rest;
 	int n_legs, n_done;
 	struct fanout_leg legs[];
 };
@@ -268,8 +272,33 @@ static void fanout_release(evutil_socket_t fd, short what, void *arg)
 
 /* Closes the legs; the memory goes at the next loop turn, since this may
  * run inside a leg's own io callback, which reads its io after. */
+struct fanout_portal {
+	char name[64];
+	struct evbuffer *rows;     /* DataRow messages not fetched yet */
+	uint8_t *desc;             /* RowDescription (whole message), or NULL */
+	size_t desc_len;
+};
+
+static void portal_free(struct fanout_portal *xp)
+{
+	if (!xp)
+		return;
+	if (xp->rows)
+		evbuffer_free(xp->rows);
+	free(xp->desc);
+	free(xp);
+}
+
+void fanout_portal_drop(struct client *c)
+{
+	portal_free(c->xportal);
+	c->xportal = NULL;
+}
+
 static void fanout_free(struct fanout *fo)
 {
+	portal_free(fo->rest);
+	fo->rest = NULL;
 	for (int i = 0; i < fo->n_legs; i++) {
 		struct fanout_leg *leg = &fo->legs[i];
 		if (leg->client) {
@@ -586,6 +615,165 @@ static bool reply_rows(struct fanout *fo, struct leg_reply *rep, struct evbuffer
 	return merge_rows(&fo->plan, cols, n_cols, shards, (size_t)fo->n_legs, coll, fo->max_rows, out, why);
 }
 
+/* An Execute with a row limit on a named portal: the first max_rows rows
+ * and PortalSuspended, the rest kept for the portal's next Executes. */
+static bool reply_rows_portal(struct fanout *fo, struct leg_reply *rep, struct evbuffer *out, char why[MERGE_WHY])
+{
+	struct evbuffer *all = evbuffer_new();
+	uint32_t max_rows = fo->max_rows;
+	fo->max_rows = 0;
+	bool ok = all && reply_rows(fo, rep, all, why);
+	fo->max_rows = max_rows;
+	if (!ok) {
+		if (!all)
+			snprintf(why, MERGE_WHY, "cross-shard read: out of memory");
+		else
+			evbuffer_free(all);
+		return false;
+	}
+	/* the DataRows, then CommandComplete */
+	size_t at = 0, keep = 0, total = evbuffer_get_length(all);
+	uint32_t n = 0;
+	bool more = false;
+	while (at + 5 <= total) {
+		uint8_t h[5];
+		struct evbuffer_ptr pos;
+		if (evbuffer_ptr_set(all, &pos, at, EVBUFFER_PTR_SET) < 0 || evbuffer_copyout_from(all, &pos, h, 5) != 5)
+			break;
+		if (h[0] != PqMsg_DataRow)
+			break;
+		if (n == max_rows) {
+			more = true;
+			break;
+		}
+		at += (size_t)proto_get_u32(h + 1) + 1;
+		keep = at;
+		n++;
+	}
+	if (!more) {
+		evbuffer_add_buffer(out, all);   /* every row fits: completed as usual */
+		evbuffer_free(all);
+		return true;
+	}
+	struct fanout_portal *xp = calloc(1, sizeof *xp);
+	if (!xp || !(xp->rows = evbuffer_new())) {
+		free(xp);
+		evbuffer_free(all);
+		snprintf(why, MERGE_WHY, "cross-shard read: out of memory");
+		return false;
+	}
+	snprintf(xp->name, sizeof xp->name, "%s", fo->portal);
+	const uint8_t *d = rep[0].portal_desc;
+	if (d && (xp->desc = malloc(rep[0].portal_desc_len))) {
+		memcpy(xp->desc, d, rep[0].portal_desc_len);
+		xp->desc_len = rep[0].portal_desc_len;
+	}
+	evbuffer_remove_buffer(all, out, keep);
+	static const uint8_t suspended[5] = { PqMsg_PortalSuspended, 0, 0, 0, 4 };
+	evbuffer_add(out, suspended, sizeof suspended);
+	/* the rest without the CommandComplete (the last message) */
+	size_t rest = evbuffer_get_length(all), rows_len = 0;
+	while (rows_len + 5 <= rest) {
+		uint8_t h[5];
+		struct evbuffer_ptr pos;
+		if (evbuffer_ptr_set(all, &pos, rows_len, EVBUFFER_PTR_SET) < 0 ||
+		    evbuffer_copyout_from(all, &pos, h, 5) != 5 || h[0] != PqMsg_DataRow)
+			break;
+		rows_len += (size_t)proto_get_u32(h + 1) + 1;
+	}
+	evbuffer_remove_buffer(all, xp->rows, rows_len);
+	evbuffer_free(all);
+	portal_free(fo->rest);
+	fo->rest = xp;
+	return true;
+}
+
+static void put_command_tag(struct evbuffer *out, uint64_t n)
+{
+	char tag[32];
+	int tl = snprintf(tag, sizeof tag, "SELECT %llu", (unsigned long long)n);
+	put_msg(out, PqMsg_CommandComplete, tag, (size_t)tl + 1, NULL, 0);
+}
+
+bool fanout_portal_message(struct client *c, const struct proto_frame *f)
+{
+	struct fanout_portal *xp = c->xportal;
+	if (!xp || c->server)
+		return false;
+	struct evbuffer *in = c->io.in, *out = client_output(c);
+	uint32_t total = f->len + 1;
+	if (f->type != PqMsg_Sync && f->type != PqMsg_Execute && f->type != PqMsg_Describe && f->type != PqMsg_Close) {
+		/* outside a transaction the portal ended with the last Sync */
+		if (!c->held_begin)
+			fanout_portal_drop(c);
+		return false;
+	}
+	if (total > 5 + 256 || evbuffer_get_length(in) < total)
+		return false;   /* not one of ours (names are short), or wait */
+	const uint8_t *m = evbuffer_pullup(in, total), *body = m + 5;
+	size_t blen = total - 5, b = 0;
+	const char *name;
+	switch (f->type) {
+	case PqMsg_Sync: {
+		uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
+		if (!c->held_begin)
+			fanout_portal_drop(c);
+		evbuffer_drain(in, total);
+		evbuffer_add(out, z, sizeof z);
+		return true;
+	}
+	case PqMsg_Execute: {
+		if (!proto_read_cstring(body, blen, &b, &name) || blen - b != 4 || strcmp(name, xp->name) != 0)
+			return false;
+		uint32_t max_rows = proto_get_u32(body + b);
+		uint64_t n = 0;
+		size_t at = 0, have = evbuffer_get_length(xp->rows);
+		while (at + 5 <= have && (max_rows == 0 || n < max_rows)) {
+			uint8_t h[5];
+			struct evbuffer_ptr pos;
+			if (evbuffer_ptr_set(xp->rows, &pos, at, EVBUFFER_PTR_SET) < 0 ||
+			    evbuffer_copyout_from(xp->rows, &pos, h, 5) != 5)
+				break;
+			at += (size_t)proto_get_u32(h + 1) + 1;
+			n++;
+		}
+		evbuffer_drain(in, total);
+		evbuffer_remove_buffer(xp->rows, out, at);
+		if (evbuffer_get_length(xp->rows) > 0) {
+			static const uint8_t suspended[5] = { PqMsg_PortalSuspended, 0, 0, 0, 4 };
+			evbuffer_add(out, suspended, sizeof suspended);
+		} else {
+			put_command_tag(out, n);   /* the rows of this Execute, as PostgreSQL counts them */
+		}
+		return true;
+	}
+	case PqMsg_Describe:
+		if (blen < 2 || body[0] != 'P')
+			return false;
+		b = 1;
+		if (!proto_read_cstring(body, blen, &b, &name) || strcmp(name, xp->name) != 0)
+			return false;
+		evbuffer_drain(in, total);
+		if (xp->desc)
+			evbuffer_add(out, xp->desc, xp->desc_len);
+		else
+			put_msg(out, PqMsg_NoData, NULL, 0, NULL, 0);
+		return true;
+	case PqMsg_Close:
+		if (blen < 2 || body[0] != 'P')
+			return false;
+		b = 1;
+		if (!proto_read_cstring(body, blen, &b, &name) || strcmp(name, xp->name) != 0)
+			return false;
+		evbuffer_drain(in, total);
+		fanout_portal_drop(c);
+		put_msg(out, PqMsg_CloseComplete, NULL, 0, NULL, 0);
+		return true;
+	default:
+		return false;
+	}
+}
+
 static void insert_finish(struct fanout *fo);
 static void copy_finish(struct fanout *fo);
 
@@ -663,8 +851,10 @@ static void fanout_finish(struct fanout *fo)
 					evbuffer_add(reply, r0->portal_desc, r0->portal_desc_len);
 				break;
 			case STEP_EXECUTE:
-				if (!reply_rows(fo, rep, reply, why))
-					break;
+				if (fo->portal[0] && fo->max_rows > 0)
+					(void)reply_rows_portal(fo, rep, reply, why);
+				else
+					(void)reply_rows(fo, rep, reply, why);
 				break;
 			case STEP_SYNC:
 				break;
@@ -684,6 +874,12 @@ static void fanout_finish(struct fanout *fo)
 		send_error(out, sqlstate, why);
 	} else {
 		evbuffer_add_buffer(out, reply);
+		if (fo->rest) {
+			/* a named portal read in parts: its rest is the client's */
+			fanout_portal_drop(c);
+			c->xportal = fo->rest;
+			fo->rest = NULL;
+		}
 		/* the client's named statement lives on (SPEC §5) */
 		if (fo->parse_msg && prep_enabled(c))
 			(void)prep_client_adopt(c, fo->parse_msg, fo->parse_len);
@@ -764,6 +960,12 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 	}
 	if (!m || !read_request(m, lim, &r, why, whylen))
 		return FANOUT_REFUSED;
+	if (!r.query && !r.has_execute && r.has_bind) {
+		/* a portal bound on one shard would then be read there alone */
+		refuse(why, whylen, "a portal bound without Execute in the same request (asyncpg's awaitable cursor) cannot "
+				    "be merged; bind and execute together (asyncpg: iterate with async for)");
+		return FANOUT_REFUSED;
+	}
 	if (!r.query && !r.has_execute)   /* Parse/Describe: every shard answers alike */
 		return r.has_flush ? FANOUT_ANY_SHARD_FLUSH : FANOUT_ANY_SHARD;
 	if (!r.query && !r.has_sync) {
@@ -790,6 +992,13 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 	}
 	fo->c = c;
 	fo->extended = r.query == NULL;
+	if (r.has_bind && strlen(r.bind_portal) >= sizeof fo->portal) {
+		free(fo);
+		refuse(why, whylen, "portal name too long");
+		return FANOUT_REFUSED;
+	}
+	if (r.has_bind)
+		snprintf(fo->portal, sizeof fo->portal, "%s", r.bind_portal);
 	char pwhy[MERGE_WHY];
 	if (!merge_plan_build(sql, strlen(sql), &fo->plan, pwhy)) {
 		bool any = fo->plan.not_select && !sharded;   /* SET, SHOW... with default_shard = all */

@@ -657,3 +657,95 @@ def test_copy_binary_format_psycopg_and_asyncpg(pgcat, xdbs):
         assert placement_errors(xdbs, base) == 0
     finally:
         clear_copied(xdbs, base)
+
+
+def test_jdbc_style_begin_close_and_fetch_size(pgcat, xdbs):
+    """pgjdbc with autocommit off: BEGIN as Parse/Bind/Execute in the same
+    request as the first statement (held by pgcat like a BEGIN sent alone,
+    so the statement may still fan out or go to its key's shard); Close of
+    a statement without Sync before the next request; a fetch size reads a
+    named portal in parts (Execute with a row limit, PortalSuspended, more
+    Executes later in the transaction)."""
+    inst = start(pgcat, xdbs)
+    r = inst.raw_login(dbname="xs3")
+
+    def stmt(sql, name="", portal="", params=(), describe=True, max_rows=0):
+        return (pgwire.parse(sql, name=name) + pgwire.bind(params=params, portal=portal, stmt=name) +
+                (pgwire.describe(b"P", portal) if describe else b"") + pgwire.execute(portal, max_rows))
+
+    def begin(name=""):
+        return pgwire.parse("BEGIN", name=name) + pgwire.bind(stmt=name) + pgwire.execute()
+
+    # an unnamed BEGIN, then a cross-shard read
+    r.send(begin() + stmt("SELECT count(*) FROM xs") + pgwire.sync())
+    msgs = r.read_until((b"Z",))
+    assert [t for t, _ in msgs] == [b"1", b"2", b"C", b"1", b"2", b"T", b"D", b"C", b"Z"], msgs
+    assert msgs[2][1].rstrip(b"\0") == b"BEGIN" and msgs[-1][1] == b"T"
+    assert pgwire.data_row_values(msgs[6][1]) == [str(N_ROWS)]
+    r.send(pgwire.parse("COMMIT") + pgwire.bind() + pgwire.execute() + pgwire.sync())
+    assert r.read_until((b"Z",))[-1][1] == b"I"
+    # a named BEGIN, then a keyed read: on the key's shard, in a transaction there
+    r.send(begin("S_5") + stmt("SELECT v FROM xs WHERE id = $1", params=(5,)) + pgwire.sync())
+    msgs = r.read_until((b"Z",))
+    assert [pgwire.data_row_values(p) for t, p in msgs if t == b"D"] == \
+        [[direct(xdbs, "SELECT v FROM xs WHERE id = 5")[0][0]]]
+    assert msgs[-1][1] == b"T"
+    r.send(pgwire.parse("ROLLBACK") + pgwire.bind() + pgwire.execute() + pgwire.sync())
+    assert r.read_until((b"Z",))[-1][1] == b"I"
+    # the BEGIN prepared before: a Bind of S_5 alone, then a cross-shard read in parts
+    want = [str(x[0]) for x in direct(xdbs, "SELECT id FROM xs ORDER BY id")]
+    r.send(pgwire.bind(stmt="S_5") + pgwire.execute() +
+           stmt("SELECT id FROM xs ORDER BY id", portal="C_1", max_rows=300) + pgwire.sync())
+    msgs = r.read_until((b"Z",))
+    types = [t for t, _ in msgs]
+    assert types[:6] == [b"2", b"C", b"1", b"2", b"T", b"D"] and types[-2:] == [b"s", b"Z"], types
+    got = [pgwire.data_row_values(p)[0] for t, p in msgs if t == b"D"]
+    assert len(got) == 300
+    while True:
+        r.send(pgwire.execute("C_1", 300) + pgwire.sync())
+        msgs = r.read_until((b"Z",))
+        got += [pgwire.data_row_values(p)[0] for t, p in msgs if t == b"D"]
+        assert msgs[-1][1] == b"T"
+        if msgs[-2][0] == b"C":
+            break
+        assert msgs[-2][0] == b"s"
+    assert got == want
+    r.send(pgwire.msg(b"C", b"PC_1\0") + pgwire.sync())
+    assert [t for t, _ in r.read_until((b"Z",))] == [b"3", b"Z"]
+    r.send(pgwire.parse("COMMIT") + pgwire.bind() + pgwire.execute() + pgwire.sync())
+    assert r.read_until((b"Z",))[-1][1] == b"I"
+    # a Close of a statement before the next request (no Sync between)
+    r.send(pgwire.parse("SELECT 1", name="S_9") + pgwire.sync())
+    r.read_until((b"Z",))
+    r.send(pgwire.msg(b"C", b"SS_9\0") + stmt("SELECT max(id) FROM xs") + pgwire.sync())
+    msgs = r.read_until((b"Z",))
+    assert [t for t, _ in msgs] == [b"3", b"1", b"2", b"T", b"D", b"C", b"Z"], msgs
+    assert pgwire.data_row_values(msgs[4][1]) == [str(N_ROWS)]
+    r.close()
+
+
+def test_asyncpg_cursor_across_shards(pgcat, xdbs):
+    inst = start(pgcat, xdbs)
+    want = direct(xdbs, "SELECT id, v FROM xs WHERE n < 50 ORDER BY v NULLS LAST, id")
+
+    async def run():
+        conn = await asyncpg.connect(host="127.0.0.1", port=inst.port, user="app",
+                                     password=PASSWORDS["app"], database="xs3")
+        try:
+            async with conn.transaction():
+                got = [tuple(rec) async for rec in conn.cursor(
+                    "SELECT id, v FROM xs WHERE n < $1 ORDER BY v NULLS LAST, id", 50, prefetch=64)]
+                # the same transaction goes on: a keyed read on its shard
+                one = await conn.fetchval("SELECT v FROM xs WHERE id = $1", 5)
+            # a cursor bound alone (Bind, Sync) would be read on one shard: refused
+            async with conn.transaction():
+                with pytest.raises(asyncpg.FeatureNotSupportedError) as e:
+                    await conn.cursor("SELECT id FROM xs ORDER BY id")
+                assert "without Execute" in str(e.value)
+            return got, one
+        finally:
+            await conn.close()
+
+    got, one = asyncio.run(run())
+    assert got == [tuple(x) for x in want]
+    assert one == direct(xdbs, "SELECT v FROM xs WHERE id = 5")[0][0]
