@@ -111,6 +111,11 @@ struct client {
 	 * fetch size, asyncpg's cursors): its rows not yet fetched, answered
 	 * by pgcat (fanout.c); NULL: none. */
 	struct fanout_portal *xportal;
+	/* A batch for several shards that ended with Flush, its Sync awaited
+	 * since then (fanout_start_batch); after FANOUT_BATCH_SYNC_WAIT_US the
+	 * worker sets batch_no_wait: the client waits for results first. */
+	uint64_t batch_wait_since_us;
+	bool batch_no_wait;
 
 	uint32_t cancel_pid, cancel_key;
 	bool has_cancel_key;

@@ -30,7 +30,8 @@ enum fanout_start {
 	FANOUT_STARTED,     /* the client waits in CLIENT_FANOUT; the reply comes later */
 	FANOUT_REFUSED,     /* *why says why it cannot be merged: answer 0A000 */
 	FANOUT_ANY_SHARD,   /* the request executes nothing (Parse/Describe only): any shard answers alike */
-	FANOUT_ANY_SHARD_FLUSH   /* the same, ended by Flush: its Bind comes next and may fan out */
+	FANOUT_ANY_SHARD_FLUSH,  /* the same, ended by Flush: its Bind comes next and may fan out */
+	FANOUT_WAIT         /* the rest of the request first (fanout_start_batch) */
 };
 
 /* The request at the head of c's input (whole: route waited for it) reads
@@ -40,6 +41,17 @@ enum fanout_start {
  * would answer differently (broadcast_read_check). */
 enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bool sharded,
 			       const struct router_rules *rules, char *why, size_t whylen);
+
+/* The request at the head of c's input binds one statement many times
+ * (executemany, executeBatch: [Parse], (Bind, [Describe], Execute)...,
+ * Sync) with keys on several shards: each Bind runs on its key's shard, in
+ * a transaction per shard committed only if all succeeded.
+ * FANOUT_ANY_SHARD: not such a request. */
+enum fanout_start fanout_start_batch(struct client *c, const struct router_rules *rules, char *why, size_t whylen);
+/* How long a batch ended by Flush waits for its Sync before it is taken
+ * for one whose client waits for results first (and refused): long
+ * enough for a loaded machine, short enough not to look hung. */
+#define FANOUT_BATCH_SYNC_WAIT_US 500000u
 
 /* The request at the head of c's input is an INSERT whose rows belong to
  * several shards: each shard gets its rows, in a transaction committed

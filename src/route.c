@@ -474,6 +474,7 @@ enum route_cross route_cross_shard_read(struct client *c, const struct proto_fra
 	case FANOUT_ANY_SHARD:
 		return ROUTE_CROSS_ANY_SHARD;
 	case FANOUT_REFUSED:
+	case FANOUT_WAIT:   /* (fanout_start_batch's only) */
 		break;
 	}
 	refuse(c, "0A000", why);
@@ -548,6 +549,23 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 	if (r.outcome == SHARDKEY_DEFAULT && cp->default_shard >= 0)
 		return SHARD_DECIDED;
 	/* Several shards, a sharded table without key, or default_shard = all. */
+	if (r.outcome == SHARDKEY_CROSS && f->type != PqMsg_Query) {
+		/* executemany, executeBatch: one statement bound with keys of
+		 * several shards, each Bind run on its own */
+		char why[200];
+		switch (fanout_start_batch(c, &rr->r, why, sizeof why)) {
+		case FANOUT_STARTED:
+			return SHARD_ANSWERED;
+		case FANOUT_REFUSED:
+			refuse(c, "0A000", why);
+			return SHARD_ANSWERED;
+		case FANOUT_WAIT:
+			return SHARD_WAIT;
+		case FANOUT_ANY_SHARD:
+		case FANOUT_ANY_SHARD_FLUSH:
+			break;
+		}
+	}
 	if (r.writes && r.outcome == SHARDKEY_CROSS) {
 		/* a COPY FROM STDIN or a multi-row INSERT whose rows belong to
 		 * several shards is split */
@@ -565,6 +583,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		case FANOUT_ANY_SHARD:
 		case FANOUT_ANY_SHARD_FLUSH:
 		case FANOUT_REFUSED:
+		case FANOUT_WAIT:   /* (fanout_start_batch's only) */
 			break;
 		}
 		refuse(c, "0A000", why);

@@ -749,3 +749,53 @@ def test_asyncpg_cursor_across_shards(pgcat, xdbs):
     got, one = asyncio.run(run())
     assert got == [tuple(x) for x in want]
     assert one == direct(xdbs, "SELECT v FROM xs WHERE id = 5")[0][0]
+
+
+def test_executemany_batches_split_by_shard(pgcat, xdbs):
+    """psycopg's and asyncpg's executemany (and pgjdbc's executeBatch) send
+    one statement bound many times before one Sync: each Bind runs on its
+    key's shard, all shards commit together or not at all, and the replies
+    come back in the client's order."""
+    inst = start(pgcat, xdbs)
+    base = 600000
+    try:
+        with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                             dbname="xs3", autocommit=True) as c:
+            with c.cursor() as cur:
+                rows = [(base + k, "m%d" % k, k % 9) for k in range(1, 301)]
+                cur.executemany("INSERT INTO xs (id, v, n) VALUES (%s, %s, %s)", rows)
+                assert cur.rowcount == 300
+                # psycopg waits for RETURNING's rows before its Sync: refused
+                # (soon), not left waiting for a Sync that does not come
+                more = [(base + 1000 + k, "r%d" % k) for k in (7, 3, 11, 1, 5, 2, 9)]
+                t0 = time.monotonic()
+                with pytest.raises(psycopg.Error) as e:
+                    cur.executemany("INSERT INTO xs (id, v) VALUES (%s, %s) RETURNING id, v", more, returning=True)
+                assert sqlstate(e.value) == "0A000" and "returning" in str(e.value)
+                assert time.monotonic() - t0 < 5
+                # (psycopg sends a RETURNING batch with its Sync when not asked for the rows)
+                cur.executemany("INSERT INTO xs (id, v) VALUES (%s, %s) RETURNING id, v", more)
+                cur.executemany("UPDATE xs SET n = n + 100 WHERE id = %s", [(base + k,) for k in (1, 2, 3, 4, 5)])
+                assert cur.rowcount == 5
+                # a duplicate key on one shard: no row of the batch anywhere
+                with pytest.raises(psycopg.errors.UniqueViolation):
+                    cur.executemany("INSERT INTO xs (id, v) VALUES (%s, %s)",
+                                    [(base + 2000 + k, "dup") for k in range(20)] + [(base + 7, "dup")])
+            assert c.execute("SELECT count(*) FROM xs WHERE v = 'dup'").fetchone()[0] == 0
+            assert c.execute("SELECT count(*), sum(n) FROM xs WHERE id > %s", (base,)).fetchone() == \
+                (307, sum(k % 9 for k in range(1, 301)) + 500)
+
+        async def run():
+            conn = await asyncpg.connect(host="127.0.0.1", port=inst.port, user="app",
+                                         password=PASSWORDS["app"], database="xs3")
+            try:
+                await conn.executemany("INSERT INTO xs (id, v) VALUES ($1, $2)",
+                                       [(base + 3000 + k, "apg") for k in range(100)])
+                return await conn.fetchval("SELECT count(*) FROM xs WHERE v = 'apg'")
+            finally:
+                await conn.close()
+
+        assert asyncio.run(run()) == 100
+        assert placement_errors(xdbs, base) == 0
+    finally:
+        clear_copied(xdbs, base)
