@@ -61,11 +61,21 @@ struct merge_plan {
 	 * limit, as a group's rows may come from every shard), OFFSET 0 (byte
 	 * ranges of the two constants in the text; len 0: none). */
 	size_t limit_at, limit_len, offset_at, offset_len;
+	/* LIMIT $n / OFFSET $m (extended protocol): the parameter numbers
+	 * (0: a constant or none). Their values come from the Bind
+	 * (merge_plan_bind): until then has_limit/has_offset say only that
+	 * there is one. Each shard runs LIMIT ($n::bigint + offset) OFFSET
+	 * (0 * $m::bigint), so that every parameter stays in its text. */
+	int limit_param, offset_param;
 };
 
 /* Reads the cross-shard read sql[0..len). false: it cannot be merged
  * exactly; why tells the client (0A000). */
 bool merge_plan_build(const char *sql, size_t len, struct merge_plan *p, char why[MERGE_WHY]);
+/* The bound values of LIMIT $n / OFFSET $m (NULL: LIMIT ALL, OFFSET 0).
+ * false: a negative one, which PostgreSQL refuses: then send the shards
+ * the client's own text, for its own error. */
+bool merge_plan_bind(struct merge_plan *p, bool limit_null, int64_t limit, bool offset_null, int64_t offset);
 /* Does any shard need a text other than the client's? */
 bool merge_plan_rewrites(const struct merge_plan *p);
 /* The text each shard runs, NUL-terminated, malloc'd (NULL: no memory). */

@@ -969,6 +969,51 @@ static bool bound_statement(struct client *c, const char *name, const char **sql
 	return true;
 }
 
+/* Parameter param (1-based) of a Bind body as an integer: text, or binary
+ * int8/int4/int2 by its length. *is_null for NULL. false: unreadable. */
+static bool bind_int64(const char *bind_body, size_t len, int param, int64_t *v, bool *is_null)
+{
+	const uint8_t *val;
+	int32_t vlen;
+	int16_t format;
+	*is_null = false;
+	if (!shardkey_bind_param((const uint8_t *)bind_body, len, param, &val, &vlen, &format))
+		return false;
+	if (vlen < 0) {
+		*is_null = true;
+		return true;
+	}
+	if (format == 1) {
+		if (vlen != 8 && vlen != 4 && vlen != 2)
+			return false;
+		uint64_t u = 0;
+		for (int32_t i = 0; i < vlen; i++)
+			u = u << 8 | val[i];
+		if (vlen == 8)
+			*v = (int64_t)u;
+		else if (vlen == 4)
+			*v = (int32_t)(uint32_t)u;
+		else
+			*v = (int16_t)(uint16_t)u;
+		return true;
+	}
+	/* text, as int8in reads it: spaces around, a sign, digits */
+	char t[32];
+	if (vlen <= 0 || (size_t)vlen >= sizeof t)
+		return false;
+	memcpy(t, val, (size_t)vlen);
+	t[vlen] = '\0';
+	char *e;
+	errno = 0;
+	long long x = strtoll(t, &e, 10);
+	while (*e == ' ' || *e == '\t' || *e == '\n' || *e == '\r')
+		e++;
+	if (errno || e == t || *e)
+		return false;
+	*v = x;
+	return true;
+}
+
 enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bool sharded,
 			       const struct router_rules *rules, char *why, size_t whylen)
 {
@@ -1033,6 +1078,24 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 		free(fo);
 		return any ? FANOUT_ANY_SHARD : FANOUT_REFUSED;
 	}
+	/* LIMIT $n / OFFSET $m: their values, from the Bind */
+	bool passthrough = false;
+	if ((fo->plan.limit_param || fo->plan.offset_param) && !r.query) {
+		int64_t v[2] = { 0, 0 };
+		bool null[2] = { true, true };
+		int params[2] = { fo->plan.limit_param, fo->plan.offset_param };
+		for (int i = 0; i < 2; i++) {
+			if (!params[i])
+				continue;
+			if (!bind_int64(r.bind_portal, r.bind_len, params[i], &v[i], &null[i])) {
+				free(fo);
+				refuse(why, whylen, "a LIMIT or OFFSET parameter pgcat cannot read (an integer is needed)");
+				return FANOUT_REFUSED;
+			}
+		}
+		/* a negative one: the shards raise PostgreSQL's own error */
+		passthrough = !merge_plan_bind(&fo->plan, null[0], v[0], null[1], v[1]);
+	}
 	/* mergeable rows, but are they each shard's part of the answer? */
 	if (!broadcast_read_check(sql, strlen(sql), rules, pwhy)) {
 		snprintf(why, whylen, "%s", pwhy);
@@ -1054,10 +1117,10 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 	/* What every shard runs. */
 	struct evbuffer *req = evbuffer_new();
 	size_t sql_len = strlen(sql);
-	char *shard_sql = merge_plan_rewrites(&fo->plan) ? merge_plan_shard_sql(&fo->plan, sql, sql_len, &sql_len)
-							 : NULL;
+	bool rewrite = merge_plan_rewrites(&fo->plan) && !passthrough;
+	char *shard_sql = rewrite ? merge_plan_shard_sql(&fo->plan, sql, sql_len, &sql_len) : NULL;
 	const char *run = shard_sql ? shard_sql : sql;
-	if (!req || (merge_plan_rewrites(&fo->plan) && !shard_sql)) {
+	if (!req || (rewrite && !shard_sql)) {
 		evbuffer_free(req);
 		free(shard_sql);
 		free(fo->parse_msg);

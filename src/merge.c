@@ -129,12 +129,27 @@ static size_t strip_locations(const struct jdoc *d, int v, char *out, size_t cap
 	return o;
 }
 
-/* An integer constant of LIMIT/OFFSET: its value and where its text is. */
+/* An integer constant of LIMIT/OFFSET: its value and where its text is; or
+ * a parameter $n (*param n, its text's place). */
 static bool limit_const(const struct jdoc *d, int v, const char *sql, size_t len, int64_t *val, size_t *at,
-			size_t *tlen, bool *is_null)
+			size_t *tlen, bool *is_null, int *param)
 {
 	int c = jnode(d, v, "A_Const");
 	*is_null = false;
+	*param = 0;
+	int pr = jnode(d, v, "ParamRef");
+	if (pr != JNONE) {
+		long num = pgjson_int(d, jget(d, pr, "number")), loc = pgjson_int(d, jget(d, pr, "location"));
+		if (num <= 0 || num > 65535 || loc < 0 || (size_t)loc >= len || sql[loc] != '$')
+			return false;
+		size_t q = (size_t)loc + 1;
+		while (q < len && sql[q] >= '0' && sql[q] <= '9')
+			q++;
+		*param = (int)num;
+		*at = (size_t)loc;
+		*tlen = q - (size_t)loc;
+		return true;
+	}
 	if (c == JNONE)
 		return false;
 	if (jget(d, c, "isnull") != JNONE) {
@@ -523,19 +538,21 @@ static bool plan_limit(const struct jdoc *d, int sel, const char *sql, size_t le
 	int lc = jget(d, sel, "limitCount"), lof = jget(d, sel, "limitOffset");
 	bool is_null;
 	if (lc != JNONE) {
-		if (!limit_const(d, lc, sql, len, &p->limit, &p->limit_at, &p->limit_len, &is_null))
-			return refuse(why, "LIMIT must be an integer constant to be merged across shards");
+		if (!limit_const(d, lc, sql, len, &p->limit, &p->limit_at, &p->limit_len, &is_null, &p->limit_param))
+			return refuse(why, "LIMIT must be an integer constant or a parameter to be merged across shards");
 		p->has_limit = !is_null;
 		if (is_null)
 			p->limit_len = 0;
 	}
 	if (lof != JNONE) {
-		if (!limit_const(d, lof, sql, len, &p->offset, &p->offset_at, &p->offset_len, &is_null))
-			return refuse(why, "OFFSET must be an integer constant to be merged across shards");
-		p->has_offset = !is_null && p->offset != 0;
+		if (!limit_const(d, lof, sql, len, &p->offset, &p->offset_at, &p->offset_len, &is_null, &p->offset_param))
+			return refuse(why, "OFFSET must be an integer constant or a parameter to be merged across shards");
+		p->has_offset = !is_null && (p->offset != 0 || p->offset_param);
 		if (!p->has_offset)
 			p->offset_len = 0;
 	}
+	if ((p->limit_param || p->offset_param) && p->grouped)
+		return refuse(why, "LIMIT or OFFSET parameters with GROUP BY cannot be merged across shards; write constants");
 	if ((p->has_limit && p->limit < 0) || (p->has_offset && p->offset < 0)) {
 		/* PostgreSQL refuses these itself: leave the text alone */
 		p->has_limit = p->has_offset = false;
@@ -607,6 +624,21 @@ out:
 	return ok;
 }
 
+bool merge_plan_bind(struct merge_plan *p, bool limit_null, int64_t limit, bool offset_null, int64_t offset)
+{
+	if ((p->limit_param && !limit_null && limit < 0) || (p->offset_param && !offset_null && offset < 0))
+		return false;
+	if (p->limit_param) {
+		p->has_limit = !limit_null;
+		p->limit = limit_null ? 0 : limit;
+	}
+	if (p->offset_param) {
+		p->has_offset = !offset_null && offset > 0;
+		p->offset = p->has_offset ? offset : 0;
+	}
+	return true;
+}
+
 bool merge_plan_rewrites(const struct merge_plan *p) { return p->limit_len > 0 || p->offset_len > 0; }
 
 bool merge_plan_compares(const struct merge_plan *p)
@@ -622,21 +654,37 @@ bool merge_plan_compares(const struct merge_plan *p)
 char *merge_plan_shard_sql(const struct merge_plan *p, const char *sql, size_t len, size_t *outlen)
 {
 	/* the two replacements, in text order */
-	struct { size_t at, len; char repl[24]; } r[2];
+	struct { size_t at, len; char repl[64]; } r[2];
 	int n = 0;
 	if (p->limit_len) {
 		r[n].at = p->limit_at;
 		r[n].len = p->limit_len;
 		if (p->grouped)   /* no limit; a number is valid in LIMIT and FETCH FIRST alike */
 			snprintf(r[n].repl, sizeof r[n].repl, "%" PRId64, INT64_MAX);
-		else
+		else if (p->limit_param || p->offset_param) {
+			/* parameters stay in the text (each one must be used); the
+			 * values are not known to the plan (the Bind's) */
+			char l[24], o[24];
+			if (p->limit_param)
+				snprintf(l, sizeof l, "$%d::bigint", p->limit_param);
+			else
+				snprintf(l, sizeof l, "%" PRId64, p->limit);
+			if (p->offset_param)
+				snprintf(o, sizeof o, "$%d::bigint", p->offset_param);
+			else
+				snprintf(o, sizeof o, "%" PRId64, p->has_offset ? p->offset : 0);
+			snprintf(r[n].repl, sizeof r[n].repl, "(%s + %s)", l, o);
+		} else
 			snprintf(r[n].repl, sizeof r[n].repl, "%" PRId64, p->limit + (p->has_offset ? p->offset : 0));
 		n++;
 	}
 	if (p->offset_len) {
 		r[n].at = p->offset_at;
 		r[n].len = p->offset_len;
-		snprintf(r[n].repl, sizeof r[n].repl, "0");
+		if (p->offset_param)
+			snprintf(r[n].repl, sizeof r[n].repl, "(0 * $%d::bigint)", p->offset_param);
+		else
+			snprintf(r[n].repl, sizeof r[n].repl, "0");
 		n++;
 	}
 	if (n == 2 && r[0].at > r[1].at) {
@@ -644,7 +692,7 @@ char *merge_plan_shard_sql(const struct merge_plan *p, const char *sql, size_t l
 		r[0] = r[1];
 		r[1] = t;
 	}
-	size_t cap = len + 1 + 2 * 24, o = 0, from = 0;
+	size_t cap = len + 1 + 2 * 64, o = 0, from = 0;
 	char *out = malloc(cap);
 	if (!out)
 		return NULL;

@@ -200,6 +200,14 @@ def test_extended_protocol_with_parameters(pgcat, xdbs):
         ("SELECT min(ts), max(d) FROM xs WHERE id > %s", (500,)),
         ("SELECT n, count(*), sum(price) FROM xs WHERE id > %s GROUP BY n ORDER BY n", (100,)),
         ("SELECT DISTINCT n %% %s AS m FROM xs ORDER BY m", (6,)),
+        # LIMIT and OFFSET parameters: applied after the merge
+        ("SELECT id, v FROM xs ORDER BY v DESC, id LIMIT %s", (7,)),
+        ("SELECT id FROM xs ORDER BY id LIMIT %s OFFSET %s", (5, 300)),
+        ("SELECT id FROM xs ORDER BY id DESC OFFSET %s", (995,)),
+        ("SELECT id FROM xs WHERE n = %s ORDER BY id LIMIT %s OFFSET 2", (4, 3)),
+        ("SELECT id FROM xs ORDER BY id LIMIT 4 OFFSET %s", (10,)),
+        ("SELECT id FROM xs ORDER BY id LIMIT %s", (None,)),
+        ("SELECT count(*), max(id) FROM xs LIMIT %s OFFSET %s", (1, 1)),
     ]
     with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
                          dbname="xs3", autocommit=True) as c:
@@ -235,6 +243,14 @@ def test_asyncpg_binary_results_and_prepared_statements(pgcat, xdbs):
                     "SELECT id, price FROM xs WHERE n = $1 ORDER BY price DESC NULLS LAST, id", n)]
                 assert got == want
             assert await conn.fetchval("SELECT count(*) FROM xs WHERE id > $1", 100) == N_ROWS - 100
+            # LIMIT/OFFSET parameters, binary int8 (a prepared statement run with new values)
+            page = await conn.prepare("SELECT id FROM xs ORDER BY id DESC LIMIT $1 OFFSET $2")
+            for lim, off in ((3, 0), (4, 17), (2, 999)):
+                assert [r[0] for r in await page.fetch(lim, off)] == \
+                    [N_ROWS - off - i for i in range(lim) if N_ROWS - off - i > 0]
+            with pytest.raises(asyncpg.PostgresError) as e:
+                await conn.fetch("SELECT id FROM xs ORDER BY id LIMIT $1", -1)
+            assert e.value.sqlstate == "2201W"
         finally:
             await conn.close()
             await single.close()
