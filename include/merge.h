@@ -30,6 +30,7 @@ struct evbuffer;
 #define MERGE_MAX_AGGS 32
 #define MERGE_WHY 200
 #define MERGE_MAX_SHARDS 64       /* shards a cross-shard read may span */
+#define MERGE_MAX_HIDDEN 8        /* avg()s alone given hidden sum/count columns */
 
 enum merge_agg { MERGE_AGG_NONE, MERGE_AGG_COUNT, MERGE_AGG_SUM, MERGE_AGG_MIN, MERGE_AGG_MAX, MERGE_AGG_AVG,
 		 MERGE_AGG_CONST, MERGE_AGG_KEY /* a GROUP BY column */ };
@@ -49,7 +50,15 @@ struct merge_plan {
 	bool aggregates;
 	bool grouped;                          /* GROUP BY: one row per distinct key after the merge */
 	bool distinct;                         /* SELECT DISTINCT: equal rows once after the merge */
-	int n_cols;                            /* output columns when aggregates */
+	int n_cols;                            /* columns of the shards' rows when aggregates (hidden ones too) */
+	int n_visible;                         /* ... of which the client's (the first ones) */
+	/* avg(x) without sum(x) and count(x) in the select list: each shard
+	 * returns sum(x), count(x) too, after the client's columns (inserted
+	 * at hidden_at, before FROM; the arguments' texts with their
+	 * parentheses), and the client sees neither. */
+	int n_hidden;
+	size_t hidden_at;
+	size_t hidden_arg_at[MERGE_MAX_HIDDEN], hidden_arg_len[MERGE_MAX_HIDDEN];
 	uint8_t agg[MERGE_MAX_AGGS];           /* enum merge_agg */
 	int8_t avg_sum[MERGE_MAX_AGGS];        /* AVG: the columns of sum() and count() of its argument */
 	int8_t avg_count[MERGE_MAX_AGGS];

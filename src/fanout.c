@@ -798,6 +798,31 @@ bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 static void insert_finish(struct fanout *fo);
 static void copy_finish(struct fanout *fo);
 
+/* A shard's RowDescription (whole message m) for the client: without the
+ * hidden sum/count columns the shards were asked for (avg alone). */
+static void add_row_description(struct evbuffer *out, const uint8_t *m, size_t len, const struct merge_plan *p)
+{
+	if (!p->aggregates || p->n_hidden == 0 || len < 7 || m[0] != PqMsg_RowDescription) {
+		evbuffer_add(out, m, len);
+		return;
+	}
+	size_t off = 7;
+	for (int i = 0; i < p->n_visible; i++) {
+		const uint8_t *nul = off < len ? memchr(m + off, 0, len - off) : NULL;
+		if (!nul || (size_t)(nul - m) + 1 + 18 > len) {
+			evbuffer_add(out, m, len);   /* (not ours to judge: merge_rows refuses it) */
+			return;
+		}
+		off = (size_t)(nul - m) + 1 + 18;
+	}
+	uint8_t h[7] = { PqMsg_RowDescription };
+	proto_put_u32(h + 1, (uint32_t)(off - 1));
+	h[5] = (uint8_t)(p->n_visible >> 8);
+	h[6] = (uint8_t)p->n_visible;
+	evbuffer_add(out, h, 7);
+	evbuffer_add(out, m + 7, off - 7);
+}
+
 static void batch_finish(struct fanout *fo);
 
 static void fanout_finish(struct fanout *fo)
@@ -868,14 +893,14 @@ static void fanout_finish(struct fanout *fo)
 				if (r0->param_desc)
 					evbuffer_add(reply, r0->param_desc, r0->param_desc_len);
 				if (r0->stmt_desc)
-					evbuffer_add(reply, r0->stmt_desc, r0->stmt_desc_len);
+					add_row_description(reply, r0->stmt_desc, r0->stmt_desc_len, &fo->plan);
 				break;
 			case STEP_BIND:
 				evbuffer_add(reply, bind_complete, 5);
 				break;
 			case STEP_DESCRIBE_PORTAL:
 				if (r0->portal_desc)
-					evbuffer_add(reply, r0->portal_desc, r0->portal_desc_len);
+					add_row_description(reply, r0->portal_desc, r0->portal_desc_len, &fo->plan);
 				break;
 			case STEP_EXECUTE:
 				if (fo->portal[0] && fo->max_rows > 0)
@@ -889,7 +914,7 @@ static void fanout_finish(struct fanout *fo)
 		}
 		if (!fo->extended && !why[0]) {
 			if (r0->portal_desc)
-				evbuffer_add(reply, r0->portal_desc, r0->portal_desc_len);
+				add_row_description(reply, r0->portal_desc, r0->portal_desc_len, &fo->plan);
 			(void)reply_rows(fo, rep, reply, why);
 		}
 	}

@@ -6,6 +6,7 @@
 #include "merge.h"
 
 #include <event2/buffer.h>
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include <pg_query.h>
 
+#include "insert_split.h"
 #include "pgjson.h"
 #include "pgvalue.h"
 #include "proto.h"
@@ -242,8 +244,8 @@ static bool plan_agg_target(const struct jdoc *d, int val, struct merge_plan *p,
 	return true;
 }
 
-static bool plan_targets(const struct jdoc *d, int tl, int gc, struct merge_plan *p, char (*texts)[EXPR_TEXT],
-			 char aliases[][64], int n_texts, char why[MERGE_WHY]);
+static bool plan_targets(const struct jdoc *d, int sel, const char *sql, size_t len, int tl, int gc,
+			 struct merge_plan *p, char (*texts)[EXPR_TEXT], char aliases[][64], int n_texts, char why[MERGE_WHY]);
 static bool plan_sort(const struct jdoc *d, int sel, struct merge_plan *p, char (*texts)[EXPR_TEXT], int n_texts,
 		      char why[MERGE_WHY]);
 static bool plan_limit(const struct jdoc *d, int sel, const char *sql, size_t len, struct merge_plan *p,
@@ -302,7 +304,7 @@ static bool plan_select(const struct jdoc *d, int sel, const char *sql, size_t l
 		if (pgjson_str(d, jget(d, rt, "name"), aliases[n_texts], sizeof aliases[n_texts]) < 0)
 			aliases[n_texts][0] = '\0';
 	}
-	bool ok = plan_targets(d, tl, gc, p, texts, aliases, n_texts, why) &&
+	bool ok = plan_targets(d, sel, sql, len, tl, gc, p, texts, aliases, n_texts, why) &&
 		  plan_sort(d, sel, p, texts, n_texts, why);
 	free(texts);
 	if (!ok)
@@ -337,8 +339,88 @@ static int match_output(const struct jdoc *d, int node, char (*texts)[EXPR_TEXT]
 }
 
 /* The aggregates of the select list tl (key: the GROUP BY columns). */
-static bool plan_aggs(const struct jdoc *d, int tl, struct merge_plan *p, const bool *key, char (*args)[EXPR_TEXT],
-		      char why[MERGE_WHY])
+/* The first from-item's place in the text, or -1. */
+static long from_item_location(const struct jdoc *d, int item, int depth)
+{
+	int x;
+	if (depth > 32)
+		return -1;
+	if ((x = jnode(d, item, "RangeVar")) != JNONE)
+		return pgjson_int(d, jget(d, x, "location"));
+	if ((x = jnode(d, item, "JoinExpr")) != JNONE)
+		return from_item_location(d, jget(d, x, "larg"), depth + 1);
+	if ((x = jnode(d, item, "RangeTableSample")) != JNONE)
+		return from_item_location(d, jget(d, x, "relation"), depth + 1);
+	return -1;
+}
+
+/* Where the select list ends: the FROM keyword at depth 0 between the last
+ * select-list entry and the first from-item. false: not found. */
+static bool select_list_end(const struct jdoc *d, int sel, int tl, const char *sql, size_t len, size_t *at)
+{
+	int fc = jget(d, sel, "fromClause"), last = JNONE;
+	if (fc == JNONE || d->t[fc].type != J_ARR || d->t[fc].after == (uint32_t)fc + 1)
+		return false;
+	for (int e = tl + 1; e < (int)d->t[tl].after; e = (int)d->t[e].after)
+		last = e;
+	long from = from_item_location(d, fc + 1, 0), start = pgjson_int(d, jget(d, jnode(d, last, "ResTarget"), "location"));
+	if (from < 0 || start < 0 || from > (long)len || start >= from)
+		return false;
+	bool found = false;
+	int depth = 0;
+	for (size_t i = (size_t)start; i < (size_t)from;) {
+		size_t j = insert_split_skip_quoted(sql, (size_t)from, i);
+		if (j != i) {
+			i = j;
+			continue;
+		}
+		char ch = sql[i];
+		if (ch == '(')
+			depth++;
+		else if (ch == ')')
+			depth--;
+		else if (depth == 0 && (ch == 'f' || ch == 'F') && (size_t)from - i >= 4 && strncasecmp(sql + i, "from", 4) == 0 &&
+			 (i == 0 || !(isalnum((unsigned char)sql[i - 1]) || sql[i - 1] == '_' || sql[i - 1] == '"')) &&
+			 (i + 4 >= len || !(isalnum((unsigned char)sql[i + 4]) || sql[i + 4] == '_'))) {
+			*at = i;
+			found = true;
+		}
+		i++;
+	}
+	return found;
+}
+
+/* The parenthesized arguments of the call at sql[loc]: [*open, *close]. */
+static bool call_args(const char *sql, size_t len, long loc, size_t *open, size_t *close)
+{
+	if (loc < 0 || (size_t)loc >= len)
+		return false;
+	size_t i = (size_t)loc;
+	int depth = 0;
+	while (i < len) {
+		size_t j = insert_split_skip_quoted(sql, len, i);
+		if (j != i) {
+			i = j;
+			continue;
+		}
+		if (sql[i] == '(') {
+			if (depth++ == 0)
+				*open = i;
+		} else if (sql[i] == ')') {
+			if (depth == 0)
+				return false;
+			if (--depth == 0) {
+				*close = i;
+				return true;
+			}
+		}
+		i++;
+	}
+	return false;
+}
+
+static bool plan_aggs(const struct jdoc *d, int sel, const char *sql, size_t len, int tl, struct merge_plan *p,
+		      const bool *key, char (*args)[EXPR_TEXT], char why[MERGE_WHY])
 {
 	int col = 0;
 	p->aggregates = true;
@@ -358,8 +440,9 @@ static bool plan_aggs(const struct jdoc *d, int tl, struct merge_plan *p, const 
 		if (!plan_agg_target(d, val, p, col, args, why))
 			return false;
 	}
-	p->n_cols = col;
-	for (int i = 0; i < col; i++) {
+	p->n_cols = p->n_visible = col;
+	int e = tl + 1;
+	for (int i = 0; i < col; i++, e = (int)d->t[e].after) {
 		if (p->agg[i] != MERGE_AGG_AVG)
 			continue;
 		for (int j = 0; j < col && args[i][0]; j++) {
@@ -370,16 +453,32 @@ static bool plan_aggs(const struct jdoc *d, int tl, struct merge_plan *p, const 
 			if (p->agg[j] == MERGE_AGG_COUNT && p->avg_count[i] < 0)
 				p->avg_count[i] = (int8_t)j;
 		}
-		if (p->avg_sum[i] < 0 || p->avg_count[i] < 0)
+		if (p->avg_sum[i] >= 0 && p->avg_count[i] >= 0)
+			continue;
+		/* avg(x) alone: the shards return sum(x) and count(x) as well,
+		 * after the client's columns (positions in GROUP BY and ORDER BY
+		 * stay right) */
+		int fc = jnode(d, jget(d, jnode(d, e, "ResTarget"), "val"), "FuncCall");
+		size_t open, close;
+		if (!args[i][0] || jget(d, fc, "agg_filter") != JNONE || p->n_hidden == MERGE_MAX_HIDDEN ||
+		    p->n_cols + 2 > MERGE_MAX_AGGS || (p->n_hidden == 0 && !select_list_end(d, sel, tl, sql, len, &p->hidden_at)) ||
+		    !call_args(sql, len, pgjson_int(d, jget(d, fc, "location")), &open, &close))
 			return refuse(why, "avg() across shards needs sum() and count() of the same argument in the "
 					   "select list too (avg is merged as sum / count)");
+		p->hidden_arg_at[p->n_hidden] = open;
+		p->hidden_arg_len[p->n_hidden] = close + 1 - open;
+		p->n_hidden++;
+		p->avg_sum[i] = (int8_t)p->n_cols;
+		p->agg[p->n_cols++] = MERGE_AGG_SUM;
+		p->avg_count[i] = (int8_t)p->n_cols;
+		p->agg[p->n_cols++] = MERGE_AGG_COUNT;
 	}
 	return true;
 }
 
 /* The select list of an aggregate or grouped query: what each column is. */
-static bool plan_targets(const struct jdoc *d, int tl, int gc, struct merge_plan *p, char (*texts)[EXPR_TEXT],
-			 char aliases[][64], int n_texts, char why[MERGE_WHY])
+static bool plan_targets(const struct jdoc *d, int sel, const char *sql, size_t len, int tl, int gc,
+			 struct merge_plan *p, char (*texts)[EXPR_TEXT], char aliases[][64], int n_texts, char why[MERGE_WHY])
 {
 	bool key[MERGE_MAX_AGGS] = { false };
 	if (gc != JNONE) {
@@ -399,7 +498,7 @@ static bool plan_targets(const struct jdoc *d, int tl, int gc, struct merge_plan
 	char (*args)[EXPR_TEXT] = calloc(MERGE_MAX_AGGS, EXPR_TEXT);   /* each aggregate's argument, as text */
 	if (!args)
 		return refuse(why, "out of memory");
-	bool ok = plan_aggs(d, tl, p, key, args, why);
+	bool ok = plan_aggs(d, sel, sql, len, tl, p, key, args, why);
 	free(args);
 	return ok;
 }
@@ -639,7 +738,7 @@ bool merge_plan_bind(struct merge_plan *p, bool limit_null, int64_t limit, bool 
 	return true;
 }
 
-bool merge_plan_rewrites(const struct merge_plan *p) { return p->limit_len > 0 || p->offset_len > 0; }
+bool merge_plan_rewrites(const struct merge_plan *p) { return p->limit_len > 0 || p->offset_len > 0 || p->n_hidden > 0; }
 
 bool merge_plan_compares(const struct merge_plan *p)
 {
@@ -653,9 +752,34 @@ bool merge_plan_compares(const struct merge_plan *p)
 
 char *merge_plan_shard_sql(const struct merge_plan *p, const char *sql, size_t len, size_t *outlen)
 {
-	/* the two replacements, in text order */
-	struct { size_t at, len; char repl[64]; } r[2];
+	/* the replacements, in text order: LIMIT, OFFSET, and the hidden
+	 * columns (r[2], text in hidden) */
+	struct { size_t at, len; char repl[64]; const char *text; size_t text_len; } r[3];
 	int n = 0;
+	char *hidden = NULL;
+	size_t hidden_len = 0;
+	if (p->n_hidden > 0) {
+		size_t need = 1;
+		for (int i = 0; i < p->n_hidden; i++) {
+			if (p->hidden_arg_at[i] > len || p->hidden_arg_len[i] > len - p->hidden_arg_at[i])
+				return NULL;
+			need += 2 * p->hidden_arg_len[i] + sizeof ", pg_catalog.sum, pg_catalog.count";
+		}
+		if (!(hidden = malloc(need)))
+			return NULL;
+		for (int i = 0; i < p->n_hidden; i++) {
+			int w = snprintf(hidden + hidden_len, need - hidden_len, ", pg_catalog.sum%.*s, pg_catalog.count%.*s",
+					 (int)p->hidden_arg_len[i], sql + p->hidden_arg_at[i], (int)p->hidden_arg_len[i],
+					 sql + p->hidden_arg_at[i]);
+			if (w < 0 || (size_t)w >= need - hidden_len) {
+				free(hidden);
+				return NULL;
+			}
+			hidden_len += (size_t)w;
+		}
+		hidden[hidden_len++] = ' ';
+		hidden[hidden_len] = '\0';
+	}
 	if (p->limit_len) {
 		r[n].at = p->limit_at;
 		r[n].len = p->limit_len;
@@ -687,27 +811,47 @@ char *merge_plan_shard_sql(const struct merge_plan *p, const char *sql, size_t l
 			snprintf(r[n].repl, sizeof r[n].repl, "0");
 		n++;
 	}
-	if (n == 2 && r[0].at > r[1].at) {
-		__typeof__(r[0]) t = r[0];
-		r[0] = r[1];
-		r[1] = t;
+	for (int i = 0; i < n; i++) {
+		r[i].text = r[i].repl;
+		r[i].text_len = strlen(r[i].repl);
 	}
-	size_t cap = len + 1 + 2 * 64, o = 0, from = 0;
+	if (hidden) {
+		r[n].at = p->hidden_at;
+		r[n].len = 0;
+		r[n].text = hidden;
+		r[n].text_len = hidden_len;
+		n++;
+	}
+	for (int i = 1; i < n; i++)   /* (at most three) */
+		for (int j = i; j > 0 && r[j - 1].at > r[j].at; j--) {
+			__typeof__(r[0]) t = r[j];
+			r[j] = r[j - 1];
+			r[j - 1] = t;
+			/* the texts point into the entries themselves */
+			if (r[j].text != hidden)
+				r[j].text = r[j].repl;
+			if (r[j - 1].text != hidden)
+				r[j - 1].text = r[j - 1].repl;
+		}
+	size_t cap = len + 1 + 2 * 64 + hidden_len, o = 0, from = 0;
 	char *out = malloc(cap);
-	if (!out)
+	if (!out) {
+		free(hidden);
 		return NULL;
+	}
 	for (int i = 0; i < n; i++) {
 		if (r[i].at < from || r[i].at + r[i].len > len) {
 			free(out);
+			free(hidden);
 			return NULL;
 		}
 		memcpy(out + o, sql + from, r[i].at - from);
 		o += r[i].at - from;
-		size_t rl = strlen(r[i].repl);
-		memcpy(out + o, r[i].repl, rl);
-		o += rl;
+		memcpy(out + o, r[i].text, r[i].text_len);
+		o += r[i].text_len;
 		from = r[i].at + r[i].len;
 	}
+	free(hidden);
 	memcpy(out + o, sql + from, len - from);
 	o += len - from;
 	out[o] = '\0';
@@ -1113,7 +1257,7 @@ static bool merge_aggregates(const struct merge_plan *p, const struct merge_colu
 	}
 	bool ok = combine_rows(p, cols, n_cols, rows, n_shards, coll, acc, why);
 	if (ok) {
-		emit_row(out, acc, n_cols);
+		emit_row(out, acc, p->n_visible);   /* without the hidden sum/count columns */
 		*sent = 1;
 	}
 	free(acc);
@@ -1246,7 +1390,7 @@ static bool merge_grouped(const struct merge_plan *p, const struct merge_column 
 		return false;
 	}
 	struct sort_key sort[MERGE_MAX_SORT];
-	if (!resolve_sort_keys(p, cols, n_cols, coll, sort, why))
+	if (!resolve_sort_keys(p, cols, p->grouped ? p->n_visible : n_cols, coll, sort, why))
 		return false;
 	size_t total = 0;
 	for (size_t s = 0; s < n_shards; s++)
@@ -1293,7 +1437,7 @@ static bool merge_grouped(const struct merge_plan *p, const struct merge_column 
 		if (p->grouped) {
 			if (!combine_rows(p, cols, n_cols, rows + i, j - i, coll, acc, why))
 				goto out;
-			built_len[n_out] = emit_row(built, acc, n_cols);
+			built_len[n_out] = emit_row(built, acc, p->n_visible);   /* (hidden columns dropped) */
 			tmp[n_out] = (struct mrow){ NULL, built_len[n_out] };
 		} else {
 			tmp[n_out] = rows[i];

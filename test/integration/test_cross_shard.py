@@ -137,6 +137,11 @@ AGGREGATES = [
     "SELECT sum(n::numeric / 3), count(n::numeric / 3), avg(n::numeric / 3) FROM xs",
     "SELECT count(*), max(id) FROM xs OFFSET 1",
     "SELECT count(*), max(id) FROM xs LIMIT 1 OFFSET 0",
+    # avg() alone: the shards also return sum() and count() of its argument, hidden
+    "SELECT avg(price) FROM xs",
+    "SELECT count(*), sum(n), min(n), max(n), avg(n), avg(f), avg(id) FROM xs WHERE d > '2000-03-01'",
+    "SELECT avg(n) AS mean, count(*) FROM xs WHERE false",
+    "SELECT avg((n * 3) / 2.0), max(v) from xs",
     "SELECT count(*), sum(n), avg(n), count(n) FROM xs WHERE false",
     "SELECT count(*) FILTER (WHERE n > 50), 42 AS answer FROM xs",
     # sharded tables joined on their sharding columns: each shard joins its own rows
@@ -154,6 +159,8 @@ GROUPED_ORDERED = [
     "SELECT d, sum(n) FROM xs GROUP BY d ORDER BY sum(n) DESC, d LIMIT 10",
     "SELECT price, count(*) FROM xs GROUP BY price ORDER BY price NULLS FIRST LIMIT 20",
     "SELECT f, min(id), max(id) FROM xs GROUP BY f ORDER BY f DESC",
+    "SELECT n % 4 AS k, avg(price), avg(f), count(*) FROM xs GROUP BY 1 ORDER BY 2 DESC NULLS LAST, 1",
+    "SELECT v IS NULL AS missing, avg(id) FROM xs GROUP BY missing ORDER BY avg(id)",
     "SELECT DISTINCT n % 10 AS m FROM xs ORDER BY m",
     "SELECT DISTINCT v FROM xs ORDER BY v NULLS FIRST LIMIT 15",
     "SELECT DISTINCT f, n % 2 FROM xs ORDER BY f DESC, 2 OFFSET 3",
@@ -199,6 +206,7 @@ def test_extended_protocol_with_parameters(pgcat, xdbs):
         ("SELECT id FROM xs WHERE v LIKE %s ORDER BY id DESC", ("v00%",)),
         ("SELECT min(ts), max(d) FROM xs WHERE id > %s", (500,)),
         ("SELECT n, count(*), sum(price) FROM xs WHERE id > %s GROUP BY n ORDER BY n", (100,)),
+        ("SELECT avg(price), avg(n) FROM xs WHERE id > %s", (100,)),
         ("SELECT DISTINCT n %% %s AS m FROM xs ORDER BY m", (6,)),
         # LIMIT and OFFSET parameters: applied after the merge
         ("SELECT id, v FROM xs ORDER BY v DESC, id LIMIT %s", (7,)),
@@ -263,7 +271,7 @@ UNMERGEABLE = [
     ("SELECT count(*) FROM xs GROUP BY n", "GROUP BY must name columns"),
     ("SELECT n, count(*) FROM xs GROUP BY ROLLUP (n)", "ROLLUP"),
     ("SELECT DISTINCT ON (n) n, id FROM xs", "DISTINCT ON"),
-    ("SELECT avg(price) FROM xs", "avg()"),
+    ("SELECT avg(price) FILTER (WHERE n > 3) FROM xs", "avg()"),
     ("SELECT count(DISTINCT n) FROM xs", "DISTINCT"),
     ("SELECT id FROM xs ORDER BY lower(v)", "expression"),
     ("SELECT id FROM xs ORDER BY v", "not an output column"),

@@ -74,6 +74,17 @@ START_TEST(plan_order_limit_offset)
 	ck_assert(merge_plan_bind(&p, true, 0, true, 0) && !p.has_limit);   /* LIMIT NULL: all */
 	sql = "select n, count(*) from items group by n limit $1";
 	ck_assert(!merge_plan_build(sql, strlen(sql), &p, why));
+	/* avg() alone: sum and count of its argument too, after the select list */
+	sql = "SELECT n, avg( \"x\" + (1) ) /* from */ FROM items i JOIN t USING (id) GROUP BY 1 LIMIT 3 OFFSET 1";
+	ck_assert_msg(merge_plan_build(sql, strlen(sql), &p, why), "%s", why);
+	ck_assert(p.n_hidden == 1 && p.n_visible == 2 && p.n_cols == 4);
+	ck_assert(p.avg_sum[1] == 2 && p.avg_count[1] == 3);
+	shard = merge_plan_shard_sql(&p, sql, strlen(sql), &n);
+	ck_assert(shard != NULL);
+	ck_assert_str_eq(shard, "SELECT n, avg( \"x\" + (1) ) /* from */ , pg_catalog.sum( \"x\" + (1) ), "
+				"pg_catalog.count( \"x\" + (1) ) FROM items i JOIN t USING (id) GROUP BY 1 LIMIT 9223372036854775807 "
+				"OFFSET 0");
+	free(shard);
 }
 END_TEST
 
@@ -146,8 +157,8 @@ START_TEST(plan_refusals)
 		{ "select x, y, count(*) from items group by x", "GROUP BY column" },
 		{ "select distinct on (x) x, y from items", "DISTINCT ON" },
 		{ "select x, count(*) from items group by x order by sum(y)", "expression" },
-		{ "select avg(x) from items", "avg()" },
-		{ "select avg(x), sum(x), count(y) from items", "avg()" },
+		{ "select avg(x) filter (where y > 1) from items", "avg()" },
+		{ "select avg(x) filter (where y > 2), count(x) from items", "avg()" },
 		{ "select count(distinct x) from items", "DISTINCT" },
 		{ "select id from items order by lower(v)", "expression" },
 		{ "select id from items union select id from items", "UNION" },
