@@ -709,10 +709,21 @@ bool merge_plan_build(const char *sql, size_t len, struct merge_plan *p, char wh
 		refuse(why, "several statements in one query cannot be merged across shards; send them one by one");
 		goto out;
 	}
-	int sel = jnode(&d, jget(&d, stmts + 1, "stmt"), "SelectStmt");
+	int stmt = jget(&d, stmts + 1, "stmt");
+	int sel = jnode(&d, stmt, "SelectStmt");
 	if (sel == JNONE) {
 		p->not_select = true;
-		refuse(why, "only SELECT can be merged across shards");
+		if (jnode(&d, stmt, "ExplainStmt") != JNONE)
+			refuse(why, "EXPLAIN of a query on several shards: each shard has its own plan; explain it on one with "
+				    "SET SHARD or a /* pgcat: shard=N */ hint");
+		else if (jnode(&d, stmt, "DeclareCursorStmt") != JNONE)
+			refuse(why, "DECLARE CURSOR cannot be merged across shards (psycopg's named cursors); read the rows "
+				    "without a server-side cursor, or choose a shard");
+		else if (jnode(&d, stmt, "CopyStmt") != JNONE)
+			refuse(why, "COPY ... TO cannot be merged across shards; COPY (SELECT ...) from each shard with SET "
+				    "SHARD");
+		else
+			refuse(why, "only SELECT can be merged across shards");
 		goto out;
 	}
 	ok = plan_select(&d, sel, text, len, p, why);

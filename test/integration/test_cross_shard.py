@@ -281,6 +281,8 @@ UNMERGEABLE = [
     ("SELECT id FROM xs LIMIT (SELECT 3)", "LIMIT"),
     ("SELECT id FROM xs ORDER BY id OFFSET 2 FETCH FIRST ROW ONLY", "FETCH FIRST 1 ROW"),
     ("SELECT v AS id FROM xs ORDER BY xs.id", "qualified column"),
+    ("EXPLAIN SELECT * FROM xs ORDER BY id", "SET SHARD"),
+    ("COPY (SELECT id FROM xs) TO STDOUT", "COPY"),
     ("SELECT 1 FROM xs; SELECT 2 FROM xs", "several statements"),
     # each shard would see only its own rows of the inner xs: refused, not
     # answered with one shard's average, maximum or first five rows
