@@ -61,6 +61,7 @@ struct fanout_leg {
 	uint32_t n_units, cap_units;
 	uint8_t *error;           /* BATCH: this shard's ErrorResponse (whole) */
 	size_t error_len;
+	bool parsed;              /* BATCH: its ParseComplete came */
 };
 
 /* What the client's request asked, in order: the replies it expects. */
@@ -2446,6 +2447,8 @@ static void batch_take_reply(struct fanout *fo, struct fanout_leg *leg)
 			in_unit = false;
 		} else if (type == PqMsg_CommandComplete && leg->begin_pending) {
 			leg->begin_pending = false;   /* BEGIN's */
+		} else if (type == PqMsg_ParseComplete) {
+			leg->parsed = true;
 		} else if (type == PqMsg_BindComplete) {
 			in_unit = true;
 			unit_start = off;
@@ -2500,9 +2503,13 @@ static void batch_finish(struct fanout *fo)
 	static const uint8_t parse_complete[5] = { PqMsg_ParseComplete, 0, 0, 0, 4 };
 	bool parsed = true;
 	for (int i = 0; i < fo->n_legs; i++)
-		parsed &= fo->legs[i].n_units > 0 || !fo->legs[i].error;
-	if (fo->batch_parse && parsed)
+		parsed &= fo->legs[i].parsed;
+	if (fo->batch_parse && parsed) {
 		evbuffer_add(out, parse_complete, 5);
+		/* the client's named statement exists, whatever its Binds did */
+		if (fo->parse_msg && prep_enabled(c))
+			(void)prep_client_adopt(c, fo->parse_msg, fo->parse_len);
+	}
 	/* each Bind's replies in the client's order, up to the first that a
 	 * shard did not complete: there its error */
 	const uint8_t *error = fo->error;
@@ -2523,8 +2530,6 @@ static void batch_finish(struct fanout *fo)
 	free(taken);
 	if (error)
 		evbuffer_add(out, error, error_len);
-	else if (fo->parse_msg && prep_enabled(c))
-		(void)prep_client_adopt(c, fo->parse_msg, fo->parse_len);
 	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
 	evbuffer_add(out, z, sizeof z);
 	c->fanout = NULL;

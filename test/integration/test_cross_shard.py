@@ -807,9 +807,12 @@ def test_executemany_batches_split_by_shard(pgcat, xdbs):
                 with pytest.raises(psycopg.errors.UniqueViolation):
                     cur.executemany("INSERT INTO xs (id, v) VALUES (%s, %s)",
                                     [(base + 2000 + k, "dup") for k in range(20)] + [(base + 7, "dup")])
+                # the statement lives on for the next batch
+                cur.executemany("INSERT INTO xs (id, v) VALUES (%s, %s)", [(base + 2100 + k, "again") for k in range(9)])
             assert c.execute("SELECT count(*) FROM xs WHERE v = 'dup'").fetchone()[0] == 0
+            assert c.execute("SELECT count(*) FROM xs WHERE v = 'again'").fetchone()[0] == 9
             assert c.execute("SELECT count(*), sum(n) FROM xs WHERE id > %s", (base,)).fetchone() == \
-                (307, sum(k % 9 for k in range(1, 301)) + 500)
+                (316, sum(k % 9 for k in range(1, 301)) + 500)
 
         async def run():
             conn = await asyncpg.connect(host="127.0.0.1", port=inst.port, user="app",
