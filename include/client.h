@@ -111,6 +111,10 @@ struct client {
 	 * fetch size, asyncpg's cursors): its rows not yet fetched, answered
 	 * by pgcat (fanout.c); NULL: none. */
 	struct fanout_portal *xportal;
+	/* A write split across shards inside a transaction pgcat holds: the
+	 * shards' transactions open until the client's COMMIT or ROLLBACK
+	 * (fanout.c). */
+	struct fanout *parked;
 	/* A batch for several shards that ended with Flush, its Sync awaited
 	 * since then (fanout_start_batch); after FANOUT_BATCH_SYNC_WAIT_US the
 	 * worker sets batch_no_wait: the client waits for results first. */
@@ -154,6 +158,10 @@ void client_on_released(struct client *c);          /* the server went back to t
 void client_on_checkout_failed(struct client *c, const char *sqlstate, const char *message);
 /* The linked server is gone; s is closed but its fields are still readable. */
 void client_on_server_lost(struct client *c, struct server *s, const char *sqlstate, const char *message);
+/* The client's transaction failed without a server (fanout.c): the next
+ * message gets this error, the following ones "current transaction is
+ * aborted", until its COMMIT or ROLLBACK. */
+void client_fail_transaction(struct client *c, const char *sqlstate, const char *message);
 void client_on_defaults_known(struct client *c);    /* pool learnt server parameters */
 void client_on_defaults_failed(struct client *c, const char *sqlstate, const char *message);
 /* The server's output buffer drained: resume reading the client. */

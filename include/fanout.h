@@ -88,6 +88,16 @@ void fanout_abort(struct client *c);
  * implicit transaction, and when another arrives. */
 bool fanout_portal_message(struct client *c, const struct proto_frame *f);
 void fanout_portal_drop(struct client *c);
+
+/* A write split across shards inside a transaction pgcat holds is parked
+ * (c->parked) with every shard's transaction open: the client's COMMIT or
+ * ROLLBACK (simple Query, or pgjdbc's Parse/Bind/Execute/Sync) ends them
+ * all, and is answered once they did. true: answered or under way (or its
+ * rest awaited). false: anything else; the shards roll back and the
+ * client's transaction has failed (the caller answers the message so). */
+bool fanout_parked_message(struct client *c, const struct proto_frame *f);
+/* The client goes away: the shards roll back. */
+void fanout_parked_abort(struct client *c);
 /* The client sent a CancelRequest: cancel every shard's query. */
 void fanout_cancel(struct client *c);
 /* A leg client is closing (pgcat closed it, or its pair end closed). */

@@ -271,6 +271,7 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 
 	if (c->is_fanout_leg)
 		fanout_leg_closed(c);
+	fanout_parked_abort(c);   /* a split write's shards roll back */
 	switch (c->state) {
 	case CLIENT_WAITING:
 		pool_cancel_wait(c);
@@ -773,6 +774,14 @@ static void clear_pending_error(struct client *c)
 	c->pending_error = NULL;
 }
 
+static void set_pending_error(struct client *c, const char *sqlstate, const char *message);
+
+void client_fail_transaction(struct client *c, const char *sqlstate, const char *message)
+{
+	c->in_failed_tx = true;
+	set_pending_error(c, sqlstate, message);
+}
+
 /* Without memory for the text, the client still gets an error: the generic
  * one of a failed transaction. */
 static void set_pending_error(struct client *c, const char *sqlstate, const char *message)
@@ -1245,6 +1254,8 @@ static void process_idle(struct client *c)
 				return;
 			continue;
 		}
+		if (c->parked && fanout_parked_message(c, &f))
+			return;   /* COMMIT or ROLLBACK of a split write under way (or its rest awaited) */
 		if (c->in_failed_tx || c->pending_error) {
 			if (!answer_locally(c, &f))
 				return;

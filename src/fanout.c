@@ -28,6 +28,7 @@
 #include "pool.h"
 #include "prepared.h"
 #include "proto.h"
+#include "route.h"
 #include "worker.h"
 
 /* A shard's reply is kept whole until every shard answered: at most this
@@ -130,6 +131,15 @@ struct fanout {
 	uint32_t *batch_idx;
 	uint32_t n_batch;
 	bool batch_parse;         /* the client sent the Parse: ParseComplete first */
+	/* A split write inside a transaction pgcat holds (BEGIN, then the
+	 * write): answered, then parked with every shard's transaction open
+	 * until the client's COMMIT or ROLLBACK (end_tag), whose replies
+	 * before CommandComplete are end_prefix. */
+	bool parked;
+	bool rollback;
+	char end_tag[16];
+	uint8_t end_prefix[16];
+	size_t end_prefix_len;
 	int n_legs, n_done;
 	struct fanout_leg legs[];
 };
@@ -1311,7 +1321,7 @@ static void set_error(struct fanout *fo, const char *sqlstate, const char *msg)
 /* COMMIT on every shard if none failed, else ROLLBACK. */
 static void write_end(struct fanout *fo)
 {
-	const char *end = fo->error ? "ROLLBACK" : "COMMIT";
+	const char *end = fo->error || fo->rollback ? "ROLLBACK" : "COMMIT";
 	fo->phase = PHASE_END;
 	for (int i = 0; i < fo->n_legs; i++) {
 		struct fanout_leg *leg = &fo->legs[i];
@@ -1323,11 +1333,77 @@ static void write_end(struct fanout *fo)
 	begin_wait(fo);
 }
 
+static void put_result(struct fanout *fo, struct evbuffer *out);
+static void batch_put_result(struct fanout *fo, struct evbuffer *out);
+
+/* The answer to the client's COMMIT or ROLLBACK of a parked split write,
+ * once every shard ended its transaction: the transaction is over. */
+static void write_end_reply(struct fanout *fo)
+{
+	struct client *c = fo->c;
+	struct evbuffer *out = client_output(c);
+	evbuffer_add(out, fo->end_prefix, fo->end_prefix_len);
+	if (fo->error)
+		evbuffer_add(out, fo->error, fo->error_len);
+	else
+		put_msg(out, PqMsg_CommandComplete, fo->end_tag, strlen(fo->end_tag) + 1, NULL, 0);
+	free(c->held_begin);
+	c->held_begin = NULL;
+	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, 'I' };
+	evbuffer_add(out, z, sizeof z);
+	c->fanout = NULL;
+	fanout_free(fo);
+	client_on_released(c);
+}
+
+/* A split write inside a transaction pgcat holds, every shard's part done:
+ * the client gets its answer now, and the shards' transactions stay open
+ * until the client's COMMIT or ROLLBACK (fanout_parked_message). true:
+ * parked. */
+static bool park(struct fanout *fo)
+{
+	struct client *c = fo->c;
+	if (!c->held_begin || fo->error || fo->parked ||
+	    (fo->kind != FANOUT_INSERT && fo->kind != FANOUT_COPY && fo->kind != FANOUT_BATCH))
+		return false;
+	for (int i = 0; i < fo->n_legs; i++)
+		if (fo->legs[i].lost || !fo->legs[i].io_open)
+			return false;
+	struct evbuffer *out = client_output(c);
+	if (fo->kind == FANOUT_BATCH)
+		batch_put_result(fo, out);
+	else
+		put_result(fo, out);
+	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, 'T' };
+	evbuffer_add(out, z, sizeof z);
+	fo->parked = true;
+	c->fanout = NULL;
+	c->parked = fo;
+	client_on_released(c);
+	return true;
+}
+
 /* The client's answer, once every shard committed or rolled back. */
 static void write_reply(struct fanout *fo)
 {
 	struct client *c = fo->c;
 	struct evbuffer *out = client_output(c);
+	if (fo->end_tag[0]) {
+		write_end_reply(fo);
+		return;
+	}
+	put_result(fo, out);
+	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
+	evbuffer_add(out, z, sizeof z);
+	c->fanout = NULL;
+	fanout_free(fo);
+	client_on_released(c);
+}
+
+/* The statement's own answer: its error, or its rows and command tag. */
+static void put_result(struct fanout *fo, struct evbuffer *out)
+{
+	struct client *c = fo->c;
 	if (fo->error) {
 		evbuffer_add(out, fo->error, fo->error_len);
 	} else {
@@ -1353,11 +1429,6 @@ static void write_reply(struct fanout *fo)
 			tl = snprintf(tag, sizeof tag, "%s", fo->tag);
 		put_msg(out, PqMsg_CommandComplete, tag, (size_t)tl + 1, NULL, 0);
 	}
-	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
-	evbuffer_add(out, z, sizeof z);
-	c->fanout = NULL;
-	fanout_free(fo);
-	client_on_released(c);
 }
 
 static void insert_finish(struct fanout *fo)
@@ -1366,7 +1437,8 @@ static void insert_finish(struct fanout *fo)
 	for (int i = 0; i < fo->n_legs; i++)
 		insert_take_reply(fo, &fo->legs[i]);
 	if (!commit_phase) {
-		write_end(fo);   /* every shard took its rows, or none keeps them */
+		if (!park(fo))
+			write_end(fo);   /* every shard took its rows, or none keeps them */
 		return;
 	}
 	if (!failed_before && fo->error)
@@ -1683,7 +1755,8 @@ static void copy_finish(struct fanout *fo)
 	case PHASE_COPY_CLOSE:
 		for (int i = 0; i < fo->n_legs; i++)
 			insert_take_reply(fo, &fo->legs[i]);
-		write_end(fo);
+		if (!park(fo))
+			write_end(fo);
 		return;
 	case PHASE_END: {
 		bool failed_before = fo->error != NULL;
@@ -1728,11 +1801,6 @@ enum fanout_start fanout_start_copy(struct client *c, const struct proto_frame *
 		return FANOUT_REFUSED;
 	case COPY_ROUTE_SPLIT:
 		break;
-	}
-	if (c->held_begin) {
-		snprintf(why, whylen, "cross-shard COPY: a COPY into a sharded table cannot be split inside a transaction; "
-				      "use SET SHARD or one transaction per shard");
-		return FANOUT_REFUSED;
 	}
 	char posq[1024];
 	if (cr.key_position < 0 && !copy_route_position_query(&cr, posq, sizeof posq)) {
@@ -1898,11 +1966,6 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 	int n_shards = (int)cp->n_shards;
 	struct evbuffer *in = c->io.in;
 	why[0] = '\0';
-	if (c->held_begin) {
-		snprintf(why, whylen, "cross-shard write: an INSERT whose rows go to several shards cannot be split inside "
-				      "a transaction; use SET SHARD or one transaction per shard");
-		return FANOUT_REFUSED;
-	}
 	size_t have = evbuffer_get_length(in);
 	size_t lim = have < FANOUT_REQUEST_MAX ? have : FANOUT_REQUEST_MAX;
 	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim);
@@ -2152,6 +2215,109 @@ void fanout_leg_closed(struct client *leg_client)
 	 * was not complete */
 }
 
+/* ---- a split write parked inside the client's transaction ---- */
+
+bool fanout_parked_message(struct client *c, const struct proto_frame *f)
+{
+	struct fanout *fo = c->parked;
+	struct evbuffer *in = c->io.in;
+	size_t have = evbuffer_get_length(in), lim = have < 4096 ? have : 4096;
+	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim);
+	const char *tag = NULL;
+	size_t end = 0;
+	uint8_t prefix[16];
+	size_t prefix_len = 0;
+	if (!m)
+		return false;
+	if (f->type == PqMsg_Query && (size_t)f->len + 1 <= lim) {
+		tag = route_plain_end_tag((const char *)m + 5, strnlen((const char *)m + 5, f->len - 4));
+		end = (size_t)f->len + 1;
+	} else if (f->type == PqMsg_Parse || f->type == PqMsg_Bind) {
+		/* pgjdbc: [Parse "COMMIT"], Bind, [Describe], Execute, Sync */
+		size_t off = 0;
+		const char *sql = NULL;
+		while (lim - off >= 5) {
+			uint8_t type = m[off];
+			uint32_t l = proto_get_u32(m + off + 1);
+			if (l < 4 || (size_t)l + 1 > lim - off)
+				break;
+			const uint8_t *body = m + off + 5;
+			size_t blen = l - 4, b = 0;
+			const char *s1, *s2;
+			static const uint8_t one[5] = { PqMsg_ParseComplete, 0, 0, 0, 4 }, two[5] = { PqMsg_BindComplete, 0, 0, 0, 4 },
+					     none[5] = { PqMsg_NoData, 0, 0, 0, 4 };
+			if (type == PqMsg_Parse && off == 0 && proto_read_cstring(body, blen, &b, &s1) &&
+			    proto_read_cstring(body, blen, &b, &s2)) {
+				sql = s2;
+				memcpy(prefix + prefix_len, one, 5);
+				prefix_len += 5;
+			} else if (type == PqMsg_Bind && prefix_len <= 5 && proto_read_cstring(body, blen, &b, &s1) &&
+				   proto_read_cstring(body, blen, &b, &s2)) {
+				const uint8_t *key;
+				size_t keylen;
+				if (!sql && prep_client_statement(c, s2, &key, &keylen))
+					sql = (const char *)key;
+				memcpy(prefix + prefix_len, two, 5);
+				prefix_len += 5;
+			} else if (type == PqMsg_Describe && prefix_len >= 5 && prefix_len <= 10) {
+				memcpy(prefix + prefix_len, none, 5);
+				prefix_len += 5;
+			} else if (type == PqMsg_Execute && sql) {
+				/* (its CommandComplete is the end's) */
+			} else if (type == PqMsg_Sync && sql) {
+				tag = route_plain_end_tag(sql, strlen(sql));
+				end = off + (size_t)l + 1;
+				break;
+			} else {
+				break;
+			}
+			off += (size_t)l + 1;
+		}
+		if (!end && lim == have && have < 4096)
+			return true;   /* the rest of the request first (consumed nothing) */
+	}
+	if (!tag) {
+		/* Anything else would run without the rows the shards hold in
+		 * their open transactions: they roll back (the legs close), and
+		 * the transaction fails here as it would on a server. */
+		c->parked = NULL;
+		fanout_free(fo);
+		free(c->held_begin);
+		c->held_begin = NULL;
+		client_fail_transaction(c, SQLSTATE_FEATURE_NOT_SUPPORTED,
+					"cross-shard transaction: after a write split across shards only COMMIT or ROLLBACK can "
+					"follow in its transaction (the write is rolled back)");
+		return false;   /* the message is answered as in a failed transaction */
+	}
+	evbuffer_drain(in, end);
+	c->parked = NULL;
+	c->fanout = fo;
+	fo->parked = false;
+	snprintf(fo->end_tag, sizeof fo->end_tag, "%s", tag);
+	memcpy(fo->end_prefix, prefix, prefix_len);
+	fo->end_prefix_len = prefix_len;
+	fo->rollback = strcmp(tag, "COMMIT") != 0;
+	for (int i = 0; i < fo->n_legs; i++)
+		if (fo->legs[i].lost || !fo->legs[i].io_open) {
+			/* a shard lost meanwhile: none commits */
+			set_error(fo, SQLSTATE_CONNECTION_FAILURE,
+				  "cross-shard transaction: a shard's connection was lost; the transaction is rolled back");
+			fo->rollback = true;
+		}
+	client_set_state(c, CLIENT_FANOUT);
+	write_end(fo);
+	return true;
+}
+
+void fanout_parked_abort(struct client *c)
+{
+	struct fanout *fo = c->parked;
+	if (!fo)
+		return;
+	c->parked = NULL;
+	fanout_free(fo);
+}
+
 /* ---- one statement bound many times: each Bind on its shard ---- */
 
 /* psycopg's and asyncpg's executemany and pgjdbc's executeBatch send one
@@ -2287,11 +2453,6 @@ enum fanout_start fanout_start_batch(struct client *c, const struct router_rules
 	if (n_binds < 2)
 		goto out;
 	verdict = FANOUT_REFUSED;
-	if (c->held_begin) {
-		snprintf(why, whylen, "cross-shard write: a batch whose statements go to several shards cannot be split inside a "
-				      "transaction; use one transaction per shard, or autocommit");
-		goto out;
-	}
 	if (!parse && !bound_statement(c, name, &sql, &types, &types_len)) {
 		snprintf(why, whylen, "cross-shard write: the prepared statement is not known to pgcat");
 		goto out;
@@ -2489,7 +2650,8 @@ static void batch_finish(struct fanout *fo)
 	if (fo->phase != PHASE_END) {
 		for (int i = 0; i < fo->n_legs; i++)
 			batch_take_reply(fo, &fo->legs[i]);
-		write_end(fo);   /* every shard took its statements, or none keeps them */
+		if (!park(fo))
+			write_end(fo);   /* every shard took its statements, or none keeps them */
 		return;
 	}
 	bool failed_before = fo->error != NULL;
@@ -2498,8 +2660,24 @@ static void batch_finish(struct fanout *fo)
 	if (!failed_before && fo->error)
 		log_warning("C-%llu: a cross-shard batch failed at COMMIT on a shard; the other shards committed",
 			    (unsigned long long)fo->c->id);
+	if (fo->end_tag[0]) {
+		write_end_reply(fo);
+		return;
+	}
 	struct client *c = fo->c;
 	struct evbuffer *out = client_output(c);
+	batch_put_result(fo, out);
+	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
+	evbuffer_add(out, z, sizeof z);
+	c->fanout = NULL;
+	fanout_free(fo);
+	client_on_released(c);
+}
+
+/* A batch's answer: each Bind's replies in the client's order. */
+static void batch_put_result(struct fanout *fo, struct evbuffer *out)
+{
+	struct client *c = fo->c;
 	static const uint8_t parse_complete[5] = { PqMsg_ParseComplete, 0, 0, 0, 4 };
 	bool parsed = true;
 	for (int i = 0; i < fo->n_legs; i++)
@@ -2530,9 +2708,4 @@ static void batch_finish(struct fanout *fo)
 	free(taken);
 	if (error)
 		evbuffer_add(out, error, error_len);
-	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
-	evbuffer_add(out, z, sizeof z);
-	c->fanout = NULL;
-	fanout_free(fo);
-	client_on_released(c);
 }

@@ -776,7 +776,7 @@ static size_t first_word(const char *sql, size_t len, size_t from, char *w, size
 /* COMMIT, END, ROLLBACK or ABORT, with an optional WORK or TRANSACTION and
  * semicolon, and nothing else (not AND CHAIN, not ROLLBACK TO): the tag
  * PostgreSQL answers it with, or NULL. */
-static const char *plain_end_tag(const char *sql, size_t len)
+const char *route_plain_end_tag(const char *sql, size_t len)
 {
 	char w[16];
 	size_t i = first_word(sql, len, 0, w, sizeof w);
@@ -817,7 +817,7 @@ static bool hold_begin(struct client *c, const struct proto_frame *f)
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);
 	if (c->held_begin) {
-		const char *tag = plain_end_tag(sql, len);
+		const char *tag = route_plain_end_tag(sql, len);
 		if (!tag)
 			return false;
 		free(c->held_begin);

@@ -449,14 +449,13 @@ def test_multi_row_insert_is_split_by_shard(pgcat, xdbs):
         with pytest.raises(psycopg.errors.UniqueViolation):
             c.execute("INSERT INTO xs (id, v) VALUES (5001, 'dup'), (6001, 'new'), (6002, 'new'), (6003, 'new')")
         assert c.execute("SELECT count(*) FROM xs WHERE id > 6000").fetchone()[0] == 0
-        # refused: no column list, inside a transaction
+        # refused: no column list
         with pytest.raises(psycopg.Error) as e:
             c.execute("INSERT INTO xs VALUES (7001), (7002), (7003)")
         assert sqlstate(e.value) == "0A000" and "column list" in str(e.value)
+        # inside a transaction: split, and rolled back with it
         with c.transaction():
-            with pytest.raises(psycopg.Error) as e:
-                c.execute("INSERT INTO xs (id) VALUES (7001), (7002), (7003)")
-            assert sqlstate(e.value) == "0A000" and "transaction" in str(e.value)
+            assert c.execute("INSERT INTO xs (id) VALUES (7001), (7002), (7003)").statusmessage == "INSERT 0 3"
             raise psycopg.Rollback()
         assert c.execute("SELECT count(*) FROM xs WHERE id > 7000").fetchone()[0] == 0
     for db in SHARDS:
@@ -825,6 +824,65 @@ def test_executemany_batches_split_by_shard(pgcat, xdbs):
                 await conn.close()
 
         assert asyncio.run(run()) == 100
+        assert placement_errors(xdbs, base) == 0
+    finally:
+        clear_copied(xdbs, base)
+
+
+def test_split_writes_inside_a_transaction(pgcat, xdbs):
+    """psycopg without autocommit sends BEGIN first: a COPY, a multi-row
+    INSERT or an executemany split across shards then keeps every shard's
+    transaction open until the client's COMMIT (all commit) or ROLLBACK
+    (none keeps a row); anything else in between fails the transaction and
+    rolls the shards back."""
+    inst = start(pgcat, xdbs)
+    base = 700000
+    try:
+        with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                             dbname="xs3") as c:
+            with c.cursor() as cur:
+                with cur.copy("COPY xs (id, v) FROM STDIN") as cp:
+                    for k in range(base + 1, base + 201):
+                        cp.write_row((k, "tx"))
+                assert cur.statusmessage == "COPY 200"
+                assert c.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+            with xdbs.connect("shard0") as d:   # not visible before COMMIT
+                assert d.execute("SELECT count(*) FROM xs WHERE id > %s", (base,)).fetchone()[0] == 0
+            c.commit()
+            assert c.execute("SELECT count(*) FROM xs WHERE id > %s", (base,)).fetchone()[0] == 200
+            c.commit()
+            # executemany, then ROLLBACK: nothing kept
+            with c.cursor() as cur:
+                cur.executemany("INSERT INTO xs (id, v) VALUES (%s, %s)", [(base + 1000 + k, "rb") for k in range(30)])
+            c.rollback()
+            # a multi-row INSERT, then COMMIT
+            c.execute("INSERT INTO xs (id, v) VALUES (%s, 'm'), (%s, 'm'), (%s, 'm')" % (base + 2001, base + 2002, base + 2003))
+            c.commit()
+            # something else after the split write: refused, the transaction fails
+            c.execute("INSERT INTO xs (id, v) VALUES (%s, 'x'), (%s, 'x'), (%s, 'x')" % (base + 3001, base + 3002, base + 3003))
+            with pytest.raises(psycopg.Error) as e:
+                c.execute("SELECT count(*) FROM xs")
+            assert sqlstate(e.value) == "0A000" and "only COMMIT or ROLLBACK" in str(e.value)
+            with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+                c.execute("SELECT 1")
+            c.rollback()
+            assert c.execute("SELECT count(*) FROM xs WHERE id > %s", (base,)).fetchone()[0] == 203
+            c.commit()
+        # a client gone with its shards' transactions open: they roll back, no server stays in one
+        r = inst.raw_login(dbname="xs3")
+        r.simple("BEGIN")
+        r.send(pgwire.query("INSERT INTO xs (id, v) VALUES (%d, 'gone'), (%d, 'gone'), (%d, 'gone')"
+                            % (base + 4001, base + 4002, base + 4003)))
+        msgs = r.read_until((b"Z",))
+        assert msgs[-1][1] == b"T" and msgs[-2][1].rstrip(b"\0") == b"INSERT 0 3"
+        r.close()
+        with xdbs.connect("postgres") as pc:
+            deadline = time.monotonic() + 10
+            while pc.execute("SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%' "
+                             "AND usename = 'app'").fetchone()[0]:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        assert sum(n[0][0] for n in on_shards(xdbs, "SELECT count(*) FROM xs WHERE v = 'gone'")) == 0
         assert placement_errors(xdbs, base) == 0
     finally:
         clear_copied(xdbs, base)
