@@ -2447,6 +2447,10 @@ enum fanout_start fanout_start_batch(struct client *c, const struct router_rules
 			if (flushed && !c->batch_wait_since_us)
 				c->batch_wait_since_us = c->w->now_us;
 			verdict = FANOUT_WAIT;
+		} else if (n_binds >= 2) {
+			snprintf(why, whylen, "cross-shard write: a batch for several shards is split up to 1 MB before its Sync; "
+					      "send it in smaller parts");
+			verdict = FANOUT_REFUSED;
 		}
 		goto out;
 	}
