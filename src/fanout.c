@@ -83,7 +83,8 @@ enum fanout_phase {
 	PHASE_COPY_OPEN,      /* COPY: BEGIN and COPY, until each shard's CopyInResponse */
 	PHASE_COPY_DATA,      /* COPY: the client's rows flow to their shards */
 	PHASE_COPY_CLOSE,     /* COPY: CopyDone (or CopyFail) sent, until each shard's ReadyForQuery */
-	PHASE_END             /* COMMIT or ROLLBACK on every shard */
+	PHASE_END,            /* COMMIT or ROLLBACK on every shard */
+	PHASE_INSERT_POSITION /* INSERT without a column list: where the sharding column is, first */
 };
 
 struct fanout {
@@ -140,6 +141,11 @@ struct fanout {
 	char end_tag[16];
 	uint8_t end_prefix[16];
 	size_t end_prefix_len;
+	/* INSERT without a column list: the client's request (whole), read
+	 * again once the sharding column's position is known */
+	uint8_t *req_copy;
+	size_t req_len;
+	char ins_schema[64], ins_table[64], ins_column[64];   /* the sharded table and its column */
 	int n_legs, n_done;
 	struct fanout_leg legs[];
 };
@@ -323,6 +329,8 @@ static void fanout_free(struct fanout *fo)
 {
 	portal_free(fo->rest);
 	fo->rest = NULL;
+	free(fo->req_copy);
+	fo->req_copy = NULL;
 	free(fo->batch_leg);
 	free(fo->batch_idx);
 	fo->batch_leg = NULL;
@@ -1431,8 +1439,14 @@ static void put_result(struct fanout *fo, struct evbuffer *out)
 	}
 }
 
+static void insert_positioned(struct fanout *fo);
+
 static void insert_finish(struct fanout *fo)
 {
+	if (fo->phase == PHASE_INSERT_POSITION) {
+		insert_positioned(fo);
+		return;
+	}
 	bool commit_phase = fo->phase == PHASE_END, failed_before = fo->error != NULL;
 	for (int i = 0; i < fo->n_legs; i++)
 		insert_take_reply(fo, &fo->legs[i]);
@@ -1770,6 +1784,7 @@ static void copy_finish(struct fanout *fo)
 	}
 	case PHASE_RUN:
 	case PHASE_COPY_DATA:
+	case PHASE_INSERT_POSITION:
 		return;
 	}
 }
@@ -1958,6 +1973,81 @@ static void put_insert_part(struct evbuffer *out, const char *sql, size_t sql_le
 	put_msg(out, PqMsg_Sync, NULL, 0, NULL, 0);
 }
 
+/* The client's INSERT request (m[0..len), whole) read again: its text,
+ * parameter types and Bind. false: why says why not. */
+struct insert_request {
+	struct request r;
+	const char *sql;
+	const uint8_t *types;
+	size_t types_len;
+	struct bind_parts bp;
+	struct shardkey_bind kb;
+	bool describe;
+};
+
+static bool read_insert_request(struct client *c, const uint8_t *m, size_t lim, struct insert_request *q, char *why,
+				size_t whylen)
+{
+	memset(q, 0, sizeof *q);
+	char rwhy[200] = "";
+	if (!m || !read_request(m, lim, &q->r, rwhy, sizeof rwhy)) {
+		const char *reason = strchr(rwhy, ':');
+		snprintf(why, whylen, "cross-shard write%s", reason ? reason : ": the request could not be read");
+		return false;
+	}
+	struct request *r = &q->r;
+	q->sql = r->query;
+	if (!r->query) {
+		bool stmt_describe = false;
+		for (int i = 0; i < r->n_steps; i++)
+			stmt_describe |= r->steps[i] == STEP_DESCRIBE_STMT;
+		if (!r->has_execute || !r->has_sync || r->max_rows != 0 || stmt_describe) {
+			snprintf(why, whylen, "cross-shard write: an INSERT whose rows go to several shards is split only as "
+					      "Parse/Bind/Describe/Execute/Sync (or a simple Query)");
+			return false;
+		}
+		if (r->parse && strcmp(r->parse_name, r->bind_stmt) == 0) {
+			q->sql = r->parse_sql;
+			q->types = r->parse_types;
+			q->types_len = r->parse_types_len;
+		} else if (!bound_statement(c, r->bind_stmt, &q->sql, &q->types, &q->types_len)) {
+			snprintf(why, whylen, "cross-shard write: the prepared statement is not known to pgcat");
+			return false;
+		}
+		if (!read_bind_parts(r->bind_rest, r->bind_rest_len, &q->bp) ||
+		    !shardkey_param_types(q->types, q->types_len, &q->kb.types, &q->kb.n_types)) {
+			snprintf(why, whylen, "cross-shard write: malformed Bind");
+			return false;
+		}
+		q->kb.body = (const uint8_t *)r->bind_portal;
+		q->kb.len = r->bind_len;
+	}
+	for (int i = 0; i < r->n_steps; i++)
+		q->describe |= r->steps[i] == STEP_DESCRIBE_PORTAL;
+	return true;
+}
+
+/* Each shard's part of the split: BEGIN and its rows; a shard without rows
+ * (legs of every shard, after a position query) BEGIN only. */
+static void insert_send_parts(struct fanout *fo, const struct insert_split *split, const struct insert_request *q)
+{
+	for (int i = 0; i < fo->n_legs; i++) {
+		struct fanout_leg *leg = &fo->legs[i];
+		int s = leg->shard;
+		struct evbuffer *out = io_out(&leg->io);
+		leg->begin_pending = true;
+		leg->ready_needed = split->sql[s] ? 2 : 1;
+		put_msg(out, PqMsg_Query, "BEGIN", 6, NULL, 0);
+		if (!split->sql[s])
+			continue;
+		if (q->r.query)
+			put_msg(out, PqMsg_Query, split->sql[s], split->len[s] + 1, NULL, 0);
+		else
+			put_insert_part(out, split->sql[s], strlen(split->sql[s]), split->params[s], split->n_params[s],
+					q->kb.types, q->kb.n_types, &q->bp, q->describe);
+	}
+}
+
 enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame *f, const struct router_rules *rules,
 				      char *why, size_t whylen)
 {
@@ -1966,59 +2056,46 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 	int n_shards = (int)cp->n_shards;
 	struct evbuffer *in = c->io.in;
 	why[0] = '\0';
+	(void)f;
 	size_t have = evbuffer_get_length(in);
 	size_t lim = have < FANOUT_REQUEST_MAX ? have : FANOUT_REQUEST_MAX;
 	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim);
-	struct request r;
-	char rwhy[200] = "";
-	if (!m || !read_request(m, lim, &r, rwhy, sizeof rwhy)) {
-		const char *reason = strchr(rwhy, ':');
-		snprintf(why, whylen, "cross-shard write%s", reason ? reason : ": the request could not be read");
+	struct insert_request q;
+	if (!read_insert_request(c, m, lim, &q, why, whylen)) {
+		/* Parse/Describe only (asyncpg prepares first): nothing to split
+		 * yet, any shard describes it; its Bind comes back here */
+		if (!q.r.query && !q.r.has_bind && !q.r.has_execute && (q.r.has_sync || q.r.has_flush))
+			return q.r.has_flush ? FANOUT_ANY_SHARD_FLUSH : FANOUT_ANY_SHARD;
 		return FANOUT_REFUSED;
-	}
-	(void)f;
-	const char *sql = r.query;
-	const uint8_t *types = NULL;
-	size_t types_len = 0;
-	struct bind_parts bp = { 0 };
-	struct shardkey_bind kb = { 0 };
-	if (!r.query) {
-		bool stmt_describe = false;
-		for (int i = 0; i < r.n_steps; i++)
-			stmt_describe |= r.steps[i] == STEP_DESCRIBE_STMT;
-		if (!r.has_execute || !r.has_sync || r.max_rows != 0 || stmt_describe) {
-			snprintf(why, whylen, "cross-shard write: an INSERT whose rows go to several shards is split only as "
-					      "Parse/Bind/Describe/Execute/Sync (or a simple Query)");
-			return FANOUT_REFUSED;
-		}
-		if (r.parse && strcmp(r.parse_name, r.bind_stmt) == 0) {
-			sql = r.parse_sql;
-			types = r.parse_types;
-			types_len = r.parse_types_len;
-		} else if (!bound_statement(c, r.bind_stmt, &sql, &types, &types_len)) {
-			snprintf(why, whylen, "cross-shard write: the prepared statement is not known to pgcat");
-			return FANOUT_REFUSED;
-		}
-		if (!read_bind_parts(r.bind_rest, r.bind_rest_len, &bp) ||
-		    !shardkey_param_types(types, types_len, &kb.types, &kb.n_types)) {
-			snprintf(why, whylen, "cross-shard write: malformed Bind");
-			return FANOUT_REFUSED;
-		}
-		kb.body = (const uint8_t *)r.bind_portal;
-		kb.len = r.bind_len;
 	}
 	struct insert_split split;
 	char swhy[MERGE_WHY];
-	if (!insert_split_build(sql, strlen(sql), rules, cp->sharding_function, n_shards, r.query ? NULL : &kb, &split,
-				swhy)) {
-		snprintf(why, whylen, "%s", swhy);
-		return FANOUT_REFUSED;
+	bool position = false;
+	char posq[1024];
+	if (!insert_split_build(q.sql, strlen(q.sql), rules, cp->sharding_function, n_shards, q.r.query ? NULL : &q.kb,
+				&split, swhy)) {
+		/* no column list: where the sharding column sits is asked of
+		 * shard 0 first (as for COPY), then the rows are split */
+		struct copy_route cr;
+		memset(&cr, 0, sizeof cr);
+		snprintf(cr.schema, sizeof cr.schema, "%s", split.schema);
+		snprintf(cr.table, sizeof cr.table, "%s", split.table);
+		snprintf(cr.column, sizeof cr.column, "%s", split.column);
+		position = split.needs_position && copy_route_position_query(&cr, posq, sizeof posq);
+		if (!position) {
+			insert_split_free(&split);
+			snprintf(why, whylen, "%s", swhy);
+			return FANOUT_REFUSED;
+		}
 	}
 	int n_legs = 0;
 	for (int s = 0; s < n_shards; s++)
-		n_legs += split.sql[s] != NULL;
+		n_legs += position || split.sql[s] != NULL;
+	/* (a refused split holds no parts; its names are used below) */
 	struct fanout *fo = calloc(1, sizeof *fo + (size_t)n_legs * sizeof fo->legs[0]);
-	if (!fo || !(fo->result = evbuffer_new())) {
+	if (!fo || !(fo->result = evbuffer_new()) || (position && !(fo->req_copy = malloc(q.r.end)))) {
+		if (fo && fo->result)
+			evbuffer_free(fo->result);
 		free(fo);
 		insert_split_free(&split);
 		snprintf(why, whylen, "cross-shard write: out of memory");
@@ -2026,45 +2103,113 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 	}
 	fo->c = c;
 	fo->kind = FANOUT_INSERT;
-	fo->phase = PHASE_RUN;
-	fo->extended = r.query == NULL;
-	memcpy(fo->steps, r.steps, sizeof r.steps);
-	fo->n_steps = r.n_steps;
-	bool describe = false;
-	for (int i = 0; i < r.n_steps; i++)
-		describe |= r.steps[i] == STEP_DESCRIBE_PORTAL;
-	if (r.parse && r.parse_name[0] && (fo->parse_msg = malloc(r.parse_total))) {
-		memcpy(fo->parse_msg, r.parse, r.parse_total);
-		fo->parse_len = r.parse_total;
+	fo->phase = position ? PHASE_INSERT_POSITION : PHASE_RUN;
+	fo->extended = q.r.query == NULL;
+	memcpy(fo->steps, q.r.steps, sizeof q.r.steps);
+	fo->n_steps = q.r.n_steps;
+	if (position) {
+		snprintf(fo->ins_schema, sizeof fo->ins_schema, "%s", split.schema);
+		snprintf(fo->ins_table, sizeof fo->ins_table, "%s", split.table);
+		snprintf(fo->ins_column, sizeof fo->ins_column, "%s", split.column);
+	}
+	if (q.r.parse && q.r.parse_name[0] && (fo->parse_msg = malloc(q.r.parse_total))) {
+		memcpy(fo->parse_msg, q.r.parse, q.r.parse_total);
+		fo->parse_len = q.r.parse_total;
+	}
+	if (position) {
+		memcpy(fo->req_copy, m, q.r.end);
+		fo->req_len = q.r.end;
 	}
 	int made = 0;
 	for (int s = 0; s < n_shards && !why[0]; s++) {
-		if (!split.sql[s])
+		if (!position && !split.sql[s])
 			continue;
 		fo->n_legs = made + 1;
 		if (!open_leg(fo, made, s, why, whylen))
 			break;
 		struct fanout_leg *leg = &fo->legs[made++];
-		leg->ready_needed = 2;
-		leg->begin_pending = true;
-		struct evbuffer *out = io_out(&leg->io);
-		put_msg(out, PqMsg_Query, "BEGIN", 6, NULL, 0);
-		if (r.query)
-			put_msg(out, PqMsg_Query, split.sql[s], split.len[s] + 1, NULL, 0);
-		else
-			put_insert_part(out, split.sql[s], strlen(split.sql[s]), split.params[s], split.n_params[s], kb.types,
-					kb.n_types, &bp, describe);
+		if (position) {
+			/* every shard answers alike: each leg has something to wait for */
+			leg->ready_needed = 1;
+			put_msg(io_out(&leg->io), PqMsg_Query, posq, strlen(posq) + 1, NULL, 0);
+		}
 	}
+	if (!position && !why[0])
+		insert_send_parts(fo, &split, &q);
 	insert_split_free(&split);
 	if (why[0]) {
 		fanout_free(fo);
 		return FANOUT_REFUSED;
 	}
-	evbuffer_drain(in, r.end);
+	evbuffer_drain(in, q.r.end);
 	c->fanout = fo;
 	client_set_state(c, CLIENT_FANOUT);
-	log_debug("C-%llu: INSERT split over %d shards", (unsigned long long)c->id, n_legs);
+	log_debug("C-%llu: INSERT split over %d shards%s", (unsigned long long)c->id, n_legs,
+		  position ? " (asking where the sharding column is)" : "");
 	return FANOUT_STARTED;
+}
+
+/* The position query's answers are in: the sharding column's place in the
+ * table; the rows are split by it and sent. */
+static void insert_positioned(struct fanout *fo)
+{
+	int position = -1;
+	for (int i = 0; i < fo->n_legs; i++) {
+		struct fanout_leg *leg = &fo->legs[i];
+		struct evbuffer *in = leg->io.in;
+		size_t len = in ? evbuffer_get_length(in) : 0;
+		const uint8_t *m = len ? evbuffer_pullup(in, (ev_ssize_t)len) : NULL;
+		size_t off = 0;
+		while (m && off + 5 <= len) {
+			uint32_t l = proto_get_u32(m + off + 1);
+			if (l < 4 || (size_t)l + 1 > len - off)
+				break;
+			const uint8_t *msg = m + off;
+			size_t total = (size_t)l + 1;
+			off += total;
+			if (msg[0] == PqMsg_ErrorResponse && !fo->error && (fo->error = malloc(total))) {
+				memcpy(fo->error, msg, total);
+				fo->error_len = total;
+			} else if (msg[0] == PqMsg_DataRow && i == 0 && total >= 11) {
+				uint32_t vl = proto_get_u32(msg + 7);
+				char num[16];
+				if (vl > 0 && vl < sizeof num && vl <= total - 11) {
+					memcpy(num, msg + 11, vl);
+					num[vl] = '\0';
+					position = atoi(num);
+				}
+			}
+		}
+		if ((leg->lost || leg->too_big) && !fo->error)
+			set_error(fo, SQLSTATE_CONNECTION_FAILURE, "cross-shard write: a shard's connection was lost");
+		if (len)
+			evbuffer_drain(in, len);
+		leg->scanned = 0;
+	}
+	if (!fo->error && position < 0)
+		set_error(fo, "42703", "cross-shard write: the sharding column was not found in the table");
+	struct insert_request q;
+	struct insert_split split;
+	char why[MERGE_WHY];
+	const struct config_pool *cp = fo->c->pool->cpool;
+	/* the rules: the one sharded table of the statement */
+	struct router_table t = { fo->ins_schema[0] ? fo->ins_schema : NULL, fo->ins_table, fo->ins_column };
+	struct router_rules rules = { .sharded = &t, .n_sharded = 1, .max_length = SIZE_MAX };
+	if (!fo->error) {
+		if (!read_insert_request(fo->c, fo->req_copy, fo->req_len, &q, why, sizeof why))
+			set_error(fo, SQLSTATE_FEATURE_NOT_SUPPORTED, why);
+		else if (!insert_split_build_at(q.sql, strlen(q.sql), &rules, cp->sharding_function, fo->n_legs,
+						q.r.query ? NULL : &q.kb, position, &split, why))
+			set_error(fo, SQLSTATE_FEATURE_NOT_SUPPORTED, why);
+		else {
+			fo->phase = PHASE_RUN;
+			insert_send_parts(fo, &split, &q);
+			insert_split_free(&split);
+			begin_wait(fo);
+			return;
+		}
+	}
+	write_reply(fo);   /* nothing began anywhere: the error alone */
 }
 
 enum fanout_start fanout_start_broadcast(struct client *c, const struct router_rules *rules, char *why,

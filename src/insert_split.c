@@ -282,6 +282,13 @@ static bool renumber_params(char *q, size_t *len, uint16_t *old, uint16_t *n_old
 bool insert_split_build(const char *sql, size_t len, const struct router_rules *rules, enum sharding_function fn,
 			int n_shards, const struct shardkey_bind *bind, struct insert_split *out, char why[MERGE_WHY])
 {
+	return insert_split_build_at(sql, len, rules, fn, n_shards, bind, -1, out, why);
+}
+
+bool insert_split_build_at(const char *sql, size_t len, const struct router_rules *rules, enum sharding_function fn,
+			   int n_shards, const struct shardkey_bind *bind, int key_position, struct insert_split *out,
+			   char why[MERGE_WHY])
+{
 	memset(out, 0, sizeof *out);
 	out->n_shards = n_shards;
 	why[0] = '\0';
@@ -353,7 +360,15 @@ bool insert_split_build(const char *sql, size_t len, const struct router_rules *
 				key_pos = n_cols;
 		}
 	}
+	if (key_pos < 0 && column && cols == JNONE && key_position >= 0)
+		key_pos = key_position;   /* no column list: the table's own order */
 	if (key_pos < 0) {
+		if (column && cols == JNONE) {
+			out->needs_position = true;
+			snprintf(out->schema, sizeof out->schema, "%s", schema);
+			snprintf(out->table, sizeof out->table, "%s", rel);
+			snprintf(out->column, sizeof out->column, "%s", column);
+		}
 		refuse(why, "an INSERT into a sharded table needs a column list naming the sharding column to be split "
 			    "across shards");
 		goto out;

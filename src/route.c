@@ -571,8 +571,16 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		 * several shards is split */
 		char why[200];
 		enum fanout_start st = fanout_start_copy(c, f, &rr->r, why, sizeof why);
-		if (st == FANOUT_ANY_SHARD)
+		if (st == FANOUT_ANY_SHARD) {
 			st = fanout_start_insert(c, f, &rr->r, why, sizeof why);
+			if (st == FANOUT_ANY_SHARD || st == FANOUT_ANY_SHARD_FLUSH) {
+				/* only prepared (asyncpg's Parse, Describe, Flush): its
+				 * Bind is routed by itself, as for a key in a parameter */
+				if (st == FANOUT_ANY_SHARD_FLUSH && c->pool->mode == POOL_MODE_TRANSACTION && prep_enabled(c))
+					c->shard_phase = ROUTE_PHASE_PROVISIONAL;
+				return SHARD_DECIDED;
+			}
+		}
 		/* default_shard = all: an UPDATE or DELETE without a key runs
 		 * on every shard */
 		if (st == FANOUT_REFUSED && cp->default_shard < 0)

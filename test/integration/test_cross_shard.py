@@ -449,10 +449,9 @@ def test_multi_row_insert_is_split_by_shard(pgcat, xdbs):
         with pytest.raises(psycopg.errors.UniqueViolation):
             c.execute("INSERT INTO xs (id, v) VALUES (5001, 'dup'), (6001, 'new'), (6002, 'new'), (6003, 'new')")
         assert c.execute("SELECT count(*) FROM xs WHERE id > 6000").fetchone()[0] == 0
-        # refused: no column list
-        with pytest.raises(psycopg.Error) as e:
-            c.execute("INSERT INTO xs VALUES (7001), (7002), (7003)")
-        assert sqlstate(e.value) == "0A000" and "column list" in str(e.value)
+        # no column list: split by the table's own column order
+        assert c.execute("INSERT INTO xs VALUES (5501), (5502), (5503)").statusmessage == "INSERT 0 3"
+        assert c.execute("SELECT count(*) FROM xs WHERE id BETWEEN 5501 AND 5503").fetchone()[0] == 3
         # inside a transaction: split, and rolled back with it
         with c.transaction():
             assert c.execute("INSERT INTO xs (id) VALUES (7001), (7002), (7003)").statusmessage == "INSERT 0 3"
@@ -886,3 +885,49 @@ def test_split_writes_inside_a_transaction(pgcat, xdbs):
         assert placement_errors(xdbs, base) == 0
     finally:
         clear_copied(xdbs, base)
+
+
+def test_insert_without_column_list(pgcat, xdbs):
+    """INSERT INTO t VALUES (...) names no columns: pgcat asks shard 0 where
+    the sharding column sits in the table (as for COPY), then routes or
+    splits the rows by it; a dropped column before it does not confuse it."""
+    for db in SHARDS:
+        with xdbs.connect(db) as d:
+            d.execute("DROP TABLE IF EXISTS xk")
+            d.execute("CREATE TABLE xk (gone int, v text, id bigint PRIMARY KEY, n int)")
+            d.execute("ALTER TABLE xk DROP COLUMN gone")
+            d.execute("GRANT ALL ON xk TO PUBLIC")
+    inst = start(pgcat, xdbs, pool={"sharded_tables": "xs.id, xk.id"})
+    try:
+        with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                             dbname="xs3", autocommit=True) as c:
+            assert c.execute("INSERT INTO xk VALUES ('one', 11, 1)").statusmessage == "INSERT 0 1"
+            assert c.execute("INSERT INTO xk VALUES (%s, %s, %s)", ("two", 12, 2)).statusmessage == "INSERT 0 1"
+            cur = c.execute("INSERT INTO xk VALUES ('a', 21, 3), ('b', 22, 3), ('c', 23, 3), ('d', 24, 3) RETURNING id")
+            assert cur.statusmessage == "INSERT 0 4" and sorted(r[0] for r in cur.fetchall()) == [21, 22, 23, 24]
+            with c.transaction():
+                c.execute("INSERT INTO xk VALUES (%s, %s, 4), (%s, %s, 4)", ("e", 31, "f", 32))
+            with pytest.raises(psycopg.Error) as e:
+                c.execute("INSERT INTO xk VALUES ('short')")
+            assert c.execute("SELECT count(*), sum(n) FROM xk").fetchone() == (8, 1 + 2 + 12 + 8)
+
+        async def run():
+            conn = await asyncpg.connect(host="127.0.0.1", port=inst.port, user="app",
+                                         password=PASSWORDS["app"], database="xs3")
+            try:
+                await conn.execute("INSERT INTO xk VALUES ($1, $2, $3)", "apg", 41, 5)
+                return await conn.fetchval("SELECT v FROM xk WHERE id = $1", 41)
+            finally:
+                await conn.close()
+
+        assert asyncio.run(run()) == "apg"
+        misplaced = 0
+        for i, db in enumerate(SHARDS):
+            with xdbs.connect(db) as d:
+                misplaced += d.execute("SELECT count(*) FROM xk WHERE NOT "
+                                       "satisfies_hash_partition('xs_hp'::regclass::oid, 3, %d, id)" % i).fetchone()[0]
+        assert misplaced == 0
+    finally:
+        for db in SHARDS:
+            with xdbs.connect(db) as d:
+                d.execute("DROP TABLE IF EXISTS xk")
