@@ -25,4 +25,11 @@
 bool broadcast_write_check(const char *sql, size_t len, const struct router_rules *rules, bool *outside_tx,
 			   char why[MERGE_WHY]);
 
+/* A SELECT to run on every shard, its rows merged: true when each shard's
+ * answer is that shard's part of the whole answer, which holds when the
+ * sharded tables are read at the statement's own level (not in a
+ * subquery, CTE or derived table) and, if several, joined on their
+ * sharding columns. false: why says why (0A000). */
+bool broadcast_read_check(const char *sql, size_t len, const struct router_rules *rules, char why[MERGE_WHY]);
+
 #endif

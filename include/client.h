@@ -77,6 +77,18 @@ struct client {
 	/* The cross-shard read under way (CLIENT_FANOUT), or for a leg client
 	 * (is_fanout_leg) the one it serves; NULL otherwise. */
 	struct fanout *fanout;
+	/* A cross-shard read into a named portal fetched in parts (pgjdbc's
+	 * fetch size, asyncpg's cursors): its rows not yet fetched, answered
+	 * by pgcat (fanout.c); NULL: none. */
+	struct fanout_portal *xportal;
+	/* A write split across shards inside a transaction pgcat holds: the
+	 * shards' transactions open until the client's COMMIT or ROLLBACK
+	 * (fanout.c). */
+	struct fanout *parked;
+	/* A batch for several shards that ended with Flush, its Sync awaited
+	 * since then (fanout_start_batch); after FANOUT_BATCH_SYNC_WAIT_US the
+	 * worker sets batch_no_wait: the client waits for results first. */
+	uint64_t batch_wait_since_us;
 	/* admin console: a command whose reply waits until every worker
 	 * applied it and, for PAUSE, the pools drained (allocated when needed) */
 	struct admin_pending *admin_pending;
@@ -129,6 +141,7 @@ struct client {
 	bool processing : 1, reprocess : 1;
 	/* failed transaction, extended protocol: pgcat answers a ROLLBACK batch itself */
 	bool local_rollback_batch : 1;
+	bool batch_no_wait : 1;       /* see batch_wait_since_us */
 };
 
 /* A leg of a cross-shard read (fanout.c): an internal client on fd (one
@@ -154,6 +167,10 @@ void client_on_released(struct client *c);          /* the server went back to t
 void client_on_checkout_failed(struct client *c, const char *sqlstate, const char *message);
 /* The linked server is gone; s is closed but its fields are still readable. */
 void client_on_server_lost(struct client *c, struct server *s, const char *sqlstate, const char *message);
+/* The client's transaction failed without a server (fanout.c): the next
+ * message gets this error, the following ones "current transaction is
+ * aborted", until its COMMIT or ROLLBACK. */
+void client_fail_transaction(struct client *c, const char *sqlstate, const char *message);
 void client_on_defaults_known(struct client *c);    /* pool learnt server parameters */
 void client_on_defaults_failed(struct client *c, const char *sqlstate, const char *message);
 /* The server's output buffer drained: resume reading the client. */

@@ -3,7 +3,9 @@
  * copysplit: cuts the data of COPY ... FROM STDIN into rows and reads one
  * column of each, so that a COPY into a sharded table can send every row
  * to its shard (SPEC §6). Text and CSV formats with PostgreSQL's options
- * (DELIMITER, NULL, QUOTE, ESCAPE, HEADER). Incremental: CopyData payloads
+ * (DELIMITER, NULL, QUOTE, ESCAPE, HEADER), and the binary format (its
+ * header goes to every shard like a HEADER line, the key column's bytes
+ * are the value in its binary form). Incremental: CopyData payloads
  * arrive in any chunking, a row may span many of them. Pure: no sockets,
  * no globals; it allocates only its own row buffer.
  */
@@ -14,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum copysplit_format { COPYSPLIT_TEXT, COPYSPLIT_CSV };
+enum copysplit_format { COPYSPLIT_TEXT, COPYSPLIT_CSV, COPYSPLIT_BINARY };
 
 struct copysplit_options {
 	enum copysplit_format format;
@@ -37,10 +39,11 @@ typedef bool (*copysplit_row_cb)(void *arg, const uint8_t *row, size_t rowlen, b
 enum copysplit_result {
 	COPYSPLIT_OK,            /* all bytes taken (a partial row may be kept inside) */
 	COPYSPLIT_STOPPED,       /* the callback returned false */
-	COPYSPLIT_END,           /* text format: the end marker \. was read (later bytes are ignored) */
+	COPYSPLIT_END,           /* the end marker \. (binary: the trailer) was read (later bytes are ignored) */
 	COPYSPLIT_ERR_ROW_TOO_LONG,
 	COPYSPLIT_ERR_NO_KEY,    /* a row has fewer columns than key_column + 1 */
 	COPYSPLIT_ERR_BAD_ROW,   /* unterminated quote at the end, bad escape... */
+	COPYSPLIT_ERR_BAD_BINARY,   /* binary format: bad signature, OIDs, a negative length, a cut tuple */
 	COPYSPLIT_ERR_NOMEM
 };
 

@@ -24,18 +24,34 @@
 
 struct client;
 struct proto_frame;
+struct router_rules;
 
 enum fanout_start {
 	FANOUT_STARTED,     /* the client waits in CLIENT_FANOUT; the reply comes later */
 	FANOUT_REFUSED,     /* *why says why it cannot be merged: answer 0A000 */
 	FANOUT_ANY_SHARD,   /* the request executes nothing (Parse/Describe only): any shard answers alike */
-	FANOUT_ANY_SHARD_FLUSH   /* the same, ended by Flush: its Bind comes next and may fan out */
+	FANOUT_ANY_SHARD_FLUSH,  /* the same, ended by Flush: its Bind comes next and may fan out */
+	FANOUT_WAIT         /* the rest of the request first (fanout_start_batch) */
 };
 
 /* The request at the head of c's input (whole: route waited for it) reads
  * rows of every shard. sharded: it touches a sharded table (else it is
- * default_shard = all: a statement other than SELECT goes to one shard). */
-enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bool sharded, char *why, size_t whylen);
+ * default_shard = all: a statement other than SELECT goes to one shard).
+ * rules: the pool's sharded tables, to refuse what one shard at a time
+ * would answer differently (broadcast_read_check). */
+enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bool sharded,
+			       const struct router_rules *rules, char *why, size_t whylen);
+
+/* The request at the head of c's input binds one statement many times
+ * (executemany, executeBatch: [Parse], (Bind, [Describe], Execute)...,
+ * Sync) with keys on several shards: each Bind runs on its key's shard, in
+ * a transaction per shard committed only if all succeeded.
+ * FANOUT_ANY_SHARD: not such a request. */
+enum fanout_start fanout_start_batch(struct client *c, const struct router_rules *rules, char *why, size_t whylen);
+/* How long a batch ended by Flush waits for its Sync before it is taken
+ * for one whose client waits for results first (and refused): long
+ * enough for a loaded machine, short enough not to look hung. */
+#define FANOUT_BATCH_SYNC_WAIT_US 500000u
 
 /* The request at the head of c's input is an INSERT whose rows belong to
  * several shards: each shard gets its rows, in a transaction committed
@@ -62,6 +78,26 @@ void fanout_client_input(struct client *c);
 
 /* The client went away (any state but CLIENT_FANOUT is a no-op). */
 void fanout_abort(struct client *c);
+
+/* A named portal of a cross-shard read that an Execute with a row limit
+ * left suspended: the merged rows are all in pgcat, and later Execute,
+ * Describe and Close messages of that portal are answered from them, at
+ * idle, without a server. true: m (whole message f at the head of c's
+ * input) was answered and consumed. The portal is dropped at a Sync
+ * outside a transaction, as PostgreSQL's would be at the end of its
+ * implicit transaction, and when another arrives. */
+bool fanout_portal_message(struct client *c, const struct proto_frame *f);
+void fanout_portal_drop(struct client *c);
+
+/* A write split across shards inside a transaction pgcat holds is parked
+ * (c->parked) with every shard's transaction open: the client's COMMIT or
+ * ROLLBACK (simple Query, or pgjdbc's Parse/Bind/Execute/Sync) ends them
+ * all, and is answered once they did. true: answered or under way (or its
+ * rest awaited). false: anything else; the shards roll back and the
+ * client's transaction has failed (the caller answers the message so). */
+bool fanout_parked_message(struct client *c, const struct proto_frame *f);
+/* The client goes away: the shards roll back. */
+void fanout_parked_abort(struct client *c);
 /* The client sent a CancelRequest: cancel every shard's query. */
 void fanout_cancel(struct client *c);
 /* A leg client is closing (pgcat closed it, or its pair end closed). */

@@ -29,6 +29,11 @@ struct insert_split {
 	 * params[s][k] is the client's number of the part's $(k+1). */
 	uint16_t *params[MERGE_MAX_SHARDS];
 	uint16_t n_params[MERGE_MAX_SHARDS];
+	/* Refused for want of a column list: the sharded table and its
+	 * sharding column, whose position in the table's columns the caller
+	 * may learn and pass to insert_split_build_at. */
+	bool needs_position;
+	char schema[64], table[64], column[64];
 };
 struct shardkey_bind;
 
@@ -37,6 +42,15 @@ struct shardkey_bind;
  * keys written $n; NULL for a simple Query. */
 bool insert_split_build(const char *sql, size_t len, const struct router_rules *rules, enum sharding_function fn,
 			int n_shards, const struct shardkey_bind *bind, struct insert_split *out, char why[MERGE_WHY]);
+/* The same for an INSERT without a column list, its sharding column being
+ * the table's key_position-th (0-based; -1: read the column list). */
+bool insert_split_build_at(const char *sql, size_t len, const struct router_rules *rules, enum sharding_function fn,
+			   int n_shards, const struct shardkey_bind *bind, int key_position, struct insert_split *out,
+			   char why[MERGE_WHY]);
 void insert_split_free(struct insert_split *s);
+
+/* Past the comment or quoted token (string, E'' string, quoted identifier,
+ * dollar quote) at s[i], or i if there is none there. */
+size_t insert_split_skip_quoted(const char *s, size_t len, size_t i);
 
 #endif

@@ -30,6 +30,7 @@ struct evbuffer;
 #define MERGE_MAX_AGGS 32
 #define MERGE_WHY 200
 #define MERGE_MAX_SHARDS 64       /* shards a cross-shard read may span */
+#define MERGE_MAX_HIDDEN 8        /* avg()s alone given hidden sum/count columns */
 
 enum merge_agg { MERGE_AGG_NONE, MERGE_AGG_COUNT, MERGE_AGG_SUM, MERGE_AGG_MIN, MERGE_AGG_MAX, MERGE_AGG_AVG,
 		 MERGE_AGG_CONST, MERGE_AGG_KEY /* a GROUP BY column */ };
@@ -49,7 +50,15 @@ struct merge_plan {
 	bool aggregates;
 	bool grouped;                          /* GROUP BY: one row per distinct key after the merge */
 	bool distinct;                         /* SELECT DISTINCT: equal rows once after the merge */
-	int n_cols;                            /* output columns when aggregates */
+	int n_cols;                            /* columns of the shards' rows when aggregates (hidden ones too) */
+	int n_visible;                         /* ... of which the client's (the first ones) */
+	/* avg(x) without sum(x) and count(x) in the select list: each shard
+	 * returns sum(x), count(x) too, after the client's columns (inserted
+	 * at hidden_at, before FROM; the arguments' texts with their
+	 * parentheses), and the client sees neither. */
+	int n_hidden;
+	size_t hidden_at;
+	size_t hidden_arg_at[MERGE_MAX_HIDDEN], hidden_arg_len[MERGE_MAX_HIDDEN];
 	uint8_t agg[MERGE_MAX_AGGS];           /* enum merge_agg */
 	int8_t avg_sum[MERGE_MAX_AGGS];        /* AVG: the columns of sum() and count() of its argument */
 	int8_t avg_count[MERGE_MAX_AGGS];
@@ -61,11 +70,21 @@ struct merge_plan {
 	 * limit, as a group's rows may come from every shard), OFFSET 0 (byte
 	 * ranges of the two constants in the text; len 0: none). */
 	size_t limit_at, limit_len, offset_at, offset_len;
+	/* LIMIT $n / OFFSET $m (extended protocol): the parameter numbers
+	 * (0: a constant or none). Their values come from the Bind
+	 * (merge_plan_bind): until then has_limit/has_offset say only that
+	 * there is one. Each shard runs LIMIT ($n::bigint + offset) OFFSET
+	 * (0 * $m::bigint), so that every parameter stays in its text. */
+	int limit_param, offset_param;
 };
 
 /* Reads the cross-shard read sql[0..len). false: it cannot be merged
  * exactly; why tells the client (0A000). */
 bool merge_plan_build(const char *sql, size_t len, struct merge_plan *p, char why[MERGE_WHY]);
+/* The bound values of LIMIT $n / OFFSET $m (NULL: LIMIT ALL, OFFSET 0).
+ * false: a negative one, which PostgreSQL refuses: then send the shards
+ * the client's own text, for its own error. */
+bool merge_plan_bind(struct merge_plan *p, bool limit_null, int64_t limit, bool offset_null, int64_t offset);
 /* Does any shard need a text other than the client's? */
 bool merge_plan_rewrites(const struct merge_plan *p);
 /* The text each shard runs, NUL-terminated, malloc'd (NULL: no memory). */

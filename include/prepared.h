@@ -188,6 +188,11 @@ bool prep_client_statement(const struct client *c, const char *name, const uint8
  * is the client's from now on, as if a server had taken it. */
 bool prep_client_adopt(struct client *c, const uint8_t *parse, uint32_t total);
 
+/* A Close (whole message m) from a client that holds no server: its named
+ * statement is forgotten as on_close does; portals and the unnamed
+ * statement exist on no server then. The caller answers CloseComplete. */
+void prep_client_close_idle(struct client *c, const uint8_t *m, uint32_t total);
+
 /* The server's session was reset or lost: forget pending matches. */
 void prep_server_reset_pending(struct server *s);
 /* The server connection ends: release everything. */

@@ -74,7 +74,14 @@ enum route_active route_active_message(struct client *c, struct server *s, const
  * default_shard = all a statement other than SELECT that touches no
  * sharded table (SET, SHOW...; sharded false), go to one shard instead. */
 enum route_cross { ROUTE_CROSS_ANSWERED, ROUTE_CROSS_ANY_SHARD };
-enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f, bool sharded);
+
+/* COMMIT, END, ROLLBACK or ABORT, with an optional WORK or TRANSACTION and
+ * semicolon, and nothing else: the tag PostgreSQL answers it with
+ * ("COMMIT" or "ROLLBACK"), or NULL. */
+const char *route_plain_end_tag(const char *sql, size_t len);
+struct router_rules;
+enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f, bool sharded,
+				       const struct router_rules *rules);
 
 /* SET SERVER ROLE, SET PRIMARY READS, SHOW SERVER ROLE, SHOW PRIMARY READS
  * in a simple Query: answered by pgcat. Returns true when it answered

@@ -281,6 +281,7 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 
 	if (c->is_fanout_leg)
 		fanout_leg_closed(c);
+	fanout_parked_abort(c);   /* a split write's shards roll back */
 	switch (c->state) {
 	case CLIENT_WAITING:
 		pool_cancel_wait(c);
@@ -342,6 +343,7 @@ void client_free(struct client *c)
 	free(c->pending_error);
 	free(c->admin_pending);
 	free(c->held_begin);
+	fanout_portal_drop(c);
 	free(c);
 }
 
@@ -781,6 +783,14 @@ static void clear_pending_error(struct client *c)
 {
 	free(c->pending_error);
 	c->pending_error = NULL;
+}
+
+static void set_pending_error(struct client *c, const char *sqlstate, const char *message);
+
+void client_fail_transaction(struct client *c, const char *sqlstate, const char *message)
+{
+	c->in_failed_tx = true;
+	set_pending_error(c, sqlstate, message);
 }
 
 /* Without memory for the text, the client still gets an error: the generic
@@ -1255,14 +1265,18 @@ static void process_idle(struct client *c)
 				return;
 			continue;
 		}
+		if (c->parked && fanout_parked_message(c, &f))
+			return;   /* COMMIT or ROLLBACK of a split write under way (or its rest awaited) */
 		if (f.type == PqMsg_CopyData || f.type == PqMsg_CopyDone || f.type == PqMsg_CopyFail) {
 			/* An idle client has no COPY running: this is the rest of one
 			 * whose server was lost (the client streams on until it reads
-			 * the error, libpq only at its CopyDone). PostgreSQL ignores
-			 * these outside a COPY; so does pgcat. Routed, they would take
-			 * a server and, if none could be had (say, in crash recovery),
-			 * earn an error that leaves the client skipping to a Sync a
-			 * simple-query client never sends: it would hang. */
+			 * the error, libpq only at its CopyDone), or of one refused
+			 * (asyncpg sends COPY, CopyData, CopyDone at once). PostgreSQL
+			 * ignores these outside a COPY, in a failed transaction too;
+			 * so does pgcat. Routed, they would take a server and, if none
+			 * could be had (say, in crash recovery), earn an error that
+			 * leaves the client skipping to a Sync a simple-query client
+			 * never sends: it would hang. */
 			uint32_t total = f.len + 1;
 			size_t have = evbuffer_get_length(in);
 			if (have >= total) {
@@ -1279,6 +1293,49 @@ static void process_idle(struct client *c)
 			continue;
 		}
 		c->last_activity_us = c->w->now_us;
+		if (c->xportal && fanout_portal_message(c, &f))
+			continue;   /* a cross-shard portal's next rows */
+		if (f.type == PqMsg_Sync && !c->server) {
+			/* A Sync with nothing before it (after messages pgcat
+			 * answered: a Close, a portal's rows): ReadyForQuery as the
+			 * server would say it. Sent to a server it would open the
+			 * held transaction there and pin it to that shard. */
+			uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
+			evbuffer_drain(in, (size_t)f.len + 1);
+			evbuffer_add(client_output(c), z, sizeof z);
+			continue;
+		}
+		if (!c->server && f.type == PqMsg_Flush) {
+			/* Nothing to do without a request before it: a Flush after
+			 * Sync (psycopg's pipeline sends Sync, Flush). Taking a server
+			 * for it would hold one until the next request, which would
+			 * then count as pipelined behind it on that shard. (COPY data
+			 * left over is dropped above.) */
+			uint32_t total = f.len + 1;
+			size_t have = evbuffer_get_length(in);
+			if (have >= total) {
+				evbuffer_drain(in, total);
+			} else {
+				evbuffer_drain(in, have);
+				c->skip_remaining = total - (uint32_t)have;
+			}
+			continue;
+		}
+		if (f.type == PqMsg_Close && !c->server && prep_enabled(c) && f.len + 1 <= CLIENT_INSPECT_MAX) {
+			/* pgjdbc closes a statement (no Sync) before its next
+			 * request: with prepared_statements pgcat keeps the client's
+			 * statements itself, and nothing else of the client's is open
+			 * on a server, so it answers alone instead of making the Close
+			 * part of the next request (which a cross-shard read cannot
+			 * carry to every shard). */
+			uint32_t total = f.len + 1;
+			if (evbuffer_get_length(in) < total)
+				return;
+			prep_client_close_idle(c, evbuffer_pullup(in, total), total);
+			evbuffer_drain(in, total);
+			send_simple(c, PqMsg_CloseComplete);
+			continue;
+		}
 		if (f.type == PqMsg_Query && f.len + 1 <= CLIENT_INSPECT_MAX) {
 			uint32_t total = f.len + 1;
 			if (evbuffer_get_length(in) < total)

@@ -122,10 +122,8 @@ enum copy_route_result copy_route_read(const char *sql, size_t len, const struct
 			}
 			if (strcasecmp(val, "csv") == 0)
 				fmt = COPYSPLIT_CSV;
-			else if (strcasecmp(val, "binary") == 0) {
-				res = refuse(why, "binary COPY cannot be split by row; use text or CSV");
-				goto out;
-			}
+			else if (strcasecmp(val, "binary") == 0)
+				fmt = COPYSPLIT_BINARY;
 		}
 	}
 	copysplit_defaults(&out->opts, fmt);

@@ -13,6 +13,10 @@
  *   is that character (with escape = quote, "" is a quote); an unquoted
  *   column equal to the NULL string is NULL, a quoted one never is; "\."
  *   alone on a line ends the data too.
+ * binary: the 11-byte signature "PGCOPY\n\377\r\n\0", 32-bit flags (bit 16:
+ *   OIDs, refused), a 32-bit header extension length and its bytes; then
+ *   tuples: a 16-bit field count (-1: the trailer, the end), each field a
+ *   32-bit length (-1: NULL) and that many bytes. All integers big-endian.
  */
 #include "copysplit.h"
 
@@ -39,7 +43,7 @@ void copysplit_init(struct copysplit *s, const struct copysplit_options *o)
 	s->o = *o;
 	if (!s->o.max_row)
 		s->o.max_row = COPYSPLIT_DEFAULT_MAX_ROW;
-	s->header_pending = o->header;
+	s->header_pending = o->header || o->format == COPYSPLIT_BINARY;   /* binary: its signature */
 }
 
 void copysplit_free(struct copysplit *s)
@@ -63,6 +67,8 @@ const char *copysplit_strerror(enum copysplit_result r)
 		return "missing data for the sharding column";
 	case COPYSPLIT_ERR_BAD_ROW:
 		return "unterminated CSV quoted field";
+	case COPYSPLIT_ERR_BAD_BINARY:
+		return "malformed binary COPY data";
 	case COPYSPLIT_ERR_NOMEM:
 		return "out of memory";
 	}
@@ -267,11 +273,105 @@ static bool row_append(struct copysplit *s, const uint8_t *p, size_t n)
 	return true;
 }
 
+static uint32_t be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Binary format: the unit (header or tuple) at the head of p[0..n), if
+ * whole: delivered, *used its length. Else *used 0 (more bytes needed). */
+static enum copysplit_result binary_unit(struct copysplit *s, const uint8_t *p, size_t n, size_t *used,
+					 copysplit_row_cb cb, void *arg)
+{
+	static const uint8_t signature[11] = { 'P', 'G', 'C', 'O', 'P', 'Y', '\n', 0xff, '\r', '\n', 0 };
+	*used = 0;
+	if (s->header_pending) {
+		if (n < 19)
+			return n >= sizeof signature && memcmp(p, signature, sizeof signature) != 0 ? COPYSPLIT_ERR_BAD_BINARY
+											     : COPYSPLIT_OK;
+		uint32_t ext = be32(p + 15);
+		if (memcmp(p, signature, sizeof signature) != 0 || (be32(p + 11) & (1u << 16)))
+			return COPYSPLIT_ERR_BAD_BINARY;
+		if (ext > s->o.max_row)
+			return COPYSPLIT_ERR_ROW_TOO_LONG;
+		if (n - 19 < ext)
+			return COPYSPLIT_OK;
+		*used = 19 + (size_t)ext;
+		s->header_pending = false;
+		return cb(arg, p, *used, true, NULL, 0, false) ? COPYSPLIT_OK : COPYSPLIT_STOPPED;
+	}
+	if (n < 2)
+		return COPYSPLIT_OK;
+	int16_t fields = (int16_t)((uint16_t)p[0] << 8 | p[1]);
+	if (fields == -1) {
+		/* the trailer: the shards end at CopyDone without it, as
+		 * PostgreSQL allows */
+		s->ended = true;
+		*used = 2;
+		return COPYSPLIT_END;
+	}
+	if (fields < 0)
+		return COPYSPLIT_ERR_BAD_BINARY;
+	size_t off = 2;
+	const uint8_t *key = NULL;
+	size_t key_len = 0;
+	bool key_seen = false, is_null = false;
+	for (int f = 0; f < fields; f++) {
+		if (n - off < 4)
+			return off + 4 > s->o.max_row ? COPYSPLIT_ERR_ROW_TOO_LONG : COPYSPLIT_OK;
+		int32_t l = (int32_t)be32(p + off);
+		off += 4;
+		if (l < -1)
+			return COPYSPLIT_ERR_BAD_BINARY;
+		size_t vl = l < 0 ? 0 : (size_t)l;
+		if (vl > s->o.max_row || off + vl > s->o.max_row)
+			return COPYSPLIT_ERR_ROW_TOO_LONG;
+		if (n - off < vl)
+			return COPYSPLIT_OK;
+		if ((unsigned)f == s->o.key_column) {
+			key_seen = true;
+			is_null = l < 0;
+			key = p + off;
+			key_len = vl;
+		}
+		off += vl;
+	}
+	s->line++;
+	if (!key_seen)
+		return COPYSPLIT_ERR_NO_KEY;
+	*used = off;
+	s->rows++;
+	return cb(arg, p, off, false, is_null ? NULL : key, key_len, is_null) ? COPYSPLIT_OK : COPYSPLIT_STOPPED;
+}
+
+/* Binary format: bytes gathered in the row buffer (a tuple may span
+ * CopyData messages), every whole unit delivered, the rest kept. */
+static enum copysplit_result binary_feed(struct copysplit *s, const uint8_t *data, size_t len, copysplit_row_cb cb,
+					 void *arg)
+{
+	if (!row_append(s, data, len))
+		return COPYSPLIT_ERR_NOMEM;
+	size_t at = 0;
+	enum copysplit_result r = COPYSPLIT_OK;
+	while (!s->ended) {
+		size_t used;
+		r = binary_unit(s, s->row + at, s->row_len - at, &used, cb, arg);
+		at += used;
+		if (r != COPYSPLIT_OK || used == 0)
+			break;
+	}
+	memmove(s->row, s->row + at, s->row_len - at);
+	s->row_len -= at;
+	return r;
+}
+
 enum copysplit_result copysplit_feed(struct copysplit *s, const uint8_t *data, size_t len, copysplit_row_cb cb,
 				     void *arg)
 {
 	if (s->ended)
 		return COPYSPLIT_END;
+	if (s->o.format == COPYSPLIT_BINARY)
+		return binary_feed(s, data, len, cb, arg);
 	const bool csv = s->o.format == COPYSPLIT_CSV;
 	const uint8_t q = (uint8_t)s->o.quote, esc = (uint8_t)s->o.escape;
 	size_t start = 0;
@@ -341,6 +441,8 @@ enum copysplit_result copysplit_finish(struct copysplit *s, copysplit_row_cb cb,
 		return COPYSPLIT_ERR_BAD_ROW;
 	if (!s->row_len)
 		return COPYSPLIT_OK;
+	if (s->o.format == COPYSPLIT_BINARY)
+		return COPYSPLIT_ERR_BAD_BINARY;   /* a tuple cut short */
 	enum copysplit_result r = deliver(s, s->row, s->row_len, cb, arg);
 	s->row_len = 0;
 	return r;

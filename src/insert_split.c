@@ -27,8 +27,7 @@ static bool refuse(char why[MERGE_WHY], const char *msg)
 
 /* ---- the text ---- */
 
-/* Past the comment or quoted token at s[i], or i if there is none there. */
-static size_t skip_quoted(const char *s, size_t len, size_t i)
+size_t insert_split_skip_quoted(const char *s, size_t len, size_t i)
 {
 	if (i + 1 < len && s[i] == '-' && s[i + 1] == '-') {
 		while (i < len && s[i] != '\n')
@@ -110,7 +109,7 @@ static size_t skip_space(const char *s, size_t len, size_t i)
 		while (i < len && isspace((unsigned char)s[i]))
 			i++;
 		if (i + 1 < len && ((s[i] == '-' && s[i + 1] == '-') || (s[i] == '/' && s[i + 1] == '*')))
-			i = skip_quoted(s, len, i);
+			i = insert_split_skip_quoted(s, len, i);
 		else
 			return i;
 	}
@@ -122,7 +121,7 @@ static int find_rows(const char *s, size_t len, size_t *open, size_t *close, int
 	size_t i = 0;
 	int depth = 0;
 	while (i < len) {
-		size_t j = skip_quoted(s, len, i);
+		size_t j = insert_split_skip_quoted(s, len, i);
 		if (j != i) {
 			i = j;
 			continue;
@@ -150,7 +149,7 @@ static int find_rows(const char *s, size_t len, size_t *open, size_t *close, int
 		open[n] = i;
 		int d = 0;
 		while (i < len) {
-			size_t j = skip_quoted(s, len, i);
+			size_t j = insert_split_skip_quoted(s, len, i);
 			if (j != i) {
 				i = j;
 				continue;
@@ -222,7 +221,7 @@ static bool renumber_params(char *q, size_t *len, uint16_t *old, uint16_t *n_old
 		return false;
 	size_t n = *len;
 	for (size_t i = 0; i < n;) {
-		size_t j = skip_quoted(q, n, i);
+		size_t j = insert_split_skip_quoted(q, n, i);
 		if (j != i) {
 			i = j;
 			continue;
@@ -248,7 +247,7 @@ static bool renumber_params(char *q, size_t *len, uint16_t *old, uint16_t *n_old
 	/* rewrite: each $old becomes $rank, copying down */
 	size_t w = 0;
 	for (size_t i = 0; i < n;) {
-		size_t j = skip_quoted(q, n, i);
+		size_t j = insert_split_skip_quoted(q, n, i);
 		if (j != i) {
 			memmove(q + w, q + i, j - i);
 			w += j - i;
@@ -282,6 +281,13 @@ static bool renumber_params(char *q, size_t *len, uint16_t *old, uint16_t *n_old
 
 bool insert_split_build(const char *sql, size_t len, const struct router_rules *rules, enum sharding_function fn,
 			int n_shards, const struct shardkey_bind *bind, struct insert_split *out, char why[MERGE_WHY])
+{
+	return insert_split_build_at(sql, len, rules, fn, n_shards, bind, -1, out, why);
+}
+
+bool insert_split_build_at(const char *sql, size_t len, const struct router_rules *rules, enum sharding_function fn,
+			   int n_shards, const struct shardkey_bind *bind, int key_position, struct insert_split *out,
+			   char why[MERGE_WHY])
 {
 	memset(out, 0, sizeof *out);
 	out->n_shards = n_shards;
@@ -354,7 +360,15 @@ bool insert_split_build(const char *sql, size_t len, const struct router_rules *
 				key_pos = n_cols;
 		}
 	}
+	if (key_pos < 0 && column && cols == JNONE && key_position >= 0)
+		key_pos = key_position;   /* no column list: the table's own order */
 	if (key_pos < 0) {
+		if (column && cols == JNONE) {
+			out->needs_position = true;
+			snprintf(out->schema, sizeof out->schema, "%s", schema);
+			snprintf(out->table, sizeof out->table, "%s", rel);
+			snprintf(out->column, sizeof out->column, "%s", column);
+		}
 		refuse(why, "an INSERT into a sharded table needs a column list naming the sharding column to be split "
 			    "across shards");
 		goto out;

@@ -757,6 +757,13 @@ static enum prep_action on_close(struct client *c, struct server *s, const uint8
 	return PREP_DONE;
 }
 
+void prep_client_close_idle(struct client *c, const uint8_t *m, uint32_t total)
+{
+	if (total < 7 || m[5] != 'S' || m[total - 1] != 0 || m[6] == 0 || !c->prep)
+		return;
+	(void)prep_cmap_del(&c->prep->names, &c->pool->prep, (const char *)m + 6);
+}
+
 /* ---- SQL: PREPARE, EXECUTE, DEALLOCATE, DISCARD ALL ---- */
 
 static const char *sql_space(const char *s, const char *end)

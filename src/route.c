@@ -463,10 +463,11 @@ static void refuse(struct client *c, const char *sqlstate, const char *msg)
 	client_on_checkout_failed(c, sqlstate, msg);
 }
 
-enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f, bool sharded)
+enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f, bool sharded,
+				       const struct router_rules *rules)
 {
 	char why[200];
-	switch (fanout_start(c, f, sharded, why, sizeof why)) {
+	switch (fanout_start(c, f, sharded, rules, why, sizeof why)) {
 	case FANOUT_STARTED:
 		return ROUTE_CROSS_ANSWERED;
 	case FANOUT_ANY_SHARD_FLUSH:
@@ -478,6 +479,7 @@ enum route_cross route_cross_shard_read(struct client *c, const struct proto_fra
 	case FANOUT_ANY_SHARD:
 		return ROUTE_CROSS_ANY_SHARD;
 	case FANOUT_REFUSED:
+	case FANOUT_WAIT:   /* (fanout_start_batch's only) */
 		break;
 	}
 	refuse(c, "0A000", why);
@@ -552,13 +554,38 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 	if (r.outcome == SHARDKEY_DEFAULT && cp->default_shard >= 0)
 		return SHARD_DECIDED;
 	/* Several shards, a sharded table without key, or default_shard = all. */
+	if (r.outcome == SHARDKEY_CROSS && f->type != PqMsg_Query) {
+		/* executemany, executeBatch: one statement bound with keys of
+		 * several shards, each Bind run on its own */
+		char why[200];
+		switch (fanout_start_batch(c, &rr->r, why, sizeof why)) {
+		case FANOUT_STARTED:
+			return SHARD_ANSWERED;
+		case FANOUT_REFUSED:
+			refuse(c, "0A000", why);
+			return SHARD_ANSWERED;
+		case FANOUT_WAIT:
+			return SHARD_WAIT;
+		case FANOUT_ANY_SHARD:
+		case FANOUT_ANY_SHARD_FLUSH:
+			break;
+		}
+	}
 	if (r.writes && r.outcome == SHARDKEY_CROSS) {
 		/* a COPY FROM STDIN or a multi-row INSERT whose rows belong to
 		 * several shards is split */
 		char why[200];
 		enum fanout_start st = fanout_start_copy(c, f, &rr->r, why, sizeof why);
-		if (st == FANOUT_ANY_SHARD)
+		if (st == FANOUT_ANY_SHARD) {
 			st = fanout_start_insert(c, f, &rr->r, why, sizeof why);
+			if (st == FANOUT_ANY_SHARD || st == FANOUT_ANY_SHARD_FLUSH) {
+				/* only prepared (asyncpg's Parse, Describe, Flush): its
+				 * Bind is routed by itself, as for a key in a parameter */
+				if (st == FANOUT_ANY_SHARD_FLUSH && c->pool->mode == POOL_MODE_TRANSACTION && prep_enabled(c))
+					c->shard_phase = ROUTE_PHASE_PROVISIONAL;
+				return SHARD_DECIDED;
+			}
+		}
 		/* default_shard = all: an UPDATE or DELETE without a key runs
 		 * on every shard */
 		if (st == FANOUT_REFUSED && cp->default_shard < 0)
@@ -569,6 +596,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		case FANOUT_ANY_SHARD:
 		case FANOUT_ANY_SHARD_FLUSH:
 		case FANOUT_REFUSED:
+		case FANOUT_WAIT:   /* (fanout_start_batch's only) */
 			break;
 		}
 		refuse(c, "0A000", why);
@@ -589,7 +617,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		return SHARD_ANSWERED;
 	}
 	/* (*shard is default_shard, or shard 0 for default_shard = all) */
-	return route_cross_shard_read(c, f, r.outcome == SHARDKEY_CROSS) == ROUTE_CROSS_ANY_SHARD ? SHARD_DECIDED
+	return route_cross_shard_read(c, f, r.outcome == SHARDKEY_CROSS, &rr->r) == ROUTE_CROSS_ANY_SHARD ? SHARD_DECIDED
 												   : SHARD_ANSWERED;
 }
 
@@ -710,8 +738,12 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 		return ROUTE_ACTIVE_FORWARD;
 	}
 	/* Only prepared so far (the server owes nothing, no transaction): the
-	 * Bind starts afresh on its own shard. */
-	if (c->shard_phase == ROUTE_PHASE_PROVISIONAL && f->type == PqMsg_Bind && s->outstanding == 0 &&
+	 * Bind starts afresh on its own shard, and so does a Query (asyncpg's
+	 * copy_records_to_table prepares a SELECT of the table, then sends its
+	 * COPY as a Query: split by shard like any COPY, not refused as
+	 * pipelined behind the prepare). */
+	if (c->shard_phase == ROUTE_PHASE_PROVISIONAL && (f->type == PqMsg_Bind || f->type == PqMsg_Query) &&
+	    s->outstanding == 0 &&
 	    s->ext_pending && s->tx_status == 'I' && prep_server_end_segment(s)) {
 		c->shard_phase = ROUTE_PHASE_REROUTING;
 		return ROUTE_ACTIVE_WAIT;
@@ -757,7 +789,7 @@ static size_t first_word(const char *sql, size_t len, size_t from, char *w, size
 /* COMMIT, END, ROLLBACK or ABORT, with an optional WORK or TRANSACTION and
  * semicolon, and nothing else (not AND CHAIN, not ROLLBACK TO): the tag
  * PostgreSQL answers it with, or NULL. */
-static const char *plain_end_tag(const char *sql, size_t len)
+const char *route_plain_end_tag(const char *sql, size_t len)
 {
 	char w[16];
 	size_t i = first_word(sql, len, 0, w, sizeof w);
@@ -798,7 +830,7 @@ static bool hold_begin(struct client *c, const struct proto_frame *f)
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);
 	if (c->held_begin) {
-		const char *tag = plain_end_tag(sql, len);
+		const char *tag = route_plain_end_tag(sql, len);
 		if (!tag)
 			return false;
 		free(c->held_begin);
@@ -829,9 +861,132 @@ static bool hold_begin(struct client *c, const struct proto_frame *f)
 	return true;
 }
 
+/* One message of the extended protocol at m[*off..lim): its type, body and
+ * length; false if it is not all there. */
+static bool next_msg(const uint8_t *m, size_t lim, size_t *off, uint8_t *type, const uint8_t **body, size_t *blen)
+{
+	if (lim - *off < 5)
+		return false;
+	uint32_t l = proto_get_u32(m + *off + 1);
+	if (l < 4 || (size_t)l + 1 > lim - *off)
+		return false;
+	*type = m[*off];
+	*body = m + *off + 5;
+	*blen = l - 4;
+	*off += (size_t)l + 1;
+	return true;
+}
+
+/* pgjdbc (autocommit off) opens its transactions with Parse/Bind/Execute
+ * of "BEGIN" in the same request as the first statement, before its Sync.
+ * That BEGIN says nothing about the shard either: pgcat answers its
+ * messages (ParseComplete, BindComplete, NoData, BEGIN) and holds it as
+ * hold_begin does, and the rest of the request is routed as the
+ * transaction's first statement (to its shard, or across shards). */
+static bool hold_begin_extended(struct client *c, const struct proto_frame *f)
+{
+	const struct config_pool *cp = c->pool->cpool;
+	if (c->held_begin || (f->type != PqMsg_Parse && f->type != PqMsg_Bind) || cp->n_shards <= 1 ||
+	    !cp->query_parser_enabled || cp->n_sharded_tables == 0 || c->shard_override >= 0 ||
+	    c->pool->mode != POOL_MODE_TRANSACTION || !prep_enabled(c))
+		return false;
+	struct evbuffer *in = c->io.in;
+	size_t have = evbuffer_get_length(in), lim = have < 1024 ? have : 1024, off = 0, parse_at = 0, parse_total = 0;
+	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim), *body, *key = NULL;
+	size_t blen, b = 0, keylen;
+	uint8_t type;
+	const char *name = NULL, *sql = NULL, *portal, *stmt;
+	if (!m || !next_msg(m, lim, &off, &type, &body, &blen))
+		return false;
+	if (type == PqMsg_Parse) {
+		if (!proto_read_cstring(body, blen, &b, &name) || !proto_read_cstring(body, blen, &b, &sql) || blen - b != 2 ||
+		    body[b] != 0 || body[b + 1] != 0)
+			return false;   /* (parameters: not a plain BEGIN) */
+		parse_total = off - parse_at;
+		if (!next_msg(m, lim, &off, &type, &body, &blen))
+			return false;
+	}
+	/* the Bind: the unnamed portal, no parameters */
+	b = 0;
+	if (type != PqMsg_Bind || !proto_read_cstring(body, blen, &b, &portal) || portal[0] ||
+	    !proto_read_cstring(body, blen, &b, &stmt) || blen - b < 4)
+		return false;
+	uint16_t nfmt = (uint16_t)(body[b] << 8 | body[b + 1]);
+	b += 2 + 2 * (size_t)nfmt;
+	if (blen < b + 2 || body[b] != 0 || body[b + 1] != 0)
+		return false;
+	if (name ? strcmp(name, stmt) != 0 : !prep_client_statement(c, stmt, &key, &keylen))
+		return false;
+	if (!name)
+		sql = (const char *)key;   /* "query\0 types" */
+	bool describe = false, sync = false;
+	if (!next_msg(m, lim, &off, &type, &body, &blen))
+		return false;
+	if (type == PqMsg_Describe) {
+		if (blen != 2 || body[0] != 'P' || body[1] != 0 || !next_msg(m, lim, &off, &type, &body, &blen))
+			return false;
+		describe = true;
+	}
+	if (type != PqMsg_Execute || blen != 5 || body[0] != 0)
+		return false;
+	/* what follows: the transaction's first statement, or its Sync */
+	size_t next = off;
+	if (lim - off < 5)
+		return false;
+	if (m[off] == PqMsg_Sync) {
+		if (!next_msg(m, lim, &next, &type, &body, &blen))
+			return false;
+		sync = true;
+	}
+	size_t len = strlen(sql);
+	if (len > ROUTE_HELD_BEGIN_MAX)
+		return false;
+	struct route_rules rr;
+	build_rules(c, &rr);
+	struct router_verdict local;
+	const struct router_verdict *v = classify(c, &rr, sql, len, &local);
+	if (!v->parsed || !v->begins || v->ends || v->multi_statement || v->reads_sharded || v->hint_shard >= 0 ||
+	    v->has_hint_key || v->hint_invalid || v->hint_role != ROUTER_ROLE_NONE)
+		return false;
+	char w[16];
+	(void)first_word(sql, len, 0, w, sizeof w);
+	const char *tag = strcmp(w, "begin") == 0 ? "BEGIN" : strcmp(w, "start") == 0 ? "START TRANSACTION" : NULL;
+	if (!tag)
+		return false;
+	/* a named Parse: the statement is the client's from now on, as if a
+	 * server had taken it (its next BEGIN is a Bind of it) */
+	if (name && name[0] && !prep_client_adopt(c, m + parse_at, (uint32_t)parse_total))
+		return false;
+	if (!(c->held_begin = malloc(len + 1)))
+		return false;
+	memcpy(c->held_begin, sql, len + 1);
+	c->held_begin_read_only = v->begin_read_only;
+	uint8_t storage[64];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	if (name) {
+		pktbuf_begin(&pb, PqMsg_ParseComplete);
+		pktbuf_end(&pb);
+	}
+	pktbuf_begin(&pb, PqMsg_BindComplete);
+	pktbuf_end(&pb);
+	if (describe) {
+		pktbuf_begin(&pb, PqMsg_NoData);
+		pktbuf_end(&pb);
+	}
+	pktbuf_command_complete(&pb, tag);
+	if (sync)
+		pktbuf_ready_for_query(&pb, 'T');
+	if (!pb.failed)
+		evbuffer_add(client_output(c), pb.data, pb.len);
+	evbuffer_drain(in, next);
+	c->reprocess = true;   /* the rest of the request, already here */
+	return true;
+}
+
 struct srvpool *route_pick(struct client *c, const struct proto_frame *f)
 {
-	if (hold_begin(c, f))
+	if (hold_begin(c, f) || hold_begin_extended(c, f))
 		return NULL;
 	struct srvpool *sp = pick(c, f);
 	if (!sp)

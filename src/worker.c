@@ -30,6 +30,7 @@
 #include "auth_md5.h"
 #include "client.h"
 #include "config.h"
+#include "fanout.h"
 #include "log.h"
 #include "proto.h"
 #include "pool.h"
@@ -346,6 +347,16 @@ static void client_timeouts(struct worker *w)
 			struct client *c = LIST_OWNER(pos, struct client, node);
 			if (now - c->connect_us >= limit)
 				client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "canceling authentication due to timeout");
+		}
+	}
+	/* A batch for several shards waiting for its Sync after a Flush: the
+	 * client waits for results first (fanout_start_batch): decide now. */
+	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
+		struct client *c = LIST_OWNER(pos, struct client, node);
+		if (c->batch_wait_since_us && now - c->batch_wait_since_us >= FANOUT_BATCH_SYNC_WAIT_US) {
+			c->batch_wait_since_us = 0;
+			c->batch_no_wait = true;
+			client_process(c);
 		}
 	}
 	if (g->client_idle_timeout > 0) {

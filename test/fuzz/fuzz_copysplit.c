@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target: COPY FROM STDIN data cut into rows (src/copysplit.c).
- * Input: byte 0 the format and HEADER, byte 1 the key column, byte 2 the
+ * Input: byte 0 the format (text, CSV, binary) and HEADER, byte 1 the key column, byte 2 the
  * delimiter/quote/escape choice, byte 3 the chunk size pattern, then the
  * data. Invariants: the rows delivered, one after the other, are exactly a
  * prefix of the data (nothing lost, added or reordered); feeding the data
@@ -81,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 4)
 		return 0;
 	struct copysplit_options o;
-	copysplit_defaults(&o, data[0] & 1 ? COPYSPLIT_CSV : COPYSPLIT_TEXT);
+	copysplit_defaults(&o, data[0] & 4 ? COPYSPLIT_BINARY : data[0] & 1 ? COPYSPLIT_CSV : COPYSPLIT_TEXT);
 	o.header = data[0] & 2;
 	o.key_column = data[1] % 4;
 	o.max_row = 4096;

@@ -410,6 +410,11 @@ def copysplit():
     write(t, "csv-header", b"\x03\x01\x01\x47" + b"id,v\na,\"7\"\n\"x,\ny\",\"a\"\"b\"\n,,\n")
     write(t, "csv-escape", b"\x01\x01\x0d\x13" + b"a;'q\\'r\\\\'\nb;'open")
     write(t, "csv-null", b"\x01\x00\x10\x02" + b"NULL\t\"NULL\"\n\\.\n")
+    # byte 0 bit 2: binary; signature, flags, extension, two tuples (one NULL key), trailer
+    sig = b"PGCOPY\n\xff\r\n\x00" + bytes(4) + bytes([0, 0, 0, 2]) + b"ex"
+    tup = bytes([0, 2, 0, 0, 0, 8]) + (42).to_bytes(8, "big") + bytes([0, 0, 0, 1]) + b"a"
+    nul = bytes([0, 2, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0])
+    write(t, "binary", b"\x04\x00\x00\x25" + sig + tup + nul + tup + b"\xff\xff" + b"after")
 
 
 def merge():

@@ -58,6 +58,7 @@ def xdbs(pg):
             c.execute("GRANT ALL ON xs TO PUBLIC")
             c.execute("DROP TABLE IF EXISTS xs_hp")
             c.execute("CREATE TABLE xs_hp (id bigint) PARTITION BY HASH (id)")
+            c.execute("GRANT SELECT ON xs_hp TO PUBLIC")   # also a table kept on every shard
     with pg.connect(SINGLE) as c:
         c.execute("INSERT INTO xs " + ROWS)
     # each shard holds the rows PostgreSQL's hash partitioning puts there
@@ -111,6 +112,11 @@ ORDERED = [
     "SELECT id, n FROM xs WHERE n BETWEEN 10 AND 12 ORDER BY n DESC, id",
     "SELECT id FROM xs ORDER BY id LIMIT 0",
     "SELECT id, v FROM xs ORDER BY v COLLATE \"C\", id LIMIT 12",
+    # t.col is the table's column, not an output column of that name
+    "SELECT v AS id, id AS v FROM xs ORDER BY xs.id LIMIT 10",
+    "SELECT id AS k, v FROM xs ORDER BY xs.v NULLS FIRST, xs.id LIMIT 10",
+    "SELECT * FROM xs ORDER BY xs.n DESC, xs.id LIMIT 10",
+    "SELECT id FROM xs ORDER BY id DESC FETCH FIRST ROW ONLY",
 ]
 # no ORDER BY: compared as sets of rows
 UNORDERED = [
@@ -128,8 +134,21 @@ AGGREGATES = [
     "SELECT avg(n), count(n), sum(n) FROM xs WHERE n > 10",
     "SELECT sum(id), count(id), avg(id) FROM xs",
     "SELECT sum(f), count(f), avg(f), min(f), max(f) FROM xs",
+    "SELECT sum(n::numeric / 3), count(n::numeric / 3), avg(n::numeric / 3) FROM xs",
+    "SELECT count(*), max(id) FROM xs OFFSET 1",
+    "SELECT count(*), max(id) FROM xs LIMIT 1 OFFSET 0",
+    # avg() alone: the shards also return sum() and count() of its argument, hidden
+    "SELECT avg(price) FROM xs",
+    "SELECT count(*), sum(n), min(n), max(n), avg(n), avg(f), avg(id) FROM xs WHERE d > '2000-03-01'",
+    "SELECT avg(n) AS mean, count(*) FROM xs WHERE false",
+    "SELECT avg((n * 3) / 2.0), max(v) from xs",
     "SELECT count(*), sum(n), avg(n), count(n) FROM xs WHERE false",
     "SELECT count(*) FILTER (WHERE n > 50), 42 AS answer FROM xs",
+    # sharded tables joined on their sharding columns: each shard joins its own rows
+    "SELECT count(*), sum(a.n) FROM xs a JOIN xs b ON a.id = b.id WHERE b.n < 50",
+    "SELECT count(*) FROM xs a LEFT JOIN xs b USING (id)",
+    # a subquery over a table kept on every shard
+    "SELECT count(*) FROM xs WHERE id NOT IN (SELECT id FROM xs_hp)",
 ]
 
 # GROUP BY (groups merged across shards) and DISTINCT (applied after the merge)
@@ -140,6 +159,8 @@ GROUPED_ORDERED = [
     "SELECT d, sum(n) FROM xs GROUP BY d ORDER BY sum(n) DESC, d LIMIT 10",
     "SELECT price, count(*) FROM xs GROUP BY price ORDER BY price NULLS FIRST LIMIT 20",
     "SELECT f, min(id), max(id) FROM xs GROUP BY f ORDER BY f DESC",
+    "SELECT n % 4 AS k, avg(price), avg(f), count(*) FROM xs GROUP BY 1 ORDER BY 2 DESC NULLS LAST, 1",
+    "SELECT v IS NULL AS missing, avg(id) FROM xs GROUP BY missing ORDER BY avg(id)",
     "SELECT DISTINCT n % 10 AS m FROM xs ORDER BY m",
     "SELECT DISTINCT v FROM xs ORDER BY v NULLS FIRST LIMIT 15",
     "SELECT DISTINCT f, n % 2 FROM xs ORDER BY f DESC, 2 OFFSET 3",
@@ -185,7 +206,16 @@ def test_extended_protocol_with_parameters(pgcat, xdbs):
         ("SELECT id FROM xs WHERE v LIKE %s ORDER BY id DESC", ("v00%",)),
         ("SELECT min(ts), max(d) FROM xs WHERE id > %s", (500,)),
         ("SELECT n, count(*), sum(price) FROM xs WHERE id > %s GROUP BY n ORDER BY n", (100,)),
+        ("SELECT avg(price), avg(n) FROM xs WHERE id > %s", (100,)),
         ("SELECT DISTINCT n %% %s AS m FROM xs ORDER BY m", (6,)),
+        # LIMIT and OFFSET parameters: applied after the merge
+        ("SELECT id, v FROM xs ORDER BY v DESC, id LIMIT %s", (7,)),
+        ("SELECT id FROM xs ORDER BY id LIMIT %s OFFSET %s", (5, 300)),
+        ("SELECT id FROM xs ORDER BY id DESC OFFSET %s", (995,)),
+        ("SELECT id FROM xs WHERE n = %s ORDER BY id LIMIT %s OFFSET 2", (4, 3)),
+        ("SELECT id FROM xs ORDER BY id LIMIT 4 OFFSET %s", (10,)),
+        ("SELECT id FROM xs ORDER BY id LIMIT %s", (None,)),
+        ("SELECT count(*), max(id) FROM xs LIMIT %s OFFSET %s", (1, 1)),
     ]
     with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
                          dbname="xs3", autocommit=True) as c:
@@ -221,6 +251,14 @@ def test_asyncpg_binary_results_and_prepared_statements(pgcat, xdbs):
                     "SELECT id, price FROM xs WHERE n = $1 ORDER BY price DESC NULLS LAST, id", n)]
                 assert got == want
             assert await conn.fetchval("SELECT count(*) FROM xs WHERE id > $1", 100) == N_ROWS - 100
+            # LIMIT/OFFSET parameters, binary int8 (a prepared statement run with new values)
+            page = await conn.prepare("SELECT id FROM xs ORDER BY id DESC LIMIT $1 OFFSET $2")
+            for lim, off in ((3, 0), (4, 17), (2, 999)):
+                assert [r[0] for r in await page.fetch(lim, off)] == \
+                    [N_ROWS - off - i for i in range(lim) if N_ROWS - off - i > 0]
+            with pytest.raises(asyncpg.PostgresError) as e:
+                await conn.fetch("SELECT id FROM xs ORDER BY id LIMIT $1", -1)
+            assert e.value.sqlstate == "2201W"
         finally:
             await conn.close()
             await single.close()
@@ -233,7 +271,7 @@ UNMERGEABLE = [
     ("SELECT count(*) FROM xs GROUP BY n", "GROUP BY must name columns"),
     ("SELECT n, count(*) FROM xs GROUP BY ROLLUP (n)", "ROLLUP"),
     ("SELECT DISTINCT ON (n) n, id FROM xs", "DISTINCT ON"),
-    ("SELECT avg(price) FROM xs", "avg()"),
+    ("SELECT avg(price) FILTER (WHERE n > 3) FROM xs", "avg()"),
     ("SELECT count(DISTINCT n) FROM xs", "DISTINCT"),
     ("SELECT id FROM xs ORDER BY lower(v)", "expression"),
     ("SELECT id FROM xs ORDER BY v", "not an output column"),
@@ -241,7 +279,20 @@ UNMERGEABLE = [
     ("SELECT id, row_number() OVER () FROM xs", "window"),
     ("SELECT string_agg(v, ',') FROM xs", "aggregate"),
     ("SELECT id FROM xs LIMIT (SELECT 3)", "LIMIT"),
+    ("SELECT id FROM xs ORDER BY id OFFSET 2 FETCH FIRST ROW ONLY", "FETCH FIRST 1 ROW"),
+    ("SELECT v AS id FROM xs ORDER BY xs.id", "qualified column"),
+    ("EXPLAIN SELECT * FROM xs ORDER BY id", "SET SHARD"),
+    ("COPY (SELECT id FROM xs) TO STDOUT", "COPY"),
     ("SELECT 1 FROM xs; SELECT 2 FROM xs", "several statements"),
+    # each shard would see only its own rows of the inner xs: refused, not
+    # answered with one shard's average, maximum or first five rows
+    ("SELECT count(*) FROM xs WHERE n > (SELECT avg(n) FROM xs)", "subquery"),
+    ("SELECT id, (SELECT max(id) FROM xs) FROM xs", "subquery"),
+    ("WITH t AS (SELECT id FROM xs ORDER BY id LIMIT 5) SELECT id FROM t", "CTE"),
+    ("SELECT * FROM (SELECT id FROM xs ORDER BY id LIMIT 5) s", "derived table"),
+    ("SELECT count(*) FROM xs a WHERE EXISTS (SELECT 1 FROM xs b WHERE b.id = a.id + 1)", "subquery"),
+    ("SELECT count(*) FROM xs a JOIN xs b ON a.n = b.n", "sharding columns"),
+    ("SELECT count(*) FROM xs a, xs b WHERE a.id = b.id + 1", "sharding columns"),
 ]
 
 
@@ -398,14 +449,12 @@ def test_multi_row_insert_is_split_by_shard(pgcat, xdbs):
         with pytest.raises(psycopg.errors.UniqueViolation):
             c.execute("INSERT INTO xs (id, v) VALUES (5001, 'dup'), (6001, 'new'), (6002, 'new'), (6003, 'new')")
         assert c.execute("SELECT count(*) FROM xs WHERE id > 6000").fetchone()[0] == 0
-        # refused: no column list, inside a transaction
-        with pytest.raises(psycopg.Error) as e:
-            c.execute("INSERT INTO xs VALUES (7001), (7002), (7003)")
-        assert sqlstate(e.value) == "0A000" and "column list" in str(e.value)
+        # no column list: split by the table's own column order
+        assert c.execute("INSERT INTO xs VALUES (5501), (5502), (5503)").statusmessage == "INSERT 0 3"
+        assert c.execute("SELECT count(*) FROM xs WHERE id BETWEEN 5501 AND 5503").fetchone()[0] == 3
+        # inside a transaction: split, and rolled back with it
         with c.transaction():
-            with pytest.raises(psycopg.Error) as e:
-                c.execute("INSERT INTO xs (id) VALUES (7001), (7002), (7003)")
-            assert sqlstate(e.value) == "0A000" and "transaction" in str(e.value)
+            assert c.execute("INSERT INTO xs (id) VALUES (7001), (7002), (7003)").statusmessage == "INSERT 0 3"
             raise psycopg.Rollback()
         assert c.execute("SELECT count(*) FROM xs WHERE id > 7000").fetchone()[0] == 0
     for db in SHARDS:
@@ -504,11 +553,13 @@ def test_copy_errors_leave_no_rows_anywhere(pgcat, xdbs):
                     cp.write_row((base + 200, "x"))
                     raise RuntimeError("client changed its mind")
             assert c.execute("SELECT count(*) FROM xs WHERE id > %s", (base,)).fetchone()[0] == 1
-            # binary COPY cannot be split
+            # binary COPY with a NULL key
             with pytest.raises(psycopg.Error) as e:
-                with cur.copy("COPY xs (id) FROM STDIN WITH (FORMAT binary)") as cp:
-                    pass
-            assert sqlstate(e.value) == "0A000"
+                with cur.copy("COPY xs (id, v) FROM STDIN WITH (FORMAT binary)") as cp:
+                    cp.set_types(["int8", "text"])
+                    cp.write_row((base + 300, "x"))
+                    cp.write_row((None, "x"))
+            assert "sharding key is NULL" in str(e.value)
             # the session goes on
             assert c.execute("SELECT count(*) FROM xs WHERE id > %s", (base,)).fetchone()[0] == 1
         # a client killed in the middle of its COPY: nothing stays, no server stuck
@@ -567,3 +618,316 @@ def test_multi_row_insert_with_parameters(pgcat, xdbs):
         assert placement_errors(xdbs, 8000) == 0
     finally:
         clear_copied(xdbs, 8000)
+
+
+def test_psycopg_pipeline_then_more_reads(pgcat, xdbs):
+    """psycopg's pipeline ends with Sync then Flush: the lone Flush must not
+    take a server of default_shard, which made the next cross-shard read
+    count as pipelined behind it (refused as cross-shard inside a
+    pipeline). Also after a pipeline pgcat refuses as a whole."""
+    inst = start(pgcat, xdbs)
+    with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                         dbname="xs3", autocommit=True) as c:
+        with c.pipeline():
+            cur = c.execute("SELECT count(*) FROM xs")
+        assert cur.fetchone()[0] == N_ROWS
+        assert c.execute("SELECT max(id) FROM xs").fetchone()[0] == N_ROWS
+        with pytest.raises(psycopg.Error) as e:
+            with c.pipeline():
+                c.execute("SELECT count(*) FROM xs")
+                c.execute("SELECT max(id) FROM xs")
+        assert sqlstate(e.value) == "0A000"
+        assert c.execute("SELECT count(*) FROM xs").fetchone()[0] == N_ROWS
+        with c.pipeline():
+            cur = c.execute("SELECT v FROM xs WHERE id = %s", (5,))
+        assert cur.fetchone()[0] == direct(xdbs, "SELECT v FROM xs WHERE id = 5")[0][0]
+        assert c.execute("SELECT min(id) FROM xs").fetchone()[0] == 1
+
+
+def test_copy_binary_format_psycopg_and_asyncpg(pgcat, xdbs):
+    """Binary COPY is split too: psycopg's binary copy and asyncpg's
+    copy_records_to_table (which prepares a SELECT of the table first, and
+    sends its rows without waiting for CopyInResponse)."""
+    inst = start(pgcat, xdbs)
+    base = 500000
+    try:
+        with copy_conn(inst) as c, c.cursor() as cur:
+            with cur.copy("COPY xs (id, v, n) FROM STDIN (FORMAT BINARY)") as cp:
+                cp.set_types(["int8", "text", "int4"])
+                for k in range(base + 1, base + 3001):
+                    cp.write_row((k, "b%d" % k if k % 7 else None, k % 13))
+            assert cur.statusmessage == "COPY 3000"
+            assert c.execute("SELECT count(*), count(v), sum(n) FROM xs WHERE id > %s", (base,)).fetchone() == \
+                (3000, 3000 - len([k for k in range(base + 1, base + 3001) if k % 7 == 0]),
+                 sum(k % 13 for k in range(base + 1, base + 3001)))
+            # no column list: the key's position is asked of shard 0
+            with cur.copy("COPY xs FROM STDIN (FORMAT BINARY)") as cp:
+                cp.set_types(["int8", "text", "int4", "numeric", "timestamptz", "date", "float8", "uuid"])
+                cp.write_row((base + 5001, "whole", 1, None, None, None, 2.5, None))
+            assert c.execute("SELECT v, f FROM xs WHERE id = %s", (base + 5001,)).fetchone() == ("whole", 2.5)
+
+        async def run():
+            conn = await asyncpg.connect(host="127.0.0.1", port=inst.port, user="app",
+                                         password=PASSWORDS["app"], database="xs3")
+            try:
+                res = await conn.copy_records_to_table(
+                    "xs", records=[(base + 6000 + i, "rec%d" % i) for i in range(1, 201)], columns=["id", "v"])
+                assert res == "COPY 200"
+                return await conn.fetchval("SELECT count(*) FROM xs WHERE v LIKE 'rec%'")
+            finally:
+                await conn.close()
+
+        assert asyncio.run(run()) == 200
+        assert placement_errors(xdbs, base) == 0
+    finally:
+        clear_copied(xdbs, base)
+
+
+def test_jdbc_style_begin_close_and_fetch_size(pgcat, xdbs):
+    """pgjdbc with autocommit off: BEGIN as Parse/Bind/Execute in the same
+    request as the first statement (held by pgcat like a BEGIN sent alone,
+    so the statement may still fan out or go to its key's shard); Close of
+    a statement without Sync before the next request; a fetch size reads a
+    named portal in parts (Execute with a row limit, PortalSuspended, more
+    Executes later in the transaction)."""
+    inst = start(pgcat, xdbs)
+    r = inst.raw_login(dbname="xs3")
+
+    def stmt(sql, name="", portal="", params=(), describe=True, max_rows=0):
+        return (pgwire.parse(sql, name=name) + pgwire.bind(params=params, portal=portal, stmt=name) +
+                (pgwire.describe(b"P", portal) if describe else b"") + pgwire.execute(portal, max_rows))
+
+    def begin(name=""):
+        return pgwire.parse("BEGIN", name=name) + pgwire.bind(stmt=name) + pgwire.execute()
+
+    # an unnamed BEGIN, then a cross-shard read
+    r.send(begin() + stmt("SELECT count(*) FROM xs") + pgwire.sync())
+    msgs = r.read_until((b"Z",))
+    assert [t for t, _ in msgs] == [b"1", b"2", b"C", b"1", b"2", b"T", b"D", b"C", b"Z"], msgs
+    assert msgs[2][1].rstrip(b"\0") == b"BEGIN" and msgs[-1][1] == b"T"
+    assert pgwire.data_row_values(msgs[6][1]) == [str(N_ROWS)]
+    r.send(pgwire.parse("COMMIT") + pgwire.bind() + pgwire.execute() + pgwire.sync())
+    assert r.read_until((b"Z",))[-1][1] == b"I"
+    # a named BEGIN, then a keyed read: on the key's shard, in a transaction there
+    r.send(begin("S_5") + stmt("SELECT v FROM xs WHERE id = $1", params=(5,)) + pgwire.sync())
+    msgs = r.read_until((b"Z",))
+    assert [pgwire.data_row_values(p) for t, p in msgs if t == b"D"] == \
+        [[direct(xdbs, "SELECT v FROM xs WHERE id = 5")[0][0]]]
+    assert msgs[-1][1] == b"T"
+    r.send(pgwire.parse("ROLLBACK") + pgwire.bind() + pgwire.execute() + pgwire.sync())
+    assert r.read_until((b"Z",))[-1][1] == b"I"
+    # the BEGIN prepared before: a Bind of S_5 alone, then a cross-shard read in parts
+    want = [str(x[0]) for x in direct(xdbs, "SELECT id FROM xs ORDER BY id")]
+    r.send(pgwire.bind(stmt="S_5") + pgwire.execute() +
+           stmt("SELECT id FROM xs ORDER BY id", portal="C_1", max_rows=300) + pgwire.sync())
+    msgs = r.read_until((b"Z",))
+    types = [t for t, _ in msgs]
+    assert types[:6] == [b"2", b"C", b"1", b"2", b"T", b"D"] and types[-2:] == [b"s", b"Z"], types
+    got = [pgwire.data_row_values(p)[0] for t, p in msgs if t == b"D"]
+    assert len(got) == 300
+    while True:
+        r.send(pgwire.execute("C_1", 300) + pgwire.sync())
+        msgs = r.read_until((b"Z",))
+        got += [pgwire.data_row_values(p)[0] for t, p in msgs if t == b"D"]
+        assert msgs[-1][1] == b"T"
+        if msgs[-2][0] == b"C":
+            break
+        assert msgs[-2][0] == b"s"
+    assert got == want
+    r.send(pgwire.msg(b"C", b"PC_1\0") + pgwire.sync())
+    assert [t for t, _ in r.read_until((b"Z",))] == [b"3", b"Z"]
+    r.send(pgwire.parse("COMMIT") + pgwire.bind() + pgwire.execute() + pgwire.sync())
+    assert r.read_until((b"Z",))[-1][1] == b"I"
+    # a Close of a statement before the next request (no Sync between)
+    r.send(pgwire.parse("SELECT 1", name="S_9") + pgwire.sync())
+    r.read_until((b"Z",))
+    r.send(pgwire.msg(b"C", b"SS_9\0") + stmt("SELECT max(id) FROM xs") + pgwire.sync())
+    msgs = r.read_until((b"Z",))
+    assert [t for t, _ in msgs] == [b"3", b"1", b"2", b"T", b"D", b"C", b"Z"], msgs
+    assert pgwire.data_row_values(msgs[4][1]) == [str(N_ROWS)]
+    r.close()
+
+
+def test_asyncpg_cursor_across_shards(pgcat, xdbs):
+    inst = start(pgcat, xdbs)
+    want = direct(xdbs, "SELECT id, v FROM xs WHERE n < 50 ORDER BY v NULLS LAST, id")
+
+    async def run():
+        conn = await asyncpg.connect(host="127.0.0.1", port=inst.port, user="app",
+                                     password=PASSWORDS["app"], database="xs3")
+        try:
+            async with conn.transaction():
+                got = [tuple(rec) async for rec in conn.cursor(
+                    "SELECT id, v FROM xs WHERE n < $1 ORDER BY v NULLS LAST, id", 50, prefetch=64)]
+                # the same transaction goes on: a keyed read on its shard
+                one = await conn.fetchval("SELECT v FROM xs WHERE id = $1", 5)
+            # a cursor bound alone (Bind, Sync) would be read on one shard: refused
+            async with conn.transaction():
+                with pytest.raises(asyncpg.FeatureNotSupportedError) as e:
+                    await conn.cursor("SELECT id FROM xs ORDER BY id")
+                assert "without Execute" in str(e.value)
+            return got, one
+        finally:
+            await conn.close()
+
+    got, one = asyncio.run(run())
+    assert got == [tuple(x) for x in want]
+    assert one == direct(xdbs, "SELECT v FROM xs WHERE id = 5")[0][0]
+
+
+def test_executemany_batches_split_by_shard(pgcat, xdbs):
+    """psycopg's and asyncpg's executemany (and pgjdbc's executeBatch) send
+    one statement bound many times before one Sync: each Bind runs on its
+    key's shard, all shards commit together or not at all, and the replies
+    come back in the client's order."""
+    inst = start(pgcat, xdbs)
+    base = 600000
+    try:
+        with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                             dbname="xs3", autocommit=True) as c:
+            with c.cursor() as cur:
+                rows = [(base + k, "m%d" % k, k % 9) for k in range(1, 301)]
+                cur.executemany("INSERT INTO xs (id, v, n) VALUES (%s, %s, %s)", rows)
+                assert cur.rowcount == 300
+                # psycopg waits for RETURNING's rows before its Sync: refused
+                # (soon), not left waiting for a Sync that does not come
+                more = [(base + 1000 + k, "r%d" % k) for k in (7, 3, 11, 1, 5, 2, 9)]
+                t0 = time.monotonic()
+                with pytest.raises(psycopg.Error) as e:
+                    cur.executemany("INSERT INTO xs (id, v) VALUES (%s, %s) RETURNING id, v", more, returning=True)
+                assert sqlstate(e.value) == "0A000" and "returning" in str(e.value)
+                assert time.monotonic() - t0 < 5
+                # (psycopg sends a RETURNING batch with its Sync when not asked for the rows)
+                cur.executemany("INSERT INTO xs (id, v) VALUES (%s, %s) RETURNING id, v", more)
+                cur.executemany("UPDATE xs SET n = n + 100 WHERE id = %s", [(base + k,) for k in (1, 2, 3, 4, 5)])
+                assert cur.rowcount == 5
+                # a duplicate key on one shard: no row of the batch anywhere
+                with pytest.raises(psycopg.errors.UniqueViolation):
+                    cur.executemany("INSERT INTO xs (id, v) VALUES (%s, %s)",
+                                    [(base + 2000 + k, "dup") for k in range(20)] + [(base + 7, "dup")])
+                # the statement lives on for the next batch
+                cur.executemany("INSERT INTO xs (id, v) VALUES (%s, %s)", [(base + 2100 + k, "again") for k in range(9)])
+            assert c.execute("SELECT count(*) FROM xs WHERE v = 'dup'").fetchone()[0] == 0
+            assert c.execute("SELECT count(*) FROM xs WHERE v = 'again'").fetchone()[0] == 9
+            assert c.execute("SELECT count(*), sum(n) FROM xs WHERE id > %s", (base,)).fetchone() == \
+                (316, sum(k % 9 for k in range(1, 301)) + 500)
+
+        async def run():
+            conn = await asyncpg.connect(host="127.0.0.1", port=inst.port, user="app",
+                                         password=PASSWORDS["app"], database="xs3")
+            try:
+                await conn.executemany("INSERT INTO xs (id, v) VALUES ($1, $2)",
+                                       [(base + 3000 + k, "apg") for k in range(100)])
+                return await conn.fetchval("SELECT count(*) FROM xs WHERE v = 'apg'")
+            finally:
+                await conn.close()
+
+        assert asyncio.run(run()) == 100
+        assert placement_errors(xdbs, base) == 0
+    finally:
+        clear_copied(xdbs, base)
+
+
+def test_split_writes_inside_a_transaction(pgcat, xdbs):
+    """psycopg without autocommit sends BEGIN first: a COPY, a multi-row
+    INSERT or an executemany split across shards then keeps every shard's
+    transaction open until the client's COMMIT (all commit) or ROLLBACK
+    (none keeps a row); anything else in between fails the transaction and
+    rolls the shards back."""
+    inst = start(pgcat, xdbs)
+    base = 700000
+    try:
+        with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                             dbname="xs3") as c:
+            with c.cursor() as cur:
+                with cur.copy("COPY xs (id, v) FROM STDIN") as cp:
+                    for k in range(base + 1, base + 201):
+                        cp.write_row((k, "tx"))
+                assert cur.statusmessage == "COPY 200"
+                assert c.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+            with xdbs.connect("shard0") as d:   # not visible before COMMIT
+                assert d.execute("SELECT count(*) FROM xs WHERE id > %s", (base,)).fetchone()[0] == 0
+            c.commit()
+            assert c.execute("SELECT count(*) FROM xs WHERE id > %s", (base,)).fetchone()[0] == 200
+            c.commit()
+            # executemany, then ROLLBACK: nothing kept
+            with c.cursor() as cur:
+                cur.executemany("INSERT INTO xs (id, v) VALUES (%s, %s)", [(base + 1000 + k, "rb") for k in range(30)])
+            c.rollback()
+            # a multi-row INSERT, then COMMIT
+            c.execute("INSERT INTO xs (id, v) VALUES (%s, 'm'), (%s, 'm'), (%s, 'm')" % (base + 2001, base + 2002, base + 2003))
+            c.commit()
+            # something else after the split write: refused, the transaction fails
+            c.execute("INSERT INTO xs (id, v) VALUES (%s, 'x'), (%s, 'x'), (%s, 'x')" % (base + 3001, base + 3002, base + 3003))
+            with pytest.raises(psycopg.Error) as e:
+                c.execute("SELECT count(*) FROM xs")
+            assert sqlstate(e.value) == "0A000" and "only COMMIT or ROLLBACK" in str(e.value)
+            with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+                c.execute("SELECT 1")
+            c.rollback()
+            assert c.execute("SELECT count(*) FROM xs WHERE id > %s", (base,)).fetchone()[0] == 203
+            c.commit()
+        # a client gone with its shards' transactions open: they roll back, no server stays in one
+        r = inst.raw_login(dbname="xs3")
+        r.simple("BEGIN")
+        r.send(pgwire.query("INSERT INTO xs (id, v) VALUES (%d, 'gone'), (%d, 'gone'), (%d, 'gone')"
+                            % (base + 4001, base + 4002, base + 4003)))
+        msgs = r.read_until((b"Z",))
+        assert msgs[-1][1] == b"T" and msgs[-2][1].rstrip(b"\0") == b"INSERT 0 3"
+        r.close()
+        with xdbs.connect("postgres") as pc:
+            deadline = time.monotonic() + 10
+            while pc.execute("SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%' "
+                             "AND usename = 'app'").fetchone()[0]:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        assert sum(n[0][0] for n in on_shards(xdbs, "SELECT count(*) FROM xs WHERE v = 'gone'")) == 0
+        assert placement_errors(xdbs, base) == 0
+    finally:
+        clear_copied(xdbs, base)
+
+
+def test_insert_without_column_list(pgcat, xdbs):
+    """INSERT INTO t VALUES (...) names no columns: pgcat asks shard 0 where
+    the sharding column sits in the table (as for COPY), then routes or
+    splits the rows by it; a dropped column before it does not confuse it."""
+    for db in SHARDS:
+        with xdbs.connect(db) as d:
+            d.execute("DROP TABLE IF EXISTS xk")
+            d.execute("CREATE TABLE xk (gone int, v text, id bigint PRIMARY KEY, n int)")
+            d.execute("ALTER TABLE xk DROP COLUMN gone")
+            d.execute("GRANT ALL ON xk TO PUBLIC")
+    inst = start(pgcat, xdbs, pool={"sharded_tables": "xs.id, xk.id"})
+    try:
+        with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                             dbname="xs3", autocommit=True) as c:
+            assert c.execute("INSERT INTO xk VALUES ('one', 11, 1)").statusmessage == "INSERT 0 1"
+            assert c.execute("INSERT INTO xk VALUES (%s, %s, %s)", ("two", 12, 2)).statusmessage == "INSERT 0 1"
+            cur = c.execute("INSERT INTO xk VALUES ('a', 21, 3), ('b', 22, 3), ('c', 23, 3), ('d', 24, 3) RETURNING id")
+            assert cur.statusmessage == "INSERT 0 4" and sorted(r[0] for r in cur.fetchall()) == [21, 22, 23, 24]
+            with c.transaction():
+                c.execute("INSERT INTO xk VALUES (%s, %s, 4), (%s, %s, 4)", ("e", 31, "f", 32))
+            with pytest.raises(psycopg.Error) as e:
+                c.execute("INSERT INTO xk VALUES ('short')")
+            assert c.execute("SELECT count(*), sum(n) FROM xk").fetchone() == (8, 1 + 2 + 12 + 8)
+
+        async def run():
+            conn = await asyncpg.connect(host="127.0.0.1", port=inst.port, user="app",
+                                         password=PASSWORDS["app"], database="xs3")
+            try:
+                await conn.execute("INSERT INTO xk VALUES ($1, $2, $3)", "apg", 41, 5)
+                return await conn.fetchval("SELECT v FROM xk WHERE id = $1", 41)
+            finally:
+                await conn.close()
+
+        assert asyncio.run(run()) == "apg"
+        misplaced = 0
+        for i, db in enumerate(SHARDS):
+            with xdbs.connect(db) as d:
+                misplaced += d.execute("SELECT count(*) FROM xk WHERE NOT "
+                                       "satisfies_hash_partition('xs_hp'::regclass::oid, 3, %d, id)" % i).fetchone()[0]
+        assert misplaced == 0
+    finally:
+        for db in SHARDS:
+            with xdbs.connect(db) as d:
+                d.execute("DROP TABLE IF EXISTS xk")

@@ -315,7 +315,6 @@ def test_cross_shard_writes_refused_unless_a_shard_is_chosen(pgcat, shards):
         "INSERT INTO items3 SELECT 5, 'x'",
         "DELETE FROM items3 WHERE id = %d OR id = %d" % (a, b),
         "UPDATE items3 SET id = %d WHERE id = %d" % (b, a),                   # moves a row's key
-        "INSERT INTO items3 VALUES (%d, 'x'), (%d, 'x')" % (a, b),           # no column list to split by
     ]
     with inst.connect(dbname="sh3") as c:
         for sql in writes:
@@ -719,6 +718,13 @@ def test_default_shard_all(pgcat, shards):
             ("UPDATE items2 SET id = id + 100", "sharding column"),
             ("INSERT INTO items2 (id, v) SELECT 9, 'x'", "INSERT"),
             ("SELECT id FROM items2 FOR UPDATE", "cross-shard"),
+            # each shard would run the subquery over its own rows only
+            ("DELETE FROM items2 WHERE id IN (SELECT max(id) FROM items2)", "subquery"),
+            ("UPDATE items2 SET v = (SELECT min(v) FROM items2)", "subquery"),
+            ("UPDATE items2 SET v = 'j' FROM items2 o WHERE o.v = items2.v", "sharding columns"),
+            # a table kept on every shard must change alike on each
+            ("INSERT INTO plain SELECT count(*) FROM items2", "kept on every shard"),
+            ("DELETE FROM plain WHERE x IN (SELECT id FROM items2)", "kept on every shard"),
         ]
         for sql, word in refused:
             with pytest.raises(psycopg.Error) as e:

@@ -58,6 +58,33 @@ START_TEST(plan_order_limit_offset)
 	sql = "select v from items order by v collate \"C\" fetch first 2 rows only";
 	ck_assert(merge_plan_build(sql, strlen(sql), &p, why));
 	ck_assert(p.sort[0].bytewise && p.has_limit && p.limit == 2);
+	/* parameters stay in the shards' text, their values come from the Bind */
+	sql = "select id from items order by id limit $1 offset $12";
+	ck_assert_msg(merge_plan_build(sql, strlen(sql), &p, why), "%s", why);
+	ck_assert(p.limit_param == 1 && p.offset_param == 12);
+	shard = merge_plan_shard_sql(&p, sql, strlen(sql), &n);
+	ck_assert_str_eq(shard, "select id from items order by id limit ($1::bigint + $12::bigint) offset (0 * $12::bigint)");
+	free(shard);
+	ck_assert(merge_plan_bind(&p, false, 5, false, 7));
+	ck_assert(p.has_limit && p.limit == 5 && p.has_offset && p.offset == 7);
+	ck_assert(!merge_plan_bind(&p, false, -1, true, 0));   /* PostgreSQL's own error */
+	sql = "select id from items order by id limit $1";
+	ck_assert(merge_plan_build(sql, strlen(sql), &p, why));
+	ck_assert(!merge_plan_rewrites(&p));
+	ck_assert(merge_plan_bind(&p, true, 0, true, 0) && !p.has_limit);   /* LIMIT NULL: all */
+	sql = "select n, count(*) from items group by n limit $1";
+	ck_assert(!merge_plan_build(sql, strlen(sql), &p, why));
+	/* avg() alone: sum and count of its argument too, after the select list */
+	sql = "SELECT n, avg( \"x\" + (1) ) /* from */ FROM items i JOIN t USING (id) GROUP BY 1 LIMIT 3 OFFSET 1";
+	ck_assert_msg(merge_plan_build(sql, strlen(sql), &p, why), "%s", why);
+	ck_assert(p.n_hidden == 1 && p.n_visible == 2 && p.n_cols == 4);
+	ck_assert(p.avg_sum[1] == 2 && p.avg_count[1] == 3);
+	shard = merge_plan_shard_sql(&p, sql, strlen(sql), &n);
+	ck_assert(shard != NULL);
+	ck_assert_str_eq(shard, "SELECT n, avg( \"x\" + (1) ) /* from */ , pg_catalog.sum( \"x\" + (1) ), "
+				"pg_catalog.count( \"x\" + (1) ) FROM items i JOIN t USING (id) GROUP BY 1 LIMIT 9223372036854775807 "
+				"OFFSET 0");
+	free(shard);
 }
 END_TEST
 
@@ -130,14 +157,14 @@ START_TEST(plan_refusals)
 		{ "select x, y, count(*) from items group by x", "GROUP BY column" },
 		{ "select distinct on (x) x, y from items", "DISTINCT ON" },
 		{ "select x, count(*) from items group by x order by sum(y)", "expression" },
-		{ "select avg(x) from items", "avg()" },
-		{ "select avg(x), sum(x), count(y) from items", "avg()" },
+		{ "select avg(x) filter (where y > 1) from items", "avg()" },
+		{ "select avg(x) filter (where y > 2), count(x) from items", "avg()" },
 		{ "select count(distinct x) from items", "DISTINCT" },
 		{ "select id from items order by lower(v)", "expression" },
 		{ "select id from items union select id from items", "UNION" },
 		{ "select id, rank() over (order by id) from items", "window" },
 		{ "select string_agg(v, ',') from items", "aggregate" },
-		{ "select id from items limit $1", "LIMIT" },
+		{ "select id from items limit $1 + 1", "LIMIT" },
 		{ "select 1; select 2", "several statements" },
 		{ "update items set v = 1", "only SELECT" },
 		{ "select id from items order by v collate \"en_US\"", "COLLATE" },
@@ -376,6 +403,9 @@ START_TEST(copy_route_options)
 	ck_assert(copy_route_position_query(&r, q, sizeof q));
 	ck_assert(strstr(q, "'\"items\"'::regclass") != NULL);
 	sql = "copy items from stdin (format binary)";
+	ck_assert_int_eq(copy_route_read(sql, strlen(sql), &rules, &r, why), COPY_ROUTE_SPLIT);
+	ck_assert_int_eq(r.opts.format, COPYSPLIT_BINARY);
+	sql = "copy items from stdin (encoding 'latin1')";
 	ck_assert_int_eq(copy_route_read(sql, strlen(sql), &rules, &r, why), COPY_ROUTE_REFUSED);
 	sql = "copy other from stdin";
 	ck_assert_int_eq(copy_route_read(sql, strlen(sql), &rules, &r, why), COPY_ROUTE_NOT_COPY);
