@@ -77,18 +77,10 @@ struct client {
 	/* The cross-shard read under way (CLIENT_FANOUT), or for a leg client
 	 * (is_fanout_leg) the one it serves; NULL otherwise. */
 	struct fanout *fanout;
-	/* A cross-shard read into a named portal fetched in parts (pgjdbc's
-	 * fetch size, asyncpg's cursors): its rows not yet fetched, answered
-	 * by pgcat (fanout.c); NULL: none. */
-	struct fanout_portal *xportal;
-	/* A write split across shards inside a transaction pgcat holds: the
-	 * shards' transactions open until the client's COMMIT or ROLLBACK
-	 * (fanout.c). */
-	struct fanout *parked;
-	/* A batch for several shards that ended with Flush, its Sync awaited
-	 * since then (fanout_start_batch); after FANOUT_BATCH_SYNC_WAIT_US the
-	 * worker sets batch_no_wait: the client waits for results first. */
-	uint64_t batch_wait_since_us;
+	/* Cross-shard state beyond one read (a portal read in parts, a split
+	 * write parked in the transaction, a batch awaiting its Sync): made by
+	 * fanout.c on first need, freed with the client. */
+	struct client_xshard *xshard;
 	/* admin console: a command whose reply waits until every worker
 	 * applied it and, for PAUSE, the pools drained (allocated when needed) */
 	struct admin_pending *admin_pending;
@@ -141,7 +133,6 @@ struct client {
 	bool processing : 1, reprocess : 1;
 	/* failed transaction, extended protocol: pgcat answers a ROLLBACK batch itself */
 	bool local_rollback_batch : 1;
-	bool batch_no_wait : 1;       /* see batch_wait_since_us */
 };
 
 /* A leg of a cross-shard read (fanout.c): an internal client on fd (one

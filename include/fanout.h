@@ -20,6 +20,7 @@
 #define PGCAT_FANOUT_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 
 struct client;
@@ -86,6 +87,24 @@ void fanout_abort(struct client *c);
  * input) was answered and consumed. The portal is dropped at a Sync
  * outside a transaction, as PostgreSQL's would be at the end of its
  * implicit transaction, and when another arrives. */
+/* A client's cross-shard state beyond one read (client.xshard). */
+struct client_xshard {
+	/* A cross-shard read into a named portal fetched in parts (pgjdbc's
+	 * fetch size, asyncpg's cursors): its rows not yet fetched, answered
+	 * by pgcat; NULL: none. */
+	struct fanout_portal *portal;
+	/* A write split across shards inside a transaction pgcat holds: the
+	 * shards' transactions open until the client's COMMIT or ROLLBACK. */
+	struct fanout *parked;
+	/* A batch for several shards that ended with Flush, its Sync awaited
+	 * since then (fanout_start_batch); after FANOUT_BATCH_SYNC_WAIT_US the
+	 * worker sets batch_no_wait: the client waits for results first. */
+	uint64_t batch_wait_since_us;
+	bool batch_no_wait;
+};
+/* c's cross-shard state, made if it has none (NULL: out of memory). */
+struct client_xshard *fanout_xshard(struct client *c);
+
 bool fanout_portal_message(struct client *c, const struct proto_frame *f);
 void fanout_portal_drop(struct client *c);
 

@@ -344,6 +344,7 @@ void client_free(struct client *c)
 	free(c->admin_pending);
 	free(c->held_begin);
 	fanout_portal_drop(c);
+	free(c->xshard);
 	free(c);
 }
 
@@ -1265,7 +1266,7 @@ static void process_idle(struct client *c)
 				return;
 			continue;
 		}
-		if (c->parked && fanout_parked_message(c, &f))
+		if (c->xshard && c->xshard->parked && fanout_parked_message(c, &f))
 			return;   /* COMMIT or ROLLBACK of a split write under way (or its rest awaited) */
 		if (f.type == PqMsg_CopyData || f.type == PqMsg_CopyDone || f.type == PqMsg_CopyFail) {
 			/* An idle client has no COPY running: this is the rest of one
@@ -1293,7 +1294,7 @@ static void process_idle(struct client *c)
 			continue;
 		}
 		c->last_activity_us = c->w->now_us;
-		if (c->xportal && fanout_portal_message(c, &f))
+		if (c->xshard && c->xshard->portal && fanout_portal_message(c, &f))
 			continue;   /* a cross-shard portal's next rows */
 		if (f.type == PqMsg_Sync && !c->server) {
 			/* A Sync with nothing before it (after messages pgcat

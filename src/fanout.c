@@ -319,10 +319,19 @@ static void portal_free(struct fanout_portal *xp)
 	free(xp);
 }
 
+struct client_xshard *fanout_xshard(struct client *c)
+{
+	if (!c->xshard)
+		c->xshard = calloc(1, sizeof *c->xshard);
+	return c->xshard;
+}
+
 void fanout_portal_drop(struct client *c)
 {
-	portal_free(c->xportal);
-	c->xportal = NULL;
+	if (!c->xshard)
+		return;
+	portal_free(c->xshard->portal);
+	c->xshard->portal = NULL;
 }
 
 static void fanout_free(struct fanout *fo)
@@ -743,7 +752,7 @@ static void put_command_tag(struct evbuffer *out, uint64_t n)
 
 bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 {
-	struct fanout_portal *xp = c->xportal;
+	struct fanout_portal *xp = c->xshard ? c->xshard->portal : NULL;
 	if (!xp || c->server)
 		return false;
 	struct evbuffer *in = c->io.in, *out = client_output(c);
@@ -954,8 +963,11 @@ static void fanout_finish(struct fanout *fo)
 		if (fo->rest) {
 			/* a named portal read in parts: its rest is the client's */
 			fanout_portal_drop(c);
-			c->xportal = fo->rest;
-			fo->rest = NULL;
+			struct client_xshard *xs = fanout_xshard(c);
+			if (xs) {
+				xs->portal = fo->rest;
+				fo->rest = NULL;
+			}
 		}
 		/* the client's named statement lives on (SPEC §5) */
 		if (fo->parse_msg && prep_enabled(c))
@@ -1379,6 +1391,9 @@ static bool park(struct fanout *fo)
 	if (!c->held_begin || fo->error || fo->parked ||
 	    (fo->kind != FANOUT_INSERT && fo->kind != FANOUT_COPY && fo->kind != FANOUT_BATCH))
 		return false;
+	struct client_xshard *xs = fanout_xshard(c);
+	if (!xs)
+		return false;   /* out of memory: not parked, answered as outside a transaction */
 	for (int i = 0; i < fo->n_legs; i++)
 		if (fo->legs[i].lost || !fo->legs[i].io_open)
 			return false;
@@ -1391,7 +1406,7 @@ static bool park(struct fanout *fo)
 	evbuffer_add(out, z, sizeof z);
 	fo->parked = true;
 	c->fanout = NULL;
-	c->parked = fo;
+	xs->parked = fo;
 	client_on_released(c);
 	return true;
 }
@@ -2369,7 +2384,9 @@ void fanout_leg_closed(struct client *leg_client)
 
 bool fanout_parked_message(struct client *c, const struct proto_frame *f)
 {
-	struct fanout *fo = c->parked;
+	struct fanout *fo = c->xshard ? c->xshard->parked : NULL;
+	if (!fo)
+		return false;
 	struct evbuffer *in = c->io.in;
 	size_t have = evbuffer_get_length(in), lim = have < 4096 ? have : 4096;
 	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim);
@@ -2430,7 +2447,7 @@ bool fanout_parked_message(struct client *c, const struct proto_frame *f)
 		/* Anything else would run without the rows the shards hold in
 		 * their open transactions: they roll back (the legs close), and
 		 * the transaction fails here as it would on a server. */
-		c->parked = NULL;
+		c->xshard->parked = NULL;
 		fanout_free(fo);
 		free(c->held_begin);
 		c->held_begin = NULL;
@@ -2440,7 +2457,7 @@ bool fanout_parked_message(struct client *c, const struct proto_frame *f)
 		return false;   /* the message is answered as in a failed transaction */
 	}
 	evbuffer_drain(in, end);
-	c->parked = NULL;
+	c->xshard->parked = NULL;
 	c->fanout = fo;
 	fo->parked = false;
 	snprintf(fo->end_tag, sizeof fo->end_tag, "%s", tag);
@@ -2461,10 +2478,10 @@ bool fanout_parked_message(struct client *c, const struct proto_frame *f)
 
 void fanout_parked_abort(struct client *c)
 {
-	struct fanout *fo = c->parked;
+	struct fanout *fo = c->xshard ? c->xshard->parked : NULL;
 	if (!fo)
 		return;
-	c->parked = NULL;
+	c->xshard->parked = NULL;
 	fanout_free(fo);
 }
 
@@ -2586,7 +2603,7 @@ enum fanout_start fanout_start_batch(struct client *c, const struct router_rules
 		 * Sync (psycopg's executemany with returning=True): if nothing
 		 * comes for a while after the Flush, refuse instead of hanging. */
 		bool flushed = last_flush && off == lim;
-		if (n_binds >= 2 && lim == have && flushed && c->batch_no_wait) {
+		if (n_binds >= 2 && lim == have && flushed && c->xshard && c->xshard->batch_no_wait) {
 			snprintf(why, whylen, "cross-shard write: a batch whose results are awaited before its Sync (psycopg's "
 					      "executemany with returning=True) cannot be split by shard; send it without "
 					      "returning, or one statement at a time");
@@ -2594,8 +2611,9 @@ enum fanout_start fanout_start_batch(struct client *c, const struct router_rules
 		} else if (n_binds >= 2 && lim == have) {
 			if (c->io.read_high < FANOUT_REQUEST_MAX)
 				c->io.read_high = FANOUT_REQUEST_MAX;
-			if (flushed && !c->batch_wait_since_us)
-				c->batch_wait_since_us = c->w->now_us;
+			struct client_xshard *xs = flushed ? fanout_xshard(c) : NULL;
+			if (xs && !xs->batch_wait_since_us)
+				xs->batch_wait_since_us = c->w->now_us;
 			verdict = FANOUT_WAIT;
 		} else if (n_binds >= 2) {
 			snprintf(why, whylen, "cross-shard write: a batch for several shards is split up to 1 MB before its Sync; "
@@ -2727,9 +2745,9 @@ enum fanout_start fanout_start_batch(struct client *c, const struct router_rules
 	verdict = FANOUT_STARTED;
 out:
 	free(bind_off);
-	if (verdict != FANOUT_WAIT) {
-		c->batch_wait_since_us = 0;
-		c->batch_no_wait = false;
+	if (verdict != FANOUT_WAIT && c->xshard) {
+		c->xshard->batch_wait_since_us = 0;
+		c->xshard->batch_no_wait = false;
 	}
 	return verdict;
 }

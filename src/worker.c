@@ -353,9 +353,10 @@ static void client_timeouts(struct worker *w)
 	 * client waits for results first (fanout_start_batch): decide now. */
 	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
 		struct client *c = LIST_OWNER(pos, struct client, node);
-		if (c->batch_wait_since_us && now - c->batch_wait_since_us >= FANOUT_BATCH_SYNC_WAIT_US) {
-			c->batch_wait_since_us = 0;
-			c->batch_no_wait = true;
+		struct client_xshard *xs = c->xshard;
+		if (xs && xs->batch_wait_since_us && now - xs->batch_wait_since_us >= FANOUT_BATCH_SYNC_WAIT_US) {
+			xs->batch_wait_since_us = 0;
+			xs->batch_no_wait = true;
 			client_process(c);
 		}
 	}
