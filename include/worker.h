@@ -62,6 +62,9 @@ struct worker {
 	int exit_code;
 
 	uint64_t next_id;
+	/* Some client may have a cross-shard batch awaiting its Sync: the
+	 * janitor looks through the idle clients only then. */
+	bool batch_waiters;
 	uint64_t trimmed_at_id;           /* next_id at the last malloc_trim */
 	uint64_t trimmed_at_us;
 	uint64_t id_at_last_tick;         /* next_id at the janitor's last tick */

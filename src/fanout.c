@@ -2612,8 +2612,10 @@ enum fanout_start fanout_start_batch(struct client *c, const struct router_rules
 			if (c->io.read_high < FANOUT_REQUEST_MAX)
 				c->io.read_high = FANOUT_REQUEST_MAX;
 			struct client_xshard *xs = flushed ? fanout_xshard(c) : NULL;
-			if (xs && !xs->batch_wait_since_us)
+			if (xs && !xs->batch_wait_since_us) {
 				xs->batch_wait_since_us = c->w->now_us;
+				c->w->batch_waiters = true;
+			}
 			verdict = FANOUT_WAIT;
 		} else if (n_binds >= 2) {
 			snprintf(why, whylen, "cross-shard write: a batch for several shards is split up to 1 MB before its Sync; "

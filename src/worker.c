@@ -351,10 +351,17 @@ static void client_timeouts(struct worker *w)
 	}
 	/* A batch for several shards waiting for its Sync after a Flush: the
 	 * client waits for results first (fanout_start_batch): decide now. */
-	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
-		struct client *c = LIST_OWNER(pos, struct client, node);
-		struct client_xshard *xs = c->xshard;
-		if (xs && xs->batch_wait_since_us && now - xs->batch_wait_since_us >= FANOUT_BATCH_SYNC_WAIT_US) {
+	if (w->batch_waiters) {
+		w->batch_waiters = false;
+		LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
+			struct client *c = LIST_OWNER(pos, struct client, node);
+			struct client_xshard *xs = c->xshard;
+			if (!xs || !xs->batch_wait_since_us)
+				continue;
+			if (now - xs->batch_wait_since_us < FANOUT_BATCH_SYNC_WAIT_US) {
+				w->batch_waiters = true;   /* look again next tick */
+				continue;
+			}
 			xs->batch_wait_since_us = 0;
 			xs->batch_no_wait = true;
 			client_process(c);
