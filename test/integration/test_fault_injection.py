@@ -555,7 +555,8 @@ def test_client_never_reads_huge_result_others_served(pgcat, pg):
 
 # --- connection churn ------------------------------------------------------------------------------
 
-CYCLES = 2000
+# The figure: 5,000 connections, with and without a login.
+CYCLES = 5000
 
 
 def churn_without_login(p, n):
@@ -594,7 +595,8 @@ def test_connect_disconnect_cycles_return_to_baseline(pgcat, pg, login):
                msg="worker %d back to %d open descriptors (has %d)" % (wpid, base_fds, fd_count(wpid)))
     grew_mb = (p.rss_kb() - base_rss) / 1024
     assert grew_mb < 8, "RSS grew by %.1f MB over %d cycles" % (grew_mb, CYCLES)
-    assert elapsed < 60, "%d cycles took %.0f s" % (CYCLES, elapsed)
+    # (a guard against a stall, not a speed test: a cycle takes ~1 ms)
+    assert elapsed < 150, "%d cycles took %.0f s" % (CYCLES, elapsed)
     assert_pool_idle(pg, max_conns=10)
     assert p.alive()
 
