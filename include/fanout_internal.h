@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fanout_internal: what the files of the fanout room share (src/fanout.c,
+ * fanout_read.c, fanout_write.c, fanout_copy.c, fanout_batch.c): the
+ * fan-out and its legs, the client's request as read, and the functions
+ * one of them offers the others. Not an interface: no other room includes
+ * it (they use include/fanout.h).
+ */
+#ifndef PGCAT_FANOUT_INTERNAL_H
+#define PGCAT_FANOUT_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "copy_route.h"
+#include "copysplit.h"
+#include "io.h"
+#include "merge.h"
+
+struct client;
+struct evbuffer;
+
+/* A shard's reply is kept whole until every shard answered: at most this
+ * much of it (the query fails with 54000 beyond). */
+#define FANOUT_REPLY_MAX (256u * 1024 * 1024)
+/* The client's request is read whole (route waited for it up to this). */
+#define FANOUT_REQUEST_MAX (1024u * 1024)
+
+/* Below 256 kB queued for every shard, the client's rows flow again. */
+#define COPY_LEG_HIGH (1024u * 1024)
+#define COPY_LEG_LOW (256u * 1024)
+
+struct fanout_leg {
+	struct fanout *fo;
+	int shard;
+	struct io io;             /* pgcat's end of the pair */
+	struct client *client;    /* the leg client; NULL once it closed */
+	size_t scanned;           /* bytes of the reply walked so far */
+	int ready_needed;         /* ReadyForQuery messages still to come */
+	bool io_open;
+	bool want_copy_in;        /* COPY: done at CopyInResponse (after ready_needed) */
+	struct evbuffer *rows;    /* COPY: this shard's rows, for the next CopyData */
+	bool done;                /* the reply is complete, or the leg failed */
+	bool lost;                /* closed before its reply was complete */
+	bool too_big;
+	bool begin_pending;       /* the BEGIN pgcat sent first: its CommandComplete is not the client's */
+	uint8_t completes;        /* CommandComplete messages of the client's statement */
+	/* BATCH: the replies of this shard's Binds (BindComplete to
+	 * CommandComplete), one after the other in rows, and their lengths */
+	size_t *unit_len;
+	uint32_t n_units, cap_units;
+	uint8_t *error;           /* BATCH: this shard's ErrorResponse (whole) */
+	size_t error_len;
+	bool parsed;              /* BATCH: its ParseComplete came */
+};
+
+/* What the client's request asked, in order: the replies it expects. */
+enum reply_step { STEP_PARSE, STEP_DESCRIBE_STMT, STEP_BIND, STEP_DESCRIBE_PORTAL, STEP_EXECUTE, STEP_SYNC };
+#define MAX_STEPS 8
+
+enum fanout_kind {
+	FANOUT_READ,          /* one statement on every shard, rows merged */
+	FANOUT_INSERT,        /* a multi-row INSERT cut per shard (insert_split.c) */
+	FANOUT_COPY,          /* COPY FROM STDIN, rows sent to their shards (copysplit.c) */
+	FANOUT_BROADCAST,     /* default_shard = all: one write run alike on every shard (broadcast.c) */
+	FANOUT_BATCH          /* one statement bound many times, each Bind on its key's shard */
+};
+/* A split INSERT runs in a transaction on each shard: BEGIN and the
+ * shard's INSERT, then COMMIT only if every shard took its rows. */
+enum fanout_phase {
+	PHASE_RUN,            /* INSERT: BEGIN and the shard's rows */
+	PHASE_COPY_OPEN,      /* COPY: BEGIN and COPY, until each shard's CopyInResponse */
+	PHASE_COPY_DATA,      /* COPY: the client's rows flow to their shards */
+	PHASE_COPY_CLOSE,     /* COPY: CopyDone (or CopyFail) sent, until each shard's ReadyForQuery */
+	PHASE_END,            /* COMMIT or ROLLBACK on every shard */
+	PHASE_INSERT_POSITION /* INSERT without a column list: where the sharding column is, first */
+};
+
+struct fanout {
+	struct client *c;
+	enum fanout_kind kind;
+	enum fanout_phase phase;
+	/* INSERT: the rows of RETURNING and the counts, kept from PHASE_RUN */
+	struct evbuffer *result;
+	uint8_t *error;           /* the first shard's ErrorResponse (whole) */
+	size_t error_len;
+	bool wrote_desc;
+	uint64_t inserted;        /* INSERT and COPY: rows, summed over the shards */
+	/* A broadcast write's command tag ("UPDATE", "CREATE TABLE"): the
+	 * words of the first shard's; a count, if it has one, is summed. */
+	char tag[64];
+	bool tag_counted;
+	/* COPY: the statement read, the splitter, the client's data */
+	struct copy_route copy;
+	struct copysplit split;
+	bool split_ready;
+	uint8_t *copy_in_response;   /* shard 0's, for the client */
+	size_t copy_in_response_len;
+	uint32_t copy_remaining;     /* bytes of the client's CopyData being read */
+	uint32_t skip_remaining;     /* bytes of another client message being dropped */
+	bool copy_discard;           /* an error: the client's data is dropped until CopyDone */
+	bool waiting_drain;          /* the shards' buffers are full: stop reading the client */
+	struct merge_plan plan;
+	bool extended;
+	bool asks_collation;
+	uint8_t steps[MAX_STEPS];
+	int n_steps;
+	/* The Execute's row limit: the rest is dropped with the portal at
+	 * Sync (a request that reads a portal in parts is not fanned out). */
+	uint32_t max_rows;
+	/* The client's Parse (whole message), to remember its statement. */
+	uint8_t *parse_msg;
+	uint32_t parse_len;
+	/* The client's portal name ("" unnamed), and for a named one read in
+	 * parts, its rest once merged (given to the client on success). */
+	char portal[64];
+	struct fanout_portal *rest;
+	/* BATCH: for each of the client's Binds in order, its leg and its
+	 * place among that leg's Binds */
+	uint16_t *batch_leg;
+	uint32_t *batch_idx;
+	uint32_t n_batch;
+	bool batch_parse;         /* the client sent the Parse: ParseComplete first */
+	/* A split write inside a transaction pgcat holds (BEGIN, then the
+	 * write): answered, then parked with every shard's transaction open
+	 * until the client's COMMIT or ROLLBACK (end_tag), whose replies
+	 * before CommandComplete are end_prefix. */
+	bool parked;
+	bool rollback;
+	char end_tag[16];
+	uint8_t end_prefix[16];
+	size_t end_prefix_len;
+	/* INSERT without a column list: the client's request (whole), read
+	 * again once the sharding column's position is known */
+	uint8_t *req_copy;
+	size_t req_len;
+	char ins_schema[64], ins_table[64], ins_column[64];   /* the sharded table and its column */
+	int n_legs, n_done;
+	struct fanout_leg legs[];
+};
+
+/* The client's request, as fanout_read_request reads it. */
+struct request {
+	size_t end;                       /* bytes of the request */
+	const char *query;                /* simple Query text */
+	const uint8_t *parse;             /* whole Parse message */
+	uint32_t parse_total;
+	const char *parse_name, *parse_sql;
+	const uint8_t *parse_types;       /* int16 n, n x oid */
+	size_t parse_types_len;
+	const char *bind_portal, *bind_stmt;   /* bind_portal: the Bind body's start */
+	size_t bind_len;                  /* of the Bind body */
+	const uint8_t *bind_rest;         /* formats, values, result formats */
+	size_t bind_rest_len;
+	bool has_bind, has_execute, has_sync, has_flush;
+	uint32_t max_rows;                /* Execute's row limit (0: all) */
+	uint8_t steps[MAX_STEPS];
+	int n_steps;
+};
+
+/* A named portal of a cross-shard read fetched in parts (client.xshard). */
+struct fanout_portal {
+	char name[64];
+	struct evbuffer *rows;     /* DataRow messages not fetched yet */
+	uint8_t *desc;             /* RowDescription (whole message), or NULL */
+	size_t desc_len;
+};
+
+/* ---- fanout.c: the request, the legs, the fan-out's life ---- */
+
+/* Writes "cross-shard read: msg" into why; false. */
+bool fanout_refuse(char *why, size_t whylen, const char *msg);
+/* Reads the request's messages. false: not one pgcat can fan out. */
+bool fanout_read_request(const uint8_t *m, size_t lim, struct request *r, char *why, size_t whylen);
+/* Appends one message (type, a then b as its body) to out. */
+void fanout_put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t alen, const void *b, size_t blen);
+/* Frees a portal read in parts (NULL: nothing). */
+void fanout_portal_free(struct fanout_portal *xp);
+/* Closes the legs; the memory goes at the next loop turn. */
+void fanout_free(struct fanout *fo);
+/* A new phase: every live leg waits for its replies again; the caller must not touch fo after. */
+void fanout_begin_wait(struct fanout *fo);
+/* Leg idx of fo, to shard: the pair, pgcat's end, the leg client. */
+bool fanout_open_leg(struct fanout *fo, int idx, int shard, char *why, size_t whylen);
+/* The statement a Bind names, when its Parse is not in this request. */
+bool fanout_bound_statement(struct client *c, const char *name, const char **sql, const uint8_t **types,
+			    size_t *types_len);
+
+/* ---- each kind's end of a phase, once every leg is in (fanout.c calls it) ---- */
+
+/* fanout_read.c: the merged answer of a cross-shard read. */
+void fanout_read_finish(struct fanout *fo);
+/* fanout_write.c: a split INSERT's or a broadcast write's phase ended. */
+void fanout_insert_finish(struct fanout *fo);
+/* fanout_copy.c: a split COPY's phase ended. */
+void fanout_copy_finish(struct fanout *fo);
+/* fanout_batch.c: a split batch's phase ended. */
+void fanout_batch_finish(struct fanout *fo);
+
+/* ---- fanout_write.c: the split writes' transactions, for COPY and batches too ---- */
+
+/* The error the client gets, made by pgcat (the first one wins). */
+void fanout_set_error(struct fanout *fo, const char *sqlstate, const char *msg);
+/* Takes a shard's reply of a phase: its first error, RETURNING rows, and the count of its command tag. */
+void fanout_insert_take_reply(struct fanout *fo, struct fanout_leg *leg);
+/* COMMIT on every shard if none failed, else ROLLBACK. */
+void fanout_write_end(struct fanout *fo);
+/* The answer to the client's COMMIT or ROLLBACK of a parked split write. */
+void fanout_write_end_reply(struct fanout *fo);
+/* Inside a transaction pgcat holds: answered now, the shards' transactions left open. true: parked. */
+bool fanout_park(struct fanout *fo);
+/* The client's answer, once every shard committed or rolled back. */
+void fanout_write_reply(struct fanout *fo);
+/* A batch's answer: each Bind's replies in the client's order. */
+void fanout_batch_put_result(struct fanout *fo, struct evbuffer *out);
+
+#endif
