@@ -462,9 +462,10 @@ def cmd_report(a):
             "pgbouncer-plain": "SCRAM, userlist holds the plaintext password",
             "pgbouncer-md5": "md5 (plaintext userlist)",
             "pgcat": "SCRAM (plaintext password in pgcat.ini)",
+            "pgcat-secret": "SCRAM (the SCRAM secret in pgcat.ini)",
             "pgcat-md5": "md5 (plaintext password in pgcat.ini)",
         }
-        for tname in ("direct", "pgbouncer", "pgbouncer-plain", "pgbouncer-md5", "pgcat", "pgcat-md5"):
+        for tname in ("direct", "pgbouncer", "pgbouncer-plain", "pgbouncer-md5", "pgcat", "pgcat-secret", "pgcat-md5"):
             rs = conn.get(tname)
             if not rs:
                 continue
@@ -481,7 +482,8 @@ def cmd_report(a):
           f"{f2(ratio(mt('pgcat'), mt('pgbouncer')))}, SCRAM (vs plaintext userlist) "
           f"{f2(ratio(mt('pgcat'), mt('pgbouncer-plain')))}, md5 "
           f"{f2(ratio(mt('pgcat-md5'), mt('pgbouncer-md5')))}; "
-          f"CPU per connection pgcat/PgBouncer: SCRAM {f2(ratio(mc('pgcat'), mc('pgbouncer')))}, "
+          f"CPU per connection pgcat/PgBouncer: SCRAM {f2(ratio(mc('pgcat'), mc('pgbouncer')))} "
+          f"(pgcat holding the SCRAM secret: {f2(ratio(mc('pgcat-secret'), mc('pgbouncer')))}), "
           f"md5 {f2(ratio(mc('pgcat-md5'), mc('pgbouncer-md5')))}.")
 
     idle = [r for r in rows if r["section"] == "idle"]

@@ -91,7 +91,7 @@ trap 'exit 130' INT TERM
 AS_PG=(setpriv --reuid=postgres --regid=postgres --init-groups --)
 
 read -r PGPORT PGB_PORT PGB_PLAIN_PORT PGB_MD5_PORT PGCAT_PORT PGCAT_PARSER_PORT PGCAT_MD5_PORT PGCAT_W2_PORT \
-	<<<"$($PY "$HERE/bench.py" freeports 8)"
+	PGCAT_SECRET_PORT <<<"$($PY "$HERE/bench.py" freeports 9)"
 
 # ---------------------------------------------------------------- pgcat build
 if [ -z "${PGCAT_BIN:-}" ]; then
@@ -197,7 +197,7 @@ start_pgbouncer pgbouncer-md5 "$PGB_MD5_PORT" md5 userlist-plain.txt
 # server connections as with the parser off: with primary reads on (the
 # default) reads are spread at random over both addresses, and the cell
 # would measure two sets of backends taking turns, not the parser.
-start_pgcat() { # name port parser auth_type [workers]
+start_pgcat() { # name port parser auth_type [workers] [password]
 	cat >"$TMP/$1.ini" <<EOF
 [general]
 listen_addr = 127.0.0.1
@@ -218,7 +218,7 @@ primary_reads_enabled = $( [ "$3" = true ] && echo false || echo true )
 database = bench
 servers = 127.0.0.1:$PGPORT:primary$( [ "$3" = true ] && echo ", 127.0.0.2:$PGPORT:replica")
 [pools.bench.users.bench]
-password = bench
+password = ${6:-bench}
 pool_size = 10
 EOF
 	chown postgres: "$TMP/$1.ini"
@@ -229,6 +229,10 @@ EOF
 start_pgcat pgcat "$PGCAT_PORT" false scram-sha-256
 start_pgcat pgcat-parser "$PGCAT_PARSER_PORT" true scram-sha-256
 start_pgcat pgcat-md5 "$PGCAT_MD5_PORT" false md5
+# The role's SCRAM verifier as pgcat's password (no plaintext anywhere): the
+# client's proof is checked against it and pgcat logs in to PostgreSQL by
+# SCRAM pass-through (doc/authentication.md) — only in the connection-rate test.
+start_pgcat pgcat-secret "$PGCAT_SECRET_PORT" false scram-sha-256 1 "$SECRET"
 # Two worker processes on this 2-core machine: they compete with pgbench and
 # PostgreSQL for the same two cores, so this row shows what it can here, not
 # what a larger machine gains.
@@ -236,12 +240,12 @@ start_pgcat pgcat-w2 "$PGCAT_W2_PORT" false scram-sha-256 2
 
 declare -A PORT=([direct]=$PGPORT [pgbouncer]=$PGB_PORT [pgbouncer-plain]=$PGB_PLAIN_PORT
 	[pgbouncer-md5]=$PGB_MD5_PORT [pgcat]=$PGCAT_PORT [pgcat-parser]=$PGCAT_PARSER_PORT
-	[pgcat-md5]=$PGCAT_MD5_PORT [pgcat-w2]=$PGCAT_W2_PORT)
+	[pgcat-md5]=$PGCAT_MD5_PORT [pgcat-w2]=$PGCAT_W2_PORT [pgcat-secret]=$PGCAT_SECRET_PORT)
 declare -A PID=([direct]="" [pgbouncer]=$PID_pgbouncer [pgbouncer-plain]=$PID_pgbouncer_plain
 	[pgbouncer-md5]=$PID_pgbouncer_md5 [pgcat]=$PID_pgcat [pgcat-parser]=$PID_pgcat_parser
-	[pgcat-md5]=$PID_pgcat_md5 [pgcat-w2]=$PID_pgcat_w2)
+	[pgcat-md5]=$PID_pgcat_md5 [pgcat-w2]=$PID_pgcat_w2 [pgcat-secret]=$PID_pgcat_secret)
 
-for t in pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-parser pgcat-md5 pgcat-w2; do
+for t in pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret; do
 	ok=
 	for _ in $(seq 100); do
 		kill -0 "${PID[$t]}" 2>/dev/null || break
@@ -251,7 +255,7 @@ for t in pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-parser pgcat-md5 pg
 	[ -n "$ok" ] || { echo "run.sh: $t did not come up; log:" >&2; cat "$TMP/$t"*.log "$TMP/$t.stderr" 2>/dev/null | tail -20 >&2; exit 1; }
 done
 echo "== warm-up (fill every pool)"
-for t in direct pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-parser pgcat-md5 pgcat-w2; do
+for t in direct pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret; do
 	pgbench -n -S -c 10 -j 2 -T 2 -h 127.0.0.1 -p "${PORT[$t]}" -U bench bench >/dev/null 2>&1 ||
 		echo "   warm-up against $t failed" >&2
 done
@@ -293,16 +297,16 @@ done
 # ---------------------------------------------------------------- connection rate
 echo "== connection rate: pgbench -S -C -c $CONN_CLIENTS, ${CONN_SECS}s x $REPEATS"
 for r in $(seq "$REPEATS"); do
-	for t in direct pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-md5; do
+	for t in direct pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-secret pgcat-md5; do
 		cell conn "$t" simple "$CONN_CLIENTS" "$r" "$CONN_SECS" --connect
 	done
 done
 
 # ---------------------------------------------------------------- report
-for t in pgbouncer pgcat pgcat-parser pgcat-md5 pgcat-w2; do
+for t in pgbouncer pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret; do
 	kill -0 "${PID[$t]}" 2>/dev/null || echo "run.sh: WARNING: $t (pid ${PID[$t]}) died during the run" | tee -a "$OUT/machine.txt" >&2
 done
-for t in pgcat pgcat-parser pgcat-md5 pgcat-w2; do cp "$TMP/$t.log" "$OUT/$t.log"; done
+for t in pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret; do cp "$TMP/$t.log" "$OUT/$t.log"; done
 $PY "$HERE/bench.py" report "$RES" | tee "$OUT/report.md"
 echo
 echo "results: $OUT (machine.txt, results.jsonl, report.md)"
