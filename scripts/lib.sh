@@ -70,7 +70,10 @@ build_out_of_tree() {
 		|| [ "$(cat "$bdir/.configure-stamp" 2>/dev/null)" != "$stamp" ]; then
 		log "configure in $bdir (from scratch)"
 		# Files of an older configuration (e.g. a renamed config header) must not linger.
-		find "$bdir" -mindepth 1 -maxdepth 1 ! -name .srctree -exec rm -rf {} +
+		# A fuzzing build's corpus, failing inputs and logs are results, not build
+		# products: a reconfigure (say, after configure.ac changed) keeps them.
+		find "$bdir" -mindepth 1 -maxdepth 1 ! -name .srctree \
+			! -name corpus ! -name artifacts ! -name logs -exec rm -rf {} +
 		(cd "$bdir" && "$src/configure" "$@") > "$bdir/configure.out" 2>&1 \
 			|| { tail -40 "$bdir/configure.out"; die "configure failed (see $bdir/configure.out and $bdir/config.log)"; }
 		printf '%s' "$stamp" > "$bdir/.configure-stamp"
