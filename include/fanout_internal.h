@@ -202,6 +202,23 @@ void fanout_batch_finish(struct fanout *fo);
 
 /* The error the client gets, made by pgcat (the first one wins). */
 void fanout_set_error(struct fanout *fo, const char *sqlstate, const char *msg);
+/* Keeps a copy of a whole message (an ErrorResponse, a CopyInResponse) in *dst, unless one is kept there already. */
+void fanout_keep_msg(uint8_t **dst, size_t *dst_len, const uint8_t *msg, size_t len);
+/* The error for a shard whose reply was lost or too large, kept in *dst as above. */
+void fanout_keep_leg_failure(const struct fanout_leg *leg, uint8_t **dst, size_t *dst_len);
+/* The first column of a DataRow as an int (the sharding column's position). false: not one. */
+bool fanout_first_int(const uint8_t *msg, size_t len, int *out);
+
+/* The whole messages of a shard's buffered reply, in order; a partial or
+ * malformed tail ends the walk. fanout_walk_done drains what was walked. */
+struct fanout_walk {
+	struct evbuffer *in;
+	const uint8_t *m;
+	size_t len, off;
+};
+void fanout_walk_start(struct fanout_walk *w, struct fanout_leg *leg);
+bool fanout_walk_next(struct fanout_walk *w, const uint8_t **msg, size_t *len);
+void fanout_walk_done(struct fanout_walk *w, struct fanout_leg *leg);
 /* Takes a shard's reply of a phase: its first error, RETURNING rows, and the count of its command tag. */
 void fanout_insert_take_reply(struct fanout *fo, struct fanout_leg *leg);
 /* COMMIT on every shard if none failed, else ROLLBACK. */

@@ -296,65 +296,38 @@ out:
  * CommandComplete; its error, if any. */
 static void batch_take_reply(struct fanout *fo, struct fanout_leg *leg)
 {
-	struct evbuffer *in = leg->io.in;
-	size_t len = in ? evbuffer_get_length(in) : 0;
-	const uint8_t *m = len ? evbuffer_pullup(in, (ev_ssize_t)len) : NULL;
-	size_t off = 0, unit_start = 0;
-	bool in_unit = false;
-	while (m && off + 5 <= len) {
-		uint8_t type = m[off];
-		uint32_t l = proto_get_u32(m + off + 1);
-		if (l < 4 || (size_t)l + 1 > len - off)
-			break;
-		size_t total = (size_t)l + 1;
-		const uint8_t *msg = m + off;
+	struct fanout_walk w;
+	const uint8_t *msg, *unit_start = NULL;
+	size_t total;
+	fanout_walk_start(&w, leg);
+	while (fanout_walk_next(&w, &msg, &total)) {
+		uint8_t type = msg[0];
 		if (type == PqMsg_ErrorResponse) {
-			if (!leg->error && (leg->error = malloc(total))) {
-				memcpy(leg->error, msg, total);
-				leg->error_len = total;
-			}
-			if (!fo->error && (fo->error = malloc(total))) {
-				memcpy(fo->error, msg, total);
-				fo->error_len = total;
-			}
-			in_unit = false;
+			fanout_keep_msg(&leg->error, &leg->error_len, msg, total);
+			fanout_keep_msg(&fo->error, &fo->error_len, msg, total);
+			unit_start = NULL;
 		} else if (type == PqMsg_CommandComplete && leg->begin_pending) {
 			leg->begin_pending = false;   /* BEGIN's */
 		} else if (type == PqMsg_ParseComplete) {
 			leg->parsed = true;
 		} else if (type == PqMsg_BindComplete) {
-			in_unit = true;
-			unit_start = off;
-		} else if (in_unit && (type == PqMsg_CommandComplete || type == PqMsg_EmptyQueryResponse ||
-				       type == PqMsg_PortalSuspended)) {
+			unit_start = msg;
+		} else if (unit_start && (type == PqMsg_CommandComplete || type == PqMsg_EmptyQueryResponse ||
+					  type == PqMsg_PortalSuspended)) {
+			size_t unit_len = (size_t)(msg + total - unit_start);
 			if (leg->n_units < leg->cap_units) {
-				evbuffer_add(leg->rows, m + unit_start, off + total - unit_start);
-				leg->unit_len[leg->n_units++] = off + total - unit_start;
+				evbuffer_add(leg->rows, unit_start, unit_len);
+				leg->unit_len[leg->n_units++] = unit_len;
 			}
-			in_unit = false;
+			unit_start = NULL;
 		}
-		off += total;
 	}
 	if ((leg->lost || leg->too_big) && !leg->error) {
-		char why[160];
-		snprintf(why, sizeof why, "cross-shard write: shard %d: %s", leg->shard,
-			 leg->too_big ? "the reply is too large" : "the connection was lost before the reply was complete");
-		uint8_t storage[256];
-		struct pktbuf pb;
-		pktbuf_init(&pb, storage, sizeof storage);
-		pktbuf_error(&pb, "ERROR", leg->lost ? SQLSTATE_CONNECTION_FAILURE : "54000", why);
-		if (!pb.failed && (leg->error = malloc(pb.len))) {
-			memcpy(leg->error, pb.data, pb.len);
-			leg->error_len = pb.len;
-			if (!fo->error && (fo->error = malloc(pb.len))) {
-				memcpy(fo->error, pb.data, pb.len);
-				fo->error_len = pb.len;
-			}
-		}
+		fanout_keep_leg_failure(leg, &leg->error, &leg->error_len);
+		if (leg->error)
+			fanout_keep_msg(&fo->error, &fo->error_len, leg->error, leg->error_len);
 	}
-	if (len)
-		evbuffer_drain(in, len);
-	leg->scanned = 0;
+	fanout_walk_done(&w, leg);
 }
 
 void fanout_batch_finish(struct fanout *fo)

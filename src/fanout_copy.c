@@ -249,44 +249,25 @@ static void copy_opened(struct fanout *fo)
 	bool in_copy[MERGE_MAX_SHARDS] = { false };
 	for (int i = 0; i < fo->n_legs; i++) {
 		struct fanout_leg *leg = &fo->legs[i];
-		struct evbuffer *in = leg->io.in;
-		size_t len = in ? evbuffer_get_length(in) : 0;
-		const uint8_t *m = len ? evbuffer_pullup(in, (ev_ssize_t)len) : NULL;
-		size_t off = 0;
-		while (m && off + 5 <= len) {
-			uint32_t l = proto_get_u32(m + off + 1);
-			if (l < 4 || (size_t)l + 1 > len - off)
-				break;
-			const uint8_t *msg = m + off;
-			size_t total = (size_t)l + 1;
-			off += total;
+		struct fanout_walk w;
+		const uint8_t *msg;
+		size_t total;
+		fanout_walk_start(&w, leg);
+		while (fanout_walk_next(&w, &msg, &total)) {
 			if (msg[0] == PqMsg_ErrorResponse && !fo->error) {
-				if ((fo->error = malloc(total))) {
-					memcpy(fo->error, msg, total);
-					fo->error_len = total;
-				}
-			} else if (msg[0] == PqMsg_DataRow && i == 0 && fo->copy.key_position < 0 && total >= 11) {
+				fanout_keep_msg(&fo->error, &fo->error_len, msg, total);
+			} else if (msg[0] == PqMsg_DataRow && i == 0 && fo->copy.key_position < 0) {
 				/* the position query's answer */
-				uint32_t vl = proto_get_u32(msg + 7);
-				char num[16];
-				if (vl > 0 && vl < sizeof num && vl <= total - 11) {
-					memcpy(num, msg + 11, vl);
-					num[vl] = '\0';
-					fo->copy.key_position = atoi(num);
-				}
+				fanout_first_int(msg, total, &fo->copy.key_position);
 			} else if (msg[0] == PqMsg_CopyInResponse) {
 				in_copy[i] = true;
-				if (i == 0 && !fo->copy_in_response && (fo->copy_in_response = malloc(total))) {
-					memcpy(fo->copy_in_response, msg, total);
-					fo->copy_in_response_len = total;
-				}
+				if (i == 0)
+					fanout_keep_msg(&fo->copy_in_response, &fo->copy_in_response_len, msg, total);
 			}
 		}
 		if (leg->lost || leg->too_big)
 			fanout_set_error(fo, SQLSTATE_CONNECTION_FAILURE, "cross-shard COPY: a shard's connection was lost");
-		if (len)
-			evbuffer_drain(in, len);
-		leg->scanned = 0;
+		fanout_walk_done(&w, leg);
 	}
 	if (!fo->error && fo->copy.key_position < 0)
 		fanout_set_error(fo, "42703", "cross-shard COPY: the sharding column was not found in the table");

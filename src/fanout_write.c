@@ -66,25 +66,14 @@ static void take_tag(struct fanout *fo, struct fanout_leg *leg, const char *tag,
  * the count of its command tag. */
 void fanout_insert_take_reply(struct fanout *fo, struct fanout_leg *leg)
 {
-	struct evbuffer *in = leg->io.in;
-	size_t len = in ? evbuffer_get_length(in) : 0;
-	const uint8_t *m = len ? evbuffer_pullup(in, (ev_ssize_t)len) : NULL;
-	size_t off = 0;
-	bool ok = !leg->lost && !leg->too_big;
-	while (m && off + 5 <= len) {
-		uint8_t type = m[off];
-		uint32_t l = proto_get_u32(m + off + 1);
-		if (l < 4 || (size_t)l + 1 > len - off)
-			break;
-		const uint8_t *msg = m + off;
-		size_t total = (size_t)l + 1;
-		off += total;
-		if (type == PqMsg_ErrorResponse && !fo->error) {
-			fo->error = malloc(total);
-			if (fo->error) {
-				memcpy(fo->error, msg, total);
-				fo->error_len = total;
-			}
+	struct fanout_walk w;
+	const uint8_t *msg;
+	size_t total;
+	fanout_walk_start(&w, leg);
+	while (fanout_walk_next(&w, &msg, &total)) {
+		uint8_t type = msg[0];
+		if (type == PqMsg_ErrorResponse) {
+			fanout_keep_msg(&fo->error, &fo->error_len, msg, total);
 		} else if (fo->phase == PHASE_RUN && (type == PqMsg_RowDescription || type == PqMsg_NoData) &&
 			   !fo->wrote_desc) {
 			evbuffer_prepend(fo->result, msg, total);
@@ -98,22 +87,9 @@ void fanout_insert_take_reply(struct fanout *fo, struct fanout_leg *leg)
 			fo->inserted += strtoull((const char *)msg + 5 + 5, NULL, 10);
 		}
 	}
-	if (!ok && !fo->error) {
-		char why[160];
-		snprintf(why, sizeof why, "cross-shard write: shard %d: %s", leg->shard,
-			 leg->too_big ? "the reply is too large" : "the connection was lost before the reply was complete");
-		uint8_t storage[256];
-		struct pktbuf pb;
-		pktbuf_init(&pb, storage, sizeof storage);
-		pktbuf_error(&pb, "ERROR", leg->lost ? SQLSTATE_CONNECTION_FAILURE : "54000", why);
-		if (!pb.failed && (fo->error = malloc(pb.len))) {
-			memcpy(fo->error, pb.data, pb.len);
-			fo->error_len = pb.len;
-		}
-	}
-	if (len)
-		evbuffer_drain(in, len);
-	leg->scanned = 0;
+	if (leg->lost || leg->too_big)
+		fanout_keep_leg_failure(leg, &fo->error, &fo->error_len);
+	fanout_walk_done(&w, leg);
 }
 
 /* The error the client gets, made by pgcat (the first one wins). */
@@ -125,10 +101,73 @@ void fanout_set_error(struct fanout *fo, const char *sqlstate, const char *msg)
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);
 	pktbuf_error(&pb, "ERROR", sqlstate, msg);
-	if (!pb.failed && (fo->error = malloc(pb.len))) {
-		memcpy(fo->error, pb.data, pb.len);
-		fo->error_len = pb.len;
-	}
+	if (!pb.failed)
+		fanout_keep_msg(&fo->error, &fo->error_len, pb.data, pb.len);
+}
+
+void fanout_keep_msg(uint8_t **dst, size_t *dst_len, const uint8_t *msg, size_t len)
+{
+	if (*dst || !(*dst = malloc(len)))
+		return;
+	memcpy(*dst, msg, len);
+	*dst_len = len;
+}
+
+void fanout_keep_leg_failure(const struct fanout_leg *leg, uint8_t **dst, size_t *dst_len)
+{
+	if (*dst)
+		return;
+	char why[160];
+	snprintf(why, sizeof why, "cross-shard write: shard %d: %s", leg->shard,
+		 leg->too_big ? "the reply is too large" : "the connection was lost before the reply was complete");
+	uint8_t storage[256];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_error(&pb, "ERROR", leg->lost ? SQLSTATE_CONNECTION_FAILURE : "54000", why);
+	if (!pb.failed)
+		fanout_keep_msg(dst, dst_len, pb.data, pb.len);
+}
+
+bool fanout_first_int(const uint8_t *msg, size_t len, int *out)
+{
+	if (len < 11)
+		return false;
+	uint32_t vl = proto_get_u32(msg + 7);
+	char num[16];
+	if (vl == 0 || vl >= sizeof num || vl > len - 11)
+		return false;
+	memcpy(num, msg + 11, vl);
+	num[vl] = '\0';
+	*out = atoi(num);
+	return true;
+}
+
+void fanout_walk_start(struct fanout_walk *w, struct fanout_leg *leg)
+{
+	w->in = leg->io.in;
+	w->len = w->in ? evbuffer_get_length(w->in) : 0;
+	w->m = w->len ? evbuffer_pullup(w->in, (ev_ssize_t)w->len) : NULL;
+	w->off = 0;
+}
+
+bool fanout_walk_next(struct fanout_walk *w, const uint8_t **msg, size_t *len)
+{
+	if (!w->m || w->off + 5 > w->len)
+		return false;
+	uint32_t l = proto_get_u32(w->m + w->off + 1);
+	if (l < 4 || (size_t)l + 1 > w->len - w->off)
+		return false;
+	*msg = w->m + w->off;
+	*len = (size_t)l + 1;
+	w->off += *len;
+	return true;
+}
+
+void fanout_walk_done(struct fanout_walk *w, struct fanout_leg *leg)
+{
+	if (w->len)
+		evbuffer_drain(w->in, w->len);
+	leg->scanned = 0;
 }
 
 /* COMMIT on every shard if none failed, else ROLLBACK. */
@@ -565,35 +604,19 @@ static void insert_positioned(struct fanout *fo)
 	int position = -1;
 	for (int i = 0; i < fo->n_legs; i++) {
 		struct fanout_leg *leg = &fo->legs[i];
-		struct evbuffer *in = leg->io.in;
-		size_t len = in ? evbuffer_get_length(in) : 0;
-		const uint8_t *m = len ? evbuffer_pullup(in, (ev_ssize_t)len) : NULL;
-		size_t off = 0;
-		while (m && off + 5 <= len) {
-			uint32_t l = proto_get_u32(m + off + 1);
-			if (l < 4 || (size_t)l + 1 > len - off)
-				break;
-			const uint8_t *msg = m + off;
-			size_t total = (size_t)l + 1;
-			off += total;
-			if (msg[0] == PqMsg_ErrorResponse && !fo->error && (fo->error = malloc(total))) {
-				memcpy(fo->error, msg, total);
-				fo->error_len = total;
-			} else if (msg[0] == PqMsg_DataRow && i == 0 && total >= 11) {
-				uint32_t vl = proto_get_u32(msg + 7);
-				char num[16];
-				if (vl > 0 && vl < sizeof num && vl <= total - 11) {
-					memcpy(num, msg + 11, vl);
-					num[vl] = '\0';
-					position = atoi(num);
-				}
-			}
+		struct fanout_walk w;
+		const uint8_t *msg;
+		size_t total;
+		fanout_walk_start(&w, leg);
+		while (fanout_walk_next(&w, &msg, &total)) {
+			if (msg[0] == PqMsg_ErrorResponse && !fo->error)
+				fanout_keep_msg(&fo->error, &fo->error_len, msg, total);
+			else if (msg[0] == PqMsg_DataRow && i == 0)
+				fanout_first_int(msg, total, &position);
 		}
 		if ((leg->lost || leg->too_big) && !fo->error)
 			fanout_set_error(fo, SQLSTATE_CONNECTION_FAILURE, "cross-shard write: a shard's connection was lost");
-		if (len)
-			evbuffer_drain(in, len);
-		leg->scanned = 0;
+		fanout_walk_done(&w, leg);
 	}
 	if (!fo->error && position < 0)
 		fanout_set_error(fo, "42703", "cross-shard write: the sharding column was not found in the table");
