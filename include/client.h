@@ -145,6 +145,9 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void client_free(struct client *c);
+/* Drops a client message of total bytes (type byte included) from its input;
+ * the part not arrived yet is skipped as it comes. */
+void client_discard_message(struct client *c, uint32_t total);
 /* The user and database the client asked for ("" before its startup
  * packet). */
 const char *client_user(const struct client *c);

@@ -1365,15 +1365,7 @@ bool admin_handle_message(struct client *c, const struct proto_frame *f)
 		return true;
 	default:
 		/* Extended protocol, COPY, function calls: not here. */
-		{
-			size_t have = evbuffer_get_length(in);
-			if (have >= total) {
-				evbuffer_drain(in, total);
-			} else {
-				evbuffer_drain(in, have);
-				c->skip_remaining = total - (uint32_t)have;
-			}
-		}
+		client_discard_message(c, total);
 		send_error(c, SQLSTATE_FEATURE_NOT_SUPPORTED, "the admin console speaks the simple query protocol only");
 		if (f->type == PqMsg_FunctionCall)
 			send_rfq(c);

@@ -748,6 +748,18 @@ static bool is_transaction_end(const uint8_t *sql, size_t len)
 	return false;
 }
 
+void client_discard_message(struct client *c, uint32_t total)
+{
+	struct evbuffer *in = c->io.in;
+	size_t have = evbuffer_get_length(in);
+	if (have >= total) {
+		evbuffer_drain(in, total);
+	} else {
+		evbuffer_drain(in, have);
+		c->skip_remaining = total - (uint32_t)have;
+	}
+}
+
 /* The request at the head of the input is answered with an error: a Query
  * or FunctionCall is consumed with ReadyForQuery, an extended batch is
  * skipped to its Sync. */
@@ -758,13 +770,7 @@ static void fail_current_request(struct client *c, const char *sqlstate, const c
 	uint8_t hdr[5];
 	if (evbuffer_copyout(in, hdr, 5) == 5 && (hdr[0] == PqMsg_Query || hdr[0] == PqMsg_FunctionCall)) {
 		uint32_t total = proto_get_u32(hdr + 1) + 1;
-		size_t have = evbuffer_get_length(in);
-		if (have >= total) {
-			evbuffer_drain(in, total);
-		} else {
-			evbuffer_drain(in, have);
-			c->skip_remaining = total - (uint32_t)have;
-		}
+		client_discard_message(c, total);
 		send_rfq(c, idle_status(c));
 		return;
 	}
@@ -837,13 +843,7 @@ static bool answer_locally(struct client *c, const struct proto_frame *f)
 						: "current transaction is aborted, commands ignored until end of transaction block";
 	uint8_t type = f->type;
 	/* Consume the message (possibly in pieces). */
-	size_t have = evbuffer_get_length(in);
-	if (have >= total) {
-		evbuffer_drain(in, total);
-	} else {
-		evbuffer_drain(in, have);
-		c->skip_remaining = total - (uint32_t)have;
-	}
+	client_discard_message(c, total);
 	switch (type) {
 	case PqMsg_Query:
 		if (is_end && c->in_failed_tx) {
@@ -1248,13 +1248,7 @@ static void process_idle(struct client *c)
 		}
 		if (c->skip_to_sync) {
 			uint32_t total = f.len + 1;
-			size_t have = evbuffer_get_length(in);
-			if (have >= total) {
-				evbuffer_drain(in, total);
-			} else {
-				evbuffer_drain(in, have);
-				c->skip_remaining = total - (uint32_t)have;
-			}
+			client_discard_message(c, total);
 			if (f.type == PqMsg_Sync) {
 				c->skip_to_sync = false;
 				send_rfq(c, idle_status(c));
@@ -1279,13 +1273,7 @@ static void process_idle(struct client *c)
 			 * leaves the client skipping to a Sync a simple-query client
 			 * never sends: it would hang. */
 			uint32_t total = f.len + 1;
-			size_t have = evbuffer_get_length(in);
-			if (have >= total) {
-				evbuffer_drain(in, total);
-			} else {
-				evbuffer_drain(in, have);
-				c->skip_remaining = total - (uint32_t)have;
-			}
+			client_discard_message(c, total);
 			continue;
 		}
 		if (c->in_failed_tx || c->pending_error) {
@@ -1313,13 +1301,7 @@ static void process_idle(struct client *c)
 			 * then count as pipelined behind it on that shard. (COPY data
 			 * left over is dropped above.) */
 			uint32_t total = f.len + 1;
-			size_t have = evbuffer_get_length(in);
-			if (have >= total) {
-				evbuffer_drain(in, total);
-			} else {
-				evbuffer_drain(in, have);
-				c->skip_remaining = total - (uint32_t)have;
-			}
+			client_discard_message(c, total);
 			continue;
 		}
 		if (f.type == PqMsg_Close && !c->server && prep_enabled(c) && f.len + 1 <= CLIENT_INSPECT_MAX) {
