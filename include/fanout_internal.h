@@ -179,6 +179,9 @@ void fanout_put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t al
 void fanout_portal_free(struct fanout_portal *xp);
 /* Closes the legs; the memory goes at the next loop turn. */
 void fanout_free(struct fanout *fo);
+/* A write fan-out of n_legs shards with its result buffer, for client c,
+ * starting in phase. NULL: out of memory. */
+struct fanout *fanout_new_write(struct client *c, enum fanout_kind kind, enum fanout_phase phase, int n_legs);
 /* A new phase: every live leg waits for its replies again; the caller must not touch fo after. */
 void fanout_begin_wait(struct fanout *fo);
 /* Leg idx of fo, to shard: the pair, pgcat's end, the leg client. */

@@ -185,6 +185,19 @@ void fanout_portal_drop(struct client *c)
 
 /* Closes the legs; the memory goes at the next loop turn, since this may
  * run inside a leg's own io callback, which reads its io after. */
+struct fanout *fanout_new_write(struct client *c, enum fanout_kind kind, enum fanout_phase phase, int n_legs)
+{
+	struct fanout *fo = calloc(1, sizeof *fo + (size_t)n_legs * sizeof fo->legs[0]);
+	if (!fo || !(fo->result = evbuffer_new())) {
+		free(fo);
+		return NULL;
+	}
+	fo->c = c;
+	fo->kind = kind;
+	fo->phase = phase;
+	return fo;
+}
+
 void fanout_free(struct fanout *fo)
 {
 	fanout_portal_free(fo->rest);

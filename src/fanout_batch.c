@@ -210,17 +210,13 @@ enum fanout_start fanout_start_batch(struct client *c, const struct router_rules
 	int n_legs = 0;
 	for (int s = 0; s < n_shards; s++)
 		leg_index[s] = per_shard[s] ? n_legs++ : -1;
-	struct fanout *fo = calloc(1, sizeof *fo + (size_t)n_legs * sizeof fo->legs[0]);
-	if (!fo || !(fo->result = evbuffer_new())) {
-		free(fo);
+	struct fanout *fo = fanout_new_write(c, FANOUT_BATCH, PHASE_RUN, n_legs);
+	if (!fo) {
 		free(leg_of);
 		free(idx);
 		snprintf(why, whylen, "cross-shard write: out of memory");
 		goto out;
 	}
-	fo->c = c;
-	fo->kind = FANOUT_BATCH;
-	fo->phase = PHASE_RUN;
 	fo->extended = true;
 	fo->batch_leg = leg_of;
 	fo->batch_idx = idx;

@@ -365,15 +365,11 @@ enum fanout_start fanout_start_copy(struct client *c, const struct proto_frame *
 		snprintf(why, whylen, "cross-shard COPY: the table name is too long");
 		return FANOUT_REFUSED;
 	}
-	struct fanout *fo = calloc(1, sizeof *fo + (size_t)n_shards * sizeof fo->legs[0]);
-	if (!fo || !(fo->result = evbuffer_new())) {
-		free(fo);
+	struct fanout *fo = fanout_new_write(c, FANOUT_COPY, PHASE_COPY_OPEN, n_shards);
+	if (!fo) {
 		snprintf(why, whylen, "cross-shard COPY: out of memory");
 		return FANOUT_REFUSED;
 	}
-	fo->c = c;
-	fo->kind = FANOUT_COPY;
-	fo->phase = PHASE_COPY_OPEN;
 	fo->copy = cr;
 	fo->copy.opts.null_string = fo->copy.opts.null_string == cr.null_string ? fo->copy.null_string
 										 : fo->copy.opts.null_string;

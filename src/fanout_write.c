@@ -540,18 +540,15 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 	for (int s = 0; s < n_shards; s++)
 		n_legs += position || split.sql[s] != NULL;
 	/* (a refused split holds no parts; its names are used below) */
-	struct fanout *fo = calloc(1, sizeof *fo + (size_t)n_legs * sizeof fo->legs[0]);
-	if (!fo || !(fo->result = evbuffer_new()) || (position && !(fo->req_copy = malloc(q.r.end)))) {
-		if (fo && fo->result)
+	struct fanout *fo = fanout_new_write(c, FANOUT_INSERT, position ? PHASE_INSERT_POSITION : PHASE_RUN, n_legs);
+	if (!fo || (position && !(fo->req_copy = malloc(q.r.end)))) {
+		if (fo)
 			evbuffer_free(fo->result);
 		free(fo);
 		insert_split_free(&split);
 		snprintf(why, whylen, "cross-shard write: out of memory");
 		return FANOUT_REFUSED;
 	}
-	fo->c = c;
-	fo->kind = FANOUT_INSERT;
-	fo->phase = position ? PHASE_INSERT_POSITION : PHASE_RUN;
 	fo->extended = q.r.query == NULL;
 	memcpy(fo->steps, q.r.steps, sizeof q.r.steps);
 	fo->n_steps = q.r.n_steps;
@@ -713,16 +710,12 @@ enum fanout_start fanout_start_broadcast(struct client *c, const struct router_r
 		for (uint16_t k = 0; k < bp.n_values; k++)
 			all[k] = (uint16_t)(k + 1);
 	}
-	struct fanout *fo = calloc(1, sizeof *fo + (size_t)n_shards * sizeof fo->legs[0]);
-	if (!fo || !(fo->result = evbuffer_new())) {
-		free(fo);
+	struct fanout *fo = fanout_new_write(c, FANOUT_BROADCAST, PHASE_RUN, n_shards);
+	if (!fo) {
 		free(all);
 		snprintf(why, whylen, "cross-shard write: out of memory");
 		return FANOUT_REFUSED;
 	}
-	fo->c = c;
-	fo->kind = FANOUT_BROADCAST;
-	fo->phase = PHASE_RUN;
 	fo->extended = r.query == NULL;
 	memcpy(fo->steps, r.steps, sizeof r.steps);
 	fo->n_steps = r.n_steps;
