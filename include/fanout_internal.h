@@ -175,6 +175,8 @@ bool fanout_refuse(char *why, size_t whylen, const char *msg);
 bool fanout_read_request(const uint8_t *m, size_t lim, struct request *r, char *why, size_t whylen);
 /* Appends one message (type, a then b as its body) to out. */
 void fanout_put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t alen, const void *b, size_t blen);
+/* Parse of the unnamed statement: sql (sql_len bytes and its NUL), then the parameter types as given. */
+void fanout_put_unnamed_parse(struct evbuffer *out, const char *sql, size_t sql_len, const void *types, size_t types_len);
 /* Frees a portal read in parts (NULL: nothing). */
 void fanout_portal_free(struct fanout_portal *xp);
 /* Closes the legs; the memory goes at the next loop turn. */

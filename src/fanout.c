@@ -133,6 +133,17 @@ void fanout_put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t al
 		evbuffer_add(out, b, blen);
 }
 
+void fanout_put_unnamed_parse(struct evbuffer *out, const char *sql, size_t sql_len, const void *types, size_t types_len)
+{
+	uint8_t h[6] = { PqMsg_Parse };
+	proto_put_u32(h + 1, (uint32_t)(4 + 1 + sql_len + 1 + types_len));
+	/* h[5] = 0: the statement's empty name */
+	evbuffer_add(out, h, 6);
+	evbuffer_add(out, sql, sql_len + 1);
+	if (types_len)
+		evbuffer_add(out, types, types_len);
+}
+
 /* ---- legs ---- */
 
 static void leg_close_io(struct fanout_leg *leg)

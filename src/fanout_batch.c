@@ -245,12 +245,7 @@ enum fanout_start fanout_start_batch(struct client *c, const struct router_rules
 		struct evbuffer *out = io_out(&leg->io);
 		fanout_put_msg(out, PqMsg_Query, "BEGIN", 6, NULL, 0);
 		/* the statement unnamed; each of this shard's Binds as the client sent it */
-		uint8_t h[5] = { PqMsg_Parse };
-		proto_put_u32(h + 1, (uint32_t)(4 + 1 + sql_len + 1 + types_len));
-		evbuffer_add(out, h, 5);
-		evbuffer_add(out, "", 1);
-		evbuffer_add(out, sql, sql_len + 1);
-		evbuffer_add(out, types, types_len);
+		fanout_put_unnamed_parse(out, sql, sql_len, types, types_len);
 		for (uint32_t k = 0; k < n_binds; k++) {
 			if (leg_of[k] != (uint16_t)s)
 				continue;

@@ -676,12 +676,7 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 	} else {
 		/* Parse, [Describe S], Bind, Describe P, Execute, Sync: unnamed,
 		 * whatever the client named them */
-		uint8_t h[5] = { PqMsg_Parse };
-		proto_put_u32(h + 1, (uint32_t)(4 + 1 + sql_len + 1 + types_len));
-		evbuffer_add(req, h, 5);
-		evbuffer_add(req, "", 1);
-		evbuffer_add(req, run, sql_len + 1);
-		evbuffer_add(req, types, types_len);
+		fanout_put_unnamed_parse(req, run, sql_len, types, types_len);
 		for (int s = 0; s < r.n_steps; s++)
 			if (r.steps[s] == STEP_DESCRIBE_STMT)
 				fanout_put_msg(req, PqMsg_Describe, "S", 2, NULL, 0);
