@@ -123,7 +123,6 @@ struct client {
 	bool held_begin_read_only : 1;
 	bool retry_on : 1;
 	bool route_error : 1;         /* route_pick: no server may take this write */
-	bool replayed : 1;            /* this request was already replayed once */
 	bool is_fanout_leg : 1;
 	bool has_cancel_key : 1;
 	bool is_admin : 1;

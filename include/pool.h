@@ -156,6 +156,9 @@ struct srvpool *pool_pick_target(struct pool *p);
 /* Client wants a server: link one now (returns true) or queue the client
  * (returns false; the client is told later through client_on_linked or
  * client_on_checkout_failed). */
+/* Would pool_checkout(sp, ...) make the client wait for a server that is
+ * busy (not one being connected for it)? */
+bool pool_checkout_would_wait(const struct srvpool *sp);
 /* The client's server failed before any of its bytes reached it: pick again. */
 void pool_reroute_client(struct client *c);
 /* Its last connection attempt failed moments ago (reconnect back-off). */

@@ -38,7 +38,11 @@ struct prep_stmt {
 	uint64_t id;
 	uint32_t refs;
 	bool sql;               /* key is an SQL PREPARE's text after the name */
+	/* Some server completed a Parse of it: a client's Parse of the same
+	 * text in the same schema generation cannot fail (SPEC §5). */
+	bool verified;
 	uint32_t servers;       /* server connections holding it */
+	uint64_t schema_gen;    /* the schema generation its clients prepared it in */
 	uint64_t hits, misses;
 	uint32_t key_len;
 	uint8_t key[];          /* Parse: query\0 int16 n, n x int32 oid */
@@ -54,8 +58,16 @@ struct prep_registry {
 void prep_registry_init(struct prep_registry *r);
 /* Every statement must have been released (clients and servers gone). */
 void prep_registry_free(struct prep_registry *r);
-/* The entry for key, made if new; the caller owns one reference. */
-struct prep_stmt *prep_registry_get(struct prep_registry *r, bool sql, const uint8_t *key, size_t len);
+/* The entry for key in a schema generation, made if new; the caller owns
+ * one reference. A statement is an entry per generation: clients that
+ * prepared it before a schema change keep the server-side copies made
+ * then (PostgreSQL itself tells them whether the plan still fits), those
+ * that prepare it after get copies parsed afresh. */
+struct prep_stmt *prep_registry_get(struct prep_registry *r, bool sql, const uint8_t *key, size_t len,
+				    uint64_t schema_gen);
+/* The entry, if there is one (no reference taken). */
+struct prep_stmt *prep_registry_find(const struct prep_registry *r, bool sql, const uint8_t *key, size_t len,
+				     uint64_t schema_gen);
 void prep_stmt_unref(struct prep_registry *r, struct prep_stmt *st);
 
 /* A client's names. */
@@ -126,6 +138,7 @@ struct prep_server {
 	uint64_t unnamed_client;
 	uint32_t unnamed_gen;
 	uint64_t hits, misses;
+	bool ddl_in_tx;             /* DDL completed in the open transaction */
 };
 
 struct prep_client {
@@ -135,6 +148,14 @@ struct prep_client {
 	uint32_t unnamed_len, unnamed_cap;
 	uint32_t unnamed_gen;
 };
+
+/* The instance's schema generation (SPEC §5): statements are prepared
+ * afresh in each (see prep_registry_get). */
+struct worker;
+uint64_t prep_schema_generation(const struct worker *w);
+/* Does a CommandComplete with this tag start a new schema generation
+ * (DDL, DISCARD ALL, DEALLOCATE ALL)? Pure. */
+bool prep_tag_changes_schema(const char *tag, size_t len);
 
 /* Is rewriting on for this client's transactions? */
 bool prep_enabled(const struct client *c);
@@ -160,6 +181,19 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 				      uint8_t **repl, uint32_t *repl_len);
 /* Does this reply type need the whole message for prep_server_message? */
 bool prep_server_wants(const struct server *s, uint8_t type);
+
+/* A client that holds no server sends Parses and a Sync (pgbench -M
+ * prepared prepares each statement so, blocking its thread while its other
+ * clients may hold every server inside their transactions): pgcat answers
+ * the ParseCompletes itself, without a server, when each statement was
+ * already parsed by a server of the pool in this schema generation, or,
+ * with unverified_ok, whatever it is (the caller found no server free);
+ * the statement is parsed on a server when a Bind uses it, so an error in
+ * it then answers the Bind. DONE: the Parses and the Sync were taken and
+ * answered, the caller sends the ReadyForQuery. NO: nothing was taken
+ * (the usual way). FAILED: the client was closed. */
+enum prep_cached { PREP_CACHED_NO, PREP_CACHED_DONE, PREP_CACHED_FAILED };
+enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok);
 
 /* Sharding (route.c) refuses a client's request in the middle of a server
  * transaction or pipeline: the Query (already taken from the client's

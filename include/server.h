@@ -94,10 +94,6 @@ struct server {
 	uint32_t skip_msgs;
 	bool timeout_cancelled;       /* statement_timeout sent a cancel for this request */
 	bool checked;                 /* had its first health check */
-	/* "cached plan must not change result type": the error is held back
-	 * and the request replayed once its ReadyForQuery comes (SPEC §5). */
-	uint8_t *held_error;
-	uint32_t held_error_len;
 };
 
 /* Open a new connection for this srvpool (state CONNECTING). */

@@ -23,7 +23,7 @@
 #include "stats.h"
 
 #define SHM_MAGIC 0x70676361u      /* "pgca" */
-#define SHM_VERSION 6u
+#define SHM_VERSION 7u
 #define SHM_MAX_WORKERS 128
 #define SHM_MAX_POOLS 1024          /* (pool, user) pairs, over the life of the instance */
 #define SHM_MAX_TARGETS 4096        /* (pool, user, server) triples */
@@ -129,6 +129,10 @@ struct shm_header {
 	/* Bumped (under the lock) by every ban set or cleared: a worker
 	 * re-reads the table only when it moved (route_is_banned). */
 	_Atomic uint64_t bans_gen;
+	/* The schema generation (SPEC §5): bumped when a server of any pool
+	 * completed DDL or a client dropped every statement of its session;
+	 * prepared statements are made afresh in each generation. */
+	_Atomic uint64_t schema_gen;
 	_Atomic uint64_t admin_seq;
 	struct shm_admin_entry admin[SHM_ADMIN_RING];
 	uint64_t off_stats, off_avg, off_gauges, off_conns, off_waiters, off_cancel, off_target_counts;
@@ -200,6 +204,11 @@ bool shm_is_banned(struct shm *shm, const char *host, int port, int64_t now);
  * server's ban (0: none) with the generation it was read at. */
 uint64_t shm_bans_generation(struct shm *shm);
 int64_t shm_ban_until(struct shm *shm, const char *host, int port, uint64_t *gen);
+
+/* The instance's schema generation (no lock: one atomic). */
+uint64_t shm_schema_generation(struct shm *shm);
+/* A new generation; returns it. */
+uint64_t shm_schema_generation_bump(struct shm *shm);
 
 /* Admin commands for every worker. */
 /* Returns the command's sequence number. */

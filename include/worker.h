@@ -83,6 +83,7 @@ struct worker {
 	uint64_t last_autoreload_check_us;
 	uint64_t last_trim_us;
 	uint64_t rng;                     /* route's generator state */
+	uint64_t schema_gen;              /* without shm (fuzzing): the schema generation */
 	struct randpool rand;             /* salts, nonces and cancel keys of logins */             /* idle clients' buffers last freed */
 };
 

@@ -1226,6 +1226,22 @@ static void process_active(struct client *c)
 	}
 }
 
+/* prep_client_parse_cached, and the ReadyForQuery of its Sync; false when
+ * it took the client's messages (or closed it). */
+static bool answer_parses(struct client *c, bool unverified_ok)
+{
+	switch (prep_client_parse_cached(c, unverified_ok)) {
+	case PREP_CACHED_DONE:
+		send_rfq(c, idle_status(c));
+		return false;
+	case PREP_CACHED_FAILED:
+		return false;
+	case PREP_CACHED_NO:
+		break;
+	}
+	return true;
+}
+
 static void process_idle(struct client *c)
 {
 	struct evbuffer *in = c->io.in;
@@ -1329,9 +1345,19 @@ static void process_idle(struct client *c)
 				continue;
 			}
 		}
+		/* Parses alone, of statements the pool knows: no server needed. */
+		bool parse_here = f.type == PqMsg_Parse && prep_enabled(c);
+		if (parse_here && !answer_parses(c, false))
+			continue;
 		struct srvpool *sp = route_pick(c, &f);
 		if (!sp)
 			return;   /* route answered the request, or waits for the rest of it */
+		/* Parses alone and no server free: a client that waits for one to
+		 * prepare may be what the holders wait for (pgbench -M prepared
+		 * blocks its thread in PQprepare): answered now, parsed with the
+		 * Bind. */
+		if (parse_here && pool_checkout_would_wait(sp) && !answer_parses(c, true))
+			continue;
 		if (c->route_error) {
 			c->route_error = false;
 			client_on_checkout_failed(c, "25006", "cannot execute a write: the configured primary is in recovery");

@@ -431,6 +431,17 @@ void pool_reroute_client(struct client *c)
 	client_process(c);
 }
 
+bool pool_checkout_would_wait(const struct srvpool *sp)
+{
+	if (sp->pool->paused)
+		return true;
+	if (!list_empty(&sp->idle))
+		return false;
+	/* A connection may still be opened, or one being opened is not yet
+	 * promised to a client queued before. */
+	return instance_total(sp) >= sp->pool->pool_size && sp->n_opening <= sp->n_waiters;
+}
+
 bool pool_srvpool_failing(const struct srvpool *sp)
 {
 	return recently_failed(sp, sp->pool->w->now_us);

@@ -15,10 +15,12 @@
 
 #include "client.h"
 #include "config.h"
+#include "log.h"
 #include "pktbuf.h"
 #include "pool.h"
 #include "proto.h"
 #include "server.h"
+#include "shm.h"
 #include "stats.h"
 #include "worker.h"
 
@@ -79,17 +81,42 @@ static bool registry_grow(struct prep_registry *r)
 	return true;
 }
 
-struct prep_stmt *prep_registry_get(struct prep_registry *r, bool sql, const uint8_t *key, size_t len)
+static uint64_t key_hash(bool sql, const uint8_t *key, size_t len, uint64_t schema_gen)
+{
+	uint64_t h = fnv(key, len, sql ? 0x9e3779b97f4a7c15ULL : 1469598103934665603ULL);
+	return fnv(&schema_gen, sizeof schema_gen, h);
+}
+
+static struct prep_stmt *registry_lookup(const struct prep_registry *r, uint64_t h, bool sql, const uint8_t *key,
+					 size_t len, uint64_t schema_gen)
+{
+	if (!r->n_buckets)
+		return NULL;
+	for (struct prep_stmt *st = r->buckets[h & (r->n_buckets - 1)]; st; st = st->hnext)
+		if (st->hash == h && st->sql == sql && st->schema_gen == schema_gen && st->key_len == len &&
+		    memcmp(st->key, key, len) == 0)
+			return st;
+	return NULL;
+}
+
+struct prep_stmt *prep_registry_find(const struct prep_registry *r, bool sql, const uint8_t *key, size_t len,
+				     uint64_t schema_gen)
 {
 	if (len > UINT32_MAX - 1)
 		return NULL;
-	uint64_t h = fnv(key, len, sql ? 0x9e3779b97f4a7c15ULL : 1469598103934665603ULL);
-	if (r->n_buckets) {
-		for (struct prep_stmt *st = r->buckets[h & (r->n_buckets - 1)]; st; st = st->hnext)
-			if (st->hash == h && st->sql == sql && st->key_len == len && memcmp(st->key, key, len) == 0) {
-				st->refs++;
-				return st;
-			}
+	return registry_lookup(r, key_hash(sql, key, len, schema_gen), sql, key, len, schema_gen);
+}
+
+struct prep_stmt *prep_registry_get(struct prep_registry *r, bool sql, const uint8_t *key, size_t len,
+				    uint64_t schema_gen)
+{
+	if (len > UINT32_MAX - 1)
+		return NULL;
+	uint64_t h = key_hash(sql, key, len, schema_gen);
+	struct prep_stmt *found = registry_lookup(r, h, sql, key, len, schema_gen);
+	if (found) {
+		found->refs++;
+		return found;
 	}
 	if (r->count >= r->n_buckets && !registry_grow(r))
 		return NULL;
@@ -101,6 +128,7 @@ struct prep_stmt *prep_registry_get(struct prep_registry *r, bool sql, const uin
 	st->id = ++r->next_id;
 	st->refs = 1;
 	st->sql = sql;
+	st->schema_gen = schema_gen;
 	st->key_len = (uint32_t)len;
 	memcpy(st->key, key, len);
 	st->key[len] = 0;
@@ -415,6 +443,33 @@ bool prep_enabled(const struct client *c)
 	return c->pool && c->pool->mode == POOL_MODE_TRANSACTION && c->w->cfg->general.prepared_statements;
 }
 
+/* ---- the schema generation (SPEC §5) ---- */
+
+uint64_t prep_schema_generation(const struct worker *w)
+{
+	return w->shm ? shm_schema_generation(w->shm) : w->schema_gen;
+}
+
+static void schema_changed(struct worker *w, const char *why)
+{
+	uint64_t g = w->shm ? shm_schema_generation_bump(w->shm) : ++w->schema_gen;
+	log_debug("schema generation %llu: %s", (unsigned long long)g, why);
+}
+
+bool prep_tag_changes_schema(const char *tag, size_t len)
+{
+	static const char *const words[] = {
+		"CREATE ", "ALTER ", "DROP ", "COMMENT", "GRANT", "REVOKE", "TRUNCATE", "SECURITY LABEL",
+		"IMPORT FOREIGN SCHEMA", "DISCARD ALL", "DEALLOCATE ALL",
+	};
+	for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+		size_t n = strlen(words[i]);
+		if (len >= n && memcmp(tag, words[i], n) == 0)
+			return true;
+	}
+	return false;
+}
+
 static struct prep_registry *reg_of(struct server *s)
 {
 	return &s->sp->pool->prep;
@@ -647,7 +702,8 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 		snprintf(msg, sizeof msg, "prepared statement \"%s\" already exists", name);
 		ok = send_error_bind(s, "42P05", msg);
 	} else {
-		struct prep_stmt *st = prep_registry_get(reg_of(s), false, m + 5 + off, total - 5 - off);
+		struct prep_stmt *st = prep_registry_get(reg_of(s), false, m + 5 + off, total - 5 - off,
+							 prep_schema_generation(c->w));
 		ok = st != NULL;
 		if (ok && !prep_cmap_put(&pc->names, name, st)) {
 			prep_stmt_unref(reg_of(s), st);
@@ -965,11 +1021,9 @@ static enum prep_action on_query(struct client *c, struct server *s, const uint8
 	}
 	struct prep_registry *r = reg_of(s);
 	if (sql_word(&p, end, "discard")) {
-		if (sql_word(&p, end, "all")) {
-			/* The server forgets everything, the client its names. */
-			prep_cmap_clear(&pc->names, r);
-			prep_sset_clear(&ps->set, r);
-		}
+		/* What DISCARD ALL undoes is taken from the server's reply (it
+		 * may fail, inside a transaction block), as when it comes through
+		 * the extended protocol: prep_server_message. */
 		ps->unnamed_client = 0;
 		return PREP_FORWARD;
 	}
@@ -981,6 +1035,9 @@ static enum prep_action on_query(struct client *c, struct server *s, const uint8
 		(void)sql_word(&p, end, "prepare");
 		if (sql_word(&p, end, "all")) {
 			prep_cmap_clear(&pc->names, r);
+			/* Drivers drop their statements after DDL or a rollback and
+			 * prepare them again: afresh, as on their own session. */
+			schema_changed(c->w, "DEALLOCATE ALL");
 			ok = reply_command(s, "DEALLOCATE ALL");
 		} else if (sql_ident(&p, end, name, sizeof name)) {
 			if (prep_cmap_del(&pc->names, r, name)) {
@@ -1003,7 +1060,8 @@ static enum prep_action on_query(struct client *c, struct server *s, const uint8
 		} else {
 			/* Key: the text after the name, "(types) AS query". */
 			size_t klen = (size_t)(stop - p);
-			struct prep_stmt *st = prep_registry_get(r, true, (const uint8_t *)p, klen);
+			struct prep_stmt *st = prep_registry_get(r, true, (const uint8_t *)p, klen,
+								 prep_schema_generation(c->w));
 			ok = st && prep_cmap_put(&pc->names, name, st);
 			if (st && !ok)
 				prep_stmt_unref(r, st);
@@ -1089,6 +1147,106 @@ static enum prep_action on_query(struct client *c, struct server *s, const uint8
 	ps->unnamed_client = 0;
 	drain_msg(c, total);
 	return PREP_DONE;
+}
+
+/* ---- Parse answered from the pool's statements (SPEC §5) ---- */
+
+/* Parses of one Sync that prep_client_parse_cached takes at most; more go
+ * the usual way. */
+#define CACHED_PARSES_MAX 16
+#define CACHED_BATCH_MAX (16u * 1024)
+
+/* One Parse of the batch at the head of a client's input. */
+struct cached_parse {
+	const char *name;
+	const uint8_t *key;     /* query\0 int16 n, n x oid */
+	size_t key_len;
+};
+
+/* The Parses up to the first Sync at the head of c's input, if pgcat can
+ * answer every one (each verified unless unverified_ok): ps filled, *n of
+ * them, *len bytes with the Sync. Nothing changes. */
+static bool scan_cached_batch(struct client *c, bool unverified_ok, struct cached_parse *ps, uint32_t *n,
+			      size_t *len)
+{
+	struct evbuffer *in = c->io.in;
+	if (!in)
+		return false;
+	size_t have = evbuffer_get_length(in);
+	if (have > CACHED_BATCH_MAX)
+		have = CACHED_BATCH_MAX;
+	const uint8_t *b = evbuffer_pullup(in, (ev_ssize_t)have);
+	if (!b)
+		return false;
+	uint64_t gen = prep_schema_generation(c->w);
+	size_t off = 0;
+	*n = 0;
+	for (;;) {
+		if (have - off < 5)
+			return false;   /* not all here: the usual way */
+		uint8_t type = b[off];
+		uint32_t mlen = proto_get_u32(b + off + 1);
+		if (mlen < 4 || mlen > have - off - 1)
+			return false;
+		if (type == PqMsg_Sync) {
+			*len = off + 1 + (size_t)mlen;
+			return *n > 0;
+		}
+		if (type != PqMsg_Parse || *n == CACHED_PARSES_MAX)
+			return false;
+		const uint8_t *body = b + off + 5;
+		size_t blen = mlen - 4, o = 0;
+		const char *name;
+		if (!proto_read_cstring(body, blen, &o, &name) || !name[0])
+			return false;   /* the unnamed statement lives on a server */
+		if (c->prep && prep_cmap_get(&c->prep->names, name))
+			return false;   /* 42P05: the server path says it */
+		for (uint32_t i = 0; i < *n; i++)
+			if (strcmp(ps[i].name, name) == 0)
+				return false;
+		/* Settings are tracked from the text of their Parse (client.c):
+		 * those go to a server. */
+		const char *q = (const char *)body + o, *qend = (const char *)body + blen;
+		const char *w = sql_space(q, qend);
+		if (sql_word(&w, qend, "set") || sql_word(&w, qend, "reset") || sql_word(&w, qend, "discard"))
+			return false;
+		if (!unverified_ok) {
+			const struct prep_stmt *st = prep_registry_find(&c->pool->prep, false, body + o, blen - o, gen);
+			if (!st || !st->verified)
+				return false;
+		}
+		ps[*n] = (struct cached_parse){ .name = name, .key = body + o, .key_len = blen - o };
+		(*n)++;
+		off += 1 + (size_t)mlen;
+	}
+}
+
+enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok)
+{
+	struct cached_parse ps[CACHED_PARSES_MAX];
+	uint32_t n;
+	size_t len;
+	if (!scan_cached_batch(c, unverified_ok, ps, &n, &len))
+		return PREP_CACHED_NO;
+	struct prep_client *pc = client_prep(c);
+	if (!pc)
+		return PREP_CACHED_NO;
+	struct prep_registry *r = &c->pool->prep;
+	uint64_t gen = prep_schema_generation(c->w);
+	struct evbuffer *out = client_output(c);
+	for (uint32_t i = 0; i < n; i++) {
+		struct prep_stmt *st = prep_registry_get(r, false, ps[i].key, ps[i].key_len, gen);
+		if (!st || !prep_cmap_put(&pc->names, ps[i].name, st)) {
+			prep_stmt_unref(r, st);
+			client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+			return PREP_CACHED_FAILED;
+		}
+		static const uint8_t parse_complete[5] = { PqMsg_ParseComplete, 0, 0, 0, 4 };
+		evbuffer_add(out, parse_complete, sizeof parse_complete);
+		stats_add(c->pool->stats, STAT_CLIENT_PARSE, 1);
+	}
+	drain_msg(c, (uint32_t)len);
+	return PREP_CACHED_DONE;
 }
 
 enum prep_action prep_client_message(struct client *c, struct server *s, const struct proto_frame *f)
@@ -1222,7 +1380,34 @@ bool prep_server_end_segment(struct server *s)
 
 bool prep_server_wants(const struct server *s, uint8_t type)
 {
-	return s->prep && (type == PqMsg_ErrorResponse || (type == PqMsg_CommandComplete && s->prep->swallows.len));
+	/* CommandComplete: its tag may be DDL (the schema generation). */
+	return s->prep && (type == PqMsg_ErrorResponse || type == PqMsg_CommandComplete ||
+			   (type == PqMsg_ReadyForQuery && s->prep->ddl_in_tx));
+}
+
+/* A CommandComplete of DDL, DISCARD ALL or DEALLOCATE ALL (the last
+ * reaches a server only through the extended protocol; the simple one is
+ * answered by on_query). */
+static void server_schema_changed(struct server *s, const char *tag, size_t len)
+{
+	struct prep_server *ps = s->prep;
+	struct prep_registry *r = reg_of(s);
+	bool discard = len >= 11 && memcmp(tag, "DISCARD ALL", 11) == 0;
+	bool deallocate = len >= 14 && memcmp(tag, "DEALLOCATE ALL", 14) == 0;
+	if (discard || deallocate) {
+		/* The session dropped every statement: pgcat's on this server
+		 * and, as PostgreSQL would, the client's names. */
+		prep_sset_clear(&ps->set, r);
+		ps->set.gen++;
+		ps->unnamed_client = 0;
+		if (s->client && s->client->prep)
+			prep_cmap_clear(&s->client->prep->names, r);
+	}
+	/* Other sessions see the change when its transaction ends (commit, or
+	 * rollback undoing it): a new generation then too, so that what they
+	 * prepared in between is not kept. */
+	ps->ddl_in_tx = true;
+	schema_changed(s->w, discard ? "DISCARD ALL" : deallocate ? "DEALLOCATE ALL" : "DDL");
 }
 
 /* The segment failed: what it would have done did not happen. */
@@ -1282,6 +1467,8 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 	case PqMsg_ParseComplete:
 		if ((p = ring_head(&ps->parses)) && p->seg == ps->seg_recv) {
 			bool sw = p->swallow;
+			if (p->st)
+				p->st->verified = true;
 			pend_release(r, p);
 			ring_pop(&ps->parses);
 			return sw ? PREP_SWALLOW : PREP_PASS;
@@ -1306,6 +1493,8 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 		}
 		return PREP_PASS;
 	case PqMsg_CommandComplete:
+		if (msg && total > 5 && prep_tag_changes_schema((const char *)msg + 5, total - 5))
+			server_schema_changed(s, (const char *)msg + 5, total - 5);
 		return swallow_seg ? PREP_SWALLOW : PREP_PASS;
 	case PqMsg_ErrorResponse: {
 		enum prep_verdict v = PREP_PASS;
@@ -1319,31 +1508,23 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 			ring_pop(&ps->repls);
 			v = PREP_REPLACE;
 		}
-		/* After a schema change a statement's plan may no longer fit
-		 * (0A000): pgcat forgets what this server holds (the names move to
-		 * a new generation), so the next use prepares afresh instead of
-		 * failing again and again as a direct connection would. */
+		/* A plan that no longer fits (0A000) reaches the client as it
+		 * would from PostgreSQL (drivers prepare again on it); the
+		 * schema changed where pgcat did not see it, so statements
+		 * prepared from now on are made afresh. */
 		if (msg && memmem(msg, total, "\0C0A000\0", 8) != NULL &&
-		    memmem(msg, total, "cached plan must not change result type", 39) != NULL) {
-			/* The schema change concerns every connection of the pool:
-			 * each prepares afresh (pgcat cannot tell which statement). */
-			struct pool *pool = s->sp->pool;
-			for (size_t i = 0; i < pool->n_targets; i++) {
-				struct list_node *lists[] = { &pool->targets[i]->idle, &pool->targets[i]->active };
-				for (size_t k = 0; k < 2; k++) {
-					struct list_node *pos;
-					for (pos = lists[k]->next; pos != lists[k]; pos = pos->next) {
-						struct server *o = LIST_OWNER(pos, struct server, node);
-						if (o->prep)
-							prep_sset_clear(&o->prep->set, r);
-					}
-				}
-			}
-		}
+		    memmem(msg, total, "cached plan must not change result type", 39) != NULL)
+			schema_changed(s->w, "a server refused a cached plan");
 		undo_segment(s, ps->seg_recv);
 		return v;
 	}
 	case PqMsg_ReadyForQuery:
+		/* DDL in a transaction is undone by its ROLLBACK: statements
+		 * prepared inside it may name objects that are gone again. */
+		if (ps->ddl_in_tx && msg && total >= 6 && msg[5] == 'I') {
+			ps->ddl_in_tx = false;
+			schema_changed(s->w, "a transaction with DDL ended");
+		}
 		finish_segment(s, ps->seg_recv);
 		if (swallow_seg) {
 			pend_release(r, ring_head(&ps->swallows));
@@ -1469,7 +1650,8 @@ bool prep_client_adopt(struct client *c, const uint8_t *parse, uint32_t total)
 	if (prep_cmap_get(&pc->names, name))
 		return true;
 	struct prep_registry *reg = &c->pool->prep;
-	struct prep_stmt *st = prep_registry_get(reg, false, parse + 5 + off, total - 5 - off);
+	struct prep_stmt *st = prep_registry_get(reg, false, parse + 5 + off, total - 5 - off,
+						 prep_schema_generation(c->w));
 	if (!st)
 		return false;
 	if (!prep_cmap_put(&pc->names, name, st)) {

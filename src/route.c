@@ -993,11 +993,8 @@ struct srvpool *route_pick(struct client *c, const struct proto_frame *f)
 		return NULL;
 	/* Reads on a replica can be sent elsewhere if it dies before answering. */
 	client_reply_started(c);
-	c->retry_on = sp && c->pool->mode == POOL_MODE_TRANSACTION &&
-		      ((sp->role != SERVER_ROLE_PRIMARY && c->pool->n_targets > 1) ||
-		       /* an execution of a prepared statement: replayed once if
-			* a schema change makes the server refuse the old plan */
-		       (f->type == PqMsg_Bind && prep_enabled(c)));
+	c->retry_on = sp && c->pool->mode == POOL_MODE_TRANSACTION && sp->role != SERVER_ROLE_PRIMARY &&
+		      c->pool->n_targets > 1;
 	return sp;
 }
 

@@ -152,8 +152,6 @@ void server_close(struct server *s, const char *why)
 	}
 	prep_server_free(s);
 	s->prep_on = false;
-	free(s->held_error);
-	s->held_error = NULL;
 	io_close(&s->io);
 	pool_server_closed(s, login_failed);
 	s->state = SERVER_CLOSED;
@@ -950,43 +948,6 @@ static void process_active(struct server *s)
 			uint8_t *repl = NULL;
 			uint32_t repl_len = 0;
 			enum prep_verdict verdict = prep_server_message(s, f.type, whole, total, &repl, &repl_len);
-			/* A schema change under a prepared statement: hold the error
-			 * back and replay the request (prepared afresh) if nothing of
-			 * it reached the client. */
-			if (verdict == PREP_PASS && f.type == PqMsg_ErrorResponse && whole && !s->held_error &&
-			    c->retry_on && c->retry && !c->replayed && !s->req_data &&
-			    memmem(whole, total, "\0C0A000\0", 8) &&
-			    memmem(whole, total, "cached plan must not change result type", 39) &&
-			    (s->held_error = malloc(total)) != NULL) {
-				memcpy(s->held_error, whole, total);
-				s->held_error_len = total;
-				drop_message(s, total);
-				continue;
-			}
-			if (f.type == PqMsg_ReadyForQuery && s->held_error) {
-				uint8_t *err = s->held_error;
-				uint32_t err_len = s->held_error_len;
-				s->held_error = NULL;
-				if (hdr[5] == 'I' && s->outstanding == 1 && c->retry) {
-					log_info("S-%llu: plan changed under a prepared statement: request sent again",
-						 (unsigned long long)s->id);
-					free(err);
-					drop_message(s, 6);
-					s->outstanding = 0;
-					s->tx_status = 'I';
-					evbuffer_prepend_buffer(c->io.in, c->retry);
-					c->retry_skip = s->req_msgs;
-					client_reply_started(c);
-					c->replayed = true;
-					s->req_msgs = 0;
-					s->req_data = false;
-					pool_release(s);
-					return;
-				}
-				/* Cannot replay: the client gets the error after all. */
-				evbuffer_add(out, err, err_len);
-				free(err);
-			}
 			switch (verdict) {
 			case PREP_PASS:
 				break;
@@ -1061,7 +1022,6 @@ static void process_active(struct server *s)
 			s->req_data = false;
 			s->skip_msgs = 0;
 			s->timeout_cancelled = false;
-			c->replayed = false;
 			client_reply_started(c);
 			if (s->outstanding == 0 && s->tx_status == 'I' &&
 			    (s->sp->pool->mode == POOL_MODE_TRANSACTION || c->close_when_released)) {

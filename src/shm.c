@@ -461,6 +461,16 @@ uint64_t shm_bans_generation(struct shm *shm)
 	return atomic_load_explicit(&shm->h->bans_gen, memory_order_acquire);
 }
 
+uint64_t shm_schema_generation(struct shm *shm)
+{
+	return atomic_load_explicit(&shm->h->schema_gen, memory_order_acquire);
+}
+
+uint64_t shm_schema_generation_bump(struct shm *shm)
+{
+	return atomic_fetch_add_explicit(&shm->h->schema_gen, 1, memory_order_acq_rel) + 1;
+}
+
 int64_t shm_ban_until(struct shm *shm, const char *host, int port, uint64_t *gen)
 {
 	lock(shm);

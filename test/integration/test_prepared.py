@@ -304,7 +304,15 @@ def test_bad_prepared_messages_then_normal_client(pgcat):
     c.close()
 
 
+def close_stmt(r, name):
+    r.send(pgwire.msg(b"C", b"S" + pgwire.cstr(name)) + pgwire.sync())
+    return r.read_until()
+
+
 def test_schema_change_then_statement_works_again(pgcat, pg):
+    """SPEC §5: a statement prepared before a schema change gets
+    PostgreSQL's 0A000 (drivers drop their description on it and prepare
+    again); prepared again after it, it works."""
     inst = small_pool(pgcat, 1)
     pg.sql("DROP TABLE IF EXISTS prep_schema; CREATE TABLE prep_schema (a int); INSERT INTO prep_schema VALUES (1); GRANT SELECT ON prep_schema TO app")
     r = inst.raw_login()
@@ -312,12 +320,142 @@ def test_schema_change_then_statement_works_again(pgcat, pg):
     first = raw_exec(r, "sel")
     assert first[0] == [["1"]], first
     pg.sql("ALTER TABLE prep_schema ADD COLUMN b text DEFAULT 'x'")
-    # PostgreSQL refuses the old plan (0A000); pgcat prepares the statement
-    # afresh and replays the execution: the client sees the new result.
+    rows, err, _ = raw_exec(r, "sel")
+    assert err is not None and err["C"] == "0A000" and "cached plan must not change result type" in err["M"], (rows, err)
+    # what pgx and asyncpg do on that error: close, prepare again
+    assert types_of(close_stmt(r, "sel")) == [b"3", b"Z"]
+    assert types_of(raw_prepare(r, "sel", "SELECT * FROM prep_schema")) == [b"1", b"Z"]
     rows, err, _ = raw_exec(r, "sel")
     assert err is None and rows == [["1", "x"]], (rows, err)
     r.close()
     pg.sql("DROP TABLE prep_schema")
+
+
+def test_schema_change_with_several_server_connections(pgcat, pg):
+    """Every connection of the pool held the old plan. Each client that
+    prepared before the change sees PostgreSQL's 0A000 once, as on its own
+    session; prepared again, the statement works on every server (stale
+    server-side copies are not reused)."""
+    inst = small_pool(pgcat, 3)
+    pg.sql("DROP TABLE IF EXISTS prep_schema2; CREATE TABLE prep_schema2 (a int); "
+           "INSERT INTO prep_schema2 VALUES (1); GRANT SELECT ON prep_schema2 TO app")
+    clients = [inst.raw_login() for _ in range(3)]
+    for r in clients:
+        assert types_of(raw_prepare(r, "sel", "SELECT * FROM prep_schema2")) == [b"1", b"Z"]
+    # hold all three servers at once so each prepares the statement
+    for r in clients:
+        r.simple("BEGIN")
+    for r in clients:
+        assert raw_exec(r, "sel")[0] == [["1"]]
+    for r in clients:
+        r.simple("COMMIT")
+    pg.sql("ALTER TABLE prep_schema2 ADD COLUMN b text DEFAULT 'y'")
+    for r in clients:
+        rows, err, _ = raw_exec(r, "sel")
+        assert err is not None and err["C"] == "0A000", (rows, err)
+        assert types_of(close_stmt(r, "sel")) == [b"3", b"Z"]
+        assert types_of(raw_prepare(r, "sel", "SELECT * FROM prep_schema2")) == [b"1", b"Z"]
+    for _ in range(3):
+        for r in clients:
+            r.simple("BEGIN")   # spread over the three servers
+        for r in clients:
+            rows, err, _ = raw_exec(r, "sel")
+            assert err is None and rows == [["1", "y"]], (rows, err)
+        for r in clients:
+            r.simple("COMMIT")
+    for r in clients:
+        r.close()
+    pg.sql("DROP TABLE prep_schema2")
+
+
+def test_ddl_through_pgcat_starts_a_schema_generation(pgcat, pg):
+    """A client prepared a statement before a DDL statement that another
+    client ran through pgcat (on another server): it gets PostgreSQL's
+    0A000 where the old copy is used, and a client that prepares after the
+    change gets the new result at once, on a server whose copy is stale."""
+    inst = small_pool(pgcat, 2)
+    pg.sql("DROP TABLE IF EXISTS prep_gen; CREATE TABLE prep_gen (a int); INSERT INTO prep_gen VALUES (1); "
+           "ALTER TABLE prep_gen OWNER TO app")
+    old = inst.raw_login()
+    other = inst.raw_login()
+    assert types_of(raw_prepare(old, "s", "SELECT * FROM prep_gen")) == [b"1", b"Z"]
+    # both servers get the statement
+    old.simple("BEGIN")
+    other.simple("BEGIN")
+    assert raw_exec(old, "s")[0] == [["1"]]
+    assert types_of(raw_prepare(other, "t", "SELECT * FROM prep_gen")) == [b"1", b"Z"]
+    assert raw_exec(other, "t")[0] == [["1"]]
+    old.simple("COMMIT")
+    other.simple("COMMIT")
+    ddl = inst.raw_login()
+    assert ddl.simple("ALTER TABLE prep_gen ADD COLUMN b int DEFAULT 2")[1] is None
+    ddl.close()
+    new = inst.raw_login()
+    for _ in range(4):
+        assert types_of(raw_prepare(new, "n", "SELECT * FROM prep_gen")) == [b"1", b"Z"]
+        new.simple("BEGIN")
+        rows, err, _ = raw_exec(new, "n")
+        assert err is None and rows == [["1", "2"]], (rows, err)
+        new.simple("COMMIT")
+        assert types_of(close_stmt(new, "n")) == [b"3", b"Z"]
+    rows, err, _ = raw_exec(old, "s")
+    assert err is not None and err["C"] == "0A000", (rows, err)
+    for r in (old, other, new):
+        r.close()
+    pg.sql("DROP TABLE prep_gen")
+
+
+def test_psycopg_alter_table_in_transaction(pgcat, pg):
+    """psycopg's own test_alter_table_clears_state: inside one transaction
+    a prepared SELECT *, ALTER TABLE, the SELECT again (psycopg dropped its
+    statements on ALTER and prepares again under the same text)."""
+    inst = small_pool(pgcat, 2)
+    c = inst.connect(prepare_threshold=0, autocommit=False)
+    c.execute("DROP TABLE IF EXISTS testalter")
+    c.execute("CREATE TABLE testalter (id serial primary key, data text)")
+    c.execute("INSERT INTO testalter (data) values (%s)", ["foo"])
+    assert [r[1] for r in c.execute("SELECT * from testalter ORDER BY id").fetchall()] == ["foo"]
+    c.execute("ALTER TABLE testalter ADD data2 text")
+    c.execute("INSERT INTO testalter (data) values (%s)", ["bar"])
+    assert [r[1] for r in c.execute("SELECT * from testalter ORDER BY id").fetchall()] == ["foo", "bar"]
+    c.rollback()
+    c.close()
+
+
+def test_psycopg_type_dropped_and_created_again(pgcat, pg):
+    """psycopg's own test_change_type*: an enum type dropped and created
+    again under a prepared INSERT (autocommit, so each statement may land
+    on another server): no 'cache lookup failed for type'."""
+    inst = small_pool(pgcat, 2)
+    c = inst.connect(prepare_threshold=0, autocommit=True)
+    for _ in range(4):
+        c.execute("DROP TABLE IF EXISTS preptable")
+        c.execute("DROP TYPE IF EXISTS prepenum")
+        c.execute("CREATE TYPE prepenum AS ENUM ('foo', 'bar', 'baz')")
+        c.execute("CREATE TABLE preptable(id integer, bar prepenum[])")
+        c.cursor().execute("INSERT INTO preptable (bar) VALUES (%(e)s::prepenum[])", {"e": ["foo"]})
+        c.cursor().executemany("INSERT INTO preptable (bar) VALUES (%(e)s::prepenum[])",
+                               [{"e": ["foo"]}, {"e": ["foo", "bar"]}])
+    assert c.execute("SELECT count(*) FROM preptable").fetchone()[0] == 3
+    c.execute("DROP TABLE preptable")
+    c.execute("DROP TYPE prepenum")
+    c.close()
+
+
+def test_psycopg_discard_all_through_extended_protocol(pgcat, pg):
+    """psycopg's own test_discard_clears_state: DISCARD ALL arrives as an
+    unnamed Parse; the server drops every statement of the session, and
+    pgcat must know it."""
+    inst = small_pool(pgcat, 1)
+    c = inst.connect(prepare_threshold=0, autocommit=True)
+    c.execute("DROP TABLE IF EXISTS testdisc")
+    c.execute("CREATE TABLE testdisc (id serial primary key, data text)")
+    c.execute("INSERT INTO testdisc (data) values (%s)", ["foo"])
+    c.execute("DISCARD ALL")
+    c.execute("INSERT INTO testdisc (data) values (%s)", ["bar"])
+    assert c.execute("SELECT count(*) FROM testdisc").fetchone()[0] == 2
+    c.execute("DROP TABLE testdisc")
+    c.close()
 
 
 def test_prepared_statements_switched_off_by_reload(pgcat):
@@ -358,29 +496,3 @@ def test_asyncpg_with_several_workers(pgcat, workers):
     async def main():
         await asyncio.gather(*(client(i) for i in range(12)))
     asyncio.run(main())
-
-
-def test_schema_change_with_several_server_connections(pgcat, pg):
-    """Every connection of the pool held the old plan: none of the clients
-    sees the 0A000 error."""
-    inst = small_pool(pgcat, 3)
-    pg.sql("DROP TABLE IF EXISTS prep_schema2; CREATE TABLE prep_schema2 (a int); "
-           "INSERT INTO prep_schema2 VALUES (1); GRANT SELECT ON prep_schema2 TO app")
-    clients = [inst.raw_login() for _ in range(3)]
-    for r in clients:
-        assert types_of(raw_prepare(r, "sel", "SELECT * FROM prep_schema2")) == [b"1", b"Z"]
-    # hold all three servers at once so each prepares the statement
-    for r in clients:
-        r.simple("BEGIN")
-    for r in clients:
-        assert raw_exec(r, "sel")[0] == [["1"]]
-    for r in clients:
-        r.simple("COMMIT")
-    pg.sql("ALTER TABLE prep_schema2 ADD COLUMN b text DEFAULT 'y'")
-    for _ in range(3):
-        for r in clients:
-            rows, err, _ = raw_exec(r, "sel")
-            assert err is None and rows == [["1", "y"]], (rows, err)
-    for r in clients:
-        r.close()
-    pg.sql("DROP TABLE prep_schema2")

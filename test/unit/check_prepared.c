@@ -14,7 +14,7 @@ static struct prep_stmt *stmt(struct prep_registry *r, int i)
 {
 	char q[64];
 	int n = snprintf(q, sizeof q, "SELECT %d", i);
-	return prep_registry_get(r, false, (const uint8_t *)q, (size_t)n + 1);
+	return prep_registry_get(r, false, (const uint8_t *)q, (size_t)n + 1, 0);
 }
 
 START_TEST(registry_dedups_and_frees)
@@ -27,7 +27,7 @@ START_TEST(registry_dedups_and_frees)
 	ck_assert_uint_eq(a->refs, 2);
 	ck_assert_uint_eq(r.count, 2);
 	/* the same text from SQL PREPARE is another statement */
-	struct prep_stmt *s = prep_registry_get(&r, true, a->key, a->key_len);
+	struct prep_stmt *s = prep_registry_get(&r, true, a->key, a->key_len, 0);
 	ck_assert_ptr_ne(s, a);
 	prep_stmt_unref(&r, s);
 	prep_stmt_unref(&r, a);
@@ -140,6 +140,42 @@ START_TEST(server_set_lru_and_model)
 }
 END_TEST
 
+/* A statement is an entry per schema generation (SPEC §5). */
+START_TEST(registry_entry_per_schema_generation)
+{
+	struct prep_registry r;
+	prep_registry_init(&r);
+	static const uint8_t key[] = "SELECT * FROM t\0\0";
+	struct prep_stmt *g0 = prep_registry_get(&r, false, key, sizeof key - 1, 0);
+	struct prep_stmt *g1 = prep_registry_get(&r, false, key, sizeof key - 1, 1);
+	ck_assert_ptr_nonnull(g0);
+	ck_assert_ptr_nonnull(g1);
+	ck_assert_ptr_ne(g0, g1);
+	ck_assert_uint_ne(g0->id, g1->id);   /* so their global names differ */
+	ck_assert_ptr_eq(prep_registry_find(&r, false, key, sizeof key - 1, 1), g1);
+	ck_assert_ptr_null(prep_registry_find(&r, false, key, sizeof key - 1, 2));
+	ck_assert_ptr_null(prep_registry_find(&r, true, key, sizeof key - 1, 0));
+	ck_assert_uint_eq(g1->refs, 1);      /* find takes no reference */
+	prep_stmt_unref(&r, g0);
+	prep_stmt_unref(&r, g1);
+	ck_assert_uint_eq(r.count, 0);
+	prep_registry_free(&r);
+}
+END_TEST
+
+START_TEST(schema_changing_tags)
+{
+	static const char *yes[] = { "CREATE TABLE", "ALTER TABLE", "DROP TYPE", "COMMENT", "GRANT", "REVOKE",
+				     "TRUNCATE TABLE", "DISCARD ALL", "DEALLOCATE ALL", "CREATE TYPE" };
+	static const char *no[] = { "SELECT 1", "INSERT 0 1", "UPDATE 3", "BEGIN", "COMMIT", "ROLLBACK", "SET",
+				    "DEALLOCATE", "DISCARD TEMP", "COPY 5", "DROPX", "" };
+	for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+		ck_assert_msg(prep_tag_changes_schema(yes[i], strlen(yes[i]) + 1), "%s", yes[i]);
+	for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+		ck_assert_msg(!prep_tag_changes_schema(no[i], strlen(no[i]) + 1), "%s", no[i]);
+}
+END_TEST
+
 Suite *prepared_suite(void)
 {
 	Suite *s = suite_create("prepared");
@@ -148,6 +184,8 @@ Suite *prepared_suite(void)
 	tcase_add_test(tc, registry_dedups_and_frees);
 	tcase_add_test(tc, client_names_match_a_model);
 	tcase_add_test(tc, server_set_lru_and_model);
+	tcase_add_test(tc, registry_entry_per_schema_generation);
+	tcase_add_test(tc, schema_changing_tags);
 	suite_add_tcase(s, tc);
 	return s;
 }
