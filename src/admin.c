@@ -43,12 +43,38 @@
 
 /* ---- result sets ---- */
 
+/*
+ * A column of a result set: its name and its type are written side by side
+ * in one table, so the RowDescription and the rows cannot drift apart.
+ * Typed drivers (psycopg, asyncpg) parse every value with the loader of the
+ * declared type, so one text value in an int8 column makes the whole SHOW
+ * unreadable. The types are PgBouncer's: int8 for counts, sizes, ports,
+ * pids and times in µs; text for names, addresses, states and timestamps.
+ */
+enum col_type { COL_TEXT, COL_INT8 };
+
+struct column {
+	const char *name;
+	enum col_type type;
+};
+
+#define COL_T(name) { (name), COL_TEXT }
+#define COL_I(name) { (name), COL_INT8 }
+
+struct columns {
+	const struct column *v;
+	size_t n;
+};
+
+#define COLUMNS_INIT(arr) { (arr), sizeof(arr) / sizeof *(arr) }
+#define COLUMNS(arr) ((struct columns)COLUMNS_INIT(arr))
+
 struct result {
 	struct client *c;         /* where rows go, or... */
 	struct shm_dump *dump;    /* ...into this worker's dump slot (c NULL) */
 	size_t dump_cap;
-	const char *types;        /* one char per column: 's' text, 'i' int8 */
-	int col;
+	struct columns cols;
+	size_t col;               /* the next column of the row being built */
 	int rows;
 	uint8_t buf[ADMIN_ROW_MAX];
 	struct pktbuf pb;
@@ -60,22 +86,22 @@ static void out_pkt(struct client *c, struct pktbuf *pb)
 		evbuffer_add(client_output(c), pb->data, pb->len);
 }
 
-static void res_begin(struct result *r, struct client *c, const char *const *cols, const char *types)
+static void res_begin(struct result *r, struct client *c, struct columns cols)
 {
 	r->c = c;
 	r->dump = NULL;
-	r->types = types;
+	r->cols = cols;
 	r->rows = 0;
-	size_t n = strlen(types);
 	pktbuf_init(&r->pb, r->buf, sizeof r->buf);
 	pktbuf_begin(&r->pb, PqMsg_RowDescription);
-	pktbuf_put_u16(&r->pb, (uint16_t)n);
-	for (size_t i = 0; i < n; i++) {
-		pktbuf_put_cstring(&r->pb, cols[i]);
+	pktbuf_put_u16(&r->pb, (uint16_t)cols.n);
+	for (size_t i = 0; i < cols.n; i++) {
+		bool int8 = cols.v[i].type == COL_INT8;
+		pktbuf_put_cstring(&r->pb, cols.v[i].name);
 		pktbuf_put_u32(&r->pb, 0);
 		pktbuf_put_u16(&r->pb, 0);
-		pktbuf_put_u32(&r->pb, types[i] == 'i' ? INT8OID : TEXTOID);
-		pktbuf_put_u16(&r->pb, types[i] == 'i' ? 8 : 0xffff);
+		pktbuf_put_u32(&r->pb, int8 ? INT8OID : TEXTOID);
+		pktbuf_put_u16(&r->pb, int8 ? 8 : 0xffff);
 		pktbuf_put_u32(&r->pb, 0xffffffffu);
 		pktbuf_put_u16(&r->pb, 0);
 	}
@@ -87,11 +113,23 @@ static void row_begin(struct result *r)
 {
 	pktbuf_init(&r->pb, r->buf, sizeof r->buf);
 	pktbuf_begin(&r->pb, PqMsg_DataRow);
-	pktbuf_put_u16(&r->pb, (uint16_t)strlen(r->types));
+	pktbuf_put_u16(&r->pb, (uint16_t)r->cols.n);
 	r->col = 0;
 }
 
-static void row_s(struct result *r, const char *s)
+/* The column the next value goes to, or NULL (logged) when the row is
+ * already full: a bug, but the DataRow keeps the declared column count. */
+static const struct column *next_col(struct result *r)
+{
+	if (r->col >= r->cols.n) {
+		log_error("admin: more values than the %zu columns starting with %s", r->cols.n,
+			  r->cols.n ? r->cols.v[0].name : "?");
+		return NULL;
+	}
+	return &r->cols.v[r->col++];
+}
+
+static void put_value(struct result *r, const char *s)
 {
 	if (!s) {
 		pktbuf_put_u32(&r->pb, 0xffffffffu);
@@ -100,21 +138,50 @@ static void row_s(struct result *r, const char *s)
 		pktbuf_put_u32(&r->pb, (uint32_t)n);
 		pktbuf_put_bytes(&r->pb, s, n);
 	}
-	r->col++;
+}
+
+/* NULL: fits a column of any type. */
+static void row_null(struct result *r)
+{
+	if (next_col(r))
+		put_value(r, NULL);
+}
+
+static void row_s(struct result *r, const char *s)
+{
+	const struct column *col = next_col(r);
+	if (!col)
+		return;
+	if (s && col->type != COL_TEXT) {
+		/* Text would break every typed reader of this column; NULL does not. */
+		log_error("admin: text value for int8 column %s", col->name);
+		s = NULL;
+	}
+	put_value(r, s);
 }
 
 static void row_i(struct result *r, int64_t v)
 {
+	const struct column *col = next_col(r);
+	if (!col)
+		return;
+	/* Digits read as text too, but the table and the code disagree. */
+	if (col->type != COL_INT8)
+		log_error("admin: number for text column %s", col->name);
 	char buf[32];
 	snprintf(buf, sizeof buf, "%" PRId64, v);
-	row_s(r, buf);
+	put_value(r, buf);
 }
 
 static void row_end(struct result *r)
 {
+	if (r->col != r->cols.n) {
+		log_error("admin: row with %zu values for %zu columns starting with %s", r->col, r->cols.n,
+			  r->cols.v[0].name);
+		while (r->col < r->cols.n)
+			row_null(r);
+	}
 	pktbuf_end(&r->pb);
-	if (r->col != (int)strlen(r->types))
-		log_error("admin: row with %d columns for %zu", r->col, strlen(r->types));
 	if (r->dump) {
 		if (r->pb.failed || r->dump->len + r->pb.len > r->dump_cap) {
 			r->dump->truncated++;
@@ -235,31 +302,35 @@ enum stats_view { STATS_VIEW_BOTH, STATS_VIEW_TOTALS, STATS_VIEW_AVERAGES };
 
 static void show_stats_view(struct client *c, enum stats_view view)
 {
-	static const char *const both[] = {
-		"database", "total_server_assignment_count", "total_xact_count", "total_query_count",
-		"total_received", "total_sent", "total_xact_time", "total_query_time", "total_wait_time",
-		"total_client_parse_count", "total_server_parse_count", "total_bind_count",
-		"total_client_login_count", "avg_server_assignment_count", "avg_xact_count", "avg_query_count",
-		"avg_recv", "avg_sent", "avg_xact_time", "avg_query_time", "avg_wait_time",
-		"avg_client_parse_count", "avg_server_parse_count", "avg_bind_count", "avg_client_login_count",
+	static const struct column both[] = {
+		COL_T("database"), COL_I("total_server_assignment_count"), COL_I("total_xact_count"),
+		COL_I("total_query_count"), COL_I("total_received"), COL_I("total_sent"), COL_I("total_xact_time"),
+		COL_I("total_query_time"), COL_I("total_wait_time"), COL_I("total_client_parse_count"),
+		COL_I("total_server_parse_count"), COL_I("total_bind_count"), COL_I("total_client_login_count"),
+		COL_I("avg_server_assignment_count"), COL_I("avg_xact_count"), COL_I("avg_query_count"),
+		COL_I("avg_recv"), COL_I("avg_sent"), COL_I("avg_xact_time"), COL_I("avg_query_time"),
+		COL_I("avg_wait_time"), COL_I("avg_client_parse_count"), COL_I("avg_server_parse_count"),
+		COL_I("avg_bind_count"), COL_I("avg_client_login_count"),
 		/* PgBouncer before 1.8 named the query count total_requests; exporters
 		 * of that era (Debian's prometheus-pgbouncer-exporter) still read it. */
-		"total_requests",
+		COL_I("total_requests"),
 	};
-	static const char *const totals[] = {
-		"database", "server_assignment_count", "xact_count", "query_count", "bytes_received",
-		"bytes_sent", "xact_time", "query_time", "wait_time", "client_parse_count",
-		"server_parse_count", "bind_count", "client_login_count",
+	static const struct column totals[] = {
+		COL_T("database"), COL_I("server_assignment_count"), COL_I("xact_count"), COL_I("query_count"),
+		COL_I("bytes_received"), COL_I("bytes_sent"), COL_I("xact_time"), COL_I("query_time"),
+		COL_I("wait_time"), COL_I("client_parse_count"), COL_I("server_parse_count"), COL_I("bind_count"),
+		COL_I("client_login_count"),
 	};
-	static const char *const avgs[] = {
-		"database", "server_assignment_count", "xact_count", "query_count", "bytes_received",
-		"bytes_sent", "xact_time", "query_time", "wait_time", "avg_client_parse_count",
-		"avg_server_parse_count", "avg_bind_count", "avg_client_login_count",
+	static const struct column avgs[] = {
+		COL_T("database"), COL_I("server_assignment_count"), COL_I("xact_count"), COL_I("query_count"),
+		COL_I("bytes_received"), COL_I("bytes_sent"), COL_I("xact_time"), COL_I("query_time"),
+		COL_I("wait_time"), COL_I("avg_client_parse_count"), COL_I("avg_server_parse_count"),
+		COL_I("avg_bind_count"), COL_I("avg_client_login_count"),
 	};
 	struct worker *w = c->w;
 	struct result r;
-	res_begin(&r, c, view == STATS_VIEW_BOTH ? both : view == STATS_VIEW_TOTALS ? totals : avgs,
-		  view == STATS_VIEW_BOTH ? "siiiiiiiiiiiiiiiiiiiiiiiii" : "siiiiiiiiiiii");
+	res_begin(&r, c,
+		  view == STATS_VIEW_BOTH ? COLUMNS(both) : view == STATS_VIEW_TOTALS ? COLUMNS(totals) : COLUMNS(avgs));
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
@@ -288,15 +359,16 @@ static void show_stats_averages(struct client *c) { show_stats_view(c, STATS_VIE
 
 static void show_pools(struct client *c)
 {
-	static const char *const cols[] = {
-		"database", "user", "cl_active", "cl_waiting", "cl_active_cancel_req", "cl_waiting_cancel_req",
-		"sv_active", "sv_active_cancel", "sv_being_canceled", "sv_idle", "sv_used", "sv_tested",
-		"sv_login", "maxwait", "maxwait_us", "pool_mode", "load_balance_hosts", "prepared_hits",
-		"prepared_misses", "paused",
+	static const struct column cols[] = {
+		COL_T("database"), COL_T("user"), COL_I("cl_active"), COL_I("cl_waiting"),
+		COL_I("cl_active_cancel_req"), COL_I("cl_waiting_cancel_req"), COL_I("sv_active"),
+		COL_I("sv_active_cancel"), COL_I("sv_being_canceled"), COL_I("sv_idle"), COL_I("sv_used"),
+		COL_I("sv_tested"), COL_I("sv_login"), COL_I("maxwait"), COL_I("maxwait_us"), COL_T("pool_mode"),
+		COL_T("load_balance_hosts"), COL_I("prepared_hits"), COL_I("prepared_misses"), COL_I("paused"),
 	};
 	struct worker *w = c->w;
 	struct result r;
-	res_begin(&r, c, cols, "ssiiiiiiiiiiiiissiii");
+	res_begin(&r, c, COLUMNS(cols));
 	/* This worker's figures fresh; the others' as of their last tick. */
 	pool_publish(w);
 	struct list_node *pos, *tmp;
@@ -325,7 +397,7 @@ static void show_pools(struct client *c)
 		row_i(&r, (int64_t)(maxwait / 1000000));
 		row_i(&r, (int64_t)(maxwait % 1000000));
 		row_s(&r, config_pool_mode_name(p->mode));
-		row_s(&r, NULL);
+		row_null(&r);
 		row_i(&r, (int64_t)st.v[STAT_PREPARED_HITS]);
 		row_i(&r, (int64_t)st.v[STAT_PREPARED_MISSES]);
 		row_i(&r, p->paused);
@@ -338,19 +410,20 @@ static const char *role_name(enum server_role role) { return config_server_role_
 
 static void show_databases(struct client *c)
 {
-	static const char *const cols[] = {
-		"name", "host", "port", "database", "force_user", "pool_size", "min_pool_size",
-		"reserve_pool_size", "server_lifetime", "pool_mode", "load_balance_hosts", "max_connections",
-		"current_connections", "max_client_connections", "current_client_connections", "paused",
-		"disabled", "shard", "role", "banned",
-		"reserve_pool",   /* the pre-1.8 name of reserve_pool_size, for old exporters */
+	static const struct column cols[] = {
+		COL_T("name"), COL_T("host"), COL_I("port"), COL_T("database"), COL_T("force_user"),
+		COL_I("pool_size"), COL_I("min_pool_size"), COL_I("reserve_pool_size"), COL_I("server_lifetime"),
+		COL_T("pool_mode"), COL_T("load_balance_hosts"), COL_I("max_connections"),
+		COL_I("current_connections"), COL_I("max_client_connections"), COL_I("current_client_connections"),
+		COL_I("paused"), COL_I("disabled"), COL_I("shard"), COL_T("role"), COL_I("banned"),
+		COL_I("reserve_pool"),   /* the pre-1.8 name of reserve_pool_size, for old exporters */
 	};
 	struct worker *w = c->w;
 	int64_t now = (int64_t)time(NULL);
 	struct bans bans;
 	shm_bans_copy(w->shm, &bans);
 	struct result r;
-	res_begin(&r, c, cols, "ssisiiiiissiiiiiiisii");
+	res_begin(&r, c, COLUMNS(cols));
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
@@ -376,13 +449,13 @@ static void show_databases(struct client *c)
 			row_s(&r, sp->host);
 			row_i(&r, sp->port);
 			row_s(&r, sp->database);
-			row_s(&r, NULL);
+			row_null(&r);
 			row_i(&r, p->pool_size);
 			row_i(&r, p->min_pool_size);
 			row_i(&r, 0);
 			row_i(&r, w->cfg->general.server_lifetime / 1000);
 			row_s(&r, config_pool_mode_name(p->mode));
-			row_s(&r, NULL);
+			row_null(&r);
 			row_i(&r, 0);
 			row_i(&r, conns);
 			row_i(&r, w->cfg->general.max_client_conn);
@@ -399,13 +472,13 @@ static void show_databases(struct client *c)
 	res_end(&r);
 }
 
-static const char *const conn_cols[] = {
-	"type", "user", "database", "replication", "state", "addr", "port", "local_addr", "local_port",
-	"connect_time", "request_time", "wait", "wait_us", "close_needed", "ptr", "link", "remote_pid",
-	"tls", "application_name", "prepared_statements", "id", "worker", "shard", "role",
-	"prepared_hits", "prepared_misses",
+static const struct column conn_cols[] = {
+	COL_T("type"), COL_T("user"), COL_T("database"), COL_T("replication"), COL_T("state"), COL_T("addr"),
+	COL_I("port"), COL_T("local_addr"), COL_I("local_port"), COL_T("connect_time"), COL_T("request_time"),
+	COL_I("wait"), COL_I("wait_us"), COL_I("close_needed"), COL_T("ptr"), COL_T("link"), COL_I("remote_pid"),
+	COL_T("tls"), COL_T("application_name"), COL_I("prepared_statements"), COL_I("id"), COL_I("worker"),
+	COL_I("shard"), COL_T("role"), COL_I("prepared_hits"), COL_I("prepared_misses"),
 };
-static const char conn_types[] = "sssssssiissiiissisiiiiisii";
 
 static void client_row(struct result *r, const struct client *c, const char *state)
 {
@@ -430,7 +503,7 @@ static void client_row(struct result *r, const struct client *c, const char *sta
 	char a[CLIENT_ADDR_STRLEN];
 	row_s(r, client_addr_str(c, a));
 	row_i(r, c->port);
-	row_s(r, NULL);
+	row_null(r);
 	row_i(r, 0);
 	row_s(r, ct);
 	row_s(r, rt);
@@ -477,7 +550,7 @@ static void client_rows(struct result *r, struct worker *w)
 static void show_clients(struct client *c)
 {
 	struct result r;
-	res_begin(&r, c, conn_cols, conn_types);
+	res_begin(&r, c, COLUMNS(conn_cols));
 	client_rows(&r, c->w);
 	res_end(&r);
 }
@@ -517,7 +590,7 @@ static void server_rows(struct result *r, struct list_node *head)
 		row_s(r, server_show_state(s));
 		row_s(r, s->sp->host);
 		row_i(r, s->sp->port);
-		row_s(r, NULL);
+		row_null(r);
 		row_i(r, 0);
 		row_s(r, ct);
 		row_s(r, rt);
@@ -561,7 +634,7 @@ static void all_server_rows(struct result *r, struct worker *w)
 static void show_servers(struct client *c)
 {
 	struct result r;
-	res_begin(&r, c, conn_cols, conn_types);
+	res_begin(&r, c, COLUMNS(conn_cols));
 	all_server_rows(&r, c->w);
 	res_end(&r);
 }
@@ -570,8 +643,10 @@ static void show_servers(struct client *c)
 
 /* This worker's prepared statements (each worker keeps its own registry,
  * so one text can be listed once per worker). */
-static const char *const prep_cols[] = { "pool", "user", "name", "query", "servers", "hits", "misses", "worker" };
-static const char prep_types[] = "ssssiiii";
+static const struct column prep_cols[] = {
+	COL_T("pool"), COL_T("user"), COL_T("name"), COL_T("query"), COL_I("servers"), COL_I("hits"),
+	COL_I("misses"), COL_I("worker"),
+};
 
 static void prepared_rows(struct result *r, struct worker *w)
 {
@@ -599,7 +674,7 @@ static void prepared_rows(struct result *r, struct worker *w)
 static void show_prepared_statements(struct client *c)
 {
 	struct result r;
-	res_begin(&r, c, prep_cols, prep_types);
+	res_begin(&r, c, COLUMNS(prep_cols));
 	prepared_rows(&r, c->w);
 	res_end(&r);
 }
@@ -614,11 +689,10 @@ static const char *const dump_names[SHM_DUMP__COUNT] = {
 	[SHM_DUMP_SERVERS] = "servers",
 	[SHM_DUMP_PREPARED] = "prepared_statements",
 };
-static const char *const *const dump_cols[SHM_DUMP__COUNT] = {
-	[SHM_DUMP_CLIENTS] = conn_cols, [SHM_DUMP_SERVERS] = conn_cols, [SHM_DUMP_PREPARED] = prep_cols,
-};
-static const char *const dump_types[SHM_DUMP__COUNT] = {
-	[SHM_DUMP_CLIENTS] = conn_types, [SHM_DUMP_SERVERS] = conn_types, [SHM_DUMP_PREPARED] = prep_types,
+static const struct columns dump_cols[SHM_DUMP__COUNT] = {
+	[SHM_DUMP_CLIENTS] = COLUMNS_INIT(conn_cols),
+	[SHM_DUMP_SERVERS] = COLUMNS_INIT(conn_cols),
+	[SHM_DUMP_PREPARED] = COLUMNS_INIT(prep_cols),
 };
 
 static int dump_kind(const char *name)
@@ -638,7 +712,7 @@ void admin_dump(struct worker *w, const char *what, uint64_t seq)
 	memset(&r, 0, sizeof r);
 	r.dump = shm_dump_slot(w->shm, (enum shm_dump_kind)kind, w->id);
 	r.dump_cap = shm_dump_capacity(w->shm);
-	r.types = dump_types[kind];
+	r.cols = dump_cols[kind];
 	shm_dump_begin(r.dump);
 	dump_producers[kind](&r, w);
 	shm_dump_commit(r.dump, seq);
@@ -649,7 +723,7 @@ static void finish_dump(struct client *c, int kind, uint64_t seq)
 {
 	struct worker *w = c->w;
 	struct result r;
-	res_begin(&r, c, dump_cols[kind], dump_types[kind]);
+	res_begin(&r, c, dump_cols[kind]);
 	dump_producers[kind](&r, w);
 	uint32_t truncated = 0;
 	int missing = 0;
@@ -686,13 +760,14 @@ static void finish_dump(struct client *c, int kind, uint64_t seq)
 
 static void show_users(struct client *c)
 {
-	static const char *const cols[] = {
-		"name", "pool_size", "reserve_pool_size", "pool_mode", "max_user_connections",
-		"current_connections", "max_user_client_connections", "current_client_connections",
+	static const struct column cols[] = {
+		COL_T("name"), COL_I("pool_size"), COL_I("reserve_pool_size"), COL_T("pool_mode"),
+		COL_I("max_user_connections"), COL_I("current_connections"), COL_I("max_user_client_connections"),
+		COL_I("current_client_connections"),
 	};
 	struct worker *w = c->w;
 	struct result r;
-	res_begin(&r, c, cols, "siisiiii");
+	res_begin(&r, c, COLUMNS(cols));
 	struct list_node *pos, *tmp, *qp, *qt;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
@@ -731,9 +806,10 @@ static void show_users(struct client *c)
 
 static void show_config(struct client *c)
 {
-	static const char *const cols[] = { "key", "value", "default", "changeable" };
+	/* value and default as text: the keys have all sorts of types */
+	static const struct column cols[] = { COL_T("key"), COL_T("value"), COL_T("default"), COL_T("changeable") };
 	struct result r;
-	res_begin(&r, c, cols, "ssss");
+	res_begin(&r, c, COLUMNS(cols));
 	size_t n;
 	const struct config_key_info *keys = config_general_keys(&n);
 	for (size_t i = 0; i < n; i++) {
@@ -752,7 +828,7 @@ static void show_config(struct client *c)
 
 static void show_lists(struct client *c)
 {
-	static const char *const cols[] = { "list", "items" };
+	static const struct column cols[] = { COL_T("list"), COL_I("items") };
 	struct worker *w = c->w;
 	int pools = 0, used_servers = 0, free_servers = 0, login_clients = 0, used_clients = 0;
 	struct list_node *pos, *tmp;
@@ -782,7 +858,7 @@ static void show_lists(struct client *c)
 		{ "dns_queries", dns_pending_n }, { "dns_pending", dns_pending_n },
 	};
 	struct result r;
-	res_begin(&r, c, cols, "si");
+	res_begin(&r, c, COLUMNS(cols));
 	for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
 		row_begin(&r);
 		row_s(&r, rows[i].name);
@@ -794,9 +870,9 @@ static void show_lists(struct client *c)
 
 static void show_version(struct client *c)
 {
-	static const char *const cols[] = { "version" };
+	static const struct column cols[] = { COL_T("version") };
 	struct result r;
-	res_begin(&r, c, cols, "s");
+	res_begin(&r, c, COLUMNS(cols));
 	row_begin(&r);
 	row_s(&r, "pgcat " PACKAGE_VERSION);
 	row_end(&r);
@@ -805,7 +881,9 @@ static void show_version(struct client *c)
 
 static void show_mem(struct client *c)
 {
-	static const char *const cols[] = { "name", "size", "used", "free", "memtotal" };
+	static const struct column cols[] = {
+		COL_T("name"), COL_I("size"), COL_I("used"), COL_I("free"), COL_I("memtotal"),
+	};
 	struct worker *w = c->w;
 	int servers = 0, pools = 0;
 	struct list_node *pos, *tmp;
@@ -822,7 +900,7 @@ static void show_mem(struct client *c)
 		{ "cancel_slot", sizeof(struct cancel_slot), (int)w->cancel.n_slots },
 	};
 	struct result r;
-	res_begin(&r, c, cols, "siiii");
+	res_begin(&r, c, COLUMNS(cols));
 	for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
 		row_begin(&r);
 		row_s(&r, rows[i].name);
@@ -837,9 +915,9 @@ static void show_mem(struct client *c)
 
 static void show_dns_hosts(struct client *c)
 {
-	static const char *const cols[] = { "hostname", "ttl", "addrs" };
+	static const struct column cols[] = { COL_T("hostname"), COL_I("ttl"), COL_T("addrs") };
 	struct result r;
-	res_begin(&r, c, cols, "sis");
+	res_begin(&r, c, COLUMNS(cols));
 	/* This worker's c-ares cache: each server host name it has looked up,
 	 * seconds until its answer goes stale, and the addresses (in the order
 	 * they are tried). */
@@ -868,18 +946,19 @@ static void show_dns_hosts(struct client *c)
 
 static void show_shards(struct client *c)
 {
-	static const char *const cols[] = {
-		"pool", "shard", "host", "port", "role", "banned", "ban_reason", "ban_remaining_s",
-		"cl_active", "sv_active", "sv_idle", "xact_count",
+	static const struct column cols[] = {
+		COL_T("pool"), COL_I("shard"), COL_T("host"), COL_I("port"), COL_T("role"), COL_I("banned"),
+		COL_T("ban_reason"), COL_I("ban_remaining_s"), COL_I("cl_active"), COL_I("sv_active"),
+		COL_I("sv_idle"), COL_I("xact_count"),
 		/* pgcat's own: transactions routed here, by how the shard was chosen */
-		"routed_key", "routed_set", "routed_hint", "routed_default",
+		COL_I("routed_key"), COL_I("routed_set"), COL_I("routed_hint"), COL_I("routed_default"),
 	};
 	struct worker *w = c->w;
 	int64_t now = (int64_t)time(NULL);
 	struct bans bans;
 	shm_bans_copy(w->shm, &bans);
 	struct result r;
-	res_begin(&r, c, cols, "sisisisiiiiiiiii");
+	res_begin(&r, c, COLUMNS(cols));
 	struct list_node *pos, *tmp, *qp, *qt;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
@@ -933,15 +1012,16 @@ static void show_shards(struct client *c)
 
 static void show_bans(struct client *c)
 {
-	static const char *const cols[] = {
-		"pool", "shard", "host", "port", "role", "reason", "banned_at", "remaining_s", "source",
+	static const struct column cols[] = {
+		COL_T("pool"), COL_I("shard"), COL_T("host"), COL_I("port"), COL_T("role"), COL_T("reason"),
+		COL_T("banned_at"), COL_I("remaining_s"), COL_T("source"),
 	};
 	struct worker *w = c->w;
 	int64_t now = (int64_t)time(NULL);
 	struct bans bans;
 	shm_bans_copy(w->shm, &bans);
 	struct result r;
-	res_begin(&r, c, cols, "sisisssis");
+	res_begin(&r, c, COLUMNS(cols));
 	for (int i = 0; i < BANS_MAX; i++) {
 		const struct ban *b = &bans.items[i];
 		if (!b->used || b->until <= now)
@@ -976,12 +1056,13 @@ static void show_bans(struct client *c)
 			}
 		}
 		if (!any) {
+			/* a host no pool uses: no pool, shard or role */
 			row_begin(&r);
-			row_s(&r, NULL);
-			row_s(&r, NULL);
+			row_null(&r);
+			row_null(&r);
 			row_s(&r, b->host);
 			row_i(&r, b->port);
-			row_s(&r, NULL);
+			row_null(&r);
 			row_s(&r, b->reason);
 			row_s(&r, at);
 			row_i(&r, b->until - now);
@@ -994,11 +1075,13 @@ static void show_bans(struct client *c)
 
 static void show_workers(struct client *c)
 {
-	static const char *const cols[] = { "worker", "pid", "started", "clients", "servers", "restarts" };
+	static const struct column cols[] = {
+		COL_I("worker"), COL_I("pid"), COL_T("started"), COL_I("clients"), COL_I("servers"), COL_I("restarts"),
+	};
 	struct worker *w = c->w;
 	pool_publish(w);
 	struct result r;
-	res_begin(&r, c, cols, "iisiii");
+	res_begin(&r, c, COLUMNS(cols));
 	for (uint32_t i = 0; i < w->shm->h->n_workers; i++) {
 		struct shm_worker *sw = &w->shm->h->workers[i];
 		int32_t pid = atomic_load(&sw->pid);
