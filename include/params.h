@@ -65,6 +65,19 @@ bool params_settable(const char *name);
 /* Does PostgreSQL report it with ParameterStatus? */
 bool params_reported(const char *name);
 
+/* The value PostgreSQL reports for the setting name given as value: the
+ * encoding's own name for client_encoding (utf8, UNICODE -> UTF8; euc-jp ->
+ * EUC_JP), "ISO, MDY" for DateStyle iso, on/off for a boolean, an enum's
+ * name in lower case. current is the session's value before (DateStyle keeps
+ * the half the new value does not give), or NULL. true: out holds it; false:
+ * a setting or a spelling pgcat does not know (left to the server, whose
+ * ParameterStatus corrects it). Clients compare what they asked for with
+ * what is reported, so pgcat must say what PostgreSQL says. */
+bool params_canonical(const char *name, const char *value, const char *current, char *out, size_t outsz);
+/* Each reported setting of p in the form PostgreSQL reports it (above),
+ * relative to base's values (the server's defaults, for a login). */
+void params_canonicalize(struct params *p, const struct params *base);
+
 /* Write into out a single simple-protocol SQL string of SET/RESET statements
  * that makes the server's tracked values equal the client's. Returns the
  * number of statements (0: nothing to do), or -1 if out is too small. */

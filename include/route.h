@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * route: which server a transaction goes to (SPEC §4). The role comes from
- * the client's SET SERVER ROLE, else a comment hint or the query parser's
- * verdict on the transaction's first statement (query_parser_enabled), else
- * default_role; then one server of the shard is picked among those of that
+ * a comment hint on the transaction's first statement, else the client's
+ * SET SERVER ROLE, else the query parser's verdict on that statement
+ * (query_parser_enabled), else default_role; then one server of the shard is picked among those of that
  * role that are not banned, at random or by least outstanding connections.
  */
 #ifndef PGCAT_ROUTE_H

@@ -644,6 +644,9 @@ static void send_welcome(struct client *c)
 			pktbuf_parameter_status(&pb, d->name, d->value);
 		}
 	} else {
+		/* As PostgreSQL would report them (client_encoding=utf8 comes
+		 * back UTF8): drivers compare the two. */
+		params_canonicalize(&c->params, &p->defaults);
 		for (size_t i = 0; i < params_count(&p->defaults); i++) {
 			const struct param *d = params_at(&p->defaults, i);
 			const struct param *mine = params_get(&c->params, d->name);

@@ -241,6 +241,232 @@ bool params_reported(const char *name)
 	return false;
 }
 
+/* ---- the values PostgreSQL reports ---- */
+
+/* PostgreSQL's encoding names and the spellings it accepts for them: a
+ * name is looked up with case folded and everything but letters and digits
+ * dropped (utf-8, UTF_8 and Utf8 are all utf8). The left column is that
+ * folded form. */
+static const struct {
+	const char *key, *name;
+} encodings[] = {
+	{ "abc", "WIN1258" },           { "alt", "WIN866" },
+	{ "big5", "BIG5" },             { "euccn", "EUC_CN" },
+	{ "eucjis2004", "EUC_JIS_2004" }, { "eucjp", "EUC_JP" },
+	{ "euckr", "EUC_KR" },          { "euctw", "EUC_TW" },
+	{ "gb18030", "GB18030" },       { "gbk", "GBK" },
+	{ "iso88591", "LATIN1" },       { "iso88592", "LATIN2" },
+	{ "iso88593", "LATIN3" },       { "iso88594", "LATIN4" },
+	{ "iso88595", "ISO_8859_5" },   { "iso88596", "ISO_8859_6" },
+	{ "iso88597", "ISO_8859_7" },   { "iso88598", "ISO_8859_8" },
+	{ "iso88599", "LATIN5" },       { "iso885910", "LATIN6" },
+	{ "iso885913", "LATIN7" },      { "iso885914", "LATIN8" },
+	{ "iso885915", "LATIN9" },      { "iso885916", "LATIN10" },
+	{ "johab", "JOHAB" },           { "koi8", "KOI8R" },
+	{ "koi8r", "KOI8R" },           { "koi8u", "KOI8U" },
+	{ "latin1", "LATIN1" },         { "latin2", "LATIN2" },
+	{ "latin3", "LATIN3" },         { "latin4", "LATIN4" },
+	{ "latin5", "LATIN5" },         { "latin6", "LATIN6" },
+	{ "latin7", "LATIN7" },         { "latin8", "LATIN8" },
+	{ "latin9", "LATIN9" },         { "latin10", "LATIN10" },
+	{ "mskanji", "SJIS" },          { "muleinternal", "MULE_INTERNAL" },
+	{ "shiftjis", "SJIS" },         { "shiftjis2004", "SHIFT_JIS_2004" },
+	{ "sjis", "SJIS" },             { "sqlascii", "SQL_ASCII" },
+	{ "tcvn", "WIN1258" },          { "tcvn5712", "WIN1258" },
+	{ "uhc", "UHC" },               { "unicode", "UTF8" },
+	{ "utf8", "UTF8" },             { "vscii", "WIN1258" },
+	{ "win", "WIN1251" },           { "win866", "WIN866" },
+	{ "win874", "WIN874" },         { "win932", "SJIS" },
+	{ "win936", "GBK" },            { "win949", "UHC" },
+	{ "win950", "BIG5" },           { "win1250", "WIN1250" },
+	{ "win1251", "WIN1251" },       { "win1252", "WIN1252" },
+	{ "win1253", "WIN1253" },       { "win1254", "WIN1254" },
+	{ "win1255", "WIN1255" },       { "win1256", "WIN1256" },
+	{ "win1257", "WIN1257" },       { "win1258", "WIN1258" },
+	{ "windows866", "WIN866" },     { "windows874", "WIN874" },
+	{ "windows932", "SJIS" },       { "windows936", "GBK" },
+	{ "windows949", "UHC" },        { "windows950", "BIG5" },
+	{ "windows1250", "WIN1250" },   { "windows1251", "WIN1251" },
+	{ "windows1252", "WIN1252" },   { "windows1253", "WIN1253" },
+	{ "windows1254", "WIN1254" },   { "windows1255", "WIN1255" },
+	{ "windows1256", "WIN1256" },   { "windows1257", "WIN1257" },
+	{ "windows1258", "WIN1258" },
+};
+
+static const char *encoding_name(const char *value)
+{
+	char key[24];
+	size_t n = 0;
+	for (const char *s = value; *s; s++) {
+		if (!isalnum((unsigned char)*s))
+			continue;
+		if (n + 1 >= sizeof key)
+			return NULL;
+		key[n++] = (char)tolower((unsigned char)*s);
+	}
+	key[n] = '\0';
+	for (size_t i = 0; i < sizeof encodings / sizeof *encodings; i++)
+		if (strcmp(key, encodings[i].key) == 0)
+			return encodings[i].name;
+	return NULL;
+}
+
+/* DateStyle is two settings in one: the output style and the field order
+ * for input. A value may give either or both (with synonyms); what it
+ * leaves out stays as it was, except that German brings DMY with it. */
+enum date_style { DS_NONE = -1, DS_ISO, DS_SQL, DS_POSTGRES, DS_GERMAN };
+enum date_order { DO_NONE = -1, DO_YMD, DO_DMY, DO_MDY };
+
+static bool datestyle_parse(const char *value, enum date_style *style, enum date_order *order)
+{
+	enum date_style st = DS_NONE;
+	enum date_order ord = DO_NONE;
+	bool german_order = false;
+	const char *s = value;
+	for (;;) {
+		while (isspace((unsigned char)*s))
+			s++;
+		const char *b = s;
+		while (*s && *s != ',')
+			s++;
+		const char *e = s;
+		while (e > b && isspace((unsigned char)e[-1]))
+			e--;
+		size_t n = (size_t)(e - b);
+		if (n == 0 || n > 32)
+			return false;
+		char tok[33];
+		for (size_t i = 0; i < n; i++)
+			tok[i] = (char)tolower((unsigned char)b[i]);
+		tok[n] = '\0';
+		enum date_style ts = DS_NONE;
+		enum date_order to = DO_NONE;
+		if (strcmp(tok, "iso") == 0)
+			ts = DS_ISO;
+		else if (strcmp(tok, "sql") == 0)
+			ts = DS_SQL;
+		else if (strncmp(tok, "postgres", 8) == 0)
+			ts = DS_POSTGRES;
+		else if (strcmp(tok, "german") == 0)
+			ts = DS_GERMAN;
+		else if (strcmp(tok, "ymd") == 0)
+			to = DO_YMD;
+		else if (strcmp(tok, "dmy") == 0 || strncmp(tok, "euro", 4) == 0)
+			to = DO_DMY;
+		else if (strcmp(tok, "mdy") == 0 || strcmp(tok, "us") == 0 || strncmp(tok, "noneuro", 7) == 0)
+			to = DO_MDY;
+		else
+			return false;   /* DEFAULT, a typo: the server decides */
+		if (ts != DS_NONE) {
+			if (st != DS_NONE && st != ts)
+				return false;   /* PostgreSQL refuses conflicting styles */
+			st = ts;
+			if (ts == DS_GERMAN && ord == DO_NONE) {
+				ord = DO_DMY;
+				german_order = true;
+			}
+		} else {
+			if (ord != DO_NONE && ord != to && !german_order)
+				return false;
+			ord = to;
+			german_order = false;
+		}
+		if (!*s)
+			break;
+		s++;
+	}
+	*style = st;
+	*order = ord;
+	return true;
+}
+
+static bool datestyle_canonical(const char *value, const char *current, char *out, size_t outsz)
+{
+	static const char *const styles[] = { "ISO", "SQL", "Postgres", "German" };
+	static const char *const orders[] = { "YMD", "DMY", "MDY" };
+	/* PostgreSQL's built-in default, when the session's is not known. */
+	enum date_style st = DS_ISO, cst;
+	enum date_order ord = DO_MDY, cord;
+	if (current && datestyle_parse(current, &cst, &cord)) {
+		if (cst != DS_NONE)
+			st = cst;
+		if (cord != DO_NONE)
+			ord = cord;
+	}
+	enum date_style nst;
+	enum date_order nord;
+	if (!datestyle_parse(value, &nst, &nord))
+		return false;
+	if (nst != DS_NONE)
+		st = nst;
+	if (nord != DO_NONE)
+		ord = nord;
+	return (size_t)snprintf(out, outsz, "%s, %s", styles[st], orders[ord]) < outsz;
+}
+
+/* PostgreSQL's booleans: on, off, true, false, yes, no, 1, 0, any case,
+ * and any unambiguous prefix of true, false, yes, no (of, off for off). */
+static bool bool_canonical(const char *value, char *out, size_t outsz)
+{
+	size_t n = strlen(value);
+	int v = -1;
+	if (n == 0)
+		return false;
+	if (strcmp(value, "1") == 0)
+		v = 1;
+	else if (strcmp(value, "0") == 0)
+		v = 0;
+	else if (strncasecmp(value, "true", n) == 0 || strncasecmp(value, "yes", n) == 0)
+		v = 1;
+	else if (strncasecmp(value, "false", n) == 0 || strncasecmp(value, "no", n) == 0)
+		v = 0;
+	else if (strcasecmp(value, "on") == 0)
+		v = 1;
+	else if (n >= 2 && strncasecmp(value, "off", n) == 0)
+		v = 0;
+	if (v < 0 || outsz < 4)
+		return false;
+	strcpy(out, v ? "on" : "off");
+	return true;
+}
+
+bool params_canonical(const char *name, const char *value, const char *current, char *out, size_t outsz)
+{
+	if (strcasecmp(name, "client_encoding") == 0) {
+		/* PostgreSQL reports UNICODE, spelled exactly so, as given: old
+		 * JDBC drivers ask for it and expect it back. */
+		const char *enc = strcmp(value, "UNICODE") == 0 ? "UNICODE" : encoding_name(value);
+		return enc && (size_t)snprintf(out, outsz, "%s", enc) < outsz;
+	}
+	if (strcasecmp(name, "DateStyle") == 0)
+		return datestyle_canonical(value, current, out, outsz);
+	if (strcasecmp(name, "IntervalStyle") == 0) {
+		static const char *const styles[] = { "postgres", "postgres_verbose", "sql_standard", "iso_8601" };
+		for (size_t i = 0; i < sizeof styles / sizeof *styles; i++)
+			if (strcasecmp(value, styles[i]) == 0)
+				return (size_t)snprintf(out, outsz, "%s", styles[i]) < outsz;
+		return false;
+	}
+	if (strcasecmp(name, "standard_conforming_strings") == 0 ||
+	    strcasecmp(name, "default_transaction_read_only") == 0)
+		return bool_canonical(value, out, outsz);
+	return false;
+}
+
+void params_canonicalize(struct params *p, const struct params *base)
+{
+	char buf[PARAMS_VALUE_MAX + 1];
+	for (size_t i = 0; i < params_count(p); i++) {
+		const struct param *e = params_at(p, i);
+		if (e->raw || !params_reported(e->name))
+			continue;
+		const struct param *b = base ? params_get(base, e->name) : NULL;
+		if (params_canonical(e->name, e->value, b ? b->value : NULL, buf, sizeof buf) &&
+		    strcmp(buf, e->value) != 0)
+			(void)params_set(p, e->name, buf, false);   /* replaces entry i in place */
+	}
+}
+
 static bool valid_name(const char *s)
 {
 	if (!*s)
@@ -442,6 +668,59 @@ static size_t guc_name(const char *s, const char *end, char *out, size_t outsz)
 	return n;
 }
 
+/* The SQL text of a SET's value as the setting's input: a comma-separated
+ * list of 'string' literals (without backslashes, whose meaning depends on
+ * standard_conforming_strings), bare words (folded to lower case, as the
+ * grammar folds identifiers) and unsigned numbers, joined with ", " as
+ * PostgreSQL joins list values. *one_string: it was a single literal.
+ * false: some other form (E'', INTERVAL, an expression): kept as SQL. */
+static bool sql_plain_value(const char *v, char *out, size_t outsz, bool *one_string)
+{
+	size_t n = 0, items = 0;
+	bool strings_only = true;
+	const char *s = v;
+	for (;;) {
+		while (isspace((unsigned char)*s))
+			s++;
+		if (items++ && !append(out, outsz, &n, ", ", 2))
+			return false;
+		if (*s == '\'') {
+			for (s++;; s++) {
+				if (!*s || *s == '\\')
+					return false;
+				if (*s == '\'') {
+					if (s[1] != '\'')
+						break;
+					s++;
+				}
+				if (!append(out, outsz, &n, s, 1))
+					return false;
+			}
+			s++;
+		} else if (isalnum((unsigned char)*s) || *s == '_') {
+			strings_only = false;
+			bool word = !isdigit((unsigned char)*s);
+			for (; isalnum((unsigned char)*s) || *s == '_' || (!word && *s == '.'); s++) {
+				char ch = (char)tolower((unsigned char)*s);
+				if (!append(out, outsz, &n, &ch, 1))
+					return false;
+			}
+		} else {
+			return false;
+		}
+		while (isspace((unsigned char)*s))
+			s++;
+		if (!*s)
+			break;
+		if (*s++ != ',')
+			return false;
+	}
+	if (n == 0)
+		out[0] = '\0';
+	*one_string = strings_only && items == 1;
+	return true;
+}
+
 enum params_stmt params_track_statement(struct params *p, const char *sql, size_t len,
 					const struct params *defaults)
 {
@@ -520,8 +799,29 @@ enum params_stmt params_track_statement(struct params *p, const char *sql, size_
 		reset_unreported(p, defaults, name);
 		return PARAMS_STMT_RESET;
 	}
-	/* Reported settings: the server's ParameterStatus brings the canonical
-	 * value right after; keeping the SQL text until then is harmless. */
+	/* Reported settings: the server's ParameterStatus brings the value as
+	 * PostgreSQL spells it when the value changes, but sends nothing when
+	 * it does not (SET client_encoding TO 'utf8' on a UTF8 session). So
+	 * they are kept as PostgreSQL would report them, where pgcat knows
+	 * how: the SQL text would differ from the server's UTF8 and cost a
+	 * useless SET at every hand-over. A plain string of another reported
+	 * setting (TimeZone, application_name) is kept as given; anything else
+	 * as SQL text, until the ParameterStatus. */
+	if (params_reported(name)) {
+		char plain[PARAMS_VALUE_MAX + 1], canon[PARAMS_VALUE_MAX + 1];
+		bool one_string;
+		const struct param *cur = params_get(p, name);
+		if (sql_plain_value(buf, plain, sizeof plain, &one_string)) {
+			if (params_canonical(name, plain, cur ? cur->value : NULL, canon, sizeof canon)) {
+				(void)params_set(p, name, canon, false);
+				return PARAMS_STMT_SET;
+			}
+			if (one_string) {
+				(void)params_set(p, name, plain, false);
+				return PARAMS_STMT_SET;
+			}
+		}
+	}
 	(void)params_set(p, name, buf, true);
 	return PARAMS_STMT_SET;
 }

@@ -227,6 +227,19 @@ static enum router_role decide_role(struct client *c, const struct proto_frame *
 	struct pool *p = c->pool;
 	const struct config_pool *cp = p->cpool;
 	*writes = false;
+	/* SPEC §4: a comment hint on the transaction's first statement, else
+	 * SET SERVER ROLE, else the parser's verdict, else default_role. The
+	 * hint is the most specific choice, so it is read first, even when the
+	 * session has a role SET (which applies again to the next transaction). */
+	bool held = c->held_begin && cp->query_parser_enabled;
+	const char *sql;
+	size_t len;
+	struct router_verdict local;
+	const struct router_verdict *v = NULL;
+	if (!held && first_statement(c, f, &sql, &len))
+		v = classify(c, rr, sql, len, &local);
+	if (v && v->hint_role != ROUTER_ROLE_NONE)
+		return v->hint_role;
 	if (c->role_override != ROUTER_ROLE_NONE)
 		return (enum router_role)c->role_override;
 	enum router_role role = ROUTER_ROLE_ANY;
@@ -235,20 +248,12 @@ static enum router_role decide_role(struct client *c, const struct proto_frame *
 	case DEFAULT_ROLE_PRIMARY: role = ROUTER_ROLE_PRIMARY; break;
 	case DEFAULT_ROLE_REPLICA: role = ROUTER_ROLE_REPLICA; break;
 	}
-	const char *sql;
-	size_t len;
-	if (c->held_begin && cp->query_parser_enabled) {
+	if (held) {
 		/* the transaction began with the BEGIN pgcat held (below) */
 		*writes = !c->held_begin_read_only;
 		return c->held_begin_read_only ? ROUTER_ROLE_REPLICA : ROUTER_ROLE_PRIMARY;
 	}
-	if (!first_statement(c, f, &sql, &len))
-		return role;
-	struct router_verdict local;
-	const struct router_verdict *v = classify(c, rr, sql, len, &local);
-	if (v->hint_role != ROUTER_ROLE_NONE)
-		return v->hint_role;
-	if (!cp->query_parser_enabled || !v->parsed)
+	if (!v || !cp->query_parser_enabled || !v->parsed)
 		return role;
 	if ((v->begins && !v->begin_read_only) || v->writes || v->multi_statement) {
 		*writes = !(v->begins && v->begin_read_only);

@@ -4,12 +4,13 @@ TimeZone, search_path, application_name, DateStyle... and replays them with
 SET on whichever server the client gets, so no client ever sees another
 client's settings, and each keeps its own across transactions."""
 import asyncio
+import subprocess
 
 import psycopg
 
 import pytest
 
-from conftest import assert_pool_idle
+from conftest import PG_BIN, assert_pool_idle
 
 
 def show(c, name):
@@ -253,3 +254,101 @@ def test_set_sticks_only_if_postgresql_keeps_it(pgcat, pg, case):
     assert show(a, "search_path") == "kept_schema", "a refused or rolled-back SET cost the client its other settings"
     a.close()
     assert_pool_idle(pg)
+
+
+# ---- values reported as PostgreSQL spells them ----------------------------------
+
+def _status(c, names=("client_encoding", "DateStyle", "IntervalStyle", "standard_conforming_strings")):
+    return {k: c.info.parameter_status(k) for k in names}
+
+
+@pytest.mark.parametrize("enc", ["utf8", "utf-8", "UTF_8", "unicode", "UNICODE", "Unicode", "euc_jp", "euc-jp", "eucjp",
+                                 "latin1", "ISO-8859-15", "win1252", "koi8"])
+def test_client_encoding_reported_as_postgresql_does(one_server, pg, enc):
+    """A client that starts with client_encoding=utf8 gets UTF8 back, as from
+    PostgreSQL (libpq and psycopg compare what they asked for with it)."""
+    with pg.connect(client_encoding=enc) as d:
+        want = _status(d)
+        want_codec = d.info.encoding
+        want_show = d.execute("SHOW client_encoding").fetchone()[0]
+    with one_server.connect(client_encoding=enc) as c:
+        assert _status(c) == want
+        assert c.info.encoding == want_codec
+        assert c.execute("SHOW client_encoding").fetchone()[0] == want_show
+        assert c.info.parameter_status("client_encoding") == want_show
+
+
+@pytest.mark.parametrize("opts", ["-c DateStyle=iso", "-c DateStyle=german", "-c datestyle=sql,dmy",
+                                  "-c DateStyle=Postgres,European", "-c IntervalStyle=SQL_STANDARD",
+                                  "-c standard_conforming_strings=yes"])
+def test_startup_settings_reported_as_postgresql_does(one_server, pg, opts):
+    with pg.connect(options=opts) as d:
+        want = _status(d)
+    with one_server.connect(options=opts) as c:
+        assert _status(c) == want
+        assert c.execute("SHOW DateStyle").fetchone()[0] == want["DateStyle"]
+
+
+@pytest.mark.parametrize("enc", ["utf8", "euc-jp", "latin9"])
+def test_psql_client_encoding(one_server, pg, monkeypatch, enc):
+    """psql with PGCLIENTENCODING: the encoding it takes from ParameterStatus
+    (\\encoding) and SHOW agree with a direct connection."""
+    monkeypatch.setenv("PGCLIENTENCODING", enc)
+    args = ("-c", "\\encoding")
+    direct = subprocess.run([str(PG_BIN / "psql"), "-X", "-At", "-h", pg.host, "-p", str(pg.port),
+                             "-U", "postgres", "-d", "appdb", *args, "-c", "SHOW client_encoding"],
+                            capture_output=True, text=True, timeout=60)
+    assert direct.returncode == 0, direct.stderr
+    via = one_server.psql("SHOW client_encoding", args=args)
+    assert via.stdout.split() == direct.stdout.split()
+    assert len(set(via.stdout.split())) == 1
+
+
+def _sync_sets(p, name):
+    return [l for l in p.log().splitlines() if "sync parameters" in l and name.lower() in l.lower()]
+
+
+def test_set_client_encoding_in_session(pgcat, pg):
+    """SET client_encoding TO 'utf8' on a UTF8 session changes nothing, as on
+    PostgreSQL (which reports nothing): pgcat must not then SET it again at
+    every hand-over. A real change follows the client to its next server, and
+    reads back as PostgreSQL spells it."""
+    p = pgcat(general={"pool_mode": "transaction", "default_pool_size": 4, "log_level": "trace"})
+    a = p.connect()
+    assert a.info.parameter_status("client_encoding") == "UTF8"
+    a.execute("SET client_encoding TO 'utf8'")
+    assert a.info.parameter_status("client_encoding") == "UTF8"
+    for q in ("SET client_encoding = utf8", "SET client_encoding TO 'unicode'",
+              "SET DateStyle TO 'iso, mdy'", "SET DateStyle = ISO", "SET standard_conforming_strings = true"):
+        a.execute(q)
+    value = _on_another_server(p, a, lambda: a.execute(
+        "SELECT pg_backend_pid(), current_setting('client_encoding')").fetchone())
+    assert value == "UTF8"
+    assert _sync_sets(p, "client_encoding") == [], "useless SET client_encoding replayed"
+    assert _sync_sets(p, "DateStyle") == [], "useless SET DateStyle replayed"
+    assert _sync_sets(p, "standard_conforming_strings") == []
+    a.execute("SET client_encoding TO 'euc-jp'")
+    assert a.info.parameter_status("client_encoding") == "EUC_JP"
+    assert a.info.encoding == "euc_jp"
+    value = _on_another_server(p, a, lambda: a.execute(
+        "SELECT pg_backend_pid(), current_setting('client_encoding')").fetchone())
+    assert value == "EUC_JP"
+    assert a.info.parameter_status("client_encoding") == "EUC_JP"
+    a.execute("SET DateStyle TO 'german'")
+    assert a.info.parameter_status("DateStyle") == "German, DMY"
+    value = _on_another_server(p, a, lambda: a.execute(
+        "SELECT pg_backend_pid(), current_setting('DateStyle')").fetchone())
+    assert value == "German, DMY"
+    a.close()
+
+
+def test_startup_client_encoding_not_replayed(pgcat):
+    """A client that started with client_encoding=utf8 on UTF8 servers needs no
+    SET on any of them."""
+    p = pgcat(general={"pool_mode": "transaction", "default_pool_size": 2, "log_level": "trace"})
+    a = p.connect(client_encoding="utf8", options="-c DateStyle=iso")
+    for _ in range(3):
+        _on_another_server(p, a, lambda: a.execute("SELECT pg_backend_pid(), 1").fetchone())
+    assert _sync_sets(p, "client_encoding") == []
+    assert _sync_sets(p, "DateStyle") == []
+    a.close()

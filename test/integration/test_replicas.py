@@ -81,6 +81,27 @@ def test_set_server_role_and_hints(pgcat, pg, pg_replica):
     r.close()
 
 
+@pytest.mark.parametrize("parser", [True, False])
+def test_hint_beats_set_server_role(pgcat, pg, pg_replica, parser):
+    """SPEC §4/§6: a comment hint routes its own transaction whatever SET
+    SERVER ROLE says; the session's role applies again to the next one."""
+    inst = start(pgcat, pg, [("127.0.0.1", pg_replica.port)], parser=parser)
+    c = inst.connect()
+    c.execute("SET SERVER ROLE TO 'primary'")
+    for _ in range(3):
+        assert c.execute("/* pgcat: role=replica */ SELECT pg_is_in_recovery()").fetchone()[0] is True
+        assert in_recovery(c) is False
+        # the extended protocol (a Parse carrying the hint) too
+        assert c.execute("/* pgcat: role=replica */ SELECT pg_is_in_recovery() WHERE %s",
+                         (True,)).fetchone()[0] is True
+        assert c.execute("SELECT pg_is_in_recovery() WHERE %s", (True,)).fetchone()[0] is False
+    c.execute("SET SERVER ROLE TO 'replica'")
+    for _ in range(3):
+        assert c.execute("/* pgcat: role=primary */ SELECT pg_is_in_recovery()").fetchone()[0] is False
+        assert in_recovery(c) is True
+    c.close()
+
+
 def test_parser_off_default_role(pgcat, pg, pg_replica):
     inst = start(pgcat, pg, [("127.0.0.1", pg_replica.port)], parser=False,
                  extra={"default_role": "replica"})

@@ -184,6 +184,43 @@ def test_comment_hints(pgcat, shards):
             "shard%d" % s
 
 
+def test_hints_beat_set_shard_and_sharding_key(pgcat, shards):
+    """Every kind of shard hint routes its own transaction over every kind of
+    session setting (SPEC §6), in both protocols; the setting applies again
+    to the next transaction."""
+    inst = start(pgcat, shards)
+    k = next(k for k in range(100) if shard_of(shards, "items3", 3, k) == 1)
+    set_key = next(k for k in range(100) if shard_of(shards, "items3", 3, k) == 2)
+    with inst.connect(dbname="sh3") as c:
+        for setting in ("SET SHARD TO '2'", "SET SHARDING KEY TO '%d'" % set_key):
+            c.execute(setting)
+            for hint in ("shard=1", "sharding_key=%d" % k):
+                q = "/* pgcat: %s */ SELECT current_database()" % hint
+                assert c.execute(q).fetchone()[0] == "shard1", (setting, hint)
+                assert c.execute("SELECT current_database()").fetchone()[0] == "shard2", (setting, hint)
+                assert c.execute(q + " WHERE %s", (True,)).fetchone()[0] == "shard1", (setting, hint)
+                assert c.execute("SELECT current_database() WHERE %s", (True,)).fetchone()[0] == "shard2"
+
+
+def test_role_hint_beats_set_server_role_in_a_shard(pgcat, shards, pg_replica):
+    """A shard with a primary and a replica: SET SHARD and SET SERVER ROLE,
+    then a role hint picks the replica of that shard for one transaction."""
+    pool = sharded_pool(shards, SHARD_DBS[:2], "pg_bigint_hash", "items2.id", primary_reads_enabled="false")
+    pool["shards"][0]["servers"] = "127.0.0.1:%d:primary, 127.0.0.1:%d:replica" % (shards.port, pg_replica.port)
+    inst = start(pgcat, shards, pools={"shr": pool})
+    with inst.connect(dbname="shr") as c:
+        c.execute("SET SHARD TO '0'")
+        c.execute("SET SERVER ROLE TO 'primary'")
+        for _ in range(3):
+            row = c.execute("/* pgcat: role=replica */ SELECT pg_is_in_recovery(), current_database()").fetchone()
+            assert row == (True, "shard0")
+            assert c.execute("SELECT pg_is_in_recovery(), current_database()").fetchone() == (False, "shard0")
+        c.execute("SET SERVER ROLE TO 'replica'")
+        row = c.execute("/* pgcat: shard=0, role=primary */ SELECT pg_is_in_recovery(), current_database()").fetchone()
+        assert row == (False, "shard0")
+        assert c.execute("SELECT pg_is_in_recovery(), current_database()").fetchone() == (True, "shard0")
+
+
 # ---- automatic routing --------------------------------------------------------
 
 KEYS = list(range(-500, 500))   # 1,000 keys, negative ones included

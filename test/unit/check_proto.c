@@ -244,7 +244,9 @@ START_TEST(params_options_and_statements)
 	ck_assert_int_eq(params_track_statement(&p, q6, strlen(q6), NULL), PARAMS_STMT_NONE);
 	const char *q7 = "set time zone 'UTC'";
 	ck_assert_int_eq(params_track_statement(&p, q7, strlen(q7), NULL), PARAMS_STMT_SET);
-	ck_assert_str_eq(params_get(&p, "TimeZone")->value, "'UTC'");
+	/* a reported setting given as a plain string: kept as the value */
+	ck_assert_str_eq(params_get(&p, "TimeZone")->value, "UTC");
+	ck_assert(!params_get(&p, "TimeZone")->raw);
 	const char *q8 = "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE";
 	ck_assert_int_eq(params_track_statement(&p, q8, strlen(q8), NULL), PARAMS_STMT_NONE);
 	/* RESET goes back to the startup value; RESET ALL to all of them */
@@ -390,6 +392,122 @@ START_TEST(params_copy_on_write)
 }
 END_TEST
 
+START_TEST(params_canonical_values)
+{
+	char out[64];
+	/* client_encoding: PostgreSQL's names, whatever the case, punctuation or alias */
+	static const char *const enc[][2] = {
+		{ "utf8", "UTF8" }, { "UTF-8", "UTF8" }, { "utf_8", "UTF8" }, { "Unicode", "UTF8" }, { "UNICODE", "UNICODE" },
+		{ "euc-jp", "EUC_JP" }, { "eucjp", "EUC_JP" }, { "EUC_JP", "EUC_JP" },
+		{ "latin1", "LATIN1" }, { "ISO-8859-1", "LATIN1" }, { "iso8859_15", "LATIN9" },
+		{ "iso-8859-5", "ISO_8859_5" }, { "win", "WIN1251" }, { "Windows-1252", "WIN1252" },
+		{ "koi8", "KOI8R" }, { "ShiftJIS", "SJIS" }, { "win932", "SJIS" }, { "sql_ascii", "SQL_ASCII" },
+		{ "euc_jis_2004", "EUC_JIS_2004" }, { "TCVN5712", "WIN1258" }, { "mule-internal", "MULE_INTERNAL" },
+	};
+	for (size_t i = 0; i < sizeof enc / sizeof *enc; i++) {
+		ck_assert_msg(params_canonical("client_encoding", enc[i][0], NULL, out, sizeof out), "%s", enc[i][0]);
+		ck_assert_str_eq(out, enc[i][1]);
+	}
+	ck_assert(!params_canonical("client_encoding", "wat", NULL, out, sizeof out));
+	ck_assert(!params_canonical("client_encoding", "utf", NULL, out, sizeof out));
+	ck_assert(!params_canonical("client_encoding", "", NULL, out, sizeof out));
+	ck_assert(!params_canonical("client_encoding", "utf8", NULL, out, 4));   /* does not fit */
+
+	/* DateStyle: style and order; what is not given stays as it was */
+	static const char *const ds[][3] = {
+		{ "iso", "ISO, MDY", "ISO, MDY" }, { "iso, mdy", NULL, "ISO, MDY" },
+		{ "sql", "ISO, DMY", "SQL, DMY" }, { "dmy", "SQL, MDY", "SQL, DMY" },
+		{ "German", "ISO, MDY", "German, DMY" }, { "german, ymd", NULL, "German, YMD" },
+		{ "ymd, german", NULL, "German, YMD" }, { "Postgres, European", NULL, "Postgres, DMY" },
+		{ " postgresql , us ", NULL, "Postgres, MDY" }, { "NonEuropean", "SQL, DMY", "SQL, MDY" },
+		{ "iso,iso", NULL, "ISO, MDY" },
+	};
+	for (size_t i = 0; i < sizeof ds / sizeof *ds; i++) {
+		ck_assert_msg(params_canonical("DateStyle", ds[i][0], ds[i][1], out, sizeof out), "%s", ds[i][0]);
+		ck_assert_str_eq(out, ds[i][2]);
+	}
+	ck_assert(!params_canonical("datestyle", "iso, sql", NULL, out, sizeof out));   /* conflict */
+	ck_assert(!params_canonical("datestyle", "dmy, mdy", NULL, out, sizeof out));
+	ck_assert(!params_canonical("datestyle", "default", NULL, out, sizeof out));
+	ck_assert(!params_canonical("datestyle", "iso,", NULL, out, sizeof out));
+
+	ck_assert(params_canonical("IntervalStyle", "SQL_Standard", NULL, out, sizeof out));
+	ck_assert_str_eq(out, "sql_standard");
+	ck_assert(!params_canonical("IntervalStyle", "sql", NULL, out, sizeof out));
+	static const char *const on[] = { "on", "ON", "true", "t", "Tru", "yes", "y", "1" };
+	static const char *const off[] = { "off", "of", "OFF", "false", "f", "no", "N", "0" };
+	for (size_t i = 0; i < 8; i++) {
+		ck_assert(params_canonical("standard_conforming_strings", on[i], NULL, out, sizeof out));
+		ck_assert_str_eq(out, "on");
+		ck_assert(params_canonical("default_transaction_read_only", off[i], NULL, out, sizeof out));
+		ck_assert_str_eq(out, "off");
+	}
+	ck_assert(!params_canonical("standard_conforming_strings", "o", NULL, out, sizeof out));
+	ck_assert(!params_canonical("standard_conforming_strings", "onn", NULL, out, sizeof out));
+	ck_assert(!params_canonical("standard_conforming_strings", "2", NULL, out, sizeof out));
+	/* others are left as given */
+	ck_assert(!params_canonical("TimeZone", "utc", NULL, out, sizeof out));
+	ck_assert(!params_canonical("application_name", "x", NULL, out, sizeof out));
+
+	/* a login: the client's values in PostgreSQL's spelling, its DateStyle
+	 * completed from the server's */
+	struct params c, d;
+	params_init(&c);
+	params_init(&d);
+	ck_assert(params_set(&d, "DateStyle", "SQL, DMY", false));
+	ck_assert(params_set(&c, "client_encoding", "utf-8", false));
+	ck_assert(params_set(&c, "DateStyle", "iso", false));
+	ck_assert(params_set(&c, "TimeZone", "utc", false));
+	ck_assert(params_set(&c, "work_mem", "on", false));
+	struct params same;
+	params_init(&same);
+	ck_assert(params_set(&same, "client_encoding", "UTF8", false));
+	ck_assert(params_set(&same, "DateStyle", "ISO, DMY", false));
+	ck_assert(params_set(&same, "TimeZone", "utc", false));
+	ck_assert(params_set(&same, "work_mem", "on", false));
+	params_canonicalize(&c, &d);
+	ck_assert_str_eq(params_get(&c, "client_encoding")->value, "UTF8");
+	ck_assert_str_eq(params_get(&c, "DateStyle")->value, "ISO, DMY");
+	ck_assert_str_eq(params_get(&c, "TimeZone")->value, "utc");
+	ck_assert_str_eq(params_get(&c, "work_mem")->value, "on");
+	ck_assert(params_same(&c, &same));   /* the digest follows */
+
+	/* a SET that PostgreSQL would not report (the value does not change)
+	 * leaves the set, and so its digest, as it was */
+	static const char *const sets[] = {
+		"SET client_encoding TO 'utf8'", "set client_encoding = Unicode", "SET client_encoding TO \"utf-8\"",
+		"SET DateStyle TO iso", "SET datestyle = 'ISO, dmy'", "SET DateStyle TO iso, dmy", "SET TimeZone TO 'utc'",
+	};
+	for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
+		uint64_t before = c.digest;
+		ck_assert_int_eq(params_track_statement(&c, sets[i], strlen(sets[i]), NULL), PARAMS_STMT_SET);
+		if (strstr(sets[i], "\"") == NULL)
+			ck_assert_msg(c.digest == before, "%s", sets[i]);
+	}
+	/* a quoted identifier: left as SQL until the server reports */
+	ck_assert(params_get(&c, "client_encoding")->raw);
+	const char *q = "SET client_encoding = 'euc-jp'";
+	ck_assert_int_eq(params_track_statement(&c, q, strlen(q), NULL), PARAMS_STMT_SET);
+	ck_assert_str_eq(params_get(&c, "client_encoding")->value, "EUC_JP");
+	ck_assert(!params_get(&c, "client_encoding")->raw);
+	q = "SET DateStyle = German";
+	ck_assert_int_eq(params_track_statement(&c, q, strlen(q), NULL), PARAMS_STMT_SET);
+	ck_assert_str_eq(params_get(&c, "DateStyle")->value, "German, DMY");
+	q = "SET TimeZone = E'UTC'";   /* not a plain literal: kept as SQL */
+	ck_assert_int_eq(params_track_statement(&c, q, strlen(q), NULL), PARAMS_STMT_SET);
+	ck_assert(params_get(&c, "TimeZone")->raw);
+	q = "SET application_name = 'it''s'";
+	ck_assert_int_eq(params_track_statement(&c, q, strlen(q), NULL), PARAMS_STMT_SET);
+	ck_assert_str_eq(params_get(&c, "application_name")->value, "it's");
+	q = "SET standard_conforming_strings = true";
+	ck_assert_int_eq(params_track_statement(&c, q, strlen(q), NULL), PARAMS_STMT_SET);
+	ck_assert_str_eq(params_get(&c, "standard_conforming_strings")->value, "on");
+	params_clear(&c);
+	params_clear(&d);
+	params_clear(&same);
+}
+END_TEST
+
 Suite *proto_suite(void)
 {
 	Suite *s = suite_create("proto");
@@ -409,6 +527,7 @@ Suite *proto_suite(void)
 	tcase_add_test(tp, params_digest_is_order_independent);
 	tcase_add_test(tp, params_copy_on_write);
 	tcase_add_test(tp, params_add_missing_shares_defaults);
+	tcase_add_test(tp, params_canonical_values);
 	suite_add_tcase(s, tp);
 	return s;
 }
