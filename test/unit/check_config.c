@@ -107,6 +107,7 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(g->client_idle_timeout, 0);
 	ck_assert_int_eq(g->healthcheck_timeout, 1000);
 	ck_assert_int_eq(g->healthcheck_delay, 30000);
+	ck_assert_int_eq(g->replica_lag_check_interval, 1000);
 	ck_assert_int_eq(g->ban_time, 60);
 	ck_assert_int_eq(g->shutdown_timeout, 60000);
 	ck_assert_str_eq(g->server_reset_query, "DISCARD ALL");
