@@ -873,13 +873,15 @@ static void show_shards(struct client *c)
 		"cl_active", "sv_active", "sv_idle", "xact_count",
 		/* pgcat's own: transactions routed here, by how the shard was chosen */
 		"routed_key", "routed_set", "routed_hint", "routed_default",
+		/* the lag monitor's last figures (lagmon.c); NULL: a primary, or unknown */
+		"lag_bytes", "lag_ms",
 	};
 	struct worker *w = c->w;
 	int64_t now = (int64_t)time(NULL);
 	struct bans bans;
 	shm_bans_copy(w->shm, &bans);
 	struct result r;
-	res_begin(&r, c, cols, "sisisisiiiiiiiii");
+	res_begin(&r, c, cols, "sisisisiiiiiiiiiii");
 	struct list_node *pos, *tmp, *qp, *qt;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
@@ -925,6 +927,16 @@ static void show_shards(struct client *c)
 			row_i(&r, (int64_t)xacts);
 			for (int v = 0; v < SHM_ROUTE_VIA; v++)
 				row_i(&r, (int64_t)routed[v]);
+			int64_t lag_bytes, lag_ms;
+			shm_lag_get(w->shm, sp->shm_target, &lag_bytes, &lag_ms);
+			if (lag_bytes >= 0)
+				row_i(&r, lag_bytes);
+			else
+				row_s(&r, NULL);
+			if (lag_ms >= 0)
+				row_i(&r, lag_ms);
+			else
+				row_s(&r, NULL);
 			row_end(&r);
 		}
 	}
