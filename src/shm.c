@@ -453,7 +453,14 @@ bool shm_ban_set_auto(struct shm *shm, const char *host, int port, int64_t now, 
 	/* An admin's ban says more than a measurement: it is left as it is. */
 	bool ok = true;
 	if (!b || b->source == BAN_SOURCE_AUTO) {
+		/* A renewal keeps the time the ban began (SHOW BANS banned_at). */
+		int64_t since = b ? b->banned_at : now;
 		ok = bans_set(&shm->h->bans, host, port, now, seconds, BAN_SOURCE_AUTO, reason);
+		if (ok) {
+			struct ban *nb = (struct ban *)bans_get(&shm->h->bans, host, port, now);
+			if (nb)
+				nb->banned_at = since;
+		}
 		atomic_fetch_add(&shm->h->bans_gen, 1);
 	}
 	unlock(shm);
