@@ -98,6 +98,7 @@ struct config_general {
 	int client_idle_timeout;
 	int healthcheck_timeout;
 	int healthcheck_delay;
+	int replica_lag_check_interval;   /* ms between the lag monitor's measurements (lagmon.c) */
 	int ban_time;             /* seconds */
 	int shutdown_timeout;
 	char *server_reset_query; /* "" = none */

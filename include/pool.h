@@ -46,7 +46,6 @@ struct srvpool {
 	uint64_t routed[4];             /* transactions routed here, by enum route_via (SHOW SHARDS) */
 	/* From health checks (SPEC §4 role checks): */
 	bool role_known, in_recovery;
-	uint64_t wal_lsn;               /* current (primary) or replayed (replica) */
 	int shm_target;                 /* slot of the shared connection counts, -1: none */
 	/* This server's ban as last read from the shared table, valid while
 	 * the table's generation is ban_gen (route_is_banned). */

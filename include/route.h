@@ -94,10 +94,10 @@ void route_connect_failed(struct srvpool *sp, const char *reason);
 /* Is sp out of the read rotation now? */
 bool route_is_banned(struct srvpool *sp);
 
-/* Should a health check of sp ask for recovery state and WAL position? */
+/* Should a health check of sp ask whether it is in recovery? */
 bool route_wants_role_check(const struct srvpool *sp);
-/* What a health check found (lsn "X/Y", maybe empty). */
-void route_health_result(struct srvpool *sp, bool in_recovery, const char *lsn);
+/* What a health check found. */
+void route_health_result(struct srvpool *sp, bool in_recovery);
 
 /* Per pool: the parser's cache (query_cache_size entries). */
 bool route_pool_init(struct pool *p);

@@ -52,6 +52,10 @@ struct shm_target_entry {
 	char host[256];
 	char database[64];
 	uint32_t used;
+	/* Written by the lag monitor (lagmon.c, one writer per instance):
+	 * this server's replay lag behind its shard's primary; -1: unknown,
+	 * or not a replica. */
+	_Atomic int64_t lag_bytes, lag_ms;
 };
 
 /* Gauges a worker publishes for its part of a pool (refreshed by its janitor). */
@@ -209,6 +213,19 @@ int64_t shm_ban_until(struct shm *shm, const char *host, int port, uint64_t *gen
 uint64_t shm_schema_generation(struct shm *shm);
 /* A new generation; returns it. */
 uint64_t shm_schema_generation_bump(struct shm *shm);
+
+/* The lag monitor's bans (SPEC §4 max_replica_lag), under the lock. Set:
+ * an automatic ban (refreshed if there is one already; an admin ban is
+ * left alone); *was_banned says whether the server was banned before.
+ * Clear: only an automatic ban whose reason starts with reason_prefix, so
+ * a ban for another cause outlives a good measurement. */
+bool shm_ban_set_auto(struct shm *shm, const char *host, int port, int64_t now, int seconds, const char *reason,
+		      bool *was_banned) __attribute__((warn_unused_result));
+bool shm_ban_clear_auto(struct shm *shm, const char *host, int port, int64_t now, const char *reason_prefix);
+
+/* Replica lag of a (pool, user, server) slot; -1: unknown. */
+void shm_lag_set(struct shm *shm, int target, int64_t lag_bytes, int64_t lag_ms);
+void shm_lag_get(struct shm *shm, int target, int64_t *lag_bytes, int64_t *lag_ms);
 
 /* Admin commands for every worker. */
 /* Returns the command's sequence number. */

@@ -22,6 +22,7 @@
 #include "tls.h"
 
 struct dns;
+struct lagmon;
 
 #define WORKER_MAX_LISTENERS 32
 
@@ -73,6 +74,7 @@ struct worker {
 	struct scram_secret admin_scram;  /* admin_password's verifier */
 	bool have_admin_scram;
 
+	struct lagmon *lagmon;            /* the replica lag monitor: worker 0 only (lagmon.c) */
 	struct dns *dns;                  /* c-ares resolver and cache of server host names */
 	struct tls_contexts tls;          /* OpenSSL contexts of both sides (tls.c) */
 	struct event *stats_timer;        /* every stats_period: SHOW STATS averages */

@@ -952,6 +952,8 @@ static void show_shards(struct client *c)
 		COL_I("sv_idle"), COL_I("xact_count"),
 		/* pgcat's own: transactions routed here, by how the shard was chosen */
 		COL_I("routed_key"), COL_I("routed_set"), COL_I("routed_hint"), COL_I("routed_default"),
+		/* the lag monitor's last figures (lagmon.c); NULL: a primary, or unknown */
+		COL_I("lag_bytes"), COL_I("lag_ms"),
 	};
 	struct worker *w = c->w;
 	int64_t now = (int64_t)time(NULL);
@@ -1004,6 +1006,16 @@ static void show_shards(struct client *c)
 			row_i(&r, (int64_t)xacts);
 			for (int v = 0; v < SHM_ROUTE_VIA; v++)
 				row_i(&r, (int64_t)routed[v]);
+			int64_t lag_bytes, lag_ms;
+			shm_lag_get(w->shm, sp->shm_target, &lag_bytes, &lag_ms);
+			if (lag_bytes >= 0)
+				row_i(&r, lag_bytes);
+			else
+				row_null(&r);
+			if (lag_ms >= 0)
+				row_i(&r, lag_ms);
+			else
+				row_null(&r);
 			row_end(&r);
 		}
 	}

@@ -169,6 +169,7 @@ static bool check_password(const char *value, char *why, size_t whylen);
 	X(client_idle_timeout, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(healthcheck_timeout, INT, "1000", true, VALUE_INT, 1, INT_MAX, NULL, 0, NULL, 0) \
 	X(healthcheck_delay, INT, "30000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(replica_lag_check_interval, INT, "1000", true, VALUE_INT, 10, INT_MAX, NULL, 0, NULL, 0) \
 	X(ban_time, INT, "60", true, VALUE_INT, 0, 86400, NULL, 0, NULL, 0) \
 	X(shutdown_timeout, INT, "60000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(server_reset_query, STRING, "DISCARD ALL", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \

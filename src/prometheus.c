@@ -45,6 +45,20 @@ static void pool_labels(struct evbuffer *out, const struct pool *p)
 	evbuffer_add(out, "\"}", 2);
 }
 
+/* The first (pool, user) of a pool name: per-server figures once per pool. */
+static bool first_of_name(struct worker *w, const struct pool *p)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		const struct pool *q = LIST_OWNER(pos, struct pool, node);
+		if (q == p)
+			return true;
+		if (strcmp(q->name, p->name) == 0)
+			return false;
+	}
+	return true;
+}
+
 struct metric {
 	const char *name;
 	const char *type;
@@ -180,6 +194,33 @@ void prometheus_render(struct worker *w, struct evbuffer *out)
 				label(out, sp->host);
 				evbuffer_add_printf(out, "\",port=\"%d\",shard=\"%d\",role=\"%s\",state=\"%s\"} %d\n", sp->port,
 						    sp->shard, config_server_role_name(sp->role), st[k].state, st[k].n);
+			}
+		}
+	}
+	/* Replica lag, per server, as the lag monitor last measured it
+	 * (lagmon.c); servers with no figure (primaries, unknown) are left out. */
+	static const struct metric lag_gauges[2] = {
+		{ "server_lag_bytes", "gauge", "Bytes of WAL a replica has yet to replay, behind its primary." },
+		{ "server_lag_ms", "gauge", "Age of the last transaction a lagging replica replayed, in ms." },
+	};
+	for (int g = 0; g < 2; g++) {
+		header(out, &lag_gauges[g]);
+		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+			struct pool *p = LIST_OWNER(pos, struct pool, node);
+			if (!first_of_name(w, p))
+				continue;
+			for (size_t i = 0; i < p->n_targets; i++) {
+				const struct srvpool *sp = p->targets[i];
+				int64_t lag[2];
+				shm_lag_get(w->shm, sp->shm_target, &lag[0], &lag[1]);
+				if (lag[g] < 0)
+					continue;
+				evbuffer_add_printf(out, "pgcat_%s{pool=\"", lag_gauges[g].name);
+				label(out, p->name);
+				evbuffer_add(out, "\",host=\"", 8);
+				label(out, sp->host);
+				evbuffer_add_printf(out, "\",port=\"%d\",shard=\"%d\",role=\"%s\"} %" PRId64 "\n", sp->port,
+						    sp->shard, config_server_role_name(sp->role), lag[g]);
 			}
 		}
 	}

@@ -1280,21 +1280,13 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 bool route_wants_role_check(const struct srvpool *sp)
 {
 	struct pool *p = sp->pool;
-	if (sp->role == SERVER_ROLE_AUTO || p->cpool->max_replica_lag > 0)
+	if (sp->role == SERVER_ROLE_AUTO)
 		return true;
 	size_t n = 0;
 	for (size_t i = 0; i < p->n_targets; i++)
 		if (p->targets[i]->shard == sp->shard)
 			n++;
 	return n > 1;
-}
-
-static uint64_t parse_lsn(const char *s)
-{
-	unsigned long hi, lo;
-	if (!s || sscanf(s, "%lx/%lx", &hi, &lo) != 2)
-		return 0;
-	return ((uint64_t)hi << 32) | (uint64_t)lo;
 }
 
 /* Writes may go there: a primary that is not in recovery, or an auto
@@ -1308,13 +1300,11 @@ static bool takes_writes(const struct srvpool *sp)
 	return false;
 }
 
-void route_health_result(struct srvpool *sp, bool in_recovery, const char *lsn)
+void route_health_result(struct srvpool *sp, bool in_recovery)
 {
-	struct pool *p = sp->pool;
 	bool was_known = sp->role_known, was = sp->in_recovery;
 	sp->role_known = true;
 	sp->in_recovery = in_recovery;
-	sp->wal_lsn = parse_lsn(lsn);
 	if (!was_known || was != in_recovery) {
 		if (sp->role == SERVER_ROLE_PRIMARY && in_recovery)
 			log_warning("%s:%d is configured as primary but is in recovery: no writes go there",
@@ -1322,19 +1312,7 @@ void route_health_result(struct srvpool *sp, bool in_recovery, const char *lsn)
 		else if (sp->role == SERVER_ROLE_AUTO)
 			log_info("%s:%d (role auto) is a %s", sp->host, sp->port, in_recovery ? "replica" : "primary");
 	}
-	int64_t max_lag = p->cpool->max_replica_lag;
-	if (!in_recovery || max_lag <= 0 || !sp->wal_lsn)
-		return;
-	for (size_t i = 0; i < p->n_targets; i++) {
-		struct srvpool *pr = p->targets[i];
-		if (pr->shard != sp->shard || !takes_writes(pr) || !pr->role_known || !pr->wal_lsn)
-			continue;
-		if (pr->wal_lsn > sp->wal_lsn && pr->wal_lsn - sp->wal_lsn > (uint64_t)max_lag) {
-			char why[96];
-			snprintf(why, sizeof why, "replica lag %llu bytes > max_replica_lag",
-				 (unsigned long long)(pr->wal_lsn - sp->wal_lsn));
-			route_connect_failed(sp, why);
-		}
-		return;
-	}
+	/* Replica lag is not measured here but by the lag monitor (lagmon.c):
+	 * a pooled connection is checked only when a client uses it, so the
+	 * primary's position went stale whenever writes bypassed pgcat. */
 }

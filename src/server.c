@@ -513,15 +513,15 @@ void server_link(struct server *s, struct client *c)
 	const struct config_general *g = &s->w->cfg->general;
 	bool idle_long = g->healthcheck_delay >= 0 && s->last_used_us &&
 			 s->w->now_us - s->last_used_us > (uint64_t)g->healthcheck_delay * 1000;
-	/* Where roles or lag matter, the check also asks the server what it is
-	 * (SPEC §4 role checks, max_replica_lag), and a new connection is
-	 * checked at its first use; elsewhere an empty query, when idle long. */
+	/* Where roles matter, the check also asks the server what it is (SPEC
+	 * §4 role checks), and a new connection is checked at its first use;
+	 * elsewhere an empty query, when idle long. (Replica lag is the lag
+	 * monitor's, lagmon.c.) */
 	bool ask = (idle_long || !s->checked) && route_wants_role_check(s->sp);
 	s->health_check = idle_long || (ask && !s->checked);
 	s->checked = true;
 	if (s->health_check) {
-		const char *q = ask ? "SELECT pg_is_in_recovery(), CASE WHEN pg_is_in_recovery() THEN "
-				      "pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END" : ";";
+		const char *q = ask ? "SELECT pg_is_in_recovery()" : ";";
 		size_t used = n > 0 ? strlen(sql) : 0;
 		snprintf(sql + used, sizeof sql - used, "%s", q);
 		n = 1;
@@ -699,28 +699,10 @@ static void process_unlinked(struct server *s)
 		const uint8_t *body = buf + 5;
 		size_t blen = f.len - 4;
 		if (f.type == PqMsg_DataRow && need_body && total <= SERVER_INSPECT_MAX) {
-			/* The health check's answer: in recovery?, WAL position. */
-			const uint8_t *d = body;
-			size_t left = blen;
-			char vals[2][40] = { "", "" };
-			if (left >= 2 && (d[0] << 8 | d[1]) == 2) {
-				d += 2;
-				left -= 2;
-				for (int k = 0; k < 2 && left >= 4; k++) {
-					int32_t l = (int32_t)((uint32_t)d[0] << 24 | (uint32_t)d[1] << 16 | (uint32_t)d[2] << 8 | d[3]);
-					d += 4;
-					left -= 4;
-					if (l < 0 || (size_t)l > left)
-						break;
-					size_t cl = (size_t)l < sizeof vals[k] - 1 ? (size_t)l : sizeof vals[k] - 1;
-					memcpy(vals[k], d, cl);
-					vals[k][cl] = 0;
-					d += l;
-					left -= (size_t)l;
-				}
-			}
-			if (vals[0][0])
-				route_health_result(s->sp, vals[0][0] == 't', vals[1]);
+			/* The health check's answer: one column, in recovery? */
+			if (blen >= 7 && (body[0] << 8 | body[1]) == 1 && proto_get_u32(body + 2) == 1 &&
+			    (body[6] == 't' || body[6] == 'f'))
+				route_health_result(s->sp, body[6] == 't');
 		}
 		switch (f.type) {
 		case PqMsg_ReadyForQuery:

@@ -162,6 +162,9 @@ int shm_target_slot(struct shm *shm, int pool, int shard, const char *host, int 
 		e->port = port;
 		snprintf(e->host, sizeof e->host, "%s", host);
 		snprintf(e->database, sizeof e->database, "%s", database);
+		/* Unknown until the lag monitor measured it (lagmon.c). */
+		atomic_store(&e->lag_bytes, -1);
+		atomic_store(&e->lag_ms, -1);
 		e->used = 1;
 		found = free_slot;
 	}
@@ -439,6 +442,61 @@ bool shm_ban_clear(struct shm *shm, const char *host, int port)
 	atomic_fetch_add(&shm->h->bans_gen, 1);
 	unlock(shm);
 	return ok;
+}
+
+bool shm_ban_set_auto(struct shm *shm, const char *host, int port, int64_t now, int seconds, const char *reason,
+		      bool *was_banned)
+{
+	lock(shm);
+	const struct ban *b = bans_get(&shm->h->bans, host, port, now);
+	*was_banned = b != NULL;
+	/* An admin's ban says more than a measurement: it is left as it is. */
+	bool ok = true;
+	if (!b || b->source == BAN_SOURCE_AUTO) {
+		/* A renewal keeps the time the ban began (SHOW BANS banned_at). */
+		int64_t since = b ? b->banned_at : now;
+		ok = bans_set(&shm->h->bans, host, port, now, seconds, BAN_SOURCE_AUTO, reason);
+		if (ok) {
+			struct ban *nb = (struct ban *)bans_get(&shm->h->bans, host, port, now);
+			if (nb)
+				nb->banned_at = since;
+		}
+		atomic_fetch_add(&shm->h->bans_gen, 1);
+	}
+	unlock(shm);
+	return ok;
+}
+
+bool shm_ban_clear_auto(struct shm *shm, const char *host, int port, int64_t now, const char *reason_prefix)
+{
+	lock(shm);
+	const struct ban *b = bans_get(&shm->h->bans, host, port, now);
+	bool clear = b && b->source == BAN_SOURCE_AUTO && strncmp(b->reason, reason_prefix, strlen(reason_prefix)) == 0;
+	if (clear) {
+		(void)bans_clear(&shm->h->bans, host, port);
+		atomic_fetch_add(&shm->h->bans_gen, 1);
+	}
+	unlock(shm);
+	return clear;
+}
+
+void shm_lag_set(struct shm *shm, int target, int64_t lag_bytes, int64_t lag_ms)
+{
+	if (target < 0 || target >= SHM_MAX_TARGETS)
+		return;
+	struct shm_target_entry *e = &shm->h->targets[target];
+	atomic_store_explicit(&e->lag_bytes, lag_bytes, memory_order_relaxed);
+	atomic_store_explicit(&e->lag_ms, lag_ms, memory_order_relaxed);
+}
+
+void shm_lag_get(struct shm *shm, int target, int64_t *lag_bytes, int64_t *lag_ms)
+{
+	*lag_bytes = *lag_ms = -1;
+	if (!shm || target < 0 || target >= SHM_MAX_TARGETS)
+		return;
+	const struct shm_target_entry *e = &shm->h->targets[target];
+	*lag_bytes = atomic_load_explicit(&e->lag_bytes, memory_order_relaxed);
+	*lag_ms = atomic_load_explicit(&e->lag_ms, memory_order_relaxed);
 }
 
 void shm_bans_copy(struct shm *shm, struct bans *out)

@@ -31,6 +31,7 @@
 #include "client.h"
 #include "config.h"
 #include "fanout.h"
+#include "lagmon.h"
 #include "log.h"
 #include "proto.h"
 #include "pool.h"
@@ -707,6 +708,10 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	evsignal_add(w->sig_hup, NULL);
 	evsignal_add(w->sig_usr1, NULL);
 	evsignal_add(w->sig_usr2, NULL);
+	/* One lag monitor per instance (SPEC §4): worker 0's. A worker that
+	 * is restarted comes back with its id, so the monitor does too. */
+	if (id == 0 && !(w->lagmon = lagmon_new(w)))
+		log_warning("lag monitor: out of memory; replica lag is not measured");
 	/* min_pool_size: warm connections from the start. */
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools)
@@ -752,6 +757,8 @@ void worker_destroy(struct worker *w)
 	close_all_clients(w, &w->clients_login, NULL, "");
 	close_all_clients(w, &w->clients_idle, NULL, "");
 	close_all_clients(w, &w->clients_active, NULL, "");
+	lagmon_free(w->lagmon);   /* before the pools it reads */
+	w->lagmon = NULL;
 	pool_destroy_all(w);
 	cancel_requests_free_all(w);
 	randpool_wipe(&w->rand);

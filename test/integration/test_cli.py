@@ -90,6 +90,7 @@ idle_transaction_timeout = 0
 client_idle_timeout = 0
 healthcheck_timeout = 1000
 healthcheck_delay = 30000
+replica_lag_check_interval = 1000
 ban_time = 60
 shutdown_timeout = 60000
 server_reset_query = DISCARD ALL

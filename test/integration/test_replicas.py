@@ -325,6 +325,87 @@ def test_lag_ban_when_replay_paused(pgcat, pg, pg_replica, rw_table):
     c.close()
 
 
+def shard_row(r, port):
+    _, rows = show(r, "SHARDS")
+    return next(x for x in rows if int(x["port"]) == port)
+
+
+@pytest.fixture
+def lag_table(pg):
+    pg.sql("DROP TABLE IF EXISTS lag_t")
+    yield "lag_t"
+    pg.sql("DROP TABLE IF EXISTS lag_t")
+
+
+def test_lag_monitor_bans_paused_replica_without_traffic(pgcat, pg, pg_replica, lag_table):
+    """SPEC §4: the lag monitor measures on its own, so a replica whose
+    replay is paused is banned even when every write bypasses pgcat and no
+    client uses a pooled connection; it is unbanned once it caught up."""
+    import time
+    import urllib.request
+    metrics_port = free_port()
+    inst = start(pgcat, pg, [("127.0.0.1", pg_replica.port)], parser=False, primary_reads=True,
+                 extra={"max_replica_lag": 1000},
+                 general={"replica_lag_check_interval": 200, "ban_time": 60, "prometheus_port": metrics_port})
+    r = admin(inst)
+    # measured from the start: the replica is caught up, the primary has no lag figure
+    row = wait_until(lambda: (lambda x: x if x["lag_bytes"] is not None and int(x["lag_bytes"]) <= 1000
+                              and x["banned"] == "0" else None)(shard_row(r, pg_replica.port)), 10)
+    assert int(row["lag_ms"]) >= 0, row
+    prim = shard_row(r, pg.port)
+    assert prim["lag_bytes"] is None and prim["lag_ms"] is None, prim
+    pg_replica.sql("SELECT pg_wal_replay_pause()")
+    try:
+        wait_until(lambda: pg_replica.sql("SELECT pg_get_wal_replay_pause_state()")[0][0] == "paused", 5)
+        # tens of kB of WAL, written on the primary directly, not through pgcat
+        pg.sql("CREATE TABLE lag_t AS SELECT g, repeat('x', 100) AS pad FROM generate_series(1, 1000) g")
+        t0 = time.monotonic()
+        row = wait_until(lambda: (lambda x: x if x["banned"] == "1" else None)(shard_row(r, pg_replica.port)),
+                         5, interval=0.02)
+        elapsed = time.monotonic() - t0
+        assert elapsed < 2 * 0.2 + 0.6, elapsed   # two intervals, plus a margin
+        assert "replica lag" in row["ban_reason"], row
+        assert int(row["lag_bytes"]) > 1000, row
+        # reads go to the primary while the replica is banned
+        with inst.connect() as c:
+            for _ in range(20):
+                assert in_recovery(c) is False
+        body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % metrics_port, timeout=5).read().decode()
+        lines = [ln for ln in body.splitlines()
+                 if ln.startswith("pgcat_server_lag_bytes{") and 'port="%d"' % pg_replica.port in ln]
+        assert lines and int(lines[0].rsplit(" ", 1)[1]) > 1000, lines
+        # lag_ms is the age of the last replayed transaction: NULL until the
+        # replica replayed one since it started, so only the gauge is sure
+        assert "# TYPE pgcat_server_lag_ms gauge" in body
+        # the ban is renewed at every measurement while the lag lasts
+        time.sleep(0.6)
+        assert shard_row(r, pg_replica.port)["banned"] == "1"
+    finally:
+        pg_replica.sql("SELECT pg_wal_replay_resume()")
+    row = wait_until(lambda: (lambda x: x if x["banned"] == "0" else None)(shard_row(r, pg_replica.port)), 5)
+    assert row["lag_bytes"] is not None and int(row["lag_bytes"]) <= 1000, row
+    _, bans = show(r, "BANS")
+    assert not any(int(b["port"]) == pg_replica.port for b in bans), bans
+    with inst.connect() as c:
+        assert True in {in_recovery(c) for _ in range(30)}
+
+
+def test_lag_monitor_one_connection_per_server(pgcat, pg, pg_replica):
+    """One monitor per instance, not per worker: with two workers each
+    server has a single monitor connection, named in pg_stat_activity."""
+    import time
+    inst = start(pgcat, pg, [("127.0.0.1", pg_replica.port)],
+                 general={"workers": 2, "replica_lag_check_interval": 100})
+    q = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgcat lag monitor'"
+    wait_until(lambda: pg.sql(q)[0][0] == 1 and pg_replica.sql(q)[0][0] == 1, 10)
+    r = admin(inst)
+    wait_until(lambda: shard_row(r, pg_replica.port)["lag_bytes"] is not None, 5)
+    for _ in range(5):   # several intervals later, still one each
+        time.sleep(0.1)
+        assert pg.sql(q)[0][0] == 1
+        assert pg_replica.sql(q)[0][0] == 1
+
+
 def test_auto_roles_find_the_primary(pgcat, pg, pg_replica, rw_table):
     pool = {"query_parser_enabled": "true",
             "shards": {0: {"database": "appdb",

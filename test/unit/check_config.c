@@ -107,6 +107,7 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(g->client_idle_timeout, 0);
 	ck_assert_int_eq(g->healthcheck_timeout, 1000);
 	ck_assert_int_eq(g->healthcheck_delay, 30000);
+	ck_assert_int_eq(g->replica_lag_check_interval, 1000);
 	ck_assert_int_eq(g->ban_time, 60);
 	ck_assert_int_eq(g->shutdown_timeout, 60000);
 	ck_assert_str_eq(g->server_reset_query, "DISCARD ALL");
@@ -167,7 +168,7 @@ START_TEST(test_key_table)
 {
 	size_t n;
 	const struct config_key_info *keys = config_general_keys(&n);
-	ck_assert_uint_eq(n, 47);
+	ck_assert_uint_eq(n, 48);
 	size_t fixed = 0;
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = i + 1; j < n; j++)
