@@ -1005,7 +1005,11 @@ static void process_active(struct server *s)
 			s->skip_msgs = 0;
 			s->timeout_cancelled = false;
 			client_reply_started(c);
-			if (s->outstanding == 0 && s->tx_status == 'I' &&
+			/* Messages the client sent after that Sync (a Parse, Describe
+			 * and Flush of postgres.js, the next pipeline of pgx) are still
+			 * being answered here: their replies are this client's, so the
+			 * server stays until the ReadyForQuery of their own Sync. */
+			if (s->outstanding == 0 && !s->ext_pending && s->tx_status == 'I' &&
 			    (s->sp->pool->mode == POOL_MODE_TRANSACTION || c->close_when_released)) {
 				pool_release(s);
 				return;
