@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "list.h"
 
 typedef struct ssl_st SSL;
 
@@ -40,6 +41,10 @@ struct io_flusher {
 	struct event *ev;
 	int depth;                 /* socket callbacks under way */
 	struct evbuffer *discard;  /* what is written to closed connections */
+	/* TLS connections whose owner closed them while their output or
+	 * close_notify could not all be written at once (io_close): they end
+	 * on their own, and are freed here when the worker exits. */
+	struct list_node tls_closing;
 	/* Every read lands here first: large results stream in big chunks. */
 	uint8_t scratch[65536];
 };
@@ -75,6 +80,9 @@ struct io {
 	bool closed : 1;
 	bool trim_after_flush : 1;   /* io_trim once the output is written */
 	bool tls_handshaking : 1;    /* ssl set, handshake not finished */
+	/* OpenSSL reported a fatal error (SSL_ERROR_SSL or _SYSCALL): no
+	 * SSL_shutdown may follow. */
+	bool tls_failed : 1;
 };
 
 bool io_flusher_init(struct io_flusher *f, struct event_base *base) __attribute__((warn_unused_result));
@@ -89,7 +97,13 @@ bool io_open(struct io *io, struct event_base *base, struct io_flusher *f, evuti
 /* Start a non-blocking connect; on_event(IO_CONNECTED) or (IO_ERROR) follows. */
 bool io_connect(struct io *io, struct event_base *base, struct io_flusher *f, const struct sockaddr *sa,
 		socklen_t salen, size_t read_high, const struct io_ops *ops) __attribute__((warn_unused_result));
+/* A TLS connection first writes what is queued and a close_notify
+ * (SSL_shutdown), as PostgreSQL ends its TLS connections: libpq 17 reports
+ * an end without one as "unexpected eof". What the socket does not take at
+ * once is sent from the event loop, for at most IO_TLS_CLOSE_MS, after the
+ * owner is gone. */
 void io_close(struct io *io);
+#define IO_TLS_CLOSE_MS 5000
 
 /* The output buffer, marked for flushing at the end of this loop turn.
  * Never NULL: after a close (or out of memory) writes go to a scratch

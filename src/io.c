@@ -87,6 +87,7 @@ static bool tls_write_some(struct io *io)
 		if (e == SSL_ERROR_WANT_READ)
 			return true;   /* the read callback tries again */
 		io_arm_write(io, false);
+		io->tls_failed = true;
 		io->ops->on_event(io, IO_ERROR, e == SSL_ERROR_SYSCALL && errno ? errno : EPROTO, io_owner(io));
 		return false;
 	}
@@ -166,10 +167,14 @@ static ssize_t tls_read_into(struct io *io)
 	case SSL_ERROR_ZERO_RETURN:
 		return 0;   /* close_notify */
 	case SSL_ERROR_SYSCALL:
-		if (errno == 0 || errno == EAGAIN)
-			return errno == 0 ? 0 : -1;   /* EOF without close_notify: a plain EOF */
+		if (errno == EAGAIN)
+			return -1;
+		io->tls_failed = true;
+		if (errno == 0)
+			return 0;   /* EOF without close_notify: a plain EOF */
 		return -1;
 	default:
+		io->tls_failed = true;
 		errno = EPROTO;
 		return -1;
 	}
@@ -267,6 +272,7 @@ static void tls_step(struct io *io)
 		io_arm_write(io, true);
 		return;
 	default:
+		io->tls_failed = true;
 		io->ops->on_event(io, IO_ERROR, EPROTO, io_owner(io));
 		return;
 	}
@@ -369,18 +375,140 @@ static bool make_dirty(struct io *io)
 	return true;
 }
 
+/* ---- the end of a TLS connection ----
+ *
+ * PostgreSQL ends every TLS connection with SSL_shutdown, and OpenSSL 3
+ * reports an end without close_notify as an error (it could be a cut made
+ * by an attacker): libpq says "SSL error: unexpected eof while reading",
+ * which broke libpq 17's cancel over TLS. So a close first writes the queued output through TLS, then a
+ * close_notify. Only the sending half: like PostgreSQL, pgcat does not wait
+ * for the peer's close_notify. Most of the time the socket takes it all at
+ * once; otherwise what is left goes out from the event loop, without the
+ * owner (it is being freed), for at most IO_TLS_CLOSE_MS. A peer that went
+ * away makes a write fail, which ends it at once. */
+
+struct tls_closing {
+	struct list_node node;     /* in flusher->tls_closing */
+	struct event ev;           /* writability or the deadline */
+	struct timeval deadline;
+	SSL *ssl;
+	struct evbuffer *out;      /* NULL or what was still queued */
+	evutil_socket_t fd;
+};
+
+enum tls_close_step { TLS_CLOSE_DONE, TLS_CLOSE_WANT_WRITE };
+
+/* One try at the output, then at close_notify. DONE also when a write
+ * failed: the close is best effort, the socket is closed either way. */
+static enum tls_close_step tls_close_step(SSL *ssl, struct evbuffer *out)
+{
+	ERR_clear_error();
+	while (out && evbuffer_get_length(out) > 0) {
+		struct evbuffer_iovec v;
+		if (evbuffer_peek(out, -1, NULL, &v, 1) < 1)
+			break;
+		int n = SSL_write(ssl, v.iov_base, v.iov_len > INT_MAX ? INT_MAX : (int)v.iov_len);
+		if (n > 0) {
+			evbuffer_drain(out, (size_t)n);
+			continue;
+		}
+		int e = SSL_get_error(ssl, n);
+		ERR_clear_error();
+		/* WANT_READ would need the peer's bytes (a TLS 1.3 key update):
+		 * not worth waiting for at a close. */
+		return e == SSL_ERROR_WANT_WRITE ? TLS_CLOSE_WANT_WRITE : TLS_CLOSE_DONE;
+	}
+	/* 0: close_notify sent; 1: the peer's had come already. */
+	int rc = SSL_shutdown(ssl);
+	if (rc >= 0)
+		return TLS_CLOSE_DONE;
+	int e = SSL_get_error(ssl, rc);
+	ERR_clear_error();
+	return e == SSL_ERROR_WANT_WRITE ? TLS_CLOSE_WANT_WRITE : TLS_CLOSE_DONE;
+}
+
+static void tls_closing_free(struct tls_closing *tc)
+{
+	list_del(&tc->node);
+	event_del(&tc->ev);
+	SSL_free(tc->ssl);
+	if (tc->out)
+		evbuffer_free(tc->out);
+	close(tc->fd);
+	free(tc);
+}
+
+/* Arm for writability, with what is left of the time allowed; false when
+ * the time is up (or the event cannot be added). */
+static bool tls_closing_arm(struct tls_closing *tc)
+{
+	struct timeval now, left;
+	if (event_base_gettimeofday_cached(event_get_base(&tc->ev), &now) < 0)
+		return false;
+	if (!evutil_timercmp(&now, &tc->deadline, <))
+		return false;
+	evutil_timersub(&tc->deadline, &now, &left);
+	return event_add(&tc->ev, &left) == 0;
+}
+
+static void tls_closing_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct tls_closing *tc = arg;
+	(void)fd;
+	if ((what & EV_TIMEOUT) || tls_close_step(tc->ssl, tc->out) == TLS_CLOSE_DONE || !tls_closing_arm(tc))
+		tls_closing_free(tc);
+}
+
+/* From io_close: true when the SSL, the socket and the output were handed
+ * to a tls_closing that finishes later; false: the caller frees them now
+ * (all written, the peer gone, or no memory for the wait). */
+static bool tls_close_begin(struct io *io)
+{
+	if (SSL_in_init(io->ssl) || tls_close_step(io->ssl, io->out) == TLS_CLOSE_DONE)
+		return false;
+	struct tls_closing *tc = calloc(1, sizeof *tc);
+	if (!tc)
+		return false;
+	struct event_base *base = event_get_base(&io->rev);
+	struct timeval now, span = { IO_TLS_CLOSE_MS / 1000, (IO_TLS_CLOSE_MS % 1000) * 1000 };
+	if (event_assign(&tc->ev, base, io->fd, EV_WRITE, tls_closing_cb, tc) < 0 ||
+	    event_base_gettimeofday_cached(base, &now) < 0) {
+		free(tc);
+		return false;
+	}
+	evutil_timeradd(&now, &span, &tc->deadline);
+	if (!tls_closing_arm(tc)) {
+		free(tc);
+		return false;
+	}
+	tc->ssl = io->ssl;
+	tc->fd = io->fd;
+	tc->out = io->out;
+	list_add_tail(&io->flusher->tls_closing, &tc->node);
+	io->ssl = NULL;
+	io->fd = -1;
+	io->out = NULL;
+	return true;
+}
+
 bool io_flusher_init(struct io_flusher *f, struct event_base *base)
 {
 	f->dirty = NULL;
 	f->n_dirty = f->cap_dirty = 0;
 	f->discard = NULL;
 	f->depth = 0;
+	list_init(&f->tls_closing);
 	f->ev = event_new(base, -1, 0, flusher_cb, f);
 	return f->ev != NULL;
 }
 
 void io_flusher_free(struct io_flusher *f)
 {
+	/* next is NULL when init never ran (the flusher sits in a calloc'd worker) */
+	struct list_node *pos, *tmp;
+	if (f->tls_closing.next)
+		LIST_FOREACH_SAFE(pos, tmp, &f->tls_closing)
+			tls_closing_free(LIST_OWNER(pos, struct tls_closing, node));
 	if (f->ev)
 		event_free(f->ev);
 	f->ev = NULL;
@@ -473,7 +601,10 @@ void io_close(struct io *io)
 	io_arm_read(io);
 	io_arm_write(io, false);
 	if (io->ssl) {
-		SSL_free(io->ssl);
+		/* On success the socket, the SSL and the output belong to a
+		 * tls_closing from here on (fd -1, out NULL below). */
+		if (io->tls_handshaking || io->tls_failed || !tls_close_begin(io))
+			SSL_free(io->ssl);
 		io->ssl = NULL;
 	}
 	if (io->fd >= 0)

@@ -346,3 +346,174 @@ def test_cancel_reaches_a_hostssl_only_server(pgcat, pg_ssl, certs):
             c.execute("SELECT pg_sleep(20)")
         assert time.monotonic() - t0 < 10
         assert c.execute("SELECT 1").fetchone()[0] == 1
+
+
+# --- every close of a TLS connection sends close_notify ----------------------------
+# PostgreSQL ends each TLS connection with SSL_shutdown, and libpq 17 (OpenSSL
+# 3) reports a close without it as "SSL error: unexpected eof while reading":
+# its TLS cancel connection failed, and so could a refused login.
+
+def tls_raw(inst, small_window=False):
+    """A raw connection over TLS that reports an EOF without close_notify
+    (SSLEOFError) instead of taking it as a clean end. small_window: small
+    segments and a small receive buffer, so that the kernel buffers little of
+    what pgcat sends (on loopback, 64 kB segments make its send buffer grow
+    to megabytes)."""
+    r = pgwire.Raw(inst.host, inst.port)
+    if small_window:
+        r.sock.close()
+        r.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        r.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 1000)    # before connect: in the SYN
+        r.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        r.sock.settimeout(10)
+        r.sock.connect((inst.host, inst.port))
+    r.sock.sendall(SSL_REQUEST)
+    assert r.sock.recv(1) == b"S"
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    r.sock = ctx.wrap_socket(r.sock, server_hostname="localhost", suppress_ragged_eofs=False)
+    return r
+
+
+def assert_closed_with_close_notify(r, timeout=10):
+    """Read until pgcat ends the connection: recv returns b"" only on a
+    close_notify (suppress_ragged_eofs=False); an EOF without one raises
+    SSLEOFError (UNEXPECTED_EOF_WHILE_READING)."""
+    if r.eof:                # Raw already read the clean end
+        r.close()
+        return
+    r.sock.settimeout(timeout)
+    try:
+        while r.sock.recv(65536):
+            pass
+    except ssl.SSLEOFError as e:
+        pytest.fail("pgcat closed the TLS connection without close_notify: %s" % e)
+    finally:
+        r.close()
+
+
+def test_libpq17_cancel_over_tls(pgcat, pg, certs):
+    """libpq 17's cancel_safe with sslmode=require: SSLRequest, handshake,
+    CancelRequest inside TLS; pgcat's close must end the TLS session cleanly."""
+    from psycopg import errors
+    from test_cancel import run_in_thread, sleeping_backend
+    assert psycopg.pq.version() >= 170000, "requirements-test.txt pins a psycopg with libpq 17+"
+    inst = pgcat(general=tls_general(certs, "require"))
+    c = inst.connect(sslmode="require")
+    assert c.pgconn.ssl_in_use
+    t, box = run_in_thread(lambda: c.execute("SELECT pg_sleep(30)"))
+    wait_until(lambda: sleeping_backend(pg), 10, msg="pg_sleep running on the server")
+    c.cancel_safe(timeout=10)       # raises on "SSL error: unexpected eof while reading"
+    t.join(10)
+    assert not t.is_alive(), "the query was not cancelled"
+    assert isinstance(box.get("error"), errors.QueryCanceled), box
+    assert c.execute("SELECT 2").fetchone()[0] == 2
+    c.close()
+
+
+def test_refused_login_over_tls_reports_the_auth_error(pgcat, certs):
+    inst = pgcat(general=tls_general(certs, "require"))
+    with pytest.raises(psycopg.OperationalError) as ei:
+        inst.connect(sslmode="require", password="wrong")
+    text = str(ei.value)
+    assert 'password authentication failed for user "app"' in text, text
+    assert "SSL" not in text and "eof" not in text.lower(), text
+    with inst.connect(sslmode="require") as c:
+        c.execute("SELECT 1")
+
+
+def test_every_tls_close_sends_close_notify(pgcat, certs):
+    g = tls_general(certs, "require")
+    g["client_idle_timeout"] = 1000
+    inst = pgcat(general=g)
+    # a cancel connection (an unknown key: closed without a word, as PostgreSQL does)
+    r = tls_raw(inst)
+    r.send(pgwire.cancel_request(1234, 5678))
+    assert_closed_with_close_notify(r)
+    # a refused login: FATAL 28P01, then the close
+    r = tls_raw(inst)
+    with pytest.raises(pgwire.ProtocolError) as ei:
+        r.login("app", "wrong", "appdb")
+    assert ei.value.args[0].get("C") == "28P01", ei.value.args
+    assert_closed_with_close_notify(r)
+    # the admin console, closed after the client's Terminate
+    from conftest import ADMIN_PASSWORD, ADMIN_USER
+    r = tls_raw(inst)
+    r.login(ADMIN_USER, ADMIN_PASSWORD, "pgcat")
+    r.send(pgwire.terminate())
+    assert_closed_with_close_notify(r)
+    # a client logged in, then closed by client_idle_timeout
+    r = tls_raw(inst)
+    r.login("app", PASSWORDS["app"], "appdb")
+    assert_closed_with_close_notify(r, timeout=10)
+    # a client that sends Terminate
+    r = tls_raw(inst)
+    r.login("app", PASSWORDS["app"], "appdb")
+    r.send(pgwire.terminate())
+    assert_closed_with_close_notify(r)
+    with inst.connect(sslmode="require") as c:
+        c.execute("SELECT 1")
+
+
+
+
+def tcp_state(local_port, remote_port):
+    """The state (hex, as /proc/net/tcp has it: 01 ESTABLISHED) of the
+    loopback socket local_port -> remote_port, None if there is none."""
+    want = (":%04X" % local_port, ":%04X" % remote_port)
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[1].endswith(want[0]) and fields[2].endswith(want[1]):
+                return fields[3]
+    return None
+
+
+def test_close_with_output_queued_sends_it_then_close_notify(pgcat, certs):
+    """Clients closed (admin KILL) while a result they do not read fills
+    pgcat's output and the socket: the output is written from the event loop
+    after the close and ends with close_notify; a client that never reads
+    again is given up after IO_TLS_CLOSE_MS (5 s)."""
+    import time
+    inst = pgcat(general=tls_general(certs, "require"))
+    big = pgwire.query("SELECT repeat('x', 2000) FROM generate_series(1, 20000)")   # 40 MB
+    # both before any large transfer: Linux seeds a new connection's
+    # congestion window from the last ones to the same address, and a big
+    # one lets the kernel take all of pgcat's output at once
+    reader, sleeper = tls_raw(inst, small_window=True), tls_raw(inst, small_window=True)
+    for r in (reader, sleeper):
+        r.login("app", PASSWORDS["app"], "appdb")
+        r.send(big)
+    time.sleep(1)               # pgcat's output budget and both socket buffers fill up
+    a = admin_tls(inst)
+    assert command(a, "KILL appdb") is None
+    assert command(a, "RESUME appdb") is None     # KILL leaves the pool paused
+    a.close()
+    # reads again after the close: what was queued, the FATAL last, close_notify
+    got = b""
+    reader.sock.settimeout(10)
+    try:
+        while True:
+            chunk = reader.sock.recv(65536)
+            if not chunk:
+                break
+            got = (got + chunk)[-4096:]
+    except ssl.SSLEOFError as e:
+        pytest.fail("pgcat closed the TLS connection without close_notify: %s" % e)
+    reader.close()
+    assert b"FATAL" in got, got[-200:]
+    # never reads again: pgcat gives up within its 5 s and closes its end
+    # (whether the kernel took the rest or not: its socket leaves ESTABLISHED)
+    client_port = sleeper.sock.getsockname()[1]
+    assert wait_until(lambda: tcp_state(inst.port, client_port) not in ("01", None), 8,
+                      msg="pgcat closed a client that reads nothing"), tcp_state(inst.port, client_port)
+    sleeper.sock.settimeout(10)
+    try:
+        while sleeper.sock.recv(65536):
+            pass
+    except (ssl.SSLEOFError, ConnectionResetError):
+        pass                    # given up with output unsent: no close_notify then
+    sleeper.close()
+    with inst.connect(sslmode="require") as c:
+        c.execute("SELECT 1")
