@@ -82,6 +82,38 @@ def test_flush_is_forwarded_at_once(pgcat, pg):
     r.close()
 
 
+@pytest.mark.parametrize("prepared", [True, False])
+def test_messages_after_a_sync_keep_the_server(pgcat, pg, prepared):
+    """postgres.js (issue 20, item 2) and pgx (issue 28, item 3): a Sync,
+    then more messages in the same write ending in Flush. PostgreSQL runs
+    them as the next request and Flush sends their replies; the server
+    must stay this client's until their own Sync (it went back to the pool
+    at the first ReadyForQuery and the replies reached the next client)."""
+    p = pgcat(general={"default_pool_size": 1, "prepared_statements": prepared})
+    r = p.raw_login()
+    other = p.raw_login()
+    name = "s_after" if prepared else ""
+    r.send(pgwire.parse("SELECT 4") + pgwire.bind() + pgwire.execute() + pgwire.sync()
+           + pgwire.parse("SELECT $1::int AS five", name) + pgwire.describe(b"S", name) + pgwire.flush())
+    first = r.read_until((b"Z",))
+    assert [m[0] for m in first] == [b"1", b"2", b"D", b"C", b"Z"], first
+    after = r.read_until((b"T",), timeout=5)
+    assert [m[0] for m in after] == [b"1", b"t", b"T"], after
+    # the other client waits meanwhile, and gets nothing of this one's
+    other.send(pgwire.query("SELECT 6"))
+    with pytest.raises(socket.timeout):
+        other.read_msg(0.5)
+    r.send(pgwire.bind(["5"], stmt=name) + pgwire.execute() + pgwire.sync())
+    rest = r.read_until((b"Z",))
+    assert [m[0] for m in rest] == [b"2", b"D", b"C", b"Z"], rest
+    assert pgwire.data_row_values(rest[1][1]) == ["5"]
+    rows, err, _ = other.collect()
+    assert rows == [["6"]] and err is None
+    r.close()
+    other.close()
+    assert_pool_idle(pg, max_conns=1)
+
+
 def test_extended_transaction_keeps_server_across_syncs(pgcat, pg):
     p = pgcat(general={"default_pool_size": 2})
     r = p.raw_login()
