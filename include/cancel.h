@@ -38,7 +38,11 @@ struct shm;
 struct cancel_table {
 	struct cancel_slot *slots;
 	uint32_t n_slots;
-	uint32_t free_head;       /* index + 1; 0 = none */
+	/* Free slots, index + 1 (0: none), oldest first: a slot is used again
+	 * only after every other free one, so the pid a client was given does
+	 * not come back for the next login (pgxpool opens a new connection
+	 * as it closes one; a late CancelRequest of the old must find nothing). */
+	uint32_t free_head, free_tail;
 	int worker;
 	struct shm *shm;
 	struct randpool *rand;    /* where keys come from (the worker's) */
@@ -54,7 +58,9 @@ void cancel_key_share(struct cancel_table *t, const struct client *c);
 /* A CancelRequest: cancel locally, or through the shared segment when the
  * key belongs to another worker. */
 void cancel_handle_request(struct worker *w, uint32_t pid, uint32_t key);
-/* Waiting clients another worker was asked to cancel (janitor tick). */
+/* Clients another worker was asked to cancel (janitor tick): waiting
+ * ones, and those running a query (the cancel is sent from here, where the
+ * server connection is known, so that it is tracked like a local one). */
 void cancel_poll_waiting(struct worker *w);
 void cancel_table_free(struct cancel_table *t);
 /* Make room for n_slots keys (after a reload raised max_client_conn). */
@@ -66,8 +72,15 @@ void cancel_key_release(struct cancel_table *t, uint32_t pid);
 /* The client a (pid, key) pair names, or NULL. */
 struct client *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, uint32_t key);
 
-/* Open a connection to addr and send CancelRequest(pid, key); fire and forget. */
-void cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid, uint32_t key);
+/* Open a connection to addr and send CancelRequest(pid, key). for: the
+ * server connection it cancels a query on, told through server_cancel_done
+ * when PostgreSQL closed the connection (it has signalled the backend by
+ * then) or after CANCEL_REQUEST_TIMEOUT_MS; NULL: nobody. false: nothing
+ * was sent. */
+bool cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid, uint32_t key,
+		 struct server *for_server);
+/* s is closing: its CancelRequests in flight tell it nothing any more. */
+void cancel_requests_forget(struct worker *w, const struct server *s);
 void cancel_requests_free_all(struct worker *w);
 
 #endif

@@ -23,6 +23,12 @@ enum server_state {
 	SERVER_ACTIVE,       /* linked; bytes flow both ways */
 	SERVER_DRAINING,     /* client gone: finishing the query, rolling back */
 	SERVER_RESETTING,    /* server_reset_query after a session-mode client */
+	/* Its client is done, but a CancelRequest pgcat sent for it has not
+	 * been answered yet: handed to another client, that client's query
+	 * could be the one cancelled (SPEC §3.4). Back to the pool when
+	 * PostgreSQL closed every cancel connection (it signals the backend
+	 * before it closes). */
+	SERVER_CANCEL_WAIT,
 	SERVER_CLOSED
 };
 
@@ -93,6 +99,7 @@ struct server {
 	/* A replayed read: this many acknowledgements the client already has. */
 	uint32_t skip_msgs;
 	bool timeout_cancelled;       /* statement_timeout sent a cancel for this request */
+	uint16_t cancels_in_flight;   /* CancelRequests pgcat sent for it, not yet answered */
 	bool checked;                 /* had its first health check */
 };
 
@@ -119,6 +126,8 @@ bool server_output_full(struct server *s);
 void server_process(struct server *s);
 /* Send CancelRequest for the query running on this server. */
 void server_send_cancel(struct server *s);
+/* PostgreSQL answered (closed) one of the CancelRequests of s (cancel.c). */
+void server_cancel_done(struct server *s);
 
 /* The transaction that changed session settings will not commit (its
  * client is gone; the server is being cleaned): undo them on both sides. */

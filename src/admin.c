@@ -565,6 +565,7 @@ static const char *server_show_state(const struct server *s)
 	case SERVER_ACTIVE: return "active";
 	case SERVER_DRAINING:
 	case SERVER_RESETTING: return "used";
+	case SERVER_CANCEL_WAIT: return "being_canceled";
 	case SERVER_CLOSED: return "closed";
 	}
 	return "?";

@@ -40,6 +40,7 @@ bool cancel_table_init(struct cancel_table *t, uint32_t n_slots, int worker, str
 	for (uint32_t i = 0; i < n_slots; i++)
 		t->slots[i].next_free = i + 2 <= n_slots ? i + 2 : 0;
 	t->free_head = n_slots ? 1 : 0;
+	t->free_tail = n_slots;
 	return true;
 }
 
@@ -57,6 +58,8 @@ bool cancel_table_grow(struct cancel_table *t, uint32_t n_slots)
 		s[i].client = NULL;
 		s[i].next_free = i + 2 <= n_slots ? i + 2 : t->free_head;
 	}
+	if (!t->free_head)
+		t->free_tail = n_slots;
 	t->free_head = t->n_slots + 1;
 	t->slots = s;
 	t->n_slots = n_slots;
@@ -82,6 +85,8 @@ bool cancel_key_assign(struct cancel_table *t, struct client *c, uint32_t *pid, 
 		if (!randpool_bytes(t->rand, &secret, sizeof secret))
 			return false;
 	t->free_head = slot->next_free;
+	if (!t->free_head)
+		t->free_tail = 0;
 	slot->secret = secret;
 	slot->client = c;
 	slot->published = 0;   /* see struct cancel_slot */
@@ -103,8 +108,12 @@ void cancel_key_release(struct cancel_table *t, uint32_t pid)
 	bool published = slot->published;
 	slot->secret = 0;
 	slot->client = NULL;
-	slot->next_free = t->free_head;
-	t->free_head = idx + 1;
+	slot->next_free = 0;
+	if (t->free_tail)
+		t->slots[t->free_tail - 1].next_free = idx + 1;
+	else
+		t->free_head = idx + 1;
+	t->free_tail = idx + 1;
 	if (t->shm && published)
 		shm_cancel_publish(t->shm, t->worker, idx, 0, 0, 0, NULL, 0);
 }
@@ -165,33 +174,34 @@ void cancel_handle_request(struct worker *w, uint32_t pid, uint32_t key)
 	}
 	if (!w->shm || worker_of(pid) == w->id || worker_of(pid) < 0)
 		return;   /* unknown keys are ignored silently, as PostgreSQL does */
-	uint32_t bpid, bkey;
-	struct sockaddr_storage addr;
-	socklen_t addrlen;
-	if (shm_cancel_read(w->shm, worker_of(pid), slot_of(pid), key, &bpid, &bkey, &addr, &addrlen))
-		cancel_send(w, (struct sockaddr *)&addr, addrlen, bpid, bkey);
-	else
-		/* No query on a server: the client may be waiting for one; its
-		 * worker answers it (cancel_poll_waiting). */
-		(void)shm_cancel_flag(w->shm, worker_of(pid), slot_of(pid), key);
+	/* Another worker's client: that worker acts on it (cancel_poll_waiting).
+	 * Sent from here, the cancel could reach its server after the query
+	 * ended and the server went to another client; there it is sent only
+	 * while the client's request runs, and the server is not handed on
+	 * before PostgreSQL answered it. */
+	(void)shm_cancel_flag(w->shm, worker_of(pid), slot_of(pid), key);
+}
+
+static void poll_list(struct worker *w, struct list_node *head)
+{
+	struct list_node *cp, *ct;
+	LIST_FOREACH_SAFE(cp, ct, head) {
+		struct client *c = LIST_OWNER(cp, struct client, node);
+		if (c->has_cancel_key && shm_cancel_take_flag(w->shm, w->id, slot_of(c->cancel_pid), c->cancel_key))
+			client_cancel_query(c);
+	}
 }
 
 void cancel_poll_waiting(struct worker *w)
 {
 	if (!w->shm)
 		return;
+	poll_list(w, &w->clients_active);
 	struct list_node *pp, *pt;
 	LIST_FOREACH_SAFE(pp, pt, &w->pools) {
 		struct pool *p = LIST_OWNER(pp, struct pool, node);
-		for (size_t i = 0; i < p->n_targets; i++) {
-			struct list_node *cp, *ct;
-			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters) {
-				struct client *c = LIST_OWNER(cp, struct client, node);
-				if (c->has_cancel_key &&
-				    shm_cancel_take_flag(w->shm, w->id, slot_of(c->cancel_pid), c->cancel_key))
-					client_cancel_query(c);
-			}
-		}
+		for (size_t i = 0; i < p->n_targets; i++)
+			poll_list(w, &p->targets[i]->waiters);
 	}
 }
 
@@ -199,13 +209,29 @@ void cancel_poll_waiting(struct worker *w)
 struct cancel_request {
 	struct list_node node;
 	struct bufferevent *bev;
+	struct server *server;    /* told when it is answered; NULL: nobody */
 };
+
+#define CANCEL_REQUEST_TIMEOUT_MS 5000
 
 static void cancel_request_done(struct cancel_request *r)
 {
+	struct server *s = r->server;
 	list_del(&r->node);
 	bufferevent_free(r->bev);
 	free(r);
+	if (s)
+		server_cancel_done(s);
+}
+
+void cancel_requests_forget(struct worker *w, const struct server *s)
+{
+	struct list_node *pos;
+	for (pos = w->cancel_requests.next; pos != &w->cancel_requests; pos = pos->next) {
+		struct cancel_request *r = LIST_OWNER(pos, struct cancel_request, node);
+		if (r->server == s)
+			r->server = NULL;
+	}
 }
 
 static void cancel_event_cb(struct bufferevent *bev, short what, void *arg)
@@ -213,9 +239,12 @@ static void cancel_event_cb(struct bufferevent *bev, short what, void *arg)
 	struct cancel_request *r = arg;
 	if (what & BEV_EVENT_CONNECTED)
 		return;
-	/* EOF (the server closes after reading the request) or an error. */
+	/* EOF (the server closes after reading the request), an error, or no
+	 * answer in CANCEL_REQUEST_TIMEOUT_MS. */
 	if (what & BEV_EVENT_ERROR)
 		log_debug("cancel request: connection error");
+	if (what & BEV_EVENT_TIMEOUT)
+		log_warning("cancel request: no answer from the server in %d ms", CANCEL_REQUEST_TIMEOUT_MS);
 	cancel_request_done(r);
 }
 
@@ -224,15 +253,16 @@ static void cancel_read_cb(struct bufferevent *bev, void *arg)
 	evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
 }
 
-void cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid, uint32_t key)
+bool cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid, uint32_t key,
+		 struct server *for_server)
 {
 	struct cancel_request *r = calloc(1, sizeof *r);
 	if (!r)
-		return;
+		return false;
 	r->bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
 	if (!r->bev) {
 		free(r);
-		return;
+		return false;
 	}
 	list_init(&r->node);
 	list_add_tail(&w->cancel_requests, &r->node);
@@ -243,16 +273,24 @@ void cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrle
 	proto_put_u32(pkt + 8, pid);
 	proto_put_u32(pkt + 12, key);
 	bufferevent_write(r->bev, pkt, sizeof pkt);
+	struct timeval tv = { CANCEL_REQUEST_TIMEOUT_MS / 1000, (CANCEL_REQUEST_TIMEOUT_MS % 1000) * 1000 };
+	bufferevent_set_timeouts(r->bev, &tv, &tv);
 	bufferevent_enable(r->bev, EV_READ | EV_WRITE);
 	if (bufferevent_socket_connect(r->bev, (struct sockaddr *)addr, (int)addrlen) < 0) {
 		log_warning("cancel request: cannot connect");
 		cancel_request_done(r);
+		return false;
 	}
+	r->server = for_server;
+	return true;
 }
 
 void cancel_requests_free_all(struct worker *w)
 {
 	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->cancel_requests)
-		cancel_request_done(LIST_OWNER(pos, struct cancel_request, node));
+	LIST_FOREACH_SAFE(pos, tmp, &w->cancel_requests) {
+		struct cancel_request *r = LIST_OWNER(pos, struct cancel_request, node);
+		r->server = NULL;   /* the servers are going too */
+		cancel_request_done(r);
+	}
 }

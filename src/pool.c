@@ -364,7 +364,8 @@ static void count_adjust(struct srvpool *sp, enum server_state st, int delta)
 	case SERVER_SYNCING:
 	case SERVER_ACTIVE: sp->n_active += delta; break;
 	case SERVER_DRAINING:
-	case SERVER_RESETTING: sp->n_other += delta; break;
+	case SERVER_RESETTING:
+	case SERVER_CANCEL_WAIT: sp->n_other += delta; break;
 	case SERVER_CLOSED: break;
 	}
 	struct worker *w = sp->pool->w;
@@ -397,7 +398,8 @@ void pool_server_state_changed(struct server *s, int old_state)
 	case SERVER_SYNCING:
 	case SERVER_ACTIVE: list_add_tail(&sp->active, &s->node); break;
 	case SERVER_DRAINING:
-	case SERVER_RESETTING: list_add_tail(&sp->other, &s->node); break;
+	case SERVER_RESETTING:
+	case SERVER_CANCEL_WAIT: list_add_tail(&sp->other, &s->node); break;
 	case SERVER_CLOSED: break;
 	}
 }
@@ -525,6 +527,11 @@ void pool_server_clean(struct server *s)
 	const struct config_general *g = &w->cfg->general;
 	s->client = NULL;
 	server_settings_discard(s);   /* a client gone mid-transaction: rolled back */
+	if (s->cancels_in_flight > 0) {
+		/* server_cancel_done brings it back */
+		server_set_state(s, SERVER_CANCEL_WAIT);
+		return;
+	}
 	if (sp->pool->removed && list_empty(&sp->waiters))
 		s->close_when_idle = true;
 	if (s->close_when_idle || w->shutting_down ||

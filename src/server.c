@@ -57,7 +57,7 @@ struct server_auth {
 static const char *const state_names[] = {
 	[SERVER_CONNECTING] = "connecting", [SERVER_LOGIN] = "login", [SERVER_IDLE] = "idle",
 	[SERVER_SYNCING] = "syncing", [SERVER_ACTIVE] = "active", [SERVER_DRAINING] = "draining",
-	[SERVER_RESETTING] = "resetting", [SERVER_CLOSED] = "closed",
+	[SERVER_RESETTING] = "resetting", [SERVER_CANCEL_WAIT] = "being_canceled", [SERVER_CLOSED] = "closed",
 };
 
 const char *server_state_name(enum server_state st) { return state_names[st]; }
@@ -152,6 +152,8 @@ void server_close(struct server *s, const char *why)
 	}
 	prep_server_free(s);
 	s->prep_on = false;
+	cancel_requests_forget(w, s);
+	s->cancels_in_flight = 0;
 	io_close(&s->io);
 	pool_server_closed(s, login_failed);
 	s->state = SERVER_CLOSED;
@@ -649,7 +651,16 @@ void server_send_cancel(struct server *s)
 {
 	if (!s->backend_pid)
 		return;
-	cancel_send(s->w, (struct sockaddr *)&s->sp->addr, s->sp->addrlen, s->backend_pid, s->backend_key);
+	if (cancel_send(s->w, (struct sockaddr *)&s->sp->addr, s->sp->addrlen, s->backend_pid, s->backend_key, s))
+		s->cancels_in_flight++;
+}
+
+void server_cancel_done(struct server *s)
+{
+	if (s->cancels_in_flight > 0)
+		s->cancels_in_flight--;
+	if (s->cancels_in_flight == 0 && s->state == SERVER_CANCEL_WAIT)
+		pool_server_clean(s);
 }
 
 static bool reset_query_clears_all(const char *q)
@@ -1103,6 +1114,7 @@ static void process_once(struct server *s)
 	case SERVER_SYNCING:
 	case SERVER_DRAINING:
 	case SERVER_RESETTING:
+	case SERVER_CANCEL_WAIT:
 		if (s->fwd_remaining > 0) {
 			struct evbuffer *in = s->io.in;
 			size_t have = evbuffer_get_length(in);

@@ -6,6 +6,7 @@ unknown keys are ignored silently."""
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -191,3 +192,37 @@ def test_cancel_request_after_ssl_request_raw(pgcat, pg):
     assert err is not None and err["C"] == "57014", err
     assert status == "I"
     r.close()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_cancel_then_vanish_never_cancels_the_next_client(pgcat, pg, workers):
+    """Issue 28, item 1, as pgx does it: on a context timeout pgx sends a
+    CancelRequest with its key and closes its own socket at once. Pool of
+    one server: A runs pg_sleep, sends its cancel and disconnects in the
+    same instant; B, already connected, runs a query right away. B is never
+    cancelled, A's sleep never survives, nothing is left idle in a
+    transaction. Also, the next client never gets the pid a closed one had
+    (pgxpool opens a connection as it closes another)."""
+    rounds = 1000 if workers == 1 else 300
+    p = pgcat(general={"default_pool_size": 1, "workers": workers, "auth_type": "md5"})
+    b = p.raw_login()
+    pids = set()
+    for i in range(rounds):
+        a = p.raw_login()
+        assert a.backend_key[0] not in pids, "a closed client's pid was given again: %r" % (a.backend_key,)
+        pids.add(a.backend_key[0])
+        a.send(pgwire.query("SELECT pg_sleep(30)"))
+        if i % 2:
+            # the cancel sometimes lands before the query reached a server
+            time.sleep(0.002)
+        c = socket.create_connection((p.host, p.port))
+        c.sendall(pgwire.cancel_request(*a.backend_key))
+        a.close()
+        c.close()
+        rows, err, status = b.simple("SELECT %d" % i)
+        assert err is None, "round %d: B got %r" % (i, err)
+        assert rows == [[str(i)]] and status == "I"
+    b.close()
+    wait_until(lambda: not sleeping_backend(pg, "pg_sleep(30)"), 10, msg="no pg_sleep left running")
+    assert_pool_idle(pg, max_conns=1)
