@@ -71,11 +71,19 @@ func conn(ctx context.Context, url string, id int, errs chan<- error) {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: drivers postgres://user:pw@host:port/db")
+		fmt.Fprintln(os.Stderr, "usage: drivers postgres://user:pw@host:port/db [seams]")
 		os.Exit(2)
 	}
 	url := os.Args[1]
 	ctx := context.Background()
+	if len(os.Args) > 2 && os.Args[2] == "seams" {
+		if err := seams(ctx, url); err != nil {
+			fmt.Println("FAIL", err)
+			os.Exit(1)
+		}
+		fmt.Println("ok")
+		return
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 100)
 	for i := 0; i < 8; i++ {
