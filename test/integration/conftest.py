@@ -519,10 +519,28 @@ def _pids_in_netns(ino):
     return out
 
 
+def _require_netns_privilege():
+    if not IS_ROOT:
+        pytest.fail("this test runs in a network namespace of its own (unshare(CLONE_NEWNET)), "
+                    "which needs root; run the integration tests as root, as CI does", pytrace=False)
+
+
+def _loopback_up():
+    """`ip link set lo up` in the calling thread's network namespace, without
+    needing iproute2: SIOCGIFFLAGS/SIOCSIFFLAGS on a socket made there."""
+    import fcntl
+    import struct
+    SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        ifr = struct.pack("16sH22x", b"lo", 0)     # struct ifreq: 40 bytes
+        flags = struct.unpack("16sH22x", fcntl.ioctl(s, SIOCGIFFLAGS, ifr))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+
+
 @contextlib.contextmanager
 def own_netns():
     """Move the calling thread into a new, empty network namespace (only
-    `lo`, brought up) and back on leaving. Network namespaces are per thread:
+    `lo`, brought up; no iproute2 needed) and back on leaving. Network namespaces are per thread:
     the threads and processes it starts meanwhile (PostgreSQL, pgcat, client
     threads, pgbench) are in the new namespace too; the rest of the test
     session is not. Needs root (CAP_SYS_ADMIN).
@@ -530,9 +548,7 @@ def own_netns():
     The namespace has no name: it goes away with its last process and
     socket. On leaving, every process still in it is one the test started
     and failed to stop: it gets SIGKILL (by PID) and the test fails."""
-    if not IS_ROOT:
-        pytest.fail("this test runs in a network namespace of its own (unshare(CLONE_NEWNET)), "
-                    "which needs root; run the integration tests as root, as CI does", pytrace=False)
+    _require_netns_privilege()
     libc = _libc()
     orig = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     orig_ino = _netns_inode()
@@ -544,7 +560,7 @@ def own_netns():
     leftover = []
     try:
         assert ino != orig_ino
-        subprocess.run(["ip", "link", "set", "lo", "up"], check=True, capture_output=True, timeout=10)
+        _loopback_up()
         yield
     finally:
         # Back to the namespace the session runs in, whatever happened.
@@ -577,6 +593,7 @@ def netns_pg(pg):
     everything it starts run in that namespace: `pg` (the session's server,
     in the host's namespace) is not reachable from there; this one is.
     `pg` is requested only so that it is started in the host namespace first."""
+    _require_netns_privilege()
     root = Path(tempfile.mkdtemp(prefix="pgcat-netns-"))
     os.chmod(root, 0o755)
     if IS_ROOT:
