@@ -16,6 +16,7 @@ Nothing sleeps for a fixed time: `wait_until(pred, timeout)` polls.
 """
 import contextlib
 import copy
+import ctypes
 import hashlib
 import os
 import re
@@ -163,6 +164,105 @@ def proc_status_kb(pid, field):
 def tree_rss_kb(pid):
     """Resident memory of a process and all its descendants (pgcat's workers)."""
     return sum(proc_status_kb(p, "VmRSS") for p in proc_tree(pid))
+
+
+def sanitizer_lines(text):
+    """The lines of text that are part of a sanitizer report."""
+    return [l for l in text.splitlines() if SANITIZER_RE.search(l)]
+
+
+def check_sanitizer_log(*paths, text=""):
+    """Fail (AssertionError) if a pgcat log (paths: log files, e.g. stderr or
+    ASan's log_path files; text: captured output) holds an AddressSanitizer,
+    LeakSanitizer, UndefinedBehaviorSanitizer or ThreadSanitizer report or a
+    "runtime error:" line: the same check the `pgcat` fixture makes."""
+    found = []
+    for p in paths:
+        try:
+            found += ["%s: %s" % (p, l) for l in sanitizer_lines(Path(p).read_text(errors="replace"))]
+        except OSError:
+            pass
+    found += sanitizer_lines(text or "")
+    if found:
+        raise AssertionError("sanitizer report in pgcat's log:\n  " + "\n  ".join(found[:20]))
+
+
+def _group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def stop_and_check(proc, log, sig=signal.SIGTERM, timeout=30.0, expect_rc=0):
+    """Stop a pgcat the test started itself (subprocess.Popen with
+    start_new_session=True) the way the `pgcat` fixture stops its own:
+    send sig if it still runs, wait at most timeout seconds, then check that
+    it exited with expect_rc, left no worker behind and that its log (a path,
+    or a list of paths) has no sanitizer report. A pgcat that does not exit
+    in time gets SIGKILL (its process group, by PID) and fails the check."""
+    problems = []
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+    try:
+        rc = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        rc = None
+        problems.append("pgcat (pid %d) did not exit within %.0fs after signal %d" % (proc.pid, timeout, sig))
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(5)
+    if rc is not None and expect_rc is not None and rc != expect_rc:
+        problems.append("pgcat (pid %d) exited with code %d (expected %d)" % (proc.pid, rc, expect_rc))
+    if _group_alive(proc.pid):
+        deadline = time.monotonic() + 5
+        while _group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _group_alive(proc.pid):
+            problems.append("pgcat (pid %d) left processes running after it exited" % proc.pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    paths = [log] if isinstance(log, (str, Path)) else list(log)
+    try:
+        check_sanitizer_log(*paths)
+    except AssertionError as e:
+        problems.append(str(e))
+    if problems:
+        raise AssertionError("; ".join(problems) + "\n----- %s, last 60 lines -----\n%s"
+                             % (paths[0], tail(paths[0], 60)))
+    return rc
+
+
+@contextlib.contextmanager
+def pgcat_process(args, log, env=None, **kw):
+    """Start pgcat (pgcat_binary() + args) with stdout and stderr to the file
+    log, in a session of its own; yield the Popen. On leaving, stop_and_check()
+    it (SIGTERM unless it has exited already: a test may stop it itself and
+    assert on the exit code). When the body failed, pgcat is still stopped
+    (by PID, bounded) but the body's error is the one reported."""
+    fh = open(log, "ab")
+    try:
+        proc = subprocess.Popen([pgcat_binary()] + [str(a) for a in args], stdin=subprocess.DEVNULL,
+                                stdout=fh, stderr=subprocess.STDOUT, env=pgcat_env(env),
+                                start_new_session=True, **kw)
+    except BaseException:
+        fh.close()
+        raise
+    try:
+        yield proc
+    except BaseException:
+        try:
+            stop_and_check(proc, log)
+        except AssertionError as e:
+            print("\n" + str(e))
+        raise
+    else:
+        stop_and_check(proc, log)
+    finally:
+        fh.close()
 
 
 # ---------------------------------------------------------------------------
@@ -394,6 +494,132 @@ def pg_replica(pg, pg_root):
         rep.stop()
 
 
+CLONE_NEWNET = 0x40000000
+TCP_MIGRATE_REQ = "/proc/sys/net/ipv4/tcp_migrate_req"
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _netns_inode():
+    return os.stat("/proc/thread-self/ns/net").st_ino
+
+
+def _pids_in_netns(ino):
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if os.stat("/proc/%s/ns/net" % d).st_ino == ino:
+                out.append(int(d))
+        except OSError:
+            pass
+    return out
+
+
+def _require_netns_privilege():
+    if not IS_ROOT:
+        pytest.fail("this test runs in a network namespace of its own (unshare(CLONE_NEWNET)), "
+                    "which needs root; run the integration tests as root, as CI does", pytrace=False)
+
+
+def _loopback_up():
+    """`ip link set lo up` in the calling thread's network namespace, without
+    needing iproute2: SIOCGIFFLAGS/SIOCSIFFLAGS on a socket made there."""
+    import fcntl
+    import struct
+    SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        ifr = struct.pack("16sH22x", b"lo", 0)     # struct ifreq: 40 bytes
+        flags = struct.unpack("16sH22x", fcntl.ioctl(s, SIOCGIFFLAGS, ifr))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+
+
+@contextlib.contextmanager
+def own_netns():
+    """Move the calling thread into a new, empty network namespace (only
+    `lo`, brought up; no iproute2 needed) and back on leaving. Network namespaces are per thread:
+    the threads and processes it starts meanwhile (PostgreSQL, pgcat, client
+    threads, pgbench) are in the new namespace too; the rest of the test
+    session is not. Needs root (CAP_SYS_ADMIN).
+
+    The namespace has no name: it goes away with its last process and
+    socket. On leaving, every process still in it is one the test started
+    and failed to stop: it gets SIGKILL (by PID) and the test fails."""
+    _require_netns_privilege()
+    libc = _libc()
+    orig = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    orig_ino = _netns_inode()
+    if libc.unshare(CLONE_NEWNET) != 0:
+        e = ctypes.get_errno()
+        os.close(orig)
+        pytest.fail("unshare(CLONE_NEWNET) failed: %s" % os.strerror(e), pytrace=False)
+    ino = _netns_inode()
+    leftover = []
+    try:
+        assert ino != orig_ino
+        _loopback_up()
+        yield
+    finally:
+        # Back to the namespace the session runs in, whatever happened.
+        if libc.setns(orig, CLONE_NEWNET) != 0:
+            e = ctypes.get_errno()
+            os.close(orig)
+            raise OSError(e, "setns back to the test session's network namespace failed")
+        os.close(orig)
+        assert _netns_inode() == orig_ino
+        deadline = time.monotonic() + 10
+        while True:
+            leftover = _pids_in_netns(ino)
+            if not leftover or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        for pid in leftover:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    if leftover:
+        raise AssertionError("processes left running in the test's network namespace (killed): %r"
+                             % leftover)
+
+
+@pytest.fixture
+def netns_pg(pg):
+    """A network namespace of the test's own (own_netns()) with
+    net.ipv4.tcp_migrate_req = 1 (a per-namespace sysctl, so the host's is
+    left alone) and a throwaway PostgreSQL 15 listening on its 127.0.0.1,
+    set up like `pg` (same roles, databases, pg_hba.conf). The test body and
+    everything it starts run in that namespace: `pg` (the session's server,
+    in the host's namespace) is not reachable from there; this one is.
+    `pg` is requested only so that it is started in the host namespace first."""
+    _require_netns_privilege()
+    root = Path(tempfile.mkdtemp(prefix="pgcat-netns-"))
+    os.chmod(root, 0o755)
+    if IS_ROOT:
+        shutil.chown(root, PG_OS_USER, PG_OS_USER)
+    server = PgServer(root, "nspg")
+    try:
+        server.initdb()
+        with own_netns():
+            with open(TCP_MIGRATE_REQ, "w") as f:
+                f.write("1")
+            with open(TCP_MIGRATE_REQ) as f:
+                assert f.read().strip() == "1"
+            # initdb picked its port in the host namespace: any port is free here.
+            try:
+                server.start()
+                _setup_roles(server)
+                yield server
+            finally:
+                server.stop()
+                # shown by pytest when the test fails
+                print("\n===== PostgreSQL log (in the test's namespace), last 50 lines =====")
+                print(tail(server.logfile, 50))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 # ---------------------------------------------------------------------------
 # pgcat
 # ---------------------------------------------------------------------------
@@ -607,7 +833,7 @@ class Pgcat:
             return ""
 
     def sanitizer_lines(self):
-        return [l for l in self.log().splitlines() if SANITIZER_RE.search(l)]
+        return sanitizer_lines(self.log())
 
     def valgrind_problems(self):
         """Under PGCAT_WRAPPER=valgrind ...: each process's log must end with

@@ -423,6 +423,10 @@ def test_auto_roles_find_the_primary(pgcat, pg, pg_replica, rw_table):
 
 
 def test_configured_primary_in_recovery_gets_no_writes(pgcat, pg, pg_replica):
+    """pgcat itself refuses a write meant for a configured primary that is in
+    recovery: its own message, and the write never reaches the server
+    (PostgreSQL would answer the same SQLSTATE 25006 itself)."""
+    import os
     import psycopg
     # The replica listed as the primary (a demoted primary after a failover).
     pool = {"query_parser_enabled": "true",
@@ -437,10 +441,26 @@ def test_configured_primary_in_recovery_gets_no_writes(pgcat, pg, pg_replica):
         c.execute("/* pgcat: role=primary */ SELECT 1")   # the primary gets checked
     except psycopg.errors.ReadOnlySqlTransaction:
         pass   # (already known to be in recovery)
+    # A write that reaches the replica is logged there with its statement
+    # (log_min_error_statement = error): shown with one sent directly.
+    probe = "refused_probe_%s" % os.urandom(4).hex()
+    offset = pg_replica.log_offset()
+    with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+        pg_replica.sql("CREATE TEMP TABLE %s (a int)" % probe)
+    wait_until(lambda: probe in pg_replica.log_since(offset, 10000), 10, msg="the direct write in the log")
+    marker = "refused_write_%s" % os.urandom(4).hex()
+    offset = pg_replica.log_offset()
     with pytest.raises(psycopg.Error) as e:
-        c.execute("CREATE TEMP TABLE x (a int)")
+        c.execute("CREATE TEMP TABLE %s (a int)" % marker)
     assert e.value.sqlstate == "25006", e.value
+    assert e.value.diag.message_primary == "cannot execute a write: the configured primary is in recovery", \
+        e.value.diag.message_primary
+    # the client can go on: reads still work
+    assert c.execute("SELECT 1").fetchone()[0] == 1
     c.close()
+    # anything the server logs for a statement it ran is in its log by the
+    # time the client has the answer; the SELECT above came after the write
+    assert marker not in pg_replica.log_since(offset, 10000), pg_replica.log_since(offset, 50)
 
 
 def test_sticky_primary_after_write(pgcat, pg, pg_replica, rw_table):

@@ -13,7 +13,7 @@ import time
 import psycopg
 import pytest
 
-from conftest import (ADMIN_PASSWORD, ADMIN_USER, PASSWORDS, PG_BIN, free_port, pgcat_binary, pgcat_env,
+from conftest import (ADMIN_PASSWORD, ADMIN_USER, PASSWORDS, PG_BIN, TCP_MIGRATE_REQ, free_port, pgcat_process,
                       port_open, render_ini, default_general, default_pools, wait_until)
 from test_admin import admin, command, show
 
@@ -181,63 +181,50 @@ def test_sd_notify_readiness(pg, tmp_path):
     g["workers"] = 2
     ini = tmp_path / "pgcat.ini"
     ini.write_text(render_ini(g, default_pools(pg)))
-    env = pgcat_env({"NOTIFY_SOCKET": sock_path})
-    log = open(tmp_path / "log", "wb")
-    proc = subprocess.Popen([pgcat_binary(), str(ini)], stdout=log, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
     try:
-        assert s.recv(100) == b"READY=1"
-        assert port_open("127.0.0.1", port)
-        proc.send_signal(signal.SIGHUP)
-        assert s.recv(100) == b"RELOADING=1"
-        assert s.recv(100) == b"READY=1"
-        proc.send_signal(signal.SIGTERM)
-        assert s.recv(100) == b"STOPPING=1"
-        assert proc.wait(20) == 0
+        with pgcat_process([ini], tmp_path / "log", env={"NOTIFY_SOCKET": sock_path}) as proc:
+            assert s.recv(100) == b"READY=1"
+            assert port_open("127.0.0.1", port)
+            proc.send_signal(signal.SIGHUP)
+            assert s.recv(100) == b"RELOADING=1"
+            assert s.recv(100) == b"READY=1"
+            proc.send_signal(signal.SIGTERM)
+            assert s.recv(100) == b"STOPPING=1"
+            assert proc.wait(20) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        log.close()
         s.close()
 
 
-MIGRATE = "/proc/sys/net/ipv4/tcp_migrate_req"
+# The online-restart tests run in a network namespace of their own
+# (`netns_pg`): net.ipv4.tcp_migrate_req is per namespace, so it is set to 1
+# there whatever the host has (and the host's is left alone), and a
+# PostgreSQL of their own runs beside pgcat in that namespace.
+
+def _start_in(tmp_path, name, pg, port, **general):
+    d = tmp_path / name
+    d.mkdir()
+    g = default_general(port, d)
+    g["unix_socket_dir"] = ""
+    g.update(general)
+    ini = d / "pgcat.ini"
+    ini.write_text(render_ini(g, default_pools(pg)))
+    return pgcat_process([ini], d / "log")
 
 
-@pytest.fixture
-def tcp_migrate_req():
-    """Linux resets connections still in a closing listener's accept queue
-    unless net.ipv4.tcp_migrate_req = 1 (SPEC §9 and doc/operations.md)."""
-    try:
-        old = open(MIGRATE).read().strip()
-        with open(MIGRATE, "w") as f:
-            f.write("1")
-    except OSError:
-        pytest.skip("cannot set net.ipv4.tcp_migrate_req here")
-    yield
-    with open(MIGRATE, "w") as f:
-        f.write(old)
+def _migrate_req_on():
+    with open(TCP_MIGRATE_REQ) as f:
+        assert f.read().strip() == "1", "net.ipv4.tcp_migrate_req is not 1 in the test's namespace"
 
 
-def test_online_restart_no_client_error(pg, tmp_path, tcp_migrate_req):
+def test_online_restart_no_client_error(netns_pg, tmp_path):
     """A second pgcat on the same port takes new clients while the first,
-    sent SIGTERM, drains: clients that connect per transaction see no error."""
+    sent SIGTERM, drains: clients that connect per transaction see no error
+    (with net.ipv4.tcp_migrate_req = 1, SPEC §9)."""
+    _migrate_req_on()
+    pg = netns_pg
     port = free_port()
-
-    def start(name):
-        d = tmp_path / name
-        d.mkdir()
-        g = default_general(port, d)
-        g["unix_socket_dir"] = ""
-        ini = d / "pgcat.ini"
-        ini.write_text(render_ini(g, default_pools(pg)))
-        log = open(d / "log", "wb")
-        p = subprocess.Popen([pgcat_binary(), str(ini)], stdout=log, stderr=subprocess.STDOUT,
-                             env=pgcat_env(), start_new_session=True)
-        return p, log
-    a, la = start("a")
-    wait_until(lambda: port_open("127.0.0.1", port), 15)
     errors = []
+    done = []
     stop = threading.Event()
 
     def client_loop():
@@ -246,25 +233,36 @@ def test_online_restart_no_client_error(pg, tmp_path, tcp_migrate_req):
                 with psycopg.connect(host="127.0.0.1", port=port, user="app", password=PASSWORDS["app"],
                                      dbname="appdb", connect_timeout=5) as c:
                     c.execute("SELECT 1").fetchone()
+                done.append(1)
             except Exception as e:   # counted: the test asserts there are none
                 errors.append(repr(e))
             time.sleep(0.01)
     threads = [threading.Thread(target=client_loop, daemon=True) for _ in range(3)]
-    for t in threads:
-        t.start()
-    time.sleep(1)
-    b, lb = start("b")
-    time.sleep(1.5)          # b is listening beside a
-    a.send_signal(signal.SIGTERM)
-    assert a.wait(30) == 0
-    time.sleep(1.5)          # clients now all land on b
-    stop.set()
-    for t in threads:
-        t.join(10)
-    b.send_signal(signal.SIGTERM)
-    assert b.wait(30) == 0
-    la.close()
-    lb.close()
+    try:
+        with _start_in(tmp_path, "a", pg, port) as a:
+            wait_until(lambda: a.poll() is None and port_open("127.0.0.1", port), 15)
+            for t in threads:
+                t.start()
+            time.sleep(1)
+            with _start_in(tmp_path, "b", pg, port) as b:
+                time.sleep(1.5)          # b is listening beside a
+                assert b.poll() is None, "the second pgcat exited: %s" % (tmp_path / "b" / "log").read_text()
+                a.send_signal(signal.SIGTERM)
+                assert a.wait(30) == 0
+                before = len(done)
+                time.sleep(1.5)          # clients now all land on b
+                stop.set()
+                for t in threads:
+                    t.join(10)
+                    assert not t.is_alive(), "a client is stuck"
+                assert len(done) > before, "no client got through b after a stopped"
+                b.send_signal(signal.SIGTERM)
+                assert b.wait(30) == 0
+    finally:
+        stop.set()
+        for t in threads:
+            if t.ident is not None:
+                t.join(10)
     assert errors == [], errors[:5]
 
 
@@ -283,42 +281,37 @@ def test_sigterm_with_transaction_in_flight_two_workers(pgcat, pg, table):
     c.close()
 
 
-def test_online_restart_pgbench_no_failed_transactions(pg, tmp_path, tcp_migrate_req):
+def test_online_restart_pgbench_no_failed_transactions(netns_pg, tmp_path):
     """pgbench with a new connection per transaction (-C) through an online
-    restart: old instance drains, new one takes over, nothing fails."""
+    restart: old instance drains, new one takes over, nothing fails (with
+    net.ipv4.tcp_migrate_req = 1, SPEC §9)."""
+    _migrate_req_on()
+    pg = netns_pg
     port = free_port()
-
-    def start(name):
-        d = tmp_path / name
-        d.mkdir()
-        g = default_general(port, d)
-        g["unix_socket_dir"] = ""
-        g["workers"] = 2
-        ini = d / "pgcat.ini"
-        ini.write_text(render_ini(g, default_pools(pg)))
-        log = open(d / "log", "wb")
-        p = subprocess.Popen([pgcat_binary(), str(ini)], stdout=log, stderr=subprocess.STDOUT,
-                             env=pgcat_env(), start_new_session=True)
-        return p, log
-    a, la = start("a")
-    wait_until(lambda: port_open("127.0.0.1", port), 15)
     script = tmp_path / "s.sql"
     script.write_text("SELECT 1;\n")
     env = dict(os.environ, PGPASSWORD=PASSWORDS["app"], PGSSLMODE="disable")
-    bench = subprocess.Popen([str(PG_BIN / "pgbench"), "-h", "127.0.0.1", "-p", str(port), "-U", "app", "-n", "-C",
-                              "-c", "4", "-j", "2", "-T", "6", "-f", str(script), "appdb"],
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(1.5)
-    b, lb = start("b")
-    wait_until(lambda: b.poll() is None and port_open("127.0.0.1", port), 10)
-    time.sleep(1)
-    a.send_signal(signal.SIGTERM)
-    assert a.wait(30) == 0
-    out = bench.communicate(timeout=60)[0]
-    b.send_signal(signal.SIGTERM)
-    assert b.wait(30) == 0
-    la.close()
-    lb.close()
+    bench = None
+    try:
+        with _start_in(tmp_path, "a", pg, port, workers=2) as a:
+            wait_until(lambda: a.poll() is None and port_open("127.0.0.1", port), 15)
+            bench = subprocess.Popen([str(PG_BIN / "pgbench"), "-h", "127.0.0.1", "-p", str(port), "-U", "app",
+                                      "-n", "-C", "-c", "4", "-j", "2", "-T", "6", "-f", str(script), "appdb"],
+                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            time.sleep(1.5)
+            with _start_in(tmp_path, "b", pg, port, workers=2) as b:
+                wait_until(lambda: b.poll() is None and port_open("127.0.0.1", port), 10)
+                time.sleep(1)
+                assert b.poll() is None, "the second pgcat exited: %s" % (tmp_path / "b" / "log").read_text()
+                a.send_signal(signal.SIGTERM)
+                assert a.wait(30) == 0
+                out = bench.communicate(timeout=60)[0]
+                b.send_signal(signal.SIGTERM)
+                assert b.wait(30) == 0
+    finally:
+        if bench is not None and bench.poll() is None:
+            bench.kill()     # only when the test failed before pgbench ended
+            bench.wait(10)
     assert bench.returncode == 0, out
     assert "number of failed transactions: 0" in out, out
 
