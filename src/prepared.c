@@ -456,18 +456,39 @@ static void schema_changed(struct worker *w, const char *why)
 	log_debug("schema generation %llu: %s", (unsigned long long)g, why);
 }
 
+static bool tag_starts(const char *tag, size_t len, const char *word)
+{
+	size_t n = strlen(word);
+	return len >= n && memcmp(tag, word, n) == 0;
+}
+
 bool prep_tag_changes_schema(const char *tag, size_t len)
 {
-	static const char *const words[] = {
-		"CREATE ", "ALTER ", "DROP ", "COMMENT", "GRANT", "REVOKE", "TRUNCATE", "SECURITY LABEL",
-		"IMPORT FOREIGN SCHEMA", "DISCARD ALL", "DEALLOCATE ALL",
-	};
-	for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
-		size_t n = strlen(words[i]);
-		if (len >= n && memcmp(tag, words[i], n) == 0)
-			return true;
+	/* Every CommandComplete of a prepared-statement server comes here
+	 * (SELECT, INSERT, COMMIT...): one switch on the first letter. */
+	if (len == 0)
+		return false;
+	switch (tag[0]) {
+	case 'A':
+		return tag_starts(tag, len, "ALTER ");
+	case 'C':
+		return tag_starts(tag, len, "CREATE ") || tag_starts(tag, len, "COMMENT");
+	case 'D':
+		return tag_starts(tag, len, "DROP ") || tag_starts(tag, len, "DISCARD ALL") ||
+		       tag_starts(tag, len, "DEALLOCATE ALL");
+	case 'G':
+		return tag_starts(tag, len, "GRANT");
+	case 'I':
+		return tag_starts(tag, len, "IMPORT FOREIGN SCHEMA");
+	case 'R':
+		return tag_starts(tag, len, "REVOKE");
+	case 'S':
+		return tag_starts(tag, len, "SECURITY LABEL");
+	case 'T':
+		return tag_starts(tag, len, "TRUNCATE");
+	default:
+		return false;
 	}
-	return false;
 }
 
 static struct prep_registry *reg_of(struct server *s)
