@@ -745,6 +745,15 @@ static void srvpool_janitor(struct srvpool *sp)
 			}
 		}
 	}
+	/* A vanished client's query still running after pgcat's cancel was
+	 * answered: the cancel reached the backend before the query did (it
+	 * is then ignored, as for any client). The server is pgcat's alone
+	 * now: cancel again, at this pace, until the query ends. */
+	LIST_FOREACH_SAFE(pos, tmp, &sp->other) {
+		struct server *s = LIST_OWNER(pos, struct server, node);
+		if (s->state == SERVER_DRAINING && s->outstanding > 0 && s->cancels_in_flight == 0)
+			server_send_cancel(s);
+	}
 	/* Health checks that got no answer in time: the server is banned (a
 	 * replica) and closed; its client is routed again. */
 	if (g->healthcheck_timeout > 0) {
