@@ -1193,6 +1193,11 @@ static bool scan_cached_batch(struct client *c, bool unverified_ok, struct cache
 	struct evbuffer *in = c->io.in;
 	if (!in)
 		return false;
+	/* The unnamed Parse of every extended-protocol query comes here: its
+	 * empty name turns it away before the batch is made contiguous. */
+	uint8_t head[6];
+	if (evbuffer_copyout(in, head, sizeof head) < (ev_ssize_t)sizeof head || head[5] == 0)
+		return false;
 	size_t have = evbuffer_get_length(in);
 	if (have > CACHED_BATCH_MAX)
 		have = CACHED_BATCH_MAX;
