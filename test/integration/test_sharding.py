@@ -431,7 +431,7 @@ def test_show_shards_columns_and_counters(pgcat, shards):
     r.close()
     assert cols[:12] == ["pool", "shard", "host", "port", "role", "banned", "ban_reason", "ban_remaining_s",
                          "cl_active", "sv_active", "sv_idle", "xact_count"]
-    assert cols[12:] == ["routed_key", "routed_set", "routed_hint", "routed_default"]
+    assert cols[12:] == ["routed_key", "routed_set", "routed_hint", "routed_default", "lag_bytes", "lag_ms"]
     mine = {int(row["shard"]): row for row in rows if row["pool"] == "sh2"}
     assert sorted(mine) == [0, 1]
     for s in (0, 1):
