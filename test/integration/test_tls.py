@@ -517,3 +517,117 @@ def test_close_with_output_queued_sends_it_then_close_notify(pgcat, certs):
     sleeper.close()
     with inst.connect(sslmode="require") as c:
         c.execute("SELECT 1")
+
+
+# --- direct TLS (PostgreSQL 17's sslnegotiation=direct) ----------------------------
+# A ClientHello as the very first bytes, no SSLRequest; ALPN "postgresql"
+# required. pgcat takes it whenever client TLS is on, and opens server
+# connections that way with server_tls_negotiation = direct.
+
+def direct_tls_raw(inst, alpn=None):
+    """A raw connection that starts with a ClientHello (no SSLRequest)."""
+    r = pgwire.Raw(inst.host, inst.port)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if alpn:
+        ctx.set_alpn_protocols(alpn)
+    r.sock = ctx.wrap_socket(r.sock, server_hostname="localhost")
+    return r
+
+
+def test_direct_tls_psycopg_login_query_and_cancel(pgcat, pg, certs):
+    """libpq's sslnegotiation=direct (psycopg's bundled libpq 17+): login,
+    a query, and cancel_safe, whose cancel connection is direct TLS too."""
+    from psycopg import errors
+    from test_cancel import run_in_thread, sleeping_backend
+    assert psycopg.pq.version() >= 170000, "requirements-test.txt pins a psycopg with libpq 17+"
+    inst = pgcat(general=tls_general(certs, "require"))
+    c = inst.connect(sslmode="require", sslnegotiation="direct")
+    assert c.pgconn.ssl_in_use
+    assert c.execute("SELECT current_user").fetchone()[0] == "app"
+    t, box = run_in_thread(lambda: c.execute("SELECT pg_sleep(30)"))
+    wait_until(lambda: sleeping_backend(pg), 10, msg="pg_sleep running on the server")
+    c.cancel_safe(timeout=10)
+    t.join(10)
+    assert not t.is_alive(), "the query was not cancelled"
+    assert isinstance(box.get("error"), errors.QueryCanceled), box
+    assert c.execute("SELECT 2").fetchone()[0] == 2
+    c.close()
+    # verify-full over direct TLS, and the SSLRequest way still works beside it
+    with inst.connect(host="localhost", sslmode="verify-full", sslrootcert=p(certs, "ca.crt"),
+                      sslnegotiation="direct") as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+    with inst.connect(sslmode="require", sslnegotiation="postgres") as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+
+
+def test_direct_tls_needs_alpn_postgresql(pgcat, certs):
+    """As PostgreSQL 17: a direct ClientHello without ALPN, or with another
+    protocol only, is refused; one offering "postgresql" logs in."""
+    inst = pgcat(general=tls_general(certs, "prefer"))
+    for alpn in (None, ["http/1.1"]):
+        with pytest.raises((ssl.SSLError, ConnectionError)) as ei:
+            r = direct_tls_raw(inst, alpn)
+            r.login("app", PASSWORDS["app"], "appdb")     # not reached: the handshake fails
+        assert "NO APPLICATION PROTOCOL" in str(ei.value).upper().replace("_", " "), (alpn, ei.value)
+    r = direct_tls_raw(inst, ["http/1.1", "postgresql"])
+    assert r.sock.selected_alpn_protocol() == "postgresql"
+    r.login("app", PASSWORDS["app"], "appdb")
+    r.close()
+    # with an SSLRequest, ALPN is optional, but if offered it must name postgresql
+    s = socket.create_connection((inst.host, inst.port), timeout=10)
+    s.sendall(SSL_REQUEST)
+    assert s.recv(1) == b"S"
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(["http/1.1"])
+    with pytest.raises(ssl.SSLError) as ei:
+        ctx.wrap_socket(s, server_hostname="localhost")
+    assert "NO APPLICATION PROTOCOL" in str(ei.value).upper().replace("_", " "), ei.value
+    s.close()
+    assert "direct TLS handshake failed" in inst.log()
+    with inst.connect(sslmode="require") as c:           # pgcat still serves
+        c.execute("SELECT 1")
+    with inst.connect(sslmode="disable") as c:
+        c.execute("SELECT 1")
+
+
+def test_direct_tls_refused_with_client_tls_off(pgcat):
+    """Client TLS off: a ClientHello as the first bytes is refused as
+    PostgreSQL refuses it, by closing without a word (an ErrorResponse in
+    clear means nothing to a TLS client); pgcat keeps serving."""
+    inst = pgcat()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(["postgresql"])
+    # what a TLS client sends first: a ClientHello record, taken out of a
+    # memory BIO so that the bytes pgcat answers with can be read raw
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        obj.do_handshake()
+    hello = outgoing.read()
+    assert hello[:1] == b"\x16"
+    s = socket.create_connection((inst.host, inst.port), timeout=10)
+    s.sendall(hello)
+    data = b""
+    try:
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    except (ConnectionResetError, socket.timeout):
+        pass
+    s.close()
+    assert data == b"", data
+    assert "direct TLS connection refused: client TLS is off" in inst.log()
+    with pytest.raises(psycopg.OperationalError):
+        inst.connect(sslmode="require", sslnegotiation="direct")
+    with inst.connect() as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+
+
