@@ -631,3 +631,171 @@ def test_direct_tls_refused_with_client_tls_off(pgcat):
         assert c.execute("SELECT 1").fetchone()[0] == 1
 
 
+
+# --- pgcat to servers with server_tls_negotiation = direct -------------------------
+
+def fake_tls_server(certs, alpn):
+    """A TLS server on a free port that takes one connection and records
+    what pgcat sent: its first byte (before any TLS), the ALPN agreed on and
+    the startup packet inside TLS; it then answers with a FATAL. alpn: what
+    the server accepts (None: no ALPN callback, as PostgreSQL 16)."""
+    import threading
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(4)
+    seen = {}
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(p(certs, "server.crt"), p(certs, "server.key"))
+    if alpn:
+        ctx.set_alpn_protocols(alpn)
+
+    def serve():
+        try:
+            conn, _ = ls.accept()
+            conn.settimeout(10)
+            seen["first"] = conn.recv(1, socket.MSG_PEEK)
+            if seen["first"] != b"\x16":
+                conn.close()
+                return
+            t = ctx.wrap_socket(conn, server_side=True)
+            seen["alpn"] = t.selected_alpn_protocol()
+            head = t.recv(8)
+            if len(head) < 8:           # pgcat went away after the handshake
+                t.close()
+                return
+            n = struct.unpack("!I", head[:4])[0]
+            body = head[4:]
+            while len(body) < n - 4:
+                chunk = t.recv(n - 4 - len(body))
+                if not chunk:
+                    break
+                body += chunk
+            seen["startup"] = body
+            msg = b"SFATAL\0C28000\0Mfake server says no\0\0"
+            t.sendall(b"E" + struct.pack("!I", 4 + len(msg)) + msg)
+            t.close()
+        except (OSError, ssl.SSLError) as e:
+            seen["error"] = repr(e)
+        finally:
+            ls.close()
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    return ls.getsockname()[1], seen, th
+
+
+def one_server_pool(port):
+    return {"shards": {0: {"database": "appdb", "servers": "127.0.0.1:%d:primary" % port}},
+            "users": {"app": {"password": PASSWORDS["app"]}}}
+
+
+def test_server_direct_tls_sends_client_hello_with_alpn_first(pgcat, certs):
+    """server_tls_negotiation = direct: the first byte pgcat sends a server
+    is a TLS handshake record (no SSLRequest), it offers ALPN postgresql,
+    and the startup packet follows inside TLS."""
+    port, seen, th = fake_tls_server(certs, ["postgresql"])
+    inst = pgcat(general={"server_tls_sslmode": "require", "server_tls_negotiation": "direct"},
+                 replace_pools={"appdb": one_server_pool(port)})
+    with pytest.raises(psycopg.OperationalError) as ei:
+        inst.connect()
+    th.join(10)
+    assert seen.get("first") == b"\x16", seen
+    assert seen.get("alpn") == "postgresql", seen
+    assert struct.unpack("!I", seen["startup"][:4])[0] >> 16 == 3, seen
+    assert b"user\0app\0" in seen["startup"], seen
+    assert "fake server says no" in str(ei.value), str(ei.value)
+
+
+def test_server_direct_tls_refuses_a_server_without_alpn(pgcat, certs):
+    """As libpq 17: a server that agreed on no ALPN in a direct handshake
+    is not PostgreSQL 17; the login fails with a message saying so."""
+    port, seen, th = fake_tls_server(certs, None)
+    inst = pgcat(general={"server_tls_sslmode": "require", "server_tls_negotiation": "direct"},
+                 replace_pools={"appdb": one_server_pool(port)})
+    with pytest.raises(psycopg.OperationalError) as ei:
+        inst.connect()
+    th.join(10)
+    assert seen.get("first") == b"\x16", seen
+    assert "ALPN" in str(ei.value), str(ei.value)
+    assert "startup" not in seen, seen
+
+
+def pg17_bin():
+    """A PostgreSQL 17+ bin directory from PGCAT_PG_MAJORS ("17:/path/bin,18:..."),
+    or None."""
+    for item in os.environ.get("PGCAT_PG_MAJORS", "").split(","):
+        major, _, path = item.strip().partition(":")
+        if major.isdigit() and int(major) >= 17 and path and os.path.exists(os.path.join(path, "postgres")):
+            return path
+    return None
+
+
+@pytest.fixture(scope="module")
+def pg17_ssl(pg_root, certs):
+    """A hostssl-only PostgreSQL 17 or later (the first with direct TLS),
+    logging how each connection negotiated TLS."""
+    import conftest
+    from pathlib import Path
+    bindir = pg17_bin()
+    if not bindir:
+        msg = "no PostgreSQL 17+ in PGCAT_PG_MAJORS: direct TLS to a real server not tested"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+    class Pg17(PgServer):
+        """PgServer with another bin directory (conftest reads PG_BIN at each call)."""
+        def _with_bin(self, fn):
+            old = conftest.PG_BIN
+            conftest.PG_BIN = Path(bindir)
+            try:
+                return fn()
+            finally:
+                conftest.PG_BIN = old
+
+        def initdb(self):
+            return self._with_bin(super().initdb)
+
+        def start(self):
+            return self._with_bin(super().start)
+
+        def stop(self):
+            return self._with_bin(super().stop)
+
+    server = Pg17(pg_root, "direct17")
+    server.initdb()
+    with open(server.datadir / "postgresql.conf", "a") as f:
+        f.write("ssl = on\nssl_cert_file = '%s'\nssl_key_file = '%s'\ntrace_connection_negotiation = on\n"
+                % (p(certs, "server.crt"), p(certs, "server.key")))
+    (server.datadir / "pg_hba.conf").write_text(
+        "local all all trust\n"
+        "hostssl all postgres 127.0.0.1/32 trust\n"
+        "hostssl all all 127.0.0.1/32 scram-sha-256\n")
+    server.start()
+    try:
+        _setup_roles(server)
+        yield server
+    finally:
+        server.stop()
+
+
+def test_server_direct_tls_to_postgresql_17(pgcat, pg17_ssl, pg_ssl, certs):
+    """server_tls_negotiation = direct against a real PostgreSQL 17: the
+    login, a query, and PostgreSQL's own log says the connection was direct
+    TLS. Against PostgreSQL 15 (no direct TLS) the login fails with a
+    message that says why."""
+    off = pg17_ssl.log_offset()
+    inst = pgcat(general={"server_tls_sslmode": "verify-full", "server_tls_ca_file": p(certs, "ca.crt"),
+                          "server_tls_negotiation": "direct"},
+                 replace_pools={"appdb": ssl_pool(pg17_ssl)})
+    with inst.connect() as c:
+        row = c.execute("SELECT ssl, current_setting('server_version_num')::int "
+                        "FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()
+        assert row[0] is True and row[1] >= 170000, row
+    log = pg17_ssl.log_since(off)
+    assert "direct SSL connection accepted" in log, log
+    # the same pgcat setting towards PostgreSQL 15
+    old = pgcat(general={"server_tls_sslmode": "require", "server_tls_negotiation": "direct"},
+                replace_pools={"appdb": ssl_pool(pg_ssl)})
+    with pytest.raises(psycopg.OperationalError) as ei:
+        old.connect()
+    assert "PostgreSQL 17" in str(ei.value), str(ei.value)
