@@ -793,6 +793,18 @@ def test_server_direct_tls_to_postgresql_17(pgcat, pg17_ssl, pg_ssl, certs):
         assert row[0] is True and row[1] >= 170000, row
     log = pg17_ssl.log_since(off)
     assert "direct SSL connection accepted" in log, log
+    # the replica lag monitor (a client of its own) connects the same way
+    pool = ssl_pool(pg17_ssl)
+    pool["shards"][0]["servers"] = "127.0.0.1:%d:primary, localhost:%d:replica" % (pg17_ssl.port, pg17_ssl.port)
+    pgcat(general={"server_tls_sslmode": "require", "server_tls_negotiation": "direct",
+                   "replica_lag_check_interval": 200},
+          replace_pools={"appdb": pool})
+    q = ("SELECT a.pid FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) "
+         "WHERE a.application_name = 'pgcat lag monitor' AND s.ssl")
+    wait_until(lambda: len(pg17_ssl.sql(q, dbname="postgres")) >= 2, 10, msg="lag monitor over TLS")
+    lines = pg17_ssl.log_since(off, limit=100000).splitlines()
+    for (pid,) in pg17_ssl.sql(q, dbname="postgres"):     # log_line_prefix has the pid
+        assert any("[%d]" % pid in ln and "direct SSL connection accepted" in ln for ln in lines), pid
     # the same pgcat setting towards PostgreSQL 15
     old = pgcat(general={"server_tls_sslmode": "require", "server_tls_negotiation": "direct"},
                 replace_pools={"appdb": ssl_pool(pg_ssl)})
