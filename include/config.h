@@ -25,6 +25,9 @@ enum tls_mode {
 	TLS_MODE_DISABLE, TLS_MODE_ALLOW, TLS_MODE_PREFER, TLS_MODE_REQUIRE,
 	TLS_MODE_VERIFY_CA, TLS_MODE_VERIFY_FULL
 };
+/* How pgcat starts TLS towards servers: SSLRequest first, or a ClientHello
+ * as the very first bytes (PostgreSQL 17's direct TLS). */
+enum tls_negotiation { TLS_NEGOTIATION_POSTGRES, TLS_NEGOTIATION_DIRECT };
 
 #define CONFIG_DEFAULT_SHARD_ALL (-1)
 #define CONFIG_INHERIT (-1)
@@ -130,6 +133,7 @@ struct config_general {
 	char *client_tls_ca_file;
 	enum tls_mode server_tls_sslmode;
 	char *server_tls_ca_file;
+	enum tls_negotiation server_tls_negotiation;
 };
 
 struct config {

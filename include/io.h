@@ -127,6 +127,12 @@ void io_read_now(struct io *io);
  * IO_TLS_READY (or IO_ERROR). Anything in the input buffer must have been
  * consumed before. */
 void io_start_tls(struct io *io, SSL *ssl);
+/* As io_start_tls, for a peer whose handshake began before anyone knew
+ * (direct TLS: a ClientHello where a startup packet was expected): what
+ * the input buffer holds is the start of the TLS stream, read by the
+ * handshake first. The handshake must have consumed all of it by its end,
+ * else IO_ERROR. */
+void io_start_tls_replay(struct io *io, SSL *ssl);
 /* Pause or resume reading for peer backpressure. */
 void io_pause(struct io *io, bool paused);
 /* Re-arm reading after the owner consumed input below read_high. */

@@ -34,6 +34,22 @@ bool tls_client_cert_matches_user(SSL *ssl, const char *user);
 /* "TLSv1.3/TLS_AES_256_GCM_SHA384" for SHOW CLIENTS/SERVERS ("" without). */
 void tls_describe(SSL *ssl, char *out, size_t outlen);
 
+/* ALPN, as PostgreSQL 17 uses it: the protocol "postgresql". The context
+ * for clients accepts a ClientHello that offers no ALPN or offers
+ * "postgresql", and refuses the handshake (alert no_application_protocol)
+ * of one that offers only other protocols.
+ * tls_mark_direct: this connection began with a ClientHello (direct TLS,
+ * no SSLRequest), either way. Towards clients, such a ClientHello must
+ * offer ALPN: one without is refused during the handshake. */
+void tls_mark_direct(SSL *ssl);
+bool tls_is_direct(SSL *ssl);
+/* pgcat towards a server: offer ALPN "postgresql" (libpq 17 always does;
+ * servers before 17 ignore it). false: out of memory. */
+bool tls_offer_alpn(SSL *ssl) __attribute__((warn_unused_result));
+/* After a handshake: true when the ALPN agreed on is "postgresql", or when
+ * none was agreed on and required is false. */
+bool tls_alpn_ok(SSL *ssl, bool required);
+
 /* The reason of the last OpenSSL failure, for a log line. */
 void tls_last_error(char *out, size_t outlen);
 

@@ -508,12 +508,45 @@ static void start_client_tls(struct client *c)
 	io_start_tls(&c->io, ssl);
 }
 
+/* Direct TLS (PostgreSQL 17, libpq's sslnegotiation=direct): the first
+ * bytes are a ClientHello, not a startup packet; the startup packet comes
+ * inside TLS once the handshake is done. As PostgreSQL, pgcat refuses it
+ * without a word when it has no TLS to offer (an ErrorResponse in clear
+ * means nothing to a TLS client). */
+static void start_direct_tls(struct client *c)
+{
+	char a[CLIENT_ADDR_STRLEN];
+	if (!c->w->tls.for_clients || c->is_unix) {
+		log_info("C-%llu %s:%d: direct TLS connection refused: %s", (unsigned long long)c->id,
+			 client_addr_str(c, a), c->port, c->is_unix ? "not on a Unix socket" : "client TLS is off");
+		client_close(c, NULL, NULL);
+		return;
+	}
+	SSL *ssl = SSL_new(c->w->tls.for_clients);
+	if (!ssl) {
+		client_close(c, NULL, NULL);
+		return;
+	}
+	SSL_set_accept_state(ssl);
+	tls_mark_direct(ssl);   /* its ClientHello must offer ALPN "postgresql" */
+	/* The ClientHello is in the input buffer already: the handshake reads
+	 * it from there first. */
+	io_start_tls_replay(&c->io, ssl);
+}
+
 static void process_startup(struct client *c)
 {
 	struct evbuffer *in = c->io.in;
 	while (c->state == CLIENT_STARTUP) {
 		uint8_t hdr[8];
 		ssize_t got = evbuffer_copyout(in, hdr, sizeof hdr);
+		/* 0x16, a TLS handshake record, where the first byte of a length
+		 * would be (a startup packet of hundreds of megabytes): direct
+		 * TLS, taken only as the very first bytes, as PostgreSQL does. */
+		if (got >= 1 && hdr[0] == 0x16 && !c->io.ssl && c->skip_remaining == 0) {
+			start_direct_tls(c);
+			return;
+		}
 		if (got < 4)
 			return;
 		uint32_t len = proto_get_u32(hdr);
@@ -1487,7 +1520,16 @@ static void client_event_cb(struct io *io, enum io_event what, int err, void *ar
 	worker_update_clock(c->w);
 	switch (what) {
 	case IO_CONNECTED:
+		return;
 	case IO_TLS_READY:   /* the startup packet comes next, encrypted */
+		/* The ALPN callbacks refuse a ClientHello without "postgresql";
+		 * this is the check on the outcome, as PostgreSQL 17 makes it. */
+		if (!tls_alpn_ok(c->io.ssl, tls_is_direct(c->io.ssl))) {
+			char a[CLIENT_ADDR_STRLEN];
+			log_info("C-%llu %s:%d: TLS connection without ALPN \"postgresql\" refused", (unsigned long long)c->id,
+				 client_addr_str(c, a), c->port);
+			client_close(c, NULL, NULL);
+		}
 		return;
 	case IO_EOF:
 	case IO_ERROR:
@@ -1495,8 +1537,9 @@ static void client_event_cb(struct io *io, enum io_event what, int err, void *ar
 			char why[160];
 			tls_last_error(why, sizeof why);
 			char a[CLIENT_ADDR_STRLEN];
-			log_info("C-%llu %s:%d: TLS handshake failed: %s", (unsigned long long)c->id, client_addr_str(c, a),
-				 c->port, what == IO_EOF ? "connection closed" : why);
+			log_info("C-%llu %s:%d: %sTLS handshake failed: %s", (unsigned long long)c->id, client_addr_str(c, a),
+				 c->port, c->io.ssl && tls_is_direct(c->io.ssl) ? "direct " : "",
+				 what == IO_EOF ? "connection closed" : why);
 		}
 		client_close(c, NULL, NULL);
 		return;

@@ -40,6 +40,7 @@ _Static_assert(sizeof(enum default_role) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum lb_mode) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum sharding_function) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum tls_mode) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum tls_negotiation) == sizeof(int), "enum size");
 
 #define CONFIG_MAX_FILE_SIZE (16 * 1024 * 1024)
 #define CONFIG_MAX_NAME 63          /* PostgreSQL's NAMEDATALEN - 1 */
@@ -90,6 +91,10 @@ static const char *const server_tls_names[] = {
 	[TLS_MODE_REQUIRE] = "require", [TLS_MODE_VERIFY_CA] = "verify-ca", [TLS_MODE_VERIFY_FULL] = "verify-full",
 };
 
+static const char *const tls_negotiation_names[] = {
+	[TLS_NEGOTIATION_POSTGRES] = "postgres", [TLS_NEGOTIATION_DIRECT] = "direct",
+};
+
 static const struct enum_names pool_mode_enum = ENUM_NAMES(pool_mode_names);
 static const struct enum_names auth_type_enum = ENUM_NAMES(auth_type_names);
 static const struct enum_names log_level_enum = ENUM_NAMES(log_level_names);
@@ -99,6 +104,7 @@ static const struct enum_names lb_mode_enum = ENUM_NAMES(lb_mode_names);
 static const struct enum_names sharding_function_enum = ENUM_NAMES(sharding_function_names);
 static const struct enum_names client_tls_enum = ENUM_NAMES(client_tls_names);
 static const struct enum_names server_tls_enum = ENUM_NAMES(server_tls_names);
+static const struct enum_names tls_negotiation_enum = ENUM_NAMES(tls_negotiation_names);
 
 static const char *enum_name(const struct enum_names *e, int v)
 {
@@ -200,7 +206,8 @@ static bool check_password(const char *value, char *why, size_t whylen);
 	X(client_tls_key_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(client_tls_ca_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(server_tls_sslmode, ENUM, "prefer", true, VALUE_ENUM, 0, 0, &server_tls_enum, 0, NULL, 0) \
-	X(server_tls_ca_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0)
+	X(server_tls_ca_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(server_tls_negotiation, ENUM, "postgres", true, VALUE_ENUM, 0, 0, &tls_negotiation_enum, 0, NULL, 0)
 
 #define GENERAL_INFO(name, type, def, reload, kind, mn, mx, en, fl, ck, offn) \
 	{ #name, CONFIG_KEY_##type, def, reload },
@@ -1537,6 +1544,13 @@ static void check_general(struct parser *p)
 	    g->client_tls_ca_file[0] == '\0')
 		general_error(p, "client_tls_sslmode", "\"%s\" needs client_tls_ca_file to check client certificates",
 			      enum_name(&client_tls_enum, (int)g->client_tls_sslmode));
+	/* As libpq 17 refuses sslnegotiation=direct below sslmode=require: a
+	 * server that does not take the direct handshake leaves no way back to
+	 * plain text, so a "prefer" that cannot prefer anything is an error. */
+	if (g->server_tls_negotiation == TLS_NEGOTIATION_DIRECT && g->server_tls_sslmode < TLS_MODE_REQUIRE)
+		general_error(p, "server_tls_negotiation",
+			      "\"direct\" needs server_tls_sslmode require, verify-ca or verify-full, got \"%s\"",
+			      enum_name(&server_tls_enum, (int)g->server_tls_sslmode));
 	if (p->cfg->n_peers > 0 && g->peer_id == 0)
 		problem(p, CONFIG_PROBLEM_WARNING, p->peers_line, "peers", NULL,
 			"ignored while [general] peer_id is 0");

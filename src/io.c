@@ -246,11 +246,47 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 	callback_done(f);
 }
 
+/* io_start_tls_replay: the handshake reads the bytes already taken off the
+ * socket from a memory BIO, then from the socket. The two are told apart
+ * without a flag: only then do reads and writes go to different BIOs. */
+static bool tls_replaying(SSL *ssl)
+{
+	return SSL_get_rbio(ssl) != SSL_get_wbio(ssl);
+}
+
+/* The replayed bytes are all read: from now on the socket's BIO serves
+ * reads too (it is shared, hence the extra reference; SSL_set0_rbio frees
+ * the memory BIO). */
+static void tls_replay_done(SSL *ssl)
+{
+	BIO *sock = SSL_get_wbio(ssl);
+	BIO_up_ref(sock);
+	SSL_set0_rbio(ssl, sock);
+}
+
 /* One more step of the handshake, on either readiness. */
 static void tls_step(struct io *io)
 {
 	ERR_clear_error();
 	int rc = SSL_do_handshake(io->ssl);
+	if (rc <= 0 && tls_replaying(io->ssl) && SSL_get_error(io->ssl, rc) == SSL_ERROR_WANT_READ) {
+		/* The memory BIO answers "retry" only once it is empty. */
+		tls_replay_done(io->ssl);
+		ERR_clear_error();
+		rc = SSL_do_handshake(io->ssl);
+	}
+	if (rc == 1 && tls_replaying(io->ssl)) {
+		if (BIO_ctrl_pending(SSL_get_rbio(io->ssl)) == 0) {
+			tls_replay_done(io->ssl);
+		} else {
+			/* Bytes left over from before the handshake: a peer could
+			 * not have had a reason to send them, and they would be
+			 * taken as if they came after it. */
+			io->tls_failed = true;
+			io->ops->on_event(io, IO_ERROR, EPROTO, io_owner(io));
+			return;
+		}
+	}
 	if (rc == 1) {
 		io->tls_handshaking = false;
 		io_arm_write(io, false);
@@ -286,6 +322,27 @@ void io_start_tls(struct io *io, SSL *ssl)
 		io->ops->on_event(io, IO_ERROR, EPROTO, io_owner(io));
 		return;
 	}
+	tls_step(io);
+}
+
+void io_start_tls_replay(struct io *io, SSL *ssl)
+{
+	io->ssl = ssl;
+	io->tls_handshaking = true;
+	size_t n = io->in ? evbuffer_get_length(io->in) : 0;
+	BIO *mem = n > 0 && n <= INT_MAX ? BIO_new(BIO_s_mem()) : NULL;
+	BIO *sock = mem ? BIO_new_socket((int)io->fd, BIO_NOCLOSE) : NULL;
+	const unsigned char *bytes = sock ? evbuffer_pullup(io->in, (ev_ssize_t)n) : NULL;
+	if (!bytes || BIO_write(mem, bytes, (int)n) != (int)n) {
+		BIO_free(mem);
+		BIO_free(sock);
+		io->ops->on_event(io, IO_ERROR, n > 0 ? ENOMEM : EPROTO, io_owner(io));
+		return;
+	}
+	evbuffer_drain(io->in, n);
+	/* Empty: "retry", as a socket with nothing to read says, not EOF. */
+	BIO_set_mem_eof_return(mem, -1);
+	SSL_set_bio(ssl, mem, sock);   /* both owned by ssl from here on */
 	tls_step(io);
 }
 

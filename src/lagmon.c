@@ -464,6 +464,8 @@ static bool handle_auth(struct lagmon_conn *c, const uint8_t *body, size_t len, 
 	}
 }
 
+static void start_tls(struct lagmon_conn *c, bool direct);
+
 /* The answer to the SSLRequest; false when the connection went down or
  * the handshake began (its end comes as IO_TLS_READY). */
 static bool handle_ssl_answer(struct lagmon_conn *c)
@@ -488,12 +490,25 @@ static bool handle_ssl_answer(struct lagmon_conn *c)
 		conn_down(c, "bad answer to the SSL request");
 		return false;
 	}
+	start_tls(c, false);
+	return false;
+}
+
+/* The handshake, after 'S' or (server_tls_negotiation = direct) at once;
+ * ALPN "postgresql" offered as server.c does. */
+static void start_tls(struct lagmon_conn *c, bool direct)
+{
+	struct worker *w = c->lm->w;
+	enum tls_mode mode = w->cfg->general.server_tls_sslmode;
 	SSL *ssl = w->tls.for_servers ? SSL_new(w->tls.for_servers) : NULL;
-	if (!ssl) {
+	if (!ssl || !tls_offer_alpn(ssl)) {
+		SSL_free(ssl);
 		conn_down(c, "cannot start TLS");
-		return false;
+		return;
 	}
 	SSL_set_connect_state(ssl);
+	if (direct)
+		tls_mark_direct(ssl);
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	bool literal = dns_literal(c->host, c->port, &ss, &sl);
@@ -505,12 +520,11 @@ static bool handle_ssl_answer(struct lagmon_conn *c)
 		if (ok != 1) {
 			SSL_free(ssl);
 			conn_down(c, "cannot set the host name to verify");
-			return false;
+			return;
 		}
 	}
 	set_state(c, LAGMON_TLS_HANDSHAKE);
 	io_start_tls(&c->io, ssl);
-	return false;
 }
 
 /* ---- reading ---- */
@@ -609,6 +623,11 @@ static void conn_event_cb(struct io *io, enum io_event what, int err, void *arg)
 	worker_update_clock(c->lm->w);
 	switch (what) {
 	case IO_CONNECTED:
+		if (c->lm->w->tls.for_servers &&
+		    c->lm->w->cfg->general.server_tls_negotiation == TLS_NEGOTIATION_DIRECT) {
+			start_tls(c, true);
+			return;
+		}
 		if (c->lm->w->tls.for_servers) {
 			/* server_tls_sslmode: ask first (Int32 8, Int32 80877103). */
 			static const uint8_t ssl_request[8] = { 0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f };
@@ -619,6 +638,12 @@ static void conn_event_cb(struct io *io, enum io_event what, int err, void *arg)
 		send_startup(c);
 		return;
 	case IO_TLS_READY:
+		/* As server.c: the ALPN agreed on, if any, must be "postgresql";
+		 * a direct handshake must have agreed on it. */
+		if (!tls_alpn_ok(c->io.ssl, tls_is_direct(c->io.ssl))) {
+			conn_down(c, "the server did not agree on ALPN \"postgresql\"");
+			return;
+		}
 		send_startup(c);
 		return;
 	case IO_EOF:

@@ -380,6 +380,8 @@ static bool take_whole(struct evbuffer *in, uint32_t total, uint8_t *buf)
 	return true;
 }
 
+static void start_server_tls(struct server *s, bool direct);
+
 /* The server's one-byte answer to pgcat's SSLRequest. Returns true when
  * the login goes on in this call (in clear, after 'N'). */
 static bool handle_ssl_answer(struct server *s)
@@ -408,12 +410,26 @@ static bool handle_ssl_answer(struct server *s)
 		login_fail(s, "the server sent unencrypted data after accepting TLS");
 		return false;
 	}
+	start_server_tls(s, false);
+	return false;
+}
+
+/* The handshake, after the server's 'S' or (server_tls_negotiation =
+ * direct) at once on the new connection. Its end comes as IO_TLS_READY. */
+static void start_server_tls(struct server *s, bool direct)
+{
+	enum tls_mode mode = s->w->cfg->general.server_tls_sslmode;
 	SSL *ssl = SSL_new(s->w->tls.for_servers);
-	if (!ssl) {
+	/* ALPN "postgresql", as libpq 17 offers it: PostgreSQL 17 requires
+	 * it on a direct handshake, and earlier servers ignore it. */
+	if (!ssl || !tls_offer_alpn(ssl)) {
+		SSL_free(ssl);
 		login_fail(s, "cannot start TLS (out of memory)");
-		return false;
+		return;
 	}
 	SSL_set_connect_state(ssl);
+	if (direct)
+		tls_mark_direct(ssl);   /* checked when the handshake is done */
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	bool literal = dns_literal(s->sp->host, s->sp->port, &ss, &sl);
@@ -426,12 +442,11 @@ static bool handle_ssl_answer(struct server *s)
 		if (ok != 1) {
 			SSL_free(ssl);
 			login_fail(s, "cannot set the host name to verify");
-			return false;
+			return;
 		}
 	}
 	s->tls_phase = SERVER_TLS_HANDSHAKE;
 	io_start_tls(&s->io, ssl);
-	return false;
 }
 
 static void process_login(struct server *s)
@@ -1175,6 +1190,11 @@ static void server_event_cb(struct io *io, enum io_event what, int err, void *ar
 	if (what == IO_CONNECTED) {
 		set_socket_options(s);
 		server_set_state(s, SERVER_LOGIN);
+		if (s->w->tls.for_servers && s->w->cfg->general.server_tls_negotiation == TLS_NEGOTIATION_DIRECT) {
+			/* Direct TLS (PostgreSQL 17+): the ClientHello goes first. */
+			start_server_tls(s, true);
+			return;
+		}
 		if (s->w->tls.for_servers) {
 			/* server_tls_sslmode: ask first (Int32 8, Int32 80877103). */
 			static const uint8_t ssl_request[8] = { 0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f };
@@ -1186,6 +1206,15 @@ static void server_event_cb(struct io *io, enum io_event what, int err, void *ar
 		return;
 	}
 	if (what == IO_TLS_READY) {
+		/* As libpq 17: an ALPN the server picked must be "postgresql",
+		 * and a direct handshake must have agreed on it (a TLS server
+		 * that is not PostgreSQL, behind the port, would not). */
+		bool direct = tls_is_direct(s->io.ssl);
+		if (!tls_alpn_ok(s->io.ssl, direct)) {
+			login_fail(s, direct ? "the server did not agree on ALPN \"postgresql\" in a direct TLS handshake"
+					     : "the server agreed on an ALPN other than \"postgresql\"");
+			return;
+		}
 		s->tls_phase = SERVER_TLS_NONE;
 		send_startup(s);
 		return;
@@ -1195,8 +1224,13 @@ static void server_event_cb(struct io *io, enum io_event what, int err, void *ar
 		tls_last_error(why, sizeof why);
 		s->have_error = true;
 		snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08006");
-		snprintf(s->error_message, sizeof s->error_message, "TLS handshake with server %s:%d failed: %s",
-			 s->sp->host, s->sp->port, what == IO_EOF ? "connection closed" : why);
+		bool direct = s->io.ssl && tls_is_direct(s->io.ssl);
+		/* A long OpenSSL reason may cut the hint: the message stays useful. */
+		int n = snprintf(s->error_message, sizeof s->error_message, "%sTLS handshake with server %s:%d failed: %s%s",
+				 direct ? "direct " : "", s->sp->host, s->sp->port, what == IO_EOF ? "connection closed" : why,
+				 direct ? " (server_tls_negotiation = direct needs PostgreSQL 17 or later)" : "");
+		if (n < 0)
+			snprintf(s->error_message, sizeof s->error_message, "TLS handshake with server failed");
 		log_warning("S-%llu: %s", (unsigned long long)s->id, s->error_message);
 	}
 	{

@@ -43,6 +43,86 @@ static void common(SSL_CTX *ctx)
 	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
 }
 
+/* ALPN's wire form: a list of names, each after a length byte. */
+#define PG_ALPN_NAME "postgresql"
+#define PG_ALPN_LEN (sizeof PG_ALPN_NAME - 1)
+
+/* What SSL_set_app_data holds on a direct TLS connection (its address is
+ * the mark; nothing else in pgcat uses an SSL's app data). */
+static char direct_mark;
+
+void tls_mark_direct(SSL *ssl)
+{
+	SSL_set_app_data(ssl, &direct_mark);
+}
+
+bool tls_is_direct(SSL *ssl)
+{
+	return SSL_get_app_data(ssl) == &direct_mark;
+}
+
+/* The ClientHello of a direct TLS connection must carry the ALPN
+ * extension: a generic TLS client that reached the port by mistake is
+ * refused before the handshake goes further (PostgreSQL 17 closes such a
+ * connection once its handshake is done). */
+static int client_hello_cb(SSL *ssl, int *alert, void *arg)
+{
+	(void)arg;
+	const unsigned char *ext;
+	size_t len;
+	if (SSL_get_app_data(ssl) == &direct_mark &&
+	    SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_application_layer_protocol_negotiation, &ext, &len) != 1) {
+		*alert = SSL_AD_NO_APPLICATION_PROTOCOL;
+		/* The reason the log line gives (first in the queue), rather
+		 * than OpenSSL's own "callback failed" that follows it. */
+		ERR_raise(ERR_LIB_SSL, SSL_R_NO_APPLICATION_PROTOCOL);
+		return SSL_CLIENT_HELLO_ERROR;
+	}
+	return SSL_CLIENT_HELLO_SUCCESS;
+}
+
+/* Called only when the client offers ALPN: "postgresql" must be among its
+ * names, else the handshake fails with no_application_protocol (RFC 7301,
+ * and what PostgreSQL 17 answers). in is the client's list, length-prefixed
+ * names; each length is checked against what is left of the list. */
+static int alpn_select_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
+			  unsigned int inlen, void *arg)
+{
+	(void)ssl;
+	(void)arg;
+	unsigned int i = 0;
+	while (i < inlen) {
+		unsigned int n = in[i++];
+		if (n > inlen - i)
+			break;   /* a malformed list: OpenSSL checks it first, but do not trust it */
+		if (n == PG_ALPN_LEN && memcmp(in + i, PG_ALPN_NAME, PG_ALPN_LEN) == 0) {
+			*out = in + i;
+			*outlen = (unsigned char)n;
+			return SSL_TLSEXT_ERR_OK;
+		}
+		i += n;
+	}
+	return SSL_TLSEXT_ERR_ALERT_FATAL;
+}
+
+bool tls_offer_alpn(SSL *ssl)
+{
+	static const unsigned char list[] = "\x0a" PG_ALPN_NAME;
+	_Static_assert(sizeof list - 1 == 1 + PG_ALPN_LEN, "ALPN list");
+	/* Unlike most of OpenSSL, 0 is success here. */
+	return SSL_set_alpn_protos(ssl, list, sizeof list - 1) == 0;
+}
+
+bool tls_alpn_ok(SSL *ssl, bool required)
+{
+	const unsigned char *sel = NULL;
+	unsigned int len = 0;
+	SSL_get0_alpn_selected(ssl, &sel, &len);
+	if (!sel || len == 0)
+		return !required;
+	return len == PG_ALPN_LEN && memcmp(sel, PG_ALPN_NAME, PG_ALPN_LEN) == 0;
+}
+
 static bool build_for_clients(const struct config_general *g, SSL_CTX **out, char *err, size_t errlen)
 {
 	*out = NULL;
@@ -87,6 +167,10 @@ static bool build_for_clients(const struct config_general *g, SSL_CTX **out, cha
 	}
 	/* verify-*: a client certificate signed by the CA is required. */
 	SSL_CTX_set_verify(ctx, verify ? SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT : SSL_VERIFY_NONE, NULL);
+	/* ALPN "postgresql" if offered (either way of starting TLS); direct
+	 * TLS must offer it. */
+	SSL_CTX_set_alpn_select_cb(ctx, alpn_select_cb, NULL);
+	SSL_CTX_set_client_hello_cb(ctx, client_hello_cb, NULL);
 	static const unsigned char sid[] = "pgcat";
 	SSL_CTX_set_session_id_context(ctx, sid, sizeof sid - 1);
 	*out = ctx;

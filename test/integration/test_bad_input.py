@@ -58,7 +58,6 @@ def expect_error_and_close(r, code, timeout=10):
 
 STARTUP_CASES = {
     "http_request": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
-    "tls_client_hello": bytes.fromhex("16030100f4010000f00303") + bytes(range(64)),
     "random_bytes": struct.pack("!I", 300) + bytes(random.Random(7).getrandbits(8) for _ in range(296)),
     "length_below_4": struct.pack("!I", 3) + b"\x00" * 8,
     "length_zero": struct.pack("!I", 0) + b"\x00" * 8,
@@ -77,6 +76,28 @@ def test_bad_startup_packet(cat, pg, bystander, case):
     r.try_send(STARTUP_CASES[case])
     err = expect_error_and_close(r, "08P01")
     assert err.get("S") in ("FATAL", "ERROR")
+    after_checks(cat, bystander)
+
+
+def test_tls_client_hello_with_client_tls_off(cat, pg, bystander):
+    """A TLS ClientHello where a startup packet belongs is direct TLS
+    (PostgreSQL 17): with client TLS off it is refused as PostgreSQL
+    refuses it, by closing without a word (an ErrorResponse in clear
+    means nothing to a TLS client). test_tls.py has the rest."""
+    r = cat.raw()
+    r.try_send(bytes.fromhex("16030100f4010000f00303") + bytes(range(64)))
+    r.sock.settimeout(10)
+    data = b""
+    try:
+        while True:
+            chunk = r.sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    except ConnectionResetError:
+        pass
+    r.close()
+    assert data == b"", data
     after_checks(cat, bystander)
 
 

@@ -126,6 +126,7 @@ client_tls_key_file =
 client_tls_ca_file =
 server_tls_sslmode = prefer
 server_tls_ca_file =
+server_tls_negotiation = postgres
 
 [pools.sharded_db]
 pool_mode = transaction
@@ -184,6 +185,9 @@ BAD = [
     ("log_level", "log_level = chatty", "general"),
     ("tcp_keepalive", "tcp_keepalive = perhaps", "general"),
     ("connect_timeout", "connect_timeout = 5s", "general"),
+    ("server_tls_negotiation", "server_tls_negotiation = sideways", "general"),
+    # direct TLS has no way back to plain text: not with the default prefer
+    ("server_tls_negotiation", "server_tls_negotiation = direct", "general"),
 ]
 
 
@@ -198,6 +202,24 @@ def test_t_on_a_bad_value(pg, tmp_path, key, line, section):
     pat = r"%s:%d: \[%s\] %s" % (re.escape(str(path)), lineno, re.escape(section), re.escape(key))
     assert re.search(pat, out), "expected a line like '%s:%d: [%s] %s: ...', got:\n%s" % (
         path, lineno, section, key, out)
+
+
+def test_t_server_tls_negotiation_direct_needs_require(pg, tmp_path):
+    """As libpq refuses sslnegotiation=direct below sslmode=require, -t
+    refuses server_tls_negotiation = direct below server_tls_sslmode
+    require, and says so naming both keys."""
+    for mode in ("disable", "prefer"):
+        path = write(tmp_path, good_ini(pg, tmp_path, server_tls_negotiation="direct", server_tls_sslmode=mode))
+        r = run(["-t", str(path)])
+        out = r.stdout + r.stderr
+        assert r.returncode == 1, out
+        assert re.search(r"\[general\] server_tls_negotiation: .*server_tls_sslmode require", out), out
+    for mode in ("require", "verify-ca", "verify-full"):
+        extra = {"server_tls_ca_file": "/etc/ssl/certs/ca-certificates.crt"} if mode != "require" else {}
+        path = write(tmp_path, good_ini(pg, tmp_path, server_tls_negotiation="direct", server_tls_sslmode=mode,
+                                        **extra))
+        r = run(["-t", str(path)])
+        assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_t_on_bad_pool_sections(pg, tmp_path):

@@ -517,3 +517,297 @@ def test_close_with_output_queued_sends_it_then_close_notify(pgcat, certs):
     sleeper.close()
     with inst.connect(sslmode="require") as c:
         c.execute("SELECT 1")
+
+
+# --- direct TLS (PostgreSQL 17's sslnegotiation=direct) ----------------------------
+# A ClientHello as the very first bytes, no SSLRequest; ALPN "postgresql"
+# required. pgcat takes it whenever client TLS is on, and opens server
+# connections that way with server_tls_negotiation = direct.
+
+def direct_tls_raw(inst, alpn=None):
+    """A raw connection that starts with a ClientHello (no SSLRequest)."""
+    r = pgwire.Raw(inst.host, inst.port)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if alpn:
+        ctx.set_alpn_protocols(alpn)
+    r.sock = ctx.wrap_socket(r.sock, server_hostname="localhost")
+    return r
+
+
+def test_direct_tls_psycopg_login_query_and_cancel(pgcat, pg, certs):
+    """libpq's sslnegotiation=direct (psycopg's bundled libpq 17+): login,
+    a query, and cancel_safe, whose cancel connection is direct TLS too."""
+    from psycopg import errors
+    from test_cancel import run_in_thread, sleeping_backend
+    assert psycopg.pq.version() >= 170000, "requirements-test.txt pins a psycopg with libpq 17+"
+    inst = pgcat(general=tls_general(certs, "require"))
+    c = inst.connect(sslmode="require", sslnegotiation="direct")
+    assert c.pgconn.ssl_in_use
+    assert c.execute("SELECT current_user").fetchone()[0] == "app"
+    t, box = run_in_thread(lambda: c.execute("SELECT pg_sleep(30)"))
+    wait_until(lambda: sleeping_backend(pg), 10, msg="pg_sleep running on the server")
+    c.cancel_safe(timeout=10)
+    t.join(10)
+    assert not t.is_alive(), "the query was not cancelled"
+    assert isinstance(box.get("error"), errors.QueryCanceled), box
+    assert c.execute("SELECT 2").fetchone()[0] == 2
+    c.close()
+    # verify-full over direct TLS, and the SSLRequest way still works beside it
+    with inst.connect(host="localhost", sslmode="verify-full", sslrootcert=p(certs, "ca.crt"),
+                      sslnegotiation="direct") as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+    with inst.connect(sslmode="require", sslnegotiation="postgres") as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+
+
+def test_direct_tls_needs_alpn_postgresql(pgcat, certs):
+    """As PostgreSQL 17: a direct ClientHello without ALPN, or with another
+    protocol only, is refused; one offering "postgresql" logs in."""
+    inst = pgcat(general=tls_general(certs, "prefer"))
+    for alpn in (None, ["http/1.1"]):
+        with pytest.raises((ssl.SSLError, ConnectionError)) as ei:
+            r = direct_tls_raw(inst, alpn)
+            r.login("app", PASSWORDS["app"], "appdb")     # not reached: the handshake fails
+        assert "NO APPLICATION PROTOCOL" in str(ei.value).upper().replace("_", " "), (alpn, ei.value)
+    r = direct_tls_raw(inst, ["http/1.1", "postgresql"])
+    assert r.sock.selected_alpn_protocol() == "postgresql"
+    r.login("app", PASSWORDS["app"], "appdb")
+    r.close()
+    # with an SSLRequest, ALPN is optional, but if offered it must name postgresql
+    s = socket.create_connection((inst.host, inst.port), timeout=10)
+    s.sendall(SSL_REQUEST)
+    assert s.recv(1) == b"S"
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(["http/1.1"])
+    with pytest.raises(ssl.SSLError) as ei:
+        ctx.wrap_socket(s, server_hostname="localhost")
+    assert "NO APPLICATION PROTOCOL" in str(ei.value).upper().replace("_", " "), ei.value
+    s.close()
+    assert "direct TLS handshake failed" in inst.log()
+    with inst.connect(sslmode="require") as c:           # pgcat still serves
+        c.execute("SELECT 1")
+    with inst.connect(sslmode="disable") as c:
+        c.execute("SELECT 1")
+
+
+def test_direct_tls_refused_with_client_tls_off(pgcat):
+    """Client TLS off: a ClientHello as the first bytes is refused as
+    PostgreSQL refuses it, by closing without a word (an ErrorResponse in
+    clear means nothing to a TLS client); pgcat keeps serving."""
+    inst = pgcat()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(["postgresql"])
+    # what a TLS client sends first: a ClientHello record, taken out of a
+    # memory BIO so that the bytes pgcat answers with can be read raw
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        obj.do_handshake()
+    hello = outgoing.read()
+    assert hello[:1] == b"\x16"
+    s = socket.create_connection((inst.host, inst.port), timeout=10)
+    s.sendall(hello)
+    data = b""
+    try:
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    except (ConnectionResetError, socket.timeout):
+        pass
+    s.close()
+    assert data == b"", data
+    assert "direct TLS connection refused: client TLS is off" in inst.log()
+    with pytest.raises(psycopg.OperationalError):
+        inst.connect(sslmode="require", sslnegotiation="direct")
+    with inst.connect() as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+
+
+
+# --- pgcat to servers with server_tls_negotiation = direct -------------------------
+
+def fake_tls_server(certs, alpn):
+    """A TLS server on a free port that takes one connection and records
+    what pgcat sent: its first byte (before any TLS), the ALPN agreed on and
+    the startup packet inside TLS; it then answers with a FATAL. alpn: what
+    the server accepts (None: no ALPN callback, as PostgreSQL 16)."""
+    import threading
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(4)
+    seen = {}
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(p(certs, "server.crt"), p(certs, "server.key"))
+    if alpn:
+        ctx.set_alpn_protocols(alpn)
+
+    def serve():
+        try:
+            conn, _ = ls.accept()
+            conn.settimeout(10)
+            seen["first"] = conn.recv(1, socket.MSG_PEEK)
+            if seen["first"] != b"\x16":
+                conn.close()
+                return
+            t = ctx.wrap_socket(conn, server_side=True)
+            seen["alpn"] = t.selected_alpn_protocol()
+            head = t.recv(8)
+            if len(head) < 8:           # pgcat went away after the handshake
+                t.close()
+                return
+            n = struct.unpack("!I", head[:4])[0]
+            body = head[4:]
+            while len(body) < n - 4:
+                chunk = t.recv(n - 4 - len(body))
+                if not chunk:
+                    break
+                body += chunk
+            seen["startup"] = body
+            msg = b"SFATAL\0C28000\0Mfake server says no\0\0"
+            t.sendall(b"E" + struct.pack("!I", 4 + len(msg)) + msg)
+            t.close()
+        except (OSError, ssl.SSLError) as e:
+            seen["error"] = repr(e)
+        finally:
+            ls.close()
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    return ls.getsockname()[1], seen, th
+
+
+def one_server_pool(port):
+    return {"shards": {0: {"database": "appdb", "servers": "127.0.0.1:%d:primary" % port}},
+            "users": {"app": {"password": PASSWORDS["app"]}}}
+
+
+def test_server_direct_tls_sends_client_hello_with_alpn_first(pgcat, certs):
+    """server_tls_negotiation = direct: the first byte pgcat sends a server
+    is a TLS handshake record (no SSLRequest), it offers ALPN postgresql,
+    and the startup packet follows inside TLS."""
+    port, seen, th = fake_tls_server(certs, ["postgresql"])
+    inst = pgcat(general={"server_tls_sslmode": "require", "server_tls_negotiation": "direct"},
+                 replace_pools={"appdb": one_server_pool(port)})
+    with pytest.raises(psycopg.OperationalError) as ei:
+        inst.connect()
+    th.join(10)
+    assert seen.get("first") == b"\x16", seen
+    assert seen.get("alpn") == "postgresql", seen
+    assert struct.unpack("!I", seen["startup"][:4])[0] >> 16 == 3, seen
+    assert b"user\0app\0" in seen["startup"], seen
+    assert "fake server says no" in str(ei.value), str(ei.value)
+
+
+def test_server_direct_tls_refuses_a_server_without_alpn(pgcat, certs):
+    """As libpq 17: a server that agreed on no ALPN in a direct handshake
+    is not PostgreSQL 17; the login fails with a message saying so."""
+    port, seen, th = fake_tls_server(certs, None)
+    inst = pgcat(general={"server_tls_sslmode": "require", "server_tls_negotiation": "direct"},
+                 replace_pools={"appdb": one_server_pool(port)})
+    with pytest.raises(psycopg.OperationalError) as ei:
+        inst.connect()
+    th.join(10)
+    assert seen.get("first") == b"\x16", seen
+    assert "ALPN" in str(ei.value), str(ei.value)
+    assert "startup" not in seen, seen
+
+
+def pg17_bin():
+    """A PostgreSQL 17+ bin directory from PGCAT_PG_MAJORS ("17:/path/bin,18:..."),
+    or None."""
+    for item in os.environ.get("PGCAT_PG_MAJORS", "").split(","):
+        major, _, path = item.strip().partition(":")
+        if major.isdigit() and int(major) >= 17 and path and os.path.exists(os.path.join(path, "postgres")):
+            return path
+    return None
+
+
+@pytest.fixture(scope="module")
+def pg17_ssl(pg_root, certs):
+    """A hostssl-only PostgreSQL 17 or later (the first with direct TLS),
+    logging how each connection negotiated TLS."""
+    import conftest
+    from pathlib import Path
+    bindir = pg17_bin()
+    if not bindir:
+        msg = "no PostgreSQL 17+ in PGCAT_PG_MAJORS: direct TLS to a real server not tested"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+    class Pg17(PgServer):
+        """PgServer with another bin directory (conftest reads PG_BIN at each call)."""
+        def _with_bin(self, fn):
+            old = conftest.PG_BIN
+            conftest.PG_BIN = Path(bindir)
+            try:
+                return fn()
+            finally:
+                conftest.PG_BIN = old
+
+        def initdb(self):
+            return self._with_bin(super().initdb)
+
+        def start(self):
+            return self._with_bin(super().start)
+
+        def stop(self):
+            return self._with_bin(super().stop)
+
+    server = Pg17(pg_root, "direct17")
+    server.initdb()
+    with open(server.datadir / "postgresql.conf", "a") as f:
+        f.write("ssl = on\nssl_cert_file = '%s'\nssl_key_file = '%s'\ntrace_connection_negotiation = on\n"
+                % (p(certs, "server.crt"), p(certs, "server.key")))
+    (server.datadir / "pg_hba.conf").write_text(
+        "local all all trust\n"
+        "hostssl all postgres 127.0.0.1/32 trust\n"
+        "hostssl all all 127.0.0.1/32 scram-sha-256\n")
+    server.start()
+    try:
+        _setup_roles(server)
+        yield server
+    finally:
+        server.stop()
+
+
+def test_server_direct_tls_to_postgresql_17(pgcat, pg17_ssl, pg_ssl, certs):
+    """server_tls_negotiation = direct against a real PostgreSQL 17: the
+    login, a query, and PostgreSQL's own log says the connection was direct
+    TLS. Against PostgreSQL 15 (no direct TLS) the login fails with a
+    message that says why."""
+    off = pg17_ssl.log_offset()
+    inst = pgcat(general={"server_tls_sslmode": "verify-full", "server_tls_ca_file": p(certs, "ca.crt"),
+                          "server_tls_negotiation": "direct"},
+                 replace_pools={"appdb": ssl_pool(pg17_ssl)})
+    with inst.connect() as c:
+        row = c.execute("SELECT ssl, current_setting('server_version_num')::int "
+                        "FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()
+        assert row[0] is True and row[1] >= 170000, row
+    log = pg17_ssl.log_since(off)
+    assert "direct SSL connection accepted" in log, log
+    # the replica lag monitor (a client of its own) connects the same way
+    pool = ssl_pool(pg17_ssl)
+    pool["shards"][0]["servers"] = "127.0.0.1:%d:primary, localhost:%d:replica" % (pg17_ssl.port, pg17_ssl.port)
+    pgcat(general={"server_tls_sslmode": "require", "server_tls_negotiation": "direct",
+                   "replica_lag_check_interval": 200},
+          replace_pools={"appdb": pool})
+    q = ("SELECT a.pid FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) "
+         "WHERE a.application_name = 'pgcat lag monitor' AND s.ssl")
+    wait_until(lambda: len(pg17_ssl.sql(q, dbname="postgres")) >= 2, 10, msg="lag monitor over TLS")
+    lines = pg17_ssl.log_since(off, limit=100000).splitlines()
+    for (pid,) in pg17_ssl.sql(q, dbname="postgres"):     # log_line_prefix has the pid
+        assert any("[%d]" % pid in ln and "direct SSL connection accepted" in ln for ln in lines), pid
+    # the same pgcat setting towards PostgreSQL 15
+    old = pgcat(general={"server_tls_sslmode": "require", "server_tls_negotiation": "direct"},
+                replace_pools={"appdb": ssl_pool(pg_ssl)})
+    with pytest.raises(psycopg.OperationalError) as ei:
+        old.connect()
+    assert "PostgreSQL 17" in str(ei.value), str(ei.value)

@@ -139,6 +139,7 @@ START_TEST(test_defaults)
 	ck_assert_str_eq(g->client_tls_ca_file, "");
 	ck_assert_int_eq(g->server_tls_sslmode, TLS_MODE_PREFER);
 	ck_assert_str_eq(g->server_tls_ca_file, "");
+	ck_assert_int_eq(g->server_tls_negotiation, TLS_NEGOTIATION_POSTGRES);
 
 	ck_assert_uint_eq(cfg->n_pools, 1);
 	const struct config_pool *pool = &cfg->pools[0];
@@ -168,7 +169,7 @@ START_TEST(test_key_table)
 {
 	size_t n;
 	const struct config_key_info *keys = config_general_keys(&n);
-	ck_assert_uint_eq(n, 48);
+	ck_assert_uint_eq(n, 49);
 	size_t fixed = 0;
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = i + 1; j < n; j++)
@@ -529,6 +530,10 @@ START_TEST(test_out_of_range)
 					     "verify-ca | verify-full" },
 		{ "server_tls_sslmode = allow", "server_tls_sslmode: must be one of disable | prefer | require | "
 						"verify-ca | verify-full, got \"allow\"" },
+		{ "server_tls_negotiation = tls", "server_tls_negotiation: must be one of postgres | direct, got \"tls\"" },
+		/* direct TLS cannot fall back to plain text: not under the default prefer */
+		{ "server_tls_negotiation = direct", "server_tls_negotiation: \"direct\" needs server_tls_sslmode require, "
+						     "verify-ca or verify-full, got \"prefer\"" },
 		{ "admin_username =", "admin_username: must not be empty" },
 		{ "listen_addr = 127.0.0.1, not an addr", "listen_addr: \"not an addr\": not an IP address" },
 		{ "listen_addr = 127.0.0.256", "listen_addr: \"127.0.0.256\": not an IP address" },
@@ -1038,6 +1043,7 @@ START_TEST(test_set)
 			   "min_pool_size: must not exceed default_pool_size (1), got 5");
 	expect_set_refused(cfg, "prometheus_port", "6432", "prometheus_port: must differ from listen_port (6432)");
 	expect_set_refused(cfg, "client_tls_sslmode", "require", "client_tls_sslmode: \"require\" needs");
+	expect_set_refused(cfg, "server_tls_negotiation", "direct", "server_tls_negotiation: \"direct\" needs");
 	/* Not reloadable, unknown, badly quoted. */
 	expect_set_refused(cfg, "listen_port", "7000", "listen_port cannot be changed at run time");
 	expect_set_refused(cfg, "LISTEN_ADDR", "127.0.0.1", "listen_addr cannot be changed at run time");
