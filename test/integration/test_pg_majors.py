@@ -337,6 +337,51 @@ def test_sharded_pool(pgcat, shard_tables):
     assert all(placed[k] == shard_by_server(srv, k) for k in keys), placed
 
 
+@pytest.fixture(scope="module")
+def certs_dir():
+    from test_tls import make_ca, make_cert
+    d = tempfile.mkdtemp(prefix="pgcat-majors-certs-")
+    os.chmod(d, 0o755)
+    make_ca(d, "ca")
+    make_cert(d, "ca", "server", "localhost", "DNS:localhost,IP:127.0.0.1")
+    if IS_ROOT:
+        for f in os.listdir(d):
+            shutil.chown(os.path.join(d, f), PG_OS_USER, PG_OS_USER)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_server_tls_sslrequest(pgcat, srv, certs_dir):
+    """pgcat to the server over TLS (SSLRequest first, server_tls_sslmode =
+    verify-full), the server's ssl turned on by a reload for this test only."""
+    with srv.connect("postgres") as c:
+        c.execute("ALTER SYSTEM SET ssl_cert_file = %s" % _q(os.path.join(certs_dir, "server.crt")))
+        c.execute("ALTER SYSTEM SET ssl_key_file = %s" % _q(os.path.join(certs_dir, "server.key")))
+        c.execute("ALTER SYSTEM SET ssl = on")
+        c.execute("SELECT pg_reload_conf()")
+    try:
+        wait_until(lambda: srv.sql("SHOW ssl", dbname="postgres")[0][0] == "on", 10, msg="ssl on after reload")
+        inst = start(pgcat, srv, server_tls_sslmode="verify-full",
+                     server_tls_ca_file=os.path.join(certs_dir, "ca.crt"))
+        with inst.connect() as c:
+            row = c.execute("SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()
+            assert row[0] is True and row[1].startswith("TLSv1."), row
+        r = admin(inst)
+        _, servers = show(r, "SERVERS")
+        r.close()
+        assert servers and all(s["tls"].startswith("TLSv1.") for s in servers), servers
+    finally:
+        with srv.connect("postgres") as c:
+            c.execute("ALTER SYSTEM RESET ssl")
+            c.execute("ALTER SYSTEM RESET ssl_cert_file")
+            c.execute("ALTER SYSTEM RESET ssl_key_file")
+            c.execute("SELECT pg_reload_conf()")
+
+
+def _q(s):
+    return "'" + s.replace("'", "''") + "'"
+
+
 def test_admin_show_commands(pgcat, srv):
     inst = start(pgcat, srv)
     with inst.connect() as c:
