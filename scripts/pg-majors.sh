@@ -51,7 +51,7 @@ fi
 mkdir -p "$DL"
 
 sri_sha512() {   # file -> sha512-<base64>
-	printf 'sha512-%s' "$(openssl dgst -sha512 -binary "$1" | base64 -w0)"
+	python3 -c 'import base64, hashlib, sys; print("sha512-" + base64.b64encode(hashlib.sha512(open(sys.argv[1], "rb").read()).digest()).decode(), end="")' "$1"
 }
 
 # Can the PostgreSQL OS user run this binary (the fixtures start servers as it)?

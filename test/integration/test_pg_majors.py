@@ -29,8 +29,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from conftest import (IS_ROOT, PASSWORDS, PG_BIN, PG_OS_USER, PgServer, _setup_roles, as_pg_user,
-                      free_port, wait_until)
+from conftest import (IS_ROOT, PASSWORDS, PG_BIN, PG_OS_USER, PgServer, _setup_roles, _test_failed,
+                      as_pg_user, free_port, wait_until)
 from test_admin import admin, show
 
 ENV = "PGCAT_PG_MAJORS"
@@ -115,6 +115,21 @@ def srv(request):
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _major_log_on_failure(request):
+    """conftest's pgcat fixture prints the 15 server's log; this prints the
+    log of the major under test when a test of this module fails."""
+    if "srv" not in request.fixturenames:
+        yield
+        return
+    srv = request.getfixturevalue("srv")
+    offset = srv.log_offset()
+    yield
+    if _test_failed(request):
+        print("\n===== PostgreSQL %d log during the test (last 100 lines) =====" % srv.major)
+        print(srv.log_since(offset, 100))
 
 
 def basebackup_bin(major):
