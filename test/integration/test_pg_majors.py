@@ -29,6 +29,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+import pgwire
+
 from conftest import (IS_ROOT, PASSWORDS, PG_BIN, PG_OS_USER, PgServer, _setup_roles, _test_failed,
                       as_pg_user, free_port, wait_until)
 from test_admin import admin, show
@@ -194,10 +196,22 @@ def test_server_version(pgcat, srv):
         assert c.info.parameter_status("server_version").split(".")[0] == str(srv.major)
 
 
+# AuthenticationSASL, MD5Password, CleartextPassword, Ok
+AUTH_CODES = {"app": 10, "md5user": 5, "cleartext_user": 3, "trust_user": 0}
+
+
 @pytest.mark.parametrize("mode", ["transaction", "session"])
 def test_login_each_auth_method(pgcat, srv, mode):
     """pgcat logs in to the server with the method pg_hba.conf asks of each
     role (scram-sha-256, md5, password, trust), in both pool modes."""
+    for user, code in AUTH_CODES.items():   # what this major asks each role, straight
+        r = pgwire.Raw(srv.host, srv.port)
+        try:
+            r.startup(user, "appdb")
+            typ, payload = r.read_msg()
+            assert typ == b"R" and int.from_bytes(payload[:4], "big") == code, (user, typ, payload[:4])
+        finally:
+            r.close()
     inst = start(pgcat, srv, mode)
     for user in PASSWORDS:
         with inst.connect(user=user) as c:
