@@ -74,6 +74,21 @@ fuzz_rc=0
 FUZZ_SECONDS=${FUZZ_SECONDS:-15} bash scripts/fuzz.sh || fuzz_rc=$?
 phase fuzzing "$t"
 
+# --- 3c. PostgreSQL 13 to 18 and libpq 18 (issue 26) ---------------------------
+# scripts/pg-majors.sh fetches (once, into .cache/pg-majors) and checks the
+# pinned servers and clients, and sets PGCAT_PG_MAJORS and PGCAT_LIBPQ18_BIN
+# for test_pg_majors.py and test_libpq18.py, which run in phase 4 (and fail
+# there under CI=true if this did not work).
+t=$(date +%s)
+log "PostgreSQL 13, 14, 16, 17, 18 and libpq 18 (scripts/pg-majors.sh)"
+if majors_env=$(PYTHON="$VENV/bin/python" bash scripts/pg-majors.sh); then
+	eval "$majors_env"
+	echo "$majors_env"
+else
+	echo "scripts/pg-majors.sh FAILED: test_pg_majors.py and test_libpq18.py will fail"
+fi
+phase "postgresql majors" "$t"
+
 # --- 4. integration tests -----------------------------------------------------
 t=$(date +%s)
 log "pytest test/integration (pgcat: $PGCAT_BIN)"
