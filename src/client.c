@@ -1391,8 +1391,10 @@ static void process_idle(struct client *c)
 		/* Parses alone and no server free: a client that waits for one to
 		 * prepare may be what the holders wait for (pgbench -M prepared
 		 * blocks its thread in PQprepare): answered now, parsed with the
-		 * Bind. */
-		if (parse_here && pool_checkout_would_wait(sp) && !answer_parses(c, true))
+		 * Bind. (Not in a sharded pool, where routing a Parse may start
+		 * the shard choice of what follows it.) */
+		if (parse_here && !c->route_error && c->pool->cpool->n_shards <= 1 && pool_checkout_would_wait(sp) &&
+		    !answer_parses(c, true))
 			continue;
 		if (c->route_error) {
 			c->route_error = false;
