@@ -199,6 +199,7 @@ static void send_startup(struct server *s)
 	pktbuf_init(&pb, storage, sizeof storage);
 	pktbuf_begin(&pb, 0);
 	pktbuf_put_u32(&pb, PG_PROTOCOL_3_0);
+	s->protocol = PG_PROTOCOL_3_0;
 	pktbuf_put_cstring(&pb, "user");
 	pktbuf_put_cstring(&pb, auth_server_user(s->sp->pool));
 	pktbuf_put_cstring(&pb, "database");
@@ -482,9 +483,15 @@ static void process_login(struct server *s)
 			break;
 		}
 		case PqMsg_BackendKeyData:
-			if (blen == 8) {
+			/* pid, then the key: 4 bytes in 3.0, up to 256 in 3.2. A
+			 * key of another length leaves the connection without a
+			 * key (its queries cannot be cancelled), as before. */
+			if (blen >= 4 + PROTO_CANCEL_KEY_MIN && blen <= 4 + PROTO_CANCEL_KEY_MAX &&
+			    (s->protocol >= PG_PROTOCOL_3_2 || blen == 8)) {
+				_Static_assert(sizeof s->backend_key == PROTO_CANCEL_KEY_MAX, "room for any key");
 				s->backend_pid = proto_get_u32(body);
-				s->backend_key = proto_get_u32(body + 4);
+				s->backend_key_len = (uint16_t)(blen - 4);
+				memcpy(s->backend_key, body + 4, blen - 4);
 			}
 			break;
 		case PqMsg_ErrorResponse: {
@@ -664,9 +671,10 @@ void server_reset(struct server *s)
 
 void server_send_cancel(struct server *s)
 {
-	if (!s->backend_pid)
+	if (!s->backend_pid || !s->backend_key_len)
 		return;
-	if (cancel_send(s->w, (struct sockaddr *)&s->sp->addr, s->sp->addrlen, s->backend_pid, s->backend_key, s))
+	if (cancel_send(s->w, (struct sockaddr *)&s->sp->addr, s->sp->addrlen, s->backend_pid, s->backend_key,
+			s->backend_key_len, s))
 		s->cancels_in_flight++;
 }
 
