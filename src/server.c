@@ -198,8 +198,10 @@ static void send_startup(struct server *s)
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);
 	pktbuf_begin(&pb, 0);
-	pktbuf_put_u32(&pb, PG_PROTOCOL_3_0);
-	s->protocol = PG_PROTOCOL_3_0;
+	/* 3.2 (cancel keys as long as the server likes); PostgreSQL 13 to 17
+	 * answer with a NegotiateProtocolVersion down to 3.0. */
+	pktbuf_put_u32(&pb, PG_PROTOCOL_3_2);
+	s->protocol = PG_PROTOCOL_3_2;
 	pktbuf_put_cstring(&pb, "user");
 	pktbuf_put_cstring(&pb, auth_server_user(s->sp->pool));
 	pktbuf_put_cstring(&pb, "database");
@@ -494,6 +496,20 @@ static void process_login(struct server *s)
 				memcpy(s->backend_key, body + 4, blen - 4);
 			}
 			break;
+		case PqMsg_NegotiateProtocolVersion: {
+			/* We asked for 3.2 and no protocol options: a server that
+			 * speaks less says which 3.x it will use. */
+			uint32_t version, n_unknown;
+			if (!proto_parse_negotiate(body, blen, &version, &n_unknown) ||
+			    PG_PROTOCOL_MAJOR(version) != 3 || version > s->protocol) {
+				login_fail(s, "server sent an invalid NegotiateProtocolVersion");
+				return;
+			}
+			s->protocol = version;
+			log_debug("S-%llu %s:%d: server speaks protocol 3.%u", (unsigned long long)s->id, s->sp->host,
+				  s->sp->port, PG_PROTOCOL_MINOR(version));
+			break;
+		}
 		case PqMsg_ErrorResponse: {
 			note_error(s, body, blen);
 			login_fail(s, s->error_message);
@@ -507,7 +523,6 @@ static void process_login(struct server *s)
 			pool_server_ready(s);
 			return;
 		case PqMsg_NoticeResponse:
-		case PqMsg_NegotiateProtocolVersion:
 			break;
 		default:
 			login_fail(s, "server sent an unexpected message during login");
