@@ -518,8 +518,9 @@ static void process_login(struct server *s)
 		case PqMsg_ReadyForQuery:
 			s->tx_status = blen >= 1 ? (char)body[0] : 'I';
 			auth_free(s);
-			log_debug("S-%llu %s:%d: login done (backend pid %u)", (unsigned long long)s->id,
-				  s->sp->host, s->sp->port, s->backend_pid);
+			log_debug("S-%llu %s:%d: login done (backend pid %u, protocol 3.%u, key of %u bytes)",
+				  (unsigned long long)s->id, s->sp->host, s->sp->port, s->backend_pid,
+				  PG_PROTOCOL_MINOR(s->protocol), (unsigned)s->backend_key_len);
 			pool_server_ready(s);
 			return;
 		case PqMsg_NoticeResponse:

@@ -223,3 +223,4 @@ def test_server_asked_for_32_and_downgraded_cancel_still_works(pgcat, pg):
     major = int(pg.connect("postgres").execute("SHOW server_version_num").fetchone()[0]) // 10000
     if major < 18:
         assert "server speaks protocol 3.0" in p.log(), "no downgrade to 3.0 from PostgreSQL %d" % major
+        assert "protocol 3.0, key of 4 bytes" in p.log()
