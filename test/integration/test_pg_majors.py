@@ -13,7 +13,9 @@ modes; pgbench -M simple/extended/prepared, 8 clients on a pool of 3; COPY in
 and out; psycopg's cancel of pg_sleep in both pool modes; a read routed to
 the replica and a write to the primary; a sharded pool over two databases of
 the server (SET SHARDING KEY and a key the parser finds, checked against that
-server's own hash partitioning); SHOW commands of the admin console.
+server's own hash partitioning); SHOW commands of the admin console;
+protocol 3.2 on both sides (pgcat asks each server for it; 13 to 17
+negotiate down to 3.0) with a libpq 18 client's cancel.
 
 Without PGCAT_PG_MAJORS the module fails under CI=true (scripts/test.sh sets
 it), and is skipped otherwise."""
