@@ -16,6 +16,26 @@
 
 struct randpool;
 
+/* The kinds of key pgcat issues: what the client's protocol version allows. */
+enum cancel_key_kind {
+	CANCEL_KEY_NONE = 0,
+	CANCEL_KEY_SHORT = 1,     /* protocol 3.0 (and 3.1): 4 bytes, the secret */
+	CANCEL_KEY_LONG = 2       /* protocol 3.2: CANCEL_KEY_LONG_LEN bytes */
+};
+
+/* A 3.2 key (pgcat's own layout; a client treats it as opaque bytes):
+ *   byte 0       CANCEL_KEY_LAYOUT_V1, what the rest means
+ *   byte 1       hop counter (0: issued here; for forwarding between peers)
+ *   bytes 2-3    peer id of the issuing instance (0: none configured)
+ *   bytes 4-7    the route, equal to the pid field: worker and slot
+ *   bytes 8-11   the slot's secret (a 3.0 key holds only this)
+ *   bytes 12-31  CANCEL_KEY_EXT_LEN more random bytes
+ * 24 random bytes in all, each checked before anything is cancelled. */
+#define CANCEL_KEY_SHORT_LEN 4u
+#define CANCEL_KEY_LONG_LEN 32u
+#define CANCEL_KEY_EXT_LEN 20u
+#define CANCEL_KEY_LAYOUT_V1 1u
+
 struct cancel_slot {
 	uint32_t secret;          /* 0: free */
 	union {
@@ -27,14 +47,18 @@ struct cancel_slot {
 		uint32_t published;
 	};
 	struct client *client;
+	uint8_t kind;             /* enum cancel_key_kind of the key issued */
+	uint8_t ext[CANCEL_KEY_EXT_LEN];   /* a long key's random bytes after the secret */
 };
 
 struct shm;
 
 /* pid = ((worker + 1) << SHM_CANCEL_WORKER_SHIFT) | (slot + 1): any worker
- * can tell whose key it is; the shared segment mirrors each slot's secret
- * and the server its client is linked to, so a CancelRequest landing on
- * another worker still reaches the right query. */
+ * can tell whose key it is; the shared segment mirrors each slot's key (its
+ * kind and every secret byte), so a worker a CancelRequest lands on can
+ * check it in full and flag the owner, which cancels the query on its own
+ * server connection (whose key, as long as its server gave it, never leaves
+ * that worker). */
 struct cancel_table {
 	struct cancel_slot *slots;
 	uint32_t n_slots;
@@ -55,9 +79,10 @@ void cancel_key_link(struct cancel_table *t, const struct client *c, const struc
 /* Publish c's key (no query yet) if it is not already: c waits for a
  * server, and another worker may be asked to cancel that wait. */
 void cancel_key_share(struct cancel_table *t, const struct client *c);
-/* A CancelRequest: cancel locally, or through the shared segment when the
- * key belongs to another worker. */
-void cancel_handle_request(struct worker *w, uint32_t pid, uint32_t key);
+/* A CancelRequest (pid, and a key of key_len bytes): cancel locally, or
+ * through the shared segment when the key belongs to another worker. A key
+ * of a length pgcat never issues is ignored like an unknown one. */
+void cancel_handle_request(struct worker *w, uint32_t pid, const uint8_t *key, size_t key_len);
 /* Clients another worker was asked to cancel (janitor tick): waiting
  * ones, and those running a query (the cancel is sent from here, where the
  * server connection is known, so that it is tracked like a local one). */
@@ -65,20 +90,24 @@ void cancel_poll_waiting(struct worker *w);
 void cancel_table_free(struct cancel_table *t);
 /* Make room for n_slots keys (after a reload raised max_client_conn). */
 bool cancel_table_grow(struct cancel_table *t, uint32_t n_slots) __attribute__((warn_unused_result));
-/* Give c a key. Returns false when the table is full. */
-bool cancel_key_assign(struct cancel_table *t, struct client *c, uint32_t *pid, uint32_t *key)
-	__attribute__((warn_unused_result));
+/* Give c a key of this kind: *pid and *secret (kept in the client), and the
+ * bytes of BackendKeyData's key in key_out (room for CANCEL_KEY_LONG_LEN),
+ * *key_len of them. Returns false when the table is full. */
+bool cancel_key_assign(struct cancel_table *t, struct client *c, enum cancel_key_kind kind, uint32_t *pid,
+		       uint32_t *secret, uint8_t *key_out, size_t *key_len) __attribute__((warn_unused_result));
 void cancel_key_release(struct cancel_table *t, uint32_t pid);
-/* The client a (pid, key) pair names, or NULL. */
-struct client *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, uint32_t key);
+/* The client a (pid, key) pair names, or NULL: the key must be of the kind
+ * issued for that slot and match in full. */
+struct client *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len);
 
-/* Open a connection to addr and send CancelRequest(pid, key). for: the
+/* Open a connection to addr and send CancelRequest(pid, key), the key as
+ * the server gave it (4 to PROTO_CANCEL_KEY_MAX bytes). for: the
  * server connection it cancels a query on, told through server_cancel_done
  * when PostgreSQL closed the connection (it has signalled the backend by
  * then) or after CANCEL_REQUEST_TIMEOUT_MS; NULL: nobody. false: nothing
  * was sent. */
-bool cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid, uint32_t key,
-		 struct server *for_server);
+bool cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid, const uint8_t *key,
+		 size_t key_len, struct server *for_server);
 /* s is closing: its CancelRequests in flight tell it nothing any more. */
 void cancel_requests_forget(struct worker *w, const struct server *s);
 void cancel_requests_free_all(struct worker *w);

@@ -94,7 +94,7 @@ struct client {
 	uint32_t fwd_remaining;
 	uint32_t skip_remaining;
 	uint32_t retry_skip;          /* acknowledgements the replay must not repeat */
-	uint32_t cancel_pid, cancel_key;
+	uint32_t cancel_pid, cancel_key;   /* cancel_key: the slot's secret (cancel.h) */
 
 	/* The peer, kept binary (client_addr_str formats it): 20 bytes instead
 	 * of a string buffer in every client. */
@@ -125,6 +125,7 @@ struct client {
 	bool route_error : 1;         /* route_pick: no server may take this write */
 	bool is_fanout_leg : 1;
 	bool has_cancel_key : 1;
+	bool long_cancel_key : 1;     /* protocol 3.2: a 32-byte key in BackendKeyData */
 	bool is_admin : 1;
 	bool close_when_released : 1; /* shutdown: close after this transaction */
 	bool paused : 1;              /* reading stopped for the server's backpressure */

@@ -62,7 +62,17 @@
 #define AUTH_REQ_SASL_CONT 11
 #define AUTH_REQ_SASL_FIN 12
 
+#define PG_PROTOCOL(major, minor) (((uint32_t)(major) << 16) | (uint32_t)(minor))
+#define PG_PROTOCOL_MAJOR(v) ((uint32_t)(v) >> 16)
+#define PG_PROTOCOL_MINOR(v) ((uint32_t)(v) & 0xffffu)
 #define PG_PROTOCOL_3_0 196608u          /* 3 << 16 */
+#define PG_PROTOCOL_3_2 196610u          /* PostgreSQL 18: cancel keys of up to 256 bytes */
+/* The newest 3.x minor pgcat speaks, to clients and to servers. 3.1 was
+ * never a protocol (PostgreSQL went from 3.0 to 3.2); PostgreSQL 18 serves
+ * a client asking for it as 3.1 with 4-byte keys, and so does pgcat. */
+#define PROTO_MINOR_LATEST 2u
+/* Protocol options are the startup parameters named "_pq_.<name>". */
+#define PROTO_OPTION_PREFIX "_pq_."
 #define PG_CANCEL_REQUEST_CODE 80877102u
 #define PG_SSL_REQUEST_CODE 80877103u
 #define PG_GSSENC_REQUEST_CODE 80877104u
@@ -70,6 +80,11 @@
 #define PROTO_STARTUP_MAX 10000u         /* SPEC §3 */
 #define PROTO_AUTH_MSG_MAX 8192u         /* password / SASL messages before login */
 #define PROTO_HEADER_LEN 5u
+/* Cancel keys: 4 bytes in protocol 3.0, up to 256 in 3.2. A CancelRequest
+ * is int32 length, int32 code, int32 pid and the key: 12 + key bytes. */
+#define PROTO_CANCEL_KEY_MIN 4u
+#define PROTO_CANCEL_KEY_MAX 256u
+#define PROTO_CANCEL_HEAD_LEN 12u
 
 /* SQLSTATEs pgcat itself emits. */
 #define SQLSTATE_PROTOCOL_VIOLATION "08P01"
@@ -128,15 +143,37 @@ struct proto_startup_param {
 struct proto_startup {
 	enum proto_startup_kind kind;
 	uint32_t len;            /* whole packet length */
-	uint32_t version;
-	uint32_t cancel_pid, cancel_key;
+	uint32_t version;        /* NORMAL: major 3, any minor (the caller negotiates) */
+	uint32_t cancel_pid;
+	/* CANCEL: the key, PROTO_CANCEL_KEY_MIN to _MAX bytes, pointing into
+	 * the caller's buffer. */
+	const uint8_t *cancel_key;
+	uint32_t cancel_key_len;
 	struct proto_startup_param params[PROTO_STARTUP_MAX_PARAMS];
 	size_t n_params;
 };
 
 /* Parse an untyped startup-phase packet. On OK with a NORMAL packet, params
- * point into buf (which must stay alive). */
+ * point into buf (which must stay alive), as does a CANCEL packet's key.
+ * A major version other than 3 is BAD_VERSION; a CancelRequest whose key is
+ * not 4 to 256 bytes is MALFORMED (kind CANCEL). */
 enum proto_startup_result proto_parse_startup(const uint8_t *buf, size_t avail, struct proto_startup *out);
+
+/* Is this startup parameter a protocol option ("_pq_.")? pgcat knows none:
+ * each is named back in NegotiateProtocolVersion, and none is a session
+ * parameter. */
+bool proto_is_protocol_option(const char *name);
+
+/* What NegotiateProtocolVersion says to a client that asked for version
+ * `requested` (major 3) with n_unknown protocol options pgcat does not
+ * know: false when none is due (the request is served as asked), else
+ * true with *version the version the connection will use, the lower of
+ * the client's and the newest pgcat speaks (never above what it asked). */
+bool proto_negotiation_needed(uint32_t requested, size_t n_unknown, uint32_t *version);
+
+/* A server's NegotiateProtocolVersion body: the version it will use and
+ * how many of our protocol options it did not know. false: malformed. */
+bool proto_parse_negotiate(const uint8_t *body, size_t len, uint32_t *version, uint32_t *n_unknown);
 
 /* Fields of an ErrorResponse/NoticeResponse body (after the 5-byte header). */
 struct proto_error_fields {

@@ -58,7 +58,12 @@ struct server {
 	bool set_pending;
 	bool set_cycle_error;         /* an ErrorResponse since the last ReadyForQuery */
 	bool set_last_rollback;       /* the last CommandComplete was ROLLBACK */
-	uint32_t backend_pid, backend_key;
+	uint32_t backend_pid;
+	/* BackendKeyData's key as the server gave it: 4 bytes in protocol 3.0,
+	 * up to 256 in 3.2 (PostgreSQL 18 gives 32). 0: none yet. */
+	uint16_t backend_key_len;
+	uint8_t backend_key[256];     /* PROTO_CANCEL_KEY_MAX */
+	uint32_t protocol;            /* the version the server speaks (after any NegotiateProtocolVersion) */
 	char tx_status;               /* of the last ReadyForQuery: 'I', 'T' or 'E' */
 	/* ReadyForQuery messages still owed: one per Query, Sync and
 	 * FunctionCall sent. The transaction can only end when this is 0. */

@@ -73,21 +73,22 @@ struct shm_target_counts {
 	_Atomic uint64_t routed[SHM_ROUTE_VIA];
 };
 
-/* What a CancelRequest needs, published by the worker that owns the key. */
+/* What a CancelRequest needs, published by the worker that owns the key:
+ * the key in full, so that the worker a CancelRequest lands on checks it
+ * before flagging the owner. The server's key is not here: the owner sends
+ * the cancel from the server connection it holds (40-byte slots: a slot
+ * per client is touched, and counts in the resident size of every idle
+ * client). */
 struct shm_cancel_slot {
 	_Atomic uint32_t seq;          /* odd while being written */
 	_Atomic uint32_t secret;       /* 0: no client */
-	uint32_t backend_pid, backend_key;   /* 0: no query can be running */
-	/* The server's address: servers are reached over TCP, so an IPv6
-	 * sockaddr is the largest (48-byte slots: a slot per client is touched,
-	 * and counts in the resident size of every idle client). */
-	uint32_t addrlen;
-	uint8_t addr[sizeof(struct sockaddr_in6)];
-	/* Another worker got a CancelRequest for this client while it waited
-	 * for a server (no query to cancel): the secret, for the owner to act
-	 * on at its next janitor tick. */
+	/* Another worker got a CancelRequest for this client: the secret, for
+	 * the owner to act on at its next janitor tick. */
 	_Atomic uint32_t cancel_req;
-	uint32_t reserved;   /* keeps slots 8-byte aligned */
+	uint8_t kind;                  /* enum cancel_key_kind */
+	uint8_t reserved[3];
+	uint8_t ext[20];               /* CANCEL_KEY_EXT_LEN: a 3.2 key's other secret bytes */
+	uint32_t reserved2;            /* keeps slots 8-byte aligned */
 };
 
 enum shm_admin_command {
@@ -185,15 +186,13 @@ void shm_worker_reset(struct shm *shm, int worker);
 /* Cancel keys: pid = ((worker + 1) << SHM_CANCEL_WORKER_SHIFT) | (slot + 1). */
 #define SHM_CANCEL_WORKER_SHIFT 20
 struct shm_cancel_slot *shm_cancel(struct shm *shm, int worker, uint32_t slot);
-void shm_cancel_publish(struct shm *shm, int worker, uint32_t slot, uint32_t secret, uint32_t backend_pid,
-			uint32_t backend_key, const struct sockaddr *addr, socklen_t addrlen);
-/* Read a slot consistently; false when the secret does not match or no
- * query can be running. */
-bool shm_cancel_read(struct shm *shm, int worker, uint32_t slot, uint32_t secret, uint32_t *backend_pid,
-		     uint32_t *backend_key, struct sockaddr_storage *addr, socklen_t *addrlen);
+/* kind: enum cancel_key_kind; ext: its CANCEL_KEY_EXT_LEN secret bytes
+ * after the first 4 (NULL: none, a short key). secret 0: the slot is free. */
+void shm_cancel_publish(struct shm *shm, int worker, uint32_t slot, uint32_t secret, int kind, const uint8_t *ext);
 
-/* Ask the owning worker to cancel its waiting client (secret must match). */
-bool shm_cancel_flag(struct shm *shm, int worker, uint32_t slot, uint32_t secret);
+/* Ask the owning worker to cancel its client, when the key (its kind, the
+ * secret and, for a long key, ext) matches the published one in full. */
+bool shm_cancel_flag(struct shm *shm, int worker, uint32_t slot, int kind, uint32_t secret, const uint8_t *ext);
 /* The owner: was a cancel asked for this slot? (clears the request) */
 bool shm_cancel_take_flag(struct shm *shm, int worker, uint32_t slot, uint32_t secret);
 

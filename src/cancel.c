@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cancel: BackendKeyData keys for clients, and outgoing CancelRequests.
- * The pid field of a key is slot index + 1; the key field is a random
- * secret stored in the slot, so a key is valid only while its client lives.
+ * The pid field of a key names the worker and slot; the key holds a random
+ * secret stored in the slot (4 bytes for protocol 3.0, 24 in a 32-byte 3.2
+ * key), so a key is valid only while its client lives.
  */
 #include "cancel.h"
 
@@ -22,6 +23,8 @@
 #include "server.h"
 #include "shm.h"
 #include "worker.h"
+
+_Static_assert(sizeof(((struct shm_cancel_slot *)0)->ext) == CANCEL_KEY_EXT_LEN, "the shared slot holds a long key's secret");
 
 static uint32_t slot_of(uint32_t pid) { return (pid & ((1u << SHM_CANCEL_WORKER_SHIFT) - 1)) - 1; }
 static int worker_of(uint32_t pid) { return (int)(pid >> SHM_CANCEL_WORKER_SHIFT) - 1; }
@@ -56,6 +59,8 @@ bool cancel_table_grow(struct cancel_table *t, uint32_t n_slots)
 	for (uint32_t i = t->n_slots; i < n_slots; i++) {
 		s[i].secret = 0;
 		s[i].client = NULL;
+		s[i].kind = CANCEL_KEY_NONE;
+		memset(s[i].ext, 0, sizeof s[i].ext);
 		s[i].next_free = i + 2 <= n_slots ? i + 2 : t->free_head;
 	}
 	if (!t->free_head)
@@ -74,9 +79,10 @@ void cancel_table_free(struct cancel_table *t)
 	t->free_head = 0;
 }
 
-bool cancel_key_assign(struct cancel_table *t, struct client *c, uint32_t *pid, uint32_t *key)
+bool cancel_key_assign(struct cancel_table *t, struct client *c, enum cancel_key_kind kind, uint32_t *pid,
+		       uint32_t *secret_out, uint8_t *key_out, size_t *key_len)
 {
-	if (!t->free_head)
+	if (!t->free_head || (kind != CANCEL_KEY_SHORT && kind != CANCEL_KEY_LONG))
 		return false;
 	uint32_t idx = t->free_head - 1;
 	struct cancel_slot *slot = &t->slots[idx];
@@ -84,14 +90,31 @@ bool cancel_key_assign(struct cancel_table *t, struct client *c, uint32_t *pid, 
 	while (secret == 0)
 		if (!randpool_bytes(t->rand, &secret, sizeof secret))
 			return false;
+	uint8_t ext[CANCEL_KEY_EXT_LEN] = { 0 };
+	if (kind == CANCEL_KEY_LONG && !randpool_bytes(t->rand, ext, sizeof ext))
+		return false;
 	t->free_head = slot->next_free;
 	if (!t->free_head)
 		t->free_tail = 0;
 	slot->secret = secret;
 	slot->client = c;
 	slot->published = 0;   /* see struct cancel_slot */
+	slot->kind = (uint8_t)kind;
+	memcpy(slot->ext, ext, sizeof ext);
 	*pid = ((uint32_t)(t->worker + 1) << SHM_CANCEL_WORKER_SHIFT) | (idx + 1);
-	*key = secret;
+	*secret_out = secret;
+	if (kind == CANCEL_KEY_SHORT) {
+		proto_put_u32(key_out, secret);
+		*key_len = CANCEL_KEY_SHORT_LEN;
+	} else {
+		key_out[0] = CANCEL_KEY_LAYOUT_V1;
+		key_out[1] = 0;   /* hops */
+		key_out[2] = key_out[3] = 0;   /* peer id: none */
+		proto_put_u32(key_out + 4, *pid);
+		proto_put_u32(key_out + 8, secret);
+		memcpy(key_out + 12, ext, sizeof ext);
+		*key_len = CANCEL_KEY_LONG_LEN;
+	}
 	return true;
 }
 
@@ -109,24 +132,69 @@ void cancel_key_release(struct cancel_table *t, uint32_t pid)
 	slot->secret = 0;
 	slot->client = NULL;
 	slot->next_free = 0;
+	slot->kind = CANCEL_KEY_NONE;
+	memset(slot->ext, 0, sizeof slot->ext);
 	if (t->free_tail)
 		t->slots[t->free_tail - 1].next_free = idx + 1;
 	else
 		t->free_head = idx + 1;
 	t->free_tail = idx + 1;
 	if (t->shm && published)
-		shm_cancel_publish(t->shm, t->worker, idx, 0, 0, 0, NULL, 0);
+		shm_cancel_publish(t->shm, t->worker, idx, 0, CANCEL_KEY_NONE, NULL);
 }
 
-struct client *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, uint32_t key)
+/* What a CancelRequest's key says: which kind of key it is, and the secret
+ * bytes to check. false: no key pgcat issues looks like this one (a length
+ * other than 4 or 32, another layout, another instance's). */
+struct cancel_parsed {
+	enum cancel_key_kind kind;
+	uint32_t secret;
+	const uint8_t *ext;   /* CANCEL_KEY_EXT_LEN bytes (LONG), or NULL */
+};
+
+static bool parse_key(uint32_t pid, const uint8_t *key, size_t key_len, struct cancel_parsed *out)
 {
-	if (worker_of(pid) != t->worker)
+	out->ext = NULL;
+	if (key_len == CANCEL_KEY_SHORT_LEN) {
+		out->kind = CANCEL_KEY_SHORT;
+		out->secret = proto_get_u32(key);
+		return true;
+	}
+	if (key_len != CANCEL_KEY_LONG_LEN || key[0] != CANCEL_KEY_LAYOUT_V1)
+		return false;
+	/* Peer id 0: this instance (forwarding to peers is not there yet). The
+	 * route inside the key must be the pid it came with. */
+	if (key[2] != 0 || key[3] != 0 || proto_get_u32(key + 4) != pid)
+		return false;
+	out->kind = CANCEL_KEY_LONG;
+	out->secret = proto_get_u32(key + 8);
+	out->ext = key + 12;
+	return true;
+}
+
+/* Compare secrets in a time that does not tell how many bytes matched. */
+static bool same_bytes(const uint8_t *a, const uint8_t *b, size_t n)
+{
+	uint8_t diff = 0;
+	for (size_t i = 0; i < n; i++)
+		diff |= (uint8_t)(a[i] ^ b[i]);
+	return diff == 0;
+}
+
+struct client *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len)
+{
+	struct cancel_parsed k;
+	if (!parse_key(pid, key, key_len, &k) || worker_of(pid) != t->worker)
 		return NULL;
 	uint32_t idx = slot_of(pid);
 	if (idx >= t->n_slots)
 		return NULL;
 	const struct cancel_slot *slot = &t->slots[idx];
-	if (!slot->secret || slot->secret != key)
+	/* A 3.2 client's key only in full: its first 4 secret bytes alone, as
+	 * a 3.0 key, are not enough. */
+	if (!slot->secret || slot->secret != k.secret || slot->kind != k.kind)
+		return NULL;
+	if (k.kind == CANCEL_KEY_LONG && !same_bytes(slot->ext, k.ext, CANCEL_KEY_EXT_LEN))
 		return NULL;
 	return slot->client;
 }
@@ -142,32 +210,40 @@ static struct cancel_slot *own_slot(struct cancel_table *t, const struct client 
 	return &t->slots[idx];
 }
 
+static void publish(struct cancel_table *t, const struct cancel_slot *slot, uint32_t idx)
+{
+	shm_cancel_publish(t->shm, t->worker, idx, slot->secret, (enum cancel_key_kind)slot->kind, slot->ext);
+}
+
 void cancel_key_share(struct cancel_table *t, const struct client *c)
 {
 	struct cancel_slot *slot = own_slot(t, c);
 	if (!slot || slot->published)
 		return;
 	slot->published = 1;
-	shm_cancel_publish(t->shm, t->worker, slot_of(c->cancel_pid), c->cancel_key, 0, 0, NULL, 0);
+	publish(t, slot, slot_of(c->cancel_pid));
 }
 
 void cancel_key_link(struct cancel_table *t, const struct client *c, const struct server *s)
 {
+	/* The server is not published: another worker never sends a cancel
+	 * itself (cancel_handle_request), the owner does, from the server
+	 * connection it holds. Publishing again still marks a new state of the
+	 * slot (shm_cancel_publish). */
+	(void)s;
 	struct cancel_slot *slot = own_slot(t, c);
 	if (!slot)
 		return;
 	slot->published = 1;
-	uint32_t idx = slot_of(c->cancel_pid);
-	if (s)
-		shm_cancel_publish(t->shm, t->worker, idx, c->cancel_key, s->backend_pid, s->backend_key,
-				   (const struct sockaddr *)&s->sp->addr, s->sp->addrlen);
-	else
-		shm_cancel_publish(t->shm, t->worker, idx, c->cancel_key, 0, 0, NULL, 0);
+	publish(t, slot, slot_of(c->cancel_pid));
 }
 
-void cancel_handle_request(struct worker *w, uint32_t pid, uint32_t key)
+void cancel_handle_request(struct worker *w, uint32_t pid, const uint8_t *key, size_t key_len)
 {
-	struct client *target = cancel_key_lookup(&w->cancel, pid, key);
+	struct cancel_parsed k;
+	if (!parse_key(pid, key, key_len, &k))
+		return;   /* no key pgcat issued: ignored, as an unknown key */
+	struct client *target = cancel_key_lookup(&w->cancel, pid, key, key_len);
 	if (target) {
 		client_cancel_query(target);
 		return;
@@ -179,7 +255,7 @@ void cancel_handle_request(struct worker *w, uint32_t pid, uint32_t key)
 	 * ended and the server went to another client; there it is sent only
 	 * while the client's request runs, and the server is not handed on
 	 * before PostgreSQL answered it. */
-	(void)shm_cancel_flag(w->shm, worker_of(pid), slot_of(pid), key);
+	(void)shm_cancel_flag(w->shm, worker_of(pid), slot_of(pid), k.kind, k.secret, k.ext);
 }
 
 static void poll_list(struct worker *w, struct list_node *head)
@@ -253,9 +329,11 @@ static void cancel_read_cb(struct bufferevent *bev, void *arg)
 	evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
 }
 
-bool cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid, uint32_t key,
-		 struct server *for_server)
+bool cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid, const uint8_t *key,
+		 size_t key_len, struct server *for_server)
 {
+	if (key_len < PROTO_CANCEL_KEY_MIN || key_len > PROTO_CANCEL_KEY_MAX)
+		return false;
 	struct cancel_request *r = calloc(1, sizeof *r);
 	if (!r)
 		return false;
@@ -267,12 +345,14 @@ bool cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrle
 	list_init(&r->node);
 	list_add_tail(&w->cancel_requests, &r->node);
 	bufferevent_setcb(r->bev, cancel_read_cb, NULL, cancel_event_cb, r);
-	uint8_t pkt[16];
-	proto_put_u32(pkt, 16);
+	/* The key goes whole, as long as the server gave it (protocol 3.2). */
+	uint8_t pkt[PROTO_CANCEL_HEAD_LEN + PROTO_CANCEL_KEY_MAX];
+	size_t pkt_len = PROTO_CANCEL_HEAD_LEN + key_len;
+	proto_put_u32(pkt, (uint32_t)pkt_len);
 	proto_put_u32(pkt + 4, PG_CANCEL_REQUEST_CODE);
 	proto_put_u32(pkt + 8, pid);
-	proto_put_u32(pkt + 12, key);
-	bufferevent_write(r->bev, pkt, sizeof pkt);
+	memcpy(pkt + PROTO_CANCEL_HEAD_LEN, key, key_len);
+	bufferevent_write(r->bev, pkt, pkt_len);
 	struct timeval tv = { CANCEL_REQUEST_TIMEOUT_MS / 1000, (CANCEL_REQUEST_TIMEOUT_MS % 1000) * 1000 };
 	bufferevent_set_timeouts(r->bev, &tv, &tv);
 	bufferevent_enable(r->bev, EV_READ | EV_WRITE);

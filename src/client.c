@@ -364,8 +364,9 @@ static bool startup_param(struct client *c, const char *name, const char *value)
 	} else if (strcmp(name, "replication") == 0) {
 		client_close(c, SQLSTATE_FEATURE_NOT_SUPPORTED, "replication connections are not supported by pgcat");
 		return false;
-	} else if (strncmp(name, "_pq_.", 5) == 0) {
-		/* protocol extensions: ignored, as a server without them would */
+	} else if (proto_is_protocol_option(name)) {
+		/* protocol options: pgcat knows none; each was named back in
+		 * NegotiateProtocolVersion, and none goes to a server */
 	} else if (!params_set(&c->params, name, value, strcasecmp(name, "search_path") == 0)) {
 		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "startup parameter \"%s\" is too long", name);
 		return false;
@@ -401,10 +402,46 @@ static bool set_names(struct client *c, const struct proto_startup *st)
 	return true;
 }
 
-static void handle_cancel_request(struct client *c, uint32_t pid, uint32_t key)
+static void handle_cancel_request(struct client *c, uint32_t pid, const uint8_t *key, size_t key_len)
 {
-	cancel_handle_request(c->w, pid, key);
+	cancel_handle_request(c->w, pid, key, key_len);
 	client_close(c, NULL, NULL);
+}
+
+/* Protocol negotiation as PostgreSQL does it: a minor version above what
+ * pgcat speaks, or protocol options it does not know, are answered with a
+ * NegotiateProtocolVersion and the login goes on. */
+static bool negotiate_protocol(struct client *c, const struct proto_startup *st)
+{
+	size_t n_unknown = 0;
+	for (size_t i = 0; i < st->n_params; i++)
+		if (proto_is_protocol_option(st->params[i].name))
+			n_unknown++;
+	uint32_t version;
+	if (!proto_negotiation_needed(st->version, n_unknown, &version))
+		version = st->version;
+	else {
+		/* The names fit: they came in a packet of at most PROTO_STARTUP_MAX. */
+		uint8_t storage[PROTO_STARTUP_MAX + 64];
+		struct pktbuf pb;
+		pktbuf_init(&pb, storage, sizeof storage);
+		pktbuf_begin(&pb, PqMsg_NegotiateProtocolVersion);
+		pktbuf_put_u32(&pb, version);
+		pktbuf_put_u32(&pb, (uint32_t)n_unknown);
+		for (size_t i = 0; i < st->n_params; i++)
+			if (proto_is_protocol_option(st->params[i].name))
+				pktbuf_put_cstring(&pb, st->params[i].name);
+		pktbuf_end(&pb);
+		if (pb.failed) {
+			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid startup packet layout");
+			return false;
+		}
+		send_pkt(c, &pb);
+	}
+	/* 3.2 and later: a 32-byte cancel key; 3.0 and 3.1 (which PostgreSQL
+	 * 18 also serves with 4-byte keys): 4 bytes. */
+	c->long_cancel_key = PG_PROTOCOL_MINOR(version) >= 2;
+	return true;
 }
 
 static void start_login(struct client *c)
@@ -569,10 +606,17 @@ static void process_startup(struct client *c)
 			return;
 		case PROTO_STARTUP_RESULT_BAD_VERSION:
 			client_close(c, SQLSTATE_PROTOCOL_VIOLATION,
-				     "unsupported frontend protocol %u.%u: server supports 3.0 to 3.0",
-				     st.version >> 16, st.version & 0xffff);
+				     "unsupported frontend protocol %u.%u: server supports 3.0 to 3.%u",
+				     PG_PROTOCOL_MAJOR(st.version), PG_PROTOCOL_MINOR(st.version), PROTO_MINOR_LATEST);
 			return;
 		case PROTO_STARTUP_RESULT_MALFORMED:
+			/* A CancelRequest with a key of no possible length: closed
+			 * without a word, as an unknown key is (and as PostgreSQL
+			 * does). */
+			if (st.kind == PROTO_STARTUP_CANCEL) {
+				client_close(c, NULL, NULL);
+				return;
+			}
 			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid startup packet layout");
 			return;
 		}
@@ -594,10 +638,15 @@ static void process_startup(struct client *c)
 			evbuffer_add(io_out(&c->io), "N", 1);
 			continue;
 		}
-		case PROTO_STARTUP_CANCEL:
+		case PROTO_STARTUP_CANCEL: {
+			/* The key points into the packet, which draining frees. */
+			uint8_t key[PROTO_CANCEL_KEY_MAX];
+			size_t key_len = st.cancel_key_len;
+			memcpy(key, st.cancel_key, key_len);
 			evbuffer_drain(in, len);
-			handle_cancel_request(c, st.cancel_pid, st.cancel_key);
+			handle_cancel_request(c, st.cancel_pid, key, key_len);
 			return;
+		}
 		case PROTO_STARTUP_NORMAL:
 			break;
 		}
@@ -608,6 +657,8 @@ static void process_startup(struct client *c)
 			client_close(c, "28000", "SSL required");
 			return;
 		}
+		if (!negotiate_protocol(c, &st))
+			return;
 		for (size_t i = 0; i < st.n_params; i++)
 			if (!startup_param(c, st.params[i].name, st.params[i].value))
 				return;
@@ -706,14 +757,17 @@ static void send_welcome(struct client *c)
 
 bool client_finish_welcome(struct client *c, struct pktbuf *pb)
 {
-	if (!cancel_key_assign(&c->w->cancel, c, &c->cancel_pid, &c->cancel_key)) {
+	uint8_t key[CANCEL_KEY_LONG_LEN];
+	size_t key_len;
+	if (!cancel_key_assign(&c->w->cancel, c, c->long_cancel_key ? CANCEL_KEY_LONG : CANCEL_KEY_SHORT, &c->cancel_pid,
+			       &c->cancel_key, key, &key_len)) {
 		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS, "too many clients already");
 		return false;
 	}
 	c->has_cancel_key = true;
 	pktbuf_begin(pb, PqMsg_BackendKeyData);
 	pktbuf_put_u32(pb, c->cancel_pid);
-	pktbuf_put_u32(pb, c->cancel_key);
+	pktbuf_put_bytes(pb, key, key_len);
 	pktbuf_end(pb);
 	pktbuf_ready_for_query(pb, 'I');
 	if (pb->failed) {

@@ -43,18 +43,22 @@ enum proto_startup_result proto_parse_startup(const uint8_t *buf, size_t avail, 
 		out->kind = PROTO_STARTUP_GSSENC;
 		return len == 8 ? PROTO_STARTUP_RESULT_OK : PROTO_STARTUP_RESULT_MALFORMED;
 	case PG_CANCEL_REQUEST_CODE:
+		/* Protocol 3.2 keys are 4 to 256 bytes; the length of the packet
+		 * is the only thing that says how long this one is. */
 		out->kind = PROTO_STARTUP_CANCEL;
-		if (len != 16)
+		if (len < PROTO_CANCEL_HEAD_LEN + PROTO_CANCEL_KEY_MIN || len > PROTO_CANCEL_HEAD_LEN + PROTO_CANCEL_KEY_MAX)
 			return PROTO_STARTUP_RESULT_MALFORMED;
 		out->cancel_pid = proto_get_u32(buf + 8);
-		out->cancel_key = proto_get_u32(buf + 12);
+		out->cancel_key = buf + PROTO_CANCEL_HEAD_LEN;
+		out->cancel_key_len = len - PROTO_CANCEL_HEAD_LEN;
 		return PROTO_STARTUP_RESULT_OK;
 	default:
 		break;
 	}
-	/* Protocol 3.x; a minor version above 0 is answered as 3.0 would be by
-	 * a server that does not negotiate: pgcat only speaks 3.0. */
-	if ((code >> 16) != 3 || (code & 0xffff) != 0)
+	/* Any 3.x: a minor version pgcat does not speak is negotiated down
+	 * (proto_negotiation_needed), as PostgreSQL does; only another major
+	 * version is refused. */
+	if (PG_PROTOCOL_MAJOR(code) != 3)
 		return PROTO_STARTUP_RESULT_BAD_VERSION;
 	out->kind = PROTO_STARTUP_NORMAL;
 	/* name\0value\0 ... \0 ; the final terminator must be the last byte. */
@@ -76,6 +80,39 @@ enum proto_startup_result proto_parse_startup(const uint8_t *buf, size_t avail, 
 		out->params[out->n_params].value = value;
 		out->n_params++;
 	}
+}
+
+bool proto_is_protocol_option(const char *name)
+{
+	return strncmp(name, PROTO_OPTION_PREFIX, sizeof PROTO_OPTION_PREFIX - 1) == 0;
+}
+
+bool proto_negotiation_needed(uint32_t requested, size_t n_unknown, uint32_t *version)
+{
+	uint32_t minor = PG_PROTOCOL_MINOR(requested);
+	/* libpq 18 refuses a NegotiateProtocolVersion that changes nothing, so
+	 * a request pgcat serves as asked gets none. */
+	if (minor <= PROTO_MINOR_LATEST && n_unknown == 0)
+		return false;
+	/* PostgreSQL 18 sends the whole version number (major << 16 | minor),
+	 * which libpq compares with the one it asked for. */
+	*version = PG_PROTOCOL(PG_PROTOCOL_MAJOR(requested), minor < PROTO_MINOR_LATEST ? minor : PROTO_MINOR_LATEST);
+	return true;
+}
+
+bool proto_parse_negotiate(const uint8_t *body, size_t len, uint32_t *version, uint32_t *n_unknown)
+{
+	if (len < 8)
+		return false;
+	*version = proto_get_u32(body);
+	*n_unknown = proto_get_u32(body + 4);
+	size_t off = 8;
+	for (uint32_t i = 0; i < *n_unknown; i++) {
+		const char *name;
+		if (!proto_read_cstring(body, len, &off, &name))
+			return false;
+	}
+	return off == len;
 }
 
 bool proto_read_cstring(const uint8_t *body, size_t len, size_t *off, const char **out)

@@ -198,7 +198,10 @@ static void send_startup(struct server *s)
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);
 	pktbuf_begin(&pb, 0);
-	pktbuf_put_u32(&pb, PG_PROTOCOL_3_0);
+	/* 3.2 (cancel keys as long as the server likes); PostgreSQL 13 to 17
+	 * answer with a NegotiateProtocolVersion down to 3.0. */
+	pktbuf_put_u32(&pb, PG_PROTOCOL_3_2);
+	s->protocol = PG_PROTOCOL_3_2;
 	pktbuf_put_cstring(&pb, "user");
 	pktbuf_put_cstring(&pb, auth_server_user(s->sp->pool));
 	pktbuf_put_cstring(&pb, "database");
@@ -482,11 +485,31 @@ static void process_login(struct server *s)
 			break;
 		}
 		case PqMsg_BackendKeyData:
-			if (blen == 8) {
+			/* pid, then the key: 4 bytes in 3.0, up to 256 in 3.2. A
+			 * key of another length leaves the connection without a
+			 * key (its queries cannot be cancelled), as before. */
+			if (blen >= 4 + PROTO_CANCEL_KEY_MIN && blen <= 4 + PROTO_CANCEL_KEY_MAX &&
+			    (s->protocol >= PG_PROTOCOL_3_2 || blen == 8)) {
+				_Static_assert(sizeof s->backend_key == PROTO_CANCEL_KEY_MAX, "room for any key");
 				s->backend_pid = proto_get_u32(body);
-				s->backend_key = proto_get_u32(body + 4);
+				s->backend_key_len = (uint16_t)(blen - 4);
+				memcpy(s->backend_key, body + 4, blen - 4);
 			}
 			break;
+		case PqMsg_NegotiateProtocolVersion: {
+			/* We asked for 3.2 and no protocol options: a server that
+			 * speaks less says which 3.x it will use. */
+			uint32_t version, n_unknown;
+			if (!proto_parse_negotiate(body, blen, &version, &n_unknown) ||
+			    PG_PROTOCOL_MAJOR(version) != 3 || version > s->protocol) {
+				login_fail(s, "server sent an invalid NegotiateProtocolVersion");
+				return;
+			}
+			s->protocol = version;
+			log_debug("S-%llu %s:%d: server speaks protocol 3.%u", (unsigned long long)s->id, s->sp->host,
+				  s->sp->port, PG_PROTOCOL_MINOR(version));
+			break;
+		}
 		case PqMsg_ErrorResponse: {
 			note_error(s, body, blen);
 			login_fail(s, s->error_message);
@@ -495,12 +518,12 @@ static void process_login(struct server *s)
 		case PqMsg_ReadyForQuery:
 			s->tx_status = blen >= 1 ? (char)body[0] : 'I';
 			auth_free(s);
-			log_debug("S-%llu %s:%d: login done (backend pid %u)", (unsigned long long)s->id,
-				  s->sp->host, s->sp->port, s->backend_pid);
+			log_debug("S-%llu %s:%d: login done (backend pid %u, protocol 3.%u, key of %u bytes)",
+				  (unsigned long long)s->id, s->sp->host, s->sp->port, s->backend_pid,
+				  PG_PROTOCOL_MINOR(s->protocol), (unsigned)s->backend_key_len);
 			pool_server_ready(s);
 			return;
 		case PqMsg_NoticeResponse:
-		case PqMsg_NegotiateProtocolVersion:
 			break;
 		default:
 			login_fail(s, "server sent an unexpected message during login");
@@ -664,9 +687,10 @@ void server_reset(struct server *s)
 
 void server_send_cancel(struct server *s)
 {
-	if (!s->backend_pid)
+	if (!s->backend_pid || !s->backend_key_len)
 		return;
-	if (cancel_send(s->w, (struct sockaddr *)&s->sp->addr, s->sp->addrlen, s->backend_pid, s->backend_key, s))
+	if (cancel_send(s->w, (struct sockaddr *)&s->sp->addr, s->sp->addrlen, s->backend_pid, s->backend_key,
+			s->backend_key_len, s))
 		s->cancels_in_flight++;
 }
 

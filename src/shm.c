@@ -351,8 +351,7 @@ struct shm_cancel_slot *shm_cancel(struct shm *shm, int worker, uint32_t slot)
 	       (size_t)worker * shm->h->cancel_per_worker + slot;
 }
 
-void shm_cancel_publish(struct shm *shm, int worker, uint32_t slot, uint32_t secret, uint32_t backend_pid,
-			uint32_t backend_key, const struct sockaddr *addr, socklen_t addrlen)
+void shm_cancel_publish(struct shm *shm, int worker, uint32_t slot, uint32_t secret, int kind, const uint8_t *ext)
 {
 	if (slot >= shm->h->cancel_per_worker)
 		return;
@@ -362,28 +361,46 @@ void shm_cancel_publish(struct shm *shm, int worker, uint32_t slot, uint32_t sec
 	atomic_store_explicit(&c->seq, seq + 1, memory_order_release);
 	atomic_thread_fence(memory_order_release);
 	atomic_store_explicit(&c->secret, secret, memory_order_relaxed);
-	c->backend_pid = backend_pid;
-	c->backend_key = backend_key;
-	if (addr && addrlen <= sizeof c->addr) {
-		memcpy(c->addr, addr, addrlen);
-		c->addrlen = (uint32_t)addrlen;
-	} else {
-		c->addrlen = 0;
-	}
+	c->kind = (uint8_t)kind;
+	if (ext)
+		memcpy(c->ext, ext, sizeof c->ext);
+	else
+		memset(c->ext, 0, sizeof c->ext);
 	atomic_store_explicit(&c->seq, seq + 2, memory_order_release);
 	/* A new state of the slot: an older cancel request no longer applies. */
 	atomic_store_explicit(&c->cancel_req, 0, memory_order_relaxed);
 }
 
-bool shm_cancel_flag(struct shm *shm, int worker, uint32_t slot, uint32_t secret)
+bool shm_cancel_flag(struct shm *shm, int worker, uint32_t slot, int kind, uint32_t secret, const uint8_t *ext)
 {
 	if (worker < 0 || (uint32_t)worker >= shm->h->n_workers || slot >= shm->h->cancel_per_worker || secret == 0)
 		return false;
 	struct shm_cancel_slot *c = shm_cancel(shm, worker, slot);
-	if (atomic_load_explicit(&c->secret, memory_order_acquire) != secret)
-		return false;
-	atomic_store_explicit(&c->cancel_req, secret, memory_order_release);
-	return true;
+	uint8_t want[sizeof c->ext] = { 0 };
+	if (ext)
+		memcpy(want, ext, sizeof want);
+	for (int tries = 0; tries < 100; tries++) {
+		uint32_t s1 = atomic_load_explicit(&c->seq, memory_order_acquire);
+		if (s1 & 1)
+			continue;
+		uint32_t sec = atomic_load_explicit(&c->secret, memory_order_relaxed);
+		uint8_t k = c->kind;
+		uint8_t got[sizeof c->ext];
+		memcpy(got, c->ext, sizeof got);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&c->seq, memory_order_relaxed) != s1)
+			continue;
+		/* Every secret byte, compared in a time that does not tell how
+		 * many matched. */
+		uint8_t diff = 0;
+		for (size_t i = 0; i < sizeof got; i++)
+			diff |= (uint8_t)(got[i] ^ want[i]);
+		if (sec != secret || k != (uint8_t)kind || diff != 0)
+			return false;
+		atomic_store_explicit(&c->cancel_req, secret, memory_order_release);
+		return true;
+	}
+	return false;
 }
 
 bool shm_cancel_take_flag(struct shm *shm, int worker, uint32_t slot, uint32_t secret)
@@ -394,35 +411,6 @@ bool shm_cancel_take_flag(struct shm *shm, int worker, uint32_t slot, uint32_t s
 	if (atomic_load_explicit(&c->cancel_req, memory_order_acquire) == 0)
 		return false;
 	return atomic_exchange_explicit(&c->cancel_req, 0, memory_order_acq_rel) == secret;
-}
-
-bool shm_cancel_read(struct shm *shm, int worker, uint32_t slot, uint32_t secret, uint32_t *backend_pid,
-		     uint32_t *backend_key, struct sockaddr_storage *addr, socklen_t *addrlen)
-{
-	if (worker < 0 || (uint32_t)worker >= shm->h->n_workers || slot >= shm->h->cancel_per_worker)
-		return false;
-	struct shm_cancel_slot *c = shm_cancel(shm, worker, slot);
-	for (int tries = 0; tries < 100; tries++) {
-		uint32_t s1 = atomic_load_explicit(&c->seq, memory_order_acquire);
-		if (s1 & 1)
-			continue;
-		uint32_t sec = atomic_load_explicit(&c->secret, memory_order_relaxed);
-		uint32_t pid = c->backend_pid, key = c->backend_key;
-		socklen_t len = (socklen_t)c->addrlen;
-		if (len > sizeof c->addr)
-			len = 0;
-		memcpy(addr, c->addr, len);
-		atomic_thread_fence(memory_order_acquire);
-		if (atomic_load_explicit(&c->seq, memory_order_relaxed) != s1)
-			continue;
-		if (sec == 0 || sec != secret || pid == 0 || len == 0)
-			return false;
-		*backend_pid = pid;
-		*backend_key = key;
-		*addrlen = len;
-		return true;
-	}
-	return false;
 }
 
 bool shm_ban_set(struct shm *shm, const char *host, int port, int64_t now, int seconds, enum ban_source source,

@@ -41,7 +41,9 @@ static void check_result(const uint8_t *buf, size_t avail, enum proto_startup_re
 		CHECK(st->n_params <= PROTO_STARTUP_MAX_PARAMS);
 		switch (st->kind) {
 		case PROTO_STARTUP_NORMAL:
-			CHECK(st->version == PG_PROTOCOL_3_0);
+			/* Any 3.x: the caller negotiates the minor version. */
+			CHECK(PG_PROTOCOL_MAJOR(st->version) == 3);
+			CHECK(st->version == proto_get_u32(buf + 4));
 			/* Parameters come after the 8-byte header and before the final NUL. */
 			for (size_t i = 0; i < st->n_params; i++) {
 				check_string(st->params[i].name, buf + 8, buf + st->len - 1);
@@ -54,9 +56,12 @@ static void check_result(const uint8_t *buf, size_t avail, enum proto_startup_re
 			CHECK(st->len == 8 && st->n_params == 0);
 			break;
 		case PROTO_STARTUP_CANCEL:
-			CHECK(st->len == 16 && st->n_params == 0);
+			/* 12 + a key of 4 to 256 bytes (protocol 3.2), the key inside the packet. */
+			CHECK(st->len >= PROTO_CANCEL_HEAD_LEN + PROTO_CANCEL_KEY_MIN);
+			CHECK(st->len <= PROTO_CANCEL_HEAD_LEN + PROTO_CANCEL_KEY_MAX && st->n_params == 0);
 			CHECK(st->cancel_pid == proto_get_u32(buf + 8));
-			CHECK(st->cancel_key == proto_get_u32(buf + 12));
+			CHECK(st->cancel_key == buf + PROTO_CANCEL_HEAD_LEN);
+			CHECK(st->cancel_key_len == st->len - PROTO_CANCEL_HEAD_LEN);
 			break;
 		}
 		break;
@@ -71,6 +76,9 @@ static void check_result(const uint8_t *buf, size_t avail, enum proto_startup_re
 		break;
 	}
 	case PROTO_STARTUP_RESULT_BAD_VERSION:
+		/* only a major version other than 3 (none of the special codes) */
+		CHECK(avail >= 8 && PG_PROTOCOL_MAJOR(proto_get_u32(buf + 4)) != 3);
+		break;
 	case PROTO_STARTUP_RESULT_MALFORMED:
 		CHECK(avail >= 8);
 		break;

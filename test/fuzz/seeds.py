@@ -59,6 +59,13 @@ def proto_startup():
                                 "extra_float_digits": "2",
                                 "options": "-c search_path=app,public"}))
     write(t, "protocol-3.2", startup({"user": "app"}, version=(3 << 16) | 2))
+    # libpq 19 betas' grease: a version and an option no server knows
+    write(t, "grease", startup({"user": "app", "_pq_.test_protocol_negotiation": ""}, version=(3 << 16) | 9999))
+    write(t, "protocol-4", startup({"user": "app"}, version=4 << 16))
+    # protocol 3.2 cancel keys: 32 bytes (PostgreSQL 18's), 256 (the most), 3 (too short)
+    write(t, "cancel-32", struct.pack("!III", 44, 80877102, 0x00100001) + bytes([1, 0, 0, 0]) + bytes(range(28)))
+    write(t, "cancel-256", struct.pack("!III", 268, 80877102, 7) + bytes(range(256)))
+    write(t, "cancel-3", struct.pack("!III", 15, 80877102, 7) + b"abc")
 
 
 def error_body(fields):
@@ -318,6 +325,11 @@ def client_sm():
           + msg(b"Q", cstr("/* pgcat: role=primary */ SELECT 1")))
     write(t, "ssl-then-startup", struct.pack("!II", 8, 80877103) + login + msg(b"Q", cstr("SELECT 1")))
     write(t, "cancel", struct.pack("!IIII", 16, 80877102, 0x12345678, 0x9abcdef0))
+    write(t, "cancel-32", struct.pack("!III", 44, 80877102, 0x00100001) + bytes([1, 0, 0, 0]) + bytes(range(28)))
+    write(t, "protocol-3.2", startup({"user": "app", "database": "db"}, version=(3 << 16) | 2)
+          + msg(b"Q", cstr("SELECT 1")) + msg(b"X"))
+    write(t, "grease", startup({"user": "app", "database": "db", "_pq_.test_protocol_negotiation": ""},
+                               version=(3 << 16) | 9999) + msg(b"Q", cstr("SELECT 1")))
     write(t, "admin", startup({"user": "admin", "database": "pgcat"})
           + msg(b"p", cstr("adminpw")) + msg(b"Q", cstr("SHOW POOLS")) + msg(b"Q", cstr("SHOW CLIENTS")))
     write(t, "function-call", login + msg(b"F", struct.pack("!IHHIH", 1598, 0, 0, 0, 0)))
@@ -358,6 +370,10 @@ def server_sm():
     tx = (msg(b"C", cstr("BEGIN")) + msg(b"Z", b"T") + msg(b"C", cstr("SET")) + msg(b"Z", b"T")
           + msg(b"C", cstr("COMMIT")) + msg(b"Z", b"I"))
     write(t, "session", login + select1 + extended + tx)
+    # pgcat asks for 3.2: PostgreSQL 13 to 17 negotiate down to 3.0, 18 gives a 32-byte key
+    write(t, "negotiate-3.0", msg(b"v", struct.pack("!II", 3 << 16, 0)) + login + select1)
+    write(t, "key-32", login.replace(msg(b"K", struct.pack("!II", 4242, 0x5eed)),
+                                     msg(b"K", struct.pack("!I", 4242) + bytes(range(32)))) + select1)
     write(t, "md5-login", msg(b"R", struct.pack("!I", 5) + b"\x01\x02\x03\x04") + login + select1)
     write(t, "cleartext-login", msg(b"R", struct.pack("!I", 3)) + login + select1)
     write(t, "sasl-login", msg(b"R", struct.pack("!I", 10) + cstr("SCRAM-SHA-256") + b"\x00"))

@@ -14,6 +14,7 @@ import struct
 import time
 
 PROTO_3_0 = 196608
+PROTO_3_2 = (3 << 16) | 2
 SSL_REQUEST_CODE = 80877103
 GSSENC_REQUEST_CODE = 80877104
 CANCEL_REQUEST_CODE = 80877102
@@ -50,8 +51,11 @@ def gssenc_request() -> bytes:
     return struct.pack("!II", 8, GSSENC_REQUEST_CODE)
 
 
-def cancel_request(pid: int, key: int) -> bytes:
-    return struct.pack("!IIII", 16, CANCEL_REQUEST_CODE, pid, key)
+def cancel_request(pid: int, key) -> bytes:
+    """key: an int (a 4-byte key, protocol 3.0) or the key's bytes (3.2: 4 to 256)."""
+    if isinstance(key, int):
+        key = struct.pack("!I", key)
+    return struct.pack("!III", 12 + len(key), CANCEL_REQUEST_CODE, pid) + key
 
 
 def query(sql: str) -> bytes:
@@ -137,6 +141,8 @@ class Raw:
         self.buf = b""
         self.eof = False
         self.backend_key = None
+        self.backend_key_bytes = None  # the key of BackendKeyData, whatever its length
+        self.negotiate = None          # NegotiateProtocolVersion: (version, [option names])
         self.params = {}
 
     # -- bytes -------------------------------------------------------------
@@ -256,10 +262,11 @@ class Raw:
         m = self.read_msg(timeout)
         return m
 
-    def login(self, user, password, database, params=None, timeout=10.0):
+    def login(self, user, password, database, params=None, timeout=10.0, version=PROTO_3_0):
         """Full login. Returns the messages after authentication up to ReadyForQuery.
-        Raises ProtocolError with the error fields on an ErrorResponse."""
-        self.startup(user, database, params)
+        Raises ProtocolError with the error fields on an ErrorResponse. A
+        NegotiateProtocolVersion (before authentication) is kept in self.negotiate."""
+        self.startup(user, database, params, version)
         while True:
             m = self.read_msg(timeout)
             if m is None:
@@ -267,6 +274,13 @@ class Raw:
             typ, payload = m
             if typ == b"E":
                 raise ProtocolError(parse_fields(payload))
+            if typ == b"v":
+                if self.negotiate is not None:
+                    raise ProtocolError("a second NegotiateProtocolVersion")
+                ver, n = struct.unpack("!II", payload[:8])
+                names = [x.decode() for x in payload[8:].split(b"\x00")[:n]]
+                self.negotiate = (ver, names)
+                continue
             if typ != b"R":
                 raise ProtocolError("unexpected %r during auth" % typ)
             (code,) = struct.unpack("!I", payload[:4])
@@ -294,7 +308,11 @@ class Raw:
             rest.append(m)
             typ, payload = m
             if typ == b"K":
-                self.backend_key = struct.unpack("!II", payload[:8])
+                self.backend_key_bytes = payload[4:]
+                if len(payload) == 8:
+                    self.backend_key = struct.unpack("!II", payload[:8])
+                else:
+                    self.backend_key = (struct.unpack("!I", payload[:4])[0], payload[4:])
             elif typ == b"S":
                 k, v = payload.split(b"\x00")[:2]
                 self.params[k.decode()] = v.decode()

@@ -13,7 +13,9 @@ modes; pgbench -M simple/extended/prepared, 8 clients on a pool of 3; COPY in
 and out; psycopg's cancel of pg_sleep in both pool modes; a read routed to
 the replica and a write to the primary; a sharded pool over two databases of
 the server (SET SHARDING KEY and a key the parser finds, checked against that
-server's own hash partitioning); SHOW commands of the admin console.
+server's own hash partitioning); SHOW commands of the admin console;
+protocol 3.2 on both sides (pgcat asks each server for it; 13 to 17
+negotiate down to 3.0) with a libpq 18 client's cancel.
 
 Without PGCAT_PG_MAJORS the module fails under CI=true (scripts/test.sh sets
 it), and is skipped otherwise."""
@@ -295,6 +297,39 @@ def test_cancel_pg_sleep(pgcat, srv, mode):
     assert isinstance(box.get("error"), psycopg.errors.QueryCanceled), box
     assert c.execute("SELECT 1").fetchone()[0] == 1
     c.close()
+
+
+def test_protocol_32_both_sides(pgcat, srv):
+    """Issue 26 items 2-3 against each major: pgcat asks the server for 3.2;
+    13 to 17 negotiate it down to 3.0 and give 4-byte keys, 18 takes it and
+    gives 32 bytes, which pgcat's cancels forward whole. A libpq 18 client
+    asking for 3.2 gets it from pgcat, and its cancel (its own 32-byte key)
+    stops its pg_sleep on that server."""
+    inst = start(pgcat, srv, log_level="debug")
+    c = inst.connect(max_protocol_version="3.2")
+    try:
+        assert c.pgconn.full_protocol_version == 30002
+        box = {}
+
+        def run():
+            try:
+                c.execute("SELECT pg_sleep(30)")
+            except BaseException as e:  # noqa: BLE001
+                box["error"] = e
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        wait_until(lambda: [r for r in srv.backends("app", "appdb")
+                            if r[3] == "active" and "pg_sleep(30)" in (r[4] or "")],
+                   10, msg="pg_sleep running on the server")
+        c.cancel_safe(timeout=10)
+        t.join(10)
+        assert not t.is_alive(), "the query was not cancelled"
+        assert isinstance(box.get("error"), psycopg.errors.QueryCanceled), box
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+    finally:
+        c.close()
+    want = "protocol 3.2, key of 32 bytes" if srv.major >= 18 else "protocol 3.0, key of 4 bytes"
+    assert want in inst.log(), "pgcat's server connections to %d: no %r" % (srv.major, want)
 
 
 def test_read_routed_to_streaming_replica(pgcat, srv, replica):

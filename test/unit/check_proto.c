@@ -7,8 +7,10 @@
 #include "params.h"
 
 #include <stdio.h>
+#include "cancel.h"
 #include "pktbuf.h"
 #include "proto.h"
+#include "randpool.h"
 
 static size_t make_header(uint8_t *b, uint8_t type, uint32_t len)
 {
@@ -89,9 +91,13 @@ START_TEST(startup_bad)
 	uint8_t buf[256];
 	struct proto_startup st;
 	const char *kv[] = { "user", "app" };
-	size_t len = build_startup(buf, sizeof buf, PG_PROTOCOL_3_0 + 1, kv, 2);
+	/* only major 3: 2.0, 4.0 and 5.0 are refused (1234.567x are the special codes) */
+	size_t len = build_startup(buf, sizeof buf, 2u << 16, kv, 2);
 	ck_assert_int_eq(proto_parse_startup(buf, len, &st), PROTO_STARTUP_RESULT_BAD_VERSION);
-	len = build_startup(buf, sizeof buf, 2u << 16, kv, 2);
+	len = build_startup(buf, sizeof buf, PG_PROTOCOL(4, 0), kv, 2);
+	ck_assert_int_eq(proto_parse_startup(buf, len, &st), PROTO_STARTUP_RESULT_BAD_VERSION);
+	ck_assert_uint_eq(st.version, PG_PROTOCOL(4, 0));
+	len = build_startup(buf, sizeof buf, PG_PROTOCOL(5, 0), kv, 2);
 	ck_assert_int_eq(proto_parse_startup(buf, len, &st), PROTO_STARTUP_RESULT_BAD_VERSION);
 	/* length field < 8 and > 10000 */
 	proto_put_u32(buf, 7);
@@ -132,9 +138,159 @@ START_TEST(startup_special_codes)
 	ck_assert_int_eq(proto_parse_startup(buf, 16, &st), PROTO_STARTUP_RESULT_OK);
 	ck_assert_int_eq(st.kind, PROTO_STARTUP_CANCEL);
 	ck_assert_uint_eq(st.cancel_pid, 42);
-	ck_assert_uint_eq(st.cancel_key, 0xdeadbeef);
+	ck_assert_uint_eq(st.cancel_key_len, 4);
+	ck_assert_uint_eq(proto_get_u32(st.cancel_key), 0xdeadbeef);
 	proto_put_u32(buf, 12);
 	ck_assert_int_eq(proto_parse_startup(buf, 16, &st), PROTO_STARTUP_RESULT_MALFORMED);
+}
+END_TEST
+
+/* Minor versions: every 3.x parses (negotiation is the caller's). */
+START_TEST(startup_minor_versions)
+{
+	uint8_t buf[256];
+	struct proto_startup st;
+	const char *kv[] = { "user", "app", "_pq_.test_protocol_negotiation", "", "_pq_.x", "1" };
+	uint32_t versions[] = { PG_PROTOCOL_3_0, PG_PROTOCOL(3, 1), PG_PROTOCOL_3_2, PG_PROTOCOL(3, 9999),
+				PG_PROTOCOL(3, 0xffff) };
+	for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
+		size_t len = build_startup(buf, sizeof buf, versions[i], kv, 6);
+		ck_assert_int_eq(proto_parse_startup(buf, len, &st), PROTO_STARTUP_RESULT_OK);
+		ck_assert_int_eq(st.kind, PROTO_STARTUP_NORMAL);
+		ck_assert_uint_eq(st.version, versions[i]);
+		ck_assert_uint_eq(st.n_params, 3);
+		ck_assert(proto_is_protocol_option(st.params[1].name));
+		ck_assert(proto_is_protocol_option(st.params[2].name));
+		ck_assert(!proto_is_protocol_option(st.params[0].name));
+	}
+	ck_assert(!proto_is_protocol_option("_pq_"));
+	ck_assert(!proto_is_protocol_option("_PQ_.x"));
+	ck_assert(proto_is_protocol_option("_pq_."));
+}
+END_TEST
+
+/* As PostgreSQL 18: a NegotiateProtocolVersion only when something
+ * changes, naming the lower of the client's version and 3.2. */
+START_TEST(negotiation)
+{
+	uint32_t v = 0;
+	ck_assert(!proto_negotiation_needed(PG_PROTOCOL_3_0, 0, &v));
+	ck_assert(!proto_negotiation_needed(PG_PROTOCOL(3, 1), 0, &v));
+	ck_assert(!proto_negotiation_needed(PG_PROTOCOL_3_2, 0, &v));
+	ck_assert(proto_negotiation_needed(PG_PROTOCOL(3, 3), 0, &v));
+	ck_assert_uint_eq(v, PG_PROTOCOL_3_2);
+	ck_assert(proto_negotiation_needed(PG_PROTOCOL(3, 9999), 1, &v));   /* libpq 19's grease */
+	ck_assert_uint_eq(v, PG_PROTOCOL_3_2);
+	ck_assert(proto_negotiation_needed(PG_PROTOCOL_3_0, 1, &v));
+	ck_assert_uint_eq(v, PG_PROTOCOL_3_0);   /* never above what was asked */
+	ck_assert(proto_negotiation_needed(PG_PROTOCOL(3, 1), 2, &v));
+	ck_assert_uint_eq(v, PG_PROTOCOL(3, 1));
+	ck_assert(proto_negotiation_needed(PG_PROTOCOL_3_2, 1, &v));
+	ck_assert_uint_eq(v, PG_PROTOCOL_3_2);
+}
+END_TEST
+
+/* A server's NegotiateProtocolVersion, as PostgreSQL 13 to 17 send it. */
+START_TEST(negotiate_parse)
+{
+	uint8_t b[64];
+	uint32_t v, n;
+	proto_put_u32(b, PG_PROTOCOL_3_0);
+	proto_put_u32(b + 4, 0);
+	ck_assert(proto_parse_negotiate(b, 8, &v, &n));
+	ck_assert_uint_eq(v, PG_PROTOCOL_3_0);
+	ck_assert_uint_eq(n, 0);
+	ck_assert(!proto_parse_negotiate(b, 7, &v, &n));
+	ck_assert(!proto_parse_negotiate(b, 9, &v, &n));   /* a byte too many */
+	proto_put_u32(b + 4, 2);
+	memcpy(b + 8, "_pq_.a\0_pq_.b\0", 14);
+	ck_assert(proto_parse_negotiate(b, 22, &v, &n));
+	ck_assert_uint_eq(n, 2);
+	ck_assert(!proto_parse_negotiate(b, 21, &v, &n));  /* last name unterminated */
+	proto_put_u32(b + 4, 0xffffffffu);                 /* a count the body cannot hold */
+	ck_assert(!proto_parse_negotiate(b, 22, &v, &n));
+}
+END_TEST
+
+/* CancelRequests of 12 + N bytes: keys of 4 to 256 bytes (protocol 3.2). */
+START_TEST(startup_cancel_key_lengths)
+{
+	uint8_t buf[PROTO_CANCEL_HEAD_LEN + PROTO_CANCEL_KEY_MAX + 8];
+	struct proto_startup st;
+	for (uint32_t klen = 0; klen <= PROTO_CANCEL_KEY_MAX + 2; klen++) {
+		uint32_t len = PROTO_CANCEL_HEAD_LEN + klen;
+		proto_put_u32(buf, len);
+		proto_put_u32(buf + 4, PG_CANCEL_REQUEST_CODE);
+		proto_put_u32(buf + 8, 7);
+		for (uint32_t i = 0; i < klen; i++)
+			buf[PROTO_CANCEL_HEAD_LEN + i] = (uint8_t)(i + 1);
+		enum proto_startup_result r = proto_parse_startup(buf, len, &st);
+		ck_assert_int_eq(st.kind, PROTO_STARTUP_CANCEL);
+		if (klen < 4 || klen > 256) {
+			ck_assert_int_eq(r, PROTO_STARTUP_RESULT_MALFORMED);
+			continue;
+		}
+		ck_assert_int_eq(r, PROTO_STARTUP_RESULT_OK);
+		ck_assert_uint_eq(st.cancel_pid, 7);
+		ck_assert_uint_eq(st.cancel_key_len, klen);
+		ck_assert_ptr_eq(st.cancel_key, buf + PROTO_CANCEL_HEAD_LEN);
+		/* one byte short of the packet: more is needed */
+		ck_assert_int_eq(proto_parse_startup(buf, len - 1, &st), PROTO_STARTUP_RESULT_NEED_MORE);
+	}
+}
+END_TEST
+
+/* Keys pgcat issues: 4 bytes for 3.0 clients, 32 for 3.2 ones, each
+ * matched in full and only at its own length. */
+START_TEST(cancel_keys_short_and_long)
+{
+	struct randpool rp;
+	randpool_init(&rp);
+	struct cancel_table t;
+	ck_assert(cancel_table_init(&t, 4, 0, NULL, &rp));
+	int a_obj, b_obj;
+	struct client *a = (struct client *)(void *)&a_obj, *b = (struct client *)(void *)&b_obj;
+	uint32_t pid_a, sec_a, pid_b, sec_b;
+	uint8_t key_a[CANCEL_KEY_LONG_LEN], key_b[CANCEL_KEY_LONG_LEN];
+	size_t len_a, len_b;
+	ck_assert(cancel_key_assign(&t, a, CANCEL_KEY_SHORT, &pid_a, &sec_a, key_a, &len_a));
+	ck_assert(cancel_key_assign(&t, b, CANCEL_KEY_LONG, &pid_b, &sec_b, key_b, &len_b));
+	ck_assert_uint_eq(len_a, 4);
+	ck_assert_uint_eq(len_b, 32);
+	ck_assert_uint_eq(proto_get_u32(key_a), sec_a);
+	/* the long key's layout: version, hops, peer id, route, secret */
+	ck_assert_uint_eq(key_b[0], CANCEL_KEY_LAYOUT_V1);
+	ck_assert_uint_eq(key_b[1], 0);
+	ck_assert_uint_eq(key_b[2] | key_b[3], 0);
+	ck_assert_uint_eq(proto_get_u32(key_b + 4), pid_b);
+	ck_assert_uint_eq(proto_get_u32(key_b + 8), sec_b);
+	ck_assert_ptr_eq(cancel_key_lookup(&t, pid_a, key_a, 4), a);
+	ck_assert_ptr_eq(cancel_key_lookup(&t, pid_b, key_b, 32), b);
+	/* the short key at another length, the long one cut to its secret */
+	uint8_t longer[CANCEL_KEY_LONG_LEN] = { 0 };
+	memcpy(longer, key_a, 4);
+	ck_assert_ptr_null(cancel_key_lookup(&t, pid_a, longer, 32));
+	ck_assert_ptr_null(cancel_key_lookup(&t, pid_b, key_b + 8, 4));
+	/* lengths pgcat never issues */
+	ck_assert_ptr_null(cancel_key_lookup(&t, pid_b, key_b, 3));
+	ck_assert_ptr_null(cancel_key_lookup(&t, pid_b, key_b, 31));
+	/* any one byte of the long key changed, but the hop counter (byte 1,
+	 * which a forwarding peer counts up): nobody */
+	for (size_t i = 0; i < 32; i++) {
+		if (i == 1)
+			continue;
+		uint8_t k[CANCEL_KEY_LONG_LEN];
+		memcpy(k, key_b, sizeof k);
+		k[i] ^= 0x40;
+		ck_assert_ptr_null(cancel_key_lookup(&t, pid_b, k, 32));
+	}
+	/* the route must be the pid it came with */
+	ck_assert_ptr_null(cancel_key_lookup(&t, pid_a, key_b, 32));
+	cancel_key_release(&t, pid_b);
+	ck_assert_ptr_null(cancel_key_lookup(&t, pid_b, key_b, 32));
+	ck_assert_ptr_eq(cancel_key_lookup(&t, pid_a, key_a, 4), a);
+	cancel_table_free(&t);
+	randpool_wipe(&rp);
 }
 END_TEST
 
@@ -517,6 +673,11 @@ Suite *proto_suite(void)
 	tcase_add_test(tc, startup_normal);
 	tcase_add_test(tc, startup_bad);
 	tcase_add_test(tc, startup_special_codes);
+	tcase_add_test(tc, startup_minor_versions);
+	tcase_add_test(tc, negotiation);
+	tcase_add_test(tc, negotiate_parse);
+	tcase_add_test(tc, startup_cancel_key_lengths);
+	tcase_add_test(tc, cancel_keys_short_and_long);
 	tcase_add_test(tc, error_roundtrip);
 	tcase_add_test(tc, pktbuf_overflow_is_sticky);
 	tcase_add_test(tc, parameter_status_parse);
