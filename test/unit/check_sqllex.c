@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* sqllex: where comments, quotes, keywords, identifiers and statements end,
- * as PostgreSQL's lexer draws those boundaries. */
+ * as PostgreSQL's lexer draws those boundaries, and the places that read
+ * SQL through it (params) keeping to them. */
 #include <check.h>
 #include <string.h>
 
 #include "check_suites.h"
+#include "params.h"
 #include "sqllex.h"
 
 static size_t blank(const char *s)
@@ -191,6 +193,34 @@ START_TEST(statement_end)
 }
 END_TEST
 
+/* The readers built on it keep PostgreSQL's boundaries. */
+START_TEST(readers)
+{
+	/* SET's value ends at the ';' outside quotes and comments, without
+	 * the comments before it */
+	struct params p;
+	params_init(&p);
+	const char *sql = "/* a /* nested */ SET x */ SET search_path TO 'a;b' /* ; */ -- c\n;";
+	ck_assert_int_eq(params_track_statement(&p, sql, strlen(sql), NULL), PARAMS_STMT_SET);
+	ck_assert_str_eq(params_get(&p, "search_path")->value, "'a;b'");
+	/* what a nested comment hides is not a SET */
+	sql = "/* a /* b */ SET work_mem TO 1 */ SELECT 1";
+	ck_assert_int_eq(params_track_statement(&p, sql, strlen(sql), NULL), PARAMS_STMT_NONE);
+	ck_assert(params_get(&p, "work_mem") == NULL);
+	/* a line comment ends at a carriage return */
+	sql = "-- c\rSET work_mem TO '4MB'";
+	ck_assert_int_eq(params_track_statement(&p, sql, strlen(sql), NULL), PARAMS_STMT_SET);
+	ck_assert(params_get(&p, "work_mem") != NULL);
+	/* $ continues a word: "set$x" is no SET */
+	sql = "set$x TO 1";
+	ck_assert_int_eq(params_track_statement(&p, sql, strlen(sql), NULL), PARAMS_STMT_NONE);
+	/* the text ends at its first NUL */
+	ck_assert_int_eq(params_track_statement(&p, "SET a.b TO 1\0;x", 15, NULL), PARAMS_STMT_SET);
+	ck_assert_str_eq(params_get(&p, "a.b")->value, "1");
+	params_clear(&p);
+}
+END_TEST
+
 Suite *sqllex_suite(void)
 {
 	Suite *s = suite_create("sqllex");
@@ -202,6 +232,7 @@ Suite *sqllex_suite(void)
 	tcase_add_test(tc, keywords);
 	tcase_add_test(tc, dollar_quotes);
 	tcase_add_test(tc, statement_end);
+	tcase_add_test(tc, readers);
 	suite_add_tcase(s, tc);
 	return s;
 }
