@@ -49,8 +49,4 @@ bool insert_split_build_at(const char *sql, size_t len, const struct router_rule
 			   char why[MERGE_WHY]);
 void insert_split_free(struct insert_split *s);
 
-/* Past the comment or quoted token (string, E'' string, quoted identifier,
- * dollar quote) at s[i], or i if there is none there. */
-size_t insert_split_skip_quoted(const char *s, size_t len, size_t i);
-
 #endif

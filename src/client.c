@@ -15,7 +15,6 @@
 
 #include <arpa/inet.h>
 #include <stdatomic.h>
-#include <ctype.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <netinet/in.h>
@@ -38,6 +37,7 @@
 #include "server.h"
 #include "fanout.h"
 #include "shm.h"
+#include "sqllex.h"
 #include "stats.h"
 #include "worker.h"
 
@@ -823,16 +823,19 @@ void client_on_defaults_failed(struct client *c, const char *sqlstate, const cha
 
 /* ---- answering requests pgcat cannot pass on ---- */
 
+/* ROLLBACK, ABORT, COMMIT or END starts the text: what PostgreSQL still
+ * takes in a failed transaction. */
 static bool is_transaction_end(const uint8_t *sql, size_t len)
 {
 	static const char *const words[] = { "rollback", "abort", "commit", "end" };
-	size_t i = 0;
-	while (i < len && (isspace(sql[i]) || sql[i] == '\0'))
-		i++;
+	const char *s = (const char *)sql;
+	const char *nul = memchr(s, '\0', len);
+	if (nul)
+		len = (size_t)(nul - s);   /* where PostgreSQL stops reading */
+	size_t start = sqllex_skip_blank(s, len, 0);
 	for (size_t k = 0; k < sizeof words / sizeof *words; k++) {
-		size_t n = strlen(words[k]);
-		if (len - i >= n && strncasecmp((const char *)sql + i, words[k], n) == 0 &&
-		    (len - i == n || !isalnum(sql[i + n])))
+		size_t i = start;
+		if (sqllex_keyword(s, len, &i, words[k]))
 			return true;
 	}
 	return false;
@@ -1119,9 +1122,10 @@ static bool read_header(struct client *c, struct proto_frame *f)
 /* A SET/RESET the client sends: its session and the server's change alike. */
 static void track_settings(struct client *c, struct server *s, const char *sql, size_t len)
 {
-	/* Cheap refusal first: only statements starting with s, r or d matter. */
+	/* Cheap refusal first, before any lexing: only statements starting
+	 * with s, r or d (or a comment) matter. */
 	size_t i = 0;
-	while (i < len && (sql[i] == ' ' || sql[i] == '\n' || sql[i] == '\t' || sql[i] == '\r'))
+	while (i < len && sqllex_is_space((unsigned char)sql[i]))
 		i++;
 	if (i < len && sql[i] != 's' && sql[i] != 'S' && sql[i] != 'r' && sql[i] != 'R' && sql[i] != 'd' &&
 	    sql[i] != 'D' && sql[i] != '/' && sql[i] != '-')

@@ -16,6 +16,7 @@
 #include "pgjson.h"
 #include "sharding.h"
 #include "shardkey.h"
+#include "sqllex.h"
 
 #define SPLIT_MAX_ROWS 100000
 
@@ -27,101 +28,13 @@ static bool refuse(char why[MERGE_WHY], const char *msg)
 
 /* ---- the text ---- */
 
-size_t insert_split_skip_quoted(const char *s, size_t len, size_t i)
-{
-	if (i + 1 < len && s[i] == '-' && s[i + 1] == '-') {
-		while (i < len && s[i] != '\n')
-			i++;
-		return i;
-	}
-	if (i + 1 < len && s[i] == '/' && s[i + 1] == '*') {
-		int depth = 0;
-		while (i < len) {
-			if (i + 1 < len && s[i] == '/' && s[i + 1] == '*') {
-				depth++;
-				i += 2;
-			} else if (i + 1 < len && s[i] == '*' && s[i + 1] == '/') {
-				i += 2;
-				if (--depth == 0)
-					return i;
-			} else {
-				i++;
-			}
-		}
-		return len;
-	}
-	if (s[i] == '\'') {
-		/* E'...' takes backslash escapes */
-		bool esc = i > 0 && (s[i - 1] == 'E' || s[i - 1] == 'e') &&
-			   (i < 2 || !(isalnum((unsigned char)s[i - 2]) || s[i - 2] == '_'));
-		i++;
-		while (i < len) {
-			if (esc && s[i] == '\\' && i + 1 < len) {
-				i += 2;
-				continue;
-			}
-			if (s[i] == '\'') {
-				if (i + 1 < len && s[i + 1] == '\'') {
-					i += 2;
-					continue;
-				}
-				return i + 1;
-			}
-			i++;
-		}
-		return len;
-	}
-	if (s[i] == '"') {
-		i++;
-		while (i < len) {
-			if (s[i] == '"') {
-				if (i + 1 < len && s[i + 1] == '"') {
-					i += 2;
-					continue;
-				}
-				return i + 1;
-			}
-			i++;
-		}
-		return len;
-	}
-	if (s[i] == '$' && (i == 0 || !(isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_'))) {
-		/* $tag$ ... $tag$ ($1 is a parameter, not a quote) */
-		size_t j = i + 1;
-		while (j < len && (isalpha((unsigned char)s[j]) || s[j] == '_' || (j > i + 1 && isdigit((unsigned char)s[j]))))
-			j++;
-		if (j >= len || s[j] != '$')
-			return i;
-		size_t tl = j - i + 1;
-		const char *tag = s + i;
-		for (size_t k = j + 1; k + tl <= len; k++)
-			if (s[k] == '$' && memcmp(s + k, tag, tl) == 0)
-				return k + tl;
-		return len;
-	}
-	return i;
-}
-
-/* Past whitespace and comments. */
-static size_t skip_space(const char *s, size_t len, size_t i)
-{
-	for (;;) {
-		while (i < len && isspace((unsigned char)s[i]))
-			i++;
-		if (i + 1 < len && ((s[i] == '-' && s[i + 1] == '-') || (s[i] == '/' && s[i + 1] == '*')))
-			i = insert_split_skip_quoted(s, len, i);
-		else
-			return i;
-	}
-}
-
 /* The rows of the VALUES list at depth 0: [open, close] of each. */
 static int find_rows(const char *s, size_t len, size_t *open, size_t *close, int cap)
 {
 	size_t i = 0;
 	int depth = 0;
 	while (i < len) {
-		size_t j = insert_split_skip_quoted(s, len, i);
+		size_t j = sqllex_skip_quoted(s, len, i);
 		if (j != i) {
 			i = j;
 			continue;
@@ -132,8 +45,8 @@ static int find_rows(const char *s, size_t len, size_t *open, size_t *close, int
 		else if (ch == ')')
 			depth--;
 		else if (depth == 0 && (ch == 'v' || ch == 'V') && len - i >= 6 && strncasecmp(s + i, "values", 6) == 0 &&
-			 (i == 0 || !(isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_' || s[i - 1] == '"')) &&
-			 (i + 6 == len || !(isalnum((unsigned char)s[i + 6]) || s[i + 6] == '_'))) {
+			 (i == 0 || !(sqllex_is_ident_cont((unsigned char)s[i - 1]) || s[i - 1] == '"')) &&
+			 (i + 6 == len || !sqllex_is_ident_cont((unsigned char)s[i + 6]))) {
 			i += 6;
 			break;
 		}
@@ -143,13 +56,13 @@ static int find_rows(const char *s, size_t len, size_t *open, size_t *close, int
 		return -1;
 	int n = 0;
 	for (;;) {
-		i = skip_space(s, len, i);
+		i = sqllex_skip_blank(s, len, i);
 		if (i >= len || s[i] != '(' || n == cap)
 			return -1;
 		open[n] = i;
 		int d = 0;
 		while (i < len) {
-			size_t j = insert_split_skip_quoted(s, len, i);
+			size_t j = sqllex_skip_quoted(s, len, i);
 			if (j != i) {
 				i = j;
 				continue;
@@ -163,7 +76,7 @@ static int find_rows(const char *s, size_t len, size_t *open, size_t *close, int
 		if (i >= len)
 			return -1;
 		close[n++] = i;
-		i = skip_space(s, len, i + 1);
+		i = sqllex_skip_blank(s, len, i + 1);
 		if (i < len && s[i] == ',') {
 			i++;
 			continue;
@@ -221,13 +134,13 @@ static bool renumber_params(char *q, size_t *len, uint16_t *old, uint16_t *n_old
 		return false;
 	size_t n = *len;
 	for (size_t i = 0; i < n;) {
-		size_t j = insert_split_skip_quoted(q, n, i);
+		size_t j = sqllex_skip_quoted(q, n, i);
 		if (j != i) {
 			i = j;
 			continue;
 		}
 		if (q[i] == '$' && i + 1 < n && isdigit((unsigned char)q[i + 1]) &&
-		    (i == 0 || !(isalnum((unsigned char)q[i - 1]) || q[i - 1] == '_'))) {
+		    (i == 0 || !sqllex_is_ident_cont((unsigned char)q[i - 1]))) {
 			unsigned long v = 0;
 			j = i + 1;
 			while (j < n && isdigit((unsigned char)q[j]) && v < max)
@@ -247,7 +160,7 @@ static bool renumber_params(char *q, size_t *len, uint16_t *old, uint16_t *n_old
 	/* rewrite: each $old becomes $rank, copying down */
 	size_t w = 0;
 	for (size_t i = 0; i < n;) {
-		size_t j = insert_split_skip_quoted(q, n, i);
+		size_t j = sqllex_skip_quoted(q, n, i);
 		if (j != i) {
 			memmove(q + w, q + i, j - i);
 			w += j - i;
@@ -255,7 +168,7 @@ static bool renumber_params(char *q, size_t *len, uint16_t *old, uint16_t *n_old
 			continue;
 		}
 		if (q[i] == '$' && i + 1 < n && isdigit((unsigned char)q[i + 1]) &&
-		    (i == 0 || !(isalnum((unsigned char)q[i - 1]) || q[i - 1] == '_'))) {
+		    (i == 0 || !sqllex_is_ident_cont((unsigned char)q[i - 1]))) {
 			unsigned long v = 0;
 			j = i + 1;
 			while (j < n && isdigit((unsigned char)q[j]) && v < max)

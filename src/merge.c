@@ -19,6 +19,7 @@
 #include "pgjson.h"
 #include "pgvalue.h"
 #include "proto.h"
+#include "sqllex.h"
 
 /* ------------------------------------------------------------------ */
 /* The plan                                                              */
@@ -369,7 +370,7 @@ static bool select_list_end(const struct jdoc *d, int sel, int tl, const char *s
 	bool found = false;
 	int depth = 0;
 	for (size_t i = (size_t)start; i < (size_t)from;) {
-		size_t j = insert_split_skip_quoted(sql, (size_t)from, i);
+		size_t j = sqllex_skip_quoted(sql, (size_t)from, i);
 		if (j != i) {
 			i = j;
 			continue;
@@ -380,8 +381,8 @@ static bool select_list_end(const struct jdoc *d, int sel, int tl, const char *s
 		else if (ch == ')')
 			depth--;
 		else if (depth == 0 && (ch == 'f' || ch == 'F') && (size_t)from - i >= 4 && strncasecmp(sql + i, "from", 4) == 0 &&
-			 (i == 0 || !(isalnum((unsigned char)sql[i - 1]) || sql[i - 1] == '_' || sql[i - 1] == '"')) &&
-			 (i + 4 >= len || !(isalnum((unsigned char)sql[i + 4]) || sql[i + 4] == '_'))) {
+			 (i == 0 || !(sqllex_is_ident_cont((unsigned char)sql[i - 1]) || sql[i - 1] == '"')) &&
+			 (i + 4 >= len || !sqllex_is_ident_cont((unsigned char)sql[i + 4]))) {
 			*at = i;
 			found = true;
 		}
@@ -398,7 +399,7 @@ static bool call_args(const char *sql, size_t len, long loc, size_t *open, size_
 	size_t i = (size_t)loc;
 	int depth = 0;
 	while (i < len) {
-		size_t j = insert_split_skip_quoted(sql, len, i);
+		size_t j = sqllex_skip_quoted(sql, len, i);
 		if (j != i) {
 			i = j;
 			continue;

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "sqllex.h"
+
 /* FNV-1a over the lowercased name, the value and the form, then mixed so
  * that XOR-ing entries together gives an order-independent digest. */
 static uint64_t entry_hash(const char *name, const char *value, bool raw)
@@ -594,40 +596,19 @@ bool params_apply_options(struct params *p, const char *options)
 	return !pending_c;
 }
 
-/* Skip whitespace and SQL comments. */
-static const char *skip_space(const char *s, const char *end)
-{
-	for (;;) {
-		while (s < end && isspace((unsigned char)*s))
-			s++;
-		if (end - s >= 2 && s[0] == '-' && s[1] == '-') {
-			while (s < end && *s != '\n')
-				s++;
-			continue;
-		}
-		if (end - s >= 2 && s[0] == '/' && s[1] == '*') {
-			const char *c = s + 2;
-			while (end - c >= 2 && !(c[0] == '*' && c[1] == '/'))
-				c++;
-			if (end - c < 2)
-				return end;
-			s = c + 2;
-			continue;
-		}
-		return s;
-	}
-}
-
+/* The keyword w at *sp (and the blanks after it): sqllex on pointers. */
 static bool word_is(const char **sp, const char *end, const char *w)
 {
-	const char *s = *sp;
-	size_t n = strlen(w);
-	if ((size_t)(end - s) < n || strncasecmp(s, w, n) != 0)
+	size_t i = 0;
+	if (!sqllex_keyword(*sp, (size_t)(end - *sp), &i, w))
 		return false;
-	if (s + n < end && (isalnum((unsigned char)s[n]) || s[n] == '_'))
-		return false;
-	*sp = skip_space(s + n, end);
+	*sp += i;
 	return true;
+}
+
+static const char *skip_space(const char *s, const char *end)
+{
+	return s + sqllex_skip_blank(s, (size_t)(end - s), 0);
 }
 
 /* Settings a RESET or DISCARD ALL takes back to: the reported ones come
@@ -724,7 +705,9 @@ static bool sql_plain_value(const char *v, char *out, size_t outsz, bool *one_st
 enum params_stmt params_track_statement(struct params *p, const char *sql, size_t len,
 					const struct params *defaults)
 {
-	const char *end = sql + len;
+	/* PostgreSQL reads the text up to its first NUL (a Query's own end) */
+	const char *nul = memchr(sql, '\0', len);
+	const char *end = nul ? nul : sql + len;
 	const char *s = skip_space(sql, end);
 	char name[64];
 	if (word_is(&s, end, "discard")) {
@@ -772,21 +755,12 @@ enum params_stmt params_track_statement(struct params *p, const char *sql, size_
 				return PARAMS_STMT_NONE;
 		}
 	}
-	/* The value runs to the first ';' outside quotes, or the end. */
-	const char *v = s, *e = s;
-	char quote = 0;
-	for (; e < end && *e; e++) {
-		if (quote) {
-			if (*e == quote)
-				quote = 0;
-		} else if (*e == '\'' || *e == '"') {
-			quote = *e;
-		} else if (*e == ';') {
-			break;
-		}
-	}
-	while (e > v && isspace((unsigned char)e[-1]))
-		e--;
+	/* The value runs to the first ';' outside quotes and comments, or the
+	 * end, without the blanks and comments before that. */
+	const char *v = s;
+	size_t content_end;
+	(void)sqllex_statement_end(v, (size_t)(end - v), 0, &content_end);
+	const char *e = v + content_end;
 	if (e == v)
 		return PARAMS_STMT_NONE;
 	char buf[PARAMS_VALUE_MAX + 1];

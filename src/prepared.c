@@ -6,7 +6,6 @@
  */
 #include "prepared.h"
 
-#include <ctype.h>
 #include <event2/buffer.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -21,6 +20,7 @@
 #include "proto.h"
 #include "server.h"
 #include "shm.h"
+#include "sqllex.h"
 #include "stats.h"
 #include "worker.h"
 
@@ -526,6 +526,33 @@ static void put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t al
 		evbuffer_add(out, b, blen);
 }
 
+/* The query of an SQL PREPARE's "[(types)] AS query" (q itself if it has
+ * no AS). */
+static const char *prepare_query(const char *q)
+{
+	size_t len = strlen(q), i = sqllex_skip_blank(q, len, 0);
+	if (i < len && q[i] == '(') {
+		/* the types, which may hold parentheses and quoted names */
+		size_t depth = 0;
+		while (i < len) {
+			size_t j = sqllex_skip_quoted(q, len, i);
+			if (j != i) {
+				i = j;
+				continue;
+			}
+			char ch = q[i++];
+			if (ch == '(')
+				depth++;
+			else if (ch == ')' && --depth == 0)
+				break;
+		}
+		i = sqllex_skip_blank(q, len, i);
+	}
+	/* right after AS: a comment before the query stays with it */
+	size_t as = i;
+	return sqllex_keyword(q, len, &i, "as") ? q + as + 2 : q;
+}
+
 /* Parse of st under its global name. */
 static void send_parse(struct server *s, struct prep_stmt *st)
 {
@@ -535,15 +562,7 @@ static void send_parse(struct server *s, struct prep_stmt *st)
 	if (st->sql) {
 		/* An SQL PREPARE's "(types) AS query": only the query carries
 		 * over to a protocol Parse (the server infers the types). */
-		const char *q = (const char *)st->key;
-		const char *as = NULL;
-		for (const char *p = q; *p; p++)
-			if ((p == q || isspace((unsigned char)p[-1])) && strncasecmp(p, "as", 2) == 0 &&
-			    (isspace((unsigned char)p[2]) || p[2] == '\0')) {
-				as = p + 2;
-				break;
-			}
-		const char *body = as ? as : q;
+		const char *body = prepare_query((const char *)st->key);
 		uint8_t zero[3] = { 0, 0, 0 };
 		size_t gl = strlen(g) + 1, bl = strlen(body) + 1;
 		uint8_t *tmp = malloc(gl + bl + 2);
@@ -843,119 +862,38 @@ void prep_client_close_idle(struct client *c, const uint8_t *m, uint32_t total)
 
 /* ---- SQL: PREPARE, EXECUTE, DEALLOCATE, DISCARD ALL ---- */
 
+/* sqllex on the pointers this file reads the text with. */
 static const char *sql_space(const char *s, const char *end)
 {
-	for (;;) {
-		while (s < end && isspace((unsigned char)*s))
-			s++;
-		if (end - s >= 2 && s[0] == '-' && s[1] == '-') {
-			while (s < end && *s != '\n')
-				s++;
-			continue;
-		}
-		if (end - s >= 2 && s[0] == '/' && s[1] == '*') {
-			const char *e = s + 2;
-			while (end - e >= 2 && !(e[0] == '*' && e[1] == '/'))
-				e++;
-			if (end - e < 2)
-				return end;
-			s = e + 2;
-			continue;
-		}
-		return s;
-	}
+	return s + sqllex_skip_blank(s, (size_t)(end - s), 0);
 }
 
 static bool sql_word(const char **sp, const char *end, const char *w)
 {
-	const char *s = *sp;
-	size_t n = strlen(w);
-	if ((size_t)(end - s) < n || strncasecmp(s, w, n) != 0)
+	size_t i = 0;
+	if (!sqllex_keyword(*sp, (size_t)(end - *sp), &i, w))
 		return false;
-	if (s + n < end && (isalnum((unsigned char)s[n]) || s[n] == '_' || s[n] == '$'))
-		return false;
-	*sp = sql_space(s + n, end);
+	*sp += i;
 	return true;
 }
 
-/* An identifier: unquoted folds to lower case, "quoted" keeps its case. */
 static bool sql_ident(const char **sp, const char *end, char *out, size_t outsz)
 {
-	const char *s = *sp;
-	size_t n = 0;
-	if (s < end && *s == '"') {
-		s++;
-		for (;;) {
-			if (s >= end)
-				return false;
-			if (*s == '"') {
-				if (s + 1 < end && s[1] == '"') {
-					s++;
-				} else {
-					s++;
-					break;
-				}
-			}
-			if (n + 1 >= outsz)
-				return false;
-			out[n++] = *s++;
-		}
-	} else {
-		while (s < end && (isalnum((unsigned char)*s) || *s == '_' || *s == '$' || (unsigned char)*s >= 0x80)) {
-			if (n + 1 >= outsz)
-				return false;
-			out[n++] = (char)tolower((unsigned char)*s++);
-		}
-	}
-	if (n == 0)
+	size_t i = 0;
+	if (!sqllex_ident(*sp, (size_t)(end - *sp), &i, out, outsz))
 		return false;
-	out[n] = '\0';
-	*sp = sql_space(s, end);
+	*sp += i;
 	return true;
 }
 
-/* Where the statement ends: the first ';' outside quotes and comments, with
- * only blanks after it (NULL: more than one statement). */
+/* Where the statement ends: its ';' (or the end), with only blanks and
+ * semicolons after it (NULL: more than one statement). */
 static const char *single_statement_end(const char *s, const char *end)
 {
-	char q = 0;
-	const char *p = s;
-	while (p < end && *p) {
-		if (q) {
-			if (*p == q)
-				q = 0;
-			p++;
-			continue;
-		}
-		if (*p == '\'' || *p == '"') {
-			q = *p++;
-			continue;
-		}
-		if (*p == '$') {
-			/* dollar quoting: $tag$ ... $tag$ */
-			const char *t = p + 1;
-			while (t < end && (isalnum((unsigned char)*t) || *t == '_'))
-				t++;
-			if (t < end && *t == '$') {
-				size_t tl = (size_t)(t - p + 1);
-				const char *c = t + 1;
-				while (c + tl <= end && memcmp(c, p, tl) != 0)
-					c++;
-				if (c + tl > end)
-					return NULL;
-				p = c + tl;
-				continue;
-			}
-		}
-		if (*p == ';') {
-			const char *after = sql_space(p + 1, end);
-			while (after < end && (*after == ';' || isspace((unsigned char)*after)))
-				after = sql_space(after + 1, end);
-			return (after >= end || !*after) ? p : NULL;
-		}
-		p++;
-	}
-	return p;
+	size_t n = (size_t)(end - s), e = sqllex_statement_end(s, n, 0, NULL);
+	if (e < n && !sqllex_rest_is_empty(s, n, e + 1))
+		return NULL;
+	return s + e;
 }
 
 /* Replace the client's Query with sql (same single reply slot). */
@@ -1020,9 +958,10 @@ static enum prep_action on_query(struct client *c, struct server *s, const uint8
 {
 	struct prep_server *ps = s->prep;
 	const char *sql = (const char *)m + 5;
-	const char *end = sql + (total - 5);
-	if (end > sql && end[-1] == '\0')
-		end--;
+	/* PostgreSQL reads the text up to its first NUL (its own end) */
+	const char *end = memchr(sql, '\0', total - 5);
+	if (!end)
+		end = sql + (total - 5);
 	const char *p = sql_space(sql, end);
 	/* The simple protocol ends the server's unnamed statement. */
 	/* PREPARE, EXECUTE, DEALLOCATE start so; anything else is left alone */

@@ -23,6 +23,7 @@
 #include "shardkey.h"
 #include "server.h"
 #include "shm.h"
+#include "sqllex.h"
 #include "worker.h"
 
 /* Longest first statement the parser looks at; longer ones go by default_role
@@ -776,41 +777,35 @@ static void reply(struct client *c, struct pktbuf *pb);
 
 #define ROUTE_HELD_BEGIN_MAX 200
 
-/* The first word of sql (letters), lower-cased into w; its end. */
-static size_t first_word(const char *sql, size_t len, size_t from, char *w, size_t wsz)
-{
-	size_t i = from, n = 0;
-	while (i < len && (sql[i] == ' ' || sql[i] == '\t' || sql[i] == '\n' || sql[i] == '\r'))
-		i++;
-	while (i < len && ((sql[i] >= 'a' && sql[i] <= 'z') || (sql[i] >= 'A' && sql[i] <= 'Z'))) {
-		if (n + 1 < wsz)
-			w[n++] = (char)(sql[i] | 0x20);
-		i++;
-	}
-	w[n] = '\0';
-	return i;
-}
-
 /* COMMIT, END, ROLLBACK or ABORT, with an optional WORK or TRANSACTION and
  * semicolon, and nothing else (not AND CHAIN, not ROLLBACK TO): the tag
  * PostgreSQL answers it with, or NULL. */
 const char *route_plain_end_tag(const char *sql, size_t len)
 {
-	char w[16];
-	size_t i = first_word(sql, len, 0, w, sizeof w);
-	const char *tag = strcmp(w, "commit") == 0 || strcmp(w, "end") == 0	     ? "COMMIT"
-			  : strcmp(w, "rollback") == 0 || strcmp(w, "abort") == 0 ? "ROLLBACK"
-										   : NULL;
-	if (!tag)
-		return NULL;
-	size_t j = first_word(sql, len, i, w, sizeof w);
-	if (strcmp(w, "work") == 0 || strcmp(w, "transaction") == 0)
-		i = j;
-	else if (w[0])
-		return NULL;
-	while (i < len && (sql[i] == ' ' || sql[i] == '\t' || sql[i] == '\n' || sql[i] == '\r' || sql[i] == ';'))
-		i++;
-	return i == len ? tag : NULL;
+	static const struct {
+		const char *word, *tag;
+	} ends[] = { { "commit", "COMMIT" }, { "end", "COMMIT" }, { "rollback", "ROLLBACK" }, { "abort", "ROLLBACK" } };
+	size_t start = sqllex_skip_blank(sql, len, 0);
+	for (size_t k = 0; k < sizeof ends / sizeof *ends; k++) {
+		size_t i = start;
+		if (!sqllex_keyword(sql, len, &i, ends[k].word))
+			continue;
+		if (!sqllex_keyword(sql, len, &i, "work"))
+			(void)sqllex_keyword(sql, len, &i, "transaction");
+		return sqllex_rest_is_empty(sql, len, i) ? ends[k].tag : NULL;
+	}
+	return NULL;
+}
+
+/* The tag of the BEGIN or START TRANSACTION sql is (libpg_query said it
+ * begins a transaction), or NULL. */
+static const char *begin_tag(const char *sql, size_t len)
+{
+	size_t i = sqllex_skip_blank(sql, len, 0), at = i;
+	if (sqllex_keyword(sql, len, &at, "begin"))
+		return "BEGIN";
+	at = i;
+	return sqllex_keyword(sql, len, &at, "start") ? "START TRANSACTION" : NULL;
 }
 
 /* In a sharded pool with automatic routing, a BEGIN alone says nothing
@@ -852,9 +847,7 @@ static bool hold_begin(struct client *c, const struct proto_frame *f)
 	if (!v->parsed || !v->begins || v->ends || v->multi_statement || v->reads_sharded || v->hint_shard >= 0 ||
 	    v->has_hint_key || v->hint_invalid || v->hint_role != ROUTER_ROLE_NONE)
 		return false;
-	char w[16];
-	(void)first_word(sql, len, 0, w, sizeof w);
-	const char *tag = strcmp(w, "begin") == 0 ? "BEGIN" : strcmp(w, "start") == 0 ? "START TRANSACTION" : NULL;
+	const char *tag = begin_tag(sql, len);
 	if (!tag || !(c->held_begin = malloc(len + 1)))
 		return false;
 	memcpy(c->held_begin, sql, len);
@@ -953,9 +946,7 @@ static bool hold_begin_extended(struct client *c, const struct proto_frame *f)
 	if (!v->parsed || !v->begins || v->ends || v->multi_statement || v->reads_sharded || v->hint_shard >= 0 ||
 	    v->has_hint_key || v->hint_invalid || v->hint_role != ROUTER_ROLE_NONE)
 		return false;
-	char w[16];
-	(void)first_word(sql, len, 0, w, sizeof w);
-	const char *tag = strcmp(w, "begin") == 0 ? "BEGIN" : strcmp(w, "start") == 0 ? "START TRANSACTION" : NULL;
+	const char *tag = begin_tag(sql, len);
 	if (!tag)
 		return false;
 	/* a named Parse: the statement is the client's from now on, as if a

@@ -5,7 +5,8 @@
  * those of PostgreSQL 15's scan.l where they decide a boundary: integers and
  * decimals, exponents, quoted identifiers, nested block comments, $n
  * parameters; where they are subtler (escape strings, dollar quotes,
- * "1..2", "1e"), no shape is made.
+ * "1..2", "1e"), no shape is made. Byte classes, comments and quoted
+ * names are sqllex.c's.
  */
 #include "sqlshape.h"
 
@@ -13,60 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Byte classes of the lexer, as PostgreSQL 15's scan.l has them: a table,
- * as every byte of every routed statement goes through these tests. */
-enum {
-	IDENT_START = 1,   /* letters, '_', bytes >= 0x80 */
-	IDENT_CONT = 2,    /* ... and digits and '$' */
-	SPACE = 4,         /* space, tab, newline, carriage return, form feed */
-	DIGIT = 8
-};
-#define I (IDENT_START | IDENT_CONT)
-#define D (IDENT_CONT | DIGIT)
-#define C IDENT_CONT
-#define S SPACE
-static const uint8_t byte_class[256] = {
-	/* 0x00 */ 0, 0, 0, 0, 0, 0, 0, 0, 0, S, S, 0, S, S, 0, 0,
-	/* 0x10 */ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-	/* 0x20 */ S, 0, 0, 0, C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-	/* 0x30 */ D, D, D, D, D, D, D, D, D, D, 0, 0, 0, 0, 0, 0,
-	/* 0x40 */ 0, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
-	/* 0x50 */ I, I, I, I, I, I, I, I, I, I, I, 0, 0, 0, 0, I,
-	/* 0x60 */ 0, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
-	/* 0x70 */ I, I, I, I, I, I, I, I, I, I, I, 0, 0, 0, 0, 0,
-	/* 0x80 */ I, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
-	/* 0x90 */ I, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
-	/* 0xa0 */ I, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
-	/* 0xb0 */ I, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
-	/* 0xc0 */ I, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
-	/* 0xd0 */ I, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
-	/* 0xe0 */ I, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
-	/* 0xf0 */ I, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I,
-};
-#undef I
-#undef D
-#undef C
-#undef S
-
-static inline bool is_space(unsigned char ch)
-{
-	return byte_class[ch] & SPACE;
-}
-
-static inline bool is_ident_start(unsigned char ch)
-{
-	return byte_class[ch] & IDENT_START;
-}
-
-static inline bool is_digit(unsigned char ch)
-{
-	return byte_class[ch] & DIGIT;
-}
-
-static inline bool is_ident_cont(unsigned char ch)
-{
-	return byte_class[ch] & IDENT_CONT;
-}
+#include "sqllex.h"
 
 /* The text is read once, left to right; bytes are copied to out in runs,
  * each constant as its marker. */
@@ -98,49 +46,17 @@ static bool replace(struct shape *sh, size_t from, size_t to, char marker)
 	return true;
 }
 
-/* Returned by the scanners below for an unterminated comment. */
-#define NO_END SIZE_MAX
-
-/* A comment at i (a line comment or a block comment, nested): the index
- * after it, or NO_END. */
-static size_t comment_end(const struct shape *sh, size_t i)
-{
-	if (sh->s[i] == '-') {
-		while (i < sh->len && sh->s[i] != '\n' && sh->s[i] != '\r')
-			i++;
-		return i;
-	}
-	int depth = 0;
-	while (i < sh->len) {
-		if (sh->s[i] == '/' && at(sh, i + 1) == '*') {
-			depth++;
-			i += 2;
-		} else if (sh->s[i] == '*' && at(sh, i + 1) == '/') {
-			i += 2;
-			if (--depth == 0)
-				return i;
-		} else {
-			i++;
-		}
-	}
-	return NO_END;
-}
-
-static inline bool at_comment(const struct shape *sh, size_t i)
-{
-	unsigned char a = at(sh, i), b = at(sh, i + 1);
-	return (a == '-' && b == '-') || (a == '/' && b == '*');
-}
-
-/* Whitespace and comments from i: the index after them, or NO_END. */
+/* Whitespace and comments from i: the index after them, or SQLLEX_OPEN
+ * for a comment the text does not close (PostgreSQL refuses the text). */
 static size_t blank_end(const struct shape *sh, size_t i)
 {
+	const char *s = (const char *)sh->s;
 	for (;;) {
-		if (i < sh->len && is_space(sh->s[i]))
+		if (i < sh->len && sqllex_is_space(sh->s[i]))
 			i++;
-		else if (at_comment(sh, i)) {
-			if ((i = comment_end(sh, i)) == NO_END)
-				return NO_END;
+		else if (sqllex_at_comment(s, sh->len, i)) {
+			if ((i = sqllex_comment_end(s, sh->len, i)) == SQLLEX_OPEN)
+				return SQLLEX_OPEN;
 		} else
 			return i;
 	}
@@ -150,20 +66,11 @@ static size_t blank_end(const struct shape *sh, size_t i)
 static bool starts_with_dml(const struct shape *sh)
 {
 	static const char *const kw[] = { "select", "insert", "update", "delete", "with", "values", "table" };
-	size_t start = blank_end(sh, 0);
-	if (start == NO_END)
-		return false;
-	size_t end = start;
-	while (end < sh->len && is_ident_cont(sh->s[end]))
-		end++;
-	size_t n = end - start;
+	const char *s = (const char *)sh->s;
+	size_t start = sqllex_skip_blank(s, sh->len, 0);
 	for (size_t i = 0; i < sizeof kw / sizeof kw[0]; i++) {
-		if (strlen(kw[i]) != n)
-			continue;
-		size_t j = 0;
-		while (j < n && (sh->s[start + j] | 0x20) == kw[i][j])
-			j++;
-		if (j == n)
+		size_t at = start;
+		if (sqllex_keyword(s, sh->len, &at, kw[i]))
 			return true;
 	}
 	return false;
@@ -176,7 +83,7 @@ static size_t number(struct shape *sh, size_t i)
 	size_t start = i;
 	bool real = false;
 	uint64_t value = 0;
-	while (is_digit(at(sh, i))) {
+	while (sqllex_is_digit(at(sh, i))) {
 		if (value <= INT32_MAX)   /* stops growing once too big for int32 */
 			value = value * 10 + (uint64_t)(sh->s[i] - '0');
 		i++;
@@ -186,21 +93,21 @@ static size_t number(struct shape *sh, size_t i)
 			return 0;   /* "1..": PostgreSQL splits it its own way */
 		real = true;
 		i++;
-		while (is_digit(at(sh, i)))
+		while (sqllex_is_digit(at(sh, i)))
 			i++;
 	}
 	if ((at(sh, i) | 0x20) == 'e') {
 		size_t k = 1;
 		if (at(sh, i + k) == '+' || at(sh, i + k) == '-')
 			k++;
-		if (!is_digit(at(sh, i + k)))
+		if (!sqllex_is_digit(at(sh, i + k)))
 			return 0;   /* "1e", "1e+": an integer and an identifier */
 		real = true;
 		i += k;
-		while (is_digit(at(sh, i)))
+		while (sqllex_is_digit(at(sh, i)))
 			i++;
 	}
-	if (i == start || is_ident_cont(at(sh, i)) || at(sh, i) == '.')
+	if (i == start || sqllex_is_ident_cont(at(sh, i)) || at(sh, i) == '.')
 		return 0;   /* "1a", "1.5.": not a plain constant */
 	/* An integer too big for int32 is an FCONST to PostgreSQL's grammar. */
 	if (!replace(sh, start, i, real || value > INT32_MAX ? SQLSHAPE_FCONST : SQLSHAPE_ICONST))
@@ -230,22 +137,6 @@ static size_t string(struct shape *sh, size_t i)
 	return 0;
 }
 
-/* "..." at i, with "" for a quote, kept as is: the index after it, 0 if
- * unterminated. */
-static size_t quoted_ident(const struct shape *sh, size_t i)
-{
-	i++;
-	while (i < sh->len) {
-		if (sh->s[i] == '"') {
-			if (at(sh, i + 1) != '"')
-				return i + 1;
-			i++;
-		}
-		i++;
-	}
-	return 0;
-}
-
 size_t sqlshape_make(const char *sql, size_t len, char *out, size_t cap)
 {
 	struct shape sh = { (const unsigned char *)sql, len, 0, out, cap, 0, 0 };
@@ -256,8 +147,8 @@ size_t sqlshape_make(const char *sql, size_t len, char *out, size_t cap)
 	size_t i = 0;
 	while (i < len) {
 		unsigned char ch = sh.s[i];
-		if (is_ident_start(ch)) {
-			while (++i < len && is_ident_cont(sh.s[i]))
+		if (sqllex_is_ident_start(ch)) {
+			while (++i < len && sqllex_is_ident_cont(sh.s[i]))
 				;
 			/* E'..', B'..', X'..', N'..', a string right after a type
 			 * name: prefixed strings have rules of their own */
@@ -265,11 +156,11 @@ size_t sqlshape_make(const char *sql, size_t len, char *out, size_t cap)
 				return 0;
 			continue;
 		}
-		if (is_space(ch)) {
+		if (sqllex_is_space(ch)) {
 			i++;
 			continue;
 		}
-		if (is_digit(ch) || (ch == '.' && is_digit(at(&sh, i + 1)))) {
+		if (sqllex_is_digit(ch) || (ch == '.' && sqllex_is_digit(at(&sh, i + 1)))) {
 			if ((i = number(&sh, i)) == 0)
 				return 0;
 			continue;
@@ -281,16 +172,17 @@ size_t sqlshape_make(const char *sql, size_t len, char *out, size_t cap)
 				return 0;
 			continue;
 		case '"':
-			if ((i = quoted_ident(&sh, i)) == 0)
+			/* a name, kept with what it holds */
+			if ((i = sqllex_quoted_end(sql, len, i)) == SQLLEX_OPEN)
 				return 0;
 			continue;
 		case '$':
 			/* $n: a parameter, kept; anything else is dollar quoting */
-			if (!is_digit(at(&sh, i + 1)))
+			if (!sqllex_is_digit(at(&sh, i + 1)))
 				return 0;
-			while (is_digit(at(&sh, ++i)))
+			while (sqllex_is_digit(at(&sh, ++i)))
 				;
-			if (is_ident_cont(at(&sh, i)))
+			if (sqllex_is_ident_cont(at(&sh, i)))
 				return 0;
 			continue;
 		case ';':
@@ -301,8 +193,8 @@ size_t sqlshape_make(const char *sql, size_t len, char *out, size_t cap)
 			continue;
 		case '-':
 		case '/':
-			if (at_comment(&sh, i)) {
-				if ((i = comment_end(&sh, i)) == NO_END)
+			if (sqllex_at_comment(sql, len, i)) {
+				if ((i = sqllex_comment_end(sql, len, i)) == SQLLEX_OPEN)
 					return 0;
 				continue;
 			}

@@ -17,6 +17,7 @@ int main(void)
 	srunner_add_suite(sr, merge_suite());
 	srunner_add_suite(sr, pgvalue_suite());
 	srunner_add_suite(sr, sqlshape_suite());
+	srunner_add_suite(sr, sqllex_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -15,4 +15,5 @@ Suite *shardkey_suite(void);
 Suite *merge_suite(void);
 Suite *pgvalue_suite(void);
 Suite *sqlshape_suite(void);
+Suite *sqllex_suite(void);
 #endif

@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: MIT */
+/* sqllex: where comments, quotes, keywords, identifiers and statements end,
+ * as PostgreSQL's lexer draws those boundaries, and the places that read
+ * SQL through it (params, route) keeping to them. */
+#include <check.h>
+#include <string.h>
+
+#include "check_suites.h"
+#include "params.h"
+#include "route.h"
+#include "sqllex.h"
+
+static size_t blank(const char *s)
+{
+	return sqllex_skip_blank(s, strlen(s), 0);
+}
+
+static size_t quoted(const char *s, size_t i)
+{
+	return sqllex_quoted_end(s, strlen(s), i);
+}
+
+static size_t stmt_end(const char *s, size_t *content)
+{
+	return sqllex_statement_end(s, strlen(s), 0, content);
+}
+
+START_TEST(comments)
+{
+	ck_assert_uint_eq(blank("  \t\n\r\fx"), 6);
+	ck_assert_uint_eq(blank("-- a comment\nx"), 13);
+	/* a carriage return ends a line comment too (newline is [\n\r]) */
+	ck_assert_uint_eq(blank("-- a\rSET"), 5);
+	ck_assert_uint_eq(blank("/* a */ /* b */x"), 15);
+	ck_assert_uint_eq(blank("-- a\n/* b */ -- c\n  x"), 20);
+	/* \v is not whitespace to libpg_query's PostgreSQL 15 */
+	ck_assert_uint_eq(blank("\vx"), 0);
+	/* an unclosed comment runs to the end */
+	ck_assert_uint_eq(blank("/* a"), 4);
+	ck_assert_uint_eq(quoted("/* a", 0), SQLLEX_OPEN);
+	/* "-" and "/" alone are operators */
+	ck_assert_uint_eq(blank("- 1"), 0);
+	ck_assert_uint_eq(blank("/ 1"), 0);
+	ck_assert_uint_eq(quoted("a - 1", 2), 2);
+	ck_assert_uint_eq(blank(""), 0);
+	ck_assert_uint_eq(blank("-"), 0);
+	ck_assert_uint_eq(blank("/"), 0);
+}
+END_TEST
+
+START_TEST(nested_comments)
+{
+	/* block comments nest: the first close ends only the inner one */
+	ck_assert_uint_eq(blank("/* a /* b */ c */x"), 17);
+	ck_assert_uint_eq(blank("/* a /* b */ c x"), 16);
+	ck_assert_uint_eq(quoted("/* a /* b */ c x", 0), SQLLEX_OPEN);
+	ck_assert_uint_eq(blank("/**/x"), 4);
+	ck_assert_uint_eq(blank("/*/ */x"), 6);
+	ck_assert_uint_eq(blank("/* **/x"), 6);
+	/* quotes in comments mean nothing */
+	ck_assert_uint_eq(blank("/* it's */x"), 10);
+	ck_assert_uint_eq(blank("-- it's\nx"), 8);
+}
+END_TEST
+
+START_TEST(strings)
+{
+	ck_assert_uint_eq(quoted("'abc'x", 0), 5);
+	ck_assert_uint_eq(quoted("'a''b'x", 0), 6);
+	ck_assert_uint_eq(quoted("'a", 0), SQLLEX_OPEN);
+	ck_assert_uint_eq(sqllex_skip_quoted("'a", 2, 0), 2);
+	/* a backslash is plain in a standard string */
+	ck_assert_uint_eq(quoted("'a\\'x'", 0), 4);
+	/* E'': backslash escapes, and '' still */
+	ck_assert_uint_eq(quoted("E'a\\'b'x", 1), 7);
+	ck_assert_uint_eq(quoted("e'a\\\\'x", 1), 6);
+	ck_assert_uint_eq(quoted("E'a''b'x", 1), 7);
+	ck_assert_uint_eq(quoted(" E'\\'", 2), SQLLEX_OPEN);
+	/* an E ending a longer identifier is no prefix */
+	ck_assert_uint_eq(quoted("namE'a\\'x", 4), 8);
+	ck_assert_uint_eq(quoted("a$E'a\\'x", 3), 7);
+	/* nothing quoted starts here */
+	ck_assert_uint_eq(quoted("abc", 0), 0);
+	ck_assert_uint_eq(quoted("abc", 3), 3);
+}
+END_TEST
+
+START_TEST(quoted_identifiers)
+{
+	ck_assert_uint_eq(quoted("\"a\"\"b\"x", 0), 6);
+	ck_assert_uint_eq(quoted("\"it's\"x", 0), 6);
+	ck_assert_uint_eq(quoted("\"a", 0), SQLLEX_OPEN);
+
+	char out[16];
+	size_t i = 0;
+	const char *s = "\"My \"\"Name\"\"\"  next";
+	ck_assert(sqllex_ident(s, strlen(s), &i, out, sizeof out));
+	ck_assert_str_eq(out, "My \"Name\"");
+	ck_assert_uint_eq(i, 15);
+	/* unquoted: folded; '$' and digits continue it; bytes >= 0x80 are letters */
+	s = "FoO_1$x.y";
+	i = 0;
+	ck_assert(sqllex_ident(s, strlen(s), &i, out, sizeof out));
+	ck_assert_str_eq(out, "foo_1$x");
+	ck_assert_uint_eq(i, 7);
+	s = "\xc3\x89t\xc3\xa9 ";
+	i = 0;
+	ck_assert(sqllex_ident(s, strlen(s), &i, out, sizeof out));
+	ck_assert_str_eq(out, "\xc3\x89t\xc3\xa9");
+	/* not identifiers: a digit first, an empty or unclosed quote, too long */
+	const char *bad[] = { "1abc", "\"\"", "\"abc", "$1", "", ";", "abcdefghijklmnop", "\"abcdefghijklmnop\"" };
+	for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+		i = 0;
+		ck_assert_msg(!sqllex_ident(bad[k], strlen(bad[k]), &i, out, sizeof out), "%s", bad[k]);
+		ck_assert_uint_eq(i, 0);
+	}
+	/* an exact fit */
+	i = 0;
+	ck_assert(sqllex_ident("abcdefghijklmno", 15, &i, out, sizeof out));
+	ck_assert_str_eq(out, "abcdefghijklmno");
+}
+END_TEST
+
+START_TEST(keywords)
+{
+	size_t i = 0;
+	const char *s = "SeT /* c */ x";
+	ck_assert(sqllex_keyword(s, strlen(s), &i, "set"));
+	ck_assert_uint_eq(i, 12);
+	/* whole words only: '_', digits, '$' and bytes >= 0x80 continue one */
+	const char *not_set[] = { "setx", "set_x", "set1", "set$", "set\xc3\xa9", "se", "" };
+	for (size_t k = 0; k < sizeof not_set / sizeof *not_set; k++) {
+		i = 0;
+		ck_assert_msg(!sqllex_keyword(not_set[k], strlen(not_set[k]), &i, "set"), "%s", not_set[k]);
+		ck_assert_uint_eq(i, 0);
+	}
+	const char *is_set[] = { "set", "SET;", "set(", "set'x'", "set\"x\"", "set--c", "set/*c*/" };
+	for (size_t k = 0; k < sizeof is_set / sizeof *is_set; k++) {
+		i = 0;
+		ck_assert_msg(sqllex_keyword(is_set[k], strlen(is_set[k]), &i, "set"), "%s", is_set[k]);
+	}
+	/* the length bounds the match, not a NUL */
+	i = 0;
+	ck_assert(!sqllex_keyword("settings", 2, &i, "set"));
+	i = 0;
+	ck_assert(sqllex_keyword("settings", 3, &i, "set"));
+}
+END_TEST
+
+START_TEST(dollar_quotes)
+{
+	ck_assert_uint_eq(quoted("$$a;b$$x", 0), 7);
+	ck_assert_uint_eq(quoted("$fn$ a $$ b $fn$x", 0), 16);
+	ck_assert_uint_eq(quoted("$_a1$x$_a1$", 0), 11);
+	ck_assert_uint_eq(quoted("$\xc3\xa9$x$\xc3\xa9$", 0), 9);
+	ck_assert_uint_eq(quoted("$a$ never closed", 0), SQLLEX_OPEN);
+	/* parameters and '$' inside identifiers are not quotes */
+	ck_assert_uint_eq(quoted("$1", 0), 0);
+	ck_assert_uint_eq(quoted("$1$ x $1$", 0), 0);
+	ck_assert_uint_eq(quoted("a$$b$$", 1), 1);
+	ck_assert_uint_eq(quoted("\xc3\xa9$$b$$", 2), 2);
+	ck_assert_uint_eq(quoted("$", 0), 0);
+	ck_assert_uint_eq(quoted("$a", 0), 0);
+	/* a tag ends at its '$': "$a$b$" opens with $a$ */
+	ck_assert_uint_eq(quoted("$a$b$a$", 0), 7);
+}
+END_TEST
+
+START_TEST(statement_end)
+{
+	size_t content;
+	ck_assert_uint_eq(stmt_end("SELECT 1; SELECT 2", &content), 8);
+	ck_assert_uint_eq(content, 8);
+	ck_assert_uint_eq(stmt_end("SELECT 1", &content), 8);
+	ck_assert_uint_eq(content, 8);
+	/* semicolons in strings, names, comments and dollar quotes */
+	ck_assert_uint_eq(stmt_end("SELECT ';' ; x", NULL), 11);
+	ck_assert_uint_eq(stmt_end("SELECT E'\\';' ; x", NULL), 14);
+	ck_assert_uint_eq(stmt_end("SELECT \"a;b\" ; x", NULL), 13);
+	ck_assert_uint_eq(stmt_end("SELECT 1 /* ; */ -- ;\n ; x", &content), 23);
+	ck_assert_uint_eq(content, 8);
+	ck_assert_uint_eq(stmt_end("SELECT $f$ ; $f$; x", &content), 16);
+	ck_assert_uint_eq(content, 16);
+	ck_assert_uint_eq(stmt_end("SELECT $1; x", NULL), 9);
+	/* an unclosed quote runs to the end */
+	ck_assert_uint_eq(stmt_end("SELECT 'a; b", &content), 12);
+	ck_assert_uint_eq(content, 12);
+	ck_assert_uint_eq(stmt_end("  ", &content), 2);
+	ck_assert_uint_eq(content, 0);
+
+	ck_assert(sqllex_rest_is_empty(" ; ;; -- x\n /* y */ ", 20, 0));
+	ck_assert(sqllex_rest_is_empty("", 0, 0));
+	ck_assert(!sqllex_rest_is_empty(" ; x", 4, 0));
+}
+END_TEST
+
+/* The readers built on it keep PostgreSQL's boundaries. */
+START_TEST(readers)
+{
+	/* COMMIT and the like, with comments and semicolons around */
+	ck_assert_str_eq(route_plain_end_tag("commit", 6), "COMMIT");
+	ck_assert_str_eq(route_plain_end_tag(" END WORK ;; ", 13), "COMMIT");
+	ck_assert_str_eq(route_plain_end_tag("/* app */ ROLLBACK TRANSACTION; -- done", 39), "ROLLBACK");
+	ck_assert_str_eq(route_plain_end_tag("abort\f", 6), "ROLLBACK");
+	const char *not_end[] = { "commit and chain", "rollback to a", "commit_x", "commit; select 1", "committed", "" };
+	for (size_t k = 0; k < sizeof not_end / sizeof *not_end; k++)
+		ck_assert_msg(route_plain_end_tag(not_end[k], strlen(not_end[k])) == NULL, "%s", not_end[k]);
+
+	/* SET's value ends at the ';' outside quotes and comments, without
+	 * the comments before it */
+	struct params p;
+	params_init(&p);
+	const char *sql = "/* a /* nested */ SET x */ SET search_path TO 'a;b' /* ; */ -- c\n;";
+	ck_assert_int_eq(params_track_statement(&p, sql, strlen(sql), NULL), PARAMS_STMT_SET);
+	ck_assert_str_eq(params_get(&p, "search_path")->value, "'a;b'");
+	/* what a nested comment hides is not a SET */
+	sql = "/* a /* b */ SET work_mem TO 1 */ SELECT 1";
+	ck_assert_int_eq(params_track_statement(&p, sql, strlen(sql), NULL), PARAMS_STMT_NONE);
+	ck_assert(params_get(&p, "work_mem") == NULL);
+	/* a line comment ends at a carriage return */
+	sql = "-- c\rSET work_mem TO '4MB'";
+	ck_assert_int_eq(params_track_statement(&p, sql, strlen(sql), NULL), PARAMS_STMT_SET);
+	ck_assert(params_get(&p, "work_mem") != NULL);
+	/* $ continues a word: "set$x" is no SET */
+	sql = "set$x TO 1";
+	ck_assert_int_eq(params_track_statement(&p, sql, strlen(sql), NULL), PARAMS_STMT_NONE);
+	/* the text ends at its first NUL */
+	ck_assert_int_eq(params_track_statement(&p, "SET a.b TO 1\0;x", 15, NULL), PARAMS_STMT_SET);
+	ck_assert_str_eq(params_get(&p, "a.b")->value, "1");
+	params_clear(&p);
+}
+END_TEST
+
+Suite *sqllex_suite(void)
+{
+	Suite *s = suite_create("sqllex");
+	TCase *tc = tcase_create("core");
+	tcase_add_test(tc, comments);
+	tcase_add_test(tc, nested_comments);
+	tcase_add_test(tc, strings);
+	tcase_add_test(tc, quoted_identifiers);
+	tcase_add_test(tc, keywords);
+	tcase_add_test(tc, dollar_quotes);
+	tcase_add_test(tc, statement_end);
+	tcase_add_test(tc, readers);
+	suite_add_tcase(s, tc);
+	return s;
+}
