@@ -382,10 +382,20 @@ def test_show_prepared_statements_lists_every_worker(pgcat):
     inst = pgcat(general={"workers": 2})
     wait_until(lambda: len(worker_pids(inst)) == 2)
     conns = []
-    for i in range(16):
+
+    def prepared_on_both():
+        # the kernel spreads connections over the workers' listeners once
+        # both listen (a loaded machine may start the second one late)
         c = inst.connect(prepare_threshold=0)     # every statement prepared by name
-        c.execute("SELECT %s::int + 0 AS marker_workers_test", (i,))
+        c.execute("SELECT %s::int + 0 AS marker_workers_test", (len(conns),))
         conns.append(c)
+        if len(conns) < 16:
+            return False
+        r = admin(inst)
+        _, rows = show(r, "PREPARED_STATEMENTS")
+        r.close()
+        return {x["worker"] for x in rows if "marker_workers_test" in x["query"]} == {"0", "1"}
+    wait_until(prepared_on_both, 30, msg="statements prepared through both workers")
     try:
         for _ in range(3):                        # consoles land on either worker
             r = admin(inst)
