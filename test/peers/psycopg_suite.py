@@ -158,6 +158,13 @@ def run_mode(mode, args, extra):
         dsn = "host=127.0.0.1 port=%d user=%s password=%s dbname=%s sslmode=disable" % (
             port, ROLE, PASSWORD, DB)
         env = dict(os.environ, PSYCOPG_SUITE_VENV=args.venv, PSYCOPG_SUITE_OUT=str(out))
+        src = Path(os.environ.get("PSYCOPG_SRC") or Path(args.peers) / "psycopg")
+        if not (src / "tools" / "pproxy_fix.py").exists() and "PSYCOPG_SUITE_MARKERS" not in os.environ:
+            # The suite's "proxy" tests run tools/pproxy_fix.py, which the
+            # snapshot lacks: they fail the same way against PostgreSQL itself.
+            print("psycopg %s: %s/tools/pproxy_fix.py missing: the suite's proxy tests are deselected"
+                  % (mode, src), flush=True)
+            env["PSYCOPG_SUITE_MARKERS"] = "not mypy and not dns and not refcount and not proxy"
         print("==> psycopg suite, %s mode (pgcat %s on port %d, PostgreSQL on %d)"
               % (mode, args.pgcat_bin, port, pg.port), flush=True)
         r = subprocess.run([str(Path(args.peers) / "psycopg-suite"), dsn, "pgcat-" + mode] + extra,
