@@ -83,3 +83,64 @@ build_out_of_tree() {
 	BUILT_BIN="$root/$bdir/pgcat"
 	[ -x "$BUILT_BIN" ] || die "build produced no $BUILT_BIN"
 }
+
+# The other languages' driver programs of test/integration/test_drivers.py
+# (test/drivers/): node-postgres and postgres.js from npm, pgx from the Go
+# module proxy, pgjdbc from Maven Central, pinned versions, built into OUT
+# (default build-drivers/, ignored by git). Everything fetched stays there
+# (node_modules, the Go module and build caches, the checked jar), so a
+# second run fetches nothing. Node.js with npm, Go and a JDK are installed
+# from Debian when the commands are missing; Go must be at least the version
+# test/drivers/go/go.mod names (Debian 12's golang-go is 1.19, too old for
+# pgx v5.12: install Go from go.dev into /usr/local/go, which is put on PATH).
+# Usage: setup_drivers [OUT]   (sets and exports PGCAT_DRIVERS_DIR; returns
+# non-zero with a message when something is missing)
+setup_drivers() {
+	local out="${1:-$PWD/build-drivers}" pkgs="" need have
+	case ":$PATH:" in *:/usr/local/go/bin:*) ;; *) [ -x /usr/local/go/bin/go ] && PATH="/usr/local/go/bin:$PATH" ;; esac
+	export PATH
+	command -v node >/dev/null && command -v npm >/dev/null || {
+		command -v node >/dev/null || pkgs="$pkgs nodejs"; pkgs="$pkgs npm"; }
+	command -v go >/dev/null || pkgs="$pkgs golang-go"
+	{ command -v java >/dev/null && command -v javac >/dev/null; } || pkgs="$pkgs default-jdk-headless"
+	command -v curl >/dev/null || pkgs="$pkgs curl ca-certificates"
+	if [ -n "$pkgs" ]; then
+		log "installing for the driver tests:$pkgs"
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q || return 1
+		# shellcheck disable=SC2086
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs || return 1
+	fi
+	need=$(sed -n 's/^go \([0-9.]*\)$/\1/p' test/drivers/go/go.mod)
+	have=$(go env GOVERSION 2>/dev/null | sed 's/^go//')
+	if [ -n "$need" ] && [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" != "$need" ]; then
+		echo "error: Go $have is older than the $need that test/drivers/go/go.mod (pgx) needs; install Go >= $need (go.dev/dl) into /usr/local/go" >&2
+		return 1
+	fi
+	mkdir -p "$out/node" "$out/go" "$out/java" || return 1
+	out=$(cd "$out" && pwd) || return 1
+	echo "drivers: node $(node --version), npm $(npm --version), $(go version | cut -d' ' -f3), $(javac -version 2>&1)"
+
+	log "node-postgres and postgres.js (npm) in $out/node"
+	cp test/drivers/node/package.json test/drivers/node/drivers.js "$out/node/" || return 1
+	if ! cmp -s "$out/node/package.json" "$out/node/node_modules/.package.json.installed" 2>/dev/null; then
+		(cd "$out/node" && npm install --no-audit --no-fund --loglevel=error --cache "$out/npm-cache" >/dev/null) || return 1
+		cp "$out/node/package.json" "$out/node/node_modules/.package.json.installed"
+	fi
+
+	log "pgx (Go module proxy) in $out/go"
+	cp test/drivers/go/go.mod test/drivers/go/go.sum test/drivers/go/main.go "$out/go/" || return 1
+	(cd "$out/go" && GOMODCACHE="$out/go-mod" GOCACHE="$out/go-build" GOFLAGS="-modcacherw -buildvcs=false" \
+		go build -o drivers .) || return 1
+
+	log "pgjdbc (Maven Central) in $out/java"
+	local jar_url=https://repo1.maven.org/maven2/org/postgresql/postgresql/42.7.4/postgresql-42.7.4.jar
+	local jar_sha256=188976721ead8e8627eb6d8389d500dccc0c9bebd885268a3047180274a6031e
+	if ! echo "$jar_sha256  $out/java/postgresql.jar" | sha256sum -c --status 2>/dev/null; then
+		curl -fsSL -o "$out/java/postgresql.jar.part" "$jar_url" || return 1
+		echo "$jar_sha256  $out/java/postgresql.jar.part" | sha256sum -c --status \
+			|| { echo "error: postgresql.jar: checksum mismatch" >&2; return 1; }
+		mv "$out/java/postgresql.jar.part" "$out/java/postgresql.jar"
+	fi
+	javac -d "$out/java" -cp "$out/java/postgresql.jar" test/drivers/java/Drivers.java || return 1
+	export PGCAT_DRIVERS_DIR="$out"
+}

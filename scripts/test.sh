@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The test command: installs what is missing (Debian packages, a Python venv),
-# builds pgcat with AddressSanitizer + UndefinedBehaviorSanitizer and -Werror
-# in build-asan/, runs the Check unit tests (make check), then the pytest
-# integration tests against real PostgreSQL 15 servers they start themselves,
+# builds the other languages' driver programs into build-drivers/
+# (node-postgres, postgres.js, pgx, pgjdbc: setup_drivers in scripts/lib.sh,
+# fetched once from npm, the Go module proxy and Maven Central), builds pgcat
+# with AddressSanitizer + UndefinedBehaviorSanitizer and -Werror in
+# build-asan/, runs the Check unit tests (make check), then the pytest
+# integration tests against real PostgreSQL 15 servers they start themselves
+# (test_drivers.py included), then psycopg's own test suite through pgcat in
+# session and in transaction mode (test/peers/psycopg_suite.py; only when
+# ../shared/peers exists beside the repository, else it prints that it is
+# skipped; failures must be listed in test/peers/psycopg-expected-MODE.txt),
 # then make distcheck and scripts/test-deb.sh (the Debian package). After the
 # unit tests, scripts/fuzz.sh runs each libFuzzer target for FUZZ_SECONDS
 # (default here 15).
 # Exits non-zero on any failure. Extra arguments go to pytest, e.g.
 #   bash scripts/test.sh -k auth -x
 # Environment: PYTEST_TIMEOUT (seconds per test, default from pytest.ini),
-# PGCAT_LOAD_SECONDS (pgbench -T of the load tests, default 20).
+# PGCAT_LOAD_SECONDS (pgbench -T of the load tests, default 20),
+# PGCAT_DRIVERS_DIR (where the driver programs are built, default
+# build-drivers/), PSYCOPG_SUITE_MODES (default "session transaction"; empty
+# skips the psycopg suite), PSYCOPG_SUITE_VENV (its venv, default
+# .venv-psycopg-suite/), PEERS_DIR (default ../shared/peers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -36,6 +47,15 @@ if [ "$(cat "$VENV/.requirements-test.sha256" 2>/dev/null)" != "$req_sum" ]; the
 	"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ"
 	echo "$req_sum" > "$VENV/.requirements-test.sha256"
 fi
+
+# --- 1b. other languages' drivers (test/integration/test_drivers.py) ---------
+t=$(date +%s)
+log "driver programs: node-postgres, postgres.js, pgx, pgjdbc (build-drivers/)"
+drivers_rc=0
+if [ -n "${PGCAT_DRIVERS_DIR:-}" ]; then drivers_out=$PGCAT_DRIVERS_DIR; else drivers_out=$ROOT/build-drivers; fi
+unset PGCAT_DRIVERS_DIR
+setup_drivers "$drivers_out" || { drivers_rc=$?; echo "driver programs NOT built: test_drivers.py will fail"; }
+phase "driver setup" "$t"
 
 # --- 2. ASan + UBSan build ---------------------------------------------------
 t=$(date +%s)
@@ -102,6 +122,20 @@ if [ "$py_rc" -eq 5 ]; then
 fi
 phase "integration tests" "$t"
 
+# --- 4b. psycopg's own test suite through pgcat (../shared/peers) -----------
+t=$(date +%s)
+suite_rc=0
+suite_modes=${PSYCOPG_SUITE_MODES-session transaction}
+if [ -z "$suite_modes" ]; then
+	echo "psycopg suite: SKIPPED (PSYCOPG_SUITE_MODES is empty)"
+else
+	log "psycopg's test suite through pgcat: $suite_modes (test/peers/psycopg_suite.py)"
+	# shellcheck disable=SC2086
+	PSYCOPG_SUITE_VENV=${PSYCOPG_SUITE_VENV:-$ROOT/.venv-psycopg-suite} \
+		"$VENV/bin/python" test/peers/psycopg_suite.py $suite_modes || suite_rc=$?
+fi
+phase "psycopg suite" "$t"
+
 # --- 5. make distcheck, Debian package -----------------------------------------
 t=$(date +%s)
 log "make distcheck (in build-dist/)"
@@ -123,10 +157,13 @@ phase "debian package" "$t"
 echo
 echo "unit tests: $([ "$unit_rc" -eq 0 ] && echo passed || echo "FAILED ($unit_rc)")"
 echo "fuzzing: $([ "$fuzz_rc" -eq 0 ] && echo passed || echo "FAILED ($fuzz_rc)")"
+echo "driver programs: $([ "$drivers_rc" -eq 0 ] && echo built || echo "FAILED ($drivers_rc)")"
 echo "integration tests: $([ "$py_rc" -eq 0 ] && echo passed || echo "FAILED (pytest exit $py_rc)")"
+echo "psycopg suite: $([ "$suite_rc" -eq 0 ] && echo "as expected" || echo "FAILED ($suite_rc)")"
 echo "make distcheck: $([ "$dist_rc" -eq 0 ] && echo passed || echo "FAILED ($dist_rc)")"
 echo "debian package: $([ "$deb_rc" -eq 0 ] && echo passed || echo "FAILED ($deb_rc)")"
 echo "total time: $(( $(date +%s) - t_start ))s"
-if [ "$unit_rc" -ne 0 ] || [ "$fuzz_rc" -ne 0 ] || [ "$py_rc" -ne 0 ] || [ "$dist_rc" -ne 0 ] || [ "$deb_rc" -ne 0 ]; then
+if [ "$unit_rc" -ne 0 ] || [ "$fuzz_rc" -ne 0 ] || [ "$drivers_rc" -ne 0 ] || [ "$py_rc" -ne 0 ] \
+	|| [ "$suite_rc" -ne 0 ] || [ "$dist_rc" -ne 0 ] || [ "$deb_rc" -ne 0 ]; then
 	exit 1
 fi
