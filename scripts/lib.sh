@@ -121,20 +121,21 @@ setup_drivers() {
 	echo "drivers: node $(node --version), npm $(npm --version), $(go version | cut -d' ' -f3), $(javac -version 2>&1)"
 
 	log "node-postgres and postgres.js (npm) in $out/node"
-	cp test/drivers/node/package.json test/drivers/node/drivers.js "$out/node/" || return 1
+	cp test/drivers/node/package.json test/drivers/node/*.js "$out/node/" || return 1
 	if ! cmp -s "$out/node/package.json" "$out/node/node_modules/.package.json.installed" 2>/dev/null; then
 		(cd "$out/node" && npm install --no-audit --no-fund --loglevel=error --cache "$out/npm-cache" >/dev/null) || return 1
 		cp "$out/node/package.json" "$out/node/node_modules/.package.json.installed"
 	fi
 
 	log "pgx (Go module proxy) in $out/go"
-	cp test/drivers/go/go.mod test/drivers/go/go.sum test/drivers/go/main.go "$out/go/" || return 1
+	cp test/drivers/go/go.mod test/drivers/go/go.sum test/drivers/go/*.go "$out/go/" || return 1
 	(cd "$out/go" && GOMODCACHE="$out/go-mod" GOCACHE="$out/go-build" GOFLAGS="-modcacherw -buildvcs=false" \
 		go build -o drivers .) || return 1
 
 	log "pgjdbc (Maven Central) in $out/java"
-	local jar_url=https://repo1.maven.org/maven2/org/postgresql/postgresql/42.7.4/postgresql-42.7.4.jar
-	local jar_sha256=188976721ead8e8627eb6d8389d500dccc0c9bebd885268a3047180274a6031e
+	# 42.7.6 and later speak protocol 3.2 (protocolVersion=3.2)
+	local jar_url=https://repo1.maven.org/maven2/org/postgresql/postgresql/42.7.14/postgresql-42.7.14.jar
+	local jar_sha256=73914527305a40cce504b0d3d90b23caf565136912d607ae8ae7c5895512332c
 	if ! echo "$jar_sha256  $out/java/postgresql.jar" | sha256sum -c --status 2>/dev/null; then
 		curl -fsSL -o "$out/java/postgresql.jar.part" "$jar_url" || return 1
 		echo "$jar_sha256  $out/java/postgresql.jar.part" | sha256sum -c --status \

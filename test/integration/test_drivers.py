@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PASSWORDS, assert_pool_idle
+from conftest import PASSWORDS, assert_pool_idle, wait_until
 
 DRIVERS = os.environ.get("PGCAT_DRIVERS_DIR")
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -51,21 +51,52 @@ def test_node_postgres_and_postgres_js(small_pool, pg):
     assert_pool_idle(pg, max_conns=3)
 
 
-def test_pgx(small_pool, pg):
-    url = "postgres://app:%s@127.0.0.1:%d/appdb" % (PASSWORDS["app"], small_pool.port)
+def test_postgres_js_pipelined(small_pool, pg):
+    """Issue 20, item 2: postgres.js with prepare: true, 10 connections with
+    25 queries in flight on each (a new statement goes as Parse, Describe,
+    Flush while others queue behind it) and transactions among them,
+    through 3 server connections: every answer right, none lost."""
+    out = run(["node", str(Path(DRIVERS) / "node" / "pipelined.js")],
+              env={"PGHOST": "127.0.0.1", "PGPORT": str(small_pool.port), "PGUSER": "app",
+                   "PGPASSWORD": PASSWORDS["app"], "PGDATABASE": "appdb"}, timeout=120)
+    assert out.split() == ["ok", "1000"], out
+    assert_pool_idle(pg, max_conns=3)
+
+
+@pytest.mark.parametrize("protocol", ["3.0", "3.2"])
+def test_pgx(small_pool, pg, protocol):
+    url = "postgres://app:%s@127.0.0.1:%d/appdb?max_protocol_version=%s" % (
+        PASSWORDS["app"], small_pool.port, protocol)
     out = run([str(Path(DRIVERS) / "go" / "drivers"), url])
     assert out.strip() == "ok", out
     assert_pool_idle(pg, max_conns=3)
 
 
-def test_pgjdbc(small_pool, pg):
+@pytest.mark.parametrize("protocol", ["3.0", "3.2"])
+def test_pgx_seams(pgcat, pg, protocol):
+    """Issue 28 with pgx on a pool of ONE server: context-cancelled sleeps
+    never cancel another client's query, pgxpool's replacement connections
+    get fresh pids, 'select 4, Sync, select 5, Flush' is answered whole, a
+    statement prepared before a column was dropped gets PostgreSQL's 0A000
+    and works once prepared again (test/drivers/go/seams.go)."""
+    inst = pgcat(pool={"pool_mode": "transaction"}, users={"app": {"pool_size": 1}})
+    url = "postgres://app:%s@127.0.0.1:%d/appdb?max_protocol_version=%s" % (PASSWORDS["app"], inst.port, protocol)
+    out = run([str(Path(DRIVERS) / "go" / "drivers"), url, "seams"], timeout=240)
+    assert out.strip() == "ok", out
+    wait_until(lambda: not [r for r in pg.backends("app", "appdb") if r[3] == "active"], 10,
+               msg="no query left running (a context-cancelled sleep survived)")
+    assert_pool_idle(pg, max_conns=1)
+
+
+@pytest.mark.parametrize("protocol", ["3.0", "3.2"])
+def test_pgjdbc(small_pool, pg, protocol):
     with pg.connect("appdb") as c:
         c.execute("DROP TABLE IF EXISTS pgcat_drivers_jdbc")
         c.execute("CREATE TABLE pgcat_drivers_jdbc (worker int, k int)")
         c.execute("GRANT ALL ON pgcat_drivers_jdbc TO app")
     try:
-        url = "jdbc:postgresql://127.0.0.1:%d/appdb?prepareThreshold=1&user=app&password=%s" % (
-            small_pool.port, PASSWORDS["app"])
+        url = "jdbc:postgresql://127.0.0.1:%d/appdb?prepareThreshold=1&user=app&password=%s&protocolVersion=%s" % (
+            small_pool.port, PASSWORDS["app"], protocol)
         java = Path(DRIVERS) / "java"
         out = run(["java", "-cp", "%s:%s" % (java / "postgresql.jar", java), "Drivers", url])
         assert out.split() == ["ok", "2400"], out     # 8 threads x 300

@@ -90,7 +90,7 @@ func main() {
 		wg.Add(1)
 		go func(id int) { defer wg.Done(); conn(ctx, url, id, errs) }(i)
 	}
-	pool, err := pgxpool.New(ctx, url+"?pool_max_conns=4")
+	pool, err := pgxpool.New(ctx, withParam(url, "pool_max_conns=4"))
 	if err != nil {
 		fmt.Println("FAIL", err)
 		os.Exit(1)

@@ -26,7 +26,7 @@ import (
 )
 
 func seamCancel(ctx context.Context, url string) error {
-	pool, err := pgxpool.New(ctx, url+"?pool_max_conns=6")
+	pool, err := pgxpool.New(ctx, withParam(url, "pool_max_conns=6"))
 	if err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func seamCancel(ctx context.Context, url string) error {
 }
 
 func seamFreshPids(ctx context.Context, url string) error {
-	pool, err := pgxpool.New(ctx, url+"?pool_max_conns=1")
+	pool, err := pgxpool.New(ctx, withParam(url, "pool_max_conns=1"))
 	if err != nil {
 		return err
 	}
@@ -182,6 +182,14 @@ func seamStaleStatement(ctx context.Context, url string) error {
 		return fmt.Errorf("stale statement: after preparing again: %v", err)
 	}
 	return nil
+}
+
+// withParam adds one key=value to a connection URL that may have a query.
+func withParam(url, kv string) string {
+	if strings.Contains(url, "?") {
+		return url + "&" + kv
+	}
+	return url + "?" + kv
 }
 
 func seams(ctx context.Context, url string) error {
