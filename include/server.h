@@ -32,7 +32,7 @@ enum server_state {
 	SERVER_CLOSED
 };
 
-struct server_auth;
+struct auth_backend;
 
 struct prep_server;
 
@@ -44,7 +44,7 @@ struct server {
 	struct io io;
 	struct srvpool *sp;
 	struct client *client;        /* linked client */
-	struct server_auth *auth;     /* only during login */
+	struct auth_backend *auth;     /* only during login */
 
 	/* server_tls_sslmode: SSLRequest sent, waiting for 'S'/'N'; then the
 	 * handshake; the StartupMessage goes once it is done (or after 'N'). */

@@ -25,7 +25,7 @@
 #include <time.h>
 
 #include "auth.h"
-#include "auth_md5.h"
+#include "auth_backend.h"
 #include "auth_scram.h"
 #include "config.h"
 #include "dns.h"
@@ -80,8 +80,12 @@ struct lagmon_conn {
 	/* Login: the pool's server user and its password (wiped on free). */
 	char *user;
 	char *password;
-	struct scram_client scram;
-	bool scram_passthrough;       /* scram holds a client's keys already */
+	/* SCRAM pass-through keys, copied from the pool when the connection
+	 * starts (have_passthrough: a client had proved one). */
+	bool have_passthrough;
+	uint8_t passthrough_client_key[SCRAM_KEY_LEN];
+	uint8_t passthrough_server_key[SCRAM_KEY_LEN];
+	struct auth_backend auth;
 	bool seen;                    /* still in the config at this tick */
 	bool failing;                 /* a failure was logged; log the next success */
 	/* This round: waiting for an answer (pending), and the answer. */
@@ -125,8 +129,10 @@ static void wipe_credentials(struct lagmon_conn *c)
 	}
 	free(c->user);
 	c->user = NULL;
-	OPENSSL_cleanse(&c->scram, sizeof c->scram);
-	c->scram_passthrough = false;
+	OPENSSL_cleanse(c->passthrough_client_key, sizeof c->passthrough_client_key);
+	OPENSSL_cleanse(c->passthrough_server_key, sizeof c->passthrough_server_key);
+	c->have_passthrough = false;
+	auth_backend_clear(&c->auth);
 }
 
 static void evaluate_group(struct lagmon *lm, const char *pool, int shard);
@@ -348,120 +354,25 @@ static void send_startup(struct lagmon_conn *c)
 	set_state(c, LAGMON_LOGIN);
 }
 
-static bool send_password(struct lagmon_conn *c, const void *data, size_t len)
-{
-	uint8_t storage[SCRAM_MAX_MESSAGE + 128];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_begin(&pb, PqMsg_PasswordMessage);
-	pktbuf_put_bytes(&pb, data, len);
-	pktbuf_end(&pb);
-	if (pb.failed)
-		return false;
-	evbuffer_add(io_out(&c->io), pb.data, pb.len);
-	OPENSSL_cleanse(storage, sizeof storage);
-	return true;
-}
-
-static bool is_scram_secret(const char *p) { return p && strncmp(p, "SCRAM-SHA-256$", 14) == 0; }
-
 /* One AuthenticationRequest; false: give up (the reason is in *why). */
 static bool handle_auth(struct lagmon_conn *c, const uint8_t *body, size_t len, const char **why)
 {
-	if (len < 4) {
-		*why = "malformed authentication request";
-		return false;
-	}
-	const char *pw = c->password;
-	bool have_plain = pw && pw[0] && !pg_md5_is_stored(pw) && !is_scram_secret(pw);
-	switch (proto_get_u32(body)) {
-	case AUTH_REQ_OK:
-		return true;
-	case AUTH_REQ_PASSWORD:
-		if (!have_plain) {
-			*why = "the server asks for a cleartext password, and pgcat has none for this user";
-			return false;
-		}
-		if (!send_password(c, pw, strlen(pw) + 1)) {
-			*why = "password too long";
-			return false;
-		}
-		return true;
-	case AUTH_REQ_MD5: {
-		if (len != 8 || !pw || !pw[0] || is_scram_secret(pw)) {
-			*why = "the server asks for an md5 password, and pgcat has none for this user";
-			return false;
-		}
-		char stored[PG_MD5_LEN + 1], resp[PG_MD5_LEN + 1];
-		if (pg_md5_is_stored(pw))
-			snprintf(stored, sizeof stored, "%s", pw);
-		else
-			pg_md5_stored(pw, c->user, stored);
-		pg_md5_response(stored, body + 4, resp);
-		bool ok = send_password(c, resp, strlen(resp) + 1);
-		OPENSSL_cleanse(stored, sizeof stored);
-		if (!ok)
-			*why = "md5 answer too long";
-		return ok;
-	}
-	case AUTH_REQ_SASL: {
-		bool scram = false;
-		size_t off = 4;
-		const char *mech;
-		while (proto_read_cstring(body, len, &off, &mech) && mech[0])
-			if (strcmp(mech, "SCRAM-SHA-256") == 0)
-				scram = true;
-		if (!scram) {
-			*why = "the server offers no SASL mechanism pgcat supports";
-			return false;
-		}
-		if (!have_plain && !c->scram_passthrough) {
-			*why = "the server asks for SCRAM, and pgcat has no password (or client key yet) for this user";
-			return false;
-		}
-		uint8_t nonce[SCRAM_NONCE_RAW_LEN];
-		char msg[SCRAM_MAX_MESSAGE + 1];
-		size_t mlen;
-		if (!pg_random_bytes(nonce, sizeof nonce) ||
-		    !scram_client_first(&c->scram, have_plain ? pw : NULL, nonce, msg, sizeof msg, &mlen)) {
-			*why = "cannot start the SCRAM exchange";
-			return false;
-		}
-		uint8_t storage[SCRAM_MAX_MESSAGE + 64];
-		struct pktbuf pb;
-		pktbuf_init(&pb, storage, sizeof storage);
-		pktbuf_begin(&pb, PqMsg_SASLInitialResponse);
-		pktbuf_put_cstring(&pb, "SCRAM-SHA-256");
-		pktbuf_put_u32(&pb, (uint32_t)mlen);
-		pktbuf_put_bytes(&pb, msg, mlen);
-		pktbuf_end(&pb);
-		if (pb.failed) {
-			*why = "SCRAM message too long";
-			return false;
-		}
+	const struct auth_backend_secret sec = {
+		.user = c->user,
+		.password = c->password,
+		.passthrough_client_key = c->have_passthrough ? c->passthrough_client_key : NULL,
+		.passthrough_server_key = c->have_passthrough ? c->passthrough_server_key : NULL,
+	};
+	uint8_t storage[AUTH_BACKEND_MAX_MESSAGE];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	enum auth_backend_result r = auth_backend_answer(&c->auth, &sec, body, len, &pb, why);
+	if (r == AUTH_BACKEND_CONTINUE && pb.len > 0)
 		evbuffer_add(io_out(&c->io), pb.data, pb.len);
-		return true;
-	}
-	case AUTH_REQ_SASL_CONT: {
-		char msg[SCRAM_MAX_MESSAGE + 1];
-		size_t mlen;
-		if (!scram_client_handle_first(&c->scram, (const char *)body + 4, len - 4, msg, sizeof msg, &mlen) ||
-		    !send_password(c, msg, mlen)) {
-			*why = "bad SCRAM server-first-message";
-			return false;
-		}
-		return true;
-	}
-	case AUTH_REQ_SASL_FIN:
-		if (!scram_client_handle_final(&c->scram, (const char *)body + 4, len - 4)) {
-			*why = "the server's SCRAM signature does not verify";
-			return false;
-		}
-		return true;
-	default:
-		*why = "the server asks for an authentication method pgcat does not support";
-		return false;
-	}
+	OPENSSL_cleanse(storage, sizeof storage);   /* a cleartext password, maybe */
+	if (r == AUTH_BACKEND_DONE)
+		auth_backend_clear(&c->auth);   /* the SCRAM keys are of no more use */
+	return r != AUTH_BACKEND_FAILED;
 }
 
 static void start_tls(struct lagmon_conn *c, bool direct);
@@ -670,13 +581,12 @@ static bool conn_start(struct lagmon_conn *c, const struct pool *p, const struct
 		wipe_credentials(c);
 		return false;
 	}
-	if (is_scram_secret(pw) && p->have_scram && p->have_passthrough_key) {
+	if (p->have_scram && p->have_passthrough_key) {
 		/* SCRAM pass-through, as for pooled connections: the key a
 		 * client proved answers for the user. */
-		c->scram.have_keys = true;
-		memcpy(c->scram.client_key, p->passthrough_client_key, SCRAM_KEY_LEN);
-		memcpy(c->scram.server_key, p->scram.server_key, SCRAM_KEY_LEN);
-		c->scram_passthrough = true;
+		memcpy(c->passthrough_client_key, p->passthrough_client_key, SCRAM_KEY_LEN);
+		memcpy(c->passthrough_server_key, p->scram.server_key, SCRAM_KEY_LEN);
+		c->have_passthrough = true;
 	}
 	if (!io_connect(&c->io, w->base, &w->flusher, (const struct sockaddr *)&sp->addr, sp->addrlen, LAGMON_READ_HIGH,
 			&conn_io_ops)) {

@@ -29,8 +29,7 @@
 #include <openssl/crypto.h>
 
 #include "auth.h"
-#include "auth_md5.h"
-#include "auth_scram.h"
+#include "auth_backend.h"
 #include "client.h"
 #include "config.h"
 #include "log.h"
@@ -48,11 +47,6 @@
 /* No server message is longer than PostgreSQL's 1 GB field limit plus slack. */
 #define SERVER_MAX_MESSAGE (0x40000000u + 65536u)
 #define SERVER_READ_HIGH_WATER (64u * 1024)
-
-struct server_auth {
-	struct scram_client scram;
-	char *password;
-};
 
 static const char *const state_names[] = {
 	[SERVER_CONNECTING] = "connecting", [SERVER_LOGIN] = "login", [SERVER_IDLE] = "idle",
@@ -91,11 +85,7 @@ static void auth_free(struct server *s)
 {
 	if (!s->auth)
 		return;
-	if (s->auth->password) {
-		OPENSSL_cleanse(s->auth->password, strlen(s->auth->password));
-		free(s->auth->password);
-	}
-	OPENSSL_cleanse(&s->auth->scram, sizeof s->auth->scram);   /* a pass-through key, maybe */
+	auth_backend_clear(s->auth);   /* a pass-through key, maybe */
 	free(s->auth);
 	s->auth = NULL;
 }
@@ -226,133 +216,42 @@ static void login_fail(struct server *s, const char *msg)
 	server_close(s, NULL);
 }
 
-static void send_password_message(struct server *s, const void *data, size_t len)
-{
-	uint8_t storage[SCRAM_MAX_MESSAGE + 128];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_begin(&pb, PqMsg_PasswordMessage);
-	pktbuf_put_bytes(&pb, data, len);
-	pktbuf_end(&pb);
-	if (!pb.failed)
-		evbuffer_add(io_out(&s->io), pb.data, pb.len);
-}
-
 /* One 'R' message during login; false when the connection was closed. */
 static bool handle_auth_request(struct server *s, const uint8_t *body, size_t len)
 {
-	if (len < 4) {
-		login_fail(s, "malformed authentication request");
+	/* Kept from the SASL request to its last step; allocated here, on the
+	 * first request, to keep idle servers small. */
+	if (!s->auth && !(s->auth = calloc(1, sizeof *s->auth))) {
+		login_fail(s, "out of memory");
 		return false;
 	}
-	uint32_t code = proto_get_u32(body);
-	const char *password = auth_server_password(s->sp->pool);
-	const char *user = auth_server_user(s->sp->pool);
-	switch (code) {
-	case AUTH_REQ_OK:
+	struct pool *pool = s->sp->pool;
+	bool have_key = pool->have_scram && pool->have_passthrough_key;
+	const struct auth_backend_secret sec = {
+		.user = auth_server_user(pool),
+		.password = auth_server_password(pool),
+		.passthrough_client_key = have_key ? pool->passthrough_client_key : NULL,
+		.passthrough_server_key = have_key ? pool->scram.server_key : NULL,
+	};
+	uint8_t storage[AUTH_BACKEND_MAX_MESSAGE];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	const char *error;
+	enum auth_backend_result r = auth_backend_answer(s->auth, &sec, body, len, &pb, &error);
+	if (r == AUTH_BACKEND_CONTINUE && pb.len > 0)
+		evbuffer_add(io_out(&s->io), pb.data, pb.len);
+	OPENSSL_cleanse(storage, sizeof storage);   /* a cleartext password, maybe */
+	switch (r) {
+	case AUTH_BACKEND_DONE:
 		auth_free(s);
 		return true;
-	case AUTH_REQ_PASSWORD:
-		if (!password || !password[0] || pg_md5_is_stored(password) ||
-		    strncmp(password, "SCRAM-SHA-256$", 14) == 0) {
-			login_fail(s, "server asks for a cleartext password, and pgcat has none for this user");
-			return false;
-		}
-		send_password_message(s, password, strlen(password) + 1);
+	case AUTH_BACKEND_CONTINUE:
 		return true;
-	case AUTH_REQ_MD5: {
-		if (len != 8 || !password || !password[0] || strncmp(password, "SCRAM-SHA-256$", 14) == 0) {
-			login_fail(s, "server asks for an md5 password, and pgcat has none for this user");
-			return false;
-		}
-		char stored[PG_MD5_LEN + 1], resp[PG_MD5_LEN + 1];
-		if (pg_md5_is_stored(password))
-			snprintf(stored, sizeof stored, "%s", password);
-		else
-			pg_md5_stored(password, user, stored);
-		pg_md5_response(stored, body + 4, resp);
-		send_password_message(s, resp, strlen(resp) + 1);
-		return true;
+	case AUTH_BACKEND_FAILED:
+		break;
 	}
-	case AUTH_REQ_SASL: {
-		/* A list of mechanism names, each NUL-terminated, then an empty one. */
-		bool scram = false;
-		size_t off = 4;
-		const char *mech;
-		while (proto_read_cstring(body, len, &off, &mech) && mech[0])
-			if (strcmp(mech, "SCRAM-SHA-256") == 0)
-				scram = true;
-		if (!scram) {
-			login_fail(s, "server offers no SASL mechanism pgcat supports");
-			return false;
-		}
-		struct pool *pool = s->sp->pool;
-		bool passthrough = password && strncmp(password, "SCRAM-SHA-256$", 14) == 0;
-		if (!password || !password[0] || pg_md5_is_stored(password)) {
-			login_fail(s, "server asks for SCRAM, and pgcat has no plaintext password for this user");
-			return false;
-		}
-		if (passthrough && !(pool->have_scram && pool->have_passthrough_key)) {
-			login_fail(s, "server asks for SCRAM, and pgcat has only a SCRAM secret for this user: "
-				      "no client has logged in with it yet to pass its key through");
-			return false;
-		}
-		s->auth = calloc(1, sizeof *s->auth);
-		if (!s->auth || (!passthrough && !(s->auth->password = strdup(password)))) {
-			login_fail(s, "out of memory");
-			return false;
-		}
-		if (passthrough) {
-			/* The client's key answers for the user (SCRAM pass-through):
-			 * it works if the server holds the same verifier. */
-			s->auth->scram.have_keys = true;
-			memcpy(s->auth->scram.client_key, pool->passthrough_client_key, SCRAM_KEY_LEN);
-			memcpy(s->auth->scram.server_key, pool->scram.server_key, SCRAM_KEY_LEN);
-		}
-		uint8_t nonce[SCRAM_NONCE_RAW_LEN];
-		char msg[SCRAM_MAX_MESSAGE + 1];
-		size_t mlen;
-		if (!pg_random_bytes(nonce, sizeof nonce) ||
-		    !scram_client_first(&s->auth->scram, s->auth->password, nonce, msg, sizeof msg, &mlen)) {
-			login_fail(s, "cannot start SCRAM exchange");
-			return false;
-		}
-		uint8_t storage[SCRAM_MAX_MESSAGE + 64];
-		struct pktbuf pb;
-		pktbuf_init(&pb, storage, sizeof storage);
-		pktbuf_begin(&pb, PqMsg_SASLInitialResponse);
-		pktbuf_put_cstring(&pb, "SCRAM-SHA-256");
-		pktbuf_put_u32(&pb, (uint32_t)mlen);
-		pktbuf_put_bytes(&pb, msg, mlen);
-		pktbuf_end(&pb);
-		if (pb.failed) {
-			login_fail(s, "SCRAM message too long");
-			return false;
-		}
-		evbuffer_add(io_out(&s->io), pb.data, pb.len);
-		return true;
-	}
-	case AUTH_REQ_SASL_CONT: {
-		char msg[SCRAM_MAX_MESSAGE + 1];
-		size_t mlen;
-		if (!s->auth || !scram_client_handle_first(&s->auth->scram, (const char *)body + 4, len - 4,
-							   msg, sizeof msg, &mlen)) {
-			login_fail(s, "bad SCRAM server-first-message");
-			return false;
-		}
-		send_password_message(s, msg, mlen);
-		return true;
-	}
-	case AUTH_REQ_SASL_FIN:
-		if (!s->auth || !scram_client_handle_final(&s->auth->scram, (const char *)body + 4, len - 4)) {
-			login_fail(s, "server's SCRAM signature does not verify");
-			return false;
-		}
-		return true;
-	default:
-		login_fail(s, "server asks for an authentication method pgcat does not support");
-		return false;
-	}
+	login_fail(s, error);
+	return false;
 }
 
 static void note_error(struct server *s, const uint8_t *body, size_t len)
