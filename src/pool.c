@@ -276,13 +276,16 @@ static void config_ref_put(struct config_ref *ref)
 static void pool_free(struct pool *p)
 {
 	struct list_node *pos, *tmp;
-	for (size_t i = 0; i < p->n_targets; i++) {
+	/* Every server first, then the srvpools: closing a server that was
+	 * logging in looks at its shard's other srvpools (route_connect_failed). */
+	for (size_t i = 0; i < p->n_targets; i++)
 		srvpool_close_all(p->targets[i]);
+	LIST_FOREACH_SAFE(pos, tmp, &p->retired)
+		srvpool_close_all(LIST_OWNER(pos, struct srvpool, retired_node));
+	for (size_t i = 0; i < p->n_targets; i++)
 		srvpool_free(p->targets[i]);
-	}
 	LIST_FOREACH_SAFE(pos, tmp, &p->retired) {
 		struct srvpool *sp = LIST_OWNER(pos, struct srvpool, retired_node);
-		srvpool_close_all(sp);
 		list_del(&sp->retired_node);
 		srvpool_free(sp);
 	}
