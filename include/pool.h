@@ -77,6 +77,9 @@ struct pool {
 	 * clients and servers are gone. Its config snapshot is kept alive
 	 * through cfg_ref until then. */
 	bool removed;
+	/* pool_free is closing its servers: a login it cuts short is not a
+	 * failure of the server (no ban, no error for waiters). */
+	bool freeing;
 	struct config_ref *cfg_ref;
 	int n_clients;                /* logged in or logging in, for SHOW and draining */
 

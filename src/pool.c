@@ -278,6 +278,7 @@ static void pool_free(struct pool *p)
 	struct list_node *pos, *tmp;
 	/* Every server first, then the srvpools: closing a server that was
 	 * logging in looks at its shard's other srvpools (route_connect_failed). */
+	p->freeing = true;
 	for (size_t i = 0; i < p->n_targets; i++)
 		srvpool_close_all(p->targets[i]);
 	LIST_FOREACH_SAFE(pos, tmp, &p->retired)
@@ -606,7 +607,7 @@ void pool_server_closed(struct server *s, bool login_failed)
 	if (list_linked(&s->node))
 		list_del(&s->node);
 	count_adjust(sp, s->state, -1);
-	if (!login_failed)
+	if (!login_failed || p->freeing)
 		return;
 	sp->last_failure_us = s->w->now_us ? s->w->now_us : 1;
 	if (s->have_error) {
