@@ -150,6 +150,10 @@ void pool_count_clients(struct worker *w, const struct pool *p, int *active, int
 void pool_destroy_all(struct worker *w);
 struct pool *pool_find(struct worker *w, const char *db, const char *user);
 /* Is there any pool for this database name? */
+/* Is p the first (pool, user) of its pool name in w's list (per-server
+ * figures and monitor connections are kept once per pool name)?
+ * skip_removed: pools a reload removed do not count. */
+bool pool_first_of_name(struct worker *w, bool skip_removed, const struct pool *p);
 bool pool_db_exists(struct worker *w, const char *db);
 
 /* The server this client's next transaction goes to. */

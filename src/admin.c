@@ -245,20 +245,6 @@ static void fmt_time(int64_t t, char *buf, size_t len)
 
 /* ---- SHOW commands ---- */
 
-/* Visit pools grouped by database name: first pool of each name. */
-static bool first_of_name(struct worker *w, const struct pool *p)
-{
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *q = LIST_OWNER(pos, struct pool, node);
-		if (q == p)
-			return true;
-		if (strcmp(q->name, p->name) == 0)
-			return false;
-	}
-	return true;
-}
-
 static void db_stats(struct worker *w, const char *db, struct stats *tot, struct stats *avg)
 {
 	memset(tot, 0, sizeof *tot);
@@ -334,7 +320,7 @@ static void show_stats_view(struct client *c, enum stats_view view)
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		if (!first_of_name(w, p))
+		if (!pool_first_of_name(w, false, p))
 			continue;
 		struct stats tot, avg;
 		db_stats(w, p->name, &tot, &avg);
@@ -427,7 +413,7 @@ static void show_databases(struct client *c)
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		if (!first_of_name(w, p) || p->removed)
+		if (!pool_first_of_name(w, false, p) || p->removed)
 			continue;
 		int clients = 0;
 		struct list_node *qp, *qt;
@@ -846,7 +832,7 @@ static void show_lists(struct client *c)
 	used_clients = w->n_clients - login_clients;
 	int databases = 0;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools)
-		if (first_of_name(w, LIST_OWNER(pos, struct pool, node)))
+		if (pool_first_of_name(w, false, LIST_OWNER(pos, struct pool, node)))
 			databases++;
 	int64_t dns_names = 0, dns_pending_n = w->dns ? (int64_t)dns_pending(w->dns) : 0;
 	while (w->dns && dns_entry_at(w->dns, (size_t)dns_names))
@@ -965,7 +951,7 @@ static void show_shards(struct client *c)
 	struct list_node *pos, *tmp, *qp, *qt;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		if (!first_of_name(w, p) || p->removed)
+		if (!pool_first_of_name(w, false, p) || p->removed)
 			continue;
 		for (size_t i = 0; i < p->n_targets; i++) {
 			const struct srvpool *sp = p->targets[i];
@@ -1048,7 +1034,7 @@ static void show_bans(struct client *c)
 		struct list_node *pos, *tmp;
 		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 			struct pool *p = LIST_OWNER(pos, struct pool, node);
-			if (!first_of_name(w, p))
+			if (!pool_first_of_name(w, false, p))
 				continue;
 			for (size_t k = 0; k < p->n_targets; k++) {
 				const struct srvpool *sp = p->targets[k];

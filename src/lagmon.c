@@ -636,18 +636,6 @@ static struct lagmon_conn *find_or_add(struct lagmon *lm, const struct pool *p, 
 	return c;
 }
 
-static bool first_of_name(struct worker *w, const struct pool *p)
-{
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		const struct pool *q = LIST_OWNER(pos, struct pool, node);
-		if (q == p)
-			return true;
-		if (!q->removed && strcmp(q->name, p->name) == 0)
-			return false;
-	}
-	return true;
-}
 
 /* One server at the start of a round: give up on a stuck step, then ask
  * (or connect; the query follows the login). */
@@ -737,7 +725,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		if (p->removed || !first_of_name(w, p) || !pool_monitored(p))
+		if (p->removed || !pool_first_of_name(w, true, p) || !pool_monitored(p))
 			continue;
 		for (size_t i = 0; i < p->n_targets; i++) {
 			struct lagmon_conn *c = find_or_add(lm, p, p->targets[i]);

@@ -322,6 +322,19 @@ struct pool *pool_find(struct worker *w, const char *db, const char *user)
 	return NULL;
 }
 
+bool pool_first_of_name(struct worker *w, bool skip_removed, const struct pool *p)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		const struct pool *q = LIST_OWNER(pos, struct pool, node);
+		if (q == p)
+			return true;
+		if (!(skip_removed && q->removed) && strcmp(q->name, p->name) == 0)
+			return false;
+	}
+	return true;
+}
+
 bool pool_db_exists(struct worker *w, const char *db)
 {
 	return config_find_pool(w->cfg, db) != NULL;

@@ -45,19 +45,6 @@ static void pool_labels(struct evbuffer *out, const struct pool *p)
 	evbuffer_add(out, "\"}", 2);
 }
 
-/* The first (pool, user) of a pool name: per-server figures once per pool. */
-static bool first_of_name(struct worker *w, const struct pool *p)
-{
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		const struct pool *q = LIST_OWNER(pos, struct pool, node);
-		if (q == p)
-			return true;
-		if (strcmp(q->name, p->name) == 0)
-			return false;
-	}
-	return true;
-}
 
 struct metric {
 	const char *name;
@@ -207,7 +194,7 @@ void prometheus_render(struct worker *w, struct evbuffer *out)
 		header(out, &lag_gauges[g]);
 		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 			struct pool *p = LIST_OWNER(pos, struct pool, node);
-			if (!first_of_name(w, p))
+			if (!pool_first_of_name(w, false, p))
 				continue;
 			for (size_t i = 0; i < p->n_targets; i++) {
 				const struct srvpool *sp = p->targets[i];
