@@ -36,12 +36,15 @@ struct auth_credentials {
 };
 
 /* Start: choose the method and write the first AuthenticationRequest into
- * out. cred NULL: unknown user (the exchange runs and fails at the end). */
-enum auth_outcome auth_client_begin(struct worker *w, struct client *c, const struct auth_credentials *cred,
+ * out, for user. cred NULL: unknown user (the exchange runs and fails at
+ * the end). */
+enum auth_outcome auth_client_begin(struct worker *w, const char *user, const struct auth_credentials *cred,
 				    struct client_auth *a, struct evbuffer *out)
 	__attribute__((warn_unused_result));
-/* Handle one 'p' message body from the client. */
-enum auth_outcome auth_client_step(struct worker *w, struct client *c, struct client_auth *a,
+/* Handle one 'p' message body from the client. passthrough: the pool whose
+ * servers a verified SCRAM ClientKey may log in to (SCRAM pass-through;
+ * NULL: none, e.g. the admin console). */
+enum auth_outcome auth_client_step(struct worker *w, struct pool *passthrough, struct client_auth *a,
 				   const uint8_t *body, size_t len, struct evbuffer *out)
 	__attribute__((warn_unused_result));
 

@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "auth_md5.h"
-#include "client.h"
 #include "config.h"
 #include "log.h"
 #include "pktbuf.h"
@@ -47,7 +46,7 @@ static bool fake_secret(struct worker *w, const char *user, struct scram_secret 
 	       pg_random_bytes(out->server_key, sizeof out->server_key);
 }
 
-enum auth_outcome auth_client_begin(struct worker *w, struct client *c, const struct auth_credentials *cred,
+enum auth_outcome auth_client_begin(struct worker *w, const char *user, const struct auth_credentials *cred,
 				    struct client_auth *a, struct evbuffer *out)
 {
 	const struct config_general *g = &w->cfg->general;
@@ -75,7 +74,7 @@ enum auth_outcome auth_client_begin(struct worker *w, struct client *c, const st
 			if (pg_md5_is_stored(pw))
 				snprintf(a->md5_stored, sizeof a->md5_stored, "%s", pw);
 			else
-				pg_md5_stored(pw, client_user(c), a->md5_stored);
+				pg_md5_stored(pw, user, a->md5_stored);
 		}
 		if (!randpool_bytes(&w->rand, a->md5_salt, sizeof a->md5_salt))
 			return AUTH_FAILED;
@@ -89,7 +88,7 @@ enum auth_outcome auth_client_begin(struct worker *w, struct client *c, const st
 	struct scram_secret secret;
 	if (a->user_known && cred->scram) {
 		secret = *cred->scram;
-	} else if (!fake_secret(w, client_user(c), &secret)) {
+	} else if (!fake_secret(w, user, &secret)) {
 		return AUTH_FAILED;
 	}
 	scram_server_init(&a->scram, &secret);
@@ -99,7 +98,7 @@ enum auth_outcome auth_client_begin(struct worker *w, struct client *c, const st
 	return AUTH_CONTINUE;
 }
 
-enum auth_outcome auth_client_step(struct worker *w, struct client *c, struct client_auth *a,
+enum auth_outcome auth_client_step(struct worker *w, struct pool *passthrough, struct client_auth *a,
 				   const uint8_t *body, size_t len, struct evbuffer *out)
 {
 	uint8_t storage[SCRAM_MAX_MESSAGE + 64];
@@ -160,9 +159,9 @@ enum auth_outcome auth_client_step(struct worker *w, struct client *c, struct cl
 			return AUTH_FAILED;
 		/* The user's secret is a SCRAM verifier: the client's key is what
 		 * logs pgcat in to servers with the same verifier. */
-		if (c->pool && c->pool->cuser && is_scram_secret(c->pool->cuser->password) && !c->is_admin) {
-			memcpy(c->pool->passthrough_client_key, a->scram.client_key, SCRAM_KEY_LEN);
-			c->pool->have_passthrough_key = true;
+		if (passthrough && passthrough->cuser && is_scram_secret(passthrough->cuser->password)) {
+			memcpy(passthrough->passthrough_client_key, a->scram.client_key, SCRAM_KEY_LEN);
+			passthrough->have_passthrough_key = true;
 		}
 		pktbuf_auth_request(&pb, AUTH_REQ_SASL_FIN, msg, mlen);
 		if (pb.failed)

@@ -505,7 +505,7 @@ static void start_login(struct client *c)
 		client_close(c, SQLSTATE_INTERNAL_ERROR, "out of memory");
 		return;
 	}
-	enum auth_outcome o = auth_client_begin(w, c, credp, c->auth, io_out(&c->io));
+	enum auth_outcome o = auth_client_begin(w, client_user(c), credp, c->auth, io_out(&c->io));
 	switch (o) {
 	case AUTH_OK:
 		login_done(c);
@@ -687,7 +687,7 @@ static void process_auth(struct client *c)
 		if (evbuffer_get_length(in) < f.len + 1)
 			return;
 		const uint8_t *buf = evbuffer_pullup(in, f.len + 1);
-		enum auth_outcome o = auth_client_step(c->w, c, c->auth, buf + 5, f.len - 4,
+		enum auth_outcome o = auth_client_step(c->w, c->is_admin ? NULL : c->pool, c->auth, buf + 5, f.len - 4,
 						       io_out(&c->io));
 		evbuffer_drain(in, f.len + 1);
 		switch (o) {
