@@ -164,7 +164,7 @@ enum prep_action {
 	PREP_FORWARD,   /* forward the message as is (the pump does) */
 	PREP_DONE,      /* consumed; what the server needs is queued (maybe with c->fwd_remaining) */
 	PREP_WAIT,      /* need more bytes */
-	PREP_FAILED     /* the client was closed */
+	PREP_FAILED     /* out of memory: the caller closes the client */
 };
 /* A client message (Parse, Bind, Describe, Close, Query) with the client
  * linked to s. Also counts Sync/Query/FunctionCall segments. */
@@ -191,7 +191,7 @@ bool prep_server_wants(const struct server *s, uint8_t type);
  * the statement is parsed on a server when a Bind uses it, so an error in
  * it then answers the Bind. DONE: the Parses and the Sync were taken and
  * answered, the caller sends the ReadyForQuery. NO: nothing was taken
- * (the usual way). FAILED: the client was closed. */
+ * (the usual way). FAILED: out of memory, the caller closes the client. */
 enum prep_cached { PREP_CACHED_NO, PREP_CACHED_DONE, PREP_CACHED_FAILED };
 enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok);
 

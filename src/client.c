@@ -1312,7 +1312,9 @@ static void process_active(struct client *c)
 			case PREP_DONE:
 				continue;   /* rewritten (the rest, if any, streams through) */
 			case PREP_WAIT:
+				return;
 			case PREP_FAILED:
+				client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 				return;
 			}
 		}
@@ -1329,6 +1331,7 @@ static bool answer_parses(struct client *c, bool unverified_ok)
 		send_rfq(c, idle_status(c));
 		return false;
 	case PREP_CACHED_FAILED:
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 		return false;
 	case PREP_CACHED_NO:
 		break;

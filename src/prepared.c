@@ -710,7 +710,6 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 	struct prep_server *ps = s->prep;
 	struct prep_client *pc = client_prep(c);
 	if (!pc) {
-		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 		return PREP_FAILED;
 	}
 	if (!name[0]) {
@@ -718,7 +717,6 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 		if (pc->unnamed_cap < total) {
 			uint8_t *b = realloc(pc->unnamed, total);
 			if (!b) {
-				client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 				return PREP_FAILED;
 			}
 			pc->unnamed = b;
@@ -731,7 +729,6 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 		ps->unnamed_gen = pc->unnamed_gen;
 		struct prep_pend p = { .seg = ps->seg_sent };
 		if (!ring_push(&ps->parses, &p)) {
-			client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 			return PREP_FAILED;
 		}
 		return PREP_FORWARD;
@@ -759,7 +756,6 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 		}
 	}
 	if (!ok) {
-		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 		return PREP_FAILED;
 	}
 	drain_msg(c, total);
@@ -794,7 +790,6 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 		ok = ensure_on_server(c, s, st);
 	}
 	if (!ok) {
-		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 		return PREP_FAILED;
 	}
 	char g[PREP_GNAME_MAX];
@@ -832,7 +827,6 @@ static enum prep_action on_close(struct client *c, struct server *s, const uint8
 	if (total < 7 || m[5] != 'S' || m[total - 1] != 0 || m[6] == 0) {
 		/* Portals and the unnamed statement: the server's business. */
 		if (!ring_push(&ps->closes, &p)) {
-			client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 			return PREP_FAILED;
 		}
 		return PREP_FORWARD;
@@ -845,7 +839,6 @@ static enum prep_action on_close(struct client *c, struct server *s, const uint8
 	static const uint8_t body[] = "S" PREP_ERROR_NAME;
 	put_msg(server_output(s), PqMsg_Close, body, sizeof body, NULL, 0);
 	if (!ring_push(&ps->closes, &p)) {
-		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 		return PREP_FAILED;
 	}
 	s->ext_pending = true;
@@ -976,7 +969,6 @@ static enum prep_action on_query(struct client *c, struct server *s, const uint8
 	bool ok = true;
 	struct prep_client *pc = client_prep(c);
 	if (!pc) {
-		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 		return PREP_FAILED;
 	}
 	struct prep_registry *r = reg_of(s);
@@ -1101,7 +1093,6 @@ static enum prep_action on_query(struct client *c, struct server *s, const uint8
 		return PREP_FORWARD;
 	}
 	if (!ok) {
-		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 		return PREP_FAILED;
 	}
 	ps->unnamed_client = 0;
@@ -1203,7 +1194,6 @@ enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok)
 		struct prep_stmt *st = prep_registry_get(r, false, ps[i].key, ps[i].key_len, gen);
 		if (!st || !prep_cmap_put(&pc->names, ps[i].name, st)) {
 			prep_stmt_unref(r, st);
-			client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 			return PREP_CACHED_FAILED;
 		}
 		static const uint8_t parse_complete[5] = { PqMsg_ParseComplete, 0, 0, 0, 4 };
@@ -1219,7 +1209,6 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 	uint32_t total = f->len + 1;
 	struct evbuffer *in = c->io.in;
 	if (!server_prep(s)) {
-		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 		return PREP_FAILED;
 	}
 	switch (f->type) {
