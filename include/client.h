@@ -13,9 +13,11 @@
 
 #include <netinet/in.h>
 
+#include "client_end.h"
 #include "io.h"
 #include "list.h"
 #include "params.h"
+#include "pool.h"
 #include "types.h"
 
 enum client_state {
@@ -55,11 +57,15 @@ struct client {
 	 * (client_user, client_database). */
 	char *names;
 	struct pool *pool;
-	struct srvpool *wait_target;
-	struct server *server;        /* linked server */
+	/* Waiting for a server or for the server parameters: on a pool's
+	 * list through this (pool.h), whose events it hears back through. */
+	struct pool_waiter wait;
 	struct client_auth *auth;     /* only during login */
 
 	struct params params;         /* the session as this client sees it */
+	/* Its end of a link to a server: end.server is the linked server
+	 * (link.c), the rest what the server side sees of this client. */
+	struct client_end end;
 	struct params startup_params; /* what it logged in with: RESET goes back to these */
 
 	/* An error to answer the client's next message with (rare: allocated
@@ -72,8 +78,6 @@ struct client {
 	/* A read sent to a replica: a copy of its bytes until the first reply
 	 * reaches the client, to send it elsewhere if the replica dies. */
 	struct evbuffer *retry;
-	/* Named prepared statements in transaction mode (made on first use). */
-	struct prep_client *prep;
 	/* The cross-shard read under way (CLIENT_FANOUT), or for a leg client
 	 * (is_fanout_leg) the one it serves; NULL otherwise. */
 	struct fanout *fanout;
@@ -93,7 +97,6 @@ struct client {
 	 * to the server, or being discarded. */
 	uint32_t fwd_remaining;
 	uint32_t skip_remaining;
-	uint32_t retry_skip;          /* acknowledgements the replay must not repeat */
 	uint32_t cancel_pid, cancel_key;   /* cancel_key: the slot's secret (cancel.h) */
 
 	/* The peer, kept binary (client_addr_str formats it): 20 bytes instead
@@ -127,7 +130,6 @@ struct client {
 	bool has_cancel_key : 1;
 	bool long_cancel_key : 1;     /* protocol 3.2: a 32-byte key in BackendKeyData */
 	bool is_admin : 1;
-	bool close_when_released : 1; /* shutdown: close after this transaction */
 	bool paused : 1;              /* reading stopped for the server's backpressure */
 	/* Inside client_process: nested reports only ask for another round. */
 	bool processing : 1, reprocess : 1;
@@ -139,6 +141,9 @@ struct client {
  * end of a socketpair), logged in as parent with its session settings,
  * pinned to shard. NULL: out of memory (fd closed). */
 struct client *client_open_leg(struct client *parent, int fd, int shard, struct fanout *fo);
+/* The client of a waiter on a pool's lists. */
+static inline struct client *client_of_waiter(struct pool_waiter *pw) { return LIST_OWNER(pw, struct client, wait); }
+
 /* Accept a connection (fd already non-blocking). */
 void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int salen, bool is_unix);
 /* Close with an error sent first (sqlstate NULL: just close). severity FATAL. */
@@ -156,7 +161,9 @@ const char *client_database(const struct client *c);
 const char *client_addr_str(const struct client *c, char *buf);
 
 /* Reports from the pool. */
-void client_on_linked(struct client *c);            /* a server is now c->server and ready */
+/* The pool has server s for this waiting client: link to it. */
+void client_on_granted(struct client *c, struct server *s);
+void client_on_linked(struct client *c);            /* a server is now c->end.server and ready */
 void client_on_released(struct client *c);          /* the server went back to the pool */
 void client_on_checkout_failed(struct client *c, const char *sqlstate, const char *message);
 /* The linked server is gone; s is closed but its fields are still readable. */

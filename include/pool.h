@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pool: server connections per (pool, user, server) — "srvpool" — with idle
- * and active lists, the FIFO of waiting clients, and the link between a
- * client and a server. Owns the link so the client and server machines
- * report to it instead of calling each other back and forth.
+ * and active lists, and the FIFO of clients waiting for a server. A waiting
+ * client is a struct pool_waiter to the pool: it hears back through the
+ * events it installed there (a server granted, the wait failed...), so the
+ * pool never calls into the client. The link itself is link.c's.
  */
 #ifndef PGCAT_POOL_H
 #define PGCAT_POOL_H
@@ -20,6 +21,36 @@
 #include "prepared.h"
 #include "stats.h"
 #include "types.h"
+
+struct pool_waiter;
+
+/* What a client waiting on a pool hears back (installed by the client;
+ * each is called with the waiter already off the pool's lists). */
+struct pool_waiter_events {
+	/* It waits now: for a server (login false) or for the server
+	 * parameters of its first login (login true). */
+	void (*queued)(struct pool_waiter *pw, bool login);
+	/* Server s is free for it: link to it. */
+	void (*granted)(struct pool_waiter *pw, struct server *s);
+	/* No server for this request (the request fails, the client stays). */
+	void (*failed)(struct pool_waiter *pw, const char *sqlstate, const char *message);
+	/* The server it waited on left the rotation: route the request again. */
+	void (*rerouted)(struct pool_waiter *pw);
+	/* The server parameters are known (or cannot be learnt): the login
+	 * goes on (or fails). */
+	void (*defaults_known)(struct pool_waiter *pw);
+	void (*defaults_failed)(struct pool_waiter *pw, const char *sqlstate, const char *message);
+	/* KILL or shutdown: the client is closed with this FATAL. */
+	void (*closed)(struct pool_waiter *pw, const char *sqlstate, const char *message);
+};
+
+struct pool_waiter {
+	struct list_node node;          /* on a srvpool's waiters or a pool's login_waiters */
+	const struct pool_waiter_events *ev;
+	struct srvpool *target;         /* the srvpool it waits on; NULL: none */
+	uint64_t since_us;              /* queued at */
+	uint64_t client_id;             /* for the log */
+};
 
 struct srvpool {
 	struct pool *pool;
@@ -39,7 +70,7 @@ struct srvpool {
 	struct list_node opening;     /* connecting or logging in */
 	struct list_node other;       /* resetting or draining */
 	int n_idle, n_active, n_opening, n_other;
-	struct list_node waiters;     /* clients, FIFO */
+	struct list_node waiters;     /* struct pool_waiter, FIFO */
 	int n_waiters;
 
 	uint64_t xact_count;            /* transactions completed here, for SHOW SHARDS */
@@ -87,7 +118,10 @@ struct pool {
 	 * what a new client is told. */
 	struct params defaults;
 	bool have_defaults;
-	struct list_node login_waiters;   /* clients waiting for defaults */
+	struct list_node login_waiters;   /* struct pool_waiter: clients waiting for defaults */
+	/* Its clients logged in and not waiting (idle or linked), as the
+	 * worker counted them for SHOW POOLS (worker_publish). */
+	int cl_active;
 
 	struct prep_registry prep;    /* its prepared statements (SPEC §5) */
 	struct router_cache *router_cache;   /* the query parser's verdicts (SPEC §4) */
@@ -139,14 +173,22 @@ void pool_reapply_general(struct worker *w);
 int pool_pause(struct worker *w, const char *db);
 int pool_resume(struct worker *w, const char *db);
 int pool_set_disabled(struct worker *w, const char *db, bool disabled);
+/* KILL: pause, close the waiting clients and every server (the worker
+ * closes the other clients first, worker_kill). */
 int pool_kill(struct worker *w, const char *db);
+/* Close p's waiting clients with this FATAL (sqlstate NULL: just close):
+ * those waiting to log in (login), those waiting for a server (server). */
+void pool_close_waiters(struct pool *p, bool login, bool server, const char *sqlstate, const char *message);
+/* Does pool p serve database db (NULL: every pool)? */
+bool pool_matches_db(const struct pool *p, const char *db);
 int pool_reconnect(struct worker *w, const char *db);
 /* No server of these pools is linked to a client (PAUSE is complete). */
 bool pool_paused_drained(struct worker *w, const char *db);
-/* Publish this worker's figures to the shared segment (janitor). */
+/* Publish this worker's figures to the shared segment (janitor; cl_active
+ * counted by the worker first, worker_publish). */
 void pool_publish(struct worker *w);
-/* The pool's clients, counted for SHOW POOLS: active (idle or linked) and waiting. */
-void pool_count_clients(struct worker *w, const struct pool *p, int *active, int *waiting, uint64_t *maxwait_us);
+/* The pool's waiting clients, for SHOW POOLS: how many, and the longest wait. */
+void pool_count_waiting(struct worker *w, const struct pool *p, int *waiting, uint64_t *maxwait_us);
 void pool_destroy_all(struct worker *w);
 struct pool *pool_find(struct worker *w, const char *db, const char *user);
 /* Is there any pool for this database name? */
@@ -159,18 +201,17 @@ bool pool_db_exists(struct worker *w, const char *db);
 /* The server this client's next transaction goes to. */
 struct srvpool *pool_pick_target(struct pool *p);
 
-/* Client wants a server: link one now (returns true) or queue the client
- * (returns false; the client is told later through client_on_linked or
- * client_on_checkout_failed). */
 /* Would pool_checkout(sp, ...) make the client wait for a server that is
  * busy (not one being connected for it)? */
 bool pool_checkout_would_wait(const struct srvpool *sp);
-/* The client's server failed before any of its bytes reached it: pick again. */
-void pool_reroute_client(struct client *c);
 /* Its last connection attempt failed moments ago (reconnect back-off). */
 bool pool_srvpool_failing(const struct srvpool *sp);
-bool pool_checkout(struct srvpool *sp, struct client *c);
-void pool_cancel_wait(struct client *c);
+/* A client wants a server: granted one now (its granted event, returns
+ * true), failed now (its failed event), or queued (its queued event; one
+ * of the others comes later). */
+bool pool_checkout(struct srvpool *sp, struct pool_waiter *pw);
+/* The client stops waiting (for a server or for the server parameters). */
+void pool_cancel_wait(struct pool_waiter *pw);
 /* The transaction (or session) is over and the server is clean: unlink and
  * reuse the server. */
 void pool_release(struct server *s);
@@ -190,8 +231,8 @@ void pool_server_state_changed(struct server *s, int old_state);
 /* Janitor: timeouts, min_pool_size, idle_timeout, server_lifetime. */
 void pool_janitor(struct worker *w);
 /* A logged-in client needs the server parameters to be told: queue it
- * until a server login provides them (client_on_defaults_known/failed). */
-void pool_request_defaults(struct pool *p, struct client *c);
+ * until a server login provides them (its defaults_known/failed events). */
+void pool_request_defaults(struct pool *p, struct pool_waiter *pw);
 /* Open connections up to min_pool_size. */
 void pool_fill_min(struct pool *p);
 int srvpool_total(const struct srvpool *sp);

@@ -43,7 +43,7 @@ struct server {
 	enum server_state state;
 	struct io io;
 	struct srvpool *sp;
-	struct client *client;        /* linked client */
+	struct client_end *client;    /* the linked client's end (link.c) */
 	struct auth_backend *auth;     /* only during login */
 
 	/* server_tls_sslmode: SSLRequest sent, waiting for 'S'/'N'; then the
@@ -116,9 +116,10 @@ void server_free(struct server *s);
 void server_set_state(struct server *s, enum server_state st);
 const char *server_state_name(enum server_state st);
 
-/* Linked to c: send the SETs the client's parameters need, then go ACTIVE
- * (client_on_linked is called once the server is ready for the client). */
-void server_link(struct server *s, struct client *c);
+/* Just linked to a client (link_attach): send the SETs its session needs
+ * and its held BEGIN, then go ACTIVE; its end's ready event follows once
+ * the server is ready for its bytes. */
+void server_link(struct server *s);
 /* Client gone: finish and clean up (cancel, CopyFail, Sync, ROLLBACK). */
 void server_drain(struct server *s);
 /* Session-mode release: run server_reset_query, then back to the pool. */

@@ -102,6 +102,12 @@ void worker_update_clock(struct worker *w);
 void worker_schedule_reap(struct worker *w);
 /* Begin graceful shutdown (SIGTERM/SIGINT, admin SHUTDOWN). */
 void worker_begin_shutdown(struct worker *w);
+/* This worker's figures to the shared segment: its clients counted per
+ * pool, then pool_publish. */
+void worker_publish_pools(struct worker *w);
+/* KILL db (NULL: every pool): its clients closed, then its waiting clients
+ * and its servers (pool_kill). Returns the number of pools matched. */
+int worker_kill(struct worker *w, const char *db);
 /* Called when the last client of a shutdown is gone. */
 void worker_check_shutdown_done(struct worker *w);
 /* Re-read the config file (SIGHUP, RELOAD, autoreload): all or nothing.

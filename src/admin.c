@@ -356,7 +356,7 @@ static void show_pools(struct client *c)
 	struct result r;
 	res_begin(&r, c, COLUMNS(cols));
 	/* This worker's figures fresh; the others' as of their last tick. */
-	pool_publish(w);
+	worker_publish_pools(w);
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
@@ -476,8 +476,8 @@ static void client_row(struct result *r, const struct client *c, const char *sta
 	int64_t request = connect_wall + (int64_t)((c->last_activity_us - c->connect_us) / 1000000);
 	fmt_time(request, rt, sizeof rt);
 	snprintf(ptr, sizeof ptr, "C-%" PRIu64, c->id);
-	if (c->server)
-		snprintf(link, sizeof link, "S-%" PRIu64, c->server->id);
+	if (c->end.server)
+		snprintf(link, sizeof link, "S-%" PRIu64, c->end.server->id);
 	const struct param *app = params_get(&c->params, "application_name");
 	bool waiting = strcmp(state, "waiting") == 0;
 	row_begin(r);
@@ -497,17 +497,17 @@ static void client_row(struct result *r, const struct client *c, const char *sta
 	row_i(r, waiting ? (int64_t)(since_us % 1000000) : 0);
 	row_i(r, 0);
 	row_s(r, ptr);
-	row_s(r, c->server ? link : NULL);
+	row_s(r, c->end.server ? link : NULL);
 	row_i(r, c->cancel_pid);
 	char tls[96];
 	tls_describe(c->io.ssl, tls, sizeof tls);
 	row_s(r, tls);
 	row_s(r, app ? app->value : "");
-	row_i(r, c->prep ? c->prep->names.n : 0);
+	row_i(r, c->end.prep ? c->end.prep->names.n : 0);
 	row_i(r, (int64_t)c->id);
 	row_i(r, c->w->id);
-	row_i(r, c->server ? c->server->sp->shard : 0);
-	row_s(r, c->server ? role_name(c->server->sp->role) : NULL);
+	row_i(r, c->end.server ? c->end.server->sp->shard : 0);
+	row_s(r, c->end.server ? role_name(c->end.server->sp->role) : NULL);
 	row_i(r, 0);
 	row_i(r, 0);
 	row_end(r);
@@ -528,7 +528,7 @@ static void client_rows(struct result *r, struct worker *w)
 		for (size_t i = 0; i < p->n_targets; i++) {
 			struct list_node *cp, *ct;
 			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters)
-				client_row(r, LIST_OWNER(cp, struct client, node), "waiting");
+				client_row(r, client_of_waiter(LIST_OWNER(cp, struct pool_waiter, node)), "waiting");
 		}
 	}
 }
@@ -567,7 +567,7 @@ static void server_rows(struct result *r, struct list_node *head)
 		fmt_time(s->connect_wall + (int64_t)((s->last_used_us - s->connect_us) / 1000000), rt, sizeof rt);
 		snprintf(ptr, sizeof ptr, "S-%" PRIu64, s->id);
 		if (s->client)
-			snprintf(link, sizeof link, "C-%" PRIu64, s->client->id);
+			snprintf(link, sizeof link, "C-%" PRIu64, s->client->client_id);
 		const struct param *app = params_get(&s->params, "application_name");
 		row_begin(r);
 		row_s(r, "S");
@@ -1078,7 +1078,7 @@ static void show_workers(struct client *c)
 		COL_I("worker"), COL_I("pid"), COL_T("started"), COL_I("clients"), COL_I("servers"), COL_I("restarts"),
 	};
 	struct worker *w = c->w;
-	pool_publish(w);
+	worker_publish_pools(w);
 	struct result r;
 	res_begin(&r, c, COLUMNS(cols));
 	for (uint32_t i = 0; i < w->shm->h->n_workers; i++) {
@@ -1325,7 +1325,7 @@ static bool run_command(struct client *c, const char *sql)
 		return broadcast(c, cmd, db, NULL, tag, cmd == SHM_ADMIN_PAUSE);
 	}
 	if ((is(&ws, 0, "disable") || is(&ws, 0, "enable") || is(&ws, 0, "kill")) && ws.n == 2) {
-		int n = is(&ws, 0, "kill") ? pool_kill(w, db) : pool_set_disabled(w, db, is(&ws, 0, "disable"));
+		int n = is(&ws, 0, "kill") ? worker_kill(w, db) : pool_set_disabled(w, db, is(&ws, 0, "disable"));
 		if (n == 0) {
 			send_error(c, "3D000", "no such database: %s", db);
 			return true;

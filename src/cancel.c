@@ -258,26 +258,25 @@ void cancel_handle_request(struct worker *w, uint32_t pid, const uint8_t *key, s
 	(void)shm_cancel_flag(w->shm, worker_of(pid), slot_of(pid), k.kind, k.secret, k.ext);
 }
 
-static void poll_list(struct worker *w, struct list_node *head)
+static void poll_client(struct worker *w, struct client *c)
 {
-	struct list_node *cp, *ct;
-	LIST_FOREACH_SAFE(cp, ct, head) {
-		struct client *c = LIST_OWNER(cp, struct client, node);
-		if (c->has_cancel_key && shm_cancel_take_flag(w->shm, w->id, slot_of(c->cancel_pid), c->cancel_key))
-			client_cancel_query(c);
-	}
+	if (c->has_cancel_key && shm_cancel_take_flag(w->shm, w->id, slot_of(c->cancel_pid), c->cancel_key))
+		client_cancel_query(c);
 }
 
 void cancel_poll_waiting(struct worker *w)
 {
 	if (!w->shm)
 		return;
-	poll_list(w, &w->clients_active);
+	struct list_node *cp, *ct;
+	LIST_FOREACH_SAFE(cp, ct, &w->clients_active)
+		poll_client(w, LIST_OWNER(cp, struct client, node));
 	struct list_node *pp, *pt;
 	LIST_FOREACH_SAFE(pp, pt, &w->pools) {
 		struct pool *p = LIST_OWNER(pp, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++)
-			poll_list(w, &p->targets[i]->waiters);
+			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters)
+				poll_client(w, client_of_waiter(LIST_OWNER(cp, struct pool_waiter, node)));
 	}
 }
 

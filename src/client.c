@@ -36,6 +36,7 @@
 #include "proto.h"
 #include "server.h"
 #include "fanout.h"
+#include "link.h"
 #include "shm.h"
 #include "sqllex.h"
 #include "stats.h"
@@ -92,11 +93,11 @@ void client_set_state(struct client *c, enum client_state st)
 	case CLIENT_FANOUT:
 		list_add_tail(&w->clients_active, &c->node);
 		break;
-	case CLIENT_WAITING:      /* on the srvpool's waiters */
+	case CLIENT_WAITING:      /* on the srvpool's waiters (c->wait) */
 		/* a CancelRequest for this wait may land on another worker */
 		cancel_key_share(&w->cancel, c);
 		break;
-	case CLIENT_LOGIN_WAIT:   /* on the pool's login_waiters */
+	case CLIENT_LOGIN_WAIT:   /* on the pool's login_waiters (c->wait) */
 	case CLIENT_CLOSED:
 		break;
 	}
@@ -134,6 +135,23 @@ static void send_simple(struct client *c, uint8_t type)
 
 static char idle_status(const struct client *c) { return c->in_failed_tx ? 'E' : c->held_begin ? 'T' : 'I'; }
 
+static const struct client_end_events client_end_events;
+static const struct pool_waiter_events client_wait_events;
+
+/* What the server side sees of this client (client_end.h), and what the
+ * pool does of it while it waits (pool.h). */
+static void init_end(struct client *c)
+{
+	list_init(&c->wait.node);
+	c->wait.ev = &client_wait_events;
+	c->wait.client_id = c->id;
+	c->end.ev = &client_end_events;
+	c->end.io = &c->io;
+	c->end.params = &c->params;
+	c->end.client_id = c->id;
+	c->end.out_budget = CLIENT_OUT_BUDGET;
+}
+
 void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int salen, bool is_unix)
 {
 	struct client *c = calloc(1, sizeof *c);
@@ -148,6 +166,7 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 	params_init(&c->startup_params);
 	list_init(&c->node);
 	c->connect_us = c->state_since_us = c->last_activity_us = w->now_us;
+	init_end(c);
 	if (!io_open(&c->io, w->base, &w->flusher, fd, CLIENT_READ_HIGH_WATER, &client_io_ops)) {
 		evutil_closesocket(fd);
 		free(c);
@@ -205,6 +224,7 @@ struct client *client_open_leg(struct client *parent, int fd, int shard, struct 
 	params_init(&c->startup_params);
 	list_init(&c->node);
 	c->connect_us = c->state_since_us = c->last_activity_us = w->now_us;
+	init_end(c);
 	if (!io_open(&c->io, w->base, &w->flusher, fd, CLIENT_READ_HIGH_WATER, &client_io_ops)) {
 		evutil_closesocket(fd);
 		free(names);
@@ -284,33 +304,31 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 	fanout_parked_abort(c);   /* a split write's shards roll back */
 	switch (c->state) {
 	case CLIENT_WAITING:
-		pool_cancel_wait(c);
+	case CLIENT_LOGIN_WAIT:
+		pool_cancel_wait(&c->wait);
 		break;
 	case CLIENT_FANOUT:
 		fanout_abort(c);
 		break;
 	case CLIENT_ACTIVE:
-		if (c->server) {
-			struct server *s = c->server;
+		if (c->end.server) {
+			struct server *s = c->end.server;
 			if (c->fwd_remaining > 0) {
 				/* Half a message reached the server: it cannot be
 				 * brought back. */
-				s->client = NULL;
-				c->server = NULL;
+				(void)link_detach(s);
 				server_close(s, "client vanished in the middle of a message");
 			} else {
 				pool_client_gone(s);
 			}
 		}
 		break;
-	case CLIENT_LOGIN_WAIT:
 	case CLIENT_STARTUP:
 	case CLIENT_AUTH:
 	case CLIENT_IDLE:
 	case CLIENT_CLOSED:
 		break;
 	}
-	c->server = NULL;
 	prep_client_free(c);
 	client_reply_started(c);   /* frees the retry copy */
 	if (c->pool) {
@@ -802,7 +820,7 @@ static void login_done(struct client *c)
 			client_process(c);
 		return;
 	}
-	pool_request_defaults(c->pool, c);
+	pool_request_defaults(c->pool, &c->wait);
 }
 
 void client_on_defaults_known(struct client *c)
@@ -1019,7 +1037,7 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 	struct pool *p = c->pool;
 	/* (retry_on without a copy: nothing of the request was sent yet.) */
 	if (c->retry_on && !s->req_data && s->fwd_remaining == 0 && p->mode == POOL_MODE_TRANSACTION &&
-	    !c->close_when_released && c->io.in) {
+	    !c->end.close_when_released && c->io.in) {
 		/* A read whose replica died before answering: the same bytes go
 		 * to another server (SPEC §4), once. */
 		log_info("C-%llu %s@%s: server lost before answering (%s); read sent again elsewhere",
@@ -1034,7 +1052,7 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 		client_reply_started(c);
 		/* What the client already got (ParseComplete, RowDescription...)
 		 * comes again from the next server: dropped there. */
-		c->retry_skip = s->req_msgs;
+		c->end.retry_skip = s->req_msgs;
 		client_set_state(c, CLIENT_IDLE);
 		client_process(c);
 		return;
@@ -1045,7 +1063,7 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 	log_info("C-%llu %s@%s: server connection lost: %s (retry %s, reply started %s, half a message %s)",
 		 (unsigned long long)c->id, client_user(c), client_database(c), message, c->retry_on ? "on" : "off",
 		 s->req_data ? "yes" : "no", s->fwd_remaining > 0 ? "yes" : "no");
-	if (p->mode == POOL_MODE_SESSION || s->fwd_remaining > 0 || c->close_when_released) {
+	if (p->mode == POOL_MODE_SESSION || s->fwd_remaining > 0 || c->end.close_when_released) {
 		/* Session mode: the session is gone with its server. Half a server
 		 * message forwarded: the client's stream cannot be repaired. */
 		client_close(c, sqlstate, "%s", message);
@@ -1194,8 +1212,8 @@ void client_reply_started(struct client *c)
 static void process_active(struct client *c)
 {
 	struct evbuffer *in = c->io.in;
-	while (c->state == CLIENT_ACTIVE && c->server && c->server->state == SERVER_ACTIVE) {
-		struct server *s = c->server;
+	while (c->state == CLIENT_ACTIVE && c->end.server && c->end.server->state == SERVER_ACTIVE) {
+		struct server *s = c->end.server;
 		struct evbuffer *out = server_output(s);
 		if (c->fwd_remaining > 0) {
 			size_t have = evbuffer_get_length(in);
@@ -1397,7 +1415,7 @@ static void process_idle(struct client *c)
 		c->last_activity_us = c->w->now_us;
 		if (c->xshard && c->xshard->portal && fanout_portal_message(c, &f))
 			continue;   /* a cross-shard portal's next rows */
-		if (f.type == PqMsg_Sync && !c->server) {
+		if (f.type == PqMsg_Sync && !c->end.server) {
 			/* A Sync with nothing before it (after messages pgcat
 			 * answered: a Close, a portal's rows): ReadyForQuery as the
 			 * server would say it. Sent to a server it would open the
@@ -1407,7 +1425,7 @@ static void process_idle(struct client *c)
 			evbuffer_add(client_output(c), z, sizeof z);
 			continue;
 		}
-		if (!c->server && f.type == PqMsg_Flush) {
+		if (!c->end.server && f.type == PqMsg_Flush) {
 			/* Nothing to do without a request before it: a Flush after
 			 * Sync (psycopg's pipeline sends Sync, Flush). Taking a server
 			 * for it would hold one until the next request, which would
@@ -1417,7 +1435,7 @@ static void process_idle(struct client *c)
 			client_discard_message(c, total);
 			continue;
 		}
-		if (f.type == PqMsg_Close && !c->server && prep_enabled(c) && f.len + 1 <= CLIENT_INSPECT_MAX) {
+		if (f.type == PqMsg_Close && !c->end.server && prep_enabled(c) && f.len + 1 <= CLIENT_INSPECT_MAX) {
 			/* pgjdbc closes a statement (no Sync) before its next
 			 * request: with prepared_statements pgcat keeps the client's
 			 * statements itself, and nothing else of the client's is open
@@ -1462,7 +1480,7 @@ static void process_idle(struct client *c)
 			client_on_checkout_failed(c, "25006", "cannot execute a write: the configured primary is in recovery");
 			return;
 		}
-		(void)pool_checkout(sp, c);
+		(void)pool_checkout(sp, &c->wait);
 	}
 }
 
@@ -1528,12 +1546,127 @@ void client_on_released(struct client *c)
 	if (c->state == CLIENT_CLOSED)
 		return;
 	client_set_state(c, CLIENT_IDLE);
-	if (c->close_when_released) {
+	if (c->end.close_when_released) {
 		client_close(c, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
 		return;
 	}
 	client_process(c);
 }
+
+void client_on_granted(struct client *c, struct server *s)
+{
+	cancel_key_link(&c->w->cancel, c, s);
+	client_set_state(c, CLIENT_ACTIVE);
+	c->end.prep_on = prep_enabled(c);
+	/* Not while only preparing, before the shard key is known (route.c). */
+	c->end.begin = c->held_begin && c->shard_phase != ROUTE_PHASE_PROVISIONAL ? c->held_begin : NULL;
+	link_attach(&c->end, s);
+	server_link(s);
+}
+
+/* The request goes through routing again (its server failed before any of
+ * its bytes reached it, or left the rotation while it waited). */
+static void reroute(struct client *c)
+{
+	if (c->state == CLIENT_CLOSED)
+		return;
+	client_set_state(c, CLIENT_IDLE);
+	client_process(c);
+}
+
+/* ---- the events of its end of the link (client_end.h) ---- */
+
+static struct client *end_owner(struct client_end *end) { return LIST_OWNER(end, struct client, end); }
+
+static void end_ready(struct client_end *end, bool begin_ran)
+{
+	struct client *c = end_owner(end);
+	end->retry_skip = 0;
+	end->begin = NULL;
+	if (begin_ran) {   /* the transaction is open on the server now */
+		free(c->held_begin);
+		c->held_begin = NULL;
+	}
+	client_on_linked(c);
+}
+
+static void end_lost(struct client_end *end, struct server *s, bool untouched, const char *sqlstate,
+		     const char *message)
+{
+	struct client *c = end_owner(end);
+	(void)link_detach(s);
+	end->begin = NULL;
+	cancel_key_link(&c->w->cancel, c, NULL);
+	if (untouched) {
+		/* Nothing of the client's reached that server: it goes elsewhere. */
+		route_connect_failed(s->sp, message);
+		reroute(c);
+		return;
+	}
+	client_on_server_lost(c, s, sqlstate, message);
+}
+
+static void end_released(struct client_end *end)
+{
+	struct client *c = end_owner(end);
+	cancel_key_link(&c->w->cancel, c, NULL);
+	client_on_released(c);
+}
+
+static void end_answered(struct client_end *end)
+{
+	struct client *c = end_owner(end);
+	c->last_activity_us = c->w->now_us;
+	client_reply_started(c);
+}
+
+static void end_resume(struct client_end *end) { client_resume_reading(end_owner(end)); }
+
+static const struct client_end_events client_end_events = {
+	.ready = end_ready,
+	.lost = end_lost,
+	.released = end_released,
+	.answered = end_answered,
+	.resume = end_resume,
+};
+
+/* ---- the events of its waits on a pool (pool.h) ---- */
+
+static void wait_queued(struct pool_waiter *pw, bool login)
+{
+	client_set_state(client_of_waiter(pw), login ? CLIENT_LOGIN_WAIT : CLIENT_WAITING);
+}
+
+static void wait_granted(struct pool_waiter *pw, struct server *s) { client_on_granted(client_of_waiter(pw), s); }
+
+static void wait_failed(struct pool_waiter *pw, const char *sqlstate, const char *message)
+{
+	client_on_checkout_failed(client_of_waiter(pw), sqlstate, message);
+}
+
+static void wait_rerouted(struct pool_waiter *pw) { reroute(client_of_waiter(pw)); }
+
+static void wait_defaults_known(struct pool_waiter *pw) { client_on_defaults_known(client_of_waiter(pw)); }
+
+static void wait_defaults_failed(struct pool_waiter *pw, const char *sqlstate, const char *message)
+{
+	client_on_defaults_failed(client_of_waiter(pw), sqlstate, message);
+}
+
+static void wait_closed(struct pool_waiter *pw, const char *sqlstate, const char *message)
+{
+	client_close(client_of_waiter(pw), sqlstate, "%s", message);
+}
+
+static const struct pool_waiter_events client_wait_events = {
+	.queued = wait_queued,
+	.granted = wait_granted,
+	.failed = wait_failed,
+	.rerouted = wait_rerouted,
+	.defaults_known = wait_defaults_known,
+	.defaults_failed = wait_defaults_failed,
+	.closed = wait_closed,
+};
 
 void client_cancel_query(struct client *c)
 {
@@ -1544,11 +1677,11 @@ void client_cancel_query(struct client *c)
 	if (c->state == CLIENT_WAITING) {
 		/* Nothing reached a server yet: pgcat answers the cancel itself,
 		 * as PostgreSQL would have. */
-		pool_cancel_wait(c);
+		pool_cancel_wait(&c->wait);
 		client_on_checkout_failed(c, SQLSTATE_QUERY_CANCELED, "canceling statement due to user request");
 		return;
 	}
-	struct server *s = c->server;
+	struct server *s = c->end.server;
 	if (c->state != CLIENT_ACTIVE || !s || s->outstanding == 0)
 		return;
 	server_send_cancel(s);
@@ -1573,8 +1706,8 @@ static void client_drain_cb(struct io *io, void *arg)
 {
 	struct client *c = arg;
 	/* Below the low watermark: let the server's bytes flow again. */
-	if (c->server && c->server->paused)
-		server_resume_reading(c->server);
+	if (c->end.server && c->end.server->paused)
+		server_resume_reading(c->end.server);
 }
 
 static void client_event_cb(struct io *io, enum io_event what, int err, void *arg)

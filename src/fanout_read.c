@@ -297,7 +297,7 @@ static void put_command_tag(struct evbuffer *out, uint64_t n)
 bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 {
 	struct fanout_portal *xp = c->xshard ? c->xshard->portal : NULL;
-	if (!xp || c->server)
+	if (!xp || c->end.server)
 		return false;
 	struct evbuffer *in = c->io.in, *out = client_output(c);
 	uint32_t total = f->len + 1;

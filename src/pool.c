@@ -13,6 +13,7 @@
 #include <openssl/crypto.h>
 #include "route.h"
 
+#include <assert.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,8 @@
 
 #include "auth_md5.h"
 #include "cancel.h"
-#include "client.h"
+#include "client_end.h"
+#include "link.h"
 #include "shm.h"
 #include "log.h"
 #include "server.h"
@@ -421,33 +423,39 @@ void pool_server_state_changed(struct server *s, int old_state)
 	}
 }
 
-static void link_pair(struct server *s, struct client *c)
+/* Server s to a client no longer on any waiters list. */
+static void grant(struct server *s, struct pool_waiter *pw)
 {
 	struct stats *st = s->sp->pool->stats;
 	st->v[STAT_SERVER_ASSIGNMENT]++;
-	uint64_t waited = c->state == CLIENT_WAITING ? s->w->now_us - c->state_since_us : 0;
+	uint64_t waited = pw->since_us ? s->w->now_us - pw->since_us : 0;
 	st->v[STAT_WAIT_TIME] += waited;
 	stats_observe(st, HIST_WAIT, waited);
-	s->client = c;
-	c->server = s;
-	c->wait_target = NULL;
-	cancel_key_link(&s->w->cancel, c, s);
-	client_set_state(c, CLIENT_ACTIVE);
-	server_link(s, c);
+	pw->target = NULL;
+	pw->since_us = 0;
+	pw->ev->granted(pw, s);
+}
+
+/* The first waiter of sp, taken off the list. */
+static struct pool_waiter *take_waiter(struct srvpool *sp)
+{
+	struct pool_waiter *pw = LIST_OWNER(list_first(&sp->waiters), struct pool_waiter, node);
+	list_del(&pw->node);
+	sp->n_waiters--;
+	return pw;
+}
+
+static void fail_waiter(struct pool_waiter *pw, const char *sqlstate, const char *message)
+{
+	pw->target = NULL;
+	pw->since_us = 0;
+	pw->ev->failed(pw, sqlstate, message);
 }
 
 static bool recently_failed(const struct srvpool *sp, uint64_t now)
 {
 	return sp->last_failure_us && now - sp->last_failure_us < RECONNECT_BACKOFF_US &&
 	       srvpool_total(sp) == 0;
-}
-
-void pool_reroute_client(struct client *c)
-{
-	if (c->state == CLIENT_CLOSED)
-		return;
-	client_set_state(c, CLIENT_IDLE);
-	client_process(c);
 }
 
 bool pool_checkout_would_wait(const struct srvpool *sp)
@@ -485,56 +493,59 @@ static void fail_waiters(struct srvpool *sp)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &sp->waiters) {
-		struct client *c = LIST_OWNER(pos, struct client, node);
-		list_del(&c->node);
+		struct pool_waiter *pw = LIST_OWNER(pos, struct pool_waiter, node);
+		list_del(&pw->node);
 		sp->n_waiters--;
-		c->wait_target = NULL;
-		client_on_checkout_failed(c, sp->last_error_code[0] ? sp->last_error_code : "08006",
-					  sp->last_error[0] ? sp->last_error : "server connection failed");
+		fail_waiter(pw, sp->last_error_code[0] ? sp->last_error_code : "08006",
+			    sp->last_error[0] ? sp->last_error : "server connection failed");
 	}
 }
 
-bool pool_checkout(struct srvpool *sp, struct client *c)
+static void queue(struct srvpool *sp, struct pool_waiter *pw)
+{
+	pw->ev->queued(pw, false);
+	list_add_tail(&sp->waiters, &pw->node);
+	sp->n_waiters++;
+	pw->target = sp;
+	pw->since_us = sp->pool->w->now_us;
+}
+
+bool pool_checkout(struct srvpool *sp, struct pool_waiter *pw)
 {
 	struct worker *w = sp->pool->w;
+	assert(!list_linked(&pw->node));
 	if (sp->pool->paused) {
 		/* PAUSE: the client waits, in order, until RESUME. */
-		client_set_state(c, CLIENT_WAITING);
-		list_add_tail(&sp->waiters, &c->node);
-		sp->n_waiters++;
-		c->wait_target = sp;
+		queue(sp, pw);
 		return false;
 	}
 	if (!list_empty(&sp->idle)) {
 		struct list_node *n = w->cfg->general.server_round_robin ? list_last(&sp->idle) : list_first(&sp->idle);
-		link_pair(LIST_OWNER(n, struct server, node), c);
+		grant(LIST_OWNER(n, struct server, node), pw);
 		return true;
 	}
 	if (!sp->resolved && !(sp->resolved = resolve(sp)) && !resolving(sp)) {
-		client_on_checkout_failed(c, "08006", sp->last_error[0] ? sp->last_error : "cannot resolve server host name");
+		fail_waiter(pw, "08006", sp->last_error[0] ? sp->last_error : "cannot resolve server host name");
 		return false;
 	}
 	if (recently_failed(sp, w->now_us)) {
-		client_on_checkout_failed(c, sp->last_error_code[0] ? sp->last_error_code : "08006",
-					  sp->last_error[0] ? sp->last_error : "server connection failed");
+		fail_waiter(pw, sp->last_error_code[0] ? sp->last_error_code : "08006",
+			    sp->last_error[0] ? sp->last_error : "server connection failed");
 		return false;
 	}
-	client_set_state(c, CLIENT_WAITING);
-	list_add_tail(&sp->waiters, &c->node);
-	sp->n_waiters++;
-	c->wait_target = sp;
+	queue(sp, pw);
 	maybe_launch(sp);
 	return false;
 }
 
-void pool_cancel_wait(struct client *c)
+void pool_cancel_wait(struct pool_waiter *pw)
 {
-	struct srvpool *sp = c->wait_target;
-	if (!sp)
+	if (!list_linked(&pw->node))
 		return;
-	list_del(&c->node);
-	sp->n_waiters--;
-	c->wait_target = NULL;
+	list_del(&pw->node);
+	if (pw->target)
+		pw->target->n_waiters--;
+	pw->target = NULL;
 }
 
 void pool_server_clean(struct server *s)
@@ -542,7 +553,7 @@ void pool_server_clean(struct server *s)
 	struct srvpool *sp = s->sp;
 	struct worker *w = sp->pool->w;
 	const struct config_general *g = &w->cfg->general;
-	s->client = NULL;
+	assert(s->client == NULL);
 	server_settings_discard(s);   /* a client gone mid-transaction: rolled back */
 	if (s->cancels_in_flight > 0) {
 		/* server_cancel_done brings it back */
@@ -559,10 +570,7 @@ void pool_server_clean(struct server *s)
 		}
 	}
 	if (!list_empty(&sp->waiters) && !sp->pool->paused) {
-		struct client *c = LIST_OWNER(list_first(&sp->waiters), struct client, node);
-		list_del(&c->node);
-		sp->n_waiters--;
-		link_pair(s, c);
+		grant(s, take_waiter(sp));
 		return;
 	}
 	/* Over the instance's pool_size (a connection opened only to learn the
@@ -575,24 +583,16 @@ void pool_server_clean(struct server *s)
 
 void pool_release(struct server *s)
 {
-	struct client *c = s->client;
-	s->client = NULL;
-	if (c) {
-		c->server = NULL;
-		cancel_key_link(&s->w->cancel, c, NULL);
-	}
+	struct client_end *end = link_detach(s);
 	s->last_used_us = s->w->now_us;
 	pool_server_clean(s);
-	if (c)
-		client_on_released(c);
+	if (end)
+		end->ev->released(end);
 }
 
 void pool_client_gone(struct server *s)
 {
-	struct client *c = s->client;
-	s->client = NULL;
-	if (c)
-		c->server = NULL;
+	(void)link_detach(s);
 	server_drain(s);
 }
 
@@ -606,8 +606,9 @@ void pool_server_ready(struct server *s)
 		p->have_defaults = true;
 		struct list_node *pos, *tmp;
 		LIST_FOREACH_SAFE(pos, tmp, &p->login_waiters) {
-			struct client *c = LIST_OWNER(pos, struct client, node);
-			client_on_defaults_known(c);
+			struct pool_waiter *pw = LIST_OWNER(pos, struct pool_waiter, node);
+			list_del(&pw->node);
+			pw->ev->defaults_known(pw);
 		}
 	}
 	pool_server_clean(s);
@@ -642,12 +643,11 @@ void pool_server_closed(struct server *s, bool login_failed)
 		}
 		sp->n_waiters = 0;
 		LIST_FOREACH_SAFE(pos, tmp, &moved) {
-			struct client *c = LIST_OWNER(pos, struct client, node);
+			struct pool_waiter *pw = LIST_OWNER(pos, struct pool_waiter, node);
 			list_del(pos);
-			list_init(pos);
-			c->wait_target = NULL;
-			client_set_state(c, CLIENT_IDLE);
-			client_process(c);
+			pw->target = NULL;
+			pw->since_us = 0;
+			pw->ev->rerouted(pw);
 		}
 	}
 	/* Nobody left who could serve the waiters: tell them now rather than
@@ -665,31 +665,32 @@ void pool_server_closed(struct server *s, bool login_failed)
 				list_add_tail(&waiting, pos);
 			}
 			LIST_FOREACH_SAFE(pos, tmp, &waiting) {
-				struct client *c = LIST_OWNER(pos, struct client, node);
+				struct pool_waiter *pw = LIST_OWNER(pos, struct pool_waiter, node);
 				list_del(pos);
-				list_init(pos);
-				if (retry) {
-					pool_request_defaults(p, c);
-				} else {
-					client_on_defaults_failed(c, sp->last_error_code, sp->last_error);
-				}
+				if (retry)
+					pool_request_defaults(p, pw);
+				else
+					pw->ev->defaults_failed(pw, sp->last_error_code, sp->last_error);
 			}
 		}
 	}
 }
 
-void pool_request_defaults(struct pool *p, struct client *c)
+void pool_request_defaults(struct pool *p, struct pool_waiter *pw)
 {
-	client_set_state(c, CLIENT_LOGIN_WAIT);
-	list_add_tail(&p->login_waiters, &c->node);
+	pw->ev->queued(pw, true);
+	list_add_tail(&p->login_waiters, &pw->node);
 	struct srvpool *sp = pool_pick_target(p);
 	if (sp->n_opening > 0 || sp->n_idle > 0 || sp->n_active > 0)
 		return;
 	if (recently_failed(sp, p->w->now_us) || (!sp->resolved && !(sp->resolved = resolve(sp))) ||
 	    !server_connect(sp)) {
-		if (c->state == CLIENT_LOGIN_WAIT)
-			client_on_defaults_failed(c, sp->last_error_code[0] ? sp->last_error_code : "08006",
-						  sp->last_error[0] ? sp->last_error : "server connection failed");
+		/* (a failure inside server_connect may have told it already) */
+		if (list_linked(&pw->node)) {
+			list_del(&pw->node);
+			pw->ev->defaults_failed(pw, sp->last_error_code[0] ? sp->last_error_code : "08006",
+						sp->last_error[0] ? sp->last_error : "server connection failed");
+		}
 	}
 }
 
@@ -724,16 +725,15 @@ static void srvpool_janitor(struct srvpool *sp)
 	if (g->query_wait_timeout > 0) {
 		uint64_t limit = (uint64_t)g->query_wait_timeout * 1000;
 		while (!list_empty(&sp->waiters)) {
-			struct client *c = LIST_OWNER(list_first(&sp->waiters), struct client, node);
-			if (now - c->state_since_us < limit)
+			struct pool_waiter *pw = LIST_OWNER(list_first(&sp->waiters), struct pool_waiter, node);
+			if (now - pw->since_us < limit)
 				break;
-			list_del(&c->node);
-			sp->n_waiters--;
-			c->wait_target = NULL;
-			log_info("C-%llu %s@%s: query_wait_timeout", (unsigned long long)c->id, client_user(c), client_database(c));
+			take_waiter(sp);
+			log_info("C-%llu %s@%s: query_wait_timeout", (unsigned long long)pw->client_id, sp->pool->user,
+				 sp->pool->name);
 			/* A replica that cannot serve its queue in time leaves the rotation. */
 			route_connect_failed(sp, "query_wait_timeout");
-			client_on_checkout_failed(c, "08P01", "query_wait_timeout");
+			fail_waiter(pw, "08P01", "query_wait_timeout");
 		}
 	}
 	/* statement_timeout (per user): the query is cancelled (the client gets
@@ -903,12 +903,12 @@ static void retire_srvpool(struct pool *p, struct srvpool *sp)
 	list_add_tail(&p->retired, &sp->retired_node);
 	/* Its waiters go to wherever the pool now sends them. */
 	LIST_FOREACH_SAFE(pos, tmp, &sp->waiters) {
-		struct client *c = LIST_OWNER(pos, struct client, node);
-		pool_cancel_wait(c);
+		struct pool_waiter *pw = LIST_OWNER(pos, struct pool_waiter, node);
+		pool_cancel_wait(pw);
 		if (p->removed || p->n_targets == 0)
-			client_on_checkout_failed(c, "08006", "server removed from the configuration");
+			fail_waiter(pw, "08006", "server removed from the configuration");
 		else
-			(void)pool_checkout(pool_pick_target(p), c);
+			(void)pool_checkout(pool_pick_target(p), pw);
 	}
 }
 
@@ -1036,7 +1036,7 @@ fail:
 
 /* ---- admin console operations ---- */
 
-static bool pool_matches_db(const struct pool *p, const char *db)
+bool pool_matches_db(const struct pool *p, const char *db)
 {
 	return !p->removed && (db == NULL || strcmp(p->name, db) == 0);
 }
@@ -1072,10 +1072,8 @@ int pool_resume(struct worker *w, const char *db)
 		for (size_t i = 0; i < p->n_targets; i++) {
 			struct srvpool *sp = p->targets[i];
 			while (!list_empty(&sp->waiters) && !list_empty(&sp->idle)) {
-				struct client *c = LIST_OWNER(list_first(&sp->waiters), struct client, node);
-				list_del(&c->node);
-				sp->n_waiters--;
-				link_pair(LIST_OWNER(list_first(&sp->idle), struct server, node), c);
+				struct pool_waiter *pw = take_waiter(sp);
+				grant(LIST_OWNER(list_first(&sp->idle), struct server, node), pw);
 			}
 			if (!list_empty(&sp->waiters))
 				maybe_launch(sp);
@@ -1098,14 +1096,26 @@ int pool_set_disabled(struct worker *w, const char *db, bool disabled)
 	return n;
 }
 
-static void close_pool_clients(struct list_node *head, const struct pool *p)
+/* Close the waiters on head (a waiters or login_waiters list of p). */
+static void close_waiters(struct list_node *head, struct srvpool *sp, const char *sqlstate, const char *message)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, head) {
-		struct client *c = LIST_OWNER(pos, struct client, node);
-		if (c->pool == p)
-			client_close(c, "57P01", "database \"%s\" was killed by an administrator", p->name);
+		struct pool_waiter *pw = LIST_OWNER(pos, struct pool_waiter, node);
+		list_del(&pw->node);
+		if (sp)
+			sp->n_waiters--;
+		pw->target = NULL;
+		pw->ev->closed(pw, sqlstate, message);
 	}
+}
+
+void pool_close_waiters(struct pool *p, bool login, bool server, const char *sqlstate, const char *message)
+{
+	if (login)
+		close_waiters(&p->login_waiters, NULL, sqlstate, message);
+	for (size_t i = 0; server && i < p->n_targets; i++)
+		close_waiters(&p->targets[i]->waiters, p->targets[i], sqlstate, message);
 }
 
 int pool_kill(struct worker *w, const char *db)
@@ -1118,14 +1128,11 @@ int pool_kill(struct worker *w, const char *db)
 			continue;
 		n++;
 		p->paused = true;
-		close_pool_clients(&w->clients_idle, p);
-		close_pool_clients(&w->clients_active, p);
-		close_pool_clients(&w->clients_login, p);
-		close_pool_clients(&p->login_waiters, p);
-		for (size_t i = 0; i < p->n_targets; i++) {
-			close_pool_clients(&p->targets[i]->waiters, p);
+		char msg[256];
+		snprintf(msg, sizeof msg, "database \"%s\" was killed by an administrator", p->name);
+		pool_close_waiters(p, true, true, "57P01", msg);
+		for (size_t i = 0; i < p->n_targets; i++)
 			srvpool_close_all(p->targets[i]);
-		}
 	}
 	return n;
 }
@@ -1174,27 +1181,20 @@ bool pool_paused_drained(struct worker *w, const char *db)
 	return true;
 }
 
-void pool_count_clients(struct worker *w, const struct pool *p, int *active, int *waiting, uint64_t *maxwait_us)
+void pool_count_waiting(struct worker *w, const struct pool *p, int *waiting, uint64_t *maxwait_us)
 {
-	int a = 0, wt = 0;
+	int wt = 0;
 	uint64_t maxwait = 0;
-	struct list_node *pos, *tmp;
-	struct list_node *lists[] = { &w->clients_idle, &w->clients_active };
-	for (size_t l = 0; l < 2; l++)
-		LIST_FOREACH_SAFE(pos, tmp, lists[l])
-			if (LIST_OWNER(pos, struct client, node)->pool == p)
-				a++;
 	for (size_t i = 0; i < p->n_targets; i++) {
 		struct srvpool *sp = p->targets[i];
 		wt += sp->n_waiters;
 		if (!list_empty(&sp->waiters)) {
-			struct client *c = LIST_OWNER(list_first(&sp->waiters), struct client, node);
-			uint64_t waited = w->now_us - c->state_since_us;
+			const struct pool_waiter *pw = LIST_OWNER(list_first(&sp->waiters), struct pool_waiter, node);
+			uint64_t waited = w->now_us - pw->since_us;
 			if (waited > maxwait)
 				maxwait = waited;
 		}
 	}
-	*active = a;
 	*waiting = wt;
 	*maxwait_us = maxwait;
 }
@@ -1218,9 +1218,9 @@ void pool_publish(struct worker *w)
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		int active, waiting;
+		int active = p->cl_active, waiting;
 		uint64_t maxwait;
-		pool_count_clients(w, p, &active, &waiting, &maxwait);
+		pool_count_waiting(w, p, &waiting, &maxwait);
 		int32_t sv_active = 0, sv_idle = 0, sv_used = 0, sv_login = 0;
 		for (size_t i = 0; i < p->n_targets; i++) {
 			struct srvpool *sp = p->targets[i];

@@ -505,9 +505,9 @@ static struct prep_server *server_prep(struct server *s)
 
 static struct prep_client *client_prep(struct client *c)
 {
-	if (!c->prep)
-		c->prep = calloc(1, sizeof *c->prep);
-	return c->prep;
+	if (!c->end.prep)
+		c->end.prep = calloc(1, sizeof *c->end.prep);
+	return c->end.prep;
 }
 
 static void put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t alen, const void *b, size_t blen)
@@ -669,7 +669,7 @@ static bool send_error_bind(struct server *s, const char *sqlstate, const char *
 /* The client's unnamed statement is not the one on this server: send it. */
 static bool replay_unnamed(struct client *c, struct server *s)
 {
-	struct prep_client *pc = c->prep;
+	struct prep_client *pc = c->end.prep;
 	struct prep_server *ps = s->prep;
 	if (!pc || !pc->unnamed_len)
 		return true;
@@ -774,7 +774,7 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 		return have >= total ? PREP_FORWARD : PREP_WAIT;   /* no terminator in the message: malformed */
 	if (nl == 0)
 		return replay_unnamed(c, s) ? PREP_FORWARD : PREP_FAILED;
-	struct prep_stmt *st = c->prep ? prep_cmap_get(&c->prep->names, name) : NULL;
+	struct prep_stmt *st = c->end.prep ? prep_cmap_get(&c->end.prep->names, name) : NULL;
 	bool ok;
 	if (!st) {
 		if (have < total)
@@ -832,8 +832,8 @@ static enum prep_action on_close(struct client *c, struct server *s, const uint8
 		return PREP_FORWARD;
 	}
 	const char *name = (const char *)m + 6;
-	if (c->prep)
-		(void)prep_cmap_del(&c->prep->names, reg_of(s), name);
+	if (c->end.prep)
+		(void)prep_cmap_del(&c->end.prep->names, reg_of(s), name);
 	/* The statement stays on the server for others; the client gets the
 	 * CloseComplete of a Close of nothing (not an error in PostgreSQL). */
 	static const uint8_t body[] = "S" PREP_ERROR_NAME;
@@ -848,9 +848,9 @@ static enum prep_action on_close(struct client *c, struct server *s, const uint8
 
 void prep_client_close_idle(struct client *c, const uint8_t *m, uint32_t total)
 {
-	if (total < 7 || m[5] != 'S' || m[total - 1] != 0 || m[6] == 0 || !c->prep)
+	if (total < 7 || m[5] != 'S' || m[total - 1] != 0 || m[6] == 0 || !c->end.prep)
 		return;
-	(void)prep_cmap_del(&c->prep->names, &c->pool->prep, (const char *)m + 6);
+	(void)prep_cmap_del(&c->end.prep->names, &c->pool->prep, (const char *)m + 6);
 }
 
 /* ---- SQL: PREPARE, EXECUTE, DEALLOCATE, DISCARD ALL ---- */
@@ -1155,7 +1155,7 @@ static bool scan_cached_batch(struct client *c, bool unverified_ok, struct cache
 		const char *name;
 		if (!proto_read_cstring(body, blen, &o, &name) || !name[0])
 			return false;   /* the unnamed statement lives on a server */
-		if (c->prep && prep_cmap_get(&c->prep->names, name))
+		if (c->end.prep && prep_cmap_get(&c->end.prep->names, name))
 			return false;   /* 42P05: the server path says it */
 		for (uint32_t i = 0; i < *n; i++)
 			if (strcmp(ps[i].name, name) == 0)
@@ -1530,18 +1530,18 @@ void prep_server_free(struct server *s)
 
 void prep_client_free(struct client *c)
 {
-	if (!c->prep)
+	if (!c->end.prep)
 		return;
 	if (c->pool)
-		prep_cmap_clear(&c->prep->names, &c->pool->prep);
-	free(c->prep->unnamed);
-	free(c->prep);
-	c->prep = NULL;
+		prep_cmap_clear(&c->end.prep->names, &c->pool->prep);
+	free(c->end.prep->unnamed);
+	free(c->end.prep);
+	c->end.prep = NULL;
 }
 
 void prep_client_trim(struct client *c)
 {
-	struct prep_client *pc = c->prep;
+	struct prep_client *pc = c->end.prep;
 	if (!pc)
 		return;
 	if (pc->unnamed && pc->unnamed_len == 0) {
@@ -1553,7 +1553,7 @@ void prep_client_trim(struct client *c)
 		free(pc->names.e);
 		free(pc->unnamed);
 		free(pc);
-		c->prep = NULL;
+		c->end.prep = NULL;
 	}
 }
 
@@ -1561,7 +1561,7 @@ void prep_client_trim(struct client *c)
 
 bool prep_client_statement(const struct client *c, const char *name, const uint8_t **key, size_t *keylen)
 {
-	const struct prep_client *pc = c->prep;
+	const struct prep_client *pc = c->end.prep;
 	if (!pc)
 		return false;
 	if (name[0]) {

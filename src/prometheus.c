@@ -102,7 +102,7 @@ void prometheus_render(struct worker *w, struct evbuffer *out)
 {
 	struct list_node *pos, *tmp;
 	/* Instance-wide: every worker's share from the shared segment. */
-	pool_publish(w);
+	worker_publish_pools(w);
 	for (int g = 0; g < PG__COUNT; g++) {
 		header(out, &pool_gauges[g]);
 		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {

@@ -131,7 +131,7 @@ static bool first_statement(struct client *c, const struct proto_frame *f, const
 	struct evbuffer *in = c->io.in;
 	if (f->type == PqMsg_Bind) {
 		/* A named statement: its text is in the pool's registry. */
-		if (!c->prep || total > ROUTE_INSPECT_MAX || evbuffer_get_length(in) < total)
+		if (!c->end.prep || total > ROUTE_INSPECT_MAX || evbuffer_get_length(in) < total)
 			return false;
 		const uint8_t *m = evbuffer_pullup(in, total);
 		size_t pl = strnlen((const char *)m + 5, total - 5);
@@ -140,7 +140,7 @@ static bool first_statement(struct client *c, const struct proto_frame *f, const
 		const char *name = (const char *)m + 5 + pl + 1;
 		if (strnlen(name, total - 5 - pl - 1) >= total - 5 - pl - 1 || !name[0])
 			return false;
-		const struct prep_stmt *st = prep_cmap_get(&c->prep->names, name);
+		const struct prep_stmt *st = prep_cmap_get(&c->end.prep->names, name);
 		if (!st)
 			return false;
 		*sql = (const char *)st->key;
@@ -334,15 +334,15 @@ static bool bind_statement(struct client *c, struct scan_parse *parses, size_t n
 			return true;
 		}
 	}
-	if (!c->prep)
+	if (!c->end.prep)
 		return false;
 	if (!name[0]) {
-		const struct prep_client *pc = c->prep;
+		const struct prep_client *pc = c->end.prep;
 		if (pc->unnamed_len < 5)
 			return false;
 		return read_parse(pc->unnamed + 5, pc->unnamed_len - 5, out);
 	}
-	const struct prep_stmt *st = prep_cmap_get(&c->prep->names, name);
+	const struct prep_stmt *st = prep_cmap_get(&c->end.prep->names, name);
 	if (!st || st->sql || st->key_len == 0)
 		return false;
 	const char *sql = (const char *)st->key;

@@ -30,7 +30,7 @@
 
 #include "auth.h"
 #include "auth_backend.h"
-#include "client.h"
+#include "client_end.h"
 #include "config.h"
 #include "log.h"
 #include "pktbuf.h"
@@ -130,7 +130,7 @@ void server_close(struct server *s, const char *why)
 		return;
 	struct worker *w = s->w;
 	bool login_failed = s->state == SERVER_CONNECTING || s->state == SERVER_LOGIN;
-	struct client *c = s->client;
+	struct client_end *c = s->client;
 	enum server_state old = s->state;
 	if (why)
 		log_info("S-%llu %s:%d: closing (%s): %s", (unsigned long long)s->id, s->sp->host, s->sp->port,
@@ -147,27 +147,21 @@ void server_close(struct server *s, const char *why)
 	io_close(&s->io);
 	pool_server_closed(s, login_failed);
 	s->state = SERVER_CLOSED;
-	s->client = NULL;
 	auth_free(s);
 	list_add_tail(&w->dead_servers, &s->node);
 	worker_schedule_reap(w);
 	if (c && old == SERVER_SYNCING && s->health_check) {
 		/* Nothing of the client's reached this server: it goes elsewhere. */
-		route_connect_failed(s->sp, why ? why : "health check failed");
-		c->server = NULL;
-		cancel_key_link(&w->cancel, c, NULL);
-		pool_reroute_client(c);
+		c->ev->lost(c, s, true, "08006", why ? why : "health check failed");
 		return;
 	}
 	if (c) {
 		/* Its transaction is gone with it, and its SETs with it. */
 		if (s->set_pending)
-			params_copy(&c->params, &s->set_undo_client);
-		c->server = NULL;
-		cancel_key_link(&w->cancel, c, NULL);
+			params_copy(c->params, &s->set_undo_client);
 		const char *code = s->have_error ? s->error_sqlstate : "08006";
 		const char *msg = s->have_error ? s->error_message : "server connection lost";
-		client_on_server_lost(c, s, code, msg);
+		c->ev->lost(c, s, false, code, msg);
 	}
 }
 
@@ -433,20 +427,19 @@ static void process_login(struct server *s)
 
 /* ---- linking, syncing, draining, resetting ---- */
 
-void server_link(struct server *s, struct client *c)
+void server_link(struct server *s)
 {
 	char sql[8192];
-	s->client = c;
+	struct client_end *c = s->client;
 	s->sent_to_client = false;
 	s->req_msgs = 0;
 	s->req_data = false;
 	s->skip_msgs = c->retry_skip;
-	c->retry_skip = 0;
-	s->prep_on = prep_enabled(c);
+	s->prep_on = c->prep_on;
 	/* Nothing of a previous client may still be awaited. */
 	if (s->prep && (s->prep->seg_sent != s->prep->seg_recv || s->prep->parses.len || s->prep->closes.len))
 		prep_server_reset_pending(s);
-	int n = params_same(&c->params, &s->params) ? 0 : params_build_sync(&c->params, &s->params, sql, sizeof sql);
+	int n = params_same(c->params, &s->params) ? 0 : params_build_sync(c->params, &s->params, sql, sizeof sql);
 	/* Unused for healthcheck_delay: checked before the client's first byte
 	 * goes there (the SETs, if any, are the check; else an empty query). */
 	const struct config_general *g = &s->w->cfg->general;
@@ -478,13 +471,12 @@ void server_link(struct server *s, struct client *c)
 			syncing = true;
 		}
 	}
-	if (c->held_begin && c->shard_phase != ROUTE_PHASE_PROVISIONAL) {
-		/* sharding: the BEGIN pgcat answered (route.c), replies absorbed;
-		 * not while only preparing before the key is known */
+	if (c->begin) {
+		/* sharding: the BEGIN pgcat answered (route.c), replies absorbed */
 		uint8_t storage[512];
 		struct pktbuf pb;
 		pktbuf_init(&pb, storage, sizeof storage);
-		pktbuf_query(&pb, c->held_begin);
+		pktbuf_query(&pb, c->begin);
 		if (!pb.failed) {
 			evbuffer_add(io_out(&s->io), pb.data, pb.len);
 			s->outstanding++;
@@ -496,7 +488,7 @@ void server_link(struct server *s, struct client *c)
 		return;
 	}
 	server_set_state(s, SERVER_ACTIVE);
-	client_on_linked(c);
+	c->ev->ready(c, false);
 }
 
 static void send_simple_query(struct server *s, const char *sql)
@@ -659,19 +651,15 @@ static void process_unlinked(struct server *s)
 			if (s->outstanding > 0)
 				s->outstanding--;
 			if (st == SERVER_SYNCING && s->outstanding == 0) {
-				struct client *c = s->client;
+				struct client_end *c = s->client;
 				/* The SETs ran: the server's session is now the client's. */
 				if (c)
-					(void)params_copy(&s->params, &c->params);
-				if (c && c->held_begin && c->shard_phase != ROUTE_PHASE_PROVISIONAL) {
-					/* it ran here: the transaction is open */
-					free(c->held_begin);
-					c->held_begin = NULL;
-				}
+					(void)params_copy(&s->params, c->params);
 				s->health_check = false;
 				server_set_state(s, SERVER_ACTIVE);
+				/* its held BEGIN ran here: the transaction is open */
 				if (c)
-					client_on_linked(c);
+					c->ev->ready(c, c->begin != NULL);
 				return;
 			}
 			if (st == SERVER_DRAINING) {
@@ -696,7 +684,7 @@ static void process_unlinked(struct server *s)
 				/* While syncing, the server reports the canonical form of
 				 * what the client asked for: the client's value now. */
 				if (st == SERVER_SYNCING && s->client)
-					(void)params_set(&s->client->params, name, value, false);
+					(void)params_set(s->client->params, name, value, false);
 			}
 			break;
 		}
@@ -713,7 +701,7 @@ static void process_unlinked(struct server *s)
 				if (proto_parse_error(body, blen, &ef))
 					log_warning("S-%llu: setting client parameters failed: %s", (unsigned long long)s->id,
 						    ef.message ? ef.message : "");
-				(void)params_copy(&s->client->params, &s->params);
+				(void)params_copy(s->client->params, &s->params);
 			}
 			break;
 		case PqMsg_CopyInResponse:
@@ -776,7 +764,7 @@ static void settings_settle(struct server *s, bool committed)
 		return;
 	if (!committed) {
 		if (s->client)
-			params_copy(&s->client->params, &s->set_undo_client);
+			params_copy(s->client->params, &s->set_undo_client);
 		params_copy(&s->params, &s->set_undo_server);
 	}
 	params_clear(&s->set_undo_client);
@@ -823,8 +811,8 @@ static void process_active(struct server *s)
 	struct evbuffer *in = s->io.in;
 	uint8_t buf[SERVER_INSPECT_MAX];
 	while (s->state == SERVER_ACTIVE && s->client) {
-		struct client *c = s->client;
-		struct evbuffer *out = client_output(c);
+		struct client_end *c = s->client;
+		struct evbuffer *out = io_out(c->io);
 		if (s->fwd_remaining > 0) {
 			size_t have = evbuffer_get_length(in);
 			if (have == 0)
@@ -834,13 +822,13 @@ static void process_active(struct server *s)
 			s->fwd_remaining -= (uint32_t)n;
 			s->sent_to_client = true;
 			stats_add(s->sp->pool->stats, STAT_SENT, n);
-			if (client_output_full(c)) {
+			if (io_out_len(c->io) >= c->out_budget) {
 				pause_for_client(s);
 				return;
 			}
 			continue;
 		}
-		if (client_output_full(c)) {
+		if (io_out_len(c->io) >= c->out_budget) {
 			pause_for_client(s);
 			return;
 		}
@@ -947,13 +935,12 @@ static void process_active(struct server *s)
 			}
 			s->in_copy_in = false;
 			s->last_used_us = s->w->now_us;
-			c->last_activity_us = s->w->now_us;
 			s->sent_to_client = false;
 			s->req_msgs = 0;
 			s->req_data = false;
 			s->skip_msgs = 0;
 			s->timeout_cancelled = false;
-			client_reply_started(c);
+			c->ev->answered(c);
 			/* Messages the client sent after that Sync (a Parse, Describe
 			 * and Flush of postgres.js, the next pipeline of pgx) are still
 			 * being answered here: their replies are this client's, so the
@@ -972,7 +959,7 @@ static void process_active(struct server *s)
 				const char *name, *value;
 				if (proto_parse_parameter_status(buf + 5, f.len - 4, &name, &value)) {
 					(void)params_set(&s->params, name, value, false);
-					(void)params_set(&c->params, name, value, false);
+					(void)params_set(c->params, name, value, false);
 				}
 				evbuffer_add(out, buf, total);
 				stats_add(s->sp->pool->stats, STAT_SENT, total);
@@ -1092,7 +1079,7 @@ static void server_drain_cb(struct io *io, void *arg)
 	struct server *s = arg;
 	/* Below the low watermark again: the client may send more. */
 	if (s->client && s->state == SERVER_ACTIVE)
-		client_resume_reading(s->client);
+		s->client->ev->resume(s->client);
 }
 
 static void set_socket_options(struct server *s)

@@ -394,7 +394,7 @@ static void client_timeouts(struct worker *w)
 		uint64_t limit = (uint64_t)g->idle_transaction_timeout * 1000;
 		LIST_FOREACH_SAFE(pos, tmp, &w->clients_active) {
 			struct client *c = LIST_OWNER(pos, struct client, node);
-			struct server *s = c->server;
+			struct server *s = c->end.server;
 			if (s && s->state == SERVER_ACTIVE && s->outstanding == 0 && s->tx_status != 'I' &&
 			    now - c->last_activity_us >= limit)
 				client_close(c, "25P03", "terminating connection due to idle-in-transaction timeout");
@@ -415,7 +415,7 @@ static void apply_admin_commands(struct worker *w)
 		case SHM_ADMIN_RESUME: (void)pool_resume(w, db); break;
 		case SHM_ADMIN_DISABLE: (void)pool_set_disabled(w, db, true); break;
 		case SHM_ADMIN_ENABLE: (void)pool_set_disabled(w, db, false); break;
-		case SHM_ADMIN_KILL: (void)pool_kill(w, db); break;
+		case SHM_ADMIN_KILL: (void)worker_kill(w, db); break;
 		case SHM_ADMIN_RECONNECT: (void)pool_reconnect(w, db); break;
 		case SHM_ADMIN_DUMP: admin_dump(w, e.arg, e.seq); break;
 		case SHM_ADMIN_SET: {
@@ -444,8 +444,39 @@ static void worker_publish(struct worker *w)
 	}
 	atomic_store_explicit(&me->clients, w->n_clients, memory_order_relaxed);
 	atomic_store_explicit(&me->servers, servers, memory_order_relaxed);
-	pool_publish(w);
+	worker_publish_pools(w);
 	apply_admin_commands(w);
+}
+
+void worker_publish_pools(struct worker *w)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools)
+		LIST_OWNER(pos, struct pool, node)->cl_active = 0;
+	/* One pass over the clients, not one per pool. */
+	struct list_node *lists[] = { &w->clients_idle, &w->clients_active };
+	for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
+		LIST_FOREACH_SAFE(pos, tmp, lists[l]) {
+			struct pool *p = LIST_OWNER(pos, struct client, node)->pool;
+			if (p)
+				p->cl_active++;
+		}
+	pool_publish(w);
+}
+
+int worker_kill(struct worker *w, const char *db)
+{
+	/* Paused first: a server a closing client hands back goes to nobody. */
+	(void)pool_pause(w, db);
+	struct list_node *lists[] = { &w->clients_idle, &w->clients_active, &w->clients_login };
+	struct list_node *pos, *tmp;
+	for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
+		LIST_FOREACH_SAFE(pos, tmp, lists[l]) {
+			struct client *c = LIST_OWNER(pos, struct client, node);
+			if (c->pool && pool_matches_db(c->pool, db))
+				client_close(c, "57P01", "database \"%s\" was killed by an administrator", c->pool->name);
+		}
+	return pool_kill(w, db);
 }
 
 /* Shutdown: a client that logged in during the drain had a moment to send
@@ -542,24 +573,24 @@ void worker_begin_shutdown(struct worker *w)
 	 * their first transaction; they are closed after it. */
 	struct list_node *lp, *lt;
 	LIST_FOREACH_SAFE(lp, lt, &w->clients_login)
-		LIST_OWNER(lp, struct client, node)->close_when_released = true;
+		LIST_OWNER(lp, struct client, node)->end.close_when_released = true;
 	/* Idle clients: those idle for a while go now; one that just logged in
 	 * or just finished a transaction gets a moment to send its next
 	 * request (close_idle_after_grace). */
 	LIST_FOREACH_SAFE(lp, lt, &w->clients_idle)
-		LIST_OWNER(lp, struct client, node)->close_when_released = true;
+		LIST_OWNER(lp, struct client, node)->end.close_when_released = true;
 	close_idle_after_grace(w);
 	/* Linked clients finish their transaction; those sitting idle on a
 	 * session-mode server with nothing running can go now. */
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->clients_active) {
 		struct client *c = LIST_OWNER(pos, struct client, node);
-		struct server *s = c->server;
+		struct server *s = c->end.server;
 		if (s && s->state == SERVER_ACTIVE && s->outstanding == 0 && s->tx_status == 'I' &&
 		    c->fwd_remaining == 0 && s->fwd_remaining == 0)
 			client_close(c, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
 		else
-			c->close_when_released = true;
+			c->end.close_when_released = true;
 	}
 	/* Waiting clients have not started a transaction: they are served
 	 * (their request is already sent) and closed after it. */
@@ -567,13 +598,11 @@ void worker_begin_shutdown(struct worker *w)
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++) {
 			struct list_node *cp, *ct;
-			/* A paused pool would keep them waiting until shutdown_timeout. */
-			if (p->paused)
-				close_all_clients(w, &p->targets[i]->waiters, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
 			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters)
-				LIST_OWNER(cp, struct client, node)->close_when_released = true;
+				client_of_waiter(LIST_OWNER(cp, struct pool_waiter, node))->end.close_when_released = true;
 		}
-		close_all_clients(w, &p->login_waiters, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
+		/* A paused pool would keep them waiting until shutdown_timeout. */
+		pool_close_waiters(p, true, p->paused, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
 	}
 	struct timeval tv = { w->cfg->general.shutdown_timeout / 1000, (w->cfg->general.shutdown_timeout % 1000) * 1000 };
 	evtimer_add(w->shutdown_timer, &tv);
@@ -587,11 +616,9 @@ static void shutdown_timer_cb(evutil_socket_t fd, short what, void *arg)
 	worker_update_clock(w);
 	close_all_clients(w, &w->clients_active, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
 	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		for (size_t i = 0; i < p->n_targets; i++)
-			close_all_clients(w, &p->targets[i]->waiters, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
-	}
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools)
+		pool_close_waiters(LIST_OWNER(pos, struct pool, node), false, true, SQLSTATE_ADMIN_SHUTDOWN,
+				   "pgcat is shutting down");
 	worker_check_shutdown_done(w);
 	event_base_loopexit(w->base, NULL);
 }
@@ -748,12 +775,8 @@ void worker_destroy(struct worker *w)
 	/* Clients first (they detach from servers), then pools and servers. */
 	struct list_node *pos, *tmp;
 	w->shutting_down = true;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		for (size_t i = 0; i < p->n_targets; i++)
-			close_all_clients(w, &p->targets[i]->waiters, NULL, "");
-		close_all_clients(w, &p->login_waiters, NULL, "");
-	}
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools)
+		pool_close_waiters(LIST_OWNER(pos, struct pool, node), true, true, NULL, "");
 	close_all_clients(w, &w->clients_login, NULL, "");
 	close_all_clients(w, &w->clients_idle, NULL, "");
 	close_all_clients(w, &w->clients_active, NULL, "");

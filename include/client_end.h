@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client_end: the client's end of a client–server link, as the server side
+ * sees it. The server answers a client through this and nothing else: the
+ * connection its replies go to, the session settings they change, and the
+ * events it reports (ready, lost, a request answered, room again in its
+ * output). The session that owns the client installs the events; link.c
+ * alone ties an end to a server and unties it.
+ *
+ * A data header with no module of its own, so that server.c, which reports
+ * up through it, depends on no module above it (the server side never calls
+ * the client side).
+ */
+#ifndef PGCAT_CLIENT_END_H
+#define PGCAT_CLIENT_END_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "types.h"
+
+struct client_end;
+struct io;
+struct params;
+struct prep_client;
+
+struct client_end_events {
+	/* The server is ready for the client's bytes (its session settings,
+	 * and the held BEGIN if end->begin was set, ran there: begin_ran). */
+	void (*ready)(struct client_end *end, bool begin_ran);
+	/* The linked server s is closed (its fields still readable; end is
+	 * still linked to it, the handler unlinks). untouched: it closed while
+	 * being made ready, before any byte of the client's reached it. */
+	void (*lost)(struct client_end *end, struct server *s, bool untouched, const char *sqlstate,
+		     const char *message);
+	/* The link was untied at the end of a transaction (pool.c) and the
+	 * server went back to its pool. */
+	void (*released)(struct client_end *end);
+	/* A ReadyForQuery reached the client: a request was answered. */
+	void (*answered)(struct client_end *end);
+	/* The server's output drained below its low watermark: the client may
+	 * be read again. */
+	void (*resume)(struct client_end *end);
+};
+
+struct client_end {
+	struct server *server;                  /* the linked server (link.c writes it) */
+	const struct client_end_events *ev;
+	struct io *io;                          /* the client's connection: replies go to its output */
+	struct params *params;                  /* the session as the client sees it */
+	/* Named prepared statements in transaction mode (prepared.c; made on
+	 * first use). */
+	struct prep_client *prep;
+	/* A BEGIN pgcat answered itself, for the server to run before the
+	 * client's bytes (set by the client before it links; NULL: none). */
+	const char *begin;
+	uint64_t client_id;
+	uint32_t out_budget;                    /* output bytes beyond which the server pauses */
+	/* A replayed read: acknowledgements the client already has, that the
+	 * next server's replies must not repeat. */
+	uint32_t retry_skip;
+	bool prep_on;                           /* the client's messages are rewritten (prepared.c) */
+	bool close_when_released;               /* shutdown: the client closes after this transaction */
+};
+
+#endif
