@@ -64,6 +64,15 @@ static inline bool sqllex_is_digit(unsigned char ch)
 	return sqllex_class[ch] & SQLLEX_DIGIT;
 }
 
+/* Whitespace as C's isspace() has it in the C locale: sqllex_is_space and
+ * vertical tab, which PostgreSQL 15's lexer does not take. For text that
+ * never reaches PostgreSQL and has always been split at it: pgcat's own
+ * SET/SHOW commands (router_parse_command) and the admin console. */
+static inline bool sqllex_is_cspace(unsigned char ch)
+{
+	return sqllex_is_space(ch) || ch == '\v';
+}
+
 /* At s[i] a comment starts ("--" or slash-star). */
 static inline bool sqllex_at_comment(const char *s, size_t len, size_t i)
 {
@@ -85,6 +94,33 @@ size_t sqllex_skip_quoted(const char *s, size_t len, size_t i);
 
 /* Past whitespace and comments from i (len after an unclosed comment). */
 size_t sqllex_skip_blank(const char *s, size_t len, size_t i);
+
+/* Past sqllex_is_cspace whitespace from i, and nothing else: a comment
+ * stops it as any other byte does. */
+size_t sqllex_skip_cspace(const char *s, size_t len, size_t i);
+
+/* The index after the bytes from i that continue an identifier
+ * (sqllex_is_ident_cont); i if s[i] is none. A word, not an identifier:
+ * it may start with a digit or '$', and nothing is skipped after it. */
+size_t sqllex_word_end(const char *s, size_t len, size_t i);
+
+/* The 'string' or "quoted identifier" at s[*i], read as written with
+ * standard_conforming_strings on: a doubled quote is one, a backslash is
+ * plain (an E'' prefix is not looked at). Its text goes to out,
+ * NUL-terminated, at most outsz - 1 bytes; out may be NULL (outsz is then
+ * ignored) to only check it. true, and *i moves just past the closing
+ * quote (no blanks skipped); an empty one ('') is read. false, *i not
+ * moved and out "" (outsz > 0), if no quote opens at s[*i], the text does
+ * not close it, or it does not fit. */
+bool sqllex_unquote(const char *s, size_t len, size_t *i, char *out, size_t outsz);
+
+/* The value of one of pgcat's own SET commands at s[*i]: sqllex_unquote's
+ * if a quote opens there, else a bare run of ASCII letters, digits, '_',
+ * '.', '+' and '-' (a word or a signed number: on, default, -7, 1.5).
+ * Nothing else ends a bare run: "1--x" is one value, not 1 and a
+ * comment. out, outsz, *i and the result as sqllex_unquote; false too for
+ * an empty bare run. */
+bool sqllex_value(const char *s, size_t len, size_t *i, char *out, size_t outsz);
 
 /* The keyword kw (lower case) at s[*i], in any case, as a whole word:
  * true, and *i moves past it and the blanks after it. */

@@ -33,6 +33,7 @@
 #include "prepared.h"
 #include "server.h"
 #include "shm.h"
+#include "sqllex.h"
 #include "stats.h"
 #include "worker.h"
 
@@ -1127,7 +1128,9 @@ static const struct show_command show_commands[] = {
 
 /* ---- other commands ---- */
 
-/* Words of the statement, lowercased copies; quotes kept out of the count. */
+/* Words of the statement, copies as written (is() compares them in any
+ * case): split at whitespace (sqllex_is_cspace) and nothing else, so a
+ * quote or a comment is part of a word. */
 #define MAX_WORDS 8
 struct words {
 	char buf[ADMIN_MAX_QUERY + 1];
@@ -1139,19 +1142,18 @@ struct words {
 static void split_words(const char *sql, struct words *ws)
 {
 	snprintf(ws->buf, sizeof ws->buf, "%s", sql);
+	size_t len = strlen(ws->buf), i = 0;
 	ws->n = 0;
-	char *p = ws->buf;
-	while (*p && ws->n < MAX_WORDS) {
-		while (*p && isspace((unsigned char)*p))
-			p++;
-		if (!*p)
+	while (ws->n < MAX_WORDS) {
+		i = sqllex_skip_cspace(ws->buf, len, i);
+		if (i == len)
 			break;
-		ws->rest[ws->n] = sql + (p - ws->buf);
-		ws->w[ws->n++] = p;
-		while (*p && !isspace((unsigned char)*p))
-			p++;
-		if (*p)
-			*p++ = '\0';
+		ws->rest[ws->n] = sql + i;
+		ws->w[ws->n++] = ws->buf + i;
+		while (i < len && !sqllex_is_cspace((unsigned char)ws->buf[i]))
+			i++;
+		if (i < len)
+			ws->buf[i++] = '\0';
 	}
 }
 

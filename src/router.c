@@ -21,6 +21,7 @@
 #include <pg_query.h>
 
 #include "pgjson.h"
+#include "sqllex.h"
 #include "sqlshape.h"
 
 /* ------------------------------------------------------------------ */
@@ -878,111 +879,62 @@ bool router_classify(const char *sql, size_t len, const struct router_rules *rul
 /* ------------------------------------------------------------------ */
 /* pgcat's own SET/SHOW                                                 */
 
-struct cmd_lex {
-	const char *s;
-	size_t i, len;
-};
+/* The words of these commands are split at whitespace alone, \v
+ * included (sqllex_skip_cspace): a comment before a command makes it not
+ * ours (PostgreSQL answers it), one inside makes it malformed. */
 
-static void lex_space(struct cmd_lex *l)
+/* The word at *i (sqllex_word_end), *i moved past it: true if it is
+ * `word` in any case. */
+static bool cmd_word(const char *s, size_t len, size_t *i, const char *word)
 {
-	while (l->i < l->len && sql_space(l->s[l->i]))
-		l->i++;
+	size_t st = *i, wl = strlen(word);
+	*i = sqllex_word_end(s, len, st);
+	return *i - st == wl && strncasecmp(s + st, word, wl) == 0;
 }
 
-/* Reads a whole word at the cursor; true if it is `word` (case-insensitive). */
-static bool lex_word(struct cmd_lex *l, const char *word)
+/* Only whitespace and semicolons from i on. */
+static bool cmd_end(const char *s, size_t len, size_t i)
 {
-	size_t st = l->i, wl = strlen(word);
-	while (l->i < l->len && is_ident_char(l->s[l->i]))
-		l->i++;
-	return l->i - st == wl && strncasecmp(l->s + st, word, wl) == 0;
-}
-
-static bool lex_end(struct cmd_lex *l)
-{
-	while (l->i < l->len && (sql_space(l->s[l->i]) || l->s[l->i] == ';'))
-		l->i++;
-	return l->i == l->len;
+	while (i < len && (sqllex_is_cspace((unsigned char)s[i]) || s[i] == ';'))
+		i++;
+	return i == len;
 }
 
 /* `TO value` or `= value`, then the end. */
-static bool lex_set_value(struct cmd_lex *l, char *value, size_t valuelen)
+static bool cmd_set_value(const char *s, size_t len, size_t i, char *value, size_t valuelen)
 {
-	lex_space(l);
-	if (l->i < l->len && l->s[l->i] == '=') {
-		l->i++;
-	} else if (!lex_word(l, "to")) {
+	i = sqllex_skip_cspace(s, len, i);
+	if (i < len && s[i] == '=')
+		i++;
+	else if (!cmd_word(s, len, &i, "to"))
 		return false;
-	}
-	lex_space(l);
-	if (l->i == l->len)
-		return false;
-	size_t o = 0;
-	char q = l->s[l->i];
-	if (q == '\'' || q == '"') {
-		l->i++;
-		for (;;) {
-			if (l->i == l->len)
-				return false;
-			char c = l->s[l->i++];
-			if (c == q) {
-				if (l->i < l->len && l->s[l->i] == q)
-					l->i++;      /* doubled quote */
-				else
-					break;
-			}
-			if (value && o + 1 >= valuelen)
-				return false;
-			if (value)
-				value[o] = c;
-			o++;
-		}
-	} else {
-		while (l->i < l->len) {
-			char c = l->s[l->i];
-			if (!(isalnum((unsigned char)c) || c == '_' || c == '.' || c == '+' || c == '-'))
-				break;
-			if (value && o + 1 >= valuelen)
-				return false;
-			if (value)
-				value[o] = c;
-			o++;
-			l->i++;
-		}
-		if (o == 0)
-			return false;
-	}
-	if (value) {
-		if (o >= valuelen)
-			return false;   /* no room for the terminator ('' into 0 bytes) */
-		value[o] = '\0';
-	}
-	return lex_end(l);
+	i = sqllex_skip_cspace(s, len, i);
+	return sqllex_value(s, len, &i, value, valuelen) && cmd_end(s, len, i);
 }
 
 enum router_command router_parse_command(const char *sql, size_t len, char *value, size_t valuelen)
 {
-	struct cmd_lex l = { .s = sql, .i = 0, .len = sql ? len : 0 };
+	if (!sql)
+		len = 0;
 	if (value && valuelen)
 		value[0] = '\0';
-	lex_space(&l);
-	if (l.i == l.len || (sql[l.i] | 0x20) != 's')
+	size_t i = sqllex_skip_cspace(sql, len, 0);
+	if (i == len || (sql[i] | 0x20) != 's')
 		return ROUTER_CMD_NONE;
-	size_t st = l.i;
-	bool set = lex_word(&l, "set");
+	size_t st = i;
+	bool set = cmd_word(sql, len, &i, "set");
 	if (!set) {
-		l.i = st;
-		if (!lex_word(&l, "show"))
+		i = st;
+		if (!cmd_word(sql, len, &i, "show"))
 			return ROUTER_CMD_NONE;
 	}
-	if (l.i == l.len || !sql_space(sql[l.i]))
+	if (i == len || !sqllex_is_cspace((unsigned char)sql[i]))
 		return ROUTER_CMD_NONE;
-	lex_space(&l);
-	st = l.i;
-	while (l.i < l.len && is_ident_char(sql[l.i]))
-		l.i++;
-	size_t wl = l.i - st;
-	if (l.i < l.len && sql[l.i] == '.')
+	i = sqllex_skip_cspace(sql, len, i);
+	st = i;
+	i = sqllex_word_end(sql, len, i);
+	size_t wl = i - st;
+	if (i < len && sql[i] == '.')
 		return ROUTER_CMD_NONE;      /* a custom parameter: shard.x */
 	const char *w = sql + st;
 #define WORD_IS(lit) (wl == sizeof(lit) - 1 && strncasecmp(w, lit, wl) == 0)
@@ -1004,11 +956,11 @@ enum router_command router_parse_command(const char *sql, size_t len, char *valu
 	}
 #undef WORD_IS
 	if (second) {
-		lex_space(&l);
-		if (!lex_word(&l, second))
+		i = sqllex_skip_cspace(sql, len, i);
+		if (!cmd_word(sql, len, &i, second))
 			return ROUTER_CMD_INVALID;
 	}
-	if (set ? !lex_set_value(&l, value, valuelen) : !lex_end(&l)) {
+	if (set ? !cmd_set_value(sql, len, i, value, valuelen) : !cmd_end(sql, len, i)) {
 		if (value && valuelen)
 			value[0] = '\0';
 		return ROUTER_CMD_INVALID;

@@ -145,6 +145,82 @@ size_t sqllex_skip_blank(const char *s, size_t len, size_t i)
 	}
 }
 
+size_t sqllex_skip_cspace(const char *s, size_t len, size_t i)
+{
+	while (i < len && sqllex_is_cspace((unsigned char)s[i]))
+		i++;
+	return i;
+}
+
+size_t sqllex_word_end(const char *s, size_t len, size_t i)
+{
+	while (i < len && sqllex_is_ident_cont((unsigned char)s[i]))
+		i++;
+	return i;
+}
+
+/* s[k..e) into out (NUL-terminated, n < outsz) unless out is NULL; false
+ * if it does not fit. */
+static bool put_text(const char *s, size_t k, size_t e, bool unquote, char *out, size_t outsz)
+{
+	size_t n = 0;
+	for (; k < e; k++) {
+		if (unquote && s[k] == s[e])
+			k++;   /* a doubled quote is one (s[e] is the closing quote) */
+		if (out) {
+			if (n + 1 >= outsz)
+				return false;
+			out[n] = s[k];
+		}
+		n++;
+	}
+	if (out) {
+		if (n >= outsz)
+			return false;   /* no room for the NUL ('' into 0 bytes) */
+		out[n] = '\0';
+	}
+	return true;
+}
+
+bool sqllex_unquote(const char *s, size_t len, size_t *i, char *out, size_t outsz)
+{
+	size_t k = *i;
+	if (out && outsz)
+		out[0] = '\0';
+	if (k >= len || (s[k] != '\'' && s[k] != '"'))
+		return false;
+	size_t e = quote_end(s, len, k, s[k], false);
+	if (e == SQLLEX_OPEN || !put_text(s, k + 1, e - 1, true, out, outsz)) {
+		if (out && outsz)
+			out[0] = '\0';
+		return false;
+	}
+	*i = e;
+	return true;
+}
+
+static bool is_bare_value(unsigned char ch)
+{
+	return (sqllex_is_ident_cont(ch) && ch < 0x80 && ch != '$') || ch == '.' || ch == '+' || ch == '-';
+}
+
+bool sqllex_value(const char *s, size_t len, size_t *i, char *out, size_t outsz)
+{
+	size_t k = *i;
+	if (k < len && (s[k] == '\'' || s[k] == '"'))
+		return sqllex_unquote(s, len, i, out, outsz);
+	size_t e = k;
+	while (e < len && is_bare_value((unsigned char)s[e]))
+		e++;
+	if (e == k || !put_text(s, k, e, false, out, outsz)) {
+		if (out && outsz)
+			out[0] = '\0';
+		return false;
+	}
+	*i = e;
+	return true;
+}
+
 bool sqllex_keyword(const char *s, size_t len, size_t *i, const char *kw)
 {
 	size_t k = *i;

@@ -183,6 +183,26 @@ def test_unknown_command_is_an_error_not_a_disconnect(pgcat):
     assert show(r, "VERSION")[1][0]["version"].startswith("pgcat")
 
 
+def test_command_words_split_at_whitespace_only(pgcat):
+    """The console splits a command at whitespace (\\v and \\f too) and
+    reads neither comments nor quotes: they stay part of a word."""
+    inst = pgcat()
+    r = admin(inst)
+    for sql in ("show\tversion", "\vSHOW\fVERSION\n;", "SHOW  VERSION ;;"):
+        rows, err, status = r.simple(sql)
+        assert err is None and status == "I" and rows[0][0].startswith("pgcat"), sql
+    for sql in ("SHOW VERSION -- c", "SHOW /* c */ VERSION", "-- c\nSHOW VERSION"):
+        err = command(r, sql)
+        assert err is not None and err["C"] == "42601", sql
+    err = command(r, "SHOW 'VERSION'")
+    assert err is not None and err["C"] == "42704" and "'VERSION'" in err["M"]
+    # SET's value is the rest of the text, unquoted by the configuration
+    assert command(r, "SET default_pool_size = '5' ") is None
+    assert {x["key"]: x for x in show(r, "CONFIG")[1]}["default_pool_size"]["value"] == "5"
+    assert command(r, "SET\vdefault_pool_size\t=\f4") is None
+    assert {x["key"]: x for x in show(r, "CONFIG")[1]}["default_pool_size"]["value"] == "4"
+
+
 def test_pause_resume(pgcat):
     inst = pgcat()
     r = admin(inst)

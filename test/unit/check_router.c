@@ -608,6 +608,38 @@ START_TEST(commands)
 		{ "SHOW SERVER ROLES", ROUTER_CMD_INVALID, "" },
 		{ "SHOW PRIMARY", ROUTER_CMD_INVALID, "" },
 		{ "SHOW SHARDING KEY", ROUTER_CMD_NONE, "" },
+		/* whitespace is C's: \v and \f separate words too */
+		{ "\vSET\vSHARD\fTO\v'4'\v;", ROUTER_CMD_SET_SHARD, "4" },
+		{ "SHOW\vSERVER\vROLE", ROUTER_CMD_SHOW_SERVER_ROLE, "" },
+		/* comments are not skipped: before the command, it is not ours;
+		 * inside or after it, it is malformed */
+		{ "-- c\nSET SHARD TO 1", ROUTER_CMD_NONE, "" },
+		{ "SET /* c */ SHARD TO 1", ROUTER_CMD_NONE, "" },
+		{ "SET SHARD /* c */ TO 1", ROUTER_CMD_INVALID, "" },
+		{ "SET SERVER /* c */ ROLE TO 1", ROUTER_CMD_INVALID, "" },
+		{ "SET SHARD TO /* c */ 1", ROUTER_CMD_INVALID, "" },
+		{ "SET SHARD TO '1' -- c", ROUTER_CMD_INVALID, "" },
+		{ "SHOW SHARD /* c */", ROUTER_CMD_INVALID, "" },
+		/* a bare value takes '-': "1--c" is one value, and so is "--c" */
+		{ "SET SHARD TO 1--c", ROUTER_CMD_SET_SHARD, "1--c" },
+		{ "SET SHARD TO --c", ROUTER_CMD_SET_SHARD, "--c" },
+		{ "SET SHARD TO 1.5", ROUTER_CMD_SET_SHARD, "1.5" },
+		{ "SET SHARD TO +2", ROUTER_CMD_SET_SHARD, "+2" },
+		/* quotes: no E'' escapes, no dollar quotes, "" and '' empty */
+		{ "SET SHARDING KEY TO E'1'", ROUTER_CMD_INVALID, "" },
+		{ "SET SHARDING KEY TO 'a\\'", ROUTER_CMD_SET_SHARDING_KEY, "a\\" },
+		{ "SET SHARDING KEY TO $$1$$", ROUTER_CMD_INVALID, "" },
+		{ "SET SERVER ROLE TO \"\"", ROUTER_CMD_SET_SERVER_ROLE, "" },
+		{ "SET SHARDING KEY TO 'a\"b'", ROUTER_CMD_SET_SHARDING_KEY, "a\"b" },
+		{ "SET SHARD TO 'x'y", ROUTER_CMD_INVALID, "" },
+		{ "SET SHARD TO 1 2", ROUTER_CMD_INVALID, "" },
+		{ "SET SHARD=3", ROUTER_CMD_SET_SHARD, "3" },
+		{ "SET SHARD TOO 3", ROUTER_CMD_INVALID, "" },
+		/* '$' and bytes >= 0x80 continue a word, end a bare value */
+		{ "SET SHARD$ TO 1", ROUTER_CMD_NONE, "" },
+		{ "SET SHARD TO 1$", ROUTER_CMD_INVALID, "" },
+		{ "SET SHARD TO \xc3\xa9", ROUTER_CMD_INVALID, "" },
+		{ "SHOW\tshard\r\n;;", ROUTER_CMD_SHOW_SHARD, "" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char value[64];
@@ -626,6 +658,17 @@ START_TEST(commands)
 	ck_assert_int_eq(cmd("SHOW SHARD", NULL, 0), ROUTER_CMD_SHOW_SHARD);
 	ck_assert_int_eq(cmd("SET SHARD TO 1", NULL, 0), ROUTER_CMD_SET_SHARD);
 	ck_assert_int_eq(router_parse_command(NULL, 0, NULL, 0), ROUTER_CMD_NONE);
+	/* the length bounds the text; a NUL inside a quoted value is kept */
+	char v[8];
+	ck_assert_int_eq(router_parse_command("SET SHARD TO 12; x", 15, v, sizeof v), ROUTER_CMD_SET_SHARD);
+	ck_assert_str_eq(v, "12");
+	ck_assert_int_eq(router_parse_command("SET SHARD TO 12", 14, v, sizeof v), ROUTER_CMD_SET_SHARD);
+	ck_assert_str_eq(v, "1");
+	ck_assert_int_eq(router_parse_command("SET SHARD TO 'a\0b'", 18, v, sizeof v), ROUTER_CMD_SET_SHARD);
+	ck_assert(memcmp(v, "a\0b", 4) == 0);
+	ck_assert_int_eq(router_parse_command("SET SHARD TO 1\0", 15, v, sizeof v), ROUTER_CMD_INVALID);
+	/* a value buffer of 0 bytes takes nothing, not even "" */
+	ck_assert_int_eq(router_parse_command("SET SHARD TO ''", 15, v, 0), ROUTER_CMD_INVALID);
 }
 END_TEST
 

@@ -147,6 +147,135 @@ START_TEST(keywords)
 }
 END_TEST
 
+/* Whitespace alone, \v included: for pgcat's own commands. */
+START_TEST(cspace_and_words)
+{
+	ck_assert(sqllex_is_cspace('\v') && !sqllex_is_space('\v'));
+	const char *sp = " \t\n\r\f\v";
+	for (const char *p = sp; *p; p++)
+		ck_assert(sqllex_is_cspace((unsigned char)*p));
+	ck_assert(!sqllex_is_cspace('\0') && !sqllex_is_cspace('x') && !sqllex_is_cspace(0xa0));
+	ck_assert_uint_eq(sqllex_skip_cspace(" \t\v\fx ", 6, 0), 4);
+	/* comments are not skipped */
+	ck_assert_uint_eq(sqllex_skip_cspace(" -- c\nx", 7, 0), 1);
+	ck_assert_uint_eq(sqllex_skip_cspace(" /* c */x", 9, 0), 1);
+	ck_assert_uint_eq(sqllex_skip_cspace("  ", 2, 0), 2);
+	ck_assert_uint_eq(sqllex_skip_cspace(NULL, 0, 0), 0);
+	ck_assert_uint_eq(sqllex_skip_cspace("  x", 1, 0), 1);
+
+	ck_assert_uint_eq(sqllex_word_end("Set shard", 9, 0), 3);
+	ck_assert_uint_eq(sqllex_word_end("set_1$\xc3\xa9.x", 10, 0), 8);
+	/* a digit or a '$' may start a word */
+	ck_assert_uint_eq(sqllex_word_end("1abc ", 5, 0), 4);
+	ck_assert_uint_eq(sqllex_word_end("$1;", 3, 0), 2);
+	ck_assert_uint_eq(sqllex_word_end("'x'", 3, 0), 0);
+	ck_assert_uint_eq(sqllex_word_end("ab", 2, 2), 2);
+	ck_assert_uint_eq(sqllex_word_end("abcd", 2, 0), 2);
+}
+END_TEST
+
+static bool value(const char *s, size_t *i, char *out, size_t outsz)
+{
+	return sqllex_value(s, strlen(s), i, out, outsz);
+}
+
+START_TEST(unquote_and_values)
+{
+	char out[8];
+	size_t i = 0;
+	/* quotes: doubled ones undone, a backslash plain, *i just past */
+	ck_assert(sqllex_unquote("'it''s' x", 9, &i, out, sizeof out));
+	ck_assert_str_eq(out, "it's");
+	ck_assert_uint_eq(i, 7);
+	i = 0;
+	ck_assert(sqllex_unquote("\"My\"\"N\";", 8, &i, out, sizeof out));
+	ck_assert_str_eq(out, "My\"N");
+	ck_assert_uint_eq(i, 7);
+	i = 0;
+	ck_assert(sqllex_unquote("'a\\'", 4, &i, out, sizeof out));
+	ck_assert_str_eq(out, "a\\");
+	/* the other quote is plain inside */
+	i = 0;
+	ck_assert(sqllex_unquote("'a\"b'", 5, &i, out, sizeof out));
+	ck_assert_str_eq(out, "a\"b");
+	/* empty ones are read */
+	i = 0;
+	ck_assert(sqllex_unquote("''", 2, &i, out, sizeof out));
+	ck_assert_str_eq(out, "");
+	ck_assert_uint_eq(i, 2);
+	i = 0;
+	ck_assert(sqllex_unquote("\"\"", 2, &i, out, sizeof out));
+	ck_assert_uint_eq(i, 2);
+	/* from an index; the prefix E is not looked at */
+	i = 1;
+	ck_assert(sqllex_unquote("E'a\\'", 5, &i, out, sizeof out));
+	ck_assert_str_eq(out, "a\\");
+	ck_assert_uint_eq(i, 5);
+	/* a NUL inside is text like any byte (the length bounds it) */
+	i = 0;
+	ck_assert(sqllex_unquote("'a\0b'", 5, &i, out, sizeof out));
+	ck_assert(memcmp(out, "a\0b", 4) == 0);
+	/* no quote, unclosed, too long: false, nothing moved, out "" */
+	const char *bad[] = { "abc", "", " 'a'", "'abc", "'it''", "\"a'", "'abcdefgh'", "'abcdef''g'" };
+	for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+		i = 0;
+		memset(out, 'x', sizeof out);
+		ck_assert_msg(!sqllex_unquote(bad[k], strlen(bad[k]), &i, out, sizeof out), "%s", bad[k]);
+		ck_assert_uint_eq(i, 0);
+		ck_assert_str_eq(out, "");
+	}
+	/* an exact fit; no room for the NUL; no buffer: only checked */
+	i = 0;
+	ck_assert(sqllex_unquote("'abcdefg'", 9, &i, out, sizeof out));
+	ck_assert_str_eq(out, "abcdefg");
+	i = 0;
+	ck_assert(!sqllex_unquote("''", 2, &i, out, 0));
+	i = 0;
+	ck_assert(sqllex_unquote("'abcdefghijkl'", 14, &i, NULL, 0));
+	ck_assert_uint_eq(i, 14);
+
+	/* bare values: ASCII letters, digits, _ . + - */
+	const struct {
+		const char *s;
+		const char *out;
+		size_t end;
+	} good[] = {
+		{ "on;", "on", 2 },
+		{ "-7 ", "-7", 2 },
+		{ "+1.5e3", "+1.5e3", 6 },
+		{ "De_f.1 x", "De_f.1", 6 },
+		{ "1--x\n", "1--x", 4 },     /* no comment inside a bare value */
+		{ "a/*b", "a", 1 },
+		{ "a$b", "a", 1 },           /* '$' and bytes >= 0x80 end it */
+		{ "a\xc3\xa9", "a", 1 },
+		{ "x'1'", "x", 1 },
+		{ "'q' x", "q", 3 },         /* a quote: sqllex_unquote's */
+	};
+	for (size_t k = 0; k < sizeof good / sizeof *good; k++) {
+		i = 0;
+		ck_assert_msg(value(good[k].s, &i, out, sizeof out), "%s", good[k].s);
+		ck_assert_str_eq(out, good[k].out);
+		ck_assert_uint_eq(i, good[k].end);
+	}
+	const char *no[] = { "", " x", ";", "$1", "\xc3\xa9", "(1)", "'a", "abcdefgh", "=1" };
+	for (size_t k = 0; k < sizeof no / sizeof *no; k++) {
+		i = 0;
+		memset(out, 'x', sizeof out);
+		ck_assert_msg(!value(no[k], &i, out, sizeof out), "%s", no[k]);
+		ck_assert_uint_eq(i, 0);
+		ck_assert_str_eq(out, "");
+	}
+	i = 0;
+	ck_assert(value("abcdefgh", &i, NULL, 0));
+	ck_assert_uint_eq(i, 8);
+	i = 0;
+	ck_assert(!value("a", &i, out, 1));
+	i = 2;
+	ck_assert(value("= 42", &i, out, sizeof out));
+	ck_assert_str_eq(out, "42");
+}
+END_TEST
+
 START_TEST(dollar_quotes)
 {
 	ck_assert_uint_eq(quoted("$$a;b$$x", 0), 7);
@@ -240,6 +369,8 @@ Suite *sqllex_suite(void)
 	tcase_add_test(tc, strings);
 	tcase_add_test(tc, quoted_identifiers);
 	tcase_add_test(tc, keywords);
+	tcase_add_test(tc, cspace_and_words);
+	tcase_add_test(tc, unquote_and_values);
 	tcase_add_test(tc, dollar_quotes);
 	tcase_add_test(tc, statement_end);
 	tcase_add_test(tc, readers);
