@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * config_internal: what the files of the config room share (src/config.c,
- * config_value.c): the limits, the types of the key tables and the list
+ * config_value.c, config_check.c): the limits, the types of the key tables and the list
  * of [general] keys, the parser's state, and the functions one file offers
  * the others. Not an interface: no other room includes it (they use
  * include/config.h).
@@ -230,7 +230,7 @@ static inline void trim(const char **s, size_t *n)
 		(*n)--;
 }
 
-/* ---- config.c: the parser's allocations (failure sets p->oom) and its problems ---- */
+/* ---- config.c: allocations (failure sets p->oom), problems, the key tables ---- */
 
 void *p_alloc(struct parser *p, size_t n);
 char *p_strndup(struct parser *p, const char *s, size_t n);
@@ -242,7 +242,10 @@ void problem(struct parser *p, enum config_problem_kind kind, int line, const ch
 /* Message helpers tied to the current line and section. */
 #define line_error(p, key, ...) problem((p), CONFIG_PROBLEM_ERROR, (p)->lineno, (p)->section_name, (key), __VA_ARGS__)
 
-extern const struct enum_names server_role_enum;
+extern const struct enum_names server_role_enum, client_tls_enum, server_tls_enum;
+extern const struct key_spec general_specs[];
+const char *enum_name(const struct enum_names *e, int v);
+const struct key_spec *find_spec(const struct key_spec *specs, size_t n, const char *name, size_t *index);
 
 /* ---- config_value.c: one value, read, checked and put into its field ---- */
 
@@ -258,5 +261,10 @@ void apply_defaults(struct parser *p, const struct key_spec *specs, size_t n, vo
 void free_field(const struct key_spec *k, void *base);
 void detach_field(const struct key_spec *k, void *base);
 void free_fields(const struct key_spec *specs, size_t n, void *base);
+
+/* ---- config_check.c: checks across keys, once the whole file is read ---- */
+
+void check_general(struct parser *p);
+void check_all(struct parser *p);
 
 #endif
