@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * config_internal: what the files of the config room share (src/config.c,
- * config_value.c, config_check.c): the limits, the types of the key tables and the list
- * of [general] keys, the parser's state, and the functions one file offers
- * the others. Not an interface: no other room includes it (they use
- * include/config.h).
+ * config_value.c, config_check.c, config_runtime.c): the limits, the types
+ * of the key tables and the list of [general] keys, the parser's state,
+ * and the functions one file offers the others. Not an interface: no
+ * other room includes it (they use include/config.h).
  */
 #ifndef PGCAT_CONFIG_INTERNAL_H
 #define PGCAT_CONFIG_INTERNAL_H
@@ -244,6 +244,7 @@ void problem(struct parser *p, enum config_problem_kind kind, int line, const ch
 
 extern const struct enum_names server_role_enum, client_tls_enum, server_tls_enum;
 extern const struct key_spec general_specs[];
+extern const struct config_key_info general_info[];
 const char *enum_name(const struct enum_names *e, int v);
 const struct key_spec *find_spec(const struct key_spec *specs, size_t n, const char *name, size_t *index);
 
