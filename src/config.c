@@ -12,16 +12,21 @@
  * before inih does, to track the full section name (inih cuts it at 49
  * characters), to tell an indented continuation line from a new key, and
  * to notice lines inih rejects without telling us which.
+ *
+ * One value read, checked and put into its field is config_value.c's;
+ * the checks across keys once the whole file is read are
+ * config_check.c's; SHOW CONFIG's values and SET at run time are
+ * config_runtime.c's; what the files of the room share is
+ * include/config_internal.h.
  */
 #define _POSIX_C_SOURCE 200809L
 /* By path: the build's autoconf header is also called config.h and comes
  * first in the include path. */
 #include "config.h"
+#include "config_internal.h"
 
 #include "auth_file.h"
 
-#include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -43,20 +48,9 @@ _Static_assert(sizeof(enum tls_mode) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum tls_negotiation) == sizeof(int), "enum size");
 
 #define CONFIG_MAX_FILE_SIZE (16 * 1024 * 1024)
-#define CONFIG_MAX_NAME 63          /* PostgreSQL's NAMEDATALEN - 1 */
-#define CONFIG_MAX_SHARD 65535
-#define CONFIG_MAX_PEER_ID 16383
-#define CONFIG_MAX_SOCKET_DIR 92    /* + "/.s.PGSQL.65535" fits sun_path */
-#define CONFIG_QUOTE_MAX 60         /* longest value echoed in a message */
 
 /* ------------------------------------------------------------------ */
 /* Enum spellings                                                       */
-
-struct enum_names {
-	const char *const *names;   /* indexed by enum value; NULL = not accepted */
-	size_t n;
-};
-#define ENUM_NAMES(a) { (a), sizeof(a) / sizeof((a)[0]) }
 
 static const char *const pool_mode_names[] = {
 	[POOL_MODE_SESSION] = "session", [POOL_MODE_TRANSACTION] = "transaction",
@@ -98,15 +92,15 @@ static const char *const tls_negotiation_names[] = {
 static const struct enum_names pool_mode_enum = ENUM_NAMES(pool_mode_names);
 static const struct enum_names auth_type_enum = ENUM_NAMES(auth_type_names);
 static const struct enum_names log_level_enum = ENUM_NAMES(log_level_names);
-static const struct enum_names server_role_enum = ENUM_NAMES(server_role_names);
+const struct enum_names server_role_enum = ENUM_NAMES(server_role_names);
 static const struct enum_names default_role_enum = ENUM_NAMES(default_role_names);
 static const struct enum_names lb_mode_enum = ENUM_NAMES(lb_mode_names);
 static const struct enum_names sharding_function_enum = ENUM_NAMES(sharding_function_names);
-static const struct enum_names client_tls_enum = ENUM_NAMES(client_tls_names);
-static const struct enum_names server_tls_enum = ENUM_NAMES(server_tls_names);
+const struct enum_names client_tls_enum = ENUM_NAMES(client_tls_names);
+const struct enum_names server_tls_enum = ENUM_NAMES(server_tls_names);
 static const struct enum_names tls_negotiation_enum = ENUM_NAMES(tls_negotiation_names);
 
-static const char *enum_name(const struct enum_names *e, int v)
+const char *enum_name(const struct enum_names *e, int v)
 {
 	if (v < 0 || (size_t)v >= e->n || e->names[v] == NULL)
 		return "unknown";
@@ -116,116 +110,17 @@ static const char *enum_name(const struct enum_names *e, int v)
 /* ------------------------------------------------------------------ */
 /* Key tables                                                           */
 
-enum value_kind {
-	VALUE_INT,          /* int field, min..max */
-	VALUE_INT64,        /* int64_t field, min..max */
-	VALUE_BOOL,
-	VALUE_STRING,       /* char * field */
-	VALUE_ENUM,         /* int-sized enum field */
-	VALUE_SHARD,        /* shard number or "all" */
-	VALUE_ADDR_LIST,    /* char ** at off, size_t count at off_n */
-	VALUE_TABLE_LIST,   /* same, [schema.]table.column entries */
-	VALUE_NAME_LIST,    /* same, [schema.]function names, '*' at the end for a prefix */
-	VALUE_SERVER_LIST   /* struct config_server * at off, count at off_n */
-};
-
-enum {
-	KEY_EMPTY_INHERITS = 1 << 0,  /* "" stores CONFIG_INHERIT */
-	KEY_EMPTY_IS_NULL = 1 << 1,   /* "" stores NULL */
-	KEY_NOT_EMPTY = 1 << 2,
-	KEY_SECRET = 1 << 3           /* never echo the value */
-};
-
-typedef bool (*value_check)(const char *value, char *why, size_t whylen);
-
-struct key_spec {
-	const char *name;
-	enum value_kind kind;
-	int64_t min, max;
-	const struct enum_names *names;
-	size_t off, off_n;
-	unsigned flags;
-	const char *def;        /* default as written in the ini; NULL: none */
-	value_check check;      /* extra check of a string value, or NULL */
-};
-
-static bool check_socket_dir(const char *value, char *why, size_t whylen);
-static bool check_password(const char *value, char *why, size_t whylen);
-
-/*
- * [general], in SPEC §2 order. One list feeds both the public table of
- * config_general_keys() and the parser's table, so they cannot drift.
- *   X(name, public type, default, reloadable, kind, min, max, enum, flags, check, count offset)
- */
-#define GENERAL_KEYS(X) \
-	X(listen_addr, LIST, "0.0.0.0", false, VALUE_ADDR_LIST, 0, 0, NULL, 0, NULL, \
-	  offsetof(struct config_general, n_listen_addr)) \
-	X(listen_port, INT, "6432", false, VALUE_INT, 1, 65535, NULL, 0, NULL, 0) \
-	X(unix_socket_dir, STRING, "/tmp", false, VALUE_STRING, 0, 0, NULL, 0, check_socket_dir, 0) \
-	X(workers, INT, "1", false, VALUE_INT, 0, 1024, NULL, 0, NULL, 0) \
-	X(max_client_conn, INT, "10000", true, VALUE_INT, 1, 1000000, NULL, 0, NULL, 0) \
-	X(pool_mode, ENUM, "transaction", true, VALUE_ENUM, 0, 0, &pool_mode_enum, 0, NULL, 0) \
-	X(default_pool_size, INT, "10", true, VALUE_INT, 1, 10000, NULL, 0, NULL, 0) \
-	X(min_pool_size, INT, "0", true, VALUE_INT, 0, 10000, NULL, 0, NULL, 0) \
-	X(connect_timeout, INT, "5000", true, VALUE_INT, 1, INT_MAX, NULL, 0, NULL, 0) \
-	X(query_wait_timeout, INT, "120000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(idle_timeout, INT, "600000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(server_lifetime, INT, "3600000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(idle_transaction_timeout, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(client_idle_timeout, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(healthcheck_timeout, INT, "1000", true, VALUE_INT, 1, INT_MAX, NULL, 0, NULL, 0) \
-	X(healthcheck_delay, INT, "30000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(replica_lag_check_interval, INT, "1000", true, VALUE_INT, 10, INT_MAX, NULL, 0, NULL, 0) \
-	X(ban_time, INT, "60", true, VALUE_INT, 0, 86400, NULL, 0, NULL, 0) \
-	X(shutdown_timeout, INT, "60000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(server_reset_query, STRING, "DISCARD ALL", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
-	X(server_round_robin, BOOL, "false", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
-	X(tcp_keepalive, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
-	X(max_packet_size, INT64, "2147483647", true, VALUE_INT64, 5, 2147483647, NULL, 0, NULL, 0) \
-	X(query_parser_max_length, INT, "65536", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(autoreload, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(admin_username, STRING, "pgcat", true, VALUE_STRING, 0, 0, NULL, KEY_NOT_EMPTY, NULL, 0) \
-	X(admin_password, STRING, "", true, VALUE_STRING, 0, 0, NULL, KEY_SECRET, NULL, 0) \
-	X(auth_type, ENUM, "scram-sha-256", true, VALUE_ENUM, 0, 0, &auth_type_enum, 0, NULL, 0) \
-	X(auth_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
-	X(log_level, ENUM, "info", true, VALUE_ENUM, 0, 0, &log_level_enum, 0, NULL, 0) \
-	X(log_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
-	X(syslog, BOOL, "false", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
-	X(log_connections, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
-	X(log_disconnections, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
-	X(pidfile, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
-	X(prepared_statements, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
-	X(prepared_statements_cache_size, INT, "500", true, VALUE_INT, 1, 1000000, NULL, 0, NULL, 0) \
-	X(query_cache_size, INT, "10000", true, VALUE_INT, 0, 10000000, NULL, 0, NULL, 0) \
-	X(prometheus_port, INT, "0", true, VALUE_INT, 0, 65535, NULL, 0, NULL, 0) \
-	X(peer_id, INT, "0", true, VALUE_INT, 0, CONFIG_MAX_PEER_ID, NULL, 0, NULL, 0) \
-	X(stats_period, INT, "60", true, VALUE_INT, 1, 86400, NULL, 0, NULL, 0) \
-	X(dns_max_ttl, INT, "15000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(client_tls_sslmode, ENUM, "disable", true, VALUE_ENUM, 0, 0, &client_tls_enum, 0, NULL, 0) \
-	X(client_tls_cert_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
-	X(client_tls_key_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
-	X(client_tls_ca_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
-	X(server_tls_sslmode, ENUM, "prefer", true, VALUE_ENUM, 0, 0, &server_tls_enum, 0, NULL, 0) \
-	X(server_tls_ca_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
-	X(server_tls_negotiation, ENUM, "postgres", true, VALUE_ENUM, 0, 0, &tls_negotiation_enum, 0, NULL, 0)
-
 #define GENERAL_INFO(name, type, def, reload, kind, mn, mx, en, fl, ck, offn) \
 	{ #name, CONFIG_KEY_##type, def, reload },
-static const struct config_key_info general_info[] = { GENERAL_KEYS(GENERAL_INFO) };
+const struct config_key_info general_info[] = { GENERAL_KEYS(GENERAL_INFO) };
 
 #define GENERAL_SPEC(name, type, def, reload, kind, mn, mx, en, fl, ck, offn) \
 	{ #name, kind, mn, mx, en, offsetof(struct config_general, name), offn, fl, def, ck },
-static const struct key_spec general_specs[] = { GENERAL_KEYS(GENERAL_SPEC) };
+const struct key_spec general_specs[] = { GENERAL_KEYS(GENERAL_SPEC) };
 
-#define N_GENERAL_KEYS (sizeof(general_specs) / sizeof(general_specs[0]))
+_Static_assert(sizeof(general_specs) / sizeof(general_specs[0]) == N_GENERAL_KEYS, "key tables");
 _Static_assert(sizeof(general_info) / sizeof(general_info[0]) == N_GENERAL_KEYS, "key tables");
 
-enum pool_key {
-	POOL_KEY_POOL_MODE, POOL_KEY_DEFAULT_ROLE, POOL_KEY_QUERY_PARSER_ENABLED,
-	POOL_KEY_PRIMARY_READS_ENABLED, POOL_KEY_LOAD_BALANCING_MODE, POOL_KEY_SHARDING_FUNCTION,
-	POOL_KEY_SHARDED_TABLES, POOL_KEY_DEFAULT_SHARD, POOL_KEY_MAX_REPLICA_LAG,
-	POOL_KEY_STICKY_PRIMARY_AFTER_WRITE, POOL_KEY_WRITING_FUNCTIONS, POOL_KEY_COUNT
-};
 #define POOL_FIELD(f) offsetof(struct config_pool, f)
 static const struct key_spec pool_specs[POOL_KEY_COUNT] = {
 	/* No default: inherited from [general] once the whole file is read. */
@@ -252,7 +147,6 @@ static const struct key_spec pool_specs[POOL_KEY_COUNT] = {
 		POOL_FIELD(writing_functions), POOL_FIELD(n_writing_functions), 0, "", NULL },
 };
 
-enum shard_key { SHARD_KEY_DATABASE, SHARD_KEY_SERVERS, SHARD_KEY_COUNT };
 static const struct key_spec shard_specs[SHARD_KEY_COUNT] = {
 	/* No default: the pool's name, filled in once the file is read. */
 	[SHARD_KEY_DATABASE] = { "database", VALUE_STRING, 0, 0, NULL,
@@ -261,10 +155,6 @@ static const struct key_spec shard_specs[SHARD_KEY_COUNT] = {
 		offsetof(struct config_shard, servers), offsetof(struct config_shard, n_servers), 0, NULL, NULL },
 };
 
-enum user_key {
-	USER_KEY_PASSWORD, USER_KEY_SERVER_USERNAME, USER_KEY_SERVER_PASSWORD, USER_KEY_POOL_SIZE,
-	USER_KEY_MIN_POOL_SIZE, USER_KEY_STATEMENT_TIMEOUT, USER_KEY_POOL_MODE, USER_KEY_COUNT
-};
 #define USER_FIELD(f) offsetof(struct config_user, f)
 static const struct key_spec user_specs[USER_KEY_COUNT] = {
 	[USER_KEY_PASSWORD] = { "password", VALUE_STRING, 0, 0, NULL, USER_FIELD(password), 0,
@@ -284,57 +174,9 @@ static const struct key_spec user_specs[USER_KEY_COUNT] = {
 };
 
 /* ------------------------------------------------------------------ */
-/* Parser state (lives on the stack of one load call)                   */
-
-enum section_kind { SECTION_NONE, SECTION_GENERAL, SECTION_POOL, SECTION_SHARD, SECTION_USER,
-		    SECTION_PEERS, SECTION_IGNORED };
-
-enum line_kind {
-	LINE_NONE,          /* blank, comment, section header, or already reported */
-	LINE_KEY,           /* inih should call the handler with a new key */
-	LINE_CONTINUATION   /* indented: inih continues the previous key */
-};
-
-struct shard_meta { int line; int key_line[SHARD_KEY_COUNT]; };
-struct user_meta { int line; int key_line[USER_KEY_COUNT]; };
-struct pool_meta {
-	int line;
-	int key_line[POOL_KEY_COUNT];
-	struct shard_meta *shards;  /* parallel to config_pool.shards */
-	struct user_meta *users;    /* parallel to config_pool.users */
-};
-
-struct parser {
-	struct config *cfg;
-	struct config_problems *problems;
-	const char *file;           /* name used in messages */
-	const char *pos;            /* rest of the text */
-	int lineno;
-	bool oom;
-	int first_syntax_line;
-
-	enum line_kind line_kind;   /* of the line inih is working on */
-	bool handled;               /* inih called the handler for it */
-	bool have_prev;             /* inih would treat an indented line as a continuation */
-	char snippet[48];           /* start of the line, for syntax errors */
-
-	enum section_kind section;
-	char *section_name;         /* full, as written between [ and ] */
-	size_t pool, shard, user;   /* indexes of the current section's object */
-
-	const struct key_spec *last_spec;  /* key an indented line would continue */
-	char last_key[64];                 /* its name as written; "" = ignore continuations */
-
-	int general_line[N_GENERAL_KEYS];
-	struct pool_meta *pools;    /* parallel to cfg->pools */
-	int *peer_line;             /* parallel to cfg->peers */
-	int peers_line;
-};
-
-/* ------------------------------------------------------------------ */
 /* Small helpers                                                        */
 
-static void *p_alloc(struct parser *p, size_t n)
+void *p_alloc(struct parser *p, size_t n)
 {
 	void *ptr = calloc(1, n ? n : 1);
 	if (ptr == NULL)
@@ -342,7 +184,7 @@ static void *p_alloc(struct parser *p, size_t n)
 	return ptr;
 }
 
-static char *p_strndup(struct parser *p, const char *s, size_t n)
+char *p_strndup(struct parser *p, const char *s, size_t n)
 {
 	char *d = p_alloc(p, n + 1);
 	if (d != NULL)
@@ -350,13 +192,13 @@ static char *p_strndup(struct parser *p, const char *s, size_t n)
 	return d;
 }
 
-static char *p_strdup(struct parser *p, const char *s)
+char *p_strdup(struct parser *p, const char *s)
 {
 	return p_strndup(p, s, strlen(s));
 }
 
 /* Grow *arr to hold n + 1 elements of size sz (new element zeroed). */
-static bool p_grow(struct parser *p, void *arr, size_t n, size_t sz)
+bool p_grow(struct parser *p, void *arr, size_t n, size_t sz)
 {
 	void **ap = arr;
 	if (n + 1 > SIZE_MAX / sz) {
@@ -371,115 +213,6 @@ static bool p_grow(struct parser *p, void *arr, size_t n, size_t sz)
 	memset((char *)np + n * sz, 0, sz);
 	*ap = np;
 	return true;
-}
-
-static void *field(void *base, size_t off)
-{
-	return (char *)base + off;
-}
-
-static const void *cfield(const void *base, size_t off)
-{
-	return (const char *)base + off;
-}
-
-static int ascii_lower(int c)
-{
-	return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c;
-}
-
-static bool ci_equal(const char *a, const char *b)
-{
-	while (*a != '\0' && ascii_lower((unsigned char)*a) == ascii_lower((unsigned char)*b)) {
-		a++;
-		b++;
-	}
-	return *a == '\0' && *b == '\0';
-}
-
-static bool is_space(char c)
-{
-	return isspace((unsigned char)c) != 0;
-}
-
-/* Trim [*s, *s + *n) of white space in place. */
-static void trim(const char **s, size_t *n)
-{
-	while (*n > 0 && is_space(**s)) {
-		(*s)++;
-		(*n)--;
-	}
-	while (*n > 0 && is_space((*s)[*n - 1]))
-		(*n)--;
-}
-
-/* A value shown in a message: quoted, shortened, secrets hidden. */
-static void quote_value(const char *value, unsigned flags, char *buf, size_t buflen)
-{
-	if (flags & KEY_SECRET) {
-		snprintf(buf, buflen, "(hidden)");
-		return;
-	}
-	size_t len = strlen(value);
-	if (len > CONFIG_QUOTE_MAX)
-		snprintf(buf, buflen, "\"%.*s...\"", CONFIG_QUOTE_MAX, value);
-	else
-		snprintf(buf, buflen, "\"%s\"", value);
-}
-
-static bool parse_int64(const char *s, int64_t *out)
-{
-	if (*s == '\0' || is_space(*s))
-		return false;
-	char *end;
-	errno = 0;
-	long long v = strtoll(s, &end, 10);
-	if (errno != 0 || *end != '\0' || end == s)
-		return false;
-	*out = v;
-	return true;
-}
-
-static bool parse_bool(const char *s, bool *out)
-{
-	static const char *const yes[] = { "true", "on", "yes", "1" };
-	static const char *const no[] = { "false", "off", "no", "0" };
-	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
-		if (ci_equal(s, yes[i])) {
-			*out = true;
-			return true;
-		}
-		if (ci_equal(s, no[i])) {
-			*out = false;
-			return true;
-		}
-	}
-	return false;
-}
-
-static bool parse_enum(const struct enum_names *e, const char *s, int *out)
-{
-	for (size_t i = 0; i < e->n; i++) {
-		if (e->names[i] != NULL && ci_equal(s, e->names[i])) {
-			*out = (int)i;
-			return true;
-		}
-	}
-	return false;
-}
-
-static void enum_choices(const struct enum_names *e, char *buf, size_t buflen)
-{
-	size_t used = 0;
-	buf[0] = '\0';
-	for (size_t i = 0; i < e->n; i++) {
-		if (e->names[i] == NULL)
-			continue;
-		int w = snprintf(buf + used, buflen - used, "%s%s", used ? " | " : "", e->names[i]);
-		if (w < 0 || (size_t)w >= buflen - used)
-			return;
-		used += (size_t)w;
-	}
 }
 
 /* ------------------------------------------------------------------ */
@@ -533,7 +266,7 @@ static void add_problem(struct config_problems *pr, enum config_problem_kind kin
 
 /* "FILE:LINE: [section] key: message"; line 0, section or key NULL leave that part out. */
 __attribute__((format(printf, 6, 7)))
-static void problem(struct parser *p, enum config_problem_kind kind, int line, const char *section,
+void problem(struct parser *p, enum config_problem_kind kind, int line, const char *section,
 		    const char *key, const char *fmt, ...)
 {
 	va_list ap;
@@ -554,525 +287,10 @@ static void problem(struct parser *p, enum config_problem_kind kind, int line, c
 	add_problem(p->problems, kind, line, msg, &p->oom);
 }
 
-/* Message helpers tied to the current line and section. */
-#define line_error(p, key, ...) problem((p), CONFIG_PROBLEM_ERROR, (p)->lineno, (p)->section_name, (key), __VA_ARGS__)
-
-/* ------------------------------------------------------------------ */
-/* Value checks                                                         */
-
-static bool valid_ip(int af, const char *s, size_t n);
-
-/* A DNS name or a dotted IPv4 address. */
-static bool valid_hostname(const char *s, size_t n)
-{
-	if (n == 0 || n > 253)
-		return false;
-	if (strspn(s, "0123456789.") >= n)
-		return valid_ip(AF_INET, s, n);  /* "127.0.0.256" is no name either */
-	size_t label = 0;
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if (c == '.') {
-			if (label == 0)
-				return false;
-			label = 0;
-		} else if (isalnum(c) || c == '-' || c == '_') {
-			if (++label > 63)
-				return false;
-		} else {
-			return false;
-		}
-	}
-	return true;
-}
-
-static bool valid_ip(int af, const char *s, size_t n)
-{
-	char buf[64];
-	unsigned char addr[16];
-	if (n >= sizeof(buf))
-		return false;
-	memcpy(buf, s, n);
-	buf[n] = '\0';
-	return inet_pton(af, buf, addr) == 1;
-}
-
-static bool check_listen_addr(const char *s, size_t n, char *why, size_t whylen)
-{
-	if ((n == 1 && s[0] == '*') || valid_ip(AF_INET, s, n) || valid_ip(AF_INET6, s, n) || valid_hostname(s, n))
-		return true;
-	snprintf(why, whylen, "not an IP address, a host name or *");
-	return false;
-}
-
-/* A function name for writing_functions: [schema.]name, an optional '*'
- * at the end for a prefix. */
-static bool check_function_name(const char *s, size_t n, char *why, size_t whylen)
-{
-	if (n == 0 || n > 127) {
-		snprintf(why, whylen, "a function name of 1 to 127 characters");
-		return false;
-	}
-	for (size_t i = 0; i < n; i++) {
-		char ch = s[i];
-		bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
-			  ch == '.' || (ch == '*' && i == n - 1) || (unsigned char)ch >= 0x80;
-		if (!ok) {
-			snprintf(why, whylen, "not a function name ([schema.]name, '*' at the end for a prefix)");
-			return false;
-		}
-	}
-	return true;
-}
-
-static bool check_sharded_table(const char *s, size_t n, char *why, size_t whylen)
-{
-	size_t parts = 1, part_len = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (s[i] == '.') {
-			if (part_len == 0)
-				break;
-			parts++;
-			part_len = 0;
-		} else if (is_space(s[i]) || s[i] == '"' || s[i] == '\'') {
-			part_len = 0;
-			parts = 0;
-			break;
-		} else {
-			part_len++;
-		}
-	}
-	if (part_len > 0 && (parts == 2 || parts == 3))
-		return true;
-	snprintf(why, whylen, "must be table.column or schema.table.column");
-	return false;
-}
-
-static bool check_socket_dir(const char *value, char *why, size_t whylen)
-{
-	if (strlen(value) <= CONFIG_MAX_SOCKET_DIR)
-		return true;
-	snprintf(why, whylen, "must be at most %d characters, so that the socket path fits", CONFIG_MAX_SOCKET_DIR);
-	return false;
-}
-
-static bool base64_run(const char **s, char stop)
-{
-	const char *start = *s;
-	while (**s != '\0' && **s != stop &&
-	       (isalnum((unsigned char)**s) || **s == '+' || **s == '/' || **s == '='))
-		(*s)++;
-	return *s > start && **s == stop;
-}
-
-/* A password that claims to be a SCRAM secret must look like one:
- * SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey> */
-static bool check_password(const char *value, char *why, size_t whylen)
-{
-	static const char prefix[] = "SCRAM-SHA-256$";
-	if (strncmp(value, prefix, sizeof(prefix) - 1) != 0)
-		return true;
-	const char *s = value + sizeof(prefix) - 1;
-	const char *digits = s;
-	while (isdigit((unsigned char)*s))
-		s++;
-	bool ok = s > digits && *digits != '0' && *s == ':';
-	if (ok) {
-		s++;
-		ok = base64_run(&s, '$');
-	}
-	if (ok) {
-		s++;
-		ok = base64_run(&s, ':');
-	}
-	if (ok) {
-		s++;
-		ok = base64_run(&s, '\0');
-	}
-	if (!ok)
-		snprintf(why, whylen, "looks like a SCRAM secret but is not of the form "
-			 "SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>");
-	return ok;
-}
-
-/* "host:port" (want_role false) or "host:port:role"; IPv6 hosts in brackets. */
-static bool parse_endpoint(const char *s, size_t n, bool want_role, const char **host, size_t *host_len,
-			   int *port, int *role, char *why, size_t whylen)
-{
-	const char *form = want_role ? "host:port:role" : "host:port";
-	const char *rest;
-	if (n > 0 && s[0] == '[') {
-		const char *close = memchr(s, ']', n);
-		if (close == NULL) {
-			snprintf(why, whylen, "missing ']' after the IPv6 address");
-			return false;
-		}
-		*host = s + 1;
-		*host_len = (size_t)(close - s - 1);
-		if (!valid_ip(AF_INET6, *host, *host_len)) {
-			snprintf(why, whylen, "not an IPv6 address between [ and ]");
-			return false;
-		}
-		rest = close + 1;
-		if (rest == s + n || *rest != ':') {
-			snprintf(why, whylen, "expected %s, e.g. [::1]:5432%s", form, want_role ? ":replica" : "");
-			return false;
-		}
-		rest++;
-	} else {
-		size_t colons = 0;
-		for (size_t i = 0; i < n; i++)
-			colons += s[i] == ':';
-		size_t expect = want_role ? 2 : 1;
-		if (colons > expect) {
-			snprintf(why, whylen, "an IPv6 address must be written in brackets, e.g. [::1]:5432%s",
-				 want_role ? ":replica" : "");
-			return false;
-		}
-		if (colons < expect) {
-			snprintf(why, whylen, "expected %s", form);
-			return false;
-		}
-		const char *colon = memchr(s, ':', n);
-		*host = s;
-		*host_len = (size_t)(colon - s);
-		if (!valid_hostname(*host, *host_len)) {
-			snprintf(why, whylen, "\"%.*s\" is not a host name or IPv4 address", (int)*host_len, *host);
-			return false;
-		}
-		rest = colon + 1;
-	}
-	const char *end = s + n;
-	const char *port_end = want_role ? memchr(rest, ':', (size_t)(end - rest)) : end;
-	if (port_end == NULL) {
-		snprintf(why, whylen, "expected %s", form);
-		return false;
-	}
-	char buf[16];
-	size_t plen = (size_t)(port_end - rest);
-	int64_t v;
-	if (plen == 0 || plen >= sizeof(buf)) {
-		v = -1;
-	} else {
-		memcpy(buf, rest, plen);
-		buf[plen] = '\0';
-		if (!parse_int64(buf, &v))
-			v = -1;
-	}
-	if (v < 1 || v > 65535) {
-		snprintf(why, whylen, "port must be an integer between 1 and 65535");
-		return false;
-	}
-	*port = (int)v;
-	if (want_role) {
-		const char *r = port_end + 1;
-		size_t rlen = (size_t)(end - r);
-		char rbuf[16];
-		int rv = -1;
-		if (rlen < sizeof(rbuf)) {
-			memcpy(rbuf, r, rlen);
-			rbuf[rlen] = '\0';
-			if (!parse_enum(&server_role_enum, rbuf, &rv))
-				rv = -1;
-		}
-		if (rv < 0) {
-			snprintf(why, whylen, "role must be primary | replica | auto");
-			return false;
-		}
-		*role = rv;
-	}
-	return true;
-}
-
-/* ------------------------------------------------------------------ */
-/* Setting values                                                       */
-
-static void free_string_list(char ***list, size_t *n)
-{
-	for (size_t i = 0; i < *n; i++)
-		free((*list)[i]);
-	free(*list);
-	*list = NULL;
-	*n = 0;
-}
-
-static void free_server_list(struct config_server **list, size_t *n)
-{
-	for (size_t i = 0; i < *n; i++)
-		free((*list)[i].host);
-	free(*list);
-	*list = NULL;
-	*n = 0;
-}
-
-static void set_list_item(struct parser *p, const struct key_spec *k, void *base, const char *item, size_t n)
-{
-	char why[160];
-	char **list_items = NULL;
-	switch (k->kind) {
-	case VALUE_ADDR_LIST:
-	case VALUE_TABLE_LIST:
-	case VALUE_NAME_LIST: {
-		bool ok = k->kind == VALUE_ADDR_LIST   ? check_listen_addr(item, n, why, sizeof(why))
-			  : k->kind == VALUE_NAME_LIST ? check_function_name(item, n, why, sizeof(why))
-						       : check_sharded_table(item, n, why, sizeof(why));
-		if (!ok) {
-			line_error(p, k->name, "\"%.*s\": %s", (int)n, item, why);
-			return;
-		}
-		char ***list = field(base, k->off);
-		size_t *count = field(base, k->off_n);
-		char *copy = p_strndup(p, item, n);
-		if (copy == NULL)
-			return;
-		list_items = *list;
-		if (!p_grow(p, &list_items, *count, sizeof(char *))) {
-			free(copy);
-			return;
-		}
-		list_items[(*count)++] = copy;
-		*list = list_items;
-		return;
-	}
-	case VALUE_SERVER_LIST: {
-		const char *host;
-		size_t host_len;
-		int port, role;
-		if (!parse_endpoint(item, n, true, &host, &host_len, &port, &role, why, sizeof(why))) {
-			line_error(p, k->name, "\"%.*s\": %s", (int)n, item, why);
-			return;
-		}
-		struct config_server **list = field(base, k->off);
-		size_t *count = field(base, k->off_n);
-		for (size_t i = 0; i < *count; i++) {
-			if ((*list)[i].port == port && strlen((*list)[i].host) == host_len &&
-			    strncmp((*list)[i].host, host, host_len) == 0) {
-				line_error(p, k->name, "\"%.*s\": this server is listed twice", (int)n, item);
-				return;
-			}
-		}
-		char *copy = p_strndup(p, host, host_len);
-		if (copy == NULL)
-			return;
-		struct config_server *servers = *list;
-		if (!p_grow(p, &servers, *count, sizeof(*servers))) {
-			free(copy);
-			return;
-		}
-		servers[(*count)++] = (struct config_server){ .host = copy, .port = port, .role = (enum server_role)role };
-		*list = servers;
-		return;
-	}
-	case VALUE_INT:
-	case VALUE_INT64:
-	case VALUE_BOOL:
-	case VALUE_STRING:
-	case VALUE_ENUM:
-	case VALUE_SHARD:
-		return;
-	}
-}
-
-static bool is_list(enum value_kind kind)
-{
-	switch (kind) {
-	case VALUE_ADDR_LIST:
-	case VALUE_TABLE_LIST:
-	case VALUE_NAME_LIST:
-	case VALUE_SERVER_LIST:
-		return true;
-	case VALUE_INT:
-	case VALUE_INT64:
-	case VALUE_BOOL:
-	case VALUE_STRING:
-	case VALUE_ENUM:
-	case VALUE_SHARD:
-		return false;
-	}
-	return false;
-}
-
-static void set_list(struct parser *p, const struct key_spec *k, void *base, const char *value, bool append)
-{
-	if (!append) {
-		if (k->kind == VALUE_SERVER_LIST)
-			free_server_list(field(base, k->off), field(base, k->off_n));
-		else
-			free_string_list(field(base, k->off), field(base, k->off_n));
-	}
-	/* Empty entries (",," or a trailing comma before a continuation line) are skipped. */
-	const char *s = value;
-	for (;;) {
-		const char *comma = strchr(s, ',');
-		size_t n = comma ? (size_t)(comma - s) : strlen(s);
-		const char *item = s;
-		trim(&item, &n);
-		if (n > 0)
-			set_list_item(p, k, base, item, n);
-		if (comma == NULL)
-			break;
-		s = comma + 1;
-	}
-}
-
-/* Parse value into the field k describes; report a problem on the current line if bad. */
-static void set_value(struct parser *p, const struct key_spec *k, void *base, const char *value, bool append)
-{
-	char got[CONFIG_QUOTE_MAX + 16];
-	quote_value(value, k->flags, got, sizeof(got));
-	bool inherit = (k->flags & KEY_EMPTY_INHERITS) && value[0] == '\0';
-	const char *or_empty = (k->flags & KEY_EMPTY_INHERITS) ? "empty (inherit) or " : "";
-
-	switch (k->kind) {
-	case VALUE_INT:
-	case VALUE_INT64: {
-		int64_t v = CONFIG_INHERIT;
-		if (!inherit && (!parse_int64(value, &v) || v < k->min || v > k->max)) {
-			line_error(p, k->name, "must be %san integer between %lld and %lld, got %s", or_empty,
-				   (long long)k->min, (long long)k->max, got);
-			return;
-		}
-		if (k->kind == VALUE_INT) {
-			int iv = (int)v;
-			memcpy(field(base, k->off), &iv, sizeof(iv));
-		} else {
-			memcpy(field(base, k->off), &v, sizeof(v));
-		}
-		return;
-	}
-	case VALUE_BOOL: {
-		bool b;
-		if (!parse_bool(value, &b)) {
-			line_error(p, k->name, "must be a boolean (true/false, on/off, yes/no, 1/0), got %s", got);
-			return;
-		}
-		*(bool *)field(base, k->off) = b;
-		return;
-	}
-	case VALUE_STRING: {
-		char why[200];
-		if ((k->flags & KEY_NOT_EMPTY) && value[0] == '\0') {
-			line_error(p, k->name, "must not be empty");
-			return;
-		}
-		if (k->check != NULL && !k->check(value, why, sizeof(why))) {
-			line_error(p, k->name, "%s, got %s", why, got);
-			return;
-		}
-		char *copy = NULL;
-		if (!((k->flags & KEY_EMPTY_IS_NULL) && value[0] == '\0')) {
-			copy = p_strdup(p, value);
-			if (copy == NULL)
-				return;
-		}
-		char **dst = field(base, k->off);
-		free(*dst);
-		*dst = copy;
-		return;
-	}
-	case VALUE_ENUM: {
-		int v = CONFIG_INHERIT;
-		if (!inherit && !parse_enum(k->names, value, &v)) {
-			char choices[200];
-			enum_choices(k->names, choices, sizeof(choices));
-			line_error(p, k->name, "must be %sone of %s, got %s", or_empty, choices, got);
-			return;
-		}
-		memcpy(field(base, k->off), &v, sizeof(v));
-		return;
-	}
-	case VALUE_SHARD: {
-		int64_t v;
-		if (ci_equal(value, "all")) {
-			v = CONFIG_DEFAULT_SHARD_ALL;
-		} else if (!parse_int64(value, &v) || v < k->min || v > k->max) {
-			line_error(p, k->name, "must be a shard number or \"all\", got %s", got);
-			return;
-		}
-		int iv = (int)v;
-		memcpy(field(base, k->off), &iv, sizeof(iv));
-		return;
-	}
-	case VALUE_ADDR_LIST:
-	case VALUE_TABLE_LIST:
-	case VALUE_NAME_LIST:
-	case VALUE_SERVER_LIST:
-		set_list(p, k, base, value, append);
-		return;
-	}
-}
-
-static void apply_defaults(struct parser *p, const struct key_spec *specs, size_t n, void *base)
-{
-	for (size_t i = 0; i < n; i++)
-		if (specs[i].def != NULL)
-			set_value(p, &specs[i], base, specs[i].def, false);
-}
-
-/* Free what the field k describes owns, leaving it empty. */
-static void free_field(const struct key_spec *k, void *base)
-{
-	switch (k->kind) {
-	case VALUE_STRING: {
-		char **s = field(base, k->off);
-		free(*s);
-		*s = NULL;
-		break;
-	}
-	case VALUE_ADDR_LIST:
-	case VALUE_TABLE_LIST:
-	case VALUE_NAME_LIST:
-		free_string_list(field(base, k->off), field(base, k->off_n));
-		break;
-	case VALUE_SERVER_LIST:
-		free_server_list(field(base, k->off), field(base, k->off_n));
-		break;
-	case VALUE_INT:
-	case VALUE_INT64:
-	case VALUE_BOOL:
-	case VALUE_ENUM:
-	case VALUE_SHARD:
-		break;
-	}
-}
-
-/* Forget (without freeing) what the field k describes owns, so that a
- * shallow copy can take a new value while the original keeps the old one. */
-static void detach_field(const struct key_spec *k, void *base)
-{
-	switch (k->kind) {
-	case VALUE_STRING:
-		*(char **)field(base, k->off) = NULL;
-		break;
-	case VALUE_ADDR_LIST:
-	case VALUE_TABLE_LIST:
-	case VALUE_NAME_LIST:
-		*(char ***)field(base, k->off) = NULL;
-		*(size_t *)field(base, k->off_n) = 0;
-		break;
-	case VALUE_SERVER_LIST:
-		*(struct config_server **)field(base, k->off) = NULL;
-		*(size_t *)field(base, k->off_n) = 0;
-		break;
-	case VALUE_INT:
-	case VALUE_INT64:
-	case VALUE_BOOL:
-	case VALUE_ENUM:
-	case VALUE_SHARD:
-		break;
-	}
-}
-
-static void free_fields(const struct key_spec *specs, size_t n, void *base)
-{
-	for (size_t i = 0; i < n; i++)
-		free_field(&specs[i], base);
-}
-
 /* ------------------------------------------------------------------ */
 /* Sections                                                             */
 
-static const struct key_spec *find_spec(const struct key_spec *specs, size_t n, const char *name, size_t *index)
+const struct key_spec *find_spec(const struct key_spec *specs, size_t n, const char *name, size_t *index)
 {
 	for (size_t i = 0; i < n; i++) {
 		if (strcmp(specs[i].name, name) == 0) {
@@ -1515,158 +733,6 @@ static char *read_line(char *buf, int size, void *stream)
 }
 
 /* ------------------------------------------------------------------ */
-/* Whole-file checks, once everything is read                           */
-
-static int general_line(const struct parser *p, const char *key)
-{
-	size_t i;
-	return find_spec(general_specs, N_GENERAL_KEYS, key, &i) ? p->general_line[i] : 0;
-}
-
-#define general_error(p, key, ...) \
-	problem((p), CONFIG_PROBLEM_ERROR, general_line((p), (key)), "general", (key), __VA_ARGS__)
-
-static void check_general(struct parser *p)
-{
-	const struct config_general *g = &p->cfg->general;
-	if (g->min_pool_size > g->default_pool_size)
-		general_error(p, "min_pool_size", "must not exceed default_pool_size (%d), got %d",
-			      g->default_pool_size, g->min_pool_size);
-	if (g->n_listen_addr == 0 && g->unix_socket_dir[0] == '\0')
-		general_error(p, "listen_addr", "is empty and so is unix_socket_dir: nothing to listen on");
-	if (g->prometheus_port != 0 && g->prometheus_port == g->listen_port)
-		general_error(p, "prometheus_port", "must differ from listen_port (%d)", g->listen_port);
-	if (g->client_tls_sslmode != TLS_MODE_DISABLE &&
-	    (g->client_tls_cert_file[0] == '\0' || g->client_tls_key_file[0] == '\0'))
-		general_error(p, "client_tls_sslmode", "\"%s\" needs client_tls_cert_file and client_tls_key_file",
-			      enum_name(&client_tls_enum, (int)g->client_tls_sslmode));
-	if ((g->client_tls_sslmode == TLS_MODE_VERIFY_CA || g->client_tls_sslmode == TLS_MODE_VERIFY_FULL) &&
-	    g->client_tls_ca_file[0] == '\0')
-		general_error(p, "client_tls_sslmode", "\"%s\" needs client_tls_ca_file to check client certificates",
-			      enum_name(&client_tls_enum, (int)g->client_tls_sslmode));
-	/* As libpq 17 refuses sslnegotiation=direct below sslmode=require: a
-	 * server that does not take the direct handshake leaves no way back to
-	 * plain text, so a "prefer" that cannot prefer anything is an error. */
-	if (g->server_tls_negotiation == TLS_NEGOTIATION_DIRECT && g->server_tls_sslmode < TLS_MODE_REQUIRE)
-		general_error(p, "server_tls_negotiation",
-			      "\"direct\" needs server_tls_sslmode require, verify-ca or verify-full, got \"%s\"",
-			      enum_name(&server_tls_enum, (int)g->server_tls_sslmode));
-	if (p->cfg->n_peers > 0 && g->peer_id == 0)
-		problem(p, CONFIG_PROBLEM_WARNING, p->peers_line, "peers", NULL,
-			"ignored while [general] peer_id is 0");
-}
-
-/* Put shards in index order; they must be numbered 0..n-1. */
-static bool order_shards(struct parser *p, struct config_pool *pool, struct pool_meta *meta)
-{
-	size_t n = pool->n_shards;
-	bool *seen = p_alloc(p, n);
-	if (seen == NULL)
-		return false;
-	const struct shard_meta *beyond = NULL;
-	int beyond_index = 0;
-	for (size_t i = 0; i < n; i++) {
-		if ((size_t)pool->shards[i].index < n) {
-			seen[pool->shards[i].index] = true;
-		} else if (beyond == NULL || pool->shards[i].index < beyond_index) {
-			beyond = &meta->shards[i];
-			beyond_index = pool->shards[i].index;
-		}
-	}
-	if (beyond != NULL) {
-		size_t missing = 0;
-		while (missing < n && seen[missing])
-			missing++;
-		char section[CONFIG_MAX_NAME + 8];
-		snprintf(section, sizeof(section), "pools.%s", pool->name);
-		problem(p, CONFIG_PROBLEM_ERROR, meta->line, section, NULL,
-			"shard %zu is missing: shards must be numbered 0 to %zu without gaps, "
-			"but [pools.%s.shards.%d] is on line %d",
-			missing, n - 1, pool->name, beyond_index, beyond->line);
-		free(seen);
-		return false;
-	}
-	free(seen);
-	for (size_t i = 0; i < n; i++) {
-		while ((size_t)pool->shards[i].index != i) {
-			size_t j = (size_t)pool->shards[i].index;
-			struct config_shard ts = pool->shards[i];
-			pool->shards[i] = pool->shards[j];
-			pool->shards[j] = ts;
-			struct shard_meta tm = meta->shards[i];
-			meta->shards[i] = meta->shards[j];
-			meta->shards[j] = tm;
-		}
-	}
-	return true;
-}
-
-static void check_pool(struct parser *p, struct config_pool *pool, struct pool_meta *meta)
-{
-	const struct config_general *g = &p->cfg->general;
-	char section[CONFIG_MAX_NAME * 2 + 32];
-
-	if (meta->key_line[POOL_KEY_POOL_MODE] == 0)
-		pool->pool_mode = g->pool_mode;
-	snprintf(section, sizeof(section), "pools.%s", pool->name);
-	if (pool->n_shards == 0) {
-		problem(p, CONFIG_PROBLEM_ERROR, meta->line, section, NULL,
-			"pool has no shards; add a [pools.%s.shards.0] section with its servers", pool->name);
-	} else if (order_shards(p, pool, meta)) {
-		if (pool->default_shard != CONFIG_DEFAULT_SHARD_ALL && (size_t)pool->default_shard >= pool->n_shards)
-			problem(p, CONFIG_PROBLEM_ERROR, meta->key_line[POOL_KEY_DEFAULT_SHARD], section,
-				"default_shard", "must be \"all\" or a shard number below %zu, got %d",
-				pool->n_shards, pool->default_shard);
-	}
-	for (size_t i = 0; i < pool->n_shards; i++) {
-		struct config_shard *shard = &pool->shards[i];
-		const struct shard_meta *sm = &meta->shards[i];
-		snprintf(section, sizeof(section), "pools.%s.shards.%d", pool->name, shard->index);
-		if (shard->database == NULL && sm->key_line[SHARD_KEY_DATABASE] == 0) {
-			shard->database = p_strdup(p, pool->name);
-		}
-		if (shard->n_servers == 0) {
-			if (sm->key_line[SHARD_KEY_SERVERS] != 0)
-				problem(p, CONFIG_PROBLEM_ERROR, sm->key_line[SHARD_KEY_SERVERS], section, "servers",
-					"must list at least one server as host:port:role");
-			else
-				problem(p, CONFIG_PROBLEM_ERROR, sm->line, section, NULL,
-					"shard has no servers; add servers = host:port:role, ...");
-		}
-		size_t primaries = 0;
-		for (size_t j = 0; j < shard->n_servers; j++)
-			primaries += shard->servers[j].role == SERVER_ROLE_PRIMARY;
-		if (primaries > 1)
-			problem(p, CONFIG_PROBLEM_ERROR, sm->key_line[SHARD_KEY_SERVERS], section, "servers",
-				"a shard has at most one primary, got %zu", primaries);
-	}
-	for (size_t i = 0; i < pool->n_users; i++) {
-		const struct config_user *u = &pool->users[i];
-		const struct user_meta *um = &meta->users[i];
-		int size = config_user_pool_size(p->cfg, pool, u);
-		int min = config_user_min_pool_size(p->cfg, pool, u);
-		int line = um->key_line[USER_KEY_MIN_POOL_SIZE] ? um->key_line[USER_KEY_MIN_POOL_SIZE]
-							       : um->key_line[USER_KEY_POOL_SIZE];
-		const char *key = um->key_line[USER_KEY_MIN_POOL_SIZE] ? "min_pool_size" : "pool_size";
-		if (min > size && line != 0) {
-			snprintf(section, sizeof(section), "pools.%s.users.%s", pool->name, u->name);
-			problem(p, CONFIG_PROBLEM_ERROR, line, section, key,
-				"the minimum pool size (%d) exceeds the pool size (%d)", min, size);
-		}
-	}
-}
-
-static void check_all(struct parser *p)
-{
-	check_general(p);
-	for (size_t i = 0; i < p->cfg->n_pools; i++)
-		check_pool(p, &p->cfg->pools[i], &p->pools[i]);
-	if (p->cfg->n_pools == 0)
-		problem(p, CONFIG_PROBLEM_WARNING, 0, NULL, NULL,
-			"no [pools.NAME] section: only the admin console can be reached");
-}
-
-/* ------------------------------------------------------------------ */
 /* Loading                                                              */
 
 static void parser_free(struct parser *p)
@@ -2021,202 +1087,4 @@ const struct config_key_info *config_general_keys(size_t *n)
 	if (n != NULL)
 		*n = N_GENERAL_KEYS;
 	return general_info;
-}
-
-/* Append to buf at *used; false once it no longer fits. */
-static bool put(char *buf, size_t buflen, size_t *used, const char *s)
-{
-	size_t len = strlen(s);
-	if (*used + len >= buflen) {
-		if (*used < buflen) {
-			memcpy(buf + *used, s, buflen - *used - 1);
-			buf[buflen - 1] = '\0';
-		}
-		*used = buflen;
-		return false;
-	}
-	memcpy(buf + *used, s, len + 1);
-	*used += len;
-	return true;
-}
-
-bool config_general_value(const struct config *cfg, const char *key, char *buf, size_t buflen)
-{
-	if (buf == NULL || buflen == 0)
-		return false;
-	buf[0] = '\0';
-	size_t i;
-	const struct key_spec *k = cfg && key ? find_spec(general_specs, N_GENERAL_KEYS, key, &i) : NULL;
-	if (k == NULL)
-		return false;
-	const void *base = &cfg->general;
-	char num[32];
-	size_t used = 0;
-	switch (k->kind) {
-	case VALUE_INT:
-	case VALUE_SHARD: {
-		int v;
-		memcpy(&v, cfield(base, k->off), sizeof(v));
-		snprintf(num, sizeof(num), "%d", v);
-		return put(buf, buflen, &used, num);
-	}
-	case VALUE_INT64: {
-		int64_t v;
-		memcpy(&v, cfield(base, k->off), sizeof(v));
-		snprintf(num, sizeof(num), "%lld", (long long)v);
-		return put(buf, buflen, &used, num);
-	}
-	case VALUE_BOOL:
-		return put(buf, buflen, &used, *(const bool *)cfield(base, k->off) ? "true" : "false");
-	case VALUE_STRING: {
-		const char *s = *(char *const *)cfield(base, k->off);
-		if (s == NULL)
-			s = "";
-		/* SHOW CONFIG must not print secrets. */
-		if ((k->flags & KEY_SECRET) && s[0] != '\0')
-			s = "********";
-		return put(buf, buflen, &used, s);
-	}
-	case VALUE_ENUM: {
-		int v;
-		memcpy(&v, cfield(base, k->off), sizeof(v));
-		return put(buf, buflen, &used, enum_name(k->names, v));
-	}
-	case VALUE_ADDR_LIST:
-	case VALUE_TABLE_LIST:
-	case VALUE_NAME_LIST: {
-		char *const *list = *(char **const *)cfield(base, k->off);
-		size_t n = *(const size_t *)cfield(base, k->off_n);
-		for (size_t j = 0; j < n; j++)
-			if ((j > 0 && !put(buf, buflen, &used, ",")) || !put(buf, buflen, &used, list[j]))
-				return false;
-		return true;
-	}
-	case VALUE_SERVER_LIST:
-		return false;
-	}
-	return false;
-}
-
-/* ------------------------------------------------------------------ */
-/* SET (SPEC §7)                                                        */
-
-#define SET_FILE "SET"   /* stands for the file name in messages; cut off again */
-
-/* The value as the ini would hold it: outer white space trimmed and, if it
- * is quoted the SQL way ('...', '' inside for '), unquoted. NULL on error,
- * with the reason in err. */
-static char *set_unquote(const char *value, char *err, size_t errlen)
-{
-	const char *s = value;
-	size_t n = strlen(value);
-	trim(&s, &n);
-	for (size_t i = 0; i < n; i++) {
-		if (s[i] == '\n' || s[i] == '\r') {
-			snprintf(err, errlen, "the value must be on one line");
-			return NULL;
-		}
-	}
-	char *out = malloc(n + 1);
-	if (out == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return NULL;
-	}
-	if (n == 0 || s[0] != '\'') {
-		memcpy(out, s, n);
-		out[n] = '\0';
-		return out;
-	}
-	size_t used = 0;
-	size_t i = 1;
-	for (;;) {
-		if (i >= n) {
-			free(out);
-			snprintf(err, errlen, "unterminated quoted value");
-			return NULL;
-		}
-		if (s[i] == '\'') {
-			if (i + 1 < n && s[i + 1] == '\'') {
-				out[used++] = '\'';
-				i += 2;
-				continue;
-			}
-			if (i + 1 != n) {
-				free(out);
-				snprintf(err, errlen, "unexpected text after the closing quote");
-				return NULL;
-			}
-			break;
-		}
-		out[used++] = s[i++];
-	}
-	out[used] = '\0';
-	return out;
-}
-
-bool config_general_set(struct config *cfg, const char *key, const char *value, char *err, size_t errlen)
-{
-	char scratch[1];
-	if (err == NULL || errlen == 0) {
-		err = scratch;
-		errlen = sizeof(scratch);
-	}
-	err[0] = '\0';
-	if (cfg == NULL || key == NULL || value == NULL) {
-		snprintf(err, errlen, "missing key or value");
-		return false;
-	}
-	size_t idx = N_GENERAL_KEYS;
-	for (size_t i = 0; i < N_GENERAL_KEYS; i++) {
-		if (ci_equal(general_specs[i].name, key)) {
-			idx = i;
-			break;
-		}
-	}
-	if (idx == N_GENERAL_KEYS) {
-		snprintf(err, errlen, "unknown key \"%.*s%s\"", CONFIG_QUOTE_MAX, key,
-			 strlen(key) > CONFIG_QUOTE_MAX ? "..." : "");
-		return false;
-	}
-	const struct key_spec *k = &general_specs[idx];
-	if (!general_info[idx].reloadable) {
-		snprintf(err, errlen, "%s cannot be changed at run time; edit the file and restart", k->name);
-		return false;
-	}
-	char *v = set_unquote(value, err, errlen);
-	if (v == NULL)
-		return false;
-
-	/* Parse into a shallow copy whose field k owns nothing yet, then run the
-	 * load's whole-[general] checks on it; cfg changes only if all pass. */
-	struct config trial = *cfg;
-	detach_field(k, &trial.general);
-	struct config_problems problems = { 0 };
-	struct parser p = { .cfg = &trial, .problems = &problems, .file = SET_FILE };
-	set_value(&p, k, &trial.general, v, false);
-	free(v);
-	if (!p.oom && !config_problems_has(&problems, CONFIG_PROBLEM_ERROR))
-		check_general(&p);
-	bool ok = !p.oom && !config_problems_has(&problems, CONFIG_PROBLEM_ERROR);
-	if (ok) {
-		free_field(k, &cfg->general);
-		cfg->general = trial.general;
-	} else {
-		free_field(k, &trial.general);
-		const char *msg = "out of memory";
-		for (size_t i = 0; !p.oom && i < problems.n; i++) {
-			if (problems.items[i].kind == CONFIG_PROBLEM_ERROR) {
-				msg = problems.items[i].message;
-				break;
-			}
-		}
-		/* "SET: [general] key: why" -> "key: why" */
-		static const char *const prefixes[] = { SET_FILE ": ", "[general] " };
-		for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
-			if (strncmp(msg, prefixes[i], strlen(prefixes[i])) == 0)
-				msg += strlen(prefixes[i]);
-		snprintf(err, errlen, "%s", msg);
-	}
-	config_problems_free(&problems);
-	return ok;
 }

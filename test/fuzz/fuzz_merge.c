@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target: the cross-shard planners and value routines read SQL
- * and values clients and servers send (src/merge.c, src/insert_split.c,
+ * and values clients and servers send (src/merge_plan.c, src/merge.c, src/insert_split.c,
  * src/copy_route.c, src/broadcast.c, src/pgvalue.c). Input: byte 0 picks a type and format
  * for the value routines, then text up to the first NUL is SQL, and what
  * follows is two values split at the next NUL. Invariants: a plan's

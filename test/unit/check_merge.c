@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for the cross-shard pieces: the merge plan and the merge of
- * rows (merge.c), the multi-row INSERT split (insert_split.c), the COPY
+/* Unit tests for the cross-shard pieces: the merge plan (merge_plan.c) and
+ * the merge of rows (merge.c), the multi-row INSERT split (insert_split.c), the COPY
  * statement reader (copy_route.c) and the COPY row splitter (copysplit.c).
  * Shards of bigint keys with pg_bigint_hash over 3 shards are PostgreSQL's
  * (check_sharding.c): 7 -> 1, 42 -> 0, 1234 -> 0, -1 -> 2. */

@@ -1,0 +1,271 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config_internal: what the files of the config room share (src/config.c,
+ * config_value.c, config_check.c, config_runtime.c): the limits, the types
+ * of the key tables and the list of [general] keys, the parser's state,
+ * and the functions one file offers the others. Not an interface: no
+ * other room includes it (they use include/config.h).
+ */
+#ifndef PGCAT_CONFIG_INTERNAL_H
+#define PGCAT_CONFIG_INTERNAL_H
+
+#include <ctype.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+
+#define CONFIG_MAX_NAME 63          /* PostgreSQL's NAMEDATALEN - 1 */
+#define CONFIG_MAX_SHARD 65535
+#define CONFIG_MAX_PEER_ID 16383
+#define CONFIG_MAX_SOCKET_DIR 92    /* + "/.s.PGSQL.65535" fits sun_path */
+#define CONFIG_QUOTE_MAX 60         /* longest value echoed in a message */
+
+/* ------------------------------------------------------------------ */
+/* Key tables (the tables themselves are config.c's)                  */
+
+struct enum_names {
+	const char *const *names;   /* indexed by enum value; NULL = not accepted */
+	size_t n;
+};
+#define ENUM_NAMES(a) { (a), sizeof(a) / sizeof((a)[0]) }
+
+enum value_kind {
+	VALUE_INT,          /* int field, min..max */
+	VALUE_INT64,        /* int64_t field, min..max */
+	VALUE_BOOL,
+	VALUE_STRING,       /* char * field */
+	VALUE_ENUM,         /* int-sized enum field */
+	VALUE_SHARD,        /* shard number or "all" */
+	VALUE_ADDR_LIST,    /* char ** at off, size_t count at off_n */
+	VALUE_TABLE_LIST,   /* same, [schema.]table.column entries */
+	VALUE_NAME_LIST,    /* same, [schema.]function names, '*' at the end for a prefix */
+	VALUE_SERVER_LIST   /* struct config_server * at off, count at off_n */
+};
+
+enum {
+	KEY_EMPTY_INHERITS = 1 << 0,  /* "" stores CONFIG_INHERIT */
+	KEY_EMPTY_IS_NULL = 1 << 1,   /* "" stores NULL */
+	KEY_NOT_EMPTY = 1 << 2,
+	KEY_SECRET = 1 << 3           /* never echo the value */
+};
+
+typedef bool (*value_check)(const char *value, char *why, size_t whylen);
+
+struct key_spec {
+	const char *name;
+	enum value_kind kind;
+	int64_t min, max;
+	const struct enum_names *names;
+	size_t off, off_n;
+	unsigned flags;
+	const char *def;        /* default as written in the ini; NULL: none */
+	value_check check;      /* extra check of a string value, or NULL */
+};
+
+/*
+ * [general], in SPEC §2 order. One list feeds both the public table of
+ * config_general_keys() and the parser's table, so they cannot drift.
+ *   X(name, public type, default, reloadable, kind, min, max, enum, flags, check, count offset)
+ */
+#define GENERAL_KEYS(X) \
+	X(listen_addr, LIST, "0.0.0.0", false, VALUE_ADDR_LIST, 0, 0, NULL, 0, NULL, \
+	  offsetof(struct config_general, n_listen_addr)) \
+	X(listen_port, INT, "6432", false, VALUE_INT, 1, 65535, NULL, 0, NULL, 0) \
+	X(unix_socket_dir, STRING, "/tmp", false, VALUE_STRING, 0, 0, NULL, 0, check_socket_dir, 0) \
+	X(workers, INT, "1", false, VALUE_INT, 0, 1024, NULL, 0, NULL, 0) \
+	X(max_client_conn, INT, "10000", true, VALUE_INT, 1, 1000000, NULL, 0, NULL, 0) \
+	X(pool_mode, ENUM, "transaction", true, VALUE_ENUM, 0, 0, &pool_mode_enum, 0, NULL, 0) \
+	X(default_pool_size, INT, "10", true, VALUE_INT, 1, 10000, NULL, 0, NULL, 0) \
+	X(min_pool_size, INT, "0", true, VALUE_INT, 0, 10000, NULL, 0, NULL, 0) \
+	X(connect_timeout, INT, "5000", true, VALUE_INT, 1, INT_MAX, NULL, 0, NULL, 0) \
+	X(query_wait_timeout, INT, "120000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(idle_timeout, INT, "600000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(server_lifetime, INT, "3600000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(idle_transaction_timeout, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(client_idle_timeout, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(healthcheck_timeout, INT, "1000", true, VALUE_INT, 1, INT_MAX, NULL, 0, NULL, 0) \
+	X(healthcheck_delay, INT, "30000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(replica_lag_check_interval, INT, "1000", true, VALUE_INT, 10, INT_MAX, NULL, 0, NULL, 0) \
+	X(ban_time, INT, "60", true, VALUE_INT, 0, 86400, NULL, 0, NULL, 0) \
+	X(shutdown_timeout, INT, "60000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(server_reset_query, STRING, "DISCARD ALL", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(server_round_robin, BOOL, "false", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
+	X(tcp_keepalive, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
+	X(max_packet_size, INT64, "2147483647", true, VALUE_INT64, 5, 2147483647, NULL, 0, NULL, 0) \
+	X(query_parser_max_length, INT, "65536", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(autoreload, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(admin_username, STRING, "pgcat", true, VALUE_STRING, 0, 0, NULL, KEY_NOT_EMPTY, NULL, 0) \
+	X(admin_password, STRING, "", true, VALUE_STRING, 0, 0, NULL, KEY_SECRET, NULL, 0) \
+	X(auth_type, ENUM, "scram-sha-256", true, VALUE_ENUM, 0, 0, &auth_type_enum, 0, NULL, 0) \
+	X(auth_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(log_level, ENUM, "info", true, VALUE_ENUM, 0, 0, &log_level_enum, 0, NULL, 0) \
+	X(log_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(syslog, BOOL, "false", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
+	X(log_connections, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
+	X(log_disconnections, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
+	X(pidfile, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(prepared_statements, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
+	X(prepared_statements_cache_size, INT, "500", true, VALUE_INT, 1, 1000000, NULL, 0, NULL, 0) \
+	X(query_cache_size, INT, "10000", true, VALUE_INT, 0, 10000000, NULL, 0, NULL, 0) \
+	X(prometheus_port, INT, "0", true, VALUE_INT, 0, 65535, NULL, 0, NULL, 0) \
+	X(peer_id, INT, "0", true, VALUE_INT, 0, CONFIG_MAX_PEER_ID, NULL, 0, NULL, 0) \
+	X(stats_period, INT, "60", true, VALUE_INT, 1, 86400, NULL, 0, NULL, 0) \
+	X(dns_max_ttl, INT, "15000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(client_tls_sslmode, ENUM, "disable", true, VALUE_ENUM, 0, 0, &client_tls_enum, 0, NULL, 0) \
+	X(client_tls_cert_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(client_tls_key_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(client_tls_ca_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(server_tls_sslmode, ENUM, "prefer", true, VALUE_ENUM, 0, 0, &server_tls_enum, 0, NULL, 0) \
+	X(server_tls_ca_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(server_tls_negotiation, ENUM, "postgres", true, VALUE_ENUM, 0, 0, &tls_negotiation_enum, 0, NULL, 0)
+
+/* How many keys [general] has (the parser keeps a line number per key). */
+#define GENERAL_COUNT(name, type, def, reload, kind, mn, mx, en, fl, ck, offn) + 1
+#define N_GENERAL_KEYS ((size_t)(0 GENERAL_KEYS(GENERAL_COUNT)))
+
+enum pool_key {
+	POOL_KEY_POOL_MODE, POOL_KEY_DEFAULT_ROLE, POOL_KEY_QUERY_PARSER_ENABLED,
+	POOL_KEY_PRIMARY_READS_ENABLED, POOL_KEY_LOAD_BALANCING_MODE, POOL_KEY_SHARDING_FUNCTION,
+	POOL_KEY_SHARDED_TABLES, POOL_KEY_DEFAULT_SHARD, POOL_KEY_MAX_REPLICA_LAG,
+	POOL_KEY_STICKY_PRIMARY_AFTER_WRITE, POOL_KEY_WRITING_FUNCTIONS, POOL_KEY_COUNT
+};
+
+enum shard_key { SHARD_KEY_DATABASE, SHARD_KEY_SERVERS, SHARD_KEY_COUNT };
+
+enum user_key {
+	USER_KEY_PASSWORD, USER_KEY_SERVER_USERNAME, USER_KEY_SERVER_PASSWORD, USER_KEY_POOL_SIZE,
+	USER_KEY_MIN_POOL_SIZE, USER_KEY_STATEMENT_TIMEOUT, USER_KEY_POOL_MODE, USER_KEY_COUNT
+};
+
+/* ------------------------------------------------------------------ */
+/* Parser state (lives on the stack of one load call)                   */
+
+enum section_kind { SECTION_NONE, SECTION_GENERAL, SECTION_POOL, SECTION_SHARD, SECTION_USER,
+		    SECTION_PEERS, SECTION_IGNORED };
+
+enum line_kind {
+	LINE_NONE,          /* blank, comment, section header, or already reported */
+	LINE_KEY,           /* inih should call the handler with a new key */
+	LINE_CONTINUATION   /* indented: inih continues the previous key */
+};
+
+struct shard_meta { int line; int key_line[SHARD_KEY_COUNT]; };
+struct user_meta { int line; int key_line[USER_KEY_COUNT]; };
+struct pool_meta {
+	int line;
+	int key_line[POOL_KEY_COUNT];
+	struct shard_meta *shards;  /* parallel to config_pool.shards */
+	struct user_meta *users;    /* parallel to config_pool.users */
+};
+
+struct parser {
+	struct config *cfg;
+	struct config_problems *problems;
+	const char *file;           /* name used in messages */
+	const char *pos;            /* rest of the text */
+	int lineno;
+	bool oom;
+	int first_syntax_line;
+
+	enum line_kind line_kind;   /* of the line inih is working on */
+	bool handled;               /* inih called the handler for it */
+	bool have_prev;             /* inih would treat an indented line as a continuation */
+	char snippet[48];           /* start of the line, for syntax errors */
+
+	enum section_kind section;
+	char *section_name;         /* full, as written between [ and ] */
+	size_t pool, shard, user;   /* indexes of the current section's object */
+
+	const struct key_spec *last_spec;  /* key an indented line would continue */
+	char last_key[64];                 /* its name as written; "" = ignore continuations */
+
+	int general_line[N_GENERAL_KEYS];
+	struct pool_meta *pools;    /* parallel to cfg->pools */
+	int *peer_line;             /* parallel to cfg->peers */
+	int peers_line;
+};
+
+/* ------------------------------------------------------------------ */
+/* Small helpers                                                        */
+
+static inline void *field(void *base, size_t off)
+{
+	return (char *)base + off;
+}
+
+static inline const void *cfield(const void *base, size_t off)
+{
+	return (const char *)base + off;
+}
+
+static inline int ascii_lower(int c)
+{
+	return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c;
+}
+
+static inline bool ci_equal(const char *a, const char *b)
+{
+	while (*a != '\0' && ascii_lower((unsigned char)*a) == ascii_lower((unsigned char)*b)) {
+		a++;
+		b++;
+	}
+	return *a == '\0' && *b == '\0';
+}
+
+static inline bool is_space(char c)
+{
+	return isspace((unsigned char)c) != 0;
+}
+
+/* Trim [*s, *s + *n) of white space in place. */
+static inline void trim(const char **s, size_t *n)
+{
+	while (*n > 0 && is_space(**s)) {
+		(*s)++;
+		(*n)--;
+	}
+	while (*n > 0 && is_space((*s)[*n - 1]))
+		(*n)--;
+}
+
+/* ---- config.c: allocations (failure sets p->oom), problems, the key tables ---- */
+
+void *p_alloc(struct parser *p, size_t n);
+char *p_strndup(struct parser *p, const char *s, size_t n);
+char *p_strdup(struct parser *p, const char *s);
+bool p_grow(struct parser *p, void *arr, size_t n, size_t sz);
+__attribute__((format(printf, 6, 7)))
+void problem(struct parser *p, enum config_problem_kind kind, int line, const char *section,
+	     const char *key, const char *fmt, ...);
+/* Message helpers tied to the current line and section. */
+#define line_error(p, key, ...) problem((p), CONFIG_PROBLEM_ERROR, (p)->lineno, (p)->section_name, (key), __VA_ARGS__)
+
+extern const struct enum_names server_role_enum, client_tls_enum, server_tls_enum;
+extern const struct key_spec general_specs[];
+extern const struct config_key_info general_info[];
+const char *enum_name(const struct enum_names *e, int v);
+const struct key_spec *find_spec(const struct key_spec *specs, size_t n, const char *name, size_t *index);
+
+/* ---- config_value.c: one value, read, checked and put into its field ---- */
+
+void quote_value(const char *value, unsigned flags, char *buf, size_t buflen);
+bool parse_int64(const char *s, int64_t *out);
+bool check_socket_dir(const char *value, char *why, size_t whylen);
+bool check_password(const char *value, char *why, size_t whylen);
+bool parse_endpoint(const char *s, size_t n, bool want_role, const char **host, size_t *host_len,
+		    int *port, int *role, char *why, size_t whylen);
+bool is_list(enum value_kind kind);
+void set_value(struct parser *p, const struct key_spec *k, void *base, const char *value, bool append);
+void apply_defaults(struct parser *p, const struct key_spec *specs, size_t n, void *base);
+void free_field(const struct key_spec *k, void *base);
+void detach_field(const struct key_spec *k, void *base);
+void free_fields(const struct key_spec *specs, size_t n, void *base);
+
+/* ---- config_check.c: checks across keys, once the whole file is read ---- */
+
+void check_general(struct parser *p);
+void check_all(struct parser *p);
+
+#endif

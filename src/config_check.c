@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config_check: the checks of pgcat.ini that need more than one key, run
+ * once the whole file is read (include/config_internal.h): [general] keys
+ * against each other (also for SET), each pool's shards numbered 0..n-1
+ * and put in order, default_shard in range, at most one primary a shard,
+ * a user's minimum pool size within its pool size; and what is inherited
+ * (a pool's pool_mode from [general], a shard's database from its pool's
+ * name). Its own room because reading a line and a value (config.c,
+ * config_value.c) cannot tell these; each is told at the line of the key
+ * concerned.
+ */
+#define _POSIX_C_SOURCE 200809L
+/* By path: the build's autoconf header is also called config.h and comes
+ * first in the include path. */
+#include "config.h"
+#include "config_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ------------------------------------------------------------------ */
+/* Whole-file checks, once everything is read                           */
+
+static int general_line(const struct parser *p, const char *key)
+{
+	size_t i;
+	return find_spec(general_specs, N_GENERAL_KEYS, key, &i) ? p->general_line[i] : 0;
+}
+
+#define general_error(p, key, ...) \
+	problem((p), CONFIG_PROBLEM_ERROR, general_line((p), (key)), "general", (key), __VA_ARGS__)
+
+void check_general(struct parser *p)
+{
+	const struct config_general *g = &p->cfg->general;
+	if (g->min_pool_size > g->default_pool_size)
+		general_error(p, "min_pool_size", "must not exceed default_pool_size (%d), got %d",
+			      g->default_pool_size, g->min_pool_size);
+	if (g->n_listen_addr == 0 && g->unix_socket_dir[0] == '\0')
+		general_error(p, "listen_addr", "is empty and so is unix_socket_dir: nothing to listen on");
+	if (g->prometheus_port != 0 && g->prometheus_port == g->listen_port)
+		general_error(p, "prometheus_port", "must differ from listen_port (%d)", g->listen_port);
+	if (g->client_tls_sslmode != TLS_MODE_DISABLE &&
+	    (g->client_tls_cert_file[0] == '\0' || g->client_tls_key_file[0] == '\0'))
+		general_error(p, "client_tls_sslmode", "\"%s\" needs client_tls_cert_file and client_tls_key_file",
+			      enum_name(&client_tls_enum, (int)g->client_tls_sslmode));
+	if ((g->client_tls_sslmode == TLS_MODE_VERIFY_CA || g->client_tls_sslmode == TLS_MODE_VERIFY_FULL) &&
+	    g->client_tls_ca_file[0] == '\0')
+		general_error(p, "client_tls_sslmode", "\"%s\" needs client_tls_ca_file to check client certificates",
+			      enum_name(&client_tls_enum, (int)g->client_tls_sslmode));
+	/* As libpq 17 refuses sslnegotiation=direct below sslmode=require: a
+	 * server that does not take the direct handshake leaves no way back to
+	 * plain text, so a "prefer" that cannot prefer anything is an error. */
+	if (g->server_tls_negotiation == TLS_NEGOTIATION_DIRECT && g->server_tls_sslmode < TLS_MODE_REQUIRE)
+		general_error(p, "server_tls_negotiation",
+			      "\"direct\" needs server_tls_sslmode require, verify-ca or verify-full, got \"%s\"",
+			      enum_name(&server_tls_enum, (int)g->server_tls_sslmode));
+	if (p->cfg->n_peers > 0 && g->peer_id == 0)
+		problem(p, CONFIG_PROBLEM_WARNING, p->peers_line, "peers", NULL,
+			"ignored while [general] peer_id is 0");
+}
+
+/* Put shards in index order; they must be numbered 0..n-1. */
+static bool order_shards(struct parser *p, struct config_pool *pool, struct pool_meta *meta)
+{
+	size_t n = pool->n_shards;
+	bool *seen = p_alloc(p, n);
+	if (seen == NULL)
+		return false;
+	const struct shard_meta *beyond = NULL;
+	int beyond_index = 0;
+	for (size_t i = 0; i < n; i++) {
+		if ((size_t)pool->shards[i].index < n) {
+			seen[pool->shards[i].index] = true;
+		} else if (beyond == NULL || pool->shards[i].index < beyond_index) {
+			beyond = &meta->shards[i];
+			beyond_index = pool->shards[i].index;
+		}
+	}
+	if (beyond != NULL) {
+		size_t missing = 0;
+		while (missing < n && seen[missing])
+			missing++;
+		char section[CONFIG_MAX_NAME + 8];
+		snprintf(section, sizeof(section), "pools.%s", pool->name);
+		problem(p, CONFIG_PROBLEM_ERROR, meta->line, section, NULL,
+			"shard %zu is missing: shards must be numbered 0 to %zu without gaps, "
+			"but [pools.%s.shards.%d] is on line %d",
+			missing, n - 1, pool->name, beyond_index, beyond->line);
+		free(seen);
+		return false;
+	}
+	free(seen);
+	for (size_t i = 0; i < n; i++) {
+		while ((size_t)pool->shards[i].index != i) {
+			size_t j = (size_t)pool->shards[i].index;
+			struct config_shard ts = pool->shards[i];
+			pool->shards[i] = pool->shards[j];
+			pool->shards[j] = ts;
+			struct shard_meta tm = meta->shards[i];
+			meta->shards[i] = meta->shards[j];
+			meta->shards[j] = tm;
+		}
+	}
+	return true;
+}
+
+static void check_pool(struct parser *p, struct config_pool *pool, struct pool_meta *meta)
+{
+	const struct config_general *g = &p->cfg->general;
+	char section[CONFIG_MAX_NAME * 2 + 32];
+
+	if (meta->key_line[POOL_KEY_POOL_MODE] == 0)
+		pool->pool_mode = g->pool_mode;
+	snprintf(section, sizeof(section), "pools.%s", pool->name);
+	if (pool->n_shards == 0) {
+		problem(p, CONFIG_PROBLEM_ERROR, meta->line, section, NULL,
+			"pool has no shards; add a [pools.%s.shards.0] section with its servers", pool->name);
+	} else if (order_shards(p, pool, meta)) {
+		if (pool->default_shard != CONFIG_DEFAULT_SHARD_ALL && (size_t)pool->default_shard >= pool->n_shards)
+			problem(p, CONFIG_PROBLEM_ERROR, meta->key_line[POOL_KEY_DEFAULT_SHARD], section,
+				"default_shard", "must be \"all\" or a shard number below %zu, got %d",
+				pool->n_shards, pool->default_shard);
+	}
+	for (size_t i = 0; i < pool->n_shards; i++) {
+		struct config_shard *shard = &pool->shards[i];
+		const struct shard_meta *sm = &meta->shards[i];
+		snprintf(section, sizeof(section), "pools.%s.shards.%d", pool->name, shard->index);
+		if (shard->database == NULL && sm->key_line[SHARD_KEY_DATABASE] == 0) {
+			shard->database = p_strdup(p, pool->name);
+		}
+		if (shard->n_servers == 0) {
+			if (sm->key_line[SHARD_KEY_SERVERS] != 0)
+				problem(p, CONFIG_PROBLEM_ERROR, sm->key_line[SHARD_KEY_SERVERS], section, "servers",
+					"must list at least one server as host:port:role");
+			else
+				problem(p, CONFIG_PROBLEM_ERROR, sm->line, section, NULL,
+					"shard has no servers; add servers = host:port:role, ...");
+		}
+		size_t primaries = 0;
+		for (size_t j = 0; j < shard->n_servers; j++)
+			primaries += shard->servers[j].role == SERVER_ROLE_PRIMARY;
+		if (primaries > 1)
+			problem(p, CONFIG_PROBLEM_ERROR, sm->key_line[SHARD_KEY_SERVERS], section, "servers",
+				"a shard has at most one primary, got %zu", primaries);
+	}
+	for (size_t i = 0; i < pool->n_users; i++) {
+		const struct config_user *u = &pool->users[i];
+		const struct user_meta *um = &meta->users[i];
+		int size = config_user_pool_size(p->cfg, pool, u);
+		int min = config_user_min_pool_size(p->cfg, pool, u);
+		int line = um->key_line[USER_KEY_MIN_POOL_SIZE] ? um->key_line[USER_KEY_MIN_POOL_SIZE]
+							       : um->key_line[USER_KEY_POOL_SIZE];
+		const char *key = um->key_line[USER_KEY_MIN_POOL_SIZE] ? "min_pool_size" : "pool_size";
+		if (min > size && line != 0) {
+			snprintf(section, sizeof(section), "pools.%s.users.%s", pool->name, u->name);
+			problem(p, CONFIG_PROBLEM_ERROR, line, section, key,
+				"the minimum pool size (%d) exceeds the pool size (%d)", min, size);
+		}
+	}
+}
+
+void check_all(struct parser *p)
+{
+	check_general(p);
+	for (size_t i = 0; i < p->cfg->n_pools; i++)
+		check_pool(p, &p->cfg->pools[i], &p->pools[i]);
+	if (p->cfg->n_pools == 0)
+		problem(p, CONFIG_PROBLEM_WARNING, 0, NULL, NULL,
+			"no [pools.NAME] section: only the admin console can be reached");
+}

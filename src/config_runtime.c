@@ -1,0 +1,219 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config_runtime: [general] of a loaded snapshot at run time (SPEC §7):
+ * one value rendered as text for SHOW CONFIG (secrets hidden), and SET of
+ * a reloadable key, parsed and checked as the file's loading would
+ * (config_value.c, config_check.c) on a trial copy, so that the snapshot
+ * changes only if every check passes. Its own room because it works on
+ * a config already built, never on the file.
+ */
+#define _POSIX_C_SOURCE 200809L
+/* By path: the build's autoconf header is also called config.h and comes
+ * first in the include path. */
+#include "config.h"
+#include "config_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* SHOW CONFIG                                                          */
+
+/* Append to buf at *used; false once it no longer fits. */
+static bool put(char *buf, size_t buflen, size_t *used, const char *s)
+{
+	size_t len = strlen(s);
+	if (*used + len >= buflen) {
+		if (*used < buflen) {
+			memcpy(buf + *used, s, buflen - *used - 1);
+			buf[buflen - 1] = '\0';
+		}
+		*used = buflen;
+		return false;
+	}
+	memcpy(buf + *used, s, len + 1);
+	*used += len;
+	return true;
+}
+
+bool config_general_value(const struct config *cfg, const char *key, char *buf, size_t buflen)
+{
+	if (buf == NULL || buflen == 0)
+		return false;
+	buf[0] = '\0';
+	size_t i;
+	const struct key_spec *k = cfg && key ? find_spec(general_specs, N_GENERAL_KEYS, key, &i) : NULL;
+	if (k == NULL)
+		return false;
+	const void *base = &cfg->general;
+	char num[32];
+	size_t used = 0;
+	switch (k->kind) {
+	case VALUE_INT:
+	case VALUE_SHARD: {
+		int v;
+		memcpy(&v, cfield(base, k->off), sizeof(v));
+		snprintf(num, sizeof(num), "%d", v);
+		return put(buf, buflen, &used, num);
+	}
+	case VALUE_INT64: {
+		int64_t v;
+		memcpy(&v, cfield(base, k->off), sizeof(v));
+		snprintf(num, sizeof(num), "%lld", (long long)v);
+		return put(buf, buflen, &used, num);
+	}
+	case VALUE_BOOL:
+		return put(buf, buflen, &used, *(const bool *)cfield(base, k->off) ? "true" : "false");
+	case VALUE_STRING: {
+		const char *s = *(char *const *)cfield(base, k->off);
+		if (s == NULL)
+			s = "";
+		/* SHOW CONFIG must not print secrets. */
+		if ((k->flags & KEY_SECRET) && s[0] != '\0')
+			s = "********";
+		return put(buf, buflen, &used, s);
+	}
+	case VALUE_ENUM: {
+		int v;
+		memcpy(&v, cfield(base, k->off), sizeof(v));
+		return put(buf, buflen, &used, enum_name(k->names, v));
+	}
+	case VALUE_ADDR_LIST:
+	case VALUE_TABLE_LIST:
+	case VALUE_NAME_LIST: {
+		char *const *list = *(char **const *)cfield(base, k->off);
+		size_t n = *(const size_t *)cfield(base, k->off_n);
+		for (size_t j = 0; j < n; j++)
+			if ((j > 0 && !put(buf, buflen, &used, ",")) || !put(buf, buflen, &used, list[j]))
+				return false;
+		return true;
+	}
+	case VALUE_SERVER_LIST:
+		return false;
+	}
+	return false;
+}
+
+/* ------------------------------------------------------------------ */
+/* SET (SPEC §7)                                                        */
+
+#define SET_FILE "SET"   /* stands for the file name in messages; cut off again */
+
+/* The value as the ini would hold it: outer white space trimmed and, if it
+ * is quoted the SQL way ('...', '' inside for '), unquoted. NULL on error,
+ * with the reason in err. */
+static char *set_unquote(const char *value, char *err, size_t errlen)
+{
+	const char *s = value;
+	size_t n = strlen(value);
+	trim(&s, &n);
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == '\n' || s[i] == '\r') {
+			snprintf(err, errlen, "the value must be on one line");
+			return NULL;
+		}
+	}
+	char *out = malloc(n + 1);
+	if (out == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if (n == 0 || s[0] != '\'') {
+		memcpy(out, s, n);
+		out[n] = '\0';
+		return out;
+	}
+	size_t used = 0;
+	size_t i = 1;
+	for (;;) {
+		if (i >= n) {
+			free(out);
+			snprintf(err, errlen, "unterminated quoted value");
+			return NULL;
+		}
+		if (s[i] == '\'') {
+			if (i + 1 < n && s[i + 1] == '\'') {
+				out[used++] = '\'';
+				i += 2;
+				continue;
+			}
+			if (i + 1 != n) {
+				free(out);
+				snprintf(err, errlen, "unexpected text after the closing quote");
+				return NULL;
+			}
+			break;
+		}
+		out[used++] = s[i++];
+	}
+	out[used] = '\0';
+	return out;
+}
+
+bool config_general_set(struct config *cfg, const char *key, const char *value, char *err, size_t errlen)
+{
+	char scratch[1];
+	if (err == NULL || errlen == 0) {
+		err = scratch;
+		errlen = sizeof(scratch);
+	}
+	err[0] = '\0';
+	if (cfg == NULL || key == NULL || value == NULL) {
+		snprintf(err, errlen, "missing key or value");
+		return false;
+	}
+	size_t idx = N_GENERAL_KEYS;
+	for (size_t i = 0; i < N_GENERAL_KEYS; i++) {
+		if (ci_equal(general_specs[i].name, key)) {
+			idx = i;
+			break;
+		}
+	}
+	if (idx == N_GENERAL_KEYS) {
+		snprintf(err, errlen, "unknown key \"%.*s%s\"", CONFIG_QUOTE_MAX, key,
+			 strlen(key) > CONFIG_QUOTE_MAX ? "..." : "");
+		return false;
+	}
+	const struct key_spec *k = &general_specs[idx];
+	if (!general_info[idx].reloadable) {
+		snprintf(err, errlen, "%s cannot be changed at run time; edit the file and restart", k->name);
+		return false;
+	}
+	char *v = set_unquote(value, err, errlen);
+	if (v == NULL)
+		return false;
+
+	/* Parse into a shallow copy whose field k owns nothing yet, then run the
+	 * load's whole-[general] checks on it; cfg changes only if all pass. */
+	struct config trial = *cfg;
+	detach_field(k, &trial.general);
+	struct config_problems problems = { 0 };
+	struct parser p = { .cfg = &trial, .problems = &problems, .file = SET_FILE };
+	set_value(&p, k, &trial.general, v, false);
+	free(v);
+	if (!p.oom && !config_problems_has(&problems, CONFIG_PROBLEM_ERROR))
+		check_general(&p);
+	bool ok = !p.oom && !config_problems_has(&problems, CONFIG_PROBLEM_ERROR);
+	if (ok) {
+		free_field(k, &cfg->general);
+		cfg->general = trial.general;
+	} else {
+		free_field(k, &trial.general);
+		const char *msg = "out of memory";
+		for (size_t i = 0; !p.oom && i < problems.n; i++) {
+			if (problems.items[i].kind == CONFIG_PROBLEM_ERROR) {
+				msg = problems.items[i].message;
+				break;
+			}
+		}
+		/* "SET: [general] key: why" -> "key: why" */
+		static const char *const prefixes[] = { SET_FILE ": ", "[general] " };
+		for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+			if (strncmp(msg, prefixes[i], strlen(prefixes[i])) == 0)
+				msg += strlen(prefixes[i]);
+		snprintf(err, errlen, "%s", msg);
+	}
+	config_problems_free(&problems);
+	return ok;
+}

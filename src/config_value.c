@@ -1,0 +1,605 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config_value: one value of pgcat.ini read, checked and put into the field
+ * its key describes (include/config_internal.h): integers in range,
+ * booleans, enum spellings, host:port[:role], lists of addresses, tables,
+ * functions and servers, SCRAM secrets; the defaults, and freeing what a
+ * field owns. Its own room because it knows one key at a time: the file's
+ * lines and sections, and checks across keys, are config.c's.
+ */
+#define _POSIX_C_SOURCE 200809L
+/* By path: the build's autoconf header is also called config.h and comes
+ * first in the include path. */
+#include "config.h"
+#include "config_internal.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* Reading values                                                       */
+
+/* A value shown in a message: quoted, shortened, secrets hidden. */
+void quote_value(const char *value, unsigned flags, char *buf, size_t buflen)
+{
+	if (flags & KEY_SECRET) {
+		snprintf(buf, buflen, "(hidden)");
+		return;
+	}
+	size_t len = strlen(value);
+	if (len > CONFIG_QUOTE_MAX)
+		snprintf(buf, buflen, "\"%.*s...\"", CONFIG_QUOTE_MAX, value);
+	else
+		snprintf(buf, buflen, "\"%s\"", value);
+}
+
+bool parse_int64(const char *s, int64_t *out)
+{
+	if (*s == '\0' || is_space(*s))
+		return false;
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (errno != 0 || *end != '\0' || end == s)
+		return false;
+	*out = v;
+	return true;
+}
+
+static bool parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = { "true", "on", "yes", "1" };
+	static const char *const no[] = { "false", "off", "no", "0" };
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		if (ci_equal(s, yes[i])) {
+			*out = true;
+			return true;
+		}
+		if (ci_equal(s, no[i])) {
+			*out = false;
+			return true;
+		}
+	}
+	return false;
+}
+
+static bool parse_enum(const struct enum_names *e, const char *s, int *out)
+{
+	for (size_t i = 0; i < e->n; i++) {
+		if (e->names[i] != NULL && ci_equal(s, e->names[i])) {
+			*out = (int)i;
+			return true;
+		}
+	}
+	return false;
+}
+
+static void enum_choices(const struct enum_names *e, char *buf, size_t buflen)
+{
+	size_t used = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; i < e->n; i++) {
+		if (e->names[i] == NULL)
+			continue;
+		int w = snprintf(buf + used, buflen - used, "%s%s", used ? " | " : "", e->names[i]);
+		if (w < 0 || (size_t)w >= buflen - used)
+			return;
+		used += (size_t)w;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Value checks                                                         */
+
+static bool valid_ip(int af, const char *s, size_t n);
+
+/* A DNS name or a dotted IPv4 address. */
+static bool valid_hostname(const char *s, size_t n)
+{
+	if (n == 0 || n > 253)
+		return false;
+	if (strspn(s, "0123456789.") >= n)
+		return valid_ip(AF_INET, s, n);  /* "127.0.0.256" is no name either */
+	size_t label = 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == '.') {
+			if (label == 0)
+				return false;
+			label = 0;
+		} else if (isalnum(c) || c == '-' || c == '_') {
+			if (++label > 63)
+				return false;
+		} else {
+			return false;
+		}
+	}
+	return true;
+}
+
+static bool valid_ip(int af, const char *s, size_t n)
+{
+	char buf[64];
+	unsigned char addr[16];
+	if (n >= sizeof(buf))
+		return false;
+	memcpy(buf, s, n);
+	buf[n] = '\0';
+	return inet_pton(af, buf, addr) == 1;
+}
+
+static bool check_listen_addr(const char *s, size_t n, char *why, size_t whylen)
+{
+	if ((n == 1 && s[0] == '*') || valid_ip(AF_INET, s, n) || valid_ip(AF_INET6, s, n) || valid_hostname(s, n))
+		return true;
+	snprintf(why, whylen, "not an IP address, a host name or *");
+	return false;
+}
+
+/* A function name for writing_functions: [schema.]name, an optional '*'
+ * at the end for a prefix. */
+static bool check_function_name(const char *s, size_t n, char *why, size_t whylen)
+{
+	if (n == 0 || n > 127) {
+		snprintf(why, whylen, "a function name of 1 to 127 characters");
+		return false;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char ch = s[i];
+		bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+			  ch == '.' || (ch == '*' && i == n - 1) || (unsigned char)ch >= 0x80;
+		if (!ok) {
+			snprintf(why, whylen, "not a function name ([schema.]name, '*' at the end for a prefix)");
+			return false;
+		}
+	}
+	return true;
+}
+
+static bool check_sharded_table(const char *s, size_t n, char *why, size_t whylen)
+{
+	size_t parts = 1, part_len = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == '.') {
+			if (part_len == 0)
+				break;
+			parts++;
+			part_len = 0;
+		} else if (is_space(s[i]) || s[i] == '"' || s[i] == '\'') {
+			part_len = 0;
+			parts = 0;
+			break;
+		} else {
+			part_len++;
+		}
+	}
+	if (part_len > 0 && (parts == 2 || parts == 3))
+		return true;
+	snprintf(why, whylen, "must be table.column or schema.table.column");
+	return false;
+}
+
+bool check_socket_dir(const char *value, char *why, size_t whylen)
+{
+	if (strlen(value) <= CONFIG_MAX_SOCKET_DIR)
+		return true;
+	snprintf(why, whylen, "must be at most %d characters, so that the socket path fits", CONFIG_MAX_SOCKET_DIR);
+	return false;
+}
+
+static bool base64_run(const char **s, char stop)
+{
+	const char *start = *s;
+	while (**s != '\0' && **s != stop &&
+	       (isalnum((unsigned char)**s) || **s == '+' || **s == '/' || **s == '='))
+		(*s)++;
+	return *s > start && **s == stop;
+}
+
+/* A password that claims to be a SCRAM secret must look like one:
+ * SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey> */
+bool check_password(const char *value, char *why, size_t whylen)
+{
+	static const char prefix[] = "SCRAM-SHA-256$";
+	if (strncmp(value, prefix, sizeof(prefix) - 1) != 0)
+		return true;
+	const char *s = value + sizeof(prefix) - 1;
+	const char *digits = s;
+	while (isdigit((unsigned char)*s))
+		s++;
+	bool ok = s > digits && *digits != '0' && *s == ':';
+	if (ok) {
+		s++;
+		ok = base64_run(&s, '$');
+	}
+	if (ok) {
+		s++;
+		ok = base64_run(&s, ':');
+	}
+	if (ok) {
+		s++;
+		ok = base64_run(&s, '\0');
+	}
+	if (!ok)
+		snprintf(why, whylen, "looks like a SCRAM secret but is not of the form "
+			 "SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>");
+	return ok;
+}
+
+/* "host:port" (want_role false) or "host:port:role"; IPv6 hosts in brackets. */
+bool parse_endpoint(const char *s, size_t n, bool want_role, const char **host, size_t *host_len,
+			   int *port, int *role, char *why, size_t whylen)
+{
+	const char *form = want_role ? "host:port:role" : "host:port";
+	const char *rest;
+	if (n > 0 && s[0] == '[') {
+		const char *close = memchr(s, ']', n);
+		if (close == NULL) {
+			snprintf(why, whylen, "missing ']' after the IPv6 address");
+			return false;
+		}
+		*host = s + 1;
+		*host_len = (size_t)(close - s - 1);
+		if (!valid_ip(AF_INET6, *host, *host_len)) {
+			snprintf(why, whylen, "not an IPv6 address between [ and ]");
+			return false;
+		}
+		rest = close + 1;
+		if (rest == s + n || *rest != ':') {
+			snprintf(why, whylen, "expected %s, e.g. [::1]:5432%s", form, want_role ? ":replica" : "");
+			return false;
+		}
+		rest++;
+	} else {
+		size_t colons = 0;
+		for (size_t i = 0; i < n; i++)
+			colons += s[i] == ':';
+		size_t expect = want_role ? 2 : 1;
+		if (colons > expect) {
+			snprintf(why, whylen, "an IPv6 address must be written in brackets, e.g. [::1]:5432%s",
+				 want_role ? ":replica" : "");
+			return false;
+		}
+		if (colons < expect) {
+			snprintf(why, whylen, "expected %s", form);
+			return false;
+		}
+		const char *colon = memchr(s, ':', n);
+		*host = s;
+		*host_len = (size_t)(colon - s);
+		if (!valid_hostname(*host, *host_len)) {
+			snprintf(why, whylen, "\"%.*s\" is not a host name or IPv4 address", (int)*host_len, *host);
+			return false;
+		}
+		rest = colon + 1;
+	}
+	const char *end = s + n;
+	const char *port_end = want_role ? memchr(rest, ':', (size_t)(end - rest)) : end;
+	if (port_end == NULL) {
+		snprintf(why, whylen, "expected %s", form);
+		return false;
+	}
+	char buf[16];
+	size_t plen = (size_t)(port_end - rest);
+	int64_t v;
+	if (plen == 0 || plen >= sizeof(buf)) {
+		v = -1;
+	} else {
+		memcpy(buf, rest, plen);
+		buf[plen] = '\0';
+		if (!parse_int64(buf, &v))
+			v = -1;
+	}
+	if (v < 1 || v > 65535) {
+		snprintf(why, whylen, "port must be an integer between 1 and 65535");
+		return false;
+	}
+	*port = (int)v;
+	if (want_role) {
+		const char *r = port_end + 1;
+		size_t rlen = (size_t)(end - r);
+		char rbuf[16];
+		int rv = -1;
+		if (rlen < sizeof(rbuf)) {
+			memcpy(rbuf, r, rlen);
+			rbuf[rlen] = '\0';
+			if (!parse_enum(&server_role_enum, rbuf, &rv))
+				rv = -1;
+		}
+		if (rv < 0) {
+			snprintf(why, whylen, "role must be primary | replica | auto");
+			return false;
+		}
+		*role = rv;
+	}
+	return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* Setting values                                                       */
+
+static void free_string_list(char ***list, size_t *n)
+{
+	for (size_t i = 0; i < *n; i++)
+		free((*list)[i]);
+	free(*list);
+	*list = NULL;
+	*n = 0;
+}
+
+static void free_server_list(struct config_server **list, size_t *n)
+{
+	for (size_t i = 0; i < *n; i++)
+		free((*list)[i].host);
+	free(*list);
+	*list = NULL;
+	*n = 0;
+}
+
+static void set_list_item(struct parser *p, const struct key_spec *k, void *base, const char *item, size_t n)
+{
+	char why[160];
+	char **list_items = NULL;
+	switch (k->kind) {
+	case VALUE_ADDR_LIST:
+	case VALUE_TABLE_LIST:
+	case VALUE_NAME_LIST: {
+		bool ok = k->kind == VALUE_ADDR_LIST   ? check_listen_addr(item, n, why, sizeof(why))
+			  : k->kind == VALUE_NAME_LIST ? check_function_name(item, n, why, sizeof(why))
+						       : check_sharded_table(item, n, why, sizeof(why));
+		if (!ok) {
+			line_error(p, k->name, "\"%.*s\": %s", (int)n, item, why);
+			return;
+		}
+		char ***list = field(base, k->off);
+		size_t *count = field(base, k->off_n);
+		char *copy = p_strndup(p, item, n);
+		if (copy == NULL)
+			return;
+		list_items = *list;
+		if (!p_grow(p, &list_items, *count, sizeof(char *))) {
+			free(copy);
+			return;
+		}
+		list_items[(*count)++] = copy;
+		*list = list_items;
+		return;
+	}
+	case VALUE_SERVER_LIST: {
+		const char *host;
+		size_t host_len;
+		int port, role;
+		if (!parse_endpoint(item, n, true, &host, &host_len, &port, &role, why, sizeof(why))) {
+			line_error(p, k->name, "\"%.*s\": %s", (int)n, item, why);
+			return;
+		}
+		struct config_server **list = field(base, k->off);
+		size_t *count = field(base, k->off_n);
+		for (size_t i = 0; i < *count; i++) {
+			if ((*list)[i].port == port && strlen((*list)[i].host) == host_len &&
+			    strncmp((*list)[i].host, host, host_len) == 0) {
+				line_error(p, k->name, "\"%.*s\": this server is listed twice", (int)n, item);
+				return;
+			}
+		}
+		char *copy = p_strndup(p, host, host_len);
+		if (copy == NULL)
+			return;
+		struct config_server *servers = *list;
+		if (!p_grow(p, &servers, *count, sizeof(*servers))) {
+			free(copy);
+			return;
+		}
+		servers[(*count)++] = (struct config_server){ .host = copy, .port = port, .role = (enum server_role)role };
+		*list = servers;
+		return;
+	}
+	case VALUE_INT:
+	case VALUE_INT64:
+	case VALUE_BOOL:
+	case VALUE_STRING:
+	case VALUE_ENUM:
+	case VALUE_SHARD:
+		return;
+	}
+}
+
+bool is_list(enum value_kind kind)
+{
+	switch (kind) {
+	case VALUE_ADDR_LIST:
+	case VALUE_TABLE_LIST:
+	case VALUE_NAME_LIST:
+	case VALUE_SERVER_LIST:
+		return true;
+	case VALUE_INT:
+	case VALUE_INT64:
+	case VALUE_BOOL:
+	case VALUE_STRING:
+	case VALUE_ENUM:
+	case VALUE_SHARD:
+		return false;
+	}
+	return false;
+}
+
+static void set_list(struct parser *p, const struct key_spec *k, void *base, const char *value, bool append)
+{
+	if (!append) {
+		if (k->kind == VALUE_SERVER_LIST)
+			free_server_list(field(base, k->off), field(base, k->off_n));
+		else
+			free_string_list(field(base, k->off), field(base, k->off_n));
+	}
+	/* Empty entries (",," or a trailing comma before a continuation line) are skipped. */
+	const char *s = value;
+	for (;;) {
+		const char *comma = strchr(s, ',');
+		size_t n = comma ? (size_t)(comma - s) : strlen(s);
+		const char *item = s;
+		trim(&item, &n);
+		if (n > 0)
+			set_list_item(p, k, base, item, n);
+		if (comma == NULL)
+			break;
+		s = comma + 1;
+	}
+}
+
+/* Parse value into the field k describes; report a problem on the current line if bad. */
+void set_value(struct parser *p, const struct key_spec *k, void *base, const char *value, bool append)
+{
+	char got[CONFIG_QUOTE_MAX + 16];
+	quote_value(value, k->flags, got, sizeof(got));
+	bool inherit = (k->flags & KEY_EMPTY_INHERITS) && value[0] == '\0';
+	const char *or_empty = (k->flags & KEY_EMPTY_INHERITS) ? "empty (inherit) or " : "";
+
+	switch (k->kind) {
+	case VALUE_INT:
+	case VALUE_INT64: {
+		int64_t v = CONFIG_INHERIT;
+		if (!inherit && (!parse_int64(value, &v) || v < k->min || v > k->max)) {
+			line_error(p, k->name, "must be %san integer between %lld and %lld, got %s", or_empty,
+				   (long long)k->min, (long long)k->max, got);
+			return;
+		}
+		if (k->kind == VALUE_INT) {
+			int iv = (int)v;
+			memcpy(field(base, k->off), &iv, sizeof(iv));
+		} else {
+			memcpy(field(base, k->off), &v, sizeof(v));
+		}
+		return;
+	}
+	case VALUE_BOOL: {
+		bool b;
+		if (!parse_bool(value, &b)) {
+			line_error(p, k->name, "must be a boolean (true/false, on/off, yes/no, 1/0), got %s", got);
+			return;
+		}
+		*(bool *)field(base, k->off) = b;
+		return;
+	}
+	case VALUE_STRING: {
+		char why[200];
+		if ((k->flags & KEY_NOT_EMPTY) && value[0] == '\0') {
+			line_error(p, k->name, "must not be empty");
+			return;
+		}
+		if (k->check != NULL && !k->check(value, why, sizeof(why))) {
+			line_error(p, k->name, "%s, got %s", why, got);
+			return;
+		}
+		char *copy = NULL;
+		if (!((k->flags & KEY_EMPTY_IS_NULL) && value[0] == '\0')) {
+			copy = p_strdup(p, value);
+			if (copy == NULL)
+				return;
+		}
+		char **dst = field(base, k->off);
+		free(*dst);
+		*dst = copy;
+		return;
+	}
+	case VALUE_ENUM: {
+		int v = CONFIG_INHERIT;
+		if (!inherit && !parse_enum(k->names, value, &v)) {
+			char choices[200];
+			enum_choices(k->names, choices, sizeof(choices));
+			line_error(p, k->name, "must be %sone of %s, got %s", or_empty, choices, got);
+			return;
+		}
+		memcpy(field(base, k->off), &v, sizeof(v));
+		return;
+	}
+	case VALUE_SHARD: {
+		int64_t v;
+		if (ci_equal(value, "all")) {
+			v = CONFIG_DEFAULT_SHARD_ALL;
+		} else if (!parse_int64(value, &v) || v < k->min || v > k->max) {
+			line_error(p, k->name, "must be a shard number or \"all\", got %s", got);
+			return;
+		}
+		int iv = (int)v;
+		memcpy(field(base, k->off), &iv, sizeof(iv));
+		return;
+	}
+	case VALUE_ADDR_LIST:
+	case VALUE_TABLE_LIST:
+	case VALUE_NAME_LIST:
+	case VALUE_SERVER_LIST:
+		set_list(p, k, base, value, append);
+		return;
+	}
+}
+
+void apply_defaults(struct parser *p, const struct key_spec *specs, size_t n, void *base)
+{
+	for (size_t i = 0; i < n; i++)
+		if (specs[i].def != NULL)
+			set_value(p, &specs[i], base, specs[i].def, false);
+}
+
+/* Free what the field k describes owns, leaving it empty. */
+void free_field(const struct key_spec *k, void *base)
+{
+	switch (k->kind) {
+	case VALUE_STRING: {
+		char **s = field(base, k->off);
+		free(*s);
+		*s = NULL;
+		break;
+	}
+	case VALUE_ADDR_LIST:
+	case VALUE_TABLE_LIST:
+	case VALUE_NAME_LIST:
+		free_string_list(field(base, k->off), field(base, k->off_n));
+		break;
+	case VALUE_SERVER_LIST:
+		free_server_list(field(base, k->off), field(base, k->off_n));
+		break;
+	case VALUE_INT:
+	case VALUE_INT64:
+	case VALUE_BOOL:
+	case VALUE_ENUM:
+	case VALUE_SHARD:
+		break;
+	}
+}
+
+/* Forget (without freeing) what the field k describes owns, so that a
+ * shallow copy can take a new value while the original keeps the old one. */
+void detach_field(const struct key_spec *k, void *base)
+{
+	switch (k->kind) {
+	case VALUE_STRING:
+		*(char **)field(base, k->off) = NULL;
+		break;
+	case VALUE_ADDR_LIST:
+	case VALUE_TABLE_LIST:
+	case VALUE_NAME_LIST:
+		*(char ***)field(base, k->off) = NULL;
+		*(size_t *)field(base, k->off_n) = 0;
+		break;
+	case VALUE_SERVER_LIST:
+		*(struct config_server **)field(base, k->off) = NULL;
+		*(size_t *)field(base, k->off_n) = 0;
+		break;
+	case VALUE_INT:
+	case VALUE_INT64:
+	case VALUE_BOOL:
+	case VALUE_ENUM:
+	case VALUE_SHARD:
+		break;
+	}
+}
+
+void free_fields(const struct key_spec *specs, size_t n, void *base)
+{
+	for (size_t i = 0; i < n; i++)
+		free_field(&specs[i], base);
+}
