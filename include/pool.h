@@ -79,7 +79,7 @@ struct srvpool {
 	bool role_known, in_recovery;
 	int shm_target;                 /* slot of the shared connection counts, -1: none */
 	/* This server's ban as last read from the shared table, valid while
-	 * the table's generation is ban_gen (route_is_banned). */
+	 * the table's generation is ban_gen (rotation_is_banned). */
 	uint64_t ban_gen;
 	int64_t ban_until;              /* wall clock seconds, 0: not banned */
 	uint64_t last_failure_us;

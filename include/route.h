@@ -88,17 +88,6 @@ enum route_cross route_cross_shard_read(struct client *c, const struct proto_fra
  * (reply queued); sql is the query text. */
 bool route_local_command(struct client *c, const char *sql, size_t len);
 
-/* A connect or login to sp failed: ban it if it is a replica (and there is
- * somewhere else to go). */
-void route_connect_failed(struct srvpool *sp, const char *reason);
-/* Is sp out of the read rotation now? */
-bool route_is_banned(struct srvpool *sp);
-
-/* Should a health check of sp ask whether it is in recovery? */
-bool route_wants_role_check(const struct srvpool *sp);
-/* What a health check found. */
-void route_health_result(struct srvpool *sp, bool in_recovery);
-
 /* Per pool: the parser's cache (query_cache_size entries). */
 bool route_pool_init(struct pool *p);
 void route_pool_free(struct pool *p);

@@ -132,7 +132,7 @@ struct shm_header {
 	struct shm_target_entry targets[SHM_MAX_TARGETS];
 	struct bans bans;
 	/* Bumped (under the lock) by every ban set or cleared: a worker
-	 * re-reads the table only when it moved (route_is_banned). */
+	 * re-reads the table only when it moved (rotation_is_banned). */
 	_Atomic uint64_t bans_gen;
 	/* The schema generation (SPEC §5): bumped when a server of any pool
 	 * completed DDL or a client dropped every statement of its session;

@@ -10,6 +10,7 @@
 #include <openssl/ssl.h>
 
 #include "tls.h"
+#include "rotation.h"
 #include "route.h"
 #include "prepared.h"
 
@@ -1042,7 +1043,7 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 		 * to another server (SPEC §4), once. */
 		log_info("C-%llu %s@%s: server lost before answering (%s); read sent again elsewhere",
 			 (unsigned long long)c->id, client_user(c), client_database(c), message);
-		route_connect_failed(s->sp, message);
+		rotation_server_failed(s->sp, message);
 		if (c->fwd_remaining > 0) {
 			evbuffer_drain(c->io.in, c->fwd_remaining);   /* the rest of a message the copy holds whole */
 			c->fwd_remaining = 0;
@@ -1599,7 +1600,7 @@ static void end_lost(struct client_end *end, struct server *s, bool untouched, c
 	cancel_key_link(&c->w->cancel, c, NULL);
 	if (untouched) {
 		/* Nothing of the client's reached that server: it goes elsewhere. */
-		route_connect_failed(s->sp, message);
+		rotation_server_failed(s->sp, message);
 		reroute(c);
 		return;
 	}

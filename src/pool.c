@@ -11,6 +11,7 @@
 #include "fanout.h"
 
 #include <openssl/crypto.h>
+#include "rotation.h"
 #include "route.h"
 
 #include <assert.h>
@@ -279,7 +280,7 @@ static void pool_free(struct pool *p)
 {
 	struct list_node *pos, *tmp;
 	/* Every server first, then the srvpools: closing a server that was
-	 * logging in looks at its shard's other srvpools (route_connect_failed). */
+	 * logging in looks at its shard's other srvpools (rotation_server_failed). */
 	p->freeing = true;
 	for (size_t i = 0; i < p->n_targets; i++)
 		srvpool_close_all(p->targets[i]);
@@ -366,7 +367,7 @@ struct srvpool *pool_pick_target(struct pool *p)
 			continue;
 		if (!first)
 			first = sp;
-		if (recently_failed(sp, p->w->now_us) || route_is_banned(sp))
+		if (recently_failed(sp, p->w->now_us) || rotation_is_banned(sp))
 			continue;
 		if (!healthy || sp->role == SERVER_ROLE_PRIMARY)
 			healthy = sp;
@@ -633,8 +634,8 @@ void pool_server_closed(struct server *s, bool login_failed)
 	}
 	/* A replica that cannot be reached is banned; its waiters go to
 	 * another server of the shard (SPEC §4 failover). */
-	route_connect_failed(sp, sp->last_error);
-	if (route_is_banned(sp)) {
+	rotation_server_failed(sp, sp->last_error);
+	if (rotation_is_banned(sp)) {
 		struct list_node moved, *pos, *tmp;
 		list_init(&moved);
 		LIST_FOREACH_SAFE(pos, tmp, &sp->waiters) {
@@ -732,7 +733,7 @@ static void srvpool_janitor(struct srvpool *sp)
 			log_info("C-%llu %s@%s: query_wait_timeout", (unsigned long long)pw->client_id, sp->pool->user,
 				 sp->pool->name);
 			/* A replica that cannot serve its queue in time leaves the rotation. */
-			route_connect_failed(sp, "query_wait_timeout");
+			rotation_server_failed(sp, "query_wait_timeout");
 			fail_waiter(pw, "08P01", "query_wait_timeout");
 		}
 	}
@@ -750,7 +751,7 @@ static void srvpool_janitor(struct srvpool *sp)
 				log_info("S-%llu %s:%d: statement_timeout (%d ms): cancelling", (unsigned long long)s->id,
 					 sp->host, sp->port, st_ms);
 				server_send_cancel(s);
-				route_connect_failed(sp, "statement_timeout");
+				rotation_server_failed(sp, "statement_timeout");
 			} else if (now - s->query_start_us >= limit + STATEMENT_TIMEOUT_GRACE_US) {
 				/* The cancel did not end it (a stopped or unreachable
 				 * server): pgcat ends it, the client gets 57014. */
@@ -778,7 +779,7 @@ static void srvpool_janitor(struct srvpool *sp)
 		LIST_FOREACH_SAFE(pos, tmp, &sp->active) {
 			struct server *s = LIST_OWNER(pos, struct server, node);
 			if (s->state == SERVER_SYNCING && s->health_check && now - s->state_since_us >= limit) {
-				route_connect_failed(sp, "health check timed out");
+				rotation_server_failed(sp, "health check timed out");
 				server_close(s, "health check timed out");
 			}
 		}
@@ -839,7 +840,7 @@ void pool_dns_done(struct worker *w, const struct dns_entry *e)
 			sp->resolved = false;
 			snprintf(sp->last_error_code, sizeof sp->last_error_code, "08006");
 			snprintf(sp->last_error, sizeof sp->last_error, "%s", e->error);
-			route_connect_failed(sp, e->error);
+			rotation_server_failed(sp, e->error);
 			fail_waiters(sp);
 		}
 	}

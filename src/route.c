@@ -18,6 +18,7 @@
 #include "pool.h"
 #include "prepared.h"
 #include "proto.h"
+#include "rotation.h"
 #include "router.h"
 #include "sharding.h"
 #include "shardkey.h"
@@ -53,70 +54,6 @@ static uint64_t next_random(struct worker *w)
 	x ^= x >> 27;
 	w->rng = x;
 	return x * 0x2545f4914f6cdd1dULL;
-}
-
-/* Asked for every candidate of every routed transaction: the shared table
- * (256 entries behind a process-shared mutex) is read only when its
- * generation moved; an expiry needs no new read, the cached time says it. */
-bool route_is_banned(struct srvpool *sp)
-{
-	struct worker *w = sp->pool->w;
-	if (!w->shm)
-		return false;
-	if (shm_bans_generation(w->shm) != sp->ban_gen)
-		sp->ban_until = shm_ban_until(w->shm, sp->host, sp->port, &sp->ban_gen);
-	return sp->ban_until != 0 && sp->ban_until > (int64_t)time(NULL);
-}
-
-/* Servers of the shard, replicas first. */
-static size_t shard_servers(struct pool *p, int shard, struct srvpool **out, size_t max)
-{
-	size_t n = 0;
-	for (size_t i = 0; i < p->n_targets && n < max; i++)
-		if (p->targets[i]->shard == shard)
-			out[n++] = p->targets[i];
-	return n;
-}
-
-void route_connect_failed(struct srvpool *sp, const char *reason)
-{
-	struct pool *p = sp->pool;
-	struct worker *w = p->w;
-	/* The primary is never banned for writes (they ignore bans: nowhere
-	 * else to go); with primary reads on, it leaves the read rotation like
-	 * a replica. A server alone in its shard is never banned. */
-	if ((sp->role == SERVER_ROLE_PRIMARY && !p->cpool->primary_reads_enabled) || !w->shm)
-		return;
-	struct srvpool *all[64];
-	if (shard_servers(p, sp->shard, all, 64) < 2)
-		return;
-	int secs = w->cfg->general.ban_time > 0 ? w->cfg->general.ban_time : 60;
-	if (!shm_is_banned(w->shm, sp->host, sp->port, (int64_t)time(NULL))) {
-		log_warning("banning %s:%d for %d s: %s", sp->host, sp->port, secs, reason);
-		if (!shm_ban_set(w->shm, sp->host, sp->port, (int64_t)time(NULL), secs, BAN_SOURCE_AUTO, reason))
-			log_warning("ban table full: %s:%d not banned", sp->host, sp->port);
-	}
-}
-
-/* Every read candidate banned: clear the automatic bans of the shard (a
- * safety valve against false positives); admin bans stay. */
-static void clear_shard_bans(struct pool *p, int shard)
-{
-	struct worker *w = p->w;
-	struct bans *copy = malloc(sizeof *copy);
-	if (!copy)
-		return;
-	shm_bans_copy(w->shm, copy);
-	int64_t now = (int64_t)time(NULL);
-	struct srvpool *all[64];
-	size_t n = shard_servers(p, shard, all, 64);
-	for (size_t i = 0; i < n; i++) {
-		const struct ban *b = bans_get(copy, all[i]->host, all[i]->port, now);
-		if (b && b->source == BAN_SOURCE_AUTO)
-			(void)shm_ban_clear(w->shm, all[i]->host, all[i]->port);
-	}
-	free(copy);
-	log_warning("pool %s: every server of shard %d was banned; automatic bans cleared", p->name, shard);
 }
 
 static int outstanding(const struct srvpool *sp)
@@ -769,7 +706,6 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 }
 
 static struct srvpool *pick(struct client *c, const struct proto_frame *f);
-static bool takes_writes(const struct srvpool *sp);
 
 /* ---- BEGIN held until the first statement (sharding) ---- */
 
@@ -1031,7 +967,7 @@ static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame 
 	struct worker *w = c->w;
 	const struct config_pool *cp = p->cpool;
 	struct srvpool *all[64];
-	size_t n = shard_servers(p, shard, all, 64);
+	size_t n = rotation_shard_servers(p, shard, all, 64);
 	if (n == 0)
 		return p->targets[0];
 	if (n == 1)
@@ -1048,7 +984,7 @@ static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame 
 	for (size_t i = 0; i < n; i++) {
 		if (all[i]->role == SERVER_ROLE_PRIMARY)
 			configured = all[i];
-		if (takes_writes(all[i]) && (!primary || all[i]->role == SERVER_ROLE_AUTO))
+		if (rotation_takes_writes(all[i]) && (!primary || all[i]->role == SERVER_ROLE_AUTO))
 			primary = all[i];
 	}
 	if (role == ROUTER_ROLE_PRIMARY) {
@@ -1076,19 +1012,19 @@ static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame 
 	struct srvpool *ok[64];
 	size_t m = 0;
 	for (size_t i = 0; i < k; i++) {
-		if (route_is_banned(cand[i]))
+		if (rotation_is_banned(cand[i]))
 			continue;
 		if (pool_srvpool_failing(cand[i])) {
 			/* failed moments ago (say, right after an UNBAN): banned again */
-			route_connect_failed(cand[i], cand[i]->last_error);
+			rotation_server_failed(cand[i], cand[i]->last_error);
 			continue;
 		}
 		ok[m++] = cand[i];
 	}
 	if (m == 0) {
-		clear_shard_bans(p, shard);
+		rotation_clear_shard_bans(p, shard);
 		for (size_t i = 0; i < k; i++)
-			if (!route_is_banned(cand[i]))   /* admin bans stay */
+			if (!rotation_is_banned(cand[i]))   /* admin bans stay */
 				ok[m++] = cand[i];
 		if (m == 0)
 			return role == ROUTER_ROLE_ANY && primary ? primary : cand[next_random(w) % k];
@@ -1264,46 +1200,4 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 	}
 	}
 	return false;
-}
-
-/* ---- role checks ---- */
-
-bool route_wants_role_check(const struct srvpool *sp)
-{
-	struct pool *p = sp->pool;
-	if (sp->role == SERVER_ROLE_AUTO)
-		return true;
-	size_t n = 0;
-	for (size_t i = 0; i < p->n_targets; i++)
-		if (p->targets[i]->shard == sp->shard)
-			n++;
-	return n > 1;
-}
-
-/* Writes may go there: a primary that is not in recovery, or an auto
- * server that was found not to be. */
-static bool takes_writes(const struct srvpool *sp)
-{
-	if (sp->role == SERVER_ROLE_PRIMARY)
-		return !(sp->role_known && sp->in_recovery);
-	if (sp->role == SERVER_ROLE_AUTO)
-		return sp->role_known && !sp->in_recovery;
-	return false;
-}
-
-void route_health_result(struct srvpool *sp, bool in_recovery)
-{
-	bool was_known = sp->role_known, was = sp->in_recovery;
-	sp->role_known = true;
-	sp->in_recovery = in_recovery;
-	if (!was_known || was != in_recovery) {
-		if (sp->role == SERVER_ROLE_PRIMARY && in_recovery)
-			log_warning("%s:%d is configured as primary but is in recovery: no writes go there",
-				    sp->host, sp->port);
-		else if (sp->role == SERVER_ROLE_AUTO)
-			log_info("%s:%d (role auto) is a %s", sp->host, sp->port, in_recovery ? "replica" : "primary");
-	}
-	/* Replica lag is not measured here but by the lag monitor (lagmon.c):
-	 * a pooled connection is checked only when a client uses it, so the
-	 * primary's position went stale whenever writes bypassed pgcat. */
 }

@@ -14,6 +14,7 @@
 #include "dns.h"
 #include "tls.h"
 #include "prepared.h"
+#include "rotation.h"
 #include "route.h"
 
 #include <errno.h>
@@ -449,7 +450,7 @@ void server_link(struct server *s)
 	 * §4 role checks), and a new connection is checked at its first use;
 	 * elsewhere an empty query, when idle long. (Replica lag is the lag
 	 * monitor's, lagmon.c.) */
-	bool ask = (idle_long || !s->checked) && route_wants_role_check(s->sp);
+	bool ask = (idle_long || !s->checked) && rotation_wants_role_check(s->sp);
 	s->health_check = idle_long || (ask && !s->checked);
 	s->checked = true;
 	if (s->health_check) {
@@ -643,7 +644,7 @@ static void process_unlinked(struct server *s)
 			/* The health check's answer: one column, in recovery? */
 			if (blen >= 7 && (body[0] << 8 | body[1]) == 1 && proto_get_u32(body + 2) == 1 &&
 			    (body[6] == 't' || body[6] == 'f'))
-				route_health_result(s->sp, body[6] == 't');
+				rotation_role_result(s->sp, body[6] == 't');
 		}
 		switch (f.type) {
 		case PqMsg_ReadyForQuery:
