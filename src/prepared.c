@@ -5,6 +5,7 @@
  * rewriting, then the matching of the server's replies.
  */
 #include "prepared.h"
+#include "prep_internal.h"
 
 #include <event2/buffer.h>
 #include <inttypes.h>
@@ -23,418 +24,6 @@
 #include "sqllex.h"
 #include "stats.h"
 #include "worker.h"
-
-/* The statement no server ever holds: answering with its "does not exist"
- * error puts the server where the client's failed message would. */
-#define PREP_ERROR_NAME "pgcat_error"
-
-static uint64_t fnv(const void *p, size_t n, uint64_t h)
-{
-	const uint8_t *b = p;
-	for (size_t i = 0; i < n; i++) {
-		h ^= b[i];
-		h *= 1099511628211ULL;
-	}
-	return h;
-}
-
-/* ---- registry ---- */
-
-void prep_registry_init(struct prep_registry *r)
-{
-	memset(r, 0, sizeof *r);
-}
-
-void prep_registry_free(struct prep_registry *r)
-{
-	for (uint32_t i = 0; i < r->n_buckets; i++) {
-		struct prep_stmt *st = r->buckets[i];
-		while (st) {
-			struct prep_stmt *next = st->hnext;
-			free(st);
-			st = next;
-		}
-	}
-	free(r->buckets);
-	memset(r, 0, sizeof *r);
-}
-
-static bool registry_grow(struct prep_registry *r)
-{
-	uint32_t nb = r->n_buckets ? r->n_buckets * 2 : 64;
-	struct prep_stmt **b = calloc(nb, sizeof *b);
-	if (!b)
-		return false;
-	for (uint32_t i = 0; i < r->n_buckets; i++) {
-		struct prep_stmt *st = r->buckets[i];
-		while (st) {
-			struct prep_stmt *next = st->hnext;
-			uint32_t k = (uint32_t)(st->hash & (nb - 1));
-			st->hnext = b[k];
-			b[k] = st;
-			st = next;
-		}
-	}
-	free(r->buckets);
-	r->buckets = b;
-	r->n_buckets = nb;
-	return true;
-}
-
-static uint64_t key_hash(bool sql, const uint8_t *key, size_t len, uint64_t schema_gen)
-{
-	uint64_t h = fnv(key, len, sql ? 0x9e3779b97f4a7c15ULL : 1469598103934665603ULL);
-	return fnv(&schema_gen, sizeof schema_gen, h);
-}
-
-static struct prep_stmt *registry_lookup(const struct prep_registry *r, uint64_t h, bool sql, const uint8_t *key,
-					 size_t len, uint64_t schema_gen)
-{
-	if (!r->n_buckets)
-		return NULL;
-	for (struct prep_stmt *st = r->buckets[h & (r->n_buckets - 1)]; st; st = st->hnext)
-		if (st->hash == h && st->sql == sql && st->schema_gen == schema_gen && st->key_len == len &&
-		    memcmp(st->key, key, len) == 0)
-			return st;
-	return NULL;
-}
-
-struct prep_stmt *prep_registry_find(const struct prep_registry *r, bool sql, const uint8_t *key, size_t len,
-				     uint64_t schema_gen)
-{
-	if (len > UINT32_MAX - 1)
-		return NULL;
-	return registry_lookup(r, key_hash(sql, key, len, schema_gen), sql, key, len, schema_gen);
-}
-
-struct prep_stmt *prep_registry_get(struct prep_registry *r, bool sql, const uint8_t *key, size_t len,
-				    uint64_t schema_gen)
-{
-	if (len > UINT32_MAX - 1)
-		return NULL;
-	uint64_t h = key_hash(sql, key, len, schema_gen);
-	struct prep_stmt *found = registry_lookup(r, h, sql, key, len, schema_gen);
-	if (found) {
-		found->refs++;
-		return found;
-	}
-	if (r->count >= r->n_buckets && !registry_grow(r))
-		return NULL;
-	struct prep_stmt *st = malloc(sizeof *st + len + 1);
-	if (!st)
-		return NULL;
-	memset(st, 0, sizeof *st);
-	st->hash = h;
-	st->id = ++r->next_id;
-	st->refs = 1;
-	st->sql = sql;
-	st->schema_gen = schema_gen;
-	st->key_len = (uint32_t)len;
-	memcpy(st->key, key, len);
-	st->key[len] = 0;
-	uint32_t k = (uint32_t)(h & (r->n_buckets - 1));
-	st->hnext = r->buckets[k];
-	r->buckets[k] = st;
-	r->count++;
-	return st;
-}
-
-void prep_stmt_unref(struct prep_registry *r, struct prep_stmt *st)
-{
-	if (!st || --st->refs > 0)
-		return;
-	struct prep_stmt **pp = &r->buckets[st->hash & (r->n_buckets - 1)];
-	while (*pp && *pp != st)
-		pp = &(*pp)->hnext;
-	if (*pp)
-		*pp = st->hnext;
-	r->count--;
-	free(st);
-}
-
-/* ---- a client's names: open addressing, deletion by backward shift ---- */
-
-static uint64_t name_hash(const char *s)
-{
-	return fnv(s, strlen(s), 1469598103934665603ULL);
-}
-
-static int cmap_find(const struct prep_cmap *m, const char *name)
-{
-	if (!m->cap)
-		return -1;
-	uint32_t mask = m->cap - 1;
-	for (uint32_t i = (uint32_t)name_hash(name) & mask;; i = (i + 1) & mask) {
-		if (!m->e[i].name)
-			return -1;
-		if (strcmp(m->e[i].name, name) == 0)
-			return (int)i;
-	}
-}
-
-struct prep_stmt *prep_cmap_get(const struct prep_cmap *m, const char *name)
-{
-	int i = cmap_find(m, name);
-	return i < 0 ? NULL : m->e[i].st;
-}
-
-static void cmap_insert(struct prep_cmap_entry *e, uint32_t cap, char *name, struct prep_stmt *st)
-{
-	uint32_t mask = cap - 1;
-	uint32_t i = (uint32_t)name_hash(name) & mask;
-	while (e[i].name)
-		i = (i + 1) & mask;
-	e[i].name = name;
-	e[i].st = st;
-}
-
-bool prep_cmap_put(struct prep_cmap *m, const char *name, struct prep_stmt *st)
-{
-	if ((m->n + 1) * 4 > m->cap * 3) {
-		uint32_t cap = m->cap ? m->cap * 2 : 8;
-		struct prep_cmap_entry *e = calloc(cap, sizeof *e);
-		if (!e)
-			return false;
-		for (uint32_t i = 0; i < m->cap; i++)
-			if (m->e[i].name)
-				cmap_insert(e, cap, m->e[i].name, m->e[i].st);
-		free(m->e);
-		m->e = e;
-		m->cap = cap;
-	}
-	char *copy = strdup(name);
-	if (!copy)
-		return false;
-	cmap_insert(m->e, m->cap, copy, st);
-	m->n++;
-	return true;
-}
-
-bool prep_cmap_del(struct prep_cmap *m, struct prep_registry *r, const char *name)
-{
-	int found = cmap_find(m, name);
-	if (found < 0)
-		return false;
-	uint32_t mask = m->cap - 1, i = (uint32_t)found;
-	free(m->e[i].name);
-	prep_stmt_unref(r, m->e[i].st);
-	m->e[i].name = NULL;
-	m->n--;
-	/* Shift later members of the cluster back into the hole. */
-	for (uint32_t j = (i + 1) & mask; m->e[j].name; j = (j + 1) & mask) {
-		uint32_t home = (uint32_t)name_hash(m->e[j].name) & mask;
-		bool movable = (j > i) ? (home <= i || home > j) : (home <= i && home > j);
-		if (movable) {
-			m->e[i] = m->e[j];
-			m->e[j].name = NULL;
-			i = j;
-		}
-	}
-	return true;
-}
-
-void prep_cmap_clear(struct prep_cmap *m, struct prep_registry *r)
-{
-	for (uint32_t i = 0; i < m->cap; i++)
-		if (m->e[i].name) {
-			free(m->e[i].name);
-			prep_stmt_unref(r, m->e[i].st);
-		}
-	free(m->e);
-	m->e = NULL;
-	m->cap = m->n = 0;
-}
-
-/* ---- a server's statements ---- */
-
-static uint32_t id_slot(uint64_t id, uint32_t mask)
-{
-	return (uint32_t)((id * 0x9e3779b97f4a7c15ULL) >> 32) & mask;
-}
-
-static int sset_find(const struct prep_sset *s, const struct prep_stmt *st)
-{
-	if (!s->cap)
-		return -1;
-	uint32_t mask = s->cap - 1;
-	for (uint32_t i = id_slot(st->id, mask);; i = (i + 1) & mask) {
-		if (!s->e[i].st)
-			return -1;
-		if (s->e[i].st == st)
-			return (int)i;
-	}
-}
-
-bool prep_sset_has(struct prep_sset *s, const struct prep_stmt *st)
-{
-	int i = sset_find(s, st);
-	if (i < 0)
-		return false;
-	s->e[i].used = ++s->clock;
-	return true;
-}
-
-static void sset_insert(struct prep_sset_entry *e, uint32_t cap, struct prep_stmt *st, uint64_t used)
-{
-	uint32_t mask = cap - 1;
-	uint32_t i = id_slot(st->id, mask);
-	while (e[i].st)
-		i = (i + 1) & mask;
-	e[i].st = st;
-	e[i].used = used;
-}
-
-bool prep_sset_add(struct prep_sset *s, struct prep_stmt *st)
-{
-	if ((s->n + 1) * 4 > s->cap * 3) {
-		uint32_t cap = s->cap ? s->cap * 2 : 16;
-		struct prep_sset_entry *e = calloc(cap, sizeof *e);
-		if (!e)
-			return false;
-		for (uint32_t i = 0; i < s->cap; i++)
-			if (s->e[i].st)
-				sset_insert(e, cap, s->e[i].st, s->e[i].used);
-		free(s->e);
-		s->e = e;
-		s->cap = cap;
-	}
-	st->refs++;
-	st->servers++;
-	sset_insert(s->e, s->cap, st, ++s->clock);
-	s->n++;
-	return true;
-}
-
-static void sset_remove_at(struct prep_sset *s, uint32_t i)
-{
-	uint32_t mask = s->cap - 1;
-	s->e[i].st = NULL;
-	s->n--;
-	for (uint32_t j = (i + 1) & mask; s->e[j].st; j = (j + 1) & mask) {
-		uint32_t home = id_slot(s->e[j].st->id, mask);
-		bool movable = (j > i) ? (home <= i || home > j) : (home <= i && home > j);
-		if (movable) {
-			s->e[i] = s->e[j];
-			s->e[j].st = NULL;
-			i = j;
-		}
-	}
-}
-
-void prep_sset_del(struct prep_sset *s, struct prep_registry *r, struct prep_stmt *st)
-{
-	int i = sset_find(s, st);
-	if (i < 0)
-		return;
-	sset_remove_at(s, (uint32_t)i);
-	st->servers--;
-	prep_stmt_unref(r, st);
-}
-
-struct prep_stmt *prep_sset_pop_lru(struct prep_sset *s)
-{
-	int best = -1;
-	for (uint32_t i = 0; i < s->cap; i++)
-		if (s->e[i].st && (best < 0 || s->e[i].used < s->e[best].used))
-			best = (int)i;
-	if (best < 0)
-		return NULL;
-	struct prep_stmt *st = s->e[best].st;
-	sset_remove_at(s, (uint32_t)best);
-	st->servers--;
-	return st;
-}
-
-void prep_sset_clear(struct prep_sset *s, struct prep_registry *r)
-{
-	for (uint32_t i = 0; i < s->cap; i++)
-		if (s->e[i].st) {
-			s->e[i].st->servers--;
-			prep_stmt_unref(r, s->e[i].st);
-		}
-	free(s->e);
-	s->e = NULL;
-	s->cap = s->n = 0;
-	s->gen++;
-}
-
-/* Lower-case hex of v without leading zeros at p; returns the end. */
-static char *put_hex(char *p, uint64_t v)
-{
-	char tmp[16];
-	int n = 0;
-	do {
-		tmp[n++] = "0123456789abcdef"[v & 15];
-		v >>= 4;
-	} while (v);
-	while (n > 0)
-		*p++ = tmp[--n];
-	return p;
-}
-
-/* "pgcat_<id>_<gen>" in hex. Made for every Bind of a named statement, so
- * written by hand: snprintf cost ~800 instructions a transaction. */
-void prep_gname(char out[PREP_GNAME_MAX], const struct prep_stmt *st, uint32_t gen)
-{
-	_Static_assert(PREP_GNAME_MAX >= sizeof "pgcat_" + 16 + 1 + 8, "room for two hex numbers");
-	memcpy(out, "pgcat_", 6);
-	char *p = put_hex(out + 6, st->id);
-	*p++ = '_';
-	p = put_hex(p, gen);
-	*p = '\0';
-}
-
-/* ---- FIFOs ---- */
-
-static bool ring_push(struct prep_ring *q, const struct prep_pend *p)
-{
-	if (q->len == q->cap) {
-		uint32_t cap = q->cap ? q->cap * 2 : 8;
-		struct prep_pend *n = malloc(cap * sizeof *n);
-		if (!n)
-			return false;
-		for (uint32_t i = 0; i < q->len; i++)
-			n[i] = q->q[(q->head + i) % q->cap];
-		free(q->q);
-		q->q = n;
-		q->head = 0;
-		q->cap = cap;
-	}
-	q->q[(q->head + q->len) % q->cap] = *p;
-	q->len++;
-	return true;
-}
-
-static struct prep_pend *ring_head(struct prep_ring *q)
-{
-	return q->len ? &q->q[q->head] : NULL;
-}
-
-static void ring_pop(struct prep_ring *q)
-{
-	q->head = (q->head + 1) % q->cap;
-	q->len--;
-}
-
-static void pend_release(struct prep_registry *r, struct prep_pend *p)
-{
-	prep_stmt_unref(r, p->st);
-	free(p->cname);
-	free(p->repl);
-	p->st = NULL;
-	p->cname = NULL;
-	p->repl = NULL;
-}
-
-static void ring_clear(struct prep_ring *q, struct prep_registry *r)
-{
-	while (q->len) {
-		pend_release(r, ring_head(q));
-		ring_pop(q);
-	}
-	free(q->q);
-	memset(q, 0, sizeof *q);
-}
 
 /* ---- helpers ---- */
 
@@ -598,7 +187,7 @@ static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *
 		memcpy(body + 1, g, gl);
 		put_msg(server_output(s), PqMsg_Close, body, 1 + gl, NULL, 0);
 		struct prep_pend p = { .seg = ps->seg_sent, .swallow = true, .evict = true, .st = victim };
-		if (!ring_push(&ps->closes, &p)) {
+		if (!prep_ring_push(&ps->closes, &p)) {
 			prep_stmt_unref(r, victim);
 			return false;
 		}
@@ -609,8 +198,8 @@ static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *
 		return false;
 	st->refs++;
 	struct prep_pend p = { .seg = ps->seg_sent, .swallow = swallow, .st = st, .cname = cname ? strdup(cname) : NULL };
-	if (!ring_push(&ps->parses, &p)) {
-		pend_release(r, &p);
+	if (!prep_ring_push(&ps->parses, &p)) {
+		prep_pend_release(r, &p);
 		return false;
 	}
 	s->ext_pending = true;
@@ -641,9 +230,9 @@ static bool send_nop_parse(struct server *s, const char *cname)
 	struct prep_pend p = { .seg = ps->seg_sent, .cname = strdup(cname) };
 	struct prep_pend c = { .seg = ps->seg_sent, .swallow = true };
 	s->ext_pending = true;
-	if (!p.cname || !ring_push(&ps->parses, &p))
+	if (!p.cname || !prep_ring_push(&ps->parses, &p))
 		return free(p.cname), false;
-	return ring_push(&ps->closes, &c);
+	return prep_ring_push(&ps->closes, &c);
 }
 
 /* The client's error, at this point of the stream (see prepared.h). */
@@ -659,7 +248,7 @@ static bool send_error_bind(struct server *s, const char *sqlstate, const char *
 	if (!p.repl || pb.failed)
 		return free(p.repl), false;
 	memcpy(p.repl, pb.data, pb.len);
-	if (!ring_push(&ps->repls, &p))
+	if (!prep_ring_push(&ps->repls, &p))
 		return free(p.repl), false;
 	put_msg(server_output(s), PqMsg_Bind, bind_body, sizeof bind_body, NULL, 0);
 	s->ext_pending = true;
@@ -680,7 +269,7 @@ static bool replay_unnamed(struct client *c, struct server *s)
 	ps->unnamed_client = c->id;
 	ps->unnamed_gen = pc->unnamed_gen;
 	s->ext_pending = true;
-	return ring_push(&ps->parses, &p);
+	return prep_ring_push(&ps->parses, &p);
 }
 
 /* Make sure s holds st before a message that uses it. */
@@ -728,7 +317,7 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 		ps->unnamed_client = c->id;
 		ps->unnamed_gen = pc->unnamed_gen;
 		struct prep_pend p = { .seg = ps->seg_sent };
-		if (!ring_push(&ps->parses, &p)) {
+		if (!prep_ring_push(&ps->parses, &p)) {
 			return PREP_FAILED;
 		}
 		return PREP_FORWARD;
@@ -826,7 +415,7 @@ static enum prep_action on_close(struct client *c, struct server *s, const uint8
 	struct prep_pend p = { .seg = ps->seg_sent };
 	if (total < 7 || m[5] != 'S' || m[total - 1] != 0 || m[6] == 0) {
 		/* Portals and the unnamed statement: the server's business. */
-		if (!ring_push(&ps->closes, &p)) {
+		if (!prep_ring_push(&ps->closes, &p)) {
 			return PREP_FAILED;
 		}
 		return PREP_FORWARD;
@@ -838,7 +427,7 @@ static enum prep_action on_close(struct client *c, struct server *s, const uint8
 	 * CloseComplete of a Close of nothing (not an error in PostgreSQL). */
 	static const uint8_t body[] = "S" PREP_ERROR_NAME;
 	put_msg(server_output(s), PqMsg_Close, body, sizeof body, NULL, 0);
-	if (!ring_push(&ps->closes, &p)) {
+	if (!prep_ring_push(&ps->closes, &p)) {
 		return PREP_FAILED;
 	}
 	s->ext_pending = true;
@@ -903,7 +492,7 @@ static bool push_repl_msg(struct server *s, uint8_t type_hint, const uint8_t *by
 	if (!p.repl)
 		return false;
 	memcpy(p.repl, bytes, len);
-	if (!ring_push(&s->prep->repls, &p))
+	if (!prep_ring_push(&s->prep->repls, &p))
 		return free(p.repl), false;
 	return true;
 }
@@ -1030,9 +619,9 @@ static enum prep_action on_query(struct client *c, struct server *s, const uint8
 					send_query(s, q, qlen);
 					st->refs++;
 					struct prep_pend pp = { .seg = ps->seg_sent, .st = st, .cname = strdup(name) };
-					ok = ring_push(&ps->sqlpreps, &pp);
+					ok = prep_ring_push(&ps->sqlpreps, &pp);
 					if (!ok)
-						pend_release(r, &pp);
+						prep_pend_release(r, &pp);
 					ps->misses++;
 					st->misses++;
 					stats_add(c->pool->stats, STAT_PREPARED_MISSES, 1);
@@ -1066,7 +655,7 @@ static enum prep_action on_query(struct client *c, struct server *s, const uint8
 					st->refs++;
 					struct prep_pend pp = { .seg = ps->seg_sent, .st = st };
 					struct prep_pend sw = { .seg = ps->seg_sent, .swallow = true };
-					ok = ring_push(&ps->sqlpreps, &pp) && ring_push(&ps->swallows, &sw);
+					ok = prep_ring_push(&ps->sqlpreps, &pp) && prep_ring_push(&ps->swallows, &sw);
 					ps->seg_sent++;
 					s->outstanding++;
 					ps->misses++;
@@ -1321,7 +910,7 @@ bool prep_server_end_segment(struct server *s)
 	if (!ps || !s->prep_on)
 		return false;
 	struct prep_pend p = { .seg = ps->seg_sent, .swallow = true };
-	if (!ring_push(&ps->swallows, &p))
+	if (!prep_ring_push(&ps->swallows, &p))
 		return false;
 	evbuffer_add(server_output(s), "S\0\0\0\4", 5);
 	ps->seg_sent++;
@@ -1372,22 +961,22 @@ static void undo_segment(struct server *s, uint32_t seg)
 	struct prep_ring *rings[] = { &ps->parses, &ps->sqlpreps };
 	for (size_t k = 0; k < 2; k++) {
 		struct prep_pend *p;
-		while ((p = ring_head(rings[k])) && p->seg == seg) {
+		while ((p = prep_ring_head(rings[k])) && p->seg == seg) {
 			if (p->st)
 				prep_sset_del(&ps->set, r, p->st);
 			if (p->cname && s->client && s->client->prep)
 				(void)prep_cmap_del(&s->client->prep->names, r, p->cname);
-			pend_release(r, p);
-			ring_pop(rings[k]);
+			prep_pend_release(r, p);
+			prep_ring_pop(rings[k]);
 		}
 	}
 	struct prep_pend *p;
-	while ((p = ring_head(&ps->closes)) && p->seg == seg) {
+	while ((p = prep_ring_head(&ps->closes)) && p->seg == seg) {
 		/* An eviction the server skipped: the statement is still there. */
 		if (p->evict && p->st && !prep_sset_has(&ps->set, p->st))
 			(void)prep_sset_add(&ps->set, p->st);
-		pend_release(r, p);
-		ring_pop(&ps->closes);
+		prep_pend_release(r, p);
+		prep_ring_pop(&ps->closes);
 	}
 }
 
@@ -1397,13 +986,13 @@ static void finish_segment(struct server *s, uint32_t seg)
 	struct prep_server *ps = s->prep;
 	struct prep_registry *r = reg_of(s);
 	struct prep_pend *p;
-	while ((p = ring_head(&ps->sqlpreps)) && p->seg == seg) {
-		pend_release(r, p);
-		ring_pop(&ps->sqlpreps);
+	while ((p = prep_ring_head(&ps->sqlpreps)) && p->seg == seg) {
+		prep_pend_release(r, p);
+		prep_ring_pop(&ps->sqlpreps);
 	}
-	while ((p = ring_head(&ps->repls)) && p->seg == seg) {
-		pend_release(r, p);
-		ring_pop(&ps->repls);
+	while ((p = prep_ring_head(&ps->repls)) && p->seg == seg) {
+		prep_pend_release(r, p);
+		prep_ring_pop(&ps->repls);
 	}
 	undo_segment(s, seg);   /* (parses/closes of a finished segment were all answered or skipped) */
 }
@@ -1416,33 +1005,33 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 		return PREP_PASS;
 	struct prep_registry *r = reg_of(s);
 	struct prep_pend *p;
-	bool swallow_seg = (p = ring_head(&ps->swallows)) && p->seg == ps->seg_recv;
+	bool swallow_seg = (p = prep_ring_head(&ps->swallows)) && p->seg == ps->seg_recv;
 	switch (type) {
 	case PqMsg_ParseComplete:
-		if ((p = ring_head(&ps->parses)) && p->seg == ps->seg_recv) {
+		if ((p = prep_ring_head(&ps->parses)) && p->seg == ps->seg_recv) {
 			bool sw = p->swallow;
 			if (p->st)
 				p->st->verified = true;
-			pend_release(r, p);
-			ring_pop(&ps->parses);
+			prep_pend_release(r, p);
+			prep_ring_pop(&ps->parses);
 			return sw ? PREP_SWALLOW : PREP_PASS;
 		}
 		return PREP_PASS;
 	case PqMsg_CloseComplete:
-		if ((p = ring_head(&ps->closes)) && p->seg == ps->seg_recv) {
+		if ((p = prep_ring_head(&ps->closes)) && p->seg == ps->seg_recv) {
 			bool sw = p->swallow;
-			pend_release(r, p);
-			ring_pop(&ps->closes);
+			prep_pend_release(r, p);
+			prep_ring_pop(&ps->closes);
 			return sw ? PREP_SWALLOW : PREP_PASS;
 		}
 		return PREP_PASS;
 	case PqMsg_EmptyQueryResponse:
-		if ((p = ring_head(&ps->repls)) && p->seg == ps->seg_recv) {
+		if ((p = prep_ring_head(&ps->repls)) && p->seg == ps->seg_recv) {
 			*repl = p->repl;
 			*repl_len = p->repl_len;
 			p->repl = NULL;
-			pend_release(r, p);
-			ring_pop(&ps->repls);
+			prep_pend_release(r, p);
+			prep_ring_pop(&ps->repls);
 			return PREP_REPLACE;
 		}
 		return PREP_PASS;
@@ -1453,13 +1042,13 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 	case PqMsg_ErrorResponse: {
 		enum prep_verdict v = PREP_PASS;
 		/* Ours (the statement that does not exist)? Then the client's. */
-		if (msg && (p = ring_head(&ps->repls)) && p->seg == ps->seg_recv &&
+		if (msg && (p = prep_ring_head(&ps->repls)) && p->seg == ps->seg_recv &&
 		    memmem(msg, total, "\"" PREP_ERROR_NAME "\"", sizeof PREP_ERROR_NAME + 1) != NULL) {
 			*repl = p->repl;
 			*repl_len = p->repl_len;
 			p->repl = NULL;
-			pend_release(r, p);
-			ring_pop(&ps->repls);
+			prep_pend_release(r, p);
+			prep_ring_pop(&ps->repls);
 			v = PREP_REPLACE;
 		}
 		/* A plan that no longer fits (0A000) reaches the client as it
@@ -1481,8 +1070,8 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 		}
 		finish_segment(s, ps->seg_recv);
 		if (swallow_seg) {
-			pend_release(r, ring_head(&ps->swallows));
-			ring_pop(&ps->swallows);
+			prep_pend_release(r, prep_ring_head(&ps->swallows));
+			prep_ring_pop(&ps->swallows);
 		}
 		ps->seg_recv++;
 		return swallow_seg ? PREP_SWALLOW : PREP_PASS;
@@ -1499,11 +1088,11 @@ void prep_server_reset_pending(struct server *s)
 	struct prep_registry *r = reg_of(s);
 	/* Parses in flight may or may not have happened: forget the set. */
 	bool unsure = ps->parses.len || ps->closes.len || ps->sqlpreps.len;
-	ring_clear(&ps->parses, r);
-	ring_clear(&ps->closes, r);
-	ring_clear(&ps->sqlpreps, r);
-	ring_clear(&ps->repls, r);
-	ring_clear(&ps->swallows, r);
+	prep_ring_clear(&ps->parses, r);
+	prep_ring_clear(&ps->closes, r);
+	prep_ring_clear(&ps->sqlpreps, r);
+	prep_ring_clear(&ps->repls, r);
+	prep_ring_clear(&ps->swallows, r);
 	if (unsure)
 		prep_sset_clear(&ps->set, r);
 	ps->seg_sent = ps->seg_recv = 0;
