@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * prep_internal: what the files of the prepared-statement room share
- * (src/prepared.c, prep_maps.c): the rings of pending replies and the
+ * (src/prepared.c, prep_maps.c, prep_schema.c): the rings of pending replies and the
  * name of the statement no server holds. Not an interface: no other room
  * includes it (they use include/prepared.h).
  */
@@ -24,5 +24,11 @@ void prep_ring_pop(struct prep_ring *q);
 void prep_pend_release(struct prep_registry *r, struct prep_pend *p);
 /* Releases every entry and the ring's storage. */
 void prep_ring_clear(struct prep_ring *q, struct prep_registry *r);
+
+/* ---- the schema generation (prep_schema.c) ---- */
+
+struct worker;
+/* A new schema generation, for the reason why (logged). */
+void prep_schema_changed(struct worker *w, const char *why);
 
 #endif

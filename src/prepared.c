@@ -32,54 +32,6 @@ bool prep_enabled(const struct client *c)
 	return c->pool && c->pool->mode == POOL_MODE_TRANSACTION && c->w->cfg->general.prepared_statements;
 }
 
-/* ---- the schema generation (SPEC §5) ---- */
-
-uint64_t prep_schema_generation(const struct worker *w)
-{
-	return w->shm ? shm_schema_generation(w->shm) : w->schema_gen;
-}
-
-static void schema_changed(struct worker *w, const char *why)
-{
-	uint64_t g = w->shm ? shm_schema_generation_bump(w->shm) : ++w->schema_gen;
-	log_debug("schema generation %llu: %s", (unsigned long long)g, why);
-}
-
-static bool tag_starts(const char *tag, size_t len, const char *word)
-{
-	size_t n = strlen(word);
-	return len >= n && memcmp(tag, word, n) == 0;
-}
-
-bool prep_tag_changes_schema(const char *tag, size_t len)
-{
-	/* Every CommandComplete of a prepared-statement server comes here
-	 * (SELECT, INSERT, COMMIT...): one switch on the first letter. */
-	if (len == 0)
-		return false;
-	switch (tag[0]) {
-	case 'A':
-		return tag_starts(tag, len, "ALTER ");
-	case 'C':
-		return tag_starts(tag, len, "CREATE ") || tag_starts(tag, len, "COMMENT");
-	case 'D':
-		return tag_starts(tag, len, "DROP ") || tag_starts(tag, len, "DISCARD ALL") ||
-		       tag_starts(tag, len, "DEALLOCATE ALL");
-	case 'G':
-		return tag_starts(tag, len, "GRANT");
-	case 'I':
-		return tag_starts(tag, len, "IMPORT FOREIGN SCHEMA");
-	case 'R':
-		return tag_starts(tag, len, "REVOKE");
-	case 'S':
-		return tag_starts(tag, len, "SECURITY LABEL");
-	case 'T':
-		return tag_starts(tag, len, "TRUNCATE");
-	default:
-		return false;
-	}
-}
-
 static struct prep_registry *reg_of(struct server *s)
 {
 	return &s->sp->pool->prep;
@@ -578,7 +530,7 @@ static enum prep_action on_query(struct client *c, struct server *s, const uint8
 			prep_cmap_clear(&pc->names, r);
 			/* Drivers drop their statements after DDL or a rollback and
 			 * prepare them again: afresh, as on their own session. */
-			schema_changed(c->w, "DEALLOCATE ALL");
+			prep_schema_changed(c->w, "DEALLOCATE ALL");
 			ok = reply_command(s, "DEALLOCATE ALL");
 		} else if (sql_ident(&p, end, name, sizeof name)) {
 			if (prep_cmap_del(&pc->names, r, name)) {
@@ -950,7 +902,7 @@ static void server_schema_changed(struct server *s, const char *tag, size_t len)
 	 * rollback undoing it): a new generation then too, so that what they
 	 * prepared in between is not kept. */
 	ps->ddl_in_tx = true;
-	schema_changed(s->w, discard ? "DISCARD ALL" : deallocate ? "DEALLOCATE ALL" : "DDL");
+	prep_schema_changed(s->w, discard ? "DISCARD ALL" : deallocate ? "DEALLOCATE ALL" : "DDL");
 }
 
 /* The segment failed: what it would have done did not happen. */
@@ -1057,7 +1009,7 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 		 * prepared from now on are made afresh. */
 		if (msg && memmem(msg, total, "\0C0A000\0", 8) != NULL &&
 		    memmem(msg, total, "cached plan must not change result type", 39) != NULL)
-			schema_changed(s->w, "a server refused a cached plan");
+			prep_schema_changed(s->w, "a server refused a cached plan");
 		undo_segment(s, ps->seg_recv);
 		return v;
 	}
@@ -1066,7 +1018,7 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 		 * prepared inside it may name objects that are gone again. */
 		if (ps->ddl_in_tx && msg && total >= 6 && msg[5] == 'I') {
 			ps->ddl_in_tx = false;
-			schema_changed(s->w, "a transaction with DDL ended");
+			prep_schema_changed(s->w, "a transaction with DDL ended");
 		}
 		finish_segment(s, ps->seg_recv);
 		if (swallow_seg) {
