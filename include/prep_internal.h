@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * prep_internal: what the files of the prepared-statement room share
- * (src/prepared.c, prep_maps.c, prep_schema.c): the rings of pending replies and the
+ * (src/prepared.c, prep_maps.c, prep_schema.c, prep_server.c): the rings of pending replies and the
  * name of the statement no server holds. Not an interface: no other room
  * includes it (they use include/prepared.h).
  */
@@ -30,5 +30,11 @@ void prep_ring_clear(struct prep_ring *q, struct prep_registry *r);
 struct worker;
 /* A new schema generation, for the reason why (logged). */
 void prep_schema_changed(struct worker *w, const char *why);
+
+/* ---- a server connection (prep_server.c) ---- */
+
+struct server;
+/* The registry of the server's pool. */
+struct prep_registry *prep_reg_of(struct server *s);
 
 #endif
