@@ -1,26 +1,30 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * prepared: named prepared statements in transaction mode. See prepared.h
- * for the approach; the data structures come first, then the client-side
- * rewriting, then the matching of the server's replies.
+ * prepared: named prepared statements in transaction mode, the client's
+ * side (see prepared.h for the approach): Parse, Bind, Describe and Close
+ * rewritten to global names, with a Parse of pgcat's own (and evictions)
+ * sent first where the server lacks the statement; the Parse batches
+ * answered without a server; what route.c sends in place of a client's
+ * refused message; a client's state (free, trim, fanout's reads of it).
+ * The rest of the room: prep_maps.c (the data structures), prep_schema.c
+ * (the schema generation), prep_sql.c (PREPARE, EXECUTE, DEALLOCATE in a
+ * Query), prep_server.c (the server's replies); what they share is in
+ * include/prep_internal.h.
  */
 #include "prepared.h"
 #include "prep_internal.h"
 
 #include <event2/buffer.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
 #include "config.h"
-#include "log.h"
 #include "pktbuf.h"
 #include "pool.h"
 #include "proto.h"
 #include "server.h"
-#include "shm.h"
 #include "sqllex.h"
 #include "stats.h"
 #include "worker.h"
@@ -39,14 +43,14 @@ static struct prep_server *server_prep(struct server *s)
 	return s->prep;
 }
 
-static struct prep_client *client_prep(struct client *c)
+struct prep_client *prep_client_of(struct client *c)
 {
 	if (!c->end.prep)
 		c->end.prep = calloc(1, sizeof *c->end.prep);
 	return c->end.prep;
 }
 
-static void put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t alen, const void *b, size_t blen)
+void prep_put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t alen, const void *b, size_t blen)
 {
 	uint8_t hdr[5];
 	uint32_t len = (uint32_t)(4 + alen + blen);
@@ -107,11 +111,11 @@ static void send_parse(struct server *s, struct prep_stmt *st)
 		memcpy(tmp, g, gl);
 		memcpy(tmp + gl, body, bl);
 		memcpy(tmp + gl + bl, zero, 2);
-		put_msg(out, PqMsg_Parse, tmp, gl + bl + 2, NULL, 0);
+		prep_put_msg(out, PqMsg_Parse, tmp, gl + bl + 2, NULL, 0);
 		free(tmp);
 		return;
 	}
-	put_msg(out, PqMsg_Parse, g, strlen(g) + 1, st->key, st->key_len);
+	prep_put_msg(out, PqMsg_Parse, g, strlen(g) + 1, st->key, st->key_len);
 }
 
 /* Make room, then record that st will be on the server. pgcat's own Parse
@@ -132,7 +136,7 @@ static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *
 		body[0] = 'S';
 		size_t gl = strlen(g) + 1;
 		memcpy(body + 1, g, gl);
-		put_msg(server_output(s), PqMsg_Close, body, 1 + gl, NULL, 0);
+		prep_put_msg(server_output(s), PqMsg_Close, body, 1 + gl, NULL, 0);
 		struct prep_pend p = { .seg = ps->seg_sent, .swallow = true, .evict = true, .st = victim };
 		if (!prep_ring_push(&ps->closes, &p)) {
 			prep_stmt_unref(r, victim);
@@ -156,7 +160,7 @@ static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *
 	return true;
 }
 
-static void count_hit(struct client *c, struct server *s, struct prep_stmt *st)
+void prep_count_hit(struct client *c, struct server *s, struct prep_stmt *st)
 {
 	s->prep->hits++;
 	st->hits++;
@@ -170,8 +174,8 @@ static bool send_nop_parse(struct server *s, const char *cname)
 	static const uint8_t parse_body[] = "pgcat_nop\0\0\0";   /* name, "", 0 types */
 	static const uint8_t close_body[] = "Spgcat_nop";
 	struct prep_server *ps = s->prep;
-	put_msg(server_output(s), PqMsg_Parse, parse_body, sizeof parse_body, NULL, 0);
-	put_msg(server_output(s), PqMsg_Close, close_body, sizeof close_body, NULL, 0);
+	prep_put_msg(server_output(s), PqMsg_Parse, parse_body, sizeof parse_body, NULL, 0);
+	prep_put_msg(server_output(s), PqMsg_Close, close_body, sizeof close_body, NULL, 0);
 	/* If an earlier message fails, this Parse is skipped: the client's
 	 * name is then undone like any failed Parse. */
 	struct prep_pend p = { .seg = ps->seg_sent, .cname = strdup(cname) };
@@ -197,7 +201,7 @@ static bool send_error_bind(struct server *s, const char *sqlstate, const char *
 	memcpy(p.repl, pb.data, pb.len);
 	if (!prep_ring_push(&ps->repls, &p))
 		return free(p.repl), false;
-	put_msg(server_output(s), PqMsg_Bind, bind_body, sizeof bind_body, NULL, 0);
+	prep_put_msg(server_output(s), PqMsg_Bind, bind_body, sizeof bind_body, NULL, 0);
 	s->ext_pending = true;
 	return true;
 }
@@ -223,13 +227,13 @@ static bool replay_unnamed(struct client *c, struct server *s)
 static bool ensure_on_server(struct client *c, struct server *s, struct prep_stmt *st)
 {
 	if (prep_sset_has(&s->prep->set, st)) {
-		count_hit(c, s, st);
+		prep_count_hit(c, s, st);
 		return true;
 	}
 	return add_to_server(c, s, st, true, NULL);
 }
 
-static void drain_msg(struct client *c, uint32_t total)
+void prep_drain_msg(struct client *c, uint32_t total)
 {
 	evbuffer_drain(c->io.in, total);
 	stats_add(c->pool->stats, STAT_RECEIVED, total);
@@ -244,7 +248,7 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 	if (!proto_read_cstring(m + 5, total - 5, &off, &name))
 		return PREP_FORWARD;   /* malformed: the server says so */
 	struct prep_server *ps = s->prep;
-	struct prep_client *pc = client_prep(c);
+	struct prep_client *pc = prep_client_of(c);
 	if (!pc) {
 		return PREP_FAILED;
 	}
@@ -284,7 +288,7 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 		}
 		if (ok) {
 			if (prep_sset_has(&ps->set, st)) {
-				count_hit(c, s, st);
+				prep_count_hit(c, s, st);
 				ok = send_nop_parse(s, name);
 			} else {
 				ok = add_to_server(c, s, st, false, name);
@@ -294,7 +298,7 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 	if (!ok) {
 		return PREP_FAILED;
 	}
-	drain_msg(c, total);
+	prep_drain_msg(c, total);
 	return PREP_DONE;
 }
 
@@ -319,7 +323,7 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 		snprintf(msg, sizeof msg, "prepared statement \"%s\" does not exist", name);
 		ok = send_error_bind(s, "26000", msg);
 		if (ok) {
-			drain_msg(c, total);
+			prep_drain_msg(c, total);
 			return PREP_DONE;
 		}
 	} else {
@@ -373,12 +377,12 @@ static enum prep_action on_close(struct client *c, struct server *s, const uint8
 	/* The statement stays on the server for others; the client gets the
 	 * CloseComplete of a Close of nothing (not an error in PostgreSQL). */
 	static const uint8_t body[] = "S" PREP_ERROR_NAME;
-	put_msg(server_output(s), PqMsg_Close, body, sizeof body, NULL, 0);
+	prep_put_msg(server_output(s), PqMsg_Close, body, sizeof body, NULL, 0);
 	if (!prep_ring_push(&ps->closes, &p)) {
 		return PREP_FAILED;
 	}
 	s->ext_pending = true;
-	drain_msg(c, total);
+	prep_drain_msg(c, total);
 	return PREP_DONE;
 }
 
@@ -387,253 +391,6 @@ void prep_client_close_idle(struct client *c, const uint8_t *m, uint32_t total)
 	if (total < 7 || m[5] != 'S' || m[total - 1] != 0 || m[6] == 0 || !c->end.prep)
 		return;
 	(void)prep_cmap_del(&c->end.prep->names, &c->pool->prep, (const char *)m + 6);
-}
-
-/* ---- SQL: PREPARE, EXECUTE, DEALLOCATE, DISCARD ALL ---- */
-
-/* sqllex on the pointers this file reads the text with. */
-static const char *sql_space(const char *s, const char *end)
-{
-	return s + sqllex_skip_blank(s, (size_t)(end - s), 0);
-}
-
-static bool sql_word(const char **sp, const char *end, const char *w)
-{
-	size_t i = 0;
-	if (!sqllex_keyword(*sp, (size_t)(end - *sp), &i, w))
-		return false;
-	*sp += i;
-	return true;
-}
-
-static bool sql_ident(const char **sp, const char *end, char *out, size_t outsz)
-{
-	size_t i = 0;
-	if (!sqllex_ident(*sp, (size_t)(end - *sp), &i, out, outsz))
-		return false;
-	*sp += i;
-	return true;
-}
-
-/* Where the statement ends: its ';' (or the end), with only blanks and
- * semicolons after it (NULL: more than one statement). */
-static const char *single_statement_end(const char *s, const char *end)
-{
-	size_t n = (size_t)(end - s), e = sqllex_statement_end(s, n, 0, NULL);
-	if (e < n && !sqllex_rest_is_empty(s, n, e + 1))
-		return NULL;
-	return s + e;
-}
-
-/* Replace the client's Query with sql (same single reply slot). */
-static void send_query(struct server *s, const char *sql, size_t len)
-{
-	uint8_t nul = 0;
-	put_msg(server_output(s), PqMsg_Query, sql, len, &nul, 1);
-}
-
-static bool push_repl_msg(struct server *s, uint8_t type_hint, const uint8_t *bytes, size_t len)
-{
-	(void)type_hint;
-	struct prep_pend p = { .seg = s->prep->seg_sent, .repl = malloc(len), .repl_len = (uint32_t)len };
-	if (!p.repl)
-		return false;
-	memcpy(p.repl, bytes, len);
-	if (!prep_ring_push(&s->prep->repls, &p))
-		return free(p.repl), false;
-	return true;
-}
-
-/* The server answers an empty query; the client sees CommandComplete tag. */
-static bool reply_command(struct server *s, const char *tag)
-{
-	uint8_t storage[128];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_command_complete(&pb, tag);
-	if (pb.failed || !push_repl_msg(s, 'C', pb.data, pb.len))
-		return false;
-	send_query(s, "", 0);
-	return true;
-}
-
-static bool reply_error(struct server *s, const char *sqlstate, const char *message)
-{
-	uint8_t storage[512];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_error(&pb, "ERROR", sqlstate, message);
-	if (pb.failed || !push_repl_msg(s, 'E', pb.data, pb.len))
-		return false;
-	static const char q[] = "DEALLOCATE " PREP_ERROR_NAME;
-	send_query(s, q, sizeof q - 1);
-	return true;
-}
-
-/* Text for an SQL PREPARE of st under global name g. */
-static char *prepare_sql(const struct prep_stmt *st, const char *g, size_t *len)
-{
-	const char *body = (const char *)st->key;
-	size_t n = strlen(g) + strlen(body) + 16;
-	char *q = malloc(n);
-	if (!q)
-		return NULL;
-	int w = snprintf(q, n, "PREPARE %s %s%s", g, st->sql ? "" : "AS ", body);
-	*len = w < 0 ? 0 : (size_t)w;
-	return q;
-}
-
-static enum prep_action on_query(struct client *c, struct server *s, const uint8_t *m, uint32_t total)
-{
-	struct prep_server *ps = s->prep;
-	const char *sql = (const char *)m + 5;
-	/* PostgreSQL reads the text up to its first NUL (its own end) */
-	const char *end = memchr(sql, '\0', total - 5);
-	if (!end)
-		end = sql + (total - 5);
-	const char *p = sql_space(sql, end);
-	/* The simple protocol ends the server's unnamed statement. */
-	/* PREPARE, EXECUTE, DEALLOCATE start so; anything else is left alone */
-	char first = p < end ? (char)(*p | 0x20) : 0;
-	bool maybe = first == 'p' || first == 'e' || first == 'd';
-	if (!maybe) {
-		ps->unnamed_client = 0;
-		return PREP_FORWARD;
-	}
-	const char *stop = single_statement_end(p, end);
-	char name[128];
-	bool ok = true;
-	struct prep_client *pc = client_prep(c);
-	if (!pc) {
-		return PREP_FAILED;
-	}
-	struct prep_registry *r = prep_reg_of(s);
-	if (sql_word(&p, end, "discard")) {
-		/* What DISCARD ALL undoes is taken from the server's reply (it
-		 * may fail, inside a transaction block), as when it comes through
-		 * the extended protocol: prep_server_message. */
-		ps->unnamed_client = 0;
-		return PREP_FORWARD;
-	}
-	if (!stop) {
-		ps->unnamed_client = 0;
-		return PREP_FORWARD;   /* several statements: not rewritten */
-	}
-	if (sql_word(&p, end, "deallocate")) {
-		(void)sql_word(&p, end, "prepare");
-		if (sql_word(&p, end, "all")) {
-			prep_cmap_clear(&pc->names, r);
-			/* Drivers drop their statements after DDL or a rollback and
-			 * prepare them again: afresh, as on their own session. */
-			prep_schema_changed(c->w, "DEALLOCATE ALL");
-			ok = reply_command(s, "DEALLOCATE ALL");
-		} else if (sql_ident(&p, end, name, sizeof name)) {
-			if (prep_cmap_del(&pc->names, r, name)) {
-				ok = reply_command(s, "DEALLOCATE");
-			} else {
-				char msg[200];
-				snprintf(msg, sizeof msg, "prepared statement \"%s\" does not exist", name);
-				ok = reply_error(s, "26000", msg);
-			}
-		} else {
-			return PREP_FORWARD;   /* a syntax error: the server's */
-		}
-	} else if (sql_word(&p, end, "prepare")) {
-		if (sql_word(&p, end, "transaction") || !sql_ident(&p, end, name, sizeof name))
-			return PREP_FORWARD;
-		if (prep_cmap_get(&pc->names, name)) {
-			char msg[200];
-			snprintf(msg, sizeof msg, "prepared statement \"%s\" already exists", name);
-			ok = reply_error(s, "42P05", msg);
-		} else {
-			/* Key: the text after the name, "(types) AS query". */
-			size_t klen = (size_t)(stop - p);
-			struct prep_stmt *st = prep_registry_get(r, true, (const uint8_t *)p, klen,
-								 prep_schema_generation(c->w));
-			ok = st && prep_cmap_put(&pc->names, name, st);
-			if (st && !ok)
-				prep_stmt_unref(r, st);
-			if (ok && prep_sset_has(&ps->set, st)) {
-				count_hit(c, s, st);
-				ok = reply_command(s, "PREPARE");
-			} else if (ok) {
-				char g[PREP_GNAME_MAX];
-				prep_gname(g, st, ps->set.gen);
-				size_t qlen;
-				char *q = prepare_sql(st, g, &qlen);
-				ok = q && prep_sset_add(&ps->set, st);
-				if (ok) {
-					send_query(s, q, qlen);
-					st->refs++;
-					struct prep_pend pp = { .seg = ps->seg_sent, .st = st, .cname = strdup(name) };
-					ok = prep_ring_push(&ps->sqlpreps, &pp);
-					if (!ok)
-						prep_pend_release(r, &pp);
-					ps->misses++;
-					st->misses++;
-					stats_add(c->pool->stats, STAT_PREPARED_MISSES, 1);
-				}
-				free(q);
-			}
-		}
-	} else if (sql_word(&p, end, "execute")) {
-		const char *name_at = p;
-		if (!sql_ident(&p, end, name, sizeof name))
-			return PREP_FORWARD;
-		(void)name_at;
-		struct prep_stmt *st = prep_cmap_get(&pc->names, name);
-		if (!st) {
-			char msg[200];
-			snprintf(msg, sizeof msg, "prepared statement \"%s\" does not exist", name);
-			ok = reply_error(s, "26000", msg);
-		} else {
-			char g[PREP_GNAME_MAX];
-			if (prep_sset_has(&ps->set, st)) {
-				count_hit(c, s, st);
-			} else {
-				/* A PREPARE of its own first: a whole segment the client
-				 * never sees (its Z counts as one more outstanding). */
-				prep_gname(g, st, ps->set.gen);
-				size_t qlen;
-				char *q = prepare_sql(st, g, &qlen);
-				ok = q && prep_sset_add(&ps->set, st);
-				if (ok) {
-					send_query(s, q, qlen);
-					st->refs++;
-					struct prep_pend pp = { .seg = ps->seg_sent, .st = st };
-					struct prep_pend sw = { .seg = ps->seg_sent, .swallow = true };
-					ok = prep_ring_push(&ps->sqlpreps, &pp) && prep_ring_push(&ps->swallows, &sw);
-					ps->seg_sent++;
-					s->outstanding++;
-					ps->misses++;
-					st->misses++;
-					stats_add(c->pool->stats, STAT_PREPARED_MISSES, 1);
-				}
-				free(q);
-			}
-			if (ok) {
-				prep_gname(g, st, ps->set.gen);
-				size_t gl = strlen(g);
-				size_t restl = (size_t)(end - p);
-				char *q = malloc(8 + 1 + gl + 1 + restl + 1);
-				ok = q != NULL;
-				if (ok) {
-					int w = snprintf(q, 8 + 1 + gl + 1 + restl + 1, "EXECUTE %s %.*s", g, (int)restl, p);
-					send_query(s, q, w < 0 ? 0 : (size_t)w);
-					free(q);
-				}
-			}
-		}
-	} else {
-		ps->unnamed_client = 0;
-		return PREP_FORWARD;
-	}
-	if (!ok) {
-		return PREP_FAILED;
-	}
-	ps->unnamed_client = 0;
-	drain_msg(c, total);
-	return PREP_DONE;
 }
 
 /* ---- Parse answered from the pool's statements (SPEC §5) ---- */
@@ -699,8 +456,8 @@ static bool scan_cached_batch(struct client *c, bool unverified_ok, struct cache
 		/* Settings are tracked from the text of their Parse (client.c):
 		 * those go to a server. */
 		const char *q = (const char *)body + o, *qend = (const char *)body + blen;
-		const char *w = sql_space(q, qend);
-		if (sql_word(&w, qend, "set") || sql_word(&w, qend, "reset") || sql_word(&w, qend, "discard"))
+		const char *w = prep_sql_space(q, qend);
+		if (prep_sql_word(&w, qend, "set") || prep_sql_word(&w, qend, "reset") || prep_sql_word(&w, qend, "discard"))
 			return false;
 		if (!unverified_ok) {
 			const struct prep_stmt *st = prep_registry_find(&c->pool->prep, false, body + o, blen - o, gen);
@@ -720,7 +477,7 @@ enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok)
 	size_t len;
 	if (!scan_cached_batch(c, unverified_ok, ps, &n, &len))
 		return PREP_CACHED_NO;
-	struct prep_client *pc = client_prep(c);
+	struct prep_client *pc = prep_client_of(c);
 	if (!pc)
 		return PREP_CACHED_NO;
 	struct prep_registry *r = &c->pool->prep;
@@ -736,7 +493,7 @@ enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok)
 		evbuffer_add(out, parse_complete, sizeof parse_complete);
 		stats_add(c->pool->stats, STAT_CLIENT_PARSE, 1);
 	}
-	drain_msg(c, (uint32_t)len);
+	prep_drain_msg(c, (uint32_t)len);
 	return PREP_CACHED_DONE;
 }
 
@@ -802,7 +559,7 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 	case PqMsg_Query: {
 		if (evbuffer_get_length(in) < total)
 			return PREP_WAIT;
-		enum prep_action a = on_query(c, s, evbuffer_pullup(in, total), total);
+		enum prep_action a = prep_sql_query(c, s, evbuffer_pullup(in, total), total);
 		if (a != PREP_FAILED)
 			s->prep->seg_sent++;
 		return a;
@@ -832,7 +589,7 @@ bool prep_server_fail_query(struct server *s, const char *sqlstate, const char *
 			 sqlstate, clean);
 	if (w < 0 || (size_t)w >= sizeof sql)
 		return false;
-	put_msg(server_output(s), PqMsg_Query, sql, (size_t)w + 1, NULL, 0);
+	prep_put_msg(server_output(s), PqMsg_Query, sql, (size_t)w + 1, NULL, 0);
 	s->outstanding++;
 	if (s->prep && s->prep_on)
 		s->prep->seg_sent++;
@@ -846,7 +603,7 @@ bool prep_server_fail_bind(struct server *s, const char *sqlstate, const char *m
 	/* Without rewriting nothing replaces the server's error: a Bind of a
 	 * statement whose name says why it does not exist. */
 	static const uint8_t body[] = "\0pgcat_cross_shard_statement_refused\0\0\0\0\0\0";
-	put_msg(server_output(s), PqMsg_Bind, body, sizeof body, NULL, 0);
+	prep_put_msg(server_output(s), PqMsg_Bind, body, sizeof body, NULL, 0);
 	s->ext_pending = true;
 	return true;
 }
@@ -923,7 +680,7 @@ bool prep_client_adopt(struct client *c, const uint8_t *parse, uint32_t total)
 {
 	size_t off = 0;
 	const char *name;
-	struct prep_client *pc = client_prep(c);
+	struct prep_client *pc = prep_client_of(c);
 	if (!pc || total < 5 || !proto_read_cstring(parse + 5, total - 5, &off, &name))
 		return false;
 	if (!name[0]) {
