@@ -1,499 +1,39 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * prepared: named prepared statements in transaction mode. See prepared.h
- * for the approach; the data structures come first, then the client-side
- * rewriting, then the matching of the server's replies.
+ * prepared: named prepared statements in transaction mode, the client's
+ * side (see prepared.h for the approach): Parse, Bind, Describe and Close
+ * rewritten to global names, with a Parse of pgcat's own (and evictions)
+ * sent first where the server lacks the statement; the Parse batches
+ * answered without a server; what route.c sends in place of a client's
+ * refused message; a client's state (free, trim, fanout's reads of it).
+ * The rest of the room: prep_maps.c (the data structures), prep_schema.c
+ * (the schema generation), prep_sql.c (PREPARE, EXECUTE, DEALLOCATE in a
+ * Query), prep_server.c (the server's replies); what they share is in
+ * include/prep_internal.h.
  */
 #include "prepared.h"
+#include "prep_internal.h"
 
 #include <event2/buffer.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
 #include "config.h"
-#include "log.h"
 #include "pktbuf.h"
 #include "pool.h"
 #include "proto.h"
 #include "server.h"
-#include "shm.h"
 #include "sqllex.h"
 #include "stats.h"
 #include "worker.h"
-
-/* The statement no server ever holds: answering with its "does not exist"
- * error puts the server where the client's failed message would. */
-#define PREP_ERROR_NAME "pgcat_error"
-
-static uint64_t fnv(const void *p, size_t n, uint64_t h)
-{
-	const uint8_t *b = p;
-	for (size_t i = 0; i < n; i++) {
-		h ^= b[i];
-		h *= 1099511628211ULL;
-	}
-	return h;
-}
-
-/* ---- registry ---- */
-
-void prep_registry_init(struct prep_registry *r)
-{
-	memset(r, 0, sizeof *r);
-}
-
-void prep_registry_free(struct prep_registry *r)
-{
-	for (uint32_t i = 0; i < r->n_buckets; i++) {
-		struct prep_stmt *st = r->buckets[i];
-		while (st) {
-			struct prep_stmt *next = st->hnext;
-			free(st);
-			st = next;
-		}
-	}
-	free(r->buckets);
-	memset(r, 0, sizeof *r);
-}
-
-static bool registry_grow(struct prep_registry *r)
-{
-	uint32_t nb = r->n_buckets ? r->n_buckets * 2 : 64;
-	struct prep_stmt **b = calloc(nb, sizeof *b);
-	if (!b)
-		return false;
-	for (uint32_t i = 0; i < r->n_buckets; i++) {
-		struct prep_stmt *st = r->buckets[i];
-		while (st) {
-			struct prep_stmt *next = st->hnext;
-			uint32_t k = (uint32_t)(st->hash & (nb - 1));
-			st->hnext = b[k];
-			b[k] = st;
-			st = next;
-		}
-	}
-	free(r->buckets);
-	r->buckets = b;
-	r->n_buckets = nb;
-	return true;
-}
-
-static uint64_t key_hash(bool sql, const uint8_t *key, size_t len, uint64_t schema_gen)
-{
-	uint64_t h = fnv(key, len, sql ? 0x9e3779b97f4a7c15ULL : 1469598103934665603ULL);
-	return fnv(&schema_gen, sizeof schema_gen, h);
-}
-
-static struct prep_stmt *registry_lookup(const struct prep_registry *r, uint64_t h, bool sql, const uint8_t *key,
-					 size_t len, uint64_t schema_gen)
-{
-	if (!r->n_buckets)
-		return NULL;
-	for (struct prep_stmt *st = r->buckets[h & (r->n_buckets - 1)]; st; st = st->hnext)
-		if (st->hash == h && st->sql == sql && st->schema_gen == schema_gen && st->key_len == len &&
-		    memcmp(st->key, key, len) == 0)
-			return st;
-	return NULL;
-}
-
-struct prep_stmt *prep_registry_find(const struct prep_registry *r, bool sql, const uint8_t *key, size_t len,
-				     uint64_t schema_gen)
-{
-	if (len > UINT32_MAX - 1)
-		return NULL;
-	return registry_lookup(r, key_hash(sql, key, len, schema_gen), sql, key, len, schema_gen);
-}
-
-struct prep_stmt *prep_registry_get(struct prep_registry *r, bool sql, const uint8_t *key, size_t len,
-				    uint64_t schema_gen)
-{
-	if (len > UINT32_MAX - 1)
-		return NULL;
-	uint64_t h = key_hash(sql, key, len, schema_gen);
-	struct prep_stmt *found = registry_lookup(r, h, sql, key, len, schema_gen);
-	if (found) {
-		found->refs++;
-		return found;
-	}
-	if (r->count >= r->n_buckets && !registry_grow(r))
-		return NULL;
-	struct prep_stmt *st = malloc(sizeof *st + len + 1);
-	if (!st)
-		return NULL;
-	memset(st, 0, sizeof *st);
-	st->hash = h;
-	st->id = ++r->next_id;
-	st->refs = 1;
-	st->sql = sql;
-	st->schema_gen = schema_gen;
-	st->key_len = (uint32_t)len;
-	memcpy(st->key, key, len);
-	st->key[len] = 0;
-	uint32_t k = (uint32_t)(h & (r->n_buckets - 1));
-	st->hnext = r->buckets[k];
-	r->buckets[k] = st;
-	r->count++;
-	return st;
-}
-
-void prep_stmt_unref(struct prep_registry *r, struct prep_stmt *st)
-{
-	if (!st || --st->refs > 0)
-		return;
-	struct prep_stmt **pp = &r->buckets[st->hash & (r->n_buckets - 1)];
-	while (*pp && *pp != st)
-		pp = &(*pp)->hnext;
-	if (*pp)
-		*pp = st->hnext;
-	r->count--;
-	free(st);
-}
-
-/* ---- a client's names: open addressing, deletion by backward shift ---- */
-
-static uint64_t name_hash(const char *s)
-{
-	return fnv(s, strlen(s), 1469598103934665603ULL);
-}
-
-static int cmap_find(const struct prep_cmap *m, const char *name)
-{
-	if (!m->cap)
-		return -1;
-	uint32_t mask = m->cap - 1;
-	for (uint32_t i = (uint32_t)name_hash(name) & mask;; i = (i + 1) & mask) {
-		if (!m->e[i].name)
-			return -1;
-		if (strcmp(m->e[i].name, name) == 0)
-			return (int)i;
-	}
-}
-
-struct prep_stmt *prep_cmap_get(const struct prep_cmap *m, const char *name)
-{
-	int i = cmap_find(m, name);
-	return i < 0 ? NULL : m->e[i].st;
-}
-
-static void cmap_insert(struct prep_cmap_entry *e, uint32_t cap, char *name, struct prep_stmt *st)
-{
-	uint32_t mask = cap - 1;
-	uint32_t i = (uint32_t)name_hash(name) & mask;
-	while (e[i].name)
-		i = (i + 1) & mask;
-	e[i].name = name;
-	e[i].st = st;
-}
-
-bool prep_cmap_put(struct prep_cmap *m, const char *name, struct prep_stmt *st)
-{
-	if ((m->n + 1) * 4 > m->cap * 3) {
-		uint32_t cap = m->cap ? m->cap * 2 : 8;
-		struct prep_cmap_entry *e = calloc(cap, sizeof *e);
-		if (!e)
-			return false;
-		for (uint32_t i = 0; i < m->cap; i++)
-			if (m->e[i].name)
-				cmap_insert(e, cap, m->e[i].name, m->e[i].st);
-		free(m->e);
-		m->e = e;
-		m->cap = cap;
-	}
-	char *copy = strdup(name);
-	if (!copy)
-		return false;
-	cmap_insert(m->e, m->cap, copy, st);
-	m->n++;
-	return true;
-}
-
-bool prep_cmap_del(struct prep_cmap *m, struct prep_registry *r, const char *name)
-{
-	int found = cmap_find(m, name);
-	if (found < 0)
-		return false;
-	uint32_t mask = m->cap - 1, i = (uint32_t)found;
-	free(m->e[i].name);
-	prep_stmt_unref(r, m->e[i].st);
-	m->e[i].name = NULL;
-	m->n--;
-	/* Shift later members of the cluster back into the hole. */
-	for (uint32_t j = (i + 1) & mask; m->e[j].name; j = (j + 1) & mask) {
-		uint32_t home = (uint32_t)name_hash(m->e[j].name) & mask;
-		bool movable = (j > i) ? (home <= i || home > j) : (home <= i && home > j);
-		if (movable) {
-			m->e[i] = m->e[j];
-			m->e[j].name = NULL;
-			i = j;
-		}
-	}
-	return true;
-}
-
-void prep_cmap_clear(struct prep_cmap *m, struct prep_registry *r)
-{
-	for (uint32_t i = 0; i < m->cap; i++)
-		if (m->e[i].name) {
-			free(m->e[i].name);
-			prep_stmt_unref(r, m->e[i].st);
-		}
-	free(m->e);
-	m->e = NULL;
-	m->cap = m->n = 0;
-}
-
-/* ---- a server's statements ---- */
-
-static uint32_t id_slot(uint64_t id, uint32_t mask)
-{
-	return (uint32_t)((id * 0x9e3779b97f4a7c15ULL) >> 32) & mask;
-}
-
-static int sset_find(const struct prep_sset *s, const struct prep_stmt *st)
-{
-	if (!s->cap)
-		return -1;
-	uint32_t mask = s->cap - 1;
-	for (uint32_t i = id_slot(st->id, mask);; i = (i + 1) & mask) {
-		if (!s->e[i].st)
-			return -1;
-		if (s->e[i].st == st)
-			return (int)i;
-	}
-}
-
-bool prep_sset_has(struct prep_sset *s, const struct prep_stmt *st)
-{
-	int i = sset_find(s, st);
-	if (i < 0)
-		return false;
-	s->e[i].used = ++s->clock;
-	return true;
-}
-
-static void sset_insert(struct prep_sset_entry *e, uint32_t cap, struct prep_stmt *st, uint64_t used)
-{
-	uint32_t mask = cap - 1;
-	uint32_t i = id_slot(st->id, mask);
-	while (e[i].st)
-		i = (i + 1) & mask;
-	e[i].st = st;
-	e[i].used = used;
-}
-
-bool prep_sset_add(struct prep_sset *s, struct prep_stmt *st)
-{
-	if ((s->n + 1) * 4 > s->cap * 3) {
-		uint32_t cap = s->cap ? s->cap * 2 : 16;
-		struct prep_sset_entry *e = calloc(cap, sizeof *e);
-		if (!e)
-			return false;
-		for (uint32_t i = 0; i < s->cap; i++)
-			if (s->e[i].st)
-				sset_insert(e, cap, s->e[i].st, s->e[i].used);
-		free(s->e);
-		s->e = e;
-		s->cap = cap;
-	}
-	st->refs++;
-	st->servers++;
-	sset_insert(s->e, s->cap, st, ++s->clock);
-	s->n++;
-	return true;
-}
-
-static void sset_remove_at(struct prep_sset *s, uint32_t i)
-{
-	uint32_t mask = s->cap - 1;
-	s->e[i].st = NULL;
-	s->n--;
-	for (uint32_t j = (i + 1) & mask; s->e[j].st; j = (j + 1) & mask) {
-		uint32_t home = id_slot(s->e[j].st->id, mask);
-		bool movable = (j > i) ? (home <= i || home > j) : (home <= i && home > j);
-		if (movable) {
-			s->e[i] = s->e[j];
-			s->e[j].st = NULL;
-			i = j;
-		}
-	}
-}
-
-void prep_sset_del(struct prep_sset *s, struct prep_registry *r, struct prep_stmt *st)
-{
-	int i = sset_find(s, st);
-	if (i < 0)
-		return;
-	sset_remove_at(s, (uint32_t)i);
-	st->servers--;
-	prep_stmt_unref(r, st);
-}
-
-struct prep_stmt *prep_sset_pop_lru(struct prep_sset *s)
-{
-	int best = -1;
-	for (uint32_t i = 0; i < s->cap; i++)
-		if (s->e[i].st && (best < 0 || s->e[i].used < s->e[best].used))
-			best = (int)i;
-	if (best < 0)
-		return NULL;
-	struct prep_stmt *st = s->e[best].st;
-	sset_remove_at(s, (uint32_t)best);
-	st->servers--;
-	return st;
-}
-
-void prep_sset_clear(struct prep_sset *s, struct prep_registry *r)
-{
-	for (uint32_t i = 0; i < s->cap; i++)
-		if (s->e[i].st) {
-			s->e[i].st->servers--;
-			prep_stmt_unref(r, s->e[i].st);
-		}
-	free(s->e);
-	s->e = NULL;
-	s->cap = s->n = 0;
-	s->gen++;
-}
-
-/* Lower-case hex of v without leading zeros at p; returns the end. */
-static char *put_hex(char *p, uint64_t v)
-{
-	char tmp[16];
-	int n = 0;
-	do {
-		tmp[n++] = "0123456789abcdef"[v & 15];
-		v >>= 4;
-	} while (v);
-	while (n > 0)
-		*p++ = tmp[--n];
-	return p;
-}
-
-/* "pgcat_<id>_<gen>" in hex. Made for every Bind of a named statement, so
- * written by hand: snprintf cost ~800 instructions a transaction. */
-void prep_gname(char out[PREP_GNAME_MAX], const struct prep_stmt *st, uint32_t gen)
-{
-	_Static_assert(PREP_GNAME_MAX >= sizeof "pgcat_" + 16 + 1 + 8, "room for two hex numbers");
-	memcpy(out, "pgcat_", 6);
-	char *p = put_hex(out + 6, st->id);
-	*p++ = '_';
-	p = put_hex(p, gen);
-	*p = '\0';
-}
-
-/* ---- FIFOs ---- */
-
-static bool ring_push(struct prep_ring *q, const struct prep_pend *p)
-{
-	if (q->len == q->cap) {
-		uint32_t cap = q->cap ? q->cap * 2 : 8;
-		struct prep_pend *n = malloc(cap * sizeof *n);
-		if (!n)
-			return false;
-		for (uint32_t i = 0; i < q->len; i++)
-			n[i] = q->q[(q->head + i) % q->cap];
-		free(q->q);
-		q->q = n;
-		q->head = 0;
-		q->cap = cap;
-	}
-	q->q[(q->head + q->len) % q->cap] = *p;
-	q->len++;
-	return true;
-}
-
-static struct prep_pend *ring_head(struct prep_ring *q)
-{
-	return q->len ? &q->q[q->head] : NULL;
-}
-
-static void ring_pop(struct prep_ring *q)
-{
-	q->head = (q->head + 1) % q->cap;
-	q->len--;
-}
-
-static void pend_release(struct prep_registry *r, struct prep_pend *p)
-{
-	prep_stmt_unref(r, p->st);
-	free(p->cname);
-	free(p->repl);
-	p->st = NULL;
-	p->cname = NULL;
-	p->repl = NULL;
-}
-
-static void ring_clear(struct prep_ring *q, struct prep_registry *r)
-{
-	while (q->len) {
-		pend_release(r, ring_head(q));
-		ring_pop(q);
-	}
-	free(q->q);
-	memset(q, 0, sizeof *q);
-}
 
 /* ---- helpers ---- */
 
 bool prep_enabled(const struct client *c)
 {
 	return c->pool && c->pool->mode == POOL_MODE_TRANSACTION && c->w->cfg->general.prepared_statements;
-}
-
-/* ---- the schema generation (SPEC §5) ---- */
-
-uint64_t prep_schema_generation(const struct worker *w)
-{
-	return w->shm ? shm_schema_generation(w->shm) : w->schema_gen;
-}
-
-static void schema_changed(struct worker *w, const char *why)
-{
-	uint64_t g = w->shm ? shm_schema_generation_bump(w->shm) : ++w->schema_gen;
-	log_debug("schema generation %llu: %s", (unsigned long long)g, why);
-}
-
-static bool tag_starts(const char *tag, size_t len, const char *word)
-{
-	size_t n = strlen(word);
-	return len >= n && memcmp(tag, word, n) == 0;
-}
-
-bool prep_tag_changes_schema(const char *tag, size_t len)
-{
-	/* Every CommandComplete of a prepared-statement server comes here
-	 * (SELECT, INSERT, COMMIT...): one switch on the first letter. */
-	if (len == 0)
-		return false;
-	switch (tag[0]) {
-	case 'A':
-		return tag_starts(tag, len, "ALTER ");
-	case 'C':
-		return tag_starts(tag, len, "CREATE ") || tag_starts(tag, len, "COMMENT");
-	case 'D':
-		return tag_starts(tag, len, "DROP ") || tag_starts(tag, len, "DISCARD ALL") ||
-		       tag_starts(tag, len, "DEALLOCATE ALL");
-	case 'G':
-		return tag_starts(tag, len, "GRANT");
-	case 'I':
-		return tag_starts(tag, len, "IMPORT FOREIGN SCHEMA");
-	case 'R':
-		return tag_starts(tag, len, "REVOKE");
-	case 'S':
-		return tag_starts(tag, len, "SECURITY LABEL");
-	case 'T':
-		return tag_starts(tag, len, "TRUNCATE");
-	default:
-		return false;
-	}
-}
-
-static struct prep_registry *reg_of(struct server *s)
-{
-	return &s->sp->pool->prep;
 }
 
 static struct prep_server *server_prep(struct server *s)
@@ -503,14 +43,14 @@ static struct prep_server *server_prep(struct server *s)
 	return s->prep;
 }
 
-static struct prep_client *client_prep(struct client *c)
+struct prep_client *prep_client_of(struct client *c)
 {
 	if (!c->end.prep)
 		c->end.prep = calloc(1, sizeof *c->end.prep);
 	return c->end.prep;
 }
 
-static void put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t alen, const void *b, size_t blen)
+void prep_put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t alen, const void *b, size_t blen)
 {
 	uint8_t hdr[5];
 	uint32_t len = (uint32_t)(4 + alen + blen);
@@ -571,11 +111,11 @@ static void send_parse(struct server *s, struct prep_stmt *st)
 		memcpy(tmp, g, gl);
 		memcpy(tmp + gl, body, bl);
 		memcpy(tmp + gl + bl, zero, 2);
-		put_msg(out, PqMsg_Parse, tmp, gl + bl + 2, NULL, 0);
+		prep_put_msg(out, PqMsg_Parse, tmp, gl + bl + 2, NULL, 0);
 		free(tmp);
 		return;
 	}
-	put_msg(out, PqMsg_Parse, g, strlen(g) + 1, st->key, st->key_len);
+	prep_put_msg(out, PqMsg_Parse, g, strlen(g) + 1, st->key, st->key_len);
 }
 
 /* Make room, then record that st will be on the server. pgcat's own Parse
@@ -584,7 +124,7 @@ static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *
 			  const char *cname)
 {
 	struct prep_server *ps = s->prep;
-	struct prep_registry *r = reg_of(s);
+	struct prep_registry *r = prep_reg_of(s);
 	int limit = c->w->cfg->general.prepared_statements_cache_size;
 	while (limit > 0 && ps->set.n >= (uint32_t)limit) {
 		struct prep_stmt *victim = prep_sset_pop_lru(&ps->set);
@@ -596,9 +136,9 @@ static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *
 		body[0] = 'S';
 		size_t gl = strlen(g) + 1;
 		memcpy(body + 1, g, gl);
-		put_msg(server_output(s), PqMsg_Close, body, 1 + gl, NULL, 0);
+		prep_put_msg(server_output(s), PqMsg_Close, body, 1 + gl, NULL, 0);
 		struct prep_pend p = { .seg = ps->seg_sent, .swallow = true, .evict = true, .st = victim };
-		if (!ring_push(&ps->closes, &p)) {
+		if (!prep_ring_push(&ps->closes, &p)) {
 			prep_stmt_unref(r, victim);
 			return false;
 		}
@@ -609,8 +149,8 @@ static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *
 		return false;
 	st->refs++;
 	struct prep_pend p = { .seg = ps->seg_sent, .swallow = swallow, .st = st, .cname = cname ? strdup(cname) : NULL };
-	if (!ring_push(&ps->parses, &p)) {
-		pend_release(r, &p);
+	if (!prep_ring_push(&ps->parses, &p)) {
+		prep_pend_release(r, &p);
 		return false;
 	}
 	s->ext_pending = true;
@@ -620,7 +160,7 @@ static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *
 	return true;
 }
 
-static void count_hit(struct client *c, struct server *s, struct prep_stmt *st)
+void prep_count_hit(struct client *c, struct server *s, struct prep_stmt *st)
 {
 	s->prep->hits++;
 	st->hits++;
@@ -634,16 +174,16 @@ static bool send_nop_parse(struct server *s, const char *cname)
 	static const uint8_t parse_body[] = "pgcat_nop\0\0\0";   /* name, "", 0 types */
 	static const uint8_t close_body[] = "Spgcat_nop";
 	struct prep_server *ps = s->prep;
-	put_msg(server_output(s), PqMsg_Parse, parse_body, sizeof parse_body, NULL, 0);
-	put_msg(server_output(s), PqMsg_Close, close_body, sizeof close_body, NULL, 0);
+	prep_put_msg(server_output(s), PqMsg_Parse, parse_body, sizeof parse_body, NULL, 0);
+	prep_put_msg(server_output(s), PqMsg_Close, close_body, sizeof close_body, NULL, 0);
 	/* If an earlier message fails, this Parse is skipped: the client's
 	 * name is then undone like any failed Parse. */
 	struct prep_pend p = { .seg = ps->seg_sent, .cname = strdup(cname) };
 	struct prep_pend c = { .seg = ps->seg_sent, .swallow = true };
 	s->ext_pending = true;
-	if (!p.cname || !ring_push(&ps->parses, &p))
+	if (!p.cname || !prep_ring_push(&ps->parses, &p))
 		return free(p.cname), false;
-	return ring_push(&ps->closes, &c);
+	return prep_ring_push(&ps->closes, &c);
 }
 
 /* The client's error, at this point of the stream (see prepared.h). */
@@ -659,9 +199,9 @@ static bool send_error_bind(struct server *s, const char *sqlstate, const char *
 	if (!p.repl || pb.failed)
 		return free(p.repl), false;
 	memcpy(p.repl, pb.data, pb.len);
-	if (!ring_push(&ps->repls, &p))
+	if (!prep_ring_push(&ps->repls, &p))
 		return free(p.repl), false;
-	put_msg(server_output(s), PqMsg_Bind, bind_body, sizeof bind_body, NULL, 0);
+	prep_put_msg(server_output(s), PqMsg_Bind, bind_body, sizeof bind_body, NULL, 0);
 	s->ext_pending = true;
 	return true;
 }
@@ -680,20 +220,20 @@ static bool replay_unnamed(struct client *c, struct server *s)
 	ps->unnamed_client = c->id;
 	ps->unnamed_gen = pc->unnamed_gen;
 	s->ext_pending = true;
-	return ring_push(&ps->parses, &p);
+	return prep_ring_push(&ps->parses, &p);
 }
 
 /* Make sure s holds st before a message that uses it. */
 static bool ensure_on_server(struct client *c, struct server *s, struct prep_stmt *st)
 {
 	if (prep_sset_has(&s->prep->set, st)) {
-		count_hit(c, s, st);
+		prep_count_hit(c, s, st);
 		return true;
 	}
 	return add_to_server(c, s, st, true, NULL);
 }
 
-static void drain_msg(struct client *c, uint32_t total)
+void prep_drain_msg(struct client *c, uint32_t total)
 {
 	evbuffer_drain(c->io.in, total);
 	stats_add(c->pool->stats, STAT_RECEIVED, total);
@@ -708,7 +248,7 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 	if (!proto_read_cstring(m + 5, total - 5, &off, &name))
 		return PREP_FORWARD;   /* malformed: the server says so */
 	struct prep_server *ps = s->prep;
-	struct prep_client *pc = client_prep(c);
+	struct prep_client *pc = prep_client_of(c);
 	if (!pc) {
 		return PREP_FAILED;
 	}
@@ -728,7 +268,7 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 		ps->unnamed_client = c->id;
 		ps->unnamed_gen = pc->unnamed_gen;
 		struct prep_pend p = { .seg = ps->seg_sent };
-		if (!ring_push(&ps->parses, &p)) {
+		if (!prep_ring_push(&ps->parses, &p)) {
 			return PREP_FAILED;
 		}
 		return PREP_FORWARD;
@@ -739,16 +279,16 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 		snprintf(msg, sizeof msg, "prepared statement \"%s\" already exists", name);
 		ok = send_error_bind(s, "42P05", msg);
 	} else {
-		struct prep_stmt *st = prep_registry_get(reg_of(s), false, m + 5 + off, total - 5 - off,
+		struct prep_stmt *st = prep_registry_get(prep_reg_of(s), false, m + 5 + off, total - 5 - off,
 							 prep_schema_generation(c->w));
 		ok = st != NULL;
 		if (ok && !prep_cmap_put(&pc->names, name, st)) {
-			prep_stmt_unref(reg_of(s), st);
+			prep_stmt_unref(prep_reg_of(s), st);
 			ok = false;
 		}
 		if (ok) {
 			if (prep_sset_has(&ps->set, st)) {
-				count_hit(c, s, st);
+				prep_count_hit(c, s, st);
 				ok = send_nop_parse(s, name);
 			} else {
 				ok = add_to_server(c, s, st, false, name);
@@ -758,7 +298,7 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 	if (!ok) {
 		return PREP_FAILED;
 	}
-	drain_msg(c, total);
+	prep_drain_msg(c, total);
 	return PREP_DONE;
 }
 
@@ -783,7 +323,7 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 		snprintf(msg, sizeof msg, "prepared statement \"%s\" does not exist", name);
 		ok = send_error_bind(s, "26000", msg);
 		if (ok) {
-			drain_msg(c, total);
+			prep_drain_msg(c, total);
 			return PREP_DONE;
 		}
 	} else {
@@ -826,23 +366,23 @@ static enum prep_action on_close(struct client *c, struct server *s, const uint8
 	struct prep_pend p = { .seg = ps->seg_sent };
 	if (total < 7 || m[5] != 'S' || m[total - 1] != 0 || m[6] == 0) {
 		/* Portals and the unnamed statement: the server's business. */
-		if (!ring_push(&ps->closes, &p)) {
+		if (!prep_ring_push(&ps->closes, &p)) {
 			return PREP_FAILED;
 		}
 		return PREP_FORWARD;
 	}
 	const char *name = (const char *)m + 6;
 	if (c->end.prep)
-		(void)prep_cmap_del(&c->end.prep->names, reg_of(s), name);
+		(void)prep_cmap_del(&c->end.prep->names, prep_reg_of(s), name);
 	/* The statement stays on the server for others; the client gets the
 	 * CloseComplete of a Close of nothing (not an error in PostgreSQL). */
 	static const uint8_t body[] = "S" PREP_ERROR_NAME;
-	put_msg(server_output(s), PqMsg_Close, body, sizeof body, NULL, 0);
-	if (!ring_push(&ps->closes, &p)) {
+	prep_put_msg(server_output(s), PqMsg_Close, body, sizeof body, NULL, 0);
+	if (!prep_ring_push(&ps->closes, &p)) {
 		return PREP_FAILED;
 	}
 	s->ext_pending = true;
-	drain_msg(c, total);
+	prep_drain_msg(c, total);
 	return PREP_DONE;
 }
 
@@ -851,253 +391,6 @@ void prep_client_close_idle(struct client *c, const uint8_t *m, uint32_t total)
 	if (total < 7 || m[5] != 'S' || m[total - 1] != 0 || m[6] == 0 || !c->end.prep)
 		return;
 	(void)prep_cmap_del(&c->end.prep->names, &c->pool->prep, (const char *)m + 6);
-}
-
-/* ---- SQL: PREPARE, EXECUTE, DEALLOCATE, DISCARD ALL ---- */
-
-/* sqllex on the pointers this file reads the text with. */
-static const char *sql_space(const char *s, const char *end)
-{
-	return s + sqllex_skip_blank(s, (size_t)(end - s), 0);
-}
-
-static bool sql_word(const char **sp, const char *end, const char *w)
-{
-	size_t i = 0;
-	if (!sqllex_keyword(*sp, (size_t)(end - *sp), &i, w))
-		return false;
-	*sp += i;
-	return true;
-}
-
-static bool sql_ident(const char **sp, const char *end, char *out, size_t outsz)
-{
-	size_t i = 0;
-	if (!sqllex_ident(*sp, (size_t)(end - *sp), &i, out, outsz))
-		return false;
-	*sp += i;
-	return true;
-}
-
-/* Where the statement ends: its ';' (or the end), with only blanks and
- * semicolons after it (NULL: more than one statement). */
-static const char *single_statement_end(const char *s, const char *end)
-{
-	size_t n = (size_t)(end - s), e = sqllex_statement_end(s, n, 0, NULL);
-	if (e < n && !sqllex_rest_is_empty(s, n, e + 1))
-		return NULL;
-	return s + e;
-}
-
-/* Replace the client's Query with sql (same single reply slot). */
-static void send_query(struct server *s, const char *sql, size_t len)
-{
-	uint8_t nul = 0;
-	put_msg(server_output(s), PqMsg_Query, sql, len, &nul, 1);
-}
-
-static bool push_repl_msg(struct server *s, uint8_t type_hint, const uint8_t *bytes, size_t len)
-{
-	(void)type_hint;
-	struct prep_pend p = { .seg = s->prep->seg_sent, .repl = malloc(len), .repl_len = (uint32_t)len };
-	if (!p.repl)
-		return false;
-	memcpy(p.repl, bytes, len);
-	if (!ring_push(&s->prep->repls, &p))
-		return free(p.repl), false;
-	return true;
-}
-
-/* The server answers an empty query; the client sees CommandComplete tag. */
-static bool reply_command(struct server *s, const char *tag)
-{
-	uint8_t storage[128];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_command_complete(&pb, tag);
-	if (pb.failed || !push_repl_msg(s, 'C', pb.data, pb.len))
-		return false;
-	send_query(s, "", 0);
-	return true;
-}
-
-static bool reply_error(struct server *s, const char *sqlstate, const char *message)
-{
-	uint8_t storage[512];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_error(&pb, "ERROR", sqlstate, message);
-	if (pb.failed || !push_repl_msg(s, 'E', pb.data, pb.len))
-		return false;
-	static const char q[] = "DEALLOCATE " PREP_ERROR_NAME;
-	send_query(s, q, sizeof q - 1);
-	return true;
-}
-
-/* Text for an SQL PREPARE of st under global name g. */
-static char *prepare_sql(const struct prep_stmt *st, const char *g, size_t *len)
-{
-	const char *body = (const char *)st->key;
-	size_t n = strlen(g) + strlen(body) + 16;
-	char *q = malloc(n);
-	if (!q)
-		return NULL;
-	int w = snprintf(q, n, "PREPARE %s %s%s", g, st->sql ? "" : "AS ", body);
-	*len = w < 0 ? 0 : (size_t)w;
-	return q;
-}
-
-static enum prep_action on_query(struct client *c, struct server *s, const uint8_t *m, uint32_t total)
-{
-	struct prep_server *ps = s->prep;
-	const char *sql = (const char *)m + 5;
-	/* PostgreSQL reads the text up to its first NUL (its own end) */
-	const char *end = memchr(sql, '\0', total - 5);
-	if (!end)
-		end = sql + (total - 5);
-	const char *p = sql_space(sql, end);
-	/* The simple protocol ends the server's unnamed statement. */
-	/* PREPARE, EXECUTE, DEALLOCATE start so; anything else is left alone */
-	char first = p < end ? (char)(*p | 0x20) : 0;
-	bool maybe = first == 'p' || first == 'e' || first == 'd';
-	if (!maybe) {
-		ps->unnamed_client = 0;
-		return PREP_FORWARD;
-	}
-	const char *stop = single_statement_end(p, end);
-	char name[128];
-	bool ok = true;
-	struct prep_client *pc = client_prep(c);
-	if (!pc) {
-		return PREP_FAILED;
-	}
-	struct prep_registry *r = reg_of(s);
-	if (sql_word(&p, end, "discard")) {
-		/* What DISCARD ALL undoes is taken from the server's reply (it
-		 * may fail, inside a transaction block), as when it comes through
-		 * the extended protocol: prep_server_message. */
-		ps->unnamed_client = 0;
-		return PREP_FORWARD;
-	}
-	if (!stop) {
-		ps->unnamed_client = 0;
-		return PREP_FORWARD;   /* several statements: not rewritten */
-	}
-	if (sql_word(&p, end, "deallocate")) {
-		(void)sql_word(&p, end, "prepare");
-		if (sql_word(&p, end, "all")) {
-			prep_cmap_clear(&pc->names, r);
-			/* Drivers drop their statements after DDL or a rollback and
-			 * prepare them again: afresh, as on their own session. */
-			schema_changed(c->w, "DEALLOCATE ALL");
-			ok = reply_command(s, "DEALLOCATE ALL");
-		} else if (sql_ident(&p, end, name, sizeof name)) {
-			if (prep_cmap_del(&pc->names, r, name)) {
-				ok = reply_command(s, "DEALLOCATE");
-			} else {
-				char msg[200];
-				snprintf(msg, sizeof msg, "prepared statement \"%s\" does not exist", name);
-				ok = reply_error(s, "26000", msg);
-			}
-		} else {
-			return PREP_FORWARD;   /* a syntax error: the server's */
-		}
-	} else if (sql_word(&p, end, "prepare")) {
-		if (sql_word(&p, end, "transaction") || !sql_ident(&p, end, name, sizeof name))
-			return PREP_FORWARD;
-		if (prep_cmap_get(&pc->names, name)) {
-			char msg[200];
-			snprintf(msg, sizeof msg, "prepared statement \"%s\" already exists", name);
-			ok = reply_error(s, "42P05", msg);
-		} else {
-			/* Key: the text after the name, "(types) AS query". */
-			size_t klen = (size_t)(stop - p);
-			struct prep_stmt *st = prep_registry_get(r, true, (const uint8_t *)p, klen,
-								 prep_schema_generation(c->w));
-			ok = st && prep_cmap_put(&pc->names, name, st);
-			if (st && !ok)
-				prep_stmt_unref(r, st);
-			if (ok && prep_sset_has(&ps->set, st)) {
-				count_hit(c, s, st);
-				ok = reply_command(s, "PREPARE");
-			} else if (ok) {
-				char g[PREP_GNAME_MAX];
-				prep_gname(g, st, ps->set.gen);
-				size_t qlen;
-				char *q = prepare_sql(st, g, &qlen);
-				ok = q && prep_sset_add(&ps->set, st);
-				if (ok) {
-					send_query(s, q, qlen);
-					st->refs++;
-					struct prep_pend pp = { .seg = ps->seg_sent, .st = st, .cname = strdup(name) };
-					ok = ring_push(&ps->sqlpreps, &pp);
-					if (!ok)
-						pend_release(r, &pp);
-					ps->misses++;
-					st->misses++;
-					stats_add(c->pool->stats, STAT_PREPARED_MISSES, 1);
-				}
-				free(q);
-			}
-		}
-	} else if (sql_word(&p, end, "execute")) {
-		const char *name_at = p;
-		if (!sql_ident(&p, end, name, sizeof name))
-			return PREP_FORWARD;
-		(void)name_at;
-		struct prep_stmt *st = prep_cmap_get(&pc->names, name);
-		if (!st) {
-			char msg[200];
-			snprintf(msg, sizeof msg, "prepared statement \"%s\" does not exist", name);
-			ok = reply_error(s, "26000", msg);
-		} else {
-			char g[PREP_GNAME_MAX];
-			if (prep_sset_has(&ps->set, st)) {
-				count_hit(c, s, st);
-			} else {
-				/* A PREPARE of its own first: a whole segment the client
-				 * never sees (its Z counts as one more outstanding). */
-				prep_gname(g, st, ps->set.gen);
-				size_t qlen;
-				char *q = prepare_sql(st, g, &qlen);
-				ok = q && prep_sset_add(&ps->set, st);
-				if (ok) {
-					send_query(s, q, qlen);
-					st->refs++;
-					struct prep_pend pp = { .seg = ps->seg_sent, .st = st };
-					struct prep_pend sw = { .seg = ps->seg_sent, .swallow = true };
-					ok = ring_push(&ps->sqlpreps, &pp) && ring_push(&ps->swallows, &sw);
-					ps->seg_sent++;
-					s->outstanding++;
-					ps->misses++;
-					st->misses++;
-					stats_add(c->pool->stats, STAT_PREPARED_MISSES, 1);
-				}
-				free(q);
-			}
-			if (ok) {
-				prep_gname(g, st, ps->set.gen);
-				size_t gl = strlen(g);
-				size_t restl = (size_t)(end - p);
-				char *q = malloc(8 + 1 + gl + 1 + restl + 1);
-				ok = q != NULL;
-				if (ok) {
-					int w = snprintf(q, 8 + 1 + gl + 1 + restl + 1, "EXECUTE %s %.*s", g, (int)restl, p);
-					send_query(s, q, w < 0 ? 0 : (size_t)w);
-					free(q);
-				}
-			}
-		}
-	} else {
-		ps->unnamed_client = 0;
-		return PREP_FORWARD;
-	}
-	if (!ok) {
-		return PREP_FAILED;
-	}
-	ps->unnamed_client = 0;
-	drain_msg(c, total);
-	return PREP_DONE;
 }
 
 /* ---- Parse answered from the pool's statements (SPEC §5) ---- */
@@ -1163,8 +456,8 @@ static bool scan_cached_batch(struct client *c, bool unverified_ok, struct cache
 		/* Settings are tracked from the text of their Parse (client.c):
 		 * those go to a server. */
 		const char *q = (const char *)body + o, *qend = (const char *)body + blen;
-		const char *w = sql_space(q, qend);
-		if (sql_word(&w, qend, "set") || sql_word(&w, qend, "reset") || sql_word(&w, qend, "discard"))
+		const char *w = prep_sql_space(q, qend);
+		if (prep_sql_word(&w, qend, "set") || prep_sql_word(&w, qend, "reset") || prep_sql_word(&w, qend, "discard"))
 			return false;
 		if (!unverified_ok) {
 			const struct prep_stmt *st = prep_registry_find(&c->pool->prep, false, body + o, blen - o, gen);
@@ -1184,7 +477,7 @@ enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok)
 	size_t len;
 	if (!scan_cached_batch(c, unverified_ok, ps, &n, &len))
 		return PREP_CACHED_NO;
-	struct prep_client *pc = client_prep(c);
+	struct prep_client *pc = prep_client_of(c);
 	if (!pc)
 		return PREP_CACHED_NO;
 	struct prep_registry *r = &c->pool->prep;
@@ -1200,7 +493,7 @@ enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok)
 		evbuffer_add(out, parse_complete, sizeof parse_complete);
 		stats_add(c->pool->stats, STAT_CLIENT_PARSE, 1);
 	}
-	drain_msg(c, (uint32_t)len);
+	prep_drain_msg(c, (uint32_t)len);
 	return PREP_CACHED_DONE;
 }
 
@@ -1266,7 +559,7 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 	case PqMsg_Query: {
 		if (evbuffer_get_length(in) < total)
 			return PREP_WAIT;
-		enum prep_action a = on_query(c, s, evbuffer_pullup(in, total), total);
+		enum prep_action a = prep_sql_query(c, s, evbuffer_pullup(in, total), total);
 		if (a != PREP_FAILED)
 			s->prep->seg_sent++;
 		return a;
@@ -1296,7 +589,7 @@ bool prep_server_fail_query(struct server *s, const char *sqlstate, const char *
 			 sqlstate, clean);
 	if (w < 0 || (size_t)w >= sizeof sql)
 		return false;
-	put_msg(server_output(s), PqMsg_Query, sql, (size_t)w + 1, NULL, 0);
+	prep_put_msg(server_output(s), PqMsg_Query, sql, (size_t)w + 1, NULL, 0);
 	s->outstanding++;
 	if (s->prep && s->prep_on)
 		s->prep->seg_sent++;
@@ -1310,7 +603,7 @@ bool prep_server_fail_bind(struct server *s, const char *sqlstate, const char *m
 	/* Without rewriting nothing replaces the server's error: a Bind of a
 	 * statement whose name says why it does not exist. */
 	static const uint8_t body[] = "\0pgcat_cross_shard_statement_refused\0\0\0\0\0\0";
-	put_msg(server_output(s), PqMsg_Bind, body, sizeof body, NULL, 0);
+	prep_put_msg(server_output(s), PqMsg_Bind, body, sizeof body, NULL, 0);
 	s->ext_pending = true;
 	return true;
 }
@@ -1321,211 +614,13 @@ bool prep_server_end_segment(struct server *s)
 	if (!ps || !s->prep_on)
 		return false;
 	struct prep_pend p = { .seg = ps->seg_sent, .swallow = true };
-	if (!ring_push(&ps->swallows, &p))
+	if (!prep_ring_push(&ps->swallows, &p))
 		return false;
 	evbuffer_add(server_output(s), "S\0\0\0\4", 5);
 	ps->seg_sent++;
 	s->outstanding++;
 	s->ext_pending = false;
 	return true;
-}
-
-/* ---- the server's replies ---- */
-
-bool prep_server_wants(const struct server *s, uint8_t type)
-{
-	/* CommandComplete: its tag may be DDL (the schema generation). */
-	return s->prep && (type == PqMsg_ErrorResponse || type == PqMsg_CommandComplete ||
-			   (type == PqMsg_ReadyForQuery && s->prep->ddl_in_tx));
-}
-
-/* A CommandComplete of DDL, DISCARD ALL or DEALLOCATE ALL (the last
- * reaches a server only through the extended protocol; the simple one is
- * answered by on_query). */
-static void server_schema_changed(struct server *s, const char *tag, size_t len)
-{
-	struct prep_server *ps = s->prep;
-	struct prep_registry *r = reg_of(s);
-	bool discard = len >= 11 && memcmp(tag, "DISCARD ALL", 11) == 0;
-	bool deallocate = len >= 14 && memcmp(tag, "DEALLOCATE ALL", 14) == 0;
-	if (discard || deallocate) {
-		/* The session dropped every statement: pgcat's on this server
-		 * and, as PostgreSQL would, the client's names. */
-		prep_sset_clear(&ps->set, r);
-		ps->set.gen++;
-		ps->unnamed_client = 0;
-		if (s->client && s->client->prep)
-			prep_cmap_clear(&s->client->prep->names, r);
-	}
-	/* Other sessions see the change when its transaction ends (commit, or
-	 * rollback undoing it): a new generation then too, so that what they
-	 * prepared in between is not kept. */
-	ps->ddl_in_tx = true;
-	schema_changed(s->w, discard ? "DISCARD ALL" : deallocate ? "DEALLOCATE ALL" : "DDL");
-}
-
-/* The segment failed: what it would have done did not happen. */
-static void undo_segment(struct server *s, uint32_t seg)
-{
-	struct prep_server *ps = s->prep;
-	struct prep_registry *r = reg_of(s);
-	struct prep_ring *rings[] = { &ps->parses, &ps->sqlpreps };
-	for (size_t k = 0; k < 2; k++) {
-		struct prep_pend *p;
-		while ((p = ring_head(rings[k])) && p->seg == seg) {
-			if (p->st)
-				prep_sset_del(&ps->set, r, p->st);
-			if (p->cname && s->client && s->client->prep)
-				(void)prep_cmap_del(&s->client->prep->names, r, p->cname);
-			pend_release(r, p);
-			ring_pop(rings[k]);
-		}
-	}
-	struct prep_pend *p;
-	while ((p = ring_head(&ps->closes)) && p->seg == seg) {
-		/* An eviction the server skipped: the statement is still there. */
-		if (p->evict && p->st && !prep_sset_has(&ps->set, p->st))
-			(void)prep_sset_add(&ps->set, p->st);
-		pend_release(r, p);
-		ring_pop(&ps->closes);
-	}
-}
-
-/* Replies of finished segments that never came (skipped by an error). */
-static void finish_segment(struct server *s, uint32_t seg)
-{
-	struct prep_server *ps = s->prep;
-	struct prep_registry *r = reg_of(s);
-	struct prep_pend *p;
-	while ((p = ring_head(&ps->sqlpreps)) && p->seg == seg) {
-		pend_release(r, p);
-		ring_pop(&ps->sqlpreps);
-	}
-	while ((p = ring_head(&ps->repls)) && p->seg == seg) {
-		pend_release(r, p);
-		ring_pop(&ps->repls);
-	}
-	undo_segment(s, seg);   /* (parses/closes of a finished segment were all answered or skipped) */
-}
-
-enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint8_t *msg, uint32_t total,
-				      uint8_t **repl, uint32_t *repl_len)
-{
-	struct prep_server *ps = s->prep;
-	if (!ps)
-		return PREP_PASS;
-	struct prep_registry *r = reg_of(s);
-	struct prep_pend *p;
-	bool swallow_seg = (p = ring_head(&ps->swallows)) && p->seg == ps->seg_recv;
-	switch (type) {
-	case PqMsg_ParseComplete:
-		if ((p = ring_head(&ps->parses)) && p->seg == ps->seg_recv) {
-			bool sw = p->swallow;
-			if (p->st)
-				p->st->verified = true;
-			pend_release(r, p);
-			ring_pop(&ps->parses);
-			return sw ? PREP_SWALLOW : PREP_PASS;
-		}
-		return PREP_PASS;
-	case PqMsg_CloseComplete:
-		if ((p = ring_head(&ps->closes)) && p->seg == ps->seg_recv) {
-			bool sw = p->swallow;
-			pend_release(r, p);
-			ring_pop(&ps->closes);
-			return sw ? PREP_SWALLOW : PREP_PASS;
-		}
-		return PREP_PASS;
-	case PqMsg_EmptyQueryResponse:
-		if ((p = ring_head(&ps->repls)) && p->seg == ps->seg_recv) {
-			*repl = p->repl;
-			*repl_len = p->repl_len;
-			p->repl = NULL;
-			pend_release(r, p);
-			ring_pop(&ps->repls);
-			return PREP_REPLACE;
-		}
-		return PREP_PASS;
-	case PqMsg_CommandComplete:
-		if (msg && total > 5 && prep_tag_changes_schema((const char *)msg + 5, total - 5))
-			server_schema_changed(s, (const char *)msg + 5, total - 5);
-		return swallow_seg ? PREP_SWALLOW : PREP_PASS;
-	case PqMsg_ErrorResponse: {
-		enum prep_verdict v = PREP_PASS;
-		/* Ours (the statement that does not exist)? Then the client's. */
-		if (msg && (p = ring_head(&ps->repls)) && p->seg == ps->seg_recv &&
-		    memmem(msg, total, "\"" PREP_ERROR_NAME "\"", sizeof PREP_ERROR_NAME + 1) != NULL) {
-			*repl = p->repl;
-			*repl_len = p->repl_len;
-			p->repl = NULL;
-			pend_release(r, p);
-			ring_pop(&ps->repls);
-			v = PREP_REPLACE;
-		}
-		/* A plan that no longer fits (0A000) reaches the client as it
-		 * would from PostgreSQL (drivers prepare again on it); the
-		 * schema changed where pgcat did not see it, so statements
-		 * prepared from now on are made afresh. */
-		if (msg && memmem(msg, total, "\0C0A000\0", 8) != NULL &&
-		    memmem(msg, total, "cached plan must not change result type", 39) != NULL)
-			schema_changed(s->w, "a server refused a cached plan");
-		undo_segment(s, ps->seg_recv);
-		return v;
-	}
-	case PqMsg_ReadyForQuery:
-		/* DDL in a transaction is undone by its ROLLBACK: statements
-		 * prepared inside it may name objects that are gone again. */
-		if (ps->ddl_in_tx && msg && total >= 6 && msg[5] == 'I') {
-			ps->ddl_in_tx = false;
-			schema_changed(s->w, "a transaction with DDL ended");
-		}
-		finish_segment(s, ps->seg_recv);
-		if (swallow_seg) {
-			pend_release(r, ring_head(&ps->swallows));
-			ring_pop(&ps->swallows);
-		}
-		ps->seg_recv++;
-		return swallow_seg ? PREP_SWALLOW : PREP_PASS;
-	default:
-		return PREP_PASS;
-	}
-}
-
-void prep_server_reset_pending(struct server *s)
-{
-	struct prep_server *ps = s->prep;
-	if (!ps)
-		return;
-	struct prep_registry *r = reg_of(s);
-	/* Parses in flight may or may not have happened: forget the set. */
-	bool unsure = ps->parses.len || ps->closes.len || ps->sqlpreps.len;
-	ring_clear(&ps->parses, r);
-	ring_clear(&ps->closes, r);
-	ring_clear(&ps->sqlpreps, r);
-	ring_clear(&ps->repls, r);
-	ring_clear(&ps->swallows, r);
-	if (unsure)
-		prep_sset_clear(&ps->set, r);
-	ps->seg_sent = ps->seg_recv = 0;
-	ps->unnamed_client = 0;
-}
-
-void prep_server_discarded(struct server *s)
-{
-	if (!s->prep)
-		return;
-	prep_sset_clear(&s->prep->set, reg_of(s));
-	s->prep->unnamed_client = 0;
-}
-
-void prep_server_free(struct server *s)
-{
-	if (!s->prep)
-		return;
-	prep_server_reset_pending(s);
-	prep_sset_clear(&s->prep->set, reg_of(s));
-	free(s->prep);
-	s->prep = NULL;
 }
 
 void prep_client_free(struct client *c)
@@ -1585,7 +680,7 @@ bool prep_client_adopt(struct client *c, const uint8_t *parse, uint32_t total)
 {
 	size_t off = 0;
 	const char *name;
-	struct prep_client *pc = client_prep(c);
+	struct prep_client *pc = prep_client_of(c);
 	if (!pc || total < 5 || !proto_read_cstring(parse + 5, total - 5, &off, &name))
 		return false;
 	if (!name[0]) {

@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * prep_server: a server connection's side of prepared statements (see
+ * prepared.h): its replies matched with what pgcat sent (prep_server_message:
+ * ParseComplete and CloseComplete swallowed, errors and empty queries
+ * replaced, a failed segment undone, DDL and DISCARD ALL seen in their
+ * CommandComplete), and what the connection holds forgotten when its
+ * session is reset, discarded or closed.
+ */
+#include "prep_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_end.h"
+#include "pool.h"
+#include "proto.h"
+#include "server.h"
+
+struct prep_registry *prep_reg_of(struct server *s)
+{
+	return &s->sp->pool->prep;
+}
+
+/* ---- the server's replies ---- */
+
+bool prep_server_wants(const struct server *s, uint8_t type)
+{
+	/* CommandComplete: its tag may be DDL (the schema generation). */
+	return s->prep && (type == PqMsg_ErrorResponse || type == PqMsg_CommandComplete ||
+			   (type == PqMsg_ReadyForQuery && s->prep->ddl_in_tx));
+}
+
+/* A CommandComplete of DDL, DISCARD ALL or DEALLOCATE ALL (the last
+ * reaches a server only through the extended protocol; the simple one is
+ * answered by on_query). */
+static void server_schema_changed(struct server *s, const char *tag, size_t len)
+{
+	struct prep_server *ps = s->prep;
+	struct prep_registry *r = prep_reg_of(s);
+	bool discard = len >= 11 && memcmp(tag, "DISCARD ALL", 11) == 0;
+	bool deallocate = len >= 14 && memcmp(tag, "DEALLOCATE ALL", 14) == 0;
+	if (discard || deallocate) {
+		/* The session dropped every statement: pgcat's on this server
+		 * and, as PostgreSQL would, the client's names. */
+		prep_sset_clear(&ps->set, r);
+		ps->set.gen++;
+		ps->unnamed_client = 0;
+		if (s->client && s->client->prep)
+			prep_cmap_clear(&s->client->prep->names, r);
+	}
+	/* Other sessions see the change when its transaction ends (commit, or
+	 * rollback undoing it): a new generation then too, so that what they
+	 * prepared in between is not kept. */
+	ps->ddl_in_tx = true;
+	prep_schema_changed(s->w, discard ? "DISCARD ALL" : deallocate ? "DEALLOCATE ALL" : "DDL");
+}
+
+/* The segment failed: what it would have done did not happen. */
+static void undo_segment(struct server *s, uint32_t seg)
+{
+	struct prep_server *ps = s->prep;
+	struct prep_registry *r = prep_reg_of(s);
+	struct prep_ring *rings[] = { &ps->parses, &ps->sqlpreps };
+	for (size_t k = 0; k < 2; k++) {
+		struct prep_pend *p;
+		while ((p = prep_ring_head(rings[k])) && p->seg == seg) {
+			if (p->st)
+				prep_sset_del(&ps->set, r, p->st);
+			if (p->cname && s->client && s->client->prep)
+				(void)prep_cmap_del(&s->client->prep->names, r, p->cname);
+			prep_pend_release(r, p);
+			prep_ring_pop(rings[k]);
+		}
+	}
+	struct prep_pend *p;
+	while ((p = prep_ring_head(&ps->closes)) && p->seg == seg) {
+		/* An eviction the server skipped: the statement is still there. */
+		if (p->evict && p->st && !prep_sset_has(&ps->set, p->st))
+			(void)prep_sset_add(&ps->set, p->st);
+		prep_pend_release(r, p);
+		prep_ring_pop(&ps->closes);
+	}
+}
+
+/* Replies of finished segments that never came (skipped by an error). */
+static void finish_segment(struct server *s, uint32_t seg)
+{
+	struct prep_server *ps = s->prep;
+	struct prep_registry *r = prep_reg_of(s);
+	struct prep_pend *p;
+	while ((p = prep_ring_head(&ps->sqlpreps)) && p->seg == seg) {
+		prep_pend_release(r, p);
+		prep_ring_pop(&ps->sqlpreps);
+	}
+	while ((p = prep_ring_head(&ps->repls)) && p->seg == seg) {
+		prep_pend_release(r, p);
+		prep_ring_pop(&ps->repls);
+	}
+	undo_segment(s, seg);   /* (parses/closes of a finished segment were all answered or skipped) */
+}
+
+enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint8_t *msg, uint32_t total,
+				      uint8_t **repl, uint32_t *repl_len)
+{
+	struct prep_server *ps = s->prep;
+	if (!ps)
+		return PREP_PASS;
+	struct prep_registry *r = prep_reg_of(s);
+	struct prep_pend *p;
+	bool swallow_seg = (p = prep_ring_head(&ps->swallows)) && p->seg == ps->seg_recv;
+	switch (type) {
+	case PqMsg_ParseComplete:
+		if ((p = prep_ring_head(&ps->parses)) && p->seg == ps->seg_recv) {
+			bool sw = p->swallow;
+			if (p->st)
+				p->st->verified = true;
+			prep_pend_release(r, p);
+			prep_ring_pop(&ps->parses);
+			return sw ? PREP_SWALLOW : PREP_PASS;
+		}
+		return PREP_PASS;
+	case PqMsg_CloseComplete:
+		if ((p = prep_ring_head(&ps->closes)) && p->seg == ps->seg_recv) {
+			bool sw = p->swallow;
+			prep_pend_release(r, p);
+			prep_ring_pop(&ps->closes);
+			return sw ? PREP_SWALLOW : PREP_PASS;
+		}
+		return PREP_PASS;
+	case PqMsg_EmptyQueryResponse:
+		if ((p = prep_ring_head(&ps->repls)) && p->seg == ps->seg_recv) {
+			*repl = p->repl;
+			*repl_len = p->repl_len;
+			p->repl = NULL;
+			prep_pend_release(r, p);
+			prep_ring_pop(&ps->repls);
+			return PREP_REPLACE;
+		}
+		return PREP_PASS;
+	case PqMsg_CommandComplete:
+		if (msg && total > 5 && prep_tag_changes_schema((const char *)msg + 5, total - 5))
+			server_schema_changed(s, (const char *)msg + 5, total - 5);
+		return swallow_seg ? PREP_SWALLOW : PREP_PASS;
+	case PqMsg_ErrorResponse: {
+		enum prep_verdict v = PREP_PASS;
+		/* Ours (the statement that does not exist)? Then the client's. */
+		if (msg && (p = prep_ring_head(&ps->repls)) && p->seg == ps->seg_recv &&
+		    memmem(msg, total, "\"" PREP_ERROR_NAME "\"", sizeof PREP_ERROR_NAME + 1) != NULL) {
+			*repl = p->repl;
+			*repl_len = p->repl_len;
+			p->repl = NULL;
+			prep_pend_release(r, p);
+			prep_ring_pop(&ps->repls);
+			v = PREP_REPLACE;
+		}
+		/* A plan that no longer fits (0A000) reaches the client as it
+		 * would from PostgreSQL (drivers prepare again on it); the
+		 * schema changed where pgcat did not see it, so statements
+		 * prepared from now on are made afresh. */
+		if (msg && memmem(msg, total, "\0C0A000\0", 8) != NULL &&
+		    memmem(msg, total, "cached plan must not change result type", 39) != NULL)
+			prep_schema_changed(s->w, "a server refused a cached plan");
+		undo_segment(s, ps->seg_recv);
+		return v;
+	}
+	case PqMsg_ReadyForQuery:
+		/* DDL in a transaction is undone by its ROLLBACK: statements
+		 * prepared inside it may name objects that are gone again. */
+		if (ps->ddl_in_tx && msg && total >= 6 && msg[5] == 'I') {
+			ps->ddl_in_tx = false;
+			prep_schema_changed(s->w, "a transaction with DDL ended");
+		}
+		finish_segment(s, ps->seg_recv);
+		if (swallow_seg) {
+			prep_pend_release(r, prep_ring_head(&ps->swallows));
+			prep_ring_pop(&ps->swallows);
+		}
+		ps->seg_recv++;
+		return swallow_seg ? PREP_SWALLOW : PREP_PASS;
+	default:
+		return PREP_PASS;
+	}
+}
+
+void prep_server_reset_pending(struct server *s)
+{
+	struct prep_server *ps = s->prep;
+	if (!ps)
+		return;
+	struct prep_registry *r = prep_reg_of(s);
+	/* Parses in flight may or may not have happened: forget the set. */
+	bool unsure = ps->parses.len || ps->closes.len || ps->sqlpreps.len;
+	prep_ring_clear(&ps->parses, r);
+	prep_ring_clear(&ps->closes, r);
+	prep_ring_clear(&ps->sqlpreps, r);
+	prep_ring_clear(&ps->repls, r);
+	prep_ring_clear(&ps->swallows, r);
+	if (unsure)
+		prep_sset_clear(&ps->set, r);
+	ps->seg_sent = ps->seg_recv = 0;
+	ps->unnamed_client = 0;
+}
+
+void prep_server_discarded(struct server *s)
+{
+	if (!s->prep)
+		return;
+	prep_sset_clear(&s->prep->set, prep_reg_of(s));
+	s->prep->unnamed_client = 0;
+}
+
+void prep_server_free(struct server *s)
+{
+	if (!s->prep)
+		return;
+	prep_server_reset_pending(s);
+	prep_sset_clear(&s->prep->set, prep_reg_of(s));
+	free(s->prep);
+	s->prep = NULL;
+}
