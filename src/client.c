@@ -1213,9 +1213,13 @@ void client_reply_started(struct client *c)
 static void process_active(struct client *c)
 {
 	struct evbuffer *in = c->io.in;
-	while (c->state == CLIENT_ACTIVE && c->end.server && c->end.server->state == SERVER_ACTIVE) {
-		struct server *s = c->end.server;
-		struct evbuffer *out = server_output(s);
+	struct server *s = c->end.server;
+	if (!s)
+		return;
+	/* Once per batch: the server's output buffer, marked for the flusher
+	 * (every way out of this link leaves the loop at once). */
+	struct evbuffer *out = server_output(s);
+	while (c->state == CLIENT_ACTIVE && c->end.server == s && s->state == SERVER_ACTIVE) {
 		if (c->fwd_remaining > 0) {
 			size_t have = evbuffer_get_length(in);
 			if (have == 0)
@@ -1339,6 +1343,9 @@ static void process_active(struct client *c)
 		}
 		c->fwd_remaining = total;
 	}
+	/* Linked to another server meanwhile: pump to that one next round. */
+	if (c->state == CLIENT_ACTIVE && c->end.server && c->end.server != s)
+		c->reprocess = true;
 }
 
 /* prep_client_parse_cached, and the ReadyForQuery of its Sync; false when

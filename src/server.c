@@ -811,9 +811,13 @@ static void process_active(struct server *s)
 {
 	struct evbuffer *in = s->io.in;
 	uint8_t buf[SERVER_INSPECT_MAX];
-	while (s->state == SERVER_ACTIVE && s->client) {
-		struct client_end *c = s->client;
-		struct evbuffer *out = io_out(c->io);
+	struct client_end *c = s->client;
+	if (!c)
+		return;
+	/* Once per batch: the output buffer, marked for the flusher. Every
+	 * way out of this client's link leaves the loop (return) at once. */
+	struct evbuffer *out = io_out(c->io);
+	while (s->state == SERVER_ACTIVE && s->client == c) {
 		if (s->fwd_remaining > 0) {
 			size_t have = evbuffer_get_length(in);
 			if (have == 0)
