@@ -17,7 +17,7 @@
 #include "io.h"
 #include "list.h"
 #include "params.h"
-#include "pool.h"
+#include "pool_types.h"
 #include "types.h"
 
 enum client_state {

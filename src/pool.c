@@ -77,12 +77,28 @@ static bool resolving(struct srvpool *sp)
 	return e && e->state == DNS_RESOLVING;
 }
 
+static void pool_server_state_changed(struct server *s, int old_state);
+static void pool_server_ready(struct server *s);
+static void pool_server_clean(struct server *s);
+static void pool_release(struct server *s);
+static void pool_server_closed(struct server *s, bool login_failed);
+
+/* What a server of this pool reports (pool_types.h). */
+static const struct srvpool_events srvpool_events = {
+	.state_changed = pool_server_state_changed,
+	.ready = pool_server_ready,
+	.clean = pool_server_clean,
+	.release = pool_release,
+	.closed = pool_server_closed,
+};
+
 static struct srvpool *srvpool_new(struct pool *p, const struct config_shard *sh, const struct config_server *cs)
 {
 	struct srvpool *sp = calloc(1, sizeof *sp);
 	if (!sp)
 		return NULL;
 	sp->pool = p;
+	sp->ev = &srvpool_events;
 	sp->shard = sh->index;
 	sp->role = cs->role;
 	sp->host = strdup(cs->host);
@@ -404,7 +420,7 @@ static int instance_total(const struct srvpool *sp)
 }
 
 /* One list per state, and its count, kept in step with the server's state. */
-void pool_server_state_changed(struct server *s, int old_state)
+static void pool_server_state_changed(struct server *s, int old_state)
 {
 	struct srvpool *sp = s->sp;
 	if (list_linked(&s->node))
@@ -549,7 +565,7 @@ void pool_cancel_wait(struct pool_waiter *pw)
 	pw->target = NULL;
 }
 
-void pool_server_clean(struct server *s)
+static void pool_server_clean(struct server *s)
 {
 	struct srvpool *sp = s->sp;
 	struct worker *w = sp->pool->w;
@@ -582,7 +598,7 @@ void pool_server_clean(struct server *s)
 		server_close(s, "more server connections than pool_size");
 }
 
-void pool_release(struct server *s)
+static void pool_release(struct server *s)
 {
 	struct client_end *end = link_detach(s);
 	s->last_used_us = s->w->now_us;
@@ -597,7 +613,7 @@ void pool_client_gone(struct server *s)
 	server_drain(s);
 }
 
-void pool_server_ready(struct server *s)
+static void pool_server_ready(struct server *s)
 {
 	struct pool *p = s->sp->pool;
 	s->last_used_us = s->w->now_us;
@@ -615,7 +631,7 @@ void pool_server_ready(struct server *s)
 	pool_server_clean(s);
 }
 
-void pool_server_closed(struct server *s, bool login_failed)
+static void pool_server_closed(struct server *s, bool login_failed)
 {
 	struct srvpool *sp = s->sp;
 	struct pool *p = sp->pool;

@@ -35,7 +35,7 @@
 #include "config.h"
 #include "log.h"
 #include "pktbuf.h"
-#include "pool.h"
+#include "pool_types.h"
 #include "proto.h"
 #include "stats.h"
 #include "worker.h"
@@ -72,7 +72,7 @@ void server_set_state(struct server *s, enum server_state st)
 		  server_state_name(st), s->outstanding, s->tx_status);
 	s->state = st;
 	s->state_since_us = s->w->now_us;
-	pool_server_state_changed(s, (int)old);
+	s->sp->ev->state_changed(s, (int)old);
 }
 
 struct evbuffer *server_output(struct server *s) { return io_out(&s->io); }
@@ -146,7 +146,7 @@ void server_close(struct server *s, const char *why)
 	cancel_requests_forget(w, s);
 	s->cancels_in_flight = 0;
 	io_close(&s->io);
-	pool_server_closed(s, login_failed);
+	s->sp->ev->closed(s, login_failed);
 	s->state = SERVER_CLOSED;
 	auth_free(s);
 	list_add_tail(&w->dead_servers, &s->node);
@@ -415,7 +415,7 @@ static void process_login(struct server *s)
 			log_debug("S-%llu %s:%d: login done (backend pid %u, protocol 3.%u, key of %u bytes)",
 				  (unsigned long long)s->id, s->sp->host, s->sp->port, s->backend_pid,
 				  PG_PROTOCOL_MINOR(s->protocol), (unsigned)s->backend_key_len);
-			pool_server_ready(s);
+			s->sp->ev->ready(s);
 			return;
 		case PqMsg_NoticeResponse:
 			break;
@@ -521,7 +521,7 @@ static void drain_step(struct server *s)
 		server_reset(s);
 		return;
 	}
-	pool_server_clean(s);
+	s->sp->ev->clean(s);
 }
 
 void server_drain(struct server *s)
@@ -566,7 +566,7 @@ void server_reset(struct server *s)
 {
 	const char *q = s->w->cfg->general.server_reset_query;
 	if (!q || !q[0]) {
-		pool_server_clean(s);
+		s->sp->ev->clean(s);
 		return;
 	}
 	server_set_state(s, SERVER_RESETTING);
@@ -591,7 +591,7 @@ void server_cancel_done(struct server *s)
 	if (s->cancels_in_flight > 0)
 		s->cancels_in_flight--;
 	if (s->cancels_in_flight == 0 && s->state == SERVER_CANCEL_WAIT)
-		pool_server_clean(s);
+		s->sp->ev->clean(s);
 }
 
 static bool reset_query_clears_all(const char *q)
@@ -674,7 +674,7 @@ static void process_unlinked(struct server *s)
 					server_close(s, "reset query left a transaction open");
 					return;
 				}
-				pool_server_clean(s);
+				s->sp->ev->clean(s);
 			}
 			break;
 		case PqMsg_ParameterStatus: {
@@ -890,7 +890,7 @@ static void process_active(struct server *s)
 					 * nothing else owed, the server goes back. */
 					if (s->outstanding == 0 && !s->ext_pending && s->tx_status == 'I' &&
 					    s->sp->pool->mode == POOL_MODE_TRANSACTION) {
-						pool_release(s);
+						s->sp->ev->release(s);
 						return;
 					}
 					continue;
@@ -952,7 +952,7 @@ static void process_active(struct server *s)
 			 * server stays until the ReadyForQuery of their own Sync. */
 			if (s->outstanding == 0 && !s->ext_pending && s->tx_status == 'I' &&
 			    (s->sp->pool->mode == POOL_MODE_TRANSACTION || c->close_when_released)) {
-				pool_release(s);
+				s->sp->ev->release(s);
 				return;
 			}
 			continue;
