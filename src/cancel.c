@@ -18,8 +18,6 @@
 #include "list.h"
 #include "log.h"
 #include "proto.h"
-#include "client.h"
-#include "pool.h"
 #include "server.h"
 #include "shm.h"
 #include "worker.h"
@@ -58,7 +56,7 @@ bool cancel_table_grow(struct cancel_table *t, uint32_t n_slots)
 		return false;
 	for (uint32_t i = t->n_slots; i < n_slots; i++) {
 		s[i].secret = 0;
-		s[i].client = NULL;
+		s[i].owner = NULL;
 		s[i].kind = CANCEL_KEY_NONE;
 		memset(s[i].ext, 0, sizeof s[i].ext);
 		s[i].next_free = i + 2 <= n_slots ? i + 2 : t->free_head;
@@ -79,7 +77,7 @@ void cancel_table_free(struct cancel_table *t)
 	t->free_head = 0;
 }
 
-bool cancel_key_assign(struct cancel_table *t, struct client *c, enum cancel_key_kind kind, uint32_t *pid,
+bool cancel_key_assign(struct cancel_table *t, void *owner, enum cancel_key_kind kind, uint32_t *pid,
 		       uint32_t *secret_out, uint8_t *key_out, size_t *key_len)
 {
 	if (!t->free_head || (kind != CANCEL_KEY_SHORT && kind != CANCEL_KEY_LONG))
@@ -97,7 +95,7 @@ bool cancel_key_assign(struct cancel_table *t, struct client *c, enum cancel_key
 	if (!t->free_head)
 		t->free_tail = 0;
 	slot->secret = secret;
-	slot->client = c;
+	slot->owner = owner;
 	slot->published = 0;   /* see struct cancel_slot */
 	slot->kind = (uint8_t)kind;
 	memcpy(slot->ext, ext, sizeof ext);
@@ -130,7 +128,7 @@ void cancel_key_release(struct cancel_table *t, uint32_t pid)
 		return;
 	bool published = slot->published;
 	slot->secret = 0;
-	slot->client = NULL;
+	slot->owner = NULL;
 	slot->next_free = 0;
 	slot->kind = CANCEL_KEY_NONE;
 	memset(slot->ext, 0, sizeof slot->ext);
@@ -181,7 +179,7 @@ static bool same_bytes(const uint8_t *a, const uint8_t *b, size_t n)
 	return diff == 0;
 }
 
-struct client *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len)
+void *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len)
 {
 	struct cancel_parsed k;
 	if (!parse_key(pid, key, key_len, &k) || worker_of(pid) != t->worker)
@@ -196,16 +194,16 @@ struct client *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, con
 		return NULL;
 	if (k.kind == CANCEL_KEY_LONG && !same_bytes(slot->ext, k.ext, CANCEL_KEY_EXT_LEN))
 		return NULL;
-	return slot->client;
+	return slot->owner;
 }
 
-/* The slot of c's key in this table, or NULL. */
-static struct cancel_slot *own_slot(struct cancel_table *t, const struct client *c)
+/* The slot of the key (pid, secret) in this table, or NULL. */
+static struct cancel_slot *own_slot(struct cancel_table *t, uint32_t pid, uint32_t secret)
 {
-	if (!t->shm || !c->has_cancel_key || worker_of(c->cancel_pid) != t->worker)
+	if (!t->shm || secret == 0 || worker_of(pid) != t->worker)
 		return NULL;
-	uint32_t idx = slot_of(c->cancel_pid);
-	if (idx >= t->n_slots || t->slots[idx].secret != c->cancel_key)
+	uint32_t idx = slot_of(pid);
+	if (idx >= t->n_slots || t->slots[idx].secret != secret)
 		return NULL;
 	return &t->slots[idx];
 }
@@ -215,69 +213,50 @@ static void publish(struct cancel_table *t, const struct cancel_slot *slot, uint
 	shm_cancel_publish(t->shm, t->worker, idx, slot->secret, (enum cancel_key_kind)slot->kind, slot->ext);
 }
 
-void cancel_key_share(struct cancel_table *t, const struct client *c)
+void cancel_key_share(struct cancel_table *t, uint32_t pid, uint32_t secret)
 {
-	struct cancel_slot *slot = own_slot(t, c);
+	struct cancel_slot *slot = own_slot(t, pid, secret);
 	if (!slot || slot->published)
 		return;
 	slot->published = 1;
-	publish(t, slot, slot_of(c->cancel_pid));
+	publish(t, slot, slot_of(pid));
 }
 
-void cancel_key_link(struct cancel_table *t, const struct client *c, const struct server *s)
+void cancel_key_link(struct cancel_table *t, uint32_t pid, uint32_t secret)
 {
 	/* The server is not published: another worker never sends a cancel
 	 * itself (cancel_handle_request), the owner does, from the server
 	 * connection it holds. Publishing again still marks a new state of the
 	 * slot (shm_cancel_publish). */
-	(void)s;
-	struct cancel_slot *slot = own_slot(t, c);
+	struct cancel_slot *slot = own_slot(t, pid, secret);
 	if (!slot)
 		return;
 	slot->published = 1;
-	publish(t, slot, slot_of(c->cancel_pid));
+	publish(t, slot, slot_of(pid));
 }
 
-void cancel_handle_request(struct worker *w, uint32_t pid, const uint8_t *key, size_t key_len)
+void *cancel_handle_request(struct worker *w, uint32_t pid, const uint8_t *key, size_t key_len)
 {
 	struct cancel_parsed k;
 	if (!parse_key(pid, key, key_len, &k))
-		return;   /* no key pgcat issued: ignored, as an unknown key */
-	struct client *target = cancel_key_lookup(&w->cancel, pid, key, key_len);
-	if (target) {
-		client_cancel_query(target);
-		return;
-	}
+		return NULL;   /* no key pgcat issued: ignored, as an unknown key */
+	void *target = cancel_key_lookup(&w->cancel, pid, key, key_len);
+	if (target)
+		return target;
 	if (!w->shm || worker_of(pid) == w->id || worker_of(pid) < 0)
-		return;   /* unknown keys are ignored silently, as PostgreSQL does */
-	/* Another worker's client: that worker acts on it (cancel_poll_waiting).
+		return NULL;   /* unknown keys are ignored silently, as PostgreSQL does */
+	/* Another worker's client: that worker acts on it (cancel_take_flag).
 	 * Sent from here, the cancel could reach its server after the query
 	 * ended and the server went to another client; there it is sent only
 	 * while the client's request runs, and the server is not handed on
 	 * before PostgreSQL answered it. */
 	(void)shm_cancel_flag(w->shm, worker_of(pid), slot_of(pid), k.kind, k.secret, k.ext);
+	return NULL;
 }
 
-static void poll_client(struct worker *w, struct client *c)
+bool cancel_take_flag(const struct cancel_table *t, uint32_t pid, uint32_t secret)
 {
-	if (c->has_cancel_key && shm_cancel_take_flag(w->shm, w->id, slot_of(c->cancel_pid), c->cancel_key))
-		client_cancel_query(c);
-}
-
-void cancel_poll_waiting(struct worker *w)
-{
-	if (!w->shm)
-		return;
-	struct list_node *cp, *ct;
-	LIST_FOREACH_SAFE(cp, ct, &w->clients_active)
-		poll_client(w, LIST_OWNER(cp, struct client, node));
-	struct list_node *pp, *pt;
-	LIST_FOREACH_SAFE(pp, pt, &w->pools) {
-		struct pool *p = LIST_OWNER(pp, struct pool, node);
-		for (size_t i = 0; i < p->n_targets; i++)
-			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters)
-				poll_client(w, client_of_waiter(LIST_OWNER(cp, struct pool_waiter, node)));
-	}
+	return t->shm && shm_cancel_take_flag(t->shm, t->worker, slot_of(pid), secret);
 }
 
 /* One outgoing CancelRequest connection. */
