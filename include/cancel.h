@@ -107,15 +107,16 @@ void cancel_key_release(struct cancel_table *t, uint32_t pid);
 void *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len);
 
 /* Open a connection to addr and send CancelRequest(pid, key), the key as
- * the server gave it (4 to PROTO_CANCEL_KEY_MAX bytes). for: the
- * server connection it cancels a query on, told through server_cancel_done
- * when PostgreSQL closed the connection (it has signalled the backend by
- * then) or after CANCEL_REQUEST_TIMEOUT_MS; NULL: nobody. false: nothing
- * was sent. */
+ * the server gave it (4 to PROTO_CANCEL_KEY_MAX bytes). done(arg) is
+ * called when PostgreSQL closed the connection (it has signalled the
+ * backend by then) or after CANCEL_REQUEST_TIMEOUT_MS: it tells the server
+ * connection the cancel is for (done NULL: nobody). false: nothing was
+ * sent, and done is not called. */
 bool cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid, const uint8_t *key,
-		 size_t key_len, struct server *for_server);
-/* s is closing: its CancelRequests in flight tell it nothing any more. */
-void cancel_requests_forget(struct worker *w, const struct server *s);
+		 size_t key_len, void (*done)(void *arg), void *arg);
+/* arg (a server) is closing: its CancelRequests in flight tell it nothing
+ * any more. */
+void cancel_requests_forget(struct worker *w, const void *arg);
 void cancel_requests_free_all(struct worker *w);
 
 #endif

@@ -18,7 +18,6 @@
 #include "list.h"
 #include "log.h"
 #include "proto.h"
-#include "server.h"
 #include "shm.h"
 #include "worker.h"
 
@@ -263,28 +262,30 @@ bool cancel_take_flag(const struct cancel_table *t, uint32_t pid, uint32_t secre
 struct cancel_request {
 	struct list_node node;
 	struct bufferevent *bev;
-	struct server *server;    /* told when it is answered; NULL: nobody */
+	void (*done)(void *arg);  /* told when it is answered; NULL: nobody */
+	void *arg;
 };
 
 #define CANCEL_REQUEST_TIMEOUT_MS 5000
 
 static void cancel_request_done(struct cancel_request *r)
 {
-	struct server *s = r->server;
+	void (*done)(void *arg) = r->done;
+	void *arg = r->arg;
 	list_del(&r->node);
 	bufferevent_free(r->bev);
 	free(r);
-	if (s)
-		server_cancel_done(s);
+	if (done)
+		done(arg);
 }
 
-void cancel_requests_forget(struct worker *w, const struct server *s)
+void cancel_requests_forget(struct worker *w, const void *arg)
 {
 	struct list_node *pos;
 	for (pos = w->cancel_requests.next; pos != &w->cancel_requests; pos = pos->next) {
 		struct cancel_request *r = LIST_OWNER(pos, struct cancel_request, node);
-		if (r->server == s)
-			r->server = NULL;
+		if (r->done && r->arg == arg)
+			r->done = NULL;
 	}
 }
 
@@ -308,7 +309,7 @@ static void cancel_read_cb(struct bufferevent *bev, void *arg)
 }
 
 bool cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid, const uint8_t *key,
-		 size_t key_len, struct server *for_server)
+		 size_t key_len, void (*done)(void *arg), void *arg)
 {
 	if (key_len < PROTO_CANCEL_KEY_MIN || key_len > PROTO_CANCEL_KEY_MAX)
 		return false;
@@ -339,7 +340,8 @@ bool cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrle
 		cancel_request_done(r);
 		return false;
 	}
-	r->server = for_server;
+	r->done = done;
+	r->arg = arg;
 	return true;
 }
 
@@ -348,7 +350,7 @@ void cancel_requests_free_all(struct worker *w)
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->cancel_requests) {
 		struct cancel_request *r = LIST_OWNER(pos, struct cancel_request, node);
-		r->server = NULL;   /* the servers are going too */
+		r->done = NULL;   /* the servers are going too */
 		cancel_request_done(r);
 	}
 }

@@ -576,21 +576,24 @@ void server_reset(struct server *s)
 	send_simple_query(s, q);
 }
 
+/* PostgreSQL answered (closed) one of the CancelRequests of s, or it timed
+ * out (cancel_send). */
+static void server_cancel_done(void *arg)
+{
+	struct server *s = arg;
+	if (s->cancels_in_flight > 0)
+		s->cancels_in_flight--;
+	if (s->cancels_in_flight == 0 && s->state == SERVER_CANCEL_WAIT)
+		pool_server_clean(s);
+}
+
 void server_send_cancel(struct server *s)
 {
 	if (!s->backend_pid || !s->backend_key_len)
 		return;
 	if (cancel_send(s->w, (struct sockaddr *)&s->sp->addr, s->sp->addrlen, s->backend_pid, s->backend_key,
-			s->backend_key_len, s))
+			s->backend_key_len, server_cancel_done, s))
 		s->cancels_in_flight++;
-}
-
-void server_cancel_done(struct server *s)
-{
-	if (s->cancels_in_flight > 0)
-		s->cancels_in_flight--;
-	if (s->cancels_in_flight == 0 && s->state == SERVER_CANCEL_WAIT)
-		pool_server_clean(s);
 }
 
 static bool reset_query_clears_all(const char *q)
