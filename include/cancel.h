@@ -12,8 +12,10 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "list.h"
 #include "types.h"
 
+struct event_base;
 struct randpool;
 
 /* The kinds of key pgcat issues: what the client's protocol version allows. */
@@ -86,7 +88,7 @@ void cancel_key_share(struct cancel_table *t, uint32_t pid, uint32_t secret);
  * flags it in the shared segment for that worker (cancel_take_flag) and
  * returns NULL. A key of a length pgcat never issues is ignored like an
  * unknown one (NULL). */
-void *cancel_handle_request(struct worker *w, uint32_t pid, const uint8_t *key, size_t key_len);
+void *cancel_handle_request(struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len);
 /* Whether another worker was asked to cancel the query of this key's
  * owner, clearing the flag (janitor tick, for waiting clients and those
  * running a query: the cancel is sent from here, where the server
@@ -106,17 +108,24 @@ void cancel_key_release(struct cancel_table *t, uint32_t pid);
  * issued for that slot and match in full. */
 void *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len);
 
+/* A worker's outgoing CancelRequests in flight, on its event loop. */
+struct cancel_requests {
+	struct event_base *base;
+	struct list_node list;    /* struct cancel_request (cancel.c) */
+};
+
+void cancel_requests_init(struct cancel_requests *q, struct event_base *base);
 /* Open a connection to addr and send CancelRequest(pid, key), the key as
  * the server gave it (4 to PROTO_CANCEL_KEY_MAX bytes). done(arg) is
  * called when PostgreSQL closed the connection (it has signalled the
  * backend by then) or after CANCEL_REQUEST_TIMEOUT_MS: it tells the server
  * connection the cancel is for (done NULL: nobody). false: nothing was
  * sent, and done is not called. */
-bool cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid, const uint8_t *key,
-		 size_t key_len, void (*done)(void *arg), void *arg);
+bool cancel_send(struct cancel_requests *q, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid,
+		 const uint8_t *key, size_t key_len, void (*done)(void *arg), void *arg);
 /* arg (a server) is closing: its CancelRequests in flight tell it nothing
  * any more. */
-void cancel_requests_forget(struct worker *w, const void *arg);
-void cancel_requests_free_all(struct worker *w);
+void cancel_requests_forget(struct cancel_requests *q, const void *arg);
+void cancel_requests_free_all(struct cancel_requests *q);
 
 #endif

@@ -13,13 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auth_md5.h"
 #include "randpool.h"
 #include "list.h"
 #include "log.h"
 #include "proto.h"
 #include "shm.h"
-#include "worker.h"
 
 _Static_assert(sizeof(((struct shm_cancel_slot *)0)->ext) == CANCEL_KEY_EXT_LEN, "the shared slot holds a long key's secret");
 
@@ -234,22 +232,22 @@ void cancel_key_link(struct cancel_table *t, uint32_t pid, uint32_t secret)
 	publish(t, slot, slot_of(pid));
 }
 
-void *cancel_handle_request(struct worker *w, uint32_t pid, const uint8_t *key, size_t key_len)
+void *cancel_handle_request(struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len)
 {
 	struct cancel_parsed k;
 	if (!parse_key(pid, key, key_len, &k))
 		return NULL;   /* no key pgcat issued: ignored, as an unknown key */
-	void *target = cancel_key_lookup(&w->cancel, pid, key, key_len);
+	void *target = cancel_key_lookup(t, pid, key, key_len);
 	if (target)
 		return target;
-	if (!w->shm || worker_of(pid) == w->id || worker_of(pid) < 0)
+	if (!t->shm || worker_of(pid) == t->worker || worker_of(pid) < 0)
 		return NULL;   /* unknown keys are ignored silently, as PostgreSQL does */
 	/* Another worker's client: that worker acts on it (cancel_take_flag).
 	 * Sent from here, the cancel could reach its server after the query
 	 * ended and the server went to another client; there it is sent only
 	 * while the client's request runs, and the server is not handed on
 	 * before PostgreSQL answered it. */
-	(void)shm_cancel_flag(w->shm, worker_of(pid), slot_of(pid), k.kind, k.secret, k.ext);
+	(void)shm_cancel_flag(t->shm, worker_of(pid), slot_of(pid), k.kind, k.secret, k.ext);
 	return NULL;
 }
 
@@ -279,10 +277,16 @@ static void cancel_request_done(struct cancel_request *r)
 		done(arg);
 }
 
-void cancel_requests_forget(struct worker *w, const void *arg)
+void cancel_requests_init(struct cancel_requests *q, struct event_base *base)
+{
+	q->base = base;
+	list_init(&q->list);
+}
+
+void cancel_requests_forget(struct cancel_requests *q, const void *arg)
 {
 	struct list_node *pos;
-	for (pos = w->cancel_requests.next; pos != &w->cancel_requests; pos = pos->next) {
+	for (pos = q->list.next; pos != &q->list; pos = pos->next) {
 		struct cancel_request *r = LIST_OWNER(pos, struct cancel_request, node);
 		if (r->done && r->arg == arg)
 			r->done = NULL;
@@ -308,21 +312,21 @@ static void cancel_read_cb(struct bufferevent *bev, void *arg)
 	evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
 }
 
-bool cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid, const uint8_t *key,
-		 size_t key_len, void (*done)(void *arg), void *arg)
+bool cancel_send(struct cancel_requests *q, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid,
+		 const uint8_t *key, size_t key_len, void (*done)(void *arg), void *arg)
 {
 	if (key_len < PROTO_CANCEL_KEY_MIN || key_len > PROTO_CANCEL_KEY_MAX)
 		return false;
 	struct cancel_request *r = calloc(1, sizeof *r);
 	if (!r)
 		return false;
-	r->bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
+	r->bev = bufferevent_socket_new(q->base, -1, BEV_OPT_CLOSE_ON_FREE);
 	if (!r->bev) {
 		free(r);
 		return false;
 	}
 	list_init(&r->node);
-	list_add_tail(&w->cancel_requests, &r->node);
+	list_add_tail(&q->list, &r->node);
 	bufferevent_setcb(r->bev, cancel_read_cb, NULL, cancel_event_cb, r);
 	/* The key goes whole, as long as the server gave it (protocol 3.2). */
 	uint8_t pkt[PROTO_CANCEL_HEAD_LEN + PROTO_CANCEL_KEY_MAX];
@@ -345,10 +349,12 @@ bool cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrle
 	return true;
 }
 
-void cancel_requests_free_all(struct worker *w)
+void cancel_requests_free_all(struct cancel_requests *q)
 {
+	if (!q->base)
+		return;   /* never initialised (its worker failed before its loop was made) */
 	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->cancel_requests) {
+	LIST_FOREACH_SAFE(pos, tmp, &q->list) {
 		struct cancel_request *r = LIST_OWNER(pos, struct cancel_request, node);
 		r->done = NULL;   /* the servers are going too */
 		cancel_request_done(r);

@@ -423,7 +423,7 @@ static bool set_names(struct client *c, const struct proto_startup *st)
 
 static void handle_cancel_request(struct client *c, uint32_t pid, const uint8_t *key, size_t key_len)
 {
-	struct client *target = cancel_handle_request(c->w, pid, key, key_len);
+	struct client *target = cancel_handle_request(&c->w->cancel, pid, key, key_len);
 	if (target)
 		client_cancel_query(target);
 	client_close(c, NULL, NULL);

@@ -142,7 +142,7 @@ void server_close(struct server *s, const char *why)
 	}
 	prep_server_free(s);
 	s->prep_on = false;
-	cancel_requests_forget(w, s);
+	cancel_requests_forget(&w->cancel_requests, s);
 	s->cancels_in_flight = 0;
 	io_close(&s->io);
 	pool_server_closed(s, login_failed);
@@ -591,8 +591,8 @@ void server_send_cancel(struct server *s)
 {
 	if (!s->backend_pid || !s->backend_key_len)
 		return;
-	if (cancel_send(s->w, (struct sockaddr *)&s->sp->addr, s->sp->addrlen, s->backend_pid, s->backend_key,
-			s->backend_key_len, server_cancel_done, s))
+	if (cancel_send(&s->w->cancel_requests, (struct sockaddr *)&s->sp->addr, s->sp->addrlen, s->backend_pid,
+			s->backend_key, s->backend_key_len, server_cancel_done, s))
 		s->cancels_in_flight++;
 }
 

@@ -699,7 +699,6 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	list_init(&w->clients_idle);
 	list_init(&w->clients_active);
 	list_init(&w->pools);
-	list_init(&w->cancel_requests);
 	list_init(&w->dead_clients);
 	list_init(&w->dead_servers);
 	worker_update_clock(w);
@@ -708,6 +707,7 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	w->base = event_base_new();
 	if (!w->base || !w->config_path)
 		goto fail;
+	cancel_requests_init(&w->cancel_requests, w->base);
 	if (!io_flusher_init(&w->flusher, w->base))
 		goto fail;
 	if (!(w->dns = dns_new(w, pool_dns_done)))
@@ -808,7 +808,7 @@ void worker_destroy(struct worker *w)
 	lagmon_free(w->lagmon);   /* before the pools it reads */
 	w->lagmon = NULL;
 	pool_destroy_all(w);
-	cancel_requests_free_all(w);
+	cancel_requests_free_all(&w->cancel_requests);
 	randpool_wipe(&w->rand);
 	if (w->reaper)
 		reaper_cb(-1, 0, w);
