@@ -12,8 +12,10 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "list.h"
 #include "types.h"
 
+struct event_base;
 struct randpool;
 
 /* The kinds of key pgcat issues: what the client's protocol version allows. */
@@ -46,7 +48,7 @@ struct cancel_slot {
 		 * idle client then touches no shared page (its resident size). */
 		uint32_t published;
 	};
-	struct client *client;
+	void *owner;              /* what the key was given to (a client; opaque here) */
 	uint8_t kind;             /* enum cancel_key_kind of the key issued */
 	uint8_t ext[CANCEL_KEY_EXT_LEN];   /* a long key's random bytes after the secret */
 };
@@ -74,42 +76,56 @@ struct cancel_table {
 
 bool cancel_table_init(struct cancel_table *t, uint32_t n_slots, int worker, struct shm *shm, struct randpool *rand)
 	__attribute__((warn_unused_result));
-/* Publish that c's key now names a query on this server (s NULL: none). */
-void cancel_key_link(struct cancel_table *t, const struct client *c, const struct server *s);
-/* Publish c's key (no query yet) if it is not already: c waits for a
- * server, and another worker may be asked to cancel that wait. */
-void cancel_key_share(struct cancel_table *t, const struct client *c);
-/* A CancelRequest (pid, and a key of key_len bytes): cancel locally, or
- * through the shared segment when the key belongs to another worker. A key
- * of a length pgcat never issues is ignored like an unknown one. */
-void cancel_handle_request(struct worker *w, uint32_t pid, const uint8_t *key, size_t key_len);
-/* Clients another worker was asked to cancel (janitor tick): waiting
- * ones, and those running a query (the cancel is sent from here, where the
- * server connection is known, so that it is tracked like a local one). */
-void cancel_poll_waiting(struct worker *w);
+/* Publish that the owner of key (pid, secret), as cancel_key_assign gave
+ * it, now runs a query on a server, or no longer does. A key this table
+ * does not hold (any more) is ignored, here and in cancel_key_share. */
+void cancel_key_link(struct cancel_table *t, uint32_t pid, uint32_t secret);
+/* Publish the key (no query yet) if it is not already: its owner waits for
+ * a server, and another worker may be asked to cancel that wait. */
+void cancel_key_share(struct cancel_table *t, uint32_t pid, uint32_t secret);
+/* A CancelRequest (pid, and a key of key_len bytes). This worker's key:
+ * returns its owner, for the caller to cancel its query. Another worker's:
+ * flags it in the shared segment for that worker (cancel_take_flag) and
+ * returns NULL. A key of a length pgcat never issues is ignored like an
+ * unknown one (NULL). */
+void *cancel_handle_request(struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len);
+/* Whether another worker was asked to cancel the query of this key's
+ * owner, clearing the flag (janitor tick, for waiting clients and those
+ * running a query: the cancel is sent from here, where the server
+ * connection is known, so that it is tracked like a local one). */
+bool cancel_take_flag(const struct cancel_table *t, uint32_t pid, uint32_t secret);
 void cancel_table_free(struct cancel_table *t);
 /* Make room for n_slots keys (after a reload raised max_client_conn). */
 bool cancel_table_grow(struct cancel_table *t, uint32_t n_slots) __attribute__((warn_unused_result));
-/* Give c a key of this kind: *pid and *secret (kept in the client), and the
- * bytes of BackendKeyData's key in key_out (room for CANCEL_KEY_LONG_LEN),
- * *key_len of them. Returns false when the table is full. */
-bool cancel_key_assign(struct cancel_table *t, struct client *c, enum cancel_key_kind kind, uint32_t *pid,
+/* Give owner (opaque here; cancel_key_lookup hands it back) a key of this
+ * kind: *pid and *secret (for the owner to keep), and the bytes of
+ * BackendKeyData's key in key_out (room for CANCEL_KEY_LONG_LEN), *key_len
+ * of them. Returns false when the table is full. */
+bool cancel_key_assign(struct cancel_table *t, void *owner, enum cancel_key_kind kind, uint32_t *pid,
 		       uint32_t *secret, uint8_t *key_out, size_t *key_len) __attribute__((warn_unused_result));
 void cancel_key_release(struct cancel_table *t, uint32_t pid);
-/* The client a (pid, key) pair names, or NULL: the key must be of the kind
+/* The owner a (pid, key) pair names, or NULL: the key must be of the kind
  * issued for that slot and match in full. */
-struct client *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len);
+void *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len);
 
+/* A worker's outgoing CancelRequests in flight, on its event loop. */
+struct cancel_requests {
+	struct event_base *base;
+	struct list_node list;    /* struct cancel_request (cancel.c) */
+};
+
+void cancel_requests_init(struct cancel_requests *q, struct event_base *base);
 /* Open a connection to addr and send CancelRequest(pid, key), the key as
- * the server gave it (4 to PROTO_CANCEL_KEY_MAX bytes). for: the
- * server connection it cancels a query on, told through server_cancel_done
- * when PostgreSQL closed the connection (it has signalled the backend by
- * then) or after CANCEL_REQUEST_TIMEOUT_MS; NULL: nobody. false: nothing
- * was sent. */
-bool cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid, const uint8_t *key,
-		 size_t key_len, struct server *for_server);
-/* s is closing: its CancelRequests in flight tell it nothing any more. */
-void cancel_requests_forget(struct worker *w, const struct server *s);
-void cancel_requests_free_all(struct worker *w);
+ * the server gave it (4 to PROTO_CANCEL_KEY_MAX bytes). done(arg) is
+ * called when PostgreSQL closed the connection (it has signalled the
+ * backend by then) or after CANCEL_REQUEST_TIMEOUT_MS: it tells the server
+ * connection the cancel is for (done NULL: nobody). false: nothing was
+ * sent, and done is not called. */
+bool cancel_send(struct cancel_requests *q, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid,
+		 const uint8_t *key, size_t key_len, void (*done)(void *arg), void *arg);
+/* arg (a server) is closing: its CancelRequests in flight tell it nothing
+ * any more. */
+void cancel_requests_forget(struct cancel_requests *q, const void *arg);
+void cancel_requests_free_all(struct cancel_requests *q);
 
 #endif

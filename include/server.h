@@ -132,8 +132,6 @@ bool server_output_full(struct server *s);
 void server_process(struct server *s);
 /* Send CancelRequest for the query running on this server. */
 void server_send_cancel(struct server *s);
-/* PostgreSQL answered (closed) one of the CancelRequests of s (cancel.c). */
-void server_cancel_done(struct server *s);
 
 /* The transaction that changed session settings will not commit (its
  * client is gone; the server is being cleaned): undo them on both sides. */

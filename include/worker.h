@@ -47,7 +47,7 @@ struct worker {
 
 	struct list_node pools;           /* struct pool, one per (pool, user) */
 	struct cancel_table cancel;
-	struct list_node cancel_requests; /* outgoing CancelRequests in flight */
+	struct cancel_requests cancel_requests; /* outgoing CancelRequests in flight */
 
 	/* Objects closed during this loop turn, freed by the reaper after it so
 	 * that no callback later in the turn sees freed memory. */

@@ -13,16 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auth_md5.h"
 #include "randpool.h"
 #include "list.h"
 #include "log.h"
 #include "proto.h"
-#include "client.h"
-#include "pool.h"
-#include "server.h"
 #include "shm.h"
-#include "worker.h"
 
 _Static_assert(sizeof(((struct shm_cancel_slot *)0)->ext) == CANCEL_KEY_EXT_LEN, "the shared slot holds a long key's secret");
 
@@ -58,7 +53,7 @@ bool cancel_table_grow(struct cancel_table *t, uint32_t n_slots)
 		return false;
 	for (uint32_t i = t->n_slots; i < n_slots; i++) {
 		s[i].secret = 0;
-		s[i].client = NULL;
+		s[i].owner = NULL;
 		s[i].kind = CANCEL_KEY_NONE;
 		memset(s[i].ext, 0, sizeof s[i].ext);
 		s[i].next_free = i + 2 <= n_slots ? i + 2 : t->free_head;
@@ -79,7 +74,7 @@ void cancel_table_free(struct cancel_table *t)
 	t->free_head = 0;
 }
 
-bool cancel_key_assign(struct cancel_table *t, struct client *c, enum cancel_key_kind kind, uint32_t *pid,
+bool cancel_key_assign(struct cancel_table *t, void *owner, enum cancel_key_kind kind, uint32_t *pid,
 		       uint32_t *secret_out, uint8_t *key_out, size_t *key_len)
 {
 	if (!t->free_head || (kind != CANCEL_KEY_SHORT && kind != CANCEL_KEY_LONG))
@@ -97,7 +92,7 @@ bool cancel_key_assign(struct cancel_table *t, struct client *c, enum cancel_key
 	if (!t->free_head)
 		t->free_tail = 0;
 	slot->secret = secret;
-	slot->client = c;
+	slot->owner = owner;
 	slot->published = 0;   /* see struct cancel_slot */
 	slot->kind = (uint8_t)kind;
 	memcpy(slot->ext, ext, sizeof ext);
@@ -130,7 +125,7 @@ void cancel_key_release(struct cancel_table *t, uint32_t pid)
 		return;
 	bool published = slot->published;
 	slot->secret = 0;
-	slot->client = NULL;
+	slot->owner = NULL;
 	slot->next_free = 0;
 	slot->kind = CANCEL_KEY_NONE;
 	memset(slot->ext, 0, sizeof slot->ext);
@@ -181,7 +176,7 @@ static bool same_bytes(const uint8_t *a, const uint8_t *b, size_t n)
 	return diff == 0;
 }
 
-struct client *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len)
+void *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len)
 {
 	struct cancel_parsed k;
 	if (!parse_key(pid, key, key_len, &k) || worker_of(pid) != t->worker)
@@ -196,16 +191,16 @@ struct client *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, con
 		return NULL;
 	if (k.kind == CANCEL_KEY_LONG && !same_bytes(slot->ext, k.ext, CANCEL_KEY_EXT_LEN))
 		return NULL;
-	return slot->client;
+	return slot->owner;
 }
 
-/* The slot of c's key in this table, or NULL. */
-static struct cancel_slot *own_slot(struct cancel_table *t, const struct client *c)
+/* The slot of the key (pid, secret) in this table, or NULL. */
+static struct cancel_slot *own_slot(struct cancel_table *t, uint32_t pid, uint32_t secret)
 {
-	if (!t->shm || !c->has_cancel_key || worker_of(c->cancel_pid) != t->worker)
+	if (!t->shm || secret == 0 || worker_of(pid) != t->worker)
 		return NULL;
-	uint32_t idx = slot_of(c->cancel_pid);
-	if (idx >= t->n_slots || t->slots[idx].secret != c->cancel_key)
+	uint32_t idx = slot_of(pid);
+	if (idx >= t->n_slots || t->slots[idx].secret != secret)
 		return NULL;
 	return &t->slots[idx];
 }
@@ -215,97 +210,86 @@ static void publish(struct cancel_table *t, const struct cancel_slot *slot, uint
 	shm_cancel_publish(t->shm, t->worker, idx, slot->secret, (enum cancel_key_kind)slot->kind, slot->ext);
 }
 
-void cancel_key_share(struct cancel_table *t, const struct client *c)
+void cancel_key_share(struct cancel_table *t, uint32_t pid, uint32_t secret)
 {
-	struct cancel_slot *slot = own_slot(t, c);
+	struct cancel_slot *slot = own_slot(t, pid, secret);
 	if (!slot || slot->published)
 		return;
 	slot->published = 1;
-	publish(t, slot, slot_of(c->cancel_pid));
+	publish(t, slot, slot_of(pid));
 }
 
-void cancel_key_link(struct cancel_table *t, const struct client *c, const struct server *s)
+void cancel_key_link(struct cancel_table *t, uint32_t pid, uint32_t secret)
 {
 	/* The server is not published: another worker never sends a cancel
 	 * itself (cancel_handle_request), the owner does, from the server
 	 * connection it holds. Publishing again still marks a new state of the
 	 * slot (shm_cancel_publish). */
-	(void)s;
-	struct cancel_slot *slot = own_slot(t, c);
+	struct cancel_slot *slot = own_slot(t, pid, secret);
 	if (!slot)
 		return;
 	slot->published = 1;
-	publish(t, slot, slot_of(c->cancel_pid));
+	publish(t, slot, slot_of(pid));
 }
 
-void cancel_handle_request(struct worker *w, uint32_t pid, const uint8_t *key, size_t key_len)
+void *cancel_handle_request(struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len)
 {
 	struct cancel_parsed k;
 	if (!parse_key(pid, key, key_len, &k))
-		return;   /* no key pgcat issued: ignored, as an unknown key */
-	struct client *target = cancel_key_lookup(&w->cancel, pid, key, key_len);
-	if (target) {
-		client_cancel_query(target);
-		return;
-	}
-	if (!w->shm || worker_of(pid) == w->id || worker_of(pid) < 0)
-		return;   /* unknown keys are ignored silently, as PostgreSQL does */
-	/* Another worker's client: that worker acts on it (cancel_poll_waiting).
+		return NULL;   /* no key pgcat issued: ignored, as an unknown key */
+	void *target = cancel_key_lookup(t, pid, key, key_len);
+	if (target)
+		return target;
+	if (!t->shm || worker_of(pid) == t->worker || worker_of(pid) < 0)
+		return NULL;   /* unknown keys are ignored silently, as PostgreSQL does */
+	/* Another worker's client: that worker acts on it (cancel_take_flag).
 	 * Sent from here, the cancel could reach its server after the query
 	 * ended and the server went to another client; there it is sent only
 	 * while the client's request runs, and the server is not handed on
 	 * before PostgreSQL answered it. */
-	(void)shm_cancel_flag(w->shm, worker_of(pid), slot_of(pid), k.kind, k.secret, k.ext);
+	(void)shm_cancel_flag(t->shm, worker_of(pid), slot_of(pid), k.kind, k.secret, k.ext);
+	return NULL;
 }
 
-static void poll_client(struct worker *w, struct client *c)
+bool cancel_take_flag(const struct cancel_table *t, uint32_t pid, uint32_t secret)
 {
-	if (c->has_cancel_key && shm_cancel_take_flag(w->shm, w->id, slot_of(c->cancel_pid), c->cancel_key))
-		client_cancel_query(c);
-}
-
-void cancel_poll_waiting(struct worker *w)
-{
-	if (!w->shm)
-		return;
-	struct list_node *cp, *ct;
-	LIST_FOREACH_SAFE(cp, ct, &w->clients_active)
-		poll_client(w, LIST_OWNER(cp, struct client, node));
-	struct list_node *pp, *pt;
-	LIST_FOREACH_SAFE(pp, pt, &w->pools) {
-		struct pool *p = LIST_OWNER(pp, struct pool, node);
-		for (size_t i = 0; i < p->n_targets; i++)
-			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters)
-				poll_client(w, client_of_waiter(LIST_OWNER(cp, struct pool_waiter, node)));
-	}
+	return t->shm && shm_cancel_take_flag(t->shm, t->worker, slot_of(pid), secret);
 }
 
 /* One outgoing CancelRequest connection. */
 struct cancel_request {
 	struct list_node node;
 	struct bufferevent *bev;
-	struct server *server;    /* told when it is answered; NULL: nobody */
+	void (*done)(void *arg);  /* told when it is answered; NULL: nobody */
+	void *arg;
 };
 
 #define CANCEL_REQUEST_TIMEOUT_MS 5000
 
 static void cancel_request_done(struct cancel_request *r)
 {
-	struct server *s = r->server;
+	void (*done)(void *arg) = r->done;
+	void *arg = r->arg;
 	list_del(&r->node);
 	bufferevent_free(r->bev);
 	free(r);
-	if (s)
-		server_cancel_done(s);
+	if (done)
+		done(arg);
 }
 
-void cancel_requests_forget(struct worker *w, const struct server *s)
+void cancel_requests_init(struct cancel_requests *q, struct event_base *base)
+{
+	q->base = base;
+	list_init(&q->list);
+}
+
+void cancel_requests_forget(struct cancel_requests *q, const void *arg)
 {
 	struct list_node *pos;
-	for (pos = w->cancel_requests.next; pos != &w->cancel_requests; pos = pos->next) {
+	for (pos = q->list.next; pos != &q->list; pos = pos->next) {
 		struct cancel_request *r = LIST_OWNER(pos, struct cancel_request, node);
-		if (r->server == s)
-			r->server = NULL;
+		if (r->done && r->arg == arg)
+			r->done = NULL;
 	}
 }
 
@@ -328,21 +312,21 @@ static void cancel_read_cb(struct bufferevent *bev, void *arg)
 	evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
 }
 
-bool cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid, const uint8_t *key,
-		 size_t key_len, struct server *for_server)
+bool cancel_send(struct cancel_requests *q, const struct sockaddr *addr, socklen_t addrlen, uint32_t pid,
+		 const uint8_t *key, size_t key_len, void (*done)(void *arg), void *arg)
 {
 	if (key_len < PROTO_CANCEL_KEY_MIN || key_len > PROTO_CANCEL_KEY_MAX)
 		return false;
 	struct cancel_request *r = calloc(1, sizeof *r);
 	if (!r)
 		return false;
-	r->bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
+	r->bev = bufferevent_socket_new(q->base, -1, BEV_OPT_CLOSE_ON_FREE);
 	if (!r->bev) {
 		free(r);
 		return false;
 	}
 	list_init(&r->node);
-	list_add_tail(&w->cancel_requests, &r->node);
+	list_add_tail(&q->list, &r->node);
 	bufferevent_setcb(r->bev, cancel_read_cb, NULL, cancel_event_cb, r);
 	/* The key goes whole, as long as the server gave it (protocol 3.2). */
 	uint8_t pkt[PROTO_CANCEL_HEAD_LEN + PROTO_CANCEL_KEY_MAX];
@@ -360,16 +344,19 @@ bool cancel_send(struct worker *w, const struct sockaddr *addr, socklen_t addrle
 		cancel_request_done(r);
 		return false;
 	}
-	r->server = for_server;
+	r->done = done;
+	r->arg = arg;
 	return true;
 }
 
-void cancel_requests_free_all(struct worker *w)
+void cancel_requests_free_all(struct cancel_requests *q)
 {
+	if (!q->base)
+		return;   /* never initialised (its worker failed before its loop was made) */
 	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->cancel_requests) {
+	LIST_FOREACH_SAFE(pos, tmp, &q->list) {
 		struct cancel_request *r = LIST_OWNER(pos, struct cancel_request, node);
-		r->server = NULL;   /* the servers are going too */
+		r->done = NULL;   /* the servers are going too */
 		cancel_request_done(r);
 	}
 }

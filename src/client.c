@@ -96,7 +96,8 @@ void client_set_state(struct client *c, enum client_state st)
 		break;
 	case CLIENT_WAITING:      /* on the srvpool's waiters (c->wait) */
 		/* a CancelRequest for this wait may land on another worker */
-		cancel_key_share(&w->cancel, c);
+		if (c->has_cancel_key)
+			cancel_key_share(&w->cancel, c->cancel_pid, c->cancel_key);
 		break;
 	case CLIENT_LOGIN_WAIT:   /* on the pool's login_waiters (c->wait) */
 	case CLIENT_CLOSED:
@@ -423,7 +424,9 @@ static bool set_names(struct client *c, const struct proto_startup *st)
 
 static void handle_cancel_request(struct client *c, uint32_t pid, const uint8_t *key, size_t key_len)
 {
-	cancel_handle_request(c->w, pid, key, key_len);
+	struct client *target = cancel_handle_request(&c->w->cancel, pid, key, key_len);
+	if (target)
+		client_cancel_query(target);
 	client_close(c, NULL, NULL);
 }
 
@@ -1561,9 +1564,17 @@ void client_on_released(struct client *c)
 	client_process(c);
 }
 
+/* The client's key now names a query on a server, or no longer does
+ * (cancel_key_link). */
+static void link_cancel_key(struct client *c)
+{
+	if (c->has_cancel_key)
+		cancel_key_link(&c->w->cancel, c->cancel_pid, c->cancel_key);
+}
+
 void client_on_granted(struct client *c, struct server *s)
 {
-	cancel_key_link(&c->w->cancel, c, s);
+	link_cancel_key(c);
 	client_set_state(c, CLIENT_ACTIVE);
 	c->end.prep_on = prep_enabled(c);
 	/* Not while only preparing, before the shard key is known (route.c). */
@@ -1604,7 +1615,7 @@ static void end_lost(struct client_end *end, struct server *s, bool untouched, c
 	struct client *c = end_owner(end);
 	(void)link_detach(s);
 	end->begin = NULL;
-	cancel_key_link(&c->w->cancel, c, NULL);
+	link_cancel_key(c);
 	if (untouched) {
 		/* Nothing of the client's reached that server: it goes elsewhere. */
 		rotation_server_failed(s->sp, message);
@@ -1617,7 +1628,7 @@ static void end_lost(struct client_end *end, struct server *s, bool untouched, c
 static void end_released(struct client_end *end)
 {
 	struct client *c = end_owner(end);
-	cancel_key_link(&c->w->cancel, c, NULL);
+	link_cancel_key(c);
 	client_on_released(c);
 }
 

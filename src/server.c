@@ -143,7 +143,7 @@ void server_close(struct server *s, const char *why)
 	}
 	prep_server_free(s);
 	s->prep_on = false;
-	cancel_requests_forget(w, s);
+	cancel_requests_forget(&w->cancel_requests, s);
 	s->cancels_in_flight = 0;
 	io_close(&s->io);
 	s->sp->ev->closed(s, login_failed);
@@ -577,21 +577,24 @@ void server_reset(struct server *s)
 	send_simple_query(s, q);
 }
 
-void server_send_cancel(struct server *s)
+/* PostgreSQL answered (closed) one of the CancelRequests of s, or it timed
+ * out (cancel_send). */
+static void server_cancel_done(void *arg)
 {
-	if (!s->backend_pid || !s->backend_key_len)
-		return;
-	if (cancel_send(s->w, (struct sockaddr *)&s->sp->addr, s->sp->addrlen, s->backend_pid, s->backend_key,
-			s->backend_key_len, s))
-		s->cancels_in_flight++;
-}
-
-void server_cancel_done(struct server *s)
-{
+	struct server *s = arg;
 	if (s->cancels_in_flight > 0)
 		s->cancels_in_flight--;
 	if (s->cancels_in_flight == 0 && s->state == SERVER_CANCEL_WAIT)
 		s->sp->ev->clean(s);
+}
+
+void server_send_cancel(struct server *s)
+{
+	if (!s->backend_pid || !s->backend_key_len)
+		return;
+	if (cancel_send(&s->w->cancel_requests, (struct sockaddr *)&s->sp->addr, s->sp->addrlen, s->backend_pid,
+			s->backend_key, s->backend_key_len, server_cancel_done, s))
+		s->cancels_in_flight++;
 }
 
 static bool reset_query_clears_all(const char *q)

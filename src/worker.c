@@ -337,6 +337,31 @@ static void close_listeners(struct worker *w)
 	w->n_listeners = 0;
 }
 
+static void poll_cancel_flag(struct worker *w, struct client *c)
+{
+	if (c->has_cancel_key && cancel_take_flag(&w->cancel, c->cancel_pid, c->cancel_key))
+		client_cancel_query(c);
+}
+
+/* Clients another worker was asked to cancel (cancel_take_flag): waiting
+ * ones, and those running a query (the cancel is sent from here, where the
+ * server connection is known, so that it is tracked like a local one). */
+static void poll_cancel_flags(struct worker *w)
+{
+	if (!w->shm)
+		return;
+	struct list_node *cp, *ct;
+	LIST_FOREACH_SAFE(cp, ct, &w->clients_active)
+		poll_cancel_flag(w, LIST_OWNER(cp, struct client, node));
+	struct list_node *pp, *pt;
+	LIST_FOREACH_SAFE(pp, pt, &w->pools) {
+		struct pool *p = LIST_OWNER(pp, struct pool, node);
+		for (size_t i = 0; i < p->n_targets; i++)
+			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters)
+				poll_cancel_flag(w, client_of_waiter(LIST_OWNER(cp, struct pool_waiter, node)));
+	}
+}
+
 static void client_timeouts(struct worker *w)
 {
 	const struct config_general *g = &w->cfg->general;
@@ -535,7 +560,7 @@ static void janitor_cb(evutil_socket_t fd, short what, void *arg)
 		}
 	}
 	client_timeouts(w);
-	cancel_poll_waiting(w);
+	poll_cancel_flags(w);
 	pool_janitor(w);
 	admin_janitor(w);
 	worker_publish(w);
@@ -674,7 +699,6 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	list_init(&w->clients_idle);
 	list_init(&w->clients_active);
 	list_init(&w->pools);
-	list_init(&w->cancel_requests);
 	list_init(&w->dead_clients);
 	list_init(&w->dead_servers);
 	worker_update_clock(w);
@@ -683,6 +707,7 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	w->base = event_base_new();
 	if (!w->base || !w->config_path)
 		goto fail;
+	cancel_requests_init(&w->cancel_requests, w->base);
 	if (!io_flusher_init(&w->flusher, w->base))
 		goto fail;
 	if (!(w->dns = dns_new(w, pool_dns_done)))
@@ -783,7 +808,7 @@ void worker_destroy(struct worker *w)
 	lagmon_free(w->lagmon);   /* before the pools it reads */
 	w->lagmon = NULL;
 	pool_destroy_all(w);
-	cancel_requests_free_all(w);
+	cancel_requests_free_all(&w->cancel_requests);
 	randpool_wipe(&w->rand);
 	if (w->reaper)
 		reaper_cb(-1, 0, w);
