@@ -1185,7 +1185,7 @@ static bool parse_host_port(const char *s, char *host, size_t hostlen, int *port
 	return true;
 }
 
-/* A reply that waits for the other workers (struct client points to it). */
+/* A reply that waits for the other workers (the client's kind_state). */
 struct admin_pending {
 	uint64_t seq;
 	bool drain;        /* PAUSE: and for the pools to drain */
@@ -1215,8 +1215,8 @@ static bool broadcast(struct client *c, enum shm_admin_command cmd, const char *
 	ap->dump = -1;
 	snprintf(ap->tag, sizeof ap->tag, "%s", tag);
 	snprintf(ap->db, sizeof ap->db, "%s", arg ? arg : "");
-	free(c->admin_pending);
-	c->admin_pending = ap;
+	free(c->kind_state);
+	c->kind_state = ap;
 	return false;
 }
 
@@ -1234,8 +1234,8 @@ static bool show_across_workers(struct client *c, int kind)
 	}
 	ap->seq = seq;
 	ap->dump = kind;
-	free(c->admin_pending);
-	c->admin_pending = ap;
+	free(c->kind_state);
+	c->kind_state = ap;
 	return false;
 }
 
@@ -1244,14 +1244,14 @@ void admin_janitor(struct worker *w)
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
 		struct client *c = LIST_OWNER(pos, struct client, node);
-		struct admin_pending *ap = c->admin_pending;
+		struct admin_pending *ap = c->kind_state;
 		if (!c->is_admin || !ap)
 			continue;
 		if (!shm_admin_applied_by_all(w->shm, w->id, ap->seq))
 			continue;
 		if (ap->drain && !pool_paused_drained(w, ap->db[0] ? ap->db : NULL))
 			continue;
-		c->admin_pending = NULL;
+		c->kind_state = NULL;
 		if (ap->dump >= 0)
 			finish_dump(c, ap->dump, ap->seq);
 		else
@@ -1415,11 +1415,13 @@ static void trim_statement(char *s)
 		s[--n] = '\0';
 }
 
-bool admin_handle_message(struct client *c, const struct proto_frame *f)
+/* The idle client's message whose header is f. false: more bytes are
+ * needed, or the reply to the previous command is still pending. */
+static bool admin_message(struct client *c, const struct proto_frame *f)
 {
 	struct evbuffer *in = c->io.in;
 	uint32_t total = f->len + 1;
-	if (c->admin_pending)
+	if (c->kind_state)
 		return false;   /* the reply to the previous command comes first */
 	switch (f->type) {
 	case PqMsg_Query: {
@@ -1459,7 +1461,8 @@ bool admin_handle_message(struct client *c, const struct proto_frame *f)
 	}
 }
 
-void admin_welcome(struct client *c)
+/* Login accepted: the welcome (AuthenticationOk ... ReadyForQuery). */
+static void admin_welcome(struct client *c)
 {
 	uint8_t storage[1024];
 	struct pktbuf pb;
@@ -1481,3 +1484,9 @@ void admin_welcome(struct client *c)
 		 client_addr_str(c, a), c->port);
 	client_process(c);
 }
+
+const struct session_ops admin_session = {
+	.name = "admin",
+	.welcome = admin_welcome,
+	.message = admin_message,
+};
