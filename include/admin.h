@@ -17,8 +17,5 @@
 extern const struct session_ops admin_session;
 /* Janitor: answer PAUSE commands whose pools have drained. */
 void admin_janitor(struct worker *w);
-/* Another worker's console asked for SHOW <what> (clients, servers):
- * write this worker's rows into its shared-memory slot for request seq. */
-void admin_dump(struct worker *w, const char *what, uint64_t seq);
 
 #endif

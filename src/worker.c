@@ -37,6 +37,7 @@
 #include "pool.h"
 #include "server.h"
 #include "admin.h"
+#include "admin_show.h"
 #include "auth_scram.h"
 #include "prometheus.h"
 #include "stats.h"
