@@ -37,9 +37,9 @@ struct client_pending_error {
 	char sqlstate[6];
 	char message[];
 };
-struct admin_pending;
 struct fanout;
 struct prep_client;
+struct session_ops;
 
 /* Room for a formatted peer address ("unix", IPv4 or IPv6). */
 #define CLIENT_ADDR_STRLEN 46
@@ -61,6 +61,9 @@ struct client {
 	 * list through this (pool.h), whose events it hears back through. */
 	struct pool_waiter wait;
 	struct client_auth *auth;     /* only during login */
+	/* What the client is handed to at login: the normal session or the
+	 * admin console (session.h). */
+	const struct session_ops *session;
 
 	struct params params;         /* the session as this client sees it */
 	/* Its end of a link to a server: end.server is the linked server
@@ -85,9 +88,10 @@ struct client {
 	 * write parked in the transaction, a batch awaiting its Sync): made by
 	 * fanout.c on first need, freed with the client. */
 	struct client_xshard *xshard;
-	/* admin console: a command whose reply waits until every worker
-	 * applied it and, for PAUSE, the pools drained (allocated when needed) */
-	struct admin_pending *admin_pending;
+	/* The session kind's own state, allocated when needed and freed with
+	 * the client (the admin console: a command whose reply waits until
+	 * every worker applied it and, for PAUSE, the pools drained). */
+	void *kind_state;
 
 	uint64_t connect_us;
 	uint64_t state_since_us;

@@ -23,6 +23,7 @@
 
 struct dns;
 struct lagmon;
+struct session_ops;
 
 #define WORKER_MAX_LISTENERS 32
 
@@ -72,6 +73,9 @@ struct worker {
 	uint64_t now_us;                  /* cached clock, refreshed per callback */
 	uint8_t fake_salt_secret[16];     /* for the mock challenge to unknown users */
 	struct scram_secret admin_scram;  /* admin_password's verifier */
+	/* The admin console's session (admin.c), that the login hands an
+	 * admin connection to (client.c). */
+	const struct session_ops *admin_session;
 	bool have_admin_scram;
 
 	struct lagmon *lagmon;            /* the replica lag monitor: worker 0 only (lagmon.c) */

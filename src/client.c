@@ -27,7 +27,6 @@
 #include <sys/un.h>
 #include <time.h>
 
-#include "admin.h"
 #include "auth.h"
 #include "cancel.h"
 #include "config.h"
@@ -36,6 +35,7 @@
 #include "pool.h"
 #include "proto.h"
 #include "server.h"
+#include "session.h"
 #include "fanout.h"
 #include "link.h"
 #include "shm.h"
@@ -139,6 +139,7 @@ static char idle_status(const struct client *c) { return c->in_failed_tx ? 'E' :
 
 static const struct client_end_events client_end_events;
 static const struct pool_waiter_events client_wait_events;
+static const struct session_ops normal_session;
 
 /* What the server side sees of this client (client_end.h), and what the
  * pool does of it while it waits (pool.h). */
@@ -169,6 +170,7 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 	list_init(&c->node);
 	c->connect_us = c->state_since_us = c->last_activity_us = w->now_us;
 	init_end(c);
+	c->session = &normal_session;
 	if (!io_open(&c->io, w->base, &w->flusher, fd, CLIENT_READ_HIGH_WATER, &client_io_ops)) {
 		evutil_closesocket(fd);
 		free(c);
@@ -227,6 +229,7 @@ struct client *client_open_leg(struct client *parent, int fd, int shard, struct 
 	list_init(&c->node);
 	c->connect_us = c->state_since_us = c->last_activity_us = w->now_us;
 	init_end(c);
+	c->session = &normal_session;
 	if (!io_open(&c->io, w->base, &w->flusher, fd, CLIENT_READ_HIGH_WATER, &client_io_ops)) {
 		evutil_closesocket(fd);
 		free(names);
@@ -361,7 +364,7 @@ void client_free(struct client *c)
 	free(c->auth);
 	free(c->names);
 	free(c->pending_error);
-	free(c->admin_pending);
+	free(c->kind_state);
 	free(c->held_begin);
 	fanout_portal_drop(c);
 	free(c->xshard);
@@ -477,6 +480,9 @@ static void start_login(struct client *c)
 	/* The admin console: its own database names, unless a pool took them. */
 	c->is_admin = (strcmp(client_database(c), "pgcat") == 0 || strcmp(client_database(c), "pgbouncer") == 0) &&
 		      !pool_db_exists(w, client_database(c));
+	/* Its session: the admin console's, which the worker hands in. */
+	if (c->is_admin)
+		c->session = w->admin_session;
 	/* An operator can always get in: admin logins have 5 slots of their own. */
 	/* max_client_conn holds for the instance: every worker's clients count. */
 	if (shm_clients_total(w->shm) > g->max_client_conn + (c->is_admin ? ADMIN_EXTRA_CONNECTIONS : 0)) {
@@ -814,10 +820,12 @@ static void login_done(struct client *c)
 {
 	free(c->auth);
 	c->auth = NULL;
-	if (c->is_admin) {
-		admin_welcome(c);
-		return;
-	}
+	c->session->welcome(c);
+}
+
+/* The normal session's welcome: the pool's server parameters first. */
+static void normal_welcome(struct client *c)
+{
 	if (c->pool->have_defaults) {
 		send_welcome(c);
 		if (c->state == CLIENT_IDLE)
@@ -849,15 +857,15 @@ void client_on_defaults_failed(struct client *c, const char *sqlstate, const cha
  * takes in a failed transaction. */
 static bool is_transaction_end(const uint8_t *sql, size_t len)
 {
-	static const char *const words[] = { "rollback", "abort", "commit", "end" };
+	static const char *const ends[] = { "rollback", "abort", "commit", "end" };
 	const char *s = (const char *)sql;
 	const char *nul = memchr(s, '\0', len);
 	if (nul)
 		len = (size_t)(nul - s);   /* where PostgreSQL stops reading */
 	size_t start = sqllex_skip_blank(s, len, 0);
-	for (size_t k = 0; k < sizeof words / sizeof *words; k++) {
+	for (size_t k = 0; k < sizeof ends / sizeof *ends; k++) {
 		size_t i = start;
-		if (sqllex_keyword(s, len, &i, words[k]))
+		if (sqllex_keyword(s, len, &i, ends[k]))
 			return true;
 	}
 	return false;
@@ -1368,6 +1376,113 @@ static bool answer_parses(struct client *c, bool unverified_ok)
 	return true;
 }
 
+/* The normal session's idle message: route it, answer it here, or take a
+ * server for it. */
+static bool normal_message(struct client *c, const struct proto_frame *f)
+{
+	struct evbuffer *in = c->io.in;
+	if (c->xshard && c->xshard->parked && fanout_parked_message(c, f))
+		return false;   /* COMMIT or ROLLBACK of a split write under way (or its rest awaited) */
+	if (f->type == PqMsg_CopyData || f->type == PqMsg_CopyDone || f->type == PqMsg_CopyFail) {
+		/* An idle client has no COPY running: this is the rest of one
+		 * whose server was lost (the client streams on until it reads
+		 * the error, libpq only at its CopyDone), or of one refused
+		 * (asyncpg sends COPY, CopyData, CopyDone at once). PostgreSQL
+		 * ignores these outside a COPY, in a failed transaction too;
+		 * so does pgcat. Routed, they would take a server and, if none
+		 * could be had (say, in crash recovery), earn an error that
+		 * leaves the client skipping to a Sync a simple-query client
+		 * never sends: it would hang. */
+		uint32_t total = f->len + 1;
+		client_discard_message(c, total);
+		return true;
+	}
+	if (c->in_failed_tx || c->pending_error) {
+		if (!answer_locally(c, f))
+			return false;
+		return true;
+	}
+	c->last_activity_us = c->w->now_us;
+	if (c->xshard && c->xshard->portal && fanout_portal_message(c, f))
+		return true;   /* a cross-shard portal's next rows */
+	if (f->type == PqMsg_Sync && !c->end.server) {
+		/* A Sync with nothing before it (after messages pgcat
+		 * answered: a Close, a portal's rows): ReadyForQuery as the
+		 * server would say it. Sent to a server it would open the
+		 * held transaction there and pin it to that shard. */
+		uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
+		evbuffer_drain(in, (size_t)f->len + 1);
+		evbuffer_add(client_output(c), z, sizeof z);
+		return true;
+	}
+	if (!c->end.server && f->type == PqMsg_Flush) {
+		/* Nothing to do without a request before it: a Flush after
+		 * Sync (psycopg's pipeline sends Sync, Flush). Taking a server
+		 * for it would hold one until the next request, which would
+		 * then count as pipelined behind it on that shard. (COPY data
+		 * left over is dropped above.) */
+		uint32_t total = f->len + 1;
+		client_discard_message(c, total);
+		return true;
+	}
+	if (f->type == PqMsg_Close && !c->end.server && prep_enabled(c) && f->len + 1 <= CLIENT_INSPECT_MAX) {
+		/* pgjdbc closes a statement (no Sync) before its next
+		 * request: with prepared_statements pgcat keeps the client's
+		 * statements itself, and nothing else of the client's is open
+		 * on a server, so it answers alone instead of making the Close
+		 * part of the next request (which a cross-shard read cannot
+		 * carry to every shard). */
+		uint32_t total = f->len + 1;
+		if (evbuffer_get_length(in) < total)
+			return false;
+		prep_client_close_idle(c, evbuffer_pullup(in, total), total);
+		evbuffer_drain(in, total);
+		send_simple(c, PqMsg_CloseComplete);
+		return true;
+	}
+	if (f->type == PqMsg_Query && f->len + 1 <= CLIENT_INSPECT_MAX) {
+		uint32_t total = f->len + 1;
+		if (evbuffer_get_length(in) < total)
+			return false;
+		const uint8_t *m = evbuffer_pullup(in, total);
+		if (route_local_command(c, (const char *)m + 5, strnlen((const char *)m + 5, total - 5))) {
+			evbuffer_drain(in, total);
+			return true;
+		}
+	}
+	/* Parses alone, of statements the pool knows: no server needed. */
+	bool parse_here = f->type == PqMsg_Parse && prep_enabled(c);
+	if (parse_here && !answer_parses(c, false))
+		return true;
+	struct srvpool *sp = route_pick(c, f);
+	if (!sp)
+		return false;   /* route answered the request, or waits for the rest of it */
+	/* Parses alone and no server free: a client that waits for one to
+	 * prepare may be what the holders wait for (pgbench -M prepared
+	 * blocks its thread in PQprepare): answered now, parsed with the
+	 * Bind. (Not in a sharded pool, where routing a Parse may start
+	 * the shard choice of what follows it.) */
+	if (parse_here && !c->route_error && c->pool->cpool->n_shards <= 1 && pool_checkout_would_wait(sp) &&
+	    !answer_parses(c, true))
+		return true;
+	if (c->route_error) {
+		c->route_error = false;
+		client_on_checkout_failed(c, "25006", "cannot execute a write: the configured primary is in recovery");
+		return false;
+	}
+	(void)pool_checkout(sp, &c->wait);
+	return true;
+}
+
+static const struct session_ops normal_session = {
+	.name = "normal",
+	.welcome = normal_welcome,
+	.message = normal_message,
+};
+
+/* The idle pump, the same for every kind of session: what is skipped
+ * (the rest of a discarded message, an unserved request up to its Sync)
+ * and Terminate; each other message goes to the session. */
 static void process_idle(struct client *c)
 {
 	struct evbuffer *in = c->io.in;
@@ -1397,101 +1512,8 @@ static void process_idle(struct client *c)
 			}
 			continue;
 		}
-		if (c->is_admin) {
-			if (!admin_handle_message(c, &f))
-				return;
-			continue;
-		}
-		if (c->xshard && c->xshard->parked && fanout_parked_message(c, &f))
-			return;   /* COMMIT or ROLLBACK of a split write under way (or its rest awaited) */
-		if (f.type == PqMsg_CopyData || f.type == PqMsg_CopyDone || f.type == PqMsg_CopyFail) {
-			/* An idle client has no COPY running: this is the rest of one
-			 * whose server was lost (the client streams on until it reads
-			 * the error, libpq only at its CopyDone), or of one refused
-			 * (asyncpg sends COPY, CopyData, CopyDone at once). PostgreSQL
-			 * ignores these outside a COPY, in a failed transaction too;
-			 * so does pgcat. Routed, they would take a server and, if none
-			 * could be had (say, in crash recovery), earn an error that
-			 * leaves the client skipping to a Sync a simple-query client
-			 * never sends: it would hang. */
-			uint32_t total = f.len + 1;
-			client_discard_message(c, total);
-			continue;
-		}
-		if (c->in_failed_tx || c->pending_error) {
-			if (!answer_locally(c, &f))
-				return;
-			continue;
-		}
-		c->last_activity_us = c->w->now_us;
-		if (c->xshard && c->xshard->portal && fanout_portal_message(c, &f))
-			continue;   /* a cross-shard portal's next rows */
-		if (f.type == PqMsg_Sync && !c->end.server) {
-			/* A Sync with nothing before it (after messages pgcat
-			 * answered: a Close, a portal's rows): ReadyForQuery as the
-			 * server would say it. Sent to a server it would open the
-			 * held transaction there and pin it to that shard. */
-			uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
-			evbuffer_drain(in, (size_t)f.len + 1);
-			evbuffer_add(client_output(c), z, sizeof z);
-			continue;
-		}
-		if (!c->end.server && f.type == PqMsg_Flush) {
-			/* Nothing to do without a request before it: a Flush after
-			 * Sync (psycopg's pipeline sends Sync, Flush). Taking a server
-			 * for it would hold one until the next request, which would
-			 * then count as pipelined behind it on that shard. (COPY data
-			 * left over is dropped above.) */
-			uint32_t total = f.len + 1;
-			client_discard_message(c, total);
-			continue;
-		}
-		if (f.type == PqMsg_Close && !c->end.server && prep_enabled(c) && f.len + 1 <= CLIENT_INSPECT_MAX) {
-			/* pgjdbc closes a statement (no Sync) before its next
-			 * request: with prepared_statements pgcat keeps the client's
-			 * statements itself, and nothing else of the client's is open
-			 * on a server, so it answers alone instead of making the Close
-			 * part of the next request (which a cross-shard read cannot
-			 * carry to every shard). */
-			uint32_t total = f.len + 1;
-			if (evbuffer_get_length(in) < total)
-				return;
-			prep_client_close_idle(c, evbuffer_pullup(in, total), total);
-			evbuffer_drain(in, total);
-			send_simple(c, PqMsg_CloseComplete);
-			continue;
-		}
-		if (f.type == PqMsg_Query && f.len + 1 <= CLIENT_INSPECT_MAX) {
-			uint32_t total = f.len + 1;
-			if (evbuffer_get_length(in) < total)
-				return;
-			const uint8_t *m = evbuffer_pullup(in, total);
-			if (route_local_command(c, (const char *)m + 5, strnlen((const char *)m + 5, total - 5))) {
-				evbuffer_drain(in, total);
-				continue;
-			}
-		}
-		/* Parses alone, of statements the pool knows: no server needed. */
-		bool parse_here = f.type == PqMsg_Parse && prep_enabled(c);
-		if (parse_here && !answer_parses(c, false))
-			continue;
-		struct srvpool *sp = route_pick(c, &f);
-		if (!sp)
-			return;   /* route answered the request, or waits for the rest of it */
-		/* Parses alone and no server free: a client that waits for one to
-		 * prepare may be what the holders wait for (pgbench -M prepared
-		 * blocks its thread in PQprepare): answered now, parsed with the
-		 * Bind. (Not in a sharded pool, where routing a Parse may start
-		 * the shard choice of what follows it.) */
-		if (parse_here && !c->route_error && c->pool->cpool->n_shards <= 1 && pool_checkout_would_wait(sp) &&
-		    !answer_parses(c, true))
-			continue;
-		if (c->route_error) {
-			c->route_error = false;
-			client_on_checkout_failed(c, "25006", "cannot execute a write: the configured primary is in recovery");
+		if (!c->session->message(c, &f))
 			return;
-		}
-		(void)pool_checkout(sp, &c->wait);
 	}
 }
 

@@ -37,6 +37,7 @@
 #include "pool.h"
 #include "server.h"
 #include "admin.h"
+#include "admin_show.h"
 #include "auth_scram.h"
 #include "prometheus.h"
 #include "stats.h"
@@ -729,6 +730,7 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	w->start_wall = (int64_t)time(NULL);
 	w->config_mtime = file_mtime(w->config_path);
 	admin_credentials(w);
+	w->admin_session = &admin_session;
 	w->stats_timer = evtimer_new(w->base, stats_timer_cb, w);
 	w->reaper = event_new(w->base, -1, 0, reaper_cb, w);
 	w->janitor = event_new(w->base, -1, EV_PERSIST, janitor_cb, w);
