@@ -242,6 +242,10 @@ void problem(struct parser *p, enum config_problem_kind kind, int line, const ch
 /* Message helpers tied to the current line and section. */
 #define line_error(p, key, ...) problem((p), CONFIG_PROBLEM_ERROR, (p)->lineno, (p)->section_name, (key), __VA_ARGS__)
 
+/* The extra checks the key tables name (unix_socket_dir; a user's SCRAM secret). */
+bool check_socket_dir(const char *value, char *why, size_t whylen);
+bool check_password(const char *value, char *why, size_t whylen);
+
 extern const struct enum_names server_role_enum, client_tls_enum, server_tls_enum;
 extern const struct key_spec general_specs[];
 extern const struct config_key_info general_info[];
@@ -252,8 +256,6 @@ const struct key_spec *find_spec(const struct key_spec *specs, size_t n, const c
 
 void quote_value(const char *value, unsigned flags, char *buf, size_t buflen);
 bool parse_int64(const char *s, int64_t *out);
-bool check_socket_dir(const char *value, char *why, size_t whylen);
-bool check_password(const char *value, char *why, size_t whylen);
 bool parse_endpoint(const char *s, size_t n, bool want_role, const char **host, size_t *host_len,
 		    int *port, int *role, char *why, size_t whylen);
 bool is_list(enum value_kind kind);

@@ -27,6 +27,7 @@
 
 #include "auth_file.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -105,6 +106,56 @@ const char *enum_name(const struct enum_names *e, int v)
 	if (v < 0 || (size_t)v >= e->n || e->names[v] == NULL)
 		return "unknown";
 	return e->names[v];
+}
+
+/* ------------------------------------------------------------------ */
+/* Checks the key tables name                                           */
+
+bool check_socket_dir(const char *value, char *why, size_t whylen)
+{
+	if (strlen(value) <= CONFIG_MAX_SOCKET_DIR)
+		return true;
+	snprintf(why, whylen, "must be at most %d characters, so that the socket path fits", CONFIG_MAX_SOCKET_DIR);
+	return false;
+}
+
+static bool base64_run(const char **s, char stop)
+{
+	const char *start = *s;
+	while (**s != '\0' && **s != stop &&
+	       (isalnum((unsigned char)**s) || **s == '+' || **s == '/' || **s == '='))
+		(*s)++;
+	return *s > start && **s == stop;
+}
+
+/* A password that claims to be a SCRAM secret must look like one:
+ * SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey> */
+bool check_password(const char *value, char *why, size_t whylen)
+{
+	static const char prefix[] = "SCRAM-SHA-256$";
+	if (strncmp(value, prefix, sizeof(prefix) - 1) != 0)
+		return true;
+	const char *s = value + sizeof(prefix) - 1;
+	const char *digits = s;
+	while (isdigit((unsigned char)*s))
+		s++;
+	bool ok = s > digits && *digits != '0' && *s == ':';
+	if (ok) {
+		s++;
+		ok = base64_run(&s, '$');
+	}
+	if (ok) {
+		s++;
+		ok = base64_run(&s, ':');
+	}
+	if (ok) {
+		s++;
+		ok = base64_run(&s, '\0');
+	}
+	if (!ok)
+		snprintf(why, whylen, "looks like a SCRAM secret but is not of the form "
+			 "SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>");
+	return ok;
 }
 
 /* ------------------------------------------------------------------ */
