@@ -6,7 +6,8 @@
  * functions and servers, and the extra check its key's table names (those
  * stand with the tables in config.c); the defaults, and freeing what a
  * field owns. Its own room because it knows one key at a time: the file's
- * lines and sections, and checks across keys, are config.c's.
+ * lines and sections are config_load.c's, and checks across keys
+ * config_check.c's.
  */
 #define _POSIX_C_SOURCE 200809L
 /* By path: the build's autoconf header is also called config.h and comes
