@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * config_internal: what the files of the config room share (src/config.c,
- * config_value.c, config_check.c, config_runtime.c): the limits, the types
- * of the key tables and the list of [general] keys, the parser's state,
- * and the functions one file offers the others. Not an interface: no
- * other room includes it (they use include/config.h).
+ * config_value.c, config_check.c, config_load.c, config_runtime.c): the
+ * limits, the types of the key tables and the list of [general] keys, the
+ * parser's state, and the functions one file offers the files above it.
+ * The room is layered, each file calling only those below it: config.c at
+ * the bottom; config_value.c and config_check.c on it; config_load.c and
+ * config_runtime.c on top. Not an interface: no other room includes it
+ * (they use include/config.h).
  */
 #ifndef PGCAT_CONFIG_INTERNAL_H
 #define PGCAT_CONFIG_INTERNAL_H
@@ -236,14 +239,27 @@ void *p_alloc(struct parser *p, size_t n);
 char *p_strndup(struct parser *p, const char *s, size_t n);
 char *p_strdup(struct parser *p, const char *s);
 bool p_grow(struct parser *p, void *arr, size_t n, size_t sz);
+/* A malloc'ed printf; NULL when out of memory. */
+__attribute__((format(printf, 1, 2)))
+char *format(const char *fmt, ...);
+/* Append message (owned; NULL = out of memory) to pr; *oom set on failure. */
+void add_problem(struct config_problems *pr, enum config_problem_kind kind, int line, char *message,
+		 bool *oom);
 __attribute__((format(printf, 6, 7)))
 void problem(struct parser *p, enum config_problem_kind kind, int line, const char *section,
 	     const char *key, const char *fmt, ...);
 /* Message helpers tied to the current line and section. */
 #define line_error(p, key, ...) problem((p), CONFIG_PROBLEM_ERROR, (p)->lineno, (p)->section_name, (key), __VA_ARGS__)
 
+/* The extra checks the key tables name (unix_socket_dir; a user's SCRAM secret). */
+bool check_socket_dir(const char *value, char *why, size_t whylen);
+bool check_password(const char *value, char *why, size_t whylen);
+
 extern const struct enum_names server_role_enum, client_tls_enum, server_tls_enum;
 extern const struct key_spec general_specs[];
+extern const struct key_spec pool_specs[POOL_KEY_COUNT];
+extern const struct key_spec shard_specs[SHARD_KEY_COUNT];
+extern const struct key_spec user_specs[USER_KEY_COUNT];
 extern const struct config_key_info general_info[];
 const char *enum_name(const struct enum_names *e, int v);
 const struct key_spec *find_spec(const struct key_spec *specs, size_t n, const char *name, size_t *index);
@@ -252,8 +268,6 @@ const struct key_spec *find_spec(const struct key_spec *specs, size_t n, const c
 
 void quote_value(const char *value, unsigned flags, char *buf, size_t buflen);
 bool parse_int64(const char *s, int64_t *out);
-bool check_socket_dir(const char *value, char *why, size_t whylen);
-bool check_password(const char *value, char *why, size_t whylen);
 bool parse_endpoint(const char *s, size_t n, bool want_role, const char **host, size_t *host_len,
 		    int *port, int *role, char *why, size_t whylen);
 bool is_list(enum value_kind kind);

@@ -1,23 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * config: reads pgcat.ini (SPEC §2) with inih into one immutable struct
- * config, checking every key by type and range and naming file, line,
- * section and key in each problem. It keeps no state between calls, opens
- * no sockets and knows nothing of the running pools: building the live
- * topology from the snapshot and swapping it on reload belong elsewhere.
+ * config: the bottom of the config room, what its other files share: the
+ * spellings of the enums, the key tables of every section (names, types,
+ * ranges, defaults, and the extra checks they name) and their lookup, the
+ * parser's allocations and problem messages, the lists of problems, and
+ * the lookups and names of include/config.h on a loaded snapshot. It calls
+ * no other file of the room.
  *
- * How the line numbers are known: inih reads lines through our reader and
- * calls the key handler right after the line it came from, so the reader's
- * line counter is the key's line. The reader also looks at each line
- * before inih does, to track the full section name (inih cuts it at 49
- * characters), to tell an indented continuation line from a new key, and
- * to notice lines inih rejects without telling us which.
- *
- * One value read, checked and put into its field is config_value.c's;
- * the checks across keys once the whole file is read are
- * config_check.c's; SHOW CONFIG's values and SET at run time are
- * config_runtime.c's; what the files of the room share is
- * include/config_internal.h.
+ * Above it: one value read, checked and put into its field is
+ * config_value.c's; the checks across keys once the whole file is read are
+ * config_check.c's; reading the file, its lines and sections (the driver
+ * that calls those two), and config_free are config_load.c's; SHOW
+ * CONFIG's values and SET at run time are config_runtime.c's. What the
+ * files of the room share is include/config_internal.h.
  */
 #define _POSIX_C_SOURCE 200809L
 /* By path: the build's autoconf header is also called config.h and comes
@@ -25,16 +20,12 @@
 #include "config.h"
 #include "config_internal.h"
 
-#include "auth_file.h"
-
-#include <errno.h>
+#include <ctype.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <ini.h>
 
 /* Enum fields are written through int-sized copies. */
 _Static_assert(sizeof(enum pool_mode) == sizeof(int), "enum size");
@@ -46,8 +37,6 @@ _Static_assert(sizeof(enum lb_mode) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum sharding_function) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum tls_mode) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum tls_negotiation) == sizeof(int), "enum size");
-
-#define CONFIG_MAX_FILE_SIZE (16 * 1024 * 1024)
 
 /* ------------------------------------------------------------------ */
 /* Enum spellings                                                       */
@@ -108,6 +97,56 @@ const char *enum_name(const struct enum_names *e, int v)
 }
 
 /* ------------------------------------------------------------------ */
+/* Checks the key tables name                                           */
+
+bool check_socket_dir(const char *value, char *why, size_t whylen)
+{
+	if (strlen(value) <= CONFIG_MAX_SOCKET_DIR)
+		return true;
+	snprintf(why, whylen, "must be at most %d characters, so that the socket path fits", CONFIG_MAX_SOCKET_DIR);
+	return false;
+}
+
+static bool base64_run(const char **s, char stop)
+{
+	const char *start = *s;
+	while (**s != '\0' && **s != stop &&
+	       (isalnum((unsigned char)**s) || **s == '+' || **s == '/' || **s == '='))
+		(*s)++;
+	return *s > start && **s == stop;
+}
+
+/* A password that claims to be a SCRAM secret must look like one:
+ * SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey> */
+bool check_password(const char *value, char *why, size_t whylen)
+{
+	static const char prefix[] = "SCRAM-SHA-256$";
+	if (strncmp(value, prefix, sizeof(prefix) - 1) != 0)
+		return true;
+	const char *s = value + sizeof(prefix) - 1;
+	const char *digits = s;
+	while (isdigit((unsigned char)*s))
+		s++;
+	bool ok = s > digits && *digits != '0' && *s == ':';
+	if (ok) {
+		s++;
+		ok = base64_run(&s, '$');
+	}
+	if (ok) {
+		s++;
+		ok = base64_run(&s, ':');
+	}
+	if (ok) {
+		s++;
+		ok = base64_run(&s, '\0');
+	}
+	if (!ok)
+		snprintf(why, whylen, "looks like a SCRAM secret but is not of the form "
+			 "SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>");
+	return ok;
+}
+
+/* ------------------------------------------------------------------ */
 /* Key tables                                                           */
 
 #define GENERAL_INFO(name, type, def, reload, kind, mn, mx, en, fl, ck, offn) \
@@ -122,7 +161,7 @@ _Static_assert(sizeof(general_specs) / sizeof(general_specs[0]) == N_GENERAL_KEY
 _Static_assert(sizeof(general_info) / sizeof(general_info[0]) == N_GENERAL_KEYS, "key tables");
 
 #define POOL_FIELD(f) offsetof(struct config_pool, f)
-static const struct key_spec pool_specs[POOL_KEY_COUNT] = {
+const struct key_spec pool_specs[POOL_KEY_COUNT] = {
 	/* No default: inherited from [general] once the whole file is read. */
 	[POOL_KEY_POOL_MODE] = { "pool_mode", VALUE_ENUM, 0, 0, &pool_mode_enum, POOL_FIELD(pool_mode), 0, 0, NULL, NULL },
 	[POOL_KEY_DEFAULT_ROLE] = { "default_role", VALUE_ENUM, 0, 0, &default_role_enum,
@@ -147,7 +186,7 @@ static const struct key_spec pool_specs[POOL_KEY_COUNT] = {
 		POOL_FIELD(writing_functions), POOL_FIELD(n_writing_functions), 0, "", NULL },
 };
 
-static const struct key_spec shard_specs[SHARD_KEY_COUNT] = {
+const struct key_spec shard_specs[SHARD_KEY_COUNT] = {
 	/* No default: the pool's name, filled in once the file is read. */
 	[SHARD_KEY_DATABASE] = { "database", VALUE_STRING, 0, 0, NULL,
 		offsetof(struct config_shard, database), 0, KEY_NOT_EMPTY, NULL, NULL },
@@ -156,7 +195,7 @@ static const struct key_spec shard_specs[SHARD_KEY_COUNT] = {
 };
 
 #define USER_FIELD(f) offsetof(struct config_user, f)
-static const struct key_spec user_specs[USER_KEY_COUNT] = {
+const struct key_spec user_specs[USER_KEY_COUNT] = {
 	[USER_KEY_PASSWORD] = { "password", VALUE_STRING, 0, 0, NULL, USER_FIELD(password), 0,
 		KEY_EMPTY_IS_NULL | KEY_SECRET, NULL, check_password },
 	[USER_KEY_SERVER_USERNAME] = { "server_username", VALUE_STRING, 0, 0, NULL, USER_FIELD(server_username), 0,
@@ -172,6 +211,21 @@ static const struct key_spec user_specs[USER_KEY_COUNT] = {
 	[USER_KEY_POOL_MODE] = { "pool_mode", VALUE_ENUM, 0, 0, &pool_mode_enum, USER_FIELD(pool_mode), 0,
 		KEY_EMPTY_INHERITS, "", NULL },
 };
+
+/* ------------------------------------------------------------------ */
+/* Key lookup                                                           */
+
+const struct key_spec *find_spec(const struct key_spec *specs, size_t n, const char *name, size_t *index)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(specs[i].name, name) == 0) {
+			if (index != NULL)
+				*index = i;
+			return &specs[i];
+		}
+	}
+	return NULL;
+}
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                        */
@@ -234,7 +288,7 @@ static char *vformat(const char *fmt, va_list ap)
 }
 
 __attribute__((format(printf, 1, 2)))
-static char *format(const char *fmt, ...)
+char *format(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -243,7 +297,7 @@ static char *format(const char *fmt, ...)
 	return s;
 }
 
-static void add_problem(struct config_problems *pr, enum config_problem_kind kind, int line, char *message,
+void add_problem(struct config_problems *pr, enum config_problem_kind kind, int line, char *message,
 			bool *oom)
 {
 	if (message == NULL) {
@@ -285,718 +339,6 @@ void problem(struct parser *p, enum config_problem_kind kind, int line, const ch
 			   section && key ? " " : "", key ? key : "", section || key ? ": " : "", body);
 	free(body);
 	add_problem(p->problems, kind, line, msg, &p->oom);
-}
-
-/* ------------------------------------------------------------------ */
-/* Sections                                                             */
-
-const struct key_spec *find_spec(const struct key_spec *specs, size_t n, const char *name, size_t *index)
-{
-	for (size_t i = 0; i < n; i++) {
-		if (strcmp(specs[i].name, name) == 0) {
-			if (index != NULL)
-				*index = i;
-			return &specs[i];
-		}
-	}
-	return NULL;
-}
-
-static void unknown_key(struct parser *p, const struct key_spec *specs, size_t n, const char *name)
-{
-	for (size_t i = 0; i < n; i++) {
-		if (ci_equal(specs[i].name, name)) {
-			problem(p, CONFIG_PROBLEM_UNKNOWN, p->lineno, p->section_name, name,
-				"unknown key (did you mean %s?)", specs[i].name);
-			return;
-		}
-	}
-	problem(p, CONFIG_PROBLEM_UNKNOWN, p->lineno, p->section_name, name, "unknown key");
-}
-
-static bool valid_object_name(struct parser *p, const char *what, size_t n)
-{
-	if (n == 0) {
-		line_error(p, NULL, "empty %s name", what);
-		return false;
-	}
-	if (n > CONFIG_MAX_NAME) {
-		line_error(p, NULL, "%s name is longer than %d bytes, PostgreSQL's limit for names", what,
-			   CONFIG_MAX_NAME);
-		return false;
-	}
-	return true;
-}
-
-static bool find_or_add_pool(struct parser *p, const char *name, size_t n)
-{
-	struct config *cfg = p->cfg;
-	for (size_t i = 0; i < cfg->n_pools; i++) {
-		if (strlen(cfg->pools[i].name) == n && strncmp(cfg->pools[i].name, name, n) == 0) {
-			p->pool = i;
-			return true;
-		}
-	}
-	char *copy = p_strndup(p, name, n);
-	if (copy == NULL)
-		return false;
-	if (!p_grow(p, &p->pools, cfg->n_pools, sizeof(*p->pools)) ||
-	    !p_grow(p, &cfg->pools, cfg->n_pools, sizeof(*cfg->pools))) {
-		free(copy);
-		return false;
-	}
-	struct config_pool *pool = &cfg->pools[cfg->n_pools];
-	pool->name = copy;
-	p->pools[cfg->n_pools].line = p->lineno;
-	p->pool = cfg->n_pools++;
-	apply_defaults(p, pool_specs, POOL_KEY_COUNT, pool);
-	return true;
-}
-
-static bool find_or_add_shard(struct parser *p, int index)
-{
-	struct config_pool *pool = &p->cfg->pools[p->pool];
-	struct pool_meta *meta = &p->pools[p->pool];
-	for (size_t i = 0; i < pool->n_shards; i++) {
-		if (pool->shards[i].index == index) {
-			p->shard = i;
-			return true;
-		}
-	}
-	if (!p_grow(p, &meta->shards, pool->n_shards, sizeof(*meta->shards)) ||
-	    !p_grow(p, &pool->shards, pool->n_shards, sizeof(*pool->shards)))
-		return false;
-	pool->shards[pool->n_shards].index = index;
-	meta->shards[pool->n_shards].line = p->lineno;
-	p->shard = pool->n_shards++;
-	return true;
-}
-
-static bool find_or_add_user(struct parser *p, const char *name)
-{
-	struct config_pool *pool = &p->cfg->pools[p->pool];
-	struct pool_meta *meta = &p->pools[p->pool];
-	for (size_t i = 0; i < pool->n_users; i++) {
-		if (strcmp(pool->users[i].name, name) == 0) {
-			p->user = i;
-			return true;
-		}
-	}
-	char *copy = p_strdup(p, name);
-	if (copy == NULL)
-		return false;
-	if (!p_grow(p, &meta->users, pool->n_users, sizeof(*meta->users)) ||
-	    !p_grow(p, &pool->users, pool->n_users, sizeof(*pool->users))) {
-		free(copy);
-		return false;
-	}
-	struct config_user *user = &pool->users[pool->n_users];
-	user->name = copy;
-	meta->users[pool->n_users].line = p->lineno;
-	p->user = pool->n_users++;
-	apply_defaults(p, user_specs, USER_KEY_COUNT, user);
-	return true;
-}
-
-/* [pools.NAME], [pools.NAME.shards.N], [pools.NAME.users.USER] */
-static enum section_kind enter_pools_section(struct parser *p, const char *rest)
-{
-	const char *dot = strchr(rest, '.');
-	size_t name_len = dot ? (size_t)(dot - rest) : strlen(rest);
-	const char *sub = dot ? dot + 1 : NULL;
-	enum section_kind kind = SECTION_POOL;
-	int64_t index = 0;
-
-	if (sub != NULL && strncmp(sub, "shards.", 7) == 0) {
-		const char *digits = sub + 7;
-		if (!parse_int64(digits, &index) || index < 0 || index > CONFIG_MAX_SHARD || digits[0] == '+' ||
-		    digits[0] == '-') {
-			line_error(p, NULL, "shard number must be an integer between 0 and %d", CONFIG_MAX_SHARD);
-			return SECTION_IGNORED;
-		}
-		kind = SECTION_SHARD;
-	} else if (sub != NULL && strncmp(sub, "users.", 6) == 0) {
-		if (!valid_object_name(p, "user", strlen(sub + 6)))
-			return SECTION_IGNORED;
-		kind = SECTION_USER;
-	} else if (sub != NULL) {
-		problem(p, CONFIG_PROBLEM_UNKNOWN, p->lineno, p->section_name, NULL,
-			"unknown section; pool names cannot contain '.', and the parts of a pool are "
-			"[pools.NAME.shards.N] and [pools.NAME.users.USER]");
-		return SECTION_IGNORED;
-	}
-	if (!valid_object_name(p, "pool", name_len))
-		return SECTION_IGNORED;
-	if (!find_or_add_pool(p, rest, name_len))
-		return SECTION_IGNORED;
-	if (kind == SECTION_SHARD && !find_or_add_shard(p, (int)index))
-		return SECTION_IGNORED;
-	if (kind == SECTION_USER && !find_or_add_user(p, sub + 6))
-		return SECTION_IGNORED;
-	return kind;
-}
-
-static void enter_section(struct parser *p, const char *name, size_t n)
-{
-	free(p->section_name);
-	p->section_name = p_strndup(p, name, n);
-	p->have_prev = false;
-	p->last_key[0] = '\0';
-	p->last_spec = NULL;
-	if (p->section_name == NULL) {
-		p->section = SECTION_IGNORED;
-		return;
-	}
-	if (strcmp(p->section_name, "general") == 0) {
-		p->section = SECTION_GENERAL;
-	} else if (strcmp(p->section_name, "peers") == 0) {
-		p->section = SECTION_PEERS;
-		if (p->peers_line == 0)
-			p->peers_line = p->lineno;
-	} else if (strncmp(p->section_name, "pools.", 6) == 0) {
-		p->section = enter_pools_section(p, p->section_name + 6);
-	} else {
-		problem(p, CONFIG_PROBLEM_UNKNOWN, p->lineno, p->section_name, NULL,
-			"unknown section; expected [general], [pools.NAME], [pools.NAME.shards.N], "
-			"[pools.NAME.users.USER] or [peers]");
-		p->section = SECTION_IGNORED;
-	}
-}
-
-/* ------------------------------------------------------------------ */
-/* Keys                                                                 */
-
-/* Set a key of a table-driven section, catching duplicates. */
-static void table_key(struct parser *p, const struct key_spec *specs, size_t n, int *lines, void *base,
-		      const char *name, const char *value)
-{
-	size_t i;
-	const struct key_spec *k = find_spec(specs, n, name, &i);
-	if (k == NULL) {
-		unknown_key(p, specs, n, name);
-		return;
-	}
-	p->last_spec = k;
-	if (lines[i] != 0) {
-		line_error(p, name, "duplicate key (first set on line %d)", lines[i]);
-		p->last_key[0] = '\0';  /* its continuation lines belong to the ignored duplicate */
-		return;
-	}
-	lines[i] = p->lineno;
-	set_value(p, k, base, value, false);
-}
-
-static void peer_key(struct parser *p, const char *name, const char *value)
-{
-	struct config *cfg = p->cfg;
-	int64_t id;
-	if (!parse_int64(name, &id) || id < 1 || id > CONFIG_MAX_PEER_ID) {
-		line_error(p, name, "peer id must be an integer between 1 and %d", CONFIG_MAX_PEER_ID);
-		return;
-	}
-	for (size_t i = 0; i < cfg->n_peers; i++) {
-		if (cfg->peers[i].id == id) {
-			line_error(p, name, "duplicate peer id (first set on line %d)", p->peer_line[i]);
-			return;
-		}
-	}
-	const char *host;
-	size_t host_len;
-	int port;
-	char why[160];
-	if (!parse_endpoint(value, strlen(value), false, &host, &host_len, &port, NULL, why, sizeof(why))) {
-		char got[CONFIG_QUOTE_MAX + 16];
-		quote_value(value, 0, got, sizeof(got));
-		line_error(p, name, "%s, got %s", why, got);
-		return;
-	}
-	char *copy = p_strndup(p, host, host_len);
-	if (copy == NULL)
-		return;
-	if (!p_grow(p, &p->peer_line, cfg->n_peers, sizeof(*p->peer_line)) ||
-	    !p_grow(p, &cfg->peers, cfg->n_peers, sizeof(*cfg->peers))) {
-		free(copy);
-		return;
-	}
-	p->peer_line[cfg->n_peers] = p->lineno;
-	cfg->peers[cfg->n_peers++] = (struct config_peer){ .id = (int)id, .host = copy, .port = port };
-}
-
-static void *section_base(struct parser *p)
-{
-	struct config *cfg = p->cfg;
-	switch (p->section) {
-	case SECTION_GENERAL:
-		return &cfg->general;
-	case SECTION_POOL:
-		return &cfg->pools[p->pool];
-	case SECTION_SHARD:
-		return &cfg->pools[p->pool].shards[p->shard];
-	case SECTION_USER:
-		return &cfg->pools[p->pool].users[p->user];
-	case SECTION_NONE:
-	case SECTION_PEERS:
-	case SECTION_IGNORED:
-		return NULL;
-	}
-	return NULL;
-}
-
-static void continue_list(struct parser *p, const char *value)
-{
-	void *base = section_base(p);
-	if (p->last_spec != NULL && is_list(p->last_spec->kind) && base != NULL) {
-		if (strchr(value, '=') != NULL) {
-			line_error(p, p->last_key, "this indented line continues the list %s but looks like a "
-				   "new key; remove the indentation", p->last_key);
-			return;
-		}
-		set_value(p, p->last_spec, base, value, true);
-		return;
-	}
-	line_error(p, p->last_key, "this indented line continues the value of %s, but only lists "
-		   "(listen_addr, sharded_tables, servers) may span lines; remove the indentation "
-		   "if it starts a new key", p->last_key);
-	p->last_key[0] = '\0';  /* one report per key */
-}
-
-static void continue_value(struct parser *p, const char *raw)
-{
-	if (p->last_key[0] == '\0')
-		return;  /* continues an unknown, duplicate or ignored key: already reported */
-	/* Some inih builds leave inline comments on continuation lines: cut them here. */
-	size_t n = 0;
-	bool was_space = false;
-	while (raw[n] != '\0' && !(was_space && raw[n] == ';')) {
-		was_space = is_space(raw[n]);
-		n++;
-	}
-	trim(&raw, &n);
-	char *value = p_strndup(p, raw, n);
-	if (value == NULL)
-		return;
-	continue_list(p, value);
-	free(value);
-}
-
-static int on_key(void *user, const char *section, const char *name, const char *value)
-{
-	struct parser *p = user;
-	struct config *cfg = p->cfg;
-	(void)section;  /* ours is complete; inih's is cut at 49 characters */
-	p->handled = true;
-	if (p->oom)
-		return 1;
-	if (p->line_kind == LINE_CONTINUATION) {
-		continue_value(p, value);
-		return 1;
-	}
-	p->have_prev = true;
-	p->last_spec = NULL;
-	snprintf(p->last_key, sizeof(p->last_key), "%s", name);
-	if (name[0] == '\0') {
-		line_error(p, NULL, "missing key name before '='");
-		p->last_key[0] = '\0';
-		return 1;
-	}
-	switch (p->section) {
-	case SECTION_NONE:
-		problem(p, CONFIG_PROBLEM_UNKNOWN, p->lineno, NULL, name,
-			"key outside any section; put it under [general] or another section");
-		p->last_key[0] = '\0';
-		break;
-	case SECTION_GENERAL:
-		table_key(p, general_specs, N_GENERAL_KEYS, p->general_line, &cfg->general, name, value);
-		break;
-	case SECTION_POOL:
-		table_key(p, pool_specs, POOL_KEY_COUNT, p->pools[p->pool].key_line, &cfg->pools[p->pool],
-			  name, value);
-		break;
-	case SECTION_SHARD:
-		table_key(p, shard_specs, SHARD_KEY_COUNT, p->pools[p->pool].shards[p->shard].key_line,
-			  &cfg->pools[p->pool].shards[p->shard], name, value);
-		break;
-	case SECTION_USER:
-		table_key(p, user_specs, USER_KEY_COUNT, p->pools[p->pool].users[p->user].key_line,
-			  &cfg->pools[p->pool].users[p->user], name, value);
-		break;
-	case SECTION_PEERS:
-		peer_key(p, name, value);
-		break;
-	case SECTION_IGNORED:
-		p->last_key[0] = '\0';
-		break;
-	}
-	if (p->last_spec == NULL && p->section != SECTION_PEERS)
-		p->last_key[0] = '\0';
-	return 1;
-}
-
-/* ------------------------------------------------------------------ */
-/* Reading lines                                                        */
-
-/* inih rejected the last line without a word to us: say so. */
-static void finish_line(struct parser *p)
-{
-	if (p->line_kind != LINE_NONE && !p->handled) {
-		problem(p, CONFIG_PROBLEM_ERROR, p->lineno, NULL, NULL,
-			"expected \"key = value\", a [section] or a comment, got \"%s\"", p->snippet);
-		if (p->first_syntax_line == 0)
-			p->first_syntax_line = p->lineno;
-	}
-	p->line_kind = LINE_NONE;
-}
-
-/* Look at a line as inih will, before it does. */
-static void classify(struct parser *p, const char *line)
-{
-	const char *s = line;
-	while (is_space(*s))
-		s++;
-	size_t len = strlen(s);
-	while (len > 0 && is_space(s[len - 1]))
-		len--;
-	snprintf(p->snippet, sizeof(p->snippet), "%.*s%s", len > 40 ? 40 : (int)len, s, len > 40 ? "..." : "");
-	p->handled = false;
-
-	if (*s == '\0' || *s == ';' || *s == '#') {
-		p->line_kind = LINE_NONE;
-	} else if (s > line && p->have_prev) {
-		p->line_kind = LINE_CONTINUATION;
-	} else if (*s == '[') {
-		/* Same rule as inih: the name ends at ']' or at an inline comment. */
-		const char *e = s + 1;
-		bool was_space = false;
-		while (*e != '\0' && *e != ']' && !(was_space && *e == ';')) {
-			was_space = is_space(*e);
-			e++;
-		}
-		p->line_kind = LINE_NONE;
-		if (*e != ']') {
-			problem(p, CONFIG_PROBLEM_ERROR, p->lineno, NULL, NULL,
-				"section header \"%s\" has no closing ']'", p->snippet);
-			if (p->first_syntax_line == 0)
-				p->first_syntax_line = p->lineno;
-			free(p->section_name);
-			p->section_name = NULL;
-			p->section = SECTION_IGNORED;
-			p->last_key[0] = '\0';
-			return;
-		}
-		const char *name = s + 1;
-		size_t n = (size_t)(e - name);
-		trim(&name, &n);
-		enter_section(p, name, n);
-		const char *after = e + 1;
-		while (is_space(*after))
-			after++;
-		if (*after != '\0' && *after != ';' && *after != '#')
-			line_error(p, NULL, "unexpected text after ']'");
-	} else {
-		p->line_kind = LINE_KEY;
-	}
-}
-
-static char *read_line(char *buf, int size, void *stream)
-{
-	struct parser *p = stream;
-	finish_line(p);
-	if (*p->pos == '\0' || size < 4)
-		return NULL;
-	const char *start = p->pos;
-	const char *nl = strchr(start, '\n');
-	size_t len = nl ? (size_t)(nl - start) : strlen(start);
-	p->pos = nl ? nl + 1 : start + len;
-	p->lineno++;
-	if (len > 0 && start[len - 1] == '\r')
-		len--;
-	if (p->lineno == 1 && len >= 3 && memcmp(start, "\xEF\xBB\xBF", 3) == 0) {
-		start += 3;
-		len -= 3;
-	}
-	/* inih splits longer lines; refuse them instead. */
-	if (len > (size_t)size - 3) {
-		problem(p, CONFIG_PROBLEM_ERROR, p->lineno, NULL, NULL,
-			"line is longer than %d characters; split long lists over indented continuation lines",
-			size - 3);
-		if (p->first_syntax_line == 0)
-			p->first_syntax_line = p->lineno;
-		p->line_kind = LINE_NONE;
-		strcpy(buf, "\n");
-		return buf;
-	}
-	memcpy(buf, start, len);
-	buf[len] = '\n';
-	buf[len + 1] = '\0';
-	classify(p, buf);
-	return buf;
-}
-
-/* ------------------------------------------------------------------ */
-/* Loading                                                              */
-
-static void parser_free(struct parser *p)
-{
-	for (size_t i = 0; p->pools != NULL && i < p->cfg->n_pools; i++) {
-		free(p->pools[i].shards);
-		free(p->pools[i].users);
-	}
-	free(p->pools);
-	free(p->peer_line);
-	free(p->section_name);
-}
-
-/* ---- auth_file (SPEC §2): users for pools without users sections ---- */
-
-#define AUTH_FILE_MAX_SIZE (16 * 1024 * 1024)
-
-/* auth_file relative to the directory of the config file. */
-static char *auth_file_path(const char *cfg_path, const char *file)
-{
-	if (file[0] == '/' || cfg_path == NULL)
-		return strdup(file);
-	const char *slash = strrchr(cfg_path, '/');
-	if (slash == NULL)
-		return strdup(file);
-	return format("%.*s/%s", (int)(slash - cfg_path), cfg_path, file);
-}
-
-static char *read_small_file(const char *path, size_t max, size_t *len, char **err)
-{
-	FILE *f = fopen(path, "rb");
-	if (f == NULL) {
-		*err = format("cannot open: %s", strerror(errno));
-		return NULL;
-	}
-	char *buf = malloc(max + 1);
-	size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
-	bool bad = buf == NULL || ferror(f);
-	fclose(f);
-	if (bad || n > max) {
-		*err = buf == NULL ? format("out of memory") : n > max ? format("larger than %zu bytes", max)
-								       : format("cannot read: %s", strerror(errno));
-		free(buf);
-		return NULL;
-	}
-	buf[n] = '\0';
-	*len = n;
-	return buf;
-}
-
-struct bad_line_ctx {
-	struct parser *p;
-	const char *path;
-};
-
-static void auth_file_bad_line(void *arg, int line, const char *why)
-{
-	struct bad_line_ctx *b = arg;
-	char *msg = format("%s:%d: line skipped: %s", b->path, line, why);
-	if (msg == NULL) {
-		b->p->oom = true;
-		return;
-	}
-	add_problem(b->p->problems, CONFIG_PROBLEM_WARNING, line, msg, &b->p->oom);
-}
-
-/* Every user of the file becomes a user of each pool that has no users
- * section, as if written there with `password = <secret>`. */
-static void load_auth_file(struct parser *p)
-{
-	struct config *cfg = p->cfg;
-	bool wanted = false;
-	for (size_t i = 0; i < cfg->n_pools; i++)
-		wanted |= cfg->pools[i].n_users == 0;
-	if (!cfg->general.auth_file || !cfg->general.auth_file[0] || !wanted)
-		return;
-	char *path = auth_file_path(cfg->path, cfg->general.auth_file);
-	if (path == NULL) {
-		p->oom = true;
-		return;
-	}
-	char *err = NULL;
-	size_t len = 0;
-	char *text = read_small_file(path, AUTH_FILE_MAX_SIZE, &len, &err);
-	if (text == NULL) {
-		char *msg = err ? format("%s: [general] auth_file: %s: %s", p->file, path, err) : NULL;
-		free(err);
-		if (msg == NULL)
-			p->oom = true;
-		else
-			add_problem(p->problems, CONFIG_PROBLEM_ERROR, 0, msg, &p->oom);
-		free(path);
-		return;
-	}
-	struct auth_file af;
-	struct bad_line_ctx ctx = { p, path };
-	if (!auth_file_parse(text, len, &af, auth_file_bad_line, &ctx)) {
-		p->oom = true;
-		free(text);
-		free(path);
-		return;
-	}
-	free(text);
-	for (size_t i = 0; i < cfg->n_pools && !p->oom; i++) {
-		struct config_pool *pool = &cfg->pools[i];
-		if (pool->n_users != 0)
-			continue;
-		for (size_t k = 0; k < af.n && !p->oom; k++) {
-			if (!p_grow(p, &pool->users, pool->n_users, sizeof(*pool->users)))
-				break;
-			struct config_user *u = &pool->users[pool->n_users];
-			apply_defaults(p, user_specs, USER_KEY_COUNT, u);
-			u->name = p_strdup(p, af.entries[k].user);
-			free(u->password);
-			u->password = p_strdup(p, af.entries[k].secret);
-			if (u->name == NULL || u->password == NULL) {
-				free(u->name);
-				free(u->password);
-				break;
-			}
-			pool->n_users++;
-		}
-	}
-	auth_file_free(&af);
-	free(path);
-}
-
-static struct config *load_text(const char *text, const char *file, struct config_problems *problems)
-{
-	struct config_problems local = { 0 };
-	if (problems == NULL)
-		problems = &local;
-	struct parser p = { .problems = problems, .file = file, .pos = text };
-	p.cfg = calloc(1, sizeof(*p.cfg));
-	if (p.cfg == NULL) {
-		p.oom = true;
-	} else {
-		p.cfg->path = p_strdup(&p, file);
-		apply_defaults(&p, general_specs, N_GENERAL_KEYS, &p.cfg->general);
-		int rc = ini_parse_stream(read_line, &p, on_key, &p);
-		finish_line(&p);
-		if (rc == -2)
-			p.oom = true;
-		else if (rc > 0 && p.first_syntax_line == 0)
-			problem(&p, CONFIG_PROBLEM_ERROR, rc, NULL, NULL, "syntax error");
-		if (!p.oom)
-			check_all(&p);
-		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
-			load_auth_file(&p);
-		parser_free(&p);
-	}
-	if (p.oom) {
-		bool ignored = false;
-		add_problem(problems, CONFIG_PROBLEM_ERROR, 0, format("%s: out of memory", file), &ignored);
-	}
-	struct config *cfg = p.cfg;
-	if (p.oom || config_problems_has(problems, CONFIG_PROBLEM_ERROR)) {
-		config_free(cfg);
-		cfg = NULL;
-	}
-	config_problems_free(&local);
-	return cfg;
-}
-
-static void file_problem(struct config_problems *pr, char *message)
-{
-	bool ignored = false;
-	add_problem(pr, CONFIG_PROBLEM_ERROR, 0, message, &ignored);
-}
-
-struct config *config_load(const char *path, struct config_problems *problems)
-{
-	struct config_problems local = { 0 };
-	if (problems == NULL)
-		problems = &local;
-	*problems = (struct config_problems){ 0 };
-
-	FILE *f = fopen(path, "rb");
-	if (f == NULL) {
-		file_problem(problems, format("%s: cannot open: %s", path, strerror(errno)));
-		config_problems_free(&local);
-		return NULL;
-	}
-	char *text = NULL;
-	size_t len = 0, cap = 0;
-	bool failed = false;
-	for (;;) {
-		if (cap - len < 4096) {
-			cap = cap ? cap * 2 : 16384;
-			char *nt = realloc(text, cap + 1);
-			if (nt == NULL) {
-				file_problem(problems, format("%s: out of memory", path));
-				failed = true;
-				break;
-			}
-			text = nt;
-		}
-		size_t got = fread(text + len, 1, cap - len, f);
-		len += got;
-		if (len > CONFIG_MAX_FILE_SIZE) {
-			file_problem(problems, format("%s: file is larger than %d bytes", path, CONFIG_MAX_FILE_SIZE));
-			failed = true;
-			break;
-		}
-		if (got == 0) {
-			if (ferror(f)) {
-				file_problem(problems, format("%s: cannot read: %s", path, strerror(errno)));
-				failed = true;
-			}
-			break;
-		}
-	}
-	fclose(f);
-	struct config *cfg = NULL;
-	if (!failed) {
-		text[len] = '\0';
-		const char *nul = memchr(text, '\0', len);
-		if (nul != NULL) {
-			int line = 1;
-			for (const char *c = text; c < nul; c++)
-				line += *c == '\n';
-			file_problem(problems, format("%s:%d: the file contains a NUL byte", path, line));
-			if (problems->n > 0)
-				problems->items[problems->n - 1].line = line;
-		} else {
-			cfg = load_text(text, path, problems);
-		}
-	}
-	free(text);
-	config_problems_free(&local);
-	return cfg;
-}
-
-struct config *config_load_string(const char *text, const char *name, struct config_problems *problems)
-{
-	if (problems != NULL)
-		*problems = (struct config_problems){ 0 };
-	return load_text(text, name, problems);
-}
-
-void config_free(struct config *cfg)
-{
-	if (cfg == NULL)
-		return;
-	free(cfg->path);
-	free_fields(general_specs, N_GENERAL_KEYS, &cfg->general);
-	for (size_t i = 0; i < cfg->n_pools; i++) {
-		struct config_pool *pool = &cfg->pools[i];
-		free(pool->name);
-		free_fields(pool_specs, POOL_KEY_COUNT, pool);
-		for (size_t j = 0; j < pool->n_shards; j++)
-			free_fields(shard_specs, SHARD_KEY_COUNT, &pool->shards[j]);
-		free(pool->shards);
-		for (size_t j = 0; j < pool->n_users; j++) {
-			free(pool->users[j].name);
-			free_fields(user_specs, USER_KEY_COUNT, &pool->users[j]);
-		}
-		free(pool->users);
-	}
-	free(cfg->pools);
-	for (size_t i = 0; i < cfg->n_peers; i++)
-		free(cfg->peers[i].host);
-	free(cfg->peers);
-	free(cfg);
 }
 
 void config_problems_free(struct config_problems *problems)

@@ -6,7 +6,7 @@
  * and put in order, default_shard in range, at most one primary a shard,
  * a user's minimum pool size within its pool size; and what is inherited
  * (a pool's pool_mode from [general], a shard's database from its pool's
- * name). Its own room because reading a line and a value (config.c,
+ * name). Its own room because reading a line and a value (config_load.c,
  * config_value.c) cannot tell these; each is told at the line of the key
  * concerned.
  */

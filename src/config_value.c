@@ -3,9 +3,11 @@
  * config_value: one value of pgcat.ini read, checked and put into the field
  * its key describes (include/config_internal.h): integers in range,
  * booleans, enum spellings, host:port[:role], lists of addresses, tables,
- * functions and servers, SCRAM secrets; the defaults, and freeing what a
+ * functions and servers, and the extra check its key's table names (those
+ * stand with the tables in config.c); the defaults, and freeing what a
  * field owns. Its own room because it knows one key at a time: the file's
- * lines and sections, and checks across keys, are config.c's.
+ * lines and sections are config_load.c's, and checks across keys
+ * config_check.c's.
  */
 #define _POSIX_C_SOURCE 200809L
 /* By path: the build's autoconf header is also called config.h and comes
@@ -181,53 +183,6 @@ static bool check_sharded_table(const char *s, size_t n, char *why, size_t whyle
 		return true;
 	snprintf(why, whylen, "must be table.column or schema.table.column");
 	return false;
-}
-
-bool check_socket_dir(const char *value, char *why, size_t whylen)
-{
-	if (strlen(value) <= CONFIG_MAX_SOCKET_DIR)
-		return true;
-	snprintf(why, whylen, "must be at most %d characters, so that the socket path fits", CONFIG_MAX_SOCKET_DIR);
-	return false;
-}
-
-static bool base64_run(const char **s, char stop)
-{
-	const char *start = *s;
-	while (**s != '\0' && **s != stop &&
-	       (isalnum((unsigned char)**s) || **s == '+' || **s == '/' || **s == '='))
-		(*s)++;
-	return *s > start && **s == stop;
-}
-
-/* A password that claims to be a SCRAM secret must look like one:
- * SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey> */
-bool check_password(const char *value, char *why, size_t whylen)
-{
-	static const char prefix[] = "SCRAM-SHA-256$";
-	if (strncmp(value, prefix, sizeof(prefix) - 1) != 0)
-		return true;
-	const char *s = value + sizeof(prefix) - 1;
-	const char *digits = s;
-	while (isdigit((unsigned char)*s))
-		s++;
-	bool ok = s > digits && *digits != '0' && *s == ':';
-	if (ok) {
-		s++;
-		ok = base64_run(&s, '$');
-	}
-	if (ok) {
-		s++;
-		ok = base64_run(&s, ':');
-	}
-	if (ok) {
-		s++;
-		ok = base64_run(&s, '\0');
-	}
-	if (!ok)
-		snprintf(why, whylen, "looks like a SCRAM secret but is not of the form "
-			 "SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>");
-	return ok;
 }
 
 /* "host:port" (want_role false) or "host:port:role"; IPv6 hosts in brackets. */
