@@ -122,9 +122,4 @@ void fanout_cancel(struct client *c);
 /* A leg client is closing (pgcat closed it, or its pair end closed). */
 void fanout_leg_closed(struct client *leg);
 
-/* Per pool: the database's collation, learnt by the first merge that
- * compares strings. */
-struct pool;
-void fanout_pool_free(struct pool *p);
-
 #endif

@@ -88,8 +88,4 @@ enum route_cross route_cross_shard_read(struct client *c, const struct proto_fra
  * (reply queued); sql is the query text. */
 bool route_local_command(struct client *c, const char *sql, size_t len);
 
-/* Per pool: the parser's cache (query_cache_size entries). */
-bool route_pool_init(struct pool *p);
-void route_pool_free(struct pool *p);
-
 #endif

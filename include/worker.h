@@ -1,97 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * worker: the per-process context. Everything mutable that a worker owns
- * hangs off struct worker; the event loop, listeners, signals, timers and
- * deferred frees live here. No protocol knowledge.
+ * worker: one worker process: its event loop, listeners, signals, timers
+ * and deferred frees, and the commands its sessions may ask of it. The
+ * context itself, struct worker, is in context.h. No protocol knowledge.
  */
 #ifndef PGCAT_WORKER_H
 #define PGCAT_WORKER_H
 
 #include <stdbool.h>
-#include <stdint.h>
-#include <sys/socket.h>
+#include <stddef.h>
 
-#include "auth_scram.h"
-#include "bans.h"
-#include "shm.h"
-#include "cancel.h"
-#include "io.h"
-#include "list.h"
-#include "randpool.h"
-#include "types.h"
-#include "tls.h"
-
-struct dns;
-struct lagmon;
-struct session_ops;
-
-#define WORKER_MAX_LISTENERS 32
-
-struct worker {
-	int id;                           /* 0 .. workers-1 */
-	struct shm *shm;                  /* shared with the other workers */
-	uint64_t admin_seen;              /* last shm admin command applied */
-	struct event_base *base;
-	struct io_flusher flusher;
-	struct config *cfg;              /* current snapshot, owned */
-	char *config_path;
-
-	struct evconnlistener *listeners[WORKER_MAX_LISTENERS];
-	size_t n_listeners;
-
-	/* Clients by phase, for the janitor's timeout sweeps. Waiting clients
-	 * are on their srvpool's FIFO instead. */
-	struct list_node clients_login;   /* startup and authentication */
-	struct list_node clients_idle;    /* logged in, no server */
-	struct list_node clients_active;  /* linked to a server */
-	int n_clients;                    /* every client connection, for max_client_conn */
-
-	struct list_node pools;           /* struct pool, one per (pool, user) */
-	struct cancel_table cancel;
-	struct cancel_requests cancel_requests; /* outgoing CancelRequests in flight */
-
-	/* Objects closed during this loop turn, freed by the reaper after it so
-	 * that no callback later in the turn sees freed memory. */
-	struct list_node dead_clients, dead_servers;
-	struct event *reaper;
-
-	struct event *janitor;
-	struct event *sig_term, *sig_int, *sig_quit, *sig_hup, *sig_usr1, *sig_usr2;
-	struct event *shutdown_timer;
-	struct event *accept_resume;      /* accepting paused: out of fds */
-	bool accept_paused;
-	bool shutting_down;
-	int exit_code;
-
-	uint64_t next_id;
-	/* Some client may have a cross-shard batch awaiting its Sync: the
-	 * janitor looks through the idle clients only then. */
-	bool batch_waiters;
-	uint64_t trimmed_at_id;           /* next_id at the last malloc_trim */
-	uint64_t trimmed_at_us;
-	uint64_t id_at_last_tick;         /* next_id at the janitor's last tick */
-	uint64_t now_us;                  /* cached clock, refreshed per callback */
-	uint8_t fake_salt_secret[16];     /* for the mock challenge to unknown users */
-	struct scram_secret admin_scram;  /* admin_password's verifier */
-	/* The admin console's session (admin.c), that the login hands an
-	 * admin connection to (client.c). */
-	const struct session_ops *admin_session;
-	bool have_admin_scram;
-
-	struct lagmon *lagmon;            /* the replica lag monitor: worker 0 only (lagmon.c) */
-	struct dns *dns;                  /* c-ares resolver and cache of server host names */
-	struct tls_contexts tls;          /* OpenSSL contexts of both sides (tls.c) */
-	struct event *stats_timer;        /* every stats_period: SHOW STATS averages */
-	struct evhttp *http;              /* /metrics, when prometheus_port > 0 */
-	int http_port;
-	int64_t start_wall;
-	int64_t config_mtime;             /* for autoreload */
-	uint64_t last_autoreload_check_us;
-	uint64_t last_trim_us;
-	uint64_t rng;                     /* route's generator state */
-	uint64_t schema_gen;              /* without shm (fuzzing): the schema generation */
-	struct randpool rand;             /* salts, nonces and cancel keys of logins */             /* idle clients' buffers last freed */
-};
+#include "context.h"
 
 /* Create the worker: listeners, signals, pools, timers. Takes ownership of
  * cfg. unix_fd: the supervisor's listening unix socket, or -1. */
@@ -101,9 +20,6 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 int worker_run(struct worker *w);
 void worker_destroy(struct worker *w);
 
-void worker_update_clock(struct worker *w);
-/* Schedule the reaper for this loop turn. */
-void worker_schedule_reap(struct worker *w);
 /* Begin graceful shutdown (SIGTERM/SIGINT, admin SHUTDOWN). */
 void worker_begin_shutdown(struct worker *w);
 /* This worker's figures to the shared segment: its clients counted per
@@ -112,8 +28,6 @@ void worker_publish_pools(struct worker *w);
 /* KILL db (NULL: every pool): its clients closed, then its waiting clients
  * and its servers (pool_kill). Returns the number of pools matched. */
 int worker_kill(struct worker *w, const char *db);
-/* Called when the last client of a shutdown is gone. */
-void worker_check_shutdown_done(struct worker *w);
 /* Re-read the config file (SIGHUP, RELOAD, autoreload): all or nothing.
  * On failure the old config stays and err holds the first problem. */
 bool worker_reload(struct worker *w, char *err, size_t errlen);

@@ -27,7 +27,7 @@
 #include "pool.h"
 #include "shm.h"
 #include "sqllex.h"
-#include "worker.h"
+#include "context.h"
 
 #define ADMIN_MAX_QUERY 8192
 
@@ -193,7 +193,7 @@ static bool run_command(struct client *c, const char *sql)
 	const char *db = ws.n >= 2 ? ws.w[1] : NULL;
 	if (is(&ws, 0, "reload") && ws.n == 1) {
 		char err[512];
-		if (worker_reload(w, err, sizeof err)) {
+		if (w->cmds->reload(w, err, sizeof err)) {
 			/* The supervisor passes it on to the other workers. */
 			if (w->shm->h->n_workers > 1)
 				kill(getppid(), SIGHUP);
@@ -227,7 +227,7 @@ static bool run_command(struct client *c, const char *sql)
 		return broadcast(c, cmd, db, NULL, tag, cmd == SHM_ADMIN_PAUSE);
 	}
 	if ((is(&ws, 0, "disable") || is(&ws, 0, "enable") || is(&ws, 0, "kill")) && ws.n == 2) {
-		int n = is(&ws, 0, "kill") ? worker_kill(w, db) : pool_set_disabled(w, db, is(&ws, 0, "disable"));
+		int n = is(&ws, 0, "kill") ? w->cmds->kill(w, db) : pool_set_disabled(w, db, is(&ws, 0, "disable"));
 		if (n == 0) {
 			admin_error(c, "3D000", "no such database: %s", db);
 			return true;
@@ -242,7 +242,7 @@ static bool run_command(struct client *c, const char *sql)
 		admin_complete(c, "SHUTDOWN");
 		/* The whole instance: the supervisor tells every worker. */
 		kill(getppid(), SIGTERM);
-		worker_begin_shutdown(w);
+		w->cmds->begin_shutdown(w);
 		return true;
 	}
 	if ((is(&ws, 0, "ban") && (ws.n == 2 || ws.n == 3)) || (is(&ws, 0, "unban") && ws.n == 2)) {

@@ -28,7 +28,7 @@
 #include "server.h"
 #include "shm.h"
 #include "stats.h"
-#include "worker.h"
+#include "context.h"
 
 static void fmt_time(int64_t t, char *buf, size_t len)
 {
@@ -151,7 +151,7 @@ static void show_pools(struct client *c)
 	struct admin_result r;
 	admin_res_begin(&r, c, COLUMNS(cols));
 	/* This worker's figures fresh; the others' as of their last tick. */
-	worker_publish_pools(w);
+	w->cmds->publish_pools(w);
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
@@ -877,7 +877,7 @@ static void show_workers(struct client *c)
 		COL_I("worker"), COL_I("pid"), COL_T("started"), COL_I("clients"), COL_I("servers"), COL_I("restarts"),
 	};
 	struct worker *w = c->w;
-	worker_publish_pools(w);
+	w->cmds->publish_pools(w);
 	struct admin_result r;
 	admin_res_begin(&r, c, COLUMNS(cols));
 	for (uint32_t i = 0; i < w->shm->h->n_workers; i++) {

@@ -19,7 +19,7 @@
 #include "pktbuf.h"
 #include "pool.h"
 #include "proto.h"
-#include "worker.h"
+#include "context.h"
 
 static bool is_scram_secret(const char *pw) { return pw && strncmp(pw, "SCRAM-SHA-256$", 14) == 0; }
 

@@ -41,7 +41,7 @@
 #include "shm.h"
 #include "sqllex.h"
 #include "stats.h"
-#include "worker.h"
+#include "context.h"
 
 /* Stop reading the client once this much waits for a slow server. */
 #define CLIENT_OUT_BUDGET (128u * 1024)

@@ -17,7 +17,7 @@
 
 #include "list.h"
 #include "log.h"
-#include "worker.h"
+#include "context.h"
 
 #define DNS_MAX_SOCKS 16
 

@@ -24,7 +24,7 @@
 #include "log.h"
 #include "prepared.h"
 #include "proto.h"
-#include "worker.h"
+#include "context.h"
 
 /* ---- the client's request ---- */
 

@@ -21,7 +21,7 @@
 #include "proto.h"
 #include "router.h"
 #include "shardkey.h"
-#include "worker.h"
+#include "context.h"
 
 /* ---- one statement bound many times: each Bind on its shard ---- */
 

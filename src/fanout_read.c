@@ -146,14 +146,6 @@ static void fanout_pool_collation(struct pool *p, const char *name)
 	snprintf(p->collation_name, sizeof p->collation_name, "%s", name);
 }
 
-void fanout_pool_free(struct pool *p)
-{
-	if (p->collation)
-		freelocale(p->collation);
-	p->collation = (locale_t)0;
-	p->collation_known = false;
-}
-
 static void send_error(struct evbuffer *out, const char *sqlstate, const char *msg)
 {
 	uint8_t storage[1024];

@@ -35,7 +35,7 @@
 #include "pool.h"
 #include "proto.h"
 #include "shm.h"
-#include "worker.h"
+#include "context.h"
 
 /* Set on every monitor connection, so that pg_stat_activity tells them
  * from pooled ones. */

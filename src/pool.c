@@ -8,11 +8,10 @@
 #include "pool.h"
 
 #include "dns.h"
-#include "fanout.h"
+#include "router.h"
 
 #include <openssl/crypto.h>
 #include "rotation.h"
-#include "route.h"
 
 #include <assert.h>
 #include <netdb.h>
@@ -28,7 +27,7 @@
 #include "shm.h"
 #include "log.h"
 #include "server.h"
-#include "worker.h"
+#include "context.h"
 
 /* After a failed connect, do not try the same server again sooner than
  * this while no connection to it is alive; clients asking meanwhile get
@@ -91,6 +90,15 @@ static const struct srvpool_events srvpool_events = {
 	.release = pool_release,
 	.closed = pool_server_closed,
 };
+
+/* The query parser's verdicts for this pool (query_cache_size entries,
+ * SPEC §4; route.c reads and fills it). */
+static bool router_cache_init(struct pool *p)
+{
+	size_t cap = p->w->cfg->general.query_cache_size > 0 ? (size_t)p->w->cfg->general.query_cache_size : 0;
+	p->router_cache = cap ? router_cache_new(cap) : NULL;
+	return cap == 0 || p->router_cache != NULL;
+}
 
 static struct srvpool *srvpool_new(struct pool *p, const struct config_shard *sh, const struct config_server *cs)
 {
@@ -225,7 +233,7 @@ static struct pool *pool_new(struct worker *w, const struct config_pool *cp, con
 	p->user = strdup(cu->name);
 	params_init(&p->defaults);
 	prep_registry_init(&p->prep);
-	if (!route_pool_init(p))
+	if (!router_cache_init(p))
 		log_warning("pool %s: no memory for the query cache; statements are parsed every time", cp->name);
 	list_init(&p->login_waiters);
 	list_init(&p->retired);
@@ -314,8 +322,14 @@ static void pool_free(struct pool *p)
 		shm_gauges_clear(p->w->shm, p->w->id, p->shm_slot);
 	params_clear(&p->defaults);
 	prep_registry_free(&p->prep);
-	route_pool_free(p);
-	fanout_pool_free(p);
+	if (p->router_cache)
+		router_cache_free(p->router_cache);
+	p->router_cache = NULL;
+	/* the database's collation, learnt by the first merge that compared strings */
+	if (p->collation)
+		freelocale(p->collation);
+	p->collation = (locale_t)0;
+	p->collation_known = false;
 	config_ref_put(p->cfg_ref);
 	free(p->targets);
 	free(p->name);

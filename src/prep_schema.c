@@ -11,7 +11,7 @@
 
 #include "log.h"
 #include "shm.h"
-#include "worker.h"
+#include "context.h"
 
 uint64_t prep_schema_generation(const struct worker *w)
 {

@@ -27,7 +27,7 @@
 #include "server.h"
 #include "sqllex.h"
 #include "stats.h"
-#include "worker.h"
+#include "context.h"
 
 /* ---- helpers ---- */
 

@@ -21,7 +21,7 @@
 #include "server.h"
 #include "shm.h"
 #include "stats.h"
-#include "worker.h"
+#include "context.h"
 
 /* Label values escaped as the text format wants (\\, \", \n). */
 static void label(struct evbuffer *out, const char *s)
@@ -102,7 +102,7 @@ void prometheus_render(struct worker *w, struct evbuffer *out)
 {
 	struct list_node *pos, *tmp;
 	/* Instance-wide: every worker's share from the shared segment. */
-	worker_publish_pools(w);
+	w->cmds->publish_pools(w);
 	for (int g = 0; g < PG__COUNT; g++) {
 		header(out, &pool_gauges[g]);
 		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {

@@ -17,7 +17,7 @@
 #include "log.h"
 #include "pool.h"
 #include "shm.h"
-#include "worker.h"
+#include "context.h"
 
 /* Asked for every candidate of every routed transaction: the shared table
  * (256 entries behind a process-shared mutex) is read only when its

@@ -25,25 +25,11 @@
 #include "server.h"
 #include "shm.h"
 #include "sqllex.h"
-#include "worker.h"
+#include "context.h"
 
 /* Longest first statement the parser looks at; longer ones go by default_role
  * (query_parser_max_length may lower it further). */
 #define ROUTE_INSPECT_MAX (64u * 1024)
-
-bool route_pool_init(struct pool *p)
-{
-	size_t cap = p->w->cfg->general.query_cache_size > 0 ? (size_t)p->w->cfg->general.query_cache_size : 0;
-	p->router_cache = cap ? router_cache_new(cap) : NULL;
-	return cap == 0 || p->router_cache != NULL;
-}
-
-void route_pool_free(struct pool *p)
-{
-	if (p->router_cache)
-		router_cache_free(p->router_cache);
-	p->router_cache = NULL;
-}
 
 /* xorshift64*: the worker's own generator, for picking among servers. */
 static uint64_t next_random(struct worker *w)

@@ -38,7 +38,7 @@
 #include "pool_types.h"
 #include "proto.h"
 #include "stats.h"
-#include "worker.h"
+#include "context.h"
 
 /* Stop reading the server once this much waits for a slow client. */
 #define SERVER_OUT_BUDGET (128u * 1024)

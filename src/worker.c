@@ -167,13 +167,6 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 	return true;
 }
 
-void worker_update_clock(struct worker *w)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	w->now_us = (uint64_t)ts.tv_sec * 1000000ULL + (uint64_t)ts.tv_nsec / 1000;
-}
-
 static void reaper_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct worker *w = arg;
@@ -186,12 +179,6 @@ static void reaper_cb(evutil_socket_t fd, short what, void *arg)
 		list_del(pos);
 		server_free(LIST_OWNER(pos, struct server, node));
 	}
-}
-
-void worker_schedule_reap(struct worker *w)
-{
-	if (w->reaper)
-		event_active(w->reaper, 0, 0);
 }
 
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
@@ -577,16 +564,6 @@ static void close_all_clients(struct worker *w, struct list_node *head, const ch
 		client_close(LIST_OWNER(pos, struct client, node), sqlstate, "%s", msg);
 }
 
-void worker_check_shutdown_done(struct worker *w)
-{
-	if (!w->shutting_down || w->n_clients > 0)
-		return;
-	/* Every client is gone: leave the loop; worker_destroy closes the
-	 * servers. (Not here: this runs deep inside callbacks that still
-	 * hold pointers to pools and servers.) */
-	event_base_loopexit(w->base, NULL);
-}
-
 void worker_begin_shutdown(struct worker *w)
 {
 	if (w->shutting_down)
@@ -684,6 +661,14 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 	}
 }
 
+/* What the admin console and /metrics ask of this process (context.h). */
+static const struct worker_commands worker_commands = {
+	.begin_shutdown = worker_begin_shutdown,
+	.publish_pools = worker_publish_pools,
+	.kill = worker_kill,
+	.reload = worker_reload,
+};
+
 struct worker *worker_create(struct config *cfg, const char *config_path, int id, struct shm *shm, int unix_fd)
 {
 	struct worker *w = calloc(1, sizeof *w);
@@ -731,6 +716,7 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	w->config_mtime = file_mtime(w->config_path);
 	admin_credentials(w);
 	w->admin_session = &admin_session;
+	w->cmds = &worker_commands;
 	w->stats_timer = evtimer_new(w->base, stats_timer_cb, w);
 	w->reaper = event_new(w->base, -1, 0, reaper_cb, w);
 	w->janitor = event_new(w->base, -1, EV_PERSIST, janitor_cb, w);
