@@ -191,6 +191,9 @@ void client_reply_started(struct client *c);
 const char *client_state_name(enum client_state st);
 
 struct pktbuf;
+/* Write the message built in pb to the client (nothing if pb failed or the
+ * connection is closed). */
+void client_send_pkt(struct client *c, struct pktbuf *pb);
 /* End of a login: append BackendKeyData (a fresh cancel key) and
  * ReadyForQuery to pb (AuthenticationOk and ParameterStatus already in
  * it), send it, go IDLE. false: the client was closed. */

@@ -29,6 +29,7 @@
 
 struct dns;
 struct lagmon;
+struct login_ops;
 struct session_ops;
 struct worker_commands;
 
@@ -83,6 +84,9 @@ struct worker {
 	/* The admin console's session (admin.c), that the login hands an
 	 * admin connection to (client.c). */
 	const struct session_ops *admin_session;
+	/* The login (login.c), that the pump hands a client in CLIENT_STARTUP
+	 * or CLIENT_AUTH to (session.h): above client.c, installed here. */
+	const struct login_ops *login;
 	const struct worker_commands *cmds;   /* worker.c's, for the sessions above it */
 	bool have_admin_scram;
 

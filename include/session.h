@@ -9,7 +9,8 @@
  *
  * A data header with no module of its own: client.c calls a kind only
  * through its table, and the worker, above both, hands the admin kind's
- * table to the login (struct worker).
+ * table to the login (struct worker). The login itself (login.c) is
+ * reached the same way, through struct login_ops below.
  */
 #ifndef PGCAT_SESSION_H
 #define PGCAT_SESSION_H
@@ -32,6 +33,18 @@ struct session_ops {
 	 * on with the next message, if still idle; false: stop until more
 	 * bytes or an event. */
 	bool (*message)(struct client *c, const struct proto_frame *f);
+};
+
+/* Before the session: the login (login.c), which reads a connection from
+ * its first byte to its authentication and then calls its session's
+ * welcome. Above client.c, which calls it only through this table, that
+ * the worker installs (w->login). */
+struct login_ops {
+	/* A client in CLIENT_STARTUP: take its startup packet (or SSLRequest,
+	 * GSSENCRequest, CancelRequest, a direct TLS ClientHello). */
+	void (*read_startup)(struct client *c);
+	/* A client in CLIENT_AUTH: take its authentication messages. */
+	void (*read_auth)(struct client *c);
 };
 
 #endif

@@ -49,10 +49,6 @@
 /* Query texts up to this length are read for search_path tracking and,
  * after a lost server, for ROLLBACK; longer ones are streamed unread. */
 #define CLIENT_INSPECT_MAX (8u * 1024)
-/* SSLRequest/GSSENCRequest answered before the real startup packet. */
-#define CLIENT_MAX_NEGOTIATIONS 2
-/* Admin-console logins allowed beyond max_client_conn (SPEC §3). */
-#define ADMIN_EXTRA_CONNECTIONS 5
 
 static const char *const state_names[] = {
 	[CLIENT_STARTUP] = "startup", [CLIENT_AUTH] = "auth", [CLIENT_LOGIN_WAIT] = "login_wait",
@@ -105,7 +101,7 @@ void client_set_state(struct client *c, enum client_state st)
 	}
 }
 
-static void send_pkt(struct client *c, struct pktbuf *pb)
+void client_send_pkt(struct client *c, struct pktbuf *pb)
 {
 	if (!pb->failed && !c->io.closed)
 		evbuffer_add(io_out(&c->io), pb->data, pb->len);
@@ -117,7 +113,7 @@ static void send_error(struct client *c, const char *severity, const char *sqlst
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);
 	pktbuf_error(&pb, severity, sqlstate, msg);
-	send_pkt(c, &pb);
+	client_send_pkt(c, &pb);
 }
 
 static void send_rfq(struct client *c, char status)
@@ -126,7 +122,7 @@ static void send_rfq(struct client *c, char status)
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);
 	pktbuf_ready_for_query(&pb, status);
-	send_pkt(c, &pb);
+	client_send_pkt(c, &pb);
 }
 
 static void send_simple(struct client *c, uint8_t type)
@@ -371,372 +367,7 @@ void client_free(struct client *c)
 	free(c);
 }
 
-/* ---- startup and login ---- */
-
-static void login_done(struct client *c);
-
-static bool startup_param(struct client *c, const char *name, const char *value)
-{
-	if (strcmp(name, "user") == 0 || strcmp(name, "database") == 0) {
-		/* taken by set_names after the loop */
-	} else if (strcmp(name, "options") == 0) {
-		if (!params_apply_options(&c->params, value)) {
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid command-line argument in startup packet: \"%s\"", value);
-			return false;
-		}
-	} else if (strcmp(name, "replication") == 0) {
-		client_close(c, SQLSTATE_FEATURE_NOT_SUPPORTED, "replication connections are not supported by pgcat");
-		return false;
-	} else if (proto_is_protocol_option(name)) {
-		/* protocol options: pgcat knows none; each was named back in
-		 * NegotiateProtocolVersion, and none goes to a server */
-	} else if (!params_set(&c->params, name, value, strcasecmp(name, "search_path") == 0)) {
-		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "startup parameter \"%s\" is too long", name);
-		return false;
-	}
-	return true;
-}
-
-/* user and database (the user's name when not given), cut to 63 bytes as
- * PostgreSQL's NAMEDATALEN does, in one allocation. */
-static bool set_names(struct client *c, const struct proto_startup *st)
-{
-	const char *user = "", *db = "";
-	for (size_t i = 0; i < st->n_params; i++) {
-		if (strcmp(st->params[i].name, "user") == 0)
-			user = st->params[i].value;
-		else if (strcmp(st->params[i].name, "database") == 0)
-			db = st->params[i].value;
-	}
-	if (!db[0])
-		db = user;
-	size_t ul = strnlen(user, 63), dl = strnlen(db, 63);
-	char *names = malloc(ul + 1 + dl + 1);
-	if (!names) {
-		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
-		return false;
-	}
-	memcpy(names, user, ul);
-	names[ul] = '\0';
-	memcpy(names + ul + 1, db, dl);
-	names[ul + 1 + dl] = '\0';
-	free(c->names);
-	c->names = names;
-	return true;
-}
-
-static void handle_cancel_request(struct client *c, uint32_t pid, const uint8_t *key, size_t key_len)
-{
-	struct client *target = cancel_handle_request(&c->w->cancel, pid, key, key_len);
-	if (target)
-		client_cancel_query(target);
-	client_close(c, NULL, NULL);
-}
-
-/* Protocol negotiation as PostgreSQL does it: a minor version above what
- * pgcat speaks, or protocol options it does not know, are answered with a
- * NegotiateProtocolVersion and the login goes on. */
-static bool negotiate_protocol(struct client *c, const struct proto_startup *st)
-{
-	size_t n_unknown = 0;
-	for (size_t i = 0; i < st->n_params; i++)
-		if (proto_is_protocol_option(st->params[i].name))
-			n_unknown++;
-	uint32_t version;
-	if (!proto_negotiation_needed(st->version, n_unknown, &version))
-		version = st->version;
-	else {
-		/* The names fit: they came in a packet of at most PROTO_STARTUP_MAX. */
-		uint8_t storage[PROTO_STARTUP_MAX + 64];
-		struct pktbuf pb;
-		pktbuf_init(&pb, storage, sizeof storage);
-		pktbuf_begin(&pb, PqMsg_NegotiateProtocolVersion);
-		pktbuf_put_u32(&pb, version);
-		pktbuf_put_u32(&pb, (uint32_t)n_unknown);
-		for (size_t i = 0; i < st->n_params; i++)
-			if (proto_is_protocol_option(st->params[i].name))
-				pktbuf_put_cstring(&pb, st->params[i].name);
-		pktbuf_end(&pb);
-		if (pb.failed) {
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid startup packet layout");
-			return false;
-		}
-		send_pkt(c, &pb);
-	}
-	/* 3.2 and later: a 32-byte cancel key; 3.0 and 3.1 (which PostgreSQL
-	 * 18 also serves with 4-byte keys): 4 bytes. */
-	c->long_cancel_key = PG_PROTOCOL_MINOR(version) >= 2;
-	return true;
-}
-
-static void start_login(struct client *c)
-{
-	struct worker *w = c->w;
-	if (!client_user(c)[0]) {
-		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "no PostgreSQL user name specified in startup packet");
-		return;
-	}
-	const struct config_general *g = &w->cfg->general;
-	/* The admin console: its own database names, unless a pool took them. */
-	c->is_admin = (strcmp(client_database(c), "pgcat") == 0 || strcmp(client_database(c), "pgbouncer") == 0) &&
-		      !pool_db_exists(w, client_database(c));
-	/* Its session: the admin console's, which the worker hands in. */
-	if (c->is_admin)
-		c->session = w->admin_session;
-	/* An operator can always get in: admin logins have 5 slots of their own. */
-	/* max_client_conn holds for the instance: every worker's clients count. */
-	if (shm_clients_total(w->shm) > g->max_client_conn + (c->is_admin ? ADMIN_EXTRA_CONNECTIONS : 0)) {
-		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS, "too many clients already");
-		return;
-	}
-	/* verify-full: the certificate (checked against the CA in the
-	 * handshake) must also name this user, as clientcert=verify-full. */
-	if (c->io.ssl && g->client_tls_sslmode == TLS_MODE_VERIFY_FULL && !tls_client_cert_matches_user(c->io.ssl, client_user(c))) {
-		client_close(c, "28000", "certificate authentication failed for user \"%s\"", client_user(c));
-		return;
-	}
-	struct auth_credentials cred = { 0 };
-	const struct auth_credentials *credp = NULL;
-	if (c->is_admin) {
-		if (strcmp(client_user(c), g->admin_username) != 0) {
-			client_close(c, SQLSTATE_INVALID_AUTHORIZATION,
-				     "user \"%s\" is not allowed to connect to the admin console", client_user(c));
-			return;
-		}
-		cred.password = g->admin_password;
-		cred.scram = w->have_admin_scram ? &w->admin_scram : NULL;
-		credp = &cred;
-	} else {
-		if (!pool_db_exists(w, client_database(c))) {
-			client_close(c, SQLSTATE_INVALID_CATALOG_NAME, "database \"%s\" does not exist", client_database(c));
-			return;
-		}
-		c->pool = pool_find(w, client_database(c), client_user(c));
-		if (c->pool)
-			c->pool->n_clients++;
-		if (c->pool && c->pool->disabled) {
-			client_close(c, SQLSTATE_CONNECTION_FAILURE, "database \"%s\" is disabled", client_database(c));
-			return;
-		}
-		if (c->pool) {
-			cred.password = c->pool->cuser ? c->pool->cuser->password : NULL;
-			cred.scram = c->pool->have_scram ? &c->pool->scram : NULL;
-			credp = &cred;
-		}
-	}
-	/* Only the head is zeroed: the SCRAM state (3 kB) is set up by
-	 * scram_server_init when the method is SCRAM, and untouched otherwise. */
-	c->auth = malloc(sizeof *c->auth);
-	if (c->auth)
-		memset(c->auth, 0, offsetof(struct client_auth, scram));
-	if (!c->auth) {
-		client_close(c, SQLSTATE_INTERNAL_ERROR, "out of memory");
-		return;
-	}
-	enum auth_outcome o = auth_client_begin(w, client_user(c), credp, c->auth, io_out(&c->io));
-	switch (o) {
-	case AUTH_OK:
-		login_done(c);
-		return;
-	case AUTH_CONTINUE:
-		client_set_state(c, CLIENT_AUTH);
-		return;
-	case AUTH_FAILED:
-	case AUTH_PROTOCOL_ERROR: {
-		char a[CLIENT_ADDR_STRLEN];
-		log_info("C-%llu %s@%s %s:%d: authentication failed", (unsigned long long)c->id, client_user(c),
-			 client_database(c), client_addr_str(c, a), c->port);
-		client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", client_user(c));
-		return;
-	}
-	}
-}
-
-/* SSLRequest with client TLS on: 'S' in clear, then the handshake. */
-static void start_client_tls(struct client *c)
-{
-	/* Bytes sent after the SSLRequest, before our answer, would be taken
-	 * as if they came through TLS (CVE-2021-23214): refuse them. */
-	if (c->io.in && evbuffer_get_length(c->io.in) > 0) {
-		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "received unencrypted data after SSL request");
-		return;
-	}
-	io_flush(&c->io);   /* an earlier 'N' (GSSENCRequest) goes first, in clear */
-	SSL *ssl = SSL_new(c->w->tls.for_clients);
-	if (io_out_len(&c->io) > 0 || !ssl || send(c->io.fd, "S", 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
-		if (ssl)
-			SSL_free(ssl);
-		client_close(c, NULL, NULL);
-		return;
-	}
-	SSL_set_accept_state(ssl);
-	io_start_tls(&c->io, ssl);
-}
-
-/* Direct TLS (PostgreSQL 17, libpq's sslnegotiation=direct): the first
- * bytes are a ClientHello, not a startup packet; the startup packet comes
- * inside TLS once the handshake is done. As PostgreSQL, pgcat refuses it
- * without a word when it has no TLS to offer (an ErrorResponse in clear
- * means nothing to a TLS client). */
-static void start_direct_tls(struct client *c)
-{
-	char a[CLIENT_ADDR_STRLEN];
-	if (!c->w->tls.for_clients || c->is_unix) {
-		log_info("C-%llu %s:%d: direct TLS connection refused: %s", (unsigned long long)c->id,
-			 client_addr_str(c, a), c->port, c->is_unix ? "not on a Unix socket" : "client TLS is off");
-		client_close(c, NULL, NULL);
-		return;
-	}
-	SSL *ssl = SSL_new(c->w->tls.for_clients);
-	if (!ssl) {
-		client_close(c, NULL, NULL);
-		return;
-	}
-	SSL_set_accept_state(ssl);
-	tls_mark_direct(ssl);   /* its ClientHello must offer ALPN "postgresql" */
-	/* The ClientHello is in the input buffer already: the handshake reads
-	 * it from there first. */
-	io_start_tls_replay(&c->io, ssl);
-}
-
-static void process_startup(struct client *c)
-{
-	struct evbuffer *in = c->io.in;
-	while (c->state == CLIENT_STARTUP) {
-		uint8_t hdr[8];
-		ssize_t got = evbuffer_copyout(in, hdr, sizeof hdr);
-		/* 0x16, a TLS handshake record, where the first byte of a length
-		 * would be (a startup packet of hundreds of megabytes): direct
-		 * TLS, taken only as the very first bytes, as PostgreSQL does. */
-		if (got >= 1 && hdr[0] == 0x16 && !c->io.ssl && c->skip_remaining == 0) {
-			start_direct_tls(c);
-			return;
-		}
-		if (got < 4)
-			return;
-		uint32_t len = proto_get_u32(hdr);
-		if (len < 8 || len > PROTO_STARTUP_MAX) {
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid length of startup packet");
-			return;
-		}
-		if (evbuffer_get_length(in) < len)
-			return;
-		const uint8_t *buf = evbuffer_pullup(in, len);
-		struct proto_startup st;
-		enum proto_startup_result r = proto_parse_startup(buf, len, &st);
-		switch (r) {
-		case PROTO_STARTUP_RESULT_OK:
-			break;
-		case PROTO_STARTUP_RESULT_NEED_MORE:
-			return;
-		case PROTO_STARTUP_RESULT_BAD_LENGTH:
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid length of startup packet");
-			return;
-		case PROTO_STARTUP_RESULT_BAD_VERSION:
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION,
-				     "unsupported frontend protocol %u.%u: server supports 3.0 to 3.%u",
-				     PG_PROTOCOL_MAJOR(st.version), PG_PROTOCOL_MINOR(st.version), PROTO_MINOR_LATEST);
-			return;
-		case PROTO_STARTUP_RESULT_MALFORMED:
-			/* A CancelRequest with a key of no possible length: closed
-			 * without a word, as an unknown key is (and as PostgreSQL
-			 * does). */
-			if (st.kind == PROTO_STARTUP_CANCEL) {
-				client_close(c, NULL, NULL);
-				return;
-			}
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid startup packet layout");
-			return;
-		}
-		switch (st.kind) {
-		case PROTO_STARTUP_SSL:
-		case PROTO_STARTUP_GSSENC: {
-			evbuffer_drain(in, len);
-			if (++c->skip_remaining > CLIENT_MAX_NEGOTIATIONS) {
-				client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "too many encryption requests");
-				return;
-			}
-			if (st.kind == PROTO_STARTUP_SSL && c->w->tls.for_clients && !c->is_unix && !c->io.ssl) {
-				start_client_tls(c);
-				return;
-			}
-			/* No TLS here (off, a unix socket, or already on): 'N', and
-			 * the client goes on in plain text (or, libpq 17, sends its
-			 * CancelRequest). */
-			evbuffer_add(io_out(&c->io), "N", 1);
-			continue;
-		}
-		case PROTO_STARTUP_CANCEL: {
-			/* The key points into the packet, which draining frees. */
-			uint8_t key[PROTO_CANCEL_KEY_MAX];
-			size_t key_len = st.cancel_key_len;
-			memcpy(key, st.cancel_key, key_len);
-			evbuffer_drain(in, len);
-			handle_cancel_request(c, st.cancel_pid, key, key_len);
-			return;
-		}
-		case PROTO_STARTUP_NORMAL:
-			break;
-		}
-		c->skip_remaining = 0;
-		/* client_tls_sslmode require and verify-*: TCP clients must have
-		 * asked for TLS (a CancelRequest above needs none). */
-		if (!c->io.ssl && !c->is_unix && c->w->cfg->general.client_tls_sslmode >= TLS_MODE_REQUIRE) {
-			client_close(c, "28000", "SSL required");
-			return;
-		}
-		if (!negotiate_protocol(c, &st))
-			return;
-		for (size_t i = 0; i < st.n_params; i++)
-			if (!startup_param(c, st.params[i].name, st.params[i].value))
-				return;
-		if (!set_names(c, &st))
-			return;
-		evbuffer_drain(in, len);
-		params_copy(&c->startup_params, &c->params);
-		start_login(c);
-		return;
-	}
-}
-
-static void process_auth(struct client *c)
-{
-	struct evbuffer *in = c->io.in;
-	while (c->state == CLIENT_AUTH) {
-		uint8_t hdr[5];
-		if (evbuffer_copyout(in, hdr, 5) < 5)
-			return;
-		struct proto_frame f;
-		if (proto_frame_header(hdr, 5, PROTO_AUTH_MSG_MAX, &f) != PROTO_FRAME_OK ||
-		    f.type != PqMsg_PasswordMessage) {
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "expected password response, got message type %d", hdr[0]);
-			return;
-		}
-		if (evbuffer_get_length(in) < f.len + 1)
-			return;
-		const uint8_t *buf = evbuffer_pullup(in, f.len + 1);
-		enum auth_outcome o = auth_client_step(c->w, c->is_admin ? NULL : c->pool, c->auth, buf + 5, f.len - 4,
-						       io_out(&c->io));
-		evbuffer_drain(in, f.len + 1);
-		switch (o) {
-		case AUTH_CONTINUE:
-			continue;
-		case AUTH_OK:
-			login_done(c);
-			return;
-		case AUTH_FAILED: {
-			char a[CLIENT_ADDR_STRLEN];
-			log_info("C-%llu %s@%s %s:%d: password authentication failed", (unsigned long long)c->id,
-				 client_user(c), client_database(c), client_addr_str(c, a), c->port);
-			client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", client_user(c));
-			return;
-		}
-		case AUTH_PROTOCOL_ERROR:
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid authentication message");
-			return;
-		}
-	}
-}
+/* ---- the welcome (the login itself: login.c) ---- */
 
 static void send_welcome(struct client *c)
 {
@@ -802,7 +433,7 @@ bool client_finish_welcome(struct client *c, struct pktbuf *pb)
 		client_close(c, SQLSTATE_INTERNAL_ERROR, "too many session parameters");
 		return false;
 	}
-	send_pkt(c, pb);
+	client_send_pkt(c, pb);
 	client_set_state(c, CLIENT_IDLE);
 	/* Logged in: the names are the pool's (which outlives its clients). */
 	if (c->pool && c->names && strcmp(c->pool->user, client_user(c)) == 0 &&
@@ -816,14 +447,6 @@ bool client_finish_welcome(struct client *c, struct pktbuf *pb)
 	return true;
 }
 
-static void login_done(struct client *c)
-{
-	free(c->auth);
-	c->auth = NULL;
-	c->session->welcome(c);
-}
-
-/* The normal session's welcome: the pool's server parameters first. */
 static void normal_welcome(struct client *c)
 {
 	if (c->pool->have_defaults) {
@@ -974,7 +597,7 @@ static bool answer_locally(struct client *c, const struct proto_frame *f)
 			struct pktbuf pb;
 			pktbuf_init(&pb, storage, sizeof storage);
 			pktbuf_command_complete(&pb, "ROLLBACK");
-			send_pkt(c, &pb);
+			client_send_pkt(c, &pb);
 			c->in_failed_tx = false;
 			clear_pending_error(c);
 			send_rfq(c, 'I');
@@ -1009,7 +632,7 @@ static bool answer_locally(struct client *c, const struct proto_frame *f)
 			struct pktbuf pb;
 			pktbuf_init(&pb, storage, sizeof storage);
 			pktbuf_command_complete(&pb, "ROLLBACK");
-			send_pkt(c, &pb);
+			client_send_pkt(c, &pb);
 			return true;
 		}
 		break;
@@ -1520,11 +1143,11 @@ static void process_idle(struct client *c)
 static void process_once(struct client *c)
 {
 	switch (c->state) {
-	case CLIENT_STARTUP:
-		process_startup(c);
+	case CLIENT_STARTUP:   /* the login, above client.c (login.c, session.h) */
+		c->w->login->read_startup(c);
 		break;
 	case CLIENT_AUTH:
-		process_auth(c);
+		c->w->login->read_auth(c);
 		break;
 	case CLIENT_IDLE:
 		process_idle(c);

@@ -32,6 +32,7 @@
 #include "config.h"
 #include "fanout.h"
 #include "lagmon.h"
+#include "login.h"
 #include "log.h"
 #include "proto.h"
 #include "pool.h"
@@ -716,6 +717,7 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	w->config_mtime = file_mtime(w->config_path);
 	admin_credentials(w);
 	w->admin_session = &admin_session;
+	w->login = &client_login;
 	w->cmds = &worker_commands;
 	w->stats_timer = evtimer_new(w->base, stats_timer_cb, w);
 	w->reaper = event_new(w->base, -1, 0, reaper_cb, w);
