@@ -2,7 +2,7 @@
 /*
  * auth: which method a client must use and with what credentials; the
  * client side of the login exchange as a small state machine driven by
- * client.c. Crypto lives in auth_scram.c and auth_md5.c.
+ * login.c. Crypto lives in auth_scram.c and auth_md5.c.
  */
 #ifndef PGCAT_AUTH_H
 #define PGCAT_AUTH_H

@@ -41,6 +41,10 @@ struct fanout;
 struct prep_client;
 struct session_ops;
 
+/* Query texts up to this length are read for search_path tracking and,
+ * after a lost server, for ROLLBACK; longer ones are streamed unread. */
+#define CLIENT_INSPECT_MAX (8u * 1024)
+
 /* Room for a formatted peer address ("unix", IPv4 or IPv6). */
 #define CLIENT_ADDR_STRLEN 46
 
@@ -191,9 +195,22 @@ void client_reply_started(struct client *c);
 const char *client_state_name(enum client_state st);
 
 struct pktbuf;
-/* Write the message built in pb to the client (nothing if pb failed or the
- * connection is closed). */
+/* Replies to the client, for the session kinds above client.c. The message
+ * built in pb (nothing if pb failed or the connection is closed). */
 void client_send_pkt(struct client *c, struct pktbuf *pb);
+void client_send_error(struct client *c, const char *severity, const char *sqlstate, const char *msg);
+void client_send_rfq(struct client *c, char status);
+/* A message of no body (ParseComplete, CloseComplete...). */
+void client_send_simple(struct client *c, uint8_t type);
+/* The ReadyForQuery status of an idle client: E (failed transaction), T (a
+ * held BEGIN) or I. */
+char client_idle_status(const struct client *c);
+/* Forget the error the client's next message was to get. */
+void client_clear_pending_error(struct client *c);
+/* The normal session's welcome, once the pool knows its server
+ * parameters: AuthenticationOk, ParameterStatus, then
+ * client_finish_welcome. */
+void client_send_welcome(struct client *c);
 /* End of a login: append BackendKeyData (a fresh cancel key) and
  * ReadyForQuery to pb (AuthenticationOk and ParameterStatus already in
  * it), send it, go IDLE. false: the client was closed. */

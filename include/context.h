@@ -82,8 +82,11 @@ struct worker {
 	uint8_t fake_salt_secret[16];     /* for the mock challenge to unknown users */
 	struct scram_secret admin_scram;  /* admin_password's verifier */
 	/* The admin console's session (admin.c), that the login hands an
-	 * admin connection to (client.c). */
+	 * admin connection to (login.c). */
 	const struct session_ops *admin_session;
+	/* The normal session (session_normal.c), every other connection's:
+	 * above client.c too, installed here. */
+	const struct session_ops *normal_session;
 	/* The login (login.c), that the pump hands a client in CLIENT_STARTUP
 	 * or CLIENT_AUTH to (session.h): above client.c, installed here. */
 	const struct login_ops *login;

@@ -1,16 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * session: what a logged-in connection is handed to. The connection
- * machinery (client.c: startup, authentication, the io, the framing of the
- * idle pump, client_close) is shared; what the session does with it
- * depends on its kind, chosen at login: the normal session (client.c:
- * route, pool, server) or the admin console (admin.c), siblings through
- * this table, so that the pump never branches on the kind.
+ * machinery (login.c: startup, authentication; client.c: the io, the
+ * framing of the idle pump, client_close) is shared; what the session does
+ * with it depends on its kind, chosen at login: the normal session
+ * (session_normal.c: route, pool, server) or the admin console (admin.c),
+ * siblings through this table, so that the pump never branches on the
+ * kind.
  *
  * A data header with no module of its own: client.c calls a kind only
- * through its table, and the worker, above both, hands the admin kind's
- * table to the login (struct worker). The login itself (login.c) is
- * reached the same way, through struct login_ops below.
+ * through its table, and the worker, above both, hands both kinds' tables
+ * in (struct worker: normal_session, admin_session). The login itself
+ * (login.c) is reached the same way, through struct login_ops below.
  */
 #ifndef PGCAT_SESSION_H
 #define PGCAT_SESSION_H

@@ -4,6 +4,11 @@
  * waiting, active) and the client-to-server half of the byte pump. Messages
  * are forwarded by header; only startup, authentication and short Query
  * texts (for search_path tracking) are read whole.
+ *
+ * The startup and authentication (login.c) and what an idle client's
+ * messages become in the normal session (session_normal.c) sit above this
+ * file: it reaches them only through the tables the worker installs
+ * (w->login, w->normal_session; session.h), never by name.
  */
 #include "client.h"
 
@@ -46,9 +51,6 @@
 /* Stop reading the client once this much waits for a slow server. */
 #define CLIENT_OUT_BUDGET (128u * 1024)
 #define CLIENT_READ_HIGH_WATER (64u * 1024)
-/* Query texts up to this length are read for search_path tracking and,
- * after a lost server, for ROLLBACK; longer ones are streamed unread. */
-#define CLIENT_INSPECT_MAX (8u * 1024)
 
 static const char *const state_names[] = {
 	[CLIENT_STARTUP] = "startup", [CLIENT_AUTH] = "auth", [CLIENT_LOGIN_WAIT] = "login_wait",
@@ -107,7 +109,7 @@ void client_send_pkt(struct client *c, struct pktbuf *pb)
 		evbuffer_add(io_out(&c->io), pb->data, pb->len);
 }
 
-static void send_error(struct client *c, const char *severity, const char *sqlstate, const char *msg)
+void client_send_error(struct client *c, const char *severity, const char *sqlstate, const char *msg)
 {
 	uint8_t storage[1024];
 	struct pktbuf pb;
@@ -116,7 +118,7 @@ static void send_error(struct client *c, const char *severity, const char *sqlst
 	client_send_pkt(c, &pb);
 }
 
-static void send_rfq(struct client *c, char status)
+void client_send_rfq(struct client *c, char status)
 {
 	uint8_t storage[8];
 	struct pktbuf pb;
@@ -125,17 +127,16 @@ static void send_rfq(struct client *c, char status)
 	client_send_pkt(c, &pb);
 }
 
-static void send_simple(struct client *c, uint8_t type)
+void client_send_simple(struct client *c, uint8_t type)
 {
 	uint8_t msg[5] = { type, 0, 0, 0, 4 };
 	evbuffer_add(io_out(&c->io), msg, sizeof msg);
 }
 
-static char idle_status(const struct client *c) { return c->in_failed_tx ? 'E' : c->held_begin ? 'T' : 'I'; }
+char client_idle_status(const struct client *c) { return c->in_failed_tx ? 'E' : c->held_begin ? 'T' : 'I'; }
 
 static const struct client_end_events client_end_events;
 static const struct pool_waiter_events client_wait_events;
-static const struct session_ops normal_session;
 
 /* What the server side sees of this client (client_end.h), and what the
  * pool does of it while it waits (pool.h). */
@@ -166,7 +167,7 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 	list_init(&c->node);
 	c->connect_us = c->state_since_us = c->last_activity_us = w->now_us;
 	init_end(c);
-	c->session = &normal_session;
+	c->session = w->normal_session;
 	if (!io_open(&c->io, w->base, &w->flusher, fd, CLIENT_READ_HIGH_WATER, &client_io_ops)) {
 		evutil_closesocket(fd);
 		free(c);
@@ -225,7 +226,7 @@ struct client *client_open_leg(struct client *parent, int fd, int shard, struct 
 	list_init(&c->node);
 	c->connect_us = c->state_since_us = c->last_activity_us = w->now_us;
 	init_end(c);
-	c->session = &normal_session;
+	c->session = w->normal_session;
 	if (!io_open(&c->io, w->base, &w->flusher, fd, CLIENT_READ_HIGH_WATER, &client_io_ops)) {
 		evutil_closesocket(fd);
 		free(names);
@@ -289,7 +290,7 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 		va_end(ap);
 	}
 	if (sqlstate && !c->io.closed) {
-		send_error(c, "FATAL", sqlstate, msg);
+		client_send_error(c, "FATAL", sqlstate, msg);
 		/* Best effort: the error goes out now, before the socket closes. */
 		io_flush(&c->io);
 	}
@@ -369,7 +370,7 @@ void client_free(struct client *c)
 
 /* ---- the welcome (the login itself: login.c) ---- */
 
-static void send_welcome(struct client *c)
+void client_send_welcome(struct client *c)
 {
 	struct worker *w = c->w;
 	struct pool *p = c->pool;
@@ -447,22 +448,11 @@ bool client_finish_welcome(struct client *c, struct pktbuf *pb)
 	return true;
 }
 
-static void normal_welcome(struct client *c)
-{
-	if (c->pool->have_defaults) {
-		send_welcome(c);
-		if (c->state == CLIENT_IDLE)
-			client_process(c);
-		return;
-	}
-	pool_request_defaults(c->pool, &c->wait);
-}
-
 void client_on_defaults_known(struct client *c)
 {
 	if (c->state != CLIENT_LOGIN_WAIT)
 		return;
-	send_welcome(c);
+	client_send_welcome(c);
 	if (c->state == CLIENT_IDLE)
 		client_process(c);
 }
@@ -475,24 +465,6 @@ void client_on_defaults_failed(struct client *c, const char *sqlstate, const cha
 }
 
 /* ---- answering requests pgcat cannot pass on ---- */
-
-/* ROLLBACK, ABORT, COMMIT or END starts the text: what PostgreSQL still
- * takes in a failed transaction. */
-static bool is_transaction_end(const uint8_t *sql, size_t len)
-{
-	static const char *const ends[] = { "rollback", "abort", "commit", "end" };
-	const char *s = (const char *)sql;
-	const char *nul = memchr(s, '\0', len);
-	if (nul)
-		len = (size_t)(nul - s);   /* where PostgreSQL stops reading */
-	size_t start = sqllex_skip_blank(s, len, 0);
-	for (size_t k = 0; k < sizeof ends / sizeof *ends; k++) {
-		size_t i = start;
-		if (sqllex_keyword(s, len, &i, ends[k]))
-			return true;
-	}
-	return false;
-}
 
 void client_discard_message(struct client *c, uint32_t total)
 {
@@ -512,12 +484,12 @@ void client_discard_message(struct client *c, uint32_t total)
 static void fail_current_request(struct client *c, const char *sqlstate, const char *msg)
 {
 	struct evbuffer *in = c->io.in;
-	send_error(c, "ERROR", sqlstate, msg);
+	client_send_error(c, "ERROR", sqlstate, msg);
 	uint8_t hdr[5];
 	if (evbuffer_copyout(in, hdr, 5) == 5 && (hdr[0] == PqMsg_Query || hdr[0] == PqMsg_FunctionCall)) {
 		uint32_t total = proto_get_u32(hdr + 1) + 1;
 		client_discard_message(c, total);
-		send_rfq(c, idle_status(c));
+		client_send_rfq(c, client_idle_status(c));
 		return;
 	}
 	c->skip_to_sync = true;
@@ -532,7 +504,7 @@ void client_on_checkout_failed(struct client *c, const char *sqlstate, const cha
 	client_process(c);
 }
 
-static void clear_pending_error(struct client *c)
+void client_clear_pending_error(struct client *c)
 {
 	free(c->pending_error);
 	c->pending_error = NULL;
@@ -552,117 +524,13 @@ static void set_pending_error(struct client *c, const char *sqlstate, const char
 {
 	size_t n = strnlen(message, 255);
 	struct client_pending_error *e = malloc(sizeof *e + n + 1);
-	clear_pending_error(c);
+	client_clear_pending_error(c);
 	if (!e)
 		return;
 	snprintf(e->sqlstate, sizeof e->sqlstate, "%s", sqlstate);
 	memcpy(e->message, message, n);
 	e->message[n] = '\0';
 	c->pending_error = e;
-}
-
-/* In a failed transaction whose server is gone, or with an error still to
- * report: pgcat answers the client itself (SPEC §3). Returns false when it
- * needs more bytes. */
-static bool answer_locally(struct client *c, const struct proto_frame *f)
-{
-	struct evbuffer *in = c->io.in;
-	uint32_t total = f->len + 1;
-	const uint8_t *body = NULL;
-	bool inspectable = total <= CLIENT_INSPECT_MAX;
-	if ((f->type == PqMsg_Query || f->type == PqMsg_Parse) && inspectable) {
-		if (evbuffer_get_length(in) < total)
-			return false;
-		body = evbuffer_pullup(in, total) + 5;
-	}
-	bool is_end = false;
-	if (body && f->type == PqMsg_Query)
-		is_end = is_transaction_end(body, f->len - 4);
-	if (body && f->type == PqMsg_Parse) {
-		size_t off = 0;
-		const char *name;
-		if (proto_read_cstring(body, f->len - 4, &off, &name))
-			is_end = is_transaction_end(body + off, f->len - 4 - off);
-	}
-	const char *code = c->pending_error ? c->pending_error->sqlstate : SQLSTATE_IN_FAILED_TRANSACTION;
-	const char *msg = c->pending_error ? c->pending_error->message
-						: "current transaction is aborted, commands ignored until end of transaction block";
-	uint8_t type = f->type;
-	/* Consume the message (possibly in pieces). */
-	client_discard_message(c, total);
-	switch (type) {
-	case PqMsg_Query:
-		if (is_end && c->in_failed_tx) {
-			uint8_t storage[64];
-			struct pktbuf pb;
-			pktbuf_init(&pb, storage, sizeof storage);
-			pktbuf_command_complete(&pb, "ROLLBACK");
-			client_send_pkt(c, &pb);
-			c->in_failed_tx = false;
-			clear_pending_error(c);
-			send_rfq(c, 'I');
-		} else {
-			send_error(c, "ERROR", code, msg);
-			clear_pending_error(c);
-			send_rfq(c, idle_status(c));
-		}
-		return true;
-	case PqMsg_Parse:
-		if (is_end && c->in_failed_tx) {
-			c->local_rollback_batch = true;
-			send_simple(c, PqMsg_ParseComplete);
-			return true;
-		}
-		break;
-	case PqMsg_Bind:
-		if (c->local_rollback_batch) {
-			send_simple(c, PqMsg_BindComplete);
-			return true;
-		}
-		break;
-	case PqMsg_Describe:
-		if (c->local_rollback_batch) {
-			send_simple(c, PqMsg_NoData);
-			return true;
-		}
-		break;
-	case PqMsg_Execute:
-		if (c->local_rollback_batch) {
-			uint8_t storage[64];
-			struct pktbuf pb;
-			pktbuf_init(&pb, storage, sizeof storage);
-			pktbuf_command_complete(&pb, "ROLLBACK");
-			client_send_pkt(c, &pb);
-			return true;
-		}
-		break;
-	case PqMsg_Close:
-		send_simple(c, PqMsg_CloseComplete);
-		return true;
-	case PqMsg_Flush:
-	case PqMsg_CopyData:
-	case PqMsg_CopyDone:
-	case PqMsg_CopyFail:
-		return true;
-	case PqMsg_Sync:
-		if (c->local_rollback_batch) {
-			c->local_rollback_batch = false;
-			c->in_failed_tx = false;
-			clear_pending_error(c);
-		}
-		send_rfq(c, idle_status(c));
-		return true;
-	default:
-		break;
-	}
-	send_error(c, "ERROR", code, msg);
-	clear_pending_error(c);
-	c->local_rollback_batch = false;
-	if (type == PqMsg_FunctionCall)
-		send_rfq(c, idle_status(c));
-	else
-		c->skip_to_sync = true;
-	return true;
 }
 
 void client_on_server_lost(struct client *c, struct server *s, const char *sqlstate, const char *message)
@@ -712,10 +580,10 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 	client_set_state(c, CLIENT_IDLE);
 	if (s->outstanding > 0 || s->ext_pending) {
 		/* A request in flight: the error answers it now. */
-		send_error(c, "ERROR", sqlstate, message);
+		client_send_error(c, "ERROR", sqlstate, message);
 		c->in_failed_tx = in_tx;
 		for (uint32_t i = 0; i < s->outstanding; i++)
-			send_rfq(c, idle_status(c));
+			client_send_rfq(c, client_idle_status(c));
 		if (s->ext_pending)
 			c->skip_to_sync = true;
 	} else {
@@ -982,127 +850,6 @@ static void process_active(struct client *c)
 		c->reprocess = true;
 }
 
-/* prep_client_parse_cached, and the ReadyForQuery of its Sync; false when
- * it took the client's messages (or closed it). */
-static bool answer_parses(struct client *c, bool unverified_ok)
-{
-	switch (prep_client_parse_cached(c, unverified_ok)) {
-	case PREP_CACHED_DONE:
-		send_rfq(c, idle_status(c));
-		return false;
-	case PREP_CACHED_FAILED:
-		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
-		return false;
-	case PREP_CACHED_NO:
-		break;
-	}
-	return true;
-}
-
-/* The normal session's idle message: route it, answer it here, or take a
- * server for it. */
-static bool normal_message(struct client *c, const struct proto_frame *f)
-{
-	struct evbuffer *in = c->io.in;
-	if (c->xshard && c->xshard->parked && fanout_parked_message(c, f))
-		return false;   /* COMMIT or ROLLBACK of a split write under way (or its rest awaited) */
-	if (f->type == PqMsg_CopyData || f->type == PqMsg_CopyDone || f->type == PqMsg_CopyFail) {
-		/* An idle client has no COPY running: this is the rest of one
-		 * whose server was lost (the client streams on until it reads
-		 * the error, libpq only at its CopyDone), or of one refused
-		 * (asyncpg sends COPY, CopyData, CopyDone at once). PostgreSQL
-		 * ignores these outside a COPY, in a failed transaction too;
-		 * so does pgcat. Routed, they would take a server and, if none
-		 * could be had (say, in crash recovery), earn an error that
-		 * leaves the client skipping to a Sync a simple-query client
-		 * never sends: it would hang. */
-		uint32_t total = f->len + 1;
-		client_discard_message(c, total);
-		return true;
-	}
-	if (c->in_failed_tx || c->pending_error) {
-		if (!answer_locally(c, f))
-			return false;
-		return true;
-	}
-	c->last_activity_us = c->w->now_us;
-	if (c->xshard && c->xshard->portal && fanout_portal_message(c, f))
-		return true;   /* a cross-shard portal's next rows */
-	if (f->type == PqMsg_Sync && !c->end.server) {
-		/* A Sync with nothing before it (after messages pgcat
-		 * answered: a Close, a portal's rows): ReadyForQuery as the
-		 * server would say it. Sent to a server it would open the
-		 * held transaction there and pin it to that shard. */
-		uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
-		evbuffer_drain(in, (size_t)f->len + 1);
-		evbuffer_add(client_output(c), z, sizeof z);
-		return true;
-	}
-	if (!c->end.server && f->type == PqMsg_Flush) {
-		/* Nothing to do without a request before it: a Flush after
-		 * Sync (psycopg's pipeline sends Sync, Flush). Taking a server
-		 * for it would hold one until the next request, which would
-		 * then count as pipelined behind it on that shard. (COPY data
-		 * left over is dropped above.) */
-		uint32_t total = f->len + 1;
-		client_discard_message(c, total);
-		return true;
-	}
-	if (f->type == PqMsg_Close && !c->end.server && prep_enabled(c) && f->len + 1 <= CLIENT_INSPECT_MAX) {
-		/* pgjdbc closes a statement (no Sync) before its next
-		 * request: with prepared_statements pgcat keeps the client's
-		 * statements itself, and nothing else of the client's is open
-		 * on a server, so it answers alone instead of making the Close
-		 * part of the next request (which a cross-shard read cannot
-		 * carry to every shard). */
-		uint32_t total = f->len + 1;
-		if (evbuffer_get_length(in) < total)
-			return false;
-		prep_client_close_idle(c, evbuffer_pullup(in, total), total);
-		evbuffer_drain(in, total);
-		send_simple(c, PqMsg_CloseComplete);
-		return true;
-	}
-	if (f->type == PqMsg_Query && f->len + 1 <= CLIENT_INSPECT_MAX) {
-		uint32_t total = f->len + 1;
-		if (evbuffer_get_length(in) < total)
-			return false;
-		const uint8_t *m = evbuffer_pullup(in, total);
-		if (route_local_command(c, (const char *)m + 5, strnlen((const char *)m + 5, total - 5))) {
-			evbuffer_drain(in, total);
-			return true;
-		}
-	}
-	/* Parses alone, of statements the pool knows: no server needed. */
-	bool parse_here = f->type == PqMsg_Parse && prep_enabled(c);
-	if (parse_here && !answer_parses(c, false))
-		return true;
-	struct srvpool *sp = route_pick(c, f);
-	if (!sp)
-		return false;   /* route answered the request, or waits for the rest of it */
-	/* Parses alone and no server free: a client that waits for one to
-	 * prepare may be what the holders wait for (pgbench -M prepared
-	 * blocks its thread in PQprepare): answered now, parsed with the
-	 * Bind. (Not in a sharded pool, where routing a Parse may start
-	 * the shard choice of what follows it.) */
-	if (parse_here && !c->route_error && c->pool->cpool->n_shards <= 1 && pool_checkout_would_wait(sp) &&
-	    !answer_parses(c, true))
-		return true;
-	if (c->route_error) {
-		c->route_error = false;
-		client_on_checkout_failed(c, "25006", "cannot execute a write: the configured primary is in recovery");
-		return false;
-	}
-	(void)pool_checkout(sp, &c->wait);
-	return true;
-}
-
-static const struct session_ops normal_session = {
-	.name = "normal",
-	.welcome = normal_welcome,
-	.message = normal_message,
-};
-
 /* The idle pump, the same for every kind of session: what is skipped
  * (the rest of a discarded message, an unserved request up to its Sync)
  * and Terminate; each other message goes to the session. */
@@ -1131,7 +878,7 @@ static void process_idle(struct client *c)
 			client_discard_message(c, total);
 			if (f.type == PqMsg_Sync) {
 				c->skip_to_sync = false;
-				send_rfq(c, idle_status(c));
+				client_send_rfq(c, client_idle_status(c));
 			}
 			continue;
 		}

@@ -1,5 +1,5 @@
-/* SPDX-License-Identifier: MIT
- *
+/* SPDX-License-Identifier: MIT */
+/*
  * login: a connection from its first byte to its login — the startup
  * packet, SSLRequest/GSSENCRequest and direct TLS, protocol negotiation, a
  * CancelRequest, the authentication exchange — then handed to its session
@@ -7,10 +7,10 @@
  *
  * Above client.c: it drives the client through client.c's functions
  * (client_close, client_set_state, client_cancel_query...), and client.c
- * reaches it only through the table it installs nothing of: the worker
- * hands client_login in (w->login, a struct login_ops of session.h), and
- * the pump calls it for a client in CLIENT_STARTUP or CLIENT_AUTH. So the
- * login is no part of the core's circle (doc/architecture.md).
+ * reaches it only through a table it does not name: the worker hands
+ * client_login in (w->login, a struct login_ops of session.h), and the
+ * pump calls it for a client in CLIENT_STARTUP or CLIENT_AUTH. So the
+ * login takes no part in the core's circle (doc/architecture.md).
  */
 #include "login.h"
 

@@ -37,6 +37,7 @@
 #include "proto.h"
 #include "pool.h"
 #include "server.h"
+#include "session_normal.h"
 #include "admin.h"
 #include "admin_show.h"
 #include "auth_scram.h"
@@ -717,6 +718,7 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	w->config_mtime = file_mtime(w->config_path);
 	admin_credentials(w);
 	w->admin_session = &admin_session;
+	w->normal_session = &normal_session;
 	w->login = &client_login;
 	w->cmds = &worker_commands;
 	w->stats_timer = evtimer_new(w->base, stats_timer_cb, w);

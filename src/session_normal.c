@@ -1,0 +1,288 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * session_normal: the normal session kind (session.h), beside the admin
+ * console's (admin.c). Its welcome waits for the pool's server parameters;
+ * each message of an idle client is routed (route.c), answered here (in a
+ * failed transaction whose server is gone, with an error still to report,
+ * a Sync or Flush with nothing before it, a Close or Parse of statements
+ * the pool knows), or taken to a server (pool_checkout).
+ *
+ * Above client.c: it works on the client through client.c's functions,
+ * and client.c reaches it only through its session_ops table, which the
+ * worker hands in (w->normal_session), as it hands in the admin console's.
+ * So this file takes no part in the core's circle (doc/architecture.md).
+ */
+#include "session_normal.h"
+
+#include <event2/buffer.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "context.h"
+#include "fanout.h"
+#include "pktbuf.h"
+#include "pool.h"
+#include "prepared.h"
+#include "proto.h"
+#include "route.h"
+#include "sqllex.h"
+
+/* The normal session's welcome: the pool's server parameters first. */
+static void normal_welcome(struct client *c)
+{
+	if (c->pool->have_defaults) {
+		client_send_welcome(c);
+		if (c->state == CLIENT_IDLE)
+			client_process(c);
+		return;
+	}
+	pool_request_defaults(c->pool, &c->wait);
+}
+
+/* ---- answering requests pgcat cannot pass on ---- */
+
+/* ROLLBACK, ABORT, COMMIT or END starts the text: what PostgreSQL still
+ * takes in a failed transaction. */
+static bool is_transaction_end(const uint8_t *sql, size_t len)
+{
+	static const char *const ends[] = { "rollback", "abort", "commit", "end" };
+	const char *s = (const char *)sql;
+	const char *nul = memchr(s, '\0', len);
+	if (nul)
+		len = (size_t)(nul - s);   /* where PostgreSQL stops reading */
+	size_t start = sqllex_skip_blank(s, len, 0);
+	for (size_t k = 0; k < sizeof ends / sizeof *ends; k++) {
+		size_t i = start;
+		if (sqllex_keyword(s, len, &i, ends[k]))
+			return true;
+	}
+	return false;
+}
+
+/* In a failed transaction whose server is gone, or with an error still to
+ * report: pgcat answers the client itself (SPEC §3). Returns false when it
+ * needs more bytes. */
+static bool answer_locally(struct client *c, const struct proto_frame *f)
+{
+	struct evbuffer *in = c->io.in;
+	uint32_t total = f->len + 1;
+	const uint8_t *body = NULL;
+	bool inspectable = total <= CLIENT_INSPECT_MAX;
+	if ((f->type == PqMsg_Query || f->type == PqMsg_Parse) && inspectable) {
+		if (evbuffer_get_length(in) < total)
+			return false;
+		body = evbuffer_pullup(in, total) + 5;
+	}
+	bool is_end = false;
+	if (body && f->type == PqMsg_Query)
+		is_end = is_transaction_end(body, f->len - 4);
+	if (body && f->type == PqMsg_Parse) {
+		size_t off = 0;
+		const char *name;
+		if (proto_read_cstring(body, f->len - 4, &off, &name))
+			is_end = is_transaction_end(body + off, f->len - 4 - off);
+	}
+	const char *code = c->pending_error ? c->pending_error->sqlstate : SQLSTATE_IN_FAILED_TRANSACTION;
+	const char *msg = c->pending_error ? c->pending_error->message
+						: "current transaction is aborted, commands ignored until end of transaction block";
+	uint8_t type = f->type;
+	/* Consume the message (possibly in pieces). */
+	client_discard_message(c, total);
+	switch (type) {
+	case PqMsg_Query:
+		if (is_end && c->in_failed_tx) {
+			uint8_t storage[64];
+			struct pktbuf pb;
+			pktbuf_init(&pb, storage, sizeof storage);
+			pktbuf_command_complete(&pb, "ROLLBACK");
+			client_send_pkt(c, &pb);
+			c->in_failed_tx = false;
+			client_clear_pending_error(c);
+			client_send_rfq(c, 'I');
+		} else {
+			client_send_error(c, "ERROR", code, msg);
+			client_clear_pending_error(c);
+			client_send_rfq(c, client_idle_status(c));
+		}
+		return true;
+	case PqMsg_Parse:
+		if (is_end && c->in_failed_tx) {
+			c->local_rollback_batch = true;
+			client_send_simple(c, PqMsg_ParseComplete);
+			return true;
+		}
+		break;
+	case PqMsg_Bind:
+		if (c->local_rollback_batch) {
+			client_send_simple(c, PqMsg_BindComplete);
+			return true;
+		}
+		break;
+	case PqMsg_Describe:
+		if (c->local_rollback_batch) {
+			client_send_simple(c, PqMsg_NoData);
+			return true;
+		}
+		break;
+	case PqMsg_Execute:
+		if (c->local_rollback_batch) {
+			uint8_t storage[64];
+			struct pktbuf pb;
+			pktbuf_init(&pb, storage, sizeof storage);
+			pktbuf_command_complete(&pb, "ROLLBACK");
+			client_send_pkt(c, &pb);
+			return true;
+		}
+		break;
+	case PqMsg_Close:
+		client_send_simple(c, PqMsg_CloseComplete);
+		return true;
+	case PqMsg_Flush:
+	case PqMsg_CopyData:
+	case PqMsg_CopyDone:
+	case PqMsg_CopyFail:
+		return true;
+	case PqMsg_Sync:
+		if (c->local_rollback_batch) {
+			c->local_rollback_batch = false;
+			c->in_failed_tx = false;
+			client_clear_pending_error(c);
+		}
+		client_send_rfq(c, client_idle_status(c));
+		return true;
+	default:
+		break;
+	}
+	client_send_error(c, "ERROR", code, msg);
+	client_clear_pending_error(c);
+	c->local_rollback_batch = false;
+	if (type == PqMsg_FunctionCall)
+		client_send_rfq(c, client_idle_status(c));
+	else
+		c->skip_to_sync = true;
+	return true;
+}
+
+/* ---- an idle message ---- */
+
+/* prep_client_parse_cached, and the ReadyForQuery of its Sync; false when
+ * it took the client's messages (or closed it). */
+static bool answer_parses(struct client *c, bool unverified_ok)
+{
+	switch (prep_client_parse_cached(c, unverified_ok)) {
+	case PREP_CACHED_DONE:
+		client_send_rfq(c, client_idle_status(c));
+		return false;
+	case PREP_CACHED_FAILED:
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return false;
+	case PREP_CACHED_NO:
+		break;
+	}
+	return true;
+}
+
+/* The normal session's idle message: route it, answer it here, or take a
+ * server for it. */
+static bool normal_message(struct client *c, const struct proto_frame *f)
+{
+	struct evbuffer *in = c->io.in;
+	if (c->xshard && c->xshard->parked && fanout_parked_message(c, f))
+		return false;   /* COMMIT or ROLLBACK of a split write under way (or its rest awaited) */
+	if (f->type == PqMsg_CopyData || f->type == PqMsg_CopyDone || f->type == PqMsg_CopyFail) {
+		/* An idle client has no COPY running: this is the rest of one
+		 * whose server was lost (the client streams on until it reads
+		 * the error, libpq only at its CopyDone), or of one refused
+		 * (asyncpg sends COPY, CopyData, CopyDone at once). PostgreSQL
+		 * ignores these outside a COPY, in a failed transaction too;
+		 * so does pgcat. Routed, they would take a server and, if none
+		 * could be had (say, in crash recovery), earn an error that
+		 * leaves the client skipping to a Sync a simple-query client
+		 * never sends: it would hang. */
+		uint32_t total = f->len + 1;
+		client_discard_message(c, total);
+		return true;
+	}
+	if (c->in_failed_tx || c->pending_error) {
+		if (!answer_locally(c, f))
+			return false;
+		return true;
+	}
+	c->last_activity_us = c->w->now_us;
+	if (c->xshard && c->xshard->portal && fanout_portal_message(c, f))
+		return true;   /* a cross-shard portal's next rows */
+	if (f->type == PqMsg_Sync && !c->end.server) {
+		/* A Sync with nothing before it (after messages pgcat
+		 * answered: a Close, a portal's rows): ReadyForQuery as the
+		 * server would say it. Sent to a server it would open the
+		 * held transaction there and pin it to that shard. */
+		uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
+		evbuffer_drain(in, (size_t)f->len + 1);
+		evbuffer_add(client_output(c), z, sizeof z);
+		return true;
+	}
+	if (!c->end.server && f->type == PqMsg_Flush) {
+		/* Nothing to do without a request before it: a Flush after
+		 * Sync (psycopg's pipeline sends Sync, Flush). Taking a server
+		 * for it would hold one until the next request, which would
+		 * then count as pipelined behind it on that shard. (COPY data
+		 * left over is dropped above.) */
+		uint32_t total = f->len + 1;
+		client_discard_message(c, total);
+		return true;
+	}
+	if (f->type == PqMsg_Close && !c->end.server && prep_enabled(c) && f->len + 1 <= CLIENT_INSPECT_MAX) {
+		/* pgjdbc closes a statement (no Sync) before its next
+		 * request: with prepared_statements pgcat keeps the client's
+		 * statements itself, and nothing else of the client's is open
+		 * on a server, so it answers alone instead of making the Close
+		 * part of the next request (which a cross-shard read cannot
+		 * carry to every shard). */
+		uint32_t total = f->len + 1;
+		if (evbuffer_get_length(in) < total)
+			return false;
+		prep_client_close_idle(c, evbuffer_pullup(in, total), total);
+		evbuffer_drain(in, total);
+		client_send_simple(c, PqMsg_CloseComplete);
+		return true;
+	}
+	if (f->type == PqMsg_Query && f->len + 1 <= CLIENT_INSPECT_MAX) {
+		uint32_t total = f->len + 1;
+		if (evbuffer_get_length(in) < total)
+			return false;
+		const uint8_t *m = evbuffer_pullup(in, total);
+		if (route_local_command(c, (const char *)m + 5, strnlen((const char *)m + 5, total - 5))) {
+			evbuffer_drain(in, total);
+			return true;
+		}
+	}
+	/* Parses alone, of statements the pool knows: no server needed. */
+	bool parse_here = f->type == PqMsg_Parse && prep_enabled(c);
+	if (parse_here && !answer_parses(c, false))
+		return true;
+	struct srvpool *sp = route_pick(c, f);
+	if (!sp)
+		return false;   /* route answered the request, or waits for the rest of it */
+	/* Parses alone and no server free: a client that waits for one to
+	 * prepare may be what the holders wait for (pgbench -M prepared
+	 * blocks its thread in PQprepare): answered now, parsed with the
+	 * Bind. (Not in a sharded pool, where routing a Parse may start
+	 * the shard choice of what follows it.) */
+	if (parse_here && !c->route_error && c->pool->cpool->n_shards <= 1 && pool_checkout_would_wait(sp) &&
+	    !answer_parses(c, true))
+		return true;
+	if (c->route_error) {
+		c->route_error = false;
+		client_on_checkout_failed(c, "25006", "cannot execute a write: the configured primary is in recovery");
+		return false;
+	}
+	(void)pool_checkout(sp, &c->wait);
+	return true;
+}
+
+const struct session_ops normal_session = {
+	.name = "normal",
+	.welcome = normal_welcome,
+	.message = normal_message,
+};
