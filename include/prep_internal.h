@@ -18,9 +18,14 @@
 /* ---- rings (prep_maps.c) ---- */
 
 bool prep_ring_push(struct prep_ring *q, const struct prep_pend *p);
-/* The oldest entry; NULL if the ring is empty. */
-struct prep_pend *prep_ring_head(struct prep_ring *q);
-void prep_ring_pop(struct prep_ring *q);
+/* The oldest entry; NULL if the ring is empty. (Inline: asked for every
+ * reply of a server with prepared statements on.) */
+static inline struct prep_pend *prep_ring_head(struct prep_ring *q) { return q->len ? &q->q[q->head] : NULL; }
+static inline void prep_ring_pop(struct prep_ring *q)
+{
+	q->head = (q->head + 1) % q->cap;
+	q->len--;
+}
 /* Gives back what the entry holds (its reference, client name, reply). */
 void prep_pend_release(struct prep_registry *r, struct prep_pend *p);
 /* Releases every entry and the ring's storage. */

@@ -388,17 +388,6 @@ bool prep_ring_push(struct prep_ring *q, const struct prep_pend *p)
 	return true;
 }
 
-struct prep_pend *prep_ring_head(struct prep_ring *q)
-{
-	return q->len ? &q->q[q->head] : NULL;
-}
-
-void prep_ring_pop(struct prep_ring *q)
-{
-	q->head = (q->head + 1) % q->cap;
-	q->len--;
-}
-
 void prep_pend_release(struct prep_registry *r, struct prep_pend *p)
 {
 	prep_stmt_unref(r, p->st);
