@@ -471,8 +471,7 @@ static void grant(struct server *s, struct pool_waiter *pw)
 static struct pool_waiter *take_waiter(struct srvpool *sp)
 {
 	struct pool_waiter *pw = LIST_OWNER(list_first(&sp->waiters), struct pool_waiter, node);
-	list_del(&pw->node);
-	sp->n_waiters--;
+	pool_cancel_wait(pw);
 	return pw;
 }
 
@@ -525,8 +524,7 @@ static void fail_waiters(struct srvpool *sp)
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &sp->waiters) {
 		struct pool_waiter *pw = LIST_OWNER(pos, struct pool_waiter, node);
-		list_del(&pw->node);
-		sp->n_waiters--;
+		pool_cancel_wait(pw);
 		fail_waiter(pw, sp->last_error_code[0] ? sp->last_error_code : "08006",
 			    sp->last_error[0] ? sp->last_error : "server connection failed");
 	}
@@ -1128,15 +1126,12 @@ int pool_set_disabled(struct worker *w, const char *db, bool disabled)
 }
 
 /* Close the waiters on head (a waiters or login_waiters list of p). */
-static void close_waiters(struct list_node *head, struct srvpool *sp, const char *sqlstate, const char *message)
+static void close_waiters(struct list_node *head, const char *sqlstate, const char *message)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, head) {
 		struct pool_waiter *pw = LIST_OWNER(pos, struct pool_waiter, node);
-		list_del(&pw->node);
-		if (sp)
-			sp->n_waiters--;
-		pw->target = NULL;
+		pool_cancel_wait(pw);
 		pw->ev->closed(pw, sqlstate, message);
 	}
 }
@@ -1144,9 +1139,9 @@ static void close_waiters(struct list_node *head, struct srvpool *sp, const char
 void pool_close_waiters(struct pool *p, bool login, bool server, const char *sqlstate, const char *message)
 {
 	if (login)
-		close_waiters(&p->login_waiters, NULL, sqlstate, message);
+		close_waiters(&p->login_waiters, sqlstate, message);
 	for (size_t i = 0; server && i < p->n_targets; i++)
-		close_waiters(&p->targets[i]->waiters, p->targets[i], sqlstate, message);
+		close_waiters(&p->targets[i]->waiters, sqlstate, message);
 }
 
 int pool_kill(struct worker *w, const char *db)
