@@ -145,23 +145,13 @@ static const struct router_verdict *classify(struct client *c, const struct rout
 	return local;
 }
 
-static enum router_role decide_role(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
-				    bool *writes)
+/* The role from a statement's verdict (v: NULL if not classified), the
+ * session's SET SERVER ROLE and default_role; held: the transaction began
+ * with the BEGIN pgcat held. */
+static enum router_role role_of(const struct client *c, const struct router_verdict *v, bool held, bool *writes)
 {
-	struct pool *p = c->pool;
-	const struct config_pool *cp = p->cpool;
+	const struct config_pool *cp = c->pool->cpool;
 	*writes = false;
-	/* SPEC §4: a comment hint on the transaction's first statement, else
-	 * SET SERVER ROLE, else the parser's verdict, else default_role. The
-	 * hint is the most specific choice, so it is read first, even when the
-	 * session has a role SET (which applies again to the next transaction). */
-	bool held = c->held_begin && cp->query_parser_enabled;
-	const char *sql;
-	size_t len;
-	struct router_verdict local;
-	const struct router_verdict *v = NULL;
-	if (!held && first_statement(c, f, &sql, &len))
-		v = classify(c, rr, sql, len, &local);
 	if (v && v->hint_role != ROUTER_ROLE_NONE)
 		return v->hint_role;
 	if (c->role_override != ROUTER_ROLE_NONE)
@@ -184,6 +174,23 @@ static enum router_role decide_role(struct client *c, const struct proto_frame *
 		return ROUTER_ROLE_PRIMARY;
 	}
 	return ROUTER_ROLE_REPLICA;
+}
+
+static enum router_role decide_role(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
+				    bool *writes)
+{
+	/* SPEC §4: a comment hint on the transaction's first statement, else
+	 * SET SERVER ROLE, else the parser's verdict, else default_role. The
+	 * hint is the most specific choice, so it is read first, even when the
+	 * session has a role SET (which applies again to the next transaction). */
+	bool held = c->held_begin && c->pool->cpool->query_parser_enabled;
+	const char *sql;
+	size_t len;
+	struct router_verdict local;
+	const struct router_verdict *v = NULL;
+	if (!held && first_statement(c, f, &sql, &len))
+		v = classify(c, rr, sql, len, &local);
+	return role_of(c, v, held, writes);
 }
 
 /* ---- which shard (SPEC §6) ---- */
@@ -918,6 +925,8 @@ struct srvpool *route_pick(struct client *c, const struct proto_frame *f)
 
 static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
 				     int shard);
+static struct srvpool *choose_in_shard(struct client *c, struct srvpool **all, size_t n, int shard,
+				       enum router_role role, bool *no_writer);
 
 static struct srvpool *pick(struct client *c, const struct proto_frame *f)
 {
@@ -949,23 +958,36 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f)
 static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
 				     int shard)
 {
+	struct srvpool *all[64];
+	size_t n = rotation_shard_servers(c->pool, shard, all, 64);
+	if (n == 0)
+		return c->pool->targets[0];
+	if (n == 1)
+		return all[0];   /* nothing to choose: no parsing, no ban checks */
+	const struct config_pool *cp = c->pool->cpool;
+	uint64_t now = c->w->now_us;
+	bool writes;
+	enum router_role role = decide_role(c, f, rr, &writes);
+	if (role == ROUTER_ROLE_REPLICA && cp->sticky_primary_after_write > 0 && now < c->sticky_until_us)
+		role = ROUTER_ROLE_PRIMARY;
+	if (writes && cp->sticky_primary_after_write > 0)
+		c->sticky_until_us = now + (uint64_t)cp->sticky_primary_after_write * 1000;
+	bool no_writer = false;
+	struct srvpool *sp = choose_in_shard(c, all, n, shard, role, &no_writer);
+	c->route_error = no_writer;
+	return sp;
+}
+
+/* One of the n servers of shard (all, n > 1) for role: the primary, or a
+ * replica (or the primary, with primary reads) that is not banned, at
+ * random or by least outstanding connections. *no_writer: a write was
+ * asked and only a configured primary found in recovery is there. */
+static struct srvpool *choose_in_shard(struct client *c, struct srvpool **all, size_t n, int shard,
+				       enum router_role role, bool *no_writer)
+{
 	struct pool *p = c->pool;
 	struct worker *w = c->w;
 	const struct config_pool *cp = p->cpool;
-	struct srvpool *all[64];
-	size_t n = rotation_shard_servers(p, shard, all, 64);
-	if (n == 0)
-		return p->targets[0];
-	if (n == 1)
-		return all[0];   /* nothing to choose: no parsing, no ban checks */
-
-	bool writes;
-	enum router_role role = decide_role(c, f, rr, &writes);
-	if (role == ROUTER_ROLE_REPLICA && cp->sticky_primary_after_write > 0 && w->now_us < c->sticky_until_us)
-		role = ROUTER_ROLE_PRIMARY;
-	if (writes && cp->sticky_primary_after_write > 0)
-		c->sticky_until_us = w->now_us + (uint64_t)cp->sticky_primary_after_write * 1000;
-
 	struct srvpool *primary = NULL, *configured = NULL;
 	for (size_t i = 0; i < n; i++) {
 		if (all[i]->role == SERVER_ROLE_PRIMARY)
@@ -978,7 +1000,7 @@ static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame 
 			return primary;   /* never banned for writes */
 		if (configured) {
 			/* configured primary found in recovery, no auto server promoted */
-			c->route_error = true;
+			*no_writer = true;
 			return configured;
 		}
 	}
@@ -1032,6 +1054,29 @@ static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame 
 		return ok[best];
 	}
 	return ok[next_random(w) % m];
+}
+
+struct srvpool *route_pick_leg(struct client *c, const char *sql, size_t len, int shard, bool *no_writer)
+{
+	*no_writer = false;
+	struct srvpool *all[64];
+	size_t n = rotation_shard_servers(c->pool, shard, all, 64);
+	if (n == 0)
+		return c->pool->targets[0];
+	if (n == 1)
+		return all[0];
+	struct route_rules rr;
+	build_rules(c, &rr);
+	struct router_verdict local;
+	const struct router_verdict *v = classify(c, &rr, sql, len, &local);
+	bool writes;
+	enum router_role role = role_of(c, v, false, &writes);
+	/* The session's stickiness applies; a leg's own writes do not extend
+	 * it (the client's transaction is what counts, route_pick). */
+	if (role == ROUTER_ROLE_REPLICA && c->pool->cpool->sticky_primary_after_write > 0 &&
+	    c->w->now_us < c->sticky_until_us)
+		role = ROUTER_ROLE_PRIMARY;
+	return choose_in_shard(c, all, n, shard, role, no_writer);
 }
 
 /* ---- SET SERVER ROLE and friends ---- */
