@@ -85,8 +85,7 @@ struct client {
 	/* A read sent to a replica: a copy of its bytes until the first reply
 	 * reaches the client, to send it elsewhere if the replica dies. */
 	struct evbuffer *retry;
-	/* The cross-shard read under way (CLIENT_FANOUT), or for a leg client
-	 * (is_fanout_leg) the one it serves; NULL otherwise. */
+	/* The cross-shard work under way (CLIENT_FANOUT); NULL otherwise. */
 	struct fanout *fanout;
 	/* Cross-shard state beyond one read (a portal read in parts, a split
 	 * write parked in the transaction, a batch awaiting its Sync): made by
@@ -134,7 +133,6 @@ struct client {
 	bool held_begin_read_only : 1;
 	bool retry_on : 1;
 	bool route_error : 1;         /* route_pick: no server may take this write */
-	bool is_fanout_leg : 1;
 	bool has_cancel_key : 1;
 	bool long_cancel_key : 1;     /* protocol 3.2: a 32-byte key in BackendKeyData */
 	bool is_admin : 1;
@@ -145,12 +143,12 @@ struct client {
 	bool local_rollback_batch : 1;
 };
 
-/* A leg of a cross-shard read (fanout.c): an internal client on fd (one
- * end of a socketpair), logged in as parent with its session settings,
- * pinned to shard. NULL: out of memory (fd closed). */
-struct client *client_open_leg(struct client *parent, int fd, int shard, struct fanout *fo);
-/* The client of a waiter on a pool's lists. */
-static inline struct client *client_of_waiter(struct pool_waiter *pw) { return LIST_OWNER(pw, struct client, wait); }
+/* The client of a waiter on a pool's lists; NULL: not a client's (a
+ * fan-out's leg, fanout.c). */
+static inline struct client *client_of_waiter(struct pool_waiter *pw)
+{
+	return pw->is_client ? LIST_OWNER(pw, struct client, wait) : NULL;
+}
 
 /* Accept a connection (fd already non-blocking). */
 void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int salen, bool is_unix);

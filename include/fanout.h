@@ -3,18 +3,19 @@
  * fanout: a cross-shard read (SPEC §6) sent to every shard at once and
  * answered with one merged result.
  *
- * Each shard is reached through a "leg": an internal client of the same
- * pool, user and session settings, pinned to that shard, connected to pgcat
- * itself through a socketpair. A leg is an ordinary client for the rest of
- * pgcat, so it gets a server the usual way: the pool's size and queue,
- * replicas and bans, failover, settings sync, timeouts and cancellation all
- * apply per shard without a second code path. fanout writes the shard's
- * request into the pair, keeps the whole reply (up to a bound), and once
- * every shard answered merges them (merge.c) into the client's reply.
+ * Each shard is reached through a "leg" (fanout.c): it checks a server of
+ * that shard out of the client's pool, as a transaction of the client's
+ * session pinned to the shard would be routed (route_pick_leg: role,
+ * replicas, bans), waits in the pool's queue like a client, and drives the
+ * server through the link (link.h, client_end.h): the server syncs the
+ * session's settings, runs the leg's requests, and its replies come back
+ * on a loopback io, with no socket between pgcat and itself. fanout keeps
+ * each shard's whole reply (up to a bound) and once every shard answered
+ * merges them (merge.c) into the client's reply.
  *
  * The client waits in CLIENT_FANOUT meanwhile; its cancel request cancels
- * every leg; if it goes away, the legs are closed and their servers clean up
- * as for any vanished client.
+ * every leg's query; if it goes away, the legs' servers go back to their
+ * pools as a vanished client's would (cancelled, rolled back).
  */
 #ifndef PGCAT_FANOUT_H
 #define PGCAT_FANOUT_H
@@ -119,7 +120,5 @@ bool fanout_parked_message(struct client *c, const struct proto_frame *f);
 void fanout_parked_abort(struct client *c);
 /* The client sent a CancelRequest: cancel every shard's query. */
 void fanout_cancel(struct client *c);
-/* A leg client is closing (pgcat closed it, or its pair end closed). */
-void fanout_leg_closed(struct client *leg);
 
 #endif

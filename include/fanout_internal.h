@@ -13,10 +13,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "client_end.h"
 #include "copy_route.h"
 #include "copysplit.h"
 #include "io.h"
 #include "merge.h"
+#include "params.h"
+#include "pool_types.h"
 
 struct client;
 struct evbuffer;
@@ -27,22 +30,45 @@ struct evbuffer;
 /* The client's request is read whole (route waited for it up to this). */
 #define FANOUT_REQUEST_MAX (1024u * 1024)
 
-/* Below 256 kB queued for every shard, the client's rows flow again. */
+/* COPY: beyond this queued for a shard not sent yet (or a full output to
+ * its server), the client's rows wait (fanout_leg_full). */
 #define COPY_LEG_HIGH (1024u * 1024)
-#define COPY_LEG_LOW (256u * 1024)
 
+/* Where a leg stands with its server (moved by leg_set in fanout.c, which
+ * checks the edge). */
+enum leg_link {
+	LEG_UNLINKED,   /* no server: one is picked when a request is queued */
+	LEG_WAITING,    /* queued on a pool for a server (wait) */
+	LEG_SYNCING,    /* linked; the server runs the session's settings first */
+	LEG_READY,      /* linked and ready: queued requests go out at once */
+	LEG_GONE        /* its server was lost, or the fan-out ended: nothing more */
+};
+
+/* One shard's part of a fan-out. The leg checks a server out of the
+ * shard's pool and drives it through the link like a client does (its
+ * end, its waiter): the requests it queues (req) are sent once the server
+ * is ready, and the server's replies come back on a loopback io, as they
+ * would to a client's connection, batched per loop turn. */
 struct fanout_leg {
 	struct fanout *fo;
 	int shard;
-	struct io io;             /* pgcat's end of the pair */
-	struct client *client;    /* the leg client; NULL once it closed */
+	enum leg_link link;
+	struct io io;             /* the shard's replies (a loopback: io_open_loopback) */
+	struct client_end end;    /* the leg's end of the link to its server */
+	struct pool_waiter wait;  /* its wait for a server */
+	struct params params;     /* the client's session settings, as the server must see them */
+	struct evbuffer *req;     /* requests queued, not sent yet */
+	/* READ: what was sent, sent again elsewhere if the replica dies before
+	 * answering (the read retry of SPEC §4, once) */
+	struct evbuffer *sent;
+	bool retried;
 	size_t scanned;           /* bytes of the reply walked so far */
 	int ready_needed;         /* ReadyForQuery messages still to come */
 	bool io_open;
 	bool want_copy_in;        /* COPY: done at CopyInResponse (after ready_needed) */
 	struct evbuffer *rows;    /* COPY: this shard's rows, for the next CopyData */
 	bool done;                /* the reply is complete, or the leg failed */
-	bool lost;                /* closed before its reply was complete */
+	bool lost;                /* its server was lost before its reply was complete */
 	bool too_big;
 	bool begin_pending;       /* the BEGIN pgcat sent first: its CommandComplete is not the client's */
 	uint8_t completes;        /* CommandComplete messages of the client's statement */
@@ -186,8 +212,17 @@ void fanout_free(struct fanout *fo);
 struct fanout *fanout_new_write(struct client *c, enum fanout_kind kind, enum fanout_phase phase, int n_legs);
 /* A new phase: every live leg waits for its replies again; the caller must not touch fo after. */
 void fanout_begin_wait(struct fanout *fo);
-/* Leg idx of fo, to shard: the pair, pgcat's end, the leg client. */
+/* Leg idx of fo, for shard: its reply io and request queue (its server
+ * is checked out once a request is queued and sent, fanout_send). */
 bool fanout_open_leg(struct fanout *fo, int idx, int shard, char *why, size_t whylen);
+/* Where a leg's requests are queued (whole messages). */
+static inline struct evbuffer *fanout_leg_out(struct fanout_leg *leg) { return leg->req; }
+/* Every leg's queued requests go to its server (checked out first if it
+ * has none): after a kind queued a phase's requests. */
+void fanout_send(struct fanout *fo);
+/* COPY: the leg has too much queued; the client's rows wait until its
+ * server's output drains (the fan-out's waiting_drain). */
+bool fanout_leg_full(const struct fanout_leg *leg);
 /* The statement a Bind names, when its Parse is not in this request. */
 bool fanout_bound_statement(struct client *c, const char *name, const char **sql, const uint8_t **types,
 			    size_t *types_len);

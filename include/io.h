@@ -83,6 +83,9 @@ struct io {
 	/* OpenSSL reported a fatal error (SSL_ERROR_SSL or _SYSCALL): no
 	 * SSL_shutdown may follow. */
 	bool tls_failed : 1;
+	/* No socket: what is written comes back as input at the flush
+	 * (io_open_loopback). */
+	bool loopback : 1;
 };
 
 bool io_flusher_init(struct io_flusher *f, struct event_base *base) __attribute__((warn_unused_result));
@@ -94,6 +97,13 @@ void io_flush_all(struct io_flusher *f);
  * io is embedded in its owner at ops->owner_offset. */
 bool io_open(struct io *io, struct event_base *base, struct io_flusher *f, evutil_socket_t fd,
 	     size_t read_high, const struct io_ops *ops) __attribute__((warn_unused_result));
+/* A connection without a socket, to pgcat itself: what a writer queues in
+ * its output (io_out) is handed over as its input when the writes of the
+ * loop turn are flushed, and on_read is called then. A fan-out's leg takes
+ * a server's replies this way (fanout.c): they arrive as from any client's
+ * connection, batched per turn, without crossing the kernel. on_drain and
+ * on_event are never called; ops->write_low is unused. */
+void io_open_loopback(struct io *io, struct io_flusher *f, size_t read_high, const struct io_ops *ops);
 /* Start a non-blocking connect; on_event(IO_CONNECTED) or (IO_ERROR) follows. */
 bool io_connect(struct io *io, struct event_base *base, struct io_flusher *f, const struct sockaddr *sa,
 		socklen_t salen, size_t read_high, const struct io_ops *ops) __attribute__((warn_unused_result));

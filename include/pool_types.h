@@ -51,6 +51,9 @@ struct pool_waiter {
 	struct srvpool *target;         /* the srvpool it waits on; NULL: none */
 	uint64_t since_us;              /* queued at */
 	uint64_t client_id;             /* for the log */
+	/* A client's wait (SHOW CLIENTS lists it), not one shard's part of a
+	 * fan-out (fanout.c). */
+	bool is_client;
 };
 
 /* What a server reports to the srvpool it belongs to (installed by pool.c;

@@ -322,8 +322,11 @@ static void client_rows(struct admin_result *r, struct worker *w)
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++) {
 			struct list_node *cp, *ct;
-			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters)
-				client_row(r, client_of_waiter(LIST_OWNER(cp, struct pool_waiter, node)), "waiting");
+			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters) {
+				const struct client *x = client_of_waiter(LIST_OWNER(cp, struct pool_waiter, node));
+				if (x)   /* a fan-out's legs show as their client */
+					client_row(r, x, "waiting");
+			}
 		}
 	}
 }

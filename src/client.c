@@ -145,6 +145,7 @@ static void init_end(struct client *c)
 	list_init(&c->wait.node);
 	c->wait.ev = &client_wait_events;
 	c->wait.client_id = c->id;
+	c->wait.is_client = true;
 	c->end.ev = &client_end_events;
 	c->end.io = &c->io;
 	c->end.params = &c->params;
@@ -204,56 +205,6 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 	io_read_now(&c->io);
 }
 
-struct client *client_open_leg(struct client *parent, int fd, int shard, struct fanout *fo)
-{
-	struct worker *w = parent->w;
-	struct client *c = calloc(1, sizeof *c);
-	const char *parent_user = client_user(parent), *parent_db = client_database(parent);
-	size_t ul = strlen(parent_user), dl = strlen(parent_db);
-	char *names = malloc(ul + 1 + dl + 1);
-	if (!c || !names) {
-		free(c);
-		free(names);
-		evutil_closesocket(fd);
-		return NULL;
-	}
-	c->w = w;
-	c->id = ++w->next_id;
-	c->is_unix = true;
-	c->peer_family = AF_UNIX;
-	params_init(&c->params);
-	params_init(&c->startup_params);
-	list_init(&c->node);
-	c->connect_us = c->state_since_us = c->last_activity_us = w->now_us;
-	init_end(c);
-	c->session = w->normal_session;
-	if (!io_open(&c->io, w->base, &w->flusher, fd, CLIENT_READ_HIGH_WATER, &client_io_ops)) {
-		evutil_closesocket(fd);
-		free(names);
-		free(c);
-		return NULL;
-	}
-	memcpy(names, parent_user, ul + 1);
-	memcpy(names + ul + 1, parent_db, dl + 1);
-	c->names = names;
-	/* the parent's session, as a server would have to see it */
-	params_copy(&c->params, &parent->params);
-	params_copy(&c->startup_params, &parent->startup_params);
-	c->role_override = parent->role_override;
-	c->primary_reads_override = parent->primary_reads_override;
-	c->sticky_until_us = parent->sticky_until_us;
-	c->shard_override = (int16_t)shard;
-	c->pool = parent->pool;
-	c->pool->n_clients++;
-	c->fanout = fo;
-	c->is_fanout_leg = true;
-	w->n_clients++;
-	atomic_store_explicit(&w->shm->h->workers[w->id].clients, w->n_clients, memory_order_relaxed);
-	c->state = CLIENT_CLOSED;
-	client_set_state(c, CLIENT_IDLE);
-	return c;
-}
-
 const char *client_user(const struct client *c)
 {
 	if (c->names)
@@ -301,8 +252,6 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 			 client_addr_str(c, a), c->port, msg[0] ? ": " : "", msg);
 	}
 
-	if (c->is_fanout_leg)
-		fanout_leg_closed(c);
 	fanout_parked_abort(c);   /* a split write's shards roll back */
 	switch (c->state) {
 	case CLIENT_WAITING:
@@ -753,13 +702,6 @@ static void process_active(struct client *c)
 		}
 		uint32_t total = f.len + 1;
 		uint64_t now = c->w->now_us;
-		if (s->outstanding == 0 && !s->ext_pending) {
-			/* A new request: the clock for query_time (and, from 'I',
-			 * xact_time) starts here. */
-			s->query_start_us = now;
-			if (s->tx_status == 'I')
-				s->xact_start_us = now;
-		}
 		/* Prepared statements: the messages rewritten need their bytes
 		 * (Bind and Describe: the names at the front) before anything is
 		 * counted. */
@@ -791,14 +733,6 @@ static void process_active(struct client *c)
 				const uint8_t *buf = evbuffer_pullup(in, total);
 				track_settings(c, s, (const char *)buf + 5, f.len - 4);
 			}
-			s->outstanding++;
-			break;
-		case PqMsg_Sync:
-			s->outstanding++;
-			s->ext_pending = false;
-			break;
-		case PqMsg_FunctionCall:
-			s->outstanding++;
 			break;
 		case PqMsg_Parse:
 			/* Drivers send SET through the extended protocol too. */
@@ -813,20 +747,16 @@ static void process_active(struct client *c)
 			}
 			stats_add(c->pool->stats, STAT_CLIENT_PARSE, 1);
 			stats_add(c->pool->stats, STAT_SERVER_PARSE, 1);
-			s->ext_pending = true;
 			break;
 		case PqMsg_Bind:
 			stats_add(c->pool->stats, STAT_BIND, 1);
-			s->ext_pending = true;
-			break;
-		case PqMsg_Describe:
-		case PqMsg_Execute:
-		case PqMsg_Close:
-			s->ext_pending = true;
 			break;
 		default:
 			break;
 		}
+		/* What the server owes for it, and the clocks (from a new
+		 * request's first message). */
+		link_count_request(s, f.type, now);
 		c->last_activity_us = now;
 		if (c->retry_on)
 			capture_for_retry(c, &f, prep);

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fanout: the fan-out and its legs (include/fanout.h): the client's request
- * read, one leg client per shard over a socketpair, the legs' replies
- * awaited phase by phase, cancel, abort and free. What is sent and how the
+ * read, one leg per shard driving a server of that shard through the link
+ * (a waiter on its pool, an end of a link), the legs' replies awaited
+ * phase by phase, cancel, abort and free. What is sent and how the
  * replies are answered is each kind's: fanout_read.c (cross-shard reads),
  * fanout_write.c (split INSERTs, broadcast writes, the parked transaction),
  * fanout_copy.c (COPY FROM STDIN), fanout_batch.c (batches of Binds).
@@ -10,21 +11,27 @@
 #include "fanout.h"
 #include "fanout_internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "client.h"
+#include "context.h"
 #include "io.h"
+#include "link.h"
 #include "log.h"
+#include "pktbuf.h"
+#include "pool.h"
 #include "prepared.h"
 #include "proto.h"
-#include "context.h"
+#include "rotation.h"
+#include "route.h"
+#include "server.h"
+#include "stats.h"
 
 /* ---- the client's request ---- */
 
@@ -146,12 +153,56 @@ void fanout_put_unnamed_parse(struct evbuffer *out, const char *sql, size_t sql_
 
 /* ---- legs ---- */
 
+/* The edges a leg's link may take (enum leg_link). */
+static bool leg_edge_ok(enum leg_link from, enum leg_link to)
+{
+	switch (to) {
+	case LEG_UNLINKED:   /* lost before use, rerouted, failed, or released at a transaction's end */
+		return from == LEG_WAITING || from == LEG_SYNCING || from == LEG_READY;
+	case LEG_WAITING:
+		return from == LEG_UNLINKED;
+	case LEG_SYNCING:
+		return from == LEG_WAITING;
+	case LEG_READY:
+		return from == LEG_SYNCING;
+	case LEG_GONE:
+		return from != LEG_GONE;
+	}
+	return false;
+}
+
+static void leg_set(struct fanout_leg *leg, enum leg_link to)
+{
+	assert(leg_edge_ok(leg->link, to));
+	leg->link = to;
+}
+
+/* The leg's server goes back to its pool (it finishes, cancels or rolls
+ * back what runs there, as for a client that went away), or its wait ends. */
+static void leg_let_go(struct fanout_leg *leg)
+{
+	switch (leg->link) {
+	case LEG_WAITING:
+		pool_cancel_wait(&leg->wait);
+		break;
+	case LEG_SYNCING:
+	case LEG_READY:
+		pool_client_gone(leg->end.server);
+		break;
+	case LEG_UNLINKED:
+	case LEG_GONE:
+		break;
+	}
+	if (leg->link != LEG_GONE)
+		leg_set(leg, LEG_GONE);
+}
+
 static void leg_close_io(struct fanout_leg *leg)
 {
 	if (!leg->io_open)
 		return;
 	leg->io_open = false;
-	io_close(&leg->io);   /* the leg client reads EOF and goes away */
+	io_close(&leg->io);
 }
 
 static void fanout_release(evutil_socket_t fd, short what, void *arg)
@@ -194,8 +245,6 @@ void fanout_portal_drop(struct client *c)
 	c->xshard->portal = NULL;
 }
 
-/* Closes the legs; the memory goes at the next loop turn, since this may
- * run inside a leg's own io callback, which reads its io after. */
 struct fanout *fanout_new_write(struct client *c, enum fanout_kind kind, enum fanout_phase phase, int n_legs)
 {
 	struct fanout *fo = calloc(1, sizeof *fo + (size_t)n_legs * sizeof fo->legs[0]);
@@ -209,6 +258,8 @@ struct fanout *fanout_new_write(struct client *c, enum fanout_kind kind, enum fa
 	return fo;
 }
 
+/* Lets the legs' servers go; the memory goes at the next loop turn, since
+ * this may run inside a leg's reply callback (its io is read after). */
 void fanout_free(struct fanout *fo)
 {
 	fanout_portal_free(fo->rest);
@@ -221,19 +272,22 @@ void fanout_free(struct fanout *fo)
 	fo->batch_idx = NULL;
 	for (int i = 0; i < fo->n_legs; i++) {
 		struct fanout_leg *leg = &fo->legs[i];
+		if (!leg->fo)
+			continue;   /* never opened */
 		free(leg->unit_len);
 		free(leg->error);
 		leg->unit_len = NULL;
 		leg->error = NULL;
-		if (leg->client) {
-			leg->client->fanout = NULL;
-			leg->client = NULL;
-		}
+		leg_let_go(leg);
 		leg_close_io(leg);
-		if (leg->rows) {
+		params_clear(&leg->params);
+		if (leg->req)
+			evbuffer_free(leg->req);
+		if (leg->sent)
+			evbuffer_free(leg->sent);
+		if (leg->rows)
 			evbuffer_free(leg->rows);
-			leg->rows = NULL;
-		}
+		leg->req = leg->sent = leg->rows = NULL;
 	}
 	const struct timeval now = { 0, 0 };
 	if (event_base_once(fo->c->w->base, -1, EV_TIMEOUT, fanout_release, fo, &now) != 0)
@@ -303,31 +357,155 @@ static bool leg_scan(struct fanout_leg *leg)
 	}
 	if (have > FANOUT_REPLY_MAX) {
 		leg->too_big = true;
-		leg_close_io(leg);
 		return true;
 	}
 	return false;
 }
 
-static void leg_read_cb(struct io *io, void *arg);
-static void leg_drain_cb(struct io *io, void *arg);
-static void leg_event_cb(struct io *io, enum io_event what, int err, void *arg);
-static const struct io_ops leg_io_ops = { leg_read_cb, leg_drain_cb, leg_event_cb, COPY_LEG_LOW,
-					   offsetof(struct fanout_leg, io) };
-
+/* The server's replies of this loop turn are in (the loopback). */
 static void leg_read_cb(struct io *io, void *arg)
 {
 	(void)io;
 	struct fanout_leg *leg = arg;
-	if (!leg->done && leg_scan(leg))
-		leg_done(leg);   /* may free the fan-out: leg is gone */
+	if (leg->done || !leg_scan(leg))
+		return;
+	if (leg->too_big) {
+		/* no more of it: the server finishes (cancels) without the leg */
+		leg_let_go(leg);
+		leg_close_io(leg);
+	}
+	leg_done(leg);   /* may end the fan-out: leg is not to be touched after */
 }
 
-/* A new phase: every live leg waits for its replies again (some may be
- * buffered already: an error during COPY). Ends with fanout_finish when
- * all are in: the caller must not touch fo after this. */
+static void leg_event_cb(struct io *io, enum io_event what, int err, void *arg)
+{
+	(void)io;   /* a loopback reports no events */
+	(void)what;
+	(void)err;
+	(void)arg;
+}
+
+static const struct io_ops leg_io_ops = { leg_read_cb, NULL, leg_event_cb, UINT32_MAX,
+					   offsetof(struct fanout_leg, io) };
+
+/* The phase's request cannot run on this shard: its reply is this error
+ * and the ReadyForQuery messages awaited, as a server would have answered
+ * (through the loopback, so it is read at the flush like any reply). */
+static void leg_fail_request(struct fanout_leg *leg, const char *sqlstate, const char *message)
+{
+	if (leg->req)
+		evbuffer_drain(leg->req, evbuffer_get_length(leg->req));
+	if (!leg->io_open)
+		return;
+	uint8_t storage[640];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_error(&pb, "ERROR", sqlstate, message);
+	struct evbuffer *out = io_out(&leg->io);
+	if (!pb.failed)
+		evbuffer_add(out, pb.data, pb.len);
+	int rfq = leg->ready_needed + (leg->want_copy_in ? 1 : 0);
+	for (int i = 0; i < rfq; i++)
+		evbuffer_add(out, "Z\0\0\0\5I", 6);
+}
+
+static void leg_push(struct fanout_leg *leg);
+
+/* The leg's server for its queued request: picked as for a client of the
+ * same session pinned to the shard (route_pick_leg), and checked out. */
+static void leg_checkout(struct fanout_leg *leg)
+{
+	struct client *c = leg->fo->c;
+	const char *sql = "";
+	size_t len = 0;
+	uint8_t h[5];
+	if (evbuffer_copyout(leg->req, h, 5) == 5) {
+		size_t total = (size_t)proto_get_u32(h + 1) + 1;
+		if (total > 5 && total <= evbuffer_get_length(leg->req) &&
+		    (h[0] == PqMsg_Query || h[0] == PqMsg_Parse)) {
+			const uint8_t *m = evbuffer_pullup(leg->req, (ev_ssize_t)total);
+			size_t off = 0;
+			const char *name;
+			if (h[0] == PqMsg_Query || proto_read_cstring(m + 5, total - 5, &off, &name)) {
+				sql = (const char *)m + 5 + off;
+				len = strnlen(sql, total - 5 - off);
+			}
+		}
+	}
+	bool no_writer;
+	struct srvpool *sp = route_pick_leg(c, sql, len, leg->shard, &no_writer);
+	if (no_writer) {
+		leg_fail_request(leg, "25006", "cannot execute a write: the configured primary is in recovery");
+		return;
+	}
+	leg->wait.client_id = c->id;
+	leg_set(leg, LEG_WAITING);
+	(void)pool_checkout(sp, &leg->wait);   /* granted, failed or queued: its events */
+}
+
+/* The queued requests go to the server (whole messages: the link counts
+ * what each one owes), or a server is found for them first. */
+static void leg_push(struct fanout_leg *leg)
+{
+	size_t n = leg->req ? evbuffer_get_length(leg->req) : 0;
+	if (n == 0)
+		return;
+	switch (leg->link) {
+	case LEG_GONE:
+		evbuffer_drain(leg->req, n);
+		return;
+	case LEG_UNLINKED:
+		leg_checkout(leg);
+		return;
+	case LEG_WAITING:
+	case LEG_SYNCING:
+		return;   /* sent once the server is ready */
+	case LEG_READY:
+		break;
+	}
+	struct server *s = leg->end.server;
+	struct worker *w = leg->fo->c->w;
+	if (leg->fo->kind == FANOUT_READ && !leg->retried) {
+		if (!leg->sent)
+			leg->sent = evbuffer_new();
+		if (leg->sent)
+			evbuffer_add(leg->sent, evbuffer_pullup(leg->req, (ev_ssize_t)n), n);
+	}
+	size_t off = 0;
+	while (n - off >= 5) {
+		uint8_t h[5];
+		struct evbuffer_ptr pos;
+		if (evbuffer_ptr_set(leg->req, &pos, off, EVBUFFER_PTR_SET) < 0 ||
+		    evbuffer_copyout_from(leg->req, &pos, h, 5) != 5)
+			break;
+		link_count_request(s, h[0], w->now_us);
+		off += (size_t)proto_get_u32(h + 1) + 1;
+	}
+	evbuffer_remove_buffer(leg->req, server_output(s), n);
+	stats_add(leg->fo->c->pool->stats, STAT_RECEIVED, n);
+}
+
+void fanout_send(struct fanout *fo)
+{
+	for (int i = 0; i < fo->n_legs; i++)
+		if (fo->legs[i].fo)
+			leg_push(&fo->legs[i]);
+}
+
+bool fanout_leg_full(const struct fanout_leg *leg)
+{
+	if (leg->req && evbuffer_get_length(leg->req) > COPY_LEG_HIGH)
+		return true;
+	return leg->link == LEG_READY && server_output_full(leg->end.server);
+}
+
+/* A new phase: every live leg's requests go out, and it waits for its
+ * replies again (some may be buffered already: an error during COPY).
+ * Ends with fanout_finish when all are in: the caller must not touch fo
+ * after this. */
 void fanout_begin_wait(struct fanout *fo)
 {
+	fanout_send(fo);
 	fo->n_done = 0;
 	for (int i = 0; i < fo->n_legs; i++) {
 		struct fanout_leg *leg = &fo->legs[i];
@@ -343,40 +521,145 @@ void fanout_begin_wait(struct fanout *fo)
 		fanout_finish(fo);
 }
 
-static void leg_drain_cb(struct io *io, void *arg)
+/* ---- the events of a leg's end of its link (client_end.h) ---- */
+
+static struct fanout_leg *leg_of_end(struct client_end *end) { return LIST_OWNER(end, struct fanout_leg, end); }
+
+static void leg_ready(struct client_end *end, bool begin_ran)
 {
-	(void)io;
-	struct fanout_leg *leg = arg;
-	struct fanout *fo = leg->fo;
+	(void)begin_ran;   /* a leg sends its BEGIN itself */
+	struct fanout_leg *leg = leg_of_end(end);
+	end->retry_skip = 0;   /* taken by the server (server_link) */
+	leg_set(leg, LEG_READY);
+	leg_push(leg);
+}
+
+/* A read whose replica died before answering goes to another server of
+ * the shard, once, as a client's read would (SPEC §4). */
+static bool leg_may_retry(const struct fanout_leg *leg, const struct server *s)
+{
+	const struct pool *p = s->sp->pool;
+	return leg->fo->kind == FANOUT_READ && !leg->retried && leg->sent && !s->req_data && p->n_targets > 1 &&
+	       p->mode == POOL_MODE_TRANSACTION && s->sp->role != SERVER_ROLE_PRIMARY;
+}
+
+static void leg_lost(struct client_end *end, struct server *s, bool untouched, const char *sqlstate,
+		     const char *message)
+{
+	struct fanout_leg *leg = leg_of_end(end);
+	(void)link_detach(s);
+	if (untouched || leg_may_retry(leg, s)) {
+		/* Nothing of the request ran there (or a read, to replay): it goes
+		 * to another server of the shard. */
+		rotation_server_failed(s->sp, message);
+		if (!untouched) {
+			log_info("C-%llu: shard %d's server lost before answering (%s); read sent again elsewhere",
+				 (unsigned long long)leg->fo->c->id, leg->shard, message);
+			leg->retried = true;
+			end->retry_skip = s->req_msgs;   /* what the loopback got already */
+			evbuffer_prepend_buffer(leg->req, leg->sent);
+		}
+		leg_set(leg, LEG_UNLINKED);
+		leg_push(leg);
+		return;
+	}
+	leg_set(leg, LEG_GONE);
+	leg->lost = true;
+	leg_fail_request(leg, sqlstate, message);
+}
+
+static void leg_released(struct client_end *end)
+{
+	struct fanout_leg *leg = leg_of_end(end);
+	leg_set(leg, LEG_UNLINKED);   /* its transaction ended; a later phase checks one out again */
+	leg_push(leg);
+}
+
+static void leg_answered(struct client_end *end) { (void)end; }
+
+/* COPY: a server's output drained; the client's rows flow again once no
+ * leg is full. */
+static void leg_resume(struct client_end *end)
+{
+	struct fanout *fo = leg_of_end(end)->fo;
 	if (!fo->waiting_drain)
 		return;
 	for (int i = 0; i < fo->n_legs; i++)
-		if (fo->legs[i].io_open && io_out_len(&fo->legs[i].io) > COPY_LEG_LOW)
+		if (fo->legs[i].fo && fanout_leg_full(&fo->legs[i]))
 			return;
 	fo->waiting_drain = false;
 	client_process(fo->c);
 }
 
-static void leg_event_cb(struct io *io, enum io_event what, int err, void *arg)
+static const struct client_end_events leg_end_events = {
+	.ready = leg_ready,
+	.lost = leg_lost,
+	.released = leg_released,
+	.answered = leg_answered,
+	.resume = leg_resume,
+};
+
+/* ---- the events of a leg's wait on a pool (pool.h) ---- */
+
+static struct fanout_leg *leg_of_wait(struct pool_waiter *pw) { return LIST_OWNER(pw, struct fanout_leg, wait); }
+
+static void leg_queued(struct pool_waiter *pw, bool login)
 {
-	struct fanout_leg *leg = arg;
-	(void)io;
-	(void)err;
-	if (what != IO_EOF && what != IO_ERROR)
-		return;
-	if (leg->done) {
-		/* between phases (COPY rows flowing): noticed at the next one */
-		if (leg->fo->phase == PHASE_COPY_DATA)
-			leg->lost = true;
-		return;
-	}
-	leg->lost = true;
-	leg_done(leg);
+	(void)pw;
+	(void)login;   /* (still LEG_WAITING) */
 }
+
+static void leg_granted(struct pool_waiter *pw, struct server *s)
+{
+	struct fanout_leg *leg = leg_of_wait(pw);
+	leg_set(leg, LEG_SYNCING);
+	link_attach(&leg->end, s);
+	server_link(s);   /* its ready event follows (maybe at once) */
+}
+
+static void leg_wait_failed(struct pool_waiter *pw, const char *sqlstate, const char *message)
+{
+	struct fanout_leg *leg = leg_of_wait(pw);
+	leg_set(leg, LEG_UNLINKED);
+	leg_fail_request(leg, sqlstate, message);
+}
+
+static void leg_rerouted(struct pool_waiter *pw)
+{
+	struct fanout_leg *leg = leg_of_wait(pw);
+	leg_set(leg, LEG_UNLINKED);
+	leg_push(leg);
+}
+
+static void leg_defaults_known(struct pool_waiter *pw) { (void)pw; }   /* logins only */
+
+static void leg_defaults_failed(struct pool_waiter *pw, const char *sqlstate, const char *message)
+{
+	(void)pw;
+	(void)sqlstate;
+	(void)message;
+}
+
+static void leg_wait_closed(struct pool_waiter *pw, const char *sqlstate, const char *message)
+{
+	struct fanout_leg *leg = leg_of_wait(pw);
+	leg_set(leg, LEG_GONE);
+	leg->lost = true;
+	leg_fail_request(leg, sqlstate, message);
+}
+
+static const struct pool_waiter_events leg_wait_events = {
+	.queued = leg_queued,
+	.granted = leg_granted,
+	.failed = leg_wait_failed,
+	.rerouted = leg_rerouted,
+	.defaults_known = leg_defaults_known,
+	.defaults_failed = leg_defaults_failed,
+	.closed = leg_wait_closed,
+};
 
 /* ---- start ---- */
 
-/* Leg idx of fo, to shard: the pair, pgcat's end, the leg client. */
 bool fanout_open_leg(struct fanout *fo, int idx, int shard, char *why, size_t whylen)
 {
 	struct client *c = fo->c;
@@ -385,22 +668,21 @@ bool fanout_open_leg(struct fanout *fo, int idx, int shard, char *why, size_t wh
 	leg->fo = fo;
 	leg->shard = shard;
 	leg->ready_needed = 1;
-	int sv[2];
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) {
-		snprintf(why, whylen, "cross-shard %s: cannot reach shard %d: %s", fo->kind == FANOUT_READ ? "read" : "write",
-			 shard, strerror(errno));
-		return false;
-	}
-	if (!io_open(&leg->io, w->base, &w->flusher, sv[1], FANOUT_REPLY_MAX + 65536u, &leg_io_ops)) {
-		close(sv[0]);
-		close(sv[1]);
-		snprintf(why, whylen, "cross-shard query: out of memory");
-		return false;
-	}
+	leg->link = LEG_UNLINKED;
+	params_init(&leg->params);
+	io_open_loopback(&leg->io, &w->flusher, FANOUT_REPLY_MAX + 65536u, &leg_io_ops);
 	leg->io_open = true;
-	leg->client = client_open_leg(c, sv[0], shard, fo);
-	if (!leg->client) {
-		snprintf(why, whylen, "cross-shard query: out of memory");
+	list_init(&leg->wait.node);
+	leg->wait.ev = &leg_wait_events;
+	leg->wait.is_client = false;
+	leg->end.ev = &leg_end_events;
+	leg->end.io = &leg->io;
+	leg->end.params = &leg->params;
+	leg->end.client_id = c->id;
+	leg->end.out_budget = UINT32_MAX;   /* the reply is bounded by FANOUT_REPLY_MAX (leg_scan) */
+	params_copy(&leg->params, &c->params);
+	if (!(leg->req = evbuffer_new())) {
+		snprintf(why, whylen, "cross-shard %s: out of memory", fo->kind == FANOUT_READ ? "read" : "write");
 		return false;
 	}
 	return true;
@@ -437,20 +719,25 @@ void fanout_cancel(struct client *c)
 	struct fanout *fo = c->fanout;
 	if (!fo)
 		return;
-	for (int i = 0; i < fo->n_legs; i++)
-		if (fo->legs[i].client)
-			client_cancel_query(fo->legs[i].client);
-}
-
-void fanout_leg_closed(struct client *leg_client)
-{
-	struct fanout *fo = leg_client->fanout;
-	leg_client->fanout = NULL;
-	if (!fo)
-		return;
-	for (int i = 0; i < fo->n_legs; i++)
-		if (fo->legs[i].client == leg_client)
-			fo->legs[i].client = NULL;
-	/* its pair end reports EOF: the leg is marked lost there if its reply
-	 * was not complete */
+	for (int i = 0; i < fo->n_legs; i++) {
+		struct fanout_leg *leg = &fo->legs[i];
+		if (!leg->fo)
+			continue;
+		switch (leg->link) {
+		case LEG_READY:
+		case LEG_SYNCING:
+			if (leg->end.server->outstanding > 0)
+				server_send_cancel(leg->end.server);
+			break;
+		case LEG_WAITING:
+			/* Nothing reached a server yet: answered as PostgreSQL would. */
+			pool_cancel_wait(&leg->wait);
+			leg_set(leg, LEG_UNLINKED);
+			leg_fail_request(leg, SQLSTATE_QUERY_CANCELED, "canceling statement due to user request");
+			break;
+		case LEG_UNLINKED:
+		case LEG_GONE:
+			break;
+		}
+	}
 }

@@ -242,7 +242,7 @@ enum fanout_start fanout_start_batch(struct client *c, const struct router_rules
 		leg->cap_units = per_shard[s];
 		leg->ready_needed = 2;
 		leg->begin_pending = true;
-		struct evbuffer *out = io_out(&leg->io);
+		struct evbuffer *out = fanout_leg_out(leg);
 		fanout_put_msg(out, PqMsg_Query, "BEGIN", 6, NULL, 0);
 		/* the statement unnamed; each of this shard's Binds as the client sent it */
 		fanout_put_unnamed_parse(out, sql, sql_len, types, types_len);
@@ -272,6 +272,7 @@ enum fanout_start fanout_start_batch(struct client *c, const struct router_rules
 	evbuffer_drain(in, end);
 	c->fanout = fo;
 	client_set_state(c, CLIENT_FANOUT);
+	fanout_send(fo);   /* each leg checks its server out */
 	log_debug("C-%llu: a batch of %u statements split over %d shards", (unsigned long long)c->id, n_binds, n_legs);
 	verdict = FANOUT_STARTED;
 out:

@@ -76,14 +76,16 @@ static void copy_flush_rows(struct fanout *fo)
 			size_t part = n < (1u << 20) ? n : (1u << 20);
 			uint8_t h[5] = { PqMsg_CopyData };
 			proto_put_u32(h + 1, (uint32_t)(4 + part));
-			struct evbuffer *out = io_out(&leg->io);
+			struct evbuffer *out = fanout_leg_out(leg);
 			evbuffer_add(out, h, 5);
 			evbuffer_remove_buffer(leg->rows, out, part);
 			n -= part;
 		}
-		if (io_out_len(&leg->io) > COPY_LEG_HIGH)
-			fo->waiting_drain = true;
 	}
+	fanout_send(fo);
+	for (int i = 0; i < fo->n_legs; i++)
+		if (fanout_leg_full(&fo->legs[i]))
+			fo->waiting_drain = true;
 }
 
 /* The client's data stops here (CopyDone, CopyFail, an error): every
@@ -97,9 +99,9 @@ static void copy_close(struct fanout *fo, bool fail, const char *why)
 		if (!leg->io_open || leg->lost)
 			continue;
 		if (fail)
-			fanout_put_msg(io_out(&leg->io), PqMsg_CopyFail, why, strlen(why) + 1, NULL, 0);
+			fanout_put_msg(fanout_leg_out(leg), PqMsg_CopyFail, why, strlen(why) + 1, NULL, 0);
 		else
-			fanout_put_msg(io_out(&leg->io), PqMsg_CopyDone, NULL, 0, NULL, 0);
+			fanout_put_msg(fanout_leg_out(leg), PqMsg_CopyDone, NULL, 0, NULL, 0);
 	}
 	fo->phase = PHASE_COPY_CLOSE;
 	fanout_begin_wait(fo);
@@ -116,8 +118,9 @@ static void copy_abort(struct fanout *fo)
 		struct fanout_leg *leg = &fo->legs[i];
 		static const char msg[] = "pgcat: cross-shard COPY failed";
 		if (leg->io_open && !leg->lost)
-			fanout_put_msg(io_out(&leg->io), PqMsg_CopyFail, msg, sizeof msg, NULL, 0);
+			fanout_put_msg(fanout_leg_out(leg), PqMsg_CopyFail, msg, sizeof msg, NULL, 0);
 	}
+	fanout_send(fo);
 }
 
 static void copy_feed(struct fanout *fo, const uint8_t *data, size_t n)
@@ -290,7 +293,7 @@ static void copy_opened(struct fanout *fo)
 			leg->ready_needed = in_copy[i] ? 1 : 0;
 			static const char msg[] = "pgcat: cross-shard COPY failed on another shard";
 			if (in_copy[i] && leg->io_open && !leg->lost)
-				fanout_put_msg(io_out(&leg->io), PqMsg_CopyFail, msg, sizeof msg, NULL, 0);
+				fanout_put_msg(fanout_leg_out(leg), PqMsg_CopyFail, msg, sizeof msg, NULL, 0);
 		}
 		fo->phase = PHASE_COPY_CLOSE;
 		fanout_begin_wait(fo);
@@ -381,11 +384,11 @@ enum fanout_start fanout_start_copy(struct client *c, const struct proto_frame *
 		leg->want_copy_in = true;
 		leg->ready_needed = 1;
 		if (s == 0 && cr.key_position < 0) {
-			fanout_put_msg(io_out(&leg->io), PqMsg_Query, posq, strlen(posq) + 1, NULL, 0);
+			fanout_put_msg(fanout_leg_out(leg), PqMsg_Query, posq, strlen(posq) + 1, NULL, 0);
 			leg->ready_needed++;
 		}
-		fanout_put_msg(io_out(&leg->io), PqMsg_Query, "BEGIN", 6, NULL, 0);
-		fanout_put_msg(io_out(&leg->io), PqMsg_Query, sql, sql_len + 1, NULL, 0);
+		fanout_put_msg(fanout_leg_out(leg), PqMsg_Query, "BEGIN", 6, NULL, 0);
+		fanout_put_msg(fanout_leg_out(leg), PqMsg_Query, sql, sql_len + 1, NULL, 0);
 	}
 	if (why[0]) {
 		fanout_free(fo);
@@ -394,6 +397,7 @@ enum fanout_start fanout_start_copy(struct client *c, const struct proto_frame *
 	evbuffer_drain(in, total);
 	c->fanout = fo;
 	client_set_state(c, CLIENT_FANOUT);
+	fanout_send(fo);   /* each leg checks its server out */
 	log_debug("C-%llu: COPY split over %d shards", (unsigned long long)c->id, n_shards);
 	return FANOUT_STARTED;
 }

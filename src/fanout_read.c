@@ -690,9 +690,9 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 		struct fanout_leg *leg = &fo->legs[made];
 		leg->ready_needed = made == 0 && fo->asks_collation ? 2 : 1;
 		if (made == 0 && fo->asks_collation)
-			fanout_put_msg(io_out(&leg->io), PqMsg_Query, COLLATION_QUERY, sizeof COLLATION_QUERY, NULL, 0);
+			fanout_put_msg(fanout_leg_out(leg), PqMsg_Query, COLLATION_QUERY, sizeof COLLATION_QUERY, NULL, 0);
 		size_t rl = evbuffer_get_length(req);
-		evbuffer_add(io_out(&leg->io), evbuffer_pullup(req, (ev_ssize_t)rl), rl);
+		evbuffer_add(fanout_leg_out(leg), evbuffer_pullup(req, (ev_ssize_t)rl), rl);
 	}
 	evbuffer_free(req);
 	if (made < n_shards || why[0]) {
@@ -703,6 +703,7 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 	evbuffer_drain(in, r.end);
 	c->fanout = fo;
 	client_set_state(c, CLIENT_FANOUT);
+	fanout_send(fo);   /* each leg checks its server out */
 	log_debug("C-%llu: cross-shard read sent to %d shards", (unsigned long long)c->id, n_shards);
 	return FANOUT_STARTED;
 }

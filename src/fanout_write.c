@@ -180,7 +180,7 @@ void fanout_write_end(struct fanout *fo)
 		leg->want_copy_in = false;
 		leg->ready_needed = 1;
 		if (leg->io_open && !leg->lost)
-			fanout_put_msg(io_out(&leg->io), PqMsg_Query, end, strlen(end) + 1, NULL, 0);
+			fanout_put_msg(fanout_leg_out(leg), PqMsg_Query, end, strlen(end) + 1, NULL, 0);
 	}
 	fanout_begin_wait(fo);
 }
@@ -482,7 +482,7 @@ static void insert_send_parts(struct fanout *fo, const struct insert_split *spli
 	for (int i = 0; i < fo->n_legs; i++) {
 		struct fanout_leg *leg = &fo->legs[i];
 		int s = leg->shard;
-		struct evbuffer *out = io_out(&leg->io);
+		struct evbuffer *out = fanout_leg_out(leg);
 		leg->begin_pending = true;
 		leg->ready_needed = split->sql[s] ? 2 : 1;
 		fanout_put_msg(out, PqMsg_Query, "BEGIN", 6, NULL, 0);
@@ -576,7 +576,7 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 		if (position) {
 			/* every shard answers alike: each leg has something to wait for */
 			leg->ready_needed = 1;
-			fanout_put_msg(io_out(&leg->io), PqMsg_Query, posq, strlen(posq) + 1, NULL, 0);
+			fanout_put_msg(fanout_leg_out(leg), PqMsg_Query, posq, strlen(posq) + 1, NULL, 0);
 		}
 	}
 	if (!position && !why[0])
@@ -589,6 +589,7 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 	evbuffer_drain(in, q.r.end);
 	c->fanout = fo;
 	client_set_state(c, CLIENT_FANOUT);
+	fanout_send(fo);   /* each leg checks its server out */
 	log_debug("C-%llu: INSERT split over %d shards%s", (unsigned long long)c->id, n_legs,
 		  position ? " (asking where the sharding column is)" : "");
 	return FANOUT_STARTED;
@@ -731,7 +732,7 @@ enum fanout_start fanout_start_broadcast(struct client *c, const struct router_r
 		if (!fanout_open_leg(fo, s, s, why, whylen))
 			break;
 		struct fanout_leg *leg = &fo->legs[s];
-		struct evbuffer *out = io_out(&leg->io);
+		struct evbuffer *out = fanout_leg_out(leg);
 		/* In a transaction on each shard, committed only once every shard
 		 * succeeded; what PostgreSQL runs only outside one goes alone. */
 		leg->ready_needed = outside_tx ? 1 : 2;
@@ -751,6 +752,7 @@ enum fanout_start fanout_start_broadcast(struct client *c, const struct router_r
 	evbuffer_drain(in, r.end);
 	c->fanout = fo;
 	client_set_state(c, CLIENT_FANOUT);
+	fanout_send(fo);   /* each leg checks its server out */
 	log_debug("C-%llu: write sent to all %d shards", (unsigned long long)c->id, n_shards);
 	return FANOUT_STARTED;
 }

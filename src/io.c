@@ -28,6 +28,8 @@ static inline void *io_owner(struct io *io)
 
 static void io_arm_read(struct io *io)
 {
+	if (io->loopback)
+		return;   /* no socket to watch */
 	bool want = !io->closed && !io->connecting && !io->paused &&
 		    (!io->in || evbuffer_get_length(io->in) < io->read_high);
 	if (want && !io->read_armed) {
@@ -577,9 +579,26 @@ void io_flusher_free(struct io_flusher *f)
 	f->n_dirty = f->cap_dirty = 0;
 }
 
+/* A loopback's output becomes its input (io_open_loopback). The owner's
+ * on_read may close the connection; its memory must outlive this call
+ * (io_flush_all reads it after). */
+static void loopback_deliver(struct io *io)
+{
+	if (io->closed || !io->out || evbuffer_get_length(io->out) == 0)
+		return;
+	struct evbuffer *in = io_in(io);
+	if (!in || evbuffer_add_buffer(in, io->out) != 0)
+		return;   /* out of memory: the owner's limits end it */
+	io->ops->on_read(io, io_owner(io));
+}
+
 void io_flush(struct io *io)
 {
 	undirty(io);
+	if (io->loopback) {
+		loopback_deliver(io);
+		return;
+	}
 	if (io->closed || io->connecting || io->write_armed)
 		return;
 	(void)io_write_some(io);
@@ -625,6 +644,16 @@ bool io_open(struct io *io, struct event_base *base, struct io_flusher *f, evuti
 		return false;
 	io_arm_read(io);
 	return true;
+}
+
+void io_open_loopback(struct io *io, struct io_flusher *f, size_t read_high, const struct io_ops *ops)
+{
+	memset(io, 0, sizeof *io);
+	io->fd = -1;
+	io->flusher = f;
+	io->read_high = read_high > UINT32_MAX ? UINT32_MAX : (uint32_t)read_high;
+	io->ops = ops;
+	io->loopback = true;   /* no event: never armed (io_arm_read is not called) */
 }
 
 bool io_connect(struct io *io, struct event_base *base, struct io_flusher *f, const struct sockaddr *sa,

@@ -347,8 +347,11 @@ static void poll_cancel_flags(struct worker *w)
 	LIST_FOREACH_SAFE(pp, pt, &w->pools) {
 		struct pool *p = LIST_OWNER(pp, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++)
-			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters)
-				poll_cancel_flag(w, client_of_waiter(LIST_OWNER(cp, struct pool_waiter, node)));
+			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters) {
+				struct client *c = client_of_waiter(LIST_OWNER(cp, struct pool_waiter, node));
+				if (c)   /* (a fan-out's leg is cancelled with its client) */
+					poll_cancel_flag(w, c);
+			}
 	}
 }
 
@@ -603,8 +606,11 @@ void worker_begin_shutdown(struct worker *w)
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++) {
 			struct list_node *cp, *ct;
-			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters)
-				client_of_waiter(LIST_OWNER(cp, struct pool_waiter, node))->end.close_when_released = true;
+			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters) {
+				struct client *c = client_of_waiter(LIST_OWNER(cp, struct pool_waiter, node));
+				if (c)
+					c->end.close_when_released = true;
+			}
 		}
 		/* A paused pool would keep them waiting until shutdown_timeout. */
 		pool_close_waiters(p, true, p->paused, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
