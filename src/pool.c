@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pool: checkout, checkin and the FIFO of waiting clients per (pool, user,
- * server); the link between a client and a server; the janitor's pool
- * duties. Knows no protocol: it moves connections between lists and tells
- * the client and server machines what happened.
+ * server); the link between a client and a server; reload and the admin
+ * console's operations on pools. The janitor's pool duties are in
+ * pool_janitor.c. Knows no protocol: it moves connections between lists
+ * and tells the client and server machines what happened.
  */
 #include "pool.h"
+#include "pool_internal.h"
 
 #include "dns.h"
 #include "router.h"
@@ -132,7 +134,7 @@ static struct srvpool *srvpool_new(struct pool *p, const struct config_shard *sh
 	return sp;
 }
 
-static void srvpool_free(struct srvpool *sp)
+void srvpool_free(struct srvpool *sp)
 {
 	struct worker *w = sp->pool->w;
 	if (w->shm) {
@@ -277,7 +279,7 @@ bool pool_create_all(struct worker *w)
 	return true;
 }
 
-static void srvpool_close_list(struct list_node *head)
+void srvpool_close_list(struct list_node *head)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, head)
@@ -300,7 +302,7 @@ static void config_ref_put(struct config_ref *ref)
 	}
 }
 
-static void pool_free(struct pool *p)
+void pool_free(struct pool *p)
 {
 	struct list_node *pos, *tmp;
 	/* Every server first, then the srvpools: closing a server that was
@@ -378,12 +380,6 @@ int srvpool_total(const struct srvpool *sp)
 	return sp->n_idle + sp->n_active + sp->n_opening + sp->n_other;
 }
 
-static bool recently_failed(const struct srvpool *sp, uint64_t now);
-
-/* How long after statement_timeout's cancel a query may still run before
- * pgcat gives up on that server connection. */
-#define STATEMENT_TIMEOUT_GRACE_US 1000000
-
 struct srvpool *pool_pick_target(struct pool *p)
 {
 	/* For learning the server parameters of a login: the default shard's
@@ -397,7 +393,7 @@ struct srvpool *pool_pick_target(struct pool *p)
 			continue;
 		if (!first)
 			first = sp;
-		if (recently_failed(sp, p->w->now_us) || rotation_is_banned(sp))
+		if (srvpool_recently_failed(sp, p->w->now_us) || rotation_is_banned(sp))
 			continue;
 		if (!healthy || sp->role == SERVER_ROLE_PRIMARY)
 			healthy = sp;
@@ -425,7 +421,7 @@ static void count_adjust(struct srvpool *sp, enum server_state st, int delta)
 
 /* Connections to this server across every worker: pool sizes hold per
  * instance (SPEC §9). */
-static int instance_total(const struct srvpool *sp)
+int srvpool_instance_total(const struct srvpool *sp)
 {
 	struct worker *w = sp->pool->w;
 	if (!w->shm || sp->shm_target < 0)
@@ -468,21 +464,21 @@ static void grant(struct server *s, struct pool_waiter *pw)
 }
 
 /* The first waiter of sp, taken off the list. */
-static struct pool_waiter *take_waiter(struct srvpool *sp)
+struct pool_waiter *srvpool_take_waiter(struct srvpool *sp)
 {
 	struct pool_waiter *pw = LIST_OWNER(list_first(&sp->waiters), struct pool_waiter, node);
 	pool_cancel_wait(pw);
 	return pw;
 }
 
-static void fail_waiter(struct pool_waiter *pw, const char *sqlstate, const char *message)
+void pool_fail_waiter(struct pool_waiter *pw, const char *sqlstate, const char *message)
 {
 	pw->target = NULL;
 	pw->since_us = 0;
 	pw->ev->failed(pw, sqlstate, message);
 }
 
-static bool recently_failed(const struct srvpool *sp, uint64_t now)
+bool srvpool_recently_failed(const struct srvpool *sp, uint64_t now)
 {
 	return sp->last_failure_us && now - sp->last_failure_us < RECONNECT_BACKOFF_US &&
 	       srvpool_total(sp) == 0;
@@ -496,15 +492,15 @@ bool pool_checkout_would_wait(const struct srvpool *sp)
 		return false;
 	/* A connection may still be opened, or one being opened is not yet
 	 * promised to a client queued before. */
-	return instance_total(sp) >= sp->pool->pool_size && sp->n_opening <= sp->n_waiters;
+	return srvpool_instance_total(sp) >= sp->pool->pool_size && sp->n_opening <= sp->n_waiters;
 }
 
 bool pool_srvpool_failing(const struct srvpool *sp)
 {
-	return recently_failed(sp, sp->pool->w->now_us);
+	return srvpool_recently_failed(sp, sp->pool->w->now_us);
 }
 
-static void maybe_launch(struct srvpool *sp)
+void srvpool_maybe_launch(struct srvpool *sp)
 {
 	struct pool *p = sp->pool;
 	/* A new connection: the freshest address (a stale one is used while
@@ -512,7 +508,7 @@ static void maybe_launch(struct srvpool *sp)
 	sp->resolved = resolve(sp);
 	if (!sp->resolved)
 		return;
-	while (sp->n_opening < sp->n_waiters && instance_total(sp) < p->pool_size) {
+	while (sp->n_opening < sp->n_waiters && srvpool_instance_total(sp) < p->pool_size) {
 		struct server *s = server_connect(sp);
 		if (!s)
 			break;
@@ -525,7 +521,7 @@ static void fail_waiters(struct srvpool *sp)
 	LIST_FOREACH_SAFE(pos, tmp, &sp->waiters) {
 		struct pool_waiter *pw = LIST_OWNER(pos, struct pool_waiter, node);
 		pool_cancel_wait(pw);
-		fail_waiter(pw, sp->last_error_code[0] ? sp->last_error_code : "08006",
+		pool_fail_waiter(pw, sp->last_error_code[0] ? sp->last_error_code : "08006",
 			    sp->last_error[0] ? sp->last_error : "server connection failed");
 	}
 }
@@ -554,16 +550,16 @@ bool pool_checkout(struct srvpool *sp, struct pool_waiter *pw)
 		return true;
 	}
 	if (!sp->resolved && !(sp->resolved = resolve(sp)) && !resolving(sp)) {
-		fail_waiter(pw, "08006", sp->last_error[0] ? sp->last_error : "cannot resolve server host name");
+		pool_fail_waiter(pw, "08006", sp->last_error[0] ? sp->last_error : "cannot resolve server host name");
 		return false;
 	}
-	if (recently_failed(sp, w->now_us)) {
-		fail_waiter(pw, sp->last_error_code[0] ? sp->last_error_code : "08006",
+	if (srvpool_recently_failed(sp, w->now_us)) {
+		pool_fail_waiter(pw, sp->last_error_code[0] ? sp->last_error_code : "08006",
 			    sp->last_error[0] ? sp->last_error : "server connection failed");
 		return false;
 	}
 	queue(sp, pw);
-	maybe_launch(sp);
+	srvpool_maybe_launch(sp);
 	return false;
 }
 
@@ -599,14 +595,14 @@ static void pool_server_clean(struct server *s)
 		}
 	}
 	if (!list_empty(&sp->waiters) && !sp->pool->paused) {
-		grant(s, take_waiter(sp));
+		grant(s, srvpool_take_waiter(sp));
 		return;
 	}
 	/* Over the instance's pool_size (a connection opened only to learn the
 	 * server's parameters for a worker's first login, or a smaller
 	 * pool_size after a reload): it does not stay. */
 	server_set_state(s, SERVER_IDLE);
-	if (instance_total(sp) > sp->pool->pool_size)
+	if (srvpool_instance_total(sp) > sp->pool->pool_size)
 		server_close(s, "more server connections than pool_size");
 }
 
@@ -686,7 +682,7 @@ static void pool_server_closed(struct server *s, bool login_failed)
 		if (!p->have_defaults) {
 			/* Another server of the shard may tell the parameters. */
 			struct srvpool *other = pool_pick_target(p);
-			bool retry = other != sp && !recently_failed(other, p->w->now_us);
+			bool retry = other != sp && !srvpool_recently_failed(other, p->w->now_us);
 			struct list_node waiting, *pos, *tmp;
 			list_init(&waiting);
 			LIST_FOREACH_SAFE(pos, tmp, &p->login_waiters) {
@@ -712,7 +708,7 @@ void pool_request_defaults(struct pool *p, struct pool_waiter *pw)
 	struct srvpool *sp = pool_pick_target(p);
 	if (sp->n_opening > 0 || sp->n_idle > 0 || sp->n_active > 0)
 		return;
-	if (recently_failed(sp, p->w->now_us) || (!sp->resolved && !(sp->resolved = resolve(sp))) ||
+	if (srvpool_recently_failed(sp, p->w->now_us) || (!sp->resolved && !(sp->resolved = resolve(sp))) ||
 	    !server_connect(sp)) {
 		/* (a failure inside server_connect may have told it already) */
 		if (list_linked(&pw->node)) {
@@ -721,131 +717,6 @@ void pool_request_defaults(struct pool *p, struct pool_waiter *pw)
 						sp->last_error[0] ? sp->last_error : "server connection failed");
 		}
 	}
-}
-
-void pool_fill_min(struct pool *p)
-{
-	/* One worker keeps the instance's warm connections. */
-	if (p->w->id != 0)
-		return;
-	/* Only a SCRAM verifier for this user: no login is possible before a
-	 * client has lent its key (SCRAM pass-through, doc/authentication.md). */
-	if (p->cuser && p->cuser->password && strncmp(p->cuser->password, "SCRAM-SHA-256$", 14) == 0 &&
-	    !p->have_passthrough_key && !(p->cuser->server_password && p->cuser->server_password[0]))
-		return;
-	for (size_t i = 0; i < p->n_targets; i++) {
-		struct srvpool *sp = p->targets[i];
-		if (recently_failed(sp, p->w->now_us) || !sp->resolved)
-			continue;
-		while (instance_total(sp) < p->min_pool_size && instance_total(sp) < p->pool_size) {
-			if (!server_connect(sp))
-				break;
-		}
-	}
-}
-
-static void srvpool_janitor(struct srvpool *sp)
-{
-	struct worker *w = sp->pool->w;
-	const struct config_general *g = &w->cfg->general;
-	uint64_t now = w->now_us;
-	struct list_node *pos, *tmp;
-
-	if (g->query_wait_timeout > 0) {
-		uint64_t limit = (uint64_t)g->query_wait_timeout * 1000;
-		while (!list_empty(&sp->waiters)) {
-			struct pool_waiter *pw = LIST_OWNER(list_first(&sp->waiters), struct pool_waiter, node);
-			if (now - pw->since_us < limit)
-				break;
-			take_waiter(sp);
-			log_info("C-%llu %s@%s: query_wait_timeout", (unsigned long long)pw->client_id, sp->pool->user,
-				 sp->pool->name);
-			/* A replica that cannot serve its queue in time leaves the rotation. */
-			rotation_server_failed(sp, "query_wait_timeout");
-			fail_waiter(pw, "08P01", "query_wait_timeout");
-		}
-	}
-	/* statement_timeout (per user): the query is cancelled (the client gets
-	 * PostgreSQL's 57014) and a replica that is that slow is banned. */
-	int st_ms = sp->pool->cuser ? sp->pool->cuser->statement_timeout : 0;
-	if (st_ms > 0) {
-		uint64_t limit = (uint64_t)st_ms * 1000;
-		LIST_FOREACH_SAFE(pos, tmp, &sp->active) {
-			struct server *s = LIST_OWNER(pos, struct server, node);
-			if (s->state != SERVER_ACTIVE || s->outstanding == 0 || now - s->query_start_us < limit)
-				continue;
-			if (!s->timeout_cancelled) {
-				s->timeout_cancelled = true;
-				log_info("S-%llu %s:%d: statement_timeout (%d ms): cancelling", (unsigned long long)s->id,
-					 sp->host, sp->port, st_ms);
-				server_send_cancel(s);
-				rotation_server_failed(sp, "statement_timeout");
-			} else if (now - s->query_start_us >= limit + STATEMENT_TIMEOUT_GRACE_US) {
-				/* The cancel did not end it (a stopped or unreachable
-				 * server): pgcat ends it, the client gets 57014. */
-				s->have_error = true;
-				snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "57014");
-				snprintf(s->error_message, sizeof s->error_message,
-					 "canceling statement due to statement timeout");
-				server_close(s, "statement_timeout: the server did not act on the cancel");
-			}
-		}
-	}
-	/* A vanished client's query still running after pgcat's cancel was
-	 * answered: the cancel reached the backend before the query did (it
-	 * is then ignored, as for any client). The server is pgcat's alone
-	 * now: cancel again, at this pace, until the query ends. */
-	LIST_FOREACH_SAFE(pos, tmp, &sp->other) {
-		struct server *s = LIST_OWNER(pos, struct server, node);
-		if (s->state == SERVER_DRAINING && s->outstanding > 0 && s->cancels_in_flight == 0)
-			server_send_cancel(s);
-	}
-	/* Health checks that got no answer in time: the server is banned (a
-	 * replica) and closed; its client is routed again. */
-	if (g->healthcheck_timeout > 0) {
-		uint64_t limit = (uint64_t)g->healthcheck_timeout * 1000;
-		LIST_FOREACH_SAFE(pos, tmp, &sp->active) {
-			struct server *s = LIST_OWNER(pos, struct server, node);
-			if (s->state == SERVER_SYNCING && s->health_check && now - s->state_since_us >= limit) {
-				rotation_server_failed(sp, "health check timed out");
-				server_close(s, "health check timed out");
-			}
-		}
-	}
-	if (g->connect_timeout > 0) {
-		uint64_t limit = (uint64_t)g->connect_timeout * 1000;
-		LIST_FOREACH_SAFE(pos, tmp, &sp->opening) {
-			struct server *s = LIST_OWNER(pos, struct server, node);
-			if (now - s->connect_us >= limit) {
-				s->have_error = true;
-				snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08006");
-				snprintf(s->error_message, sizeof s->error_message, "server connect timeout");
-				server_close(s, "connect_timeout");
-			}
-		}
-	}
-	/* Draining or resetting for too long: the server does not come back. */
-	LIST_FOREACH_SAFE(pos, tmp, &sp->other) {
-		struct server *s = LIST_OWNER(pos, struct server, node);
-		if (now - s->state_since_us > 30ULL * 1000000)
-			server_close(s, "could not be brought back to idle");
-	}
-	int total = srvpool_total(sp);
-	LIST_FOREACH_SAFE(pos, tmp, &sp->idle) {
-		struct server *s = LIST_OWNER(pos, struct server, node);
-		bool too_old = g->server_lifetime > 0 && now - s->connect_us > (uint64_t)g->server_lifetime * 1000;
-		bool too_idle = g->idle_timeout > 0 && now - s->last_used_us > (uint64_t)g->idle_timeout * 1000 &&
-				total > sp->pool->min_pool_size;
-		if (too_old || too_idle || w->shutting_down) {
-			server_close(s, too_old ? "server_lifetime" : too_idle ? "idle_timeout" : "shutdown");
-			total--;
-		}
-	}
-	if (!list_empty(&sp->waiters) && !recently_failed(sp, now) && !sp->pool->paused)
-		maybe_launch(sp);
-	/* Paused pools give their idle servers back to PostgreSQL. */
-	if (sp->pool->paused)
-		srvpool_close_list(&sp->idle);
 }
 
 void pool_dns_done(struct worker *w, const struct dns_entry *e)
@@ -860,7 +731,7 @@ void pool_dns_done(struct worker *w, const struct dns_entry *e)
 			if (e->state == DNS_OK && take_dns_entry(sp, e)) {
 				sp->resolved = true;
 				if (sp->n_waiters > 0)
-					maybe_launch(sp);
+					srvpool_maybe_launch(sp);
 				continue;
 			}
 			/* A host that stops resolving: like a server that refuses
@@ -871,47 +742,6 @@ void pool_dns_done(struct worker *w, const struct dns_entry *e)
 			rotation_server_failed(sp, e->error);
 			fail_waiters(sp);
 		}
-	}
-}
-
-void pool_janitor(struct worker *w)
-{
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		for (size_t i = 0; i < p->n_targets; i++) {
-			struct srvpool *sp = p->targets[i];
-			/* Names are looked up again when their answer goes stale,
-			 * so a host that stops resolving is noticed (and banned). */
-			if (!sp->host_is_literal && w->dns)
-				(void)dns_lookup(w->dns, sp->host, w->cfg->general.dns_max_ttl);
-			srvpool_janitor(sp);
-		}
-		struct list_node *rp, *rt;
-		LIST_FOREACH_SAFE(rp, rt, &p->retired) {
-			struct srvpool *sp = LIST_OWNER(rp, struct srvpool, retired_node);
-			srvpool_close_list(&sp->idle);
-			srvpool_janitor(sp);
-			if (srvpool_total(sp) == 0 && sp->n_waiters == 0) {
-				list_del(&sp->retired_node);
-				srvpool_free(sp);
-			}
-		}
-		if (p->removed) {
-			/* Draining: servers go as soon as they are idle. */
-			for (size_t i = 0; i < p->n_targets; i++)
-				srvpool_close_list(&p->targets[i]->idle);
-			bool empty = p->n_clients == 0 && list_empty(&p->retired);
-			for (size_t i = 0; i < p->n_targets && empty; i++)
-				empty = srvpool_total(p->targets[i]) == 0 && p->targets[i]->n_waiters == 0;
-			if (empty) {
-				log_info("pool %s user %s: removed by reload, now drained", p->name, p->user);
-				pool_free(p);
-			}
-			continue;
-		}
-		if (!w->shutting_down)
-			pool_fill_min(p);
 	}
 }
 
@@ -935,7 +765,7 @@ static void retire_srvpool(struct pool *p, struct srvpool *sp)
 		struct pool_waiter *pw = LIST_OWNER(pos, struct pool_waiter, node);
 		pool_cancel_wait(pw);
 		if (p->removed || p->n_targets == 0)
-			fail_waiter(pw, "08006", "server removed from the configuration");
+			pool_fail_waiter(pw, "08006", "server removed from the configuration");
 		else
 			(void)pool_checkout(pool_pick_target(p), pw);
 	}
@@ -1101,11 +931,11 @@ int pool_resume(struct worker *w, const char *db)
 		for (size_t i = 0; i < p->n_targets; i++) {
 			struct srvpool *sp = p->targets[i];
 			while (!list_empty(&sp->waiters) && !list_empty(&sp->idle)) {
-				struct pool_waiter *pw = take_waiter(sp);
+				struct pool_waiter *pw = srvpool_take_waiter(sp);
 				grant(LIST_OWNER(list_first(&sp->idle), struct server, node), pw);
 			}
 			if (!list_empty(&sp->waiters))
-				maybe_launch(sp);
+				srvpool_maybe_launch(sp);
 		}
 	}
 	return n;
@@ -1232,45 +1062,5 @@ void pool_reapply_general(struct worker *w)
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (!p->removed)
 			pool_apply_config(p, w->cfg, p->cpool, p->cuser);
-	}
-}
-
-/* Janitor, every tick: this worker's part of the instance-wide figures, and
- * idle servers handed back when another worker's clients wait for them. */
-void pool_publish(struct worker *w)
-{
-	if (!w->shm)
-		return;
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		int active = p->cl_active, waiting;
-		uint64_t maxwait;
-		pool_count_waiting(w, p, &waiting, &maxwait);
-		int32_t sv_active = 0, sv_idle = 0, sv_used = 0, sv_login = 0;
-		for (size_t i = 0; i < p->n_targets; i++) {
-			struct srvpool *sp = p->targets[i];
-			sv_active += sp->n_active;
-			sv_idle += sp->n_idle;
-			sv_used += sp->n_other;
-			sv_login += sp->n_opening;
-			shm_waiters_set(w->shm, w->id, sp->shm_target, sp->n_waiters);
-			if (sp->shm_target >= 0 && !list_empty(&sp->idle) && instance_total(sp) >= p->pool_size &&
-			    shm_waiters_others(w->shm, w->id, sp->shm_target) > 0) {
-				/* The least recently used one. */
-				server_close(LIST_OWNER(list_last(&sp->idle), struct server, node),
-					     "handed back for another worker's waiting clients");
-			}
-		}
-		if (p->shm_slot < 0)
-			continue;
-		struct shm_pool_gauges *g = shm_gauges(w->shm, w->id, p->shm_slot);
-		atomic_store_explicit(&g->cl_active, active, memory_order_relaxed);
-		atomic_store_explicit(&g->cl_waiting, waiting, memory_order_relaxed);
-		atomic_store_explicit(&g->sv_active, sv_active, memory_order_relaxed);
-		atomic_store_explicit(&g->sv_idle, sv_idle, memory_order_relaxed);
-		atomic_store_explicit(&g->sv_used, sv_used, memory_order_relaxed);
-		atomic_store_explicit(&g->sv_login, sv_login, memory_order_relaxed);
-		atomic_store_explicit(&g->maxwait_us, (int64_t)maxwait, memory_order_relaxed);
 	}
 }

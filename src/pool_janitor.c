@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pool_janitor: the pool's duties on every janitor tick (worker.c's 100 ms
+ * timer): query_wait_timeout, statement_timeout, healthcheck_timeout and
+ * connect_timeout; idle_timeout, server_lifetime and min_pool_size; DNS
+ * answers refreshed before they go stale; srvpools a reload retired and
+ * pools it removed, freed once drained; and this worker's figures
+ * published to the shared segment. Split from pool.c so that checkout and
+ * checkin read alone; the helpers of pool.c it uses are declared in
+ * include/pool_internal.h.
+ */
+#include "pool_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "context.h"
+#include "dns.h"
+#include "log.h"
+#include "rotation.h"
+#include "server.h"
+#include "shm.h"
+
+/* How long after statement_timeout's cancel a query may still run before
+ * pgcat gives up on that server connection. */
+#define STATEMENT_TIMEOUT_GRACE_US 1000000
+
+void pool_fill_min(struct pool *p)
+{
+	/* One worker keeps the instance's warm connections. */
+	if (p->w->id != 0)
+		return;
+	/* Only a SCRAM verifier for this user: no login is possible before a
+	 * client has lent its key (SCRAM pass-through, doc/authentication.md). */
+	if (p->cuser && p->cuser->password && strncmp(p->cuser->password, "SCRAM-SHA-256$", 14) == 0 &&
+	    !p->have_passthrough_key && !(p->cuser->server_password && p->cuser->server_password[0]))
+		return;
+	for (size_t i = 0; i < p->n_targets; i++) {
+		struct srvpool *sp = p->targets[i];
+		if (srvpool_recently_failed(sp, p->w->now_us) || !sp->resolved)
+			continue;
+		while (srvpool_instance_total(sp) < p->min_pool_size && srvpool_instance_total(sp) < p->pool_size) {
+			if (!server_connect(sp))
+				break;
+		}
+	}
+}
+
+static void srvpool_janitor(struct srvpool *sp)
+{
+	struct worker *w = sp->pool->w;
+	const struct config_general *g = &w->cfg->general;
+	uint64_t now = w->now_us;
+	struct list_node *pos, *tmp;
+
+	if (g->query_wait_timeout > 0) {
+		uint64_t limit = (uint64_t)g->query_wait_timeout * 1000;
+		while (!list_empty(&sp->waiters)) {
+			struct pool_waiter *pw = LIST_OWNER(list_first(&sp->waiters), struct pool_waiter, node);
+			if (now - pw->since_us < limit)
+				break;
+			srvpool_take_waiter(sp);
+			log_info("C-%llu %s@%s: query_wait_timeout", (unsigned long long)pw->client_id, sp->pool->user,
+				 sp->pool->name);
+			/* A replica that cannot serve its queue in time leaves the rotation. */
+			rotation_server_failed(sp, "query_wait_timeout");
+			pool_fail_waiter(pw, "08P01", "query_wait_timeout");
+		}
+	}
+	/* statement_timeout (per user): the query is cancelled (the client gets
+	 * PostgreSQL's 57014) and a replica that is that slow is banned. */
+	int st_ms = sp->pool->cuser ? sp->pool->cuser->statement_timeout : 0;
+	if (st_ms > 0) {
+		uint64_t limit = (uint64_t)st_ms * 1000;
+		LIST_FOREACH_SAFE(pos, tmp, &sp->active) {
+			struct server *s = LIST_OWNER(pos, struct server, node);
+			if (s->state != SERVER_ACTIVE || s->outstanding == 0 || now - s->query_start_us < limit)
+				continue;
+			if (!s->timeout_cancelled) {
+				s->timeout_cancelled = true;
+				log_info("S-%llu %s:%d: statement_timeout (%d ms): cancelling", (unsigned long long)s->id,
+					 sp->host, sp->port, st_ms);
+				server_send_cancel(s);
+				rotation_server_failed(sp, "statement_timeout");
+			} else if (now - s->query_start_us >= limit + STATEMENT_TIMEOUT_GRACE_US) {
+				/* The cancel did not end it (a stopped or unreachable
+				 * server): pgcat ends it, the client gets 57014. */
+				s->have_error = true;
+				snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "57014");
+				snprintf(s->error_message, sizeof s->error_message,
+					 "canceling statement due to statement timeout");
+				server_close(s, "statement_timeout: the server did not act on the cancel");
+			}
+		}
+	}
+	/* A vanished client's query still running after pgcat's cancel was
+	 * answered: the cancel reached the backend before the query did (it
+	 * is then ignored, as for any client). The server is pgcat's alone
+	 * now: cancel again, at this pace, until the query ends. */
+	LIST_FOREACH_SAFE(pos, tmp, &sp->other) {
+		struct server *s = LIST_OWNER(pos, struct server, node);
+		if (s->state == SERVER_DRAINING && s->outstanding > 0 && s->cancels_in_flight == 0)
+			server_send_cancel(s);
+	}
+	/* Health checks that got no answer in time: the server is banned (a
+	 * replica) and closed; its client is routed again. */
+	if (g->healthcheck_timeout > 0) {
+		uint64_t limit = (uint64_t)g->healthcheck_timeout * 1000;
+		LIST_FOREACH_SAFE(pos, tmp, &sp->active) {
+			struct server *s = LIST_OWNER(pos, struct server, node);
+			if (s->state == SERVER_SYNCING && s->health_check && now - s->state_since_us >= limit) {
+				rotation_server_failed(sp, "health check timed out");
+				server_close(s, "health check timed out");
+			}
+		}
+	}
+	if (g->connect_timeout > 0) {
+		uint64_t limit = (uint64_t)g->connect_timeout * 1000;
+		LIST_FOREACH_SAFE(pos, tmp, &sp->opening) {
+			struct server *s = LIST_OWNER(pos, struct server, node);
+			if (now - s->connect_us >= limit) {
+				s->have_error = true;
+				snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08006");
+				snprintf(s->error_message, sizeof s->error_message, "server connect timeout");
+				server_close(s, "connect_timeout");
+			}
+		}
+	}
+	/* Draining or resetting for too long: the server does not come back. */
+	LIST_FOREACH_SAFE(pos, tmp, &sp->other) {
+		struct server *s = LIST_OWNER(pos, struct server, node);
+		if (now - s->state_since_us > 30ULL * 1000000)
+			server_close(s, "could not be brought back to idle");
+	}
+	int total = srvpool_total(sp);
+	LIST_FOREACH_SAFE(pos, tmp, &sp->idle) {
+		struct server *s = LIST_OWNER(pos, struct server, node);
+		bool too_old = g->server_lifetime > 0 && now - s->connect_us > (uint64_t)g->server_lifetime * 1000;
+		bool too_idle = g->idle_timeout > 0 && now - s->last_used_us > (uint64_t)g->idle_timeout * 1000 &&
+				total > sp->pool->min_pool_size;
+		if (too_old || too_idle || w->shutting_down) {
+			server_close(s, too_old ? "server_lifetime" : too_idle ? "idle_timeout" : "shutdown");
+			total--;
+		}
+	}
+	if (!list_empty(&sp->waiters) && !srvpool_recently_failed(sp, now) && !sp->pool->paused)
+		srvpool_maybe_launch(sp);
+	/* Paused pools give their idle servers back to PostgreSQL. */
+	if (sp->pool->paused)
+		srvpool_close_list(&sp->idle);
+}
+
+void pool_janitor(struct worker *w)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		for (size_t i = 0; i < p->n_targets; i++) {
+			struct srvpool *sp = p->targets[i];
+			/* Names are looked up again when their answer goes stale,
+			 * so a host that stops resolving is noticed (and banned). */
+			if (!sp->host_is_literal && w->dns)
+				(void)dns_lookup(w->dns, sp->host, w->cfg->general.dns_max_ttl);
+			srvpool_janitor(sp);
+		}
+		struct list_node *rp, *rt;
+		LIST_FOREACH_SAFE(rp, rt, &p->retired) {
+			struct srvpool *sp = LIST_OWNER(rp, struct srvpool, retired_node);
+			srvpool_close_list(&sp->idle);
+			srvpool_janitor(sp);
+			if (srvpool_total(sp) == 0 && sp->n_waiters == 0) {
+				list_del(&sp->retired_node);
+				srvpool_free(sp);
+			}
+		}
+		if (p->removed) {
+			/* Draining: servers go as soon as they are idle. */
+			for (size_t i = 0; i < p->n_targets; i++)
+				srvpool_close_list(&p->targets[i]->idle);
+			bool empty = p->n_clients == 0 && list_empty(&p->retired);
+			for (size_t i = 0; i < p->n_targets && empty; i++)
+				empty = srvpool_total(p->targets[i]) == 0 && p->targets[i]->n_waiters == 0;
+			if (empty) {
+				log_info("pool %s user %s: removed by reload, now drained", p->name, p->user);
+				pool_free(p);
+			}
+			continue;
+		}
+		if (!w->shutting_down)
+			pool_fill_min(p);
+	}
+}
+
+/* Janitor, every tick: this worker's part of the instance-wide figures, and
+ * idle servers handed back when another worker's clients wait for them. */
+void pool_publish(struct worker *w)
+{
+	if (!w->shm)
+		return;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		int active = p->cl_active, waiting;
+		uint64_t maxwait;
+		pool_count_waiting(w, p, &waiting, &maxwait);
+		int32_t sv_active = 0, sv_idle = 0, sv_used = 0, sv_login = 0;
+		for (size_t i = 0; i < p->n_targets; i++) {
+			struct srvpool *sp = p->targets[i];
+			sv_active += sp->n_active;
+			sv_idle += sp->n_idle;
+			sv_used += sp->n_other;
+			sv_login += sp->n_opening;
+			shm_waiters_set(w->shm, w->id, sp->shm_target, sp->n_waiters);
+			if (sp->shm_target >= 0 && !list_empty(&sp->idle) &&
+			    srvpool_instance_total(sp) >= p->pool_size &&
+			    shm_waiters_others(w->shm, w->id, sp->shm_target) > 0) {
+				/* The least recently used one. */
+				server_close(LIST_OWNER(list_last(&sp->idle), struct server, node),
+					     "handed back for another worker's waiting clients");
+			}
+		}
+		if (p->shm_slot < 0)
+			continue;
+		struct shm_pool_gauges *g = shm_gauges(w->shm, w->id, p->shm_slot);
+		atomic_store_explicit(&g->cl_active, active, memory_order_relaxed);
+		atomic_store_explicit(&g->cl_waiting, waiting, memory_order_relaxed);
+		atomic_store_explicit(&g->sv_active, sv_active, memory_order_relaxed);
+		atomic_store_explicit(&g->sv_idle, sv_idle, memory_order_relaxed);
+		atomic_store_explicit(&g->sv_used, sv_used, memory_order_relaxed);
+		atomic_store_explicit(&g->sv_login, sv_login, memory_order_relaxed);
+		atomic_store_explicit(&g->maxwait_us, (int64_t)maxwait, memory_order_relaxed);
+	}
+}
