@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 import pgwire
-from conftest import PASSWORDS
+from conftest import PASSWORDS, free_port
 
 SHARDS = ("shard0", "shard1", "shard2")
 SINGLE = "xsingle"
@@ -372,6 +372,60 @@ def test_cancel_reaches_every_shard(pgcat, xdbs):
                          "AND state = 'active' AND pid <> pg_backend_pid()").fetchone()[0]:
             assert time.monotonic() < deadline
             time.sleep(0.1)
+
+
+def test_a_leg_waiting_for_its_shard_is_cancelled_or_times_out(pgcat, xdbs):
+    """A shard whose only server is busy: the cross-shard read's part for it
+    waits in that pool's queue like a client. A cancel then answers the
+    read at once (57014, nothing ran there); query_wait_timeout fails it;
+    either way the session goes on, and the read runs once the server is
+    free."""
+    inst = start(pgcat, xdbs, pool={"users": {"app": {"password": PASSWORDS["app"], "pool_size": "1"}}},
+                 general={"query_wait_timeout": "1500"})
+    holder = psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                             dbname="xs3")
+    c = psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                        dbname="xs3", autocommit=True)
+    try:
+        # the holder's transaction keeps shard 0's only server (default_shard)
+        holder.execute("SELECT 1")
+        timer = threading.Timer(0.4, c.cancel)
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            c.execute("SELECT count(*) FROM xs")
+        assert time.monotonic() - t0 < 1.4   # before query_wait_timeout
+        timer.join()
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("SELECT count(*) FROM xs")
+        assert sqlstate(e.value) == "08P01" and "query_wait_timeout" in str(e.value), str(e.value)
+        holder.rollback()
+        assert c.execute("SELECT count(*) FROM xs").fetchone()[0] == N_ROWS
+    finally:
+        holder.close()
+        c.close()
+
+
+def test_an_unreachable_shard_fails_the_read_and_the_session_goes_on(pgcat, xdbs):
+    """A shard whose server cannot be reached: the cross-shard read fails
+    with the connection error instead of hanging, and requests for the other
+    shards still run."""
+    shards = {i: {"database": db, "servers": "127.0.0.1:%d:primary" % xdbs.port} for i, db in enumerate(SHARDS)}
+    shards[2]["servers"] = "127.0.0.1:%d:primary" % free_port()
+    inst = start(pgcat, xdbs, pool={"shards": shards}, general={"connect_timeout": "1000"})
+    with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                         dbname="xs3", autocommit=True) as c:
+        for _ in range(2):
+            t0 = time.monotonic()
+            with pytest.raises(psycopg.Error) as e:
+                c.execute("SELECT count(*) FROM xs")
+            assert time.monotonic() - t0 < 10
+            assert (sqlstate(e.value) or "").startswith("08"), (sqlstate(e.value), str(e.value))
+            with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                                 dbname="xs3", autocommit=True) as c1, xdbs.connect("shard1") as s1:
+                c1.execute("SET SHARD TO '1'")
+                assert c1.execute("SELECT count(*) FROM xs").fetchone()[0] == \
+                    s1.execute("SELECT count(*) FROM xs").fetchone()[0]
 
 
 def test_client_gone_mid_fanout_and_many_clients(pgcat, xdbs):
