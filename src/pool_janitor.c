@@ -231,3 +231,27 @@ void pool_publish(struct worker *w)
 		atomic_store_explicit(&g->maxwait_us, (int64_t)maxwait, memory_order_relaxed);
 	}
 }
+
+/* (Here, beside pool_publish, which it publishes first: pool.c calls
+ * nothing of this file.) */
+bool pool_paused_drained(struct worker *w, const char *db)
+{
+	struct list_node *pos, *tmp;
+	pool_publish(w);
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		if (!pool_matches_db(p, db))
+			continue;
+		for (size_t i = 0; i < p->n_targets; i++)
+			if (p->targets[i]->n_active > 0 || p->targets[i]->n_other > 0)
+				return false;
+		if (w->shm && p->shm_slot >= 0) {
+			int32_t a, wt, sa, si, su, sl;
+			int64_t mw;
+			shm_gauges_total(w->shm, p->shm_slot, &a, &wt, &sa, &si, &su, &sl, &mw);
+			if (sa > 0 || su > 0)
+				return false;
+		}
+	}
+	return true;
+}
