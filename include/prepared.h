@@ -233,6 +233,10 @@ void prep_server_reset_pending(struct server *s);
 void prep_server_free(struct server *s);
 /* The server ran DISCARD ALL (reset query): it holds nothing now. */
 void prep_server_discarded(struct server *s);
+/* s is linked to an end whose messages are not rewritten (a fan-out's
+ * leg, which parses its own unnamed statement): whatever unnamed statement
+ * a client left there is not known to be there any more. */
+void prep_server_forget_unnamed(struct server *s);
 void prep_client_free(struct client *c);
 /* An idle client gives back its unnamed-Parse copy. */
 void prep_client_trim(struct client *c);

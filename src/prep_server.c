@@ -210,6 +210,12 @@ void prep_server_discarded(struct server *s)
 	s->prep->unnamed_client = 0;
 }
 
+void prep_server_forget_unnamed(struct server *s)
+{
+	if (s->prep)
+		s->prep->unnamed_client = 0;
+}
+
 void prep_server_free(struct server *s)
 {
 	if (!s->prep)

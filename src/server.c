@@ -437,6 +437,8 @@ void server_link(struct server *s)
 	s->req_data = false;
 	s->skip_msgs = c->retry_skip;
 	s->prep_on = c->prep_on;
+	if (!c->prep_on && s->prep)
+		prep_server_forget_unnamed(s);
 	/* Nothing of a previous client may still be awaited. */
 	if (s->prep && (s->prep->seg_sent != s->prep->seg_recv || s->prep->parses.len || s->prep->closes.len))
 		prep_server_reset_pending(s);

@@ -406,6 +406,29 @@ def test_a_leg_waiting_for_its_shard_is_cancelled_or_times_out(pgcat, xdbs):
         c.close()
 
 
+def test_a_clients_unnamed_statement_survives_a_fanout_on_its_server(pgcat, xdbs):
+    """A client's unnamed statement, parsed in one request and bound in a
+    later one, runs as the client parsed it even if a cross-shard read used
+    that server meanwhile (its legs parse their own unnamed statements
+    there): pgcat parses the client's again."""
+    inst = start(pgcat, xdbs, pool={"users": {"app": {"password": PASSWORDS["app"], "pool_size": "1"}}})
+    r = inst.raw_login(dbname="xs3")
+    try:
+        r.send(pgwire.parse("SELECT 'mine'::text AS a") + pgwire.sync())
+        assert [t for t, _ in r.read_until()] == [b"1", b"Z"]
+        with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                             dbname="xs3", autocommit=True) as c:
+            # extended protocol (a parameter): each shard's part is an unnamed Parse
+            assert c.execute("SELECT count(*) FROM xs WHERE n >= %s", (0,)).fetchone()[0] == N_ROWS
+        r.send(pgwire.bind() + pgwire.execute() + pgwire.sync())
+        msgs = r.read_until()
+        assert [t for t, _ in msgs][-1:] == [b"Z"] and b"E" not in [t for t, _ in msgs], msgs
+        rows = [pgwire.data_row_values(p) for t, p in msgs if t == b"D"]
+        assert rows == [["mine"]], msgs
+    finally:
+        r.close()
+
+
 def test_an_unreachable_shard_fails_the_read_and_the_session_goes_on(pgcat, xdbs):
     """A shard whose server cannot be reached: the cross-shard read fails
     with the connection error instead of hanging, and requests for the other
