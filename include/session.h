@@ -9,7 +9,9 @@
  * kind.
  *
  * A data header with no module of its own: client.c calls a kind only
- * through its table, and the worker, above both, hands both kinds' tables
+ * through its table (the modules of the normal session, route.c,
+ * prepared.c and the fan-out, sit above client.c and are reached through
+ * it too), and the worker, above both, hands both kinds' tables
  * in (struct worker: normal_session, admin_session). The login itself
  * (login.c) is reached the same way, through struct login_ops below.
  */
@@ -18,7 +20,9 @@
 
 #include <stdbool.h>
 
+#include "prepared.h"
 #include "proto.h"
+#include "route.h"
 #include "types.h"
 
 struct session_ops {
@@ -34,6 +38,24 @@ struct session_ops {
 	 * on with the next message, if still idle; false: stop until more
 	 * bytes or an event. */
 	bool (*message)(struct client *c, const struct proto_frame *f);
+
+	/* The rest only for a session that links to servers (NULL in the
+	 * admin console's table, which never does). */
+
+	/* Linked to s, with a shard guard on (c->shard_phase, route.h):
+	 * message f at the head of the input, before it is forwarded. */
+	enum route_active (*guard)(struct client *c, struct server *s, const struct proto_frame *f);
+	/* Linked to s, which takes rewritten messages (s->prep_on): message f
+	 * (its bytes at the head of the input as far as asked) is rewritten
+	 * for s or forwarded as it is (prepared.h). */
+	enum prep_action (*rewrite)(struct client *c, struct server *s, const struct proto_frame *f);
+	/* In CLIENT_FANOUT: bytes arrived (a cross-shard COPY's rows), or a
+	 * cancel request for the work under way. */
+	void (*on_fanout_input)(struct client *c);
+	void (*on_fanout_cancel)(struct client *c);
+	/* The client is closing, still in its state: what the session holds
+	 * goes (cross-shard work, prepared statements). Any kind may set it. */
+	void (*closing)(struct client *c);
 };
 
 /* Before the session: the login (login.c), which reads a connection from

@@ -17,7 +17,6 @@
 #include "tls.h"
 #include "rotation.h"
 #include "route.h"
-#include "prepared.h"
 
 #include <arpa/inet.h>
 #include <stdatomic.h>
@@ -41,7 +40,6 @@
 #include "proto.h"
 #include "server.h"
 #include "session.h"
-#include "fanout.h"
 #include "link.h"
 #include "shm.h"
 #include "sqllex.h"
@@ -252,14 +250,14 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 			 client_addr_str(c, a), c->port, msg[0] ? ": " : "", msg);
 	}
 
-	fanout_parked_abort(c);   /* a split write's shards roll back */
+	if (c->session->closing)
+		c->session->closing(c);   /* cross-shard work ends, prepared statements go */
 	switch (c->state) {
 	case CLIENT_WAITING:
 	case CLIENT_LOGIN_WAIT:
 		pool_cancel_wait(&c->wait);
 		break;
-	case CLIENT_FANOUT:
-		fanout_abort(c);
+	case CLIENT_FANOUT:   /* (ended by the session's closing) */
 		break;
 	case CLIENT_ACTIVE:
 		if (c->end.server) {
@@ -280,7 +278,6 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 	case CLIENT_CLOSED:
 		break;
 	}
-	prep_client_free(c);
 	client_reply_started(c);   /* frees the retry copy */
 	if (c->pool) {
 		c->pool->n_clients--;
@@ -312,8 +309,7 @@ void client_free(struct client *c)
 	free(c->pending_error);
 	free(c->kind_state);
 	free(c->held_begin);
-	fanout_portal_drop(c);
-	free(c->xshard);
+	free(c->xshard);   /* (its parts went at client_close) */
 	free(c);
 }
 
@@ -691,7 +687,7 @@ static void process_active(struct client *c)
 		/* Sharding: each statement of the transaction is checked
 		 * against the server's shard (route.h). */
 		if (c->shard_phase != ROUTE_PHASE_NONE) {
-			switch (route_active_message(c, s, &f)) {
+			switch (c->session->guard(c, s, &f)) {
 			case ROUTE_ACTIVE_FORWARD:
 				break;
 			case ROUTE_ACTIVE_WAIT:
@@ -761,7 +757,7 @@ static void process_active(struct client *c)
 		if (c->retry_on)
 			capture_for_retry(c, &f, prep);
 		if (prep) {
-			switch (prep_client_message(c, s, &f)) {
+			switch (c->session->rewrite(c, s, &f)) {
 			case PREP_FORWARD:
 				break;
 			case PREP_DONE:
@@ -833,7 +829,7 @@ static void process_once(struct client *c)
 		process_active(c);
 		break;
 	case CLIENT_FANOUT:
-		fanout_client_input(c);   /* a COPY's rows; else its input waits */
+		c->session->on_fanout_input(c);   /* a COPY's rows; else its input waits */
 		break;
 	case CLIENT_LOGIN_WAIT:
 	case CLIENT_WAITING:
@@ -898,7 +894,6 @@ void client_on_granted(struct client *c, struct server *s)
 {
 	link_cancel_key(c);
 	client_set_state(c, CLIENT_ACTIVE);
-	c->end.prep_on = prep_enabled(c);
 	/* Not while only preparing, before the shard key is known (route.c). */
 	c->end.begin = c->held_begin && c->shard_phase != ROUTE_PHASE_PROVISIONAL ? c->held_begin : NULL;
 	link_attach(&c->end, s);
@@ -1012,7 +1007,7 @@ static const struct pool_waiter_events client_wait_events = {
 void client_cancel_query(struct client *c)
 {
 	if (c->state == CLIENT_FANOUT) {
-		fanout_cancel(c);
+		c->session->on_fanout_cancel(c);
 		return;
 	}
 	if (c->state == CLIENT_WAITING) {

@@ -277,12 +277,31 @@ static bool normal_message(struct client *c, const struct proto_frame *f)
 		client_on_checkout_failed(c, "25006", "cannot execute a write: the configured primary is in recovery");
 		return false;
 	}
+	/* Its messages are rewritten for the server it gets (prepared.c). */
+	c->end.prep_on = prep_enabled(c);
 	(void)pool_checkout(sp, &c->wait);
 	return true;
+}
+
+/* The client closes: a split write parked in its transaction rolls back
+ * on every shard, a fan-out under way ends, and its portal read in parts
+ * and its prepared statements go. */
+static void normal_closing(struct client *c)
+{
+	fanout_parked_abort(c);
+	if (c->state == CLIENT_FANOUT)
+		fanout_abort(c);
+	fanout_portal_drop(c);
+	prep_client_free(c);
 }
 
 const struct session_ops normal_session = {
 	.name = "normal",
 	.welcome = normal_welcome,
 	.message = normal_message,
+	.guard = route_active_message,
+	.rewrite = prep_client_message,
+	.on_fanout_input = fanout_client_input,
+	.on_fanout_cancel = fanout_cancel,
+	.closing = normal_closing,
 };
