@@ -107,6 +107,9 @@ struct fanout {
 	struct client *c;
 	enum fanout_kind kind;
 	enum fanout_phase phase;
+	/* Every leg's part of the phase is in: what the kind does next (its
+	 * file's, installed by its start: fanout.c calls no kind by name). */
+	void (*phase_done)(struct fanout *fo);
 	/* INSERT: the rows of RETURNING and the counts, kept from PHASE_RUN */
 	struct evbuffer *result;
 	uint8_t *error;           /* the first shard's ErrorResponse (whole) */
@@ -208,8 +211,10 @@ void fanout_portal_free(struct fanout_portal *xp);
 /* Closes the legs; the memory goes at the next loop turn. */
 void fanout_free(struct fanout *fo);
 /* A write fan-out of n_legs shards with its result buffer, for client c,
- * starting in phase. NULL: out of memory. */
-struct fanout *fanout_new_write(struct client *c, enum fanout_kind kind, enum fanout_phase phase, int n_legs);
+ * starting in phase; phase_done: its kind's end of a phase. NULL: out of
+ * memory. */
+struct fanout *fanout_new_write(struct client *c, enum fanout_kind kind, enum fanout_phase phase, int n_legs,
+				void (*phase_done)(struct fanout *fo));
 /* A new phase: every live leg waits for its replies again; the caller must not touch fo after. */
 void fanout_begin_wait(struct fanout *fo);
 /* Leg idx of fo, for shard: its reply io and request queue (its server
@@ -227,7 +232,7 @@ bool fanout_leg_full(const struct fanout_leg *leg);
 bool fanout_bound_statement(struct client *c, const char *name, const char **sql, const uint8_t **types,
 			    size_t *types_len);
 
-/* ---- each kind's end of a phase, once every leg is in (fanout.c calls it) ---- */
+/* ---- each kind's end of a phase, once every leg is in (fo->phase_done) ---- */
 
 /* fanout_read.c: the merged answer of a cross-shard read. */
 void fanout_read_finish(struct fanout *fo);

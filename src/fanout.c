@@ -245,7 +245,8 @@ void fanout_portal_drop(struct client *c)
 	c->xshard->portal = NULL;
 }
 
-struct fanout *fanout_new_write(struct client *c, enum fanout_kind kind, enum fanout_phase phase, int n_legs)
+struct fanout *fanout_new_write(struct client *c, enum fanout_kind kind, enum fanout_phase phase, int n_legs,
+				void (*phase_done)(struct fanout *fo))
 {
 	struct fanout *fo = calloc(1, sizeof *fo + (size_t)n_legs * sizeof fo->legs[0]);
 	if (!fo || !(fo->result = evbuffer_new())) {
@@ -255,6 +256,7 @@ struct fanout *fanout_new_write(struct client *c, enum fanout_kind kind, enum fa
 	fo->c = c;
 	fo->kind = kind;
 	fo->phase = phase;
+	fo->phase_done = phase_done;
 	return fo;
 }
 
@@ -294,25 +296,6 @@ void fanout_free(struct fanout *fo)
 		log_warning("cross-shard read: could not schedule a release (%zu bytes kept)", sizeof *fo);
 }
 
-/* Every leg is in: the phase ends as its kind says (fanout_read.c,
- * fanout_write.c, fanout_copy.c, fanout_batch.c). */
-static void fanout_finish(struct fanout *fo)
-{
-	if (fo->kind == FANOUT_BATCH) {
-		fanout_batch_finish(fo);
-		return;
-	}
-	if (fo->kind == FANOUT_INSERT || fo->kind == FANOUT_BROADCAST) {
-		fanout_insert_finish(fo);
-		return;
-	}
-	if (fo->kind == FANOUT_COPY) {
-		fanout_copy_finish(fo);
-		return;
-	}
-	fanout_read_finish(fo);
-}
-
 static void leg_done(struct fanout_leg *leg)
 {
 	if (leg->done)
@@ -320,7 +303,7 @@ static void leg_done(struct fanout_leg *leg)
 	leg->done = true;
 	struct fanout *fo = leg->fo;
 	if (++fo->n_done == fo->n_legs)
-		fanout_finish(fo);
+		fo->phase_done(fo);   /* the kind's (fanout_read.c, fanout_write.c, ...) */
 }
 
 /* Walks the reply's new messages. true: the leg's part of this phase is
@@ -501,7 +484,7 @@ bool fanout_leg_full(const struct fanout_leg *leg)
 
 /* A new phase: every live leg's requests go out, and it waits for its
  * replies again (some may be buffered already: an error during COPY).
- * Ends with fanout_finish when all are in: the caller must not touch fo
+ * Ends with fo->phase_done when all are in: the caller must not touch fo
  * after this. */
 void fanout_begin_wait(struct fanout *fo)
 {
@@ -518,7 +501,7 @@ void fanout_begin_wait(struct fanout *fo)
 		fo->n_done += leg->done;
 	}
 	if (fo->n_done == fo->n_legs)
-		fanout_finish(fo);
+		fo->phase_done(fo);
 }
 
 /* ---- the events of a leg's end of its link (client_end.h) ---- */

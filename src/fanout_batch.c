@@ -210,7 +210,8 @@ enum fanout_start fanout_start_batch(struct client *c, const struct router_rules
 	int n_legs = 0;
 	for (int s = 0; s < n_shards; s++)
 		leg_index[s] = per_shard[s] ? n_legs++ : -1;
-	struct fanout *fo = fanout_new_write(c, FANOUT_BATCH, PHASE_RUN, n_legs);
+	struct fanout *fo = fanout_new_write(c, FANOUT_BATCH, PHASE_RUN, n_legs,
+					     fanout_batch_finish);
 	if (!fo) {
 		free(leg_of);
 		free(idx);

@@ -368,7 +368,8 @@ enum fanout_start fanout_start_copy(struct client *c, const struct proto_frame *
 		snprintf(why, whylen, "cross-shard COPY: the table name is too long");
 		return FANOUT_REFUSED;
 	}
-	struct fanout *fo = fanout_new_write(c, FANOUT_COPY, PHASE_COPY_OPEN, n_shards);
+	struct fanout *fo = fanout_new_write(c, FANOUT_COPY, PHASE_COPY_OPEN, n_shards,
+					     fanout_copy_finish);
 	if (!fo) {
 		snprintf(why, whylen, "cross-shard COPY: out of memory");
 		return FANOUT_REFUSED;

@@ -598,6 +598,7 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 		return FANOUT_REFUSED;
 	}
 	fo->c = c;
+	fo->phase_done = fanout_read_finish;   /* (kind FANOUT_READ: 0) */
 	fo->extended = r.query == NULL;
 	if (r.has_bind && strlen(r.bind_portal) >= sizeof fo->portal) {
 		free(fo);

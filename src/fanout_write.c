@@ -540,7 +540,8 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 	for (int s = 0; s < n_shards; s++)
 		n_legs += position || split.sql[s] != NULL;
 	/* (a refused split holds no parts; its names are used below) */
-	struct fanout *fo = fanout_new_write(c, FANOUT_INSERT, position ? PHASE_INSERT_POSITION : PHASE_RUN, n_legs);
+	struct fanout *fo = fanout_new_write(c, FANOUT_INSERT, position ? PHASE_INSERT_POSITION : PHASE_RUN, n_legs,
+					     fanout_insert_finish);
 	if (!fo || (position && !(fo->req_copy = malloc(q.r.end)))) {
 		if (fo)
 			evbuffer_free(fo->result);
@@ -711,7 +712,8 @@ enum fanout_start fanout_start_broadcast(struct client *c, const struct router_r
 		for (uint16_t k = 0; k < bp.n_values; k++)
 			all[k] = (uint16_t)(k + 1);
 	}
-	struct fanout *fo = fanout_new_write(c, FANOUT_BROADCAST, PHASE_RUN, n_shards);
+	struct fanout *fo = fanout_new_write(c, FANOUT_BROADCAST, PHASE_RUN, n_shards,
+					     fanout_insert_finish);
 	if (!fo) {
 		free(all);
 		snprintf(why, whylen, "cross-shard write: out of memory");
