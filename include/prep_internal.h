@@ -9,7 +9,15 @@
 #ifndef PGCAT_PREP_INTERNAL_H
 #define PGCAT_PREP_INTERNAL_H
 
+#include <event2/buffer.h>
+#include <stdlib.h>
+
+#include "client.h"
+#include "pool_types.h"
 #include "prepared.h"
+#include "server.h"
+#include "sqllex.h"
+#include "stats.h"
 
 /* The statement no server ever holds: answering with its "does not exist"
  * error puts the server where the client's failed message would. */
@@ -37,27 +45,70 @@ struct worker;
 /* A new schema generation, for the reason why (logged). */
 void prep_schema_changed(struct worker *w, const char *why);
 
-/* ---- a client's messages (prepared.c) ---- */
+/* ---- small helpers every file of the room uses (inline: the room's
+ * files call each other only downwards, prepared.c -> prep_sql.c) ---- */
 
-struct client;
-struct evbuffer;
 /* The client's prepared-statement state, made if missing (NULL: no memory). */
-struct prep_client *prep_client_of(struct client *c);
+static inline struct prep_client *prep_client_of(struct client *c)
+{
+	if (!c->end.prep)
+		c->end.prep = calloc(1, sizeof *c->end.prep);
+	return c->end.prep;
+}
+
 /* A message of type with body a then b. */
-void prep_put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t alen, const void *b, size_t blen);
+static inline void prep_put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t alen, const void *b,
+				size_t blen)
+{
+	uint8_t hdr[5];
+	uint32_t len = (uint32_t)(4 + alen + blen);
+	hdr[0] = type;
+	hdr[1] = (uint8_t)(len >> 24);
+	hdr[2] = (uint8_t)(len >> 16);
+	hdr[3] = (uint8_t)(len >> 8);
+	hdr[4] = (uint8_t)len;
+	evbuffer_add(out, hdr, 5);
+	if (alen)
+		evbuffer_add(out, a, alen);
+	if (blen)
+		evbuffer_add(out, b, blen);
+}
+
 /* The server already held st. */
-void prep_count_hit(struct client *c, struct server *s, struct prep_stmt *st);
+static inline void prep_count_hit(struct client *c, struct server *s, struct prep_stmt *st)
+{
+	s->prep->hits++;
+	st->hits++;
+	stats_add(c->pool->stats, STAT_PREPARED_HITS, 1);
+}
+
 /* The client's message (total bytes) was consumed. */
-void prep_drain_msg(struct client *c, uint32_t total);
+static inline void prep_drain_msg(struct client *c, uint32_t total)
+{
+	evbuffer_drain(c->io.in, total);
+	stats_add(c->pool->stats, STAT_RECEIVED, total);
+}
+
+/* sqllex on the pointers prepared-statement code reads text with: past
+ * blanks and comments; past keyword w (false: not there). */
+static inline const char *prep_sql_space(const char *s, const char *end)
+{
+	return s + sqllex_skip_blank(s, (size_t)(end - s), 0);
+}
+
+static inline bool prep_sql_word(const char **sp, const char *end, const char *w)
+{
+	size_t i = 0;
+	if (!sqllex_keyword(*sp, (size_t)(end - *sp), &i, w))
+		return false;
+	*sp += i;
+	return true;
+}
 
 /* ---- SQL in a simple Query (prep_sql.c) ---- */
 
 /* The client's Query (whole message m) with the client linked to s. */
 enum prep_action prep_sql_query(struct client *c, struct server *s, const uint8_t *m, uint32_t total);
-/* sqllex on the pointers prepared-statement code reads text with: past
- * blanks and comments; past keyword w (false: not there). */
-const char *prep_sql_space(const char *s, const char *end);
-bool prep_sql_word(const char **sp, const char *end, const char *w);
 
 /* ---- a server connection (prep_server.c) ---- */
 

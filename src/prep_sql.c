@@ -21,21 +21,6 @@
 #include "sqllex.h"
 #include "stats.h"
 
-/* sqllex on the pointers the text is read with (here and in prepared.c). */
-const char *prep_sql_space(const char *s, const char *end)
-{
-	return s + sqllex_skip_blank(s, (size_t)(end - s), 0);
-}
-
-bool prep_sql_word(const char **sp, const char *end, const char *w)
-{
-	size_t i = 0;
-	if (!sqllex_keyword(*sp, (size_t)(end - *sp), &i, w))
-		return false;
-	*sp += i;
-	return true;
-}
-
 static bool sql_ident(const char **sp, const char *end, char *out, size_t outsz)
 {
 	size_t i = 0;

@@ -43,29 +43,6 @@ static struct prep_server *server_prep(struct server *s)
 	return s->prep;
 }
 
-struct prep_client *prep_client_of(struct client *c)
-{
-	if (!c->end.prep)
-		c->end.prep = calloc(1, sizeof *c->end.prep);
-	return c->end.prep;
-}
-
-void prep_put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t alen, const void *b, size_t blen)
-{
-	uint8_t hdr[5];
-	uint32_t len = (uint32_t)(4 + alen + blen);
-	hdr[0] = type;
-	hdr[1] = (uint8_t)(len >> 24);
-	hdr[2] = (uint8_t)(len >> 16);
-	hdr[3] = (uint8_t)(len >> 8);
-	hdr[4] = (uint8_t)len;
-	evbuffer_add(out, hdr, 5);
-	if (alen)
-		evbuffer_add(out, a, alen);
-	if (blen)
-		evbuffer_add(out, b, blen);
-}
-
 /* The query of an SQL PREPARE's "[(types)] AS query" (q itself if it has
  * no AS). */
 static const char *prepare_query(const char *q)
@@ -160,13 +137,6 @@ static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *
 	return true;
 }
 
-void prep_count_hit(struct client *c, struct server *s, struct prep_stmt *st)
-{
-	s->prep->hits++;
-	st->hits++;
-	stats_add(c->pool->stats, STAT_PREPARED_HITS, 1);
-}
-
 /* A ParseComplete the client expects where the server already holds the
  * statement: a Parse and Close of an empty statement, the Close swallowed. */
 static bool send_nop_parse(struct server *s, const char *cname)
@@ -231,12 +201,6 @@ static bool ensure_on_server(struct client *c, struct server *s, struct prep_stm
 		return true;
 	}
 	return add_to_server(c, s, st, true, NULL);
-}
-
-void prep_drain_msg(struct client *c, uint32_t total)
-{
-	evbuffer_drain(c->io.in, total);
-	stats_add(c->pool->stats, STAT_RECEIVED, total);
 }
 
 /* ---- protocol messages ---- */
