@@ -28,6 +28,29 @@ struct client;
 struct proto_frame;
 struct router_rules;
 
+/* What a fan-out reports to the session of the client that started it
+ * (installed by that session through its table, session.h: the fan-out
+ * calls nothing of client.c). */
+struct fanout;
+struct fanout_events {
+	/* fo runs for c: the client waits for it (CLIENT_FANOUT). */
+	void (*started)(struct client *c, struct fanout *fo);
+	/* Its answer is in c's output (fo freed, or parked in c's
+	 * transaction): c is idle again and its next request is read. */
+	void (*answered)(struct client *c);
+	/* Bytes c sent while it waited may be read now (a COPY's rows). */
+	void (*resume)(struct client *c);
+	/* The transaction pgcat held for c is over: committed or rolled back
+	 * on every shard. */
+	void (*tx_over)(struct client *c);
+	/* c's transaction failed here: the held BEGIN is dropped and the
+	 * messages up to its end get this error. */
+	void (*tx_failed)(struct client *c, const char *sqlstate, const char *message);
+	/* c broke the protocol, or pgcat ran out of memory: it is closed with
+	 * this FATAL. */
+	void (*fatal)(struct client *c, const char *sqlstate, const char *message);
+};
+
 enum fanout_start {
 	FANOUT_STARTED,     /* the client waits in CLIENT_FANOUT; the reply comes later */
 	FANOUT_REFUSED,     /* *why says why it cannot be merged: answer 0A000 */

@@ -14,12 +14,14 @@
 #include <stdint.h>
 
 #include "client_end.h"
+#include "client.h"
 #include "copy_route.h"
 #include "copysplit.h"
 #include "io.h"
 #include "merge.h"
 #include "params.h"
 #include "pool_types.h"
+#include "session.h"
 
 struct client;
 struct evbuffer;
@@ -195,6 +197,9 @@ struct fanout_portal {
 	uint8_t *desc;             /* RowDescription (whole message), or NULL */
 	size_t desc_len;
 };
+
+/* What the client's session installed for its fan-outs (fanout.h). */
+static inline const struct fanout_events *fanout_ev(const struct client *c) { return c->session->fanout; }
 
 /* ---- fanout.c: the request, the legs, the fan-out's life ---- */
 

@@ -20,6 +20,7 @@
 
 #include <stdbool.h>
 
+#include "fanout.h"
 #include "prepared.h"
 #include "proto.h"
 #include "route.h"
@@ -56,6 +57,8 @@ struct session_ops {
 	/* The client is closing, still in its state: what the session holds
 	 * goes (cross-shard work, prepared statements). Any kind may set it. */
 	void (*closing)(struct client *c);
+	/* What its fan-outs report (fanout.h). */
+	const struct fanout_events *fanout;
 };
 
 /* Before the session: the login (login.c), which reads a connection from

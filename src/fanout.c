@@ -571,7 +571,7 @@ static void leg_resume(struct client_end *end)
 		if (fo->legs[i].fo && fanout_leg_full(&fo->legs[i]))
 			return;
 	fo->waiting_drain = false;
-	client_process(fo->c);
+	fanout_ev(fo->c)->resume(fo->c);
 }
 
 static const struct client_end_events leg_end_events = {

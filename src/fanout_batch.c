@@ -271,8 +271,7 @@ enum fanout_start fanout_start_batch(struct client *c, const struct router_rules
 		goto out;
 	}
 	evbuffer_drain(in, end);
-	c->fanout = fo;
-	client_set_state(c, CLIENT_FANOUT);
+	fanout_ev(c)->started(c, fo);
 	fanout_send(fo);   /* each leg checks its server out */
 	log_debug("C-%llu: a batch of %u statements split over %d shards", (unsigned long long)c->id, n_binds, n_legs);
 	verdict = FANOUT_STARTED;
@@ -343,11 +342,10 @@ void fanout_batch_finish(struct fanout *fo)
 		return;
 	}
 	struct client *c = fo->c;
-	struct evbuffer *out = client_output(c);
+	struct evbuffer *out = io_out(&c->io);
 	fanout_batch_put_result(fo, out);
 	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
 	evbuffer_add(out, z, sizeof z);
-	c->fanout = NULL;
 	fanout_free(fo);
-	client_on_released(c);
+	fanout_ev(c)->answered(c);
 }

@@ -178,7 +178,7 @@ void fanout_client_input(struct client *c)
 			return;
 		uint32_t l = proto_get_u32(h + 1);
 		if (l < 4) {
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid message length");
+			fanout_ev(c)->fatal(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid message length");
 			return;
 		}
 		switch (h[0]) {
@@ -207,7 +207,7 @@ void fanout_client_input(struct client *c)
 			return;   /* fo may be gone */
 		case PqMsg_CopyFail: {
 			if (l > 64 * 1024) {
-				client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "CopyFail message too long");
+				fanout_ev(c)->fatal(c, SQLSTATE_PROTOCOL_VIOLATION, "CopyFail message too long");
 				return;
 			}
 			if (have < (size_t)l + 1)
@@ -299,11 +299,11 @@ static void copy_opened(struct fanout *fo)
 		fanout_begin_wait(fo);
 		return;
 	}
-	evbuffer_add(client_output(c), fo->copy_in_response, fo->copy_in_response_len);
+	evbuffer_add(io_out(&c->io), fo->copy_in_response, fo->copy_in_response_len);
 	fo->phase = PHASE_COPY_DATA;
 	for (int i = 0; i < fo->n_legs; i++)
 		fo->legs[i].done = true;   /* nothing awaited while rows flow */
-	client_process(c);   /* rows the client sent already */
+	fanout_ev(c)->resume(c);   /* rows the client sent already */
 }
 
 void fanout_copy_finish(struct fanout *fo)
@@ -396,8 +396,7 @@ enum fanout_start fanout_start_copy(struct client *c, const struct proto_frame *
 		return FANOUT_REFUSED;
 	}
 	evbuffer_drain(in, total);
-	c->fanout = fo;
-	client_set_state(c, CLIENT_FANOUT);
+	fanout_ev(c)->started(c, fo);
 	fanout_send(fo);   /* each leg checks its server out */
 	log_debug("C-%llu: COPY split over %d shards", (unsigned long long)c->id, n_shards);
 	return FANOUT_STARTED;

@@ -291,7 +291,7 @@ bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 	struct fanout_portal *xp = c->xshard ? c->xshard->portal : NULL;
 	if (!xp || c->end.server)
 		return false;
-	struct evbuffer *in = c->io.in, *out = client_output(c);
+	struct evbuffer *in = c->io.in, *out = io_out(&c->io);
 	uint32_t total = f->len + 1;
 	if (f->type != PqMsg_Sync && f->type != PqMsg_Execute && f->type != PqMsg_Describe && f->type != PqMsg_Close) {
 		/* outside a transaction the portal ended with the last Sync */
@@ -432,7 +432,7 @@ void fanout_read_finish(struct fanout *fo)
 			fanout_pool_collation(p, rep[0].collation);
 	}
 	if (!reply) {
-		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		fanout_ev(c)->fatal(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 		return;
 	}
 	if (!why[0] && !error) {
@@ -473,7 +473,7 @@ void fanout_read_finish(struct fanout *fo)
 			(void)reply_rows(fo, rep, reply, why);
 		}
 	}
-	struct evbuffer *out = client_output(c);
+	struct evbuffer *out = io_out(&c->io);
 	if (error) {
 		evbuffer_add(out, error, error_len);
 	} else if (why[0]) {
@@ -497,9 +497,8 @@ void fanout_read_finish(struct fanout *fo)
 	evbuffer_free(reply);
 	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)status };
 	evbuffer_add(out, z, sizeof z);
-	c->fanout = NULL;
 	fanout_free(fo);
-	client_on_released(c);   /* idle again: its next request */
+	fanout_ev(c)->answered(c);   /* idle again: its next request */
 }
 
 /* ---- start ---- */
@@ -702,8 +701,7 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 		return FANOUT_REFUSED;
 	}
 	evbuffer_drain(in, r.end);
-	c->fanout = fo;
-	client_set_state(c, CLIENT_FANOUT);
+	fanout_ev(c)->started(c, fo);
 	fanout_send(fo);   /* each leg checks its server out */
 	log_debug("C-%llu: cross-shard read sent to %d shards", (unsigned long long)c->id, n_shards);
 	return FANOUT_STARTED;

@@ -192,19 +192,17 @@ static void put_result(struct fanout *fo, struct evbuffer *out);
 void fanout_write_end_reply(struct fanout *fo)
 {
 	struct client *c = fo->c;
-	struct evbuffer *out = client_output(c);
+	struct evbuffer *out = io_out(&c->io);
 	evbuffer_add(out, fo->end_prefix, fo->end_prefix_len);
 	if (fo->error)
 		evbuffer_add(out, fo->error, fo->error_len);
 	else
 		fanout_put_msg(out, PqMsg_CommandComplete, fo->end_tag, strlen(fo->end_tag) + 1, NULL, 0);
-	free(c->held_begin);
-	c->held_begin = NULL;
+	fanout_ev(c)->tx_over(c);   /* committed or rolled back on every shard */
 	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, 'I' };
 	evbuffer_add(out, z, sizeof z);
-	c->fanout = NULL;
 	fanout_free(fo);
-	client_on_released(c);
+	fanout_ev(c)->answered(c);
 }
 
 /* A split write inside a transaction pgcat holds, every shard's part done:
@@ -223,7 +221,7 @@ bool fanout_park(struct fanout *fo)
 	for (int i = 0; i < fo->n_legs; i++)
 		if (fo->legs[i].lost || !fo->legs[i].io_open)
 			return false;
-	struct evbuffer *out = client_output(c);
+	struct evbuffer *out = io_out(&c->io);
 	if (fo->kind == FANOUT_BATCH)
 		fanout_batch_put_result(fo, out);
 	else
@@ -231,9 +229,8 @@ bool fanout_park(struct fanout *fo)
 	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, 'T' };
 	evbuffer_add(out, z, sizeof z);
 	fo->parked = true;
-	c->fanout = NULL;
 	xs->parked = fo;
-	client_on_released(c);
+	fanout_ev(c)->answered(c);
 	return true;
 }
 
@@ -241,7 +238,7 @@ bool fanout_park(struct fanout *fo)
 void fanout_write_reply(struct fanout *fo)
 {
 	struct client *c = fo->c;
-	struct evbuffer *out = client_output(c);
+	struct evbuffer *out = io_out(&c->io);
 	if (fo->end_tag[0]) {
 		fanout_write_end_reply(fo);
 		return;
@@ -249,9 +246,8 @@ void fanout_write_reply(struct fanout *fo)
 	put_result(fo, out);
 	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
 	evbuffer_add(out, z, sizeof z);
-	c->fanout = NULL;
 	fanout_free(fo);
-	client_on_released(c);
+	fanout_ev(c)->answered(c);
 }
 
 /* The statement's own answer: its error, or its rows and command tag. */
@@ -588,8 +584,7 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 		return FANOUT_REFUSED;
 	}
 	evbuffer_drain(in, q.r.end);
-	c->fanout = fo;
-	client_set_state(c, CLIENT_FANOUT);
+	fanout_ev(c)->started(c, fo);
 	fanout_send(fo);   /* each leg checks its server out */
 	log_debug("C-%llu: INSERT split over %d shards%s", (unsigned long long)c->id, n_legs,
 		  position ? " (asking where the sharding column is)" : "");
@@ -752,8 +747,7 @@ enum fanout_start fanout_start_broadcast(struct client *c, const struct router_r
 		return FANOUT_REFUSED;
 	}
 	evbuffer_drain(in, r.end);
-	c->fanout = fo;
-	client_set_state(c, CLIENT_FANOUT);
+	fanout_ev(c)->started(c, fo);
 	fanout_send(fo);   /* each leg checks its server out */
 	log_debug("C-%llu: write sent to all %d shards", (unsigned long long)c->id, n_shards);
 	return FANOUT_STARTED;
@@ -828,16 +822,13 @@ bool fanout_parked_message(struct client *c, const struct proto_frame *f)
 		 * the transaction fails here as it would on a server. */
 		c->xshard->parked = NULL;
 		fanout_free(fo);
-		free(c->held_begin);
-		c->held_begin = NULL;
-		client_fail_transaction(c, SQLSTATE_FEATURE_NOT_SUPPORTED,
+		fanout_ev(c)->tx_failed(c, SQLSTATE_FEATURE_NOT_SUPPORTED,
 					"cross-shard transaction: after a write split across shards only COMMIT or ROLLBACK can "
 					"follow in its transaction (the write is rolled back)");
 		return false;   /* the message is answered as in a failed transaction */
 	}
 	evbuffer_drain(in, end);
 	c->xshard->parked = NULL;
-	c->fanout = fo;
 	fo->parked = false;
 	snprintf(fo->end_tag, sizeof fo->end_tag, "%s", tag);
 	memcpy(fo->end_prefix, prefix, prefix_len);
@@ -850,7 +841,7 @@ bool fanout_parked_message(struct client *c, const struct proto_frame *f)
 				  "cross-shard transaction: a shard's connection was lost; the transaction is rolled back");
 			fo->rollback = true;
 		}
-	client_set_state(c, CLIENT_FANOUT);
+	fanout_ev(c)->started(c, fo);
 	fanout_write_end(fo);
 	return true;
 }

@@ -295,6 +295,48 @@ static void normal_closing(struct client *c)
 	prep_client_free(c);
 }
 
+/* ---- what its fan-outs report (fanout.h) ---- */
+
+static void fanout_started(struct client *c, struct fanout *fo)
+{
+	c->fanout = fo;
+	client_set_state(c, CLIENT_FANOUT);
+}
+
+static void fanout_answered(struct client *c)
+{
+	c->fanout = NULL;
+	client_on_released(c);   /* idle again: its next request */
+}
+
+static void fanout_resume(struct client *c) { client_process(c); }
+
+static void fanout_tx_over(struct client *c)
+{
+	free(c->held_begin);
+	c->held_begin = NULL;
+}
+
+static void fanout_tx_failed(struct client *c, const char *sqlstate, const char *message)
+{
+	fanout_tx_over(c);
+	client_fail_transaction(c, sqlstate, message);
+}
+
+static void fanout_fatal(struct client *c, const char *sqlstate, const char *message)
+{
+	client_close(c, sqlstate, "%s", message);
+}
+
+static const struct fanout_events normal_fanout_events = {
+	.started = fanout_started,
+	.answered = fanout_answered,
+	.resume = fanout_resume,
+	.tx_over = fanout_tx_over,
+	.tx_failed = fanout_tx_failed,
+	.fatal = fanout_fatal,
+};
+
 const struct session_ops normal_session = {
 	.name = "normal",
 	.welcome = normal_welcome,
@@ -304,4 +346,5 @@ const struct session_ops normal_session = {
 	.on_fanout_input = fanout_client_input,
 	.on_fanout_cancel = fanout_cancel,
 	.closing = normal_closing,
+	.fanout = &normal_fanout_events,
 };
