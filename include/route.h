@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pktbuf.h"
+
 struct client;
 struct pool;
 struct srvpool;
@@ -92,9 +94,37 @@ struct router_rules;
 enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f, bool sharded,
 				       const struct router_rules *rules);
 
+/* A session setting a pgcat command changes (SET SERVER ROLE...). */
+enum route_setting {
+	ROUTE_SET_NONE,
+	ROUTE_SET_ROLE,            /* c->role_override = value (enum router_role) */
+	ROUTE_SET_PRIMARY_READS,   /* c->primary_reads_override = value (-1, 0, 1) */
+	ROUTE_SET_SHARD            /* c->shard_override = value */
+};
+
+/*
+ * What route decided about a client's message: route.c reads the client
+ * and fills this in; the session (session_normal.c) acts on it, writing
+ * the client's fields and sending the replies. route.c writes no field
+ * of the client and sends nothing of its own.
+ */
+struct route_decision {
+	/* Input to drain (the message answered), then the reply to send. */
+	size_t consume;
+	struct pktbuf reply;
+	/* A session setting to change. */
+	enum route_setting setting;
+	int value;
+	uint8_t reply_storage[512];
+};
+
+/* An empty decision: nothing to consume, send or change. */
+void route_decision_init(struct route_decision *d);
+
 /* SET SERVER ROLE, SET PRIMARY READS, SHOW SERVER ROLE, SHOW PRIMARY READS
- * in a simple Query: answered by pgcat. Returns true when it answered
- * (reply queued); sql is the query text. */
-bool route_local_command(struct client *c, const char *sql, size_t len);
+ * (and SET/SHOW SHARD, SET SHARDING KEY) in a simple Query: answered by
+ * pgcat. Returns true when it is one: *d holds the reply (with its
+ * ReadyForQuery) and the setting to change; sql is the query text. */
+bool route_local_command(const struct client *c, const char *sql, size_t len, struct route_decision *d);
 
 #endif

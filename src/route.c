@@ -702,7 +702,15 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f);
 
 /* ---- BEGIN held until the first statement (sharding) ---- */
 
-static void reply(struct client *c, struct pktbuf *pb);
+static void reply(const struct client *c, struct pktbuf *pb);
+
+/* (held BEGIN: answered here still) */
+static void reply_now(struct client *c, struct pktbuf *pb)
+{
+	reply(c, pb);
+	if (!pb->failed)
+		evbuffer_add(client_output(c), pb->data, pb->len);
+}
 
 #define ROUTE_HELD_BEGIN_MAX 200
 
@@ -766,7 +774,7 @@ static bool hold_begin(struct client *c, const struct proto_frame *f)
 		c->held_begin = NULL;
 		evbuffer_drain(c->io.in, total);
 		pktbuf_command_complete(&pb, tag);
-		reply(c, &pb);
+		reply_now(c, &pb);
 		return true;
 	}
 	struct route_rules rr;
@@ -784,7 +792,7 @@ static bool hold_begin(struct client *c, const struct proto_frame *f)
 	c->held_begin_read_only = v->begin_read_only;
 	evbuffer_drain(c->io.in, total);
 	pktbuf_command_complete(&pb, tag);
-	reply(c, &pb);
+	reply_now(c, &pb);
 	return true;
 }
 
@@ -1081,44 +1089,53 @@ struct srvpool *route_pick_leg(struct client *c, const char *sql, size_t len, in
 
 /* ---- SET SERVER ROLE and friends ---- */
 
-static void reply(struct client *c, struct pktbuf *pb)
+void route_decision_init(struct route_decision *d)
+{
+	memset(d, 0, sizeof *d);
+	pktbuf_init(&d->reply, d->reply_storage, sizeof d->reply_storage);
+}
+
+/* The reply pb ends with ReadyForQuery: in the transaction pgcat holds,
+ * or idle. */
+static void reply(const struct client *c, struct pktbuf *pb)
 {
 	pktbuf_ready_for_query(pb, c->held_begin ? 'T' : 'I');
-	if (!pb->failed)
-		evbuffer_add(client_output(c), pb->data, pb->len);
 }
 
-static void reply_show(struct client *c, const char *column, const char *value)
+static void reply_show(const struct client *c, struct pktbuf *pb, const char *column, const char *value)
 {
-	uint8_t storage[512];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_begin(&pb, PqMsg_RowDescription);
-	pktbuf_put_u16(&pb, 1);
-	pktbuf_put_cstring(&pb, column);
-	pktbuf_put_u32(&pb, 0);
-	pktbuf_put_u16(&pb, 0);
-	pktbuf_put_u32(&pb, 25);      /* text */
-	pktbuf_put_u16(&pb, 0xffff);  /* -1: variable */
-	pktbuf_put_u32(&pb, 0xffffffff);
-	pktbuf_put_u16(&pb, 0);
-	pktbuf_end(&pb);
-	pktbuf_begin(&pb, PqMsg_DataRow);
-	pktbuf_put_u16(&pb, 1);
-	pktbuf_put_u32(&pb, (uint32_t)strlen(value));
-	pktbuf_put_bytes(&pb, value, strlen(value));
-	pktbuf_end(&pb);
-	pktbuf_command_complete(&pb, "SHOW");
-	reply(c, &pb);
+	pktbuf_begin(pb, PqMsg_RowDescription);
+	pktbuf_put_u16(pb, 1);
+	pktbuf_put_cstring(pb, column);
+	pktbuf_put_u32(pb, 0);
+	pktbuf_put_u16(pb, 0);
+	pktbuf_put_u32(pb, 25);      /* text */
+	pktbuf_put_u16(pb, 0xffff);  /* -1: variable */
+	pktbuf_put_u32(pb, 0xffffffff);
+	pktbuf_put_u16(pb, 0);
+	pktbuf_end(pb);
+	pktbuf_begin(pb, PqMsg_DataRow);
+	pktbuf_put_u16(pb, 1);
+	pktbuf_put_u32(pb, (uint32_t)strlen(value));
+	pktbuf_put_bytes(pb, value, strlen(value));
+	pktbuf_end(pb);
+	pktbuf_command_complete(pb, "SHOW");
+	reply(c, pb);
 }
 
-static void reply_error(struct client *c, const char *sqlstate, const char *msg)
+static void reply_error(const struct client *c, struct pktbuf *pb, const char *sqlstate, const char *msg)
 {
-	uint8_t storage[512];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_error(&pb, "ERROR", sqlstate, msg);
-	reply(c, &pb);
+	pktbuf_error(pb, "ERROR", sqlstate, msg);
+	reply(c, pb);
+}
+
+/* SET answered, and the setting it changes. */
+static void reply_set(const struct client *c, struct route_decision *d, enum route_setting setting, int value)
+{
+	d->setting = setting;
+	d->value = value;
+	pktbuf_command_complete(&d->reply, "SET");
+	reply(c, &d->reply);
 }
 
 static const char *role_text(int r)
@@ -1131,7 +1148,7 @@ static const char *role_text(int r)
 	}
 }
 
-bool route_local_command(struct client *c, const char *sql, size_t len)
+bool route_local_command(const struct client *c, const char *sql, size_t len, struct route_decision *d)
 {
 	/* Cheap refusal: only SET/SHOW can be ours, and most traffic is
 	 * SELECT, which shares their first letter: look at three. */
@@ -1145,14 +1162,12 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 		return false;
 	char value[1024];   /* SET SHARDING KEY: a text key may be long */
 	enum router_command cmd = router_parse_command(sql, len, value, sizeof value);
-	uint8_t storage[256];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
+	struct pktbuf *pb = &d->reply;
 	switch (cmd) {
 	case ROUTER_CMD_NONE:
 		return false;
 	case ROUTER_CMD_INVALID:
-		reply_error(c, "42601", "syntax error in pgcat command");
+		reply_error(c, pb, "42601", "syntax error in pgcat command");
 		return true;
 	case ROUTER_CMD_SET_SERVER_ROLE: {
 		enum router_role r;
@@ -1160,28 +1175,27 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 			char msg[200];
 			snprintf(msg, sizeof msg, "invalid server role \"%.64s\": primary, replica, any, auto or default",
 				 value);
-			reply_error(c, "22023", msg);
+			reply_error(c, pb, "22023", msg);
 			return true;
 		}
-		c->role_override = (int8_t)r;
-		pktbuf_command_complete(&pb, "SET");
-		reply(c, &pb);
+		reply_set(c, d, ROUTE_SET_ROLE, (int)r);
 		return true;
 	}
-	case ROUTER_CMD_SET_PRIMARY_READS:
+	case ROUTER_CMD_SET_PRIMARY_READS: {
+		int on;
 		if (strcasecmp(value, "on") == 0 || strcasecmp(value, "true") == 0) {
-			c->primary_reads_override = 1;
+			on = 1;
 		} else if (strcasecmp(value, "off") == 0 || strcasecmp(value, "false") == 0) {
-			c->primary_reads_override = 0;
+			on = 0;
 		} else if (strcasecmp(value, "default") == 0) {
-			c->primary_reads_override = -1;
+			on = -1;
 		} else {
-			reply_error(c, "22023", "invalid value for primary reads: on, off or default");
+			reply_error(c, pb, "22023", "invalid value for primary reads: on, off or default");
 			return true;
 		}
-		pktbuf_command_complete(&pb, "SET");
-		reply(c, &pb);
+		reply_set(c, d, ROUTE_SET_PRIMARY_READS, on);
 		return true;
+	}
 	case ROUTER_CMD_SET_SHARD: {
 		char *end;
 		long s = strtol(value, &end, 10);
@@ -1189,12 +1203,10 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 			char msg[200];
 			snprintf(msg, sizeof msg, "invalid shard \"%.64s\": this pool has shards 0 to %zu", value,
 				 c->pool->cpool->n_shards - 1);
-			reply_error(c, "22023", msg);
+			reply_error(c, pb, "22023", msg);
 			return true;
 		}
-		c->shard_override = (int16_t)s;
-		pktbuf_command_complete(&pb, "SET");
-		reply(c, &pb);
+		reply_set(c, d, ROUTE_SET_SHARD, (int)s);
 		return true;
 	}
 	case ROUTER_CMD_SET_SHARDING_KEY: {
@@ -1204,12 +1216,10 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 		if (!sharding_shard_for_key(cp->sharding_function, value, strlen(value), (int)cp->n_shards, &s, err,
 					    sizeof err)) {
 			snprintf(msg, sizeof msg, "invalid sharding key: %s", err);
-			reply_error(c, "22023", msg);
+			reply_error(c, pb, "22023", msg);
 			return true;
 		}
-		c->shard_override = (int16_t)s;
-		pktbuf_command_complete(&pb, "SET");
-		reply(c, &pb);
+		reply_set(c, d, ROUTE_SET_SHARD, s);
 		return true;
 	}
 	case ROUTER_CMD_SHOW_SHARD: {
@@ -1217,16 +1227,16 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 		int s = c->shard_override >= 0 ? c->shard_override
 						: (c->pool->cpool->default_shard >= 0 ? c->pool->cpool->default_shard : 0);
 		snprintf(v, sizeof v, "%d", s);
-		reply_show(c, "shard", v);
+		reply_show(c, pb, "shard", v);
 		return true;
 	}
 	case ROUTER_CMD_SHOW_SERVER_ROLE:
-		reply_show(c, "server_role", role_text(c->role_override));
+		reply_show(c, pb, "server_role", role_text(c->role_override));
 		return true;
 	case ROUTER_CMD_SHOW_PRIMARY_READS: {
 		bool on = c->primary_reads_override >= 0 ? c->primary_reads_override == 1
 							 : c->pool->cpool->primary_reads_enabled;
-		reply_show(c, "primary_reads", on ? "on" : "off");
+		reply_show(c, pb, "primary_reads", on ? "on" : "off");
 		return true;
 	}
 	}

@@ -183,6 +183,30 @@ static bool answer_parses(struct client *c, bool unverified_ok)
 	return true;
 }
 
+/* ---- acting on route's decisions ---- */
+
+/* A pgcat command route answered (route_local_command): the setting it
+ * changes, its message taken, its reply sent. */
+static void apply_local(struct client *c, const struct route_decision *d)
+{
+	switch (d->setting) {
+	case ROUTE_SET_NONE:
+		break;
+	case ROUTE_SET_ROLE:
+		c->role_override = (int8_t)d->value;
+		break;
+	case ROUTE_SET_PRIMARY_READS:
+		c->primary_reads_override = (int8_t)d->value;
+		break;
+	case ROUTE_SET_SHARD:
+		c->shard_override = (int16_t)d->value;
+		break;
+	}
+	evbuffer_drain(c->io.in, d->consume);
+	if (!d->reply.failed)
+		evbuffer_add(client_output(c), d->reply.data, d->reply.len);
+}
+
 /* The normal session's idle message: route it, answer it here, or take a
  * server for it. */
 static bool normal_message(struct client *c, const struct proto_frame *f)
@@ -252,8 +276,11 @@ static bool normal_message(struct client *c, const struct proto_frame *f)
 		if (evbuffer_get_length(in) < total)
 			return false;
 		const uint8_t *m = evbuffer_pullup(in, total);
-		if (route_local_command(c, (const char *)m + 5, strnlen((const char *)m + 5, total - 5))) {
-			evbuffer_drain(in, total);
+		struct route_decision d;
+		route_decision_init(&d);
+		if (route_local_command(c, (const char *)m + 5, strnlen((const char *)m + 5, total - 5), &d)) {
+			d.consume = total;
+			apply_local(c, &d);
 			return true;
 		}
 	}
