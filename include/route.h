@@ -30,12 +30,16 @@ enum route_via {
 	ROUTE_VIA__COUNT
 };
 
+struct route_decision;
+
 /* The server for the transaction the client starts with message f (the
- * message is at the head of the client's input, maybe not whole). NULL:
- * nothing to check out now, because route answered the request itself (a
- * refused cross-shard write, a bad hint, the cross-shard read path) or
- * waits for the rest of it (a Bind after the Parse). */
-struct srvpool *route_pick(struct client *c, const struct proto_frame *f);
+ * message is at the head of the client's input, maybe not whole), in *d
+ * (route_decision_init'ed): d->action says whether to check d->sp out,
+ * wait for the rest of the request (a Bind after the Parse), refuse it
+ * with d->sqlstate and d->message (a cross-shard write, a bad hint), or
+ * nothing, the request being answered already (a held BEGIN, the
+ * cross-shard paths). */
+void route_pick(struct client *c, const struct proto_frame *f, struct route_decision *d);
 
 /*
  * After the shard of a transaction was chosen by its keys or default_shard,
@@ -92,7 +96,7 @@ struct srvpool *route_pick_leg(struct client *c, const char *sql, size_t len, in
 const char *route_plain_end_tag(const char *sql, size_t len);
 struct router_rules;
 enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f, bool sharded,
-				       const struct router_rules *rules);
+				       const struct router_rules *rules, struct route_decision *d);
 
 /* A session setting a pgcat command changes (SET SERVER ROLE...). */
 enum route_setting {
@@ -108,7 +112,22 @@ enum route_setting {
  * the client's fields and sending the replies. route.c writes no field
  * of the client and sends nothing of its own.
  */
+/* What the session does with the message route_pick looked at. */
+enum route_action {
+	ROUTE_CHECKOUT,   /* check d->sp out for the transaction */
+	ROUTE_WAIT,       /* nothing yet: the rest of the request is on its way */
+	ROUTE_REFUSE,     /* answer the request with the error d->sqlstate, d->message */
+	ROUTE_ANSWERED    /* nothing: the request was answered (held BEGIN, cross-shard) */
+};
+
 struct route_decision {
+	enum route_action action;
+	struct srvpool *sp;        /* (CHECKOUT) */
+	/* (CHECKOUT) a write, and the shard's configured primary is in
+	 * recovery with no other to take writes: refused (25006) instead. */
+	bool no_writer;
+	char sqlstate[6];          /* (REFUSE) */
+	char message[256];
 	/* Input to drain (the message answered), then the reply to send. */
 	size_t consume;
 	struct pktbuf reply;

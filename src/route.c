@@ -386,21 +386,18 @@ static bool scan_request(struct client *c, const struct proto_frame *f, const st
 	return true;
 }
 
-/* Answers the request with an error (ReadyForQuery, or skipping to Sync). */
-static void refuse(struct client *c, const char *sqlstate, const char *msg)
+/* The request is refused with an error (the session answers it:
+ * ReadyForQuery, or skipping to Sync; inside a held BEGIN, the
+ * transaction fails). */
+static void refuse(struct route_decision *d, const char *sqlstate, const char *msg)
 {
-	if (c->held_begin) {
-		/* inside the transaction pgcat holds: it failed, as it would
-		 * have on a server (the client ends it with ROLLBACK) */
-		free(c->held_begin);
-		c->held_begin = NULL;
-		c->in_failed_tx = true;
-	}
-	client_on_checkout_failed(c, sqlstate, msg);
+	d->action = ROUTE_REFUSE;
+	snprintf(d->sqlstate, sizeof d->sqlstate, "%s", sqlstate);
+	snprintf(d->message, sizeof d->message, "%s", msg);
 }
 
 enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f, bool sharded,
-				       const struct router_rules *rules)
+				       const struct router_rules *rules, struct route_decision *d)
 {
 	char why[200];
 	switch (fanout_start(c, f, sharded, rules, why, sizeof why)) {
@@ -418,12 +415,12 @@ enum route_cross route_cross_shard_read(struct client *c, const struct proto_fra
 	case FANOUT_WAIT:   /* (fanout_start_batch's only) */
 		break;
 	}
-	refuse(c, "0A000", why);
+	refuse(d, "0A000", why);
 	return ROUTE_CROSS_ANSWERED;
 }
 
 static enum shard_decision decide_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
-					int *shard, enum route_via *via)
+					int *shard, enum route_via *via, struct route_decision *d)
 {
 	const struct config_pool *cp = c->pool->cpool;
 	int n_shards = (int)cp->n_shards;
@@ -440,14 +437,14 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		const struct router_verdict *v = classify(c, rr, sql, len, &local);
 		char msg[160];
 		if (v->hint_invalid) {
-			refuse(c, "22023", "invalid pgcat hint: shard= takes a shard number, sharding_key= a key of at most 63 bytes");
+			refuse(d, "22023", "invalid pgcat hint: shard= takes a shard number, sharding_key= a key of at most 63 bytes");
 			return SHARD_ANSWERED;
 		}
 		if (v->hint_shard >= 0) {
 			if (v->hint_shard >= n_shards) {
 				snprintf(msg, sizeof msg, "invalid shard %d in pgcat hint: this pool has shards 0 to %d",
 					 v->hint_shard, n_shards - 1);
-				refuse(c, "22023", msg);
+				refuse(d, "22023", msg);
 				return SHARD_ANSWERED;
 			}
 			*shard = v->hint_shard;
@@ -460,7 +457,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 			if (!sharding_shard_for_key(cp->sharding_function, v->hint_key, strlen(v->hint_key), n_shards, &s,
 						    err, sizeof err)) {
 				snprintf(msg, sizeof msg, "invalid sharding_key in pgcat hint: %s", err);
-				refuse(c, "22023", msg);
+				refuse(d, "22023", msg);
 				return SHARD_ANSWERED;
 			}
 			*shard = s;
@@ -498,7 +495,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		case FANOUT_STARTED:
 			return SHARD_ANSWERED;
 		case FANOUT_REFUSED:
-			refuse(c, "0A000", why);
+			refuse(d, "0A000", why);
 			return SHARD_ANSWERED;
 		case FANOUT_WAIT:
 			return SHARD_WAIT;
@@ -535,7 +532,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		case FANOUT_WAIT:   /* (fanout_start_batch's only) */
 			break;
 		}
-		refuse(c, "0A000", why);
+		refuse(d, "0A000", why);
 		return SHARD_ANSWERED;
 	}
 	if (r.writes) {
@@ -549,12 +546,13 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 			snprintf(why, sizeof why, "cross-shard write: the statement's sharding keys are missing or on several "
 						  "shards; use SET SHARD or SET SHARDING KEY");
 		}
-		refuse(c, "0A000", why);
+		refuse(d, "0A000", why);
 		return SHARD_ANSWERED;
 	}
 	/* (*shard is default_shard, or shard 0 for default_shard = all) */
-	return route_cross_shard_read(c, f, r.outcome == SHARDKEY_CROSS, &rr->r) == ROUTE_CROSS_ANY_SHARD ? SHARD_DECIDED
-												   : SHARD_ANSWERED;
+	return route_cross_shard_read(c, f, r.outcome == SHARDKEY_CROSS, &rr->r, d) == ROUTE_CROSS_ANY_SHARD
+		       ? SHARD_DECIDED
+		       : SHARD_ANSWERED;
 }
 
 _Static_assert(ROUTE_VIA__COUNT == SHM_ROUTE_VIA, "one shared counter per way of choosing a shard");
@@ -698,7 +696,7 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 	return refuse_on_server(c, s, f, msg);
 }
 
-static struct srvpool *pick(struct client *c, const struct proto_frame *f);
+static struct srvpool *pick(struct client *c, const struct proto_frame *f, struct route_decision *d);
 
 /* ---- BEGIN held until the first statement (sharding) ---- */
 
@@ -917,26 +915,29 @@ static bool hold_begin_extended(struct client *c, const struct proto_frame *f)
 	return true;
 }
 
-struct srvpool *route_pick(struct client *c, const struct proto_frame *f)
+void route_pick(struct client *c, const struct proto_frame *f, struct route_decision *d)
 {
-	if (hold_begin(c, f) || hold_begin_extended(c, f))
-		return NULL;
-	struct srvpool *sp = pick(c, f);
+	if (hold_begin(c, f) || hold_begin_extended(c, f)) {
+		d->action = ROUTE_ANSWERED;
+		return;
+	}
+	struct srvpool *sp = pick(c, f, d);
 	if (!sp)
-		return NULL;
+		return;
+	d->action = ROUTE_CHECKOUT;
+	d->sp = sp;
 	/* Reads on a replica can be sent elsewhere if it dies before answering. */
 	client_reply_started(c);
 	c->retry_on = sp && c->pool->mode == POOL_MODE_TRANSACTION && sp->role != SERVER_ROLE_PRIMARY &&
 		      c->pool->n_targets > 1;
-	return sp;
 }
 
 static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
-				     int shard);
+				     int shard, struct route_decision *d);
 static struct srvpool *choose_in_shard(struct client *c, struct srvpool **all, size_t n, int shard,
 				       enum router_role role, bool *no_writer);
 
-static struct srvpool *pick(struct client *c, const struct proto_frame *f)
+static struct srvpool *pick(struct client *c, const struct proto_frame *f, struct route_decision *d)
 {
 	struct pool *p = c->pool;
 	struct route_rules rr;
@@ -944,14 +945,18 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f)
 	c->shard_phase = ROUTE_PHASE_NONE;
 	int shard;
 	enum route_via via;
-	switch (decide_shard(c, f, &rr, &shard, &via)) {
+	switch (decide_shard(c, f, &rr, &shard, &via, d)) {
 	case SHARD_DECIDED:
 		break;
 	case SHARD_WAIT:
+		d->action = ROUTE_WAIT;
+		return NULL;
 	case SHARD_ANSWERED:
+		if (d->action != ROUTE_REFUSE)
+			d->action = ROUTE_ANSWERED;
 		return NULL;
 	}
-	struct srvpool *sp = pick_in_shard(c, f, &rr, shard);
+	struct srvpool *sp = pick_in_shard(c, f, &rr, shard, d);
 	if (sp && p->cpool->n_shards > 1) {
 		route_count(sp, via);
 		/* A shard the client did not choose: the transaction's other
@@ -964,7 +969,7 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f)
 }
 
 static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
-				     int shard)
+				     int shard, struct route_decision *d)
 {
 	struct srvpool *all[64];
 	size_t n = rotation_shard_servers(c->pool, shard, all, 64);
@@ -982,7 +987,7 @@ static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame 
 		c->sticky_until_us = now + (uint64_t)cp->sticky_primary_after_write * 1000;
 	bool no_writer = false;
 	struct srvpool *sp = choose_in_shard(c, all, n, shard, role, &no_writer);
-	c->route_error = no_writer;
+	d->no_writer = no_writer;
 	return sp;
 }
 

@@ -207,6 +207,19 @@ static void apply_local(struct client *c, const struct route_decision *d)
 		evbuffer_add(client_output(c), d->reply.data, d->reply.len);
 }
 
+/* A request route refused (route_pick): answered with its error. Inside
+ * the transaction pgcat holds, that transaction failed, as it would have
+ * on a server (the client ends it with ROLLBACK). */
+static void refuse(struct client *c, const struct route_decision *d)
+{
+	if (c->held_begin) {
+		free(c->held_begin);
+		c->held_begin = NULL;
+		c->in_failed_tx = true;
+	}
+	client_on_checkout_failed(c, d->sqlstate, d->message);
+}
+
 /* The normal session's idle message: route it, answer it here, or take a
  * server for it. */
 static bool normal_message(struct client *c, const struct proto_frame *f)
@@ -288,19 +301,29 @@ static bool normal_message(struct client *c, const struct proto_frame *f)
 	bool parse_here = f->type == PqMsg_Parse && prep_enabled(c);
 	if (parse_here && !answer_parses(c, false))
 		return true;
-	struct srvpool *sp = route_pick(c, f);
-	if (!sp)
-		return false;   /* route answered the request, or waits for the rest of it */
+	struct route_decision d;
+	route_decision_init(&d);
+	route_pick(c, f, &d);
+	switch (d.action) {
+	case ROUTE_CHECKOUT:
+		break;
+	case ROUTE_REFUSE:
+		refuse(c, &d);
+		return false;
+	case ROUTE_WAIT:      /* the rest of the request first */
+	case ROUTE_ANSWERED:  /* (held BEGIN, cross-shard) */
+		return false;
+	}
+	struct srvpool *sp = d.sp;
 	/* Parses alone and no server free: a client that waits for one to
 	 * prepare may be what the holders wait for (pgbench -M prepared
 	 * blocks its thread in PQprepare): answered now, parsed with the
 	 * Bind. (Not in a sharded pool, where routing a Parse may start
 	 * the shard choice of what follows it.) */
-	if (parse_here && !c->route_error && c->pool->cpool->n_shards <= 1 && pool_checkout_would_wait(sp) &&
+	if (parse_here && !d.no_writer && c->pool->cpool->n_shards <= 1 && pool_checkout_would_wait(sp) &&
 	    !answer_parses(c, true))
 		return true;
-	if (c->route_error) {
-		c->route_error = false;
+	if (d.no_writer) {
 		client_on_checkout_failed(c, "25006", "cannot execute a write: the configured primary is in recovery");
 		return false;
 	}
