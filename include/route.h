@@ -36,10 +36,11 @@ struct route_decision;
  * message is at the head of the client's input, maybe not whole), in *d
  * (route_decision_init'ed): d->action says whether to check d->sp out,
  * wait for the rest of the request (a Bind after the Parse), refuse it
- * with d->sqlstate and d->message (a cross-shard write, a bad hint), or
- * nothing, the request being answered already (a held BEGIN, the
- * cross-shard paths). */
-void route_pick(struct client *c, const struct proto_frame *f, struct route_decision *d);
+ * with d->sqlstate and d->message (a cross-shard write, a bad hint),
+ * answer a BEGIN pgcat holds (or the end of one), or nothing, the request
+ * being answered already (the cross-shard paths). may_hold false: no
+ * BEGIN is held (the session could not keep the one route chose). */
+void route_pick(struct client *c, const struct proto_frame *f, bool may_hold, struct route_decision *d);
 
 /*
  * After the shard of a transaction was chosen by its keys or default_shard,
@@ -117,7 +118,17 @@ enum route_action {
 	ROUTE_CHECKOUT,   /* check d->sp out for the transaction */
 	ROUTE_WAIT,       /* nothing yet: the rest of the request is on its way */
 	ROUTE_REFUSE,     /* answer the request with the error d->sqlstate, d->message */
-	ROUTE_ANSWERED    /* nothing: the request was answered (held BEGIN, cross-shard) */
+	ROUTE_HOLD,       /* a BEGIN pgcat holds, or the end of one: d->held, consume, reply */
+	ROUTE_ANSWERED    /* nothing: the request was answered (cross-shard) */
+};
+
+/* In a sharded pool with automatic routing, a BEGIN alone says nothing
+ * about the shard: pgcat answers it and holds it (c->held_begin) until the
+ * transaction's first statement has been routed. */
+enum route_held {
+	ROUTE_HELD_KEEP,    /* c->held_begin as it is */
+	ROUTE_HELD_BEGIN,   /* hold d->held_sql (held_len bytes), read only or not */
+	ROUTE_HELD_END      /* the held transaction ended before reaching a server: drop it */
 };
 
 struct route_decision {
@@ -128,6 +139,19 @@ struct route_decision {
 	bool no_writer;
 	char sqlstate[6];          /* (REFUSE) */
 	char message[256];
+	/* (HOLD) the held BEGIN; its text is in the client's input (or its
+	 * prepared statements): copied before the input is drained. */
+	enum route_held held;
+	const char *held_sql;
+	size_t held_len;
+	bool held_read_only;
+	/* (HOLD) a named Parse of the BEGIN, in the input: the client's
+	 * statement from now on (prep_client_adopt), before the input is
+	 * drained. */
+	const uint8_t *adopt;
+	uint32_t adopt_len;
+	/* (HOLD) the rest of the request is in the input already: go on. */
+	bool reprocess;
 	/* Input to drain (the message answered), then the reply to send. */
 	size_t consume;
 	struct pktbuf reply;

@@ -135,7 +135,7 @@ static void build_rules(const struct client *c, struct route_rules *out)
 
 /* The verdict on sql: from the pool's cache (valid until the next call), or
  * into *local. */
-static const struct router_verdict *classify(struct client *c, const struct route_rules *rr, const char *sql,
+static const struct router_verdict *classify(const struct client *c, const struct route_rules *rr, const char *sql,
 					     size_t len, struct router_verdict *local)
 {
 	struct pool *p = c->pool;
@@ -700,15 +700,6 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f, struc
 
 /* ---- BEGIN held until the first statement (sharding) ---- */
 
-static void reply(const struct client *c, struct pktbuf *pb);
-
-/* (held BEGIN: answered here still) */
-static void reply_now(struct client *c, struct pktbuf *pb)
-{
-	reply(c, pb);
-	if (!pb->failed)
-		evbuffer_add(client_output(c), pb->data, pb->len);
-}
 
 #define ROUTE_HELD_BEGIN_MAX 200
 
@@ -748,7 +739,7 @@ static const char *begin_tag(const char *sql, size_t len)
  * first statement has been routed (server.c sends it first on link). true:
  * answered (held BEGIN, or the COMMIT/ROLLBACK of a transaction that never
  * reached a server). */
-static bool hold_begin(struct client *c, const struct proto_frame *f)
+static bool hold_begin(const struct client *c, const struct proto_frame *f, struct route_decision *d)
 {
 	const struct config_pool *cp = c->pool->cpool;
 	if (f->type != PqMsg_Query)
@@ -761,18 +752,16 @@ static bool hold_begin(struct client *c, const struct proto_frame *f)
 		return false;
 	const char *sql = (const char *)evbuffer_pullup(c->io.in, total) + 5;
 	size_t len = strnlen(sql, total - 5);
-	uint8_t storage[64];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
+	struct pktbuf *pb = &d->reply;
 	if (c->held_begin) {
 		const char *tag = route_plain_end_tag(sql, len);
 		if (!tag)
 			return false;
-		free(c->held_begin);
-		c->held_begin = NULL;
-		evbuffer_drain(c->io.in, total);
-		pktbuf_command_complete(&pb, tag);
-		reply_now(c, &pb);
+		d->action = ROUTE_HOLD;
+		d->held = ROUTE_HELD_END;
+		d->consume = total;
+		pktbuf_command_complete(pb, tag);
+		pktbuf_ready_for_query(pb, 'I');
 		return true;
 	}
 	struct route_rules rr;
@@ -783,14 +772,16 @@ static bool hold_begin(struct client *c, const struct proto_frame *f)
 	    v->has_hint_key || v->hint_invalid || v->hint_role != ROUTER_ROLE_NONE)
 		return false;
 	const char *tag = begin_tag(sql, len);
-	if (!tag || !(c->held_begin = malloc(len + 1)))
+	if (!tag)
 		return false;
-	memcpy(c->held_begin, sql, len);
-	c->held_begin[len] = '\0';
-	c->held_begin_read_only = v->begin_read_only;
-	evbuffer_drain(c->io.in, total);
-	pktbuf_command_complete(&pb, tag);
-	reply_now(c, &pb);
+	d->action = ROUTE_HOLD;
+	d->held = ROUTE_HELD_BEGIN;
+	d->held_sql = sql;
+	d->held_len = len;
+	d->held_read_only = v->begin_read_only;
+	d->consume = total;
+	pktbuf_command_complete(pb, tag);
+	pktbuf_ready_for_query(pb, 'T');
 	return true;
 }
 
@@ -816,7 +807,7 @@ static bool next_msg(const uint8_t *m, size_t lim, size_t *off, uint8_t *type, c
  * messages (ParseComplete, BindComplete, NoData, BEGIN) and holds it as
  * hold_begin does, and the rest of the request is routed as the
  * transaction's first statement (to its shard, or across shards). */
-static bool hold_begin_extended(struct client *c, const struct proto_frame *f)
+static bool hold_begin_extended(const struct client *c, const struct proto_frame *f, struct route_decision *d)
 {
 	const struct config_pool *cp = c->pool->cpool;
 	if (c->held_begin || (f->type != PqMsg_Parse && f->type != PqMsg_Bind) || cp->n_shards <= 1 ||
@@ -884,43 +875,40 @@ static bool hold_begin_extended(struct client *c, const struct proto_frame *f)
 	const char *tag = begin_tag(sql, len);
 	if (!tag)
 		return false;
+	d->action = ROUTE_HOLD;
+	d->held = ROUTE_HELD_BEGIN;
+	d->held_sql = sql;
+	d->held_len = len;
+	d->held_read_only = v->begin_read_only;
 	/* a named Parse: the statement is the client's from now on, as if a
 	 * server had taken it (its next BEGIN is a Bind of it) */
-	if (name && name[0] && !prep_client_adopt(c, m + parse_at, (uint32_t)parse_total))
-		return false;
-	if (!(c->held_begin = malloc(len + 1)))
-		return false;
-	memcpy(c->held_begin, sql, len + 1);
-	c->held_begin_read_only = v->begin_read_only;
-	uint8_t storage[64];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
+	if (name && name[0]) {
+		d->adopt = m + parse_at;
+		d->adopt_len = (uint32_t)parse_total;
+	}
+	struct pktbuf *pb = &d->reply;
 	if (name) {
-		pktbuf_begin(&pb, PqMsg_ParseComplete);
-		pktbuf_end(&pb);
+		pktbuf_begin(pb, PqMsg_ParseComplete);
+		pktbuf_end(pb);
 	}
-	pktbuf_begin(&pb, PqMsg_BindComplete);
-	pktbuf_end(&pb);
+	pktbuf_begin(pb, PqMsg_BindComplete);
+	pktbuf_end(pb);
 	if (describe) {
-		pktbuf_begin(&pb, PqMsg_NoData);
-		pktbuf_end(&pb);
+		pktbuf_begin(pb, PqMsg_NoData);
+		pktbuf_end(pb);
 	}
-	pktbuf_command_complete(&pb, tag);
+	pktbuf_command_complete(pb, tag);
 	if (sync)
-		pktbuf_ready_for_query(&pb, 'T');
-	if (!pb.failed)
-		evbuffer_add(client_output(c), pb.data, pb.len);
-	evbuffer_drain(in, next);
-	c->reprocess = true;   /* the rest of the request, already here */
+		pktbuf_ready_for_query(pb, 'T');
+	d->consume = next;
+	d->reprocess = true;   /* the rest of the request, already here */
 	return true;
 }
 
-void route_pick(struct client *c, const struct proto_frame *f, struct route_decision *d)
+void route_pick(struct client *c, const struct proto_frame *f, bool may_hold, struct route_decision *d)
 {
-	if (hold_begin(c, f) || hold_begin_extended(c, f)) {
-		d->action = ROUTE_ANSWERED;
+	if (may_hold && (hold_begin(c, f, d) || hold_begin_extended(c, f, d)))
 		return;
-	}
 	struct srvpool *sp = pick(c, f, d);
 	if (!sp)
 		return;

@@ -220,6 +220,39 @@ static void refuse(struct client *c, const struct route_decision *d)
 	client_on_checkout_failed(c, d->sqlstate, d->message);
 }
 
+/* A BEGIN route chose to hold, or the end of the one held: c->held_begin
+ * set or dropped, the messages taken, the reply sent. false: no memory
+ * to hold it (nothing done). */
+static bool apply_held(struct client *c, const struct route_decision *d)
+{
+	switch (d->held) {
+	case ROUTE_HELD_KEEP:
+		break;
+	case ROUTE_HELD_BEGIN: {
+		if (d->adopt_len && !prep_client_adopt(c, d->adopt, d->adopt_len))
+			return false;
+		char *text = malloc(d->held_len + 1);
+		if (!text)
+			return false;
+		memcpy(text, d->held_sql, d->held_len);
+		text[d->held_len] = '\0';
+		c->held_begin = text;
+		c->held_begin_read_only = d->held_read_only;
+		break;
+	}
+	case ROUTE_HELD_END:
+		free(c->held_begin);
+		c->held_begin = NULL;
+		break;
+	}
+	evbuffer_drain(c->io.in, d->consume);
+	if (!d->reply.failed)
+		evbuffer_add(client_output(c), d->reply.data, d->reply.len);
+	if (d->reprocess)
+		c->reprocess = true;
+	return true;
+}
+
 /* The normal session's idle message: route it, answer it here, or take a
  * server for it. */
 static bool normal_message(struct client *c, const struct proto_frame *f)
@@ -303,7 +336,12 @@ static bool normal_message(struct client *c, const struct proto_frame *f)
 		return true;
 	struct route_decision d;
 	route_decision_init(&d);
-	route_pick(c, f, &d);
+	route_pick(c, f, true, &d);
+	if (d.action == ROUTE_HOLD && !apply_held(c, &d)) {
+		/* (out of memory: routed as it comes, BEGIN included) */
+		route_decision_init(&d);
+		route_pick(c, f, false, &d);
+	}
 	switch (d.action) {
 	case ROUTE_CHECKOUT:
 		break;
@@ -311,7 +349,8 @@ static bool normal_message(struct client *c, const struct proto_frame *f)
 		refuse(c, &d);
 		return false;
 	case ROUTE_WAIT:      /* the rest of the request first */
-	case ROUTE_ANSWERED:  /* (held BEGIN, cross-shard) */
+	case ROUTE_HOLD:      /* (answered: apply_held) */
+	case ROUTE_ANSWERED:  /* (cross-shard) */
 		return false;
 	}
 	struct srvpool *sp = d.sp;
