@@ -137,6 +137,16 @@ struct route_decision {
 	/* (CHECKOUT) a write, and the shard's configured primary is in
 	 * recovery with no other to take writes: refused (25006) instead. */
 	bool no_writer;
+	/* (CHECKOUT) a read on a replica: sent elsewhere if the server dies
+	 * before answering (c->retry_on). */
+	bool retry_on;
+	/* (CHECKOUT) a write with sticky_primary_after_write: the session's
+	 * reads go to the primary until then (c->sticky_until_us); 0: as is. */
+	uint64_t sticky_until_us;
+	/* set_phase: c->shard_phase from now on (enum route_phase, below),
+	 * whatever the action (not for HOLD). */
+	bool set_phase;
+	uint8_t phase;
 	char sqlstate[6];          /* (REFUSE) */
 	char message[256];
 	/* (HOLD) the held BEGIN; its text is in the client's input (or its

@@ -407,7 +407,7 @@ enum route_cross route_cross_shard_read(struct client *c, const struct proto_fra
 		/* asyncpg's Parse, Describe, Flush: the Bind that follows picks
 		 * its shards itself (as for a statement whose key is a parameter) */
 		if (c->pool->mode == POOL_MODE_TRANSACTION && prep_enabled(c))
-			c->shard_phase = ROUTE_PHASE_PROVISIONAL;
+			d->phase = ROUTE_PHASE_PROVISIONAL;
 		return ROUTE_CROSS_ANY_SHARD;
 	case FANOUT_ANY_SHARD:
 		return ROUTE_CROSS_ANY_SHARD;
@@ -474,7 +474,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		if (!scan_request(c, f, rr, &r, &provisional))
 			return SHARD_WAIT;
 		if (provisional && c->pool->mode == POOL_MODE_TRANSACTION && prep_enabled(c))
-			c->shard_phase = ROUTE_PHASE_PROVISIONAL;
+			d->phase = ROUTE_PHASE_PROVISIONAL;
 	} else if (first_statement(c, f, &sql, &len)) {
 		struct router_verdict local;
 		r.writes = classify(c, rr, sql, len, &local)->writes;
@@ -515,7 +515,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 				/* only prepared (asyncpg's Parse, Describe, Flush): its
 				 * Bind is routed by itself, as for a key in a parameter */
 				if (st == FANOUT_ANY_SHARD_FLUSH && c->pool->mode == POOL_MODE_TRANSACTION && prep_enabled(c))
-					c->shard_phase = ROUTE_PHASE_PROVISIONAL;
+					d->phase = ROUTE_PHASE_PROVISIONAL;
 				return SHARD_DECIDED;
 			}
 		}
@@ -915,9 +915,7 @@ void route_pick(struct client *c, const struct proto_frame *f, bool may_hold, st
 	d->action = ROUTE_CHECKOUT;
 	d->sp = sp;
 	/* Reads on a replica can be sent elsewhere if it dies before answering. */
-	client_reply_started(c);
-	c->retry_on = sp && c->pool->mode == POOL_MODE_TRANSACTION && sp->role != SERVER_ROLE_PRIMARY &&
-		      c->pool->n_targets > 1;
+	d->retry_on = c->pool->mode == POOL_MODE_TRANSACTION && sp->role != SERVER_ROLE_PRIMARY && c->pool->n_targets > 1;
 }
 
 static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
@@ -930,7 +928,8 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f, struc
 	struct pool *p = c->pool;
 	struct route_rules rr;
 	build_rules(c, &rr);
-	c->shard_phase = ROUTE_PHASE_NONE;
+	d->set_phase = true;
+	d->phase = ROUTE_PHASE_NONE;
 	int shard;
 	enum route_via via;
 	switch (decide_shard(c, f, &rr, &shard, &via, d)) {
@@ -949,9 +948,9 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f, struc
 		route_count(sp, via);
 		/* A shard the client did not choose: the transaction's other
 		 * statements must agree with it. */
-		if (c->shard_phase == ROUTE_PHASE_NONE && (via == ROUTE_VIA_KEY || via == ROUTE_VIA_DEFAULT) &&
+		if (d->phase == ROUTE_PHASE_NONE && (via == ROUTE_VIA_KEY || via == ROUTE_VIA_DEFAULT) &&
 		    p->cpool->query_parser_enabled && p->cpool->n_sharded_tables > 0)
-			c->shard_phase = ROUTE_PHASE_GUARD;
+			d->phase = ROUTE_PHASE_GUARD;
 	}
 	return sp;
 }
@@ -972,7 +971,7 @@ static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame 
 	if (role == ROUTER_ROLE_REPLICA && cp->sticky_primary_after_write > 0 && now < c->sticky_until_us)
 		role = ROUTER_ROLE_PRIMARY;
 	if (writes && cp->sticky_primary_after_write > 0)
-		c->sticky_until_us = now + (uint64_t)cp->sticky_primary_after_write * 1000;
+		d->sticky_until_us = now + (uint64_t)cp->sticky_primary_after_write * 1000;
 	bool no_writer = false;
 	struct srvpool *sp = choose_in_shard(c, all, n, shard, role, &no_writer);
 	d->no_writer = no_writer;

@@ -342,8 +342,16 @@ static bool normal_message(struct client *c, const struct proto_frame *f)
 		route_decision_init(&d);
 		route_pick(c, f, false, &d);
 	}
+	if (d.set_phase)
+		c->shard_phase = d.phase;
 	switch (d.action) {
 	case ROUTE_CHECKOUT:
+		if (d.sticky_until_us)
+			c->sticky_until_us = d.sticky_until_us;
+		/* Reads on a replica can be sent elsewhere if it dies before
+		 * answering. */
+		client_reply_started(c);
+		c->retry_on = d.retry_on;
 		break;
 	case ROUTE_REFUSE:
 		refuse(c, &d);
