@@ -69,10 +69,18 @@ enum route_active {
 	ROUTE_ACTIVE_WAIT,         /* leave it in the client's input for now */
 	ROUTE_ACTIVE_CONSUMED      /* taken and answered (refused on the server) */
 };
+/* What the pump does with the message, besides the route_active answer:
+ * c->shard_phase from now on, and (CONSUMED) the bytes of input to drain,
+ * what was captured for a replay being incomplete from then on. */
+struct route_active_decision {
+	uint8_t phase;       /* enum route_phase */
+	uint32_t consume;
+};
 struct server;
 /* Message f (at the head of the input) from a client linked to s while
- * c->shard_phase is not NONE. */
-enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f);
+ * c->shard_phase is not NONE; the pump (client.c) applies *d. */
+enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f,
+				       struct route_active_decision *d);
 
 /* A read whose rows are on several shards (SPEC §6), at the head of the
  * client's input (idle client, nothing consumed): sent to every shard and

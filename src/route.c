@@ -606,8 +606,8 @@ static bool scan_message(struct client *c, const struct proto_frame *f, const st
 }
 
 /* The guard's refusal of a Query or Bind at the head of the input. */
-static enum route_active refuse_on_server(struct client *c, struct server *s, const struct proto_frame *f,
-					  const char *msg)
+static enum route_active refuse_on_server(const struct client *c, struct server *s, const struct proto_frame *f,
+					  const char *msg, struct route_active_decision *d)
 {
 	uint32_t total = f->len + 1;
 	if (evbuffer_get_length(c->io.in) < total)
@@ -616,18 +616,20 @@ static enum route_active refuse_on_server(struct client *c, struct server *s, co
 					 : prep_server_fail_bind(s, "0A000", msg);
 	if (!ok)
 		return ROUTE_ACTIVE_FORWARD;
-	evbuffer_drain(c->io.in, total);
-	client_reply_started(c);   /* what was captured for a replay is incomplete now */
+	d->consume = total;
 	log_debug("C-%llu: %s", (unsigned long long)c->id, msg);
 	return ROUTE_ACTIVE_CONSUMED;
 }
 
-enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f)
+enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f,
+				       struct route_active_decision *d)
 {
-	if (c->shard_phase == ROUTE_PHASE_REROUTING)
+	d->phase = c->shard_phase;
+	d->consume = 0;
+	if (d->phase == ROUTE_PHASE_REROUTING)
 		return ROUTE_ACTIVE_WAIT;
-	bool refuse_bind = c->shard_phase == ROUTE_PHASE_REFUSE_BIND && f->type == PqMsg_Bind;
-	if (f->type == PqMsg_Parse && c->shard_phase == ROUTE_PHASE_GUARD && f->len + 1 <= ROUTE_SCAN_MAX) {
+	bool refuse_bind = d->phase == ROUTE_PHASE_REFUSE_BIND && f->type == PqMsg_Bind;
+	if (f->type == PqMsg_Parse && d->phase == ROUTE_PHASE_GUARD && f->len + 1 <= ROUTE_SCAN_MAX) {
 		/* The request this Parse opens, with its Binds: once the Parse
 		 * is sent, its text may be known nowhere else (no prepared
 		 * statement rewriting), so it is judged now and its Bind
@@ -639,17 +641,17 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 		if (!scan_request(c, f, &rr, &r, &provisional))
 			return ROUTE_ACTIVE_WAIT;
 		if (r.outcome == SHARDKEY_CROSS || (r.outcome == SHARDKEY_ONE && r.shard != s->sp->shard))
-			c->shard_phase = ROUTE_PHASE_REFUSE_BIND;
+			d->phase = ROUTE_PHASE_REFUSE_BIND;
 		return ROUTE_ACTIVE_FORWARD;
 	}
 	if (f->type != PqMsg_Bind && f->type != PqMsg_Query) {
-		if ((c->shard_phase == ROUTE_PHASE_PROVISIONAL || c->shard_phase == ROUTE_PHASE_REFUSE_BIND) &&
+		if ((d->phase == ROUTE_PHASE_PROVISIONAL || d->phase == ROUTE_PHASE_REFUSE_BIND) &&
 		    (f->type == PqMsg_Sync || f->type == PqMsg_FunctionCall))
-			c->shard_phase = ROUTE_PHASE_GUARD;   /* the segment ends where it is */
+			d->phase = ROUTE_PHASE_GUARD;   /* the segment ends where it is */
 		return ROUTE_ACTIVE_FORWARD;
 	}
-	if (c->shard_phase == ROUTE_PHASE_REFUSE_BIND && f->type == PqMsg_Query)
-		c->shard_phase = ROUTE_PHASE_GUARD;   /* the Parse's request ended */
+	if (d->phase == ROUTE_PHASE_REFUSE_BIND && f->type == PqMsg_Query)
+		d->phase = ROUTE_PHASE_GUARD;   /* the Parse's request ended */
 	/* Too long to look at: the parser would not read it either. */
 	if (f->len + 1 > ROUTE_SCAN_MAX)
 		return ROUTE_ACTIVE_FORWARD;
@@ -659,16 +661,16 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 	if (!scan_message(c, f, &rr, &r))
 		return ROUTE_ACTIVE_WAIT;   /* the rest of the message first */
 	if (refuse_bind)
-		c->shard_phase = ROUTE_PHASE_GUARD;
+		d->phase = ROUTE_PHASE_GUARD;
 	int here = s->sp->shard;
 	if (refuse_bind && !(r.outcome == SHARDKEY_CROSS || (r.outcome == SHARDKEY_ONE && r.shard != here)))
 		r.outcome = SHARDKEY_CROSS;   /* judged at its Parse; its statement is not known here */
 	/* (with a held BEGIN the Bind starts afresh anyway: the BEGIN goes
 	 * first, and not in the middle of a segment) */
-	bool in_place = !(c->shard_phase == ROUTE_PHASE_PROVISIONAL && c->held_begin);
+	bool in_place = !(d->phase == ROUTE_PHASE_PROVISIONAL && c->held_begin);
 	if (in_place && (r.outcome == SHARDKEY_DEFAULT || (r.outcome == SHARDKEY_ONE && r.shard == here))) {
-		if (c->shard_phase == ROUTE_PHASE_PROVISIONAL && f->type == PqMsg_Bind)
-			c->shard_phase = ROUTE_PHASE_GUARD;   /* already where it belongs */
+		if (d->phase == ROUTE_PHASE_PROVISIONAL && f->type == PqMsg_Bind)
+			d->phase = ROUTE_PHASE_GUARD;   /* already where it belongs */
 		return ROUTE_ACTIVE_FORWARD;
 	}
 	/* Only prepared so far (the server owes nothing, no transaction): the
@@ -676,10 +678,10 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 	 * copy_records_to_table prepares a SELECT of the table, then sends its
 	 * COPY as a Query: split by shard like any COPY, not refused as
 	 * pipelined behind the prepare). */
-	if (c->shard_phase == ROUTE_PHASE_PROVISIONAL && (f->type == PqMsg_Bind || f->type == PqMsg_Query) &&
+	if (d->phase == ROUTE_PHASE_PROVISIONAL && (f->type == PqMsg_Bind || f->type == PqMsg_Query) &&
 	    s->outstanding == 0 &&
 	    s->ext_pending && s->tx_status == 'I' && prep_server_end_segment(s)) {
-		c->shard_phase = ROUTE_PHASE_REROUTING;
+		d->phase = ROUTE_PHASE_REROUTING;
 		return ROUTE_ACTIVE_WAIT;
 	}
 	char msg[200];
@@ -693,7 +695,7 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 			 "cross-shard statement inside a transaction or pipeline on shard %d: its sharding keys are "
 			 "missing or on several shards",
 			 here);
-	return refuse_on_server(c, s, f, msg);
+	return refuse_on_server(c, s, f, msg, d);
 }
 
 static struct srvpool *pick(struct client *c, const struct proto_frame *f, struct route_decision *d);
