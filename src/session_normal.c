@@ -2,7 +2,8 @@
 /*
  * session_normal: the normal session kind (session.h), beside the admin
  * console's (admin.c). Its welcome waits for the pool's server parameters;
- * each message of an idle client is routed (route.c), answered here (in a
+ * each message of an idle client is routed (route.c decides, this file
+ * acts on the decision: client fields, input, replies), answered here (in a
  * failed transaction whose server is gone, with an error still to report,
  * a Sync or Flush with nothing before it, a Close or Parse of statements
  * the pool knows), or taken to a server (pool_checkout).
