@@ -132,7 +132,6 @@ struct client {
 	bool in_failed_tx : 1;
 	bool held_begin_read_only : 1;
 	bool retry_on : 1;
-	bool route_error : 1;         /* route_pick: no server may take this write */
 	bool has_cancel_key : 1;
 	bool long_cancel_key : 1;     /* protocol 3.2: a 32-byte key in BackendKeyData */
 	bool is_admin : 1;

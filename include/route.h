@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pktbuf.h"
+
 struct client;
 struct pool;
 struct srvpool;
@@ -28,12 +30,17 @@ enum route_via {
 	ROUTE_VIA__COUNT
 };
 
+struct route_decision;
+
 /* The server for the transaction the client starts with message f (the
- * message is at the head of the client's input, maybe not whole). NULL:
- * nothing to check out now, because route answered the request itself (a
- * refused cross-shard write, a bad hint, the cross-shard read path) or
- * waits for the rest of it (a Bind after the Parse). */
-struct srvpool *route_pick(struct client *c, const struct proto_frame *f);
+ * message is at the head of the client's input, maybe not whole), in *d
+ * (route_decision_init'ed): d->action says whether to check d->sp out,
+ * wait for the rest of the request (a Bind after the Parse), refuse it
+ * with d->sqlstate and d->message (a cross-shard write, a bad hint),
+ * answer a BEGIN pgcat holds (or the end of one), or nothing, the request
+ * being answered already (the cross-shard paths). may_hold false: no
+ * BEGIN is held (the session could not keep the one route chose). */
+void route_pick(struct client *c, const struct proto_frame *f, bool may_hold, struct route_decision *d);
 
 /*
  * After the shard of a transaction was chosen by its keys or default_shard,
@@ -62,10 +69,18 @@ enum route_active {
 	ROUTE_ACTIVE_WAIT,         /* leave it in the client's input for now */
 	ROUTE_ACTIVE_CONSUMED      /* taken and answered (refused on the server) */
 };
+/* What the pump does with the message, besides the route_active answer:
+ * c->shard_phase from now on, and (CONSUMED) the bytes of input to drain,
+ * what was captured for a replay being incomplete from then on. */
+struct route_active_decision {
+	uint8_t phase;       /* enum route_phase */
+	uint32_t consume;
+};
 struct server;
 /* Message f (at the head of the input) from a client linked to s while
- * c->shard_phase is not NONE. */
-enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f);
+ * c->shard_phase is not NONE; the pump (client.c) applies *d. */
+enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f,
+				       struct route_active_decision *d);
 
 /* A read whose rows are on several shards (SPEC §6), at the head of the
  * client's input (idle client, nothing consumed): sent to every shard and
@@ -90,11 +105,87 @@ struct srvpool *route_pick_leg(struct client *c, const char *sql, size_t len, in
 const char *route_plain_end_tag(const char *sql, size_t len);
 struct router_rules;
 enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f, bool sharded,
-				       const struct router_rules *rules);
+				       const struct router_rules *rules, struct route_decision *d);
+
+/* A session setting a pgcat command changes (SET SERVER ROLE...). */
+enum route_setting {
+	ROUTE_SET_NONE,
+	ROUTE_SET_ROLE,            /* c->role_override = value (enum router_role) */
+	ROUTE_SET_PRIMARY_READS,   /* c->primary_reads_override = value (-1, 0, 1) */
+	ROUTE_SET_SHARD            /* c->shard_override = value */
+};
+
+/*
+ * What route decided about a client's message: route.c reads the client
+ * and fills this in; the session (session_normal.c) acts on it, writing
+ * the client's fields and sending the replies. route.c writes no field
+ * of the client and sends nothing of its own.
+ */
+/* What the session does with the message route_pick looked at. */
+enum route_action {
+	ROUTE_CHECKOUT,   /* check d->sp out for the transaction */
+	ROUTE_WAIT,       /* nothing yet: the rest of the request is on its way */
+	ROUTE_REFUSE,     /* answer the request with the error d->sqlstate, d->message */
+	ROUTE_HOLD,       /* a BEGIN pgcat holds, or the end of one: d->held, consume, reply */
+	ROUTE_ANSWERED    /* nothing: the request was answered (cross-shard) */
+};
+
+/* In a sharded pool with automatic routing, a BEGIN alone says nothing
+ * about the shard: pgcat answers it and holds it (c->held_begin) until the
+ * transaction's first statement has been routed. */
+enum route_held {
+	ROUTE_HELD_KEEP,    /* c->held_begin as it is */
+	ROUTE_HELD_BEGIN,   /* hold d->held_sql (held_len bytes), read only or not */
+	ROUTE_HELD_END      /* the held transaction ended before reaching a server: drop it */
+};
+
+struct route_decision {
+	enum route_action action;
+	struct srvpool *sp;        /* (CHECKOUT) */
+	/* (CHECKOUT) a write, and the shard's configured primary is in
+	 * recovery with no other to take writes: refused (25006) instead. */
+	bool no_writer;
+	/* (CHECKOUT) a read on a replica: sent elsewhere if the server dies
+	 * before answering (c->retry_on). */
+	bool retry_on;
+	/* (CHECKOUT) a write with sticky_primary_after_write: the session's
+	 * reads go to the primary until then (c->sticky_until_us); 0: as is. */
+	uint64_t sticky_until_us;
+	/* set_phase: c->shard_phase from now on (enum route_phase, below),
+	 * whatever the action (not for HOLD). */
+	bool set_phase;
+	uint8_t phase;
+	char sqlstate[6];          /* (REFUSE) */
+	char message[256];
+	/* (HOLD) the held BEGIN; its text is in the client's input (or its
+	 * prepared statements): copied before the input is drained. */
+	enum route_held held;
+	const char *held_sql;
+	size_t held_len;
+	bool held_read_only;
+	/* (HOLD) a named Parse of the BEGIN, in the input: the client's
+	 * statement from now on (prep_client_adopt), before the input is
+	 * drained. */
+	const uint8_t *adopt;
+	uint32_t adopt_len;
+	/* (HOLD) the rest of the request is in the input already: go on. */
+	bool reprocess;
+	/* Input to drain (the message answered), then the reply to send. */
+	size_t consume;
+	struct pktbuf reply;
+	/* A session setting to change. */
+	enum route_setting setting;
+	int value;
+	uint8_t reply_storage[512];
+};
+
+/* An empty decision: nothing to consume, send or change. */
+void route_decision_init(struct route_decision *d);
 
 /* SET SERVER ROLE, SET PRIMARY READS, SHOW SERVER ROLE, SHOW PRIMARY READS
- * in a simple Query: answered by pgcat. Returns true when it answered
- * (reply queued); sql is the query text. */
-bool route_local_command(struct client *c, const char *sql, size_t len);
+ * (and SET/SHOW SHARD, SET SHARDING KEY) in a simple Query: answered by
+ * pgcat. Returns true when it is one: *d holds the reply (with its
+ * ReadyForQuery) and the setting to change; sql is the query text. */
+bool route_local_command(const struct client *c, const char *sql, size_t len, struct route_decision *d);
 
 #endif

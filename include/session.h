@@ -44,8 +44,10 @@ struct session_ops {
 	 * admin console's table, which never does). */
 
 	/* Linked to s, with a shard guard on (c->shard_phase, route.h):
-	 * message f at the head of the input, before it is forwarded. */
-	enum route_active (*guard)(struct client *c, struct server *s, const struct proto_frame *f);
+	 * message f at the head of the input, before it is forwarded; *d says
+	 * the next shard phase and what a refusal consumed. */
+	enum route_active (*guard)(struct client *c, struct server *s, const struct proto_frame *f,
+				   struct route_active_decision *d);
 	/* Linked to s, which takes rewritten messages (s->prep_on): message f
 	 * (its bytes at the head of the input as far as asked) is rewritten
 	 * for s or forwarded as it is (prepared.h). */

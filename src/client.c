@@ -687,12 +687,18 @@ static void process_active(struct client *c)
 		/* Sharding: each statement of the transaction is checked
 		 * against the server's shard (route.h). */
 		if (c->shard_phase != ROUTE_PHASE_NONE) {
-			switch (c->session->guard(c, s, &f)) {
+			struct route_active_decision rd;
+			enum route_active ra = c->session->guard(c, s, &f, &rd);
+			c->shard_phase = rd.phase;
+			switch (ra) {
 			case ROUTE_ACTIVE_FORWARD:
 				break;
 			case ROUTE_ACTIVE_WAIT:
 				return;
 			case ROUTE_ACTIVE_CONSUMED:
+				/* refused on the server (its error comes in turn) */
+				evbuffer_drain(in, rd.consume);
+				client_reply_started(c);   /* what was captured for a replay is incomplete now */
 				continue;
 			}
 		}

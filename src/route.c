@@ -135,7 +135,7 @@ static void build_rules(const struct client *c, struct route_rules *out)
 
 /* The verdict on sql: from the pool's cache (valid until the next call), or
  * into *local. */
-static const struct router_verdict *classify(struct client *c, const struct route_rules *rr, const char *sql,
+static const struct router_verdict *classify(const struct client *c, const struct route_rules *rr, const char *sql,
 					     size_t len, struct router_verdict *local)
 {
 	struct pool *p = c->pool;
@@ -386,21 +386,18 @@ static bool scan_request(struct client *c, const struct proto_frame *f, const st
 	return true;
 }
 
-/* Answers the request with an error (ReadyForQuery, or skipping to Sync). */
-static void refuse(struct client *c, const char *sqlstate, const char *msg)
+/* The request is refused with an error (the session answers it:
+ * ReadyForQuery, or skipping to Sync; inside a held BEGIN, the
+ * transaction fails). */
+static void refuse(struct route_decision *d, const char *sqlstate, const char *msg)
 {
-	if (c->held_begin) {
-		/* inside the transaction pgcat holds: it failed, as it would
-		 * have on a server (the client ends it with ROLLBACK) */
-		free(c->held_begin);
-		c->held_begin = NULL;
-		c->in_failed_tx = true;
-	}
-	client_on_checkout_failed(c, sqlstate, msg);
+	d->action = ROUTE_REFUSE;
+	snprintf(d->sqlstate, sizeof d->sqlstate, "%s", sqlstate);
+	snprintf(d->message, sizeof d->message, "%s", msg);
 }
 
 enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f, bool sharded,
-				       const struct router_rules *rules)
+				       const struct router_rules *rules, struct route_decision *d)
 {
 	char why[200];
 	switch (fanout_start(c, f, sharded, rules, why, sizeof why)) {
@@ -410,7 +407,7 @@ enum route_cross route_cross_shard_read(struct client *c, const struct proto_fra
 		/* asyncpg's Parse, Describe, Flush: the Bind that follows picks
 		 * its shards itself (as for a statement whose key is a parameter) */
 		if (c->pool->mode == POOL_MODE_TRANSACTION && prep_enabled(c))
-			c->shard_phase = ROUTE_PHASE_PROVISIONAL;
+			d->phase = ROUTE_PHASE_PROVISIONAL;
 		return ROUTE_CROSS_ANY_SHARD;
 	case FANOUT_ANY_SHARD:
 		return ROUTE_CROSS_ANY_SHARD;
@@ -418,12 +415,12 @@ enum route_cross route_cross_shard_read(struct client *c, const struct proto_fra
 	case FANOUT_WAIT:   /* (fanout_start_batch's only) */
 		break;
 	}
-	refuse(c, "0A000", why);
+	refuse(d, "0A000", why);
 	return ROUTE_CROSS_ANSWERED;
 }
 
 static enum shard_decision decide_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
-					int *shard, enum route_via *via)
+					int *shard, enum route_via *via, struct route_decision *d)
 {
 	const struct config_pool *cp = c->pool->cpool;
 	int n_shards = (int)cp->n_shards;
@@ -440,14 +437,14 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		const struct router_verdict *v = classify(c, rr, sql, len, &local);
 		char msg[160];
 		if (v->hint_invalid) {
-			refuse(c, "22023", "invalid pgcat hint: shard= takes a shard number, sharding_key= a key of at most 63 bytes");
+			refuse(d, "22023", "invalid pgcat hint: shard= takes a shard number, sharding_key= a key of at most 63 bytes");
 			return SHARD_ANSWERED;
 		}
 		if (v->hint_shard >= 0) {
 			if (v->hint_shard >= n_shards) {
 				snprintf(msg, sizeof msg, "invalid shard %d in pgcat hint: this pool has shards 0 to %d",
 					 v->hint_shard, n_shards - 1);
-				refuse(c, "22023", msg);
+				refuse(d, "22023", msg);
 				return SHARD_ANSWERED;
 			}
 			*shard = v->hint_shard;
@@ -460,7 +457,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 			if (!sharding_shard_for_key(cp->sharding_function, v->hint_key, strlen(v->hint_key), n_shards, &s,
 						    err, sizeof err)) {
 				snprintf(msg, sizeof msg, "invalid sharding_key in pgcat hint: %s", err);
-				refuse(c, "22023", msg);
+				refuse(d, "22023", msg);
 				return SHARD_ANSWERED;
 			}
 			*shard = s;
@@ -477,7 +474,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		if (!scan_request(c, f, rr, &r, &provisional))
 			return SHARD_WAIT;
 		if (provisional && c->pool->mode == POOL_MODE_TRANSACTION && prep_enabled(c))
-			c->shard_phase = ROUTE_PHASE_PROVISIONAL;
+			d->phase = ROUTE_PHASE_PROVISIONAL;
 	} else if (first_statement(c, f, &sql, &len)) {
 		struct router_verdict local;
 		r.writes = classify(c, rr, sql, len, &local)->writes;
@@ -498,7 +495,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		case FANOUT_STARTED:
 			return SHARD_ANSWERED;
 		case FANOUT_REFUSED:
-			refuse(c, "0A000", why);
+			refuse(d, "0A000", why);
 			return SHARD_ANSWERED;
 		case FANOUT_WAIT:
 			return SHARD_WAIT;
@@ -518,7 +515,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 				/* only prepared (asyncpg's Parse, Describe, Flush): its
 				 * Bind is routed by itself, as for a key in a parameter */
 				if (st == FANOUT_ANY_SHARD_FLUSH && c->pool->mode == POOL_MODE_TRANSACTION && prep_enabled(c))
-					c->shard_phase = ROUTE_PHASE_PROVISIONAL;
+					d->phase = ROUTE_PHASE_PROVISIONAL;
 				return SHARD_DECIDED;
 			}
 		}
@@ -535,7 +532,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		case FANOUT_WAIT:   /* (fanout_start_batch's only) */
 			break;
 		}
-		refuse(c, "0A000", why);
+		refuse(d, "0A000", why);
 		return SHARD_ANSWERED;
 	}
 	if (r.writes) {
@@ -549,12 +546,13 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 			snprintf(why, sizeof why, "cross-shard write: the statement's sharding keys are missing or on several "
 						  "shards; use SET SHARD or SET SHARDING KEY");
 		}
-		refuse(c, "0A000", why);
+		refuse(d, "0A000", why);
 		return SHARD_ANSWERED;
 	}
 	/* (*shard is default_shard, or shard 0 for default_shard = all) */
-	return route_cross_shard_read(c, f, r.outcome == SHARDKEY_CROSS, &rr->r) == ROUTE_CROSS_ANY_SHARD ? SHARD_DECIDED
-												   : SHARD_ANSWERED;
+	return route_cross_shard_read(c, f, r.outcome == SHARDKEY_CROSS, &rr->r, d) == ROUTE_CROSS_ANY_SHARD
+		       ? SHARD_DECIDED
+		       : SHARD_ANSWERED;
 }
 
 _Static_assert(ROUTE_VIA__COUNT == SHM_ROUTE_VIA, "one shared counter per way of choosing a shard");
@@ -608,8 +606,8 @@ static bool scan_message(struct client *c, const struct proto_frame *f, const st
 }
 
 /* The guard's refusal of a Query or Bind at the head of the input. */
-static enum route_active refuse_on_server(struct client *c, struct server *s, const struct proto_frame *f,
-					  const char *msg)
+static enum route_active refuse_on_server(const struct client *c, struct server *s, const struct proto_frame *f,
+					  const char *msg, struct route_active_decision *d)
 {
 	uint32_t total = f->len + 1;
 	if (evbuffer_get_length(c->io.in) < total)
@@ -618,18 +616,20 @@ static enum route_active refuse_on_server(struct client *c, struct server *s, co
 					 : prep_server_fail_bind(s, "0A000", msg);
 	if (!ok)
 		return ROUTE_ACTIVE_FORWARD;
-	evbuffer_drain(c->io.in, total);
-	client_reply_started(c);   /* what was captured for a replay is incomplete now */
+	d->consume = total;
 	log_debug("C-%llu: %s", (unsigned long long)c->id, msg);
 	return ROUTE_ACTIVE_CONSUMED;
 }
 
-enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f)
+enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f,
+				       struct route_active_decision *d)
 {
-	if (c->shard_phase == ROUTE_PHASE_REROUTING)
+	d->phase = c->shard_phase;
+	d->consume = 0;
+	if (d->phase == ROUTE_PHASE_REROUTING)
 		return ROUTE_ACTIVE_WAIT;
-	bool refuse_bind = c->shard_phase == ROUTE_PHASE_REFUSE_BIND && f->type == PqMsg_Bind;
-	if (f->type == PqMsg_Parse && c->shard_phase == ROUTE_PHASE_GUARD && f->len + 1 <= ROUTE_SCAN_MAX) {
+	bool refuse_bind = d->phase == ROUTE_PHASE_REFUSE_BIND && f->type == PqMsg_Bind;
+	if (f->type == PqMsg_Parse && d->phase == ROUTE_PHASE_GUARD && f->len + 1 <= ROUTE_SCAN_MAX) {
 		/* The request this Parse opens, with its Binds: once the Parse
 		 * is sent, its text may be known nowhere else (no prepared
 		 * statement rewriting), so it is judged now and its Bind
@@ -641,17 +641,17 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 		if (!scan_request(c, f, &rr, &r, &provisional))
 			return ROUTE_ACTIVE_WAIT;
 		if (r.outcome == SHARDKEY_CROSS || (r.outcome == SHARDKEY_ONE && r.shard != s->sp->shard))
-			c->shard_phase = ROUTE_PHASE_REFUSE_BIND;
+			d->phase = ROUTE_PHASE_REFUSE_BIND;
 		return ROUTE_ACTIVE_FORWARD;
 	}
 	if (f->type != PqMsg_Bind && f->type != PqMsg_Query) {
-		if ((c->shard_phase == ROUTE_PHASE_PROVISIONAL || c->shard_phase == ROUTE_PHASE_REFUSE_BIND) &&
+		if ((d->phase == ROUTE_PHASE_PROVISIONAL || d->phase == ROUTE_PHASE_REFUSE_BIND) &&
 		    (f->type == PqMsg_Sync || f->type == PqMsg_FunctionCall))
-			c->shard_phase = ROUTE_PHASE_GUARD;   /* the segment ends where it is */
+			d->phase = ROUTE_PHASE_GUARD;   /* the segment ends where it is */
 		return ROUTE_ACTIVE_FORWARD;
 	}
-	if (c->shard_phase == ROUTE_PHASE_REFUSE_BIND && f->type == PqMsg_Query)
-		c->shard_phase = ROUTE_PHASE_GUARD;   /* the Parse's request ended */
+	if (d->phase == ROUTE_PHASE_REFUSE_BIND && f->type == PqMsg_Query)
+		d->phase = ROUTE_PHASE_GUARD;   /* the Parse's request ended */
 	/* Too long to look at: the parser would not read it either. */
 	if (f->len + 1 > ROUTE_SCAN_MAX)
 		return ROUTE_ACTIVE_FORWARD;
@@ -661,16 +661,16 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 	if (!scan_message(c, f, &rr, &r))
 		return ROUTE_ACTIVE_WAIT;   /* the rest of the message first */
 	if (refuse_bind)
-		c->shard_phase = ROUTE_PHASE_GUARD;
+		d->phase = ROUTE_PHASE_GUARD;
 	int here = s->sp->shard;
 	if (refuse_bind && !(r.outcome == SHARDKEY_CROSS || (r.outcome == SHARDKEY_ONE && r.shard != here)))
 		r.outcome = SHARDKEY_CROSS;   /* judged at its Parse; its statement is not known here */
 	/* (with a held BEGIN the Bind starts afresh anyway: the BEGIN goes
 	 * first, and not in the middle of a segment) */
-	bool in_place = !(c->shard_phase == ROUTE_PHASE_PROVISIONAL && c->held_begin);
+	bool in_place = !(d->phase == ROUTE_PHASE_PROVISIONAL && c->held_begin);
 	if (in_place && (r.outcome == SHARDKEY_DEFAULT || (r.outcome == SHARDKEY_ONE && r.shard == here))) {
-		if (c->shard_phase == ROUTE_PHASE_PROVISIONAL && f->type == PqMsg_Bind)
-			c->shard_phase = ROUTE_PHASE_GUARD;   /* already where it belongs */
+		if (d->phase == ROUTE_PHASE_PROVISIONAL && f->type == PqMsg_Bind)
+			d->phase = ROUTE_PHASE_GUARD;   /* already where it belongs */
 		return ROUTE_ACTIVE_FORWARD;
 	}
 	/* Only prepared so far (the server owes nothing, no transaction): the
@@ -678,10 +678,10 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 	 * copy_records_to_table prepares a SELECT of the table, then sends its
 	 * COPY as a Query: split by shard like any COPY, not refused as
 	 * pipelined behind the prepare). */
-	if (c->shard_phase == ROUTE_PHASE_PROVISIONAL && (f->type == PqMsg_Bind || f->type == PqMsg_Query) &&
+	if (d->phase == ROUTE_PHASE_PROVISIONAL && (f->type == PqMsg_Bind || f->type == PqMsg_Query) &&
 	    s->outstanding == 0 &&
 	    s->ext_pending && s->tx_status == 'I' && prep_server_end_segment(s)) {
-		c->shard_phase = ROUTE_PHASE_REROUTING;
+		d->phase = ROUTE_PHASE_REROUTING;
 		return ROUTE_ACTIVE_WAIT;
 	}
 	char msg[200];
@@ -695,14 +695,13 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 			 "cross-shard statement inside a transaction or pipeline on shard %d: its sharding keys are "
 			 "missing or on several shards",
 			 here);
-	return refuse_on_server(c, s, f, msg);
+	return refuse_on_server(c, s, f, msg, d);
 }
 
-static struct srvpool *pick(struct client *c, const struct proto_frame *f);
+static struct srvpool *pick(struct client *c, const struct proto_frame *f, struct route_decision *d);
 
 /* ---- BEGIN held until the first statement (sharding) ---- */
 
-static void reply(struct client *c, struct pktbuf *pb);
 
 #define ROUTE_HELD_BEGIN_MAX 200
 
@@ -742,7 +741,7 @@ static const char *begin_tag(const char *sql, size_t len)
  * first statement has been routed (server.c sends it first on link). true:
  * answered (held BEGIN, or the COMMIT/ROLLBACK of a transaction that never
  * reached a server). */
-static bool hold_begin(struct client *c, const struct proto_frame *f)
+static bool hold_begin(const struct client *c, const struct proto_frame *f, struct route_decision *d)
 {
 	const struct config_pool *cp = c->pool->cpool;
 	if (f->type != PqMsg_Query)
@@ -755,18 +754,16 @@ static bool hold_begin(struct client *c, const struct proto_frame *f)
 		return false;
 	const char *sql = (const char *)evbuffer_pullup(c->io.in, total) + 5;
 	size_t len = strnlen(sql, total - 5);
-	uint8_t storage[64];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
+	struct pktbuf *pb = &d->reply;
 	if (c->held_begin) {
 		const char *tag = route_plain_end_tag(sql, len);
 		if (!tag)
 			return false;
-		free(c->held_begin);
-		c->held_begin = NULL;
-		evbuffer_drain(c->io.in, total);
-		pktbuf_command_complete(&pb, tag);
-		reply(c, &pb);
+		d->action = ROUTE_HOLD;
+		d->held = ROUTE_HELD_END;
+		d->consume = total;
+		pktbuf_command_complete(pb, tag);
+		pktbuf_ready_for_query(pb, 'I');
 		return true;
 	}
 	struct route_rules rr;
@@ -777,14 +774,16 @@ static bool hold_begin(struct client *c, const struct proto_frame *f)
 	    v->has_hint_key || v->hint_invalid || v->hint_role != ROUTER_ROLE_NONE)
 		return false;
 	const char *tag = begin_tag(sql, len);
-	if (!tag || !(c->held_begin = malloc(len + 1)))
+	if (!tag)
 		return false;
-	memcpy(c->held_begin, sql, len);
-	c->held_begin[len] = '\0';
-	c->held_begin_read_only = v->begin_read_only;
-	evbuffer_drain(c->io.in, total);
-	pktbuf_command_complete(&pb, tag);
-	reply(c, &pb);
+	d->action = ROUTE_HOLD;
+	d->held = ROUTE_HELD_BEGIN;
+	d->held_sql = sql;
+	d->held_len = len;
+	d->held_read_only = v->begin_read_only;
+	d->consume = total;
+	pktbuf_command_complete(pb, tag);
+	pktbuf_ready_for_query(pb, 'T');
 	return true;
 }
 
@@ -810,7 +809,7 @@ static bool next_msg(const uint8_t *m, size_t lim, size_t *off, uint8_t *type, c
  * messages (ParseComplete, BindComplete, NoData, BEGIN) and holds it as
  * hold_begin does, and the rest of the request is routed as the
  * transaction's first statement (to its shard, or across shards). */
-static bool hold_begin_extended(struct client *c, const struct proto_frame *f)
+static bool hold_begin_extended(const struct client *c, const struct proto_frame *f, struct route_decision *d)
 {
 	const struct config_pool *cp = c->pool->cpool;
 	if (c->held_begin || (f->type != PqMsg_Parse && f->type != PqMsg_Bind) || cp->n_shards <= 1 ||
@@ -878,85 +877,88 @@ static bool hold_begin_extended(struct client *c, const struct proto_frame *f)
 	const char *tag = begin_tag(sql, len);
 	if (!tag)
 		return false;
+	d->action = ROUTE_HOLD;
+	d->held = ROUTE_HELD_BEGIN;
+	d->held_sql = sql;
+	d->held_len = len;
+	d->held_read_only = v->begin_read_only;
 	/* a named Parse: the statement is the client's from now on, as if a
 	 * server had taken it (its next BEGIN is a Bind of it) */
-	if (name && name[0] && !prep_client_adopt(c, m + parse_at, (uint32_t)parse_total))
-		return false;
-	if (!(c->held_begin = malloc(len + 1)))
-		return false;
-	memcpy(c->held_begin, sql, len + 1);
-	c->held_begin_read_only = v->begin_read_only;
-	uint8_t storage[64];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
+	if (name && name[0]) {
+		d->adopt = m + parse_at;
+		d->adopt_len = (uint32_t)parse_total;
+	}
+	struct pktbuf *pb = &d->reply;
 	if (name) {
-		pktbuf_begin(&pb, PqMsg_ParseComplete);
-		pktbuf_end(&pb);
+		pktbuf_begin(pb, PqMsg_ParseComplete);
+		pktbuf_end(pb);
 	}
-	pktbuf_begin(&pb, PqMsg_BindComplete);
-	pktbuf_end(&pb);
+	pktbuf_begin(pb, PqMsg_BindComplete);
+	pktbuf_end(pb);
 	if (describe) {
-		pktbuf_begin(&pb, PqMsg_NoData);
-		pktbuf_end(&pb);
+		pktbuf_begin(pb, PqMsg_NoData);
+		pktbuf_end(pb);
 	}
-	pktbuf_command_complete(&pb, tag);
+	pktbuf_command_complete(pb, tag);
 	if (sync)
-		pktbuf_ready_for_query(&pb, 'T');
-	if (!pb.failed)
-		evbuffer_add(client_output(c), pb.data, pb.len);
-	evbuffer_drain(in, next);
-	c->reprocess = true;   /* the rest of the request, already here */
+		pktbuf_ready_for_query(pb, 'T');
+	d->consume = next;
+	d->reprocess = true;   /* the rest of the request, already here */
 	return true;
 }
 
-struct srvpool *route_pick(struct client *c, const struct proto_frame *f)
+void route_pick(struct client *c, const struct proto_frame *f, bool may_hold, struct route_decision *d)
 {
-	if (hold_begin(c, f) || hold_begin_extended(c, f))
-		return NULL;
-	struct srvpool *sp = pick(c, f);
+	if (may_hold && (hold_begin(c, f, d) || hold_begin_extended(c, f, d)))
+		return;
+	struct srvpool *sp = pick(c, f, d);
 	if (!sp)
-		return NULL;
+		return;
+	d->action = ROUTE_CHECKOUT;
+	d->sp = sp;
 	/* Reads on a replica can be sent elsewhere if it dies before answering. */
-	client_reply_started(c);
-	c->retry_on = sp && c->pool->mode == POOL_MODE_TRANSACTION && sp->role != SERVER_ROLE_PRIMARY &&
-		      c->pool->n_targets > 1;
-	return sp;
+	d->retry_on = c->pool->mode == POOL_MODE_TRANSACTION && sp->role != SERVER_ROLE_PRIMARY && c->pool->n_targets > 1;
 }
 
 static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
-				     int shard);
+				     int shard, struct route_decision *d);
 static struct srvpool *choose_in_shard(struct client *c, struct srvpool **all, size_t n, int shard,
 				       enum router_role role, bool *no_writer);
 
-static struct srvpool *pick(struct client *c, const struct proto_frame *f)
+static struct srvpool *pick(struct client *c, const struct proto_frame *f, struct route_decision *d)
 {
 	struct pool *p = c->pool;
 	struct route_rules rr;
 	build_rules(c, &rr);
-	c->shard_phase = ROUTE_PHASE_NONE;
+	d->set_phase = true;
+	d->phase = ROUTE_PHASE_NONE;
 	int shard;
 	enum route_via via;
-	switch (decide_shard(c, f, &rr, &shard, &via)) {
+	switch (decide_shard(c, f, &rr, &shard, &via, d)) {
 	case SHARD_DECIDED:
 		break;
 	case SHARD_WAIT:
+		d->action = ROUTE_WAIT;
+		return NULL;
 	case SHARD_ANSWERED:
+		if (d->action != ROUTE_REFUSE)
+			d->action = ROUTE_ANSWERED;
 		return NULL;
 	}
-	struct srvpool *sp = pick_in_shard(c, f, &rr, shard);
+	struct srvpool *sp = pick_in_shard(c, f, &rr, shard, d);
 	if (sp && p->cpool->n_shards > 1) {
 		route_count(sp, via);
 		/* A shard the client did not choose: the transaction's other
 		 * statements must agree with it. */
-		if (c->shard_phase == ROUTE_PHASE_NONE && (via == ROUTE_VIA_KEY || via == ROUTE_VIA_DEFAULT) &&
+		if (d->phase == ROUTE_PHASE_NONE && (via == ROUTE_VIA_KEY || via == ROUTE_VIA_DEFAULT) &&
 		    p->cpool->query_parser_enabled && p->cpool->n_sharded_tables > 0)
-			c->shard_phase = ROUTE_PHASE_GUARD;
+			d->phase = ROUTE_PHASE_GUARD;
 	}
 	return sp;
 }
 
 static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
-				     int shard)
+				     int shard, struct route_decision *d)
 {
 	struct srvpool *all[64];
 	size_t n = rotation_shard_servers(c->pool, shard, all, 64);
@@ -971,10 +973,10 @@ static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame 
 	if (role == ROUTER_ROLE_REPLICA && cp->sticky_primary_after_write > 0 && now < c->sticky_until_us)
 		role = ROUTER_ROLE_PRIMARY;
 	if (writes && cp->sticky_primary_after_write > 0)
-		c->sticky_until_us = now + (uint64_t)cp->sticky_primary_after_write * 1000;
+		d->sticky_until_us = now + (uint64_t)cp->sticky_primary_after_write * 1000;
 	bool no_writer = false;
 	struct srvpool *sp = choose_in_shard(c, all, n, shard, role, &no_writer);
-	c->route_error = no_writer;
+	d->no_writer = no_writer;
 	return sp;
 }
 
@@ -1081,44 +1083,53 @@ struct srvpool *route_pick_leg(struct client *c, const char *sql, size_t len, in
 
 /* ---- SET SERVER ROLE and friends ---- */
 
-static void reply(struct client *c, struct pktbuf *pb)
+void route_decision_init(struct route_decision *d)
+{
+	memset(d, 0, sizeof *d);
+	pktbuf_init(&d->reply, d->reply_storage, sizeof d->reply_storage);
+}
+
+/* The reply pb ends with ReadyForQuery: in the transaction pgcat holds,
+ * or idle. */
+static void reply(const struct client *c, struct pktbuf *pb)
 {
 	pktbuf_ready_for_query(pb, c->held_begin ? 'T' : 'I');
-	if (!pb->failed)
-		evbuffer_add(client_output(c), pb->data, pb->len);
 }
 
-static void reply_show(struct client *c, const char *column, const char *value)
+static void reply_show(const struct client *c, struct pktbuf *pb, const char *column, const char *value)
 {
-	uint8_t storage[512];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_begin(&pb, PqMsg_RowDescription);
-	pktbuf_put_u16(&pb, 1);
-	pktbuf_put_cstring(&pb, column);
-	pktbuf_put_u32(&pb, 0);
-	pktbuf_put_u16(&pb, 0);
-	pktbuf_put_u32(&pb, 25);      /* text */
-	pktbuf_put_u16(&pb, 0xffff);  /* -1: variable */
-	pktbuf_put_u32(&pb, 0xffffffff);
-	pktbuf_put_u16(&pb, 0);
-	pktbuf_end(&pb);
-	pktbuf_begin(&pb, PqMsg_DataRow);
-	pktbuf_put_u16(&pb, 1);
-	pktbuf_put_u32(&pb, (uint32_t)strlen(value));
-	pktbuf_put_bytes(&pb, value, strlen(value));
-	pktbuf_end(&pb);
-	pktbuf_command_complete(&pb, "SHOW");
-	reply(c, &pb);
+	pktbuf_begin(pb, PqMsg_RowDescription);
+	pktbuf_put_u16(pb, 1);
+	pktbuf_put_cstring(pb, column);
+	pktbuf_put_u32(pb, 0);
+	pktbuf_put_u16(pb, 0);
+	pktbuf_put_u32(pb, 25);      /* text */
+	pktbuf_put_u16(pb, 0xffff);  /* -1: variable */
+	pktbuf_put_u32(pb, 0xffffffff);
+	pktbuf_put_u16(pb, 0);
+	pktbuf_end(pb);
+	pktbuf_begin(pb, PqMsg_DataRow);
+	pktbuf_put_u16(pb, 1);
+	pktbuf_put_u32(pb, (uint32_t)strlen(value));
+	pktbuf_put_bytes(pb, value, strlen(value));
+	pktbuf_end(pb);
+	pktbuf_command_complete(pb, "SHOW");
+	reply(c, pb);
 }
 
-static void reply_error(struct client *c, const char *sqlstate, const char *msg)
+static void reply_error(const struct client *c, struct pktbuf *pb, const char *sqlstate, const char *msg)
 {
-	uint8_t storage[512];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_error(&pb, "ERROR", sqlstate, msg);
-	reply(c, &pb);
+	pktbuf_error(pb, "ERROR", sqlstate, msg);
+	reply(c, pb);
+}
+
+/* SET answered, and the setting it changes. */
+static void reply_set(const struct client *c, struct route_decision *d, enum route_setting setting, int value)
+{
+	d->setting = setting;
+	d->value = value;
+	pktbuf_command_complete(&d->reply, "SET");
+	reply(c, &d->reply);
 }
 
 static const char *role_text(int r)
@@ -1131,7 +1142,7 @@ static const char *role_text(int r)
 	}
 }
 
-bool route_local_command(struct client *c, const char *sql, size_t len)
+bool route_local_command(const struct client *c, const char *sql, size_t len, struct route_decision *d)
 {
 	/* Cheap refusal: only SET/SHOW can be ours, and most traffic is
 	 * SELECT, which shares their first letter: look at three. */
@@ -1145,14 +1156,12 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 		return false;
 	char value[1024];   /* SET SHARDING KEY: a text key may be long */
 	enum router_command cmd = router_parse_command(sql, len, value, sizeof value);
-	uint8_t storage[256];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
+	struct pktbuf *pb = &d->reply;
 	switch (cmd) {
 	case ROUTER_CMD_NONE:
 		return false;
 	case ROUTER_CMD_INVALID:
-		reply_error(c, "42601", "syntax error in pgcat command");
+		reply_error(c, pb, "42601", "syntax error in pgcat command");
 		return true;
 	case ROUTER_CMD_SET_SERVER_ROLE: {
 		enum router_role r;
@@ -1160,28 +1169,27 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 			char msg[200];
 			snprintf(msg, sizeof msg, "invalid server role \"%.64s\": primary, replica, any, auto or default",
 				 value);
-			reply_error(c, "22023", msg);
+			reply_error(c, pb, "22023", msg);
 			return true;
 		}
-		c->role_override = (int8_t)r;
-		pktbuf_command_complete(&pb, "SET");
-		reply(c, &pb);
+		reply_set(c, d, ROUTE_SET_ROLE, (int)r);
 		return true;
 	}
-	case ROUTER_CMD_SET_PRIMARY_READS:
+	case ROUTER_CMD_SET_PRIMARY_READS: {
+		int on;
 		if (strcasecmp(value, "on") == 0 || strcasecmp(value, "true") == 0) {
-			c->primary_reads_override = 1;
+			on = 1;
 		} else if (strcasecmp(value, "off") == 0 || strcasecmp(value, "false") == 0) {
-			c->primary_reads_override = 0;
+			on = 0;
 		} else if (strcasecmp(value, "default") == 0) {
-			c->primary_reads_override = -1;
+			on = -1;
 		} else {
-			reply_error(c, "22023", "invalid value for primary reads: on, off or default");
+			reply_error(c, pb, "22023", "invalid value for primary reads: on, off or default");
 			return true;
 		}
-		pktbuf_command_complete(&pb, "SET");
-		reply(c, &pb);
+		reply_set(c, d, ROUTE_SET_PRIMARY_READS, on);
 		return true;
+	}
 	case ROUTER_CMD_SET_SHARD: {
 		char *end;
 		long s = strtol(value, &end, 10);
@@ -1189,12 +1197,10 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 			char msg[200];
 			snprintf(msg, sizeof msg, "invalid shard \"%.64s\": this pool has shards 0 to %zu", value,
 				 c->pool->cpool->n_shards - 1);
-			reply_error(c, "22023", msg);
+			reply_error(c, pb, "22023", msg);
 			return true;
 		}
-		c->shard_override = (int16_t)s;
-		pktbuf_command_complete(&pb, "SET");
-		reply(c, &pb);
+		reply_set(c, d, ROUTE_SET_SHARD, (int)s);
 		return true;
 	}
 	case ROUTER_CMD_SET_SHARDING_KEY: {
@@ -1204,12 +1210,10 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 		if (!sharding_shard_for_key(cp->sharding_function, value, strlen(value), (int)cp->n_shards, &s, err,
 					    sizeof err)) {
 			snprintf(msg, sizeof msg, "invalid sharding key: %s", err);
-			reply_error(c, "22023", msg);
+			reply_error(c, pb, "22023", msg);
 			return true;
 		}
-		c->shard_override = (int16_t)s;
-		pktbuf_command_complete(&pb, "SET");
-		reply(c, &pb);
+		reply_set(c, d, ROUTE_SET_SHARD, s);
 		return true;
 	}
 	case ROUTER_CMD_SHOW_SHARD: {
@@ -1217,16 +1221,16 @@ bool route_local_command(struct client *c, const char *sql, size_t len)
 		int s = c->shard_override >= 0 ? c->shard_override
 						: (c->pool->cpool->default_shard >= 0 ? c->pool->cpool->default_shard : 0);
 		snprintf(v, sizeof v, "%d", s);
-		reply_show(c, "shard", v);
+		reply_show(c, pb, "shard", v);
 		return true;
 	}
 	case ROUTER_CMD_SHOW_SERVER_ROLE:
-		reply_show(c, "server_role", role_text(c->role_override));
+		reply_show(c, pb, "server_role", role_text(c->role_override));
 		return true;
 	case ROUTER_CMD_SHOW_PRIMARY_READS: {
 		bool on = c->primary_reads_override >= 0 ? c->primary_reads_override == 1
 							 : c->pool->cpool->primary_reads_enabled;
-		reply_show(c, "primary_reads", on ? "on" : "off");
+		reply_show(c, pb, "primary_reads", on ? "on" : "off");
 		return true;
 	}
 	}

@@ -2,7 +2,8 @@
 /*
  * session_normal: the normal session kind (session.h), beside the admin
  * console's (admin.c). Its welcome waits for the pool's server parameters;
- * each message of an idle client is routed (route.c), answered here (in a
+ * each message of an idle client is routed (route.c decides, this file
+ * acts on the decision: client fields, input, replies), answered here (in a
  * failed transaction whose server is gone, with an error still to report,
  * a Sync or Flush with nothing before it, a Close or Parse of statements
  * the pool knows), or taken to a server (pool_checkout).
@@ -183,6 +184,76 @@ static bool answer_parses(struct client *c, bool unverified_ok)
 	return true;
 }
 
+/* ---- acting on route's decisions ---- */
+
+/* A pgcat command route answered (route_local_command): the setting it
+ * changes, its message taken, its reply sent. */
+static void apply_local(struct client *c, const struct route_decision *d)
+{
+	switch (d->setting) {
+	case ROUTE_SET_NONE:
+		break;
+	case ROUTE_SET_ROLE:
+		c->role_override = (int8_t)d->value;
+		break;
+	case ROUTE_SET_PRIMARY_READS:
+		c->primary_reads_override = (int8_t)d->value;
+		break;
+	case ROUTE_SET_SHARD:
+		c->shard_override = (int16_t)d->value;
+		break;
+	}
+	evbuffer_drain(c->io.in, d->consume);
+	if (!d->reply.failed)
+		evbuffer_add(client_output(c), d->reply.data, d->reply.len);
+}
+
+/* A request route refused (route_pick): answered with its error. Inside
+ * the transaction pgcat holds, that transaction failed, as it would have
+ * on a server (the client ends it with ROLLBACK). */
+static void refuse(struct client *c, const struct route_decision *d)
+{
+	if (c->held_begin) {
+		free(c->held_begin);
+		c->held_begin = NULL;
+		c->in_failed_tx = true;
+	}
+	client_on_checkout_failed(c, d->sqlstate, d->message);
+}
+
+/* A BEGIN route chose to hold, or the end of the one held: c->held_begin
+ * set or dropped, the messages taken, the reply sent. false: no memory
+ * to hold it (nothing done). */
+static bool apply_held(struct client *c, const struct route_decision *d)
+{
+	switch (d->held) {
+	case ROUTE_HELD_KEEP:
+		break;
+	case ROUTE_HELD_BEGIN: {
+		if (d->adopt_len && !prep_client_adopt(c, d->adopt, d->adopt_len))
+			return false;
+		char *text = malloc(d->held_len + 1);
+		if (!text)
+			return false;
+		memcpy(text, d->held_sql, d->held_len);
+		text[d->held_len] = '\0';
+		c->held_begin = text;
+		c->held_begin_read_only = d->held_read_only;
+		break;
+	}
+	case ROUTE_HELD_END:
+		free(c->held_begin);
+		c->held_begin = NULL;
+		break;
+	}
+	evbuffer_drain(c->io.in, d->consume);
+	if (!d->reply.failed)
+		evbuffer_add(client_output(c), d->reply.data, d->reply.len);
+	if (d->reprocess)
+		c->reprocess = true;
+	return true;
+}
+
 /* The normal session's idle message: route it, answer it here, or take a
  * server for it. */
 static bool normal_message(struct client *c, const struct proto_frame *f)
@@ -252,8 +323,11 @@ static bool normal_message(struct client *c, const struct proto_frame *f)
 		if (evbuffer_get_length(in) < total)
 			return false;
 		const uint8_t *m = evbuffer_pullup(in, total);
-		if (route_local_command(c, (const char *)m + 5, strnlen((const char *)m + 5, total - 5))) {
-			evbuffer_drain(in, total);
+		struct route_decision d;
+		route_decision_init(&d);
+		if (route_local_command(c, (const char *)m + 5, strnlen((const char *)m + 5, total - 5), &d)) {
+			d.consume = total;
+			apply_local(c, &d);
 			return true;
 		}
 	}
@@ -261,19 +335,43 @@ static bool normal_message(struct client *c, const struct proto_frame *f)
 	bool parse_here = f->type == PqMsg_Parse && prep_enabled(c);
 	if (parse_here && !answer_parses(c, false))
 		return true;
-	struct srvpool *sp = route_pick(c, f);
-	if (!sp)
-		return false;   /* route answered the request, or waits for the rest of it */
+	struct route_decision d;
+	route_decision_init(&d);
+	route_pick(c, f, true, &d);
+	if (d.action == ROUTE_HOLD && !apply_held(c, &d)) {
+		/* (out of memory: routed as it comes, BEGIN included) */
+		route_decision_init(&d);
+		route_pick(c, f, false, &d);
+	}
+	if (d.set_phase)
+		c->shard_phase = d.phase;
+	switch (d.action) {
+	case ROUTE_CHECKOUT:
+		if (d.sticky_until_us)
+			c->sticky_until_us = d.sticky_until_us;
+		/* Reads on a replica can be sent elsewhere if it dies before
+		 * answering. */
+		client_reply_started(c);
+		c->retry_on = d.retry_on;
+		break;
+	case ROUTE_REFUSE:
+		refuse(c, &d);
+		return false;
+	case ROUTE_WAIT:      /* the rest of the request first */
+	case ROUTE_HOLD:      /* (answered: apply_held) */
+	case ROUTE_ANSWERED:  /* (cross-shard) */
+		return false;
+	}
+	struct srvpool *sp = d.sp;
 	/* Parses alone and no server free: a client that waits for one to
 	 * prepare may be what the holders wait for (pgbench -M prepared
 	 * blocks its thread in PQprepare): answered now, parsed with the
 	 * Bind. (Not in a sharded pool, where routing a Parse may start
 	 * the shard choice of what follows it.) */
-	if (parse_here && !c->route_error && c->pool->cpool->n_shards <= 1 && pool_checkout_would_wait(sp) &&
+	if (parse_here && !d.no_writer && c->pool->cpool->n_shards <= 1 && pool_checkout_would_wait(sp) &&
 	    !answer_parses(c, true))
 		return true;
-	if (c->route_error) {
-		c->route_error = false;
+	if (d.no_writer) {
 		client_on_checkout_failed(c, "25006", "cannot execute a write: the configured primary is in recovery");
 		return false;
 	}
