@@ -90,19 +90,7 @@ enum route_active route_active_message(struct client *c, struct server *s, const
  * sharded table (SET, SHOW...; sharded false), go to one shard instead. */
 enum route_cross { ROUTE_CROSS_ANSWERED, ROUTE_CROSS_ANY_SHARD };
 
-/* The server of shard `shard` for one shard's part of c's cross-shard
- * request (fanout.c), whose first statement there is sql: chosen as for a
- * transaction of c's session pinned to that shard (a hint in sql, SET
- * SERVER ROLE, the parser's verdict, default_role, primary reads, the
- * stickiness after a write), without c's held BEGIN. *no_writer: it
- * writes, and the shard's configured primary is in recovery with no other
- * to take writes. */
-struct srvpool *route_pick_leg(struct client *c, const char *sql, size_t len, int shard, bool *no_writer);
 
-/* COMMIT, END, ROLLBACK or ABORT, with an optional WORK or TRANSACTION and
- * semicolon, and nothing else: the tag PostgreSQL answers it with
- * ("COMMIT" or "ROLLBACK"), or NULL. */
-const char *route_plain_end_tag(const char *sql, size_t len);
 struct router_rules;
 enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f, bool sharded,
 				       const struct router_rules *rules, struct route_decision *d);

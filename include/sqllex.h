@@ -140,4 +140,9 @@ size_t sqllex_statement_end(const char *s, size_t len, size_t i, size_t *content
 /* Only whitespace, comments and semicolons from i to len. */
 bool sqllex_rest_is_empty(const char *s, size_t len, size_t i);
 
+/* COMMIT, END, ROLLBACK or ABORT, with an optional WORK or TRANSACTION and
+ * semicolon, and nothing else (not AND CHAIN, not ROLLBACK TO): the tag
+ * PostgreSQL answers it with ("COMMIT" or "ROLLBACK"), or NULL. */
+const char *sqllex_plain_end_tag(const char *sql, size_t len);
+
 #endif

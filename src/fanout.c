@@ -29,7 +29,7 @@
 #include "prepared.h"
 #include "proto.h"
 #include "rotation.h"
-#include "route.h"
+#include "route_pick.h"
 #include "server.h"
 #include "stats.h"
 

@@ -25,7 +25,7 @@
 #include "pool.h"
 #include "prepared.h"
 #include "proto.h"
-#include "route.h"
+#include "sqllex.h"
 #include "shardkey.h"
 
 /* ---- a multi-row INSERT split by shard ---- */
@@ -770,7 +770,7 @@ bool fanout_parked_message(struct client *c, const struct proto_frame *f)
 	if (!m)
 		return false;
 	if (f->type == PqMsg_Query && (size_t)f->len + 1 <= lim) {
-		tag = route_plain_end_tag((const char *)m + 5, strnlen((const char *)m + 5, f->len - 4));
+		tag = sqllex_plain_end_tag((const char *)m + 5, strnlen((const char *)m + 5, f->len - 4));
 		end = (size_t)f->len + 1;
 	} else if (f->type == PqMsg_Parse || f->type == PqMsg_Bind) {
 		/* pgjdbc: [Parse "COMMIT"], Bind, [Describe], Execute, Sync */
@@ -805,7 +805,7 @@ bool fanout_parked_message(struct client *c, const struct proto_frame *f)
 			} else if (type == PqMsg_Execute && sql) {
 				/* (its CommandComplete is the end's) */
 			} else if (type == PqMsg_Sync && sql) {
-				tag = route_plain_end_tag(sql, strlen(sql));
+				tag = sqllex_plain_end_tag(sql, strlen(sql));
 				end = off + (size_t)l + 1;
 				break;
 			} else {

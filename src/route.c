@@ -13,6 +13,7 @@
 #include "client.h"
 #include "config.h"
 #include "fanout.h"
+#include "route_pick.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool.h"
@@ -30,22 +31,6 @@
 /* Longest first statement the parser looks at; longer ones go by default_role
  * (query_parser_max_length may lower it further). */
 #define ROUTE_INSPECT_MAX (64u * 1024)
-
-/* xorshift64*: the worker's own generator, for picking among servers. */
-static uint64_t next_random(struct worker *w)
-{
-	uint64_t x = w->rng ? w->rng : 0x9e3779b97f4a7c15ULL ^ (uint64_t)w->id;
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	w->rng = x;
-	return x * 0x2545f4914f6cdd1dULL;
-}
-
-static int outstanding(const struct srvpool *sp)
-{
-	return sp->n_active + sp->n_opening + sp->n_waiters;
-}
 
 /* The text of the transaction's first statement, if whole in the buffer. */
 static bool first_statement(struct client *c, const struct proto_frame *f, const char **sql, size_t *len)
@@ -87,95 +72,6 @@ static bool first_statement(struct client *c, const struct proto_frame *f, const
 	return true;
 }
 
-/* The rules the parser works with for this pool: its sharded_tables split
- * into [schema.]table.column (on the stack: a reload may change them at any
- * time, and the cache fingerprints their contents anyway). */
-#define ROUTE_MAX_TABLES 32
-struct route_rules {
-	struct router_rules r;
-	struct router_table t[ROUTE_MAX_TABLES];
-	char text[2048];
-};
-
-static void build_rules(const struct client *c, struct route_rules *out)
-{
-	const struct config_pool *cp = c->pool->cpool;
-	memset(&out->r, 0, sizeof out->r);
-	out->r.writing_functions = (const char *const *)cp->writing_functions;
-	out->r.n_writing_functions = cp->n_writing_functions;
-	size_t maxlen = (size_t)c->w->cfg->general.query_parser_max_length;
-	out->r.max_length = cp->query_parser_enabled ? maxlen : 0;   /* off: only hints are read */
-	size_t used = 0, n = 0;
-	for (size_t i = 0; i < cp->n_sharded_tables && n < ROUTE_MAX_TABLES; i++) {
-		size_t l = strlen(cp->sharded_tables[i]);
-		if (l + 1 > sizeof out->text - used)
-			break;
-		char *copy = out->text + used;
-		memcpy(copy, cp->sharded_tables[i], l + 1);
-		used += l + 1;
-		char *last = strrchr(copy, '.');
-		if (!last)
-			continue;   /* config checked: never */
-		*last = '\0';
-		char *first = strchr(copy, '.');
-		struct router_table *t = &out->t[n++];
-		t->column = last + 1;
-		if (first) {
-			*first = '\0';
-			t->schema = copy;
-			t->table = first + 1;
-		} else {
-			t->schema = NULL;
-			t->table = copy;
-		}
-	}
-	out->r.sharded = out->t;
-	out->r.n_sharded = n;
-}
-
-/* The verdict on sql: from the pool's cache (valid until the next call), or
- * into *local. */
-static const struct router_verdict *classify(const struct client *c, const struct route_rules *rr, const char *sql,
-					     size_t len, struct router_verdict *local)
-{
-	struct pool *p = c->pool;
-	if (p->cpool->query_parser_enabled && p->router_cache)
-		return router_cache_classify(p->router_cache, sql, len, &rr->r);
-	(void)router_classify(sql, len, &rr->r, local);
-	return local;
-}
-
-/* The role from a statement's verdict (v: NULL if not classified), the
- * session's SET SERVER ROLE and default_role; held: the transaction began
- * with the BEGIN pgcat held. */
-static enum router_role role_of(const struct client *c, const struct router_verdict *v, bool held, bool *writes)
-{
-	const struct config_pool *cp = c->pool->cpool;
-	*writes = false;
-	if (v && v->hint_role != ROUTER_ROLE_NONE)
-		return v->hint_role;
-	if (c->role_override != ROUTER_ROLE_NONE)
-		return (enum router_role)c->role_override;
-	enum router_role role = ROUTER_ROLE_ANY;
-	switch (cp->default_role) {
-	case DEFAULT_ROLE_ANY: role = ROUTER_ROLE_ANY; break;
-	case DEFAULT_ROLE_PRIMARY: role = ROUTER_ROLE_PRIMARY; break;
-	case DEFAULT_ROLE_REPLICA: role = ROUTER_ROLE_REPLICA; break;
-	}
-	if (held) {
-		/* the transaction began with the BEGIN pgcat held (below) */
-		*writes = !c->held_begin_read_only;
-		return c->held_begin_read_only ? ROUTER_ROLE_REPLICA : ROUTER_ROLE_PRIMARY;
-	}
-	if (!v || !cp->query_parser_enabled || !v->parsed)
-		return role;
-	if ((v->begins && !v->begin_read_only) || v->writes || v->multi_statement) {
-		*writes = !(v->begins && v->begin_read_only);
-		return ROUTER_ROLE_PRIMARY;
-	}
-	return ROUTER_ROLE_REPLICA;
-}
-
 static enum router_role decide_role(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
 				    bool *writes)
 {
@@ -189,8 +85,8 @@ static enum router_role decide_role(struct client *c, const struct proto_frame *
 	struct router_verdict local;
 	const struct router_verdict *v = NULL;
 	if (!held && first_statement(c, f, &sql, &len))
-		v = classify(c, rr, sql, len, &local);
-	return role_of(c, v, held, writes);
+		v = route_classify(c, rr, sql, len, &local);
+	return route_role_of(c, v, held, writes);
 }
 
 /* ---- which shard (SPEC §6) ---- */
@@ -245,7 +141,7 @@ static void scan_statement(struct client *c, const struct route_rules *rr, const
 {
 	const struct config_pool *cp = c->pool->cpool;
 	struct router_verdict local;
-	const struct router_verdict *v = classify(c, rr, sql, len, &local);
+	const struct router_verdict *v = route_classify(c, rr, sql, len, &local);
 	struct shardkey_result r;
 	shardkey_resolve(v, cp->sharding_function, (int)cp->n_shards, bind, bind ? 1 : 0, &r);
 	*sharded = *sharded || (v->parsed && v->reads_sharded);
@@ -434,7 +330,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 	size_t len;
 	if (first_statement(c, f, &sql, &len)) {
 		struct router_verdict local;
-		const struct router_verdict *v = classify(c, rr, sql, len, &local);
+		const struct router_verdict *v = route_classify(c, rr, sql, len, &local);
 		char msg[160];
 		if (v->hint_invalid) {
 			refuse(d, "22023", "invalid pgcat hint: shard= takes a shard number, sharding_key= a key of at most 63 bytes");
@@ -477,7 +373,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 			d->phase = ROUTE_PHASE_PROVISIONAL;
 	} else if (first_statement(c, f, &sql, &len)) {
 		struct router_verdict local;
-		r.writes = classify(c, rr, sql, len, &local)->writes;
+		r.writes = route_classify(c, rr, sql, len, &local)->writes;
 	}
 	if (r.outcome == SHARDKEY_ONE) {
 		*shard = r.shard;
@@ -635,7 +531,7 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 		 * statement rewriting), so it is judged now and its Bind
 		 * refused if need be. */
 		struct route_rules rr;
-		build_rules(c, &rr);
+		route_rules_build(c, &rr);
 		struct shardkey_result r;
 		bool provisional;
 		if (!scan_request(c, f, &rr, &r, &provisional))
@@ -656,7 +552,7 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 	if (f->len + 1 > ROUTE_SCAN_MAX)
 		return ROUTE_ACTIVE_FORWARD;
 	struct route_rules rr;
-	build_rules(c, &rr);
+	route_rules_build(c, &rr);
 	struct shardkey_result r;
 	if (!scan_message(c, f, &rr, &r))
 		return ROUTE_ACTIVE_WAIT;   /* the rest of the message first */
@@ -705,26 +601,6 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f, struc
 
 #define ROUTE_HELD_BEGIN_MAX 200
 
-/* COMMIT, END, ROLLBACK or ABORT, with an optional WORK or TRANSACTION and
- * semicolon, and nothing else (not AND CHAIN, not ROLLBACK TO): the tag
- * PostgreSQL answers it with, or NULL. */
-const char *route_plain_end_tag(const char *sql, size_t len)
-{
-	static const struct {
-		const char *word, *tag;
-	} ends[] = { { "commit", "COMMIT" }, { "end", "COMMIT" }, { "rollback", "ROLLBACK" }, { "abort", "ROLLBACK" } };
-	size_t start = sqllex_skip_blank(sql, len, 0);
-	for (size_t k = 0; k < sizeof ends / sizeof *ends; k++) {
-		size_t i = start;
-		if (!sqllex_keyword(sql, len, &i, ends[k].word))
-			continue;
-		if (!sqllex_keyword(sql, len, &i, "work"))
-			(void)sqllex_keyword(sql, len, &i, "transaction");
-		return sqllex_rest_is_empty(sql, len, i) ? ends[k].tag : NULL;
-	}
-	return NULL;
-}
-
 /* The tag of the BEGIN or START TRANSACTION sql is (libpg_query said it
  * begins a transaction), or NULL. */
 static const char *begin_tag(const char *sql, size_t len)
@@ -756,7 +632,7 @@ static bool hold_begin(const struct client *c, const struct proto_frame *f, stru
 	size_t len = strnlen(sql, total - 5);
 	struct pktbuf *pb = &d->reply;
 	if (c->held_begin) {
-		const char *tag = route_plain_end_tag(sql, len);
+		const char *tag = sqllex_plain_end_tag(sql, len);
 		if (!tag)
 			return false;
 		d->action = ROUTE_HOLD;
@@ -767,9 +643,9 @@ static bool hold_begin(const struct client *c, const struct proto_frame *f, stru
 		return true;
 	}
 	struct route_rules rr;
-	build_rules(c, &rr);
+	route_rules_build(c, &rr);
 	struct router_verdict local;
-	const struct router_verdict *v = classify(c, &rr, sql, len, &local);
+	const struct router_verdict *v = route_classify(c, &rr, sql, len, &local);
 	if (!v->parsed || !v->begins || v->ends || v->multi_statement || v->reads_sharded || v->hint_shard >= 0 ||
 	    v->has_hint_key || v->hint_invalid || v->hint_role != ROUTER_ROLE_NONE)
 		return false;
@@ -868,9 +744,9 @@ static bool hold_begin_extended(const struct client *c, const struct proto_frame
 	if (len > ROUTE_HELD_BEGIN_MAX)
 		return false;
 	struct route_rules rr;
-	build_rules(c, &rr);
+	route_rules_build(c, &rr);
 	struct router_verdict local;
-	const struct router_verdict *v = classify(c, &rr, sql, len, &local);
+	const struct router_verdict *v = route_classify(c, &rr, sql, len, &local);
 	if (!v->parsed || !v->begins || v->ends || v->multi_statement || v->reads_sharded || v->hint_shard >= 0 ||
 	    v->has_hint_key || v->hint_invalid || v->hint_role != ROUTER_ROLE_NONE)
 		return false;
@@ -922,14 +798,12 @@ void route_pick(struct client *c, const struct proto_frame *f, bool may_hold, st
 
 static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
 				     int shard, struct route_decision *d);
-static struct srvpool *choose_in_shard(struct client *c, struct srvpool **all, size_t n, int shard,
-				       enum router_role role, bool *no_writer);
 
 static struct srvpool *pick(struct client *c, const struct proto_frame *f, struct route_decision *d)
 {
 	struct pool *p = c->pool;
 	struct route_rules rr;
-	build_rules(c, &rr);
+	route_rules_build(c, &rr);
 	d->set_phase = true;
 	d->phase = ROUTE_PHASE_NONE;
 	int shard;
@@ -975,110 +849,9 @@ static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame 
 	if (writes && cp->sticky_primary_after_write > 0)
 		d->sticky_until_us = now + (uint64_t)cp->sticky_primary_after_write * 1000;
 	bool no_writer = false;
-	struct srvpool *sp = choose_in_shard(c, all, n, shard, role, &no_writer);
+	struct srvpool *sp = route_choose_in_shard(c, all, n, shard, role, &no_writer);
 	d->no_writer = no_writer;
 	return sp;
-}
-
-/* One of the n servers of shard (all, n > 1) for role: the primary, or a
- * replica (or the primary, with primary reads) that is not banned, at
- * random or by least outstanding connections. *no_writer: a write was
- * asked and only a configured primary found in recovery is there. */
-static struct srvpool *choose_in_shard(struct client *c, struct srvpool **all, size_t n, int shard,
-				       enum router_role role, bool *no_writer)
-{
-	struct pool *p = c->pool;
-	struct worker *w = c->w;
-	const struct config_pool *cp = p->cpool;
-	struct srvpool *primary = NULL, *configured = NULL;
-	for (size_t i = 0; i < n; i++) {
-		if (all[i]->role == SERVER_ROLE_PRIMARY)
-			configured = all[i];
-		if (rotation_takes_writes(all[i]) && (!primary || all[i]->role == SERVER_ROLE_AUTO))
-			primary = all[i];
-	}
-	if (role == ROUTER_ROLE_PRIMARY) {
-		if (primary)
-			return primary;   /* never banned for writes */
-		if (configured) {
-			/* configured primary found in recovery, no auto server promoted */
-			*no_writer = true;
-			return configured;
-		}
-	}
-
-	bool primary_reads = c->primary_reads_override >= 0 ? c->primary_reads_override == 1 : cp->primary_reads_enabled;
-	struct srvpool *cand[64];
-	size_t k = 0;
-	for (size_t i = 0; i < n; i++) {
-		struct srvpool *sp = all[i];
-		bool is_replica = sp != primary;
-		if (role == ROUTER_ROLE_REPLICA && !is_replica && !primary_reads)
-			continue;
-		cand[k++] = sp;
-	}
-	if (k == 0)
-		return primary ? primary : all[0];
-	struct srvpool *ok[64];
-	size_t m = 0;
-	for (size_t i = 0; i < k; i++) {
-		if (rotation_is_banned(cand[i]))
-			continue;
-		if (pool_srvpool_failing(cand[i])) {
-			/* failed moments ago (say, right after an UNBAN): banned again */
-			rotation_server_failed(cand[i], cand[i]->last_error);
-			continue;
-		}
-		ok[m++] = cand[i];
-	}
-	if (m == 0) {
-		rotation_clear_shard_bans(p, shard);
-		for (size_t i = 0; i < k; i++)
-			if (!rotation_is_banned(cand[i]))   /* admin bans stay */
-				ok[m++] = cand[i];
-		if (m == 0)
-			return role == ROUTER_ROLE_ANY && primary ? primary : cand[next_random(w) % k];
-	}
-	if (cp->load_balancing_mode == LB_MODE_LOC) {
-		/* least outstanding connections; ties at random */
-		size_t best = 0, ties = 0;
-		int lo = 0;
-		for (size_t i = 0; i < m; i++) {
-			int o = outstanding(ok[i]);
-			if (i == 0 || o < lo) {
-				lo = o;
-				best = i;
-				ties = 1;
-			} else if (o == lo && next_random(w) % ++ties == 0) {
-				best = i;
-			}
-		}
-		return ok[best];
-	}
-	return ok[next_random(w) % m];
-}
-
-struct srvpool *route_pick_leg(struct client *c, const char *sql, size_t len, int shard, bool *no_writer)
-{
-	*no_writer = false;
-	struct srvpool *all[64];
-	size_t n = rotation_shard_servers(c->pool, shard, all, 64);
-	if (n == 0)
-		return c->pool->targets[0];
-	if (n == 1)
-		return all[0];
-	struct route_rules rr;
-	build_rules(c, &rr);
-	struct router_verdict local;
-	const struct router_verdict *v = classify(c, &rr, sql, len, &local);
-	bool writes;
-	enum router_role role = role_of(c, v, false, &writes);
-	/* The session's stickiness applies; a leg's own writes do not extend
-	 * it (the client's transaction is what counts, route_pick). */
-	if (role == ROUTER_ROLE_REPLICA && c->pool->cpool->sticky_primary_after_write > 0 &&
-	    c->w->now_us < c->sticky_until_us)
-		role = ROUTER_ROLE_PRIMARY;
-	return choose_in_shard(c, all, n, shard, role, no_writer);
 }
 
 /* ---- SET SERVER ROLE and friends ---- */

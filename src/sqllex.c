@@ -305,3 +305,23 @@ bool sqllex_rest_is_empty(const char *s, size_t len, size_t i)
 		i++;
 	}
 }
+
+/* COMMIT, END, ROLLBACK or ABORT, with an optional WORK or TRANSACTION and
+ * semicolon, and nothing else (not AND CHAIN, not ROLLBACK TO): the tag
+ * PostgreSQL answers it with, or NULL. */
+const char *sqllex_plain_end_tag(const char *sql, size_t len)
+{
+	static const struct {
+		const char *word, *tag;
+	} ends[] = { { "commit", "COMMIT" }, { "end", "COMMIT" }, { "rollback", "ROLLBACK" }, { "abort", "ROLLBACK" } };
+	size_t start = sqllex_skip_blank(sql, len, 0);
+	for (size_t k = 0; k < sizeof ends / sizeof *ends; k++) {
+		size_t i = start;
+		if (!sqllex_keyword(sql, len, &i, ends[k].word))
+			continue;
+		if (!sqllex_keyword(sql, len, &i, "work"))
+			(void)sqllex_keyword(sql, len, &i, "transaction");
+		return sqllex_rest_is_empty(sql, len, i) ? ends[k].tag : NULL;
+	}
+	return NULL;
+}

@@ -327,13 +327,13 @@ END_TEST
 START_TEST(readers)
 {
 	/* COMMIT and the like, with comments and semicolons around */
-	ck_assert_str_eq(route_plain_end_tag("commit", 6), "COMMIT");
-	ck_assert_str_eq(route_plain_end_tag(" END WORK ;; ", 13), "COMMIT");
-	ck_assert_str_eq(route_plain_end_tag("/* app */ ROLLBACK TRANSACTION; -- done", 39), "ROLLBACK");
-	ck_assert_str_eq(route_plain_end_tag("abort\f", 6), "ROLLBACK");
+	ck_assert_str_eq(sqllex_plain_end_tag("commit", 6), "COMMIT");
+	ck_assert_str_eq(sqllex_plain_end_tag(" END WORK ;; ", 13), "COMMIT");
+	ck_assert_str_eq(sqllex_plain_end_tag("/* app */ ROLLBACK TRANSACTION; -- done", 39), "ROLLBACK");
+	ck_assert_str_eq(sqllex_plain_end_tag("abort\f", 6), "ROLLBACK");
 	const char *not_end[] = { "commit and chain", "rollback to a", "commit_x", "commit; select 1", "committed", "" };
 	for (size_t k = 0; k < sizeof not_end / sizeof *not_end; k++)
-		ck_assert_msg(route_plain_end_tag(not_end[k], strlen(not_end[k])) == NULL, "%s", not_end[k]);
+		ck_assert_msg(sqllex_plain_end_tag(not_end[k], strlen(not_end[k])) == NULL, "%s", not_end[k]);
 
 	/* SET's value ends at the ';' outside quotes and comments, without
 	 * the comments before it */
