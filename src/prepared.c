@@ -446,7 +446,7 @@ enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok)
 		return PREP_CACHED_NO;
 	struct prep_registry *r = &c->pool->prep;
 	uint64_t gen = prep_schema_generation(c->w);
-	struct evbuffer *out = client_output(c);
+	struct evbuffer *out = io_out(&c->io);
 	for (uint32_t i = 0; i < n; i++) {
 		struct prep_stmt *st = prep_registry_get(r, false, ps[i].key, ps[i].key_len, gen);
 		if (!st || !prep_cmap_put(&pc->names, ps[i].name, st)) {
