@@ -9,10 +9,6 @@
 #ifndef PGCAT_LINK_H
 #define PGCAT_LINK_H
 
-#include <stdint.h>
-
-#include "proto.h"
-#include "server.h"
 #include "types.h"
 
 struct client_end;
@@ -21,38 +17,5 @@ struct client_end;
 void link_attach(struct client_end *end, struct server *s);
 /* Untie s from its client, if any: that client's end, or NULL. */
 struct client_end *link_detach(struct server *s);
-
-/* A frontend message of this type goes to s (linked): what it owes in
- * return (a ReadyForQuery for each Query, FunctionCall and Sync; an open
- * extended request until the Sync) and, for the first of a request, the
- * clocks of query_time and xact_time. Inline: every client message passes
- * here. */
-static inline void link_count_request(struct server *s, uint8_t type, uint64_t now_us)
-{
-	if (s->outstanding == 0 && !s->ext_pending) {
-		s->query_start_us = now_us;
-		if (s->tx_status == 'I')
-			s->xact_start_us = now_us;
-	}
-	switch (type) {
-	case PqMsg_Query:
-	case PqMsg_FunctionCall:
-		s->outstanding++;
-		break;
-	case PqMsg_Sync:
-		s->outstanding++;
-		s->ext_pending = false;
-		break;
-	case PqMsg_Parse:
-	case PqMsg_Bind:
-	case PqMsg_Describe:
-	case PqMsg_Execute:
-	case PqMsg_Close:
-		s->ext_pending = true;
-		break;
-	default:
-		break;
-	}
-}
 
 #endif

@@ -13,6 +13,7 @@
 #include "io.h"
 #include "list.h"
 #include "params.h"
+#include "txn.h"
 #include "types.h"
 
 enum server_state {
@@ -50,31 +51,16 @@ struct server {
 	 * handshake; the StartupMessage goes once it is done (or after 'N'). */
 	enum { SERVER_TLS_NONE, SERVER_TLS_WAIT_ANSWER, SERVER_TLS_HANDSHAKE } tls_phase;
 	struct params params;         /* the session as it is on the server */
-	/* Session settings the client changed in the transaction (or request)
-	 * under way, not yet known to stick: what both sides were before it.
-	 * A SET that fails, or whose transaction rolls back, is undone in
-	 * PostgreSQL, so it is undone here too (set_pending false: none). */
-	struct params set_undo_client, set_undo_server;
-	bool set_pending;
-	bool set_cycle_error;         /* an ErrorResponse since the last ReadyForQuery */
-	bool set_last_rollback;       /* the last CommandComplete was ROLLBACK */
+	/* The transaction running here (include/txn.h). */
+	struct txn txn;
 	uint32_t backend_pid;
 	/* BackendKeyData's key as the server gave it: 4 bytes in protocol 3.0,
 	 * up to 256 in 3.2 (PostgreSQL 18 gives 32). 0: none yet. */
 	uint16_t backend_key_len;
 	uint8_t backend_key[256];     /* PROTO_CANCEL_KEY_MAX */
 	uint32_t protocol;            /* the version the server speaks (after any NegotiateProtocolVersion) */
-	char tx_status;               /* of the last ReadyForQuery: 'I', 'T' or 'E' */
-	/* ReadyForQuery messages still owed: one per Query, Sync and
-	 * FunctionCall sent. The transaction can only end when this is 0. */
-	uint32_t outstanding;
-	/* Extended-protocol messages sent since the last Sync. */
-	bool ext_pending;
-	bool in_copy_in;
 	/* Bytes left of a server message being forwarded to the client. */
 	uint32_t fwd_remaining;
-	/* Any byte of the current request reached the client. */
-	bool sent_to_client;
 	bool paused;                  /* reading stopped for the client's backpressure */
 
 	/* A FATAL the server sent before closing, for the client's error. */
@@ -82,8 +68,6 @@ struct server {
 	char error_sqlstate[6];
 	char error_message[256];
 
-	uint64_t query_start_us;      /* first message of the request in flight */
-	uint64_t xact_start_us;       /* first message after the last 'I' */
 	int64_t connect_wall;         /* time(), for SHOW SERVERS */
 	uint64_t connect_us;
 	uint64_t state_since_us;
@@ -96,13 +80,6 @@ struct server {
 	/* SYNCING includes a health check (unused for healthcheck_delay):
 	 * if it fails, the server is banned and the client routed again. */
 	bool health_check;
-	/* The current request's replies forwarded so far: how many, and
-	 * whether any carried data (rows, results, errors) rather than
-	 * acknowledgements a replay would repeat exactly (1, 2, 3, t, T, n). */
-	uint32_t req_msgs;
-	bool req_data;
-	/* A replayed read: this many acknowledgements the client already has. */
-	uint32_t skip_msgs;
 	bool timeout_cancelled;       /* statement_timeout sent a cancel for this request */
 	uint16_t cancels_in_flight;   /* CancelRequests pgcat sent for it, not yet answered */
 	bool checked;                 /* had its first health check */

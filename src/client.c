@@ -484,7 +484,7 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 		return;
 	struct pool *p = c->pool;
 	/* (retry_on without a copy: nothing of the request was sent yet.) */
-	if (c->retry_on && !s->req_data && s->fwd_remaining == 0 && p->mode == POOL_MODE_TRANSACTION &&
+	if (c->retry_on && !s->txn.req_data && s->fwd_remaining == 0 && p->mode == POOL_MODE_TRANSACTION &&
 	    !c->end.close_when_released && c->io.in) {
 		/* A read whose replica died before answering: the same bytes go
 		 * to another server (SPEC §4), once. */
@@ -500,7 +500,7 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 		client_reply_started(c);
 		/* What the client already got (ParseComplete, RowDescription...)
 		 * comes again from the next server: dropped there. */
-		c->end.retry_skip = s->req_msgs;
+		c->end.retry_skip = s->txn.req_msgs;
 		client_set_state(c, CLIENT_IDLE);
 		client_process(c);
 		return;
@@ -510,7 +510,7 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 	 * that had started from a request that could not be copied. */
 	log_info("C-%llu %s@%s: server connection lost: %s (retry %s, reply started %s, half a message %s)",
 		 (unsigned long long)c->id, client_user(c), client_database(c), message, c->retry_on ? "on" : "off",
-		 s->req_data ? "yes" : "no", s->fwd_remaining > 0 ? "yes" : "no");
+		 s->txn.req_data ? "yes" : "no", s->fwd_remaining > 0 ? "yes" : "no");
 	if (p->mode == POOL_MODE_SESSION || s->fwd_remaining > 0 || c->end.close_when_released) {
 		/* Session mode: the session is gone with its server. Half a server
 		 * message forwarded: the client's stream cannot be repaired. */
@@ -521,15 +521,15 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 		c->skip_remaining = c->fwd_remaining;
 		c->fwd_remaining = 0;
 	}
-	bool in_tx = s->tx_status != 'I';
+	bool in_tx = s->txn.tx_status != 'I';
 	client_set_state(c, CLIENT_IDLE);
-	if (s->outstanding > 0 || s->ext_pending) {
+	if (s->txn.outstanding > 0 || s->txn.ext_pending) {
 		/* A request in flight: the error answers it now. */
 		client_send_error(c, "ERROR", sqlstate, message);
 		c->in_failed_tx = in_tx;
-		for (uint32_t i = 0; i < s->outstanding; i++)
+		for (uint32_t i = 0; i < s->txn.outstanding; i++)
 			client_send_rfq(c, client_idle_status(c));
-		if (s->ext_pending)
+		if (s->txn.ext_pending)
 			c->skip_to_sync = true;
 	} else {
 		/* Idle inside a transaction: the next message gets the error. */
@@ -602,18 +602,11 @@ static void track_settings(struct client *c, struct server *s, const char *sql, 
 		return;
 	/* What both sides were before the request: the change sticks only if
 	 * the statement succeeds and its transaction commits (server.c). */
-	bool first = !s->set_pending;
-	if (first) {
-		params_copy(&s->set_undo_client, &c->params);
-		params_copy(&s->set_undo_server, &s->params);
-	}
-	if (params_track_statement(&c->params, sql, len, &c->startup_params) != PARAMS_STMT_NONE) {
+	bool first = txn_set_snapshot(&s->txn, &c->params, &s->params);
+	bool changed = params_track_statement(&c->params, sql, len, &c->startup_params) != PARAMS_STMT_NONE;
+	if (changed)
 		(void)params_track_statement(&s->params, sql, len, NULL);
-		s->set_pending = true;
-	} else if (first) {
-		params_clear(&s->set_undo_client);
-		params_clear(&s->set_undo_server);
-	}
+	txn_set_done(&s->txn, changed, first);
 }
 
 #define RETRY_MAX (64u * 1024)
@@ -758,7 +751,7 @@ static void process_active(struct client *c)
 		}
 		/* What the server owes for it, and the clocks (from a new
 		 * request's first message). */
-		link_count_request(s, f.type, now);
+		txn_frontend(&s->txn, f.type, now);
 		c->last_activity_us = now;
 		if (c->retry_on)
 			capture_for_retry(c, &f, prep);
@@ -1024,7 +1017,7 @@ void client_cancel_query(struct client *c)
 		return;
 	}
 	struct server *s = c->end.server;
-	if (c->state != CLIENT_ACTIVE || !s || s->outstanding == 0)
+	if (c->state != CLIENT_ACTIVE || !s || s->txn.outstanding == 0)
 		return;
 	server_send_cancel(s);
 }

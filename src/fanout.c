@@ -461,7 +461,7 @@ static void leg_push(struct fanout_leg *leg)
 		if (evbuffer_ptr_set(leg->req, &pos, off, EVBUFFER_PTR_SET) < 0 ||
 		    evbuffer_copyout_from(leg->req, &pos, h, 5) != 5)
 			break;
-		link_count_request(s, h[0], w->now_us);
+		txn_frontend(&s->txn, h[0], w->now_us);
 		off += (size_t)proto_get_u32(h + 1) + 1;
 	}
 	evbuffer_remove_buffer(leg->req, server_output(s), n);
@@ -522,7 +522,7 @@ static void leg_ready(struct client_end *end, bool begin_ran)
 static bool leg_may_retry(const struct fanout_leg *leg, const struct server *s)
 {
 	const struct pool *p = s->sp->pool;
-	return leg->fo->kind == FANOUT_READ && !leg->retried && leg->sent && !s->req_data && p->n_targets > 1 &&
+	return leg->fo->kind == FANOUT_READ && !leg->retried && leg->sent && !s->txn.req_data && p->n_targets > 1 &&
 	       p->mode == POOL_MODE_TRANSACTION && s->sp->role != SERVER_ROLE_PRIMARY;
 }
 
@@ -539,7 +539,7 @@ static void leg_lost(struct client_end *end, struct server *s, bool untouched, c
 			log_info("C-%llu: shard %d's server lost before answering (%s); read sent again elsewhere",
 				 (unsigned long long)leg->fo->c->id, leg->shard, message);
 			leg->retried = true;
-			end->retry_skip = s->req_msgs;   /* what the loopback got already */
+			end->retry_skip = s->txn.req_msgs;   /* what the loopback got already */
 			evbuffer_prepend_buffer(leg->req, leg->sent);
 		}
 		leg_set(leg, LEG_UNLINKED);
@@ -709,7 +709,7 @@ void fanout_cancel(struct client *c)
 		switch (leg->link) {
 		case LEG_READY:
 		case LEG_SYNCING:
-			if (leg->end.server->outstanding > 0)
+			if (leg->end.server->txn.outstanding > 0)
 				server_send_cancel(leg->end.server);
 			break;
 		case LEG_WAITING:

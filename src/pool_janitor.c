@@ -74,7 +74,7 @@ static void srvpool_janitor(struct srvpool *sp)
 		uint64_t limit = (uint64_t)st_ms * 1000;
 		LIST_FOREACH_SAFE(pos, tmp, &sp->active) {
 			struct server *s = LIST_OWNER(pos, struct server, node);
-			if (s->state != SERVER_ACTIVE || s->outstanding == 0 || now - s->query_start_us < limit)
+			if (s->state != SERVER_ACTIVE || s->txn.outstanding == 0 || now - s->txn.query_start_us < limit)
 				continue;
 			if (!s->timeout_cancelled) {
 				s->timeout_cancelled = true;
@@ -82,7 +82,7 @@ static void srvpool_janitor(struct srvpool *sp)
 					 sp->host, sp->port, st_ms);
 				server_send_cancel(s);
 				rotation_server_failed(sp, "statement_timeout");
-			} else if (now - s->query_start_us >= limit + STATEMENT_TIMEOUT_GRACE_US) {
+			} else if (now - s->txn.query_start_us >= limit + STATEMENT_TIMEOUT_GRACE_US) {
 				/* The cancel did not end it (a stopped or unreachable
 				 * server): pgcat ends it, the client gets 57014. */
 				s->have_error = true;
@@ -99,7 +99,7 @@ static void srvpool_janitor(struct srvpool *sp)
 	 * now: cancel again, at this pace, until the query ends. */
 	LIST_FOREACH_SAFE(pos, tmp, &sp->other) {
 		struct server *s = LIST_OWNER(pos, struct server, node);
-		if (s->state == SERVER_DRAINING && s->outstanding > 0 && s->cancels_in_flight == 0)
+		if (s->state == SERVER_DRAINING && s->txn.outstanding > 0 && s->cancels_in_flight == 0)
 			server_send_cancel(s);
 	}
 	/* Health checks that got no answer in time: the server is banned (a

@@ -219,7 +219,7 @@ enum prep_action prep_sql_query(struct client *c, struct server *s, const uint8_
 					struct prep_pend sw = { .seg = ps->seg_sent, .swallow = true };
 					ok = prep_ring_push(&ps->sqlpreps, &pp) && prep_ring_push(&ps->swallows, &sw);
 					ps->seg_sent++;
-					s->outstanding++;
+					txn_sent(&s->txn, PqMsg_Query);
 					ps->misses++;
 					st->misses++;
 					stats_add(c->pool->stats, STAT_PREPARED_MISSES, 1);

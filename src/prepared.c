@@ -119,7 +119,7 @@ static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *
 			prep_stmt_unref(r, victim);
 			return false;
 		}
-		s->ext_pending = true;
+		txn_sent(&s->txn, PqMsg_Close);
 	}
 	send_parse(s, st);
 	if (!prep_sset_add(&ps->set, st))
@@ -130,7 +130,7 @@ static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *
 		prep_pend_release(r, &p);
 		return false;
 	}
-	s->ext_pending = true;
+	txn_sent(&s->txn, PqMsg_Parse);
 	ps->misses++;
 	st->misses++;
 	stats_add(c->pool->stats, STAT_PREPARED_MISSES, 1);
@@ -150,7 +150,7 @@ static bool send_nop_parse(struct server *s, const char *cname)
 	 * name is then undone like any failed Parse. */
 	struct prep_pend p = { .seg = ps->seg_sent, .cname = strdup(cname) };
 	struct prep_pend c = { .seg = ps->seg_sent, .swallow = true };
-	s->ext_pending = true;
+	txn_sent(&s->txn, PqMsg_Parse);
 	if (!p.cname || !prep_ring_push(&ps->parses, &p))
 		return free(p.cname), false;
 	return prep_ring_push(&ps->closes, &c);
@@ -172,7 +172,7 @@ static bool send_error_bind(struct server *s, const char *sqlstate, const char *
 	if (!prep_ring_push(&ps->repls, &p))
 		return free(p.repl), false;
 	prep_put_msg(server_output(s), PqMsg_Bind, bind_body, sizeof bind_body, NULL, 0);
-	s->ext_pending = true;
+	txn_sent(&s->txn, PqMsg_Bind);
 	return true;
 }
 
@@ -189,7 +189,7 @@ static bool replay_unnamed(struct client *c, struct server *s)
 	struct prep_pend p = { .seg = ps->seg_sent, .swallow = true };
 	ps->unnamed_client = c->id;
 	ps->unnamed_gen = pc->unnamed_gen;
-	s->ext_pending = true;
+	txn_sent(&s->txn, PqMsg_Parse);
 	return prep_ring_push(&ps->parses, &p);
 }
 
@@ -320,7 +320,7 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 	evbuffer_drain(c->io.in, old_prefix);
 	stats_add(c->pool->stats, STAT_RECEIVED, old_prefix);
 	c->fwd_remaining = rest;
-	s->ext_pending = true;
+	txn_sent(&s->txn, f->type);
 	return PREP_DONE;
 }
 
@@ -345,7 +345,7 @@ static enum prep_action on_close(struct client *c, struct server *s, const uint8
 	if (!prep_ring_push(&ps->closes, &p)) {
 		return PREP_FAILED;
 	}
-	s->ext_pending = true;
+	txn_sent(&s->txn, PqMsg_Close);
 	prep_drain_msg(c, total);
 	return PREP_DONE;
 }
@@ -554,7 +554,7 @@ bool prep_server_fail_query(struct server *s, const char *sqlstate, const char *
 	if (w < 0 || (size_t)w >= sizeof sql)
 		return false;
 	prep_put_msg(server_output(s), PqMsg_Query, sql, (size_t)w + 1, NULL, 0);
-	s->outstanding++;
+	txn_sent(&s->txn, PqMsg_Query);
 	if (s->prep && s->prep_on)
 		s->prep->seg_sent++;
 	return true;
@@ -568,7 +568,7 @@ bool prep_server_fail_bind(struct server *s, const char *sqlstate, const char *m
 	 * statement whose name says why it does not exist. */
 	static const uint8_t body[] = "\0pgcat_cross_shard_statement_refused\0\0\0\0\0\0";
 	prep_put_msg(server_output(s), PqMsg_Bind, body, sizeof body, NULL, 0);
-	s->ext_pending = true;
+	txn_sent(&s->txn, PqMsg_Bind);
 	return true;
 }
 
@@ -582,8 +582,7 @@ bool prep_server_end_segment(struct server *s)
 		return false;
 	evbuffer_add(server_output(s), "S\0\0\0\4", 5);
 	ps->seg_sent++;
-	s->outstanding++;
-	s->ext_pending = false;
+	txn_sent(&s->txn, PqMsg_Sync);
 	return true;
 }
 

@@ -575,8 +575,8 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 	 * COPY as a Query: split by shard like any COPY, not refused as
 	 * pipelined behind the prepare). */
 	if (d->phase == ROUTE_PHASE_PROVISIONAL && (f->type == PqMsg_Bind || f->type == PqMsg_Query) &&
-	    s->outstanding == 0 &&
-	    s->ext_pending && s->tx_status == 'I' && prep_server_end_segment(s)) {
+	    s->txn.outstanding == 0 &&
+	    s->txn.ext_pending && s->txn.tx_status == 'I' && prep_server_end_segment(s)) {
 		d->phase = ROUTE_PHASE_REROUTING;
 		return ROUTE_ACTIVE_WAIT;
 	}

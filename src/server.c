@@ -69,7 +69,7 @@ void server_set_state(struct server *s, enum server_state st)
 	if (old == st)
 		return;
 	log_trace("S-%llu: %s -> %s (outstanding %u, tx %c)", (unsigned long long)s->id, server_state_name(old),
-		  server_state_name(st), s->outstanding, s->tx_status);
+		  server_state_name(st), s->txn.outstanding, s->txn.tx_status);
 	s->state = st;
 	s->state_since_us = s->w->now_us;
 	s->sp->ev->state_changed(s, (int)old);
@@ -100,7 +100,7 @@ struct server *server_connect(struct srvpool *sp)
 	s->w = w;
 	s->id = ++w->next_id;
 	s->sp = sp;
-	s->tx_status = 'I';
+	s->txn.tx_status = 'I';
 	params_init(&s->params);
 	list_init(&s->node);
 	s->connect_us = w->now_us;
@@ -158,8 +158,8 @@ void server_close(struct server *s, const char *why)
 	}
 	if (c) {
 		/* Its transaction is gone with it, and its SETs with it. */
-		if (s->set_pending)
-			params_copy(c->params, &s->set_undo_client);
+		if (s->txn.set_pending)
+			params_copy(c->params, &s->txn.set_undo_client);
 		const char *code = s->have_error ? s->error_sqlstate : "08006";
 		const char *msg = s->have_error ? s->error_message : "server connection lost";
 		c->ev->lost(c, s, false, code, msg);
@@ -169,8 +169,8 @@ void server_close(struct server *s, const char *why)
 void server_free(struct server *s)
 {
 	params_clear(&s->params);
-	params_clear(&s->set_undo_client);
-	params_clear(&s->set_undo_server);
+	params_clear(&s->txn.set_undo_client);
+	params_clear(&s->txn.set_undo_server);
 	auth_free(s);
 	free(s);
 }
@@ -410,7 +410,7 @@ static void process_login(struct server *s)
 			return;
 		}
 		case PqMsg_ReadyForQuery:
-			s->tx_status = blen >= 1 ? (char)body[0] : 'I';
+			s->txn.tx_status = blen >= 1 ? (char)body[0] : 'I';
 			auth_free(s);
 			log_debug("S-%llu %s:%d: login done (backend pid %u, protocol 3.%u, key of %u bytes)",
 				  (unsigned long long)s->id, s->sp->host, s->sp->port, s->backend_pid,
@@ -432,10 +432,10 @@ void server_link(struct server *s)
 {
 	char sql[8192];
 	struct client_end *c = s->client;
-	s->sent_to_client = false;
-	s->req_msgs = 0;
-	s->req_data = false;
-	s->skip_msgs = c->retry_skip;
+	s->txn.sent_to_client = false;
+	s->txn.req_msgs = 0;
+	s->txn.req_data = false;
+	s->txn.skip_msgs = c->retry_skip;
 	s->prep_on = c->prep_on;
 	if (!c->prep_on && s->prep)
 		prep_server_forget_unnamed(s);
@@ -470,7 +470,7 @@ void server_link(struct server *s)
 		if (!pb.failed) {
 			log_trace("S-%llu: sync parameters: %s", (unsigned long long)s->id, sql);
 			evbuffer_add(io_out(&s->io), pb.data, pb.len);
-			s->outstanding++;
+			txn_sent(&s->txn, PqMsg_Query);
 			syncing = true;
 		}
 	}
@@ -482,7 +482,7 @@ void server_link(struct server *s)
 		pktbuf_query(&pb, c->begin);
 		if (!pb.failed) {
 			evbuffer_add(io_out(&s->io), pb.data, pb.len);
-			s->outstanding++;
+			txn_sent(&s->txn, PqMsg_Query);
 			syncing = true;
 		}
 	}
@@ -505,7 +505,7 @@ static void send_simple_query(struct server *s, const char *sql)
 		return;
 	}
 	evbuffer_add(io_out(&s->io), pb.data, pb.len);
-	s->outstanding++;
+	txn_sent(&s->txn, PqMsg_Query);
 }
 
 /* In DRAINING: push the server toward 'I' with nothing outstanding. */
@@ -513,9 +513,9 @@ static void drain_step(struct server *s)
 {
 	if (s->state != SERVER_DRAINING)
 		return;
-	if (s->outstanding > 0)
+	if (s->txn.outstanding > 0)
 		return;
-	if (s->tx_status != 'I') {
+	if (s->txn.tx_status != 'I') {
 		send_simple_query(s, "ROLLBACK");
 		return;
 	}
@@ -538,8 +538,8 @@ void server_drain(struct server *s)
 		s->paused = false;
 		io_pause(&s->io, false);
 	}
-	bool copy_failed = s->in_copy_in;
-	if (s->in_copy_in) {
+	bool copy_failed = s->txn.in_copy_in;
+	if (s->txn.in_copy_in) {
 		static const char reason[] = "client disconnected";
 		uint8_t storage[64];
 		struct pktbuf pb;
@@ -548,16 +548,15 @@ void server_drain(struct server *s)
 		pktbuf_put_cstring(&pb, reason);
 		pktbuf_end(&pb);
 		evbuffer_add(io_out(&s->io), pb.data, pb.len);
-		s->in_copy_in = false;
+		s->txn.in_copy_in = false;
 	}
-	if (s->ext_pending) {
+	if (s->txn.ext_pending) {
 		evbuffer_add(io_out(&s->io), "S\0\0\0\4", 5);
-		s->outstanding++;
-		s->ext_pending = false;
+		txn_sent(&s->txn, PqMsg_Sync);
 	}
 	/* A COPY FROM STDIN ends with the CopyFail: a cancel would only race
 	 * with it, and arrive after the server went to the next client. */
-	if (s->outstanding > 0 && !copy_failed)
+	if (s->txn.outstanding > 0 && !copy_failed)
 		server_send_cancel(s);
 	drain_step(s);
 	if (s->state == SERVER_DRAINING)
@@ -653,10 +652,8 @@ static void process_unlinked(struct server *s)
 		}
 		switch (f.type) {
 		case PqMsg_ReadyForQuery:
-			s->tx_status = (char)hdr[5];
-			if (s->outstanding > 0)
-				s->outstanding--;
-			if (st == SERVER_SYNCING && s->outstanding == 0) {
+			txn_ready(&s->txn, (char)hdr[5]);
+			if (st == SERVER_SYNCING && s->txn.outstanding == 0) {
 				struct client_end *c = s->client;
 				/* The SETs ran: the server's session is now the client's. */
 				if (c)
@@ -670,12 +667,12 @@ static void process_unlinked(struct server *s)
 			}
 			if (st == SERVER_DRAINING) {
 				drain_step(s);
-			} else if (st == SERVER_RESETTING && s->outstanding == 0) {
+			} else if (st == SERVER_RESETTING && s->txn.outstanding == 0) {
 				if (reset_query_clears_all(s->w->cfg->general.server_reset_query))
 					for (size_t i = params_count(&s->params); i-- > 0;)
 						if (!params_reported(params_at(&s->params, i)->name))
 							params_remove(&s->params, params_at(&s->params, i)->name);
-				if (s->tx_status != 'I') {
+				if (s->txn.tx_status != 'I') {
 					server_close(s, "reset query left a transaction open");
 					return;
 				}
@@ -711,9 +708,9 @@ static void process_unlinked(struct server *s)
 			}
 			break;
 		case PqMsg_CopyInResponse:
-			s->in_copy_in = true;
+			s->txn.in_copy_in = true;
 			if (st == SERVER_DRAINING) {
-				s->in_copy_in = false;
+				s->txn.in_copy_in = false;
 				uint8_t storage[64];
 				struct pktbuf pb;
 				pktbuf_init(&pb, storage, sizeof storage);
@@ -766,16 +763,16 @@ static void drop_message(struct server *s, uint32_t total)
  * a SET undone by it is kept if the transaction commits. */
 static void settings_settle(struct server *s, bool committed)
 {
-	if (!s->set_pending)
+	if (!s->txn.set_pending)
 		return;
 	if (!committed) {
 		if (s->client)
-			params_copy(s->client->params, &s->set_undo_client);
-		params_copy(&s->params, &s->set_undo_server);
+			params_copy(s->client->params, &s->txn.set_undo_client);
+		params_copy(&s->params, &s->txn.set_undo_server);
 	}
-	params_clear(&s->set_undo_client);
-	params_clear(&s->set_undo_server);
-	s->set_pending = false;
+	params_clear(&s->txn.set_undo_client);
+	params_clear(&s->txn.set_undo_server);
+	s->txn.set_pending = false;
 }
 
 void server_settings_discard(struct server *s)
@@ -789,7 +786,7 @@ static void settings_note_complete(struct server *s, struct evbuffer *in, uint32
 {
 	static const char tag[] = "ROLLBACK";   /* with its NUL */
 	uint8_t b[5 + sizeof tag];
-	s->set_last_rollback = total == 5 + sizeof tag && evbuffer_copyout(in, b, sizeof b) == (ssize_t)sizeof b &&
+	s->txn.set_last_rollback = total == 5 + sizeof tag && evbuffer_copyout(in, b, sizeof b) == (ssize_t)sizeof b &&
 			       memcmp(b + 5, tag, sizeof tag) == 0;
 }
 
@@ -830,7 +827,7 @@ static void process_active(struct server *s)
 			size_t n = have < s->fwd_remaining ? have : s->fwd_remaining;
 			evbuffer_remove_buffer(in, out, n);
 			s->fwd_remaining -= (uint32_t)n;
-			s->sent_to_client = true;
+			s->txn.sent_to_client = true;
 			stats_add(s->sp->pool->stats, STAT_SENT, n);
 			if (io_out_len(c->io) >= c->out_budget) {
 				pause_for_client(s);
@@ -887,13 +884,11 @@ static void process_active(struct server *s)
 				}
 				if (f.type == PqMsg_ReadyForQuery) {
 					/* pgcat's own PREPARE segment: one ReadyForQuery less owed */
-					s->tx_status = (char)hdr[5];
-					if (s->outstanding > 0)
-						s->outstanding--;
+					txn_ready(&s->txn, (char)hdr[5]);
 					drop_message(s, total);
 					/* pgcat's own Sync after a Flush (sharding, route.c):
 					 * nothing else owed, the server goes back. */
-					if (s->outstanding == 0 && !s->ext_pending && s->tx_status == 'I' &&
+					if (s->txn.outstanding == 0 && !s->txn.ext_pending && s->txn.tx_status == 'I' &&
 					    s->sp->pool->mode == POOL_MODE_TRANSACTION) {
 						s->sp->ev->release(s);
 						return;
@@ -906,7 +901,7 @@ static void process_active(struct server *s)
 				drop_message(s, total);
 				evbuffer_add(out, repl, repl_len);
 				free(repl);
-				s->sent_to_client = true;
+				s->txn.sent_to_client = true;
 				stats_add(s->sp->pool->stats, STAT_SENT, repl_len);
 				continue;
 			}
@@ -916,21 +911,19 @@ static void process_active(struct server *s)
 			if (got < 6)
 				return;
 			evbuffer_remove_buffer(in, out, 6);
-			s->tx_status = (char)hdr[5];
-			if (s->outstanding > 0)
-				s->outstanding--;
-			if (s->set_pending && s->tx_status == 'I')
-				settings_settle(s, !s->set_cycle_error && !s->set_last_rollback);
-			s->set_cycle_error = false;
+			txn_ready(&s->txn, (char)hdr[5]);
+			if (s->txn.set_pending && s->txn.tx_status == 'I')
+				settings_settle(s, !s->txn.set_cycle_error && !s->txn.set_last_rollback);
+			s->txn.set_cycle_error = false;
 			{
 				struct stats *st = s->sp->pool->stats;
 				uint64_t now = s->w->now_us;
 				st->v[STAT_SENT] += 6;
 				st->v[STAT_QUERY]++;
-				st->v[STAT_QUERY_TIME] += now - s->query_start_us;
-				stats_observe(st, HIST_QUERY, now - s->query_start_us);
-				s->query_start_us = now;
-				if (s->tx_status == 'I') {
+				st->v[STAT_QUERY_TIME] += now - s->txn.query_start_us;
+				stats_observe(st, HIST_QUERY, now - s->txn.query_start_us);
+				s->txn.query_start_us = now;
+				if (s->txn.tx_status == 'I') {
 					s->sp->xact_count++;
 					struct shm_target_counts *tc =
 						s->w->shm ? shm_target_counts(s->w->shm, s->w->id, s->sp->shm_target) : NULL;
@@ -939,23 +932,23 @@ static void process_active(struct server *s)
 								      atomic_load_explicit(&tc->xacts, memory_order_relaxed) + 1,
 								      memory_order_relaxed);
 					st->v[STAT_XACT]++;
-					st->v[STAT_XACT_TIME] += now - s->xact_start_us;
-					stats_observe(st, HIST_XACT, now - s->xact_start_us);
+					st->v[STAT_XACT_TIME] += now - s->txn.xact_start_us;
+					stats_observe(st, HIST_XACT, now - s->txn.xact_start_us);
 				}
 			}
-			s->in_copy_in = false;
+			s->txn.in_copy_in = false;
 			s->last_used_us = s->w->now_us;
-			s->sent_to_client = false;
-			s->req_msgs = 0;
-			s->req_data = false;
-			s->skip_msgs = 0;
+			s->txn.sent_to_client = false;
+			s->txn.req_msgs = 0;
+			s->txn.req_data = false;
+			s->txn.skip_msgs = 0;
 			s->timeout_cancelled = false;
 			c->ev->answered(c);
 			/* Messages the client sent after that Sync (a Parse, Describe
 			 * and Flush of postgres.js, the next pipeline of pgx) are still
 			 * being answered here: their replies are this client's, so the
 			 * server stays until the ReadyForQuery of their own Sync. */
-			if (s->outstanding == 0 && !s->ext_pending && s->tx_status == 'I' &&
+			if (s->txn.outstanding == 0 && !s->txn.ext_pending && s->txn.tx_status == 'I' &&
 			    (s->sp->pool->mode == POOL_MODE_TRANSACTION || c->close_when_released)) {
 				s->sp->ev->release(s);
 				return;
@@ -977,8 +970,8 @@ static void process_active(struct server *s)
 			}
 			break;
 		case PqMsg_ErrorResponse:
-			s->in_copy_in = false;
-			s->set_cycle_error = true;
+			s->txn.in_copy_in = false;
+			s->txn.set_cycle_error = true;
 			if (total <= SERVER_INSPECT_MAX) {
 				if (!take_whole(in, total, buf))
 					return;
@@ -990,17 +983,17 @@ static void process_active(struct server *s)
 					return;
 				}
 				evbuffer_add(out, buf, total);
-				s->sent_to_client = true;
-				s->req_data = true;
+				s->txn.sent_to_client = true;
+				s->txn.req_data = true;
 				stats_add(s->sp->pool->stats, STAT_SENT, total);
 				continue;
 			}
 			break;
 		case PqMsg_CopyInResponse:
-			s->in_copy_in = true;
+			s->txn.in_copy_in = true;
 			break;
 		case PqMsg_CommandComplete:
-			if (s->set_pending)
+			if (s->txn.set_pending)
 				settings_note_complete(s, in, total);
 			break;
 		default:
@@ -1008,7 +1001,7 @@ static void process_active(struct server *s)
 		}
 		if (f.type == PqMsg_ParseComplete || f.type == PqMsg_BindComplete || f.type == PqMsg_CloseComplete ||
 		    f.type == PqMsg_ParameterDescription || f.type == PqMsg_RowDescription || f.type == PqMsg_NoData) {
-			if (s->skip_msgs > 0) {
+			if (s->txn.skip_msgs > 0) {
 				/* A replayed read: the client has this one already. */
 				if (total > SERVER_INSPECT_MAX) {
 					server_close(s, "replayed read: unexpected large reply");
@@ -1017,15 +1010,15 @@ static void process_active(struct server *s)
 				if (evbuffer_get_length(in) < total)
 					return;
 				evbuffer_drain(in, total);
-				s->skip_msgs--;
+				s->txn.skip_msgs--;
 				continue;
 			}
-			s->req_msgs++;
+			s->txn.req_msgs++;
 		} else if (f.type != PqMsg_NoticeResponse && f.type != PqMsg_NotificationResponse) {
 			/* (a notice, such as the one of a server shutting down, is not
 			 * part of the answer: a replay need not repeat it) */
-			s->req_data = true;
-			s->skip_msgs = 0;
+			s->txn.req_data = true;
+			s->txn.skip_msgs = 0;
 		}
 		s->fwd_remaining = total;
 	}

@@ -413,7 +413,7 @@ static void client_timeouts(struct worker *w)
 		LIST_FOREACH_SAFE(pos, tmp, &w->clients_active) {
 			struct client *c = LIST_OWNER(pos, struct client, node);
 			struct server *s = c->end.server;
-			if (s && s->state == SERVER_ACTIVE && s->outstanding == 0 && s->tx_status != 'I' &&
+			if (s && s->state == SERVER_ACTIVE && s->txn.outstanding == 0 && s->txn.tx_status != 'I' &&
 			    now - c->last_activity_us >= limit)
 				client_close(c, "25P03", "terminating connection due to idle-in-transaction timeout");
 		}
@@ -594,7 +594,7 @@ void worker_begin_shutdown(struct worker *w)
 	LIST_FOREACH_SAFE(pos, tmp, &w->clients_active) {
 		struct client *c = LIST_OWNER(pos, struct client, node);
 		struct server *s = c->end.server;
-		if (s && s->state == SERVER_ACTIVE && s->outstanding == 0 && s->tx_status == 'I' &&
+		if (s && s->state == SERVER_ACTIVE && s->txn.outstanding == 0 && s->txn.tx_status == 'I' &&
 		    c->fwd_remaining == 0 && s->fwd_remaining == 0)
 			client_close(c, SQLSTATE_ADMIN_SHUTDOWN, "pgcat is shutting down");
 		else

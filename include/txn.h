@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * txn: the transaction running on a server connection, as pgcat keeps
+ * track of it: what the server still owes (ReadyForQuery messages, the end
+ * of an extended request), its status, the clocks of query_time and
+ * xact_time, what a replayed read must skip, and the session settings to
+ * undo if the transaction does not stick.
+ *
+ * One struct, embedded in the server (struct server.txn), moved by inline
+ * entry points: a message of the client's went to the server
+ * (txn_frontend, and txn_set_snapshot/txn_set_done for a SET), one of
+ * pgcat's own did (txn_sent), and a ReadyForQuery came back (txn_ready).
+ * Outside server.c, which records the replies it forwards (the replay and
+ * SET-undo parts) and settles them, the rest of pgcat only reads it.
+ * A data header: the client side (client.c's pump, a fan-out's legs,
+ * prepared.c's rewriting) and the server side both count through it
+ * without calling each other.
+ */
+#ifndef PGCAT_TXN_H
+#define PGCAT_TXN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "params.h"
+#include "proto.h"
+
+struct txn {
+	char tx_status;               /* of the last ReadyForQuery: 'I', 'T' or 'E' */
+	/* ReadyForQuery messages still owed: one per Query, Sync and
+	 * FunctionCall sent. The transaction can only end when this is 0. */
+	uint32_t outstanding;
+	/* Extended-protocol messages sent since the last Sync. */
+	bool ext_pending;
+	bool in_copy_in;
+	uint64_t query_start_us;      /* first message of the request in flight */
+	uint64_t xact_start_us;       /* first message after the last 'I' */
+
+	/* Replay of a read (SPEC §4): any byte of the current request reached
+	 * the client; its replies forwarded so far, and whether any carried
+	 * data (rows, results, errors) rather than acknowledgements a replay
+	 * would repeat exactly (1, 2, 3, t, T, n); for a replayed read, the
+	 * acknowledgements the client already has. */
+	bool sent_to_client;
+	uint32_t req_msgs;
+	bool req_data;
+	uint32_t skip_msgs;
+
+	/* Session settings the client changed in the transaction (or request)
+	 * under way, not yet known to stick: what both sides were before it.
+	 * A SET that fails, or whose transaction rolls back, is undone in
+	 * PostgreSQL, so it is undone here too (set_pending false: none). */
+	struct params set_undo_client, set_undo_server;
+	bool set_pending;
+	bool set_cycle_error;         /* an ErrorResponse since the last ReadyForQuery */
+	bool set_last_rollback;       /* the last CommandComplete was ROLLBACK */
+};
+
+/* A message of this type, pgcat's own, went to the server: what it owes
+ * in return (a ReadyForQuery for each Query, FunctionCall and Sync; an
+ * open extended request until the Sync). */
+static inline void txn_sent(struct txn *t, uint8_t type)
+{
+	switch (type) {
+	case PqMsg_Query:
+	case PqMsg_FunctionCall:
+		t->outstanding++;
+		break;
+	case PqMsg_Sync:
+		t->outstanding++;
+		t->ext_pending = false;
+		break;
+	case PqMsg_Parse:
+	case PqMsg_Bind:
+	case PqMsg_Describe:
+	case PqMsg_Execute:
+	case PqMsg_Close:
+		t->ext_pending = true;
+		break;
+	default:
+		break;
+	}
+}
+
+/* A message of the client's went to the server: as txn_sent, and the first
+ * of a request starts the clocks of query_time (and, from 'I',
+ * xact_time). Inline: every client message passes here. */
+static inline void txn_frontend(struct txn *t, uint8_t type, uint64_t now_us)
+{
+	if (t->outstanding == 0 && !t->ext_pending) {
+		t->query_start_us = now_us;
+		if (t->tx_status == 'I')
+			t->xact_start_us = now_us;
+	}
+	txn_sent(t, type);
+}
+
+/* A ReadyForQuery with this status came from the server: one less owed. */
+static inline void txn_ready(struct txn *t, char status)
+{
+	t->tx_status = status;
+	if (t->outstanding > 0)
+		t->outstanding--;
+}
+
+/* A statement that may change session settings goes to the server (the
+ * client's pump reads SET, RESET, DISCARD): the first of a request or
+ * transaction takes what both sides were, to undo to. true: this one took
+ * the snapshot. */
+static inline bool txn_set_snapshot(struct txn *t, const struct params *client, const struct params *server)
+{
+	if (t->set_pending)
+		return false;
+	params_copy(&t->set_undo_client, client);
+	params_copy(&t->set_undo_server, server);
+	return true;
+}
+
+/* The statement changed a setting: it sticks only if it succeeds and its
+ * transaction commits (server.c settles it at ReadyForQuery); or it did
+ * not, and the snapshot it took, if any, goes. */
+static inline void txn_set_done(struct txn *t, bool changed, bool took_snapshot)
+{
+	if (changed) {
+		t->set_pending = true;
+	} else if (took_snapshot) {
+		params_clear(&t->set_undo_client);
+		params_clear(&t->set_undo_server);
+	}
+}
+
+#endif
