@@ -33,6 +33,27 @@ enum client_state {
 
 struct client_auth;
 
+/* The client's transaction as pgcat alone knows it: outside any server's
+ * (whose ReadyForQuery status says the rest), moved by client_set_tx,
+ * which checks the edge. */
+enum client_tx {
+	CLIENT_TX_NONE,     /* none, or the linked server's */
+	CLIENT_TX_HELD,     /* a BEGIN pgcat answered and holds (held_begin) until the first statement */
+	CLIENT_TX_FAILED    /* failed without a server: answered with errors until the client ends it (SPEC §3) */
+};
+
+/* Messages of an extended batch pgcat answers itself, up to its Sync
+ * (client_set_batch). */
+enum client_batch {
+	CLIENT_BATCH_NONE,
+	/* A request pgcat could not serve: its messages up to and including
+	 * Sync are discarded, then ReadyForQuery. */
+	CLIENT_BATCH_SKIP_TO_SYNC,
+	/* In a failed transaction, a ROLLBACK sent as Parse/Bind/Execute/Sync:
+	 * each answered as PostgreSQL would, and the transaction ends at Sync. */
+	CLIENT_BATCH_LOCAL_ROLLBACK
+};
+
 struct client_pending_error {
 	char sqlstate[6];
 	char message[];
@@ -79,7 +100,8 @@ struct client {
 	 * when needed). */
 	struct client_pending_error *pending_error;
 	/* A BEGIN pgcat answered itself until the transaction's first
-	 * statement shows its shard (route.c); sent to the server when linked. */
+	 * statement shows its shard (route.c); sent to the server when linked.
+	 * Set exactly in CLIENT_TX_HELD (client_hold_begin). */
 	char *held_begin;
 	uint64_t sticky_until_us;
 	/* A read sent to a replica: a copy of its bytes until the first reply
@@ -124,12 +146,10 @@ struct client {
 	enum client_state state : 8;  /* a bit-field, so that the small fields fit in 32 bytes */
 
 	bool is_unix : 1;
-	/* Answering a request pgcat could not serve: discard messages up to
-	 * and including Sync, then send ReadyForQuery. */
-	bool skip_to_sync : 1;
-	/* The server was lost inside an explicit transaction: pgcat answers
-	 * until the client ends it (SPEC §3). */
-	bool in_failed_tx : 1;
+	/* Its transaction as pgcat alone knows it (client_set_tx). */
+	enum client_tx tx : 2;
+	/* An extended batch pgcat answers itself (client_set_batch). */
+	enum client_batch batch : 2;
 	bool held_begin_read_only : 1;
 	bool retry_on : 1;
 	bool has_cancel_key : 1;
@@ -138,8 +158,6 @@ struct client {
 	bool paused : 1;              /* reading stopped for the server's backpressure */
 	/* Inside client_process: nested reports only ask for another round. */
 	bool processing : 1, reprocess : 1;
-	/* failed transaction, extended protocol: pgcat answers a ROLLBACK batch itself */
-	bool local_rollback_batch : 1;
 };
 
 /* The client of a waiter on a pool's lists; NULL: not a client's (a
@@ -204,6 +222,12 @@ void client_send_simple(struct client *c, uint8_t type);
 char client_idle_status(const struct client *c);
 /* Forget the error the client's next message was to get. */
 void client_clear_pending_error(struct client *c);
+/* The client's transaction moves to `to` (an edge client_tx allows; the
+ * held BEGIN goes when it leaves CLIENT_TX_HELD). */
+void client_set_tx(struct client *c, enum client_tx to);
+/* NONE -> HELD with this BEGIN (text malloc'ed, owned from here on). */
+void client_hold_begin(struct client *c, char *text, bool read_only);
+void client_set_batch(struct client *c, enum client_batch to);
 /* The normal session's welcome, once the pool knows its server
  * parameters: AuthenticationOk, ParameterStatus, then
  * client_finish_welcome. */

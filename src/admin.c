@@ -356,7 +356,7 @@ static bool admin_message(struct client *c, const struct proto_frame *f)
 		if (f->type == PqMsg_FunctionCall)
 			admin_rfq(c);
 		else
-			c->skip_to_sync = true;
+			client_set_batch(c, CLIENT_BATCH_SKIP_TO_SYNC);
 		return true;
 	}
 }

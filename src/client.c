@@ -19,6 +19,7 @@
 #include "route.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <stdatomic.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -131,7 +132,62 @@ void client_send_simple(struct client *c, uint8_t type)
 	evbuffer_add(io_out(&c->io), msg, sizeof msg);
 }
 
-char client_idle_status(const struct client *c) { return c->in_failed_tx ? 'E' : c->held_begin ? 'T' : 'I'; }
+char client_idle_status(const struct client *c)
+{
+	switch (c->tx) {
+	case CLIENT_TX_FAILED:
+		return 'E';
+	case CLIENT_TX_HELD:
+		return 'T';
+	case CLIENT_TX_NONE:
+		break;
+	}
+	return 'I';
+}
+
+/* The edges of enum client_tx: a BEGIN held and its end or first
+ * statement; a failure with or without one; the end of a failed one. */
+static bool tx_edge_ok(enum client_tx from, enum client_tx to)
+{
+	switch (to) {
+	case CLIENT_TX_NONE:
+		return true;   /* ended, or handed to the server */
+	case CLIENT_TX_HELD:
+		return from == CLIENT_TX_NONE;
+	case CLIENT_TX_FAILED:
+		return true;   /* (failing again changes nothing) */
+	}
+	return false;
+}
+
+void client_set_tx(struct client *c, enum client_tx to)
+{
+	assert(tx_edge_ok(c->tx, to));
+	assert(to != CLIENT_TX_HELD);   /* client_hold_begin, with its text */
+	if (c->tx == CLIENT_TX_HELD) {
+		free(c->held_begin);
+		c->held_begin = NULL;
+	}
+	c->tx = to;
+	assert((c->held_begin != NULL) == (c->tx == CLIENT_TX_HELD));
+}
+
+void client_hold_begin(struct client *c, char *text, bool read_only)
+{
+	assert(tx_edge_ok(c->tx, CLIENT_TX_HELD) && text);
+	c->held_begin = text;
+	c->held_begin_read_only = read_only;
+	c->tx = CLIENT_TX_HELD;
+}
+
+/* The edges of enum client_batch: a batch starts from none and ends at
+ * its Sync (or an error turns a local ROLLBACK into skipping). */
+void client_set_batch(struct client *c, enum client_batch to)
+{
+	assert(to == CLIENT_BATCH_NONE || c->batch == CLIENT_BATCH_NONE || c->batch == to ||
+	       (c->batch == CLIENT_BATCH_LOCAL_ROLLBACK && to == CLIENT_BATCH_SKIP_TO_SYNC));
+	c->batch = to;
+}
 
 static const struct client_end_events client_end_events;
 static const struct pool_waiter_events client_wait_events;
@@ -437,7 +493,7 @@ static void fail_current_request(struct client *c, const char *sqlstate, const c
 		client_send_rfq(c, client_idle_status(c));
 		return;
 	}
-	c->skip_to_sync = true;
+	client_set_batch(c, CLIENT_BATCH_SKIP_TO_SYNC);
 }
 
 void client_on_checkout_failed(struct client *c, const char *sqlstate, const char *message)
@@ -459,7 +515,7 @@ static void set_pending_error(struct client *c, const char *sqlstate, const char
 
 void client_fail_transaction(struct client *c, const char *sqlstate, const char *message)
 {
-	c->in_failed_tx = true;
+	client_set_tx(c, CLIENT_TX_FAILED);
 	set_pending_error(c, sqlstate, message);
 }
 
@@ -526,14 +582,16 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 	if (s->txn.outstanding > 0 || s->txn.ext_pending) {
 		/* A request in flight: the error answers it now. */
 		client_send_error(c, "ERROR", sqlstate, message);
-		c->in_failed_tx = in_tx;
+		if (in_tx)
+			client_set_tx(c, CLIENT_TX_FAILED);
 		for (uint32_t i = 0; i < s->txn.outstanding; i++)
 			client_send_rfq(c, client_idle_status(c));
 		if (s->txn.ext_pending)
-			c->skip_to_sync = true;
+			client_set_batch(c, CLIENT_BATCH_SKIP_TO_SYNC);
 	} else {
 		/* Idle inside a transaction: the next message gets the error. */
-		c->in_failed_tx = in_tx;
+		if (in_tx)
+			client_set_tx(c, CLIENT_TX_FAILED);
 		set_pending_error(c, sqlstate, message);
 	}
 	client_process(c);
@@ -798,11 +856,11 @@ static void process_idle(struct client *c)
 			client_close(c, NULL, NULL);
 			return;
 		}
-		if (c->skip_to_sync) {
+		if (c->batch == CLIENT_BATCH_SKIP_TO_SYNC) {
 			uint32_t total = f.len + 1;
 			client_discard_message(c, total);
 			if (f.type == PqMsg_Sync) {
-				c->skip_to_sync = false;
+				client_set_batch(c, CLIENT_BATCH_NONE);
 				client_send_rfq(c, client_idle_status(c));
 			}
 			continue;
@@ -918,10 +976,8 @@ static void end_ready(struct client_end *end, bool begin_ran)
 	struct client *c = end_owner(end);
 	end->retry_skip = 0;
 	end->begin = NULL;
-	if (begin_ran) {   /* the transaction is open on the server now */
-		free(c->held_begin);
-		c->held_begin = NULL;
-	}
+	if (begin_ran)   /* the transaction is open on the server now: its own */
+		client_set_tx(c, CLIENT_TX_NONE);
 	client_on_linked(c);
 }
 

@@ -92,13 +92,13 @@ static bool answer_locally(struct client *c, const struct proto_frame *f)
 	client_discard_message(c, total);
 	switch (type) {
 	case PqMsg_Query:
-		if (is_end && c->in_failed_tx) {
+		if (is_end && c->tx == CLIENT_TX_FAILED) {
 			uint8_t storage[64];
 			struct pktbuf pb;
 			pktbuf_init(&pb, storage, sizeof storage);
 			pktbuf_command_complete(&pb, "ROLLBACK");
 			client_send_pkt(c, &pb);
-			c->in_failed_tx = false;
+			client_set_tx(c, CLIENT_TX_NONE);
 			client_clear_pending_error(c);
 			client_send_rfq(c, 'I');
 		} else {
@@ -108,26 +108,26 @@ static bool answer_locally(struct client *c, const struct proto_frame *f)
 		}
 		return true;
 	case PqMsg_Parse:
-		if (is_end && c->in_failed_tx) {
-			c->local_rollback_batch = true;
+		if (is_end && c->tx == CLIENT_TX_FAILED) {
+			client_set_batch(c, CLIENT_BATCH_LOCAL_ROLLBACK);
 			client_send_simple(c, PqMsg_ParseComplete);
 			return true;
 		}
 		break;
 	case PqMsg_Bind:
-		if (c->local_rollback_batch) {
+		if (c->batch == CLIENT_BATCH_LOCAL_ROLLBACK) {
 			client_send_simple(c, PqMsg_BindComplete);
 			return true;
 		}
 		break;
 	case PqMsg_Describe:
-		if (c->local_rollback_batch) {
+		if (c->batch == CLIENT_BATCH_LOCAL_ROLLBACK) {
 			client_send_simple(c, PqMsg_NoData);
 			return true;
 		}
 		break;
 	case PqMsg_Execute:
-		if (c->local_rollback_batch) {
+		if (c->batch == CLIENT_BATCH_LOCAL_ROLLBACK) {
 			uint8_t storage[64];
 			struct pktbuf pb;
 			pktbuf_init(&pb, storage, sizeof storage);
@@ -145,9 +145,9 @@ static bool answer_locally(struct client *c, const struct proto_frame *f)
 	case PqMsg_CopyFail:
 		return true;
 	case PqMsg_Sync:
-		if (c->local_rollback_batch) {
-			c->local_rollback_batch = false;
-			c->in_failed_tx = false;
+		if (c->batch == CLIENT_BATCH_LOCAL_ROLLBACK) {
+			client_set_batch(c, CLIENT_BATCH_NONE);
+			client_set_tx(c, CLIENT_TX_NONE);
 			client_clear_pending_error(c);
 		}
 		client_send_rfq(c, client_idle_status(c));
@@ -157,11 +157,12 @@ static bool answer_locally(struct client *c, const struct proto_frame *f)
 	}
 	client_send_error(c, "ERROR", code, msg);
 	client_clear_pending_error(c);
-	c->local_rollback_batch = false;
-	if (type == PqMsg_FunctionCall)
+	if (type == PqMsg_FunctionCall) {
+		client_set_batch(c, CLIENT_BATCH_NONE);
 		client_send_rfq(c, client_idle_status(c));
-	else
-		c->skip_to_sync = true;
+	} else {
+		client_set_batch(c, CLIENT_BATCH_SKIP_TO_SYNC);
+	}
 	return true;
 }
 
@@ -213,11 +214,8 @@ static void apply_local(struct client *c, const struct route_decision *d)
  * on a server (the client ends it with ROLLBACK). */
 static void refuse(struct client *c, const struct route_decision *d)
 {
-	if (c->held_begin) {
-		free(c->held_begin);
-		c->held_begin = NULL;
-		c->in_failed_tx = true;
-	}
+	if (c->tx == CLIENT_TX_HELD)
+		client_set_tx(c, CLIENT_TX_FAILED);
 	client_on_checkout_failed(c, d->sqlstate, d->message);
 }
 
@@ -237,13 +235,11 @@ static bool apply_held(struct client *c, const struct route_decision *d)
 			return false;
 		memcpy(text, d->held_sql, d->held_len);
 		text[d->held_len] = '\0';
-		c->held_begin = text;
-		c->held_begin_read_only = d->held_read_only;
+		client_hold_begin(c, text, d->held_read_only);
 		break;
 	}
 	case ROUTE_HELD_END:
-		free(c->held_begin);
-		c->held_begin = NULL;
+		client_set_tx(c, CLIENT_TX_NONE);
 		break;
 	}
 	evbuffer_drain(c->io.in, d->consume);
@@ -275,7 +271,7 @@ static bool normal_message(struct client *c, const struct proto_frame *f)
 		client_discard_message(c, total);
 		return true;
 	}
-	if (c->in_failed_tx || c->pending_error) {
+	if (c->tx == CLIENT_TX_FAILED || c->pending_error) {
 		if (!answer_locally(c, f))
 			return false;
 		return true;
@@ -409,16 +405,11 @@ static void fanout_answered(struct client *c)
 
 static void fanout_resume(struct client *c) { client_process(c); }
 
-static void fanout_tx_over(struct client *c)
-{
-	free(c->held_begin);
-	c->held_begin = NULL;
-}
+static void fanout_tx_over(struct client *c) { client_set_tx(c, CLIENT_TX_NONE); }
 
 static void fanout_tx_failed(struct client *c, const char *sqlstate, const char *message)
 {
-	fanout_tx_over(c);
-	client_fail_transaction(c, sqlstate, message);
+	client_fail_transaction(c, sqlstate, message);   /* (the held BEGIN goes) */
 }
 
 static void fanout_fatal(struct client *c, const char *sqlstate, const char *message)
