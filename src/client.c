@@ -719,12 +719,9 @@ static void process_active(struct client *c)
 	struct evbuffer *out = server_output(s);
 	while (c->state == CLIENT_ACTIVE && c->end.server == s && s->state == SERVER_ACTIVE) {
 		if (c->fwd_remaining > 0) {
-			size_t have = evbuffer_get_length(in);
-			if (have == 0)
+			size_t n = link_forward_rest(in, out, &c->fwd_remaining);
+			if (n == 0)
 				return;
-			size_t n = have < c->fwd_remaining ? have : c->fwd_remaining;
-			evbuffer_remove_buffer(in, out, n);
-			c->fwd_remaining -= (uint32_t)n;
 			stats_add(c->pool->stats, STAT_RECEIVED, n);
 			continue;
 		}

@@ -33,6 +33,7 @@
 #include "auth_backend.h"
 #include "client_end.h"
 #include "config.h"
+#include "link.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool_types.h"
@@ -821,12 +822,9 @@ static void process_active(struct server *s)
 	struct evbuffer *out = io_out(c->io);
 	while (s->state == SERVER_ACTIVE && s->client == c) {
 		if (s->fwd_remaining > 0) {
-			size_t have = evbuffer_get_length(in);
-			if (have == 0)
+			size_t n = link_forward_rest(in, out, &s->fwd_remaining);
+			if (n == 0)
 				return;
-			size_t n = have < s->fwd_remaining ? have : s->fwd_remaining;
-			evbuffer_remove_buffer(in, out, n);
-			s->fwd_remaining -= (uint32_t)n;
 			s->txn.sent_to_client = true;
 			stats_add(s->sp->pool->stats, STAT_SENT, n);
 			if (io_out_len(c->io) >= c->out_budget) {
