@@ -143,8 +143,7 @@ struct route_decision {
 	 * whatever the action (not for HOLD). */
 	bool set_phase;
 	uint8_t phase;
-	char sqlstate[6];          /* (REFUSE) */
-	char message[256];
+	char sqlstate[6];          /* (REFUSE); the message is at the end */
 	/* (HOLD) the held BEGIN; its text is in the client's input (or its
 	 * prepared statements): copied before the input is drained. */
 	enum route_held held;
@@ -164,16 +163,47 @@ struct route_decision {
 	/* A session setting to change. */
 	enum route_setting setting;
 	int value;
+	/* Last, the buffers route_decision_init does not clear (written
+	 * before they are read): the REFUSE message and the reply's bytes. */
+	char message[256];
 	uint8_t reply_storage[512];
 };
 
-/* An empty decision: nothing to consume, send or change. */
-void route_decision_init(struct route_decision *d);
+/* An empty decision: nothing to consume, send or change. Field by field,
+ * inline: once per request, and the ~770 bytes of buffers at the end are
+ * written before they are read (the reply stays empty, len 0, until a
+ * reply is started). */
+static inline void route_decision_init(struct route_decision *d)
+{
+	d->action = ROUTE_CHECKOUT;
+	d->sp = NULL;
+	d->no_writer = false;
+	d->retry_on = false;
+	d->sticky_until_us = 0;
+	d->set_phase = false;
+	d->phase = 0;
+	d->sqlstate[0] = '\0';
+	d->held = ROUTE_HELD_KEEP;
+	d->held_sql = NULL;
+	d->held_len = 0;
+	d->held_read_only = false;
+	d->adopt = NULL;
+	d->adopt_len = 0;
+	d->reprocess = false;
+	d->consume = 0;
+	d->reply.data = NULL;
+	d->reply.len = 0;
+	d->reply.failed = false;
+	d->setting = ROUTE_SET_NONE;
+	d->value = 0;
+	d->message[0] = '\0';
+}
 
 /* SET SERVER ROLE, SET PRIMARY READS, SHOW SERVER ROLE, SHOW PRIMARY READS
  * (and SET/SHOW SHARD, SET SHARDING KEY) in a simple Query: answered by
- * pgcat. Returns true when it is one: *d holds the reply (with its
- * ReadyForQuery) and the setting to change; sql is the query text. */
+ * pgcat. Returns true when it is one: *d (initialized here) holds the
+ * reply (with its ReadyForQuery) and the setting to change; sql is the
+ * query text. false: *d untouched. */
 bool route_local_command(const struct client *c, const char *sql, size_t len, struct route_decision *d);
 
 #endif

@@ -5,6 +5,7 @@
 #include "route.h"
 
 #include <event2/buffer.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,6 +286,14 @@ static bool scan_request(struct client *c, const struct proto_frame *f, const st
 /* The request is refused with an error (the session answers it:
  * ReadyForQuery, or skipping to Sync; inside a held BEGIN, the
  * transaction fails). */
+/* The decision's reply, started empty in its own storage (a reply to the
+ * client is rare: route_decision_init leaves it unset). */
+static struct pktbuf *decision_reply(struct route_decision *d)
+{
+	pktbuf_init(&d->reply, d->reply_storage, sizeof d->reply_storage);
+	return &d->reply;
+}
+
 static void refuse(struct route_decision *d, const char *sqlstate, const char *msg)
 {
 	d->action = ROUTE_REFUSE;
@@ -630,7 +639,7 @@ static bool hold_begin(const struct client *c, const struct proto_frame *f, stru
 		return false;
 	const char *sql = (const char *)evbuffer_pullup(c->io.in, total) + 5;
 	size_t len = strnlen(sql, total - 5);
-	struct pktbuf *pb = &d->reply;
+	struct pktbuf *pb = decision_reply(d);
 	if (c->held_begin) {
 		const char *tag = sqllex_plain_end_tag(sql, len);
 		if (!tag)
@@ -764,7 +773,7 @@ static bool hold_begin_extended(const struct client *c, const struct proto_frame
 		d->adopt = m + parse_at;
 		d->adopt_len = (uint32_t)parse_total;
 	}
-	struct pktbuf *pb = &d->reply;
+	struct pktbuf *pb = decision_reply(d);
 	if (name) {
 		pktbuf_begin(pb, PqMsg_ParseComplete);
 		pktbuf_end(pb);
@@ -802,8 +811,13 @@ static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame 
 static struct srvpool *pick(struct client *c, const struct proto_frame *f, struct route_decision *d)
 {
 	struct pool *p = c->pool;
+	/* The parser's rules, for a pool with a choice to make: with one
+	 * server in all there is no shard to decide and no role to pick, and
+	 * nothing below reads them (decide_shard and pick_in_shard return
+	 * first), so they are not built for every request. */
 	struct route_rules rr;
-	route_rules_build(c, &rr);
+	if (p->n_targets > 1)
+		route_rules_build(c, &rr);
 	d->set_phase = true;
 	d->phase = ROUTE_PHASE_NONE;
 	int shard;
@@ -856,12 +870,6 @@ static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame 
 
 /* ---- SET SERVER ROLE and friends ---- */
 
-void route_decision_init(struct route_decision *d)
-{
-	memset(d, 0, sizeof *d);
-	pktbuf_init(&d->reply, d->reply_storage, sizeof d->reply_storage);
-}
-
 /* The reply pb ends with ReadyForQuery: in the transaction pgcat holds,
  * or idle. */
 static void reply(const struct client *c, struct pktbuf *pb)
@@ -901,8 +909,9 @@ static void reply_set(const struct client *c, struct route_decision *d, enum rou
 {
 	d->setting = setting;
 	d->value = value;
-	pktbuf_command_complete(&d->reply, "SET");
-	reply(c, &d->reply);
+	struct pktbuf *pb = decision_reply(d);
+	pktbuf_command_complete(pb, "SET");
+	reply(c, pb);
 }
 
 static const char *role_text(int r)
@@ -929,7 +938,10 @@ bool route_local_command(const struct client *c, const char *sql, size_t len, st
 		return false;
 	char value[1024];   /* SET SHARDING KEY: a text key may be long */
 	enum router_command cmd = router_parse_command(sql, len, value, sizeof value);
-	struct pktbuf *pb = &d->reply;
+	if (cmd == ROUTER_CMD_NONE)
+		return false;
+	route_decision_init(d);   /* (only now: SELECT passes here on every request) */
+	struct pktbuf *pb = decision_reply(d);
 	switch (cmd) {
 	case ROUTER_CMD_NONE:
 		return false;

@@ -205,7 +205,7 @@ static void apply_local(struct client *c, const struct route_decision *d)
 		break;
 	}
 	evbuffer_drain(c->io.in, d->consume);
-	if (!d->reply.failed)
+	if (d->reply.len && !d->reply.failed)
 		evbuffer_add(client_output(c), d->reply.data, d->reply.len);
 }
 
@@ -243,7 +243,7 @@ static bool apply_held(struct client *c, const struct route_decision *d)
 		break;
 	}
 	evbuffer_drain(c->io.in, d->consume);
-	if (!d->reply.failed)
+	if (d->reply.len && !d->reply.failed)
 		evbuffer_add(client_output(c), d->reply.data, d->reply.len);
 	if (d->reprocess)
 		c->reprocess = true;
@@ -319,8 +319,7 @@ static bool normal_message(struct client *c, const struct proto_frame *f)
 		if (evbuffer_get_length(in) < total)
 			return false;
 		const uint8_t *m = evbuffer_pullup(in, total);
-		struct route_decision d;
-		route_decision_init(&d);
+		struct route_decision d;   /* (initialized by route_local_command if it answers) */
 		if (route_local_command(c, (const char *)m + 5, strnlen((const char *)m + 5, total - 5), &d)) {
 			d.consume = total;
 			apply_local(c, &d);
