@@ -708,6 +708,114 @@ void client_reply_started(struct client *c)
 	drop_retry(c);
 }
 
+/* What the pump does after a step on one message: go on with the same
+ * message, take the next one, or stop (wait for bytes, or the link moved,
+ * or the client closed). */
+enum pump_step { PUMP_ON, PUMP_NEXT, PUMP_STOP };
+
+/* Sharding: each statement of the transaction is checked against the
+ * server's shard (route.h) by the session's guard. */
+static enum pump_step guard_step(struct client *c, struct server *s, const struct proto_frame *f)
+{
+	struct route_active_decision rd;
+	enum route_active ra = c->session->guard(c, s, f, &rd);
+	c->shard_phase = rd.phase;
+	switch (ra) {
+	case ROUTE_ACTIVE_FORWARD:
+		return PUMP_ON;
+	case ROUTE_ACTIVE_WAIT:
+		return PUMP_STOP;
+	case ROUTE_ACTIVE_CONSUMED:
+		/* refused on the server (its error comes in turn) */
+		evbuffer_drain(c->io.in, rd.consume);
+		client_reply_started(c);   /* what was captured for a replay is incomplete now */
+		return PUMP_NEXT;
+	}
+	return PUMP_ON;
+}
+
+/* Prepared statements: the messages rewritten need their bytes (Bind and
+ * Describe: the names at the front) before anything is counted. false:
+ * not here yet (the read watermark lets a long one in). */
+static bool prep_bytes_here(struct client *c, const struct proto_frame *f)
+{
+	uint32_t total = f->len + 1;
+	size_t need = (f->type == PqMsg_Bind || f->type == PqMsg_Describe) && total > 5 + 512 ? 5 + 512 : total;
+	if (f->type == PqMsg_Sync || f->type == PqMsg_FunctionCall)
+		need = 0;
+	if (evbuffer_get_length(c->io.in) < need) {
+		/* A message bigger than the read watermark (a long query): let
+		 * it all in, max_packet_size bounds it. */
+		if (need > c->io.read_high)
+			c->io.read_high = (uint32_t)need;
+		return false;
+	}
+	c->io.read_high = CLIENT_READ_HIGH_WATER;
+	return true;
+}
+
+/* What pgcat reads of a request on its way: SET in a Query or a Parse
+ * (the session settings it changes), and the counts of SHOW STATS. */
+static enum pump_step inspect_request(struct client *c, struct server *s, const struct proto_frame *f)
+{
+	struct evbuffer *in = c->io.in;
+	uint32_t total = f->len + 1;
+	switch (f->type) {
+	case PqMsg_Terminate:
+		evbuffer_drain(in, evbuffer_get_length(in));
+		client_close(c, NULL, NULL);
+		return PUMP_STOP;
+	case PqMsg_Query:
+		if (total <= CLIENT_INSPECT_MAX) {
+			if (evbuffer_get_length(in) < total)
+				return PUMP_STOP;
+			const uint8_t *buf = evbuffer_pullup(in, total);
+			track_settings(c, s, (const char *)buf + 5, f->len - 4);
+		}
+		return PUMP_ON;
+	case PqMsg_Parse:
+		/* Drivers send SET through the extended protocol too. */
+		if (total <= CLIENT_INSPECT_MAX) {
+			if (evbuffer_get_length(in) < total)
+				return PUMP_STOP;
+			const uint8_t *buf = evbuffer_pullup(in, total);
+			size_t off = 0;
+			const char *stmt;
+			if (proto_read_cstring(buf + 5, f->len - 4, &off, &stmt))
+				track_settings(c, s, (const char *)buf + 5 + off, f->len - 4 - off);
+		}
+		stats_add(c->pool->stats, STAT_CLIENT_PARSE, 1);
+		stats_add(c->pool->stats, STAT_SERVER_PARSE, 1);
+		return PUMP_ON;
+	case PqMsg_Bind:
+		stats_add(c->pool->stats, STAT_BIND, 1);
+		return PUMP_ON;
+	default:
+		return PUMP_ON;
+	}
+}
+
+/* The session rewrites the message for its server (prepared.c), or it
+ * goes as it is (PUMP_ON). */
+static enum pump_step rewrite_step(struct client *c, struct server *s, const struct proto_frame *f)
+{
+	switch (c->session->rewrite(c, s, f)) {
+	case PREP_FORWARD:
+		return PUMP_ON;
+	case PREP_DONE:
+		return PUMP_NEXT;   /* rewritten (the rest, if any, streams through) */
+	case PREP_WAIT:
+		return PUMP_STOP;
+	case PREP_FAILED:
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return PUMP_STOP;
+	}
+	return PUMP_ON;
+}
+
+/* The client-to-server pump: whole small messages pgcat reads, the rest
+ * streamed by header (link_forward_rest), as server.c's pump does the
+ * other way. */
 static void process_active(struct client *c)
 {
 	struct evbuffer *in = c->io.in;
@@ -732,98 +840,33 @@ static void process_active(struct client *c)
 		struct proto_frame f;
 		if (!read_header(c, &f))
 			return;
-		/* Sharding: each statement of the transaction is checked
-		 * against the server's shard (route.h). */
-		if (c->shard_phase != ROUTE_PHASE_NONE) {
-			struct route_active_decision rd;
-			enum route_active ra = c->session->guard(c, s, &f, &rd);
-			c->shard_phase = rd.phase;
-			switch (ra) {
-			case ROUTE_ACTIVE_FORWARD:
-				break;
-			case ROUTE_ACTIVE_WAIT:
-				return;
-			case ROUTE_ACTIVE_CONSUMED:
-				/* refused on the server (its error comes in turn) */
-				evbuffer_drain(in, rd.consume);
-				client_reply_started(c);   /* what was captured for a replay is incomplete now */
-				continue;
-			}
-		}
-		uint32_t total = f.len + 1;
-		uint64_t now = c->w->now_us;
-		/* Prepared statements: the messages rewritten need their bytes
-		 * (Bind and Describe: the names at the front) before anything is
-		 * counted. */
+		enum pump_step step = PUMP_ON;
+		if (c->shard_phase != ROUTE_PHASE_NONE)
+			step = guard_step(c, s, &f);
+		if (step == PUMP_STOP)
+			return;
+		if (step == PUMP_NEXT)
+			continue;
 		bool prep = s->prep_on && (f.type == PqMsg_Parse || f.type == PqMsg_Bind || f.type == PqMsg_Describe ||
 					   f.type == PqMsg_Close || f.type == PqMsg_Query || f.type == PqMsg_Sync ||
 					   f.type == PqMsg_FunctionCall);
-		if (prep) {
-			size_t need = (f.type == PqMsg_Bind || f.type == PqMsg_Describe) && total > 5 + 512 ? 5 + 512 : total;
-			if (f.type == PqMsg_Sync || f.type == PqMsg_FunctionCall)
-				need = 0;
-			if (evbuffer_get_length(in) < need) {
-				/* A message bigger than the read watermark (a long query):
-				 * let it all in, max_packet_size bounds it. */
-				if (need > c->io.read_high)
-					c->io.read_high = (uint32_t)need;
-				return;
-			}
-			c->io.read_high = CLIENT_READ_HIGH_WATER;
-		}
-		switch (f.type) {
-		case PqMsg_Terminate:
-			evbuffer_drain(in, evbuffer_get_length(in));
-			client_close(c, NULL, NULL);
+		if (prep && !prep_bytes_here(c, &f))
 			return;
-		case PqMsg_Query:
-			if (total <= CLIENT_INSPECT_MAX) {
-				if (evbuffer_get_length(in) < total)
-					return;
-				const uint8_t *buf = evbuffer_pullup(in, total);
-				track_settings(c, s, (const char *)buf + 5, f.len - 4);
-			}
-			break;
-		case PqMsg_Parse:
-			/* Drivers send SET through the extended protocol too. */
-			if (total <= CLIENT_INSPECT_MAX) {
-				if (evbuffer_get_length(in) < total)
-					return;
-				const uint8_t *buf = evbuffer_pullup(in, total);
-				size_t off = 0;
-				const char *stmt;
-				if (proto_read_cstring(buf + 5, f.len - 4, &off, &stmt))
-					track_settings(c, s, (const char *)buf + 5 + off, f.len - 4 - off);
-			}
-			stats_add(c->pool->stats, STAT_CLIENT_PARSE, 1);
-			stats_add(c->pool->stats, STAT_SERVER_PARSE, 1);
-			break;
-		case PqMsg_Bind:
-			stats_add(c->pool->stats, STAT_BIND, 1);
-			break;
-		default:
-			break;
-		}
+		if (inspect_request(c, s, &f) == PUMP_STOP)
+			return;
 		/* What the server owes for it, and the clocks (from a new
 		 * request's first message). */
+		uint64_t now = c->w->now_us;
 		txn_frontend(&s->txn, f.type, now);
 		c->last_activity_us = now;
 		if (c->retry_on)
 			capture_for_retry(c, &f, prep);
-		if (prep) {
-			switch (c->session->rewrite(c, s, &f)) {
-			case PREP_FORWARD:
-				break;
-			case PREP_DONE:
-				continue;   /* rewritten (the rest, if any, streams through) */
-			case PREP_WAIT:
-				return;
-			case PREP_FAILED:
-				client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
-				return;
-			}
-		}
-		c->fwd_remaining = total;
+		step = prep ? rewrite_step(c, s, &f) : PUMP_ON;
+		if (step == PUMP_STOP)
+			return;
+		if (step == PUMP_NEXT)
+			continue;
+		c->fwd_remaining = f.len + 1;
 	}
 	/* Linked to another server meanwhile: pump to that one next round. */
 	if (c->state == CLIENT_ACTIVE && c->end.server && c->end.server != s)

@@ -810,10 +810,219 @@ static inline bool replaceable_reply(uint8_t type)
 	}
 }
 
+/* What the pump does after a step on one message: go on with the same
+ * message, take the next one, or stop (wait for bytes, or the link moved). */
+enum pump_step { PUMP_ON, PUMP_NEXT, PUMP_STOP };
+
+/* A server that breaks the protocol is not passed on (SPEC §10): the
+ * client gets pgcat's error and the connection is dropped. true: dropped. */
+static bool refuse_invalid(struct server *s, const struct proto_frame *f, const uint8_t *hdr, ssize_t got)
+{
+	if (proto_backend_type_valid(f->type) && !(f->type == PqMsg_ErrorResponse && f->len < 5) &&
+	    !(f->type == PqMsg_ReadyForQuery &&
+	      (f->len != 5 || (got >= 6 && hdr[5] != 'I' && hdr[5] != 'T' && hdr[5] != 'E'))))
+		return false;
+	s->have_error = true;
+	snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08P01");
+	snprintf(s->error_message, sizeof s->error_message, "server sent an invalid message (type %d)", f->type);
+	server_close(s, s->error_message);
+	return true;
+}
+
+/* Prepared statements: a reply prepared.c passes, swallows (the answer to
+ * pgcat's own message) or replaces. */
+static enum pump_step prep_reply(struct server *s, struct evbuffer *in, struct evbuffer *out,
+				 const struct proto_frame *f, const uint8_t *hdr, ssize_t got)
+{
+	uint32_t total = f->len + 1;
+	if (f->type == PqMsg_ReadyForQuery && got < 6)
+		return PUMP_STOP;
+	const uint8_t *whole = NULL;
+	bool small = total <= SERVER_INSPECT_MAX;
+	/* Replies pgcat may drop or replace are small: have them whole first. */
+	if (small && replaceable_reply(f->type) && evbuffer_get_length(in) < total)
+		return PUMP_STOP;
+	if (small && prep_server_wants(s, f->type))
+		whole = evbuffer_pullup(in, total);
+	uint8_t *repl = NULL;
+	uint32_t repl_len = 0;
+	switch (prep_server_message(s, f->type, whole, total, &repl, &repl_len)) {
+	case PREP_PASS:
+		return PUMP_ON;
+	case PREP_SWALLOW:
+		if (!small) {
+			server_close(s, "unexpected large reply to pgcat's own message");
+			return PUMP_STOP;
+		}
+		drop_message(s, total);
+		if (f->type != PqMsg_ReadyForQuery)
+			return PUMP_NEXT;
+		/* pgcat's own PREPARE segment: one ReadyForQuery less owed */
+		txn_ready(&s->txn, (char)hdr[5]);
+		/* pgcat's own Sync after a Flush (sharding, route.c): nothing
+		 * else owed, the server goes back. */
+		if (s->txn.outstanding == 0 && !s->txn.ext_pending && s->txn.tx_status == 'I' &&
+		    s->sp->pool->mode == POOL_MODE_TRANSACTION) {
+			s->sp->ev->release(s);
+			return PUMP_STOP;
+		}
+		return PUMP_NEXT;
+	case PREP_REPLACE:
+		drop_message(s, total);
+		evbuffer_add(out, repl, repl_len);
+		free(repl);
+		s->txn.sent_to_client = true;
+		stats_add(s->sp->pool->stats, STAT_SENT, repl_len);
+		return PUMP_NEXT;
+	}
+	return PUMP_ON;
+}
+
+/* A request answered: query_time, and at the end of a transaction
+ * xact_time and the shard's transaction count. */
+static void count_answer(struct server *s)
+{
+	struct stats *st = s->sp->pool->stats;
+	uint64_t now = s->w->now_us;
+	st->v[STAT_SENT] += 6;
+	st->v[STAT_QUERY]++;
+	st->v[STAT_QUERY_TIME] += now - s->txn.query_start_us;
+	stats_observe(st, HIST_QUERY, now - s->txn.query_start_us);
+	s->txn.query_start_us = now;
+	if (s->txn.tx_status != 'I')
+		return;
+	s->sp->xact_count++;
+	struct shm_target_counts *tc = s->w->shm ? shm_target_counts(s->w->shm, s->w->id, s->sp->shm_target) : NULL;
+	if (tc)   /* one writer: this worker (SHOW SHARDS) */
+		atomic_store_explicit(&tc->xacts, atomic_load_explicit(&tc->xacts, memory_order_relaxed) + 1,
+				      memory_order_relaxed);
+	st->v[STAT_XACT]++;
+	st->v[STAT_XACT_TIME] += now - s->txn.xact_start_us;
+	stats_observe(st, HIST_XACT, now - s->txn.xact_start_us);
+}
+
+/* ReadyForQuery (whole, got 6): forwarded, the transaction's books
+ * settled, the client told; the server goes back to its pool when nothing
+ * more is owed outside a transaction. PUMP_STOP: it went back. */
+static enum pump_step ready_for_query(struct server *s, struct client_end *c, struct evbuffer *in,
+				      struct evbuffer *out, char status)
+{
+	evbuffer_remove_buffer(in, out, 6);
+	txn_ready(&s->txn, status);
+	if (s->txn.set_pending && s->txn.tx_status == 'I')
+		settings_settle(s, !s->txn.set_cycle_error && !s->txn.set_last_rollback);
+	s->txn.set_cycle_error = false;
+	count_answer(s);
+	s->txn.in_copy_in = false;
+	s->last_used_us = s->w->now_us;
+	s->txn.sent_to_client = false;
+	s->txn.req_msgs = 0;
+	s->txn.req_data = false;
+	s->txn.skip_msgs = 0;
+	s->timeout_cancelled = false;
+	c->ev->answered(c);
+	/* Messages the client sent after that Sync (a Parse, Describe and
+	 * Flush of postgres.js, the next pipeline of pgx) are still being
+	 * answered here: their replies are this client's, so the server stays
+	 * until the ReadyForQuery of their own Sync. */
+	if (s->txn.outstanding == 0 && !s->txn.ext_pending && s->txn.tx_status == 'I' &&
+	    (s->sp->pool->mode == POOL_MODE_TRANSACTION || c->close_when_released)) {
+		s->sp->ev->release(s);
+		return PUMP_STOP;
+	}
+	return PUMP_NEXT;
+}
+
+/* Replies pgcat reads on their way (ParameterStatus, ErrorResponse,
+ * CopyInResponse, CommandComplete): taken whole where small. */
+static enum pump_step inspect_reply(struct server *s, struct client_end *c, struct evbuffer *in,
+				    struct evbuffer *out, const struct proto_frame *f)
+{
+	uint8_t buf[SERVER_INSPECT_MAX];
+	uint32_t total = f->len + 1;
+	switch (f->type) {
+	case PqMsg_ParameterStatus:
+		if (total > SERVER_INSPECT_MAX)
+			return PUMP_ON;
+		if (!take_whole(in, total, buf))
+			return PUMP_STOP;
+		const char *name, *value;
+		if (proto_parse_parameter_status(buf + 5, f->len - 4, &name, &value)) {
+			(void)params_set(&s->params, name, value, false);
+			(void)params_set(c->params, name, value, false);
+		}
+		evbuffer_add(out, buf, total);
+		stats_add(s->sp->pool->stats, STAT_SENT, total);
+		return PUMP_NEXT;
+	case PqMsg_ErrorResponse:
+		s->txn.in_copy_in = false;
+		s->txn.set_cycle_error = true;
+		if (total > SERVER_INSPECT_MAX)
+			return PUMP_ON;
+		if (!take_whole(in, total, buf))
+			return PUMP_STOP;
+		if (error_is_fatal(buf + 5, f->len - 4)) {
+			/* The server is about to close: the client gets this as an
+			 * ERROR through its end's lost event. */
+			note_error(s, buf + 5, f->len - 4);
+			server_close(s, s->error_message);
+			return PUMP_STOP;
+		}
+		evbuffer_add(out, buf, total);
+		s->txn.sent_to_client = true;
+		s->txn.req_data = true;
+		stats_add(s->sp->pool->stats, STAT_SENT, total);
+		return PUMP_NEXT;
+	case PqMsg_CopyInResponse:
+		s->txn.in_copy_in = true;
+		return PUMP_ON;
+	case PqMsg_CommandComplete:
+		if (s->txn.set_pending)
+			settings_note_complete(s, in, total);
+		return PUMP_ON;
+	default:
+		return PUMP_ON;
+	}
+}
+
+/* The replay counts of a message about to be forwarded: an
+ * acknowledgement a replayed read already gave the client is dropped
+ * (PUMP_NEXT), one forwarded is counted, anything else marks the reply as
+ * carrying data. */
+static enum pump_step count_for_replay(struct server *s, struct evbuffer *in, const struct proto_frame *f)
+{
+	uint32_t total = f->len + 1;
+	if (f->type == PqMsg_ParseComplete || f->type == PqMsg_BindComplete || f->type == PqMsg_CloseComplete ||
+	    f->type == PqMsg_ParameterDescription || f->type == PqMsg_RowDescription || f->type == PqMsg_NoData) {
+		if (s->txn.skip_msgs == 0) {
+			s->txn.req_msgs++;
+			return PUMP_ON;
+		}
+		/* A replayed read: the client has this one already. */
+		if (total > SERVER_INSPECT_MAX) {
+			server_close(s, "replayed read: unexpected large reply");
+			return PUMP_STOP;
+		}
+		if (evbuffer_get_length(in) < total)
+			return PUMP_STOP;
+		evbuffer_drain(in, total);
+		s->txn.skip_msgs--;
+		return PUMP_NEXT;
+	}
+	if (f->type != PqMsg_NoticeResponse && f->type != PqMsg_NotificationResponse) {
+		/* (a notice, such as the one of a server shutting down, is not
+		 * part of the answer: a replay need not repeat it) */
+		s->txn.req_data = true;
+		s->txn.skip_msgs = 0;
+	}
+	return PUMP_ON;
+}
+
+/* The server-to-client pump: whole small messages pgcat reads, the rest
+ * streamed by header (link_forward_rest). */
 static void process_active(struct server *s)
 {
 	struct evbuffer *in = s->io.in;
-	uint8_t buf[SERVER_INSPECT_MAX];
 	struct client_end *c = s->client;
 	if (!c)
 		return;
@@ -846,179 +1055,25 @@ static void process_active(struct server *s)
 			server_close(s, "server sent an invalid message");
 			return;
 		}
-		uint32_t total = f.len + 1;
-		/* A server that breaks the protocol is not passed on (SPEC §10):
-		 * the client gets pgcat's error and the connection is dropped. */
-		if (!proto_backend_type_valid(f.type) || (f.type == PqMsg_ErrorResponse && f.len < 5) ||
-		    (f.type == PqMsg_ReadyForQuery && (f.len != 5 || (got >= 6 && hdr[5] != 'I' && hdr[5] != 'T' &&
-									hdr[5] != 'E')))) {
-			s->have_error = true;
-			snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08P01");
-			snprintf(s->error_message, sizeof s->error_message, "server sent an invalid message (type %d)",
-				 f.type);
-			server_close(s, s->error_message);
+		if (refuse_invalid(s, &f, hdr, got))
 			return;
-		}
-		if (s->prep_on) {
-			if (f.type == PqMsg_ReadyForQuery && got < 6)
-				return;
-			const uint8_t *whole = NULL;
-			bool small = total <= SERVER_INSPECT_MAX;
-			/* Replies pgcat may drop or replace are small: have them whole first. */
-			if (small && replaceable_reply(f.type) && evbuffer_get_length(in) < total)
-				return;
-			if (small && prep_server_wants(s, f.type))
-				whole = evbuffer_pullup(in, total);
-			uint8_t *repl = NULL;
-			uint32_t repl_len = 0;
-			enum prep_verdict verdict = prep_server_message(s, f.type, whole, total, &repl, &repl_len);
-			switch (verdict) {
-			case PREP_PASS:
-				break;
-			case PREP_SWALLOW:
-				if (!small) {
-					server_close(s, "unexpected large reply to pgcat's own message");
-					return;
-				}
-				if (f.type == PqMsg_ReadyForQuery) {
-					/* pgcat's own PREPARE segment: one ReadyForQuery less owed */
-					txn_ready(&s->txn, (char)hdr[5]);
-					drop_message(s, total);
-					/* pgcat's own Sync after a Flush (sharding, route.c):
-					 * nothing else owed, the server goes back. */
-					if (s->txn.outstanding == 0 && !s->txn.ext_pending && s->txn.tx_status == 'I' &&
-					    s->sp->pool->mode == POOL_MODE_TRANSACTION) {
-						s->sp->ev->release(s);
-						return;
-					}
-					continue;
-				}
-				drop_message(s, total);
-				continue;
-			case PREP_REPLACE:
-				drop_message(s, total);
-				evbuffer_add(out, repl, repl_len);
-				free(repl);
-				s->txn.sent_to_client = true;
-				stats_add(s->sp->pool->stats, STAT_SENT, repl_len);
-				continue;
-			}
-		}
-		switch (f.type) {
-		case PqMsg_ReadyForQuery: {
+		enum pump_step step = PUMP_ON;
+		if (s->prep_on)
+			step = prep_reply(s, in, out, &f, hdr, got);
+		if (step == PUMP_ON && f.type == PqMsg_ReadyForQuery) {
 			if (got < 6)
 				return;
-			evbuffer_remove_buffer(in, out, 6);
-			txn_ready(&s->txn, (char)hdr[5]);
-			if (s->txn.set_pending && s->txn.tx_status == 'I')
-				settings_settle(s, !s->txn.set_cycle_error && !s->txn.set_last_rollback);
-			s->txn.set_cycle_error = false;
-			{
-				struct stats *st = s->sp->pool->stats;
-				uint64_t now = s->w->now_us;
-				st->v[STAT_SENT] += 6;
-				st->v[STAT_QUERY]++;
-				st->v[STAT_QUERY_TIME] += now - s->txn.query_start_us;
-				stats_observe(st, HIST_QUERY, now - s->txn.query_start_us);
-				s->txn.query_start_us = now;
-				if (s->txn.tx_status == 'I') {
-					s->sp->xact_count++;
-					struct shm_target_counts *tc =
-						s->w->shm ? shm_target_counts(s->w->shm, s->w->id, s->sp->shm_target) : NULL;
-					if (tc)   /* one writer: this worker (SHOW SHARDS) */
-						atomic_store_explicit(&tc->xacts,
-								      atomic_load_explicit(&tc->xacts, memory_order_relaxed) + 1,
-								      memory_order_relaxed);
-					st->v[STAT_XACT]++;
-					st->v[STAT_XACT_TIME] += now - s->txn.xact_start_us;
-					stats_observe(st, HIST_XACT, now - s->txn.xact_start_us);
-				}
-			}
-			s->txn.in_copy_in = false;
-			s->last_used_us = s->w->now_us;
-			s->txn.sent_to_client = false;
-			s->txn.req_msgs = 0;
-			s->txn.req_data = false;
-			s->txn.skip_msgs = 0;
-			s->timeout_cancelled = false;
-			c->ev->answered(c);
-			/* Messages the client sent after that Sync (a Parse, Describe
-			 * and Flush of postgres.js, the next pipeline of pgx) are still
-			 * being answered here: their replies are this client's, so the
-			 * server stays until the ReadyForQuery of their own Sync. */
-			if (s->txn.outstanding == 0 && !s->txn.ext_pending && s->txn.tx_status == 'I' &&
-			    (s->sp->pool->mode == POOL_MODE_TRANSACTION || c->close_when_released)) {
-				s->sp->ev->release(s);
-				return;
-			}
+			step = ready_for_query(s, c, in, out, (char)hdr[5]);
+		}
+		if (step == PUMP_ON)
+			step = inspect_reply(s, c, in, out, &f);
+		if (step == PUMP_ON)
+			step = count_for_replay(s, in, &f);
+		if (step == PUMP_STOP)
+			return;
+		if (step == PUMP_NEXT)
 			continue;
-		}
-		case PqMsg_ParameterStatus:
-			if (total <= SERVER_INSPECT_MAX) {
-				if (!take_whole(in, total, buf))
-					return;
-				const char *name, *value;
-				if (proto_parse_parameter_status(buf + 5, f.len - 4, &name, &value)) {
-					(void)params_set(&s->params, name, value, false);
-					(void)params_set(c->params, name, value, false);
-				}
-				evbuffer_add(out, buf, total);
-				stats_add(s->sp->pool->stats, STAT_SENT, total);
-				continue;
-			}
-			break;
-		case PqMsg_ErrorResponse:
-			s->txn.in_copy_in = false;
-			s->txn.set_cycle_error = true;
-			if (total <= SERVER_INSPECT_MAX) {
-				if (!take_whole(in, total, buf))
-					return;
-				if (error_is_fatal(buf + 5, f.len - 4)) {
-					/* The server is about to close: the client gets this
-					 * as an ERROR through client_on_server_lost. */
-					note_error(s, buf + 5, f.len - 4);
-					server_close(s, s->error_message);
-					return;
-				}
-				evbuffer_add(out, buf, total);
-				s->txn.sent_to_client = true;
-				s->txn.req_data = true;
-				stats_add(s->sp->pool->stats, STAT_SENT, total);
-				continue;
-			}
-			break;
-		case PqMsg_CopyInResponse:
-			s->txn.in_copy_in = true;
-			break;
-		case PqMsg_CommandComplete:
-			if (s->txn.set_pending)
-				settings_note_complete(s, in, total);
-			break;
-		default:
-			break;
-		}
-		if (f.type == PqMsg_ParseComplete || f.type == PqMsg_BindComplete || f.type == PqMsg_CloseComplete ||
-		    f.type == PqMsg_ParameterDescription || f.type == PqMsg_RowDescription || f.type == PqMsg_NoData) {
-			if (s->txn.skip_msgs > 0) {
-				/* A replayed read: the client has this one already. */
-				if (total > SERVER_INSPECT_MAX) {
-					server_close(s, "replayed read: unexpected large reply");
-					return;
-				}
-				if (evbuffer_get_length(in) < total)
-					return;
-				evbuffer_drain(in, total);
-				s->txn.skip_msgs--;
-				continue;
-			}
-			s->txn.req_msgs++;
-		} else if (f.type != PqMsg_NoticeResponse && f.type != PqMsg_NotificationResponse) {
-			/* (a notice, such as the one of a server shutting down, is not
-			 * part of the answer: a replay need not repeat it) */
-			s->txn.req_data = true;
-			s->txn.skip_msgs = 0;
-		}
-		s->fwd_remaining = total;
+		s->fwd_remaining = f.len + 1;
 	}
 }
 
