@@ -250,35 +250,14 @@ static bool apply_held(struct client *c, const struct route_decision *d)
 	return true;
 }
 
-/* The normal session's idle message: route it, answer it here, or take a
- * server for it. */
-static bool normal_message(struct client *c, const struct proto_frame *f)
+/* What an idle client's message may get without a server: a Sync or
+ * Flush with nothing before it, a Close pgcat answers for its prepared
+ * statements, a pgcat command (SET SERVER ROLE...). */
+enum answered_here { HERE_NOT, HERE_ANSWERED, HERE_WAIT };
+
+static enum answered_here answer_here(struct client *c, const struct proto_frame *f)
 {
 	struct evbuffer *in = c->io.in;
-	if (c->xshard && c->xshard->parked && fanout_parked_message(c, f))
-		return false;   /* COMMIT or ROLLBACK of a split write under way (or its rest awaited) */
-	if (f->type == PqMsg_CopyData || f->type == PqMsg_CopyDone || f->type == PqMsg_CopyFail) {
-		/* An idle client has no COPY running: this is the rest of one
-		 * whose server was lost (the client streams on until it reads
-		 * the error, libpq only at its CopyDone), or of one refused
-		 * (asyncpg sends COPY, CopyData, CopyDone at once). PostgreSQL
-		 * ignores these outside a COPY, in a failed transaction too;
-		 * so does pgcat. Routed, they would take a server and, if none
-		 * could be had (say, in crash recovery), earn an error that
-		 * leaves the client skipping to a Sync a simple-query client
-		 * never sends: it would hang. */
-		uint32_t total = f->len + 1;
-		client_discard_message(c, total);
-		return true;
-	}
-	if (c->tx == CLIENT_TX_FAILED || c->pending_error) {
-		if (!answer_locally(c, f))
-			return false;
-		return true;
-	}
-	c->last_activity_us = c->w->now_us;
-	if (c->xshard && c->xshard->portal && fanout_portal_message(c, f))
-		return true;   /* a cross-shard portal's next rows */
 	if (f->type == PqMsg_Sync && !c->end.server) {
 		/* A Sync with nothing before it (after messages pgcat
 		 * answered: a Close, a portal's rows): ReadyForQuery as the
@@ -287,17 +266,17 @@ static bool normal_message(struct client *c, const struct proto_frame *f)
 		uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
 		evbuffer_drain(in, (size_t)f->len + 1);
 		evbuffer_add(client_output(c), z, sizeof z);
-		return true;
+		return HERE_ANSWERED;
 	}
 	if (!c->end.server && f->type == PqMsg_Flush) {
 		/* Nothing to do without a request before it: a Flush after
 		 * Sync (psycopg's pipeline sends Sync, Flush). Taking a server
 		 * for it would hold one until the next request, which would
 		 * then count as pipelined behind it on that shard. (COPY data
-		 * left over is dropped above.) */
+		 * left over was dropped before: normal_message.) */
 		uint32_t total = f->len + 1;
 		client_discard_message(c, total);
-		return true;
+		return HERE_ANSWERED;
 	}
 	if (f->type == PqMsg_Close && !c->end.server && prep_enabled(c) && f->len + 1 <= CLIENT_INSPECT_MAX) {
 		/* pgjdbc closes a statement (no Sync) before its next
@@ -308,24 +287,31 @@ static bool normal_message(struct client *c, const struct proto_frame *f)
 		 * carry to every shard). */
 		uint32_t total = f->len + 1;
 		if (evbuffer_get_length(in) < total)
-			return false;
+			return HERE_WAIT;
 		prep_client_close_idle(c, evbuffer_pullup(in, total), total);
 		evbuffer_drain(in, total);
 		client_send_simple(c, PqMsg_CloseComplete);
-		return true;
+		return HERE_ANSWERED;
 	}
 	if (f->type == PqMsg_Query && f->len + 1 <= CLIENT_INSPECT_MAX) {
 		uint32_t total = f->len + 1;
 		if (evbuffer_get_length(in) < total)
-			return false;
+			return HERE_WAIT;
 		const uint8_t *m = evbuffer_pullup(in, total);
 		struct route_decision d;   /* (initialized by route_local_command if it answers) */
 		if (route_local_command(c, (const char *)m + 5, strnlen((const char *)m + 5, total - 5), &d)) {
 			d.consume = total;
 			apply_local(c, &d);
-			return true;
+			return HERE_ANSWERED;
 		}
 	}
+	return HERE_NOT;
+}
+
+/* The request goes through routing (route.c decides, this applies) and a
+ * server is checked out for it, or it is answered, refused or held. */
+static bool route_and_check_out(struct client *c, const struct proto_frame *f)
+{
 	/* Parses alone, of statements the pool knows: no server needed. */
 	bool parse_here = f->type == PqMsg_Parse && prep_enabled(c);
 	if (parse_here && !answer_parses(c, false))
@@ -374,6 +360,45 @@ static bool normal_message(struct client *c, const struct proto_frame *f)
 	c->end.prep_on = prep_enabled(c);
 	(void)pool_checkout(sp, &c->wait);
 	return true;
+}
+
+/* The normal session's idle message: answered without a server, or
+ * routed and taken to one. */
+static bool normal_message(struct client *c, const struct proto_frame *f)
+{
+	if (c->xshard && c->xshard->parked && fanout_parked_message(c, f))
+		return false;   /* COMMIT or ROLLBACK of a split write under way (or its rest awaited) */
+	if (f->type == PqMsg_CopyData || f->type == PqMsg_CopyDone || f->type == PqMsg_CopyFail) {
+		/* An idle client has no COPY running: this is the rest of one
+		 * whose server was lost (the client streams on until it reads
+		 * the error, libpq only at its CopyDone), or of one refused
+		 * (asyncpg sends COPY, CopyData, CopyDone at once). PostgreSQL
+		 * ignores these outside a COPY, in a failed transaction too;
+		 * so does pgcat. Routed, they would take a server and, if none
+		 * could be had (say, in crash recovery), earn an error that
+		 * leaves the client skipping to a Sync a simple-query client
+		 * never sends: it would hang. */
+		uint32_t total = f->len + 1;
+		client_discard_message(c, total);
+		return true;
+	}
+	if (c->tx == CLIENT_TX_FAILED || c->pending_error) {
+		if (!answer_locally(c, f))
+			return false;
+		return true;
+	}
+	c->last_activity_us = c->w->now_us;
+	if (c->xshard && c->xshard->portal && fanout_portal_message(c, f))
+		return true;   /* a cross-shard portal's next rows */
+	switch (answer_here(c, f)) {
+	case HERE_ANSWERED:
+		return true;
+	case HERE_WAIT:
+		return false;
+	case HERE_NOT:
+		break;
+	}
+	return route_and_check_out(c, f);
 }
 
 /* The client closes: a split write parked in its transaction rolls back
