@@ -351,6 +351,17 @@ def test_raw_wire_reply_shape(pgcat, xdbs):
     r.close()
 
 
+def wait_no_query_running(pg, marker, timeout):
+    """No backend still runs a query containing marker (the servers of a
+    cancelled, abandoned or failed cross-shard read are not left busy)."""
+    with pg.connect("postgres") as pc:
+        deadline = time.monotonic() + timeout
+        while pc.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s AND state = 'active' "
+                         "AND pid <> pg_backend_pid()", ("%" + marker + "%",)).fetchone()[0]:
+            assert time.monotonic() < deadline, "still running: " + marker
+            time.sleep(0.1)
+
+
 def test_cancel_reaches_every_shard(pgcat, xdbs):
     inst = start(pgcat, xdbs)
     c = psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
@@ -366,12 +377,7 @@ def test_cancel_reaches_every_shard(pgcat, xdbs):
     finally:
         c.close()
     # no server stays busy with the cancelled query
-    with xdbs.connect("postgres") as pc:
-        deadline = time.monotonic() + 10
-        while pc.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(0.05)%' "
-                         "AND state = 'active' AND pid <> pg_backend_pid()").fetchone()[0]:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+    wait_no_query_running(xdbs, "pg_sleep(0.05)", 10)
 
 
 def test_a_leg_waiting_for_its_shard_is_cancelled_or_times_out(pgcat, xdbs):
@@ -451,6 +457,40 @@ def test_an_unreachable_shard_fails_the_read_and_the_session_goes_on(pgcat, xdbs
                     s1.execute("SELECT count(*) FROM xs").fetchone()[0]
 
 
+def test_a_shard_backend_killed_mid_read_fails_the_read_only(pgcat, xdbs):
+    """A shard's backend terminated while the cross-shard read runs there:
+    the read fails with an error (not a hang, not a closed connection),
+    the other shards' servers are not left busy, and the session reads
+    across shards again at once."""
+    inst = start(pgcat, xdbs)
+    c = psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                        dbname="xs3", autocommit=True)
+    try:
+        def kill_one():
+            with xdbs.connect("postgres") as pc:
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    row = pc.execute("SELECT pid FROM pg_stat_activity WHERE datname = 'shard1' "
+                                     "AND query LIKE '%pg_sleep(0.004)%' AND state = 'active' "
+                                     "AND pid <> pg_backend_pid()").fetchone()
+                    if row:
+                        pc.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+                        return
+                    time.sleep(0.05)
+        killer = threading.Thread(target=kill_one)
+        killer.start()
+        t0 = time.monotonic()
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("SELECT id, pg_sleep(0.004) FROM xs")
+        killer.join()
+        assert time.monotonic() - t0 < 10
+        assert not c.closed and sqlstate(e.value) is not None, str(e.value)
+        assert c.execute("SELECT count(*) FROM xs").fetchone()[0] == N_ROWS
+    finally:
+        c.close()
+    wait_no_query_running(xdbs, "pg_sleep(0.004)", 10)
+
+
 def test_client_gone_mid_fanout_and_many_clients(pgcat, xdbs):
     """A client that vanishes while every shard works leaves no server
     behind; many clients reading across shards at once all get the whole
@@ -477,12 +517,7 @@ def test_client_gone_mid_fanout_and_many_clients(pgcat, xdbs):
         await asyncio.gather(*(one() for _ in range(20)))
 
     asyncio.run(many())
-    with xdbs.connect("postgres") as pc:
-        deadline = time.monotonic() + 15
-        while pc.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(0.01)%' "
-                         "AND state = 'active' AND pid <> pg_backend_pid()").fetchone()[0]:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+    wait_no_query_running(xdbs, "pg_sleep(0.01)", 15)
 
 
 # ---- multi-row INSERT split by shard -------------------------------------------
