@@ -934,11 +934,12 @@ static enum pump_step ready_for_query(struct server *s, struct client_end *c, st
 }
 
 /* Replies pgcat reads on their way (ParameterStatus, ErrorResponse,
- * CopyInResponse, CommandComplete): taken whole where small. */
+ * CopyInResponse, CommandComplete): taken whole where small, into buf
+ * (SERVER_INSPECT_MAX bytes, the pump's: one stack frame of that size per
+ * batch, not per message). */
 static enum pump_step inspect_reply(struct server *s, struct client_end *c, struct evbuffer *in,
-				    struct evbuffer *out, const struct proto_frame *f)
+				    struct evbuffer *out, const struct proto_frame *f, uint8_t *buf)
 {
-	uint8_t buf[SERVER_INSPECT_MAX];
 	uint32_t total = f->len + 1;
 	switch (f->type) {
 	case PqMsg_ParameterStatus:
@@ -1023,6 +1024,7 @@ static enum pump_step count_for_replay(struct server *s, struct evbuffer *in, co
 static void process_active(struct server *s)
 {
 	struct evbuffer *in = s->io.in;
+	uint8_t buf[SERVER_INSPECT_MAX];
 	struct client_end *c = s->client;
 	if (!c)
 		return;
@@ -1065,8 +1067,9 @@ static void process_active(struct server *s)
 				return;
 			step = ready_for_query(s, c, in, out, (char)hdr[5]);
 		}
-		if (step == PUMP_ON)
-			step = inspect_reply(s, c, in, out, &f);
+		if (step == PUMP_ON && (f.type == PqMsg_ParameterStatus || f.type == PqMsg_ErrorResponse ||
+					f.type == PqMsg_CopyInResponse || f.type == PqMsg_CommandComplete))
+			step = inspect_reply(s, c, in, out, &f, buf);
 		if (step == PUMP_ON)
 			step = count_for_replay(s, in, &f);
 		if (step == PUMP_STOP)

@@ -255,7 +255,10 @@ static bool apply_held(struct client *c, const struct route_decision *d)
  * statements, a pgcat command (SET SERVER ROLE...). */
 enum answered_here { HERE_NOT, HERE_ANSWERED, HERE_WAIT };
 
-static enum answered_here answer_here(struct client *c, const struct proto_frame *f)
+/* (Inlined by force: once per request, a call of its own costs more than
+ * the readability gained is worth on this path.) */
+__attribute__((always_inline)) static inline enum answered_here answer_here(struct client *c,
+									  const struct proto_frame *f)
 {
 	struct evbuffer *in = c->io.in;
 	if (f->type == PqMsg_Sync && !c->end.server) {
@@ -310,7 +313,7 @@ static enum answered_here answer_here(struct client *c, const struct proto_frame
 
 /* The request goes through routing (route.c decides, this applies) and a
  * server is checked out for it, or it is answered, refused or held. */
-static bool route_and_check_out(struct client *c, const struct proto_frame *f)
+__attribute__((always_inline)) static inline bool route_and_check_out(struct client *c, const struct proto_frame *f)
 {
 	/* Parses alone, of statements the pool knows: no server needed. */
 	bool parse_here = f->type == PqMsg_Parse && prep_enabled(c);
