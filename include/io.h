@@ -9,6 +9,7 @@
 #ifndef PGCAT_IO_H
 #define PGCAT_IO_H
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
 #include <stdbool.h>
@@ -147,5 +148,20 @@ void io_start_tls_replay(struct io *io, SSL *ssl);
 void io_pause(struct io *io, bool paused);
 /* Re-arm reading after the owner consumed input below read_high. */
 void io_update_reading(struct io *io);
+
+/* The step both halves of the byte pump share (client to server, server
+ * to client): the rest of a message being forwarded, *remaining bytes of
+ * it, moves from in to out as far as in holds it. Returns the bytes moved;
+ * 0: in is empty (wait for the next read). */
+static inline size_t io_forward_rest(struct evbuffer *in, struct evbuffer *out, uint32_t *remaining)
+{
+	size_t have = evbuffer_get_length(in);
+	if (have == 0)
+		return 0;
+	size_t n = have < *remaining ? have : *remaining;
+	evbuffer_remove_buffer(in, out, n);
+	*remaining -= (uint32_t)n;
+	return n;
+}
 
 #endif

@@ -9,32 +9,52 @@
 #ifndef PGCAT_LINK_H
 #define PGCAT_LINK_H
 
-#include <event2/buffer.h>
-#include <stddef.h>
-#include <stdint.h>
+#include <stdbool.h>
 
 #include "types.h"
 
 struct client_end;
+struct evbuffer;
+struct params;
+struct txn;
 
 /* Tie end (linked to nothing) to s (serving nobody). */
 void link_attach(struct client_end *end, struct server *s);
 /* Untie s from its client, if any: that client's end, or NULL. */
 struct client_end *link_detach(struct server *s);
 
-/* The pump's step both directions share (client.c toward the server,
- * server.c toward the client): the rest of a message being forwarded,
- * *remaining bytes of it, moves from in to out as far as in holds it.
- * Returns the bytes moved; 0: in is empty (wait for the next read). */
-static inline size_t link_forward_rest(struct evbuffer *in, struct evbuffer *out, uint32_t *remaining)
-{
-	size_t have = evbuffer_get_length(in);
-	if (have == 0)
-		return 0;
-	size_t n = have < *remaining ? have : *remaining;
-	evbuffer_remove_buffer(in, out, n);
-	*remaining -= (uint32_t)n;
-	return n;
-}
+/* Tie end to s and have s made ready for it (the session's settings, a
+ * held BEGIN): end's ready event says when its bytes may go. */
+void link_start(struct client_end *end, struct server *s);
+/* The client went away with half a message sent: the server's stream
+ * cannot be repaired, so it is untied and closed, not pooled. */
+void link_abandon(struct server *s, const char *why);
+
+/* What the client side knows of its linked server, and nothing more: the
+ * client side sees a server only through these (client.c includes no
+ * server header), so the server's fields stay the server's.
+ *
+ * Whether the client's bytes may go to s now: LINK_ROOM yes; LINK_FULL s's
+ * output is past its budget (wait for the end's resume event);
+ * LINK_NOT_READY s is not serving the client's bytes (being made ready, or
+ * closing). One call per message on the pump, so both answers in one. */
+enum link_room { LINK_ROOM, LINK_FULL, LINK_NOT_READY };
+enum link_room link_room(struct server *s);
+/* s's output buffer, where the client's bytes go. */
+struct evbuffer *link_output(struct server *s);
+/* The transaction on the link: what s owes, its status, SET-undo (txn.h). */
+struct txn *link_txn(struct server *s);
+/* The session settings s has. */
+struct params *link_server_params(struct server *s);
+/* A server message is half forwarded to the client: the client's stream
+ * cannot take an error now. */
+bool link_reply_half_sent(const struct server *s);
+/* s failed in a way that says its host is unwell (rotation, SPEC §4). */
+void link_server_failed(struct server *s, const char *why);
+/* Cancel what s runs (a CancelRequest on a new connection). */
+void link_cancel(struct server *s);
+/* The client's output drained: s's replies may flow again. */
+void link_resume(struct server *s);
+
 
 #endif

@@ -15,7 +15,6 @@
 #include <openssl/ssl.h>
 
 #include "tls.h"
-#include "rotation.h"
 #include "route.h"
 
 #include <arpa/inet.h>
@@ -39,12 +38,12 @@
 #include "pktbuf.h"
 #include "pool.h"
 #include "proto.h"
-#include "server.h"
 #include "session.h"
 #include "link.h"
 #include "shm.h"
 #include "sqllex.h"
 #include "stats.h"
+#include "txn.h"
 #include "context.h"
 
 /* Stop reading the client once this much waits for a slow server. */
@@ -321,8 +320,7 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 			if (c->fwd_remaining > 0) {
 				/* Half a message reached the server: it cannot be
 				 * brought back. */
-				(void)link_detach(s);
-				server_close(s, "client vanished in the middle of a message");
+				link_abandon(s, "client vanished in the middle of a message");
 			} else {
 				pool_client_gone(s);
 			}
@@ -540,13 +538,15 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 		return;
 	struct pool *p = c->pool;
 	/* (retry_on without a copy: nothing of the request was sent yet.) */
-	if (c->retry_on && !s->txn.req_data && s->fwd_remaining == 0 && p->mode == POOL_MODE_TRANSACTION &&
+	const struct txn *t = link_txn(s);
+	bool half_sent = link_reply_half_sent(s);
+	if (c->retry_on && !t->req_data && !half_sent && p->mode == POOL_MODE_TRANSACTION &&
 	    !c->end.close_when_released && c->io.in) {
 		/* A read whose replica died before answering: the same bytes go
 		 * to another server (SPEC §4), once. */
 		log_info("C-%llu %s@%s: server lost before answering (%s); read sent again elsewhere",
 			 (unsigned long long)c->id, client_user(c), client_database(c), message);
-		rotation_server_failed(s->sp, message);
+		link_server_failed(s, message);
 		if (c->fwd_remaining > 0) {
 			evbuffer_drain(c->io.in, c->fwd_remaining);   /* the rest of a message the copy holds whole */
 			c->fwd_remaining = 0;
@@ -556,7 +556,7 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 		client_reply_started(c);
 		/* What the client already got (ParseComplete, RowDescription...)
 		 * comes again from the next server: dropped there. */
-		c->end.retry_skip = s->txn.req_msgs;
+		c->end.retry_skip = t->req_msgs;
 		client_set_state(c, CLIENT_IDLE);
 		client_process(c);
 		return;
@@ -566,8 +566,8 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 	 * that had started from a request that could not be copied. */
 	log_info("C-%llu %s@%s: server connection lost: %s (retry %s, reply started %s, half a message %s)",
 		 (unsigned long long)c->id, client_user(c), client_database(c), message, c->retry_on ? "on" : "off",
-		 s->txn.req_data ? "yes" : "no", s->fwd_remaining > 0 ? "yes" : "no");
-	if (p->mode == POOL_MODE_SESSION || s->fwd_remaining > 0 || c->end.close_when_released) {
+		 t->req_data ? "yes" : "no", half_sent ? "yes" : "no");
+	if (p->mode == POOL_MODE_SESSION || half_sent || c->end.close_when_released) {
 		/* Session mode: the session is gone with its server. Half a server
 		 * message forwarded: the client's stream cannot be repaired. */
 		client_close(c, sqlstate, "%s", message);
@@ -577,16 +577,18 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 		c->skip_remaining = c->fwd_remaining;
 		c->fwd_remaining = 0;
 	}
-	bool in_tx = s->txn.tx_status != 'I';
+	bool in_tx = t->tx_status != 'I';
+	uint32_t outstanding = t->outstanding;
+	bool ext_pending = t->ext_pending;
 	client_set_state(c, CLIENT_IDLE);
-	if (s->txn.outstanding > 0 || s->txn.ext_pending) {
+	if (outstanding > 0 || ext_pending) {
 		/* A request in flight: the error answers it now. */
 		client_send_error(c, "ERROR", sqlstate, message);
 		if (in_tx)
 			client_set_tx(c, CLIENT_TX_FAILED);
-		for (uint32_t i = 0; i < s->txn.outstanding; i++)
+		for (uint32_t i = 0; i < outstanding; i++)
 			client_send_rfq(c, client_idle_status(c));
-		if (s->txn.ext_pending)
+		if (ext_pending)
 			client_set_batch(c, CLIENT_BATCH_SKIP_TO_SYNC);
 	} else {
 		/* Idle inside a transaction: the next message gets the error. */
@@ -660,11 +662,13 @@ static void track_settings(struct client *c, struct server *s, const char *sql, 
 		return;
 	/* What both sides were before the request: the change sticks only if
 	 * the statement succeeds and its transaction commits (server.c). */
-	bool first = txn_set_snapshot(&s->txn, &c->params, &s->params);
+	struct txn *t = link_txn(s);
+	struct params *server_params = link_server_params(s);
+	bool first = txn_set_snapshot(t, &c->params, server_params);
 	bool changed = params_track_statement(&c->params, sql, len, &c->startup_params) != PARAMS_STMT_NONE;
 	if (changed)
-		(void)params_track_statement(&s->params, sql, len, NULL);
-	txn_set_done(&s->txn, changed, first);
+		(void)params_track_statement(server_params, sql, len, NULL);
+	txn_set_done(t, changed, first);
 }
 
 #define RETRY_MAX (64u * 1024)
@@ -814,26 +818,34 @@ static enum pump_step rewrite_step(struct client *c, struct server *s, const str
 }
 
 /* The client-to-server pump: whole small messages pgcat reads, the rest
- * streamed by header (link_forward_rest), as server.c's pump does the
- * other way. */
+ * streamed by header (io_forward_rest), as server.c's pump does the other
+ * way. The server is seen through the link only (link.h). */
 static void process_active(struct client *c)
 {
 	struct evbuffer *in = c->io.in;
 	struct server *s = c->end.server;
-	if (!s)
+	/* The server's state moves only on its own events, or through this
+	 * client leaving the loop (closed, unlinked): checked once here, and
+	 * with the room before each message. */
+	if (!s || link_room(s) == LINK_NOT_READY)
 		return;
 	/* Once per batch: the server's output buffer, marked for the flusher
-	 * (every way out of this link leaves the loop at once). */
-	struct evbuffer *out = server_output(s);
-	while (c->state == CLIENT_ACTIVE && c->end.server == s && s->state == SERVER_ACTIVE) {
+	 * (every way out of this link leaves the loop at once), and the
+	 * transaction on the link. */
+	struct evbuffer *out = link_output(s);
+	struct txn *t = link_txn(s);
+	while (c->state == CLIENT_ACTIVE && c->end.server == s) {
 		if (c->fwd_remaining > 0) {
-			size_t n = link_forward_rest(in, out, &c->fwd_remaining);
+			size_t n = io_forward_rest(in, out, &c->fwd_remaining);
 			if (n == 0)
 				return;
 			stats_add(c->pool->stats, STAT_RECEIVED, n);
 			continue;
 		}
-		if (server_output_full(s)) {
+		enum link_room room = link_room(s);
+		if (room == LINK_NOT_READY)
+			break;
+		if (room == LINK_FULL) {
 			pause_for_server(c);
 			return;
 		}
@@ -847,9 +859,11 @@ static void process_active(struct client *c)
 			return;
 		if (step == PUMP_NEXT)
 			continue;
-		bool prep = s->prep_on && (f.type == PqMsg_Parse || f.type == PqMsg_Bind || f.type == PqMsg_Describe ||
-					   f.type == PqMsg_Close || f.type == PqMsg_Query || f.type == PqMsg_Sync ||
-					   f.type == PqMsg_FunctionCall);
+		/* (end.prep_on is what server_link gave the server: the same
+		 * while linked.) */
+		bool prep = c->end.prep_on && (f.type == PqMsg_Parse || f.type == PqMsg_Bind || f.type == PqMsg_Describe ||
+					       f.type == PqMsg_Close || f.type == PqMsg_Query || f.type == PqMsg_Sync ||
+					       f.type == PqMsg_FunctionCall);
 		if (prep && !prep_bytes_here(c, &f))
 			return;
 		if (inspect_request(c, s, &f) == PUMP_STOP)
@@ -857,7 +871,7 @@ static void process_active(struct client *c)
 		/* What the server owes for it, and the clocks (from a new
 		 * request's first message). */
 		uint64_t now = c->w->now_us;
-		txn_frontend(&s->txn, f.type, now);
+		txn_frontend(t, f.type, now);
 		c->last_activity_us = now;
 		if (c->retry_on)
 			capture_for_retry(c, &f, prep);
@@ -993,8 +1007,7 @@ void client_on_granted(struct client *c, struct server *s)
 	client_set_state(c, CLIENT_ACTIVE);
 	/* Not while only preparing, before the shard key is known (route.c). */
 	c->end.begin = c->held_begin && c->shard_phase != ROUTE_PHASE_PROVISIONAL ? c->held_begin : NULL;
-	link_attach(&c->end, s);
-	server_link(s);
+	link_start(&c->end, s);
 }
 
 /* The request goes through routing again (its server failed before any of
@@ -1030,7 +1043,7 @@ static void end_lost(struct client_end *end, struct server *s, bool untouched, c
 	link_cancel_key(c);
 	if (untouched) {
 		/* Nothing of the client's reached that server: it goes elsewhere. */
-		rotation_server_failed(s->sp, message);
+		link_server_failed(s, message);
 		reroute(c);
 		return;
 	}
@@ -1113,9 +1126,9 @@ void client_cancel_query(struct client *c)
 		return;
 	}
 	struct server *s = c->end.server;
-	if (c->state != CLIENT_ACTIVE || !s || s->txn.outstanding == 0)
+	if (c->state != CLIENT_ACTIVE || !s || link_txn(s)->outstanding == 0)
 		return;
-	server_send_cancel(s);
+	link_cancel(s);
 }
 
 /* ---- libevent callbacks ---- */
@@ -1137,8 +1150,8 @@ static void client_drain_cb(struct io *io, void *arg)
 {
 	struct client *c = arg;
 	/* Below the low watermark: let the server's bytes flow again. */
-	if (c->end.server && c->end.server->paused)
-		server_resume_reading(c->end.server);
+	if (c->end.server)
+		link_resume(c->end.server);
 }
 
 static void client_event_cb(struct io *io, enum io_event what, int err, void *arg)

@@ -596,8 +596,7 @@ static void leg_granted(struct pool_waiter *pw, struct server *s)
 {
 	struct fanout_leg *leg = leg_of_wait(pw);
 	leg_set(leg, LEG_SYNCING);
-	link_attach(&leg->end, s);
-	server_link(s);   /* its ready event follows (maybe at once) */
+	link_start(&leg->end, s);   /* its ready event follows (maybe at once) */
 }
 
 static void leg_wait_failed(struct pool_waiter *pw, const char *sqlstate, const char *message)

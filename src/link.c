@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "client_end.h"
+#include "rotation.h"
 #include "server.h"
 
 void link_attach(struct client_end *end, struct server *s)
@@ -31,4 +32,41 @@ struct client_end *link_detach(struct server *s)
 	end->server = NULL;
 	s->client = NULL;
 	return end;
+}
+
+void link_start(struct client_end *end, struct server *s)
+{
+	link_attach(end, s);
+	server_link(s);
+}
+
+void link_abandon(struct server *s, const char *why)
+{
+	(void)link_detach(s);
+	server_close(s, why);
+}
+
+enum link_room link_room(struct server *s)
+{
+	if (s->state != SERVER_ACTIVE)
+		return LINK_NOT_READY;
+	return server_output_full(s) ? LINK_FULL : LINK_ROOM;
+}
+
+struct evbuffer *link_output(struct server *s) { return server_output(s); }
+
+struct txn *link_txn(struct server *s) { return &s->txn; }
+
+struct params *link_server_params(struct server *s) { return &s->params; }
+
+bool link_reply_half_sent(const struct server *s) { return s->fwd_remaining > 0; }
+
+void link_server_failed(struct server *s, const char *why) { rotation_server_failed(s->sp, why); }
+
+void link_cancel(struct server *s) { server_send_cancel(s); }
+
+void link_resume(struct server *s)
+{
+	if (s->paused)
+		server_resume_reading(s);
 }

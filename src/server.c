@@ -33,7 +33,6 @@
 #include "auth_backend.h"
 #include "client_end.h"
 #include "config.h"
-#include "link.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool_types.h"
@@ -1020,7 +1019,7 @@ static enum pump_step count_for_replay(struct server *s, struct evbuffer *in, co
 }
 
 /* The server-to-client pump: whole small messages pgcat reads, the rest
- * streamed by header (link_forward_rest). */
+ * streamed by header (io_forward_rest). */
 static void process_active(struct server *s)
 {
 	struct evbuffer *in = s->io.in;
@@ -1033,7 +1032,7 @@ static void process_active(struct server *s)
 	struct evbuffer *out = io_out(c->io);
 	while (s->state == SERVER_ACTIVE && s->client == c) {
 		if (s->fwd_remaining > 0) {
-			size_t n = link_forward_rest(in, out, &s->fwd_remaining);
+			size_t n = io_forward_rest(in, out, &s->fwd_remaining);
 			if (n == 0)
 				return;
 			s->txn.sent_to_client = true;
