@@ -64,6 +64,9 @@ struct session_ops;
 
 /* Query texts up to this length are read for search_path tracking and,
  * after a lost server, for ROLLBACK; longer ones are streamed unread. */
+/* The client's usual read watermark: input beyond it waits in the kernel
+ * until the pump consumed some. */
+#define CLIENT_READ_HIGH_WATER (64u * 1024)
 #define CLIENT_INSPECT_MAX (8u * 1024)
 
 /* Room for a formatted peer address ("unix", IPv4 or IPv6). */
@@ -239,5 +242,16 @@ bool client_finish_welcome(struct client *c, struct pktbuf *pb);
 
 /* Cancel the query this client is running, if any (CancelRequest). */
 void client_cancel_query(struct client *c);
+
+/* A message or request needs need bytes in the input before it can be
+ * read (routing, a rewrite): let that much in; 0: it was read, back to the
+ * usual watermark. */
+static inline void client_read_limit(struct client *c, uint32_t need)
+{
+	if (need > c->io.read_high)
+		c->io.read_high = need;
+	else if (need == 0 && c->io.read_high > CLIENT_READ_HIGH_WATER)
+		c->io.read_high = CLIENT_READ_HIGH_WATER;
+}
 
 #endif

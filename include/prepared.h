@@ -162,13 +162,16 @@ bool prep_enabled(const struct client *c);
 
 enum prep_action {
 	PREP_FORWARD,   /* forward the message as is (the pump does) */
-	PREP_DONE,      /* consumed; what the server needs is queued (maybe with c->fwd_remaining) */
+	PREP_DONE,      /* consumed; what the server needs is queued (maybe with a rest to stream) */
 	PREP_WAIT,      /* need more bytes */
 	PREP_FAILED     /* out of memory: the caller closes the client */
 };
 /* A client message (Parse, Bind, Describe, Close, Query) with the client
- * linked to s. Also counts Sync/Query/FunctionCall segments. */
-enum prep_action prep_client_message(struct client *c, struct server *s, const struct proto_frame *f);
+ * linked to s. Also counts Sync/Query/FunctionCall segments. On PREP_DONE,
+ * *stream_rest is what is left of the message in the client's input, for
+ * the pump to stream to s as it is (0: nothing). */
+enum prep_action prep_client_message(struct client *c, struct server *s, const struct proto_frame *f,
+				     uint32_t *stream_rest);
 
 enum prep_verdict {
 	PREP_PASS,      /* forward */

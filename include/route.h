@@ -75,6 +75,7 @@ enum route_active {
 struct route_active_decision {
 	uint8_t phase;       /* enum route_phase */
 	uint32_t consume;
+	uint32_t read_need;  /* (WAIT) as route_decision's */
 };
 struct server;
 /* Message f (at the head of the input) from a client linked to s while
@@ -163,6 +164,10 @@ struct route_decision {
 	/* A session setting to change. */
 	enum route_setting setting;
 	int value;
+	/* (WAIT) the request is routed once the input holds this many bytes
+	 * (more than the usual read limit, at most ROUTE_SCAN_MAX): the
+	 * session lets them in (client_read_limit). 0: the usual limit. */
+	uint32_t read_need;
 	/* Last, the buffers route_decision_init does not clear (written
 	 * before they are read): the REFUSE message and the reply's bytes. */
 	char message[256];
@@ -196,6 +201,7 @@ static inline void route_decision_init(struct route_decision *d)
 	d->reply.failed = false;
 	d->setting = ROUTE_SET_NONE;
 	d->value = 0;
+	d->read_need = 0;
 	d->message[0] = '\0';
 }
 

@@ -50,8 +50,10 @@ struct session_ops {
 				   struct route_active_decision *d);
 	/* Linked to s, which takes rewritten messages (s->prep_on): message f
 	 * (its bytes at the head of the input as far as asked) is rewritten
-	 * for s or forwarded as it is (prepared.h). */
-	enum prep_action (*rewrite)(struct client *c, struct server *s, const struct proto_frame *f);
+	 * for s or forwarded as it is (prepared.h); on PREP_DONE *stream_rest
+	 * bytes of it are left for the pump to stream. */
+	enum prep_action (*rewrite)(struct client *c, struct server *s, const struct proto_frame *f,
+				    uint32_t *stream_rest);
 	/* In CLIENT_FANOUT: bytes arrived (a cross-shard COPY's rows), or a
 	 * cancel request for the work under way. */
 	void (*on_fanout_input)(struct client *c);

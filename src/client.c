@@ -48,7 +48,6 @@
 
 /* Stop reading the client once this much waits for a slow server. */
 #define CLIENT_OUT_BUDGET (128u * 1024)
-#define CLIENT_READ_HIGH_WATER (64u * 1024)
 
 static const char *const state_names[] = {
 	[CLIENT_STARTUP] = "startup", [CLIENT_AUTH] = "auth", [CLIENT_LOGIN_WAIT] = "login_wait",
@@ -724,6 +723,7 @@ static enum pump_step guard_step(struct client *c, struct server *s, const struc
 	struct route_active_decision rd;
 	enum route_active ra = c->session->guard(c, s, f, &rd);
 	c->shard_phase = rd.phase;
+	client_read_limit(c, rd.read_need);
 	switch (ra) {
 	case ROUTE_ACTIVE_FORWARD:
 		return PUMP_ON;
@@ -750,11 +750,10 @@ static bool prep_bytes_here(struct client *c, const struct proto_frame *f)
 	if (evbuffer_get_length(c->io.in) < need) {
 		/* A message bigger than the read watermark (a long query): let
 		 * it all in, max_packet_size bounds it. */
-		if (need > c->io.read_high)
-			c->io.read_high = (uint32_t)need;
+		client_read_limit(c, (uint32_t)need);
 		return false;
 	}
-	c->io.read_high = CLIENT_READ_HIGH_WATER;
+	client_read_limit(c, 0);
 	return true;
 }
 
@@ -803,11 +802,13 @@ static enum pump_step inspect_request(struct client *c, struct server *s, const 
  * goes as it is (PUMP_ON). */
 static enum pump_step rewrite_step(struct client *c, struct server *s, const struct proto_frame *f)
 {
-	switch (c->session->rewrite(c, s, f)) {
+	uint32_t rest;
+	switch (c->session->rewrite(c, s, f, &rest)) {
 	case PREP_FORWARD:
 		return PUMP_ON;
 	case PREP_DONE:
-		return PUMP_NEXT;   /* rewritten (the rest, if any, streams through) */
+		c->fwd_remaining = rest;   /* rewritten; its rest, if any, streams through */
+		return PUMP_NEXT;
 	case PREP_WAIT:
 		return PUMP_STOP;
 	case PREP_FAILED:

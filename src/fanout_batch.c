@@ -147,8 +147,7 @@ enum fanout_start fanout_start_batch(struct client *c, const struct router_rules
 					      "returning, or one statement at a time");
 			verdict = FANOUT_REFUSED;
 		} else if (n_binds >= 2 && lim == have) {
-			if (c->io.read_high < FANOUT_REQUEST_MAX)
-				c->io.read_high = FANOUT_REQUEST_MAX;
+			client_read_limit(c, FANOUT_REQUEST_MAX);
 			struct client_xshard *xs = flushed ? fanout_xshard(c) : NULL;
 			if (xs && !xs->batch_wait_since_us) {
 				xs->batch_wait_since_us = c->w->now_us;

@@ -269,7 +269,7 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 /* Bind or Describe 'S' naming a client statement: rewrite the name.
  * prefix_len bytes of the message precede the name (after the header). */
 static enum prep_action rewrite_name(struct client *c, struct server *s, const struct proto_frame *f,
-				     const uint8_t *m, size_t have, size_t name_off)
+				     const uint8_t *m, size_t have, size_t name_off, uint32_t *stream_rest)
 {
 	uint32_t total = f->len + 1;
 	const char *name = (const char *)m + name_off;
@@ -319,7 +319,7 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 	}
 	evbuffer_drain(c->io.in, old_prefix);
 	stats_add(c->pool->stats, STAT_RECEIVED, old_prefix);
-	c->fwd_remaining = rest;
+	*stream_rest = rest;
 	txn_sent(&s->txn, f->type);
 	return PREP_DONE;
 }
@@ -461,8 +461,10 @@ enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok)
 	return PREP_CACHED_DONE;
 }
 
-enum prep_action prep_client_message(struct client *c, struct server *s, const struct proto_frame *f)
+enum prep_action prep_client_message(struct client *c, struct server *s, const struct proto_frame *f,
+				     uint32_t *stream_rest)
 {
+	*stream_rest = 0;
 	uint32_t total = f->len + 1;
 	struct evbuffer *in = c->io.in;
 	if (!server_prep(s)) {
@@ -513,7 +515,7 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 			m = evbuffer_pullup(in, total);
 			want = total;
 		}
-		return rewrite_name(c, s, f, m, want, name_off);
+		return rewrite_name(c, s, f, m, want, name_off, stream_rest);
 	}
 	case PqMsg_Close: {
 		if (evbuffer_get_length(in) < total)

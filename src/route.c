@@ -97,9 +97,6 @@ static enum router_role decide_role(struct client *c, const struct proto_frame *
  * Execute): beyond this the statements seen decide, and a sharded one makes
  * the request cross-shard (its later Binds are not visible). */
 #define ROUTE_SCAN_MAX (1024u * 1024)
-/* The client's usual read watermark (client.c), restored after a scan that
- * had to raise it. */
-#define ROUTE_READ_HIGH (64u * 1024)
 /* Statements prepared by one request that the scan keeps track of. */
 #define ROUTE_SCAN_PARSES 64
 
@@ -186,9 +183,10 @@ static bool bind_statement(struct client *c, struct scan_parse *parses, size_t n
  * extended-protocol messages up to Sync/Flush) and folds what each of its
  * statements touches into *acc. false: wait for more bytes. */
 static bool scan_request(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
-			 struct shardkey_result *acc, bool *provisional)
+			 struct shardkey_result *acc, bool *provisional, uint32_t *read_need)
 {
 	*provisional = false;
+	*read_need = 0;
 	struct evbuffer *in = c->io.in;
 	size_t have = evbuffer_get_length(in);
 	bool sharded = false;
@@ -258,16 +256,13 @@ static bool scan_request(struct client *c, const struct proto_frame *f, const st
 		size_t need = want ? want : off + 5;
 		if (lim == have && need <= ROUTE_SCAN_MAX) {
 			/* the rest is on its way: let it in (bounded) */
-			if (need > c->io.read_high)
-				c->io.read_high = (uint32_t)need;
+			*read_need = (uint32_t)need;
 			log_debug("C-%llu: routing waits for %zu bytes of the request (%zu here)", (unsigned long long)c->id,
 				  need, have);
 			return false;
 		}
 		truncated = true;
 	}
-	if (c->io.read_high > ROUTE_READ_HIGH)
-		c->io.read_high = ROUTE_READ_HIGH;
 	/* Statements prepared and not executed here: their literal keys. */
 	bool sharded_before = sharded;
 	for (size_t i = 0; i < n_parses; i++)
@@ -376,7 +371,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 	struct shardkey_result r = { SHARDKEY_DEFAULT, -1, true };
 	if (cp->query_parser_enabled && cp->n_sharded_tables > 0) {
 		bool provisional;
-		if (!scan_request(c, f, rr, &r, &provisional))
+		if (!scan_request(c, f, rr, &r, &provisional, &d->read_need))
 			return SHARD_WAIT;
 		if (provisional && c->pool->mode == POOL_MODE_TRANSACTION && prep_enabled(c))
 			d->phase = ROUTE_PHASE_PROVISIONAL;
@@ -481,23 +476,21 @@ static void route_count(struct srvpool *sp, enum route_via via)
  * checked in one pass): a whole Query, or one Bind with its statement.
  * false: wait for the rest of it. */
 static bool scan_message(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
-			 struct shardkey_result *acc)
+			 struct shardkey_result *acc, uint32_t *read_need)
 {
 	bool provisional, sharded = false;
 	if (f->type == PqMsg_Query)
-		return scan_request(c, f, rr, acc, &provisional);
+		return scan_request(c, f, rr, acc, &provisional, read_need);
+	*read_need = 0;
 	acc->outcome = SHARDKEY_DEFAULT;
 	acc->shard = -1;
 	acc->writes = false;
 	struct evbuffer *in = c->io.in;
 	size_t total = (size_t)f->len + 1;
 	if (evbuffer_get_length(in) < total) {
-		if (total > c->io.read_high)
-			c->io.read_high = (uint32_t)total;   /* (at most ROUTE_SCAN_MAX) */
+		*read_need = (uint32_t)total;   /* (at most ROUTE_SCAN_MAX) */
 		return false;
 	}
-	if (c->io.read_high > ROUTE_READ_HIGH)
-		c->io.read_high = ROUTE_READ_HIGH;
 	const uint8_t *body = evbuffer_pullup(in, (ev_ssize_t)total) + 5;
 	size_t blen = total - 5, noff = 0;
 	const char *portal, *name;
@@ -531,6 +524,7 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 {
 	d->phase = c->shard_phase;
 	d->consume = 0;
+	d->read_need = 0;
 	if (d->phase == ROUTE_PHASE_REROUTING)
 		return ROUTE_ACTIVE_WAIT;
 	bool refuse_bind = d->phase == ROUTE_PHASE_REFUSE_BIND && f->type == PqMsg_Bind;
@@ -543,7 +537,7 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 		route_rules_build(c, &rr);
 		struct shardkey_result r;
 		bool provisional;
-		if (!scan_request(c, f, &rr, &r, &provisional))
+		if (!scan_request(c, f, &rr, &r, &provisional, &d->read_need))
 			return ROUTE_ACTIVE_WAIT;
 		if (r.outcome == SHARDKEY_CROSS || (r.outcome == SHARDKEY_ONE && r.shard != s->sp->shard))
 			d->phase = ROUTE_PHASE_REFUSE_BIND;
@@ -563,7 +557,7 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 	struct route_rules rr;
 	route_rules_build(c, &rr);
 	struct shardkey_result r;
-	if (!scan_message(c, f, &rr, &r))
+	if (!scan_message(c, f, &rr, &r, &d->read_need))
 		return ROUTE_ACTIVE_WAIT;   /* the rest of the message first */
 	if (refuse_bind)
 		d->phase = ROUTE_PHASE_GUARD;

@@ -327,6 +327,7 @@ __attribute__((always_inline)) static inline bool route_and_check_out(struct cli
 		route_decision_init(&d);
 		route_pick(c, f, false, &d);
 	}
+	client_read_limit(c, d.read_need);
 	if (d.set_phase)
 		c->shard_phase = d.phase;
 	switch (d.action) {
