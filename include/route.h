@@ -37,10 +37,28 @@ struct route_decision;
  * (route_decision_init'ed): d->action says whether to check d->sp out,
  * wait for the rest of the request (a Bind after the Parse), refuse it
  * with d->sqlstate and d->message (a cross-shard write, a bad hint),
- * answer a BEGIN pgcat holds (or the end of one), or nothing, the request
- * being answered already (the cross-shard paths). may_hold false: no
- * BEGIN is held (the session could not keep the one route chose). */
-void route_pick(struct client *c, const struct proto_frame *f, bool may_hold, struct route_decision *d);
+ * answer a BEGIN pgcat holds (or the end of one), or hand the request to
+ * the fan-out (d->fanout: the session starts it). may_hold false: no
+ * BEGIN is held (the session could not keep the one route chose).
+ * declined: the fan-outs (enum route_fanout bits, ROUTE_DECLINED_FLUSH)
+ * the session found not to apply to this request, for which one shard
+ * will do: routed to one shard instead. */
+void route_pick(struct client *c, const struct proto_frame *f, bool may_hold, unsigned declined,
+		struct route_decision *d);
+
+/* Cross-shard work route hands the session, to start with the fan-out
+ * (fanout.h); as bits, for route_pick's declined. */
+enum route_fanout {
+	ROUTE_FANOUT_NONE = 0,
+	ROUTE_FANOUT_BATCH = 1,       /* executemany / executeBatch with keys of several shards: fanout_start_batch */
+	ROUTE_FANOUT_SPLIT = 2,       /* COPY or multi-row INSERT split by shard (fanout_start_copy, _insert);
+				       * else, with default_shard = all, on every shard (_broadcast) */
+	ROUTE_FANOUT_BROADCAST = 4,   /* default_shard = all: a write on every shard (fanout_start_broadcast) */
+	ROUTE_FANOUT_READ = 8         /* a read on several shards, merged (fanout_start) */
+};
+/* With a declined fan-out: the request ended with Flush (asyncpg's Parse,
+ * Describe, Flush), so its Bind, next, picks its shards itself. */
+#define ROUTE_DECLINED_FLUSH 0x100u
 
 /*
  * After the shard of a transaction was chosen by its keys or default_shard,
@@ -83,19 +101,6 @@ struct server;
 enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f,
 				       struct route_active_decision *d);
 
-/* A read whose rows are on several shards (SPEC §6), at the head of the
- * client's input (idle client, nothing consumed): sent to every shard and
- * merged (fanout.c), or refused with 0A000 when it cannot be merged
- * exactly. A request that executes nothing (Parse, Describe), and with
- * default_shard = all a statement other than SELECT that touches no
- * sharded table (SET, SHOW...; sharded false), go to one shard instead. */
-enum route_cross { ROUTE_CROSS_ANSWERED, ROUTE_CROSS_ANY_SHARD };
-
-
-struct router_rules;
-enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f, bool sharded,
-				       const struct router_rules *rules, struct route_decision *d);
-
 /* A session setting a pgcat command changes (SET SERVER ROLE...). */
 enum route_setting {
 	ROUTE_SET_NONE,
@@ -116,7 +121,8 @@ enum route_action {
 	ROUTE_WAIT,       /* nothing yet: the rest of the request is on its way */
 	ROUTE_REFUSE,     /* answer the request with the error d->sqlstate, d->message */
 	ROUTE_HOLD,       /* a BEGIN pgcat holds, or the end of one: d->held, consume, reply */
-	ROUTE_ANSWERED    /* nothing: the request was answered (cross-shard) */
+	ROUTE_ANSWERED,   /* nothing: the request was answered (the session's, after a fan-out started) */
+	ROUTE_FANOUT      /* cross-shard work: d->fanout, for the session to start */
 };
 
 /* In a sharded pool with automatic routing, a BEGIN alone says nothing
@@ -164,6 +170,11 @@ struct route_decision {
 	/* A session setting to change. */
 	enum route_setting setting;
 	int value;
+	/* (FANOUT) the kind, and whether the request touches a sharded
+	 * table (READ: else default_shard = all, and a statement other than
+	 * SELECT goes to one shard). */
+	enum route_fanout fanout;
+	bool fanout_sharded;
 	/* (WAIT) the request is routed once the input holds this many bytes
 	 * (more than the usual read limit, at most ROUTE_SCAN_MAX): the
 	 * session lets them in (client_read_limit). 0: the usual limit. */
@@ -201,6 +212,8 @@ static inline void route_decision_init(struct route_decision *d)
 	d->reply.failed = false;
 	d->setting = ROUTE_SET_NONE;
 	d->value = 0;
+	d->fanout = ROUTE_FANOUT_NONE;
+	d->fanout_sharded = false;
 	d->read_need = 0;
 	d->message[0] = '\0';
 }

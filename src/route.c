@@ -13,7 +13,6 @@
 
 #include "client.h"
 #include "config.h"
-#include "fanout.h"
 #include "route_pick.h"
 #include "log.h"
 #include "pktbuf.h"
@@ -103,7 +102,8 @@ static enum router_role decide_role(struct client *c, const struct proto_frame *
 enum shard_decision {
 	SHARD_DECIDED,      /* *shard is where the transaction goes */
 	SHARD_WAIT,         /* the rest of the request is still on its way */
-	SHARD_ANSWERED      /* refused, or handed to the cross-shard read path */
+	SHARD_REFUSED,      /* refused (d->sqlstate, d->message) */
+	SHARD_FANOUT        /* cross-shard: d->fanout for the session */
 };
 
 struct scan_parse {
@@ -296,31 +296,26 @@ static void refuse(struct route_decision *d, const char *sqlstate, const char *m
 	snprintf(d->message, sizeof d->message, "%s", msg);
 }
 
-enum route_cross route_cross_shard_read(struct client *c, const struct proto_frame *f, bool sharded,
-				       const struct router_rules *rules, struct route_decision *d)
+/* Cross-shard work for the fan-out (fanout.h): the session starts it, and
+ * routes again, without it, if it finds one shard will do. */
+static enum shard_decision ask_fanout(struct route_decision *d, enum route_fanout kind, bool sharded)
 {
-	char why[200];
-	switch (fanout_start(c, f, sharded, rules, why, sizeof why)) {
-	case FANOUT_STARTED:
-		return ROUTE_CROSS_ANSWERED;
-	case FANOUT_ANY_SHARD_FLUSH:
-		/* asyncpg's Parse, Describe, Flush: the Bind that follows picks
-		 * its shards itself (as for a statement whose key is a parameter) */
-		if (c->pool->mode == POOL_MODE_TRANSACTION && prep_enabled(c))
-			d->phase = ROUTE_PHASE_PROVISIONAL;
-		return ROUTE_CROSS_ANY_SHARD;
-	case FANOUT_ANY_SHARD:
-		return ROUTE_CROSS_ANY_SHARD;
-	case FANOUT_REFUSED:
-	case FANOUT_WAIT:   /* (fanout_start_batch's only) */
-		break;
-	}
-	refuse(d, "0A000", why);
-	return ROUTE_CROSS_ANSWERED;
+	d->fanout = kind;
+	d->fanout_sharded = sharded;
+	return SHARD_FANOUT;
+}
+
+/* The fan-out declined a request ended by Flush (asyncpg's Parse,
+ * Describe, Flush): its Bind, next, picks its shards itself, as for a
+ * statement whose key is a parameter. */
+static void after_declined_flush(const struct client *c, unsigned declined, struct route_decision *d)
+{
+	if ((declined & ROUTE_DECLINED_FLUSH) && c->pool->mode == POOL_MODE_TRANSACTION && prep_enabled(c))
+		d->phase = ROUTE_PHASE_PROVISIONAL;
 }
 
 static enum shard_decision decide_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
-					int *shard, enum route_via *via, struct route_decision *d)
+					unsigned declined, int *shard, enum route_via *via, struct route_decision *d)
 {
 	const struct config_pool *cp = c->pool->cpool;
 	int n_shards = (int)cp->n_shards;
@@ -338,14 +333,14 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		char msg[160];
 		if (v->hint_invalid) {
 			refuse(d, "22023", "invalid pgcat hint: shard= takes a shard number, sharding_key= a key of at most 63 bytes");
-			return SHARD_ANSWERED;
+			return SHARD_REFUSED;
 		}
 		if (v->hint_shard >= 0) {
 			if (v->hint_shard >= n_shards) {
 				snprintf(msg, sizeof msg, "invalid shard %d in pgcat hint: this pool has shards 0 to %d",
 					 v->hint_shard, n_shards - 1);
 				refuse(d, "22023", msg);
-				return SHARD_ANSWERED;
+				return SHARD_REFUSED;
 			}
 			*shard = v->hint_shard;
 			*via = ROUTE_VIA_HINT;
@@ -358,7 +353,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 						    err, sizeof err)) {
 				snprintf(msg, sizeof msg, "invalid sharding_key in pgcat hint: %s", err);
 				refuse(d, "22023", msg);
-				return SHARD_ANSWERED;
+				return SHARD_REFUSED;
 			}
 			*shard = s;
 			*via = ROUTE_VIA_HINT;
@@ -387,72 +382,38 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 	if (r.outcome == SHARDKEY_DEFAULT && cp->default_shard >= 0)
 		return SHARD_DECIDED;
 	/* Several shards, a sharded table without key, or default_shard = all. */
-	if (r.outcome == SHARDKEY_CROSS && f->type != PqMsg_Query) {
+	if (r.outcome == SHARDKEY_CROSS && f->type != PqMsg_Query && !(declined & ROUTE_FANOUT_BATCH)) {
 		/* executemany, executeBatch: one statement bound with keys of
 		 * several shards, each Bind run on its own */
-		char why[200];
-		switch (fanout_start_batch(c, &rr->r, why, sizeof why)) {
-		case FANOUT_STARTED:
-			return SHARD_ANSWERED;
-		case FANOUT_REFUSED:
-			refuse(d, "0A000", why);
-			return SHARD_ANSWERED;
-		case FANOUT_WAIT:
-			return SHARD_WAIT;
-		case FANOUT_ANY_SHARD:
-		case FANOUT_ANY_SHARD_FLUSH:
-			break;
-		}
+		return ask_fanout(d, ROUTE_FANOUT_BATCH, true);
 	}
 	if (r.writes && r.outcome == SHARDKEY_CROSS) {
 		/* a COPY FROM STDIN or a multi-row INSERT whose rows belong to
-		 * several shards is split */
-		char why[200];
-		enum fanout_start st = fanout_start_copy(c, f, &rr->r, why, sizeof why);
-		if (st == FANOUT_ANY_SHARD) {
-			st = fanout_start_insert(c, f, &rr->r, why, sizeof why);
-			if (st == FANOUT_ANY_SHARD || st == FANOUT_ANY_SHARD_FLUSH) {
-				/* only prepared (asyncpg's Parse, Describe, Flush): its
-				 * Bind is routed by itself, as for a key in a parameter */
-				if (st == FANOUT_ANY_SHARD_FLUSH && c->pool->mode == POOL_MODE_TRANSACTION && prep_enabled(c))
-					d->phase = ROUTE_PHASE_PROVISIONAL;
-				return SHARD_DECIDED;
-			}
-		}
-		/* default_shard = all: an UPDATE or DELETE without a key runs
-		 * on every shard */
-		if (st == FANOUT_REFUSED && cp->default_shard < 0)
-			st = fanout_start_broadcast(c, &rr->r, why, sizeof why);
-		switch (st) {
-		case FANOUT_STARTED:
-			return SHARD_ANSWERED;
-		case FANOUT_ANY_SHARD:
-		case FANOUT_ANY_SHARD_FLUSH:
-		case FANOUT_REFUSED:
-		case FANOUT_WAIT:   /* (fanout_start_batch's only) */
-			break;
-		}
-		refuse(d, "0A000", why);
-		return SHARD_ANSWERED;
+		 * several shards is split (or, with default_shard = all, an
+		 * UPDATE or DELETE without a key runs on every shard); declined:
+		 * it prepares only, and its Bind is routed by itself */
+		if (!(declined & ROUTE_FANOUT_SPLIT))
+			return ask_fanout(d, ROUTE_FANOUT_SPLIT, true);
+		after_declined_flush(c, declined, d);
+		return SHARD_DECIDED;
 	}
 	if (r.writes) {
-		char why[200];
 		if (r.outcome == SHARDKEY_DEFAULT && cp->default_shard < 0) {
 			/* default_shard = all: DDL and writes of tables kept on
 			 * every shard run on every shard */
-			if (fanout_start_broadcast(c, &rr->r, why, sizeof why) == FANOUT_STARTED)
-				return SHARD_ANSWERED;
-		} else {
-			snprintf(why, sizeof why, "cross-shard write: the statement's sharding keys are missing or on several "
-						  "shards; use SET SHARD or SET SHARDING KEY");
+			return ask_fanout(d, ROUTE_FANOUT_BROADCAST, false);
 		}
-		refuse(d, "0A000", why);
-		return SHARD_ANSWERED;
+		refuse(d, "0A000", "cross-shard write: the statement's sharding keys are missing or on several "
+				   "shards; use SET SHARD or SET SHARDING KEY");
+		return SHARD_REFUSED;
 	}
-	/* (*shard is default_shard, or shard 0 for default_shard = all) */
-	return route_cross_shard_read(c, f, r.outcome == SHARDKEY_CROSS, &rr->r, d) == ROUTE_CROSS_ANY_SHARD
-		       ? SHARD_DECIDED
-		       : SHARD_ANSWERED;
+	/* A read on several shards, merged (or, declined: it executes nothing
+	 * and any shard answers alike). (*shard is default_shard, or shard 0
+	 * for default_shard = all.) */
+	if (!(declined & ROUTE_FANOUT_READ))
+		return ask_fanout(d, ROUTE_FANOUT_READ, r.outcome == SHARDKEY_CROSS);
+	after_declined_flush(c, declined, d);
+	return SHARD_DECIDED;
 }
 
 _Static_assert(ROUTE_VIA__COUNT == SHM_ROUTE_VIA, "one shared counter per way of choosing a shard");
@@ -597,7 +558,8 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 	return refuse_on_server(c, s, f, msg, d);
 }
 
-static struct srvpool *pick(struct client *c, const struct proto_frame *f, struct route_decision *d);
+static struct srvpool *pick(struct client *c, const struct proto_frame *f, unsigned declined,
+			    struct route_decision *d);
 
 /* ---- BEGIN held until the first statement (sharding) ---- */
 
@@ -786,11 +748,12 @@ static bool hold_begin_extended(const struct client *c, const struct proto_frame
 	return true;
 }
 
-void route_pick(struct client *c, const struct proto_frame *f, bool may_hold, struct route_decision *d)
+void route_pick(struct client *c, const struct proto_frame *f, bool may_hold, unsigned declined,
+		struct route_decision *d)
 {
 	if (may_hold && (hold_begin(c, f, d) || hold_begin_extended(c, f, d)))
 		return;
-	struct srvpool *sp = pick(c, f, d);
+	struct srvpool *sp = pick(c, f, declined, d);
 	if (!sp)
 		return;
 	d->action = ROUTE_CHECKOUT;
@@ -802,7 +765,8 @@ void route_pick(struct client *c, const struct proto_frame *f, bool may_hold, st
 static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
 				     int shard, struct route_decision *d);
 
-static struct srvpool *pick(struct client *c, const struct proto_frame *f, struct route_decision *d)
+static struct srvpool *pick(struct client *c, const struct proto_frame *f, unsigned declined,
+			    struct route_decision *d)
 {
 	struct pool *p = c->pool;
 	/* The parser's rules, for a pool with a choice to make: with one
@@ -816,15 +780,17 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f, struc
 	d->phase = ROUTE_PHASE_NONE;
 	int shard;
 	enum route_via via;
-	switch (decide_shard(c, f, &rr, &shard, &via, d)) {
+	switch (decide_shard(c, f, &rr, declined, &shard, &via, d)) {
 	case SHARD_DECIDED:
 		break;
 	case SHARD_WAIT:
 		d->action = ROUTE_WAIT;
 		return NULL;
-	case SHARD_ANSWERED:
-		if (d->action != ROUTE_REFUSE)
-			d->action = ROUTE_ANSWERED;
+	case SHARD_REFUSED:
+		d->action = ROUTE_REFUSE;
+		return NULL;
+	case SHARD_FANOUT:
+		d->action = ROUTE_FANOUT;
 		return NULL;
 	}
 	struct srvpool *sp = pick_in_shard(c, f, &rr, shard, d);

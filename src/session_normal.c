@@ -16,6 +16,7 @@
 #include "session_normal.h"
 
 #include <event2/buffer.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +28,7 @@
 #include "prepared.h"
 #include "proto.h"
 #include "route.h"
+#include "route_pick.h"
 #include "sqllex.h"
 
 /* The normal session's welcome: the pool's server parameters first. */
@@ -311,8 +313,68 @@ __attribute__((always_inline)) static inline enum answered_here answer_here(stru
 	return HERE_NOT;
 }
 
+/* The cross-shard work route handed over (d->fanout), started. Returns 0
+ * when d says what came of it (ANSWERED: started; REFUSE; WAIT); else the
+ * fan-out found that one shard will do, and the bits to route again
+ * without it (route_pick's declined). Off the usual path. */
+static __attribute__((noinline)) unsigned start_fanout(struct client *c, const struct proto_frame *f,
+						     struct route_decision *d)
+{
+	struct route_rules rr;
+	route_rules_build(c, &rr);
+	char why[200];
+	why[0] = '\0';
+	enum fanout_start st = FANOUT_REFUSED;
+	switch (d->fanout) {
+	case ROUTE_FANOUT_BATCH:
+		st = fanout_start_batch(c, &rr.r, why, sizeof why);
+		if (st == FANOUT_WAIT) {
+			d->action = ROUTE_WAIT;   /* (it let the rest of the batch in itself) */
+			return 0;
+		}
+		if (st == FANOUT_ANY_SHARD || st == FANOUT_ANY_SHARD_FLUSH)
+			return ROUTE_FANOUT_BATCH;
+		break;
+	case ROUTE_FANOUT_SPLIT:
+		st = fanout_start_copy(c, f, &rr.r, why, sizeof why);
+		if (st == FANOUT_ANY_SHARD) {
+			st = fanout_start_insert(c, f, &rr.r, why, sizeof why);
+			if (st == FANOUT_ANY_SHARD)
+				return ROUTE_FANOUT_SPLIT;
+			if (st == FANOUT_ANY_SHARD_FLUSH)
+				return ROUTE_FANOUT_SPLIT | ROUTE_DECLINED_FLUSH;
+		}
+		/* default_shard = all: an UPDATE or DELETE without a key runs
+		 * on every shard */
+		if (st == FANOUT_REFUSED && c->pool->cpool->default_shard < 0)
+			st = fanout_start_broadcast(c, &rr.r, why, sizeof why);
+		break;
+	case ROUTE_FANOUT_BROADCAST:
+		st = fanout_start_broadcast(c, &rr.r, why, sizeof why);
+		break;
+	case ROUTE_FANOUT_READ:
+		st = fanout_start(c, f, d->fanout_sharded, &rr.r, why, sizeof why);
+		if (st == FANOUT_ANY_SHARD)
+			return ROUTE_FANOUT_READ;
+		if (st == FANOUT_ANY_SHARD_FLUSH)
+			return ROUTE_FANOUT_READ | ROUTE_DECLINED_FLUSH;
+		break;
+	case ROUTE_FANOUT_NONE:
+		break;
+	}
+	if (st == FANOUT_STARTED) {
+		d->action = ROUTE_ANSWERED;
+		return 0;
+	}
+	d->action = ROUTE_REFUSE;
+	memcpy(d->sqlstate, "0A000", 6);
+	snprintf(d->message, sizeof d->message, "%s", why);
+	return 0;
+}
+
 /* The request goes through routing (route.c decides, this applies) and a
- * server is checked out for it, or it is answered, refused or held. */
+ * server is checked out for it, or it is answered, refused or held, or
+ * handed to the fan-out. */
 __attribute__((always_inline)) static inline bool route_and_check_out(struct client *c, const struct proto_frame *f)
 {
 	/* Parses alone, of statements the pool knows: no server needed. */
@@ -320,12 +382,21 @@ __attribute__((always_inline)) static inline bool route_and_check_out(struct cli
 	if (parse_here && !answer_parses(c, false))
 		return true;
 	struct route_decision d;
-	route_decision_init(&d);
-	route_pick(c, f, true, &d);
-	if (d.action == ROUTE_HOLD && !apply_held(c, &d)) {
-		/* (out of memory: routed as it comes, BEGIN included) */
+	bool may_hold = true;
+	unsigned declined = 0;
+	for (;;) {
 		route_decision_init(&d);
-		route_pick(c, f, false, &d);
+		route_pick(c, f, may_hold, declined, &d);
+		if (d.action == ROUTE_HOLD && !apply_held(c, &d)) {
+			may_hold = false;   /* (out of memory: routed as it comes, BEGIN included) */
+			continue;
+		}
+		if (d.action != ROUTE_FANOUT)
+			break;
+		unsigned more = start_fanout(c, f, &d);
+		if (!more)
+			break;
+		declined |= more;   /* one shard will do: routed again */
 	}
 	client_read_limit(c, d.read_need);
 	if (d.set_phase)
@@ -344,7 +415,8 @@ __attribute__((always_inline)) static inline bool route_and_check_out(struct cli
 		return false;
 	case ROUTE_WAIT:      /* the rest of the request first */
 	case ROUTE_HOLD:      /* (answered: apply_held) */
-	case ROUTE_ANSWERED:  /* (cross-shard) */
+	case ROUTE_ANSWERED:  /* (cross-shard, started) */
+	case ROUTE_FANOUT:    /* (not left by the loop above) */
 		return false;
 	}
 	struct srvpool *sp = d.sp;
