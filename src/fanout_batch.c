@@ -35,198 +35,259 @@
 
 #define BATCH_MAX_BINDS 65535
 
-enum fanout_start fanout_start_batch(struct client *c, const struct router_rules *rules, char *why, size_t whylen)
+/* What the request at the head of the input looks like, read once. */
+struct batch_shape {
+	const char *name, *sql;       /* the statement's name; its text, if its Parse is here */
+	const uint8_t *types, *parse; /* the Parse's parameter types, and the Parse (NULL: none) */
+	size_t types_len, parse_total;
+	size_t off;                   /* how far it was read */
+	size_t end;                   /* the batch's length, its Sync included */
+	uint32_t n_binds, cap, *bind_off;   /* where each Bind starts (malloc'd) */
+	bool describe;                /* each Bind has its Describe 'P' */
+	bool last_flush;              /* the last message read is a Flush */
+};
+
+enum batch_scan {
+	BATCH_NOT,       /* not a batch (or a malformed one: the pump refuses it) */
+	BATCH_PARTIAL,   /* a batch so far, its Sync not read yet */
+	BATCH_WHOLE      /* a batch up to its Sync */
+};
+
+/* A Bind at off (of length l) with its [Describe 'P' ""] and Execute "":
+ * recorded in bs. false with *partial: the rest is not here yet; false
+ * alone: not a batch's Bind. */
+static bool scan_bind(const uint8_t *m, size_t lim, size_t off, uint32_t l, struct batch_shape *bs, bool *partial)
 {
-	struct pool *p = c->pool;
-	const struct config_pool *cp = p->cpool;
-	int n_shards = (int)cp->n_shards;
-	struct evbuffer *in = c->io.in;
-	why[0] = '\0';
-	size_t have = evbuffer_get_length(in);
-	size_t lim = have < FANOUT_REQUEST_MAX ? have : FANOUT_REQUEST_MAX;
-	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim);
-	if (!m || lim < 5 || (m[0] != PqMsg_Parse && m[0] != PqMsg_Bind))
-		return FANOUT_ANY_SHARD;
-	/* the shape, first: anything else is not a batch. Flush may come
-	 * between (psycopg sends its Binds, Flush, then Sync). */
-	const char *name = NULL, *sql = NULL;
-	const uint8_t *types = NULL, *parse = NULL;
-	size_t types_len = 0, parse_total = 0, off = 0, end = 0;
-	uint32_t n_binds = 0, cap = 0, *bind_off = NULL;
-	bool describe = false, complete = true, last_flush = false;
-	enum fanout_start verdict = FANOUT_ANY_SHARD;
-	while (!end) {
-		if (lim - off < 5) {
-			complete = false;
-			break;
+	const uint8_t *body = m + off + 5;
+	size_t blen = l - 4, b = 0;
+	const char *s1, *s2;
+	*partial = false;
+	if (!proto_read_cstring(body, blen, &b, &s1) || !proto_read_cstring(body, blen, &b, &s2) || s1[0] ||
+	    (bs->name && strcmp(s2, bs->name) != 0))
+		return false;
+	if (!bs->name)
+		bs->name = s2;
+	/* then [Describe P ""], Execute "" (any row limit: pgjdbc asks 1 of an INSERT) */
+	size_t o2 = off + (size_t)l + 1, need = o2 + 10 + (bs->n_binds == 0 || bs->describe ? 7 : 0);
+	if (lim < need && lim - o2 < 5) {
+		*partial = true;
+		return false;
+	}
+	bool d = m[o2] == PqMsg_Describe;
+	if (bs->n_binds > 0 && d != bs->describe)
+		return false;
+	if (d) {
+		if (lim - o2 < 7) {
+			*partial = true;
+			return false;
 		}
+		if (proto_get_u32(m + o2 + 1) != 6 || m[o2 + 5] != 'P' || m[o2 + 6] != 0)
+			return false;
+		o2 += 7;
+	}
+	if (lim - o2 < 10) {
+		*partial = true;
+		return false;
+	}
+	if (m[o2] != PqMsg_Execute || proto_get_u32(m + o2 + 1) != 9 || m[o2 + 5] != 0)
+		return false;
+	bs->describe = d;
+	if (bs->n_binds == BATCH_MAX_BINDS)
+		return false;
+	if (bs->n_binds == bs->cap) {
+		uint32_t ncap = bs->cap ? bs->cap * 2 : 64;
+		uint32_t *nb = realloc(bs->bind_off, ncap * sizeof *nb);
+		if (!nb)
+			return false;
+		bs->bind_off = nb;
+		bs->cap = ncap;
+	}
+	bs->bind_off[bs->n_binds++] = (uint32_t)off;
+	bs->off = o2 + 10;
+	return true;
+}
+
+/* The shape, first: [Parse], (Bind, [Describe], Execute)..., Sync; Flush
+ * may come between (psycopg sends its Binds, Flush, then Sync); anything
+ * else is not a batch. */
+static enum batch_scan scan_batch(const uint8_t *m, size_t lim, struct batch_shape *bs)
+{
+	for (;;) {
+		size_t off = bs->off;
+		if (lim - off < 5)
+			return BATCH_PARTIAL;
 		uint8_t type = m[off];
 		uint32_t l = proto_get_u32(m + off + 1);
 		if (l < 4)
-			goto out;
-		if ((size_t)l + 1 > lim - off) {
-			complete = false;
-			break;
-		}
+			return BATCH_NOT;
+		if ((size_t)l + 1 > lim - off)
+			return BATCH_PARTIAL;
 		const uint8_t *body = m + off + 5;
 		size_t blen = l - 4, b = 0;
 		const char *s1, *s2;
-		last_flush = type == PqMsg_Flush;
+		bs->last_flush = type == PqMsg_Flush;
 		if (type == PqMsg_Parse && off == 0) {
 			if (!proto_read_cstring(body, blen, &b, &s1) || !proto_read_cstring(body, blen, &b, &s2) || blen - b < 2)
-				goto out;
-			name = s1;
-			sql = s2;
-			types = body + b;
-			types_len = blen - b;
-			parse = m;
-			parse_total = (size_t)l + 1;
+				return BATCH_NOT;
+			bs->name = s1;
+			bs->sql = s2;
+			bs->types = body + b;
+			bs->types_len = blen - b;
+			bs->parse = m;
+			bs->parse_total = (size_t)l + 1;
 		} else if (type == PqMsg_Bind) {
-			if (!proto_read_cstring(body, blen, &b, &s1) || !proto_read_cstring(body, blen, &b, &s2) || s1[0] ||
-			    (name && strcmp(s2, name) != 0))
-				goto out;
-			if (!name)
-				name = s2;
-			/* then [Describe P ""], Execute "" (any row limit: pgjdbc asks 1 of an INSERT) */
-			size_t o2 = off + (size_t)l + 1, need = o2 + 10 + (n_binds == 0 || describe ? 7 : 0);
-			if (lim < need && lim - o2 < 5) {
-				complete = false;
-				break;
-			}
-			bool d = m[o2] == PqMsg_Describe;
-			if (n_binds > 0 && d != describe)
-				goto out;
-			if (d) {
-				if (lim - o2 < 7) {
-					complete = false;
-					break;
-				}
-				if (proto_get_u32(m + o2 + 1) != 6 || m[o2 + 5] != 'P' || m[o2 + 6] != 0)
-					goto out;
-				o2 += 7;
-			}
-			if (lim - o2 < 10) {
-				complete = false;
-				break;
-			}
-			if (m[o2] != PqMsg_Execute || proto_get_u32(m + o2 + 1) != 9 || m[o2 + 5] != 0)
-				goto out;
-			describe = d;
-			if (n_binds == BATCH_MAX_BINDS)
-				goto out;
-			if (n_binds == cap) {
-				uint32_t ncap = cap ? cap * 2 : 64;
-				uint32_t *nb = realloc(bind_off, ncap * sizeof *nb);
-				if (!nb)
-					goto out;
-				bind_off = nb;
-				cap = ncap;
-			}
-			bind_off[n_binds++] = (uint32_t)off;
-			off = o2 + 10;
-			continue;
+			bool partial;
+			if (scan_bind(m, lim, off, l, bs, &partial))
+				continue;   /* (bs->off is past its Execute) */
+			return partial ? BATCH_PARTIAL : BATCH_NOT;
 		} else if (type == PqMsg_Flush && off > 0) {
 			/* nothing to flush before the whole batch is answered */
-		} else if (type == PqMsg_Sync && n_binds > 0) {
-			end = off + 5;
-			break;
+		} else if (type == PqMsg_Sync && bs->n_binds > 0) {
+			bs->end = off + 5;
+			return BATCH_WHOLE;
 		} else {
-			goto out;
+			return BATCH_NOT;
 		}
-		off += (size_t)l + 1;
+		bs->off = off + (size_t)l + 1;
 	}
-	if (!complete) {
-		/* a batch so far: the rest (up to its Sync) before deciding. But
-		 * a client may wait for the results of its Flush before sending
-		 * Sync (psycopg's executemany with returning=True): if nothing
-		 * comes for a while after the Flush, refuse instead of hanging. */
-		bool flushed = last_flush && off == lim;
-		if (n_binds >= 2 && lim == have && flushed && c->xshard && c->xshard->batch_no_wait) {
-			snprintf(why, whylen, "cross-shard write: a batch whose results are awaited before its Sync (psycopg's "
-					      "executemany with returning=True) cannot be split by shard; send it without "
-					      "returning, or one statement at a time");
-			verdict = FANOUT_REFUSED;
-		} else if (n_binds >= 2 && lim == have) {
-			client_read_limit(c, FANOUT_REQUEST_MAX);
-			struct client_xshard *xs = flushed ? fanout_xshard(c) : NULL;
-			if (xs && !xs->batch_wait_since_us) {
-				xs->batch_wait_since_us = c->w->now_us;
-				c->w->batch_waiters = true;
-			}
-			verdict = FANOUT_WAIT;
-		} else if (n_binds >= 2) {
-			snprintf(why, whylen, "cross-shard write: a batch for several shards is split up to 1 MB before its Sync; "
-					      "send it in smaller parts");
-			verdict = FANOUT_REFUSED;
+}
+
+/* A batch so far: the rest (up to its Sync) before deciding. But a client
+ * may wait for the results of its Flush before sending Sync (psycopg's
+ * executemany with returning=True): if nothing comes for a while after
+ * the Flush, refuse instead of hanging. */
+static enum fanout_start batch_partial(struct client *c, const struct batch_shape *bs, size_t have, size_t lim,
+				       char *why, size_t whylen)
+{
+	if (bs->n_binds < 2)
+		return FANOUT_ANY_SHARD;
+	bool flushed = bs->last_flush && bs->off == lim;
+	if (lim == have && flushed && c->xshard && c->xshard->batch_no_wait) {
+		snprintf(why, whylen, "cross-shard write: a batch whose results are awaited before its Sync (psycopg's "
+				      "executemany with returning=True) cannot be split by shard; send it without "
+				      "returning, or one statement at a time");
+		return FANOUT_REFUSED;
+	}
+	if (lim == have) {
+		client_read_limit(c, FANOUT_REQUEST_MAX);
+		struct client_xshard *xs = flushed ? fanout_xshard(c) : NULL;
+		if (xs && !xs->batch_wait_since_us) {
+			xs->batch_wait_since_us = c->w->now_us;
+			c->w->batch_waiters = true;
 		}
-		goto out;
+		return FANOUT_WAIT;
 	}
-	if (n_binds < 2)
-		goto out;
-	verdict = FANOUT_REFUSED;
-	if (!parse && !fanout_bound_statement(c, name, &sql, &types, &types_len)) {
+	snprintf(why, whylen, "cross-shard write: a batch for several shards is split up to 1 MB before its Sync; "
+			      "send it in smaller parts");
+	return FANOUT_REFUSED;
+}
+
+/* Each Bind's shard (leg_of), its rank among its shard's (idx), and the
+ * Binds per shard. false: a Bind without a key (*why says so). */
+static bool batch_shards(struct client *c, const struct router_verdict *v, const uint8_t *m,
+			 const struct batch_shape *bs, struct shardkey_bind *kb, uint16_t *leg_of, uint32_t *idx,
+			 uint32_t *per_shard, char *why, size_t whylen)
+{
+	const struct config_pool *cp = c->pool->cpool;
+	int n_shards = (int)cp->n_shards;
+	for (uint32_t k = 0; k < bs->n_binds; k++) {
+		uint32_t l = proto_get_u32(m + bs->bind_off[k] + 1);
+		kb->body = m + bs->bind_off[k] + 5;
+		kb->len = l - 4;
+		struct shardkey_result res;
+		shardkey_resolve(v, cp->sharding_function, n_shards, kb, 1, &res);
+		if (res.outcome != SHARDKEY_ONE || res.shard < 0 || res.shard >= n_shards) {
+			snprintf(why, whylen, "cross-shard write: a batch whose statements go to several shards is split only when "
+					      "each one has its sharding key; statement %u has none", k + 1);
+			return false;
+		}
+		leg_of[k] = (uint16_t)res.shard;   /* a shard for now: legs later */
+		idx[k] = per_shard[res.shard]++;
+	}
+	return true;
+}
+
+/* A shard's leg's request: BEGIN, the statement unnamed, each of its
+ * Binds as the client sent it, Sync. */
+static void batch_fill_leg(struct evbuffer *out, const uint8_t *m, const struct batch_shape *bs,
+			   const uint16_t *leg_of, int shard, size_t sql_len)
+{
+	fanout_put_msg(out, PqMsg_Query, "BEGIN", 6, NULL, 0);
+	fanout_put_unnamed_parse(out, bs->sql, sql_len, bs->types, bs->types_len);
+	for (uint32_t k = 0; k < bs->n_binds; k++) {
+		if (leg_of[k] != (uint16_t)shard)
+			continue;
+		size_t bo = bs->bind_off[k], b = 0;
+		uint32_t l = proto_get_u32(m + bo + 1);
+		const char *portal, *stmt;
+		const uint8_t *body = m + bo + 5;
+		(void)proto_read_cstring(body, l - 4, &b, &portal);
+		(void)proto_read_cstring(body, l - 4, &b, &stmt);
+		const uint8_t *ex = m + bo + (size_t)l + 1 + (bs->describe ? 7 : 0);
+		fanout_put_msg(out, PqMsg_Bind, "\0", 2, body + b, l - 4 - b);
+		if (bs->describe)
+			fanout_put_msg(out, PqMsg_Describe, "P", 2, NULL, 0);
+		fanout_put_msg(out, PqMsg_Execute, ex + 5, 5, NULL, 0);   /* "" and the client's row limit */
+	}
+	fanout_put_msg(out, PqMsg_Sync, NULL, 0, NULL, 0);
+}
+
+/* The fan-out of a whole batch (at m, bs->end bytes of the input): its
+ * legs opened and filled, the batch taken from the input. */
+static enum fanout_start batch_split(struct client *c, const struct router_rules *rules, const uint8_t *m,
+				     struct batch_shape *bs, char *why, size_t whylen)
+{
+	int n_shards = (int)c->pool->cpool->n_shards;
+	if (!bs->parse && !fanout_bound_statement(c, bs->name, &bs->sql, &bs->types, &bs->types_len)) {
 		snprintf(why, whylen, "cross-shard write: the prepared statement is not known to pgcat");
-		goto out;
+		return FANOUT_REFUSED;
 	}
 	struct router_verdict v;
 	struct shardkey_bind kb = { 0 };
-	router_classify(sql, strlen(sql), rules, &v);
-	if (!shardkey_param_types(types, types_len, &kb.types, &kb.n_types)) {
+	router_classify(bs->sql, strlen(bs->sql), rules, &v);
+	if (!shardkey_param_types(bs->types, bs->types_len, &kb.types, &kb.n_types)) {
 		snprintf(why, whylen, "cross-shard write: malformed Parse");
-		goto out;
+		return FANOUT_REFUSED;
 	}
 	if (!v.parsed || v.multi_statement || v.begins || v.ends) {
 		snprintf(why, whylen, "cross-shard write: this batch cannot be split by shard");
-		goto out;
+		return FANOUT_REFUSED;
 	}
-	/* each Bind's shard */
-	uint16_t *leg_of = calloc(n_binds, sizeof *leg_of);
-	uint32_t *idx = calloc(n_binds, sizeof *idx);
+	uint16_t *leg_of = calloc(bs->n_binds, sizeof *leg_of);
+	uint32_t *idx = calloc(bs->n_binds, sizeof *idx);
 	uint32_t per_shard[MERGE_MAX_SHARDS] = { 0 };
 	int leg_index[MERGE_MAX_SHARDS];
 	if (!leg_of || !idx || n_shards > MERGE_MAX_SHARDS) {
 		free(leg_of);
 		free(idx);
 		snprintf(why, whylen, "cross-shard write: out of memory");
-		goto out;
+		return FANOUT_REFUSED;
 	}
-	for (uint32_t k = 0; k < n_binds; k++) {
-		uint32_t l = proto_get_u32(m + bind_off[k] + 1);
-		kb.body = m + bind_off[k] + 5;
-		kb.len = l - 4;
-		struct shardkey_result res;
-		shardkey_resolve(&v, cp->sharding_function, n_shards, &kb, 1, &res);
-		if (res.outcome != SHARDKEY_ONE || res.shard < 0 || res.shard >= n_shards) {
-			free(leg_of);
-			free(idx);
-			snprintf(why, whylen, "cross-shard write: a batch whose statements go to several shards is split only when "
-					      "each one has its sharding key; statement %u has none", k + 1);
-			goto out;
-		}
-		leg_of[k] = (uint16_t)res.shard;   /* a shard for now: legs below */
-		idx[k] = per_shard[res.shard]++;
+	if (!batch_shards(c, &v, m, bs, &kb, leg_of, idx, per_shard, why, whylen)) {
+		free(leg_of);
+		free(idx);
+		return FANOUT_REFUSED;
 	}
 	int n_legs = 0;
 	for (int s = 0; s < n_shards; s++)
 		leg_index[s] = per_shard[s] ? n_legs++ : -1;
-	struct fanout *fo = fanout_new_write(c, FANOUT_BATCH, PHASE_RUN, n_legs,
-					     fanout_batch_finish);
+	struct fanout *fo = fanout_new_write(c, FANOUT_BATCH, PHASE_RUN, n_legs, fanout_batch_finish);
 	if (!fo) {
 		free(leg_of);
 		free(idx);
 		snprintf(why, whylen, "cross-shard write: out of memory");
-		goto out;
+		return FANOUT_REFUSED;
 	}
 	fo->extended = true;
-	fo->batch_leg = leg_of;
+	fo->batch_leg = leg_of;   /* (the fan-out owns them from here) */
 	fo->batch_idx = idx;
-	fo->n_batch = n_binds;
-	fo->batch_parse = parse != NULL;
-	if (parse && name[0] && (fo->parse_msg = malloc(parse_total))) {
-		memcpy(fo->parse_msg, parse, parse_total);
-		fo->parse_len = (uint32_t)parse_total;
+	fo->n_batch = bs->n_binds;
+	fo->batch_parse = bs->parse != NULL;
+	if (bs->parse && bs->name[0] && (fo->parse_msg = malloc(bs->parse_total))) {
+		memcpy(fo->parse_msg, bs->parse, bs->parse_total);
+		fo->parse_len = (uint32_t)bs->parse_total;
 	}
-	size_t sql_len = strlen(sql);
+	size_t sql_len = strlen(bs->sql);
 	for (int s = 0; s < n_shards && !why[0]; s++) {
 		int li = leg_index[s];
 		if (li < 0)
@@ -242,40 +303,46 @@ enum fanout_start fanout_start_batch(struct client *c, const struct router_rules
 		leg->cap_units = per_shard[s];
 		leg->ready_needed = 2;
 		leg->begin_pending = true;
-		struct evbuffer *out = fanout_leg_out(leg);
-		fanout_put_msg(out, PqMsg_Query, "BEGIN", 6, NULL, 0);
-		/* the statement unnamed; each of this shard's Binds as the client sent it */
-		fanout_put_unnamed_parse(out, sql, sql_len, types, types_len);
-		for (uint32_t k = 0; k < n_binds; k++) {
-			if (leg_of[k] != (uint16_t)s)
-				continue;
-			size_t bo = bind_off[k], b = 0;
-			uint32_t l = proto_get_u32(m + bo + 1);
-			const char *portal, *stmt;
-			const uint8_t *body = m + bo + 5;
-			(void)proto_read_cstring(body, l - 4, &b, &portal);
-			(void)proto_read_cstring(body, l - 4, &b, &stmt);
-			const uint8_t *ex = m + bo + (size_t)l + 1 + (describe ? 7 : 0);
-			fanout_put_msg(out, PqMsg_Bind, "\0", 2, body + b, l - 4 - b);
-			if (describe)
-				fanout_put_msg(out, PqMsg_Describe, "P", 2, NULL, 0);
-			fanout_put_msg(out, PqMsg_Execute, ex + 5, 5, NULL, 0);   /* "" and the client's row limit */
-		}
-		fanout_put_msg(out, PqMsg_Sync, NULL, 0, NULL, 0);
+		batch_fill_leg(fanout_leg_out(leg), m, bs, leg_of, s, sql_len);
 	}
-	for (uint32_t k = 0; k < n_binds; k++)
+	for (uint32_t k = 0; k < bs->n_binds; k++)
 		leg_of[k] = (uint16_t)leg_index[leg_of[k]];
 	if (why[0]) {
 		fanout_free(fo);
-		goto out;
+		return FANOUT_REFUSED;
 	}
-	evbuffer_drain(in, end);
+	evbuffer_drain(c->io.in, bs->end);
 	fanout_ev(c)->started(c, fo);
 	fanout_send(fo);   /* each leg checks its server out */
-	log_debug("C-%llu: a batch of %u statements split over %d shards", (unsigned long long)c->id, n_binds, n_legs);
-	verdict = FANOUT_STARTED;
-out:
-	free(bind_off);
+	log_debug("C-%llu: a batch of %u statements split over %d shards", (unsigned long long)c->id, bs->n_binds,
+		  n_legs);
+	return FANOUT_STARTED;
+}
+
+enum fanout_start fanout_start_batch(struct client *c, const struct router_rules *rules, char *why, size_t whylen)
+{
+	struct evbuffer *in = c->io.in;
+	why[0] = '\0';
+	size_t have = evbuffer_get_length(in);
+	size_t lim = have < FANOUT_REQUEST_MAX ? have : FANOUT_REQUEST_MAX;
+	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim);
+	if (!m || lim < 5 || (m[0] != PqMsg_Parse && m[0] != PqMsg_Bind))
+		return FANOUT_ANY_SHARD;
+	struct batch_shape bs;
+	memset(&bs, 0, sizeof bs);
+	enum fanout_start verdict = FANOUT_ANY_SHARD;
+	switch (scan_batch(m, lim, &bs)) {
+	case BATCH_NOT:
+		break;
+	case BATCH_PARTIAL:
+		verdict = batch_partial(c, &bs, have, lim, why, whylen);
+		break;
+	case BATCH_WHOLE:
+		if (bs.n_binds >= 2)
+			verdict = batch_split(c, rules, m, &bs, why, whylen);
+		break;
+	}
+	free(bs.bind_off);
 	if (verdict != FANOUT_WAIT && c->xshard) {
 		c->xshard->batch_wait_since_us = 0;
 		c->xshard->batch_no_wait = false;
