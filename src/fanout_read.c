@@ -548,6 +548,129 @@ static bool bind_int64(const char *bind_body, size_t len, int param, int64_t *v,
 	return true;
 }
 
+/* The statement the request runs (its text and parameter types), and
+ * whether it is a read to fan out at all. FANOUT_STARTED here: go on. */
+static enum fanout_start read_statement(struct client *c, const struct request *r, const char **sql,
+					const uint8_t **types, size_t *types_len, char *why, size_t whylen)
+{
+	if (!r->query && !r->has_execute && r->has_bind) {
+		/* a portal bound on one shard would then be read there alone */
+		fanout_refuse(why, whylen, "a portal bound without Execute in the same request (asyncpg's awaitable cursor) cannot "
+				    "be merged; bind and execute together (asyncpg: iterate with async for)");
+		return FANOUT_REFUSED;
+	}
+	if (!r->query && !r->has_execute)   /* Parse/Describe: every shard answers alike */
+		return r->has_flush ? FANOUT_ANY_SHARD_FLUSH : FANOUT_ANY_SHARD;
+	if (!r->query && !r->has_sync) {
+		fanout_refuse(why, whylen, "an Execute without Sync cannot be merged (send Sync)");
+		return FANOUT_REFUSED;
+	}
+	*sql = r->query;
+	*types = (const uint8_t *)"\0";
+	*types_len = 2;
+	if (!r->query) {
+		if (r->parse && strcmp(r->parse_name, r->bind_stmt) == 0) {
+			*sql = r->parse_sql;
+			*types = r->parse_types;
+			*types_len = r->parse_types_len;
+		} else if (!fanout_bound_statement(c, r->bind_stmt, sql, types, types_len)) {
+			fanout_refuse(why, whylen, "the prepared statement is not known to pgcat (prepared_statements off?)");
+			return FANOUT_REFUSED;
+		}
+	}
+	return FANOUT_STARTED;
+}
+
+/* How the shards' rows merge (fo->plan), with LIMIT $n / OFFSET $m read
+ * from the Bind; *passthrough: the shards run the statement as it is (a
+ * negative one: they raise PostgreSQL's own error). FANOUT_STARTED here:
+ * go on. */
+static enum fanout_start read_plan(struct fanout *fo, const struct request *r, const char *sql, bool sharded,
+				   const struct router_rules *rules, bool *passthrough, char *why, size_t whylen)
+{
+	char pwhy[MERGE_WHY];
+	*passthrough = false;
+	if (!merge_plan_build(sql, strlen(sql), &fo->plan, pwhy)) {
+		snprintf(why, whylen, "%s", pwhy);
+		/* SET, SHOW... with default_shard = all */
+		return fo->plan.not_select && !sharded ? FANOUT_ANY_SHARD : FANOUT_REFUSED;
+	}
+	if ((fo->plan.limit_param || fo->plan.offset_param) && !r->query) {
+		int64_t v[2] = { 0, 0 };
+		bool null[2] = { true, true };
+		int params[2] = { fo->plan.limit_param, fo->plan.offset_param };
+		for (int i = 0; i < 2; i++) {
+			if (params[i] && !bind_int64(r->bind_portal, r->bind_len, params[i], &v[i], &null[i])) {
+				fanout_refuse(why, whylen, "a LIMIT or OFFSET parameter pgcat cannot read (an integer is needed)");
+				return FANOUT_REFUSED;
+			}
+		}
+		*passthrough = !merge_plan_bind(&fo->plan, null[0], v[0], null[1], v[1]);
+	}
+	/* mergeable rows, but are they each shard's part of the answer? */
+	if (!broadcast_read_check(sql, strlen(sql), rules, pwhy)) {
+		snprintf(why, whylen, "%s", pwhy);
+		return FANOUT_REFUSED;
+	}
+	return FANOUT_STARTED;
+}
+
+/* What every shard runs: the statement (rewritten if the merge needs more
+ * rows or hidden columns), simple or as Parse, [Describe S], Bind,
+ * Describe P, Execute, Sync, unnamed whatever the client named them.
+ * NULL: out of memory. */
+static struct evbuffer *read_shard_request(const struct fanout *fo, const struct request *r, const char *sql,
+					   const uint8_t *types, size_t types_len, bool passthrough)
+{
+	struct evbuffer *req = evbuffer_new();
+	size_t sql_len = strlen(sql);
+	bool rewrite = merge_plan_rewrites(&fo->plan) && !passthrough;
+	char *shard_sql = rewrite ? merge_plan_shard_sql(&fo->plan, sql, sql_len, &sql_len) : NULL;
+	const char *run = shard_sql ? shard_sql : sql;
+	if (!req || (rewrite && !shard_sql)) {
+		if (req)
+			evbuffer_free(req);
+		free(shard_sql);
+		return NULL;
+	}
+	if (!fo->extended) {
+		fanout_put_msg(req, PqMsg_Query, run, sql_len + 1, NULL, 0);
+	} else {
+		fanout_put_unnamed_parse(req, run, sql_len, types, types_len);
+		for (int s = 0; s < r->n_steps; s++)
+			if (r->steps[s] == STEP_DESCRIBE_STMT)
+				fanout_put_msg(req, PqMsg_Describe, "S", 2, NULL, 0);
+		fanout_put_msg(req, PqMsg_Bind, "\0", 2, r->bind_rest, r->bind_rest_len);
+		fanout_put_msg(req, PqMsg_Describe, "P", 2, NULL, 0);
+		fanout_put_msg(req, PqMsg_Execute, "\0\0\0\0", 5, NULL, 0);
+		fanout_put_msg(req, PqMsg_Sync, NULL, 0, NULL, 0);
+	}
+	free(shard_sql);
+	return req;
+}
+
+/* One leg per shard, each with the request (the first one asking the
+ * collation first, if the merge compares text). false: *why says why. */
+static bool read_open_legs(struct fanout *fo, struct evbuffer *req, int n_shards, char *why, size_t whylen)
+{
+	fo->n_legs = n_shards;
+	int made = 0;
+	for (; made < n_shards; made++) {
+		if (!fanout_open_leg(fo, made, made, why, whylen)) {
+			made++;
+			break;
+		}
+		struct fanout_leg *leg = &fo->legs[made];
+		leg->ready_needed = made == 0 && fo->asks_collation ? 2 : 1;
+		if (made == 0 && fo->asks_collation)
+			fanout_put_msg(fanout_leg_out(leg), PqMsg_Query, COLLATION_QUERY, sizeof COLLATION_QUERY, NULL, 0);
+		size_t rl = evbuffer_get_length(req);
+		evbuffer_add(fanout_leg_out(leg), evbuffer_pullup(req, (ev_ssize_t)rl), rl);
+	}
+	fo->n_legs = made;
+	return made == n_shards && !why[0];
+}
+
 enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bool sharded,
 			       const struct router_rules *rules, char *why, size_t whylen)
 {
@@ -566,30 +689,15 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 	}
 	if (!m || !fanout_read_request(m, lim, &r, why, whylen))
 		return FANOUT_REFUSED;
-	if (!r.query && !r.has_execute && r.has_bind) {
-		/* a portal bound on one shard would then be read there alone */
-		fanout_refuse(why, whylen, "a portal bound without Execute in the same request (asyncpg's awaitable cursor) cannot "
-				    "be merged; bind and execute together (asyncpg: iterate with async for)");
+	const char *sql;
+	const uint8_t *types;
+	size_t types_len;
+	enum fanout_start st = read_statement(c, &r, &sql, &types, &types_len, why, whylen);
+	if (st != FANOUT_STARTED)
+		return st;
+	if (r.has_bind && strlen(r.bind_portal) >= sizeof ((struct fanout *)0)->portal) {
+		fanout_refuse(why, whylen, "portal name too long");
 		return FANOUT_REFUSED;
-	}
-	if (!r.query && !r.has_execute)   /* Parse/Describe: every shard answers alike */
-		return r.has_flush ? FANOUT_ANY_SHARD_FLUSH : FANOUT_ANY_SHARD;
-	if (!r.query && !r.has_sync) {
-		fanout_refuse(why, whylen, "an Execute without Sync cannot be merged (send Sync)");
-		return FANOUT_REFUSED;
-	}
-	const char *sql = r.query;
-	const uint8_t *types = (const uint8_t *)"\0";
-	size_t types_len = 2;
-	if (!r.query) {
-		if (r.parse && strcmp(r.parse_name, r.bind_stmt) == 0) {
-			sql = r.parse_sql;
-			types = r.parse_types;
-			types_len = r.parse_types_len;
-		} else if (!fanout_bound_statement(c, r.bind_stmt, &sql, &types, &types_len)) {
-			fanout_refuse(why, whylen, "the prepared statement is not known to pgcat (prepared_statements off?)");
-			return FANOUT_REFUSED;
-		}
 	}
 	struct fanout *fo = calloc(1, sizeof *fo + (size_t)n_shards * sizeof fo->legs[0]);
 	if (!fo) {
@@ -599,43 +707,13 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 	fo->c = c;
 	fo->phase_done = fanout_read_finish;   /* (kind FANOUT_READ: 0) */
 	fo->extended = r.query == NULL;
-	if (r.has_bind && strlen(r.bind_portal) >= sizeof fo->portal) {
-		free(fo);
-		fanout_refuse(why, whylen, "portal name too long");
-		return FANOUT_REFUSED;
-	}
 	if (r.has_bind)
 		snprintf(fo->portal, sizeof fo->portal, "%s", r.bind_portal);
-	char pwhy[MERGE_WHY];
-	if (!merge_plan_build(sql, strlen(sql), &fo->plan, pwhy)) {
-		bool any = fo->plan.not_select && !sharded;   /* SET, SHOW... with default_shard = all */
-		snprintf(why, whylen, "%s", pwhy);
+	bool passthrough;
+	st = read_plan(fo, &r, sql, sharded, rules, &passthrough, why, whylen);
+	if (st != FANOUT_STARTED) {
 		free(fo);
-		return any ? FANOUT_ANY_SHARD : FANOUT_REFUSED;
-	}
-	/* LIMIT $n / OFFSET $m: their values, from the Bind */
-	bool passthrough = false;
-	if ((fo->plan.limit_param || fo->plan.offset_param) && !r.query) {
-		int64_t v[2] = { 0, 0 };
-		bool null[2] = { true, true };
-		int params[2] = { fo->plan.limit_param, fo->plan.offset_param };
-		for (int i = 0; i < 2; i++) {
-			if (!params[i])
-				continue;
-			if (!bind_int64(r.bind_portal, r.bind_len, params[i], &v[i], &null[i])) {
-				free(fo);
-				fanout_refuse(why, whylen, "a LIMIT or OFFSET parameter pgcat cannot read (an integer is needed)");
-				return FANOUT_REFUSED;
-			}
-		}
-		/* a negative one: the shards raise PostgreSQL's own error */
-		passthrough = !merge_plan_bind(&fo->plan, null[0], v[0], null[1], v[1]);
-	}
-	/* mergeable rows, but are they each shard's part of the answer? */
-	if (!broadcast_read_check(sql, strlen(sql), rules, pwhy)) {
-		snprintf(why, whylen, "%s", pwhy);
-		free(fo);
-		return FANOUT_REFUSED;
+		return st;
 	}
 	memcpy(fo->steps, r.steps, sizeof r.steps);
 	fo->n_steps = r.n_steps;
@@ -648,55 +726,16 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 			fo->parse_len = r.parse_total;
 		}
 	}
-
-	/* What every shard runs. */
-	struct evbuffer *req = evbuffer_new();
-	size_t sql_len = strlen(sql);
-	bool rewrite = merge_plan_rewrites(&fo->plan) && !passthrough;
-	char *shard_sql = rewrite ? merge_plan_shard_sql(&fo->plan, sql, sql_len, &sql_len) : NULL;
-	const char *run = shard_sql ? shard_sql : sql;
-	if (!req || (rewrite && !shard_sql)) {
-		evbuffer_free(req);
-		free(shard_sql);
+	struct evbuffer *req = read_shard_request(fo, &r, sql, types, types_len, passthrough);
+	if (!req) {
 		free(fo->parse_msg);
 		free(fo);
 		fanout_refuse(why, whylen, "out of memory");
 		return FANOUT_REFUSED;
 	}
-	if (!fo->extended) {
-		fanout_put_msg(req, PqMsg_Query, run, sql_len + 1, NULL, 0);
-	} else {
-		/* Parse, [Describe S], Bind, Describe P, Execute, Sync: unnamed,
-		 * whatever the client named them */
-		fanout_put_unnamed_parse(req, run, sql_len, types, types_len);
-		for (int s = 0; s < r.n_steps; s++)
-			if (r.steps[s] == STEP_DESCRIBE_STMT)
-				fanout_put_msg(req, PqMsg_Describe, "S", 2, NULL, 0);
-		fanout_put_msg(req, PqMsg_Bind, "\0", 2, r.bind_rest, r.bind_rest_len);
-		fanout_put_msg(req, PqMsg_Describe, "P", 2, NULL, 0);
-		fanout_put_msg(req, PqMsg_Execute, "\0\0\0\0", 5, NULL, 0);
-		fanout_put_msg(req, PqMsg_Sync, NULL, 0, NULL, 0);
-	}
-	free(shard_sql);
-
-	/* One leg per shard. */
-	fo->n_legs = n_shards;
-	int made = 0;
-	for (; made < n_shards; made++) {
-		if (!fanout_open_leg(fo, made, made, why, whylen)) {
-			made++;
-			break;
-		}
-		struct fanout_leg *leg = &fo->legs[made];
-		leg->ready_needed = made == 0 && fo->asks_collation ? 2 : 1;
-		if (made == 0 && fo->asks_collation)
-			fanout_put_msg(fanout_leg_out(leg), PqMsg_Query, COLLATION_QUERY, sizeof COLLATION_QUERY, NULL, 0);
-		size_t rl = evbuffer_get_length(req);
-		evbuffer_add(fanout_leg_out(leg), evbuffer_pullup(req, (ev_ssize_t)rl), rl);
-	}
+	bool opened = read_open_legs(fo, req, n_shards, why, whylen);
 	evbuffer_free(req);
-	if (made < n_shards || why[0]) {
-		fo->n_legs = made;
+	if (!opened) {
 		fanout_free(fo);
 		return FANOUT_REFUSED;
 	}
