@@ -34,14 +34,16 @@ void link_abandon(struct server *s, const char *why);
  * client side sees a server only through these (client.c includes no
  * server header), so the server's fields stay the server's.
  *
- * Whether the client's bytes may go to s now: LINK_ROOM yes; LINK_FULL s's
- * output is past its budget (wait for the end's resume event);
- * LINK_NOT_READY s is not serving the client's bytes (being made ready, or
- * closing). One call per message on the pump, so both answers in one. */
-enum link_room { LINK_ROOM, LINK_FULL, LINK_NOT_READY };
-enum link_room link_room(struct server *s);
-/* s's output buffer, where the client's bytes go. */
+ * s takes the client's bytes now: false while it is made ready for the
+ * client (its ready event follows) or closing. It changes only on s's own
+ * events, so the pump asks once per batch. */
+bool link_serving(struct server *s);
+/* s's output buffer, where the client's bytes go (marked for the flush at
+ * the end of the loop turn: asked once per batch). */
 struct evbuffer *link_output(struct server *s);
+/* Past this many bytes in s's output the client's bytes wait (s reads its
+ * client's end again, the resume event, at half of it). */
+#define LINK_SERVER_OUT_BUDGET (128u * 1024)
 /* The transaction on the link: what s owes, its status, SET-undo (txn.h). */
 struct txn *link_txn(struct server *s);
 /* The session settings s has. */

@@ -826,9 +826,8 @@ static void process_active(struct client *c)
 	struct evbuffer *in = c->io.in;
 	struct server *s = c->end.server;
 	/* The server's state moves only on its own events, or through this
-	 * client leaving the loop (closed, unlinked): checked once here, and
-	 * with the room before each message. */
-	if (!s || link_room(s) == LINK_NOT_READY)
+	 * client leaving the loop (closed, unlinked): checked once here. */
+	if (!s || !link_serving(s))
 		return;
 	/* Once per batch: the server's output buffer, marked for the flusher
 	 * (every way out of this link leaves the loop at once), and the
@@ -843,10 +842,7 @@ static void process_active(struct client *c)
 			stats_add(c->pool->stats, STAT_RECEIVED, n);
 			continue;
 		}
-		enum link_room room = link_room(s);
-		if (room == LINK_NOT_READY)
-			break;
-		if (room == LINK_FULL) {
+		if (evbuffer_get_length(out) >= LINK_SERVER_OUT_BUDGET) {
 			pause_for_server(c);
 			return;
 		}

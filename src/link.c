@@ -46,12 +46,7 @@ void link_abandon(struct server *s, const char *why)
 	server_close(s, why);
 }
 
-enum link_room link_room(struct server *s)
-{
-	if (s->state != SERVER_ACTIVE)
-		return LINK_NOT_READY;
-	return server_output_full(s) ? LINK_FULL : LINK_ROOM;
-}
+bool link_serving(struct server *s) { return s->state == SERVER_ACTIVE; }
 
 struct evbuffer *link_output(struct server *s) { return server_output(s); }
 

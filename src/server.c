@@ -33,6 +33,7 @@
 #include "auth_backend.h"
 #include "client_end.h"
 #include "config.h"
+#include "link.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool_types.h"
@@ -41,7 +42,7 @@
 #include "context.h"
 
 /* Stop reading the server once this much waits for a slow client. */
-#define SERVER_OUT_BUDGET (128u * 1024)
+#define SERVER_OUT_BUDGET LINK_SERVER_OUT_BUDGET   /* (the client side's pump checks it too) */
 /* Messages pgcat must read whole are buffered up to this; longer ones are
  * streamed without being read. */
 #define SERVER_INSPECT_MAX (32u * 1024)
