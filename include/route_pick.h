@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "route.h"
 #include "router.h"
 
 struct client;
@@ -51,5 +52,8 @@ struct srvpool *route_choose_in_shard(struct client *c, struct srvpool **all, si
  * writes, and the shard's configured primary is in recovery with no other
  * to take writes. */
 struct srvpool *route_pick_leg(struct client *c, const char *sql, size_t len, int shard, bool *no_writer);
+/* A transaction routed to sp, counted by how its shard was chosen (SHOW
+ * SHARDS' routed_* columns; enum route_via, route.h). */
+void route_pick_count(struct srvpool *sp, enum route_via via);
 
 #endif

@@ -418,21 +418,6 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 
 _Static_assert(ROUTE_VIA__COUNT == SHM_ROUTE_VIA, "one shared counter per way of choosing a shard");
 
-/* SHOW SHARDS: where transactions were routed, and how (summed over the
- * workers through the shared segment; local without one). */
-static void route_count(struct srvpool *sp, enum route_via via)
-{
-	struct worker *w = sp->pool->w;
-	struct shm_target_counts *t = w->shm ? shm_target_counts(w->shm, w->id, sp->shm_target) : NULL;
-	if (!t) {
-		sp->routed[via]++;
-		return;
-	}
-	/* one writer: this worker */
-	atomic_store_explicit(&t->routed[via], atomic_load_explicit(&t->routed[via], memory_order_relaxed) + 1,
-			      memory_order_relaxed);
-}
-
 /* The guard looks at one message at a time (a pipeline of many Binds is
  * checked in one pass): a whole Query, or one Bind with its statement.
  * false: wait for the rest of it. */
@@ -795,7 +780,7 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f, unsig
 	}
 	struct srvpool *sp = pick_in_shard(c, f, &rr, shard, d);
 	if (sp && p->cpool->n_shards > 1) {
-		route_count(sp, via);
+		route_pick_count(sp, via);
 		/* A shard the client did not choose: the transaction's other
 		 * statements must agree with it. */
 		if (d->phase == ROUTE_PHASE_NONE && (via == ROUTE_VIA_KEY || via == ROUTE_VIA_DEFAULT) &&

@@ -8,6 +8,7 @@
  */
 #include "route_pick.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 #include "client.h"
@@ -15,8 +16,10 @@
 #include "context.h"
 #include "pool.h"
 #include "rotation.h"
+#include "route.h"
 #include "router.h"
 #include "server.h"
+#include "shm.h"
 
 /* xorshift64*: the worker's own generator, for picking among servers. */
 static uint64_t next_random(struct worker *w)
@@ -192,15 +195,39 @@ struct srvpool *route_choose_in_shard(struct client *c, struct srvpool **all, si
 	return ok[next_random(w) % m];
 }
 
+/* SHOW SHARDS: where transactions were routed, and how (summed over the
+ * workers through the shared segment; local without one). */
+void route_pick_count(struct srvpool *sp, enum route_via via)
+{
+	struct worker *w = sp->pool->w;
+	struct shm_target_counts *t = w->shm ? shm_target_counts(w->shm, w->id, sp->shm_target) : NULL;
+	if (!t) {
+		sp->routed[via]++;
+		return;
+	}
+	/* one writer: this worker */
+	atomic_store_explicit(&t->routed[via], atomic_load_explicit(&t->routed[via], memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
+
+/* The server of a leg, counted as a transaction routed by SET SHARD: each
+ * shard's part of cross-shard work is pinned to its shard. */
+static struct srvpool *leg_counted(struct srvpool *sp)
+{
+	if (sp)
+		route_pick_count(sp, ROUTE_VIA_SET);
+	return sp;
+}
+
 struct srvpool *route_pick_leg(struct client *c, const char *sql, size_t len, int shard, bool *no_writer)
 {
 	*no_writer = false;
 	struct srvpool *all[64];
 	size_t n = rotation_shard_servers(c->pool, shard, all, 64);
 	if (n == 0)
-		return c->pool->targets[0];
+		return leg_counted(c->pool->targets[0]);
 	if (n == 1)
-		return all[0];
+		return leg_counted(all[0]);
 	struct route_rules rr;
 	route_rules_build(c, &rr);
 	struct router_verdict local;
@@ -212,5 +239,5 @@ struct srvpool *route_pick_leg(struct client *c, const char *sql, size_t len, in
 	if (role == ROUTER_ROLE_REPLICA && c->pool->cpool->sticky_primary_after_write > 0 &&
 	    c->w->now_us < c->sticky_until_us)
 		role = ROUTER_ROLE_PRIMARY;
-	return route_choose_in_shard(c, all, n, shard, role, no_writer);
+	return leg_counted(route_choose_in_shard(c, all, n, shard, role, no_writer));
 }
