@@ -304,3 +304,15 @@ def test_malformed_file_on_reload_keeps_the_old_rules(pgcat, tmp_path):
     assert command(r, "RELOAD") is None
     r.close()
     assert first_auth(inst, "app") == AUTH_SASL
+
+
+def test_reload_reaches_every_worker(pgcat, tmp_path):
+    # each worker reads the file on its own: after SIGHUP, every new login
+    # (whichever worker the kernel hands it to) follows the new rules
+    inst = start(pgcat, tmp_path, "host all all 127.0.0.1/32 md5\n", general={"workers": 2})
+    assert all(first_auth(inst, "app") == AUTH_MD5 for _ in range(10))
+    inst.hba.write_text("host all all 127.0.0.1/32 scram-sha-256\n")
+    inst.send_signal(signal.SIGHUP)
+    wait_until(lambda: all(first_auth(inst, "app") == AUTH_SASL for _ in range(20)), 10,
+               msg="every worker on the new rules")
+    works(inst, "app")
