@@ -16,10 +16,15 @@
 
 enum client_auth_method { CLIENT_AUTH_TRUST, CLIENT_AUTH_MD5, CLIENT_AUTH_SCRAM };
 enum client_auth_step { CLIENT_AUTH_WANT_PASSWORD, CLIENT_AUTH_WANT_SASL_INITIAL, CLIENT_AUTH_WANT_SASL_RESPONSE };
+/* Who picks the method: auth_type (0, what a zeroed client_auth says), or
+ * the auth_hba_file line that matched the login, set by the caller before
+ * auth_client_begin. */
+enum client_auth_rule { AUTH_RULE_AUTH_TYPE, AUTH_RULE_TRUST, AUTH_RULE_MD5, AUTH_RULE_SCRAM };
 
 struct client_auth {
 	enum client_auth_method method;
 	enum client_auth_step step;
+	enum client_auth_rule rule;
 	bool user_known;              /* false: run the exchange, then refuse (SPEC §3) */
 	uint8_t md5_salt[4];
 	char md5_stored[40];          /* "md5..." */

@@ -29,6 +29,8 @@ enum tls_mode {
  * as the very first bytes (PostgreSQL 17's direct TLS). */
 enum tls_negotiation { TLS_NEGOTIATION_POSTGRES, TLS_NEGOTIATION_DIRECT };
 
+struct hba;
+
 #define CONFIG_DEFAULT_SHARD_ALL (-1)
 #define CONFIG_INHERIT (-1)
 
@@ -114,6 +116,7 @@ struct config_general {
 	char *admin_password;
 	enum auth_type auth_type;
 	char *auth_file;          /* "" = none */
+	char *auth_hba_file;      /* "" = none: auth_type for every login */
 	enum log_level log_level;
 	char *log_file;           /* "" = stderr */
 	bool syslog;
@@ -143,6 +146,7 @@ struct config {
 	size_t n_pools;
 	struct config_peer *peers;
 	size_t n_peers;
+	struct hba *hba;          /* auth_hba_file's rules, read with the file; NULL = no auth_hba_file */
 };
 
 enum config_problem_kind {

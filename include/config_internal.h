@@ -103,6 +103,7 @@ struct key_spec {
 	X(admin_password, STRING, "", true, VALUE_STRING, 0, 0, NULL, KEY_SECRET, NULL, 0) \
 	X(auth_type, ENUM, "scram-sha-256", true, VALUE_ENUM, 0, 0, &auth_type_enum, 0, NULL, 0) \
 	X(auth_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(auth_hba_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(log_level, ENUM, "info", true, VALUE_ENUM, 0, 0, &log_level_enum, 0, NULL, 0) \
 	X(log_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(syslog, BOOL, "false", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \

@@ -56,12 +56,29 @@ enum auth_outcome auth_client_begin(struct worker *w, const char *user, const st
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);
 
-	if (g->auth_type == AUTH_TYPE_TRUST)
+	enum auth_type type = g->auth_type;
+	switch (a->rule) {
+	case AUTH_RULE_AUTH_TYPE: break;
+	case AUTH_RULE_TRUST: type = AUTH_TYPE_TRUST; break;
+	case AUTH_RULE_MD5: type = AUTH_TYPE_MD5; break;
+	case AUTH_RULE_SCRAM:
+		type = AUTH_TYPE_SCRAM;
+		/* An hba line that says scram-sha-256 means SCRAM, never md5 in
+		 * its place: a user whose secret is an md5 hash goes through the
+		 * exchange and is refused, as PostgreSQL refuses it. */
+		if (a->user_known && pg_md5_is_stored(pw)) {
+			log_info("user \"%s\" has an md5 secret only: the scram-sha-256 line of auth_hba_file refuses it",
+				 user);
+			a->user_known = false;
+		}
+		break;
+	}
+	if (type == AUTH_TYPE_TRUST)
 		return cred ? AUTH_OK : AUTH_FAILED;
 
 	/* The stored form decides what is possible: an md5 hash cannot serve
 	 * SCRAM, and a SCRAM secret cannot serve md5 (PostgreSQL does the same). */
-	bool use_md5 = g->auth_type == AUTH_TYPE_MD5;
+	bool use_md5 = type == AUTH_TYPE_MD5;
 	if (a->user_known && pg_md5_is_stored(pw))
 		use_md5 = true;
 	if (a->user_known && is_scram_secret(pw))

@@ -24,6 +24,7 @@
 #include "config_internal.h"
 
 #include "auth_file.h"
+#include "hba.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -595,6 +596,91 @@ static void load_auth_file(struct parser *p)
 	free(path);
 }
 
+/* ---- auth_hba_file (SPEC §2, §3): which method per connection ---- */
+
+struct hba_ctx {
+	struct parser *p;
+	const char *path;
+};
+
+/* A bad line rejects the whole file: the configuration fails to load. */
+static void hba_bad_line(void *arg, int line, const char *why)
+{
+	struct hba_ctx *h = arg;
+	char *msg = format("%s: [general] auth_hba_file: %s:%d: %s", h->p->file, h->path, line, why);
+	if (msg == NULL)
+		h->p->oom = true;
+	else
+		add_problem(h->p->problems, CONFIG_PROBLEM_ERROR, 0, msg, &h->p->oom);
+}
+
+/* What the rest of the configuration makes of the rules: cert needs a
+ * verified client certificate, hostssl needs client TLS. */
+static void check_hba_rules(struct hba_ctx *h, const struct hba *rules)
+{
+	const struct config_general *g = &h->p->cfg->general;
+	if (rules->n == 0) {
+		char *msg = format("%s: [general] auth_hba_file: %s: no rules: every login is refused", h->p->file, h->path);
+		if (msg == NULL)
+			h->p->oom = true;
+		else
+			add_problem(h->p->problems, CONFIG_PROBLEM_WARNING, 0, msg, &h->p->oom);
+	}
+	for (size_t i = 0; i < rules->n; i++) {
+		const struct hba_rule *r = &rules->rules[i];
+		if (r->method == HBA_CERT && g->client_tls_sslmode < TLS_MODE_VERIFY_CA)
+			hba_bad_line(h, r->line, "method cert needs client_tls_sslmode verify-ca or verify-full "
+						 "(a client certificate checked against client_tls_ca_file)");
+		else if (r->type == HBA_HOSTSSL && g->client_tls_sslmode == TLS_MODE_DISABLE) {
+			char *msg = format("%s: [general] auth_hba_file: %s:%d: hostssl line never matches: "
+					   "client_tls_sslmode is disable", h->p->file, h->path, r->line);
+			if (msg == NULL)
+				h->p->oom = true;
+			else
+				add_problem(h->p->problems, CONFIG_PROBLEM_WARNING, 0, msg, &h->p->oom);
+		}
+	}
+}
+
+static void load_hba_file(struct parser *p)
+{
+	struct config *cfg = p->cfg;
+	if (!cfg->general.auth_hba_file || !cfg->general.auth_hba_file[0])
+		return;
+	char *path = auth_file_path(cfg->path, cfg->general.auth_hba_file);
+	if (path == NULL) {
+		p->oom = true;
+		return;
+	}
+	char *err = NULL;
+	size_t len = 0;
+	char *text = read_small_file(path, AUTH_FILE_MAX_SIZE, &len, &err);
+	struct hba_ctx ctx = { p, path };
+	struct hba *rules = text ? calloc(1, sizeof *rules) : NULL;
+	if (text == NULL) {
+		char *msg = err ? format("%s: [general] auth_hba_file: %s: %s", p->file, path, err) : NULL;
+		if (msg == NULL)
+			p->oom = true;
+		else
+			add_problem(p->problems, CONFIG_PROBLEM_ERROR, 0, msg, &p->oom);
+	} else if (rules == NULL) {
+		p->oom = true;
+	} else {
+		enum hba_parse_result r = hba_parse(text, len, rules, hba_bad_line, &ctx);
+		if (r == HBA_PARSE_NOMEM)
+			p->oom = true;
+		if (r == HBA_PARSE_OK) {
+			check_hba_rules(&ctx, rules);
+			cfg->hba = rules;
+			rules = NULL;
+		}
+	}
+	free(rules);
+	free(err);
+	free(text);
+	free(path);
+}
+
 static struct config *load_text(const char *text, const char *file, struct config_problems *problems)
 {
 	struct config_problems local = { 0 };
@@ -617,6 +703,8 @@ static struct config *load_text(const char *text, const char *file, struct confi
 			check_all(&p);
 		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
 			load_auth_file(&p);
+		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
+			load_hba_file(&p);
 		parser_free(&p);
 	}
 	if (p.oom) {
@@ -731,6 +819,8 @@ void config_free(struct config *cfg)
 	for (size_t i = 0; i < cfg->n_peers; i++)
 		free(cfg->peers[i].host);
 	free(cfg->peers);
+	hba_free(cfg->hba);
+	free(cfg->hba);
 	free(cfg);
 }
 

@@ -180,6 +180,12 @@ bool config_general_set(struct config *cfg, const char *key, const char *value, 
 		snprintf(err, errlen, "%s cannot be changed at run time; edit the file and restart", k->name);
 		return false;
 	}
+	/* Its rules are read with the file: a new path alone would change
+	 * nothing (RELOAD reads both). */
+	if (strcmp(k->name, "auth_hba_file") == 0) {
+		snprintf(err, errlen, "auth_hba_file cannot be SET: edit pgcat.ini or the hba file, then RELOAD");
+		return false;
+	}
 	char *v = set_unquote(value, err, errlen);
 	if (v == NULL)
 		return false;

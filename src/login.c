@@ -27,6 +27,7 @@
 #include "client.h"
 #include "config.h"
 #include "context.h"
+#include "hba.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool.h"
@@ -136,6 +137,49 @@ static bool negotiate_protocol(struct client *c, const struct proto_startup *st)
 	return true;
 }
 
+/* auth_hba_file: the first line that matches the login (connection type,
+ * database, user, address) decides its method. No line, or a reject line:
+ * refused (28000), as PostgreSQL refuses it. false: the client is closed. */
+static bool hba_decide(struct client *c, enum client_auth_rule *rule)
+{
+	const struct hba *h = c->w->cfg->hba;
+	*rule = AUTH_RULE_AUTH_TYPE;
+	if (!h)
+		return true;
+	bool tls = c->io.ssl != NULL;
+	struct hba_login l = { .is_unix = c->is_unix, .tls = tls, .family = c->peer_family, .addr = &c->peer,
+			       .database = client_database(c), .user = client_user(c) };
+	const struct hba_rule *r = hba_match(h, &l);
+	char a[CLIENT_ADDR_STRLEN];
+	const char *host = c->is_unix ? "[local]" : client_addr_str(c, a);
+	unsigned long long id = (unsigned long long)c->id;
+	if (!r || r->method == HBA_REJECT) {
+		if (r)
+			log_info("C-%llu %s@%s %s:%d: refused by auth_hba_file line %d (reject)", id, l.user, l.database,
+				 host, c->port, r->line);
+		else
+			log_info("C-%llu %s@%s %s:%d: refused: no auth_hba_file line matches", id, l.user, l.database,
+				 host, c->port);
+		client_close(c, SQLSTATE_INVALID_AUTHORIZATION, "%s for host \"%s\", user \"%s\", database \"%s\", %s",
+			     r ? "auth_hba_file rejects connection" : "no auth_hba_file entry", host, l.user, l.database,
+			     tls ? "SSL encryption" : "no encryption");
+		return false;
+	}
+	/* cert: a client certificate checked against the CA in the handshake
+	 * (verify-ca, verify-full) whose common name is the user name. */
+	if (r->method == HBA_CERT && (!tls || SSL_get_verify_result(c->io.ssl) != X509_V_OK ||
+				      !tls_client_cert_matches_user(c->io.ssl, l.user))) {
+		log_info("C-%llu %s@%s %s:%d: certificate authentication failed (auth_hba_file line %d)", id, l.user,
+			 l.database, host, c->port, r->line);
+		client_close(c, SQLSTATE_INVALID_AUTHORIZATION, "certificate authentication failed for user \"%s\"", l.user);
+		return false;
+	}
+	*rule = r->method == HBA_MD5 ? AUTH_RULE_MD5 : r->method == HBA_SCRAM ? AUTH_RULE_SCRAM : AUTH_RULE_TRUST;
+	log_debug("C-%llu %s@%s %s:%d: auth_hba_file line %d: %s", id, l.user, l.database, host, c->port, r->line,
+		  hba_method_name(r->method));
+	return true;
+}
+
 static void start_login(struct client *c)
 {
 	struct worker *w = c->w;
@@ -162,6 +206,9 @@ static void start_login(struct client *c)
 		client_close(c, "28000", "certificate authentication failed for user \"%s\"", client_user(c));
 		return;
 	}
+	enum client_auth_rule rule;
+	if (!hba_decide(c, &rule))
+		return;
 	struct auth_credentials cred = { 0 };
 	const struct auth_credentials *credp = NULL;
 	if (c->is_admin) {
@@ -200,6 +247,7 @@ static void start_login(struct client *c)
 		client_close(c, SQLSTATE_INTERNAL_ERROR, "out of memory");
 		return;
 	}
+	c->auth->rule = rule;
 	enum auth_outcome o = auth_client_begin(w, client_user(c), credp, c->auth, io_out(&c->io));
 	switch (o) {
 	case AUTH_OK:

@@ -397,6 +397,17 @@ def auth_file():
     write(t, "bad-lines", '"unterminated\nbare words\n"onlyuser"\n"" "empty"\n"ok" "1"\n')
 
 
+def hba():
+    t = "hba"
+    write(t, "each-type", "local all all trust\nhostssl all all 0.0.0.0/0 cert\n"
+          "hostnossl appdb,\"My DB\" app 10.0.0.0 255.0.0.0 md5\nhost all all ::1/128 scram-sha-256\n"
+          "host all all all reject\n")
+    write(t, "keywords-comments", "# c\r\n\n  host sameuser \"all\" 127.0.0.1/32 trust # x\r\n"
+          "host replication,all \"we\"\"ird\" fe80::/10 md5\n")
+    write(t, "bad-lines", "hots all all all md5\nhost all all 127.0.0.1 md5\nhost +g @f samenet peer\n"
+          "host all all 0.0.0.0/0 md5 clientcert=verify-full\nhost \"open all all md5")
+
+
 def shardkey():
     t = "shardkey"
 
@@ -450,5 +461,5 @@ def merge():
 
 if __name__ == "__main__":
     for f in (proto_startup, proto_message, scram_server, scram_client, config, router, params, sharding,
-              client_sm, server_sm, auth_file, shardkey, copysplit, merge):
+              client_sm, server_sm, auth_file, hba, shardkey, copysplit, merge):
         f()

@@ -1,0 +1,508 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * hba: auth_hba_file's lines (PgBouncer's and PostgreSQL's hba format)
+ * into rules, and the first rule that matches a login.
+ *
+ * A line is read in two passes: first cut into fields (white space
+ * between fields, commas inside one, "quoted names" with "" for a quote,
+ * # to the end of the line), then each field read for what its column
+ * holds. A bad line is reported and parsing goes on, so that one run names
+ * every bad line; the result is still all or nothing.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "hba.h"
+
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define HBA_MAX_NAME 63     /* NAMEDATALEN - 1: longer names never reach pgcat whole */
+#define HBA_WHY_MAX 256
+
+/* One name of a comma list, as written (quotes removed). */
+struct item {
+	char *s;
+	bool quoted;
+};
+
+struct field {
+	struct item *items;
+	size_t n;
+};
+
+struct line {
+	struct field *fields;
+	size_t n;
+	char why[HBA_WHY_MAX];  /* set on the first problem */
+	bool oom;
+};
+
+static bool is_blank(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
+}
+
+__attribute__((format(printf, 2, 3)))
+static bool fail(struct line *ln, const char *fmt, ...)
+{
+	if (ln->why[0] == '\0') {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(ln->why, sizeof ln->why, fmt, ap);
+		va_end(ap);
+	}
+	return false;
+}
+
+static void line_free(struct line *ln)
+{
+	for (size_t i = 0; i < ln->n; i++) {
+		for (size_t j = 0; j < ln->fields[i].n; j++)
+			free(ln->fields[i].items[j].s);
+		free(ln->fields[i].items);
+	}
+	free(ln->fields);
+	ln->fields = NULL;
+	ln->n = 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Pass 1: fields                                                       */
+
+/* One name at *p (p < end): quoted or bare. Appends it to f. */
+static bool read_item(struct line *ln, const char **p, const char *end, struct field *f)
+{
+	const char *s = *p;
+	size_t cap = (size_t)(end - s) + 1;
+	char *out = malloc(cap);
+	struct item *grown = realloc(f->items, (f->n + 1) * sizeof *f->items);
+	if (!out || !grown) {
+		free(out);
+		if (grown)
+			f->items = grown;
+		ln->oom = true;
+		return false;
+	}
+	f->items = grown;
+	size_t used = 0;
+	bool quoted = *s == '"';
+	if (quoted) {
+		for (s++;; s++) {
+			if (s >= end) {
+				free(out);
+				return fail(ln, "unterminated quoted name");
+			}
+			if (*s == '"') {
+				if (s + 1 < end && s[1] == '"') {
+					out[used++] = '"';
+					s++;
+					continue;
+				}
+				s++;
+				break;
+			}
+			out[used++] = *s;
+		}
+		if (s < end && !is_blank(*s) && *s != ',' && *s != '#') {
+			free(out);
+			return fail(ln, "unexpected character '%c' after a quoted name", *s);
+		}
+	} else {
+		for (; s < end && !is_blank(*s) && *s != ',' && *s != '#'; s++) {
+			if (*s == '"') {
+				free(out);
+				return fail(ln, "a quote inside a name: quote the whole name (\"...\")");
+			}
+			out[used++] = *s;
+		}
+	}
+	out[used] = '\0';
+	if (used == 0) {
+		free(out);
+		return fail(ln, "empty name");
+	}
+	f->items[f->n++] = (struct item){ out, quoted };
+	*p = s;
+	return true;
+}
+
+static const char *skip_blanks(const char *p, const char *end)
+{
+	while (p < end && is_blank(*p))
+		p++;
+	return p;
+}
+
+/* Cut [text, end) into fields; false on a syntax error or out of memory. */
+static bool split_fields(struct line *ln, const char *text, const char *end)
+{
+	const char *p = skip_blanks(text, end);
+	while (p < end && *p != '#') {
+		struct field *grown = realloc(ln->fields, (ln->n + 1) * sizeof *ln->fields);
+		if (!grown) {
+			ln->oom = true;
+			return false;
+		}
+		ln->fields = grown;
+		struct field *f = &ln->fields[ln->n++];
+		*f = (struct field){ 0 };
+		for (;;) {
+			if (!read_item(ln, &p, end, f))
+				return false;
+			p = skip_blanks(p, end);
+			if (p >= end || *p != ',')
+				break;
+			p = skip_blanks(p + 1, end);
+			if (p >= end || *p == '#')
+				return fail(ln, "a list ends with a comma");
+			if (*p == ',')
+				return fail(ln, "empty name in a list");
+		}
+	}
+	return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* Pass 2: columns                                                      */
+
+static bool is_kw(const struct item *it, const char *kw)
+{
+	return !it->quoted && strcmp(it->s, kw) == 0;
+}
+
+/* A column that must be one bare word (type, address, method). */
+static const char *single(struct line *ln, const struct field *f, const char *what)
+{
+	if (f->n != 1 || f->items[0].quoted) {
+		fail(ln, "the %s must be a single unquoted word", what);
+		return NULL;
+	}
+	return f->items[0].s;
+}
+
+static bool add_name(struct line *ln, struct hba_names *nm, const char *s)
+{
+	char **grown = realloc(nm->names, (nm->n + 1) * sizeof *nm->names);
+	if (grown)
+		nm->names = grown;
+	char *dup = grown ? strdup(s) : NULL;
+	if (!dup) {
+		ln->oom = true;
+		return false;
+	}
+	nm->names[nm->n++] = dup;
+	return true;
+}
+
+/* A database (is_db) or user column into nm. */
+static bool read_names(struct line *ln, const struct field *f, bool is_db, struct hba_names *nm, bool *replication)
+{
+	for (size_t i = 0; i < f->n; i++) {
+		const struct item *it = &f->items[i];
+		if (is_kw(it, "all")) {
+			nm->all = true;
+			continue;
+		}
+		if (is_db && is_kw(it, "sameuser")) {
+			nm->sameuser = true;
+			continue;
+		}
+		if (is_db && is_kw(it, "replication")) {
+			*replication = true;
+			continue;
+		}
+		if (is_db && (is_kw(it, "samerole") || is_kw(it, "samegroup")))
+			return fail(ln, "\"%s\" is not supported (pgcat knows no role membership)", it->s);
+		if (!it->quoted && it->s[0] == '+')
+			return fail(ln, "group names (\"%s\") are not supported: pgcat knows no role membership", it->s);
+		if (!it->quoted && it->s[0] == '@')
+			return fail(ln, "file inclusion (\"%s\") is not supported: write the names on the line", it->s);
+		if (!it->quoted && it->s[0] == '/')
+			return fail(ln, "regular expressions (\"%s\") are not supported", it->s);
+		if (strlen(it->s) > HBA_MAX_NAME)
+			return fail(ln, "name \"%.40s...\" is longer than %d bytes and would never match", it->s,
+				    HBA_MAX_NAME);
+		if (!add_name(ln, nm, it->s))
+			return false;
+	}
+	return true;
+}
+
+static void prefix_mask(uint8_t *mask, unsigned bits)
+{
+	memset(mask, 0, 16);
+	for (unsigned i = 0; i < bits / 8; i++)
+		mask[i] = 0xff;
+	if (bits % 8)
+		mask[bits / 8] = (uint8_t)(0xff << (8 - bits % 8));
+}
+
+static int parse_ip(const char *s, uint8_t *out)
+{
+	if (inet_pton(AF_INET, s, out) == 1)
+		return AF_INET;
+	if (inet_pton(AF_INET6, s, out) == 1)
+		return AF_INET6;
+	return 0;
+}
+
+/* The address column ("all", a/n) or the address and netmask columns, from
+ * fields[*i]; *i moves past what was used. */
+static bool read_address(struct line *ln, size_t *i, struct hba_rule *r)
+{
+	const char *a = single(ln, &ln->fields[*i], "address");
+	if (!a)
+		return false;
+	(*i)++;
+	if (strcmp(a, "all") == 0) {
+		r->any_addr = true;
+		return true;
+	}
+	if (strcmp(a, "samehost") == 0 || strcmp(a, "samenet") == 0)
+		return fail(ln, "address \"%s\" is not supported: write the addresses as CIDR (e.g. 10.0.0.0/8)", a);
+	char buf[64];
+	const char *slash = strchr(a, '/');
+	size_t alen = slash ? (size_t)(slash - a) : strlen(a);
+	if (alen >= sizeof buf)
+		return fail(ln, "invalid address \"%s\"", a);
+	memcpy(buf, a, alen);
+	buf[alen] = '\0';
+	r->family = parse_ip(buf, r->addr);
+	if (r->family == 0) {
+		if (strchr(buf, ':') || strspn(buf, "0123456789.") == alen)
+			return fail(ln, "invalid IP address \"%s\"", buf);
+		return fail(ln, "host names are not supported (\"%s\"): write an IP address with a CIDR mask", a);
+	}
+	unsigned maxbits = r->family == AF_INET ? 32 : 128;
+	if (slash) {
+		const char *d = slash + 1;
+		size_t nd = strspn(d, "0123456789");
+		unsigned long bits = nd > 0 && nd <= 3 && d[nd] == '\0' ? strtoul(d, NULL, 10) : maxbits + 1;
+		if (bits > maxbits)
+			return fail(ln, "invalid CIDR mask in address \"%s\" (0 to %u bits)", a, maxbits);
+		prefix_mask(r->mask, (unsigned)bits);
+	} else {
+		const char *m = *i < ln->n && ln->fields[*i].n == 1 && !ln->fields[*i].items[0].quoted
+					? ln->fields[*i].items[0].s : NULL;
+		memset(r->mask, 0, sizeof r->mask);
+		if (!m || parse_ip(m, r->mask) != r->family)
+			return fail(ln, "address \"%s\" needs a mask: write %s/%u, or give a netmask column", a, a, maxbits);
+		(*i)++;
+	}
+	for (size_t k = 0; k < 16; k++)
+		r->addr[k] &= r->mask[k];
+	return true;
+}
+
+static bool read_method(struct line *ln, const char *m, struct hba_rule *r)
+{
+	static const struct { const char *name; enum hba_method m; } methods[] = {
+		{ "trust", HBA_TRUST }, { "reject", HBA_REJECT }, { "md5", HBA_MD5 },
+		{ "scram-sha-256", HBA_SCRAM }, { "cert", HBA_CERT },
+	};
+	for (size_t k = 0; k < sizeof methods / sizeof methods[0]; k++) {
+		if (strcmp(m, methods[k].name) == 0) {
+			r->method = methods[k].m;
+			if (r->method == HBA_CERT && r->type != HBA_HOSTSSL)
+				return fail(ln, "method cert needs a hostssl line (a client certificate comes only over TLS)");
+			return true;
+		}
+	}
+	static const char *const known[] = { "password", "peer", "ident", "gss", "sspi", "pam", "ldap",
+					     "radius", "bsd", "oauth" };
+	for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+		if (strcmp(m, known[k]) == 0)
+			return fail(ln, "method \"%s\" is not supported by pgcat (trust, reject, md5, scram-sha-256, cert)", m);
+	return fail(ln, "unknown method \"%s\" (trust, reject, md5, scram-sha-256, cert)", m);
+}
+
+/* The fields of one non-empty line into r. */
+static bool read_rule(struct line *ln, struct hba_rule *r)
+{
+	static const struct { const char *name; enum hba_conn_type t; } types[] = {
+		{ "local", HBA_LOCAL }, { "host", HBA_HOST }, { "hostssl", HBA_HOSTSSL }, { "hostnossl", HBA_HOSTNOSSL },
+	};
+	const char *t = single(ln, &ln->fields[0], "connection type");
+	if (!t)
+		return false;
+	size_t k = 0;
+	while (k < sizeof types / sizeof types[0] && strcmp(t, types[k].name) != 0)
+		k++;
+	if (k == sizeof types / sizeof types[0])
+		return fail(ln, "unknown connection type \"%s\" (local, host, hostssl, hostnossl)", t);
+	r->type = types[k].t;
+	size_t need = r->type == HBA_LOCAL ? 4 : 5;
+	if (ln->n < need)
+		return fail(ln, "too few fields: %s needs %s", t,
+			    r->type == HBA_LOCAL ? "database, user and method" : "database, user, address and method");
+	if (!read_names(ln, &ln->fields[1], true, &r->db, &r->db_replication) ||
+	    !read_names(ln, &ln->fields[2], false, &r->user, &r->db_replication))
+		return false;
+	size_t i = 3;
+	if (r->type == HBA_LOCAL)
+		r->any_addr = true;
+	else if (!read_address(ln, &i, r))
+		return false;
+	if (i >= ln->n)
+		return fail(ln, "no method after the address");
+	const char *m = single(ln, &ln->fields[i], "method");
+	if (!m || !read_method(ln, m, r))
+		return false;
+	if (++i < ln->n) {
+		const char *extra = ln->fields[i].items[0].s;
+		if (strchr(extra, '='))
+			return fail(ln, "option \"%s\" is not supported", extra);
+		return fail(ln, "unexpected \"%s\" after the method", extra);
+	}
+	return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* The file                                                             */
+
+static void names_free(struct hba_names *nm)
+{
+	for (size_t i = 0; i < nm->n; i++)
+		free(nm->names[i]);
+	free(nm->names);
+}
+
+void hba_free(struct hba *h)
+{
+	if (!h)
+		return;
+	for (size_t i = 0; i < h->n; i++) {
+		names_free(&h->rules[i].db);
+		names_free(&h->rules[i].user);
+	}
+	free(h->rules);
+	h->rules = NULL;
+	h->n = 0;
+}
+
+/* One line: a rule appended to h, nothing (blank, comment), or a report. */
+static enum hba_parse_result parse_line(struct hba *h, const char *s, const char *end, int lineno,
+					hba_bad_line_fn bad, void *arg)
+{
+	struct line ln = { 0 };
+	enum hba_parse_result res = HBA_PARSE_OK;
+	struct hba_rule r = { .line = lineno };
+	if (split_fields(&ln, s, end) && ln.n > 0) {
+		if (read_rule(&ln, &r)) {
+			struct hba_rule *grown = realloc(h->rules, (h->n + 1) * sizeof *h->rules);
+			if (grown) {
+				h->rules = grown;
+				h->rules[h->n++] = r;
+				r = (struct hba_rule){ 0 };
+			} else {
+				ln.oom = true;
+			}
+		}
+	}
+	names_free(&r.db);
+	names_free(&r.user);
+	if (ln.oom)
+		res = HBA_PARSE_NOMEM;
+	else if (ln.why[0]) {
+		bad(arg, lineno, ln.why);
+		res = HBA_PARSE_BAD;
+	}
+	line_free(&ln);
+	return res;
+}
+
+enum hba_parse_result hba_parse(const char *text, size_t len, struct hba *out, hba_bad_line_fn bad, void *arg)
+{
+	*out = (struct hba){ 0 };
+	enum hba_parse_result res = HBA_PARSE_OK;
+	const char *p = text, *end = text + len;
+	for (int lineno = 1; p < end && res != HBA_PARSE_NOMEM; lineno++) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		const char *eol = nl ? nl : end;
+		enum hba_parse_result r;
+		if (memchr(p, '\0', (size_t)(eol - p))) {
+			bad(arg, lineno, "the line contains a NUL byte");
+			r = HBA_PARSE_BAD;
+		} else {
+			r = parse_line(out, p, eol, lineno, bad, arg);
+		}
+		if (r != HBA_PARSE_OK)
+			res = r;
+		p = nl ? nl + 1 : end;
+	}
+	if (res != HBA_PARSE_OK)
+		hba_free(out);
+	return res;
+}
+
+/* ------------------------------------------------------------------ */
+/* Matching                                                             */
+
+static bool names_match(const struct hba_names *nm, const char *name, const char *user)
+{
+	if (nm->all || (nm->sameuser && user && strcmp(name, user) == 0))
+		return true;
+	for (size_t i = 0; i < nm->n; i++)
+		if (strcmp(nm->names[i], name) == 0)
+			return true;
+	return false;
+}
+
+static bool masked_equal(const uint8_t *a, const uint8_t *mask, const uint8_t *want, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((a[i] & mask[i]) != want[i])
+			return false;
+	return true;
+}
+
+static const uint8_t v4mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+/* An IPv4 rule matches a client seen as ::ffff:a.b.c.d, and an IPv6 rule
+ * for ::ffff:a.b.c.d/n an IPv4 client, as PostgreSQL does. */
+static bool addr_match(const struct hba_rule *r, int family, const uint8_t *a)
+{
+	if (r->family == family)
+		return masked_equal(a, r->mask, r->addr, family == AF_INET ? 4 : 16);
+	if (r->family == AF_INET && family == AF_INET6 && memcmp(a, v4mapped, 12) == 0)
+		return masked_equal(a + 12, r->mask, r->addr, 4);
+	if (r->family == AF_INET6 && family == AF_INET) {
+		uint8_t m[16];
+		memcpy(m, v4mapped, 12);
+		memcpy(m + 12, a, 4);
+		return masked_equal(m, r->mask, r->addr, 16);
+	}
+	return false;
+}
+
+const struct hba_rule *hba_match(const struct hba *h, const struct hba_login *l)
+{
+	for (size_t i = 0; i < h->n; i++) {
+		const struct hba_rule *r = &h->rules[i];
+		if (l->is_unix != (r->type == HBA_LOCAL))
+			continue;
+		if ((r->type == HBA_HOSTSSL && !l->tls) || (r->type == HBA_HOSTNOSSL && l->tls))
+			continue;
+		if (!r->any_addr && !addr_match(r, l->family, l->addr))
+			continue;
+		if (!names_match(&r->db, l->database, l->user) || !names_match(&r->user, l->user, NULL))
+			continue;
+		return r;
+	}
+	return NULL;
+}
+
+const char *hba_method_name(enum hba_method m)
+{
+	switch (m) {
+	case HBA_TRUST: return "trust";
+	case HBA_REJECT: return "reject";
+	case HBA_MD5: return "md5";
+	case HBA_SCRAM: return "scram-sha-256";
+	case HBA_CERT: return "cert";
+	}
+	return "?";
+}

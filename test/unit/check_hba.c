@@ -1,0 +1,456 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for hba: auth_hba_file's lines, their errors (with line
+ * numbers) and the first-match rule. */
+#define _POSIX_C_SOURCE 200809L
+/* By path: the build's autoconf header is also called config.h. */
+#include "../../include/config.h"
+
+#include "check_suites.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "hba.h"
+
+struct bad_lines {
+	int lines[16];
+	char why[16][256];
+	int n;
+};
+
+static void note_bad(void *arg, int line, const char *why)
+{
+	struct bad_lines *b = arg;
+	ck_assert_ptr_nonnull(why);
+	if (b->n < 16) {
+		b->lines[b->n] = line;
+		snprintf(b->why[b->n], sizeof b->why[b->n], "%s", why);
+		b->n++;
+	}
+}
+
+static void parse_ok(const char *text, struct hba *h)
+{
+	struct bad_lines bad = { 0 };
+	enum hba_parse_result r = hba_parse(text, strlen(text), h, note_bad, &bad);
+	ck_assert_msg(r == HBA_PARSE_OK, "line %d: %s", bad.lines[0], bad.why[0]);
+	ck_assert_int_eq(bad.n, 0);
+}
+
+/* The text must be refused; the first bad line is line, its reason holds
+ * want. */
+static void parse_bad(const char *text, int line, const char *want)
+{
+	struct hba h;
+	struct bad_lines bad = { 0 };
+	ck_assert_int_eq(hba_parse(text, strlen(text), &h, note_bad, &bad), HBA_PARSE_BAD);
+	ck_assert_uint_eq(h.n, 0);
+	ck_assert_ptr_null(h.rules);
+	ck_assert_int_ge(bad.n, 1);
+	ck_assert_int_eq(bad.lines[0], line);
+	ck_assert_msg(strstr(bad.why[0], want) != NULL, "\"%s\" does not say \"%s\"", bad.why[0], want);
+}
+
+/* The line (1-based rule number) a login matches; 0 = none. */
+static int match(const struct hba *h, bool is_unix, bool tls, const char *addr, const char *db, const char *user)
+{
+	uint8_t a[16] = { 0 };
+	int family = 0;
+	if (addr) {
+		family = strchr(addr, ':') ? AF_INET6 : AF_INET;
+		ck_assert_int_eq(inet_pton(family, addr, a), 1);
+	}
+	struct hba_login l = { is_unix, tls, family, a, db, user };
+	const struct hba_rule *r = hba_match(h, &l);
+	return r ? r->line : 0;
+}
+
+START_TEST(test_each_line_type)
+{
+	struct hba h;
+	parse_ok("local     all  all                 trust\n"
+		 "hostssl   all  all  0.0.0.0/0      cert\n"
+		 "hostnossl all  all  0.0.0.0/0      md5\n"
+		 "host      all  all  ::/0           scram-sha-256\n",
+		 &h);
+	ck_assert_uint_eq(h.n, 4);
+	ck_assert_int_eq(h.rules[0].type, HBA_LOCAL);
+	ck_assert_int_eq(h.rules[0].method, HBA_TRUST);
+	ck_assert_int_eq(h.rules[1].type, HBA_HOSTSSL);
+	ck_assert_int_eq(h.rules[1].method, HBA_CERT);
+	ck_assert_int_eq(h.rules[2].type, HBA_HOSTNOSSL);
+	ck_assert_int_eq(h.rules[2].method, HBA_MD5);
+	ck_assert_int_eq(h.rules[3].type, HBA_HOST);
+	ck_assert_int_eq(h.rules[3].method, HBA_SCRAM);
+	/* a unix socket: local only */
+	ck_assert_int_eq(match(&h, true, false, NULL, "db", "u"), 1);
+	/* TCP with and without TLS */
+	ck_assert_int_eq(match(&h, false, true, "10.1.2.3", "db", "u"), 2);
+	ck_assert_int_eq(match(&h, false, false, "10.1.2.3", "db", "u"), 3);
+	/* IPv6: neither IPv4 line, the host line */
+	ck_assert_int_eq(match(&h, false, false, "2001:db8::1", "db", "u"), 4);
+	ck_assert_int_eq(match(&h, false, true, "2001:db8::1", "db", "u"), 4);
+	hba_free(&h);
+}
+END_TEST
+
+START_TEST(test_methods_and_reject)
+{
+	struct hba h;
+	parse_ok("host all bad 0.0.0.0/0 reject\n"
+		 "host all all 0.0.0.0/0 trust\n", &h);
+	ck_assert_int_eq(h.rules[0].method, HBA_REJECT);
+	ck_assert_int_eq(match(&h, false, false, "1.2.3.4", "db", "bad"), 1);
+	ck_assert_int_eq(match(&h, false, false, "1.2.3.4", "db", "good"), 2);
+	/* a unix client: no local line, no match */
+	ck_assert_int_eq(match(&h, true, false, NULL, "db", "good"), 0);
+	ck_assert_str_eq(hba_method_name(HBA_SCRAM), "scram-sha-256");
+	ck_assert_str_eq(hba_method_name(HBA_REJECT), "reject");
+	hba_free(&h);
+}
+END_TEST
+
+START_TEST(test_address_forms)
+{
+	struct hba h;
+	parse_ok("host all a 10.0.0.0/8 trust\n"
+		 "host all b 192.168.1.0 255.255.255.0 trust\n"
+		 "host all c all trust\n"
+		 "host all d fe80::/10 trust\n"
+		 "host all e 2001:db8::1/128 trust\n"
+		 "host all f 10.9.8.7/16 trust\n"           /* host bits beyond the mask: ignored */
+		 "host all g 2001:db8:: ffff:ffff:: trust\n" /* IPv6 netmask column */
+		 "host all h 0.0.0.0/0 trust\n"
+		 "host all i ::ffff:10.1.0.0/112 trust\n",
+		 &h);
+	ck_assert_uint_eq(h.n, 9);
+	ck_assert_int_eq(match(&h, false, false, "10.200.1.1", "db", "a"), 1);
+	ck_assert_int_eq(match(&h, false, false, "11.0.0.1", "db", "a"), 0);
+	ck_assert_int_eq(match(&h, false, false, "192.168.1.77", "db", "b"), 2);
+	ck_assert_int_eq(match(&h, false, false, "192.168.2.77", "db", "b"), 0);
+	ck_assert_int_eq(match(&h, false, false, "203.0.113.5", "db", "c"), 3);
+	ck_assert_int_eq(match(&h, false, false, "2001:db8::5", "db", "c"), 3);
+	ck_assert_int_eq(match(&h, false, false, "fe80::1", "db", "d"), 4);
+	ck_assert_int_eq(match(&h, false, false, "fec0::1", "db", "d"), 0);
+	ck_assert_int_eq(match(&h, false, false, "2001:db8::1", "db", "e"), 5);
+	ck_assert_int_eq(match(&h, false, false, "2001:db8::2", "db", "e"), 0);
+	ck_assert_int_eq(match(&h, false, false, "10.9.200.1", "db", "f"), 6);
+	ck_assert_int_eq(match(&h, false, false, "10.8.0.1", "db", "f"), 0);
+	ck_assert_int_eq(match(&h, false, false, "2001:db8:1::1", "db", "g"), 7);
+	ck_assert_int_eq(match(&h, false, false, "2001:db9::1", "db", "g"), 0);
+	/* an IPv4 line matches an IPv4-mapped IPv6 client, and back */
+	ck_assert_int_eq(match(&h, false, false, "::ffff:10.2.3.4", "db", "a"), 1);
+	ck_assert_int_eq(match(&h, false, false, "::ffff:8.8.8.8", "db", "h"), 8);
+	ck_assert_int_eq(match(&h, false, false, "2001:db8::9", "db", "h"), 0);
+	ck_assert_int_eq(match(&h, false, false, "10.1.7.7", "db", "i"), 9);
+	ck_assert_int_eq(match(&h, false, false, "10.2.7.7", "db", "i"), 0);
+	hba_free(&h);
+}
+END_TEST
+
+START_TEST(test_names_keywords_lists_quotes)
+{
+	struct hba h;
+	parse_ok("# comment line\n"
+		 "\n"
+		 "   \t  \r\n"
+		 "host sameuser all 0.0.0.0/0 trust   # trailing comment\r\n"
+		 "host db1,db2 , \"My DB\" u1,\"all\" 0.0.0.0/0 md5\n"
+		 "host \"we\"\"ird\" all 0.0.0.0/0 scram-sha-256\n"
+		 "host replication all 0.0.0.0/0 trust\n"
+		 "host all,replication x 0.0.0.0/0 reject\n",
+		 &h);
+	ck_assert_uint_eq(h.n, 5);
+	ck_assert_int_eq(h.rules[0].line, 4);
+	/* sameuser: the database named like the user */
+	ck_assert_int_eq(match(&h, false, false, "1.1.1.1", "bob", "bob"), 4);
+	/* lists, white space around the comma, a quoted name with a space */
+	ck_assert_int_eq(match(&h, false, false, "1.1.1.1", "db2", "u1"), 5);
+	ck_assert_int_eq(match(&h, false, false, "1.1.1.1", "My DB", "u1"), 5);
+	ck_assert_int_eq(match(&h, false, false, "1.1.1.1", "db1", "u2"), 0);
+	/* a quoted keyword is a name */
+	ck_assert_int_eq(match(&h, false, false, "1.1.1.1", "db1", "all"), 5);
+	ck_assert_int_eq(h.rules[1].user.all, false);
+	/* doubled quote */
+	ck_assert_int_eq(match(&h, false, false, "1.1.1.1", "we\"ird", "zed"), 6);
+	/* replication matches no login of pgcat's (it refuses replication) */
+	ck_assert(h.rules[3].db_replication);
+	ck_assert_int_eq(match(&h, false, false, "1.1.1.1", "replication", "zed"), 0);
+	ck_assert_int_eq(match(&h, false, false, "1.1.1.1", "other", "x"), 8);
+	/* names are case-sensitive */
+	ck_assert_int_eq(match(&h, false, false, "1.1.1.1", "DB1", "u1"), 0);
+	hba_free(&h);
+}
+END_TEST
+
+START_TEST(test_first_match_wins)
+{
+	struct hba h;
+	parse_ok("host appdb app 127.0.0.1/32 reject\n"
+		 "host appdb all 127.0.0.0/8 md5\n"
+		 "host all   all 0.0.0.0/0 scram-sha-256\n", &h);
+	ck_assert_int_eq(match(&h, false, false, "127.0.0.1", "appdb", "app"), 1);
+	ck_assert_int_eq(match(&h, false, false, "127.0.0.2", "appdb", "app"), 2);
+	ck_assert_int_eq(match(&h, false, false, "127.0.0.1", "appdb", "other"), 2);
+	ck_assert_int_eq(match(&h, false, false, "127.0.0.1", "otherdb", "app"), 3);
+	hba_free(&h);
+}
+END_TEST
+
+START_TEST(test_empty_file)
+{
+	struct hba h;
+	parse_ok("", &h);
+	ck_assert_uint_eq(h.n, 0);
+	ck_assert_int_eq(match(&h, false, false, "1.1.1.1", "db", "u"), 0);
+	hba_free(&h);
+	parse_ok("# only comments\n\n", &h);
+	ck_assert_uint_eq(h.n, 0);
+	hba_free(&h);
+}
+END_TEST
+
+START_TEST(test_errors_name_the_line)
+{
+	parse_bad("host all all 0.0.0.0/0 trust\nhots all all 0.0.0.0/0 trust\n", 2, "unknown connection type \"hots\"");
+	parse_bad("\n\nhost all all 0.0.0.0/0 md6\n", 3, "unknown method \"md6\"");
+	parse_bad("host all all 0.0.0.0/0\n", 1, "too few fields");
+	parse_bad("local all all\n", 1, "too few fields");
+	parse_bad("host all all 127.0.0.1 md5\n", 1, "needs a mask");
+	parse_bad("host all all 127.0.0.1 255.255.255.0\n", 1, "no method");
+	parse_bad("host all all 10.0.0.0/33 md5\n", 1, "invalid CIDR mask");
+	parse_bad("host all all 10.0.0.0/x md5\n", 1, "invalid CIDR mask");
+	parse_bad("host all all ::/129 md5\n", 1, "invalid CIDR mask");
+	parse_bad("host all all 10.0.0.300/32 md5\n", 1, "invalid IP address");
+	parse_bad("host all all 10.0.0.0 ffff:: md5\n", 1, "needs a mask");
+	parse_bad("host all all db.example.com md5\n", 1, "host names are not supported");
+	parse_bad("host all all samenet md5\n", 1, "\"samenet\" is not supported");
+	parse_bad("host all all samehost md5\n", 1, "\"samehost\" is not supported");
+	parse_bad("host all all 0.0.0.0/0 md5 clientcert=verify-full\n", 1, "option \"clientcert=verify-full\"");
+	parse_bad("host all all 0.0.0.0/0 md5 extra\n", 1, "unexpected \"extra\"");
+	parse_bad("host all all 0.0.0.0/0 password\n", 1, "\"password\" is not supported");
+	parse_bad("local all all peer\n", 1, "\"peer\" is not supported");
+	parse_bad("host all all 0.0.0.0/0 cert\n", 1, "cert needs a hostssl line");
+	parse_bad("host \"unterminated all 0.0.0.0/0 md5\n", 1, "unterminated quoted name");
+	parse_bad("host \"a\"b all 0.0.0.0/0 md5\n", 1, "after a quoted name");
+	parse_bad("host a\"b all 0.0.0.0/0 md5\n", 1, "a quote inside a name");
+	parse_bad("host \"\" all 0.0.0.0/0 md5\n", 1, "empty name");
+	/* "db1, all" is one list: the user is 0.0.0.0/0, the address md5 */
+	parse_bad("host db1, all 0.0.0.0/0 md5\n", 1, "too few fields");
+	parse_bad("host db1,,db2 all 0.0.0.0/0 md5\n", 1, "empty name in a list");
+	parse_bad("host db1, # x\n", 1, "ends with a comma");
+	parse_bad("host all +admins 0.0.0.0/0 md5\n", 1, "group names");
+	parse_bad("host @dbs.txt all 0.0.0.0/0 md5\n", 1, "file inclusion");
+	parse_bad("host all @users all md5\n", 1, "file inclusion");
+	parse_bad("host samerole all all md5\n", 1, "\"samerole\" is not supported");
+	parse_bad("host all /^app all md5\n", 1, "regular expressions");
+	parse_bad("\"host\" all all all md5\n", 1, "connection type must be a single unquoted word");
+	parse_bad("host all all all \"md5\"\n", 1, "method must be a single unquoted word");
+	parse_bad("host all all all md5,trust\n", 1, "method must be a single unquoted word");
+	parse_bad("host all all 10.0.0.0/8,10.1.0.0/16 md5\n", 1, "address must be a single");
+	parse_bad("host all "
+		  "a234567890123456789012345678901234567890123456789012345678901234 all md5\n",
+		  1, "longer than 63 bytes");
+}
+END_TEST
+
+START_TEST(test_every_bad_line_reported)
+{
+	const char *text = "host all all 0.0.0.0/0 trust\n"
+			   "bogus\n"
+			   "host all all 0.0.0.0/0 trust\n"
+			   "host all all 1.2.3.4 trust\n"
+			   "local all all";
+	struct hba h;
+	struct bad_lines bad = { 0 };
+	ck_assert_int_eq(hba_parse(text, strlen(text), &h, note_bad, &bad), HBA_PARSE_BAD);
+	ck_assert_int_eq(bad.n, 3);
+	ck_assert_int_eq(bad.lines[0], 2);
+	ck_assert_int_eq(bad.lines[1], 4);
+	ck_assert_int_eq(bad.lines[2], 5);
+	/* the good lines are not kept: all or nothing */
+	ck_assert_uint_eq(h.n, 0);
+	hba_free(&h);
+}
+END_TEST
+
+START_TEST(test_nul_byte_and_no_final_newline)
+{
+	static const char text[] = "host all all 0.0.0.0/0 trust\nhost all\0 all 0.0.0.0/0 trust\n";
+	struct hba h;
+	struct bad_lines bad = { 0 };
+	ck_assert_int_eq(hba_parse(text, sizeof text - 1, &h, note_bad, &bad), HBA_PARSE_BAD);
+	ck_assert_int_eq(bad.n, 1);
+	ck_assert_int_eq(bad.lines[0], 2);
+	ck_assert_ptr_nonnull(strstr(bad.why[0], "NUL"));
+	parse_ok("host all all 0.0.0.0/0 trust", &h);
+	ck_assert_uint_eq(h.n, 1);
+	hba_free(&h);
+}
+END_TEST
+
+/* ---- with the configuration (config_load.c reads the file) ---- */
+
+struct tmp {
+	char dir[64];
+	char ini[128], hba[128];
+};
+
+static void tmp_make(struct tmp *t, const char *hba_text)
+{
+	snprintf(t->dir, sizeof t->dir, "/tmp/check-hba-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(t->dir));
+	snprintf(t->ini, sizeof t->ini, "%s/pgcat.ini", t->dir);
+	snprintf(t->hba, sizeof t->hba, "%s/hba.conf", t->dir);
+	FILE *f = fopen(t->hba, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(hba_text, f);
+	fclose(f);
+}
+
+static struct config *tmp_load(struct tmp *t, const char *general, struct config_problems *pr)
+{
+	FILE *f = fopen(t->ini, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "[general]\n%s\n[pools.db]\n[pools.db.shards.0]\nservers = 127.0.0.1:5432:primary\n", general);
+	fclose(f);
+	return config_load(t->ini, pr);
+}
+
+static void tmp_remove(struct tmp *t)
+{
+	unlink(t->hba);
+	unlink(t->ini);
+	rmdir(t->dir);
+}
+
+static const char *first_problem(const struct config_problems *pr, enum config_problem_kind kind)
+{
+	for (size_t i = 0; i < pr->n; i++)
+		if (pr->items[i].kind == kind)
+			return pr->items[i].message;
+	return "";
+}
+
+START_TEST(test_config_reads_the_file)
+{
+	struct tmp t;
+	tmp_make(&t, "local all all trust\nhost all all 0.0.0.0/0 md5\n");
+	struct config_problems pr;
+	/* relative to the directory of pgcat.ini */
+	struct config *cfg = tmp_load(&t, "auth_hba_file = hba.conf", &pr);
+	ck_assert_msg(cfg != NULL, "%s", first_problem(&pr, CONFIG_PROBLEM_ERROR));
+	ck_assert_uint_eq(pr.n, 0);
+	ck_assert_ptr_nonnull(cfg->hba);
+	ck_assert_uint_eq(cfg->hba->n, 2);
+	ck_assert_int_eq(cfg->hba->rules[1].method, HBA_MD5);
+	/* SET cannot change it: its rules are read with the file */
+	char err[256];
+	ck_assert(!config_general_set(cfg, "auth_hba_file", "/elsewhere", err, sizeof err));
+	ck_assert_ptr_nonnull(strstr(err, "RELOAD"));
+	char v[256];
+	ck_assert(config_general_value(cfg, "auth_hba_file", v, sizeof v));
+	ck_assert_str_eq(v, "hba.conf");
+	config_free(cfg);
+	config_problems_free(&pr);
+	/* none: no rules, auth_type for everyone */
+	cfg = tmp_load(&t, "", &pr);
+	ck_assert_ptr_nonnull(cfg);
+	ck_assert_ptr_null(cfg->hba);
+	config_free(cfg);
+	config_problems_free(&pr);
+	tmp_remove(&t);
+}
+END_TEST
+
+START_TEST(test_config_bad_file_refused_whole)
+{
+	struct tmp t;
+	tmp_make(&t, "host all all 0.0.0.0/0 md5\n# fine\nhost all all 0.0.0.0/0 md6\n");
+	struct config_problems pr;
+	char general[256];
+	snprintf(general, sizeof general, "auth_hba_file = %s", t.hba);
+	struct config *cfg = tmp_load(&t, general, &pr);
+	ck_assert_ptr_null(cfg);
+	char want[256];
+	snprintf(want, sizeof want, "[general] auth_hba_file: %s:3: unknown method \"md6\"", t.hba);
+	const char *msg = first_problem(&pr, CONFIG_PROBLEM_ERROR);
+	ck_assert_msg(strstr(msg, want) != NULL, "\"%s\" lacks \"%s\"", msg, want);
+	config_problems_free(&pr);
+	/* a file that is not there */
+	unlink(t.hba);
+	cfg = tmp_load(&t, general, &pr);
+	ck_assert_ptr_null(cfg);
+	ck_assert_ptr_nonnull(strstr(first_problem(&pr, CONFIG_PROBLEM_ERROR), "cannot open"));
+	config_problems_free(&pr);
+	tmp_remove(&t);
+}
+END_TEST
+
+START_TEST(test_config_cert_needs_verified_certificates)
+{
+	struct tmp t;
+	tmp_make(&t, "hostssl all all all cert\n");
+	struct config_problems pr;
+	struct config *cfg = tmp_load(&t, "auth_hba_file = hba.conf\nclient_tls_sslmode = require\n"
+				      "client_tls_cert_file = s.crt\nclient_tls_key_file = s.key", &pr);
+	ck_assert_ptr_null(cfg);
+	const char *msg = first_problem(&pr, CONFIG_PROBLEM_ERROR);
+	ck_assert_msg(strstr(msg, "hba.conf:1: method cert needs client_tls_sslmode verify-ca or verify-full"), "%s", msg);
+	config_problems_free(&pr);
+	cfg = tmp_load(&t, "auth_hba_file = hba.conf\nclient_tls_sslmode = verify-ca\n"
+			   "client_tls_cert_file = s.crt\nclient_tls_key_file = s.key\nclient_tls_ca_file = ca.crt", &pr);
+	ck_assert_msg(cfg != NULL, "%s", first_problem(&pr, CONFIG_PROBLEM_ERROR));
+	config_free(cfg);
+	config_problems_free(&pr);
+	tmp_remove(&t);
+}
+END_TEST
+
+START_TEST(test_config_warnings)
+{
+	struct tmp t;
+	tmp_make(&t, "hostssl all all all md5\n");
+	struct config_problems pr;
+	struct config *cfg = tmp_load(&t, "auth_hba_file = hba.conf", &pr);
+	ck_assert_ptr_nonnull(cfg);
+	ck_assert_ptr_nonnull(strstr(first_problem(&pr, CONFIG_PROBLEM_WARNING), "hba.conf:1: hostssl line never matches"));
+	config_free(cfg);
+	config_problems_free(&pr);
+	tmp_remove(&t);
+	tmp_make(&t, "# nothing yet\n");
+	cfg = tmp_load(&t, "auth_hba_file = hba.conf", &pr);
+	ck_assert_ptr_nonnull(cfg);
+	ck_assert_ptr_nonnull(strstr(first_problem(&pr, CONFIG_PROBLEM_WARNING), "no rules: every login is refused"));
+	config_free(cfg);
+	config_problems_free(&pr);
+	tmp_remove(&t);
+}
+END_TEST
+
+Suite *hba_suite(void)
+{
+	Suite *s = suite_create("hba");
+	TCase *tc = tcase_create("core");
+	tcase_add_test(tc, test_each_line_type);
+	tcase_add_test(tc, test_methods_and_reject);
+	tcase_add_test(tc, test_address_forms);
+	tcase_add_test(tc, test_names_keywords_lists_quotes);
+	tcase_add_test(tc, test_first_match_wins);
+	tcase_add_test(tc, test_empty_file);
+	tcase_add_test(tc, test_errors_name_the_line);
+	tcase_add_test(tc, test_every_bad_line_reported);
+	tcase_add_test(tc, test_nul_byte_and_no_final_newline);
+	suite_add_tcase(s, tc);
+	TCase *cf = tcase_create("config");
+	tcase_add_test(cf, test_config_reads_the_file);
+	tcase_add_test(cf, test_config_bad_file_refused_whole);
+	tcase_add_test(cf, test_config_cert_needs_verified_certificates);
+	tcase_add_test(cf, test_config_warnings);
+	suite_add_tcase(s, cf);
+	return s;
+}
