@@ -114,6 +114,9 @@ struct config_general {
 	char *admin_password;
 	enum auth_type auth_type;
 	char *auth_file;          /* "" = none */
+	char *auth_query;         /* run as auth_user for users found nowhere else (auth_query.c) */
+	char *auth_user;          /* "" = auth_query off */
+	int auth_query_cache_ttl; /* ms a looked-up secret is reused */
 	enum log_level log_level;
 	char *log_file;           /* "" = stderr */
 	bool syslog;
@@ -143,6 +146,11 @@ struct config {
 	size_t n_pools;
 	struct config_peer *peers;
 	size_t n_peers;
+	/* auth_file's entry for auth_user as loaded (its name and password or
+	 * secret), when the file has one; NULL otherwise. Read for auth_query's
+	 * logins; a SET of auth_user to another name does not match it. */
+	char *auth_user_secret_of;
+	char *auth_user_secret;
 };
 
 enum config_problem_kind {
