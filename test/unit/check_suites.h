@@ -12,6 +12,7 @@ Suite *router_suite(void);
 Suite *sharding_suite(void);
 Suite *prepared_suite(void);
 Suite *auth_file_suite(void);
+Suite *auth_query_suite(void);
 Suite *shardkey_suite(void);
 Suite *merge_suite(void);
 Suite *pgvalue_suite(void);
