@@ -568,7 +568,7 @@ static bool handle_ssl_answer(struct aq_conn *k)
 /* ---- reading ---- */
 
 /* A DataRow: the first row's second column is the secret (the first is
- * the user name, as PgBouncer's auth_query returns it). */
+ * the user name). */
 static void read_row(struct aq_conn *k, const uint8_t *body, size_t len)
 {
 	if (k->row_seen)

@@ -25,8 +25,8 @@ from test_admin import admin, command
 LOOKUP_USER = "aq_lookup"
 LOOKUP_PASSWORD = "aq_lookup_pw"
 MD5_GROUP = "aq_md5_group"
-# A lookup function as PgBouncer's documentation recommends (auth_user need
-# not be a superuser); it also counts its calls, so the tests see the cache.
+# A lookup function (auth_user need not be a superuser); it also counts its
+# calls, so the tests see the cache.
 LOOKUP_QUERY = "SELECT usename, passwd FROM public.aq_lookup_fn($1)"
 HBA_LINE = "host    all           +%s  127.0.0.1/32  md5\n" % MD5_GROUP
 
@@ -368,7 +368,7 @@ def test_a_primary_that_does_not_answer_fails_logins_within_connect_timeout(pgca
             t0 = time.monotonic()
             err = login_error(p, "aq_silent_user", "pw")
             elapsed = time.monotonic() - t0
-            assert elapsed < 1.0 + 1.5, elapsed
+            assert elapsed < 1.0 + 2.0, elapsed   # connect_timeout plus a margin
             assert err["C"] in ("08006", "08P01"), err
         assert silent.conns, "pgcat never connected to the silent server"
         # Several clients at once: none hangs.
@@ -386,7 +386,7 @@ def test_a_primary_that_does_not_answer_fails_logins_within_connect_timeout(pgca
             t.start()
         for t in threads:
             t.join(10)
-        assert len(out) == 5 and all(isinstance(x, float) and x < 2.5 for x in out), out
+        assert len(out) == 5 and all(isinstance(x, float) and x < 3.0 for x in out), out
         # pgcat still serves its config's users meanwhile (here: a pool elsewhere).
         assert p.alive()
     finally:
