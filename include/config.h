@@ -117,6 +117,9 @@ struct config_general {
 	enum auth_type auth_type;
 	char *auth_file;          /* "" = none */
 	char *auth_hba_file;      /* "" = none: auth_type for every login */
+	char *auth_query;         /* run as auth_user for users found nowhere else (auth_query.c) */
+	char *auth_user;          /* "" = auth_query off */
+	int auth_query_cache_ttl; /* ms a looked-up secret is reused */
 	enum log_level log_level;
 	char *log_file;           /* "" = stderr */
 	bool syslog;
@@ -147,6 +150,11 @@ struct config {
 	struct config_peer *peers;
 	size_t n_peers;
 	struct hba *hba;          /* auth_hba_file's rules, read with the file; NULL = no auth_hba_file */
+	/* auth_file's entry for auth_user as loaded (its name and password or
+	 * secret), when the file has one; NULL otherwise. Read for auth_query's
+	 * logins; a SET of auth_user to another name does not match it. */
+	char *auth_user_secret_of;
+	char *auth_user_secret;
 };
 
 enum config_problem_kind {

@@ -103,6 +103,10 @@ struct key_spec {
 	X(admin_password, STRING, "", true, VALUE_STRING, 0, 0, NULL, KEY_SECRET, NULL, 0) \
 	X(auth_type, ENUM, "scram-sha-256", true, VALUE_ENUM, 0, 0, &auth_type_enum, 0, NULL, 0) \
 	X(auth_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(auth_query, STRING, "SELECT usename, passwd FROM pg_shadow WHERE usename = $1", true, VALUE_STRING, 0, 0, \
+	  NULL, KEY_NOT_EMPTY, NULL, 0) \
+	X(auth_user, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(auth_query_cache_ttl, INT, "60000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(auth_hba_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(log_level, ENUM, "info", true, VALUE_ENUM, 0, 0, &log_level_enum, 0, NULL, 0) \
 	X(log_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
@@ -282,5 +286,8 @@ void free_fields(const struct key_spec *specs, size_t n, void *base);
 
 void check_general(struct parser *p);
 void check_all(struct parser *p);
+/* auth_user names a user of some users section or of auth_file (run once
+ * auth_file is read, and by SET). */
+void check_auth_user(struct parser *p);
 
 #endif

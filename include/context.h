@@ -27,6 +27,7 @@
 #include "types.h"
 #include "tls.h"
 
+struct auth_query;
 struct dns;
 struct lagmon;
 struct login_ops;
@@ -94,6 +95,7 @@ struct worker {
 	bool have_admin_scram;
 
 	struct lagmon *lagmon;            /* the replica lag monitor: worker 0 only (lagmon.c) */
+	struct auth_query *auth_query;    /* auth_query's lookups and cache, made on first use (auth_query.c) */
 	struct dns *dns;                  /* c-ares resolver and cache of server host names */
 	struct tls_contexts tls;          /* OpenSSL contexts of both sides (tls.c) */
 	struct event *stats_timer;        /* every stats_period: SHOW STATS averages */

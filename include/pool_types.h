@@ -119,6 +119,9 @@ struct pool {
 	char *user;
 	const struct config_pool *cpool;
 	const struct config_user *cuser;
+	/* A user found by auth_query, in no config (auth_query.c): its
+	 * settings, owned (cuser points here); NULL for the config's users. */
+	struct config_user *own_user;
 	enum pool_mode mode;
 	int pool_size;
 	int min_pool_size;

@@ -18,6 +18,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ------------------------------------------------------------------ */
 /* Whole-file checks, once everything is read                           */
@@ -159,6 +160,21 @@ static void check_pool(struct parser *p, struct config_pool *pool, struct pool_m
 				"the minimum pool size (%d) exceeds the pool size (%d)", min, size);
 		}
 	}
+}
+
+void check_auth_user(struct parser *p)
+{
+	const struct config *cfg = p->cfg;
+	const char *au = cfg->general.auth_user;
+	if (au == NULL || au[0] == '\0' || (cfg->auth_user_secret_of && strcmp(cfg->auth_user_secret_of, au) == 0))
+		return;
+	for (size_t i = 0; i < cfg->n_pools; i++)
+		for (size_t j = 0; j < cfg->pools[i].n_users; j++)
+			if (strcmp(cfg->pools[i].users[j].name, au) == 0)
+				return;
+	general_error(p, "auth_user", "user \"%.*s%s\" is in no [pools.NAME.users.USER] section and not in auth_file%s: "
+		      "auth_query cannot log in", CONFIG_QUOTE_MAX, au, strlen(au) > CONFIG_QUOTE_MAX ? "..." : "",
+		      cfg->general.auth_file[0] ? "" : " (auth_file is not set)");
 }
 
 void check_all(struct parser *p)

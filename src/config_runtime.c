@@ -200,6 +200,8 @@ bool config_general_set(struct config *cfg, const char *key, const char *value, 
 	free(v);
 	if (!p.oom && !config_problems_has(&problems, CONFIG_PROBLEM_ERROR))
 		check_general(&p);
+	if (!p.oom && !config_problems_has(&problems, CONFIG_PROBLEM_ERROR))
+		check_auth_user(&p);
 	bool ok = !p.oom && !config_problems_has(&problems, CONFIG_PROBLEM_ERROR);
 	if (ok) {
 		free_field(k, &cfg->general);

@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 
 #include "auth.h"
+#include "auth_query.h"
 #include "cancel.h"
 #include "client.h"
 #include "config.h"
@@ -225,6 +226,10 @@ static void start_login(struct client *c)
 			client_close(c, SQLSTATE_INVALID_CATALOG_NAME, "database \"%s\" does not exist", client_database(c));
 			return;
 		}
+		/* A user of no config: looked up on the server first (auth_query;
+		 * this function runs again with the answer). */
+		if (auth_query_login(c, start_login))
+			return;
 		c->pool = pool_find(w, client_database(c), client_user(c));
 		if (c->pool)
 			c->pool->n_clients++;

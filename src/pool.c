@@ -264,6 +264,74 @@ static struct pool *pool_new(struct worker *w, const struct config_pool *cp, con
 	return p;
 }
 
+/* ---- auth_query's users (auth_query.c): pools of users in no config ---- */
+
+static void own_user_free(struct config_user *u)
+{
+	if (!u)
+		return;
+	if (u->password) {
+		OPENSSL_cleanse(u->password, strlen(u->password));
+		free(u->password);
+	}
+	free(u->name);
+	free(u);
+}
+
+struct pool *pool_add_looked_up(struct worker *w, const struct config_pool *cp, const char *user,
+				const char *secret)
+{
+	struct config_user *u = calloc(1, sizeof *u);
+	if (!u)
+		return NULL;
+	/* As a users section with only a password: the rest inherited. */
+	u->pool_size = CONFIG_INHERIT;
+	u->min_pool_size = CONFIG_INHERIT;
+	u->pool_mode = CONFIG_INHERIT;
+	u->name = strdup(user);
+	u->password = strdup(secret);
+	struct pool *p = u->name && u->password ? pool_new(w, cp, u) : NULL;
+	if (!p) {
+		own_user_free(u);
+		return NULL;
+	}
+	p->own_user = u;
+	/* PAUSE and DISABLE hold for the database, whichever user comes. */
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		const struct pool *q = LIST_OWNER(pos, struct pool, node);
+		if (!q->removed && strcmp(q->name, p->name) == 0) {
+			p->paused = q->paused;
+			p->disabled = q->disabled;
+			break;
+		}
+	}
+	list_add_tail(&w->pools, &p->node);
+	return p;
+}
+
+bool pool_set_looked_up_secret(struct pool *p, const char *secret)
+{
+	if (!p->own_user || strcmp(p->own_user->password, secret) == 0)
+		return true;
+	char *copy = strdup(secret);
+	if (!copy)
+		return false;
+	OPENSSL_cleanse(p->own_user->password, strlen(p->own_user->password));
+	free(p->own_user->password);
+	p->own_user->password = copy;
+	pool_derive_scram(p);   /* and forget the pass-through key of the old secret */
+	return true;
+}
+
+void pool_retire_looked_up(struct pool *p)
+{
+	if (p->removed)
+		return;
+	log_info("pool %s user %s: auth_query no longer finds the user; draining", p->name, p->user);
+	p->removed = true;
+}
+
 bool pool_create_all(struct worker *w)
 {
 	const struct config *cfg = w->cfg;
@@ -333,6 +401,7 @@ void pool_free(struct pool *p)
 	p->collation = (locale_t)0;
 	p->collation_known = false;
 	config_ref_put(p->cfg_ref);
+	own_user_free(p->own_user);
 	free(p->targets);
 	free(p->name);
 	free(p->user);
@@ -825,6 +894,40 @@ bool pool_reload(struct worker *w, struct config *newcfg, struct config *oldcfg,
 			n_pending++;
 		}
 	}
+	/* Users auth_query found: kept while their database is configured,
+	 * auth_query still on and no users section took them over. */
+	if (newcfg->general.auth_user[0]) {
+		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+			struct pool *p = LIST_OWNER(pos, struct pool, node);
+			const struct config_pool *cp = p->own_user && !p->removed ? config_find_pool(newcfg, p->name) : NULL;
+			bool listed = false;
+			for (size_t i = 0; i < n_pending && !listed; i++)
+				listed = pend[i].p == p;
+			if (!cp || listed)
+				continue;
+			if (n_pending == cap) {
+				cap = cap ? cap * 2 : 16;
+				struct pending *np = realloc(pend, cap * sizeof *np);
+				if (!np)
+					goto fail;
+				pend = np;
+			}
+			struct pending *e = &pend[n_pending];
+			memset(e, 0, sizeof *e);
+			e->p = p;
+			e->cp = cp;
+			e->cu = p->own_user;
+			struct srvpool **old = calloc(p->n_targets ? p->n_targets : 1, sizeof *old);
+			if (!old)
+				goto fail;
+			memcpy(old, p->targets, p->n_targets * sizeof *old);
+			bool ok = build_targets(p, cp, old, p->n_targets, &e->t, &e->n);
+			free(old);
+			if (!ok)
+				goto fail;
+			n_pending++;
+		}
+	}
 	/* Commit. Pools not in the new config: removed, draining. */
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
@@ -864,6 +967,11 @@ bool pool_reload(struct worker *w, struct config *newcfg, struct config *oldcfg,
 			p->targets = e->t;
 			p->n_targets = e->n;
 			pool_apply_config(p, newcfg, e->cp, e->cu);
+			if (p->own_user && p->cuser != p->own_user) {
+				/* a users section now lists the user auth_query found */
+				own_user_free(p->own_user);
+				p->own_user = NULL;
+			}
 			if (e->password_changed)
 				pool_derive_scram(p);
 		} else {

@@ -181,7 +181,7 @@ void pool_janitor(struct worker *w)
 			for (size_t i = 0; i < p->n_targets && empty; i++)
 				empty = srvpool_total(p->targets[i]) == 0 && p->targets[i]->n_waiters == 0;
 			if (empty) {
-				log_info("pool %s user %s: removed by reload, now drained", p->name, p->user);
+				log_info("pool %s user %s: removed, now drained", p->name, p->user);
 				pool_free(p);
 			}
 			continue;

@@ -31,6 +31,7 @@
 #include "client.h"
 #include "config.h"
 #include "fanout.h"
+#include "auth_query.h"
 #include "lagmon.h"
 #include "login.h"
 #include "log.h"
@@ -165,6 +166,7 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 	w->config_mtime = file_mtime(w->config_path);
 	if (!prometheus_reconfigure(w))
 		log_error("reload: /metrics is not served (see above)");
+	auth_query_reload(w);   /* cached answers of the old auth_query go */
 	log_info("configuration reloaded from %s", w->config_path);
 	return true;
 }
@@ -803,6 +805,7 @@ void worker_destroy(struct worker *w)
 	close_all_clients(w, &w->clients_login, NULL, "");
 	close_all_clients(w, &w->clients_idle, NULL, "");
 	close_all_clients(w, &w->clients_active, NULL, "");
+	auth_query_free(w);   /* its parked logins too */
 	lagmon_free(w->lagmon);   /* before the pools it reads */
 	w->lagmon = NULL;
 	pool_destroy_all(w);

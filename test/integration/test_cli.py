@@ -107,6 +107,9 @@ admin_username = pgcat
 admin_password = secret
 auth_type = scram-sha-256
 auth_file =
+auth_query = SELECT usename, passwd FROM pg_shadow WHERE usename = $1
+auth_user =
+auth_query_cache_ttl = 60000
 log_level = info
 log_file =
 syslog = false

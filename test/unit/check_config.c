@@ -120,6 +120,10 @@ START_TEST(test_defaults)
 	ck_assert_str_eq(g->admin_password, "");
 	ck_assert_int_eq(g->auth_type, AUTH_TYPE_SCRAM);
 	ck_assert_str_eq(g->auth_file, "");
+	ck_assert_str_eq(g->auth_query, "SELECT usename, passwd FROM pg_shadow WHERE usename = $1");
+	ck_assert_str_eq(g->auth_user, "");
+	ck_assert_int_eq(g->auth_query_cache_ttl, 60000);
+	ck_assert_ptr_null(cfg->auth_user_secret);
 	ck_assert_int_eq(g->log_level, LOG_LEVEL_INFO);
 	ck_assert_str_eq(g->log_file, "");
 	ck_assert(!g->syslog);
@@ -169,7 +173,7 @@ START_TEST(test_key_table)
 {
 	size_t n;
 	const struct config_key_info *keys = config_general_keys(&n);
-	ck_assert_uint_eq(n, 50);
+	ck_assert_uint_eq(n, 53);
 	size_t fixed = 0;
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = i + 1; j < n; j++)
@@ -1080,6 +1084,52 @@ START_TEST(test_set)
 }
 END_TEST
 
+/* auth_user must name a user of some users section or of auth_file. */
+START_TEST(test_auth_user)
+{
+	struct config_problems pr;
+	/* In a users section (of any pool): accepted. */
+	struct config *cfg = load_clean("[general]\nauth_user = lookup\n" POOL
+					"[pools.other]\n[pools.other.shards.0]\nservers = 127.0.0.1:5432:primary\n"
+					"[pools.other.users.lookup]\npassword = pw\n", &pr);
+	ck_assert_str_eq(cfg->general.auth_user, "lookup");
+	ck_assert_ptr_null(cfg->auth_user_secret);
+	config_free(cfg);
+	config_problems_free(&pr);
+
+	/* Nowhere: an error at auth_user's line, naming it. */
+	expect_error_at("[general]\nauth_query_cache_ttl = 500\nauth_user = nobody\n" POOL, 3,
+			"t.ini:3: [general] auth_user: user \"nobody\" is in no [pools.NAME.users.USER] section "
+			"and not in auth_file (auth_file is not set)");
+	/* auth_query may not be empty; the TTL is ms >= 0. */
+	expect_general_error("auth_query =", "t.ini:2: [general] auth_query:");
+	expect_general_error("auth_query_cache_ttl = -1", "t.ini:2: [general] auth_query_cache_ttl:");
+
+	/* In auth_file, even when every pool has a users section: its secret is kept aside. */
+	static const char userlist[] = "\"lookup\" \"md5aaaabbbbccccddddeeeeffff00001111\"\n\"x\" \"y\"\n";
+	char *ul = write_temp(userlist, strlen(userlist));
+	char text[512];
+	snprintf(text, sizeof text, "[general]\nauth_user = lookup\nauth_file = %s\n" POOL
+		 "[pools.db.users.app]\npassword = pw\n", ul);
+	cfg = load_clean(text, &pr);
+	ck_assert_str_eq(cfg->auth_user_secret, "md5aaaabbbbccccddddeeeeffff00001111");
+	ck_assert_uint_eq(cfg->pools[0].n_users, 1);   /* the file's users do not join a pool with a section */
+
+	/* SET checks it too. */
+	char err[256];
+	ck_assert(!config_general_set(cfg, "auth_user", "'nobody'", err, sizeof err));
+	static const char want[] = "auth_user: user \"nobody\" is in no";
+	ck_assert_msg(strncmp(err, want, sizeof want - 1) == 0, "%s", err);
+	ck_assert_str_eq(cfg->general.auth_user, "lookup");
+	ck_assert(config_general_set(cfg, "auth_user", "'app'", err, sizeof err));
+	ck_assert(config_general_set(cfg, "auth_user", "''", err, sizeof err));   /* off */
+	config_free(cfg);
+	config_problems_free(&pr);
+	unlink(ul);
+	free(ul);
+}
+END_TEST
+
 START_TEST(test_names)
 {
 	ck_assert_str_eq(config_pool_mode_name(POOL_MODE_SESSION), "session");
@@ -1121,6 +1171,7 @@ Suite *config_suite(void)
 	tcase_add_test(tc, test_load_file);
 	tcase_add_test(tc, test_names);
 	tcase_add_test(tc, test_set);
+	tcase_add_test(tc, test_auth_user);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -15,6 +15,7 @@ int main(void)
 	srunner_add_suite(sr, prepared_suite());
 	srunner_add_suite(sr, auth_file_suite());
 	srunner_add_suite(sr, hba_suite());
+	srunner_add_suite(sr, auth_query_suite());
 	srunner_add_suite(sr, shardkey_suite());
 	srunner_add_suite(sr, merge_suite());
 	srunner_add_suite(sr, pgvalue_suite());
