@@ -56,6 +56,7 @@ struct config_user {
 	int min_pool_size;        /* CONFIG_INHERIT or >= 0 */
 	int statement_timeout;    /* ms, 0 = off */
 	int pool_mode;            /* CONFIG_INHERIT or enum pool_mode */
+	int transaction_timeout;  /* CONFIG_INHERIT or ms (0 = off) */
 };
 
 struct config_pool {
@@ -100,6 +101,8 @@ struct config_general {
 	int idle_timeout;
 	int server_lifetime;
 	int idle_transaction_timeout;
+	int transaction_timeout;  /* ms, 0 = off: a transaction open longer is ended (25P04), its server kept */
+	int query_timeout;        /* ms, 0 = off: a query running longer is cancelled (57014), for every user */
 	int client_idle_timeout;
 	int healthcheck_timeout;
 	int healthcheck_delay;
@@ -139,6 +142,8 @@ struct config_general {
 	char *client_tls_ca_file;
 	enum tls_mode server_tls_sslmode;
 	char *server_tls_ca_file;
+	char *server_tls_cert_file;   /* the certificate pgcat presents to servers ("": none) */
+	char *server_tls_key_file;
 	enum tls_negotiation server_tls_negotiation;
 };
 
@@ -196,6 +201,8 @@ int config_user_pool_size(const struct config *cfg, const struct config_pool *po
 int config_user_min_pool_size(const struct config *cfg, const struct config_pool *pool,
 			      const struct config_user *user);
 enum pool_mode config_user_pool_mode(const struct config_pool *pool, const struct config_user *user);
+/* The user's transaction_timeout (ms, 0 = off): its own, else [general]'s. */
+int config_user_transaction_timeout(const struct config *cfg, const struct config_user *user);
 
 /* Names of enum values, as spelled in the ini file. */
 const char *config_pool_mode_name(enum pool_mode m);

@@ -87,6 +87,8 @@ struct key_spec {
 	X(idle_timeout, INT, "600000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(server_lifetime, INT, "3600000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(idle_transaction_timeout, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(transaction_timeout, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(query_timeout, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(client_idle_timeout, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(healthcheck_timeout, INT, "1000", true, VALUE_INT, 1, INT_MAX, NULL, 0, NULL, 0) \
 	X(healthcheck_delay, INT, "30000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
@@ -127,6 +129,8 @@ struct key_spec {
 	X(client_tls_ca_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(server_tls_sslmode, ENUM, "prefer", true, VALUE_ENUM, 0, 0, &server_tls_enum, 0, NULL, 0) \
 	X(server_tls_ca_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(server_tls_cert_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(server_tls_key_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(server_tls_negotiation, ENUM, "postgres", true, VALUE_ENUM, 0, 0, &tls_negotiation_enum, 0, NULL, 0)
 
 /* How many keys [general] has (the parser keeps a line number per key). */
@@ -144,7 +148,8 @@ enum shard_key { SHARD_KEY_DATABASE, SHARD_KEY_SERVERS, SHARD_KEY_COUNT };
 
 enum user_key {
 	USER_KEY_PASSWORD, USER_KEY_SERVER_USERNAME, USER_KEY_SERVER_PASSWORD, USER_KEY_POOL_SIZE,
-	USER_KEY_MIN_POOL_SIZE, USER_KEY_STATEMENT_TIMEOUT, USER_KEY_POOL_MODE, USER_KEY_COUNT
+	USER_KEY_MIN_POOL_SIZE, USER_KEY_STATEMENT_TIMEOUT, USER_KEY_POOL_MODE, USER_KEY_TRANSACTION_TIMEOUT,
+	USER_KEY_COUNT
 };
 
 /* ------------------------------------------------------------------ */

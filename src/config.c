@@ -210,6 +210,8 @@ const struct key_spec user_specs[USER_KEY_COUNT] = {
 		USER_FIELD(statement_timeout), 0, 0, "0", NULL },
 	[USER_KEY_POOL_MODE] = { "pool_mode", VALUE_ENUM, 0, 0, &pool_mode_enum, USER_FIELD(pool_mode), 0,
 		KEY_EMPTY_INHERITS, "", NULL },
+	[USER_KEY_TRANSACTION_TIMEOUT] = { "transaction_timeout", VALUE_INT, 0, INT_MAX, NULL,
+		USER_FIELD(transaction_timeout), 0, KEY_EMPTY_INHERITS, "", NULL },
 };
 
 /* ------------------------------------------------------------------ */
@@ -400,6 +402,13 @@ int config_user_min_pool_size(const struct config *cfg, const struct config_pool
 	if (user != NULL && user->min_pool_size != CONFIG_INHERIT)
 		return user->min_pool_size;
 	return cfg->general.min_pool_size;
+}
+
+int config_user_transaction_timeout(const struct config *cfg, const struct config_user *user)
+{
+	if (user != NULL && user->transaction_timeout != CONFIG_INHERIT)
+		return user->transaction_timeout;
+	return cfg->general.transaction_timeout;
 }
 
 enum pool_mode config_user_pool_mode(const struct config_pool *pool, const struct config_user *user)

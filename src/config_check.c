@@ -57,6 +57,12 @@ void check_general(struct parser *p)
 		general_error(p, "server_tls_negotiation",
 			      "\"direct\" needs server_tls_sslmode require, verify-ca or verify-full, got \"%s\"",
 			      enum_name(&server_tls_enum, (int)g->server_tls_sslmode));
+	if ((g->server_tls_cert_file[0] == '\0') != (g->server_tls_key_file[0] == '\0'))
+		general_error(p, g->server_tls_cert_file[0] ? "server_tls_cert_file" : "server_tls_key_file",
+			      "server_tls_cert_file and server_tls_key_file go together: set both or neither");
+	if (g->server_tls_cert_file[0] && g->server_tls_sslmode == TLS_MODE_DISABLE)
+		problem(p, CONFIG_PROBLEM_WARNING, general_line(p, "server_tls_cert_file"), "general",
+			"server_tls_cert_file", "ignored while server_tls_sslmode is disable");
 	if (p->cfg->n_peers > 0 && g->peer_id == 0)
 		problem(p, CONFIG_PROBLEM_WARNING, p->peers_line, "peers", NULL,
 			"ignored while [general] peer_id is 0");

@@ -288,6 +288,7 @@ struct pool *pool_add_looked_up(struct worker *w, const struct config_pool *cp, 
 	u->pool_size = CONFIG_INHERIT;
 	u->min_pool_size = CONFIG_INHERIT;
 	u->pool_mode = CONFIG_INHERIT;
+	u->transaction_timeout = CONFIG_INHERIT;
 	u->name = strdup(user);
 	u->password = strdup(secret);
 	struct pool *p = u->name && u->password ? pool_new(w, cp, u) : NULL;

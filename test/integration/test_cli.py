@@ -92,6 +92,8 @@ idle_timeout = 600000
 server_lifetime = 3600000
 idle_transaction_timeout = 0
 client_idle_timeout = 0
+transaction_timeout = 0
+query_timeout = 0
 healthcheck_timeout = 1000
 healthcheck_delay = 30000
 replica_lag_check_interval = 1000
@@ -159,6 +161,7 @@ pool_size = 10
 min_pool_size = 0
 statement_timeout = 0
 pool_mode =
+transaction_timeout =
 
 [peers]
 1 = pgcat-a.internal:6432
