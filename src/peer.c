@@ -139,10 +139,16 @@ static void read_cb(struct bufferevent *bev, void *arg)
 		forward_fail(f, "cannot set the host name to verify");
 		return;
 	}
+	/* The filter takes the socket's bufferevent over (its callbacks too),
+	 * and frees it and the SSL with itself. */
+	bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
 	struct bufferevent *tls = bufferevent_openssl_filter_new(bufferevent_get_base(bev), bev, ssl,
 								 BUFFEREVENT_SSL_CONNECTING, BEV_OPT_CLOSE_ON_FREE);
 	if (!tls) {
-		SSL_free(ssl);
+		/* Out of memory. Whether libevent freed the SSL and the socket's
+		 * bufferevent depends on where it failed: both are left alone (a
+		 * leak at worst; the socket's calls nothing of ours any more). */
+		f->bev = NULL;
 		forward_fail(f, "cannot start TLS (out of memory)");
 		return;
 	}
