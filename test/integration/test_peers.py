@@ -13,14 +13,17 @@ import socket
 import struct
 import threading
 import time
+import uuid
 
 import pytest
 from psycopg import errors
 
 import pgwire
 from conftest import PASSWORDS, assert_works, wait_until
+from test_admin import admin, command
 from test_cancel import run_in_thread
-from test_tls import certs, p, tls_general  # noqa: F401 (certs: a fixture)
+from test_dns import hosts_entry
+from test_tls import certs, tls_general  # noqa: F401 (certs: a fixture)
 
 MAX_HOPS = 3
 
@@ -210,9 +213,10 @@ def test_a_loop_of_peers_stops_at_the_hop_limit(pgcat, pg, key):
     a.start()
     b.start()
     send_cancel(a, *key(3))
-    wait_until(lambda: log_count((a, b), "cancel request for peer 3 dropped: forwarded 3 times already") == 1, 10,
-               msg="the request dropped at the hop limit")
+    dropped = "cancel request for peer 3 dropped: forwarded %d times already" % MAX_HOPS
+    wait_until(lambda: log_count((a, b), dropped) == 1, 10, msg="the request dropped at the hop limit")
     time.sleep(1)   # nothing more comes
+    # A -> B, B -> A, A -> B: MAX_HOPS forwards, then B drops it
     assert a.log().count("cancel request for peer 3 forwarded to %s" % ports[2]) == 2
     assert b.log().count("cancel request for peer 3 forwarded to %s" % ports[1]) == 1
     assert log_count((a, b), "cancel request for peer 3 dropped") == 1
@@ -236,3 +240,52 @@ def test_forwarded_over_tls_when_the_peer_offers_it(pgcat, pg, certs):  # noqa: 
         r.close()
     assert "cancel request for peer 1 forwarded to 127.0.0.1:%d over TLS" % a.port in b.log()
     assert "cancel request for peer 2 forwarded to 127.0.0.1:%d over TLS" % b.port in a.log()
+
+
+def test_peers_named_by_host_name(pgcat, pg):
+    """[peers] with host names: resolved through the worker's c-ares cache
+    (the first request waits for the lookup), for 3.0 and 3.2 keys."""
+    name = "pgcat-peer-%s.test" % uuid.uuid4().hex[:8]
+    with hosts_entry(name, "127.0.0.1"):
+        a, b = [pgcat(general={"peer_id": i, "log_level": "debug"}, start=False) for i in (1, 2)]
+        for inst in (a, b):
+            inst.peers = {1: "%s:%d" % (name, a.port), 2: "%s:%d" % (name, b.port)}
+            inst.start()
+        for version in (pgwire.PROTO_3_0, pgwire.PROTO_3_2):
+            r = login(a, version)
+            r.send(pgwire.query("SELECT pg_sleep(30)"))
+            wait_until(lambda: sleeping(pg), 10, msg="pg_sleep running")
+            send_cancel(b, *r.backend_key)
+            rows, err, status = r.collect(10)
+            assert err is not None and err["C"] == "57014", err
+            r.close()
+        assert b.log().count("cancel request for peer 1 forwarded to %s:%d" % (name, a.port)) == 2
+
+
+def test_keys_issued_before_a_reload_of_peer_id_still_cancel(pgcat, pg):
+    """peer_id is reloadable: a client logged in before A's id changed from
+    1 to 5 still has its query cancelled through B (which forwards to peer
+    1, still A's address); clients after the reload get keys with 5."""
+    a, b = instances(pgcat, n=2)
+    old = login(a, pgwire.PROTO_3_0)
+    a.general["peer_id"] = 5
+    a.peers = {1: "127.0.0.1:%d" % a.port, 2: "127.0.0.1:%d" % b.port, 5: "127.0.0.1:%d" % a.port}
+    a.write()
+    r = admin(a)
+    assert command(r, "RELOAD") is None
+    r.close()
+    b.peers = a.peers
+    b.write()
+    r = admin(b)
+    assert command(r, "RELOAD") is None
+    r.close()
+    new = login(a, pgwire.PROTO_3_0)
+    pid = new.backend_key[0]
+    assert ((pid >> 16) & 0xFF) | (((pid >> 8) & 0xFF) << 8) == 5, hex(pid)
+    for c in (old, new):
+        c.send(pgwire.query("SELECT pg_sleep(30)"))
+        wait_until(lambda: sleeping(pg), 10, msg="pg_sleep running")
+        send_cancel(b, *c.backend_key)
+        rows, err, status = c.collect(10)
+        assert err is not None and err["C"] == "57014", err
+        c.close()
