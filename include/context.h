@@ -23,6 +23,7 @@
 #include "cancel.h"
 #include "io.h"
 #include "list.h"
+#include "peer.h"
 #include "randpool.h"
 #include "types.h"
 #include "tls.h"
@@ -58,6 +59,7 @@ struct worker {
 	struct list_node pools;           /* struct pool, one per (pool, user) */
 	struct cancel_table cancel;
 	struct cancel_requests cancel_requests; /* outgoing CancelRequests in flight */
+	struct peer_forwards peer_forwards;     /* CancelRequests sent on to other instances (peer.c) */
 
 	/* Objects closed during this loop turn, freed by the reaper after it so
 	 * that no callback later in the turn sees freed memory. */

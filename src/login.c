@@ -30,6 +30,7 @@
 #include "context.h"
 #include "hba.h"
 #include "log.h"
+#include "peer.h"
 #include "pktbuf.h"
 #include "pool.h"
 #include "proto.h"
@@ -96,9 +97,12 @@ static bool set_names(struct client *c, const struct proto_startup *st)
 
 static void handle_cancel_request(struct client *c, uint32_t pid, const uint8_t *key, size_t key_len)
 {
-	struct client *target = cancel_handle_request(&c->w->cancel, pid, key, key_len);
+	struct cancel_forward fwd;
+	struct client *target = cancel_handle_request(&c->w->cancel, pid, key, key_len, &fwd);
 	if (target)
 		client_cancel_query(target);
+	else if (fwd.peer_id)
+		peer_forward_cancel(c->w, &fwd);   /* another instance's key (SPEC §3.4) */
 	client_close(c, NULL, NULL);
 }
 

@@ -158,6 +158,7 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 	w->cfg = cfg;
 	if (!old_kept)
 		config_free(old);
+	cancel_table_set_peer_id(&w->cancel, cfg->general.peer_id);
 	for (size_t i = 0; i < w->n_listeners; i++)
 		if (w->listeners[i])
 			listener_options(w, w->listeners[i]);   /* tcp_keepalive may have changed */
@@ -704,6 +705,7 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	if (!w->base || !w->config_path)
 		goto fail;
 	cancel_requests_init(&w->cancel_requests, w->base);
+	peer_forwards_init(&w->peer_forwards);
 	if (!io_flusher_init(&w->flusher, w->base))
 		goto fail;
 	if (!(w->dns = dns_new(w, pool_dns_done)))
@@ -722,6 +724,7 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	randpool_init(&w->rand);
 	if (!cancel_table_init(&w->cancel, (uint32_t)cfg->general.max_client_conn + 16, id, shm, &w->rand))
 		goto fail;
+	cancel_table_set_peer_id(&w->cancel, cfg->general.peer_id);
 	w->start_wall = (int64_t)time(NULL);
 	w->config_mtime = file_mtime(w->config_path);
 	admin_credentials(w);
@@ -810,6 +813,7 @@ void worker_destroy(struct worker *w)
 	w->lagmon = NULL;
 	pool_destroy_all(w);
 	cancel_requests_free_all(&w->cancel_requests);
+	peer_forwards_free_all(w);
 	randpool_wipe(&w->rand);
 	if (w->reaper)
 		reaper_cb(-1, 0, w);
