@@ -57,6 +57,8 @@ struct config_user {
 	int statement_timeout;    /* ms, 0 = off */
 	int pool_mode;            /* CONFIG_INHERIT or enum pool_mode */
 	int transaction_timeout;  /* CONFIG_INHERIT or ms (0 = off) */
+	int reserve_pool_size;    /* CONFIG_INHERIT or >= 0 */
+	int max_user_connections; /* CONFIG_INHERIT or >= 0 (0: no cap for this user) */
 };
 
 struct config_pool {
@@ -74,6 +76,7 @@ struct config_pool {
 	int default_shard;        /* shard index or CONFIG_DEFAULT_SHARD_ALL */
 	int64_t max_replica_lag;
 	int sticky_primary_after_write;
+	int max_db_connections;   /* CONFIG_INHERIT or >= 0 (0: no cap for this pool's databases) */
 	struct config_shard *shards;   /* sorted by index, indexes 0..n-1 without gaps */
 	size_t n_shards;
 	struct config_user *users;
@@ -101,6 +104,10 @@ struct config_general {
 	int idle_timeout;
 	int server_lifetime;
 	int idle_transaction_timeout;
+	int max_db_connections;   /* >0: server connections per server database (all pools, users, workers) */
+	int max_user_connections; /* >0: server connections per server role (all pools, workers) */
+	int reserve_pool_size;    /* connections beyond pool_size for clients that waited reserve_pool_timeout */
+	int reserve_pool_timeout; /* ms */
 	int transaction_timeout;  /* ms, 0 = off: a transaction open longer is ended (25P04), its server kept */
 	int query_timeout;        /* ms, 0 = off: a query running longer is cancelled (57014), for every user */
 	int client_idle_timeout;
@@ -203,6 +210,12 @@ int config_user_min_pool_size(const struct config *cfg, const struct config_pool
 enum pool_mode config_user_pool_mode(const struct config_pool *pool, const struct config_user *user);
 /* The user's transaction_timeout (ms, 0 = off): its own, else [general]'s. */
 int config_user_transaction_timeout(const struct config *cfg, const struct config_user *user);
+/* The user's reserve_pool_size: its own, else [general]'s. */
+int config_user_reserve_pool_size(const struct config *cfg, const struct config_user *user);
+/* The caps on server connections (0: none): the pool's or user's own,
+ * else [general]'s. */
+int config_pool_max_db_connections(const struct config *cfg, const struct config_pool *pool);
+int config_user_max_user_connections(const struct config *cfg, const struct config_user *user);
 
 /* Names of enum values, as spelled in the ini file. */
 const char *config_pool_mode_name(enum pool_mode m);

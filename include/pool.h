@@ -72,6 +72,9 @@ struct srvpool *pool_pick_target(struct pool *p);
 /* Would pool_checkout(sp, ...) make the client wait for a server that is
  * busy (not one being connected for it)? */
 bool pool_checkout_would_wait(const struct srvpool *sp);
+/* Server connections of p beyond its pool_size (its reserve in use),
+ * over every worker. */
+int pool_reserve_in_use(const struct pool *p);
 /* Its last connection attempt failed moments ago (reconnect back-off). */
 bool pool_srvpool_failing(const struct srvpool *sp);
 /* A client wants a server: granted one now (its granted event, returns

@@ -125,6 +125,7 @@ struct pool {
 	enum pool_mode mode;
 	int pool_size;
 	int min_pool_size;
+	int reserve_pool_size;   /* beyond pool_size, for clients that waited reserve_pool_timeout */
 
 	struct srvpool **targets;     /* every server of every shard */
 	size_t n_targets;

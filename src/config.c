@@ -182,6 +182,8 @@ const struct key_spec pool_specs[POOL_KEY_COUNT] = {
 		POOL_FIELD(max_replica_lag), 0, 0, "0", NULL },
 	[POOL_KEY_STICKY_PRIMARY_AFTER_WRITE] = { "sticky_primary_after_write", VALUE_INT, 0, INT_MAX, NULL,
 		POOL_FIELD(sticky_primary_after_write), 0, 0, "0", NULL },
+	[POOL_KEY_MAX_DB_CONNECTIONS] = { "max_db_connections", VALUE_INT, 0, 1000000, NULL,
+		POOL_FIELD(max_db_connections), 0, KEY_EMPTY_INHERITS, "", NULL },
 	[POOL_KEY_WRITING_FUNCTIONS] = { "writing_functions", VALUE_NAME_LIST, 0, 0, NULL,
 		POOL_FIELD(writing_functions), POOL_FIELD(n_writing_functions), 0, "", NULL },
 };
@@ -212,6 +214,10 @@ const struct key_spec user_specs[USER_KEY_COUNT] = {
 		KEY_EMPTY_INHERITS, "", NULL },
 	[USER_KEY_TRANSACTION_TIMEOUT] = { "transaction_timeout", VALUE_INT, 0, INT_MAX, NULL,
 		USER_FIELD(transaction_timeout), 0, KEY_EMPTY_INHERITS, "", NULL },
+	[USER_KEY_RESERVE_POOL_SIZE] = { "reserve_pool_size", VALUE_INT, 0, 10000, NULL,
+		USER_FIELD(reserve_pool_size), 0, KEY_EMPTY_INHERITS, "", NULL },
+	[USER_KEY_MAX_USER_CONNECTIONS] = { "max_user_connections", VALUE_INT, 0, 1000000, NULL,
+		USER_FIELD(max_user_connections), 0, KEY_EMPTY_INHERITS, "", NULL },
 };
 
 /* ------------------------------------------------------------------ */
@@ -409,6 +415,27 @@ int config_user_transaction_timeout(const struct config *cfg, const struct confi
 	if (user != NULL && user->transaction_timeout != CONFIG_INHERIT)
 		return user->transaction_timeout;
 	return cfg->general.transaction_timeout;
+}
+
+int config_pool_max_db_connections(const struct config *cfg, const struct config_pool *pool)
+{
+	if (pool != NULL && pool->max_db_connections != CONFIG_INHERIT)
+		return pool->max_db_connections;
+	return cfg->general.max_db_connections;
+}
+
+int config_user_max_user_connections(const struct config *cfg, const struct config_user *user)
+{
+	if (user != NULL && user->max_user_connections != CONFIG_INHERIT)
+		return user->max_user_connections;
+	return cfg->general.max_user_connections;
+}
+
+int config_user_reserve_pool_size(const struct config *cfg, const struct config_user *user)
+{
+	if (user != NULL && user->reserve_pool_size != CONFIG_INHERIT)
+		return user->reserve_pool_size;
+	return cfg->general.reserve_pool_size;
 }
 
 enum pool_mode config_user_pool_mode(const struct config_pool *pool, const struct config_user *user)

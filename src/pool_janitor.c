@@ -41,7 +41,8 @@ void pool_fill_min(struct pool *p)
 		struct srvpool *sp = p->targets[i];
 		if (srvpool_recently_failed(sp, p->w->now_us) || !sp->resolved)
 			continue;
-		while (srvpool_instance_total(sp) < p->min_pool_size && srvpool_instance_total(sp) < p->pool_size) {
+		while (srvpool_instance_total(sp) < p->min_pool_size && srvpool_instance_total(sp) < p->pool_size &&
+		       srvpool_may_open(sp, p->pool_size, false)) {
 			if (!server_connect(sp))
 				break;
 		}
@@ -212,6 +213,7 @@ void pool_janitor(struct worker *w)
 				(void)dns_lookup(w->dns, sp->host, w->cfg->general.dns_max_ttl);
 			srvpool_janitor(sp);
 		}
+		pool_defaults_retry(p);
 		struct list_node *rp, *rt;
 		LIST_FOREACH_SAFE(rp, rt, &p->retired) {
 			struct srvpool *sp = LIST_OWNER(rp, struct srvpool, retired_node);
