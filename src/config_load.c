@@ -540,7 +540,10 @@ static void auth_file_bad_line(void *arg, int line, const char *why)
 static void load_auth_file(struct parser *p)
 {
 	struct config *cfg = p->cfg;
-	bool wanted = false;
+	/* Pools without users sections take their users from it, and the
+	 * console's admin_users and stats_users their secrets. */
+	bool wanted = (cfg->general.admin_users && cfg->general.admin_users[0]) ||
+		      (cfg->general.stats_users && cfg->general.stats_users[0]);
 	for (size_t i = 0; i < cfg->n_pools; i++)
 		wanted |= cfg->pools[i].n_users == 0;
 	if (!cfg->general.auth_file || !cfg->general.auth_file[0] || !wanted)
@@ -592,7 +595,12 @@ static void load_auth_file(struct parser *p)
 			pool->n_users++;
 		}
 	}
-	auth_file_free(&af);
+	/* Kept for the admin console (config_console_secret). */
+	cfg->auth_users = p->oom ? NULL : malloc(sizeof *cfg->auth_users);
+	if (cfg->auth_users != NULL)
+		*cfg->auth_users = af;
+	else
+		auth_file_free(&af);
 	free(path);
 }
 
@@ -821,6 +829,9 @@ void config_free(struct config *cfg)
 	free(cfg->peers);
 	hba_free(cfg->hba);
 	free(cfg->hba);
+	if (cfg->auth_users != NULL)
+		auth_file_free(cfg->auth_users);
+	free(cfg->auth_users);
 	free(cfg);
 }
 
