@@ -15,11 +15,17 @@
 enum admin_role admin_role_of(const struct config *cfg, const char *user)
 {
 	const struct config_general *g = &cfg->general;
-	if (strcmp(user, g->admin_username) == 0 || config_list_has(g->admin_users, user))
+	if (config_list_has(g->admin_users, user))
+		return ADMIN_ROLE_ADMIN;
+	/* The same order as admin_login_credentials: admin_username logs in
+	 * with admin_password when there is one, else (listed in stats_users)
+	 * with its list secret, and then it is a stats user. */
+	bool is_admin_username = strcmp(user, g->admin_username) == 0;
+	if (is_admin_username && g->admin_password && g->admin_password[0])
 		return ADMIN_ROLE_ADMIN;
 	if (config_list_has(g->stats_users, user))
 		return ADMIN_ROLE_STATS;
-	return ADMIN_ROLE_NONE;
+	return is_admin_username ? ADMIN_ROLE_ADMIN : ADMIN_ROLE_NONE;
 }
 
 /* A SCRAM verifier for a listed user's secret when the login may use

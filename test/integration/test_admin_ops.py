@@ -160,6 +160,18 @@ def test_console_lists_are_reloadable(pgcat, tmp_path):
     traffic_works(inst)
 
 
+def test_admin_username_in_stats_users_without_admin_password_is_a_stats_user(pgcat, tmp_path):
+    """admin_username gets every right through admin_password; without one,
+    listed in stats_users, it logs in with its list secret and may SHOW only."""
+    inst = start_console_users(pgcat, tmp_path, stats_users="watcher, stranger",
+                               general={"admin_username": "stranger", "admin_password": ""})
+    r = console(inst, "stranger", STRANGER_PW)
+    assert show(r, "VERSION")[1][0]["version"].startswith("pgcat ")
+    assert command(r, "RELOAD")["C"] == "42501"
+    assert command(r, "SHUTDOWN")["C"] == "42501"
+    assert inst.alive()
+
+
 def test_stats_user_with_users_section_password_through_psycopg(pgcat):
     """A stats user whose plaintext password is in a users section logs in
     with SCRAM; psycopg's ClientCursor, as the Prometheus exporters use it,
