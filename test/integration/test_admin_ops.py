@@ -353,13 +353,20 @@ def test_shutdown_wait_for_clients(pgcat, pg, workers):
     clients = [inst.connect(application_name="stay%d" % i) for i in range(4)]
     for c in clients:
         assert c.execute("SELECT 1").fetchone()[0] == 1
+    sock = os.path.join(inst.sockdir, ".s.PGSQL.%d" % inst.port)
+    assert os.path.exists(sock)
     r = admin(inst)
     assert command(r, "SHUTDOWN WAIT_FOR_CLIENTS") is None
     r.close()
-    # New logins are refused (nothing listens any more), on every worker.
+    # New logins are refused (nothing listens any more), on every worker,
+    # and the Unix socket is gone.
     for _ in range(6):
         with pytest.raises(psycopg.OperationalError):
             inst.connect()
+    wait_until(lambda: not os.path.exists(sock), 5)
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(host=inst.sockdir, port=inst.port, user="app", password=PASSWORDS["app"],
+                        dbname="appdb", connect_timeout=3)
     time.sleep(1.5)
     assert inst.alive()
     for i, c in enumerate(clients):
