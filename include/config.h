@@ -30,6 +30,7 @@ enum tls_mode {
 enum tls_negotiation { TLS_NEGOTIATION_POSTGRES, TLS_NEGOTIATION_DIRECT };
 
 struct hba;
+struct auth_file;
 
 #define CONFIG_DEFAULT_SHARD_ALL (-1)
 #define CONFIG_INHERIT (-1)
@@ -124,6 +125,8 @@ struct config_general {
 	int autoreload;
 	char *admin_username;
 	char *admin_password;
+	char *admin_users;        /* comma list: console users with every command */
+	char *stats_users;        /* comma list: console users limited to SHOW */
 	enum auth_type auth_type;
 	char *auth_file;          /* "" = none */
 	char *auth_hba_file;      /* "" = none: auth_type for every login */
@@ -167,6 +170,9 @@ struct config {
 	 * logins; a SET of auth_user to another name does not match it. */
 	char *auth_user_secret_of;
 	char *auth_user_secret;
+	/* auth_file's users and secrets, kept whole for the admin console's
+	 * admin_users and stats_users; NULL when the file was not read. */
+	struct auth_file *auth_users;
 };
 
 enum config_problem_kind {
@@ -202,6 +208,12 @@ bool config_problems_has(const struct config_problems *problems, enum config_pro
 /* Lookups over a loaded config. */
 const struct config_pool *config_find_pool(const struct config *cfg, const char *name);
 const struct config_user *config_find_user(const struct config_pool *pool, const char *name);
+/* Whether name is one of the comma-separated names of list (blanks
+ * around each ignored). */
+bool config_list_has(const char *list, const char *name);
+/* The secret a console user of admin_users or stats_users logs in with:
+ * auth_file's, else the first users section of that name; NULL: none. */
+const char *config_console_secret(const struct config *cfg, const char *user);
 /* Effective values for a user in a pool (inheritance resolved). */
 int config_user_pool_size(const struct config *cfg, const struct config_pool *pool,
 			  const struct config_user *user);

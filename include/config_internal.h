@@ -107,6 +107,8 @@ struct key_spec {
 	X(autoreload, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(admin_username, STRING, "pgcat", true, VALUE_STRING, 0, 0, NULL, KEY_NOT_EMPTY, NULL, 0) \
 	X(admin_password, STRING, "", true, VALUE_STRING, 0, 0, NULL, KEY_SECRET, NULL, 0) \
+	X(admin_users, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(stats_users, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(auth_type, ENUM, "scram-sha-256", true, VALUE_ENUM, 0, 0, &auth_type_enum, 0, NULL, 0) \
 	X(auth_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(auth_query, STRING, "SELECT usename, passwd FROM pg_shadow WHERE usename = $1", true, VALUE_STRING, 0, 0, \

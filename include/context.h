@@ -36,6 +36,9 @@ struct session_ops;
 struct worker_commands;
 
 #define WORKER_MAX_LISTENERS 32
+/* Each worker's client and server ids start at its index times this, so
+ * that an id names one client of the instance (SHOW CLIENTS, KILL_CLIENT). */
+#define WORKER_ID_SPAN 1000000000000ULL
 
 struct worker {
 	int id;                           /* 0 .. workers-1 */
@@ -72,6 +75,7 @@ struct worker {
 	struct event *accept_resume;      /* accepting paused: out of fds */
 	bool accept_paused;
 	bool shutting_down;
+	bool waiting_for_clients;         /* SHUTDOWN WAIT_FOR_CLIENTS: not accepting, exit after the last client */
 	int exit_code;
 
 	uint64_t next_id;
@@ -119,6 +123,7 @@ struct worker_commands {
 	void (*publish_pools)(struct worker *w);
 	int (*kill)(struct worker *w, const char *db);
 	bool (*reload)(struct worker *w, char *err, size_t errlen);
+	void (*wait_for_clients)(struct worker *w);   /* SHUTDOWN WAIT_FOR_CLIENTS */
 };
 
 /* The cached clock, refreshed at the start of every callback. */

@@ -20,6 +20,8 @@
 #include "config.h"
 #include "config_internal.h"
 
+#include "auth_file.h"
+
 #include <ctype.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -389,6 +391,40 @@ const struct config_user *config_find_user(const struct config_pool *pool, const
 	for (size_t i = 0; i < pool->n_users; i++)
 		if (strcmp(pool->users[i].name, name) == 0)
 			return &pool->users[i];
+	return NULL;
+}
+
+bool config_list_has(const char *list, const char *name)
+{
+	if (list == NULL || name == NULL || name[0] == '\0')
+		return false;
+	size_t nlen = strlen(name);
+	const char *p = list;
+	while (*p) {
+		while (*p == ' ' || *p == '\t' || *p == ',')
+			p++;
+		const char *start = p;
+		while (*p && *p != ',')
+			p++;
+		const char *end = p;
+		while (end > start && (end[-1] == ' ' || end[-1] == '\t'))
+			end--;
+		if ((size_t)(end - start) == nlen && memcmp(start, name, nlen) == 0)
+			return true;
+	}
+	return false;
+}
+
+const char *config_console_secret(const struct config *cfg, const char *user)
+{
+	const struct auth_file_entry *e = cfg->auth_users ? auth_file_find(cfg->auth_users, user) : NULL;
+	if (e != NULL)
+		return e->secret;
+	for (size_t i = 0; i < cfg->n_pools; i++) {
+		const struct config_user *u = config_find_user(&cfg->pools[i], user);
+		if (u != NULL && u->password != NULL && u->password[0])
+			return u->password;
+	}
 	return NULL;
 }
 

@@ -542,7 +542,12 @@ static void auth_file_bad_line(void *arg, int line, const char *why)
 static void load_auth_file(struct parser *p)
 {
 	struct config *cfg = p->cfg;
-	bool wanted = cfg->general.auth_user && cfg->general.auth_user[0];
+	/* Pools without users sections take their users from it, the
+	 * console's admin_users and stats_users their secrets, and auth_user
+	 * its own. */
+	bool wanted = (cfg->general.admin_users && cfg->general.admin_users[0]) ||
+		      (cfg->general.stats_users && cfg->general.stats_users[0]) ||
+		      (cfg->general.auth_user && cfg->general.auth_user[0]);
 	for (size_t i = 0; i < cfg->n_pools; i++)
 		wanted |= cfg->pools[i].n_users == 0;
 	if (!cfg->general.auth_file || !cfg->general.auth_file[0] || !wanted)
@@ -598,7 +603,12 @@ static void load_auth_file(struct parser *p)
 			pool->n_users++;
 		}
 	}
-	auth_file_free(&af);
+	/* Kept for the admin console (config_console_secret). */
+	cfg->auth_users = p->oom ? NULL : malloc(sizeof *cfg->auth_users);
+	if (cfg->auth_users != NULL)
+		*cfg->auth_users = af;
+	else
+		auth_file_free(&af);
 	free(path);
 }
 
@@ -831,6 +841,9 @@ void config_free(struct config *cfg)
 	free(cfg->hba);
 	free(cfg->auth_user_secret);
 	free(cfg->auth_user_secret_of);
+	if (cfg->auth_users != NULL)
+		auth_file_free(cfg->auth_users);
+	free(cfg->auth_users);
 	free(cfg);
 }
 

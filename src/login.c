@@ -22,6 +22,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include "admin_login.h"
 #include "auth.h"
 #include "auth_query.h"
 #include "cancel.h"
@@ -216,14 +217,14 @@ static void start_login(struct client *c)
 		return;
 	struct auth_credentials cred = { 0 };
 	const struct auth_credentials *credp = NULL;
+	struct scram_secret console_scram;   /* a listed console user's verifier */
 	if (c->is_admin) {
-		if (strcmp(client_user(c), g->admin_username) != 0) {
+		/* admin_username, admin_users and stats_users (admin_login.c). */
+		if (!admin_login_credentials(w, client_user(c), &cred, &console_scram)) {
 			client_close(c, SQLSTATE_INVALID_AUTHORIZATION,
 				     "user \"%s\" is not allowed to connect to the admin console", client_user(c));
 			return;
 		}
-		cred.password = g->admin_password;
-		cred.scram = w->have_admin_scram ? &w->admin_scram : NULL;
 		credp = &cred;
 	} else {
 		if (!pool_db_exists(w, client_database(c))) {

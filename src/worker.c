@@ -40,6 +40,7 @@
 #include "server.h"
 #include "session_normal.h"
 #include "admin.h"
+#include "admin_ops.h"
 #include "admin_show.h"
 #include "auth_scram.h"
 #include "prometheus.h"
@@ -439,6 +440,8 @@ static void apply_admin_commands(struct worker *w)
 		case SHM_ADMIN_KILL: (void)worker_kill(w, db); break;
 		case SHM_ADMIN_RECONNECT: (void)pool_reconnect(w, db); break;
 		case SHM_ADMIN_DUMP: admin_dump(w, e.arg, e.seq); break;
+		case SHM_ADMIN_KILL_CLIENT: admin_kill_client_posted(w, e.arg); break;
+		case SHM_ADMIN_WAIT_FOR_CLIENTS: worker_wait_for_clients(w); break;
 		case SHM_ADMIN_SET: {
 			char err[256];
 			if (config_general_set(w->cfg, e.arg, e.value, err, sizeof err)) {
@@ -561,6 +564,11 @@ static void janitor_cb(evutil_socket_t fd, short what, void *arg)
 	admin_janitor(w);
 	worker_publish(w);
 	trim_heap(w);
+	if (w->waiting_for_clients && !w->shutting_down && w->n_clients == 0) {
+		/* Every client has gone: the servers are closed on the way out. */
+		log_info("SHUTDOWN WAIT_FOR_CLIENTS: the last client has gone, exiting");
+		w->shutting_down = true;
+	}
 	if (w->shutting_down)
 		worker_check_shutdown_done(w);
 }
@@ -623,6 +631,15 @@ void worker_begin_shutdown(struct worker *w)
 	worker_check_shutdown_done(w);
 }
 
+void worker_wait_for_clients(struct worker *w)
+{
+	if (w->shutting_down || w->waiting_for_clients)
+		return;
+	w->waiting_for_clients = true;
+	log_info("SHUTDOWN WAIT_FOR_CLIENTS: not accepting; exiting once the last of %d clients has gone", w->n_clients);
+	close_listeners(w);
+}
+
 static void shutdown_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct worker *w = arg;
@@ -678,6 +695,7 @@ static const struct worker_commands worker_commands = {
 	.publish_pools = worker_publish_pools,
 	.kill = worker_kill,
 	.reload = worker_reload,
+	.wait_for_clients = worker_wait_for_clients,
 };
 
 struct worker *worker_create(struct config *cfg, const char *config_path, int id, struct shm *shm, int unix_fd)
@@ -690,6 +708,11 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	/* Replay the admin ring from its start: a worker that starts (or
 	 * restarts) after a PAUSE or SET reaches the state the others are in. */
 	w->admin_seen = 0;
+	/* Client and server ids unique in the instance, so that one id names
+	 * one client in SHOW CLIENTS and KILL_CLIENT: worker 1 counts from
+	 * 1000000000001, worker 2 from 2000000000001... */
+	w->next_id = (uint64_t)id * WORKER_ID_SPAN;
+	w->trimmed_at_id = w->id_at_last_tick = w->next_id;
 	w->cfg = cfg;
 	w->config_path = strdup(config_path ? config_path : "");
 	list_init(&w->clients_login);

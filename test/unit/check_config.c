@@ -173,7 +173,7 @@ START_TEST(test_key_table)
 {
 	size_t n;
 	const struct config_key_info *keys = config_general_keys(&n);
-	ck_assert_uint_eq(n, 61);
+	ck_assert_uint_eq(n, 63);
 	size_t fixed = 0;
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = i + 1; j < n; j++)
@@ -991,6 +991,30 @@ static void expect_set(struct config *cfg, const char *key, const char *value, c
 	ck_assert_str_eq(buf, shown);
 }
 
+/* admin_users and stats_users: comma lists as PgBouncer writes them, and
+ * a console user's secret from a users section (auth_file's are read from
+ * a file, which the integration tests cover). */
+START_TEST(test_console_users)
+{
+	ck_assert(config_list_has("ops", "ops"));
+	ck_assert(config_list_has(" ops , watcher,", "watcher"));
+	ck_assert(config_list_has("a,\tops\t", "ops"));
+	ck_assert(!config_list_has("ops2, xops", "ops"));
+	ck_assert(!config_list_has("", "ops"));
+	ck_assert(!config_list_has("ops", ""));
+	ck_assert(!config_list_has(NULL, "ops"));
+	struct config_problems pr;
+	struct config *cfg = load_clean("[general]\nadmin_users = ops, dba\nstats_users = mon\n" POOL
+					"[pools.db.users.mon]\npassword = md5abcdefabcdefabcdefabcdefabcdefab\n", &pr);
+	ck_assert_str_eq(cfg->general.admin_users, "ops, dba");
+	ck_assert_str_eq(cfg->general.stats_users, "mon");
+	ck_assert_str_eq(config_console_secret(cfg, "mon"), "md5abcdefabcdefabcdefabcdefabcdefab");
+	ck_assert_ptr_null(config_console_secret(cfg, "ops"));
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
 START_TEST(test_set)
 {
 	struct config_problems pr;
@@ -1172,6 +1196,7 @@ Suite *config_suite(void)
 	tcase_add_test(tc, test_names);
 	tcase_add_test(tc, test_set);
 	tcase_add_test(tc, test_auth_user);
+	tcase_add_test(tc, test_console_users);
 	suite_add_tcase(s, tc);
 	return s;
 }
