@@ -975,101 +975,188 @@ static void retire_srvpool(struct pool *p, struct srvpool *sp)
 	}
 }
 
-bool pool_reload(struct worker *w, struct config *newcfg, struct config *oldcfg, bool *oldcfg_kept)
+/* A reload, planned before anything changes: for each pool the new
+ * config keeps, its new srvpools (t: NULL for a new pool), config and
+ * whether its password changed. Built first into fresh arrays, so that a
+ * failure changes nothing. */
+struct reload_entry {
+	struct pool *p;
+	struct srvpool **t;
+	size_t n;
+	const struct config_pool *cp;
+	const struct config_user *cu;
+	bool password_changed;
+};
+struct reload_plan {
+	struct reload_entry *e;
+	size_t n, cap;
+};
+
+/* A new, zeroed entry; NULL: out of memory. */
+static struct reload_entry *plan_add(struct reload_plan *pl)
 {
-	*oldcfg_kept = false;
-	struct list_node *pos, *tmp;
-	/* Pools the new config still has: new config pointers, sizes and
-	 * servers. Built first into fresh arrays so a failure changes nothing. */
-	struct pending { struct pool *p; struct srvpool **t; size_t n; const struct config_pool *cp;
-			 const struct config_user *cu; bool password_changed; };
-	size_t n_pending = 0, cap = 0;
-	struct pending *pend = NULL;
-	/* Allocated up front so that nothing can fail after the first change. */
-	struct config_ref *ref = calloc(1, sizeof *ref);
-	if (!ref)
+	if (pl->n == pl->cap) {
+		size_t cap = pl->cap ? pl->cap * 2 : 16;
+		struct reload_entry *ne = realloc(pl->e, cap * sizeof *ne);
+		if (!ne)
+			return NULL;
+		pl->e = ne;
+		pl->cap = cap;
+	}
+	struct reload_entry *e = &pl->e[pl->n];
+	memset(e, 0, sizeof *e);
+	return e;
+}
+
+static bool plan_has(const struct reload_plan *pl, const struct pool *p)
+{
+	for (size_t i = 0; i < pl->n; i++)
+		if (pl->e[i].p == p)
+			return true;
+	return false;
+}
+
+/* e's pool (existing) gets the srvpools of cp, reusing its own. */
+static bool plan_targets(struct reload_entry *e, const struct config_pool *cp)
+{
+	struct pool *p = e->p;
+	struct srvpool **old = calloc(p->n_targets ? p->n_targets : 1, sizeof *old);
+	if (!old)
 		return false;
-	ref->cfg = oldcfg;
+	memcpy(old, p->targets, p->n_targets * sizeof *old);
+	bool ok = build_targets(p, cp, old, p->n_targets, &e->t, &e->n);
+	free(old);
+	return ok;
+}
+
+/* Every (pool, user) of the new config: the existing pool re-targeted, or
+ * a new one. */
+static bool plan_configured(struct worker *w, const struct config *newcfg, struct reload_plan *pl)
+{
 	for (size_t i = 0; i < newcfg->n_pools; i++) {
 		const struct config_pool *cp = &newcfg->pools[i];
 		for (size_t j = 0; j < cp->n_users; j++) {
 			const struct config_user *cu = &cp->users[j];
-			if (n_pending == cap) {
-				cap = cap ? cap * 2 : 16;
-				struct pending *np = realloc(pend, cap * sizeof *np);
-				if (!np)
-					goto fail;
-				pend = np;
-			}
-			struct pending *e = &pend[n_pending];
-			memset(e, 0, sizeof *e);
+			struct reload_entry *e = plan_add(pl);
+			if (!e)
+				return false;
 			e->cp = cp;
 			e->cu = cu;
 			e->p = pool_find(w, cp->name, cu->name);
 			if (e->p) {
-				struct srvpool **old = calloc(e->p->n_targets ? e->p->n_targets : 1, sizeof *old);
-				if (!old)
-					goto fail;
-				memcpy(old, e->p->targets, e->p->n_targets * sizeof *old);
-				bool ok = build_targets(e->p, cp, old, e->p->n_targets, &e->t, &e->n);
-				free(old);
-				if (!ok)
-					goto fail;
+				if (!plan_targets(e, cp))
+					return false;
 				const char *a = e->p->cuser ? e->p->cuser->password : NULL;
 				const char *b = cu->password;
 				e->password_changed = (a == NULL) != (b == NULL) || (a && strcmp(a, b) != 0);
 			} else {
 				e->p = pool_new(w, cp, cu);
 				if (!e->p)
-					goto fail;
+					return false;
 				/* pool_new read w->cfg: apply the new snapshot's values. */
 				pool_apply_config(e->p, newcfg, cp, cu);
-				e->t = NULL;
 			}
-			n_pending++;
+			pl->n++;
 		}
 	}
-	/* Users auth_query found: kept while their database is configured,
-	 * auth_query still on and no users section took them over. */
-	if (newcfg->general.auth_user[0]) {
-		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-			struct pool *p = LIST_OWNER(pos, struct pool, node);
-			const struct config_pool *cp = p->own_user && !p->removed ? config_find_pool(newcfg, p->name) : NULL;
-			bool listed = false;
-			for (size_t i = 0; i < n_pending && !listed; i++)
-				listed = pend[i].p == p;
-			if (!cp || listed)
-				continue;
-			if (n_pending == cap) {
-				cap = cap ? cap * 2 : 16;
-				struct pending *np = realloc(pend, cap * sizeof *np);
-				if (!np)
-					goto fail;
-				pend = np;
+	return true;
+}
+
+/* Users auth_query found: kept while their database is configured,
+ * auth_query still on and no users section took them over. */
+static bool plan_looked_up(struct worker *w, const struct config *newcfg, struct reload_plan *pl)
+{
+	if (!newcfg->general.auth_user[0])
+		return true;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		const struct config_pool *cp = p->own_user && !p->removed ? config_find_pool(newcfg, p->name) : NULL;
+		if (!cp || plan_has(pl, p))
+			continue;
+		struct reload_entry *e = plan_add(pl);
+		if (!e)
+			return false;
+		e->p = p;
+		e->cp = cp;
+		e->cu = p->own_user;
+		if (!plan_targets(e, cp))
+			return false;
+		pl->n++;
+	}
+	return true;
+}
+
+/* Nothing changed: free what the plan made (new pools, new srvpools). */
+static void plan_abort(struct reload_plan *pl)
+{
+	for (size_t i = 0; i < pl->n; i++) {
+		struct reload_entry *e = &pl->e[i];
+		if (e->t) {
+			for (size_t k = 0; k < e->n; k++) {
+				bool existing = false;
+				for (size_t m = 0; m < e->p->n_targets && !existing; m++)
+					existing = e->p->targets[m] == e->t[k];
+				if (!existing)
+					srvpool_free(e->t[k]);
 			}
-			struct pending *e = &pend[n_pending];
-			memset(e, 0, sizeof *e);
-			e->p = p;
-			e->cp = cp;
-			e->cu = p->own_user;
-			struct srvpool **old = calloc(p->n_targets ? p->n_targets : 1, sizeof *old);
-			if (!old)
-				goto fail;
-			memcpy(old, p->targets, p->n_targets * sizeof *old);
-			bool ok = build_targets(p, cp, old, p->n_targets, &e->t, &e->n);
-			free(old);
-			if (!ok)
-				goto fail;
-			n_pending++;
+			free(e->t);
+		} else if (e->p) {
+			pool_free(e->p);
 		}
+	}
+	free(pl->e);
+}
+
+/* The plan applied to one pool: old srvpools not reused retired, the new
+ * config's values, a new verifier if the password changed; a new pool
+ * joins the list. */
+static void plan_apply(struct worker *w, const struct config *newcfg, struct reload_entry *e)
+{
+	struct pool *p = e->p;
+	if (!e->t) {
+		list_add_tail(&w->pools, &p->node);
+		return;
+	}
+	for (size_t k = 0; k < p->n_targets; k++) {
+		bool reused = false;
+		for (size_t m = 0; m < e->n && !reused; m++)
+			reused = e->t[m] == p->targets[k];
+		if (!reused)
+			retire_srvpool(p, p->targets[k]);
+	}
+	free(p->targets);
+	p->targets = e->t;
+	p->n_targets = e->n;
+	pool_apply_config(p, newcfg, e->cp, e->cu);
+	if (p->own_user && p->cuser != p->own_user) {
+		/* a users section now lists the user auth_query found */
+		own_user_free(p->own_user);
+		p->own_user = NULL;
+	}
+	if (e->password_changed)
+		pool_derive_scram(p);
+}
+
+bool pool_reload(struct worker *w, struct config *newcfg, struct config *oldcfg, bool *oldcfg_kept)
+{
+	*oldcfg_kept = false;
+	struct list_node *pos, *tmp;
+	struct reload_plan pl = { NULL, 0, 0 };
+	/* Allocated up front so that nothing can fail after the first change. */
+	struct config_ref *ref = calloc(1, sizeof *ref);
+	if (!ref)
+		return false;
+	ref->cfg = oldcfg;
+	if (!plan_configured(w, newcfg, &pl) || !plan_looked_up(w, newcfg, &pl)) {
+		plan_abort(&pl);
+		free(ref);
+		return false;
 	}
 	/* Commit. Pools not in the new config: removed, draining. */
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		bool kept = false;
-		for (size_t i = 0; i < n_pending && !kept; i++)
-			kept = pend[i].p == p;
-		if (kept || p->removed)
+		if (plan_has(&pl, p) || p->removed)
 			continue;
 		log_info("pool %s user %s: removed by reload; draining", p->name, p->user);
 		p->removed = true;
@@ -1086,54 +1173,10 @@ bool pool_reload(struct worker *w, struct config *newcfg, struct config *oldcfg,
 		*oldcfg_kept = true;
 	else
 		free(ref);
-	for (size_t i = 0; i < n_pending; i++) {
-		struct pending *e = &pend[i];
-		struct pool *p = e->p;
-		if (e->t) {
-			/* Old srvpools not reused are retired. */
-			for (size_t k = 0; k < p->n_targets; k++) {
-				bool reused = false;
-				for (size_t m = 0; m < e->n && !reused; m++)
-					reused = e->t[m] == p->targets[k];
-				if (!reused)
-					retire_srvpool(p, p->targets[k]);
-			}
-			free(p->targets);
-			p->targets = e->t;
-			p->n_targets = e->n;
-			pool_apply_config(p, newcfg, e->cp, e->cu);
-			if (p->own_user && p->cuser != p->own_user) {
-				/* a users section now lists the user auth_query found */
-				own_user_free(p->own_user);
-				p->own_user = NULL;
-			}
-			if (e->password_changed)
-				pool_derive_scram(p);
-		} else {
-			list_add_tail(&w->pools, &p->node);
-		}
-	}
-	free(pend);
+	for (size_t i = 0; i < pl.n; i++)
+		plan_apply(w, newcfg, &pl.e[i]);
+	free(pl.e);
 	return true;
-fail:
-	for (size_t i = 0; i < n_pending; i++) {
-		if (pend[i].t) {
-			/* free only srvpools created for this reload */
-			for (size_t k = 0; k < pend[i].n; k++) {
-				bool existing = false;
-				for (size_t m = 0; m < pend[i].p->n_targets && !existing; m++)
-					existing = pend[i].p->targets[m] == pend[i].t[k];
-				if (!existing)
-					srvpool_free(pend[i].t[k]);
-			}
-			free(pend[i].t);
-		} else if (pend[i].p) {
-			pool_free(pend[i].p);
-		}
-	}
-	free(pend);
-	free(ref);
-	return false;
 }
 
 /* ---- admin console operations ---- */
