@@ -1,37 +1,31 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * auth_query: users looked up on the server (include/auth_query.h, SPEC §3,
- * doc/authentication.md). A small PostgreSQL client of its own over io.c,
- * as the lag monitor's (lagmon.c): a connection logged in as auth_user to
- * the pool's primary runs auth_query with the extended protocol (Parse,
- * Bind with the user name as $1 in text, Execute, Sync: the name is never
- * spliced into SQL), one lookup after another in a FIFO, pipelined. Logins
+ * doc/authentication.md). A connection of its own (bconn.c) logged in as
+ * auth_user to the pool's primary runs auth_query with the extended
+ * protocol (Parse, Bind with the user name as $1 in text, Execute, Sync:
+ * the name is never spliced into SQL), one lookup after another in a FIFO,
+ * pipelined. Logins
  * waiting for an answer are parked on its cache entry and resumed through
  * login.c's callback.
  */
 #include "auth_query.h"
 
-#include <errno.h>
-#include <event2/buffer.h>
 #include <event2/event.h>
 #include <openssl/crypto.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "auth_backend.h"
 #include "auth_md5.h"
 #include "auth_scram.h"
+#include "bconn.h"
 #include "client.h"
 #include "config.h"
 #include "context.h"
 #include "dns.h"
-#include "io.h"
 #include "log.h"
-#include "pktbuf.h"
 #include "pool.h"
 #include "proto.h"
 
@@ -217,11 +211,15 @@ void auth_query_cache_trim(struct auth_query_cache *c)
 /* ------------------------------------------------------------------ */
 /* The lookup connections                                               */
 
-#define AQ_APPLICATION_NAME "pgcat auth_query"
-/* The largest message read: a row of a user name and a secret, errors and
- * login messages are far below; a custom auth_query's row has room. */
-#define AQ_MAX_MESSAGE 65536
-#define AQ_READ_HIGH (4 * AQ_MAX_MESSAGE)
+static const struct bconn_profile aq_profile = {
+	.application_name = "pgcat auth_query",
+	.auth_failed = "login as auth_user failed: ",
+	.refused = "login as auth_user failed: ",
+	/* The largest message read: a row of a user name and a secret, errors
+	 * and login messages are far below; a custom auth_query's row has room. */
+	.max_message = 65536,
+	.read_high = 4 * 65536,
+};
 #define AQ_CACHE_BUCKETS 1024
 #define AQ_CACHE_MAX 10000
 /* The timer: while lookups are under way, and while connections idle. */
@@ -230,10 +228,7 @@ void auth_query_cache_trim(struct auth_query_cache *c)
 
 enum aq_conn_state {
 	AQ_RESOLVING,       /* the host name has no address yet (c-ares) */
-	AQ_CONNECTING,
-	AQ_TLS_ANSWER,      /* SSLRequest sent */
-	AQ_TLS_HANDSHAKE,
-	AQ_LOGIN,
+	AQ_OPENING,         /* connect, TLS, login (bconn.c) */
 	AQ_READY,           /* logged in; lookups are sent as they come */
 	AQ_CLOSED           /* gone: freed once its callback returns */
 };
@@ -241,18 +236,12 @@ enum aq_conn_state {
 struct aq_conn {
 	struct auth_query *aq;
 	struct list_node node;        /* on aq->conns */
-	struct io io;
+	struct bconn b;               /* logged in as auth_user (its user name: bconn_user) */
 	enum aq_conn_state state;
-	/* Where and as whom (owned copies: a reload may free the config). */
+	/* Where (owned copies: a reload may free the config). */
 	char *host;
 	int port;
 	char *database;
-	char *user;
-	char *password;               /* wiped once logged in */
-	bool have_passthrough;
-	uint8_t passthrough_client_key[SCRAM_KEY_LEN];
-	uint8_t passthrough_server_key[SCRAM_KEY_LEN];
-	struct auth_backend auth;
 	struct sockaddr_storage addr;
 	socklen_t addrlen;
 	uint64_t gen;                 /* the cache generation it was opened in */
@@ -282,31 +271,7 @@ struct auth_query {
 	void (*resume)(struct client *c);
 };
 
-static void conn_read_cb(struct io *io, void *arg);
-static void conn_event_cb(struct io *io, enum io_event what, int err, void *arg);
-
-static const struct io_ops conn_io_ops = {
-	.on_read = conn_read_cb,
-	.on_drain = NULL,
-	.on_event = conn_event_cb,
-	.write_low = 0,
-	.owner_offset = offsetof(struct aq_conn, io),
-};
-
 static void arm_timer(struct auth_query *aq);
-
-static void wipe_credentials(struct aq_conn *k)
-{
-	if (k->password) {
-		OPENSSL_cleanse(k->password, strlen(k->password));
-		free(k->password);
-		k->password = NULL;
-	}
-	OPENSSL_cleanse(k->passthrough_client_key, sizeof k->passthrough_client_key);
-	OPENSSL_cleanse(k->passthrough_server_key, sizeof k->passthrough_server_key);
-	k->have_passthrough = false;
-	auth_backend_clear(&k->auth);
-}
 
 static void reset_answer(struct aq_conn *k)
 {
@@ -322,11 +287,10 @@ static void reset_answer(struct aq_conn *k)
 static void conn_free(struct aq_conn *k)
 {
 	list_del(&k->node);
-	wipe_credentials(k);
+	bconn_release(&k->b);
 	reset_answer(k);
 	free(k->host);
 	free(k->database);
-	free(k->user);
 	free(k);
 }
 
@@ -385,23 +349,19 @@ static void entry_answered(struct auth_query *aq, struct auth_query_entry *e, co
 }
 
 /* The connection is lost or given up: every lookup on it fails. */
-static void conn_down(struct aq_conn *k, const char *why)
+static void conn_down(void *arg, const char *why)
 {
+	struct aq_conn *k = arg;
 	if (k->state == AQ_CLOSED)
 		return;
 	struct auth_query *aq = k->aq;
 	if (!list_empty(&k->queue))
-		log_warning("auth_query: %s:%d database %s user %s: %s", k->host, k->port, k->database, k->user, why);
+		log_warning("auth_query: %s:%d database %s user %s: %s", k->host, k->port, k->database,
+			    bconn_user(&k->b), why);
 	else
 		log_debug("auth_query: %s:%d database %s: connection closed: %s", k->host, k->port, k->database, why);
-	if (k->state == AQ_READY && !k->io.closed) {
-		evbuffer_add(io_out(&k->io), "X\0\0\0\4", 5);   /* Terminate */
-		io_flush(&k->io);
-	}
-	if (k->state != AQ_RESOLVING)
-		io_close(&k->io);
+	bconn_close(&k->b, true);   /* Terminate first when logged in */
 	k->state = AQ_CLOSED;
-	wipe_credentials(k);
 	/* The client-facing reason: no server detail (the log has it). */
 	const char *short_why = strstr(why, "timed out") ? "the server did not answer within connect_timeout"
 							 : "the server could not be reached or refused the lookup";
@@ -418,42 +378,11 @@ static void conn_down(struct aq_conn *k, const char *why)
 
 static void send_lookup(struct aq_conn *k, struct auth_query_entry *e)
 {
-	const char *query = k->aq->w->cfg->general.auth_query;
-	size_t cap = strlen(query) + strlen(e->user) + 64;
-	uint8_t *storage = malloc(cap);
-	if (!storage) {
-		entry_fail(k->aq, e, "out of memory");
-		return;
-	}
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, cap);
-	pktbuf_begin(&pb, PqMsg_Parse);
-	pktbuf_put_cstring(&pb, "");          /* the unnamed statement */
-	pktbuf_put_cstring(&pb, query);
-	pktbuf_put_u16(&pb, 0);               /* the server infers $1's type */
-	pktbuf_end(&pb);
-	pktbuf_begin(&pb, PqMsg_Bind);
-	pktbuf_put_cstring(&pb, "");          /* unnamed portal */
-	pktbuf_put_cstring(&pb, "");
-	pktbuf_put_u16(&pb, 0);               /* parameters in text */
-	pktbuf_put_u16(&pb, 1);
-	pktbuf_put_u32(&pb, (uint32_t)strlen(e->user));
-	pktbuf_put_bytes(&pb, e->user, strlen(e->user));
-	pktbuf_put_u16(&pb, 0);               /* results in text */
-	pktbuf_end(&pb);
-	pktbuf_begin(&pb, PqMsg_Execute);
-	pktbuf_put_cstring(&pb, "");
-	pktbuf_put_u32(&pb, 0);
-	pktbuf_end(&pb);
-	pktbuf_begin(&pb, PqMsg_Sync);
-	pktbuf_end(&pb);
-	if (pb.failed) {
-		free(storage);
+	const char *params[1] = { e->user };
+	if (!bconn_extended(&k->b, k->aq->w->cfg->general.auth_query, 1, params)) {
 		entry_fail(k->aq, e, "auth_query too long");
 		return;
 	}
-	evbuffer_add(io_out(&k->io), pb.data, pb.len);
-	free(storage);
 	e->sent = true;
 }
 
@@ -465,104 +394,6 @@ static void send_pending(struct aq_conn *k)
 		if (!e->sent)
 			send_lookup(k, e);
 	}
-}
-
-/* ---- login (as lagmon.c's) ---- */
-
-static void send_startup(struct aq_conn *k)
-{
-	uint8_t storage[1024];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_begin(&pb, 0);
-	pktbuf_put_u32(&pb, PG_PROTOCOL_3_0);
-	pktbuf_put_cstring(&pb, "user");
-	pktbuf_put_cstring(&pb, k->user);
-	pktbuf_put_cstring(&pb, "database");
-	pktbuf_put_cstring(&pb, k->database);
-	pktbuf_put_cstring(&pb, "application_name");
-	pktbuf_put_cstring(&pb, AQ_APPLICATION_NAME);
-	pktbuf_put_u8(&pb, 0);
-	pktbuf_end(&pb);
-	if (pb.failed) {
-		conn_down(k, "startup packet too long");
-		return;
-	}
-	evbuffer_add(io_out(&k->io), pb.data, pb.len);
-	k->state = AQ_LOGIN;
-}
-
-static bool handle_auth(struct aq_conn *k, const uint8_t *body, size_t len, const char **why)
-{
-	const struct auth_backend_secret sec = {
-		.user = k->user,
-		.password = k->password,
-		.passthrough_client_key = k->have_passthrough ? k->passthrough_client_key : NULL,
-		.passthrough_server_key = k->have_passthrough ? k->passthrough_server_key : NULL,
-	};
-	uint8_t storage[AUTH_BACKEND_MAX_MESSAGE];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	enum auth_backend_result r = auth_backend_answer(&k->auth, &sec, body, len, &pb, why);
-	if (r == AUTH_BACKEND_CONTINUE && pb.len > 0)
-		evbuffer_add(io_out(&k->io), pb.data, pb.len);
-	OPENSSL_cleanse(storage, sizeof storage);
-	return r != AUTH_BACKEND_FAILED;
-}
-
-static void start_tls(struct aq_conn *k, bool direct)
-{
-	struct worker *w = k->aq->w;
-	enum tls_mode mode = w->cfg->general.server_tls_sslmode;
-	SSL *ssl = w->tls.for_servers ? SSL_new(w->tls.for_servers) : NULL;
-	if (!ssl || !tls_offer_alpn(ssl)) {
-		SSL_free(ssl);
-		conn_down(k, "cannot start TLS");
-		return;
-	}
-	SSL_set_connect_state(ssl);
-	if (direct)
-		tls_mark_direct(ssl);
-	struct sockaddr_storage ss;
-	socklen_t sl;
-	bool literal = dns_literal(k->host, k->port, &ss, &sl);
-	if (!literal)
-		(void)SSL_set_tlsext_host_name(ssl, k->host);
-	if (mode == TLS_MODE_VERIFY_FULL) {
-		int ok = literal ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), k->host) : SSL_set1_host(ssl, k->host);
-		if (ok != 1) {
-			SSL_free(ssl);
-			conn_down(k, "cannot set the host name to verify");
-			return;
-		}
-	}
-	k->state = AQ_TLS_HANDSHAKE;
-	io_start_tls(&k->io, ssl);
-}
-
-/* The answer to the SSLRequest; false: stop reading (down, or the
- * handshake began). */
-static bool handle_ssl_answer(struct aq_conn *k)
-{
-	struct evbuffer *in = io_in(&k->io);
-	uint8_t b;
-	if (!in || evbuffer_copyout(in, &b, 1) < 1)
-		return false;
-	evbuffer_drain(in, 1);
-	if (b == 'N') {
-		if (k->aq->w->cfg->general.server_tls_sslmode >= TLS_MODE_REQUIRE) {
-			conn_down(k, "the server does not support TLS, and server_tls_sslmode requires it");
-			return false;
-		}
-		send_startup(k);
-		return k->state == AQ_LOGIN;
-	}
-	if (b != 'S' || evbuffer_get_length(in) > 0) {   /* CVE-2021-23222 */
-		conn_down(k, "bad answer to the SSL request");
-		return false;
-	}
-	start_tls(k, false);
-	return false;
 }
 
 /* ---- reading ---- */
@@ -656,140 +487,52 @@ static void lookup_done(struct aq_conn *k)
 	}
 }
 
-static void process(struct aq_conn *k)
+/* ---- the connection's events ---- */
+
+static void conn_ready(void *arg)
 {
-	if (k->state == AQ_TLS_ANSWER && !handle_ssl_answer(k))
-		return;
-	struct evbuffer *in = io_in(&k->io);
-	while (in && (k->state == AQ_LOGIN || k->state == AQ_READY)) {
-		uint8_t hdr[5];
-		if (evbuffer_copyout(in, hdr, 5) < 5)
-			break;
-		struct proto_frame f;
-		if (proto_frame_header(hdr, 5, AQ_MAX_MESSAGE, &f) != PROTO_FRAME_OK) {
-			conn_down(k, "the server sent an invalid or too long message");
-			return;
-		}
-		if (evbuffer_get_length(in) < (size_t)f.len + 1)
-			break;
-		const uint8_t *msg = evbuffer_pullup(in, (ssize_t)f.len + 1);
-		if (!msg) {
-			conn_down(k, "out of memory");
-			return;
-		}
-		const uint8_t *body = msg + 5;
-		size_t blen = f.len - 4;
-		const char *why = NULL;
-		switch (f.type) {
-		case PqMsg_AuthenticationRequest:
-			if (k->state != AQ_LOGIN || !handle_auth(k, body, blen, &why)) {
-				char m[300];
-				snprintf(m, sizeof m, "login as auth_user failed: %s", why ? why : "unexpected authentication request");
-				conn_down(k, m);
-				return;
-			}
-			break;
-		case PqMsg_ErrorResponse: {
-			struct proto_error_fields ef;
-			bool parsed = proto_parse_error(body, blen, &ef);
-			if (k->state == AQ_LOGIN) {
-				char m[300];
-				snprintf(m, sizeof m, "login as auth_user failed: %s", parsed && ef.message ? ef.message : "server error");
-				conn_down(k, m);
-				return;
-			}
-			/* A failed lookup: the connection stays (ReadyForQuery follows). */
-			k->query_error = true;
-			/* Class 22 (data exception: a name the server cannot take,
-			 * such as one that is not valid in its encoding): no such user. */
-			k->not_found_error = parsed && ef.sqlstate && strncmp(ef.sqlstate, "22", 2) == 0;
-			snprintf(k->error, sizeof k->error, "%s%s%s", parsed && ef.sqlstate ? ef.sqlstate : "",
-				 parsed && ef.sqlstate ? ": " : "", parsed && ef.message ? ef.message : "server error");
-			break;
-		}
-		case PqMsg_DataRow:
-			if (k->state == AQ_READY)
-				read_row(k, body, blen);
-			break;
-		case PqMsg_ReadyForQuery:
-			evbuffer_drain(in, (size_t)f.len + 1);
-			if (k->state == AQ_LOGIN) {
-				wipe_credentials(k);   /* not needed any more */
-				k->state = AQ_READY;
-				k->idle_since_us = k->aq->w->now_us;
-				send_pending(k);
-			} else {
-				lookup_done(k);
-				if (list_empty(&k->queue))
-					k->idle_since_us = k->aq->w->now_us;
-			}
-			if (k->state == AQ_CLOSED)
-				return;
-			continue;
-		case PqMsg_ParseComplete:
-		case PqMsg_BindComplete:
-		case PqMsg_CommandComplete:
-		case PqMsg_RowDescription:
-		case PqMsg_NoData:
-		case PqMsg_EmptyQueryResponse:
-		case PqMsg_PortalSuspended:
-		case PqMsg_ParameterStatus:
-		case PqMsg_BackendKeyData:
-		case PqMsg_NoticeResponse:
-		case PqMsg_NotificationResponse:
-		case PqMsg_NegotiateProtocolVersion:
-			break;
-		default:
-			conn_down(k, "the server sent an unexpected message");
-			return;
-		}
-		evbuffer_drain(in, (size_t)f.len + 1);
-	}
-	if (k->state != AQ_CLOSED && !k->io.closed)
-		io_update_reading(&k->io);
+	struct aq_conn *k = arg;
+	k->state = AQ_READY;
+	k->idle_since_us = k->aq->w->now_us;
+	send_pending(k);
 }
 
-static void conn_read_cb(struct io *io, void *arg)
+static bool conn_message(void *arg, uint8_t type, const uint8_t *body, size_t len)
 {
-	(void)io;
 	struct aq_conn *k = arg;
-	worker_update_clock(k->aq->w);
-	process(k);
-}
-
-static void conn_event_cb(struct io *io, enum io_event what, int err, void *arg)
-{
-	(void)io;
-	struct aq_conn *k = arg;
-	struct worker *w = k->aq->w;
-	worker_update_clock(w);
-	switch (what) {
-	case IO_CONNECTED:
-		if (w->tls.for_servers && w->cfg->general.server_tls_negotiation == TLS_NEGOTIATION_DIRECT) {
-			start_tls(k, true);
-		} else if (w->tls.for_servers) {
-			static const uint8_t ssl_request[8] = { 0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f };
-			evbuffer_add(io_out(&k->io), ssl_request, sizeof ssl_request);
-			k->state = AQ_TLS_ANSWER;
-		} else {
-			send_startup(k);
-		}
-		break;
-	case IO_TLS_READY:
-		if (!tls_alpn_ok(k->io.ssl, tls_is_direct(k->io.ssl)))
-			conn_down(k, "the server did not agree on ALPN \"postgresql\"");
-		else
-			send_startup(k);
-		break;
-	case IO_EOF:
-		conn_down(k, "the server closed the connection");
-		break;
-	case IO_ERROR: {
-		char why[160];
-		snprintf(why, sizeof why, "connection failed: %s", err ? strerror(err) : "error");
-		conn_down(k, why);
-		break;
+	switch (type) {
+	case PqMsg_ErrorResponse: {
+		struct proto_error_fields ef;
+		bool parsed = proto_parse_error(body, len, &ef);
+		/* A failed lookup: the connection stays (ReadyForQuery follows). */
+		k->query_error = true;
+		/* Class 22 (data exception: a name the server cannot take,
+		 * such as one that is not valid in its encoding): no such user. */
+		k->not_found_error = parsed && ef.sqlstate && strncmp(ef.sqlstate, "22", 2) == 0;
+		snprintf(k->error, sizeof k->error, "%s%s%s", parsed && ef.sqlstate ? ef.sqlstate : "",
+			 parsed && ef.sqlstate ? ": " : "", parsed && ef.message ? ef.message : "server error");
+		return true;
 	}
+	case PqMsg_DataRow:
+		if (k->state == AQ_READY)
+			read_row(k, body, len);
+		return true;
+	case PqMsg_ReadyForQuery:
+		lookup_done(k);
+		if (list_empty(&k->queue))
+			k->idle_since_us = k->aq->w->now_us;
+		return true;
+	case PqMsg_ParseComplete:
+	case PqMsg_BindComplete:
+	case PqMsg_CommandComplete:
+	case PqMsg_RowDescription:
+	case PqMsg_NoData:
+	case PqMsg_EmptyQueryResponse:
+	case PqMsg_PortalSuspended:
+	case PqMsg_NotificationResponse:
+		return true;
+	default:
+		return false;
 	}
 }
 
@@ -840,7 +583,7 @@ static struct aq_conn *conn_find(struct auth_query *aq, const char *host, int po
 	LIST_FOREACH_SAFE(pos, tmp, &aq->conns) {
 		struct aq_conn *k = LIST_OWNER(pos, struct aq_conn, node);
 		if (k->state != AQ_CLOSED && k->gen == aq->gen && k->port == port && strcmp(k->host, host) == 0 &&
-		    strcmp(k->database, db) == 0 && strcmp(k->user, user) == 0)
+		    strcmp(k->database, db) == 0 && strcmp(bconn_user(&k->b), user) == 0)
 			return k;
 	}
 	return NULL;
@@ -885,23 +628,19 @@ static bool resolve(struct aq_conn *k, const char **error)
 	return true;
 }
 
-/* Resolved: connect (AQ_RESOLVING -> AQ_CONNECTING, or down). */
+/* Resolved: connect (AQ_RESOLVING -> AQ_OPENING, or down). */
 static void conn_connect(struct aq_conn *k)
 {
-	struct worker *w = k->aq->w;
 	const char *error = NULL;
 	if (!resolve(k, &error)) {
 		if (error)
 			conn_down(k, error);
 		return;
 	}
-	k->state = AQ_CONNECTING;
-	if (!io_connect(&k->io, w->base, &w->flusher, (const struct sockaddr *)&k->addr, k->addrlen, AQ_READ_HIGH,
-			&conn_io_ops)) {
-		char why[160];
-		snprintf(why, sizeof why, "cannot connect: %s", strerror(errno));
-		conn_down(k, why);
-	}
+	k->state = AQ_OPENING;
+	/* (A failure went down through conn_down.) */
+	(void)bconn_open(&k->b, &aq_profile, k->host, k->port, (const struct sockaddr *)&k->addr, k->addrlen,
+			 k->database);
 }
 
 static struct aq_conn *conn_open(struct auth_query *aq, const struct config_pool *cp, const char **error)
@@ -929,36 +668,34 @@ static struct aq_conn *conn_open(struct auth_query *aq, const struct config_pool
 		return NULL;
 	}
 	k->aq = aq;
-	k->io.closed = true;
-	k->io.fd = -1;
+	bconn_init(&k->b, w, conn_ready, conn_message, conn_down, k);
 	k->state = AQ_RESOLVING;
 	k->port = cs->port;
 	k->gen = aq->gen;
 	list_init(&k->queue);
 	list_add_tail(&aq->conns, &k->node);
-	k->host = strdup(cs->host);
-	k->database = strdup(sh->database);
-	k->user = strdup(user);
-	k->password = password ? strdup(password) : NULL;
-	if (!k->host || !k->database || !k->user || (password && !k->password)) {
-		conn_free(k);
-		*error = "out of memory";
-		return NULL;
-	}
 	/* auth_user known only by its SCRAM verifier: the key a client of
 	 * auth_user proved (SCRAM pass-through), if one has. */
+	const struct pool *with_key = NULL;
 	if (password && strncmp(password, "SCRAM-SHA-256$", 14) == 0) {
 		struct list_node *pos, *tmp;
 		LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 			const struct pool *p = LIST_OWNER(pos, struct pool, node);
 			if (p->have_scram && p->have_passthrough_key && p->cuser && p->cuser->password &&
 			    strcmp(p->cuser->password, password) == 0) {
-				memcpy(k->passthrough_client_key, p->passthrough_client_key, SCRAM_KEY_LEN);
-				memcpy(k->passthrough_server_key, p->scram.server_key, SCRAM_KEY_LEN);
-				k->have_passthrough = true;
+				with_key = p;
 				break;
 			}
 		}
+	}
+	k->host = strdup(cs->host);
+	k->database = strdup(sh->database);
+	if (!k->host || !k->database ||
+	    !bconn_set_login(&k->b, user, password, with_key ? with_key->passthrough_client_key : NULL,
+			     with_key ? with_key->scram.server_key : NULL)) {
+		conn_free(k);
+		*error = "out of memory";
+		return NULL;
 	}
 	return k;
 }
@@ -1228,8 +965,7 @@ void auth_query_free(struct worker *w)
 			list_del(&e->conn_node);
 			e->conn = NULL;
 		}
-		if (k->state != AQ_RESOLVING && k->state != AQ_CLOSED)
-			io_close(&k->io);
+		bconn_close(&k->b, false);
 		k->state = AQ_CLOSED;
 		conn_free(k);
 	}

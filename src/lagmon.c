@@ -1,23 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lagmon: the replica lag monitor (SPEC §4, doc/replicas.md). A small
- * PostgreSQL client of its own over io.c: one connection per (pool, shard,
- * server), logged in as the pool's first user, that runs one query per
- * interval. It is not a room of the pool: its connections are counted in
- * no pool, hand nothing to clients, and are closed when their server
- * leaves the config. What it learns goes to the shared segment (lag per
- * server, bans); routing reads it from there like any other ban.
+ * lagmon: the replica lag monitor (SPEC §4, doc/replicas.md). One
+ * connection of its own (bconn.c) per (pool, shard, server), logged in as
+ * the pool's first user, that runs one query per interval. It is not a
+ * room of the pool: its connections are counted in no pool, hand nothing
+ * to clients, and are closed when their server leaves the config. What it
+ * learns goes to the shared segment (lag per server, bans); routing reads
+ * it from there like any other ban.
  */
 #include "lagmon.h"
 
-#include <event2/buffer.h>
-#include <errno.h>
 #include <event2/event.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <openssl/crypto.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,25 +20,24 @@
 #include <time.h>
 
 #include "auth.h"
-#include "auth_backend.h"
-#include "auth_scram.h"
+#include "bconn.h"
 #include "config.h"
-#include "dns.h"
-#include "io.h"
 #include "log.h"
-#include "pktbuf.h"
 #include "pool.h"
 #include "proto.h"
 #include "shm.h"
 #include "context.h"
 
-/* Set on every monitor connection, so that pg_stat_activity tells them
- * from pooled ones. */
-#define LAGMON_APPLICATION_NAME "pgcat lag monitor"
-/* The largest message the monitor reads: its one row is short, and login
- * messages (SCRAM, errors, parameters) are well under this. */
-#define LAGMON_MAX_MESSAGE 8192
-#define LAGMON_READ_HIGH 65536
+static const struct bconn_profile lagmon_profile = {
+	/* Set on every monitor connection, so that pg_stat_activity tells
+	 * them from pooled ones. */
+	.application_name = "pgcat lag monitor",
+	.refused = "login failed: ",
+	/* The largest message the monitor reads: its one row is short, and
+	 * login messages (SCRAM, errors, parameters) are well under this. */
+	.max_message = 8192,
+	.read_high = 65536,
+};
 
 /* One query for every server, whatever it is: is it in recovery, its WAL
  * position (written on a primary, replayed on a replica), and on a replica
@@ -54,6 +48,8 @@ static const char lagmon_query[] =
 	"CASE WHEN pg_is_in_recovery() THEN "
 	"(extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000)::int8 END";
 
+/* Where a monitor connection is: its bconn's state, and once logged in
+ * whether the measurement query is running. */
 enum lagmon_conn_state {
 	LAGMON_DOWN,          /* no socket; connect at the next tick */
 	LAGMON_CONNECTING,    /* TCP connect under way */
@@ -66,9 +62,9 @@ enum lagmon_conn_state {
 
 struct lagmon_conn {
 	struct lagmon *lm;
-	struct io io;
-	enum lagmon_conn_state state;
-	uint64_t state_since_us;
+	struct bconn b;               /* the login is the pool's server user's */
+	bool querying;                /* the measurement query is running */
+	uint64_t query_since_us;
 	/* Which server of which shard of which pool (owned copies: the config
 	 * snapshot they came from may be gone after a reload). */
 	char *pool;
@@ -77,15 +73,6 @@ struct lagmon_conn {
 	int port;
 	char *database;
 	enum server_role role;
-	/* Login: the pool's server user and its password (wiped on free). */
-	char *user;
-	char *password;
-	/* SCRAM pass-through keys, copied from the pool when the connection
-	 * starts (have_passthrough: a client had proved one). */
-	bool have_passthrough;
-	uint8_t passthrough_client_key[SCRAM_KEY_LEN];
-	uint8_t passthrough_server_key[SCRAM_KEY_LEN];
-	struct auth_backend auth;
 	bool seen;                    /* still in the config at this tick */
 	bool failing;                 /* a failure was logged; log the next success */
 	/* This round: waiting for an answer (pending), and the answer. */
@@ -103,36 +90,29 @@ struct lagmon {
 	size_t n_conns, cap_conns;
 };
 
-static void conn_read_cb(struct io *io, void *arg);
-static void conn_event_cb(struct io *io, enum io_event what, int err, void *arg);
-
-static const struct io_ops conn_io_ops = {
-	.on_read = conn_read_cb,
-	.on_drain = NULL,
-	.on_event = conn_event_cb,
-	.write_low = 0,
-	.owner_offset = offsetof(struct lagmon_conn, io),
-};
-
-static void set_state(struct lagmon_conn *c, enum lagmon_conn_state st)
+static enum lagmon_conn_state state_of(const struct lagmon_conn *c)
 {
-	c->state = st;
-	c->state_since_us = c->lm->w->now_us;
+	switch (bconn_state(&c->b)) {
+	case BCONN_CLOSED:
+		return LAGMON_DOWN;
+	case BCONN_CONNECTING:
+		return LAGMON_CONNECTING;
+	case BCONN_TLS_ANSWER:
+		return LAGMON_TLS_ANSWER;
+	case BCONN_TLS_HANDSHAKE:
+		return LAGMON_TLS_HANDSHAKE;
+	case BCONN_LOGIN:
+		return LAGMON_LOGIN;
+	case BCONN_READY:
+		break;
+	}
+	return c->querying ? LAGMON_QUERY : LAGMON_READY;
 }
 
-static void wipe_credentials(struct lagmon_conn *c)
+/* When the connection entered its present step. */
+static uint64_t state_since(const struct lagmon_conn *c)
 {
-	if (c->password) {
-		OPENSSL_cleanse(c->password, strlen(c->password));
-		free(c->password);
-		c->password = NULL;
-	}
-	free(c->user);
-	c->user = NULL;
-	OPENSSL_cleanse(c->passthrough_client_key, sizeof c->passthrough_client_key);
-	OPENSSL_cleanse(c->passthrough_server_key, sizeof c->passthrough_server_key);
-	c->have_passthrough = false;
-	auth_backend_clear(&c->auth);
+	return state_of(c) == LAGMON_QUERY ? c->query_since_us : bconn_state_since(&c->b);
 }
 
 static void evaluate_group(struct lagmon *lm, const char *pool, int shard);
@@ -140,20 +120,17 @@ static void publish(struct lagmon *lm, const struct lagmon_conn *c, int64_t lag_
 
 /* The connection is lost or given up: its lag is unknown this round (the
  * health checks ban servers that cannot be reached; this is not the place). */
-static void conn_down(struct lagmon_conn *c, const char *why)
+static void conn_down(void *arg, const char *why)
 {
-	if (c->state == LAGMON_DOWN)
+	struct lagmon_conn *c = arg;
+	if (bconn_state(&c->b) == BCONN_CLOSED)
 		return;
 	if (!c->failing)
 		log_info("lag monitor: %s:%d (pool %s, shard %d): %s", c->host, c->port, c->pool, c->shard, why);
 	c->failing = true;
-	if (c->state == LAGMON_READY && !c->io.closed) {
-		evbuffer_add(io_out(&c->io), "X\0\0\0\4", 5);   /* Terminate, to be polite */
-		io_flush(&c->io);
-	}
-	io_close(&c->io);
-	wipe_credentials(c);
-	set_state(c, LAGMON_DOWN);
+	/* Terminate, to be polite, unless a query is running. */
+	bconn_close(&c->b, !c->querying);
+	c->querying = false;
 	c->answered = false;
 	publish(c->lm, c, -1, -1);   /* figures from before the loss are no longer true */
 	if (c->pending) {
@@ -166,12 +143,12 @@ static void conn_free(struct lagmon_conn *c)
 {
 	if (!c)
 		return;
-	if (c->state != LAGMON_DOWN) {
+	if (bconn_state(&c->b) != BCONN_CLOSED) {
 		c->failing = true;   /* no log line: the server left the config, or pgcat is stopping */
 		c->pending = false;
 		conn_down(c, "closed");
 	}
-	wipe_credentials(c);
+	bconn_release(&c->b);
 	free(c->pool);
 	free(c->host);
 	free(c->database);
@@ -317,255 +294,59 @@ static bool read_row(struct lagmon_conn *c, const uint8_t *body, size_t len)
 
 static void send_query(struct lagmon_conn *c)
 {
-	uint8_t storage[sizeof lagmon_query + 16];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_query(&pb, lagmon_query);
-	if (pb.failed) {
+	if (!bconn_query(&c->b, lagmon_query)) {
 		conn_down(c, "query too long");
 		return;
 	}
-	evbuffer_add(io_out(&c->io), pb.data, pb.len);
-	set_state(c, LAGMON_QUERY);
+	c->querying = true;
+	c->query_since_us = c->lm->w->now_us;
 }
 
-/* ---- login ---- */
+/* ---- the connection's events ---- */
 
-static void send_startup(struct lagmon_conn *c)
+static void conn_ready(void *arg)
 {
-	uint8_t storage[1024];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_begin(&pb, 0);
-	pktbuf_put_u32(&pb, PG_PROTOCOL_3_0);
-	pktbuf_put_cstring(&pb, "user");
-	pktbuf_put_cstring(&pb, c->user);
-	pktbuf_put_cstring(&pb, "database");
-	pktbuf_put_cstring(&pb, c->database);
-	pktbuf_put_cstring(&pb, "application_name");
-	pktbuf_put_cstring(&pb, LAGMON_APPLICATION_NAME);
-	pktbuf_put_u8(&pb, 0);
-	pktbuf_end(&pb);
-	if (pb.failed) {
-		conn_down(c, "startup packet too long");
-		return;
-	}
-	evbuffer_add(io_out(&c->io), pb.data, pb.len);
-	set_state(c, LAGMON_LOGIN);
-}
-
-/* One AuthenticationRequest; false: give up (the reason is in *why). */
-static bool handle_auth(struct lagmon_conn *c, const uint8_t *body, size_t len, const char **why)
-{
-	const struct auth_backend_secret sec = {
-		.user = c->user,
-		.password = c->password,
-		.passthrough_client_key = c->have_passthrough ? c->passthrough_client_key : NULL,
-		.passthrough_server_key = c->have_passthrough ? c->passthrough_server_key : NULL,
-	};
-	uint8_t storage[AUTH_BACKEND_MAX_MESSAGE];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	enum auth_backend_result r = auth_backend_answer(&c->auth, &sec, body, len, &pb, why);
-	if (r == AUTH_BACKEND_CONTINUE && pb.len > 0)
-		evbuffer_add(io_out(&c->io), pb.data, pb.len);
-	OPENSSL_cleanse(storage, sizeof storage);   /* a cleartext password, maybe */
-	if (r == AUTH_BACKEND_DONE)
-		auth_backend_clear(&c->auth);   /* the SCRAM keys are of no more use */
-	return r != AUTH_BACKEND_FAILED;
-}
-
-static void start_tls(struct lagmon_conn *c, bool direct);
-
-/* The answer to the SSLRequest; false when the connection went down or
- * the handshake began (its end comes as IO_TLS_READY). */
-static bool handle_ssl_answer(struct lagmon_conn *c)
-{
-	struct evbuffer *in = io_in(&c->io);
-	uint8_t b;
-	if (!in || evbuffer_copyout(in, &b, 1) < 1)
-		return false;
-	evbuffer_drain(in, 1);
-	struct worker *w = c->lm->w;
-	enum tls_mode mode = w->cfg->general.server_tls_sslmode;
-	if (b == 'N') {
-		if (mode >= TLS_MODE_REQUIRE) {
-			conn_down(c, "the server does not support TLS, and server_tls_sslmode requires it");
-			return false;
-		}
-		send_startup(c);
-		return c->state == LAGMON_LOGIN;
-	}
-	/* Bytes after 'S' would be taken as if encrypted (CVE-2021-23222). */
-	if (b != 'S' || evbuffer_get_length(in) > 0) {
-		conn_down(c, "bad answer to the SSL request");
-		return false;
-	}
-	start_tls(c, false);
-	return false;
-}
-
-/* The handshake, after 'S' or (server_tls_negotiation = direct) at once;
- * ALPN "postgresql" offered as server.c does. */
-static void start_tls(struct lagmon_conn *c, bool direct)
-{
-	struct worker *w = c->lm->w;
-	enum tls_mode mode = w->cfg->general.server_tls_sslmode;
-	SSL *ssl = w->tls.for_servers ? SSL_new(w->tls.for_servers) : NULL;
-	if (!ssl || !tls_offer_alpn(ssl)) {
-		SSL_free(ssl);
-		conn_down(c, "cannot start TLS");
-		return;
-	}
-	SSL_set_connect_state(ssl);
-	if (direct)
-		tls_mark_direct(ssl);
-	struct sockaddr_storage ss;
-	socklen_t sl;
-	bool literal = dns_literal(c->host, c->port, &ss, &sl);
-	if (!literal)
-		(void)SSL_set_tlsext_host_name(ssl, c->host);
-	if (mode == TLS_MODE_VERIFY_FULL) {
-		int ok = literal ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), c->host)
-				 : SSL_set1_host(ssl, c->host);
-		if (ok != 1) {
-			SSL_free(ssl);
-			conn_down(c, "cannot set the host name to verify");
-			return;
-		}
-	}
-	set_state(c, LAGMON_TLS_HANDSHAKE);
-	io_start_tls(&c->io, ssl);
-}
-
-/* ---- reading ---- */
-
-static void process(struct lagmon_conn *c)
-{
-	if (c->state == LAGMON_TLS_ANSWER && !handle_ssl_answer(c))
-		return;
-	struct evbuffer *in = io_in(&c->io);
-	uint8_t buf[LAGMON_MAX_MESSAGE + 1];
-	while (in && (c->state == LAGMON_LOGIN || c->state == LAGMON_QUERY || c->state == LAGMON_READY)) {
-		uint8_t hdr[5];
-		if (evbuffer_copyout(in, hdr, 5) < 5)
-			break;
-		struct proto_frame f;
-		if (proto_frame_header(hdr, 5, LAGMON_MAX_MESSAGE, &f) != PROTO_FRAME_OK) {
-			conn_down(c, "the server sent an invalid or too long message");
-			return;
-		}
-		if (evbuffer_get_length(in) < (size_t)f.len + 1)
-			break;
-		evbuffer_remove(in, buf, (size_t)f.len + 1);
-		const uint8_t *body = buf + 5;
-		size_t blen = f.len - 4;
-		const char *why = NULL;
-		switch (f.type) {
-		case PqMsg_AuthenticationRequest:
-			if (c->state != LAGMON_LOGIN || !handle_auth(c, body, blen, &why)) {
-				conn_down(c, why ? why : "unexpected authentication request");
-				return;
-			}
-			break;
-		case PqMsg_ErrorResponse: {
-			struct proto_error_fields e;
-			char msg[300];
-			snprintf(msg, sizeof msg, "%s: %s", c->state == LAGMON_LOGIN ? "login failed" : "query failed",
-				 proto_parse_error(body, blen, &e) && e.message ? e.message : "server error");
-			/* A failed query leaves the connection usable, but a server
-			 * that cannot answer it (not PostgreSQL >= 10?) will not
-			 * later: give up on it until the next tick. */
-			conn_down(c, msg);
-			return;
-		}
-		case PqMsg_DataRow:
-			if (c->state == LAGMON_QUERY && c->pending)
-				c->answered = read_row(c, body, blen);
-			break;
-		case PqMsg_ReadyForQuery:
-			if (c->state == LAGMON_LOGIN) {
-				wipe_credentials(c);   /* not needed any more */
-				if (c->failing)
-					log_info("lag monitor: %s:%d (pool %s, shard %d): connected", c->host, c->port,
-						 c->pool, c->shard);
-				c->failing = false;
-				set_state(c, LAGMON_READY);
-				if (c->pending)
-					send_query(c);   /* this round's measurement */
-				break;
-			}
-			if (c->state == LAGMON_QUERY) {
-				set_state(c, LAGMON_READY);
-				if (c->pending) {
-					c->pending = false;
-					evaluate_group(c->lm, c->pool, c->shard);
-				}
-			}
-			break;
-		case PqMsg_ParameterStatus:
-		case PqMsg_BackendKeyData:
-		case PqMsg_NoticeResponse:
-		case PqMsg_NegotiateProtocolVersion:
-		case PqMsg_RowDescription:
-		case PqMsg_CommandComplete:
-			break;
-		default:
-			conn_down(c, "the server sent an unexpected message");
-			return;
-		}
-	}
-	if (!c->io.closed)
-		io_update_reading(&c->io);
-}
-
-static void conn_read_cb(struct io *io, void *arg)
-{
-	(void)io;
 	struct lagmon_conn *c = arg;
-	worker_update_clock(c->lm->w);
-	process(c);
+	if (c->failing)
+		log_info("lag monitor: %s:%d (pool %s, shard %d): connected", c->host, c->port, c->pool, c->shard);
+	c->failing = false;
+	if (c->pending)
+		send_query(c);   /* this round's measurement */
 }
 
-static void conn_event_cb(struct io *io, enum io_event what, int err, void *arg)
+static bool conn_message(void *arg, uint8_t type, const uint8_t *body, size_t len)
 {
-	(void)io;
 	struct lagmon_conn *c = arg;
-	worker_update_clock(c->lm->w);
-	switch (what) {
-	case IO_CONNECTED:
-		if (c->lm->w->tls.for_servers &&
-		    c->lm->w->cfg->general.server_tls_negotiation == TLS_NEGOTIATION_DIRECT) {
-			start_tls(c, true);
-			return;
-		}
-		if (c->lm->w->tls.for_servers) {
-			/* server_tls_sslmode: ask first (Int32 8, Int32 80877103). */
-			static const uint8_t ssl_request[8] = { 0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f };
-			evbuffer_add(io_out(&c->io), ssl_request, sizeof ssl_request);
-			set_state(c, LAGMON_TLS_ANSWER);
-			return;
-		}
-		send_startup(c);
-		return;
-	case IO_TLS_READY:
-		/* As server.c: the ALPN agreed on, if any, must be "postgresql";
-		 * a direct handshake must have agreed on it. */
-		if (!tls_alpn_ok(c->io.ssl, tls_is_direct(c->io.ssl))) {
-			conn_down(c, "the server did not agree on ALPN \"postgresql\"");
-			return;
-		}
-		send_startup(c);
-		return;
-	case IO_EOF:
-		conn_down(c, "the server closed the connection");
-		return;
-	case IO_ERROR: {
-		char why[160];
-		snprintf(why, sizeof why, "connection failed: %s", err ? strerror(err) : "error");
-		conn_down(c, why);
-		return;
+	switch (type) {
+	case PqMsg_ErrorResponse: {
+		struct proto_error_fields e;
+		char msg[300];
+		snprintf(msg, sizeof msg, "query failed: %s",
+			 proto_parse_error(body, len, &e) && e.message ? e.message : "server error");
+		/* A failed query leaves the connection usable, but a server
+		 * that cannot answer it (not PostgreSQL >= 10?) will not
+		 * later: give up on it until the next tick. */
+		conn_down(c, msg);
+		return true;
 	}
+	case PqMsg_DataRow:
+		if (c->querying && c->pending)
+			c->answered = read_row(c, body, len);
+		return true;
+	case PqMsg_ReadyForQuery:
+		if (c->querying) {
+			c->querying = false;
+			if (c->pending) {
+				c->pending = false;
+				evaluate_group(c->lm, c->pool, c->shard);
+			}
+		}
+		return true;
+	case PqMsg_RowDescription:
+	case PqMsg_CommandComplete:
+		return true;
+	default:
+		return false;
 	}
 }
 
@@ -573,31 +354,14 @@ static void conn_event_cb(struct io *io, enum io_event what, int err, void *arg)
 
 static bool conn_start(struct lagmon_conn *c, const struct pool *p, const struct srvpool *sp)
 {
-	struct worker *w = c->lm->w;
-	const char *user = auth_server_user(p);
-	const char *pw = auth_server_password(p);
-	wipe_credentials(c);
-	if (!(c->user = strdup(user ? user : "")) || (pw && !(c->password = strdup(pw)))) {
-		wipe_credentials(c);
+	/* SCRAM pass-through, as for pooled connections: the key a client
+	 * proved answers for the user. */
+	bool passthrough = p->have_scram && p->have_passthrough_key;
+	if (!bconn_set_login(&c->b, auth_server_user(p), auth_server_password(p),
+			     passthrough ? p->passthrough_client_key : NULL, passthrough ? p->scram.server_key : NULL))
 		return false;
-	}
-	if (p->have_scram && p->have_passthrough_key) {
-		/* SCRAM pass-through, as for pooled connections: the key a
-		 * client proved answers for the user. */
-		memcpy(c->passthrough_client_key, p->passthrough_client_key, SCRAM_KEY_LEN);
-		memcpy(c->passthrough_server_key, p->scram.server_key, SCRAM_KEY_LEN);
-		c->have_passthrough = true;
-	}
-	if (!io_connect(&c->io, w->base, &w->flusher, (const struct sockaddr *)&sp->addr, sp->addrlen, LAGMON_READ_HIGH,
-			&conn_io_ops)) {
-		char why[160];
-		snprintf(why, sizeof why, "cannot connect: %s", strerror(errno));
-		set_state(c, LAGMON_CONNECTING);   /* so that conn_down closes it */
-		conn_down(c, why);
-		return false;
-	}
-	set_state(c, LAGMON_CONNECTING);
-	return true;
+	return bconn_open(&c->b, &lagmon_profile, c->host, c->port, (const struct sockaddr *)&sp->addr, sp->addrlen,
+			  c->database);
 }
 
 static struct lagmon_conn *find_or_add(struct lagmon *lm, const struct pool *p, const struct srvpool *sp)
@@ -620,9 +384,7 @@ static struct lagmon_conn *find_or_add(struct lagmon *lm, const struct pool *p, 
 	if (!c)
 		return NULL;
 	c->lm = lm;
-	c->io.closed = true;
-	c->io.fd = -1;
-	c->state = LAGMON_DOWN;
+	bconn_init(&c->b, lm->w, conn_ready, conn_message, conn_down, c);
 	c->shard = sp->shard;
 	c->port = sp->port;
 	c->pool = strdup(p->name);
@@ -636,15 +398,12 @@ static struct lagmon_conn *find_or_add(struct lagmon *lm, const struct pool *p, 
 	return c;
 }
 
-
-/* One server at the start of a round: give up on a stuck step, then ask
- * (or connect; the query follows the login). */
 static void conn_tick(struct lagmon_conn *c, const struct pool *p, const struct srvpool *sp)
 {
 	struct worker *w = c->lm->w;
 	const struct config_general *g = &w->cfg->general;
-	uint64_t age_ms = (w->now_us - c->state_since_us) / 1000;
-	switch (c->state) {
+	uint64_t age_ms = (w->now_us - state_since(c)) / 1000;
+	switch (state_of(c)) {
 	case LAGMON_CONNECTING:
 	case LAGMON_TLS_ANSWER:
 	case LAGMON_TLS_HANDSHAKE:
@@ -666,7 +425,7 @@ static void conn_tick(struct lagmon_conn *c, const struct pool *p, const struct 
 	}
 	c->role = sp->role;
 	c->answered = false;
-	switch (c->state) {
+	switch (state_of(c)) {
 	case LAGMON_READY:
 		c->pending = true;
 		send_query(c);
@@ -689,13 +448,6 @@ static void conn_tick(struct lagmon_conn *c, const struct pool *p, const struct 
 	}
 }
 
-static void arm(struct lagmon *lm)
-{
-	int ms = lm->w->cfg->general.replica_lag_check_interval;
-	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
-	evtimer_add(lm->timer, &tv);
-}
-
 static bool pool_monitored(const struct pool *p)
 {
 	/* A shard of one server has no replica to measure. */
@@ -704,6 +456,13 @@ static bool pool_monitored(const struct pool *p)
 			if (p->targets[i]->shard == p->targets[k]->shard)
 				return true;
 	return false;
+}
+
+static void arm(struct lagmon *lm)
+{
+	int ms = lm->w->cfg->general.replica_lag_check_interval;
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+	evtimer_add(lm->timer, &tv);
 }
 
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
@@ -716,7 +475,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 	/* The last round's stragglers: their lag is unknown. */
 	for (size_t i = 0; i < lm->n_conns; i++) {
 		struct lagmon_conn *c = lm->conns[i];
-		if (c->pending && c->state != LAGMON_QUERY) {
+		if (c->pending && state_of(c) != LAGMON_QUERY) {
 			c->pending = false;
 			evaluate_group(lm, c->pool, c->shard);
 		}
