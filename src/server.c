@@ -1146,9 +1146,13 @@ static void set_socket_options(struct server *s)
 	evutil_socket_t fd = s->io.fd;
 	int one = 1;
 	if (s->sp->addr.ss_family == AF_INET || s->sp->addr.ss_family == AF_INET6) {
+		const struct config_general *g = &s->w->cfg->general;
+		const struct io_tcp_tuning t = { g->tcp_keepalive, g->tcp_keepidle, g->tcp_keepintvl, g->tcp_keepcnt,
+						 g->tcp_user_timeout };
+		char why[160];
 		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-		if (s->w->cfg->general.tcp_keepalive)
-			(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+		if (!io_tcp_tune(fd, &t, why, sizeof why))
+			log_warning("S-%llu: %s", (unsigned long long)s->id, why);
 	}
 }
 
@@ -1214,6 +1218,10 @@ static void server_event_cb(struct io *io, enum io_event what, int err, void *ar
 			snprintf(s->error_message, sizeof s->error_message, "could not connect to server %s:%d: %s",
 				 s->sp->host, s->sp->port, err ? strerror(err) : "connection closed");
 		}
-		server_close(s, what == IO_EOF ? "server closed the connection" : "connection error");
+		/* The reason names the kernel's verdict: "Connection timed out"
+		 * is how tcp_user_timeout and keepalive report a vanished peer. */
+		char reason[96];
+		snprintf(reason, sizeof reason, "connection error%s%s", err ? ": " : "", err ? strerror(err) : "");
+		server_close(s, what == IO_EOF ? "server closed the connection" : reason);
 	}
 }

@@ -3,13 +3,19 @@
 settings with PostgreSQL's units, TCP keepalive and TCP_USER_TIMEOUT on
 client and server sockets, servers over Unix sockets, and a pool's
 connect_query."""
+import contextlib
+import fcntl
+import re
+import socket
+import struct
 import subprocess
+import threading
 import time
 
 import psycopg
 import pytest
 
-from conftest import ADMIN_PASSWORD, ADMIN_USER, pgcat_binary, pgcat_env
+from conftest import ADMIN_PASSWORD, ADMIN_USER, own_netns, pgcat_binary, pgcat_env, wait_until
 
 
 def admin_command(p, sql):
@@ -90,3 +96,200 @@ def test_pgbouncer_seconds_draw_a_warning(pgcat):
     # and on reload, too
     reload_with(p, query_wait_timeout=120)
     assert "query_wait_timeout: 120 is taken as 120 milliseconds" in p.log()
+
+
+# ---------------------------------------------------------------------------
+# (2) dead peers found in seconds: tcp_user_timeout, tcp_keepalive, tcp_keep*
+
+def _loopback(up):
+    """`ip link set lo up|down` in the calling thread's network namespace:
+    down, every packet on it vanishes (no RST, no ICMP), as when a peer's
+    host or a network link dies."""
+    SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        ifr = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(s, SIOCGIFFLAGS, ifr))[1]
+        flags = flags | IFF_UP if up else flags & ~IFF_UP
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags))
+
+
+class UnixForwarder:
+    """A TCP port on 127.0.0.1 (of the namespace it is made in) forwarded to
+    PostgreSQL's Unix socket, which the file system shares across network
+    namespaces: a server pgcat reaches over TCP on the namespace's lo."""
+
+    def __init__(self, pg):
+        self.path = "%s/.s.PGSQL.%d" % (pg.sockdir, pg.port)
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(16)
+        self.port = self.lsock.getsockname()[1]
+        self.socks = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                a, _ = self.lsock.accept()
+            except OSError:
+                return
+            b = socket.socket(socket.AF_UNIX)
+            b.connect(self.path)
+            self.socks += [a, b]
+            for x, y in ((a, b), (b, a)):
+                threading.Thread(target=self._pump, args=(x, y), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def close(self):
+        for s in [self.lsock] + self.socks:
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+@contextlib.contextmanager
+def lossy_server(pgcat, pg, general):
+    """pgcat in a network namespace of the test's own, its pool's server
+    reached over that namespace's lo; clients connect over pgcat's Unix
+    socket, which keeps working when lo goes down. Yields (pgcat, connect).
+    On leaving, the backends served through the forwarder are ended (a
+    pg_sleep would outlive the test and skew the next one's counts)."""
+    try:
+        with _lossy_server(pgcat, pg, general) as got:
+            yield got
+    finally:
+        pg.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+               "WHERE usename = 'app' AND client_addr IS NULL AND backend_type = 'client backend'")
+
+
+@contextlib.contextmanager
+def _lossy_server(pgcat, pg, general):
+    with own_netns():
+        fwd = UnixForwarder(pg)
+        p = None
+        try:
+            g = {"pool_mode": "session", "listen_addr": "127.0.0.1"}
+            g.update(general)
+            p = pgcat(general=g, pool={"shards": {0: {"servers": "127.0.0.1:%d:primary" % fwd.port}}})
+            yield p, lambda: p.connect(host=str(p.sockdir))
+        finally:
+            _loopback(True)
+            if p is not None:
+                p.stop()
+            fwd.close()
+
+
+def _query_in_thread(c, sql):
+    box = {}
+
+    def run():
+        t0 = time.monotonic()
+        try:
+            box["rows"] = c.execute(sql).fetchall()
+        except psycopg.Error as e:
+            box["error"] = e
+        box["took"] = time.monotonic() - t0
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, box
+
+
+def test_tcp_user_timeout_drops_a_server_that_vanished(pgcat, pg):
+    """The server's packets vanish (lo down) while pgcat sends it a query:
+    with tcp_user_timeout = 1s the kernel gives up on the unacknowledged
+    data after about a second and the client gets an error at once, not
+    after the kernel's ~15 minutes of retransmissions."""
+    with lossy_server(pgcat, pg, {"tcp_user_timeout": "1s", "tcp_keepalive": False}) as (p, connect):
+        c = connect()
+        assert c.execute("SELECT 1").fetchone()[0] == 1      # the server connection is up
+        _loopback(False)
+        t, box = _query_in_thread(c, "SELECT 2")
+        t.join(10)
+        assert not t.is_alive(), "the query still waits 10 s after the server vanished"
+        assert "error" in box, box
+        assert box["took"] < 5, "error after %.1fs" % box["took"]
+        assert "connection error: Connection timed out" in p.log(), p.log()[-2000:]
+
+
+def test_without_tcp_user_timeout_the_query_hangs(pgcat, pg):
+    """The same without tcp_user_timeout: the client is still waiting after
+    4 s (what the setting is for)."""
+    with lossy_server(pgcat, pg, {"tcp_keepalive": False}) as (p, connect):
+        c = connect()
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+        _loopback(False)
+        t, box = _query_in_thread(c, "SELECT 2")
+        t.join(4)
+        assert t.is_alive(), "the query ended without tcp_user_timeout: %r" % box
+        _loopback(True)
+    t.join(20)
+
+
+def test_tcp_keepalive_drops_a_silent_dead_server(pgcat, pg):
+    """A server that vanishes while it runs a long query sends nothing and
+    is sent nothing, so only keepalive probes can tell: with tcp_keepidle =
+    1, tcp_keepintvl = 1, tcp_keepcnt = 2 the client gets its error within
+    seconds."""
+    with lossy_server(pgcat, pg, {"tcp_keepidle": "1s", "tcp_keepintvl": 1, "tcp_keepcnt": 2}) as (p, connect):
+        c = connect()
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+        t, box = _query_in_thread(c, "SELECT pg_sleep(60)")
+        time.sleep(0.5)
+        _loopback(False)
+        t.join(15)
+        assert not t.is_alive(), "the client still waits 15 s after its server vanished"
+        assert "error" in box, box
+        assert box["took"] < 10, "error after %.1fs" % box["took"]
+
+
+def _ss_timer(port, local):
+    """ss's timer column of the established TCP connection(s) whose local
+    (or peer) port is port, e.g. ['keepalive,4.9sec,0']."""
+    out = subprocess.run(["ss", "-tnoH", "state", "established", "( %s = :%d )" % ("sport" if local else "dport",
+                                                                                    port)],
+                         capture_output=True, text=True, check=True).stdout
+    return re.findall(r"timer:\(([^)]*)\)", out)
+
+
+def test_keepalive_timings_on_client_and_server_sockets(pgcat, pg):
+    """What a user sees with ss -o: pgcat's client socket and its server
+    socket run the keepalive timer with tcp_keepidle (5 s), not the
+    kernel's two hours; a reload applies to new connections; and
+    tcp_keepalive = false leaves no timer."""
+    p = pgcat(general={"tcp_keepidle": 5, "tcp_keepintvl": 2, "tcp_keepcnt": 3, "tcp_user_timeout": "10s",
+                       "pool_mode": "session"})
+    c = p.connect()
+    c.execute("SELECT 1")
+
+    def keepalive_within(port, local, limit):
+        """ss shows a keepalive timer of at most limit seconds (the kernel's
+        default, two hours, shows as "119min..."); right after a reply the
+        retransmission timer ("on") may show instead for a moment."""
+        timers = _ss_timer(port, local)
+        if len(timers) != 1 or not timers[0].startswith("keepalive,"):
+            return False
+        left = timers[0].split(",")[1]
+        return "min" not in left and float(re.match(r"[0-9.]+", left).group(0)) <= limit
+
+    wait_until(lambda: keepalive_within(p.port, True, 5), 5,
+               msg="client socket: keepalive timer of at most 5 s; ss shows %r" % _ss_timer(p.port, True))
+    wait_until(lambda: keepalive_within(pg.port, False, 5), 5,
+               msg="server socket: keepalive timer of at most 5 s; ss shows %r" % _ss_timer(pg.port, False))
+    c.close()
+    reload_with(p, tcp_keepidle="1h", tcp_keepalive=False)
+    c = p.connect()
+    c.execute("SELECT 1")
+    wait_until(lambda: _ss_timer(p.port, True) == [], 5,
+               msg="tcp_keepalive = false: no timer; ss shows %r" % _ss_timer(p.port, True))
+    c.close()
