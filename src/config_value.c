@@ -265,7 +265,35 @@ bool parse_endpoint(const char *s, size_t n, bool want_role, const char **host, 
 {
 	const char *form = want_role ? "host:port:role" : "host:port";
 	const char *rest;
-	if (n > 0 && s[0] == '[') {
+	if (want_role && n > 0 && s[0] == '/') {
+		/* A Unix socket directory (it may hold ':' itself): the port and
+		 * role are after its last two colons. */
+		const char *role_colon = NULL, *port_colon = NULL;
+		for (size_t i = n; i-- > 0;) {
+			if (s[i] != ':')
+				continue;
+			if (role_colon == NULL) {
+				role_colon = s + i;
+			} else {
+				port_colon = s + i;
+				break;
+			}
+		}
+		if (port_colon == NULL) {
+			snprintf(why, whylen, "expected /socket/directory:port:role");
+			return false;
+		}
+		*host = s;
+		*host_len = (size_t)(port_colon - s);
+		while (*host_len > 1 && s[*host_len - 1] == '/')
+			(*host_len)--;       /* "/run/postgresql/" names the same socket */
+		if (*host_len > CONFIG_MAX_SOCKET_DIR) {
+			snprintf(why, whylen, "a Unix socket directory must be at most %d characters, so that the "
+				 "socket path fits", CONFIG_MAX_SOCKET_DIR);
+			return false;
+		}
+		rest = port_colon + 1;
+	} else if (n > 0 && s[0] == '[') {
 		const char *close = memchr(s, ']', n);
 		if (close == NULL) {
 			snprintf(why, whylen, "missing ']' after the IPv6 address");

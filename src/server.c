@@ -118,8 +118,10 @@ struct server *server_connect(struct srvpool *sp)
 		s->io.closed = true;
 		s->have_error = true;
 		snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08006");
-		snprintf(s->error_message, sizeof s->error_message, "could not connect to server %s:%d: %s",
-			 sp->host, sp->port, strerror(errno));
+		/* A Unix socket server is named by its socket file, as libpq does. */
+		bool un = sp->host[0] == '/';
+		snprintf(s->error_message, sizeof s->error_message, "could not connect to server %s%s%d: %s",
+			 sp->host, un ? "/.s.PGSQL." : ":", sp->port, strerror(errno));
 		server_close(s, "connect failed");
 		return NULL;
 	}
@@ -1163,6 +1165,12 @@ static void server_event_cb(struct io *io, enum io_event what, int err, void *ar
 	if (what == IO_CONNECTED) {
 		set_socket_options(s);
 		server_set_state(s, SERVER_LOGIN);
+		/* As libpq: no TLS over a Unix socket, whatever server_tls_sslmode
+		 * says (PostgreSQL would answer an SSLRequest there with 'N'). */
+		if (s->sp->addr.ss_family == AF_UNIX) {
+			send_startup(s);
+			return;
+		}
 		if (s->w->tls.for_servers && s->w->cfg->general.server_tls_negotiation == TLS_NEGOTIATION_DIRECT) {
 			/* Direct TLS (PostgreSQL 17+): the ClientHello goes first. */
 			start_server_tls(s, true);
@@ -1215,8 +1223,10 @@ static void server_event_cb(struct io *io, enum io_event what, int err, void *ar
 		if (!s->have_error && (s->state == SERVER_CONNECTING || s->state == SERVER_LOGIN)) {
 			s->have_error = true;
 			snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08006");
-			snprintf(s->error_message, sizeof s->error_message, "could not connect to server %s:%d: %s",
-				 s->sp->host, s->sp->port, err ? strerror(err) : "connection closed");
+			bool un = s->sp->host[0] == '/';
+			snprintf(s->error_message, sizeof s->error_message, "could not connect to server %s%s%d: %s",
+				 s->sp->host, un ? "/.s.PGSQL." : ":", s->sp->port,
+				 err ? strerror(err) : "connection closed");
 		}
 		/* The reason names the kernel's verdict: "Connection timed out"
 		 * is how tcp_user_timeout and keepalive report a vanished peer. */

@@ -293,3 +293,59 @@ def test_keepalive_timings_on_client_and_server_sockets(pgcat, pg):
     wait_until(lambda: _ss_timer(p.port, True) == [], 5,
                msg="tcp_keepalive = false: no timer; ss shows %r" % _ss_timer(p.port, True))
     c.close()
+
+
+# ---------------------------------------------------------------------------
+# (3) servers over Unix sockets
+
+def test_server_over_a_unix_socket(pgcat, pg):
+    """servers = /socket/dir:port:primary: pgcat reaches PostgreSQL through
+    <dir>/.s.PGSQL.<port> (inet_server_addr() is NULL there), queries and
+    a cancel work through it, and a reload moves a pool between TCP and
+    the socket."""
+    p = pgcat(general={"server_tls_sslmode": "require"},     # as libpq: no TLS over a Unix socket
+              pool={"shards": {0: {"servers": "%s/:%d:primary" % (pg.sockdir, pg.port)}}})
+    c = p.connect()
+    assert c.execute("SELECT inet_server_addr() IS NULL, current_user").fetchone() == (True, "app")
+    assert c.execute("SELECT sum(x) FROM generate_series(1, 1000) x").fetchone()[0] == 500500
+    assert "\nservers = %s:%d:primary\n" % (pg.sockdir, pg.port) in run_t(p).stdout
+
+    # a cancel goes to the server over the same socket
+    t, box = _query_in_thread(c, "SELECT pg_sleep(30)")
+    wait_until(lambda: pg.sql("SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)' "
+                              "AND state = 'active'")[0][0] == 1, 10)
+    c.cancel()
+    t.join(10)
+    assert not t.is_alive() and "error" in box, box
+    assert box["error"].sqlstate == "57014", box["error"]
+    assert box["took"] < 10
+    assert c.execute("SELECT 1").fetchone()[0] == 1
+    c.close()
+
+    # reload: TCP, then the socket again
+    p.pools["appdb"]["shards"][0]["servers"] = "127.0.0.1:%d:primary" % pg.port
+    p.general["server_tls_sslmode"] = "prefer"
+    p.write()
+    admin_command(p, "RELOAD")
+    with p.connect() as c:
+        assert c.execute("SELECT inet_server_addr() IS NULL").fetchone()[0] is False
+    p.pools["appdb"]["shards"][0]["servers"] = "%s:%d:primary" % (pg.sockdir, pg.port)
+    p.write()
+    admin_command(p, "RELOAD")
+    with p.connect() as c:
+        assert c.execute("SELECT inet_server_addr() IS NULL").fetchone()[0] is True
+
+
+def test_server_socket_directory_without_a_server(pgcat, pg, tmp_path):
+    """A directory with no PostgreSQL socket in it: the client gets the
+    connect error naming the socket path, other pools keep working."""
+    p = pgcat(pools={"nosock": {"shards": {0: {"database": "appdb",
+                                              "servers": "%s:%d:primary" % (tmp_path, pg.port)}},
+                                "users": {"app": {"password": "app_pw"}}}})
+    with pytest.raises(psycopg.Error) as ei:
+        with p.connect(dbname="nosock") as c:
+            c.execute("SELECT 1")
+    assert "No such file or directory" in str(ei.value), ei.value
+    assert "could not connect to server %s/.s.PGSQL.%d" % (tmp_path, pg.port) in str(ei.value), ei.value
+    with p.connect() as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1

@@ -1171,6 +1171,41 @@ START_TEST(test_durations)
 }
 END_TEST
 
+/* SPEC §2: a Unix socket directory as a server's host, as libpq's host=/dir. */
+START_TEST(test_unix_socket_servers)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean("[pools.db.shards.0]\n"
+					"servers = /var/run/postgresql:5432:primary, /tmp/:5433:replica, "
+					"/odd:dir:6000:auto\n", &pr);
+	const struct config_shard *s = &cfg->pools[0].shards[0];
+	ck_assert_uint_eq(s->n_servers, 3);
+	ck_assert_str_eq(s->servers[0].host, "/var/run/postgresql");
+	ck_assert_int_eq(s->servers[0].port, 5432);
+	ck_assert_int_eq(s->servers[0].role, SERVER_ROLE_PRIMARY);
+	ck_assert_str_eq(s->servers[1].host, "/tmp");           /* a trailing slash names the same socket */
+	ck_assert_int_eq(s->servers[1].role, SERVER_ROLE_REPLICA);
+	ck_assert_str_eq(s->servers[2].host, "/odd:dir");       /* port and role after the last two colons */
+	ck_assert_int_eq(s->servers[2].port, 6000);
+	config_free(cfg);
+	config_problems_free(&pr);
+
+	expect_error_at("[pools.db.shards.0]\nservers = /tmp:5432\n", 2,
+			"t.ini:2: [pools.db.shards.0] servers: \"/tmp:5432\": expected /socket/directory:port:role");
+	expect_error_at("[pools.db.shards.0]\nservers = /tmp\n", 2,
+			"t.ini:2: [pools.db.shards.0] servers: \"/tmp\": expected /socket/directory:port:role");
+	expect_error_at("[pools.db.shards.0]\nservers = /tmp:0:primary\n", 2,
+			"t.ini:2: [pools.db.shards.0] servers: \"/tmp:0:primary\": port must be an integer");
+	expect_error_at("[pools.db.shards.0]\nservers = /tmp:5432:primary, /tmp/:5432:replica\n", 2,
+			"t.ini:2: [pools.db.shards.0] servers: \"/tmp/:5432:replica\": this server is listed twice");
+	expect_error_at("[pools.db.shards.0]\nservers = /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+			"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa:5432:primary\n", 2,
+			"t.ini:2: [pools.db.shards.0] servers: \"/aaaa");
+	/* [peers] stay host:port over TCP */
+	expect_error_at("[peers]\n1 = /tmp:6432\n", 2, "t.ini:2: [peers] 1: \"/tmp\" is not a host name");
+}
+END_TEST
+
 Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
@@ -1199,6 +1234,7 @@ Suite *config_suite(void)
 	tcase_add_test(tc, test_names);
 	tcase_add_test(tc, test_set);
 	tcase_add_test(tc, test_durations);
+	tcase_add_test(tc, test_unix_socket_servers);
 	suite_add_tcase(s, tc);
 	return s;
 }
