@@ -74,6 +74,7 @@ struct config_pool {
 	int default_shard;        /* shard index or CONFIG_DEFAULT_SHARD_ALL */
 	int64_t max_replica_lag;
 	int sticky_primary_after_write;
+	char *connect_query;      /* run once on each new server connection; NULL = none */
 	struct config_shard *shards;   /* sorted by index, indexes 0..n-1 without gaps */
 	size_t n_shards;
 	struct config_user *users;

@@ -184,6 +184,8 @@ const struct key_spec pool_specs[POOL_KEY_COUNT] = {
 		POOL_FIELD(sticky_primary_after_write), 0, 0, "0", NULL },
 	[POOL_KEY_WRITING_FUNCTIONS] = { "writing_functions", VALUE_NAME_LIST, 0, 0, NULL,
 		POOL_FIELD(writing_functions), POOL_FIELD(n_writing_functions), 0, "", NULL },
+	[POOL_KEY_CONNECT_QUERY] = { "connect_query", VALUE_STRING, 0, 0, NULL, POOL_FIELD(connect_query), 0,
+		KEY_EMPTY_IS_NULL, NULL, NULL },
 };
 
 const struct key_spec shard_specs[SHARD_KEY_COUNT] = {

@@ -349,3 +349,69 @@ def test_server_socket_directory_without_a_server(pgcat, pg, tmp_path):
     assert "could not connect to server %s/.s.PGSQL.%d" % (tmp_path, pg.port) in str(ei.value), ei.value
     with p.connect() as c:
         assert c.execute("SELECT 1").fetchone()[0] == 1
+
+
+# ---------------------------------------------------------------------------
+# (4) connect_query
+
+WARM = ("SELECT set_config('app.warmed', 'yes', false), generate_series(1, 3000); "
+        "CREATE TEMP TABLE warm (x int); INSERT INTO warm_log VALUES (pg_backend_pid())")
+
+
+def test_connect_query_runs_once_per_server_connection(pgcat, pg):
+    """connect_query runs on each new server connection before its first
+    client, once: what it sets (a custom setting, a temp table) is there
+    for every client, its result (3000 rows here) reaches none, and it runs
+    once per server connection, not per client or transaction. A reload
+    changes it for server connections opened afterwards."""
+    pg.sql("DROP TABLE IF EXISTS warm_log; CREATE TABLE warm_log (pid int); GRANT ALL ON warm_log TO app")
+    p = pgcat(general={"default_pool_size": 2}, pool={"connect_query": WARM})
+    conns = [p.connect() for _ in range(4)]
+    pids = set()
+    for i in range(20):
+        c = conns[i % 4]
+        with c.transaction():
+            row = c.execute("SELECT current_setting('app.warmed', true), to_regclass('pg_temp.warm') IS NOT NULL, "
+                            "pg_backend_pid()").fetchone()
+        assert row[:2] == ("yes", True), row
+        pids.add(row[2])
+    logged = [r[0] for r in pg.sql("SELECT pid FROM warm_log")]
+    assert sorted(logged) == sorted(pids), "connect_query ran on %r, clients used %r" % (logged, pids)
+    assert 1 <= len(pids) <= 2
+    for c in conns:
+        c.close()
+
+    p.pools["appdb"]["connect_query"] = "SELECT set_config('app.warmed', 'again', false)"
+    p.write()
+    admin_command(p, "RELOAD")
+    for pid in pids:
+        pg.terminate(pid)
+    wait_until(lambda: pg.count("app", "appdb") == 0, 10)
+
+    def fresh_value():
+        try:
+            with p.connect() as c:
+                return c.execute("SELECT current_setting('app.warmed', true)").fetchone()[0]
+        except psycopg.Error:
+            return None
+    wait_until(lambda: fresh_value() == "again", 10, msg="connect_query after RELOAD")
+
+
+def test_failing_connect_query_fails_the_login(pgcat, pg):
+    """A connect_query that fails (a syntax error here) fails that server
+    login: the waiting client gets the error, saying connect_query and the
+    server's reason, the log names it, and other pools keep working."""
+    p = pgcat(pools={"coldb": {"connect_query": "SELEC 1",
+                               "shards": {0: {"database": "appdb", "servers": "127.0.0.1:%d:primary" % pg.port}},
+                               "users": {"app": {"password": "app_pw"}}}})
+    # (the first server connection is made at the client's login, as for
+    # any failed server login the client's login fails with it)
+    with pytest.raises(psycopg.Error) as ei:
+        with p.connect(dbname="coldb") as c:
+            c.execute("SELECT 1")
+    e = ei.value
+    assert "connect_query failed: syntax error at or near \"SELEC\"" in str(e), e
+    assert "login failed: connect_query failed: syntax error" in p.log(), p.log()[-2000:]
+    with p.connect() as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+    assert "\nconnect_query = SELEC 1\n" in run_t(p).stdout

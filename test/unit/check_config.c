@@ -1206,6 +1206,19 @@ START_TEST(test_unix_socket_servers)
 }
 END_TEST
 
+START_TEST(test_connect_query)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean("[pools.a]\nconnect_query = SET search_path = app, public\n"
+					"[pools.a.shards.0]\nservers = 127.0.0.1:5432:primary\n"
+					"[pools.b]\nconnect_query =\n[pools.b.shards.0]\nservers = 127.0.0.1:5432:primary\n", &pr);
+	ck_assert_str_eq(cfg->pools[0].connect_query, "SET search_path = app, public");
+	ck_assert_ptr_null(cfg->pools[1].connect_query);   /* empty: none */
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
 Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
@@ -1235,6 +1248,7 @@ Suite *config_suite(void)
 	tcase_add_test(tc, test_set);
 	tcase_add_test(tc, test_durations);
 	tcase_add_test(tc, test_unix_socket_servers);
+	tcase_add_test(tc, test_connect_query);
 	suite_add_tcase(s, tc);
 	return s;
 }
