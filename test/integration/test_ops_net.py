@@ -415,3 +415,43 @@ def test_failing_connect_query_fails_the_login(pgcat, pg):
     with p.connect() as c:
         assert c.execute("SELECT 1").fetchone()[0] == 1
     assert "\nconnect_query = SELEC 1\n" in run_t(p).stdout
+
+
+def test_tcp_keepalive_drops_a_vanished_client(pgcat, pg):
+    """A client that vanishes (lo down) while idle inside a transaction
+    holds its server connection until pgcat notices: with tcp_keepidle = 1,
+    tcp_keepintvl = 1, tcp_keepcnt = 2 on client sockets that takes
+    seconds; the transaction is rolled back and the server given back.
+    (The server is reached over its Unix socket, which lo down leaves alone.)"""
+    sock = "%s:%d:primary" % (pg.sockdir, pg.port)
+
+    def in_transaction():
+        with psycopg.connect(host=str(pg.sockdir), port=pg.port, user="postgres", dbname="appdb",
+                             autocommit=True) as d:
+            return d.execute("SELECT count(*) FROM pg_stat_activity WHERE usename = 'app' "
+                             "AND state = 'idle in transaction'").fetchone()[0]
+    try:
+        with own_netns():
+            p = pgcat(general={"tcp_keepidle": 1, "tcp_keepintvl": 1, "tcp_keepcnt": 2, "listen_addr": "127.0.0.1"},
+                      pool={"shards": {0: {"servers": sock}}})
+            try:
+                c = p.connect(autocommit=False)
+                c.execute("SELECT 1")                       # BEGIN; SELECT 1: holds a server
+                assert in_transaction() == 1
+                # Keepalive is for a silent connection: once the client has
+                # acknowledged all pgcat sent (else retransmissions run, and
+                # only tcp_user_timeout ends them), ss shows its timer.
+                wait_until(lambda: [t[:10] for t in _ss_timer(p.port, True)] == ["keepalive,"], 10,
+                           msg="keepalive timer on pgcat's client socket")
+                _loopback(False)
+                t0 = time.monotonic()
+                wait_until(lambda: in_transaction() == 0, 15,
+                           msg="the vanished client's transaction to be rolled back; log:\n" + p.log()[-3000:])
+                assert time.monotonic() - t0 < 10
+                wait_until(lambda: "C-" in p.log() and "closing" in p.log(), 5)
+            finally:
+                _loopback(True)
+                p.stop()
+    finally:
+        pg.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+               "WHERE usename = 'app' AND backend_type = 'client backend'")
