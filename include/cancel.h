@@ -27,8 +27,11 @@ enum cancel_key_kind {
 
 /* A 3.2 key (pgcat's own layout; a client treats it as opaque bytes):
  *   byte 0       CANCEL_KEY_LAYOUT_V1, what the rest means
- *   byte 1       hop counter (0: issued here; for forwarding between peers)
- *   bytes 2-3    peer id of the issuing instance (0: none configured)
+ *   byte 1       hop counter: 0 when issued, one more each time an
+ *                instance forwards it to a peer (SPEC §3.4), at most
+ *                CANCEL_MAX_HOPS
+ *   bytes 2-3    peer id of the issuing instance, high byte first (0:
+ *                peer_id unset when it was issued)
  *   bytes 4-7    the route, equal to the pid field: worker and slot
  *   bytes 8-11   the slot's secret (a 3.0 key holds only this)
  *   bytes 12-31  CANCEL_KEY_EXT_LEN more random bytes
@@ -37,6 +40,26 @@ enum cancel_key_kind {
 #define CANCEL_KEY_LONG_LEN 32u
 #define CANCEL_KEY_EXT_LEN 20u
 #define CANCEL_KEY_LAYOUT_V1 1u
+
+/* A 3.0 key issued while peer_id is set, seen as the 8 bytes pid + key of
+ * BackendKeyData (the layout peering poolers use, SPEC §3.4):
+ *   byte 0       CANCEL_PEER_PID_BASE + the slot's high bits (the sign bit
+ *                stays clear; the plain layout's pids are all below 2^28,
+ *                so the two never meet)
+ *   bytes 1-2    peer id of the issuing instance, low byte first
+ *   byte 3       the slot's low 8 bits
+ *   bytes 4-7    the secret: the worker in its top bits (as many as the
+ *                instance's workers need, none for one worker), random
+ *                bits, and in the low 2 bits of byte 7 the hops left:
+ *                CANCEL_MAX_HOPS when issued, one less per forward.
+ * So a worker gives such keys to its first CANCEL_PEER_SLOTS slots; a 3.0
+ * client in a slot beyond gets a plain key (no peer id: cancelled only
+ * through this instance). Without peer_id, 3.0 keys are plain: pid as in
+ * struct cancel_table, the key the 4 random bytes of the secret. */
+#define CANCEL_MAX_HOPS 3u
+#define CANCEL_PEER_PID_BASE 0x10u
+#define CANCEL_PEER_SLOTS ((0x80u - CANCEL_PEER_PID_BASE) << 8)
+#define CANCEL_PEER_HOPS_MASK 0x03u
 
 struct cancel_slot {
 	uint32_t secret;          /* 0: free */
@@ -50,12 +73,15 @@ struct cancel_slot {
 	};
 	void *owner;              /* what the key was given to (a client; opaque here) */
 	uint8_t kind;             /* enum cancel_key_kind of the key issued */
+	uint8_t peer_pid;         /* its pid is of the peer layout (a 3.0 key, peer_id set) */
+	uint16_t peer_id;         /* the peer id the key carries (0: none) */
 	uint8_t ext[CANCEL_KEY_EXT_LEN];   /* a long key's random bytes after the secret */
 };
 
 struct shm;
 
-/* pid = ((worker + 1) << SHM_CANCEL_WORKER_SHIFT) | (slot + 1): any worker
+/* pid = ((worker + 1) << SHM_CANCEL_WORKER_SHIFT) | (slot + 1) (the plain
+ * layout; a 3.0 key issued with peer_id set has its own, above): any worker
  * can tell whose key it is; the shared segment mirrors each slot's key (its
  * kind and every secret byte), so a worker a CancelRequest lands on can
  * check it in full and flag the owner, which cancels the query on its own
@@ -70,12 +96,17 @@ struct cancel_table {
 	 * as it closes one; a late CancelRequest of the old must find nothing). */
 	uint32_t free_head, free_tail;
 	int worker;
+	int peer_id;              /* [general] peer_id: put in the keys issued from now on */
+	bool warned_peer_slots;   /* logged once: a 3.0 key beyond CANCEL_PEER_SLOTS */
 	struct shm *shm;
 	struct randpool *rand;    /* where keys come from (the worker's) */
 };
 
 bool cancel_table_init(struct cancel_table *t, uint32_t n_slots, int worker, struct shm *shm, struct randpool *rand)
 	__attribute__((warn_unused_result));
+/* This instance's peer id (0: none), at startup and after each reload.
+ * Keys issued before keep working: each key says which layout it is of. */
+void cancel_table_set_peer_id(struct cancel_table *t, int peer_id);
 /* Publish that the owner of key (pid, secret), as cancel_key_assign gave
  * it, now runs a query on a server, or no longer does. A key this table
  * does not hold (any more) is ignored, here and in cancel_key_share. */
@@ -83,12 +114,26 @@ void cancel_key_link(struct cancel_table *t, uint32_t pid, uint32_t secret);
 /* Publish the key (no query yet) if it is not already: its owner waits for
  * a server, and another worker may be asked to cancel that wait. */
 void cancel_key_share(struct cancel_table *t, uint32_t pid, uint32_t secret);
+/* A CancelRequest that names another instance, to be sent on to it: the
+ * peer's id, and the request with the hop counter moved by one. */
+struct cancel_forward {
+	int peer_id;              /* 0: nothing to forward */
+	bool exhausted;           /* forwarded CANCEL_MAX_HOPS times already: drop it */
+	uint32_t pid;
+	uint8_t key[CANCEL_KEY_LONG_LEN];
+	size_t key_len;
+};
+
 /* A CancelRequest (pid, and a key of key_len bytes). This worker's key:
  * returns its owner, for the caller to cancel its query. Another worker's:
  * flags it in the shared segment for that worker (cancel_take_flag) and
  * returns NULL. A key of a length pgcat never issues is ignored like an
- * unknown one (NULL). */
-void *cancel_handle_request(struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len);
+ * unknown one (NULL). A key that no worker here holds and that names
+ * another instance's peer id (this one's peer_id set): returns NULL with
+ * fwd->peer_id set, for the caller to forward (peer.h); fwd->peer_id is 0
+ * otherwise. */
+void *cancel_handle_request(struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len,
+			    struct cancel_forward *fwd);
 /* Whether another worker was asked to cancel the query of this key's
  * owner, clearing the flag (janitor tick, for waiting clients and those
  * running a query: the cancel is sent from here, where the server

@@ -192,8 +192,12 @@ void client_on_granted(struct client *c, struct server *s);
 void client_on_linked(struct client *c);            /* a server is now c->end.server and ready */
 void client_on_released(struct client *c);          /* the server went back to the pool */
 void client_on_checkout_failed(struct client *c, const char *sqlstate, const char *message);
-/* The linked server is gone; s is closed but its fields are still readable. */
-void client_on_server_lost(struct client *c, struct server *s, const char *sqlstate, const char *message);
+/* The linked server is gone (s is closed but its fields are still
+ * readable), or pgcat ended the transaction on it (s is kept): the client
+ * is answered with sqlstate, message. may_replay: a read that got no reply
+ * yet goes to another server instead (SPEC §4). */
+void client_on_server_lost(struct client *c, struct server *s, bool may_replay, const char *sqlstate,
+			   const char *message);
 /* The client's transaction failed without a server (fanout.c): the next
  * message gets this error, the following ones "current transaction is
  * aborted", until its COMMIT or ROLLBACK. */

@@ -33,6 +33,13 @@ struct client_end_events {
 	 * being made ready, before any byte of the client's reached it. */
 	void (*lost)(struct client_end *end, struct server *s, bool untouched, const char *sqlstate,
 		     const char *message);
+	/* pgcat ends the client's transaction on the linked server s (its
+	 * transaction_timeout): the client is answered as for a lost server
+	 * (sqlstate, message), never replayed elsewhere; end is still linked,
+	 * the handler unlinks, and s is then cleaned (cancel, ROLLBACK) and
+	 * kept. NULL: the end's transactions are not timed (a cross-shard
+	 * leg: its client's own transaction is what counts). */
+	void (*ended)(struct client_end *end, struct server *s, const char *sqlstate, const char *message);
 	/* The link was untied at the end of a transaction (pool.c) and the
 	 * server went back to its pool. */
 	void (*released)(struct client_end *end);

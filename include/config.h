@@ -31,6 +31,7 @@ enum tls_mode {
 enum tls_negotiation { TLS_NEGOTIATION_POSTGRES, TLS_NEGOTIATION_DIRECT };
 
 struct hba;
+struct auth_file;
 
 #define CONFIG_DEFAULT_SHARD_ALL (-1)
 #define CONFIG_INHERIT (-1)
@@ -57,6 +58,9 @@ struct config_user {
 	int min_pool_size;        /* CONFIG_INHERIT or >= 0 */
 	int statement_timeout;    /* ms, 0 = off */
 	int pool_mode;            /* CONFIG_INHERIT or enum pool_mode */
+	int transaction_timeout;  /* CONFIG_INHERIT or ms (0 = off) */
+	int reserve_pool_size;    /* CONFIG_INHERIT or >= 0 */
+	int max_user_connections; /* CONFIG_INHERIT or >= 0 (0: no cap for this user) */
 };
 
 struct config_pool {
@@ -74,6 +78,7 @@ struct config_pool {
 	int default_shard;        /* shard index or CONFIG_DEFAULT_SHARD_ALL */
 	int64_t max_replica_lag;
 	int sticky_primary_after_write;
+	int max_db_connections;   /* CONFIG_INHERIT or >= 0 (0: no cap for this pool's databases) */
 	char *connect_query;      /* run once on each new server connection; NULL = none */
 	struct config_shard *shards;   /* sorted by index, indexes 0..n-1 without gaps */
 	size_t n_shards;
@@ -102,6 +107,12 @@ struct config_general {
 	int idle_timeout;
 	int server_lifetime;
 	int idle_transaction_timeout;
+	int max_db_connections;   /* >0: server connections per server database (all pools, users, workers) */
+	int max_user_connections; /* >0: server connections per server role (all pools, workers) */
+	int reserve_pool_size;    /* connections beyond pool_size for clients that waited reserve_pool_timeout */
+	int reserve_pool_timeout; /* ms */
+	int transaction_timeout;  /* ms, 0 = off: a transaction open longer is ended (25P04), its server kept */
+	int query_timeout;        /* ms, 0 = off: a query running longer is cancelled (57014), for every user */
 	int client_idle_timeout;
 	int healthcheck_timeout;
 	int healthcheck_delay;
@@ -120,9 +131,14 @@ struct config_general {
 	int autoreload;
 	char *admin_username;
 	char *admin_password;
+	char *admin_users;        /* comma list: console users with every command */
+	char *stats_users;        /* comma list: console users limited to SHOW */
 	enum auth_type auth_type;
 	char *auth_file;          /* "" = none */
 	char *auth_hba_file;      /* "" = none: auth_type for every login */
+	char *auth_query;         /* run as auth_user for users found nowhere else (auth_query.c) */
+	char *auth_user;          /* "" = auth_query off */
+	int auth_query_cache_ttl; /* ms a looked-up secret is reused */
 	enum log_level log_level;
 	char *log_file;           /* "" = stderr */
 	bool syslog;
@@ -142,6 +158,8 @@ struct config_general {
 	char *client_tls_ca_file;
 	enum tls_mode server_tls_sslmode;
 	char *server_tls_ca_file;
+	char *server_tls_cert_file;   /* the certificate pgcat presents to servers ("": none) */
+	char *server_tls_key_file;
 	enum tls_negotiation server_tls_negotiation;
 };
 
@@ -153,6 +171,14 @@ struct config {
 	struct config_peer *peers;
 	size_t n_peers;
 	struct hba *hba;          /* auth_hba_file's rules, read with the file; NULL = no auth_hba_file */
+	/* auth_file's entry for auth_user as loaded (its name and password or
+	 * secret), when the file has one; NULL otherwise. Read for auth_query's
+	 * logins; a SET of auth_user to another name does not match it. */
+	char *auth_user_secret_of;
+	char *auth_user_secret;
+	/* auth_file's users and secrets, kept whole for the admin console's
+	 * admin_users and stats_users; NULL when the file was not read. */
+	struct auth_file *auth_users;
 };
 
 enum config_problem_kind {
@@ -188,12 +214,26 @@ bool config_problems_has(const struct config_problems *problems, enum config_pro
 /* Lookups over a loaded config. */
 const struct config_pool *config_find_pool(const struct config *cfg, const char *name);
 const struct config_user *config_find_user(const struct config_pool *pool, const char *name);
+/* Whether name is one of the comma-separated names of list (blanks
+ * around each ignored). */
+bool config_list_has(const char *list, const char *name);
+/* The secret a console user of admin_users or stats_users logs in with:
+ * auth_file's, else the first users section of that name; NULL: none. */
+const char *config_console_secret(const struct config *cfg, const char *user);
 /* Effective values for a user in a pool (inheritance resolved). */
 int config_user_pool_size(const struct config *cfg, const struct config_pool *pool,
 			  const struct config_user *user);
 int config_user_min_pool_size(const struct config *cfg, const struct config_pool *pool,
 			      const struct config_user *user);
 enum pool_mode config_user_pool_mode(const struct config_pool *pool, const struct config_user *user);
+/* The user's transaction_timeout (ms, 0 = off): its own, else [general]'s. */
+int config_user_transaction_timeout(const struct config *cfg, const struct config_user *user);
+/* The user's reserve_pool_size: its own, else [general]'s. */
+int config_user_reserve_pool_size(const struct config *cfg, const struct config_user *user);
+/* The caps on server connections (0: none): the pool's or user's own,
+ * else [general]'s. */
+int config_pool_max_db_connections(const struct config *cfg, const struct config_pool *pool);
+int config_user_max_user_connections(const struct config *cfg, const struct config_user *user);
 
 /* A time setting (SPEC §2): a bare integer (bare = true) in the key's unit
  * (milliseconds, or seconds when seconds), or a number with one of

@@ -91,6 +91,12 @@ struct key_spec {
 	X(idle_timeout, INT, "600000", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(server_lifetime, INT, "3600000", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
 	X(idle_transaction_timeout, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
+	X(max_db_connections, INT, "0", true, VALUE_INT, 0, 1000000, NULL, 0, NULL, 0) \
+	X(max_user_connections, INT, "0", true, VALUE_INT, 0, 1000000, NULL, 0, NULL, 0) \
+	X(reserve_pool_size, INT, "0", true, VALUE_INT, 0, 10000, NULL, 0, NULL, 0) \
+	X(reserve_pool_timeout, INT, "5000", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
+	X(transaction_timeout, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
+	X(query_timeout, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
 	X(client_idle_timeout, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
 	X(healthcheck_timeout, INT, "1000", true, VALUE_DURATION, 1, INT_MAX, NULL, 0, NULL, 0) \
 	X(healthcheck_delay, INT, "30000", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
@@ -109,8 +115,14 @@ struct key_spec {
 	X(autoreload, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(admin_username, STRING, "pgcat", true, VALUE_STRING, 0, 0, NULL, KEY_NOT_EMPTY, NULL, 0) \
 	X(admin_password, STRING, "", true, VALUE_STRING, 0, 0, NULL, KEY_SECRET, NULL, 0) \
+	X(admin_users, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(stats_users, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(auth_type, ENUM, "scram-sha-256", true, VALUE_ENUM, 0, 0, &auth_type_enum, 0, NULL, 0) \
 	X(auth_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(auth_query, STRING, "SELECT usename, passwd FROM pg_shadow WHERE usename = $1", true, VALUE_STRING, 0, 0, \
+	  NULL, KEY_NOT_EMPTY, NULL, 0) \
+	X(auth_user, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(auth_query_cache_ttl, INT, "60000", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(auth_hba_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(log_level, ENUM, "info", true, VALUE_ENUM, 0, 0, &log_level_enum, 0, NULL, 0) \
 	X(log_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
@@ -131,6 +143,8 @@ struct key_spec {
 	X(client_tls_ca_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(server_tls_sslmode, ENUM, "prefer", true, VALUE_ENUM, 0, 0, &server_tls_enum, 0, NULL, 0) \
 	X(server_tls_ca_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(server_tls_cert_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(server_tls_key_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(server_tls_negotiation, ENUM, "postgres", true, VALUE_ENUM, 0, 0, &tls_negotiation_enum, 0, NULL, 0)
 
 /* How many keys [general] has (the parser keeps a line number per key). */
@@ -141,14 +155,16 @@ enum pool_key {
 	POOL_KEY_POOL_MODE, POOL_KEY_DEFAULT_ROLE, POOL_KEY_QUERY_PARSER_ENABLED,
 	POOL_KEY_PRIMARY_READS_ENABLED, POOL_KEY_LOAD_BALANCING_MODE, POOL_KEY_SHARDING_FUNCTION,
 	POOL_KEY_SHARDED_TABLES, POOL_KEY_DEFAULT_SHARD, POOL_KEY_MAX_REPLICA_LAG,
-	POOL_KEY_STICKY_PRIMARY_AFTER_WRITE, POOL_KEY_WRITING_FUNCTIONS, POOL_KEY_CONNECT_QUERY, POOL_KEY_COUNT
+	POOL_KEY_STICKY_PRIMARY_AFTER_WRITE, POOL_KEY_WRITING_FUNCTIONS,
+	POOL_KEY_MAX_DB_CONNECTIONS, POOL_KEY_CONNECT_QUERY, POOL_KEY_COUNT
 };
 
 enum shard_key { SHARD_KEY_DATABASE, SHARD_KEY_SERVERS, SHARD_KEY_COUNT };
 
 enum user_key {
 	USER_KEY_PASSWORD, USER_KEY_SERVER_USERNAME, USER_KEY_SERVER_PASSWORD, USER_KEY_POOL_SIZE,
-	USER_KEY_MIN_POOL_SIZE, USER_KEY_STATEMENT_TIMEOUT, USER_KEY_POOL_MODE, USER_KEY_COUNT
+	USER_KEY_MIN_POOL_SIZE, USER_KEY_STATEMENT_TIMEOUT, USER_KEY_POOL_MODE, USER_KEY_TRANSACTION_TIMEOUT,
+	USER_KEY_RESERVE_POOL_SIZE, USER_KEY_MAX_USER_CONNECTIONS, USER_KEY_COUNT
 };
 
 /* ------------------------------------------------------------------ */
@@ -290,5 +306,8 @@ void free_fields(const struct key_spec *specs, size_t n, void *base);
 
 void check_general(struct parser *p);
 void check_all(struct parser *p);
+/* auth_user names a user of some users section or of auth_file (run once
+ * auth_file is read, and by SET). */
+void check_auth_user(struct parser *p);
 
 #endif

@@ -23,10 +23,12 @@
 #include "cancel.h"
 #include "io.h"
 #include "list.h"
+#include "peer.h"
 #include "randpool.h"
 #include "types.h"
 #include "tls.h"
 
+struct auth_query;
 struct dns;
 struct lagmon;
 struct login_ops;
@@ -34,6 +36,9 @@ struct session_ops;
 struct worker_commands;
 
 #define WORKER_MAX_LISTENERS 32
+/* Each worker's client and server ids start at its index times this, so
+ * that an id names one client of the instance (SHOW CLIENTS, KILL_CLIENT). */
+#define WORKER_ID_SPAN 1000000000000ULL
 
 struct worker {
 	int id;                           /* 0 .. workers-1 */
@@ -57,6 +62,7 @@ struct worker {
 	struct list_node pools;           /* struct pool, one per (pool, user) */
 	struct cancel_table cancel;
 	struct cancel_requests cancel_requests; /* outgoing CancelRequests in flight */
+	struct peer_forwards peer_forwards;     /* CancelRequests sent on to other instances (peer.c) */
 
 	/* Objects closed during this loop turn, freed by the reaper after it so
 	 * that no callback later in the turn sees freed memory. */
@@ -69,6 +75,7 @@ struct worker {
 	struct event *accept_resume;      /* accepting paused: out of fds */
 	bool accept_paused;
 	bool shutting_down;
+	bool waiting_for_clients;         /* SHUTDOWN WAIT_FOR_CLIENTS: not accepting, exit after the last client */
 	int exit_code;
 
 	uint64_t next_id;
@@ -94,6 +101,7 @@ struct worker {
 	bool have_admin_scram;
 
 	struct lagmon *lagmon;            /* the replica lag monitor: worker 0 only (lagmon.c) */
+	struct auth_query *auth_query;    /* auth_query's lookups and cache, made on first use (auth_query.c) */
 	struct dns *dns;                  /* c-ares resolver and cache of server host names */
 	struct tls_contexts tls;          /* OpenSSL contexts of both sides (tls.c) */
 	struct event *stats_timer;        /* every stats_period: SHOW STATS averages */
@@ -115,6 +123,7 @@ struct worker_commands {
 	void (*publish_pools)(struct worker *w);
 	int (*kill)(struct worker *w, const char *db);
 	bool (*reload)(struct worker *w, char *err, size_t errlen);
+	void (*wait_for_clients)(struct worker *w);   /* SHUTDOWN WAIT_FOR_CLIENTS */
 };
 
 /* The cached clock, refreshed at the start of every callback. */

@@ -47,6 +47,18 @@ void pool_publish(struct worker *w);
 void pool_count_waiting(struct worker *w, const struct pool *p, int *waiting, uint64_t *maxwait_us);
 void pool_destroy_all(struct worker *w);
 struct pool *pool_find(struct worker *w, const char *db, const char *user);
+/* auth_query (auth_query.c): the pool of a user the config does not list,
+ * made on its first login with the secret a lookup returned (settings
+ * inherited from the pool and [general]); NULL when out of memory. Kept
+ * by reloads while its database is still configured and auth_query on. */
+struct pool *pool_add_looked_up(struct worker *w, const struct config_pool *cp, const char *user,
+				const char *secret);
+/* A later lookup returned another secret: new logins (clients and
+ * servers) use it; servers logged in already stay. false: out of memory. */
+bool pool_set_looked_up_secret(struct pool *p, const char *secret);
+/* The lookup no longer finds the user: no new logins; drained and freed
+ * like a pool a reload removed. */
+void pool_retire_looked_up(struct pool *p);
 /* Is there any pool for this database name? */
 /* Is p the first (pool, user) of its pool name in w's list (per-server
  * figures and monitor connections are kept once per pool name)?
@@ -60,6 +72,9 @@ struct srvpool *pool_pick_target(struct pool *p);
 /* Would pool_checkout(sp, ...) make the client wait for a server that is
  * busy (not one being connected for it)? */
 bool pool_checkout_would_wait(const struct srvpool *sp);
+/* Server connections of p beyond its pool_size (its reserve in use),
+ * over every worker. */
+int pool_reserve_in_use(const struct pool *p);
 /* Its last connection attempt failed moments ago (reconnect back-off). */
 bool pool_srvpool_failing(const struct srvpool *sp);
 /* A client wants a server: granted one now (its granted event, returns

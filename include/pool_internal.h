@@ -29,6 +29,23 @@ void pool_free(struct pool *p);
 /* Connections to this server across every worker: pool sizes hold per
  * instance (SPEC §9). */
 int srvpool_instance_total(const struct srvpool *sp);
+/* One more connection to sp's server may be opened: under limit (its pool
+ * size, or with the reserve), and under max_db_connections and
+ * max_user_connections; evict: at a cap, an idle connection of another
+ * pool may be closed to make room (for waiting clients, not for
+ * min_pool_size). */
+bool srvpool_may_open(struct srvpool *sp, int limit, bool evict);
+/* (pool_limits.c) How many connections sp's server may have now:
+ * pool_size, plus reserve_pool_size once the first waiting client has
+ * waited reserve_pool_timeout. */
+int srvpool_limit(const struct srvpool *sp);
+/* (pool_limits.c) Room for one more connection under max_db_connections
+ * and max_user_connections; evict: at a cap, an idle connection of
+ * another pool of this worker is closed to make room. */
+bool srvpool_cap_room(struct srvpool *sp, bool evict);
+/* Logins that wait for the server's parameters and found no room under
+ * the caps: a connection for them, once there is room (janitor). */
+void pool_defaults_retry(struct pool *p);
 /* Its last connect failed less than the reconnect back-off ago and no
  * connection to it is alive. */
 bool srvpool_recently_failed(const struct srvpool *sp, uint64_t now);

@@ -119,9 +119,13 @@ struct pool {
 	char *user;
 	const struct config_pool *cpool;
 	const struct config_user *cuser;
+	/* A user found by auth_query, in no config (auth_query.c): its
+	 * settings, owned (cuser points here); NULL for the config's users. */
+	struct config_user *own_user;
 	enum pool_mode mode;
 	int pool_size;
 	int min_pool_size;
+	int reserve_pool_size;   /* beyond pool_size, for clients that waited reserve_pool_timeout */
 
 	struct srvpool **targets;     /* every server of every shard */
 	size_t n_targets;

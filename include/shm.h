@@ -94,8 +94,16 @@ struct shm_cancel_slot {
 enum shm_admin_command {
 	SHM_ADMIN_PAUSE, SHM_ADMIN_RESUME, SHM_ADMIN_DISABLE, SHM_ADMIN_ENABLE, SHM_ADMIN_KILL,
 	SHM_ADMIN_RECONNECT, SHM_ADMIN_SET,
-	SHM_ADMIN_DUMP             /* write my rows of SHOW <arg> into my dump slot */
+	SHM_ADMIN_DUMP,            /* write my rows of SHOW <arg> into my dump slot */
+	SHM_ADMIN_KILL_CLIENT,     /* arg "<worker pid> <client id>": that worker closes that client */
+	SHM_ADMIN_WAIT_FOR_CLIENTS /* SHUTDOWN WAIT_FOR_CLIENTS: stop accepting, exit after the last client */
 };
+
+/* The value a worker sends with SIGTERM (sigqueue) to tell the supervisor
+ * that SHUTDOWN WAIT_FOR_CLIENTS began: shut down without forwarding the
+ * signal (the workers learn it through the admin ring, and drain without
+ * shutdown_timeout). */
+#define SHM_SIGVAL_WAIT_FOR_CLIENTS 0x57464321
 
 /* SHOW CLIENTS / SHOW SERVERS with several workers: the console's worker
  * asks the others (SHM_ADMIN_DUMP) and each writes its rows, as DataRow

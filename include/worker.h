@@ -22,6 +22,9 @@ void worker_destroy(struct worker *w);
 
 /* Begin graceful shutdown (SIGTERM/SIGINT, admin SHUTDOWN). */
 void worker_begin_shutdown(struct worker *w);
+/* SHUTDOWN WAIT_FOR_CLIENTS: stop accepting; the process exits once its
+ * last client has gone, with no shutdown_timeout. */
+void worker_wait_for_clients(struct worker *w);
 /* This worker's figures to the shared segment: its clients counted per
  * pool, then pool_publish. */
 void worker_publish_pools(struct worker *w);

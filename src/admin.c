@@ -6,10 +6,14 @@
  * The SHOW commands are admin_show.c's; result sets admin_result.c's.
  */
 #include "admin.h"
+#include "admin_login.h"
+#include "admin_ops.h"
 #include "admin_result.h"
 #include "admin_show.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <event2/buffer.h>
 #include <stdio.h>
@@ -92,8 +96,9 @@ static bool parse_host_port(const char *s, char *host, size_t hostlen, int *port
 
 /* A reply that waits for the other workers (the client's kind_state). */
 struct admin_pending {
-	uint64_t seq;
+	uint64_t seq;      /* WAIT_CLOSE: the SHOW SERVERS listing asked of the others; 0: none yet */
 	bool drain;        /* PAUSE: and for the pools to drain */
+	bool wait_close;   /* WAIT_CLOSE: for the servers RECONNECT marked to be gone */
 	int dump;          /* SHOW CLIENTS/SERVERS: the shm_dump_kind; -1: a command */
 	char tag[16];
 	char db[64];
@@ -144,6 +149,47 @@ static bool show_across_workers(struct client *c, int kind)
 	return false;
 }
 
+/* WAIT_CLOSE: no server RECONNECT marked is left in db's pools (all: ""),
+ * here and, from a listing of theirs, in the other workers. At most one
+ * listing is asked for at a time, so the admin ring is not flooded. */
+static bool wait_close_done(struct worker *w, struct admin_pending *ap)
+{
+	const char *db = ap->db[0] ? ap->db : NULL;
+	if (admin_marked_servers(w, db) > 0)
+		return false;
+	if (w->shm->h->n_workers <= 1)
+		return true;
+	if (ap->seq == 0)
+		ap->seq = shm_admin_post(w->shm, w->id, SHM_ADMIN_DUMP, admin_dump_name(SHM_DUMP_SERVERS), NULL);
+	if (!shm_admin_applied_by_all(w->shm, w->id, ap->seq))
+		return false;
+	int n = admin_marked_servers_elsewhere(w, ap->seq, db);
+	ap->seq = 0;   /* not yet: a fresh listing next time */
+	return n == 0;
+}
+
+static bool wait_close(struct client *c, const char *db)
+{
+	struct admin_pending *ap = calloc(1, sizeof *ap);
+	if (!ap) {
+		admin_error(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return true;
+	}
+	ap->wait_close = true;
+	ap->dump = -1;
+	snprintf(ap->tag, sizeof ap->tag, "WAIT_CLOSE");
+	snprintf(ap->db, sizeof ap->db, "%s", db ? db : "");
+	if (wait_close_done(c->w, ap)) {
+		free(ap);
+		admin_complete(c, "WAIT_CLOSE");
+		return true;
+	}
+	/* Parked: the janitor looks again every tick; the loop goes on. */
+	free(c->kind_state);
+	c->kind_state = ap;
+	return false;
+}
+
 void admin_janitor(struct worker *w)
 {
 	struct list_node *pos, *tmp;
@@ -152,7 +198,7 @@ void admin_janitor(struct worker *w)
 		struct admin_pending *ap = c->kind_state;
 		if (!c->is_admin || !ap)
 			continue;
-		if (!shm_admin_applied_by_all(w->shm, w->id, ap->seq))
+		if (ap->wait_close ? !wait_close_done(w, ap) : !shm_admin_applied_by_all(w->shm, w->id, ap->seq))
 			continue;
 		if (ap->drain && !pool_paused_drained(w, ap->db[0] ? ap->db : NULL))
 			continue;
@@ -167,6 +213,43 @@ void admin_janitor(struct worker *w)
 	}
 }
 
+/* KILL_CLIENT id: the id of SHOW CLIENTS (its ptr, C-<id>, too). Ids are
+ * unique in the instance: the worker that has the client is known from
+ * the id, and only that one is asked. */
+static bool kill_client(struct client *c, const char *arg)
+{
+	struct worker *w = c->w;
+	const char *digits = strncasecmp(arg, "C-", 2) == 0 ? arg + 2 : arg;
+	char *end;
+	errno = 0;
+	unsigned long long id = strtoull(digits, &end, 10);
+	if (!isdigit((unsigned char)digits[0]) || *end || errno || id == 0) {
+		admin_error(c, "22023", "KILL_CLIENT needs a client id from SHOW CLIENTS, got \"%s\"", arg);
+		return true;
+	}
+	uint64_t owner = id / WORKER_ID_SPAN;
+	if (owner == (uint64_t)w->id) {
+		if (id == c->id) {
+			admin_error(c, "55000", "KILL_CLIENT: that is this console connection");
+			return true;
+		}
+		if (!admin_kill_client(w, id)) {
+			admin_error(c, "42704", "no such client: %llu", id);
+			return true;
+		}
+		admin_complete(c, "KILL_CLIENT");
+		return true;
+	}
+	int32_t pid = owner < w->shm->h->n_workers ? atomic_load(&w->shm->h->workers[owner].pid) : 0;
+	if (pid <= 0) {
+		admin_error(c, "42704", "no such client: %llu", id);
+		return true;
+	}
+	char arg_out[64];
+	snprintf(arg_out, sizeof arg_out, "%d %llu", (int)pid, id);
+	return broadcast(c, SHM_ADMIN_KILL_CLIENT, arg_out, NULL, "KILL_CLIENT", false);
+}
+
 /* Returns false when the reply is deferred (no ReadyForQuery yet). */
 static bool run_command(struct client *c, const char *sql)
 {
@@ -176,6 +259,14 @@ static bool run_command(struct client *c, const char *sql)
 	if (ws.n == 0) {
 		uint8_t msg[5] = { PqMsg_EmptyQueryResponse, 0, 0, 0, 4 };
 		evbuffer_add(client_output(c), msg, sizeof msg);
+		return true;
+	}
+	/* stats_users (and anyone no longer listed since a reload): SHOW only. */
+	if (!is(&ws, 0, "show") && admin_role_of(w->cfg, client_user(c)) != ADMIN_ROLE_ADMIN) {
+		char a[CLIENT_ADDR_STRLEN];
+		log_warning("C-%llu %s@%s %s:%d: admin command refused, not in admin_users: %s", (unsigned long long)c->id,
+			    client_user(c), client_database(c), client_addr_str(c, a), c->port, ws.w[0]);
+		admin_error(c, "42501", "permission denied: user \"%s\" may run SHOW commands only", client_user(c));
 		return true;
 	}
 	if (is(&ws, 0, "show")) {
@@ -226,16 +317,38 @@ static bool run_command(struct client *c, const char *sql)
 			*t = (char)toupper((unsigned char)*t);
 		return broadcast(c, cmd, db, NULL, tag, cmd == SHM_ADMIN_PAUSE);
 	}
-	if ((is(&ws, 0, "disable") || is(&ws, 0, "enable") || is(&ws, 0, "kill")) && ws.n == 2) {
+	if ((is(&ws, 0, "disable") || is(&ws, 0, "enable") || is(&ws, 0, "kill")) &&
+	    (ws.n == 2 || (ws.n == 1 && is(&ws, 0, "kill")))) {
 		int n = is(&ws, 0, "kill") ? w->cmds->kill(w, db) : pool_set_disabled(w, db, is(&ws, 0, "disable"));
-		if (n == 0) {
+		if (db && n == 0) {
 			admin_error(c, "3D000", "no such database: %s", db);
 			return true;
 		}
-		log_info("admin: %s %s", ws.w[0], db);
+		log_info("admin: %s %s", ws.w[0], db ? db : "(all)");
 		return broadcast(c,
 				 is(&ws, 0, "kill") ? SHM_ADMIN_KILL : is(&ws, 0, "disable") ? SHM_ADMIN_DISABLE : SHM_ADMIN_ENABLE,
 				 db, NULL, is(&ws, 0, "kill") ? "KILL" : is(&ws, 0, "disable") ? "DISABLE" : "ENABLE", false);
+	}
+	if (is(&ws, 0, "kill_client") && ws.n == 2)
+		return kill_client(c, ws.w[1]);
+	if (is(&ws, 0, "wait_close") && ws.n <= 2) {
+		if (db && !pool_db_exists(w, db)) {
+			admin_error(c, "3D000", "no such database: %s", db);
+			return true;
+		}
+		log_info("admin: WAIT_CLOSE %s", db ? db : "(all)");
+		return wait_close(c, db);
+	}
+	if (is(&ws, 0, "shutdown") && ws.n == 2 && is(&ws, 1, "wait_for_clients")) {
+		log_info("admin: SHUTDOWN WAIT_FOR_CLIENTS");
+		/* The supervisor stops too (and does not restart a worker that
+		 * exits); the other workers hear it through the admin ring. */
+		union sigval v = { .sival_int = SHM_SIGVAL_WAIT_FOR_CLIENTS };
+		if (sigqueue(getppid(), SIGTERM, v) != 0)
+			log_warning("SHUTDOWN WAIT_FOR_CLIENTS: cannot tell the supervisor");
+		w->cmds->wait_for_clients(w);
+		/* The reply once every worker has stopped accepting. */
+		return broadcast(c, SHM_ADMIN_WAIT_FOR_CLIENTS, NULL, NULL, "SHUTDOWN", false);
 	}
 	if (is(&ws, 0, "shutdown") && ws.n == 1) {
 		log_info("admin: SHUTDOWN");

@@ -146,6 +146,7 @@ static void show_pools(struct client *c)
 		COL_I("sv_active_cancel"), COL_I("sv_being_canceled"), COL_I("sv_idle"), COL_I("sv_used"),
 		COL_I("sv_tested"), COL_I("sv_login"), COL_I("maxwait"), COL_I("maxwait_us"), COL_T("pool_mode"),
 		COL_T("load_balance_hosts"), COL_I("prepared_hits"), COL_I("prepared_misses"), COL_I("paused"),
+		COL_I("sv_reserve"),
 	};
 	struct worker *w = c->w;
 	struct admin_result r;
@@ -182,6 +183,7 @@ static void show_pools(struct client *c)
 		admin_row_i(&r, (int64_t)st.v[STAT_PREPARED_HITS]);
 		admin_row_i(&r, (int64_t)st.v[STAT_PREPARED_MISSES]);
 		admin_row_i(&r, p->paused);
+		admin_row_i(&r, pool_reserve_in_use(p));
 		admin_row_end(&r);
 	}
 	admin_res_end(&r);
@@ -233,11 +235,11 @@ static void show_databases(struct client *c)
 			admin_row_null(&r);
 			admin_row_i(&r, p->pool_size);
 			admin_row_i(&r, p->min_pool_size);
-			admin_row_i(&r, 0);
+			admin_row_i(&r, p->reserve_pool_size);
 			admin_row_i(&r, w->cfg->general.server_lifetime / 1000);
 			admin_row_s(&r, config_pool_mode_name(p->mode));
 			admin_row_null(&r);
-			admin_row_i(&r, 0);
+			admin_row_i(&r, config_pool_max_db_connections(w->cfg, p->cpool));
 			admin_row_i(&r, conns);
 			admin_row_i(&r, w->cfg->general.max_client_conn);
 			admin_row_i(&r, clients);
@@ -246,7 +248,7 @@ static void show_databases(struct client *c)
 			admin_row_i(&r, sp->shard);
 			admin_row_s(&r, role_name(sp->role));
 			admin_row_i(&r, bans_is_banned(&bans, sp->host, sp->port, now));
-			admin_row_i(&r, 0);
+			admin_row_i(&r, p->reserve_pool_size);
 			admin_row_end(&r);
 		}
 	}
@@ -582,9 +584,9 @@ static void show_users(struct client *c)
 		admin_row_begin(&r);
 		admin_row_s(&r, p->user);
 		admin_row_i(&r, p->pool_size);
-		admin_row_i(&r, 0);
+		admin_row_i(&r, p->reserve_pool_size);
 		admin_row_s(&r, config_pool_mode_name(p->mode));
-		admin_row_i(&r, 0);
+		admin_row_i(&r, config_user_max_user_connections(w->cfg, p->cuser));
 		admin_row_i(&r, conns);
 		admin_row_i(&r, 0);
 		admin_row_i(&r, clients);

@@ -8,6 +8,7 @@
 #include "auth.h"
 
 #include <event2/buffer.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <stdio.h>
@@ -176,7 +177,11 @@ enum auth_outcome auth_client_step(struct worker *w, struct pool *passthrough, s
 			return AUTH_FAILED;
 		/* The user's secret is a SCRAM verifier: the client's key is what
 		 * logs pgcat in to servers with the same verifier. */
-		if (passthrough && passthrough->cuser && is_scram_secret(passthrough->cuser->password)) {
+		/* (Only for the verifier the pool holds now: auth_query may have
+		 * brought another since this exchange began.) */
+		if (passthrough && passthrough->cuser && is_scram_secret(passthrough->cuser->password) &&
+		    passthrough->have_scram &&
+		    CRYPTO_memcmp(passthrough->scram.server_key, a->scram.secret.server_key, SCRAM_KEY_LEN) == 0) {
 			memcpy(passthrough->passthrough_client_key, a->scram.client_key, SCRAM_KEY_LEN);
 			passthrough->have_passthrough_key = true;
 		}

@@ -3,7 +3,10 @@
  * cancel: BackendKeyData keys for clients, and outgoing CancelRequests.
  * The pid field of a key names the worker and slot; the key holds a random
  * secret stored in the slot (4 bytes for protocol 3.0, 24 in a 32-byte 3.2
- * key), so a key is valid only while its client lives.
+ * key), so a key is valid only while its client lives. With peer_id set,
+ * keys also carry this instance's id and a hop counter (SPEC §3.4): a
+ * request for another instance's key comes out as a struct cancel_forward
+ * that peer.c sends on.
  */
 #include "cancel.h"
 
@@ -24,9 +27,56 @@ _Static_assert(sizeof(((struct shm_cancel_slot *)0)->ext) == CANCEL_KEY_EXT_LEN,
 static uint32_t slot_of(uint32_t pid) { return (pid & ((1u << SHM_CANCEL_WORKER_SHIFT) - 1)) - 1; }
 static int worker_of(uint32_t pid) { return (int)(pid >> SHM_CANCEL_WORKER_SHIFT) - 1; }
 
+/* The peer layout of a 3.0 key's pid (cancel.h): byte 0 from
+ * CANCEL_PEER_PID_BASE up (sign bit clear), the peer id in bytes 1-2 low
+ * byte first, the slot in what is left of bytes 0 and 3. */
+static bool is_peer_pid(uint32_t pid)
+{
+	uint32_t top = pid >> 24;
+	return top >= CANCEL_PEER_PID_BASE && top < 0x80u;
+}
+static uint32_t peer_pid_slot(uint32_t pid) { return (((pid >> 24) - CANCEL_PEER_PID_BASE) << 8) | (pid & 0xffu); }
+static int peer_pid_id(uint32_t pid) { return (int)(((pid >> 16) & 0xffu) | (((pid >> 8) & 0xffu) << 8)); }
+static uint32_t make_peer_pid(uint32_t idx, int peer_id)
+{
+	return ((CANCEL_PEER_PID_BASE + (idx >> 8)) << 24) | (((uint32_t)peer_id & 0xffu) << 16) |
+	       ((((uint32_t)peer_id >> 8) & 0xffu) << 8) | (idx & 0xffu);
+}
+
+/* How many top bits of a peer-layout secret name the worker: enough for
+ * the instance's workers (fixed for its life), none for one. */
+static unsigned worker_bits(const struct cancel_table *t)
+{
+	uint32_t n = t->shm ? t->shm->h->n_workers : 1;
+	unsigned bits = 0;
+	while (bits < 8 && (1u << bits) < n)
+		bits++;
+	return bits;
+}
+static int secret_worker(const struct cancel_table *t, uint32_t secret)
+{
+	unsigned bits = worker_bits(t);
+	return bits ? (int)(secret >> (32 - bits)) : 0;
+}
+
+/* The worker and slot a pid names: a plain pid says both; a peer-layout
+ * pid says the slot, its secret the worker. */
+static void route_of(const struct cancel_table *t, uint32_t pid, uint32_t secret, int *worker, uint32_t *slot)
+{
+	if (is_peer_pid(pid)) {
+		*worker = secret_worker(t, secret);
+		*slot = peer_pid_slot(pid);
+	} else {
+		*worker = worker_of(pid);
+		*slot = slot_of(pid);
+	}
+}
+
 bool cancel_table_init(struct cancel_table *t, uint32_t n_slots, int worker, struct shm *shm, struct randpool *rand)
 {
 	t->worker = worker;
+	t->peer_id = 0;
+	t->warned_peer_slots = false;
 	t->rand = rand;
 	t->shm = shm;
 	if (shm && n_slots > shm->h->cancel_per_worker)
@@ -55,6 +105,8 @@ bool cancel_table_grow(struct cancel_table *t, uint32_t n_slots)
 		s[i].secret = 0;
 		s[i].owner = NULL;
 		s[i].kind = CANCEL_KEY_NONE;
+		s[i].peer_pid = 0;
+		s[i].peer_id = 0;
 		memset(s[i].ext, 0, sizeof s[i].ext);
 		s[i].next_free = i + 2 <= n_slots ? i + 2 : t->free_head;
 	}
@@ -64,6 +116,11 @@ bool cancel_table_grow(struct cancel_table *t, uint32_t n_slots)
 	t->slots = s;
 	t->n_slots = n_slots;
 	return true;
+}
+
+void cancel_table_set_peer_id(struct cancel_table *t, int peer_id)
+{
+	t->peer_id = peer_id;
 }
 
 void cancel_table_free(struct cancel_table *t)
@@ -81,10 +138,25 @@ bool cancel_key_assign(struct cancel_table *t, void *owner, enum cancel_key_kind
 		return false;
 	uint32_t idx = t->free_head - 1;
 	struct cancel_slot *slot = &t->slots[idx];
+	bool peer_pid = kind == CANCEL_KEY_SHORT && t->peer_id > 0;
+	if (peer_pid && idx >= CANCEL_PEER_SLOTS) {
+		peer_pid = false;
+		if (!t->warned_peer_slots)
+			log_warning("worker %d: more than %u clients of protocol 3.0: the further ones get cancel keys "
+				    "without this instance's peer id", t->worker, CANCEL_PEER_SLOTS);
+		t->warned_peer_slots = true;
+	}
 	uint32_t secret = 0;
 	while (secret == 0)
 		if (!randpool_bytes(t->rand, &secret, sizeof secret))
 			return false;
+	if (peer_pid) {
+		/* The worker in the top bits, all hops left in the low two. */
+		unsigned bits = worker_bits(t);
+		if (bits)
+			secret = ((uint32_t)t->worker << (32 - bits)) | (secret >> bits);
+		secret |= CANCEL_PEER_HOPS_MASK;
+	}
 	uint8_t ext[CANCEL_KEY_EXT_LEN] = { 0 };
 	if (kind == CANCEL_KEY_LONG && !randpool_bytes(t->rand, ext, sizeof ext))
 		return false;
@@ -95,8 +167,13 @@ bool cancel_key_assign(struct cancel_table *t, void *owner, enum cancel_key_kind
 	slot->owner = owner;
 	slot->published = 0;   /* see struct cancel_slot */
 	slot->kind = (uint8_t)kind;
+	slot->peer_pid = peer_pid;
+	slot->peer_id = (uint16_t)(peer_pid || kind == CANCEL_KEY_LONG ? t->peer_id : 0);
 	memcpy(slot->ext, ext, sizeof ext);
-	*pid = ((uint32_t)(t->worker + 1) << SHM_CANCEL_WORKER_SHIFT) | (idx + 1);
+	if (peer_pid)
+		*pid = make_peer_pid(idx, t->peer_id);
+	else
+		*pid = ((uint32_t)(t->worker + 1) << SHM_CANCEL_WORKER_SHIFT) | (idx + 1);
 	*secret_out = secret;
 	if (kind == CANCEL_KEY_SHORT) {
 		proto_put_u32(key_out, secret);
@@ -104,7 +181,8 @@ bool cancel_key_assign(struct cancel_table *t, void *owner, enum cancel_key_kind
 	} else {
 		key_out[0] = CANCEL_KEY_LAYOUT_V1;
 		key_out[1] = 0;   /* hops */
-		key_out[2] = key_out[3] = 0;   /* peer id: none */
+		key_out[2] = (uint8_t)((unsigned)t->peer_id >> 8);
+		key_out[3] = (uint8_t)t->peer_id;
 		proto_put_u32(key_out + 4, *pid);
 		proto_put_u32(key_out + 8, secret);
 		memcpy(key_out + 12, ext, sizeof ext);
@@ -115,19 +193,23 @@ bool cancel_key_assign(struct cancel_table *t, void *owner, enum cancel_key_kind
 
 void cancel_key_release(struct cancel_table *t, uint32_t pid)
 {
-	if (worker_of(pid) != t->worker)
+	/* A peer-layout pid does not name its worker: it came from this one. */
+	bool peer_pid = is_peer_pid(pid);
+	if (!peer_pid && worker_of(pid) != t->worker)
 		return;
-	uint32_t idx = slot_of(pid);
+	uint32_t idx = peer_pid ? peer_pid_slot(pid) : slot_of(pid);
 	if (idx >= t->n_slots)
 		return;
 	struct cancel_slot *slot = &t->slots[idx];
-	if (!slot->secret)
+	if (!slot->secret || slot->peer_pid != peer_pid)
 		return;
 	bool published = slot->published;
 	slot->secret = 0;
 	slot->owner = NULL;
 	slot->next_free = 0;
 	slot->kind = CANCEL_KEY_NONE;
+	slot->peer_pid = 0;
+	slot->peer_id = 0;
 	memset(slot->ext, 0, sizeof slot->ext);
 	if (t->free_tail)
 		t->slots[t->free_tail - 1].next_free = idx + 1;
@@ -138,32 +220,49 @@ void cancel_key_release(struct cancel_table *t, uint32_t pid)
 		shm_cancel_publish(t->shm, t->worker, idx, 0, CANCEL_KEY_NONE, NULL);
 }
 
-/* What a CancelRequest's key says: which kind of key it is, and the secret
- * bytes to check. false: no key pgcat issues looks like this one (a length
- * other than 4 or 32, another layout, another instance's). */
+/* What a CancelRequest's key says: which kind of key it is, the secret
+ * bytes to check, whose it is. false: no key pgcat issues looks like this
+ * one (a length other than 4 or 32, another layout). */
 struct cancel_parsed {
 	enum cancel_key_kind kind;
-	uint32_t secret;
+	uint32_t secret;      /* as the slot holds it (a peer-layout key's hop bits all set) */
 	const uint8_t *ext;   /* CANCEL_KEY_EXT_LEN bytes (LONG), or NULL */
+	int worker;           /* the worker and slot it names (unchecked) */
+	uint32_t slot;
+	bool peer_pid;        /* a 3.0 key of the peer layout */
+	int peer_id;          /* the issuing instance; 0: none said */
 };
 
-static bool parse_key(uint32_t pid, const uint8_t *key, size_t key_len, struct cancel_parsed *out)
+static bool parse_key(const struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len,
+		      struct cancel_parsed *out)
 {
 	out->ext = NULL;
+	out->peer_pid = false;
+	out->peer_id = 0;
 	if (key_len == CANCEL_KEY_SHORT_LEN) {
 		out->kind = CANCEL_KEY_SHORT;
 		out->secret = proto_get_u32(key);
+		if (is_peer_pid(pid)) {
+			/* The hops left do not take part in the check. */
+			out->secret |= CANCEL_PEER_HOPS_MASK;
+			out->peer_pid = true;
+			out->peer_id = peer_pid_id(pid);
+		}
+		route_of(t, pid, out->secret, &out->worker, &out->slot);
 		return true;
 	}
 	if (key_len != CANCEL_KEY_LONG_LEN || key[0] != CANCEL_KEY_LAYOUT_V1)
 		return false;
-	/* Peer id 0: this instance (forwarding to peers is not there yet). The
-	 * route inside the key must be the pid it came with. */
-	if (key[2] != 0 || key[3] != 0 || proto_get_u32(key + 4) != pid)
+	/* The route inside the key must be the pid it came with (a plain
+	 * one: long keys say their peer id in bytes 2-3). */
+	if (proto_get_u32(key + 4) != pid || is_peer_pid(pid))
 		return false;
 	out->kind = CANCEL_KEY_LONG;
 	out->secret = proto_get_u32(key + 8);
 	out->ext = key + 12;
+	out->peer_id = (int)(((unsigned)key[2] << 8) | key[3]);
+	out->worker = worker_of(pid);
+	out->slot = slot_of(pid);
 	return true;
 }
 
@@ -176,37 +275,45 @@ static bool same_bytes(const uint8_t *a, const uint8_t *b, size_t n)
 	return diff == 0;
 }
 
+static void *lookup_parsed(const struct cancel_table *t, const struct cancel_parsed *k)
+{
+	if (k->worker != t->worker || k->slot >= t->n_slots)
+		return NULL;
+	const struct cancel_slot *slot = &t->slots[k->slot];
+	/* A 3.2 client's key only in full: its first 4 secret bytes alone, as
+	 * a 3.0 key, are not enough. */
+	if (!slot->secret || slot->secret != k->secret || slot->kind != k->kind || slot->peer_pid != k->peer_pid ||
+	    slot->peer_id != k->peer_id)
+		return NULL;
+	if (k->kind == CANCEL_KEY_LONG && !same_bytes(slot->ext, k->ext, CANCEL_KEY_EXT_LEN))
+		return NULL;
+	return slot->owner;
+}
+
 void *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len)
 {
 	struct cancel_parsed k;
-	if (!parse_key(pid, key, key_len, &k) || worker_of(pid) != t->worker)
+	if (!parse_key(t, pid, key, key_len, &k))
 		return NULL;
-	uint32_t idx = slot_of(pid);
-	if (idx >= t->n_slots)
-		return NULL;
-	const struct cancel_slot *slot = &t->slots[idx];
-	/* A 3.2 client's key only in full: its first 4 secret bytes alone, as
-	 * a 3.0 key, are not enough. */
-	if (!slot->secret || slot->secret != k.secret || slot->kind != k.kind)
-		return NULL;
-	if (k.kind == CANCEL_KEY_LONG && !same_bytes(slot->ext, k.ext, CANCEL_KEY_EXT_LEN))
-		return NULL;
-	return slot->owner;
+	return lookup_parsed(t, &k);
 }
 
 /* The slot of the key (pid, secret) in this table, or NULL. */
 static struct cancel_slot *own_slot(struct cancel_table *t, uint32_t pid, uint32_t secret)
 {
-	if (!t->shm || secret == 0 || worker_of(pid) != t->worker)
+	int worker;
+	uint32_t idx;
+	route_of(t, pid, secret, &worker, &idx);
+	if (!t->shm || secret == 0 || worker != t->worker)
 		return NULL;
-	uint32_t idx = slot_of(pid);
-	if (idx >= t->n_slots || t->slots[idx].secret != secret)
+	if (idx >= t->n_slots || t->slots[idx].secret != secret || t->slots[idx].peer_pid != is_peer_pid(pid))
 		return NULL;
 	return &t->slots[idx];
 }
 
-static void publish(struct cancel_table *t, const struct cancel_slot *slot, uint32_t idx)
+static void publish(struct cancel_table *t, const struct cancel_slot *slot)
 {
+	uint32_t idx = (uint32_t)(slot - t->slots);
 	shm_cancel_publish(t->shm, t->worker, idx, slot->secret, (enum cancel_key_kind)slot->kind, slot->ext);
 }
 
@@ -216,7 +323,7 @@ void cancel_key_share(struct cancel_table *t, uint32_t pid, uint32_t secret)
 	if (!slot || slot->published)
 		return;
 	slot->published = 1;
-	publish(t, slot, slot_of(pid));
+	publish(t, slot);
 }
 
 void cancel_key_link(struct cancel_table *t, uint32_t pid, uint32_t secret)
@@ -229,31 +336,65 @@ void cancel_key_link(struct cancel_table *t, uint32_t pid, uint32_t secret)
 	if (!slot)
 		return;
 	slot->published = 1;
-	publish(t, slot, slot_of(pid));
+	publish(t, slot);
 }
 
-void *cancel_handle_request(struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len)
+/* The request to send on to the key's issuer, its hop counter moved by
+ * one; or exhausted, when it has made its last hop. */
+static void next_hop(uint32_t pid, const uint8_t *key, size_t key_len, const struct cancel_parsed *k,
+		     struct cancel_forward *fwd)
 {
+	fwd->peer_id = k->peer_id;
+	fwd->pid = pid;
+	fwd->key_len = key_len;
+	memcpy(fwd->key, key, key_len);
+	if (k->kind == CANCEL_KEY_SHORT) {
+		uint8_t left = key[3] & CANCEL_PEER_HOPS_MASK;
+		if (left == 0)
+			fwd->exhausted = true;
+		else
+			fwd->key[3] = (uint8_t)((key[3] & ~CANCEL_PEER_HOPS_MASK) | (left - 1u));
+	} else {
+		if (key[1] >= CANCEL_MAX_HOPS)
+			fwd->exhausted = true;
+		else
+			fwd->key[1] = (uint8_t)(key[1] + 1u);
+	}
+}
+
+void *cancel_handle_request(struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len,
+			    struct cancel_forward *fwd)
+{
+	fwd->peer_id = 0;
+	fwd->exhausted = false;
 	struct cancel_parsed k;
-	if (!parse_key(pid, key, key_len, &k))
+	if (!parse_key(t, pid, key, key_len, &k))
 		return NULL;   /* no key pgcat issued: ignored, as an unknown key */
-	void *target = cancel_key_lookup(t, pid, key, key_len);
+	void *target = lookup_parsed(t, &k);
 	if (target)
 		return target;
-	if (!t->shm || worker_of(pid) == t->worker || worker_of(pid) < 0)
-		return NULL;   /* unknown keys are ignored silently, as PostgreSQL does */
 	/* Another worker's client: that worker acts on it (cancel_take_flag).
 	 * Sent from here, the cancel could reach its server after the query
 	 * ended and the server went to another client; there it is sent only
 	 * while the client's request runs, and the server is not handed on
 	 * before PostgreSQL answered it. */
-	(void)shm_cancel_flag(t->shm, worker_of(pid), slot_of(pid), k.kind, k.secret, k.ext);
+	if (t->shm && k.worker != t->worker && k.worker >= 0 &&
+	    shm_cancel_flag(t->shm, k.worker, k.slot, k.kind, k.secret, k.ext))
+		return NULL;
+	/* Held nowhere here. Another instance's (a key issued here before a
+	 * reload changed peer_id was found above): forwarded. Else unknown,
+	 * ignored silently, as PostgreSQL does. */
+	if (t->peer_id > 0 && k.peer_id > 0 && k.peer_id != t->peer_id)
+		next_hop(pid, key, key_len, &k, fwd);
 	return NULL;
 }
 
 bool cancel_take_flag(const struct cancel_table *t, uint32_t pid, uint32_t secret)
 {
-	return t->shm && shm_cancel_take_flag(t->shm, t->worker, slot_of(pid), secret);
+	int worker;
+	uint32_t idx;
+	route_of(t, pid, secret, &worker, &idx);
+	return t->shm && shm_cancel_take_flag(t->shm, t->worker, idx, secret);
 }
 
 /* One outgoing CancelRequest connection. */

@@ -541,7 +541,8 @@ static void set_pending_error(struct client *c, const char *sqlstate, const char
 	c->pending_error = e;
 }
 
-void client_on_server_lost(struct client *c, struct server *s, const char *sqlstate, const char *message)
+void client_on_server_lost(struct client *c, struct server *s, bool may_replay, const char *sqlstate,
+			   const char *message)
 {
 	if (c->state == CLIENT_CLOSED)
 		return;
@@ -549,7 +550,7 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 	/* (retry_on without a copy: nothing of the request was sent yet.) */
 	const struct txn *t = link_txn(s);
 	bool half_sent = link_reply_half_sent(s);
-	if (c->retry_on && !t->req_data && !half_sent && p->mode == POOL_MODE_TRANSACTION &&
+	if (may_replay && c->retry_on && !t->req_data && !half_sent && p->mode == POOL_MODE_TRANSACTION &&
 	    !c->end.close_when_released && c->io.in) {
 		/* A read whose replica died before answering: the same bytes go
 		 * to another server (SPEC §4), once. */
@@ -573,8 +574,9 @@ void client_on_server_lost(struct client *c, struct server *s, const char *sqlst
 	client_reply_started(c);
 	/* Why no replay (read retry, SPEC §4): for the log, to tell a reply
 	 * that had started from a request that could not be copied. */
-	log_info("C-%llu %s@%s: server connection lost: %s (retry %s, reply started %s, half a message %s)",
-		 (unsigned long long)c->id, client_user(c), client_database(c), message, c->retry_on ? "on" : "off",
+	log_info("C-%llu %s@%s: %s: %s (retry %s, reply started %s, half a message %s)", (unsigned long long)c->id,
+		 client_user(c), client_database(c), may_replay ? "server connection lost" : "transaction ended",
+		 message, may_replay && c->retry_on ? "on" : "off",
 		 t->req_data ? "yes" : "no", half_sent ? "yes" : "no");
 	if (p->mode == POOL_MODE_SESSION || half_sent || c->end.close_when_released) {
 		/* Session mode: the session is gone with its server. Half a server
@@ -1054,7 +1056,16 @@ static void end_lost(struct client_end *end, struct server *s, bool untouched, c
 		reroute(c);
 		return;
 	}
-	client_on_server_lost(c, s, sqlstate, message);
+	client_on_server_lost(c, s, true, sqlstate, message);
+}
+
+static void end_ended(struct client_end *end, struct server *s, const char *sqlstate, const char *message)
+{
+	struct client *c = end_owner(end);
+	(void)link_detach(s);
+	end->begin = NULL;
+	link_cancel_key(c);
+	client_on_server_lost(c, s, false, sqlstate, message);
 }
 
 static void end_released(struct client_end *end)
@@ -1076,6 +1087,7 @@ static void end_resume(struct client_end *end) { client_resume_reading(end_owner
 static const struct client_end_events client_end_events = {
 	.ready = end_ready,
 	.lost = end_lost,
+	.ended = end_ended,
 	.released = end_released,
 	.answered = end_answered,
 	.resume = end_resume,

@@ -20,6 +20,8 @@
 #include "config.h"
 #include "config_internal.h"
 
+#include "auth_file.h"
+
 #include <ctype.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -182,6 +184,8 @@ const struct key_spec pool_specs[POOL_KEY_COUNT] = {
 		POOL_FIELD(max_replica_lag), 0, 0, "0", NULL },
 	[POOL_KEY_STICKY_PRIMARY_AFTER_WRITE] = { "sticky_primary_after_write", VALUE_DURATION, 0, INT_MAX, NULL,
 		POOL_FIELD(sticky_primary_after_write), 0, 0, "0", NULL },
+	[POOL_KEY_MAX_DB_CONNECTIONS] = { "max_db_connections", VALUE_INT, 0, 1000000, NULL,
+		POOL_FIELD(max_db_connections), 0, KEY_EMPTY_INHERITS, "", NULL },
 	[POOL_KEY_WRITING_FUNCTIONS] = { "writing_functions", VALUE_NAME_LIST, 0, 0, NULL,
 		POOL_FIELD(writing_functions), POOL_FIELD(n_writing_functions), 0, "", NULL },
 	[POOL_KEY_CONNECT_QUERY] = { "connect_query", VALUE_STRING, 0, 0, NULL, POOL_FIELD(connect_query), 0,
@@ -212,6 +216,12 @@ const struct key_spec user_specs[USER_KEY_COUNT] = {
 		USER_FIELD(statement_timeout), 0, 0, "0", NULL },
 	[USER_KEY_POOL_MODE] = { "pool_mode", VALUE_ENUM, 0, 0, &pool_mode_enum, USER_FIELD(pool_mode), 0,
 		KEY_EMPTY_INHERITS, "", NULL },
+	[USER_KEY_TRANSACTION_TIMEOUT] = { "transaction_timeout", VALUE_DURATION, 0, INT_MAX, NULL,
+		USER_FIELD(transaction_timeout), 0, KEY_EMPTY_INHERITS | KEY_PGB_SECONDS, "", NULL },
+	[USER_KEY_RESERVE_POOL_SIZE] = { "reserve_pool_size", VALUE_INT, 0, 10000, NULL,
+		USER_FIELD(reserve_pool_size), 0, KEY_EMPTY_INHERITS, "", NULL },
+	[USER_KEY_MAX_USER_CONNECTIONS] = { "max_user_connections", VALUE_INT, 0, 1000000, NULL,
+		USER_FIELD(max_user_connections), 0, KEY_EMPTY_INHERITS, "", NULL },
 };
 
 /* ------------------------------------------------------------------ */
@@ -386,6 +396,40 @@ const struct config_user *config_find_user(const struct config_pool *pool, const
 	return NULL;
 }
 
+bool config_list_has(const char *list, const char *name)
+{
+	if (list == NULL || name == NULL || name[0] == '\0')
+		return false;
+	size_t nlen = strlen(name);
+	const char *p = list;
+	while (*p) {
+		while (*p == ' ' || *p == '\t' || *p == ',')
+			p++;
+		const char *start = p;
+		while (*p && *p != ',')
+			p++;
+		const char *end = p;
+		while (end > start && (end[-1] == ' ' || end[-1] == '\t'))
+			end--;
+		if ((size_t)(end - start) == nlen && memcmp(start, name, nlen) == 0)
+			return true;
+	}
+	return false;
+}
+
+const char *config_console_secret(const struct config *cfg, const char *user)
+{
+	const struct auth_file_entry *e = cfg->auth_users ? auth_file_find(cfg->auth_users, user) : NULL;
+	if (e != NULL)
+		return e->secret;
+	for (size_t i = 0; i < cfg->n_pools; i++) {
+		const struct config_user *u = config_find_user(&cfg->pools[i], user);
+		if (u != NULL && u->password != NULL && u->password[0])
+			return u->password;
+	}
+	return NULL;
+}
+
 int config_user_pool_size(const struct config *cfg, const struct config_pool *pool,
 			  const struct config_user *user)
 {
@@ -402,6 +446,34 @@ int config_user_min_pool_size(const struct config *cfg, const struct config_pool
 	if (user != NULL && user->min_pool_size != CONFIG_INHERIT)
 		return user->min_pool_size;
 	return cfg->general.min_pool_size;
+}
+
+int config_user_transaction_timeout(const struct config *cfg, const struct config_user *user)
+{
+	if (user != NULL && user->transaction_timeout != CONFIG_INHERIT)
+		return user->transaction_timeout;
+	return cfg->general.transaction_timeout;
+}
+
+int config_pool_max_db_connections(const struct config *cfg, const struct config_pool *pool)
+{
+	if (pool != NULL && pool->max_db_connections != CONFIG_INHERIT)
+		return pool->max_db_connections;
+	return cfg->general.max_db_connections;
+}
+
+int config_user_max_user_connections(const struct config *cfg, const struct config_user *user)
+{
+	if (user != NULL && user->max_user_connections != CONFIG_INHERIT)
+		return user->max_user_connections;
+	return cfg->general.max_user_connections;
+}
+
+int config_user_reserve_pool_size(const struct config *cfg, const struct config_user *user)
+{
+	if (user != NULL && user->reserve_pool_size != CONFIG_INHERIT)
+		return user->reserve_pool_size;
+	return cfg->general.reserve_pool_size;
 }
 
 enum pool_mode config_user_pool_mode(const struct config_pool *pool, const struct config_user *user)

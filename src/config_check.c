@@ -18,6 +18,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ------------------------------------------------------------------ */
 /* Whole-file checks, once everything is read                           */
@@ -56,6 +57,12 @@ void check_general(struct parser *p)
 		general_error(p, "server_tls_negotiation",
 			      "\"direct\" needs server_tls_sslmode require, verify-ca or verify-full, got \"%s\"",
 			      enum_name(&server_tls_enum, (int)g->server_tls_sslmode));
+	if ((g->server_tls_cert_file[0] == '\0') != (g->server_tls_key_file[0] == '\0'))
+		general_error(p, g->server_tls_cert_file[0] ? "server_tls_cert_file" : "server_tls_key_file",
+			      "server_tls_cert_file and server_tls_key_file go together: set both or neither");
+	if (g->server_tls_cert_file[0] && g->server_tls_sslmode == TLS_MODE_DISABLE)
+		problem(p, CONFIG_PROBLEM_WARNING, general_line(p, "server_tls_cert_file"), "general",
+			"server_tls_cert_file", "ignored while server_tls_sslmode is disable");
 	if (p->cfg->n_peers > 0 && g->peer_id == 0)
 		problem(p, CONFIG_PROBLEM_WARNING, p->peers_line, "peers", NULL,
 			"ignored while [general] peer_id is 0");
@@ -159,6 +166,21 @@ static void check_pool(struct parser *p, struct config_pool *pool, struct pool_m
 				"the minimum pool size (%d) exceeds the pool size (%d)", min, size);
 		}
 	}
+}
+
+void check_auth_user(struct parser *p)
+{
+	const struct config *cfg = p->cfg;
+	const char *au = cfg->general.auth_user;
+	if (au == NULL || au[0] == '\0' || (cfg->auth_user_secret_of && strcmp(cfg->auth_user_secret_of, au) == 0))
+		return;
+	for (size_t i = 0; i < cfg->n_pools; i++)
+		for (size_t j = 0; j < cfg->pools[i].n_users; j++)
+			if (strcmp(cfg->pools[i].users[j].name, au) == 0)
+				return;
+	general_error(p, "auth_user", "user \"%.*s%s\" is in no [pools.NAME.users.USER] section and not in auth_file%s: "
+		      "auth_query cannot log in", CONFIG_QUOTE_MAX, au, strlen(au) > CONFIG_QUOTE_MAX ? "..." : "",
+		      cfg->general.auth_file[0] ? "" : " (auth_file is not set)");
 }
 
 void check_all(struct parser *p)

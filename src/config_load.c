@@ -536,11 +536,18 @@ static void auth_file_bad_line(void *arg, int line, const char *why)
 }
 
 /* Every user of the file becomes a user of each pool that has no users
- * section, as if written there with `password = <secret>`. */
+ * section, as if written there with `password = <secret>`. auth_user's
+ * entry is also kept aside (cfg->auth_user_secret), for auth_query's
+ * logins to pools that have users sections. */
 static void load_auth_file(struct parser *p)
 {
 	struct config *cfg = p->cfg;
-	bool wanted = false;
+	/* Pools without users sections take their users from it, the
+	 * console's admin_users and stats_users their secrets, and auth_user
+	 * its own. */
+	bool wanted = (cfg->general.admin_users && cfg->general.admin_users[0]) ||
+		      (cfg->general.stats_users && cfg->general.stats_users[0]) ||
+		      (cfg->general.auth_user && cfg->general.auth_user[0]);
 	for (size_t i = 0; i < cfg->n_pools; i++)
 		wanted |= cfg->pools[i].n_users == 0;
 	if (!cfg->general.auth_file || !cfg->general.auth_file[0] || !wanted)
@@ -572,6 +579,10 @@ static void load_auth_file(struct parser *p)
 		return;
 	}
 	free(text);
+	const struct auth_file_entry *au = cfg->general.auth_user[0] ? auth_file_find(&af, cfg->general.auth_user) : NULL;
+	if (au && (!(cfg->auth_user_secret = p_strdup(p, au->secret)) ||
+		   !(cfg->auth_user_secret_of = p_strdup(p, au->user))))
+		p->oom = true;
 	for (size_t i = 0; i < cfg->n_pools && !p->oom; i++) {
 		struct config_pool *pool = &cfg->pools[i];
 		if (pool->n_users != 0)
@@ -592,7 +603,12 @@ static void load_auth_file(struct parser *p)
 			pool->n_users++;
 		}
 	}
-	auth_file_free(&af);
+	/* Kept for the admin console (config_console_secret). */
+	cfg->auth_users = p->oom ? NULL : malloc(sizeof *cfg->auth_users);
+	if (cfg->auth_users != NULL)
+		*cfg->auth_users = af;
+	else
+		auth_file_free(&af);
 	free(path);
 }
 
@@ -705,6 +721,8 @@ static struct config *load_text(const char *text, const char *file, struct confi
 			load_auth_file(&p);
 		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
 			load_hba_file(&p);
+		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
+			check_auth_user(&p);
 		parser_free(&p);
 	}
 	if (p.oom) {
@@ -821,6 +839,11 @@ void config_free(struct config *cfg)
 	free(cfg->peers);
 	hba_free(cfg->hba);
 	free(cfg->hba);
+	free(cfg->auth_user_secret);
+	free(cfg->auth_user_secret_of);
+	if (cfg->auth_users != NULL)
+		auth_file_free(cfg->auth_users);
+	free(cfg->auth_users);
 	free(cfg);
 }
 

@@ -107,6 +107,8 @@ static void format_field(const struct key_spec *k, const void *base, char *buf, 
 	switch (k->kind) {
 	case VALUE_DURATION:
 		memcpy(&iv, cfield(base, k->off), sizeof(iv));
+		if (iv == CONFIG_INHERIT && (k->flags & KEY_EMPTY_INHERITS))
+			return;          /* empty: inherited */
 		config_format_duration(iv, (k->flags & KEY_SECONDS) != 0, buf, buflen);
 		return;
 	case VALUE_INT:
@@ -327,6 +329,8 @@ bool config_general_set(struct config *cfg, const char *key, const char *value, 
 	free(v);
 	if (!p.oom && !config_problems_has(&problems, CONFIG_PROBLEM_ERROR))
 		check_general(&p);
+	if (!p.oom && !config_problems_has(&problems, CONFIG_PROBLEM_ERROR))
+		check_auth_user(&p);
 	bool ok = !p.oom && !config_problems_has(&problems, CONFIG_PROBLEM_ERROR);
 	if (ok) {
 		free_field(k, &cfg->general);

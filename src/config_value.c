@@ -519,12 +519,18 @@ static void set_duration(struct parser *p, const struct key_spec *k, void *base,
 	int64_t v;
 	bool bare;
 	char why[120];
+	if ((k->flags & KEY_EMPTY_INHERITS) && value[0] == '\0') {
+		int iv = CONFIG_INHERIT;
+		memcpy(field(base, k->off), &iv, sizeof(iv));
+		return;
+	}
 	if (!config_parse_duration(value, seconds, &v, &bare, why, sizeof(why)) || v < k->min || v > k->max) {
 		char lo[32], hi[32];
 		config_format_duration(k->min, seconds, lo, sizeof(lo));
 		config_format_duration(k->max, seconds, hi, sizeof(hi));
-		line_error(p, k->name, "must be a duration between %s and %s: a number of %s or a number with a "
-			   "unit (us, ms, s, min, h, d), got %s%s%s", lo, hi, seconds ? "seconds" : "milliseconds",
+		line_error(p, k->name, "must be %sa duration between %s and %s: a number of %s or a number with a "
+			   "unit (us, ms, s, min, h, d), got %s%s%s", (k->flags & KEY_EMPTY_INHERITS) ? "empty (inherit) or " : "",
+			   lo, hi, seconds ? "seconds" : "milliseconds",
 			   got, why[0] ? ": " : "", why);
 		return;
 	}

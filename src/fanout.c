@@ -577,6 +577,7 @@ static void leg_resume(struct client_end *end)
 static const struct client_end_events leg_end_events = {
 	.ready = leg_ready,
 	.lost = leg_lost,
+	.ended = NULL,   /* (the client's transaction is timed, not its legs') */
 	.released = leg_released,
 	.answered = leg_answered,
 	.resume = leg_resume,

@@ -22,13 +22,16 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include "admin_login.h"
 #include "auth.h"
+#include "auth_query.h"
 #include "cancel.h"
 #include "client.h"
 #include "config.h"
 #include "context.h"
 #include "hba.h"
 #include "log.h"
+#include "peer.h"
 #include "pktbuf.h"
 #include "pool.h"
 #include "proto.h"
@@ -95,9 +98,12 @@ static bool set_names(struct client *c, const struct proto_startup *st)
 
 static void handle_cancel_request(struct client *c, uint32_t pid, const uint8_t *key, size_t key_len)
 {
-	struct client *target = cancel_handle_request(&c->w->cancel, pid, key, key_len);
+	struct cancel_forward fwd;
+	struct client *target = cancel_handle_request(&c->w->cancel, pid, key, key_len, &fwd);
 	if (target)
 		client_cancel_query(target);
+	else if (fwd.peer_id)
+		peer_forward_cancel(c->w, &fwd);   /* another instance's key (SPEC §3.4) */
 	client_close(c, NULL, NULL);
 }
 
@@ -211,20 +217,24 @@ static void start_login(struct client *c)
 		return;
 	struct auth_credentials cred = { 0 };
 	const struct auth_credentials *credp = NULL;
+	struct scram_secret console_scram;   /* a listed console user's verifier */
 	if (c->is_admin) {
-		if (strcmp(client_user(c), g->admin_username) != 0) {
+		/* admin_username, admin_users and stats_users (admin_login.c). */
+		if (!admin_login_credentials(w, client_user(c), &cred, &console_scram)) {
 			client_close(c, SQLSTATE_INVALID_AUTHORIZATION,
 				     "user \"%s\" is not allowed to connect to the admin console", client_user(c));
 			return;
 		}
-		cred.password = g->admin_password;
-		cred.scram = w->have_admin_scram ? &w->admin_scram : NULL;
 		credp = &cred;
 	} else {
 		if (!pool_db_exists(w, client_database(c))) {
 			client_close(c, SQLSTATE_INVALID_CATALOG_NAME, "database \"%s\" does not exist", client_database(c));
 			return;
 		}
+		/* A user of no config: looked up on the server first (auth_query;
+		 * this function runs again with the answer). */
+		if (auth_query_login(c, start_login))
+			return;
 		c->pool = pool_find(w, client_database(c), client_user(c));
 		if (c->pool)
 			c->pool->n_clients++;

@@ -223,6 +223,7 @@ static void pool_apply_config(struct pool *p, const struct config *cfg, const st
 	p->mode = config_user_pool_mode(cp, cu);
 	p->pool_size = config_user_pool_size(cfg, cp, cu);
 	p->min_pool_size = config_user_min_pool_size(cfg, cp, cu);
+	p->reserve_pool_size = config_user_reserve_pool_size(cfg, cu);
 }
 
 static struct pool *pool_new(struct worker *w, const struct config_pool *cp, const struct config_user *cu)
@@ -262,6 +263,77 @@ static struct pool *pool_new(struct worker *w, const struct config_pool *cp, con
 	pool_apply_config(p, w->cfg, cp, cu);
 	pool_derive_scram(p);
 	return p;
+}
+
+/* ---- auth_query's users (auth_query.c): pools of users in no config ---- */
+
+static void own_user_free(struct config_user *u)
+{
+	if (!u)
+		return;
+	if (u->password) {
+		OPENSSL_cleanse(u->password, strlen(u->password));
+		free(u->password);
+	}
+	free(u->name);
+	free(u);
+}
+
+struct pool *pool_add_looked_up(struct worker *w, const struct config_pool *cp, const char *user,
+				const char *secret)
+{
+	struct config_user *u = calloc(1, sizeof *u);
+	if (!u)
+		return NULL;
+	/* As a users section with only a password: the rest inherited. */
+	u->pool_size = CONFIG_INHERIT;
+	u->min_pool_size = CONFIG_INHERIT;
+	u->pool_mode = CONFIG_INHERIT;
+	u->transaction_timeout = CONFIG_INHERIT;
+	u->reserve_pool_size = CONFIG_INHERIT;
+	u->max_user_connections = CONFIG_INHERIT;
+	u->name = strdup(user);
+	u->password = strdup(secret);
+	struct pool *p = u->name && u->password ? pool_new(w, cp, u) : NULL;
+	if (!p) {
+		own_user_free(u);
+		return NULL;
+	}
+	p->own_user = u;
+	/* PAUSE and DISABLE hold for the database, whichever user comes. */
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		const struct pool *q = LIST_OWNER(pos, struct pool, node);
+		if (!q->removed && strcmp(q->name, p->name) == 0) {
+			p->paused = q->paused;
+			p->disabled = q->disabled;
+			break;
+		}
+	}
+	list_add_tail(&w->pools, &p->node);
+	return p;
+}
+
+bool pool_set_looked_up_secret(struct pool *p, const char *secret)
+{
+	if (!p->own_user || strcmp(p->own_user->password, secret) == 0)
+		return true;
+	char *copy = strdup(secret);
+	if (!copy)
+		return false;
+	OPENSSL_cleanse(p->own_user->password, strlen(p->own_user->password));
+	free(p->own_user->password);
+	p->own_user->password = copy;
+	pool_derive_scram(p);   /* and forget the pass-through key of the old secret */
+	return true;
+}
+
+void pool_retire_looked_up(struct pool *p)
+{
+	if (p->removed)
+		return;
+	log_info("pool %s user %s: auth_query no longer finds the user; draining", p->name, p->user);
+	p->removed = true;
 }
 
 bool pool_create_all(struct worker *w)
@@ -333,6 +405,7 @@ void pool_free(struct pool *p)
 	p->collation = (locale_t)0;
 	p->collation_known = false;
 	config_ref_put(p->cfg_ref);
+	own_user_free(p->own_user);
 	free(p->targets);
 	free(p->name);
 	free(p->user);
@@ -375,11 +448,6 @@ bool pool_db_exists(struct worker *w, const char *db)
 	return config_find_pool(w->cfg, db) != NULL;
 }
 
-int srvpool_total(const struct srvpool *sp)
-{
-	return sp->n_idle + sp->n_active + sp->n_opening + sp->n_other;
-}
-
 struct srvpool *pool_pick_target(struct pool *p)
 {
 	/* For learning the server parameters of a login: the default shard's
@@ -417,16 +485,6 @@ static void count_adjust(struct srvpool *sp, enum server_state st, int delta)
 	struct worker *w = sp->pool->w;
 	if (w->shm)
 		shm_conns_set(w->shm, w->id, sp->shm_target, srvpool_total(sp));
-}
-
-/* Connections to this server across every worker: pool sizes hold per
- * instance (SPEC §9). */
-int srvpool_instance_total(const struct srvpool *sp)
-{
-	struct worker *w = sp->pool->w;
-	if (!w->shm || sp->shm_target < 0)
-		return srvpool_total(sp);
-	return shm_conns_total(w->shm, sp->shm_target);
 }
 
 /* One list per state, and its count, kept in step with the server's state. */
@@ -500,6 +558,19 @@ bool pool_srvpool_failing(const struct srvpool *sp)
 	return srvpool_recently_failed(sp, sp->pool->w->now_us);
 }
 
+void pool_defaults_retry(struct pool *p)
+{
+	if (p->have_defaults || list_empty(&p->login_waiters))
+		return;
+	struct srvpool *sp = pool_pick_target(p);
+	if (sp->n_opening > 0 || sp->n_idle > 0 || sp->n_active > 0 || !sp->resolved ||
+	    srvpool_recently_failed(sp, p->w->now_us) || !srvpool_cap_room(sp, true))
+		return;
+	if (!server_connect(sp))
+		log_debug("%s@%s: no connection for the server's parameters yet", p->user, p->name);
+	/* (a connection that fails tells the login waiters: pool_server_closed) */
+}
+
 void srvpool_maybe_launch(struct srvpool *sp)
 {
 	struct pool *p = sp->pool;
@@ -508,7 +579,12 @@ void srvpool_maybe_launch(struct srvpool *sp)
 	sp->resolved = resolve(sp);
 	if (!sp->resolved)
 		return;
-	while (sp->n_opening < sp->n_waiters && srvpool_instance_total(sp) < p->pool_size) {
+	int limit = srvpool_limit(sp);
+	while (sp->n_opening < sp->n_waiters && srvpool_may_open(sp, limit, true)) {
+		if (srvpool_instance_total(sp) >= p->pool_size)
+			log_info("%s@%s %s:%d: a reserve connection (reserve_pool_size %d) for clients waiting over %d ms",
+				 p->user, p->name, sp->host, sp->port, p->reserve_pool_size,
+				 p->w->cfg->general.reserve_pool_timeout);
 		struct server *s = server_connect(sp);
 		if (!s)
 			break;
@@ -708,8 +784,12 @@ void pool_request_defaults(struct pool *p, struct pool_waiter *pw)
 	struct srvpool *sp = pool_pick_target(p);
 	if (sp->n_opening > 0 || sp->n_idle > 0 || sp->n_active > 0)
 		return;
-	if (srvpool_recently_failed(sp, p->w->now_us) || (!sp->resolved && !(sp->resolved = resolve(sp))) ||
-	    !server_connect(sp)) {
+	bool usable = !srvpool_recently_failed(sp, p->w->now_us) && (sp->resolved || (sp->resolved = resolve(sp)));
+	/* At max_db_connections or max_user_connections: the logins wait
+	 * (the janitor asks again, pool_defaults_retry). */
+	if (usable && !srvpool_cap_room(sp, true))
+		return;
+	if (!usable || !server_connect(sp)) {
 		/* (a failure inside server_connect may have told it already) */
 		if (list_linked(&pw->node)) {
 			list_del(&pw->node);
@@ -771,67 +851,188 @@ static void retire_srvpool(struct pool *p, struct srvpool *sp)
 	}
 }
 
-bool pool_reload(struct worker *w, struct config *newcfg, struct config *oldcfg, bool *oldcfg_kept)
+/* A reload, planned before anything changes: for each pool the new
+ * config keeps, its new srvpools (t: NULL for a new pool), config and
+ * whether its password changed. Built first into fresh arrays, so that a
+ * failure changes nothing. */
+struct reload_entry {
+	struct pool *p;
+	struct srvpool **t;
+	size_t n;
+	const struct config_pool *cp;
+	const struct config_user *cu;
+	bool password_changed;
+};
+struct reload_plan {
+	struct reload_entry *e;
+	size_t n, cap;
+};
+
+/* A new, zeroed entry; NULL: out of memory. */
+static struct reload_entry *plan_add(struct reload_plan *pl)
 {
-	*oldcfg_kept = false;
-	struct list_node *pos, *tmp;
-	/* Pools the new config still has: new config pointers, sizes and
-	 * servers. Built first into fresh arrays so a failure changes nothing. */
-	struct pending { struct pool *p; struct srvpool **t; size_t n; const struct config_pool *cp;
-			 const struct config_user *cu; bool password_changed; };
-	size_t n_pending = 0, cap = 0;
-	struct pending *pend = NULL;
-	/* Allocated up front so that nothing can fail after the first change. */
-	struct config_ref *ref = calloc(1, sizeof *ref);
-	if (!ref)
+	if (pl->n == pl->cap) {
+		size_t cap = pl->cap ? pl->cap * 2 : 16;
+		struct reload_entry *ne = realloc(pl->e, cap * sizeof *ne);
+		if (!ne)
+			return NULL;
+		pl->e = ne;
+		pl->cap = cap;
+	}
+	struct reload_entry *e = &pl->e[pl->n];
+	memset(e, 0, sizeof *e);
+	return e;
+}
+
+static bool plan_has(const struct reload_plan *pl, const struct pool *p)
+{
+	for (size_t i = 0; i < pl->n; i++)
+		if (pl->e[i].p == p)
+			return true;
+	return false;
+}
+
+/* e's pool (existing) gets the srvpools of cp, reusing its own. */
+static bool plan_targets(struct reload_entry *e, const struct config_pool *cp)
+{
+	struct pool *p = e->p;
+	struct srvpool **old = calloc(p->n_targets ? p->n_targets : 1, sizeof *old);
+	if (!old)
 		return false;
-	ref->cfg = oldcfg;
+	memcpy(old, p->targets, p->n_targets * sizeof *old);
+	bool ok = build_targets(p, cp, old, p->n_targets, &e->t, &e->n);
+	free(old);
+	return ok;
+}
+
+/* Every (pool, user) of the new config: the existing pool re-targeted, or
+ * a new one. */
+static bool plan_configured(struct worker *w, const struct config *newcfg, struct reload_plan *pl)
+{
 	for (size_t i = 0; i < newcfg->n_pools; i++) {
 		const struct config_pool *cp = &newcfg->pools[i];
 		for (size_t j = 0; j < cp->n_users; j++) {
 			const struct config_user *cu = &cp->users[j];
-			if (n_pending == cap) {
-				cap = cap ? cap * 2 : 16;
-				struct pending *np = realloc(pend, cap * sizeof *np);
-				if (!np)
-					goto fail;
-				pend = np;
-			}
-			struct pending *e = &pend[n_pending];
-			memset(e, 0, sizeof *e);
+			struct reload_entry *e = plan_add(pl);
+			if (!e)
+				return false;
 			e->cp = cp;
 			e->cu = cu;
 			e->p = pool_find(w, cp->name, cu->name);
 			if (e->p) {
-				struct srvpool **old = calloc(e->p->n_targets ? e->p->n_targets : 1, sizeof *old);
-				if (!old)
-					goto fail;
-				memcpy(old, e->p->targets, e->p->n_targets * sizeof *old);
-				bool ok = build_targets(e->p, cp, old, e->p->n_targets, &e->t, &e->n);
-				free(old);
-				if (!ok)
-					goto fail;
+				if (!plan_targets(e, cp))
+					return false;
 				const char *a = e->p->cuser ? e->p->cuser->password : NULL;
 				const char *b = cu->password;
 				e->password_changed = (a == NULL) != (b == NULL) || (a && strcmp(a, b) != 0);
 			} else {
 				e->p = pool_new(w, cp, cu);
 				if (!e->p)
-					goto fail;
+					return false;
 				/* pool_new read w->cfg: apply the new snapshot's values. */
 				pool_apply_config(e->p, newcfg, cp, cu);
-				e->t = NULL;
 			}
-			n_pending++;
+			pl->n++;
 		}
+	}
+	return true;
+}
+
+/* Users auth_query found: kept while their database is configured,
+ * auth_query still on and no users section took them over. */
+static bool plan_looked_up(struct worker *w, const struct config *newcfg, struct reload_plan *pl)
+{
+	if (!newcfg->general.auth_user[0])
+		return true;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		const struct config_pool *cp = p->own_user && !p->removed ? config_find_pool(newcfg, p->name) : NULL;
+		if (!cp || plan_has(pl, p))
+			continue;
+		struct reload_entry *e = plan_add(pl);
+		if (!e)
+			return false;
+		e->p = p;
+		e->cp = cp;
+		e->cu = p->own_user;
+		if (!plan_targets(e, cp))
+			return false;
+		pl->n++;
+	}
+	return true;
+}
+
+/* Nothing changed: free what the plan made (new pools, new srvpools). */
+static void plan_abort(struct reload_plan *pl)
+{
+	for (size_t i = 0; i < pl->n; i++) {
+		struct reload_entry *e = &pl->e[i];
+		if (e->t) {
+			for (size_t k = 0; k < e->n; k++) {
+				bool existing = false;
+				for (size_t m = 0; m < e->p->n_targets && !existing; m++)
+					existing = e->p->targets[m] == e->t[k];
+				if (!existing)
+					srvpool_free(e->t[k]);
+			}
+			free(e->t);
+		} else if (e->p) {
+			pool_free(e->p);
+		}
+	}
+	free(pl->e);
+}
+
+/* The plan applied to one pool: old srvpools not reused retired, the new
+ * config's values, a new verifier if the password changed; a new pool
+ * joins the list. */
+static void plan_apply(struct worker *w, const struct config *newcfg, struct reload_entry *e)
+{
+	struct pool *p = e->p;
+	if (!e->t) {
+		list_add_tail(&w->pools, &p->node);
+		return;
+	}
+	for (size_t k = 0; k < p->n_targets; k++) {
+		bool reused = false;
+		for (size_t m = 0; m < e->n && !reused; m++)
+			reused = e->t[m] == p->targets[k];
+		if (!reused)
+			retire_srvpool(p, p->targets[k]);
+	}
+	free(p->targets);
+	p->targets = e->t;
+	p->n_targets = e->n;
+	pool_apply_config(p, newcfg, e->cp, e->cu);
+	if (p->own_user && p->cuser != p->own_user) {
+		/* a users section now lists the user auth_query found */
+		own_user_free(p->own_user);
+		p->own_user = NULL;
+	}
+	if (e->password_changed)
+		pool_derive_scram(p);
+}
+
+bool pool_reload(struct worker *w, struct config *newcfg, struct config *oldcfg, bool *oldcfg_kept)
+{
+	*oldcfg_kept = false;
+	struct list_node *pos, *tmp;
+	struct reload_plan pl = { NULL, 0, 0 };
+	/* Allocated up front so that nothing can fail after the first change. */
+	struct config_ref *ref = calloc(1, sizeof *ref);
+	if (!ref)
+		return false;
+	ref->cfg = oldcfg;
+	if (!plan_configured(w, newcfg, &pl) || !plan_looked_up(w, newcfg, &pl)) {
+		plan_abort(&pl);
+		free(ref);
+		return false;
 	}
 	/* Commit. Pools not in the new config: removed, draining. */
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		bool kept = false;
-		for (size_t i = 0; i < n_pending && !kept; i++)
-			kept = pend[i].p == p;
-		if (kept || p->removed)
+		if (plan_has(&pl, p) || p->removed)
 			continue;
 		log_info("pool %s user %s: removed by reload; draining", p->name, p->user);
 		p->removed = true;
@@ -848,49 +1049,10 @@ bool pool_reload(struct worker *w, struct config *newcfg, struct config *oldcfg,
 		*oldcfg_kept = true;
 	else
 		free(ref);
-	for (size_t i = 0; i < n_pending; i++) {
-		struct pending *e = &pend[i];
-		struct pool *p = e->p;
-		if (e->t) {
-			/* Old srvpools not reused are retired. */
-			for (size_t k = 0; k < p->n_targets; k++) {
-				bool reused = false;
-				for (size_t m = 0; m < e->n && !reused; m++)
-					reused = e->t[m] == p->targets[k];
-				if (!reused)
-					retire_srvpool(p, p->targets[k]);
-			}
-			free(p->targets);
-			p->targets = e->t;
-			p->n_targets = e->n;
-			pool_apply_config(p, newcfg, e->cp, e->cu);
-			if (e->password_changed)
-				pool_derive_scram(p);
-		} else {
-			list_add_tail(&w->pools, &p->node);
-		}
-	}
-	free(pend);
+	for (size_t i = 0; i < pl.n; i++)
+		plan_apply(w, newcfg, &pl.e[i]);
+	free(pl.e);
 	return true;
-fail:
-	for (size_t i = 0; i < n_pending; i++) {
-		if (pend[i].t) {
-			/* free only srvpools created for this reload */
-			for (size_t k = 0; k < pend[i].n; k++) {
-				bool existing = false;
-				for (size_t m = 0; m < pend[i].p->n_targets && !existing; m++)
-					existing = pend[i].p->targets[m] == pend[i].t[k];
-				if (!existing)
-					srvpool_free(pend[i].t[k]);
-			}
-			free(pend[i].t);
-		} else if (pend[i].p) {
-			pool_free(pend[i].p);
-		}
-	}
-	free(pend);
-	free(ref);
-	return false;
 }
 
 /* ---- admin console operations ---- */

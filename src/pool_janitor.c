@@ -15,6 +15,8 @@
 #include <string.h>
 
 #include "context.h"
+#include "client_end.h"
+#include "config.h"
 #include "dns.h"
 #include "log.h"
 #include "rotation.h"
@@ -39,10 +41,82 @@ void pool_fill_min(struct pool *p)
 		struct srvpool *sp = p->targets[i];
 		if (srvpool_recently_failed(sp, p->w->now_us) || !sp->resolved)
 			continue;
-		while (srvpool_instance_total(sp) < p->min_pool_size && srvpool_instance_total(sp) < p->pool_size) {
+		while (srvpool_instance_total(sp) < p->min_pool_size && srvpool_instance_total(sp) < p->pool_size &&
+		       srvpool_may_open(sp, p->pool_size, false)) {
 			if (!server_connect(sp))
 				break;
 		}
+	}
+}
+
+/* statement_timeout (per user) and query_timeout (for every user): a
+ * query running longer is cancelled (the client gets PostgreSQL's 57014);
+ * a replica that slow for statement_timeout is banned. */
+static void query_timeouts(struct srvpool *sp, uint64_t now)
+{
+	int st_ms = sp->pool->cuser ? sp->pool->cuser->statement_timeout : 0;
+	int qt_ms = sp->pool->w->cfg->general.query_timeout;
+	if (st_ms <= 0 && qt_ms <= 0)
+		return;
+	/* The shorter of the two that are on decides. */
+	bool statement = st_ms > 0 && (qt_ms <= 0 || st_ms <= qt_ms);
+	int ms = statement ? st_ms : qt_ms;
+	const char *name = statement ? "statement_timeout" : "query_timeout";
+	uint64_t limit = (uint64_t)ms * 1000;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &sp->active) {
+		struct server *s = LIST_OWNER(pos, struct server, node);
+		if (s->state != SERVER_ACTIVE || s->txn.outstanding == 0 || now - s->txn.query_start_us < limit)
+			continue;
+		if (!s->timeout_cancelled) {
+			s->timeout_cancelled = true;
+			log_info("S-%llu %s:%d: %s (%d ms): cancelling", (unsigned long long)s->id, sp->host, sp->port, name,
+				 ms);
+			server_send_cancel(s);
+			if (statement)
+				rotation_server_failed(sp, "statement_timeout");
+		} else if (now - s->txn.query_start_us >= limit + STATEMENT_TIMEOUT_GRACE_US) {
+			/* The cancel did not end it (a stopped or unreachable
+			 * server): pgcat ends it, the client gets 57014. */
+			s->have_error = true;
+			snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "57014");
+			snprintf(s->error_message, sizeof s->error_message, "canceling statement due to %s",
+				 statement ? "statement timeout" : "query_timeout");
+			server_close(s, statement ? "statement_timeout: the server did not act on the cancel"
+						  : "query_timeout: the server did not act on the cancel");
+		}
+	}
+}
+
+/* transaction_timeout (global, per user): a transaction open longer is
+ * ended by pgcat: its client gets 25P04 (as for a lost server: at once if
+ * it waits for a reply, else with its next message; in session mode the
+ * connection ends, as PostgreSQL 17 ends it), and the server is cleaned
+ * (cancel, ROLLBACK) and kept. */
+static void transaction_timeouts(struct srvpool *sp, uint64_t now)
+{
+	struct worker *w = sp->pool->w;
+	int ms = config_user_transaction_timeout(w->cfg, sp->pool->cuser);
+	if (ms <= 0)
+		return;
+	uint64_t limit = (uint64_t)ms * 1000;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &sp->active) {
+		struct server *s = LIST_OWNER(pos, struct server, node);
+		struct client_end *end = s->client;
+		/* 'I' with nothing owed: no transaction (a server just linked
+		 * whose clock is the last transaction's, or a session between
+		 * its transactions). */
+		if (s->state != SERVER_ACTIVE || !end || !end->ev->ended ||
+		    (s->txn.tx_status == 'I' && s->txn.outstanding == 0 && !s->txn.ext_pending) ||
+		    now - s->txn.xact_start_us < limit)
+			continue;
+		log_info("S-%llu %s:%d: transaction_timeout (%d ms): the transaction is ended, the server kept",
+			 (unsigned long long)s->id, sp->host, sp->port, ms);
+		end->ev->ended(end, s, "25P04", "canceling transaction due to transaction_timeout");
+		/* (the handler untied the link) */
+		if (s->state == SERVER_ACTIVE && !s->client)
+			server_drain(s);
 	}
 }
 
@@ -67,32 +141,8 @@ static void srvpool_janitor(struct srvpool *sp)
 			pool_fail_waiter(pw, "08P01", "query_wait_timeout");
 		}
 	}
-	/* statement_timeout (per user): the query is cancelled (the client gets
-	 * PostgreSQL's 57014) and a replica that is that slow is banned. */
-	int st_ms = sp->pool->cuser ? sp->pool->cuser->statement_timeout : 0;
-	if (st_ms > 0) {
-		uint64_t limit = (uint64_t)st_ms * 1000;
-		LIST_FOREACH_SAFE(pos, tmp, &sp->active) {
-			struct server *s = LIST_OWNER(pos, struct server, node);
-			if (s->state != SERVER_ACTIVE || s->txn.outstanding == 0 || now - s->txn.query_start_us < limit)
-				continue;
-			if (!s->timeout_cancelled) {
-				s->timeout_cancelled = true;
-				log_info("S-%llu %s:%d: statement_timeout (%d ms): cancelling", (unsigned long long)s->id,
-					 sp->host, sp->port, st_ms);
-				server_send_cancel(s);
-				rotation_server_failed(sp, "statement_timeout");
-			} else if (now - s->txn.query_start_us >= limit + STATEMENT_TIMEOUT_GRACE_US) {
-				/* The cancel did not end it (a stopped or unreachable
-				 * server): pgcat ends it, the client gets 57014. */
-				s->have_error = true;
-				snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "57014");
-				snprintf(s->error_message, sizeof s->error_message,
-					 "canceling statement due to statement timeout");
-				server_close(s, "statement_timeout: the server did not act on the cancel");
-			}
-		}
-	}
+	query_timeouts(sp, now);
+	transaction_timeouts(sp, now);
 	/* A vanished client's query still running after pgcat's cancel was
 	 * answered: the cancel reached the backend before the query did (it
 	 * is then ignored, as for any client). The server is pgcat's alone
@@ -163,6 +213,7 @@ void pool_janitor(struct worker *w)
 				(void)dns_lookup(w->dns, sp->host, w->cfg->general.dns_max_ttl);
 			srvpool_janitor(sp);
 		}
+		pool_defaults_retry(p);
 		struct list_node *rp, *rt;
 		LIST_FOREACH_SAFE(rp, rt, &p->retired) {
 			struct srvpool *sp = LIST_OWNER(rp, struct srvpool, retired_node);
@@ -181,7 +232,7 @@ void pool_janitor(struct worker *w)
 			for (size_t i = 0; i < p->n_targets && empty; i++)
 				empty = srvpool_total(p->targets[i]) == 0 && p->targets[i]->n_waiters == 0;
 			if (empty) {
-				log_info("pool %s user %s: removed by reload, now drained", p->name, p->user);
+				log_info("pool %s user %s: removed, now drained", p->name, p->user);
 				pool_free(p);
 			}
 			continue;

@@ -58,7 +58,7 @@ static void header(struct evbuffer *out, const struct metric *m)
 }
 
 enum pool_gauge { PG_CL_ACTIVE, PG_CL_WAITING, PG_SV_ACTIVE, PG_SV_IDLE, PG_SV_USED, PG_SV_LOGIN, PG_MAXWAIT,
-		  PG_PAUSED, PG__COUNT };
+		  PG_PAUSED, PG_SV_RESERVE, PG__COUNT };
 
 static const struct metric pool_gauges[PG__COUNT] = {
 	[PG_CL_ACTIVE] = { "pools_cl_active", "gauge", "Client connections linked to a server or idle." },
@@ -69,6 +69,7 @@ static const struct metric pool_gauges[PG__COUNT] = {
 	[PG_SV_LOGIN] = { "pools_sv_login", "gauge", "Server connections connecting or logging in." },
 	[PG_MAXWAIT] = { "pools_maxwait_seconds", "gauge", "Longest current wait for a server." },
 	[PG_PAUSED] = { "pools_paused", "gauge", "1 while the pool is paused." },
+	[PG_SV_RESERVE] = { "pools_sv_reserve", "gauge", "Server connections beyond pool_size (the reserve pool in use)." },
 };
 
 static const struct {
@@ -112,6 +113,8 @@ void prometheus_render(struct worker *w, struct evbuffer *out)
 			shm_gauges_total(w->shm, p->shm_slot, &v[PG_CL_ACTIVE], &v[PG_CL_WAITING], &v[PG_SV_ACTIVE],
 					 &v[PG_SV_IDLE], &v[PG_SV_USED], &v[PG_SV_LOGIN], &maxwait);
 			v[PG_PAUSED] = p->paused;
+			if (g == PG_SV_RESERVE)
+				v[PG_SV_RESERVE] = pool_reserve_in_use(p);
 			evbuffer_add_printf(out, "pgcat_%s", pool_gauges[g].name);
 			pool_labels(out, p);
 			if (g == PG_MAXWAIT)

@@ -559,6 +559,10 @@ void server_link(struct server *s)
 		if (!pb.failed) {
 			evbuffer_add(io_out(&s->io), pb.data, pb.len);
 			txn_sent(&s->txn, PqMsg_Query);
+			/* The client's transaction starts here on this server (its
+			 * own first message finds it open: xact_time and
+			 * transaction_timeout count from now, not from the last). */
+			s->txn.xact_start_us = s->w->now_us;
 			syncing = true;
 		}
 	}

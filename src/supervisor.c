@@ -272,6 +272,20 @@ int supervisor_run(struct config *cfg, const char *config_path)
 			break;
 		case SIGTERM:
 		case SIGINT:
+			/* SHUTDOWN WAIT_FOR_CLIENTS, from a worker: no new clients,
+			 * and the workers (told through the admin ring) exit once
+			 * their last client has gone. Not forwarded: SIGTERM would
+			 * start the drain with shutdown_timeout. */
+			if (sig == SIGTERM && info.si_code == SI_QUEUE &&
+			    info.si_value.sival_int == SHM_SIGVAL_WAIT_FOR_CLIENTS) {
+				if (!sv.shutting_down) {
+					log_info("supervisor: SHUTDOWN WAIT_FOR_CLIENTS, exiting after the last client");
+					sd_notify_send("STOPPING=1");
+				}
+				sv.shutting_down = true;
+				remove_unix_socket(&sv);
+				break;
+			}
 			if (!sv.shutting_down) {
 				log_info("supervisor: signal %d, shutting down", sig);
 				sd_notify_send("STOPPING=1");

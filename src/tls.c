@@ -198,6 +198,25 @@ static bool build_for_servers(const struct config_general *g, SSL_CTX **out, cha
 		SSL_CTX_free(ctx);
 		return false;
 	}
+	/* A certificate of pgcat's own, for servers that authenticate their
+	 * clients by certificate (hostssl ... cert, clientcert=verify-full). */
+	if (g->server_tls_cert_file && g->server_tls_cert_file[0]) {
+		if (SSL_CTX_use_certificate_chain_file(ctx, g->server_tls_cert_file) != 1) {
+			fail(err, errlen, "server_tls_cert_file", g->server_tls_cert_file);
+			SSL_CTX_free(ctx);
+			return false;
+		}
+		if (SSL_CTX_use_PrivateKey_file(ctx, g->server_tls_key_file, SSL_FILETYPE_PEM) != 1) {
+			fail(err, errlen, "server_tls_key_file", g->server_tls_key_file);
+			SSL_CTX_free(ctx);
+			return false;
+		}
+		if (SSL_CTX_check_private_key(ctx) != 1) {
+			fail(err, errlen, "server_tls_key_file does not match server_tls_cert_file", g->server_tls_key_file);
+			SSL_CTX_free(ctx);
+			return false;
+		}
+	}
 	SSL_CTX_set_verify(ctx, verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
 	*out = ctx;
 	return true;

@@ -31,6 +31,7 @@
 #include "client.h"
 #include "config.h"
 #include "fanout.h"
+#include "auth_query.h"
 #include "lagmon.h"
 #include "login.h"
 #include "log.h"
@@ -39,6 +40,7 @@
 #include "server.h"
 #include "session_normal.h"
 #include "admin.h"
+#include "admin_ops.h"
 #include "admin_show.h"
 #include "auth_scram.h"
 #include "prometheus.h"
@@ -157,6 +159,7 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 	w->cfg = cfg;
 	if (!old_kept)
 		config_free(old);
+	cancel_table_set_peer_id(&w->cancel, cfg->general.peer_id);
 	for (size_t i = 0; i < w->n_listeners; i++)
 		if (w->listeners[i])
 			listener_options(w, w->listeners[i]);   /* tcp_keepalive may have changed */
@@ -165,6 +168,7 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 	w->config_mtime = file_mtime(w->config_path);
 	if (!prometheus_reconfigure(w))
 		log_error("reload: /metrics is not served (see above)");
+	auth_query_reload(w);   /* cached answers of the old auth_query go */
 	log_info("configuration reloaded from %s", w->config_path);
 	return true;
 }
@@ -436,6 +440,8 @@ static void apply_admin_commands(struct worker *w)
 		case SHM_ADMIN_KILL: (void)worker_kill(w, db); break;
 		case SHM_ADMIN_RECONNECT: (void)pool_reconnect(w, db); break;
 		case SHM_ADMIN_DUMP: admin_dump(w, e.arg, e.seq); break;
+		case SHM_ADMIN_KILL_CLIENT: admin_kill_client_posted(w, e.arg); break;
+		case SHM_ADMIN_WAIT_FOR_CLIENTS: worker_wait_for_clients(w); break;
 		case SHM_ADMIN_SET: {
 			char err[256];
 			if (config_general_set(w->cfg, e.arg, e.value, err, sizeof err)) {
@@ -558,6 +564,11 @@ static void janitor_cb(evutil_socket_t fd, short what, void *arg)
 	admin_janitor(w);
 	worker_publish(w);
 	trim_heap(w);
+	if (w->waiting_for_clients && !w->shutting_down && w->n_clients == 0) {
+		/* Every client has gone: the servers are closed on the way out. */
+		log_info("SHUTDOWN WAIT_FOR_CLIENTS: the last client has gone, exiting");
+		w->shutting_down = true;
+	}
 	if (w->shutting_down)
 		worker_check_shutdown_done(w);
 }
@@ -620,6 +631,15 @@ void worker_begin_shutdown(struct worker *w)
 	worker_check_shutdown_done(w);
 }
 
+void worker_wait_for_clients(struct worker *w)
+{
+	if (w->shutting_down || w->waiting_for_clients)
+		return;
+	w->waiting_for_clients = true;
+	log_info("SHUTDOWN WAIT_FOR_CLIENTS: not accepting; exiting once the last of %d clients has gone", w->n_clients);
+	close_listeners(w);
+}
+
 static void shutdown_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct worker *w = arg;
@@ -675,6 +695,7 @@ static const struct worker_commands worker_commands = {
 	.publish_pools = worker_publish_pools,
 	.kill = worker_kill,
 	.reload = worker_reload,
+	.wait_for_clients = worker_wait_for_clients,
 };
 
 struct worker *worker_create(struct config *cfg, const char *config_path, int id, struct shm *shm, int unix_fd)
@@ -687,6 +708,11 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	/* Replay the admin ring from its start: a worker that starts (or
 	 * restarts) after a PAUSE or SET reaches the state the others are in. */
 	w->admin_seen = 0;
+	/* Client and server ids unique in the instance, so that one id names
+	 * one client in SHOW CLIENTS and KILL_CLIENT: worker 1 counts from
+	 * 1000000000001, worker 2 from 2000000000001... */
+	w->next_id = (uint64_t)id * WORKER_ID_SPAN;
+	w->trimmed_at_id = w->id_at_last_tick = w->next_id;
 	w->cfg = cfg;
 	w->config_path = strdup(config_path ? config_path : "");
 	list_init(&w->clients_login);
@@ -702,6 +728,7 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	if (!w->base || !w->config_path)
 		goto fail;
 	cancel_requests_init(&w->cancel_requests, w->base);
+	peer_forwards_init(&w->peer_forwards);
 	if (!io_flusher_init(&w->flusher, w->base))
 		goto fail;
 	if (!(w->dns = dns_new(w, pool_dns_done)))
@@ -720,6 +747,7 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	randpool_init(&w->rand);
 	if (!cancel_table_init(&w->cancel, (uint32_t)cfg->general.max_client_conn + 16, id, shm, &w->rand))
 		goto fail;
+	cancel_table_set_peer_id(&w->cancel, cfg->general.peer_id);
 	w->start_wall = (int64_t)time(NULL);
 	w->config_mtime = file_mtime(w->config_path);
 	admin_credentials(w);
@@ -803,10 +831,12 @@ void worker_destroy(struct worker *w)
 	close_all_clients(w, &w->clients_login, NULL, "");
 	close_all_clients(w, &w->clients_idle, NULL, "");
 	close_all_clients(w, &w->clients_active, NULL, "");
+	auth_query_free(w);   /* its parked logins too */
 	lagmon_free(w->lagmon);   /* before the pools it reads */
 	w->lagmon = NULL;
 	pool_destroy_all(w);
 	cancel_requests_free_all(&w->cancel_requests);
+	peer_forwards_free_all(w);
 	randpool_wipe(&w->rand);
 	if (w->reaper)
 		reaper_cb(-1, 0, w);

@@ -742,10 +742,11 @@ class Pgcat:
         self.proc = None
         self.stopped_by_test = False
         self.expected_rc = 0
+        self.peers = None   # {peer id: "host:port"}: the [peers] section
 
     # -- process -------------------------------------------------------------
     def write(self):
-        self.ini.write_text(render_ini(self.general, self.pools))
+        self.ini.write_text(render_ini(self.general, self.pools, self.peers))
 
     def start(self, wait=True, timeout=30.0):
         self.write()
@@ -990,13 +991,16 @@ def pgcat(request, pg):
     pool:    overrides of the default pool `appdb` (keys of [pools.appdb]);
     users:   {user: {key: value}} merged into the default pool's users;
     pools:   extra pools {name: {..., "shards": {...}, "users": {...}}};
-    replace_pools: use exactly these pools instead of the default one.
+    replace_pools: use exactly these pools instead of the default one;
+    peers:   {peer id: "host:port"}, the [peers] section (or set inst.peers
+             before inst.start(), with start=False, to name ports of
+             instances made after this one).
     """
     instances = []
     pg_offset = pg.log_offset()
 
     def start(general=None, pool=None, users=None, pools=None, replace_pools=None,
-              args=(), env=None, wait=True, start=True):
+              args=(), env=None, wait=True, start=True, peers=None):
         workdir = Path(tempfile.mkdtemp(prefix="pgcit-"))
         port = free_port()
         g = default_general(port, workdir)
@@ -1021,6 +1025,7 @@ def pgcat(request, pg):
             if pools:
                 p.update(copy.deepcopy(pools))
         inst = Pgcat(pgcat_binary(), workdir, g, p, pgcat_env(env), args, pg)
+        inst.peers = peers
         instances.append(inst)
         if start:
             inst.start(wait=wait)

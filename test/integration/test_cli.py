@@ -92,6 +92,12 @@ idle_timeout = 600000
 server_lifetime = 3600000
 idle_transaction_timeout = 0
 client_idle_timeout = 0
+max_db_connections = 0
+max_user_connections = 0
+reserve_pool_size = 0
+reserve_pool_timeout = 5000
+transaction_timeout = 0
+query_timeout = 0
 healthcheck_timeout = 1000
 healthcheck_delay = 30000
 replica_lag_check_interval = 1000
@@ -107,6 +113,9 @@ admin_username = pgcat
 admin_password = secret
 auth_type = scram-sha-256
 auth_file =
+auth_query = SELECT usename, passwd FROM pg_shadow WHERE usename = $1
+auth_user =
+auth_query_cache_ttl = 60000
 log_level = info
 log_file =
 syslog = false
@@ -139,6 +148,7 @@ sharded_tables = users.id, orders.user_id
 default_shard = 0
 max_replica_lag = 0
 sticky_primary_after_write = 0
+max_db_connections =
 
 [pools.sharded_db.shards.0]
 database = shard0
@@ -156,6 +166,9 @@ pool_size = 10
 min_pool_size = 0
 statement_timeout = 0
 pool_mode =
+transaction_timeout =
+reserve_pool_size =
+max_user_connections =
 
 [peers]
 1 = pgcat-a.internal:6432

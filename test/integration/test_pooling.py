@@ -13,6 +13,7 @@ import pytest
 
 import pgwire
 from conftest import PASSWORDS, assert_pool_idle, assert_works, wait_until
+from test_admin import admin, show
 
 
 class MaxSampler:
@@ -319,3 +320,143 @@ def test_tcp_keepalive_on_client_connections_and_reload(pgcat, pg):
     assert _keepalive_timers(p.port) == (2, 1)
     c1.close()
     c2.close()
+
+
+def test_reserve_pool(pgcat, pg):
+    """A client that waited reserve_pool_timeout gets one of
+    reserve_pool_size extra connections; SHOW POOLS and /metrics show it in
+    use; it closes again once idle."""
+    import urllib.request
+    from conftest import free_port
+    mport = free_port()
+    p = pgcat(general={"default_pool_size": 1, "reserve_pool_size": 1, "reserve_pool_timeout": 500,
+                       "query_wait_timeout": 20000, "prometheus_port": mport})
+
+    def reserve_in_use():
+        r = admin(p)
+        _, rows = show(r, "POOLS")
+        r.close()
+        mine = [x for x in rows if x["database"] == "appdb" and x["user"] == "app"]
+        return int(mine[0]["sv_reserve"])
+
+    def metric():
+        body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=5).read().decode()
+        line = [l for l in body.splitlines() if l.startswith("pgcat_pools_sv_reserve{") and 'pool="appdb"' in l
+                and 'user="app"' in l]
+        return int(line[0].split()[-1])
+
+    holder = p.connect(autocommit=False)
+    holder.execute("SELECT 1")                    # the pool's only server, held
+    waiter = p.connect(autocommit=False)
+    t0 = time.monotonic()
+    assert waiter.execute("SELECT 2").fetchone()[0] == 2
+    took = time.monotonic() - t0
+    assert 0.4 <= took < 3, "the reserve came after %.1fs (reserve_pool_timeout 0.5s)" % took
+    assert pg.count("app", "appdb") == 2
+    assert reserve_in_use() == 1
+    assert metric() == 1
+    # a third client: the reserve (one) is used up, so it waits for a server
+    third = p.connect()
+    done = []
+    t = threading.Thread(target=lambda: done.append(third.execute("SELECT 3").fetchone()[0]))
+    t.start()
+    time.sleep(1.0)
+    assert not done and pg.count("app", "appdb") == 2, "more than pool_size + reserve_pool_size connections"
+    holder.commit()
+    t.join(10)
+    assert done == [3]
+    waiter.commit()
+    for c in (holder, waiter, third):
+        c.close()
+    # the reserve's connection closes once it is no longer needed
+    wait_until(lambda: pg.count("app", "appdb") == 1, 10, msg="the reserve connection to close")
+    assert reserve_in_use() == 0
+    assert "a reserve connection (reserve_pool_size 1)" in p.log()
+
+
+# ---- max_db_connections, max_user_connections -----------------------------------
+
+CAP_USERS = ("app", "md5user", "cleartext_user")
+
+
+def _backends(pg, users):
+    return pg.sql("SELECT count(*) FROM pg_stat_activity WHERE datname = 'appdb' AND usename = ANY(%s)",
+                  (list(users),))[0][0]
+
+
+def _load_and_watch(p, pg, users, per_user, n, watch_users):
+    """Transactions of every user at once; the most backends seen."""
+    errors, done, seen = [], [], [0]
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen[0] = max(seen[0], _backends(pg, watch_users))
+            time.sleep(0.01)
+
+    def run(u):
+        try:
+            with p.connect(user=u) as c:
+                for _ in range(n):
+                    with c.transaction():
+                        c.execute("SELECT pg_sleep(0.02)")
+                    done.append(u)
+        except Exception as e:   # noqa: BLE001 (reported below)
+            errors.append("%s: %r" % (u, e))
+
+    w = threading.Thread(target=watch)
+    w.start()
+    ts = [threading.Thread(target=run, args=(u,)) for u in users for _ in range(per_user)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    stop.set()
+    w.join(10)
+    return errors, len(done), seen[0]
+
+
+def test_max_db_connections_caps_every_user_of_a_database(pgcat, pg):
+    p = pgcat(general={"max_db_connections": 4, "default_pool_size": 10, "query_wait_timeout": 30000})
+    errors, done, seen = _load_and_watch(p, pg, CAP_USERS, 4, 15, CAP_USERS)
+    assert not errors, errors
+    assert done == 3 * 4 * 15, "every transaction completes"
+    assert 1 <= seen <= 4, "%d backends for appdb with max_db_connections = 4" % seen
+    r = admin(p)
+    _, rows = show(r, "DATABASES")
+    r.close()
+    assert {int(x["max_connections"]) for x in rows if x["name"] == "appdb"} == {4}
+
+
+def test_max_user_connections_caps_a_role(pgcat, pg):
+    p = pgcat(general={"default_pool_size": 10, "query_wait_timeout": 30000},
+              users={"app": {"max_user_connections": 2}})
+    errors, done, seen = _load_and_watch(p, pg, ("app",), 6, 10, ("app",))
+    assert not errors, errors
+    assert done == 60
+    assert 1 <= seen <= 2, "%d backends of role app with max_user_connections = 2" % seen
+    r = admin(p)
+    _, rows = show(r, "USERS")
+    r.close()
+    assert {int(x["max_user_connections"]) for x in rows if x["name"] == "app"} == {2}
+
+
+def test_max_db_connections_closes_another_pools_idle_server(pgcat, pg):
+    """At the cap, an idle server connection of another user's pool on the
+    same database is closed to make room, instead of making the client
+    wait for idle_timeout."""
+    p = pgcat(general={"max_db_connections": 3, "default_pool_size": 5, "query_wait_timeout": 3000})
+    holders = [p.connect(autocommit=False) for _ in range(3)]
+    for c in holders:
+        c.execute("SELECT 1")                     # three servers of app's pool
+    for c in holders:
+        c.commit()                                # ... now idle
+    assert _backends(pg, CAP_USERS) == 3
+    t0 = time.monotonic()
+    with p.connect(user="md5user") as c:
+        assert c.execute("SELECT 42").fetchone()[0] == 42
+    assert time.monotonic() - t0 < 2.5
+    assert _backends(pg, CAP_USERS) <= 3
+    assert "closed to make room under max_db_connections" in p.log()
+    for c in holders:
+        c.close()

@@ -194,3 +194,109 @@ def test_connect_timeout_to_a_hanging_server(pgcat, pg):
         assert_works(p)
     finally:
         bh.close()
+
+
+# ---- query_timeout and transaction_timeout (pgcat ends them, the server stays)
+
+def backend_pid(c):
+    return c.execute("SELECT pg_backend_pid()").fetchone()[0]
+
+
+def test_query_timeout_cancels_and_keeps_the_server(pgcat, pg):
+    p = pgcat(general={"query_timeout": 500, "default_pool_size": 1})
+    c = p.connect()
+    pid = backend_pid(c)
+    t0 = time.monotonic()
+    with pytest.raises(psycopg.Error) as ei:
+        c.execute("SELECT pg_sleep(10)")
+    took = time.monotonic() - t0
+    assert ei.value.sqlstate == "57014", "got %r: %s" % (ei.value.sqlstate, ei.value)
+    assert 0.4 <= took < 3, "query_timeout 0.5s fired after %.1fs" % took
+    assert backend_pid(c) == pid, "the server was not kept"
+    # A query shorter than the limit runs; so does a transaction longer than it.
+    c.autocommit = False
+    c.execute("SELECT pg_sleep(0.2)")
+    c.execute("SELECT pg_sleep(0.2)")
+    c.execute("SELECT pg_sleep(0.2)")
+    c.commit()
+    c.close()
+    assert_pool_idle(pg, max_conns=1)
+    log = p.log()
+    assert "query_timeout (500 ms): cancelling" in log
+
+
+def test_transaction_timeout_idle_in_transaction(pgcat, pg, table):
+    t = table("id int")
+    p = pgcat(general={"transaction_timeout": 600, "default_pool_size": 1})
+    c = p.connect(autocommit=False)
+    c.execute("INSERT INTO %s VALUES (1)" % t)
+    pid = backend_pid(c)
+    # pgcat ends the transaction on the server: rolled back, the server idle again
+    wait_until(lambda: pg.sql("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)) == [("idle",)], 10,
+               msg="the server's transaction to be rolled back")
+    assert pg.sql("SELECT count(*) FROM %s" % t)[0][0] == 0
+    # the client learns it with its next statement, and stays connected
+    with pytest.raises(psycopg.Error) as ei:
+        c.execute("SELECT 1")
+    assert ei.value.sqlstate == "25P04", "got %r: %s" % (ei.value.sqlstate, ei.value)
+    assert ei.value.diag.severity == "ERROR"
+    assert "transaction_timeout" in str(ei.value)
+    assert not c.closed
+    c.rollback()
+    assert backend_pid(c) == pid, "the server was not kept"
+    c.commit()
+    c.close()
+    assert_pool_idle(pg, max_conns=1)
+
+
+def test_transaction_timeout_running_query(pgcat, pg):
+    p = pgcat(general={"transaction_timeout": 800, "default_pool_size": 1})
+    c = p.connect(autocommit=False)
+    pid = backend_pid(c)
+    t0 = time.monotonic()
+    with pytest.raises(psycopg.Error) as ei:
+        c.execute("SELECT pg_sleep(10)")
+    took = time.monotonic() - t0
+    assert ei.value.sqlstate == "25P04", "got %r: %s" % (ei.value.sqlstate, ei.value)
+    assert 0.7 <= took < 3, "transaction_timeout 0.8s fired after %.1fs" % took
+    c.rollback()                                  # answered by pgcat
+    assert backend_pid(c) == pid, "the server was not kept"
+    c.commit()
+    c.close()
+    wait_until(lambda: pg.sql("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)) == [("idle",)], 10)
+
+
+def test_transaction_timeout_per_user_and_autocommit(pgcat, pg):
+    # The user's own value wins over [general]'s: 0 turns it off.
+    p = pgcat(general={"transaction_timeout": 300}, users={"app": {"transaction_timeout": 0}})
+    c = p.connect(autocommit=False)
+    c.execute("SELECT 1")
+    time.sleep(0.8)
+    assert c.execute("SELECT 2").fetchone()[0] == 2
+    c.commit()
+    c.close()
+    # Outside a transaction an idle client is not timed.
+    p2 = pgcat(general={"transaction_timeout": 300})
+    c2 = p2.connect()
+    c2.execute("SELECT 1")
+    time.sleep(0.8)
+    assert c2.execute("SELECT 3").fetchone()[0] == 3
+    c2.close()
+
+
+def test_transaction_timeout_session_mode_ends_the_connection(pgcat, pg):
+    p = pgcat(general={"transaction_timeout": 500, "pool_mode": "session", "default_pool_size": 1})
+    c = p.connect(autocommit=False)
+    pid = backend_pid(c)
+    wait_until(lambda: c.closed or c.broken or
+               pg.sql("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)) == [("idle",)], 10,
+               msg="the session's transaction to be ended")
+    with pytest.raises(psycopg.Error):
+        c.execute("SELECT 1")
+    assert c.closed or c.broken, "the client was not disconnected"
+    c.close()
+    assert "transaction_timeout (500 ms)" in p.log()
+    # the server was cleaned and kept for the next session
+    c2 = p.connect()
+    assert backend_pid(c2) == pid
+    c2.close()

@@ -303,6 +303,67 @@ def test_server_tls_require_reaches_hostssl_only_server(pgcat, pg_ssl):
     assert rows and all(x["tls"].startswith("TLSv1.") for x in rows), rows
 
 
+@pytest.fixture(scope="module")
+def pg_certauth(pg_root, certs):
+    """A server that takes TLS logins by client certificate only (hostssl
+    ... cert: clientcert=verify-full, the certificate's CN is the role)."""
+    server = PgServer(pg_root, "certauth")
+    server.initdb()
+    with open(server.datadir / "postgresql.conf", "a") as f:
+        f.write("ssl = on\nssl_cert_file = '%s'\nssl_key_file = '%s'\nssl_ca_file = '%s'\n"
+                % (p(certs, "server.crt"), p(certs, "server.key"), p(certs, "ca.crt")))
+    (server.datadir / "pg_hba.conf").write_text(
+        "local all all trust\n"
+        "hostssl all postgres 127.0.0.1/32 trust\n"
+        "hostssl all all 127.0.0.1/32 cert\n")
+    server.start()
+    try:
+        _setup_roles(server)
+        yield server
+    finally:
+        server.stop()
+
+
+def test_server_tls_client_certificate(pgcat, pg_certauth, certs):
+    pool = {"shards": {0: {"database": "appdb", "servers": "127.0.0.1:%d:primary" % pg_certauth.port}},
+            "users": {"app": {"password": PASSWORDS["app"]}}}
+    verify = {"server_tls_sslmode": "verify-full", "server_tls_ca_file": p(certs, "ca.crt")}
+    # Without a certificate of its own, pgcat cannot log in there.
+    inst = pgcat(general=dict(verify, connect_timeout=2000), replace_pools={"appdb": pool})
+    with pytest.raises(psycopg.Error) as ei:
+        with inst.connect() as c:
+            c.execute("SELECT 1")
+    assert "certificate" in str(ei.value).lower(), str(ei.value)
+    # With server_tls_cert_file / server_tls_key_file: logged in by certificate.
+    inst2 = pgcat(general=dict(verify, server_tls_cert_file=p(certs, "client_app.crt"),
+                               server_tls_key_file=p(certs, "client_app.key")),
+                  replace_pools={"appdb": pool})
+    with inst2.connect() as c:
+        ssl_on, dn = c.execute("SELECT ssl, client_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()
+        assert ssl_on is True and "CN=app" in dn, dn
+    # Reloadable: a certificate of another CA, and new server connections
+    # are refused by the server (the open ones stay).
+    inst2.general.update(server_tls_cert_file=p(certs, "client_other.crt"),
+                         server_tls_key_file=p(certs, "client_other.key"), connect_timeout=2000)
+    inst2.write()
+    r = admin(inst2)
+    assert command(r, "RELOAD") is None
+    assert command(r, "RECONNECT") is None
+    r.close()
+    wait_until(lambda: pg_certauth.count("app", "appdb") == 0, 10, msg="old server connections to close")
+    with pytest.raises(psycopg.Error):
+        with inst2.connect() as c:
+            c.execute("SELECT 1")
+    # a key that does not match the certificate: the reload is refused whole
+    inst2.general.update(server_tls_cert_file=p(certs, "client_app.crt"),
+                         server_tls_key_file=p(certs, "client_other.key"))
+    inst2.write()
+    r = admin(inst2)
+    err = command(r, "RELOAD")
+    r.close()
+    assert err is not None and "server_tls_key_file" in str(err), err
+
+
 def test_server_tls_prefer_is_the_default(pgcat, pg_ssl):
     inst = pgcat(replace_pools={"appdb": ssl_pool(pg_ssl)})
     with inst.connect() as c:

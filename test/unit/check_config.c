@@ -120,6 +120,10 @@ START_TEST(test_defaults)
 	ck_assert_str_eq(g->admin_password, "");
 	ck_assert_int_eq(g->auth_type, AUTH_TYPE_SCRAM);
 	ck_assert_str_eq(g->auth_file, "");
+	ck_assert_str_eq(g->auth_query, "SELECT usename, passwd FROM pg_shadow WHERE usename = $1");
+	ck_assert_str_eq(g->auth_user, "");
+	ck_assert_int_eq(g->auth_query_cache_ttl, 60000);
+	ck_assert_ptr_null(cfg->auth_user_secret);
 	ck_assert_int_eq(g->log_level, LOG_LEVEL_INFO);
 	ck_assert_str_eq(g->log_file, "");
 	ck_assert(!g->syslog);
@@ -169,7 +173,7 @@ START_TEST(test_key_table)
 {
 	size_t n;
 	const struct config_key_info *keys = config_general_keys(&n);
-	ck_assert_uint_eq(n, 54);
+	ck_assert_uint_eq(n, 67);
 	size_t fixed = 0;
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = i + 1; j < n; j++)
@@ -961,8 +965,8 @@ static void expect_set_refused(struct config *cfg, const char *key, const char *
 {
 	size_t n;
 	const struct config_key_info *keys = config_general_keys(&n);
-	char before[64][256], after[256], err[256];
-	ck_assert_uint_le(n, 64);
+	char before[96][256], after[256], err[256];
+	ck_assert_uint_le(n, 96);
 	for (size_t i = 0; i < n; i++)
 		ck_assert(config_general_value(cfg, keys[i].name, before[i], sizeof(before[i])));
 	const char *secret = cfg->general.admin_password;
@@ -986,6 +990,30 @@ static void expect_set(struct config *cfg, const char *key, const char *value, c
 	ck_assert(config_general_value(cfg, key, buf, sizeof(buf)));
 	ck_assert_str_eq(buf, shown);
 }
+
+/* admin_users and stats_users: comma lists as PgBouncer writes them, and
+ * a console user's secret from a users section (auth_file's are read from
+ * a file, which the integration tests cover). */
+START_TEST(test_console_users)
+{
+	ck_assert(config_list_has("ops", "ops"));
+	ck_assert(config_list_has(" ops , watcher,", "watcher"));
+	ck_assert(config_list_has("a,\tops\t", "ops"));
+	ck_assert(!config_list_has("ops2, xops", "ops"));
+	ck_assert(!config_list_has("", "ops"));
+	ck_assert(!config_list_has("ops", ""));
+	ck_assert(!config_list_has(NULL, "ops"));
+	struct config_problems pr;
+	struct config *cfg = load_clean("[general]\nadmin_users = ops, dba\nstats_users = mon\n" POOL
+					"[pools.db.users.mon]\npassword = md5abcdefabcdefabcdefabcdefabcdefab\n", &pr);
+	ck_assert_str_eq(cfg->general.admin_users, "ops, dba");
+	ck_assert_str_eq(cfg->general.stats_users, "mon");
+	ck_assert_str_eq(config_console_secret(cfg, "mon"), "md5abcdefabcdefabcdefabcdefabcdefab");
+	ck_assert_ptr_null(config_console_secret(cfg, "ops"));
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
 
 START_TEST(test_set)
 {
@@ -1082,6 +1110,52 @@ START_TEST(test_set)
 }
 END_TEST
 
+/* auth_user must name a user of some users section or of auth_file. */
+START_TEST(test_auth_user)
+{
+	struct config_problems pr;
+	/* In a users section (of any pool): accepted. */
+	struct config *cfg = load_clean("[general]\nauth_user = lookup\n" POOL
+					"[pools.other]\n[pools.other.shards.0]\nservers = 127.0.0.1:5432:primary\n"
+					"[pools.other.users.lookup]\npassword = pw\n", &pr);
+	ck_assert_str_eq(cfg->general.auth_user, "lookup");
+	ck_assert_ptr_null(cfg->auth_user_secret);
+	config_free(cfg);
+	config_problems_free(&pr);
+
+	/* Nowhere: an error at auth_user's line, naming it. */
+	expect_error_at("[general]\nauth_query_cache_ttl = 500\nauth_user = nobody\n" POOL, 3,
+			"t.ini:3: [general] auth_user: user \"nobody\" is in no [pools.NAME.users.USER] section "
+			"and not in auth_file (auth_file is not set)");
+	/* auth_query may not be empty; the TTL is ms >= 0. */
+	expect_general_error("auth_query =", "t.ini:2: [general] auth_query:");
+	expect_general_error("auth_query_cache_ttl = -1", "t.ini:2: [general] auth_query_cache_ttl:");
+
+	/* In auth_file, even when every pool has a users section: its secret is kept aside. */
+	static const char userlist[] = "\"lookup\" \"md5aaaabbbbccccddddeeeeffff00001111\"\n\"x\" \"y\"\n";
+	char *ul = write_temp(userlist, strlen(userlist));
+	char text[512];
+	snprintf(text, sizeof text, "[general]\nauth_user = lookup\nauth_file = %s\n" POOL
+		 "[pools.db.users.app]\npassword = pw\n", ul);
+	cfg = load_clean(text, &pr);
+	ck_assert_str_eq(cfg->auth_user_secret, "md5aaaabbbbccccddddeeeeffff00001111");
+	ck_assert_uint_eq(cfg->pools[0].n_users, 1);   /* the file's users do not join a pool with a section */
+
+	/* SET checks it too. */
+	char err[256];
+	ck_assert(!config_general_set(cfg, "auth_user", "'nobody'", err, sizeof err));
+	static const char want[] = "auth_user: user \"nobody\" is in no";
+	ck_assert_msg(strncmp(err, want, sizeof want - 1) == 0, "%s", err);
+	ck_assert_str_eq(cfg->general.auth_user, "lookup");
+	ck_assert(config_general_set(cfg, "auth_user", "'app'", err, sizeof err));
+	ck_assert(config_general_set(cfg, "auth_user", "''", err, sizeof err));   /* off */
+	config_free(cfg);
+	config_problems_free(&pr);
+	unlink(ul);
+	free(ul);
+}
+END_TEST
+
 START_TEST(test_names)
 {
 	ck_assert_str_eq(config_pool_mode_name(POOL_MODE_SESSION), "session");
@@ -1157,6 +1231,26 @@ START_TEST(test_durations)
 	ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_WARNING, "t.ini:6: [general] dns_max_ttl: 15 is taken"));
 	config_free(cfg);
 	config_problems_free(&pr);
+
+	/* the keys of issue 27's other items too; a user's transaction_timeout may inherit */
+	cfg = load("[general]\nreserve_pool_timeout = 5s\nquery_timeout = 30\ntransaction_timeout = 2min\n"
+		   "auth_query_cache_ttl = 1min\n[pools.db]\n[pools.db.shards.0]\nservers = 127.0.0.1:5432:primary\n"
+		   "[pools.db.users.a]\ntransaction_timeout = 1.5s\n[pools.db.users.b]\ntransaction_timeout =\n", &pr);
+	ck_assert_ptr_nonnull(cfg);
+	ck_assert_int_eq(cfg->general.reserve_pool_timeout, 5000);
+	ck_assert_int_eq(cfg->general.query_timeout, 30);
+	ck_assert_int_eq(cfg->general.transaction_timeout, 120000);
+	ck_assert_int_eq(cfg->general.auth_query_cache_ttl, 60000);
+	ck_assert_int_eq(config_user_transaction_timeout(cfg, &cfg->pools[0].users[0]), 1500);
+	ck_assert_int_eq(config_user_transaction_timeout(cfg, &cfg->pools[0].users[1]), 120000);
+	ck_assert_uint_eq(count(&pr, CONFIG_PROBLEM_WARNING), 1);
+	ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_WARNING, "t.ini:3: [general] query_timeout: 30 is taken as 30 "
+				    "milliseconds, but PgBouncer's query_timeout is in seconds"));
+	config_free(cfg);
+	config_problems_free(&pr);
+	expect_error_at("[pools.db.shards.0]\nservers = 127.0.0.1:5432:primary\n[pools.db.users.a]\n"
+			"transaction_timeout = soon\n", 4, "t.ini:4: [pools.db.users.a] transaction_timeout: must be "
+			"empty (inherit) or a duration between 0 and 2147483647ms");
 
 	char buf[32];
 	static const struct { int64_t v; bool s; const char *text; } shown[] = {
@@ -1246,6 +1340,8 @@ Suite *config_suite(void)
 	tcase_add_test(tc, test_load_file);
 	tcase_add_test(tc, test_names);
 	tcase_add_test(tc, test_set);
+	tcase_add_test(tc, test_auth_user);
+	tcase_add_test(tc, test_console_users);
 	tcase_add_test(tc, test_durations);
 	tcase_add_test(tc, test_unix_socket_servers);
 	tcase_add_test(tc, test_connect_query);

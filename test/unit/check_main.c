@@ -15,11 +15,13 @@ int main(void)
 	srunner_add_suite(sr, prepared_suite());
 	srunner_add_suite(sr, auth_file_suite());
 	srunner_add_suite(sr, hba_suite());
+	srunner_add_suite(sr, auth_query_suite());
 	srunner_add_suite(sr, shardkey_suite());
 	srunner_add_suite(sr, merge_suite());
 	srunner_add_suite(sr, pgvalue_suite());
 	srunner_add_suite(sr, sqlshape_suite());
 	srunner_add_suite(sr, sqllex_suite());
+	srunner_add_suite(sr, cancel_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

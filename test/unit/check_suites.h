@@ -13,9 +13,11 @@ Suite *sharding_suite(void);
 Suite *prepared_suite(void);
 Suite *auth_file_suite(void);
 Suite *hba_suite(void);
+Suite *auth_query_suite(void);
 Suite *shardkey_suite(void);
 Suite *merge_suite(void);
 Suite *pgvalue_suite(void);
 Suite *sqlshape_suite(void);
 Suite *sqllex_suite(void);
+Suite *cancel_suite(void);
 #endif

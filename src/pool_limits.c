@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pool_limits: how many server connections a srvpool has (here and over
+ * every worker) and how many it may have: its pool
+ * size, the reserve for clients that waited reserve_pool_timeout, and the
+ * caps over every pool of a server's database and role
+ * (max_db_connections, max_user_connections), which may close an idle
+ * connection of another pool to make room. Counted over every worker
+ * through the shared segment (srvpool_instance_total). Split from pool.c
+ * (checkout and checkin), whose internals it shares through
+ * include/pool_internal.h.
+ */
+#include "pool_internal.h"
+
+#include <string.h>
+
+#include "config.h"
+#include "context.h"
+#include "log.h"
+#include "server.h"
+#include "shm.h"
+
+int srvpool_total(const struct srvpool *sp)
+{
+	return sp->n_idle + sp->n_active + sp->n_opening + sp->n_other;
+}
+
+/* Connections to this server across every worker: pool sizes hold per
+ * instance (SPEC §9). */
+int srvpool_instance_total(const struct srvpool *sp)
+{
+	struct worker *w = sp->pool->w;
+	if (!w->shm || sp->shm_target < 0)
+		return srvpool_total(sp);
+	return shm_conns_total(w->shm, sp->shm_target);
+}
+
+/* How many connections this server may have now: pool_size, and the
+ * reserve once the first client in the queue has waited
+ * reserve_pool_timeout. The reserve's connections close when they would
+ * go idle (pool_server_clean: over pool_size). */
+int srvpool_limit(const struct srvpool *sp)
+{
+	const struct pool *p = sp->pool;
+	if (p->reserve_pool_size <= 0 || list_empty(&sp->waiters))
+		return p->pool_size;
+	const struct pool_waiter *first = LIST_OWNER(list_first(&sp->waiters), struct pool_waiter, node);
+	uint64_t timeout = (uint64_t)p->w->cfg->general.reserve_pool_timeout * 1000;
+	if (first->since_us && p->w->now_us - first->since_us >= timeout)
+		return p->pool_size + p->reserve_pool_size;
+	return p->pool_size;
+}
+
+int pool_reserve_in_use(const struct pool *p)
+{
+	int n = 0;
+	for (size_t i = 0; i < p->n_targets; i++) {
+		int over = srvpool_instance_total(p->targets[i]) - p->pool_size;
+		n += over > 0 ? over : 0;
+	}
+	return n;
+}
+
+/* ---- caps on a server's connections over every pool (max_db_connections,
+ * max_user_connections) ---- */
+
+enum cap_kind { CAP_DB, CAP_ROLE };
+
+/* The role pgcat logs in to p's servers as. */
+static const char *server_role_of(const struct pool *p)
+{
+	if (p->cuser && p->cuser->server_username && p->cuser->server_username[0])
+		return p->cuser->server_username;
+	return p->user;
+}
+
+/* Do a's connections count against the same cap as b's: the same server
+ * (host and port), and the same database or role there. */
+static bool cap_shared(const struct srvpool *a, const struct srvpool *b, enum cap_kind k)
+{
+	if (a->port != b->port || strcmp(a->host, b->host) != 0)
+		return false;
+	return k == CAP_DB ? strcmp(a->database, b->database) == 0
+			   : strcmp(server_role_of(a->pool), server_role_of(b->pool)) == 0;
+}
+
+/* The connections counting against sp's cap of kind k, over every worker
+ * (each pool's connection counts are in the shared segment; every worker
+ * has the same pools), retired srvpools of a reload included. With
+ * victim: also an idle connection of this worker, of another srvpool than
+ * sp, that could be closed to make room (the least recently used). */
+static int cap_count(const struct srvpool *sp, enum cap_kind k, struct server **victim)
+{
+	struct worker *w = sp->pool->w;
+	int n = 0;
+	struct list_node *pos, *tmp, *rp, *rt;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		for (size_t i = 0; i < p->n_targets; i++) {
+			struct srvpool *t = p->targets[i];
+			if (!cap_shared(t, sp, k))
+				continue;
+			n += srvpool_instance_total(t);
+			if (victim && !*victim && t != sp && !list_empty(&t->idle))
+				*victim = LIST_OWNER(list_last(&t->idle), struct server, node);
+		}
+		LIST_FOREACH_SAFE(rp, rt, &p->retired) {
+			struct srvpool *t = LIST_OWNER(rp, struct srvpool, retired_node);
+			if (cap_shared(t, sp, k))
+				n += srvpool_total(t);
+		}
+	}
+	return n;
+}
+
+/* Room for one more connection to sp's server under both caps (0: none).
+ * At a cap, an idle connection of another pool of this worker that counts
+ * against it is closed to make room, as PgBouncer does; else the clients
+ * wait (FIFO, query_wait_timeout) for a connection to close. */
+bool srvpool_cap_room(struct srvpool *sp, bool evict)
+{
+	struct worker *w = sp->pool->w;
+	int caps[2] = { config_pool_max_db_connections(w->cfg, sp->pool->cpool),
+			config_user_max_user_connections(w->cfg, sp->pool->cuser) };
+	static const char *const why[2] = { "closed to make room under max_db_connections",
+					    "closed to make room under max_user_connections" };
+	for (int k = CAP_DB; k <= CAP_ROLE; k++) {
+		if (caps[k] <= 0)
+			continue;
+		struct server *victim = NULL;
+		if (cap_count(sp, (enum cap_kind)k, &victim) < caps[k])
+			continue;
+		if (!victim || !evict)
+			return false;
+		server_close(victim, why[k]);
+		if (cap_count(sp, (enum cap_kind)k, NULL) >= caps[k])
+			return false;
+	}
+	return true;
+}
+
+bool srvpool_may_open(struct srvpool *sp, int limit, bool evict)
+{
+	return srvpool_instance_total(sp) < limit && srvpool_cap_room(sp, evict);
+}
+
