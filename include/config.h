@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 enum pool_mode { POOL_MODE_SESSION, POOL_MODE_TRANSACTION };
 enum auth_type { AUTH_TYPE_SCRAM, AUTH_TYPE_MD5, AUTH_TYPE_TRUST };
@@ -78,6 +79,7 @@ struct config_pool {
 	int64_t max_replica_lag;
 	int sticky_primary_after_write;
 	int max_db_connections;   /* CONFIG_INHERIT or >= 0 (0: no cap for this pool's databases) */
+	char *connect_query;      /* run once on each new server connection; NULL = none */
 	struct config_shard *shards;   /* sorted by index, indexes 0..n-1 without gaps */
 	size_t n_shards;
 	struct config_user *users;
@@ -120,6 +122,10 @@ struct config_general {
 	char *server_reset_query; /* "" = none */
 	bool server_round_robin;
 	bool tcp_keepalive;
+	int tcp_keepidle;         /* seconds; 0 = the kernel's */
+	int tcp_keepintvl;        /* seconds; 0 = the kernel's */
+	int tcp_keepcnt;          /* 0 = the kernel's */
+	int tcp_user_timeout;     /* ms; 0 = the kernel's (TCP_USER_TIMEOUT unset) */
 	int64_t max_packet_size;
 	int query_parser_max_length;
 	int autoreload;
@@ -144,7 +150,7 @@ struct config_general {
 	int query_cache_size;
 	int prometheus_port;
 	int peer_id;
-	int stats_period;
+	int stats_period;         /* seconds */
 	int dns_max_ttl;
 	enum tls_mode client_tls_sslmode;
 	char *client_tls_cert_file;
@@ -229,6 +235,15 @@ int config_user_reserve_pool_size(const struct config *cfg, const struct config_
 int config_pool_max_db_connections(const struct config *cfg, const struct config_pool *pool);
 int config_user_max_user_connections(const struct config *cfg, const struct config_user *user);
 
+/* A time setting (SPEC §2): a bare integer (bare = true) in the key's unit
+ * (milliseconds, or seconds when seconds), or a number with one of
+ * PostgreSQL's units us, ms, s, min, h, d, rounded to the key's unit. false
+ * (why says more, or is empty) when it is neither. */
+bool config_parse_duration(const char *s, bool seconds, int64_t *out, bool *bare, char *why, size_t whylen);
+/* v in the key's unit, written as PostgreSQL's SHOW does: the largest unit
+ * that is exact ("2min", "1500ms", "0"). */
+void config_format_duration(int64_t v, bool seconds, char *buf, size_t buflen);
+
 /* Names of enum values, as spelled in the ini file. */
 const char *config_pool_mode_name(enum pool_mode m);
 const char *config_log_level_name(enum log_level l);
@@ -245,6 +260,11 @@ struct config_key_info {
 const struct config_key_info *config_general_keys(size_t *n);
 /* Current value of a [general] key, formatted as in the ini, into buf. */
 bool config_general_value(const struct config *cfg, const char *key, char *buf, size_t buflen);
+
+/* Every key of every section with its effective value, as an ini file
+ * (inherited values resolved, secrets hidden, durations with their unit):
+ * what `pgcat -t` prints. */
+void config_print(const struct config *cfg, FILE *out);
 
 /* Admin console SET (SPEC §7): change one [general] key of a loaded config
  * at run time. Validates value exactly as the ini parser would (same type,

@@ -37,6 +37,7 @@ struct enum_names {
 enum value_kind {
 	VALUE_INT,          /* int field, min..max */
 	VALUE_INT64,        /* int64_t field, min..max */
+	VALUE_DURATION,     /* int field, min..max in ms (or s: KEY_SECONDS); PostgreSQL's units accepted */
 	VALUE_BOOL,
 	VALUE_STRING,       /* char * field */
 	VALUE_ENUM,         /* int-sized enum field */
@@ -51,7 +52,10 @@ enum {
 	KEY_EMPTY_INHERITS = 1 << 0,  /* "" stores CONFIG_INHERIT */
 	KEY_EMPTY_IS_NULL = 1 << 1,   /* "" stores NULL */
 	KEY_NOT_EMPTY = 1 << 2,
-	KEY_SECRET = 1 << 3           /* never echo the value */
+	KEY_SECRET = 1 << 3,          /* never echo the value */
+	KEY_SECONDS = 1 << 4,         /* VALUE_DURATION: a bare number is seconds, not ms */
+	KEY_PGB_SECONDS = 1 << 5      /* VALUE_DURATION: PgBouncer's same-named setting is in
+				       * seconds; a bare value under 1,000 draws a warning */
 };
 
 typedef bool (*value_check)(const char *value, char *why, size_t whylen);
@@ -82,29 +86,33 @@ struct key_spec {
 	X(pool_mode, ENUM, "transaction", true, VALUE_ENUM, 0, 0, &pool_mode_enum, 0, NULL, 0) \
 	X(default_pool_size, INT, "10", true, VALUE_INT, 1, 10000, NULL, 0, NULL, 0) \
 	X(min_pool_size, INT, "0", true, VALUE_INT, 0, 10000, NULL, 0, NULL, 0) \
-	X(connect_timeout, INT, "5000", true, VALUE_INT, 1, INT_MAX, NULL, 0, NULL, 0) \
-	X(query_wait_timeout, INT, "120000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(idle_timeout, INT, "600000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(server_lifetime, INT, "3600000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(idle_transaction_timeout, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(connect_timeout, INT, "5000", true, VALUE_DURATION, 1, INT_MAX, NULL, 0, NULL, 0) \
+	X(query_wait_timeout, INT, "120000", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
+	X(idle_timeout, INT, "600000", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(server_lifetime, INT, "3600000", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
+	X(idle_transaction_timeout, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
 	X(max_db_connections, INT, "0", true, VALUE_INT, 0, 1000000, NULL, 0, NULL, 0) \
 	X(max_user_connections, INT, "0", true, VALUE_INT, 0, 1000000, NULL, 0, NULL, 0) \
 	X(reserve_pool_size, INT, "0", true, VALUE_INT, 0, 10000, NULL, 0, NULL, 0) \
-	X(reserve_pool_timeout, INT, "5000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(transaction_timeout, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(query_timeout, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(client_idle_timeout, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(healthcheck_timeout, INT, "1000", true, VALUE_INT, 1, INT_MAX, NULL, 0, NULL, 0) \
-	X(healthcheck_delay, INT, "30000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(replica_lag_check_interval, INT, "1000", true, VALUE_INT, 10, INT_MAX, NULL, 0, NULL, 0) \
-	X(ban_time, INT, "60", true, VALUE_INT, 0, 86400, NULL, 0, NULL, 0) \
-	X(shutdown_timeout, INT, "60000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(reserve_pool_timeout, INT, "5000", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
+	X(transaction_timeout, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
+	X(query_timeout, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
+	X(client_idle_timeout, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
+	X(healthcheck_timeout, INT, "1000", true, VALUE_DURATION, 1, INT_MAX, NULL, 0, NULL, 0) \
+	X(healthcheck_delay, INT, "30000", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(replica_lag_check_interval, INT, "1000", true, VALUE_DURATION, 10, INT_MAX, NULL, 0, NULL, 0) \
+	X(ban_time, INT, "60", true, VALUE_DURATION, 0, 86400, NULL, KEY_SECONDS, NULL, 0) \
+	X(shutdown_timeout, INT, "60000", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(server_reset_query, STRING, "DISCARD ALL", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(server_round_robin, BOOL, "false", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
 	X(tcp_keepalive, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
+	X(tcp_keepidle, INT, "0", true, VALUE_DURATION, 0, 32767, NULL, KEY_SECONDS, NULL, 0) \
+	X(tcp_keepintvl, INT, "0", true, VALUE_DURATION, 0, 32767, NULL, KEY_SECONDS, NULL, 0) \
+	X(tcp_keepcnt, INT, "0", true, VALUE_INT, 0, 127, NULL, 0, NULL, 0) \
+	X(tcp_user_timeout, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(max_packet_size, INT64, "2147483647", true, VALUE_INT64, 5, 2147483647, NULL, 0, NULL, 0) \
 	X(query_parser_max_length, INT, "65536", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
-	X(autoreload, INT, "0", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(autoreload, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(admin_username, STRING, "pgcat", true, VALUE_STRING, 0, 0, NULL, KEY_NOT_EMPTY, NULL, 0) \
 	X(admin_password, STRING, "", true, VALUE_STRING, 0, 0, NULL, KEY_SECRET, NULL, 0) \
 	X(admin_users, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
@@ -114,7 +122,7 @@ struct key_spec {
 	X(auth_query, STRING, "SELECT usename, passwd FROM pg_shadow WHERE usename = $1", true, VALUE_STRING, 0, 0, \
 	  NULL, KEY_NOT_EMPTY, NULL, 0) \
 	X(auth_user, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
-	X(auth_query_cache_ttl, INT, "60000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(auth_query_cache_ttl, INT, "60000", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(auth_hba_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(log_level, ENUM, "info", true, VALUE_ENUM, 0, 0, &log_level_enum, 0, NULL, 0) \
 	X(log_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
@@ -127,8 +135,8 @@ struct key_spec {
 	X(query_cache_size, INT, "10000", true, VALUE_INT, 0, 10000000, NULL, 0, NULL, 0) \
 	X(prometheus_port, INT, "0", true, VALUE_INT, 0, 65535, NULL, 0, NULL, 0) \
 	X(peer_id, INT, "0", true, VALUE_INT, 0, CONFIG_MAX_PEER_ID, NULL, 0, NULL, 0) \
-	X(stats_period, INT, "60", true, VALUE_INT, 1, 86400, NULL, 0, NULL, 0) \
-	X(dns_max_ttl, INT, "15000", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(stats_period, INT, "60", true, VALUE_DURATION, 1, 86400, NULL, KEY_SECONDS, NULL, 0) \
+	X(dns_max_ttl, INT, "15000", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
 	X(client_tls_sslmode, ENUM, "disable", true, VALUE_ENUM, 0, 0, &client_tls_enum, 0, NULL, 0) \
 	X(client_tls_cert_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(client_tls_key_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
@@ -148,7 +156,7 @@ enum pool_key {
 	POOL_KEY_PRIMARY_READS_ENABLED, POOL_KEY_LOAD_BALANCING_MODE, POOL_KEY_SHARDING_FUNCTION,
 	POOL_KEY_SHARDED_TABLES, POOL_KEY_DEFAULT_SHARD, POOL_KEY_MAX_REPLICA_LAG,
 	POOL_KEY_STICKY_PRIMARY_AFTER_WRITE, POOL_KEY_WRITING_FUNCTIONS,
-	POOL_KEY_MAX_DB_CONNECTIONS, POOL_KEY_COUNT
+	POOL_KEY_MAX_DB_CONNECTIONS, POOL_KEY_CONNECT_QUERY, POOL_KEY_COUNT
 };
 
 enum shard_key { SHARD_KEY_DATABASE, SHARD_KEY_SERVERS, SHARD_KEY_COUNT };

@@ -105,6 +105,15 @@ bool io_open(struct io *io, struct event_base *base, struct io_flusher *f, evuti
  * connection, batched per turn, without crossing the kernel. on_drain and
  * on_event are never called; ops->write_low is unused. */
 void io_open_loopback(struct io *io, struct io_flusher *f, size_t read_high, const struct io_ops *ops);
+/* Dead-peer detection on a TCP socket (SPEC §2 tcp_*): SO_KEEPALIVE on or
+ * off and, where not 0 (0 = leave the kernel's default), TCP_KEEPIDLE and
+ * TCP_KEEPINTVL in seconds, TCP_KEEPCNT, and TCP_USER_TIMEOUT in ms. The
+ * first option the kernel refuses is named in why; false then. */
+struct io_tcp_tuning {
+	bool keepalive;
+	int keepidle_s, keepintvl_s, keepcnt, user_timeout_ms;
+};
+bool io_tcp_tune(int fd, const struct io_tcp_tuning *t, char *why, size_t whylen);
 /* Start a non-blocking connect; on_event(IO_CONNECTED) or (IO_ERROR) follows. */
 bool io_connect(struct io *io, struct event_base *base, struct io_flusher *f, const struct sockaddr *sa,
 		socklen_t salen, size_t read_high, const struct io_ops *ops) __attribute__((warn_unused_result));

@@ -83,6 +83,7 @@ struct server {
 	bool timeout_cancelled;       /* statement_timeout sent a cancel for this request */
 	uint16_t cancels_in_flight;   /* CancelRequests pgcat sent for it, not yet answered */
 	bool checked;                 /* had its first health check */
+	bool connect_query_sent;      /* in LOGIN: the pool's connect_query is running */
 };
 
 /* Open a new connection for this srvpool (state CONNECTING). */

@@ -245,7 +245,17 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 	}
 	(void)salen;
 	/* TCP_NODELAY and SO_KEEPALIVE come from the listening socket
-	 * (worker.c, listener_options). */
+	 * (worker.c, listener_options); the keepalive timings and
+	 * TCP_USER_TIMEOUT are set here, only when configured, so that a
+	 * reload back to 0 leaves new connections with the kernel's. */
+	const struct config_general *g = &w->cfg->general;
+	if (!is_unix && (g->tcp_keepidle || g->tcp_keepintvl || g->tcp_keepcnt || g->tcp_user_timeout)) {
+		const struct io_tcp_tuning t = { g->tcp_keepalive, g->tcp_keepidle, g->tcp_keepintvl, g->tcp_keepcnt,
+						 g->tcp_user_timeout };
+		char why[160];
+		if (!io_tcp_tune(fd, &t, why, sizeof why))
+			log_warning("C-%llu: %s", (unsigned long long)c->id, why);
+	}
 	w->n_clients++;
 	atomic_store_explicit(&w->shm->h->workers[w->id].clients, w->n_clients, memory_order_relaxed);
 	c->state = CLIENT_CLOSED;

@@ -51,6 +51,7 @@ bool config_general_value(const struct config *cfg, const char *key, char *buf, 
 	size_t used = 0;
 	switch (k->kind) {
 	case VALUE_INT:
+	case VALUE_DURATION:    /* a number in the key's unit, as PgBouncer's SHOW CONFIG */
 	case VALUE_SHARD: {
 		int v;
 		memcpy(&v, cfield(base, k->off), sizeof(v));
@@ -93,6 +94,134 @@ bool config_general_value(const struct config *cfg, const char *key, char *buf, 
 		return false;
 	}
 	return false;
+}
+
+/* ------------------------------------------------------------------ */
+/* pgcat -t: the effective values                                       */
+
+/* One field as the ini would hold it, durations with their unit. */
+static void format_field(const struct key_spec *k, const void *base, char *buf, size_t buflen)
+{
+	int iv;
+	buf[0] = '\0';
+	switch (k->kind) {
+	case VALUE_DURATION:
+		memcpy(&iv, cfield(base, k->off), sizeof(iv));
+		if (iv == CONFIG_INHERIT && (k->flags & KEY_EMPTY_INHERITS))
+			return;          /* empty: inherited */
+		config_format_duration(iv, (k->flags & KEY_SECONDS) != 0, buf, buflen);
+		return;
+	case VALUE_INT:
+	case VALUE_ENUM:
+	case VALUE_SHARD:
+		memcpy(&iv, cfield(base, k->off), sizeof(iv));
+		if (iv == CONFIG_INHERIT && (k->flags & KEY_EMPTY_INHERITS))
+			return;          /* empty: inherited */
+		if (k->kind == VALUE_ENUM)
+			snprintf(buf, buflen, "%s", enum_name(k->names, iv));
+		else if (k->kind == VALUE_SHARD && iv == CONFIG_DEFAULT_SHARD_ALL)
+			snprintf(buf, buflen, "all");
+		else
+			snprintf(buf, buflen, "%d", iv);
+		return;
+	case VALUE_SERVER_LIST: {
+		const struct config_server *list = *(struct config_server *const *)cfield(base, k->off);
+		size_t n = *(const size_t *)cfield(base, k->off_n), used = 0;
+		for (size_t j = 0; j < n && used < buflen; j++) {
+			bool v6 = strchr(list[j].host, ':') != NULL;
+			int w = snprintf(buf + used, buflen - used, "%s%s%s%s:%d:%s", j ? ", " : "", v6 ? "[" : "",
+					 list[j].host, v6 ? "]" : "", list[j].port, config_server_role_name(list[j].role));
+			if (w < 0)
+				return;
+			used += (size_t)w;
+		}
+		return;
+	}
+	case VALUE_STRING:
+		if ((k->flags & KEY_SECRET) && *(char *const *)cfield(base, k->off) != NULL &&
+		    (*(char *const *)cfield(base, k->off))[0] != '\0') {
+			snprintf(buf, buflen, "********");
+			return;
+		}
+		break;
+	case VALUE_INT64:
+	case VALUE_BOOL:
+	case VALUE_ADDR_LIST:
+	case VALUE_TABLE_LIST:
+	case VALUE_NAME_LIST:
+		break;
+	}
+	/* The rest reads as SHOW CONFIG shows it: a shim over the same code. */
+	const char *s = NULL;
+	char num[32];
+	switch (k->kind) {
+	case VALUE_INT64: {
+		int64_t v;
+		memcpy(&v, cfield(base, k->off), sizeof(v));
+		snprintf(num, sizeof(num), "%lld", (long long)v);
+		s = num;
+		break;
+	}
+	case VALUE_BOOL:
+		s = *(const bool *)cfield(base, k->off) ? "true" : "false";
+		break;
+	case VALUE_STRING:
+		s = *(char *const *)cfield(base, k->off);
+		break;
+	case VALUE_ADDR_LIST:
+	case VALUE_TABLE_LIST:
+	case VALUE_NAME_LIST: {
+		char *const *list = *(char **const *)cfield(base, k->off);
+		size_t n = *(const size_t *)cfield(base, k->off_n), used = 0;
+		for (size_t j = 0; j < n; j++)
+			if ((j > 0 && !put(buf, buflen, &used, ", ")) || !put(buf, buflen, &used, list[j]))
+				return;
+		return;
+	}
+	case VALUE_INT:
+	case VALUE_DURATION:
+	case VALUE_ENUM:
+	case VALUE_SHARD:
+	case VALUE_SERVER_LIST:
+		return;
+	}
+	snprintf(buf, buflen, "%s", s ? s : "");
+}
+
+static void print_section(FILE *out, const char *header, const struct key_spec *specs, size_t n, const void *base)
+{
+	char value[2048];
+	fprintf(out, "\n[%s]\n", header);
+	for (size_t i = 0; i < n; i++) {
+		format_field(&specs[i], base, value, sizeof(value));
+		fprintf(out, "%s =%s%s\n", specs[i].name, value[0] ? " " : "", value);
+	}
+}
+
+void config_print(const struct config *cfg, FILE *out)
+{
+	char section[CONFIG_MAX_NAME * 2 + 32];
+	print_section(out, "general", general_specs, N_GENERAL_KEYS, &cfg->general);
+	for (size_t i = 0; i < cfg->n_pools; i++) {
+		const struct config_pool *pool = &cfg->pools[i];
+		snprintf(section, sizeof(section), "pools.%s", pool->name);
+		print_section(out, section, pool_specs, POOL_KEY_COUNT, pool);
+		for (size_t j = 0; j < pool->n_shards; j++) {
+			snprintf(section, sizeof(section), "pools.%s.shards.%d", pool->name, pool->shards[j].index);
+			print_section(out, section, shard_specs, SHARD_KEY_COUNT, &pool->shards[j]);
+		}
+		for (size_t j = 0; j < pool->n_users; j++) {
+			snprintf(section, sizeof(section), "pools.%s.users.%s", pool->name, pool->users[j].name);
+			print_section(out, section, user_specs, USER_KEY_COUNT, &pool->users[j]);
+		}
+	}
+	if (cfg->n_peers > 0)
+		fprintf(out, "\n[peers]\n");
+	for (size_t i = 0; i < cfg->n_peers; i++) {
+		bool v6 = strchr(cfg->peers[i].host, ':') != NULL;
+		fprintf(out, "%d = %s%s%s:%d\n", cfg->peers[i].id, v6 ? "[" : "", cfg->peers[i].host, v6 ? "]" : "",
+			cfg->peers[i].port);
+	}
 }
 
 /* ------------------------------------------------------------------ */

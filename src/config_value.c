@@ -52,6 +52,80 @@ bool parse_int64(const char *s, int64_t *out)
 	return true;
 }
 
+/* PostgreSQL's time units (guc.c's table), in microseconds. */
+static const struct {
+	const char *name;
+	int64_t us;
+} duration_units[] = {
+	{ "d", 86400000000LL }, { "h", 3600000000LL }, { "min", 60000000LL },
+	{ "s", 1000000LL }, { "ms", 1000LL }, { "us", 1LL },
+};
+
+bool config_parse_duration(const char *s, bool seconds, int64_t *out, bool *bare, char *why, size_t whylen)
+{
+	why[0] = '\0';
+	*bare = true;
+	if (parse_int64(s, out))
+		return true;
+	*bare = false;
+	/* digits [. digits], then optional blanks and a unit, as PostgreSQL takes them */
+	const char *q = s;
+	size_t digits = 0;
+	while (*q >= '0' && *q <= '9') {
+		q++;
+		digits++;
+	}
+	if (*q == '.')
+		for (q++; *q >= '0' && *q <= '9'; q++)
+			digits++;
+	if (digits == 0 || q - s > 30)
+		return false;
+	char num[32];
+	memcpy(num, s, (size_t)(q - s));
+	num[q - s] = '\0';
+	while (*q == ' ' || *q == '\t')
+		q++;
+	int64_t unit_us = 0;
+	for (size_t i = 0; i < sizeof(duration_units) / sizeof(duration_units[0]); i++)
+		if (strcmp(q, duration_units[i].name) == 0)
+			unit_us = duration_units[i].us;
+	if (unit_us == 0) {
+		snprintf(why, whylen, "%s", *q ? "the unit must be one of us, ms, s, min, h, d" : "");
+		return false;
+	}
+	double base_us = seconds ? 1e6 : 1e3;
+	double v = strtod(num, NULL) * (double)unit_us / base_us;
+	if (v >= 9e15)
+		return false;
+	/* Rounded to the key's unit as PostgreSQL does; but a value that is
+	 * not zero must not round to zero, which would switch the feature off. */
+	int64_t r = (int64_t)(v + 0.5);
+	if (r == 0 && v > 0) {
+		snprintf(why, whylen, "less than the setting's unit (1%s)", seconds ? "s" : "ms");
+		return false;
+	}
+	*out = r;
+	return true;
+}
+
+void config_format_duration(int64_t v, bool seconds, char *buf, size_t buflen)
+{
+	if (v == 0) {
+		snprintf(buf, buflen, "0");
+		return;
+	}
+	/* The largest unit that shows the value exactly, as PostgreSQL's SHOW. */
+	int64_t base_us = seconds ? 1000000 : 1000;
+	for (size_t i = 0; i < sizeof(duration_units) / sizeof(duration_units[0]); i++) {
+		int64_t per = duration_units[i].us / base_us;
+		if (per >= 1 && duration_units[i].us % base_us == 0 && v % per == 0) {
+			snprintf(buf, buflen, "%lld%s", (long long)(v / per), duration_units[i].name);
+			return;
+		}
+	}
+	snprintf(buf, buflen, "%lld%s", (long long)v, seconds ? "s" : "ms");
+}
+
 static bool parse_bool(const char *s, bool *out)
 {
 	static const char *const yes[] = { "true", "on", "yes", "1" };
@@ -191,7 +265,35 @@ bool parse_endpoint(const char *s, size_t n, bool want_role, const char **host, 
 {
 	const char *form = want_role ? "host:port:role" : "host:port";
 	const char *rest;
-	if (n > 0 && s[0] == '[') {
+	if (want_role && n > 0 && s[0] == '/') {
+		/* A Unix socket directory (it may hold ':' itself): the port and
+		 * role are after its last two colons. */
+		const char *role_colon = NULL, *port_colon = NULL;
+		for (size_t i = n; i-- > 0;) {
+			if (s[i] != ':')
+				continue;
+			if (role_colon == NULL) {
+				role_colon = s + i;
+			} else {
+				port_colon = s + i;
+				break;
+			}
+		}
+		if (port_colon == NULL) {
+			snprintf(why, whylen, "expected /socket/directory:port:role");
+			return false;
+		}
+		*host = s;
+		*host_len = (size_t)(port_colon - s);
+		while (*host_len > 1 && s[*host_len - 1] == '/')
+			(*host_len)--;       /* "/run/postgresql/" names the same socket */
+		if (*host_len > CONFIG_MAX_SOCKET_DIR) {
+			snprintf(why, whylen, "a Unix socket directory must be at most %d characters, so that the "
+				 "socket path fits", CONFIG_MAX_SOCKET_DIR);
+			return false;
+		}
+		rest = port_colon + 1;
+	} else if (n > 0 && s[0] == '[') {
 		const char *close = memchr(s, ']', n);
 		if (close == NULL) {
 			snprintf(why, whylen, "missing ']' after the IPv6 address");
@@ -355,6 +457,7 @@ static void set_list_item(struct parser *p, const struct key_spec *k, void *base
 	}
 	case VALUE_INT:
 	case VALUE_INT64:
+	case VALUE_DURATION:
 	case VALUE_BOOL:
 	case VALUE_STRING:
 	case VALUE_ENUM:
@@ -373,6 +476,7 @@ bool is_list(enum value_kind kind)
 		return true;
 	case VALUE_INT:
 	case VALUE_INT64:
+	case VALUE_DURATION:
 	case VALUE_BOOL:
 	case VALUE_STRING:
 	case VALUE_ENUM:
@@ -405,6 +509,40 @@ static void set_list(struct parser *p, const struct key_spec *k, void *base, con
 	}
 }
 
+/* A duration key: a bare integer in the key's unit, as before units
+ * existed, or a number with one of PostgreSQL's units. A bare value that
+ * reads as PgBouncer's seconds is accepted with a warning. */
+static void set_duration(struct parser *p, const struct key_spec *k, void *base, const char *value,
+			 const char *got)
+{
+	bool seconds = (k->flags & KEY_SECONDS) != 0;
+	int64_t v;
+	bool bare;
+	char why[120];
+	if ((k->flags & KEY_EMPTY_INHERITS) && value[0] == '\0') {
+		int iv = CONFIG_INHERIT;
+		memcpy(field(base, k->off), &iv, sizeof(iv));
+		return;
+	}
+	if (!config_parse_duration(value, seconds, &v, &bare, why, sizeof(why)) || v < k->min || v > k->max) {
+		char lo[32], hi[32];
+		config_format_duration(k->min, seconds, lo, sizeof(lo));
+		config_format_duration(k->max, seconds, hi, sizeof(hi));
+		line_error(p, k->name, "must be %sa duration between %s and %s: a number of %s or a number with a "
+			   "unit (us, ms, s, min, h, d), got %s%s%s", (k->flags & KEY_EMPTY_INHERITS) ? "empty (inherit) or " : "",
+			   lo, hi, seconds ? "seconds" : "milliseconds",
+			   got, why[0] ? ": " : "", why);
+		return;
+	}
+	if (bare && (k->flags & KEY_PGB_SECONDS) && v > 0 && v < 1000)
+		problem(p, CONFIG_PROBLEM_WARNING, p->lineno, p->section_name, k->name,
+			"%lld is taken as %lld milliseconds, but PgBouncer's %s is in seconds; write %llds "
+			"if seconds were meant, or %lldms to keep milliseconds and silence this warning",
+			(long long)v, (long long)v, k->name, (long long)v, (long long)v);
+	int iv = (int)v;
+	memcpy(field(base, k->off), &iv, sizeof(iv));
+}
+
 /* Parse value into the field k describes; report a problem on the current line if bad. */
 void set_value(struct parser *p, const struct key_spec *k, void *base, const char *value, bool append)
 {
@@ -430,6 +568,9 @@ void set_value(struct parser *p, const struct key_spec *k, void *base, const cha
 		}
 		return;
 	}
+	case VALUE_DURATION:
+		set_duration(p, k, base, value, got);
+		return;
 	case VALUE_BOOL: {
 		bool b;
 		if (!parse_bool(value, &b)) {
@@ -519,6 +660,7 @@ void free_field(const struct key_spec *k, void *base)
 		break;
 	case VALUE_INT:
 	case VALUE_INT64:
+	case VALUE_DURATION:
 	case VALUE_BOOL:
 	case VALUE_ENUM:
 	case VALUE_SHARD:
@@ -546,6 +688,7 @@ void detach_field(const struct key_spec *k, void *base)
 		break;
 	case VALUE_INT:
 	case VALUE_INT64:
+	case VALUE_DURATION:
 	case VALUE_BOOL:
 	case VALUE_ENUM:
 	case VALUE_SHARD:

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 
 #include "list.h"
 #include "log.h"
@@ -108,6 +109,18 @@ bool dns_literal(const char *host, int port, struct sockaddr_storage *out, sockl
 	struct sockaddr_in v4 = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
 	struct sockaddr_in6 v6 = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port) };
 	memset(out, 0, sizeof *out);
+	if (host[0] == '/') {
+		/* A Unix socket directory, as libpq's host=/dir: the socket is
+		 * <dir>/.s.PGSQL.<port> (the config caps dir's length). */
+		struct sockaddr_un un = { .sun_family = AF_UNIX };
+		int n = snprintf(un.sun_path, sizeof un.sun_path, "%s/.s.PGSQL.%d", host, port);
+		if (n < 0 || (size_t)n >= sizeof un.sun_path)
+			return false;
+		_Static_assert(sizeof un <= sizeof *out, "sockaddr_un fits sockaddr_storage");
+		memcpy(out, &un, sizeof un);
+		*outlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n + 1);
+		return true;
+	}
 	if (inet_pton(AF_INET, host, &v4.sin_addr) == 1) {
 		memcpy(out, &v4, sizeof v4);
 		*outlen = sizeof v4;

@@ -150,8 +150,10 @@ int main(int argc, char **argv)
 	}
 	config_problems_free(&problems);
 	if (test_only) {
-		if (!bad)
-			printf("pgcat: configuration file %s is valid\n", path);
+		if (!bad) {
+			printf("pgcat: configuration file %s is valid; effective values:\n", path);
+			config_print(cfg, stdout);
+		}
 		config_free(cfg);
 		return bad ? EXIT_BAD_CONFIG : 0;
 	}

@@ -118,8 +118,10 @@ struct server *server_connect(struct srvpool *sp)
 		s->io.closed = true;
 		s->have_error = true;
 		snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08006");
-		snprintf(s->error_message, sizeof s->error_message, "could not connect to server %s:%d: %s",
-			 sp->host, sp->port, strerror(errno));
+		/* A Unix socket server is named by its socket file, as libpq does. */
+		bool un = sp->host[0] == '/';
+		snprintf(s->error_message, sizeof s->error_message, "could not connect to server %s%s%d: %s",
+			 sp->host, un ? "/.s.PGSQL." : ":", sp->port, strerror(errno));
 		server_close(s, "connect failed");
 		return NULL;
 	}
@@ -347,6 +349,61 @@ static void start_server_tls(struct server *s, bool direct)
 	io_start_tls(&s->io, ssl);
 }
 
+/* The pool's connect_query (SPEC §2), once, at the end of the login: true
+ * when it went out and its answer is awaited before the server is ready. */
+static bool send_connect_query(struct server *s)
+{
+	const char *q = s->sp->pool->cpool ? s->sp->pool->cpool->connect_query : NULL;
+	if (q == NULL || q[0] == '\0')
+		return false;
+	size_t n = strlen(q);
+	if (n > UINT32_MAX - 64) {
+		login_fail(s, "connect_query is too long");
+		return true;
+	}
+	uint8_t hdr[5] = { PqMsg_Query };
+	proto_put_u32(hdr + 1, (uint32_t)(4 + n + 1));
+	struct evbuffer *out = io_out(&s->io);
+	evbuffer_add(out, hdr, sizeof hdr);
+	evbuffer_add(out, q, n + 1);
+	s->connect_query_sent = true;
+	log_debug("S-%llu %s:%d: running connect_query", (unsigned long long)s->id, s->sp->host, s->sp->port);
+	return true;
+}
+
+/* While connect_query runs: its rows, row descriptions, command tags and
+ * notices are dropped, whatever their size (its result is discarded). 1:
+ * one such message dropped; 0: not one of those (the login's own
+ * handling follows); -1: wait for more input, or the connection is gone. */
+static int skip_connect_query_reply(struct server *s, struct evbuffer *in, const uint8_t *hdr)
+{
+	struct proto_frame f;
+	if (proto_frame_header(hdr, 5, SERVER_MAX_MESSAGE, &f) != PROTO_FRAME_OK) {
+		login_fail(s, "server sent an invalid message during connect_query");
+		return -1;
+	}
+	switch (f.type) {
+	case PqMsg_RowDescription:
+	case PqMsg_DataRow:
+	case PqMsg_CommandComplete:
+	case PqMsg_EmptyQueryResponse:
+	case PqMsg_NoticeResponse:
+	case PqMsg_NotificationResponse:
+		break;
+	case PqMsg_CopyInResponse:
+	case PqMsg_CopyOutResponse:
+	case PqMsg_CopyBothResponse:
+		login_fail(s, "connect_query must not run COPY");
+		return -1;
+	default:
+		return 0;
+	}
+	if (evbuffer_get_length(in) < (size_t)f.len + 1)
+		return -1;
+	evbuffer_drain(in, (size_t)f.len + 1);
+	return 1;
+}
+
 static void process_login(struct server *s)
 {
 	struct evbuffer *in = s->io.in;
@@ -360,6 +417,13 @@ static void process_login(struct server *s)
 		if (evbuffer_copyout(in, hdr, 5) < 5)
 			return;
 		struct proto_frame f;
+		if (s->connect_query_sent) {
+			int r = skip_connect_query_reply(s, in, hdr);
+			if (r < 0)
+				return;
+			if (r > 0)
+				continue;
+		}
 		if (proto_frame_header(hdr, 5, SERVER_INSPECT_MAX - 1, &f) != PROTO_FRAME_OK) {
 			login_fail(s, "server sent an invalid message during login");
 			return;
@@ -407,10 +471,21 @@ static void process_login(struct server *s)
 		}
 		case PqMsg_ErrorResponse: {
 			note_error(s, body, blen);
+			if (s->connect_query_sent) {
+				/* The client sees it as a failed login, saying why. */
+				char msg[sizeof s->error_message];
+				snprintf(msg, sizeof msg, "%s", s->error_message);
+				static const char pfx[] = "connect_query failed: ";
+				size_t room = sizeof s->error_message - (sizeof pfx - 1);
+				memcpy(s->error_message, pfx, sizeof pfx - 1);
+				snprintf(s->error_message + sizeof pfx - 1, room, "%.*s", (int)(room - 1), msg);
+			}
 			login_fail(s, s->error_message);
 			return;
 		}
 		case PqMsg_ReadyForQuery:
+			if (!s->connect_query_sent && send_connect_query(s))
+				break;
 			s->txn.tx_status = blen >= 1 ? (char)body[0] : 'I';
 			auth_free(s);
 			log_debug("S-%llu %s:%d: login done (backend pid %u, protocol 3.%u, key of %u bytes)",
@@ -1150,9 +1225,13 @@ static void set_socket_options(struct server *s)
 	evutil_socket_t fd = s->io.fd;
 	int one = 1;
 	if (s->sp->addr.ss_family == AF_INET || s->sp->addr.ss_family == AF_INET6) {
+		const struct config_general *g = &s->w->cfg->general;
+		const struct io_tcp_tuning t = { g->tcp_keepalive, g->tcp_keepidle, g->tcp_keepintvl, g->tcp_keepcnt,
+						 g->tcp_user_timeout };
+		char why[160];
 		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-		if (s->w->cfg->general.tcp_keepalive)
-			(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+		if (!io_tcp_tune(fd, &t, why, sizeof why))
+			log_warning("S-%llu: %s", (unsigned long long)s->id, why);
 	}
 }
 
@@ -1163,6 +1242,12 @@ static void server_event_cb(struct io *io, enum io_event what, int err, void *ar
 	if (what == IO_CONNECTED) {
 		set_socket_options(s);
 		server_set_state(s, SERVER_LOGIN);
+		/* As libpq: no TLS over a Unix socket, whatever server_tls_sslmode
+		 * says (PostgreSQL would answer an SSLRequest there with 'N'). */
+		if (s->sp->addr.ss_family == AF_UNIX) {
+			send_startup(s);
+			return;
+		}
 		if (s->w->tls.for_servers && s->w->cfg->general.server_tls_negotiation == TLS_NEGOTIATION_DIRECT) {
 			/* Direct TLS (PostgreSQL 17+): the ClientHello goes first. */
 			start_server_tls(s, true);
@@ -1215,9 +1300,15 @@ static void server_event_cb(struct io *io, enum io_event what, int err, void *ar
 		if (!s->have_error && (s->state == SERVER_CONNECTING || s->state == SERVER_LOGIN)) {
 			s->have_error = true;
 			snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08006");
-			snprintf(s->error_message, sizeof s->error_message, "could not connect to server %s:%d: %s",
-				 s->sp->host, s->sp->port, err ? strerror(err) : "connection closed");
+			bool un = s->sp->host[0] == '/';
+			snprintf(s->error_message, sizeof s->error_message, "could not connect to server %s%s%d: %s",
+				 s->sp->host, un ? "/.s.PGSQL." : ":", s->sp->port,
+				 err ? strerror(err) : "connection closed");
 		}
-		server_close(s, what == IO_EOF ? "server closed the connection" : "connection error");
+		/* The reason names the kernel's verdict: "Connection timed out"
+		 * is how tcp_user_timeout and keepalive report a vanished peer. */
+		char reason[96];
+		snprintf(reason, sizeof reason, "connection error%s%s", err ? ": " : "", err ? strerror(err) : "");
+		server_close(s, what == IO_EOF ? "server closed the connection" : reason);
 	}
 }

@@ -197,7 +197,8 @@ BAD = [
     ("auth_type", "auth_type = kerberos", "general"),
     ("log_level", "log_level = chatty", "general"),
     ("tcp_keepalive", "tcp_keepalive = perhaps", "general"),
-    ("connect_timeout", "connect_timeout = 5s", "general"),
+    ("connect_timeout", "connect_timeout = 5 parsecs", "general"),
+    ("query_wait_timeout", "query_wait_timeout = 400ms0", "general"),
     ("server_tls_negotiation", "server_tls_negotiation = sideways", "general"),
     # direct TLS has no way back to plain text: not with the default prefer
     ("server_tls_negotiation", "server_tls_negotiation = direct", "general"),

@@ -173,7 +173,7 @@ START_TEST(test_key_table)
 {
 	size_t n;
 	const struct config_key_info *keys = config_general_keys(&n);
-	ck_assert_uint_eq(n, 63);
+	ck_assert_uint_eq(n, 67);
 	size_t fixed = 0;
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = i + 1; j < n; j++)
@@ -513,20 +513,20 @@ START_TEST(test_out_of_range)
 		{ "max_client_conn = 0", "max_client_conn: must be an integer between 1 and 1000000" },
 		{ "default_pool_size = 0", "default_pool_size: must be an integer between 1 and 10000" },
 		{ "min_pool_size = -1", "min_pool_size: must be an integer between 0 and 10000" },
-		{ "connect_timeout = 0", "connect_timeout: must be an integer between 1 and 2147483647" },
-		{ "query_wait_timeout = 1.5", "query_wait_timeout: must be an integer between 0 and 2147483647" },
-		{ "idle_timeout = -5", "idle_timeout: must be an integer between 0" },
-		{ "server_lifetime = 2147483648", "server_lifetime: must be an integer between 0 and 2147483647" },
-		{ "healthcheck_timeout = 0", "healthcheck_timeout: must be an integer between 1" },
-		{ "ban_time = 86401", "ban_time: must be an integer between 0 and 86400" },
+		{ "connect_timeout = 0", "connect_timeout: must be a duration between 1ms and 2147483647ms: a number of milliseconds" },
+		{ "query_wait_timeout = 1.5", "query_wait_timeout: must be a duration between 0 and 2147483647ms" },
+		{ "idle_timeout = -5", "idle_timeout: must be a duration between 0" },
+		{ "server_lifetime = 2147483648", "server_lifetime: must be a duration between 0 and 2147483647ms" },
+		{ "healthcheck_timeout = 0", "healthcheck_timeout: must be a duration between 1ms" },
+		{ "ban_time = 86401", "ban_time: must be a duration between 0 and 1d: a number of seconds" },
 		{ "max_packet_size = 4", "max_packet_size: must be an integer between 5 and 2147483647" },
 		{ "max_packet_size = 2147483648", "max_packet_size: must be an integer between 5 and 2147483647" },
 		{ "max_packet_size = 99999999999999999999999", "max_packet_size: must be an integer" },
 		{ "prepared_statements_cache_size = 0", "prepared_statements_cache_size: must be an integer between 1" },
 		{ "prometheus_port = 70000", "prometheus_port: must be an integer between 0 and 65535" },
 		{ "peer_id = 16384", "peer_id: must be an integer between 0 and 16383" },
-		{ "stats_period = 0", "stats_period: must be an integer between 1 and 86400" },
-		{ "autoreload = x", "autoreload: must be an integer" },
+		{ "stats_period = 0", "stats_period: must be a duration between 1s and 1d" },
+		{ "autoreload = x", "autoreload: must be a duration" },
 		{ "pool_mode = statement", "pool_mode: must be one of session | transaction, got \"statement\"" },
 		{ "log_level = verbose", "log_level: must be one of error | warning | info | debug | trace" },
 		{ "auth_type = password", "auth_type: must be one of scram-sha-256 | md5 | trust" },
@@ -574,7 +574,7 @@ START_TEST(test_pool_values)
 		{ "default_shard = -1", "default_shard: must be a shard number or \"all\"" },
 		{ "default_shard = 1", "default_shard: must be \"all\" or a shard number below 1, got 1" },
 		{ "max_replica_lag = -1", "max_replica_lag: must be an integer between 0 and 9223372036854775807" },
-		{ "sticky_primary_after_write = x", "sticky_primary_after_write: must be an integer" },
+		{ "sticky_primary_after_write = x", "sticky_primary_after_write: must be a duration" },
 		{ "servers = h:1:primary", "servers: unknown key" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -797,7 +797,7 @@ START_TEST(test_users)
 	expect_error_at(POOL "[pools.db.users.u]\nmin_pool_size = -1\n", 5,
 			"t.ini:5: [pools.db.users.u] min_pool_size: must be empty (inherit) or an integer between 0");
 	expect_error_at(POOL "[pools.db.users.u]\nstatement_timeout = -1\n", 5,
-			"t.ini:5: [pools.db.users.u] statement_timeout: must be an integer between 0 and 2147483647");
+			"t.ini:5: [pools.db.users.u] statement_timeout: must be a duration between 0 and 2147483647ms");
 	expect_error_at(POOL "[pools.db.users.u]\npool_mode = statement\n", 5,
 			"t.ini:5: [pools.db.users.u] pool_mode: must be empty (inherit) or one of session | transaction");
 	expect_error_at(POOL "[pools.db.users.u]\npool_size = 2\nmin_pool_size = 3\n", 6,
@@ -965,8 +965,8 @@ static void expect_set_refused(struct config *cfg, const char *key, const char *
 {
 	size_t n;
 	const struct config_key_info *keys = config_general_keys(&n);
-	char before[64][256], after[256], err[256];
-	ck_assert_uint_le(n, 64);
+	char before[96][256], after[256], err[256];
+	ck_assert_uint_le(n, 96);
 	for (size_t i = 0; i < n; i++)
 		ck_assert(config_general_value(cfg, keys[i].name, before[i], sizeof(before[i])));
 	const char *secret = cfg->general.admin_password;
@@ -1057,7 +1057,9 @@ START_TEST(test_set)
 	expect_set_refused(cfg, "max_client_conn", "1000001", "max_client_conn: must be an integer");
 	expect_set_refused(cfg, "max_client_conn", "ten", "max_client_conn: must be an integer");
 	expect_set_refused(cfg, "max_packet_size", "2147483648", "max_packet_size: must be an integer between 5");
-	expect_set_refused(cfg, "ban_time", "'86401'", "ban_time: must be an integer between 0 and 86400");
+	expect_set_refused(cfg, "ban_time", "'86401'", "ban_time: must be a duration between 0 and 1d");
+	expect_set(cfg, "ban_time", "'2min'", "120");
+	expect_set(cfg, "query_wait_timeout", "1.5s", "1500");
 	expect_set_refused(cfg, "tcp_keepalive", "maybe", "tcp_keepalive: must be a boolean");
 	expect_set_refused(cfg, "log_level", "verbose",
 			   "log_level: must be one of error | warning | info | debug | trace, got \"verbose\"");
@@ -1168,6 +1170,149 @@ START_TEST(test_names)
 }
 END_TEST
 
+/* SPEC §2: every time setting takes PostgreSQL's units; a bare number
+ * keeps the key's own unit. */
+START_TEST(test_durations)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean("[general]\nquery_wait_timeout = 1s\nconnect_timeout = 250ms\n"
+					"idle_timeout = 2min\nserver_lifetime = 1h\nshutdown_timeout = 1.5s\n"
+					"healthcheck_delay = 1d\nclient_idle_timeout = 2000us\n"
+					"idle_transaction_timeout = 30 s\nban_time = 2min\nstats_period = 15\n"
+					"tcp_keepidle = 1min\ntcp_keepintvl = 5\ntcp_keepcnt = 3\n"
+					"tcp_user_timeout = 10s\ndns_max_ttl = 15000\n"
+					"[pools.db]\nsticky_primary_after_write = 2s\n"
+					"[pools.db.shards.0]\nservers = 127.0.0.1:5432:primary\n"
+					"[pools.db.users.u]\nstatement_timeout = 1min\n", &pr);
+	const struct config_general *g = &cfg->general;
+	ck_assert_int_eq(g->query_wait_timeout, 1000);
+	ck_assert_int_eq(g->connect_timeout, 250);
+	ck_assert_int_eq(g->idle_timeout, 120000);
+	ck_assert_int_eq(g->server_lifetime, 3600000);
+	ck_assert_int_eq(g->shutdown_timeout, 1500);
+	ck_assert_int_eq(g->healthcheck_delay, 86400000);
+	ck_assert_int_eq(g->client_idle_timeout, 2);
+	ck_assert_int_eq(g->idle_transaction_timeout, 30000);
+	ck_assert_int_eq(g->ban_time, 120);          /* seconds */
+	ck_assert_int_eq(g->stats_period, 15);       /* a bare number: seconds, as before */
+	ck_assert_int_eq(g->tcp_keepidle, 60);
+	ck_assert_int_eq(g->tcp_keepintvl, 5);
+	ck_assert_int_eq(g->tcp_keepcnt, 3);
+	ck_assert_int_eq(g->tcp_user_timeout, 10000);
+	ck_assert_int_eq(g->dns_max_ttl, 15000);
+	ck_assert_int_eq(cfg->pools[0].sticky_primary_after_write, 2000);
+	ck_assert_int_eq(cfg->pools[0].users[0].statement_timeout, 60000);
+	config_free(cfg);
+	config_problems_free(&pr);
+
+	expect_general_error("query_wait_timeout = 5 parsecs", "t.ini:2: [general] query_wait_timeout: must be a "
+			     "duration between 0 and 2147483647ms: a number of milliseconds or a number with a unit "
+			     "(us, ms, s, min, h, d), got \"5 parsecs\": the unit must be one of us, ms, s, min, h, d");
+	expect_general_error("connect_timeout = 5S", "t.ini:2: [general] connect_timeout: must be a duration");
+	expect_general_error("connect_timeout = s", "t.ini:2: [general] connect_timeout: must be a duration");
+	expect_general_error("connect_timeout = -1s", "t.ini:2: [general] connect_timeout: must be a duration");
+	expect_general_error("connect_timeout = 25d", "t.ini:2: [general] connect_timeout: must be a duration between "
+			     "1ms and 2147483647ms");
+	/* not zero, but less than the key's unit: refused rather than rounded to "off" */
+	expect_general_error("tcp_keepidle = 400ms", "t.ini:2: [general] tcp_keepidle: must be a duration between 0 "
+			     "and 32767s: a number of seconds or a number with a unit (us, ms, s, min, h, d), got "
+			     "\"400ms\": less than the setting's unit (1s)");
+	expect_general_error("ban_time = 2d", "t.ini:2: [general] ban_time: must be a duration between 0 and 1d");
+
+	/* A bare value under 1,000 where PgBouncer's same-named key is in
+	 * seconds: accepted (milliseconds) with a warning naming the key. */
+	cfg = load("[general]\nquery_wait_timeout = 120\nserver_lifetime = 3600ms\nclient_idle_timeout = 0\n"
+		   "connect_timeout = 500\ndns_max_ttl = 15\n" POOL, &pr);
+	ck_assert_ptr_nonnull(cfg);
+	ck_assert_int_eq(cfg->general.query_wait_timeout, 120);
+	ck_assert_uint_eq(count(&pr, CONFIG_PROBLEM_WARNING), 2);
+	ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_WARNING, "t.ini:2: [general] query_wait_timeout: 120 is taken "
+				    "as 120 milliseconds, but PgBouncer's query_wait_timeout is in seconds; write 120s"));
+	ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_WARNING, "t.ini:6: [general] dns_max_ttl: 15 is taken"));
+	config_free(cfg);
+	config_problems_free(&pr);
+
+	/* the keys of issue 27's other items too; a user's transaction_timeout may inherit */
+	cfg = load("[general]\nreserve_pool_timeout = 5s\nquery_timeout = 30\ntransaction_timeout = 2min\n"
+		   "auth_query_cache_ttl = 1min\n[pools.db]\n[pools.db.shards.0]\nservers = 127.0.0.1:5432:primary\n"
+		   "[pools.db.users.a]\ntransaction_timeout = 1.5s\n[pools.db.users.b]\ntransaction_timeout =\n", &pr);
+	ck_assert_ptr_nonnull(cfg);
+	ck_assert_int_eq(cfg->general.reserve_pool_timeout, 5000);
+	ck_assert_int_eq(cfg->general.query_timeout, 30);
+	ck_assert_int_eq(cfg->general.transaction_timeout, 120000);
+	ck_assert_int_eq(cfg->general.auth_query_cache_ttl, 60000);
+	ck_assert_int_eq(config_user_transaction_timeout(cfg, &cfg->pools[0].users[0]), 1500);
+	ck_assert_int_eq(config_user_transaction_timeout(cfg, &cfg->pools[0].users[1]), 120000);
+	ck_assert_uint_eq(count(&pr, CONFIG_PROBLEM_WARNING), 1);
+	ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_WARNING, "t.ini:3: [general] query_timeout: 30 is taken as 30 "
+				    "milliseconds, but PgBouncer's query_timeout is in seconds"));
+	config_free(cfg);
+	config_problems_free(&pr);
+	expect_error_at("[pools.db.shards.0]\nservers = 127.0.0.1:5432:primary\n[pools.db.users.a]\n"
+			"transaction_timeout = soon\n", 4, "t.ini:4: [pools.db.users.a] transaction_timeout: must be "
+			"empty (inherit) or a duration between 0 and 2147483647ms");
+
+	char buf[32];
+	static const struct { int64_t v; bool s; const char *text; } shown[] = {
+		{ 0, false, "0" }, { 1, false, "1ms" }, { 1500, false, "1500ms" }, { 1000, false, "1s" },
+		{ 120000, false, "2min" }, { 3600000, false, "1h" }, { 86400000, false, "1d" },
+		{ 2147483647, false, "2147483647ms" }, { 60, true, "1min" }, { 61, true, "61s" }, { 86400, true, "1d" },
+	};
+	for (size_t i = 0; i < sizeof(shown) / sizeof(shown[0]); i++) {
+		config_format_duration(shown[i].v, shown[i].s, buf, sizeof(buf));
+		ck_assert_str_eq(buf, shown[i].text);
+	}
+}
+END_TEST
+
+/* SPEC §2: a Unix socket directory as a server's host, as libpq's host=/dir. */
+START_TEST(test_unix_socket_servers)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean("[pools.db.shards.0]\n"
+					"servers = /var/run/postgresql:5432:primary, /tmp/:5433:replica, "
+					"/odd:dir:6000:auto\n", &pr);
+	const struct config_shard *s = &cfg->pools[0].shards[0];
+	ck_assert_uint_eq(s->n_servers, 3);
+	ck_assert_str_eq(s->servers[0].host, "/var/run/postgresql");
+	ck_assert_int_eq(s->servers[0].port, 5432);
+	ck_assert_int_eq(s->servers[0].role, SERVER_ROLE_PRIMARY);
+	ck_assert_str_eq(s->servers[1].host, "/tmp");           /* a trailing slash names the same socket */
+	ck_assert_int_eq(s->servers[1].role, SERVER_ROLE_REPLICA);
+	ck_assert_str_eq(s->servers[2].host, "/odd:dir");       /* port and role after the last two colons */
+	ck_assert_int_eq(s->servers[2].port, 6000);
+	config_free(cfg);
+	config_problems_free(&pr);
+
+	expect_error_at("[pools.db.shards.0]\nservers = /tmp:5432\n", 2,
+			"t.ini:2: [pools.db.shards.0] servers: \"/tmp:5432\": expected /socket/directory:port:role");
+	expect_error_at("[pools.db.shards.0]\nservers = /tmp\n", 2,
+			"t.ini:2: [pools.db.shards.0] servers: \"/tmp\": expected /socket/directory:port:role");
+	expect_error_at("[pools.db.shards.0]\nservers = /tmp:0:primary\n", 2,
+			"t.ini:2: [pools.db.shards.0] servers: \"/tmp:0:primary\": port must be an integer");
+	expect_error_at("[pools.db.shards.0]\nservers = /tmp:5432:primary, /tmp/:5432:replica\n", 2,
+			"t.ini:2: [pools.db.shards.0] servers: \"/tmp/:5432:replica\": this server is listed twice");
+	expect_error_at("[pools.db.shards.0]\nservers = /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+			"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa:5432:primary\n", 2,
+			"t.ini:2: [pools.db.shards.0] servers: \"/aaaa");
+	/* [peers] stay host:port over TCP */
+	expect_error_at("[peers]\n1 = /tmp:6432\n", 2, "t.ini:2: [peers] 1: \"/tmp\" is not a host name");
+}
+END_TEST
+
+START_TEST(test_connect_query)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean("[pools.a]\nconnect_query = SET search_path = app, public\n"
+					"[pools.a.shards.0]\nservers = 127.0.0.1:5432:primary\n"
+					"[pools.b]\nconnect_query =\n[pools.b.shards.0]\nservers = 127.0.0.1:5432:primary\n", &pr);
+	ck_assert_str_eq(cfg->pools[0].connect_query, "SET search_path = app, public");
+	ck_assert_ptr_null(cfg->pools[1].connect_query);   /* empty: none */
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
 Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
@@ -1197,6 +1342,9 @@ Suite *config_suite(void)
 	tcase_add_test(tc, test_set);
 	tcase_add_test(tc, test_auth_user);
 	tcase_add_test(tc, test_console_users);
+	tcase_add_test(tc, test_durations);
+	tcase_add_test(tc, test_unix_socket_servers);
+	tcase_add_test(tc, test_connect_query);
 	suite_add_tcase(s, tc);
 	return s;
 }
