@@ -10,7 +10,7 @@ PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 APT_PACKAGES="build-essential autoconf automake libtool pkg-config \
 libevent-dev libssl-dev libc-ares-dev libpg-query-dev libinih-dev check \
 postgresql-15 postgresql-client-15 python3 python3-venv git tar \
-prometheus-pgbouncer-exporter"
+prometheus-pgbouncer-exporter iproute2"
 
 log() { printf '\n==> %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
