@@ -64,6 +64,7 @@ struct bconn {
 	const char *host;             /* the owner's, as database: kept while open */
 	int port;
 	const char *database;
+	bool unix_socket;             /* the address is a Unix socket: no TLS there (as libpq) */
 	/* Login: user (kept until bconn_release), password and SCRAM
 	 * pass-through keys (wiped once logged in or closed). */
 	char *user;

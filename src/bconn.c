@@ -133,6 +133,7 @@ bool bconn_open(struct bconn *b, const struct bconn_profile *profile, const char
 	b->host = host;
 	b->port = port;
 	b->database = database;
+	b->unix_socket = addr->sa_family == AF_UNIX;
 	set_state(b, BCONN_CONNECTING);   /* so that a failure closes it */
 	if (!io_connect(&b->io, b->w->base, &b->w->flusher, addr, addrlen, profile->read_high, &bconn_io_ops)) {
 		char why[160];
@@ -428,7 +429,11 @@ static void event_cb(struct io *io, enum io_event what, int err, void *arg)
 	worker_update_clock(w);
 	switch (what) {
 	case IO_CONNECTED:
-		if (w->tls.for_servers && w->cfg->general.server_tls_negotiation == TLS_NEGOTIATION_DIRECT) {
+		/* As server.c and libpq: no TLS over a Unix socket, whatever
+		 * server_tls_sslmode says. */
+		if (b->unix_socket) {
+			send_startup(b);
+		} else if (w->tls.for_servers && w->cfg->general.server_tls_negotiation == TLS_NEGOTIATION_DIRECT) {
 			start_tls(b, true);
 		} else if (w->tls.for_servers) {
 			/* server_tls_sslmode: ask first (Int32 8, Int32 80877103). */

@@ -400,3 +400,13 @@ def test_a_primary_that_refuses_connections_fails_logins_at_once(pgcat, aq_pg):
     err = login_error(p, "aq_refused_user", "pw")
     assert time.monotonic() - t0 < 2.0
     assert err["C"] == "08006", err
+
+
+def test_lookup_over_a_unix_socket_takes_no_tls(pgcat, aq_pg):
+    """auth_query's own connection reaches a server given as a Unix-socket
+    directory as the pools do: no TLS there, whatever server_tls_sslmode
+    says (as libpq; PostgreSQL's socket has no TLS)."""
+    p = start(pgcat, aq_pg, servers="%s:%d:primary" % (aq_pg.sockdir, aq_pg.port), server_tls_sslmode="require")
+    user = new_role(aq_pg, "sock_pw")
+    assert can_login(p, user, "sock_pw")
+    assert login_error(p, user, "wrong")["C"] == "28P01"
