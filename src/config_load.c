@@ -535,6 +535,34 @@ static void auth_file_bad_line(void *arg, int line, const char *why)
 	add_problem(b->p->problems, CONFIG_PROBLEM_WARNING, line, msg, &b->p->oom);
 }
 
+/* The file a [general] key names (a path relative to pgcat.ini's
+ * directory), read whole into *text (*len bytes) with its path in *path,
+ * both the caller's to free. false: nothing read; the problem (naming the
+ * key and the file) is recorded, or p->oom set. */
+static bool read_key_file(struct parser *p, const char *key, const char *value, char **path, char **text,
+			  size_t *len)
+{
+	*text = NULL;
+	*path = auth_file_path(p->cfg->path, value);
+	if (*path == NULL) {
+		p->oom = true;
+		return false;
+	}
+	char *err = NULL;
+	*text = read_small_file(*path, AUTH_FILE_MAX_SIZE, len, &err);
+	if (*text != NULL)
+		return true;
+	char *msg = err ? format("%s: [general] %s: %s: %s", p->file, key, *path, err) : NULL;
+	free(err);
+	if (msg == NULL)
+		p->oom = true;
+	else
+		add_problem(p->problems, CONFIG_PROBLEM_ERROR, 0, msg, &p->oom);
+	free(*path);
+	*path = NULL;
+	return false;
+}
+
 /* Every user of the file becomes a user of each pool that has no users
  * section, as if written there with `password = <secret>`. auth_user's
  * entry is also kept aside (cfg->auth_user_secret), for auth_query's
@@ -552,24 +580,10 @@ static void load_auth_file(struct parser *p)
 		wanted |= cfg->pools[i].n_users == 0;
 	if (!cfg->general.auth_file || !cfg->general.auth_file[0] || !wanted)
 		return;
-	char *path = auth_file_path(cfg->path, cfg->general.auth_file);
-	if (path == NULL) {
-		p->oom = true;
-		return;
-	}
-	char *err = NULL;
+	char *path, *text;
 	size_t len = 0;
-	char *text = read_small_file(path, AUTH_FILE_MAX_SIZE, &len, &err);
-	if (text == NULL) {
-		char *msg = err ? format("%s: [general] auth_file: %s: %s", p->file, path, err) : NULL;
-		free(err);
-		if (msg == NULL)
-			p->oom = true;
-		else
-			add_problem(p->problems, CONFIG_PROBLEM_ERROR, 0, msg, &p->oom);
-		free(path);
+	if (!read_key_file(p, "auth_file", cfg->general.auth_file, &path, &text, &len))
 		return;
-	}
 	struct auth_file af;
 	struct bad_line_ctx ctx = { p, path };
 	if (!auth_file_parse(text, len, &af, auth_file_bad_line, &ctx)) {
@@ -663,23 +677,13 @@ static void load_hba_file(struct parser *p)
 	struct config *cfg = p->cfg;
 	if (!cfg->general.auth_hba_file || !cfg->general.auth_hba_file[0])
 		return;
-	char *path = auth_file_path(cfg->path, cfg->general.auth_hba_file);
-	if (path == NULL) {
-		p->oom = true;
-		return;
-	}
-	char *err = NULL;
+	char *path, *text;
 	size_t len = 0;
-	char *text = read_small_file(path, AUTH_FILE_MAX_SIZE, &len, &err);
+	if (!read_key_file(p, "auth_hba_file", cfg->general.auth_hba_file, &path, &text, &len))
+		return;
 	struct hba_ctx ctx = { p, path };
-	struct hba *rules = text ? calloc(1, sizeof *rules) : NULL;
-	if (text == NULL) {
-		char *msg = err ? format("%s: [general] auth_hba_file: %s: %s", p->file, path, err) : NULL;
-		if (msg == NULL)
-			p->oom = true;
-		else
-			add_problem(p->problems, CONFIG_PROBLEM_ERROR, 0, msg, &p->oom);
-	} else if (rules == NULL) {
+	struct hba *rules = calloc(1, sizeof *rules);
+	if (rules == NULL) {
 		p->oom = true;
 	} else {
 		enum hba_parse_result r = hba_parse(text, len, rules, hba_bad_line, &ctx);
@@ -692,7 +696,6 @@ static void load_hba_file(struct parser *p)
 		}
 	}
 	free(rules);
-	free(err);
 	free(text);
 	free(path);
 }
