@@ -159,6 +159,12 @@ struct client {
 	bool long_cancel_key : 1;     /* protocol 3.2: a 32-byte key in BackendKeyData */
 	bool is_admin : 1;
 	bool paused : 1;              /* reading stopped for the server's backpressure */
+	/* The session holds the ReadyForQuery of the last request (LISTEN:
+	 * the notifications due before it, SPEC §11): the next requests wait. */
+	bool reply_held : 1;
+	/* A request the session answers itself waits for the server to
+	 * answer what came before it (end_answered resumes the pump). */
+	bool wait_answer : 1;
 	/* Inside client_process: nested reports only ask for another round. */
 	bool processing : 1, reprocess : 1;
 };

@@ -45,6 +45,12 @@ struct client_end_events {
 	void (*released)(struct client_end *end);
 	/* A ReadyForQuery reached the client: a request was answered. */
 	void (*answered)(struct client_end *end);
+	/* Instead of answered, for an end that asked (hold_ready): the
+	 * ReadyForQuery 'I' that ends its transaction was taken, not
+	 * forwarded; the end sends it when it is ready (SPEC §11: the
+	 * notifications due before it first). committed: the transaction
+	 * ended without an error or a ROLLBACK. */
+	void (*ready_held)(struct client_end *end, bool committed);
 	/* The server's output drained below its low watermark: the client may
 	 * be read again. */
 	void (*resume)(struct client_end *end);
@@ -66,8 +72,12 @@ struct client_end {
 	/* A replayed read: acknowledgements the client already has, that the
 	 * next server's replies must not repeat. */
 	uint32_t retry_skip;
+	/* The pid pgcat gave the client (BackendKeyData; 0: none): what its
+	 * server's notifications carry (SPEC §11). */
+	uint32_t backend_pid;
 	bool prep_on;                           /* the client's messages are rewritten (prepared.c) */
 	bool close_when_released;               /* shutdown: the client closes after this transaction */
+	bool hold_ready;                        /* ReadyForQuery 'I' goes through ready_held */
 };
 
 #endif

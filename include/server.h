@@ -54,6 +54,9 @@ struct server {
 	/* The transaction running here (include/txn.h). */
 	struct txn txn;
 	uint32_t backend_pid;
+	/* Its slot in the shared backend pid map (shm.h; -1: none), where
+	 * link.c writes the pid of each client it serves (SPEC §11). */
+	int32_t pid_slot;
 	/* BackendKeyData's key as the server gave it: 4 bytes in protocol 3.0,
 	 * up to 256 in 3.2 (PostgreSQL 18 gives 32). 0: none yet. */
 	uint16_t backend_key_len;

@@ -26,6 +26,13 @@
 #include "route.h"
 #include "types.h"
 
+/* What the session makes of a Query of a linked client (active_query). */
+enum session_query {
+	SESSION_QUERY_FORWARD,    /* to the server, as it is */
+	SESSION_QUERY_ANSWERED,   /* taken and answered by the session */
+	SESSION_QUERY_WAIT        /* not before the server answered what came before it */
+};
+
 struct session_ops {
 	const char *name;   /* "normal", "admin": for logs */
 	/* Login accepted (authentication done, c->auth freed): greet the
@@ -54,6 +61,16 @@ struct session_ops {
 	 * bytes of it are left for the pump to stream. */
 	enum prep_action (*rewrite)(struct client *c, struct server *s, const struct proto_frame *f,
 				    uint32_t *stream_rest);
+	/* Linked to s: a Query whose text (sql, len bytes, whole in the
+	 * input, f its header) starts with l, u or a comment, before it is
+	 * forwarded (LISTEN and UNLISTEN in transaction mode are the
+	 * session's, SPEC §11). NULL: all go to the server. */
+	enum session_query (*active_query)(struct client *c, struct server *s, const struct proto_frame *f,
+					   const char *sql, size_t len);
+	/* The ReadyForQuery 'I' ending the client's transaction was held for
+	 * it (client_end.h hold_ready): the session sends it, then lets the
+	 * client's next requests in (c->reply_held). */
+	void (*ready_held)(struct client *c, bool committed);
 	/* In CLIENT_FANOUT: bytes arrived (a cross-shard COPY's rows), or a
 	 * cancel request for the work under way. */
 	void (*on_fanout_input)(struct client *c);

@@ -23,11 +23,13 @@
 #include "stats.h"
 
 #define SHM_MAGIC 0x70676361u      /* "pgca" */
-#define SHM_VERSION 7u
+#define SHM_VERSION 8u
 #define SHM_MAX_WORKERS 128
 #define SHM_MAX_POOLS 1024          /* (pool, user) pairs, over the life of the instance */
 #define SHM_MAX_TARGETS 4096        /* (pool, user, server) triples */
 #define SHM_ADMIN_RING 16
+/* Server connections whose backend pid maps to a client's (SPEC §11). */
+#define SHM_BACKEND_SLOTS 16384
 
 struct shm_worker {
 	_Atomic int32_t pid;           /* 0: slot unused */
@@ -91,6 +93,21 @@ struct shm_cancel_slot {
 	uint32_t reserved2;            /* keeps slots 8-byte aligned */
 };
 
+/* A server connection's backend pid and the pid pgcat gave the client it
+ * serves now (BackendKeyData), so that a NotificationResponse carries the
+ * notifying client's pid (SPEC §11) whichever worker reads it. Open
+ * addressing by backend pid; each slot is claimed by the worker that owns
+ * the connection and written by that worker only. */
+#define SHM_BACKEND_FREE 0          /* never used: a lookup stops here */
+#define SHM_BACKEND_GONE (-1)       /* was used: a lookup goes on */
+#define SHM_BACKEND_CLAIMING (-2)   /* being written */
+struct shm_backend_slot {
+	_Atomic int32_t backend_pid;
+	_Atomic int32_t target;        /* its (pool, user, server) entry: the host it runs on */
+	_Atomic uint32_t client_pid;   /* 0: serving nobody (yet) */
+	uint32_t reserved;
+};
+
 enum shm_admin_command {
 	SHM_ADMIN_PAUSE, SHM_ADMIN_RESUME, SHM_ADMIN_DISABLE, SHM_ADMIN_ENABLE, SHM_ADMIN_KILL,
 	SHM_ADMIN_RECONNECT, SHM_ADMIN_SET,
@@ -148,7 +165,7 @@ struct shm_header {
 	_Atomic uint64_t schema_gen;
 	_Atomic uint64_t admin_seq;
 	struct shm_admin_entry admin[SHM_ADMIN_RING];
-	uint64_t off_stats, off_avg, off_gauges, off_conns, off_waiters, off_cancel, off_target_counts;
+	uint64_t off_stats, off_avg, off_gauges, off_conns, off_waiters, off_cancel, off_target_counts, off_backends;
 	uint64_t off_dump, dump_slot_size;   /* SHM_DUMP__COUNT x n_workers slots */
 };
 
@@ -190,6 +207,16 @@ struct shm_target_counts *shm_target_counts(struct shm *shm, int worker, int tar
 void shm_target_counts_total(struct shm *shm, int target, uint64_t *xacts, uint64_t routed[SHM_ROUTE_VIA]);
 /* A worker restarting: its connection counts start from zero again. */
 void shm_worker_reset(struct shm *shm, int worker);
+
+/* The backend pid map: a slot for a logged-in server connection (-1:
+ * full, or no pid), the client it serves now, and the slot back. */
+int shm_backend_claim(struct shm *shm, uint32_t backend_pid, int target);
+static inline struct shm_backend_slot *shm_backend(struct shm *shm, int slot);
+void shm_backend_release(struct shm *shm, int slot);
+/* The client pid (BackendKeyData's) last served by backend_pid on this
+ * host, port and database; 0: not a connection of pgcat's. */
+uint32_t shm_backend_client_pid(struct shm *shm, uint32_t backend_pid, const char *host, int port,
+				const char *database);
 
 /* Cancel keys: pid = ((worker + 1) << SHM_CANCEL_WORKER_SHIFT) | (slot + 1). */
 #define SHM_CANCEL_WORKER_SHIFT 20
@@ -254,5 +281,10 @@ void shm_dump_commit(struct shm_dump *d, uint64_t seq);
  * false if there is no such answer (yet) or a write was under way. */
 bool shm_dump_read(struct shm *shm, enum shm_dump_kind kind, int worker, uint64_t seq, uint8_t **data,
 		   uint32_t *len, uint32_t *rows, uint32_t *truncated);
+
+static inline struct shm_backend_slot *shm_backend(struct shm *shm, int slot)
+{
+	return (struct shm_backend_slot *)((uint8_t *)shm->h + shm->h->off_backends) + slot;
+}
 
 #endif

@@ -433,6 +433,7 @@ bool client_finish_welcome(struct client *c, struct pktbuf *pb)
 		return false;
 	}
 	c->has_cancel_key = true;
+	c->end.backend_pid = c->cancel_pid;
 	pktbuf_begin(pb, PqMsg_BackendKeyData);
 	pktbuf_put_u32(pb, c->cancel_pid);
 	pktbuf_put_bytes(pb, key, key_len);
@@ -785,7 +786,24 @@ static enum pump_step inspect_request(struct client *c, struct server *s, const 
 			if (evbuffer_get_length(in) < total)
 				return PUMP_STOP;
 			const uint8_t *buf = evbuffer_pullup(in, total);
-			track_settings(c, s, (const char *)buf + 5, f->len - 4);
+			const char *sql = (const char *)buf + 5;
+			/* LISTEN and UNLISTEN may be the session's (SPEC §11):
+			 * only texts that start with l or u (or a comment) ask. */
+			size_t i = 0;
+			while (i < f->len - 4 && sqllex_is_space((unsigned char)sql[i]))
+				i++;
+			if (i < f->len - 4 && c->session->active_query && sql[i] && strchr("lLuU/-", sql[i])) {
+				switch (c->session->active_query(c, s, f, sql, f->len - 4)) {
+				case SESSION_QUERY_FORWARD:
+					break;
+				case SESSION_QUERY_ANSWERED:
+					return PUMP_NEXT;
+				case SESSION_QUERY_WAIT:
+					c->wait_answer = true;
+					return PUMP_STOP;
+				}
+			}
+			track_settings(c, s, sql, f->len - 4);
 		}
 		return PUMP_ON;
 	case PqMsg_Parse:
@@ -875,8 +893,11 @@ static void process_active(struct client *c)
 					       f.type == PqMsg_FunctionCall);
 		if (prep && !prep_bytes_here(c, &f))
 			return;
-		if (inspect_request(c, s, &f) == PUMP_STOP)
+		step = inspect_request(c, s, &f);
+		if (step == PUMP_STOP)
 			return;
+		if (step == PUMP_NEXT)
+			continue;
 		/* What the server owes for it, and the clocks (from a new
 		 * request's first message). */
 		uint64_t now = c->w->now_us;
@@ -902,7 +923,7 @@ static void process_active(struct client *c)
 static void process_idle(struct client *c)
 {
 	struct evbuffer *in = c->io.in;
-	while (c->state == CLIENT_IDLE) {
+	while (c->state == CLIENT_IDLE && !c->reply_held) {
 		if (c->skip_remaining > 0) {
 			size_t have = evbuffer_get_length(in);
 			if (have == 0)
@@ -943,10 +964,12 @@ static void process_once(struct client *c)
 		c->w->login->read_auth(c);
 		break;
 	case CLIENT_IDLE:
-		process_idle(c);
+		if (!c->reply_held)   /* its requests wait for that reply */
+			process_idle(c);
 		break;
 	case CLIENT_ACTIVE:
-		process_active(c);
+		if (!c->reply_held)
+			process_active(c);
 		break;
 	case CLIENT_FANOUT:
 		c->session->on_fanout_input(c);   /* a COPY's rows; else its input waits */
@@ -1080,6 +1103,19 @@ static void end_answered(struct client_end *end)
 	struct client *c = end_owner(end);
 	c->last_activity_us = c->w->now_us;
 	client_reply_started(c);
+	if (c->wait_answer) {   /* a request the session answers waited for this one's end */
+		c->wait_answer = false;
+		client_process(c);
+	}
+}
+
+static void end_ready_held(struct client_end *end, bool committed)
+{
+	struct client *c = end_owner(end);
+	c->last_activity_us = c->w->now_us;
+	client_reply_started(c);
+	c->wait_answer = false;
+	c->session->ready_held(c, committed);
 }
 
 static void end_resume(struct client_end *end) { client_resume_reading(end_owner(end)); }
@@ -1090,6 +1126,7 @@ static const struct client_end_events client_end_events = {
 	.ended = end_ended,
 	.released = end_released,
 	.answered = end_answered,
+	.ready_held = end_ready_held,
 	.resume = end_resume,
 };
 

@@ -11,8 +11,10 @@
 #include <stddef.h>
 
 #include "client_end.h"
+#include "context.h"
 #include "rotation.h"
 #include "server.h"
+#include "shm.h"
 
 void link_attach(struct client_end *end, struct server *s)
 {
@@ -21,6 +23,11 @@ void link_attach(struct client_end *end, struct server *s)
 	assert(s->state != SERVER_CLOSED);
 	end->server = s;
 	s->client = end;
+	/* Its notifications name this client from now on (SPEC §11): one
+	 * store, the slot is this worker's. */
+	if (s->pid_slot >= 0)
+		atomic_store_explicit(&shm_backend(s->w->shm, s->pid_slot)->client_pid, end->backend_pid,
+				      memory_order_relaxed);
 }
 
 struct client_end *link_detach(struct server *s)

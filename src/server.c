@@ -102,6 +102,7 @@ struct server *server_connect(struct srvpool *sp)
 	s->id = ++w->next_id;
 	s->sp = sp;
 	s->txn.tx_status = 'I';
+	s->pid_slot = -1;
 	params_init(&s->params);
 	list_init(&s->node);
 	s->connect_us = w->now_us;
@@ -146,6 +147,8 @@ void server_close(struct server *s, const char *why)
 	}
 	prep_server_free(s);
 	s->prep_on = false;
+	shm_backend_release(w->shm, s->pid_slot);
+	s->pid_slot = -1;
 	cancel_requests_forget(&w->cancel_requests, s);
 	s->cancels_in_flight = 0;
 	io_close(&s->io);
@@ -451,6 +454,8 @@ static void process_login(struct server *s)
 			    (s->protocol >= PG_PROTOCOL_3_2 || blen == 8)) {
 				_Static_assert(sizeof s->backend_key == PROTO_CANCEL_KEY_MAX, "room for any key");
 				s->backend_pid = proto_get_u32(body);
+				if (s->pid_slot < 0)
+					s->pid_slot = shm_backend_claim(s->w->shm, s->backend_pid, s->sp->shm_target);
 				s->backend_key_len = (uint16_t)(blen - 4);
 				memcpy(s->backend_key, body + 4, blen - 4);
 			}
@@ -986,11 +991,20 @@ static void count_answer(struct server *s)
 static enum pump_step ready_for_query(struct server *s, struct client_end *c, struct evbuffer *in,
 				      struct evbuffer *out, char status)
 {
-	evbuffer_remove_buffer(in, out, 6);
 	txn_ready(&s->txn, status);
+	/* A listening client's transaction ends, nothing more owed: its end
+	 * sends this ReadyForQuery itself, after the notifications due
+	 * before it (with more owed, the replies after it must not pass it). */
+	bool held = c->hold_ready && status == 'I' && s->txn.outstanding == 0 && !s->txn.ext_pending;
+	bool committed = !s->txn.set_cycle_error && !s->txn.set_last_rollback;
+	if (held)
+		evbuffer_drain(in, 6);
+	else
+		evbuffer_remove_buffer(in, out, 6);
 	if (s->txn.set_pending && s->txn.tx_status == 'I')
-		settings_settle(s, !s->txn.set_cycle_error && !s->txn.set_last_rollback);
+		settings_settle(s, committed);
 	s->txn.set_cycle_error = false;
+	s->txn.set_last_rollback = false;
 	count_answer(s);
 	s->txn.in_copy_in = false;
 	s->last_used_us = s->w->now_us;
@@ -999,7 +1013,10 @@ static enum pump_step ready_for_query(struct server *s, struct client_end *c, st
 	s->txn.req_data = false;
 	s->txn.skip_msgs = 0;
 	s->timeout_cancelled = false;
-	c->ev->answered(c);
+	if (held)
+		c->ev->ready_held(c, committed);
+	else
+		c->ev->answered(c);
 	/* Messages the client sent after that Sync (a Parse, Describe and
 	 * Flush of postgres.js, the next pipeline of pgx) are still being
 	 * answered here: their replies are this client's, so the server stays
@@ -1010,6 +1027,25 @@ static enum pump_step ready_for_query(struct server *s, struct client_end *c, st
 		return PUMP_STOP;
 	}
 	return PUMP_NEXT;
+}
+
+/* A NotificationResponse of the client's own server (session mode, or a
+ * LISTEN passed through): the notifier's pid becomes the one pgcat gave
+ * the client that notified, as the listener's are (SPEC §11), so that an
+ * application recognises its own notifications. Rewritten in place. */
+static enum pump_step notification_pid(struct server *s, struct evbuffer *in, const struct proto_frame *f)
+{
+	if (f->len < 4 + 4 + 2)   /* pid, two strings: else refused whole by the client */
+		return PUMP_ON;
+	if (evbuffer_get_length(in) < 9)
+		return PUMP_STOP;
+	uint8_t *h = evbuffer_pullup(in, 9);
+	const struct srvpool *sp = s->sp;
+	uint32_t pid = proto_get_u32(h + 5);
+	uint32_t mine = shm_backend_client_pid(s->w->shm, pid, sp->host, sp->port, sp->database);
+	if (mine)
+		proto_put_u32(h + 5, mine);
+	return PUMP_ON;
 }
 
 /* Replies pgcat reads on their way (ParameterStatus, ErrorResponse,
@@ -1057,9 +1093,12 @@ static enum pump_step inspect_reply(struct server *s, struct client_end *c, stru
 		s->txn.in_copy_in = true;
 		return PUMP_ON;
 	case PqMsg_CommandComplete:
-		if (s->txn.set_pending)
+		/* (a listening client's transaction: committed or not, SPEC §11) */
+		if (s->txn.set_pending || c->hold_ready)
 			settings_note_complete(s, in, total);
 		return PUMP_ON;
+	case PqMsg_NotificationResponse:
+		return notification_pid(s, in, f);
 	default:
 		return PUMP_ON;
 	}
@@ -1147,7 +1186,8 @@ static void process_active(struct server *s)
 			step = ready_for_query(s, c, in, out, (char)hdr[5]);
 		}
 		if (step == PUMP_ON && (f.type == PqMsg_ParameterStatus || f.type == PqMsg_ErrorResponse ||
-					f.type == PqMsg_CopyInResponse || f.type == PqMsg_CommandComplete))
+					f.type == PqMsg_CopyInResponse || f.type == PqMsg_CommandComplete ||
+					f.type == PqMsg_NotificationResponse))
 			step = inspect_reply(s, c, in, out, &f, buf);
 		if (step == PUMP_ON)
 			step = count_for_replay(s, in, &f);

@@ -41,6 +41,8 @@ bool shm_create(struct shm *shm, uint32_t n_workers, uint32_t max_client_conn)
 	off += align8((size_t)n_workers * per * sizeof(struct shm_cancel_slot));
 	size_t off_target_counts = off;
 	off += align8((size_t)n_workers * SHM_MAX_TARGETS * sizeof(struct shm_target_counts));
+	size_t off_backends = off;
+	off += align8((size_t)SHM_BACKEND_SLOTS * sizeof(struct shm_backend_slot));
 	/* Room for about 320 bytes of row per possible client (a SHOW CLIENTS
 	 * row is ~200), at least 64 kB, at most 16 MB per slot. Pages are
 	 * only touched when a worker writes rows. */
@@ -70,6 +72,7 @@ bool shm_create(struct shm *shm, uint32_t n_workers, uint32_t max_client_conn)
 	h->off_waiters = off_waiters;
 	h->off_cancel = off_cancel;
 	h->off_target_counts = off_target_counts;
+	h->off_backends = off_backends;
 	h->off_dump = off_dump;
 	h->dump_slot_size = dump_slot;
 	pthread_mutexattr_t attr;
@@ -620,4 +623,63 @@ bool shm_dump_read(struct shm *shm, enum shm_dump_kind kind, int worker, uint64_
 	*rows = r;
 	*truncated = t;
 	return true;
+}
+
+/* ---- the backend pid map (SPEC §11) ---- */
+
+static uint32_t backend_hash(uint32_t pid)
+{
+	return (pid * 2654435761u) % SHM_BACKEND_SLOTS;
+}
+
+int shm_backend_claim(struct shm *shm, uint32_t backend_pid, int target)
+{
+	if (!shm || backend_pid == 0 || backend_pid > INT32_MAX)
+		return -1;
+	uint32_t at = backend_hash(backend_pid);
+	for (uint32_t n = 0; n < SHM_BACKEND_SLOTS; n++, at = (at + 1) % SHM_BACKEND_SLOTS) {
+		struct shm_backend_slot *b = shm_backend(shm, (int)at);
+		int32_t seen = atomic_load_explicit(&b->backend_pid, memory_order_relaxed);
+		if (seen != SHM_BACKEND_FREE && seen != SHM_BACKEND_GONE)
+			continue;
+		if (!atomic_compare_exchange_strong(&b->backend_pid, &seen, SHM_BACKEND_CLAIMING))
+			continue;
+		atomic_store_explicit(&b->target, target, memory_order_relaxed);
+		atomic_store_explicit(&b->client_pid, 0, memory_order_relaxed);
+		atomic_store_explicit(&b->backend_pid, (int32_t)backend_pid, memory_order_release);
+		return (int)at;
+	}
+	return -1;
+}
+
+void shm_backend_release(struct shm *shm, int slot)
+{
+	if (shm && slot >= 0 && slot < SHM_BACKEND_SLOTS)
+		atomic_store_explicit(&shm_backend(shm, slot)->backend_pid, SHM_BACKEND_GONE, memory_order_release);
+}
+
+uint32_t shm_backend_client_pid(struct shm *shm, uint32_t backend_pid, const char *host, int port,
+				const char *database)
+{
+	if (!shm || backend_pid == 0 || backend_pid > INT32_MAX)
+		return 0;
+	uint32_t at = backend_hash(backend_pid);
+	for (uint32_t n = 0; n < SHM_BACKEND_SLOTS; n++, at = (at + 1) % SHM_BACKEND_SLOTS) {
+		struct shm_backend_slot *b = shm_backend(shm, (int)at);
+		int32_t seen = atomic_load_explicit(&b->backend_pid, memory_order_acquire);
+		if (seen == SHM_BACKEND_FREE)
+			return 0;
+		if (seen != (int32_t)backend_pid)
+			continue;
+		int32_t t = atomic_load_explicit(&b->target, memory_order_relaxed);
+		if (t < 0 || t >= SHM_MAX_TARGETS)
+			continue;
+		/* The same pid on another server is another backend. The
+		 * directory's entries are written once, under the lock, before
+		 * any slot names them. */
+		const struct shm_target_entry *e = &shm->h->targets[t];
+		if (e->port == port && strcmp(e->host, host) == 0 && strcmp(e->database, database) == 0)
+			return atomic_load_explicit(&b->client_pid, memory_order_relaxed);
+	}
+	return 0;
 }
