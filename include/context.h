@@ -31,6 +31,7 @@
 struct auth_query;
 struct dns;
 struct lagmon;
+struct notify_hub;
 struct login_ops;
 struct session_ops;
 struct worker_commands;
@@ -102,6 +103,7 @@ struct worker {
 
 	struct lagmon *lagmon;            /* the replica lag monitor: worker 0 only (lagmon.c) */
 	struct auth_query *auth_query;    /* auth_query's lookups and cache, made on first use (auth_query.c) */
+	struct notify_hub *notify;        /* LISTEN/NOTIFY's listening connections, made on first use (notify.c) */
 	struct dns *dns;                  /* c-ares resolver and cache of server host names */
 	struct tls_contexts tls;          /* OpenSSL contexts of both sides (tls.c) */
 	struct event *stats_timer;        /* every stats_period: SHOW STATS averages */

@@ -23,6 +23,8 @@
 #include "client.h"
 #include "context.h"
 #include "fanout.h"
+#include "notify.h"
+#include "notify_session.h"
 #include "pktbuf.h"
 #include "pool.h"
 #include "prepared.h"
@@ -102,6 +104,7 @@ static bool answer_locally(struct client *c, const struct proto_frame *f)
 			client_send_pkt(c, &pb);
 			client_set_tx(c, CLIENT_TX_NONE);
 			client_clear_pending_error(c);
+			notify_session_tx_end(c, false, NULL, 0);   /* its LISTENs go with it */
 			client_send_rfq(c, 'I');
 		} else {
 			client_send_error(c, "ERROR", code, msg);
@@ -151,6 +154,7 @@ static bool answer_locally(struct client *c, const struct proto_frame *f)
 			client_set_batch(c, CLIENT_BATCH_NONE);
 			client_set_tx(c, CLIENT_TX_NONE);
 			client_clear_pending_error(c);
+			notify_session_tx_end(c, false, NULL, 0);
 		}
 		client_send_rfq(c, client_idle_status(c));
 		return true;
@@ -245,8 +249,14 @@ static bool apply_held(struct client *c, const struct route_decision *d)
 		break;
 	}
 	evbuffer_drain(c->io.in, d->consume);
-	if (d->reply.len && !d->reply.failed)
+	if (d->held == ROUTE_HELD_END && notify_client_of(c) && !d->reply.failed) {
+		/* LISTENs of that transaction apply at its COMMIT. */
+		static const char commit[] = "COMMIT";
+		bool committed = d->reply.len > 5 + sizeof commit && memcmp(d->reply.data + 5, commit, sizeof commit) == 0;
+		notify_session_tx_end(c, committed, d->reply.data, d->reply.len);
+	} else if (d->reply.len && !d->reply.failed) {
 		evbuffer_add(client_output(c), d->reply.data, d->reply.len);
+	}
 	if (d->reprocess)
 		c->reprocess = true;
 	return true;
@@ -466,6 +476,19 @@ static bool normal_message(struct client *c, const struct proto_frame *f)
 	c->last_activity_us = c->w->now_us;
 	if (c->xshard && c->xshard->portal && fanout_portal_message(c, f))
 		return true;   /* a cross-shard portal's next rows */
+	/* LISTEN and UNLISTEN in transaction mode (SPEC §11): only Query and
+	 * Parse are looked at, or the client's own LISTEN statement's next
+	 * messages. */
+	if (f->type == PqMsg_Query || f->type == PqMsg_Parse || c->kind_state) {
+		switch (notify_session_message(c, f)) {
+		case NOTIFY_HERE_ANSWERED:
+			return true;
+		case NOTIFY_HERE_WAIT:
+			return false;
+		case NOTIFY_HERE_NOT:
+			break;
+		}
+	}
 	switch (answer_here(c, f)) {
 	case HERE_ANSWERED:
 		return true;
@@ -487,6 +510,7 @@ static void normal_closing(struct client *c)
 		fanout_abort(c);
 	fanout_portal_drop(c);
 	prep_client_free(c);
+	notify_client_free(c);
 }
 
 /* ---- what its fan-outs report (fanout.h) ---- */
@@ -532,6 +556,8 @@ const struct session_ops normal_session = {
 	.message = normal_message,
 	.guard = route_active_message,
 	.rewrite = prep_client_message,
+	.active_query = notify_session_active_query,
+	.ready_held = notify_session_ready_held,
 	.on_fanout_input = fanout_client_input,
 	.on_fanout_cancel = fanout_cancel,
 	.closing = normal_closing,

@@ -33,6 +33,7 @@
 #include "fanout.h"
 #include "auth_query.h"
 #include "lagmon.h"
+#include "notify.h"
 #include "login.h"
 #include "log.h"
 #include "proto.h"
@@ -832,6 +833,7 @@ void worker_destroy(struct worker *w)
 	close_all_clients(w, &w->clients_idle, NULL, "");
 	close_all_clients(w, &w->clients_active, NULL, "");
 	auth_query_free(w);   /* its parked logins too */
+	notify_hub_free(w);   /* (its clients are gone: the listening connections are) */
 	lagmon_free(w->lagmon);   /* before the pools it reads */
 	w->lagmon = NULL;
 	pool_destroy_all(w);
