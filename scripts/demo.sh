@@ -13,7 +13,8 @@
 #   4. a cross-shard ORDER BY ... LIMIT and count(*), merged;
 #   5. a COPY split across the shards;
 #   6. pgbench -M prepared, 20 clients on a pool of 5 (transaction mode);
-#   7. SHOW POOLS, SHOW SHARDS and /metrics.
+#   7. LISTEN/NOTIFY between two clients sharing one server connection;
+#   8. SHOW POOLS, SHOW SHARDS and /metrics.
 # Every step checks what it shows (against the servers queried directly) and
 # the demo exits non-zero at the first check that fails. Then it stops
 # everything and removes the temp dir.
@@ -171,6 +172,16 @@ servers = 127.0.0.1:$P_PRIMARY:primary, 127.0.0.1:$P_REPLICA:replica
 [pools.appdb.users.app]
 password = $APP_PASSWORD
 
+; the same database through one server connection (LISTEN/NOTIFY step)
+[pools.chat]
+[pools.chat.shards.0]
+database = appdb
+servers = 127.0.0.1:$P_PRIMARY:primary
+
+[pools.chat.users.app]
+password = $APP_PASSWORD
+pool_size = 1
+
 ; a sharded pool: two shards on the shard server; rows of users go to the
 ; shard hash(id) % 2, as PostgreSQL's PARTITION BY HASH (id) would place them
 [pools.sharded]
@@ -244,7 +255,7 @@ shard_sql() { # shard-number psql-args...: a shard database directly, as postgre
 }
 
 STEP=0
-STEPS=7
+STEPS=8
 step() { # title, what it proves
 	STEP=$((STEP + 1))
 	printf '\n==> step %d/%d: %s\n' "$STEP" "$STEPS" "$1"
@@ -449,6 +460,42 @@ check "20 clients used at most 5 server connections" [ "$MAX_CONN" -le 5 ]
 check "pgbench ran with 20 clients" grep -q '^number of clients: 20$' "$TMP/prepared.out"
 
 # --- 7 --------------------------------------------------------------------------------
+step "LISTEN/NOTIFY in transaction mode: two clients, one server connection" \
+	"pool chat has one server connection (pool_size = 1). Client A LISTENs on \
+channel demo and stays connected, holding no server; client B LISTENs too and \
+NOTIFYs on the same pooled connection. pgcat answers the LISTENs itself and \
+listens on a connection of its own (application_name 'pgcat listener'), so \
+both get the notification: B before its NOTIFY returns, A while idle. Both \
+see the pid pgcat gave B, not the server's (an application skips its own \
+notifications by that pid)."
+NOTIFY_A="$TMP/notify_a.out"
+# A: LISTEN, then idle 3 s (no server held), then one query, which prints
+# what arrived meanwhile.
+via_pgcat chat -qAt -c "LISTEN demo" -c '\! sleep 3' -c "SELECT 'A: done'" > "$NOTIFY_A" 2>&1 &
+A_PID=$!
+sleep 1
+NOTIFY_B=$(via_pgcat chat -qAt -c "LISTEN demo" -c "NOTIFY demo, 'hello from B'" \
+	-c "SELECT 'B: server pid ' || pg_backend_pid()" 2>&1)
+# (counted while A still listens: the connection closes with the last channel)
+LISTENERS=$(psql_pg "$P_PRIMARY" postgres -At -c "SELECT count(*) FROM pg_stat_activity
+	WHERE usename = 'app' AND application_name = 'pgcat listener'")
+rc=0
+wait "$A_PID" || rc=$?
+echo "    client A:"; sed 's/^/      /' "$NOTIFY_A"
+echo "    client B:"; sed 's/^/      /' <<<"$NOTIFY_B"
+echo "    pgcat's listening connections on the primary (pg_stat_activity): $LISTENERS"
+pid_of() { sed -n 's/.*"demo" with payload "hello from B" received from server process with PID \([0-9]*\).*/\1/p' | head -1; }
+PID_A=$(pid_of < "$NOTIFY_A"); PID_B=$(pid_of <<<"$NOTIFY_B")
+SERVER_B=$(sed -n 's/^B: server pid //p' <<<"$NOTIFY_B")
+check "client A's psql exited 0 (it was $rc)" [ "$rc" -eq 0 ]
+check "A got B's notification while it held no server" [ -n "$PID_A" ]
+check "B got its own notification" [ -n "$PID_B" ]
+check "both name the same notifier ($PID_A, $PID_B)" [ "$PID_A" = "$PID_B" ]
+check "B's server pid was read ($SERVER_B)" [ -n "$SERVER_B" ]
+check "the notifier's pid is pgcat's for B, not B's server's" [ "$PID_B" != "$SERVER_B" ]
+check "pgcat listened on one connection of its own ($LISTENERS)" [ "$LISTENERS" -eq 1 ]
+
+# --- 8 --------------------------------------------------------------------------------
 step "the figures: SHOW POOLS, SHOW SHARDS and /metrics" \
 	"the admin console and the Prometheus endpoint (prometheus_port = $PROM_PORT) \
 account for the traffic above: connections and prepared statements per pool, \
