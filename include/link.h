@@ -23,6 +23,17 @@ void link_attach(struct client_end *end, struct server *s);
 /* Untie s from its client, if any: that client's end, or NULL. */
 struct client_end *link_detach(struct server *s);
 
+/* LISTEN/NOTIFY (SPEC §11): a NotificationResponse names the pid pgcat
+ * gave the client whose transaction sent it, looked up by the server's
+ * backend pid (shm.h). link_attach names the client it links, unless a
+ * client that named NOTIFY on the server a moment ago (link_note_notifier)
+ * still holds it: its notification may be on its way to the listening
+ * connections while the server already serves the next client. */
+/* Requests are looked at for NOTIFY: some pool of the instance listens. */
+bool link_watch_notify(const struct server *s);
+/* end, linked to s, sent a request naming NOTIFY. */
+void link_note_notifier(struct server *s, const struct client_end *end);
+
 /* Tie end to s and have s made ready for it (the session's settings, a
  * held BEGIN): end's ready event says when its bytes may go. */
 void link_start(struct client_end *end, struct server *s);

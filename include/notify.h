@@ -46,15 +46,22 @@ static inline struct notify_client *notify_client_of(struct client *c)
 	return (struct notify_client *)c->kind_state;
 }
 
-/* The client's unnamed statement and portal when they are a LISTEN or
- * UNLISTEN of the extended protocol (notify_session.c keeps it here). */
-struct notify_unnamed {
-	int cmd;                      /* enum notify_sql; 0: the unnamed statement is not one */
-	bool bound;                   /* the unnamed portal is it */
-	bool await_sync;              /* executed: its Sync's ReadyForQuery waits for the LISTEN */
+/* The client's prepared statements and portals that are a LISTEN or
+ * UNLISTEN of the extended protocol (notify_session.c keeps them here;
+ * drivers make one at a time: the unnamed one, or a named one such as
+ * postgres.js's). Freed with the client. */
+struct notify_stmt {
+	char *name;                   /* "": the unnamed one */
+	bool portal;                  /* a portal (Bind), else a statement (Parse) */
+	int cmd;                      /* enum notify_sql */
 	char channel[NOTIFY_CHANNEL_MAX + 1];
 };
-struct notify_unnamed *notify_unnamed(struct notify_client *nc);
+struct notify_stmts {
+	struct notify_stmt *v;
+	uint32_t n, cap;
+	bool await_sync;              /* executed: its Sync's ReadyForQuery waits for the LISTEN */
+};
+struct notify_stmts *notify_stmts(struct notify_client *nc);
 
 /* Register (listen true) or unregister the client for channel now
  * (autocommit); channel NULL with listen false: UNLISTEN *. false: out of

@@ -41,6 +41,7 @@ struct prep_stmt {
 	/* Some server completed a Parse of it: a client's Parse of the same
 	 * text in the same schema generation cannot fail (SPEC §5). */
 	bool verified;
+	bool notifies;          /* its text names NOTIFY (a Bind of it marks its server, link.h) */
 	uint32_t servers;       /* server connections holding it */
 	uint64_t schema_gen;    /* the schema generation its clients prepared it in */
 	uint64_t hits, misses;

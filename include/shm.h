@@ -105,7 +105,9 @@ struct shm_backend_slot {
 	_Atomic int32_t backend_pid;
 	_Atomic int32_t target;        /* its (pool, user, server) entry: the host it runs on */
 	_Atomic uint32_t client_pid;   /* 0: serving nobody (yet) */
-	uint32_t reserved;
+	/* When a client's request named NOTIFY on it (CLOCK_MONOTONIC ms,
+	 * wrapping): that client keeps the slot a while (link.c). */
+	_Atomic uint32_t noted_ms;
 };
 
 enum shm_admin_command {
@@ -164,6 +166,9 @@ struct shm_header {
 	 * prepared statements are made afresh in each generation. */
 	_Atomic uint64_t schema_gen;
 	_Atomic uint64_t admin_seq;
+	/* Pools with listening clients over every worker (notify.c): while
+	 * 0, requests are not looked at for NOTIFY (link.c). */
+	_Atomic int32_t notify_pools;
 	struct shm_admin_entry admin[SHM_ADMIN_RING];
 	uint64_t off_stats, off_avg, off_gauges, off_conns, off_waiters, off_cancel, off_target_counts, off_backends;
 	uint64_t off_dump, dump_slot_size;   /* SHM_DUMP__COUNT x n_workers slots */

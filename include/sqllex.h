@@ -140,6 +140,11 @@ size_t sqllex_statement_end(const char *s, size_t len, size_t i, size_t *content
 /* Only whitespace, comments and semicolons from i to len. */
 bool sqllex_rest_is_empty(const char *s, size_t len, size_t i);
 
+/* The text names notify in any case (NOTIFY, pg_notify()): a request that
+ * may send notifications (SPEC §11). A plain scan: a mention in a string,
+ * a comment or a longer name counts too, which costs nothing but a mark. */
+bool sqllex_mentions_notify(const char *s, size_t len);
+
 /* COMMIT, END, ROLLBACK or ABORT, with an optional WORK or TRANSACTION and
  * semicolon, and nothing else (not AND CHAIN, not ROLLBACK TO): the tag
  * PostgreSQL answers it with ("COMMIT" or "ROLLBACK"), or NULL. */

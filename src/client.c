@@ -803,6 +803,8 @@ static enum pump_step inspect_request(struct client *c, struct server *s, const 
 					return PUMP_STOP;
 				}
 			}
+			if (link_watch_notify(s) && sqllex_mentions_notify(sql, f->len - 4))
+				link_note_notifier(s, &c->end);
 			track_settings(c, s, sql, f->len - 4);
 		}
 		return PUMP_ON;
@@ -814,8 +816,12 @@ static enum pump_step inspect_request(struct client *c, struct server *s, const 
 			const uint8_t *buf = evbuffer_pullup(in, total);
 			size_t off = 0;
 			const char *stmt;
-			if (proto_read_cstring(buf + 5, f->len - 4, &off, &stmt))
-				track_settings(c, s, (const char *)buf + 5 + off, f->len - 4 - off);
+			if (proto_read_cstring(buf + 5, f->len - 4, &off, &stmt)) {
+				const char *sql = (const char *)buf + 5 + off;
+				if (link_watch_notify(s) && sqllex_mentions_notify(sql, f->len - 4 - off))
+					link_note_notifier(s, &c->end);
+				track_settings(c, s, sql, f->len - 4 - off);
+			}
 		}
 		stats_add(c->pool->stats, STAT_CLIENT_PARSE, 1);
 		stats_add(c->pool->stats, STAT_SERVER_PARSE, 1);

@@ -16,6 +16,16 @@
 #include "server.h"
 #include "shm.h"
 
+/* How long a client that named NOTIFY keeps its server's pid slot: far
+ * longer than a notification takes to reach the listening connections
+ * (they are idle and the server signals them at commit). */
+#define LINK_NOTIFIER_HOLD_MS 1000u
+
+static uint32_t now_ms(const struct server *s)
+{
+	return (uint32_t)(s->w->now_us / 1000);   /* wraps; compared by difference */
+}
+
 void link_attach(struct client_end *end, struct server *s)
 {
 	assert(end->server == NULL);
@@ -23,11 +33,29 @@ void link_attach(struct client_end *end, struct server *s)
 	assert(s->state != SERVER_CLOSED);
 	end->server = s;
 	s->client = end;
-	/* Its notifications name this client from now on (SPEC §11): one
-	 * store, the slot is this worker's. */
-	if (s->pid_slot >= 0)
-		atomic_store_explicit(&shm_backend(s->w->shm, s->pid_slot)->client_pid, end->backend_pid,
-				      memory_order_relaxed);
+	/* Its notifications name this client from now on (SPEC §11), unless
+	 * a notifier holds the slot (the slot is this worker's). */
+	if (s->pid_slot >= 0) {
+		struct shm_backend_slot *b = shm_backend(s->w->shm, s->pid_slot);
+		uint32_t noted = atomic_load_explicit(&b->noted_ms, memory_order_relaxed);
+		if (noted == 0 || (uint32_t)(now_ms(s) - noted) > LINK_NOTIFIER_HOLD_MS)
+			atomic_store_explicit(&b->client_pid, end->backend_pid, memory_order_relaxed);
+	}
+}
+
+bool link_watch_notify(const struct server *s)
+{
+	return s->pid_slot >= 0 && atomic_load_explicit(&s->w->shm->h->notify_pools, memory_order_relaxed) > 0;
+}
+
+void link_note_notifier(struct server *s, const struct client_end *end)
+{
+	if (s->pid_slot < 0)
+		return;
+	struct shm_backend_slot *b = shm_backend(s->w->shm, s->pid_slot);
+	uint32_t ms = now_ms(s);
+	atomic_store_explicit(&b->client_pid, end->backend_pid, memory_order_relaxed);
+	atomic_store_explicit(&b->noted_ms, ms ? ms : 1, memory_order_relaxed);
 }
 
 struct client_end *link_detach(struct server *s)

@@ -98,10 +98,10 @@ struct notify_client {
 	uint64_t *barrier;            /* per shard: the command to wait for; 0 none */
 	char held_status;             /* the ReadyForQuery held; 0: none */
 	bool dropped_logged;
-	struct notify_unnamed unnamed;
+	struct notify_stmts stmts;
 };
 
-struct notify_unnamed *notify_unnamed(struct notify_client *nc) { return &nc->unnamed; }
+struct notify_stmts *notify_stmts(struct notify_client *nc) { return &nc->stmts; }
 
 static struct notify_hub *hub_get(struct worker *w);
 static void listener_send(struct notify_listener *l, const char *verb, const char *channel, uint64_t *seq);
@@ -580,6 +580,9 @@ static void pool_state_free(struct notify_pool *np)
 	list_del(&np->node);
 	free(np->listeners);
 	free(np->channels);
+	struct shm *shm = np->hub->w->shm;
+	if (shm && shm->h)
+		atomic_fetch_sub_explicit(&shm->h->notify_pools, 1, memory_order_relaxed);
 	free(np);
 }
 
@@ -662,6 +665,10 @@ static struct notify_pool *pool_state_get(struct notify_hub *hub, struct pool *p
 		bconn_init(&l->b, hub->w, listener_ready, listener_message, listener_down, l);
 	}
 	list_add_tail(&hub->pools, &np->node);
+	/* From now on every worker looks at requests for NOTIFY (link.h). */
+	struct shm *shm = hub->w->shm;
+	if (shm && shm->h)
+		atomic_fetch_add_explicit(&shm->h->notify_pools, 1, memory_order_relaxed);
 	return np;
 }
 
@@ -693,6 +700,9 @@ void notify_client_free(struct client *c)
 	c->end.hold_ready = false;
 	if (nc->queue)
 		evbuffer_free(nc->queue);
+	for (uint32_t i = 0; i < nc->stmts.n; i++)
+		free(nc->stmts.v[i].name);
+	free(nc->stmts.v);
 	free(nc->channels);
 	free(nc->ops);
 	free(nc->barrier);

@@ -7,6 +7,7 @@
 
 #include <event2/buffer.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
@@ -107,11 +108,104 @@ static enum notify_here idle_query(struct client *c, const struct proto_frame *f
 	return NOTIFY_HERE_ANSWERED;
 }
 
-/* A Parse of an unnamed LISTEN or UNLISTEN: the client's unnamed statement
- * is pgcat's from now on (until its next unnamed Parse). */
+/* ---- LISTEN and UNLISTEN as prepared statements and portals ---- */
+
+static struct notify_stmt *stmt_find(struct notify_stmts *st, bool portal, const char *name)
+{
+	for (uint32_t i = 0; i < st->n; i++)
+		if (st->v[i].portal == portal && strcmp(st->v[i].name, name) == 0)
+			return &st->v[i];
+	return NULL;
+}
+
+static void stmt_drop(struct notify_stmts *st, struct notify_stmt *x)
+{
+	free(x->name);
+	*x = st->v[--st->n];
+}
+
+/* Made or replaced. false: out of memory. */
+static bool stmt_put(struct notify_stmts *st, bool portal, const char *name, int cmd, const char *channel)
+{
+	struct notify_stmt *x = stmt_find(st, portal, name);
+	if (!x) {
+		if (st->n == st->cap) {
+			uint32_t cap = st->cap ? st->cap * 2 : 2;
+			struct notify_stmt *v = realloc(st->v, cap * sizeof *v);
+			if (!v)
+				return false;
+			st->v = v;
+			st->cap = cap;
+		}
+		char *copy = strdup(name);
+		if (!copy)
+			return false;
+		x = &st->v[st->n++];
+		x->name = copy;
+		x->portal = portal;
+	}
+	x->cmd = cmd;
+	snprintf(x->channel, sizeof x->channel, "%s", channel);
+	return true;
+}
+
+/* Portals end with the implicit transaction of their Sync. */
+static void portals_drop(struct notify_stmts *st)
+{
+	for (uint32_t i = st->n; i-- > 0;)
+		if (st->v[i].portal)
+			stmt_drop(st, &st->v[i]);
+}
+
+/* Longer names are not looked for (no driver makes them). */
+#define NOTIFY_NAMES_PREFIX 512
+
+/* The names at the front of f (Describe and Close: *kind, then a name;
+ * Bind: portal and statement; Execute: portal), pointing into the input
+ * until it is drained. false and *wait: more bytes needed first; false
+ * alone: malformed or too long (the message is not pgcat's). */
+static bool front_names(struct client *c, const struct proto_frame *f, uint8_t *kind, const char **first,
+			const char **second, bool *wait)
+{
+	uint32_t total = f->len + 1;
+	uint32_t need = total < 5 + NOTIFY_NAMES_PREFIX ? total : 5 + NOTIFY_NAMES_PREFIX;
+	*wait = false;
+	if (evbuffer_get_length(c->io.in) < need) {
+		*wait = true;
+		return false;
+	}
+	const uint8_t *body = evbuffer_pullup(c->io.in, need) + 5;
+	size_t len = need - 5, off = 0;
+	if (kind) {
+		if (len < 1)
+			return false;
+		*kind = body[off++];
+	}
+	if (!proto_read_cstring(body, len, &off, first))
+		return false;
+	return !second || proto_read_cstring(body, len, &off, second);
+}
+
+/* Could the text at sql (up to len bytes) be a LISTEN or UNLISTEN? Its
+ * first character decides, before the text is read through. */
+static bool may_be_listen(const char *sql, size_t len)
+{
+	size_t i = 0;
+	while (i < len && sqllex_is_space((unsigned char)sql[i]))
+		i++;
+	return i < len && sql[i] && strchr("lLuU/-", sql[i]);
+}
+
+/* A Parse of a LISTEN or UNLISTEN, named or not: the statement is pgcat's
+ * from now on (until replaced or closed). A Parse of anything else
+ * replaces pgcat's statement of that name. */
 static enum notify_here idle_parse(struct client *c, const struct proto_frame *f)
 {
 	uint32_t total = f->len + 1;
+	struct notify_client *nc = notify_client_of(c);
+	uint8_t first[6];   /* the header and the name's first byte: most names are "" */
+	if (evbuffer_copyout(c->io.in, first, sizeof first) < (ev_ssize_t)sizeof first)
+		return NOTIFY_HERE_NOT;   /* (a Parse has at least two bytes of body) */
 	if (total > CLIENT_INSPECT_MAX)
 		return NOTIFY_HERE_NOT;
 	if (evbuffer_get_length(c->io.in) < total)
@@ -119,59 +213,56 @@ static enum notify_here idle_parse(struct client *c, const struct proto_frame *f
 	const uint8_t *body = evbuffer_pullup(c->io.in, total) + 5;
 	size_t off = 0;
 	const char *name, *sql;
-	if (!proto_read_cstring(body, f->len - 4, &off, &name) || name[0] != '\0')
+	if (!proto_read_cstring(body, f->len - 4, &off, &name))
 		return NOTIFY_HERE_NOT;
 	size_t at = off;
-	if (!proto_read_cstring(body, f->len - 4, &off, &sql))
-		return NOTIFY_HERE_NOT;
 	char channel[NOTIFY_CHANNEL_MAX + 1];
-	enum notify_sql kind = notify_sql_parse(sql, off - at - 1, channel, sizeof channel);
-	struct notify_client *nc = notify_client_of(c);
-	if (kind == NOTIFY_SQL_NONE) {
-		if (nc)   /* a new unnamed statement replaces pgcat's */
-			notify_unnamed(nc)->cmd = NOTIFY_SQL_NONE;
+	enum notify_sql kind = NOTIFY_SQL_NONE;
+	if (may_be_listen((const char *)body + at, f->len - 4 - at) && proto_read_cstring(body, f->len - 4, &off, &sql))
+		kind = notify_sql_parse(sql, off - at - 1, channel, sizeof channel);
+	struct notify_stmt *x = nc ? stmt_find(notify_stmts(nc), false, name) : NULL;
+	if (kind == NOTIFY_SQL_NONE && (!x || !name[0])) {
+		if (x)   /* the unnamed statement is the server's now */
+			stmt_drop(notify_stmts(nc), x);
 		return NOTIFY_HERE_NOT;
 	}
 	if (!nc && !(nc = notify_client_get(c)))
 		return NOTIFY_HERE_NOT;
-	struct notify_unnamed *u = notify_unnamed(nc);
-	u->cmd = kind;
-	u->bound = false;
-	snprintf(u->channel, sizeof u->channel, "%s", channel);
+	struct notify_stmts *st = notify_stmts(nc);
+	if (name[0] && x) {
+		char msg[96 + NOTIFY_NAMES_PREFIX];
+		snprintf(msg, sizeof msg, "prepared statement \"%s\" already exists", name);
+		evbuffer_drain(c->io.in, total);
+		client_send_error(c, "ERROR", SQLSTATE_DUPLICATE_PSTATEMENT, msg);
+		client_set_batch(c, CLIENT_BATCH_SKIP_TO_SYNC);
+		return NOTIFY_HERE_ANSWERED;
+	}
+	bool ok = stmt_put(st, false, name, kind, channel);
 	evbuffer_drain(c->io.in, total);
+	if (!ok) {
+		client_send_error(c, "ERROR", SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		client_set_batch(c, CLIENT_BATCH_SKIP_TO_SYNC);
+		return NOTIFY_HERE_ANSWERED;
+	}
 	client_send_simple(c, PqMsg_ParseComplete);
 	return NOTIFY_HERE_ANSWERED;
 }
 
-/* The first string of the message (a Bind's portal, a Describe's or
- * Close's name after its kind byte) is empty, and for a Bind the second
- * (its statement) too. */
-static bool names_unnamed(struct client *c, const struct proto_frame *f, bool *wait)
-{
-	uint32_t total = f->len + 1;
-	*wait = false;
-	uint32_t need = total < 5 + 64 ? total : 5 + 64;   /* the names are at the front */
-	if (evbuffer_get_length(c->io.in) < need) {
-		*wait = true;
-		return false;
-	}
-	const uint8_t *body = evbuffer_pullup(c->io.in, need) + 5;
-	size_t len = need - 5;
-	if (f->type == PqMsg_Bind)   /* portal, statement */
-		return len >= 2 && body[0] == '\0' && body[1] == '\0';
-	if (f->type == PqMsg_Execute)   /* portal */
-		return len >= 1 && body[0] == '\0';
-	return len >= 2 && body[1] == '\0';   /* Describe, Close: kind, name */
-}
-
-/* The other messages of an unnamed LISTEN: answered as PostgreSQL would. */
+/* The other messages of a LISTEN statement or portal of pgcat's: answered
+ * as PostgreSQL would. */
 static enum notify_here idle_extended(struct client *c, struct notify_client *nc, const struct proto_frame *f)
 {
-	struct notify_unnamed *u = notify_unnamed(nc);
+	struct notify_stmts *st = notify_stmts(nc);
 	uint32_t total = f->len + 1;
 	bool wait = false;
-	if (f->type == PqMsg_Sync && u->await_sync) {
-		u->await_sync = false;
+	uint8_t kind = 0;
+	const char *name = NULL, *stmt = NULL;
+	if (f->type == PqMsg_Sync) {
+		if (c->tx != CLIENT_TX_HELD)
+			portals_drop(st);
+		if (!st->await_sync)
+			return NOTIFY_HERE_NOT;
+		st->await_sync = false;
 		evbuffer_drain(c->io.in, total);
 		char status = client_idle_status(c);
 		if (status == 'I')
@@ -180,21 +271,36 @@ static enum notify_here idle_extended(struct client *c, struct notify_client *nc
 			client_send_rfq(c, status);
 		return NOTIFY_HERE_ANSWERED;
 	}
-	if (u->cmd == NOTIFY_SQL_NONE)
+	if (st->n == 0)
 		return NOTIFY_HERE_NOT;
 	switch (f->type) {
-	case PqMsg_Bind:
-		if (!names_unnamed(c, f, &wait))
+	case PqMsg_Bind: {
+		if (!front_names(c, f, NULL, &name, &stmt, &wait))
 			return wait ? NOTIFY_HERE_WAIT : NOTIFY_HERE_NOT;
+		const struct notify_stmt *x = stmt_find(st, false, stmt);
+		if (!x) {
+			struct notify_stmt *p = stmt_find(st, true, name);
+			if (p)   /* the portal is the server's now */
+				stmt_drop(st, p);
+			return NOTIFY_HERE_NOT;
+		}
+		char channel[NOTIFY_CHANNEL_MAX + 1];
+		int cmd = x->cmd;
+		memcpy(channel, x->channel, sizeof channel);
+		bool ok = stmt_put(st, true, name, cmd, channel);
 		client_discard_message(c, total);
-		u->bound = true;
+		if (!ok) {
+			client_send_error(c, "ERROR", SQLSTATE_OUT_OF_MEMORY, "out of memory");
+			client_set_batch(c, CLIENT_BATCH_SKIP_TO_SYNC);
+			return NOTIFY_HERE_ANSWERED;
+		}
 		client_send_simple(c, PqMsg_BindComplete);
 		return NOTIFY_HERE_ANSWERED;
+	}
 	case PqMsg_Describe: {
-		if (!names_unnamed(c, f, &wait))
+		if (!front_names(c, f, &kind, &name, NULL, &wait))
 			return wait ? NOTIFY_HERE_WAIT : NOTIFY_HERE_NOT;
-		uint8_t kind = evbuffer_pullup(c->io.in, 6)[5];
-		if (kind == 'P' && !u->bound)
+		if (!stmt_find(st, kind == 'P', name))
 			return NOTIFY_HERE_NOT;
 		evbuffer_drain(c->io.in, total);
 		if (kind == 'S') {   /* no parameters */
@@ -205,31 +311,35 @@ static enum notify_here idle_extended(struct client *c, struct notify_client *nc
 		return NOTIFY_HERE_ANSWERED;
 	}
 	case PqMsg_Execute: {
-		if (!u->bound || !names_unnamed(c, f, &wait))
+		if (!front_names(c, f, NULL, &name, NULL, &wait))
 			return wait ? NOTIFY_HERE_WAIT : NOTIFY_HERE_NOT;
+		const struct notify_stmt *x = stmt_find(st, true, name);
+		if (!x)
+			return NOTIFY_HERE_NOT;
+		char channel[NOTIFY_CHANNEL_MAX + 1];
+		enum notify_sql cmd = (enum notify_sql)x->cmd;
+		memcpy(channel, x->channel, sizeof channel);
 		client_discard_message(c, total);
-		if (!register_cmd(nc, (enum notify_sql)u->cmd, u->channel, c->tx == CLIENT_TX_HELD)) {
+		if (!register_cmd(nc, cmd, channel, c->tx == CLIENT_TX_HELD)) {
 			client_send_error(c, "ERROR", SQLSTATE_OUT_OF_MEMORY, "out of memory");
 			client_set_batch(c, CLIENT_BATCH_SKIP_TO_SYNC);
 			return NOTIFY_HERE_ANSWERED;
 		}
-		send_tag(c, (enum notify_sql)u->cmd);
-		u->await_sync = true;
+		send_tag(c, cmd);
+		st->await_sync = true;
 		return NOTIFY_HERE_ANSWERED;
 	}
-	case PqMsg_Close:
-		if (!names_unnamed(c, f, &wait))
+	case PqMsg_Close: {
+		if (!front_names(c, f, &kind, &name, NULL, &wait))
 			return wait ? NOTIFY_HERE_WAIT : NOTIFY_HERE_NOT;
-		{
-			const uint8_t *b = evbuffer_pullup(c->io.in, 6);
-			if (b[5] == 'S')
-				u->cmd = NOTIFY_SQL_NONE;
-			else
-				u->bound = false;
-		}
+		struct notify_stmt *x = stmt_find(st, kind == 'P', name);
+		if (!x)
+			return NOTIFY_HERE_NOT;
+		stmt_drop(st, x);
 		evbuffer_drain(c->io.in, total);
 		client_send_simple(c, PqMsg_CloseComplete);
 		return NOTIFY_HERE_ANSWERED;
+	}
 	default:
 		return NOTIFY_HERE_NOT;
 	}

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sqllex.h"
+
 static uint64_t fnv(const void *p, size_t n, uint64_t h)
 {
 	const uint8_t *b = p;
@@ -115,6 +117,7 @@ struct prep_stmt *prep_registry_get(struct prep_registry *r, bool sql, const uin
 	st->key_len = (uint32_t)len;
 	memcpy(st->key, key, len);
 	st->key[len] = 0;
+	st->notifies = sqllex_mentions_notify((const char *)st->key, strnlen((const char *)st->key, len));
 	uint32_t k = (uint32_t)(h & (r->n_buckets - 1));
 	st->hnext = r->buckets[k];
 	r->buckets[k] = st;

@@ -21,6 +21,7 @@
 
 #include "client.h"
 #include "config.h"
+#include "link.h"
 #include "pktbuf.h"
 #include "pool.h"
 #include "proto.h"
@@ -292,6 +293,8 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 		}
 	} else {
 		ok = ensure_on_server(c, s, st);
+		if (st->notifies && f->type == PqMsg_Bind && link_watch_notify(s))
+			link_note_notifier(s, &c->end);
 	}
 	if (!ok) {
 		return PREP_FAILED;

@@ -646,6 +646,7 @@ int shm_backend_claim(struct shm *shm, uint32_t backend_pid, int target)
 			continue;
 		atomic_store_explicit(&b->target, target, memory_order_relaxed);
 		atomic_store_explicit(&b->client_pid, 0, memory_order_relaxed);
+		atomic_store_explicit(&b->noted_ms, 0, memory_order_relaxed);
 		atomic_store_explicit(&b->backend_pid, (int32_t)backend_pid, memory_order_release);
 		return (int)at;
 	}

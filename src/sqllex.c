@@ -325,3 +325,18 @@ const char *sqllex_plain_end_tag(const char *sql, size_t len)
 	}
 	return NULL;
 }
+
+bool sqllex_mentions_notify(const char *s, size_t len)
+{
+	static const char rest[] = "otify";
+	for (size_t i = 0; i + 6 <= len; i++) {
+		if ((s[i] | 0x20) != 'n')
+			continue;
+		size_t k = 0;
+		while (k < 5 && (s[i + 1 + k] | 0x20) == rest[k])
+			k++;
+		if (k == 5)
+			return true;
+	}
+	return false;
+}

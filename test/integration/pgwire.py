@@ -373,3 +373,7 @@ class Raw:
             elif typ == b"Z":
                 return rows, err, payload.decode()
         raise ProtocolError("connection closed before ReadyForQuery (error: %r)" % (err,))
+
+
+def close(kind: bytes = b"S", name: str = "") -> bytes:
+    return msg(b"C", kind + cstr(name))

@@ -63,6 +63,19 @@ def test_postgres_js_pipelined(small_pool, pg):
     assert_pool_idle(pg, max_conns=3)
 
 
+def test_node_listen_notify(small_pool, pg):
+    """SPEC §11: 8 node-postgres clients (client.on('notification')),
+    postgres.js's sql.listen() and a notifier that listens too, 10
+    connections on a pool of 3 in transaction mode, 200 notifications (some
+    sent in transactions, some listeners in transactions meanwhile): each
+    listener gets each once, in order, with the notifier's processID."""
+    out = run(["node", str(Path(DRIVERS) / "node" / "notify.js")],
+              env={"PGHOST": "127.0.0.1", "PGPORT": str(small_pool.port), "PGUSER": "app",
+                   "PGPASSWORD": PASSWORDS["app"], "PGDATABASE": "appdb"}, timeout=120)
+    assert out.split() == ["ok", str(200 * 10)], out
+    assert_pool_idle(pg, max_conns=3)
+
+
 @pytest.mark.parametrize("protocol", ["3.0", "3.2"])
 def test_pgx(small_pool, pg, protocol):
     url = "postgres://app:%s@127.0.0.1:%d/appdb?max_protocol_version=%s" % (

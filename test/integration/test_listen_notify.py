@@ -164,6 +164,86 @@ def test_extended_protocol_listen(pgcat):
         r.close()
 
 
+def test_named_statement_listen(pgcat):
+    """LISTEN as a named prepared statement, as postgres.js sends it (Parse
+    "p1", Bind of it to the unnamed portal, Describe P, Execute, Sync):
+    answered by pgcat, executed again, its name taken until it is closed."""
+    import pgwire
+    pgc = pgcat(pool={"pool_size": 1})
+    r = pgc.raw_login()
+    try:
+        r.send(pgwire.parse('listen "Named"', name="p1") + pgwire.bind(stmt="p1") + pgwire.describe(b"P")
+               + pgwire.execute() + pgwire.sync())
+        msgs = r.read_until((b"Z",))
+        assert [m[0] for m in msgs] == [b"1", b"2", b"n", b"C", b"Z"]
+        assert msgs[3][1] == b"LISTEN\0"
+        # the name is taken, as on a server
+        r.send(pgwire.parse("SELECT 1", name="p1") + pgwire.sync())
+        msgs = r.read_until((b"Z",))
+        assert [m[0] for m in msgs] == [b"E", b"Z"]
+        assert pgwire.parse_fields(msgs[0][1])["C"] == "42P05"
+        # executed again from the statement, described as PostgreSQL does
+        r.send(pgwire.describe(b"S", "p1") + pgwire.bind(stmt="p1") + pgwire.execute() + pgwire.sync())
+        msgs = r.read_until((b"Z",))
+        assert [m[0] for m in msgs] == [b"t", b"n", b"2", b"C", b"Z"]
+        with pgc.connect() as b:
+            b.execute('NOTIFY "Named", \'x\'')
+            b.execute("NOTIFY named, 'not this one'")
+        typ, payload = r.read_msg(timeout=5)
+        assert typ == b"A" and payload[4:] == b"Named\0x\0"
+        # closed: the name is free again and the next Parse goes to a server
+        r.send(pgwire.close(b"S", "p1") + pgwire.parse("SELECT 2 AS two", name="p1")
+               + pgwire.bind(stmt="p1") + pgwire.execute() + pgwire.sync())
+        msgs = r.read_until((b"Z",))
+        assert [m[0] for m in msgs] == [b"3", b"1", b"2", b"D", b"C", b"Z"], msgs
+    finally:
+        r.close()
+
+
+def test_notifier_pid_when_servers_change_hands(pgcat):
+    """On a pool of 2, three clients run transactions without pause while a
+    fourth notifies in autocommit and in transactions: each notification
+    carries the notifier's pid, never that of the client its server went to
+    next (a listener skipping its own notifications by pid would lose
+    others' otherwise)."""
+    pgc = pgcat(pool={"pool_size": 2})
+    stop = threading.Event()
+    errors = []
+
+    def busy():
+        try:
+            with pgc.connect() as c:
+                c.execute("LISTEN other")
+                while not stop.is_set():
+                    with c.transaction():
+                        c.execute("SELECT 1")
+        except Exception as e:   # reported below
+            errors.append(e)
+    threads = [threading.Thread(target=busy) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        with pgc.connect(autocommit=True) as n, pgc.connect() as l:
+            l.execute("LISTEN pids")
+            l.commit()
+            notifier_pid = n.pgconn.backend_pid
+            for i in range(200):
+                if i % 4 == 0:
+                    with n.transaction():
+                        n.execute("SELECT pg_notify('pids', %s)", [str(i)])
+                else:
+                    n.execute("NOTIFY pids, '%d'" % i)
+            got = notifies(l, timeout=5, stop_after=200)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    assert [x.payload for x in got] == [str(i) for i in range(200)]
+    wrong = [(x.payload, x.pid) for x in got if x.pid != notifier_pid]
+    assert not wrong, "notifier %d, but: %s" % (notifier_pid, wrong[:5])
+
+
 def test_listening_connection_lost_is_reopened(pgcat, pg):
     pgc = pgcat(pool={"pool_size": 1})
     with pgc.connect() as a, pgc.connect() as b:
