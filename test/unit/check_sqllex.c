@@ -3,9 +3,12 @@
  * as PostgreSQL's lexer draws those boundaries, and the places that read
  * SQL through it (params, route) keeping to them. */
 #include <check.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "check_suites.h"
+#include "notify.h"
+#include "notify_session.h"
 #include "params.h"
 #include "route.h"
 #include "sqllex.h"
@@ -360,6 +363,47 @@ START_TEST(readers)
 }
 END_TEST
 
+START_TEST(mentions_notify)
+{
+	const char *yes[] = { "NOTIFY ch", "select pg_notify('a', 'b')", "x NoTiFy", "notify" };
+	const char *no[] = { "SELECT 1", "notif", "n otify", "", "LISTEN notifx" + 7 };
+	for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
+		ck_assert_msg(sqllex_mentions_notify(yes[i], strlen(yes[i])), "%s", yes[i]);
+	for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+		ck_assert_msg(!sqllex_mentions_notify(no[i], strlen(no[i])), "%s", no[i]);
+	/* never past len */
+	ck_assert(!sqllex_mentions_notify("notify", 5));
+}
+END_TEST
+
+START_TEST(listen_statements)
+{
+	char ch[NOTIFY_CHANNEL_MAX + 1];
+	ck_assert_int_eq(notify_sql_parse("LISTEN foo", 10, ch, sizeof ch), NOTIFY_SQL_LISTEN);
+	ck_assert_str_eq(ch, "foo");
+	ck_assert_int_eq(notify_sql_parse(" /* c */ listen \"Foo Bar\" ; ", 30, ch, sizeof ch), NOTIFY_SQL_LISTEN);
+	ck_assert_str_eq(ch, "Foo Bar");
+	ck_assert_int_eq(notify_sql_parse("UNLISTEN MixedCase", 18, ch, sizeof ch), NOTIFY_SQL_UNLISTEN);
+	ck_assert_str_eq(ch, "mixedcase");
+	ck_assert_int_eq(notify_sql_parse("unlisten *;", 11, ch, sizeof ch), NOTIFY_SQL_UNLISTEN_ALL);
+	/* more than one statement, or anything after the name: the server's */
+	ck_assert_int_eq(notify_sql_parse("LISTEN a; SELECT 1", 18, ch, sizeof ch), NOTIFY_SQL_NONE);
+	ck_assert_int_eq(notify_sql_parse("LISTEN a b", 10, ch, sizeof ch), NOTIFY_SQL_NONE);
+	ck_assert_int_eq(notify_sql_parse("LISTEN", 6, ch, sizeof ch), NOTIFY_SQL_NONE);
+	ck_assert_int_eq(notify_sql_parse("LISTENING x", 11, ch, sizeof ch), NOTIFY_SQL_NONE);
+	ck_assert_int_eq(notify_sql_parse("NOTIFY a", 8, ch, sizeof ch), NOTIFY_SQL_NONE);
+	/* the text ends at its first NUL; names are cut at 63 bytes */
+	ck_assert_int_eq(notify_sql_parse("LISTEN a\0 b", 12, ch, sizeof ch), NOTIFY_SQL_LISTEN);
+	ck_assert_str_eq(ch, "a");
+	char longer[200];
+	int n = snprintf(longer, sizeof longer, "LISTEN %0100d", 7);
+	ck_assert_int_eq(notify_sql_parse(longer, (size_t)n, ch, sizeof ch), NOTIFY_SQL_NONE);   /* a number */
+	n = snprintf(longer, sizeof longer, "LISTEN x%0100d", 7);
+	ck_assert_int_eq(notify_sql_parse(longer, (size_t)n, ch, sizeof ch), NOTIFY_SQL_LISTEN);
+	ck_assert_uint_eq(strlen(ch), NOTIFY_CHANNEL_MAX);
+}
+END_TEST
+
 Suite *sqllex_suite(void)
 {
 	Suite *s = suite_create("sqllex");
@@ -374,6 +418,8 @@ Suite *sqllex_suite(void)
 	tcase_add_test(tc, dollar_quotes);
 	tcase_add_test(tc, statement_end);
 	tcase_add_test(tc, readers);
+	tcase_add_test(tc, mentions_notify);
+	tcase_add_test(tc, listen_statements);
 	suite_add_tcase(s, tc);
 	return s;
 }
