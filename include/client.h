@@ -165,6 +165,9 @@ struct client {
 	/* A request the session answers itself waits for the server to
 	 * answer what came before it (end_answered resumes the pump). */
 	bool wait_answer : 1;
+	/* The session sees each extended message while linked
+	 * (session_ops.active_extended), not only a Parse of LISTEN. */
+	bool session_watch : 1;
 	/* Inside client_process: nested reports only ask for another round. */
 	bool processing : 1, reprocess : 1;
 };

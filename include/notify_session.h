@@ -32,9 +32,11 @@ enum notify_sql notify_sql_parse(const char *sql, size_t len, char *channel, siz
 enum notify_here { NOTIFY_HERE_NOT, NOTIFY_HERE_ANSWERED, NOTIFY_HERE_WAIT };
 enum notify_here notify_session_message(struct client *c, const struct proto_frame *f);
 
-/* session_ops.active_query and .ready_held of the normal session. */
+/* session_ops.active_query, .active_extended and .ready_held of the normal
+ * session. */
 enum session_query notify_session_active_query(struct client *c, struct server *s, const struct proto_frame *f,
 					       const char *sql, size_t len);
+enum session_query notify_session_active_extended(struct client *c, struct server *s, const struct proto_frame *f);
 void notify_session_ready_held(struct client *c, bool committed);
 
 /* The client's transaction ended without a server's word (a held BEGIN's

@@ -30,7 +30,8 @@
 enum session_query {
 	SESSION_QUERY_FORWARD,    /* to the server, as it is */
 	SESSION_QUERY_ANSWERED,   /* taken and answered by the session */
-	SESSION_QUERY_WAIT        /* not before the server answered what came before it */
+	SESSION_QUERY_WAIT,       /* not before the server answered what came before it */
+	SESSION_QUERY_MORE        /* more of the message first */
 };
 
 struct session_ops {
@@ -67,6 +68,12 @@ struct session_ops {
 	 * session's, SPEC §11). NULL: all go to the server. */
 	enum session_query (*active_query)(struct client *c, struct server *s, const struct proto_frame *f,
 					   const char *sql, size_t len);
+	/* Linked to s, in the extended protocol: a Parse whose text starts
+	 * with l, u or a comment (whole in the input), and while
+	 * c->session_watch every Bind, Describe, Execute, Close and Sync
+	 * (LISTEN as a prepared statement inside a transaction). NULL: all
+	 * go to the server. */
+	enum session_query (*active_extended)(struct client *c, struct server *s, const struct proto_frame *f);
 	/* The ReadyForQuery 'I' ending the client's transaction was held for
 	 * it (client_end.h hold_ready): the session sends it, then lets the
 	 * client's next requests in (c->reply_held). */

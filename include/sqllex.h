@@ -140,6 +140,20 @@ size_t sqllex_statement_end(const char *s, size_t len, size_t i, size_t *content
 /* Only whitespace, comments and semicolons from i to len. */
 bool sqllex_rest_is_empty(const char *s, size_t len, size_t i);
 
+/* Could the text (len bytes) be a LISTEN or UNLISTEN? Its first
+ * character after blanks decides (l, u, or a comment), before the text
+ * is read through: a test on every Query and Parse. */
+static inline bool sqllex_may_be_listen(const char *sql, size_t len)
+{
+	size_t i = 0;
+	while (i < len && sqllex_is_space((unsigned char)sql[i]))
+		i++;
+	if (i >= len)
+		return false;
+	char ch = sql[i];
+	return ch == 'l' || ch == 'L' || ch == 'u' || ch == 'U' || ch == '/' || ch == '-';
+}
+
 /* The text names notify in any case (NOTIFY, pg_notify()): a request that
  * may send notifications (SPEC §11). A plain scan: a mention in a string,
  * a comment or a longer name counts too, which costs nothing but a mark. */

@@ -770,12 +770,36 @@ static bool prep_bytes_here(struct client *c, const struct proto_frame *f)
 	return true;
 }
 
+/* The session's word on a message it asked to see (LISTEN, SPEC §11). */
+static enum pump_step session_step(struct client *c, enum session_query q)
+{
+	switch (q) {
+	case SESSION_QUERY_FORWARD:
+		return PUMP_ON;
+	case SESSION_QUERY_ANSWERED:
+		return PUMP_NEXT;
+	case SESSION_QUERY_WAIT:
+		c->wait_answer = true;
+		return PUMP_STOP;
+	case SESSION_QUERY_MORE:
+		return PUMP_STOP;
+	}
+	return PUMP_ON;
+}
+
 /* What pgcat reads of a request on its way: SET in a Query or a Parse
  * (the session settings it changes), and the counts of SHOW STATS. */
 static enum pump_step inspect_request(struct client *c, struct server *s, const struct proto_frame *f)
 {
 	struct evbuffer *in = c->io.in;
 	uint32_t total = f->len + 1;
+	if (c->session_watch && c->session->active_extended &&
+	    (f->type == PqMsg_Bind || f->type == PqMsg_Describe || f->type == PqMsg_Execute || f->type == PqMsg_Close ||
+	     f->type == PqMsg_Sync)) {
+		enum pump_step step = session_step(c, c->session->active_extended(c, s, f));
+		if (step != PUMP_ON)
+			return step;
+	}
 	switch (f->type) {
 	case PqMsg_Terminate:
 		evbuffer_drain(in, evbuffer_get_length(in));
@@ -789,19 +813,10 @@ static enum pump_step inspect_request(struct client *c, struct server *s, const 
 			const char *sql = (const char *)buf + 5;
 			/* LISTEN and UNLISTEN may be the session's (SPEC §11):
 			 * only texts that start with l or u (or a comment) ask. */
-			size_t i = 0;
-			while (i < f->len - 4 && sqllex_is_space((unsigned char)sql[i]))
-				i++;
-			if (i < f->len - 4 && c->session->active_query && sql[i] && strchr("lLuU/-", sql[i])) {
-				switch (c->session->active_query(c, s, f, sql, f->len - 4)) {
-				case SESSION_QUERY_FORWARD:
-					break;
-				case SESSION_QUERY_ANSWERED:
-					return PUMP_NEXT;
-				case SESSION_QUERY_WAIT:
-					c->wait_answer = true;
-					return PUMP_STOP;
-				}
+			if (c->session->active_query && sqllex_may_be_listen(sql, f->len - 4)) {
+				enum pump_step step = session_step(c, c->session->active_query(c, s, f, sql, f->len - 4));
+				if (step != PUMP_ON)
+					return step;
 			}
 			if (link_watch_notify(s) && sqllex_mentions_notify(sql, f->len - 4))
 				link_note_notifier(s, &c->end);
@@ -818,6 +833,11 @@ static enum pump_step inspect_request(struct client *c, struct server *s, const 
 			const char *stmt;
 			if (proto_read_cstring(buf + 5, f->len - 4, &off, &stmt)) {
 				const char *sql = (const char *)buf + 5 + off;
+				if (c->session->active_extended && sqllex_may_be_listen(sql, f->len - 4 - off)) {
+					enum pump_step step = session_step(c, c->session->active_extended(c, s, f));
+					if (step != PUMP_ON)
+						return step;
+				}
 				if (link_watch_notify(s) && sqllex_mentions_notify(sql, f->len - 4 - off))
 					link_note_notifier(s, &c->end);
 				track_settings(c, s, sql, f->len - 4 - off);

@@ -186,26 +186,34 @@ static bool front_names(struct client *c, const struct proto_frame *f, uint8_t *
 	return !second || proto_read_cstring(body, len, &off, second);
 }
 
-/* Could the text at sql (up to len bytes) be a LISTEN or UNLISTEN? Its
- * first character decides, before the text is read through. */
-static bool may_be_listen(const char *sql, size_t len)
+/* Where the client's extended messages are answered: idle (between
+ * transactions, or in a BEGIN pgcat holds) or linked to a server inside
+ * its transaction, with nothing owed by the server. */
+struct notify_where {
+	bool linked;
+	bool in_tx;                   /* LISTENs wait for the commit */
+	char status;                  /* linked: the transaction's, for the Sync */
+};
+
+static struct notify_where where_idle(const struct client *c)
 {
-	size_t i = 0;
-	while (i < len && sqllex_is_space((unsigned char)sql[i]))
-		i++;
-	return i < len && sql[i] && strchr("lLuU/-", sql[i]);
+	return (struct notify_where){ .linked = false, .in_tx = c->tx == CLIENT_TX_HELD, .status = 0 };
+}
+
+/* The session sees every extended message while linked while the client
+ * has LISTEN statements or portals, or a Sync to answer. */
+static void watch_update(struct client *c, const struct notify_stmts *st)
+{
+	c->session_watch = st->n > 0 || st->await_sync;
 }
 
 /* A Parse of a LISTEN or UNLISTEN, named or not: the statement is pgcat's
  * from now on (until replaced or closed). A Parse of anything else
  * replaces pgcat's statement of that name. */
-static enum notify_here idle_parse(struct client *c, const struct proto_frame *f)
+static enum notify_here ext_parse(struct client *c, const struct proto_frame *f, struct notify_where at)
 {
 	uint32_t total = f->len + 1;
 	struct notify_client *nc = notify_client_of(c);
-	uint8_t first[6];   /* the header and the name's first byte: most names are "" */
-	if (evbuffer_copyout(c->io.in, first, sizeof first) < (ev_ssize_t)sizeof first)
-		return NOTIFY_HERE_NOT;   /* (a Parse has at least two bytes of body) */
 	if (total > CLIENT_INSPECT_MAX)
 		return NOTIFY_HERE_NOT;
 	if (evbuffer_get_length(c->io.in) < total)
@@ -215,20 +223,30 @@ static enum notify_here idle_parse(struct client *c, const struct proto_frame *f
 	const char *name, *sql;
 	if (!proto_read_cstring(body, f->len - 4, &off, &name))
 		return NOTIFY_HERE_NOT;
-	size_t at = off;
+	size_t text_at = off;
 	char channel[NOTIFY_CHANNEL_MAX + 1];
 	enum notify_sql kind = NOTIFY_SQL_NONE;
-	if (may_be_listen((const char *)body + at, f->len - 4 - at) && proto_read_cstring(body, f->len - 4, &off, &sql))
-		kind = notify_sql_parse(sql, off - at - 1, channel, sizeof channel);
+	if (sqllex_may_be_listen((const char *)body + text_at, f->len - 4 - text_at) &&
+	    proto_read_cstring(body, f->len - 4, &off, &sql))
+		kind = notify_sql_parse(sql, off - text_at - 1, channel, sizeof channel);
 	struct notify_stmt *x = nc ? stmt_find(notify_stmts(nc), false, name) : NULL;
 	if (kind == NOTIFY_SQL_NONE && (!x || !name[0])) {
-		if (x)   /* the unnamed statement is the server's now */
+		if (x) {   /* the unnamed statement is the server's now */
 			stmt_drop(notify_stmts(nc), x);
+			watch_update(c, notify_stmts(nc));
+		}
 		return NOTIFY_HERE_NOT;
 	}
 	if (!nc && !(nc = notify_client_get(c)))
 		return NOTIFY_HERE_NOT;
 	struct notify_stmts *st = notify_stmts(nc);
+	if (name[0] && x && at.linked) {
+		/* No skipping to the Sync inside a server's transaction: the
+		 * server has the name from now on, and says what it makes of it. */
+		stmt_drop(st, x);
+		watch_update(c, st);
+		return NOTIFY_HERE_NOT;
+	}
 	if (name[0] && x) {
 		char msg[96 + NOTIFY_NAMES_PREFIX];
 		snprintf(msg, sizeof msg, "prepared statement \"%s\" already exists", name);
@@ -238,6 +256,9 @@ static enum notify_here idle_parse(struct client *c, const struct proto_frame *f
 		return NOTIFY_HERE_ANSWERED;
 	}
 	bool ok = stmt_put(st, false, name, kind, channel);
+	watch_update(c, st);
+	if (!ok && at.linked)
+		return NOTIFY_HERE_NOT;   /* (out of memory: the server's statement then) */
 	evbuffer_drain(c->io.in, total);
 	if (!ok) {
 		client_send_error(c, "ERROR", SQLSTATE_OUT_OF_MEMORY, "out of memory");
@@ -250,7 +271,8 @@ static enum notify_here idle_parse(struct client *c, const struct proto_frame *f
 
 /* The other messages of a LISTEN statement or portal of pgcat's: answered
  * as PostgreSQL would. */
-static enum notify_here idle_extended(struct client *c, struct notify_client *nc, const struct proto_frame *f)
+static enum notify_here ext_message(struct client *c, struct notify_client *nc, const struct proto_frame *f,
+				    struct notify_where at)
 {
 	struct notify_stmts *st = notify_stmts(nc);
 	uint32_t total = f->len + 1;
@@ -258,13 +280,15 @@ static enum notify_here idle_extended(struct client *c, struct notify_client *nc
 	uint8_t kind = 0;
 	const char *name = NULL, *stmt = NULL;
 	if (f->type == PqMsg_Sync) {
-		if (c->tx != CLIENT_TX_HELD)
+		if (!at.in_tx)
 			portals_drop(st);
-		if (!st->await_sync)
-			return NOTIFY_HERE_NOT;
+		bool mine = st->await_sync;
 		st->await_sync = false;
+		watch_update(c, st);
+		if (!mine)
+			return NOTIFY_HERE_NOT;
 		evbuffer_drain(c->io.in, total);
-		char status = client_idle_status(c);
+		char status = at.linked ? at.status : client_idle_status(c);
 		if (status == 'I')
 			notify_hold_ready(nc, status, false);
 		else
@@ -280,14 +304,17 @@ static enum notify_here idle_extended(struct client *c, struct notify_client *nc
 		const struct notify_stmt *x = stmt_find(st, false, stmt);
 		if (!x) {
 			struct notify_stmt *p = stmt_find(st, true, name);
-			if (p)   /* the portal is the server's now */
+			if (p) {   /* the portal is the server's now */
 				stmt_drop(st, p);
+				watch_update(c, st);
+			}
 			return NOTIFY_HERE_NOT;
 		}
 		char channel[NOTIFY_CHANNEL_MAX + 1];
 		int cmd = x->cmd;
 		memcpy(channel, x->channel, sizeof channel);
 		bool ok = stmt_put(st, true, name, cmd, channel);
+		watch_update(c, st);
 		client_discard_message(c, total);
 		if (!ok) {
 			client_send_error(c, "ERROR", SQLSTATE_OUT_OF_MEMORY, "out of memory");
@@ -320,13 +347,14 @@ static enum notify_here idle_extended(struct client *c, struct notify_client *nc
 		enum notify_sql cmd = (enum notify_sql)x->cmd;
 		memcpy(channel, x->channel, sizeof channel);
 		client_discard_message(c, total);
-		if (!register_cmd(nc, cmd, channel, c->tx == CLIENT_TX_HELD)) {
+		if (!register_cmd(nc, cmd, channel, at.in_tx)) {
 			client_send_error(c, "ERROR", SQLSTATE_OUT_OF_MEMORY, "out of memory");
 			client_set_batch(c, CLIENT_BATCH_SKIP_TO_SYNC);
 			return NOTIFY_HERE_ANSWERED;
 		}
 		send_tag(c, cmd);
 		st->await_sync = true;
+		watch_update(c, st);
 		return NOTIFY_HERE_ANSWERED;
 	}
 	case PqMsg_Close: {
@@ -336,6 +364,7 @@ static enum notify_here idle_extended(struct client *c, struct notify_client *nc
 		if (!x)
 			return NOTIFY_HERE_NOT;
 		stmt_drop(st, x);
+		watch_update(c, st);
 		evbuffer_drain(c->io.in, total);
 		client_send_simple(c, PqMsg_CloseComplete);
 		return NOTIFY_HERE_ANSWERED;
@@ -356,9 +385,9 @@ enum notify_here notify_session_message(struct client *c, const struct proto_fra
 	case PqMsg_Query:
 		return idle_query(c, f);
 	case PqMsg_Parse:
-		return idle_parse(c, f);
+		return ext_parse(c, f, where_idle(c));
 	default:
-		return nc ? idle_extended(c, nc, f) : NOTIFY_HERE_NOT;
+		return nc ? ext_message(c, nc, f, where_idle(c)) : NOTIFY_HERE_NOT;
 	}
 }
 
@@ -390,6 +419,38 @@ enum session_query notify_session_active_query(struct client *c, struct server *
 	send_tag(c, kind);
 	client_send_rfq(c, t->tx_status);
 	return SESSION_QUERY_ANSWERED;
+}
+
+enum session_query notify_session_active_extended(struct client *c, struct server *s, const struct proto_frame *f)
+{
+	if (!in_transaction_mode(c))
+		return SESSION_QUERY_FORWARD;
+	const struct txn *t = link_txn(s);
+	struct notify_client *nc = notify_client_of(c);
+	/* Answered here only with nothing owed by the server before it (its
+	 * replies would come after pgcat's), inside a transaction that has
+	 * not failed (the server refuses the statement itself then). With
+	 * messages sent since the last Sync the server may hold its replies
+	 * back until that Sync: the message goes to it. */
+	if (t->tx_status != 'T' || t->ext_pending)
+		return SESSION_QUERY_FORWARD;
+	if (t->outstanding > 0)
+		return SESSION_QUERY_WAIT;
+	struct notify_where at = { .linked = true, .in_tx = true, .status = t->tx_status };
+	enum notify_here r;
+	if (f->type == PqMsg_Parse)
+		r = ext_parse(c, f, at);
+	else
+		r = nc ? ext_message(c, nc, f, at) : NOTIFY_HERE_NOT;
+	switch (r) {
+	case NOTIFY_HERE_ANSWERED:
+		return SESSION_QUERY_ANSWERED;
+	case NOTIFY_HERE_WAIT:
+		return SESSION_QUERY_MORE;
+	case NOTIFY_HERE_NOT:
+		break;
+	}
+	return SESSION_QUERY_FORWARD;
 }
 
 void notify_session_ready_held(struct client *c, bool committed)

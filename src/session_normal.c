@@ -557,6 +557,7 @@ const struct session_ops normal_session = {
 	.guard = route_active_message,
 	.rewrite = prep_client_message,
 	.active_query = notify_session_active_query,
+	.active_extended = notify_session_active_extended,
 	.ready_held = notify_session_ready_held,
 	.on_fanout_input = fanout_client_input,
 	.on_fanout_cancel = fanout_cancel,

@@ -200,6 +200,41 @@ def test_named_statement_listen(pgcat):
         r.close()
 
 
+def test_extended_protocol_listen_inside_a_transaction_on_a_server(pgcat):
+    """LISTEN through the extended protocol after a statement of the same
+    transaction (the client holds a server, as a JDBC or pgx transaction
+    does): answered by pgcat with the transaction's status, in effect at
+    COMMIT, not left on the pooled server."""
+    import pgwire
+    pgc = pgcat(pool={"pool_size": 1})
+    r = pgc.raw_login()
+    try:
+        for sql in ("BEGIN", "SELECT 1"):
+            rows, err, status = r.simple(sql)
+            assert err is None and status == "T"
+        r.send(pgwire.parse("LISTEN intx", name="s1") + pgwire.bind(stmt="s1") + pgwire.describe(b"P")
+               + pgwire.execute() + pgwire.sync())
+        msgs = r.read_until((b"Z",))
+        assert [m[0] for m in msgs] == [b"1", b"2", b"n", b"C", b"Z"]
+        assert msgs[3][1] == b"LISTEN\0" and msgs[4][1] == b"T"
+        rows, err, status = r.simple("SELECT 2")
+        assert rows == [["2"]] and status == "T"
+        rows, err, status = r.simple("COMMIT")
+        assert err is None and status == "I"
+        # the pooled server does not listen: another client's transaction on it gets nothing
+        with pgc.connect() as b:
+            got = []
+            b.add_notify_handler(got.append)
+            b.execute("NOTIFY intx, 'after'")
+            b.commit()
+            b.execute("SELECT 1")
+            assert got == []
+        typ, payload = r.read_msg(timeout=5)
+        assert typ == b"A" and payload[4:] == b"intx\0after\0"
+    finally:
+        r.close()
+
+
 def test_notifier_pid_when_servers_change_hands(pgcat):
     """On a pool of 2, three clients run transactions without pause while a
     fourth notifies in autocommit and in transactions: each notification
