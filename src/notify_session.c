@@ -88,6 +88,8 @@ static enum notify_here idle_query(struct client *c, const struct proto_frame *f
 	if (evbuffer_get_length(c->io.in) < total)
 		return NOTIFY_HERE_WAIT;
 	const char *sql = (const char *)evbuffer_pullup(c->io.in, total) + 5;
+	if (!sqllex_may_be_listen(sql, f->len - 4))
+		return NOTIFY_HERE_NOT;   /* (every Query passes here: the first character decides) */
 	char channel[NOTIFY_CHANNEL_MAX + 1];
 	enum notify_sql kind = notify_sql_parse(sql, f->len - 4, channel, sizeof channel);
 	if (kind == NOTIFY_SQL_NONE)
