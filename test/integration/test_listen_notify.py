@@ -396,3 +396,29 @@ def test_1000_listening_clients_on_a_pool_of_5_get_10000_notifications(pgcat, pg
         for r in raws:
             r.close()
     assert_works(pgc)
+
+
+def test_listeners_and_notifiers_on_two_workers(pgcat, pg):
+    """workers = 2: clients land on both workers (SO_REUSEPORT). Every
+    listening client gets every notification, from notifiers on either
+    worker, each with its notifier's pgcat pid; each worker with listeners
+    holds one listening connection of its own (doc/listen-notify.md)."""
+    pgc = pgcat(general={"workers": 2}, pool={"pool_size": 2})
+    listeners = [pgc.connect(autocommit=True) for _ in range(12)]
+    notifiers = [pgc.connect(autocommit=True) for _ in range(6)]
+    try:
+        for c in listeners:
+            c.execute("LISTEN across")
+        n_listening = len(listener_backends(pg))
+        assert 1 <= n_listening <= 2
+        sent = []
+        for k, n in enumerate(notifiers):
+            n.execute("NOTIFY across, '%d'" % k)
+            sent.append((str(k), n.pgconn.backend_pid))
+        for c in listeners:
+            got = notifies(c, timeout=5, stop_after=len(sent))
+            assert [(x.payload, x.pid) for x in got] == sent
+    finally:
+        for c in listeners + notifiers:
+            c.close()
+    wait_until(lambda: not listener_backends(pg), timeout=10, msg="listening connections left open")
