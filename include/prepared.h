@@ -48,11 +48,22 @@ struct prep_stmt {
 	uint8_t key[];          /* Parse: query\0 int16 n, n x int32 oid */
 };
 
+/* The texts of unnamed Parses seen once (prepare_unnamed): PREP_SEEN_SETS
+ * sets of PREP_SEEN_WAYS hashes, each set least recently used first out. */
+#define PREP_SEEN_SETS 1024u
+#define PREP_SEEN_WAYS 4u
+struct prep_seen_slot {
+	uint64_t hash;
+	uint64_t used;
+};
+
 /* Per pool. */
 struct prep_registry {
 	struct prep_stmt **buckets;
 	uint32_t n_buckets, count;
 	uint64_t next_id;
+	struct prep_seen_slot *seen;   /* NULL until the first unnamed Parse */
+	uint64_t seen_clock;
 };
 
 void prep_registry_init(struct prep_registry *r);
@@ -69,6 +80,18 @@ struct prep_stmt *prep_registry_get(struct prep_registry *r, bool sql, const uin
 struct prep_stmt *prep_registry_find(const struct prep_registry *r, bool sql, const uint8_t *key, size_t len,
 				     uint64_t schema_gen);
 void prep_stmt_unref(struct prep_registry *r, struct prep_stmt *st);
+/* The same for a protocol Parse's key whose text hash (prep_key_hash) is
+ * known: an unnamed Parse hashes its text once for the registry and the
+ * seen-once memory. */
+uint64_t prep_key_hash(const uint8_t *key, size_t len);
+struct prep_stmt *prep_registry_find_hashed(const struct prep_registry *r, uint64_t text_hash, const uint8_t *key,
+					    size_t len, uint64_t schema_gen);
+struct prep_stmt *prep_registry_get_hashed(struct prep_registry *r, uint64_t text_hash, const uint8_t *key,
+					   size_t len, uint64_t schema_gen);
+/* Was this text (its prep_key_hash) seen before by the pool's seen-once
+ * memory? If not, it is remembered now (pushing out the least recently
+ * used of its set). false too when there is no memory for the table. */
+bool prep_seen_again(struct prep_registry *r, uint64_t text_hash);
 
 /* A client's names. */
 struct prep_cmap_entry {
@@ -147,6 +170,10 @@ struct prep_client {
 	uint8_t *unnamed;
 	uint32_t unnamed_len, unnamed_cap;
 	uint32_t unnamed_gen;
+	/* The last unnamed Parse went to the server as this statement
+	 * (prepare_unnamed; a reference): the unnamed statement's Bind,
+	 * Describe and Close name it. unnamed_len is 0 then. */
+	struct prep_stmt *unnamed_st;
 };
 
 /* The instance's schema generation (SPEC §5): statements are prepared

@@ -98,7 +98,7 @@ static void send_parse(struct server *s, struct prep_stmt *st)
 /* Make room, then record that st will be on the server. pgcat's own Parse
  * (swallow) or the client's (forwarded reply). */
 static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *st, bool swallow,
-			  const char *cname)
+			  const char *cname, bool unnamed)
 {
 	struct prep_server *ps = s->prep;
 	struct prep_registry *r = prep_reg_of(s);
@@ -131,9 +131,15 @@ static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *
 		return false;
 	}
 	txn_sent(&s->txn, PqMsg_Parse);
-	ps->misses++;
 	st->misses++;
-	stats_add(c->pool->stats, STAT_PREPARED_MISSES, 1);
+	/* The unnamed statement's figures are the pool's own pair: the
+	 * named ones keep meaning what the client prepared. */
+	if (unnamed) {
+		stats_add(c->pool->stats, STAT_UNNAMED_MISSES, 1);
+	} else {
+		ps->misses++;
+		stats_add(c->pool->stats, STAT_PREPARED_MISSES, 1);
+	}
 	return true;
 }
 
@@ -147,11 +153,12 @@ static bool send_nop_parse(struct server *s, const char *cname)
 	prep_put_msg(server_output(s), PqMsg_Parse, parse_body, sizeof parse_body, NULL, 0);
 	prep_put_msg(server_output(s), PqMsg_Close, close_body, sizeof close_body, NULL, 0);
 	/* If an earlier message fails, this Parse is skipped: the client's
-	 * name is then undone like any failed Parse. */
-	struct prep_pend p = { .seg = ps->seg_sent, .cname = strdup(cname) };
+	 * name is then undone like any failed Parse. (None for the unnamed
+	 * statement: no allocation on its path.) */
+	struct prep_pend p = { .seg = ps->seg_sent, .cname = cname ? strdup(cname) : NULL };
 	struct prep_pend c = { .seg = ps->seg_sent, .swallow = true };
 	txn_sent(&s->txn, PqMsg_Parse);
-	if (!p.cname || !prep_ring_push(&ps->parses, &p))
+	if ((cname && !p.cname) || !prep_ring_push(&ps->parses, &p))
 		return free(p.cname), false;
 	return prep_ring_push(&ps->closes, &c);
 }
@@ -200,7 +207,106 @@ static bool ensure_on_server(struct client *c, struct server *s, struct prep_stm
 		prep_count_hit(c, s, st);
 		return true;
 	}
-	return add_to_server(c, s, st, true, NULL);
+	return add_to_server(c, s, st, true, NULL, false);
+}
+
+/* ---- the unnamed statement as a named one (prepare_unnamed) ---- */
+
+/* The client's unnamed statement is no longer a named one of pgcat's. */
+static void drop_unnamed_st(struct client *c)
+{
+	struct prep_client *pc = c->end.prep;
+	if (pc && pc->unnamed_st) {
+		prep_stmt_unref(&c->pool->prep, pc->unnamed_st);
+		pc->unnamed_st = NULL;
+	}
+}
+
+/* Statements PostgreSQL plans: the ones worth keeping a plan of. The rest
+ * (SET, LISTEN, DISCARD, DDL...) stay unnamed: nothing to save, and pgcat
+ * reads some of them from their Parse (settings, LISTEN, DISCARD ALL). */
+static bool plannable(const uint8_t *key, size_t len)
+{
+	const char *q = (const char *)key, *end = q + strnlen(q, len);
+	const char *w = prep_sql_space(q, end);
+	if (w < end && *w == '(')
+		return true;
+	switch (w < end ? *w | 0x20 : 0) {
+	case 's':
+		return prep_sql_word(&w, end, "select");
+	case 'i':
+		return prep_sql_word(&w, end, "insert");
+	case 'u':
+		return prep_sql_word(&w, end, "update");
+	case 'd':
+		return prep_sql_word(&w, end, "delete");
+	case 'w':
+		return prep_sql_word(&w, end, "with");
+	case 'v':
+		return prep_sql_word(&w, end, "values");
+	case 't':
+		return prep_sql_word(&w, end, "table");
+	case 'm':
+		return prep_sql_word(&w, end, "merge");
+	default:
+		return false;
+	}
+}
+
+/* An unnamed Parse (key: its text and parameter types; total: the whole
+ * message). A text the pool saw before goes to the server as the pool's
+ * named statement, parsed on this connection only if it lacks it, so that
+ * PostgreSQL plans it once per connection; the client gets the one
+ * ParseComplete it expects either way. PREP_FORWARD: it stays unnamed (the
+ * caller forwards it), after one look-up in the registry and at most one
+ * in the seen-once memory, with the text hashed once. */
+static enum prep_action on_unnamed_parse(struct client *c, struct server *s, struct prep_client *pc,
+					 const uint8_t *key, size_t klen, uint32_t total)
+{
+	drop_unnamed_st(c);
+	if (!c->w->cfg->general.prepare_unnamed || !plannable(key, klen))
+		return PREP_FORWARD;
+	/* In a failed transaction PostgreSQL refuses the Parse itself
+	 * (25P02), where a Parse of an empty statement would succeed: let it
+	 * say so. */
+	if (s->txn.tx_status == 'E')
+		return PREP_FORWARD;
+	struct prep_registry *r = prep_reg_of(s);
+	uint64_t th = prep_key_hash(key, klen), gen = prep_schema_generation(c->w);
+	struct prep_stmt *st = prep_registry_find_hashed(r, th, key, klen, gen);
+	if (!st && !prep_seen_again(r, th)) {
+		/* the first time: a one-off query leaves nothing on a server */
+		stats_add(c->pool->stats, STAT_UNNAMED_MISSES, 1);
+		return PREP_FORWARD;
+	}
+	if (st)
+		st->refs++;
+	else if (!(st = prep_registry_get_hashed(r, th, key, klen, gen)))
+		return PREP_FAILED;
+	pc->unnamed_st = st;
+	pc->unnamed_len = 0;
+	bool ok;
+	if (prep_sset_has(&s->prep->set, st)) {
+		st->hits++;
+		stats_add(c->pool->stats, STAT_UNNAMED_HITS, 1);
+		ok = send_nop_parse(s, NULL);
+	} else {
+		ok = add_to_server(c, s, st, false, NULL, true);
+	}
+	if (!ok)
+		return PREP_FAILED;
+	prep_drain_msg(c, total);
+	return PREP_DONE;
+}
+
+/* A Bind or Describe of the client's unnamed statement that is pgcat's
+ * named one: the server must hold it (a later transaction may be on
+ * another connection). Counted with the Parse, not again here. */
+static bool ensure_unnamed_on_server(struct client *c, struct server *s, struct prep_stmt *st)
+{
+	if (prep_sset_has(&s->prep->set, st))
+		return true;
+	return add_to_server(c, s, st, true, NULL, true);
 }
 
 /* ---- protocol messages ---- */
@@ -217,6 +323,9 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 		return PREP_FAILED;
 	}
 	if (!name[0]) {
+		enum prep_action a = on_unnamed_parse(c, s, pc, m + 5 + off, total - 5 - off, total);
+		if (a != PREP_FORWARD)
+			return a;
 		/* Unnamed: forwarded; remembered for a Bind in a later transaction. */
 		if (pc->unnamed_cap < total) {
 			uint8_t *b = realloc(pc->unnamed, total);
@@ -255,7 +364,7 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 				prep_count_hit(c, s, st);
 				ok = send_nop_parse(s, name);
 			} else {
-				ok = add_to_server(c, s, st, false, name);
+				ok = add_to_server(c, s, st, false, name, false);
 			}
 		}
 	}
@@ -276,11 +385,14 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 	size_t nl = strnlen(name, have - name_off);
 	if (name_off + nl >= have)
 		return have >= total ? PREP_FORWARD : PREP_WAIT;   /* no terminator in the message: malformed */
-	if (nl == 0)
-		return replay_unnamed(c, s) ? PREP_FORWARD : PREP_FAILED;
-	struct prep_stmt *st = c->end.prep ? prep_cmap_get(&c->end.prep->names, name) : NULL;
+	struct prep_stmt *st;
 	bool ok;
-	if (!st) {
+	if (nl == 0) {
+		st = c->end.prep ? c->end.prep->unnamed_st : NULL;
+		if (!st)
+			return replay_unnamed(c, s) ? PREP_FORWARD : PREP_FAILED;
+		ok = ensure_unnamed_on_server(c, s, st);
+	} else if (!(st = c->end.prep ? prep_cmap_get(&c->end.prep->names, name) : NULL)) {
 		if (have < total)
 			return PREP_WAIT;   /* the whole message goes, once it is here */
 		char msg[160];
@@ -328,7 +440,8 @@ static enum prep_action on_close(struct client *c, struct server *s, const uint8
 {
 	struct prep_server *ps = s->prep;
 	struct prep_pend p = { .seg = ps->seg_sent };
-	if (total < 7 || m[5] != 'S' || m[total - 1] != 0 || m[6] == 0) {
+	bool mapped = total == 7 && m[5] == 'S' && m[6] == 0 && c->end.prep && c->end.prep->unnamed_st;
+	if (!mapped && (total < 7 || m[5] != 'S' || m[total - 1] != 0 || m[6] == 0)) {
 		/* Portals and the unnamed statement: the server's business. */
 		if (!prep_ring_push(&ps->closes, &p)) {
 			return PREP_FAILED;
@@ -336,7 +449,9 @@ static enum prep_action on_close(struct client *c, struct server *s, const uint8
 		return PREP_FORWARD;
 	}
 	const char *name = (const char *)m + 6;
-	if (c->end.prep)
+	if (mapped)
+		drop_unnamed_st(c);
+	else if (c->end.prep)
 		(void)prep_cmap_del(&c->end.prep->names, prep_reg_of(s), name);
 	/* The statement stays on the server for others; the client gets the
 	 * CloseComplete of a Close of nothing (not an error in PostgreSQL). */
@@ -352,6 +467,10 @@ static enum prep_action on_close(struct client *c, struct server *s, const uint8
 
 void prep_client_close_idle(struct client *c, const uint8_t *m, uint32_t total)
 {
+	if (total == 7 && m[5] == 'S' && m[6] == 0) {
+		drop_unnamed_st(c);
+		return;
+	}
 	if (total < 7 || m[5] != 'S' || m[total - 1] != 0 || m[6] == 0 || !c->end.prep)
 		return;
 	(void)prep_cmap_del(&c->end.prep->names, &c->pool->prep, (const char *)m + 6);
@@ -592,8 +711,10 @@ void prep_client_free(struct client *c)
 {
 	if (!c->end.prep)
 		return;
-	if (c->pool)
+	if (c->pool) {
 		prep_cmap_clear(&c->end.prep->names, &c->pool->prep);
+		drop_unnamed_st(c);
+	}
 	free(c->end.prep->unnamed);
 	free(c->end.prep);
 	c->end.prep = NULL;
@@ -609,7 +730,7 @@ void prep_client_trim(struct client *c)
 		pc->unnamed = NULL;
 		pc->unnamed_cap = 0;
 	}
-	if (pc->names.n == 0 && pc->unnamed_len == 0) {
+	if (pc->names.n == 0 && pc->unnamed_len == 0 && !pc->unnamed_st) {
 		free(pc->names.e);
 		free(pc->unnamed);
 		free(pc);
@@ -632,6 +753,11 @@ bool prep_client_statement(const struct client *c, const char *name, const uint8
 		*keylen = st->key_len;
 		return true;
 	}
+	if (pc->unnamed_st) {
+		*key = pc->unnamed_st->key;
+		*keylen = pc->unnamed_st->key_len;
+		return true;
+	}
 	/* the unnamed statement: the body of the last unnamed Parse, after its
 	 * (empty) name */
 	if (pc->unnamed_len < 6)
@@ -649,6 +775,7 @@ bool prep_client_adopt(struct client *c, const uint8_t *parse, uint32_t total)
 	if (!pc || total < 5 || !proto_read_cstring(parse + 5, total - 5, &off, &name))
 		return false;
 	if (!name[0]) {
+		drop_unnamed_st(c);
 		if (pc->unnamed_cap < total) {
 			uint8_t *b = realloc(pc->unnamed, total);
 			if (!b)
