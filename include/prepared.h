@@ -41,6 +41,9 @@ struct prep_stmt {
 	/* Some server completed a Parse of it: a client's Parse of the same
 	 * text in the same schema generation cannot fail (SPEC §5). */
 	bool verified;
+	/* Is it a statement PostgreSQL plans (prepare_unnamed takes only
+	 * those)? 0: not known yet, 1 yes, -1 no. */
+	int8_t plannable;
 	uint32_t servers;       /* server connections holding it */
 	uint64_t schema_gen;    /* the schema generation its clients prepared it in */
 	uint64_t hits, misses;

@@ -147,20 +147,39 @@ static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *
  * statement: a Parse and Close of an empty statement, the Close swallowed. */
 static bool send_nop_parse(struct server *s, const char *cname)
 {
-	static const uint8_t parse_body[] = "pgcat_nop\0\0\0";   /* name, "", 0 types */
-	static const uint8_t close_body[] = "Spgcat_nop";
+	/* Parse "pgcat_nop" of "" with no types, Close 'S' "pgcat_nop": one
+	 * append. */
+	static const uint8_t msgs[] = "P\0\0\0\x11pgcat_nop\0\0\0\0"
+				      "C\0\0\0\x0fSpgcat_nop\0";
+	/* (each length counts itself and the body; the array's own NUL is not sent) */
+	_Static_assert(sizeof msgs == (1 + 0x11) + (1 + 0x0f) + 1, "Parse and Close lengths");
 	struct prep_server *ps = s->prep;
-	prep_put_msg(server_output(s), PqMsg_Parse, parse_body, sizeof parse_body, NULL, 0);
-	prep_put_msg(server_output(s), PqMsg_Close, close_body, sizeof close_body, NULL, 0);
+	evbuffer_add(server_output(s), msgs, sizeof msgs - 1);
 	/* If an earlier message fails, this Parse is skipped: the client's
-	 * name is then undone like any failed Parse. (None for the unnamed
-	 * statement: no allocation on its path.) */
-	struct prep_pend p = { .seg = ps->seg_sent, .cname = cname ? strdup(cname) : NULL };
+	 * name is then undone like any failed Parse. */
+	struct prep_pend p = { .seg = ps->seg_sent, .cname = strdup(cname) };
 	struct prep_pend c = { .seg = ps->seg_sent, .swallow = true };
 	txn_sent(&s->txn, PqMsg_Parse);
-	if ((cname && !p.cname) || !prep_ring_push(&ps->parses, &p))
+	if (!p.cname || !prep_ring_push(&ps->parses, &p))
 		return free(p.cname), false;
 	return prep_ring_push(&ps->closes, &c);
+}
+
+/* The same for a client's unnamed Parse that pgcat sends as a statement the
+ * server holds: a Parse of an empty unnamed statement, whose ParseComplete
+ * goes to the client (one message, no Close to swallow). It replaces the
+ * server's unnamed statement: whichever client left one there gets it
+ * replayed if it binds it later. */
+static bool send_unnamed_nop(struct server *s)
+{
+	static const uint8_t parse[] = "P\0\0\0\x08\0\0\0\0";   /* "", "", no types */
+	_Static_assert(sizeof parse == 1 + 8 + 1, "Parse length");
+	struct prep_server *ps = s->prep;
+	evbuffer_add(server_output(s), parse, sizeof parse - 1);
+	ps->unnamed_client = 0;
+	struct prep_pend p = { .seg = ps->seg_sent };
+	txn_sent(&s->txn, PqMsg_Parse);
+	return prep_ring_push(&ps->parses, &p);
 }
 
 /* The client's error, at this point of the stream (see prepared.h). */
@@ -264,16 +283,20 @@ static enum prep_action on_unnamed_parse(struct client *c, struct server *s, str
 					 const uint8_t *key, size_t klen, uint32_t total)
 {
 	drop_unnamed_st(c);
-	if (!c->w->cfg->general.prepare_unnamed || !plannable(key, klen))
-		return PREP_FORWARD;
 	/* In a failed transaction PostgreSQL refuses the Parse itself
 	 * (25P02), where a Parse of an empty statement would succeed: let it
 	 * say so. */
-	if (s->txn.tx_status == 'E')
+	if (!c->w->cfg->general.prepare_unnamed || s->txn.tx_status == 'E')
 		return PREP_FORWARD;
 	struct prep_registry *r = prep_reg_of(s);
 	uint64_t th = prep_key_hash(key, klen), gen = prep_schema_generation(c->w);
+	/* The keyword check once per registry entry (a client may have
+	 * prepared any text by name). */
 	struct prep_stmt *st = prep_registry_find_hashed(r, th, key, klen, gen);
+	if (st && !st->plannable)
+		st->plannable = plannable(key, klen) ? 1 : -1;
+	if (st ? st->plannable < 0 : !plannable(key, klen))
+		return PREP_FORWARD;
 	if (!st && !prep_seen_again(r, th)) {
 		/* the first time: a one-off query leaves nothing on a server */
 		stats_add(c->pool->stats, STAT_UNNAMED_MISSES, 1);
@@ -283,13 +306,15 @@ static enum prep_action on_unnamed_parse(struct client *c, struct server *s, str
 		st->refs++;
 	else if (!(st = prep_registry_get_hashed(r, th, key, klen, gen)))
 		return PREP_FAILED;
+	else
+		st->plannable = 1;
 	pc->unnamed_st = st;
 	pc->unnamed_len = 0;
 	bool ok;
 	if (prep_sset_has(&s->prep->set, st)) {
 		st->hits++;
 		stats_add(c->pool->stats, STAT_UNNAMED_HITS, 1);
-		ok = send_nop_parse(s, NULL);
+		ok = send_unnamed_nop(s);
 	} else {
 		ok = add_to_server(c, s, st, false, NULL, true);
 	}
