@@ -160,6 +160,26 @@ def test_replies_match_postgresql(pgcat, pg):
     hold.close()
 
 
+def test_other_clients_raw_unnamed_statement_survives(pgcat):
+    """A repeated unnamed Parse answered on a server that already holds its
+    statement replaces the server's unnamed statement; a client that left
+    its own (a text seen once) there and binds it in a later transaction
+    gets it replayed."""
+    inst = pool(pgcat, 1)
+    a = inst.raw_login()
+    b = inst.raw_login()
+    for _ in range(3):
+        assert rows_of(unnamed_round(b, "SELECT 'b'::text AS who")) == [["b"]]
+    a.send(pgwire.parse("SELECT 'a only'::text AS who") + pgwire.sync())
+    assert types_of(a.read_until()) == [b"1", b"Z"]
+    assert rows_of(unnamed_round(b, "SELECT 'b'::text AS who")) == [["b"]]
+    a.send(pgwire.bind() + pgwire.execute() + pgwire.sync())
+    got = a.read_until()
+    assert types_of(got) == [b"2", b"D", b"C", b"Z"] and rows_of(got) == [["a only"]], got
+    a.close()
+    b.close()
+
+
 def test_parse_error_as_postgresql_reports_it(pgcat, pg):
     inst = pool(pgcat, 1)
     bad = ["SELECT * FROM no_such_table_pu WHERE x = $1", "SELEC 1", "SELECT 1/$1::int FROM missing_pu"]
