@@ -47,6 +47,12 @@ struct prep_stmt {
 	uint32_t servers;       /* server connections holding it */
 	uint64_t schema_gen;    /* the schema generation its clients prepared it in */
 	uint64_t hits, misses;
+	/* A server's reply to a Describe of it (ParameterDescription, then
+	 * RowDescription or NoData, whole messages), for answering the next
+	 * client's Parse and Describe without a server (SPEC §5). Valid for
+	 * the entry's life: an entry belongs to one schema generation. */
+	uint8_t *desc;
+	uint32_t desc_len;
 	uint32_t key_len;
 	uint8_t key[];          /* Parse: query\0 int16 n, n x int32 oid */
 };
@@ -142,6 +148,7 @@ struct prep_pend {
 	uint32_t seg;           /* the Sync/Query it belongs to */
 	bool swallow;           /* pgcat's own: the client never sees the reply */
 	bool evict;             /* a Close of st that pgcat sent to evict it */
+	bool got_params;        /* a Describe: its ParameterDescription came (in repl) */
 	struct prep_stmt *st;   /* Parse: what it adds to the server (a reference) */
 	char *cname;            /* Parse/PREPARE with a client name: undone on failure */
 	uint8_t *repl;          /* replacement reply (error, CommandComplete) */
@@ -159,6 +166,7 @@ struct prep_server {
 	struct prep_ring sqlpreps;  /* SQL PREPAREs sent: confirmed by the segment's end */
 	struct prep_ring repls;     /* replies to replace (errors, empty queries) */
 	struct prep_ring swallows;  /* whole segments pgcat sent (SQL PREPARE before EXECUTE) */
+	struct prep_ring describes; /* Describes of statements with no description kept yet */
 	uint32_t seg_sent, seg_recv;
 	/* Whose unnamed statement the server holds (client id, its generation). */
 	uint64_t unnamed_client;

@@ -55,6 +55,7 @@ void prep_registry_free(struct prep_registry *r)
 		struct prep_stmt *st = r->buckets[i];
 		while (st) {
 			struct prep_stmt *next = st->hnext;
+			free(st->desc);
 			free(st);
 			st = next;
 		}
@@ -190,6 +191,7 @@ void prep_stmt_unref(struct prep_registry *r, struct prep_stmt *st)
 	if (*pp)
 		*pp = st->hnext;
 	r->count--;
+	free(st->desc);
 	free(st);
 }
 

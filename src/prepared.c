@@ -272,6 +272,16 @@ static bool plannable(const uint8_t *key, size_t len)
 	}
 }
 
+/* Is st (key: an unnamed Parse's) a statement prepare_unnamed takes? The
+ * keyword check once per entry (a client may have prepared any text by
+ * name). */
+static bool unnamed_plannable(struct prep_stmt *st, const uint8_t *key, size_t klen)
+{
+	if (!st->plannable)
+		st->plannable = plannable(key, klen) ? 1 : -1;
+	return st->plannable > 0;
+}
+
 /* An unnamed Parse (key: its text and parameter types; total: the whole
  * message). A text the pool saw before goes to the server as the pool's
  * named statement, parsed on this connection only if it lacks it, so that
@@ -290,12 +300,8 @@ static enum prep_action on_unnamed_parse(struct client *c, struct server *s, str
 		return PREP_FORWARD;
 	struct prep_registry *r = prep_reg_of(s);
 	uint64_t th = prep_key_hash(key, klen), gen = prep_schema_generation(c->w);
-	/* The keyword check once per registry entry (a client may have
-	 * prepared any text by name). */
 	struct prep_stmt *st = prep_registry_find_hashed(r, th, key, klen, gen);
-	if (st && !st->plannable)
-		st->plannable = plannable(key, klen) ? 1 : -1;
-	if (st ? st->plannable < 0 : !plannable(key, klen))
+	if (st ? !unnamed_plannable(st, key, klen) : !plannable(key, klen))
 		return PREP_FORWARD;
 	if (!st && !prep_seen_again(r, th)) {
 		/* the first time: a one-off query leaves nothing on a server */
@@ -400,10 +406,28 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 	return PREP_DONE;
 }
 
+/* A Describe of a statement went to the server (st: the pool's statement
+ * it names, NULL for one pgcat does not know): its replies are matched
+ * with it in order, so that a statement with no description kept gets
+ * one (prep_server.c). Every such Describe has its entry: replies to one
+ * are never taken for another's. */
+static bool note_describe(struct server *s, struct prep_stmt *st)
+{
+	struct prep_server *ps = s->prep;
+	bool keep = st && !st->desc && !st->sql;
+	struct prep_pend p = { .seg = ps->seg_sent, .st = keep ? st : NULL };
+	if (!prep_ring_push(&ps->describes, &p))
+		return false;
+	if (keep)
+		st->refs++;
+	return true;
+}
+
 /* Bind or Describe 'S' naming a client statement: rewrite the name.
  * prefix_len bytes of the message precede the name (after the header). */
 static enum prep_action rewrite_name(struct client *c, struct server *s, const struct proto_frame *f,
-				     const uint8_t *m, size_t have, size_t name_off, uint32_t *stream_rest)
+				     const uint8_t *m, size_t have, size_t name_off, uint32_t *stream_rest,
+				     struct prep_stmt **used)
 {
 	uint32_t total = f->len + 1;
 	const char *name = (const char *)m + name_off;
@@ -433,6 +457,7 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 	if (!ok) {
 		return PREP_FAILED;
 	}
+	*used = st;
 	char g[PREP_GNAME_MAX];
 	prep_gname(g, st, s->prep->set.gen);
 	size_t gl = strlen(g) + 1;
@@ -501,7 +526,7 @@ void prep_client_close_idle(struct client *c, const uint8_t *m, uint32_t total)
 	(void)prep_cmap_del(&c->end.prep->names, &c->pool->prep, (const char *)m + 6);
 }
 
-/* ---- Parse answered from the pool's statements (SPEC §5) ---- */
+/* ---- Parse and Describe answered from the pool's statements (SPEC §5) ---- */
 
 /* Parses of one Sync that prep_client_parse_cached takes at most; more go
  * the usual way. */
@@ -513,21 +538,47 @@ struct cached_parse {
 	const char *name;
 	const uint8_t *key;     /* query\0 int16 n, n x oid */
 	size_t key_len;
+	struct prep_stmt *st;   /* the pool's entry; NULL: a new one (unverified_ok) */
 };
 
-/* The Parses up to the first Sync at the head of c's input, if pgcat can
- * answer every one (each verified unless unverified_ok): ps filled, *n of
- * them, *len bytes with the Sync. Nothing changes. */
+/* The batch's messages in order: a Parse (its index) or, with describe, a
+ * Describe of the statement of that Parse. */
+struct cached_op {
+	uint8_t parse;
+	bool describe;
+};
+
+/* Can the unnamed Parse at the head of c's input (head: its first six
+ * bytes) start a batch pgcat answers? Every extended-protocol query's
+ * Parse comes here: the message after it (a Bind, mostly) turns it away
+ * before anything is made contiguous. */
+static bool unnamed_batch_may_do(struct client *c, struct evbuffer *in, const uint8_t head[6])
+{
+	if (!c->w->cfg->general.prepare_unnamed)
+		return false;
+	uint32_t plen = proto_get_u32(head + 1);
+	if (plen < 4 || (size_t)plen + 2 > CACHED_BATCH_MAX || evbuffer_get_length(in) < (size_t)plen + 2)
+		return false;
+	/* (contiguous already, mostly: the pump reads the Parse whole too) */
+	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)plen + 2);
+	return m && (m[plen + 1] == PqMsg_Describe || m[plen + 1] == PqMsg_Sync);
+}
+
+/* The Parses (and Describes of their statements) up to the first Sync at
+ * the head of c's input, if pgcat can answer every one: each Parse's
+ * statement verified unless unverified_ok (named only; an unnamed one
+ * must be in the registry, as on_unnamed_parse would map it), each
+ * Describe's with its description kept. ps and ops filled, *n Parses, *nops
+ * messages, *len bytes with the Sync. Nothing changes. */
 static bool scan_cached_batch(struct client *c, bool unverified_ok, struct cached_parse *ps, uint32_t *n,
-			      size_t *len)
+			      struct cached_op *ops, uint32_t *nops, size_t *len)
 {
 	struct evbuffer *in = c->io.in;
 	if (!in)
 		return false;
-	/* The unnamed Parse of every extended-protocol query comes here: its
-	 * empty name turns it away before the batch is made contiguous. */
 	uint8_t head[6];
-	if (evbuffer_copyout(in, head, sizeof head) < (ev_ssize_t)sizeof head || head[5] == 0)
+	if (evbuffer_copyout(in, head, sizeof head) < (ev_ssize_t)sizeof head ||
+	    (head[5] == 0 && !unnamed_batch_may_do(c, in, head)))
 		return false;
 	size_t have = evbuffer_get_length(in);
 	if (have > CACHED_BATCH_MAX)
@@ -535,9 +586,10 @@ static bool scan_cached_batch(struct client *c, bool unverified_ok, struct cache
 	const uint8_t *b = evbuffer_pullup(in, (ev_ssize_t)have);
 	if (!b)
 		return false;
+	struct prep_registry *r = &c->pool->prep;
 	uint64_t gen = prep_schema_generation(c->w);
 	size_t off = 0;
-	*n = 0;
+	*n = *nops = 0;
 	for (;;) {
 		if (have - off < 5)
 			return false;   /* not all here: the usual way */
@@ -545,45 +597,69 @@ static bool scan_cached_batch(struct client *c, bool unverified_ok, struct cache
 		uint32_t mlen = proto_get_u32(b + off + 1);
 		if (mlen < 4 || mlen > have - off - 1)
 			return false;
-		if (type == PqMsg_Sync) {
-			*len = off + 1 + (size_t)mlen;
-			return *n > 0;
-		}
-		if (type != PqMsg_Parse || *n == CACHED_PARSES_MAX)
-			return false;
 		const uint8_t *body = b + off + 5;
 		size_t blen = mlen - 4, o = 0;
 		const char *name;
-		if (!proto_read_cstring(body, blen, &o, &name) || !name[0])
-			return false;   /* the unnamed statement lives on a server */
-		if (c->end.prep && prep_cmap_get(&c->end.prep->names, name))
-			return false;   /* 42P05: the server path says it */
+		off += 1 + (size_t)mlen;
+		if (type == PqMsg_Sync) {
+			*len = off;
+			return *n > 0;
+		}
+		if (*nops == 2 * CACHED_PARSES_MAX)
+			return false;
+		if (type == PqMsg_Describe) {
+			/* of a statement parsed in this batch, whose description
+			 * pgcat kept */
+			if (blen < 2 || body[0] != 'S' || body[blen - 1] != 0)
+				return false;
+			uint32_t i = *n;
+			while (i-- > 0 && strcmp(ps[i].name, (const char *)body + 1) != 0)
+				;
+			if (i >= *n || !ps[i].st || !ps[i].st->desc)
+				return false;
+			ops[(*nops)++] = (struct cached_op){ .parse = (uint8_t)i, .describe = true };
+			continue;
+		}
+		if (type != PqMsg_Parse || *n == CACHED_PARSES_MAX || !proto_read_cstring(body, blen, &o, &name))
+			return false;
 		for (uint32_t i = 0; i < *n; i++)
 			if (strcmp(ps[i].name, name) == 0)
 				return false;
-		/* Settings are tracked from the text of their Parse (client.c):
-		 * those go to a server. */
-		const char *q = (const char *)body + o, *qend = (const char *)body + blen;
-		const char *w = prep_sql_space(q, qend);
-		if (prep_sql_word(&w, qend, "set") || prep_sql_word(&w, qend, "reset") || prep_sql_word(&w, qend, "discard"))
-			return false;
-		if (!unverified_ok) {
-			const struct prep_stmt *st = prep_registry_find(&c->pool->prep, false, body + o, blen - o, gen);
-			if (!st || !st->verified)
+		const uint8_t *key = body + o;
+		size_t klen = blen - o;
+		struct prep_stmt *st;
+		if (!name[0]) {
+			/* the unnamed statement: a text the pool maps already */
+			st = prep_registry_find_hashed(r, prep_key_hash(key, klen), key, klen, gen);
+			if (!st || !st->verified || !unnamed_plannable(st, key, klen))
+				return false;
+		} else {
+			if (c->end.prep && prep_cmap_get(&c->end.prep->names, name))
+				return false;   /* 42P05: the server path says it */
+			/* Settings are tracked from the text of their Parse
+			 * (client.c): those go to a server. */
+			const char *q = (const char *)key, *qend = (const char *)body + blen;
+			const char *w = prep_sql_space(q, qend);
+			if (prep_sql_word(&w, qend, "set") || prep_sql_word(&w, qend, "reset") ||
+			    prep_sql_word(&w, qend, "discard"))
+				return false;
+			st = prep_registry_find(r, false, key, klen, gen);
+			if (!unverified_ok && (!st || !st->verified))
 				return false;
 		}
-		ps[*n] = (struct cached_parse){ .name = name, .key = body + o, .key_len = blen - o };
+		ps[*n] = (struct cached_parse){ .name = name, .key = key, .key_len = klen, .st = st };
+		ops[(*nops)++] = (struct cached_op){ .parse = (uint8_t)*n };
 		(*n)++;
-		off += 1 + (size_t)mlen;
 	}
 }
 
 enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok)
 {
 	struct cached_parse ps[CACHED_PARSES_MAX];
-	uint32_t n;
+	struct cached_op ops[2 * CACHED_PARSES_MAX];
+	uint32_t n, nops;
 	size_t len;
-	if (!scan_cached_batch(c, unverified_ok, ps, &n, &len))
+	if (!scan_cached_batch(c, unverified_ok, ps, &n, ops, &nops, &len))
 		return PREP_CACHED_NO;
 	struct prep_client *pc = prep_client_of(c);
 	if (!pc)
@@ -591,18 +667,47 @@ enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok)
 	struct prep_registry *r = &c->pool->prep;
 	uint64_t gen = prep_schema_generation(c->w);
 	struct evbuffer *out = io_out(&c->io);
-	for (uint32_t i = 0; i < n; i++) {
-		struct prep_stmt *st = prep_registry_get(r, false, ps[i].key, ps[i].key_len, gen);
-		if (!st || !prep_cmap_put(&pc->names, ps[i].name, st)) {
-			prep_stmt_unref(r, st);
-			return PREP_CACHED_FAILED;
+	/* The entries found stay while the batch is answered (the client's
+	 * old unnamed statement, let go below, may have been the last hold
+	 * on one of them). */
+	for (uint32_t i = 0; i < n; i++)
+		if (ps[i].st)
+			ps[i].st->refs++;
+	enum prep_cached done = PREP_CACHED_DONE;
+	for (uint32_t k = 0; k < nops && done == PREP_CACHED_DONE; k++) {
+		struct cached_parse *cp = &ps[ops[k].parse];
+		if (ops[k].describe) {
+			/* the server's own reply to a Describe of it, as it was */
+			evbuffer_add(out, cp->st->desc, cp->st->desc_len);
+			continue;
+		}
+		if (!cp->name[0]) {
+			/* the client's unnamed statement is the pool's from now
+			 * on, as if on_unnamed_parse had mapped it on a server
+			 * that held it */
+			drop_unnamed_st(c);
+			cp->st->refs++;
+			pc->unnamed_st = cp->st;
+			pc->unnamed_len = 0;
+			cp->st->hits++;
+			stats_add(c->pool->stats, STAT_UNNAMED_HITS, 1);
+		} else {
+			struct prep_stmt *st = prep_registry_get(r, false, cp->key, cp->key_len, gen);
+			if (!st || !prep_cmap_put(&pc->names, cp->name, st)) {
+				prep_stmt_unref(r, st);
+				done = PREP_CACHED_FAILED;
+				break;
+			}
 		}
 		static const uint8_t parse_complete[5] = { PqMsg_ParseComplete, 0, 0, 0, 4 };
 		evbuffer_add(out, parse_complete, sizeof parse_complete);
 		stats_add(c->pool->stats, STAT_CLIENT_PARSE, 1);
 	}
-	prep_drain_msg(c, (uint32_t)len);
-	return PREP_CACHED_DONE;
+	for (uint32_t i = 0; i < n; i++)
+		prep_stmt_unref(r, ps[i].st);
+	if (done == PREP_CACHED_DONE)
+		prep_drain_msg(c, (uint32_t)len);
+	return done;
 }
 
 enum prep_action prep_client_message(struct client *c, struct server *s, const struct proto_frame *f,
@@ -659,7 +764,11 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 			m = evbuffer_pullup(in, total);
 			want = total;
 		}
-		return rewrite_name(c, s, f, m, want, name_off, stream_rest);
+		struct prep_stmt *used = NULL;
+		enum prep_action a = rewrite_name(c, s, f, m, want, name_off, stream_rest, &used);
+		if (f->type == PqMsg_Describe && (a == PREP_FORWARD || a == PREP_DONE) && !note_describe(s, used))
+			return PREP_FAILED;
+		return a;
 	}
 	case PqMsg_Close: {
 		if (evbuffer_get_length(in) < total)
