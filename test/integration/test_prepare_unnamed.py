@@ -368,3 +368,116 @@ def test_pgbench_tpcb_more_clients_than_servers(pgcat, pg, protocol):
         # 5 plannable statements a transaction; misses: the first of each
         # (seen once), then once per server connection
         assert int(row["prepared_unnamed_hits"]) >= 1200 * 5 - 5 - 5 * 4, row
+
+
+def prepare_described(r, sql, name="", timeout=10.0):
+    """Parse and Describe 'S' of one statement, then Sync (what asyncpg and
+    libpq's PQprepare + PQdescribePrepared send)."""
+    r.send(pgwire.parse(sql, name) + pgwire.describe(b"S", name) + pgwire.sync())
+    return r.read_until(timeout=timeout)
+
+
+@pytest.mark.parametrize("name", ["", "n1"])
+def test_parse_and_describe_answered_without_a_server(pgcat, name):
+    """SPEC §5: a Parse and Describe of a statement whose description pgcat
+    kept from a server's reply are answered by pgcat while every server is
+    held; the Bind then runs on a server as usual."""
+    import socket
+    inst = pool(pgcat, 1)
+    sql = "SELECT $1::int AS n, 'k'::text AS t"
+    a = inst.raw_login()
+    first = prepare_described(a, sql, name)
+    assert types_of(first) == [b"1", b"t", b"T", b"Z"], first
+    if name:
+        close = pgwire.msg(b"C", b"S" + pgwire.cstr(name)) + pgwire.sync()
+        a.send(close)
+        assert types_of(a.read_until()) == [b"3", b"Z"]
+    else:
+        assert prepare_described(a, sql) == first   # (the unnamed text is seen once first)
+    assert prepare_described(a, sql, name) == first   # a server's Describe: kept
+    hold = inst.raw_login()
+    hold.simple("BEGIN")
+    hold.simple("SELECT 1")
+    b = inst.raw_login()
+    # pgcat's answer, the server being held: the server's own bytes
+    assert prepare_described(b, sql, name, timeout=5) == first
+    b.send(pgwire.bind(["4"], stmt=name) + pgwire.execute() + pgwire.sync())
+    with pytest.raises(socket.timeout):
+        b.read_msg(timeout=0.5)   # the Bind needs the server
+    hold.simple("COMMIT")
+    got = b.read_until()
+    assert types_of(got) == [b"2", b"D", b"C", b"Z"] and rows_of(got) == [["4", "k"]], got
+    # a statement with no rows: ParameterDescription and NoData
+    ins = "INSERT INTO pu_desc_t VALUES ($1::int)"
+    a.simple("CREATE TABLE IF NOT EXISTS pu_desc_t (a int)")
+    iname = name + "i" if name else ""
+    for _ in range(3):
+        want = prepare_described(a, ins, iname)
+        assert types_of(want) == [b"1", b"t", b"n", b"Z"], want
+        if name:
+            a.send(pgwire.msg(b"C", b"S" + pgwire.cstr(iname)) + pgwire.sync())
+            a.read_until()
+    hold.simple("BEGIN")
+    hold.simple("SELECT 1")
+    assert prepare_described(b, ins, name + "x" if name else "", timeout=5) == want
+    hold.simple("COMMIT")
+    a.simple("DROP TABLE pu_desc_t")
+    # after a schema change (the DROP) nothing kept is used: the server
+    # answers, once it is free
+    hold.simple("BEGIN")
+    hold.simple("SELECT 1")
+    b.send(pgwire.parse(sql, name + "y") + pgwire.describe(b"S", name + "y") + pgwire.sync())
+    with pytest.raises(socket.timeout):
+        b.read_msg(timeout=0.5)
+    hold.simple("COMMIT")
+    assert b.read_until() == first
+    for x in (a, b, hold):
+        x.close()
+
+
+def test_asyncpg_prepares_while_servers_are_busy(pgcat):
+    """asyncpg without a statement cache: Parse and Describe of the unnamed
+    statement, then Bind and Execute; many clients on one server."""
+    inst = pool(pgcat, 1)
+
+    async def client(i):
+        c = await inst.asyncpg(statement_cache_size=0)
+        try:
+            for k in range(40):
+                assert await c.fetchval("SELECT $1::int * 10 + $2::int", i, k) == i * 10 + k
+                async with c.transaction():
+                    assert await c.fetchval("SELECT $1::text || 'z'", str(k)) == "%dz" % k
+        finally:
+            await c.close()
+
+    async def main():
+        await asyncio.gather(*(client(i) for i in range(8)))
+    asyncio.run(main())
+    h, m = counters(inst)
+    assert h > 8 * 40, (h, m)
+
+
+def test_answered_batch_keeps_what_it_names(pgcat):
+    """A batch pgcat answers: the client's old unnamed statement, let go by
+    the batch's unnamed Parse, may be the last hold on a statement the same
+    batch names and describes (a server-side LRU of one made sure no
+    server holds it)."""
+    inst = pool(pgcat, 1, prepared_statements_cache_size=1)
+    y = "SELECT $1::int AS y"
+    z = "SELECT 'z'::text AS z"
+    a = inst.raw_login()
+    b = inst.raw_login()
+    prepare_described(a, y)
+    want = prepare_described(a, y)   # now a's unnamed statement names the pool's
+    assert types_of(want) == [b"1", b"t", b"T", b"Z"], want
+    for _ in range(3):
+        assert types_of(prepare_described(b, z)) == [b"1", b"t", b"T", b"Z"]   # evicts y
+    a.send(pgwire.parse(z) + pgwire.parse(y, "n") + pgwire.describe(b"S", "n") + pgwire.sync())
+    got = a.read_until()
+    assert types_of(got) == [b"1", b"1", b"t", b"T", b"Z"], got
+    assert got[2:4] == want[1:3]
+    a.send(pgwire.bind(["3"], stmt="n") + pgwire.execute() + pgwire.bind() + pgwire.execute() + pgwire.sync())
+    got = a.read_until()
+    assert rows_of(got) == [["3"], ["z"]], got
+    a.close()
+    b.close()
