@@ -481,3 +481,27 @@ def test_answered_batch_keeps_what_it_names(pgcat):
     assert rows_of(got) == [["3"], ["z"]], got
     a.close()
     b.close()
+
+
+def test_clients_with_other_search_paths_do_not_share(pgcat, pg):
+    """PostgreSQL resolves a statement's names by search_path when it
+    parses it: clients with different settings on one server connection
+    each get their own statement (no 0A000, each its own table)."""
+    inst = pool(pgcat, 1)
+    pg.sql("DROP SCHEMA IF EXISTS pu_s1 CASCADE; DROP SCHEMA IF EXISTS pu_s2 CASCADE; "
+           "CREATE SCHEMA pu_s1; CREATE SCHEMA pu_s2; "
+           "CREATE TABLE pu_s1.t (a int); INSERT INTO pu_s1.t VALUES (1); "
+           "CREATE TABLE pu_s2.t (b text, c text); INSERT INTO pu_s2.t VALUES ('two', 'x'); "
+           "GRANT USAGE ON SCHEMA pu_s1, pu_s2 TO app; GRANT SELECT ON pu_s1.t, pu_s2.t TO app")
+    one, two, plain = inst.connect(), inst.connect(), inst.connect()
+    one.execute("SET search_path TO pu_s1")
+    two.execute("SET search_path TO pu_s2")
+    h0, _ = counters(inst)
+    for _ in range(6):
+        assert one.execute("SELECT * FROM t WHERE %s::int > 0", (1,)).fetchall() == [(1,)]
+        assert two.execute("SELECT * FROM t WHERE %s::int > 0", (1,)).fetchall() == [("two", "x")]
+        assert plain.execute("SELECT * FROM pu_s1.t WHERE %s::int > 0", (1,)).fetchall() == [(1,)]
+    assert counters(inst)[0] - h0 >= 3 * 4, counters(inst)
+    for c in (one, two, plain):
+        c.close()
+    pg.sql("DROP SCHEMA pu_s1 CASCADE; DROP SCHEMA pu_s2 CASCADE")
