@@ -505,3 +505,35 @@ def test_clients_with_other_search_paths_do_not_share(pgcat, pg):
     for c in (one, two, plain):
         c.close()
     pg.sql("DROP SCHEMA pu_s1 CASCADE; DROP SCHEMA pu_s2 CASCADE")
+
+
+def test_pipeline_of_unnamed_statements_byte_for_byte(pgcat, pg):
+    """Several unnamed Parse/Bind/Execute in one Sync, texts seen once and
+    mapped ones, an error in the middle (PostgreSQL skips the rest): the
+    same replies as PostgreSQL's, each round."""
+    inst = pool(pgcat, 2)
+    texts = ["SELECT $1::int + 1 AS a", "SELECT $1::text || 'q' AS b", "SELECT 1/($1::int - 5) AS c",
+             "SELECT $1::int * 2 AS d"]
+
+    def pipeline(r, v):
+        m = b""
+        for t in texts:
+            m += pgwire.parse(t) + pgwire.bind([v]) + pgwire.describe(b"P") + pgwire.execute()
+        r.send(m + pgwire.sync())
+        return r.read_until()
+
+    d = direct(pg)
+    want = {v: pipeline(d, v) for v in ("3", "5")}
+    d.close()
+    assert types_of(want["5"])[-2:] == [b"E", b"Z"], want["5"]
+    r = inst.raw_login()
+    hold = inst.raw_login()
+    for k in range(6):
+        if k == 3:   # the other server, where nothing is prepared yet
+            hold.simple("BEGIN")
+            hold.simple("SELECT 1")
+        for v in ("3", "5"):
+            assert pipeline(r, v) == want[v], (k, v)
+    hold.simple("COMMIT")
+    r.close()
+    hold.close()
