@@ -31,6 +31,8 @@ struct client;
 struct server;
 struct proto_frame;
 
+#define PREP_GNAME_MAX 48
+
 /* One distinct statement of a pool; shared by clients and servers. */
 struct prep_stmt {
 	struct prep_stmt *hnext;
@@ -53,6 +55,11 @@ struct prep_stmt {
 	 * the entry's life: an entry belongs to one schema generation. */
 	uint8_t *desc;
 	uint32_t desc_len;
+	/* Its global name for a server set's generation gname_gen (every Bind
+	 * names it: made once, not per Bind); gname_len 0: not made yet. */
+	uint32_t gname_gen;
+	uint8_t gname_len;      /* with the NUL */
+	char gname[PREP_GNAME_MAX];
 	uint32_t key_len;
 	uint8_t key[];          /* Parse: query\0 int16 n, n x int32 oid */
 };
@@ -138,8 +145,10 @@ void prep_sset_del(struct prep_sset *s, struct prep_registry *r, struct prep_stm
 struct prep_stmt *prep_sset_pop_lru(struct prep_sset *s);
 void prep_sset_clear(struct prep_sset *s, struct prep_registry *r);
 
-#define PREP_GNAME_MAX 48
 void prep_gname(char out[PREP_GNAME_MAX], const struct prep_stmt *st, uint32_t gen);
+/* The same, kept on st for the generation last asked (its length with the
+ * NUL in *len). */
+const char *prep_gname_kept(struct prep_stmt *st, uint32_t gen, size_t *len);
 
 /* ---- the protocol side ---- */
 

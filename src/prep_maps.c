@@ -457,6 +457,17 @@ void prep_gname(char out[PREP_GNAME_MAX], const struct prep_stmt *st, uint32_t g
 	*p = '\0';
 }
 
+const char *prep_gname_kept(struct prep_stmt *st, uint32_t gen, size_t *len)
+{
+	if (!st->gname_len || st->gname_gen != gen) {
+		prep_gname(st->gname, st, gen);
+		st->gname_len = (uint8_t)(strlen(st->gname) + 1);
+		st->gname_gen = gen;
+	}
+	*len = st->gname_len;
+	return st->gname;
+}
+
 /* ---- FIFOs ---- */
 
 bool prep_ring_push(struct prep_ring *q, const struct prep_pend *p)

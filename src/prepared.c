@@ -473,9 +473,8 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 		return PREP_FAILED;
 	}
 	*used = st;
-	char g[PREP_GNAME_MAX];
-	prep_gname(g, st, s->prep->set.gen);
-	size_t gl = strlen(g) + 1;
+	size_t gl;
+	const char *g = prep_gname_kept(st, s->prep->set.gen, &gl);
 	size_t old_prefix = name_off + nl + 1;          /* header, fields before, name, NUL */
 	uint32_t rest = total - (uint32_t)old_prefix;
 	uint32_t len = (uint32_t)(4 + (name_off - 5) + gl + rest);

@@ -137,6 +137,14 @@ START_TEST(server_set_lru_and_model)
 	ck_assert_str_eq(g, "pgcat_0_0");
 	prep_gname(g, &big, UINT32_MAX);
 	ck_assert_str_eq(g, "pgcat_ffffffffffffffff_ffffffff");
+	/* kept on the statement, made again for another generation */
+	size_t gl;
+	ck_assert_str_eq(prep_gname_kept(&fake, 3, &gl), "pgcat_2a_3");
+	ck_assert_uint_eq(gl, sizeof "pgcat_2a_3");
+	ck_assert_str_eq(prep_gname_kept(&fake, 3, &gl), "pgcat_2a_3");
+	ck_assert_str_eq(prep_gname_kept(&fake, 4, &gl), "pgcat_2a_4");
+	ck_assert_str_eq(prep_gname_kept(&big, UINT32_MAX, &gl), "pgcat_ffffffffffffffff_ffffffff");
+	ck_assert_uint_eq(gl, sizeof "pgcat_ffffffffffffffff_ffffffff");
 }
 END_TEST
 
