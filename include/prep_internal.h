@@ -34,8 +34,6 @@ static inline void prep_ring_pop(struct prep_ring *q)
 	q->head = (q->head + 1) % q->cap;
 	q->len--;
 }
-/* The newest entry (the ring is not empty). */
-static inline struct prep_pend *prep_ring_tail(struct prep_ring *q) { return &q->q[(q->head + q->len - 1) % q->cap]; }
 /* Gives back what the entry holds (its reference, client name, reply). */
 void prep_pend_release(struct prep_registry *r, struct prep_pend *p);
 /* Releases every entry and the ring's storage. */

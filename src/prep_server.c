@@ -26,8 +26,8 @@ struct prep_registry *prep_reg_of(struct server *s)
 
 bool prep_server_wants(const struct server *s, uint8_t type)
 {
-	/* CommandComplete: its tag may be DDL (the schema generation). */
-	/* The replies to a Describe of a statement: kept on it (prepared.h). */
+	/* CommandComplete: its tag may be DDL (the schema generation). The
+	 * replies to a Describe of a statement: kept on it (prepared.h). */
 	return s->prep && (type == PqMsg_ErrorResponse || type == PqMsg_CommandComplete ||
 			   (type == PqMsg_ReadyForQuery && s->prep->ddl_in_tx) ||
 			   (s->prep->describes.len &&
