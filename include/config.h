@@ -146,6 +146,7 @@ struct config_general {
 	bool log_disconnections;
 	char *pidfile;            /* "" = none */
 	bool prepared_statements;
+	bool prepare_unnamed;     /* unnamed Parses of repeated texts as named statements (SPEC §5) */
 	int prepared_statements_cache_size;
 	int query_cache_size;
 	int prometheus_port;

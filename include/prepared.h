@@ -31,6 +31,8 @@ struct client;
 struct server;
 struct proto_frame;
 
+#define PREP_GNAME_MAX 48
+
 /* One distinct statement of a pool; shared by clients and servers. */
 struct prep_stmt {
 	struct prep_stmt *hnext;
@@ -42,11 +44,34 @@ struct prep_stmt {
 	 * text in the same schema generation cannot fail (SPEC §5). */
 	bool verified;
 	bool notifies;          /* its text names NOTIFY (a Bind of it marks its server, link.h) */
+	/* Is it a statement PostgreSQL plans (prepare_unnamed takes only
+	 * those)? 0: not known yet, 1 yes, -1 no. */
+	int8_t plannable;
 	uint32_t servers;       /* server connections holding it */
 	uint64_t schema_gen;    /* the schema generation its clients prepared it in */
 	uint64_t hits, misses;
+	/* A server's reply to a Describe of it (ParameterDescription, then
+	 * RowDescription or NoData, whole messages), for answering the next
+	 * client's Parse and Describe without a server (SPEC §5). Valid for
+	 * the entry's life: an entry belongs to one schema generation. */
+	uint8_t *desc;
+	uint32_t desc_len;
+	/* Its global name for a server set's generation gname_gen (every Bind
+	 * names it: made once, not per Bind); gname_len 0: not made yet. */
+	uint32_t gname_gen;
+	uint8_t gname_len;      /* with the NUL */
+	char gname[PREP_GNAME_MAX];
 	uint32_t key_len;
 	uint8_t key[];          /* Parse: query\0 int16 n, n x int32 oid */
+};
+
+/* The texts of unnamed Parses seen once (prepare_unnamed): PREP_SEEN_SETS
+ * sets of PREP_SEEN_WAYS hashes, each set least recently used first out. */
+#define PREP_SEEN_SETS 1024u
+#define PREP_SEEN_WAYS 4u
+struct prep_seen_slot {
+	uint64_t hash;
+	uint64_t used;
 };
 
 /* Per pool. */
@@ -54,6 +79,8 @@ struct prep_registry {
 	struct prep_stmt **buckets;
 	uint32_t n_buckets, count;
 	uint64_t next_id;
+	struct prep_seen_slot *seen;   /* NULL until the first unnamed Parse */
+	uint64_t seen_clock;
 };
 
 void prep_registry_init(struct prep_registry *r);
@@ -70,6 +97,18 @@ struct prep_stmt *prep_registry_get(struct prep_registry *r, bool sql, const uin
 struct prep_stmt *prep_registry_find(const struct prep_registry *r, bool sql, const uint8_t *key, size_t len,
 				     uint64_t schema_gen);
 void prep_stmt_unref(struct prep_registry *r, struct prep_stmt *st);
+/* The same for a protocol Parse's key whose text hash (prep_key_hash) is
+ * known: an unnamed Parse hashes its text once for the registry and the
+ * seen-once memory. */
+uint64_t prep_key_hash(const uint8_t *key, size_t len);
+struct prep_stmt *prep_registry_find_hashed(const struct prep_registry *r, uint64_t text_hash, const uint8_t *key,
+					    size_t len, uint64_t schema_gen);
+struct prep_stmt *prep_registry_get_hashed(struct prep_registry *r, uint64_t text_hash, const uint8_t *key,
+					   size_t len, uint64_t schema_gen);
+/* Was this text (its prep_key_hash) seen before by the pool's seen-once
+ * memory? If not, it is remembered now (pushing out the least recently
+ * used of its set). false too when there is no memory for the table. */
+bool prep_seen_again(struct prep_registry *r, uint64_t text_hash);
 
 /* A client's names. */
 struct prep_cmap_entry {
@@ -107,8 +146,10 @@ void prep_sset_del(struct prep_sset *s, struct prep_registry *r, struct prep_stm
 struct prep_stmt *prep_sset_pop_lru(struct prep_sset *s);
 void prep_sset_clear(struct prep_sset *s, struct prep_registry *r);
 
-#define PREP_GNAME_MAX 48
 void prep_gname(char out[PREP_GNAME_MAX], const struct prep_stmt *st, uint32_t gen);
+/* The same, kept on st for the generation last asked (its length with the
+ * NUL in *len). */
+const char *prep_gname_kept(struct prep_stmt *st, uint32_t gen, size_t *len);
 
 /* ---- the protocol side ---- */
 
@@ -117,6 +158,7 @@ struct prep_pend {
 	uint32_t seg;           /* the Sync/Query it belongs to */
 	bool swallow;           /* pgcat's own: the client never sees the reply */
 	bool evict;             /* a Close of st that pgcat sent to evict it */
+	bool got_params;        /* a Describe: its ParameterDescription came (in repl) */
 	struct prep_stmt *st;   /* Parse: what it adds to the server (a reference) */
 	char *cname;            /* Parse/PREPARE with a client name: undone on failure */
 	uint8_t *repl;          /* replacement reply (error, CommandComplete) */
@@ -134,6 +176,7 @@ struct prep_server {
 	struct prep_ring sqlpreps;  /* SQL PREPAREs sent: confirmed by the segment's end */
 	struct prep_ring repls;     /* replies to replace (errors, empty queries) */
 	struct prep_ring swallows;  /* whole segments pgcat sent (SQL PREPARE before EXECUTE) */
+	struct prep_ring describes; /* Describes of statements with no description kept yet */
 	uint32_t seg_sent, seg_recv;
 	/* Whose unnamed statement the server holds (client id, its generation). */
 	uint64_t unnamed_client;
@@ -148,6 +191,10 @@ struct prep_client {
 	uint8_t *unnamed;
 	uint32_t unnamed_len, unnamed_cap;
 	uint32_t unnamed_gen;
+	/* The last unnamed Parse went to the server as this statement
+	 * (prepare_unnamed; a reference): the unnamed statement's Bind,
+	 * Describe and Close name it. unnamed_len is 0 then. */
+	struct prep_stmt *unnamed_st;
 };
 
 /* The instance's schema generation (SPEC §5): statements are prepared

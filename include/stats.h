@@ -24,6 +24,10 @@ enum stat_counter {
 	STAT_CLIENT_LOGIN,
 	STAT_PREPARED_HITS,
 	STAT_PREPARED_MISSES,
+	/* Unnamed Parses of statements a server connection already held
+	 * (prepare_unnamed), and those it had to parse. */
+	STAT_UNNAMED_HITS,
+	STAT_UNNAMED_MISSES,
 	STAT__COUNT
 };
 

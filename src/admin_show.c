@@ -146,7 +146,7 @@ static void show_pools(struct client *c)
 		COL_I("sv_active_cancel"), COL_I("sv_being_canceled"), COL_I("sv_idle"), COL_I("sv_used"),
 		COL_I("sv_tested"), COL_I("sv_login"), COL_I("maxwait"), COL_I("maxwait_us"), COL_T("pool_mode"),
 		COL_T("load_balance_hosts"), COL_I("prepared_hits"), COL_I("prepared_misses"), COL_I("paused"),
-		COL_I("sv_reserve"),
+		COL_I("sv_reserve"), COL_I("prepared_unnamed_hits"), COL_I("prepared_unnamed_misses"),
 	};
 	struct worker *w = c->w;
 	struct admin_result r;
@@ -184,6 +184,8 @@ static void show_pools(struct client *c)
 		admin_row_i(&r, (int64_t)st.v[STAT_PREPARED_MISSES]);
 		admin_row_i(&r, p->paused);
 		admin_row_i(&r, pool_reserve_in_use(p));
+		admin_row_i(&r, (int64_t)st.v[STAT_UNNAMED_HITS]);
+		admin_row_i(&r, (int64_t)st.v[STAT_UNNAMED_MISSES]);
 		admin_row_end(&r);
 	}
 	admin_res_end(&r);

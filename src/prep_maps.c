@@ -23,6 +23,26 @@ static uint64_t fnv(const void *p, size_t n, uint64_t h)
 	return h;
 }
 
+/* A statement's text, eight bytes a step: every unnamed Parse hashes its
+ * text (FNV's byte a step cost ~350 instructions for pgbench's query).
+ * Multiply and xor-shift; only pgcat's own tables use it. */
+static uint64_t text_hash(const void *p, size_t n, uint64_t seed)
+{
+	const uint8_t *b = p;
+	uint64_t h = seed ^ ((uint64_t)n * 0x9e3779b97f4a7c15ULL);
+	for (; n >= 8; b += 8, n -= 8) {
+		uint64_t w;
+		memcpy(&w, b, sizeof w);
+		h = (h ^ w) * 0xff51afd7ed558ccdULL;
+		h ^= h >> 32;
+	}
+	uint64_t w = 0;
+	for (size_t i = 0; i < n; i++)
+		w |= (uint64_t)b[i] << (8 * i);
+	h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+	return h ^ (h >> 29);
+}
+
 /* ---- registry ---- */
 
 void prep_registry_init(struct prep_registry *r)
@@ -32,10 +52,12 @@ void prep_registry_init(struct prep_registry *r)
 
 void prep_registry_free(struct prep_registry *r)
 {
+	free(r->seen);
 	for (uint32_t i = 0; i < r->n_buckets; i++) {
 		struct prep_stmt *st = r->buckets[i];
 		while (st) {
 			struct prep_stmt *next = st->hnext;
+			free(st->desc);
 			free(st);
 			st = next;
 		}
@@ -66,10 +88,23 @@ static bool registry_grow(struct prep_registry *r)
 	return true;
 }
 
+/* A statement's hash: its text's (which does not change) with the schema
+ * generation folded in, so that the text is hashed once per Parse however
+ * many tables look it up. */
+static uint64_t gen_hash(uint64_t th, uint64_t schema_gen)
+{
+	uint64_t h = (th ^ (schema_gen * 0x9e3779b97f4a7c15ULL)) * 0xff51afd7ed558ccdULL;
+	return h ^ (h >> 33);
+}
+
 static uint64_t key_hash(bool sql, const uint8_t *key, size_t len, uint64_t schema_gen)
 {
-	uint64_t h = fnv(key, len, sql ? 0x9e3779b97f4a7c15ULL : 1469598103934665603ULL);
-	return fnv(&schema_gen, sizeof schema_gen, h);
+	return gen_hash(text_hash(key, len, sql ? 0x9e3779b97f4a7c15ULL : 1469598103934665603ULL), schema_gen);
+}
+
+uint64_t prep_key_hash(const uint8_t *key, size_t len)
+{
+	return text_hash(key, len, 1469598103934665603ULL);
 }
 
 static struct prep_stmt *registry_lookup(const struct prep_registry *r, uint64_t h, bool sql, const uint8_t *key,
@@ -92,12 +127,36 @@ struct prep_stmt *prep_registry_find(const struct prep_registry *r, bool sql, co
 	return registry_lookup(r, key_hash(sql, key, len, schema_gen), sql, key, len, schema_gen);
 }
 
+struct prep_stmt *prep_registry_find_hashed(const struct prep_registry *r, uint64_t text_hash, const uint8_t *key,
+					    size_t len, uint64_t schema_gen)
+{
+	if (len > UINT32_MAX - 1)
+		return NULL;
+	return registry_lookup(r, gen_hash(text_hash, schema_gen), false, key, len, schema_gen);
+}
+
+static struct prep_stmt *registry_get(struct prep_registry *r, uint64_t h, bool sql, const uint8_t *key, size_t len,
+				      uint64_t schema_gen);
+
 struct prep_stmt *prep_registry_get(struct prep_registry *r, bool sql, const uint8_t *key, size_t len,
 				    uint64_t schema_gen)
 {
 	if (len > UINT32_MAX - 1)
 		return NULL;
-	uint64_t h = key_hash(sql, key, len, schema_gen);
+	return registry_get(r, key_hash(sql, key, len, schema_gen), sql, key, len, schema_gen);
+}
+
+struct prep_stmt *prep_registry_get_hashed(struct prep_registry *r, uint64_t text_hash, const uint8_t *key,
+					   size_t len, uint64_t schema_gen)
+{
+	if (len > UINT32_MAX - 1)
+		return NULL;
+	return registry_get(r, gen_hash(text_hash, schema_gen), false, key, len, schema_gen);
+}
+
+static struct prep_stmt *registry_get(struct prep_registry *r, uint64_t h, bool sql, const uint8_t *key, size_t len,
+				      uint64_t schema_gen)
+{
 	struct prep_stmt *found = registry_lookup(r, h, sql, key, len, schema_gen);
 	if (found) {
 		found->refs++;
@@ -135,7 +194,38 @@ void prep_stmt_unref(struct prep_registry *r, struct prep_stmt *st)
 	if (*pp)
 		*pp = st->hnext;
 	r->count--;
+	free(st->desc);
 	free(st);
+}
+
+/* ---- texts seen once (prepare_unnamed) ----
+ *
+ * Set-associative: a text's hash picks a set of PREP_SEEN_WAYS slots; a new
+ * text takes the set's least recently used slot. Only hashes are kept (16
+ * bytes a text, one allocation per pool, on first use): two texts with the
+ * same 64-bit hash make the second look repeated, which costs a server-side
+ * statement, never a wrong answer. Hash 0 marks a free slot. */
+
+bool prep_seen_again(struct prep_registry *r, uint64_t text_hash)
+{
+	if (!r->seen && !(r->seen = calloc(PREP_SEEN_SETS * PREP_SEEN_WAYS, sizeof *r->seen)))
+		return false;   /* no memory: the text stays unnamed */
+	uint64_t h = text_hash ? text_hash : 1;
+	/* the set from the high bits: the low ones pick registry buckets */
+	struct prep_seen_slot *set = &r->seen[(size_t)((h >> 40) & (PREP_SEEN_SETS - 1)) * PREP_SEEN_WAYS];
+	uint32_t oldest = 0;
+	r->seen_clock++;
+	for (uint32_t i = 0; i < PREP_SEEN_WAYS; i++) {
+		if (set[i].hash == h) {
+			set[i].used = r->seen_clock;
+			return true;
+		}
+		if (set[i].used < set[oldest].used)
+			oldest = i;
+	}
+	set[oldest].hash = h;
+	set[oldest].used = r->seen_clock;
+	return false;
 }
 
 /* ---- a client's names: open addressing, deletion by backward shift ---- */
@@ -368,6 +458,17 @@ void prep_gname(char out[PREP_GNAME_MAX], const struct prep_stmt *st, uint32_t g
 	*p++ = '_';
 	p = put_hex(p, gen);
 	*p = '\0';
+}
+
+const char *prep_gname_kept(struct prep_stmt *st, uint32_t gen, size_t *len)
+{
+	if (!st->gname_len || st->gname_gen != gen) {
+		prep_gname(st->gname, st, gen);
+		st->gname_len = (uint8_t)(strlen(st->gname) + 1);
+		st->gname_gen = gen;
+	}
+	*len = st->gname_len;
+	return st->gname;
 }
 
 /* ---- FIFOs ---- */

@@ -26,9 +26,12 @@ struct prep_registry *prep_reg_of(struct server *s)
 
 bool prep_server_wants(const struct server *s, uint8_t type)
 {
-	/* CommandComplete: its tag may be DDL (the schema generation). */
+	/* CommandComplete: its tag may be DDL (the schema generation). The
+	 * replies to a Describe of a statement: kept on it (prepared.h). */
 	return s->prep && (type == PqMsg_ErrorResponse || type == PqMsg_CommandComplete ||
-			   (type == PqMsg_ReadyForQuery && s->prep->ddl_in_tx));
+			   (type == PqMsg_ReadyForQuery && s->prep->ddl_in_tx) ||
+			   (s->prep->describes.len &&
+			    (type == PqMsg_ParameterDescription || type == PqMsg_RowDescription || type == PqMsg_NoData)));
 }
 
 /* A CommandComplete of DDL, DISCARD ALL or DEALLOCATE ALL (the last
@@ -56,6 +59,22 @@ static void server_schema_changed(struct server *s, const char *tag, size_t len)
 	prep_schema_changed(s->w, discard ? "DISCARD ALL" : deallocate ? "DEALLOCATE ALL" : "DDL");
 }
 
+/* A Describe's whole reply (p->repl: its ParameterDescription; msg: the
+ * RowDescription or NoData) kept on its statement, if it has none yet. */
+static void keep_description(struct prep_pend *p, const uint8_t *msg, uint32_t total)
+{
+	struct prep_stmt *st = p->st;
+	if (!st || st->desc || !p->repl || !msg || total > UINT32_MAX - p->repl_len)
+		return;
+	uint8_t *d = malloc((size_t)p->repl_len + total);
+	if (!d)
+		return;   /* (no memory: answered by a server next time) */
+	memcpy(d, p->repl, p->repl_len);
+	memcpy(d + p->repl_len, msg, total);
+	st->desc = d;
+	st->desc_len = p->repl_len + total;
+}
+
 /* The segment failed: what it would have done did not happen. */
 static void undo_segment(struct server *s, uint32_t seg)
 {
@@ -74,6 +93,10 @@ static void undo_segment(struct server *s, uint32_t seg)
 		}
 	}
 	struct prep_pend *p;
+	while ((p = prep_ring_head(&ps->describes)) && p->seg == seg) {
+		prep_pend_release(r, p);
+		prep_ring_pop(&ps->describes);
+	}
 	while ((p = prep_ring_head(&ps->closes)) && p->seg == seg) {
 		/* An eviction the server skipped: the statement is still there. */
 		if (p->evict && p->st && !prep_sset_has(&ps->set, p->st))
@@ -126,6 +149,27 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 			prep_pend_release(r, p);
 			prep_ring_pop(&ps->closes);
 			return sw ? PREP_SWALLOW : PREP_PASS;
+		}
+		return PREP_PASS;
+	case PqMsg_ParameterDescription:
+		/* Only a statement Describe answers with it: the oldest one
+		 * pending. Kept (whole) until its RowDescription or NoData. */
+		if ((p = prep_ring_head(&ps->describes)) && p->seg == ps->seg_recv && !p->got_params) {
+			p->got_params = true;
+			if (p->st && msg && !p->st->desc && (p->repl = malloc(total)) != NULL) {
+				memcpy(p->repl, msg, total);
+				p->repl_len = total;
+			}
+		}
+		return PREP_PASS;
+	case PqMsg_RowDescription:
+	case PqMsg_NoData:
+		/* Right after a statement's ParameterDescription: the rest of
+		 * its description (else a portal's or a query's). */
+		if ((p = prep_ring_head(&ps->describes)) && p->seg == ps->seg_recv && p->got_params) {
+			keep_description(p, msg, total);
+			prep_pend_release(r, p);
+			prep_ring_pop(&ps->describes);
 		}
 		return PREP_PASS;
 	case PqMsg_EmptyQueryResponse:
@@ -196,6 +240,7 @@ void prep_server_reset_pending(struct server *s)
 	prep_ring_clear(&ps->sqlpreps, r);
 	prep_ring_clear(&ps->repls, r);
 	prep_ring_clear(&ps->swallows, r);
+	prep_ring_clear(&ps->describes, r);
 	if (unsure)
 		prep_sset_clear(&ps->set, r);
 	ps->seg_sent = ps->seg_recv = 0;

@@ -99,7 +99,7 @@ static void send_parse(struct server *s, struct prep_stmt *st)
 /* Make room, then record that st will be on the server. pgcat's own Parse
  * (swallow) or the client's (forwarded reply). */
 static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *st, bool swallow,
-			  const char *cname)
+			  const char *cname, bool unnamed)
 {
 	struct prep_server *ps = s->prep;
 	struct prep_registry *r = prep_reg_of(s);
@@ -132,9 +132,15 @@ static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *
 		return false;
 	}
 	txn_sent(&s->txn, PqMsg_Parse);
-	ps->misses++;
 	st->misses++;
-	stats_add(c->pool->stats, STAT_PREPARED_MISSES, 1);
+	/* The unnamed statement's figures are the pool's own pair: the
+	 * named ones keep meaning what the client prepared. */
+	if (unnamed) {
+		stats_add(c->pool->stats, STAT_UNNAMED_MISSES, 1);
+	} else {
+		ps->misses++;
+		stats_add(c->pool->stats, STAT_PREPARED_MISSES, 1);
+	}
 	return true;
 }
 
@@ -142,11 +148,14 @@ static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *
  * statement: a Parse and Close of an empty statement, the Close swallowed. */
 static bool send_nop_parse(struct server *s, const char *cname)
 {
-	static const uint8_t parse_body[] = "pgcat_nop\0\0\0";   /* name, "", 0 types */
-	static const uint8_t close_body[] = "Spgcat_nop";
+	/* Parse "pgcat_nop" of "" with no types, Close 'S' "pgcat_nop": one
+	 * append. */
+	static const uint8_t msgs[] = "P\0\0\0\x11pgcat_nop\0\0\0\0"
+				      "C\0\0\0\x0fSpgcat_nop\0";
+	/* (each length counts itself and the body; the array's own NUL is not sent) */
+	_Static_assert(sizeof msgs == (1 + 0x11) + (1 + 0x0f) + 1, "Parse and Close lengths");
 	struct prep_server *ps = s->prep;
-	prep_put_msg(server_output(s), PqMsg_Parse, parse_body, sizeof parse_body, NULL, 0);
-	prep_put_msg(server_output(s), PqMsg_Close, close_body, sizeof close_body, NULL, 0);
+	evbuffer_add(server_output(s), msgs, sizeof msgs - 1);
 	/* If an earlier message fails, this Parse is skipped: the client's
 	 * name is then undone like any failed Parse. */
 	struct prep_pend p = { .seg = ps->seg_sent, .cname = strdup(cname) };
@@ -155,6 +164,23 @@ static bool send_nop_parse(struct server *s, const char *cname)
 	if (!p.cname || !prep_ring_push(&ps->parses, &p))
 		return free(p.cname), false;
 	return prep_ring_push(&ps->closes, &c);
+}
+
+/* The same for a client's unnamed Parse that pgcat sends as a statement the
+ * server holds: a Parse of an empty unnamed statement, whose ParseComplete
+ * goes to the client (one message, no Close to swallow). It replaces the
+ * server's unnamed statement: whichever client left one there gets it
+ * replayed if it binds it later. */
+static bool send_unnamed_nop(struct server *s)
+{
+	static const uint8_t parse[] = "P\0\0\0\x08\0\0\0\0";   /* "", "", no types */
+	_Static_assert(sizeof parse == 1 + 8 + 1, "Parse length");
+	struct prep_server *ps = s->prep;
+	evbuffer_add(server_output(s), parse, sizeof parse - 1);
+	ps->unnamed_client = 0;
+	struct prep_pend p = { .seg = ps->seg_sent };
+	txn_sent(&s->txn, PqMsg_Parse);
+	return prep_ring_push(&ps->parses, &p);
 }
 
 /* The client's error, at this point of the stream (see prepared.h). */
@@ -201,7 +227,133 @@ static bool ensure_on_server(struct client *c, struct server *s, struct prep_stm
 		prep_count_hit(c, s, st);
 		return true;
 	}
-	return add_to_server(c, s, st, true, NULL);
+	return add_to_server(c, s, st, true, NULL, false);
+}
+
+/* ---- the unnamed statement as a named one (prepare_unnamed) ---- */
+
+/* The client's unnamed statement is no longer a named one of pgcat's. */
+static void drop_unnamed_st(struct client *c)
+{
+	struct prep_client *pc = c->end.prep;
+	if (pc && pc->unnamed_st) {
+		prep_stmt_unref(&c->pool->prep, pc->unnamed_st);
+		pc->unnamed_st = NULL;
+	}
+}
+
+/* Statements PostgreSQL plans: the ones worth keeping a plan of. The rest
+ * (SET, LISTEN, DISCARD, DDL...) stay unnamed: nothing to save, and pgcat
+ * reads some of them from their Parse (settings, LISTEN, DISCARD ALL). */
+static bool plannable(const uint8_t *key, size_t len)
+{
+	const char *q = (const char *)key, *end = q + strnlen(q, len);
+	const char *w = prep_sql_space(q, end);
+	if (w < end && *w == '(')
+		return true;
+	switch (w < end ? *w | 0x20 : 0) {
+	case 's':
+		return prep_sql_word(&w, end, "select");
+	case 'i':
+		return prep_sql_word(&w, end, "insert");
+	case 'u':
+		return prep_sql_word(&w, end, "update");
+	case 'd':
+		return prep_sql_word(&w, end, "delete");
+	case 'w':
+		return prep_sql_word(&w, end, "with");
+	case 'v':
+		return prep_sql_word(&w, end, "values");
+	case 't':
+		return prep_sql_word(&w, end, "table");
+	case 'm':
+		return prep_sql_word(&w, end, "merge");
+	default:
+		return false;
+	}
+}
+
+/* The registry's "generation" for a client's unnamed statements: the
+ * schema generation and the client's tracked session settings together.
+ * PostgreSQL resolves names by search_path and reads literals by DateStyle
+ * when it parses, and a server connection runs each client with that
+ * client's settings: a text parsed under one set is used only under the
+ * same set (clients whose settings match share it). Never a small number,
+ * so never the generation of a named statement's entry. */
+static uint64_t unnamed_gen(const struct client *c)
+{
+	uint64_t h = (prep_schema_generation(c->w) + 1) * 0x9e3779b97f4a7c15ULL;
+	h ^= c->params.digest + 0x632be59bd9b4e019ULL;
+	h *= 0xff51afd7ed558ccdULL;
+	return (h ^ (h >> 32)) | (1ULL << 63);
+}
+
+/* Is st (key: an unnamed Parse's) a statement prepare_unnamed takes? The
+ * keyword check once per entry (a client may have prepared any text by
+ * name). */
+static bool unnamed_plannable(struct prep_stmt *st, const uint8_t *key, size_t klen)
+{
+	if (!st->plannable)
+		st->plannable = plannable(key, klen) ? 1 : -1;
+	return st->plannable > 0;
+}
+
+/* An unnamed Parse (key: its text and parameter types; total: the whole
+ * message). A text the pool saw before goes to the server as the pool's
+ * named statement, parsed on this connection only if it lacks it, so that
+ * PostgreSQL plans it once per connection; the client gets the one
+ * ParseComplete it expects either way. PREP_FORWARD: it stays unnamed (the
+ * caller forwards it), after one look-up in the registry and at most one
+ * in the seen-once memory, with the text hashed once. */
+static enum prep_action on_unnamed_parse(struct client *c, struct server *s, struct prep_client *pc,
+					 const uint8_t *key, size_t klen, uint32_t total)
+{
+	drop_unnamed_st(c);
+	/* In a failed transaction PostgreSQL refuses the Parse itself
+	 * (25P02), where a Parse of an empty statement would succeed: let it
+	 * say so. */
+	if (!c->w->cfg->general.prepare_unnamed || s->txn.tx_status == 'E')
+		return PREP_FORWARD;
+	struct prep_registry *r = prep_reg_of(s);
+	uint64_t th = prep_key_hash(key, klen), gen = unnamed_gen(c);
+	struct prep_stmt *st = prep_registry_find_hashed(r, th, key, klen, gen);
+	if (st ? !unnamed_plannable(st, key, klen) : !plannable(key, klen))
+		return PREP_FORWARD;
+	if (!st && !prep_seen_again(r, th)) {
+		/* the first time: a one-off query leaves nothing on a server */
+		stats_add(c->pool->stats, STAT_UNNAMED_MISSES, 1);
+		return PREP_FORWARD;
+	}
+	if (st)
+		st->refs++;
+	else if (!(st = prep_registry_get_hashed(r, th, key, klen, gen)))
+		return PREP_FAILED;
+	else
+		st->plannable = 1;
+	pc->unnamed_st = st;
+	pc->unnamed_len = 0;
+	bool ok;
+	if (prep_sset_has(&s->prep->set, st)) {
+		st->hits++;
+		stats_add(c->pool->stats, STAT_UNNAMED_HITS, 1);
+		ok = send_unnamed_nop(s);
+	} else {
+		ok = add_to_server(c, s, st, false, NULL, true);
+	}
+	if (!ok)
+		return PREP_FAILED;
+	prep_drain_msg(c, total);
+	return PREP_DONE;
+}
+
+/* A Bind or Describe of the client's unnamed statement that is pgcat's
+ * named one: the server must hold it (a later transaction may be on
+ * another connection). Counted with the Parse, not again here. */
+static bool ensure_unnamed_on_server(struct client *c, struct server *s, struct prep_stmt *st)
+{
+	if (prep_sset_has(&s->prep->set, st))
+		return true;
+	return add_to_server(c, s, st, true, NULL, true);
 }
 
 /* ---- protocol messages ---- */
@@ -218,6 +370,9 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 		return PREP_FAILED;
 	}
 	if (!name[0]) {
+		enum prep_action a = on_unnamed_parse(c, s, pc, m + 5 + off, total - 5 - off, total);
+		if (a != PREP_FORWARD)
+			return a;
 		/* Unnamed: forwarded; remembered for a Bind in a later transaction. */
 		if (pc->unnamed_cap < total) {
 			uint8_t *b = realloc(pc->unnamed, total);
@@ -256,7 +411,7 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 				prep_count_hit(c, s, st);
 				ok = send_nop_parse(s, name);
 			} else {
-				ok = add_to_server(c, s, st, false, name);
+				ok = add_to_server(c, s, st, false, name, false);
 			}
 		}
 	}
@@ -267,21 +422,42 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 	return PREP_DONE;
 }
 
+/* A Describe of a statement went to the server (st: the pool's statement
+ * it names, NULL for one pgcat does not know): its replies are matched
+ * with it in order, so that a statement with no description kept gets
+ * one (prep_server.c). Every such Describe has its entry: replies to one
+ * are never taken for another's. */
+static bool note_describe(struct server *s, struct prep_stmt *st)
+{
+	struct prep_server *ps = s->prep;
+	bool keep = st && !st->desc && !st->sql;
+	struct prep_pend p = { .seg = ps->seg_sent, .st = keep ? st : NULL };
+	if (!prep_ring_push(&ps->describes, &p))
+		return false;
+	if (keep)
+		st->refs++;
+	return true;
+}
+
 /* Bind or Describe 'S' naming a client statement: rewrite the name.
  * prefix_len bytes of the message precede the name (after the header). */
 static enum prep_action rewrite_name(struct client *c, struct server *s, const struct proto_frame *f,
-				     const uint8_t *m, size_t have, size_t name_off, uint32_t *stream_rest)
+				     const uint8_t *m, size_t have, size_t name_off, uint32_t *stream_rest,
+				     struct prep_stmt **used)
 {
 	uint32_t total = f->len + 1;
 	const char *name = (const char *)m + name_off;
 	size_t nl = strnlen(name, have - name_off);
 	if (name_off + nl >= have)
 		return have >= total ? PREP_FORWARD : PREP_WAIT;   /* no terminator in the message: malformed */
-	if (nl == 0)
-		return replay_unnamed(c, s) ? PREP_FORWARD : PREP_FAILED;
-	struct prep_stmt *st = c->end.prep ? prep_cmap_get(&c->end.prep->names, name) : NULL;
+	struct prep_stmt *st;
 	bool ok;
-	if (!st) {
+	if (nl == 0) {
+		st = c->end.prep ? c->end.prep->unnamed_st : NULL;
+		if (!st)
+			return replay_unnamed(c, s) ? PREP_FORWARD : PREP_FAILED;
+		ok = ensure_unnamed_on_server(c, s, st);
+	} else if (!(st = c->end.prep ? prep_cmap_get(&c->end.prep->names, name) : NULL)) {
 		if (have < total)
 			return PREP_WAIT;   /* the whole message goes, once it is here */
 		char msg[160];
@@ -293,15 +469,15 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 		}
 	} else {
 		ok = ensure_on_server(c, s, st);
-		if (st->notifies && f->type == PqMsg_Bind && link_watch_notify(s))
-			link_note_notifier(s, &c->end);
 	}
 	if (!ok) {
 		return PREP_FAILED;
 	}
-	char g[PREP_GNAME_MAX];
-	prep_gname(g, st, s->prep->set.gen);
-	size_t gl = strlen(g) + 1;
+	if (st->notifies && f->type == PqMsg_Bind && link_watch_notify(s))
+		link_note_notifier(s, &c->end);   /* (SPEC §11: the notifier's pid) */
+	*used = st;
+	size_t gl;
+	const char *g = prep_gname_kept(st, s->prep->set.gen, &gl);
 	size_t old_prefix = name_off + nl + 1;          /* header, fields before, name, NUL */
 	uint32_t rest = total - (uint32_t)old_prefix;
 	uint32_t len = (uint32_t)(4 + (name_off - 5) + gl + rest);
@@ -331,7 +507,8 @@ static enum prep_action on_close(struct client *c, struct server *s, const uint8
 {
 	struct prep_server *ps = s->prep;
 	struct prep_pend p = { .seg = ps->seg_sent };
-	if (total < 7 || m[5] != 'S' || m[total - 1] != 0 || m[6] == 0) {
+	bool mapped = total == 7 && m[5] == 'S' && m[6] == 0 && c->end.prep && c->end.prep->unnamed_st;
+	if (!mapped && (total < 7 || m[5] != 'S' || m[total - 1] != 0 || m[6] == 0)) {
 		/* Portals and the unnamed statement: the server's business. */
 		if (!prep_ring_push(&ps->closes, &p)) {
 			return PREP_FAILED;
@@ -339,7 +516,9 @@ static enum prep_action on_close(struct client *c, struct server *s, const uint8
 		return PREP_FORWARD;
 	}
 	const char *name = (const char *)m + 6;
-	if (c->end.prep)
+	if (mapped)
+		drop_unnamed_st(c);
+	else if (c->end.prep)
 		(void)prep_cmap_del(&c->end.prep->names, prep_reg_of(s), name);
 	/* The statement stays on the server for others; the client gets the
 	 * CloseComplete of a Close of nothing (not an error in PostgreSQL). */
@@ -355,12 +534,16 @@ static enum prep_action on_close(struct client *c, struct server *s, const uint8
 
 void prep_client_close_idle(struct client *c, const uint8_t *m, uint32_t total)
 {
+	if (total == 7 && m[5] == 'S' && m[6] == 0) {
+		drop_unnamed_st(c);
+		return;
+	}
 	if (total < 7 || m[5] != 'S' || m[total - 1] != 0 || m[6] == 0 || !c->end.prep)
 		return;
 	(void)prep_cmap_del(&c->end.prep->names, &c->pool->prep, (const char *)m + 6);
 }
 
-/* ---- Parse answered from the pool's statements (SPEC §5) ---- */
+/* ---- Parse and Describe answered from the pool's statements (SPEC §5) ---- */
 
 /* Parses of one Sync that prep_client_parse_cached takes at most; more go
  * the usual way. */
@@ -372,21 +555,47 @@ struct cached_parse {
 	const char *name;
 	const uint8_t *key;     /* query\0 int16 n, n x oid */
 	size_t key_len;
+	struct prep_stmt *st;   /* the pool's entry; NULL: a new one (unverified_ok) */
 };
 
-/* The Parses up to the first Sync at the head of c's input, if pgcat can
- * answer every one (each verified unless unverified_ok): ps filled, *n of
- * them, *len bytes with the Sync. Nothing changes. */
+/* The batch's messages in order: a Parse (its index) or, with describe, a
+ * Describe of the statement of that Parse. */
+struct cached_op {
+	uint8_t parse;
+	bool describe;
+};
+
+/* Can the unnamed Parse at the head of c's input (head: its first six
+ * bytes) start a batch pgcat answers? Every extended-protocol query's
+ * Parse comes here: the message after it (a Bind, mostly) turns it away
+ * before anything is made contiguous. */
+static bool unnamed_batch_may_do(struct client *c, struct evbuffer *in, const uint8_t head[6])
+{
+	if (!c->w->cfg->general.prepare_unnamed)
+		return false;
+	uint32_t plen = proto_get_u32(head + 1);
+	if (plen < 4 || (size_t)plen + 2 > CACHED_BATCH_MAX || evbuffer_get_length(in) < (size_t)plen + 2)
+		return false;
+	/* (contiguous already, mostly: the pump reads the Parse whole too) */
+	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)plen + 2);
+	return m && (m[plen + 1] == PqMsg_Describe || m[plen + 1] == PqMsg_Sync);
+}
+
+/* The Parses (and Describes of their statements) up to the first Sync at
+ * the head of c's input, if pgcat can answer every one: each Parse's
+ * statement verified unless unverified_ok (named only; an unnamed one
+ * must be in the registry, as on_unnamed_parse would map it), each
+ * Describe's with its description kept. ps and ops filled, *n Parses, *nops
+ * messages, *len bytes with the Sync. Nothing changes. */
 static bool scan_cached_batch(struct client *c, bool unverified_ok, struct cached_parse *ps, uint32_t *n,
-			      size_t *len)
+			      struct cached_op *ops, uint32_t *nops, size_t *len)
 {
 	struct evbuffer *in = c->io.in;
 	if (!in)
 		return false;
-	/* The unnamed Parse of every extended-protocol query comes here: its
-	 * empty name turns it away before the batch is made contiguous. */
 	uint8_t head[6];
-	if (evbuffer_copyout(in, head, sizeof head) < (ev_ssize_t)sizeof head || head[5] == 0)
+	if (evbuffer_copyout(in, head, sizeof head) < (ev_ssize_t)sizeof head ||
+	    (head[5] == 0 && !unnamed_batch_may_do(c, in, head)))
 		return false;
 	size_t have = evbuffer_get_length(in);
 	if (have > CACHED_BATCH_MAX)
@@ -394,9 +603,10 @@ static bool scan_cached_batch(struct client *c, bool unverified_ok, struct cache
 	const uint8_t *b = evbuffer_pullup(in, (ev_ssize_t)have);
 	if (!b)
 		return false;
+	struct prep_registry *r = &c->pool->prep;
 	uint64_t gen = prep_schema_generation(c->w);
 	size_t off = 0;
-	*n = 0;
+	*n = *nops = 0;
 	for (;;) {
 		if (have - off < 5)
 			return false;   /* not all here: the usual way */
@@ -404,45 +614,69 @@ static bool scan_cached_batch(struct client *c, bool unverified_ok, struct cache
 		uint32_t mlen = proto_get_u32(b + off + 1);
 		if (mlen < 4 || mlen > have - off - 1)
 			return false;
-		if (type == PqMsg_Sync) {
-			*len = off + 1 + (size_t)mlen;
-			return *n > 0;
-		}
-		if (type != PqMsg_Parse || *n == CACHED_PARSES_MAX)
-			return false;
 		const uint8_t *body = b + off + 5;
 		size_t blen = mlen - 4, o = 0;
 		const char *name;
-		if (!proto_read_cstring(body, blen, &o, &name) || !name[0])
-			return false;   /* the unnamed statement lives on a server */
-		if (c->end.prep && prep_cmap_get(&c->end.prep->names, name))
-			return false;   /* 42P05: the server path says it */
+		off += 1 + (size_t)mlen;
+		if (type == PqMsg_Sync) {
+			*len = off;
+			return *n > 0;
+		}
+		if (*nops == 2 * CACHED_PARSES_MAX)
+			return false;
+		if (type == PqMsg_Describe) {
+			/* of a statement parsed in this batch, whose description
+			 * pgcat kept */
+			if (blen < 2 || body[0] != 'S' || body[blen - 1] != 0)
+				return false;
+			uint32_t i = *n;
+			while (i-- > 0 && strcmp(ps[i].name, (const char *)body + 1) != 0)
+				;
+			if (i >= *n || !ps[i].st || !ps[i].st->desc)
+				return false;
+			ops[(*nops)++] = (struct cached_op){ .parse = (uint8_t)i, .describe = true };
+			continue;
+		}
+		if (type != PqMsg_Parse || *n == CACHED_PARSES_MAX || !proto_read_cstring(body, blen, &o, &name))
+			return false;
 		for (uint32_t i = 0; i < *n; i++)
 			if (strcmp(ps[i].name, name) == 0)
 				return false;
-		/* Settings are tracked from the text of their Parse (client.c):
-		 * those go to a server. */
-		const char *q = (const char *)body + o, *qend = (const char *)body + blen;
-		const char *w = prep_sql_space(q, qend);
-		if (prep_sql_word(&w, qend, "set") || prep_sql_word(&w, qend, "reset") || prep_sql_word(&w, qend, "discard"))
-			return false;
-		if (!unverified_ok) {
-			const struct prep_stmt *st = prep_registry_find(&c->pool->prep, false, body + o, blen - o, gen);
-			if (!st || !st->verified)
+		const uint8_t *key = body + o;
+		size_t klen = blen - o;
+		struct prep_stmt *st;
+		if (!name[0]) {
+			/* the unnamed statement: a text the pool maps already */
+			st = prep_registry_find_hashed(r, prep_key_hash(key, klen), key, klen, unnamed_gen(c));
+			if (!st || !st->verified || !unnamed_plannable(st, key, klen))
+				return false;
+		} else {
+			if (c->end.prep && prep_cmap_get(&c->end.prep->names, name))
+				return false;   /* 42P05: the server path says it */
+			/* Settings are tracked from the text of their Parse
+			 * (client.c): those go to a server. */
+			const char *q = (const char *)key, *qend = (const char *)body + blen;
+			const char *w = prep_sql_space(q, qend);
+			if (prep_sql_word(&w, qend, "set") || prep_sql_word(&w, qend, "reset") ||
+			    prep_sql_word(&w, qend, "discard"))
+				return false;
+			st = prep_registry_find(r, false, key, klen, gen);
+			if (!unverified_ok && (!st || !st->verified))
 				return false;
 		}
-		ps[*n] = (struct cached_parse){ .name = name, .key = body + o, .key_len = blen - o };
+		ps[*n] = (struct cached_parse){ .name = name, .key = key, .key_len = klen, .st = st };
+		ops[(*nops)++] = (struct cached_op){ .parse = (uint8_t)*n };
 		(*n)++;
-		off += 1 + (size_t)mlen;
 	}
 }
 
 enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok)
 {
 	struct cached_parse ps[CACHED_PARSES_MAX];
-	uint32_t n;
+	struct cached_op ops[2 * CACHED_PARSES_MAX];
+	uint32_t n, nops;
 	size_t len;
-	if (!scan_cached_batch(c, unverified_ok, ps, &n, &len))
+	if (!scan_cached_batch(c, unverified_ok, ps, &n, ops, &nops, &len))
 		return PREP_CACHED_NO;
 	struct prep_client *pc = prep_client_of(c);
 	if (!pc)
@@ -450,18 +684,47 @@ enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok)
 	struct prep_registry *r = &c->pool->prep;
 	uint64_t gen = prep_schema_generation(c->w);
 	struct evbuffer *out = io_out(&c->io);
-	for (uint32_t i = 0; i < n; i++) {
-		struct prep_stmt *st = prep_registry_get(r, false, ps[i].key, ps[i].key_len, gen);
-		if (!st || !prep_cmap_put(&pc->names, ps[i].name, st)) {
-			prep_stmt_unref(r, st);
-			return PREP_CACHED_FAILED;
+	/* The entries found stay while the batch is answered (the client's
+	 * old unnamed statement, let go below, may have been the last hold
+	 * on one of them). */
+	for (uint32_t i = 0; i < n; i++)
+		if (ps[i].st)
+			ps[i].st->refs++;
+	enum prep_cached done = PREP_CACHED_DONE;
+	for (uint32_t k = 0; k < nops && done == PREP_CACHED_DONE; k++) {
+		struct cached_parse *cp = &ps[ops[k].parse];
+		if (ops[k].describe) {
+			/* the server's own reply to a Describe of it, as it was */
+			evbuffer_add(out, cp->st->desc, cp->st->desc_len);
+			continue;
+		}
+		if (!cp->name[0]) {
+			/* the client's unnamed statement is the pool's from now
+			 * on, as if on_unnamed_parse had mapped it on a server
+			 * that held it */
+			drop_unnamed_st(c);
+			cp->st->refs++;
+			pc->unnamed_st = cp->st;
+			pc->unnamed_len = 0;
+			cp->st->hits++;
+			stats_add(c->pool->stats, STAT_UNNAMED_HITS, 1);
+		} else {
+			struct prep_stmt *st = prep_registry_get(r, false, cp->key, cp->key_len, gen);
+			if (!st || !prep_cmap_put(&pc->names, cp->name, st)) {
+				prep_stmt_unref(r, st);
+				done = PREP_CACHED_FAILED;
+				break;
+			}
 		}
 		static const uint8_t parse_complete[5] = { PqMsg_ParseComplete, 0, 0, 0, 4 };
 		evbuffer_add(out, parse_complete, sizeof parse_complete);
 		stats_add(c->pool->stats, STAT_CLIENT_PARSE, 1);
 	}
-	prep_drain_msg(c, (uint32_t)len);
-	return PREP_CACHED_DONE;
+	for (uint32_t i = 0; i < n; i++)
+		prep_stmt_unref(r, ps[i].st);
+	if (done == PREP_CACHED_DONE)
+		prep_drain_msg(c, (uint32_t)len);
+	return done;
 }
 
 enum prep_action prep_client_message(struct client *c, struct server *s, const struct proto_frame *f,
@@ -518,7 +781,11 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 			m = evbuffer_pullup(in, total);
 			want = total;
 		}
-		return rewrite_name(c, s, f, m, want, name_off, stream_rest);
+		struct prep_stmt *used = NULL;
+		enum prep_action a = rewrite_name(c, s, f, m, want, name_off, stream_rest, &used);
+		if (f->type == PqMsg_Describe && (a == PREP_FORWARD || a == PREP_DONE) && !note_describe(s, used))
+			return PREP_FAILED;
+		return a;
 	}
 	case PqMsg_Close: {
 		if (evbuffer_get_length(in) < total)
@@ -595,8 +862,10 @@ void prep_client_free(struct client *c)
 {
 	if (!c->end.prep)
 		return;
-	if (c->pool)
+	if (c->pool) {
 		prep_cmap_clear(&c->end.prep->names, &c->pool->prep);
+		drop_unnamed_st(c);
+	}
 	free(c->end.prep->unnamed);
 	free(c->end.prep);
 	c->end.prep = NULL;
@@ -612,7 +881,7 @@ void prep_client_trim(struct client *c)
 		pc->unnamed = NULL;
 		pc->unnamed_cap = 0;
 	}
-	if (pc->names.n == 0 && pc->unnamed_len == 0) {
+	if (pc->names.n == 0 && pc->unnamed_len == 0 && !pc->unnamed_st) {
 		free(pc->names.e);
 		free(pc->unnamed);
 		free(pc);
@@ -635,6 +904,11 @@ bool prep_client_statement(const struct client *c, const char *name, const uint8
 		*keylen = st->key_len;
 		return true;
 	}
+	if (pc->unnamed_st) {
+		*key = pc->unnamed_st->key;
+		*keylen = pc->unnamed_st->key_len;
+		return true;
+	}
 	/* the unnamed statement: the body of the last unnamed Parse, after its
 	 * (empty) name */
 	if (pc->unnamed_len < 6)
@@ -652,6 +926,7 @@ bool prep_client_adopt(struct client *c, const uint8_t *parse, uint32_t total)
 	if (!pc || total < 5 || !proto_read_cstring(parse + 5, total - 5, &off, &name))
 		return false;
 	if (!name[0]) {
+		drop_unnamed_st(c);
 		if (pc->unnamed_cap < total) {
 			uint8_t *b = realloc(pc->unnamed, total);
 			if (!b)

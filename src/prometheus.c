@@ -91,6 +91,8 @@ static const struct {
 	{ STAT_CLIENT_LOGIN, { "stats_client_logins_total", "counter", "Client logins." }, 1 },
 	{ STAT_PREPARED_HITS, { "prepared_hits_total", "counter", "Prepared statements found on the server." }, 1 },
 	{ STAT_PREPARED_MISSES, { "prepared_misses_total", "counter", "Prepared statements that had to be prepared." }, 1 },
+	{ STAT_UNNAMED_HITS, { "prepared_unnamed_hits_total", "counter", "Unnamed Parses of statements the server already held." }, 1 },
+	{ STAT_UNNAMED_MISSES, { "prepared_unnamed_misses_total", "counter", "Unnamed Parses the server had to parse." }, 1 },
 };
 
 static const struct metric hists[HIST__COUNT] = {

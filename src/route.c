@@ -158,25 +158,19 @@ static bool bind_statement(struct client *c, struct scan_parse *parses, size_t n
 			return true;
 		}
 	}
-	if (!c->end.prep)
+	/* (the unnamed one may be a named statement of pgcat's: the same key) */
+	const uint8_t *key;
+	size_t keylen;
+	if (!prep_client_statement(c, name, &key, &keylen) || keylen == 0)
 		return false;
-	if (!name[0]) {
-		const struct prep_client *pc = c->end.prep;
-		if (pc->unnamed_len < 5)
-			return false;
-		return read_parse(pc->unnamed + 5, pc->unnamed_len - 5, out);
-	}
-	const struct prep_stmt *st = prep_cmap_get(&c->end.prep->names, name);
-	if (!st || st->sql || st->key_len == 0)
-		return false;
-	const char *sql = (const char *)st->key;
-	size_t l = strnlen(sql, st->key_len);
-	if (l >= st->key_len)
+	const char *sql = (const char *)key;
+	size_t l = strnlen(sql, keylen);
+	if (l >= keylen)
 		return false;
 	out->name = name;
 	out->sql = sql;
 	out->sql_len = l;
-	return shardkey_param_types(st->key + l + 1, st->key_len - l - 1, &out->types, &out->n_types);
+	return shardkey_param_types(key + l + 1, keylen - l - 1, &out->types, &out->n_types);
 }
 
 /* Reads the request at the head of the client's input (a simple Query, or

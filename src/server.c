@@ -924,9 +924,10 @@ static enum pump_step prep_reply(struct server *s, struct evbuffer *in, struct e
 	const uint8_t *whole = NULL;
 	bool small = total <= SERVER_INSPECT_MAX;
 	/* Replies pgcat may drop or replace are small: have them whole first. */
-	if (small && replaceable_reply(f->type) && evbuffer_get_length(in) < total)
+	bool wanted = small && prep_server_wants(s, f->type);
+	if (small && (replaceable_reply(f->type) || wanted) && evbuffer_get_length(in) < total)
 		return PUMP_STOP;
-	if (small && prep_server_wants(s, f->type))
+	if (wanted)
 		whole = evbuffer_pullup(in, total);
 	uint8_t *repl = NULL;
 	uint32_t repl_len = 0;

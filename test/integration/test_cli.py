@@ -123,6 +123,7 @@ log_connections = true
 log_disconnections = true
 pidfile =
 prepared_statements = true
+prepare_unnamed = true
 prepared_statements_cache_size = 500
 query_cache_size = 10000
 prometheus_port = 0

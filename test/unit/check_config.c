@@ -131,6 +131,7 @@ START_TEST(test_defaults)
 	ck_assert(g->log_disconnections);
 	ck_assert_str_eq(g->pidfile, "");
 	ck_assert(g->prepared_statements);
+	ck_assert(g->prepare_unnamed);
 	ck_assert_int_eq(g->prepared_statements_cache_size, 500);
 	ck_assert_int_eq(g->query_cache_size, 10000);
 	ck_assert_int_eq(g->prometheus_port, 0);
@@ -173,7 +174,7 @@ START_TEST(test_key_table)
 {
 	size_t n;
 	const struct config_key_info *keys = config_general_keys(&n);
-	ck_assert_uint_eq(n, 67);
+	ck_assert_uint_eq(n, 68);
 	size_t fixed = 0;
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = i + 1; j < n; j++)
@@ -1028,6 +1029,9 @@ START_TEST(test_set)
 	expect_set(cfg, "tcp_keepalive", "off", "false");
 	ck_assert(!cfg->general.tcp_keepalive);
 	expect_set(cfg, "server_round_robin", "YES", "true");
+	/* read per unnamed Parse: a reload applies to the next one */
+	expect_set(cfg, "prepare_unnamed", "off", "false");
+	ck_assert(!cfg->general.prepare_unnamed);
 	expect_set(cfg, "log_level", "DEBUG", "debug");
 	ck_assert_int_eq(cfg->general.log_level, LOG_LEVEL_DEBUG);
 	expect_set(cfg, "pool_mode", "session", "session");

@@ -137,6 +137,14 @@ START_TEST(server_set_lru_and_model)
 	ck_assert_str_eq(g, "pgcat_0_0");
 	prep_gname(g, &big, UINT32_MAX);
 	ck_assert_str_eq(g, "pgcat_ffffffffffffffff_ffffffff");
+	/* kept on the statement, made again for another generation */
+	size_t gl;
+	ck_assert_str_eq(prep_gname_kept(&fake, 3, &gl), "pgcat_2a_3");
+	ck_assert_uint_eq(gl, sizeof "pgcat_2a_3");
+	ck_assert_str_eq(prep_gname_kept(&fake, 3, &gl), "pgcat_2a_3");
+	ck_assert_str_eq(prep_gname_kept(&fake, 4, &gl), "pgcat_2a_4");
+	ck_assert_str_eq(prep_gname_kept(&big, UINT32_MAX, &gl), "pgcat_ffffffffffffffff_ffffffff");
+	ck_assert_uint_eq(gl, sizeof "pgcat_ffffffffffffffff_ffffffff");
 }
 END_TEST
 
@@ -158,6 +166,53 @@ START_TEST(registry_entry_per_schema_generation)
 	ck_assert_uint_eq(g1->refs, 1);      /* find takes no reference */
 	prep_stmt_unref(&r, g0);
 	prep_stmt_unref(&r, g1);
+	ck_assert_uint_eq(r.count, 0);
+	prep_registry_free(&r);
+}
+END_TEST
+
+/* The seen-once memory of unnamed texts: a text is "again" from its second
+ * time on; each set keeps its PREP_SEEN_WAYS most recently used texts; the
+ * registry's hashed look-ups agree with the plain ones. */
+START_TEST(seen_once_memory)
+{
+	struct prep_registry r;
+	prep_registry_init(&r);
+	/* texts whose hashes fall in one set (the set is bits 40.. of the hash) */
+	uint64_t same_set[PREP_SEEN_WAYS + 1];
+	for (uint32_t i = 0; i <= PREP_SEEN_WAYS; i++)
+		same_set[i] = ((uint64_t)7 << 40) | (uint64_t)(i + 1);
+	for (uint32_t i = 0; i < PREP_SEEN_WAYS; i++)
+		ck_assert(!prep_seen_again(&r, same_set[i]));
+	for (uint32_t i = 0; i < PREP_SEEN_WAYS; i++)
+		ck_assert(prep_seen_again(&r, same_set[i]));
+	/* touch all but the first: the next new text pushes the first out */
+	for (uint32_t i = 1; i < PREP_SEEN_WAYS; i++)
+		ck_assert(prep_seen_again(&r, same_set[i]));
+	ck_assert(!prep_seen_again(&r, same_set[PREP_SEEN_WAYS]));
+	ck_assert(!prep_seen_again(&r, same_set[0]));   /* forgotten: first time again */
+	ck_assert(prep_seen_again(&r, same_set[PREP_SEEN_WAYS]));
+	/* many distinct texts: bounded, and a recent one is still known */
+	for (int i = 0; i < 100000; i++) {
+		char q[32];
+		int n = snprintf(q, sizeof q, "SELECT %d", i);
+		uint64_t h = prep_key_hash((const uint8_t *)q, (size_t)n + 1);
+		(void)prep_seen_again(&r, h);
+	}
+	static const uint8_t last[] = "SELECT 99999";
+	ck_assert(prep_seen_again(&r, prep_key_hash(last, sizeof last)));
+	/* hashed and plain look-ups are the same entry */
+	static const uint8_t key[] = "SELECT $1\0\0\1\0\0\0\x17";
+	uint64_t th = prep_key_hash(key, sizeof key - 1);
+	struct prep_stmt *a = prep_registry_get_hashed(&r, th, key, sizeof key - 1, 3);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_eq(prep_registry_find(&r, false, key, sizeof key - 1, 3), a);
+	ck_assert_ptr_eq(prep_registry_find_hashed(&r, th, key, sizeof key - 1, 3), a);
+	ck_assert_ptr_null(prep_registry_find_hashed(&r, th, key, sizeof key - 1, 4));
+	struct prep_stmt *b = prep_registry_get(&r, false, key, sizeof key - 1, 3);
+	ck_assert_ptr_eq(a, b);
+	prep_stmt_unref(&r, a);
+	prep_stmt_unref(&r, b);
 	ck_assert_uint_eq(r.count, 0);
 	prep_registry_free(&r);
 }
@@ -186,6 +241,7 @@ Suite *prepared_suite(void)
 	tcase_add_test(tc, server_set_lru_and_model);
 	tcase_add_test(tc, registry_entry_per_schema_generation);
 	tcase_add_test(tc, schema_changing_tags);
+	tcase_add_test(tc, seen_once_memory);
 	suite_add_tcase(s, tc);
 	return s;
 }
