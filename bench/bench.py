@@ -58,7 +58,9 @@ def proc_tree(pids):
 
 
 def cpu_ticks(pids):
-    """utime+stime (clock ticks) summed over the process trees of pids."""
+    """utime+stime (clock ticks) summed over the process trees of pids.
+
+    A process's /proc/PID/stat counts all its threads (pg_doorman's too)."""
     total = 0
     for p in proc_tree(pids):
         try:
@@ -420,6 +422,37 @@ def cmd_report(a):
             P(f"| {p} | {c} | {f0(g['tps'])} | {f0(gp['tps'])} | {f2(ratio(gp['tps'], g['tps']))} "
               f"| {f1(g['cpu'])} | {f1(gp['cpu'])} |")
 
+    if any("pg_doorman" in t for t in cells.values()):
+        P("\n### pgcat vs pg_doorman (medians)\n")
+        P("pg_doorman with one worker thread (`worker_threads = 1`), the same pool "
+          "and its prepared-statement cache on; its CPU is utime+stime of all its "
+          "threads. PgBouncer's column repeats the first table's for reference.\n")
+        P("| protocol | clients | PgBouncer tps | pg_doorman tps | pgcat tps "
+          "| pgcat/pg_doorman | pg_doorman/PgBouncer | lat ms pg_doorman / pgcat "
+          "| CPU µs/txn pg_doorman | CPU µs/txn pgcat | pgcat/pg_doorman CPU | spread % pg_doorman |")
+        P("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+        dnotes = []
+        for p in protos:
+            for c in sorted({k[1] for k in cells if k[0] == p}):
+                t = cells[(p, c)]
+                b, dm, g = (agg(t.get(x)) for x in ("pgbouncer", "pg_doorman", "pgcat"))
+                if not dm:
+                    continue
+                def v(x, k):
+                    return x[k] if x else None
+                P(f"| {p} | {c} | {f0(v(b,'tps')) if b else 'n/a'} | "
+                  f"{f0(dm['tps'])}{' ⚠' if dm['bad'] else ''} | {f0(v(g,'tps'))} | "
+                  f"{f2(ratio(v(g,'tps'), dm['tps']))} | {f2(ratio(dm['tps'], v(b,'tps')))} | "
+                  f"{f3(dm['lat'])} / {f3(v(g,'lat'))} | {f1(dm['cpu'])} | {f1(v(g,'cpu'))} | "
+                  f"{f2(ratio(v(g,'cpu'), dm['cpu']))} | {f1(dm['spread'])} |")
+                if dm["bad"]:
+                    dnotes.append(f"- {p} c={c} pg_doorman: {dm['bad']}/{dm['n']} runs failed or "
+                                  f"aborted (failed transactions {dm['failed']}, aborted clients "
+                                  f"{dm['aborted']}); first error: `{' | '.join(dm['errors'][:2])}`")
+        if dnotes:
+            P("")
+            out.extend(dnotes)
+
     if any("pgcat-w2" in t for t in cells.values()):
         P("\n### pgcat workers = 2 vs workers = 1 (medians)\n")
         P("Two worker processes share this machine's two cores with pgbench and "
@@ -464,8 +497,10 @@ def cmd_report(a):
             "pgcat": "SCRAM (plaintext password in pgcat.ini)",
             "pgcat-secret": "SCRAM (the SCRAM secret in pgcat.ini)",
             "pgcat-md5": "md5 (plaintext password in pgcat.ini)",
+            "pg_doorman": "SCRAM (the SCRAM secret in its TOML, passthrough to PostgreSQL)",
         }
-        for tname in ("direct", "pgbouncer", "pgbouncer-plain", "pgbouncer-md5", "pgcat", "pgcat-secret", "pgcat-md5"):
+        for tname in ("direct", "pgbouncer", "pgbouncer-plain", "pgbouncer-md5", "pgcat", "pgcat-secret",
+                      "pgcat-md5", "pg_doorman"):
             rs = conn.get(tname)
             if not rs:
                 continue
@@ -485,6 +520,11 @@ def cmd_report(a):
           f"CPU per connection pgcat/PgBouncer: SCRAM {f2(ratio(mc('pgcat'), mc('pgbouncer')))} "
           f"(pgcat holding the SCRAM secret: {f2(ratio(mc('pgcat-secret'), mc('pgbouncer')))}), "
           f"md5 {f2(ratio(mc('pgcat-md5'), mc('pgbouncer-md5')))}.")
+        if conn.get("pg_doorman"):
+            P(f"\npgcat/pg_doorman connection rate (both SCRAM): {f2(ratio(mt('pgcat'), mt('pg_doorman')))}, "
+              f"pgcat holding the SCRAM secret as pg_doorman does: {f2(ratio(mt('pgcat-secret'), mt('pg_doorman')))}; "
+              f"CPU per connection pgcat/pg_doorman: {f2(ratio(mc('pgcat'), mc('pg_doorman')))} "
+              f"(pgcat holding the SCRAM secret: {f2(ratio(mc('pgcat-secret'), mc('pg_doorman')))}).")
 
     idle = [r for r in rows if r["section"] == "idle"]
     if idle:

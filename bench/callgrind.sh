@@ -20,7 +20,11 @@
 #   CG_PROTOCOLS="simple extended prepared"
 #   CG_CLIENTS=1           pgbench -c (with -j 1)
 #   CG_T1=1000 CG_T2=6000  transactions per client of the two runs
-#   CG_TARGETS="pgbouncer pgcat pgcat-parser"
+#   CG_TARGETS="pgbouncer pgcat pgcat-parser"   pg_doorman may be added: its
+#                          binary is PG_DOORMAN_BIN or built once by
+#                          ../shared/anchors/build-pg-doorman (bench/doorman.sh);
+#                          its count is that of its tokio worker thread, the one
+#                          that moves the messages (see run_once)
 #   PGCAT_BIN=/path/pgcat  default: build this repository's HEAD (-O2 -g) in a temp dir
 set -euo pipefail
 
@@ -57,6 +61,11 @@ trap 'exit 130' INT TERM
 AS_PG=(setpriv --reuid=postgres --regid=postgres --init-groups --)
 
 read -r PGPORT PORT <<<"$(python3 "$HERE/bench.py" freeports 2)"
+
+. "$HERE/doorman.sh"
+case " $TARGETS " in
+*" pg_doorman "*) pg_doorman_bin || { echo "callgrind.sh: no pg_doorman" >&2; exit 1; } ;;
+esac
 
 if [ -z "${PGCAT_BIN:-}" ]; then
 	echo "== building pgcat (-O2 -g) from $(git -C "$REPO" rev-parse --short HEAD)"
@@ -108,6 +117,9 @@ default_pool_size = 10
 logfile = $TMP/pgbouncer.log
 EOF
 		;;
+	pg_doorman)
+		pg_doorman_toml "$PORT" "$PGPORT" "$SECRET" >"$TMP/pg_doorman.toml"
+		;;
 	pgcat | pgcat-parser)
 		local parser=false replica=
 		if [ "$1" = pgcat-parser ]; then parser=true; replica=", 127.0.0.2:$PGPORT:replica"; fi
@@ -134,17 +146,30 @@ pool_size = 10
 EOF
 		;;
 	esac
-	chown postgres: "$TMP"/*.ini "$TMP/userlist.txt"
+	find "$TMP" -maxdepth 1 \( -name '*.ini' -o -name '*.toml' -o -name userlist.txt \) -exec chown postgres: {} +
 }
 
 # One run under callgrind: prints the worker's instruction count (pgcat's
-# server logins left out) after pgbench -t $3.
+# server logins, pg_doorman's clock calibration left out) after pgbench -t $3.
 run_once() { # target protocol transactions
-	local dir="$TMP/cg-$1-$2-$3" cmd vpid best=0 f ir login
+	local dir="$TMP/cg-$1-$2-$3" cmd vpid best=0 f ir login vg=()
 	mkdir -p "$dir"
 	chown postgres: "$dir"
-	if [ "$1" = pgbouncer ]; then cmd=(pgbouncer "$TMP/pgbouncer.ini"); else cmd=("$PGCAT_BIN" "$TMP/$1.ini"); fi
-	"${AS_PG[@]}" valgrind --tool=callgrind --vgdb=no --trace-children=yes \
+	case "$1" in
+	pgbouncer) cmd=(pgbouncer "$TMP/pgbouncer.ini") ;;
+	pg_doorman)
+		# A file per thread; counted is the tokio worker (worker_threads = 1)
+		# that serves the clients, found below. Left out: a second thread
+		# that polls statistics on a timer (it reads /proc/net/tcp, so its
+		# count follows the run's length and the machine's sockets, not the
+		# transactions: 13 to 54 million instructions in runs alike, more
+		# than the worker's in a short run), the main thread (start-up) and
+		# short-lived blocking-pool threads.
+		cmd=("$PG_DOORMAN_BIN" "$TMP/pg_doorman.toml" -l warn --no-color)
+		vg=(--separate-threads=yes) ;;
+	*) cmd=("$PGCAT_BIN" "$TMP/$1.ini") ;;
+	esac
+	"${AS_PG[@]}" valgrind --tool=callgrind --vgdb=no --trace-children=yes ${vg[@]+"${vg[@]}"} \
 		--callgrind-out-file="$dir/cg.%p" "${cmd[@]}" >"$dir/stderr" 2>&1 &
 	vpid=$!
 	for _ in $(seq 200); do
@@ -158,12 +183,28 @@ run_once() { # target protocol transactions
 	kill -KILL "$vpid" 2>/dev/null || true
 	wait "$vpid" 2>/dev/null || true
 	# pgcat: the supervisor and the worker write a file each; the worker's is the big one
-	for f in "$dir"/cg.*; do
-		ir=$(awk '/^summary:/ {print $2; exit}' "$f")
-		if [ "${ir:-0}" -gt "$best" ]; then best=$ir; FILE=$f; fi
-	done
+	if [ "$1" = pg_doorman ]; then
+		# the thread that spent the most in pg_doorman::client (the worker)
+		local score top=-1
+		for f in "$dir"/cg.*-*; do
+			score=$(callgrind_annotate "$f" 2>/dev/null |
+				awk '/pg_doorman::client::/ {gsub(",", "", $1); s += $1} END {print s + 0}')
+			if [ "$score" -gt "$top" ]; then top=$score; FILE=$f; fi
+		done
+		best=$(awk '/^summary:/ {print $2; exit}' "$FILE")
+	else
+		for f in "$dir"/cg.*; do
+			ir=$(awk '/^summary:/ {print $2; exit}' "$f")
+			if [ "${ir:-0}" -gt "$best" ]; then best=$ir; FILE=$f; fi
+		done
+	fi
+	# Left out as one-off costs whose size varies from run to run: pgcat's
+	# server logins; pg_doorman's calibration of its clock (quanta), done on
+	# first use in the worker, 9-13 million instructions depending on timing.
+	local oneoff=':(process_login|pool_derive_scram) [[]'
+	if [ "$1" = pg_doorman ]; then oneoff=':quanta::Clock::new [[]'; fi
 	login=$(callgrind_annotate --inclusive=yes "$FILE" 2>/dev/null |
-		awk '/:(process_login|pool_derive_scram) \[/ {gsub(",", "", $1); s += $1} END {print s + 0}')
+		awk -v re="$oneoff" '$0 ~ re {gsub(",", "", $1); s += $1} END {print s + 0}')
 	echo $((best - login))
 }
 

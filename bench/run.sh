@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 #
-# bench/run.sh — pgbench through pgcat vs PgBouncer vs PostgreSQL direct.
+# bench/run.sh — pgbench through pgcat vs PgBouncer (vs pg_doorman, optional)
+# vs PostgreSQL direct.
 #
 # Starts a throwaway PostgreSQL 15 (fsync off, data under /dev/shm,
-# pgbench -i -s 10), three PgBouncer and three pgcat instances in front of it
-# (transaction mode, pool size 10, pgcat workers = 1), then runs the same
-# pgbench cells against each target, interleaved (A B C D A B C D ...), and
-# prints medians, ratios and each pooler's CPU time per transaction.
+# pgbench -i -s 10), three PgBouncer and five pgcat instances in front of it
+# (transaction mode, pool size 10, pgcat workers = 1), and with BENCH_DOORMAN=1
+# one pg_doorman (worker_threads = 1), then runs the same pgbench cells against
+# each target, interleaved (A B C D A B C D ...), and prints medians, ratios
+# and each pooler's CPU time per transaction.
 # Everything it starts is stopped by PID on exit; nothing is left behind.
 #
 # Usage (as root: the servers run as OS user postgres):
@@ -25,6 +27,11 @@
 #   BENCH_QUICK=1           SECONDS=3 REPEATS=1 CLIENTS="1 100 1000" IDLE=2000
 #   PGCAT_BIN=/path/pgcat   benchmark this binary; default: clone this repo's
 #                           HEAD into the temp dir and build it with -O2 -g
+#   BENCH_DOORMAN=1         add pg_doorman 3.10.7 as a target (threads, one
+#                           worker thread); its binary is PG_DOORMAN_BIN, or
+#                           built once by ../shared/anchors/build-pg-doorman
+#                           (about 7 minutes on 2 cores, crates from crates.io)
+#   PG_DOORMAN_BIN=/path    this pg_doorman binary (implies BENCH_DOORMAN=1)
 #   BENCH_OUT=dir           results (results.jsonl, report.md, machine.txt);
 #                           default /tmp/pgcat-bench-<timestamp>
 #   BENCH_KEEP=1            keep the temp dir (logs) after the run
@@ -47,6 +54,8 @@ CONN_SECS=${BENCH_CONN_SECONDS:-$SECS}
 CONN_CLIENTS=${BENCH_CONN_CLIENTS:-10}
 IDLE_N=${BENCH_IDLE_CLIENTS:-10000}
 OUT=${BENCH_OUT:-/tmp/pgcat-bench-$(date +%Y%m%d-%H%M%S)}
+DOORMAN=${BENCH_DOORMAN:-0}
+[ -z "${PG_DOORMAN_BIN:-}" ] || DOORMAN=1
 
 [ "$(id -u)" = 0 ] || { echo "run.sh: run as root (servers are started as user postgres)" >&2; exit 1; }
 for b in "$PGBIN/postgres" "$PGBIN/initdb" pgbench psql pgbouncer setpriv; do
@@ -91,7 +100,7 @@ trap 'exit 130' INT TERM
 AS_PG=(setpriv --reuid=postgres --regid=postgres --init-groups --)
 
 read -r PGPORT PGB_PORT PGB_PLAIN_PORT PGB_MD5_PORT PGCAT_PORT PGCAT_PARSER_PORT PGCAT_MD5_PORT PGCAT_W2_PORT \
-	PGCAT_SECRET_PORT <<<"$($PY "$HERE/bench.py" freeports 9)"
+	PGCAT_SECRET_PORT DOORMAN_PORT <<<"$($PY "$HERE/bench.py" freeports 10)"
 
 # ---------------------------------------------------------------- pgcat build
 if [ -z "${PGCAT_BIN:-}" ]; then
@@ -105,11 +114,15 @@ else
 	PGCAT_COMMIT="(PGCAT_BIN=$PGCAT_BIN; repo HEAD $(git -C "$REPO" rev-parse HEAD))"
 fi
 
+# ---------------------------------------------------------------- pg_doorman build
+. "$HERE/doorman.sh"
+[ "$DOORMAN" = 0 ] || pg_doorman_bin || { echo "run.sh: no pg_doorman" >&2; exit 1; }
+
 # ---------------------------------------------------------------- machine
 PGB_VERSION=$(pgbouncer --version | head -1 | awk '{print $2}')
 {
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-	echo "command: BENCH_QUICK=${BENCH_QUICK:-0} BENCH_SECONDS=$SECS BENCH_REPEATS=$REPEATS BENCH_CLIENTS=\"$CLIENTS\" BENCH_PROTOCOLS=\"$PROTOCOLS\" BENCH_CONN_SECONDS=$CONN_SECS BENCH_CONN_CLIENTS=$CONN_CLIENTS BENCH_IDLE_CLIENTS=$IDLE_N bench/run.sh"
+	echo "command: BENCH_QUICK=${BENCH_QUICK:-0} BENCH_SECONDS=$SECS BENCH_REPEATS=$REPEATS BENCH_CLIENTS=\"$CLIENTS\" BENCH_PROTOCOLS=\"$PROTOCOLS\" BENCH_CONN_SECONDS=$CONN_SECS BENCH_CONN_CLIENTS=$CONN_CLIENTS BENCH_IDLE_CLIENTS=$IDLE_N BENCH_DOORMAN=$DOORMAN bench/run.sh"
 	echo "nproc: $(nproc)"
 	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 	echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
@@ -120,6 +133,7 @@ PGB_VERSION=$(pgbouncer --version | head -1 | awk '{print $2}')
 	echo "pgbouncer: $(pgbouncer --version | head -1)"
 	echo "pgcat: $("$PGCAT_BIN" --version 2>&1 | head -1)"
 	echo "pgcat commit: $PGCAT_COMMIT"
+	[ "$DOORMAN" = 0 ] || echo "pg_doorman: $("$PG_DOORMAN_BIN" --version 2>&1 | head -1) ($PG_DOORMAN_BIN)"
 	echo "python: $($PY --version)"
 } | tee "$OUT/machine.txt"
 
@@ -238,14 +252,32 @@ start_pgcat pgcat-secret "$PGCAT_SECRET_PORT" false scram-sha-256 1 "$SECRET"
 # what a larger machine gains.
 start_pgcat pgcat-w2 "$PGCAT_W2_PORT" false scram-sha-256 2
 
+# ---------------------------------------------------------------- pg_doorman
+# Its config and why: pg_doorman_toml in bench/doorman.sh. Log in the temp dir.
+if [ "$DOORMAN" = 1 ]; then
+	pg_doorman_toml "$DOORMAN_PORT" "$PGPORT" "$SECRET" >"$TMP/pg_doorman.toml"
+	chown postgres: "$TMP/pg_doorman.toml"
+	"${AS_PG[@]}" "$PG_DOORMAN_BIN" "$TMP/pg_doorman.toml" -l warn --no-color >"$TMP/pg_doorman.log" 2>&1 &
+	PIDS+=("$!")
+	PID_pg_doorman=$!
+fi
+
 declare -A PORT=([direct]=$PGPORT [pgbouncer]=$PGB_PORT [pgbouncer-plain]=$PGB_PLAIN_PORT
 	[pgbouncer-md5]=$PGB_MD5_PORT [pgcat]=$PGCAT_PORT [pgcat-parser]=$PGCAT_PARSER_PORT
 	[pgcat-md5]=$PGCAT_MD5_PORT [pgcat-w2]=$PGCAT_W2_PORT [pgcat-secret]=$PGCAT_SECRET_PORT)
 declare -A PID=([direct]="" [pgbouncer]=$PID_pgbouncer [pgbouncer-plain]=$PID_pgbouncer_plain
 	[pgbouncer-md5]=$PID_pgbouncer_md5 [pgcat]=$PID_pgcat [pgcat-parser]=$PID_pgcat_parser
 	[pgcat-md5]=$PID_pgcat_md5 [pgcat-w2]=$PID_pgcat_w2 [pgcat-secret]=$PID_pgcat_secret)
+POOLERS="pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret"
+DM=   # " pg_doorman" when it is a target: appended to each section's list
+if [ "$DOORMAN" = 1 ]; then
+	PORT[pg_doorman]=$DOORMAN_PORT
+	PID[pg_doorman]=$PID_pg_doorman
+	DM=" pg_doorman"
+fi
+POOLERS+=$DM
 
-for t in pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret; do
+for t in $POOLERS; do
 	ok=
 	for _ in $(seq 100); do
 		kill -0 "${PID[$t]}" 2>/dev/null || break
@@ -255,7 +287,7 @@ for t in pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-parser pgcat-md5 pg
 	[ -n "$ok" ] || { echo "run.sh: $t did not come up; log:" >&2; cat "$TMP/$t"*.log "$TMP/$t.stderr" 2>/dev/null | tail -20 >&2; exit 1; }
 done
 echo "== warm-up (fill every pool)"
-for t in direct pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret; do
+for t in direct $POOLERS; do
 	pgbench -n -S -c 10 -j 2 -T 2 -h 127.0.0.1 -p "${PORT[$t]}" -U bench bench >/dev/null 2>&1 ||
 		echo "   warm-up against $t failed" >&2
 done
@@ -269,7 +301,7 @@ cell() { # section target protocol clients repeat seconds [--connect]
 # ---------------------------------------------------------------- idle memory
 # First, on fresh poolers, so the baseline is not inflated by earlier cells.
 echo "== RSS per idle logged-in client ($IDLE_N clients, SCRAM)"
-for t in pgbouncer pgcat; do
+for t in pgbouncer pgcat$DM; do
 	$PY "$HERE/bench.py" idle --target "$t" --port "${PORT[$t]}" --pids "${PID[$t]}" \
 		--n "$IDLE_N" --out "$RES" --user bench --password bench --dbname bench
 	sleep 2
@@ -284,8 +316,8 @@ pgb_has_prepared() { # PgBouncer >= 1.21 supports prepared statements in transac
 echo "== pgbench -S cells: ${SECS}s x $REPEATS repeats, clients: $CLIENTS, protocols: $PROTOCOLS"
 for c in $CLIENTS; do
 	for p in $PROTOCOLS; do
-		targets="direct pgbouncer pgcat pgcat-parser pgcat-w2"
-		if [ "$p" = prepared ] && ! pgb_has_prepared; then targets="direct pgcat pgcat-parser pgcat-w2"; fi
+		targets="direct pgbouncer pgcat pgcat-parser pgcat-w2$DM"
+		if [ "$p" = prepared ] && ! pgb_has_prepared; then targets="direct pgcat pgcat-parser pgcat-w2$DM"; fi
 		for r in $(seq "$REPEATS"); do
 			for t in $targets; do
 				cell cell "$t" "$p" "$c" "$r" "$SECS"
@@ -297,16 +329,16 @@ done
 # ---------------------------------------------------------------- connection rate
 echo "== connection rate: pgbench -S -C -c $CONN_CLIENTS, ${CONN_SECS}s x $REPEATS"
 for r in $(seq "$REPEATS"); do
-	for t in direct pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-secret pgcat-md5; do
+	for t in direct pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-secret pgcat-md5$DM; do
 		cell conn "$t" simple "$CONN_CLIENTS" "$r" "$CONN_SECS" --connect
 	done
 done
 
 # ---------------------------------------------------------------- report
-for t in pgbouncer pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret; do
+for t in pgbouncer pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret$DM; do
 	kill -0 "${PID[$t]}" 2>/dev/null || echo "run.sh: WARNING: $t (pid ${PID[$t]}) died during the run" | tee -a "$OUT/machine.txt" >&2
 done
-for t in pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret; do cp "$TMP/$t.log" "$OUT/$t.log"; done
+for t in pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret$DM; do cp "$TMP/$t.log" "$OUT/$t.log"; done
 $PY "$HERE/bench.py" report "$RES" | tee "$OUT/report.md"
 echo
 echo "results: $OUT (machine.txt, results.jsonl, report.md)"
