@@ -348,17 +348,21 @@ def test_many_distinct_queries_stay_within_the_bound(pgcat):
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("protocol", ["prepared", "extended"])
-def test_pgbench_tpcb_more_clients_than_servers(pgcat, pg, protocol):
-    """TPC-B, 8 clients on 2 threads through pool_size 4 in transaction
-    mode: no failed transaction (extended: every statement unnamed)."""
+@pytest.mark.parametrize("protocol,clients,per_client", [("prepared", 8, 150), ("extended", 8, 150),
+                                                         ("prepared", 100, 12)])
+def test_pgbench_tpcb_more_clients_than_servers(pgcat, pg, protocol, clients, per_client):
+    """TPC-B, 8 or 100 clients on 2 threads through pool_size 4 in
+    transaction mode: no failed transaction (extended: every statement
+    unnamed; prepared: each client's blocking prepare while others hold
+    the servers in their transactions)."""
     ensure_bench_data(pg)
     p = pgcat(general={"pool_mode": "transaction", "default_pool_size": 4, "prepared_statements": "true"},
               pools=bench_pool(pg))
-    r = pgbench(["-n", "-M", protocol, "-c", "8", "-j", "2", "-t", "150"], p.host, p.port, 500)
+    r = pgbench(["-n", "-M", protocol, "-c", str(clients), "-j", "2", "-t", str(per_client)], p.host, p.port, 500)
     out = r.stdout + r.stderr
+    total = clients * per_client
     assert r.returncode == 0, out[-3000:]
-    assert "number of transactions actually processed: 1200/1200" in out, out[-3000:]
+    assert "number of transactions actually processed: %d/%d" % (total, total) in out, out[-3000:]
     assert "number of failed transactions: 0" in out, out[-3000:]
     if protocol == "extended":
         a = admin(p)
