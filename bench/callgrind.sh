@@ -62,6 +62,7 @@ AS_PG=(setpriv --reuid=postgres --regid=postgres --init-groups --)
 
 read -r PGPORT PORT <<<"$(python3 "$HERE/bench.py" freeports 2)"
 
+. "$HERE/anchors.sh"
 . "$HERE/doorman.sh"
 case " $TARGETS " in
 *" pg_doorman "*) pg_doorman_bin || { echo "callgrind.sh: no pg_doorman" >&2; exit 1; } ;;
