@@ -410,6 +410,41 @@ def cmd_report(a):
         P("\n⚠ = at least one repeat exited non-zero, reported failed transactions or aborted clients:\n")
         out.extend(notes)
 
+    if any("pgbouncer125" in t for t in cells.values()):
+        has_dm = any("pg_doorman" in t for t in cells.values())
+        P("\n### pgcat vs PgBouncer 1.25.2 (medians)\n")
+        P("PgBouncer 1.25.2 with the config of the first table's PgBouncer (1.18) "
+          "plus `max_prepared_statements = 200` (its default), so it also runs "
+          "the prepared cells. PgBouncer 1.18's column repeats the first table's "
+          "for reference.\n")
+        P("| protocol | clients | PgBouncer 1.18 tps | PgBouncer 1.25.2 tps | pgcat tps "
+          "| pgcat/PgBouncer 1.25.2 | PgBouncer 1.25.2/1.18 | lat ms PgB 1.25.2 / pgcat "
+          "| CPU µs/txn PgB 1.25.2 | CPU µs/txn pgcat | pgcat/PgB 1.25.2 CPU | spread % PgB 1.25.2 |"
+          + (" pg_doorman/PgBouncer 1.25.2 |" if has_dm else ""))
+        P("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|" + ("---:|" if has_dm else ""))
+        bnotes = []
+        for p in protos:
+            for c in sorted({k[1] for k in cells if k[0] == p}):
+                t = cells[(p, c)]
+                b, b5, g, dm = (agg(t.get(x)) for x in ("pgbouncer", "pgbouncer125", "pgcat", "pg_doorman"))
+                if not b5:
+                    continue
+                def v(x, k):
+                    return x[k] if x else None
+                P(f"| {p} | {c} | {f0(v(b,'tps')) if b else 'n/a'} | "
+                  f"{f0(b5['tps'])}{' ⚠' if b5['bad'] else ''} | {f0(v(g,'tps'))} | "
+                  f"{f2(ratio(v(g,'tps'), b5['tps']))} | {f2(ratio(b5['tps'], v(b,'tps')))} | "
+                  f"{f3(b5['lat'])} / {f3(v(g,'lat'))} | {f1(b5['cpu'])} | {f1(v(g,'cpu'))} | "
+                  f"{f2(ratio(v(g,'cpu'), b5['cpu']))} | {f1(b5['spread'])} |"
+                  + (f" {f2(ratio(v(dm,'tps'), b5['tps']))} |" if has_dm else ""))
+                if b5["bad"]:
+                    bnotes.append(f"- {p} c={c} pgbouncer125: {b5['bad']}/{b5['n']} runs failed or "
+                                  f"aborted (failed transactions {b5['failed']}, aborted clients "
+                                  f"{b5['aborted']}); first error: `{' | '.join(b5['errors'][:2])}`")
+        if bnotes:
+            P("")
+            out.extend(bnotes)
+
     P("\n### Query parser on vs off (pgcat, medians)\n")
     P("| protocol | clients | parser off tps | parser on tps | on/off | CPU µs/txn off | CPU µs/txn on |")
     P("|---|---:|---:|---:|---:|---:|---:|")
@@ -494,13 +529,14 @@ def cmd_report(a):
             "pgbouncer": "SCRAM, userlist holds the SCRAM secret",
             "pgbouncer-plain": "SCRAM, userlist holds the plaintext password",
             "pgbouncer-md5": "md5 (plaintext userlist)",
+            "pgbouncer125": "PgBouncer 1.25.2: SCRAM, userlist holds the SCRAM secret",
             "pgcat": "SCRAM (plaintext password in pgcat.ini)",
             "pgcat-secret": "SCRAM (the SCRAM secret in pgcat.ini)",
             "pgcat-md5": "md5 (plaintext password in pgcat.ini)",
             "pg_doorman": "SCRAM (the SCRAM secret in its TOML, passthrough to PostgreSQL)",
         }
-        for tname in ("direct", "pgbouncer", "pgbouncer-plain", "pgbouncer-md5", "pgcat", "pgcat-secret",
-                      "pgcat-md5", "pg_doorman"):
+        for tname in ("direct", "pgbouncer", "pgbouncer-plain", "pgbouncer-md5", "pgbouncer125", "pgcat",
+                      "pgcat-secret", "pgcat-md5", "pg_doorman"):
             rs = conn.get(tname)
             if not rs:
                 continue
@@ -520,6 +556,15 @@ def cmd_report(a):
           f"CPU per connection pgcat/PgBouncer: SCRAM {f2(ratio(mc('pgcat'), mc('pgbouncer')))} "
           f"(pgcat holding the SCRAM secret: {f2(ratio(mc('pgcat-secret'), mc('pgbouncer')))}), "
           f"md5 {f2(ratio(mc('pgcat-md5'), mc('pgbouncer-md5')))}.")
+        if conn.get("pgbouncer125"):
+            P(f"\npgcat/PgBouncer 1.25.2 connection rate (both SCRAM, PgBouncer's userlist holding the SCRAM "
+              f"secret): {f2(ratio(mt('pgcat'), mt('pgbouncer125')))}, pgcat holding the SCRAM secret too: "
+              f"{f2(ratio(mt('pgcat-secret'), mt('pgbouncer125')))}; CPU per connection pgcat/PgBouncer 1.25.2: "
+              f"{f2(ratio(mc('pgcat'), mc('pgbouncer125')))} (pgcat holding the SCRAM secret: "
+              f"{f2(ratio(mc('pgcat-secret'), mc('pgbouncer125')))}); PgBouncer 1.25.2/1.18 connection rate: "
+              f"{f2(ratio(mt('pgbouncer125'), mt('pgbouncer')))}"
+              + (f", pg_doorman/PgBouncer 1.25.2: {f2(ratio(mt('pg_doorman'), mt('pgbouncer125')))}"
+                 if conn.get("pg_doorman") else "") + ".")
         if conn.get("pg_doorman"):
             P(f"\npgcat/pg_doorman connection rate (both SCRAM): {f2(ratio(mt('pgcat'), mt('pg_doorman')))}, "
               f"pgcat holding the SCRAM secret as pg_doorman does: {f2(ratio(mt('pgcat-secret'), mt('pg_doorman')))}; "
@@ -536,6 +581,10 @@ def cmd_report(a):
               f"{r['rss_after_kb']:,} | {r['bytes_per_client']:,.0f} | {r['login_seconds']} |")
             if r["errors"]:
                 P(f"| | {r['errors']} login errors, first: `{r['first_error'][0]}` | | | | | |")
+        bpc = {r["target"]: r["bytes_per_client"] for r in idle}
+        if "pgbouncer125" in bpc:
+            P(f"\nBytes per idle client pgcat/PgBouncer 1.25.2: {f2(ratio(bpc.get('pgcat'), bpc['pgbouncer125']))}"
+              f" (pgcat/PgBouncer 1.18: {f2(ratio(bpc.get('pgcat'), bpc.get('pgbouncer')))}).")
     print("\n".join(out))
 
 

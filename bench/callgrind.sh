@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 #
 # bench/callgrind.sh — user-space instructions per transaction of pgcat and
-# PgBouncer, counted by valgrind's callgrind: repeatable on a noisy machine
-# where timings are not (see doc/benchmarks.md).
+# PgBouncer (1.18; 1.25.2 optionally), counted by valgrind's callgrind:
+# repeatable on a noisy machine where timings are not (see doc/benchmarks.md).
 #
 # Starts a throwaway PostgreSQL 15 (data under /dev/shm, pgbench -i -s 1),
 # then for each target and protocol runs the pooler under callgrind twice,
@@ -20,7 +20,11 @@
 #   CG_PROTOCOLS="simple extended prepared"
 #   CG_CLIENTS=1           pgbench -c (with -j 1)
 #   CG_T1=1000 CG_T2=6000  transactions per client of the two runs
-#   CG_TARGETS="pgbouncer pgcat pgcat-parser"   pg_doorman may be added: its
+#   CG_TARGETS="pgbouncer pgcat pgcat-parser"   pgbouncer125 may be added:
+#                          PgBouncer 1.25.2, binary PGBOUNCER125_BIN or built
+#                          once by ../shared/anchors/build-pgbouncer
+#                          (bench/anchors.sh), config as pgbouncer's plus
+#                          max_prepared_statements = 200; pg_doorman too: its
 #                          binary is PG_DOORMAN_BIN or built once by
 #                          ../shared/anchors/build-pg-doorman (bench/doorman.sh);
 #                          its count is that of its tokio worker thread, the one
@@ -62,7 +66,11 @@ AS_PG=(setpriv --reuid=postgres --regid=postgres --init-groups --)
 
 read -r PGPORT PORT <<<"$(python3 "$HERE/bench.py" freeports 2)"
 
+. "$HERE/anchors.sh"
 . "$HERE/doorman.sh"
+case " $TARGETS " in
+*" pgbouncer125 "*) pgbouncer125_bin || { echo "callgrind.sh: no PgBouncer 1.25.2" >&2; exit 1; } ;;
+esac
 case " $TARGETS " in
 *" pg_doorman "*) pg_doorman_bin || { echo "callgrind.sh: no pg_doorman" >&2; exit 1; } ;;
 esac
@@ -102,8 +110,8 @@ echo "\"bench\" \"$SECRET\"" >"$TMP/userlist.txt"
 
 write_config() { # target
 	case "$1" in
-	pgbouncer)
-		cat >"$TMP/pgbouncer.ini" <<EOF
+	pgbouncer | pgbouncer125)
+		cat >"$TMP/$1.ini" <<EOF
 [databases]
 bench = host=127.0.0.1 port=$PGPORT dbname=bench
 [pgbouncer]
@@ -114,8 +122,10 @@ auth_type = scram-sha-256
 auth_file = $TMP/userlist.txt
 pool_mode = transaction
 default_pool_size = 10
-logfile = $TMP/pgbouncer.log
+logfile = $TMP/$1.log
 EOF
+		# 1.25.2: its default, written out (1.18 does not know the setting)
+		[ "$1" = pgbouncer ] || echo "max_prepared_statements = 200" >>"$TMP/$1.ini"
 		;;
 	pg_doorman)
 		pg_doorman_toml "$PORT" "$PGPORT" "$SECRET" >"$TMP/pg_doorman.toml"
@@ -157,6 +167,7 @@ run_once() { # target protocol transactions
 	chown postgres: "$dir"
 	case "$1" in
 	pgbouncer) cmd=(pgbouncer "$TMP/pgbouncer.ini") ;;
+	pgbouncer125) cmd=("$PGBOUNCER125_BIN" "$TMP/pgbouncer125.ini") ;;
 	pg_doorman)
 		# A file per thread; counted is the tokio worker (worker_threads = 1)
 		# that serves the clients, found below. Left out: a second thread
@@ -178,7 +189,7 @@ run_once() { # target protocol transactions
 	done
 	pgbench -n -S -M "$2" -c "$CLIENTS" -j 1 -t "$3" -h 127.0.0.1 -p "$PORT" -U bench bench >"$dir/pgbench.log" 2>&1 ||
 		{ echo "callgrind.sh: pgbench failed against $1" >&2; tail -5 "$dir/pgbench.log" >&2; kill -TERM "$vpid"; return 1; }
-	if [ "$1" = pgbouncer ]; then kill -INT "$vpid"; else kill -TERM "$vpid"; fi
+	case "$1" in pgbouncer*) kill -INT "$vpid" ;; *) kill -TERM "$vpid" ;; esac
 	for _ in $(seq 300); do kill -0 "$vpid" 2>/dev/null || break; sleep 0.1; done
 	kill -KILL "$vpid" 2>/dev/null || true
 	wait "$vpid" 2>/dev/null || true

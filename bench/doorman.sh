@@ -1,21 +1,8 @@
 # SPDX-License-Identifier: MIT
 #
 # bench/doorman.sh — sourced by bench/run.sh and bench/callgrind.sh: pg_doorman
-# 3.10.7 as an optional benchmark target beside PgBouncer. Needs REPO set.
-
-# The benchmark anchors' build scripts live in shared/anchors beside the
-# repository: ../shared/anchors from a checkout, or beside the main checkout
-# when this is a git worktree elsewhere. BENCH_ANCHORS=dir overrides both.
-anchor() { # script name: print its path
-	local d common
-	common=$(git -C "$REPO" rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
-	for d in ${BENCH_ANCHORS:+"$BENCH_ANCHORS"} "$REPO/../shared/anchors" \
-		${common:+"$(dirname "$common")/../shared/anchors"}; do
-		[ -x "$d/$1" ] && { echo "$d/$1"; return 0; }
-	done
-	echo "$1 not found (looked in \$BENCH_ANCHORS, $REPO/../shared/anchors${common:+, $(dirname "$common")/../shared/anchors})" >&2
-	return 1
-}
+# 3.10.7 as an optional benchmark target beside PgBouncer. Needs REPO set and
+# bench/anchors.sh (anchor) sourced first.
 
 # Sets PG_DOORMAN_BIN: as given, or built once by the anchor's build script
 # (a Rust release build: about 7 minutes on 2 cores the first time; crates

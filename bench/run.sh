@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 #
-# bench/run.sh — pgbench through pgcat vs PgBouncer (vs pg_doorman, optional)
-# vs PostgreSQL direct.
+# bench/run.sh — pgbench through pgcat vs PgBouncer 1.18 and 1.25.2 (vs
+# pg_doorman, optional) vs PostgreSQL direct.
 #
 # Starts a throwaway PostgreSQL 15 (fsync off, data under /dev/shm,
 # pgbench -i -s 10), three PgBouncer and five pgcat instances in front of it
-# (transaction mode, pool size 10, pgcat workers = 1), and with BENCH_DOORMAN=1
-# one pg_doorman (worker_threads = 1), then runs the same pgbench cells against
+# (transaction mode, pool size 10, pgcat workers = 1), one PgBouncer 1.25.2
+# when its binary can be had, and with BENCH_DOORMAN=1 one pg_doorman
+# (worker_threads = 1), then runs the same pgbench cells against
 # each target, interleaved (A B C D A B C D ...), and prints medians, ratios
 # and each pooler's CPU time per transaction.
 # Everything it starts is stopped by PID on exit; nothing is left behind.
@@ -32,6 +33,12 @@
 #                           built once by ../shared/anchors/build-pg-doorman
 #                           (about 7 minutes on 2 cores, crates from crates.io)
 #   PG_DOORMAN_BIN=/path    this pg_doorman binary (implies BENCH_DOORMAN=1)
+#   BENCH_PGBOUNCER125=1    PgBouncer 1.25.2 as a target beside the PgBouncer on
+#                           PATH (default on; 0 skips it); its binary is
+#                           PGBOUNCER125_BIN, or built once by
+#                           ../shared/anchors/build-pgbouncer (skipped with a
+#                           warning when that fails)
+#   PGBOUNCER125_BIN=/path  this PgBouncer 1.25.2 binary
 #   BENCH_OUT=dir           results (results.jsonl, report.md, machine.txt);
 #                           default /tmp/pgcat-bench-<timestamp>
 #   BENCH_KEEP=1            keep the temp dir (logs) after the run
@@ -56,6 +63,7 @@ IDLE_N=${BENCH_IDLE_CLIENTS:-10000}
 OUT=${BENCH_OUT:-/tmp/pgcat-bench-$(date +%Y%m%d-%H%M%S)}
 DOORMAN=${BENCH_DOORMAN:-0}
 [ -z "${PG_DOORMAN_BIN:-}" ] || DOORMAN=1
+PGB125=${BENCH_PGBOUNCER125:-1}
 
 [ "$(id -u)" = 0 ] || { echo "run.sh: run as root (servers are started as user postgres)" >&2; exit 1; }
 for b in "$PGBIN/postgres" "$PGBIN/initdb" pgbench psql pgbouncer setpriv; do
@@ -100,7 +108,7 @@ trap 'exit 130' INT TERM
 AS_PG=(setpriv --reuid=postgres --regid=postgres --init-groups --)
 
 read -r PGPORT PGB_PORT PGB_PLAIN_PORT PGB_MD5_PORT PGCAT_PORT PGCAT_PARSER_PORT PGCAT_MD5_PORT PGCAT_W2_PORT \
-	PGCAT_SECRET_PORT DOORMAN_PORT <<<"$($PY "$HERE/bench.py" freeports 10)"
+	PGCAT_SECRET_PORT DOORMAN_PORT PGB125_PORT <<<"$($PY "$HERE/bench.py" freeports 11)"
 
 # ---------------------------------------------------------------- pgcat build
 if [ -z "${PGCAT_BIN:-}" ]; then
@@ -114,6 +122,15 @@ else
 	PGCAT_COMMIT="(PGCAT_BIN=$PGCAT_BIN; repo HEAD $(git -C "$REPO" rev-parse HEAD))"
 fi
 
+# ---------------------------------------------------------------- PgBouncer 1.25.2 build
+. "$HERE/anchors.sh"
+if [ "$PGB125" != 0 ] && ! pgbouncer125_bin; then
+	# on by default: without a binary the run goes on without it, unless one was given
+	[ -z "${PGBOUNCER125_BIN:-}" ] || { echo "run.sh: no PgBouncer 1.25.2" >&2; exit 1; }
+	echo "run.sh: WARNING: no PgBouncer 1.25.2 binary, running without it (BENCH_PGBOUNCER125=0 silences this)" >&2
+	PGB125=0
+fi
+
 # ---------------------------------------------------------------- pg_doorman build
 . "$HERE/doorman.sh"
 [ "$DOORMAN" = 0 ] || pg_doorman_bin || { echo "run.sh: no pg_doorman" >&2; exit 1; }
@@ -122,7 +139,7 @@ fi
 PGB_VERSION=$(pgbouncer --version | head -1 | awk '{print $2}')
 {
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-	echo "command: BENCH_QUICK=${BENCH_QUICK:-0} BENCH_SECONDS=$SECS BENCH_REPEATS=$REPEATS BENCH_CLIENTS=\"$CLIENTS\" BENCH_PROTOCOLS=\"$PROTOCOLS\" BENCH_CONN_SECONDS=$CONN_SECS BENCH_CONN_CLIENTS=$CONN_CLIENTS BENCH_IDLE_CLIENTS=$IDLE_N BENCH_DOORMAN=$DOORMAN bench/run.sh"
+	echo "command: BENCH_QUICK=${BENCH_QUICK:-0} BENCH_SECONDS=$SECS BENCH_REPEATS=$REPEATS BENCH_CLIENTS=\"$CLIENTS\" BENCH_PROTOCOLS=\"$PROTOCOLS\" BENCH_CONN_SECONDS=$CONN_SECS BENCH_CONN_CLIENTS=$CONN_CLIENTS BENCH_IDLE_CLIENTS=$IDLE_N BENCH_DOORMAN=$DOORMAN BENCH_PGBOUNCER125=$PGB125 bench/run.sh"
 	echo "nproc: $(nproc)"
 	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 	echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
@@ -131,6 +148,7 @@ PGB_VERSION=$(pgbouncer --version | head -1 | awk '{print $2}')
 	echo "postgresql: $("$PGBIN/postgres" --version)"
 	echo "pgbench: $(pgbench --version)"
 	echo "pgbouncer: $(pgbouncer --version | head -1)"
+	[ "$PGB125" = 0 ] || echo "pgbouncer125: $("$PGBOUNCER125_BIN" --version | head -1) ($PGBOUNCER125_BIN)"
 	echo "pgcat: $("$PGCAT_BIN" --version 2>&1 | head -1)"
 	echo "pgcat commit: $PGCAT_COMMIT"
 	[ "$DOORMAN" = 0 ] || echo "pg_doorman: $("$PG_DOORMAN_BIN" --version 2>&1 | head -1) ($PG_DOORMAN_BIN)"
@@ -172,9 +190,12 @@ SECRET=$(psql -At -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres \
 # pgbouncer:        SCRAM, userlist holds the SCRAM secret (its fast path)
 # pgbouncer-plain:  SCRAM, userlist holds the plaintext password (PBKDF2 per login)
 # pgbouncer-md5:    md5 clients, plaintext userlist
+# pgbouncer125:     PgBouncer 1.25.2 configured as "pgbouncer" (SCRAM secret
+#                   userlist), plus max_prepared_statements = 200 (its
+#                   default, written out) so that the prepared cells compare
 echo "\"bench\" \"$SECRET\"" >"$TMP/userlist-secret.txt"
 echo '"bench" "bench"' >"$TMP/userlist-plain.txt"
-start_pgbouncer() { # name port auth_type userlist
+start_pgbouncer() { # name port auth_type userlist [binary [extra config line]]
 	cat >"$TMP/$1.ini" <<EOF
 [databases]
 bench = host=127.0.0.1 port=$PGPORT dbname=bench
@@ -193,14 +214,17 @@ log_connections = 0
 log_disconnections = 0
 stats_period = 60
 EOF
+	[ -z "${6:-}" ] || echo "$6" >>"$TMP/$1.ini"
 	chown postgres: "$TMP/$1.ini" "$TMP/$4"
-	"${AS_PG[@]}" pgbouncer "$TMP/$1.ini" >"$TMP/$1.stderr" 2>&1 &
+	"${AS_PG[@]}" "${5:-pgbouncer}" "$TMP/$1.ini" >"$TMP/$1.stderr" 2>&1 &
 	PIDS+=("$!")
 	eval "PID_${1//-/_}=$!"
 }
 start_pgbouncer pgbouncer "$PGB_PORT" scram-sha-256 userlist-secret.txt
 start_pgbouncer pgbouncer-plain "$PGB_PLAIN_PORT" scram-sha-256 userlist-plain.txt
 start_pgbouncer pgbouncer-md5 "$PGB_MD5_PORT" md5 userlist-plain.txt
+[ "$PGB125" = 0 ] || start_pgbouncer pgbouncer125 "$PGB125_PORT" scram-sha-256 userlist-secret.txt \
+	"$PGBOUNCER125_BIN" "max_prepared_statements = 200"
 
 # ---------------------------------------------------------------- pgcat
 # pgcat-parser's pool lists the same PostgreSQL twice, as a primary on
@@ -275,7 +299,13 @@ if [ "$DOORMAN" = 1 ]; then
 	PID[pg_doorman]=$PID_pg_doorman
 	DM=" pg_doorman"
 fi
-POOLERS+=$DM
+B125=  # " pgbouncer125" when it is a target, placed after pgbouncer in each list
+if [ "$PGB125" != 0 ]; then
+	PORT[pgbouncer125]=$PGB125_PORT
+	PID[pgbouncer125]=$PID_pgbouncer125
+	B125=" pgbouncer125"
+fi
+POOLERS+=$B125$DM
 
 for t in $POOLERS; do
 	ok=
@@ -301,7 +331,7 @@ cell() { # section target protocol clients repeat seconds [--connect]
 # ---------------------------------------------------------------- idle memory
 # First, on fresh poolers, so the baseline is not inflated by earlier cells.
 echo "== RSS per idle logged-in client ($IDLE_N clients, SCRAM)"
-for t in pgbouncer pgcat$DM; do
+for t in pgbouncer$B125 pgcat$DM; do
 	$PY "$HERE/bench.py" idle --target "$t" --port "${PORT[$t]}" --pids "${PID[$t]}" \
 		--n "$IDLE_N" --out "$RES" --user bench --password bench --dbname bench
 	sleep 2
@@ -316,8 +346,8 @@ pgb_has_prepared() { # PgBouncer >= 1.21 supports prepared statements in transac
 echo "== pgbench -S cells: ${SECS}s x $REPEATS repeats, clients: $CLIENTS, protocols: $PROTOCOLS"
 for c in $CLIENTS; do
 	for p in $PROTOCOLS; do
-		targets="direct pgbouncer pgcat pgcat-parser pgcat-w2$DM"
-		if [ "$p" = prepared ] && ! pgb_has_prepared; then targets="direct pgcat pgcat-parser pgcat-w2$DM"; fi
+		targets="direct pgbouncer$B125 pgcat pgcat-parser pgcat-w2$DM"
+		if [ "$p" = prepared ] && ! pgb_has_prepared; then targets="direct$B125 pgcat pgcat-parser pgcat-w2$DM"; fi
 		for r in $(seq "$REPEATS"); do
 			for t in $targets; do
 				cell cell "$t" "$p" "$c" "$r" "$SECS"
@@ -329,13 +359,13 @@ done
 # ---------------------------------------------------------------- connection rate
 echo "== connection rate: pgbench -S -C -c $CONN_CLIENTS, ${CONN_SECS}s x $REPEATS"
 for r in $(seq "$REPEATS"); do
-	for t in direct pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-secret pgcat-md5$DM; do
+	for t in direct pgbouncer pgbouncer-plain pgbouncer-md5$B125 pgcat pgcat-secret pgcat-md5$DM; do
 		cell conn "$t" simple "$CONN_CLIENTS" "$r" "$CONN_SECS" --connect
 	done
 done
 
 # ---------------------------------------------------------------- report
-for t in pgbouncer pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret$DM; do
+for t in pgbouncer$B125 pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret$DM; do
 	kill -0 "${PID[$t]}" 2>/dev/null || echo "run.sh: WARNING: $t (pid ${PID[$t]}) died during the run" | tee -a "$OUT/machine.txt" >&2
 done
 for t in pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret$DM; do cp "$TMP/$t.log" "$OUT/$t.log"; done
