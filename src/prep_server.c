@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "client_end.h"
+#include "log.h"
 #include "pool.h"
 #include "proto.h"
 #include "server.h"
@@ -206,6 +207,19 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 		    memmem(msg, total, "cached plan must not change result type", 39) != NULL)
 			prep_schema_changed(s->w, "a server refused a cached plan");
 		undo_segment(s, ps->seg_recv);
+		/* One of pgcat's statements missing where pgcat believed the
+		 * server held it: what it believes of this connection is wrong,
+		 * so it is dropped, and the statements are made afresh under
+		 * new names (the old ones may still be there). Without this the
+		 * statement would fail on this connection until evicted. */
+		if (v == PREP_PASS && msg && memmem(msg, total, "\0C26000\0", 8) != NULL &&
+		    memmem(msg, total, "prepared statement \"pgcat_", 26) != NULL) {
+			log_warning("S-%llu: a statement pgcat prepared is missing on the server; preparing afresh",
+				    (unsigned long long)s->id);
+			prep_sset_clear(&ps->set, r);
+			ps->set.gen++;
+			ps->unnamed_client = 0;
+		}
 		return v;
 	}
 	case PqMsg_ReadyForQuery:

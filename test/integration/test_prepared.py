@@ -496,3 +496,25 @@ def test_asyncpg_with_several_workers(pgcat, workers):
     async def main():
         await asyncio.gather(*(client(i) for i in range(12)))
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("unnamed", [False, True])
+def test_statement_missing_on_the_server_fails_once(pgcat, unnamed):
+    """A statement pgcat believes a server connection holds is gone there
+    (here DEALLOCATEd behind pgcat's back by a function): the next
+    execution gets PostgreSQL's 26000, then pgcat prepares afresh on that
+    connection instead of failing there until the statement is evicted.
+    unnamed: the same through prepare_unnamed (psycopg's unnamed statement
+    of a text seen before)."""
+    pgc = pgcat(users={"app": {"pool_size": 1}})
+    prepare = None if unnamed else True
+    with pgc.connect(autocommit=True, prepare_threshold=None if unnamed else 5) as c:
+        for _ in range(3):
+            assert c.execute("SELECT %s::int + 1", [1], prepare=prepare).fetchone()[0] == 2
+        c.execute("DO $$BEGIN EXECUTE 'DEALLOCATE ' || (SELECT name FROM pg_prepared_statements"
+                  " WHERE name LIKE 'pgcat%' LIMIT 1); END$$")
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+            c.execute("SELECT %s::int + 1", [1], prepare=prepare)
+        for _ in range(3):
+            assert c.execute("SELECT %s::int + 1", [1], prepare=prepare).fetchone()[0] == 2
+    assert "a statement pgcat prepared is missing on the server" in pgc.log()
