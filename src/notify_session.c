@@ -78,6 +78,30 @@ static void send_tag(struct client *c, enum notify_sql kind)
 	client_send_pkt(c, &pb);
 }
 
+/* The ReadyForQuery after a LISTEN or UNLISTEN pgcat answered: with 'I',
+ * once the channels are listened to (notify_hold_ready). */
+static void send_ready(struct client *c, struct notify_client *nc, char status)
+{
+	if (status == 'I')
+		notify_hold_ready(nc, status, false);
+	else
+		client_send_rfq(c, status);
+}
+
+/* A LISTEN or UNLISTEN by Query, answered: registered now, or at the
+ * commit of the transaction (status 'T'), then its tag and ReadyForQuery. */
+static void answer_query(struct client *c, enum notify_sql kind, const char *channel, char status)
+{
+	struct notify_client *nc = notify_client_get(c);
+	if (!nc || !register_cmd(nc, kind, channel, status == 'T')) {
+		client_send_error(c, "ERROR", SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		client_send_rfq(c, status);
+		return;
+	}
+	send_tag(c, kind);
+	send_ready(c, nc, status);
+}
+
 /* A Query of one LISTEN or UNLISTEN, idle: answered, its ReadyForQuery
  * once the channel is listened to. */
 static enum notify_here idle_query(struct client *c, const struct proto_frame *f)
@@ -94,19 +118,8 @@ static enum notify_here idle_query(struct client *c, const struct proto_frame *f
 	enum notify_sql kind = notify_sql_parse(sql, f->len - 4, channel, sizeof channel);
 	if (kind == NOTIFY_SQL_NONE)
 		return NOTIFY_HERE_NOT;
-	struct notify_client *nc = notify_client_get(c);
-	bool in_tx = c->tx == CLIENT_TX_HELD;
 	evbuffer_drain(c->io.in, total);
-	if (!nc || !register_cmd(nc, kind, channel, in_tx)) {
-		client_send_error(c, "ERROR", SQLSTATE_OUT_OF_MEMORY, "out of memory");
-		client_send_rfq(c, client_idle_status(c));
-		return NOTIFY_HERE_ANSWERED;
-	}
-	send_tag(c, kind);
-	if (in_tx)
-		client_send_rfq(c, 'T');
-	else
-		notify_hold_ready(nc, 'I', false);
+	answer_query(c, kind, channel, client_idle_status(c));
 	return NOTIFY_HERE_ANSWERED;
 }
 
@@ -290,11 +303,7 @@ static enum notify_here ext_message(struct client *c, struct notify_client *nc, 
 		if (!mine)
 			return NOTIFY_HERE_NOT;
 		evbuffer_drain(c->io.in, total);
-		char status = at.linked ? at.status : client_idle_status(c);
-		if (status == 'I')
-			notify_hold_ready(nc, status, false);
-		else
-			client_send_rfq(c, status);
+		send_ready(c, nc, at.linked ? at.status : client_idle_status(c));
 		return NOTIFY_HERE_ANSWERED;
 	}
 	if (st->n == 0)
@@ -412,14 +421,7 @@ enum session_query notify_session_active_query(struct client *c, struct server *
 		client_send_rfq(c, 'E');
 		return SESSION_QUERY_ANSWERED;
 	}
-	struct notify_client *nc = notify_client_get(c);
-	if (!nc || !register_cmd(nc, kind, channel, t->tx_status == 'T')) {
-		client_send_error(c, "ERROR", SQLSTATE_OUT_OF_MEMORY, "out of memory");
-		client_send_rfq(c, t->tx_status);
-		return SESSION_QUERY_ANSWERED;
-	}
-	send_tag(c, kind);
-	client_send_rfq(c, t->tx_status);
+	answer_query(c, kind, channel, t->tx_status);
 	return SESSION_QUERY_ANSWERED;
 }
 
