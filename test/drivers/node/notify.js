@@ -12,19 +12,9 @@
 const { Client } = require('pg');
 const postgres = require('postgres');
 
-const conn = {
-  host: process.env.PGHOST || '127.0.0.1',
-  port: Number(process.env.PGPORT),
-  user: process.env.PGUSER,
-  password: process.env.PGPASSWORD,
-  database: process.env.PGDATABASE,
-};
+const { conn, check } = require('./env');
 const CHANNEL = 'drv_events';
 const COUNT = 200;
-
-function check(cond, what) {
-  if (!cond) throw new Error(what);
-}
 
 function waitFor(pred, what, ms) {
   return new Promise((resolve, reject) => {

@@ -9,17 +9,7 @@
 'use strict';
 const postgres = require('postgres');
 
-const conn = {
-  host: process.env.PGHOST || '127.0.0.1',
-  port: Number(process.env.PGPORT),
-  user: process.env.PGUSER,
-  password: process.env.PGPASSWORD,
-  database: process.env.PGDATABASE,
-};
-
-function check(cond, what) {
-  if (!cond) throw new Error(what);
-}
+const { conn, check } = require('./env');
 
 async function main() {
   const sql = postgres({ ...conn, max: 10, prepare: true, onnotice: () => {} });
