@@ -115,5 +115,25 @@ enum prep_action prep_sql_query(struct client *c, struct server *s, const uint8_
 struct server;
 /* The registry of the server's pool. */
 struct prep_registry *prep_reg_of(struct server *s);
+/* What pgcat knows of st on s. pgcat sends Parses and evicting Closes of its
+ * statements ahead of the replies, and a client may pipeline segments (each
+ * ended by a Sync) before the first is answered; an error in a segment makes
+ * the server skip the rest of it. So the set is what the server will hold
+ * if every pending op runs; what it holds for certain is known when they
+ * are answered (prep_server.c undoes the skipped ones). */
+/* Does s hold st for a message of the segment being sent? Not if a Parse or
+ * eviction of st is still unanswered in an earlier segment. */
+bool prep_server_holds(struct server *s, struct prep_stmt *st);
+/* Must pgcat's Parse of st close the name first? Yes when whether the
+ * server holds it at that point hangs on an earlier segment's outcome, or
+ * on a doubt left by a skipped op. (A Close of a name the server does not
+ * hold succeeds.) */
+bool prep_server_unsure(const struct server *s, const struct prep_stmt *st);
+/* Pushes p on q, one of ps's rings, stamped with ps's clock: undoing a
+ * failed segment goes back through its entries of all rings in order. */
+bool prep_server_push(struct prep_server *ps, struct prep_ring *q, struct prep_pend *p)
+	__attribute__((warn_unused_result));
+/* Is st's place on s known: no op of st pending, no doubt? (prep_pend.sure) */
+bool prep_server_settled(const struct server *s, const struct prep_stmt *st);
 
 #endif

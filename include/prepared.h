@@ -156,9 +156,15 @@ const char *prep_gname_kept(struct prep_stmt *st, uint32_t gen, size_t *len);
 /* A FIFO of what pgcat sent and must match with the server's replies. */
 struct prep_pend {
 	uint32_t seg;           /* the Sync/Query it belongs to */
+	uint32_t seq;           /* its place among all the server's entries (prep_server_push) */
 	bool swallow;           /* pgcat's own: the client never sees the reply */
 	bool evict;             /* a Close of st that pgcat sent to evict it */
 	bool got_params;        /* a Describe: its ParameterDescription came (in repl) */
+	bool sure;              /* Parse/eviction: st's place on the server was known when
+				 * sent (no other pending op of st, no doubt) */
+	bool unclose;           /* a client's Close of st (named cname, or its unnamed
+				 * statement): given back if the server skips it */
+	uint32_t gen;           /* Parse/eviction: the set's generation when sent */
 	struct prep_stmt *st;   /* Parse: what it adds to the server (a reference) */
 	char *cname;            /* Parse/PREPARE with a client name: undone on failure */
 	uint8_t *repl;          /* replacement reply (error, CommandComplete) */
@@ -178,11 +184,17 @@ struct prep_server {
 	struct prep_ring swallows;  /* whole segments pgcat sent (SQL PREPARE before EXECUTE) */
 	struct prep_ring describes; /* Describes of statements with no description kept yet */
 	uint32_t seg_sent, seg_recv;
+	uint32_t op_clock;          /* stamps entries in the order sent */
 	/* Whose unnamed statement the server holds (client id, its generation). */
 	uint64_t unnamed_client;
 	uint32_t unnamed_gen;
 	uint64_t hits, misses;
 	bool ddl_in_tx;             /* DDL completed in the open transaction */
+	/* An op sent on an uncertain place was skipped (doubt_gen: the set's
+	 * generation then): whether the server holds that name is not known,
+	 * so every Parse of pgcat's on this connection closes its name first. */
+	bool doubt;
+	uint32_t doubt_gen;
 };
 
 struct prep_client {

@@ -76,35 +76,158 @@ static void keep_description(struct prep_pend *p, const uint8_t *msg, uint32_t t
 	st->desc_len = p->repl_len + total;
 }
 
-/* The segment failed: what it would have done did not happen. */
+bool prep_server_push(struct prep_server *ps, struct prep_ring *q, struct prep_pend *p)
+{
+	p->seq = ++ps->op_clock;
+	return prep_ring_push(q, p);
+}
+
+/* Is a Parse or eviction of st (of the set's generation) pending in q in a
+ * segment other than seg (any segment: all)? */
+static bool ring_names(const struct prep_ring *q, const struct prep_stmt *st, uint32_t gen, uint32_t seg, bool all)
+{
+	for (uint32_t i = 0; i < q->len; i++) {
+		const struct prep_pend *p = &q->q[(q->head + i) % q->cap];
+		if (p->st == st && !p->unclose && p->gen == gen && (all || p->seg != seg))
+			return true;
+	}
+	return false;
+}
+
+static bool pending_op(const struct prep_server *ps, const struct prep_stmt *st, uint32_t seg, bool all)
+{
+	return ring_names(&ps->parses, st, ps->set.gen, seg, all) || ring_names(&ps->closes, st, ps->set.gen, seg, all) ||
+	       ring_names(&ps->sqlpreps, st, ps->set.gen, seg, all);
+}
+
+static bool doubtful(const struct prep_server *ps)
+{
+	return ps->doubt && ps->doubt_gen == ps->set.gen;
+}
+
+bool prep_server_unsure(const struct server *s, const struct prep_stmt *st)
+{
+	const struct prep_server *ps = s->prep;
+	/* (nothing unanswered from an earlier segment: the usual case) */
+	return doubtful(ps) || (ps->seg_recv != ps->seg_sent && pending_op(ps, st, ps->seg_sent, false));
+}
+
+bool prep_server_settled(const struct server *s, const struct prep_stmt *st)
+{
+	const struct prep_server *ps = s->prep;
+	return !doubtful(ps) && !pending_op(ps, st, 0, true);
+}
+
+bool prep_server_holds(struct server *s, struct prep_stmt *st)
+{
+	struct prep_server *ps = s->prep;
+	if (!prep_sset_has(&ps->set, st))
+		return false;
+	return ps->seg_recv == ps->seg_sent || !pending_op(ps, st, ps->seg_sent, false);
+}
+
+/* A client's Close the server skipped: the client still has the statement,
+ * unless it has since named another by that name (a later segment). */
+static void unclose(struct prep_client *pc, struct prep_pend *p)
+{
+	if (p->cname) {
+		if (!prep_cmap_get(&pc->names, p->cname) && prep_cmap_put(&pc->names, p->cname, p->st))
+			p->st = NULL;   /* (the reference is the name's now) */
+	} else if (!pc->unnamed_st && !pc->unnamed_len) {
+		pc->unnamed_st = p->st;
+		p->st = NULL;
+	}
+}
+
+/* A Parse (parsed) or an eviction of p->st that segment seg skipped. Later
+ * segments' ops of st, if any, decide (they were sent unsure). Else: a
+ * Parse or eviction sent on a known place leaves st as it was (absent,
+ * present); one sent on an unknown place leaves st unknown: out of the set,
+ * and doubt, so that its next Parse closes the name first. */
+static void undo_op(struct server *s, struct prep_pend *p, uint32_t seg, bool parsed)
+{
+	struct prep_server *ps = s->prep;
+	struct prep_registry *r = prep_reg_of(s);
+	if (!p->st || p->gen != ps->set.gen || pending_op(ps, p->st, seg, false))
+		return;
+	if (!p->sure) {
+		prep_sset_del(&ps->set, r, p->st);
+		ps->doubt = true;
+		ps->doubt_gen = ps->set.gen;
+	} else if (parsed) {
+		prep_sset_del(&ps->set, r, p->st);
+	} else if (!prep_sset_has(&ps->set, p->st)) {
+		(void)prep_sset_add(&ps->set, p->st);
+	}
+}
+
+/* The entries of segment seg at the head of q (the oldest segment pending). */
+static uint32_t seg_run(const struct prep_ring *q, uint32_t seg)
+{
+	uint32_t n = 0;
+	while (n < q->len && q->q[(q->head + n) % q->cap].seg == seg)
+		n++;
+	return n;
+}
+
+/* One skipped entry of a failed segment, undone. */
+static void undo_entry(struct server *s, struct prep_ring *q, struct prep_pend *p, uint32_t seg)
+{
+	struct prep_server *ps = s->prep;
+	struct prep_registry *r = prep_reg_of(s);
+	struct prep_client *pc = s->client ? s->client->prep : NULL;
+	if (q == &ps->closes) {
+		if (p->evict)
+			undo_op(s, p, seg, false);   /* (st stays, if its place was known) */
+		if (p->unclose && pc)
+			unclose(pc, p);
+	} else if (q != &ps->describes) {
+		undo_op(s, p, seg, true);
+		if (p->cname && pc)
+			(void)prep_cmap_del(&pc->names, r, p->cname);
+		/* (a Parse of the unnamed statement: the server's is not the
+		 * one pgcat noted, so a Bind of it replays the client's) */
+		if (q == &ps->parses && !p->st && !p->cname)
+			ps->unnamed_client = 0;
+	}
+}
+
+/* The segment failed: what it would have done did not happen. Its entries
+ * are undone newest first, across the rings, so that a client's Parse and
+ * Close of one name in it leave the name as it was before the segment. */
 static void undo_segment(struct server *s, uint32_t seg)
 {
 	struct prep_server *ps = s->prep;
 	struct prep_registry *r = prep_reg_of(s);
-	struct prep_ring *rings[] = { &ps->parses, &ps->sqlpreps };
-	for (size_t k = 0; k < 2; k++) {
-		struct prep_pend *p;
-		while ((p = prep_ring_head(rings[k])) && p->seg == seg) {
-			if (p->st)
-				prep_sset_del(&ps->set, r, p->st);
-			if (p->cname && s->client && s->client->prep)
-				(void)prep_cmap_del(&s->client->prep->names, r, p->cname);
-			prep_pend_release(r, p);
+	struct prep_ring *rings[] = { &ps->parses, &ps->sqlpreps, &ps->closes, &ps->describes };
+	enum { NRINGS = sizeof rings / sizeof rings[0] };
+	uint32_t n[NRINGS], left[NRINGS];
+	for (size_t k = 0; k < NRINGS; k++)
+		n[k] = left[k] = seg_run(rings[k], seg);
+	for (;;) {
+		size_t best = NRINGS;
+		uint32_t best_seq = 0;
+		for (size_t k = 0; k < NRINGS; k++) {
+			if (!left[k])
+				continue;
+			const struct prep_pend *p = &rings[k]->q[(rings[k]->head + left[k] - 1) % rings[k]->cap];
+			/* (seq wraps: compare by distance) */
+			if (best == NRINGS || (int32_t)(p->seq - best_seq) > 0) {
+				best = k;
+				best_seq = p->seq;
+			}
+		}
+		if (best == NRINGS)
+			break;
+		struct prep_ring *q = rings[best];
+		left[best]--;
+		undo_entry(s, q, &q->q[(q->head + left[best]) % q->cap], seg);
+	}
+	for (size_t k = 0; k < NRINGS; k++)
+		for (uint32_t i = 0; i < n[k]; i++) {
+			prep_pend_release(r, prep_ring_head(rings[k]));
 			prep_ring_pop(rings[k]);
 		}
-	}
-	struct prep_pend *p;
-	while ((p = prep_ring_head(&ps->describes)) && p->seg == seg) {
-		prep_pend_release(r, p);
-		prep_ring_pop(&ps->describes);
-	}
-	while ((p = prep_ring_head(&ps->closes)) && p->seg == seg) {
-		/* An eviction the server skipped: the statement is still there. */
-		if (p->evict && p->st && !prep_sset_has(&ps->set, p->st))
-			(void)prep_sset_add(&ps->set, p->st);
-		prep_pend_release(r, p);
-		prep_ring_pop(&ps->closes);
-	}
 }
 
 /* Replies of finished segments that never came (skipped by an error). */

@@ -54,7 +54,7 @@ static bool push_repl_msg(struct server *s, uint8_t type_hint, const uint8_t *by
 	if (!p.repl)
 		return false;
 	memcpy(p.repl, bytes, len);
-	if (!prep_ring_push(&s->prep->repls, &p))
+	if (!prep_server_push(s->prep, &s->prep->repls, &p))
 		return free(p.repl), false;
 	return true;
 }
@@ -176,12 +176,14 @@ enum prep_action prep_sql_query(struct client *c, struct server *s, const uint8_
 				prep_gname(g, st, ps->set.gen);
 				size_t qlen;
 				char *q = prepare_sql(st, g, &qlen);
+				bool sure = prep_server_settled(s, st);
 				ok = q && prep_sset_add(&ps->set, st);
 				if (ok) {
 					send_query(s, q, qlen);
 					st->refs++;
-					struct prep_pend pp = { .seg = ps->seg_sent, .st = st, .cname = strdup(name) };
-					ok = prep_ring_push(&ps->sqlpreps, &pp);
+					struct prep_pend pp = { .seg = ps->seg_sent, .st = st, .cname = strdup(name),
+								.gen = ps->set.gen, .sure = sure };
+					ok = prep_server_push(ps, &ps->sqlpreps, &pp);
 					if (!ok)
 						prep_pend_release(r, &pp);
 					ps->misses++;
@@ -211,13 +213,14 @@ enum prep_action prep_sql_query(struct client *c, struct server *s, const uint8_
 				prep_gname(g, st, ps->set.gen);
 				size_t qlen;
 				char *q = prepare_sql(st, g, &qlen);
+				bool sure = prep_server_settled(s, st);
 				ok = q && prep_sset_add(&ps->set, st);
 				if (ok) {
 					send_query(s, q, qlen);
 					st->refs++;
-					struct prep_pend pp = { .seg = ps->seg_sent, .st = st };
+					struct prep_pend pp = { .seg = ps->seg_sent, .st = st, .gen = ps->set.gen, .sure = sure };
 					struct prep_pend sw = { .seg = ps->seg_sent, .swallow = true };
-					ok = prep_ring_push(&ps->sqlpreps, &pp) && prep_ring_push(&ps->swallows, &sw);
+					ok = prep_server_push(ps, &ps->sqlpreps, &pp) && prep_server_push(ps, &ps->swallows, &sw);
 					ps->seg_sent++;
 					txn_sent(&s->txn, PqMsg_Query);
 					ps->misses++;

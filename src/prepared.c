@@ -96,6 +96,29 @@ static void send_parse(struct server *s, struct prep_stmt *st)
 	prep_put_msg(out, PqMsg_Parse, g, strlen(g) + 1, st->key, st->key_len);
 }
 
+/* A Close of pgcat's name for st, its CloseComplete swallowed. An eviction
+ * (evict: st just left the set) hands its reference to the pending entry,
+ * which undoes it if the server skips the Close. */
+static bool send_close_name(struct server *s, struct prep_stmt *st, bool evict)
+{
+	struct prep_server *ps = s->prep;
+	char g[PREP_GNAME_MAX];
+	prep_gname(g, st, ps->set.gen);
+	uint8_t body[PREP_GNAME_MAX + 1];
+	body[0] = 'S';
+	size_t gl = strlen(g) + 1;
+	memcpy(body + 1, g, gl);
+	prep_put_msg(server_output(s), PqMsg_Close, body, 1 + gl, NULL, 0);
+	txn_sent(&s->txn, PqMsg_Close);
+	struct prep_pend p = { .seg = ps->seg_sent, .swallow = true, .evict = evict, .st = evict ? st : NULL,
+			       .gen = ps->set.gen, .sure = evict && prep_server_settled(s, st) };
+	if (prep_server_push(ps, &ps->closes, &p))
+		return true;
+	if (evict)
+		prep_stmt_unref(prep_reg_of(s), st);
+	return false;
+}
+
 /* Make room, then record that st will be on the server. pgcat's own Parse
  * (swallow) or the client's (forwarded reply). */
 static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *st, bool swallow,
@@ -108,26 +131,21 @@ static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *
 		struct prep_stmt *victim = prep_sset_pop_lru(&ps->set);
 		if (!victim)
 			break;
-		char g[PREP_GNAME_MAX];
-		prep_gname(g, victim, ps->set.gen);
-		uint8_t body[PREP_GNAME_MAX + 1];
-		body[0] = 'S';
-		size_t gl = strlen(g) + 1;
-		memcpy(body + 1, g, gl);
-		prep_put_msg(server_output(s), PqMsg_Close, body, 1 + gl, NULL, 0);
-		struct prep_pend p = { .seg = ps->seg_sent, .swallow = true, .evict = true, .st = victim };
-		if (!prep_ring_push(&ps->closes, &p)) {
-			prep_stmt_unref(r, victim);
+		if (!send_close_name(s, victim, true))
 			return false;
-		}
-		txn_sent(&s->txn, PqMsg_Close);
 	}
+	/* Whether the server holds the name may hang on an earlier segment's
+	 * outcome: closing it first makes this Parse right either way. */
+	bool sure = prep_server_settled(s, st);
+	if (!sure && prep_server_unsure(s, st) && !send_close_name(s, st, false))
+		return false;
 	send_parse(s, st);
-	if (!prep_sset_add(&ps->set, st))
+	if (!prep_sset_has(&ps->set, st) && !prep_sset_add(&ps->set, st))
 		return false;
 	st->refs++;
-	struct prep_pend p = { .seg = ps->seg_sent, .swallow = swallow, .st = st, .cname = cname ? strdup(cname) : NULL };
-	if (!prep_ring_push(&ps->parses, &p)) {
+	struct prep_pend p = { .seg = ps->seg_sent, .swallow = swallow, .st = st, .cname = cname ? strdup(cname) : NULL,
+			       .sure = sure, .gen = ps->set.gen };
+	if (!prep_server_push(ps, &ps->parses, &p)) {
 		prep_pend_release(r, &p);
 		return false;
 	}
@@ -161,9 +179,9 @@ static bool send_nop_parse(struct server *s, const char *cname)
 	struct prep_pend p = { .seg = ps->seg_sent, .cname = strdup(cname) };
 	struct prep_pend c = { .seg = ps->seg_sent, .swallow = true };
 	txn_sent(&s->txn, PqMsg_Parse);
-	if (!p.cname || !prep_ring_push(&ps->parses, &p))
+	if (!p.cname || !prep_server_push(ps, &ps->parses, &p))
 		return free(p.cname), false;
-	return prep_ring_push(&ps->closes, &c);
+	return prep_server_push(ps, &ps->closes, &c);
 }
 
 /* The same for a client's unnamed Parse that pgcat sends as a statement the
@@ -180,7 +198,7 @@ static bool send_unnamed_nop(struct server *s)
 	ps->unnamed_client = 0;
 	struct prep_pend p = { .seg = ps->seg_sent };
 	txn_sent(&s->txn, PqMsg_Parse);
-	return prep_ring_push(&ps->parses, &p);
+	return prep_server_push(ps, &ps->parses, &p);
 }
 
 /* The client's error, at this point of the stream (see prepared.h). */
@@ -196,7 +214,7 @@ static bool send_error_bind(struct server *s, const char *sqlstate, const char *
 	if (!p.repl || pb.failed)
 		return free(p.repl), false;
 	memcpy(p.repl, pb.data, pb.len);
-	if (!prep_ring_push(&ps->repls, &p))
+	if (!prep_server_push(ps, &ps->repls, &p))
 		return free(p.repl), false;
 	prep_put_msg(server_output(s), PqMsg_Bind, bind_body, sizeof bind_body, NULL, 0);
 	txn_sent(&s->txn, PqMsg_Bind);
@@ -217,13 +235,13 @@ static bool replay_unnamed(struct client *c, struct server *s)
 	ps->unnamed_client = c->id;
 	ps->unnamed_gen = pc->unnamed_gen;
 	txn_sent(&s->txn, PqMsg_Parse);
-	return prep_ring_push(&ps->parses, &p);
+	return prep_server_push(ps, &ps->parses, &p);
 }
 
 /* Make sure s holds st before a message that uses it. */
 static bool ensure_on_server(struct client *c, struct server *s, struct prep_stmt *st)
 {
-	if (prep_sset_has(&s->prep->set, st)) {
+	if (prep_server_holds(s, st)) {
 		prep_count_hit(c, s, st);
 		return true;
 	}
@@ -333,7 +351,7 @@ static enum prep_action on_unnamed_parse(struct client *c, struct server *s, str
 	pc->unnamed_st = st;
 	pc->unnamed_len = 0;
 	bool ok;
-	if (prep_sset_has(&s->prep->set, st)) {
+	if (prep_server_holds(s, st)) {
 		st->hits++;
 		stats_add(c->pool->stats, STAT_UNNAMED_HITS, 1);
 		ok = send_unnamed_nop(s);
@@ -351,7 +369,7 @@ static enum prep_action on_unnamed_parse(struct client *c, struct server *s, str
  * another connection). Counted with the Parse, not again here. */
 static bool ensure_unnamed_on_server(struct client *c, struct server *s, struct prep_stmt *st)
 {
-	if (prep_sset_has(&s->prep->set, st))
+	if (prep_server_holds(s, st))
 		return true;
 	return add_to_server(c, s, st, true, NULL, true);
 }
@@ -388,7 +406,7 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 		ps->unnamed_client = c->id;
 		ps->unnamed_gen = pc->unnamed_gen;
 		struct prep_pend p = { .seg = ps->seg_sent };
-		if (!prep_ring_push(&ps->parses, &p)) {
+		if (!prep_server_push(ps, &ps->parses, &p)) {
 			return PREP_FAILED;
 		}
 		return PREP_FORWARD;
@@ -407,7 +425,7 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 			ok = false;
 		}
 		if (ok) {
-			if (prep_sset_has(&ps->set, st)) {
+			if (prep_server_holds(s, st)) {
 				prep_count_hit(c, s, st);
 				ok = send_nop_parse(s, name);
 			} else {
@@ -432,7 +450,7 @@ static bool note_describe(struct server *s, struct prep_stmt *st)
 	struct prep_server *ps = s->prep;
 	bool keep = st && !st->desc && !st->sql;
 	struct prep_pend p = { .seg = ps->seg_sent, .st = keep ? st : NULL };
-	if (!prep_ring_push(&ps->describes, &p))
+	if (!prep_server_push(ps, &ps->describes, &p))
 		return false;
 	if (keep)
 		st->refs++;
@@ -453,7 +471,18 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 	struct prep_stmt *st;
 	bool ok;
 	if (nl == 0) {
-		st = c->end.prep ? c->end.prep->unnamed_st : NULL;
+		const struct prep_client *pc = c->end.prep;
+		st = pc ? pc->unnamed_st : NULL;
+		if (!st && (!pc || !pc->unnamed_len)) {
+			/* The client has no unnamed statement: the server's
+			 * may be another client's. */
+			if (have < total)
+				return PREP_WAIT;
+			if (!send_error_bind(s, "26000", "unnamed prepared statement does not exist"))
+				return PREP_FAILED;
+			prep_drain_msg(c, total);
+			return PREP_DONE;
+		}
 		if (!st)
 			return replay_unnamed(c, s) ? PREP_FORWARD : PREP_FAILED;
 		ok = ensure_unnamed_on_server(c, s, st);
@@ -510,21 +539,34 @@ static enum prep_action on_close(struct client *c, struct server *s, const uint8
 	bool mapped = total == 7 && m[5] == 'S' && m[6] == 0 && c->end.prep && c->end.prep->unnamed_st;
 	if (!mapped && (total < 7 || m[5] != 'S' || m[total - 1] != 0 || m[6] == 0)) {
 		/* Portals and the unnamed statement: the server's business. */
-		if (!prep_ring_push(&ps->closes, &p)) {
+		if (!prep_server_push(ps, &ps->closes, &p)) {
 			return PREP_FAILED;
 		}
 		return PREP_FORWARD;
 	}
 	const char *name = (const char *)m + 6;
+	/* The name goes now; an error earlier in the segment skips the Close,
+	 * and the pending entry then gives it back (prep_server.c). */
+	struct prep_client *pc = c->end.prep;
+	struct prep_stmt *st = mapped ? pc->unnamed_st : pc ? prep_cmap_get(&pc->names, name) : NULL;
+	if (st) {
+		p.st = st;
+		p.cname = mapped ? NULL : strdup(name);
+		if (!mapped && !p.cname)
+			return PREP_FAILED;
+		p.unclose = true;
+		st->refs++;
+	}
 	if (mapped)
 		drop_unnamed_st(c);
-	else if (c->end.prep)
-		(void)prep_cmap_del(&c->end.prep->names, prep_reg_of(s), name);
+	else if (pc)
+		(void)prep_cmap_del(&pc->names, prep_reg_of(s), name);
 	/* The statement stays on the server for others; the client gets the
 	 * CloseComplete of a Close of nothing (not an error in PostgreSQL). */
 	static const uint8_t body[] = "S" PREP_ERROR_NAME;
 	prep_put_msg(server_output(s), PqMsg_Close, body, sizeof body, NULL, 0);
-	if (!prep_ring_push(&ps->closes, &p)) {
+	if (!prep_server_push(ps, &ps->closes, &p)) {
+		prep_pend_release(prep_reg_of(s), &p);
 		return PREP_FAILED;
 	}
 	txn_sent(&s->txn, PqMsg_Close);
@@ -850,7 +892,7 @@ bool prep_server_end_segment(struct server *s)
 	if (!ps || !s->prep_on)
 		return false;
 	struct prep_pend p = { .seg = ps->seg_sent, .swallow = true };
-	if (!prep_ring_push(&ps->swallows, &p))
+	if (!prep_server_push(ps, &ps->swallows, &p))
 		return false;
 	evbuffer_add(server_output(s), "S\0\0\0\4", 5);
 	ps->seg_sent++;
