@@ -60,6 +60,7 @@ struct client_pending_error {
 };
 struct fanout;
 struct prep_client;
+struct ryw;
 struct session_ops;
 
 /* Query texts up to this length are read for search_path tracking and,
@@ -107,6 +108,9 @@ struct client {
 	 * Set exactly in CLIENT_TX_HELD (client_hold_begin). */
 	char *held_begin;
 	uint64_t sticky_until_us;
+	/* read_your_writes = lsn: per shard, the WAL position its reads wait
+	 * for (ryw.h); NULL until its first write. */
+	struct ryw *ryw;
 	/* A read sent to a replica: a copy of its bytes until the first reply
 	 * reaches the client, to send it elsewhere if the replica dies. */
 	struct evbuffer *retry;

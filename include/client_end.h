@@ -54,6 +54,15 @@ struct client_end_events {
 	/* The server's output drained below its low watermark: the client may
 	 * be read again. */
 	void (*resume)(struct client_end *end);
+	/* read_your_writes = lsn (want_wal): the WAL position of the primary
+	 * of shard after the client's transaction ended on it, s (known
+	 * false: it could not be learnt). closed false: s goes back to its
+	 * pool next (released follows). closed true: s was lost while asking
+	 * (its fields still readable, end still linked): the handler unlinks;
+	 * the client's transaction was over and answered, so this is no
+	 * error of the client's. NULL: the end never sets want_wal. */
+	void (*wal_position)(struct client_end *end, struct server *s, int shard, bool known, uint64_t lsn,
+			     bool closed);
 };
 
 struct client_end {
@@ -78,6 +87,11 @@ struct client_end {
 	bool prep_on;                           /* the client's messages are rewritten (prepared.c) */
 	bool close_when_released;               /* shutdown: the client closes after this transaction */
 	bool hold_ready;                        /* ReadyForQuery 'I' goes through ready_held */
+	/* read_your_writes = lsn: the transaction on the link writes; when it
+	 * ends (ReadyForQuery 'I', nothing owed) the server asks its WAL
+	 * position before going back to the pool, and tells wal_position.
+	 * Set by the client before it links. */
+	bool want_wal;
 };
 
 #endif

@@ -1,0 +1,232 @@
+# SPDX-License-Identifier: MIT
+"""read_your_writes = lsn (SPEC §4): after a client's transaction that wrote
+ends on the primary, pgcat asks the primary's WAL position on that server
+connection, and that client's reads go only to replicas that have replayed
+it (by the lag monitor's figures), else to the primary; other clients are
+unaffected, and once the replica caught up the writer's reads go back to it.
+
+The replica applies commits 3 s late (recovery_min_apply_delay), so a read
+that lands on it right after a write cannot see the write: the test with
+read_your_writes off shows exactly that."""
+import asyncio
+import time
+
+import pytest
+
+import pgwire
+from conftest import wait_until
+
+DELAY = "3s"
+
+
+def pool(pg, replica, mode="lsn", extra=None):
+    p = {"query_parser_enabled": "true", "primary_reads_enabled": "false",
+         "read_your_writes": mode,
+         "shards": {0: {"database": "appdb",
+                        "servers": "127.0.0.1:%d:primary, 127.0.0.1:%d:replica" % (pg.port, replica.port)}}}
+    p.update(extra or {})
+    return p
+
+
+def start(pgcat, pg, replica, mode="lsn", general=None, extra=None):
+    g = {"replica_lag_check_interval": 200}
+    g.update(general or {})
+    return pgcat(pool=pool(pg, replica, mode, extra), general=g)
+
+
+def caught_up(pg, rep):
+    lsn = pg.sql("SELECT pg_current_wal_insert_lsn()", dbname="postgres")[0][0]
+    return rep.sql("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,), dbname="postgres")[0][0]
+
+
+@pytest.fixture
+def delayed(pg, pg_replica):
+    """The session's replica, with commits applied DELAY late for this test."""
+    pg.sql("DROP TABLE IF EXISTS ryw_t; CREATE TABLE ryw_t (id serial PRIMARY KEY, v text); "
+           "GRANT ALL ON ryw_t TO app; GRANT ALL ON SEQUENCE ryw_t_id_seq TO app")
+    wait_until(lambda: caught_up(pg, pg_replica), 30, msg="replica has the table")
+    pg_replica.sql("ALTER SYSTEM SET recovery_min_apply_delay = '%s'" % DELAY, dbname="postgres")
+    pg_replica.sql("SELECT pg_reload_conf()", dbname="postgres")
+    wait_until(lambda: pg_replica.sql("SHOW recovery_min_apply_delay", dbname="postgres")[0][0] == DELAY, 10)
+    yield pg_replica
+    pg_replica.sql("ALTER SYSTEM RESET recovery_min_apply_delay", dbname="postgres")
+    pg_replica.sql("SELECT pg_reload_conf()", dbname="postgres")
+    wait_until(lambda: pg_replica.sql("SHOW recovery_min_apply_delay", dbname="postgres")[0][0] == "0", 10)
+    pg.sql("DROP TABLE IF EXISTS ryw_t")
+    wait_until(lambda: caught_up(pg, pg_replica), 30, msg="replica caught up")
+
+
+def marker(tag, i):
+    return "%s-%d-%s" % (tag, i, time.monotonic_ns())
+
+
+READ = "SELECT count(*), pg_is_in_recovery() FROM ryw_t WHERE v = %s"
+
+
+def wait_lag_figures(inst, timeout=10):
+    """The lag monitor measured the replica at least once (SHOW SHARDS)."""
+    from test_admin import admin, show
+    r = admin(inst)
+    try:
+        wait_until(lambda: any(row.get("lag_bytes") for row in show(r, "SHARDS")[1]), timeout,
+                   msg="lag monitor figures")
+    finally:
+        r.close()
+
+
+# ---- psycopg ------------------------------------------------------------
+
+@pytest.mark.parametrize("protocol", ["extended", "simple"])
+def test_psycopg_autocommit_write_then_read(pgcat, pg, delayed, protocol):
+    import psycopg
+    inst = start(pgcat, pg, delayed)
+    kw = {"cursor_factory": psycopg.ClientCursor} if protocol == "simple" else {}
+    c = inst.connect(**kw)
+    other = inst.connect(**kw)
+    assert c.execute("SELECT pg_is_in_recovery()").fetchone()[0] is True   # reads: the replica
+    for i in range(5):
+        m = marker("ac-" + protocol, i)
+        c.execute("INSERT INTO ryw_t (v) VALUES (%s)", (m,))
+        # the writer sees its row at once: not on the replica 3 s behind
+        assert c.execute(READ, (m,)).fetchone() == (1, False)
+        # another client's read still goes to the replica, which has not
+        # applied the write yet
+        assert other.execute(READ, (m,)).fetchone() == (0, True)
+    # once the replica replayed it, the writer's reads go back there
+    wait_until(lambda: c.execute(READ, (m,)).fetchone() == (1, True), 15,
+               msg="writer's reads back on the caught-up replica")
+    c.close()
+    other.close()
+
+
+@pytest.mark.parametrize("protocol", ["extended", "simple"])
+def test_psycopg_explicit_transaction(pgcat, pg, delayed, protocol):
+    import psycopg
+    inst = start(pgcat, pg, delayed)
+    kw = {"cursor_factory": psycopg.ClientCursor} if protocol == "simple" else {}
+    c = inst.connect(**kw)
+    for i in range(3):
+        m = marker("tx-" + protocol, i)
+        c.execute("BEGIN")
+        c.execute("INSERT INTO ryw_t (v) VALUES (%s)", (m,))
+        c.execute("COMMIT")
+        assert c.execute(READ, (m,)).fetchone() == (1, False)
+        m = marker("tx2-" + protocol, i)
+        with c.transaction():
+            c.execute("INSERT INTO ryw_t (v) VALUES (%s)", (m,))
+        assert c.execute(READ, (m,)).fetchone() == (1, False)
+    c.close()
+
+
+def test_no_read_your_writes_reads_stale(pgcat, pg, delayed):
+    """The same scenario with read_your_writes off: the read right after the
+    write lands on the delayed replica and misses the row (what the tests
+    above would see without the feature)."""
+    inst = start(pgcat, pg, delayed, mode="off")
+    c = inst.connect()
+    for i in range(3):
+        m = marker("off", i)
+        c.execute("INSERT INTO ryw_t (v) VALUES (%s)", (m,))
+        assert c.execute(READ, (m,)).fetchone() == (0, True)
+    c.close()
+
+
+# ---- the wire: nothing of pgcat's query reaches the client ---------------
+
+def test_wire_write_then_read_exact_replies(pgcat, pg, delayed):
+    """Query INSERT, then a Query SELECT sent the moment the ReadyForQuery
+    arrives (while pgcat's position query runs): each answered exactly, with
+    nothing of pgcat's own query in between, and the read sees the write."""
+    inst = start(pgcat, pg, delayed)
+    r = inst.raw_login()
+    for i in range(10):
+        m = marker("wire", i)
+        r.send(pgwire.query("INSERT INTO ryw_t (v) VALUES ('%s')" % m))
+        types = [t for t, _ in r.read_until((b"Z",))]
+        assert types == [b"C", b"Z"], types
+        r.send(pgwire.query("SELECT count(*), pg_is_in_recovery() FROM ryw_t WHERE v = '%s'" % m))
+        got = list(r.read_until((b"Z",)))
+        assert [t for t, _ in got] == [b"T", b"D", b"C", b"Z"], got
+        assert pgwire.data_row_values(got[1][1]) == ["1", "f"]
+    # a write and the read pipelined in one send: the read runs on the same
+    # server after the write (still linked), and sees it
+    m = marker("wire-pipe", 0)
+    r.send(pgwire.query("INSERT INTO ryw_t (v) VALUES ('%s')" % m) +
+           pgwire.query("SELECT count(*) FROM ryw_t WHERE v = '%s'" % m))
+    got = list(r.read_until((b"Z",))) + list(r.read_until((b"Z",)))
+    assert [t for t, _ in got] == [b"C", b"Z", b"T", b"D", b"C", b"Z"], got
+    assert pgwire.data_row_values(got[3][1]) == ["1"]
+    r.close()
+
+
+# ---- asyncpg ------------------------------------------------------------
+
+def test_asyncpg_write_then_read(pgcat, pg, delayed):
+    inst = start(pgcat, pg, delayed)
+
+    async def run():
+        c = await inst.asyncpg()
+        other = await inst.asyncpg()
+        try:
+            for i in range(3):
+                # simple protocol (execute without arguments), autocommit
+                m = marker("apg-simple", i)
+                await c.execute("INSERT INTO ryw_t (v) VALUES ('%s')" % m)
+                assert tuple(await c.fetchrow(READ.replace("%s", "$1"), m)) == (1, False)
+                # extended protocol, autocommit
+                m = marker("apg-ext", i)
+                await c.execute("INSERT INTO ryw_t (v) VALUES ($1)", m)
+                assert tuple(await c.fetchrow(READ.replace("%s", "$1"), m)) == (1, False)
+                assert tuple(await other.fetchrow(READ.replace("%s", "$1"), m)) == (0, True)
+                # explicit transaction
+                m = marker("apg-tx", i)
+                async with c.transaction():
+                    await c.execute("INSERT INTO ryw_t (v) VALUES ($1)", m)
+                assert tuple(await c.fetchrow(READ.replace("%s", "$1"), m)) == (1, False)
+            last = m
+            deadline = time.monotonic() + 15
+            while tuple(await c.fetchrow(READ.replace("%s", "$1"), last)) != (1, True):
+                assert time.monotonic() < deadline, "writer's reads never went back to the replica"
+                await asyncio.sleep(0.1)
+        finally:
+            await c.close()
+            await other.close()
+
+    asyncio.run(run())
+
+
+# ---- the position cannot be learnt --------------------------------------
+
+@pytest.fixture
+def no_insert_lsn(pg, delayed):
+    """pgcat's position query fails (permission denied) for the app role."""
+    pg.sql("REVOKE EXECUTE ON FUNCTION pg_current_wal_insert_lsn() FROM PUBLIC", dbname="appdb")
+    yield
+    pg.sql("GRANT EXECUTE ON FUNCTION pg_current_wal_insert_lsn() TO PUBLIC", dbname="appdb")
+
+
+def test_position_query_fails(pgcat, pg, delayed, no_insert_lsn):
+    """The client is not hurt (it never sees the error), its reads go to
+    the primary, and, once the lag monitor measured the primary after the
+    write and the replica replayed that, back to the replica. The primary's
+    log shows what pgcat asked: one position query per transaction that
+    wrote, none for reads."""
+    denied = "permission denied for function pg_current_wal_insert_lsn"
+    inst = start(pgcat, pg, delayed)
+    c = inst.connect()
+    wait_lag_figures(inst)
+    off = pg.log_offset()
+    for _ in range(10):
+        assert c.execute("SELECT pg_is_in_recovery()").fetchone()[0] is True
+    c.execute("BEGIN READ ONLY")
+    c.execute("SELECT 1")
+    c.execute("COMMIT")
+    for i in range(3):
+        m = marker("fail", i)
+        c.execute("INSERT INTO ryw_t (v) VALUES (%s)", (m,))
+        assert c.execute(READ, (m,)).fetchone() == (1, False)
+    wait_until(lambda: c.execute(READ, (m,)).fetchone() == (1, True), 15,
+               msg="reads back on the replica")
+    wait_until(lambda: pg.log_since(off, 10000).count(denied) == 3, 5,
+               msg="three position queries, one per write")
+    c.close()
