@@ -230,3 +230,37 @@ def test_position_query_fails(pgcat, pg, delayed, no_insert_lsn):
     wait_until(lambda: pg.log_since(off, 10000).count(denied) == 3, 5,
                msg="three position queries, one per write")
     c.close()
+
+
+def test_two_workers(pgcat, pg, delayed):
+    """The lag monitor runs in worker 0; clients of every worker route by
+    its figures in the shared segment."""
+    inst = start(pgcat, pg, delayed, general={"workers": 2})
+    conns = [inst.connect() for _ in range(6)]
+    wait_lag_figures(inst)
+    for i, c in enumerate(conns):
+        m = marker("w2", i)
+        c.execute("INSERT INTO ryw_t (v) VALUES (%s)", (m,))
+        assert c.execute(READ, (m,)).fetchone() == (1, False)
+    for c in conns:
+        wait_until(lambda: c.execute(READ, (m,)).fetchone() == (1, True), 15,
+                   msg="reads back on the replica")
+        c.close()
+
+
+def test_session_mode_asks_nothing(pgcat, pg, delayed, no_insert_lsn):
+    """Session mode: the client stays on the server its first transaction
+    went to (the primary, for a write), so it reads its writes there and
+    pgcat asks no position (the primary's log has no denied query)."""
+    denied = "permission denied for function pg_current_wal_insert_lsn"
+    inst = start(pgcat, pg, delayed, general={"pool_mode": "session"})
+    off = pg.log_offset()
+    c = inst.connect()
+    for i in range(3):
+        m = marker("session", i)
+        c.execute("INSERT INTO ryw_t (v) VALUES (%s)", (m,))
+        assert c.execute(READ, (m,)).fetchone() == (1, False)
+    c.close()
+    # (a position query would have run before the read that followed its
+    # write, on the same server: its error would be logged by now)
+    assert denied not in pg.log_since(off, 10000)
