@@ -67,6 +67,10 @@ enum ryw_verdict {
 enum ryw_verdict ryw_judge(uint64_t target, uint64_t fig_lsn, uint64_t fig_at_us, uint64_t now_us,
 			   uint64_t max_age_us);
 
+/* An unknown position (RYW_UNKNOWN) is stood for by the primary's write
+ * position measured this long after the write ended (route_pick.c). */
+#define RYW_UNKNOWN_MARGIN_US 1000000u
+
 /* How old a lag monitor figure may be and still count: three of its
  * intervals (one measurement may be late or lost), at least a second. */
 uint64_t ryw_max_age_us(int replica_lag_check_interval_ms);

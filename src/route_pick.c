@@ -240,11 +240,15 @@ size_t route_ryw_filter(const struct client *c, struct srvpool **all, size_t n, 
 	uint64_t target = m->lsn;
 	if (m->state == RYW_UNKNOWN) {
 		/* The position of the write was not learnt: the primary's own,
-		 * measured after the write ended, stands for it. */
+		 * measured after the write ended, stands for it. That figure is
+		 * pg_current_wal_lsn(), the write position: with
+		 * synchronous_commit = off a commit reaches it within three
+		 * wal_writer_delay (200 ms by default), so the measurement
+		 * must come a second after the write. */
 		uint64_t lsn = 0, at = 0;
 		if (primary)
 			shm_wal_get(w->shm, primary->shm_target, &lsn, &at);
-		if (at <= m->since_us || ryw_judge(0, lsn, at, now, max_age) == RYW_STALE) {
+		if (at <= m->since_us + RYW_UNKNOWN_MARGIN_US || ryw_judge(0, lsn, at, now, max_age) == RYW_STALE) {
 			if (!primary) {
 				memcpy(out, all, n * sizeof *all);   /* no better choice */
 				return n;
