@@ -264,3 +264,40 @@ def test_session_mode_asks_nothing(pgcat, pg, delayed, no_insert_lsn):
     # (a position query would have run before the read that followed its
     # write, on the same server: its error would be logged by now)
     assert denied not in pg.log_since(off, 10000)
+
+
+@pytest.fixture(params=["lost", "hangs"])
+def hostile_insert_lsn(request, pg, delayed):
+    """For the app role, pgcat's position query finds a function of the same
+    name first (search_path public, pg_catalog) that ends its own backend
+    (the server is lost while pgcat asks) or does not answer in time."""
+    body = ("PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(5);"
+            if request.param == "lost" else "PERFORM pg_sleep(5);")
+    pg.sql("CREATE OR REPLACE FUNCTION public.pg_current_wal_insert_lsn() RETURNS pg_lsn "
+           "LANGUAGE plpgsql AS $$BEGIN %s RETURN '0/0'; END$$" % body)
+    pg.sql("ALTER ROLE app IN DATABASE appdb SET search_path = public, pg_catalog")
+    yield request.param
+    pg.sql("ALTER ROLE app IN DATABASE appdb RESET search_path")
+    pg.sql("DROP FUNCTION public.pg_current_wal_insert_lsn()")
+
+
+def test_position_query_server_lost_or_silent(pgcat, pg, delayed, hostile_insert_lsn):
+    """The server is lost while pgcat asks the position, or does not answer
+    within healthcheck_timeout: the client, which already has its answer,
+    sees nothing of it; its next request is served (on the primary, the
+    position being unknown), and its connection goes on working."""
+    inst = start(pgcat, pg, delayed, general={"healthcheck_timeout": 500})
+    c = inst.connect()
+    for i in range(2):
+        m = marker("hostile-" + hostile_insert_lsn, i)
+        t0 = time.monotonic()
+        c.execute("INSERT INTO ryw_t (v) VALUES (%s)", (m,))
+        assert c.execute(READ, (m,)).fetchone() == (1, False)
+        assert time.monotonic() - t0 < 4, "the read waited for more than the timeout"
+    wait_until(lambda: c.execute(READ, (m,)).fetchone() == (1, True), 15,
+               msg="reads back on the replica")
+    # pgcat closed that server while it asked (the client was not told)
+    assert "closing (wal_position)" in inst.log()
+    if hostile_insert_lsn == "hangs":
+        assert "no answer to the WAL position query" in inst.log()
+    c.close()
