@@ -1087,9 +1087,11 @@ static enum pump_step ready_for_query(struct server *s, struct client_end *c, st
 	 * until the ReadyForQuery of their own Sync. */
 	if (s->txn.outstanding == 0 && !s->txn.ext_pending && s->txn.tx_status == 'I' &&
 	    (s->sp->pool->mode == POOL_MODE_TRANSACTION || c->close_when_released)) {
-		/* (the handlers above leave the link as it is: s->client == c) */
-		if (c->want_wal && c->ev->wal_position && s->sp->pool->mode == POOL_MODE_TRANSACTION) {
-			c->want_wal = false;   /* once per transaction */
+		/* read_your_writes: a transaction that wrote asks its position
+		 * first, while the link still holds (the release follows the
+		 * answer); want_wal is set again at the client's next checkout. */
+		if (c->want_wal && c->ev->wal_position && s->sp->pool->mode == POOL_MODE_TRANSACTION &&
+		    s->client == c && s->state == SERVER_ACTIVE) {
 			wal_ask(s);
 			return PUMP_STOP;
 		}
