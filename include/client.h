@@ -174,6 +174,10 @@ struct client {
 	bool session_watch : 1;
 	/* Inside client_process: nested reports only ask for another round. */
 	bool processing : 1, reprocess : 1;
+	/* read_your_writes: a replica asked directly had not replayed the
+	 * position: this request is routed again without asking (the
+	 * session clears it at the next checkout). */
+	bool ryw_no_ask : 1;
 };
 
 /* The client of a waiter on a pool's lists; NULL: not a client's (a

@@ -63,6 +63,12 @@ struct client_end_events {
 	 * error of the client's. NULL: the end never sets want_wal. */
 	void (*wal_position)(struct client_end *end, struct server *s, int shard, bool known, uint64_t lsn,
 			     bool closed);
+	/* read_your_writes (check_replayed): s, a replica being made ready
+	 * for end, has not replayed that position, or could not say. Nothing
+	 * of the client's reached it: end is still linked, the handler
+	 * unlinks and routes the request again; s then goes back to its
+	 * pool. NULL: the end never sets check_replayed. */
+	void (*behind)(struct client_end *end, struct server *s);
 };
 
 struct client_end {
@@ -81,6 +87,11 @@ struct client_end {
 	/* A replayed read: acknowledgements the client already has, that the
 	 * next server's replies must not repeat. */
 	uint32_t retry_skip;
+	/* read_your_writes = lsn, a read sent to a replica whose lag monitor
+	 * figures are too old: the replica is asked, while it is made ready,
+	 * whether it has replayed this position (behind, if not). 0: not
+	 * asked. Set by the client before it links. */
+	uint64_t check_replayed;
 	/* The pid pgcat gave the client (BackendKeyData; 0: none): what its
 	 * server's notifications carry (SPEC §11). */
 	uint32_t backend_pid;

@@ -156,6 +156,10 @@ struct route_decision {
 	bool ryw_resolved;
 	int ryw_shard;
 	uint64_t ryw_lsn;
+	/* (CHECKOUT) a read sent to a replica without fresh figures: asked
+	 * first whether it replayed this position (c->end.check_replayed);
+	 * 0: nothing to ask. */
+	uint64_t ryw_ask;
 	/* set_phase: c->shard_phase from now on (enum route_phase, below),
 	 * whatever the action (not for HOLD). */
 	bool set_phase;
@@ -211,6 +215,7 @@ static inline void route_decision_init(struct route_decision *d)
 	d->ryw_resolved = false;
 	d->ryw_shard = -1;
 	d->ryw_lsn = 0;
+	d->ryw_ask = 0;
 	d->set_phase = false;
 	d->phase = 0;
 	d->sqlstate[0] = '\0';

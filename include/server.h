@@ -95,6 +95,9 @@ struct server {
 	/* WAL_POSITION: the position the query answered, if it did. */
 	bool wal_known;
 	uint64_t wal_lsn;
+	/* SYNCING: whether the replica was asked if it replayed the client's
+	 * position (check_replayed), and its answer. */
+	enum { SERVER_REPLAY_NOT_ASKED, SERVER_REPLAY_ASKED, SERVER_REPLAY_REACHED } replay_check;
 };
 
 /* Open a new connection for this srvpool (state CONNECTING). */

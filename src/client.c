@@ -1165,6 +1165,19 @@ static void end_wal_position(struct client_end *end, struct server *s, int shard
 	end_released(end);
 }
 
+/* read_your_writes: the replica asked had not replayed the client's
+ * position: the request goes elsewhere, without asking again. */
+static void end_behind(struct client_end *end, struct server *s)
+{
+	struct client *c = end_owner(end);
+	(void)link_detach(s);
+	end->begin = NULL;
+	end->check_replayed = 0;
+	link_cancel_key(c);
+	c->ryw_no_ask = true;
+	reroute(c);
+}
+
 static const struct client_end_events client_end_events = {
 	.ready = end_ready,
 	.lost = end_lost,
@@ -1174,6 +1187,7 @@ static const struct client_end_events client_end_events = {
 	.ready_held = end_ready_held,
 	.resume = end_resume,
 	.wal_position = end_wal_position,
+	.behind = end_behind,
 };
 
 /* ---- the events of its waits on a pool (pool.h) ---- */

@@ -158,7 +158,8 @@ static void srvpool_janitor(struct srvpool *sp)
 		uint64_t limit = (uint64_t)g->healthcheck_timeout * 1000;
 		LIST_FOREACH_SAFE(pos, tmp, &sp->active) {
 			struct server *s = LIST_OWNER(pos, struct server, node);
-			if (s->state == SERVER_SYNCING && s->health_check && now - s->state_since_us >= limit) {
+			if (s->state == SERVER_SYNCING && (s->health_check || s->replay_check == SERVER_REPLAY_ASKED) &&
+			    now - s->state_since_us >= limit) {
 				rotation_server_failed(sp, "health check timed out");
 				server_close(s, "health check timed out");
 			}

@@ -812,12 +812,14 @@ static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame 
 			d->want_wal = c->pool->mode == POOL_MODE_TRANSACTION;
 		else if (role != ROUTER_ROLE_PRIMARY) {
 			struct route_ryw r;
-			size_t k = route_ryw_filter(c, all, n, shard, ok, &r);
+			/* (not with a held BEGIN: server.c would have to undo it) */
+			size_t k = route_ryw_filter(c, all, n, shard, !c->held_begin, ok, &r);
 			if (r.marked) {
 				d->ryw_shard = shard;
 				d->ryw_clear = r.all_reached;
 				d->ryw_resolved = r.resolved;
 				d->ryw_lsn = r.lsn;
+				d->ryw_ask = r.ask;
 				if (!r.all_reached) {
 					from = ok;
 					n = k;

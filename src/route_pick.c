@@ -220,8 +220,8 @@ static struct srvpool *leg_counted(struct srvpool *sp)
 	return sp;
 }
 
-size_t route_ryw_filter(const struct client *c, struct srvpool **all, size_t n, int shard, struct srvpool **out,
-			struct route_ryw *r)
+size_t route_ryw_filter(const struct client *c, struct srvpool **all, size_t n, int shard, bool may_ask,
+			struct srvpool **out, struct route_ryw *r)
 {
 	memset(r, 0, sizeof *r);
 	const struct ryw_mark *m = shard >= 0 ? ryw_mark(c->ryw, (size_t)shard) : NULL;
@@ -259,7 +259,7 @@ size_t route_ryw_filter(const struct client *c, struct srvpool **all, size_t n, 
 		r->resolved = true;
 		r->lsn = target = lsn;
 	}
-	size_t k = 0;
+	size_t k = 0, reached = 0, stale = 0;
 	bool all_reached = true;
 	for (size_t i = 0; i < n; i++) {
 		if (all[i] == primary) {
@@ -268,12 +268,36 @@ size_t route_ryw_filter(const struct client *c, struct srvpool **all, size_t n, 
 		}
 		uint64_t lsn = 0, at = 0;
 		shm_wal_get(w->shm, all[i]->shm_target, &lsn, &at);
-		if (ryw_judge(target, lsn, at, now, max_age) != RYW_REACHED)
+		enum ryw_verdict v = ryw_judge(target, lsn, at, now, max_age);
+		if (v != RYW_REACHED)
 			all_reached = false;
-		else if (!rotation_is_banned(all[i]))
-			out[k++] = all[i];   /* (a banned one left out here: the ban valve must not see a subset) */
+		/* (a banned one left out here: the ban valve must not see a subset) */
+		if (v == RYW_REACHED && !rotation_is_banned(all[i])) {
+			out[k++] = all[i];
+			reached++;
+		} else if (v == RYW_STALE && !rotation_is_banned(all[i])) {
+			stale++;
+		}
 	}
 	r->all_reached = all_reached && primary;
+	if (reached == 0 && stale > 0 && may_ask && !c->ryw_no_ask) {
+		/* None known to have it, some not known either way: those are
+		 * asked (SPEC §4: "or by asking the replica when the figures
+		 * are too old"). */
+		k = 0;
+		for (size_t i = 0; i < n; i++) {
+			if (all[i] == primary || rotation_is_banned(all[i]))
+				continue;
+			uint64_t lsn = 0, at = 0;
+			shm_wal_get(w->shm, all[i]->shm_target, &lsn, &at);
+			if (ryw_judge(target, lsn, at, now, max_age) == RYW_STALE)
+				out[k++] = all[i];
+		}
+		if (k > 0) {
+			r->ask = target;
+			return k;
+		}
+	}
 	if (k == 0) {   /* no primary to fall back on, none caught up: as without a mark */
 		memcpy(out, all, n * sizeof *all);
 		return n;
@@ -307,7 +331,7 @@ struct srvpool *route_pick_leg(struct client *c, const char *sql, size_t len, in
 	if (role != ROUTER_ROLE_PRIMARY && !writes) {
 		struct srvpool *ok[64];
 		struct route_ryw r;
-		size_t k = route_ryw_filter(c, all, n, shard, ok, &r);
+		size_t k = route_ryw_filter(c, all, n, shard, false, ok, &r);
 		if (r.marked && k < n) {
 			if (k == 1 && rotation_takes_writes(ok[0]))
 				role = ROUTER_ROLE_PRIMARY;   /* none caught up */

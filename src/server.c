@@ -165,7 +165,7 @@ void server_close(struct server *s, const char *why)
 		c->ev->wal_position(c, s, s->sp->shard, false, 0, true);
 		return;
 	}
-	if (c && old == SERVER_SYNCING && s->health_check) {
+	if (c && old == SERVER_SYNCING && (s->health_check || s->replay_check == SERVER_REPLAY_ASKED)) {
 		/* Nothing of the client's reached this server: it goes elsewhere. */
 		c->ev->lost(c, s, true, "08006", why ? why : "health check failed");
 		return;
@@ -579,6 +579,26 @@ void server_link(struct server *s)
 			syncing = true;
 		}
 	}
+	/* read_your_writes: a replica whose figures are too old is asked
+	 * whether it replayed the client's position, in a query of its own
+	 * (two columns: not the health check's row). Not with a held BEGIN,
+	 * which would have to be undone (route.c asks for none then). */
+	s->replay_check = SERVER_REPLAY_NOT_ASKED;
+	if (c->check_replayed && c->ev->behind && !c->begin) {
+		char q[128];
+		snprintf(q, sizeof q, "SELECT pg_last_wal_replay_lsn() >= '%X/%X'::pg_lsn, 'replayed'",
+			 (unsigned)(c->check_replayed >> 32), (unsigned)(c->check_replayed & 0xffffffffu));
+		uint8_t storage[160];
+		struct pktbuf pb;
+		pktbuf_init(&pb, storage, sizeof storage);
+		pktbuf_query(&pb, q);
+		if (!pb.failed) {
+			evbuffer_add(io_out(&s->io), pb.data, pb.len);
+			txn_sent(&s->txn, PqMsg_Query);
+			s->replay_check = SERVER_REPLAY_ASKED;
+			syncing = true;
+		}
+	}
 	if (syncing) {
 		server_set_state(s, SERVER_SYNCING);
 		return;
@@ -744,6 +764,43 @@ static void wal_done(struct server *s)
 	s->sp->ev->release(s);
 }
 
+/* The answer to the replayed-position question (server_link): two
+ * columns, the second 'replayed'; true when the first says 't'. */
+static bool replay_row(const uint8_t *body, size_t len)
+{
+	static const char tag[] = "replayed";
+	if (len < 2 || (body[0] << 8 | body[1]) != 2)
+		return false;
+	size_t off = 2;
+	if (len - off < 4)
+		return false;
+	uint32_t l1 = proto_get_u32(body + off);
+	off += 4;
+	if (l1 != 1 || len - off < 1 + 4)
+		return false;
+	bool yes = body[off] == 't';
+	off += 1;
+	uint32_t l2 = proto_get_u32(body + off);
+	off += 4;
+	return yes && l2 == sizeof tag - 1 && len - off == l2 && memcmp(body + off, tag, l2) == 0;
+}
+
+/* The replica had not replayed the client's position (or could not say):
+ * the client routes its request again, nothing of it sent here, and the
+ * server, clean ('I'), goes back to its pool; else it is closed. */
+static void replay_behind(struct server *s, struct client_end *c)
+{
+	server_set_state(s, SERVER_ACTIVE);
+	c->ev->behind(c, s);
+	if (s->state == SERVER_CLOSED || s->client)
+		return;
+	if (s->txn.tx_status != 'I') {
+		server_close(s, "the replayed-position question left a transaction open");
+		return;
+	}
+	s->sp->ev->clean(s);
+}
+
 /* Messages while no client reads them (idle, syncing, draining, resetting,
  * the WAL position query): track state, forward nothing. */
 static void process_unlinked(struct server *s)
@@ -763,7 +820,8 @@ static void process_unlinked(struct server *s)
 		}
 		uint32_t total = f.len + 1;
 		bool need_body = f.type == PqMsg_ParameterStatus || f.type == PqMsg_ErrorResponse ||
-				 (f.type == PqMsg_DataRow && st == SERVER_SYNCING && s->health_check) ||
+				 (f.type == PqMsg_DataRow && st == SERVER_SYNCING &&
+				  (s->health_check || s->replay_check == SERVER_REPLAY_ASKED)) ||
 				 (f.type == PqMsg_DataRow && st == SERVER_WAL_POSITION);
 		if (need_body && total <= SERVER_INSPECT_MAX) {
 			if (!take_whole(in, total, buf))
@@ -788,7 +846,10 @@ static void process_unlinked(struct server *s)
 		size_t blen = f.len - 4;
 		if (f.type == PqMsg_DataRow && need_body && total <= SERVER_INSPECT_MAX && st == SERVER_WAL_POSITION)
 			wal_row(s, body, blen);
-		else if (f.type == PqMsg_DataRow && need_body && total <= SERVER_INSPECT_MAX) {
+		else if (f.type == PqMsg_DataRow && need_body && total <= SERVER_INSPECT_MAX &&
+			 replay_row(body, blen)) {
+			s->replay_check = SERVER_REPLAY_REACHED;
+		} else if (f.type == PqMsg_DataRow && need_body && total <= SERVER_INSPECT_MAX) {
 			/* The health check's answer: one column, in recovery? */
 			if (blen >= 7 && (body[0] << 8 | body[1]) == 1 && proto_get_u32(body + 2) == 1 &&
 			    (body[6] == 't' || body[6] == 'f'))
@@ -803,6 +864,12 @@ static void process_unlinked(struct server *s)
 				if (c)
 					(void)params_copy(&s->params, c->params);
 				s->health_check = false;
+				bool asked_behind = s->replay_check == SERVER_REPLAY_ASKED;
+				s->replay_check = SERVER_REPLAY_NOT_ASKED;
+				if (c && asked_behind) {
+					replay_behind(s, c);
+					return;
+				}
 				server_set_state(s, SERVER_ACTIVE);
 				/* its held BEGIN ran here: the transaction is open */
 				if (c)

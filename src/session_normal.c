@@ -419,6 +419,8 @@ __attribute__((always_inline)) static inline bool route_and_check_out(struct cli
 		/* read_your_writes = lsn: this transaction's WAL position is
 		 * asked at its end; a read's mark cleared or resolved. */
 		c->end.want_wal = d.want_wal;
+		c->end.check_replayed = d.ryw_ask;
+		c->ryw_no_ask = false;
 		if (d.ryw_clear)
 			ryw_clear(c->ryw, (size_t)d.ryw_shard);
 		else if (d.ryw_resolved)

@@ -301,3 +301,48 @@ def test_position_query_server_lost_or_silent(pgcat, pg, delayed, hostile_insert
     if hostile_insert_lsn == "hangs":
         assert "no answer to the WAL position query" in inst.log()
     c.close()
+
+
+@pytest.fixture
+def monitor_locked_out(pg, delayed):
+    """The lag monitor logs in as the pool's first user: md5user here, which
+    may not log in for this test, so that no figure is ever fresh."""
+    pg.sql("ALTER ROLE md5user NOLOGIN")
+    wait_until(lambda: not delayed.sql("SELECT rolcanlogin FROM pg_roles WHERE rolname = 'md5user'",
+                                       dbname="postgres")[0][0], 30, msg="replica has NOLOGIN")
+    yield
+    pg.sql("ALTER ROLE md5user LOGIN")
+
+
+def test_replica_asked_when_figures_are_too_old(pgcat, pg, delayed, monitor_locked_out):
+    """Without fresh lag monitor figures, the writer's read goes to the
+    replica only after asking it whether it replayed the write: right after
+    the write it has not (3 s delay): the read goes to the primary; once it
+    has, the read is served there."""
+    from conftest import PASSWORDS
+    from test_admin import admin, show
+    servers = "127.0.0.1:%d:primary, 127.0.0.1:%d:replica" % (pg.port, delayed.port)
+    pools = {"appdb": {"query_parser_enabled": "true", "primary_reads_enabled": "false",
+                       "read_your_writes": "lsn",
+                       "shards": {0: {"database": "appdb", "servers": servers}},
+                       "users": {"md5user": {"password": PASSWORDS["md5user"]},
+                                 "app": {"password": PASSWORDS["app"]}}}}
+    inst = pgcat(replace_pools=pools, general={"replica_lag_check_interval": 200})
+    c = inst.connect()
+    other = inst.connect()
+    # the monitor knows nothing
+    r = admin(inst)
+    time.sleep(1)
+    assert not any(row.get("lag_bytes") for row in show(r, "SHARDS")[1])
+    r.close()
+    for i in range(3):
+        m = marker("ask", i)
+        c.execute("INSERT INTO ryw_t (v) VALUES (%s)", (m,))
+        assert c.execute(READ, (m,)).fetchone() == (1, False)
+        assert other.execute(READ, (m,)).fetchone() == (0, True)
+    wait_until(lambda: c.execute(READ, (m,)).fetchone() == (1, True), 15,
+               msg="read on the replica once it says it replayed the write")
+    c.close()
+    other.close()
+    # a replica that had not replayed yet is not a failed one
+    assert "banning" not in inst.log() and "ban " not in inst.log(), inst.log()
