@@ -83,15 +83,15 @@ struct client_end {
 	 * client's bytes (set by the client before it links; NULL: none). */
 	const char *begin;
 	uint64_t client_id;
-	uint32_t out_budget;                    /* output bytes beyond which the server pauses */
-	/* A replayed read: acknowledgements the client already has, that the
-	 * next server's replies must not repeat. */
-	uint32_t retry_skip;
 	/* read_your_writes = lsn, a read sent to a replica whose lag monitor
 	 * figures are too old: the replica is asked, while it is made ready,
 	 * whether it has replayed this position (behind, if not). 0: not
 	 * asked. Set by the client before it links. */
 	uint64_t check_replayed;
+	uint32_t out_budget;                    /* output bytes beyond which the server pauses */
+	/* A replayed read: acknowledgements the client already has, that the
+	 * next server's replies must not repeat. */
+	uint32_t retry_skip;
 	/* The pid pgcat gave the client (BackendKeyData; 0: none): what its
 	 * server's notifications carry (SPEC §11). */
 	uint32_t backend_pid;
