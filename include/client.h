@@ -60,6 +60,7 @@ struct client_pending_error {
 };
 struct fanout;
 struct prep_client;
+struct ryw;
 struct session_ops;
 
 /* Query texts up to this length are read for search_path tracking and,
@@ -107,6 +108,9 @@ struct client {
 	 * Set exactly in CLIENT_TX_HELD (client_hold_begin). */
 	char *held_begin;
 	uint64_t sticky_until_us;
+	/* read_your_writes = lsn: per shard, the WAL position its reads wait
+	 * for (ryw.h); NULL until its first write. */
+	struct ryw *ryw;
 	/* A read sent to a replica: a copy of its bytes until the first reply
 	 * reaches the client, to send it elsewhere if the replica dies. */
 	struct evbuffer *retry;
@@ -170,6 +174,10 @@ struct client {
 	bool session_watch : 1;
 	/* Inside client_process: nested reports only ask for another round. */
 	bool processing : 1, reprocess : 1;
+	/* read_your_writes: a replica asked directly had not replayed the
+	 * position: this request is routed again without asking (the
+	 * session clears it at the next checkout). */
+	bool ryw_no_ask : 1;
 };
 
 /* The client of a waiter on a pool's lists; NULL: not a client's (a

@@ -54,6 +54,21 @@ struct client_end_events {
 	/* The server's output drained below its low watermark: the client may
 	 * be read again. */
 	void (*resume)(struct client_end *end);
+	/* read_your_writes = lsn (want_wal): the WAL position of the primary
+	 * of shard after the client's transaction ended on it, s (known
+	 * false: it could not be learnt). closed false: s goes back to its
+	 * pool next (released follows). closed true: s was lost while asking
+	 * (its fields still readable, end still linked): the handler unlinks;
+	 * the client's transaction was over and answered, so this is no
+	 * error of the client's. NULL: the end never sets want_wal. */
+	void (*wal_position)(struct client_end *end, struct server *s, int shard, bool known, uint64_t lsn,
+			     bool closed);
+	/* read_your_writes (check_replayed): s, a replica being made ready
+	 * for end, has not replayed that position, or could not say. Nothing
+	 * of the client's reached it: end is still linked, the handler
+	 * unlinks and routes the request again; s then goes back to its
+	 * pool. NULL: the end never sets check_replayed. */
+	void (*behind)(struct client_end *end, struct server *s);
 };
 
 struct client_end {
@@ -68,6 +83,11 @@ struct client_end {
 	 * client's bytes (set by the client before it links; NULL: none). */
 	const char *begin;
 	uint64_t client_id;
+	/* read_your_writes = lsn, a read sent to a replica whose lag monitor
+	 * figures are too old: the replica is asked, while it is made ready,
+	 * whether it has replayed this position (behind, if not). 0: not
+	 * asked. Set by the client before it links. */
+	uint64_t check_replayed;
 	uint32_t out_budget;                    /* output bytes beyond which the server pauses */
 	/* A replayed read: acknowledgements the client already has, that the
 	 * next server's replies must not repeat. */
@@ -78,6 +98,11 @@ struct client_end {
 	bool prep_on;                           /* the client's messages are rewritten (prepared.c) */
 	bool close_when_released;               /* shutdown: the client closes after this transaction */
 	bool hold_ready;                        /* ReadyForQuery 'I' goes through ready_held */
+	/* read_your_writes = lsn: the transaction on the link writes; when it
+	 * ends (ReadyForQuery 'I', nothing owed) the server asks its WAL
+	 * position before going back to the pool, and tells wal_position.
+	 * Set by the client before it links. */
+	bool want_wal;
 };
 
 #endif

@@ -18,6 +18,9 @@ enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARNING, LOG_LEVEL_INFO, LOG_LEVEL_D
 enum server_role { SERVER_ROLE_PRIMARY, SERVER_ROLE_REPLICA, SERVER_ROLE_AUTO };
 enum default_role { DEFAULT_ROLE_ANY, DEFAULT_ROLE_PRIMARY, DEFAULT_ROLE_REPLICA };
 enum lb_mode { LB_MODE_RANDOM, LB_MODE_LOC };
+/* read_your_writes (SPEC §4): off, or reads after a write wait for the
+ * replicas to replay its WAL position (lsn). */
+enum read_your_writes { READ_YOUR_WRITES_OFF, READ_YOUR_WRITES_LSN };
 enum sharding_function {
 	SHARDING_PG_BIGINT_HASH, SHARDING_PG_TEXT_HASH, SHARDING_PG_UUID_HASH,
 	SHARDING_SHA1, SHARDING_MURMUR3
@@ -78,6 +81,7 @@ struct config_pool {
 	int default_shard;        /* shard index or CONFIG_DEFAULT_SHARD_ALL */
 	int64_t max_replica_lag;
 	int sticky_primary_after_write;
+	enum read_your_writes read_your_writes;
 	int max_db_connections;   /* CONFIG_INHERIT or >= 0 (0: no cap for this pool's databases) */
 	char *connect_query;      /* run once on each new server connection; NULL = none */
 	struct config_shard *shards;   /* sorted by index, indexes 0..n-1 without gaps */

@@ -146,6 +146,20 @@ struct route_decision {
 	/* (CHECKOUT) a write with sticky_primary_after_write: the session's
 	 * reads go to the primary until then (c->sticky_until_us); 0: as is. */
 	uint64_t sticky_until_us;
+	/* (CHECKOUT) read_your_writes = lsn: a write, whose WAL position the
+	 * server asks when it ends (c->end.want_wal). */
+	bool want_wal;
+	/* (CHECKOUT) read_your_writes = lsn, a read on shard ryw_shard (-1:
+	 * none): the client's mark there goes (ryw_clear: every server has
+	 * it), or its unknown position is now ryw_lsn (ryw_resolved). */
+	bool ryw_clear;
+	bool ryw_resolved;
+	int ryw_shard;
+	uint64_t ryw_lsn;
+	/* (CHECKOUT) a read sent to a replica without fresh figures: asked
+	 * first whether it replayed this position (c->end.check_replayed);
+	 * 0: nothing to ask. */
+	uint64_t ryw_ask;
 	/* set_phase: c->shard_phase from now on (enum route_phase, below),
 	 * whatever the action (not for HOLD). */
 	bool set_phase;
@@ -196,6 +210,12 @@ static inline void route_decision_init(struct route_decision *d)
 	d->no_writer = false;
 	d->retry_on = false;
 	d->sticky_until_us = 0;
+	d->want_wal = false;
+	d->ryw_clear = false;
+	d->ryw_resolved = false;
+	d->ryw_shard = -1;
+	d->ryw_lsn = 0;
+	d->ryw_ask = 0;
 	d->set_phase = false;
 	d->phase = 0;
 	d->sqlstate[0] = '\0';

@@ -44,6 +44,25 @@ enum router_role route_role_of(const struct client *c, const struct router_verdi
  * was asked and only a configured primary found in recovery is there. */
 struct srvpool *route_choose_in_shard(struct client *c, struct srvpool **all, size_t n, int shard,
 				      enum router_role role, bool *no_writer);
+/* read_your_writes = lsn (SPEC §4): what route_ryw_filter found. */
+struct route_ryw {
+	bool marked;        /* c's reads on this shard wait for a position */
+	bool all_reached;   /* every server of the shard has it: c's mark can go */
+	bool resolved;      /* an unknown position now stands for lsn (the primary's, measured later) */
+	uint64_t lsn;
+	/* No replica known to have it, and some without a fresh figure: out
+	 * holds those, to be asked directly whether they replayed ask
+	 * (client_end.check_replayed); 0: nothing to ask. */
+	uint64_t ask;
+};
+/* The servers of shard (all, n of them) a read of c may go to, in out
+ * (room for n), their count returned: the primary, and the replicas whose
+ * replayed position, as the lag monitor last measured it (not too long
+ * ago), has reached the one c's reads wait for on that shard. If none
+ * has, and may_ask, the replicas without a fresh figure instead, to be
+ * asked (r->ask). Without a mark (or read_your_writes off), all of them. */
+size_t route_ryw_filter(const struct client *c, struct srvpool **all, size_t n, int shard, bool may_ask,
+			struct srvpool **out, struct route_ryw *r);
 /* The server of shard `shard` for one shard's part of c's cross-shard
  * request (fanout.c), whose first statement there is sql: chosen as for a
  * transaction of c's session pinned to that shard (a hint in sql, SET

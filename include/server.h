@@ -22,6 +22,11 @@ enum server_state {
 	SERVER_IDLE,         /* in the pool */
 	SERVER_SYNCING,      /* linked; sending the client's session parameters first */
 	SERVER_ACTIVE,       /* linked; bytes flow both ways */
+	/* Still linked, the client's transaction over (it has its
+	 * ReadyForQuery): pgcat's own query for the primary's WAL position
+	 * runs (read_your_writes = lsn), its reply kept from the client,
+	 * whose next request waits; then back to the pool. */
+	SERVER_WAL_POSITION,
 	SERVER_DRAINING,     /* client gone: finishing the query, rolling back */
 	SERVER_RESETTING,    /* server_reset_query after a session-mode client */
 	/* Its client is done, but a CancelRequest pgcat sent for it has not
@@ -87,6 +92,12 @@ struct server {
 	uint16_t cancels_in_flight;   /* CancelRequests pgcat sent for it, not yet answered */
 	bool checked;                 /* had its first health check */
 	bool connect_query_sent;      /* in LOGIN: the pool's connect_query is running */
+	/* WAL_POSITION: the position the query answered, if it did. */
+	bool wal_known;
+	uint64_t wal_lsn;
+	/* SYNCING: whether the replica was asked if it replayed the client's
+	 * position (check_replayed), and its answer. */
+	enum { SERVER_REPLAY_NOT_ASKED, SERVER_REPLAY_ASKED, SERVER_REPLAY_REACHED } replay_check;
 };
 
 /* Open a new connection for this srvpool (state CONNECTING). */

@@ -23,7 +23,7 @@
 #include "stats.h"
 
 #define SHM_MAGIC 0x70676361u      /* "pgca" */
-#define SHM_VERSION 9u
+#define SHM_VERSION 10u
 #define SHM_MAX_WORKERS 128
 #define SHM_MAX_POOLS 1024          /* (pool, user) pairs, over the life of the instance */
 #define SHM_MAX_TARGETS 4096        /* (pool, user, server) triples */
@@ -58,6 +58,11 @@ struct shm_target_entry {
 	 * this server's replay lag behind its shard's primary; -1: unknown,
 	 * or not a replica. */
 	_Atomic int64_t lag_bytes, lag_ms;
+	/* Also the lag monitor's: the server's WAL position at its last
+	 * answer (replayed on a replica, current on a primary) and when that
+	 * answer came (CLOCK_MONOTONIC us, the same clock in every process);
+	 * wal_at_us 0: unknown. read_your_writes = lsn routes by these. */
+	_Atomic uint64_t wal_lsn, wal_at_us;
 };
 
 /* Gauges a worker publishes for its part of a pool (refreshed by its janitor). */
@@ -265,6 +270,10 @@ bool shm_ban_clear_auto(struct shm *shm, const char *host, int port, int64_t now
 /* Replica lag of a (pool, user, server) slot; -1: unknown. */
 void shm_lag_set(struct shm *shm, int target, int64_t lag_bytes, int64_t lag_ms);
 void shm_lag_get(struct shm *shm, int target, int64_t *lag_bytes, int64_t *lag_ms);
+/* WAL position of a slot's server and when it was measured (at_us 0:
+ * unknown, lsn then meaningless). */
+void shm_wal_set(struct shm *shm, int target, uint64_t lsn, uint64_t at_us);
+void shm_wal_get(struct shm *shm, int target, uint64_t *lsn, uint64_t *at_us);
 
 /* Admin commands for every worker. */
 /* Returns the command's sequence number. */

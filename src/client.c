@@ -38,6 +38,7 @@
 #include "pktbuf.h"
 #include "pool.h"
 #include "proto.h"
+#include "ryw.h"
 #include "session.h"
 #include "link.h"
 #include "shm.h"
@@ -372,6 +373,7 @@ void client_free(struct client *c)
 	free(c->pending_error);
 	free(c->kind_state);
 	free(c->held_begin);
+	ryw_free(&c->ryw);
 	free(c->xshard);   /* (its parts went at client_close) */
 	free(c);
 }
@@ -1146,6 +1148,36 @@ static void end_ready_held(struct client_end *end, bool committed)
 
 static void end_resume(struct client_end *end) { client_resume_reading(end_owner(end)); }
 
+/* read_your_writes = lsn: where its reads wait for, on that shard, from
+ * now on. Not known (the query failed, the server was lost): marked as
+ * such, and its reads go to the primary until a position of the primary
+ * measured later stands for it (route_pick.c). */
+static void end_wal_position(struct client_end *end, struct server *s, int shard, bool known, uint64_t lsn,
+			     bool closed)
+{
+	struct client *c = end_owner(end);
+	if (shard >= 0 && !ryw_note(&c->ryw, (size_t)shard, known, lsn, c->w->now_us))
+		log_warning("C-%llu %s@%s: out of memory: read_your_writes cannot follow this write",
+			    (unsigned long long)c->id, client_user(c), client_database(c));
+	if (!closed)
+		return;   /* (released follows) */
+	(void)link_detach(s);
+	end_released(end);
+}
+
+/* read_your_writes: the replica asked had not replayed the client's
+ * position: the request goes elsewhere, without asking again. */
+static void end_behind(struct client_end *end, struct server *s)
+{
+	struct client *c = end_owner(end);
+	(void)link_detach(s);
+	end->begin = NULL;
+	end->check_replayed = 0;
+	link_cancel_key(c);
+	c->ryw_no_ask = true;
+	reroute(c);
+}
+
 static const struct client_end_events client_end_events = {
 	.ready = end_ready,
 	.lost = end_lost,
@@ -1154,6 +1186,8 @@ static const struct client_end_events client_end_events = {
 	.answered = end_answered,
 	.ready_held = end_ready_held,
 	.resume = end_resume,
+	.wal_position = end_wal_position,
+	.behind = end_behind,
 };
 
 /* ---- the events of its waits on a pool (pool.h) ---- */

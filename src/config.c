@@ -36,6 +36,7 @@ _Static_assert(sizeof(enum log_level) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum server_role) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum default_role) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum lb_mode) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum read_your_writes) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum sharding_function) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum tls_mode) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum tls_negotiation) == sizeof(int), "enum size");
@@ -62,6 +63,9 @@ static const char *const default_role_names[] = {
 static const char *const lb_mode_names[] = {
 	[LB_MODE_RANDOM] = "random", [LB_MODE_LOC] = "loc",
 };
+static const char *const read_your_writes_names[] = {
+	[READ_YOUR_WRITES_OFF] = "off", [READ_YOUR_WRITES_LSN] = "lsn",
+};
 static const char *const sharding_function_names[] = {
 	[SHARDING_PG_BIGINT_HASH] = "pg_bigint_hash", [SHARDING_PG_TEXT_HASH] = "pg_text_hash",
 	[SHARDING_PG_UUID_HASH] = "pg_uuid_hash", [SHARDING_SHA1] = "sha1", [SHARDING_MURMUR3] = "murmur3",
@@ -86,6 +90,7 @@ static const struct enum_names log_level_enum = ENUM_NAMES(log_level_names);
 const struct enum_names server_role_enum = ENUM_NAMES(server_role_names);
 static const struct enum_names default_role_enum = ENUM_NAMES(default_role_names);
 static const struct enum_names lb_mode_enum = ENUM_NAMES(lb_mode_names);
+static const struct enum_names read_your_writes_enum = ENUM_NAMES(read_your_writes_names);
 static const struct enum_names sharding_function_enum = ENUM_NAMES(sharding_function_names);
 const struct enum_names client_tls_enum = ENUM_NAMES(client_tls_names);
 const struct enum_names server_tls_enum = ENUM_NAMES(server_tls_names);
@@ -184,6 +189,8 @@ const struct key_spec pool_specs[POOL_KEY_COUNT] = {
 		POOL_FIELD(max_replica_lag), 0, 0, "0", NULL },
 	[POOL_KEY_STICKY_PRIMARY_AFTER_WRITE] = { "sticky_primary_after_write", VALUE_DURATION, 0, INT_MAX, NULL,
 		POOL_FIELD(sticky_primary_after_write), 0, 0, "0", NULL },
+	[POOL_KEY_READ_YOUR_WRITES] = { "read_your_writes", VALUE_ENUM, 0, 0, &read_your_writes_enum,
+		POOL_FIELD(read_your_writes), 0, 0, "off", NULL },
 	[POOL_KEY_MAX_DB_CONNECTIONS] = { "max_db_connections", VALUE_INT, 0, 1000000, NULL,
 		POOL_FIELD(max_db_connections), 0, KEY_EMPTY_INHERITS, "", NULL },
 	[POOL_KEY_WRITING_FUNCTIONS] = { "writing_functions", VALUE_NAME_LIST, 0, 0, NULL,

@@ -117,6 +117,7 @@ static uint64_t state_since(const struct lagmon_conn *c)
 
 static void evaluate_group(struct lagmon *lm, const char *pool, int shard);
 static void publish(struct lagmon *lm, const struct lagmon_conn *c, int64_t lag_bytes, int64_t lag_ms);
+static void publish_wal(struct lagmon *lm, const struct lagmon_conn *c, uint64_t lsn, uint64_t at_us);
 
 /* The connection is lost or given up: its lag is unknown this round (the
  * health checks ban servers that cannot be reached; this is not the place). */
@@ -133,6 +134,7 @@ static void conn_down(void *arg, const char *why)
 	c->querying = false;
 	c->answered = false;
 	publish(c->lm, c, -1, -1);   /* figures from before the loss are no longer true */
+	publish_wal(c->lm, c, 0, 0);
 	if (c->pending) {
 		c->pending = false;
 		evaluate_group(c->lm, c->pool, c->shard);
@@ -167,8 +169,16 @@ static bool parse_lsn(const char *s, uint64_t *out)
 	return true;
 }
 
-/* Write the lag of one server into every (pool, user) slot of it. */
-static void publish(struct lagmon *lm, const struct lagmon_conn *c, int64_t lag_bytes, int64_t lag_ms)
+/* What goes into every (pool, user) slot of one server: its lag, or its
+ * WAL position. */
+enum publish_what { PUBLISH_LAG, PUBLISH_WAL };
+struct publish_figures {
+	enum publish_what what;
+	int64_t lag_bytes, lag_ms;
+	uint64_t lsn, at_us;   /* at_us 0: unknown */
+};
+
+static void publish_figures(struct lagmon *lm, const struct lagmon_conn *c, const struct publish_figures *f)
 {
 	struct worker *w = lm->w;
 	if (!w->shm)
@@ -180,10 +190,35 @@ static void publish(struct lagmon *lm, const struct lagmon_conn *c, int64_t lag_
 			continue;
 		for (size_t i = 0; i < p->n_targets; i++) {
 			const struct srvpool *sp = p->targets[i];
-			if (sp->shard == c->shard && sp->port == c->port && strcmp(sp->host, c->host) == 0)
-				shm_lag_set(w->shm, sp->shm_target, lag_bytes, lag_ms);
+			if (sp->shard != c->shard || sp->port != c->port || strcmp(sp->host, c->host) != 0)
+				continue;
+			switch (f->what) {
+			case PUBLISH_LAG:
+				shm_lag_set(w->shm, sp->shm_target, f->lag_bytes, f->lag_ms);
+				break;
+			case PUBLISH_WAL:
+				shm_wal_set(w->shm, sp->shm_target, f->lsn, f->at_us);
+				break;
+			}
 		}
 	}
+}
+
+/* Write the lag of one server into every (pool, user) slot of it. */
+static void publish(struct lagmon *lm, const struct lagmon_conn *c, int64_t lag_bytes, int64_t lag_ms)
+{
+	struct publish_figures f = { .what = PUBLISH_LAG, .lag_bytes = lag_bytes, .lag_ms = lag_ms };
+	publish_figures(lm, c, &f);
+}
+
+/* Its WAL position as just answered, for read_your_writes = lsn (SPEC
+ * §4): published at once, not at the end of the round, and dated by when
+ * the query was sent (the position was read after that: the date can only
+ * make it look older than it is). at_us 0: unknown from now on. */
+static void publish_wal(struct lagmon *lm, const struct lagmon_conn *c, uint64_t lsn, uint64_t at_us)
+{
+	struct publish_figures f = { .what = PUBLISH_WAL, .lsn = lsn, .at_us = at_us };
+	publish_figures(lm, c, &f);
 }
 
 /* max_replica_lag: ban a replica over it, lift the monitor's ban once a
@@ -330,8 +365,11 @@ static bool conn_message(void *arg, uint8_t type, const uint8_t *body, size_t le
 		return true;
 	}
 	case PqMsg_DataRow:
-		if (c->querying && c->pending)
+		if (c->querying && c->pending) {
 			c->answered = read_row(c, body, len);
+			if (c->answered)
+				publish_wal(c->lm, c, c->lsn, c->query_since_us ? c->query_since_us : 1);
+		}
 		return true;
 	case PqMsg_ReadyForQuery:
 		if (c->querying) {

@@ -476,7 +476,8 @@ static void count_adjust(struct srvpool *sp, enum server_state st, int delta)
 	case SERVER_LOGIN: sp->n_opening += delta; break;
 	case SERVER_IDLE: sp->n_idle += delta; break;
 	case SERVER_SYNCING:
-	case SERVER_ACTIVE: sp->n_active += delta; break;
+	case SERVER_ACTIVE:
+	case SERVER_WAL_POSITION: sp->n_active += delta; break;
 	case SERVER_DRAINING:
 	case SERVER_RESETTING:
 	case SERVER_CANCEL_WAIT: sp->n_other += delta; break;
@@ -500,7 +501,8 @@ static void pool_server_state_changed(struct server *s, int old_state)
 	case SERVER_LOGIN: list_add_tail(&sp->opening, &s->node); break;
 	case SERVER_IDLE: list_add_head(&sp->idle, &s->node); break;
 	case SERVER_SYNCING:
-	case SERVER_ACTIVE: list_add_tail(&sp->active, &s->node); break;
+	case SERVER_ACTIVE:
+	case SERVER_WAL_POSITION: list_add_tail(&sp->active, &s->node); break;
 	case SERVER_DRAINING:
 	case SERVER_RESETTING:
 	case SERVER_CANCEL_WAIT: list_add_tail(&sp->other, &s->node); break;

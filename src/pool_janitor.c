@@ -158,10 +158,23 @@ static void srvpool_janitor(struct srvpool *sp)
 		uint64_t limit = (uint64_t)g->healthcheck_timeout * 1000;
 		LIST_FOREACH_SAFE(pos, tmp, &sp->active) {
 			struct server *s = LIST_OWNER(pos, struct server, node);
-			if (s->state == SERVER_SYNCING && s->health_check && now - s->state_since_us >= limit) {
+			if (s->state == SERVER_SYNCING && (s->health_check || s->replay_check == SERVER_REPLAY_ASKED) &&
+			    now - s->state_since_us >= limit) {
 				rotation_server_failed(sp, "health check timed out");
 				server_close(s, "health check timed out");
 			}
+		}
+	}
+	/* read_your_writes: the WAL position query unanswered (a server that
+	 * stopped): the client's next request must not wait for it forever.
+	 * Closed; the client routes its reads to the primary until a position
+	 * measured later stands for the one it lacks. */
+	{
+		uint64_t limit = (uint64_t)(g->healthcheck_timeout > 0 ? g->healthcheck_timeout : 5000) * 1000;
+		LIST_FOREACH_SAFE(pos, tmp, &sp->active) {
+			struct server *s = LIST_OWNER(pos, struct server, node);
+			if (s->state == SERVER_WAL_POSITION && now - s->state_since_us >= limit)
+				server_close(s, "no answer to the WAL position query");
 		}
 	}
 	if (g->connect_timeout > 0) {

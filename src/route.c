@@ -801,8 +801,36 @@ static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame 
 		role = ROUTER_ROLE_PRIMARY;
 	if (writes && cp->sticky_primary_after_write > 0)
 		d->sticky_until_us = now + (uint64_t)cp->sticky_primary_after_write * 1000;
+	/* read_your_writes = lsn (SPEC §4): a write learns its WAL position
+	 * at its end (server.c; in session mode the client stays on its
+	 * server anyway); a read goes where the client's last write on this
+	 * shard has been replayed. */
+	struct srvpool *ok[64];
+	struct srvpool **from = all;
+	if (cp->read_your_writes == READ_YOUR_WRITES_LSN) {
+		if (writes)
+			d->want_wal = c->pool->mode == POOL_MODE_TRANSACTION;
+		else if (role != ROUTER_ROLE_PRIMARY) {
+			struct route_ryw r;
+			/* (not with a held BEGIN: server.c would have to undo it) */
+			size_t k = route_ryw_filter(c, all, n, shard, !c->held_begin, ok, &r);
+			if (r.marked) {
+				d->ryw_shard = shard;
+				d->ryw_clear = r.all_reached;
+				d->ryw_resolved = r.resolved;
+				d->ryw_lsn = r.lsn;
+				d->ryw_ask = r.ask;
+				if (!r.all_reached) {
+					from = ok;
+					n = k;
+					if (k == 1 && rotation_takes_writes(ok[0]))
+						role = ROUTER_ROLE_PRIMARY;   /* no replica caught up */
+				}
+			}
+		}
+	}
 	bool no_writer = false;
-	struct srvpool *sp = route_choose_in_shard(c, all, n, shard, role, &no_writer);
+	struct srvpool *sp = route_choose_in_shard(c, from, n, shard, role, &no_writer);
 	d->no_writer = no_writer;
 	return sp;
 }

@@ -18,6 +18,7 @@
 #include "rotation.h"
 #include "route.h"
 #include "router.h"
+#include "ryw.h"
 #include "server.h"
 #include "shm.h"
 
@@ -219,6 +220,91 @@ static struct srvpool *leg_counted(struct srvpool *sp)
 	return sp;
 }
 
+size_t route_ryw_filter(const struct client *c, struct srvpool **all, size_t n, int shard, bool may_ask,
+			struct srvpool **out, struct route_ryw *r)
+{
+	memset(r, 0, sizeof *r);
+	const struct ryw_mark *m = shard >= 0 ? ryw_mark(c->ryw, (size_t)shard) : NULL;
+	if (!m || c->pool->cpool->read_your_writes != READ_YOUR_WRITES_LSN) {
+		memcpy(out, all, n * sizeof *all);
+		return n;
+	}
+	r->marked = true;
+	struct worker *w = c->w;
+	uint64_t now = w->now_us;
+	uint64_t max_age = ryw_max_age_us(w->cfg->general.replica_lag_check_interval);
+	struct srvpool *primary = NULL;
+	for (size_t i = 0; i < n; i++)
+		if (rotation_takes_writes(all[i]) && (!primary || all[i]->role == SERVER_ROLE_AUTO))
+			primary = all[i];
+	uint64_t target = m->lsn;
+	if (m->state == RYW_UNKNOWN) {
+		/* The position of the write was not learnt: the primary's own,
+		 * measured after the write ended, stands for it. That figure is
+		 * pg_current_wal_lsn(), the write position: with
+		 * synchronous_commit = off a commit reaches it within three
+		 * wal_writer_delay (200 ms by default), so the measurement
+		 * must come a second after the write. */
+		uint64_t lsn = 0, at = 0;
+		if (primary)
+			shm_wal_get(w->shm, primary->shm_target, &lsn, &at);
+		if (at <= m->since_us + RYW_UNKNOWN_MARGIN_US || ryw_judge(0, lsn, at, now, max_age) == RYW_STALE) {
+			if (!primary) {
+				memcpy(out, all, n * sizeof *all);   /* no better choice */
+				return n;
+			}
+			out[0] = primary;
+			return 1;
+		}
+		r->resolved = true;
+		r->lsn = target = lsn;
+	}
+	size_t k = 0, reached = 0, stale = 0;
+	bool all_reached = true;
+	for (size_t i = 0; i < n; i++) {
+		if (all[i] == primary) {
+			out[k++] = all[i];
+			continue;
+		}
+		uint64_t lsn = 0, at = 0;
+		shm_wal_get(w->shm, all[i]->shm_target, &lsn, &at);
+		enum ryw_verdict v = ryw_judge(target, lsn, at, now, max_age);
+		if (v != RYW_REACHED)
+			all_reached = false;
+		/* (a banned one left out here: the ban valve must not see a subset) */
+		if (v == RYW_REACHED && !rotation_is_banned(all[i])) {
+			out[k++] = all[i];
+			reached++;
+		} else if (v == RYW_STALE && !rotation_is_banned(all[i])) {
+			stale++;
+		}
+	}
+	r->all_reached = all_reached && primary;
+	if (reached == 0 && stale > 0 && may_ask && !c->ryw_no_ask) {
+		/* None known to have it, some not known either way: those are
+		 * asked (SPEC §4: "or by asking the replica when the figures
+		 * are too old"). */
+		k = 0;
+		for (size_t i = 0; i < n; i++) {
+			if (all[i] == primary || rotation_is_banned(all[i]))
+				continue;
+			uint64_t lsn = 0, at = 0;
+			shm_wal_get(w->shm, all[i]->shm_target, &lsn, &at);
+			if (ryw_judge(target, lsn, at, now, max_age) == RYW_STALE)
+				out[k++] = all[i];
+		}
+		if (k > 0) {
+			r->ask = target;
+			return k;
+		}
+	}
+	if (k == 0) {   /* no primary to fall back on, none caught up: as without a mark */
+		memcpy(out, all, n * sizeof *all);
+		return n;
+	}
+	return k;
+}
+
 struct srvpool *route_pick_leg(struct client *c, const char *sql, size_t len, int shard, bool *no_writer)
 {
 	*no_writer = false;
@@ -239,5 +325,18 @@ struct srvpool *route_pick_leg(struct client *c, const char *sql, size_t len, in
 	if (role == ROUTER_ROLE_REPLICA && c->pool->cpool->sticky_primary_after_write > 0 &&
 	    c->w->now_us < c->sticky_until_us)
 		role = ROUTER_ROLE_PRIMARY;
+	/* read_your_writes: a read only where the session's last write on
+	 * this shard has been replayed (its mark is left to the client's own
+	 * requests to clear). */
+	if (role != ROUTER_ROLE_PRIMARY && !writes) {
+		struct srvpool *ok[64];
+		struct route_ryw r;
+		size_t k = route_ryw_filter(c, all, n, shard, false, ok, &r);
+		if (r.marked && k < n) {
+			if (k == 1 && rotation_takes_writes(ok[0]))
+				role = ROUTER_ROLE_PRIMARY;   /* none caught up */
+			return leg_counted(route_choose_in_shard(c, ok, k, shard, role, no_writer));
+		}
+	}
 	return leg_counted(route_choose_in_shard(c, all, n, shard, role, no_writer));
 }

@@ -16,6 +16,7 @@
 #include "prepared.h"
 #include "rotation.h"
 #include "route.h"
+#include "ryw.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -52,7 +53,8 @@
 
 static const char *const state_names[] = {
 	[SERVER_CONNECTING] = "connecting", [SERVER_LOGIN] = "login", [SERVER_IDLE] = "idle",
-	[SERVER_SYNCING] = "syncing", [SERVER_ACTIVE] = "active", [SERVER_DRAINING] = "draining",
+	[SERVER_SYNCING] = "syncing", [SERVER_ACTIVE] = "active", [SERVER_WAL_POSITION] = "wal_position",
+	[SERVER_DRAINING] = "draining",
 	[SERVER_RESETTING] = "resetting", [SERVER_CANCEL_WAIT] = "being_canceled", [SERVER_CLOSED] = "closed",
 };
 
@@ -157,7 +159,13 @@ void server_close(struct server *s, const char *why)
 	auth_free(s);
 	list_add_tail(&w->dead_servers, &s->node);
 	worker_schedule_reap(w);
-	if (c && old == SERVER_SYNCING && s->health_check) {
+	if (c && old == SERVER_WAL_POSITION) {
+		/* The client's transaction was over and answered: only its
+		 * position is not known (read_your_writes). */
+		c->ev->wal_position(c, s, s->sp->shard, false, 0, true);
+		return;
+	}
+	if (c && old == SERVER_SYNCING && (s->health_check || s->replay_check == SERVER_REPLAY_ASKED)) {
 		/* Nothing of the client's reached this server: it goes elsewhere. */
 		c->ev->lost(c, s, true, "08006", why ? why : "health check failed");
 		return;
@@ -571,6 +579,26 @@ void server_link(struct server *s)
 			syncing = true;
 		}
 	}
+	/* read_your_writes: a replica whose figures are too old is asked
+	 * whether it replayed the client's position, in a query of its own
+	 * (two columns: not the health check's row). Not with a held BEGIN,
+	 * which would have to be undone (route.c asks for none then). */
+	s->replay_check = SERVER_REPLAY_NOT_ASKED;
+	if (c->check_replayed && c->ev->behind && !c->begin) {
+		char q[128];
+		snprintf(q, sizeof q, "SELECT pg_last_wal_replay_lsn() >= '%X/%X'::pg_lsn, 'replayed'",
+			 (unsigned)(c->check_replayed >> 32), (unsigned)(c->check_replayed & 0xffffffffu));
+		uint8_t storage[160];
+		struct pktbuf pb;
+		pktbuf_init(&pb, storage, sizeof storage);
+		pktbuf_query(&pb, q);
+		if (!pb.failed) {
+			evbuffer_add(io_out(&s->io), pb.data, pb.len);
+			txn_sent(&s->txn, PqMsg_Query);
+			s->replay_check = SERVER_REPLAY_ASKED;
+			syncing = true;
+		}
+	}
 	if (syncing) {
 		server_set_state(s, SERVER_SYNCING);
 		return;
@@ -688,8 +716,93 @@ static bool reset_query_clears_all(const char *q)
 	return strcasestr(q, "DISCARD ALL") || strcasestr(q, "RESET ALL");
 }
 
-/* Messages while no client reads them (idle, syncing, draining, resetting):
- * track state, forward nothing. */
+/* ---- read_your_writes = lsn: the WAL position after a write ---- */
+
+/* The client's transaction that wrote is over on this primary (its
+ * ReadyForQuery 'I' went out, nothing more owed): one query of pgcat's
+ * before the server goes back to the pool. The insert position, not
+ * pg_current_wal_lsn() (the write position): the commit record was
+ * inserted before the COMMIT returned, but with synchronous_commit = off
+ * it may not be written yet, and a replica that reached the write
+ * position would then lack it. The insert position may be a little ahead
+ * (other sessions' records, or a page header when the record ended a
+ * page): the replicas are then waited for a little longer, never too
+ * little. The client's next request waits (link_serving is false). */
+static void wal_ask(struct server *s)
+{
+	s->wal_known = false;
+	s->wal_lsn = 0;
+	server_set_state(s, SERVER_WAL_POSITION);
+	send_simple_query(s, "SELECT pg_current_wal_insert_lsn()");
+}
+
+/* Its one row: one text column, "X/Y". Anything else: not known. */
+static void wal_row(struct server *s, const uint8_t *body, size_t len)
+{
+	if (len < 6 || (body[0] << 8 | body[1]) != 1)
+		return;
+	uint32_t l = proto_get_u32(body + 2);
+	if (l == 0xffffffffu || l > len - 6)
+		return;
+	uint64_t lsn;
+	if (ryw_parse_lsn((const char *)body + 6, l, &lsn)) {
+		s->wal_lsn = lsn;
+		s->wal_known = true;
+	}
+}
+
+/* Its ReadyForQuery: the client told, the server back to the pool. */
+static void wal_done(struct server *s)
+{
+	struct client_end *c = s->client;
+	if (s->txn.tx_status != 'I') {
+		server_close(s, "the WAL position query left a transaction open");
+		return;
+	}
+	if (c)
+		c->ev->wal_position(c, s, s->sp->shard, s->wal_known, s->wal_lsn, false);
+	s->sp->ev->release(s);
+}
+
+/* The answer to the replayed-position question (server_link): two
+ * columns, the second 'replayed'; true when the first says 't'. */
+static bool replay_row(const uint8_t *body, size_t len)
+{
+	static const char tag[] = "replayed";
+	if (len < 2 || (body[0] << 8 | body[1]) != 2)
+		return false;
+	size_t off = 2;
+	if (len - off < 4)
+		return false;
+	uint32_t l1 = proto_get_u32(body + off);
+	off += 4;
+	if (l1 != 1 || len - off < 1 + 4)
+		return false;
+	bool yes = body[off] == 't';
+	off += 1;
+	uint32_t l2 = proto_get_u32(body + off);
+	off += 4;
+	return yes && l2 == sizeof tag - 1 && len - off == l2 && memcmp(body + off, tag, l2) == 0;
+}
+
+/* The replica had not replayed the client's position (or could not say):
+ * the client routes its request again, nothing of it sent here, and the
+ * server, clean ('I'), goes back to its pool; else it is closed. */
+static void replay_behind(struct server *s, struct client_end *c)
+{
+	server_set_state(s, SERVER_ACTIVE);
+	c->ev->behind(c, s);
+	if (s->state == SERVER_CLOSED || s->client)
+		return;
+	if (s->txn.tx_status != 'I') {
+		server_close(s, "the replayed-position question left a transaction open");
+		return;
+	}
+	s->sp->ev->clean(s);
+}
+
+/* Messages while no client reads them (idle, syncing, draining, resetting,
+ * the WAL position query): track state, forward nothing. */
 static void process_unlinked(struct server *s)
 {
 	struct evbuffer *in = s->io.in;
@@ -707,7 +820,9 @@ static void process_unlinked(struct server *s)
 		}
 		uint32_t total = f.len + 1;
 		bool need_body = f.type == PqMsg_ParameterStatus || f.type == PqMsg_ErrorResponse ||
-				 (f.type == PqMsg_DataRow && st == SERVER_SYNCING && s->health_check);
+				 (f.type == PqMsg_DataRow && st == SERVER_SYNCING &&
+				  (s->health_check || s->replay_check == SERVER_REPLAY_ASKED)) ||
+				 (f.type == PqMsg_DataRow && st == SERVER_WAL_POSITION);
 		if (need_body && total <= SERVER_INSPECT_MAX) {
 			if (!take_whole(in, total, buf))
 				return;
@@ -729,7 +844,12 @@ static void process_unlinked(struct server *s)
 		}
 		const uint8_t *body = buf + 5;
 		size_t blen = f.len - 4;
-		if (f.type == PqMsg_DataRow && need_body && total <= SERVER_INSPECT_MAX) {
+		if (f.type == PqMsg_DataRow && need_body && total <= SERVER_INSPECT_MAX && st == SERVER_WAL_POSITION)
+			wal_row(s, body, blen);
+		else if (f.type == PqMsg_DataRow && need_body && total <= SERVER_INSPECT_MAX &&
+			 replay_row(body, blen)) {
+			s->replay_check = SERVER_REPLAY_REACHED;
+		} else if (f.type == PqMsg_DataRow && need_body && total <= SERVER_INSPECT_MAX) {
 			/* The health check's answer: one column, in recovery? */
 			if (blen >= 7 && (body[0] << 8 | body[1]) == 1 && proto_get_u32(body + 2) == 1 &&
 			    (body[6] == 't' || body[6] == 'f'))
@@ -744,10 +864,20 @@ static void process_unlinked(struct server *s)
 				if (c)
 					(void)params_copy(&s->params, c->params);
 				s->health_check = false;
+				bool asked_behind = s->replay_check == SERVER_REPLAY_ASKED;
+				s->replay_check = SERVER_REPLAY_NOT_ASKED;
+				if (c && asked_behind) {
+					replay_behind(s, c);
+					return;
+				}
 				server_set_state(s, SERVER_ACTIVE);
 				/* its held BEGIN ran here: the transaction is open */
 				if (c)
 					c->ev->ready(c, c->begin != NULL);
+				return;
+			}
+			if (st == SERVER_WAL_POSITION && s->txn.outstanding == 0) {
+				wal_done(s);
 				return;
 			}
 			if (st == SERVER_DRAINING) {
@@ -1024,6 +1154,14 @@ static enum pump_step ready_for_query(struct server *s, struct client_end *c, st
 	 * until the ReadyForQuery of their own Sync. */
 	if (s->txn.outstanding == 0 && !s->txn.ext_pending && s->txn.tx_status == 'I' &&
 	    (s->sp->pool->mode == POOL_MODE_TRANSACTION || c->close_when_released)) {
+		/* read_your_writes: a transaction that wrote asks its position
+		 * first, while the link still holds (the release follows the
+		 * answer); want_wal is set again at the client's next checkout. */
+		if (c->want_wal && c->ev->wal_position && s->sp->pool->mode == POOL_MODE_TRANSACTION &&
+		    s->client == c && s->state == SERVER_ACTIVE) {
+			wal_ask(s);
+			return PUMP_STOP;
+		}
 		s->sp->ev->release(s);
 		return PUMP_STOP;
 	}
@@ -1216,6 +1354,7 @@ static void process_once(struct server *s)
 		return;
 	case SERVER_IDLE:
 	case SERVER_SYNCING:
+	case SERVER_WAL_POSITION:
 	case SERVER_DRAINING:
 	case SERVER_RESETTING:
 	case SERVER_CANCEL_WAIT:

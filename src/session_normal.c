@@ -31,6 +31,7 @@
 #include "proto.h"
 #include "route.h"
 #include "route_pick.h"
+#include "ryw.h"
 #include "sqllex.h"
 
 /* The normal session's welcome: the pool's server parameters first. */
@@ -415,6 +416,15 @@ __attribute__((always_inline)) static inline bool route_and_check_out(struct cli
 	case ROUTE_CHECKOUT:
 		if (d.sticky_until_us)
 			c->sticky_until_us = d.sticky_until_us;
+		/* read_your_writes = lsn: this transaction's WAL position is
+		 * asked at its end; a read's mark cleared or resolved. */
+		c->end.want_wal = d.want_wal;
+		c->end.check_replayed = d.ryw_ask;
+		c->ryw_no_ask = false;
+		if (d.ryw_clear)
+			ryw_clear(c->ryw, (size_t)d.ryw_shard);
+		else if (d.ryw_resolved)
+			ryw_resolve(c->ryw, (size_t)d.ryw_shard, d.ryw_lsn);
 		/* Reads on a replica can be sent elsewhere if it dies before
 		 * answering. */
 		client_reply_started(c);

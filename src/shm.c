@@ -168,6 +168,8 @@ int shm_target_slot(struct shm *shm, int pool, int shard, const char *host, int 
 		/* Unknown until the lag monitor measured it (lagmon.c). */
 		atomic_store(&e->lag_bytes, -1);
 		atomic_store(&e->lag_ms, -1);
+		atomic_store(&e->wal_at_us, 0);
+		atomic_store(&e->wal_lsn, 0);
 		e->used = 1;
 		found = free_slot;
 	}
@@ -488,6 +490,35 @@ void shm_lag_get(struct shm *shm, int target, int64_t *lag_bytes, int64_t *lag_m
 	const struct shm_target_entry *e = &shm->h->targets[target];
 	*lag_bytes = atomic_load_explicit(&e->lag_bytes, memory_order_relaxed);
 	*lag_ms = atomic_load_explicit(&e->lag_ms, memory_order_relaxed);
+}
+
+void shm_wal_set(struct shm *shm, int target, uint64_t lsn, uint64_t at_us)
+{
+	if (!shm || target < 0 || target >= SHM_MAX_TARGETS)
+		return;
+	struct shm_target_entry *e = &shm->h->targets[target];
+	/* at_us last: a reader that sees the new time sees the new position
+	 * (a reader may pair an old time with a new position, which only
+	 * makes the figure look older than it is) */
+	atomic_store_explicit(&e->wal_at_us, 0, memory_order_release);
+	atomic_store_explicit(&e->wal_lsn, lsn, memory_order_release);
+	atomic_store_explicit(&e->wal_at_us, at_us, memory_order_release);
+}
+
+void shm_wal_get(struct shm *shm, int target, uint64_t *lsn, uint64_t *at_us)
+{
+	*lsn = 0;
+	*at_us = 0;
+	if (!shm || target < 0 || target >= SHM_MAX_TARGETS)
+		return;
+	const struct shm_target_entry *e = &shm->h->targets[target];
+	uint64_t at = atomic_load_explicit(&e->wal_at_us, memory_order_acquire);
+	uint64_t l = atomic_load_explicit(&e->wal_lsn, memory_order_acquire);
+	/* a writer in between: taken as unknown this once */
+	if (atomic_load_explicit(&e->wal_at_us, memory_order_acquire) != at)
+		return;
+	*lsn = l;
+	*at_us = at;
 }
 
 void shm_bans_copy(struct shm *shm, struct bans *out)

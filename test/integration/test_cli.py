@@ -149,6 +149,7 @@ sharded_tables = users.id, orders.user_id
 default_shard = 0
 max_replica_lag = 0
 sticky_primary_after_write = 0
+read_your_writes = off
 max_db_connections =
 
 [pools.sharded_db.shards.0]

@@ -159,6 +159,7 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(pool->default_shard, 0);
 	ck_assert(pool->max_replica_lag == 0);
 	ck_assert_int_eq(pool->sticky_primary_after_write, 0);
+	ck_assert_int_eq(pool->read_your_writes, READ_YOUR_WRITES_OFF);
 	ck_assert_uint_eq(pool->n_shards, 1);
 	ck_assert_str_eq(pool->shards[0].database, "db");  /* defaults to the pool's name */
 	ck_assert_uint_eq(pool->shards[0].n_servers, 1);
@@ -291,6 +292,7 @@ static const char spec_sample[] =
 	"default_shard = all\n"
 	"max_replica_lag = 1048576\n"
 	"sticky_primary_after_write = 250\n"
+	"read_your_writes = lsn\n"
 	"\n"
 	"[pools.sharded_db.shards.1]\n"
 	"database = shard1\n"
@@ -335,6 +337,7 @@ START_TEST(test_every_section)
 	ck_assert_int_eq(pool->default_shard, CONFIG_DEFAULT_SHARD_ALL);
 	ck_assert(pool->max_replica_lag == 1048576);
 	ck_assert_int_eq(pool->sticky_primary_after_write, 250);
+	ck_assert_int_eq(pool->read_your_writes, READ_YOUR_WRITES_LSN);
 
 	/* Shards come out sorted by index, whatever the file order. */
 	ck_assert_uint_eq(pool->n_shards, 2);
@@ -576,6 +579,7 @@ START_TEST(test_pool_values)
 		{ "default_shard = 1", "default_shard: must be \"all\" or a shard number below 1, got 1" },
 		{ "max_replica_lag = -1", "max_replica_lag: must be an integer between 0 and 9223372036854775807" },
 		{ "sticky_primary_after_write = x", "sticky_primary_after_write: must be a duration" },
+		{ "read_your_writes = none", "read_your_writes: must be one of off | lsn" },
 		{ "servers = h:1:primary", "servers: unknown key" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

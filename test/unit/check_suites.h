@@ -19,5 +19,6 @@ Suite *merge_suite(void);
 Suite *pgvalue_suite(void);
 Suite *sqlshape_suite(void);
 Suite *sqllex_suite(void);
+Suite *ryw_suite(void);
 Suite *cancel_suite(void);
 #endif
