@@ -19,6 +19,7 @@
  *   32-bit length (-1: NULL) and that many bytes. All integers big-endian.
  */
 #include "copysplit.h"
+#include "hexdigit.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -89,17 +90,6 @@ static bool key_put(struct copysplit *s, uint8_t c)
 	return true;
 }
 
-static int hexval(uint8_t c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Column k of a text-format line (terminator excluded), decoded. */
 static enum copysplit_result text_key(struct copysplit *s, const uint8_t *p, size_t n, bool *is_null)
 {
@@ -146,14 +136,14 @@ static enum copysplit_result text_key(struct copysplit *s, const uint8_t *p, siz
 			case 't': c = '\t'; break;
 			case 'v': c = '\v'; break;
 			case 'x': {
-				int h1 = i + 1 < end ? hexval(p[i + 1]) : -1;
+				int h1 = i + 1 < end ? hex_digit_value((unsigned char)p[i + 1]) : -1;
 				if (h1 < 0) {
 					c = 'x';
 					break;
 				}
 				int v = h1;
 				i++;
-				int h2 = i + 1 < end ? hexval(p[i + 1]) : -1;
+				int h2 = i + 1 < end ? hex_digit_value((unsigned char)p[i + 1]) : -1;
 				if (h2 >= 0) {
 					v = v * 16 + h2;
 					i++;

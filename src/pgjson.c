@@ -3,6 +3,7 @@
  * pgjson: libpg_query's JSON, tokenized (include/pgjson.h).
  */
 #include "pgjson.h"
+#include "hexdigit.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -142,17 +143,6 @@ int pgjson_node_n(const struct jdoc *d, int v, const char *name, size_t nl)
 	return d->t[v + 2].type == J_OBJ ? v + 2 : JNONE;
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 static bool put_utf8(char *buf, size_t cap, size_t *o, uint32_t cp)
 {
 	unsigned char b[4];
@@ -189,7 +179,7 @@ static bool read_u4(const char *p, const char *e, uint32_t *out)
 		return false;
 	uint32_t v = 0;
 	for (int k = 0; k < 4; k++) {
-		int h = hexval(p[k]);
+		int h = hex_digit_value((unsigned char)p[k]);
 		if (h < 0)
 			return false;
 		v = v << 4 | (uint32_t)h;

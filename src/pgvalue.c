@@ -12,6 +12,7 @@
  * scales), rounded half away from zero.
  */
 #include "pgvalue.h"
+#include "hexdigit.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -791,14 +792,6 @@ static size_t bpchar_len(const uint8_t *p, size_t len)
 	return len;
 }
 
-static int hex_nibble(uint8_t c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	c = (uint8_t)tolower(c);
-	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 static bool uuid_bytes(int16_t format, const uint8_t *p, size_t len, uint8_t out[16])
 {
 	if (format == PGVALUE_FORMAT_BINARY) {
@@ -811,7 +804,7 @@ static bool uuid_bytes(int16_t format, const uint8_t *p, size_t len, uint8_t out
 	for (size_t i = 0; i < len; i++) {
 		if (p[i] == '-' || p[i] == '{' || p[i] == '}')
 			continue;
-		int h = hex_nibble(p[i]);
+		int h = hex_digit_value((unsigned char)p[i]);
 		if (h < 0 || n == 32)
 			return false;
 		if (n % 2 == 0)

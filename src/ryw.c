@@ -6,20 +6,10 @@
  * pgcat's.
  */
 #include "ryw.h"
+#include "hexdigit.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-static int hex_digit(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
 
 /* One hex number of 1 to 8 digits from s[*i], up to stop or the end. */
 static bool read_half(const char *s, size_t len, size_t *i, char stop, uint32_t *out)
@@ -27,7 +17,7 @@ static bool read_half(const char *s, size_t len, size_t *i, char stop, uint32_t 
 	uint32_t v = 0;
 	size_t digits = 0;
 	while (*i < len && s[*i] != stop) {
-		int d = hex_digit(s[*i]);
+		int d = hex_digit_value((unsigned char)s[*i]);
 		if (d < 0 || ++digits > 8)
 			return false;
 		v = v << 4 | (uint32_t)d;

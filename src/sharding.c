@@ -8,6 +8,7 @@
  * and the shard count).
  */
 #include "sharding.h"
+#include "hexdigit.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -337,17 +338,6 @@ bool sharding_parse_bigint(const char *s, size_t len, int64_t *out)
 	return parse_bigint(s, len, out) == PARSE_OK;
 }
 
-static int hex_value(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
-
 bool sharding_parse_uuid(const char *s, size_t len, uint8_t out[SHARDING_UUID_LEN])
 {
 	size_t i = 0;
@@ -361,8 +351,8 @@ bool sharding_parse_uuid(const char *s, size_t len, uint8_t out[SHARDING_UUID_LE
 	for (size_t b = 0; b < SHARDING_UUID_LEN; b++) {
 		if (len - i < 2)
 			return false;
-		int hi = hex_value(s[i]);
-		int lo = hex_value(s[i + 1]);
+		int hi = hex_digit_value((unsigned char)s[i]);
+		int lo = hex_digit_value((unsigned char)s[i + 1]);
 
 		if (hi < 0 || lo < 0)
 			return false;
