@@ -282,6 +282,9 @@ static struct io_uring_sqe *get_sqe(struct io_ring *r)
 	if (!sqe) {
 		io_ring_submit(r);
 		sqe = io_uring_get_sqe(&r->ring);
+		/* That submit kept the eventfd quiet, and its caller may not
+		 * collect what it completed: collect it next turn. */
+		event_active(r->ev, EV_READ, 0);
 	}
 	return sqe;
 }
@@ -497,9 +500,13 @@ static void send_done(struct io_ring *r, const struct io_uring_cqe *cqe)
 	r->h.on_send(s->conn, s, cqe->res);
 }
 
-static bool taskrun_pending(const struct io_ring *r)
+/* Completions the kernel holds that only an io_uring_enter of ours brings
+ * to the queue: task work (DEFER_TASKRUN runs it in our calls only) and
+ * completions that overflowed a full queue. */
+static bool kernel_holds_completions(const struct io_ring *r)
 {
-	return r->taskrun_flag && (IO_URING_READ_ONCE(*r->ring.sq.kflags) & IORING_SQ_TASKRUN);
+	unsigned f = IO_URING_READ_ONCE(*r->ring.sq.kflags);
+	return (f & IORING_SQ_CQ_OVERFLOW) || (r->taskrun_flag && (f & IORING_SQ_TASKRUN));
 }
 
 /* The next completion, copied out, the queue advanced past it: a handler
@@ -520,9 +527,7 @@ void io_ring_reap(struct io_ring *r)
 {
 	/* Bounded: a peer that keeps the ring busy yields to the loop. */
 	for (int round = 0; round < 16; round++) {
-		/* Completions the kernel has yet to run: only our own call
-		 * runs them (DEFER_TASKRUN). The plain ring posts its own. */
-		if (taskrun_pending(r)) {
+		if (kernel_holds_completions(r)) {
 			quiet(r, true);
 			(void)io_uring_get_events(&r->ring);
 			quiet(r, false);
@@ -546,7 +551,7 @@ void io_ring_reap(struct io_ring *r)
 			io_uring_buf_ring_advance(r->br, r->to_return);
 			r->to_return = 0;
 		}
-		if (seen == 0 && !taskrun_pending(r))
+		if (seen == 0 && !kernel_holds_completions(r))
 			return;
 	}
 	/* Still busy: the next loop turn goes on. */
