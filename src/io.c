@@ -822,7 +822,8 @@ static void ring_sent(void *conn, struct io_ring_send *s, int res)
 		}
 		io->send_in_flight = true;
 	} else {
-		/* Idle: the record goes (an idle connection holds none). */
+		/* Idle: the record goes (an idle connection holds none), and
+		 * the buffers if the owner asked (io_flush_all's trim). */
 		io_ring_send_free(io->flusher->ring, s);
 		io->send = NULL;
 		io->write_armed = false;
@@ -830,6 +831,10 @@ static void ring_sent(void *conn, struct io_ring_send *s, int res)
 			if (io->recv == RECV_OFF)
 				ring_leave(io);
 			return;
+		}
+		if (io->trim_after_flush) {
+			io->trim_after_flush = false;
+			io_trim(io);
 		}
 	}
 	if (io_out_len(io) <= io->ops->write_low && io->ops->on_drain)
@@ -912,7 +917,9 @@ static void flush_dirty(struct io_flusher *f)
 		size_t before = io_out_len(io);
 		io_flush(io);
 		/* Here, outside every read callback, no caller holds the buffers. */
-		if (io->trim_after_flush && !io->closed) {
+		/* (On the ring with a send in flight: when it has ended,
+		 * ring_sent.) */
+		if (io->trim_after_flush && !io->closed && !(io->on_ring && io->send_in_flight)) {
 			io->trim_after_flush = false;
 			io_trim(io);
 		}

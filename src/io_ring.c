@@ -35,11 +35,16 @@
  * on the spot. Completions get four times as much room (a receive may
  * report several times per turn). */
 #define RING_ENTRIES 256u
-/* The provided buffers: 64 of 16 KiB. A small message touches one page of
- * its buffer, so a pooler serving small messages keeps 64 pages resident;
- * a big result streams in 16 KiB steps. A receive that finds none (more
- * than 64 arrivals in one pass) ends with ENOBUFS and is armed again. */
+/* The provided buffers: up to 64 of 16 KiB, 16 to start with. The kernel
+ * takes them in ring order, so every buffer in the ring is touched sooner
+ * or later: a small message touches one page of its buffer, a big result
+ * streams in 16 KiB steps. A receive that finds none (more arrivals in one
+ * pass than buffers) ends with ENOBUFS and is armed again; that is when 16
+ * more join the ring, so a quiet worker keeps 16 pages resident (64 KiB,
+ * 6 bytes per client at 10,000 idle clients), a busy one at most 1 MiB. */
 #define BUF_COUNT 64u
+#define BUF_START 16u
+#define BUF_STEP 16u
 #define BUF_SIZE 16384u
 #define BUF_GROUP 0
 /* Chains one send hands to the kernel at once (the rest goes next). */
@@ -78,6 +83,7 @@ struct io_ring {
 	size_t br_bytes;
 	uint8_t *bufs;
 	unsigned held;             /* buffers taken out and not yet given back (SHOW MEM) */
+	unsigned active;           /* buffers given to the ring so far (BUF_START..BUF_COUNT) */
 	unsigned to_return;        /* given back since the last advance of the buffer ring */
 	struct list_node sends;    /* every send record in use, freed at the end if still here */
 	struct list_node spare;
@@ -170,10 +176,11 @@ struct io_ring *io_ring_new(struct event_base *base, const struct io_ring_handle
 		goto fail_maps;
 	}
 	io_uring_buf_ring_init(r->br);
-	for (unsigned i = 0; i < BUF_COUNT; i++)
+	for (unsigned i = 0; i < BUF_START; i++)
 		io_uring_buf_ring_add(r->br, r->bufs + (size_t)i * BUF_SIZE, BUF_SIZE, (unsigned short)i,
 				      io_uring_buf_ring_mask(BUF_COUNT), (int)i);
-	io_uring_buf_ring_advance(r->br, BUF_COUNT);
+	io_uring_buf_ring_advance(r->br, BUF_START);
+	r->active = BUF_START;
 	r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (r->efd < 0 || (rc = io_uring_register_eventfd(&r->ring, r->efd)) < 0) {
 		snprintf(why, whylen, "eventfd: %s", strerror(r->efd < 0 ? errno : -rc));
@@ -444,12 +451,25 @@ void io_ring_submit(struct io_ring *r)
 	 * queued and go with the next submit, after a reap. */
 }
 
-static void give_back(struct io_ring *r, unsigned bid)
+/* Into the ring at the next advance (the end of this pass). */
+static void ring_add(struct io_ring *r, unsigned bid)
 {
 	io_uring_buf_ring_add(r->br, r->bufs + (size_t)bid * BUF_SIZE, BUF_SIZE, (unsigned short)bid,
 			      io_uring_buf_ring_mask(BUF_COUNT), (int)r->to_return);
 	r->to_return++;
+}
+
+static void give_back(struct io_ring *r, unsigned bid)
+{
+	ring_add(r, bid);
 	r->held--;
+}
+
+/* A receive found no buffer: more join the ring, if there are more. */
+static void grow(struct io_ring *r)
+{
+	for (unsigned i = 0; i < BUF_STEP && r->active < BUF_COUNT; i++)
+		ring_add(r, r->active++);
 }
 
 static void recv_done(struct io_ring *r, const struct io_uring_cqe *cqe)
@@ -462,13 +482,15 @@ static void recv_done(struct io_ring *r, const struct io_uring_cqe *cqe)
 	if (has_buf) {
 		bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
 		r->held++;
-		if (bid >= BUF_COUNT) {
+		if (bid >= r->active) {
 			r->held--;
 			has_buf = false;
 		} else {
 			data = r->bufs + (size_t)bid * BUF_SIZE;
 		}
 	}
+	if (cqe->res == -ENOBUFS)
+		grow(r);
 	/* Given back at once: the kernel sees it only when the buffer ring
 	 * advances, at the end of this pass, so data stays valid for the
 	 * handler; SHOW MEM counts it as held no longer. */
@@ -560,7 +582,7 @@ void io_ring_reap(struct io_ring *r)
 
 void io_ring_buffers(const struct io_ring *r, unsigned *count, unsigned *size, unsigned *held)
 {
-	*count = BUF_COUNT;
+	*count = r->active;
 	*size = BUF_SIZE;
 	*held = r->held;
 }

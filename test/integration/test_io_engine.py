@@ -142,28 +142,40 @@ def asan_build():
     return "libasan" in out
 
 
-def test_thousand_idle_clients(pgcat, pg):
-    """1,000 logged-in idle clients on the ring: every one answers, none
-    holds a provided buffer, and (without the sanitizers' own overhead) an
-    idle client costs at most 512 bytes of pgcat's memory."""
-    p = io_uring_pgcat(pgcat, general={"max_client_conn": 2000, "auth_type": "md5"})
+def idle_clients(pgcat, engine_name, n):
+    """pgcat's RSS per idle logged-in client (bytes), with n clients open
+    on the given engine; each answers a query."""
+    general = {"io_engine": engine_name, "max_client_conn": 2000, "auth_type": "md5"}
+    p = io_uring_pgcat(pgcat, general=general) if engine_name == "io_uring" else pgcat(general=general)
     for _ in range(20):   # warm: the pool, the buffers, the allocator
         p.raw_login().close()
     time.sleep(0.5)
     before = p.rss_kb()
-    conns = [p.raw_login(user="md5user") for _ in range(1000)]
+    conns = [p.raw_login(user="md5user") for _ in range(n)]
     time.sleep(1.0)
     after = p.rss_kb()
-    per_client = (after - before) * 1024 / len(conns)
-    assert ring_buffers(p)[1] == 0, "idle clients hold provided buffers"
+    if engine_name == "io_uring":
+        assert ring_buffers(p)[1] == 0, "idle clients hold provided buffers"
     for r in conns[::50]:
         r.send(pgwire.query("SELECT 41 + 1"))
         got = [pgwire.data_row_values(pl)[0] for typ, pl in r.read_until((b"Z",)) if typ == b"D"]
         assert got == ["42"]
     for r in conns:
         r.close()
+    return (after - before) * 1024 / n
+
+
+def test_thousand_idle_clients(pgcat, pg):
+    """1,000 logged-in idle clients on the ring: every one answers, none
+    holds a provided buffer, and (without the sanitizers' own allocator) an
+    idle client costs no more than on epoll: its receive is armed in the
+    kernel, not in pgcat (doc/benchmarks.md measures the absolute figure,
+    at 10,000 clients)."""
+    on_ring = idle_clients(pgcat, "io_uring", 1000)
+    on_epoll = idle_clients(pgcat, "epoll", 1000)
     if not asan_build():
-        assert per_client <= 512, "an idle client costs %.0f bytes" % per_client
+        assert on_ring <= on_epoll + 32, "an idle client costs %.0f bytes on io_uring, %.0f on epoll" % (
+            on_ring, on_epoll)
     assert_pool_idle(pg)
 
 
