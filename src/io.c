@@ -233,9 +233,12 @@ static void read_and_report(struct io *io);
 static void read_ready(struct io *io)
 {
 	if (io->on_ring) {
-		/* Input that arrived while the owner had paused reading. */
+		/* Input that arrived while the owner had paused reading (paused
+		 * again since: it stays owed until the next resume). */
+		if (io->paused)
+			return;
 		io->unread = false;
-		if (io->in && evbuffer_get_length(io->in) > 0 && !io->paused)
+		if (io->in && evbuffer_get_length(io->in) > 0)
 			io->ops->on_read(io, io_owner(io));
 		if (!io->closed)
 			io_arm_read(io);
