@@ -4,6 +4,10 @@
  * read and one write event — with backpressure by watermarks. Writes are
  * flushed once per loop turn for every connection written to, straight to
  * the socket; the write event is armed only when the kernel buffer is full.
+ * With the io_uring engine (io_engine, doc/io-engine.md) plain sockets are
+ * read and written through the worker's ring instead (io_ring.c): the
+ * flush queues the sends and receives of the turn and submits them at
+ * once; the owners see the same calls and callbacks either way.
  * Knows no message types and nothing of clients or servers.
  */
 #ifndef PGCAT_IO_H
