@@ -29,6 +29,8 @@
 #                          ../shared/anchors/build-pg-doorman (bench/doorman.sh);
 #                          its count is that of its tokio worker thread, the one
 #                          that moves the messages (see run_once)
+#   CG_IO_ENGINE=epoll     io_engine of the pgcat targets (default: pgcat's, auto;
+#                          under valgrind io_uring may be refused: the log says)
 #   PGCAT_BIN=/path/pgcat  default: build this repository's HEAD (-O2 -g) in a temp dir
 set -euo pipefail
 
@@ -139,6 +141,7 @@ listen_addr = 127.0.0.1
 listen_port = $PORT
 unix_socket_dir =
 workers = 1
+${CG_IO_ENGINE:+io_engine = $CG_IO_ENGINE}
 pool_mode = transaction
 default_pool_size = 10
 max_client_conn = 1000

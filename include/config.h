@@ -32,6 +32,8 @@ enum tls_mode {
 /* How pgcat starts TLS towards servers: SSLRequest first, or a ClientHello
  * as the very first bytes (PostgreSQL 17's direct TLS). */
 enum tls_negotiation { TLS_NEGOTIATION_POSTGRES, TLS_NEGOTIATION_DIRECT };
+/* SPEC §12: how sockets are read and written (doc/io-engine.md). */
+enum io_engine { IO_ENGINE_AUTO, IO_ENGINE_EPOLL, IO_ENGINE_IO_URING };
 
 struct hba;
 struct auth_file;
@@ -102,6 +104,7 @@ struct config_general {
 	int listen_port;
 	char *unix_socket_dir;    /* "" = none */
 	int workers;
+	enum io_engine io_engine;   /* read when a worker starts: not reloadable */
 	int max_client_conn;
 	enum pool_mode pool_mode;
 	int default_pool_size;

@@ -82,6 +82,7 @@ struct key_spec {
 	X(listen_port, INT, "6432", false, VALUE_INT, 1, 65535, NULL, 0, NULL, 0) \
 	X(unix_socket_dir, STRING, "/tmp", false, VALUE_STRING, 0, 0, NULL, 0, check_socket_dir, 0) \
 	X(workers, INT, "1", false, VALUE_INT, 0, 1024, NULL, 0, NULL, 0) \
+	X(io_engine, ENUM, "auto", false, VALUE_ENUM, 0, 0, &io_engine_enum, 0, NULL, 0) \
 	X(max_client_conn, INT, "10000", true, VALUE_INT, 1, 1000000, NULL, 0, NULL, 0) \
 	X(pool_mode, ENUM, "transaction", true, VALUE_ENUM, 0, 0, &pool_mode_enum, 0, NULL, 0) \
 	X(default_pool_size, INT, "10", true, VALUE_INT, 1, 10000, NULL, 0, NULL, 0) \

@@ -4,6 +4,10 @@
  * read and one write event — with backpressure by watermarks. Writes are
  * flushed once per loop turn for every connection written to, straight to
  * the socket; the write event is armed only when the kernel buffer is full.
+ * With the io_uring engine (io_engine, doc/io-engine.md) plain sockets are
+ * read and written through the worker's ring instead (io_ring.c): the
+ * flush queues the sends and receives of the turn and submits them at
+ * once; the owners see the same calls and callbacks either way.
  * Knows no message types and nothing of clients or servers.
  */
 #ifndef PGCAT_IO_H
@@ -20,6 +24,8 @@
 #include "list.h"
 
 typedef struct ssl_st SSL;
+struct io_ring;
+struct io_ring_send;
 
 /* IO_TLS_READY: the handshake io_start_tls began is done. */
 enum io_event { IO_CONNECTED, IO_EOF, IO_ERROR, IO_TLS_READY };
@@ -39,6 +45,7 @@ struct io_flusher {
 	 * place (io.dirty_slot) for an O(1) removal. */
 	struct io **dirty;
 	uint32_t n_dirty, cap_dirty;
+	struct event_base *base;
 	struct event *ev;
 	int depth;                 /* socket callbacks under way */
 	struct evbuffer *discard;  /* what is written to closed connections */
@@ -46,6 +53,9 @@ struct io_flusher {
 	 * close_notify could not all be written at once (io_close): they end
 	 * on their own, and are freed here when the worker exits. */
 	struct list_node tls_closing;
+	/* io_uring engine (io_ring.c), NULL: epoll. Plain TCP and Unix
+	 * sockets go through it once connected; TLS and loopbacks do not. */
+	struct io_ring *ring;
 	/* Every read lands here first: large results stream in big chunks. */
 	uint8_t scratch[65536];
 };
@@ -68,7 +78,10 @@ struct io {
 	struct event rev;
 	/* NULL while empty and trimmed (io_trim): an idle client holds no buffers. */
 	struct evbuffer *in, *out;
-	struct event *wev;       /* made on first need */
+	union {
+		struct event *wev;          /* epoll: made on first need */
+		struct io_ring_send *send;  /* io_uring (ring set): the send record, while one exists */
+	};
 	struct io_flusher *flusher;
 	SSL *ssl;                /* NULL: plain TCP (the fast path tests only this) */
 	const struct io_ops *ops;
@@ -87,10 +100,26 @@ struct io {
 	/* No socket: what is written comes back as input at the flush
 	 * (io_open_loopback). */
 	bool loopback : 1;
+	/* The socket is read and written through the worker's io_uring
+	 * (io_ring.c): rev is never added (it only delivers input that
+	 * arrived while paused), wev is not used (send is). */
+	bool on_ring : 1;
+	unsigned recv : 2;           /* enum io_recv: the multishot receive */
+	bool send_in_flight : 1;
+	bool unread : 1;             /* input arrived while paused: on_read owed */
 };
 
 bool io_flusher_init(struct io_flusher *f, struct event_base *base) __attribute__((warn_unused_result));
 void io_flusher_free(struct io_flusher *f);
+/* Read and write plain sockets through io_uring from now on (io_ring.c).
+ * false: the kernel refused it (seccomp, kernel.io_uring_disabled, an old
+ * kernel), why says why, and the flusher stays on epoll. Call before the
+ * first connection opens. */
+bool io_flusher_use_io_uring(struct io_flusher *f, char *why, size_t whylen);
+/* "io_uring" or "epoll": the engine in use (SHOW CONFIG). */
+const char *io_flusher_engine(const struct io_flusher *f);
+/* The provided buffers of the io_uring engine (all 0 on epoll): for SHOW MEM. */
+void io_flusher_ring_buffers(const struct io_flusher *f, unsigned *count, unsigned *size, unsigned *held);
 /* Flush every dirty connection now (also done by the flusher's event). */
 void io_flush_all(struct io_flusher *f);
 

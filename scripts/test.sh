@@ -7,7 +7,9 @@
 # with AddressSanitizer + UndefinedBehaviorSanitizer and -Werror in
 # build-asan/, runs the Check unit tests (make check), then the pytest
 # integration tests against real PostgreSQL 15 servers they start themselves
-# (test_drivers.py included), then psycopg's own test suite through pgcat in
+# (test_drivers.py included), then the tests that exercise io once more
+# with io_engine = epoll (the default, auto, takes io_uring where the kernel
+# allows it), then psycopg's own test suite through pgcat in
 # session and in transaction mode (test/peers/psycopg_suite.py; only when
 # ../shared/peers exists beside the repository, else it prints that it is
 # skipped; failures must be listed in test/peers/psycopg-expected-MODE.txt),
@@ -122,6 +124,23 @@ if [ "$py_rc" -eq 5 ]; then
 fi
 phase "integration tests" "$t"
 
+# --- 4a. the other I/O engine (SPEC §12, doc/io-engine.md) --------------------
+# The run above used io_engine's default, auto: io_uring where the kernel
+# allows it (test_io_engine.py also runs io_uring and epoll explicitly). The
+# tests that move the most bytes through io.c (results, COPY, TLS, faults,
+# timeouts, workers, load) run once more with io_engine = epoll, set in every
+# generated pgcat.ini from PGCAT_IO_ENGINE (conftest.py). Extra arguments go
+# to pytest here too; "no test collected" then is not a failure.
+t=$(date +%s)
+log "pytest again with io_engine = epoll: the tests that exercise io"
+epoll_rc=0
+PGCAT_IO_ENGINE=epoll "$VENV/bin/python" -m pytest "${py_args[@]}" \
+	test/integration/test_protocol.py test/integration/test_pooling.py test/integration/test_bad_input.py \
+	test/integration/test_timeouts.py test/integration/test_faults.py test/integration/test_copy.py \
+	test/integration/test_tls.py test/integration/test_workers.py test/integration/test_load.py "$@" || epoll_rc=$?
+if [ "$epoll_rc" -eq 5 ] && [ "$#" -gt 0 ]; then epoll_rc=0; fi
+phase "integration tests, epoll" "$t"
+
 # --- 4b. psycopg's own test suite through pgcat (../shared/peers) -----------
 t=$(date +%s)
 suite_rc=0
@@ -159,11 +178,12 @@ echo "unit tests: $([ "$unit_rc" -eq 0 ] && echo passed || echo "FAILED ($unit_r
 echo "fuzzing: $([ "$fuzz_rc" -eq 0 ] && echo passed || echo "FAILED ($fuzz_rc)")"
 echo "driver programs: $([ "$drivers_rc" -eq 0 ] && echo built || echo "FAILED ($drivers_rc)")"
 echo "integration tests: $([ "$py_rc" -eq 0 ] && echo passed || echo "FAILED (pytest exit $py_rc)")"
+echo "integration tests, io_engine = epoll: $([ "$epoll_rc" -eq 0 ] && echo passed || echo "FAILED (pytest exit $epoll_rc)")"
 echo "psycopg suite: $([ "$suite_rc" -eq 0 ] && echo "as expected" || echo "FAILED ($suite_rc)")"
 echo "make distcheck: $([ "$dist_rc" -eq 0 ] && echo passed || echo "FAILED ($dist_rc)")"
 echo "debian package: $([ "$deb_rc" -eq 0 ] && echo passed || echo "FAILED ($deb_rc)")"
 echo "total time: $(( $(date +%s) - t_start ))s"
-if [ "$unit_rc" -ne 0 ] || [ "$fuzz_rc" -ne 0 ] || [ "$drivers_rc" -ne 0 ] || [ "$py_rc" -ne 0 ] \
+if [ "$unit_rc" -ne 0 ] || [ "$fuzz_rc" -ne 0 ] || [ "$drivers_rc" -ne 0 ] || [ "$py_rc" -ne 0 ] || [ "$epoll_rc" -ne 0 ] \
 	|| [ "$suite_rc" -ne 0 ] || [ "$dist_rc" -ne 0 ] || [ "$deb_rc" -ne 0 ]; then
 	exit 1
 fi

@@ -22,6 +22,7 @@
 #include "client.h"
 #include "config.h"
 #include "dns.h"
+#include "io.h"
 #include "tls.h"
 #include "pool.h"
 #include "prepared.h"
@@ -610,6 +611,10 @@ static void show_config(struct client *c)
 		char value[1024];
 		if (!config_general_value(c->w->cfg, keys[i].name, value, sizeof value))
 			value[0] = '\0';
+		/* The engine in use, which auto (or a kernel that refused
+		 * io_uring) decided: this worker's (SPEC §12). */
+		if (strcmp(keys[i].name, "io_engine") == 0)
+			snprintf(value, sizeof value, "%s", io_flusher_engine(&c->w->flusher));
 		admin_row_begin(&r);
 		admin_row_s(&r, keys[i].name);
 		admin_row_s(&r, value);
@@ -702,6 +707,19 @@ static void show_mem(struct client *c)
 		admin_row_i(&r, rows[i].used);
 		admin_row_i(&r, 0);
 		admin_row_i(&r, (int64_t)(rows[i].size * (size_t)rows[i].used));
+		admin_row_end(&r);
+	}
+	/* io_uring's provided buffers: used = held by pgcat this moment (0
+	 * between loop turns: an idle connection pins none). */
+	unsigned nbuf, bufsize, held;
+	io_flusher_ring_buffers(&w->flusher, &nbuf, &bufsize, &held);
+	if (nbuf > 0) {
+		admin_row_begin(&r);
+		admin_row_s(&r, "io_uring_buffer");
+		admin_row_i(&r, bufsize);
+		admin_row_i(&r, held);
+		admin_row_i(&r, (int64_t)nbuf - held);
+		admin_row_i(&r, (int64_t)bufsize * nbuf);
 		admin_row_end(&r);
 	}
 	admin_res_end(&r);

@@ -549,6 +549,12 @@ void client_on_server_lost(struct client *c, struct server *s, bool may_replay, 
 {
 	if (c->state == CLIENT_CLOSED)
 		return;
+	/* Paused for that server's backlog (pause_for_server): it will never
+	 * drain now, so nothing else would resume reading. */
+	if (c->paused) {
+		c->paused = false;
+		io_pause(&c->io, false);
+	}
 	struct pool *p = c->pool;
 	/* (retry_on without a copy: nothing of the request was sent yet.) */
 	const struct txn *t = link_txn(s);

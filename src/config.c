@@ -40,6 +40,7 @@ _Static_assert(sizeof(enum read_your_writes) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum sharding_function) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum tls_mode) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum tls_negotiation) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum io_engine) == sizeof(int), "enum size");
 
 /* ------------------------------------------------------------------ */
 /* Enum spellings                                                       */
@@ -84,6 +85,10 @@ static const char *const tls_negotiation_names[] = {
 	[TLS_NEGOTIATION_POSTGRES] = "postgres", [TLS_NEGOTIATION_DIRECT] = "direct",
 };
 
+static const char *const io_engine_names[] = {
+	[IO_ENGINE_AUTO] = "auto", [IO_ENGINE_EPOLL] = "epoll", [IO_ENGINE_IO_URING] = "io_uring",
+};
+
 static const struct enum_names pool_mode_enum = ENUM_NAMES(pool_mode_names);
 static const struct enum_names auth_type_enum = ENUM_NAMES(auth_type_names);
 static const struct enum_names log_level_enum = ENUM_NAMES(log_level_names);
@@ -95,6 +100,7 @@ static const struct enum_names sharding_function_enum = ENUM_NAMES(sharding_func
 const struct enum_names client_tls_enum = ENUM_NAMES(client_tls_names);
 const struct enum_names server_tls_enum = ENUM_NAMES(server_tls_names);
 static const struct enum_names tls_negotiation_enum = ENUM_NAMES(tls_negotiation_names);
+static const struct enum_names io_engine_enum = ENUM_NAMES(io_engine_names);
 
 const char *enum_name(const struct enum_names *e, int v)
 {

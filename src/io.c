@@ -7,6 +7,8 @@
  */
 #include "io.h"
 
+#include "io_ring.h"
+
 #include <errno.h>
 #include <event2/buffer.h>
 #include <fcntl.h>
@@ -22,6 +24,11 @@
 #include <unistd.h>
 
 static void write_cb(evutil_socket_t fd, short what, void *arg);
+static bool make_dirty(struct io *io);
+static void ring_sync(struct io *io);
+
+/* The multishot receive of a connection on the ring (io.recv). */
+enum io_recv { RECV_OFF, RECV_ON, RECV_CANCELLING };
 
 /* The struct the connection is embedded in: its callbacks' arg. */
 static inline void *io_owner(struct io *io)
@@ -29,12 +36,21 @@ static inline void *io_owner(struct io *io)
 	return (char *)io - io->ops->owner_offset;
 }
 
+/* Reading wanted: not paused by the owner, input below read_high. */
+static bool want_read(const struct io *io)
+{
+	return !io->closed && !io->connecting && !io->paused && (!io->in || evbuffer_get_length(io->in) < io->read_high);
+}
+
 static void io_arm_read(struct io *io)
 {
 	if (io->loopback)
 		return;   /* no socket to watch */
-	bool want = !io->closed && !io->connecting && !io->paused &&
-		    (!io->in || evbuffer_get_length(io->in) < io->read_high);
+	if (io->on_ring) {
+		ring_sync(io);
+		return;
+	}
+	bool want = want_read(io);
 	if (want && !io->read_armed) {
 		event_add(&io->rev, NULL);
 		io->read_armed = true;
@@ -103,6 +119,10 @@ static bool tls_write_some(struct io *io)
 /* Returns false when the socket failed (the owner was told). */
 static bool io_write_some(struct io *io)
 {
+	if (io->on_ring) {
+		(void)make_dirty(io);   /* the end of the callback submits it */
+		return true;
+	}
 	if (io->ssl)
 		return tls_write_some(io);
 	while (io->out && evbuffer_get_length(io->out) > 0) {
@@ -204,12 +224,26 @@ static ssize_t read_into(struct io *io)
  * returned here, as at the end of the turn. */
 static void callback_done(struct io_flusher *f)
 {
-	if (--f->depth == 0 && f->n_dirty > 0)
+	if (--f->depth == 0 && (f->n_dirty > 0 || (f->ring && io_ring_pending(f->ring))))
 		io_flush_all(f);
 }
 
+static void read_and_report(struct io *io);
+
 static void read_ready(struct io *io)
 {
+	if (io->on_ring) {
+		/* Input that arrived while the owner had paused reading (paused
+		 * again since: it stays owed until the next resume). */
+		if (io->paused)
+			return;
+		io->unread = false;
+		if (io->in && evbuffer_get_length(io->in) > 0)
+			io->ops->on_read(io, io_owner(io));
+		if (!io->closed)
+			io_arm_read(io);
+		return;
+	}
 	if (io->ssl) {
 		if (io->tls_handshaking) {
 			tls_step(io);
@@ -221,6 +255,12 @@ static void read_ready(struct io *io)
 		if (io->closed)
 			return;
 	}
+	read_and_report(io);
+}
+
+/* One read from the socket, and the owner told what came of it. */
+static void read_and_report(struct io *io)
+{
 	ssize_t n = read_into(io);
 	if (n == 0) {
 		io->ops->on_event(io, IO_EOF, 0, io_owner(io));
@@ -319,21 +359,71 @@ static void tls_step(struct io *io)
 	}
 }
 
-void io_start_tls(struct io *io, SSL *ssl)
+static void tls_begin(struct io *io)
 {
-	io->ssl = ssl;
-	io->tls_handshaking = true;
-	if (SSL_set_fd(ssl, io->fd) != 1) {
+	if (SSL_set_fd(io->ssl, io->fd) != 1) {
 		io->ops->on_event(io, IO_ERROR, EPROTO, io_owner(io));
 		return;
 	}
 	tls_step(io);
 }
 
+static void tls_begin_replay(struct io *io);
+
+/* TLS stays on epoll: a connection on the ring leaves it first, once its
+ * receive and send have ended (the peer is quiet meanwhile: it waits for
+ * our 'S', or for the handshake's next message). Bytes the receive took
+ * after the 'S' went out are the start of the TLS stream: the handshake
+ * reads them first, as io_start_tls_replay's. */
+static void ring_leave(struct io *io)
+{
+	if (io->recv != RECV_OFF || io->send_in_flight) {
+		ring_sync(io);   /* the receive is cancelled at the flush */
+		return;
+	}
+	io_ring_detach(io->flusher->ring, io->fd);
+	if (io->send)
+		io_ring_send_free(io->flusher->ring, io->send);
+	io->send = NULL;   /* wev, from here on */
+	io->on_ring = false;
+	io->write_armed = false;
+	event_del(&io->rev);   /* an on_read owed is taken by the handshake */
+	io->unread = false;
+	/* Watched by epoll from here on, as a connection opened there: the
+	 * handshake may finish without ever waiting (the peer's last flight
+	 * already in), and the bytes after it must still raise an event. */
+	io_arm_read(io);
+	if (io->in && evbuffer_get_length(io->in) > 0)
+		tls_begin_replay(io);
+	else
+		tls_begin(io);
+}
+
+void io_start_tls(struct io *io, SSL *ssl)
+{
+	io->ssl = ssl;
+	io->tls_handshaking = true;
+	if (io->on_ring) {
+		ring_leave(io);
+		return;
+	}
+	tls_begin(io);
+}
+
 void io_start_tls_replay(struct io *io, SSL *ssl)
 {
 	io->ssl = ssl;
 	io->tls_handshaking = true;
+	if (io->on_ring) {
+		ring_leave(io);
+		return;
+	}
+	tls_begin_replay(io);
+}
+
+static void tls_begin_replay(struct io *io)
+{
+	SSL *ssl = io->ssl;
 	size_t n = io->in ? evbuffer_get_length(io->in) : 0;
 	BIO *mem = n > 0 && n <= INT_MAX ? BIO_new(BIO_s_mem()) : NULL;
 	BIO *sock = mem ? BIO_new_socket((int)io->fd, BIO_NOCLOSE) : NULL;
@@ -353,7 +443,20 @@ void io_start_tls_replay(struct io *io, SSL *ssl)
 
 void io_read_now(struct io *io)
 {
-	if (!io->closed && io->read_armed)
+	if (io->closed)
+		return;
+	if (io->on_ring) {
+		/* Before the receive is armed (at the end of the turn), a read
+		 * of our own cannot race it. */
+		if (io->recv == RECV_OFF && want_read(io)) {
+			struct io_flusher *f = io->flusher;
+			f->depth++;
+			read_and_report(io);
+			callback_done(f);
+		}
+		return;
+	}
+	if (io->read_armed)
 		read_cb(io->fd, EV_READ, io);
 }
 
@@ -371,6 +474,14 @@ static void write_ready(struct io *io)
 		if (err) {
 			io->ops->on_event(io, IO_ERROR, err, io_owner(io));
 			return;
+		}
+		/* Connected: on the ring from now on (libevent allows freeing
+		 * the event whose callback this is). */
+		if (io->flusher->ring && io_ring_attach(io->flusher->ring, io->fd, io)) {
+			if (io->wev)
+				event_free(io->wev);
+			io->wev = NULL;
+			io->on_ring = true;
 		}
 		io_arm_read(io);
 		io->ops->on_event(io, IO_CONNECTED, 0, io_owner(io));
@@ -559,6 +670,8 @@ bool io_flusher_init(struct io_flusher *f, struct event_base *base)
 	f->n_dirty = f->cap_dirty = 0;
 	f->discard = NULL;
 	f->depth = 0;
+	f->ring = NULL;
+	f->base = base;
 	list_init(&f->tls_closing);
 	f->ev = event_new(base, -1, 0, flusher_cb, f);
 	return f->ev != NULL;
@@ -571,6 +684,8 @@ void io_flusher_free(struct io_flusher *f)
 	if (f->tls_closing.next)
 		LIST_FOREACH_SAFE(pos, tmp, &f->tls_closing)
 			tls_closing_free(LIST_OWNER(pos, struct tls_closing, node));
+	io_ring_free(f->ring);
+	f->ring = NULL;
 	if (f->ev)
 		event_free(f->ev);
 	f->ev = NULL;
@@ -595,6 +710,169 @@ static void loopback_deliver(struct io *io)
 	io->ops->on_read(io, io_owner(io));
 }
 
+/* ---- the io_uring engine: what io.c asks of io_ring.c ----
+ *
+ * A connection on the ring has at most one receive (multishot, armed once)
+ * and one send in flight. Both are queued at the flush of the loop turn
+ * and go to the kernel in one submission for all connections; their
+ * completions come back through ring_recv and ring_sent below. */
+
+/* The receive is armed or cancelled at the next flush to match want_read;
+ * input owed to a resumed owner is delivered from the loop. */
+static void ring_sync(struct io *io)
+{
+	if (io->closed)
+		return;
+	bool want = want_read(io) && !io->ssl;   /* ssl: leaving for epoll */
+	if ((want && io->recv == RECV_OFF) || (!want && io->recv == RECV_ON))
+		(void)make_dirty(io);
+	if (want && io->unread)
+		event_active(&io->rev, EV_READ, 0);
+}
+
+/* The flush of a connection on the ring: queue its receive (or its
+ * cancellation) and a send of what is queued. */
+static void ring_flush(struct io *io)
+{
+	struct io_ring *r = io->flusher->ring;
+	bool want = want_read(io) && !io->ssl;
+	if (want && io->recv == RECV_OFF) {
+		if (!io_ring_recv(r, io->fd)) {
+			io->ops->on_event(io, IO_ERROR, EAGAIN, io_owner(io));
+			return;
+		}
+		io->recv = RECV_ON;
+	} else if (!want && io->recv == RECV_ON) {
+		if (io_ring_recv_cancel(r, io->fd))
+			io->recv = RECV_CANCELLING;
+	}
+	/* Output queued while a send is in flight goes when it ends; a
+	 * connection starting TLS sends nothing more from here. */
+	if (io->send_in_flight || io->ssl || !io->out || evbuffer_get_length(io->out) == 0)
+		return;
+	if (!io->send && !(io->send = io_ring_send_new(r, io->fd, io))) {
+		io->ops->on_event(io, IO_ERROR, ENOMEM, io_owner(io));
+		return;
+	}
+	if (!io_ring_send_start(r, io->send, io->out)) {
+		io->ops->on_event(io, IO_ERROR, ENOMEM, io_owner(io));
+		return;
+	}
+	io->send_in_flight = true;
+	io->write_armed = true;   /* as on epoll: output waits on the kernel */
+}
+
+/* io_ring's on_recv: the connection's receive reported. */
+static void ring_recv(void *conn, int res, const uint8_t *data, bool more)
+{
+	struct io *io = conn;
+	if (!more)
+		io->recv = RECV_OFF;
+	if (res > 0) {
+		struct evbuffer *in = io_in(io);
+		if (!in || evbuffer_add(in, data, (size_t)res) < 0) {
+			io->ops->on_event(io, IO_ERROR, ENOMEM, io_owner(io));
+			return;
+		}
+		if (io->paused || io->ssl) {
+			io->unread = !io->ssl;   /* the handshake takes them (ring_leave) */
+			if (io->ssl && io->recv == RECV_OFF && !io->send_in_flight)
+				ring_leave(io);
+			return;
+		}
+		io->ops->on_read(io, io_owner(io));
+		if (!io->closed)
+			ring_sync(io);
+		return;
+	}
+	if (res == 0) {
+		io->ops->on_event(io, IO_EOF, 0, io_owner(io));
+		return;
+	}
+	if (res == -ECANCELED || res == -ENOBUFS) {
+		/* Our cancel (pause, TLS) or no buffer left this pass: armed
+		 * again at the flush if still wanted. */
+		if (io->ssl) {
+			if (io->recv == RECV_OFF && !io->send_in_flight)
+				ring_leave(io);
+			return;
+		}
+		ring_sync(io);
+		return;
+	}
+	io->ops->on_event(io, IO_ERROR, -res, io_owner(io));
+}
+
+/* io_ring's on_send: the connection's send ended, all or part of it. */
+static void ring_sent(void *conn, struct io_ring_send *s, int res)
+{
+	struct io *io = conn;
+	io->send_in_flight = false;
+	size_t left = io_ring_send_len(s);
+	if (res < 0 || (res == 0 && left > 0)) {
+		io->write_armed = false;
+		io->ops->on_event(io, IO_ERROR, res < 0 ? -res : EPIPE, io_owner(io));
+		return;
+	}
+	/* What the kernel did not take goes again, with what was queued
+	 * since (not when starting TLS: the rest of what was in flight only). */
+	struct evbuffer *more = io->ssl ? NULL : io->out;
+	if (left > 0 || (more && evbuffer_get_length(more) > 0)) {
+		if (!io_ring_send_start(io->flusher->ring, s, more)) {
+			io->write_armed = false;
+			io->ops->on_event(io, IO_ERROR, ENOMEM, io_owner(io));
+			return;
+		}
+		io->send_in_flight = true;
+	} else {
+		/* Idle: the record goes (an idle connection holds none), and
+		 * the buffers if the owner asked (io_flush_all's trim). */
+		io_ring_send_free(io->flusher->ring, s);
+		io->send = NULL;
+		io->write_armed = false;
+		if (io->ssl) {
+			if (io->recv == RECV_OFF)
+				ring_leave(io);
+			return;
+		}
+		if (io->trim_after_flush) {
+			io->trim_after_flush = false;
+			io_trim(io);
+		}
+	}
+	if (io_out_len(io) <= io->ops->write_low && io->ops->on_drain)
+		io->ops->on_drain(io, io_owner(io));
+}
+
+static void ring_wake(void *arg)
+{
+	struct io_flusher *f = arg;
+	f->depth++;
+	io_ring_reap(f->ring);
+	callback_done(f);
+}
+
+bool io_flusher_use_io_uring(struct io_flusher *f, char *why, size_t whylen)
+{
+	if (f->ring)
+		return true;
+	const struct io_ring_handlers h = { ring_recv, ring_sent, ring_wake, f };
+	f->ring = io_ring_new(f->base, &h, why, whylen);
+	return f->ring != NULL;
+}
+
+const char *io_flusher_engine(const struct io_flusher *f)
+{
+	return f->ring ? "io_uring" : "epoll";
+}
+
+void io_flusher_ring_buffers(const struct io_flusher *f, unsigned *count, unsigned *size, unsigned *held)
+{
+	*count = *size = *held = 0;
+	if (f->ring)
+		io_ring_buffers(f->ring, count, size, held);
+}
+
 void io_flush(struct io *io)
 {
 	undirty(io);
@@ -602,19 +880,49 @@ void io_flush(struct io *io)
 		loopback_deliver(io);
 		return;
 	}
+	if (io->on_ring) {
+		if (!io->closed)
+			ring_flush(io);
+		return;
+	}
 	if (io->closed || io->connecting || io->write_armed)
 		return;
 	(void)io_write_some(io);
 }
 
+static void flush_dirty(struct io_flusher *f);
+
 void io_flush_all(struct io_flusher *f)
+{
+	/* On the ring: flush, submit once, collect what completed (sends
+	 * done at once, bytes that arrived meanwhile), and again while that
+	 * made more to flush. Bounded: the rest waits for the next turn. */
+	for (int round = 0;; round++) {
+		flush_dirty(f);
+		if (!f->ring || !io_ring_pending(f->ring))
+			return;
+		io_ring_submit(f->ring);
+		f->depth++;
+		io_ring_reap(f->ring);
+		f->depth--;
+		if (round >= 8) {
+			if (f->n_dirty > 0 || io_ring_pending(f->ring))
+				event_active(f->ev, 0, 0);
+			return;
+		}
+	}
+}
+
+static void flush_dirty(struct io_flusher *f)
 {
 	while (f->n_dirty > 0) {
 		struct io *io = f->dirty[f->n_dirty - 1];
 		size_t before = io_out_len(io);
 		io_flush(io);
 		/* Here, outside every read callback, no caller holds the buffers. */
-		if (io->trim_after_flush && !io->closed) {
+		/* (On the ring with a send in flight: when it has ended,
+		 * ring_sent.) */
+		if (io->trim_after_flush && !io->closed && !(io->on_ring && io->send_in_flight)) {
 			io->trim_after_flush = false;
 			io_trim(io);
 		}
@@ -645,6 +953,9 @@ bool io_open(struct io *io, struct event_base *base, struct io_flusher *f, evuti
 {
 	if (!io_setup(io, base, f, fd, read_high, ops))
 		return false;
+	/* On the ring if the worker has one (and the fd table has room). */
+	if (f->ring && io_ring_attach(f->ring, fd, io))
+		io->on_ring = true;
 	io_arm_read(io);
 	return true;
 }
@@ -714,6 +1025,23 @@ void io_close(struct io *io)
 		return;
 	io->closed = true;
 	undirty(io);
+	if (io->on_ring) {
+		/* The socket closes when what is in flight has ended: no
+		 * completion reaches this connection from here on (io_ring.c). */
+		event_del(&io->rev);
+		unsigned in_flight = (io->recv != RECV_OFF) + io->send_in_flight;
+		io_ring_close(io->flusher->ring, io->fd, in_flight, io->recv == RECV_ON, io->send);
+		/* Closed outside a socket callback (a timer, the janitor): the
+		 * cancellations go at the end of this loop turn all the same. */
+		if (io->flusher->depth == 0 && io_ring_pending(io->flusher->ring))
+			event_active(io->flusher->ev, 0, 0);
+		io->send = NULL;
+		io->on_ring = false;
+		io->recv = RECV_OFF;
+		io->send_in_flight = false;
+		io->write_armed = false;   /* wev is NULL: nothing to delete */
+		io->fd = -1;
+	}
 	io_arm_read(io);
 	io_arm_write(io, false);
 	if (io->ssl) {
@@ -781,7 +1109,10 @@ void io_trim(struct io *io)
 
 size_t io_out_len(const struct io *io)
 {
-	return io->out ? evbuffer_get_length(io->out) : 0;
+	size_t n = io->out ? evbuffer_get_length(io->out) : 0;
+	if (io->on_ring && io->send)
+		n += io_ring_send_len(io->send);   /* in flight, or left by a partial send */
+	return n;
 }
 
 void io_pause(struct io *io, bool paused)

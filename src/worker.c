@@ -127,6 +127,8 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 	    strcmp(og->unix_socket_dir, ng->unix_socket_dir) != 0 || og->n_listen_addr != ng->n_listen_addr)
 		log_warning("reload: listen_addr, listen_port, unix_socket_dir and workers need a restart; "
 			    "keeping the running values");
+	if (og->io_engine != ng->io_engine)
+		log_warning("reload: io_engine needs a restart; the engine in use stays (SHOW CONFIG)");
 	/* New certificates and keys are read now: a reload that cannot read
 	 * them fails as a whole, and the running contexts stay. */
 	struct tls_contexts tls;
@@ -732,6 +734,15 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	peer_forwards_init(&w->peer_forwards);
 	if (!io_flusher_init(&w->flusher, w->base))
 		goto fail;
+	/* SPEC §12: one ring per worker, made here, after the fork. A kernel
+	 * that refuses it leaves this worker on epoll, said once (by the
+	 * first worker: the others meet the same kernel). */
+	if (cfg->general.io_engine != IO_ENGINE_EPOLL) {
+		char why[256];
+		if (!io_flusher_use_io_uring(&w->flusher, why, sizeof why) && id == 0)
+			log_warning("io_engine = %s: io_uring is not available (%s); using epoll",
+				    cfg->general.io_engine == IO_ENGINE_AUTO ? "auto" : "io_uring", why);
+	}
 	if (!(w->dns = dns_new(w, pool_dns_done)))
 		goto fail;
 	{

@@ -97,6 +97,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 static struct worker *make_worker(void)
 {
+	/* The I/O engine as pgcat's default picks it (auto), or as
+	 * PGCAT_IO_ENGINE says (epoll, io_uring). */
+	const char *engine = getenv("PGCAT_IO_ENGINE");
+	if (!engine || !*engine)
+		engine = "auto";
 	char ini[4096];
 	snprintf(ini, sizeof ini,
 		 "[general]\n"
@@ -104,6 +109,7 @@ static struct worker *make_worker(void)
 		 "listen_port = %d\n"
 		 "unix_socket_dir =\n"
 		 "workers = 1\n"
+		 "io_engine = %s\n"
 		 "pool_mode = transaction\n"
 		 "auth_type = trust\n"
 		 "log_level = error\n"
@@ -132,7 +138,7 @@ static struct worker *make_worker(void)
 		 "servers = 127.0.0.1:%d:primary\n"
 		 "[pools.sh.users.app]\n"
 		 "password = pw\n",
-		 pgcat_port, server_port, server_port, server_port);
+		 pgcat_port, engine, server_port, server_port, server_port);
 	struct config_problems problems;
 	memset(&problems, 0, sizeof problems);
 	struct config *cfg = config_load_string(ini, "fuzz.ini", &problems);

@@ -145,6 +145,7 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(g->server_tls_sslmode, TLS_MODE_PREFER);
 	ck_assert_str_eq(g->server_tls_ca_file, "");
 	ck_assert_int_eq(g->server_tls_negotiation, TLS_NEGOTIATION_POSTGRES);
+	ck_assert_int_eq(g->io_engine, IO_ENGINE_AUTO);
 
 	ck_assert_uint_eq(cfg->n_pools, 1);
 	const struct config_pool *pool = &cfg->pools[0];
@@ -175,7 +176,7 @@ START_TEST(test_key_table)
 {
 	size_t n;
 	const struct config_key_info *keys = config_general_keys(&n);
-	ck_assert_uint_eq(n, 68);
+	ck_assert_uint_eq(n, 69);
 	size_t fixed = 0;
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = i + 1; j < n; j++)
@@ -183,10 +184,11 @@ START_TEST(test_key_table)
 		if (!keys[i].reloadable) {
 			fixed++;
 			ck_assert(strcmp(keys[i].name, "listen_addr") == 0 || strcmp(keys[i].name, "listen_port") == 0 ||
-				  strcmp(keys[i].name, "unix_socket_dir") == 0 || strcmp(keys[i].name, "workers") == 0);
+				  strcmp(keys[i].name, "unix_socket_dir") == 0 || strcmp(keys[i].name, "workers") == 0 ||
+				  strcmp(keys[i].name, "io_engine") == 0);
 		}
 	}
-	ck_assert_uint_eq(fixed, 4);
+	ck_assert_uint_eq(fixed, 5);
 
 	/* Every default, written out, loads and reads back as written. */
 	char text[8192] = "[general]\n";
@@ -225,6 +227,7 @@ START_TEST(test_general_values)
 		"listen_addr = 127.0.0.1, ::1 ,localhost\n"
 		"listen_port = 7000\n"
 		"workers = 0\n"
+		"io_engine = io_uring\n"
 		"log_level = DEBUG\n"
 		"auth_type = md5\n"
 		"max_packet_size = 5\n"
@@ -242,6 +245,7 @@ START_TEST(test_general_values)
 	ck_assert_str_eq(g->listen_addr[2], "localhost");
 	ck_assert_int_eq(g->listen_port, 7000);
 	ck_assert_int_eq(g->workers, 0);
+	ck_assert_int_eq(g->io_engine, IO_ENGINE_IO_URING);
 	ck_assert_int_eq(g->log_level, LOG_LEVEL_DEBUG);
 	ck_assert_int_eq(g->auth_type, AUTH_TYPE_MD5);
 	ck_assert(g->max_packet_size == 5);
@@ -532,6 +536,7 @@ START_TEST(test_out_of_range)
 		{ "stats_period = 0", "stats_period: must be a duration between 1s and 1d" },
 		{ "autoreload = x", "autoreload: must be a duration" },
 		{ "pool_mode = statement", "pool_mode: must be one of session | transaction, got \"statement\"" },
+		{ "io_engine = uring", "io_engine: must be one of auto | epoll | io_uring, got \"uring\"" },
 		{ "log_level = verbose", "log_level: must be one of error | warning | info | debug | trace" },
 		{ "auth_type = password", "auth_type: must be one of scram-sha-256 | md5 | trust" },
 		{ "client_tls_sslmode = on", "client_tls_sslmode: must be one of disable | allow | prefer | require | "
@@ -1087,6 +1092,7 @@ START_TEST(test_set)
 	expect_set_refused(cfg, "LISTEN_ADDR", "127.0.0.1", "listen_addr cannot be changed at run time");
 	expect_set_refused(cfg, "unix_socket_dir", "/run", "unix_socket_dir cannot be changed at run time");
 	expect_set_refused(cfg, "workers", "2", "workers cannot be changed at run time");
+	expect_set_refused(cfg, "io_engine", "epoll", "io_engine cannot be changed at run time");
 	expect_set_refused(cfg, "no_such_key", "1", "unknown key \"no_such_key\"");
 	expect_set_refused(cfg, "", "1", "unknown key");
 	expect_set_refused(cfg, "pool_size", "1", "unknown key");  /* a user key, not [general] */
