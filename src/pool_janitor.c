@@ -41,9 +41,9 @@ void pool_fill_min(struct pool *p)
 		struct srvpool *sp = p->targets[i];
 		if (srvpool_recently_failed(sp, p->w->now_us) || !sp->resolved)
 			continue;
-		while (srvpool_instance_total(sp) < p->min_pool_size && srvpool_instance_total(sp) < p->pool_size &&
-		       srvpool_may_open(sp, p->pool_size, false)) {
-			if (!server_connect(sp))
+		int want = p->min_pool_size < p->pool_size ? p->min_pool_size : p->pool_size;
+		while (srvpool_reserve(sp, want, false)) {
+			if (!srvpool_connect(sp))
 				break;
 		}
 	}

@@ -20,4 +20,5 @@ Suite *pgvalue_suite(void);
 Suite *sqlshape_suite(void);
 Suite *sqllex_suite(void);
 Suite *cancel_suite(void);
+Suite *shm_suite(void);
 #endif
