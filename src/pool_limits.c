@@ -157,6 +157,12 @@ bool srvpool_reserve(struct srvpool *sp, int limit, bool evict)
 	struct worker *w = sp->pool->w;
 	static const char *const why[2] = { "closed to make room under max_db_connections",
 					    "closed to make room under max_user_connections" };
+	/* A full pool, as seen without the lock: every client that queues on
+	 * it asks, so this answer costs no lock. A count read stale here is
+	 * one that went down since: no connection now, the janitor's next
+	 * tick asks again. */
+	if (srvpool_instance_total(sp) >= limit)
+		return false;
 	for (int look = 0; look < RESERVE_LOOKS; look++) {
 		/* The caps count over other pools' targets too: the lock is
 		 * taken whenever there is a segment, not only when sp has a

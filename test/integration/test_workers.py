@@ -80,14 +80,18 @@ def test_pool_size_holds_per_instance(pgcat, pg):
 ROUNDS = int(os.environ.get("PGCAT_BURST_ROUNDS", "12"))
 
 
-@pytest.mark.parametrize("workers", [2, 3, 4])
-def test_pool_size_holds_per_instance_when_workers_open_together(pgcat, pg, workers):
+@pytest.mark.parametrize("workers, limit", [(2, "default_pool_size"), (3, "default_pool_size"),
+                                           (4, "default_pool_size"), (3, "max_db_connections")])
+def test_pool_size_holds_per_instance_when_workers_open_together(pgcat, pg, workers, limit):
     """Every worker decides to open connections in the same instant, round
     after round: clients queue on a paused, empty pool in every worker,
     and SIGUSR2 resumes all the workers at once. Two workers deciding
     together must not both take the last room (SPEC §9: N workers open at
-    most pool_size per (pool, user, server))."""
-    inst = pgcat(general={"workers": workers, "default_pool_size": 2, "query_wait_timeout": 30000})
+    most pool_size per (pool, user, server); a cap counts every worker's
+    connections too)."""
+    general = {"workers": workers, "default_pool_size": 10, "query_wait_timeout": 30000}
+    general[limit] = 2
+    inst = pgcat(general=general)
     wait_until(lambda: len(worker_pids(inst)) == workers)
     conns = [inst.connect() for _ in range(6 * workers)]
     most, over = 0, 0
@@ -114,9 +118,9 @@ def test_pool_size_holds_per_instance_when_workers_open_together(pgcat, pg, work
         s.join()
         most = max(most, max(seen))
         over += max(seen) > 2
-    print("workers %d: most server connections seen %d, rounds over pool_size %d of %d" %
-          (workers, most, over, ROUNDS))
-    assert most <= 2, "pool_size 2 but %d server connections (in %d rounds of %d)" % (most, over, ROUNDS)
+    print("workers %d, %s 2: most server connections seen %d, rounds over it %d of %d" %
+          (workers, limit, most, over, ROUNDS))
+    assert most <= 2, "%s 2 but %d server connections (in %d rounds of %d)" % (limit, most, over, ROUNDS)
     for c in conns:
         c.close()
 
