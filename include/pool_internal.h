@@ -42,6 +42,9 @@ void srvpool_publish(const struct srvpool *sp);
  * be had; nothing is opened now, and the janitor's next tick asks again.
  * Each true is followed, in the same event, by srvpool_connect. */
 bool srvpool_reserve(struct srvpool *sp, int limit, bool evict);
+/* (pool_limits.c) sp's server is at max_db_connections or
+ * max_user_connections, counted over every worker. */
+bool srvpool_at_cap(const struct srvpool *sp);
 /* server_connect for a reservation of srvpool_reserve: the connection
  * takes its place in the counts, or (failing before it began) the
  * reservation is dropped. */

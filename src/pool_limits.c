@@ -123,6 +123,17 @@ static int cap_count(const struct srvpool *sp, enum cap_kind k, struct server **
 	return n;
 }
 
+bool srvpool_at_cap(const struct srvpool *sp)
+{
+	const struct worker *w = sp->pool->w;
+	int caps[2] = { config_pool_max_db_connections(w->cfg, sp->pool->cpool),
+			config_user_max_user_connections(w->cfg, sp->pool->cuser) };
+	for (int k = CAP_DB; k <= CAP_ROLE; k++)
+		if (caps[k] > 0 && cap_count(sp, (enum cap_kind)k, NULL) >= caps[k])
+			return true;
+	return false;
+}
+
 /* With the open lock held (or no shared segment): room for one more
  * connection to sp's server, under limit and under both caps. At a full
  * cap, *victim (when asked for) is an idle connection of another pool of
