@@ -123,11 +123,18 @@ static int cap_count(const struct srvpool *sp, enum cap_kind k, struct server **
 	return n;
 }
 
-bool srvpool_at_cap(const struct srvpool *sp)
+/* sp's caps, by enum cap_kind (0: none). */
+static void caps_of(const struct srvpool *sp, int caps[2])
 {
 	const struct worker *w = sp->pool->w;
-	int caps[2] = { config_pool_max_db_connections(w->cfg, sp->pool->cpool),
-			config_user_max_user_connections(w->cfg, sp->pool->cuser) };
+	caps[CAP_DB] = config_pool_max_db_connections(w->cfg, sp->pool->cpool);
+	caps[CAP_ROLE] = config_user_max_user_connections(w->cfg, sp->pool->cuser);
+}
+
+bool srvpool_at_cap(const struct srvpool *sp)
+{
+	int caps[2];
+	caps_of(sp, caps);
 	for (int k = CAP_DB; k <= CAP_ROLE; k++)
 		if (caps[k] > 0 && cap_count(sp, (enum cap_kind)k, NULL) >= caps[k])
 			return true;
@@ -142,9 +149,8 @@ static bool room_for_one(const struct srvpool *sp, int limit, struct server **vi
 {
 	if (srvpool_instance_total(sp) >= limit)
 		return false;
-	const struct worker *w = sp->pool->w;
-	int caps[2] = { config_pool_max_db_connections(w->cfg, sp->pool->cpool),
-			config_user_max_user_connections(w->cfg, sp->pool->cuser) };
+	int caps[2];
+	caps_of(sp, caps);
 	for (int k = CAP_DB; k <= CAP_ROLE; k++) {
 		if (caps[k] <= 0)
 			continue;
