@@ -29,20 +29,30 @@ void pool_free(struct pool *p);
 /* Connections to this server across every worker: pool sizes hold per
  * instance (SPEC §9). */
 int srvpool_instance_total(const struct srvpool *sp);
-/* One more connection to sp's server may be opened: under limit (its pool
- * size, or with the reserve), and under max_db_connections and
- * max_user_connections; evict: at a cap, an idle connection of another
- * pool may be closed to make room (for waiting clients, not for
- * min_pool_size). */
-bool srvpool_may_open(struct srvpool *sp, int limit, bool evict);
+/* (pool_limits.c) This worker's count of sp's connections, with its
+ * reservations, into the shared segment. */
+void srvpool_publish(const struct srvpool *sp);
+/* (pool_limits.c) Room for one more connection to sp's server, taken: in
+ * one step over every worker (the segment's open lock), the instance's
+ * count is under limit (its pool size, or with the reserve) and under
+ * max_db_connections and max_user_connections, and sp's published count
+ * is one more (sp->n_reserved). evict: at a cap, an idle connection of
+ * another pool of this worker is closed to make room (for waiting
+ * clients, not for min_pool_size). false: no room, or the lock could not
+ * be had; nothing is opened now, and the janitor's next tick asks again.
+ * Each true is followed, in the same event, by srvpool_connect. */
+bool srvpool_reserve(struct srvpool *sp, int limit, bool evict);
+/* (pool_limits.c) sp's server is at max_db_connections or
+ * max_user_connections, counted over every worker. */
+bool srvpool_at_cap(const struct srvpool *sp);
+/* server_connect for a reservation of srvpool_reserve: the connection
+ * takes its place in the counts, or (failing before it began) the
+ * reservation is dropped. */
+struct server *srvpool_connect(struct srvpool *sp);
 /* (pool_limits.c) How many connections sp's server may have now:
  * pool_size, plus reserve_pool_size once the first waiting client has
  * waited reserve_pool_timeout. */
 int srvpool_limit(const struct srvpool *sp);
-/* (pool_limits.c) Room for one more connection under max_db_connections
- * and max_user_connections; evict: at a cap, an idle connection of
- * another pool of this worker is closed to make room. */
-bool srvpool_cap_room(struct srvpool *sp, bool evict);
 /* Logins that wait for the server's parameters and found no room under
  * the caps: a connection for them, once there is room (janitor). */
 void pool_defaults_retry(struct pool *p);

@@ -93,6 +93,11 @@ struct srvpool {
 	struct list_node opening;     /* connecting or logging in */
 	struct list_node other;       /* resetting or draining */
 	int n_idle, n_active, n_opening, n_other;
+	/* Connections decided on under the shared open lock
+	 * (srvpool_reserve) and not yet begun: counted in what this worker
+	 * publishes until server_connect's first state change turns each
+	 * into an opening one. 0 between events. */
+	int n_reserved;
 	struct list_node waiters;     /* struct pool_waiter, FIFO */
 	int n_waiters;
 

@@ -6,7 +6,9 @@
  * over workers; the few shared tables (pool and server directories, bans,
  * the admin command ring) are guarded by one robust process-shared mutex
  * held for a few instructions and never across a syscall, so a worker that
- * dies holding it cannot wedge the others.
+ * dies holding it cannot wedge the others. A second such mutex makes the
+ * decision to open a server connection one step over every worker
+ * (shm_open_lock).
  */
 #ifndef PGCAT_SHM_H
 #define PGCAT_SHM_H
@@ -23,7 +25,7 @@
 #include "stats.h"
 
 #define SHM_MAGIC 0x70676361u      /* "pgca" */
-#define SHM_VERSION 10u
+#define SHM_VERSION 11u           /* 10: WAL positions (read_your_writes), 11: open_lock */
 #define SHM_MAX_WORKERS 128
 #define SHM_MAX_POOLS 1024          /* (pool, user) pairs, over the life of the instance */
 #define SHM_MAX_TARGETS 4096        /* (pool, user, server) triples */
@@ -159,6 +161,10 @@ struct shm_header {
 	uint32_t n_workers;
 	uint32_t cancel_per_worker;
 	pthread_mutex_t lock;
+	/* Taken to decide to open a server connection (shm_open_lock): a
+	 * robust process-shared mutex of its own, so that deciding does not
+	 * wait behind the tables' users, nor they behind it. */
+	pthread_mutex_t open_lock;
 	struct shm_worker workers[SHM_MAX_WORKERS];
 	struct shm_pool_entry pools[SHM_MAX_POOLS];
 	struct shm_target_entry targets[SHM_MAX_TARGETS];
@@ -205,9 +211,24 @@ void shm_gauges_total(struct shm *shm, int pool, int32_t *cl_active, int32_t *cl
 		      int32_t *sv_idle, int32_t *sv_used, int32_t *sv_login, int64_t *maxwait_us);
 
 /* Server connections per (pool, user, server), for pool sizes that hold
- * per instance: each worker writes its own count. */
+ * per instance: each worker writes its own count (raised only under
+ * shm_open_lock, below). */
 void shm_conns_set(struct shm *shm, int worker, int target, int32_t n);
 int32_t shm_conns_total(struct shm *shm, int target);
+/* Opening a server connection under a pool size or a cap (SPEC §9): "the
+ * instance's count is under the limit" and "my count is one more" must be
+ * one step over every worker, or two workers deciding in the same instant
+ * both take the last room. So every raise of a worker's connection count
+ * (shm_conns_set with a larger number) is made holding this lock, after
+ * the sums it was decided on were read under it; a count may be lowered
+ * without it (a reader that sees the older, higher count only waits).
+ * Held for a few loads and stores, never across a syscall. A holder that
+ * dies leaves it to the next taker (robust mutex); one that is stopped
+ * makes the others give up after SHM_OPEN_LOCK_WAIT_MS: false, the caller
+ * opens nothing now and tries again on a later event (its janitor tick). */
+#define SHM_OPEN_LOCK_WAIT_MS 20
+bool shm_open_lock(struct shm *shm) __attribute__((warn_unused_result));
+void shm_open_unlock(struct shm *shm);
 void shm_waiters_set(struct shm *shm, int worker, int target, int32_t n);
 int32_t shm_waiters_others(struct shm *shm, int worker, int target);
 int32_t shm_clients_total(struct shm *shm);

@@ -16,6 +16,7 @@
 #include "rotation.h"
 
 #include <assert.h>
+#include <limits.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -483,9 +484,7 @@ static void count_adjust(struct srvpool *sp, enum server_state st, int delta)
 	case SERVER_CANCEL_WAIT: sp->n_other += delta; break;
 	case SERVER_CLOSED: break;
 	}
-	struct worker *w = sp->pool->w;
-	if (w->shm)
-		shm_conns_set(w->shm, w->id, sp->shm_target, srvpool_total(sp));
+	srvpool_publish(sp);
 }
 
 /* One list per state, and its count, kept in step with the server's state. */
@@ -494,6 +493,11 @@ static void pool_server_state_changed(struct server *s, int old_state)
 	struct srvpool *sp = s->sp;
 	if (list_linked(&s->node))
 		list_del(&s->node);
+	/* A new connection (server_connect) takes the place of its
+	 * reservation: what this worker publishes stays the same, so it never
+	 * dips below what the open lock's holder decided on. */
+	if (old_state == SERVER_CLOSED && s->state != SERVER_CLOSED && sp->n_reserved > 0)
+		sp->n_reserved--;
 	count_adjust(sp, (enum server_state)old_state, -1);
 	count_adjust(sp, s->state, +1);
 	switch (s->state) {
@@ -560,15 +564,30 @@ bool pool_srvpool_failing(const struct srvpool *sp)
 	return srvpool_recently_failed(sp, sp->pool->w->now_us);
 }
 
+struct server *srvpool_connect(struct srvpool *sp)
+{
+	int reserved = sp->n_reserved;
+	struct server *s = server_connect(sp);
+	/* Failed before it entered CONNECTING (out of memory): the
+	 * reservation is not used, and no longer counted. */
+	if (reserved > 0 && sp->n_reserved == reserved) {
+		sp->n_reserved--;
+		srvpool_publish(sp);
+	}
+	return s;
+}
+
 void pool_defaults_retry(struct pool *p)
 {
 	if (p->have_defaults || list_empty(&p->login_waiters))
 		return;
 	struct srvpool *sp = pool_pick_target(p);
+	/* The server's parameters are learned over pool_size if need be (the
+	 * connection closes once idle, pool_server_clean); the caps hold. */
 	if (sp->n_opening > 0 || sp->n_idle > 0 || sp->n_active > 0 || !sp->resolved ||
-	    srvpool_recently_failed(sp, p->w->now_us) || !srvpool_cap_room(sp, true))
+	    srvpool_recently_failed(sp, p->w->now_us) || !srvpool_reserve(sp, INT_MAX, true))
 		return;
-	if (!server_connect(sp))
+	if (!srvpool_connect(sp))
 		log_debug("%s@%s: no connection for the server's parameters yet", p->user, p->name);
 	/* (a connection that fails tells the login waiters: pool_server_closed) */
 }
@@ -582,13 +601,13 @@ void srvpool_maybe_launch(struct srvpool *sp)
 	if (!sp->resolved)
 		return;
 	int limit = srvpool_limit(sp);
-	while (sp->n_opening < sp->n_waiters && srvpool_may_open(sp, limit, true)) {
-		if (srvpool_instance_total(sp) >= p->pool_size)
+	while (sp->n_opening < sp->n_waiters && srvpool_reserve(sp, limit, true)) {
+		/* (the instance's count includes this reservation now) */
+		if (srvpool_instance_total(sp) > p->pool_size)
 			log_info("%s@%s %s:%d: a reserve connection (reserve_pool_size %d) for clients waiting over %d ms",
 				 p->user, p->name, sp->host, sp->port, p->reserve_pool_size,
 				 p->w->cfg->general.reserve_pool_timeout);
-		struct server *s = server_connect(sp);
-		if (!s)
+		if (!srvpool_connect(sp))
 			break;
 	}
 }
@@ -787,11 +806,12 @@ void pool_request_defaults(struct pool *p, struct pool_waiter *pw)
 	if (sp->n_opening > 0 || sp->n_idle > 0 || sp->n_active > 0)
 		return;
 	bool usable = !srvpool_recently_failed(sp, p->w->now_us) && (sp->resolved || (sp->resolved = resolve(sp)));
-	/* At max_db_connections or max_user_connections: the logins wait
-	 * (the janitor asks again, pool_defaults_retry). */
-	if (usable && !srvpool_cap_room(sp, true))
+	/* At max_db_connections or max_user_connections, or the open lock
+	 * not to be had: the logins wait (the janitor asks again,
+	 * pool_defaults_retry). Over pool_size, as pool_defaults_retry. */
+	if (usable && !srvpool_reserve(sp, INT_MAX, true))
 		return;
-	if (!usable || !server_connect(sp)) {
+	if (!usable || !srvpool_connect(sp)) {
 		/* (a failure inside server_connect may have told it already) */
 		if (list_linked(&pw->node)) {
 			list_del(&pw->node);

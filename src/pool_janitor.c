@@ -41,9 +41,9 @@ void pool_fill_min(struct pool *p)
 		struct srvpool *sp = p->targets[i];
 		if (srvpool_recently_failed(sp, p->w->now_us) || !sp->resolved)
 			continue;
-		while (srvpool_instance_total(sp) < p->min_pool_size && srvpool_instance_total(sp) < p->pool_size &&
-		       srvpool_may_open(sp, p->pool_size, false)) {
-			if (!server_connect(sp))
+		int want = p->min_pool_size < p->pool_size ? p->min_pool_size : p->pool_size;
+		while (srvpool_reserve(sp, want, false)) {
+			if (!srvpool_connect(sp))
 				break;
 		}
 	}
@@ -275,9 +275,11 @@ void pool_publish(struct worker *w)
 			sv_used += sp->n_other;
 			sv_login += sp->n_opening;
 			shm_waiters_set(w->shm, w->id, sp->shm_target, sp->n_waiters);
+			/* Full by pool_size or by a cap: either way the other
+			 * workers' clients wait for a connection to close. */
 			if (sp->shm_target >= 0 && !list_empty(&sp->idle) &&
-			    srvpool_instance_total(sp) >= p->pool_size &&
-			    shm_waiters_others(w->shm, w->id, sp->shm_target) > 0) {
+			    shm_waiters_others(w->shm, w->id, sp->shm_target) > 0 &&
+			    (srvpool_instance_total(sp) >= p->pool_size || srvpool_at_cap(sp))) {
 				/* The least recently used one. */
 				server_close(LIST_OWNER(list_last(&sp->idle), struct server, node),
 					     "handed back for another worker's waiting clients");

@@ -6,7 +6,10 @@
  * caps over every pool of a server's database and role
  * (max_db_connections, max_user_connections), which may close an idle
  * connection of another pool to make room. Counted over every worker
- * through the shared segment (srvpool_instance_total). Split from pool.c
+ * through the shared segment (srvpool_instance_total); a new connection
+ * is decided on and counted in one step under the segment's open lock
+ * (srvpool_reserve), so the workers together stay within every limit.
+ * Split from pool.c
  * (checkout and checkin), whose internals it shares through
  * include/pool_internal.h.
  */
@@ -23,6 +26,13 @@
 int srvpool_total(const struct srvpool *sp)
 {
 	return sp->n_idle + sp->n_active + sp->n_opening + sp->n_other;
+}
+
+void srvpool_publish(const struct srvpool *sp)
+{
+	struct worker *w = sp->pool->w;
+	if (w->shm)
+		shm_conns_set(w->shm, w->id, sp->shm_target, srvpool_total(sp) + sp->n_reserved);
 }
 
 /* Connections to this server across every worker: pool sizes hold per
@@ -113,34 +123,85 @@ static int cap_count(const struct srvpool *sp, enum cap_kind k, struct server **
 	return n;
 }
 
-/* Room for one more connection to sp's server under both caps (0: none).
- * At a cap, an idle connection of another pool of this worker that counts
- * against it is closed to make room, as PgBouncer does; else the clients
- * wait (FIFO, query_wait_timeout) for a connection to close. */
-bool srvpool_cap_room(struct srvpool *sp, bool evict)
+/* sp's caps, by enum cap_kind (0: none). */
+static void caps_of(const struct srvpool *sp, int caps[2])
 {
-	struct worker *w = sp->pool->w;
-	int caps[2] = { config_pool_max_db_connections(w->cfg, sp->pool->cpool),
-			config_user_max_user_connections(w->cfg, sp->pool->cuser) };
-	static const char *const why[2] = { "closed to make room under max_db_connections",
-					    "closed to make room under max_user_connections" };
+	const struct worker *w = sp->pool->w;
+	caps[CAP_DB] = config_pool_max_db_connections(w->cfg, sp->pool->cpool);
+	caps[CAP_ROLE] = config_user_max_user_connections(w->cfg, sp->pool->cuser);
+}
+
+bool srvpool_at_cap(const struct srvpool *sp)
+{
+	int caps[2];
+	caps_of(sp, caps);
+	for (int k = CAP_DB; k <= CAP_ROLE; k++)
+		if (caps[k] > 0 && cap_count(sp, (enum cap_kind)k, NULL) >= caps[k])
+			return true;
+	return false;
+}
+
+/* With the open lock held (or no shared segment): room for one more
+ * connection to sp's server, under limit and under both caps. At a full
+ * cap, *victim (when asked for) is an idle connection of another pool of
+ * this worker that counts against that cap, and *cap that cap. */
+static bool room_for_one(const struct srvpool *sp, int limit, struct server **victim, enum cap_kind *cap)
+{
+	if (srvpool_instance_total(sp) >= limit)
+		return false;
+	int caps[2];
+	caps_of(sp, caps);
 	for (int k = CAP_DB; k <= CAP_ROLE; k++) {
 		if (caps[k] <= 0)
 			continue;
-		struct server *victim = NULL;
-		if (cap_count(sp, (enum cap_kind)k, &victim) < caps[k])
-			continue;
-		if (!victim || !evict)
+		if (victim)
+			*victim = NULL;
+		if (cap_count(sp, (enum cap_kind)k, victim) >= caps[k]) {
+			*cap = (enum cap_kind)k;
 			return false;
-		server_close(victim, why[k]);
-		if (cap_count(sp, (enum cap_kind)k, NULL) >= caps[k])
-			return false;
+		}
 	}
 	return true;
 }
 
-bool srvpool_may_open(struct srvpool *sp, int limit, bool evict)
-{
-	return srvpool_instance_total(sp) < limit && srvpool_cap_room(sp, evict);
-}
+/* Look and count under the open lock; at a full cap, close the victim
+ * outside it (a close is syscalls and callbacks) and look again: once per
+ * cap at most, as the caps allow one eviction each. */
+#define RESERVE_LOOKS 3
 
+bool srvpool_reserve(struct srvpool *sp, int limit, bool evict)
+{
+	struct worker *w = sp->pool->w;
+	static const char *const why[2] = { "closed to make room under max_db_connections",
+					    "closed to make room under max_user_connections" };
+	/* A full pool, as seen without the lock: every client that queues on
+	 * it asks, so this answer costs no lock. A count read stale here is
+	 * one that went down since: no connection now, the janitor's next
+	 * tick asks again. */
+	if (srvpool_instance_total(sp) >= limit)
+		return false;
+	for (int look = 0; look < RESERVE_LOOKS; look++) {
+		/* The caps count over other pools' targets too: the lock is
+		 * taken whenever there is a segment, not only when sp has a
+		 * slot in it. */
+		if (w->shm && !shm_open_lock(w->shm))
+			return false;
+		struct server *victim = NULL;
+		enum cap_kind cap = CAP_DB;
+		bool room = room_for_one(sp, limit, evict ? &victim : NULL, &cap);
+		if (room) {
+			/* Counted before the lock goes: a worker deciding next
+			 * sees this connection in its sums. */
+			sp->n_reserved++;
+			srvpool_publish(sp);
+		}
+		if (w->shm)
+			shm_open_unlock(w->shm);
+		if (room)
+			return true;
+		if (!victim)
+			return false;
+		server_close(victim, why[cap]);
+	}
+	return false;
+}

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "log.h"
 
@@ -76,13 +77,24 @@ bool shm_create(struct shm *shm, uint32_t n_workers, uint32_t max_client_conn)
 	h->off_dump = off_dump;
 	h->dump_slot_size = dump_slot;
 	pthread_mutexattr_t attr;
-	pthread_mutexattr_init(&attr);
-	pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-	/* A worker killed while holding the lock must not wedge the others. */
-	pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-	int rc = pthread_mutex_init(&h->lock, &attr);
+	int rc = pthread_mutexattr_init(&attr);
+	if (rc == 0)
+		rc = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+	/* A worker killed while holding a lock must not wedge the others. */
+	if (rc == 0)
+		rc = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+	bool have_lock = false;
+	if (rc == 0)
+		rc = pthread_mutex_init(&h->lock, &attr);
+	if (rc == 0) {
+		have_lock = true;
+		rc = pthread_mutex_init(&h->open_lock, &attr);
+	}
 	pthread_mutexattr_destroy(&attr);
 	if (rc != 0) {
+		log_error("cannot make the shared segment's locks: %s", strerror(rc));
+		if (have_lock)
+			pthread_mutex_destroy(&h->lock);
 		munmap(p, off);
 		return false;
 	}
@@ -281,6 +293,44 @@ int32_t shm_conns_total(struct shm *shm, int target)
 	for (uint32_t w = 0; w < shm->h->n_workers; w++)
 		n += atomic_load_explicit(conns(shm, (int)w, target), memory_order_relaxed);
 	return n;
+}
+
+bool shm_open_lock(struct shm *shm)
+{
+	/* A deadline rather than a plain lock: a holder that is stopped (a
+	 * debugger, SIGSTOP) must not stall every other worker's loop.
+	 * timedlock counts on CLOCK_REALTIME: a clock step shortens or
+	 * lengthens this one wait, either harmless. */
+	struct timespec deadline;
+	if (clock_gettime(CLOCK_REALTIME, &deadline) != 0)
+		return false;
+	deadline.tv_nsec += (long)SHM_OPEN_LOCK_WAIT_MS * 1000000L;
+	if (deadline.tv_nsec >= 1000000000L) {
+		deadline.tv_sec += deadline.tv_nsec / 1000000000L;
+		deadline.tv_nsec %= 1000000000L;
+	}
+	int rc = pthread_mutex_timedlock(&shm->h->open_lock, &deadline);
+	if (rc == EOWNERDEAD) {
+		/* Its holder died between reading the sums and storing its own
+		 * count: nothing here is half-written that matters (a dead
+		 * worker's counts are zeroed when it restarts). */
+		if (pthread_mutex_consistent(&shm->h->open_lock) != 0) {
+			pthread_mutex_unlock(&shm->h->open_lock);
+			return false;
+		}
+		return true;
+	}
+	if (rc != 0) {
+		log_debug("the shared open lock is not free after %d ms (%s): no connection opened now",
+			  SHM_OPEN_LOCK_WAIT_MS, strerror(rc));
+		return false;
+	}
+	return true;
+}
+
+void shm_open_unlock(struct shm *shm)
+{
+	pthread_mutex_unlock(&shm->h->open_lock);
 }
 
 void shm_waiters_set(struct shm *shm, int worker, int target, int32_t n)

@@ -77,6 +77,58 @@ def test_pool_size_holds_per_instance(pgcat, pg):
         c.close()
 
 
+ROUNDS = int(os.environ.get("PGCAT_BURST_ROUNDS", "12"))
+
+
+# A cap as large as the workers: each worker's first login needs a connection
+# of its own to learn the server's parameters, and under a cap it waits for
+# room (another worker's idle connection of the same pool is not closed
+# for it).
+@pytest.mark.parametrize("workers, limit, size", [(2, "default_pool_size", 2), (3, "default_pool_size", 2),
+                                                 (4, "default_pool_size", 2), (3, "max_db_connections", 3)])
+def test_pool_size_holds_per_instance_when_workers_open_together(pgcat, pg, workers, limit, size):
+    """Every worker decides to open connections in the same instant, round
+    after round: clients queue on a paused, empty pool in every worker,
+    and SIGUSR2 resumes all the workers at once. Two workers deciding
+    together must not both take the last room (SPEC §9: N workers open at
+    most pool_size per (pool, user, server); a cap counts every worker's
+    connections too)."""
+    general = {"workers": workers, "default_pool_size": 10, "query_wait_timeout": 30000}
+    general[limit] = size
+    inst = pgcat(general=general)
+    wait_until(lambda: len(worker_pids(inst)) == workers)
+    conns = [inst.connect() for _ in range(6 * workers)]
+    most, over = 0, 0
+    for _ in range(ROUNDS):
+        # Paused: idle servers closed, clients queue. PostgreSQL's view
+        # must be empty too (a closed backend lingers a moment).
+        os.kill(inst.pid, signal.SIGUSR1)
+        wait_until(lambda: pg.count("app", "appdb") == 0, 10, 0.01)
+        threads = [run_in_thread(lambda c=c: c.execute("SELECT pg_sleep(0.03)")) for c in conns]
+        time.sleep(0.3)
+        seen = []
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                seen.append(pg.count("app", "appdb"))
+        s = threading.Thread(target=sample, daemon=True)
+        s.start()
+        os.kill(inst.pid, signal.SIGUSR2)
+        for t, box in threads:
+            t.join(30)
+            assert "error" not in box, box
+        stop.set()
+        s.join()
+        most = max(most, max(seen))
+        over += max(seen) > size
+    print("workers %d, %s %d: most server connections seen %d, rounds over it %d of %d" %
+          (workers, limit, size, most, over, ROUNDS))
+    assert most <= size, "%s %d but %d server connections (in %d rounds of %d)" % (limit, size, most, over, ROUNDS)
+    for c in conns:
+        c.close()
+
+
 def test_max_client_conn_per_instance(pgcat):
     inst = pgcat(general={"workers": 2, "max_client_conn": 4})
     conns = [inst.connect() for _ in range(4)]

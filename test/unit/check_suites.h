@@ -21,4 +21,5 @@ Suite *sqlshape_suite(void);
 Suite *sqllex_suite(void);
 Suite *ryw_suite(void);
 Suite *cancel_suite(void);
+Suite *shm_suite(void);
 #endif
