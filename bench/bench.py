@@ -504,6 +504,19 @@ def cmd_report(a):
                   f"{f2(ratio(w2['tps'], g['tps']))} | {f2(ratio(w2['tps'], b['tps'])) if b else 'n/a'} | "
                   f"{f1(g['cpu'])} | {f1(w2['cpu'])} |")
 
+    if any("pgcat-epoll" in t for t in cells.values()):
+        P("\n### pgcat io_engine: auto (io_uring here) vs epoll (medians)\n")
+        P("| protocol | clients | io_uring tps | epoll tps | io_uring/epoll | CPU µs/txn io_uring | CPU µs/txn epoll |")
+        P("|---|---:|---:|---:|---:|---:|---:|")
+        for p in protos:
+            for c in sorted({k[1] for k in cells if k[0] == p}):
+                t = cells[(p, c)]
+                g, ge = agg(t.get("pgcat")), agg(t.get("pgcat-epoll"))
+                if not g or not ge:
+                    continue
+                P(f"| {p} | {c} | {f0(g['tps'])} | {f0(ge['tps'])}{' ⚠' if ge['bad'] else ''} | "
+                  f"{f2(ratio(g['tps'], ge['tps']))} | {f1(g['cpu'])} | {f1(ge['cpu'])} |")
+
     if "prepared" in protos:
         P("\n### pgcat: prepared vs extended protocol (medians)\n")
         P("| clients | extended tps | prepared tps | prepared/extended | prepared failures |")

@@ -39,6 +39,9 @@
 #                           ../shared/anchors/build-pgbouncer (skipped with a
 #                           warning when that fails)
 #   PGBOUNCER125_BIN=/path  this PgBouncer 1.25.2 binary
+#   BENCH_TARGETS="..."    run the pgbench -S cells only on these targets
+#                           (of direct pgbouncer pgbouncer125 pgcat pgcat-epoll
+#                           pgcat-parser pgcat-w2 pg_doorman)
 #   BENCH_OUT=dir           results (results.jsonl, report.md, machine.txt);
 #                           default /tmp/pgcat-bench-<timestamp>
 #   BENCH_KEEP=1            keep the temp dir (logs) after the run
@@ -108,7 +111,7 @@ trap 'exit 130' INT TERM
 AS_PG=(setpriv --reuid=postgres --regid=postgres --init-groups --)
 
 read -r PGPORT PGB_PORT PGB_PLAIN_PORT PGB_MD5_PORT PGCAT_PORT PGCAT_PARSER_PORT PGCAT_MD5_PORT PGCAT_W2_PORT \
-	PGCAT_SECRET_PORT DOORMAN_PORT PGB125_PORT <<<"$($PY "$HERE/bench.py" freeports 11)"
+	PGCAT_SECRET_PORT DOORMAN_PORT PGB125_PORT PGCAT_EPOLL_PORT <<<"$($PY "$HERE/bench.py" freeports 12)"
 
 # ---------------------------------------------------------------- pgcat build
 if [ -z "${PGCAT_BIN:-}" ]; then
@@ -235,13 +238,14 @@ start_pgbouncer pgbouncer-md5 "$PGB_MD5_PORT" md5 userlist-plain.txt
 # server connections as with the parser off: with primary reads on (the
 # default) reads are spread at random over both addresses, and the cell
 # would measure two sets of backends taking turns, not the parser.
-start_pgcat() { # name port parser auth_type [workers] [password]
+start_pgcat() { # name port parser auth_type [workers] [password] [io_engine]
 	cat >"$TMP/$1.ini" <<EOF
 [general]
 listen_addr = 127.0.0.1
 listen_port = $2
 unix_socket_dir =
 workers = ${5:-1}
+io_engine = ${7:-auto}
 pool_mode = transaction
 default_pool_size = 10
 max_client_conn = 20000
@@ -275,6 +279,9 @@ start_pgcat pgcat-secret "$PGCAT_SECRET_PORT" false scram-sha-256 1 "$SECRET"
 # PostgreSQL for the same two cores, so this row shows what it can here, not
 # what a larger machine gains.
 start_pgcat pgcat-w2 "$PGCAT_W2_PORT" false scram-sha-256 2
+# The same as pgcat with the epoll engine (pgcat itself: auto, io_uring where
+# the kernel allows it; doc/io-engine.md).
+start_pgcat pgcat-epoll "$PGCAT_EPOLL_PORT" false scram-sha-256 1 bench epoll
 
 # ---------------------------------------------------------------- pg_doorman
 # Its config and why: pg_doorman_toml in bench/doorman.sh. Log in the temp dir.
@@ -288,11 +295,13 @@ fi
 
 declare -A PORT=([direct]=$PGPORT [pgbouncer]=$PGB_PORT [pgbouncer-plain]=$PGB_PLAIN_PORT
 	[pgbouncer-md5]=$PGB_MD5_PORT [pgcat]=$PGCAT_PORT [pgcat-parser]=$PGCAT_PARSER_PORT
-	[pgcat-md5]=$PGCAT_MD5_PORT [pgcat-w2]=$PGCAT_W2_PORT [pgcat-secret]=$PGCAT_SECRET_PORT)
+	[pgcat-md5]=$PGCAT_MD5_PORT [pgcat-w2]=$PGCAT_W2_PORT [pgcat-secret]=$PGCAT_SECRET_PORT
+	[pgcat-epoll]=$PGCAT_EPOLL_PORT)
 declare -A PID=([direct]="" [pgbouncer]=$PID_pgbouncer [pgbouncer-plain]=$PID_pgbouncer_plain
 	[pgbouncer-md5]=$PID_pgbouncer_md5 [pgcat]=$PID_pgcat [pgcat-parser]=$PID_pgcat_parser
-	[pgcat-md5]=$PID_pgcat_md5 [pgcat-w2]=$PID_pgcat_w2 [pgcat-secret]=$PID_pgcat_secret)
-POOLERS="pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret"
+	[pgcat-md5]=$PID_pgcat_md5 [pgcat-w2]=$PID_pgcat_w2 [pgcat-secret]=$PID_pgcat_secret
+	[pgcat-epoll]=$PID_pgcat_epoll)
+POOLERS="pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret pgcat-epoll"
 DM=   # " pg_doorman" when it is a target: appended to each section's list
 if [ "$DOORMAN" = 1 ]; then
 	PORT[pg_doorman]=$DOORMAN_PORT
@@ -346,8 +355,12 @@ pgb_has_prepared() { # PgBouncer >= 1.21 supports prepared statements in transac
 echo "== pgbench -S cells: ${SECS}s x $REPEATS repeats, clients: $CLIENTS, protocols: $PROTOCOLS"
 for c in $CLIENTS; do
 	for p in $PROTOCOLS; do
-		targets="direct pgbouncer$B125 pgcat pgcat-parser pgcat-w2$DM"
-		if [ "$p" = prepared ] && ! pgb_has_prepared; then targets="direct$B125 pgcat pgcat-parser pgcat-w2$DM"; fi
+		targets="direct pgbouncer$B125 pgcat pgcat-epoll pgcat-parser pgcat-w2$DM"
+		if [ "$p" = prepared ] && ! pgb_has_prepared; then targets="direct$B125 pgcat pgcat-epoll pgcat-parser pgcat-w2$DM"; fi
+		# BENCH_TARGETS: only these of them (e.g. to leave out the parser and w2 rows)
+		if [ -n "${BENCH_TARGETS:-}" ]; then
+			targets=$(for t in $targets; do case " $BENCH_TARGETS " in *" $t "*) echo "$t";; esac; done | tr '\n' ' ')
+		fi
 		for r in $(seq "$REPEATS"); do
 			for t in $targets; do
 				cell cell "$t" "$p" "$c" "$r" "$SECS"
@@ -365,10 +378,10 @@ for r in $(seq "$REPEATS"); do
 done
 
 # ---------------------------------------------------------------- report
-for t in pgbouncer$B125 pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret$DM; do
+for t in pgbouncer$B125 pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret pgcat-epoll$DM; do
 	kill -0 "${PID[$t]}" 2>/dev/null || echo "run.sh: WARNING: $t (pid ${PID[$t]}) died during the run" | tee -a "$OUT/machine.txt" >&2
 done
-for t in pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret$DM; do cp "$TMP/$t.log" "$OUT/$t.log"; done
+for t in pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret pgcat-epoll$DM; do cp "$TMP/$t.log" "$OUT/$t.log"; done
 $PY "$HERE/bench.py" report "$RES" | tee "$OUT/report.md"
 echo
 echo "results: $OUT (machine.txt, results.jsonl, report.md)"
