@@ -10,7 +10,8 @@
 # (test_drivers.py included), then the tests that exercise io once more
 # with io_engine = epoll (the default, auto, takes io_uring where the kernel
 # allows it), then psycopg's own test suite through pgcat in
-# session and in transaction mode (test/peers/psycopg_suite.py; only when
+# session mode on epoll and in transaction mode on the default engine
+# (test/peers/psycopg_suite.py; only when
 # ../shared/peers exists beside the repository, else it prints that it is
 # skipped; failures must be listed in test/peers/psycopg-expected-MODE.txt),
 # then make distcheck and scripts/test-deb.sh (the Debian package). After the

@@ -3,7 +3,9 @@
 
     PGCAT_BIN=build-asan/pgcat .venv/bin/python test/peers/psycopg_suite.py [MODE...]
 
-MODE is session and/or transaction (default: both). For each mode: a
+MODE is session and/or transaction (default: both). Session mode runs on
+io_engine = epoll, transaction mode on the default (auto: io_uring where the
+kernel allows it); PGCAT_IO_ENGINE sets both. For each mode: a
 throwaway PostgreSQL 15 (initdb in a temporary directory, as OS user postgres
 when run as root, free loopback port, max_prepared_transactions = 10), a role
 `suite` that owns database `suitedb`, one pgcat in front of it in that pool
@@ -82,11 +84,23 @@ def start_pg(root: Path) -> PgServer:
     return pg
 
 
+# The I/O engine per mode (SPEC §12): session mode on epoll, transaction
+# mode on pgcat's default (auto: io_uring where the kernel allows it), so
+# that each engine carries one real client's whole suite. PGCAT_IO_ENGINE,
+# when set, takes both modes to that engine.
+IO_ENGINES = {"session": "epoll", "transaction": "auto"}
+
+
+def io_engine_for(mode: str) -> str:
+    return os.environ.get("PGCAT_IO_ENGINE") or IO_ENGINES[mode]
+
+
 def start_pgcat(binary, workdir: Path, pg: PgServer, mode: str):
     port = free_port()
     general = {
         "listen_addr": "127.0.0.1",
         "listen_port": port,
+        "io_engine": io_engine_for(mode),
         "unix_socket_dir": str(workdir),
         "workers": 1,
         "pool_mode": mode,
@@ -175,8 +189,8 @@ def run_mode(mode, args, extra):
             print("psycopg %s: %s/tools/pproxy_fix.py missing: the suite's proxy tests are deselected"
                   % (mode, src), flush=True)
             env["PSYCOPG_SUITE_MARKERS"] = "not mypy and not dns and not refcount and not proxy"
-        print("==> psycopg suite, %s mode (pgcat %s on port %d, PostgreSQL on %d)"
-              % (mode, args.pgcat_bin, port, pg.port), flush=True)
+        print("==> psycopg suite, %s mode (pgcat %s on port %d, io_engine %s, PostgreSQL on %d)"
+              % (mode, args.pgcat_bin, port, io_engine_for(mode), pg.port), flush=True)
         suite = [str(Path(args.peers) / "psycopg-suite"), dsn, "pgcat-" + mode]
         r = subprocess.run(suite + extra, env=env, stdin=subprocess.DEVNULL)
         if r.returncode > 1:
