@@ -374,6 +374,13 @@ def cmd_report(a):
         }
 
     protos = [p for p in ("simple", "extended", "prepared") if any(k[0] == p for k in cells)]
+
+    def cell_rows(*targets):
+        """(protocol, clients, each target's medians or None) per cell, in report order."""
+        for p in protos:
+            for c in sorted({k[1] for k in cells if k[0] == p}):
+                t = cells[(p, c)]
+                yield (p, c) + tuple(agg(t.get(x)) for x in targets)
     P("### Throughput (pgbench -S, medians over repeats)\n")
     P("tps = median transactions/s; spread = (max−min)/median of the repeats; "
       "lat = median of pgbench's mean latency; CPU = pooler utime+stime per "
@@ -494,28 +501,22 @@ def cmd_report(a):
           "PostgreSQL: this shows what a second worker does here, not on a larger machine.\n")
         P("| protocol | clients | workers=1 tps | workers=2 tps | w2/w1 | w2/PgBouncer | CPU µs/txn w1 | CPU µs/txn w2 |")
         P("|---|---:|---:|---:|---:|---:|---:|---:|")
-        for p in protos:
-            for c in sorted({k[1] for k in cells if k[0] == p}):
-                t = cells[(p, c)]
-                g, w2, b = agg(t.get("pgcat")), agg(t.get("pgcat-w2")), agg(t.get("pgbouncer"))
-                if not g or not w2:
-                    continue
-                P(f"| {p} | {c} | {f0(g['tps'])} | {f0(w2['tps'])}{' ⚠' if w2['bad'] else ''} | "
-                  f"{f2(ratio(w2['tps'], g['tps']))} | {f2(ratio(w2['tps'], b['tps'])) if b else 'n/a'} | "
-                  f"{f1(g['cpu'])} | {f1(w2['cpu'])} |")
+        for p, c, g, w2, b in cell_rows("pgcat", "pgcat-w2", "pgbouncer"):
+            if not g or not w2:
+                continue
+            P(f"| {p} | {c} | {f0(g['tps'])} | {f0(w2['tps'])}{' ⚠' if w2['bad'] else ''} | "
+              f"{f2(ratio(w2['tps'], g['tps']))} | {f2(ratio(w2['tps'], b['tps'])) if b else 'n/a'} | "
+              f"{f1(g['cpu'])} | {f1(w2['cpu'])} |")
 
     if any("pgcat-epoll" in t for t in cells.values()):
         P("\n### pgcat io_engine: auto (io_uring here) vs epoll (medians)\n")
         P("| protocol | clients | io_uring tps | epoll tps | io_uring/epoll | CPU µs/txn io_uring | CPU µs/txn epoll |")
         P("|---|---:|---:|---:|---:|---:|---:|")
-        for p in protos:
-            for c in sorted({k[1] for k in cells if k[0] == p}):
-                t = cells[(p, c)]
-                g, ge = agg(t.get("pgcat")), agg(t.get("pgcat-epoll"))
-                if not g or not ge:
-                    continue
-                P(f"| {p} | {c} | {f0(g['tps'])} | {f0(ge['tps'])}{' ⚠' if ge['bad'] else ''} | "
-                  f"{f2(ratio(g['tps'], ge['tps']))} | {f1(g['cpu'])} | {f1(ge['cpu'])} |")
+        for p, c, g, ge in cell_rows("pgcat", "pgcat-epoll"):
+            if not g or not ge:
+                continue
+            P(f"| {p} | {c} | {f0(g['tps'])} | {f0(ge['tps'])}{' ⚠' if ge['bad'] else ''} | "
+              f"{f2(ratio(g['tps'], ge['tps']))} | {f1(g['cpu'])} | {f1(ge['cpu'])} |")
 
     if "prepared" in protos:
         P("\n### pgcat: prepared vs extended protocol (medians)\n")
