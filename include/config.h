@@ -123,6 +123,11 @@ struct config_general {
 	int client_idle_timeout;
 	int healthcheck_timeout;
 	int healthcheck_delay;
+	/* Writes on several shards commit with PREPARE TRANSACTION on each,
+	 * the decision logged in state_dir first (twophase.c, SPEC §6). */
+	bool two_phase_commit;
+	char *state_dir;          /* read when a worker starts: not reloadable */
+	int two_phase_recovery_interval;   /* ms between passes over in-doubt transactions */
 	int replica_lag_check_interval;   /* ms between the lag monitor's measurements (lagmon.c) */
 	int ban_time;             /* seconds */
 	int shutdown_timeout;

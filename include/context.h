@@ -31,6 +31,8 @@
 struct auth_query;
 struct dns;
 struct lagmon;
+struct twophase;
+struct twophase_recover;
 struct notify_hub;
 struct login_ops;
 struct session_ops;
@@ -102,6 +104,8 @@ struct worker {
 	bool have_admin_scram;
 
 	struct lagmon *lagmon;            /* the replica lag monitor: worker 0 only (lagmon.c) */
+	struct twophase *twophase;        /* cross-shard commits and their log (twophase.c) */
+	struct twophase_recover *twophase_recover;   /* the in-doubt resolver (twophase_recover.c) */
 	struct auth_query *auth_query;    /* auth_query's lookups and cache, made on first use (auth_query.c) */
 	struct notify_hub *notify;        /* LISTEN/NOTIFY's listening connections, made on first use (notify.c) */
 	struct dns *dns;                  /* c-ares resolver and cache of server host names */

@@ -81,6 +81,7 @@ struct fanout_leg {
 	uint8_t *error;           /* BATCH: this shard's ErrorResponse (whole) */
 	size_t error_len;
 	bool parsed;              /* BATCH: its ParseComplete came */
+	bool prepared;            /* two_phase_commit: its PREPARE TRANSACTION succeeded */
 };
 
 /* What the client's request asked, in order: the replies it expects. */
@@ -102,6 +103,8 @@ enum fanout_phase {
 	PHASE_COPY_DATA,      /* COPY: the client's rows flow to their shards */
 	PHASE_COPY_CLOSE,     /* COPY: CopyDone (or CopyFail) sent, until each shard's ReadyForQuery */
 	PHASE_END,            /* COMMIT or ROLLBACK on every shard */
+	PHASE_PREPARE,        /* two_phase_commit: PREPARE TRANSACTION on every shard (fanout_2pc.c) */
+	PHASE_PREPARED_END,   /* two_phase_commit: COMMIT PREPARED, or ROLLBACK PREPARED, on every shard */
 	PHASE_INSERT_POSITION /* INSERT without a column list: where the sharding column is, first */
 };
 
@@ -167,6 +170,14 @@ struct fanout {
 	uint8_t *req_copy;
 	size_t req_len;
 	char ins_schema[64], ins_table[64], ins_column[64];   /* the sharded table and its column */
+	/* two_phase_commit (fanout_2pc.c): the commit's seq (0: none under
+	 * way), whether it committed (its decision is logged), and the kind's
+	 * end of PHASE_END, run once the prepared transactions are ended. */
+	uint64_t xa_seq;
+	bool xa_committed;
+	void (*xa_kind_done)(struct fanout *fo);
+	/* Run by fanout_free first (installed by the fan-out's current step). */
+	void (*on_free)(struct fanout *fo);
 	int n_legs, n_done;
 	struct fanout_leg legs[];
 };
@@ -248,7 +259,18 @@ void fanout_copy_finish(struct fanout *fo);
 /* fanout_batch.c: a split batch's phase ended. */
 void fanout_batch_finish(struct fanout *fo);
 
-/* ---- fanout_write.c: the split writes' transactions, for COPY and batches too ---- */
+/* ---- fanout_2pc.c: a split write's commit with two_phase_commit ---- */
+
+/* fo is about to commit on several shards and two_phase_commit is on. */
+bool fanout_2pc_wanted(const struct fanout *fo);
+/* PREPARE TRANSACTION on every shard; if all succeeded, the decision is
+ * logged and COMMIT PREPARED sent to each, else ROLLBACK PREPARED to
+ * those that prepared. Then the kind's end of PHASE_END runs, with the
+ * error of a failed PREPARE as the client's answer. false: out of memory,
+ * nothing started (the caller rolls back). */
+bool fanout_2pc_commit(struct fanout *fo);
+
+/* ---- fanout.c: a leg's reply, taken whole (every kind's) ---- */
 
 /* The error the client gets, made by pgcat (the first one wins). */
 void fanout_set_error(struct fanout *fo, const char *sqlstate, const char *msg);
@@ -269,10 +291,15 @@ struct fanout_walk {
 void fanout_walk_start(struct fanout_walk *w, struct fanout_leg *leg);
 bool fanout_walk_next(struct fanout_walk *w, const uint8_t **msg, size_t *len);
 void fanout_walk_done(struct fanout_walk *w, struct fanout_leg *leg);
+
+/* ---- fanout_write.c: the split writes' transactions, for COPY and batches too ---- */
+
 /* Takes a shard's reply of a phase: its first error, RETURNING rows, and the count of its command tag. */
 void fanout_insert_take_reply(struct fanout *fo, struct fanout_leg *leg);
-/* COMMIT on every shard if none failed, else ROLLBACK. */
+/* COMMIT on every shard if none failed, else ROLLBACK (with
+ * two_phase_commit, through fanout_2pc_commit). */
 void fanout_write_end(struct fanout *fo);
+
 /* The answer to the client's COMMIT or ROLLBACK of a parked split write. */
 void fanout_write_end_reply(struct fanout *fo);
 /* Inside a transaction pgcat holds: answered now, the shards' transactions left open. true: parked. */

@@ -264,6 +264,8 @@ struct fanout *fanout_new_write(struct client *c, enum fanout_kind kind, enum fa
  * this may run inside a leg's reply callback (its io is read after). */
 void fanout_free(struct fanout *fo)
 {
+	if (fo->on_free)
+		fo->on_free(fo);   /* (a two-phase commit under way: fanout_2pc.c) */
 	fanout_portal_free(fo->rest);
 	fo->rest = NULL;
 	free(fo->req_copy);
@@ -723,4 +725,84 @@ void fanout_cancel(struct client *c)
 			break;
 		}
 	}
+}
+
+/* ---- a leg's reply, taken whole (every kind's) ---- */
+
+/* The error the client gets, made by pgcat (the first one wins). */
+void fanout_set_error(struct fanout *fo, const char *sqlstate, const char *msg)
+{
+	if (fo->error)
+		return;
+	uint8_t storage[512];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_error(&pb, "ERROR", sqlstate, msg);
+	if (!pb.failed)
+		fanout_keep_msg(&fo->error, &fo->error_len, pb.data, pb.len);
+}
+
+void fanout_keep_msg(uint8_t **dst, size_t *dst_len, const uint8_t *msg, size_t len)
+{
+	if (*dst || !(*dst = malloc(len)))
+		return;
+	memcpy(*dst, msg, len);
+	*dst_len = len;
+}
+
+void fanout_keep_leg_failure(const struct fanout_leg *leg, uint8_t **dst, size_t *dst_len)
+{
+	if (*dst)
+		return;
+	char why[160];
+	snprintf(why, sizeof why, "cross-shard write: shard %d: %s", leg->shard,
+		 leg->too_big ? "the reply is too large" : "the connection was lost before the reply was complete");
+	uint8_t storage[256];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_error(&pb, "ERROR", leg->lost ? SQLSTATE_CONNECTION_FAILURE : "54000", why);
+	if (!pb.failed)
+		fanout_keep_msg(dst, dst_len, pb.data, pb.len);
+}
+
+bool fanout_first_int(const uint8_t *msg, size_t len, int *out)
+{
+	if (len < 11)
+		return false;
+	uint32_t vl = proto_get_u32(msg + 7);
+	char num[16];
+	if (vl == 0 || vl >= sizeof num || vl > len - 11)
+		return false;
+	memcpy(num, msg + 11, vl);
+	num[vl] = '\0';
+	*out = atoi(num);
+	return true;
+}
+
+void fanout_walk_start(struct fanout_walk *w, struct fanout_leg *leg)
+{
+	w->in = leg->io.in;
+	w->len = w->in ? evbuffer_get_length(w->in) : 0;
+	w->m = w->len ? evbuffer_pullup(w->in, (ev_ssize_t)w->len) : NULL;
+	w->off = 0;
+}
+
+bool fanout_walk_next(struct fanout_walk *w, const uint8_t **msg, size_t *len)
+{
+	if (!w->m || w->off + 5 > w->len)
+		return false;
+	uint32_t l = proto_get_u32(w->m + w->off + 1);
+	if (l < 4 || (size_t)l + 1 > w->len - w->off)
+		return false;
+	*msg = w->m + w->off;
+	*len = (size_t)l + 1;
+	w->off += *len;
+	return true;
+}
+
+void fanout_walk_done(struct fanout_walk *w, struct fanout_leg *leg)
+{
+	if (w->len)
+		evbuffer_drain(w->in, w->len);
+	leg->scanned = 0;
 }

@@ -331,6 +331,8 @@ void fanout_copy_finish(struct fanout *fo)
 	case PHASE_RUN:
 	case PHASE_COPY_DATA:
 	case PHASE_INSERT_POSITION:
+	case PHASE_PREPARE:        /* (fanout_2pc.c's) */
+	case PHASE_PREPARED_END:
 		return;
 	}
 }

@@ -33,6 +33,8 @@
 #include "fanout.h"
 #include "auth_query.h"
 #include "lagmon.h"
+#include "twophase.h"
+#include "twophase_recover.h"
 #include "notify.h"
 #include "login.h"
 #include "log.h"
@@ -129,6 +131,8 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 			    "keeping the running values");
 	if (og->io_engine != ng->io_engine)
 		log_warning("reload: io_engine needs a restart; the engine in use stays (SHOW CONFIG)");
+	if (strcmp(og->state_dir, ng->state_dir) != 0)
+		log_warning("reload: state_dir needs a restart; the decision log stays in %s", og->state_dir);
 	/* New certificates and keys are read now: a reload that cannot read
 	 * them fails as a whole, and the running contexts stay. */
 	struct tls_contexts tls;
@@ -173,6 +177,7 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 		log_error("reload: /metrics is not served (see above)");
 	auth_query_reload(w);   /* cached answers of the old auth_query go */
 	log_info("configuration reloaded from %s", w->config_path);
+	twophase_recover_kick(w->twophase_recover);   /* new shards, or two_phase_commit turned on: check them */
 	return true;
 }
 
@@ -802,6 +807,10 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	 * is restarted comes back with its id, so the monitor does too. */
 	if (id == 0 && !(w->lagmon = lagmon_new(w)))
 		log_warning("lag monitor: out of memory; replica lag is not measured");
+	/* Every worker ends its own in-doubt transactions; worker 0 those of
+	 * processes that are gone (twophase.h). */
+	if (!(w->twophase = twophase_new(w)) || !(w->twophase_recover = twophase_recover_new(w, w->twophase)))
+		goto fail;
 	/* min_pool_size: warm connections from the start. */
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools)
@@ -847,6 +856,10 @@ void worker_destroy(struct worker *w)
 	notify_hub_free(w);   /* (its clients are gone: the listening connections are) */
 	lagmon_free(w->lagmon);   /* before the pools it reads */
 	w->lagmon = NULL;
+	twophase_recover_free(w->twophase_recover);   /* (it reads the pools too) */
+	w->twophase_recover = NULL;
+	twophase_free(w->twophase);
+	w->twophase = NULL;
 	pool_destroy_all(w);
 	cancel_requests_free_all(&w->cancel_requests);
 	peer_forwards_free_all(w);

@@ -146,6 +146,9 @@ START_TEST(test_defaults)
 	ck_assert_str_eq(g->server_tls_ca_file, "");
 	ck_assert_int_eq(g->server_tls_negotiation, TLS_NEGOTIATION_POSTGRES);
 	ck_assert_int_eq(g->io_engine, IO_ENGINE_AUTO);
+	ck_assert(!g->two_phase_commit);
+	ck_assert_str_eq(g->state_dir, "/var/lib/pgcat");
+	ck_assert_int_eq(g->two_phase_recovery_interval, 10000);
 
 	ck_assert_uint_eq(cfg->n_pools, 1);
 	const struct config_pool *pool = &cfg->pools[0];
@@ -176,7 +179,7 @@ START_TEST(test_key_table)
 {
 	size_t n;
 	const struct config_key_info *keys = config_general_keys(&n);
-	ck_assert_uint_eq(n, 69);
+	ck_assert_uint_eq(n, 72);
 	size_t fixed = 0;
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = i + 1; j < n; j++)
@@ -185,10 +188,10 @@ START_TEST(test_key_table)
 			fixed++;
 			ck_assert(strcmp(keys[i].name, "listen_addr") == 0 || strcmp(keys[i].name, "listen_port") == 0 ||
 				  strcmp(keys[i].name, "unix_socket_dir") == 0 || strcmp(keys[i].name, "workers") == 0 ||
-				  strcmp(keys[i].name, "io_engine") == 0);
+				  strcmp(keys[i].name, "io_engine") == 0 || strcmp(keys[i].name, "state_dir") == 0);
 		}
 	}
-	ck_assert_uint_eq(fixed, 5);
+	ck_assert_uint_eq(fixed, 6);
 
 	/* Every default, written out, loads and reads back as written. */
 	char text[8192] = "[general]\n";
@@ -228,6 +231,9 @@ START_TEST(test_general_values)
 		"listen_port = 7000\n"
 		"workers = 0\n"
 		"io_engine = io_uring\n"
+		"two_phase_commit = on\n"
+		"state_dir = /srv/pgcat-state\n"
+		"two_phase_recovery_interval = 2s\n"
 		"log_level = DEBUG\n"
 		"auth_type = md5\n"
 		"max_packet_size = 5\n"
@@ -246,6 +252,9 @@ START_TEST(test_general_values)
 	ck_assert_int_eq(g->listen_port, 7000);
 	ck_assert_int_eq(g->workers, 0);
 	ck_assert_int_eq(g->io_engine, IO_ENGINE_IO_URING);
+	ck_assert(g->two_phase_commit);
+	ck_assert_str_eq(g->state_dir, "/srv/pgcat-state");
+	ck_assert_int_eq(g->two_phase_recovery_interval, 2000);
 	ck_assert_int_eq(g->log_level, LOG_LEVEL_DEBUG);
 	ck_assert_int_eq(g->auth_type, AUTH_TYPE_MD5);
 	ck_assert(g->max_packet_size == 5);

@@ -20,6 +20,7 @@ Suite *pgvalue_suite(void);
 Suite *sqlshape_suite(void);
 Suite *sqllex_suite(void);
 Suite *ryw_suite(void);
+Suite *twophase_suite(void);
 Suite *cancel_suite(void);
 Suite *shm_suite(void);
 #endif

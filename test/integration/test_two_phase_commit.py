@@ -1,0 +1,385 @@
+# SPDX-License-Identifier: MIT
+"""Atomic writes across shards (SPEC §6, two_phase_commit): a split write
+commits with PREPARE TRANSACTION on every shard, the decision in the log in
+state_dir, then COMMIT PREPARED. Each fault test ends with every shard
+agreeing (the transfer's two rows, or neither) and nothing left prepared:
+pgcat killed after PREPARE, after the log write, between COMMIT PREPAREDs;
+a shard stopped during PREPARE; a shard restarted between PREPARE and
+COMMIT PREPARED; the client gone at COMMIT; and 50 clients transferring
+while pgcat is killed and restarted.
+
+The two shards are PostgreSQL servers of this module's own (with
+max_prepared_transactions > 0), so that they can be stopped; the session's
+server (max_prepared_transactions = 0) shows the refusal."""
+import os
+import random
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import asyncpg
+import psycopg
+import pytest
+
+from conftest import (PASSWORDS, PG_BIN, PgServer, _setup_roles, as_pg_user, free_port, wait_until)
+
+# pg_bigint_hash over 2 shards: keys A on shard 0, B on shard 1 (checked by
+# the fixture with PostgreSQL's own hash partitioning)
+KEY_A, KEY_B = None, None
+
+
+def _own_server(pg_root, name):
+    s = PgServer(pg_root, "%s-%d" % (name, free_port()))
+    s.initdb()
+    with open(s.datadir / "postgresql.conf", "a") as f:
+        f.write("max_prepared_transactions = 64\n")
+    s.start()
+    _setup_roles(s)
+    return s
+
+
+@pytest.fixture(scope="module")
+def shards(pg_root):
+    servers = []
+    try:
+        for name in ("tpc0", "tpc1"):
+            servers.append(_own_server(pg_root, name))
+        for s in servers:
+            with s.connect("shard0") as c:
+                c.execute("CREATE TABLE ledger (id bigint, amount bigint)")
+                c.execute("GRANT ALL ON ledger TO PUBLIC")
+                c.execute("CREATE TABLE hp (id bigint) PARTITION BY HASH (id)")
+        global KEY_A, KEY_B
+        with servers[0].connect("shard0") as c:
+            KEY_A = c.execute("SELECT g FROM generate_series(1, 100) g WHERE "
+                              "satisfies_hash_partition('hp'::regclass, 2, 0, g::bigint) LIMIT 1").fetchone()[0]
+            KEY_B = c.execute("SELECT g FROM generate_series(1, 100) g WHERE "
+                              "satisfies_hash_partition('hp'::regclass, 2, 1, g::bigint) LIMIT 1").fetchone()[0]
+        yield servers
+    finally:
+        for s in servers:
+            s.stop()
+
+
+@pytest.fixture
+def clean(shards):
+    """Every test starts with empty ledgers and nothing prepared."""
+    for s in shards:
+        _end_prepared(s)
+        s.sql("TRUNCATE ledger", dbname="shard0")
+        s.sql("DROP TRIGGER IF EXISTS slow ON ledger", dbname="shard0")
+        s.sql("DROP TRIGGER IF EXISTS veto ON ledger", dbname="shard0")
+    return shards
+
+
+def _end_prepared(s):
+    for (gid,) in s.sql("SELECT gid FROM pg_prepared_xacts", dbname="shard0") or []:
+        s.sql("ROLLBACK PREPARED '%s'" % gid, dbname="shard0")
+
+
+def prepared(s):
+    try:
+        return [r[0] for r in s.sql("SELECT gid FROM pg_prepared_xacts", dbname="postgres")]
+    except psycopg.OperationalError:
+        return None   # down
+
+
+def ledger(s):
+    return s.sql("SELECT id, amount FROM ledger ORDER BY id, amount", dbname="shard0")
+
+
+def start(pgcat, shards, tmp_path, env=None, two_phase=True, general=None, **kw):
+    g = {"two_phase_commit": "true" if two_phase else "false", "state_dir": str(tmp_path / "state"),
+         "two_phase_recovery_interval": "1000", "prepared_statements": "true"}
+    g.update(general or {})
+    pool = {
+        "query_parser_enabled": "true",
+        "sharding_function": "pg_bigint_hash",
+        "sharded_tables": "ledger.id",
+        "default_shard": "0",
+        "shards": {i: {"database": "shard0", "servers": "127.0.0.1:%d:primary" % s.port}
+                   for i, s in enumerate(shards)},
+        "users": {"app": {"password": PASSWORDS["app"], "pool_size": "4"}},
+    }
+    return pgcat(general=g, pools={"tpc": pool}, env=env, **kw)
+
+
+def transfer_sql(amount):
+    return "INSERT INTO ledger (id, amount) VALUES (%d, %d), (%d, %d)" % (KEY_A, -amount, KEY_B, amount)
+
+
+def connect(p, **kw):
+    return p.connect(dbname="tpc", **kw)
+
+
+def settled(shards, timeout=30):
+    """Waits until no shard holds a prepared transaction; the ledgers then."""
+    wait_until(lambda: all(prepared(s) == [] for s in shards), timeout,
+               msg="prepared transactions left: %r" % [prepared(s) for s in shards])
+    return [ledger(s) for s in shards]
+
+
+def agree(ledgers, amount):
+    """Both rows of the transfer or neither: which one."""
+    a = ledgers[0] == [(KEY_A, -amount)]
+    b = ledgers[1] == [(KEY_B, amount)]
+    assert ledgers[0] in ([], [(KEY_A, -amount)]) and ledgers[1] in ([], [(KEY_B, amount)]), ledgers
+    assert a == b, "the shards disagree: %r" % (ledgers,)
+    return a
+
+
+def decision_lines(tmp_path):
+    d = tmp_path / "state"
+    out = []
+    for f in sorted(d.glob("2pc-*.log")) if d.exists() else []:
+        out += f.read_text().splitlines()
+    return out
+
+
+# ---- the commit path, with real drivers -------------------------------------
+
+def test_split_writes_commit_with_prepare_on_every_shard(pgcat, clean, tmp_path):
+    shards = clean
+    p = start(pgcat, shards, tmp_path)
+    with connect(p) as c:
+        # a split multi-row INSERT (simple protocol), autocommit
+        c.execute(transfer_sql(5))
+        # the same in an explicit transaction (the split write is parked until COMMIT)
+    with connect(p, autocommit=False) as c:
+        c.execute(transfer_sql(7))
+        c.commit()
+    # extended protocol, with parameters
+    with connect(p) as c:
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s), (%s, %s)", (KEY_A, -11, KEY_B, 11))
+        # COPY split by rows
+        with c.cursor().copy("COPY ledger (id, amount) FROM STDIN") as cp:
+            cp.write_row((KEY_A, -13))
+            cp.write_row((KEY_B, 13))
+
+    with connect(p, prepare_threshold=5) as c:
+        # a batch: executemany binds one statement per row, each on its key's shard
+        c.cursor().executemany("INSERT INTO ledger (id, amount) VALUES (%s, %s)", [(KEY_A, -17), (KEY_B, 17)])
+    ledgers = settled(shards, 5)
+    assert ledgers[0] == [(KEY_A, -17), (KEY_A, -13), (KEY_A, -11), (KEY_A, -7), (KEY_A, -5)]
+    assert ledgers[1] == [(KEY_B, 5), (KEY_B, 7), (KEY_B, 11), (KEY_B, 13), (KEY_B, 17)]
+    # every one of the five went through the log (one decision each)
+    assert decision_lines(tmp_path) == ["commit %d" % i for i in range(1, 6)], decision_lines(tmp_path)
+    # a write on one shard is a plain COMMIT: no decision
+    with connect(p) as c:
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%d, 1)" % KEY_A)
+    assert len(decision_lines(tmp_path)) == 5
+
+
+def test_without_the_switch_no_prepared_transactions(pgcat, clean, tmp_path):
+    shards = clean
+    p = start(pgcat, shards, tmp_path, two_phase=False)
+    with connect(p) as c:
+        c.execute(transfer_sql(3))
+    assert [ledger(s) for s in shards] == [[(KEY_A, -3)], [(KEY_B, 3)]]
+    assert decision_lines(tmp_path) == []
+
+
+def test_a_failed_prepare_rolls_back_every_shard(pgcat, clean, tmp_path):
+    shards = clean
+    # shard 1 refuses at PREPARE: a deferred constraint trigger fires there
+    shards[1].sql("""CREATE OR REPLACE FUNCTION veto() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN IF NEW.amount = 666 THEN RAISE EXCEPTION 'vetoed at commit'; END IF; RETURN NULL; END $$""",
+                  dbname="shard0")
+    shards[1].sql("CREATE CONSTRAINT TRIGGER veto AFTER INSERT ON ledger DEFERRABLE INITIALLY DEFERRED "
+                  "FOR EACH ROW EXECUTE FUNCTION veto()", dbname="shard0")
+    p = start(pgcat, shards, tmp_path)
+    with connect(p) as c:
+        with pytest.raises(psycopg.Error, match="vetoed at commit"):
+            c.execute(transfer_sql(666))
+        assert settled(shards, 5) == [[], []]
+        c.execute(transfer_sql(4))   # the session goes on
+    assert settled(shards, 5) == [[(KEY_A, -4)], [(KEY_B, 4)]]
+    assert decision_lines(tmp_path) == ["commit 2"]
+
+
+def test_max_prepared_transactions_zero_is_refused_clearly(pgcat, pg, tmp_path):
+    # the session's server has max_prepared_transactions = 0
+    for db in ("shard0", "shard1"):
+        pg.sql("DROP TABLE IF EXISTS ledger", dbname=db)
+        pg.sql("CREATE TABLE ledger (id bigint, amount bigint)", dbname=db)
+        pg.sql("GRANT ALL ON ledger TO PUBLIC", dbname=db)
+    try:
+        pool = {
+            "query_parser_enabled": "true", "sharding_function": "pg_bigint_hash",
+            "sharded_tables": "ledger.id", "default_shard": "0",
+            "shards": {i: {"database": db, "servers": "127.0.0.1:%d:primary" % pg.port}
+                       for i, db in enumerate(("shard0", "shard1"))},
+            "users": {"app": {"password": PASSWORDS["app"], "pool_size": "2"}},
+        }
+        p = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state")}, pools={"tpc": pool})
+        wait_until(lambda: "max_prepared_transactions = 0" in p.log(), 10, msg="the refusal in the log")
+        # keys on both shards whatever the hash: rows 1..20
+        values = ", ".join("(%d, 1)" % i for i in range(1, 21))
+        with connect(p) as c:
+            with pytest.raises(psycopg.Error, match="prepared transactions are disabled"):
+                c.execute("INSERT INTO ledger (id, amount) VALUES " + values)
+            assert c.execute("SELECT 1").fetchone() == (1,)
+        for db in ("shard0", "shard1"):
+            assert pg.sql("SELECT count(*) FROM ledger", dbname=db) == [(0,)]
+    finally:
+        for db in ("shard0", "shard1"):
+            pg.sql("DROP TABLE IF EXISTS ledger", dbname=db)
+
+
+# ---- faults -----------------------------------------------------------------
+
+@pytest.mark.parametrize("point,committed", [("after_prepare", False), ("after_log", True),
+                                             ("between_commits", True)])
+def test_pgcat_killed_mid_commit_every_shard_agrees(pgcat, clean, tmp_path, point, committed):
+    shards = clean
+    p = start(pgcat, shards, tmp_path, env={"PGCAT_TEST_2PC_CRASH": point},
+              general={"two_phase_recovery_interval": "600000"})
+    with connect(p) as c:
+        with pytest.raises(psycopg.OperationalError):
+            c.execute(transfer_sql(9))
+    # what the killed worker left prepared
+    left = [prepared(s) for s in shards]
+    assert sum(len(x) for x in left) >= 1, left
+    if point == "between_commits":
+        assert [len(x) for x in left] == [0, 1], left   # shard 0 committed, shard 1 not yet
+    # pgcat stops; the next one (no hook) finishes at start
+    p.stop(signal.SIGKILL)
+    p.stopped_by_test = True
+    q = start(pgcat, shards, tmp_path)
+    assert agree(settled(shards, 20), 9) is committed
+    wait_until(lambda: "left in doubt" in q.log(), 5)
+    # the dead process's log goes once nothing of it is left
+    wait_until(lambda: len(list((tmp_path / "state").glob("2pc-*.log"))) == 0, 10,
+               msg="log files: %r" % list((tmp_path / "state").glob("*")))
+    with connect(q) as c:
+        c.execute(transfer_sql(1))
+
+
+def test_shard_stopped_during_prepare(pgcat, clean, tmp_path):
+    shards = clean
+    # shard 1's PREPARE takes 3 s (a deferred trigger); it is stopped meanwhile
+    shards[1].sql("""CREATE OR REPLACE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_sleep(3); RETURN NULL; END $$""", dbname="shard0")
+    shards[1].sql("CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON ledger DEFERRABLE INITIALLY DEFERRED "
+                  "FOR EACH ROW EXECUTE FUNCTION slow()", dbname="shard0")
+    p = start(pgcat, shards, tmp_path)
+    err = []
+
+    def run():
+        try:
+            with connect(p) as c:
+                c.execute(transfer_sql(21))
+        except psycopg.Error as e:
+            err.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    wait_until(lambda: len(prepared(shards[0]) or []) == 1, 10, msg="shard 0 prepared")
+    subprocess.run(as_pg_user([str(PG_BIN / "pg_ctl"), "-D", str(shards[1].datadir), "-m", "immediate",
+                               "-w", "-t", "30", "stop"]), check=True, capture_output=True, timeout=40)
+    t.join(20)
+    assert not t.is_alive()
+    assert err, "the write succeeded without shard 1"
+    shards[1].start()
+    try:
+        assert agree(settled(shards, 20), 21) is False
+    finally:
+        shards[1].sql("DROP TRIGGER IF EXISTS slow ON ledger", dbname="shard0")
+    with connect(p) as c:
+        wait_until(lambda: _try(c, transfer_sql(2)), 15, msg="writes again once shard 1 is back")
+    assert agree(settled(shards, 10), 2)
+
+
+def _try(c, sql):
+    try:
+        c.execute(sql)
+        return True
+    except psycopg.OperationalError:
+        raise
+    except psycopg.Error:
+        return False
+
+
+def test_shard_restarted_between_prepare_and_commit_prepared(pgcat, clean, tmp_path):
+    shards = clean
+    # the worker stalls 4 s once the decision is logged; shard 1 restarts then
+    p = start(pgcat, shards, tmp_path, env={"PGCAT_TEST_2PC_CRASH": "after_log", "PGCAT_TEST_2PC_PAUSE_MS": "4000"})
+    done = []
+
+    def run():
+        with connect(p) as c:
+            c.execute(transfer_sql(31))
+            done.append(True)
+    t = threading.Thread(target=run)
+    t.start()
+    wait_until(lambda: "test hook: stalled" in p.log(), 10)
+    subprocess.run(as_pg_user([str(PG_BIN / "pg_ctl"), "-D", str(shards[1].datadir), "-l", str(shards[1].logfile),
+                               "-m", "fast", "-w", "-t", "30", "restart"]), check=True, capture_output=True, timeout=40)
+    t.join(20)
+    assert done == [True], "the client did not get its COMMIT (the decision was logged)"
+    assert agree(settled(shards, 20), 31) is True
+
+
+def test_client_gone_at_commit(pgcat, clean, tmp_path):
+    shards = clean
+    p = start(pgcat, shards, tmp_path, env={"PGCAT_TEST_2PC_CRASH": "after_prepare", "PGCAT_TEST_2PC_PAUSE_MS": "1500"})
+    c = connect(p, autocommit=False)
+    c.execute(transfer_sql(41))
+    # COMMIT sent, then the socket goes at once
+    c.pgconn.send_query(b"COMMIT")
+    c.pgconn.flush()
+    sock = socket.socket(fileno=os.dup(c.pgconn.socket))
+    sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+    c.close()
+    ledgers = settled(shards, 20)
+    agree(ledgers, 41)
+    with connect(p) as c2:
+        c2.execute(transfer_sql(1))
+
+
+def test_transfers_under_restarts_keep_the_total(pgcat, clean, tmp_path):
+    """50 clients move amounts between an account on each shard (one split
+    INSERT per transfer) for a minute while pgcat is killed and started
+    again at random: the ledger's total over both shards stays 0 and every
+    transfer is on both shards or on neither."""
+    shards = clean
+    duration = float(os.environ.get("PGCAT_2PC_LOAD_SECONDS", "60"))
+    p = start(pgcat, shards, tmp_path, general={"workers": "2"})
+    stop = threading.Event()
+    ok = [0]
+    failed = [0]
+
+    def client(n):
+        rnd = random.Random(n)
+        while not stop.is_set():
+            try:
+                with connect(p, connect_timeout=3) as c:
+                    while not stop.is_set():
+                        c.execute(transfer_sql(rnd.randint(1, 1000)))
+                        ok[0] += 1
+            except psycopg.Error:
+                failed[0] += 1
+                time.sleep(0.1)
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(50)]
+    for t in threads:
+        t.start()
+    rnd = random.Random(7)
+    end = time.monotonic() + duration
+    restarts = 0
+    while time.monotonic() < end:
+        time.sleep(rnd.uniform(4, 10))
+        p.stop(signal.SIGKILL)
+        p.kill_group()
+        p.start()
+        restarts += 1
+    stop.set()
+    for t in threads:
+        t.join(30)
+    p.stopped_by_test = False
+    ledgers = settled(shards, 30)
+    total = sum(a for _, a in ledgers[0]) + sum(a for _, a in ledgers[1])
+    assert total == 0, "the total changed: %d" % total
+    assert len(ledgers[0]) == len(ledgers[1]), (len(ledgers[0]), len(ledgers[1]))
+    assert restarts >= 3 and ok[0] > 100, (restarts, ok[0], failed[0])
