@@ -56,5 +56,13 @@ enum auth_outcome auth_client_step(struct worker *w, struct pool *passthrough, s
 /* Server side: the password pgcat logs in to servers with for this pool's user. */
 const char *auth_server_user(const struct pool *p);
 const char *auth_server_password(const struct pool *p);
+/* Opens b (a connection of pgcat's own, bconn.h) to sp, logged in as p's
+ * server user: its password, or the SCRAM keys a client proved (pass-
+ * through). host and database must live while b is open. false: the
+ * connect could not start (out of memory, or b's down event ran). */
+struct bconn;
+struct bconn_profile;
+bool auth_open_server_conn(struct bconn *b, const struct bconn_profile *profile, const struct pool *p,
+			   const struct srvpool *sp, const char *host, const char *database);
 
 #endif

@@ -81,9 +81,16 @@ void twophase_free(struct twophase *tp);
 uint64_t twophase_begin(struct twophase *tp);
 /* Its gid on shard. */
 void twophase_gid(const struct twophase *tp, uint64_t seq, int shard, char *buf, size_t len);
-/* The decision to commit seq, written and on disk. false (why says why):
- * not durable, so the transaction must roll back. */
-bool twophase_log_commit(struct twophase *tp, uint64_t seq, char *why, size_t whylen);
+/* The decision to commit seq is to be written and synced. The decisions
+ * asked for during one loop turn share one write and one fdatasync (the
+ * loop waits for the disk once for all of them); then done runs for each:
+ * ok, or not (why says why: not durable, so the transaction must roll
+ * back). false: out of memory, nothing queued. */
+typedef void (*twophase_logged_fn)(void *arg, bool ok, const char *why);
+bool twophase_log_commit(struct twophase *tp, uint64_t seq, twophase_logged_fn done, void *arg);
+/* seq's decision is no longer wanted (its fan-out went): done will not run
+ * and the line is not written, if it was not yet. */
+void twophase_log_cancel(struct twophase *tp, uint64_t seq);
 /* seq is over for the fan-out: committed (its line is logged) or not.
  * clean: every shard answered its COMMIT/ROLLBACK PREPARED; otherwise the
  * resolver finishes what is left (the caller kicks it: twophase_recover.h). */
@@ -107,6 +114,10 @@ enum twophase_verdict twophase_decide(struct twophase *tp, const struct twophase
  * 0 removes the logs of dead generations that have nothing left). */
 void twophase_pass_begin(struct twophase *tp);
 void twophase_pass_end(struct twophase *tp, bool all_reached);
+/* A pass is needed even with two_phase_commit off (turned off by a
+ * reload with commits in doubt): this worker has commits under way or
+ * unfinished, or (worker 0) state_dir holds another process's log. */
+bool twophase_has_work(struct twophase *tp);
 /* The generation of this process. */
 const struct twophase_gen *twophase_self(const struct twophase *tp);
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "auth_md5.h"
+#include "bconn.h"
 #include "config.h"
 #include "log.h"
 #include "pktbuf.h"
@@ -209,4 +210,16 @@ const char *auth_server_password(const struct pool *p)
 	if (p->cuser->server_password && p->cuser->server_password[0])
 		return p->cuser->server_password;
 	return p->cuser->password;
+}
+
+bool auth_open_server_conn(struct bconn *b, const struct bconn_profile *profile, const struct pool *p,
+			   const struct srvpool *sp, const char *host, const char *database)
+{
+	/* SCRAM pass-through, as for pooled connections: the key a client
+	 * proved answers for the user. */
+	bool passthrough = p->have_scram && p->have_passthrough_key;
+	if (!bconn_set_login(b, auth_server_user(p), auth_server_password(p),
+			     passthrough ? p->passthrough_client_key : NULL, passthrough ? p->scram.server_key : NULL))
+		return false;
+	return bconn_open(b, profile, host, sp->port, (const struct sockaddr *)&sp->addr, sp->addrlen, database);
 }

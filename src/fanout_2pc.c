@@ -5,7 +5,8 @@
  * on every shard:
  *
  *   PHASE_PREPARE       PREPARE TRANSACTION '<gid>' on every shard
- *   (all prepared)      the decision is written to the log and synced
+ *   (all prepared)      the decision is written to the log and synced (at
+ *                       the end of the loop turn, with the turn's others)
  *   PHASE_PREPARED_END  COMMIT PREPARED on every shard; or, when a PREPARE
  *                       failed or the log could not be written, ROLLBACK
  *                       PREPARED where it succeeded (ROLLBACK elsewhere)
@@ -118,7 +119,12 @@ static bool take_prepare(struct fanout *fo, struct fanout_leg *leg)
 	return ok;
 }
 
-/* Every shard answered its PREPARE TRANSACTION. */
+static void logged(void *arg, bool ok, const char *why);
+static void finish(struct fanout *fo);
+
+/* Every shard answered its PREPARE TRANSACTION: if all prepared, the
+ * decision goes to the log (with the loop turn's others), else every
+ * shard rolls back. */
 static void prepared(struct fanout *fo)
 {
 	struct twophase *tp = fo->c->w->twophase;
@@ -132,19 +138,34 @@ static void prepared(struct fanout *fo)
 	}
 	twophase_hook_reached(tp, TWOPHASE_HOOK_AFTER_PREPARE);
 	if (all) {
-		char why[256];
-		if (twophase_log_commit(tp, fo->xa_seq, why, sizeof why)) {
-			fo->xa_committed = true;
-		} else {
-			log_error("C-%llu: two-phase commit: %s; the transaction rolls back on every shard",
-				  (unsigned long long)fo->c->id, why);
-			char msg[300];
-			snprintf(msg, sizeof msg, "cross-shard write: two-phase commit: %s", why);
-			fanout_set_error(fo, "58030", msg);
-		}
+		if (twophase_log_commit(tp, fo->xa_seq, logged, fo))
+			return;   /* logged() goes on */
+		fanout_set_error(fo, "53200", "cross-shard write: out of memory for its two-phase commit");
 	}
-	if (fo->xa_committed)
-		twophase_hook_reached(tp, TWOPHASE_HOOK_AFTER_LOG);
+	finish(fo);
+}
+
+static void logged(void *arg, bool ok, const char *why)
+{
+	struct fanout *fo = arg;
+	if (ok) {
+		fo->xa_committed = true;
+		twophase_hook_reached(fo->c->w->twophase, TWOPHASE_HOOK_AFTER_LOG);
+	} else {
+		log_error("C-%llu: two-phase commit: %s; the transaction rolls back on every shard",
+			  (unsigned long long)fo->c->id, why);
+		char msg[300];
+		snprintf(msg, sizeof msg, "cross-shard write: two-phase commit: %s", why);
+		fanout_set_error(fo, "58030", msg);
+	}
+	finish(fo);
+}
+
+/* COMMIT PREPARED on every shard once the decision is logged; else
+ * ROLLBACK PREPARED where a PREPARE succeeded, ROLLBACK elsewhere. */
+static void finish(struct fanout *fo)
+{
+	struct twophase *tp = fo->c->w->twophase;
 	fo->phase = PHASE_PREPARED_END;
 	fo->phase_done = ended;
 	bool one_only = fo->xa_committed && twophase_hook(tp) == TWOPHASE_HOOK_BETWEEN_COMMITS;
@@ -228,6 +249,7 @@ static void abandon(struct fanout *fo)
 {
 	if (!fo->xa_seq)
 		return;
+	twophase_log_cancel(fo->c->w->twophase, fo->xa_seq);   /* (not logged yet: it rolls back) */
 	twophase_end(fo->c->w->twophase, fo->xa_seq, fo->xa_committed, false);
 	twophase_recover_kick(fo->c->w->twophase_recover);
 	fo->xa_seq = 0;

@@ -392,14 +392,7 @@ static bool conn_message(void *arg, uint8_t type, const uint8_t *body, size_t le
 
 static bool conn_start(struct lagmon_conn *c, const struct pool *p, const struct srvpool *sp)
 {
-	/* SCRAM pass-through, as for pooled connections: the key a client
-	 * proved answers for the user. */
-	bool passthrough = p->have_scram && p->have_passthrough_key;
-	if (!bconn_set_login(&c->b, auth_server_user(p), auth_server_password(p),
-			     passthrough ? p->passthrough_client_key : NULL, passthrough ? p->scram.server_key : NULL))
-		return false;
-	return bconn_open(&c->b, &lagmon_profile, c->host, c->port, (const struct sockaddr *)&sp->addr, sp->addrlen,
-			  c->database);
+	return auth_open_server_conn(&c->b, &lagmon_profile, p, sp, c->host, c->database);
 }
 
 static struct lagmon_conn *find_or_add(struct lagmon *lm, const struct pool *p, const struct srvpool *sp)

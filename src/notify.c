@@ -417,12 +417,7 @@ static void listener_open(struct notify_listener *l)
 	l->port = sp->port;
 	if (!l->host || !l->database)
 		return;
-	bool passthrough = p->have_scram && p->have_passthrough_key;
-	if (!bconn_set_login(&l->b, auth_server_user(p), auth_server_password(p),
-			     passthrough ? p->passthrough_client_key : NULL, passthrough ? p->scram.server_key : NULL))
-		return;
-	(void)bconn_open(&l->b, &listener_profile, l->host, l->port, (const struct sockaddr *)&sp->addr, sp->addrlen,
-			 l->database);
+	(void)auth_open_server_conn(&l->b, &listener_profile, p, sp, l->host, l->database);
 }
 
 static void listener_ready(void *arg)

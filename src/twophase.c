@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+
 #include "auth_md5.h"
 #include "config.h"
 #include "context.h"
@@ -29,6 +31,13 @@
 struct flight {
 	uint64_t seq;
 	bool logged;       /* its commit line is in the log */
+};
+
+/* A decision waiting for the loop turn's write and sync. */
+struct pending_line {
+	uint64_t seq;
+	twophase_logged_fn done;
+	void *arg;
 };
 
 struct unfinished {
@@ -58,6 +67,11 @@ struct twophase {
 	size_t n_unf, cap_unf;
 	struct dead_log *dead;
 	size_t n_dead, cap_dead;
+	struct pending_line *pend;     /* decisions of this loop turn */
+	size_t n_pend, cap_pend;
+	struct pending_line *flushing; /* those being answered (flush_cb) */
+	size_t n_flushing;
+	struct event *flush;           /* made active by the first of them */
 	enum twophase_hook hook;
 	unsigned pause_ms;             /* the hook stalls the loop this long instead of killing */
 };
@@ -279,6 +293,8 @@ static enum twophase_hook hook_of(const char *s)
 	return TWOPHASE_HOOK_NONE;
 }
 
+static void flush_cb(evutil_socket_t fd, short what, void *arg);
+
 struct twophase *twophase_new(struct worker *w)
 {
 	struct twophase *tp = calloc(1, sizeof *tp);
@@ -291,6 +307,11 @@ struct twophase *twophase_new(struct worker *w)
 	if (!proc_start(tp->self.pid, &tp->self.start))
 		tp->self.start = (uint64_t)time(NULL);   /* no /proc: unique enough with the nonce */
 	if (!pg_random_bytes(&tp->self.nonce, sizeof tp->self.nonce) || !(tp->dir = strdup(w->cfg->general.state_dir))) {
+		free(tp->dir);
+		free(tp);
+		return NULL;
+	}
+	if (!(tp->flush = event_new(w->base, -1, 0, flush_cb, tp))) {
 		free(tp->dir);
 		free(tp);
 		return NULL;
@@ -316,6 +337,9 @@ void twophase_free(struct twophase *tp)
 		close(tp->fd);
 	dead_clear(tp);
 	free(tp->dead);
+	free(tp->pend);
+	if (tp->flush)
+		event_free(tp->flush);
 	free(tp->flight);
 	free(tp->unf);
 	free(tp->dir);
@@ -463,22 +487,31 @@ fail:
 	tp->log_bytes = 0;   /* try again after as much again */
 }
 
-bool twophase_log_commit(struct twophase *tp, uint64_t seq, char *why, size_t whylen)
+/* Writes the lines of seqs and syncs them. false: why says why. */
+static bool write_lines(struct twophase *tp, const struct pending_line *pl, size_t n, char *why, size_t whylen)
 {
-	struct flight *f = flight_find(tp, seq);
-	if (!f) {
-		snprintf(why, whylen, "internal error: the commit is not under way");
-		return false;
-	}
 	if (tp->fd < 0 && !open_log(tp, why, whylen))
 		return false;
 	if (tp->log_bytes > LOG_ROTATE_BYTES)
 		rotate_log(tp);
 	if (tp->fd < 0 && !open_log(tp, why, whylen))
 		return false;
-	char line[40];
-	int n = snprintf(line, sizeof line, "commit %" PRIu64 "\n", seq);
-	if (!write_all(tp->fd, line, (size_t)n) || fdatasync(tp->fd) != 0) {
+	char buf[4096];
+	size_t len = 0;
+	uint64_t bytes = 0;
+	bool ok = true;
+	for (size_t i = 0; ok && i < n; i++) {
+		char line[40];
+		int k = snprintf(line, sizeof line, "commit %" PRIu64 "\n", pl[i].seq);
+		if (len + (size_t)k > sizeof buf) {
+			ok = write_all(tp->fd, buf, len);
+			len = 0;
+		}
+		memcpy(buf + len, line, (size_t)k);
+		len += (size_t)k;
+		bytes += (uint64_t)k;
+	}
+	if (!ok || !write_all(tp->fd, buf, len) || fdatasync(tp->fd) != 0) {
 		snprintf(why, whylen, "cannot write the decision log in %s: %s", tp->dir, strerror(errno));
 		/* What was written is not known to be on disk: the file is
 		 * reopened (appended to) at the next decision. */
@@ -486,15 +519,77 @@ bool twophase_log_commit(struct twophase *tp, uint64_t seq, char *why, size_t wh
 		tp->fd = -1;
 		return false;
 	}
-	tp->log_bytes += (uint64_t)n;
-	f->logged = true;
+	tp->log_bytes += bytes;
 	return true;
+}
+
+bool twophase_log_commit(struct twophase *tp, uint64_t seq, twophase_logged_fn done, void *arg)
+{
+	if (tp->n_pend == tp->cap_pend) {
+		size_t nc = tp->cap_pend ? tp->cap_pend * 2 : 16;
+		struct pending_line *p = realloc(tp->pend, nc * sizeof *p);
+		if (!p)
+			return false;
+		tp->pend = p;
+		tp->cap_pend = nc;
+	}
+	tp->pend[tp->n_pend++] = (struct pending_line){ .seq = seq, .done = done, .arg = arg };
+	if (tp->n_pend == 1)
+		event_active(tp->flush, EV_TIMEOUT, 0);   /* after this turn's other events */
+	return true;
+}
+
+void twophase_log_cancel(struct twophase *tp, uint64_t seq)
+{
+	for (size_t i = 0; i < tp->n_flushing; i++)
+		if (tp->flushing[i].seq == seq)
+			tp->flushing[i].done = NULL;   /* (its fan-out went during another's answer) */
+	for (size_t i = 0; i < tp->n_pend; i++) {
+		if (tp->pend[i].seq == seq) {
+			memmove(&tp->pend[i], &tp->pend[i + 1], (tp->n_pend - i - 1) * sizeof tp->pend[0]);
+			tp->n_pend--;
+			return;
+		}
+	}
+}
+
+/* The loop turn's decisions: one write, one sync, then each fan-out goes on. */
+static void flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	struct twophase *tp = arg;
+	size_t n = tp->n_pend;
+	if (n == 0)
+		return;
+	struct pending_line *pl = tp->pend;
+	tp->pend = NULL;   /* a done may queue the next decision: into a fresh array */
+	tp->n_pend = tp->cap_pend = 0;
+	char why[256] = "";
+	bool ok = write_lines(tp, pl, n, why, sizeof why);
+	for (size_t i = 0; i < n; i++) {
+		struct flight *f = flight_find(tp, pl[i].seq);
+		if (f && ok)
+			f->logged = true;
+	}
+	tp->flushing = pl;
+	tp->n_flushing = n;
+	for (size_t i = 0; i < n; i++)
+		if (pl[i].done)
+			pl[i].done(pl[i].arg, ok, why);
+	tp->flushing = NULL;
+	tp->n_flushing = 0;
+	free(pl);
 }
 
 void twophase_end(struct twophase *tp, uint64_t seq, bool committed, bool clean)
 {
 	for (size_t i = 0; i < tp->n_flight; i++) {
 		if (tp->flight[i].seq == seq) {
+			/* Its line is on disk: committed, whatever the fan-out saw
+			 * (it went before hearing so), or a later crash would have
+			 * worker 0 commit what this process rolled back. */
+			committed = committed || tp->flight[i].logged;
 			tp->flight[i] = tp->flight[--tp->n_flight];
 			break;
 		}
@@ -600,6 +695,24 @@ enum twophase_verdict twophase_decide(struct twophase *tp, const struct twophase
 		return TWOPHASE_SKIP;
 	d->seen = true;
 	return twophase_seq_in(d->seqs, d->n, g->seq) ? TWOPHASE_COMMIT : TWOPHASE_ROLLBACK;
+}
+
+bool twophase_has_work(struct twophase *tp)
+{
+	if (tp->n_flight > 0 || tp->n_unf > 0)
+		return true;
+	if (tp->w->id != 0)
+		return false;
+	DIR *d = opendir(tp->dir);
+	if (!d)
+		return false;
+	bool found = false;
+	struct dirent *e;
+	struct twophase_gen g;
+	while (!found && (e = readdir(d)))
+		found = twophase_log_name_parse(e->d_name, &g) && !same_gen(&g, &tp->self);
+	closedir(d);
+	return found;
 }
 
 void twophase_pass_begin(struct twophase *tp)

@@ -279,16 +279,13 @@ static bool rc_start(struct twophase_recover *r, const struct pool *p, const str
 	r->conns[r->n_conns++] = c;
 	c->state = RC_CONNECTING;
 	c->since_us = r->w->now_us;
-	bool passthrough = p->have_scram && p->have_passthrough_key;
-	if (!sp->resolved ||
-	    !bconn_set_login(&c->b, auth_server_user(p), auth_server_password(p),
-			     passthrough ? p->passthrough_client_key : NULL, passthrough ? p->scram.server_key : NULL)) {
-		rc_fail(c, sp->resolved ? "out of memory" : "no address yet");
+	if (!sp->resolved) {
+		rc_fail(c, "no address yet");
 		return true;
 	}
-	/* false: the down event ran (the connection failed) */
-	(void)bconn_open(&c->b, &recover_profile, c->host, c->port, (const struct sockaddr *)&sp->addr, sp->addrlen,
-			 c->database);
+	/* false: the down event ran (the connection failed), or out of memory */
+	if (!auth_open_server_conn(&c->b, &recover_profile, p, sp, c->host, c->database))
+		rc_fail(c, "could not connect");
 	return true;
 }
 
@@ -374,7 +371,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 			arm_ms(r, KICK_DELAY_MS);
 			return;
 		}
-	} else if (w->cfg->general.two_phase_commit) {
+	} else if (w->cfg->general.two_phase_commit || twophase_has_work(r->tp)) {
 		pass_start(r);
 		if (r->n_conns > 0) {
 			arm_ms(r, 1000);

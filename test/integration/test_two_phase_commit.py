@@ -172,6 +172,24 @@ def test_split_writes_commit_with_prepare_on_every_shard(pgcat, clean, tmp_path)
     assert len(decision_lines(tmp_path)) == 5
 
 
+def test_a_write_on_every_shard_commits_in_two_phases(pgcat, clean, tmp_path):
+    """default_shard = all: an UPDATE without a key runs on every shard,
+    and commits with PREPARE TRANSACTION on each."""
+    shards = clean
+    p = start(pgcat, shards, tmp_path)
+    with connect(p) as c:
+        c.execute(transfer_sql(6))
+    p.stop()
+    p2 = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state2")},
+               pools={"tpc": dict(p.pools["tpc"], default_shard="all")})
+    with connect(p2) as c:
+        cur = c.execute("UPDATE ledger SET amount = amount * 2")
+        assert cur.rowcount == 2
+    assert settled(shards, 5) == [[(KEY_A, -12)], [(KEY_B, 12)]]
+    lines = [l for f in (tmp_path / "state2").glob("2pc-*.log") for l in f.read_text().splitlines()]
+    assert lines == ["commit 1"], lines
+
+
 def test_without_the_switch_no_prepared_transactions(pgcat, clean, tmp_path):
     shards = clean
     p = start(pgcat, shards, tmp_path, two_phase=False)
@@ -244,10 +262,11 @@ def test_pgcat_killed_mid_commit_every_shard_agrees(pgcat, clean, tmp_path, poin
     assert sum(len(x) for x in left) >= 1, left
     if point == "between_commits":
         assert [len(x) for x in left] == [0, 1], left   # shard 0 committed, shard 1 not yet
-    # pgcat stops; the next one (no hook) finishes at start
+    # pgcat stops; the next one (no hook) finishes at start, even with the
+    # switch turned off meanwhile (its predecessor's log is there)
     p.stop(signal.SIGKILL)
     p.stopped_by_test = True
-    q = start(pgcat, shards, tmp_path)
+    q = start(pgcat, shards, tmp_path, two_phase=point != "between_commits")
     assert agree(settled(shards, 20), 9) is committed
     wait_until(lambda: "left in doubt" in q.log(), 5)
     # the dead process's log goes once nothing of it is left
@@ -255,6 +274,7 @@ def test_pgcat_killed_mid_commit_every_shard_agrees(pgcat, clean, tmp_path, poin
                msg="log files: %r" % list((tmp_path / "state").glob("*")))
     with connect(q) as c:
         c.execute(transfer_sql(1))
+    assert agree(settled(shards, 5), 1) if not committed else True
 
 
 def test_shard_stopped_during_prepare(pgcat, clean, tmp_path):
