@@ -156,6 +156,7 @@ struct fanout {
 	uint32_t *batch_idx;
 	uint32_t n_batch;
 	bool batch_parse;         /* the client sent the Parse: ParseComplete first */
+	bool batch_parse_each;    /* ... before every Bind (the same unnamed statement) */
 	/* A split write inside a transaction pgcat holds (BEGIN, then the
 	 * write): answered, then parked with every shard's transaction open
 	 * until the client's COMMIT or ROLLBACK (end_tag), whose replies

@@ -27,7 +27,9 @@
 
 /* psycopg's and asyncpg's executemany and pgjdbc's executeBatch send one
  * request: [Parse], then (Bind, [Describe portal], Execute) for every set
- * of parameters, then Sync. Each Bind has its own key: the Binds are
+ * of parameters, then Sync. psycopg without prepared statements
+ * (prepare_threshold = None) parses the unnamed statement again before
+ * every Bind, the same text each time: one statement all the same. Each Bind has its own key: the Binds are
  * grouped by shard, each shard runs its group in a transaction (BEGIN,
  * Parse, its Binds, Sync), and every shard commits only when all of them
  * succeeded, as the request would have in one PostgreSQL. The client gets
@@ -44,6 +46,7 @@ struct batch_shape {
 	size_t end;                   /* the batch's length, its Sync included */
 	uint32_t n_binds, cap, *bind_off;   /* where each Bind starts (malloc'd) */
 	bool describe;                /* each Bind has its Describe 'P' */
+	uint32_t n_parses;            /* Parses read: 1, or one before every Bind */
 	bool last_flush;              /* the last message read is a Flush */
 };
 
@@ -135,7 +138,18 @@ static enum batch_scan scan_batch(const uint8_t *m, size_t lim, struct batch_sha
 			bs->types_len = blen - b;
 			bs->parse = m;
 			bs->parse_total = (size_t)l + 1;
+			bs->n_parses = 1;
+		} else if (type == PqMsg_Parse) {
+			/* the unnamed statement parsed again, as before: only right
+			 * before its Bind, one Parse per Bind */
+			if (!bs->parse || bs->name[0] || bs->n_parses != bs->n_binds || !proto_read_cstring(body, blen, &b, &s1) ||
+			    !proto_read_cstring(body, blen, &b, &s2) || s1[0] || strcmp(s2, bs->sql) != 0 ||
+			    blen - b != bs->types_len || memcmp(body + b, bs->types, bs->types_len) != 0)
+				return BATCH_NOT;
+			bs->n_parses++;
 		} else if (type == PqMsg_Bind) {
+			if (bs->n_parses > 1 && bs->n_parses != bs->n_binds + 1)
+				return BATCH_NOT;   /* a Parse before every Bind, or only the first */
 			bool partial;
 			if (scan_bind(m, lim, off, l, bs, &partial))
 				continue;   /* (bs->off is past its Execute) */
@@ -143,6 +157,8 @@ static enum batch_scan scan_batch(const uint8_t *m, size_t lim, struct batch_sha
 		} else if (type == PqMsg_Flush && off > 0) {
 			/* nothing to flush before the whole batch is answered */
 		} else if (type == PqMsg_Sync && bs->n_binds > 0) {
+			if (bs->n_parses > 1 && bs->n_parses != bs->n_binds)
+				return BATCH_NOT;
 			bs->end = off + 5;
 			return BATCH_WHOLE;
 		} else {
@@ -283,6 +299,7 @@ static enum fanout_start batch_split(struct client *c, const struct router_rules
 	fo->batch_idx = idx;
 	fo->n_batch = bs->n_binds;
 	fo->batch_parse = bs->parse != NULL;
+	fo->batch_parse_each = bs->n_parses > 1;
 	if (bs->parse && bs->name[0] && (fo->parse_msg = malloc(bs->parse_total))) {
 		memcpy(fo->parse_msg, bs->parse, bs->parse_total);
 		fo->parse_len = (uint32_t)bs->parse_total;

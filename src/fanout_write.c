@@ -807,6 +807,11 @@ void fanout_batch_put_result(struct fanout *fo, struct evbuffer *out)
 	uint32_t *taken = calloc((size_t)fo->n_legs, sizeof *taken);
 	for (uint32_t k = 0; taken && k < fo->n_batch; k++) {
 		struct fanout_leg *leg = &fo->legs[fo->batch_leg[k]];
+		/* a Parse before every Bind: its ParseComplete before the Bind's
+		 * replies, or before the error of a Bind that failed (the same
+		 * text parsed, so its Parse did not) */
+		if (k > 0 && fo->batch_parse_each && parsed)
+			evbuffer_add(out, parse_complete, 5);
 		if (fo->batch_idx[k] >= leg->n_units) {
 			if (leg->error) {
 				error = leg->error;

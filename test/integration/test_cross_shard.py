@@ -936,6 +936,29 @@ def test_executemany_batches_split_by_shard(pgcat, xdbs):
 
         assert asyncio.run(run()) == 100
         assert placement_errors(xdbs, base) == 0
+
+        # psycopg without prepared statements (prepare_threshold = None, as
+        # with other poolers) parses the unnamed statement again before
+        # every Bind: the same batch, the same answers as one PostgreSQL
+        with psycopg.connect(host="127.0.0.1", port=inst.port, user="app", password=PASSWORDS["app"],
+                             dbname="xs3", autocommit=True, prepare_threshold=None) as c, \
+                xdbs.connect(SINGLE) as direct:
+            direct.execute("CREATE TEMP TABLE xs_one (LIKE xs INCLUDING ALL)")
+            for conn, table in ((c, "xs"), (direct, "xs_one")):
+                with conn.cursor() as cur:
+                    cur.executemany("INSERT INTO %s (id, v) VALUES (%%s, %%s)" % table,
+                                    [(base + 4000 + k, "np") for k in range(40)])
+                    assert cur.rowcount == 40
+                    with pytest.raises(psycopg.errors.UniqueViolation):
+                        cur.executemany("INSERT INTO %s (id, v) VALUES (%%s, %%s)" % table,
+                                        [(base + 4100 + k, "npdup") for k in range(10)] + [(base + 4001, "npdup")])
+                    # the statement lives on after the failed batch
+                    cur.executemany("INSERT INTO %s (id, v) VALUES (%%s, %%s)" % table,
+                                    [(base + 4200 + k, "npr") for k in (3, 1, 2)])
+                    assert cur.rowcount == 3
+            assert c.execute("SELECT count(*) FROM xs WHERE v IN ('np', 'npr')").fetchone()[0] == 43
+            assert c.execute("SELECT count(*) FROM xs WHERE v = 'npdup'").fetchone()[0] == 0
+        assert placement_errors(xdbs, base) == 0
     finally:
         clear_copied(xdbs, base)
 

@@ -830,10 +830,19 @@ def test_psycopg_pipeline(pgcat, shards):
             for k in ks[2][:5]:
                 c.execute("INSERT INTO items3 (id, v) VALUES (%s, 'pl')", (k,))
         assert all(where(shards, "items3", 3, k) == [2] for k in ks[2][:5])
+        # two statements for two shards in one pipeline: refused, nothing written
         with pytest.raises(psycopg.Error) as e:
             with c.pipeline():
                 c.execute("INSERT INTO items3 (id, v) VALUES (%s, 'pl')", (ks[0][0],))
-                c.execute("INSERT INTO items3 (id, v) VALUES (%s, 'pl')", (ks[1][0],))
+                c.execute("INSERT INTO items3 (id, v) VALUES (%s, 'pl2')", (ks[1][0],))
         assert sqlstate(e.value) == "0A000"
-    assert where(shards, "items3", 3, ks[1][0]) == []
+        assert where(shards, "items3", 3, ks[1][0]) == []
+        assert where(shards, "items3", 3, ks[0][0]) == []
+        # the same statement twice (a Parse before each Bind, as executemany
+        # without prepared statements): a batch, each row on its shard
+        with c.pipeline():
+            c.execute("INSERT INTO items3 (id, v) VALUES (%s, 'pl')", (ks[0][0],))
+            c.execute("INSERT INTO items3 (id, v) VALUES (%s, 'pl')", (ks[1][0],))
+        assert where(shards, "items3", 3, ks[0][0]) == [0]
+        assert where(shards, "items3", 3, ks[1][0]) == [1]
     assert misplaced(shards, "items3", 3) == 0

@@ -161,15 +161,18 @@ def test_split_writes_commit_with_prepare_on_every_shard(pgcat, clean, tmp_path)
     with connect(p, prepare_threshold=5) as c:
         # a batch: executemany binds one statement per row, each on its key's shard
         c.cursor().executemany("INSERT INTO ledger (id, amount) VALUES (%s, %s)", [(KEY_A, -17), (KEY_B, 17)])
+    with connect(p) as c:
+        # the same without prepared statements: a Parse before every Bind
+        c.cursor().executemany("INSERT INTO ledger (id, amount) VALUES (%s, %s)", [(KEY_A, -19), (KEY_B, 19)])
     ledgers = settled(shards, 5)
-    assert ledgers[0] == [(KEY_A, -17), (KEY_A, -13), (KEY_A, -11), (KEY_A, -7), (KEY_A, -5)]
-    assert ledgers[1] == [(KEY_B, 5), (KEY_B, 7), (KEY_B, 11), (KEY_B, 13), (KEY_B, 17)]
-    # every one of the five went through the log (one decision each)
-    assert decision_lines(tmp_path) == ["commit %d" % i for i in range(1, 6)], decision_lines(tmp_path)
+    assert ledgers[0] == [(KEY_A, -19), (KEY_A, -17), (KEY_A, -13), (KEY_A, -11), (KEY_A, -7), (KEY_A, -5)]
+    assert ledgers[1] == [(KEY_B, 5), (KEY_B, 7), (KEY_B, 11), (KEY_B, 13), (KEY_B, 17), (KEY_B, 19)]
+    # every one of the six went through the log (one decision each)
+    assert decision_lines(tmp_path) == ["commit %d" % i for i in range(1, 7)], decision_lines(tmp_path)
     # a write on one shard is a plain COMMIT: no decision
     with connect(p) as c:
         c.execute("INSERT INTO ledger (id, amount) VALUES (%d, 1)" % KEY_A)
-    assert len(decision_lines(tmp_path)) == 5
+    assert len(decision_lines(tmp_path)) == 6
 
 
 def test_a_write_on_every_shard_commits_in_two_phases(pgcat, clean, tmp_path):
