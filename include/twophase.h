@@ -8,13 +8,16 @@
  * the resolver's (twophase_recover.c).
  *
  * A transaction's global id on a shard is
- *   pgcat_<peer_id>_<pid>_<start>_<nonce>_<seq>_<shard>
- * where pid, start (the process's start time in clock ticks since boot)
- * and nonce (random) name the worker process that prepared it, its
- * "generation", seq counts its cross-shard commits and shard keeps two
- * shards on one PostgreSQL apart (a gid is unique per cluster).
+ *   pgcat_<peer_id>_<host>_<pid>_<start>_<nonce>_<seq>_<shard>
+ * where host (the machine: /etc/machine-id, else its host name, hashed to
+ * 8 hex digits), pid, start (the process's start time in clock ticks since
+ * boot) and nonce (random) name the worker process that prepared it, its
+ * "generation"; seq counts its cross-shard commits and shard keeps two
+ * shards on one PostgreSQL apart (a gid is unique per cluster). A gid of
+ * another machine is never touched, even with the same peer_id: its
+ * process cannot be seen from here.
  *
- * The log: one file per generation, <state_dir>/2pc-<pid>-<start>-<nonce>.log,
+ * The log: one file per generation, <state_dir>/2pc-<host>-<pid>-<start>-<nonce>.log,
  * appended to only by that process, one line "commit <seq>" per decision,
  * fdatasync'd before the first COMMIT PREPARED is sent. A transaction is
  * committed if and only if its line is there: a crash before it leaves
@@ -31,6 +34,7 @@ struct worker;
 
 /* A worker process: who prepared a transaction. */
 struct twophase_gen {
+	uint32_t host;     /* the machine (machine-id or host name, hashed) */
 	uint32_t pid;
 	uint64_t start;    /* /proc/<pid>/stat starttime */
 	uint32_t nonce;

@@ -80,8 +80,8 @@ struct twophase {
 
 void twophase_gid_format(char *buf, size_t len, const struct twophase_gid *g)
 {
-	snprintf(buf, len, "pgcat_%d_%" PRIu32 "_%" PRIu64 "_%08" PRIx32 "_%" PRIu64 "_%d", g->peer_id, g->gen.pid,
-		 g->gen.start, g->gen.nonce, g->seq, g->shard);
+	snprintf(buf, len, "pgcat_%d_%08" PRIx32 "_%" PRIu32 "_%" PRIu64 "_%08" PRIx32 "_%" PRIu64 "_%d", g->peer_id,
+		 g->gen.host, g->gen.pid, g->gen.start, g->gen.nonce, g->seq, g->shard);
 }
 
 /* Reads a decimal number up to sep; *s moves past sep. */
@@ -131,8 +131,8 @@ static bool read_hex32(const char **s, char sep, uint32_t *out)
 static bool read_gen(const char **s, char sep, struct twophase_gen *g)
 {
 	uint64_t pid, start;
-	if (!read_u64(s, sep, UINT32_MAX, &pid) || !read_u64(s, sep, UINT64_MAX, &start) ||
-	    !read_hex32(s, sep, &g->nonce))
+	if (!read_hex32(s, sep, &g->host) || !read_u64(s, sep, UINT32_MAX, &pid) ||
+	    !read_u64(s, sep, UINT64_MAX, &start) || !read_hex32(s, sep, &g->nonce))
 		return false;
 	g->pid = (uint32_t)pid;
 	g->start = start;
@@ -155,7 +155,8 @@ bool twophase_gid_parse(const char *s, struct twophase_gid *g)
 
 bool twophase_log_path(char *buf, size_t len, const char *dir, const struct twophase_gen *g)
 {
-	int n = snprintf(buf, len, "%s/2pc-%" PRIu32 "-%" PRIu64 "-%08" PRIx32 ".log", dir, g->pid, g->start, g->nonce);
+	int n = snprintf(buf, len, "%s/2pc-%08" PRIx32 "-%" PRIu32 "-%" PRIu64 "-%08" PRIx32 ".log", dir, g->host, g->pid,
+			 g->start, g->nonce);
 	return n > 0 && (size_t)n < len;
 }
 
@@ -165,8 +166,8 @@ bool twophase_log_name_parse(const char *name, struct twophase_gen *g)
 		return false;
 	const char *s = name + 4;
 	uint64_t pid, start;
-	if (!read_u64(&s, '-', UINT32_MAX, &pid) || !read_u64(&s, '-', UINT64_MAX, &start) ||
-	    !read_hex32(&s, '.', &g->nonce) || strcmp(s, "log") != 0)
+	if (!read_hex32(&s, '-', &g->host) || !read_u64(&s, '-', UINT32_MAX, &pid) ||
+	    !read_u64(&s, '-', UINT64_MAX, &start) || !read_hex32(&s, '.', &g->nonce) || strcmp(s, "log") != 0)
 		return false;
 	g->pid = (uint32_t)pid;
 	g->start = start;
@@ -266,7 +267,33 @@ static bool proc_start(uint32_t pid, uint64_t *start)
 
 static bool same_gen(const struct twophase_gen *a, const struct twophase_gen *b)
 {
-	return a->pid == b->pid && a->start == b->start && a->nonce == b->nonce;
+	return a->host == b->host && a->pid == b->pid && a->start == b->start && a->nonce == b->nonce;
+}
+
+/* This machine: the first 8 hex digits of /etc/machine-id, else a hash
+ * (FNV-1a) of the host name. */
+static uint32_t machine_id(void)
+{
+	char buf[64] = "";
+	int fd = open("/etc/machine-id", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t n = read(fd, buf, 8);
+		close(fd);
+		const char *p = buf;
+		uint32_t v;
+		if (n == 8) {
+			buf[8] = '_';
+			if (read_hex32(&p, '_', &v))
+				return v;
+		}
+	}
+	if (gethostname(buf, sizeof buf - 1) != 0)
+		return 0;
+	buf[sizeof buf - 1] = '\0';
+	uint32_t h = 2166136261u;
+	for (const char *p = buf; *p; p++)
+		h = (h ^ (uint8_t)*p) * 16777619u;
+	return h;
 }
 
 /* Another process of this generation runs (its pid, started then). The
@@ -303,6 +330,7 @@ struct twophase *twophase_new(struct worker *w)
 	tp->w = w;
 	tp->fd = -1;
 	tp->next_seq = 1;
+	tp->self.host = machine_id();
 	tp->self.pid = (uint32_t)getpid();
 	if (!proc_start(tp->self.pid, &tp->self.start))
 		tp->self.start = (uint64_t)time(NULL);   /* no /proc: unique enough with the nonce */
@@ -676,8 +704,8 @@ static struct dead_log *dead_load(struct twophase *tp, const struct twophase_gen
 
 enum twophase_verdict twophase_decide(struct twophase *tp, const struct twophase_gid *g)
 {
-	if (g->peer_id != tp->w->cfg->general.peer_id)
-		return TWOPHASE_SKIP;   /* another instance's */
+	if (g->peer_id != tp->w->cfg->general.peer_id || g->gen.host != tp->self.host)
+		return TWOPHASE_SKIP;   /* another instance's, or another machine's */
 	if (same_gen(&g->gen, &tp->self)) {
 		if (flight_find(tp, g->seq))
 			return TWOPHASE_SKIP;   /* its fan-out is on it */
@@ -710,7 +738,7 @@ bool twophase_has_work(struct twophase *tp)
 	struct dirent *e;
 	struct twophase_gen g;
 	while (!found && (e = readdir(d)))
-		found = twophase_log_name_parse(e->d_name, &g) && !same_gen(&g, &tp->self);
+		found = twophase_log_name_parse(e->d_name, &g) && g.host == tp->self.host && !same_gen(&g, &tp->self);
 	closedir(d);
 	return found;
 }
@@ -731,7 +759,7 @@ static void remove_dead_logs(struct twophase *tp)
 	struct dirent *e;
 	while ((e = readdir(d))) {
 		struct twophase_gen g;
-		if (!twophase_log_name_parse(e->d_name, &g) || gen_alive(tp, &g))
+		if (!twophase_log_name_parse(e->d_name, &g) || g.host != tp->self.host || gen_alive(tp, &g))
 			continue;
 		bool needed = false;
 		for (size_t i = 0; i < tp->n_dead; i++)

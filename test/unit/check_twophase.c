@@ -11,15 +11,17 @@
 
 START_TEST(test_gid_round_trip)
 {
-	struct twophase_gid g = { .peer_id = 3, .gen = { .pid = 4194304, .start = UINT64_MAX, .nonce = 0x0a0b0c0d },
+	struct twophase_gid g = { .peer_id = 3,
+				  .gen = { .host = 0xfeedf00d, .pid = 4194304, .start = UINT64_MAX, .nonce = 0x0a0b0c0d },
 				  .seq = 18446744073709551615ULL, .shard = 17 };
 	char buf[TWOPHASE_GID_MAX];
 	twophase_gid_format(buf, sizeof buf, &g);
-	ck_assert_str_eq(buf, "pgcat_3_4194304_18446744073709551615_0a0b0c0d_18446744073709551615_17");
+	ck_assert_str_eq(buf, "pgcat_3_feedf00d_4194304_18446744073709551615_0a0b0c0d_18446744073709551615_17");
 	ck_assert_uint_lt(strlen(buf), 200);   /* PostgreSQL's limit on a gid */
 	struct twophase_gid r;
 	ck_assert(twophase_gid_parse(buf, &r));
 	ck_assert_int_eq(r.peer_id, 3);
+	ck_assert_uint_eq(r.gen.host, 0xfeedf00d);
 	ck_assert_uint_eq(r.gen.pid, 4194304);
 	ck_assert_uint_eq(r.gen.start, UINT64_MAX);
 	ck_assert_uint_eq(r.gen.nonce, 0x0a0b0c0d);
@@ -34,30 +36,33 @@ START_TEST(test_gid_not_ours)
 	ck_assert(!twophase_gid_parse("", &r));
 	ck_assert(!twophase_gid_parse("pgcat_", &r));
 	ck_assert(!twophase_gid_parse("other_0_1_2_0a0b0c0d_3_0", &r));
-	ck_assert(!twophase_gid_parse("pgcat_0_1_2_0a0b0c0d_3", &r));          /* no shard */
-	ck_assert(!twophase_gid_parse("pgcat_0_1_2_0a0b0c0d_3_0_", &r));       /* more after it */
-	ck_assert(!twophase_gid_parse("pgcat_0_1_2_0A0B0C0D_3_0", &r));        /* pgcat writes lower case */
-	ck_assert(!twophase_gid_parse("pgcat_0_1_2_0a0b0c_3_0", &r));          /* short nonce */
-	ck_assert(!twophase_gid_parse("pgcat_0_4294967296_2_0a0b0c0d_3_0", &r));   /* pid too large */
-	ck_assert(!twophase_gid_parse("pgcat_0_1_2_0a0b0c0d_18446744073709551616_0", &r));   /* seq overflows */
-	ck_assert(!twophase_gid_parse("pgcat_-1_1_2_0a0b0c0d_3_0", &r));
-	ck_assert(twophase_gid_parse("pgcat_0_1_2_0a0b0c0d_3_0", &r));
+	ck_assert(!twophase_gid_parse("pgcat_0_00c0ffee_1_2_0a0b0c0d_3", &r));          /* no shard */
+	ck_assert(!twophase_gid_parse("pgcat_0_00c0ffee_1_2_0a0b0c0d_3_0_", &r));       /* more after it */
+	ck_assert(!twophase_gid_parse("pgcat_0_00c0ffee_1_2_0A0B0C0D_3_0", &r));        /* pgcat writes lower case */
+	ck_assert(!twophase_gid_parse("pgcat_0_00c0ffee_1_2_0a0b0c_3_0", &r));          /* short nonce */
+	ck_assert(!twophase_gid_parse("pgcat_0_00c0ffee_4294967296_2_0a0b0c0d_3_0", &r));   /* pid too large */
+	ck_assert(!twophase_gid_parse("pgcat_0_00c0ffee_1_2_0a0b0c0d_18446744073709551616_0", &r));   /* seq overflows */
+	ck_assert(!twophase_gid_parse("pgcat_-1_00c0ffee_1_2_0a0b0c0d_3_0", &r));
+	ck_assert(!twophase_gid_parse("pgcat_0_1_2_0a0b0c0d_3_0", &r));   /* no machine */
+	ck_assert(twophase_gid_parse("pgcat_0_00c0ffee_1_2_0a0b0c0d_3_0", &r));
 }
 END_TEST
 
 START_TEST(test_log_names)
 {
-	struct twophase_gen g = { .pid = 77, .start = 123456, .nonce = 0xdeadbeef }, r;
+	struct twophase_gen g = { .host = 0x1234abcd, .pid = 77, .start = 123456, .nonce = 0xdeadbeef }, r;
 	char path[TWOPHASE_PATH_MAX];
 	ck_assert(twophase_log_path(path, sizeof path, "/var/lib/pgcat", &g));
-	ck_assert_str_eq(path, "/var/lib/pgcat/2pc-77-123456-deadbeef.log");
-	ck_assert(twophase_log_name_parse("2pc-77-123456-deadbeef.log", &r));
+	ck_assert_str_eq(path, "/var/lib/pgcat/2pc-1234abcd-77-123456-deadbeef.log");
+	ck_assert(twophase_log_name_parse("2pc-1234abcd-77-123456-deadbeef.log", &r));
+	ck_assert_uint_eq(r.host, 0x1234abcd);
 	ck_assert_uint_eq(r.pid, 77);
 	ck_assert_uint_eq(r.start, 123456);
 	ck_assert_uint_eq(r.nonce, 0xdeadbeef);
-	ck_assert(!twophase_log_name_parse("2pc-77-123456-deadbeef.log.new", &r));   /* a rewrite under way */
-	ck_assert(!twophase_log_name_parse("2pc-77-123456.log", &r));
-	ck_assert(!twophase_log_name_parse("x2pc-77-123456-deadbeef.log", &r));
+	ck_assert(!twophase_log_name_parse("2pc-1234abcd-77-123456-deadbeef.log.new", &r));   /* a rewrite under way */
+	ck_assert(!twophase_log_name_parse("2pc-1234abcd-77-123456.log", &r));
+	ck_assert(!twophase_log_name_parse("2pc-77-123456-deadbeef.log", &r));   /* no machine */
+	ck_assert(!twophase_log_name_parse("x2pc-1234abcd-77-123456-deadbeef.log", &r));
 	char small[16];
 	ck_assert(!twophase_log_path(small, sizeof small, "/var/lib/pgcat", &g));
 }
