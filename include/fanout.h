@@ -46,6 +46,13 @@ struct fanout_events {
 	/* c's transaction failed here: the held BEGIN is dropped and the
 	 * messages up to its end get this error. */
 	void (*tx_failed)(struct client *c, const char *sqlstate, const char *message);
+	/* c's transaction went on to other shards (fanout_txn_cross): it is
+	 * the fan-out's from now on, and c holds no server while it lasts
+	 * (what pgcat answers itself meanwhile says 'T'). */
+	void (*tx_spread)(struct client *c);
+	/* c's transaction failed on a shard, its error already sent: the
+	 * messages up to its end are answered as in a failed transaction. */
+	void (*tx_aborted)(struct client *c);
 	/* c broke the protocol, or pgcat ran out of memory: it is closed with
 	 * this FATAL. */
 	void (*fatal)(struct client *c, const char *sqlstate, const char *message);
@@ -141,6 +148,25 @@ void fanout_portal_drop(struct client *c);
 bool fanout_parked_message(struct client *c, const struct proto_frame *f);
 /* The client goes away: the shards roll back. */
 void fanout_parked_abort(struct client *c);
+/* two_phase_commit (SPEC §6): c, linked to s inside a transaction on
+ * shard here, sent a request for shard (route_active_message said
+ * ROUTE_ACTIVE_CROSS). true: the transaction went on there: s now serves
+ * the transaction's leg of its shard, the request runs on shard's, and c
+ * waits (CLIENT_FANOUT); from its answer on the transaction is parked
+ * (fanout_parked_txn) until its COMMIT or ROLLBACK. false: nothing
+ * changed; *need > 0: more of the request first, else *why says why it
+ * cannot go there (the caller refuses it as without the switch). */
+struct server;
+struct shardkey_result;
+bool fanout_txn_cross(struct client *c, struct server *s, const struct proto_frame *f, int here, int shard,
+		      uint32_t *need, char *why, size_t whylen);
+/* c's transaction has gone on to other shards and is parked. */
+bool fanout_parked_txn(const struct client *c);
+/* Its next request (the message f at the head of c's input; where: its
+ * shard as routing judged it). false: taken (c waits for it, or for its
+ * COMMIT/ROLLBACK), or more of it first. true: refused, the transaction
+ * rolled back everywhere and failed: answer f as in a failed one. */
+bool fanout_txn_message(struct client *c, const struct proto_frame *f, const struct shardkey_result *where);
 /* The client sent a CancelRequest: cancel every shard's query. */
 void fanout_cancel(struct client *c);
 

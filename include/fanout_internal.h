@@ -93,7 +93,8 @@ enum fanout_kind {
 	FANOUT_INSERT,        /* a multi-row INSERT cut per shard (insert_split.c) */
 	FANOUT_COPY,          /* COPY FROM STDIN, rows sent to their shards (copysplit.c) */
 	FANOUT_BROADCAST,     /* default_shard = all: one write run alike on every shard (broadcast.c) */
-	FANOUT_BATCH          /* one statement bound many times, each Bind on its key's shard */
+	FANOUT_BATCH,         /* one statement bound many times, each Bind on its key's shard */
+	FANOUT_TXN            /* a transaction gone on to other shards, statement by statement (fanout_txn.c) */
 };
 /* A split INSERT runs in a transaction on each shard: BEGIN and the
  * shard's INSERT, then COMMIT only if every shard took its rows. */
@@ -179,6 +180,14 @@ struct fanout {
 	void (*xa_kind_done)(struct fanout *fo);
 	/* Run by fanout_free first (installed by the fan-out's current step). */
 	void (*on_free)(struct fanout *fo);
+	/* TXN (fanout_txn.c): the shard the transaction began on (statements
+	 * without a key run there), the leg running the client's request,
+	 * and whether the client's request had no Parse (the ParseComplete of
+	 * the one pgcat sent is not the client's) */
+	int txn_home;
+	struct fanout_leg *txn_leg;
+	bool txn_drop_parse;
+	bool txn_strip_ready;     /* the client's request ended by Flush: no ReadyForQuery for it */
 	int n_legs, n_done;
 	struct fanout_leg legs[];
 };
@@ -237,6 +246,15 @@ void fanout_begin_wait(struct fanout *fo);
 /* Leg idx of fo, for shard: its reply io and request queue (its server
  * is checked out once a request is queued and sent, fanout_send). */
 bool fanout_open_leg(struct fanout *fo, int idx, int shard, char *why, size_t whylen);
+/* Leg idx of fo, for shard, takes over s, a server already in the
+ * client's transaction (two-phase commit: the transaction goes on to other
+ * shards): s is untied from the client and tied to the leg as it is,
+ * ready, its transaction open. false: *why says why (nothing changed). */
+bool fanout_adopt_leg(struct fanout *fo, int idx, int shard, struct server *s, char *why, size_t whylen);
+/* A phase for one leg only (the others are done): its queued requests go
+ * out and fo->phase_done runs once it answered. The caller must not touch
+ * fo after. */
+void fanout_wait_one(struct fanout *fo, struct fanout_leg *leg);
 /* Where a leg's requests are queued (whole messages). */
 static inline struct evbuffer *fanout_leg_out(struct fanout_leg *leg) { return leg->req; }
 /* Every leg's queued requests go to its server (checked out first if it
@@ -301,6 +319,11 @@ void fanout_insert_take_reply(struct fanout *fo, struct fanout_leg *leg);
  * two_phase_commit, through fanout_2pc_commit). */
 void fanout_write_end(struct fanout *fo);
 
+/* The request at the head of c's input, while a transaction is parked
+ * (xs->parked): its COMMIT or ROLLBACK, taken and under way (DONE), not
+ * all here yet (WAIT: nothing consumed), or something else (NOT). */
+enum parked_end { PARKED_END_NOT, PARKED_END_WAIT, PARKED_END_DONE };
+enum parked_end fanout_parked_try_end(struct client *c, const struct proto_frame *f);
 /* The answer to the client's COMMIT or ROLLBACK of a parked split write. */
 void fanout_write_end_reply(struct fanout *fo);
 /* Inside a transaction pgcat holds: answered now, the shards' transactions left open. true: parked. */

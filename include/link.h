@@ -37,6 +37,10 @@ void link_note_notifier(struct server *s, const struct client_end *end);
 /* Tie end to s and have s made ready for it (the session's settings, a
  * held BEGIN): end's ready event says when its bytes may go. */
 void link_start(struct client_end *end, struct server *s);
+/* s, serving another end and owing it nothing, goes on serving end as it
+ * is (its session, its transaction open): two-phase commit hands a
+ * client's server to a cross-shard transaction's leg (fanout_txn.c). */
+void link_move(struct client_end *end, struct server *s);
 /* The client went away with half a message sent: the server's stream
  * cannot be repaired, so it is untied and closed, not pooled. */
 void link_abandon(struct server *s, const char *why);

@@ -85,7 +85,13 @@ enum route_phase {
 enum route_active {
 	ROUTE_ACTIVE_FORWARD,      /* go on with the message as usual */
 	ROUTE_ACTIVE_WAIT,         /* leave it in the client's input for now */
-	ROUTE_ACTIVE_CONSUMED      /* taken and answered (refused on the server) */
+	ROUTE_ACTIVE_CONSUMED,     /* taken and answered (refused on the server) */
+	/* two_phase_commit: the request it opens is for another shard
+	 * (cross_shard), and the server owes nothing: the transaction may go
+	 * on there (the session's guard takes it: route_active_message never
+	 * reaches the pump with it) */
+	ROUTE_ACTIVE_CROSS,
+	ROUTE_ACTIVE_CROSSED       /* the transaction went on to other shards: the client is no longer linked */
 };
 /* What the pump does with the message, besides the route_active answer:
  * c->shard_phase from now on, and (CONSUMED) the bytes of input to drain,
@@ -94,12 +100,24 @@ struct route_active_decision {
 	uint8_t phase;       /* enum route_phase */
 	uint32_t consume;
 	uint32_t read_need;  /* (WAIT) as route_decision's */
+	int cross_shard;     /* (CROSS) the request's shard */
+	int cross_from;      /* (CROSS) the linked server's shard */
 };
 struct server;
 /* Message f (at the head of the input) from a client linked to s while
  * c->shard_phase is not NONE; the pump (client.c) applies *d. */
 enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f,
 				       struct route_active_decision *d);
+/* The request route_active_message said CROSS of cannot go on elsewhere
+ * after all: refused on the server (why, or as without two_phase_commit
+ * when NULL or empty; a Parse: its Bind is). */
+enum route_active route_active_refuse_cross(struct client *c, struct server *s, const struct proto_frame *f,
+					    const char *why, struct route_active_decision *d);
+/* The shard of the request at the head of c's input (Query, or Parse..Sync):
+ * *r as routing would judge it. false: more of it first (*read_need). */
+struct shardkey_result;
+bool route_request_shard(struct client *c, const struct proto_frame *f, struct shardkey_result *r,
+			 uint32_t *read_need);
 
 /* A session setting a pgcat command changes (SET SERVER ROLE...). */
 enum route_setting {

@@ -112,6 +112,9 @@ const char *server_state_name(enum server_state st);
  * and its held BEGIN, then go ACTIVE; its end's ready event follows once
  * the server is ready for its bytes. */
 void server_link(struct server *s);
+/* s, ready and perhaps inside a transaction, serves another end (link_move):
+ * only what it keeps of its end changes; nothing is sent. */
+void server_relink(struct server *s);
 /* Client gone: finish and clean up (cancel, CopyFail, Sync, ROLLBACK). */
 void server_drain(struct server *s);
 /* Session-mode release: run server_reset_query, then back to the pool. */

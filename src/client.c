@@ -755,6 +755,9 @@ static enum pump_step guard_step(struct client *c, struct server *s, const struc
 		evbuffer_drain(c->io.in, rd.consume);
 		client_reply_started(c);   /* what was captured for a replay is incomplete now */
 		return PUMP_NEXT;
+	case ROUTE_ACTIVE_CROSS:      /* (the session's guard turns it into one of the others) */
+	case ROUTE_ACTIVE_CROSSED:    /* the transaction went on to other shards: no longer linked */
+		return PUMP_STOP;
 	}
 	return PUMP_ON;
 }

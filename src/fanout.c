@@ -164,7 +164,7 @@ static bool leg_edge_ok(enum leg_link from, enum leg_link to)
 	case LEG_SYNCING:
 		return from == LEG_WAITING;
 	case LEG_READY:
-		return from == LEG_SYNCING;
+		return from == LEG_SYNCING || from == LEG_UNLINKED;   /* (UNLINKED: a server adopted, fanout_adopt_leg) */
 	case LEG_GONE:
 		return from != LEG_GONE;
 	}
@@ -506,6 +506,26 @@ void fanout_begin_wait(struct fanout *fo)
 		fo->phase_done(fo);
 }
 
+void fanout_wait_one(struct fanout *fo, struct fanout_leg *leg)
+{
+	fanout_send(fo);
+	fo->n_done = 0;
+	for (int i = 0; i < fo->n_legs; i++) {
+		struct fanout_leg *l = &fo->legs[i];
+		if (l == leg)
+			continue;
+		l->done = true;
+		fo->n_done++;
+	}
+	if (!leg->io_open || leg->lost || leg->too_big)
+		leg->done = true;
+	else
+		leg->done = leg_scan(leg);
+	fo->n_done += leg->done;
+	if (fo->n_done == fo->n_legs)
+		fo->phase_done(fo);
+}
+
 /* ---- the events of a leg's end of its link (client_end.h) ---- */
 
 static struct fanout_leg *leg_of_end(struct client_end *end) { return LIST_OWNER(end, struct fanout_leg, end); }
@@ -670,6 +690,16 @@ bool fanout_open_leg(struct fanout *fo, int idx, int shard, char *why, size_t wh
 		snprintf(why, whylen, "cross-shard %s: out of memory", fo->kind == FANOUT_READ ? "read" : "write");
 		return false;
 	}
+	return true;
+}
+
+bool fanout_adopt_leg(struct fanout *fo, int idx, int shard, struct server *s, char *why, size_t whylen)
+{
+	if (!fanout_open_leg(fo, idx, shard, why, whylen))
+		return false;
+	struct fanout_leg *leg = &fo->legs[idx];
+	link_move(&leg->end, s);   /* (the client's end has no server from here) */
+	leg_set(leg, LEG_READY);
 	return true;
 }
 

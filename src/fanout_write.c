@@ -684,11 +684,11 @@ enum fanout_start fanout_start_broadcast(struct client *c, const struct router_r
 
 /* ---- a split write parked inside the client's transaction ---- */
 
-bool fanout_parked_message(struct client *c, const struct proto_frame *f)
+enum parked_end fanout_parked_try_end(struct client *c, const struct proto_frame *f)
 {
 	struct fanout *fo = c->xshard ? c->xshard->parked : NULL;
 	if (!fo)
-		return false;
+		return PARKED_END_NOT;
 	struct evbuffer *in = c->io.in;
 	size_t have = evbuffer_get_length(in), lim = have < 4096 ? have : 4096;
 	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim);
@@ -697,13 +697,14 @@ bool fanout_parked_message(struct client *c, const struct proto_frame *f)
 	uint8_t prefix[16];
 	size_t prefix_len = 0;
 	if (!m)
-		return false;
+		return PARKED_END_NOT;
 	if (f->type == PqMsg_Query && (size_t)f->len + 1 <= lim) {
 		tag = sqllex_plain_end_tag((const char *)m + 5, strnlen((const char *)m + 5, f->len - 4));
 		end = (size_t)f->len + 1;
 	} else if (f->type == PqMsg_Parse || f->type == PqMsg_Bind) {
 		/* pgjdbc: [Parse "COMMIT"], Bind, [Describe], Execute, Sync */
 		size_t off = 0;
+		bool other = false;
 		const char *sql = NULL;
 		while (lim - off >= 5) {
 			uint8_t type = m[off];
@@ -738,24 +739,20 @@ bool fanout_parked_message(struct client *c, const struct proto_frame *f)
 				end = off + (size_t)l + 1;
 				break;
 			} else {
+				other = true;   /* not COMMIT's shape (asyncpg's Parse, Describe, Flush...) */
+				break;
+			}
+			if (sql && !sqllex_plain_end_tag(sql, strlen(sql))) {
+				other = true;   /* another statement: no need to wait for its Sync */
 				break;
 			}
 			off += (size_t)l + 1;
 		}
-		if (!end && lim == have && have < 4096)
-			return true;   /* the rest of the request first (consumed nothing) */
+		if (!end && !other && lim == have && have < 4096)
+			return PARKED_END_WAIT;   /* the rest of the request first (consumed nothing) */
 	}
-	if (!tag) {
-		/* Anything else would run without the rows the shards hold in
-		 * their open transactions: they roll back (the legs close), and
-		 * the transaction fails here as it would on a server. */
-		c->xshard->parked = NULL;
-		fanout_free(fo);
-		fanout_ev(c)->tx_failed(c, SQLSTATE_FEATURE_NOT_SUPPORTED,
-					"cross-shard transaction: after a write split across shards only COMMIT or ROLLBACK can "
-					"follow in its transaction (the write is rolled back)");
-		return false;   /* the message is answered as in a failed transaction */
-	}
+	if (!tag)
+		return PARKED_END_NOT;
 	evbuffer_drain(in, end);
 	c->xshard->parked = NULL;
 	fo->parked = false;
@@ -764,7 +761,7 @@ bool fanout_parked_message(struct client *c, const struct proto_frame *f)
 	fo->end_prefix_len = prefix_len;
 	fo->rollback = strcmp(tag, "COMMIT") != 0;
 	for (int i = 0; i < fo->n_legs; i++)
-		if (fo->legs[i].lost || !fo->legs[i].io_open) {
+		if (fo->legs[i].fo && (fo->legs[i].lost || !fo->legs[i].io_open)) {   /* (a leg never opened is no shard of it) */
 			/* a shard lost meanwhile: none commits */
 			fanout_set_error(fo, SQLSTATE_CONNECTION_FAILURE,
 				  "cross-shard transaction: a shard's connection was lost; the transaction is rolled back");
@@ -772,7 +769,30 @@ bool fanout_parked_message(struct client *c, const struct proto_frame *f)
 		}
 	fanout_ev(c)->started(c, fo);
 	fanout_write_end(fo);
-	return true;
+	return PARKED_END_DONE;
+}
+
+bool fanout_parked_message(struct client *c, const struct proto_frame *f)
+{
+	switch (fanout_parked_try_end(c, f)) {
+	case PARKED_END_DONE:
+	case PARKED_END_WAIT:
+		return true;
+	case PARKED_END_NOT:
+		break;
+	}
+	struct fanout *fo = c->xshard ? c->xshard->parked : NULL;
+	if (!fo)
+		return false;
+	/* Anything else would run without the rows the shards hold in
+	 * their open transactions: they roll back (the legs close), and
+	 * the transaction fails here as it would on a server. */
+	c->xshard->parked = NULL;
+	fanout_free(fo);
+	fanout_ev(c)->tx_failed(c, SQLSTATE_FEATURE_NOT_SUPPORTED,
+				"cross-shard transaction: after a write split across shards only COMMIT or ROLLBACK can "
+				"follow in its transaction (the write is rolled back)");
+	return false;   /* the message is answered as in a failed transaction */
 }
 
 void fanout_parked_abort(struct client *c)

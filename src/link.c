@@ -75,6 +75,13 @@ void link_start(struct client_end *end, struct server *s)
 	server_link(s);
 }
 
+void link_move(struct client_end *end, struct server *s)
+{
+	(void)link_detach(s);
+	link_attach(end, s);
+	server_relink(s);
+}
+
 void link_abandon(struct server *s, const char *why)
 {
 	(void)link_detach(s);

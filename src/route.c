@@ -459,12 +459,50 @@ static enum route_active refuse_on_server(const struct client *c, struct server 
 	return ROUTE_ACTIVE_CONSUMED;
 }
 
+/* two_phase_commit (SPEC §6): a transaction may go on to another shard at
+ * the first message of a request, s owing nothing and no error since its
+ * last ReadyForQuery (an extended segment may be open: asyncpg prepares
+ * with Flush, then sends its Bind; s closes it with pgcat's next Sync or
+ * Query there). */
+static bool may_cross(const struct client *c, const struct server *s)
+{
+	return c->w->cfg->general.two_phase_commit && c->pool->mode == POOL_MODE_TRANSACTION &&
+	       s->txn.tx_status == 'T' && s->txn.outstanding == 0 && !s->txn.set_cycle_error && !s->txn.in_copy_in;
+}
+
+static enum route_active refuse_elsewhere(struct client *c, struct server *s, const struct proto_frame *f,
+					  const struct shardkey_result *r, struct route_active_decision *d);
+
+enum route_active route_active_refuse_cross(struct client *c, struct server *s, const struct proto_frame *f,
+					    const char *why, struct route_active_decision *d)
+{
+	if (f->type == PqMsg_Parse) {
+		d->phase = ROUTE_PHASE_REFUSE_BIND;   /* as without the switch: its Bind is refused */
+		return ROUTE_ACTIVE_FORWARD;
+	}
+	if (why && why[0])
+		return refuse_on_server(c, s, f, why, d);
+	struct shardkey_result r = { SHARDKEY_ONE, d->cross_shard, true };
+	return refuse_elsewhere(c, s, f, &r, d);
+}
+
+bool route_request_shard(struct client *c, const struct proto_frame *f, struct shardkey_result *r,
+			 uint32_t *read_need)
+{
+	struct route_rules rr;
+	route_rules_build(c, &rr);
+	bool provisional;
+	return scan_request(c, f, &rr, r, &provisional, read_need);
+}
+
 enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f,
 				       struct route_active_decision *d)
 {
 	d->phase = c->shard_phase;
 	d->consume = 0;
 	d->read_need = 0;
+	d->cross_shard = -1;
+	d->cross_from = -1;
 	if (d->phase == ROUTE_PHASE_REROUTING)
 		return ROUTE_ACTIVE_WAIT;
 	bool refuse_bind = d->phase == ROUTE_PHASE_REFUSE_BIND && f->type == PqMsg_Bind;
@@ -479,6 +517,11 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 		bool provisional;
 		if (!scan_request(c, f, &rr, &r, &provisional, &d->read_need))
 			return ROUTE_ACTIVE_WAIT;
+		if (r.outcome == SHARDKEY_ONE && r.shard != s->sp->shard && may_cross(c, s)) {
+			d->cross_shard = r.shard;
+			d->cross_from = s->sp->shard;
+			return ROUTE_ACTIVE_CROSS;
+		}
 		if (r.outcome == SHARDKEY_CROSS || (r.outcome == SHARDKEY_ONE && r.shard != s->sp->shard))
 			d->phase = ROUTE_PHASE_REFUSE_BIND;
 		return ROUTE_ACTIVE_FORWARD;
@@ -523,12 +566,26 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 		d->phase = ROUTE_PHASE_REROUTING;
 		return ROUTE_ACTIVE_WAIT;
 	}
-	char msg[200];
-	if (r.outcome == SHARDKEY_ONE)
+	if (r.outcome == SHARDKEY_ONE && !refuse_bind && d->phase != ROUTE_PHASE_PROVISIONAL && may_cross(c, s)) {
+		d->cross_shard = r.shard;
+		d->cross_from = here;
+		return ROUTE_ACTIVE_CROSS;
+	}
+	return refuse_elsewhere(c, s, f, &r, d);
+}
+
+/* A statement for another shard, or several, inside the transaction on s. */
+static enum route_active refuse_elsewhere(struct client *c, struct server *s, const struct proto_frame *f,
+					  const struct shardkey_result *r, struct route_active_decision *d)
+{
+	int here = s->sp->shard;
+	char msg[240];
+	if (r->outcome == SHARDKEY_ONE)
 		snprintf(msg, sizeof msg,
 			 "cross-shard transaction: this statement's keys are on shard %d, the transaction runs on shard %d; "
-			 "use one transaction per shard",
-			 r.shard, here);
+			 "use one transaction per shard%s",
+			 r->shard, here,
+			 c->w->cfg->general.two_phase_commit ? "" : " (or two_phase_commit, to go on there)");
 	else
 		snprintf(msg, sizeof msg,
 			 "cross-shard statement inside a transaction or pipeline on shard %d: its sharding keys are "

@@ -517,9 +517,9 @@ static void process_login(struct server *s)
 
 /* ---- linking, syncing, draining, resetting ---- */
 
-void server_link(struct server *s)
+/* What a server keeps of the end it serves from now on. */
+static void take_end(struct server *s)
 {
-	char sql[8192];
 	struct client_end *c = s->client;
 	s->txn.sent_to_client = false;
 	s->txn.req_msgs = 0;
@@ -528,6 +528,18 @@ void server_link(struct server *s)
 	s->prep_on = c->prep_on;
 	if (!c->prep_on && s->prep)
 		prep_server_forget_unnamed(s);
+}
+
+void server_relink(struct server *s)
+{
+	take_end(s);
+}
+
+void server_link(struct server *s)
+{
+	char sql[8192];
+	struct client_end *c = s->client;
+	take_end(s);
 	/* Nothing of a previous client may still be awaited. */
 	if (s->prep && (s->prep->seg_sent != s->prep->seg_recv || s->prep->parses.len || s->prep->closes.len))
 		prep_server_reset_pending(s);

@@ -23,6 +23,7 @@
 #include "client.h"
 #include "context.h"
 #include "fanout.h"
+#include "log.h"
 #include "notify.h"
 #include "notify_session.h"
 #include "pktbuf.h"
@@ -32,6 +33,7 @@
 #include "route.h"
 #include "route_pick.h"
 #include "ryw.h"
+#include "shardkey.h"
 #include "sqllex.h"
 
 /* The normal session's welcome: the pool's server parameters first. */
@@ -458,12 +460,39 @@ __attribute__((always_inline)) static inline bool route_and_check_out(struct cli
 	return true;
 }
 
+/* A request of a transaction gone on to other shards (fanout_txn.c):
+ * what pgcat answers itself as usual, the rest on its shard's leg. */
+static bool txn_message(struct client *c, const struct proto_frame *f)
+{
+	switch (answer_here(c, f)) {
+	case HERE_ANSWERED:
+		return true;
+	case HERE_WAIT:
+		return false;
+	case HERE_NOT:
+		break;
+	}
+	struct shardkey_result r = { SHARDKEY_ONE, c->shard_override, true };
+	uint32_t need = 0;
+	if (c->shard_override < 0 && !route_request_shard(c, f, &r, &need)) {
+		client_read_limit(c, need);
+		return false;
+	}
+	if (!fanout_txn_message(c, f, &r))
+		return false;
+	return answer_locally(c, f);   /* refused: failed, as a failed transaction answers */
+}
+
 /* The normal session's idle message: answered without a server, or
  * routed and taken to one. */
 static bool normal_message(struct client *c, const struct proto_frame *f)
 {
-	if (c->xshard && c->xshard->parked && fanout_parked_message(c, f))
-		return false;   /* COMMIT or ROLLBACK of a split write under way (or its rest awaited) */
+	if (c->xshard && c->xshard->parked) {
+		if (fanout_parked_txn(c) && c->tx != CLIENT_TX_FAILED)
+			return txn_message(c, f);
+		if (fanout_parked_message(c, f))
+			return false;   /* COMMIT or ROLLBACK of a split write under way (or its rest awaited) */
+	}
 	if (f->type == PqMsg_CopyData || f->type == PqMsg_CopyDone || f->type == PqMsg_CopyFail) {
 		/* An idle client has no COPY running: this is the rest of one
 		 * whose server was lost (the client streams on until it reads
@@ -546,9 +575,39 @@ static void fanout_tx_failed(struct client *c, const char *sqlstate, const char 
 	client_fail_transaction(c, sqlstate, message);   /* (the held BEGIN goes) */
 }
 
+static void fanout_tx_spread(struct client *c)
+{
+	/* what pgcat answers itself (a lone Sync, its own commands) says 'T' */
+	char *begin = strdup("BEGIN");
+	if (begin)
+		client_hold_begin(c, begin, false);
+}
+
+static void fanout_tx_aborted(struct client *c) { client_set_tx(c, CLIENT_TX_FAILED); }
+
 static void fanout_fatal(struct client *c, const char *sqlstate, const char *message)
 {
 	client_close(c, sqlstate, "%s", message);
+}
+
+/* The shard guard of a linked client (route.h); with two_phase_commit a
+ * request for another shard takes the transaction there (fanout_txn.c). */
+static enum route_active normal_guard(struct client *c, struct server *s, const struct proto_frame *f,
+				      struct route_active_decision *d)
+{
+	enum route_active ra = route_active_message(c, s, f, d);
+	if (ra != ROUTE_ACTIVE_CROSS)
+		return ra;
+	char why[300];
+	uint32_t need = 0;
+	if (fanout_txn_cross(c, s, f, d->cross_from, d->cross_shard, &need, why, sizeof why))
+		return ROUTE_ACTIVE_CROSSED;
+	if (need) {
+		d->read_need = need;
+		return ROUTE_ACTIVE_WAIT;
+	}
+	log_debug("C-%llu: %s", (unsigned long long)c->id, why);
+	return route_active_refuse_cross(c, s, f, why, d);
 }
 
 static const struct fanout_events normal_fanout_events = {
@@ -557,6 +616,8 @@ static const struct fanout_events normal_fanout_events = {
 	.resume = fanout_resume,
 	.tx_over = fanout_tx_over,
 	.tx_failed = fanout_tx_failed,
+	.tx_spread = fanout_tx_spread,
+	.tx_aborted = fanout_tx_aborted,
 	.fatal = fanout_fatal,
 };
 
@@ -564,7 +625,7 @@ const struct session_ops normal_session = {
 	.name = "normal",
 	.welcome = normal_welcome,
 	.message = normal_message,
-	.guard = route_active_message,
+	.guard = normal_guard,
 	.rewrite = prep_client_message,
 	.active_query = notify_session_active_query,
 	.active_extended = notify_session_active_extended,

@@ -184,12 +184,18 @@ static bool rc_message(void *arg, uint8_t type, const uint8_t *body, size_t len)
 	switch (type) {
 	case PqMsg_ErrorResponse: {
 		struct proto_error_fields e;
+		memset(&e, 0, sizeof e);
 		const char *msg = proto_parse_error(body, len, &e) && e.message ? e.message : "server error";
 		if (c->state == RC_FINISHING) {
-			/* Ended by someone else meanwhile (42704), or refused: the next
+			/* Ended meanwhile (42704): its own commit finished it between
+			 * the listing and this; quietly. Refused otherwise: the next
 			 * pass sees it again. */
-			log_warning("two-phase resolver: pool %s, shard %d: %s: %s", c->pool, c->shard,
-				    c->found[c->next].gid, msg);
+			if (e.sqlstate && strcmp(e.sqlstate, "42704") == 0)
+				log_debug("two-phase resolver: pool %s, shard %d: %s: ended meanwhile", c->pool, c->shard,
+					  c->found[c->next].gid);
+			else
+				log_warning("two-phase resolver: pool %s, shard %d: %s: %s", c->pool, c->shard,
+					    c->found[c->next].gid, msg);
 			return true;
 		}
 		char why[300];

@@ -406,3 +406,143 @@ def test_transfers_under_restarts_keep_the_total(pgcat, clean, tmp_path):
     assert total == 0, "the total changed: %d" % total
     assert len(ledgers[0]) == len(ledgers[1]), (len(ledgers[0]), len(ledgers[1]))
     assert restarts >= 3 and ok[0] > 100, (restarts, ok[0], failed[0])
+
+
+# ---- a transaction that goes on to other shards, statement by statement ----
+
+def test_a_transaction_goes_on_to_another_shard_psycopg(pgcat, clean, tmp_path):
+    """Keys of two shards in one explicit transaction: each statement runs
+    on its shard, reads see the transaction's own writes there, and COMMIT
+    commits on both in two phases (extended protocol with parameters, and
+    simple protocol)."""
+    shards = clean
+    p = start(pgcat, shards, tmp_path)
+    with connect(p, autocommit=False) as c:
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (KEY_A, -50))
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (KEY_B, 50))
+        assert c.execute("SELECT amount FROM ledger WHERE id = %s", (KEY_A,)).fetchall() == [(-50,)]
+        assert c.execute("SELECT amount FROM ledger WHERE id = %s", (KEY_B,)).fetchall() == [(50,)]
+        # nothing visible outside before COMMIT
+        assert [ledger(s) for s in shards] == [[], []]
+        c.commit()
+    assert settled(shards, 5) == [[(KEY_A, -50)], [(KEY_B, 50)]]
+    assert decision_lines(tmp_path) == ["commit 1"]
+    # simple protocol (psycopg's client-side cursor): the same, then ROLLBACK
+    with connect(p, autocommit=False) as c:
+        cur = psycopg.ClientCursor(c)
+        cur.execute("UPDATE ledger SET amount = amount - 1 WHERE id = %d" % KEY_A)
+        cur.execute("UPDATE ledger SET amount = amount + 1 WHERE id = %d" % KEY_B)
+        cur.execute("SELECT amount FROM ledger WHERE id = %d" % KEY_B)
+        assert cur.fetchall() == [(51,)]
+        c.rollback()
+        cur = psycopg.ClientCursor(c)
+        cur.execute("UPDATE ledger SET amount = amount - 2 WHERE id = %d" % KEY_A)
+        cur.execute("UPDATE ledger SET amount = amount + 2 WHERE id = %d" % KEY_B)
+        c.commit()
+    assert settled(shards, 5) == [[(KEY_A, -52)], [(KEY_B, 52)]]
+    assert decision_lines(tmp_path) == ["commit 1", "commit 2"]
+
+
+def test_a_transaction_goes_on_to_another_shard_asyncpg(pgcat, clean, tmp_path):
+    """asyncpg prepares named statements first, then binds them: the same."""
+    import asyncio
+    shards = clean
+    p = start(pgcat, shards, tmp_path)
+
+    async def run():
+        conn = await p.asyncpg(dbname="tpc")
+        try:
+            async with conn.transaction():
+                await conn.execute("INSERT INTO ledger (id, amount) VALUES ($1, $2)", KEY_A, -7)
+                await conn.execute("INSERT INTO ledger (id, amount) VALUES ($1, $2)", KEY_B, 7)
+                a = await conn.fetchval("SELECT sum(amount) FROM ledger WHERE id = $1", KEY_A)
+                b = await conn.fetchval("SELECT sum(amount) FROM ledger WHERE id = $1", KEY_B)
+            with pytest.raises(asyncpg.PostgresError):
+                async with conn.transaction():
+                    await conn.execute("INSERT INTO ledger (id, amount) VALUES ($1, $2)", KEY_A, -8)
+                    await conn.execute("INSERT INTO ledger (id, amount) VALUES ($1, $2)", KEY_B, 8)
+                    await conn.execute("SELECT 1 / 0 FROM ledger WHERE id = $1", KEY_B)
+            return a, b, await conn.fetchval("SELECT 1")
+        finally:
+            await conn.close()
+    assert asyncio.run(run()) == (-7, 7, 1)
+    assert settled(shards, 5) == [[(KEY_A, -7)], [(KEY_B, 7)]]
+
+
+def test_an_error_on_one_shard_fails_the_whole_transaction(pgcat, clean, tmp_path):
+    shards = clean
+    p = start(pgcat, shards, tmp_path)
+    with connect(p, autocommit=False) as c:
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (KEY_A, -3))
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (KEY_B, 3))
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            c.execute("SELECT 1 / 0 FROM ledger WHERE id = %s", (KEY_B,))
+        # as on one server: nothing more until the transaction ends
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            c.execute("SELECT 1 FROM ledger WHERE id = %s", (KEY_A,))
+        c.rollback()
+        # every shard rolled back at once (no lock left, nothing prepared)
+        assert [prepared(s) for s in shards] == [[], []]
+        assert [ledger(s) for s in shards] == [[], []]
+        # savepoints cannot span shards: refused, the transaction fails
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (KEY_A, -4))
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (KEY_B, 4))
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="savepoint"):
+            c.execute("SAVEPOINT s1")
+        c.rollback()
+        # a statement without a key runs on the shard the transaction began on
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (KEY_B, 5))
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (KEY_A, -5))
+        assert c.execute("SELECT inet_server_port()").fetchone() == (shards[1].port,)
+        c.commit()
+    assert settled(shards, 5) == [[(KEY_A, -5)], [(KEY_B, 5)]]
+    with connect(p, autocommit=False) as c:
+        # a read of every shard cannot be part of it: refused, all rolled back
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (KEY_B, 6))
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (KEY_A, -6))
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="several shards"):
+            c.execute("SELECT count(*) FROM ledger")
+        c.rollback()
+    assert settled(shards, 5) == [[(KEY_A, -5)], [(KEY_B, 5)]]
+
+
+def test_without_the_switch_a_second_shard_is_refused(pgcat, clean, tmp_path):
+    shards = clean
+    p = start(pgcat, shards, tmp_path, two_phase=False)
+    with connect(p, autocommit=False) as c:
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (KEY_A, -1))
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="two_phase_commit"):
+            c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (KEY_B, 1))
+        c.rollback()
+    assert [ledger(s) for s in shards] == [[], []]
+
+
+def test_a_spread_transaction_survives_a_crash_at_commit(pgcat, clean, tmp_path):
+    shards = clean
+    p = start(pgcat, shards, tmp_path, env={"PGCAT_TEST_2PC_CRASH": "after_log"},
+              general={"two_phase_recovery_interval": "600000"})
+    c = connect(p, autocommit=False)
+    c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (KEY_A, -60))
+    c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (KEY_B, 60))
+    with pytest.raises(psycopg.OperationalError):
+        c.commit()
+    c.close()
+    p.stop(signal.SIGKILL)
+    p.stopped_by_test = True
+    start(pgcat, shards, tmp_path)
+    assert agree(settled(shards, 20), 60) is True
+
+
+def test_client_gone_inside_a_spread_transaction(pgcat, clean, tmp_path):
+    shards = clean
+    p = start(pgcat, shards, tmp_path)
+    c = connect(p, autocommit=False)
+    c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (KEY_A, -70))
+    c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (KEY_B, 70))
+    c.close()
+    wait_until(lambda: all(s.sql("SELECT count(*) FROM pg_locks l JOIN pg_class r ON r.oid = l.relation "
+                                 "WHERE r.relname = 'ledger'", dbname="shard0") == [(0,)] for s in shards), 10,
+               msg="the shards' transactions still hold the table")
+    assert [ledger(s) for s in shards] == [[], []]
+    with connect(p) as c2:
+        c2.execute(transfer_sql(1))
