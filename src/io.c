@@ -116,6 +116,36 @@ static bool tls_write_some(struct io *io)
 	return true;
 }
 
+/* One send of what io->out holds, as far as the socket takes it now: the
+ * bytes it took (drained from out), or what send returned (0, or -1 with
+ * errno set). out must not be empty. */
+static ssize_t send_out(struct io *io)
+{
+	/* The usual reply sits in one chain: send() it, cheaper than the
+	 * writev evbuffer_write would make. */
+	struct evbuffer_iovec v[2];
+	int chains = evbuffer_peek(io->out, -1, NULL, v, 2);
+	size_t total = evbuffer_get_length(io->out);
+	ssize_t n;
+	if (chains == 1) {
+		n = send(io->fd, v[0].iov_base, v[0].iov_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	} else if (total <= sizeof io->flusher->scratch) {
+		/* A reply forwarded message by message often ends in a chain
+		 * of its own (the last message moved whole): one copy into the
+		 * scratch buffer and a send cost less than the kernel's writev
+		 * path. */
+		ssize_t got = evbuffer_copyout(io->out, io->flusher->scratch, total);
+		if (got <= 0)
+			return evbuffer_write(io->out, io->fd);
+		n = send(io->fd, io->flusher->scratch, (size_t)got, MSG_NOSIGNAL | MSG_DONTWAIT);
+	} else {
+		return evbuffer_write(io->out, io->fd);   /* drains what it wrote */
+	}
+	if (n > 0)
+		evbuffer_drain(io->out, (size_t)n);
+	return n;
+}
+
 /* Returns false when the socket failed (the owner was told). */
 static bool io_write_some(struct io *io)
 {
@@ -126,32 +156,7 @@ static bool io_write_some(struct io *io)
 	if (io->ssl)
 		return tls_write_some(io);
 	while (io->out && evbuffer_get_length(io->out) > 0) {
-		/* The usual reply sits in one chain: send() it, cheaper than the
-		 * writev evbuffer_write would make. */
-		struct evbuffer_iovec v[2];
-		int chains = evbuffer_peek(io->out, -1, NULL, v, 2);
-		ssize_t n;
-		size_t total = evbuffer_get_length(io->out);
-		if (chains == 1) {
-			n = send(io->fd, v[0].iov_base, v[0].iov_len, MSG_NOSIGNAL | MSG_DONTWAIT);
-			if (n > 0)
-				evbuffer_drain(io->out, (size_t)n);
-		} else if (total <= sizeof io->flusher->scratch) {
-			/* A reply forwarded message by message often ends in a
-			 * chain of its own (the last message moved whole): one copy
-			 * into the scratch buffer and a send cost less than the
-			 * kernel's writev path. */
-			ssize_t got = evbuffer_copyout(io->out, io->flusher->scratch, total);
-			if (got > 0) {
-				n = send(io->fd, io->flusher->scratch, (size_t)got, MSG_NOSIGNAL | MSG_DONTWAIT);
-				if (n > 0)
-					evbuffer_drain(io->out, (size_t)n);
-			} else {
-				n = evbuffer_write(io->out, io->fd);
-			}
-		} else {
-			n = evbuffer_write(io->out, io->fd);
-		}
+		ssize_t n = send_out(io);
 		if (n > 0)
 			continue;
 		int err = errno;
@@ -730,6 +735,21 @@ static void ring_sync(struct io *io)
 		event_active(&io->rev, EV_READ, 0);
 }
 
+/* A send the ring would carry alone goes straight to the socket, as on
+ * epoll: with nothing else queued and no completion waiting, the
+ * io_uring_enter that submits it would be one system call for this send
+ * only, and cost more than the send (the record the chains move into, the
+ * submission, the completion to collect). With one client every turn is
+ * such a turn; with many, the ring still carries the sends of a turn
+ * together. Only while nothing of this connection is in flight, so its
+ * bytes keep their order. */
+static bool ring_send_alone(const struct io *io)
+{
+	const struct io_flusher *f = io->flusher;
+	return f->n_dirty == 0 && !io->send_in_flight && (!io->send || io_ring_send_len(io->send) == 0) &&
+	       io_ring_quiet(f->ring);
+}
+
 /* The flush of a connection on the ring: queue its receive (or its
  * cancellation) and a send of what is queued. */
 static void ring_flush(struct io *io)
@@ -750,6 +770,19 @@ static void ring_flush(struct io *io)
 	 * connection starting TLS sends nothing more from here. */
 	if (io->send_in_flight || io->ssl || !io->out || evbuffer_get_length(io->out) == 0)
 		return;
+	if (ring_send_alone(io)) {
+		ssize_t n = send_out(io);
+		int err = errno;
+		if (n == 0 || (n < 0 && err != EAGAIN && err != EWOULDBLOCK && err != EINTR)) {
+			io->ops->on_event(io, IO_ERROR, n == 0 ? EPIPE : err, io_owner(io));
+			return;
+		}
+		/* What the socket did not take waits for room in the ring's
+		 * send below (the kernel arms its own poll for it), as any
+		 * partial send on the ring. */
+		if (evbuffer_get_length(io->out) == 0)
+			return;
+	}
 	if (!io->send && !(io->send = io_ring_send_new(r, io->fd, io))) {
 		io->ops->on_event(io, IO_ERROR, ENOMEM, io_owner(io));
 		return;

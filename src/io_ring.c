@@ -545,6 +545,11 @@ static bool next_cqe(struct io_ring *r, struct io_uring_cqe *out)
 	return false;
 }
 
+bool io_ring_quiet(const struct io_ring *r)
+{
+	return io_uring_sq_ready(&r->ring) == 0 && io_uring_cq_ready(&r->ring) == 0 && !kernel_holds_completions(r);
+}
+
 void io_ring_reap(struct io_ring *r)
 {
 	/* Bounded: a peer that keeps the ring busy yields to the loop. */
