@@ -67,8 +67,9 @@ size_t io_ring_send_len(const struct io_ring_send *s);
 /* Hand what is queued to the kernel (one system call for all of it), and
  * collect what completed meanwhile. */
 void io_ring_submit(struct io_ring *r);
-/* Collect every completion waiting, calling the handlers. */
-void io_ring_reap(struct io_ring *r);
+/* Collect every completion waiting, calling the handlers; returns how many
+ * there were. */
+unsigned io_ring_reap(struct io_ring *r);
 /* Operations queued and not yet submitted. */
 bool io_ring_pending(const struct io_ring *r);
 /* Nothing queued and no completion waiting (in the queue, or held by the
