@@ -38,6 +38,10 @@
 #   SC_CPU_TXNS_1="5000 35000"       cpu mode: T1 T2 at 1 client
 #   SC_CPU_TXNS_N="50 350"           cpu mode: T1 T2 per client at more clients
 #   SC_ROUNDS=5                      cpu mode: rounds over all targets
+#   SC_PERF=1                        cpu mode: also count sendto, recvfrom, io_uring_enter and
+#                                    epoll_wait per transaction with perf's syscall tracepoints
+#                                    (cheaper than strace, so timing, thus batching, is closer to
+#                                    an untraced run; the counting itself costs a little CPU)
 #   PGBOUNCER125_BIN=/path           default: ../shared/anchors/build-pgbouncer (bench/anchors.sh)
 set -euo pipefail
 
@@ -53,6 +57,8 @@ MODE=${SC_MODE:-strace}
 read -r CPU_A1 CPU_B1 <<<"${SC_CPU_TXNS_1:-5000 35000}"
 read -r CPU_AN CPU_BN <<<"${SC_CPU_TXNS_N:-50 350}"
 ROUNDS=${SC_ROUNDS:-5}
+PERF=${SC_PERF:-}
+PERF_CALLS="sendto recvfrom io_uring_enter epoll_wait"
 
 [ "$(id -u)" = 0 ] || { echo "syscalls.sh: run as root (servers are started as user postgres)" >&2; exit 1; }
 for b in "$PGBIN/postgres" "$PGBIN/initdb" pgbench psql pgbouncer strace setpriv; do
@@ -218,15 +224,27 @@ cpu_of() {
 	echo "$ns $(awk '{ print $14 + $15 }' /proc/"$1"/stat)"
 }
 
-cpu_pgbench() { # target clients transactions-per-client round: prints "ns ticks" the run cost
-	local a b
+cpu_pgbench() { # target clients transactions-per-client round: prints "ns ticks [calls...]" the run cost
+	local a b ppid= pf="$OUT/perf-$1-c$2-t$3-r$4.txt" ev=
+	if [ -n "$PERF" ]; then
+		for c in $PERF_CALLS; do ev=$ev${ev:+,}syscalls:sys_enter_$c; done
+		perf stat -x, -e "$ev" -p "$TRACE_PID" -o "$pf" &
+		ppid=$!
+		sleep 0.5   # attached
+	fi
 	a=$(cpu_of "$TRACE_PID")
 	pgbench -n -S -c "$2" -j 1 -t "$3" -h 127.0.0.1 -p "$PORT" -U bench bench >"$OUT/pgbench-$1-c$2-t$3-r$4.log" 2>&1 ||
 		{ echo "syscalls.sh: pgbench failed against $1" >&2; tail -5 "$OUT/pgbench-$1-c$2-t$3-r$4.log" >&2; }
 	b=$(cpu_of "$TRACE_PID")
 	read -r ans atk <<<"$a"
 	read -r bns btk <<<"$b"
-	echo "$((bns - ans)) $((btk - atk))"
+	local calls=
+	if [ -n "$ppid" ]; then
+		kill -INT "$ppid"
+		wait "$ppid" 2>/dev/null || true
+		for c in $PERF_CALLS; do calls="$calls $(awk -F, -v e="syscalls:sys_enter_$c" '$3 == e { print $1 + 0 }' "$pf")"; done
+	fi
+	echo "$((bns - ans)) $((btk - atk))$calls"
 }
 
 cpu_run() { # target clients T1 T2 round: one line in cpu.txt
@@ -234,9 +252,12 @@ cpu_run() { # target clients T1 T2 round: one line in cpu.txt
 	x=$(cpu_pgbench "$1" "$2" "$3" "$5")
 	y=$(cpu_pgbench "$1" "$2" "$4" "$5")
 	awk -v t="$1" -v c="$2" -v r="$5" -v x="$x" -v y="$y" -v d="$(($2 * ($4 - $3)))" -v hz="$(getconf CLK_TCK)" \
-		'BEGIN { split(x, a, " "); split(y, b, " ");
-			printf "%s clients=%s round=%s ns_per_txn=%.0f ticks_us_per_txn=%.2f\n", t, c, r,
-				(b[1] - a[1]) / d, (b[2] - a[2]) * 1e6 / hz / d }' |
+		-v names="$PERF_CALLS" \
+		'BEGIN { n = split(x, a, " "); split(y, b, " "); split(names, nm, " ");
+			printf "%s clients=%s round=%s ns_per_txn=%.0f ticks_us_per_txn=%.2f", t, c, r,
+				(b[1] - a[1]) / d, (b[2] - a[2]) * 1e6 / hz / d;
+			for (i = 3; i <= n; i++) printf " %s=%.3f", nm[i - 2], (b[i] - a[i]) / d;
+			printf "\n" }' |
 		tee -a "$OUT/cpu.txt"
 }
 
@@ -264,7 +285,7 @@ if [ "$MODE" = cpu ]; then
 	{
 		echo
 		echo "machine: $(uname -r), $(nproc) CPUs; pgcat $("$PGCAT_BIN" -V 2>&1 | head -1)"
-		echo "command: SC_MODE=cpu bench/syscalls.sh (SC_CLIENTS=\"$CLIENTS\" SC_CPU_TXNS_1=\"$CPU_A1 $CPU_B1\" SC_CPU_TXNS_N=\"$CPU_AN $CPU_BN\" SC_ROUNDS=$ROUNDS SC_TARGETS=\"$TARGETS\")"
+		echo "command: SC_MODE=cpu bench/syscalls.sh (SC_CLIENTS=\"$CLIENTS\" SC_CPU_TXNS_1=\"$CPU_A1 $CPU_B1\" SC_CPU_TXNS_N=\"$CPU_AN $CPU_BN\" SC_ROUNDS=$ROUNDS${PERF:+ SC_PERF=$PERF} SC_TARGETS=\"$TARGETS\")"
 	} | tee -a "$summary"
 	exit 0
 fi
