@@ -38,6 +38,10 @@
 #   SC_CPU_TXNS_1="5000 35000"       cpu mode: T1 T2 at 1 client
 #   SC_CPU_TXNS_N="50 350"           cpu mode: T1 T2 per client at more clients
 #   SC_ROUNDS=5                      cpu mode: rounds over all targets
+#   SC_PIN=1                         pin PostgreSQL and pgbench to CPU 0, the pooler to CPU 1
+#                                    (taskset): every wake-up crosses CPUs, in every run alike,
+#                                    where unpinned runs vary with where the scheduler put them;
+#                                    SC_PIN=one: all of them on CPU 1 (no wake-up crosses CPUs)
 #   SC_PERF=1                        cpu mode: also count sendto, recvfrom, io_uring_enter and
 #                                    epoll_wait per transaction with perf's syscall tracepoints
 #                                    (cheaper than strace, so timing, thus batching, is closer to
@@ -58,6 +62,12 @@ read -r CPU_A1 CPU_B1 <<<"${SC_CPU_TXNS_1:-5000 35000}"
 read -r CPU_AN CPU_BN <<<"${SC_CPU_TXNS_N:-50 350}"
 ROUNDS=${SC_ROUNDS:-5}
 PERF=${SC_PERF:-}
+PIN_PG=() PIN_POOLER=()
+case "${SC_PIN:-}" in
+"") ;;
+one) PIN_PG=(taskset -c 1) PIN_POOLER=(taskset -c 1) ;;
+*) PIN_PG=(taskset -c 0) PIN_POOLER=(taskset -c 1) ;;
+esac
 PERF_CALLS="sendto recvfrom io_uring_enter epoll_wait"
 
 [ "$(id -u)" = 0 ] || { echo "syscalls.sh: run as root (servers are started as user postgres)" >&2; exit 1; }
@@ -115,7 +125,7 @@ synchronous_commit = off
 logging_collector = off
 max_connections = 200
 EOF
-"${AS_PG[@]}" "$PGBIN/postgres" -D "$TMP/pgdata" >"$TMP/postgres.log" 2>&1 &
+${PIN_PG[@]+"${PIN_PG[@]}"} "${AS_PG[@]}" "$PGBIN/postgres" -D "$TMP/pgdata" >"$TMP/postgres.log" 2>&1 &
 PG_PID=$!
 export PGPASSWORD=bench
 for _ in $(seq 100); do "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$PGPORT" && break; sleep 0.1; done
@@ -178,7 +188,7 @@ start_pooler() { # target: sets POOLER_PID and TRACE_PID (the process that serve
 	pgcatB-*) cmd=("$PGCAT_BIN_B" "$TMP/$1.ini") ;;
 	*) cmd=("$PGCAT_BIN" "$TMP/$1.ini") ;;
 	esac
-	"${AS_PG[@]}" "${cmd[@]}" >"$TMP/$1.stderr" 2>&1 &
+	${PIN_POOLER[@]+"${PIN_POOLER[@]}"} "${AS_PG[@]}" "${cmd[@]}" >"$TMP/$1.stderr" 2>&1 &
 	POOLER_PID=$!
 	for _ in $(seq 100); do
 		psql -h 127.0.0.1 -p "$PORT" -U bench -d bench -Atc 'SELECT 1' >/dev/null 2>&1 && break
@@ -217,11 +227,13 @@ traced_run() { # target clients transactions: the strace -c table in $OUT
 # calls per syscall name in an strace -c table
 calls() { awk '$NF ~ /^[a-z_0-9]+$/ && $NF != "total" && $4 ~ /^[0-9]+$/ { print $NF, $4 }' "$1"; }
 
-# nanoseconds on a CPU of every thread of process $1, and its utime + stime in ticks
+# nanoseconds on a CPU of every thread of process $1, its utime + stime in
+# ticks, and its context switches (voluntary: it waited; involuntary: preempted)
 cpu_of() {
 	local ns=0 t
 	for t in /proc/"$1"/task/*/schedstat; do ns=$((ns + $(cut -d' ' -f1 "$t"))); done
-	echo "$ns $(awk '{ print $14 + $15 }' /proc/"$1"/stat)"
+	echo "$ns $(awk '{ print $14 + $15 }' /proc/"$1"/stat) $(awk '/^voluntary_ctxt_switches/ { v = $2 }
+		/^nonvoluntary_ctxt_switches/ { n = $2 } END { print v, n }' /proc/"$1"/status)"
 }
 
 cpu_pgbench() { # target clients transactions-per-client round: prints "ns ticks [calls...]" the run cost
@@ -233,18 +245,18 @@ cpu_pgbench() { # target clients transactions-per-client round: prints "ns ticks
 		sleep 0.5   # attached
 	fi
 	a=$(cpu_of "$TRACE_PID")
-	pgbench -n -S -c "$2" -j 1 -t "$3" -h 127.0.0.1 -p "$PORT" -U bench bench >"$OUT/pgbench-$1-c$2-t$3-r$4.log" 2>&1 ||
+	${PIN_PG[@]+"${PIN_PG[@]}"} pgbench -n -S -c "$2" -j 1 -t "$3" -h 127.0.0.1 -p "$PORT" -U bench bench >"$OUT/pgbench-$1-c$2-t$3-r$4.log" 2>&1 ||
 		{ echo "syscalls.sh: pgbench failed against $1" >&2; tail -5 "$OUT/pgbench-$1-c$2-t$3-r$4.log" >&2; }
 	b=$(cpu_of "$TRACE_PID")
-	read -r ans atk <<<"$a"
-	read -r bns btk <<<"$b"
+	read -r ans atk avc anv <<<"$a"
+	read -r bns btk bvc bnv <<<"$b"
 	local calls=
 	if [ -n "$ppid" ]; then
 		kill -INT "$ppid"
 		wait "$ppid" 2>/dev/null || true
 		for c in $PERF_CALLS; do calls="$calls $(awk -F, -v e="syscalls:sys_enter_$c" '$3 == e { print $1 + 0 }' "$pf")"; done
 	fi
-	echo "$((bns - ans)) $((btk - atk))$calls"
+	echo "$((bns - ans)) $((btk - atk)) $((bvc - avc)) $((bnv - anv))$calls"
 }
 
 cpu_run() { # target clients T1 T2 round: one line in cpu.txt
@@ -254,9 +266,9 @@ cpu_run() { # target clients T1 T2 round: one line in cpu.txt
 	awk -v t="$1" -v c="$2" -v r="$5" -v x="$x" -v y="$y" -v d="$(($2 * ($4 - $3)))" -v hz="$(getconf CLK_TCK)" \
 		-v names="$PERF_CALLS" \
 		'BEGIN { n = split(x, a, " "); split(y, b, " "); split(names, nm, " ");
-			printf "%s clients=%s round=%s ns_per_txn=%.0f ticks_us_per_txn=%.2f", t, c, r,
-				(b[1] - a[1]) / d, (b[2] - a[2]) * 1e6 / hz / d;
-			for (i = 3; i <= n; i++) printf " %s=%.3f", nm[i - 2], (b[i] - a[i]) / d;
+			printf "%s clients=%s round=%s ns_per_txn=%.0f ticks_us_per_txn=%.2f waits=%.3f preempted=%.3f", t, c, r,
+				(b[1] - a[1]) / d, (b[2] - a[2]) * 1e6 / hz / d, (b[3] - a[3]) / d, (b[4] - a[4]) / d;
+			for (i = 5; i <= n; i++) printf " %s=%.3f", nm[i - 4], (b[i] - a[i]) / d;
 			printf "\n" }' |
 		tee -a "$OUT/cpu.txt"
 }
@@ -285,7 +297,7 @@ if [ "$MODE" = cpu ]; then
 	{
 		echo
 		echo "machine: $(uname -r), $(nproc) CPUs; pgcat $("$PGCAT_BIN" -V 2>&1 | head -1)"
-		echo "command: SC_MODE=cpu bench/syscalls.sh (SC_CLIENTS=\"$CLIENTS\" SC_CPU_TXNS_1=\"$CPU_A1 $CPU_B1\" SC_CPU_TXNS_N=\"$CPU_AN $CPU_BN\" SC_ROUNDS=$ROUNDS${PERF:+ SC_PERF=$PERF} SC_TARGETS=\"$TARGETS\")"
+		echo "command: SC_MODE=cpu bench/syscalls.sh (SC_CLIENTS=\"$CLIENTS\" SC_CPU_TXNS_1=\"$CPU_A1 $CPU_B1\" SC_CPU_TXNS_N=\"$CPU_AN $CPU_BN\" SC_ROUNDS=$ROUNDS${PERF:+ SC_PERF=$PERF}${SC_PIN:+ SC_PIN=$SC_PIN} SC_TARGETS=\"$TARGETS\")"
 	} | tee -a "$summary"
 	exit 0
 fi
