@@ -115,6 +115,9 @@ struct io {
 	unsigned recv : 2;           /* enum io_recv: the multishot receive */
 	bool send_in_flight : 1;
 	bool unread : 1;             /* input arrived while paused: on_read owed */
+	/* Off the ring (epoll's recv and send) while the worker serves one
+	 * exchange at a time, back on it when that ends (io.c, ring_go_solo). */
+	bool solo : 1;
 };
 
 bool io_flusher_init(struct io_flusher *f, struct event_base *base) __attribute__((warn_unused_result));

@@ -26,6 +26,8 @@
 static void write_cb(evutil_socket_t fd, short what, void *arg);
 static bool make_dirty(struct io *io);
 static void ring_sync(struct io *io);
+static void ring_note_receiver(struct io_flusher *f, int fd);
+static void ring_rejoin(struct io *io);
 
 /* The multishot receive of a connection on the ring (io.recv). */
 enum io_recv { RECV_OFF, RECV_ON, RECV_CANCELLING };
@@ -282,12 +284,16 @@ static void read_and_report(struct io *io)
 		io->ops->on_event(io, IO_ERROR, err, io_owner(io));
 		return;
 	}
+	if (io->solo)
+		ring_note_receiver(io->flusher, io->fd);
 	io->ops->on_read(io, io_owner(io));
 	if (!io->closed) {
 		io_arm_read(io);
 		/* A record holds more than one read took: no socket event will say so. */
 		if (io->ssl && io->read_armed && SSL_has_pending(io->ssl))
 			event_active(&io->rev, EV_READ, 0);
+		if (io->solo)
+			ring_rejoin(io);
 	}
 }
 
@@ -781,12 +787,70 @@ static void ring_note_receiver(struct io_flusher *f, int fd)
 	f->pair_streak = 0;
 }
 
+/* Is fd one of the two sockets of the one exchange the worker serves? */
+static bool ring_pair_alone(const struct io_flusher *f, int fd)
+{
+	return f->pair_streak >= RING_PAIR_STREAK && (fd == f->pair_fd[0] || fd == f->pair_fd[1]);
+}
+
+/* One exchange at a time (one client and its server): the ring has nothing
+ * to batch, and each receive through it costs the eventfd's wake-up and an
+ * io_uring_enter to run it, where epoll's engine makes one recv. So the
+ * two sockets leave the ring and are read and written as on epoll, once
+ * nothing of theirs is in flight there (no receive, no send, no input owed
+ * to a paused owner): the fd table forgets them, the send record goes, and
+ * libevent watches the socket. */
+static void ring_go_solo(struct io *io)
+{
+	io_ring_detach(io->flusher->ring, io->fd);
+	if (io->send)
+		io_ring_send_free(io->flusher->ring, io->send);
+	io->send = NULL;   /* wev, from here on */
+	io->on_ring = false;
+	io->solo = true;
+	io->write_armed = false;
+	io_arm_read(io);
+}
+
+/* A socket off the ring for one exchange goes back once the worker serves
+ * more (a third socket received), at its next read or flush: its receive
+ * is armed on the ring at the flush. Not while a write waits for room on
+ * epoll, nor for TLS (which stays on epoll). */
+static void ring_rejoin(struct io *io)
+{
+	struct io_flusher *f = io->flusher;
+	if (!io->solo || io->closed || io->ssl || io->write_armed || ring_pair_alone(f, io->fd))
+		return;
+	if (!io_ring_attach(f->ring, io->fd, io))
+		return;   /* out of memory: it stays on epoll, which works as well */
+	if (io->read_armed) {
+		event_del(&io->rev);
+		io->read_armed = false;
+	}
+	if (io->wev)
+		event_free(io->wev);
+	io->wev = NULL;   /* send, from here on */
+	io->solo = false;
+	io->on_ring = true;
+	ring_sync(io);
+}
+
 /* The flush of a connection on the ring: queue its receive (or its
- * cancellation) and a send of what is queued. */
+ * cancellation) and a send of what is queued. It may leave the ring here
+ * (ring_go_solo); io_flush goes on as on epoll then. */
 static void ring_flush(struct io *io)
 {
 	struct io_ring *r = io->flusher->ring;
 	bool want = want_read(io) && !io->ssl;
+	if (want && !io->send_in_flight && !io->unread && ring_pair_alone(io->flusher, io->fd)) {
+		if (io->recv == RECV_OFF) {
+			ring_go_solo(io);
+			return;
+		}
+		/* Its end comes back through ring_recv, which asks for a flush. */
+		if (io->recv == RECV_ON && io_ring_recv_cancel(r, io->fd))
+			io->recv = RECV_CANCELLING;
+	}
 	if (want && io->recv == RECV_OFF) {
 		if (!io_ring_recv(r, io->fd)) {
 			io->ops->on_event(io, IO_ERROR, EAGAIN, io_owner(io));
@@ -948,11 +1012,13 @@ void io_flush(struct io *io)
 	if (io->on_ring) {
 		if (!io->closed)
 			ring_flush(io);
-		return;
+		if (io->on_ring || io->closed)
+			return;
 	}
 	if (io->closed || io->connecting || io->write_armed)
 		return;
-	(void)io_write_some(io);
+	if (io_write_some(io) && io->solo && !io->closed)
+		ring_rejoin(io);
 }
 
 static void flush_dirty(struct io_flusher *f);

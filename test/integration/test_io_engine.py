@@ -267,3 +267,63 @@ def test_one_client_pipeline_of_big_and_small_results_to_a_slow_reader(pgcat, pg
     assert_pool_idle(pg)
     if engine_name == "io_uring":
         wait_until(lambda: ring_buffers(p)[1] == 0, 5, msg="no buffer held once idle")
+
+
+@pytest.mark.parametrize("engine_name", ["io_uring", "epoll"])
+def test_one_client_then_several_then_one_again(pgcat, pg, engine_name):
+    """On io_uring a client and its server alone leave the ring for epoll's
+    recv and send, and go back to it when more clients come
+    (doc/io-engine.md): every round trip is answered across those moves,
+    also while a big result waits for a slow reader."""
+    general = {"default_pool_size": 3}
+    if engine_name == "io_uring":
+        p = io_uring_pgcat(pgcat, general=general)
+    else:
+        p = pgcat(general=dict(general, io_engine="epoll"))
+        assert engine(p) == "epoll"
+
+    def round_trip(r, k):
+        r.send(pgwire.query("SELECT %d" % k))
+        vals = [pgwire.data_row_values(pl)[0] for typ, pl in r.read_until((b"Z",)) if typ == b"D"]
+        assert vals == [str(k)]
+
+    a = p.raw_login()
+    for k in range(40):   # alone
+        round_trip(a, k)
+    others = [p.raw_login() for _ in range(3)]
+    for k in range(40):   # several at once: the pipelines overlap in pgcat
+        for r in [a] + others:
+            r.send(pgwire.query("SELECT %d" % k))
+        for r in [a] + others:
+            vals = [pgwire.data_row_values(pl)[0] for typ, pl in r.read_until((b"Z",)) if typ == b"D"]
+            assert vals == [str(k)]
+    for r in others:
+        r.close()
+    for k in range(40):   # alone again
+        round_trip(a, k)
+    # alone, then a big result the reader takes slowly while another
+    # client comes: the output waits on the socket meanwhile
+    rows = 60000
+    a.send(pgwire.query("SELECT g, repeat('w', 100) FROM generate_series(1, %d) g" % rows))
+    b = p.raw_login()
+    n = 0
+    while True:
+        typ, payload = a.read_msg(timeout=60)
+        if typ == b"Z":
+            break
+        if typ == b"D":
+            n += 1
+            vals = pgwire.data_row_values(payload)
+            assert vals == [str(n), "w" * 100]
+            if n % 10000 == 0:
+                time.sleep(0.2)
+                round_trip(b, n)
+    assert n == rows
+    for k in range(20):
+        round_trip(a, k)
+        round_trip(b, k)
+    a.close()
+    b.close()
+    assert_pool_idle(pg)
+    if engine_name == "io_uring":
+        wait_until(lambda: ring_buffers(p)[1] == 0, 5, msg="no buffer held once idle")
