@@ -56,11 +56,12 @@ struct io_flusher {
 	/* io_uring engine (io_ring.c), NULL: epoll. Plain TCP and Unix
 	 * sockets go through it once connected; TLS and loopbacks do not. */
 	struct io_ring *ring;
-	/* When the ring has nothing to batch, sends skip it (io.c,
-	 * ring_send_alone): completions collected since the ring last woke
-	 * the loop, and the last two sockets that received (the most recent
-	 * first) with how many receives in a row came from one of them (a
-	 * single client and its server). Sockets by number, only compared. */
+	/* When the ring has nothing to batch (one client and its server),
+	 * their sockets leave it (io.c, ring_go_solo) and sends skip it
+	 * meanwhile (ring_send_alone): completions collected since the ring
+	 * last woke the loop, and the last two sockets that received (the
+	 * most recent first) with how many receives in a row came from one of
+	 * them. Sockets by number, only compared. */
 	unsigned ring_turn_work;
 	int pair_fd[2];
 	unsigned pair_streak;

@@ -32,8 +32,9 @@ static void ring_rejoin(struct io *io);
 /* The multishot receive of a connection on the ring (io.recv). */
 enum io_recv { RECV_OFF, RECV_ON, RECV_CANCELLING };
 
-/* Receives in a row from the same two sockets before sends skip the ring
- * (ring_send_alone): four transactions of one client. */
+/* Receives in a row from the same two sockets before those two leave the
+ * ring (ring_go_solo; sends skip it meanwhile, ring_send_alone): four
+ * transactions of one client. */
 #define RING_PAIR_STREAK 8u
 
 /* The struct the connection is embedded in: its callbacks' arg. */
