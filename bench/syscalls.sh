@@ -14,6 +14,17 @@
 # (calls(T2) - calls(T1)) / (clients * (T2 - T1)): what one more transaction
 # costs, without the clients' logins and ends (the same in both runs).
 #
+# With SC_MODE=cpu it measures instead what the same process spends on the
+# CPU (user + system) per transaction, without strace: the sum over its
+# threads of /proc/PID/task/*/schedstat (nanoseconds on a CPU) and utime +
+# stime from /proc/PID/stat (clock ticks, coarse) around two pgbench -t
+# runs, T1 and T2 transactions per client, and as above
+# (cpu(T2) - cpu(T1)) / (clients * (T2 - T1)): the logins (SCRAM) and ends
+# of the clients cancel out. A fixed count of transactions, not a fixed
+# time: CPU per transaction, which a shared machine disturbs far less than
+# throughput. The targets are interleaved: SC_ROUNDS rounds, each starting
+# every target afresh; the summary gives each cell's median.
+#
 # Usage (as root: the servers run as OS user postgres):
 #   bench/syscalls.sh [OUTDIR]       raw strace tables and the summary go to OUTDIR
 # Environment:
@@ -22,6 +33,19 @@
 #   SC_TXNS_N="20 70"                T1 T2 per client at more clients
 #   SC_TARGETS="pgcat-io_uring pgcat-epoll pgbouncer pgbouncer125"
 #   PGCAT_BIN=/path/pgcat            default: build this repository's HEAD (-O2 -g) in a temp dir
+#   PGCAT_BIN_B=/path/pgcat          a second pgcat, targets pgcatB-io_uring, pgcatB-epoll (before/after)
+#   SC_MODE=cpu                      CPU per transaction instead of strace counts (cpu.txt, summary.txt)
+#   SC_CPU_TXNS_1="5000 35000"       cpu mode: T1 T2 at 1 client
+#   SC_CPU_TXNS_N="50 350"           cpu mode: T1 T2 per client at more clients
+#   SC_ROUNDS=5                      cpu mode: rounds over all targets
+#   SC_PIN=1                         pin PostgreSQL and pgbench to CPU 0, the pooler to CPU 1
+#                                    (taskset): every wake-up crosses CPUs, in every run alike,
+#                                    where unpinned runs vary with where the scheduler put them;
+#                                    SC_PIN=one: all of them on CPU 1 (no wake-up crosses CPUs)
+#   SC_PERF=1                        cpu mode: also count sendto, recvfrom, io_uring_enter and
+#                                    epoll_wait per transaction with perf's syscall tracepoints
+#                                    (cheaper than strace, so timing, thus batching, is closer to
+#                                    an untraced run; the counting itself costs a little CPU)
 #   PGBOUNCER125_BIN=/path           default: ../shared/anchors/build-pgbouncer (bench/anchors.sh)
 set -euo pipefail
 
@@ -33,6 +57,18 @@ read -r T1_1 T2_1 <<<"${SC_TXNS_1:-2000 7000}"
 read -r T1_N T2_N <<<"${SC_TXNS_N:-20 70}"
 TARGETS=${SC_TARGETS:-pgcat-io_uring pgcat-epoll pgbouncer pgbouncer125}
 OUT=${1:-}
+MODE=${SC_MODE:-strace}
+read -r CPU_A1 CPU_B1 <<<"${SC_CPU_TXNS_1:-5000 35000}"
+read -r CPU_AN CPU_BN <<<"${SC_CPU_TXNS_N:-50 350}"
+ROUNDS=${SC_ROUNDS:-5}
+PERF=${SC_PERF:-}
+PIN_PG=() PIN_POOLER=()
+case "${SC_PIN:-}" in
+"") ;;
+one) PIN_PG=(taskset -c 1) PIN_POOLER=(taskset -c 1) ;;
+*) PIN_PG=(taskset -c 0) PIN_POOLER=(taskset -c 1) ;;
+esac
+PERF_CALLS="sendto recvfrom io_uring_enter epoll_wait"
 
 [ "$(id -u)" = 0 ] || { echo "syscalls.sh: run as root (servers are started as user postgres)" >&2; exit 1; }
 for b in "$PGBIN/postgres" "$PGBIN/initdb" pgbench psql pgbouncer strace setpriv; do
@@ -89,7 +125,7 @@ synchronous_commit = off
 logging_collector = off
 max_connections = 200
 EOF
-"${AS_PG[@]}" "$PGBIN/postgres" -D "$TMP/pgdata" >"$TMP/postgres.log" 2>&1 &
+${PIN_PG[@]+"${PIN_PG[@]}"} "${AS_PG[@]}" "$PGBIN/postgres" -D "$TMP/pgdata" >"$TMP/postgres.log" 2>&1 &
 PG_PID=$!
 export PGPASSWORD=bench
 for _ in $(seq 100); do "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$PGPORT" && break; sleep 0.1; done
@@ -118,14 +154,14 @@ max_client_conn = 1000
 logfile = $TMP/$1.log
 EOF
 		;;
-	pgcat-*)
+	pgcat-* | pgcatB-*)
 		cat >"$TMP/$1.ini" <<EOF
 [general]
 listen_addr = 127.0.0.1
 listen_port = $PORT
 unix_socket_dir =
 workers = 1
-io_engine = ${1#pgcat-}
+io_engine = ${1#*-}
 pool_mode = transaction
 default_pool_size = 10
 max_client_conn = 1000
@@ -149,16 +185,17 @@ start_pooler() { # target: sets POOLER_PID and TRACE_PID (the process that serve
 	case "$1" in
 	pgbouncer) cmd=(pgbouncer "$TMP/pgbouncer.ini") ;;
 	pgbouncer125) cmd=("$PGBOUNCER125_BIN" "$TMP/pgbouncer125.ini") ;;
+	pgcatB-*) cmd=("$PGCAT_BIN_B" "$TMP/$1.ini") ;;
 	*) cmd=("$PGCAT_BIN" "$TMP/$1.ini") ;;
 	esac
-	"${AS_PG[@]}" "${cmd[@]}" >"$TMP/$1.stderr" 2>&1 &
+	${PIN_POOLER[@]+"${PIN_POOLER[@]}"} "${AS_PG[@]}" "${cmd[@]}" >"$TMP/$1.stderr" 2>&1 &
 	POOLER_PID=$!
 	for _ in $(seq 100); do
 		psql -h 127.0.0.1 -p "$PORT" -U bench -d bench -Atc 'SELECT 1' >/dev/null 2>&1 && break
 		sleep 0.1
 	done
 	TRACE_PID=$POOLER_PID
-	case "$1" in pgcat-*)
+	case "$1" in pgcat-* | pgcatB-*)
 		TRACE_PID=$(pgrep -P "$POOLER_PID" | head -1)
 		[ -n "$TRACE_PID" ] || { echo "syscalls.sh: no pgcat worker" >&2; return 1; } ;;
 	esac
@@ -190,8 +227,80 @@ traced_run() { # target clients transactions: the strace -c table in $OUT
 # calls per syscall name in an strace -c table
 calls() { awk '$NF ~ /^[a-z_0-9]+$/ && $NF != "total" && $4 ~ /^[0-9]+$/ { print $NF, $4 }' "$1"; }
 
+# nanoseconds on a CPU of every thread of process $1, its utime + stime in
+# ticks, and its context switches (voluntary: it waited; involuntary: preempted)
+cpu_of() {
+	local ns=0 t
+	for t in /proc/"$1"/task/*/schedstat; do ns=$((ns + $(cut -d' ' -f1 "$t"))); done
+	echo "$ns $(awk '{ print $14 + $15 }' /proc/"$1"/stat) $(awk '/^voluntary_ctxt_switches/ { v = $2 }
+		/^nonvoluntary_ctxt_switches/ { n = $2 } END { print v, n }' /proc/"$1"/status)"
+}
+
+cpu_pgbench() { # target clients transactions-per-client round: prints "ns ticks [calls...]" the run cost
+	local a b ppid= pf="$OUT/perf-$1-c$2-t$3-r$4.txt" ev=
+	if [ -n "$PERF" ]; then
+		for c in $PERF_CALLS; do ev=$ev${ev:+,}syscalls:sys_enter_$c; done
+		perf stat -x, -e "$ev" -p "$TRACE_PID" -o "$pf" &
+		ppid=$!
+		sleep 0.5   # attached
+	fi
+	a=$(cpu_of "$TRACE_PID")
+	${PIN_PG[@]+"${PIN_PG[@]}"} pgbench -n -S -c "$2" -j 1 -t "$3" -h 127.0.0.1 -p "$PORT" -U bench bench >"$OUT/pgbench-$1-c$2-t$3-r$4.log" 2>&1 ||
+		{ echo "syscalls.sh: pgbench failed against $1" >&2; tail -5 "$OUT/pgbench-$1-c$2-t$3-r$4.log" >&2; }
+	b=$(cpu_of "$TRACE_PID")
+	read -r ans atk avc anv <<<"$a"
+	read -r bns btk bvc bnv <<<"$b"
+	local calls=
+	if [ -n "$ppid" ]; then
+		kill -INT "$ppid"
+		wait "$ppid" 2>/dev/null || true
+		for c in $PERF_CALLS; do calls="$calls $(awk -F, -v e="syscalls:sys_enter_$c" '$3 == e { print $1 + 0 }' "$pf")"; done
+	fi
+	echo "$((bns - ans)) $((btk - atk)) $((bvc - avc)) $((bnv - anv))$calls"
+}
+
+cpu_run() { # target clients T1 T2 round: one line in cpu.txt
+	local x y
+	x=$(cpu_pgbench "$1" "$2" "$3" "$5")
+	y=$(cpu_pgbench "$1" "$2" "$4" "$5")
+	awk -v t="$1" -v c="$2" -v r="$5" -v x="$x" -v y="$y" -v d="$(($2 * ($4 - $3)))" -v hz="$(getconf CLK_TCK)" \
+		-v names="$PERF_CALLS" \
+		'BEGIN { n = split(x, a, " "); split(y, b, " "); split(names, nm, " ");
+			printf "%s clients=%s round=%s ns_per_txn=%.0f ticks_us_per_txn=%.2f waits=%.3f preempted=%.3f", t, c, r,
+				(b[1] - a[1]) / d, (b[2] - a[2]) * 1e6 / hz / d, (b[3] - a[3]) / d, (b[4] - a[4]) / d;
+			for (i = 5; i <= n; i++) printf " %s=%.3f", nm[i - 4], (b[i] - a[i]) / d;
+			printf "\n" }' |
+		tee -a "$OUT/cpu.txt"
+}
+
 summary=$OUT/summary.txt
 : >"$summary"
+if [ "$MODE" = cpu ]; then
+	: >"$OUT/cpu.txt"
+	for r in $(seq "$ROUNDS"); do
+		for t in $TARGETS; do
+			write_config "$t"
+			start_pooler "$t"
+			for c in $CLIENTS; do
+				if [ "$c" = 1 ]; then a=$CPU_A1 b=$CPU_B1; else a=$CPU_AN b=$CPU_BN; fi
+				cpu_run "$t" "$c" "$a" "$b" "$r"
+			done
+			stop_pooler
+		done
+	done
+	# per target and clients: the median of the rounds
+	awk '{ split($4, v, "="); k = $1 " " $2; x[k] = x[k] " " v[2] }
+		END { for (k in x) print k, x[k] }' "$OUT/cpu.txt" | sort |
+		while read -r t c vals; do
+			echo "$t $c ns_per_txn median $(tr ' ' '\n' <<<"$vals" | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }') of:$vals"
+		done | tee -a "$summary"
+	{
+		echo
+		echo "machine: $(uname -r), $(nproc) CPUs; pgcat $("$PGCAT_BIN" -V 2>&1 | head -1)"
+		echo "command: SC_MODE=cpu bench/syscalls.sh (SC_CLIENTS=\"$CLIENTS\" SC_CPU_TXNS_1=\"$CPU_A1 $CPU_B1\" SC_CPU_TXNS_N=\"$CPU_AN $CPU_BN\" SC_ROUNDS=$ROUNDS${PERF:+ SC_PERF=$PERF}${SC_PIN:+ SC_PIN=$SC_PIN} SC_TARGETS=\"$TARGETS\")"
+	} | tee -a "$summary"
+	exit 0
+fi
 for t in $TARGETS; do
 	write_config "$t"
 	start_pooler "$t"

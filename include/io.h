@@ -56,6 +56,15 @@ struct io_flusher {
 	/* io_uring engine (io_ring.c), NULL: epoll. Plain TCP and Unix
 	 * sockets go through it once connected; TLS and loopbacks do not. */
 	struct io_ring *ring;
+	/* When the ring has nothing to batch (one client and its server),
+	 * their sockets leave it (io.c, ring_go_solo) and sends skip it
+	 * meanwhile (ring_send_alone): completions collected since the ring
+	 * last woke the loop, and the last two sockets that received (the
+	 * most recent first) with how many receives in a row came from one of
+	 * them. Sockets by number, only compared. */
+	unsigned ring_turn_work;
+	int pair_fd[2];
+	unsigned pair_streak;
 	/* Every read lands here first: large results stream in big chunks. */
 	uint8_t scratch[65536];
 };
@@ -107,6 +116,9 @@ struct io {
 	unsigned recv : 2;           /* enum io_recv: the multishot receive */
 	bool send_in_flight : 1;
 	bool unread : 1;             /* input arrived while paused: on_read owed */
+	/* Off the ring (epoll's recv and send) while the worker serves one
+	 * exchange at a time, back on it when that ends (io.c, ring_go_solo). */
+	bool solo : 1;
 };
 
 bool io_flusher_init(struct io_flusher *f, struct event_base *base) __attribute__((warn_unused_result));

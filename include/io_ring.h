@@ -67,10 +67,15 @@ size_t io_ring_send_len(const struct io_ring_send *s);
 /* Hand what is queued to the kernel (one system call for all of it), and
  * collect what completed meanwhile. */
 void io_ring_submit(struct io_ring *r);
-/* Collect every completion waiting, calling the handlers. */
-void io_ring_reap(struct io_ring *r);
+/* Collect every completion waiting, calling the handlers; returns how many
+ * there were. */
+unsigned io_ring_reap(struct io_ring *r);
 /* Operations queued and not yet submitted. */
 bool io_ring_pending(const struct io_ring *r);
+/* Nothing queued and no completion waiting (in the queue, or held by the
+ * kernel until our next io_uring_enter): a submit now would carry only
+ * what the caller queues next. Reads shared memory, no system call. */
+bool io_ring_quiet(const struct io_ring *r);
 
 /* For SHOW MEM: the provided buffers (count, size, held by pgcat now). */
 void io_ring_buffers(const struct io_ring *r, unsigned *count, unsigned *size, unsigned *held);

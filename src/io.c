@@ -26,9 +26,16 @@
 static void write_cb(evutil_socket_t fd, short what, void *arg);
 static bool make_dirty(struct io *io);
 static void ring_sync(struct io *io);
+static void ring_note_receiver(struct io_flusher *f, int fd);
+static void ring_rejoin(struct io *io);
 
 /* The multishot receive of a connection on the ring (io.recv). */
 enum io_recv { RECV_OFF, RECV_ON, RECV_CANCELLING };
+
+/* Receives in a row from the same two sockets before those two leave the
+ * ring (ring_go_solo; sends skip it meanwhile, ring_send_alone): four
+ * transactions of one client. */
+#define RING_PAIR_STREAK 8u
 
 /* The struct the connection is embedded in: its callbacks' arg. */
 static inline void *io_owner(struct io *io)
@@ -116,6 +123,36 @@ static bool tls_write_some(struct io *io)
 	return true;
 }
 
+/* One send of what io->out holds, as far as the socket takes it now: the
+ * bytes it took (drained from out), or what send returned (0, or -1 with
+ * errno set). out must not be empty. */
+static ssize_t send_out(struct io *io)
+{
+	/* The usual reply sits in one chain: send() it, cheaper than the
+	 * writev evbuffer_write would make. */
+	struct evbuffer_iovec v[2];
+	int chains = evbuffer_peek(io->out, -1, NULL, v, 2);
+	size_t total = evbuffer_get_length(io->out);
+	ssize_t n;
+	if (chains == 1) {
+		n = send(io->fd, v[0].iov_base, v[0].iov_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	} else if (total <= sizeof io->flusher->scratch) {
+		/* A reply forwarded message by message often ends in a chain
+		 * of its own (the last message moved whole): one copy into the
+		 * scratch buffer and a send cost less than the kernel's writev
+		 * path. */
+		ssize_t got = evbuffer_copyout(io->out, io->flusher->scratch, total);
+		if (got <= 0)
+			return evbuffer_write(io->out, io->fd);
+		n = send(io->fd, io->flusher->scratch, (size_t)got, MSG_NOSIGNAL | MSG_DONTWAIT);
+	} else {
+		return evbuffer_write(io->out, io->fd);   /* drains what it wrote */
+	}
+	if (n > 0)
+		evbuffer_drain(io->out, (size_t)n);
+	return n;
+}
+
 /* Returns false when the socket failed (the owner was told). */
 static bool io_write_some(struct io *io)
 {
@@ -126,32 +163,7 @@ static bool io_write_some(struct io *io)
 	if (io->ssl)
 		return tls_write_some(io);
 	while (io->out && evbuffer_get_length(io->out) > 0) {
-		/* The usual reply sits in one chain: send() it, cheaper than the
-		 * writev evbuffer_write would make. */
-		struct evbuffer_iovec v[2];
-		int chains = evbuffer_peek(io->out, -1, NULL, v, 2);
-		ssize_t n;
-		size_t total = evbuffer_get_length(io->out);
-		if (chains == 1) {
-			n = send(io->fd, v[0].iov_base, v[0].iov_len, MSG_NOSIGNAL | MSG_DONTWAIT);
-			if (n > 0)
-				evbuffer_drain(io->out, (size_t)n);
-		} else if (total <= sizeof io->flusher->scratch) {
-			/* A reply forwarded message by message often ends in a
-			 * chain of its own (the last message moved whole): one copy
-			 * into the scratch buffer and a send cost less than the
-			 * kernel's writev path. */
-			ssize_t got = evbuffer_copyout(io->out, io->flusher->scratch, total);
-			if (got > 0) {
-				n = send(io->fd, io->flusher->scratch, (size_t)got, MSG_NOSIGNAL | MSG_DONTWAIT);
-				if (n > 0)
-					evbuffer_drain(io->out, (size_t)n);
-			} else {
-				n = evbuffer_write(io->out, io->fd);
-			}
-		} else {
-			n = evbuffer_write(io->out, io->fd);
-		}
+		ssize_t n = send_out(io);
 		if (n > 0)
 			continue;
 		int err = errno;
@@ -273,12 +285,16 @@ static void read_and_report(struct io *io)
 		io->ops->on_event(io, IO_ERROR, err, io_owner(io));
 		return;
 	}
+	if (io->solo)
+		ring_note_receiver(io->flusher, io->fd);
 	io->ops->on_read(io, io_owner(io));
 	if (!io->closed) {
 		io_arm_read(io);
 		/* A record holds more than one read took: no socket event will say so. */
 		if (io->ssl && io->read_armed && SSL_has_pending(io->ssl))
 			event_active(&io->rev, EV_READ, 0);
+		if (io->solo)
+			ring_rejoin(io);
 	}
 }
 
@@ -671,6 +687,9 @@ bool io_flusher_init(struct io_flusher *f, struct event_base *base)
 	f->discard = NULL;
 	f->depth = 0;
 	f->ring = NULL;
+	f->ring_turn_work = 0;
+	f->pair_fd[0] = f->pair_fd[1] = -1;
+	f->pair_streak = 0;
 	f->base = base;
 	list_init(&f->tls_closing);
 	f->ev = event_new(base, -1, 0, flusher_cb, f);
@@ -730,12 +749,109 @@ static void ring_sync(struct io *io)
 		event_active(&io->rev, EV_READ, 0);
 }
 
+/* A send the ring would carry alone goes straight to the socket, as on
+ * epoll. That is when the worker serves one exchange at a time (the last
+ * RING_PAIR_STREAK receives came from the same two sockets: one client and
+ * its server), the turn woke for one completion, nothing else is queued
+ * and no completion waits: the io_uring_enter that submits the send would
+ * then be one system call for it alone and cost more than the send (the
+ * record the chains move into, the submission, the completion to
+ * collect). With more clients the ring keeps every send: its enter also
+ * collects what arrived meanwhile, and io_flush_all goes on without a trip
+ * through epoll_wait (sending directly whenever a connection happened to
+ * be alone at its flush tripled the system calls per transaction at 10
+ * clients). Only while nothing of this connection is in flight, so its
+ * bytes keep their order. */
+static bool ring_send_alone(const struct io *io)
+{
+	const struct io_flusher *f = io->flusher;
+	return f->pair_streak >= RING_PAIR_STREAK && f->ring_turn_work <= 1 && f->n_dirty == 0 && !io->send_in_flight &&
+	       (!io->send || io_ring_send_len(io->send) == 0) && io_ring_quiet(f->ring);
+}
+
+/* A receive on fd: does the worker still serve one exchange at a time
+ * (the receives come from the same two sockets, a client and its server)? */
+static void ring_note_receiver(struct io_flusher *f, int fd)
+{
+	if (fd == f->pair_fd[0] || fd == f->pair_fd[1]) {
+		if (fd != f->pair_fd[0]) {
+			f->pair_fd[1] = f->pair_fd[0];
+			f->pair_fd[0] = fd;
+		}
+		if (f->pair_streak < RING_PAIR_STREAK)
+			f->pair_streak++;
+		return;
+	}
+	/* A third socket: a new pair, of it and the last one that received. */
+	f->pair_fd[1] = f->pair_fd[0];
+	f->pair_fd[0] = fd;
+	f->pair_streak = 0;
+}
+
+/* Is fd one of the two sockets of the one exchange the worker serves? */
+static bool ring_pair_alone(const struct io_flusher *f, int fd)
+{
+	return f->pair_streak >= RING_PAIR_STREAK && (fd == f->pair_fd[0] || fd == f->pair_fd[1]);
+}
+
+/* One exchange at a time (one client and its server): the ring has nothing
+ * to batch, and each receive through it costs the eventfd's wake-up and an
+ * io_uring_enter to run it, where epoll's engine makes one recv. So the
+ * two sockets leave the ring and are read and written as on epoll, once
+ * nothing of theirs is in flight there (no receive, no send, no input owed
+ * to a paused owner): the fd table forgets them, the send record goes, and
+ * libevent watches the socket. */
+static void ring_go_solo(struct io *io)
+{
+	io_ring_detach(io->flusher->ring, io->fd);
+	if (io->send)
+		io_ring_send_free(io->flusher->ring, io->send);
+	io->send = NULL;   /* wev, from here on */
+	io->on_ring = false;
+	io->solo = true;
+	io->write_armed = false;
+	io_arm_read(io);
+}
+
+/* A socket off the ring for one exchange goes back once the worker serves
+ * more (a third socket received), at its next read or flush: its receive
+ * is armed on the ring at the flush. Not while a write waits for room on
+ * epoll, nor for TLS (which stays on epoll). */
+static void ring_rejoin(struct io *io)
+{
+	struct io_flusher *f = io->flusher;
+	if (!io->solo || io->closed || io->ssl || io->write_armed || ring_pair_alone(f, io->fd))
+		return;
+	if (!io_ring_attach(f->ring, io->fd, io))
+		return;   /* out of memory: it stays on epoll, which works as well */
+	if (io->read_armed) {
+		event_del(&io->rev);
+		io->read_armed = false;
+	}
+	if (io->wev)
+		event_free(io->wev);
+	io->wev = NULL;   /* send, from here on */
+	io->solo = false;
+	io->on_ring = true;
+	ring_sync(io);
+}
+
 /* The flush of a connection on the ring: queue its receive (or its
- * cancellation) and a send of what is queued. */
+ * cancellation) and a send of what is queued. It may leave the ring here
+ * (ring_go_solo); io_flush goes on as on epoll then. */
 static void ring_flush(struct io *io)
 {
 	struct io_ring *r = io->flusher->ring;
 	bool want = want_read(io) && !io->ssl;
+	if (want && !io->send_in_flight && !io->unread && ring_pair_alone(io->flusher, io->fd)) {
+		if (io->recv == RECV_OFF) {
+			ring_go_solo(io);
+			return;
+		}
+		/* Its end comes back through ring_recv, which asks for a flush. */
+		if (io->recv == RECV_ON && io_ring_recv_cancel(r, io->fd))
+			io->recv = RECV_CANCELLING;
+	}
 	if (want && io->recv == RECV_OFF) {
 		if (!io_ring_recv(r, io->fd)) {
 			io->ops->on_event(io, IO_ERROR, EAGAIN, io_owner(io));
@@ -750,6 +866,19 @@ static void ring_flush(struct io *io)
 	 * connection starting TLS sends nothing more from here. */
 	if (io->send_in_flight || io->ssl || !io->out || evbuffer_get_length(io->out) == 0)
 		return;
+	if (ring_send_alone(io)) {
+		ssize_t n = send_out(io);
+		int err = errno;
+		if (n == 0 || (n < 0 && err != EAGAIN && err != EWOULDBLOCK && err != EINTR)) {
+			io->ops->on_event(io, IO_ERROR, n == 0 ? EPIPE : err, io_owner(io));
+			return;
+		}
+		/* What the socket did not take waits for room in the ring's
+		 * send below (the kernel arms its own poll for it), as any
+		 * partial send on the ring. */
+		if (evbuffer_get_length(io->out) == 0)
+			return;
+	}
 	if (!io->send && !(io->send = io_ring_send_new(r, io->fd, io))) {
 		io->ops->on_event(io, IO_ERROR, ENOMEM, io_owner(io));
 		return;
@@ -769,6 +898,7 @@ static void ring_recv(void *conn, int res, const uint8_t *data, bool more)
 	if (!more)
 		io->recv = RECV_OFF;
 	if (res > 0) {
+		ring_note_receiver(io->flusher, io->fd);
 		struct evbuffer *in = io_in(io);
 		if (!in || evbuffer_add(in, data, (size_t)res) < 0) {
 			io->ops->on_event(io, IO_ERROR, ENOMEM, io_owner(io));
@@ -848,7 +978,7 @@ static void ring_wake(void *arg)
 {
 	struct io_flusher *f = arg;
 	f->depth++;
-	io_ring_reap(f->ring);
+	f->ring_turn_work = io_ring_reap(f->ring);
 	callback_done(f);
 }
 
@@ -883,11 +1013,13 @@ void io_flush(struct io *io)
 	if (io->on_ring) {
 		if (!io->closed)
 			ring_flush(io);
-		return;
+		if (io->on_ring || io->closed)
+			return;
 	}
 	if (io->closed || io->connecting || io->write_armed)
 		return;
-	(void)io_write_some(io);
+	if (io_write_some(io) && io->solo && !io->closed)
+		ring_rejoin(io);
 }
 
 static void flush_dirty(struct io_flusher *f);
@@ -903,7 +1035,7 @@ void io_flush_all(struct io_flusher *f)
 			return;
 		io_ring_submit(f->ring);
 		f->depth++;
-		io_ring_reap(f->ring);
+		f->ring_turn_work += io_ring_reap(f->ring);
 		f->depth--;
 		if (round >= 8) {
 			if (f->n_dirty > 0 || io_ring_pending(f->ring))

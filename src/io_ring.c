@@ -545,8 +545,14 @@ static bool next_cqe(struct io_ring *r, struct io_uring_cqe *out)
 	return false;
 }
 
-void io_ring_reap(struct io_ring *r)
+bool io_ring_quiet(const struct io_ring *r)
 {
+	return io_uring_sq_ready(&r->ring) == 0 && io_uring_cq_ready(&r->ring) == 0 && !kernel_holds_completions(r);
+}
+
+unsigned io_ring_reap(struct io_ring *r)
+{
+	unsigned total = 0;
 	/* Bounded: a peer that keeps the ring busy yields to the loop. */
 	for (int round = 0; round < 16; round++) {
 		if (kernel_holds_completions(r)) {
@@ -573,11 +579,13 @@ void io_ring_reap(struct io_ring *r)
 			io_uring_buf_ring_advance(r->br, r->to_return);
 			r->to_return = 0;
 		}
+		total += seen;
 		if (seen == 0 && !kernel_holds_completions(r))
-			return;
+			return total;
 	}
 	/* Still busy: the next loop turn goes on. */
 	event_active(r->ev, EV_READ, 0);
+	return total;
 }
 
 void io_ring_buffers(const struct io_ring *r, unsigned *count, unsigned *size, unsigned *held)

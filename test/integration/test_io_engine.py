@@ -204,3 +204,126 @@ def test_client_vanishes_mid_result(pgcat, pg, mode):
     assert_pool_idle(pg, timeout=30)
     assert_works(p)
     wait_until(lambda: ring_buffers(p)[1] == 0, 5, msg="no buffer held once idle")
+
+
+@pytest.mark.parametrize("engine_name", ["io_uring", "epoll"])
+def test_one_client_pipeline_of_big_and_small_results_to_a_slow_reader(pgcat, pg, engine_name):
+    """One client, the only one sending: on io_uring its replies go to the
+    socket with a plain send while the ring has nothing else to carry, and
+    through the ring once the socket is full (doc/io-engine.md). A pipeline
+    of small and big results, read slowly while a second client comes and
+    goes, arrives whole and in order; quick round trips work after it."""
+    general = {"default_pool_size": 2}
+    if engine_name == "io_uring":
+        p = io_uring_pgcat(pgcat, general=general)
+    else:
+        p = pgcat(general=dict(general, io_engine="epoll"))
+        assert engine(p) == "epoll"
+    rows = 120000
+    big = "SELECT g, md5(g::text) FROM generate_series(1, %d) g" % rows
+    plan = [("small", 1), ("big", None), ("small", 2), ("small", 3), ("big", None), ("small", 4)]
+    r = p.raw_login()
+    r.send(b"".join(pgwire.query("SELECT %d" % v if kind == "small" else big) for kind, v in plan))
+    other = p.connect()
+    seen = 0
+    for i, (kind, v) in enumerate(plan):
+        got, n, digest = [], 0, hashlib.sha256()
+        while True:
+            m = r.read_msg(timeout=60)
+            assert m is not None, "pgcat closed the connection in result %d" % i
+            typ, payload = m
+            seen += 5 + len(payload) - 1
+            if typ == b"Z":
+                break
+            assert typ in (b"T", b"D", b"C"), (i, typ, payload[:200])
+            if typ != b"D":
+                continue
+            vals = pgwire.data_row_values(payload)
+            if kind == "small":
+                got.append(vals[0])
+                continue
+            n += 1
+            assert vals[0] == str(n), "result %d: row %s arrived as row %d" % (i, vals[0], n)
+            digest.update(vals[1].encode())
+            if n % 15000 == 0:
+                time.sleep(0.15)   # the reader falls behind: the socket fills
+                # meanwhile another client's round trip shares the turns
+                assert other.execute("SELECT %s::int", (n,)).fetchone()[0] == n
+        if kind == "small":
+            assert got == [str(v)], "result %d: %r" % (i, got)
+        else:
+            want = hashlib.sha256()
+            for k in range(1, rows + 1):
+                want.update(hashlib.md5(str(k).encode()).hexdigest().encode())
+            assert n == rows and digest.hexdigest() == want.hexdigest(), "result %d damaged (%d rows)" % (i, n)
+    assert seen > 2 * rows * 40, "the big results were not big"
+    other.close()
+    # back to one small reply per turn
+    for k in range(200):
+        r.send(pgwire.query("SELECT %d" % k))
+        vals = [pgwire.data_row_values(pl)[0] for typ, pl in r.read_until((b"Z",)) if typ == b"D"]
+        assert vals == [str(k)]
+    r.close()
+    assert_pool_idle(pg)
+    if engine_name == "io_uring":
+        wait_until(lambda: ring_buffers(p)[1] == 0, 5, msg="no buffer held once idle")
+
+
+@pytest.mark.parametrize("engine_name", ["io_uring", "epoll"])
+def test_one_client_then_several_then_one_again(pgcat, pg, engine_name):
+    """On io_uring a client and its server alone leave the ring for epoll's
+    recv and send, and go back to it when more clients come
+    (doc/io-engine.md): every round trip is answered across those moves,
+    also while a big result waits for a slow reader."""
+    general = {"default_pool_size": 3}
+    if engine_name == "io_uring":
+        p = io_uring_pgcat(pgcat, general=general)
+    else:
+        p = pgcat(general=dict(general, io_engine="epoll"))
+        assert engine(p) == "epoll"
+
+    def round_trip(r, k):
+        r.send(pgwire.query("SELECT %d" % k))
+        vals = [pgwire.data_row_values(pl)[0] for typ, pl in r.read_until((b"Z",)) if typ == b"D"]
+        assert vals == [str(k)]
+
+    a = p.raw_login()
+    for k in range(40):   # alone
+        round_trip(a, k)
+    others = [p.raw_login() for _ in range(3)]
+    for k in range(40):   # several at once: the pipelines overlap in pgcat
+        for r in [a] + others:
+            r.send(pgwire.query("SELECT %d" % k))
+        for r in [a] + others:
+            vals = [pgwire.data_row_values(pl)[0] for typ, pl in r.read_until((b"Z",)) if typ == b"D"]
+            assert vals == [str(k)]
+    for r in others:
+        r.close()
+    for k in range(40):   # alone again
+        round_trip(a, k)
+    # alone, then a big result the reader takes slowly while another
+    # client comes: the output waits on the socket meanwhile
+    rows = 60000
+    a.send(pgwire.query("SELECT g, repeat('w', 100) FROM generate_series(1, %d) g" % rows))
+    b = p.raw_login()
+    n = 0
+    while True:
+        typ, payload = a.read_msg(timeout=60)
+        if typ == b"Z":
+            break
+        if typ == b"D":
+            n += 1
+            vals = pgwire.data_row_values(payload)
+            assert vals == [str(n), "w" * 100]
+            if n % 10000 == 0:
+                time.sleep(0.2)
+                round_trip(b, n)
+    assert n == rows
+    for k in range(20):
+        round_trip(a, k)
+        round_trip(b, k)
+    a.close()
+    b.close()
+    assert_pool_idle(pg)
+    if engine_name == "io_uring":
+        wait_until(lambda: ring_buffers(p)[1] == 0, 5, msg="no buffer held once idle")
