@@ -27,9 +27,11 @@
 # For each cell (workload x protocol x clients) pgbench -n runs TP_REPEATS
 # times against each instance, interleaved (off on, on off, off on, ...),
 # and the script reports the median tps, the on/off ratio, the median
-# latency and pgcat's CPU time per transaction (utime + stime of the
+# latency, pgcat's CPU time per transaction (utime + stime of the
 # instance's supervisor and worker from /proc/PID/stat over the run /
-# transactions). After the cells it checks that no shard holds a prepared
+# transactions) and PostgreSQL's (postmaster and backends, the same way).
+# Before the cells it times 2,000 appends + fdatasync of a line on
+# state_dir's filesystem alone (machine.txt). After the cells it checks that no shard holds a prepared
 # transaction, that every transfer left both rows (count(KEY_A) on shard 0 =
 # count(KEY_B) on shard 1 = the transfers pgbench counted, amounts summing
 # to 0, no row on the wrong shard), and reports the decision log of "on"
@@ -263,6 +265,27 @@ for w in $WORKLOADS; do
 	done
 done
 
+# What one decision's fdatasync costs on state_dir's filesystem, alone (a
+# line appended and synced, as twophase.c does), for the report.
+$PY - "$STATE_TOP" 2000 <<'EOF' | tee -a "$OUT/machine.txt"
+import os, statistics, sys, time
+p = os.path.join(sys.argv[1], "fdatasync-probe")
+fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+lat = []
+try:
+    for i in range(1, int(sys.argv[2]) + 1):
+        t = time.perf_counter()
+        os.write(fd, b"commit %d\n" % i)
+        os.fdatasync(fd)
+        lat.append((time.perf_counter() - t) * 1e6)
+finally:
+    os.close(fd); os.unlink(p)
+lat.sort()
+print(f"fdatasync probe on state_dir's filesystem: {len(lat)} appends of a line + fdatasync: median "
+      f"{statistics.median(lat):.0f} µs, p10 {lat[len(lat) // 10]:.0f}, p90 {lat[len(lat) * 9 // 10]:.0f}, "
+      f"p99 {lat[len(lat) * 99 // 100]:.0f}, max {lat[-1]:.0f} µs")
+EOF
+
 # ---------------------------------------------------------------- cells
 cat >"$TMP/tp.py" <<'EOF'
 import json, re, subprocess, sys, time
@@ -282,20 +305,20 @@ def ticks(pids):
         u += int(fields[11]); s += int(fields[12])
     return u, s
 
-(_, inst, pid, port, work, proto, clients, rep, secs, script, out) = sys.argv[1:]
+(_, inst, pid, pg_pid, port, work, proto, clients, rep, secs, script, out) = sys.argv[1:]
 clients = int(clients)
 cmd = ["pgbench", "-n", "-f", script, "-M", proto, "-c", str(clients), "-j", str(min(2, clients)),
        "-T", secs, "-h", "127.0.0.1", "-p", port, "-U", "bench", "tp"]
-m0 = sys_cpu(); t0 = time.monotonic(); u0, s0 = ticks([int(pid)])
+m0 = sys_cpu(); t0 = time.monotonic(); u0, s0 = ticks([int(pid)]); pu0, ps0 = ticks([int(pg_pid)])
 p = subprocess.run(cmd, capture_output=True, text=True)
-u1, s1 = ticks([int(pid)]); wall = time.monotonic() - t0; m1 = sys_cpu()
+u1, s1 = ticks([int(pid)]); pu1, ps1 = ticks([int(pg_pid)]); wall = time.monotonic() - t0; m1 = sys_cpu()
 g = lambda rx, conv=float: (lambda m: conv(m.group(1)) if m else None)(re.search(rx, p.stdout, re.M))
 r = {"instance": inst, "workload": work, "protocol": proto, "clients": clients,
      "repeat": int(rep), "seconds": int(secs), "rc": p.returncode, "wall": round(wall, 2),
      "tps": g(r"^tps = ([\d.]+)"), "txn": g(r"^number of transactions actually processed: (\d+)", int),
      "failed": g(r"^number of failed transactions: (\d+)", int),
      "lat_ms": g(r"^latency average = ([\d.]+) ms"),
-     "cpu_ticks_user": u1 - u0, "cpu_ticks_sys": s1 - s0,
+     "cpu_ticks_user": u1 - u0, "cpu_ticks_sys": s1 - s0, "pg_cpu_ticks": pu1 - pu0 + ps1 - ps0,
      "machine_busy_pct": round((m1[0] - m0[0]) * 100 / max(1, m1[1] - m0[1]), 1),
      "load1": float(open("/proc/loadavg").read().split()[0]),
      "errors": [l for l in p.stderr.splitlines() if l.strip()][:3]}
@@ -304,16 +327,17 @@ if r["txn"]:
     r["cpu_us_per_txn"] = (r["cpu_ticks_user"] + r["cpu_ticks_sys"]) * k
     r["user_us_per_txn"] = r["cpu_ticks_user"] * k
     r["sys_us_per_txn"] = r["cpu_ticks_sys"] * k
+    r["pg_cpu_us_per_txn"] = r["pg_cpu_ticks"] * k
 with open(out, "a") as f:
     f.write(json.dumps(r) + "\n")
 bad = "" if p.returncode == 0 and not r["failed"] else f"  rc={p.returncode} failed={r['failed']} {r['errors'][:1]}"
 print(f"  {work:6} {proto:8} c={clients} {inst:3} r{rep} tps={r['tps'] or 0:7.0f} lat={r['lat_ms'] or 0:6.2f}ms "
       f"cpu_us/txn={r.get('cpu_us_per_txn', 0):6.1f} (usr {r.get('user_us_per_txn', 0):5.1f} "
-      f"sys {r.get('sys_us_per_txn', 0):5.1f}) busy={r['machine_busy_pct']}% load={r['load1']}{bad}", flush=True)
+      f"sys {r.get('sys_us_per_txn', 0):5.1f}) pg_us/txn={r.get('pg_cpu_us_per_txn', 0):6.1f} busy={r['machine_busy_pct']}% load={r['load1']}{bad}", flush=True)
 EOF
 
 cell() { # instance workload protocol clients repeat
-	$PY "$TMP/tp.py" "$HERE" "$1" "${PID[$1]}" "${PORT[$1]}" "$2" "$3" "$4" "$5" "$SECS" "$TMP/$2.sql" "$RES"
+	$PY "$TMP/tp.py" "$HERE" "$1" "${PID[$1]}" "$PG_PID" "${PORT[$1]}" "$2" "$3" "$4" "$5" "$SECS" "$TMP/$2.sql" "$RES"
 }
 
 echo "== cells: ${SECS}s x $REPEATS repeats, off/on interleaved (order alternating); workloads: $WORKLOADS, protocols: $PROTOCOLS, clients: $CLIENTS"
@@ -393,9 +417,10 @@ def rng(rs, k):
     v = [r[k] for r in rs if r.get(k) is not None]
     return f"{min(v):.0f}–{max(v):.0f}" if v else "-"
 print("Medians over repeats; ratio = on / off (tps: < 1 is slower with two_phase_commit; CPU: > 1 is more).")
-print("CPU = pgcat's utime+stime (supervisor + worker) over the pgbench run / transactions, in µs.\n")
-print("| workload | protocol | clients | tps off | tps on | tps on/off | tps range off | tps range on | lat ms off | lat ms on | CPU/txn off | CPU/txn on | CPU on/off | busy % |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("CPU = pgcat's utime+stime (supervisor + worker) over the pgbench run / transactions, in µs;")
+print("PG CPU = the same for PostgreSQL (postmaster and every backend, both shards: one server).\n")
+print("| workload | protocol | clients | tps off | tps on | tps on/off | tps range off | tps range on | lat ms off | lat ms on | CPU/txn off | CPU/txn on | CPU on/off | PG CPU/txn off | PG CPU/txn on | busy % |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 order = {"xshard": 0, "single": 1}
 ratios = {}
 for key in sorted(cells, key=lambda k: (order.get(k[0], 9), k[1], k[2])):
@@ -405,7 +430,8 @@ for key in sorted(cells, key=lambda k: (order.get(k[0], 9), k[1], k[2])):
     ratios.setdefault(key[0], []).append((tn / tf, cn / cf))
     bad = sum(1 for r in F + N if r["rc"] or r["failed"])
     print(f"| {key[0]} | {key[1]} | {key[2]} | {tf:.0f} | {tn:.0f} | {tn / tf:.2f} | {rng(F, 'tps')} | {rng(N, 'tps')} | "
-          f"{med(F, 'lat_ms'):.2f} | {med(N, 'lat_ms'):.2f} | {cf:.1f} | {cn:.1f} | {cn / cf:.2f} | {busy:.0f}"
+          f"{med(F, 'lat_ms'):.2f} | {med(N, 'lat_ms'):.2f} | {cf:.1f} | {cn:.1f} | {cn / cf:.2f} | "
+          f"{med(F, 'pg_cpu_us_per_txn'):.1f} | {med(N, 'pg_cpu_us_per_txn'):.1f} | {busy:.0f}"
           f"{' (%d failed runs)' % bad if bad else ''} |")
 print()
 for w, rs in ratios.items():
