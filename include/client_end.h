@@ -98,6 +98,11 @@ struct client_end {
 	bool prep_on;                           /* the client's messages are rewritten (prepared.c) */
 	bool close_when_released;               /* shutdown: the client closes after this transaction */
 	bool hold_ready;                        /* ReadyForQuery 'I' goes through ready_held */
+	/* The server stays linked when a transaction ends ('I') in transaction
+	 * mode: two-phase commit's legs between PREPARE TRANSACTION and COMMIT
+	 * PREPARED, which must not wait for a server of the pool again (the
+	 * clients queued there may wait for this very commit). */
+	bool keep_linked;
 	/* read_your_writes = lsn: the transaction on the link writes; when it
 	 * ends (ReadyForQuery 'I', nothing owed) the server asks its WAL
 	 * position before going back to the pool, and tells wal_position.

@@ -81,6 +81,9 @@ bool fanout_2pc_commit(struct fanout *fo)
 			continue;
 		char gid[TWOPHASE_GID_MAX];
 		twophase_gid(tp, fo->xa_seq, leg->shard, gid, sizeof gid);
+		/* its server stays for COMMIT PREPARED: checking one out of the
+		 * pool again could wait behind clients that wait for this */
+		leg->end.keep_linked = true;
 		put_query(leg, "PREPARE TRANSACTION", gid);
 	}
 	fanout_begin_wait(fo);

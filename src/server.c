@@ -1164,7 +1164,7 @@ static enum pump_step ready_for_query(struct server *s, struct client_end *c, st
 	 * Flush of postgres.js, the next pipeline of pgx) are still being
 	 * answered here: their replies are this client's, so the server stays
 	 * until the ReadyForQuery of their own Sync. */
-	if (s->txn.outstanding == 0 && !s->txn.ext_pending && s->txn.tx_status == 'I' &&
+	if (s->txn.outstanding == 0 && !s->txn.ext_pending && s->txn.tx_status == 'I' && !c->keep_linked &&
 	    (s->sp->pool->mode == POOL_MODE_TRANSACTION || c->close_when_released)) {
 		/* read_your_writes: a transaction that wrote asks its position
 		 * first, while the link still holds (the release follows the

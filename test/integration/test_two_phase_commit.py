@@ -50,6 +50,8 @@ def shards(pg_root):
             with s.connect("shard0") as c:
                 c.execute("CREATE TABLE ledger (id bigint, amount bigint)")
                 c.execute("GRANT ALL ON ledger TO PUBLIC")
+                c.execute("CREATE TABLE acct (id bigint PRIMARY KEY, balance bigint NOT NULL)")
+                c.execute("GRANT ALL ON acct TO PUBLIC")
                 c.execute("CREATE TABLE hp (id bigint) PARTITION BY HASH (id)")
         global KEY_A, KEY_B
         with servers[0].connect("shard0") as c:
@@ -90,18 +92,18 @@ def ledger(s):
     return s.sql("SELECT id, amount FROM ledger ORDER BY id, amount", dbname="shard0")
 
 
-def start(pgcat, shards, tmp_path, env=None, two_phase=True, general=None, **kw):
+def start(pgcat, shards, tmp_path, env=None, two_phase=True, general=None, pool_size=4, **kw):
     g = {"two_phase_commit": "true" if two_phase else "false", "state_dir": str(tmp_path / "state"),
          "two_phase_recovery_interval": "1000", "prepared_statements": "true"}
     g.update(general or {})
     pool = {
         "query_parser_enabled": "true",
         "sharding_function": "pg_bigint_hash",
-        "sharded_tables": "ledger.id",
+        "sharded_tables": "ledger.id, acct.id",
         "default_shard": "0",
         "shards": {i: {"database": "shard0", "servers": "127.0.0.1:%d:primary" % s.port}
                    for i, s in enumerate(shards)},
-        "users": {"app": {"password": PASSWORDS["app"], "pool_size": "4"}},
+        "users": {"app": {"password": PASSWORDS["app"], "pool_size": str(pool_size)}},
     }
     return pgcat(general=g, pools={"tpc": pool}, env=env, **kw)
 
@@ -362,26 +364,69 @@ def test_client_gone_at_commit(pgcat, clean, tmp_path):
         c2.execute(transfer_sql(1))
 
 
+def keys_on(shard, n):
+    """n keys that pg_bigint_hash puts on shard (of 2), by PostgreSQL's own hash."""
+    return [r[0] for r in
+            (KEYS_SERVER[0].sql("SELECT g FROM generate_series(1, 10000) g WHERE "
+                                "satisfies_hash_partition('hp'::regclass, 2, %d, g::bigint) LIMIT %d" % (shard, n),
+                                dbname="shard0"))]
+
+
+KEYS_SERVER = []
+
+
 def test_transfers_under_restarts_keep_the_total(pgcat, clean, tmp_path):
-    """50 clients move amounts between an account on each shard (one split
-    INSERT per transfer) for a minute while pgcat is killed and started
-    again at random: the ledger's total over both shards stays 0 and every
-    transfer is on both shards or on neither."""
+    """50 clients move money between accounts on different shards for a
+    minute while pgcat is killed and started again at random. Half of them
+    transfer in one transaction of two UPDATEs, one on each shard (the
+    transaction goes on to the second shard); the other half write a
+    transfer as a debit and a credit row of a ledger in one split INSERT.
+    After the last restart: the accounts' total over both shards is what it
+    was, the ledger sums to 0, and each ledger transfer is on both shards or
+    on neither."""
     shards = clean
+    KEYS_SERVER[:] = [shards[0]]
+    n_accts = 20
+    accts = [keys_on(0, n_accts), keys_on(1, n_accts)]
+    for i, s in enumerate(shards):
+        s.sql("TRUNCATE acct", dbname="shard0")
+        s.sql("INSERT INTO acct SELECT unnest(%s::bigint[]), 1000", (accts[i],), dbname="shard0")
+    total_before = 2 * n_accts * 1000
     duration = float(os.environ.get("PGCAT_2PC_LOAD_SECONDS", "60"))
-    p = start(pgcat, shards, tmp_path, general={"workers": "2"})
+    # A write on two shards holds a server of each at once: with fewer
+    # servers than such clients they could wait for each other until
+    # query_wait_timeout (doc/sharding.md), so the pool has one per client.
+    p = start(pgcat, shards, tmp_path, general={"workers": "2"}, pool_size=50)
     stop = threading.Event()
-    ok = [0]
+    ok = [0, 0]
     failed = [0]
 
     def client(n):
         rnd = random.Random(n)
+        spread = n % 2 == 1
         while not stop.is_set():
             try:
-                with connect(p, connect_timeout=3) as c:
+                with connect(p, connect_timeout=3, autocommit=not spread) as c:
+                    c.execute("SET lock_timeout = '5s'")
+                    if spread:
+                        c.commit()
                     while not stop.is_set():
-                        c.execute(transfer_sql(rnd.randint(1, 1000)))
-                        ok[0] += 1
+                        x = rnd.randint(1, 100)
+                        if spread:
+                            # shard 0's row first, then shard 1's: one order, no
+                            # lock cycle across the shards
+                            a, b = rnd.choice(accts[0]), rnd.choice(accts[1])
+                            sign = rnd.choice((1, -1))
+                            try:
+                                c.execute("UPDATE acct SET balance = balance - %s WHERE id = %s", (sign * x, a))
+                                c.execute("UPDATE acct SET balance = balance + %s WHERE id = %s", (sign * x, b))
+                                c.commit()
+                                ok[1] += 1
+                            except psycopg.errors.LockNotAvailable:
+                                c.rollback()
+                        else:
+                            c.execute(transfer_sql(x))
+                            ok[0] += 1
             except psycopg.Error:
                 failed[0] += 1
                 time.sleep(0.1)
@@ -403,9 +448,11 @@ def test_transfers_under_restarts_keep_the_total(pgcat, clean, tmp_path):
     p.stopped_by_test = False
     ledgers = settled(shards, 30)
     total = sum(a for _, a in ledgers[0]) + sum(a for _, a in ledgers[1])
-    assert total == 0, "the total changed: %d" % total
+    assert total == 0, "the ledger's total changed: %d" % total
     assert len(ledgers[0]) == len(ledgers[1]), (len(ledgers[0]), len(ledgers[1]))
-    assert restarts >= 3 and ok[0] > 100, (restarts, ok[0], failed[0])
+    balances = sum(s.sql("SELECT coalesce(sum(balance), 0) FROM acct", dbname="shard0")[0][0] for s in shards)
+    assert balances == total_before, "the accounts' total changed: %d, was %d" % (balances, total_before)
+    assert restarts >= 3 and ok[0] > 100 and ok[1] > 100, (restarts, ok, failed[0])
 
 
 # ---- a transaction that goes on to other shards, statement by statement ----
