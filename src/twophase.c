@@ -456,7 +456,7 @@ static bool open_log(struct twophase *tp, char *why, size_t whylen)
 	}
 	tp->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (tp->fd < 0 || !sync_dir(tp->dir)) {
-		snprintf(why, whylen, "cannot open the decision log %s: %s", path, strerror(errno));
+		snprintf(why, whylen, "cannot open the decision log %.160s: %.60s", path, strerror(errno));
 		if (tp->fd >= 0)
 			close(tp->fd);
 		tp->fd = -1;
