@@ -22,6 +22,7 @@
 #include "auth_md5.h"
 #include "config.h"
 #include "context.h"
+#include "hexdigit.h"
 #include "log.h"
 
 /* The own log is rewritten (keeping only what may still be needed) once
@@ -111,15 +112,12 @@ static bool read_hex32(const char **s, char sep, uint32_t *out)
 	uint32_t v = 0;
 	int n = 0;
 	for (; n < 8; n++, p++) {
-		char ch = *p;
-		unsigned d;
-		if (ch >= '0' && ch <= '9')
-			d = (unsigned)(ch - '0');
-		else if (ch >= 'a' && ch <= 'f')
-			d = (unsigned)(ch - 'a' + 10);
-		else
+		/* Lower case only: pgcat writes its gids and log names so, and
+		 * one spelling per value keeps "is this mine" a plain compare. */
+		int d = hex_digit_value((unsigned char)*p);
+		if (d < 0 || (*p >= 'A' && *p <= 'F'))
 			break;
-		v = v << 4 | d;
+		v = v << 4 | (uint32_t)d;
 	}
 	if (n != 8 || *p != sep)
 		return false;
