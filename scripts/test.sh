@@ -92,9 +92,9 @@ phase "unit tests" "$t"
 
 # --- 3b. fuzzing (libFuzzer targets of the parsers, doc/fuzzing.md) ------------
 t=$(date +%s)
-log "fuzzing: each target for ${FUZZ_SECONDS:-15}s (scripts/fuzz.sh)"
+log "fuzzing: each target for ${FUZZ_SECONDS:-8}s (scripts/fuzz.sh)"
 fuzz_rc=0
-FUZZ_SECONDS=${FUZZ_SECONDS:-15} bash scripts/fuzz.sh || fuzz_rc=$?
+FUZZ_SECONDS=${FUZZ_SECONDS:-8} bash scripts/fuzz.sh || fuzz_rc=$?
 phase fuzzing "$t"
 
 # --- 3c. PostgreSQL 13 to 18 and libpq 18 (issue 26) ---------------------------
