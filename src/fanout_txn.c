@@ -389,10 +389,9 @@ static void txn_learned(struct fanout *fo)
 	struct fanout_leg *leg = &fo->legs[fo->txn_home];
 	char vals[3][32];
 	int n_vals = 0;
-	char sqlstate[6] = "08006", why[300];
-	bool failed = false, ended = false;
+	char sqlstate[6] = "", why[300] = "";
+	bool errored = false, odd = false, ended = false;
 	char status = 'E';
-	snprintf(why, sizeof why, "cross-shard transaction: shard %d's connection was lost", leg->shard);
 	struct fanout_walk w;
 	const uint8_t *msg;
 	size_t total;
@@ -402,10 +401,10 @@ static void txn_learned(struct fanout *fo)
 			if (n_vals < 3 && datarow_text(msg, total, vals[n_vals], sizeof vals[0]))
 				n_vals++;
 			else
-				failed = true;
-		} else if (msg[0] == PqMsg_ErrorResponse && !failed) {
+				odd = true;
+		} else if (msg[0] == PqMsg_ErrorResponse && !errored) {
 			struct proto_error_fields e;
-			failed = true;
+			errored = true;
 			if (proto_parse_error(msg + 5, total - 5, &e) && e.sqlstate && e.message) {
 				snprintf(sqlstate, sizeof sqlstate, "%s", e.sqlstate);
 				snprintf(why, sizeof why, "%s", e.message);
@@ -417,9 +416,20 @@ static void txn_learned(struct fanout *fo)
 	}
 	fanout_walk_done(&w, leg);
 	struct txn_mode m;
-	if (!failed && ended && status == 'T' && !leg->lost && !leg->too_big && n_vals == 3 &&
-	    txn_mode_from_settings(vals[0], vals[1], vals[2], &m) &&
-	    txn_mode_begin_sql(&m, fo->txn_begin, sizeof fo->txn_begin) > 0) {
+	if (errored) {
+		if (!why[0]) {   /* (an error pgcat could not read) */
+			snprintf(sqlstate, sizeof sqlstate, "%s", "XX000");
+			snprintf(why, sizeof why, "cross-shard transaction: shard %d failed", leg->shard);
+		}
+	} else if (leg->lost || leg->too_big || !ended) {
+		snprintf(sqlstate, sizeof sqlstate, "%s", SQLSTATE_CONNECTION_FAILURE);
+		snprintf(why, sizeof why, "cross-shard transaction: shard %d's connection was lost", leg->shard);
+	} else if (odd || status != 'T' || n_vals != 3 || !txn_mode_from_settings(vals[0], vals[1], vals[2], &m) ||
+		   txn_mode_begin_sql(&m, fo->txn_begin, sizeof fo->txn_begin) == 0) {
+		snprintf(sqlstate, sizeof sqlstate, "%s", "XX000");
+		snprintf(why, sizeof why, "cross-shard transaction: shard %d did not tell its transaction's isolation level",
+			 leg->shard);
+	} else {
 		log_debug("C-%llu: the transaction on shard %d is %s, %s%s", (unsigned long long)c->id, leg->shard, vals[0],
 			  m.read_only ? "read only" : "read write", m.deferrable ? ", deferrable" : "");
 		/* the request that spread it, read again where it waited */
@@ -430,18 +440,14 @@ static void txn_learned(struct fanout *fo)
 		if (evbuffer_copyout(c->io.in, h, 5) == 5) {
 			f.type = h[0];
 			f.len = proto_get_u32(h + 1);
-			why[0] = '\0';
 			if (read_request(c, &f, &q, &need, why, sizeof why) == 1 &&
 			    run_request(fo, fo->txn_first, &q, why, sizeof why))
 				return;
 		}
+		snprintf(sqlstate, sizeof sqlstate, "%s", SQLSTATE_CONNECTION_FAILURE);
 		if (!why[0])
 			snprintf(why, sizeof why, "cross-shard transaction: the request that went on to shard %d was lost",
 				 fo->txn_first);
-	} else if (!failed && ended) {
-		snprintf(why, sizeof why, "cross-shard transaction: shard %d did not tell its transaction's isolation level",
-			 leg->shard);
-		snprintf(sqlstate, sizeof sqlstate, "%s", "XX000");
 	}
 	log_debug("C-%llu: %s", (unsigned long long)c->id, why);
 	txn_fail(fo, sqlstate, why);   /* (the request waiting gets the error) */
