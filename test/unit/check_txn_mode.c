@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "check_suites.h"
+#include "router.h"
 #include "txn_mode.h"
 
 START_TEST(test_from_settings)
@@ -55,6 +56,26 @@ START_TEST(test_begin_sql)
 }
 END_TEST
 
+/* A leg is routed by its first statement (route_pick_leg): the one that
+ * opens a read-only transaction must go where a plain BEGIN goes, a
+ * primary (a read-only BEGIN would be sent to a replica, where PREPARE
+ * TRANSACTION cannot run): the parser sees several statements, a write. */
+START_TEST(test_begin_sql_routes_as_a_write)
+{
+	char buf[128];
+	struct txn_mode m = { TXN_ISO_SERIALIZABLE, true, true };
+	size_t n = txn_mode_begin_sql(&m, buf, sizeof buf);
+	ck_assert_uint_gt(n, 0);
+	struct router_rules rules = { .max_length = 65536 };
+	struct router_verdict v;
+	ck_assert(router_classify(buf, n, &rules, &v));
+	ck_assert(v.multi_statement);
+	ck_assert(v.writes);
+	ck_assert(!v.begin_read_only);
+	ck_assert(!v.ends);
+}
+END_TEST
+
 static bool sets(const char *sql) { return txn_mode_statement_sets(sql, strlen(sql)); }
 
 START_TEST(test_statement_sets)
@@ -87,6 +108,7 @@ Suite *txn_mode_suite(void)
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_from_settings);
 	tcase_add_test(tc, test_begin_sql);
+	tcase_add_test(tc, test_begin_sql_routes_as_a_write);
 	tcase_add_test(tc, test_statement_sets);
 	suite_add_tcase(s, tc);
 	return s;
