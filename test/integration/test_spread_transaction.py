@@ -7,11 +7,17 @@ BEGIN or START TRANSACTION, SET TRANSACTION before the transaction spread,
 the session's default_transaction_isolation, psycopg's isolation_level and
 read_only, asyncpg's transaction(isolation=..., readonly=...). Both
 protocols. A SET TRANSACTION once it spread is refused (it would change one
-shard's transaction only): the whole transaction rolls back.
+shard's transaction only): the whole transaction rolls back. If the first
+shard cannot tell (its server gone as pgcat asks), the statement that went
+on gets the error and the whole transaction fails.
 
 The shards are test_two_phase_commit's own two PostgreSQL servers (with
 max_prepared_transactions > 0)."""
 import asyncio
+import os
+import signal
+import threading
+import time
 
 import asyncpg
 import psycopg
@@ -199,3 +205,43 @@ def test_set_transaction_once_spread_is_refused(pgcat, clean, tmp_path, statemen
         cur.execute("INSERT INTO ledger (id, amount) VALUES (%d, 6)" % tpc.KEY_B)
         c.commit()
     assert tpc.settled(shards, 5) == [[(tpc.KEY_A, -6)], [(tpc.KEY_B, 6)]]
+
+
+def test_first_shard_lost_as_the_transaction_spreads(pgcat, clean, tmp_path):  # noqa: F811
+    """The shard the transaction began on cannot tell its characteristics:
+    its backend, frozen, is terminated while pgcat asks. The statement for
+    the second shard gets the error and runs nowhere, the transaction is
+    failed until ROLLBACK, and then the client goes on."""
+    shards = clean
+    p = tpc.start(pgcat, shards, tmp_path)
+    with tpc.connect(p, autocommit=False) as c:
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (tpc.KEY_A, -8))
+        pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]   # (no key: shard 0's)
+        box = {}
+
+        def spread():
+            try:
+                c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (tpc.KEY_B, 8))
+                box["ok"] = True
+            except psycopg.Error as e:
+                box["error"] = e
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            th = threading.Thread(target=spread, daemon=True)
+            th.start()
+            time.sleep(0.5)   # pgcat's question waits in the frozen backend's socket
+            assert shards[0].sql("SELECT pg_terminate_backend(%d)" % pid, dbname="postgres") == [(True,)]
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        th.join(15)
+        assert not th.is_alive()
+        assert "ok" not in box, "the statement ran on shard 1"
+        assert box["error"].sqlstate in ("57P01", "08006"), box["error"]
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            c.execute("SELECT 1 FROM ledger WHERE id = %s", (tpc.KEY_B,))
+        c.rollback()
+        nothing_left(shards)
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (tpc.KEY_A, -9))
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (tpc.KEY_B, 9))
+        c.commit()
+    assert tpc.settled(shards, 5) == [[(tpc.KEY_A, -9)], [(tpc.KEY_B, 9)]]
