@@ -188,6 +188,12 @@ struct fanout {
 	struct fanout_leg *txn_leg;
 	bool txn_drop_parse;
 	bool txn_strip_ready;     /* the client's request ended by Flush: no ReadyForQuery for it */
+	/* TXN: the Query that opens another shard's transaction with the
+	 * characteristics (isolation, read-only, deferrable) of the one it
+	 * began on, learnt there when it spread (txn_mode.h); and the shard
+	 * of the request that spread it, run once they are known */
+	char txn_begin[96];
+	int txn_first;
 	int n_legs, n_done;
 	struct fanout_leg legs[];
 };

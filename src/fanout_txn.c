@@ -8,8 +8,10 @@
  * a request, the server owing nothing, the transaction becomes a fan-out
  * of kind TXN: the client's server moves, as it is, to the leg of its
  * shard (fanout_adopt_leg), and each request from then on runs on the leg
- * of its own shard, that leg's transaction opened (BEGIN) when first
- * needed. The client gets each request's replies as the shard sent them
+ * of its own shard, that leg's transaction opened when first needed with
+ * the isolation level, read-only and deferrable of the transaction on the
+ * shard it began on (asked there once, as it spreads: txn_mode.h). The
+ * client gets each request's replies as the shard sent them
  * (the ParseComplete of a Parse pgcat added dropped), and the transaction
  * stays parked between requests (xs->parked). Its COMMIT commits on every
  * shard it touched in two phases (fanout_2pc.c), its ROLLBACK rolls them
@@ -20,7 +22,8 @@
  * up to its Sync (Parse, Describe, Bind, Execute), its statement by its
  * text (a named statement is parsed again unnamed on the leg). Refused
  * (the transaction fails): a statement for several shards, SAVEPOINT and
- * its kin, COPY, an Execute with a row limit, a request ended by Flush.
+ * its kin, COPY, an Execute with a row limit, a request ended by Flush,
+ * and SET TRANSACTION (it would change one shard's transaction only).
  */
 #include "fanout.h"
 #include "fanout_internal.h"
@@ -40,9 +43,15 @@
 #include "router.h"
 #include "shardkey.h"
 #include "sqllex.h"
+#include "txn_mode.h"
 
 static void txn_answered(struct fanout *fo);
 static void txn_ended(struct fanout *fo);
+static void txn_learned(struct fanout *fo);
+
+#define WHY_SET_TRANSACTION                                                                                       \
+	"cross-shard transaction: SET TRANSACTION cannot run in a transaction spread over several shards (it would " \
+	"change one shard's transaction only): give the isolation level and READ ONLY in its BEGIN"
 
 bool fanout_parked_txn(const struct client *c)
 {
@@ -144,6 +153,10 @@ static int read_request(struct client *c, const struct proto_frame *f, struct tx
 					      "in a transaction spread over several shards");
 			return -1;
 		}
+		if (txn_mode_statement_sets(q->query, ql)) {
+			snprintf(why, whylen, "%s", WHY_SET_TRANSACTION);
+			return -1;
+		}
 		return 1;
 	}
 	size_t lim = have < FANOUT_REQUEST_MAX ? have : FANOUT_REQUEST_MAX;
@@ -191,18 +204,31 @@ static int read_request(struct client *c, const struct proto_frame *f, struct tx
 				      "end the transaction cannot run in a transaction spread over several shards");
 		return -1;
 	}
+	if (txn_mode_statement_sets(q->sql, strlen(q->sql))) {
+		snprintf(why, whylen, "%s", WHY_SET_TRANSACTION);
+		return -1;
+	}
 	return 1;
 }
 
-/* The leg of shard, opened (its transaction's BEGIN queued) if it was not. */
+/* The leg of shard, opened (its transaction's BEGIN queued) if it was not:
+ * with the characteristics of the transaction on the shard it began on
+ * (fo->txn_begin, learnt as it spread), so that every shard's part runs
+ * at the isolation level, read-only and deferrable the client chose. */
 static struct fanout_leg *leg_for(struct fanout *fo, int shard, char *why, size_t whylen)
 {
 	struct fanout_leg *leg = &fo->legs[shard];
 	if (leg->fo)
 		return leg->lost || !leg->io_open ? NULL : leg;
+	size_t n = strnlen(fo->txn_begin, sizeof fo->txn_begin);
+	if (n == 0 || n == sizeof fo->txn_begin) {
+		snprintf(why, whylen, "cross-shard transaction: the transaction's isolation level is not known");
+		return NULL;
+	}
 	if (!fanout_open_leg(fo, shard, shard, why, whylen))
 		return NULL;
-	fanout_put_msg(fanout_leg_out(leg), PqMsg_Query, "BEGIN", 6, NULL, 0);
+	/* (one Query: its replies up to ReadyForQuery are not the client's) */
+	fanout_put_msg(fanout_leg_out(leg), PqMsg_Query, fo->txn_begin, n + 1, NULL, 0);
 	leg->begin_pending = true;
 	return leg;
 }
@@ -320,14 +346,112 @@ bool fanout_txn_cross(struct client *c, struct server *s, const struct proto_fra
 	fanout_ev(c)->tx_spread(c);
 	log_debug("C-%llu: the transaction on shard %d goes on to shard %d (two-phase commit)", (unsigned long long)c->id,
 		  here, shard);
-	if (!run_request(fo, shard, &q, why, whylen)) {
-		/* (the server moved: the transaction cannot go back to the link) */
-		char msg[256];
-		snprintf(msg, sizeof msg, "%s", why);
-		txn_fail(fo, "08006", msg);
-		why[0] = '\0';
-	}
+	/* First the characteristics of the transaction here, however the
+	 * client set them (its BEGIN, SET TRANSACTION, the session's
+	 * defaults): every shard's transaction gets the same. The request
+	 * waits in the client's input meanwhile (txn_learned runs it). */
+	struct fanout_leg *home = &fo->legs[here];
+	fo->txn_first = shard;
+	fanout_put_msg(fanout_leg_out(home), PqMsg_Query, TXN_MODE_PROBE, sizeof TXN_MODE_PROBE, NULL, 0);
+	home->ready_needed = 1;
+	home->begin_pending = false;
+	home->want_copy_in = false;
+	fo->txn_leg = home;
+	fo->phase = PHASE_RUN;
+	fo->phase_done = txn_learned;
+	fanout_ev(c)->started(c, fo);
+	fanout_wait_one(fo, home);
 	return true;
+}
+
+/* The first column of a DataRow as text, into out. false: none, NULL, or
+ * longer than out holds. */
+static bool datarow_text(const uint8_t *msg, size_t len, char *out, size_t outsz)
+{
+	if (len < 11 || (msg[5] == 0 && msg[6] == 0))
+		return false;   /* (no column) */
+	uint32_t vl = proto_get_u32(msg + 7);
+	if (vl == UINT32_MAX || vl >= outsz || vl > len - 11)
+		return false;
+	memcpy(out, msg + 11, vl);
+	out[vl] = '\0';
+	return true;
+}
+
+/* The shard the transaction began on told its characteristics
+ * (TXN_MODE_PROBE): they open every other shard's transaction from now
+ * on, and the request that spread it runs. If it could not tell (an
+ * error, the server lost), the transaction fails everywhere and that
+ * request gets the error, as when its shard cannot be reached. */
+static void txn_learned(struct fanout *fo)
+{
+	struct client *c = fo->c;
+	struct fanout_leg *leg = &fo->legs[fo->txn_home];
+	char vals[3][32];
+	int n_vals = 0;
+	char sqlstate[6] = "", why[300] = "";
+	bool errored = false, odd = false, ended = false;
+	char status = 'E';
+	struct fanout_walk w;
+	const uint8_t *msg;
+	size_t total;
+	fanout_walk_start(&w, leg);
+	while (fanout_walk_next(&w, &msg, &total)) {
+		if (msg[0] == PqMsg_DataRow) {
+			if (n_vals < 3 && datarow_text(msg, total, vals[n_vals], sizeof vals[0]))
+				n_vals++;
+			else
+				odd = true;
+		} else if (msg[0] == PqMsg_ErrorResponse && !errored) {
+			struct proto_error_fields e;
+			errored = true;
+			if (proto_parse_error(msg + 5, total - 5, &e) && e.sqlstate && e.message) {
+				snprintf(sqlstate, sizeof sqlstate, "%s", e.sqlstate);
+				snprintf(why, sizeof why, "%s", e.message);
+			}
+		} else if (msg[0] == PqMsg_ReadyForQuery) {
+			status = total >= 6 ? (char)msg[5] : 'E';
+			ended = true;
+		}
+	}
+	fanout_walk_done(&w, leg);
+	struct txn_mode m;
+	if (errored) {
+		if (!why[0]) {   /* (an error pgcat could not read) */
+			snprintf(sqlstate, sizeof sqlstate, "%s", "XX000");
+			snprintf(why, sizeof why, "cross-shard transaction: shard %d failed", leg->shard);
+		}
+	} else if (leg->lost || leg->too_big || !ended) {
+		snprintf(sqlstate, sizeof sqlstate, "%s", SQLSTATE_CONNECTION_FAILURE);
+		snprintf(why, sizeof why, "cross-shard transaction: shard %d's connection was lost", leg->shard);
+	} else if (odd || status != 'T' || n_vals != 3 || !txn_mode_from_settings(vals[0], vals[1], vals[2], &m) ||
+		   txn_mode_begin_sql(&m, fo->txn_begin, sizeof fo->txn_begin) == 0) {
+		snprintf(sqlstate, sizeof sqlstate, "%s", "XX000");
+		snprintf(why, sizeof why, "cross-shard transaction: shard %d did not tell its transaction's isolation level",
+			 leg->shard);
+	} else {
+		log_debug("C-%llu: the transaction on shard %d is %s, %s%s", (unsigned long long)c->id, leg->shard, vals[0],
+			  m.read_only ? "read only" : "read write", m.deferrable ? ", deferrable" : "");
+		/* the request that spread it, read again where it waited */
+		uint8_t h[5];
+		struct proto_frame f;
+		struct txn_request q;
+		uint32_t need = 0;
+		if (evbuffer_copyout(c->io.in, h, 5) == 5) {
+			f.type = h[0];
+			f.len = proto_get_u32(h + 1);
+			if (read_request(c, &f, &q, &need, why, sizeof why) == 1 &&
+			    run_request(fo, fo->txn_first, &q, why, sizeof why))
+				return;
+		}
+		snprintf(sqlstate, sizeof sqlstate, "%s", SQLSTATE_CONNECTION_FAILURE);
+		if (!why[0])
+			snprintf(why, sizeof why, "cross-shard transaction: the request that went on to shard %d was lost",
+				 fo->txn_first);
+	}
+	log_debug("C-%llu: %s", (unsigned long long)c->id, why);
+	txn_fail(fo, sqlstate, why);   /* (the request waiting gets the error) */
+	fanout_ev(c)->answered(c);
 }
 
 bool fanout_txn_message(struct client *c, const struct proto_frame *f, const struct shardkey_result *where)
