@@ -288,6 +288,20 @@ static bool run_command(struct client *c, const char *sql)
 			/* The supervisor passes it on to the other workers. */
 			if (w->shm->h->n_workers > 1)
 				kill(getppid(), SIGHUP);
+			/* two_phase_commit on for shards not checked yet: the new
+			 * configuration waits for their answers (worker_reload), and
+			 * this answer does not (the loop must not block on it). */
+			if (w->reload_check) {
+				uint8_t storage[512];
+				struct pktbuf pb;
+				pktbuf_init(&pb, storage, sizeof storage);
+				pktbuf_notice(&pb, "NOTICE", "00000",
+					      "two_phase_commit: the new configuration is applied once every shard has "
+					      "answered for max_prepared_transactions (within connect_timeout); a shard "
+					      "with 0 refuses the reload, which the log then says, and the old "
+					      "configuration stays");
+				admin_out(c, &pb);
+			}
 			admin_complete(c, "RELOAD");
 		} else
 			admin_error(c, "F0000", "reload failed, old configuration kept: %s", err);
