@@ -108,9 +108,16 @@ struct worker {
 	struct twophase *twophase;        /* cross-shard commits and their log (twophase.c) */
 	struct twophase_recover *twophase_recover;   /* the in-doubt resolver (twophase_recover.c) */
 	/* A reload that waits for its two_phase_commit check (worker.c): the
-	 * check, and the configuration it applies once the check passed. */
-	struct twophase_check *reload_check;
-	struct config *reload_cfg;
+	 * check and the configuration it applies once the check passed; the
+	 * number of the last one started and of the last one ended, with its
+	 * outcome, for an admin RELOAD waiting for its answer (admin.c). */
+	struct {
+		struct twophase_check *check;
+		struct config *cfg;
+		uint64_t started, ended;
+		bool failed;
+		char error[512];
+	} reload;
 	struct auth_query *auth_query;    /* auth_query's lookups and cache, made on first use (auth_query.c) */
 	struct notify_hub *notify;        /* LISTEN/NOTIFY's listening connections, made on first use (notify.c) */
 	struct dns *dns;                  /* c-ares resolver and cache of server host names */

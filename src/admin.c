@@ -99,6 +99,7 @@ struct admin_pending {
 	uint64_t seq;      /* WAIT_CLOSE: the SHOW SERVERS listing asked of the others; 0: none yet */
 	bool drain;        /* PAUSE: and for the pools to drain */
 	bool wait_close;   /* WAIT_CLOSE: for the servers RECONNECT marked to be gone */
+	bool reload;       /* RELOAD: for its two_phase_commit check (seq: its number, w->reload) */
 	int dump;          /* SHOW CLIENTS/SERVERS: the shm_dump_kind; -1: a command */
 	char tag[16];
 	char db[64];
@@ -198,6 +199,21 @@ void admin_janitor(struct worker *w)
 		struct admin_pending *ap = c->kind_state;
 		if (!c->is_admin || !ap)
 			continue;
+		if (ap->reload) {
+			if (w->reload.check && w->reload.started == ap->seq)
+				continue;   /* still asking */
+			c->kind_state = NULL;
+			/* (Replaced by a later reload before it ended: that one is
+			 * in the log.) */
+			if (w->reload.ended == ap->seq && w->reload.failed)
+				admin_error(c, "F0000", "reload failed, old configuration kept: %s", w->reload.error);
+			else
+				admin_complete(c, ap->tag);
+			free(ap);
+			admin_rfq(c);
+			client_process(c);
+			continue;
+		}
 		if (ap->wait_close ? !wait_close_done(w, ap) : !shm_admin_applied_by_all(w->shm, w->id, ap->seq))
 			continue;
 		if (ap->drain && !pool_paused_drained(w, ap->db[0] ? ap->db : NULL))
@@ -290,17 +306,19 @@ static bool run_command(struct client *c, const char *sql)
 				kill(getppid(), SIGHUP);
 			/* two_phase_commit on for shards not checked yet: the new
 			 * configuration waits for their answers (worker_reload), and
-			 * this answer does not (the loop must not block on it). */
-			if (w->reload_check) {
-				uint8_t storage[512];
-				struct pktbuf pb;
-				pktbuf_init(&pb, storage, sizeof storage);
-				pktbuf_notice(&pb, "NOTICE", "00000",
-					      "two_phase_commit: the new configuration is applied once every shard has "
-					      "answered for max_prepared_transactions (within connect_timeout); a shard "
-					      "with 0 refuses the reload, which the log then says, and the old "
-					      "configuration stays");
-				admin_out(c, &pb);
+			 * so does this reply, parked (the loop goes on). */
+			if (w->reload.check) {
+				struct admin_pending *ap = calloc(1, sizeof *ap);
+				if (ap) {
+					ap->reload = true;
+					ap->seq = w->reload.started;
+					ap->dump = -1;
+					snprintf(ap->tag, sizeof ap->tag, "RELOAD");
+					free(c->kind_state);
+					c->kind_state = ap;
+					return false;
+				}
+				/* (Out of memory: the reply cannot wait; the log has the verdict.) */
 			}
 			admin_complete(c, "RELOAD");
 		} else

@@ -106,9 +106,12 @@ static bool reload_apply(struct worker *w, struct config *cfg, char *err, size_t
 static void reload_checked(struct twophase_check *chk, bool refused, void *arg)
 {
 	struct worker *w = arg;
-	struct config *cfg = w->reload_cfg;
-	w->reload_check = NULL;
-	w->reload_cfg = NULL;
+	struct config *cfg = w->reload.cfg;
+	w->reload.check = NULL;
+	w->reload.cfg = NULL;
+	w->reload.ended = w->reload.started;
+	w->reload.failed = refused;
+	snprintf(w->reload.error, sizeof w->reload.error, "%s", twophase_check_error(chk));
 	twophase_check_free(chk);
 	worker_update_clock(w);
 	if (refused) {
@@ -116,8 +119,7 @@ static void reload_checked(struct twophase_check *chk, bool refused, void *arg)
 		config_free(cfg);
 		return;
 	}
-	char err[512];
-	(void)reload_apply(w, cfg, err, sizeof err);
+	w->reload.failed = !reload_apply(w, cfg, w->reload.error, sizeof w->reload.error);
 }
 
 bool worker_reload(struct worker *w, char *err, size_t errlen)
@@ -156,12 +158,12 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 		log_warning("reload: state_dir needs a restart; the decision log stays in %s", og->state_dir);
 	/* A reload still waiting for its check gives way: this one read the
 	 * file as it is now. */
-	if (w->reload_check) {
+	if (w->reload.check) {
 		log_info("reload: the reload waiting for its two_phase_commit check is replaced by this one");
-		twophase_check_free(w->reload_check);
-		config_free(w->reload_cfg);
-		w->reload_check = NULL;
-		w->reload_cfg = NULL;
+		twophase_check_free(w->reload.check);
+		config_free(w->reload.cfg);
+		w->reload.check = NULL;
+		w->reload.cfg = NULL;
 	}
 	/* two_phase_commit on for shards not checked with it: nothing changes
 	 * until every one answered (or gave up), so that a shard that cannot
@@ -169,16 +171,17 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 	 * needs the loop: the reload goes on from there, and its verdict is
 	 * logged. Any other reload is applied here and now. */
 	if (twophase_check_needed(cfg, w->cfg)) {
-		w->reload_cfg = cfg;
-		w->reload_check = twophase_check_start(w, cfg, w->cfg, "the reload is refused and the old configuration "
+		w->reload.cfg = cfg;
+		w->reload.check = twophase_check_start(w, cfg, w->cfg, "the reload is refused and the old configuration "
 						       "stays in force", reload_checked, w);
-		if (!w->reload_check) {
-			w->reload_cfg = NULL;
+		if (!w->reload.check) {
+			w->reload.cfg = NULL;
 			config_free(cfg);
 			snprintf(err, errlen, "out of memory");
 			log_error("reload rejected (%s): the old configuration stays in force", err);
 			return false;
 		}
+		w->reload.started++;
 		log_info("reload: two_phase_commit: asking the shards for max_prepared_transactions first; the new "
 			 "configuration is applied after (within connect_timeout)");
 		return true;
@@ -963,10 +966,10 @@ void worker_destroy(struct worker *w)
 	notify_hub_free(w);   /* (its clients are gone: the listening connections are) */
 	lagmon_free(w->lagmon);   /* before the pools it reads */
 	w->lagmon = NULL;
-	twophase_check_free(w->reload_check);   /* a reload still waiting: not applied */
-	w->reload_check = NULL;
-	config_free(w->reload_cfg);
-	w->reload_cfg = NULL;
+	twophase_check_free(w->reload.check);   /* a reload still waiting: not applied */
+	w->reload.check = NULL;
+	config_free(w->reload.cfg);
+	w->reload.cfg = NULL;
 	twophase_recover_free(w->twophase_recover);   /* (it reads the pools too) */
 	w->twophase_recover = NULL;
 	twophase_free(w->twophase);
