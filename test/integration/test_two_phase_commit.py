@@ -290,6 +290,34 @@ def test_a_shard_down_at_startup_is_a_warning(pgcat, shards, tmp_path):
     assert p.alive()
 
 
+def test_a_client_waits_for_the_startup_check(pgcat, shards, tmp_path):
+    """A shard that takes the connection but never answers: the check gives
+    up after connect_timeout (a warning); a client that came meanwhile
+    waited in the listen backlog and is served then, not refused."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        p = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state"),
+                           "connect_timeout": "1500"},
+                  pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])})
+        t0 = time.monotonic()
+        with connect(p) as c:
+            assert c.execute("SELECT 1").fetchone() == (1,)
+        assert "could not be checked (no answer within connect_timeout)" in p.log(), p.log()
+        assert time.monotonic() - t0 > 0.5, "served before the check ended"
+        # SIGTERM during the check: a prompt, clean exit
+        p2 = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state2"),
+                            "connect_timeout": "20000"},
+                   pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])})
+        t0 = time.monotonic()
+        assert p2.stop(signal.SIGTERM, timeout=10) == 0
+        assert time.monotonic() - t0 < 5
+        p2.stopped_by_test = True
+    finally:
+        silent.close()
+
+
 def test_a_reload_to_two_phase_commit_is_refused_while_a_shard_has_zero(pgcat, pg_root, shards, tmp_path):
     z = PgServer(pg_root, "tpcz-%d" % free_port())   # max_prepared_transactions = 0 (the default)
     z.initdb()
