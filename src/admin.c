@@ -31,6 +31,7 @@
 #include "pool.h"
 #include "shm.h"
 #include "sqllex.h"
+#include "twophase_check.h"
 #include "context.h"
 
 #define ADMIN_MAX_QUERY 8192
@@ -440,8 +441,19 @@ static bool run_command(struct client *c, const char *sql)
 			return true;
 		}
 		char err[256];
+		bool two_phase_before = w->cfg->general.two_phase_commit;
 		if (!config_general_set(w->cfg, key, value, err, sizeof err)) {
 			admin_error(c, "22023", "%s", err);
+			return true;
+		}
+		/* Turning two_phase_commit on asks the shards first
+		 * (twophase_check.h), which SET cannot wait for: back to off. */
+		if (!two_phase_before && w->cfg->general.two_phase_commit && twophase_check_needed(w->cfg, NULL)) {
+			if (!config_general_set(w->cfg, "two_phase_commit", "false", err, sizeof err))
+				log_error("admin: SET two_phase_commit could not be undone: %s", err);
+			admin_error(c, "55000",
+				    "two_phase_commit is turned on by pgcat.ini and RELOAD, which first checks "
+				    "max_prepared_transactions on the shards");
 			return true;
 		}
 		log_set_level(w->cfg->general.log_level);

@@ -331,8 +331,14 @@ def test_a_reload_to_two_phase_commit_is_refused_while_a_shard_has_zero(pgcat, p
         p.general["two_phase_commit"] = "true"
         p.write()
 
-        # admin RELOAD: its answer waits for the check (the loop goes on)
         from conftest import ADMIN_PASSWORD, ADMIN_USER
+        # SET cannot wait for the check: refused, nothing changes
+        r = p.psql("SET two_phase_commit = true", user=ADMIN_USER, dbname="pgcat", password=ADMIN_PASSWORD,
+                   check=False)
+        assert r.returncode != 0 and "two_phase_commit is turned on by pgcat.ini and RELOAD" in r.stderr, r.stderr
+        assert _config(p)["two_phase_commit"] == "false"
+
+        # admin RELOAD: its answer waits for the check (the loop goes on)
         off = len(p.log())
         r = p.psql("RELOAD", user=ADMIN_USER, dbname="pgcat", password=ADMIN_PASSWORD, check=False)
         assert r.returncode != 0
