@@ -247,9 +247,10 @@ def _config(p):
     return {r.split("|")[0]: r.split("|")[1] for r in out.splitlines() if r}
 
 
-def test_max_prepared_transactions_zero_refuses_startup(pgcat, pg, shards, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_max_prepared_transactions_zero_refuses_startup(pgcat, pg, shards, tmp_path, workers):
     # the session's server has max_prepared_transactions = 0
-    p = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state")},
+    p = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state"), "workers": workers},
               pools={"tpc": _mixed_pool(shards, pg.port)}, wait=False)
     p.expected_rc = 1
     assert p.proc.wait(15) == 1
