@@ -913,11 +913,16 @@ enum worker_start worker_check_startup(struct worker *w)
 	for (size_t i = 0; i < w->n_listeners; i++)
 		if (w->listeners[i])
 			(void)evconnlistener_disable(w->listeners[i]);
-	while (!sw.over && !w->shutting_down)
+	/* Until the verdict, or a shutdown (SIGTERM starts one; SIGQUIT breaks
+	 * the loop). */
+	bool stopped = false;
+	while (!sw.over && !stopped) {
 		if (event_base_loop(w->base, EVLOOP_ONCE) < 0)
 			break;
+		stopped = w->shutting_down || event_base_got_break(w->base);
+	}
 	twophase_check_free(chk);
-	if (w->shutting_down)
+	if (stopped)
 		return WORKER_START_STOPPED;
 	if (!sw.over) {
 		log_error("two_phase_commit: the check of the shards could not run (event loop failure)");

@@ -307,14 +307,15 @@ def test_a_client_waits_for_the_startup_check(pgcat, shards, tmp_path):
             assert c.execute("SELECT 1").fetchone() == (1,)
         assert "could not be checked (no answer within connect_timeout)" in p.log(), p.log()
         assert time.monotonic() - t0 > 0.5, "served before the check ended"
-        # SIGTERM during the check: a prompt, clean exit
-        p2 = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state2"),
-                            "connect_timeout": "20000"},
-                   pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])})
-        t0 = time.monotonic()
-        assert p2.stop(signal.SIGTERM, timeout=10) == 0
-        assert time.monotonic() - t0 < 5
-        p2.stopped_by_test = True
+        # SIGTERM or SIGQUIT during the check: a prompt, clean exit
+        for sig in (signal.SIGTERM, signal.SIGQUIT):
+            p2 = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state2"),
+                                "connect_timeout": "20000"},
+                       pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])})
+            t0 = time.monotonic()
+            assert p2.stop(sig, timeout=10) == 0
+            assert time.monotonic() - t0 < 5
+            p2.stopped_by_test = True
     finally:
         silent.close()
 
