@@ -33,6 +33,7 @@ struct dns;
 struct lagmon;
 struct twophase;
 struct twophase_recover;
+struct twophase_check;
 struct notify_hub;
 struct login_ops;
 struct session_ops;
@@ -106,6 +107,17 @@ struct worker {
 	struct lagmon *lagmon;            /* the replica lag monitor: worker 0 only (lagmon.c) */
 	struct twophase *twophase;        /* cross-shard commits and their log (twophase.c) */
 	struct twophase_recover *twophase_recover;   /* the in-doubt resolver (twophase_recover.c) */
+	/* A reload that waits for its two_phase_commit check (worker.c): the
+	 * check and the configuration it applies once the check passed; the
+	 * number of the last one started and of the last one ended, with its
+	 * outcome, for an admin RELOAD waiting for its answer (admin.c). */
+	struct {
+		struct twophase_check *check;
+		struct config *cfg;
+		uint64_t started, ended;
+		bool failed;
+		char error[512];
+	} reload;
 	struct auth_query *auth_query;    /* auth_query's lookups and cache, made on first use (auth_query.c) */
 	struct notify_hub *notify;        /* LISTEN/NOTIFY's listening connections, made on first use (notify.c) */
 	struct dns *dns;                  /* c-ares resolver and cache of server host names */

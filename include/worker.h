@@ -16,6 +16,14 @@
  * cfg. unix_fd: the supervisor's listening unix socket, or -1. */
 struct worker *worker_create(struct config *cfg, const char *config_path, int id, struct shm *shm, int unix_fd)
 	__attribute__((warn_unused_result));
+/* Between worker_create and the worker counting as ready (signals
+ * unblocked): with two_phase_commit on, every shard's primary is asked for
+ * max_prepared_transactions (twophase_check.h), the loop running but not
+ * accepting (clients wait in the listen backlog). REFUSED: a shard has 0
+ * (logged); the worker exits nonzero and the instance stops. STOPPED: a
+ * shutdown signal came meanwhile. */
+enum worker_start { WORKER_START_OK, WORKER_START_REFUSED, WORKER_START_STOPPED };
+enum worker_start worker_check_startup(struct worker *w);
 /* Run the loop until shutdown; returns the process exit code. */
 int worker_run(struct worker *w);
 void worker_destroy(struct worker *w);

@@ -31,6 +31,7 @@
 #include "pool.h"
 #include "shm.h"
 #include "sqllex.h"
+#include "twophase_check.h"
 #include "context.h"
 
 #define ADMIN_MAX_QUERY 8192
@@ -99,6 +100,7 @@ struct admin_pending {
 	uint64_t seq;      /* WAIT_CLOSE: the SHOW SERVERS listing asked of the others; 0: none yet */
 	bool drain;        /* PAUSE: and for the pools to drain */
 	bool wait_close;   /* WAIT_CLOSE: for the servers RECONNECT marked to be gone */
+	bool reload;       /* RELOAD: for its two_phase_commit check (seq: its number, w->reload) */
 	int dump;          /* SHOW CLIENTS/SERVERS: the shm_dump_kind; -1: a command */
 	char tag[16];
 	char db[64];
@@ -198,6 +200,21 @@ void admin_janitor(struct worker *w)
 		struct admin_pending *ap = c->kind_state;
 		if (!c->is_admin || !ap)
 			continue;
+		if (ap->reload) {
+			if (w->reload.check && w->reload.started == ap->seq)
+				continue;   /* still asking */
+			c->kind_state = NULL;
+			/* (Replaced by a later reload before it ended: that one is
+			 * in the log.) */
+			if (w->reload.ended == ap->seq && w->reload.failed)
+				admin_error(c, "F0000", "reload failed, old configuration kept: %s", w->reload.error);
+			else
+				admin_complete(c, ap->tag);
+			free(ap);
+			admin_rfq(c);
+			client_process(c);
+			continue;
+		}
 		if (ap->wait_close ? !wait_close_done(w, ap) : !shm_admin_applied_by_all(w->shm, w->id, ap->seq))
 			continue;
 		if (ap->drain && !pool_paused_drained(w, ap->db[0] ? ap->db : NULL))
@@ -288,6 +305,22 @@ static bool run_command(struct client *c, const char *sql)
 			/* The supervisor passes it on to the other workers. */
 			if (w->shm->h->n_workers > 1)
 				kill(getppid(), SIGHUP);
+			/* two_phase_commit on for shards not checked yet: the new
+			 * configuration waits for their answers (worker_reload), and
+			 * so does this reply, parked (the loop goes on). */
+			if (w->reload.check) {
+				struct admin_pending *ap = calloc(1, sizeof *ap);
+				if (ap) {
+					ap->reload = true;
+					ap->seq = w->reload.started;
+					ap->dump = -1;
+					snprintf(ap->tag, sizeof ap->tag, "RELOAD");
+					free(c->kind_state);
+					c->kind_state = ap;
+					return false;
+				}
+				/* (Out of memory: the reply cannot wait; the log has the verdict.) */
+			}
 			admin_complete(c, "RELOAD");
 		} else
 			admin_error(c, "F0000", "reload failed, old configuration kept: %s", err);
@@ -408,8 +441,19 @@ static bool run_command(struct client *c, const char *sql)
 			return true;
 		}
 		char err[256];
+		bool two_phase_before = w->cfg->general.two_phase_commit;
 		if (!config_general_set(w->cfg, key, value, err, sizeof err)) {
 			admin_error(c, "22023", "%s", err);
+			return true;
+		}
+		/* Turning two_phase_commit on asks the shards first
+		 * (twophase_check.h), which SET cannot wait for: back to off. */
+		if (!two_phase_before && w->cfg->general.two_phase_commit && twophase_check_needed(w->cfg, NULL)) {
+			if (!config_general_set(w->cfg, "two_phase_commit", "false", err, sizeof err))
+				log_error("admin: SET two_phase_commit could not be undone: %s", err);
+			admin_error(c, "55000",
+				    "two_phase_commit is turned on by pgcat.ini and RELOAD, which first checks "
+				    "max_prepared_transactions on the shards");
 			return true;
 		}
 		log_set_level(w->cfg->general.log_level);

@@ -126,6 +126,17 @@ static pid_t spawn(struct supervisor *sv, int id, bool restart)
 		exit(1);
 	}
 	sigprocmask(SIG_SETMASK, &sv->old_mask, NULL);
+	/* two_phase_commit and a shard that cannot PREPARE: this worker never
+	 * becomes ready and exits 1, so reap() stops the instance. Not when
+	 * restarting one that was running: it ran with the shards as they
+	 * were; the resolver reports a shard changed since. */
+	enum worker_start st = restart ? WORKER_START_OK : worker_check_startup(w);
+	if (st != WORKER_START_OK) {
+		int code = st == WORKER_START_REFUSED ? 1 : 0;
+		worker_destroy(w);
+		log_close();
+		exit(code);
+	}
 	atomic_store(&slot->ready, 1);
 	int rc = worker_run(w);
 	worker_destroy(w);

@@ -34,6 +34,7 @@
 #include "auth_query.h"
 #include "lagmon.h"
 #include "twophase.h"
+#include "twophase_check.h"
 #include "twophase_recover.h"
 #include "notify.h"
 #include "login.h"
@@ -98,6 +99,28 @@ static void stats_timer_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 static void listener_options(struct worker *w, struct evconnlistener *l);
+static bool reload_apply(struct worker *w, struct config *cfg, char *err, size_t errlen);
+
+/* The check a reload waited for (worker_reload) is over: apply, or refuse
+ * as a whole (each shard at 0 is logged by the check). */
+static void reload_checked(struct twophase_check *chk, bool refused, void *arg)
+{
+	struct worker *w = arg;
+	struct config *cfg = w->reload.cfg;
+	w->reload.check = NULL;
+	w->reload.cfg = NULL;
+	w->reload.ended = w->reload.started;
+	w->reload.failed = refused;
+	snprintf(w->reload.error, sizeof w->reload.error, "%s", twophase_check_error(chk));
+	twophase_check_free(chk);
+	worker_update_clock(w);
+	if (refused) {
+		log_error("reload rejected (two_phase_commit, see above): the old configuration stays in force");
+		config_free(cfg);
+		return;
+	}
+	w->reload.failed = !reload_apply(w, cfg, w->reload.error, sizeof w->reload.error);
+}
 
 bool worker_reload(struct worker *w, char *err, size_t errlen)
 {
@@ -133,6 +156,44 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 		log_warning("reload: io_engine needs a restart; the engine in use stays (SHOW CONFIG)");
 	if (strcmp(og->state_dir, ng->state_dir) != 0)
 		log_warning("reload: state_dir needs a restart; the decision log stays in %s", og->state_dir);
+	/* A reload still waiting for its check gives way: this one read the
+	 * file as it is now. */
+	if (w->reload.check) {
+		log_info("reload: the reload waiting for its two_phase_commit check is replaced by this one");
+		twophase_check_free(w->reload.check);
+		config_free(w->reload.cfg);
+		w->reload.check = NULL;
+		w->reload.cfg = NULL;
+	}
+	/* two_phase_commit on for shards not checked with it: nothing changes
+	 * until every one answered (or gave up), so that a shard that cannot
+	 * PREPARE refuses the reload as a whole (reload_checked). The check
+	 * needs the loop: the reload goes on from there, and its verdict is
+	 * logged. Any other reload is applied here and now. */
+	if (twophase_check_needed(cfg, w->cfg)) {
+		w->reload.cfg = cfg;
+		w->reload.check = twophase_check_start(w, cfg, w->cfg, "the reload is refused and the old configuration "
+						       "stays in force", reload_checked, w);
+		if (!w->reload.check) {
+			w->reload.cfg = NULL;
+			config_free(cfg);
+			snprintf(err, errlen, "out of memory");
+			log_error("reload rejected (%s): the old configuration stays in force", err);
+			return false;
+		}
+		w->reload.started++;
+		log_info("reload: two_phase_commit: asking the shards for max_prepared_transactions first; the new "
+			 "configuration is applied after (within connect_timeout)");
+		return true;
+	}
+	return reload_apply(w, cfg, err, errlen);
+}
+
+/* The rest of a reload, on a configuration that passed every check; cfg
+ * is taken (freed on failure). */
+static bool reload_apply(struct worker *w, struct config *cfg, char *err, size_t errlen)
+{
+	const struct config_general *og = &w->cfg->general, *ng = &cfg->general;
 	/* New certificates and keys are read now: a reload that cannot read
 	 * them fails as a whole, and the running contexts stay. */
 	struct tls_contexts tls;
@@ -821,6 +882,60 @@ fail:
 	return NULL;
 }
 
+struct start_wait {
+	bool over, refused;
+};
+
+static void startup_checked(struct twophase_check *chk, bool refused, void *arg)
+{
+	(void)chk;   /* freed by worker_check_startup */
+	struct start_wait *sw = arg;
+	sw->over = true;
+	sw->refused = refused;
+}
+
+/* Every worker checks for itself (not worker 0 alone for all): each one
+ * becomes ready and serves clients on its own, so none may do so before
+ * the answer, and one waiting for another's verdict through the shared
+ * segment would cost more code than a handful of short connections once
+ * per start. */
+enum worker_start worker_check_startup(struct worker *w)
+{
+	if (!twophase_check_needed(w->cfg, NULL))
+		return WORKER_START_OK;
+	struct start_wait sw = { false, false };
+	struct twophase_check *chk = twophase_check_start(w, w->cfg, NULL, "pgcat does not start", startup_checked, &sw);
+	if (!chk) {
+		log_error("two_phase_commit: out of memory while checking the shards");
+		return WORKER_START_REFUSED;
+	}
+	/* Not accepting yet: a client waits in the backlog, not refused. */
+	for (size_t i = 0; i < w->n_listeners; i++)
+		if (w->listeners[i])
+			(void)evconnlistener_disable(w->listeners[i]);
+	/* Until the verdict, or a shutdown (SIGTERM starts one; SIGQUIT breaks
+	 * the loop). */
+	bool stopped = false;
+	while (!sw.over && !stopped) {
+		if (event_base_loop(w->base, EVLOOP_ONCE) < 0)
+			break;
+		stopped = w->shutting_down || event_base_got_break(w->base);
+	}
+	twophase_check_free(chk);
+	if (stopped)
+		return WORKER_START_STOPPED;
+	if (!sw.over) {
+		log_error("two_phase_commit: the check of the shards could not run (event loop failure)");
+		return WORKER_START_REFUSED;
+	}
+	if (sw.refused)
+		return WORKER_START_REFUSED;
+	for (size_t i = 0; i < w->n_listeners; i++)
+		if (w->listeners[i] && !w->accept_paused)
+			(void)evconnlistener_enable(w->listeners[i]);
+	return WORKER_START_OK;
+}
+
 int worker_run(struct worker *w)
 {
 	event_base_dispatch(w->base);
@@ -856,6 +971,10 @@ void worker_destroy(struct worker *w)
 	notify_hub_free(w);   /* (its clients are gone: the listening connections are) */
 	lagmon_free(w->lagmon);   /* before the pools it reads */
 	w->lagmon = NULL;
+	twophase_check_free(w->reload.check);   /* a reload still waiting: not applied */
+	w->reload.check = NULL;
+	config_free(w->reload.cfg);
+	w->reload.cfg = NULL;
 	twophase_recover_free(w->twophase_recover);   /* (it reads the pools too) */
 	w->twophase_recover = NULL;
 	twophase_free(w->twophase);

@@ -11,6 +11,7 @@ while pgcat is killed and restarted.
 The two shards are PostgreSQL servers of this module's own (with
 max_prepared_transactions > 0), so that they can be stopped; the session's
 server (max_prepared_transactions = 0) shows the refusal."""
+import contextlib
 import os
 import random
 import signal
@@ -222,33 +223,163 @@ def test_a_failed_prepare_rolls_back_every_shard(pgcat, clean, tmp_path):
     assert decision_lines(tmp_path) == ["commit 2"]
 
 
-def test_max_prepared_transactions_zero_is_refused_clearly(pgcat, pg, tmp_path):
+# ---- max_prepared_transactions = 0: refused at startup and by a reload --------
+
+def _mixed_pool(shards, port1):
+    """Shard 0 on a server that can PREPARE; shard 1 on 127.0.0.1:port1."""
+    return {
+        "query_parser_enabled": "true", "sharding_function": "pg_bigint_hash",
+        "sharded_tables": "ledger.id", "default_shard": "0",
+        "shards": {0: {"database": "shard0", "servers": "127.0.0.1:%d:primary" % shards[0].port},
+                   1: {"database": "shard0", "servers": "127.0.0.1:%d:primary" % port1}},
+        "users": {"app": {"password": PASSWORDS["app"], "pool_size": "2"}},
+    }
+
+
+ZERO = ("two_phase_commit: pool tpc, shard 1 (127.0.0.1:%d, database shard0) has "
+        "max_prepared_transactions = 0, so it cannot PREPARE TRANSACTION")
+WHAT_TO_DO = "Set max_prepared_transactions above 0 on that server (and restart it), or set two_phase_commit = false"
+
+
+def _config(p):
+    from conftest import ADMIN_PASSWORD, ADMIN_USER
+    out = p.psql("SHOW CONFIG", user=ADMIN_USER, dbname="pgcat", password=ADMIN_PASSWORD).stdout
+    return {r.split("|")[0]: r.split("|")[1] for r in out.splitlines() if r}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_max_prepared_transactions_zero_refuses_startup(pgcat, pg, shards, tmp_path, workers):
     # the session's server has max_prepared_transactions = 0
-    for db in ("shard0", "shard1"):
-        pg.sql("DROP TABLE IF EXISTS ledger", dbname=db)
-        pg.sql("CREATE TABLE ledger (id bigint, amount bigint)", dbname=db)
-        pg.sql("GRANT ALL ON ledger TO PUBLIC", dbname=db)
+    p = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state"), "workers": workers},
+              pools={"tpc": _mixed_pool(shards, pg.port)}, wait=False)
+    p.expected_rc = 1
+    assert p.proc.wait(15) == 1
+    log = p.log()
+    assert ZERO % pg.port + "; pgcat does not start. " + WHAT_TO_DO in log, log
+    assert "failed to start; stopping" in log
+    assert "ready:" not in log   # never counted as ready (no READY=1)
+
+
+def test_max_prepared_transactions_zero_refuses_startup_as_a_daemon(pgcat, pg, shards, tmp_path):
+    logfile, pidfile = tmp_path / "daemon.log", tmp_path / "pgcat.pid"
+    p = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state"),
+                       "log_file": str(logfile), "pidfile": str(pidfile)},
+              pools={"tpc": _mixed_pool(shards, pg.port)}, args=["-d"], wait=False)
+    assert p.proc.wait(15) == 0   # detached: the foreground part has no verdict to give
     try:
-        pool = {
-            "query_parser_enabled": "true", "sharding_function": "pg_bigint_hash",
-            "sharded_tables": "ledger.id", "default_shard": "0",
-            "shards": {i: {"database": db, "servers": "127.0.0.1:%d:primary" % pg.port}
-                       for i, db in enumerate(("shard0", "shard1"))},
-            "users": {"app": {"password": PASSWORDS["app"], "pool_size": "2"}},
-        }
-        p = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state")}, pools={"tpc": pool})
-        wait_until(lambda: "max_prepared_transactions = 0" in p.log(), 10, msg="the refusal in the log")
-        # keys on both shards whatever the hash: rows 1..20
-        values = ", ".join("(%d, 1)" % i for i in range(1, 21))
-        with connect(p) as c:
-            with pytest.raises(psycopg.Error, match="prepared transactions are disabled"):
-                c.execute("INSERT INTO ledger (id, amount) VALUES " + values)
-            assert c.execute("SELECT 1").fetchone() == (1,)
-        for db in ("shard0", "shard1"):
-            assert pg.sql("SELECT count(*) FROM ledger", dbname=db) == [(0,)]
+        wait_until(lambda: logfile.exists() and "pgcat stopped" in logfile.read_text(), 15,
+                   msg="the daemon to stop")
     finally:
-        for db in ("shard0", "shard1"):
-            pg.sql("DROP TABLE IF EXISTS ledger", dbname=db)
+        if pidfile.exists():   # still running (the test fails): stop it
+            with contextlib.suppress(ValueError, ProcessLookupError):
+                os.kill(int(pidfile.read_text().strip()), signal.SIGTERM)
+    log = logfile.read_text()
+    assert ZERO % pg.port + "; pgcat does not start" in log, log
+    assert "failed to start; stopping" in log
+    assert not pidfile.exists()
+
+
+def test_a_shard_down_at_startup_is_a_warning(pgcat, shards, tmp_path):
+    down = free_port()
+    p = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state")},
+              pools={"tpc": _mixed_pool(shards, down)})
+    wait_until(lambda: "could not be checked" in p.log(), 10, msg="the warning")
+    assert ("WARNING" in p.log() and "pool tpc, shard 1 (127.0.0.1:%d, database shard0): "
+            "max_prepared_transactions could not be checked" % down in p.log()), p.log()
+    with connect(p) as c:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    assert p.alive()
+
+
+def test_a_client_waits_for_the_startup_check(pgcat, shards, tmp_path):
+    """A shard that takes the connection but never answers: the check gives
+    up after connect_timeout (a warning); a client that came meanwhile
+    waited in the listen backlog and is served then, not refused."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        p = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state"),
+                           "connect_timeout": "1500"},
+                  pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])})
+        t0 = time.monotonic()
+        with connect(p) as c:
+            assert c.execute("SELECT 1").fetchone() == (1,)
+        assert "could not be checked (no answer within connect_timeout)" in p.log(), p.log()
+        assert time.monotonic() - t0 > 0.5, "served before the check ended"
+        # SIGTERM or SIGQUIT during the check: a prompt, clean exit
+        for sig in (signal.SIGTERM, signal.SIGQUIT):
+            p2 = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state2"),
+                                "connect_timeout": "20000"},
+                       pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])})
+            t0 = time.monotonic()
+            assert p2.stop(sig, timeout=10) == 0
+            assert time.monotonic() - t0 < 5
+            p2.stopped_by_test = True
+    finally:
+        silent.close()
+
+
+def test_a_reload_to_two_phase_commit_is_refused_while_a_shard_has_zero(pgcat, pg_root, shards, tmp_path):
+    z = PgServer(pg_root, "tpcz-%d" % free_port())   # max_prepared_transactions = 0 (the default)
+    z.initdb()
+    z.start()
+    try:
+        _setup_roles(z)
+        p = pgcat(general={"two_phase_commit": "false", "state_dir": str(tmp_path / "state")},
+                  pools={"tpc": _mixed_pool(shards, z.port)})
+        with connect(p) as c:
+            assert c.execute("SELECT 1").fetchone() == (1,)
+        p.general["two_phase_commit"] = "true"
+        p.write()
+
+        from conftest import ADMIN_PASSWORD, ADMIN_USER
+        # SET cannot wait for the check: refused, nothing changes
+        r = p.psql("SET two_phase_commit = true", user=ADMIN_USER, dbname="pgcat", password=ADMIN_PASSWORD,
+                   check=False)
+        assert r.returncode != 0 and "two_phase_commit is turned on by pgcat.ini and RELOAD" in r.stderr, r.stderr
+        assert _config(p)["two_phase_commit"] == "false"
+
+        # admin RELOAD: its answer waits for the check (the loop goes on)
+        off = len(p.log())
+        r = p.psql("RELOAD", user=ADMIN_USER, dbname="pgcat", password=ADMIN_PASSWORD, check=False)
+        assert r.returncode != 0
+        assert "reload failed, old configuration kept: " + ZERO % z.port in r.stderr, r.stderr
+        log = p.log()[off:]
+        assert ZERO % z.port + "; the reload is refused and the old configuration stays in force. " \
+            + WHAT_TO_DO in log, log
+        assert "reload rejected (two_phase_commit" in log
+        assert "configuration reloaded" not in log
+        assert _config(p)["two_phase_commit"] == "false"
+        with connect(p) as c:
+            assert c.execute("SELECT 1").fetchone() == (1,)
+
+        # SIGHUP: the same, in the log
+        off = len(p.log())
+        p.send_signal(signal.SIGHUP)
+        wait_until(lambda: "reload rejected (two_phase_commit" in p.log()[off:], 10, msg="the refusal")
+        assert _config(p)["two_phase_commit"] == "false"
+
+        # the shard fixed: the same reload goes through, once asked
+        z.sql("ALTER SYSTEM SET max_prepared_transactions = 8", dbname="postgres")
+        z.stop()
+        z.start()
+        off = len(p.log())
+        r = p.psql("RELOAD", user=ADMIN_USER, dbname="pgcat", password=ADMIN_PASSWORD)
+        log = p.log()[off:]
+        assert "asking the shards" in log and "configuration reloaded" in log, log
+        assert "reload rejected" not in log
+        assert _config(p)["two_phase_commit"] == "true"
+        with connect(p) as c:
+            assert c.execute("SELECT 1").fetchone() == (1,)
+
+        # checked with two_phase_commit on: the next reload is applied at once, unasked
+        off = len(p.log())
+        p.psql("RELOAD", user=ADMIN_USER, dbname="pgcat", password=ADMIN_PASSWORD)
+        assert "configuration reloaded" in p.log()[off:]
+        assert "asking the shards" not in p.log()[off:]
+    finally:
+        z.stop()
 
 
 # ---- faults -----------------------------------------------------------------

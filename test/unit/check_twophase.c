@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
-/* twophase: pgcat's gids and log file names read back, and the decision
- * log's text (a torn last line is no decision). */
+/* twophase: pgcat's gids and log file names read back, the decision
+ * log's text (a torn last line is no decision), and which configurations
+ * need their shards' max_prepared_transactions checked. */
 #include <check.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check_suites.h"
+#include "config.h"
 #include "twophase.h"
+#include "twophase_check.h"
 
 START_TEST(test_gid_round_trip)
 {
@@ -91,6 +94,48 @@ START_TEST(test_log_text)
 }
 END_TEST
 
+
+/* Two pools: "s" with two shards (shard 1's server given), "one" with one. */
+static struct config *tpc_config(bool on, const char *shard1_server)
+{
+	char text[1024];
+	snprintf(text, sizeof text,
+		 "[general]\ntwo_phase_commit = %s\n"
+		 "[pools.s]\nsharding_function = pg_bigint_hash\nsharded_tables = t.id\n"
+		 "[pools.s.shards.0]\ndatabase = d0\nservers = 10.0.0.1:5432:primary, 10.0.0.9:5432:replica\n"
+		 "[pools.s.shards.1]\ndatabase = d1\nservers = %s\n"
+		 "[pools.s.users.u]\npassword = p\n"
+		 "[pools.one]\n[pools.one.shards.0]\nservers = 10.0.0.5:5432:primary\n",
+		 on ? "true" : "false", shard1_server);
+	struct config_problems pr = { 0 };
+	struct config *cfg = config_load_string(text, "t.ini", &pr);
+	config_problems_free(&pr);
+	ck_assert_ptr_nonnull(cfg);
+	return cfg;
+}
+
+START_TEST(test_check_needed)
+{
+	struct config *off = tpc_config(false, "10.0.0.2:5432:primary");
+	struct config *on = tpc_config(true, "10.0.0.2:5432:primary");
+	struct config *moved = tpc_config(true, "10.0.0.3:5432:auto");
+	struct config *replica_only = tpc_config(true, "10.0.0.2:5432:replica");
+	ck_assert(!twophase_check_needed(off, NULL));           /* the switch off: nothing */
+	ck_assert(twophase_check_needed(on, NULL));             /* startup */
+	ck_assert(twophase_check_needed(on, off));              /* turned on by a reload */
+	ck_assert(!twophase_check_needed(on, on));              /* checked with it on already */
+	ck_assert(twophase_check_needed(moved, on));            /* another server for shard 1 */
+	ck_assert(twophase_check_needed(on, moved));           /* and back */
+	ck_assert(!twophase_check_needed(off, on));             /* turned off */
+	/* a replica is not asked (shard 0's primary was, with on) */
+	ck_assert(!twophase_check_needed(replica_only, on));
+	config_free(off);
+	config_free(on);
+	config_free(moved);
+	config_free(replica_only);
+}
+END_TEST
+
 Suite *twophase_suite(void)
 {
 	Suite *s = suite_create("twophase");
@@ -99,6 +144,7 @@ Suite *twophase_suite(void)
 	tcase_add_test(tc, test_gid_not_ours);
 	tcase_add_test(tc, test_log_names);
 	tcase_add_test(tc, test_log_text);
+	tcase_add_test(tc, test_check_needed);
 	suite_add_tcase(s, tc);
 	return s;
 }
