@@ -26,6 +26,7 @@
 #include "pool.h"
 #include "proto.h"
 #include "shm.h"
+#include "srvref.h"
 #include "context.h"
 
 static const struct bconn_profile lagmon_profile = {
@@ -65,13 +66,7 @@ struct lagmon_conn {
 	struct bconn b;               /* the login is the pool's server user's */
 	bool querying;                /* the measurement query is running */
 	uint64_t query_since_us;
-	/* Which server of which shard of which pool (owned copies: the config
-	 * snapshot they came from may be gone after a reload). */
-	char *pool;
-	int shard;
-	char *host;
-	int port;
-	char *database;
+	struct srvref at;             /* which server of which shard of which pool */
 	enum server_role role;
 	bool seen;                    /* still in the config at this tick */
 	bool failing;                 /* a failure was logged; log the next success */
@@ -127,7 +122,7 @@ static void conn_down(void *arg, const char *why)
 	if (bconn_state(&c->b) == BCONN_CLOSED)
 		return;
 	if (!c->failing)
-		log_info("lag monitor: %s:%d (pool %s, shard %d): %s", c->host, c->port, c->pool, c->shard, why);
+		log_info("lag monitor: %s:%d (pool %s, shard %d): %s", c->at.host, c->at.port, c->at.pool, c->at.shard, why);
 	c->failing = true;
 	/* Terminate, to be polite, unless a query is running. */
 	bconn_close(&c->b, !c->querying);
@@ -137,7 +132,7 @@ static void conn_down(void *arg, const char *why)
 	publish_wal(c->lm, c, 0, 0);
 	if (c->pending) {
 		c->pending = false;
-		evaluate_group(c->lm, c->pool, c->shard);
+		evaluate_group(c->lm, c->at.pool, c->at.shard);
 	}
 }
 
@@ -151,9 +146,7 @@ static void conn_free(struct lagmon_conn *c)
 		conn_down(c, "closed");
 	}
 	bconn_release(&c->b);
-	free(c->pool);
-	free(c->host);
-	free(c->database);
+	srvref_clear(&c->at);
 	free(c);
 }
 
@@ -186,11 +179,11 @@ static void publish_figures(struct lagmon *lm, const struct lagmon_conn *c, cons
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		if (strcmp(p->name, c->pool) != 0)
+		if (strcmp(p->name, c->at.pool) != 0)
 			continue;
 		for (size_t i = 0; i < p->n_targets; i++) {
 			const struct srvpool *sp = p->targets[i];
-			if (sp->shard != c->shard || sp->port != c->port || strcmp(sp->host, c->host) != 0)
+			if (sp->shard != c->at.shard || sp->port != c->at.port || strcmp(sp->host, c->at.host) != 0)
 				continue;
 			switch (f->what) {
 			case PUBLISH_LAG:
@@ -241,15 +234,15 @@ static void apply_limit(struct lagmon *lm, const struct lagmon_conn *c, int64_t 
 		if (secs > INT_MAX)
 			secs = INT_MAX;
 		bool was_banned = false;
-		if (!shm_ban_set_auto(w->shm, c->host, c->port, now, (int)secs, why, &was_banned))
-			log_warning("ban table full: %s:%d not banned (%s)", c->host, c->port, why);
+		if (!shm_ban_set_auto(w->shm, c->at.host, c->at.port, now, (int)secs, why, &was_banned))
+			log_warning("ban table full: %s:%d not banned (%s)", c->at.host, c->at.port, why);
 		else if (!was_banned)
-			log_warning("banning %s:%d: %s > max_replica_lag %" PRId64, c->host, c->port, why, max_lag);
+			log_warning("banning %s:%d: %s > max_replica_lag %" PRId64, c->at.host, c->at.port, why, max_lag);
 		return;
 	}
-	if (lag_bytes >= 0 && shm_ban_clear_auto(w->shm, c->host, c->port, now, LAGMON_BAN_REASON_PREFIX))
-		log_info("unbanning %s:%d: replica lag %" PRId64 " bytes is within max_replica_lag %" PRId64, c->host,
-			 c->port, lag_bytes, max_lag);
+	if (lag_bytes >= 0 && shm_ban_clear_auto(w->shm, c->at.host, c->at.port, now, LAGMON_BAN_REASON_PREFIX))
+		log_info("unbanning %s:%d: replica lag %" PRId64 " bytes is within max_replica_lag %" PRId64, c->at.host,
+			 c->at.port, lag_bytes, max_lag);
 }
 
 /* A round of a (pool, shard) is over (every server answered or failed,
@@ -259,7 +252,7 @@ static void evaluate_group(struct lagmon *lm, const char *pool, int shard)
 	const struct lagmon_conn *primary = NULL;
 	for (size_t i = 0; i < lm->n_conns; i++) {
 		const struct lagmon_conn *c = lm->conns[i];
-		if (c->shard != shard || strcmp(c->pool, pool) != 0)
+		if (c->at.shard != shard || strcmp(c->at.pool, pool) != 0)
 			continue;
 		if (c->pending)
 			return;   /* not over yet */
@@ -273,7 +266,7 @@ static void evaluate_group(struct lagmon *lm, const char *pool, int shard)
 	int64_t max_lag = cp ? cp->max_replica_lag : 0;
 	for (size_t i = 0; i < lm->n_conns; i++) {
 		struct lagmon_conn *c = lm->conns[i];
-		if (c->shard != shard || strcmp(c->pool, pool) != 0)
+		if (c->at.shard != shard || strcmp(c->at.pool, pool) != 0)
 			continue;
 		int64_t lag_bytes = -1, lag_ms = -1;
 		if (c->answered && c->in_recovery && primary) {
@@ -343,7 +336,7 @@ static void conn_ready(void *arg)
 {
 	struct lagmon_conn *c = arg;
 	if (c->failing)
-		log_info("lag monitor: %s:%d (pool %s, shard %d): connected", c->host, c->port, c->pool, c->shard);
+		log_info("lag monitor: %s:%d (pool %s, shard %d): connected", c->at.host, c->at.port, c->at.pool, c->at.shard);
 	c->failing = false;
 	if (c->pending)
 		send_query(c);   /* this round's measurement */
@@ -376,7 +369,7 @@ static bool conn_message(void *arg, uint8_t type, const uint8_t *body, size_t le
 			c->querying = false;
 			if (c->pending) {
 				c->pending = false;
-				evaluate_group(c->lm, c->pool, c->shard);
+				evaluate_group(c->lm, c->at.pool, c->at.shard);
 			}
 		}
 		return true;
@@ -392,15 +385,14 @@ static bool conn_message(void *arg, uint8_t type, const uint8_t *body, size_t le
 
 static bool conn_start(struct lagmon_conn *c, const struct pool *p, const struct srvpool *sp)
 {
-	return auth_open_server_conn(&c->b, &lagmon_profile, p, sp, c->host, c->database);
+	return auth_open_server_conn(&c->b, &lagmon_profile, p, sp, c->at.host, c->at.database);
 }
 
 static struct lagmon_conn *find_or_add(struct lagmon *lm, const struct pool *p, const struct srvpool *sp)
 {
 	for (size_t i = 0; i < lm->n_conns; i++) {
 		struct lagmon_conn *c = lm->conns[i];
-		if (c->shard == sp->shard && c->port == sp->port && strcmp(c->host, sp->host) == 0 &&
-		    strcmp(c->pool, p->name) == 0 && strcmp(c->database, sp->database) == 0)
+		if (srvref_is(&c->at, p->name, sp->shard, sp->host, sp->port, sp->database))
 			return c;
 	}
 	if (lm->n_conns == lm->cap_conns) {
@@ -416,12 +408,7 @@ static struct lagmon_conn *find_or_add(struct lagmon *lm, const struct pool *p, 
 		return NULL;
 	c->lm = lm;
 	bconn_init(&c->b, lm->w, conn_ready, conn_message, conn_down, c);
-	c->shard = sp->shard;
-	c->port = sp->port;
-	c->pool = strdup(p->name);
-	c->host = strdup(sp->host);
-	c->database = strdup(sp->database);
-	if (!c->pool || !c->host || !c->database) {
+	if (!srvref_set(&c->at, p->name, sp->shard, sp->host, sp->port, sp->database)) {
 		conn_free(c);
 		return NULL;
 	}
@@ -508,7 +495,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 		struct lagmon_conn *c = lm->conns[i];
 		if (c->pending && state_of(c) != LAGMON_QUERY) {
 			c->pending = false;
-			evaluate_group(lm, c->pool, c->shard);
+			evaluate_group(lm, c->at.pool, c->at.shard);
 		}
 		c->seen = false;
 	}

@@ -20,6 +20,7 @@
 #include "dns.h"
 #include "log.h"
 #include "proto.h"
+#include "srvref.h"
 
 static const struct bconn_profile check_profile = {
 	.application_name = "pgcat two-phase check",
@@ -47,8 +48,8 @@ struct tc_target {
 	enum tc_state state;
 	/* Copies: a reload may free the configuration they come from while
 	 * the check runs (one during the startup check, say). */
-	char *pool, *host, *database, *user, *password;
-	int port, shard;
+	struct srvref at;
+	char *user, *password;
 	struct sockaddr_storage addr;
 	socklen_t addrlen;
 	bool answered;             /* a DataRow came */
@@ -92,7 +93,7 @@ static void tc_fail(struct tc_target *t, const char *why)
 		return;
 	log_warning("two_phase_commit: pool %s, shard %d (%s:%d, database %s): max_prepared_transactions could not "
 		    "be checked (%s); going on, the two-phase resolver asks again on its next pass",
-		    t->pool, t->shard, t->host, t->port, t->database, why);
+		    t->at.pool, t->at.shard, t->at.host, t->at.port, t->at.database, why);
 	tc_end(t, TC_FAILED);
 }
 
@@ -158,14 +159,14 @@ static bool tc_message(void *arg, uint8_t type, const uint8_t *body, size_t len)
 				 "two_phase_commit: pool %s, shard %d (%s:%d, database %s) has max_prepared_transactions = 0, "
 				 "so it cannot PREPARE TRANSACTION; %s. Set max_prepared_transactions above 0 on that "
 				 "server (and restart it), or set two_phase_commit = false",
-				 t->pool, t->shard, t->host, t->port, t->database, t->chk->refusal);
+				 t->at.pool, t->at.shard, t->at.host, t->at.port, t->at.database, t->chk->refusal);
 			log_error("%s", msg);
 			if (!t->chk->error[0])
 				memcpy(t->chk->error, msg, sizeof msg);
 			tc_end(t, TC_DISABLED);
 		} else {
 			log_debug("two_phase_commit: pool %s, shard %d (%s:%d): max_prepared_transactions is above 0",
-				  t->pool, t->shard, t->host, t->port);
+				  t->at.pool, t->at.shard, t->at.host, t->at.port);
 			tc_end(t, TC_ENABLED);
 		}
 		return true;
@@ -191,22 +192,22 @@ static void tc_connect(struct tc_target *t)
 		return;
 	}
 	/* false: the down event ran (it is failed already) */
-	(void)bconn_open(&t->b, &check_profile, t->host, t->port, (const struct sockaddr *)&t->addr, t->addrlen,
-			 t->database);
+	(void)bconn_open(&t->b, &check_profile, t->at.host, t->at.port, (const struct sockaddr *)&t->addr, t->addrlen,
+			 t->at.database);
 }
 
 /* A host name: the worker's DNS cache (which starts the lookup). */
 static void tc_resolve(struct tc_target *t)
 {
 	struct worker *w = t->chk->w;
-	const struct dns_entry *e = dns_lookup(w->dns, t->host, w->cfg->general.dns_max_ttl);
+	const struct dns_entry *e = dns_lookup(w->dns, t->at.host, w->cfg->general.dns_max_ttl);
 	if (!e) {
 		tc_fail(t, "out of memory");
 		return;
 	}
 	if (e->state == DNS_FAILED) {
 		char why[200];
-		snprintf(why, sizeof why, "cannot resolve %s: %s", t->host, e->error);
+		snprintf(why, sizeof why, "cannot resolve %s: %s", t->at.host, e->error);
 		tc_fail(t, why);
 		return;
 	}
@@ -215,9 +216,9 @@ static void tc_resolve(struct tc_target *t)
 	memcpy(&t->addr, &e->addrs[0], sizeof t->addr);
 	t->addrlen = e->addrlens[0];
 	if (t->addr.ss_family == AF_INET)
-		((struct sockaddr_in *)&t->addr)->sin_port = htons((uint16_t)t->port);
+		((struct sockaddr_in *)&t->addr)->sin_port = htons((uint16_t)t->at.port);
 	else if (t->addr.ss_family == AF_INET6)
-		((struct sockaddr_in6 *)&t->addr)->sin6_port = htons((uint16_t)t->port);
+		((struct sockaddr_in6 *)&t->addr)->sin6_port = htons((uint16_t)t->at.port);
 	tc_connect(t);
 }
 
@@ -304,9 +305,7 @@ static bool visit_add(void *arg, const struct config_pool *cp, const struct conf
 	t->chk = chk;
 	bconn_init(&t->b, chk->w, tc_ready, tc_message, tc_down, t);
 	chk->targets[chk->n_targets++] = t;   /* (freed with the check from here on) */
-	t->shard = sh->index;
-	t->port = sv->port;
-	if (!(t->pool = strdup(cp->name)) || !(t->database = strdup(sh->database)) || !(t->host = strdup(sv->host)))
+	if (!srvref_set(&t->at, cp->name, sh->index, sv->host, sv->port, sh->database))
 		return false;
 	/* The pool's first user, as its servers are logged in to. */
 	if (cp->n_users > 0) {
@@ -373,7 +372,7 @@ struct twophase_check *twophase_check_start(struct worker *w, const struct confi
 			tc_fail(t, "the pool has no user in the configuration to ask as");
 			continue;
 		}
-		if (dns_literal(t->host, t->port, &t->addr, &t->addrlen))
+		if (dns_literal(t->at.host, t->at.port, &t->addr, &t->addrlen))
 			tc_connect(t);
 		else
 			tc_resolve(t);
@@ -398,9 +397,7 @@ void twophase_check_free(struct twophase_check *chk)
 		if (bconn_state(&t->b) != BCONN_CLOSED)
 			bconn_close(&t->b, false);
 		bconn_release(&t->b);
-		free(t->pool);
-		free(t->host);
-		free(t->database);
+		srvref_clear(&t->at);
 		free(t->user);
 		if (t->password) {
 			/* (a secret: not left in freed memory) */

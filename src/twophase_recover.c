@@ -21,6 +21,7 @@
 #include "log.h"
 #include "pool.h"
 #include "proto.h"
+#include "srvref.h"
 #include "twophase.h"
 
 static const struct bconn_profile recover_profile = {
@@ -55,8 +56,7 @@ struct rconn {
 	struct bconn b;
 	enum rconn_state state;
 	uint64_t since_us;
-	char *pool, *host, *database;
-	int port, shard;
+	struct srvref at;        /* the shard's primary */
 	int completes;           /* CommandCompletes of the listing */
 	struct found *found;
 	size_t n_found, cap_found, next;
@@ -94,7 +94,7 @@ static void rc_fail(struct rconn *c, const char *why)
 {
 	if (c->state == RC_DONE || c->state == RC_FAILED)
 		return;
-	log_warning("two-phase resolver: pool %s, shard %d (%s:%d): %s", c->pool, c->shard, c->host, c->port, why);
+	log_warning("two-phase resolver: pool %s, shard %d (%s:%d): %s", c->at.pool, c->at.shard, c->at.host, c->at.port, why);
 	rc_set(c, RC_FAILED);
 }
 
@@ -106,7 +106,7 @@ static void rc_next(struct rconn *c)
 		/* the gid parsed as pgcat's: digits and underscores, nothing to quote */
 		snprintf(sql, sizeof sql, "%s PREPARED '%s'", f->verdict == TWOPHASE_COMMIT ? "COMMIT" : "ROLLBACK",
 			 f->gid);
-		log_info("two-phase resolver: pool %s, shard %d: %s (left in doubt)", c->pool, c->shard, sql);
+		log_info("two-phase resolver: pool %s, shard %d: %s (left in doubt)", c->at.pool, c->at.shard, sql);
 		if (!bconn_query(&c->b, sql)) {
 			rc_fail(c, "query too long");
 			return;
@@ -125,7 +125,7 @@ static bool add_found(struct rconn *c, const char *gid, size_t len)
 		return true;   /* not one of pgcat's */
 	memcpy(buf, gid, len);
 	buf[len] = '\0';
-	if (!twophase_gid_parse(buf, &g) || g.shard != c->shard)
+	if (!twophase_gid_parse(buf, &g) || g.shard != c->at.shard)
 		return true;
 	enum twophase_verdict v = twophase_decide(c->r->tp, &g);
 	if (v == TWOPHASE_SKIP)
@@ -191,10 +191,10 @@ static bool rc_message(void *arg, uint8_t type, const uint8_t *body, size_t len)
 			 * the listing and this; quietly. Refused otherwise: the next
 			 * pass sees it again. */
 			if (e.sqlstate && strcmp(e.sqlstate, "42704") == 0)
-				log_debug("two-phase resolver: pool %s, shard %d: %s: ended meanwhile", c->pool, c->shard,
+				log_debug("two-phase resolver: pool %s, shard %d: %s: ended meanwhile", c->at.pool, c->at.shard,
 					  c->found[c->next].gid);
 			else
-				log_warning("two-phase resolver: pool %s, shard %d: %s: %s", c->pool, c->shard,
+				log_warning("two-phase resolver: pool %s, shard %d: %s: %s", c->at.pool, c->at.shard,
 					    c->found[c->next].gid, msg);
 			return true;
 		}
@@ -213,7 +213,7 @@ static bool rc_message(void *arg, uint8_t type, const uint8_t *body, size_t len)
 				log_error("two_phase_commit: pool %s, shard %d (%s:%d, database %s) has "
 					  "max_prepared_transactions = 0: cross-shard writes of this pool fail at PREPARE "
 					  "TRANSACTION and roll back; set it above 0 on that server",
-					  c->pool, c->shard, c->host, c->port, c->database);
+					  c->at.pool, c->at.shard, c->at.host, c->at.port, c->at.database);
 		} else if (!add_found(c, v, vl)) {
 			rc_fail(c, "out of memory");
 		}
@@ -250,9 +250,7 @@ static void rc_free(struct rconn *c)
 {
 	bconn_release(&c->b);
 	free(c->found);
-	free(c->pool);
-	free(c->host);
-	free(c->database);
+	srvref_clear(&c->at);
 	free(c);
 }
 
@@ -273,12 +271,7 @@ static bool rc_start(struct twophase_recover *r, const struct pool *p, const str
 		return false;
 	c->r = r;
 	bconn_init(&c->b, r->w, rc_ready, rc_message, rc_down, c);
-	c->shard = sp->shard;
-	c->port = sp->port;
-	c->pool = strdup(p->name);
-	c->host = strdup(sp->host);
-	c->database = strdup(sp->database);
-	if (!c->pool || !c->host || !c->database) {
+	if (!srvref_set(&c->at, p->name, sp->shard, sp->host, sp->port, sp->database)) {
 		rc_free(c);
 		return false;
 	}
@@ -290,7 +283,7 @@ static bool rc_start(struct twophase_recover *r, const struct pool *p, const str
 		return true;
 	}
 	/* false: the down event ran (the connection failed), or out of memory */
-	if (!auth_open_server_conn(&c->b, &recover_profile, p, sp, c->host, c->database))
+	if (!auth_open_server_conn(&c->b, &recover_profile, p, sp, c->at.host, c->at.database))
 		rc_fail(c, "could not connect");
 	return true;
 }
