@@ -129,8 +129,11 @@ def writer_sees_other_does_not(c, other, m, rows=1):
     for _ in range(ROUNDS):
         for key in KEYS:
             assert read(c, key, m)[0] == rows
+    # a cross-shard read of the writer waits for the marks on every shard too
+    assert c.execute("SELECT count(*) FROM ryw_items WHERE v = %s", (m,)).fetchone()[0] == 2 * rows
     for key in KEYS:
         assert read(other, key, m) == (0, True)
+    assert other.execute("SELECT count(*) FROM ryw_items WHERE v = %s", (m,)).fetchone()[0] == 0
 
 
 def two_rows(m):
