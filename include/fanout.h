@@ -53,6 +53,12 @@ struct fanout_events {
 	/* c's transaction failed on a shard, its error already sent: the
 	 * messages up to its end are answered as in a failed transaction. */
 	void (*tx_aborted)(struct client *c);
+	/* read_your_writes = lsn: a write of c's committed on the primary of
+	 * shard; lsn is the primary's WAL position after the commit (known
+	 * false: it could not be learnt, or it is not known whether the commit
+	 * happened). Told before the answer that reports the commit reaches
+	 * c, so that its next read waits for it. */
+	void (*wrote)(struct client *c, int shard, bool known, uint64_t lsn);
 	/* c broke the protocol, or pgcat ran out of memory: it is closed with
 	 * this FATAL. */
 	void (*fatal)(struct client *c, const char *sqlstate, const char *message);

@@ -82,6 +82,10 @@ struct fanout_leg {
 	size_t error_len;
 	bool parsed;              /* BATCH: its ParseComplete came */
 	bool prepared;            /* two_phase_commit: its PREPARE TRANSACTION succeeded */
+	/* read_your_writes = lsn: pgcat's WAL position query follows this
+	 * leg's COMMIT (or COMMIT PREPARED) in the same phase (fanout_ask_wal);
+	 * its reply is taken off before the kind reads the phase's replies */
+	bool wal_asked;
 };
 
 /* What the client's request asked, in order: the replies it expects. */
@@ -269,6 +273,12 @@ void fanout_send(struct fanout *fo);
 /* COPY: the leg has too much queued; the client's rows wait until its
  * server's output drains (the fan-out's waiting_drain). */
 bool fanout_leg_full(const struct fanout_leg *leg);
+/* read_your_writes = lsn (SPEC §4): leg's COMMIT (or COMMIT PREPARED)
+ * was just queued; the primary's WAL position is asked right after it, on
+ * the same server, and told to the client (fanout_events.wrote) when the
+ * phase ends, if the commit happened, before the kind answers. Nothing
+ * when the pool does not follow positions. */
+void fanout_ask_wal(struct fanout *fo, struct fanout_leg *leg);
 /* The statement a Bind names, when its Parse is not in this request. */
 bool fanout_bound_statement(struct client *c, const char *name, const char **sql, const uint8_t **types,
 			    size_t *types_len);

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "config.h"
 #include "context.h"
 #include "io.h"
 #include "link.h"
@@ -30,6 +31,7 @@
 #include "proto.h"
 #include "rotation.h"
 #include "route_pick.h"
+#include "ryw.h"
 #include "server.h"
 #include "stats.h"
 
@@ -298,6 +300,110 @@ void fanout_free(struct fanout *fo)
 		log_warning("cross-shard read: could not schedule a release (%zu bytes kept)", sizeof *fo);
 }
 
+/* ---- read_your_writes = lsn: the WAL position of a leg's commit ---- */
+
+/* A separate Query rather than "COMMIT; SELECT ...": COMMIT PREPARED
+ * cannot run in the implicit transaction of a multi-statement query. The
+ * server stays with the leg between the two (one is still owed), so the
+ * position is that of the primary that just committed; and it is the
+ * insert position, for the reason server.c asks that one for a client's
+ * own server (doc/replicas.md). */
+void fanout_ask_wal(struct fanout *fo, struct fanout_leg *leg)
+{
+	const struct client *c = fo->c;
+	if (c->pool->cpool->read_your_writes != READ_YOUR_WRITES_LSN || c->pool->mode != POOL_MODE_TRANSACTION)
+		return;   /* (in session mode reads stay on the client's server: nothing to steer) */
+	struct srvpool *all[2];
+	if (rotation_shard_servers(c->pool, leg->shard, all, 2) < 2)
+		return;   /* a shard of one server: its reads have nowhere else to go (as route.c) */
+	static const char q[] = "SELECT pg_current_wal_insert_lsn()";
+	fanout_put_msg(fanout_leg_out(leg), PqMsg_Query, q, sizeof q, NULL, 0);
+	leg->ready_needed++;
+	leg->wal_asked = true;
+}
+
+/* The position query's one row: one text column "X/Y". */
+static bool wal_row(const uint8_t *body, size_t len, uint64_t *lsn)
+{
+	if (len < 6 || (body[0] << 8 | body[1]) != 1)
+		return false;
+	uint32_t l = proto_get_u32(body + 2);
+	if (l == 0xffffffffu || l > len - 6)
+		return false;
+	return ryw_parse_lsn((const char *)body + 6, l, lsn);
+}
+
+/* A CommandComplete saying the commit happened: "COMMIT" or "COMMIT
+ * PREPARED" (a transaction that had failed answers COMMIT with
+ * "ROLLBACK"). */
+static bool commit_tag(const uint8_t *msg, size_t total)
+{
+	static const char plain[] = "COMMIT", prepared[] = "COMMIT PREPARED";
+	return (total - 5 == sizeof plain && memcmp(msg + 5, plain, sizeof plain) == 0) ||
+	       (total - 5 == sizeof prepared && memcmp(msg + 5, prepared, sizeof prepared) == 0);
+}
+
+/* The leg's reply to its commit and the position query: the commit's part
+ * (up to its ReadyForQuery) is left for the kind, the position's is taken
+ * off. A commit that happened is told to the client with its position
+ * (known, or not when the query failed); one whose outcome is not known
+ * (the server lost meanwhile) as unknown; a failed one (an error, or
+ * "ROLLBACK") not at all: nothing was written. */
+static void take_position(struct fanout *fo, struct fanout_leg *leg)
+{
+	leg->wal_asked = false;
+	struct evbuffer *in = leg->io_open ? leg->io.in : NULL;
+	struct fanout_walk w;
+	const uint8_t *msg;
+	size_t total, cut = 0;
+	bool in_commit = true, failed = false, committed = false, known = false;
+	uint64_t lsn = 0;
+	fanout_walk_start(&w, leg);
+	while (fanout_walk_next(&w, &msg, &total)) {
+		if (in_commit) {
+			if (msg[0] == PqMsg_ErrorResponse)
+				failed = true;
+			else if (msg[0] == PqMsg_CommandComplete)
+				committed = commit_tag(msg, total);
+			else if (msg[0] == PqMsg_ReadyForQuery) {
+				in_commit = false;
+				cut = w.off;
+			}
+		} else if (msg[0] == PqMsg_DataRow) {
+			known = wal_row(msg + 5, total - 5, &lsn);
+		} else if (msg[0] == PqMsg_ErrorResponse) {
+			known = false;
+		}
+	}
+	if (in && cut > 0 && cut < evbuffer_get_length(in)) {
+		/* the commit's part alone stays, as if nothing followed it */
+		struct evbuffer *head = evbuffer_new();
+		if (head && evbuffer_remove_buffer(in, head, cut) == (int)cut) {
+			evbuffer_drain(in, evbuffer_get_length(in));
+			evbuffer_add_buffer(in, head);
+		}
+		if (head)
+			evbuffer_free(head);
+	}
+	if (in)
+		leg->scanned = evbuffer_get_length(in);
+	struct client *c = fo->c;
+	if (committed && !failed)
+		fanout_ev(c)->wrote(c, leg->shard, known, lsn);
+	else if (leg->lost || leg->too_big)
+		fanout_ev(c)->wrote(c, leg->shard, false, 0);   /* it may have committed */
+}
+
+/* Every leg's part of the phase is in: the positions of commits taken,
+ * then the kind's end of the phase. */
+static void phase_over(struct fanout *fo)
+{
+	for (int i = 0; i < fo->n_legs; i++)
+		if (fo->legs[i].wal_asked)
+			take_position(fo, &fo->legs[i]);
+	fo->phase_done(fo);   /* the kind's (fanout_read.c, fanout_write.c, ...) */
+}
+
 static void leg_done(struct fanout_leg *leg)
 {
 	if (leg->done)
@@ -305,7 +411,7 @@ static void leg_done(struct fanout_leg *leg)
 	leg->done = true;
 	struct fanout *fo = leg->fo;
 	if (++fo->n_done == fo->n_legs)
-		fo->phase_done(fo);   /* the kind's (fanout_read.c, fanout_write.c, ...) */
+		phase_over(fo);
 }
 
 /* Walks the reply's new messages. true: the leg's part of this phase is
@@ -503,7 +609,7 @@ void fanout_begin_wait(struct fanout *fo)
 		fo->n_done += leg->done;
 	}
 	if (fo->n_done == fo->n_legs)
-		fo->phase_done(fo);
+		phase_over(fo);
 }
 
 void fanout_wait_one(struct fanout *fo, struct fanout_leg *leg)
@@ -523,7 +629,7 @@ void fanout_wait_one(struct fanout *fo, struct fanout_leg *leg)
 		leg->done = leg_scan(leg);
 	fo->n_done += leg->done;
 	if (fo->n_done == fo->n_legs)
-		fo->phase_done(fo);
+		phase_over(fo);
 }
 
 /* ---- the events of a leg's end of its link (client_end.h) ---- */

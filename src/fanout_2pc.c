@@ -182,9 +182,10 @@ static void finish(struct fanout *fo)
 			put_query(leg, "ROLLBACK", NULL);   /* its PREPARE failed: nothing is left there */
 		else if (!fo->xa_committed)
 			put_query(leg, "ROLLBACK PREPARED", gid);
-		else if (!one_only || i == 0)
+		else if (!one_only || i == 0) {
 			put_query(leg, "COMMIT PREPARED", gid);
-		else
+			fanout_ask_wal(fo, leg);   /* read_your_writes: where the commit ended */
+		} else
 			put_query(leg, "SELECT 1", NULL);   /* the test hook: this one is left to the resolver */
 	}
 	fanout_begin_wait(fo);

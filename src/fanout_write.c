@@ -108,8 +108,11 @@ void fanout_write_end(struct fanout *fo)
 		struct fanout_leg *leg = &fo->legs[i];
 		leg->want_copy_in = false;
 		leg->ready_needed = 1;
-		if (leg->io_open && !leg->lost)
-			fanout_put_msg(fanout_leg_out(leg), PqMsg_Query, end, strlen(end) + 1, NULL, 0);
+		if (!leg->io_open || leg->lost)
+			continue;
+		fanout_put_msg(fanout_leg_out(leg), PqMsg_Query, end, strlen(end) + 1, NULL, 0);
+		if (!(fo->error || fo->rollback))
+			fanout_ask_wal(fo, leg);   /* read_your_writes: where the commit ended */
 	}
 	fanout_begin_wait(fo);
 }

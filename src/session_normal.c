@@ -585,6 +585,16 @@ static void fanout_tx_spread(struct client *c)
 
 static void fanout_tx_aborted(struct client *c) { client_set_tx(c, CLIENT_TX_FAILED); }
 
+/* read_your_writes = lsn: a cross-shard write committed on shard; its
+ * reads wait for it there from now on, as after a write on its own
+ * server (client.c's end_wal_position). */
+static void fanout_wrote(struct client *c, int shard, bool known, uint64_t lsn)
+{
+	if (shard >= 0 && !ryw_note(&c->ryw, (size_t)shard, known, lsn, c->w->now_us))
+		log_warning("C-%llu: out of memory: read_your_writes cannot follow this cross-shard write",
+			    (unsigned long long)c->id);
+}
+
 static void fanout_fatal(struct client *c, const char *sqlstate, const char *message)
 {
 	client_close(c, sqlstate, "%s", message);
@@ -618,6 +628,7 @@ static const struct fanout_events normal_fanout_events = {
 	.tx_failed = fanout_tx_failed,
 	.tx_spread = fanout_tx_spread,
 	.tx_aborted = fanout_tx_aborted,
+	.wrote = fanout_wrote,
 	.fatal = fanout_fatal,
 };
 
