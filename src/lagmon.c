@@ -22,6 +22,7 @@
 #include "auth.h"
 #include "bconn.h"
 #include "config.h"
+#include "grow.h"
 #include "log.h"
 #include "pool.h"
 #include "proto.h"
@@ -395,14 +396,8 @@ static struct lagmon_conn *find_or_add(struct lagmon *lm, const struct pool *p, 
 		if (srvref_is(&c->at, p->name, sp->shard, sp->host, sp->port, sp->database))
 			return c;
 	}
-	if (lm->n_conns == lm->cap_conns) {
-		size_t cap = lm->cap_conns ? lm->cap_conns * 2 : 8;
-		struct lagmon_conn **n = realloc(lm->conns, cap * sizeof *n);
-		if (!n)
-			return NULL;
-		lm->conns = n;
-		lm->cap_conns = cap;
-	}
+	if (!grow_for_one(&lm->conns, lm->n_conns, &lm->cap_conns, 8, sizeof *lm->conns))
+		return NULL;
 	struct lagmon_conn *c = calloc(1, sizeof *c);
 	if (!c)
 		return NULL;

@@ -22,6 +22,7 @@
 #include "auth_md5.h"
 #include "config.h"
 #include "context.h"
+#include "grow.h"
 #include "hexdigit.h"
 #include "log.h"
 
@@ -379,14 +380,8 @@ const struct twophase_gen *twophase_self(const struct twophase *tp)
 
 uint64_t twophase_begin(struct twophase *tp)
 {
-	if (tp->n_flight == tp->cap_flight) {
-		size_t nc = tp->cap_flight ? tp->cap_flight * 2 : 16;
-		struct flight *f = realloc(tp->flight, nc * sizeof *f);
-		if (!f)
-			return 0;
-		tp->flight = f;
-		tp->cap_flight = nc;
-	}
+	if (!grow_for_one(&tp->flight, tp->n_flight, &tp->cap_flight, 16, sizeof *tp->flight))
+		return 0;
 	uint64_t seq = tp->next_seq++;
 	tp->flight[tp->n_flight++] = (struct flight){ .seq = seq };
 	return seq;
@@ -551,14 +546,8 @@ static bool write_lines(struct twophase *tp, const struct pending_line *pl, size
 
 bool twophase_log_commit(struct twophase *tp, uint64_t seq, twophase_logged_fn done, void *arg)
 {
-	if (tp->n_pend == tp->cap_pend) {
-		size_t nc = tp->cap_pend ? tp->cap_pend * 2 : 16;
-		struct pending_line *p = realloc(tp->pend, nc * sizeof *p);
-		if (!p)
-			return false;
-		tp->pend = p;
-		tp->cap_pend = nc;
-	}
+	if (!grow_for_one(&tp->pend, tp->n_pend, &tp->cap_pend, 16, sizeof *tp->pend))
+		return false;
 	tp->pend[tp->n_pend++] = (struct pending_line){ .seq = seq, .done = done, .arg = arg };
 	if (tp->n_pend == 1)
 		event_active(tp->flush, EV_TIMEOUT, 0);   /* after this turn's other events */
@@ -664,14 +653,8 @@ static struct dead_log *dead_load(struct twophase *tp, const struct twophase_gen
 	for (size_t i = 0; i < tp->n_dead; i++)
 		if (same_gen(&tp->dead[i].gen, g))
 			return &tp->dead[i];
-	if (tp->n_dead == tp->cap_dead) {
-		size_t nc = tp->cap_dead ? tp->cap_dead * 2 : 8;
-		struct dead_log *d = realloc(tp->dead, nc * sizeof *d);
-		if (!d)
-			return NULL;
-		tp->dead = d;
-		tp->cap_dead = nc;
-	}
+	if (!grow_for_one(&tp->dead, tp->n_dead, &tp->cap_dead, 8, sizeof *tp->dead))
+		return NULL;
 	struct dead_log *d = &tp->dead[tp->n_dead];
 	*d = (struct dead_log){ .gen = *g };
 	char path[TWOPHASE_PATH_MAX];

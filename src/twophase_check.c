@@ -18,6 +18,7 @@
 #include "config.h"
 #include "context.h"
 #include "dns.h"
+#include "grow.h"
 #include "log.h"
 #include "proto.h"
 #include "srvref.h"
@@ -291,14 +292,8 @@ static bool visit_add(void *arg, const struct config_pool *cp, const struct conf
 		      const struct config_server *sv)
 {
 	struct twophase_check *chk = arg;
-	if (chk->n_targets == chk->cap_targets) {
-		size_t nc = chk->cap_targets ? chk->cap_targets * 2 : 8;
-		struct tc_target **n = realloc(chk->targets, nc * sizeof *n);
-		if (!n)
-			return false;
-		chk->targets = n;
-		chk->cap_targets = nc;
-	}
+	if (!grow_for_one(&chk->targets, chk->n_targets, &chk->cap_targets, 8, sizeof *chk->targets))
+		return false;
 	struct tc_target *t = calloc(1, sizeof *t);
 	if (!t)
 		return false;

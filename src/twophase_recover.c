@@ -18,6 +18,7 @@
 #include "bconn.h"
 #include "config.h"
 #include "context.h"
+#include "grow.h"
 #include "log.h"
 #include "pool.h"
 #include "proto.h"
@@ -130,14 +131,8 @@ static bool add_found(struct rconn *c, const char *gid, size_t len)
 	enum twophase_verdict v = twophase_decide(c->r->tp, &g);
 	if (v == TWOPHASE_SKIP)
 		return true;
-	if (c->n_found == c->cap_found) {
-		size_t nc = c->cap_found ? c->cap_found * 2 : 8;
-		struct found *f = realloc(c->found, nc * sizeof *f);
-		if (!f)
-			return false;
-		c->found = f;
-		c->cap_found = nc;
-	}
+	if (!grow_for_one(&c->found, c->n_found, &c->cap_found, 8, sizeof *c->found))
+		return false;
 	struct found *f = &c->found[c->n_found++];
 	memcpy(f->gid, buf, len + 1);
 	f->verdict = v;
@@ -258,14 +253,8 @@ static void rc_free(struct rconn *c)
 
 static bool rc_start(struct twophase_recover *r, const struct pool *p, const struct srvpool *sp)
 {
-	if (r->n_conns == r->cap_conns) {
-		size_t nc = r->cap_conns ? r->cap_conns * 2 : 8;
-		struct rconn **n = realloc(r->conns, nc * sizeof *n);
-		if (!n)
-			return false;
-		r->conns = n;
-		r->cap_conns = nc;
-	}
+	if (!grow_for_one(&r->conns, r->n_conns, &r->cap_conns, 8, sizeof *r->conns))
+		return false;
 	struct rconn *c = calloc(1, sizeof *c);
 	if (!c)
 		return false;
