@@ -540,8 +540,18 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 	struct route_rules rr;
 	route_rules_build(c, &rr);
 	struct shardkey_result r;
-	if (!scan_message(c, f, &rr, &r, &d->read_need))
+	if (d->phase == ROUTE_PHASE_PROVISIONAL && f->type == PqMsg_Bind) {
+		/* Only prepared so far: the Binds that follow are judged
+		 * together, up to their Sync. asyncpg's executemany prepares
+		 * (Parse, Describe, Flush) and then sends all its Binds: a batch
+		 * with keys on several shards must start afresh and go to the
+		 * fan-out whole, not begin here because its first key is here. */
+		bool provisional;
+		if (!scan_request(c, f, &rr, &r, &provisional, &d->read_need))
+			return ROUTE_ACTIVE_WAIT;   /* the rest of the request first */
+	} else if (!scan_message(c, f, &rr, &r, &d->read_need)) {
 		return ROUTE_ACTIVE_WAIT;   /* the rest of the message first */
+	}
 	if (refuse_bind)
 		d->phase = ROUTE_PHASE_GUARD;
 	int here = s->sp->shard;

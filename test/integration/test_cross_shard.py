@@ -887,6 +887,52 @@ def test_asyncpg_cursor_across_shards(pgcat, xdbs):
     assert one == direct(xdbs, "SELECT v FROM xs WHERE id = 5")[0][0]
 
 
+def test_asyncpg_small_batch_whose_first_key_is_on_the_default_shard(pgcat, xdbs):
+    """asyncpg's executemany prepares (Parse, Describe, Flush) and then
+    sends its Binds and one Sync. When the first row's key is on the shard
+    the prepare went to (default_shard), the batch is still split by shard
+    as a whole, for two rows as for many: every row on its shard, and a
+    failing row leaves none of the batch anywhere."""
+    inst = start(pgcat, xdbs)
+    base = 650000
+    # ids above base: the first few of shard 0, shard 1 and shard 2
+    on = {i: [r[0] for r in direct(xdbs, "SELECT g FROM generate_series(%d, %d) g WHERE "
+                                         "satisfies_hash_partition('xs_hp'::regclass::oid, 3, %d, g::bigint) "
+                                         "ORDER BY g LIMIT 6" % (base + 1, base + 200, i))]
+          for i in range(3)}
+    batches = [
+        [on[0][0], on[1][0]],
+        [on[0][1], on[2][0], on[1][1]],
+        [on[0][2], on[0][3], on[1][2], on[2][1], on[2][2], on[1][3]],
+    ]
+
+    async def run():
+        conn = await asyncpg.connect(host="127.0.0.1", port=inst.port, user="app",
+                                     password=PASSWORDS["app"], database="xs3")
+        try:
+            for b in batches:
+                await conn.executemany("INSERT INTO xs (id, v) VALUES ($1, $2)", [(k, "small") for k in b])
+            # the second row is already there (shard 1): nothing of this batch stays
+            with pytest.raises(asyncpg.UniqueViolationError):
+                await conn.executemany("INSERT INTO xs (id, v) VALUES ($1, $2)",
+                                       [(on[0][4], "smalldup"), (on[1][0], "smalldup"), (on[2][3], "smalldup")])
+            return await conn.fetchval("SELECT count(*) FROM xs WHERE v = 'small'")
+        finally:
+            await conn.close()
+
+    try:
+        assert asyncio.run(run()) == sum(len(b) for b in batches)
+        assert placement_errors(xdbs, base) == 0
+        per_shard = []
+        for db in SHARDS:
+            with xdbs.connect(db) as d:
+                per_shard.append(d.execute("SELECT count(*) FILTER (WHERE v = 'small'), "
+                                           "count(*) FILTER (WHERE v = 'smalldup') FROM xs").fetchone())
+        assert per_shard == [(4, 0), (4, 0), (3, 0)]
+    finally:
+        clear_copied(xdbs, base)
+
+
 def test_executemany_batches_split_by_shard(pgcat, xdbs):
     """psycopg's and asyncpg's executemany (and pgjdbc's executeBatch) send
     one statement bound many times before one Sync: each Bind runs on its
