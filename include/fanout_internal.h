@@ -198,6 +198,11 @@ struct fanout {
 	 * of the request that spread it, run once they are known */
 	char txn_begin[96];
 	int txn_first;
+	/* TXN: READ ONLY on every shard (as learnt with txn_begin): its
+	 * COMMIT needs no two phases (nothing was written anywhere, and a
+	 * replica, where a read-only transaction may run, cannot PREPARE
+	 * TRANSACTION) and leaves no read_your_writes mark. */
+	bool txn_read_only;
 	int n_legs, n_done;
 	struct fanout_leg legs[];
 };

@@ -311,8 +311,9 @@ void fanout_free(struct fanout *fo)
 void fanout_ask_wal(struct fanout *fo, struct fanout_leg *leg)
 {
 	const struct client *c = fo->c;
-	if (c->pool->cpool->read_your_writes != READ_YOUR_WRITES_LSN || c->pool->mode != POOL_MODE_TRANSACTION)
-		return;   /* (in session mode reads stay on the client's server: nothing to steer) */
+	if (c->pool->cpool->read_your_writes != READ_YOUR_WRITES_LSN || c->pool->mode != POOL_MODE_TRANSACTION ||
+	    fo->txn_read_only)
+		return;   /* (in session mode reads stay on the client's server: nothing to steer; read only: no write) */
 	struct srvpool *all[2];
 	if (rotation_shard_servers(c->pool, leg->shard, all, 2) < 2)
 		return;   /* a shard of one server: its reads have nowhere else to go (as route.c) */

@@ -39,7 +39,7 @@ static bool leg_live(const struct fanout_leg *leg)
 
 bool fanout_2pc_wanted(const struct fanout *fo)
 {
-	if (!fo->c->w->cfg->general.two_phase_commit || !fo->c->w->twophase)
+	if (!fo->c->w->cfg->general.two_phase_commit || !fo->c->w->twophase || fo->txn_read_only)
 		return false;
 	int live = 0;
 	for (int i = 0; i < fo->n_legs; i++)

@@ -432,6 +432,7 @@ static void txn_learned(struct fanout *fo)
 	} else {
 		log_debug("C-%llu: the transaction on shard %d is %s, %s%s", (unsigned long long)c->id, leg->shard, vals[0],
 			  m.read_only ? "read only" : "read write", m.deferrable ? ", deferrable" : "");
+		fo->txn_read_only = m.read_only;
 		/* the request that spread it, read again where it waited */
 		uint8_t h[5];
 		struct proto_frame f;

@@ -272,3 +272,23 @@ def test_two_phase_spread_transaction_asyncpg(pgcat, cluster, tmp_path):
             assert read(other, key, ms[-1]) == (0, True)
     primary, _ = cluster
     assert primary.sql("SELECT count(*) FROM pg_prepared_xacts", dbname="postgres")[0][0] == 0
+
+
+def test_read_only_transaction_spread_over_replicas_commits(pgcat, cluster, tmp_path):
+    """With two_phase_commit, a READ ONLY transaction read on the replica of
+    one shard that goes on to the other shard commits: it wrote nothing, so
+    there is nothing to prepare (a replica could not PREPARE TRANSACTION)."""
+    inst = start(pgcat, cluster, tmp_path, two_phase=True)
+    with connect(inst, autocommit=True) as c:
+        for begin in ("BEGIN READ ONLY", "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"):
+            c.execute(begin)
+            q = "SELECT count(*) > 0, pg_is_in_recovery() FROM ryw_items WHERE id = %s"
+            first = c.execute(q, (KEYS[0],)).fetchone()
+            second = c.execute(q, (KEYS[1],)).fetchone()
+            c.execute("COMMIT")
+            # (the first shard's part ran on its replica)
+            assert first == (True, True) and second[0] is True, (begin, first, second)
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    primary, _ = cluster
+    for i in (0, 1):
+        assert primary.sql("SELECT count(*) FROM pg_prepared_xacts", dbname="shard%d" % i)[0][0] == 0
