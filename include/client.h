@@ -231,6 +231,11 @@ bool client_output_full(struct client *c);
 void client_set_state(struct client *c, enum client_state st);
 /* A reply of the current transaction reached the client: no more retry. */
 void client_reply_started(struct client *c);
+/* read_your_writes = lsn: a transaction of the client's that wrote on
+ * shard ended, at WAL position lsn of its primary (known), or at a
+ * position that could not be learnt: the client's reads there wait for it
+ * (ryw.h). Out of memory: logged, not followed. */
+void client_note_write(struct client *c, int shard, bool known, uint64_t lsn);
 const char *client_state_name(enum client_state st);
 
 struct pktbuf;

@@ -1161,13 +1161,17 @@ static void end_resume(struct client_end *end) { client_resume_reading(end_owner
  * now on. Not known (the query failed, the server was lost): marked as
  * such, and its reads go to the primary until a position of the primary
  * measured later stands for it (route_pick.c). */
-static void end_wal_position(struct client_end *end, struct server *s, int shard, bool known, uint64_t lsn,
-			     bool closed)
+void client_note_write(struct client *c, int shard, bool known, uint64_t lsn)
 {
-	struct client *c = end_owner(end);
 	if (shard >= 0 && !ryw_note(&c->ryw, (size_t)shard, known, lsn, c->w->now_us))
 		log_warning("C-%llu %s@%s: out of memory: read_your_writes cannot follow this write",
 			    (unsigned long long)c->id, client_user(c), client_database(c));
+}
+
+static void end_wal_position(struct client_end *end, struct server *s, int shard, bool known, uint64_t lsn,
+			     bool closed)
+{
+	client_note_write(end_owner(end), shard, known, lsn);
 	if (!closed)
 		return;   /* (released follows) */
 	(void)link_detach(s);

@@ -311,9 +311,14 @@ void fanout_free(struct fanout *fo)
 void fanout_ask_wal(struct fanout *fo, struct fanout_leg *leg)
 {
 	const struct client *c = fo->c;
-	if (c->pool->cpool->read_your_writes != READ_YOUR_WRITES_LSN || c->pool->mode != POOL_MODE_TRANSACTION ||
-	    fo->txn_read_only)
-		return;   /* (in session mode reads stay on the client's server: nothing to steer; read only: no write) */
+	if (c->pool->cpool->read_your_writes != READ_YOUR_WRITES_LSN || c->pool->mode != POOL_MODE_TRANSACTION)
+		return;   /* (in session mode reads stay on the client's server: nothing to steer) */
+	/* A READ ONLY spread transaction wrote nowhere but where it began,
+	 * before it turned read only (SET TRANSACTION READ ONLY may follow a
+	 * write), and only if it began on a primary. */
+	if (fo->txn_read_only &&
+	    (leg->shard != fo->txn_home || !leg->end.server || !rotation_takes_writes(leg->end.server->sp)))
+		return;
 	struct srvpool *all[2];
 	if (rotation_shard_servers(c->pool, leg->shard, all, 2) < 2)
 		return;   /* a shard of one server: its reads have nowhere else to go (as route.c) */
@@ -379,12 +384,20 @@ static void take_position(struct fanout *fo, struct fanout_leg *leg)
 	if (in && cut > 0 && cut < evbuffer_get_length(in)) {
 		/* the commit's part alone stays, as if nothing followed it */
 		struct evbuffer *head = evbuffer_new();
-		if (head && evbuffer_remove_buffer(in, head, cut) == (int)cut) {
+		bool cut_ok = head && evbuffer_remove_buffer(in, head, cut) == (int)cut;
+		if (cut_ok) {
 			evbuffer_drain(in, evbuffer_get_length(in));
-			evbuffer_add_buffer(in, head);
+			cut_ok = evbuffer_add_buffer(in, head) == 0;
 		}
 		if (head)
 			evbuffer_free(head);
+		if (!cut_ok) {
+			/* (out of memory) what is left is not the commit's reply
+			 * alone: the kind must not read it as one */
+			evbuffer_drain(in, evbuffer_get_length(in));
+			leg->too_big = true;
+			committed = false;
+		}
 	}
 	if (in)
 		leg->scanned = evbuffer_get_length(in);

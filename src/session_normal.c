@@ -590,9 +590,7 @@ static void fanout_tx_aborted(struct client *c) { client_set_tx(c, CLIENT_TX_FAI
  * server (client.c's end_wal_position). */
 static void fanout_wrote(struct client *c, int shard, bool known, uint64_t lsn)
 {
-	if (shard >= 0 && !ryw_note(&c->ryw, (size_t)shard, known, lsn, c->w->now_us))
-		log_warning("C-%llu: out of memory: read_your_writes cannot follow this cross-shard write",
-			    (unsigned long long)c->id);
+	client_note_write(c, shard, known, lsn);
 }
 
 static void fanout_fatal(struct client *c, const char *sqlstate, const char *message)

@@ -292,3 +292,21 @@ def test_read_only_transaction_spread_over_replicas_commits(pgcat, cluster, tmp_
     primary, _ = cluster
     for i in (0, 1):
         assert primary.sql("SELECT count(*) FROM pg_prepared_xacts", dbname="shard%d" % i)[0][0] == 0
+
+
+def test_write_then_read_only_spread_keeps_its_mark(pgcat, cluster, tmp_path):
+    """A transaction that wrote on its first shard, then turned READ ONLY
+    (SET TRANSACTION READ ONLY) and went on to the other shard, commits
+    without two phases, and its write on the first shard still steers the
+    writer's reads there."""
+    inst = start(pgcat, cluster, tmp_path, two_phase=True)
+    with connect(inst, autocommit=True) as c, connect(inst, autocommit=True) as other:
+        m = marker("ro", 0)
+        c.execute("BEGIN")
+        c.execute("INSERT INTO ryw_items (id, v) VALUES (%s, %s)", (KEYS[0], m))
+        c.execute("SET TRANSACTION READ ONLY")
+        c.execute("SELECT count(*) FROM ryw_items WHERE id = %s", (KEYS[1],))   # goes on to shard 1
+        c.execute("COMMIT")
+        for _ in range(ROUNDS):
+            assert read(c, KEYS[0], m)[0] == 1
+        assert read(other, KEYS[0], m) == (0, True)
