@@ -42,6 +42,14 @@ struct ryw {
  * to 8 digits), len bytes (no NUL needed). */
 bool ryw_parse_lsn(const char *s, size_t len, uint64_t *out) __attribute__((warn_unused_result));
 
+/* What a primary is asked, right after a transaction that wrote ended on
+ * it, for the position its reads then wait for: the insert position (see
+ * server.c for why not the write position). */
+#define RYW_POSITION_QUERY "SELECT pg_current_wal_insert_lsn()"
+/* Its one DataRow (body: the message without type and length; one text
+ * column "X/Y"). false: anything else. */
+bool ryw_position_row(const uint8_t *body, size_t len, uint64_t *lsn) __attribute__((warn_unused_result));
+
 /* A transaction that wrote on shard ended at now_us: its position lsn
  * (known), or unknown. *r grown as needed. false: out of memory (*r as
  * it was). */

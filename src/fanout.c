@@ -322,21 +322,10 @@ void fanout_ask_wal(struct fanout *fo, struct fanout_leg *leg)
 	struct srvpool *all[2];
 	if (rotation_shard_servers(c->pool, leg->shard, all, 2) < 2)
 		return;   /* a shard of one server: its reads have nowhere else to go (as route.c) */
-	static const char q[] = "SELECT pg_current_wal_insert_lsn()";
+	static const char q[] = RYW_POSITION_QUERY;
 	fanout_put_msg(fanout_leg_out(leg), PqMsg_Query, q, sizeof q, NULL, 0);
 	leg->ready_needed++;
 	leg->wal_asked = true;
-}
-
-/* The position query's one row: one text column "X/Y". */
-static bool wal_row(const uint8_t *body, size_t len, uint64_t *lsn)
-{
-	if (len < 6 || (body[0] << 8 | body[1]) != 1)
-		return false;
-	uint32_t l = proto_get_u32(body + 2);
-	if (l == 0xffffffffu || l > len - 6)
-		return false;
-	return ryw_parse_lsn((const char *)body + 6, l, lsn);
 }
 
 /* A CommandComplete saying the commit happened: "COMMIT" or "COMMIT
@@ -376,7 +365,7 @@ static void take_position(struct fanout *fo, struct fanout_leg *leg)
 				cut = w.off;
 			}
 		} else if (msg[0] == PqMsg_DataRow) {
-			known = wal_row(msg + 5, total - 5, &lsn);
+			known = ryw_position_row(msg + 5, total - 5, &lsn);
 		} else if (msg[0] == PqMsg_ErrorResponse) {
 			known = false;
 		}

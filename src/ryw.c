@@ -7,6 +7,7 @@
  */
 #include "ryw.h"
 #include "hexdigit.h"
+#include "proto.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -112,4 +113,14 @@ uint64_t ryw_max_age_us(int replica_lag_check_interval_ms)
 	if (ms < 1000)
 		ms = 1000;
 	return ms * 1000;
+}
+
+bool ryw_position_row(const uint8_t *body, size_t len, uint64_t *lsn)
+{
+	if (len < 6 || (body[0] << 8 | body[1]) != 1)
+		return false;
+	uint32_t l = proto_get_u32(body + 2);
+	if (l == 0xffffffffu || l > len - 6)
+		return false;   /* (NULL, or longer than the message) */
+	return ryw_parse_lsn((const char *)body + 6, l, lsn);
 }

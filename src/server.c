@@ -745,19 +745,14 @@ static void wal_ask(struct server *s)
 	s->wal_known = false;
 	s->wal_lsn = 0;
 	server_set_state(s, SERVER_WAL_POSITION);
-	send_simple_query(s, "SELECT pg_current_wal_insert_lsn()");
+	send_simple_query(s, RYW_POSITION_QUERY);
 }
 
 /* Its one row: one text column, "X/Y". Anything else: not known. */
 static void wal_row(struct server *s, const uint8_t *body, size_t len)
 {
-	if (len < 6 || (body[0] << 8 | body[1]) != 1)
-		return;
-	uint32_t l = proto_get_u32(body + 2);
-	if (l == 0xffffffffu || l > len - 6)
-		return;
 	uint64_t lsn;
-	if (ryw_parse_lsn((const char *)body + 6, l, &lsn)) {
+	if (ryw_position_row(body, len, &lsn)) {
 		s->wal_lsn = lsn;
 		s->wal_known = true;
 	}

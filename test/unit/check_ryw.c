@@ -98,6 +98,25 @@ START_TEST(test_judge)
 }
 END_TEST
 
+START_TEST(test_position_row)
+{
+	uint64_t lsn = 0;
+	/* one column, "16/B374D848" */
+	const uint8_t row[] = { 0, 1, 0, 0, 0, 11, '1', '6', '/', 'B', '3', '7', '4', 'D', '8', '4', '8' };
+	ck_assert(ryw_position_row(row, sizeof row, &lsn));
+	ck_assert_uint_eq(lsn, ((uint64_t)0x16 << 32) | 0xB374D848u);
+	/* NULL, two columns, a length past the end, a short body, not an LSN */
+	const uint8_t null_col[] = { 0, 1, 0xff, 0xff, 0xff, 0xff };
+	ck_assert(!ryw_position_row(null_col, sizeof null_col, &lsn));
+	const uint8_t two[] = { 0, 2, 0, 0, 0, 3, '0', '/', '1', 0, 0, 0, 0 };
+	ck_assert(!ryw_position_row(two, sizeof two, &lsn));
+	ck_assert(!ryw_position_row(row, sizeof row - 1, &lsn));
+	ck_assert(!ryw_position_row(row, 5, &lsn));
+	const uint8_t text[] = { 0, 1, 0, 0, 0, 3, 'a', 'b', 'c' };
+	ck_assert(!ryw_position_row(text, sizeof text, &lsn));
+}
+END_TEST
+
 Suite *ryw_suite(void)
 {
 	Suite *s = suite_create("ryw");
@@ -105,6 +124,7 @@ Suite *ryw_suite(void)
 	tcase_add_test(tc, test_parse_lsn);
 	tcase_add_test(tc, test_marks);
 	tcase_add_test(tc, test_judge);
+	tcase_add_test(tc, test_position_row);
 	suite_add_tcase(s, tc);
 	return s;
 }
