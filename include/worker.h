@@ -20,10 +20,10 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
  * unblocked): with two_phase_commit on, every shard's primary is asked for
  * max_prepared_transactions (twophase_check.h), the loop running but not
  * accepting (clients wait in the listen backlog). REFUSED: a shard has 0
- * (logged); the worker exits nonzero and the instance stops. STOPPED: a
+ * (logged, with refusal, a literal saying what follows). STOPPED: a
  * shutdown signal came meanwhile. */
 enum worker_start { WORKER_START_OK, WORKER_START_REFUSED, WORKER_START_STOPPED };
-enum worker_start worker_check_startup(struct worker *w);
+enum worker_start worker_check_startup(struct worker *w, const char *refusal);
 /* Run the loop until shutdown; returns the process exit code. */
 int worker_run(struct worker *w);
 void worker_destroy(struct worker *w);

@@ -899,16 +899,18 @@ static void startup_checked(struct twophase_check *chk, bool refused, void *arg)
  * the answer, and one waiting for another's verdict through the shared
  * segment would cost more code than a handful of short connections once
  * per start. */
-enum worker_start worker_check_startup(struct worker *w)
+enum worker_start worker_check_startup(struct worker *w, const char *refusal)
 {
 	if (!twophase_check_needed(w->cfg, NULL))
 		return WORKER_START_OK;
 	struct start_wait sw = { false, false };
-	struct twophase_check *chk = twophase_check_start(w, w->cfg, NULL, "pgcat does not start", startup_checked, &sw);
+	struct twophase_check *chk = twophase_check_start(w, w->cfg, NULL, refusal, startup_checked, &sw);
 	if (!chk) {
 		log_error("two_phase_commit: out of memory while checking the shards");
 		return WORKER_START_REFUSED;
 	}
+	log_info("two_phase_commit: asking the shards for max_prepared_transactions before serving clients "
+		 "(within connect_timeout)");
 	/* Not accepting yet: a client waits in the backlog, not refused. */
 	for (size_t i = 0; i < w->n_listeners; i++)
 		if (w->listeners[i])

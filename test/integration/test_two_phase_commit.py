@@ -24,7 +24,8 @@ import asyncpg
 import psycopg
 import pytest
 
-from conftest import (PASSWORDS, PG_BIN, PgServer, _setup_roles, as_pg_user, free_port, wait_until)
+from conftest import (PASSWORDS, PG_BIN, PgServer, _setup_roles, as_pg_user, free_port, proc_children,
+                      wait_until)
 
 # pg_bigint_hash over 2 shards: keys A on shard 0, B on shard 1 (checked by
 # the fixture with PostgreSQL's own hash partitioning)
@@ -380,6 +381,62 @@ def test_a_reload_to_two_phase_commit_is_refused_while_a_shard_has_zero(pgcat, p
         assert "asking the shards" not in p.log()[off:]
     finally:
         z.stop()
+
+
+ASKING = "asking the shards for max_prepared_transactions before serving clients"
+
+
+def test_a_restarted_worker_does_not_take_a_refused_configuration(pgcat, pg, shards, tmp_path):
+    """A reload refused (a shard at 0) leaves the file on disk: a worker
+    restarted after a crash asks the shards too, and on the refusal serves
+    the configuration pgcat started with instead (no restart loop)."""
+    p = pgcat(general={"two_phase_commit": "false", "state_dir": str(tmp_path / "state"), "workers": 1},
+              pools={"tpc": _mixed_pool(shards, pg.port)})
+    p.general["two_phase_commit"] = "true"
+    p.write()
+    off = len(p.log())
+    p.send_signal(signal.SIGHUP)
+    wait_until(lambda: "reload rejected (two_phase_commit" in p.log()[off:], 10, msg="the refusal")
+    (worker,) = proc_children(p.pid)
+    os.kill(worker, signal.SIGKILL)
+    wait_until(lambda: "running the configuration pgcat started with" in p.log()[off:], 15,
+               msg="the restarted worker's verdict")
+    log = p.log()[off:]
+    assert ZERO % pg.port + "; this restarted worker runs the configuration pgcat started with" in log, log
+    wait_until(lambda: _config(p)["two_phase_commit"] == "false", 10, msg="the old configuration served")
+    with connect(p) as c:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    assert p.alive()
+    # one restart, not a loop
+    time.sleep(1.5)
+    assert p.log()[off:].count("restarted as pid") == 1, p.log()[off:]
+
+
+def test_a_worker_killed_during_its_startup_check_is_checked_again(pgcat, shards, tmp_path):
+    """Killed by a signal while it asked the shards: the restarted worker asks
+    again before it serves (here a shard that never answers: the warning
+    after connect_timeout comes from the restarted one)."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        p = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state"),
+                           "connect_timeout": "2000", "workers": 1},
+                  pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])}, wait=False)
+        wait_until(lambda: ASKING in p.log(), 15, msg="the startup check")
+        (worker,) = proc_children(p.pid)
+        os.kill(worker, signal.SIGKILL)
+        wait_until(lambda: "restarted as pid" in p.log(), 10, msg="the restart")
+        wait_until(lambda: "could not be checked (no answer within connect_timeout)" in p.log(), 10,
+                   msg="the restarted worker's check")
+        log = p.log()
+        assert log.count(ASKING) == 2, log
+        assert log.index("could not be checked") > log.index("restarted as pid"), log
+        p.wait_ready()
+        with connect(p) as c:
+            assert c.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        silent.close()
 
 
 # ---- faults -----------------------------------------------------------------
