@@ -109,8 +109,10 @@ struct worker {
 	struct twophase_recover *twophase_recover;   /* the in-doubt resolver (twophase_recover.c) */
 	/* A reload that waits for its two_phase_commit check (worker.c): the
 	 * check and the configuration it applies once the check passed; the
-	 * number of the last one started and of the last one ended, with its
-	 * outcome, for an admin RELOAD waiting for its answer (admin.c). */
+	 * number of the last reload started and of the last one ended, with
+	 * its outcome, for an admin RELOAD waiting for its answer (admin.c).
+	 * A reload replaced while it waited never ends: the one that replaced
+	 * it, numbered higher, answers for it. */
 	struct {
 		struct twophase_check *check;
 		struct config *cfg;

@@ -201,12 +201,14 @@ void admin_janitor(struct worker *w)
 		if (!c->is_admin || !ap)
 			continue;
 		if (ap->reload) {
-			if (w->reload.check && w->reload.started == ap->seq)
-				continue;   /* still asking */
+			/* Its reload, or the one that replaced it (a SIGHUP, an
+			 * autoreload: the file as it is now), still asking. The
+			 * reload that ended last is the answer: a replaced one is
+			 * never applied, so never a success of its own. */
+			if (w->reload.ended < ap->seq)
+				continue;
 			c->kind_state = NULL;
-			/* (Replaced by a later reload before it ended: that one is
-			 * in the log.) */
-			if (w->reload.ended == ap->seq && w->reload.failed)
+			if (w->reload.failed)
 				admin_error(c, "F0000", "reload failed, old configuration kept: %s", w->reload.error);
 			else
 				admin_complete(c, ap->tag);

@@ -101,6 +101,15 @@ static void stats_timer_cb(evutil_socket_t fd, short what, void *arg)
 static void listener_options(struct worker *w, struct evconnlistener *l);
 static bool reload_apply(struct worker *w, struct config *cfg, char *err, size_t errlen);
 
+/* Reload number n (w->reload.started) is over, applied or not: what an
+ * admin RELOAD waiting since it or a reload it replaced answers. */
+static void reload_end(struct worker *w, uint64_t n, bool failed, const char *err)
+{
+	w->reload.ended = n;
+	w->reload.failed = failed;
+	snprintf(w->reload.error, sizeof w->reload.error, "%s", failed ? err : "");
+}
+
 /* The check a reload waited for (worker_reload) is over: apply, or refuse
  * as a whole (each shard at 0 is logged by the check). */
 static void reload_checked(struct twophase_check *chk, bool refused, void *arg)
@@ -109,17 +118,18 @@ static void reload_checked(struct twophase_check *chk, bool refused, void *arg)
 	struct config *cfg = w->reload.cfg;
 	w->reload.check = NULL;
 	w->reload.cfg = NULL;
-	w->reload.ended = w->reload.started;
-	w->reload.failed = refused;
-	snprintf(w->reload.error, sizeof w->reload.error, "%s", twophase_check_error(chk));
+	char err[sizeof w->reload.error];
+	snprintf(err, sizeof err, "%s", twophase_check_error(chk));
 	twophase_check_free(chk);
 	worker_update_clock(w);
 	if (refused) {
 		log_error("reload rejected (two_phase_commit, see above): the old configuration stays in force");
 		config_free(cfg);
+		reload_end(w, w->reload.started, true, err);
 		return;
 	}
-	w->reload.failed = !reload_apply(w, cfg, w->reload.error, sizeof w->reload.error);
+	bool ok = reload_apply(w, cfg, err, sizeof err);
+	reload_end(w, w->reload.started, !ok, err);
 }
 
 bool worker_reload(struct worker *w, char *err, size_t errlen)
@@ -165,6 +175,9 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 		w->reload.check = NULL;
 		w->reload.cfg = NULL;
 	}
+	/* Numbered from here on: its end answers an admin RELOAD waiting for
+	 * it or for the reload it replaced (reload_end). */
+	uint64_t n = ++w->reload.started;
 	/* two_phase_commit on for shards not checked with it: nothing changes
 	 * until every one answered (or gave up), so that a shard that cannot
 	 * PREPARE refuses the reload as a whole (reload_checked). The check
@@ -179,14 +192,16 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 			config_free(cfg);
 			snprintf(err, errlen, "out of memory");
 			log_error("reload rejected (%s): the old configuration stays in force", err);
+			reload_end(w, n, true, err);
 			return false;
 		}
-		w->reload.started++;
 		log_info("reload: two_phase_commit: asking the shards for max_prepared_transactions first; the new "
 			 "configuration is applied after (within connect_timeout)");
 		return true;
 	}
-	return reload_apply(w, cfg, err, errlen);
+	bool ok = reload_apply(w, cfg, err, errlen);
+	reload_end(w, n, !ok, err);
+	return ok;
 }
 
 /* The rest of a reload, on a configuration that passed every check; cfg

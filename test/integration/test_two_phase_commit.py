@@ -439,6 +439,43 @@ def test_a_worker_killed_during_its_startup_check_is_checked_again(pgcat, shards
         silent.close()
 
 
+def test_a_waiting_reload_replaced_by_a_refused_one_answers_the_refusal(pgcat, pg, shards, tmp_path):
+    """An admin RELOAD waiting for its check is replaced by a SIGHUP's (the
+    file changed meanwhile): the RELOAD answers how the reload that ended
+    went, here refused, not a success for one never applied."""
+    from conftest import ADMIN_PASSWORD, ADMIN_USER
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        p = pgcat(general={"two_phase_commit": "false", "state_dir": str(tmp_path / "state"),
+                           "connect_timeout": "5000", "workers": 1},
+                  pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])})
+        p.general["two_phase_commit"] = "true"
+        p.write()
+        off = len(p.log())
+        answer = []
+        t = threading.Thread(target=lambda: answer.append(
+            p.psql("RELOAD", user=ADMIN_USER, dbname="pgcat", password=ADMIN_PASSWORD, check=False)))
+        t.start()
+        wait_until(lambda: "asking the shards for max_prepared_transactions first" in p.log()[off:], 10,
+                   msg="the RELOAD's check")
+        # the file now names a shard at 0; SIGHUP replaces the waiting reload
+        p.pools["tpc"] = _mixed_pool(shards, pg.port)
+        p.write()
+        p.send_signal(signal.SIGHUP)
+        t.join(15)
+        assert not t.is_alive(), "the RELOAD got no answer"
+        r = answer[0]
+        assert r.returncode != 0, r.stdout
+        assert "reload failed, old configuration kept: " + ZERO % pg.port in r.stderr, r.stderr
+        log = p.log()[off:]
+        assert "replaced by this one" in log and "configuration reloaded" not in log, log
+        assert _config(p)["two_phase_commit"] == "false"
+    finally:
+        silent.close()
+
+
 # ---- faults -----------------------------------------------------------------
 
 @pytest.mark.parametrize("point,committed", [("after_prepare", False), ("after_log", True),
