@@ -78,6 +78,7 @@ struct worker {
 	struct event *shutdown_timer;
 	struct event *accept_resume;      /* accepting paused: out of fds */
 	bool accept_paused;
+	bool serving;                     /* worker_listen opened the listeners and /metrics */
 	bool shutting_down;
 	bool waiting_for_clients;         /* SHUTDOWN WAIT_FOR_CLIENTS: not accepting, exit after the last client */
 	int exit_code;

@@ -98,7 +98,7 @@ static void remove_unix_socket(struct supervisor *sv)
 /* In a worker process: its worker on cfg (taken), signals unblocked. */
 static struct worker *start_worker(struct supervisor *sv, int id, struct config *cfg)
 {
-	struct worker *w = worker_create(cfg, sv->config_path, id, &sv->shm, sv->unix_fd);
+	struct worker *w = worker_create(cfg, sv->config_path, id, &sv->shm);
 	if (!w) {
 		log_error("worker %d: startup failed", id);
 		exit(1);
@@ -171,6 +171,13 @@ static pid_t spawn(struct supervisor *sv, int id, bool restart)
 		worker_destroy(w);
 		log_close();
 		exit(code);
+	}
+	/* Listening only now, past the check (worker_check_startup). */
+	if (!worker_listen(w, sv->unix_fd)) {
+		log_error("worker %d: startup failed", id);
+		worker_destroy(w);
+		log_close();
+		exit(1);
 	}
 	atomic_store(&slot->ready, 1);
 	int rc = worker_run(w);

@@ -249,7 +249,8 @@ static bool reload_apply(struct worker *w, struct config *cfg, char *err, size_t
 	log_set_level(w->cfg->general.log_level);
 	admin_credentials(w);
 	w->config_mtime = file_mtime(w->config_path);
-	if (!prometheus_reconfigure(w))
+	/* (Not before worker_listen: a reload during the startup check.) */
+	if (w->serving && !prometheus_reconfigure(w))
 		log_error("reload: /metrics is not served (see above)");
 	auth_query_reload(w);   /* cached answers of the old auth_query go */
 	log_info("configuration reloaded from %s", w->config_path);
@@ -782,7 +783,7 @@ static const struct worker_commands worker_commands = {
 	.wait_for_clients = worker_wait_for_clients,
 };
 
-struct worker *worker_create(struct config *cfg, const char *config_path, int id, struct shm *shm, int unix_fd)
+struct worker *worker_create(struct config *cfg, const char *config_path, int id, struct shm *shm)
 {
 	struct worker *w = calloc(1, sizeof *w);
 	if (!w)
@@ -865,14 +866,10 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	if (!pool_create_all(w))
 		goto fail;
 	apply_admin_commands(w);
-	if (!open_listeners(w, unix_fd))
-		goto fail;
 	struct timeval tv = { 0, JANITOR_INTERVAL_MS * 1000 };
 	evtimer_add(w->janitor, &tv);
 	struct timeval stv = { cfg->general.stats_period, 0 };
 	evtimer_add(w->stats_timer, &stv);
-	if (!prometheus_reconfigure(w))
-		goto fail;
 	evsignal_add(w->sig_term, NULL);
 	evsignal_add(w->sig_int, NULL);
 	evsignal_add(w->sig_quit, NULL);
@@ -913,7 +910,11 @@ static void startup_checked(struct twophase_check *chk, bool refused, void *arg)
  * becomes ready and serves clients on its own, so none may do so before
  * the answer, and one waiting for another's verdict through the shared
  * segment would cost more code than a handful of short connections once
- * per start. */
+ * per start. It runs before worker_listen: in an online restart, the
+ * kernel would otherwise queue part of the new connections in this
+ * process's listen backlog (SO_REUSEPORT), where they would wait for the
+ * verdict and be reset by a refusal; unopened, they all go to the old
+ * instance. */
 enum worker_start worker_check_startup(struct worker *w, const char *refusal)
 {
 	if (!twophase_check_needed(w->cfg, NULL))
@@ -926,10 +927,6 @@ enum worker_start worker_check_startup(struct worker *w, const char *refusal)
 	}
 	log_info("two_phase_commit: asking the shards for max_prepared_transactions before serving clients "
 		 "(within connect_timeout)");
-	/* Not accepting yet: a client waits in the backlog, not refused. */
-	for (size_t i = 0; i < w->n_listeners; i++)
-		if (w->listeners[i])
-			(void)evconnlistener_disable(w->listeners[i]);
 	/* Until the verdict, or a shutdown (SIGTERM starts one; SIGQUIT breaks
 	 * the loop). */
 	bool stopped = false;
@@ -945,12 +942,15 @@ enum worker_start worker_check_startup(struct worker *w, const char *refusal)
 		log_error("two_phase_commit: the check of the shards could not run (event loop failure)");
 		return WORKER_START_REFUSED;
 	}
-	if (sw.refused)
-		return WORKER_START_REFUSED;
-	for (size_t i = 0; i < w->n_listeners; i++)
-		if (w->listeners[i] && !w->accept_paused)
-			(void)evconnlistener_enable(w->listeners[i]);
-	return WORKER_START_OK;
+	return sw.refused ? WORKER_START_REFUSED : WORKER_START_OK;
+}
+
+bool worker_listen(struct worker *w, int unix_fd)
+{
+	if (!open_listeners(w, unix_fd) || !prometheus_reconfigure(w))
+		return false;
+	w->serving = true;
+	return true;
 }
 
 int worker_run(struct worker *w)

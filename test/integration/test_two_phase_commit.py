@@ -24,8 +24,8 @@ import asyncpg
 import psycopg
 import pytest
 
-from conftest import (PASSWORDS, PG_BIN, PgServer, _setup_roles, as_pg_user, free_port, proc_children,
-                      wait_until)
+from conftest import (PASSWORDS, PG_BIN, PgServer, _setup_roles, as_pg_user, free_port, port_open,
+                      proc_children, wait_until)
 
 # pg_bigint_hash over 2 shards: keys A on shard 0, B on shard 1 (checked by
 # the fixture with PostgreSQL's own hash partitioning)
@@ -239,6 +239,7 @@ def _mixed_pool(shards, port1):
 
 ZERO = ("two_phase_commit: pool tpc, shard 1 (127.0.0.1:%d, database shard0) has "
         "max_prepared_transactions = 0, so it cannot PREPARE TRANSACTION")
+ASKING = "asking the shards for max_prepared_transactions before serving clients"
 WHAT_TO_DO = "Set max_prepared_transactions above 0 on that server (and restart it), or set two_phase_commit = false"
 
 
@@ -292,31 +293,65 @@ def test_a_shard_down_at_startup_is_a_warning(pgcat, shards, tmp_path):
     assert p.alive()
 
 
-def test_a_client_waits_for_the_startup_check(pgcat, shards, tmp_path):
+def test_nothing_listens_during_the_startup_check(pgcat, shards, tmp_path):
     """A shard that takes the connection but never answers: the check gives
-    up after connect_timeout (a warning); a client that came meanwhile
-    waited in the listen backlog and is served then, not refused."""
+    up after connect_timeout (a warning). Until then pgcat does not listen
+    (a client is refused at once, or, in an online restart, goes to the old
+    instance), so no client waits in a process whose check may refuse."""
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)
     try:
+        t0 = time.monotonic()
         p = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state"),
                            "connect_timeout": "1500"},
-                  pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])})
-        t0 = time.monotonic()
+                  pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])}, wait=False)
+        wait_until(lambda: ASKING in p.log(), 15, msg="the startup check")
+        assert not port_open(p.host, p.port), "listening during the check"
+        p.wait_ready()
+        assert "could not be checked (no answer within connect_timeout)" in p.log(), p.log()
+        assert time.monotonic() - t0 > 1.0, "listening before the check ended"
         with connect(p) as c:
             assert c.execute("SELECT 1").fetchone() == (1,)
-        assert "could not be checked (no answer within connect_timeout)" in p.log(), p.log()
-        assert time.monotonic() - t0 > 0.5, "served before the check ended"
         # SIGTERM or SIGQUIT during the check: a prompt, clean exit
         for sig in (signal.SIGTERM, signal.SIGQUIT):
             p2 = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state2"),
                                 "connect_timeout": "20000"},
-                       pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])})
+                       pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])}, wait=False)
+            wait_until(lambda: ASKING in p2.log(), 15, msg="the startup check")
             t0 = time.monotonic()
             assert p2.stop(sig, timeout=10) == 0
             assert time.monotonic() - t0 < 5
             p2.stopped_by_test = True
+    finally:
+        silent.close()
+
+
+def test_an_online_restart_queues_nothing_in_the_new_instance_during_its_check(pgcat, shards, tmp_path):
+    """A second pgcat on the same port (SO_REUSEPORT, SPEC §9) asking its
+    shards: every new client is served by the running one at once, none
+    waits in the new one's backlog for its verdict."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        pool = _mixed_pool(shards, silent.getsockname()[1])
+        a = pgcat(general={"two_phase_commit": "false", "state_dir": str(tmp_path / "a")}, pools={"tpc": pool})
+        b = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "b"), "listen_port": a.port,
+                           "connect_timeout": "8000"},
+                  pools={"tpc": pool}, wait=False)
+        wait_until(lambda: ASKING in b.log(), 15, msg="the new instance's check")
+        slow = []
+        for _ in range(20):
+            t0 = time.monotonic()
+            with connect(a, connect_timeout=10) as c:
+                assert c.execute("SELECT 1").fetchone() == (1,)
+            if time.monotonic() - t0 > 2:
+                slow.append(time.monotonic() - t0)
+        assert ASKING in b.log() and "could not be checked" not in b.log(), "the check ended too soon"
+        assert slow == [], "clients waited for the new instance's check: %r" % slow
+        assert b.stop(signal.SIGTERM, timeout=10) == 0
+        b.stopped_by_test = True
     finally:
         silent.close()
 
@@ -381,9 +416,6 @@ def test_a_reload_to_two_phase_commit_is_refused_while_a_shard_has_zero(pgcat, p
         assert "asking the shards" not in p.log()[off:]
     finally:
         z.stop()
-
-
-ASKING = "asking the shards for max_prepared_transactions before serving clients"
 
 
 def test_a_restarted_worker_does_not_take_a_refused_configuration(pgcat, pg, shards, tmp_path):
