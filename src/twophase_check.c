@@ -110,19 +110,6 @@ static void tc_ready(void *arg)
 	t->state = TC_ASKING;
 }
 
-/* The first column of a DataRow (body without type and length). */
-static bool first_column(const uint8_t *body, size_t len, const char **val, size_t *vlen)
-{
-	if (len < 6 || (body[0] << 8 | body[1]) < 1)
-		return false;
-	int32_t l = (int32_t)proto_get_u32(body + 2);
-	if (l < 0 || (size_t)l > len - 6)
-		return false;
-	*val = (const char *)body + 6;
-	*vlen = (size_t)l;
-	return true;
-}
-
 static bool tc_message(void *arg, uint8_t type, const uint8_t *body, size_t len)
 {
 	struct tc_target *t = arg;
@@ -141,7 +128,7 @@ static bool tc_message(void *arg, uint8_t type, const uint8_t *body, size_t len)
 	case PqMsg_DataRow: {
 		const char *v;
 		size_t vl;
-		if (t->state == TC_ASKING && !t->answered && first_column(body, len, &v, &vl)) {
+		if (t->state == TC_ASKING && !t->answered && proto_parse_datarow_first(body, len, &v, &vl) && v) {
 			t->answered = true;
 			t->zero = vl == 1 && v[0] == '0';
 		}
