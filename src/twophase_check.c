@@ -9,6 +9,7 @@
 #include "twophase_check.h"
 
 #include <event2/event.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -383,7 +384,7 @@ void twophase_check_free(struct twophase_check *chk)
 		free(t->user);
 		if (t->password) {
 			/* (a secret: not left in freed memory) */
-			memset(t->password, 0, strlen(t->password));
+			OPENSSL_cleanse(t->password, strlen(t->password));
 			free(t->password);
 		}
 		free(t);
