@@ -239,6 +239,10 @@ int config_user_pool_size(const struct config *cfg, const struct config_pool *po
 int config_user_min_pool_size(const struct config *cfg, const struct config_pool *pool,
 			      const struct config_user *user);
 enum pool_mode config_user_pool_mode(const struct config_pool *pool, const struct config_user *user);
+/* How a user logs in to the servers: server_username, else its name;
+ * server_password, else its password (NULL: none). */
+const char *config_user_server_name(const struct config_user *user);
+const char *config_user_server_password(const struct config_user *user);
 /* The user's transaction_timeout (ms, 0 = off): its own, else [general]'s. */
 int config_user_transaction_timeout(const struct config *cfg, const struct config_user *user);
 /* The user's reserve_pool_size: its own, else [general]'s. */

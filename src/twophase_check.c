@@ -293,8 +293,8 @@ static bool visit_add(void *arg, const struct config_pool *cp, const struct conf
 	/* The pool's first user, as its servers are logged in to. */
 	if (cp->n_users > 0) {
 		const struct config_user *u = &cp->users[0];
-		const char *user = u->server_username && u->server_username[0] ? u->server_username : u->name;
-		const char *pw = u->server_password && u->server_password[0] ? u->server_password : u->password;
+		const char *user = config_user_server_name(u);
+		const char *pw = config_user_server_password(u);
 		if (!(t->user = strdup(user)) || (pw && !(t->password = strdup(pw))))
 			return false;
 	}
