@@ -290,5 +290,11 @@ void config_print(const struct config *cfg, FILE *out);
  * On failure leaves cfg untouched and writes a one-line reason into err. */
 bool config_general_set(struct config *cfg, const char *key, const char *value, char *err, size_t errlen)
 	__attribute__((warn_unused_result));
+/* The same, and accept (may be NULL) sees the configuration as it would be
+ * (cfg with the new [general]) once the value passed every check: false
+ * (its reason in err) leaves cfg untouched too. */
+typedef bool (*config_set_accept_fn)(const struct config *trial, void *arg, char *err, size_t errlen);
+bool config_general_set_if(struct config *cfg, const char *key, const char *value, config_set_accept_fn accept,
+			   void *arg, char *err, size_t errlen) __attribute__((warn_unused_result));
 
 #endif
