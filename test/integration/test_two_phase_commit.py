@@ -348,8 +348,8 @@ def test_an_online_restart_queues_nothing_in_the_new_instance_during_its_check(p
                 assert c.execute("SELECT 1").fetchone() == (1,)
             if time.monotonic() - t0 > 2:
                 slow.append(time.monotonic() - t0)
-        assert ASKING in b.log() and "could not be checked" not in b.log(), "the check ended too soon"
         assert slow == [], "clients waited for the new instance's check: %r" % slow
+        assert "could not be checked" not in b.log(), "the check ended before the clients were done"
         assert b.stop(signal.SIGTERM, timeout=10) == 0
         b.stopped_by_test = True
     finally:
