@@ -239,6 +239,10 @@ int config_user_pool_size(const struct config *cfg, const struct config_pool *po
 int config_user_min_pool_size(const struct config *cfg, const struct config_pool *pool,
 			      const struct config_user *user);
 enum pool_mode config_user_pool_mode(const struct config_pool *pool, const struct config_user *user);
+/* How a user logs in to the servers: server_username, else its name;
+ * server_password, else its password (NULL: none). */
+const char *config_user_server_name(const struct config_user *user);
+const char *config_user_server_password(const struct config_user *user);
 /* The user's transaction_timeout (ms, 0 = off): its own, else [general]'s. */
 int config_user_transaction_timeout(const struct config *cfg, const struct config_user *user);
 /* The user's reserve_pool_size: its own, else [general]'s. */
@@ -286,5 +290,11 @@ void config_print(const struct config *cfg, FILE *out);
  * On failure leaves cfg untouched and writes a one-line reason into err. */
 bool config_general_set(struct config *cfg, const char *key, const char *value, char *err, size_t errlen)
 	__attribute__((warn_unused_result));
+/* The same, and accept (may be NULL) sees the configuration as it would be
+ * (cfg with the new [general]) once the value passed every check: false
+ * (its reason in err) leaves cfg untouched too. */
+typedef bool (*config_set_accept_fn)(const struct config *trial, void *arg, char *err, size_t errlen);
+bool config_general_set_if(struct config *cfg, const char *key, const char *value, config_set_accept_fn accept,
+			   void *arg, char *err, size_t errlen) __attribute__((warn_unused_result));
 
 #endif

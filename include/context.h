@@ -78,6 +78,7 @@ struct worker {
 	struct event *shutdown_timer;
 	struct event *accept_resume;      /* accepting paused: out of fds */
 	bool accept_paused;
+	bool serving;                     /* worker_listen opened the listeners and /metrics */
 	bool shutting_down;
 	bool waiting_for_clients;         /* SHUTDOWN WAIT_FOR_CLIENTS: not accepting, exit after the last client */
 	int exit_code;
@@ -109,8 +110,10 @@ struct worker {
 	struct twophase_recover *twophase_recover;   /* the in-doubt resolver (twophase_recover.c) */
 	/* A reload that waits for its two_phase_commit check (worker.c): the
 	 * check and the configuration it applies once the check passed; the
-	 * number of the last one started and of the last one ended, with its
-	 * outcome, for an admin RELOAD waiting for its answer (admin.c). */
+	 * number of the last reload started and of the last one ended, with
+	 * its outcome, for an admin RELOAD waiting for its answer (admin.c).
+	 * A reload replaced while it waited never ends: the one that replaced
+	 * it, numbered higher, answers for it. */
 	struct {
 		struct twophase_check *check;
 		struct config *cfg;

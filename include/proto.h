@@ -188,6 +188,12 @@ bool proto_parse_error(const uint8_t *body, size_t len, struct proto_error_field
 /* ParameterStatus body: two NUL-terminated strings filling the body exactly. */
 bool proto_parse_parameter_status(const uint8_t *body, size_t len, const char **name, const char **value);
 
+/* DataRow body (no type, no length): its first column, which lies within
+ * len. *val is NULL for an SQL NULL (*vlen 0), else points into body (not
+ * NUL-terminated, *vlen bytes). false: no column, or a length that does
+ * not fit. */
+bool proto_parse_datarow_first(const uint8_t *body, size_t len, const char **val, size_t *vlen);
+
 /* A NUL-terminated string starting at body[*off] within len; advances *off. */
 bool proto_read_cstring(const uint8_t *body, size_t len, size_t *off, const char **out);
 

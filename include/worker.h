@@ -12,18 +12,21 @@
 
 #include "context.h"
 
-/* Create the worker: listeners, signals, pools, timers. Takes ownership of
- * cfg. unix_fd: the supervisor's listening unix socket, or -1. */
-struct worker *worker_create(struct config *cfg, const char *config_path, int id, struct shm *shm, int unix_fd)
+/* Create the worker: signals, pools, timers (not listening yet: see
+ * worker_listen). Takes ownership of cfg. */
+struct worker *worker_create(struct config *cfg, const char *config_path, int id, struct shm *shm)
 	__attribute__((warn_unused_result));
-/* Between worker_create and the worker counting as ready (signals
- * unblocked): with two_phase_commit on, every shard's primary is asked for
- * max_prepared_transactions (twophase_check.h), the loop running but not
- * accepting (clients wait in the listen backlog). REFUSED: a shard has 0
- * (logged); the worker exits nonzero and the instance stops. STOPPED: a
- * shutdown signal came meanwhile. */
+/* Between worker_create and worker_listen (signals unblocked): with
+ * two_phase_commit on, every shard's primary is asked for
+ * max_prepared_transactions (twophase_check.h), the loop running with no
+ * listener open yet (a client connects to another instance, or is refused
+ * at once). REFUSED: a shard has 0 (logged, with refusal, a literal saying
+ * what follows). STOPPED: a shutdown signal came meanwhile. */
 enum worker_start { WORKER_START_OK, WORKER_START_REFUSED, WORKER_START_STOPPED };
-enum worker_start worker_check_startup(struct worker *w);
+enum worker_start worker_check_startup(struct worker *w, const char *refusal);
+/* Open the listeners (unix_fd: the supervisor's listening unix socket, or
+ * -1) and /metrics; false: logged, the worker cannot serve. */
+bool worker_listen(struct worker *w, int unix_fd) __attribute__((warn_unused_result));
 /* Run the loop until shutdown; returns the process exit code. */
 int worker_run(struct worker *w);
 void worker_destroy(struct worker *w);

@@ -201,12 +201,14 @@ void admin_janitor(struct worker *w)
 		if (!c->is_admin || !ap)
 			continue;
 		if (ap->reload) {
-			if (w->reload.check && w->reload.started == ap->seq)
-				continue;   /* still asking */
+			/* Its reload, or the one that replaced it (a SIGHUP, an
+			 * autoreload: the file as it is now), still asking. The
+			 * reload that ended last is the answer: a replaced one is
+			 * never applied, so never a success of its own. */
+			if (w->reload.ended < ap->seq)
+				continue;
 			c->kind_state = NULL;
-			/* (Replaced by a later reload before it ended: that one is
-			 * in the log.) */
-			if (w->reload.ended == ap->seq && w->reload.failed)
+			if (w->reload.failed)
 				admin_error(c, "F0000", "reload failed, old configuration kept: %s", w->reload.error);
 			else
 				admin_complete(c, ap->tag);
@@ -268,6 +270,25 @@ static bool kill_client(struct client *c, const char *arg)
 }
 
 /* Returns false when the reply is deferred (no ReadyForQuery yet). */
+/* SET on a value that passed config.c's checks: turning two_phase_commit
+ * on asks the shards first (twophase_check.h), which SET cannot wait for.
+ * Refused before anything changes. */
+struct set_verdict {
+	const struct config *cur;
+	bool needs_reload;
+};
+
+static bool set_acceptable(const struct config *trial, void *arg, char *err, size_t errlen)
+{
+	struct set_verdict *sv = arg;
+	if (sv->cur->general.two_phase_commit || !twophase_check_needed(trial, NULL))
+		return true;
+	sv->needs_reload = true;
+	snprintf(err, errlen, "two_phase_commit is turned on by pgcat.ini and RELOAD, which first checks "
+		 "max_prepared_transactions on the shards");
+	return false;
+}
+
 static bool run_command(struct client *c, const char *sql)
 {
 	struct worker *w = c->w;
@@ -441,19 +462,9 @@ static bool run_command(struct client *c, const char *sql)
 			return true;
 		}
 		char err[256];
-		bool two_phase_before = w->cfg->general.two_phase_commit;
-		if (!config_general_set(w->cfg, key, value, err, sizeof err)) {
-			admin_error(c, "22023", "%s", err);
-			return true;
-		}
-		/* Turning two_phase_commit on asks the shards first
-		 * (twophase_check.h), which SET cannot wait for: back to off. */
-		if (!two_phase_before && w->cfg->general.two_phase_commit && twophase_check_needed(w->cfg, NULL)) {
-			if (!config_general_set(w->cfg, "two_phase_commit", "false", err, sizeof err))
-				log_error("admin: SET two_phase_commit could not be undone: %s", err);
-			admin_error(c, "55000",
-				    "two_phase_commit is turned on by pgcat.ini and RELOAD, which first checks "
-				    "max_prepared_transactions on the shards");
+		struct set_verdict sv = { w->cfg, false };
+		if (!config_general_set_if(w->cfg, key, value, set_acceptable, &sv, err, sizeof err)) {
+			admin_error(c, sv.needs_reload ? "55000" : "22023", "%s", err);
 			return true;
 		}
 		log_set_level(w->cfg->general.log_level);

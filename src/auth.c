@@ -198,18 +198,12 @@ enum auth_outcome auth_client_step(struct worker *w, struct pool *passthrough, s
 
 const char *auth_server_user(const struct pool *p)
 {
-	if (p->cuser && p->cuser->server_username && p->cuser->server_username[0])
-		return p->cuser->server_username;
-	return p->user;
+	return p->cuser ? config_user_server_name(p->cuser) : p->user;
 }
 
 const char *auth_server_password(const struct pool *p)
 {
-	if (!p->cuser)
-		return NULL;
-	if (p->cuser->server_password && p->cuser->server_password[0])
-		return p->cuser->server_password;
-	return p->cuser->password;
+	return p->cuser ? config_user_server_password(p->cuser) : NULL;
 }
 
 bool auth_open_server_conn(struct bconn *b, const struct bconn_profile *profile, const struct pool *p,

@@ -565,8 +565,8 @@ static bool auth_user_login(struct worker *w, const struct config_pool *cp, cons
 	for (size_t i = 0; !u && i < cfg->n_pools; i++)
 		u = config_find_user(&cfg->pools[i], au);
 	if (u) {
-		*user = u->server_username && u->server_username[0] ? u->server_username : au;
-		*password = u->server_password && u->server_password[0] ? u->server_password : u->password;
+		*user = config_user_server_name(u);   /* (its name is au) */
+		*password = config_user_server_password(u);
 		return true;
 	}
 	if (cfg->auth_user_secret && cfg->auth_user_secret_of && strcmp(cfg->auth_user_secret_of, au) == 0) {

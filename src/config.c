@@ -489,6 +489,16 @@ int config_user_reserve_pool_size(const struct config *cfg, const struct config_
 	return cfg->general.reserve_pool_size;
 }
 
+const char *config_user_server_name(const struct config_user *user)
+{
+	return user->server_username && user->server_username[0] ? user->server_username : user->name;
+}
+
+const char *config_user_server_password(const struct config_user *user)
+{
+	return user->server_password && user->server_password[0] ? user->server_password : user->password;
+}
+
 enum pool_mode config_user_pool_mode(const struct config_pool *pool, const struct config_user *user)
 {
 	if (user != NULL && user->pool_mode != CONFIG_INHERIT)

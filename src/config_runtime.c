@@ -282,6 +282,12 @@ static char *set_unquote(const char *value, char *err, size_t errlen)
 
 bool config_general_set(struct config *cfg, const char *key, const char *value, char *err, size_t errlen)
 {
+	return config_general_set_if(cfg, key, value, NULL, NULL, err, errlen);
+}
+
+bool config_general_set_if(struct config *cfg, const char *key, const char *value, config_set_accept_fn accept,
+			   void *arg, char *err, size_t errlen)
+{
 	char scratch[1];
 	if (err == NULL || errlen == 0) {
 		err = scratch;
@@ -332,7 +338,11 @@ bool config_general_set(struct config *cfg, const char *key, const char *value, 
 	if (!p.oom && !config_problems_has(&problems, CONFIG_PROBLEM_ERROR))
 		check_auth_user(&p);
 	bool ok = !p.oom && !config_problems_has(&problems, CONFIG_PROBLEM_ERROR);
-	if (ok) {
+	bool refused = ok && accept && !accept(&trial, arg, err, errlen);
+	if (refused) {
+		free_field(k, &trial.general);
+		ok = false;
+	} else if (ok) {
 		free_field(k, &cfg->general);
 		cfg->general = trial.general;
 	} else {

@@ -79,9 +79,7 @@ enum cap_kind { CAP_DB, CAP_ROLE };
 /* The role pgcat logs in to p's servers as. */
 static const char *server_role_of(const struct pool *p)
 {
-	if (p->cuser && p->cuser->server_username && p->cuser->server_username[0])
-		return p->cuser->server_username;
-	return p->user;
+	return p->cuser ? config_user_server_name(p->cuser) : p->user;
 }
 
 /* Do a's connections count against the same cap as b's: the same server

@@ -158,6 +158,25 @@ bool proto_parse_parameter_status(const uint8_t *body, size_t len, const char **
 	return off == len;
 }
 
+bool proto_parse_datarow_first(const uint8_t *body, size_t len, const char **val, size_t *vlen)
+{
+	/* Int16 number of columns, then per column Int32 length (-1: NULL)
+	 * and the bytes. */
+	if (len < 6 || (body[0] << 8 | body[1]) < 1)
+		return false;
+	int32_t l = (int32_t)proto_get_u32(body + 2);
+	if (l == -1) {
+		*val = NULL;
+		*vlen = 0;
+		return true;
+	}
+	if (l < 0 || (size_t)l > len - 6)
+		return false;
+	*val = (const char *)body + 6;
+	*vlen = (size_t)l;
+	return true;
+}
+
 bool proto_backend_type_valid(uint8_t type)
 {
 	/* What a PostgreSQL v3 server sends after login. */

@@ -25,6 +25,7 @@
 #include "log.h"
 #include "sdnotify.h"
 #include "shm.h"
+#include "twophase_check.h"
 #include "worker.h"
 
 /* A worker that keeps dying is restarted at most this often. */
@@ -94,6 +95,18 @@ static void remove_unix_socket(struct supervisor *sv)
 	sv->unix_path[0] = '\0';
 }
 
+/* In a worker process: its worker on cfg (taken), signals unblocked. */
+static struct worker *start_worker(struct supervisor *sv, int id, struct config *cfg)
+{
+	struct worker *w = worker_create(cfg, sv->config_path, id, &sv->shm);
+	if (!w) {
+		log_error("worker %d: startup failed", id);
+		exit(1);
+	}
+	sigprocmask(SIG_SETMASK, &sv->old_mask, NULL);
+	return w;
+}
+
 static pid_t spawn(struct supervisor *sv, int id, bool restart)
 {
 	pid_t pid = fork();
@@ -105,37 +118,66 @@ static pid_t spawn(struct supervisor *sv, int id, bool restart)
 		return pid;
 	/* The worker. Signals stay blocked until its handlers are in place:
 	 * a SIGTERM forwarded during startup then waits instead of killing it. */
-	struct config *cfg = sv->cfg;
+	struct config *fresh = NULL;
 	if (restart) {
-		/* Workers reload on their own: start from the file as it is now. */
+		/* Workers reload on their own: start from the file as it is now
+		 * (the others may run it). Unless it does not parse, or a check
+		 * below refuses it. */
 		struct config_problems problems = { 0 };
-		struct config *fresh = config_load(sv->config_path, &problems);
+		fresh = config_load(sv->config_path, &problems);
 		config_problems_free(&problems);
-		if (fresh) {
-			config_free(cfg);
-			cfg = fresh;
-		}
 		shm_worker_reset(&sv->shm, id);
 	}
 	struct shm_worker *slot = &sv->shm.h->workers[id];
 	atomic_store(&slot->pid, (int32_t)getpid());
 	atomic_store(&slot->started, (int64_t)time(NULL));
-	struct worker *w = worker_create(cfg, sv->config_path, id, &sv->shm, sv->unix_fd);
-	if (!w) {
-		log_error("worker %d: startup failed", id);
-		exit(1);
+	struct worker *w = NULL;
+	enum worker_start st = WORKER_START_OK;
+	if (fresh) {
+		/* two_phase_commit and a shard that cannot PREPARE: a reload
+		 * refused the file, yet it is on disk. Asked like at startup
+		 * (skipped when nothing needs asking: a restart stays fast). A
+		 * refusal does not exit (the next restart would be refused
+		 * again, every second): this worker serves the configuration
+		 * pgcat started with, which passed its check. */
+		bool ask = twophase_check_needed(fresh, NULL);
+		w = start_worker(sv, id, fresh);
+		if (ask)
+			st = worker_check_startup(w, "this restarted worker runs the configuration pgcat started with");
+		if (st == WORKER_START_REFUSED) {
+			log_error("worker %d: %s is refused (two_phase_commit, see above); running the configuration "
+				  "pgcat started with", id, sv->config_path);
+			worker_destroy(w);
+			w = NULL;
+			st = WORKER_START_OK;
+		}
 	}
-	sigprocmask(SIG_SETMASK, &sv->old_mask, NULL);
-	/* two_phase_commit and a shard that cannot PREPARE: this worker never
-	 * becomes ready and exits 1, so reap() stops the instance. Not when
-	 * restarting one that was running: it ran with the shards as they
-	 * were; the resolver reports a shard changed since. */
-	enum worker_start st = restart ? WORKER_START_OK : worker_check_startup(w);
+	if (!w) {
+		w = start_worker(sv, id, sv->cfg);
+		/* At startup, and for a worker that was killed during its own
+		 * check (never ready): two_phase_commit and a shard that cannot
+		 * PREPARE, so this worker never becomes ready and exits 1, and
+		 * reap() stops the instance. One that was running passed it
+		 * with this configuration: the resolver reports a shard changed
+		 * since. */
+		if (!restart || !sv->ever_ready[id])
+			st = worker_check_startup(w, "pgcat does not start");
+	} else {
+		config_free(sv->cfg);   /* (this process's copy: not used) */
+	}
+	sv->cfg = NULL;
 	if (st != WORKER_START_OK) {
 		int code = st == WORKER_START_REFUSED ? 1 : 0;
 		worker_destroy(w);
 		log_close();
 		exit(code);
+	}
+	/* Listening only now, past the check (worker_check_startup). */
+	if (!worker_listen(w, sv->unix_fd)) {
+		log_error("worker %d: startup failed", id);
+		worker_destroy(w);
+		log_close();
+		exit(1);
 	}
 	atomic_store(&slot->ready, 1);
 	int rc = worker_run(w);

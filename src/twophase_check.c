@@ -9,6 +9,7 @@
 #include "twophase_check.h"
 
 #include <event2/event.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,19 +111,6 @@ static void tc_ready(void *arg)
 	t->state = TC_ASKING;
 }
 
-/* The first column of a DataRow (body without type and length). */
-static bool first_column(const uint8_t *body, size_t len, const char **val, size_t *vlen)
-{
-	if (len < 6 || (body[0] << 8 | body[1]) < 1)
-		return false;
-	int32_t l = (int32_t)proto_get_u32(body + 2);
-	if (l < 0 || (size_t)l > len - 6)
-		return false;
-	*val = (const char *)body + 6;
-	*vlen = (size_t)l;
-	return true;
-}
-
 static bool tc_message(void *arg, uint8_t type, const uint8_t *body, size_t len)
 {
 	struct tc_target *t = arg;
@@ -141,7 +129,7 @@ static bool tc_message(void *arg, uint8_t type, const uint8_t *body, size_t len)
 	case PqMsg_DataRow: {
 		const char *v;
 		size_t vl;
-		if (t->state == TC_ASKING && !t->answered && first_column(body, len, &v, &vl)) {
+		if (t->state == TC_ASKING && !t->answered && proto_parse_datarow_first(body, len, &v, &vl) && v) {
 			t->answered = true;
 			t->zero = vl == 1 && v[0] == '0';
 		}
@@ -305,8 +293,8 @@ static bool visit_add(void *arg, const struct config_pool *cp, const struct conf
 	/* The pool's first user, as its servers are logged in to. */
 	if (cp->n_users > 0) {
 		const struct config_user *u = &cp->users[0];
-		const char *user = u->server_username && u->server_username[0] ? u->server_username : u->name;
-		const char *pw = u->server_password && u->server_password[0] ? u->server_password : u->password;
+		const char *user = config_user_server_name(u);
+		const char *pw = config_user_server_password(u);
 		if (!(t->user = strdup(user)) || (pw && !(t->password = strdup(pw))))
 			return false;
 	}
@@ -396,7 +384,7 @@ void twophase_check_free(struct twophase_check *chk)
 		free(t->user);
 		if (t->password) {
 			/* (a secret: not left in freed memory) */
-			memset(t->password, 0, strlen(t->password));
+			OPENSSL_cleanse(t->password, strlen(t->password));
 			free(t->password);
 		}
 		free(t);

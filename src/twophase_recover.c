@@ -139,19 +139,6 @@ static bool add_found(struct rconn *c, const char *gid, size_t len)
 	return true;
 }
 
-/* The first column of a DataRow (body without type and length). */
-static bool first_column(const uint8_t *body, size_t len, const char **val, size_t *vlen)
-{
-	if (len < 6 || (body[0] << 8 | body[1]) < 1)
-		return false;
-	int32_t l = (int32_t)proto_get_u32(body + 2);
-	if (l < 0 || (size_t)l > len - 6)
-		return false;
-	*val = (const char *)body + 6;
-	*vlen = (size_t)l;
-	return true;
-}
-
 /* ---- the connection's events ---- */
 
 static void rc_ready(void *arg)
@@ -201,7 +188,7 @@ static bool rc_message(void *arg, uint8_t type, const uint8_t *body, size_t len)
 	case PqMsg_DataRow: {
 		const char *v;
 		size_t vl;
-		if (c->state != RC_LISTING || !first_column(body, len, &v, &vl))
+		if (c->state != RC_LISTING || !proto_parse_datarow_first(body, len, &v, &vl) || !v)
 			return true;
 		if (c->completes == 0) {
 			if (vl == 1 && v[0] == '0')

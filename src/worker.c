@@ -101,6 +101,15 @@ static void stats_timer_cb(evutil_socket_t fd, short what, void *arg)
 static void listener_options(struct worker *w, struct evconnlistener *l);
 static bool reload_apply(struct worker *w, struct config *cfg, char *err, size_t errlen);
 
+/* Reload number n (w->reload.started) is over, applied or not: what an
+ * admin RELOAD waiting since it or a reload it replaced answers. */
+static void reload_end(struct worker *w, uint64_t n, bool failed, const char *err)
+{
+	w->reload.ended = n;
+	w->reload.failed = failed;
+	snprintf(w->reload.error, sizeof w->reload.error, "%s", failed ? err : "");
+}
+
 /* The check a reload waited for (worker_reload) is over: apply, or refuse
  * as a whole (each shard at 0 is logged by the check). */
 static void reload_checked(struct twophase_check *chk, bool refused, void *arg)
@@ -109,17 +118,18 @@ static void reload_checked(struct twophase_check *chk, bool refused, void *arg)
 	struct config *cfg = w->reload.cfg;
 	w->reload.check = NULL;
 	w->reload.cfg = NULL;
-	w->reload.ended = w->reload.started;
-	w->reload.failed = refused;
-	snprintf(w->reload.error, sizeof w->reload.error, "%s", twophase_check_error(chk));
+	char err[sizeof w->reload.error];
+	snprintf(err, sizeof err, "%s", twophase_check_error(chk));
 	twophase_check_free(chk);
 	worker_update_clock(w);
 	if (refused) {
 		log_error("reload rejected (two_phase_commit, see above): the old configuration stays in force");
 		config_free(cfg);
+		reload_end(w, w->reload.started, true, err);
 		return;
 	}
-	w->reload.failed = !reload_apply(w, cfg, w->reload.error, sizeof w->reload.error);
+	bool ok = reload_apply(w, cfg, err, sizeof err);
+	reload_end(w, w->reload.started, !ok, err);
 }
 
 bool worker_reload(struct worker *w, char *err, size_t errlen)
@@ -165,6 +175,9 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 		w->reload.check = NULL;
 		w->reload.cfg = NULL;
 	}
+	/* Numbered from here on: its end answers an admin RELOAD waiting for
+	 * it or for the reload it replaced (reload_end). */
+	uint64_t n = ++w->reload.started;
 	/* two_phase_commit on for shards not checked with it: nothing changes
 	 * until every one answered (or gave up), so that a shard that cannot
 	 * PREPARE refuses the reload as a whole (reload_checked). The check
@@ -179,14 +192,16 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 			config_free(cfg);
 			snprintf(err, errlen, "out of memory");
 			log_error("reload rejected (%s): the old configuration stays in force", err);
+			reload_end(w, n, true, err);
 			return false;
 		}
-		w->reload.started++;
 		log_info("reload: two_phase_commit: asking the shards for max_prepared_transactions first; the new "
 			 "configuration is applied after (within connect_timeout)");
 		return true;
 	}
-	return reload_apply(w, cfg, err, errlen);
+	bool ok = reload_apply(w, cfg, err, errlen);
+	reload_end(w, n, !ok, err);
+	return ok;
 }
 
 /* The rest of a reload, on a configuration that passed every check; cfg
@@ -234,7 +249,8 @@ static bool reload_apply(struct worker *w, struct config *cfg, char *err, size_t
 	log_set_level(w->cfg->general.log_level);
 	admin_credentials(w);
 	w->config_mtime = file_mtime(w->config_path);
-	if (!prometheus_reconfigure(w))
+	/* (Not before worker_listen: a reload during the startup check.) */
+	if (w->serving && !prometheus_reconfigure(w))
 		log_error("reload: /metrics is not served (see above)");
 	auth_query_reload(w);   /* cached answers of the old auth_query go */
 	log_info("configuration reloaded from %s", w->config_path);
@@ -767,7 +783,7 @@ static const struct worker_commands worker_commands = {
 	.wait_for_clients = worker_wait_for_clients,
 };
 
-struct worker *worker_create(struct config *cfg, const char *config_path, int id, struct shm *shm, int unix_fd)
+struct worker *worker_create(struct config *cfg, const char *config_path, int id, struct shm *shm)
 {
 	struct worker *w = calloc(1, sizeof *w);
 	if (!w)
@@ -850,14 +866,10 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	if (!pool_create_all(w))
 		goto fail;
 	apply_admin_commands(w);
-	if (!open_listeners(w, unix_fd))
-		goto fail;
 	struct timeval tv = { 0, JANITOR_INTERVAL_MS * 1000 };
 	evtimer_add(w->janitor, &tv);
 	struct timeval stv = { cfg->general.stats_period, 0 };
 	evtimer_add(w->stats_timer, &stv);
-	if (!prometheus_reconfigure(w))
-		goto fail;
 	evsignal_add(w->sig_term, NULL);
 	evsignal_add(w->sig_int, NULL);
 	evsignal_add(w->sig_quit, NULL);
@@ -898,21 +910,23 @@ static void startup_checked(struct twophase_check *chk, bool refused, void *arg)
  * becomes ready and serves clients on its own, so none may do so before
  * the answer, and one waiting for another's verdict through the shared
  * segment would cost more code than a handful of short connections once
- * per start. */
-enum worker_start worker_check_startup(struct worker *w)
+ * per start. It runs before worker_listen: in an online restart, the
+ * kernel would otherwise queue part of the new connections in this
+ * process's listen backlog (SO_REUSEPORT), where they would wait for the
+ * verdict and be reset by a refusal; unopened, they all go to the old
+ * instance. */
+enum worker_start worker_check_startup(struct worker *w, const char *refusal)
 {
 	if (!twophase_check_needed(w->cfg, NULL))
 		return WORKER_START_OK;
 	struct start_wait sw = { false, false };
-	struct twophase_check *chk = twophase_check_start(w, w->cfg, NULL, "pgcat does not start", startup_checked, &sw);
+	struct twophase_check *chk = twophase_check_start(w, w->cfg, NULL, refusal, startup_checked, &sw);
 	if (!chk) {
 		log_error("two_phase_commit: out of memory while checking the shards");
 		return WORKER_START_REFUSED;
 	}
-	/* Not accepting yet: a client waits in the backlog, not refused. */
-	for (size_t i = 0; i < w->n_listeners; i++)
-		if (w->listeners[i])
-			(void)evconnlistener_disable(w->listeners[i]);
+	log_info("two_phase_commit: asking the shards for max_prepared_transactions before serving clients "
+		 "(within connect_timeout)");
 	/* Until the verdict, or a shutdown (SIGTERM starts one; SIGQUIT breaks
 	 * the loop). */
 	bool stopped = false;
@@ -928,12 +942,15 @@ enum worker_start worker_check_startup(struct worker *w)
 		log_error("two_phase_commit: the check of the shards could not run (event loop failure)");
 		return WORKER_START_REFUSED;
 	}
-	if (sw.refused)
-		return WORKER_START_REFUSED;
-	for (size_t i = 0; i < w->n_listeners; i++)
-		if (w->listeners[i] && !w->accept_paused)
-			(void)evconnlistener_enable(w->listeners[i]);
-	return WORKER_START_OK;
+	return sw.refused ? WORKER_START_REFUSED : WORKER_START_OK;
+}
+
+bool worker_listen(struct worker *w, int unix_fd)
+{
+	if (!open_listeners(w, unix_fd) || !prometheus_reconfigure(w))
+		return false;
+	w->serving = true;
+	return true;
 }
 
 int worker_run(struct worker *w)

@@ -145,7 +145,7 @@ static struct worker *make_worker(void)
 	config_problems_free(&problems);
 	if (!cfg)
 		abort();
-	struct worker *w = worker_create(cfg, "", 0, &harness_shm, -1);
+	struct worker *w = worker_create(cfg, "", 0, &harness_shm);
 	if (!w)
 		abort();
 	return w;

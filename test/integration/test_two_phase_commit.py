@@ -24,7 +24,8 @@ import asyncpg
 import psycopg
 import pytest
 
-from conftest import (PASSWORDS, PG_BIN, PgServer, _setup_roles, as_pg_user, free_port, wait_until)
+from conftest import (PASSWORDS, PG_BIN, PgServer, _setup_roles, as_pg_user, free_port, port_open,
+                      proc_children, wait_until)
 
 # pg_bigint_hash over 2 shards: keys A on shard 0, B on shard 1 (checked by
 # the fixture with PostgreSQL's own hash partitioning)
@@ -238,6 +239,7 @@ def _mixed_pool(shards, port1):
 
 ZERO = ("two_phase_commit: pool tpc, shard 1 (127.0.0.1:%d, database shard0) has "
         "max_prepared_transactions = 0, so it cannot PREPARE TRANSACTION")
+ASKING = "asking the shards for max_prepared_transactions before serving clients"
 WHAT_TO_DO = "Set max_prepared_transactions above 0 on that server (and restart it), or set two_phase_commit = false"
 
 
@@ -291,31 +293,65 @@ def test_a_shard_down_at_startup_is_a_warning(pgcat, shards, tmp_path):
     assert p.alive()
 
 
-def test_a_client_waits_for_the_startup_check(pgcat, shards, tmp_path):
+def test_nothing_listens_during_the_startup_check(pgcat, shards, tmp_path):
     """A shard that takes the connection but never answers: the check gives
-    up after connect_timeout (a warning); a client that came meanwhile
-    waited in the listen backlog and is served then, not refused."""
+    up after connect_timeout (a warning). Until then pgcat does not listen
+    (a client is refused at once, or, in an online restart, goes to the old
+    instance), so no client waits in a process whose check may refuse."""
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)
     try:
+        t0 = time.monotonic()
         p = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state"),
                            "connect_timeout": "1500"},
-                  pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])})
-        t0 = time.monotonic()
+                  pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])}, wait=False)
+        wait_until(lambda: ASKING in p.log(), 15, msg="the startup check")
+        assert not port_open(p.host, p.port), "listening during the check"
+        p.wait_ready()
+        assert "could not be checked (no answer within connect_timeout)" in p.log(), p.log()
+        assert time.monotonic() - t0 > 1.0, "listening before the check ended"
         with connect(p) as c:
             assert c.execute("SELECT 1").fetchone() == (1,)
-        assert "could not be checked (no answer within connect_timeout)" in p.log(), p.log()
-        assert time.monotonic() - t0 > 0.5, "served before the check ended"
         # SIGTERM or SIGQUIT during the check: a prompt, clean exit
         for sig in (signal.SIGTERM, signal.SIGQUIT):
             p2 = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state2"),
                                 "connect_timeout": "20000"},
-                       pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])})
+                       pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])}, wait=False)
+            wait_until(lambda: ASKING in p2.log(), 15, msg="the startup check")
             t0 = time.monotonic()
             assert p2.stop(sig, timeout=10) == 0
             assert time.monotonic() - t0 < 5
             p2.stopped_by_test = True
+    finally:
+        silent.close()
+
+
+def test_an_online_restart_queues_nothing_in_the_new_instance_during_its_check(pgcat, shards, tmp_path):
+    """A second pgcat on the same port (SO_REUSEPORT, SPEC §9) asking its
+    shards: every new client is served by the running one at once, none
+    waits in the new one's backlog for its verdict."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        pool = _mixed_pool(shards, silent.getsockname()[1])
+        a = pgcat(general={"two_phase_commit": "false", "state_dir": str(tmp_path / "a")}, pools={"tpc": pool})
+        b = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "b"), "listen_port": a.port,
+                           "connect_timeout": "8000"},
+                  pools={"tpc": pool}, wait=False)
+        wait_until(lambda: ASKING in b.log(), 15, msg="the new instance's check")
+        slow = []
+        for _ in range(20):
+            t0 = time.monotonic()
+            with connect(a, connect_timeout=10) as c:
+                assert c.execute("SELECT 1").fetchone() == (1,)
+            if time.monotonic() - t0 > 2:
+                slow.append(time.monotonic() - t0)
+        assert slow == [], "clients waited for the new instance's check: %r" % slow
+        assert "could not be checked" not in b.log(), "the check ended before the clients were done"
+        assert b.stop(signal.SIGTERM, timeout=10) == 0
+        b.stopped_by_test = True
     finally:
         silent.close()
 
@@ -380,6 +416,96 @@ def test_a_reload_to_two_phase_commit_is_refused_while_a_shard_has_zero(pgcat, p
         assert "asking the shards" not in p.log()[off:]
     finally:
         z.stop()
+
+
+def test_a_restarted_worker_does_not_take_a_refused_configuration(pgcat, pg, shards, tmp_path):
+    """A reload refused (a shard at 0) leaves the file on disk: a worker
+    restarted after a crash asks the shards too, and on the refusal serves
+    the configuration pgcat started with instead (no restart loop)."""
+    p = pgcat(general={"two_phase_commit": "false", "state_dir": str(tmp_path / "state"), "workers": 1},
+              pools={"tpc": _mixed_pool(shards, pg.port)})
+    p.general["two_phase_commit"] = "true"
+    p.write()
+    off = len(p.log())
+    p.send_signal(signal.SIGHUP)
+    wait_until(lambda: "reload rejected (two_phase_commit" in p.log()[off:], 10, msg="the refusal")
+    (worker,) = proc_children(p.pid)
+    os.kill(worker, signal.SIGKILL)
+    wait_until(lambda: "running the configuration pgcat started with" in p.log()[off:], 15,
+               msg="the restarted worker's verdict")
+    log = p.log()[off:]
+    assert ZERO % pg.port + "; this restarted worker runs the configuration pgcat started with" in log, log
+    wait_until(lambda: _config(p)["two_phase_commit"] == "false", 10, msg="the old configuration served")
+    with connect(p) as c:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    assert p.alive()
+    # one restart, not a loop
+    time.sleep(1.5)
+    assert p.log()[off:].count("restarted as pid") == 1, p.log()[off:]
+
+
+def test_a_worker_killed_during_its_startup_check_is_checked_again(pgcat, shards, tmp_path):
+    """Killed by a signal while it asked the shards: the restarted worker asks
+    again before it serves (here a shard that never answers: the warning
+    after connect_timeout comes from the restarted one)."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        p = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state"),
+                           "connect_timeout": "2000", "workers": 1},
+                  pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])}, wait=False)
+        wait_until(lambda: ASKING in p.log(), 15, msg="the startup check")
+        (worker,) = proc_children(p.pid)
+        os.kill(worker, signal.SIGKILL)
+        wait_until(lambda: "restarted as pid" in p.log(), 10, msg="the restart")
+        wait_until(lambda: "could not be checked (no answer within connect_timeout)" in p.log(), 10,
+                   msg="the restarted worker's check")
+        log = p.log()
+        assert log.count(ASKING) == 2, log
+        assert log.index("could not be checked") > log.index("restarted as pid"), log
+        p.wait_ready()
+        with connect(p) as c:
+            assert c.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        silent.close()
+
+
+def test_a_waiting_reload_replaced_by_a_refused_one_answers_the_refusal(pgcat, pg, shards, tmp_path):
+    """An admin RELOAD waiting for its check is replaced by a SIGHUP's (the
+    file changed meanwhile): the RELOAD answers how the reload that ended
+    went, here refused, not a success for one never applied."""
+    from conftest import ADMIN_PASSWORD, ADMIN_USER
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        p = pgcat(general={"two_phase_commit": "false", "state_dir": str(tmp_path / "state"),
+                           "connect_timeout": "5000", "workers": 1},
+                  pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])})
+        p.general["two_phase_commit"] = "true"
+        p.write()
+        off = len(p.log())
+        answer = []
+        t = threading.Thread(target=lambda: answer.append(
+            p.psql("RELOAD", user=ADMIN_USER, dbname="pgcat", password=ADMIN_PASSWORD, check=False)))
+        t.start()
+        wait_until(lambda: "asking the shards for max_prepared_transactions first" in p.log()[off:], 10,
+                   msg="the RELOAD's check")
+        # the file now names a shard at 0; SIGHUP replaces the waiting reload
+        p.pools["tpc"] = _mixed_pool(shards, pg.port)
+        p.write()
+        p.send_signal(signal.SIGHUP)
+        t.join(15)
+        assert not t.is_alive(), "the RELOAD got no answer"
+        r = answer[0]
+        assert r.returncode != 0, r.stdout
+        assert "reload failed, old configuration kept: " + ZERO % pg.port in r.stderr, r.stderr
+        log = p.log()[off:]
+        assert "replaced by this one" in log and "configuration reloaded" not in log, log
+        assert _config(p)["two_phase_commit"] == "false"
+    finally:
+        silent.close()
 
 
 # ---- faults -----------------------------------------------------------------

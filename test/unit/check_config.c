@@ -1034,6 +1034,39 @@ START_TEST(test_console_users)
 }
 END_TEST
 
+static bool refuse_tpc(const struct config *trial, void *arg, char *err, size_t errlen)
+{
+	int *calls = arg;
+	(*calls)++;
+	if (!trial->general.two_phase_commit)
+		return true;
+	snprintf(err, errlen, "not by SET");
+	return false;
+}
+
+/* SET with a last word of the caller's: it sees the value parsed, and a
+ * refusal changes nothing. */
+START_TEST(test_set_if)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean("[general]\n" POOL, &pr);
+	char err[256];
+	int calls = 0;
+	ck_assert(!config_general_set_if(cfg, "two_phase_commit", "on", refuse_tpc, &calls, err, sizeof err));
+	ck_assert_str_eq(err, "not by SET");
+	ck_assert(!cfg->general.two_phase_commit);
+	ck_assert_int_eq(calls, 1);
+	/* an invalid value is refused before it is shown */
+	ck_assert(!config_general_set_if(cfg, "two_phase_commit", "maybe", refuse_tpc, &calls, err, sizeof err));
+	ck_assert_int_eq(calls, 1);
+	ck_assert(config_general_set_if(cfg, "max_client_conn", "321", refuse_tpc, &calls, err, sizeof err));
+	ck_assert_int_eq(cfg->general.max_client_conn, 321);
+	ck_assert_int_eq(calls, 2);
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
 START_TEST(test_set)
 {
 	struct config_problems pr;
@@ -1363,6 +1396,7 @@ Suite *config_suite(void)
 	tcase_add_test(tc, test_load_file);
 	tcase_add_test(tc, test_names);
 	tcase_add_test(tc, test_set);
+	tcase_add_test(tc, test_set_if);
 	tcase_add_test(tc, test_auth_user);
 	tcase_add_test(tc, test_console_users);
 	tcase_add_test(tc, test_durations);

@@ -345,6 +345,30 @@ START_TEST(parameter_status_parse)
 }
 END_TEST
 
+START_TEST(datarow_first_column)
+{
+	/* 2 columns: "64", NULL */
+	const uint8_t two[] = { 0, 2, 0, 0, 0, 2, '6', '4', 0xff, 0xff, 0xff, 0xff };
+	const char *v;
+	size_t vl;
+	ck_assert(proto_parse_datarow_first(two, sizeof two, &v, &vl));
+	ck_assert_uint_eq(vl, 2);
+	ck_assert(memcmp(v, "64", 2) == 0);
+	/* first column NULL */
+	const uint8_t null[] = { 0, 1, 0xff, 0xff, 0xff, 0xff };
+	ck_assert(proto_parse_datarow_first(null, sizeof null, &v, &vl));
+	ck_assert_ptr_null(v);
+	ck_assert_uint_eq(vl, 0);
+	/* no column; a length past the body; a negative length other than -1 */
+	const uint8_t none[] = { 0, 0, 0, 0, 0, 0 };
+	ck_assert(!proto_parse_datarow_first(none, sizeof none, &v, &vl));
+	ck_assert(!proto_parse_datarow_first(two, 7, &v, &vl));
+	const uint8_t neg[] = { 0, 1, 0xff, 0xff, 0xff, 0xfe };
+	ck_assert(!proto_parse_datarow_first(neg, sizeof neg, &v, &vl));
+	ck_assert(!proto_parse_datarow_first(two, 5, &v, &vl));
+}
+END_TEST
+
 START_TEST(params_sync_statements)
 {
 	struct params c, s;
@@ -681,6 +705,7 @@ Suite *proto_suite(void)
 	tcase_add_test(tc, error_roundtrip);
 	tcase_add_test(tc, pktbuf_overflow_is_sticky);
 	tcase_add_test(tc, parameter_status_parse);
+	tcase_add_test(tc, datarow_first_column);
 	suite_add_tcase(s, tc);
 	TCase *tp = tcase_create("params");
 	tcase_add_test(tp, params_sync_statements);
