@@ -364,16 +364,15 @@ bool fanout_txn_cross(struct client *c, struct server *s, const struct proto_fra
 	return true;
 }
 
-/* The first column of a DataRow as text, into out. false: none, NULL, or
- * longer than out holds. */
+/* The first column of a DataRow (msg: the whole message) as text, into
+ * out. false: none, NULL, or longer than out holds. */
 static bool datarow_text(const uint8_t *msg, size_t len, char *out, size_t outsz)
 {
-	if (len < 11 || (msg[5] == 0 && msg[6] == 0))
-		return false;   /* (no column) */
-	uint32_t vl = proto_get_u32(msg + 7);
-	if (vl == UINT32_MAX || vl >= outsz || vl > len - 11)
+	const char *v;
+	size_t vl;
+	if (len < 5 || !proto_parse_datarow_first(msg + 5, len - 5, &v, &vl) || !v || vl >= outsz)
 		return false;
-	memcpy(out, msg + 11, vl);
+	memcpy(out, v, vl);
 	out[vl] = '\0';
 	return true;
 }

@@ -117,10 +117,9 @@ uint64_t ryw_max_age_us(int replica_lag_check_interval_ms)
 
 bool ryw_position_row(const uint8_t *body, size_t len, uint64_t *lsn)
 {
-	if (len < 6 || (body[0] << 8 | body[1]) != 1)
-		return false;
-	uint32_t l = proto_get_u32(body + 2);
-	if (l == 0xffffffffu || l > len - 6)
-		return false;   /* (NULL, or longer than the message) */
-	return ryw_parse_lsn((const char *)body + 6, l, lsn);
+	const char *v;
+	size_t vl;
+	if (len < 2 || (body[0] << 8 | body[1]) != 1 || !proto_parse_datarow_first(body, len, &v, &vl) || !v)
+		return false;   /* (not one column, or NULL) */
+	return ryw_parse_lsn(v, vl, lsn);
 }
