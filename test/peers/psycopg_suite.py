@@ -26,8 +26,10 @@ Environment: PGCAT_BIN (default build-asan/pgcat), PEERS_DIR (default
 this is a git worktree), PSYCOPG_SUITE_VENV (default
 .venv-psycopg-suite in the repository), PSYCOPG_SUITE_OUT_DIR (default
 build-peers/; each mode's pytest.log, junit.xml, failed.txt and pgcat.log go
-to psycopg-MODE/ under it), PG_BIN; extra pytest arguments for the suite after
-"--". Exit status 0 = every mode as expected.
+to psycopg-MODE/ under it), PSYCOPG_SUITE_JOBS (2: the modes run side by
+side, each suite's console output printed whole when it ends; default 1),
+PG_BIN; extra pytest arguments for the suite after "--". Exit status 0 =
+every mode as expected.
 """
 import argparse
 import os
@@ -37,6 +39,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -54,6 +57,7 @@ RERUN_MAX = 40   # at most this many unexpected failures are re-run
 # connection, which pgcat serves alike in both modes; it runs in transaction
 # mode (pgcat's default engine there, io_uring), not again in session mode.
 MODE_ARGS = {"session": ["--ignore=tests/test_waiting.py"], "transaction": []}
+PRINT_LOCK = threading.Lock()
 RERUN_ROUNDS = 3  # each at most this many times
 ROLE, PASSWORD, DB = "suite", "suite_pw", "suitedb"
 
@@ -168,7 +172,7 @@ def stop_pgcat(proc, fh, log):
     return problems
 
 
-def run_mode(mode, args, extra):
+def run_mode(mode, args, extra, side_by_side=False):
     t0 = time.monotonic()
     out = Path(args.out_dir).resolve() / ("psycopg-" + mode)
     shutil.rmtree(out, ignore_errors=True)
@@ -188,6 +192,10 @@ def run_mode(mode, args, extra):
         dsn = "host=127.0.0.1 port=%d user=%s password=%s dbname=%s sslmode=disable" % (
             port, ROLE, PASSWORD, DB)
         env = dict(os.environ, PSYCOPG_SUITE_VENV=args.venv, PSYCOPG_SUITE_OUT=str(out))
+        if side_by_side and "PSYCOPG_SUITE_TIMEOUT" not in os.environ:
+            # two suites on 2 cores: the slowest test (test_type_error_shadow,
+            # 17 s alone under ASan) may pass the runner's 30 s otherwise
+            env["PSYCOPG_SUITE_TIMEOUT"] = "60"
         src = Path(os.environ.get("PSYCOPG_SRC") or Path(args.peers) / "psycopg")
         if not (src / "tools" / "pproxy_fix.py").exists() and "PSYCOPG_SUITE_MARKERS" not in os.environ:
             # The suite's "proxy" tests run tools/pproxy_fix.py, which the
@@ -199,7 +207,18 @@ def run_mode(mode, args, extra):
               % (mode, args.pgcat_bin, port, io_engine_for(mode), pg.port), flush=True)
         suite = [str(Path(args.peers) / "psycopg-suite"), dsn, "pgcat-" + mode]
         extra = MODE_ARGS[mode] + extra
-        r = subprocess.run(suite + extra, env=env, stdin=subprocess.DEVNULL)
+        if side_by_side:
+            # the other mode runs meanwhile: this one's console output is
+            # kept apart and printed whole when it ends (pytest.log has it too)
+            with open(out / "console.log", "wb") as console:
+                r = subprocess.run(suite + extra, env=env, stdin=subprocess.DEVNULL, stdout=console,
+                                   stderr=subprocess.STDOUT)
+            with PRINT_LOCK:
+                print("==> psycopg suite, %s mode: its output" % mode, flush=True)
+                sys.stdout.write((out / "console.log").read_text(errors="replace"))
+                sys.stdout.flush()
+        else:
+            r = subprocess.run(suite + extra, env=env, stdin=subprocess.DEVNULL)
         if r.returncode > 1:
             problems.append("psycopg-suite broke (exit %d), see %s/pytest.log" % (r.returncode, out))
         # Unexpected failures are run once more (same pgcat and server, only
@@ -328,6 +347,8 @@ def main():
     ap.add_argument("--peers", default=os.environ.get("PEERS_DIR") or default_peers())
     ap.add_argument("--venv", default=os.environ.get("PSYCOPG_SUITE_VENV", str(REPO / ".venv-psycopg-suite")))
     ap.add_argument("--out-dir", default=os.environ.get("PSYCOPG_SUITE_OUT_DIR", str(REPO / "build-peers")))
+    ap.add_argument("--jobs", type=int, default=int(os.environ.get("PSYCOPG_SUITE_JOBS", "1")),
+                    help="modes run at the same time (2: side by side; default 1, one after the other)")
     args = ap.parse_args(argv)
     if not (Path(args.peers) / "psycopg-suite").exists():
         print("psycopg suite: SKIPPED, no %s/psycopg-suite" % args.peers)
@@ -336,10 +357,37 @@ def main():
         if m not in MODES:
             ap.error("unknown mode %r (session, transaction)" % m)
     args.pgcat_bin = str(Path(args.pgcat_bin).resolve())
-    ok = True
-    for mode in args.modes or MODES:
-        ok = run_mode(mode, args, extra) and ok
-    return 0 if ok else 1
+    modes = args.modes or list(MODES)
+    if args.jobs < 2 or len(modes) < 2:
+        ok = True
+        for mode in modes:
+            ok = run_mode(mode, args, extra) and ok
+        return 0 if ok else 1
+    return 0 if run_side_by_side(modes, args, extra) else 1
+
+
+def run_side_by_side(modes, args, extra):
+    """The modes at the same time, each with its own PostgreSQL and pgcat.
+    The next starts once the first one's suite runs pytest (its pytest.log
+    is there): the suite's venv, made by the first run when missing, is then
+    ready, and two runs never make it at once."""
+    results = {}
+
+    def one(mode):
+        results[mode] = run_mode(mode, args, extra, side_by_side=True)
+
+    started = Path(args.out_dir).resolve() / ("psycopg-" + modes[0]) / "pytest.log"
+    started.unlink(missing_ok=True)   # (a previous run's)
+    first = threading.Thread(target=one, args=(modes[0],))
+    first.start()
+    while first.is_alive() and not started.exists():
+        time.sleep(0.5)
+    others = [threading.Thread(target=one, args=(m,)) for m in modes[1:]]
+    for t in others:
+        t.start()
+    for t in [first] + others:
+        t.join()
+    return all(results.get(m, False) for m in modes)
 
 
 if __name__ == "__main__":
