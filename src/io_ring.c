@@ -73,8 +73,10 @@ struct io_ring {
 	struct io_uring ring;
 	struct io_ring_handlers h;
 	struct event *ev;          /* the eventfd, edge-triggered: never read */
+	struct event *later;       /* a zero timer: collect again once the loop has polled */
 	int efd;
 	bool taskrun_flag;         /* IORING_SQ_TASKRUN tells when completions wait to be run */
+	bool test_stale_flag;      /* PGCAT_TEST_STALE_TASKRUN: leave the flag set after each pass */
 	/* fd -> owner (even), or (ops in flight << 1) | 1 for a closed owner's
 	 * socket, or 0 */
 	uintptr_t *fds;
@@ -101,6 +103,16 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	r->h.on_wake(r->h.arg);
+}
+
+/* Collect again on the loop's next turn, after it has polled its other
+ * events. Not event_active on the eventfd's event: libevent runs an event
+ * activated from its own callback again in the same pass, before any
+ * other socket, timer or signal is looked at. */
+static void collect_later(struct io_ring *r)
+{
+	static const struct timeval now = { 0, 0 };
+	(void)event_add(r->later, &now);
 }
 
 /* Multishot receives into a buffer ring came with 6.0. */
@@ -189,12 +201,18 @@ struct io_ring *io_ring_new(struct event_base *base, const struct io_ring_handle
 	/* Edge-triggered: every signal is an edge, so the counter is never
 	 * read (a read would be a system call per wake). */
 	r->ev = event_new(base, r->efd, EV_READ | EV_PERSIST | EV_ET, wake_cb, r);
-	if (!r->ev || event_add(r->ev, NULL) < 0) {
+	r->later = evtimer_new(base, wake_cb, r);
+	if (!r->ev || !r->later || event_add(r->ev, NULL) < 0) {
 		snprintf(why, whylen, "cannot add the ring's event to the loop");
 		goto fail_maps;
 	}
+	/* For tests: the kernel's task-work flag left set with nothing to run
+	 * (io_ring_reap), after every pass. */
+	r->test_stale_flag = r->taskrun_flag && getenv("PGCAT_TEST_STALE_TASKRUN") != NULL;
 	return r;
 fail_maps:
+	if (r->later)
+		event_free(r->later);
 	if (r->ev)
 		event_free(r->ev);
 	if (r->efd >= 0)
@@ -212,6 +230,7 @@ void io_ring_free(struct io_ring *r)
 {
 	if (!r)
 		return;
+	event_free(r->later);
 	event_free(r->ev);
 	/* What was queued last (a Terminate to a server) goes out; then
 	 * exiting the ring cancels what is in flight, and the send records
@@ -291,7 +310,7 @@ static struct io_uring_sqe *get_sqe(struct io_ring *r)
 		sqe = io_uring_get_sqe(&r->ring);
 		/* That submit kept the eventfd quiet, and its caller may not
 		 * collect what it completed: collect it next turn. */
-		event_active(r->ev, EV_READ, 0);
+		collect_later(r);
 	}
 	return sqe;
 }
@@ -550,13 +569,28 @@ bool io_ring_quiet(const struct io_ring *r)
 	return io_uring_sq_ready(&r->ring) == 0 && io_uring_cq_ready(&r->ring) == 0 && !kernel_holds_completions(r);
 }
 
+/* The flag IORING_SQ_TASKRUN may stay set with nothing to run: the kernel
+ * sets it when work joins an empty list and clears it when a run starts,
+ * so work that joins while a run is under way, and is run by it, leaves it
+ * set until the next run. An enter that brings nothing is therefore not
+ * proof of more to come. With the eventfd quiet during our enter, though,
+ * work queued meanwhile also sets the flag without a signal: so a fruitless
+ * enter is followed by one with the eventfd on, and if that brings nothing
+ * either, the flag is taken as stale (work from then on signals). */
+static void test_leave_flag_set(struct io_ring *r)
+{
+	if (r->test_stale_flag)
+		__atomic_fetch_or(r->ring.sq.kflags, IORING_SQ_TASKRUN, __ATOMIC_RELEASE);
+}
+
 unsigned io_ring_reap(struct io_ring *r)
 {
 	unsigned total = 0;
+	bool fruitless = false;   /* the last enter for the flag brought nothing */
 	/* Bounded: a peer that keeps the ring busy yields to the loop. */
 	for (int round = 0; round < 16; round++) {
 		if (kernel_holds_completions(r)) {
-			quiet(r, true);
+			quiet(r, !fruitless);
 			(void)io_uring_get_events(&r->ring);
 			quiet(r, false);
 		}
@@ -580,11 +614,19 @@ unsigned io_ring_reap(struct io_ring *r)
 			r->to_return = 0;
 		}
 		total += seen;
-		if (seen == 0 && !kernel_holds_completions(r))
-			return total;
+		if (seen == 0) {
+			if (!kernel_holds_completions(r) || fruitless) {
+				test_leave_flag_set(r);
+				return total;
+			}
+			fruitless = true;
+		} else {
+			fruitless = false;
+		}
 	}
 	/* Still busy: the next loop turn goes on. */
-	event_active(r->ev, EV_READ, 0);
+	collect_later(r);
+	test_leave_flag_set(r);
 	return total;
 }
 

@@ -8,6 +8,7 @@ backpressure; a thousand idle clients hold no receive buffer; a client
 that vanishes while a result is being sent to it (its send in flight is
 cancelled) leaves pgcat and the pool sound."""
 import hashlib
+import os
 import socket
 import struct
 import subprocess
@@ -17,7 +18,8 @@ import psycopg
 import pytest
 
 import pgwire
-from conftest import ADMIN_PASSWORD, ADMIN_USER, assert_pool_idle, assert_works, pgcat_binary, wait_until
+from conftest import (ADMIN_PASSWORD, ADMIN_USER, PASSWORDS, PG_BIN, assert_pool_idle, assert_works, pgcat_binary,
+                      proc_children, wait_until)
 
 FALLBACK = "io_uring is not available"
 
@@ -327,3 +329,40 @@ def test_one_client_then_several_then_one_again(pgcat, pg, engine_name):
     assert_pool_idle(pg)
     if engine_name == "io_uring":
         wait_until(lambda: ring_buffers(p)[1] == 0, 5, msg="no buffer held once idle")
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("stale_flag", [False, True], ids=["kernel", "stale-flag"])
+def test_connection_churn_leaves_the_worker_idle(pgcat, pg, tmp_path, stale_flag):
+    """pgbench -C (a new connection per transaction, ten at a time) on
+    io_uring, then nothing: the worker sleeps, and it still accepts and
+    serves clients. The kernel can leave its task-work flag
+    (IORING_SQ_TASKRUN) set with nothing to run, when work queued during a
+    run was run by it; pgcat once took that flag for work forever and spun
+    without serving anyone (seen in bench/run.sh's connection cell).
+    stale-flag: PGCAT_TEST_STALE_TASKRUN leaves the flag set after every
+    pass, as the kernel may."""
+    env = {"PGCAT_TEST_STALE_TASKRUN": "1"} if stale_flag else None
+    # md5: logins cheap enough for thousands of connections a second
+    p = io_uring_pgcat(pgcat, general={"default_pool_size": 4, "workers": 1, "auth_type": "md5"}, env=env)
+    (worker,) = proc_children(p.pid)
+    env = dict(os.environ, PGPASSWORD=PASSWORDS["app"], PGSSLMODE="disable")
+    script = tmp_path / "one.sql"
+    script.write_text("SELECT 1;\n")
+    for _ in range(3):
+        r = subprocess.run([str(PG_BIN / "pgbench"), "-n", "-C", "-c", "10", "-j", "2", "-T", "3",
+                            "-h", p.host, "-p", str(p.port), "-U", "app", "-f", str(script), "appdb"],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "number of failed transactions: 0" in r.stdout, r.stdout
+        time.sleep(0.5)
+        t0 = cpu_seconds(worker)
+        time.sleep(2)
+        used = cpu_seconds(worker) - t0
+        assert used < 0.3, "the worker used %.2f s of CPU in 2 s with no client" % used
+        assert_works(p)
