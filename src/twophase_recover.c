@@ -22,6 +22,7 @@
 #include "log.h"
 #include "pool.h"
 #include "proto.h"
+#include "rotation.h"
 #include "srvref.h"
 #include "twophase.h"
 
@@ -264,15 +265,16 @@ static bool rc_start(struct twophase_recover *r, const struct pool *p, const str
 	return true;
 }
 
-/* The primary a pass asks on shard s of p: a server configured as the
- * primary, or one found to be it (role auto). */
+/* The primary a pass asks on shard s of p: the server writes go to (a
+ * configured primary not found in recovery, or an auto server found not to
+ * be), so a demoted primary is not asked to finish what it cannot. */
 static const struct srvpool *shard_primary(const struct pool *p, int s)
 {
 	for (size_t i = 0; i < p->n_targets; i++) {
 		const struct srvpool *sp = p->targets[i];
 		if (sp->shard != s)
 			continue;
-		if (sp->role == SERVER_ROLE_PRIMARY || (sp->role == SERVER_ROLE_AUTO && sp->role_known && !sp->in_recovery))
+		if (rotation_takes_writes(sp))
 			return sp;
 	}
 	return NULL;
