@@ -40,6 +40,9 @@ struct auth_file;
 
 #define CONFIG_DEFAULT_SHARD_ALL (-1)
 #define CONFIG_INHERIT (-1)
+/* Servers one shard may list: the router chooses among them in arrays on
+ * its stack. */
+#define CONFIG_MAX_SHARD_SERVERS 64
 
 struct config_server {
 	char *host;               /* name or address; IPv6 without brackets */

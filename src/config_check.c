@@ -145,6 +145,10 @@ static void check_pool(struct parser *p, struct config_pool *pool, struct pool_m
 				problem(p, CONFIG_PROBLEM_ERROR, sm->line, section, NULL,
 					"shard has no servers; add servers = host:port:role, ...");
 		}
+		if (shard->n_servers > CONFIG_MAX_SHARD_SERVERS)
+			problem(p, CONFIG_PROBLEM_ERROR, sm->key_line[SHARD_KEY_SERVERS], section, "servers",
+				"a shard lists at most %d servers, got %zu", CONFIG_MAX_SHARD_SERVERS,
+				shard->n_servers);
 		size_t primaries = 0;
 		for (size_t j = 0; j < shard->n_servers; j++)
 			primaries += shard->servers[j].role == SERVER_ROLE_PRIMARY;

@@ -50,8 +50,8 @@ void rotation_server_failed(struct srvpool *sp, const char *reason)
 	 * a replica. A server alone in its shard is never banned. */
 	if ((sp->role == SERVER_ROLE_PRIMARY && !p->cpool->primary_reads_enabled) || !w->shm)
 		return;
-	struct srvpool *all[64];
-	if (rotation_shard_servers(p, sp->shard, all, 64) < 2)
+	struct srvpool *all[CONFIG_MAX_SHARD_SERVERS];
+	if (rotation_shard_servers(p, sp->shard, all, CONFIG_MAX_SHARD_SERVERS) < 2)
 		return;
 	int secs = w->cfg->general.ban_time > 0 ? w->cfg->general.ban_time : 60;
 	if (!shm_is_banned(w->shm, sp->host, sp->port, (int64_t)time(NULL))) {
@@ -69,8 +69,8 @@ void rotation_clear_shard_bans(struct pool *p, int shard)
 		return;
 	shm_bans_copy(w->shm, copy);
 	int64_t now = (int64_t)time(NULL);
-	struct srvpool *all[64];
-	size_t n = rotation_shard_servers(p, shard, all, 64);
+	struct srvpool *all[CONFIG_MAX_SHARD_SERVERS];
+	size_t n = rotation_shard_servers(p, shard, all, CONFIG_MAX_SHARD_SERVERS);
 	for (size_t i = 0; i < n; i++) {
 		const struct ban *b = bans_get(copy, all[i]->host, all[i]->port, now);
 		if (b && b->source == BAN_SOURCE_AUTO)

@@ -854,8 +854,8 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f, unsig
 static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
 				     int shard, struct route_decision *d)
 {
-	struct srvpool *all[64];
-	size_t n = rotation_shard_servers(c->pool, shard, all, 64);
+	struct srvpool *all[CONFIG_MAX_SHARD_SERVERS];
+	size_t n = rotation_shard_servers(c->pool, shard, all, CONFIG_MAX_SHARD_SERVERS);
 	if (n == 0)
 		return c->pool->targets[0];
 	if (n == 1)
@@ -872,7 +872,7 @@ static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame 
 	 * at its end (server.c; in session mode the client stays on its
 	 * server anyway); a read goes where the client's last write on this
 	 * shard has been replayed. */
-	struct srvpool *ok[64];
+	struct srvpool *ok[CONFIG_MAX_SHARD_SERVERS];
 	struct srvpool **from = all;
 	if (cp->read_your_writes == READ_YOUR_WRITES_LSN) {
 		if (writes)

@@ -146,7 +146,7 @@ struct srvpool *route_choose_in_shard(struct client *c, struct srvpool **all, si
 	}
 
 	bool primary_reads = c->primary_reads_override >= 0 ? c->primary_reads_override == 1 : cp->primary_reads_enabled;
-	struct srvpool *cand[64];
+	struct srvpool *cand[CONFIG_MAX_SHARD_SERVERS];
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct srvpool *sp = all[i];
@@ -157,7 +157,7 @@ struct srvpool *route_choose_in_shard(struct client *c, struct srvpool **all, si
 	}
 	if (k == 0)
 		return primary ? primary : all[0];
-	struct srvpool *ok[64];
+	struct srvpool *ok[CONFIG_MAX_SHARD_SERVERS];
 	size_t m = 0;
 	for (size_t i = 0; i < k; i++) {
 		if (rotation_is_banned(cand[i]))
@@ -308,8 +308,8 @@ size_t route_ryw_filter(const struct client *c, struct srvpool **all, size_t n, 
 struct srvpool *route_pick_leg(struct client *c, const char *sql, size_t len, int shard, bool *no_writer)
 {
 	*no_writer = false;
-	struct srvpool *all[64];
-	size_t n = rotation_shard_servers(c->pool, shard, all, 64);
+	struct srvpool *all[CONFIG_MAX_SHARD_SERVERS];
+	size_t n = rotation_shard_servers(c->pool, shard, all, CONFIG_MAX_SHARD_SERVERS);
 	if (n == 0)
 		return leg_counted(c->pool->targets[0]);
 	if (n == 1)
@@ -329,7 +329,7 @@ struct srvpool *route_pick_leg(struct client *c, const char *sql, size_t len, in
 	 * this shard has been replayed (its mark is left to the client's own
 	 * requests to clear). */
 	if (role != ROUTER_ROLE_PRIMARY && !writes) {
-		struct srvpool *ok[64];
+		struct srvpool *ok[CONFIG_MAX_SHARD_SERVERS];
 		struct route_ryw r;
 		size_t k = route_ryw_filter(c, all, n, shard, false, ok, &r);
 		if (r.marked && k < n) {

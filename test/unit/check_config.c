@@ -765,6 +765,14 @@ START_TEST(test_pool_structure)
 	expect_error_at("[pools.p]\n[pools.p.shards.0]\ndatabase =\nservers = h:1:primary\n", 3,
 			"t.ini:3: [pools.p.shards.0] database: must not be empty");
 
+	/* 65 servers (one a line): one more than the router looks at */
+	char many[65 * 20 + 64];
+	size_t off = (size_t)snprintf(many, sizeof many, "[pools.p.shards.0]\nservers = ");
+	for (int i = 0; i < 65; i++)
+		off += (size_t)snprintf(many + off, sizeof many - off, "%sh:%d:replica", i ? ",\n  " : "", 1000 + i);
+	snprintf(many + off, sizeof many - off, "\n");
+	expect_error_at(many, 2, "t.ini:2: [pools.p.shards.0] servers: a shard lists at most 64 servers, got 65");
+
 	/* A shard with only replicas and auto servers is fine; the order in the file does not matter. */
 	struct config_problems pr;
 	struct config *cfg = load_clean("[pools.p.shards.2]\nservers = c:1:replica\n[pools.p.shards.0]\n"
