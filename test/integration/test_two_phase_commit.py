@@ -293,67 +293,65 @@ def test_a_shard_down_at_startup_is_a_warning(pgcat, shards, tmp_path):
     assert p.alive()
 
 
-def test_nothing_listens_during_the_startup_check(pgcat, shards, tmp_path):
+@pytest.fixture
+def silent_port():
+    """A port that takes connections and never answers them (a shard the
+    startup check waits for until connect_timeout)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        yield silent.getsockname()[1]
+
+
+def test_nothing_listens_during_the_startup_check(pgcat, shards, tmp_path, silent_port):
     """A shard that takes the connection but never answers: the check gives
     up after connect_timeout (a warning). Until then pgcat does not listen
     (a client is refused at once, or, in an online restart, goes to the old
     instance), so no client waits in a process whose check may refuse."""
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(8)
-    try:
+    t0 = time.monotonic()
+    p = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state"),
+                       "connect_timeout": "1500"},
+              pools={"tpc": _mixed_pool(shards, silent_port)}, wait=False)
+    wait_until(lambda: ASKING in p.log(), 15, msg="the startup check")
+    assert not port_open(p.host, p.port), "listening during the check"
+    p.wait_ready()
+    assert "could not be checked (no answer within connect_timeout)" in p.log(), p.log()
+    assert time.monotonic() - t0 > 1.0, "listening before the check ended"
+    with connect(p) as c:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+    # SIGTERM or SIGQUIT during the check: a prompt, clean exit
+    for sig in (signal.SIGTERM, signal.SIGQUIT):
+        p2 = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state2"),
+                            "connect_timeout": "20000"},
+                   pools={"tpc": _mixed_pool(shards, silent_port)}, wait=False)
+        wait_until(lambda: ASKING in p2.log(), 15, msg="the startup check")
         t0 = time.monotonic()
-        p = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state"),
-                           "connect_timeout": "1500"},
-                  pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])}, wait=False)
-        wait_until(lambda: ASKING in p.log(), 15, msg="the startup check")
-        assert not port_open(p.host, p.port), "listening during the check"
-        p.wait_ready()
-        assert "could not be checked (no answer within connect_timeout)" in p.log(), p.log()
-        assert time.monotonic() - t0 > 1.0, "listening before the check ended"
-        with connect(p) as c:
-            assert c.execute("SELECT 1").fetchone() == (1,)
-        # SIGTERM or SIGQUIT during the check: a prompt, clean exit
-        for sig in (signal.SIGTERM, signal.SIGQUIT):
-            p2 = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state2"),
-                                "connect_timeout": "20000"},
-                       pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])}, wait=False)
-            wait_until(lambda: ASKING in p2.log(), 15, msg="the startup check")
-            t0 = time.monotonic()
-            assert p2.stop(sig, timeout=10) == 0
-            assert time.monotonic() - t0 < 5
-            p2.stopped_by_test = True
-    finally:
-        silent.close()
+        assert p2.stop(sig, timeout=10) == 0
+        assert time.monotonic() - t0 < 5
+        p2.stopped_by_test = True
 
 
-def test_an_online_restart_queues_nothing_in_the_new_instance_during_its_check(pgcat, shards, tmp_path):
+def test_an_online_restart_queues_nothing_in_the_new_instance_during_its_check(pgcat, shards, tmp_path, silent_port):
     """A second pgcat on the same port (SO_REUSEPORT, SPEC §9) asking its
     shards: every new client is served by the running one at once, none
     waits in the new one's backlog for its verdict."""
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(8)
-    try:
-        pool = _mixed_pool(shards, silent.getsockname()[1])
-        a = pgcat(general={"two_phase_commit": "false", "state_dir": str(tmp_path / "a")}, pools={"tpc": pool})
-        b = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "b"), "listen_port": a.port,
-                           "connect_timeout": "8000"},
-                  pools={"tpc": pool}, wait=False)
-        wait_until(lambda: ASKING in b.log(), 15, msg="the new instance's check")
-        slow = []
-        for _ in range(20):
-            t0 = time.monotonic()
-            with connect(a, connect_timeout=10) as c:
-                assert c.execute("SELECT 1").fetchone() == (1,)
-            if time.monotonic() - t0 > 2:
-                slow.append(time.monotonic() - t0)
-        assert slow == [], "clients waited for the new instance's check: %r" % slow
-        assert "could not be checked" not in b.log(), "the check ended before the clients were done"
-        assert b.stop(signal.SIGTERM, timeout=10) == 0
-        b.stopped_by_test = True
-    finally:
-        silent.close()
+    pool = _mixed_pool(shards, silent_port)
+    a = pgcat(general={"two_phase_commit": "false", "state_dir": str(tmp_path / "a")}, pools={"tpc": pool})
+    b = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "b"), "listen_port": a.port,
+                       "connect_timeout": "8000"},
+              pools={"tpc": pool}, wait=False)
+    wait_until(lambda: ASKING in b.log(), 15, msg="the new instance's check")
+    slow = []
+    for _ in range(20):
+        t0 = time.monotonic()
+        with connect(a, connect_timeout=10) as c:
+            assert c.execute("SELECT 1").fetchone() == (1,)
+        if time.monotonic() - t0 > 2:
+            slow.append(time.monotonic() - t0)
+    assert slow == [], "clients waited for the new instance's check: %r" % slow
+    assert "could not be checked" not in b.log(), "the check ended before the clients were done"
+    assert b.stop(signal.SIGTERM, timeout=10) == 0
+    b.stopped_by_test = True
 
 
 def test_a_reload_to_two_phase_commit_is_refused_while_a_shard_has_zero(pgcat, pg_root, shards, tmp_path):
@@ -444,68 +442,56 @@ def test_a_restarted_worker_does_not_take_a_refused_configuration(pgcat, pg, sha
     assert p.log()[off:].count("restarted as pid") == 1, p.log()[off:]
 
 
-def test_a_worker_killed_during_its_startup_check_is_checked_again(pgcat, shards, tmp_path):
+def test_a_worker_killed_during_its_startup_check_is_checked_again(pgcat, shards, tmp_path, silent_port):
     """Killed by a signal while it asked the shards: the restarted worker asks
     again before it serves (here a shard that never answers: the warning
     after connect_timeout comes from the restarted one)."""
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(8)
-    try:
-        p = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state"),
-                           "connect_timeout": "2000", "workers": 1},
-                  pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])}, wait=False)
-        wait_until(lambda: ASKING in p.log(), 15, msg="the startup check")
-        (worker,) = proc_children(p.pid)
-        os.kill(worker, signal.SIGKILL)
-        wait_until(lambda: "restarted as pid" in p.log(), 10, msg="the restart")
-        wait_until(lambda: "could not be checked (no answer within connect_timeout)" in p.log(), 10,
-                   msg="the restarted worker's check")
-        log = p.log()
-        assert log.count(ASKING) == 2, log
-        assert log.index("could not be checked") > log.index("restarted as pid"), log
-        p.wait_ready()
-        with connect(p) as c:
-            assert c.execute("SELECT 1").fetchone() == (1,)
-    finally:
-        silent.close()
+    p = pgcat(general={"two_phase_commit": "true", "state_dir": str(tmp_path / "state"),
+                       "connect_timeout": "2000", "workers": 1},
+              pools={"tpc": _mixed_pool(shards, silent_port)}, wait=False)
+    wait_until(lambda: ASKING in p.log(), 15, msg="the startup check")
+    (worker,) = proc_children(p.pid)
+    os.kill(worker, signal.SIGKILL)
+    wait_until(lambda: "restarted as pid" in p.log(), 10, msg="the restart")
+    wait_until(lambda: "could not be checked (no answer within connect_timeout)" in p.log(), 10,
+               msg="the restarted worker's check")
+    log = p.log()
+    assert log.count(ASKING) == 2, log
+    assert log.index("could not be checked") > log.index("restarted as pid"), log
+    p.wait_ready()
+    with connect(p) as c:
+        assert c.execute("SELECT 1").fetchone() == (1,)
 
 
-def test_a_waiting_reload_replaced_by_a_refused_one_answers_the_refusal(pgcat, pg, shards, tmp_path):
+def test_a_waiting_reload_replaced_by_a_refused_one_answers_the_refusal(pgcat, pg, shards, tmp_path, silent_port):
     """An admin RELOAD waiting for its check is replaced by a SIGHUP's (the
     file changed meanwhile): the RELOAD answers how the reload that ended
     went, here refused, not a success for one never applied."""
     from conftest import ADMIN_PASSWORD, ADMIN_USER
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(8)
-    try:
-        p = pgcat(general={"two_phase_commit": "false", "state_dir": str(tmp_path / "state"),
-                           "connect_timeout": "5000", "workers": 1},
-                  pools={"tpc": _mixed_pool(shards, silent.getsockname()[1])})
-        p.general["two_phase_commit"] = "true"
-        p.write()
-        off = len(p.log())
-        answer = []
-        t = threading.Thread(target=lambda: answer.append(
-            p.psql("RELOAD", user=ADMIN_USER, dbname="pgcat", password=ADMIN_PASSWORD, check=False)))
-        t.start()
-        wait_until(lambda: "asking the shards for max_prepared_transactions first" in p.log()[off:], 10,
-                   msg="the RELOAD's check")
-        # the file now names a shard at 0; SIGHUP replaces the waiting reload
-        p.pools["tpc"] = _mixed_pool(shards, pg.port)
-        p.write()
-        p.send_signal(signal.SIGHUP)
-        t.join(15)
-        assert not t.is_alive(), "the RELOAD got no answer"
-        r = answer[0]
-        assert r.returncode != 0, r.stdout
-        assert "reload failed, old configuration kept: " + ZERO % pg.port in r.stderr, r.stderr
-        log = p.log()[off:]
-        assert "replaced by this one" in log and "configuration reloaded" not in log, log
-        assert _config(p)["two_phase_commit"] == "false"
-    finally:
-        silent.close()
+    p = pgcat(general={"two_phase_commit": "false", "state_dir": str(tmp_path / "state"),
+                       "connect_timeout": "5000", "workers": 1},
+              pools={"tpc": _mixed_pool(shards, silent_port)})
+    p.general["two_phase_commit"] = "true"
+    p.write()
+    off = len(p.log())
+    answer = []
+    t = threading.Thread(target=lambda: answer.append(
+        p.psql("RELOAD", user=ADMIN_USER, dbname="pgcat", password=ADMIN_PASSWORD, check=False)))
+    t.start()
+    wait_until(lambda: "asking the shards for max_prepared_transactions first" in p.log()[off:], 10,
+               msg="the RELOAD's check")
+    # the file now names a shard at 0; SIGHUP replaces the waiting reload
+    p.pools["tpc"] = _mixed_pool(shards, pg.port)
+    p.write()
+    p.send_signal(signal.SIGHUP)
+    t.join(15)
+    assert not t.is_alive(), "the RELOAD got no answer"
+    r = answer[0]
+    assert r.returncode != 0, r.stdout
+    assert "reload failed, old configuration kept: " + ZERO % pg.port in r.stderr, r.stderr
+    log = p.log()[off:]
+    assert "replaced by this one" in log and "configuration reloaded" not in log, log
+    assert _config(p)["two_phase_commit"] == "false"
 
 
 # ---- faults -----------------------------------------------------------------
