@@ -183,6 +183,10 @@ struct prep_server {
 	struct prep_ring repls;     /* replies to replace (errors, empty queries) */
 	struct prep_ring swallows;  /* whole segments pgcat sent (SQL PREPARE before EXECUTE) */
 	struct prep_ring describes; /* Describes of statements with no description kept yet */
+	/* ParseCompletes pgcat owes the client: a mapped unnamed Parse it did
+	 * not send (the server holds the statement), owed before the reply to
+	 * the Bind that came right after it, first in its segment. */
+	struct prep_ring owed_parses;
 	uint32_t seg_sent, seg_recv;
 	uint32_t op_clock;          /* stamps entries in the order sent */
 	/* Whose unnamed statement the server holds (client id, its generation). */
@@ -236,7 +240,8 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 enum prep_verdict {
 	PREP_PASS,      /* forward */
 	PREP_SWALLOW,   /* drop the message */
-	PREP_REPLACE    /* send *repl instead (caller frees it with free()) */
+	PREP_REPLACE,   /* send *repl instead (caller frees it with free()) */
+	PREP_PREFIX     /* send a ParseComplete first (pgcat's, owed), then forward */
 };
 /* A server reply while linked (type, and the whole message for E/C when
  * msg is not NULL). */

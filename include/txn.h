@@ -32,6 +32,9 @@ struct txn {
 	uint32_t outstanding;
 	/* Extended-protocol messages sent since the last Sync. */
 	bool ext_pending;
+	/* The client's message counted last opened its segment: nothing was
+	 * sent since the last Sync before it (prepared.c reads it). */
+	bool ext_first;
 	bool in_copy_in;
 	uint64_t query_start_us;      /* first message of the request in flight */
 	uint64_t xact_start_us;       /* first message after the last 'I' */
@@ -92,6 +95,7 @@ static inline void txn_frontend(struct txn *t, uint8_t type, uint64_t now_us)
 		if (t->tx_status == 'I')
 			t->xact_start_us = now_us;
 	}
+	t->ext_first = !t->ext_pending;
 	txn_sent(t, type);
 }
 

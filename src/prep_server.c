@@ -244,7 +244,35 @@ static void finish_segment(struct server *s, uint32_t seg)
 		prep_pend_release(r, p);
 		prep_ring_pop(&ps->repls);
 	}
+	while ((p = prep_ring_head(&ps->owed_parses)) && p->seg == seg) {
+		prep_pend_release(r, p);
+		prep_ring_pop(&ps->owed_parses);
+	}
 	undo_segment(s, seg);   /* (parses/closes of a finished segment were all answered or skipped) */
+}
+
+/* A ParseComplete owed before this segment's first reply (the Bind's)? Taken off if so. */
+static bool owed_parse_due(struct prep_server *ps, struct prep_registry *r)
+{
+	struct prep_pend *p = prep_ring_head(&ps->owed_parses);
+	if (!p || p->seg != ps->seg_recv)
+		return false;
+	prep_pend_release(r, p);
+	prep_ring_pop(&ps->owed_parses);
+	return true;
+}
+
+/* A replacement reply with the owed ParseComplete in front. */
+static bool prefix_parse_complete(uint8_t **repl, uint32_t *repl_len)
+{
+	uint8_t *b = realloc(*repl, (size_t)*repl_len + 5);
+	if (!b)
+		return false;
+	memmove(b + 5, b, *repl_len);
+	memcpy(b, (const uint8_t[5]){ PqMsg_ParseComplete, 0, 0, 0, 4 }, 5);
+	*repl = b;
+	*repl_len += 5;
+	return true;
 }
 
 enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint8_t *msg, uint32_t total,
@@ -267,6 +295,8 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 			return sw ? PREP_SWALLOW : PREP_PASS;
 		}
 		return PREP_PASS;
+	case PqMsg_BindComplete:
+		return owed_parse_due(ps, r) ? PREP_PREFIX : PREP_PASS;
 	case PqMsg_CloseComplete:
 		if ((p = prep_ring_head(&ps->closes)) && p->seg == ps->seg_recv) {
 			bool sw = p->swallow;
@@ -312,6 +342,9 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 		return swallow_seg ? PREP_SWALLOW : PREP_PASS;
 	case PqMsg_ErrorResponse: {
 		enum prep_verdict v = PREP_PASS;
+		/* The segment's first error, and its first message was the Bind
+		 * a ParseComplete is owed before: the Bind's error. */
+		bool owed = owed_parse_due(ps, r);
 		/* Ours (the statement that does not exist)? Then the client's. */
 		if (msg && (p = prep_ring_head(&ps->repls)) && p->seg == ps->seg_recv &&
 		    memmem(msg, total, "\"" PREP_ERROR_NAME "\"", sizeof PREP_ERROR_NAME + 1) != NULL) {
@@ -343,7 +376,9 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 			ps->set.gen++;
 			ps->unnamed_client = 0;
 		}
-		return v;
+		if (owed && v == PREP_REPLACE)
+			(void)prefix_parse_complete(repl, repl_len);   /* (out of memory: the error alone) */
+		return owed && v == PREP_PASS ? PREP_PREFIX : v;
 	}
 	case PqMsg_ReadyForQuery:
 		/* DDL in a transaction is undone by its ROLLBACK: statements
@@ -378,6 +413,7 @@ void prep_server_reset_pending(struct server *s)
 	prep_ring_clear(&ps->repls, r);
 	prep_ring_clear(&ps->swallows, r);
 	prep_ring_clear(&ps->describes, r);
+	prep_ring_clear(&ps->owed_parses, r);
 	if (unsure)
 		prep_sset_clear(&ps->set, r);
 	ps->seg_sent = ps->seg_recv = 0;

@@ -1096,6 +1096,20 @@ static enum pump_step prep_reply(struct server *s, struct evbuffer *in, struct e
 		s->txn.sent_to_client = true;
 		stats_add(s->sp->pool->stats, STAT_SENT, repl_len);
 		return PUMP_NEXT;
+	case PREP_PREFIX:
+		/* The ParseComplete of the client's unnamed Parse that pgcat did
+		 * not send, where PostgreSQL's would be: right before its Bind's
+		 * reply. A replayed read's client has it already. */
+		if (s->txn.skip_msgs > 0) {
+			s->txn.skip_msgs--;
+		} else {
+			static const uint8_t parse_complete[5] = { PqMsg_ParseComplete, 0, 0, 0, 4 };
+			evbuffer_add(out, parse_complete, sizeof parse_complete);
+			s->txn.req_msgs++;
+			s->txn.sent_to_client = true;
+			stats_add(s->sp->pool->stats, STAT_SENT, sizeof parse_complete);
+		}
+		return PUMP_ON;
 	}
 	return PUMP_ON;
 }

@@ -541,3 +541,44 @@ def test_pipeline_of_unnamed_statements_byte_for_byte(pgcat, pg):
     hold.simple("COMMIT")
     r.close()
     hold.close()
+
+
+def test_bind_error_after_a_mapped_parse_as_postgresql(pgcat, pg):
+    """A mapped unnamed Parse that is the first message of its request is
+    not sent at all (the server holds the statement): pgcat's ParseComplete
+    goes before the Bind's reply. When that Bind fails (a bad parameter, a
+    wrong count), the client gets ParseComplete then the error, as from
+    PostgreSQL; the same inside a transaction, and the next round works."""
+    inst = pool(pgcat, 1)
+    sql = "SELECT $1::int AS n"
+    cases = [["abc"], ["1", "2"], ["7"]]
+    d = direct(pg)
+    want = [unnamed_round(d, sql, ps) for ps in cases]
+    d.send(pgwire.parse(sql) + pgwire.bind(["x"]) + pgwire.execute() + pgwire.parse(sql) + pgwire.bind(["8"]) +
+           pgwire.execute() + pgwire.sync())
+    want_pipeline = d.read_until()
+    d.close()
+    assert types_of(want[0]) == [b"1", b"E", b"Z"] and types_of(want[1]) == [b"1", b"E", b"Z"], want
+    assert types_of(want_pipeline) == [b"1", b"E", b"Z"], want_pipeline
+    r = inst.raw_login()
+    for _ in range(3):   # seen once, then mapped
+        for ps, w in zip(cases, want):
+            got = unnamed_round(r, sql, ps)
+            assert types_of(got) == types_of(w), (ps, got)
+            if got[1][0] == b"E":
+                assert pgwire.parse_fields(got[1][1])["C"] == pgwire.parse_fields(w[1][1])["C"], got
+            else:
+                assert got == w
+        # the second mapped Parse follows a failed Bind in the same segment:
+        # PostgreSQL skips it, so no ParseComplete for it
+        r.send(pgwire.parse(sql) + pgwire.bind(["x"]) + pgwire.execute() + pgwire.parse(sql) + pgwire.bind(["8"]) +
+               pgwire.execute() + pgwire.sync())
+        assert types_of(r.read_until()) == types_of(want_pipeline)
+    assert r.simple("BEGIN")[2] == "T"
+    got = unnamed_round(r, sql, ["abc"])
+    assert types_of(got) == [b"1", b"E", b"Z"] and got[-1][1] == b"E", got
+    assert r.simple("ROLLBACK")[2] == "I"
+    assert rows_of(unnamed_round(r, sql, ["9"])) == [["9"]]
+    hits, _ = counters(inst)
+    assert hits >= 6, hits
+    r.close()

@@ -846,3 +846,26 @@ def test_psycopg_pipeline(pgcat, shards):
         assert where(shards, "items3", 3, ks[0][0]) == [0]
         assert where(shards, "items3", 3, ks[1][0]) == [1]
     assert misplaced(shards, "items3", 3) == 0
+
+
+def test_unnamed_statement_answers_on_every_shard(pgcat, shards):
+    """One text, an unnamed Parse each time (what psycopg, pgx and JDBC
+    send), keys on every shard: its Parse goes where the router has not
+    decided yet, and its Bind moves the request to the key's shard. Every
+    round gets PostgreSQL's replies in order, ParseComplete first, also once
+    the text is the pool's named statement (prepare_unnamed) on the servers
+    involved."""
+    inst = start(pgcat, shards)
+    r = inst.raw_login(dbname="sh3")
+    for k in range(40):
+        r.send(pgwire.parse("INSERT INTO items3 (id, v) VALUES ($1, 'u')") + pgwire.bind([str(k)]) +
+               pgwire.describe(b"P") + pgwire.execute() + pgwire.sync())
+        got = r.read_until()
+        assert [t for t, _ in got] == [b"1", b"2", b"n", b"C", b"Z"], (k, got)
+    for k in range(40):
+        r.send(pgwire.parse("SELECT v FROM items3 WHERE id = $1") + pgwire.bind([str(k)]) + pgwire.describe(b"P") +
+               pgwire.execute() + pgwire.sync())
+        got = r.read_until()
+        assert [t for t, _ in got] == [b"1", b"2", b"T", b"D", b"C", b"Z"], (k, got)
+    r.close()
+    assert misplaced(shards, "items3", 3) == 0
