@@ -192,9 +192,8 @@ static bool send_nop_parse(struct server *s, const char *cname)
  * PostgreSQL would owe no ParseComplete), the client's next message,
  * already here, binds the unnamed statement to the unnamed portal (what
  * drivers send for one statement), and the pool has one shard. Saves the
- * server the parse of an empty statement per execution (3-4 µs of its CPU
- * for a pgbench -S transaction of about 55). false: the caller sends the
- * Parse below. */
+ * server the parse of an empty statement per execution
+ * (bench/empty_parse.py). false: the caller sends the Parse below. */
 static bool owe_parse_complete(struct client *c, struct server *s, uint32_t total)
 {
 	/* (In a sharded pool the Bind may start afresh on another shard's
