@@ -1050,6 +1050,21 @@ static bool refuse_invalid(struct server *s, const struct proto_frame *f, const 
 	return true;
 }
 
+/* An acknowledgement (ParseComplete, BindComplete, CloseComplete, a
+ * description) about to reach the client, the server's or pgcat's own:
+ * true to send it (counted, for a replay of the read), false when a
+ * replayed read's client got it from the first server (the caller drops
+ * it). */
+static bool replay_forward_ack(struct server *s)
+{
+	if (s->txn.skip_msgs == 0) {
+		s->txn.req_msgs++;
+		return true;
+	}
+	s->txn.skip_msgs--;
+	return false;
+}
+
 /* Prepared statements: a reply prepared.c passes, swallows (the answer to
  * pgcat's own message) or replaces. */
 static enum pump_step prep_reply(struct server *s, struct evbuffer *in, struct evbuffer *out,
@@ -1100,12 +1115,9 @@ static enum pump_step prep_reply(struct server *s, struct evbuffer *in, struct e
 		/* The ParseComplete of the client's unnamed Parse that pgcat did
 		 * not send, where PostgreSQL's would be: right before its Bind's
 		 * reply. A replayed read's client has it already. */
-		if (s->txn.skip_msgs > 0) {
-			s->txn.skip_msgs--;
-		} else {
+		if (replay_forward_ack(s)) {
 			static const uint8_t parse_complete[5] = { PqMsg_ParseComplete, 0, 0, 0, 4 };
 			evbuffer_add(out, parse_complete, sizeof parse_complete);
-			s->txn.req_msgs++;
 			s->txn.sent_to_client = true;
 			stats_add(s->sp->pool->stats, STAT_SENT, sizeof parse_complete);
 		}
@@ -1273,19 +1285,18 @@ static enum pump_step count_for_replay(struct server *s, struct evbuffer *in, co
 	uint32_t total = f->len + 1;
 	if (f->type == PqMsg_ParseComplete || f->type == PqMsg_BindComplete || f->type == PqMsg_CloseComplete ||
 	    f->type == PqMsg_ParameterDescription || f->type == PqMsg_RowDescription || f->type == PqMsg_NoData) {
-		if (s->txn.skip_msgs == 0) {
-			s->txn.req_msgs++;
+		if (s->txn.skip_msgs > 0) {
+			/* A replayed read: the client may have this one already. */
+			if (total > SERVER_INSPECT_MAX) {
+				server_close(s, "replayed read: unexpected large reply");
+				return PUMP_STOP;
+			}
+			if (evbuffer_get_length(in) < total)
+				return PUMP_STOP;
+		}
+		if (replay_forward_ack(s))
 			return PUMP_ON;
-		}
-		/* A replayed read: the client has this one already. */
-		if (total > SERVER_INSPECT_MAX) {
-			server_close(s, "replayed read: unexpected large reply");
-			return PUMP_STOP;
-		}
-		if (evbuffer_get_length(in) < total)
-			return PUMP_STOP;
 		evbuffer_drain(in, total);
-		s->txn.skip_msgs--;
 		return PUMP_NEXT;
 	}
 	if (f->type != PqMsg_NoticeResponse && f->type != PqMsg_NotificationResponse) {
