@@ -207,6 +207,15 @@ static inline void proto_put_u32(uint8_t *p, uint32_t v)
 	p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
 }
 
+/* A message of type type with no body (ParseComplete, BindComplete,
+ * NoData, PortalSuspended...): its 5 bytes at p. */
+#define PROTO_BODYLESS_LEN 5
+static inline void proto_put_bodyless(uint8_t *p, uint8_t type)
+{
+	p[0] = type;
+	proto_put_u32(p + 1, 4);
+}
+
 /* Is this a frontend message type valid after login (extended, simple, COPY, function call)? */
 bool proto_frontend_type_valid(uint8_t type);
 bool proto_backend_type_valid(uint8_t type);

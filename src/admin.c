@@ -26,6 +26,7 @@
 #include "bans.h"
 #include "client.h"
 #include "config.h"
+#include "evbuf.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool.h"
@@ -295,8 +296,7 @@ static bool run_command(struct client *c, const char *sql)
 	struct words ws;
 	split_words(sql, &ws);
 	if (ws.n == 0) {
-		uint8_t msg[5] = { PqMsg_EmptyQueryResponse, 0, 0, 0, 4 };
-		evbuffer_add(client_output(c), msg, sizeof msg);
+		evbuf_add_bodyless(client_output(c), PqMsg_EmptyQueryResponse);
 		return true;
 	}
 	/* stats_users (and anyone no longer listed since a reload): SHOW only. */

@@ -18,6 +18,7 @@
 #include "config.h"
 #include "context.h"
 #include "dns.h"
+#include "evbuf.h"
 #include "pktbuf.h"
 #include "proto.h"
 #include "tls.h"
@@ -93,7 +94,7 @@ void bconn_close(struct bconn *b, bool terminate)
 		return;
 	}
 	if (terminate && b->state == BCONN_READY && !b->io.closed) {
-		evbuffer_add(io_out(&b->io), "X\0\0\0\4", 5);   /* Terminate, to be polite */
+		evbuf_add_bodyless(io_out(&b->io), PqMsg_Terminate);   /* to be polite */
 		io_flush(&b->io);
 	}
 	io_close(&b->io);

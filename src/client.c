@@ -34,6 +34,7 @@
 #include "auth.h"
 #include "cancel.h"
 #include "config.h"
+#include "evbuf.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool.h"
@@ -127,8 +128,7 @@ void client_send_rfq(struct client *c, char status)
 
 void client_send_simple(struct client *c, uint8_t type)
 {
-	uint8_t msg[5] = { type, 0, 0, 0, 4 };
-	evbuffer_add(io_out(&c->io), msg, sizeof msg);
+	evbuf_add_bodyless(io_out(&c->io), type);
 }
 
 char client_idle_status(const struct client *c)

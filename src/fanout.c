@@ -21,6 +21,7 @@
 
 #include "client.h"
 #include "config.h"
+#include "evbuf.h"
 #include "context.h"
 #include "io.h"
 #include "link.h"
@@ -426,9 +427,7 @@ static bool leg_scan(struct fanout_leg *leg)
 	size_t have = in ? evbuffer_get_length(in) : 0;
 	while (have - leg->scanned >= 5) {
 		uint8_t h[5];
-		struct evbuffer_ptr pos;
-		if (evbuffer_ptr_set(in, &pos, leg->scanned, EVBUFFER_PTR_SET) < 0 ||
-		    evbuffer_copyout_from(in, &pos, h, 5) != 5)
+		if (!evbuf_copy_at(in, leg->scanned, h, 5))
 			break;
 		uint32_t l = proto_get_u32(h + 1);
 		if (l < 4) {
@@ -568,9 +567,7 @@ static void leg_push(struct fanout_leg *leg)
 	size_t off = 0;
 	while (n - off >= 5) {
 		uint8_t h[5];
-		struct evbuffer_ptr pos;
-		if (evbuffer_ptr_set(leg->req, &pos, off, EVBUFFER_PTR_SET) < 0 ||
-		    evbuffer_copyout_from(leg->req, &pos, h, 5) != 5)
+		if (!evbuf_copy_at(leg->req, off, h, 5))
 			break;
 		txn_frontend(&s->txn, h[0], w->now_us);
 		off += (size_t)proto_get_u32(h + 1) + 1;

@@ -17,6 +17,7 @@
 #include "broadcast.h"
 #include "client.h"
 #include "config.h"
+#include "evbuf.h"
 #include "log.h"
 #include "merge.h"
 #include "pktbuf.h"
@@ -228,8 +229,7 @@ static bool reply_rows_portal(struct fanout *fo, struct leg_reply *rep, struct e
 	bool more = false;
 	while (at + 5 <= total) {
 		uint8_t h[5];
-		struct evbuffer_ptr pos;
-		if (evbuffer_ptr_set(all, &pos, at, EVBUFFER_PTR_SET) < 0 || evbuffer_copyout_from(all, &pos, h, 5) != 5)
+		if (!evbuf_copy_at(all, at, h, 5))
 			break;
 		if (h[0] != PqMsg_DataRow)
 			break;
@@ -260,15 +260,12 @@ static bool reply_rows_portal(struct fanout *fo, struct leg_reply *rep, struct e
 		xp->desc_len = rep[0].portal_desc_len;
 	}
 	evbuffer_remove_buffer(all, out, keep);
-	static const uint8_t suspended[5] = { PqMsg_PortalSuspended, 0, 0, 0, 4 };
-	evbuffer_add(out, suspended, sizeof suspended);
+	evbuf_add_bodyless(out, PqMsg_PortalSuspended);
 	/* the rest without the CommandComplete (the last message) */
 	size_t rest = evbuffer_get_length(all), rows_len = 0;
 	while (rows_len + 5 <= rest) {
 		uint8_t h[5];
-		struct evbuffer_ptr pos;
-		if (evbuffer_ptr_set(all, &pos, rows_len, EVBUFFER_PTR_SET) < 0 ||
-		    evbuffer_copyout_from(all, &pos, h, 5) != 5 || h[0] != PqMsg_DataRow)
+		if (!evbuf_copy_at(all, rows_len, h, 5) || h[0] != PqMsg_DataRow)
 			break;
 		rows_len += (size_t)proto_get_u32(h + 1) + 1;
 	}
@@ -321,9 +318,7 @@ bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 		size_t at = 0, have = evbuffer_get_length(xp->rows);
 		while (at + 5 <= have && (max_rows == 0 || n < max_rows)) {
 			uint8_t h[5];
-			struct evbuffer_ptr pos;
-			if (evbuffer_ptr_set(xp->rows, &pos, at, EVBUFFER_PTR_SET) < 0 ||
-			    evbuffer_copyout_from(xp->rows, &pos, h, 5) != 5)
+			if (!evbuf_copy_at(xp->rows, at, h, 5))
 				break;
 			at += (size_t)proto_get_u32(h + 1) + 1;
 			n++;
@@ -331,8 +326,7 @@ bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 		evbuffer_drain(in, total);
 		evbuffer_remove_buffer(xp->rows, out, at);
 		if (evbuffer_get_length(xp->rows) > 0) {
-			static const uint8_t suspended[5] = { PqMsg_PortalSuspended, 0, 0, 0, 4 };
-			evbuffer_add(out, suspended, sizeof suspended);
+			evbuf_add_bodyless(out, PqMsg_PortalSuspended);
 		} else {
 			put_command_tag(out, n);   /* the rows of this Execute, as PostgreSQL counts them */
 		}
@@ -437,12 +431,10 @@ void fanout_read_finish(struct fanout *fo)
 	}
 	if (!why[0] && !error) {
 		struct leg_reply *r0 = &rep[0];
-		static const uint8_t parse_complete[5] = { PqMsg_ParseComplete, 0, 0, 0, 4 };
-		static const uint8_t bind_complete[5] = { PqMsg_BindComplete, 0, 0, 0, 4 };
 		for (int s = 0; s < fo->n_steps && !why[0]; s++) {
 			switch (fo->steps[s]) {
 			case STEP_PARSE:
-				evbuffer_add(reply, parse_complete, 5);
+				evbuf_add_bodyless(reply, PqMsg_ParseComplete);
 				break;
 			case STEP_DESCRIBE_STMT:
 				if (r0->param_desc)
@@ -451,7 +443,7 @@ void fanout_read_finish(struct fanout *fo)
 					add_row_description(reply, r0->stmt_desc, r0->stmt_desc_len, &fo->plan);
 				break;
 			case STEP_BIND:
-				evbuffer_add(reply, bind_complete, 5);
+				evbuf_add_bodyless(reply, PqMsg_BindComplete);
 				break;
 			case STEP_DESCRIBE_PORTAL:
 				if (r0->portal_desc)

@@ -18,6 +18,7 @@
 #include "broadcast.h"
 #include "client.h"
 #include "config.h"
+#include "evbuf.h"
 #include "copy_route.h"
 #include "insert_split.h"
 #include "log.h"
@@ -189,13 +190,11 @@ static void put_result(struct fanout *fo, struct evbuffer *out)
 	if (fo->error) {
 		evbuffer_add(out, fo->error, fo->error_len);
 	} else {
-		static const uint8_t parse_complete[5] = { PqMsg_ParseComplete, 0, 0, 0, 4 };
-		static const uint8_t bind_complete[5] = { PqMsg_BindComplete, 0, 0, 0, 4 };
 		for (int i = 0; fo->extended && i < fo->n_steps; i++) {
 			if (fo->steps[i] == STEP_PARSE)
-				evbuffer_add(out, parse_complete, 5);
+				evbuf_add_bodyless(out, PqMsg_ParseComplete);
 			else if (fo->steps[i] == STEP_BIND)
-				evbuffer_add(out, bind_complete, 5);
+				evbuf_add_bodyless(out, PqMsg_BindComplete);
 		}
 		evbuffer_add_buffer(out, fo->result);   /* RowDescription or NoData, rows */
 		if (fo->parse_msg && prep_enabled(c))
@@ -717,24 +716,22 @@ enum parked_end fanout_parked_try_end(struct client *c, const struct proto_frame
 			const uint8_t *body = m + off + 5;
 			size_t blen = l - 4, b = 0;
 			const char *s1, *s2;
-			static const uint8_t one[5] = { PqMsg_ParseComplete, 0, 0, 0, 4 }, two[5] = { PqMsg_BindComplete, 0, 0, 0, 4 },
-					     none[5] = { PqMsg_NoData, 0, 0, 0, 4 };
 			if (type == PqMsg_Parse && off == 0 && proto_read_cstring(body, blen, &b, &s1) &&
 			    proto_read_cstring(body, blen, &b, &s2)) {
 				sql = s2;
-				memcpy(prefix + prefix_len, one, 5);
-				prefix_len += 5;
+				proto_put_bodyless(prefix + prefix_len, PqMsg_ParseComplete);
+				prefix_len += PROTO_BODYLESS_LEN;
 			} else if (type == PqMsg_Bind && prefix_len <= 5 && proto_read_cstring(body, blen, &b, &s1) &&
 				   proto_read_cstring(body, blen, &b, &s2)) {
 				const uint8_t *key;
 				size_t keylen;
 				if (!sql && prep_client_statement(c, s2, &key, &keylen))
 					sql = (const char *)key;
-				memcpy(prefix + prefix_len, two, 5);
-				prefix_len += 5;
+				proto_put_bodyless(prefix + prefix_len, PqMsg_BindComplete);
+				prefix_len += PROTO_BODYLESS_LEN;
 			} else if (type == PqMsg_Describe && prefix_len >= 5 && prefix_len <= 10) {
-				memcpy(prefix + prefix_len, none, 5);
-				prefix_len += 5;
+				proto_put_bodyless(prefix + prefix_len, PqMsg_NoData);
+				prefix_len += PROTO_BODYLESS_LEN;
 			} else if (type == PqMsg_Execute && sql) {
 				/* (its CommandComplete is the end's) */
 			} else if (type == PqMsg_Sync && sql) {
@@ -813,12 +810,11 @@ void fanout_parked_abort(struct client *c)
 void fanout_batch_put_result(struct fanout *fo, struct evbuffer *out)
 {
 	struct client *c = fo->c;
-	static const uint8_t parse_complete[5] = { PqMsg_ParseComplete, 0, 0, 0, 4 };
 	bool parsed = true;
 	for (int i = 0; i < fo->n_legs; i++)
 		parsed &= fo->legs[i].parsed;
 	if (fo->batch_parse && parsed) {
-		evbuffer_add(out, parse_complete, 5);
+		evbuf_add_bodyless(out, PqMsg_ParseComplete);
 		/* the client's named statement exists, whatever its Binds did */
 		if (fo->parse_msg && prep_enabled(c))
 			(void)prep_client_adopt(c, fo->parse_msg, fo->parse_len);
@@ -834,7 +830,7 @@ void fanout_batch_put_result(struct fanout *fo, struct evbuffer *out)
 		 * replies, or before the error of a Bind that failed (the same
 		 * text parsed, so its Parse did not) */
 		if (k > 0 && fo->batch_parse_each && parsed)
-			evbuffer_add(out, parse_complete, 5);
+			evbuf_add_bodyless(out, PqMsg_ParseComplete);
 		if (fo->batch_idx[k] >= leg->n_units) {
 			if (leg->error) {
 				error = leg->error;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "evbuf.h"
 #include "pgvalue.h"
 #include "proto.h"
 
@@ -683,14 +684,12 @@ bool merge_rows(const struct merge_plan *plan, const struct merge_column *cols, 
 		size_t keep = 0;
 		for (uint32_t i = 0; i < max_rows; i++) {
 			uint8_t h[5];
-			struct evbuffer_ptr pos;
-			if (evbuffer_ptr_set(tmp, &pos, keep, EVBUFFER_PTR_SET) < 0 || evbuffer_copyout_from(tmp, &pos, h, 5) != 5)
+			if (!evbuf_copy_at(tmp, keep, h, 5))
 				break;
 			keep += (size_t)proto_get_u32(h + 1) + 1;
 		}
 		evbuffer_remove_buffer(tmp, out, keep);
-		static const uint8_t suspended[5] = { PqMsg_PortalSuspended, 0, 0, 0, 4 };
-		evbuffer_add(out, suspended, sizeof suspended);
+		evbuf_add_bodyless(out, PqMsg_PortalSuspended);
 	} else if (ok) {
 		put_command_complete(tmp, sent);
 		evbuffer_add_buffer(out, tmp);

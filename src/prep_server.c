@@ -265,13 +265,13 @@ static bool owed_parse_due(struct prep_server *ps, struct prep_registry *r)
 /* A replacement reply with the owed ParseComplete in front. */
 static bool prefix_parse_complete(uint8_t **repl, uint32_t *repl_len)
 {
-	uint8_t *b = realloc(*repl, (size_t)*repl_len + 5);
+	uint8_t *b = realloc(*repl, (size_t)*repl_len + PROTO_BODYLESS_LEN);
 	if (!b)
 		return false;
-	memmove(b + 5, b, *repl_len);
-	memcpy(b, (const uint8_t[5]){ PqMsg_ParseComplete, 0, 0, 0, 4 }, 5);
+	memmove(b + PROTO_BODYLESS_LEN, b, *repl_len);
+	proto_put_bodyless(b, PqMsg_ParseComplete);
 	*repl = b;
-	*repl_len += 5;
+	*repl_len += PROTO_BODYLESS_LEN;
 	return true;
 }
 

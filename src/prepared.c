@@ -21,6 +21,7 @@
 
 #include "client.h"
 #include "config.h"
+#include "evbuf.h"
 #include "link.h"
 #include "pktbuf.h"
 #include "pool.h"
@@ -200,11 +201,8 @@ static bool owe_parse_complete(struct client *c, struct server *s, uint32_t tota
 	 * server, route.c, and this one would owe its ParseComplete forever.) */
 	if (!s->txn.ext_first || c->pool->cpool->n_shards > 1)
 		return false;
-	struct evbuffer *in = c->io.in;
-	struct evbuffer_ptr at;
 	uint8_t next[7];
-	if (evbuffer_ptr_set(in, &at, total, EVBUFFER_PTR_SET) < 0 ||
-	    evbuffer_copyout_from(in, &at, next, sizeof next) != (ssize_t)sizeof next)
+	if (!evbuf_copy_at(c->io.in, total, next, sizeof next))
 		return false;
 	/* 'B', a length, "" (portal), "" (statement) */
 	if (next[0] != PqMsg_Bind || next[5] != 0 || next[6] != 0)
@@ -788,8 +786,7 @@ enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok)
 				break;
 			}
 		}
-		static const uint8_t parse_complete[5] = { PqMsg_ParseComplete, 0, 0, 0, 4 };
-		evbuffer_add(out, parse_complete, sizeof parse_complete);
+		evbuf_add_bodyless(out, PqMsg_ParseComplete);
 		stats_add(c->pool->stats, STAT_CLIENT_PARSE, 1);
 	}
 	for (uint32_t i = 0; i < n; i++)
@@ -924,7 +921,7 @@ bool prep_server_end_segment(struct server *s)
 	struct prep_pend p = { .seg = ps->seg_sent, .swallow = true };
 	if (!prep_server_push(ps, &ps->swallows, &p))
 		return false;
-	evbuffer_add(server_output(s), "S\0\0\0\4", 5);
+	evbuf_add_bodyless(server_output(s), PqMsg_Sync);
 	ps->seg_sent++;
 	txn_sent(&s->txn, PqMsg_Sync);
 	return true;

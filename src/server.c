@@ -12,6 +12,7 @@
 #include <openssl/x509v3.h>
 
 #include "dns.h"
+#include "evbuf.h"
 #include "tls.h"
 #include "prepared.h"
 #include "rotation.h"
@@ -144,7 +145,7 @@ void server_close(struct server *s, const char *why)
 			 server_state_name(old), why);
 	/* A polite Terminate when the connection is healthy and idle. */
 	if (old == SERVER_IDLE && !s->io.closed) {
-		evbuffer_add(io_out(&s->io), "X\0\0\0\4", 5);
+		evbuf_add_bodyless(io_out(&s->io), PqMsg_Terminate);
 		io_flush(&s->io);
 	}
 	prep_server_free(s);
@@ -676,7 +677,7 @@ void server_drain(struct server *s)
 		s->txn.in_copy_in = false;
 	}
 	if (s->txn.ext_pending) {
-		evbuffer_add(io_out(&s->io), "S\0\0\0\4", 5);
+		evbuf_add_bodyless(io_out(&s->io), PqMsg_Sync);
 		txn_sent(&s->txn, PqMsg_Sync);
 	}
 	/* A COPY FROM STDIN ends with the CopyFail: a cancel would only race
@@ -1116,10 +1117,9 @@ static enum pump_step prep_reply(struct server *s, struct evbuffer *in, struct e
 		 * not send, where PostgreSQL's would be: right before its Bind's
 		 * reply. A replayed read's client has it already. */
 		if (replay_forward_ack(s)) {
-			static const uint8_t parse_complete[5] = { PqMsg_ParseComplete, 0, 0, 0, 4 };
-			evbuffer_add(out, parse_complete, sizeof parse_complete);
+			evbuf_add_bodyless(out, PqMsg_ParseComplete);
 			s->txn.sent_to_client = true;
-			stats_add(s->sp->pool->stats, STAT_SENT, sizeof parse_complete);
+			stats_add(s->sp->pool->stats, STAT_SENT, 5);
 		}
 		return PUMP_ON;
 	}
