@@ -179,8 +179,21 @@ bool proto_parse_datarow_first(const uint8_t *body, size_t len, const char **val
 
 bool proto_backend_type_valid(uint8_t type)
 {
-	/* What a PostgreSQL v3 server sends after login. */
-	return type != 0 && strchr("123ACDEGHIKNRSTVWZcdnstv", type) != NULL;
+	/* What a PostgreSQL v3 server sends after login (a switch: every
+	 * reply passes here, and the compiler makes it a bit test). */
+	switch (type) {
+	case PqMsg_ParseComplete: case PqMsg_BindComplete: case PqMsg_CloseComplete:
+	case PqMsg_NotificationResponse: case PqMsg_CommandComplete: case PqMsg_DataRow:
+	case PqMsg_ErrorResponse: case PqMsg_CopyInResponse: case PqMsg_CopyOutResponse:
+	case PqMsg_EmptyQueryResponse: case PqMsg_BackendKeyData: case PqMsg_NoticeResponse:
+	case PqMsg_AuthenticationRequest: case PqMsg_ParameterStatus: case PqMsg_RowDescription:
+	case PqMsg_FunctionCallResponse: case PqMsg_CopyBothResponse: case PqMsg_ReadyForQuery:
+	case PqMsg_CopyDone: case PqMsg_CopyData: case PqMsg_NoData: case PqMsg_PortalSuspended:
+	case PqMsg_ParameterDescription: case PqMsg_NegotiateProtocolVersion:
+		return true;
+	default:
+		return false;
+	}
 }
 
 bool proto_frontend_type_valid(uint8_t type)

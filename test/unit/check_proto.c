@@ -345,6 +345,19 @@ START_TEST(parameter_status_parse)
 }
 END_TEST
 
+/* The message types each side may send, byte by byte: the reply pump
+ * refuses a server's message of any other type (SPEC §10). */
+START_TEST(message_types)
+{
+	const char *backend = "123ACDEGHIKNRSTVWZcdnstv", *frontend = "BCDEFHPQSXcdf";
+	for (int b = 0; b < 256; b++) {
+		bool be = b != 0 && strchr(backend, b) != NULL, fe = b != 0 && strchr(frontend, b) != NULL;
+		ck_assert_msg(proto_backend_type_valid((uint8_t)b) == be, "backend type %d", b);
+		ck_assert_msg(proto_frontend_type_valid((uint8_t)b) == fe, "frontend type %d", b);
+	}
+}
+END_TEST
+
 START_TEST(datarow_first_column)
 {
 	/* 2 columns: "64", NULL */
@@ -706,6 +719,7 @@ Suite *proto_suite(void)
 	tcase_add_test(tc, pktbuf_overflow_is_sticky);
 	tcase_add_test(tc, parameter_status_parse);
 	tcase_add_test(tc, datarow_first_column);
+	tcase_add_test(tc, message_types);
 	suite_add_tcase(s, tc);
 	TCase *tp = tcase_create("params");
 	tcase_add_test(tp, params_sync_statements);
