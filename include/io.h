@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "list.h"
@@ -198,6 +199,23 @@ void io_start_tls_replay(struct io *io, SSL *ssl);
 void io_pause(struct io *io, bool paused);
 /* Re-arm reading after the owner consumed input below read_high. */
 void io_update_reading(struct io *io);
+
+/* The head of in, the header of its next message: copies its first max
+ * bytes, or all of them when it holds fewer, into hdr and returns how
+ * many; 0 when it holds fewer than min. Read in place where they sit in
+ * the first chain (nearly always): cheaper than evbuffer_copyout. */
+static inline size_t io_head(struct evbuffer *in, uint8_t *hdr, size_t min, size_t max)
+{
+	size_t have = evbuffer_get_length(in);
+	if (have < min)
+		return 0;
+	size_t n = have < max ? have : max;
+	const uint8_t *p = evbuffer_pullup(in, (ssize_t)n);
+	if (!p)   /* out of memory joining two chains: copied across them */
+		return evbuffer_copyout(in, hdr, n) == (ssize_t)n ? n : 0;
+	memcpy(hdr, p, n);
+	return n;
+}
 
 /* The step both halves of the byte pump share (client to server, server
  * to client): the rest of a message being forwarded, *remaining bytes of

@@ -642,7 +642,7 @@ void client_resume_reading(struct client *c)
 static bool read_header(struct client *c, struct proto_frame *f)
 {
 	uint8_t hdr[5];
-	if (evbuffer_copyout(c->io.in, hdr, 5) < 5)
+	if (io_head(c->io.in, hdr, 5, 5) == 0)
 		return false;
 	int64_t max = c->w->cfg->general.max_packet_size;
 	uint32_t limit = max > UINT32_MAX - 1 ? UINT32_MAX - 1 : (uint32_t)max;
@@ -901,53 +901,55 @@ static void process_active(struct client *c)
 	 * transaction on the link. */
 	struct evbuffer *out = link_output(s);
 	struct txn *t = link_txn(s);
+	/* One pass per message: the header (unless a message is
+	 * part-forwarded, which goes on whatever the server's budget), then as
+	 * much of it as is here. */
 	while (c->state == CLIENT_ACTIVE && c->end.server == s) {
-		if (c->fwd_remaining > 0) {
-			size_t n = io_forward_rest(in, out, &c->fwd_remaining);
-			if (n == 0)
+		if (c->fwd_remaining == 0) {
+			if (evbuffer_get_length(out) >= LINK_SERVER_OUT_BUDGET) {
+				pause_for_server(c);
 				return;
-			stats_add(c->pool->stats, STAT_RECEIVED, n);
-			continue;
+			}
+			struct proto_frame f;
+			if (!read_header(c, &f))
+				return;
+			enum pump_step step = PUMP_ON;
+			if (c->shard_phase != ROUTE_PHASE_NONE)
+				step = guard_step(c, s, &f);
+			if (step == PUMP_STOP)
+				return;
+			if (step == PUMP_NEXT)
+				continue;
+			/* (end.prep_on is what server_link gave the server: the same
+			 * while linked.) */
+			bool prep = c->end.prep_on && (f.type == PqMsg_Parse || f.type == PqMsg_Bind || f.type == PqMsg_Describe ||
+						       f.type == PqMsg_Close || f.type == PqMsg_Query || f.type == PqMsg_Sync ||
+						       f.type == PqMsg_FunctionCall);
+			if (prep && !prep_bytes_here(c, &f))
+				return;
+			step = inspect_request(c, s, &f);
+			if (step == PUMP_STOP)
+				return;
+			if (step == PUMP_NEXT)
+				continue;
+			/* What the server owes for it, and the clocks (from a new
+			 * request's first message). */
+			uint64_t now = c->w->now_us;
+			txn_frontend(t, f.type, now);
+			c->last_activity_us = now;
+			if (c->retry_on)
+				capture_for_retry(c, &f, prep);
+			step = prep ? rewrite_step(c, s, &f) : PUMP_ON;
+			if (step == PUMP_STOP)
+				return;
+			if (step == PUMP_NEXT)
+				continue;
+			c->fwd_remaining = f.len + 1;
 		}
-		if (evbuffer_get_length(out) >= LINK_SERVER_OUT_BUDGET) {
-			pause_for_server(c);
+		size_t n = io_forward_rest(in, out, &c->fwd_remaining);
+		if (n == 0)
 			return;
-		}
-		struct proto_frame f;
-		if (!read_header(c, &f))
-			return;
-		enum pump_step step = PUMP_ON;
-		if (c->shard_phase != ROUTE_PHASE_NONE)
-			step = guard_step(c, s, &f);
-		if (step == PUMP_STOP)
-			return;
-		if (step == PUMP_NEXT)
-			continue;
-		/* (end.prep_on is what server_link gave the server: the same
-		 * while linked.) */
-		bool prep = c->end.prep_on && (f.type == PqMsg_Parse || f.type == PqMsg_Bind || f.type == PqMsg_Describe ||
-					       f.type == PqMsg_Close || f.type == PqMsg_Query || f.type == PqMsg_Sync ||
-					       f.type == PqMsg_FunctionCall);
-		if (prep && !prep_bytes_here(c, &f))
-			return;
-		step = inspect_request(c, s, &f);
-		if (step == PUMP_STOP)
-			return;
-		if (step == PUMP_NEXT)
-			continue;
-		/* What the server owes for it, and the clocks (from a new
-		 * request's first message). */
-		uint64_t now = c->w->now_us;
-		txn_frontend(t, f.type, now);
-		c->last_activity_us = now;
-		if (c->retry_on)
-			capture_for_retry(c, &f, prep);
-		step = prep ? rewrite_step(c, s, &f) : PUMP_ON;
-		if (step == PUMP_STOP)
-			return;
-		if (step == PUMP_NEXT)
-			continue;
-		c->fwd_remaining = f.len + 1;
+		stats_add(c->pool->stats, STAT_RECEIVED, n);
 	}
 	/* Linked to another server meanwhile: pump to that one next round. */
 	if (c->state == CLIENT_ACTIVE && c->end.server && c->end.server != s)

@@ -1320,53 +1320,50 @@ static void process_active(struct server *s)
 	/* Once per batch: the output buffer, marked for the flusher. Every
 	 * way out of this client's link leaves the loop (return) at once. */
 	struct evbuffer *out = io_out(c->io);
+	/* One pass per message: the client's budget, the header (unless a
+	 * message is part-forwarded), then as much of it as is here. */
 	while (s->state == SERVER_ACTIVE && s->client == c) {
-		if (s->fwd_remaining > 0) {
-			size_t n = io_forward_rest(in, out, &s->fwd_remaining);
-			if (n == 0)
-				return;
-			s->txn.sent_to_client = true;
-			stats_add(s->sp->pool->stats, STAT_SENT, n);
-			if (io_out_len(c->io) >= c->out_budget) {
-				pause_for_client(s);
-				return;
-			}
-			continue;
-		}
 		if (io_out_len(c->io) >= c->out_budget) {
 			pause_for_client(s);
 			return;
 		}
-		uint8_t hdr[6];
-		ssize_t got = evbuffer_copyout(in, hdr, 6);
-		if (got < 5)
-			return;
-		struct proto_frame f;
-		if (proto_frame_header(hdr, (size_t)got, SERVER_MAX_MESSAGE, &f) != PROTO_FRAME_OK) {
-			server_close(s, "server sent an invalid message");
-			return;
-		}
-		if (refuse_invalid(s, &f, hdr, got))
-			return;
-		enum pump_step step = PUMP_ON;
-		if (s->prep_on)
-			step = prep_reply(s, in, out, &f, hdr, got);
-		if (step == PUMP_ON && f.type == PqMsg_ReadyForQuery) {
-			if (got < 6)
+		if (s->fwd_remaining == 0) {
+			uint8_t hdr[6];
+			ssize_t got = (ssize_t)io_head(in, hdr, 5, 6);
+			if (got < 5)
 				return;
-			step = ready_for_query(s, c, in, out, (char)hdr[5]);
+			struct proto_frame f;
+			if (proto_frame_header(hdr, (size_t)got, SERVER_MAX_MESSAGE, &f) != PROTO_FRAME_OK) {
+				server_close(s, "server sent an invalid message");
+				return;
+			}
+			if (refuse_invalid(s, &f, hdr, got))
+				return;
+			enum pump_step step = PUMP_ON;
+			if (s->prep_on)
+				step = prep_reply(s, in, out, &f, hdr, got);
+			if (step == PUMP_ON && f.type == PqMsg_ReadyForQuery) {
+				if (got < 6)
+					return;
+				step = ready_for_query(s, c, in, out, (char)hdr[5]);
+			}
+			if (step == PUMP_ON && (f.type == PqMsg_ParameterStatus || f.type == PqMsg_ErrorResponse ||
+						f.type == PqMsg_CopyInResponse || f.type == PqMsg_CommandComplete ||
+						f.type == PqMsg_NotificationResponse))
+				step = inspect_reply(s, c, in, out, &f, buf);
+			if (step == PUMP_ON)
+				step = count_for_replay(s, in, &f);
+			if (step == PUMP_STOP)
+				return;
+			if (step == PUMP_NEXT)
+				continue;
+			s->fwd_remaining = f.len + 1;
 		}
-		if (step == PUMP_ON && (f.type == PqMsg_ParameterStatus || f.type == PqMsg_ErrorResponse ||
-					f.type == PqMsg_CopyInResponse || f.type == PqMsg_CommandComplete ||
-					f.type == PqMsg_NotificationResponse))
-			step = inspect_reply(s, c, in, out, &f, buf);
-		if (step == PUMP_ON)
-			step = count_for_replay(s, in, &f);
-		if (step == PUMP_STOP)
+		size_t n = io_forward_rest(in, out, &s->fwd_remaining);
+		if (n == 0)
 			return;
-		if (step == PUMP_NEXT)
-			continue;
-		s->fwd_remaining = f.len + 1;
+		s->txn.sent_to_client = true;
+		stats_add(s->sp->pool->stats, STAT_SENT, n);
 	}
 }
 
