@@ -32,6 +32,10 @@
 #   CG_IO_ENGINE=epoll     io_engine of the pgcat targets (default: pgcat's, auto;
 #                          under valgrind io_uring may be refused: the log says)
 #   PGCAT_BIN=/path/pgcat  default: build this repository's HEAD (-O2 -g) in a temp dir
+#   CG_KEEP=/path/dir      keep each run's counted callgrind file there, named
+#                          TARGET-PROTOCOL-TRANSACTIONS.cg, for callgrind_annotate
+#                          (the difference of two files is a function's cost
+#                          per transaction)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -217,6 +221,7 @@ run_once() { # target protocol transactions
 	# first use in the worker, 9-13 million instructions depending on timing.
 	local oneoff=':(process_login|pool_derive_scram) [[]'
 	if [ "$1" = pg_doorman ]; then oneoff=':quanta::Clock::new [[]'; fi
+	if [ -n "${CG_KEEP:-}" ]; then mkdir -p "$CG_KEEP" && cp "$FILE" "$CG_KEEP/$1-$2-$3.cg"; fi
 	login=$(callgrind_annotate --inclusive=yes "$FILE" 2>/dev/null |
 		awk -v re="$oneoff" '$0 ~ re {gsub(",", "", $1); s += $1} END {print s + 0}')
 	echo $((best - login))

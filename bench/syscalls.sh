@@ -32,6 +32,9 @@
 #   SC_TXNS_1="2000 7000"            T1 T2 per client at 1 client
 #   SC_TXNS_N="20 70"                T1 T2 per client at more clients
 #   SC_TARGETS="pgcat-io_uring pgcat-epoll pgbouncer pgbouncer125"
+#   SC_PROTOCOL=simple               pgbench -M of the counted runs (simple, extended, prepared;
+#                                    prepared leaves out PgBouncer 1.18, which has no prepared
+#                                    statements in transaction mode)
 #   PGCAT_BIN=/path/pgcat            default: build this repository's HEAD (-O2 -g) in a temp dir
 #   PGCAT_BIN_B=/path/pgcat          a second pgcat, targets pgcatB-io_uring, pgcatB-epoll (before/after)
 #   SC_MODE=cpu                      CPU per transaction instead of strace counts (cpu.txt, summary.txt)
@@ -58,6 +61,12 @@ read -r T1_N T2_N <<<"${SC_TXNS_N:-20 70}"
 TARGETS=${SC_TARGETS:-pgcat-io_uring pgcat-epoll pgbouncer pgbouncer125}
 OUT=${1:-}
 MODE=${SC_MODE:-strace}
+PROTOCOL=${SC_PROTOCOL:-simple}
+case "$PROTOCOL" in
+simple | extended) ;;
+prepared) TARGETS=$(echo " $TARGETS " | sed 's/ pgbouncer / /') ;;
+*) echo "syscalls.sh: SC_PROTOCOL is simple, extended or prepared" >&2; exit 1 ;;
+esac
 read -r CPU_A1 CPU_B1 <<<"${SC_CPU_TXNS_1:-5000 35000}"
 read -r CPU_AN CPU_BN <<<"${SC_CPU_TXNS_N:-50 350}"
 ROUNDS=${SC_ROUNDS:-5}
@@ -216,7 +225,7 @@ traced_run() { # target clients transactions: the strace -c table in $OUT
 	strace -c -f -p "$TRACE_PID" -o "$f" &
 	spid=$!
 	sleep 0.5   # attached
-	pgbench -n -S -c "$2" -j 1 -t "$3" -h 127.0.0.1 -p "$PORT" -U bench bench >"$OUT/pgbench-$1-c$2-t$3.log" 2>&1 ||
+	pgbench -n -S -M "$PROTOCOL" -c "$2" -j 1 -t "$3" -h 127.0.0.1 -p "$PORT" -U bench bench >"$OUT/pgbench-$1-c$2-t$3.log" 2>&1 ||
 		{ echo "syscalls.sh: pgbench failed against $1" >&2; tail -5 "$OUT/pgbench-$1-c$2-t$3.log" >&2; }
 	sleep 0.3
 	kill -INT "$spid"
@@ -245,7 +254,7 @@ cpu_pgbench() { # target clients transactions-per-client round: prints "ns ticks
 		sleep 0.5   # attached
 	fi
 	a=$(cpu_of "$TRACE_PID")
-	${PIN_PG[@]+"${PIN_PG[@]}"} pgbench -n -S -c "$2" -j 1 -t "$3" -h 127.0.0.1 -p "$PORT" -U bench bench >"$OUT/pgbench-$1-c$2-t$3-r$4.log" 2>&1 ||
+	${PIN_PG[@]+"${PIN_PG[@]}"} pgbench -n -S -M "$PROTOCOL" -c "$2" -j 1 -t "$3" -h 127.0.0.1 -p "$PORT" -U bench bench >"$OUT/pgbench-$1-c$2-t$3-r$4.log" 2>&1 ||
 		{ echo "syscalls.sh: pgbench failed against $1" >&2; tail -5 "$OUT/pgbench-$1-c$2-t$3-r$4.log" >&2; }
 	b=$(cpu_of "$TRACE_PID")
 	read -r ans atk avc anv <<<"$a"
@@ -297,7 +306,7 @@ if [ "$MODE" = cpu ]; then
 	{
 		echo
 		echo "machine: $(uname -r), $(nproc) CPUs; pgcat $("$PGCAT_BIN" -V 2>&1 | head -1)"
-		echo "command: SC_MODE=cpu bench/syscalls.sh (SC_CLIENTS=\"$CLIENTS\" SC_CPU_TXNS_1=\"$CPU_A1 $CPU_B1\" SC_CPU_TXNS_N=\"$CPU_AN $CPU_BN\" SC_ROUNDS=$ROUNDS${PERF:+ SC_PERF=$PERF}${SC_PIN:+ SC_PIN=$SC_PIN} SC_TARGETS=\"$TARGETS\")"
+		echo "command: SC_MODE=cpu bench/syscalls.sh (SC_CLIENTS=\"$CLIENTS\" SC_CPU_TXNS_1=\"$CPU_A1 $CPU_B1\" SC_CPU_TXNS_N=\"$CPU_AN $CPU_BN\" SC_ROUNDS=$ROUNDS SC_PROTOCOL=$PROTOCOL${PERF:+ SC_PERF=$PERF}${SC_PIN:+ SC_PIN=$SC_PIN} SC_TARGETS=\"$TARGETS\")"
 	} | tee -a "$summary"
 	exit 0
 fi
@@ -320,5 +329,5 @@ done
 {
 	echo
 	echo "machine: $(uname -r), $(nproc) CPUs; pgcat $("$PGCAT_BIN" -V 2>&1 | head -1); $(pgbouncer --version 2>&1 | head -1)${PGBOUNCER125_BIN:+; $("$PGBOUNCER125_BIN" --version 2>&1 | head -1)}"
-	echo "command: bench/syscalls.sh (SC_CLIENTS=\"$CLIENTS\" SC_TXNS_1=\"$T1_1 $T2_1\" SC_TXNS_N=\"$T1_N $T2_N\")"
+	echo "command: bench/syscalls.sh (SC_PROTOCOL=$PROTOCOL SC_CLIENTS=\"$CLIENTS\" SC_TXNS_1=\"$T1_1 $T2_1\" SC_TXNS_N=\"$T1_N $T2_N\")"
 } | tee -a "$summary"
