@@ -885,6 +885,43 @@ static enum pump_step rewrite_step(struct client *c, struct server *s, const str
 	return PUMP_ON;
 }
 
+/* The start of a request message at the head of the client's input: its
+ * header checked, then each step that reads it. PUMP_ON: forward it
+ * (c->fwd_remaining set); PUMP_NEXT: it was taken; PUMP_STOP: wait, or
+ * the link moved, or the client closed. */
+static enum pump_step request_step(struct client *c, struct server *s, struct txn *t)
+{
+	struct proto_frame f;
+	if (!read_header(c, &f))
+		return PUMP_STOP;
+	enum pump_step step = PUMP_ON;
+	if (c->shard_phase != ROUTE_PHASE_NONE)
+		step = guard_step(c, s, &f);
+	if (step != PUMP_ON)
+		return step;
+	/* (end.prep_on is what server_link gave the server: the same while
+	 * linked.) */
+	bool prep = c->end.prep_on && (f.type == PqMsg_Parse || f.type == PqMsg_Bind || f.type == PqMsg_Describe ||
+				       f.type == PqMsg_Close || f.type == PqMsg_Query || f.type == PqMsg_Sync ||
+				       f.type == PqMsg_FunctionCall);
+	if (prep && !prep_bytes_here(c, &f))
+		return PUMP_STOP;
+	step = inspect_request(c, s, &f);
+	if (step != PUMP_ON)
+		return step;
+	/* What the server owes for it, and the clocks (from a new request's
+	 * first message). */
+	uint64_t now = c->w->now_us;
+	txn_frontend(t, f.type, now);
+	c->last_activity_us = now;
+	if (c->retry_on)
+		capture_for_retry(c, &f, prep);
+	step = prep ? rewrite_step(c, s, &f) : PUMP_ON;
+	if (step == PUMP_ON)
+		c->fwd_remaining = f.len + 1;
+	return step;
+}
+
 /* The client-to-server pump: whole small messages pgcat reads, the rest
  * streamed by header (io_forward_rest), as server.c's pump does the other
  * way. The server is seen through the link only (link.h). */
@@ -910,41 +947,11 @@ static void process_active(struct client *c)
 				pause_for_server(c);
 				return;
 			}
-			struct proto_frame f;
-			if (!read_header(c, &f))
-				return;
-			enum pump_step step = PUMP_ON;
-			if (c->shard_phase != ROUTE_PHASE_NONE)
-				step = guard_step(c, s, &f);
+			enum pump_step step = request_step(c, s, t);
 			if (step == PUMP_STOP)
 				return;
 			if (step == PUMP_NEXT)
 				continue;
-			/* (end.prep_on is what server_link gave the server: the same
-			 * while linked.) */
-			bool prep = c->end.prep_on && (f.type == PqMsg_Parse || f.type == PqMsg_Bind || f.type == PqMsg_Describe ||
-						       f.type == PqMsg_Close || f.type == PqMsg_Query || f.type == PqMsg_Sync ||
-						       f.type == PqMsg_FunctionCall);
-			if (prep && !prep_bytes_here(c, &f))
-				return;
-			step = inspect_request(c, s, &f);
-			if (step == PUMP_STOP)
-				return;
-			if (step == PUMP_NEXT)
-				continue;
-			/* What the server owes for it, and the clocks (from a new
-			 * request's first message). */
-			uint64_t now = c->w->now_us;
-			txn_frontend(t, f.type, now);
-			c->last_activity_us = now;
-			if (c->retry_on)
-				capture_for_retry(c, &f, prep);
-			step = prep ? rewrite_step(c, s, &f) : PUMP_ON;
-			if (step == PUMP_STOP)
-				return;
-			if (step == PUMP_NEXT)
-				continue;
-			c->fwd_remaining = f.len + 1;
 		}
 		size_t n = io_forward_rest(in, out, &c->fwd_remaining);
 		if (n == 0)

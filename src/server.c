@@ -1119,7 +1119,7 @@ static enum pump_step prep_reply(struct server *s, struct evbuffer *in, struct e
 		if (replay_forward_ack(s)) {
 			evbuf_add_bodyless(out, PqMsg_ParseComplete);
 			s->txn.sent_to_client = true;
-			stats_add(s->sp->pool->stats, STAT_SENT, 5);
+			stats_add(s->sp->pool->stats, STAT_SENT, PROTO_BODYLESS_LEN);
 		}
 		return PUMP_ON;
 	}
@@ -1308,6 +1308,42 @@ static enum pump_step count_for_replay(struct server *s, struct evbuffer *in, co
 	return PUMP_ON;
 }
 
+/* The start of a reply message at the head of in: its header checked,
+ * then each step that reads it. PUMP_ON: forward it (s->fwd_remaining
+ * set); PUMP_NEXT: it was taken; PUMP_STOP: wait, or the link moved. */
+static enum pump_step reply_step(struct server *s, struct client_end *c, struct evbuffer *in, struct evbuffer *out,
+				 uint8_t *buf)
+{
+	uint8_t hdr[6];
+	ssize_t got = (ssize_t)io_head(in, hdr, 5, 6);
+	if (got < 5)
+		return PUMP_STOP;
+	struct proto_frame f;
+	if (proto_frame_header(hdr, (size_t)got, SERVER_MAX_MESSAGE, &f) != PROTO_FRAME_OK) {
+		server_close(s, "server sent an invalid message");
+		return PUMP_STOP;
+	}
+	if (refuse_invalid(s, &f, hdr, got))
+		return PUMP_STOP;
+	enum pump_step step = PUMP_ON;
+	if (s->prep_on)
+		step = prep_reply(s, in, out, &f, hdr, got);
+	if (step == PUMP_ON && f.type == PqMsg_ReadyForQuery) {
+		if (got < 6)
+			return PUMP_STOP;
+		step = ready_for_query(s, c, in, out, (char)hdr[5]);
+	}
+	if (step == PUMP_ON && (f.type == PqMsg_ParameterStatus || f.type == PqMsg_ErrorResponse ||
+				f.type == PqMsg_CopyInResponse || f.type == PqMsg_CommandComplete ||
+				f.type == PqMsg_NotificationResponse))
+		step = inspect_reply(s, c, in, out, &f, buf);
+	if (step == PUMP_ON)
+		step = count_for_replay(s, in, &f);
+	if (step == PUMP_ON)
+		s->fwd_remaining = f.len + 1;
+	return step;
+}
+
 /* The server-to-client pump: whole small messages pgcat reads, the rest
  * streamed by header (io_forward_rest). */
 static void process_active(struct server *s)
@@ -1328,36 +1364,11 @@ static void process_active(struct server *s)
 			return;
 		}
 		if (s->fwd_remaining == 0) {
-			uint8_t hdr[6];
-			ssize_t got = (ssize_t)io_head(in, hdr, 5, 6);
-			if (got < 5)
-				return;
-			struct proto_frame f;
-			if (proto_frame_header(hdr, (size_t)got, SERVER_MAX_MESSAGE, &f) != PROTO_FRAME_OK) {
-				server_close(s, "server sent an invalid message");
-				return;
-			}
-			if (refuse_invalid(s, &f, hdr, got))
-				return;
-			enum pump_step step = PUMP_ON;
-			if (s->prep_on)
-				step = prep_reply(s, in, out, &f, hdr, got);
-			if (step == PUMP_ON && f.type == PqMsg_ReadyForQuery) {
-				if (got < 6)
-					return;
-				step = ready_for_query(s, c, in, out, (char)hdr[5]);
-			}
-			if (step == PUMP_ON && (f.type == PqMsg_ParameterStatus || f.type == PqMsg_ErrorResponse ||
-						f.type == PqMsg_CopyInResponse || f.type == PqMsg_CommandComplete ||
-						f.type == PqMsg_NotificationResponse))
-				step = inspect_reply(s, c, in, out, &f, buf);
-			if (step == PUMP_ON)
-				step = count_for_replay(s, in, &f);
+			enum pump_step step = reply_step(s, c, in, out, buf);
 			if (step == PUMP_STOP)
 				return;
 			if (step == PUMP_NEXT)
 				continue;
-			s->fwd_remaining = f.len + 1;
 		}
 		size_t n = io_forward_rest(in, out, &s->fwd_remaining);
 		if (n == 0)
