@@ -297,6 +297,10 @@ void prep_client_close_idle(struct client *c, const uint8_t *m, uint32_t total);
 
 /* The server's session was reset or lost: forget pending matches. */
 void prep_server_reset_pending(struct server *s);
+/* n Syncs of the client's that the server ignored (sent behind the Execute
+ * of a COPY FROM STDIN, before after more Syncs of the client's:
+ * txn_copy_in): the segments they would have ended are one. */
+void prep_server_syncs_ignored(struct server *s, uint32_t n, uint32_t after);
 /* The server connection ends: release everything. */
 void prep_server_free(struct server *s);
 /* The server ran DISCARD ALL (reset query): it holds nothing now. */

@@ -35,7 +35,19 @@ struct txn {
 	/* The client's message counted last opened its segment: nothing was
 	 * sent since the last Sync before it (prepared.c reads it). */
 	bool ext_first;
+	/* COPY FROM STDIN under way: the server reads copy data, and ignores
+	 * a Sync (or Flush) that comes meanwhile. Set by its CopyInResponse,
+	 * cleared by the client's CopyDone or CopyFail, an error, or the end. */
 	bool in_copy_in;
+	/* A COPY started by an Execute: libpq sends its Sync right behind the
+	 * Execute, before it knows the statement is a COPY, and PostgreSQL
+	 * ignores that Sync while it reads the data; the request then ends at
+	 * the Sync after CopyDone. So the Syncs sent after an Execute and
+	 * before its copy's end are owed nothing if the CopyInResponse comes
+	 * (txn_copy_in settles them); counted from the client's side. */
+	uint16_t syncs_after_execute;
+	bool copy_end_sent;           /* CopyDone or CopyFail since the last Execute */
+	uint16_t syncs_after_copy_end; /* Syncs after it */
 	uint64_t query_start_us;      /* first message of the request in flight */
 	uint64_t xact_start_us;       /* first message after the last 'I' */
 
@@ -66,23 +78,67 @@ static inline void txn_sent(struct txn *t, uint8_t type)
 {
 	switch (type) {
 	case PqMsg_Query:
+		t->syncs_after_execute = 0;   /* a COPY that answers it is the Query's */
+		t->copy_end_sent = false;
+		t->syncs_after_copy_end = 0;
+		t->outstanding++;
+		break;
 	case PqMsg_FunctionCall:
 		t->outstanding++;
 		break;
 	case PqMsg_Sync:
+		if (t->in_copy_in)
+			break;   /* ignored by the server: nothing owed, the request still open */
 		t->outstanding++;
 		t->ext_pending = false;
+		if (!t->copy_end_sent) {
+			if (t->syncs_after_execute < UINT16_MAX)
+				t->syncs_after_execute++;
+		} else if (t->syncs_after_copy_end < UINT16_MAX) {
+			t->syncs_after_copy_end++;
+		}
+		break;
+	case PqMsg_Execute:
+		t->syncs_after_execute = 0;
+		t->copy_end_sent = false;
+		t->syncs_after_copy_end = 0;
+		t->ext_pending = true;
 		break;
 	case PqMsg_Parse:
 	case PqMsg_Bind:
 	case PqMsg_Describe:
-	case PqMsg_Execute:
 	case PqMsg_Close:
 		t->ext_pending = true;
+		break;
+	case PqMsg_CopyDone:
+	case PqMsg_CopyFail:
+		t->in_copy_in = false;
+		t->copy_end_sent = true;
 		break;
 	default:
 		break;
 	}
+}
+
+/* The server answered CopyInResponse: it reads copy data now. For a COPY
+ * started by an Execute, the Syncs the client sent behind it before the
+ * copy's end were ignored by the server: they are owed nothing, and the
+ * request waits for the Sync after CopyDone (unless that came already).
+ * Returns how many Syncs were taken back, and in *after how many Syncs
+ * the client sent after the copy's end (prepared.c numbers the segments
+ * the Syncs end, and renumbers them). */
+static inline uint32_t txn_copy_in(struct txn *t, uint32_t *after)
+{
+	uint32_t ignored = t->syncs_after_execute;
+	if (ignored > t->outstanding)
+		ignored = t->outstanding;
+	t->outstanding -= ignored;
+	if (ignored > 0 && t->syncs_after_copy_end == 0)
+		t->ext_pending = true;
+	*after = t->syncs_after_copy_end;
+	t->syncs_after_execute = 0;
+	t->in_copy_in = !t->copy_end_sent;
+	return ignored;
 }
 
 /* A message of the client's went to the server: as txn_sent, and the first

@@ -420,6 +420,39 @@ void prep_server_reset_pending(struct server *s)
 	ps->unnamed_client = 0;
 }
 
+/* Segments numbered first+1 .. first+n are part of segment first now;
+ * later ones move down by n. */
+static void ring_merge_segments(struct prep_ring *q, uint32_t first, uint32_t n)
+{
+	for (uint32_t i = 0; i < q->len; i++) {
+		struct prep_pend *p = &q->q[(q->head + i) % q->cap];
+		if (p->seg > first)
+			p->seg = p->seg - first > n ? p->seg - n : first;
+	}
+}
+
+void prep_server_syncs_ignored(struct server *s, uint32_t n, uint32_t after)
+{
+	struct prep_server *ps = s->prep;
+	if (!ps || !s->prep_on)
+		return;
+	uint32_t open = ps->seg_sent - ps->seg_recv;   /* segments not ended yet */
+	if (after > open)
+		after = open;
+	if (n > open - after)
+		n = open - after;
+	if (n == 0)
+		return;
+	/* The COPY's Execute is in segment first; the ignored Syncs come right
+	 * after it, then the copy's data and end, then `after` Syncs. */
+	uint32_t first = ps->seg_sent - after - n;
+	struct prep_ring *rings[] = { &ps->parses, &ps->closes, &ps->sqlpreps, &ps->repls,
+				      &ps->swallows, &ps->describes, &ps->owed_parses };
+	for (size_t i = 0; i < sizeof rings / sizeof rings[0]; i++)
+		ring_merge_segments(rings[i], first, n);
+	ps->seg_sent -= n;
+}
+
 void prep_server_discarded(struct server *s)
 {
 	if (!s->prep)

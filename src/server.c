@@ -652,6 +652,45 @@ static void drain_step(struct server *s)
 	s->sp->ev->clean(s);
 }
 
+/* A COPY FROM STDIN whose client is gone: failed, so nothing of it stays. */
+static void send_copy_fail(struct server *s)
+{
+	static const char reason[] = "client disconnected";
+	uint8_t storage[64];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_begin(&pb, PqMsg_CopyFail);
+	pktbuf_put_cstring(&pb, reason);
+	pktbuf_end(&pb);
+	evbuffer_add(io_out(&s->io), pb.data, pb.len);
+}
+
+/* The client left before the Sync that would end its extended request.
+ * That Sync alone would commit the request's implicit transaction, which
+ * the client never asked for (SPEC §10). First a Parse that cannot parse:
+ * the server aborts the transaction (an explicit one is left failed, for
+ * drain_step's ROLLBACK), or skips the Parse when an error already has it
+ * skipping to Sync. The statement is named, so the server's unnamed
+ * statement is not touched; its text says why in the server's log. Then
+ * the Sync, whose ReadyForQuery the drain waits for. */
+static void abort_extended_request(struct server *s)
+{
+	static const char name[] = "pgcat_abort";
+	static const char sql[] = "pgcat: the client left before its Sync, its work is rolled back";
+	uint8_t storage[sizeof name + sizeof sql + 16];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_begin(&pb, PqMsg_Parse);
+	pktbuf_put_cstring(&pb, name);
+	pktbuf_put_cstring(&pb, sql);
+	pktbuf_put_u16(&pb, 0);
+	pktbuf_end(&pb);
+	evbuffer_add(io_out(&s->io), pb.data, pb.len);
+	txn_sent(&s->txn, PqMsg_Parse);
+	evbuf_add_bodyless(io_out(&s->io), PqMsg_Sync);
+	txn_sent(&s->txn, PqMsg_Sync);
+}
+
 void server_drain(struct server *s)
 {
 	if (s->state == SERVER_CLOSED)
@@ -666,20 +705,11 @@ void server_drain(struct server *s)
 	}
 	bool copy_failed = s->txn.in_copy_in;
 	if (s->txn.in_copy_in) {
-		static const char reason[] = "client disconnected";
-		uint8_t storage[64];
-		struct pktbuf pb;
-		pktbuf_init(&pb, storage, sizeof storage);
-		pktbuf_begin(&pb, PqMsg_CopyFail);
-		pktbuf_put_cstring(&pb, reason);
-		pktbuf_end(&pb);
-		evbuffer_add(io_out(&s->io), pb.data, pb.len);
+		send_copy_fail(s);
 		s->txn.in_copy_in = false;
 	}
-	if (s->txn.ext_pending) {
-		evbuf_add_bodyless(io_out(&s->io), PqMsg_Sync);
-		txn_sent(&s->txn, PqMsg_Sync);
-	}
+	if (s->txn.ext_pending)
+		abort_extended_request(s);
 	/* A COPY FROM STDIN ends with the CopyFail: a cancel would only race
 	 * with it, and arrive after the server went to the next client. */
 	if (s->txn.outstanding > 0 && !copy_failed)
@@ -809,6 +839,16 @@ static void replay_behind(struct server *s, struct client_end *c)
 	s->sp->ev->clean(s);
 }
 
+/* CopyInResponse: the server reads copy data, and ignored the Syncs sent
+ * behind the COPY's Execute (txn_copy_in). */
+static void copy_in_started(struct server *s)
+{
+	uint32_t after;
+	uint32_t ignored = txn_copy_in(&s->txn, &after);
+	if (ignored)
+		prep_server_syncs_ignored(s, ignored, after);
+}
+
 /* Messages while no client reads them (idle, syncing, draining, resetting,
  * the WAL position query): track state, forward nothing. */
 static void process_unlinked(struct server *s)
@@ -931,16 +971,13 @@ static void process_unlinked(struct server *s)
 			}
 			break;
 		case PqMsg_CopyInResponse:
-			s->txn.in_copy_in = true;
-			if (st == SERVER_DRAINING) {
+			copy_in_started(s);
+			if (st == SERVER_DRAINING && s->txn.in_copy_in) {
 				s->txn.in_copy_in = false;
-				uint8_t storage[64];
-				struct pktbuf pb;
-				pktbuf_init(&pb, storage, sizeof storage);
-				pktbuf_begin(&pb, PqMsg_CopyFail);
-				pktbuf_put_cstring(&pb, "client disconnected");
-				pktbuf_end(&pb);
-				evbuffer_add(io_out(&s->io), pb.data, pb.len);
+				send_copy_fail(s);
+				/* a COPY of an Execute: its request still needs a Sync */
+				if (s->txn.ext_pending)
+					abort_extended_request(s);
 			}
 			break;
 		default:
@@ -1262,7 +1299,7 @@ static enum pump_step inspect_reply(struct server *s, struct client_end *c, stru
 		stats_add(s->sp->pool->stats, STAT_SENT, total);
 		return PUMP_NEXT;
 	case PqMsg_CopyInResponse:
-		s->txn.in_copy_in = true;
+		copy_in_started(s);
 		return PUMP_ON;
 	case PqMsg_CommandComplete:
 		/* (a listening client's transaction: committed or not, SPEC §11) */

@@ -194,3 +194,53 @@ def test_copy_fail_raw(pgcat, pg, table, mode):
     r.close()
     assert pg.sql("SELECT count(*) FROM %s" % t)[0][0] == 0
     assert_pool_idle(pg, max_conns=1)
+
+
+def _pbe(sql):
+    return pgwire.parse(sql) + pgwire.bind() + pgwire.execute()
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["plain", "prepared_statements"])
+@pytest.mark.parametrize("shape", ["sync_first", "flush_first", "one_write"])
+def test_copy_in_by_execute_then_pool_reuse(pgcat, pg, table, prepared, shape):
+    """COPY FROM STDIN by the extended protocol, as libpq's PQexecParams
+    sends it: Parse/Bind/Execute and a Sync right behind, which PostgreSQL
+    ignores while it reads the data; the request ends at the Sync after
+    CopyDone. The server goes back to the pool at that ReadyForQuery (a
+    second client of the one server connection is served at once), and the
+    statements that follow on the same client are answered in order."""
+    t = table("a int")
+    p = pgcat(general={"prepared_statements": "true" if prepared else "false"},
+              users={"app": {"pool_size": 1}})
+    r = p.raw_login()
+    data = pgwire.msg(b"d", b"1\n2\n3\n") + pgwire.msg(b"c") + pgwire.sync()
+    if shape == "sync_first":
+        r.send(_pbe("COPY %s FROM STDIN" % t) + pgwire.sync())
+        assert [m[0] for m in r.read_until((b"G",))] == [b"1", b"2", b"G"]
+        r.send(data)
+    elif shape == "flush_first":
+        r.send(_pbe("COPY %s FROM STDIN" % t) + pgwire.flush())
+        assert [m[0] for m in r.read_until((b"G",))] == [b"1", b"2", b"G"]
+        r.send(data)
+    else:
+        # everything in one write, before the server said it is a COPY
+        r.send(_pbe("COPY %s FROM STDIN" % t) + pgwire.sync() + data)
+        assert [m[0] for m in r.read_until((b"G",))] == [b"1", b"2", b"G"]
+    msgs = r.read_until()
+    assert [m[0] for m in msgs] == [b"C", b"Z"], msgs
+    assert msgs[0][1] == b"COPY 3\x00" and msgs[1][1] == b"I"
+    # The one server connection is free: another client gets it now.
+    with p.connect(connect_timeout=5) as c:
+        c.execute("SET statement_timeout = '3s'")
+        assert c.execute("SELECT count(*) FROM %s" % t).fetchone()[0] == 3
+    # The first client goes on: a named statement and a query, in order.
+    r.send(pgwire.parse("SELECT count(*) FROM %s" % t, name="cnt") + pgwire.bind(stmt="cnt") +
+           pgwire.execute() + pgwire.sync())
+    msgs = r.read_until()
+    assert [m[0] for m in msgs] == [b"1", b"2", b"D", b"C", b"Z"], msgs
+    assert pgwire.data_row_values(msgs[2][1]) == ["3"]
+    rows, err, status = r.simple("SELECT 42")
+    assert err is None and rows == [["42"]] and status == "I"
+    r.close()
+    assert_pool_idle(pg, max_conns=1)
+    assert_works(p)
