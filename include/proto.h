@@ -220,4 +220,12 @@ static inline void proto_put_bodyless(uint8_t *p, uint8_t type)
 bool proto_frontend_type_valid(uint8_t type);
 bool proto_backend_type_valid(uint8_t type);
 
+/* A backend message a server may send without being asked: a notice, a
+ * parameter's new value, a notification. (A FATAL ErrorResponse too, but
+ * that one is told by its body.) */
+static inline bool proto_backend_unprompted(uint8_t type)
+{
+	return type == PqMsg_NoticeResponse || type == PqMsg_ParameterStatus || type == PqMsg_NotificationResponse;
+}
+
 #endif

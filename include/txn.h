@@ -155,6 +155,16 @@ static inline void txn_frontend(struct txn *t, uint8_t type, uint64_t now_us)
 	txn_sent(t, type);
 }
 
+/* A reply of this type now would answer nothing pgcat sent: a
+ * ReadyForQuery with none owed, or any reply (but the unprompted kinds)
+ * with no request open. The caller tells a FATAL ErrorResponse apart. */
+static inline bool txn_unasked(const struct txn *t, uint8_t type)
+{
+	if (type == PqMsg_ReadyForQuery)
+		return t->outstanding == 0;
+	return t->outstanding == 0 && !t->ext_pending && !proto_backend_unprompted(type);
+}
+
 /* A ReadyForQuery with this status came from the server: one less owed. */
 static inline void txn_ready(struct txn *t, char status)
 {

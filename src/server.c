@@ -839,6 +839,41 @@ static void replay_behind(struct server *s, struct client_end *c)
 	s->sp->ev->clean(s);
 }
 
+/* A reply nobody asked for (SPEC §10): passed on, it would answer a later
+ * request, this client's or the next one's, and shift every answer after
+ * it. The server is closed instead; the client it serves gets pgcat's
+ * error, nobody gets the reply. */
+static void close_unasked(struct server *s, uint8_t type)
+{
+	s->have_error = true;
+	snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08P01");
+	snprintf(s->error_message, sizeof s->error_message,
+		 "server sent a reply nobody asked for (message type '%c')", type);
+	server_close(s, s->error_message);
+}
+
+/* The bytes buffered behind the first off bytes of in, once the server
+ * owes nothing: true when one of them starts a message that is not an
+ * unprompted one (a reply that came in the same read as the last one
+ * asked for, which the next request would otherwise take as its own). */
+static bool unasked_behind(struct evbuffer *in, size_t off)
+{
+	size_t have = evbuffer_get_length(in);
+	while (off < have) {
+		uint8_t hdr[5];
+		size_t n = have - off < sizeof hdr ? have - off : sizeof hdr;
+		if (!evbuf_copy_at(in, off, hdr, n) || !proto_backend_unprompted(hdr[0]))
+			return true;
+		if (n < sizeof hdr)
+			return false;   /* an unprompted message begins: judged when whole */
+		uint32_t len = proto_get_u32(hdr + 1);
+		if (len < 4)
+			return true;
+		off += (size_t)len + 1;
+	}
+	return false;
+}
+
 /* CopyInResponse: the server reads copy data, and ignored the Syncs sent
  * behind the COPY's Execute (txn_copy_in). */
 static void copy_in_started(struct server *s)
@@ -867,6 +902,11 @@ static void process_unlinked(struct server *s)
 			return;
 		}
 		uint32_t total = f.len + 1;
+		/* (an ErrorResponse is judged below, once its severity is known) */
+		if (f.type != PqMsg_ErrorResponse && txn_unasked(&s->txn, f.type)) {
+			close_unasked(s, f.type);
+			return;
+		}
 		bool need_body = f.type == PqMsg_ParameterStatus || f.type == PqMsg_ErrorResponse ||
 				 (f.type == PqMsg_DataRow && st == SERVER_SYNCING &&
 				  (s->health_check || s->replay_check == SERVER_REPLAY_ASKED)) ||
@@ -906,6 +946,10 @@ static void process_unlinked(struct server *s)
 		switch (f.type) {
 		case PqMsg_ReadyForQuery:
 			txn_ready(&s->txn, (char)hdr[5]);
+			if (s->txn.outstanding == 0 && !s->txn.ext_pending && unasked_behind(in, 0)) {
+				close_unasked(s, f.type);
+				return;
+			}
 			if (st == SERVER_SYNCING && s->txn.outstanding == 0) {
 				struct client_end *c = s->client;
 				/* The SETs ran: the server's session is now the client's. */
@@ -960,6 +1004,10 @@ static void process_unlinked(struct server *s)
 				server_close(s, s->error_message);
 				return;
 			}
+			if (txn_unasked(&s->txn, f.type)) {
+				close_unasked(s, f.type);
+				return;
+			}
 			if (st == SERVER_SYNCING && s->client && total <= SERVER_INSPECT_MAX) {
 				/* A client parameter the server refuses: stop trying it;
 				 * the client keeps the server's value. */
@@ -982,11 +1030,6 @@ static void process_unlinked(struct server *s)
 			break;
 		default:
 			break;
-		}
-		if (st == SERVER_IDLE && f.type != PqMsg_ParameterStatus && f.type != PqMsg_NoticeResponse &&
-		    f.type != PqMsg_NotificationResponse && f.type != PqMsg_ErrorResponse) {
-			server_close(s, "unexpected message from an idle server");
-			return;
 		}
 	}
 }
@@ -1134,6 +1177,10 @@ static enum pump_step prep_reply(struct server *s, struct evbuffer *in, struct e
 			return PUMP_NEXT;
 		/* pgcat's own PREPARE segment: one ReadyForQuery less owed */
 		txn_ready(&s->txn, (char)hdr[5]);
+		if (s->txn.outstanding == 0 && !s->txn.ext_pending && unasked_behind(in, 0)) {
+			close_unasked(s, PqMsg_ReadyForQuery);
+			return PUMP_STOP;
+		}
 		/* pgcat's own Sync after a Flush (sharding, route.c): nothing
 		 * else owed, the server goes back. */
 		if (s->txn.outstanding == 0 && !s->txn.ext_pending && s->txn.tx_status == 'I' &&
@@ -1192,6 +1239,12 @@ static void count_answer(struct server *s)
 static enum pump_step ready_for_query(struct server *s, struct client_end *c, struct evbuffer *in,
 				      struct evbuffer *out, char status)
 {
+	/* The last answer owed: anything already here behind it was not asked
+	 * for (checked before the client is told, so it gets the error). */
+	if (s->txn.outstanding == 1 && !s->txn.ext_pending && unasked_behind(in, 6)) {
+		close_unasked(s, PqMsg_ReadyForQuery);
+		return PUMP_STOP;
+	}
 	txn_ready(&s->txn, status);
 	/* A listening client's transaction ends, nothing more owed: its end
 	 * sends this ReadyForQuery itself, after the notifications due
@@ -1362,6 +1415,22 @@ static enum pump_step reply_step(struct server *s, struct client_end *c, struct 
 	}
 	if (refuse_invalid(s, &f, hdr, got))
 		return PUMP_STOP;
+	if (txn_unasked(&s->txn, f.type)) {
+		/* (a FATAL error, e.g. of a terminated backend, comes unasked:
+		 * inspect_reply closes the server with it) */
+		uint32_t total = f.len + 1;
+		if (f.type != PqMsg_ErrorResponse || total > SERVER_INSPECT_MAX) {
+			close_unasked(s, f.type);
+			return PUMP_STOP;
+		}
+		if (evbuffer_get_length(in) < total)
+			return PUMP_STOP;
+		const uint8_t *m = evbuffer_pullup(in, total);
+		if (!m || !error_is_fatal(m + 5, f.len - 4)) {
+			close_unasked(s, f.type);
+			return PUMP_STOP;
+		}
+	}
 	enum pump_step step = PUMP_ON;
 	if (s->prep_on)
 		step = prep_reply(s, in, out, &f, hdr, got);
