@@ -163,6 +163,9 @@ struct config_general {
 	bool prepared_statements;
 	bool prepare_unnamed;     /* unnamed Parses of repeated texts as named statements (SPEC §5) */
 	int prepared_statements_cache_size;
+	/* Parse and Query messages longer than this (bytes) are not held to
+	 * be rewritten: streamed through, or refused (doc/prepared-statements.md). */
+	int prepared_statements_max_length;
 	int query_cache_size;
 	int prometheus_port;
 	int peer_id;

@@ -137,6 +137,7 @@ struct key_spec {
 	X(prepared_statements, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
 	X(prepare_unnamed, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
 	X(prepared_statements_cache_size, INT, "500", true, VALUE_INT, 1, 1000000, NULL, 0, NULL, 0) \
+	X(prepared_statements_max_length, INT, "1048576", true, VALUE_INT, 1024, INT_MAX, NULL, 0, NULL, 0) \
 	X(query_cache_size, INT, "10000", true, VALUE_INT, 0, 10000000, NULL, 0, NULL, 0) \
 	X(prometheus_port, INT, "0", true, VALUE_INT, 0, 65535, NULL, 0, NULL, 0) \
 	X(peer_id, INT, "0", true, VALUE_INT, 0, CONFIG_MAX_PEER_ID, NULL, 0, NULL, 0) \

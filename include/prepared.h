@@ -211,6 +211,10 @@ struct prep_client {
 	 * (prepare_unnamed; a reference): the unnamed statement's Bind,
 	 * Describe and Close name it. unnamed_len is 0 then. */
 	struct prep_stmt *unnamed_st;
+	/* The last unnamed Parse was longer than prepared_statements_max_length:
+	 * streamed to one server, not kept (unnamed_len is 0): only that
+	 * server holds it. */
+	bool unnamed_unkept;
 };
 
 /* The instance's schema generation (SPEC §5): statements are prepared
@@ -223,6 +227,15 @@ bool prep_tag_changes_schema(const char *tag, size_t len);
 
 /* Is rewriting on for this client's transactions? */
 bool prep_enabled(const struct client *c);
+
+/* Of a Parse or Query longer than prepared_statements_max_length, what
+ * pgcat reads before it decides (a statement's name, a leading keyword):
+ * such a message is never held whole, the rest streams through or is
+ * discarded (SPEC §10). */
+#define PREP_LONG_HEAD (5u + 1024u)
+/* Is a Parse or Query of total bytes (its header included) too long to be
+ * held whole? */
+bool prep_too_long(const struct client *c, uint32_t total);
 
 enum prep_action {
 	PREP_FORWARD,   /* forward the message as is (the pump does) */

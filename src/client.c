@@ -771,6 +771,8 @@ static bool prep_bytes_here(struct client *c, const struct proto_frame *f)
 	size_t need = (f->type == PqMsg_Bind || f->type == PqMsg_Describe) && total > 5 + 512 ? 5 + 512 : total;
 	if (f->type == PqMsg_Sync || f->type == PqMsg_FunctionCall)
 		need = 0;
+	else if ((f->type == PqMsg_Parse || f->type == PqMsg_Query) && prep_too_long(c, total))
+		need = total < PREP_LONG_HEAD ? total : PREP_LONG_HEAD;   /* never held whole */
 	if (evbuffer_get_length(c->io.in) < need) {
 		/* A message bigger than the read watermark (a long query): let
 		 * it all in, max_packet_size bounds it. */
@@ -942,6 +944,16 @@ static void process_active(struct client *c)
 	 * part-forwarded, which goes on whatever the server's budget), then as
 	 * much of it as is here. */
 	while (c->state == CLIENT_ACTIVE && c->end.server == s) {
+		if (c->skip_remaining > 0) {
+			/* the rest of a message answered without it (prepared.c) */
+			size_t have = evbuffer_get_length(in);
+			if (have == 0)
+				return;
+			size_t n = have < c->skip_remaining ? have : c->skip_remaining;
+			evbuffer_drain(in, n);
+			c->skip_remaining -= (uint32_t)n;
+			continue;
+		}
 		if (c->fwd_remaining == 0) {
 			if (evbuffer_get_length(out) >= LINK_SERVER_OUT_BUDGET) {
 				pause_for_server(c);

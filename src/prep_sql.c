@@ -98,6 +98,33 @@ static char *prepare_sql(const struct prep_stmt *st, const char *g, size_t *len)
 	return q;
 }
 
+enum prep_action prep_sql_long_query(struct client *c, struct server *s, const uint8_t *m, size_t have,
+				     uint32_t total)
+{
+	const char *sql = (const char *)m + 5;
+	const char *end = memchr(sql, '\0', have - 5);
+	if (!end)
+		end = sql + (have - 5);
+	const char *p = prep_sql_space(sql, end);
+	/* The simple protocol ends the server's unnamed statement. */
+	s->prep->unnamed_client = 0;
+	const char *w = p;
+	bool rewritten = prep_sql_word(&w, end, "execute") || prep_sql_word(&w, end, "deallocate");
+	w = p;
+	if (!rewritten && prep_sql_word(&w, end, "prepare"))
+		rewritten = !prep_sql_word(&w, end, "transaction");
+	if (!rewritten)
+		return PREP_FORWARD;   /* streamed through */
+	char msg[240];
+	snprintf(msg, sizeof msg,
+		 "PREPARE, EXECUTE or DEALLOCATE too long to rewrite: %u bytes, over prepared_statements_max_length",
+		 total);
+	if (!reply_error(s, "54000", msg))
+		return PREP_FAILED;
+	prep_discard_msg(c, total);
+	return PREP_DONE;
+}
+
 enum prep_action prep_sql_query(struct client *c, struct server *s, const uint8_t *m, uint32_t total)
 {
 	struct prep_server *ps = s->prep;

@@ -38,6 +38,11 @@ bool prep_enabled(const struct client *c)
 	return c->pool && c->pool->mode == POOL_MODE_TRANSACTION && c->w->cfg->general.prepared_statements;
 }
 
+bool prep_too_long(const struct client *c, uint32_t total)
+{
+	return total > (uint32_t)c->w->cfg->general.prepared_statements_max_length;
+}
+
 static struct prep_server *server_prep(struct server *s)
 {
 	if (!s->prep)
@@ -404,6 +409,40 @@ static bool ensure_unnamed_on_server(struct client *c, struct server *s, struct 
 
 /* ---- protocol messages ---- */
 
+/* A Parse longer than prepared_statements_max_length, of which head (have
+ * bytes) is here: not held whole. Unnamed, it goes to the server as it
+ * is, streamed: the client's own unnamed statement there, not kept for
+ * another server. Named, it is refused: a named statement is the pool's,
+ * prepared again on each server that needs it, which takes its text. */
+static enum prep_action on_long_parse(struct client *c, struct server *s, const uint8_t *head, size_t have,
+				      uint32_t total)
+{
+	struct prep_server *ps = s->prep;
+	struct prep_client *pc = prep_client_of(c);
+	if (!pc)
+		return PREP_FAILED;
+	size_t nl = strnlen((const char *)head + 5, have - 5);
+	if (nl == 0) {
+		drop_unnamed_st(c);
+		pc->unnamed_len = 0;
+		pc->unnamed_unkept = true;
+		pc->unnamed_gen++;
+		ps->unnamed_client = c->id;
+		ps->unnamed_gen = pc->unnamed_gen;
+		struct prep_pend p = { .seg = ps->seg_sent };
+		return prep_server_push(ps, &ps->parses, &p) ? PREP_FORWARD : PREP_FAILED;
+	}
+	char msg[300];
+	snprintf(msg, sizeof msg,
+		 "prepared statement \"%.*s\" is too long to keep: %u bytes, over prepared_statements_max_length (%d); "
+		 "send it unnamed, or raise the setting", (int)(nl < 63 ? nl : 63), (const char *)head + 5, total,
+		 c->w->cfg->general.prepared_statements_max_length);
+	if (!send_error_bind(s, "54000", msg))
+		return PREP_FAILED;
+	prep_discard_msg(c, total);
+	return PREP_DONE;
+}
+
 static enum prep_action on_parse(struct client *c, struct server *s, const uint8_t *m, uint32_t total)
 {
 	size_t off = 0;
@@ -416,6 +455,7 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 		return PREP_FAILED;
 	}
 	if (!name[0]) {
+		pc->unnamed_unkept = false;
 		enum prep_action a = on_unnamed_parse(c, s, pc, m + 5 + off, total - 5 - off, total);
 		if (a != PREP_FORWARD)
 			return a;
@@ -501,27 +541,32 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 	if (nl == 0) {
 		const struct prep_client *pc = c->end.prep;
 		st = pc ? pc->unnamed_st : NULL;
-		if (!st && (!pc || !pc->unnamed_len)) {
+		bool unkept_elsewhere = pc && pc->unnamed_unkept &&
+					!(s->prep->unnamed_client == c->id && s->prep->unnamed_gen == pc->unnamed_gen);
+		if (!st && (!pc || (!pc->unnamed_len && !pc->unnamed_unkept) || unkept_elsewhere)) {
 			/* The client has no unnamed statement: the server's
-			 * may be another client's. */
-			if (have < total)
-				return PREP_WAIT;
-			if (!send_error_bind(s, "26000", "unnamed prepared statement does not exist"))
+			 * may be another client's. (Or one too long to keep,
+			 * which only another server holds.) The message goes
+			 * (discarded as it comes, never held whole). */
+			if (!send_error_bind(s, "26000",
+					     unkept_elsewhere ? "unnamed prepared statement does not exist on this "
+								"server connection (longer than "
+								"prepared_statements_max_length, it is not kept "
+								"across transactions)"
+							      : "unnamed prepared statement does not exist"))
 				return PREP_FAILED;
-			prep_drain_msg(c, total);
+			prep_discard_msg(c, total);
 			return PREP_DONE;
 		}
 		if (!st)
 			return replay_unnamed(c, s) ? PREP_FORWARD : PREP_FAILED;
 		ok = ensure_unnamed_on_server(c, s, st);
 	} else if (!(st = c->end.prep ? prep_cmap_get(&c->end.prep->names, name) : NULL)) {
-		if (have < total)
-			return PREP_WAIT;   /* the whole message goes, once it is here */
 		char msg[160];
 		snprintf(msg, sizeof msg, "prepared statement \"%s\" does not exist", name);
 		ok = send_error_bind(s, "26000", msg);
 		if (ok) {
-			prep_drain_msg(c, total);
+			prep_discard_msg(c, total);
 			return PREP_DONE;
 		}
 	} else {
@@ -807,6 +852,12 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 	}
 	switch (f->type) {
 	case PqMsg_Parse: {
+		if (prep_too_long(c, total)) {
+			size_t want = total < PREP_LONG_HEAD ? total : PREP_LONG_HEAD;
+			if (evbuffer_get_length(in) < want)
+				return PREP_WAIT;
+			return on_long_parse(c, s, evbuffer_pullup(in, (ev_ssize_t)want), want, total);
+		}
 		if (evbuffer_get_length(in) < total)
 			return PREP_WAIT;
 		return on_parse(c, s, evbuffer_pullup(in, total), total);
@@ -862,9 +913,19 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 		return on_close(c, s, evbuffer_pullup(in, total), total);
 	}
 	case PqMsg_Query: {
+		enum prep_action a;
+		if (prep_too_long(c, total)) {
+			size_t want = total < PREP_LONG_HEAD ? total : PREP_LONG_HEAD;
+			if (evbuffer_get_length(in) < want)
+				return PREP_WAIT;
+			a = prep_sql_long_query(c, s, evbuffer_pullup(in, (ev_ssize_t)want), want, total);
+			if (a != PREP_FAILED)
+				s->prep->seg_sent++;
+			return a;
+		}
 		if (evbuffer_get_length(in) < total)
 			return PREP_WAIT;
-		enum prep_action a = prep_sql_query(c, s, evbuffer_pullup(in, total), total);
+		a = prep_sql_query(c, s, evbuffer_pullup(in, total), total);
 		if (a != PREP_FAILED)
 			s->prep->seg_sent++;
 		return a;
