@@ -766,6 +766,87 @@ START_TEST(test_client_server_final_malformed)
 }
 END_TEST
 
+/* ---- PBKDF2 ---- */
+
+START_TEST(test_salted_password_matches_openssl)
+{
+	char longpw[201];
+	memset(longpw, 'p', sizeof longpw - 1);
+	longpw[sizeof longpw - 1] = '\0';
+	static const size_t pwlens[] = { 0, 1, 63, 64, 65, 200 };
+	static const size_t saltlens[] = { 1, 16, SCRAM_MAX_SALT_LEN };
+	static const int iters[] = { 1, 2, 4096, 65537 };
+	uint8_t salt[SCRAM_MAX_SALT_LEN];
+	for (size_t i = 0; i < sizeof salt; i++)
+		salt[i] = (uint8_t)(i * 7 + 1);
+	for (size_t a = 0; a < sizeof pwlens / sizeof *pwlens; a++)
+		for (size_t b = 0; b < sizeof saltlens / sizeof *saltlens; b++)
+			for (size_t c = 0; c < sizeof iters / sizeof *iters; c++) {
+				char pw[sizeof longpw];
+				memcpy(pw, longpw, pwlens[a]);
+				pw[pwlens[a]] = '\0';
+				uint8_t ours[SCRAM_KEY_LEN], theirs[SCRAM_KEY_LEN];
+				ck_assert(scram_salted_password(pw, salt, saltlens[b], iters[c], NULL, ours));
+				ck_assert(PKCS5_PBKDF2_HMAC(pw, (int)pwlens[a], salt, (int)saltlens[b], iters[c],
+							    EVP_sha256(), SCRAM_KEY_LEN, theirs) == 1);
+				ck_assert_msg(memcmp(ours, theirs, SCRAM_KEY_LEN) == 0,
+					      "password %zu bytes, salt %zu, %d iterations", pwlens[a], saltlens[b],
+					      iters[c]);
+			}
+	uint8_t out[SCRAM_KEY_LEN];
+	ck_assert(!scram_salted_password("pw", salt, 16, 0, NULL, out));
+	ck_assert(!scram_salted_password("pw", salt, 16, SCRAM_MAX_ITERATIONS + 1, NULL, out));
+}
+END_TEST
+
+START_TEST(test_salted_password_stop)
+{
+	static const uint8_t salt[16] = { 9 };
+	uint8_t out[SCRAM_KEY_LEN];
+	atomic_bool stop;
+	atomic_init(&stop, true);
+	/* Looked at every 65,536 rounds: a shorter derivation ends anyway. */
+	ck_assert(scram_salted_password("pw", salt, sizeof salt, 65536, &stop, out));
+	ck_assert(!scram_salted_password("pw", salt, sizeof salt, SCRAM_MAX_ITERATIONS, &stop, out));
+	atomic_store(&stop, false);
+	ck_assert(scram_salted_password("pw", salt, sizeof salt, 65537, &stop, out));
+}
+END_TEST
+
+/* The client's two steps with the SaltedPassword derived in between give
+ * RFC 7677's client-final, as the one-step call does. */
+START_TEST(test_client_two_steps)
+{
+	struct scram_client c;
+	char out[BUFSZ];
+	size_t n;
+	memset(&c, 0, sizeof(c));
+	ck_assert(scram_client_first_with_user(&c, RFC_PASSWORD, "user", RFC_CLIENT_NONCE, out, sizeof(out), &n));
+	ck_assert(scram_client_read_first(&c, RFC_SERVER_FIRST, strlen(RFC_SERVER_FIRST)));
+	ck_assert_int_eq(c.step, SCRAM_CLIENT_GOT_FIRST);
+	ck_assert_int_eq(c.iterations, 4096);
+	ck_assert_uint_eq(c.salt_len, 16);
+	/* Not twice, and not the final before its keys' turn. */
+	ck_assert(!scram_client_handle_final(&c, RFC_SERVER_FINAL, strlen(RFC_SERVER_FINAL)));
+	uint8_t salted[SCRAM_KEY_LEN];
+	ck_assert(scram_salted_password(RFC_PASSWORD, c.salt, c.salt_len, c.iterations, NULL, salted));
+	memset(&c, 0, sizeof(c));
+	ck_assert(scram_client_first_with_user(&c, RFC_PASSWORD, "user", RFC_CLIENT_NONCE, out, sizeof(out), &n));
+	ck_assert(scram_client_read_first(&c, RFC_SERVER_FIRST, strlen(RFC_SERVER_FIRST)));
+	ck_assert(!scram_client_read_first(&c, RFC_SERVER_FIRST, strlen(RFC_SERVER_FIRST)));   /* out of turn: over */
+	memset(&c, 0, sizeof(c));
+	ck_assert(scram_client_first_with_user(&c, RFC_PASSWORD, "user", RFC_CLIENT_NONCE, out, sizeof(out), &n));
+	ck_assert(scram_client_read_first(&c, RFC_SERVER_FIRST, strlen(RFC_SERVER_FIRST)));
+	ck_assert(!scram_client_write_final(&c, NULL, out, sizeof(out), &n));   /* password mode needs the key */
+	memset(&c, 0, sizeof(c));
+	ck_assert(scram_client_first_with_user(&c, RFC_PASSWORD, "user", RFC_CLIENT_NONCE, out, sizeof(out), &n));
+	ck_assert(scram_client_read_first(&c, RFC_SERVER_FIRST, strlen(RFC_SERVER_FIRST)));
+	ck_assert(scram_client_write_final(&c, salted, out, sizeof(out), &n));
+	ck_assert_str_eq(out, RFC_CLIENT_FINAL);
+	ck_assert(scram_client_handle_final(&c, RFC_SERVER_FINAL, strlen(RFC_SERVER_FINAL)));
+}
+END_TEST
+
 Suite *scram_suite(void)
 {
 	Suite *s = suite_create("scram");
@@ -791,6 +872,13 @@ Suite *scram_suite(void)
 	tcase_add_test(tc, test_server_gs2_y);
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_wrong_password);
+	tcase_add_test(tc, test_client_two_steps);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("pbkdf2");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_salted_password_matches_openssl);
+	tcase_add_test(tc, test_salted_password_stop);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("malformed");
