@@ -31,12 +31,13 @@ struct scram_secret {
 
 bool scram_secret_parse(const char *text, struct scram_secret *out)
 	__attribute__((warn_unused_result));
-/* Derive a verifier from a plaintext password (SaltedPassword = Hi(pw, salt, i)). */
+/* Derive a verifier from a plaintext password (SaltedPassword = Hi(pw, salt, i)),
+ * the password SASLprepped first as PostgreSQL does (saslprep.h). */
 bool scram_secret_from_password(const char *password, const uint8_t *salt, size_t salt_len,
 				int iterations, struct scram_secret *out)
 	__attribute__((warn_unused_result));
 /* SaltedPassword = Hi(password, salt, iterations): PBKDF2 with HMAC-SHA-256,
- * on the password's bytes. Safe to run on any thread
+ * on a password already SASLprepped (saslprep.h). Safe to run on any thread
  * (its digest contexts are its own). stop (NULL: none) is looked at every
  * 65,536 iterations: once it is true the derivation gives up (false). */
 bool scram_salted_password(const char *password, const uint8_t *salt, size_t salt_len, int iterations,
@@ -122,8 +123,8 @@ bool scram_client_first_with_nonce(struct scram_client *st, const char *password
 				   char *out, size_t outsz, size_t *outlen)
 	__attribute__((warn_unused_result));
 /* Handle server-first ("r=,s=,i="), write client-final into out: the two
- * steps below, with the password salted here (blocking: up to
- * SCRAM_MAX_ITERATIONS rounds of PBKDF2 chosen by the server). */
+ * steps below, with the password SASLprepped and salted here (blocking:
+ * up to SCRAM_MAX_ITERATIONS rounds of PBKDF2 chosen by the server). */
 bool scram_client_handle_first(struct scram_client *st, const char *msg, size_t len,
 			       char *out, size_t outsz, size_t *outlen)
 	__attribute__((warn_unused_result));

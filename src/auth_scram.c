@@ -16,19 +16,21 @@
  *
  * SASLprep: PostgreSQL normalises the password with SASLprep (RFC 4013) and
  * falls back to the raw bytes when the password is not valid UTF-8 or
- * contains prohibited characters. We always use the raw bytes. For
- * printable-ASCII passwords the two agree; a non-ASCII password that SASLprep
- * would change (e.g. by NFKC normalisation) gives different keys than a
- * PostgreSQL-made verifier.
+ * SASLprep refuses it; so does every derivation here that starts from a
+ * plaintext password (saslprep.c), except scram_salted_password, whose
+ * callers prepare the password first.
  */
 #include "auth_scram.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+
+#include "saslprep.h"
 
 #define SCRAM_PREFIX "SCRAM-SHA-256$"
 /* Longest verifier text we accept: prefix, iterations, base64 salt and keys. */
@@ -296,11 +298,17 @@ done:
 	return ok;
 }
 
-/* Hi(), on this thread. */
+/* SASLprep, then Hi(), on this thread. */
 static bool scram_hi(const char *password, const uint8_t *salt, size_t salt_len, int iterations,
 		     uint8_t out[SCRAM_KEY_LEN])
 {
-	return scram_salted_password(password, salt, salt_len, iterations, NULL, out);
+	char *prepared;
+	if (saslprep_password(password, &prepared) == SASLPREP_NO_MEMORY)
+		return false;
+	bool ok = scram_salted_password(prepared, salt, salt_len, iterations, NULL, out);
+	OPENSSL_cleanse(prepared, strlen(prepared));
+	free(prepared);
+	return ok;
 }
 
 /* strlen that looks at no more than max + 1 bytes; returns max + 1 if longer. */

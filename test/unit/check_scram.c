@@ -3,6 +3,7 @@
 #include "check_suites.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/evp.h>
@@ -10,6 +11,7 @@
 
 #include "auth_md5.h"
 #include "auth_scram.h"
+#include "saslprep.h"
 
 /* RFC 7677 section 3 test vector (user "user", password "pencil"). */
 #define RFC_PASSWORD "pencil"
@@ -766,6 +768,95 @@ START_TEST(test_client_server_final_malformed)
 }
 END_TEST
 
+/* ---- SASLprep (RFC 4013), as PostgreSQL applies it ---- */
+
+/* What saslprep_password makes of in: want (NULL: in itself) and how. */
+static void expect_prep(const char *in, const char *want, enum saslprep_result how)
+{
+	char *out = NULL;
+	enum saslprep_result r = saslprep_password(in, &out);
+	ck_assert_ptr_nonnull(out);
+	ck_assert_msg(r == how, "%s: result %d, expected %d", in, (int)r, (int)how);
+	ck_assert_msg(strcmp(out, want ? want : in) == 0, "%s: got %s", in, out);
+	free(out);
+}
+
+START_TEST(test_saslprep_cases)
+{
+	/* U+2168 ROMAN NUMERAL NINE: NFKC makes it "IX". */
+	expect_prep("IX-\xe2\x85\xa8", "IX-IX", SASLPREP_NORMALISED);
+	/* U+00AD SOFT HYPHEN is mapped to nothing; U+00A0 NO-BREAK SPACE to a space. */
+	expect_prep("pass\xc2\xad" "word", "password", SASLPREP_NORMALISED);
+	expect_prep("a\xc2\xa0" "b", "a b", SASLPREP_NORMALISED);
+	/* ASCII as it is, a control character too (PostgreSQL's quick path). */
+	expect_prep("IX-IX", NULL, SASLPREP_NORMALISED);
+	expect_prep("a\x01" "b", NULL, SASLPREP_NORMALISED);
+	/* Not UTF-8: a stray byte, a shorter form than needed, a surrogate,
+	 * past U+10FFFF, a truncated sequence: raw bytes. */
+	expect_prep("a\xff" "b", NULL, SASLPREP_RAW);
+	expect_prep("\xc0\xaf", NULL, SASLPREP_RAW);
+	expect_prep("\xed\xa0\x80", NULL, SASLPREP_RAW);
+	expect_prep("\xf4\x90\x80\x80", NULL, SASLPREP_RAW);
+	expect_prep("a\xe2\x85", NULL, SASLPREP_RAW);
+	/* Prohibited: private use U+E000, non-ASCII control U+0080. */
+	expect_prep("a\xee\x80\x80" "b", NULL, SASLPREP_RAW);
+	expect_prep("a\xc2\x80" "b", NULL, SASLPREP_RAW);
+	/* Unassigned in Unicode 3.2 (U+0221). */
+	expect_prep("a\xc8\xa1", NULL, SASLPREP_RAW);
+	/* Nothing left once mapped: raw. */
+	expect_prep("\xc2\xad", NULL, SASLPREP_RAW);
+	/* Checked before normalisation, as PostgreSQL does: U+0340 is
+	 * prohibited although its NFKC form U+0300 is not... */
+	expect_prep("a\xcd\x80" "b", NULL, SASLPREP_RAW);
+	/* ...and alef, U+2122 (neutral), alef passes the bidi rules although
+	 * its NFKC form, alef "TM" alef, would not. */
+	expect_prep("\xd7\x90\xe2\x84\xa2\xd7\x90", "\xd7\x90" "TM" "\xd7\x90", SASLPREP_NORMALISED);
+	/* Right-to-left with left-to-right: raw. */
+	expect_prep("\xd7\x90" "a" "\xd7\x90", NULL, SASLPREP_RAW);
+}
+END_TEST
+
+/* Verifiers PostgreSQL 15 made (CREATE ROLE ... PASSWORD, password_encryption
+ * scram-sha-256) for passwords SASLprep changes or refuses: the same
+ * password and salt must give the same keys here. */
+static const struct {
+	const char *password, *verifier;
+} pg_made[] = {
+	{ "IX-\xe2\x85\xa8", "SCRAM-SHA-256$4096:1DEC6UMLFjfim8bxpywXIw==$jspqqjvubQK6RsMlMADD5BdU99+Swfa2SVNXnk0bqF4="
+			     ":yUu9Bjjn9h7q/PHalzVshO4dweptducOle60AdQetRA=" },
+	{ "pass\xc2\xad" "word", "SCRAM-SHA-256$4096:NUdlF7D3UQQM86Ubf5zYBA==$A2ZJl0Nx4ZxQF6LbqjXbABMmzcb34AKu+SwZKWRJsoE="
+				 ":gcOGhegYiM/QPIxmeQM7i4/4pFS+3CsVDDhQqvao64k=" },
+	{ "\xc2\xad", "SCRAM-SHA-256$4096:yMPpe1riisO33ialdAavkw==$qLaZrwtcLNE0jkAeArToWlxpXYqGBARO0YwpUe/KUV0="
+		      ":AUDYRmI488Enk8gXOPlD6mwxQpuHVMvGFjpb0mUbpYw=" },
+	{ "a\xcd\x80" "b", "SCRAM-SHA-256$4096:/ynQYaB7k463sHnsslnZVg==$UVxZTMXis4pSRma4+sbaa2zJrmmKGUYsB8viQHJup5M="
+			   ":IniP26UnBaM/G8woLQzmpaod9gyt/phB18oNZ3TpR5E=" },
+	{ "\xd7\x90\xe2\x84\xa2\xd7\x90",
+	  "SCRAM-SHA-256$4096:Jzlxll+AcU3lvb/p3MkPCg==$BE3X7Puz4GExduKrOH4VCmji2dXP2f21GsPPMS05Nms="
+	  ":ZS2Uz4uGJL5ZDGKNgzHqQWFic4WOLl61Gshvjmw3Ceg=" },
+	{ "a\xc2\xa0" "b", "SCRAM-SHA-256$4096:JV8HKGdIQhsJr15Qzn680A==$cAllDlta5hYa6rvm7IkFIP+o1X5HKsz0jc2BLfRA+bA="
+			   ":GAc7Z2J3FaxLmL4k0+rGHEv/afKeJLKUQzuaeXEnHYc=" },
+	{ "a\xee\x80\x80" "b", "SCRAM-SHA-256$4096:Qu5wPDyb5WD2R8xP+XBmxA==$DzIdlNP/oi5R0Cin9FetrnouwpnGF8U0koa+1+YOqOA="
+			       ":w8tBWi+wXyXME816cJgLhjtzTxOOCm1PPgLlffWtwUk=" },
+};
+
+START_TEST(test_saslprep_postgres_verifiers)
+{
+	for (size_t i = 0; i < sizeof pg_made / sizeof pg_made[0]; i++) {
+		struct scram_secret pg, ours;
+		ck_assert(scram_secret_parse(pg_made[i].verifier, &pg));
+		ck_assert(scram_secret_from_password(pg_made[i].password, pg.salt, pg.salt_len, pg.iterations, &ours));
+		ck_assert_msg(memcmp(ours.stored_key, pg.stored_key, SCRAM_KEY_LEN) == 0 &&
+				      memcmp(ours.server_key, pg.server_key, SCRAM_KEY_LEN) == 0,
+			      "case %zu: not the keys PostgreSQL derived", i);
+	}
+	/* And the NFKC-equivalent ASCII password matches the first one too. */
+	struct scram_secret pg, ours;
+	ck_assert(scram_secret_parse(pg_made[0].verifier, &pg));
+	ck_assert(scram_secret_from_password("IX-IX", pg.salt, pg.salt_len, pg.iterations, &ours));
+	ck_assert(memcmp(ours.stored_key, pg.stored_key, SCRAM_KEY_LEN) == 0);
+}
+END_TEST
+
 /* ---- PBKDF2 ---- */
 
 START_TEST(test_salted_password_matches_openssl)
@@ -873,6 +964,11 @@ Suite *scram_suite(void)
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_wrong_password);
 	tcase_add_test(tc, test_client_two_steps);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("saslprep");
+	tcase_add_test(tc, test_saslprep_cases);
+	tcase_add_test(tc, test_saslprep_postgres_verifiers);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("pbkdf2");
