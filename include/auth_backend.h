@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "auth_scram.h"
+#include "kdf.h"
 #include "pktbuf.h"
 
 /* Storage enough for any message auth_backend_answer writes (a SCRAM
@@ -36,19 +37,39 @@ struct auth_backend_secret {
 };
 
 /* One login's state across its 'R' messages. Zero it before the first
- * (calloc, = {0}); auth_backend_clear wipes it. */
+ * (calloc, = {0}), then auth_backend_init; auth_backend_clear wipes it. */
 struct auth_backend {
 	struct scram_client scram;
-	/* Our own copy: scram reads the password again at the server-first-
-	 * message, and the configured one may be replaced by a reload meanwhile. */
+	/* The password SCRAM salts: our own copy, SASLprepped (saslprep.h),
+	 * kept to the server-first-message (the configured one may be replaced
+	 * by a reload meanwhile). */
 	char *password;
+	/* The owner's, kept by auth_backend_clear: where the SaltedPassword is
+	 * derived (NULL: here, blocking) and whom to tell when a derivation
+	 * that went there is over. */
+	struct kdf *kdf;
+	void (*derived)(void *arg);
+	void *arg;
+	/* The derivation waited for, then its outcome until resumed. */
+	struct kdf_request req;
+	enum { AUTH_DERIVE_NONE, AUTH_DERIVE_PENDING, AUTH_DERIVE_OK, AUTH_DERIVE_FAILED } derive;
+	uint8_t salted[SCRAM_KEY_LEN];
 };
 
 enum auth_backend_result {
 	AUTH_BACKEND_FAILED,    /* give up; *error says why */
 	AUTH_BACKEND_CONTINUE,  /* send what is in out (if anything), wait for the next 'R' */
 	AUTH_BACKEND_DONE,      /* AuthenticationOk: nothing to send */
+	/* The SCRAM key is being derived off the loop (kdf.h): nothing to send
+	 * yet, and no other 'R' to be handled until the derived event, after
+	 * which auth_backend_resume gives the answer. */
+	AUTH_BACKEND_PENDING,
 };
+
+/* kdf NULL: derive on the caller's thread (blocking; unit tests). derived
+ * is called with arg from the loop when a PENDING derivation is over; it is
+ * never called after auth_backend_clear. */
+void auth_backend_init(struct auth_backend *ab, struct kdf *kdf, void (*derived)(void *arg), void *arg);
 
 /* Handle the body of one 'R' message (its type byte and length excluded).
  * Appends at most one message to out; on AUTH_BACKEND_FAILED, out is to be
@@ -59,8 +80,20 @@ enum auth_backend_result auth_backend_answer(struct auth_backend *ab, const stru
 					     const char **error)
 	__attribute__((warn_unused_result));
 
-/* Wipe the state (keys, password copy) and free what it holds; ab itself
- * stays, zeroed, ready for another login. */
+/* After the derived event: the SASLResponse of the SCRAM exchange into out
+ * (CONTINUE), or FAILED with *error. */
+enum auth_backend_result auth_backend_resume(struct auth_backend *ab, struct pktbuf *out, const char **error)
+	__attribute__((warn_unused_result));
+
+/* Waiting for the derived event. */
+static inline bool auth_backend_pending(const struct auth_backend *ab)
+{
+	return ab->derive == AUTH_DERIVE_PENDING;
+}
+
+/* Wipe the state (keys, password copy), cancel a derivation under way and
+ * free what it holds; ab itself stays, zeroed but for what
+ * auth_backend_init set, ready for another login. */
 void auth_backend_clear(struct auth_backend *ab);
 
 #endif

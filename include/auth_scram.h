@@ -8,6 +8,7 @@
 #ifndef PGCAT_AUTH_SCRAM_H
 #define PGCAT_AUTH_SCRAM_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,6 +18,7 @@
 #define SCRAM_NONCE_RAW_LEN 18    /* random bytes, base64 → 24 chars */
 #define SCRAM_DEFAULT_ITERATIONS 4096
 #define SCRAM_MAX_MESSAGE 1024    /* any SCRAM message longer than this is refused */
+#define SCRAM_MAX_ITERATIONS 10000000   /* a larger count, from a server or a verifier, is refused */
 
 /* A stored SCRAM verifier, as in pg_authid: "SCRAM-SHA-256$<iter>:<salt b64>$<StoredKey b64>:<ServerKey b64>" */
 struct scram_secret {
@@ -29,9 +31,17 @@ struct scram_secret {
 
 bool scram_secret_parse(const char *text, struct scram_secret *out)
 	__attribute__((warn_unused_result));
-/* Derive a verifier from a plaintext password (SaltedPassword = Hi(pw, salt, i)). */
+/* Derive a verifier from a plaintext password (SaltedPassword = Hi(pw, salt, i)),
+ * the password SASLprepped first as PostgreSQL does (saslprep.h). */
 bool scram_secret_from_password(const char *password, const uint8_t *salt, size_t salt_len,
 				int iterations, struct scram_secret *out)
+	__attribute__((warn_unused_result));
+/* SaltedPassword = Hi(password, salt, iterations): PBKDF2 with HMAC-SHA-256,
+ * on a password already SASLprepped (saslprep.h). Safe to run on any thread
+ * (its digest contexts are its own). stop (NULL: none) is looked at every
+ * 65,536 iterations: once it is true the derivation gives up (false). */
+bool scram_salted_password(const char *password, const uint8_t *salt, size_t salt_len, int iterations,
+			   const atomic_bool *stop, uint8_t out[SCRAM_KEY_LEN])
 	__attribute__((warn_unused_result));
 /* Format as "SCRAM-SHA-256$..." into out (NUL terminated). */
 bool scram_secret_format(const struct scram_secret *secret, char *out, size_t outsz)
@@ -71,7 +81,13 @@ enum scram_verdict scram_server_handle_final(struct scram_server *st, const char
 
 /* ---- pgcat as SCRAM client (logging in to PostgreSQL) ---- */
 
-enum scram_client_step { SCRAM_CLIENT_INIT, SCRAM_CLIENT_SENT_FIRST, SCRAM_CLIENT_SENT_FINAL, SCRAM_CLIENT_DONE };
+enum scram_client_step {
+	SCRAM_CLIENT_INIT,
+	SCRAM_CLIENT_SENT_FIRST,
+	SCRAM_CLIENT_GOT_FIRST,    /* server-first read; the client-final waits for its keys */
+	SCRAM_CLIENT_SENT_FINAL,
+	SCRAM_CLIENT_DONE
+};
 
 struct scram_client {
 	enum scram_client_step step;
@@ -83,6 +99,13 @@ struct scram_client {
 	uint8_t client_key[SCRAM_KEY_LEN];
 	uint8_t server_key[SCRAM_KEY_LEN];
 	uint8_t expected_server_signature[SCRAM_KEY_LEN];
+	/* The server-first-message, kept from its reading to the client-final
+	 * (the key derivation may run in between: kdf.h). */
+	char server_first[SCRAM_MAX_MESSAGE + 1];
+	size_t nonce_len;           /* the combined nonce: server_first + 2 */
+	uint8_t salt[SCRAM_MAX_SALT_LEN];
+	size_t salt_len;
+	int iterations;
 };
 
 /* Start with a password. nonce_raw: SCRAM_NONCE_RAW_LEN random bytes. Writes
@@ -99,9 +122,21 @@ bool scram_client_first(struct scram_client *st, const char *password,
 bool scram_client_first_with_nonce(struct scram_client *st, const char *password, const char *nonce,
 				   char *out, size_t outsz, size_t *outlen)
 	__attribute__((warn_unused_result));
-/* Handle server-first ("r=,s=,i="), write client-final into out. */
+/* Handle server-first ("r=,s=,i="), write client-final into out: the two
+ * steps below, with the password SASLprepped and salted here (blocking:
+ * up to SCRAM_MAX_ITERATIONS rounds of PBKDF2 chosen by the server). */
 bool scram_client_handle_first(struct scram_client *st, const char *msg, size_t len,
 			       char *out, size_t outsz, size_t *outlen)
+	__attribute__((warn_unused_result));
+/* The same in two steps, so that the SaltedPassword can be derived
+ * elsewhere in between. Read server-first: after it, st->salt, salt_len and
+ * iterations say what to derive (in password mode). */
+bool scram_client_read_first(struct scram_client *st, const char *msg, size_t len)
+	__attribute__((warn_unused_result));
+/* Write client-final into out, from salted (the SaltedPassword of
+ * st->password; NULL in pass-through mode, whose keys are known). */
+bool scram_client_write_final(struct scram_client *st, const uint8_t *salted,
+			      char *out, size_t outsz, size_t *outlen)
 	__attribute__((warn_unused_result));
 /* Check server-final ("v=..."). */
 bool scram_client_handle_final(struct scram_client *st, const char *msg, size_t len)

@@ -30,6 +30,7 @@
 
 struct auth_query;
 struct dns;
+struct kdf;
 struct lagmon;
 struct twophase;
 struct twophase_recover;
@@ -124,6 +125,7 @@ struct worker {
 	struct auth_query *auth_query;    /* auth_query's lookups and cache, made on first use (auth_query.c) */
 	struct notify_hub *notify;        /* LISTEN/NOTIFY's listening connections, made on first use (notify.c) */
 	struct dns *dns;                  /* c-ares resolver and cache of server host names */
+	struct kdf *kdf;                  /* SCRAM key derivation for logins to servers: threads, cache (kdf.c) */
 	struct tls_contexts tls;          /* OpenSSL contexts of both sides (tls.c) */
 	struct event *stats_timer;        /* every stats_period: SHOW STATS averages */
 	struct evhttp *http;              /* /metrics, when prometheus_port > 0 */

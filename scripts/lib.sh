@@ -8,7 +8,7 @@ PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 # Check for the unit tests), PostgreSQL 15 with psql/pgbench, python3-venv for
 # the integration tests. git and tar are used to snapshot a configured tree.
 APT_PACKAGES="build-essential autoconf automake libtool pkg-config \
-libevent-dev libssl-dev libc-ares-dev libpg-query-dev libinih-dev liburing-dev check \
+libevent-dev libssl-dev libc-ares-dev libpg-query-dev libinih-dev liburing-dev libidn-dev check \
 postgresql-15 postgresql-client-15 python3 python3-venv git tar \
 prometheus-pgbouncer-exporter iproute2"
 

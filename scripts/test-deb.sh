@@ -22,7 +22,7 @@ ok() { printf 'test-deb: ok: %s\n' "$*"; }
 # to run as PID 1 for any of them.
 APT_PACKAGES="build-essential dpkg-dev debhelper fakeroot lintian systemd \
 man-db adduser git tar python3 autoconf automake pkg-config libevent-dev \
-libssl-dev libc-ares-dev libpg-query-dev libinih-dev liburing-dev check"
+libssl-dev libc-ares-dev libpg-query-dev libinih-dev liburing-dev libidn-dev check"
 install_packages
 
 # dpkg and apt hold their own locks, but two runs of this script (two test

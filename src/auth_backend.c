@@ -3,7 +3,10 @@
  * auth_backend: the AuthenticationRequest answers of pgcat as a PostgreSQL
  * client: cleartext, md5 (from a plaintext password or a stored hash) and
  * SCRAM-SHA-256 (from a plaintext password, or SCRAM pass-through of a
- * client's key when pgcat holds only the verifier).
+ * client's key when pgcat holds only the verifier). The PBKDF2 that a
+ * server's SCRAM challenge asks for goes to the owner's kdf (off the
+ * loop); the answer waits for it (AUTH_BACKEND_PENDING, then
+ * auth_backend_resume).
  */
 #include "auth_backend.h"
 
@@ -14,17 +17,33 @@
 
 #include "auth_md5.h"
 #include "proto.h"
+#include "saslprep.h"
 
 static bool auth_backend_is_scram_secret(const char *p) { return p && strncmp(p, "SCRAM-SHA-256$", 14) == 0; }
 
+static void derived(struct kdf_request *req, bool ok, const uint8_t *salted);
+
+void auth_backend_init(struct auth_backend *ab, struct kdf *kdf, void (*on_derived)(void *arg), void *arg)
+{
+	ab->kdf = kdf;
+	ab->derived = on_derived;
+	ab->arg = arg;
+	ab->req.done = derived;
+}
+
 void auth_backend_clear(struct auth_backend *ab)
 {
+	kdf_cancel(&ab->req);   /* its result must not reach a login that is gone */
 	if (ab->password) {
 		OPENSSL_cleanse(ab->password, strlen(ab->password));
 		free(ab->password);
 	}
+	struct kdf *kdf = ab->kdf;
+	void (*on_derived)(void *) = ab->derived;
+	void *arg = ab->arg;
 	/* A pass-through key, maybe, and the salted password's keys. */
 	OPENSSL_cleanse(ab, sizeof *ab);
+	auth_backend_init(ab, kdf, on_derived, arg);
 }
 
 static void auth_backend_put_password(struct pktbuf *out, const void *data, size_t len)
@@ -62,7 +81,7 @@ static enum auth_backend_result auth_backend_sasl_start(struct auth_backend *ab,
 		return AUTH_BACKEND_FAILED;
 	}
 	auth_backend_clear(ab);   /* a second SASL request starts over */
-	if (!passthrough && !(ab->password = strdup(pw))) {
+	if (!passthrough && saslprep_password(pw, &ab->password) == SASLPREP_NO_MEMORY) {
 		*error = "out of memory";
 		return AUTH_BACKEND_FAILED;
 	}
@@ -93,11 +112,60 @@ static enum auth_backend_result auth_backend_sasl_start(struct auth_backend *ab,
 	return AUTH_BACKEND_CONTINUE;
 }
 
+/* The SASLResponse with the client-final-message; salted NULL in
+ * pass-through mode. */
+static enum auth_backend_result sasl_response(struct auth_backend *ab, const uint8_t *salted, struct pktbuf *out,
+					      const char **error)
+{
+	char msg[SCRAM_MAX_MESSAGE + 1];
+	size_t mlen;
+	if (!scram_client_write_final(&ab->scram, salted, msg, sizeof msg, &mlen)) {
+		*error = "bad SCRAM server-first-message";
+		return AUTH_BACKEND_FAILED;
+	}
+	auth_backend_put_password(out, msg, mlen);   /* a SASLResponse */
+	OPENSSL_cleanse(msg, sizeof msg);
+	if (out->failed) {
+		*error = "bad SCRAM server-first-message";
+		return AUTH_BACKEND_FAILED;
+	}
+	return AUTH_BACKEND_CONTINUE;
+}
+
+/* kdf's answer, on the loop: kept for auth_backend_resume, the owner told. */
+static void derived(struct kdf_request *req, bool ok, const uint8_t *salted)
+{
+	struct auth_backend *ab = LIST_OWNER(req, struct auth_backend, req);
+	if (ok)
+		memcpy(ab->salted, salted, SCRAM_KEY_LEN);
+	ab->derive = ok ? AUTH_DERIVE_OK : AUTH_DERIVE_FAILED;
+	ab->derived(ab->arg);
+}
+
+enum auth_backend_result auth_backend_resume(struct auth_backend *ab, struct pktbuf *out, const char **error)
+{
+	*error = NULL;
+	bool ok = ab->derive == AUTH_DERIVE_OK;
+	enum auth_backend_result r = AUTH_BACKEND_FAILED;
+	if (ok)
+		r = sasl_response(ab, ab->salted, out, error);
+	else
+		*error = ab->derive == AUTH_DERIVE_FAILED ? "cannot derive the SCRAM key" : "no SCRAM key derived";
+	OPENSSL_cleanse(ab->salted, sizeof ab->salted);
+	ab->derive = AUTH_DERIVE_NONE;
+	return r;
+}
+
 enum auth_backend_result auth_backend_answer(struct auth_backend *ab, const struct auth_backend_secret *sec,
 					     const uint8_t *body, size_t len, struct pktbuf *out,
 					     const char **error)
 {
 	*error = NULL;
+	if (ab->derive != AUTH_DERIVE_NONE) {
+		/* (the owner reads no 'R' while a derivation is under way) */
+		*error = "server sent an authentication request before pgcat answered the last one";
+		return AUTH_BACKEND_FAILED;
+	}
 	if (len < 4) {
 		*error = "malformed authentication request";
 		return AUTH_BACKEND_FAILED;
@@ -139,22 +207,29 @@ enum auth_backend_result auth_backend_answer(struct auth_backend *ab, const stru
 	}
 	case AUTH_REQ_SASL:
 		return auth_backend_sasl_start(ab, sec, body, len, out, error);
-	case AUTH_REQ_SASL_CONT: {
-		char msg[SCRAM_MAX_MESSAGE + 1];
-		size_t mlen;
+	case AUTH_REQ_SASL_CONT:
 		/* Out of turn (no SASL started) the scram state refuses it. */
-		if (!scram_client_handle_first(&ab->scram, (const char *)body + 4, len - 4, msg, sizeof msg, &mlen)) {
+		if (!scram_client_read_first(&ab->scram, (const char *)body + 4, len - 4)) {
 			*error = "bad SCRAM server-first-message";
 			return AUTH_BACKEND_FAILED;
 		}
-		auth_backend_put_password(out, msg, mlen);   /* a SASLResponse */
-		OPENSSL_cleanse(msg, sizeof msg);
-		if (out->failed) {
-			*error = "bad SCRAM server-first-message";
-			return AUTH_BACKEND_FAILED;
+		if (ab->scram.have_keys)
+			return sasl_response(ab, NULL, out, error);
+		switch (kdf_derive(ab->kdf, &ab->req, ab->password, ab->scram.salt, ab->scram.salt_len,
+				   ab->scram.iterations, ab->salted)) {
+		case KDF_DONE: {
+			enum auth_backend_result r = sasl_response(ab, ab->salted, out, error);
+			OPENSSL_cleanse(ab->salted, sizeof ab->salted);
+			return r;
 		}
-		return AUTH_BACKEND_CONTINUE;
-	}
+		case KDF_PENDING:
+			ab->derive = AUTH_DERIVE_PENDING;
+			return AUTH_BACKEND_PENDING;
+		case KDF_FAILED:
+			break;
+		}
+		*error = "cannot derive the SCRAM key";
+		return AUTH_BACKEND_FAILED;
 	case AUTH_REQ_SASL_FIN:
 		if (!scram_client_handle_final(&ab->scram, (const char *)body + 4, len - 4)) {
 			*error = "server's SCRAM signature does not verify";

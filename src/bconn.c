@@ -25,6 +25,7 @@
 
 static void read_cb(struct io *io, void *arg);
 static void event_cb(struct io *io, enum io_event what, int err, void *arg);
+static void auth_derived(void *arg);
 
 static const struct io_ops bconn_io_ops = {
 	.on_read = read_cb,
@@ -52,6 +53,7 @@ void bconn_init(struct bconn *b, struct worker *w, void (*on_ready)(void *arg),
 	b->io.closed = true;
 	b->io.fd = -1;
 	b->state = BCONN_CLOSED;
+	auth_backend_init(&b->auth, w ? w->kdf : NULL, auth_derived, b);
 }
 
 static void wipe_secret(struct bconn *b)
@@ -251,6 +253,18 @@ static void send_startup(struct bconn *b)
 	set_state(b, BCONN_LOGIN);
 }
 
+/* What auth_backend made of an 'R' or a finished key derivation: sent;
+ * false: give up (the reason is in *why). */
+static bool auth_answered(struct bconn *b, enum auth_backend_result r, struct pktbuf *pb)
+{
+	if (r == AUTH_BACKEND_CONTINUE && pb->len > 0)
+		evbuffer_add(io_out(&b->io), pb->data, pb->len);
+	OPENSSL_cleanse(pb->data, pb->cap);   /* a cleartext password, maybe */
+	if (r == AUTH_BACKEND_DONE)
+		auth_backend_clear(&b->auth);   /* the SCRAM keys are of no more use */
+	return r != AUTH_BACKEND_FAILED;
+}
+
 /* One AuthenticationRequest; false: give up (the reason is in *why). */
 static bool handle_auth(struct bconn *b, const uint8_t *body, size_t len, const char **why)
 {
@@ -263,13 +277,7 @@ static bool handle_auth(struct bconn *b, const uint8_t *body, size_t len, const 
 	uint8_t storage[AUTH_BACKEND_MAX_MESSAGE];
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);
-	enum auth_backend_result r = auth_backend_answer(&b->auth, &sec, body, len, &pb, why);
-	if (r == AUTH_BACKEND_CONTINUE && pb.len > 0)
-		evbuffer_add(io_out(&b->io), pb.data, pb.len);
-	OPENSSL_cleanse(storage, sizeof storage);   /* a cleartext password, maybe */
-	if (r == AUTH_BACKEND_DONE)
-		auth_backend_clear(&b->auth);   /* the SCRAM keys are of no more use */
-	return r != AUTH_BACKEND_FAILED;
+	return auth_answered(b, auth_backend_answer(&b->auth, &sec, body, len, &pb, why), &pb);
 }
 
 /* The handshake, after 'S' or (server_tls_negotiation = direct) at once;
@@ -391,6 +399,9 @@ static void process(struct bconn *b)
 		return;
 	struct evbuffer *in = io_in(&b->io);
 	while (in && (b->state == BCONN_LOGIN || b->state == BCONN_READY)) {
+		/* Nothing more is read until the SCRAM key is there (auth_derived). */
+		if (auth_backend_pending(&b->auth))
+			break;
 		uint8_t hdr[5];
 		if (evbuffer_copyout(in, hdr, 5) < 5)
 			break;
@@ -412,6 +423,23 @@ static void process(struct bconn *b)
 	}
 	if (b->state != BCONN_CLOSED && !b->io.closed)
 		io_update_reading(&b->io);
+}
+
+/* The SCRAM key the server's challenge needed is derived (kdf.c): answer,
+ * then go on with what the server sent meanwhile. */
+static void auth_derived(void *arg)
+{
+	struct bconn *b = arg;
+	worker_update_clock(b->w);
+	uint8_t storage[AUTH_BACKEND_MAX_MESSAGE];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	const char *why = NULL;
+	if (!auth_answered(b, auth_backend_resume(&b->auth, &pb, &why), &pb)) {
+		fail_login(b, b->profile->auth_failed, why ? why : "SCRAM failed");
+		return;
+	}
+	process(b);
 }
 
 static void read_cb(struct io *io, void *arg)

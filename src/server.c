@@ -226,14 +226,53 @@ static void login_fail(struct server *s, const char *msg)
 	server_close(s, NULL);
 }
 
+/* What auth_backend made of an 'R' (or of a finished key derivation):
+ * send it, or fail the login. false when the connection was closed. */
+static bool auth_answered(struct server *s, enum auth_backend_result r, struct pktbuf *pb, const char *error)
+{
+	if (r == AUTH_BACKEND_CONTINUE && pb->len > 0)
+		evbuffer_add(io_out(&s->io), pb->data, pb->len);
+	OPENSSL_cleanse(pb->data, pb->cap);   /* a cleartext password, maybe */
+	switch (r) {
+	case AUTH_BACKEND_DONE:
+		auth_free(s);
+		return true;
+	case AUTH_BACKEND_CONTINUE:
+	case AUTH_BACKEND_PENDING:   /* (process_login waits for auth_derived) */
+		return true;
+	case AUTH_BACKEND_FAILED:
+		break;
+	}
+	login_fail(s, error);
+	return false;
+}
+
+/* The SCRAM key the server's challenge needed is derived (kdf.c, off the
+ * loop): answer, then go on with what the server sent meanwhile. */
+static void auth_derived(void *arg)
+{
+	struct server *s = arg;
+	worker_update_clock(s->w);
+	uint8_t storage[AUTH_BACKEND_MAX_MESSAGE];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	const char *error;
+	enum auth_backend_result r = auth_backend_resume(s->auth, &pb, &error);
+	if (auth_answered(s, r, &pb, error))
+		server_process(s);
+}
+
 /* One 'R' message during login; false when the connection was closed. */
 static bool handle_auth_request(struct server *s, const uint8_t *body, size_t len)
 {
 	/* Kept from the SASL request to its last step; allocated here, on the
 	 * first request, to keep idle servers small. */
-	if (!s->auth && !(s->auth = calloc(1, sizeof *s->auth))) {
-		login_fail(s, "out of memory");
-		return false;
+	if (!s->auth) {
+		if (!(s->auth = calloc(1, sizeof *s->auth))) {
+			login_fail(s, "out of memory");
+			return false;
+		}
+		auth_backend_init(s->auth, s->w->kdf, auth_derived, s);
 	}
 	struct pool *pool = s->sp->pool;
 	bool have_key = pool->have_scram && pool->have_passthrough_key;
@@ -248,20 +287,7 @@ static bool handle_auth_request(struct server *s, const uint8_t *body, size_t le
 	pktbuf_init(&pb, storage, sizeof storage);
 	const char *error;
 	enum auth_backend_result r = auth_backend_answer(s->auth, &sec, body, len, &pb, &error);
-	if (r == AUTH_BACKEND_CONTINUE && pb.len > 0)
-		evbuffer_add(io_out(&s->io), pb.data, pb.len);
-	OPENSSL_cleanse(storage, sizeof storage);   /* a cleartext password, maybe */
-	switch (r) {
-	case AUTH_BACKEND_DONE:
-		auth_free(s);
-		return true;
-	case AUTH_BACKEND_CONTINUE:
-		return true;
-	case AUTH_BACKEND_FAILED:
-		break;
-	}
-	login_fail(s, error);
-	return false;
+	return auth_answered(s, r, &pb, error);
 }
 
 static void note_error(struct server *s, const uint8_t *body, size_t len)
@@ -425,6 +451,9 @@ static void process_login(struct server *s)
 	if (s->tls_phase == SERVER_TLS_HANDSHAKE)
 		return;
 	while (s->state == SERVER_LOGIN) {
+		/* Nothing more is read until the SCRAM key is there (auth_derived). */
+		if (s->auth && auth_backend_pending(s->auth))
+			return;
 		uint8_t hdr[5];
 		if (evbuffer_copyout(in, hdr, 5) < 5)
 			return;

@@ -47,6 +47,7 @@
 #include "admin_ops.h"
 #include "admin_show.h"
 #include "auth_scram.h"
+#include "kdf.h"
 #include "prometheus.h"
 #include "stats.h"
 
@@ -253,6 +254,7 @@ static bool reload_apply(struct worker *w, struct config *cfg, char *err, size_t
 	if (w->serving && !prometheus_reconfigure(w))
 		log_error("reload: /metrics is not served (see above)");
 	auth_query_reload(w);   /* cached answers of the old auth_query go */
+	kdf_forget(w->kdf);     /* and the SCRAM keys of passwords perhaps no longer configured */
 	log_info("configuration reloaded from %s", w->config_path);
 	twophase_recover_kick(w->twophase_recover);   /* new shards, or two_phase_commit turned on: check them */
 	return true;
@@ -827,6 +829,10 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	}
 	if (!(w->dns = dns_new(w, pool_dns_done)))
 		goto fail;
+	/* Before the pools: min_pool_size logs in at once. Its threads come
+	 * with the first derivation, in this process. */
+	if (!(w->kdf = kdf_new(w->base)))
+		goto fail;
 	{
 		char tls_err[384];
 		if (!tls_contexts_build(&cfg->general, &w->tls, tls_err, sizeof tls_err)) {
@@ -1009,6 +1015,7 @@ void worker_destroy(struct worker *w)
 		if (evs[i])
 			event_free(evs[i]);
 	cancel_table_free(&w->cancel);
+	kdf_free(w->kdf);   /* after every login that could wait for it */
 	dns_free(w->dns);
 	tls_contexts_free(&w->tls);
 	io_flusher_free(&w->flusher);

@@ -3,6 +3,7 @@
 #include "check_suites.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/evp.h>
@@ -10,6 +11,7 @@
 
 #include "auth_md5.h"
 #include "auth_scram.h"
+#include "saslprep.h"
 
 /* RFC 7677 section 3 test vector (user "user", password "pencil"). */
 #define RFC_PASSWORD "pencil"
@@ -766,6 +768,176 @@ START_TEST(test_client_server_final_malformed)
 }
 END_TEST
 
+/* ---- SASLprep (RFC 4013), as PostgreSQL applies it ---- */
+
+/* What saslprep_password makes of in: want (NULL: in itself) and how. */
+static void expect_prep(const char *in, const char *want, enum saslprep_result how)
+{
+	char *out = NULL;
+	enum saslprep_result r = saslprep_password(in, &out);
+	ck_assert_ptr_nonnull(out);
+	ck_assert_msg(r == how, "%s: result %d, expected %d", in, (int)r, (int)how);
+	ck_assert_msg(strcmp(out, want ? want : in) == 0, "%s: got %s", in, out);
+	free(out);
+}
+
+START_TEST(test_saslprep_cases)
+{
+	/* U+2168 ROMAN NUMERAL NINE: NFKC makes it "IX". */
+	expect_prep("IX-\xe2\x85\xa8", "IX-IX", SASLPREP_NORMALISED);
+	/* U+00AD SOFT HYPHEN is mapped to nothing; U+00A0 NO-BREAK SPACE to a space. */
+	expect_prep("pass\xc2\xad" "word", "password", SASLPREP_NORMALISED);
+	expect_prep("a\xc2\xa0" "b", "a b", SASLPREP_NORMALISED);
+	/* ASCII as it is, a control character too (PostgreSQL's quick path). */
+	expect_prep("IX-IX", NULL, SASLPREP_NORMALISED);
+	expect_prep("a\x01" "b", NULL, SASLPREP_NORMALISED);
+	/* Not UTF-8: a stray byte, a shorter form than needed, a surrogate,
+	 * past U+10FFFF, a truncated sequence: raw bytes. */
+	expect_prep("a\xff" "b", NULL, SASLPREP_RAW);
+	expect_prep("\xc0\xaf", NULL, SASLPREP_RAW);
+	expect_prep("\xed\xa0\x80", NULL, SASLPREP_RAW);
+	expect_prep("\xf4\x90\x80\x80", NULL, SASLPREP_RAW);
+	expect_prep("a\xe2\x85", NULL, SASLPREP_RAW);
+	/* Prohibited: private use U+E000, non-ASCII control U+0080. */
+	expect_prep("a\xee\x80\x80" "b", NULL, SASLPREP_RAW);
+	expect_prep("a\xc2\x80" "b", NULL, SASLPREP_RAW);
+	/* Unassigned in Unicode 3.2 (U+0221). */
+	expect_prep("a\xc8\xa1", NULL, SASLPREP_RAW);
+	/* Nothing left once mapped: raw. */
+	expect_prep("\xc2\xad", NULL, SASLPREP_RAW);
+	/* Checked before normalisation, as PostgreSQL does: U+0340 is
+	 * prohibited although its NFKC form U+0300 is not... */
+	expect_prep("a\xcd\x80" "b", NULL, SASLPREP_RAW);
+	/* ...and alef, U+2122 (neutral), alef passes the bidi rules although
+	 * its NFKC form, alef "TM" alef, would not. */
+	expect_prep("\xd7\x90\xe2\x84\xa2\xd7\x90", "\xd7\x90" "TM" "\xd7\x90", SASLPREP_NORMALISED);
+	/* Right-to-left with left-to-right: raw. */
+	expect_prep("\xd7\x90" "a" "\xd7\x90", NULL, SASLPREP_RAW);
+}
+END_TEST
+
+/* Verifiers PostgreSQL 15 made (CREATE ROLE ... PASSWORD, password_encryption
+ * scram-sha-256) for passwords SASLprep changes or refuses: the same
+ * password and salt must give the same keys here. */
+static const struct {
+	const char *password, *verifier;
+} pg_made[] = {
+	{ "IX-\xe2\x85\xa8", "SCRAM-SHA-256$4096:1DEC6UMLFjfim8bxpywXIw==$jspqqjvubQK6RsMlMADD5BdU99+Swfa2SVNXnk0bqF4="
+			     ":yUu9Bjjn9h7q/PHalzVshO4dweptducOle60AdQetRA=" },
+	{ "pass\xc2\xad" "word", "SCRAM-SHA-256$4096:NUdlF7D3UQQM86Ubf5zYBA==$A2ZJl0Nx4ZxQF6LbqjXbABMmzcb34AKu+SwZKWRJsoE="
+				 ":gcOGhegYiM/QPIxmeQM7i4/4pFS+3CsVDDhQqvao64k=" },
+	{ "\xc2\xad", "SCRAM-SHA-256$4096:yMPpe1riisO33ialdAavkw==$qLaZrwtcLNE0jkAeArToWlxpXYqGBARO0YwpUe/KUV0="
+		      ":AUDYRmI488Enk8gXOPlD6mwxQpuHVMvGFjpb0mUbpYw=" },
+	{ "a\xcd\x80" "b", "SCRAM-SHA-256$4096:/ynQYaB7k463sHnsslnZVg==$UVxZTMXis4pSRma4+sbaa2zJrmmKGUYsB8viQHJup5M="
+			   ":IniP26UnBaM/G8woLQzmpaod9gyt/phB18oNZ3TpR5E=" },
+	{ "\xd7\x90\xe2\x84\xa2\xd7\x90",
+	  "SCRAM-SHA-256$4096:Jzlxll+AcU3lvb/p3MkPCg==$BE3X7Puz4GExduKrOH4VCmji2dXP2f21GsPPMS05Nms="
+	  ":ZS2Uz4uGJL5ZDGKNgzHqQWFic4WOLl61Gshvjmw3Ceg=" },
+	{ "a\xc2\xa0" "b", "SCRAM-SHA-256$4096:JV8HKGdIQhsJr15Qzn680A==$cAllDlta5hYa6rvm7IkFIP+o1X5HKsz0jc2BLfRA+bA="
+			   ":GAc7Z2J3FaxLmL4k0+rGHEv/afKeJLKUQzuaeXEnHYc=" },
+	{ "a\xee\x80\x80" "b", "SCRAM-SHA-256$4096:Qu5wPDyb5WD2R8xP+XBmxA==$DzIdlNP/oi5R0Cin9FetrnouwpnGF8U0koa+1+YOqOA="
+			       ":w8tBWi+wXyXME816cJgLhjtzTxOOCm1PPgLlffWtwUk=" },
+};
+
+START_TEST(test_saslprep_postgres_verifiers)
+{
+	for (size_t i = 0; i < sizeof pg_made / sizeof pg_made[0]; i++) {
+		struct scram_secret pg, ours;
+		ck_assert(scram_secret_parse(pg_made[i].verifier, &pg));
+		ck_assert(scram_secret_from_password(pg_made[i].password, pg.salt, pg.salt_len, pg.iterations, &ours));
+		ck_assert_msg(memcmp(ours.stored_key, pg.stored_key, SCRAM_KEY_LEN) == 0 &&
+				      memcmp(ours.server_key, pg.server_key, SCRAM_KEY_LEN) == 0,
+			      "case %zu: not the keys PostgreSQL derived", i);
+	}
+	/* And the NFKC-equivalent ASCII password matches the first one too. */
+	struct scram_secret pg, ours;
+	ck_assert(scram_secret_parse(pg_made[0].verifier, &pg));
+	ck_assert(scram_secret_from_password("IX-IX", pg.salt, pg.salt_len, pg.iterations, &ours));
+	ck_assert(memcmp(ours.stored_key, pg.stored_key, SCRAM_KEY_LEN) == 0);
+}
+END_TEST
+
+/* ---- PBKDF2 ---- */
+
+START_TEST(test_salted_password_matches_openssl)
+{
+	char longpw[201];
+	memset(longpw, 'p', sizeof longpw - 1);
+	longpw[sizeof longpw - 1] = '\0';
+	static const size_t pwlens[] = { 0, 1, 63, 64, 65, 200 };
+	static const size_t saltlens[] = { 1, 16, SCRAM_MAX_SALT_LEN };
+	static const int iters[] = { 1, 2, 4096, 65537 };
+	uint8_t salt[SCRAM_MAX_SALT_LEN];
+	for (size_t i = 0; i < sizeof salt; i++)
+		salt[i] = (uint8_t)(i * 7 + 1);
+	for (size_t a = 0; a < sizeof pwlens / sizeof *pwlens; a++)
+		for (size_t b = 0; b < sizeof saltlens / sizeof *saltlens; b++)
+			for (size_t c = 0; c < sizeof iters / sizeof *iters; c++) {
+				char pw[sizeof longpw];
+				memcpy(pw, longpw, pwlens[a]);
+				pw[pwlens[a]] = '\0';
+				uint8_t ours[SCRAM_KEY_LEN], theirs[SCRAM_KEY_LEN];
+				ck_assert(scram_salted_password(pw, salt, saltlens[b], iters[c], NULL, ours));
+				ck_assert(PKCS5_PBKDF2_HMAC(pw, (int)pwlens[a], salt, (int)saltlens[b], iters[c],
+							    EVP_sha256(), SCRAM_KEY_LEN, theirs) == 1);
+				ck_assert_msg(memcmp(ours, theirs, SCRAM_KEY_LEN) == 0,
+					      "password %zu bytes, salt %zu, %d iterations", pwlens[a], saltlens[b],
+					      iters[c]);
+			}
+	uint8_t out[SCRAM_KEY_LEN];
+	ck_assert(!scram_salted_password("pw", salt, 16, 0, NULL, out));
+	ck_assert(!scram_salted_password("pw", salt, 16, SCRAM_MAX_ITERATIONS + 1, NULL, out));
+}
+END_TEST
+
+START_TEST(test_salted_password_stop)
+{
+	static const uint8_t salt[16] = { 9 };
+	uint8_t out[SCRAM_KEY_LEN];
+	atomic_bool stop;
+	atomic_init(&stop, true);
+	/* Looked at every 65,536 rounds: a shorter derivation ends anyway. */
+	ck_assert(scram_salted_password("pw", salt, sizeof salt, 65536, &stop, out));
+	ck_assert(!scram_salted_password("pw", salt, sizeof salt, SCRAM_MAX_ITERATIONS, &stop, out));
+	atomic_store(&stop, false);
+	ck_assert(scram_salted_password("pw", salt, sizeof salt, 65537, &stop, out));
+}
+END_TEST
+
+/* The client's two steps with the SaltedPassword derived in between give
+ * RFC 7677's client-final, as the one-step call does. */
+START_TEST(test_client_two_steps)
+{
+	struct scram_client c;
+	char out[BUFSZ];
+	size_t n;
+	memset(&c, 0, sizeof(c));
+	ck_assert(scram_client_first_with_user(&c, RFC_PASSWORD, "user", RFC_CLIENT_NONCE, out, sizeof(out), &n));
+	ck_assert(scram_client_read_first(&c, RFC_SERVER_FIRST, strlen(RFC_SERVER_FIRST)));
+	ck_assert_int_eq(c.step, SCRAM_CLIENT_GOT_FIRST);
+	ck_assert_int_eq(c.iterations, 4096);
+	ck_assert_uint_eq(c.salt_len, 16);
+	/* Not twice, and not the final before its keys' turn. */
+	ck_assert(!scram_client_handle_final(&c, RFC_SERVER_FINAL, strlen(RFC_SERVER_FINAL)));
+	uint8_t salted[SCRAM_KEY_LEN];
+	ck_assert(scram_salted_password(RFC_PASSWORD, c.salt, c.salt_len, c.iterations, NULL, salted));
+	memset(&c, 0, sizeof(c));
+	ck_assert(scram_client_first_with_user(&c, RFC_PASSWORD, "user", RFC_CLIENT_NONCE, out, sizeof(out), &n));
+	ck_assert(scram_client_read_first(&c, RFC_SERVER_FIRST, strlen(RFC_SERVER_FIRST)));
+	ck_assert(!scram_client_read_first(&c, RFC_SERVER_FIRST, strlen(RFC_SERVER_FIRST)));   /* out of turn: over */
+	memset(&c, 0, sizeof(c));
+	ck_assert(scram_client_first_with_user(&c, RFC_PASSWORD, "user", RFC_CLIENT_NONCE, out, sizeof(out), &n));
+	ck_assert(scram_client_read_first(&c, RFC_SERVER_FIRST, strlen(RFC_SERVER_FIRST)));
+	ck_assert(!scram_client_write_final(&c, NULL, out, sizeof(out), &n));   /* password mode needs the key */
+	memset(&c, 0, sizeof(c));
+	ck_assert(scram_client_first_with_user(&c, RFC_PASSWORD, "user", RFC_CLIENT_NONCE, out, sizeof(out), &n));
+	ck_assert(scram_client_read_first(&c, RFC_SERVER_FIRST, strlen(RFC_SERVER_FIRST)));
+	ck_assert(scram_client_write_final(&c, salted, out, sizeof(out), &n));
+	ck_assert_str_eq(out, RFC_CLIENT_FINAL);
+	ck_assert(scram_client_handle_final(&c, RFC_SERVER_FINAL, strlen(RFC_SERVER_FINAL)));
+}
+END_TEST
+
 Suite *scram_suite(void)
 {
 	Suite *s = suite_create("scram");
@@ -791,6 +963,18 @@ Suite *scram_suite(void)
 	tcase_add_test(tc, test_server_gs2_y);
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_wrong_password);
+	tcase_add_test(tc, test_client_two_steps);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("saslprep");
+	tcase_add_test(tc, test_saslprep_cases);
+	tcase_add_test(tc, test_saslprep_postgres_verifiers);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("pbkdf2");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_salted_password_matches_openssl);
+	tcase_add_test(tc, test_salted_password_stop);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("malformed");

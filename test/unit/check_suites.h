@@ -7,6 +7,7 @@ Suite *proto_suite(void);
 Suite *md5_suite(void);
 Suite *scram_suite(void);
 Suite *auth_backend_suite(void);
+Suite *kdf_suite(void);
 Suite *config_suite(void);
 Suite *router_suite(void);
 Suite *sharding_suite(void);
