@@ -62,6 +62,11 @@ struct fanout_events {
 	/* c broke the protocol, or pgcat ran out of memory: it is closed with
 	 * this FATAL. */
 	void (*fatal)(struct client *c, const char *sqlstate, const char *message);
+	/* fo found that its request needs one shard only (an INSERT without a
+	 * column list whose rows all have their key there): fo is freed, the
+	 * request is back at the head of c's input, untouched, to be routed
+	 * to shard as a keyed request. */
+	void (*rerouted)(struct client *c, int shard);
 };
 
 enum fanout_start {
@@ -138,6 +143,10 @@ struct client_xshard {
 	 * worker sets batch_no_wait: the client waits for results first. */
 	uint64_t batch_wait_since_us;
 	bool batch_no_wait;
+	/* The shard of the request at the head of the input, found by a
+	 * fan-out that handed it back (fanout_events.rerouted). */
+	bool has_request_shard;
+	int16_t request_shard;
 };
 /* c's cross-shard state, made if it has none (NULL: out of memory). */
 struct client_xshard *fanout_xshard(struct client *c);

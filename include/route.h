@@ -80,7 +80,11 @@ enum route_phase {
 	ROUTE_PHASE_GUARD,         /* check each Query and Bind against the server's shard */
 	ROUTE_PHASE_REFUSE_BIND,   /* the request a Parse opened is for another shard: refuse its Bind */
 	ROUTE_PHASE_PROVISIONAL,   /* routed to default_shard before the key was known */
-	ROUTE_PHASE_REROUTING      /* pgcat's Sync is out; the Bind waits for the release */
+	ROUTE_PHASE_REROUTING,     /* pgcat's Sync is out; the Bind waits for the release */
+	/* the request at the head was routed to the shard the fan-out found
+	 * for it (route_decision.known_shard): it goes as it is, up to its
+	 * end (its Query or Sync); then GUARD */
+	ROUTE_PHASE_KNOWN
 };
 enum route_active {
 	ROUTE_ACTIVE_FORWARD,      /* go on with the message as usual */
@@ -153,6 +157,11 @@ enum route_held {
 };
 
 struct route_decision {
+	/* In (the caller's, after route_decision_init): the request's shard,
+	 * already found (a one-shard INSERT the fan-out handed back, its key
+	 * where the table's sharding column sits): routed there as by its
+	 * key. -1: none. */
+	int known_shard;
 	enum route_action action;
 	struct srvpool *sp;        /* (CHECKOUT) */
 	/* (CHECKOUT) a write, and the shard's configured primary is in
@@ -223,6 +232,7 @@ struct route_decision {
  * reply is started). */
 static inline void route_decision_init(struct route_decision *d)
 {
+	d->known_shard = -1;
 	d->action = ROUTE_CHECKOUT;
 	d->sp = NULL;
 	d->no_writer = false;

@@ -522,6 +522,22 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 	return FANOUT_STARTED;
 }
 
+/* The request's rows are all on shard: nothing of it was sent anywhere
+ * (only the position query ran): it goes back to the head of the
+ * client's input as it came, and the session routes it there. */
+static void insert_reroute(struct fanout *fo, int shard)
+{
+	struct client *c = fo->c;
+	if (evbuffer_prepend(c->io.in, fo->req_copy, fo->req_len) != 0) {
+		fanout_free(fo);
+		fanout_ev(c)->fatal(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return;
+	}
+	log_debug("C-%llu: the INSERT's rows are all on shard %d: routed there", (unsigned long long)c->id, shard);
+	fanout_free(fo);
+	fanout_ev(c)->rerouted(c, shard);
+}
+
 /* The position query's answers are in: the sharding column's place in the
  * table; the rows are split by it and sent. */
 static void insert_positioned(struct fanout *fo)
@@ -559,6 +575,20 @@ static void insert_positioned(struct fanout *fo)
 						q.r.query ? NULL : &q.kb, position, &split, why))
 			fanout_set_error(fo, SQLSTATE_FEATURE_NOT_SUPPORTED, why);
 		else {
+			int only = -1, parts = 0;
+			for (int s = 0; s < fo->n_legs; s++)
+				if (split.sql[s]) {
+					parts++;
+					only = s;
+				}
+			if (parts == 1) {
+				/* every row on one shard: a keyed write, routed as
+				 * one (in a transaction, it runs there like any
+				 * other statement, not as a split write) */
+				insert_split_free(&split);
+				insert_reroute(fo, only);
+				return;
+			}
 			fo->phase = PHASE_RUN;
 			insert_send_parts(fo, &split, &q);
 			insert_split_free(&split);

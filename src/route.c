@@ -317,6 +317,11 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 	*via = c->shard_override >= 0 ? ROUTE_VIA_SET : ROUTE_VIA_DEFAULT;
 	if (n_shards <= 1)
 		return SHARD_DECIDED;
+	if (d->known_shard >= 0 && d->known_shard < n_shards) {
+		*shard = d->known_shard;
+		*via = ROUTE_VIA_KEY;
+		return SHARD_DECIDED;
+	}
 
 	/* A comment hint routes this one transaction, whatever was SET. */
 	const char *sql;
@@ -505,6 +510,13 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 	d->cross_from = -1;
 	if (d->phase == ROUTE_PHASE_REROUTING)
 		return ROUTE_ACTIVE_WAIT;
+	if (d->phase == ROUTE_PHASE_KNOWN) {
+		/* judged already (its key where the table's sharding column
+		 * sits): the statements after it are guarded as usual */
+		if (f->type == PqMsg_Query || f->type == PqMsg_Sync || f->type == PqMsg_FunctionCall)
+			d->phase = ROUTE_PHASE_GUARD;
+		return ROUTE_ACTIVE_FORWARD;
+	}
 	bool refuse_bind = d->phase == ROUTE_PHASE_REFUSE_BIND && f->type == PqMsg_Bind;
 	if (f->type == PqMsg_Parse && d->phase == ROUTE_PHASE_GUARD && f->len + 1 <= ROUTE_SCAN_MAX) {
 		/* The request this Parse opens, with its Binds: once the Parse
@@ -846,7 +858,7 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f, unsig
 		 * statements must agree with it. */
 		if (d->phase == ROUTE_PHASE_NONE && (via == ROUTE_VIA_KEY || via == ROUTE_VIA_DEFAULT) &&
 		    p->cpool->query_parser_enabled && p->cpool->n_sharded_tables > 0)
-			d->phase = ROUTE_PHASE_GUARD;
+			d->phase = d->known_shard >= 0 ? ROUTE_PHASE_KNOWN : ROUTE_PHASE_GUARD;
 	}
 	return sp;
 }

@@ -397,8 +397,15 @@ __attribute__((always_inline)) static inline bool route_and_check_out(struct cli
 	struct route_decision d;
 	bool may_hold = true;
 	unsigned declined = 0;
+	/* (a request the fan-out handed back knows its shard: once) */
+	int known_shard = -1;
+	if (c->xshard && c->xshard->has_request_shard) {
+		known_shard = c->xshard->request_shard;
+		c->xshard->has_request_shard = false;
+	}
 	for (;;) {
 		route_decision_init(&d);
+		d.known_shard = known_shard;
 		route_pick(c, f, may_hold, declined, &d);
 		if (d.action == ROUTE_HOLD && !apply_held(c, &d)) {
 			may_hold = false;   /* (out of memory: routed as it comes, BEGIN included) */
@@ -598,6 +605,19 @@ static void fanout_fatal(struct client *c, const char *sqlstate, const char *mes
 	client_close(c, sqlstate, "%s", message);
 }
 
+static void fanout_rerouted(struct client *c, int shard)
+{
+	struct client_xshard *x = fanout_xshard(c);
+	if (!x) {
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return;
+	}
+	x->has_request_shard = true;
+	x->request_shard = (int16_t)shard;
+	c->fanout = NULL;
+	client_on_released(c);   /* idle again: the request, routed afresh */
+}
+
 /* The shard guard of a linked client (route.h); with two_phase_commit a
  * request for another shard takes the transaction there (fanout_txn.c). */
 static enum route_active normal_guard(struct client *c, struct server *s, const struct proto_frame *f,
@@ -628,6 +648,7 @@ static const struct fanout_events normal_fanout_events = {
 	.tx_aborted = fanout_tx_aborted,
 	.wrote = fanout_wrote,
 	.fatal = fanout_fatal,
+	.rerouted = fanout_rerouted,
 };
 
 const struct session_ops normal_session = {

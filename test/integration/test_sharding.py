@@ -869,3 +869,67 @@ def test_unnamed_statement_answers_on_every_shard(pgcat, shards):
         assert [t for t, _ in got] == [b"1", b"2", b"T", b"D", b"C", b"Z"], (k, got)
     r.close()
     assert misplaced(shards, "items3", 3) == 0
+
+
+@pytest.mark.parametrize("protocol", ["simple", "extended"])
+def test_insert_without_column_list_in_a_transaction_is_keyed(pgcat, shards, protocol):
+    """An INSERT without a column list has its key where the table's
+    sharding column sits (pgcat asks shard 0 where that is). One whose rows
+    are all on one shard is a keyed write like any other: as a
+    transaction's first statement it takes the transaction to that shard,
+    and the statements after it run there; COMMIT keeps the row there,
+    ROLLBACK takes it back."""
+    inst = start(pgcat, shards)
+    ks = keys_by_shard(shards, "items3", 3)
+    a, b = ks[1][0], ks[1][1]
+    r = inst.raw_login(dbname="sh3")
+
+    def run(sql, params=()):
+        if protocol == "simple":
+            for i, p in enumerate(params):
+                sql = sql.replace("$%d" % (i + 1), str(p), 1)
+            return r.simple(sql)
+        r.send(pgwire.parse(sql) + pgwire.bind(list(params)) + pgwire.describe() + pgwire.execute() +
+               pgwire.sync())
+        msgs = r.read_until((b"Z",))
+        err = next((pgwire.parse_fields(m) for t, m in msgs if t == b"E"), None)
+        rows = [pgwire.data_row_values(m) for t, m in msgs if t == b"D"]
+        return rows, err, msgs[-1][1].decode()
+
+    rows, err, status = r.simple("BEGIN")
+    assert err is None and status == "T"
+    rows, err, status = run("INSERT INTO items3 VALUES ($1, 'one row')", (a,))
+    assert err is None and status == "T", err
+    rows, err, status = run("SELECT count(*) FROM items3 WHERE id = $1", (a,))
+    assert err is None and rows == [["1"]] and status == "T", (rows, err)
+    rows, err, status = run("INSERT INTO items3 (id, v) VALUES ($1, 'same shard')", (b,))
+    assert err is None and status == "T", err
+    rows, err, status = run("SELECT count(*) FROM items3 WHERE id IN ($1, $2)", (a, b))
+    assert err is None and rows == [["2"]] and status == "T", (rows, err)
+    rows, err, status = r.simple("COMMIT")
+    assert err is None and status == "I", err
+    assert where(shards, "items3", 3, a) == [1] and where(shards, "items3", 3, b) == [1]
+    # ROLLBACK takes it back, as on one server
+    c = ks[2][0]
+    rows, err, status = r.simple("BEGIN")
+    rows, err, status = run("INSERT INTO items3 VALUES ($1, 'gone')", (c,))
+    assert err is None and status == "T", err
+    rows, err, status = run("SELECT v FROM items3 WHERE id = $1", (c,))
+    assert rows == [["gone"]], (rows, err)
+    rows, err, status = r.simple("ROLLBACK")
+    assert err is None and status == "I"
+    assert where(shards, "items3", 3, c) == []
+    # outside a transaction too; and several rows of one shard at once
+    rows, err, status = run("INSERT INTO items3 VALUES ($1, 'autocommit')", (c,))
+    assert err is None and status == "I", err
+    d, e = ks[2][1], ks[2][2]
+    rows, err, status = r.simple("BEGIN")
+    rows, err, status = run("INSERT INTO items3 VALUES ($1, 'x'), ($2, 'y')", (d, e))
+    assert err is None and status == "T", err
+    rows, err, status = run("SELECT count(*) FROM items3 WHERE id = $1", (d,))
+    assert rows == [["1"]] and status == "T", (rows, err)
+    rows, err, status = r.simple("COMMIT")
+    assert err is None and status == "I", err
+    assert [where(shards, "items3", 3, k) for k in (c, d, e)] == [[2], [2], [2]]
+    assert misplaced(shards, "items3", 3) == 0
+    r.close()
