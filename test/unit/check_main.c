@@ -25,6 +25,7 @@ int main(void)
 	srunner_add_suite(sr, ryw_suite());
 	srunner_add_suite(sr, twophase_suite());
 	srunner_add_suite(sr, txn_mode_suite());
+	srunner_add_suite(sr, txn_suite());
 	srunner_add_suite(sr, cancel_suite());
 	srunner_add_suite(sr, shm_suite());
 	srunner_run_all(sr, CK_NORMAL);

@@ -23,6 +23,7 @@ Suite *sqllex_suite(void);
 Suite *ryw_suite(void);
 Suite *twophase_suite(void);
 Suite *txn_mode_suite(void);
+Suite *txn_suite(void);
 Suite *cancel_suite(void);
 Suite *shm_suite(void);
 #endif
