@@ -190,7 +190,7 @@ static void start_login(struct client *c)
 {
 	struct worker *w = c->w;
 	if (!client_user(c)[0]) {
-		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "no PostgreSQL user name specified in startup packet");
+		client_close(c, SQLSTATE_INVALID_AUTHORIZATION, "no PostgreSQL user name specified in startup packet");
 		return;
 	}
 	const struct config_general *g = &w->cfg->general;
@@ -324,6 +324,44 @@ static void start_direct_tls(struct client *c)
 	io_start_tls_replay(&c->io, ssl);
 }
 
+/* A first packet whose length no startup packet has: a Terminate sent
+ * before any startup packet (node-postgres's connect() then end()), an
+ * HTTP request, a port scan. As PostgreSQL does, it is logged and the
+ * connection closed without a word: a client that sends this is not
+ * speaking the protocol yet, or is leaving, and an ErrorResponse would
+ * only surprise it. */
+static void refuse_length(struct client *c)
+{
+	char a[CLIENT_ADDR_STRLEN];
+	log_info("C-%llu %s:%d: invalid length of startup packet", (unsigned long long)c->id, client_addr_str(c, a),
+		 c->port);
+	io_flush(&c->io);   /* an 'N' to an SSLRequest before it still goes */
+	client_close(c, NULL, NULL);
+}
+
+/* A protocol major version other than 3, answered as PostgreSQL answers
+ * it: FATAL 0A000; below 3 (but not 0.0, which PostgreSQL answers in the
+ * current format), in the old protocol's error format (an 'E' and the
+ * text, no length), the one such a client can read. */
+static void refuse_version(struct client *c, uint32_t version)
+{
+	unsigned major = PG_PROTOCOL_MAJOR(version), minor = PG_PROTOCOL_MINOR(version);
+	if (major >= 3 || version == 0) {
+		client_close(c, SQLSTATE_FEATURE_NOT_SUPPORTED,
+			     "unsupported frontend protocol %u.%u: server supports 3.0 to 3.%u", major, minor,
+			     PROTO_MINOR_LATEST);
+		return;
+	}
+	char msg[128];
+	int n = snprintf(msg, sizeof msg, "EFATAL:  unsupported frontend protocol %u.%u: server supports 3.0 to 3.%u\n",
+			 major, minor, PROTO_MINOR_LATEST);
+	if (n > 0 && (size_t)n < sizeof msg) {
+		evbuffer_add(io_out(&c->io), msg, (size_t)n + 1);   /* with its NUL */
+		io_flush(&c->io);
+	}
+	client_close(c, NULL, NULL);
+}
+
 static void process_startup(struct client *c)
 {
 	struct evbuffer *in = c->io.in;
@@ -341,7 +379,7 @@ static void process_startup(struct client *c)
 			return;
 		uint32_t len = proto_get_u32(hdr);
 		if (len < 8 || len > PROTO_STARTUP_MAX) {
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid length of startup packet");
+			refuse_length(c);
 			return;
 		}
 		if (evbuffer_get_length(in) < len)
@@ -355,12 +393,10 @@ static void process_startup(struct client *c)
 		case PROTO_STARTUP_RESULT_NEED_MORE:
 			return;
 		case PROTO_STARTUP_RESULT_BAD_LENGTH:
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid length of startup packet");
+			refuse_length(c);
 			return;
 		case PROTO_STARTUP_RESULT_BAD_VERSION:
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION,
-				     "unsupported frontend protocol %u.%u: server supports 3.0 to 3.%u",
-				     PG_PROTOCOL_MAJOR(st.version), PG_PROTOCOL_MINOR(st.version), PROTO_MINOR_LATEST);
+			refuse_version(c, st.version);
 			return;
 		case PROTO_STARTUP_RESULT_MALFORMED:
 			/* A CancelRequest with a key of no possible length: closed
