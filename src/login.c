@@ -46,24 +46,38 @@
 
 static void login_done(struct client *c);
 
-static bool startup_param(struct client *c, const char *name, const char *value)
+/* The client's startup settings, taken as PostgreSQL takes them: the
+ * "options" first, then the other parameters (which win over them), each
+ * refused with PostgreSQL's error where pgcat can tell without a server
+ * (params_options.c). false: the client was closed. */
+static bool startup_params(struct client *c, const struct proto_startup *st)
 {
-	if (strcmp(name, "user") == 0 || strcmp(name, "database") == 0) {
-		/* taken by set_names after the loop */
-	} else if (strcmp(name, "options") == 0) {
-		if (!params_apply_options(&c->params, value)) {
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid command-line argument in startup packet: \"%s\"", value);
+	struct params_refusal why;
+	for (size_t i = 0; i < st->n_params; i++) {
+		if (strcmp(st->params[i].name, "options") != 0)
+			continue;
+		if (!params_apply_options(&c->params, st->params[i].value, &why)) {
+			client_close(c, why.sqlstate, "%s", why.message);
 			return false;
 		}
-	} else if (strcmp(name, "replication") == 0) {
-		client_close(c, SQLSTATE_FEATURE_NOT_SUPPORTED, "replication connections are not supported by pgcat");
-		return false;
-	} else if (proto_is_protocol_option(name)) {
-		/* protocol options: pgcat knows none; each was named back in
-		 * NegotiateProtocolVersion, and none goes to a server */
-	} else if (!params_set(&c->params, name, value, strcasecmp(name, "search_path") == 0)) {
-		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "startup parameter \"%s\" is too long", name);
-		return false;
+	}
+	for (size_t i = 0; i < st->n_params; i++) {
+		const char *name = st->params[i].name, *value = st->params[i].value;
+		if (strcmp(name, "user") == 0 || strcmp(name, "database") == 0 || strcmp(name, "options") == 0) {
+			/* user and database: taken by set_names after the loop */
+		} else if (strcmp(name, "replication") == 0) {
+			client_close(c, SQLSTATE_FEATURE_NOT_SUPPORTED, "replication connections are not supported by pgcat");
+			return false;
+		} else if (proto_is_protocol_option(name)) {
+			/* protocol options: pgcat knows none; each was named back in
+			 * NegotiateProtocolVersion, and none goes to a server */
+		} else if (!params_check_startup(name, value, &why)) {
+			client_close(c, why.sqlstate, "%s", why.message);
+			return false;
+		} else if (!params_set(&c->params, name, value, false)) {
+			client_close(c, "54000", "too many or too long settings in the startup packet");
+			return false;
+		}
 	}
 	return true;
 }
@@ -448,9 +462,8 @@ static void process_startup(struct client *c)
 		}
 		if (!negotiate_protocol(c, &st))
 			return;
-		for (size_t i = 0; i < st.n_params; i++)
-			if (!startup_param(c, st.params[i].name, st.params[i].value))
-				return;
+		if (!startup_params(c, &st))
+			return;
 		if (!set_names(c, &st))
 			return;
 		evbuffer_drain(in, len);

@@ -24,4 +24,5 @@ Suite *twophase_suite(void);
 Suite *txn_mode_suite(void);
 Suite *cancel_suite(void);
 Suite *shm_suite(void);
+Suite *params_suite(void);
 #endif
