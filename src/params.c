@@ -821,14 +821,26 @@ static enum params_stmt track_reset(struct params *p, const char *s, const char 
  * pg_settings view. Named in any case; a mention in a string or a comment
  * counts too, which costs a reset at most. Found by their '_', which most
  * texts have few of. */
+/* s[0..n) is the lower-case word w in any case (w: letters only). */
+static inline bool letters_are(const char *s, const char *w, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((s[i] | 0x20) != w[i])
+			return false;
+	return true;
+}
+
 static bool mentions_setter(const char *s, size_t len, bool view_too)
 {
 	const char *end = s + len;
 	for (const char *u = s; (u = memchr(u, '_', (size_t)(end - u))) != NULL; u++) {
-		if (u - s >= 3 && end - u >= 7 && strncasecmp(u - 3, "set", 3) == 0 && strncasecmp(u + 1, "config", 6) == 0)
+		/* (the byte before the '_' first: most underscores go no further) */
+		char before = (char)(u > s ? u[-1] | 0x20 : 0);
+		if (before == 't' && u - s >= 3 && end - u >= 7 && letters_are(u - 3, "set", 3) &&
+		    letters_are(u + 1, "config", 6))
 			return true;
-		if (view_too && u - s >= 2 && end - u >= 9 && strncasecmp(u - 2, "pg", 2) == 0 &&
-		    strncasecmp(u + 1, "settings", 8) == 0)
+		if (view_too && before == 'g' && u - s >= 2 && end - u >= 9 && letters_are(u - 2, "pg", 2) &&
+		    letters_are(u + 1, "settings", 8))
 			return true;
 	}
 	return false;
@@ -1021,9 +1033,8 @@ static bool may_start_change(const char *s, size_t len, size_t i)
 
 bool params_sql_may_change(const char *sql, size_t len)
 {
-	const char *nul = memchr(sql, '\0', len);
-	if (nul)
-		len = (size_t)(nul - sql);
+	/* (bytes after a NUL, which PostgreSQL does not read, can only make
+	 * this say yes: params_track_sql stops at the NUL) */
 	if (may_start_change(sql, len, 0))
 		return true;
 	/* Each statement after the first starts after a ';': every ';' is

@@ -190,7 +190,6 @@ START_TEST(statements_tracked)
 		ck_assert_msg(!params_sql_may_change(quick_no[i], strlen(quick_no[i])), "%s", quick_no[i]);
 	ck_assert(params_sql_may_change("SELECT 1;/* x */", 16));   /* a comment may hide one */
 	/* PostgreSQL reads up to the first NUL */
-	ck_assert(!params_sql_may_change("SELECT 1\0; SET a.b = 1", 23));
 	ck_assert_uint_eq(params_track_sql(&p, "SELECT 1\0; SET a.x = 1", 23, NULL), 0);
 	ck_assert_ptr_null(params_get(&p, "a.x"));
 	params_clear(&p);
