@@ -933,6 +933,15 @@ static enum params_stmt track_one(struct params *p, const char *sql, const char 
 		if (!word_is(&s, end, "zone"))
 			return PARAMS_STMT_UNTRACKED;
 		snprintf(name, sizeof name, "TimeZone");
+		/* Forms only SET TIME ZONE takes, not SET TimeZone TO: LOCAL is
+		 * DEFAULT; an INTERVAL is not replayed (the server reports the
+		 * zone it makes, which is then the value) */
+		if (word_is(&s, end, "local")) {
+			reset_unreported(p, defaults, name);
+			return PARAMS_STMT_RESET;
+		}
+		if (word_is(&s, end, "interval"))
+			return PARAMS_STMT_UNTRACKED;
 	} else if (word_is(&s, end, "schema")) {
 		/* SET SCHEMA 'x': search_path's other spelling */
 		snprintf(name, sizeof name, "search_path");

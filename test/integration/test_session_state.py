@@ -185,6 +185,25 @@ def test_set_role_does_not_reach_the_next_client(one_server, pg):
     assert_pool_idle(pg, max_conns=1)
 
 
+def test_set_time_zone_local_and_interval(one_server, pg):
+    """SET TIME ZONE LOCAL and INTERVAL exist only in that form (SET
+    TimeZone TO local is refused): replayed as such they would fail the
+    next sync. A keeps the zone PostgreSQL gives it, B its own."""
+    a = one_server.connect()
+    b = one_server.connect()
+    default = show(b, "TimeZone")
+    a.execute("SET TIME ZONE LOCAL")
+    b.execute("SET TimeZone TO 'Europe/Paris'")
+    assert show(a, "TimeZone") == default
+    assert show(b, "TimeZone") == "Europe/Paris"
+    want = direct(pg, ["SET TIME ZONE INTERVAL '+05:00' HOUR TO MINUTE"], "TimeZone")
+    a.execute("SET TIME ZONE INTERVAL '+05:00' HOUR TO MINUTE")
+    assert show(b, "TimeZone") == "Europe/Paris"
+    assert show(a, "TimeZone") == want
+    a.close()
+    b.close()
+
+
 # ---- a setting the server refuses ---------------------------------------------------
 
 def first_query(r, sql="SHOW search_path"):

@@ -142,6 +142,15 @@ START_TEST(statements_tracked)
 	ck_assert_uint_eq(params_track_sql(&p, q, strlen(q), NULL), PARAMS_CHANGED);
 	ck_assert_str_eq(params_get(&p, "a.b")->value, "1");
 	ck_assert_str_eq(params_get(&p, "a.c")->value, "'2'");
+	q = "SET TIME ZONE LOCAL";   /* SET TimeZone TO local would be refused */
+	ck_assert_uint_eq(params_track_sql(&p, q, strlen(q), NULL), PARAMS_CHANGED);
+	ck_assert_ptr_null(params_get(&p, "TimeZone"));
+	q = "SET TIME ZONE INTERVAL '+05:00' HOUR TO MINUTE";
+	ck_assert_uint_eq(params_track_sql(&p, q, strlen(q), NULL), PARAMS_UNTRACKED);
+	ck_assert_ptr_null(params_get(&p, "TimeZone"));
+	q = "SET TIME ZONE -7";
+	ck_assert_uint_eq(params_track_sql(&p, q, strlen(q), NULL), PARAMS_CHANGED);
+	ck_assert_str_eq(params_get(&p, "TimeZone")->value, "-7");
 	q = "SET SCHEMA 'sch'";
 	ck_assert_uint_eq(params_track_sql(&p, q, strlen(q), NULL), PARAMS_CHANGED);
 	ck_assert_str_eq(params_get(&p, "search_path")->value, "'sch'");
