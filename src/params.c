@@ -779,9 +779,10 @@ static bool sql_plain_value(const char *v, const char *end, char *out, size_t ou
  * the session user, the transactions' defaults). */
 static enum params_stmt not_a_setting(const char *name, bool *is_one)
 {
-	static const char *const scoped[] = { "transaction", "constraints" };
+	static const char *const scoped[] = { "transaction", "constraints", "transaction_isolation",
+					      "transaction_read_only", "transaction_deferrable" };
 	static const char *const untracked[] = { "role", "authorization", "characteristics", "session", "names", "xml",
-						 "catalog" };
+						 "catalog", "session_authorization" };
 	*is_one = true;
 	for (size_t i = 0; i < sizeof scoped / sizeof *scoped; i++)
 		if (strcasecmp(name, scoped[i]) == 0)

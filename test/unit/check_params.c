@@ -174,7 +174,8 @@ START_TEST(statements_tracked)
 		"DO $$ BEGIN SET search_path = x; END $$",
 		"SET \"search_path\" TO x", "SET SESSION AUTHORIZATION u1", "SET ROLE r1", "set session role r1",
 		"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", "RESET ROLE", "RESET SESSION AUTHORIZATION",
-		"SET NAMES 'UTF8'", "SET XML OPTION DOCUMENT", "SET search_path",
+		"SET NAMES 'UTF8'", "SET XML OPTION DOCUMENT", "SET search_path", "SET session_authorization = 'u1'",
+		"SET role = 'r1'",
 	};
 	for (size_t i = 0; i < sizeof untracked / sizeof *untracked; i++) {
 		q = untracked[i];
@@ -183,6 +184,7 @@ START_TEST(statements_tracked)
 	}
 	/* what changes nothing that lasts */
 	static const char *const none[] = { "SET LOCAL search_path TO y", "SET TRANSACTION READ ONLY",
+					    "SET transaction_read_only = on", "SET transaction_isolation = 'serializable'",
 					    "SET CONSTRAINTS ALL DEFERRED", "RESET TRANSACTION ISOLATION LEVEL",
 					    "DISCARD PLANS", "SELECT 'set_config'",
 					    "SELECT name, setting FROM pg_settings" };
