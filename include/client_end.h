@@ -40,6 +40,13 @@ struct client_end_events {
 	 * kept. NULL: the end's transactions are not timed (a cross-shard
 	 * leg: its client's own transaction is what counts). */
 	void (*ended)(struct client_end *end, struct server *s, const char *sqlstate, const char *message);
+	/* s refused the session settings end's client has while being made
+	 * ready for it (a startup setting PostgreSQL would have refused at
+	 * login, or one another server took): nothing of the client's reached
+	 * s, whose SETs all failed together, so it is as it was. The client
+	 * must not run with s's settings instead (SPEC §10): end is still
+	 * linked, the handler unlinks; s then goes back to its pool. */
+	void (*refused)(struct client_end *end, struct server *s, const char *sqlstate, const char *message);
 	/* The link was untied at the end of a transaction (pool.c) and the
 	 * server went back to its pool. */
 	void (*released)(struct client_end *end);

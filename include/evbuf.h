@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "proto.h"
 
@@ -31,6 +32,18 @@ static inline int evbuf_add_bodyless(struct evbuffer *b, uint8_t type)
 	uint8_t msg[PROTO_BODYLESS_LEN];
 	proto_put_bodyless(msg, type);
 	return evbuffer_add(b, msg, sizeof msg);
+}
+
+/* Appends a simple Query of the text a then b (either may be ""), of any
+ * length: pgcat's own SQL to a server (the session's settings, a health
+ * check). 0, or -1 when out of memory. */
+static inline int evbuf_add_query(struct evbuffer *b, const char *a, const char *more)
+{
+	size_t na = strlen(a), nb = strlen(more);
+	uint8_t hdr[5] = { PqMsg_Query };
+	proto_put_u32(hdr + 1, (uint32_t)(4 + na + nb + 1));
+	return evbuffer_add(b, hdr, sizeof hdr) | evbuffer_add(b, a, na) | evbuffer_add(b, more, nb) |
+	       evbuffer_add(b, "", 1);
 }
 
 #endif

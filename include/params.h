@@ -11,16 +11,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PARAMS_MAX 48
-#define PARAMS_VALUE_MAX 1024
+/* The bounds of one session's tracked settings (SPEC §10: memory bounded
+ * whatever a client sends). Within them every setting is tracked at any
+ * length PostgreSQL takes; a change beyond them is not followed, and the
+ * server that took it is reset before it serves another client
+ * (PARAMS_UNTRACKED). */
+#define PARAMS_MAX 256                      /* settings in one table */
+#define PARAMS_BYTES_MAX (1024u * 1024)     /* their names and values, together */
+#define PARAMS_NAME_MAX 255                 /* one setting's name */
+/* Query and Parse texts up to this length are read whole for the settings
+ * they change; a longer one cannot be followed (PARAMS_UNTRACKED). */
+#define PARAMS_SQL_MAX (1024u * 1024)
 
 /* One setting: immutable once made and shared by reference between the
  * tables that hold it (a pool's defaults, its clients, its servers). */
 struct param {
 	unsigned refs;
-	/* value is SQL text to splice after SET name TO (search_path's list
-	 * syntax), not a string to quote. */
+	/* value is SQL text to splice after SET name TO (what a client's own
+	 * SET said), not a string to quote. */
 	bool raw;
+	uint32_t size;       /* bytes of name and value, for PARAMS_BYTES_MAX */
 	uint64_t hash;       /* this entry's share of a table's digest */
 	const char *value;   /* points into the same allocation, after name */
 	char name[];
@@ -33,6 +43,7 @@ struct param {
 struct param_table {
 	unsigned refs;
 	unsigned n, cap;
+	size_t bytes;            /* names and values of items, for PARAMS_BYTES_MAX */
 	struct param *items[];
 };
 
@@ -49,8 +60,11 @@ static inline const struct param *params_at(const struct params *p, size_t i) { 
 
 void params_init(struct params *p);
 void params_clear(struct params *p);
-/* Returns false when full or the value is too long (the parameter is then not tracked). */
+/* Returns false past PARAMS_MAX, PARAMS_BYTES_MAX or PARAMS_NAME_MAX, or
+ * out of memory (the parameter is then not tracked, p as it was). */
 bool params_set(struct params *p, const char *name, const char *value, bool raw);
+/* The same with a value of n bytes, not NUL-terminated (and without one). */
+bool params_set_n(struct params *p, const char *name, const char *value, size_t n, bool raw);
 void params_remove(struct params *p, const char *name);
 /* Add every setting of from that p lacks, sharing from's entries (a login
  * takes the pool's defaults this way: no allocation per setting). false:
@@ -78,27 +92,65 @@ bool params_canonical(const char *name, const char *value, const char *current, 
  * relative to base's values (the server's defaults, for a login). */
 void params_canonicalize(struct params *p, const struct params *base);
 
-/* Write into out a single simple-protocol SQL string of SET/RESET statements
- * that makes the server's tracked values equal the client's. Returns the
- * number of statements (0: nothing to do), or -1 if out is too small. */
 /* Equal digests: same names, values and forms (a 64-bit hash: a collision
  * is astronomically unlikely, and costs at most a missed SET). */
 static inline bool params_same(const struct params *a, const struct params *b) { return a->digest == b->digest; }
-int params_build_sync(const struct params *client, const struct params *server, char *out, size_t outsz);
+/* The statements that make the server's tracked values equal the client's,
+ * as one simple-protocol SQL string: SET name TO value (a string value of a
+ * list setting whose items PostgreSQL would quote, search_path above all,
+ * through set_config, which takes the string as a startup option does),
+ * RESET name. *out: a malloc'd string the caller frees, NULL when there is
+ * nothing to do. Returns the number of statements, or -1 when out of
+ * memory. */
+int params_build_sync(const struct params *client, const struct params *server, char **out);
 
-/* Client startup "options": "-c name=value", "-cname=value", "--name=value",
- * backslash escapes a space. Applies each setting to p. Returns false on a
- * malformed string. */
-bool params_apply_options(struct params *p, const char *options);
+/* Why a client's startup settings are refused, as PostgreSQL says it. */
+struct params_refusal {
+	char sqlstate[6];
+	char message[256];
+};
+
+/* Client startup "options", split and read as PostgreSQL reads them
+ * (params_options.c): words split at unescaped whitespace, a backslash
+ * taking the next byte as it is; the backend's switches (-c name=value,
+ * -cname=value, --name=value, and -B, -d, -e, -F, -f, -i, -k, -l, -N, -O,
+ * -P, -p, -S, -s, -t, -W, -h as the settings they stand for; -b, -C, -D,
+ * -E, -j, -n, -r, -T, -v taken and ignored), getopt's way. Each setting
+ * goes to p (a name with '-' for '_' as PostgreSQL turns it), checked as
+ * params_check_startup checks it. false: refused, *why says how
+ * PostgreSQL refuses it (p may hold some of the settings). */
+bool params_apply_options(struct params *p, const char *options, struct params_refusal *why);
+/* A startup setting (from options or the startup packet): refused as
+ * PostgreSQL refuses it when pgcat can tell without a server — a name no
+ * setting can have, a setting fixed for the life of a server, a
+ * search_path whose list syntax is invalid. What only a server can judge
+ * (an unknown name, a bad value) it judges when pgcat first applies the
+ * session there, and the client is refused then (server.c). true: taken. */
+bool params_check_startup(const char *name, const char *value, struct params_refusal *why);
 
 /* Recognise a client statement that changes a session setting (SET
- * [SESSION] name TO|= ..., SET TIME ZONE, RESET name, RESET ALL, DISCARD
- * ALL) and apply it to p; PostgreSQL 15 reports only some settings, so the
- * others (search_path above all) are learnt here. Only the first statement
- * of sql counts. defaults: the session's own startup settings, which RESET
- * returns to (NULL for a server connection). */
-enum params_stmt { PARAMS_STMT_NONE, PARAMS_STMT_SET, PARAMS_STMT_RESET, PARAMS_STMT_RESET_ALL };
+ * [SESSION] name TO|= ..., SET TIME ZONE, SET SCHEMA, RESET name, RESET
+ * ALL, DISCARD ALL, SELECT set_config('name', 'value', false) with
+ * literals) and apply it to p; PostgreSQL 15 reports only some
+ * settings, so the others (search_path above all) are learnt here. Only
+ * the first statement of sql counts. defaults: the session's own startup
+ * settings, which RESET returns to (NULL for a server connection).
+ * UNTRACKED: it changes session state pgcat does not follow (SET ROLE,
+ * SET SESSION AUTHORIZATION or CHARACTERISTICS, a DO block, set_config
+ * other than as above, an UPDATE of pg_settings, a name or a value it
+ * cannot read or hold). */
+enum params_stmt { PARAMS_STMT_NONE, PARAMS_STMT_SET, PARAMS_STMT_RESET, PARAMS_STMT_RESET_ALL, PARAMS_STMT_UNTRACKED };
 enum params_stmt params_track_statement(struct params *p, const char *sql, size_t len,
 					const struct params *defaults);
+
+/* What a whole simple-protocol Query (or Parse) text does to p: every
+ * statement in it, as params_track_statement. */
+#define PARAMS_CHANGED 1u       /* a tracked setting changed */
+#define PARAMS_UNTRACKED 2u     /* something pgcat does not follow changed */
+unsigned params_track_sql(struct params *p, const char *sql, size_t len, const struct params *defaults);
+/* A quick look, before params_track_sql, on every Query and Parse: false
+ * when no statement of sql can change a setting (none starts with s, r, d
+ * or a comment, and neither set_config nor pg_settings is named). */
+bool params_sql_may_change(const char *sql, size_t len);
 
 #endif

@@ -77,7 +77,9 @@
 #define PG_SSL_REQUEST_CODE 80877103u
 #define PG_GSSENC_REQUEST_CODE 80877104u
 
-#define PROTO_STARTUP_MAX 10000u         /* SPEC §3 */
+/* SPEC §3: a startup packet's whole length, as PostgreSQL bounds it (10,000
+ * bytes after the length word). */
+#define PROTO_STARTUP_MAX (10000u + 4u)
 #define PROTO_AUTH_MSG_MAX 8192u         /* password / SASL messages before login */
 #define PROTO_HEADER_LEN 5u
 /* Cancel keys: 4 bytes in protocol 3.0, up to 256 in 3.2. A CancelRequest

@@ -88,6 +88,11 @@ struct server {
 	/* SYNCING includes a health check (unused for healthcheck_delay):
 	 * if it fails, the server is banned and the client routed again. */
 	bool health_check;
+	/* SYNCING: the server refused a setting of the client's (its error
+	 * in error_sqlstate and error_message, have_error not set: the
+	 * server is well): the client's end is told at the ReadyForQuery. */
+	bool sync_refused;
+	bool reset_untracked;         /* RESETTING: pgcat's own reset (server_reset_untracked) */
 	bool timeout_cancelled;       /* statement_timeout sent a cancel for this request */
 	uint16_t cancels_in_flight;   /* CancelRequests pgcat sent for it, not yet answered */
 	bool checked;                 /* had its first health check */
@@ -117,6 +122,11 @@ void server_link(struct server *s);
 void server_relink(struct server *s);
 /* Client gone: finish and clean up (cancel, CopyFail, Sync, ROLLBACK). */
 void server_drain(struct server *s);
+/* The session holds state pgcat did not follow (txn.untracked): RESET
+ * SESSION AUTHORIZATION and RESET ALL, then back to the pool (clean); with
+ * a connect_query, whose work a reset would undo, the connection is
+ * closed instead. */
+void server_reset_untracked(struct server *s);
 /* Session-mode release: run server_reset_query, then back to the pool. */
 void server_reset(struct server *s);
 /* The client drained its output: resume reading the server. */

@@ -69,6 +69,12 @@ struct txn {
 	bool set_pending;
 	bool set_cycle_error;         /* an ErrorResponse since the last ReadyForQuery */
 	bool set_last_rollback;       /* the last CommandComplete was ROLLBACK */
+	/* The session took a change pgcat does not follow (a setting past the
+	 * tracking bounds, set_config, SET ROLE...: params.h): the server is
+	 * reset before it serves another client (pool.c, at its check-in),
+	 * which alone clears it. Not undone with a rollback: a reset too many
+	 * costs a round trip, one too few hands the session on. */
+	bool untracked;
 };
 
 /* A message of this type, pgcat's own, went to the server: what it owes

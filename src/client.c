@@ -668,27 +668,21 @@ static bool read_header(struct client *c, struct proto_frame *f)
 /* A SET/RESET the client sends: its session and the server's change alike. */
 static void track_settings(struct client *c, struct server *s, const char *sql, size_t len)
 {
-	/* Cheap refusal first, before any lexing: only statements starting
-	 * with s, r or d (or a comment) matter. */
-	size_t i = 0;
-	while (i < len && sqllex_is_space((unsigned char)sql[i]))
-		i++;
-	if (i < len && sql[i] != 's' && sql[i] != 'S' && sql[i] != 'r' && sql[i] != 'R' && sql[i] != 'd' &&
-	    sql[i] != 'D' && sql[i] != '/' && sql[i] != '-')
-		return;
-	/* SELECT shares SET's first letter: only "set" goes further. */
-	if (i < len && (sql[i] | 0x20) == 's' &&
-	    (len - i < 3 || (sql[i + 1] | 0x20) != 'e' || (sql[i + 2] | 0x20) != 't'))
+	/* A quick look first, on every request: most texts cannot change a
+	 * setting (params.h). */
+	if (!params_sql_may_change(sql, len))
 		return;
 	/* What both sides were before the request: the change sticks only if
 	 * the statement succeeds and its transaction commits (server.c). */
 	struct txn *t = link_txn(s);
 	struct params *server_params = link_server_params(s);
 	bool first = txn_set_snapshot(t, &c->params, server_params);
-	bool changed = params_track_statement(&c->params, sql, len, &c->startup_params) != PARAMS_STMT_NONE;
-	if (changed)
-		(void)params_track_statement(server_params, sql, len, NULL);
-	txn_set_done(t, changed, first);
+	unsigned r = params_track_sql(&c->params, sql, len, &c->startup_params);
+	if (r & PARAMS_CHANGED)
+		r |= params_track_sql(server_params, sql, len, NULL);
+	if (r & PARAMS_UNTRACKED)
+		t->untracked = true;
+	txn_set_done(t, (r & PARAMS_CHANGED) != 0, first);
 }
 
 #define RETRY_MAX (64u * 1024)
@@ -800,12 +794,54 @@ static enum pump_step session_step(struct client *c, enum session_query q)
 	return PUMP_ON;
 }
 
+/* A Query or a Parse, read whole for what pgcat learns of its text:
+ * LISTEN and UNLISTEN, which the session may answer (SPEC §11), and NOTIFY,
+ * up to CLIENT_INSPECT_MAX; the settings it changes, up to PARAMS_SQL_MAX
+ * (a SET must not pass unseen, SPEC §10). A longer text cannot be
+ * followed: its server is reset before it serves anyone else. */
+static enum pump_step inspect_text(struct client *c, struct server *s, const struct proto_frame *f)
+{
+	struct evbuffer *in = c->io.in;
+	uint32_t total = f->len + 1;
+	if (total > PARAMS_SQL_MAX) {
+		link_txn(s)->untracked = true;
+		return PUMP_ON;
+	}
+	if (evbuffer_get_length(in) < total) {
+		client_read_limit(c, total);   /* (past the usual watermark, if need be) */
+		return PUMP_STOP;
+	}
+	client_read_limit(c, 0);
+	const uint8_t *buf = evbuffer_pullup(in, total);
+	size_t off = 0;
+	const char *stmt;
+	if (f->type == PqMsg_Parse && !proto_read_cstring(buf + 5, f->len - 4, &off, &stmt))
+		return PUMP_ON;   /* malformed: the server refuses it */
+	const char *sql = (const char *)buf + 5 + off;
+	size_t len = f->len - 4 - off;
+	if (total <= CLIENT_INSPECT_MAX) {
+		/* only texts that start with l or u (or a comment) ask */
+		if (sqllex_may_be_listen(sql, len)) {
+			enum pump_step step = PUMP_ON;
+			if (f->type == PqMsg_Query && c->session->active_query)
+				step = session_step(c, c->session->active_query(c, s, f, sql, len));
+			else if (f->type == PqMsg_Parse && c->session->active_extended)
+				step = session_step(c, c->session->active_extended(c, s, f));
+			if (step != PUMP_ON)
+				return step;
+		}
+		if (link_watch_notify(s) && sqllex_mentions_notify(sql, len))
+			link_note_notifier(s, &c->end);
+	}
+	track_settings(c, s, sql, len);
+	return PUMP_ON;
+}
+
 /* What pgcat reads of a request on its way: SET in a Query or a Parse
  * (the session settings it changes), and the counts of SHOW STATS. */
 static enum pump_step inspect_request(struct client *c, struct server *s, const struct proto_frame *f)
 {
 	struct evbuffer *in = c->io.in;
-	uint32_t total = f->len + 1;
 	if (c->session_watch && c->session->active_extended &&
 	    (f->type == PqMsg_Bind || f->type == PqMsg_Describe || f->type == PqMsg_Execute || f->type == PqMsg_Close ||
 	     f->type == PqMsg_Sync)) {
@@ -819,46 +855,16 @@ static enum pump_step inspect_request(struct client *c, struct server *s, const 
 		client_close(c, NULL, NULL);
 		return PUMP_STOP;
 	case PqMsg_Query:
-		if (total <= CLIENT_INSPECT_MAX) {
-			if (evbuffer_get_length(in) < total)
-				return PUMP_STOP;
-			const uint8_t *buf = evbuffer_pullup(in, total);
-			const char *sql = (const char *)buf + 5;
-			/* LISTEN and UNLISTEN may be the session's (SPEC §11):
-			 * only texts that start with l or u (or a comment) ask. */
-			if (c->session->active_query && sqllex_may_be_listen(sql, f->len - 4)) {
-				enum pump_step step = session_step(c, c->session->active_query(c, s, f, sql, f->len - 4));
-				if (step != PUMP_ON)
-					return step;
-			}
-			if (link_watch_notify(s) && sqllex_mentions_notify(sql, f->len - 4))
-				link_note_notifier(s, &c->end);
-			track_settings(c, s, sql, f->len - 4);
-		}
-		return PUMP_ON;
-	case PqMsg_Parse:
+		return inspect_text(c, s, f);
+	case PqMsg_Parse: {
 		/* Drivers send SET through the extended protocol too. */
-		if (total <= CLIENT_INSPECT_MAX) {
-			if (evbuffer_get_length(in) < total)
-				return PUMP_STOP;
-			const uint8_t *buf = evbuffer_pullup(in, total);
-			size_t off = 0;
-			const char *stmt;
-			if (proto_read_cstring(buf + 5, f->len - 4, &off, &stmt)) {
-				const char *sql = (const char *)buf + 5 + off;
-				if (c->session->active_extended && sqllex_may_be_listen(sql, f->len - 4 - off)) {
-					enum pump_step step = session_step(c, c->session->active_extended(c, s, f));
-					if (step != PUMP_ON)
-						return step;
-				}
-				if (link_watch_notify(s) && sqllex_mentions_notify(sql, f->len - 4 - off))
-					link_note_notifier(s, &c->end);
-				track_settings(c, s, sql, f->len - 4 - off);
-			}
+		enum pump_step step = inspect_text(c, s, f);
+		if (step == PUMP_ON) {
+			stats_add(c->pool->stats, STAT_CLIENT_PARSE, 1);
+			stats_add(c->pool->stats, STAT_SERVER_PARSE, 1);
 		}
-		stats_add(c->pool->stats, STAT_CLIENT_PARSE, 1);
-		stats_add(c->pool->stats, STAT_SERVER_PARSE, 1);
-		return PUMP_ON;
+		return step;
+	}
 	case PqMsg_Bind:
 		stats_add(c->pool->stats, STAT_BIND, 1);
 		return PUMP_ON;
@@ -1149,6 +1155,18 @@ static void end_ended(struct client_end *end, struct server *s, const char *sqls
 	client_on_server_lost(c, s, false, sqlstate, message);
 }
 
+/* Its session settings were refused by the server (client_end.h): as
+ * PostgreSQL refuses a login with a setting it does not take, the client
+ * is closed with the server's error. */
+static void end_refused(struct client_end *end, struct server *s, const char *sqlstate, const char *message)
+{
+	struct client *c = end_owner(end);
+	(void)link_detach(s);
+	end->begin = NULL;
+	link_cancel_key(c);
+	client_close(c, sqlstate, "%s", message);
+}
+
 static void end_released(struct client_end *end)
 {
 	struct client *c = end_owner(end);
@@ -1216,6 +1234,7 @@ static const struct client_end_events client_end_events = {
 	.ready = end_ready,
 	.lost = end_lost,
 	.ended = end_ended,
+	.refused = end_refused,
 	.released = end_released,
 	.answered = end_answered,
 	.ready_held = end_ready_held,

@@ -679,6 +679,18 @@ static void leg_lost(struct client_end *end, struct server *s, bool untouched, c
 	leg_fail_request(leg, sqlstate, message);
 }
 
+/* The shard's server refused the client's session settings: the
+ * request fails there with the server's error, as for a lost server (the
+ * client's own next request is refused the same way, and closes it). */
+static void leg_refused(struct client_end *end, struct server *s, const char *sqlstate, const char *message)
+{
+	struct fanout_leg *leg = leg_of_end(end);
+	(void)link_detach(s);
+	leg_set(leg, LEG_GONE);
+	leg->lost = true;
+	leg_fail_request(leg, sqlstate, message);
+}
+
 static void leg_released(struct client_end *end)
 {
 	struct fanout_leg *leg = leg_of_end(end);
@@ -706,6 +718,7 @@ static const struct client_end_events leg_end_events = {
 	.ready = leg_ready,
 	.lost = leg_lost,
 	.ended = NULL,   /* (the client's transaction is timed, not its legs') */
+	.refused = leg_refused,
 	.released = leg_released,
 	.answered = leg_answered,
 	.resume = leg_resume,

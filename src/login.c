@@ -46,24 +46,38 @@
 
 static void login_done(struct client *c);
 
-static bool startup_param(struct client *c, const char *name, const char *value)
+/* The client's startup settings, taken as PostgreSQL takes them: the
+ * "options" first, then the other parameters (which win over them), each
+ * refused with PostgreSQL's error where pgcat can tell without a server
+ * (params_options.c). false: the client was closed. */
+static bool startup_params(struct client *c, const struct proto_startup *st)
 {
-	if (strcmp(name, "user") == 0 || strcmp(name, "database") == 0) {
-		/* taken by set_names after the loop */
-	} else if (strcmp(name, "options") == 0) {
-		if (!params_apply_options(&c->params, value)) {
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid command-line argument in startup packet: \"%s\"", value);
+	struct params_refusal why;
+	for (size_t i = 0; i < st->n_params; i++) {
+		if (strcmp(st->params[i].name, "options") != 0)
+			continue;
+		if (!params_apply_options(&c->params, st->params[i].value, &why)) {
+			client_close(c, why.sqlstate, "%s", why.message);
 			return false;
 		}
-	} else if (strcmp(name, "replication") == 0) {
-		client_close(c, SQLSTATE_FEATURE_NOT_SUPPORTED, "replication connections are not supported by pgcat");
-		return false;
-	} else if (proto_is_protocol_option(name)) {
-		/* protocol options: pgcat knows none; each was named back in
-		 * NegotiateProtocolVersion, and none goes to a server */
-	} else if (!params_set(&c->params, name, value, strcasecmp(name, "search_path") == 0)) {
-		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "startup parameter \"%s\" is too long", name);
-		return false;
+	}
+	for (size_t i = 0; i < st->n_params; i++) {
+		const char *name = st->params[i].name, *value = st->params[i].value;
+		if (strcmp(name, "user") == 0 || strcmp(name, "database") == 0 || strcmp(name, "options") == 0) {
+			/* user and database: taken by set_names after the loop */
+		} else if (strcmp(name, "replication") == 0) {
+			client_close(c, SQLSTATE_FEATURE_NOT_SUPPORTED, "replication connections are not supported by pgcat");
+			return false;
+		} else if (proto_is_protocol_option(name)) {
+			/* protocol options: pgcat knows none; each was named back in
+			 * NegotiateProtocolVersion, and none goes to a server */
+		} else if (!params_check_startup(name, value, &why)) {
+			client_close(c, why.sqlstate, "%s", why.message);
+			return false;
+		} else if (!params_set(&c->params, name, value, false)) {
+			client_close(c, "54000", "too many or too long settings in the startup packet");
+			return false;
+		}
 	}
 	return true;
 }
@@ -190,7 +204,7 @@ static void start_login(struct client *c)
 {
 	struct worker *w = c->w;
 	if (!client_user(c)[0]) {
-		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "no PostgreSQL user name specified in startup packet");
+		client_close(c, SQLSTATE_INVALID_AUTHORIZATION, "no PostgreSQL user name specified in startup packet");
 		return;
 	}
 	const struct config_general *g = &w->cfg->general;
@@ -324,6 +338,44 @@ static void start_direct_tls(struct client *c)
 	io_start_tls_replay(&c->io, ssl);
 }
 
+/* A first packet whose length no startup packet has: a Terminate sent
+ * before any startup packet (node-postgres's connect() then end()), an
+ * HTTP request, a port scan. As PostgreSQL does, it is logged and the
+ * connection closed without a word: a client that sends this is not
+ * speaking the protocol yet, or is leaving, and an ErrorResponse would
+ * only surprise it. */
+static void refuse_length(struct client *c)
+{
+	char a[CLIENT_ADDR_STRLEN];
+	log_info("C-%llu %s:%d: invalid length of startup packet", (unsigned long long)c->id, client_addr_str(c, a),
+		 c->port);
+	io_flush(&c->io);   /* an 'N' to an SSLRequest before it still goes */
+	client_close(c, NULL, NULL);
+}
+
+/* A protocol major version other than 3, answered as PostgreSQL answers
+ * it: FATAL 0A000; below 3 (but not 0.0, which PostgreSQL answers in the
+ * current format), in the old protocol's error format (an 'E' and the
+ * text, no length), the one such a client can read. */
+static void refuse_version(struct client *c, uint32_t version)
+{
+	unsigned major = PG_PROTOCOL_MAJOR(version), minor = PG_PROTOCOL_MINOR(version);
+	if (major >= 3 || version == 0) {
+		client_close(c, SQLSTATE_FEATURE_NOT_SUPPORTED,
+			     "unsupported frontend protocol %u.%u: server supports 3.0 to 3.%u", major, minor,
+			     PROTO_MINOR_LATEST);
+		return;
+	}
+	char msg[128];
+	int n = snprintf(msg, sizeof msg, "EFATAL:  unsupported frontend protocol %u.%u: server supports 3.0 to 3.%u\n",
+			 major, minor, PROTO_MINOR_LATEST);
+	if (n > 0 && (size_t)n < sizeof msg) {
+		evbuffer_add(io_out(&c->io), msg, (size_t)n + 1);   /* with its NUL */
+		io_flush(&c->io);
+	}
+	client_close(c, NULL, NULL);
+}
+
 static void process_startup(struct client *c)
 {
 	struct evbuffer *in = c->io.in;
@@ -341,7 +393,7 @@ static void process_startup(struct client *c)
 			return;
 		uint32_t len = proto_get_u32(hdr);
 		if (len < 8 || len > PROTO_STARTUP_MAX) {
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid length of startup packet");
+			refuse_length(c);
 			return;
 		}
 		if (evbuffer_get_length(in) < len)
@@ -355,12 +407,10 @@ static void process_startup(struct client *c)
 		case PROTO_STARTUP_RESULT_NEED_MORE:
 			return;
 		case PROTO_STARTUP_RESULT_BAD_LENGTH:
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid length of startup packet");
+			refuse_length(c);
 			return;
 		case PROTO_STARTUP_RESULT_BAD_VERSION:
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION,
-				     "unsupported frontend protocol %u.%u: server supports 3.0 to 3.%u",
-				     PG_PROTOCOL_MAJOR(st.version), PG_PROTOCOL_MINOR(st.version), PROTO_MINOR_LATEST);
+			refuse_version(c, st.version);
 			return;
 		case PROTO_STARTUP_RESULT_MALFORMED:
 			/* A CancelRequest with a key of no possible length: closed
@@ -412,9 +462,8 @@ static void process_startup(struct client *c)
 		}
 		if (!negotiate_protocol(c, &st))
 			return;
-		for (size_t i = 0; i < st.n_params; i++)
-			if (!startup_param(c, st.params[i].name, st.params[i].value))
-				return;
+		if (!startup_params(c, &st))
+			return;
 		if (!set_names(c, &st))
 			return;
 		evbuffer_drain(in, len);

@@ -114,6 +114,7 @@ static bool make_writable(struct params *p, bool grow)
 	c->refs = 1;
 	c->n = n;
 	c->cap = cap;
+	c->bytes = t ? t->bytes : 0;
 	for (unsigned i = 0; i < n; i++) {
 		c->items[i] = t->items[i];
 		c->items[i]->refs++;
@@ -123,32 +124,48 @@ static bool make_writable(struct params *p, bool grow)
 	return true;
 }
 
-static struct param *param_new(const char *name, const char *value, bool raw)
+static struct param *param_new(const char *name, const char *value, size_t vl, bool raw)
 {
-	size_t nl = strlen(name), vl = strlen(value);
+	size_t nl = strlen(name);
 	struct param *e = malloc(sizeof *e + nl + 1 + vl + 1);
 	if (!e)
 		return NULL;
 	e->refs = 1;
 	e->raw = raw;
+	e->size = (uint32_t)(nl + vl);   /* (both bounded by PARAMS_BYTES_MAX) */
 	memcpy(e->name, name, nl + 1);
-	memcpy(e->name + nl + 1, value, vl + 1);
+	memcpy(e->name + nl + 1, value, vl);
+	e->name[nl + 1 + vl] = '\0';
 	e->value = e->name + nl + 1;
-	e->hash = entry_hash(name, value, raw);
+	e->hash = entry_hash(e->name, e->value, raw);
 	return e;
+}
+
+static size_t table_bytes(const struct params *p)
+{
+	return p->t ? p->t->bytes : 0;
 }
 
 bool params_set(struct params *p, const char *name, const char *value, bool raw)
 {
-	if (strlen(value) > PARAMS_VALUE_MAX || strlen(name) > 63)
+	return params_set_n(p, name, value, strlen(value), raw);
+}
+
+bool params_set_n(struct params *p, const char *name, const char *value, size_t vl, bool raw)
+{
+	size_t nl = strlen(name);
+	if (nl > PARAMS_NAME_MAX || vl > PARAMS_BYTES_MAX)
 		return false;
 	int i = find(p, name);
 	if (i >= 0) {
 		struct param *old = p->t->items[i];
-		if (old->raw == raw && strcmp(old->value, value) == 0)
+		size_t ovl = old->size - strlen(old->name);
+		if (old->raw == raw && ovl == vl && memcmp(old->value, value, vl) == 0)
 			return true;
+		if (table_bytes(p) - ovl + vl > PARAMS_BYTES_MAX)
+			return false;
 		/* Keep the name as first spelled (ParameterStatus casing). */
-		struct param *e = param_new(old->name, value, raw);
+		struct param *e = param_new(old->name, value, vl, raw);
 		if (!e || !make_writable(p, false)) {
 			free(e);
 			return false;
@@ -156,17 +173,19 @@ bool params_set(struct params *p, const char *name, const char *value, bool raw)
 		old = p->t->items[i];
 		p->digest ^= old->hash ^ e->hash;
 		p->t->items[i] = e;
+		p->t->bytes = p->t->bytes - old->size + e->size;
 		param_unref(old);
 		return true;
 	}
-	if (params_count(p) >= PARAMS_MAX)
+	if (params_count(p) >= PARAMS_MAX || table_bytes(p) + nl + vl > PARAMS_BYTES_MAX)
 		return false;
-	struct param *e = param_new(name, value, raw);
+	struct param *e = param_new(name, value, vl, raw);
 	if (!e || !make_writable(p, true)) {
 		free(e);
 		return false;
 	}
 	p->t->items[p->t->n++] = e;
+	p->t->bytes += e->size;
 	p->digest ^= e->hash;
 	return true;
 }
@@ -177,11 +196,13 @@ bool params_add_missing(struct params *p, const struct params *from)
 		struct param *e = from->t->items[i];
 		if (find(p, e->name) >= 0)
 			continue;
-		if (params_count(p) >= PARAMS_MAX || !make_writable(p, true))
+		if (params_count(p) >= PARAMS_MAX || table_bytes(p) + e->size > PARAMS_BYTES_MAX ||
+		    !make_writable(p, true))
 			return false;
 		/* Entries are immutable once made: share it rather than copy. */
 		e->refs++;
 		p->t->items[p->t->n++] = e;
+		p->t->bytes += e->size;
 		p->digest ^= e->hash;
 	}
 	return true;
@@ -194,6 +215,7 @@ void params_remove(struct params *p, const char *name)
 		return;
 	struct param *e = p->t->items[i];
 	p->digest ^= e->hash;
+	p->t->bytes -= e->size;
 	p->t->items[i] = p->t->items[--p->t->n];
 	param_unref(e);
 }
@@ -457,7 +479,7 @@ bool params_canonical(const char *name, const char *value, const char *current, 
 
 void params_canonicalize(struct params *p, const struct params *base)
 {
-	char buf[PARAMS_VALUE_MAX + 1];
+	char buf[256];   /* the forms PostgreSQL reports are short: a longer one is not one */
 	for (size_t i = 0; i < params_count(p); i++) {
 		const struct param *e = params_at(p, i);
 		if (e->raw || !params_reported(e->name))
@@ -469,15 +491,171 @@ void params_canonicalize(struct params *p, const struct params *base)
 	}
 }
 
-static bool valid_name(const char *s)
+/* ---- the statements that bring a server in line ---- */
+
+/* A name SET takes as it is: one identifier of letters, digits and '_', as
+ * every built-in setting's is. A custom one (with a dot) may have parts
+ * SQL reads as keywords, or '$' and bytes above 0x7f: those are quoted, or
+ * go by name through set_config. */
+static bool plain_name(const char *s)
 {
-	if (!*s)
+	if (!(isalpha((unsigned char)*s) || *s == '_'))
 		return false;
 	for (; *s; s++)
-		if (!(isalnum((unsigned char)*s) || *s == '_' || *s == '.'))
+		if (!(isalnum((unsigned char)*s) || *s == '_'))
 			return false;
 	return true;
 }
+
+/* Settings PostgreSQL reads as a list whose items it quotes: SET name TO
+ * 'a,b' makes one item "a,b" of the string, where a startup option a,b
+ * gives two. Their string values go through set_config, which takes a
+ * string as a startup option does. */
+static bool list_quoted(const char *name)
+{
+	static const char *const names[] = { "search_path", "temp_tablespaces", "local_preload_libraries",
+					     "session_preload_libraries" };
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+		if (strcasecmp(name, names[i]) == 0)
+			return true;
+	return false;
+}
+
+/* A growing string; failed (sticky) when out of memory. */
+struct sbuf {
+	char *s;
+	size_t len, cap;
+	bool failed;
+};
+
+static void sb_add(struct sbuf *b, const char *s, size_t n)
+{
+	if (b->failed)
+		return;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		char *g = realloc(b->s, cap);
+		if (!g) {
+			b->failed = true;
+			return;
+		}
+		b->s = g;
+		b->cap = cap;
+	}
+	memcpy(b->s + b->len, s, n);
+	b->len += n;
+	b->s[b->len] = '\0';
+}
+
+static void sb_str(struct sbuf *b, const char *s)
+{
+	sb_add(b, s, strlen(s));
+}
+
+/* A string literal that reads the same whatever the server's
+ * standard_conforming_strings (a previous client may have turned it off):
+ * quotes doubled, and where there is a backslash an E'' literal with
+ * backslashes doubled too. */
+static void sb_literal(struct sbuf *b, const char *v)
+{
+	bool backslash = strchr(v, '\\') != NULL;
+	sb_str(b, backslash ? "E'" : "'");
+	const char *run = v;
+	for (const char *q = v;; q++) {
+		if (*q && *q != '\'' && !(backslash && *q == '\\'))
+			continue;
+		sb_add(b, run, (size_t)(q - run));
+		if (!*q)
+			break;
+		sb_add(b, q, 1);   /* doubled: the byte itself starts the next run */
+		run = q;
+	}
+	sb_str(b, "'");
+}
+
+/* A name as identifiers: as it is when plain, else each dot-separated part
+ * quoted (PostgreSQL looks names up without regard to case). */
+static void sb_name(struct sbuf *b, const char *name)
+{
+	if (plain_name(name)) {
+		sb_str(b, name);
+		return;
+	}
+	const char *part = name;
+	for (;;) {
+		const char *dot = strchr(part, '.');
+		size_t n = dot ? (size_t)(dot - part) : strlen(part);
+		sb_str(b, "\"");
+		for (size_t i = 0; i < n; i++) {
+			if (part[i] == '"')
+				sb_str(b, "\"");
+			sb_add(b, part + i, 1);
+		}
+		sb_str(b, "\"");
+		if (!dot)
+			break;
+		sb_str(b, ".");
+		part = dot + 1;
+	}
+}
+
+int params_build_sync(const struct params *client, const struct params *server, char **out)
+{
+	struct sbuf b = { 0 };
+	int count = 0;
+	*out = NULL;
+	for (size_t i = 0; i < params_count(client); i++) {
+		const struct param *c = params_at(client, i);
+		if (!params_settable(c->name))
+			continue;
+		const struct param *s = params_get(server, c->name);
+		if (s && s->raw == c->raw && strcmp(s->value, c->value) == 0)
+			continue;
+		if (c->raw) {
+			/* the client's own SQL, from its SET (guc_name's name) */
+			sb_str(&b, "SET ");
+			sb_str(&b, c->name);
+			sb_str(&b, " TO ");
+			sb_str(&b, c->value);
+		} else if (plain_name(c->name) && !list_quoted(c->name)) {
+			sb_str(&b, "SET ");
+			sb_str(&b, c->name);
+			sb_str(&b, " TO ");
+			sb_literal(&b, c->value);
+		} else {
+			/* (a row of no columns: nothing the sync's readers take for
+			 * a health check's answer) */
+			sb_str(&b, "SELECT FROM set_config(");
+			sb_literal(&b, c->name);
+			sb_str(&b, ", ");
+			sb_literal(&b, c->value);
+			sb_str(&b, ", false)");
+		}
+		sb_str(&b, ";");
+		count++;
+	}
+	/* Settings the server carries that the client never made: back to the
+	 * server's default. Reported ones are always in the client's table. */
+	for (size_t i = 0; i < params_count(server); i++) {
+		const struct param *s = params_at(server, i);
+		if (!params_settable(s->name) || params_get(client, s->name))
+			continue;
+		sb_str(&b, "RESET ");
+		sb_name(&b, s->name);
+		sb_str(&b, ";");
+		count++;
+	}
+	if (b.failed) {
+		free(b.s);
+		return -1;
+	}
+	*out = b.s;
+	return count;
+}
+
+/* ---- statements a client sends ---- */
 
 /* Append to out at *off; false when it does not fit. */
 static bool append(char *out, size_t outsz, size_t *off, const char *s, size_t n)
@@ -488,112 +666,6 @@ static bool append(char *out, size_t outsz, size_t *off, const char *s, size_t n
 	*off += n;
 	out[*off] = '\0';
 	return true;
-}
-
-static bool append_literal(char *out, size_t outsz, size_t *off, const char *v)
-{
-	if (!append(out, outsz, off, "'", 1))
-		return false;
-	for (; *v; v++) {
-		if (*v == '\'' && !append(out, outsz, off, "'", 1))
-			return false;
-		if (!append(out, outsz, off, v, 1))
-			return false;
-	}
-	return append(out, outsz, off, "'", 1);
-}
-
-int params_build_sync(const struct params *client, const struct params *server, char *out, size_t outsz)
-{
-	size_t off = 0;
-	int count = 0;
-	if (outsz == 0)
-		return -1;
-	out[0] = '\0';
-	for (size_t i = 0; i < params_count(client); i++) {
-		const struct param *c = params_at(client, i);
-		if (!params_settable(c->name) || !valid_name(c->name))
-			continue;
-		const struct param *s = params_get(server, c->name);
-		if (s && s->raw == c->raw && strcmp(s->value, c->value) == 0)
-			continue;
-		if (!append(out, outsz, &off, "SET ", 4) ||
-		    !append(out, outsz, &off, c->name, strlen(c->name)) ||
-		    !append(out, outsz, &off, " TO ", 4))
-			return -1;
-		if (c->raw) {
-			if (!append(out, outsz, &off, c->value, strlen(c->value)))
-				return -1;
-		} else if (!append_literal(out, outsz, &off, c->value)) {
-			return -1;
-		}
-		if (!append(out, outsz, &off, ";", 1))
-			return -1;
-		count++;
-	}
-	/* Settings the server carries that the client never made: back to the
-	 * server's default. Reported ones are always in the client's table. */
-	for (size_t i = 0; i < params_count(server); i++) {
-		const struct param *s = params_at(server, i);
-		if (!params_settable(s->name) || !valid_name(s->name) || params_get(client, s->name))
-			continue;
-		if (!append(out, outsz, &off, "RESET ", 6) ||
-		    !append(out, outsz, &off, s->name, strlen(s->name)) ||
-		    !append(out, outsz, &off, ";", 1))
-			return -1;
-		count++;
-	}
-	return count;
-}
-
-bool params_apply_options(struct params *p, const char *options)
-{
-	const char *s = options;
-	char word[PARAMS_VALUE_MAX + 64];
-	bool pending_c = false;
-	for (;;) {
-		while (*s == ' ' || *s == '\t')
-			s++;
-		if (!*s)
-			break;
-		size_t n = 0;
-		while (*s && *s != ' ' && *s != '\t') {
-			if (*s == '\\' && s[1])
-				s++;
-			if (n + 1 >= sizeof word)
-				return false;
-			word[n++] = *s++;
-		}
-		word[n] = '\0';
-		const char *setting = NULL;
-		if (pending_c) {
-			setting = word;
-			pending_c = false;
-		} else if (strcmp(word, "-c") == 0) {
-			pending_c = true;
-			continue;
-		} else if (strncmp(word, "-c", 2) == 0) {
-			setting = word + 2;
-		} else if (strncmp(word, "--", 2) == 0) {
-			setting = word + 2;
-		} else {
-			return false;
-		}
-		char *eq = strchr(setting, '=');
-		if (!eq || eq == setting)
-			return false;
-		*eq = '\0';
-		/* Option names may use '-' for '_' (postgres --work-mem=...). */
-		for (char *c = (char *)setting; *c; c++)
-			if (*c == '-')
-				*c = '_';
-		if (!valid_name(setting))
-			return false;
-		bool raw = strcasecmp(setting, "search_path") == 0;
-		if (!params_set(p, setting, eq + 1, raw))
-			return false;
-	}
-	return !pending_c;
 }
 
 /* The keyword w at *sp (and the blanks after it): sqllex on pointers. */
@@ -633,7 +705,8 @@ static void reset_unreported(struct params *p, const struct params *defaults, co
 }
 
 /* An identifier as a GUC name: letters, digits, '_' and '.' (custom
- * settings such as myapp.tenant). */
+ * settings such as myapp.tenant), unquoted. 0: none, or longer than
+ * PARAMS_NAME_MAX. */
 static size_t guc_name(const char *s, const char *end, char *out, size_t outsz)
 {
 	size_t n = 0;
@@ -655,22 +728,23 @@ static size_t guc_name(const char *s, const char *end, char *out, size_t outsz)
  * grammar folds identifiers) and unsigned numbers, joined with ", " as
  * PostgreSQL joins list values. *one_string: it was a single literal.
  * false: some other form (E'', INTERVAL, an expression): kept as SQL. */
-static bool sql_plain_value(const char *v, char *out, size_t outsz, bool *one_string)
+static bool sql_plain_value(const char *v, const char *end, char *out, size_t outsz, bool *one_string)
 {
 	size_t n = 0, items = 0;
 	bool strings_only = true;
 	const char *s = v;
+	out[0] = '\0';
 	for (;;) {
-		while (isspace((unsigned char)*s))
+		while (s < end && isspace((unsigned char)*s))
 			s++;
 		if (items++ && !append(out, outsz, &n, ", ", 2))
 			return false;
-		if (*s == '\'') {
+		if (s < end && *s == '\'') {
 			for (s++;; s++) {
-				if (!*s || *s == '\\')
+				if (s >= end || *s == '\\')
 					return false;
 				if (*s == '\'') {
-					if (s[1] != '\'')
+					if (s + 1 >= end || s[1] != '\'')
 						break;
 					s++;
 				}
@@ -678,10 +752,10 @@ static bool sql_plain_value(const char *v, char *out, size_t outsz, bool *one_st
 					return false;
 			}
 			s++;
-		} else if (isalnum((unsigned char)*s) || *s == '_') {
+		} else if (s < end && (isalnum((unsigned char)*s) || *s == '_')) {
 			strings_only = false;
 			bool word = !isdigit((unsigned char)*s);
-			for (; isalnum((unsigned char)*s) || *s == '_' || (!word && *s == '.'); s++) {
+			for (; s < end && (isalnum((unsigned char)*s) || *s == '_' || (!word && *s == '.')); s++) {
 				char ch = (char)tolower((unsigned char)*s);
 				if (!append(out, outsz, &n, &ch, 1))
 					return false;
@@ -689,70 +763,205 @@ static bool sql_plain_value(const char *v, char *out, size_t outsz, bool *one_st
 		} else {
 			return false;
 		}
-		while (isspace((unsigned char)*s))
+		while (s < end && isspace((unsigned char)*s))
 			s++;
-		if (!*s)
+		if (s >= end)
 			break;
 		if (*s++ != ',')
 			return false;
 	}
-	if (n == 0)
-		out[0] = '\0';
 	*one_string = strings_only && items == 1;
 	return true;
 }
 
-enum params_stmt params_track_statement(struct params *p, const char *sql, size_t len,
-					const struct params *defaults)
+/* Not settings, after SET [SESSION]: what lasts only for the transaction
+ * (NONE), and session state pgcat does not follow (UNTRACKED: the role,
+ * the session user, the transactions' defaults). */
+static enum params_stmt not_a_setting(const char *name, bool *is_one)
 {
-	/* PostgreSQL reads the text up to its first NUL (a Query's own end) */
-	const char *nul = memchr(sql, '\0', len);
-	const char *end = nul ? nul : sql + len;
+	static const char *const scoped[] = { "transaction", "constraints", "transaction_isolation",
+					      "transaction_read_only", "transaction_deferrable" };
+	static const char *const untracked[] = { "role", "authorization", "characteristics", "session", "names", "xml",
+						 "catalog", "session_authorization" };
+	*is_one = true;
+	for (size_t i = 0; i < sizeof scoped / sizeof *scoped; i++)
+		if (strcasecmp(name, scoped[i]) == 0)
+			return PARAMS_STMT_NONE;
+	for (size_t i = 0; i < sizeof untracked / sizeof *untracked; i++)
+		if (strcasecmp(name, untracked[i]) == 0)
+			return PARAMS_STMT_UNTRACKED;
+	*is_one = false;
+	return PARAMS_STMT_NONE;
+}
+
+static enum params_stmt track_reset(struct params *p, const char *s, const char *end, const struct params *defaults)
+{
+	char name[PARAMS_NAME_MAX + 1];
+	if (word_is(&s, end, "all")) {
+		reset_unreported(p, defaults, NULL);
+		return PARAMS_STMT_RESET_ALL;
+	}
+	if (word_is(&s, end, "time")) {
+		if (!word_is(&s, end, "zone"))
+			return PARAMS_STMT_UNTRACKED;
+		reset_unreported(p, defaults, "TimeZone");
+		return PARAMS_STMT_RESET;
+	}
+	size_t n = guc_name(s, end, name, sizeof name);
+	if (n == 0)
+		return PARAMS_STMT_UNTRACKED;   /* a quoted or overlong name */
+	if (strcasecmp(name, "transaction") == 0)
+		return PARAMS_STMT_NONE;
+	if (strcasecmp(name, "role") == 0 || strcasecmp(name, "session") == 0)
+		return PARAMS_STMT_UNTRACKED;
+	reset_unreported(p, defaults, name);
+	return PARAMS_STMT_RESET;
+}
+
+/* The other ways SQL changes a setting: set_config, and an UPDATE of the
+ * pg_settings view. Named in any case; a mention in a string or a comment
+ * counts too, which costs a reset at most. Found by their '_', which most
+ * texts have few of. */
+/* s[0..n) is the lower-case word w in any case (w: letters only). */
+static inline bool letters_are(const char *s, const char *w, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((s[i] | 0x20) != w[i])
+			return false;
+	return true;
+}
+
+static bool mentions_setter(const char *s, size_t len, bool view_too)
+{
+	const char *end = s + len;
+	for (const char *u = s; (u = memchr(u, '_', (size_t)(end - u))) != NULL; u++) {
+		/* (the byte before the '_' first: most underscores go no further) */
+		char before = (char)(u > s ? u[-1] | 0x20 : 0);
+		if (before == 't' && u - s >= 3 && end - u >= 7 && letters_are(u - 3, "set", 3) &&
+		    letters_are(u + 1, "config", 6))
+			return true;
+		if (view_too && before == 'g' && u - s >= 2 && end - u >= 9 && letters_are(u - 2, "pg", 2) &&
+		    letters_are(u + 1, "settings", 8))
+			return true;
+	}
+	return false;
+}
+
+/* A 'string' literal at *sp into a malloc'd copy (*out), without
+ * backslashes (their meaning depends on standard_conforming_strings). */
+static bool string_literal(const char **sp, const char *end, char **out)
+{
+	const char *s = *sp;
+	size_t n = (size_t)(end - s), i = 0;
+	if (n == 0 || *s != '\'' || memchr(s, '\\', n))
+		return false;
+	*out = malloc(n);
+	if (!*out)
+		return false;
+	if (!sqllex_unquote(s, n, &i, *out, n)) {
+		free(*out);
+		return false;
+	}
+	*sp = skip_space(s + i, end);
+	return true;
+}
+
+/* SELECT set_config('name', 'value', false), the whole statement, in any
+ * case: the setting as a startup option gives it. is_local true lasts for
+ * the transaction only (NONE). Any other use of set_config: UNTRACKED. */
+static enum params_stmt track_set_config(struct params *p, const char *s, const char *end)
+{
+	size_t content_end;
+	(void)sqllex_statement_end(s, (size_t)(end - s), 0, &content_end);
+	end = s + content_end;
+	char *name = NULL, *value = NULL;
+	enum params_stmt st = PARAMS_STMT_UNTRACKED;
+	/* (sqllex_keyword takes letters only) */
+	if (end - s < 10 || strncasecmp(s, "set_config", 10) != 0)
+		return st;
+	s = skip_space(s + 10, end);
+	if (s >= end || *s != '(')
+		return st;
+	s = skip_space(s + 1, end);
+	if (!string_literal(&s, end, &name))
+		return st;
+	if (s < end && *s == ',' && (s = skip_space(s + 1, end)) && string_literal(&s, end, &value) && s < end &&
+	    *s == ',') {
+		s = skip_space(s + 1, end);
+		bool local = word_is(&s, end, "true");
+		if ((local || word_is(&s, end, "false")) && s < end && *s == ')' && skip_space(s + 1, end) == end &&
+		    strlen(name) <= PARAMS_NAME_MAX && name[0])
+			st = local ? PARAMS_STMT_NONE
+				   : params_set(p, name, value, false) ? PARAMS_STMT_SET : PARAMS_STMT_UNTRACKED;
+	}
+	free(name);
+	free(value);
+	return st;
+}
+
+/* What one statement does (params_track_statement); *known: it is one
+ * that changes no setting for good, whatever it names. */
+static enum params_stmt track_one(struct params *p, const char *sql, const char *end, const struct params *defaults,
+				  bool *known)
+{
 	const char *s = skip_space(sql, end);
-	char name[64];
+	char name[PARAMS_NAME_MAX + 1];
+	*known = false;
+	if (word_is(&s, end, "select")) {
+		*known = true;
+		/* (reading pg_settings changes nothing) */
+		return mentions_setter(s, (size_t)(end - s), false) ? track_set_config(p, s, end) : PARAMS_STMT_NONE;
+	}
+	if (word_is(&s, end, "do"))
+		return PARAMS_STMT_UNTRACKED;   /* its code may SET anything */
 	if (word_is(&s, end, "discard")) {
 		if (word_is(&s, end, "all")) {
 			reset_unreported(p, defaults, NULL);
 			return PARAMS_STMT_RESET_ALL;
 		}
-		return PARAMS_STMT_NONE;
+		return PARAMS_STMT_NONE;   /* PLANS, SEQUENCES, TEMP: no settings */
 	}
-	if (word_is(&s, end, "reset")) {
-		if (word_is(&s, end, "all")) {
-			reset_unreported(p, defaults, NULL);
-			return PARAMS_STMT_RESET_ALL;
-		}
-		size_t n = guc_name(s, end, name, sizeof name);
-		if (n == 0 || strcasecmp(name, "role") == 0 || strcasecmp(name, "session") == 0)
-			return PARAMS_STMT_NONE;
-		reset_unreported(p, defaults, name);
-		return PARAMS_STMT_RESET;
-	}
+	if (word_is(&s, end, "reset"))
+		return track_reset(p, s, end, defaults);
 	if (!word_is(&s, end, "set"))
 		return PARAMS_STMT_NONE;
-	if (word_is(&s, end, "local"))
+	if (word_is(&s, end, "local")) {
+		*known = true;
 		return PARAMS_STMT_NONE;   /* lasts until the end of the transaction */
+	}
 	(void)word_is(&s, end, "session");
 	if (word_is(&s, end, "time")) {
 		if (!word_is(&s, end, "zone"))
-			return PARAMS_STMT_NONE;
+			return PARAMS_STMT_UNTRACKED;
 		snprintf(name, sizeof name, "TimeZone");
+		/* Forms only SET TIME ZONE takes, not SET TimeZone TO: LOCAL is
+		 * DEFAULT; an INTERVAL is not replayed (the server reports the
+		 * zone it makes, which is then the value) */
+		if (word_is(&s, end, "local")) {
+			reset_unreported(p, defaults, name);
+			return PARAMS_STMT_RESET;
+		}
+		if (word_is(&s, end, "interval"))
+			return PARAMS_STMT_UNTRACKED;
+	} else if (word_is(&s, end, "schema")) {
+		/* SET SCHEMA 'x': search_path's other spelling */
+		snprintf(name, sizeof name, "search_path");
 	} else {
 		size_t n = guc_name(s, end, name, sizeof name);
 		if (n == 0)
-			return PARAMS_STMT_NONE;
-		/* Not settings: transaction modes, roles, constraints. */
-		static const char *const not_gucs[] = { "transaction", "characteristics", "authorization",
-							"role", "constraints", "session" };
-		for (size_t i = 0; i < sizeof not_gucs / sizeof *not_gucs; i++)
-			if (strcasecmp(name, not_gucs[i]) == 0)
-				return PARAMS_STMT_NONE;
+			return PARAMS_STMT_UNTRACKED;   /* a quoted or overlong name */
+		bool is_one;
+		enum params_stmt other = not_a_setting(name, &is_one);
+		if (is_one)
+			return other;
 		s = skip_space(s + n, end);
 		if (!word_is(&s, end, "to")) {
 			if (s < end && *s == '=')
 				s = skip_space(s + 1, end);
+			else if (word_is(&s, end, "from") && word_is(&s, end, "current"))
+				return PARAMS_STMT_NONE;   /* the value it has */
 			else
-				return PARAMS_STMT_NONE;
+				return PARAMS_STMT_UNTRACKED;
 		}
 	}
 	/* The value runs to the first ';' outside quotes and comments, or the
@@ -762,14 +971,9 @@ enum params_stmt params_track_statement(struct params *p, const char *sql, size_
 	(void)sqllex_statement_end(v, (size_t)(end - v), 0, &content_end);
 	const char *e = v + content_end;
 	if (e == v)
-		return PARAMS_STMT_NONE;
-	char buf[PARAMS_VALUE_MAX + 1];
+		return PARAMS_STMT_NONE;   /* a syntax error: nothing changes */
 	size_t n = (size_t)(e - v);
-	if (n > PARAMS_VALUE_MAX)
-		return PARAMS_STMT_NONE;
-	memcpy(buf, v, n);
-	buf[n] = '\0';
-	if (strcasecmp(buf, "default") == 0) {
+	if (n == 7 && strncasecmp(v, "default", 7) == 0) {
 		reset_unreported(p, defaults, name);
 		return PARAMS_STMT_RESET;
 	}
@@ -781,21 +985,102 @@ enum params_stmt params_track_statement(struct params *p, const char *sql, size_
 	 * useless SET at every hand-over. A plain string of another reported
 	 * setting (TimeZone, application_name) is kept as given; anything else
 	 * as SQL text, until the ParameterStatus. */
-	if (params_reported(name)) {
-		char plain[PARAMS_VALUE_MAX + 1], canon[PARAMS_VALUE_MAX + 1];
+	if (params_reported(name) && n < 256) {
+		char plain[256], canon[256];
 		bool one_string;
 		const struct param *cur = params_get(p, name);
-		if (sql_plain_value(buf, plain, sizeof plain, &one_string)) {
-			if (params_canonical(name, plain, cur ? cur->value : NULL, canon, sizeof canon)) {
-				(void)params_set(p, name, canon, false);
-				return PARAMS_STMT_SET;
-			}
-			if (one_string) {
-				(void)params_set(p, name, plain, false);
-				return PARAMS_STMT_SET;
-			}
+		if (sql_plain_value(v, e, plain, sizeof plain, &one_string)) {
+			if (params_canonical(name, plain, cur ? cur->value : NULL, canon, sizeof canon))
+				return params_set(p, name, canon, false) ? PARAMS_STMT_SET : PARAMS_STMT_UNTRACKED;
+			if (one_string)
+				return params_set(p, name, plain, false) ? PARAMS_STMT_SET : PARAMS_STMT_UNTRACKED;
 		}
 	}
-	(void)params_set(p, name, buf, true);
-	return PARAMS_STMT_SET;
+	return params_set_n(p, name, v, n, true) ? PARAMS_STMT_SET : PARAMS_STMT_UNTRACKED;
+}
+
+enum params_stmt params_track_statement(struct params *p, const char *sql, size_t len,
+					const struct params *defaults)
+{
+	/* PostgreSQL reads the text up to its first NUL (a Query's own end) */
+	const char *nul = memchr(sql, '\0', len);
+	const char *end = nul ? nul : sql + len;
+	bool known;
+	enum params_stmt st = track_one(p, sql, end, defaults, &known);
+	/* set_config or pg_settings in a statement not read above (a
+	 * function's argument, a CTE, an UPDATE): whatever it set is not
+	 * followed */
+	if (st == PARAMS_STMT_NONE && !known && mentions_setter(sql, (size_t)(end - sql), true))
+		return PARAMS_STMT_UNTRACKED;
+	return st;
+}
+
+/* A statement starting at s[i], after blanks, may be one that changes a
+ * setting: its first byte is that of SET, RESET or DISCARD (or starts a
+ * comment, which hides it). */
+static bool may_start_change(const char *s, size_t len, size_t i)
+{
+	while (i < len && sqllex_is_space((unsigned char)s[i]))
+		i++;
+	if (i >= len)
+		return false;
+	switch (s[i]) {
+	case 's':
+	case 'S':
+		/* SELECT shares SET's first letter: only "set" goes further */
+		return len - i >= 3 && (s[i + 1] | 0x20) == 'e' && (s[i + 2] | 0x20) == 't';
+	case 'r':
+	case 'R':
+	case 'd':
+	case 'D':
+	case '/':
+	case '-':
+		return true;
+	default:
+		return false;
+	}
+}
+
+bool params_sql_may_change(const char *sql, size_t len)
+{
+	/* (bytes after a NUL, which PostgreSQL does not read, can only make
+	 * this say yes: params_track_sql stops at the NUL) */
+	if (may_start_change(sql, len, 0))
+		return true;
+	/* Each statement after the first starts after a ';': every ';' is
+	 * looked after (one in a string costs only this look). */
+	for (const char *q = sql; (q = memchr(q, ';', len - (size_t)(q - sql))) != NULL; q++)
+		if (may_start_change(sql, len, (size_t)(q - sql) + 1))
+			return true;
+	return mentions_setter(sql, len, true);
+}
+
+unsigned params_track_sql(struct params *p, const char *sql, size_t len, const struct params *defaults)
+{
+	const char *nul = memchr(sql, '\0', len);
+	if (nul)
+		len = (size_t)(nul - sql);
+	unsigned r = 0;
+	for (size_t i = 0; i < len;) {
+		size_t start = sqllex_skip_blank(sql, len, i);
+		if (start >= len)
+			break;
+		size_t stop = sqllex_statement_end(sql, len, start, NULL);
+		if (may_start_change(sql, stop, start) || mentions_setter(sql + start, stop - start, true)) {
+			switch (params_track_statement(p, sql + start, stop - start, defaults)) {
+			case PARAMS_STMT_NONE:
+				break;
+			case PARAMS_STMT_SET:
+			case PARAMS_STMT_RESET:
+			case PARAMS_STMT_RESET_ALL:
+				r |= PARAMS_CHANGED;
+				break;
+			case PARAMS_STMT_UNTRACKED:
+				r |= PARAMS_UNTRACKED;
+				break;
+			}
+		}
+		i = stop + 1;
+	}
+	return r;
 }

@@ -691,6 +691,12 @@ static void pool_server_clean(struct server *s)
 			return;
 		}
 	}
+	/* Session state pgcat did not follow (SPEC §10): reset before anyone
+	 * gets it; back here once done. */
+	if (s->txn.untracked) {
+		server_reset_untracked(s);
+		return;
+	}
 	if (!list_empty(&sp->waiters) && !sp->pool->paused) {
 		grant(s, srvpool_take_waiter(sp));
 		return;

@@ -567,13 +567,18 @@ void server_relink(struct server *s)
 
 void server_link(struct server *s)
 {
-	char sql[8192];
+	char *sql = NULL;   /* the SETs, of any length (params.h bounds them) */
 	struct client_end *c = s->client;
 	take_end(s);
 	/* Nothing of a previous client may still be awaited. */
 	if (s->prep && (s->prep->seg_sent != s->prep->seg_recv || s->prep->parses.len || s->prep->closes.len))
 		prep_server_reset_pending(s);
-	int n = params_same(c->params, &s->params) ? 0 : params_build_sync(c->params, &s->params, sql, sizeof sql);
+	int n = params_same(c->params, &s->params) ? 0 : params_build_sync(c->params, &s->params, &sql);
+	if (n < 0) {
+		/* Without its settings the client would run with another's. */
+		server_close(s, "out of memory");
+		return;
+	}
 	/* Unused for healthcheck_delay: checked before the client's first byte
 	 * goes there (the SETs, if any, are the check; else an empty query). */
 	const struct config_general *g = &s->w->cfg->general;
@@ -586,25 +591,17 @@ void server_link(struct server *s)
 	bool ask = (idle_long || !s->checked) && rotation_wants_role_check(s->sp);
 	s->health_check = idle_long || (ask && !s->checked);
 	s->checked = true;
-	if (s->health_check) {
-		const char *q = ask ? "SELECT pg_is_in_recovery()" : ";";
-		size_t used = n > 0 ? strlen(sql) : 0;
-		snprintf(sql + used, sizeof sql - used, "%s", q);
-		n = 1;
-	}
+	const char *check = s->health_check ? (ask ? "SELECT pg_is_in_recovery()" : ";") : "";
 	bool syncing = false;
-	if (n > 0) {
-		uint8_t storage[sizeof sql + 16];
-		struct pktbuf pb;
-		pktbuf_init(&pb, storage, sizeof storage);
-		pktbuf_query(&pb, sql);
-		if (!pb.failed) {
+	s->sync_refused = false;
+	if (n > 0 || check[0]) {
+		if (n > 0)
 			log_trace("S-%llu: sync parameters: %s", (unsigned long long)s->id, sql);
-			evbuffer_add(io_out(&s->io), pb.data, pb.len);
-			txn_sent(&s->txn, PqMsg_Query);
-			syncing = true;
-		}
+		(void)evbuf_add_query(io_out(&s->io), n > 0 ? sql : "", check);
+		txn_sent(&s->txn, PqMsg_Query);
+		syncing = true;
 	}
+	free(sql);
 	if (c->begin) {
 		/* sharding: the BEGIN pgcat answered (route.c), replies absorbed */
 		uint8_t storage[512];
@@ -761,6 +758,37 @@ void server_reset(struct server *s)
 	if (strncasecmp(q, "discard all", 11) == 0 || strstr(q, "DISCARD ALL") || strstr(q, "discard all"))
 		prep_server_discarded(s);
 	send_simple_query(s, q);
+}
+
+void server_reset_untracked(struct server *s)
+{
+	const struct pool *p = s->sp->pool;
+	if (p->cpool && p->cpool->connect_query && p->cpool->connect_query[0]) {
+		server_close(s, "session state pgcat does not follow, and a connect_query a reset would undo");
+		return;
+	}
+	log_debug("S-%llu: reset: the session took a change pgcat does not follow", (unsigned long long)s->id);
+	server_set_state(s, SERVER_RESETTING);
+	s->prep_on = false;
+	s->reset_untracked = true;
+	/* RESET ALL leaves the role and the session user as they are */
+	send_simple_query(s, "RESET SESSION AUTHORIZATION; RESET ALL");
+}
+
+/* The client's settings were refused (sync_refused set): the SETs ran as
+ * one implicit transaction and none took, so the server is as it was, its
+ * table true. The client's end is told; the server, which nothing of the
+ * client's reached, is brought back to 'I' (a held BEGIN may have run
+ * after the SETs) and goes back to its pool. */
+static void sync_refused(struct server *s, struct client_end *c)
+{
+	s->sync_refused = false;
+	s->health_check = false;
+	s->replay_check = SERVER_REPLAY_NOT_ASKED;
+	c->ev->refused(c, s, s->error_sqlstate, s->error_message);
+	if (s->state == SERVER_CLOSED || s->client)
+		return;
+	server_drain(s);
 }
 
 /* PostgreSQL answered (closed) one of the CancelRequests of s, or it timed
@@ -981,6 +1009,10 @@ static void process_unlinked(struct server *s)
 			}
 			if (st == SERVER_SYNCING && s->txn.outstanding == 0) {
 				struct client_end *c = s->client;
+				if (c && s->sync_refused) {
+					sync_refused(s, c);
+					return;
+				}
 				/* The SETs ran: the server's session is now the client's. */
 				if (c)
 					(void)params_copy(&s->params, c->params);
@@ -1004,10 +1036,18 @@ static void process_unlinked(struct server *s)
 			if (st == SERVER_DRAINING) {
 				drain_step(s);
 			} else if (st == SERVER_RESETTING && s->txn.outstanding == 0) {
-				if (reset_query_clears_all(s->w->cfg->general.server_reset_query))
+				/* pgcat's own reset (server_reset_untracked), or
+				 * server_reset_query: DISCARD ALL resets the session
+				 * user too, RESET ALL alone does not */
+				const char *q = s->w->cfg->general.server_reset_query;
+				bool own = s->reset_untracked;
+				s->reset_untracked = false;
+				if (own || reset_query_clears_all(q))
 					for (size_t i = params_count(&s->params); i-- > 0;)
 						if (!params_reported(params_at(&s->params, i)->name))
 							params_remove(&s->params, params_at(&s->params, i)->name);
+				if (own || strcasestr(q, "DISCARD ALL"))
+					s->txn.untracked = false;
 				if (s->txn.tx_status != 'I') {
 					server_close(s, "reset query left a transaction open");
 					return;
@@ -1037,14 +1077,24 @@ static void process_unlinked(struct server *s)
 				close_unasked(s, f.type);
 				return;
 			}
-			if (st == SERVER_SYNCING && s->client && total <= SERVER_INSPECT_MAX) {
-				/* A client parameter the server refuses: stop trying it;
-				 * the client keeps the server's value. */
+			if (st == SERVER_RESETTING && s->reset_untracked) {
+				/* nothing of it took: the state it was to undo is there */
+				server_close(s, "the reset of session state pgcat does not follow failed");
+				return;
+			}
+			if (st == SERVER_SYNCING && s->client && !s->sync_refused) {
+				/* A setting of the client's the server refuses (none of
+				 * the SETs took): the client must not go on with this
+				 * server's settings (sync_refused, at the ReadyForQuery). */
 				struct proto_error_fields ef;
-				if (proto_parse_error(body, blen, &ef))
-					log_warning("S-%llu: setting client parameters failed: %s", (unsigned long long)s->id,
-						    ef.message ? ef.message : "");
-				(void)params_copy(s->client->params, &s->params);
+				bool parsed = total <= SERVER_INSPECT_MAX && proto_parse_error(body, blen, &ef);
+				snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "%s",
+					 parsed && ef.sqlstate ? ef.sqlstate : "22023");
+				snprintf(s->error_message, sizeof s->error_message, "%s",
+					 parsed && ef.message ? ef.message : "a session setting was refused by the server");
+				s->sync_refused = true;
+				log_info("S-%llu: the server refused the settings of C-%llu: %s", (unsigned long long)s->id,
+					 (unsigned long long)s->client->client_id, s->error_message);
 			}
 			break;
 		case PqMsg_CopyInResponse:

@@ -227,6 +227,21 @@ class Raw:
             if m[0] == b"E" and err is None:
                 err = parse_fields(m[1])
 
+    def read_to_eof(self, timeout: float = 10.0):
+        """Every byte the peer sends until it closes: (bytes, closed). closed
+        is False if it was still open after timeout."""
+        deadline = time.monotonic() + timeout
+        while not self.eof:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                self._fill(left)
+            except socket.timeout:
+                break
+        out, self.buf = self.buf, b""
+        return out, self.eof
+
     def wait_closed(self, timeout: float = 10.0) -> bool:
         """True if the peer closes within timeout (messages before are discarded)."""
         deadline = time.monotonic() + timeout

@@ -57,26 +57,73 @@ def expect_error_and_close(r, code, timeout=10):
 # --- before authentication ------------------------------------------------------
 
 STARTUP_CASES = {
+    # node-postgres's connect() then end() at once: Terminate before its startup packet
+    "terminate_first": pgwire.terminate(),
     "http_request": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
     "random_bytes": struct.pack("!I", 300) + bytes(random.Random(7).getrandbits(8) for _ in range(296)),
     "length_below_4": struct.pack("!I", 3) + b"\x00" * 8,
     "length_zero": struct.pack("!I", 0) + b"\x00" * 8,
+    "length_7": struct.pack("!I", 7) + b"\x00" * 3,
     "startup_over_10000_bytes": pgwire.startup_packet(
         {"user": "app", "database": "appdb", "application_name": "x" * 11000}),
+    "protocol_0_0": struct.pack("!II", 8, 0),
     "protocol_2": pgwire.startup_packet({"user": "app", "database": "appdb"}, version=2 << 16),
     "protocol_4": pgwire.startup_packet({"user": "app", "database": "appdb"}, version=4 << 16),
+    "unknown_request_code": pgwire.startup_packet({"user": "app"}, version=(1234 << 16) | 5681),
     "missing_user": pgwire.startup_packet({"database": "appdb"}),
-    "unterminated_parameters": struct.pack("!II", 8 + 9, pgwire.PROTO_3_0) + b"user\x00app",
+    "unterminated_parameters": struct.pack("!II", 8 + 9, pgwire.PROTO_3_0) + b"user\x00app\x00",
 }
+
+
+def first_packet_answer(host, port, data):
+    """What a server does with this first packet: ("silent",) when it closes
+    without a byte; ("v2", text) for the old protocol's error (an 'E' and a
+    text, what a client below protocol 3 can read); ("error", SQLSTATE,
+    severity) for an ErrorResponse followed by the close."""
+    r = pgwire.Raw(host, port)
+    try:
+        r.try_send(data)
+        got, closed = r.read_to_eof(10)
+    finally:
+        r.close()
+    assert closed, "the connection was not closed (got %r)" % got[:80]
+    if got == b"":
+        return ("silent",)
+    if got[:1] == b"E" and got.endswith(b"\x00") and got[1:2].isalpha():
+        # the text up to its version range, which differs (3.0 to 3.2 here)
+        return ("v2", got[1:-1].decode().split(": server supports")[0])
+    assert got[:1] == b"E", got[:80]
+    (ln,) = struct.unpack("!I", got[1:5])
+    assert len(got) == 1 + ln, "more than one ErrorResponse: %r" % got[:120]
+    f = pgwire.parse_fields(got[5:])
+    return ("error", f.get("C"), f.get("S"))
 
 
 @pytest.mark.parametrize("case", sorted(STARTUP_CASES))
 def test_bad_startup_packet(cat, pg, bystander, case):
-    r = cat.raw()
-    r.try_send(STARTUP_CASES[case])
-    err = expect_error_and_close(r, "08P01")
-    assert err.get("S") in ("FATAL", "ERROR")
+    """pgcat answers a malformed first packet exactly as PostgreSQL 15 does:
+    a length no startup packet has (a Terminate before the startup packet,
+    an HTTP request, over 10,000 bytes) is closed without a byte; a protocol
+    below 3 gets the old protocol's error text; the rest a FATAL with
+    PostgreSQL's SQLSTATE."""
+    want = first_packet_answer(pg.host, pg.port, STARTUP_CASES[case])
+    got = first_packet_answer(cat.host, cat.port, STARTUP_CASES[case])
+    assert got == want, "PostgreSQL: %r, pgcat: %r" % (want, got)
     after_checks(cat, bystander)
+
+
+def test_terminate_before_startup_closes_silently(cat, pg):
+    """node-postgres's connect() then end() at once: 'X' with length 4 where
+    the startup packet belongs. PostgreSQL logs "invalid length of startup
+    packet" and closes without a byte; so does pgcat (an ErrorResponse here
+    is an unhandled error that kills that client's process)."""
+    r = cat.raw()
+    r.send(b"X\x00\x00\x00\x04")
+    got, closed = r.read_to_eof(10)
+    r.close()
+    assert closed and got == b"", got
+    wait_until(lambda: "invalid length of startup packet" in cat.log(), 5, msg="the log line")
+    after_checks(cat)
 
 
 def test_tls_client_hello_with_client_tls_off(cat, pg, bystander):
@@ -102,10 +149,13 @@ def test_tls_client_hello_with_client_tls_off(cat, pg, bystander):
 
 
 def test_startup_length_over_10000_is_refused_before_the_body(cat, pg):
-    """Only the header of a 1 GB startup packet: refused at once, not awaited."""
+    """Only the header of a 1 GB startup packet: closed at once (without a
+    byte, as PostgreSQL does), not awaited."""
     r = cat.raw()
     r.send(struct.pack("!II", 1 << 30, pgwire.PROTO_3_0))
-    expect_error_and_close(r, "08P01", timeout=5)
+    got, closed = r.read_to_eof(5)
+    r.close()
+    assert closed and got == b"", (closed, got)
     after_checks(cat)
 
 

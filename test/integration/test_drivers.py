@@ -76,6 +76,18 @@ def test_node_listen_notify(small_pool, pg):
     assert_pool_idle(pg, max_conns=3)
 
 
+def test_node_postgres_connect_then_end(small_pool, pg):
+    """Issue 40, item 7: node-postgres's connect() then end() at once sends
+    Terminate before its startup packet. PostgreSQL closes without a word;
+    an ErrorResponse would be an unhandled rejection that ends the process
+    (the program catches nothing). A normal client works afterwards."""
+    out = run(["node", str(Path(DRIVERS) / "node" / "connect_end.js")],
+              env={"PGHOST": "127.0.0.1", "PGPORT": str(small_pool.port), "PGUSER": "app",
+                   "PGPASSWORD": PASSWORDS["app"], "PGDATABASE": "appdb"}, timeout=60)
+    assert out.split() == ["ok", "42"], out
+    assert_pool_idle(pg, max_conns=3)
+
+
 @pytest.mark.parametrize("protocol", ["3.0", "3.2"])
 def test_pgx(small_pool, pg, protocol):
     url = "postgres://app:%s@127.0.0.1:%d/appdb?max_protocol_version=%s" % (

@@ -147,12 +147,17 @@ def test_startup_parameters_follow_the_client(one_server):
         assert got[5] != "Pacific/Auckland" and got[6] != "German, DMY"
 
 
-def test_options_search_path(one_server):
+def test_options_search_path(one_server, pg):
+    """The value as PostgreSQL takes it from options: the string itself
+    (other,public), not a list re-spelled."""
+    with pg.connect(options="-c search_path=other,public") as d:
+        want = show(d, "search_path")
+    assert want == "other,public"
     p = one_server
     a = p.connect(options="-c search_path=other,public")
     b = p.connect()
     for _ in range(2):
-        assert show(a, "search_path") == "other, public"
+        assert show(a, "search_path") == want
         assert show(b, "search_path") == '"$user", public'
     a.close()
     b.close()

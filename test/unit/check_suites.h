@@ -26,4 +26,5 @@ Suite *txn_mode_suite(void);
 Suite *txn_suite(void);
 Suite *cancel_suite(void);
 Suite *shm_suite(void);
+Suite *params_suite(void);
 #endif
