@@ -328,3 +328,29 @@ def test_leaver_cross_shard_not_committed(pgcat, tpc_server, tmp_path, name, how
         c.execute("INSERT INTO ledger (id, amount) VALUES (%d, 5)" % a)
         c.execute("INSERT INTO ledger (id, amount) VALUES (%d, 6)" % b)
     assert ledger_rows(s) == {"shard0": [(a, 5)], "shard1": [(b, 6)]}
+
+
+# The single-server shapes once more on a sharded pool, where the client's
+# work runs on default_shard, with two_phase_commit on and off: the same
+# drain, whatever the pool.
+@pytest.mark.parametrize("two_phase", [True, False], ids=["2pc", "no2pc"])
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_leaver_on_a_sharded_pool_not_committed(pgcat, tpc_server, tmp_path, postgres_says, name, two_phase):
+    s = tpc_server
+    t = "nc_%s" % name
+    for db in ("shard0", "shard1"):
+        s.sql("DROP TABLE IF EXISTS %s; CREATE TABLE %s (a int); GRANT ALL ON %s TO PUBLIC" % (t, t, t), dbname=db)
+    p = sharded(pgcat, s, tmp_path, two_phase)
+    r = p.raw_login(dbname="sh")
+    SHAPES[name](r, t)
+    leave(r, "close")
+
+    def ended():
+        return not [b for b in s.backends("app") if b[3] != "idle"]
+    wait_until(ended, 15, msg="the leaver's transaction ended")
+    time.sleep(0.3)
+    got = {db: sorted(x[0] for x in s.sql("SELECT a FROM %s" % t, dbname=db)) for db in ("shard0", "shard1")}
+    assert got == {"shard0": postgres_says[(name, "close")], "shard1": []}, got
+    assert s.sql("SELECT gid FROM pg_prepared_xacts", dbname="postgres") == []
+    with p.connect(dbname="sh") as c:
+        assert c.execute("SELECT count(*) FROM %s" % t).fetchone()[0] == len(postgres_says[(name, "close")])
