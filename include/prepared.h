@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
+
 struct client;
 struct server;
 struct proto_frame;
@@ -234,8 +236,12 @@ bool prep_enabled(const struct client *c);
  * discarded (SPEC §10). */
 #define PREP_LONG_HEAD (5u + 1024u)
 /* Is a Parse or Query of total bytes (its header included) too long to be
- * held whole? */
-bool prep_too_long(const struct client *c, uint32_t total);
+ * held whole? (Inline: the client's pump asks it before it hands the
+ * message to the rewriting, which sits above it.) */
+static inline bool prep_too_long(const struct config_general *g, uint32_t total)
+{
+	return total > (uint32_t)g->prepared_statements_max_length;
+}
 
 enum prep_action {
 	PREP_FORWARD,   /* forward the message as is (the pump does) */

@@ -765,7 +765,7 @@ static bool prep_bytes_here(struct client *c, const struct proto_frame *f)
 	size_t need = (f->type == PqMsg_Bind || f->type == PqMsg_Describe) && total > 5 + 512 ? 5 + 512 : total;
 	if (f->type == PqMsg_Sync || f->type == PqMsg_FunctionCall)
 		need = 0;
-	else if ((f->type == PqMsg_Parse || f->type == PqMsg_Query) && prep_too_long(c, total))
+	else if ((f->type == PqMsg_Parse || f->type == PqMsg_Query) && prep_too_long(&c->w->cfg->general, total))
 		need = total < PREP_LONG_HEAD ? total : PREP_LONG_HEAD;   /* never held whole */
 	if (evbuffer_get_length(c->io.in) < need) {
 		/* A message bigger than the read watermark (a long query): let

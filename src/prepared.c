@@ -38,11 +38,6 @@ bool prep_enabled(const struct client *c)
 	return c->pool && c->pool->mode == POOL_MODE_TRANSACTION && c->w->cfg->general.prepared_statements;
 }
 
-bool prep_too_long(const struct client *c, uint32_t total)
-{
-	return total > (uint32_t)c->w->cfg->general.prepared_statements_max_length;
-}
-
 static struct prep_server *server_prep(struct server *s)
 {
 	if (!s->prep)
@@ -852,7 +847,7 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 	}
 	switch (f->type) {
 	case PqMsg_Parse: {
-		if (prep_too_long(c, total)) {
+		if (prep_too_long(&c->w->cfg->general, total)) {
 			size_t want = total < PREP_LONG_HEAD ? total : PREP_LONG_HEAD;
 			if (evbuffer_get_length(in) < want)
 				return PREP_WAIT;
@@ -914,7 +909,7 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 	}
 	case PqMsg_Query: {
 		enum prep_action a;
-		if (prep_too_long(c, total)) {
+		if (prep_too_long(&c->w->cfg->general, total)) {
 			size_t want = total < PREP_LONG_HEAD ? total : PREP_LONG_HEAD;
 			if (evbuffer_get_length(in) < want)
 				return PREP_WAIT;
