@@ -164,7 +164,8 @@ struct config_general {
 	bool prepare_unnamed;     /* unnamed Parses of repeated texts as named statements (SPEC §5) */
 	int prepared_statements_cache_size;
 	/* Parse and Query messages longer than this (bytes) are not held to
-	 * be rewritten: streamed through, or refused (doc/prepared-statements.md). */
+	 * be rewritten: streamed through, or refused (doc/prepared-statements.md;
+	 * config_prep_too_long). */
 	int prepared_statements_max_length;
 	int query_cache_size;
 	int prometheus_port;
@@ -302,5 +303,15 @@ bool config_general_set(struct config *cfg, const char *key, const char *value, 
 typedef bool (*config_set_accept_fn)(const struct config *trial, void *arg, char *err, size_t errlen);
 bool config_general_set_if(struct config *cfg, const char *key, const char *value, config_set_accept_fn accept,
 			   void *arg, char *err, size_t errlen) __attribute__((warn_unused_result));
+
+/* prepared_statements_max_length: is a Parse or Query of total bytes (its
+ * header included) too long to be held whole for the prepared-statement
+ * rewriting (SPEC §10)? Of such a message only PROTO_LONG_HEAD bytes are
+ * read before the rewriting decides; the rest streams through or is
+ * discarded. */
+static inline bool config_prep_too_long(const struct config_general *g, uint32_t total)
+{
+	return total > (uint32_t)g->prepared_statements_max_length;
+}
 
 #endif

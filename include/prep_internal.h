@@ -89,13 +89,6 @@ static inline void prep_drain_msg(struct client *c, uint32_t total)
 	stats_add(c->pool->stats, STAT_RECEIVED, total);
 }
 
-/* The same for a message answered without its bytes: what is not here
- * yet is discarded as it comes (the pump skips it), never held. */
-static inline void prep_discard_msg(struct client *c, uint32_t total)
-{
-	client_discard_message(c, total);
-	stats_add(c->pool->stats, STAT_RECEIVED, total);
-}
 
 /* sqllex on the pointers prepared-statement code reads text with: past
  * blanks and comments; past keyword w (false: not there). */
@@ -120,9 +113,9 @@ enum prep_action prep_sql_query(struct client *c, struct server *s, const uint8_
 /* A Query longer than prepared_statements_max_length, of which the first
  * have bytes are at m: forwarded as it is, unless it starts as a PREPARE,
  * EXECUTE or DEALLOCATE pgcat would rewrite: refused then (54000), its
- * bytes discarded as they come. */
+ * bytes discarded as they come (PREP_DISCARD, *stream_rest). */
 enum prep_action prep_sql_long_query(struct client *c, struct server *s, const uint8_t *m, size_t have,
-				     uint32_t total);
+				     uint32_t total, uint32_t *stream_rest);
 
 /* ---- a server connection (prep_server.c) ---- */
 

@@ -27,8 +27,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
-
 struct client;
 struct server;
 struct proto_frame;
@@ -230,23 +228,13 @@ bool prep_tag_changes_schema(const char *tag, size_t len);
 /* Is rewriting on for this client's transactions? */
 bool prep_enabled(const struct client *c);
 
-/* Of a Parse or Query longer than prepared_statements_max_length, what
- * pgcat reads before it decides (a statement's name, a leading keyword):
- * such a message is never held whole, the rest streams through or is
- * discarded (SPEC §10). */
-#define PREP_LONG_HEAD (5u + 1024u)
-/* Is a Parse or Query of total bytes (its header included) too long to be
- * held whole? (Inline: the client's pump asks it before it hands the
- * message to the rewriting, which sits above it.) */
-static inline bool prep_too_long(const struct config_general *g, uint32_t total)
-{
-	return total > (uint32_t)g->prepared_statements_max_length;
-}
 
 enum prep_action {
 	PREP_FORWARD,   /* forward the message as is (the pump does) */
 	PREP_DONE,      /* consumed; what the server needs is queued (maybe with a rest to stream) */
 	PREP_WAIT,      /* need more bytes */
+	PREP_DISCARD,   /* answered without it (what the server needs is queued): the
+			 * pump discards the message, *stream_rest bytes, as they come */
 	PREP_FAILED     /* out of memory: the caller closes the client */
 };
 /* A client message (Parse, Bind, Describe, Close, Query) with the client

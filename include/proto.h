@@ -222,6 +222,10 @@ static inline void proto_put_bodyless(uint8_t *p, uint8_t type)
 bool proto_frontend_type_valid(uint8_t type);
 bool proto_backend_type_valid(uint8_t type);
 
+/* Of a message too long to be held whole, what is read of it before it is
+ * judged (a statement's name, a leading keyword): its header and 1 kB. */
+#define PROTO_LONG_HEAD (5u + 1024u)
+
 /* A backend message a server may send without being asked: a notice, a
  * parameter's new value, a notification. (A FATAL ErrorResponse too, but
  * that one is told by its body.) */

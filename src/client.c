@@ -765,8 +765,8 @@ static bool prep_bytes_here(struct client *c, const struct proto_frame *f)
 	size_t need = (f->type == PqMsg_Bind || f->type == PqMsg_Describe) && total > 5 + 512 ? 5 + 512 : total;
 	if (f->type == PqMsg_Sync || f->type == PqMsg_FunctionCall)
 		need = 0;
-	else if ((f->type == PqMsg_Parse || f->type == PqMsg_Query) && prep_too_long(&c->w->cfg->general, total))
-		need = total < PREP_LONG_HEAD ? total : PREP_LONG_HEAD;   /* never held whole */
+	else if ((f->type == PqMsg_Parse || f->type == PqMsg_Query) && config_prep_too_long(&c->w->cfg->general, total))
+		need = total < PROTO_LONG_HEAD ? total : PROTO_LONG_HEAD;   /* never held whole */
 	if (evbuffer_get_length(c->io.in) < need) {
 		/* A message bigger than the read watermark (a long query): let
 		 * it all in, max_packet_size bounds it. */
@@ -886,6 +886,10 @@ static enum pump_step rewrite_step(struct client *c, struct server *s, const str
 		return PUMP_NEXT;
 	case PREP_WAIT:
 		return PUMP_STOP;
+	case PREP_DISCARD:
+		client_discard_message(c, rest);
+		stats_add(c->pool->stats, STAT_RECEIVED, rest);
+		return PUMP_NEXT;
 	case PREP_FAILED:
 		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 		return PUMP_STOP;

@@ -99,7 +99,7 @@ static char *prepare_sql(const struct prep_stmt *st, const char *g, size_t *len)
 }
 
 enum prep_action prep_sql_long_query(struct client *c, struct server *s, const uint8_t *m, size_t have,
-				     uint32_t total)
+				     uint32_t total, uint32_t *stream_rest)
 {
 	const char *sql = (const char *)m + 5;
 	const char *end = memchr(sql, '\0', have - 5);
@@ -121,8 +121,8 @@ enum prep_action prep_sql_long_query(struct client *c, struct server *s, const u
 		 total);
 	if (!reply_error(s, "54000", msg))
 		return PREP_FAILED;
-	prep_discard_msg(c, total);
-	return PREP_DONE;
+	*stream_rest = total;   /* discarded as it comes, never held */
+	return PREP_DISCARD;
 }
 
 enum prep_action prep_sql_query(struct client *c, struct server *s, const uint8_t *m, uint32_t total)

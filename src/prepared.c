@@ -410,7 +410,7 @@ static bool ensure_unnamed_on_server(struct client *c, struct server *s, struct 
  * another server. Named, it is refused: a named statement is the pool's,
  * prepared again on each server that needs it, which takes its text. */
 static enum prep_action on_long_parse(struct client *c, struct server *s, const uint8_t *head, size_t have,
-				      uint32_t total)
+				      uint32_t total, uint32_t *stream_rest)
 {
 	struct prep_server *ps = s->prep;
 	struct prep_client *pc = prep_client_of(c);
@@ -434,8 +434,8 @@ static enum prep_action on_long_parse(struct client *c, struct server *s, const 
 		 c->w->cfg->general.prepared_statements_max_length);
 	if (!send_error_bind(s, "54000", msg))
 		return PREP_FAILED;
-	prep_discard_msg(c, total);
-	return PREP_DONE;
+	*stream_rest = total;
+	return PREP_DISCARD;
 }
 
 static enum prep_action on_parse(struct client *c, struct server *s, const uint8_t *m, uint32_t total)
@@ -550,8 +550,8 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 								"across transactions)"
 							      : "unnamed prepared statement does not exist"))
 				return PREP_FAILED;
-			prep_discard_msg(c, total);
-			return PREP_DONE;
+			*stream_rest = total;
+			return PREP_DISCARD;
 		}
 		if (!st)
 			return replay_unnamed(c, s) ? PREP_FORWARD : PREP_FAILED;
@@ -561,8 +561,8 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 		snprintf(msg, sizeof msg, "prepared statement \"%s\" does not exist", name);
 		ok = send_error_bind(s, "26000", msg);
 		if (ok) {
-			prep_discard_msg(c, total);
-			return PREP_DONE;
+			*stream_rest = total;
+			return PREP_DISCARD;
 		}
 	} else {
 		ok = ensure_on_server(c, s, st);
@@ -847,11 +847,11 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 	}
 	switch (f->type) {
 	case PqMsg_Parse: {
-		if (prep_too_long(&c->w->cfg->general, total)) {
-			size_t want = total < PREP_LONG_HEAD ? total : PREP_LONG_HEAD;
+		if (config_prep_too_long(&c->w->cfg->general, total)) {
+			size_t want = total < PROTO_LONG_HEAD ? total : PROTO_LONG_HEAD;
 			if (evbuffer_get_length(in) < want)
 				return PREP_WAIT;
-			return on_long_parse(c, s, evbuffer_pullup(in, (ev_ssize_t)want), want, total);
+			return on_long_parse(c, s, evbuffer_pullup(in, (ev_ssize_t)want), want, total, stream_rest);
 		}
 		if (evbuffer_get_length(in) < total)
 			return PREP_WAIT;
@@ -909,11 +909,11 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 	}
 	case PqMsg_Query: {
 		enum prep_action a;
-		if (prep_too_long(&c->w->cfg->general, total)) {
-			size_t want = total < PREP_LONG_HEAD ? total : PREP_LONG_HEAD;
+		if (config_prep_too_long(&c->w->cfg->general, total)) {
+			size_t want = total < PROTO_LONG_HEAD ? total : PROTO_LONG_HEAD;
 			if (evbuffer_get_length(in) < want)
 				return PREP_WAIT;
-			a = prep_sql_long_query(c, s, evbuffer_pullup(in, (ev_ssize_t)want), want, total);
+			a = prep_sql_long_query(c, s, evbuffer_pullup(in, (ev_ssize_t)want), want, total, stream_rest);
 			if (a != PREP_FAILED)
 				s->prep->seg_sent++;
 			return a;
