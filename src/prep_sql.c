@@ -134,14 +134,14 @@ enum prep_action prep_sql_query(struct client *c, struct server *s, const uint8_
 	if (!end)
 		end = sql + (total - 5);
 	const char *p = prep_sql_space(sql, end);
-	/* The simple protocol ends the server's unnamed statement. */
+	/* The simple protocol ends the server's unnamed statement (the
+	 * client's Query, or pgcat's in its place). */
+	ps->unnamed_client = 0;
 	/* PREPARE, EXECUTE, DEALLOCATE start so; anything else is left alone */
 	char first = p < end ? (char)(*p | 0x20) : 0;
 	bool maybe = first == 'p' || first == 'e' || first == 'd';
-	if (!maybe) {
-		ps->unnamed_client = 0;
+	if (!maybe)
 		return PREP_FORWARD;
-	}
 	const char *stop = single_statement_end(p, end);
 	char name[128];
 	bool ok = true;
@@ -154,13 +154,10 @@ enum prep_action prep_sql_query(struct client *c, struct server *s, const uint8_
 		/* What DISCARD ALL undoes is taken from the server's reply (it
 		 * may fail, inside a transaction block), as when it comes through
 		 * the extended protocol: prep_server_message. */
-		ps->unnamed_client = 0;
 		return PREP_FORWARD;
 	}
-	if (!stop) {
-		ps->unnamed_client = 0;
+	if (!stop)
 		return PREP_FORWARD;   /* several statements: not rewritten */
-	}
 	if (prep_sql_word(&p, end, "deallocate")) {
 		(void)prep_sql_word(&p, end, "prepare");
 		if (prep_sql_word(&p, end, "all")) {
@@ -270,13 +267,11 @@ enum prep_action prep_sql_query(struct client *c, struct server *s, const uint8_
 			}
 		}
 	} else {
-		ps->unnamed_client = 0;
 		return PREP_FORWARD;
 	}
 	if (!ok) {
 		return PREP_FAILED;
 	}
-	ps->unnamed_client = 0;
 	prep_drain_msg(c, total);
 	return PREP_DONE;
 }

@@ -952,6 +952,8 @@ bool prep_server_fail_query(struct server *s, const char *sqlstate, const char *
 		return false;
 	prep_put_msg(server_output(s), PqMsg_Query, sql, (size_t)w + 1, NULL, 0);
 	txn_sent(&s->txn, PqMsg_Query);
+	if (s->prep)
+		s->prep->unnamed_client = 0;   /* a simple Query drops the server's unnamed statement */
 	if (s->prep && s->prep_on)
 		s->prep->seg_sent++;
 	return true;

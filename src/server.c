@@ -560,6 +560,15 @@ static void take_end(struct server *s)
 		prep_server_forget_unnamed(s);
 }
 
+/* One of pgcat's own simple Queries went to the server: it owes a
+ * ReadyForQuery, and the server's unnamed statement is gone (PostgreSQL
+ * drops it at any simple Query), whoever's it was. */
+static void own_query_sent(struct server *s)
+{
+	txn_sent(&s->txn, PqMsg_Query);
+	prep_server_forget_unnamed(s);
+}
+
 void server_relink(struct server *s)
 {
 	take_end(s);
@@ -598,7 +607,7 @@ void server_link(struct server *s)
 		if (n > 0)
 			log_trace("S-%llu: sync parameters: %s", (unsigned long long)s->id, sql);
 		(void)evbuf_add_query(io_out(&s->io), n > 0 ? sql : "", check);
-		txn_sent(&s->txn, PqMsg_Query);
+		own_query_sent(s);
 		syncing = true;
 	}
 	free(sql);
@@ -610,7 +619,7 @@ void server_link(struct server *s)
 		pktbuf_query(&pb, c->begin);
 		if (!pb.failed) {
 			evbuffer_add(io_out(&s->io), pb.data, pb.len);
-			txn_sent(&s->txn, PqMsg_Query);
+			own_query_sent(s);
 			/* The client's transaction starts here on this server (its
 			 * own first message finds it open: xact_time and
 			 * transaction_timeout count from now, not from the last). */
@@ -633,7 +642,7 @@ void server_link(struct server *s)
 		pktbuf_query(&pb, q);
 		if (!pb.failed) {
 			evbuffer_add(io_out(&s->io), pb.data, pb.len);
-			txn_sent(&s->txn, PqMsg_Query);
+			own_query_sent(s);
 			s->replay_check = SERVER_REPLAY_ASKED;
 			syncing = true;
 		}
@@ -657,7 +666,7 @@ static void send_simple_query(struct server *s, const char *sql)
 		return;
 	}
 	evbuffer_add(io_out(&s->io), pb.data, pb.len);
-	txn_sent(&s->txn, PqMsg_Query);
+	own_query_sent(s);
 }
 
 /* In DRAINING: push the server toward 'I' with nothing outstanding. */

@@ -106,16 +106,21 @@ def test_long_unnamed_parse_streams_through(pgcat, pg):
     text = "x" * (3 * MB)
     sql = "SELECT length('%s')" % text
     rss = PeakRss(p.pid)
-    r.send(pgwire.parse(sql) + pgwire.bind() + pgwire.execute() + pgwire.sync())
+    # Parsed, bound twice in the same request: the unnamed statement is the
+    # client's on that server.
+    r.send(pgwire.parse(sql) + pgwire.bind() + pgwire.execute() + pgwire.bind() + pgwire.execute() +
+           pgwire.sync())
     msgs = r.read_until(timeout=60)
     growth = rss.growth_mb()
     print("pgcat RSS growth: %.1f MB" % growth)
-    assert [t for t, _ in msgs] == [b"1", b"2", b"D", b"C", b"Z"], msgs[:5]
+    assert [t for t, _ in msgs] == [b"1", b"2", b"D", b"C", b"2", b"D", b"C", b"Z"], [t for t, _ in msgs]
     assert pgwire.data_row_values(msgs[2][1]) == [str(len(text))]
-    # The unnamed statement is the client's on that server: bound again there.
+    # Not kept for a later transaction: said so, not run with another text.
     r.send(pgwire.bind() + pgwire.execute() + pgwire.sync())
     msgs = r.read_until()
-    assert [t for t, _ in msgs] == [b"2", b"D", b"C", b"Z"], msgs
+    assert [t for t, _ in msgs] == [b"E", b"Z"], msgs
+    err = pgwire.parse_fields(msgs[0][1])
+    assert err["C"] == "26000" and "prepared_statements_max_length" in err["M"], err
     # A Query too long to hold streams through too.
     rows, err, status = r.simple(sql)
     assert err is None and rows == [[str(len(text))]], err

@@ -582,3 +582,21 @@ def test_bind_error_after_a_mapped_parse_as_postgresql(pgcat, pg):
     hits, _ = counters(inst)
     assert hits >= 6, hits
     r.close()
+
+
+def test_unnamed_statement_after_pgcat_own_query(pgcat):
+    """A simple Query of pgcat's own on the server (here the health check
+    before a hand-out, healthcheck_delay = 0) drops the server's unnamed
+    statement, as any simple Query does: a client that binds its unnamed
+    statement in a later transaction gets it replayed, not the server's
+    'does not exist'."""
+    inst = pgcat(general={"prepared_statements": "true", "healthcheck_delay": "0"},
+                 users={"app": {"pool_size": 1}})
+    a = inst.raw_login()
+    a.send(pgwire.parse("SELECT 'kept'::text AS who") + pgwire.bind() + pgwire.execute() + pgwire.sync())
+    assert rows_of(a.read_until()) == [["kept"]]
+    for _ in range(2):
+        a.send(pgwire.bind() + pgwire.execute() + pgwire.sync())
+        got = a.read_until()
+        assert types_of(got) == [b"2", b"D", b"C", b"Z"] and rows_of(got) == [["kept"]], got
+    a.close()
