@@ -899,6 +899,17 @@ static void ring_flush(struct io *io)
 	io->write_armed = true;   /* as on epoll: output waits on the kernel */
 }
 
+/* A receive still armed for a connection that wants no more input (its
+ * owner paused it, or its input reached read_high) is cancelled now, not
+ * at the flush: the reap goes on entering the kernel, and each entry would
+ * fill more of the ring's buffers from the socket (megabytes, where epoll
+ * stops at read_high). The reap's next entry submits the cancel. */
+static void ring_stop_now(struct io *io)
+{
+	if (io->recv == RECV_ON && !want_read(io) && io_ring_recv_cancel(io->flusher->ring, io->fd))
+		io->recv = RECV_CANCELLING;
+}
+
 /* io_ring's on_recv: the connection's receive reported. */
 static void ring_recv(void *conn, int res, const uint8_t *data, bool more)
 {
@@ -914,13 +925,17 @@ static void ring_recv(void *conn, int res, const uint8_t *data, bool more)
 		}
 		if (io->paused || io->ssl) {
 			io->unread = !io->ssl;   /* the handshake takes them (ring_leave) */
-			if (io->ssl && io->recv == RECV_OFF && !io->send_in_flight)
+			if (!io->ssl)
+				ring_stop_now(io);
+			else if (io->recv == RECV_OFF && !io->send_in_flight)
 				ring_leave(io);
 			return;
 		}
 		io->ops->on_read(io, io_owner(io));
-		if (!io->closed)
+		if (!io->closed) {
+			ring_stop_now(io);
 			ring_sync(io);
+		}
 		return;
 	}
 	if (res == 0) {
