@@ -117,6 +117,10 @@ void server_link(struct server *s);
 void server_relink(struct server *s);
 /* Client gone: finish and clean up (cancel, CopyFail, Sync, ROLLBACK). */
 void server_drain(struct server *s);
+/* The client needs no more of the reply: drained as by server_drain, but
+ * what runs is not cancelled (a cross-shard read answered before its
+ * shards' ends: each shard's statement ends as it would, its rows dropped). */
+void server_finish(struct server *s);
 /* Session-mode release: run server_reset_query, then back to the pool. */
 void server_reset(struct server *s);
 /* The client drained its output: resume reading the server. */

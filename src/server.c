@@ -634,6 +634,8 @@ static void send_simple_query(struct server *s, const char *sql)
 	txn_sent(&s->txn, PqMsg_Query);
 }
 
+static void drain_begin(struct server *s, bool cancel);
+
 /* In DRAINING: push the server toward 'I' with nothing outstanding. */
 static void drain_step(struct server *s)
 {
@@ -653,6 +655,18 @@ static void drain_step(struct server *s)
 }
 
 void server_drain(struct server *s)
+{
+	drain_begin(s, true);
+}
+
+void server_finish(struct server *s)
+{
+	drain_begin(s, false);
+}
+
+/* The client is gone (cancel: what runs is cancelled), or needs no more
+ * of the reply (its statement ends as it would, its rest dropped). */
+static void drain_begin(struct server *s, bool cancel)
 {
 	if (s->state == SERVER_CLOSED)
 		return;
@@ -682,7 +696,7 @@ void server_drain(struct server *s)
 	}
 	/* A COPY FROM STDIN ends with the CopyFail: a cancel would only race
 	 * with it, and arrive after the server went to the next client. */
-	if (s->txn.outstanding > 0 && !copy_failed)
+	if (cancel && s->txn.outstanding > 0 && !copy_failed)
 		server_send_cancel(s);
 	drain_step(s);
 	if (s->state == SERVER_DRAINING)
