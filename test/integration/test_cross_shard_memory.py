@@ -304,6 +304,31 @@ def test_a_portal_read_in_parts_holds_no_more_than_its_windows(pgcat, xmem):
     rd.send(pgwire.query("COMMIT"))
     assert read_result(rd, Rows(False))[-1] == (ord("Z"), b"I")
     wait_shards_idle(xmem)
+    # a shard's backend killed while the portal waits: its next Execute gets
+    # the rows pgcat had, then the error; the transaction has failed, as
+    # after any error in it, until its ROLLBACK
+    rd.send(pgwire.query("BEGIN"))
+    read_result(rd, Rows(True))
+    rows = Rows(True)
+    rd.send(pgwire.parse("SELECT id, pad FROM big ORDER BY id") + pgwire.bind(portal="c5") +
+            pgwire.execute("c5", 10) + pgwire.sync())
+    assert read_result(rd, rows)[-2:] == [(ord("s"), b""), (ord("Z"), b"T")]
+    victim = xmem.sql("SELECT pid FROM pg_stat_activity WHERE datname = 'xmem1' AND state = 'active' "
+                      "AND query LIKE 'SELECT id, pad FROM big ORDER BY id%%'", dbname="postgres")
+    assert len(victim) == 1, victim
+    xmem.sql("SELECT pg_terminate_backend(%d)" % victim[0][0], dbname="postgres")
+    rd.send(pgwire.execute("c5", 0) + pgwire.sync())
+    tail = read_result(rd, rows)
+    assert [t for t, _ in tail] == [ord("E"), ord("Z")] and tail[-1][1] == b"E", tail
+    assert b"C08006" in tail[0][1] and b"shard 1" in tail[0][1], tail
+    assert 10 < rows.n < ROWS * 2
+    rd.send(pgwire.query("ROLLBACK"))
+    assert read_result(rd, Rows(True))[-1] == (ord("Z"), b"I")
+    wait_shards_idle(xmem)
+    rows = Rows(False)
+    rd.send(pgwire.query("SELECT id, pad FROM big WHERE id < 100"))
+    read_result(rd, rows)
+    assert rows.n == 100
     # and one whose client goes away
     gone = Reader(inst.raw_login(dbname="xmem"))
     gone.send(pgwire.query("BEGIN"))
