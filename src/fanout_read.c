@@ -138,6 +138,16 @@ static const uint8_t *leg_message(struct fanout *fo, int i, size_t *total)
 {
 	struct fanout_leg *leg = &fo->legs[i];
 	struct read_leg *rl = &fo->rd->legs[i];
+	if (leg->lost) {
+		/* Its server closed, maybe in the middle of a message it was
+		 * forwarding: what follows cannot be framed. Its answer is
+		 * over if its rows had ended, else failed (read_fail_leg). */
+		if (rl->st == LR_TAIL)
+			rl->st = LR_DONE;
+		else
+			leg_failed(rl);
+		return NULL;
+	}
 	struct evbuffer *in = leg->io_open ? leg->io.in : NULL;
 	size_t have = in ? evbuffer_get_length(in) : 0;
 	uint8_t h[5];
