@@ -143,6 +143,10 @@ struct config_general {
 	int tcp_user_timeout;     /* ms; 0 = the kernel's (TCP_USER_TIMEOUT unset) */
 	int64_t max_packet_size;
 	int query_parser_max_length;
+	/* What a cross-shard read may hold in pgcat beyond its streaming
+	 * windows (the rows of GROUP BY, DISTINCT and aggregates, a row larger
+	 * than a window), in bytes: 54000 beyond. */
+	int64_t cross_shard_max_memory;
 	int autoreload;
 	char *admin_username;
 	char *admin_password;
@@ -267,6 +271,12 @@ bool config_parse_duration(const char *s, bool seconds, int64_t *out, bool *bare
 /* v in the key's unit, written as PostgreSQL's SHOW does: the largest unit
  * that is exact ("2min", "1500ms", "0"). */
 void config_format_duration(int64_t v, bool seconds, char *buf, size_t buflen);
+/* A memory setting: a bare integer of bytes, or a number with one of
+ * PostgreSQL's memory units B, kB, MB, GB, TB (1024 each), rounded to a
+ * byte. false (why says more, or is empty) when it is neither. */
+bool config_parse_bytes(const char *s, int64_t *out, char *why, size_t whylen);
+/* v bytes with the largest unit that is exact ("64MB", "1536kB", "100B"). */
+void config_format_bytes(int64_t v, char *buf, size_t buflen);
 
 /* Names of enum values, as spelled in the ini file. */
 const char *config_pool_mode_name(enum pool_mode m);

@@ -38,6 +38,7 @@ enum value_kind {
 	VALUE_INT,          /* int field, min..max */
 	VALUE_INT64,        /* int64_t field, min..max */
 	VALUE_DURATION,     /* int field, min..max in ms (or s: KEY_SECONDS); PostgreSQL's units accepted */
+	VALUE_BYTES,        /* int64_t field, min..max in bytes; PostgreSQL's memory units accepted */
 	VALUE_BOOL,
 	VALUE_STRING,       /* char * field */
 	VALUE_ENUM,         /* int-sized enum field */
@@ -116,6 +117,7 @@ struct key_spec {
 	X(tcp_user_timeout, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(max_packet_size, INT64, "2147483647", true, VALUE_INT64, 5, 2147483647, NULL, 0, NULL, 0) \
 	X(query_parser_max_length, INT, "65536", true, VALUE_INT, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(cross_shard_max_memory, INT64, "67108864", true, VALUE_BYTES, 65536, INT64_C(1) << 40, NULL, 0, NULL, 0) \
 	X(autoreload, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(admin_username, STRING, "pgcat", true, VALUE_STRING, 0, 0, NULL, KEY_NOT_EMPTY, NULL, 0) \
 	X(admin_password, STRING, "", true, VALUE_STRING, 0, 0, NULL, KEY_SECRET, NULL, 0) \

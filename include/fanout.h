@@ -9,9 +9,13 @@
  * replicas, bans), waits in the pool's queue like a client, and drives the
  * server through the link (link.h, client_end.h): the server syncs the
  * session's settings, runs the leg's requests, and its replies come back
- * on a loopback io, with no socket between pgcat and itself. fanout keeps
- * each shard's whole reply (up to a bound) and once every shard answered
- * merges them (merge.c) into the client's reply.
+ * on a loopback io, with no socket between pgcat and itself. A read
+ * streams: once every shard's reply reached its rows, the shards' rows are
+ * merged (merge_stream.c) into the client's reply as they come, each leg
+ * read only a window ahead and the client's output kept to its budget,
+ * so that pgcat holds a bounded amount whatever the result's size. The
+ * writes keep each shard's reply whole (up to a bound) until every shard
+ * answered.
  *
  * The client waits in CLIENT_FANOUT meanwhile; its cancel request cancels
  * every leg's query; if it goes away, the legs' servers go back to their
@@ -119,21 +123,28 @@ enum fanout_start fanout_start_copy(struct client *c, const struct proto_frame *
 /* The client's input while it waits in CLIENT_FANOUT: a COPY's rows. */
 void fanout_client_input(struct client *c);
 
+/* The client's output drained below its low watermark while it waits in
+ * CLIENT_FANOUT: a cross-shard read writes on. */
+void fanout_client_drain(struct client *c);
+
 /* The client went away (any state but CLIENT_FANOUT is a no-op). */
 void fanout_abort(struct client *c);
 
-/* A named portal of a cross-shard read that an Execute with a row limit
- * left suspended: the merged rows are all in pgcat, and later Execute,
- * Describe and Close messages of that portal are answered from them, at
- * idle, without a server. true: m (whole message f at the head of c's
- * input) was answered and consumed. The portal is dropped at a Sync
- * outside a transaction, as PostgreSQL's would be at the end of its
- * implicit transaction, and when another arrives. */
+/* A named portal of a cross-shard read, inside a transaction pgcat holds,
+ * that an Execute with a row limit left suspended: the merge waits, each
+ * shard's server holding its rest (pgcat reads a window of it), and later
+ * Execute, Describe and Close messages of that portal are answered by it,
+ * at idle (an Execute makes the client wait for its rows in CLIENT_FANOUT).
+ * true: m (whole message f at the head of c's input) was answered and
+ * consumed, or is being answered. The portal is dropped (what its shards
+ * still run cancelled) at its Close, at a Sync outside a transaction, as
+ * PostgreSQL's would be at the end of its implicit transaction, and when
+ * another arrives. */
 /* A client's cross-shard state beyond one read (client.xshard). */
 struct client_xshard {
 	/* A cross-shard read into a named portal fetched in parts (pgjdbc's
-	 * fetch size, asyncpg's cursors): its rows not yet fetched, answered
-	 * by pgcat; NULL: none. */
+	 * fetch size, asyncpg's cursors), suspended between its Executes;
+	 * NULL: none. */
 	struct fanout_portal *portal;
 	/* A write split across shards inside a transaction pgcat holds: the
 	 * shards' transactions open until the client's COMMIT or ROLLBACK. */

@@ -26,9 +26,14 @@
 struct client;
 struct evbuffer;
 
-/* A shard's reply is kept whole until every shard answered: at most this
- * much of it (the query fails with 54000 beyond). */
+/* A write's (or a spread transaction's) reply from a shard is kept whole
+ * until every shard answered: at most this much of it (54000 beyond). */
 #define FANOUT_REPLY_MAX (256u * 1024 * 1024)
+/* A cross-shard read streams: each leg's replies are read up to this much
+ * ahead of the merge (its loopback's read_high; its server stops being read
+ * once as much again waits behind it), more only to hold one row larger
+ * than that whole (counted against cross_shard_max_memory). */
+#define FANOUT_READ_WINDOW (64u * 1024)
 /* The client's request is read whole (route waited for it up to this). */
 #define FANOUT_REQUEST_MAX (1024u * 1024)
 
@@ -120,6 +125,11 @@ struct fanout {
 	/* Every leg's part of the phase is in: what the kind does next (its
 	 * file's, installed by its start: fanout.c calls no kind by name). */
 	void (*phase_done)(struct fanout *fo);
+	/* Instead, for a kind that reads its legs' replies as they come (a
+	 * cross-shard read): leg's replies of this loop turn are in its io. */
+	void (*leg_input)(struct fanout_leg *leg);
+	/* READ (fanout_read.c): the reply as read so far and the merge */
+	struct fanout_read *rd;
 	/* INSERT: the rows of RETURNING and the counts, kept from PHASE_RUN */
 	struct evbuffer *result;
 	uint8_t *error;           /* the first shard's ErrorResponse (whole) */
@@ -145,16 +155,13 @@ struct fanout {
 	bool asks_collation;
 	uint8_t steps[MAX_STEPS];
 	int n_steps;
-	/* The Execute's row limit: the rest is dropped with the portal at
-	 * Sync (a request that reads a portal in parts is not fanned out). */
+	/* The Execute's row limit (0: none). */
 	uint32_t max_rows;
 	/* The client's Parse (whole message), to remember its statement. */
 	uint8_t *parse_msg;
 	uint32_t parse_len;
-	/* The client's portal name ("" unnamed), and for a named one read in
-	 * parts, its rest once merged (given to the client on success). */
+	/* The client's portal name ("" unnamed). */
 	char portal[64];
-	struct fanout_portal *rest;
 	/* BATCH: for each of the client's Binds in order, its leg and its
 	 * place among that leg's Binds */
 	uint16_t *batch_leg;
@@ -226,12 +233,11 @@ struct request {
 	int n_steps;
 };
 
-/* A named portal of a cross-shard read fetched in parts (client.xshard). */
+/* A named portal of a cross-shard read fetched in parts (client.xshard):
+ * the read, suspended between the client's Executes (fanout_read.c). */
 struct fanout_portal {
 	char name[64];
-	struct evbuffer *rows;     /* DataRow messages not fetched yet */
-	uint8_t *desc;             /* RowDescription (whole message), or NULL */
-	size_t desc_len;
+	struct fanout *fo;         /* NULL while an Execute of it runs (c->fanout) */
 };
 
 /* What the client's session installed for its fan-outs (fanout.h). */
@@ -247,10 +253,18 @@ bool fanout_read_request(const uint8_t *m, size_t lim, struct request *r, char *
 void fanout_put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t alen, const void *b, size_t blen);
 /* Parse of the unnamed statement: sql (sql_len bytes and its NUL), then the parameter types as given. */
 void fanout_put_unnamed_parse(struct evbuffer *out, const char *sql, size_t sql_len, const void *types, size_t types_len);
-/* Frees a portal read in parts (NULL: nothing). */
+/* Frees a portal read in parts and its read (NULL: nothing). */
 void fanout_portal_free(struct fanout_portal *xp);
-/* Closes the legs; the memory goes at the next loop turn. */
+/* Closes the legs (what their servers run is cancelled, fanout_leg_finish
+ * not called on them); the memory goes at the next loop turn. */
 void fanout_free(struct fanout *fo);
+/* The leg's replies are read as they come (fo->leg_input): at most window
+ * bytes ahead, beyond which its server stops being read. */
+void fanout_leg_stream(struct fanout_leg *leg, uint32_t window);
+/* The fan-out needs no more of the leg's reply: its server ends what it
+ * runs without a cancel (its rest read and dropped) and goes back to its
+ * pool; a wait for one ends. */
+void fanout_leg_finish(struct fanout_leg *leg);
 /* A write fan-out of n_legs shards with its result buffer, for client c,
  * starting in phase; phase_done: its kind's end of a phase. NULL: out of
  * memory. */
@@ -290,8 +304,6 @@ bool fanout_bound_statement(struct client *c, const char *name, const char **sql
 
 /* ---- each kind's end of a phase, once every leg is in (fo->phase_done) ---- */
 
-/* fanout_read.c: the merged answer of a cross-shard read. */
-void fanout_read_finish(struct fanout *fo);
 /* fanout_write.c: a split INSERT's or a broadcast write's phase ended. */
 void fanout_insert_finish(struct fanout *fo);
 /* fanout_copy.c: a split COPY's phase ended. */

@@ -144,8 +144,13 @@ bool io_open(struct io *io, struct event_base *base, struct io_flusher *f, evuti
  * its output (io_out) is handed over as its input when the writes of the
  * loop turn are flushed, and on_read is called then. A fan-out's leg takes
  * a server's replies this way (fanout.c): they arrive as from any client's
- * connection, batched per turn, without crossing the kernel. on_drain and
- * on_event are never called; ops->write_low is unused. */
+ * connection, batched per turn, without crossing the kernel. As with a
+ * socket, nothing is handed over while the input holds read_high bytes
+ * (or reading is paused): the output keeps it, and its writer, which
+ * watches the output's length, stops; io_update_reading once the owner
+ * consumed input hands it over at the next flush, and on_drain follows
+ * when that took the output from above ops->write_low to below. on_event
+ * is never called. */
 void io_open_loopback(struct io *io, struct io_flusher *f, size_t read_high, const struct io_ops *ops);
 /* Dead-peer detection on a TCP socket (SPEC §2 tcp_*): SO_KEEPALIVE on or
  * off and, where not 0 (0 = leave the kernel's default), TCP_KEEPIDLE and
@@ -199,6 +204,9 @@ void io_start_tls_replay(struct io *io, SSL *ssl);
 void io_pause(struct io *io, bool paused);
 /* Re-arm reading after the owner consumed input below read_high. */
 void io_update_reading(struct io *io);
+/* Reading stops while the input holds read_high bytes from now on (a
+ * larger value: room for a message the owner needs whole). */
+void io_set_read_high(struct io *io, size_t read_high);
 
 /* The head of in, the header of its next message: copies its first max
  * bytes, or all of them when it holds fewer, into hdr and returns how

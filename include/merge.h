@@ -11,10 +11,13 @@
  * count of the same argument...) is refused with the reason, before
  * anything runs.
  *
- * Plain rows are merged from the shards' replies as received, without
- * copying them first: each shard's DataRows are already in the query's
- * order, so an ORDER BY is a k-way merge. Groups and DISTINCT sort all rows
- * by their key first. Pure: no sockets and no globals.
+ * The merge streams (merge_stream_run): it reads each shard's rows as they
+ * come, through a source its caller gives (the fan-out's legs), and writes
+ * the merged rows as it goes. Plain rows go out as they come; each shard's
+ * DataRows are already in the query's order, so an ORDER BY is a k-way
+ * merge that needs one row of every shard at a time. Only what cannot be
+ * answered before every row is in (aggregates, GROUP BY, DISTINCT) is
+ * kept, up to a bound the caller sets. Pure: no sockets and no globals.
  */
 #ifndef PGCAT_MERGE_H
 #define PGCAT_MERGE_H
@@ -93,14 +96,6 @@ char *merge_plan_shard_sql(const struct merge_plan *p, const char *sql, size_t l
  * need the database's collation. */
 bool merge_plan_compares(const struct merge_plan *p);
 
-/* One shard's result: its DataRow messages, whole and contiguous (type
- * byte and length included), and how many. */
-struct merge_shard {
-	const uint8_t *rows;
-	size_t rows_len;
-	uint64_t n_rows;
-};
-
 /* The columns, from the RowDescription every shard sent alike. */
 struct merge_column {
 	char name[64];
@@ -108,14 +103,72 @@ struct merge_column {
 	int16_t format;
 };
 
+/* ---- the streaming merge (merge_stream.c) ---- */
+
+/* Where the merge reads each shard's rows. peek: shard's next DataRow,
+ * whole (type byte and length included), valid until take or the next
+ * peek of that shard: MERGE_ROW; none there yet: MERGE_WAIT; its rows
+ * ended (its CommandComplete): MERGE_END; the shard failed (its error is
+ * the source's to tell): MERGE_FAIL. take: the row peek gave is used up. */
+enum merge_next { MERGE_ROW, MERGE_WAIT, MERGE_END, MERGE_FAIL };
+struct merge_source {
+	enum merge_next (*peek)(void *arg, int shard, const uint8_t **row, size_t *len);
+	void (*take)(void *arg, int shard);
+	void *arg;
+};
+
+/* How a run of the merge ended. */
+enum merge_status {
+	MERGE_NEED_ROWS,       /* a shard's next row is not there yet: run again when it came */
+	MERGE_OUT_FULL,        /* out reached out_high: run again once it drained */
+	MERGE_COMPLETE,        /* CommandComplete written: the answer is whole (what the shards send on is not needed) */
+	MERGE_SUSPENDED,       /* the Execute's row limit was reached with rows left: PortalSuspended written */
+	MERGE_SOURCE_FAILED,   /* the source said MERGE_FAIL */
+	MERGE_TOO_LARGE,       /* the rows it must keep would pass its hold limit (why says so) */
+	MERGE_FAILED           /* a row or a value it cannot merge (why says so) */
+};
+
+struct merge_stream;
+
+/* A merge of n_shards shards' rows with the columns cols (the shards'
+ * RowDescription) as p plans. coll: the database's collation for string
+ * columns ((locale_t)0: bytes). NULL: why says why (a column it cannot
+ * order, an ORDER BY name not among the columns, no memory). */
+struct merge_stream *merge_stream_new(const struct merge_plan *p, const struct merge_column *cols, int n_cols,
+				      int n_shards, locale_t coll, char why[MERGE_WHY]);
+void merge_stream_free(struct merge_stream *ms);
+/* The next run answers an Execute with this row limit (0: every row). */
+void merge_stream_execute(struct merge_stream *ms, uint32_t max_rows);
+/* At most this many bytes of rows (and their index) kept at once (for
+ * aggregates, GROUP BY, DISTINCT); beyond, MERGE_TOO_LARGE. */
+void merge_stream_hold_limit(struct merge_stream *ms, size_t bytes);
+/* The bytes it keeps now. */
+size_t merge_stream_held(const struct merge_stream *ms);
 /*
- * Writes the merged DataRows to out, then CommandComplete "SELECT n" (or,
- * when max_rows > 0 and more rows were left, max_rows of them and
- * PortalSuspended, as an Execute with that row limit gets).
- * coll: the database's collation for string columns ((locale_t)0: bytes).
- * false: the rows cannot be merged (a column type it cannot order or add,
- * an ORDER BY name not among the columns, a value it cannot read); why
- * says so and nothing was written to out.
+ * Merges what src has into out, until out holds out_high bytes or more, or
+ * a shard's row is needed that is not there, or the answer (or the
+ * Execute's part of it) is written: then CommandComplete "SELECT n", n the
+ * rows given since merge_stream_execute (every run of that Execute), or
+ * PortalSuspended. OFFSET and LIMIT are applied across Executes. After
+ * MERGE_COMPLETE a run answers "SELECT 0".
+ */
+enum merge_status merge_stream_run(struct merge_stream *ms, const struct merge_source *src, struct evbuffer *out,
+				   size_t out_high, char why[MERGE_WHY]);
+
+/* One shard's whole result: its DataRow messages, whole and contiguous
+ * (type byte and length included), and how many. */
+struct merge_shard {
+	const uint8_t *rows;
+	size_t rows_len;
+	uint64_t n_rows;
+};
+
+/*
+ * The merge of whole results (every row of every shard at hand): the
+ * merged DataRows to out, then CommandComplete "SELECT n" (or, when
+ * max_rows > 0 and more rows were left, max_rows of them and
+ * PortalSuspended, as an Execute with that row limit gets). false: the rows
+ * cannot be merged; why says so and nothing was written to out.
  */
 bool merge_rows(const struct merge_plan *p, const struct merge_column *cols, int n_cols,
 		const struct merge_shard *shards, size_t n_shards, locale_t coll, uint32_t max_rows,

@@ -86,6 +86,10 @@ void pool_cancel_wait(struct pool_waiter *pw);
 /* The client is gone while linked: detach it; the server finishes what it
  * was doing (cancel, rollback) and comes back through pool_server_clean. */
 void pool_client_gone(struct server *s);
+/* The client needs no more of the linked server's reply: detach it; the
+ * server ends what runs there without a cancel, its replies dropped, and
+ * comes back through pool_server_clean. */
+void pool_client_done(struct server *s);
 
 /* Janitor: timeouts, min_pool_size, idle_timeout, server_lifetime. */
 void pool_janitor(struct worker *w);

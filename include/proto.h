@@ -104,6 +104,7 @@
 #define SQLSTATE_INTERNAL_ERROR "XX000"
 #define SQLSTATE_INVALID_PARAMETER_VALUE "22023"
 #define SQLSTATE_OUT_OF_MEMORY "53200"
+#define SQLSTATE_PROGRAM_LIMIT_EXCEEDED "54000"
 
 enum proto_frame_result {
 	PROTO_FRAME_OK,          /* a whole header is there; body may still be arriving */

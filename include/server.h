@@ -127,6 +127,10 @@ void server_drain(struct server *s);
  * a connect_query, whose work a reset would undo, the connection is
  * closed instead. */
 void server_reset_untracked(struct server *s);
+/* The client needs no more of the reply: drained as by server_drain, but
+ * what runs is not cancelled (a cross-shard read answered before its
+ * shards' ends: each shard's statement ends as it would, its rows dropped). */
+void server_finish(struct server *s);
 /* Session-mode release: run server_reset_query, then back to the pool. */
 void server_reset(struct server *s);
 /* The client drained its output: resume reading the server. */

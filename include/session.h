@@ -82,6 +82,9 @@ struct session_ops {
 	 * cancel request for the work under way. */
 	void (*on_fanout_input)(struct client *c);
 	void (*on_fanout_cancel)(struct client *c);
+	/* In CLIENT_FANOUT: its output drained below the low watermark (a
+	 * cross-shard read streams on). NULL: not told. */
+	void (*on_fanout_drain)(struct client *c);
 	/* The client is closing, still in its state: what the session holds
 	 * goes (cross-shard work, prepared statements). Any kind may set it. */
 	void (*closing)(struct client *c);

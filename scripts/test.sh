@@ -129,7 +129,8 @@ phase "integration tests" "$t"
 # The run above used io_engine's default, auto: io_uring where the kernel
 # allows it (test_io_engine.py also runs io_uring and epoll explicitly). The
 # tests that move the most bytes through io.c (results, COPY, TLS, faults,
-# timeouts, workers, load) run once more with io_engine = epoll, set in every
+# timeouts, workers, load, cross-shard reads streamed through loopbacks) run
+# once more with io_engine = epoll, set in every
 # generated pgcat.ini from PGCAT_IO_ENGINE (conftest.py). Extra arguments go
 # to pytest here too; "no test collected" then is not a failure. To stay
 # within the time budget this pass runs pgbench for 10 s instead of 20 and
@@ -142,7 +143,8 @@ PGCAT_IO_ENGINE=epoll PGCAT_LOAD_SECONDS=10 "$VENV/bin/python" -m pytest "${py_a
 	-k "not workers_open_together" \
 	test/integration/test_protocol.py test/integration/test_pooling.py test/integration/test_bad_input.py \
 	test/integration/test_timeouts.py test/integration/test_faults.py test/integration/test_copy.py \
-	test/integration/test_tls.py test/integration/test_workers.py test/integration/test_load.py "$@" || epoll_rc=$?
+	test/integration/test_tls.py test/integration/test_workers.py test/integration/test_load.py \
+	test/integration/test_cross_shard.py test/integration/test_cross_shard_memory.py "$@" || epoll_rc=$?
 if [ "$epoll_rc" -eq 5 ] && [ "$#" -gt 0 ]; then epoll_rc=0; fi
 phase "integration tests, epoll" "$t"
 

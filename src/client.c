@@ -1322,9 +1322,12 @@ static void client_read_cb(struct io *io, void *arg)
 static void client_drain_cb(struct io *io, void *arg)
 {
 	struct client *c = arg;
-	/* Below the low watermark: let the server's bytes flow again. */
+	/* Below the low watermark: let the server's bytes flow again (or a
+	 * cross-shard read's merged rows). */
 	if (c->end.server)
 		link_resume(c->end.server);
+	else if (c->state == CLIENT_FANOUT && c->session->on_fanout_drain)
+		c->session->on_fanout_drain(c);
 }
 
 static void client_event_cb(struct io *io, enum io_event what, int err, void *arg)

@@ -58,7 +58,8 @@ bool config_general_value(const struct config *cfg, const char *key, char *buf, 
 		snprintf(num, sizeof(num), "%d", v);
 		return put(buf, buflen, &used, num);
 	}
-	case VALUE_INT64: {
+	case VALUE_INT64:
+	case VALUE_BYTES: {     /* (bytes, as max_packet_size) */
 		int64_t v;
 		memcpy(&v, cfield(base, k->off), sizeof(v));
 		snprintf(num, sizeof(num), "%lld", (long long)v);
@@ -111,6 +112,12 @@ static void format_field(const struct key_spec *k, const void *base, char *buf, 
 			return;          /* empty: inherited */
 		config_format_duration(iv, (k->flags & KEY_SECONDS) != 0, buf, buflen);
 		return;
+	case VALUE_BYTES: {
+		int64_t v;
+		memcpy(&v, cfield(base, k->off), sizeof(v));
+		config_format_bytes(v, buf, buflen);
+		return;
+	}
 	case VALUE_INT:
 	case VALUE_ENUM:
 	case VALUE_SHARD:
@@ -180,6 +187,7 @@ static void format_field(const struct key_spec *k, const void *base, char *buf, 
 	}
 	case VALUE_INT:
 	case VALUE_DURATION:
+	case VALUE_BYTES:
 	case VALUE_ENUM:
 	case VALUE_SHARD:
 	case VALUE_SERVER_LIST:

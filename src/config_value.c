@@ -126,6 +126,66 @@ void config_format_duration(int64_t v, bool seconds, char *buf, size_t buflen)
 	snprintf(buf, buflen, "%lld%s", (long long)v, seconds ? "s" : "ms");
 }
 
+/* PostgreSQL's memory units (guc.c's table), in bytes. */
+static const struct {
+	const char *name;
+	int64_t bytes;
+} byte_units[] = {
+	{ "TB", INT64_C(1) << 40 }, { "GB", INT64_C(1) << 30 }, { "MB", INT64_C(1) << 20 }, { "kB", INT64_C(1) << 10 },
+	{ "B", 1 },
+};
+
+bool config_parse_bytes(const char *s, int64_t *out, char *why, size_t whylen)
+{
+	why[0] = '\0';
+	if (parse_int64(s, out))
+		return true;
+	/* digits [. digits], then optional blanks and a unit, as PostgreSQL takes them */
+	const char *q = s;
+	size_t digits = 0;
+	while (*q >= '0' && *q <= '9') {
+		q++;
+		digits++;
+	}
+	if (*q == '.')
+		for (q++; *q >= '0' && *q <= '9'; q++)
+			digits++;
+	if (digits == 0 || q - s > 30)
+		return false;
+	char num[32];
+	memcpy(num, s, (size_t)(q - s));
+	num[q - s] = '\0';
+	while (*q == ' ' || *q == '\t')
+		q++;
+	int64_t unit = 0;
+	for (size_t i = 0; i < sizeof(byte_units) / sizeof(byte_units[0]); i++)
+		if (strcmp(q, byte_units[i].name) == 0)
+			unit = byte_units[i].bytes;
+	if (unit == 0) {
+		snprintf(why, whylen, "%s", *q ? "the unit must be one of B, kB, MB, GB, TB" : "");
+		return false;
+	}
+	double v = strtod(num, NULL) * (double)unit;
+	if (v >= 9e18)
+		return false;
+	*out = (int64_t)(v + 0.5);
+	return true;
+}
+
+void config_format_bytes(int64_t v, char *buf, size_t buflen)
+{
+	if (v == 0) {
+		snprintf(buf, buflen, "0");
+		return;
+	}
+	for (size_t i = 0; i < sizeof(byte_units) / sizeof(byte_units[0]); i++) {
+		if (v % byte_units[i].bytes == 0) {
+			snprintf(buf, buflen, "%lld%s", (long long)(v / byte_units[i].bytes), byte_units[i].name);
+			return;
+		}
+	}
+}
+
 static bool parse_bool(const char *s, bool *out)
 {
 	static const char *const yes[] = { "true", "on", "yes", "1" };
@@ -458,6 +518,7 @@ static void set_list_item(struct parser *p, const struct key_spec *k, void *base
 	case VALUE_INT:
 	case VALUE_INT64:
 	case VALUE_DURATION:
+	case VALUE_BYTES:
 	case VALUE_BOOL:
 	case VALUE_STRING:
 	case VALUE_ENUM:
@@ -477,6 +538,7 @@ bool is_list(enum value_kind kind)
 	case VALUE_INT:
 	case VALUE_INT64:
 	case VALUE_DURATION:
+	case VALUE_BYTES:
 	case VALUE_BOOL:
 	case VALUE_STRING:
 	case VALUE_ENUM:
@@ -571,6 +633,20 @@ void set_value(struct parser *p, const struct key_spec *k, void *base, const cha
 	case VALUE_DURATION:
 		set_duration(p, k, base, value, got);
 		return;
+	case VALUE_BYTES: {
+		int64_t v;
+		char why[80];
+		if (!config_parse_bytes(value, &v, why, sizeof(why)) || v < k->min || v > k->max) {
+			char lo[32], hi[32];
+			config_format_bytes(k->min, lo, sizeof(lo));
+			config_format_bytes(k->max, hi, sizeof(hi));
+			line_error(p, k->name, "must be an amount of memory between %s and %s: a number of bytes or a number "
+				   "with a unit (B, kB, MB, GB, TB), got %s%s%s", lo, hi, got, why[0] ? ": " : "", why);
+			return;
+		}
+		memcpy(field(base, k->off), &v, sizeof(v));
+		return;
+	}
 	case VALUE_BOOL: {
 		bool b;
 		if (!parse_bool(value, &b)) {
@@ -661,6 +737,7 @@ void free_field(const struct key_spec *k, void *base)
 	case VALUE_INT:
 	case VALUE_INT64:
 	case VALUE_DURATION:
+	case VALUE_BYTES:
 	case VALUE_BOOL:
 	case VALUE_ENUM:
 	case VALUE_SHARD:
@@ -689,6 +766,7 @@ void detach_field(const struct key_spec *k, void *base)
 	case VALUE_INT:
 	case VALUE_INT64:
 	case VALUE_DURATION:
+	case VALUE_BYTES:
 	case VALUE_BOOL:
 	case VALUE_ENUM:
 	case VALUE_SHARD:

@@ -227,10 +227,11 @@ void fanout_portal_free(struct fanout_portal *xp)
 {
 	if (!xp)
 		return;
-	if (xp->rows)
-		evbuffer_free(xp->rows);
-	free(xp->desc);
+	struct fanout *fo = xp->fo;
+	xp->fo = NULL;
 	free(xp);
+	if (fo)
+		fanout_free(fo);   /* (its read's portal is this one: not freed twice) */
 }
 
 struct client_xshard *fanout_xshard(struct client *c)
@@ -268,9 +269,7 @@ struct fanout *fanout_new_write(struct client *c, enum fanout_kind kind, enum fa
 void fanout_free(struct fanout *fo)
 {
 	if (fo->on_free)
-		fo->on_free(fo);   /* (a two-phase commit under way: fanout_2pc.c) */
-	fanout_portal_free(fo->rest);
-	fo->rest = NULL;
+		fo->on_free(fo);   /* (a two-phase commit under way: fanout_2pc.c; a read: fanout_read.c) */
 	free(fo->req_copy);
 	fo->req_copy = NULL;
 	free(fo->batch_leg);
@@ -460,6 +459,10 @@ static void leg_read_cb(struct io *io, void *arg)
 {
 	(void)io;
 	struct fanout_leg *leg = arg;
+	if (leg->fo->leg_input) {
+		leg->fo->leg_input(leg);   /* read as they come (a cross-shard read) */
+		return;
+	}
 	if (leg->done || !leg_scan(leg))
 		return;
 	if (leg->too_big) {
@@ -478,7 +481,17 @@ static void leg_event_cb(struct io *io, enum io_event what, int err, void *arg)
 	(void)arg;
 }
 
-static const struct io_ops leg_io_ops = { leg_read_cb, NULL, leg_event_cb, UINT32_MAX,
+/* What waited in the loopback's output was handed over: a server paused
+ * for it (its end's out_budget, fanout_leg_stream) is read again. */
+static void leg_drain_cb(struct io *io, void *arg)
+{
+	(void)io;
+	struct fanout_leg *leg = arg;
+	if (leg->link == LEG_READY || leg->link == LEG_SYNCING)
+		link_resume(leg->end.server);
+}
+
+static const struct io_ops leg_io_ops = { leg_read_cb, leg_drain_cb, leg_event_cb, FANOUT_READ_WINDOW / 2,
 					   offsetof(struct fanout_leg, io) };
 
 /* The phase's request cannot run on this shard: its reply is this error
@@ -803,13 +816,38 @@ bool fanout_open_leg(struct fanout *fo, int idx, int shard, char *why, size_t wh
 	leg->end.io = &leg->io;
 	leg->end.params = &leg->params;
 	leg->end.client_id = c->id;
-	leg->end.out_budget = UINT32_MAX;   /* the reply is bounded by FANOUT_REPLY_MAX (leg_scan) */
+	leg->end.out_budget = UINT32_MAX;   /* the reply is bounded by FANOUT_REPLY_MAX (leg_scan), or streamed (fanout_leg_stream) */
 	params_copy(&leg->params, &c->params);
 	if (!(leg->req = evbuffer_new())) {
 		snprintf(why, whylen, "cross-shard %s: out of memory", fo->kind == FANOUT_READ ? "read" : "write");
 		return false;
 	}
 	return true;
+}
+
+void fanout_leg_stream(struct fanout_leg *leg, uint32_t window)
+{
+	io_set_read_high(&leg->io, window);
+	leg->end.out_budget = window;   /* (the server pauses once its replies wait behind a full window) */
+}
+
+void fanout_leg_finish(struct fanout_leg *leg)
+{
+	switch (leg->link) {
+	case LEG_WAITING:
+		pool_cancel_wait(&leg->wait);
+		break;
+	case LEG_SYNCING:
+	case LEG_READY:
+		pool_client_done(leg->end.server);
+		break;
+	case LEG_UNLINKED:
+	case LEG_GONE:
+		break;
+	}
+	if (leg->link != LEG_GONE)
+		leg_set(leg, LEG_GONE);
+	leg_close_io(leg);
 }
 
 bool fanout_adopt_leg(struct fanout *fo, int idx, int shard, struct server *s, char *why, size_t whylen)

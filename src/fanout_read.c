@@ -1,9 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fanout_read: a cross-shard read (include/fanout.h): the one statement
- * sent to every shard, the shards' replies merged (merge.c) into the
- * client's answer, and a named portal read in parts answered from the rows
- * kept. The legs are fanout.c's; writes are not here.
+ * sent to every shard, and the shards' replies read as they come. Each
+ * leg's reply is walked up to its rows (its acknowledgements and
+ * descriptions kept); once every shard got there, the client's reply goes
+ * out step by step, its rows merged by merge_stream.c while each leg is
+ * read only a window ahead (FANOUT_READ_WINDOW) and the client's output
+ * stays within its budget. A named portal read in parts is that merge,
+ * suspended between the client's Executes. The legs are fanout.c's;
+ * writes are not here.
  */
 #include "fanout.h"
 #include "fanout_internal.h"
@@ -17,6 +22,7 @@
 #include "broadcast.h"
 #include "client.h"
 #include "config.h"
+#include "context.h"
 #include "evbuf.h"
 #include "log.h"
 #include "merge.h"
@@ -31,107 +37,55 @@
  * compares strings (every shard of a pool is one schema: same collation). */
 static const char COLLATION_QUERY[] = "SELECT datcollate FROM pg_catalog.pg_database WHERE datname = current_database()";
 
-/* ---- the merge ---- */
+/* ---- each shard's reply, read as it comes ---- */
 
-/* One shard's reply, as read by finish. */
-struct leg_reply {
-	const uint8_t *error;          /* an ErrorResponse (whole), else NULL */
-	size_t error_len;
-	const uint8_t *param_desc, *stmt_desc, *portal_desc;   /* whole messages */
-	size_t param_desc_len, stmt_desc_len, portal_desc_len;
-	struct merge_shard rows;
-	bool have_tag;
-	char collation[128];
-	bool have_collation;
+/* Where a leg's reply stands (moved forward only). */
+enum leg_read {
+	LR_PREFIX,   /* the collation query's reply (leg 0, when asked) */
+	LR_HEAD,     /* the statement's replies before its rows */
+	LR_ROWS,     /* its DataRows, taken by the merge, until CommandComplete or PortalSuspended */
+	LR_TAIL,     /* its rows ended: up to its ReadyForQuery */
+	LR_DONE,     /* its ReadyForQuery read: the server went back to its pool */
+	LR_FAILED    /* an error, a lost server, a reply pgcat did not expect: the read fails */
 };
 
-/* Reads one shard's reply; rows made contiguous in place (a notice among
- * them is dropped). false: a reply pgcat did not expect. */
-static bool read_reply(uint8_t *m, size_t len, bool extended, bool collation_first, struct leg_reply *r)
-{
-	memset(r, 0, sizeof *r);
-	size_t off = 0;
-	bool after_param_desc = false, after_bind = false, in_rows = false;
-	uint8_t *rows_w = NULL;
-	int prefix_ready = collation_first ? 1 : 0;
-	while (off + 5 <= len) {
-		uint8_t type = m[off];
-		uint32_t l = proto_get_u32(m + off + 1);
-		size_t total = (size_t)l + 1;
-		if (l < 4 || total > len - off)
-			return false;
-		uint8_t *msg = m + off;
-		off += total;
-		if (prefix_ready > 0) {
-			/* the collation query's T, D, C, Z */
-			if (type == PqMsg_DataRow && total >= 11 && proto_get_u32(msg + 7) < sizeof r->collation &&
-			    proto_get_u32(msg + 7) <= total - 11) {
-				uint32_t vl = proto_get_u32(msg + 7);
-				memcpy(r->collation, msg + 11, vl);
-				r->collation[vl] = '\0';
-				r->have_collation = true;
-			}
-			if (type == PqMsg_ReadyForQuery)
-				prefix_ready--;
-			continue;
-		}
-		switch (type) {
-		case PqMsg_ErrorResponse:
-			if (!r->error) {
-				r->error = msg;
-				r->error_len = total;
-			}
-			in_rows = false;
-			break;
-		case PqMsg_ParameterDescription:
-			r->param_desc = msg;
-			r->param_desc_len = total;
-			after_param_desc = true;
-			break;
-		case PqMsg_BindComplete:
-			after_bind = true;
-			after_param_desc = false;
-			break;
-		case PqMsg_RowDescription:
-		case PqMsg_NoData:
-			if (extended && after_param_desc) {
-				r->stmt_desc = msg;
-				r->stmt_desc_len = total;
-				after_param_desc = false;
-			} else if (!extended || after_bind) {
-				r->portal_desc = msg;
-				r->portal_desc_len = total;
-				in_rows = true;
-				rows_w = msg + total;
-				r->rows.rows = rows_w;
-			}
-			break;
-		case PqMsg_DataRow:
-			if (!in_rows)
-				return false;
-			if (rows_w != msg)
-				memmove(rows_w, msg, total);
-			rows_w += total;
-			r->rows.n_rows++;
-			break;
-		case PqMsg_CommandComplete:
-			if (in_rows)
-				r->rows.rows_len = (size_t)(rows_w - r->rows.rows);
-			in_rows = false;
-			r->have_tag = true;
-			break;
-		case PqMsg_ParseComplete:
-		case PqMsg_NoticeResponse:
-		case PqMsg_ParameterStatus:
-		case PqMsg_NotificationResponse:
-		case PqMsg_ReadyForQuery:
-			break;
-		default:
-			return false;
-		}
-	}
-	return off == len;
-}
+struct read_leg {
+	enum leg_read st;
+	bool after_param_desc, after_bind;
+	uint8_t *param_desc, *stmt_desc, *portal_desc;   /* whole messages (copies) */
+	size_t param_desc_len, stmt_desc_len, portal_desc_len;
+	uint8_t *error;              /* LR_FAILED: its ErrorResponse (whole), or NULL */
+	size_t error_len;
+	bool unexpected;             /* LR_FAILED: a reply pgcat did not expect */
+	bool too_large;              /* LR_FAILED: one message larger than cross_shard_max_memory */
+	size_t big;                  /* read_high raised to hold one message of this size (0: the window) */
+	char collation[128];
+};
+
+/* Where the client's reply stands. */
+enum read_stage {
+	RS_HEAD,        /* every shard's reply up to its rows: nothing sent yet */
+	RS_ANSWER,      /* the reply's steps go out, the rows merged (the client waits) */
+	RS_SUSPENDED    /* a portal read in parts, between its Executes (the client is idle) */
+};
+
+struct fanout_read {
+	enum read_stage stage;
+	struct read_leg *legs;          /* fo->n_legs of them */
+	struct merge_stream *ms;
+	uint8_t steps[MAX_STEPS];       /* the client's request, as answered */
+	int n_steps, step;
+	bool portal_execute;            /* the steps are a kept portal's Execute alone: no ReadyForQuery */
+	bool keep_portal;               /* a named portal in a transaction pgcat holds: kept at its row limit */
+	bool suspended;                 /* the last run stopped at the Execute's row limit */
+	size_t oversize;                /* bytes of messages held above the windows (legs' big) */
+	size_t hold_max;                /* cross_shard_max_memory when the read started */
+	uint8_t *desc;                  /* the portal's RowDescription as the client sees it (Describe) */
+	size_t desc_len;
+	struct fanout_portal *xp;       /* while a kept portal's Execute runs: its name, given back when it suspends */
+};
+
+static void read_pump(struct fanout *fo);
 
 static void fanout_pool_collation(struct pool *p, const char *name)
 {
@@ -157,35 +111,404 @@ static void send_error(struct evbuffer *out, const char *sqlstate, const char *m
 		evbuffer_add(out, pb.data, pb.len);
 }
 
-static bool reply_rows(struct fanout *fo, struct leg_reply *rep, struct evbuffer *out, char why[MERGE_WHY])
+static uint8_t *copy_msg(const uint8_t *m, size_t len)
 {
+	uint8_t *c = malloc(len);
+	if (c)
+		memcpy(c, m, len);
+	return c;
+}
+
+static void leg_failed(struct read_leg *rl)
+{
+	rl->st = LR_FAILED;
+}
+
+/* Bytes the read may hold beyond its windows (cross_shard_max_memory). */
+static size_t hold_max(const struct client *c)
+{
+	int64_t v = c->w->cfg->general.cross_shard_max_memory;
+	return v > 0 ? (size_t)v : 0;
+}
+
+/* The whole message at the head of leg i's reply (*total bytes), or NULL:
+ * not all of it is here yet (the window grown to hold it: it comes), or
+ * it is larger than the read may hold (the leg failed). */
+static const uint8_t *leg_message(struct fanout *fo, int i, size_t *total)
+{
+	struct fanout_leg *leg = &fo->legs[i];
+	struct read_leg *rl = &fo->rd->legs[i];
+	if (leg->lost) {
+		/* Its server closed, maybe in the middle of a message it was
+		 * forwarding: what follows cannot be framed. Its answer is
+		 * over if its rows had ended, else failed (read_fail_leg). */
+		if (rl->st == LR_TAIL)
+			rl->st = LR_DONE;
+		else
+			leg_failed(rl);
+		return NULL;
+	}
+	struct evbuffer *in = leg->io_open ? leg->io.in : NULL;
+	size_t have = in ? evbuffer_get_length(in) : 0;
+	uint8_t h[5];
+	if (have < 5 || evbuffer_copyout(in, h, 5) != 5)
+		return NULL;
+	uint32_t l = proto_get_u32(h + 1);
+	if (l < 4) {
+		rl->unexpected = true;
+		leg_failed(rl);
+		return NULL;
+	}
+	*total = (size_t)l + 1;
+	if (*total <= have)
+		return evbuffer_pullup(in, (ev_ssize_t)*total);
+	if (*total > FANOUT_READ_WINDOW && *total > rl->big) {
+		/* One message larger than the window: the window grows to hold it
+		 * whole (the merge needs whole rows), within the read's bound. */
+		size_t more = *total - rl->big;
+		if (fo->rd->oversize + more > fo->rd->hold_max) {
+			rl->too_large = true;
+			leg_failed(rl);
+			return NULL;
+		}
+		fo->rd->oversize += more;
+		rl->big = *total;
+		io_set_read_high(&leg->io, *total);
+	}
+	return NULL;
+}
+
+/* The head message of leg i (total bytes) is used up. */
+static void leg_consume(struct fanout *fo, int i, size_t total)
+{
+	struct fanout_leg *leg = &fo->legs[i];
+	struct read_leg *rl = &fo->rd->legs[i];
+	evbuffer_drain(leg->io.in, total);
+	if (rl->big && total >= rl->big) {
+		fo->rd->oversize -= rl->big;
+		rl->big = 0;
+		io_set_read_high(&leg->io, FANOUT_READ_WINDOW);
+	} else {
+		io_update_reading(&leg->io);   /* room again: what waits in its output comes */
+	}
+}
+
+/* Leg i's reply up to its rows: the collation (leg 0, when asked), the
+ * acknowledgements, the statement's and the portal's descriptions, or
+ * its error. */
+static void leg_head(struct fanout *fo, int i)
+{
+	struct read_leg *rl = &fo->rd->legs[i];
+	while (rl->st == LR_PREFIX || rl->st == LR_HEAD) {
+		size_t total;
+		const uint8_t *m = leg_message(fo, i, &total);
+		if (!m)
+			return;
+		uint8_t type = m[0];
+		if (rl->st == LR_PREFIX) {
+			/* the collation query's T, D, C, Z (its error, if any, ignored) */
+			if (type == PqMsg_DataRow && total >= 11 && proto_get_u32(m + 7) < sizeof rl->collation &&
+			    proto_get_u32(m + 7) <= total - 11) {
+				uint32_t vl = proto_get_u32(m + 7);
+				memcpy(rl->collation, m + 11, vl);
+				rl->collation[vl] = '\0';
+				struct pool *p = fo->c->pool;
+				if (!p->collation_known)
+					fanout_pool_collation(p, rl->collation);
+			}
+			if (type == PqMsg_ReadyForQuery)
+				rl->st = LR_HEAD;
+			leg_consume(fo, i, total);
+			continue;
+		}
+		switch (type) {
+		case PqMsg_ErrorResponse:
+			rl->error = copy_msg(m, total);
+			rl->error_len = total;
+			leg_failed(rl);
+			break;
+		case PqMsg_ParameterDescription:
+			free(rl->param_desc);
+			rl->param_desc = copy_msg(m, total);
+			rl->param_desc_len = total;
+			rl->after_param_desc = true;
+			break;
+		case PqMsg_BindComplete:
+			rl->after_bind = true;
+			rl->after_param_desc = false;
+			break;
+		case PqMsg_RowDescription:
+		case PqMsg_NoData:
+			if (fo->extended && rl->after_param_desc) {
+				free(rl->stmt_desc);
+				rl->stmt_desc = copy_msg(m, total);
+				rl->stmt_desc_len = total;
+				rl->after_param_desc = false;
+			} else if (!fo->extended || rl->after_bind) {
+				rl->portal_desc = copy_msg(m, total);
+				rl->portal_desc_len = total;
+				rl->st = LR_ROWS;
+			}
+			break;
+		case PqMsg_ParseComplete:
+		case PqMsg_NoticeResponse:
+		case PqMsg_ParameterStatus:
+		case PqMsg_NotificationResponse:
+			break;
+		default:
+			/* rows or an end before any description: not a read's reply */
+			rl->unexpected = true;
+			leg_failed(rl);
+			return;
+		}
+		leg_consume(fo, i, total);
+	}
+}
+
+/* Leg i after its rows: up to its ReadyForQuery. (An error there, after
+ * its CommandComplete, would be its implicit transaction's commit
+ * failing: nothing of the read's answer; dropped.) */
+static void leg_tail(struct fanout *fo, int i)
+{
+	struct read_leg *rl = &fo->rd->legs[i];
+	while (rl->st == LR_TAIL) {
+		size_t total;
+		const uint8_t *m = leg_message(fo, i, &total);
+		if (!m)
+			return;
+		if (m[0] == PqMsg_ReadyForQuery)
+			rl->st = LR_DONE;
+		leg_consume(fo, i, total);
+	}
+}
+
+/* ---- the merge's source: the legs' rows ---- */
+
+static enum merge_next source_peek(void *arg, int i, const uint8_t **row, size_t *len)
+{
+	struct fanout *fo = arg;
+	struct read_leg *rl = &fo->rd->legs[i];
+	for (;;) {
+		switch (rl->st) {
+		case LR_ROWS:
+			break;
+		case LR_TAIL:
+		case LR_DONE:
+			return MERGE_END;
+		case LR_FAILED:
+			return MERGE_FAIL;
+		case LR_PREFIX:
+		case LR_HEAD:
+			return MERGE_WAIT;   /* (not merged before every head is in) */
+		}
+		size_t total;
+		const uint8_t *m = leg_message(fo, i, &total);
+		if (!m)
+			return rl->st == LR_FAILED ? MERGE_FAIL : MERGE_WAIT;
+		switch (m[0]) {
+		case PqMsg_DataRow:
+			*row = m;
+			*len = total;
+			return MERGE_ROW;
+		case PqMsg_CommandComplete:
+		case PqMsg_PortalSuspended:   /* (a shard's Execute with a row limit) */
+			rl->st = LR_TAIL;
+			leg_consume(fo, i, total);
+			leg_tail(fo, i);
+			return MERGE_END;
+		case PqMsg_ErrorResponse:
+			rl->error = copy_msg(m, total);
+			rl->error_len = total;
+			leg_failed(rl);
+			leg_consume(fo, i, total);
+			return MERGE_FAIL;
+		case PqMsg_NoticeResponse:
+		case PqMsg_ParameterStatus:
+		case PqMsg_NotificationResponse:
+			leg_consume(fo, i, total);   /* (not part of the answer) */
+			continue;
+		default:
+			rl->unexpected = true;
+			leg_failed(rl);
+			return MERGE_FAIL;
+		}
+	}
+}
+
+static void source_take(void *arg, int i)
+{
+	struct fanout *fo = arg;
+	uint8_t h[5];
+	if (evbuffer_copyout(fo->legs[i].io.in, h, 5) == 5)
+		leg_consume(fo, i, (size_t)proto_get_u32(h + 1) + 1);
+}
+
+/* ---- the client's reply ---- */
+
+/* A shard's RowDescription (whole message m) for the client: without the
+ * hidden sum/count columns the shards were asked for (avg alone). */
+static void add_row_description(struct evbuffer *out, const uint8_t *m, size_t len, const struct merge_plan *p)
+{
+	if (!p->aggregates || p->n_hidden == 0 || len < 7 || m[0] != PqMsg_RowDescription) {
+		evbuffer_add(out, m, len);
+		return;
+	}
+	size_t off = 7;
+	for (int i = 0; i < p->n_visible; i++) {
+		const uint8_t *nul = off < len ? memchr(m + off, 0, len - off) : NULL;
+		if (!nul || (size_t)(nul - m) + 1 + 18 > len) {
+			evbuffer_add(out, m, len);   /* (not ours to judge: the merge refuses it) */
+			return;
+		}
+		off = (size_t)(nul - m) + 1 + 18;
+	}
+	uint8_t h[7] = { PqMsg_RowDescription };
+	proto_put_u32(h + 1, (uint32_t)(off - 1));
+	h[5] = (uint8_t)(p->n_visible >> 8);
+	h[6] = (uint8_t)p->n_visible;
+	evbuffer_add(out, h, 7);
+	evbuffer_add(out, m + 7, off - 7);
+}
+
+static void read_free(struct fanout *fo)
+{
+	struct fanout_read *rd = fo->rd;
+	if (!rd)
+		return;
+	fo->rd = NULL;
+	for (int i = 0; rd->legs && i < fo->n_legs; i++) {
+		struct read_leg *rl = &rd->legs[i];
+		free(rl->param_desc);
+		free(rl->stmt_desc);
+		free(rl->portal_desc);
+		free(rl->error);
+	}
+	free(rd->legs);
+	merge_stream_free(rd->ms);
+	free(rd->desc);
+	if (rd->xp) {
+		rd->xp->fo = NULL;   /* (it is this read: fanout_free is under way) */
+		fanout_portal_free(rd->xp);
+	}
+	free(rd);
+}
+
+/* The reply is over (ok: as far as the client asked; else its error went
+ * out): ReadyForQuery if the request had its Sync, then the fan-out ends,
+ * or a named portal read in parts is kept for its next Execute. */
+static void read_end(struct fanout *fo, bool ok)
+{
+	struct client *c = fo->c;
+	struct fanout_read *rd = fo->rd;
+	struct evbuffer *out = io_out(&c->io);
+	bool portal_execute = rd->portal_execute;
+	if (!portal_execute) {
+		uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
+		evbuffer_add(out, z, sizeof z);
+	}
+	bool keep = ok && rd->keep_portal && (rd->suspended || portal_execute);
+	if (ok) {
+		/* The answer is whole: what the shards still send (rows past a
+		 * LIMIT, a portal's rest at its Sync) is not needed. Each shard's
+		 * statement ends as it would have, its rest read and dropped. */
+		for (int i = 0; i < fo->n_legs; i++) {
+			enum leg_read st = rd->legs[i].st;
+			if (st != LR_DONE && !(keep && rd->suspended))
+				fanout_leg_finish(&fo->legs[i]);
+		}
+	}
+	if (keep) {
+		struct fanout_portal *xp = rd->xp;
+		rd->xp = NULL;
+		if (!xp && (xp = calloc(1, sizeof *xp)))
+			snprintf(xp->name, sizeof xp->name, "%s", fo->portal);
+		struct client_xshard *xs = xp ? fanout_xshard(c) : NULL;
+		if (xs) {
+			fanout_portal_drop(c);   /* (another portal, replaced) */
+			xp->fo = fo;
+			xs->portal = xp;
+			rd->stage = RS_SUSPENDED;
+			fanout_ev(c)->answered(c);
+			return;
+		}
+		free(xp);   /* (out of memory: the portal ends here) */
+	}
+	if (!ok && portal_execute && c->held_begin)
+		fanout_ev(c)->tx_aborted(c);   /* as PostgreSQL: the transaction failed with its Execute */
+	fanout_free(fo);
+	fanout_ev(c)->answered(c);   /* idle again: its next request */
+}
+
+/* The read fails: the client gets the error (after what went out
+ * already, as from a PostgreSQL whose query fails midway), what the
+ * shards still run is cancelled. */
+static void read_fail(struct fanout *fo, const uint8_t *error, size_t error_len, const char *sqlstate,
+		      const char *msg)
+{
+	struct evbuffer *out = io_out(&fo->c->io);
+	if (error) {
+		evbuffer_add(out, error, error_len);   /* a shard's error, as PostgreSQL wrote it */
+	} else {
+		log_debug("C-%llu: %s", (unsigned long long)fo->c->id, msg);
+		send_error(out, sqlstate, msg);
+	}
+	read_end(fo, false);
+}
+
+/* Leg i failed: its error, or why. */
+static void read_fail_leg(struct fanout *fo, int i)
+{
+	struct fanout_leg *leg = &fo->legs[i];
+	struct read_leg *rl = &fo->rd->legs[i];
+	char why[200];
+	if (rl->too_large) {
+		snprintf(why, sizeof why,
+			 "cross-shard read: a message of shard %d is larger than cross_shard_max_memory (%zu bytes)",
+			 leg->shard, fo->rd->hold_max);
+		read_fail(fo, NULL, 0, SQLSTATE_PROGRAM_LIMIT_EXCEEDED, why);
+	} else if (leg->lost || rl->unexpected || !rl->error) {
+		snprintf(why, sizeof why, "cross-shard read: shard %d: %s", leg->shard,
+			 leg->lost ? "the connection was lost before the result was complete" : "unexpected reply");
+		read_fail(fo, NULL, 0, SQLSTATE_CONNECTION_FAILURE, why);
+	} else {
+		read_fail(fo, rl->error, rl->error_len, NULL, NULL);
+	}
+}
+
+/* Every shard's reply reached its rows: the columns checked alike and
+ * the merge made. false: the read failed (answered, fo gone). */
+static bool read_begin_rows(struct fanout *fo)
+{
+	struct fanout_read *rd = fo->rd;
 	struct pool *p = fo->c->pool;
 	struct merge_column cols[256];
 	int n_cols = 0;
-	const uint8_t *d = rep[0].portal_desc;
+	char why[MERGE_WHY];
+	const uint8_t *d = rd->legs[0].portal_desc;
 	if (!d || d[0] != PqMsg_RowDescription ||
-	    !merge_read_row_description(d + 5, rep[0].portal_desc_len - 5, cols, 256, &n_cols)) {
-		snprintf(why, MERGE_WHY, "cross-shard read: the result has no row description pgcat can read");
+	    !merge_read_row_description(d + 5, rd->legs[0].portal_desc_len - 5, cols, 256, &n_cols)) {
+		read_fail(fo, NULL, 0, SQLSTATE_FEATURE_NOT_SUPPORTED,
+			  "cross-shard read: the result has no row description pgcat can read");
 		return false;
 	}
-	struct merge_shard shards[MERGE_MAX_SHARDS];
-	for (int i = 0; i < fo->n_legs; i++) {
+	for (int i = 1; i < fo->n_legs; i++) {
 		struct merge_column other[256];
 		int n_other = 0;
-		const uint8_t *od = rep[i].portal_desc;
+		const uint8_t *od = rd->legs[i].portal_desc;
 		if (!od || od[0] != PqMsg_RowDescription ||
-		    !merge_read_row_description(od + 5, rep[i].portal_desc_len - 5, other, 256, &n_other) ||
+		    !merge_read_row_description(od + 5, rd->legs[i].portal_desc_len - 5, other, 256, &n_other) ||
 		    n_other != n_cols) {
-			snprintf(why, MERGE_WHY, "cross-shard read: the shards' results have different columns");
+			read_fail(fo, NULL, 0, SQLSTATE_FEATURE_NOT_SUPPORTED,
+				  "cross-shard read: the shards' results have different columns");
 			return false;
 		}
 		for (int k = 0; k < n_cols; k++)
 			if (other[k].type_oid != cols[k].type_oid || other[k].format != cols[k].format) {
-				snprintf(why, MERGE_WHY, "cross-shard read: column \"%s\" has different types on the shards",
+				snprintf(why, sizeof why, "cross-shard read: column \"%s\" has different types on the shards",
 					 cols[k].name);
+				read_fail(fo, NULL, 0, SQLSTATE_FEATURE_NOT_SUPPORTED, why);
 				return false;
 			}
-		shards[i] = rep[i].rows;
 	}
 	locale_t coll = (locale_t)0;
 	if (merge_plan_compares(&fo->plan) && !p->collation_bytewise) {
@@ -197,97 +520,166 @@ static bool reply_rows(struct fanout *fo, struct leg_reply *rep, struct evbuffer
 				strings |= cols[k].type_oid == 25 || cols[k].type_oid == 1043 || cols[k].type_oid == 1042 ||
 					   cols[k].type_oid == 19;
 			if (strings) {
-				snprintf(why, MERGE_WHY,
+				snprintf(why, sizeof why,
 					 "cross-shard read: strings cannot be ordered: collation \"%.60s\" is not available to pgcat "
 					 "(use COLLATE \"C\")", p->collation_name);
+				read_fail(fo, NULL, 0, SQLSTATE_FEATURE_NOT_SUPPORTED, why);
 				return false;
 			}
 		}
 	}
-	return merge_rows(&fo->plan, cols, n_cols, shards, (size_t)fo->n_legs, coll, fo->max_rows, out, why);
-}
-
-/* An Execute with a row limit on a named portal: the first max_rows rows
- * and PortalSuspended, the rest kept for the portal's next Executes. */
-static bool reply_rows_portal(struct fanout *fo, struct leg_reply *rep, struct evbuffer *out, char why[MERGE_WHY])
-{
-	struct evbuffer *all = evbuffer_new();
-	uint32_t max_rows = fo->max_rows;
-	fo->max_rows = 0;
-	bool ok = all && reply_rows(fo, rep, all, why);
-	fo->max_rows = max_rows;
-	if (!ok) {
-		if (!all)
-			snprintf(why, MERGE_WHY, "cross-shard read: out of memory");
-		else
-			evbuffer_free(all);
+	rd->ms = merge_stream_new(&fo->plan, cols, n_cols, fo->n_legs, coll, why);
+	if (!rd->ms) {
+		read_fail(fo, NULL, 0, SQLSTATE_FEATURE_NOT_SUPPORTED, why);
 		return false;
 	}
-	/* the DataRows, then CommandComplete */
-	size_t at = 0, keep = 0, total = evbuffer_get_length(all);
-	uint32_t n = 0;
-	bool more = false;
-	while (at + 5 <= total) {
-		uint8_t h[5];
-		if (!evbuf_copy_at(all, at, h, 5))
-			break;
-		if (h[0] != PqMsg_DataRow)
-			break;
-		if (n == max_rows) {
-			more = true;
-			break;
+	merge_stream_execute(rd->ms, fo->max_rows);
+	if (rd->keep_portal) {
+		struct evbuffer *b = evbuffer_new();
+		if (b) {
+			add_row_description(b, d, rd->legs[0].portal_desc_len, &fo->plan);
+			rd->desc_len = evbuffer_get_length(b);
+			rd->desc = malloc(rd->desc_len);
+			if (rd->desc)
+				evbuffer_remove(b, rd->desc, rd->desc_len);
+			evbuffer_free(b);
 		}
-		at += (size_t)proto_get_u32(h + 1) + 1;
-		keep = at;
-		n++;
 	}
-	if (!more) {
-		evbuffer_add_buffer(out, all);   /* every row fits: completed as usual */
-		evbuffer_free(all);
-		return true;
-	}
-	struct fanout_portal *xp = calloc(1, sizeof *xp);
-	if (!xp || !(xp->rows = evbuffer_new())) {
-		free(xp);
-		evbuffer_free(all);
-		snprintf(why, MERGE_WHY, "cross-shard read: out of memory");
-		return false;
-	}
-	snprintf(xp->name, sizeof xp->name, "%s", fo->portal);
-	const uint8_t *d = rep[0].portal_desc;
-	if (d && (xp->desc = malloc(rep[0].portal_desc_len))) {
-		memcpy(xp->desc, d, rep[0].portal_desc_len);
-		xp->desc_len = rep[0].portal_desc_len;
-	}
-	evbuffer_remove_buffer(all, out, keep);
-	evbuf_add_bodyless(out, PqMsg_PortalSuspended);
-	/* the rest without the CommandComplete (the last message) */
-	size_t rest = evbuffer_get_length(all), rows_len = 0;
-	while (rows_len + 5 <= rest) {
-		uint8_t h[5];
-		if (!evbuf_copy_at(all, rows_len, h, 5) || h[0] != PqMsg_DataRow)
-			break;
-		rows_len += (size_t)proto_get_u32(h + 1) + 1;
-	}
-	evbuffer_remove_buffer(all, xp->rows, rows_len);
-	evbuffer_free(all);
-	fanout_portal_free(fo->rest);
-	fo->rest = xp;
+	/* The client's named statement lives on (SPEC §5): its Parse
+	 * succeeded on every shard. */
+	if (fo->parse_msg && prep_enabled(fo->c))
+		(void)prep_client_adopt(fo->c, fo->parse_msg, fo->parse_len);
+	rd->stage = RS_ANSWER;
 	return true;
 }
 
-static void put_command_tag(struct evbuffer *out, uint64_t n)
+/* The merge's next run into the client's output. true: the Execute is
+ * answered (rows, then CommandComplete or PortalSuspended); false: it
+ * waits (for a shard's rows or the client's reading), or the read failed
+ * (answered, fo gone). */
+static bool read_rows(struct fanout *fo)
 {
-	char tag[32];
-	int tl = snprintf(tag, sizeof tag, "SELECT %llu", (unsigned long long)n);
-	fanout_put_msg(out, PqMsg_CommandComplete, tag, (size_t)tl + 1, NULL, 0);
+	struct fanout_read *rd = fo->rd;
+	struct client *c = fo->c;
+	struct evbuffer *out = io_out(&c->io);
+	size_t used = io_out_len(&c->io), budget = c->end.out_budget;
+	size_t high = evbuffer_get_length(out) + (used < budget ? budget - used : 0);
+	struct merge_source src = { source_peek, source_take, fo };
+	char why[MERGE_WHY], msg[MERGE_WHY + 120];
+	merge_stream_hold_limit(rd->ms, rd->hold_max > rd->oversize ? rd->hold_max - rd->oversize : 0);
+	enum merge_status st = merge_stream_run(rd->ms, &src, out, high, why);
+	switch (st) {
+	case MERGE_NEED_ROWS:
+	case MERGE_OUT_FULL:
+		return false;
+	case MERGE_COMPLETE:
+	case MERGE_SUSPENDED:
+		rd->suspended = st == MERGE_SUSPENDED;
+		return true;
+	case MERGE_SOURCE_FAILED:
+		for (int i = 0; i < fo->n_legs; i++)
+			if (rd->legs[i].st == LR_FAILED) {
+				read_fail_leg(fo, i);
+				return false;
+			}
+		read_fail(fo, NULL, 0, SQLSTATE_CONNECTION_FAILURE, "cross-shard read: a shard failed");
+		break;
+	case MERGE_TOO_LARGE:
+		snprintf(msg, sizeof msg,
+			 "cross-shard read: the rows this query must hold in pgcat (GROUP BY, DISTINCT or aggregates) exceed "
+			 "cross_shard_max_memory (%zu bytes); raise it, or narrow the query", rd->hold_max);
+		read_fail(fo, NULL, 0, SQLSTATE_PROGRAM_LIMIT_EXCEEDED, msg);
+		break;
+	case MERGE_FAILED:
+		read_fail(fo, NULL, 0, SQLSTATE_FEATURE_NOT_SUPPORTED, why);
+		break;
+	}
+	return false;
 }
+
+/* Whatever came: every leg's reply walked as far as the read stands, and
+ * the client's reply written as far as it can be. */
+static void read_pump(struct fanout *fo)
+{
+	struct fanout_read *rd = fo->rd;
+	if (rd->stage == RS_SUSPENDED)
+		return;   /* (the shards wait: their windows fill, then their servers pause) */
+	for (int i = 0; i < fo->n_legs; i++) {
+		leg_head(fo, i);
+		leg_tail(fo, i);
+	}
+	if (rd->stage == RS_HEAD) {
+		/* Nothing goes out before every shard's reply reached its rows:
+		 * the first shard's error wins, as when every reply was whole. */
+		int failed = -1;
+		for (int i = 0; i < fo->n_legs; i++) {
+			enum leg_read st = rd->legs[i].st;
+			if (st == LR_PREFIX || st == LR_HEAD)
+				return;
+			if (st == LR_FAILED && failed < 0)
+				failed = i;
+		}
+		if (failed >= 0) {
+			read_fail_leg(fo, failed);
+			return;
+		}
+		if (!read_begin_rows(fo))
+			return;
+	}
+	struct client *c = fo->c;
+	while (rd->step < rd->n_steps) {
+		struct evbuffer *out = io_out(&c->io);
+		const struct read_leg *l0 = &rd->legs[0];
+		switch (rd->steps[rd->step]) {
+		case STEP_PARSE:
+			evbuf_add_bodyless(out, PqMsg_ParseComplete);
+			break;
+		case STEP_DESCRIBE_STMT:
+			if (l0->param_desc)
+				evbuffer_add(out, l0->param_desc, l0->param_desc_len);
+			if (l0->stmt_desc)
+				add_row_description(out, l0->stmt_desc, l0->stmt_desc_len, &fo->plan);
+			break;
+		case STEP_BIND:
+			evbuf_add_bodyless(out, PqMsg_BindComplete);
+			break;
+		case STEP_DESCRIBE_PORTAL:
+			if (l0->portal_desc)
+				add_row_description(out, l0->portal_desc, l0->portal_desc_len, &fo->plan);
+			break;
+		case STEP_EXECUTE:
+			if (!read_rows(fo))
+				return;   /* (more rows, or room, first; or failed: fo gone) */
+			break;
+		case STEP_SYNC:
+			break;
+		}
+		rd->step++;
+	}
+	read_end(fo, true);
+}
+
+static void read_leg_input(struct fanout_leg *leg)
+{
+	read_pump(leg->fo);
+}
+
+void fanout_client_drain(struct client *c)
+{
+	struct fanout *fo = c->fanout;
+	if (fo && fo->rd && fo->rd->stage == RS_ANSWER)
+		read_pump(fo);
+}
+
+/* ---- a named portal read in parts ---- */
 
 bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 {
 	struct fanout_portal *xp = c->xshard ? c->xshard->portal : NULL;
-	if (!xp || c->end.server)
+	if (!xp || !xp->fo || c->end.server)
 		return false;
+	struct fanout *fo = xp->fo;
+	struct fanout_read *rd = fo->rd;
 	struct evbuffer *in = c->io.in, *out = io_out(&c->io);
 	uint32_t total = f->len + 1;
 	if (f->type != PqMsg_Sync && f->type != PqMsg_Execute && f->type != PqMsg_Describe && f->type != PqMsg_Close) {
@@ -314,22 +706,21 @@ bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 		if (!proto_read_cstring(body, blen, &b, &name) || blen - b != 4 || strcmp(name, xp->name) != 0)
 			return false;
 		uint32_t max_rows = proto_get_u32(body + b);
-		uint64_t n = 0;
-		size_t at = 0, have = evbuffer_get_length(xp->rows);
-		while (at + 5 <= have && (max_rows == 0 || n < max_rows)) {
-			uint8_t h[5];
-			if (!evbuf_copy_at(xp->rows, at, h, 5))
-				break;
-			at += (size_t)proto_get_u32(h + 1) + 1;
-			n++;
-		}
 		evbuffer_drain(in, total);
-		evbuffer_remove_buffer(xp->rows, out, at);
-		if (evbuffer_get_length(xp->rows) > 0) {
-			evbuf_add_bodyless(out, PqMsg_PortalSuspended);
-		} else {
-			put_command_tag(out, n);   /* the rows of this Execute, as PostgreSQL counts them */
-		}
+		/* The read goes on: it is the client's until it suspends again
+		 * (the portal's name waits with it). */
+		xp->fo = NULL;
+		c->xshard->portal = NULL;
+		rd->xp = xp;
+		rd->portal_execute = true;
+		rd->steps[0] = STEP_EXECUTE;
+		rd->n_steps = 1;
+		rd->step = 0;
+		rd->suspended = false;
+		rd->stage = RS_ANSWER;
+		merge_stream_execute(rd->ms, max_rows);
+		fanout_ev(c)->started(c, fo);
+		read_pump(fo);
 		return true;
 	}
 	case PqMsg_Describe:
@@ -339,8 +730,8 @@ bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 		if (!proto_read_cstring(body, blen, &b, &name) || strcmp(name, xp->name) != 0)
 			return false;
 		evbuffer_drain(in, total);
-		if (xp->desc)
-			evbuffer_add(out, xp->desc, xp->desc_len);
+		if (rd->desc)
+			evbuffer_add(out, rd->desc, rd->desc_len);
 		else
 			fanout_put_msg(out, PqMsg_NoData, NULL, 0, NULL, 0);
 		return true;
@@ -351,146 +742,12 @@ bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 		if (!proto_read_cstring(body, blen, &b, &name) || strcmp(name, xp->name) != 0)
 			return false;
 		evbuffer_drain(in, total);
-		fanout_portal_drop(c);
+		fanout_portal_drop(c);   /* (what its shards still run is cancelled) */
 		fanout_put_msg(out, PqMsg_CloseComplete, NULL, 0, NULL, 0);
 		return true;
 	default:
 		return false;
 	}
-}
-
-/* A shard's RowDescription (whole message m) for the client: without the
- * hidden sum/count columns the shards were asked for (avg alone). */
-static void add_row_description(struct evbuffer *out, const uint8_t *m, size_t len, const struct merge_plan *p)
-{
-	if (!p->aggregates || p->n_hidden == 0 || len < 7 || m[0] != PqMsg_RowDescription) {
-		evbuffer_add(out, m, len);
-		return;
-	}
-	size_t off = 7;
-	for (int i = 0; i < p->n_visible; i++) {
-		const uint8_t *nul = off < len ? memchr(m + off, 0, len - off) : NULL;
-		if (!nul || (size_t)(nul - m) + 1 + 18 > len) {
-			evbuffer_add(out, m, len);   /* (not ours to judge: merge_rows refuses it) */
-			return;
-		}
-		off = (size_t)(nul - m) + 1 + 18;
-	}
-	uint8_t h[7] = { PqMsg_RowDescription };
-	proto_put_u32(h + 1, (uint32_t)(off - 1));
-	h[5] = (uint8_t)(p->n_visible >> 8);
-	h[6] = (uint8_t)p->n_visible;
-	evbuffer_add(out, h, 7);
-	evbuffer_add(out, m + 7, off - 7);
-}
-
-/* A cross-shard read, every shard's reply in: the merged answer, then
- * the client is idle again. */
-void fanout_read_finish(struct fanout *fo)
-{
-	struct client *c = fo->c;
-	struct pool *p = c->pool;
-	struct evbuffer *reply = evbuffer_new();
-	struct leg_reply rep[MERGE_MAX_SHARDS];
-	char why[MERGE_WHY] = "";
-	const char *sqlstate = SQLSTATE_FEATURE_NOT_SUPPORTED;
-	const uint8_t *error = NULL;
-	size_t error_len = 0;
-	char status = c->held_begin ? 'T' : 'I';
-
-	for (int i = 0; i < fo->n_legs && !why[0] && !error; i++) {
-		struct fanout_leg *leg = &fo->legs[i];
-		if (leg->too_big) {
-			sqlstate = "54000";
-			snprintf(why, sizeof why, "cross-shard read: the result of shard %d is larger than %u MB", leg->shard,
-				 FANOUT_REPLY_MAX >> 20);
-			break;
-		}
-		struct evbuffer *in = leg->io.in;
-		size_t len = in ? evbuffer_get_length(in) : 0;
-		uint8_t *m = len ? evbuffer_pullup(in, (ev_ssize_t)len) : NULL;
-		bool ok = (len == 0 || m) && read_reply(m, leg->lost ? leg->scanned : len, fo->extended,
-							i == 0 && fo->asks_collation, &rep[i]);
-		if (ok && rep[i].error) {
-			error = rep[i].error;   /* the first shard's error, as PostgreSQL wrote it */
-			error_len = rep[i].error_len;
-			break;
-		}
-		if (leg->lost || !ok || !rep[i].have_tag) {
-			sqlstate = SQLSTATE_CONNECTION_FAILURE;
-			snprintf(why, sizeof why, "cross-shard read: shard %d: %s", leg->shard,
-				 leg->lost ? "the connection was lost before the result was complete" : "unexpected reply");
-			break;
-		}
-		if (i == 0 && fo->asks_collation && rep[0].have_collation && !p->collation_known)
-			fanout_pool_collation(p, rep[0].collation);
-	}
-	if (!reply) {
-		fanout_ev(c)->fatal(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
-		return;
-	}
-	if (!why[0] && !error) {
-		struct leg_reply *r0 = &rep[0];
-		for (int s = 0; s < fo->n_steps && !why[0]; s++) {
-			switch (fo->steps[s]) {
-			case STEP_PARSE:
-				evbuf_add_bodyless(reply, PqMsg_ParseComplete);
-				break;
-			case STEP_DESCRIBE_STMT:
-				if (r0->param_desc)
-					evbuffer_add(reply, r0->param_desc, r0->param_desc_len);
-				if (r0->stmt_desc)
-					add_row_description(reply, r0->stmt_desc, r0->stmt_desc_len, &fo->plan);
-				break;
-			case STEP_BIND:
-				evbuf_add_bodyless(reply, PqMsg_BindComplete);
-				break;
-			case STEP_DESCRIBE_PORTAL:
-				if (r0->portal_desc)
-					add_row_description(reply, r0->portal_desc, r0->portal_desc_len, &fo->plan);
-				break;
-			case STEP_EXECUTE:
-				if (fo->portal[0] && fo->max_rows > 0)
-					(void)reply_rows_portal(fo, rep, reply, why);
-				else
-					(void)reply_rows(fo, rep, reply, why);
-				break;
-			case STEP_SYNC:
-				break;
-			}
-		}
-		if (!fo->extended && !why[0]) {
-			if (r0->portal_desc)
-				add_row_description(reply, r0->portal_desc, r0->portal_desc_len, &fo->plan);
-			(void)reply_rows(fo, rep, reply, why);
-		}
-	}
-	struct evbuffer *out = io_out(&c->io);
-	if (error) {
-		evbuffer_add(out, error, error_len);
-	} else if (why[0]) {
-		log_debug("C-%llu: %s", (unsigned long long)c->id, why);
-		send_error(out, sqlstate, why);
-	} else {
-		evbuffer_add_buffer(out, reply);
-		if (fo->rest) {
-			/* a named portal read in parts: its rest is the client's */
-			fanout_portal_drop(c);
-			struct client_xshard *xs = fanout_xshard(c);
-			if (xs) {
-				xs->portal = fo->rest;
-				fo->rest = NULL;
-			}
-		}
-		/* the client's named statement lives on (SPEC §5) */
-		if (fo->parse_msg && prep_enabled(c))
-			(void)prep_client_adopt(c, fo->parse_msg, fo->parse_len);
-	}
-	evbuffer_free(reply);
-	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)status };
-	evbuffer_add(out, z, sizeof z);
-	fanout_free(fo);
-	fanout_ev(c)->answered(c);   /* idle again: its next request */
 }
 
 /* ---- start ---- */
@@ -598,6 +855,14 @@ static enum fanout_start read_plan(struct fanout *fo, const struct request *r, c
 			}
 		}
 		*passthrough = !merge_plan_bind(&fo->plan, null[0], v[0], null[1], v[1]);
+		if (*passthrough) {
+			/* every shard raises PostgreSQL's error: no limit of pgcat's may
+			 * end the merge before it reads them */
+			if (fo->plan.limit_param)
+				fo->plan.has_limit = false;
+			if (fo->plan.offset_param)
+				fo->plan.has_offset = false;
+		}
 	}
 	/* mergeable rows, but are they each shard's part of the answer? */
 	if (!broadcast_read_check(sql, strlen(sql), rules, pwhy)) {
@@ -609,10 +874,10 @@ static enum fanout_start read_plan(struct fanout *fo, const struct request *r, c
 
 /* What every shard runs: the statement (rewritten if the merge needs more
  * rows or hidden columns), simple or as Parse, [Describe S], Bind,
- * Describe P, Execute, Sync, unnamed whatever the client named them.
- * NULL: out of memory. */
+ * Describe P, Execute (with shard_rows as its row limit, 0: none), Sync,
+ * unnamed whatever the client named them. NULL: out of memory. */
 static struct evbuffer *read_shard_request(const struct fanout *fo, const struct request *r, const char *sql,
-					   const uint8_t *types, size_t types_len, bool passthrough)
+					   const uint8_t *types, size_t types_len, bool passthrough, uint32_t shard_rows)
 {
 	struct evbuffer *req = evbuffer_new();
 	size_t sql_len = strlen(sql);
@@ -634,7 +899,9 @@ static struct evbuffer *read_shard_request(const struct fanout *fo, const struct
 				fanout_put_msg(req, PqMsg_Describe, "S", 2, NULL, 0);
 		fanout_put_msg(req, PqMsg_Bind, "\0", 2, r->bind_rest, r->bind_rest_len);
 		fanout_put_msg(req, PqMsg_Describe, "P", 2, NULL, 0);
-		fanout_put_msg(req, PqMsg_Execute, "\0\0\0\0", 5, NULL, 0);
+		uint8_t e[5] = { 0 };   /* the unnamed portal, then the row limit */
+		proto_put_u32(e + 1, shard_rows);
+		fanout_put_msg(req, PqMsg_Execute, e, sizeof e, NULL, 0);
 		fanout_put_msg(req, PqMsg_Sync, NULL, 0, NULL, 0);
 	}
 	free(shard_sql);
@@ -696,8 +963,7 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 		fanout_refuse(why, whylen, "out of memory");
 		return FANOUT_REFUSED;
 	}
-	fo->c = c;
-	fo->phase_done = fanout_read_finish;   /* (kind FANOUT_READ: 0) */
+	fo->c = c;   /* (kind FANOUT_READ: 0) */
 	fo->extended = r.query == NULL;
 	if (r.has_bind)
 		snprintf(fo->portal, sizeof fo->portal, "%s", r.bind_portal);
@@ -707,8 +973,6 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 		free(fo);
 		return st;
 	}
-	memcpy(fo->steps, r.steps, sizeof r.steps);
-	fo->n_steps = r.n_steps;
 	fo->max_rows = r.max_rows;
 	fo->asks_collation = merge_plan_compares(&fo->plan) && !p->collation_known;
 	if (r.parse && r.parse_name[0]) {
@@ -718,19 +982,56 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 			fo->parse_len = r.parse_total;
 		}
 	}
-	struct evbuffer *req = read_shard_request(fo, &r, sql, types, types_len, passthrough);
-	if (!req) {
+	/* A named portal read in parts, inside a transaction pgcat holds, is
+	 * kept suspended between its Executes; any other Execute with a row
+	 * limit drops the rest at its Sync, so the shards need give no more
+	 * than it can take (OFFSET, its rows, and one more that tells whether
+	 * it is suspended): each shard's portal stops there too, as
+	 * PostgreSQL's would. Not for aggregates, groups and DISTINCT, which
+	 * need every row. */
+	bool keep = fo->portal[0] && fo->max_rows > 0 && c->held_begin;
+	uint32_t shard_rows = 0;
+	if (fo->max_rows > 0 && !keep && !passthrough && !fo->plan.aggregates && !fo->plan.grouped && !fo->plan.distinct) {
+		uint64_t need = (uint64_t)fo->max_rows + 1 + (fo->plan.has_offset ? (uint64_t)fo->plan.offset : 0);
+		shard_rows = need <= UINT32_MAX ? (uint32_t)need : 0;
+	}
+	struct evbuffer *req = read_shard_request(fo, &r, sql, types, types_len, passthrough, shard_rows);
+	struct fanout_read *rd = calloc(1, sizeof *rd);
+	struct read_leg *rls = calloc((size_t)n_shards, sizeof *rls);
+	if (!req || !rd || !rls) {
+		if (req)
+			evbuffer_free(req);
+		free(rd);
+		free(rls);
 		free(fo->parse_msg);
 		free(fo);
 		fanout_refuse(why, whylen, "out of memory");
 		return FANOUT_REFUSED;
 	}
+	rd->legs = rls;
+	rd->keep_portal = keep;
+	rd->hold_max = hold_max(c);
+	if (fo->extended) {
+		memcpy(rd->steps, r.steps, sizeof r.steps);
+		rd->n_steps = r.n_steps;
+	} else {
+		rd->steps[0] = STEP_DESCRIBE_PORTAL;   /* a simple Query's RowDescription, then its rows */
+		rd->steps[1] = STEP_EXECUTE;
+		rd->n_steps = 2;
+	}
+	for (int i = 0; i < n_shards; i++)
+		rls[i].st = i == 0 && fo->asks_collation ? LR_PREFIX : LR_HEAD;
+	fo->rd = rd;
+	fo->on_free = read_free;
+	fo->leg_input = read_leg_input;
 	bool opened = read_open_legs(fo, req, n_shards, why, whylen);
 	evbuffer_free(req);
 	if (!opened) {
 		fanout_free(fo);
 		return FANOUT_REFUSED;
 	}
+	for (int i = 0; i < fo->n_legs; i++)
+		fanout_leg_stream(&fo->legs[i], FANOUT_READ_WINDOW);
 	evbuffer_drain(in, r.end);
 	fanout_ev(c)->started(c, fo);
 	fanout_send(fo);   /* each leg checks its server out */

@@ -51,8 +51,13 @@ static bool want_read(const struct io *io)
 
 static void io_arm_read(struct io *io)
 {
-	if (io->loopback)
-		return;   /* no socket to watch */
+	if (io->loopback) {
+		/* No socket to watch: output held back while the input was full
+		 * is handed over at the flush once there is room again. */
+		if (want_read(io) && io->out && evbuffer_get_length(io->out) > 0)
+			(void)make_dirty(io);   /* (out of memory: the next write retries) */
+		return;
+	}
 	if (io->on_ring) {
 		ring_sync(io);
 		return;
@@ -716,12 +721,15 @@ void io_flusher_free(struct io_flusher *f)
 	f->n_dirty = f->cap_dirty = 0;
 }
 
-/* A loopback's output becomes its input (io_open_loopback). The owner's
- * on_read may close the connection; its memory must outlive this call
- * (io_flush_all reads it after). */
+/* A loopback's output becomes its input (io_open_loopback), as a socket
+ * is read: only while the input is below read_high (and reading is not
+ * paused); otherwise it waits in the output, where its writer sees it (and
+ * pauses), until io_update_reading. The owner's on_read may close the
+ * connection; its memory must outlive this call (io_flush_all reads it
+ * after). */
 static void loopback_deliver(struct io *io)
 {
-	if (io->closed || !io->out || evbuffer_get_length(io->out) == 0)
+	if (io->closed || !io->out || evbuffer_get_length(io->out) == 0 || !want_read(io))
 		return;
 	struct evbuffer *in = io_in(io);
 	if (!in || evbuffer_add_buffer(in, io->out) != 0)
@@ -891,6 +899,17 @@ static void ring_flush(struct io *io)
 	io->write_armed = true;   /* as on epoll: output waits on the kernel */
 }
 
+/* A receive still armed for a connection that wants no more input (its
+ * owner paused it, or its input reached read_high) is cancelled now, not
+ * at the flush: the reap goes on entering the kernel, and each entry would
+ * fill more of the ring's buffers from the socket (megabytes, where epoll
+ * stops at read_high). The reap's next entry submits the cancel. */
+static void ring_stop_now(struct io *io)
+{
+	if (io->recv == RECV_ON && !want_read(io) && io_ring_recv_cancel(io->flusher->ring, io->fd))
+		io->recv = RECV_CANCELLING;
+}
+
 /* io_ring's on_recv: the connection's receive reported. */
 static void ring_recv(void *conn, int res, const uint8_t *data, bool more)
 {
@@ -906,13 +925,17 @@ static void ring_recv(void *conn, int res, const uint8_t *data, bool more)
 		}
 		if (io->paused || io->ssl) {
 			io->unread = !io->ssl;   /* the handshake takes them (ring_leave) */
-			if (io->ssl && io->recv == RECV_OFF && !io->send_in_flight)
+			if (!io->ssl)
+				ring_stop_now(io);
+			else if (io->recv == RECV_OFF && !io->send_in_flight)
 				ring_leave(io);
 			return;
 		}
 		io->ops->on_read(io, io_owner(io));
-		if (!io->closed)
+		if (!io->closed) {
+			ring_stop_now(io);
 			ring_sync(io);
+		}
 		return;
 	}
 	if (res == 0) {
@@ -1257,5 +1280,11 @@ void io_pause(struct io *io, bool paused)
 
 void io_update_reading(struct io *io)
 {
+	io_arm_read(io);
+}
+
+void io_set_read_high(struct io *io, size_t read_high)
+{
+	io->read_high = read_high > UINT32_MAX ? UINT32_MAX : (uint32_t)read_high;
 	io_arm_read(io);
 }

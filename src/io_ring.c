@@ -591,7 +591,12 @@ unsigned io_ring_reap(struct io_ring *r)
 	for (int round = 0; round < 16; round++) {
 		if (kernel_holds_completions(r)) {
 			quiet(r, !fruitless);
-			(void)io_uring_get_events(&r->ring);
+			/* (with what a handler queued meanwhile: the cancel of a
+			 * receive whose owner wants no more, io.c) */
+			if (io_uring_sq_ready(&r->ring) > 0)
+				(void)io_uring_submit_and_get_events(&r->ring);
+			else
+				(void)io_uring_get_events(&r->ring);
 			quiet(r, false);
 		}
 		unsigned seen = 0;

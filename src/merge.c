@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * merge: the merge of the shards' rows of a cross-shard read
- * (include/merge.h): the RowDescription read, the DataRows merged as the
- * plan (merge_plan.c) says (k-way merge for ORDER BY, aggregates combined,
- * groups and DISTINCT sorted by their key), OFFSET/LIMIT and an Execute's
- * row limit applied, and the CommandComplete or PortalSuspended written.
- * Works on protocol messages only; how the query was read is
- * merge_plan.c's.
+ * merge: the rows and values of a cross-shard read's merge
+ * (include/merge.h): the RowDescription read, a DataRow's columns, rows
+ * compared by the ORDER BY keys, aggregates combined (count and sum
+ * added, min and max compared, avg from the merged sum and count), and
+ * the groups of GROUP BY and DISTINCT built out of every shard's rows.
+ * How the rows are read as they come, and OFFSET, LIMIT and an Execute's
+ * row limit, are merge_stream.c's; how the query was read is
+ * merge_plan.c's. Works on protocol messages only.
  */
 #include "merge.h"
+#include "merge_internal.h"
 
 #include <event2/buffer.h>
 #include <inttypes.h>
@@ -16,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "evbuf.h"
 #include "pgvalue.h"
 #include "proto.h"
 
@@ -44,8 +45,7 @@ bool merge_read_row_description(const uint8_t *body, size_t len, struct merge_co
 	return off == len;
 }
 
-/* Column i of a DataRow message m (whole, with its header): NULL -> *vlen < 0. */
-static bool row_value(const uint8_t *m, size_t mlen, int i, const uint8_t **v, int32_t *vlen)
+bool merge_row_value(const uint8_t *m, size_t mlen, int i, const uint8_t **v, int32_t *vlen)
 {
 	if (mlen < 7)
 		return false;
@@ -70,44 +70,24 @@ static bool row_value(const uint8_t *m, size_t mlen, int i, const uint8_t **v, i
 	}
 }
 
-/* A shard's rows, one DataRow at a time. */
-struct cursor {
-	const uint8_t *p, *end;
-	size_t len;        /* of the message at p; 0: exhausted */
-};
-
-static bool cursor_load(struct cursor *c)
+size_t merge_row_len(const uint8_t *m, size_t avail)
 {
-	if (c->p == c->end) {
-		c->len = 0;
-		return true;
-	}
-	if (c->end - c->p < 5 || c->p[0] != PqMsg_DataRow)
-		return false;
-	uint32_t l = proto_get_u32(c->p + 1);
-	if (l < 4 || (size_t)l + 1 > (size_t)(c->end - c->p))
-		return false;
-	c->len = (size_t)l + 1;
-	return true;
+	if (avail < 7 || m[0] != PqMsg_DataRow)
+		return 0;
+	uint32_t l = proto_get_u32(m + 1);
+	if (l < 6 || (size_t)l + 1 > avail)
+		return 0;
+	return (size_t)l + 1;
 }
 
-struct sort_key {
-	int col;
-	bool desc, nulls_first;
-	uint32_t oid;
-	int16_t format;
-	locale_t coll;
-};
-
-/* a vs b by the sort keys; false: a value could not be compared. */
-static bool row_compare(const struct sort_key *keys, int n, const uint8_t *a, size_t alen, const uint8_t *b,
+bool merge_row_compare(const struct sort_key *keys, int n, const uint8_t *a, size_t alen, const uint8_t *b,
 			size_t blen, int *out)
 {
 	for (int i = 0; i < n; i++) {
 		const struct sort_key *k = &keys[i];
 		const uint8_t *va, *vb;
 		int32_t la, lb;
-		if (!row_value(a, alen, k->col, &va, &la) || !row_value(b, blen, k->col, &vb, &lb))
+		if (!merge_row_value(a, alen, k->col, &va, &la) || !merge_row_value(b, blen, k->col, &vb, &lb))
 			return false;
 		int c;
 		if (la < 0 || lb < 0) {
@@ -129,7 +109,7 @@ static bool row_compare(const struct sort_key *keys, int n, const uint8_t *a, si
 	return true;
 }
 
-static void put_command_complete(struct evbuffer *out, uint64_t n)
+void merge_put_command_complete(struct evbuffer *out, uint64_t n)
 {
 	char tag[32];
 	int tl = snprintf(tag, sizeof tag, "SELECT %" PRIu64, n);
@@ -144,97 +124,6 @@ static bool type_name_fail(char why[MERGE_WHY], const char *what, const struct m
 	snprintf(why, MERGE_WHY, "cross-shard read: cannot %s column \"%s\" (type oid %u, %s format) across shards",
 		 what, c->name, c->type_oid, c->format ? "binary" : "text");
 	return false;
-}
-
-static bool resolve_sort_keys(const struct merge_plan *p, const struct merge_column *cols, int n_cols, locale_t coll,
-			      struct sort_key keys[MERGE_MAX_SORT], char why[MERGE_WHY]);
-
-/* Rows in order: a k-way merge of the shards' sorted rows. */
-static bool merge_sorted(const struct merge_plan *p, const struct merge_column *cols, int n_cols,
-			 const struct merge_shard *shards, size_t n_shards, locale_t coll, struct evbuffer *out,
-			 uint64_t *sent, char why[MERGE_WHY])
-{
-	struct sort_key keys[MERGE_MAX_SORT];
-	if (!resolve_sort_keys(p, cols, n_cols, coll, keys, why))
-		return false;
-	struct cursor cur[MERGE_MAX_SHARDS];
-	if (n_shards > MERGE_MAX_SHARDS)
-		return false;
-	for (size_t i = 0; i < n_shards; i++) {
-		cur[i] = (struct cursor){ shards[i].rows, shards[i].rows + shards[i].rows_len, 0 };
-		if (!cursor_load(&cur[i]))
-			goto bad_row;
-	}
-	uint64_t skip = p->has_offset ? (uint64_t)p->offset : 0, n = 0;
-	for (;;) {
-		if (p->has_limit && n >= (uint64_t)p->limit)
-			break;
-		int best = -1;
-		for (size_t i = 0; i < n_shards; i++) {
-			if (!cur[i].len)
-				continue;
-			if (best < 0) {
-				best = (int)i;
-				continue;
-			}
-			int c;
-			if (!row_compare(keys, p->n_sort, cur[i].p, cur[i].len, cur[best].p, cur[best].len, &c)) {
-				snprintf(why, MERGE_WHY, "cross-shard read: a value of an ORDER BY column could not be read");
-				return false;
-			}
-			if (c < 0)   /* ties keep shard order: stable */
-				best = (int)i;
-		}
-		if (best < 0)
-			break;
-		if (skip > 0)
-			skip--;
-		else {
-			evbuffer_add(out, cur[best].p, cur[best].len);
-			n++;
-		}
-		cur[best].p += cur[best].len;
-		if (!cursor_load(&cur[best]))
-			goto bad_row;
-	}
-	*sent = n;
-	return true;
-bad_row:
-	snprintf(why, MERGE_WHY, "cross-shard read: a shard sent a malformed row");
-	return false;
-}
-
-/* Rows in shard order, OFFSET and LIMIT applied. */
-static bool merge_concat(const struct merge_plan *p, const struct merge_shard *shards, size_t n_shards,
-			 struct evbuffer *out, uint64_t *sent, char why[MERGE_WHY])
-{
-	uint64_t skip = p->has_offset ? (uint64_t)p->offset : 0, n = 0;
-	for (size_t i = 0; i < n_shards; i++) {
-		if (!p->has_offset && !p->has_limit) {
-			/* the common case: every row, one copy per shard */
-			evbuffer_add(out, shards[i].rows, shards[i].rows_len);
-			n += shards[i].n_rows;
-			continue;
-		}
-		struct cursor c = { shards[i].rows, shards[i].rows + shards[i].rows_len, 0 };
-		for (;;) {
-			if (!cursor_load(&c)) {
-				snprintf(why, MERGE_WHY, "cross-shard read: a shard sent a malformed row");
-				return false;
-			}
-			if (!c.len || (p->has_limit && n >= (uint64_t)p->limit))
-				break;
-			if (skip > 0)
-				skip--;
-			else {
-				evbuffer_add(out, c.p, c.len);
-				n++;
-			}
-			c.p += c.len;
-		}
-	}
-	*sent = n;
-	return true;
 }
 
 /* A value of a merged row: computed into buf (sums, averages), or one of
@@ -256,12 +145,6 @@ static void agg_set(struct agg_value *a, const uint8_t *v, int32_t l)
 
 static const uint8_t *agg_bytes(const struct agg_value *a) { return a->ref ? a->ref : a->buf; }
 
-/* A DataRow message, whole. */
-struct mrow {
-	const uint8_t *p;
-	size_t len;
-};
-
 /* Combines rows (one per shard, or one group's) column by column into
  * acc[n_cols]: count and sum added, min and max compared, avg from the
  * merged sum and count, constants and GROUP BY keys taken from the first. */
@@ -282,7 +165,7 @@ static bool combine_rows(const struct merge_plan *p, const struct merge_column *
 		for (size_t s = 0; s < n; s++) {
 			const uint8_t *v;
 			int32_t l;
-			if (!row_value(rows[s].p, rows[s].len, c, &v, &l) || (adds && l > 0 && (size_t)l > sizeof acc[c].buf)) {
+			if (!merge_row_value(rows[s].p, rows[s].len, c, &v, &l) || (adds && l > 0 && (size_t)l > sizeof acc[c].buf)) {
 				snprintf(why, MERGE_WHY, "cross-shard read: a shard sent a malformed row");
 				return false;
 			}
@@ -363,63 +246,45 @@ static bool combine_rows(const struct merge_plan *p, const struct merge_column *
 	return true;
 }
 
-/* The merged row as a DataRow; returns its length. */
-static size_t emit_row(struct evbuffer *out, const struct agg_value *acc, int n_cols)
+/* The merged row as a DataRow of n_cols columns, in room made with alloc. */
+static bool emit_row(const struct agg_value *acc, int n_cols, merge_alloc_fn alloc, void *arg, struct mrow *out)
 {
 	size_t total = 4 + 2;
 	for (int c = 0; c < n_cols; c++)
 		total += 4 + acc[c].len;
-	uint8_t h[7] = { PqMsg_DataRow };
-	proto_put_u32(h + 1, (uint32_t)total);
-	h[5] = (uint8_t)(n_cols >> 8);
-	h[6] = (uint8_t)n_cols;
-	evbuffer_add(out, h, sizeof h);
+	uint8_t *m = alloc(arg, total + 1);
+	if (!m)
+		return false;
+	m[0] = PqMsg_DataRow;
+	proto_put_u32(m + 1, (uint32_t)total);
+	m[5] = (uint8_t)(n_cols >> 8);
+	m[6] = (uint8_t)n_cols;
+	size_t off = 7;
 	for (int c = 0; c < n_cols; c++) {
-		uint8_t l[4];
-		proto_put_u32(l, acc[c].is_null ? UINT32_MAX : (uint32_t)acc[c].len);
-		evbuffer_add(out, l, 4);
-		if (!acc[c].is_null)
-			evbuffer_add(out, agg_bytes(&acc[c]), acc[c].len);
+		proto_put_u32(m + off, acc[c].is_null ? UINT32_MAX : (uint32_t)acc[c].len);
+		off += 4;
+		if (!acc[c].is_null && acc[c].len) {
+			memcpy(m + off, agg_bytes(&acc[c]), acc[c].len);
+			off += acc[c].len;
+		}
 	}
-	return total + 1;
+	*out = (struct mrow){ m, total + 1 };
+	return true;
 }
 
-/* count, sum, min, max, avg without GROUP BY: one row out of one row per shard. */
-static bool merge_aggregates(const struct merge_plan *p, const struct merge_column *cols, int n_cols,
-			     const struct merge_shard *shards, size_t n_shards, locale_t coll, struct evbuffer *out,
-			     uint64_t *sent, char why[MERGE_WHY])
+bool merge_aggregate_row(const struct merge_plan *p, const struct merge_column *cols, int n_cols,
+			 const struct mrow *rows, size_t n, locale_t coll, merge_alloc_fn alloc, void *arg,
+			 struct mrow *out, char why[MERGE_WHY])
 {
-	if (n_cols != p->n_cols) {
-		snprintf(why, MERGE_WHY, "cross-shard read: the shards' columns do not match the select list");
-		return false;
-	}
-	struct mrow rows[MERGE_MAX_SHARDS];
-	if (n_shards > MERGE_MAX_SHARDS)
-		return false;
-	for (size_t s = 0; s < n_shards; s++) {
-		if (shards[s].n_rows == 0 && p->has_limit && p->limit == 0)
-			continue;
-		if (shards[s].n_rows != 1) {
-			snprintf(why, MERGE_WHY, "cross-shard read: a shard answered an aggregate with %" PRIu64 " rows",
-				 shards[s].n_rows);
-			return false;
-		}
-		rows[s] = (struct mrow){ shards[s].rows, shards[s].rows_len };
-	}
-	if (shards[0].n_rows == 0 || (p->has_offset && p->offset > 0)) {
-		/* LIMIT 0 or OFFSET past the one row */
-		*sent = 0;
-		return true;
-	}
 	struct agg_value *acc = calloc((size_t)n_cols, sizeof *acc);
 	if (!acc) {
 		snprintf(why, MERGE_WHY, "cross-shard read: out of memory");
 		return false;
 	}
-	bool ok = combine_rows(p, cols, n_cols, rows, n_shards, coll, acc, why);
-	if (ok) {
-		emit_row(out, acc, p->n_visible);   /* without the hidden sum/count columns */
-		*sent = 1;
+	bool ok = combine_rows(p, cols, n_cols, rows, n, coll, acc, why);
+	if (ok && !emit_row(acc, p->n_visible, alloc, arg, out)) {   /* without the hidden sum/count columns */
+		snprintf(why, MERGE_WHY, "cross-shard read: out of memory");
+		ok = false;
 	}
 	free(acc);
 	return ok;
@@ -446,7 +311,7 @@ static int key_compare(struct order *o, const struct mrow *a, const struct mrow 
 		const struct merge_column *col = &o->cols[c];
 		const uint8_t *va, *vb;
 		int32_t la, lb;
-		if (!row_value(a->p, a->len, c, &va, &la) || !row_value(b->p, b->len, c, &vb, &lb)) {
+		if (!merge_row_value(a->p, a->len, c, &va, &la) || !merge_row_value(b->p, b->len, c, &vb, &lb)) {
 			o->failed = true;
 			return 0;
 		}
@@ -474,7 +339,7 @@ static int key_compare(struct order *o, const struct mrow *a, const struct mrow 
 static int sort_compare(struct order *o, const struct mrow *a, const struct mrow *b)
 {
 	int c;
-	if (!row_compare(o->sort, o->n_sort, a->p, a->len, b->p, b->len, &c)) {
+	if (!merge_row_compare(o->sort, o->n_sort, a->p, a->len, b->p, b->len, &c)) {
 		o->failed = true;
 		return 0;
 	}
@@ -500,8 +365,7 @@ static void sort_rows(struct mrow *rows, struct mrow *tmp, size_t n,
 	}
 }
 
-/* The ORDER BY keys as columns of the result. */
-static bool resolve_sort_keys(const struct merge_plan *p, const struct merge_column *cols, int n_cols, locale_t coll,
+bool merge_resolve_sort_keys(const struct merge_plan *p, const struct merge_column *cols, int n_cols, locale_t coll,
 			      struct sort_key keys[MERGE_MAX_SORT], char why[MERGE_WHY])
 {
 	for (int i = 0; i < p->n_sort; i++) {
@@ -537,47 +401,20 @@ static bool resolve_sort_keys(const struct merge_plan *p, const struct merge_col
 	return true;
 }
 
-/*
- * GROUP BY and DISTINCT: every shard's rows sorted by the key (GROUP BY
- * columns, or the whole row), equal keys merged into one row (aggregates
- * combined, or the first row kept), then ORDER BY, OFFSET and LIMIT.
- */
-static bool merge_grouped(const struct merge_plan *p, const struct merge_column *cols, int n_cols,
-			  const struct merge_shard *shards, size_t n_shards, locale_t coll, struct evbuffer *out,
-			  uint64_t *sent, char why[MERGE_WHY])
+
+bool merge_group_rows(const struct merge_plan *p, const struct merge_column *cols, int n_cols, locale_t coll,
+		      struct mrow *rows, struct mrow *tmp, size_t n, merge_alloc_fn alloc, void *arg,
+		      struct mrow **out, size_t *n_out, char why[MERGE_WHY])
 {
-	if (p->grouped && n_cols != p->n_cols) {
-		snprintf(why, MERGE_WHY, "cross-shard read: the shards' columns do not match the select list");
-		return false;
-	}
 	struct sort_key sort[MERGE_MAX_SORT];
-	if (!resolve_sort_keys(p, cols, p->grouped ? p->n_visible : n_cols, coll, sort, why))
+	if (!merge_resolve_sort_keys(p, cols, p->grouped ? p->n_visible : n_cols, coll, sort, why))
 		return false;
-	size_t total = 0;
-	for (size_t s = 0; s < n_shards; s++)
-		total += shards[s].n_rows;
-	struct mrow *rows = malloc((2 * total + 1) * sizeof *rows);
 	int *key_cols = malloc(((size_t)n_cols + 1) * sizeof *key_cols);
 	struct agg_value *acc = p->grouped ? calloc((size_t)n_cols, sizeof *acc) : NULL;
-	size_t *built_len = p->grouped ? malloc((total + 1) * sizeof *built_len) : NULL;
-	struct evbuffer *built = p->grouped ? evbuffer_new() : NULL;
 	bool ok = false;
-	if (!rows || !key_cols || (p->grouped && (!acc || !built_len || !built))) {
+	if (!key_cols || (p->grouped && !acc)) {
 		snprintf(why, MERGE_WHY, "cross-shard read: out of memory");
 		goto out;
-	}
-	struct mrow *tmp = rows + total;
-	size_t n = 0;
-	for (size_t s = 0; s < n_shards; s++) {
-		struct cursor c = { shards[s].rows, shards[s].rows + shards[s].rows_len, 0 };
-		for (;;) {
-			if (!cursor_load(&c) || (c.len && n == total))
-				goto bad_row;
-			if (!c.len)
-				break;
-			rows[n++] = (struct mrow){ c.p, c.len };
-			c.p += c.len;
-		}
 	}
 	int n_keys = 0;
 	for (int c = 0; c < n_cols; c++)
@@ -588,7 +425,7 @@ static bool merge_grouped(const struct merge_plan *p, const struct merge_column 
 	if (o.failed)
 		goto bad_row;
 	/* One row per run of equal keys, into tmp. */
-	size_t n_out = 0;
+	size_t made = 0;
 	for (size_t i = 0; i < n;) {
 		size_t j = i + 1;
 		while (j < n && key_compare(&o, &rows[i], &rows[j]) == 0)
@@ -598,102 +435,31 @@ static bool merge_grouped(const struct merge_plan *p, const struct merge_column 
 		if (p->grouped) {
 			if (!combine_rows(p, cols, n_cols, rows + i, j - i, coll, acc, why))
 				goto out;
-			built_len[n_out] = emit_row(built, acc, p->n_visible);   /* (hidden columns dropped) */
-			tmp[n_out] = (struct mrow){ NULL, built_len[n_out] };
+			if (!emit_row(acc, p->n_visible, alloc, arg, &tmp[made])) {   /* (hidden columns dropped) */
+				snprintf(why, MERGE_WHY, "cross-shard read: out of memory");
+				goto out;
+			}
 		} else {
-			tmp[n_out] = rows[i];
+			tmp[made] = rows[i];
 		}
-		n_out++;
+		made++;
 		i = j;
 	}
-	if (p->grouped) {
-		const uint8_t *base = n_out ? evbuffer_pullup(built, -1) : NULL;
-		if (n_out && !base) {
-			snprintf(why, MERGE_WHY, "cross-shard read: out of memory");
-			goto out;
-		}
-		size_t at = 0;
-		for (size_t i = 0; i < n_out; i++) {
-			tmp[i].p = base + at;
-			at += built_len[i];
-		}
-	}
 	if (p->n_sort > 0) {
-		sort_rows(tmp, rows, n_out, sort_compare, &o);
+		sort_rows(tmp, rows, made, sort_compare, &o);
 		if (o.failed) {
 			snprintf(why, MERGE_WHY, "cross-shard read: a value of an ORDER BY column could not be read");
 			goto out;
 		}
 	}
-	uint64_t skip = p->has_offset ? (uint64_t)p->offset : 0, sent_n = 0;
-	for (size_t i = 0; i < n_out; i++) {
-		if (p->has_limit && sent_n >= (uint64_t)p->limit)
-			break;
-		if (skip > 0) {
-			skip--;
-			continue;
-		}
-		evbuffer_add(out, tmp[i].p, tmp[i].len);
-		sent_n++;
-	}
-	*sent = sent_n;
+	*out = tmp;
+	*n_out = made;
 	ok = true;
 	goto out;
 bad_row:
 	snprintf(why, MERGE_WHY, "cross-shard read: a shard sent a malformed row");
 out:
-	free(rows);
 	free(key_cols);
 	free(acc);
-	free(built_len);
-	if (built)
-		evbuffer_free(built);
-	return ok;
-}
-
-bool merge_rows(const struct merge_plan *plan, const struct merge_column *cols, int n_cols,
-		const struct merge_shard *shards, size_t n_shards, locale_t coll, uint32_t max_rows,
-		struct evbuffer *out, char why[MERGE_WHY])
-{
-	/* An Execute's row limit: one row more tells whether the portal
-	 * would have been suspended. */
-	struct merge_plan capped = *plan;
-	const struct merge_plan *p = plan;
-	if (max_rows > 0 && (!plan->has_limit || plan->limit > (int64_t)max_rows)) {
-		capped.has_limit = true;
-		capped.limit = (int64_t)max_rows + 1;
-		p = &capped;
-	}
-	struct evbuffer *tmp = evbuffer_new();
-	if (!tmp) {
-		snprintf(why, MERGE_WHY, "cross-shard read: out of memory");
-		return false;
-	}
-	uint64_t sent = 0;
-	bool ok;
-	if (p->grouped || (p->distinct && !p->aggregates))
-		ok = merge_grouped(p, cols, n_cols, shards, n_shards, coll, tmp, &sent, why);
-	else if (p->aggregates)
-		ok = merge_aggregates(p, cols, n_cols, shards, n_shards, coll, tmp, &sent, why);
-	else if (p->n_sort > 0 && n_shards > 1)
-		ok = merge_sorted(p, cols, n_cols, shards, n_shards, coll, tmp, &sent, why);
-	else
-		ok = merge_concat(p, shards, n_shards, tmp, &sent, why);
-	if (ok && max_rows > 0 && sent > max_rows) {
-		/* the first max_rows rows, then PortalSuspended */
-		size_t keep = 0;
-		for (uint32_t i = 0; i < max_rows; i++) {
-			uint8_t h[5];
-			if (!evbuf_copy_at(tmp, keep, h, 5))
-				break;
-			keep += (size_t)proto_get_u32(h + 1) + 1;
-		}
-		evbuffer_remove_buffer(tmp, out, keep);
-		evbuf_add_bodyless(out, PqMsg_PortalSuspended);
-	} else if (ok) {
-		put_command_complete(tmp, sent);
-		evbuffer_add_buffer(out, tmp);
-	}
-	evbuffer_free(tmp);
 	return ok;
 }

@@ -724,6 +724,12 @@ void pool_client_gone(struct server *s)
 	server_drain(s);
 }
 
+void pool_client_done(struct server *s)
+{
+	(void)link_detach(s);
+	server_finish(s);
+}
+
 static void pool_server_ready(struct server *s)
 {
 	struct pool *p = s->sp->pool;

@@ -669,6 +669,8 @@ static void send_simple_query(struct server *s, const char *sql)
 	own_query_sent(s);
 }
 
+static void drain_begin(struct server *s, bool cancel);
+
 /* In DRAINING: push the server toward 'I' with nothing outstanding. */
 static void drain_step(struct server *s)
 {
@@ -728,6 +730,18 @@ static void abort_extended_request(struct server *s)
 
 void server_drain(struct server *s)
 {
+	drain_begin(s, true);
+}
+
+void server_finish(struct server *s)
+{
+	drain_begin(s, false);
+}
+
+/* The client is gone (cancel: what runs is cancelled), or needs no more
+ * of the reply (its statement ends as it would, its rest dropped). */
+static void drain_begin(struct server *s, bool cancel)
+{
 	if (s->state == SERVER_CLOSED)
 		return;
 	server_set_state(s, SERVER_DRAINING);
@@ -747,7 +761,7 @@ void server_drain(struct server *s)
 		abort_extended_request(s);
 	/* A COPY FROM STDIN ends with the CopyFail: a cancel would only race
 	 * with it, and arrive after the server went to the next client. */
-	if (s->txn.outstanding > 0 && !copy_failed)
+	if (cancel && s->txn.outstanding > 0 && !copy_failed)
 		server_send_cancel(s);
 	drain_step(s);
 	if (s->state == SERVER_DRAINING)

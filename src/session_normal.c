@@ -249,6 +249,7 @@ static bool apply_held(struct client *c, const struct route_decision *d)
 	}
 	case ROUTE_HELD_END:
 		client_set_tx(c, CLIENT_TX_NONE);
+		fanout_portal_drop(c);   /* a cross-shard portal read in parts ends with it (its shards' servers go back) */
 		break;
 	}
 	evbuffer_drain(c->io.in, d->consume);
@@ -662,6 +663,7 @@ const struct session_ops normal_session = {
 	.ready_held = notify_session_ready_held,
 	.on_fanout_input = fanout_client_input,
 	.on_fanout_cancel = fanout_cancel,
+	.on_fanout_drain = fanout_client_drain,
 	.closing = normal_closing,
 	.fanout = &normal_fanout_events,
 };

@@ -8,7 +8,10 @@
  * rewritten text is a string of its own length; a split INSERT's parts are
  * strings no longer than the statement plus separators; results of the
  * value routines fit the buffer they were given; comparing a value with
- * itself gives 0 whenever it is readable.
+ * itself gives 0 whenever it is readable. The two values are also merged
+ * as two shards' rows (whatever their bytes: a server's DataRows), whole
+ * and with an Execute's row limit: the merge ends, and says why if it
+ * refuses.
  */
 #include "broadcast.h"
 #include "copy_route.h"
@@ -16,6 +19,7 @@
 #include "merge.h"
 #include "pgvalue.h"
 
+#include <event2/buffer.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +57,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	struct merge_plan plan;
 	char why[MERGE_WHY];
-	if (merge_plan_build(sql, sql_len, &plan, why)) {
+	bool planned = merge_plan_build(sql, sql_len, &plan, why);
+	if (planned) {
 		size_t l;
 		char *shard = merge_plan_shard_sql(&plan, sql, sql_len, &l);
 		if (shard) {
@@ -96,6 +101,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (pgvalue_avg(oid == 701 ? 701 : 1700, format, oid, format, a, alen, (int64_t)(blen % 7) + 1, out,
 				sizeof out, &ol))
 			CHECK(ol <= sizeof out);
+		if (planned) {
+			/* a and b as two shards' rows, of the plan's columns (all of the type above) */
+			struct merge_column cols[MERGE_MAX_AGGS];
+			int n_cols = plan.aggregates || plan.grouped ? plan.n_cols : 2;
+			for (int i = 0; i < n_cols && i < MERGE_MAX_AGGS; i++)
+				cols[i] = (struct merge_column){ "x", oid, format };
+			struct merge_shard shards[2] = { { a, alen, 0 }, { b, blen, 0 } };
+			struct evbuffer *merged = evbuffer_new();
+			if (merged) {
+				for (uint32_t max_rows = 0; max_rows < 3; max_rows += 2) {
+					if (!merge_rows(&plan, cols, n_cols, shards, 2, (locale_t)0, max_rows, merged, why))
+						CHECK(strlen(why) < MERGE_WHY && why[0]);
+				}
+				evbuffer_free(merged);
+			}
+		}
 	}
 	return 0;
 }

@@ -179,7 +179,7 @@ START_TEST(test_key_table)
 {
 	size_t n;
 	const struct config_key_info *keys = config_general_keys(&n);
-	ck_assert_uint_eq(n, 73);
+	ck_assert_uint_eq(n, 74);
 	size_t fixed = 0;
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = i + 1; j < n; j++)
@@ -1329,6 +1329,47 @@ START_TEST(test_durations)
 }
 END_TEST
 
+/* Memory settings take PostgreSQL's memory units (1024 each), or bytes. */
+START_TEST(test_bytes)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean("[general]\n" POOL, &pr);
+	ck_assert_int_eq(cfg->general.cross_shard_max_memory, 64 << 20);   /* the default */
+	config_free(cfg);
+	config_problems_free(&pr);
+	static const struct { const char *text; int64_t v; } taken[] = {
+		{ "1GB", INT64_C(1) << 30 }, { "512 kB", 512 << 10 }, { "1.5MB", 3 << 19 }, { "100000", 100000 },
+		{ "1TB", INT64_C(1) << 40 }, { "70000B", 70000 },
+	};
+	for (size_t i = 0; i < sizeof(taken) / sizeof(taken[0]); i++) {
+		char ini[200];
+		snprintf(ini, sizeof ini, "[general]\ncross_shard_max_memory = %s\n" POOL, taken[i].text);
+		cfg = load_clean(ini, &pr);
+		ck_assert_int_eq(cfg->general.cross_shard_max_memory, taken[i].v);
+		config_free(cfg);
+		config_problems_free(&pr);
+	}
+	expect_general_error("cross_shard_max_memory = 64mb", "t.ini:2: [general] cross_shard_max_memory: must be an "
+			     "amount of memory between 64kB and 1TB: a number of bytes or a number with a unit (B, kB, MB, "
+			     "GB, TB), got \"64mb\": the unit must be one of B, kB, MB, GB, TB");
+	expect_general_error("cross_shard_max_memory = 1kB", "t.ini:2: [general] cross_shard_max_memory: must be an "
+			     "amount of memory between 64kB and 1TB");
+	expect_general_error("cross_shard_max_memory = 2TB", "t.ini:2: [general] cross_shard_max_memory: must be an "
+			     "amount of memory");
+	expect_general_error("cross_shard_max_memory = -1MB", "t.ini:2: [general] cross_shard_max_memory: must be an "
+			     "amount of memory");
+	char buf[32];
+	static const struct { int64_t v; const char *text; } shown[] = {
+		{ 0, "0" }, { 100, "100B" }, { 1536, "1536B" }, { 3 << 19, "1536kB" }, { 64 << 20, "64MB" },
+		{ INT64_C(1) << 40, "1TB" },
+	};
+	for (size_t i = 0; i < sizeof(shown) / sizeof(shown[0]); i++) {
+		config_format_bytes(shown[i].v, buf, sizeof(buf));
+		ck_assert_str_eq(buf, shown[i].text);
+	}
+}
+END_TEST
+
 /* SPEC §2: a Unix socket directory as a server's host, as libpq's host=/dir. */
 START_TEST(test_unix_socket_servers)
 {
@@ -1408,6 +1449,7 @@ Suite *config_suite(void)
 	tcase_add_test(tc, test_auth_user);
 	tcase_add_test(tc, test_console_users);
 	tcase_add_test(tc, test_durations);
+	tcase_add_test(tc, test_bytes);
 	tcase_add_test(tc, test_unix_socket_servers);
 	tcase_add_test(tc, test_connect_query);
 	suite_add_tcase(s, tc);

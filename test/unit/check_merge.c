@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Unit tests for the cross-shard pieces: the merge plan (merge_plan.c) and
- * the merge of rows (merge.c), the multi-row INSERT split (insert_split.c), the COPY
+ * the merge of rows (merge.c, merge_stream.c), the multi-row INSERT split (insert_split.c), the COPY
  * statement reader (copy_route.c) and the COPY row splitter (copysplit.c).
  * Shards of bigint keys with pg_bigint_hash over 3 shards are PostgreSQL's
  * (check_sharding.c): 7 -> 1, 42 -> 0, 1234 -> 0, -1 -> 2. */
@@ -350,6 +350,185 @@ START_TEST(merge_grouped_rows)
 }
 END_TEST
 
+/* ---- the streaming merge: rows as they come ---- */
+
+/* Two shards whose rows (one text column each) arrive a few at a time: a
+ * shard's rows past `arrived` are not there yet; its end is there once
+ * `ended`; `failed`: its next read fails. */
+struct script_shard {
+	const char *const *vals;
+	size_t n, arrived, taken;
+	bool ended, failed;
+	uint8_t msg[64];
+};
+
+static enum merge_next script_peek(void *arg, int shard, const uint8_t **row, size_t *len)
+{
+	struct script_shard *s = &((struct script_shard *)arg)[shard];
+	if (s->failed)
+		return MERGE_FAIL;
+	if (s->taken == s->arrived)
+		return s->ended && s->taken == s->n ? MERGE_END : MERGE_WAIT;
+	*len = put_rows(s->msg, &s->vals[s->taken], 1);
+	*row = s->msg;
+	return MERGE_ROW;
+}
+
+static void script_take(void *arg, int shard)
+{
+	((struct script_shard *)arg)[shard].taken++;
+}
+
+static struct merge_stream *stream_for(const char *sql, uint32_t type)
+{
+	struct merge_plan p;
+	char why[MERGE_WHY];
+	ck_assert_msg(merge_plan_build(sql, strlen(sql), &p, why), "%s", why);
+	struct merge_column col = { "x", type, 0 };
+	struct merge_stream *ms = merge_stream_new(&p, &col, 1, 2, (locale_t)0, why);
+	ck_assert_msg(ms != NULL, "%s", why);
+	return ms;
+}
+
+/* One run into a fresh buffer: its status, and what it wrote in got. */
+static enum merge_status run_into(struct merge_stream *ms, struct script_shard *sh, size_t out_high, char *got,
+				  size_t cap)
+{
+	struct merge_source src = { script_peek, script_take, sh };
+	struct evbuffer *out = evbuffer_new();
+	char why[MERGE_WHY];
+	enum merge_status st = merge_stream_run(ms, &src, out, out_high, why);
+	read_out(out, got, cap);
+	evbuffer_free(out);
+	return st;
+}
+
+START_TEST(stream_sorted_needs_a_row_of_every_shard)
+{
+	const char *a[] = { "1", "4", "9" }, *b[] = { "2", "3", "10" };
+	struct script_shard sh[2] = { { a, 3, 3, 0, false, false, { 0 } }, { b, 3, 0, 0, false, false, { 0 } } };
+	struct merge_stream *ms = stream_for("select x from items order by x", 20);
+	char got[256];
+	/* shard 1 has sent nothing: nothing can go out */
+	ck_assert_int_eq(run_into(ms, sh, SIZE_MAX, got, sizeof got), MERGE_NEED_ROWS);
+	ck_assert_str_eq(got, "");
+	sh[1].arrived = 1;
+	ck_assert_int_eq(run_into(ms, sh, SIZE_MAX, got, sizeof got), MERGE_NEED_ROWS);
+	ck_assert_str_eq(got, "1,2");
+	sh[1].arrived = 3;
+	sh[1].ended = true;
+	ck_assert_int_eq(run_into(ms, sh, SIZE_MAX, got, sizeof got), MERGE_NEED_ROWS);
+	ck_assert_str_eq(got, "3,4,9");   /* (shard 0's end not there yet: 10 waits) */
+	sh[0].ended = true;
+	ck_assert_int_eq(run_into(ms, sh, SIZE_MAX, got, sizeof got), MERGE_COMPLETE);
+	ck_assert_str_eq(got, "10|SELECT 6");
+	merge_stream_free(ms);
+}
+END_TEST
+
+START_TEST(stream_plain_rows_go_as_they_come)
+{
+	const char *a[] = { "1", "4", "9" }, *b[] = { "2", "3" };
+	struct script_shard sh[2] = { { a, 3, 0, 0, false, false, { 0 } }, { b, 2, 2, 0, true, false, { 0 } } };
+	struct merge_stream *ms = stream_for("select x from items", 20);
+	char got[256];
+	ck_assert_int_eq(run_into(ms, sh, SIZE_MAX, got, sizeof got), MERGE_NEED_ROWS);
+	ck_assert_str_eq(got, "2,3");
+	sh[0].arrived = 3;
+	sh[0].ended = true;
+	ck_assert_int_eq(run_into(ms, sh, SIZE_MAX, got, sizeof got), MERGE_COMPLETE);
+	ck_assert_str_eq(got, "1,4,9|SELECT 5");   /* (every row of the Execute, over its runs) */
+	merge_stream_free(ms);
+	/* LIMIT: complete once reached, whatever the shards still have */
+	struct script_shard more[2] = { { a, 3, 3, 0, false, false, { 0 } }, { b, 2, 0, 0, false, false, { 0 } } };
+	ms = stream_for("select x from items limit 2", 20);
+	ck_assert_int_eq(run_into(ms, more, SIZE_MAX, got, sizeof got), MERGE_COMPLETE);
+	ck_assert_str_eq(got, "1,4|SELECT 2");
+	merge_stream_free(ms);
+	/* a shard that fails */
+	struct script_shard bad[2] = { { a, 3, 1, 0, false, false, { 0 } }, { b, 2, 0, 0, false, true, { 0 } } };
+	ms = stream_for("select x from items order by x", 20);
+	ck_assert_int_eq(run_into(ms, bad, SIZE_MAX, got, sizeof got), MERGE_SOURCE_FAILED);
+	merge_stream_free(ms);
+}
+END_TEST
+
+START_TEST(stream_stops_at_the_output_bound)
+{
+	const char *a[] = { "1", "3", "5" }, *b[] = { "2", "4", "6" };
+	struct script_shard sh[2] = { { a, 3, 3, 0, true, false, { 0 } }, { b, 3, 3, 0, true, false, { 0 } } };
+	struct merge_stream *ms = stream_for("select x from items order by x offset 1", 20);
+	char got[256], all[256] = "";
+	enum merge_status st;
+	int runs = 0;
+	/* a bound of one byte: one row per run (each DataRow is 12 bytes) */
+	while ((st = run_into(ms, sh, 1, got, sizeof got)) == MERGE_OUT_FULL) {
+		ck_assert_int_le((int)strlen(got), 1);
+		strcat(all, got);
+		strcat(all, ";");
+		runs++;
+	}
+	ck_assert_int_eq(st, MERGE_COMPLETE);
+	strcat(all, got);
+	ck_assert_str_eq(all, "2;3;4;5;6;|SELECT 5");   /* (1 skipped by the OFFSET) */
+	ck_assert_int_eq(runs, 5);
+	merge_stream_free(ms);
+}
+END_TEST
+
+START_TEST(stream_execute_with_a_row_limit_suspends)
+{
+	const char *a[] = { "1", "3", "5" }, *b[] = { "2", "4", "6" };
+	struct script_shard sh[2] = { { a, 3, 3, 0, true, false, { 0 } }, { b, 3, 1, 0, false, false, { 0 } } };
+	struct merge_stream *ms = stream_for("select x from items order by x", 20);
+	char got[256];
+	merge_stream_execute(ms, 2);
+	ck_assert_int_eq(run_into(ms, sh, SIZE_MAX, got, sizeof got), MERGE_SUSPENDED);
+	ck_assert_str_eq(got, "1,2|suspended");
+	/* what was not taken stays with the shards */
+	ck_assert_uint_eq(sh[0].taken, 1);
+	ck_assert_uint_eq(sh[1].taken, 1);
+	merge_stream_execute(ms, 3);
+	ck_assert_int_eq(run_into(ms, sh, SIZE_MAX, got, sizeof got), MERGE_NEED_ROWS);
+	ck_assert_str_eq(got, "");   /* (3 waits: shard 1's next row may come before it) */
+	sh[1].arrived = 3;
+	sh[1].ended = true;
+	ck_assert_int_eq(run_into(ms, sh, SIZE_MAX, got, sizeof got), MERGE_SUSPENDED);
+	ck_assert_str_eq(got, "3,4,5|suspended");
+	merge_stream_execute(ms, 1);
+	ck_assert_int_eq(run_into(ms, sh, SIZE_MAX, got, sizeof got), MERGE_COMPLETE);
+	ck_assert_str_eq(got, "6|SELECT 1");   /* no row after it: complete, not suspended */
+	merge_stream_execute(ms, 1);
+	ck_assert_int_eq(run_into(ms, sh, SIZE_MAX, got, sizeof got), MERGE_COMPLETE);
+	ck_assert_str_eq(got, "|SELECT 0");
+	merge_stream_free(ms);
+}
+END_TEST
+
+START_TEST(stream_what_it_keeps_is_bounded)
+{
+	const char *a[] = { "b", "a", "c" }, *b[] = { "a", "d" };
+	struct script_shard sh[2] = { { a, 3, 3, 0, true, false, { 0 } }, { b, 2, 1, 0, false, false, { 0 } } };
+	struct merge_stream *ms = stream_for("select distinct x from items order by x", 25);
+	char got[256];
+	/* DISTINCT needs every row first */
+	ck_assert_int_eq(run_into(ms, sh, SIZE_MAX, got, sizeof got), MERGE_NEED_ROWS);
+	ck_assert_str_eq(got, "");
+	ck_assert_uint_gt(merge_stream_held(ms), 0);
+	sh[1].arrived = 2;
+	sh[1].ended = true;
+	ck_assert_int_eq(run_into(ms, sh, SIZE_MAX, got, sizeof got), MERGE_COMPLETE);
+	ck_assert_str_eq(got, "a,b,c,d|SELECT 4");
+	merge_stream_free(ms);
+	/* beyond its bound: refused */
+	struct script_shard again[2] = { { a, 3, 3, 0, true, false, { 0 } }, { b, 2, 2, 0, true, false, { 0 } } };
+	ms = stream_for("select distinct x from items order by x", 25);
+	merge_stream_hold_limit(ms, 1024);
+	ck_assert_int_eq(run_into(ms, again, SIZE_MAX, got, sizeof got), MERGE_TOO_LARGE);
+	merge_stream_free(ms);
+}
+END_TEST
+
 /* ---- the INSERT split ---- */
 
 START_TEST(insert_split_rows)
@@ -511,6 +690,11 @@ Suite *merge_suite(void)
 	tcase_add_test(tc, merge_grouped_rows);
 	tcase_add_test(tc, merge_sorted_rows);
 	tcase_add_test(tc, merge_aggregate_rows);
+	tcase_add_test(tc, stream_sorted_needs_a_row_of_every_shard);
+	tcase_add_test(tc, stream_plain_rows_go_as_they_come);
+	tcase_add_test(tc, stream_stops_at_the_output_bound);
+	tcase_add_test(tc, stream_execute_with_a_row_limit_suspends);
+	tcase_add_test(tc, stream_what_it_keeps_is_bounded);
 	tcase_add_test(tc, insert_split_rows);
 	tcase_add_test(tc, copy_route_options);
 	tcase_add_test(tc, copysplit_text);
