@@ -417,6 +417,16 @@ static void leg_done(struct fanout_leg *leg)
 		phase_over(fo);
 }
 
+/* What a leg may hold of a reply it reads whole (a write's, a batch's, a
+ * statement of a transaction over several shards): cross_shard_max_memory,
+ * as a cross-shard read's kept rows, and never more than FANOUT_REPLY_MAX.
+ * Past it the leg fails with 54000 (SPEC §10: bounded by a setting). */
+static size_t leg_reply_max(const struct fanout *fo)
+{
+	int64_t v = fo->c->w->cfg->general.cross_shard_max_memory;
+	return v > 0 && (uint64_t)v < FANOUT_REPLY_MAX ? (size_t)v : FANOUT_REPLY_MAX;
+}
+
 /* Walks the reply's new messages. true: the leg's part of this phase is
  * complete (its last ReadyForQuery, or CopyInResponse when that is
  * awaited), or it failed (lost, too big). Calls nothing. */
@@ -447,7 +457,7 @@ static bool leg_scan(struct fanout_leg *leg)
 			return true;
 		}
 	}
-	if (have > FANOUT_REPLY_MAX) {
+	if (have > leg_reply_max(leg->fo)) {
 		leg->too_big = true;
 		return true;
 	}
@@ -943,7 +953,8 @@ void fanout_keep_leg_failure(const struct fanout_leg *leg, uint8_t **dst, size_t
 		return;
 	char why[160];
 	snprintf(why, sizeof why, "cross-shard write: shard %d: %s", leg->shard,
-		 leg->too_big ? "the reply is too large" : "the connection was lost before the reply was complete");
+		 leg->too_big ? "the reply is larger than cross_shard_max_memory"
+			      : "the connection was lost before the reply was complete");
 	uint8_t storage[256];
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);

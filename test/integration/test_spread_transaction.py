@@ -245,3 +245,31 @@ def test_first_shard_lost_as_the_transaction_spreads(pgcat, clean, tmp_path):  #
         c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (tpc.KEY_B, 9))
         c.commit()
     assert tpc.settled(shards, 5) == [[(tpc.KEY_A, -9)], [(tpc.KEY_B, 9)]]
+
+
+def test_large_reply_on_the_next_shard_is_bounded(pgcat, clean, tmp_path):  # noqa: F811
+    """A statement of a transaction gone on to another shard is answered
+    whole once its shard replied: what pgcat holds of that reply is bounded
+    by cross_shard_max_memory. Past it the statement fails with 54000
+    naming the setting, the transaction is failed and rolled back on every
+    shard, and pgcat's memory stays where it was."""
+    from test_memory_bounds import PeakRss, small_quarantine_env
+    shards = clean
+    p = tpc.start(pgcat, shards, tmp_path, env=small_quarantine_env(),
+                  general={"cross_shard_max_memory": "1MB"})
+    with tpc.connect(p, autocommit=False) as c:
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (tpc.KEY_A, -1))
+        rss = PeakRss(p.pid)
+        # 16 MB of rows from shard B, inside the transaction begun on shard A
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("SELECT id, repeat('x', 1024) FROM ledger, generate_series(1, 16384) "
+                      "WHERE id = %s UNION ALL SELECT %s, repeat('y', 1024) FROM generate_series(1, 16384)",
+                      (tpc.KEY_B, tpc.KEY_B)).fetchall()
+        growth = rss.growth_mb()
+        assert e.value.sqlstate == "54000" and "cross_shard_max_memory" in str(e.value), e.value
+        assert growth < 8, "pgcat grew by %.0f MB for a 16 MB reply over a 1 MB bound" % growth
+        c.rollback()
+    nothing_left(shards)
+    with tpc.connect(p) as c:
+        c.execute("INSERT INTO ledger (id, amount) VALUES (%s, %s)", (tpc.KEY_B, 2))
+    assert tpc.settled(shards, 5) == [[], [(tpc.KEY_B, 2)]]
