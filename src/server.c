@@ -932,26 +932,69 @@ static void close_unasked(struct server *s, uint8_t type)
 	server_close(s, s->error_message);
 }
 
-/* The bytes buffered behind the first off bytes of in, once the server
- * owes nothing: true when one of them starts a message that is not an
- * unprompted one (a reply that came in the same read as the last one
- * asked for, which the next request would otherwise take as its own). */
-static bool unasked_behind(struct evbuffer *in, size_t off)
+/* What the bytes buffered behind the first off bytes of in are, once the
+ * server owes nothing. */
+enum behind {
+	BEHIND_NOTHING,   /* nothing, or only unprompted messages (or one not whole yet) */
+	BEHIND_UNASKED,   /* a reply nobody asked for */
+	BEHIND_FATAL      /* a FATAL error: the server ends its session */
+};
+
+/* A reply that came in the same read as the last one asked for would be
+ * taken by the next request as its own. A FATAL ErrorResponse comes
+ * unprompted (a backend terminated, the server shutting down, right after
+ * its last answer): the answer before it stands, and the server is not
+ * given to anyone. A message not yet whole is judged when it is, by the
+ * pump. */
+static enum behind look_behind(struct evbuffer *in, size_t off)
 {
 	size_t have = evbuffer_get_length(in);
 	while (off < have) {
 		uint8_t hdr[5];
 		size_t n = have - off < sizeof hdr ? have - off : sizeof hdr;
-		if (!evbuf_copy_at(in, off, hdr, n) || !proto_backend_unprompted(hdr[0]))
-			return true;
+		if (!evbuf_copy_at(in, off, hdr, n))
+			return BEHIND_UNASKED;
+		bool error = hdr[0] == PqMsg_ErrorResponse;
+		if (!error && !proto_backend_unprompted(hdr[0]))
+			return BEHIND_UNASKED;
 		if (n < sizeof hdr)
-			return false;   /* an unprompted message begins: judged when whole */
+			return BEHIND_NOTHING;
 		uint32_t len = proto_get_u32(hdr + 1);
 		if (len < 4)
-			return true;
-		off += (size_t)len + 1;
+			return BEHIND_UNASKED;
+		size_t total = (size_t)len + 1;
+		if (error) {
+			if (have - off < total)
+				return BEHIND_NOTHING;
+			if (total > SERVER_INSPECT_MAX)
+				return BEHIND_UNASKED;
+			const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)(off + total));
+			return m && error_is_fatal(m + off + 5, len - 4) ? BEHIND_FATAL : BEHIND_UNASKED;
+		}
+		off += total;
 	}
-	return false;
+	return BEHIND_NOTHING;
+}
+
+/* The last answer owed has come, the first off bytes of in: what came with
+ * it decides what becomes of the server. false: it sent a reply nobody
+ * asked for, and is closed; a FATAL error behind it: it is not handed on
+ * (closed when it goes back). */
+static bool settle_behind(struct server *s, struct evbuffer *in, size_t off)
+{
+	switch (look_behind(in, off)) {
+	case BEHIND_NOTHING:
+		return true;
+	case BEHIND_UNASKED:
+		close_unasked(s, PqMsg_ReadyForQuery);
+		return false;
+	case BEHIND_FATAL:
+		log_info("S-%llu: the server ends its session right after its last answer: not handed on",
+			 (unsigned long long)s->id);
+		s->close_when_idle = true;
+		return true;
+	}
+	return true;
 }
 
 /* CopyInResponse: the server reads copy data, and ignored the Syncs sent
@@ -1026,10 +1069,8 @@ static void process_unlinked(struct server *s)
 		switch (f.type) {
 		case PqMsg_ReadyForQuery:
 			txn_ready(&s->txn, (char)hdr[5]);
-			if (s->txn.outstanding == 0 && !s->txn.ext_pending && unasked_behind(in, 0)) {
-				close_unasked(s, f.type);
+			if (s->txn.outstanding == 0 && !s->txn.ext_pending && !settle_behind(s, in, 0))
 				return;
-			}
 			if (st == SERVER_SYNCING && s->txn.outstanding == 0) {
 				struct client_end *c = s->client;
 				if (c && s->sync_refused) {
@@ -1279,10 +1320,8 @@ static enum pump_step prep_reply(struct server *s, struct evbuffer *in, struct e
 			return PUMP_NEXT;
 		/* pgcat's own PREPARE segment: one ReadyForQuery less owed */
 		txn_ready(&s->txn, (char)hdr[5]);
-		if (s->txn.outstanding == 0 && !s->txn.ext_pending && unasked_behind(in, 0)) {
-			close_unasked(s, PqMsg_ReadyForQuery);
+		if (s->txn.outstanding == 0 && !s->txn.ext_pending && !settle_behind(s, in, 0))
 			return PUMP_STOP;
-		}
 		/* pgcat's own Sync after a Flush (sharding, route.c): nothing
 		 * else owed, the server goes back. */
 		if (s->txn.outstanding == 0 && !s->txn.ext_pending && s->txn.tx_status == 'I' &&
@@ -1343,10 +1382,8 @@ static enum pump_step ready_for_query(struct server *s, struct client_end *c, st
 {
 	/* The last answer owed: anything already here behind it was not asked
 	 * for (checked before the client is told, so it gets the error). */
-	if (s->txn.outstanding == 1 && !s->txn.ext_pending && unasked_behind(in, 6)) {
-		close_unasked(s, PqMsg_ReadyForQuery);
+	if (s->txn.outstanding == 1 && !s->txn.ext_pending && !settle_behind(s, in, 6))
 		return PUMP_STOP;
-	}
 	txn_ready(&s->txn, status);
 	/* A listening client's transaction ends, nothing more owed: its end
 	 * sends this ReadyForQuery itself, after the notifications due

@@ -53,13 +53,17 @@ MISDEEDS = {
     "notice_then_second_answer": (be_msg(b"N", b"SNOTICE\x00Mhello\x00\x00") + STALE, 0.0),
 }
 
+# Not a misdeed: a backend that ends its session right after its answer
+# (terminated, the server shutting down) sends a FATAL error unasked.
+FATAL = be_msg(b"E", b"SFATAL\x00VFATAL\x00C57P01\x00Mterminating connection due to administrator command\x00\x00")
+
 
 class EchoServer:
     """Trust login; a simple Query or an extended request answered with
     one row holding the statement's text."""
 
-    def __init__(self, misdeed):
-        self.extra, self.delay = MISDEEDS[misdeed]
+    def __init__(self, misdeed, extra=None):
+        self.extra, self.delay = MISDEEDS[misdeed] if extra is None else (extra, 0.0)
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
@@ -273,5 +277,34 @@ def test_unasked_reply_to_an_extended_request(pgcat):
             rows = [pgwire.data_row_values(m[1]) for m in msgs if m[0] == b"D"]
             assert rows == [["SELECT %d" % i]], msgs
             b.close()
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize("mode", ["transaction", "session"])
+def test_fatal_right_after_the_answer_is_not_unasked(pgcat, mode):
+    """A FATAL error that comes in the same read as the answer (PostgreSQL
+    shutting down): the client gets its answer as it was; in transaction
+    mode the server is not handed to anyone, and the next request runs on
+    a new server connection without an error."""
+    srv = EchoServer("second_answer", extra=FATAL)
+    try:
+        p = start(pgcat, srv, mode)
+        a = p.raw_login(dbname="fakedb")
+        a.send(pgwire.query("SELECT 'EXTRA'"))
+        msgs = a.read_until()
+        assert [t for t, _ in msgs][-1:] == [b"Z"], msgs
+        assert not [m for t, m in msgs if t == b"E"], msgs
+        assert pgwire.data_row_values(msgs[1][1]) == ["SELECT 'EXTRA'"]
+        if mode == "session":
+            # its session died with the server (SPEC §3): said at its next message
+            assert a.wait_closed(10) or a.simple("SELECT 1")[1] is not None
+            a.close()
+            a = p.raw_login(dbname="fakedb")
+        rows, err, status = echo(a, "SELECT 'after'")
+        assert (rows, err, status) == ([["SELECT 'after'"]], None, "I")
+        assert srv.sessions == 2
+        assert "nobody asked for" not in p.log()
+        a.close()
     finally:
         srv.close()
