@@ -114,6 +114,9 @@ struct client {
 	/* A read sent to a replica: a copy of its bytes until the first reply
 	 * reaches the client, to send it elsewhere if the replica dies. */
 	struct evbuffer *retry;
+	/* Its prepared statements that change session settings, tracked at
+	 * each of their Binds (setters.h); NULL: none. */
+	struct setters *setters;
 	/* The cross-shard work under way (CLIENT_FANOUT); NULL otherwise. */
 	struct fanout *fanout;
 	/* Cross-shard state beyond one read (a portal read in parts, a split

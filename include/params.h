@@ -153,4 +153,17 @@ unsigned params_track_sql(struct params *p, const char *sql, size_t len, const s
  * or a comment, and neither set_config nor pg_settings is named). */
 bool params_sql_may_change(const char *sql, size_t len);
 
+/* What each execution of a prepared statement (a Parse's text) does to the
+ * session's settings. A statement changes them when it runs, at each Bind
+ * and Execute, on whichever server it runs: so they are tracked there, from
+ * what its Parse said. */
+enum params_setter {
+	PARAMS_SETTER_NONE,       /* it changes no setting for good */
+	PARAMS_SETTER_TEXT,       /* as its text says (SET, RESET, literal set_config): params_track_sql of it */
+	PARAMS_SETTER_BOUND,      /* SELECT set_config($n, $m, false): name and value are Bind parameters */
+	PARAMS_SETTER_UNTRACKED   /* something pgcat cannot follow */
+};
+/* For PARAMS_SETTER_BOUND, *name_param and *value_param (1-based). */
+enum params_setter params_setter_of(const char *sql, size_t len, uint16_t *name_param, uint16_t *value_param);
+
 #endif

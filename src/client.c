@@ -43,6 +43,8 @@
 #include "session.h"
 #include "link.h"
 #include "shm.h"
+#include "setters.h"
+#include "shardkey.h"
 #include "sqllex.h"
 #include "stats.h"
 #include "txn.h"
@@ -374,6 +376,7 @@ void client_free(struct client *c)
 	free(c->kind_state);
 	free(c->held_begin);
 	ryw_free(&c->ryw);
+	setters_free(&c->setters);
 	free(c->xshard);   /* (its parts went at client_close) */
 	free(c);
 }
@@ -804,7 +807,20 @@ static enum pump_step inspect_text(struct client *c, struct server *s, const str
 	struct evbuffer *in = c->io.in;
 	uint32_t total = f->len + 1;
 	if (total > PARAMS_SQL_MAX) {
-		link_txn(s)->untracked = true;
+		if (f->type == PqMsg_Query) {
+			link_txn(s)->untracked = true;
+			return PUMP_ON;
+		}
+		/* a Parse: its statement is one pgcat cannot follow, wherever it runs */
+		size_t head = total < PROTO_LONG_HEAD ? total : PROTO_LONG_HEAD;
+		if (evbuffer_get_length(in) < head)
+			return PUMP_STOP;
+		const uint8_t *h = evbuffer_pullup(in, (ev_ssize_t)head);
+		size_t nl = strnlen((const char *)h + 5, head - 5);
+		char *name = nl < head - 5 ? strndup((const char *)h + 5, nl) : NULL;
+		if (!name || !setters_note_unread(&c->setters, name))
+			link_txn(s)->untracked = true;
+		free(name);
 		return PUMP_ON;
 	}
 	if (evbuffer_get_length(in) < total) {
@@ -833,7 +849,85 @@ static enum pump_step inspect_text(struct client *c, struct server *s, const str
 		if (link_watch_notify(s) && sqllex_mentions_notify(sql, len))
 			link_note_notifier(s, &c->end);
 	}
-	track_settings(c, s, sql, len);
+	if (f->type == PqMsg_Query)
+		track_settings(c, s, sql, len);
+	else if ((c->setters || params_sql_may_change(sql, len)) && !setters_note_parse(&c->setters, stmt, sql, len))
+		link_txn(s)->untracked = true;   /* (out of memory) */
+	return PUMP_ON;
+}
+
+/* A Bind of one of the client's statements that change settings: what its
+ * Parse said, tracked now, on the server it runs on. The Bind's head (its
+ * names) first, the whole of it for a set_config of bound values. */
+static enum pump_step track_bind(struct client *c, struct server *s, const struct proto_frame *f)
+{
+	struct evbuffer *in = c->io.in;
+	uint32_t total = f->len + 1;
+	size_t head = total < PROTO_LONG_HEAD ? total : PROTO_LONG_HEAD;
+	if (evbuffer_get_length(in) < head)
+		return PUMP_STOP;
+	const char *m = (const char *)evbuffer_pullup(in, (ev_ssize_t)head);
+	size_t pl = strnlen(m + 5, head - 5);
+	size_t nl = 5 + pl + 1 < head ? strnlen(m + 5 + pl + 1, head - 5 - pl - 1) : head;
+	if (5 + pl + 1 + nl >= head) {
+		/* names longer than the head: not one the client parsed here */
+		if (c->setters->overflow)
+			link_txn(s)->untracked = true;
+		return PUMP_ON;
+	}
+	const struct setter *e = setters_find(c->setters, m + 5 + pl + 1);
+	if (!e) {
+		if (c->setters->overflow)
+			link_txn(s)->untracked = true;
+		return PUMP_ON;
+	}
+	switch (e->kind) {
+	case PARAMS_SETTER_NONE:
+		return PUMP_ON;
+	case PARAMS_SETTER_TEXT:
+		track_settings(c, s, e->sql, e->len);
+		return PUMP_ON;
+	case PARAMS_SETTER_UNTRACKED:
+		link_txn(s)->untracked = true;
+		return PUMP_ON;
+	case PARAMS_SETTER_BOUND:
+		break;
+	}
+	if (total > PARAMS_SQL_MAX) {
+		link_txn(s)->untracked = true;
+		return PUMP_ON;
+	}
+	if (evbuffer_get_length(in) < total) {
+		client_read_limit(c, total);
+		return PUMP_STOP;
+	}
+	client_read_limit(c, 0);
+	const uint8_t *b = evbuffer_pullup(in, total);
+	const uint8_t *nv, *vv;
+	int32_t nlen, vlen;
+	int16_t nf, vf;
+	char *name = NULL, *value = NULL;
+	if (shardkey_bind_param(b + 5, f->len - 4, e->name_param, &nv, &nlen, &nf) &&
+	    shardkey_bind_param(b + 5, f->len - 4, e->value_param, &vv, &vlen, &vf) && nlen > 0 && vlen >= 0 &&
+	    !memchr(nv, '\0', (size_t)nlen) && !memchr(vv, '\0', (size_t)vlen)) {
+		name = strndup((const char *)nv, (size_t)nlen);
+		value = strndup((const char *)vv, (size_t)vlen);
+	}
+	/* (a NULL name or value: set_config fails, and the error undoes it) */
+	struct txn *t = link_txn(s);
+	if (!name || !value || nlen > PARAMS_NAME_MAX) {
+		if (!(nlen < 0 || vlen < 0))
+			t->untracked = true;
+	} else {
+		struct params *server_params = link_server_params(s);
+		bool first = txn_set_snapshot(t, &c->params, server_params);
+		bool ok = params_set(&c->params, name, value, false) && params_set(server_params, name, value, false);
+		if (!ok)
+			t->untracked = true;
+		txn_set_done(t, ok, first);
+	}
+	free(name);
+	free(value);
 	return PUMP_ON;
 }
 
@@ -867,7 +961,7 @@ static enum pump_step inspect_request(struct client *c, struct server *s, const 
 	}
 	case PqMsg_Bind:
 		stats_add(c->pool->stats, STAT_BIND, 1);
-		return PUMP_ON;
+		return c->setters ? track_bind(c, s, f) : PUMP_ON;
 	default:
 		return PUMP_ON;
 	}

@@ -1084,3 +1084,74 @@ unsigned params_track_sql(struct params *p, const char *sql, size_t len, const s
 	}
 	return r;
 }
+
+/* $n at *sp (n from 1 to 65535). */
+static bool param_ref(const char **sp, const char *end, uint16_t *n)
+{
+	const char *s = *sp;
+	if (s >= end || *s != '$')
+		return false;
+	unsigned v = 0;
+	const char *d = s + 1;
+	while (d < end && *d >= '0' && *d <= '9' && v <= 65535)
+		v = v * 10 + (unsigned)(*d++ - '0');
+	if (d == s + 1 || v == 0 || v > 65535)
+		return false;
+	*n = (uint16_t)v;
+	*sp = skip_space(d, end);
+	return true;
+}
+
+/* The whole text is SELECT [pg_catalog.]set_config($n, $m, local) and
+ * nothing else: true, with *local. */
+static bool bound_set_config(const char *s, const char *end, uint16_t *np, uint16_t *vp, bool *local)
+{
+	size_t content_end;
+	(void)sqllex_statement_end(s, (size_t)(end - s), 0, &content_end);
+	if (!sqllex_rest_is_empty(s, (size_t)(end - s), content_end < (size_t)(end - s) ? content_end + 1 : content_end))
+		return false;   /* another statement after it */
+	end = s + content_end;
+	s = skip_space(s, end);
+	if (!word_is(&s, end, "select"))
+		return false;
+	if (word_is(&s, end, "pg_catalog")) {
+		if (s >= end || *s != '.')
+			return false;
+		s = skip_space(s + 1, end);
+	}
+	if (end - s < 10 || strncasecmp(s, "set_config", 10) != 0)
+		return false;
+	s = skip_space(s + 10, end);
+	if (s >= end || *s != '(')
+		return false;
+	s = skip_space(s + 1, end);
+	if (!param_ref(&s, end, np) || s >= end || *s != ',')
+		return false;
+	s = skip_space(s + 1, end);
+	if (!param_ref(&s, end, vp) || s >= end || *s != ',')
+		return false;
+	s = skip_space(s + 1, end);
+	*local = word_is(&s, end, "true");
+	if (!*local && !word_is(&s, end, "false"))
+		return false;
+	return s < end && *s == ')' && skip_space(s + 1, end) == end;
+}
+
+enum params_setter params_setter_of(const char *sql, size_t len, uint16_t *name_param, uint16_t *value_param)
+{
+	const char *nul = memchr(sql, '\0', len);
+	if (nul)
+		len = (size_t)(nul - sql);
+	if (!params_sql_may_change(sql, len))
+		return PARAMS_SETTER_NONE;
+	bool local;
+	if (bound_set_config(sql, sql + len, name_param, value_param, &local))
+		return local ? PARAMS_SETTER_NONE : PARAMS_SETTER_BOUND;
+	/* What the text does to an empty session tells what it does to any. */
+	struct params scratch = { NULL, 0 };
+	unsigned r = params_track_sql(&scratch, sql, len, NULL);
+	params_clear(&scratch);
+	if (r & PARAMS_UNTRACKED)
+		return PARAMS_SETTER_UNTRACKED;
+	return r & PARAMS_CHANGED ? PARAMS_SETTER_TEXT : PARAMS_SETTER_NONE;
+}

@@ -23,6 +23,7 @@
 #include "config.h"
 #include "evbuf.h"
 #include "link.h"
+#include "params.h"
 #include "pktbuf.h"
 #include "pool.h"
 #include "proto.h"
@@ -754,6 +755,11 @@ static bool scan_cached_batch(struct client *c, bool unverified_ok, struct cache
 				return false;
 		const uint8_t *key = body + o;
 		size_t klen = blen - o;
+		/* A statement that may change settings is noted by the client's
+		 * pump at its Parse (setters.h), to be tracked at its Binds:
+		 * its Parse goes to a server. */
+		if (params_sql_may_change((const char *)key, strnlen((const char *)key, klen)))
+			return false;
 		struct prep_stmt *st;
 		if (!name[0]) {
 			/* the unnamed statement: a text the pool maps already */
@@ -763,13 +769,6 @@ static bool scan_cached_batch(struct client *c, bool unverified_ok, struct cache
 		} else {
 			if (c->end.prep && prep_cmap_get(&c->end.prep->names, name))
 				return false;   /* 42P05: the server path says it */
-			/* Settings are tracked from the text of their Parse
-			 * (client.c): those go to a server. */
-			const char *q = (const char *)key, *qend = (const char *)body + blen;
-			const char *w = prep_sql_space(q, qend);
-			if (prep_sql_word(&w, qend, "set") || prep_sql_word(&w, qend, "reset") ||
-			    prep_sql_word(&w, qend, "discard"))
-				return false;
 			st = prep_registry_find(r, false, key, klen, gen);
 			if (!unverified_ok && (!st || !st->verified))
 				return false;

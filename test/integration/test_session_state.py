@@ -348,3 +348,60 @@ def test_backend_start_settings_are_refused(one_server, pg):
     got = outcome(one_server.host, one_server.port, {"options": "-P"})
     assert got == ("refused", "55P02", 'parameter "ignore_system_indexes" cannot be set after connection start'), got
     assert_works(one_server)
+
+
+# ---- statements that change settings, tracked where they run --------------------------
+
+def tenant(c):
+    return c.execute("SELECT current_setting('myapp.tenant', true)").fetchone()[0]
+
+
+@pytest.mark.parametrize("prepared", ["off", "on"])
+@pytest.mark.parametrize("threshold", [None, 0], ids=["unnamed", "named"])
+def test_set_config_with_bound_values_is_tracked(pgcat, pg, prepared, threshold):
+    """SELECT set_config(%s, %s, false), the drivers' way (psycopg's own
+    suite, row-level security setups): the name and value are in the Bind,
+    and are tracked from there, at each run: A keeps its value through
+    its next transactions, B (the same server) never sees it. As an unnamed
+    statement and as a named one prepared once and run again later
+    (psycopg's prepare_threshold = 0), with prepared_statements on and
+    off."""
+    p = pgcat(general={"pool_mode": "transaction", "default_pool_size": 1, "prepared_statements": prepared})
+    a = p.connect(prepare_threshold=threshold)
+    b = p.connect()
+    for value in ("41", "42", "43"):
+        a.execute("SELECT set_config(%s, %s, false)", ["myapp.tenant", value])
+        for _ in range(2):
+            assert tenant(b) in (None, "")
+            assert tenant(a) == value
+    # the is_local form lasts for its transaction only, as on one server
+    with a.transaction():
+        a.execute("SELECT set_config(%s, %s, true)", ["myapp.tenant", "local"])
+        assert tenant(a) == "local"
+    assert tenant(a) == "43" and tenant(b) in (None, "")
+    a.close()
+    b.close()
+    assert_pool_idle(pg, max_conns=1)
+
+
+@pytest.mark.parametrize("prepared", ["off", "on"])
+def test_named_set_statement_run_in_a_later_transaction(pgcat, pg, prepared):
+    """A statement that sets search_path, parsed once and run in later
+    transactions (after other clients had the server): each run is
+    tracked on the server it runs on; B never gets it, A always has it."""
+    p = pgcat(general={"pool_mode": "transaction", "default_pool_size": 1, "prepared_statements": prepared})
+    a = p.raw_login()
+    b = p.connect()
+    default = show(b, "search_path")
+    a.send(pgwire.parse("SET search_path TO other, public", name="setter") + pgwire.sync())
+    assert [t for t, _ in a.read_until()] == [b"1", b"Z"]
+    assert show(b, "search_path") == default
+    for _ in range(3):
+        a.send(pgwire.bind(stmt="setter") + pgwire.execute() + pgwire.sync())
+        assert [t for t, _ in a.read_until()] == [b"2", b"C", b"Z"]
+        assert show(b, "search_path") == default
+        rows, err, status = a.simple("SHOW search_path")
+        assert err is None and rows == [["other, public"]], (rows, err)
+    a.close()
+    b.close()
+    assert_pool_idle(pg, max_conns=1)
