@@ -1114,7 +1114,9 @@ static bool bound_set_config(const char *s, const char *end, uint16_t *np, uint1
 	s = skip_space(s, end);
 	if (!word_is(&s, end, "select"))
 		return false;
-	if (word_is(&s, end, "pg_catalog")) {
+	/* (sqllex_keyword takes letters only) */
+	if (end - s > 10 && strncasecmp(s, "pg_catalog", 10) == 0) {
+		s = skip_space(s + 10, end);
 		if (s >= end || *s != '.')
 			return false;
 		s = skip_space(s + 1, end);

@@ -302,6 +302,35 @@ START_TEST(sync_statements)
 }
 END_TEST
 
+/* What a prepared statement's runs do to the settings, from its text. */
+START_TEST(setters_classified)
+{
+	uint16_t n = 0, v = 0;
+#define KIND(q) params_setter_of(q, strlen(q), &n, &v)
+	ck_assert_int_eq(KIND("SELECT 1"), PARAMS_SETTER_NONE);
+	ck_assert_int_eq(KIND("INSERT INTO t VALUES ($1)"), PARAMS_SETTER_NONE);
+	ck_assert_int_eq(KIND("SET search_path TO a, b"), PARAMS_SETTER_TEXT);
+	ck_assert_int_eq(KIND("RESET search_path"), PARAMS_SETTER_TEXT);
+	ck_assert_int_eq(KIND("SELECT set_config('myapp.x', 'y', false)"), PARAMS_SETTER_TEXT);
+	ck_assert_int_eq(KIND("select set_config($1, $2, false)"), PARAMS_SETTER_BOUND);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_eq(v, 2);
+	ck_assert_int_eq(KIND(" SELECT pg_catalog.set_config ( $3 , $12 , FALSE ) ; "), PARAMS_SETTER_BOUND);
+	ck_assert_uint_eq(n, 3);
+	ck_assert_uint_eq(v, 12);
+	/* transaction-scoped: nothing for good */
+	ck_assert_int_eq(KIND("SELECT set_config($1, $2, true)"), PARAMS_SETTER_NONE);
+	ck_assert_int_eq(KIND("SET LOCAL search_path TO a"), PARAMS_SETTER_NONE);
+	/* what pgcat cannot follow */
+	ck_assert_int_eq(KIND("SELECT set_config($1, $2, $3)"), PARAMS_SETTER_UNTRACKED);
+	ck_assert_int_eq(KIND("SELECT set_config($1, $2, false), 1"), PARAMS_SETTER_UNTRACKED);
+	ck_assert_int_eq(KIND("SELECT set_config($1, $2, false); SELECT 1"), PARAMS_SETTER_UNTRACKED);
+	ck_assert_int_eq(KIND("SET ROLE someone"), PARAMS_SETTER_UNTRACKED);
+	ck_assert_int_eq(KIND("SELECT set_config($0, $2, false)"), PARAMS_SETTER_UNTRACKED);
+#undef KIND
+}
+END_TEST
+
 Suite *params_suite(void)
 {
 	Suite *s = suite_create("params");
@@ -311,6 +340,7 @@ Suite *params_suite(void)
 	tcase_add_test(t, statements_tracked);
 	tcase_add_test(t, tracking_bounds);
 	tcase_add_test(t, sync_statements);
+	tcase_add_test(t, setters_classified);
 	suite_add_tcase(s, t);
 	return s;
 }
