@@ -61,6 +61,10 @@ struct client_end_events {
 	/* The server's output drained below its low watermark: the client may
 	 * be read again. */
 	void (*resume)(struct client_end *end);
+	/* pgcat's own question to the server inside the client's transaction
+	 * (server_ask_placement) was answered: the client's request that
+	 * waited for it goes on. NULL: the end never asks. */
+	void (*asked)(struct client_end *end);
 	/* read_your_writes = lsn (want_wal): the WAL position of the primary
 	 * of shard after the client's transaction ended on it, s (known
 	 * false: it could not be learnt). closed false: s goes back to its

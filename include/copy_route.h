@@ -35,5 +35,8 @@ enum copy_route_result copy_route_read(const char *sql, size_t len, const struct
 /* The query that tells the 0-based position of the sharding column among
  * the table's columns (for a COPY without a column list), into buf. */
 bool copy_route_position_query(const struct copy_route *r, char *buf, size_t cap);
+/* The same question asked inside a client's transaction, where it must not
+ * fail: an unknown table or column gives no row instead of an error. */
+bool copy_route_placement_query(const struct copy_route *r, char *buf, size_t cap);
 
 #endif

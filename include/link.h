@@ -10,6 +10,7 @@
 #define PGCAT_LINK_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "types.h"
 
@@ -72,6 +73,9 @@ void link_server_failed(struct server *s, const char *why);
 void link_cancel(struct server *s);
 /* The client's output drained: s's replies may flow again. */
 void link_resume(struct server *s);
+/* Sharding: ask s where a sharded table's sharding column sits, inside the
+ * client's transaction (server_ask_placement); false: out of memory. */
+bool link_ask_placement(struct server *s, uint8_t table, const char *sql) __attribute__((warn_unused_result));
 
 
 #endif

@@ -95,7 +95,12 @@ enum route_active {
 	 * on there (the session's guard takes it: route_active_message never
 	 * reaches the pump with it) */
 	ROUTE_ACTIVE_CROSS,
-	ROUTE_ACTIVE_CROSSED       /* the transaction went on to other shards: the client is no longer linked */
+	ROUTE_ACTIVE_CROSSED,      /* the transaction went on to other shards: the client is no longer linked */
+	/* an INSERT without a column list: where its table's sharding column
+	 * sits is asked of the server first (ask_table, ask_sql:
+	 * server_ask_placement); the message waits, and is judged again with
+	 * the answer */
+	ROUTE_ACTIVE_ASK
 };
 /* What the pump does with the message, besides the route_active answer:
  * c->shard_phase from now on, and (CONSUMED) the bytes of input to drain,
@@ -106,6 +111,8 @@ struct route_active_decision {
 	uint32_t read_need;  /* (WAIT) as route_decision's */
 	int cross_shard;     /* (CROSS) the request's shard */
 	int cross_from;      /* (CROSS) the linked server's shard */
+	uint8_t ask_table;   /* (ASK) */
+	char ask_sql[1024];  /* (ASK) */
 };
 struct server;
 /* Message f (at the head of the input) from a client linked to s while

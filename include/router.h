@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* One `sharded_tables` entry, [schema.]table.column. Names compare
  * case-insensitively with the parsed (case-folded) identifiers. */
@@ -18,6 +19,11 @@ struct router_table {
 	const char *schema;       /* NULL: any schema (and an unqualified name always matches) */
 	const char *table;
 	const char *column;
+	/* Where the sharding column sits among the table's columns, when the
+	 * caller learnt it (positioned): an INSERT without a column list has
+	 * its keys there. Zero-initialised: not known. */
+	bool positioned;
+	uint16_t position;
 };
 
 /* What a pool's configuration says about parsing. The caller owns it; the
@@ -104,6 +110,11 @@ struct router_verdict {
 	bool has_hint_key;
 	enum router_role hint_role;   /* auto/default: NONE */
 	char hint_key[ROUTER_KEY_TEXT];
+	/* An INSERT without a column list into sharded table insert_table (an
+	 * index into the rules' tables) whose column places are not known:
+	 * its keys are not known until they are. */
+	bool insert_unplaced;
+	uint8_t insert_table;
 	size_t n_keys;
 	struct router_key keys[ROUTER_MAX_KEYS];   /* last: the cache stores only n_keys of them */
 };

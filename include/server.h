@@ -27,6 +27,11 @@ enum server_state {
 	 * runs (read_your_writes = lsn), its reply kept from the client,
 	 * whose next request waits; then back to the pool. */
 	SERVER_WAL_POSITION,
+	/* Linked, in the client's transaction, between its requests: pgcat's
+	 * own question (where a sharded table's sharding column sits, for an
+	 * INSERT without a column list: server_ask_placement) runs, its reply
+	 * kept from the client, whose request waits; then ACTIVE again. */
+	SERVER_ASKING,
 	SERVER_DRAINING,     /* client gone: finishing the query, rolling back */
 	SERVER_RESETTING,    /* server_reset_query after a session-mode client */
 	/* Its client is done, but a CancelRequest pgcat sent for it has not
@@ -131,6 +136,12 @@ void server_reset_untracked(struct server *s);
  * what runs is not cancelled (a cross-shard read answered before its
  * shards' ends: each shard's statement ends as it would, its rows dropped). */
 void server_finish(struct server *s);
+/* Sharding: ask s, inside the client's transaction and between its
+ * requests, where sharded table number table's sharding column sits (sql:
+ * the question, one row of one count, or no row); s->txn.placement says
+ * the answer once the client's end is resumed. false: not now (s owes
+ * something, or is not in a transaction), nothing sent. */
+bool server_ask_placement(struct server *s, uint8_t table, const char *sql);
 /* Session-mode release: run server_reset_query, then back to the pool. */
 void server_reset(struct server *s);
 /* The client drained its output: resume reading the server. */

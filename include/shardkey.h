@@ -27,6 +27,11 @@ struct shardkey_result {
 	enum shardkey_outcome outcome;
 	int shard;          /* SHARDKEY_ONE */
 	bool writes;        /* the verdict says it may write */
+	/* An INSERT without a column list into sharded table unplaced_table
+	 * (router_verdict.insert_unplaced) was among the statements: its keys
+	 * are not known. Zero-initialised: none. */
+	bool unplaced;
+	uint8_t unplaced_table;
 };
 
 /* One Bind of a request, with the parameter types its statement declared

@@ -75,6 +75,16 @@ struct txn {
 	 * which alone clears it. Not undone with a rollback: a reset too many
 	 * costs a round trip, one too few hands the session on. */
 	bool untracked;
+
+	/* Sharding: where a sharded table's sharding column sits, asked of
+	 * this server inside the transaction under way (SERVER_ASKING) for an
+	 * INSERT without a column list; valid until the transaction ends (the
+	 * table cannot change under the transaction's own INSERT into it),
+	 * forgotten at ReadyForQuery 'I'. */
+	enum txn_placement { TXN_PLACEMENT_NONE, TXN_PLACEMENT_ASKED, TXN_PLACEMENT_KNOWN, TXN_PLACEMENT_UNKNOWN }
+		placement : 8;
+	uint8_t placed_table;         /* an index into the pool's sharded tables */
+	uint16_t placed_position;     /* (KNOWN) */
 };
 
 /* A message of this type, pgcat's own, went to the server: what it owes
@@ -175,6 +185,8 @@ static inline bool txn_unasked(const struct txn *t, uint8_t type)
 static inline void txn_ready(struct txn *t, char status)
 {
 	t->tx_status = status;
+	if (status == 'I')
+		t->placement = TXN_PLACEMENT_NONE;
 	if (t->outstanding > 0)
 		t->outstanding--;
 }

@@ -353,6 +353,7 @@ static const char *server_show_state(const struct server *s)
 	case SERVER_SYNCING:
 	case SERVER_ACTIVE:
 	case SERVER_WAL_POSITION: return "active";
+	case SERVER_ASKING: return "active";
 	case SERVER_DRAINING:
 	case SERVER_RESETTING: return "used";
 	case SERVER_CANCEL_WAIT: return "being_canceled";

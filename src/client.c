@@ -752,6 +752,13 @@ static enum pump_step guard_step(struct client *c, struct server *s, const struc
 		evbuffer_drain(c->io.in, rd.consume);
 		client_reply_started(c);   /* what was captured for a replay is incomplete now */
 		return PUMP_NEXT;
+	case ROUTE_ACTIVE_ASK:
+		/* the server is asked first; its answer resumes this pump */
+		if (!link_ask_placement(s, rd.ask_table, rd.ask_sql)) {
+			client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+			return PUMP_STOP;
+		}
+		return PUMP_STOP;
 	case ROUTE_ACTIVE_CROSS:      /* (the session's guard turns it into one of the others) */
 	case ROUTE_ACTIVE_CROSSED:    /* the transaction went on to other shards: no longer linked */
 		return PUMP_STOP;
@@ -1293,6 +1300,7 @@ static void end_ready_held(struct client_end *end, bool committed)
 }
 
 static void end_resume(struct client_end *end) { client_resume_reading(end_owner(end)); }
+static void end_asked(struct client_end *end) { client_process(end_owner(end)); }
 
 /* read_your_writes = lsn: where its reads wait for, on that shard, from
  * now on. Not known (the query failed, the server was lost): marked as
@@ -1337,6 +1345,7 @@ static const struct client_end_events client_end_events = {
 	.answered = end_answered,
 	.ready_held = end_ready_held,
 	.resume = end_resume,
+	.asked = end_asked,
 	.wal_position = end_wal_position,
 	.behind = end_behind,
 };

@@ -206,10 +206,10 @@ static bool put_ident(char *buf, size_t cap, size_t *o, const char *name)
 	return true;
 }
 
-bool copy_route_position_query(const struct copy_route *r, char *buf, size_t cap)
+/* The relation's quoted name and the column, each as the body of a string
+ * literal (quotes doubled). */
+static bool literals(const struct copy_route *r, char *lit, size_t litcap, char *col, size_t colcap)
 {
-	/* the relation as a quoted name, then a query counting the live
-	 * columns before the sharding column */
 	char rel[300];
 	size_t o = 0;
 	rel[0] = '\0';
@@ -219,25 +219,46 @@ bool copy_route_position_query(const struct copy_route *r, char *buf, size_t cap
 		rel[o++] = '.';
 	if (!put_ident(rel, sizeof rel, &o, r->table))
 		return false;
-	/* rel and the column go in as string literals: double their quotes */
-	char lit[700], col[140];
 	size_t lo = 0, co = 0;
-	for (const char *p = rel; *p && lo + 2 < sizeof lit; p++) {
+	for (const char *p = rel; *p && lo + 2 < litcap; p++) {
 		if (*p == '\'')
 			lit[lo++] = '\'';
 		lit[lo++] = *p;
 	}
 	lit[lo] = '\0';
-	for (const char *p = r->column; *p && co + 2 < sizeof col; p++) {
+	for (const char *p = r->column; *p && co + 2 < colcap; p++) {
 		if (*p == '\'')
 			col[co++] = '\'';
 		col[co++] = *p;
 	}
 	col[co] = '\0';
+	return true;
+}
+
+bool copy_route_position_query(const struct copy_route *r, char *buf, size_t cap)
+{
+	/* a query counting the live columns before the sharding column */
+	char lit[700], col[140];
+	if (!literals(r, lit, sizeof lit, col, sizeof col))
+		return false;
 	int n = snprintf(buf, cap,
 			 "SELECT count(*) FROM pg_catalog.pg_attribute a WHERE a.attrelid = '%s'::regclass AND a.attnum > 0 "
 			 "AND NOT a.attisdropped AND a.attnum < (SELECT b.attnum FROM pg_catalog.pg_attribute b WHERE "
 			 "b.attrelid = '%s'::regclass AND b.attname = '%s' AND NOT b.attisdropped)",
 			 lit, lit, col);
+	return n > 0 && (size_t)n < cap;
+}
+
+bool copy_route_placement_query(const struct copy_route *r, char *buf, size_t cap)
+{
+	char lit[700], col[140];
+	if (!literals(r, lit, sizeof lit, col, sizeof col))
+		return false;
+	int n = snprintf(buf, cap,
+			 "SELECT count(a.attnum) FROM pg_catalog.pg_attribute b LEFT JOIN pg_catalog.pg_attribute a ON "
+			 "a.attrelid = b.attrelid AND a.attnum > 0 AND NOT a.attisdropped AND a.attnum < b.attnum "
+			 "WHERE b.attrelid = pg_catalog.to_regclass('%s') AND b.attname = '%s' AND NOT b.attisdropped "
+			 "GROUP BY b.attnum",
+			 lit, col);
 	return n > 0 && (size_t)n < cap;
 }

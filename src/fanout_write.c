@@ -566,7 +566,7 @@ static void insert_positioned(struct fanout *fo)
 	char why[MERGE_WHY];
 	const struct config_pool *cp = fo->c->pool->cpool;
 	/* the rules: the one sharded table of the statement */
-	struct router_table t = { fo->ins_schema[0] ? fo->ins_schema : NULL, fo->ins_table, fo->ins_column };
+	struct router_table t = { .schema = fo->ins_schema[0] ? fo->ins_schema : NULL, .table = fo->ins_table, .column = fo->ins_column };
 	struct router_rules rules = { .sharded = &t, .n_sharded = 1, .max_length = SIZE_MAX };
 	if (!fo->error) {
 		if (!read_insert_request(fo->c, fo->req_copy, fo->req_len, &q, why, sizeof why))

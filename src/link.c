@@ -107,3 +107,8 @@ void link_resume(struct server *s)
 	if (s->paused)
 		server_resume_reading(s);
 }
+
+bool link_ask_placement(struct server *s, uint8_t table, const char *sql)
+{
+	return server_ask_placement(s, table, sql);
+}

@@ -479,6 +479,7 @@ static void count_adjust(struct srvpool *sp, enum server_state st, int delta)
 	case SERVER_SYNCING:
 	case SERVER_ACTIVE:
 	case SERVER_WAL_POSITION: sp->n_active += delta; break;
+	case SERVER_ASKING: sp->n_active += delta; break;
 	case SERVER_DRAINING:
 	case SERVER_RESETTING:
 	case SERVER_CANCEL_WAIT: sp->n_other += delta; break;
@@ -507,6 +508,7 @@ static void pool_server_state_changed(struct server *s, int old_state)
 	case SERVER_SYNCING:
 	case SERVER_ACTIVE:
 	case SERVER_WAL_POSITION: list_add_tail(&sp->active, &s->node); break;
+	case SERVER_ASKING: list_add_tail(&sp->active, &s->node); break;
 	case SERVER_DRAINING:
 	case SERVER_RESETTING:
 	case SERVER_CANCEL_WAIT: list_add_tail(&sp->other, &s->node); break;

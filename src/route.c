@@ -13,6 +13,7 @@
 
 #include "client.h"
 #include "config.h"
+#include "copy_route.h"
 #include "route_pick.h"
 #include "log.h"
 #include "pktbuf.h"
@@ -144,6 +145,10 @@ static void scan_statement(struct client *c, const struct route_rules *rr, const
 	shardkey_resolve(v, cp->sharding_function, (int)cp->n_shards, bind, bind ? 1 : 0, &r);
 	*sharded = *sharded || (v->parsed && v->reads_sharded);
 	shardkey_merge(acc, &r);
+	if (v->parsed && v->insert_unplaced && !acc->unplaced) {
+		acc->unplaced = true;
+		acc->unplaced_table = v->insert_table;
+	}
 }
 
 /* The statement a Bind executes: prepared in this request, the client's
@@ -362,7 +367,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 	if (c->shard_override >= 0)
 		return SHARD_DECIDED;
 
-	struct shardkey_result r = { SHARDKEY_DEFAULT, -1, true };
+	struct shardkey_result r = { SHARDKEY_DEFAULT, -1, true, false, 0 };
 	if (cp->query_parser_enabled && cp->n_sharded_tables > 0) {
 		bool provisional;
 		if (!scan_request(c, f, rr, &r, &provisional, &d->read_need))
@@ -487,7 +492,7 @@ enum route_active route_active_refuse_cross(struct client *c, struct server *s, 
 	}
 	if (why && why[0])
 		return refuse_on_server(c, s, f, why, d);
-	struct shardkey_result r = { SHARDKEY_ONE, d->cross_shard, true };
+	struct shardkey_result r = { SHARDKEY_ONE, d->cross_shard, true, false, 0 };
 	return refuse_elsewhere(c, s, f, &r, d);
 }
 
@@ -498,6 +503,40 @@ bool route_request_shard(struct client *c, const struct proto_frame *f, struct s
 	route_rules_build(c, &rr);
 	bool provisional;
 	return scan_request(c, f, &rr, r, &provisional, read_need);
+}
+
+/* What the transaction on s learnt of its tables (server_ask_placement):
+ * an INSERT without a column list has its keys where the sharding column
+ * sits. */
+static void place_tables(struct route_rules *rr, const struct server *s)
+{
+	if (s->txn.placement == TXN_PLACEMENT_KNOWN && s->txn.placed_table < rr->r.n_sharded) {
+		rr->t[s->txn.placed_table].positioned = true;
+		rr->t[s->txn.placed_table].position = s->txn.placed_position;
+	}
+}
+
+/* An INSERT without a column list into a sharded table whose column places
+ * the transaction on s has not asked yet: asked of s, if it owes nothing
+ * and is inside a transaction (the question must end nothing of the
+ * client's); true: d says what to ask, the request waits for the answer. */
+static bool ask_placement(const struct client *c, const struct server *s, const struct route_rules *rr,
+			  uint8_t table, struct route_active_decision *d)
+{
+	(void)c;
+	if (s->txn.placement != TXN_PLACEMENT_NONE || table >= rr->r.n_sharded || s->txn.outstanding ||
+	    s->txn.ext_pending || s->txn.tx_status != 'T')
+		return false;
+	const struct router_table *t = &rr->t[table];
+	struct copy_route cr;
+	memset(&cr, 0, sizeof cr);
+	snprintf(cr.schema, sizeof cr.schema, "%s", t->schema ? t->schema : "");
+	snprintf(cr.table, sizeof cr.table, "%s", t->table);
+	snprintf(cr.column, sizeof cr.column, "%s", t->column);
+	if (!copy_route_placement_query(&cr, d->ask_sql, sizeof d->ask_sql))
+		return false;
+	d->ask_table = table;
+	return true;
 }
 
 enum route_active route_active_message(struct client *c, struct server *s, const struct proto_frame *f,
@@ -525,10 +564,13 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 		 * refused if need be. */
 		struct route_rules rr;
 		route_rules_build(c, &rr);
-		struct shardkey_result r;
+		place_tables(&rr, s);
+		struct shardkey_result r = { SHARDKEY_DEFAULT, -1, false, false, 0 };
 		bool provisional;
 		if (!scan_request(c, f, &rr, &r, &provisional, &d->read_need))
 			return ROUTE_ACTIVE_WAIT;
+		if (r.unplaced && ask_placement(c, s, &rr, r.unplaced_table, d))
+			return ROUTE_ACTIVE_ASK;
 		if (r.outcome == SHARDKEY_ONE && r.shard != s->sp->shard && may_cross(c, s)) {
 			d->cross_shard = r.shard;
 			d->cross_from = s->sp->shard;
@@ -551,7 +593,8 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 		return ROUTE_ACTIVE_FORWARD;
 	struct route_rules rr;
 	route_rules_build(c, &rr);
-	struct shardkey_result r;
+	place_tables(&rr, s);
+	struct shardkey_result r = { SHARDKEY_DEFAULT, -1, false, false, 0 };
 	if (d->phase == ROUTE_PHASE_PROVISIONAL && f->type == PqMsg_Bind) {
 		/* Only prepared so far: the Binds that follow are judged
 		 * together, up to their Sync. asyncpg's executemany prepares
@@ -564,6 +607,8 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 	} else if (!scan_message(c, f, &rr, &r, &d->read_need)) {
 		return ROUTE_ACTIVE_WAIT;   /* the rest of the message first */
 	}
+	if (r.unplaced && ask_placement(c, s, &rr, r.unplaced_table, d))
+		return ROUTE_ACTIVE_ASK;
 	if (refuse_bind)
 		d->phase = ROUTE_PHASE_GUARD;
 	int here = s->sp->shard;

@@ -62,6 +62,8 @@ void route_rules_build(const struct client *c, struct route_rules *out)
 		char *first = strchr(copy, '.');
 		struct router_table *t = &out->t[n++];
 		t->column = last + 1;
+		t->positioned = false;   /* (route.c places what the transaction learnt) */
+		t->position = 0;
 		if (first) {
 			*first = '\0';
 			t->schema = copy;

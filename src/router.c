@@ -448,9 +448,16 @@ static void level_insert(struct walk *w, int x)
 		return;
 	count_sharded(w);
 	int cols = jget(d, x, "cols"), col = -1, n = 0;
-	if (!pgjson_valid(d, cols) || d->t[cols].type != J_ARR)
-		return;
-	for (int c = cols + 1; c < (int)d->t[cols].after; c = (int)d->t[c].after, n++) {
+	if (!pgjson_valid(d, cols) || d->t[cols].type != J_ARR) {
+		/* no column list: the values in the table's own column order */
+		if (!r.tbl->positioned) {
+			w->v->insert_unplaced = true;
+			w->v->insert_table = (uint8_t)(r.tbl - w->rules->sharded);
+			return;
+		}
+		col = r.tbl->position;
+	}
+	for (int c = col < 0 ? cols + 1 : 0; col < 0 && c < (int)d->t[cols].after; c = (int)d->t[c].after, n++) {
 		int rt = jnode(d, c, "ResTarget");
 		if (jget(d, rt, "indirection") == JNONE && pgjson_str_is(d, jget(d, rt, "name"), r.tbl->column, true)) {
 			col = n;
@@ -1025,6 +1032,8 @@ static uint64_t rules_hash(const struct router_rules *r)
 		h = fnv_str(h, r->sharded[i].schema);
 		h = fnv_str(h, r->sharded[i].table);
 		h = fnv_str(h, r->sharded[i].column);
+		uint32_t place = r->sharded[i].positioned ? (uint32_t)r->sharded[i].position + 1 : 0;
+		h = fnv(h, &place, sizeof place);
 	}
 	h = fnv(h, &r->n_writing_functions, sizeof(r->n_writing_functions));
 	for (size_t i = 0; i < r->n_writing_functions; i++)

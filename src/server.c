@@ -55,6 +55,7 @@
 static const char *const state_names[] = {
 	[SERVER_CONNECTING] = "connecting", [SERVER_LOGIN] = "login", [SERVER_IDLE] = "idle",
 	[SERVER_SYNCING] = "syncing", [SERVER_ACTIVE] = "active", [SERVER_WAL_POSITION] = "wal_position",
+	[SERVER_ASKING] = "asking",
 	[SERVER_DRAINING] = "draining",
 	[SERVER_RESETTING] = "resetting", [SERVER_CANCEL_WAIT] = "being_canceled", [SERVER_CLOSED] = "closed",
 };
@@ -882,6 +883,83 @@ static void wal_done(struct server *s)
 	s->sp->ev->release(s);
 }
 
+/* Sharding: an INSERT without a column list, inside the client's
+ * transaction on this server, between its requests (route.c's guard): the
+ * place of the table's sharding column, asked of this very server, as the
+ * transaction sees the table. Through the extended protocol with a named
+ * statement and portal of pgcat's own (the client's unnamed ones stay) and
+ * a Sync, which inside the transaction block ends nothing of the
+ * client's; a question that cannot fail (an unknown table or column gives
+ * no row, not an error). */
+bool server_ask_placement(struct server *s, uint8_t table, const char *sql)
+{
+	if (s->state != SERVER_ACTIVE || s->txn.outstanding || s->txn.ext_pending || s->txn.tx_status != 'T')
+		return false;
+	static const char name[] = "pgcat_placement";
+	size_t sl = strlen(sql);
+	struct evbuffer *out = io_out(&s->io);
+	uint8_t h[5] = { PqMsg_Parse };
+	proto_put_u32(h + 1, (uint32_t)(4 + sizeof name + sl + 1 + 2));
+	static const uint8_t no_types[2] = { 0, 0 };
+	if (evbuffer_add(out, h, 5) || evbuffer_add(out, name, sizeof name) || evbuffer_add(out, sql, sl + 1) ||
+	    evbuffer_add(out, no_types, 2))
+		return false;
+	/* Bind: portal, statement, no formats, no parameters, no result formats */
+	uint8_t b[5 + 2 * sizeof name + 6] = { PqMsg_Bind };
+	proto_put_u32(b + 1, (uint32_t)(sizeof b - 1));
+	memcpy(b + 5, name, sizeof name);
+	memcpy(b + 5 + sizeof name, name, sizeof name);
+	memset(b + 5 + 2 * sizeof name, 0, 6);
+	uint8_t e[5 + sizeof name + 4] = { PqMsg_Execute };
+	proto_put_u32(e + 1, (uint32_t)(sizeof e - 1));
+	memcpy(e + 5, name, sizeof name);
+	memset(e + 5 + sizeof name, 0, 4);
+	uint8_t cl[5 + 1 + sizeof name] = { PqMsg_Close };
+	proto_put_u32(cl + 1, (uint32_t)(sizeof cl - 1));
+	cl[5] = 'S';   /* its portal closes with it */
+	memcpy(cl + 6, name, sizeof name);
+	if (evbuffer_add(out, b, sizeof b) || evbuffer_add(out, e, sizeof e) || evbuffer_add(out, cl, sizeof cl) ||
+	    evbuf_add_bodyless(out, PqMsg_Sync))
+		return false;
+	txn_sent(&s->txn, PqMsg_Parse);
+	txn_sent(&s->txn, PqMsg_Sync);
+	s->txn.placement = TXN_PLACEMENT_ASKED;
+	s->txn.placed_table = table;
+	server_set_state(s, SERVER_ASKING);
+	return true;
+}
+
+/* Its one row: the number of live columns before the sharding column. */
+static void placement_row(struct server *s, const uint8_t *body, size_t len)
+{
+	char num[8];
+	if (len < 6 || (body[0] << 8 | body[1]) != 1)
+		return;
+	uint32_t l = proto_get_u32(body + 2);
+	if (l == 0 || l >= sizeof num || l > len - 6)
+		return;
+	memcpy(num, body + 6, l);
+	num[l] = '\0';
+	char *end;
+	unsigned long v = strtoul(num, &end, 10);
+	if (*end || v > UINT16_MAX)
+		return;
+	s->txn.placed_position = (uint16_t)v;
+	s->txn.placement = TXN_PLACEMENT_KNOWN;
+}
+
+/* Its ReadyForQuery: the client's request goes on (its guard reads the
+ * answer in s->txn). A transaction no longer open means something failed:
+ * the client finds it so. */
+static void placement_done(struct server *s)
+{
+	if (s->txn.placement != TXN_PLACEMENT_KNOWN)
+		s->txn.placement = TXN_PLACEMENT_UNKNOWN;
+	server_set_state(s, SERVER_ACTIVE);
+	if (s->client && s->client->ev->asked)
+		s->client->ev->asked(s->client);
+}
+
 /* The answer to the replayed-position question (server_link): two
  * columns, the second 'replayed'; true when the first says 't'. */
 static bool replay_row(const uint8_t *body, size_t len)
@@ -1033,7 +1111,7 @@ static void process_unlinked(struct server *s)
 		bool need_body = f.type == PqMsg_ParameterStatus || f.type == PqMsg_ErrorResponse ||
 				 (f.type == PqMsg_DataRow && st == SERVER_SYNCING &&
 				  (s->health_check || s->replay_check == SERVER_REPLAY_ASKED)) ||
-				 (f.type == PqMsg_DataRow && st == SERVER_WAL_POSITION);
+				 (f.type == PqMsg_DataRow && (st == SERVER_WAL_POSITION || st == SERVER_ASKING));
 		if (need_body && total <= SERVER_INSPECT_MAX) {
 			if (!take_whole(in, total, buf))
 				return;
@@ -1057,6 +1135,8 @@ static void process_unlinked(struct server *s)
 		size_t blen = f.len - 4;
 		if (f.type == PqMsg_DataRow && need_body && total <= SERVER_INSPECT_MAX && st == SERVER_WAL_POSITION)
 			wal_row(s, body, blen);
+		else if (f.type == PqMsg_DataRow && need_body && total <= SERVER_INSPECT_MAX && st == SERVER_ASKING)
+			placement_row(s, body, blen);
 		else if (f.type == PqMsg_DataRow && need_body && total <= SERVER_INSPECT_MAX &&
 			 replay_row(body, blen)) {
 			s->replay_check = SERVER_REPLAY_REACHED;
@@ -1095,6 +1175,10 @@ static void process_unlinked(struct server *s)
 			}
 			if (st == SERVER_WAL_POSITION && s->txn.outstanding == 0) {
 				wal_done(s);
+				return;
+			}
+			if (st == SERVER_ASKING && s->txn.outstanding == 0) {
+				placement_done(s);
 				return;
 			}
 			if (st == SERVER_DRAINING) {
@@ -1640,6 +1724,7 @@ static void process_once(struct server *s)
 	case SERVER_IDLE:
 	case SERVER_SYNCING:
 	case SERVER_WAL_POSITION:
+	case SERVER_ASKING:
 	case SERVER_DRAINING:
 	case SERVER_RESETTING:
 	case SERVER_CANCEL_WAIT:

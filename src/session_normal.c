@@ -480,7 +480,7 @@ static bool txn_message(struct client *c, const struct proto_frame *f)
 	case HERE_NOT:
 		break;
 	}
-	struct shardkey_result r = { SHARDKEY_ONE, c->shard_override, true };
+	struct shardkey_result r = { SHARDKEY_ONE, c->shard_override, true, false, 0 };
 	uint32_t need = 0;
 	if (c->shard_override < 0 && !route_request_shard(c, f, &r, &need)) {
 		client_read_limit(c, need);

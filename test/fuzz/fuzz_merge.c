@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 		}                                                                \
 	} while (0)
 
-static const struct router_table tables[] = { { NULL, "items", "id" }, { "s", "t", "k" } };
+static const struct router_table tables[] = { { .schema = NULL, .table = "items", .column = "id" }, { .schema = "s", .table = "t", .column = "k" } };
 static const struct router_rules rules = { .sharded = tables, .n_sharded = 2, .max_length = 100000 };
 static const uint32_t oids[] = { 16, 19, 20, 21, 23, 25, 26, 700, 701, 1042, 1043, 1082, 1114, 1184, 1700, 2950 };
 

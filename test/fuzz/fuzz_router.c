@@ -33,9 +33,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 	} while (0)
 
 static const struct router_table sharded[] = {
-	{ NULL, "users", "id" },
-	{ "public", "orders", "user_id" },
-	{ "app", "events", "tenant" },
+	{ .schema = NULL, .table = "users", .column = "id" },
+	{ .schema = "public", .table = "orders", .column = "user_id" },
+	{ .schema = "app", .table = "events", .column = "tenant" },
 };
 static const char *const writers[] = { "my_writer", "audit_*", "app.bump" };
 

@@ -933,3 +933,51 @@ def test_insert_without_column_list_in_a_transaction_is_keyed(pgcat, shards, pro
     assert [where(shards, "items3", 3, k) for k in (c, d, e)] == [[2], [2], [2]]
     assert misplaced(shards, "items3", 3) == 0
     r.close()
+
+
+@pytest.mark.parametrize("protocol", ["simple", "extended"])
+def test_insert_without_column_list_later_in_a_transaction(pgcat, shards, protocol):
+    """Once a transaction runs on a shard, an INSERT without a column list
+    is judged by where its key sits: pgcat asks the transaction's own
+    server where the table's sharding column is (as the transaction sees
+    the table), then runs it there when its row belongs there, and refuses
+    it (0A000) when it belongs elsewhere, as it does an INSERT that names
+    its columns."""
+    inst = start(pgcat, shards)
+    ks = keys_by_shard(shards, "items3", 3)
+    a, b, other = ks[1][0], ks[1][1], ks[2][0]
+    r = inst.raw_login(dbname="sh3")
+
+    def run(sql, params=()):
+        if protocol == "simple":
+            for i, p in enumerate(params):
+                sql = sql.replace("$%d" % (i + 1), str(p), 1)
+            return r.simple(sql)
+        r.send(pgwire.parse(sql) + pgwire.bind(list(params)) + pgwire.execute() + pgwire.sync())
+        msgs = r.read_until((b"Z",))
+        err = next((pgwire.parse_fields(m) for t, m in msgs if t == b"E"), None)
+        rows = [pgwire.data_row_values(m) for t, m in msgs if t == b"D"]
+        return rows, err, msgs[-1][1].decode()
+
+    rows, err, status = r.simple("BEGIN")
+    rows, err, status = run("SELECT count(*) FROM items3 WHERE id = $1", (a,))
+    assert err is None and rows == [["0"]] and status == "T", (rows, err)
+    rows, err, status = run("INSERT INTO items3 VALUES ($1, 'later')", (a,))
+    assert err is None and status == "T", err
+    rows, err, status = run("INSERT INTO items3 VALUES ($1, 'again')", (b,))
+    assert err is None and status == "T", err
+    rows, err, status = run("INSERT INTO items3 VALUES ($1, 'elsewhere')", (other,))
+    assert err is not None and err["C"] == "0A000" and status == "E", (err, status)
+    rows, err, status = r.simple("ROLLBACK")
+    assert err is None and status == "I"
+    assert where(shards, "items3", 3, a) == [] and where(shards, "items3", 3, other) == []
+    rows, err, status = r.simple("BEGIN")
+    run("SELECT count(*) FROM items3 WHERE id = $1", (a,))
+    rows, err, status = run("INSERT INTO items3 VALUES ($1, 'kept')", (a,))
+    assert err is None and status == "T", err
+    rows, err, status = run("SELECT v FROM items3 WHERE id = $1", (a,))
+    assert rows == [["kept"]], (rows, err)
+    rows, err, status = r.simple("COMMIT")
+    assert err is None and status == "I"
+    assert where(shards, "items3", 3, a) == [1] and misplaced(shards, "items3", 3) == 0
+    r.close()

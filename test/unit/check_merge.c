@@ -18,7 +18,7 @@
 #include "merge.h"
 #include "proto.h"
 
-static const struct router_table tables[] = { { NULL, "items", "id" } };
+static const struct router_table tables[] = { { .schema = NULL, .table = "items", .column = "id" } };
 static const struct router_rules rules = { .sharded = tables, .n_sharded = 1, .max_length = 100000 };
 
 /* ---- the plan ---- */

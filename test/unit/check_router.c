@@ -9,9 +9,9 @@
 #include "router.h"
 
 static const struct router_table tables[] = {
-	{ NULL, "users", "id" },
-	{ "app", "orders", "user_id" },
-	{ NULL, "accounts", "uuid" },
+	{ .schema = NULL, .table = "users", .column = "id" },
+	{ .schema = "app", .table = "orders", .column = "user_id" },
+	{ .schema = NULL, .table = "accounts", .column = "uuid" },
 };
 static const char *const writers[] = { "my_writer", "audit.log_*" };
 static const struct router_rules rules = {

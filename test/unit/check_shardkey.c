@@ -10,7 +10,7 @@
 #include "router.h"
 #include "shardkey.h"
 
-static const struct router_table tables[] = { { NULL, "items", "id" } };
+static const struct router_table tables[] = { { .schema = NULL, .table = "items", .column = "id" } };
 static const struct router_rules rules = { .sharded = tables, .n_sharded = 1, .max_length = 100000 };
 
 /* A Bind body: n params; formats: NULL (all text), one code for all, or one per param. */
@@ -260,9 +260,9 @@ END_TEST
 
 START_TEST(test_merge_and_types)
 {
-	struct shardkey_result a = { SHARDKEY_DEFAULT, -1, false };
-	struct shardkey_result one0 = { SHARDKEY_ONE, 0, false }, one1 = { SHARDKEY_ONE, 1, true };
-	struct shardkey_result cross = { SHARDKEY_CROSS, -1, false }, dflt = { SHARDKEY_DEFAULT, -1, true };
+	struct shardkey_result a = { SHARDKEY_DEFAULT, -1, false, false, 0 };
+	struct shardkey_result one0 = { SHARDKEY_ONE, 0, false, false, 0 }, one1 = { SHARDKEY_ONE, 1, true, false, 0 };
+	struct shardkey_result cross = { SHARDKEY_CROSS, -1, false, false, 0 }, dflt = { SHARDKEY_DEFAULT, -1, true, false, 0 };
 	shardkey_merge(&a, &one0);
 	ck_assert_int_eq(a.outcome, SHARDKEY_ONE);
 	ck_assert_int_eq(a.shard, 0);
