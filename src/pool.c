@@ -221,10 +221,15 @@ static void pool_apply_config(struct pool *p, const struct config *cfg, const st
 {
 	p->cpool = cp;
 	p->cuser = cu;
-	p->mode = config_user_pool_mode(cp, cu);
+	p->mode = config_user_pool_mode(cfg, cp, cu);
 	p->pool_size = config_user_pool_size(cfg, cp, cu);
 	p->min_pool_size = config_user_min_pool_size(cfg, cp, cu);
-	p->reserve_pool_size = config_user_reserve_pool_size(cfg, cu);
+	p->reserve_pool_size = config_user_reserve_pool_size(cfg, cp, cu);
+	p->server_lifetime = config_pool_server_lifetime(cfg, cp);
+	p->query_timeout = config_user_query_timeout(cfg, cu);
+	p->idle_transaction_timeout = config_user_idle_transaction_timeout(cfg, cu);
+	p->client_idle_timeout = config_user_client_idle_timeout(cfg, cu);
+	p->transaction_timeout = config_user_transaction_timeout(cfg, cu);
 }
 
 static struct pool *pool_new(struct worker *w, const struct config_pool *cp, const struct config_user *cu)
@@ -674,7 +679,6 @@ static void pool_server_clean(struct server *s)
 {
 	struct srvpool *sp = s->sp;
 	struct worker *w = sp->pool->w;
-	const struct config_general *g = &w->cfg->general;
 	assert(s->client == NULL);
 	server_settings_discard(s);   /* a client gone mid-transaction: rolled back */
 	if (s->cancels_in_flight > 0) {
@@ -685,7 +689,7 @@ static void pool_server_clean(struct server *s)
 	if (sp->pool->removed && list_empty(&sp->waiters))
 		s->close_when_idle = true;
 	if (s->close_when_idle || w->shutting_down ||
-	    (g->server_lifetime > 0 && w->now_us - s->connect_us > (uint64_t)g->server_lifetime * 1000)) {
+	    (sp->pool->server_lifetime > 0 && w->now_us - s->connect_us > (uint64_t)sp->pool->server_lifetime * 1000)) {
 		if (list_empty(&sp->waiters) || s->close_when_idle) {
 			server_close(s, s->close_when_idle ? "close requested" : "server_lifetime");
 			return;
@@ -970,13 +974,11 @@ static bool plan_configured(struct worker *w, const struct config *newcfg, struc
  * auth_query still on and no users section took them over. */
 static bool plan_looked_up(struct worker *w, const struct config *newcfg, struct reload_plan *pl)
 {
-	if (!newcfg->general.auth_user[0])
-		return true;
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		const struct config_pool *cp = p->own_user && !p->removed ? config_find_pool(newcfg, p->name) : NULL;
-		if (!cp || plan_has(pl, p))
+		if (!cp || !config_pool_auth_user(newcfg, cp)[0] || plan_has(pl, p))
 			continue;
 		struct reload_entry *e = plan_add(pl);
 		if (!e)
