@@ -201,6 +201,7 @@ struct shard_meta { int line; int key_line[SHARD_KEY_COUNT]; };
 struct user_meta { int line; int key_line[USER_KEY_COUNT]; };
 struct pool_meta {
 	int line;
+	const char *file;           /* of line, when not the parser's file (an %include); NULL: that */
 	int key_line[POOL_KEY_COUNT];
 	struct shard_meta *shards;  /* parallel to config_pool.shards */
 	struct user_meta *users;    /* parallel to config_pool.users */
@@ -234,6 +235,11 @@ struct parser {
 	char last_key[64];                 /* its name as written; "" = ignore continuations */
 
 	int general_line[N_GENERAL_KEYS];
+	/* The file of each general_line when it is not `file` (a pgbouncer.ini's
+	 * %include); NULL: file. The names are in files, freed with the parser. */
+	const char *general_file[N_GENERAL_KEYS];
+	char **files;
+	size_t n_files;
 	struct pool_meta *pools;    /* parallel to cfg->pools */
 	int *peer_line;             /* parallel to cfg->peers */
 	int peers_line;
@@ -366,10 +372,7 @@ struct pgb {
 	const char *key_file[PGB_KEY_SLOTS];
 	enum pgb_section section;
 	bool saw_main;             /* a [pgbouncer] section was read */
-	char **files;              /* the names of the files read, for messages */
-	size_t n_files;
 	bool *socket_host;         /* parallel to cfg->pools: no host=, the Unix socket directory */
-	const char **pool_file;    /* parallel to cfg->pools: the file of its line */
 	int autodb_line;           /* the `*` entry of [databases]; 0: none */
 	const char *autodb_file;
 	int depth;                 /* of %include */

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "config_internal.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +30,25 @@ static int general_line(const struct parser *p, const char *key)
 	return find_spec(general_specs, N_GENERAL_KEYS, key, &i) ? p->general_line[i] : 0;
 }
 
-#define general_error(p, key, ...) \
-	problem((p), CONFIG_PROBLEM_ERROR, general_line((p), (key)), (p)->general_section, (key), __VA_ARGS__)
+/* A problem at a [general] key's line, in the file it was read from. */
+__attribute__((format(printf, 4, 5)))
+static void general_problem(struct parser *p, enum config_problem_kind kind, const char *key, const char *fmt, ...)
+{
+	size_t i;
+	const char *file = find_spec(general_specs, N_GENERAL_KEYS, key, &i) ? p->general_file[i] : NULL;
+	const char *was = p->file;
+	if (file != NULL)
+		p->file = file;
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	problem(p, kind, general_line(p, key), p->general_section, key, "%s", msg);
+	p->file = was;
+}
+
+#define general_error(p, key, ...) general_problem((p), CONFIG_PROBLEM_ERROR, (key), __VA_ARGS__)
 
 void check_general(struct parser *p)
 {
@@ -64,8 +82,8 @@ void check_general(struct parser *p)
 		general_error(p, g->server_tls_cert_file[0] ? "server_tls_cert_file" : "server_tls_key_file",
 			      "server_tls_cert_file and server_tls_key_file go together: set both or neither");
 	if (g->server_tls_cert_file[0] && g->server_tls_sslmode == TLS_MODE_DISABLE)
-		problem(p, CONFIG_PROBLEM_WARNING, general_line(p, "server_tls_cert_file"), p->general_section,
-			"server_tls_cert_file", "ignored while server_tls_sslmode is disable");
+		general_problem(p, CONFIG_PROBLEM_WARNING, "server_tls_cert_file",
+				"ignored while server_tls_sslmode is disable");
 	if (p->cfg->n_peers > 0 && g->peer_id == 0)
 		problem(p, CONFIG_PROBLEM_WARNING, p->peers_line, "peers", NULL,
 			"ignored while [%s] peer_id is 0", p->general_section);
@@ -227,8 +245,14 @@ void check_auth_user(struct parser *p)
 {
 	const struct config *cfg = p->cfg;
 	const char *au = cfg->general.auth_user;
-	if (au != NULL && au[0] != '\0' && !auth_user_known(cfg, au))
+	if (au != NULL && au[0] != '\0' && !auth_user_known(cfg, au)) {
+		size_t i;
+		const char *was = p->file;
+		if (find_spec(general_specs, N_GENERAL_KEYS, "auth_user", &i) && p->general_file[i])
+			p->file = p->general_file[i];
 		unknown_auth_user(p, general_line(p, "auth_user"), p->general_section, "auth_user", "", au);
+		p->file = was;
+	}
 	/* Pools' own auth_user: only at load (p->pools is NULL under SET). */
 	for (size_t i = 0; p->pools != NULL && i < cfg->n_pools; i++) {
 		const char *pau = cfg->pools[i].auth_user;
@@ -237,7 +261,11 @@ void check_auth_user(struct parser *p)
 		char section[CONFIG_MAX_NAME + 8];
 		int line = p->pools[i].key_line[POOL_KEY_AUTH_USER];
 		if (cfg->format == CONFIG_FORMAT_PGBOUNCER) {
+			const char *was = p->file;
+			if (p->pools[i].file)
+				p->file = p->pools[i].file;
 			unknown_auth_user(p, line, "databases", cfg->pools[i].name, "auth_user: ", pau);
+			p->file = was;
 		} else {
 			snprintf(section, sizeof(section), "pools.%s", cfg->pools[i].name);
 			unknown_auth_user(p, line, section, "auth_user", "", pau);

@@ -516,6 +516,9 @@ static void parser_free(struct parser *p)
 	free(p->pools);
 	free(p->peer_line);
 	free(p->usets);
+	for (size_t i = 0; i < p->n_files; i++)
+		free(p->files[i]);
+	free(p->files);
 	free(p->section_name);
 }
 

@@ -324,7 +324,6 @@ static size_t pool_slot(struct pgb *g, const char *name)
 	char *copy = p_strdup(p, name);
 	if (copy == NULL || !p_grow(p, &p->pools, cfg->n_pools, sizeof(*p->pools)) ||
 	    !p_grow(p, &g->socket_host, cfg->n_pools, sizeof(*g->socket_host)) ||
-	    !p_grow(p, &g->pool_file, cfg->n_pools, sizeof(*g->pool_file)) ||
 	    !p_grow(p, &cfg->pools, cfg->n_pools, sizeof(*cfg->pools))) {
 		free(copy);
 		return SIZE_MAX;
@@ -351,7 +350,7 @@ static void build_pool(struct pgb *g, const char *name, struct pgb_db *d)
 	struct pool_meta *meta = &p->pools[i];
 	apply_defaults(p, pool_specs, POOL_KEY_COUNT, pool);
 	meta->line = p->lineno;
-	g->pool_file[i] = p->file;
+	meta->file = p->file;
 	for (size_t k = 0; k < POOL_KEY_COUNT; k++)
 		meta->key_line[k] = p->lineno;
 	/* The pool's mode is [pgbouncer]'s unless the entry has its own. */
@@ -609,12 +608,12 @@ static void include_file(struct pgb *g, const char *name)
 		return;
 	}
 	char *path = config_relative_path(p->file, name);
-	if (path == NULL || !p_grow(p, &g->files, g->n_files, sizeof(*g->files))) {
+	if (path == NULL || !p_grow(p, &p->files, p->n_files, sizeof(*p->files))) {
 		free(path);
 		p->oom = true;
 		return;
 	}
-	g->files[g->n_files++] = path;   /* named by the problems of its lines */
+	p->files[p->n_files++] = path;   /* named by the problems of its lines, until the parser goes */
 	size_t len = 0;
 	char *err = NULL;
 	char *text = config_read_file(path, PGB_MAX_FILE, &len, &err);
@@ -816,7 +815,7 @@ static void finish(struct pgb *g)
 	const char *was = p->file;
 	for (size_t i = 0; i < cfg->n_pools && !p->oom; i++) {
 		struct config_pool *pool = &cfg->pools[i];
-		p->file = g->pool_file[i];
+		p->file = p->pools[i].file;
 		if (pool->auth_dbname != NULL && config_find_pool(cfg, pool->auth_dbname) == NULL) {
 			problem(p, CONFIG_PROBLEM_ERROR, p->pools[i].line, "databases", pool->name,
 				"auth_dbname \"%.*s\" is no database of [databases]", CONFIG_QUOTE_MAX, pool->auth_dbname);
@@ -844,9 +843,13 @@ static void finish(struct pgb *g)
 	const char *adb = cfg->general.auth_dbname;
 	size_t idx;
 	if (adb[0] != '\0' && config_find_pool(cfg, adb) == NULL &&
-	    find_spec(general_specs, N_GENERAL_KEYS, "auth_dbname", &idx))
+	    find_spec(general_specs, N_GENERAL_KEYS, "auth_dbname", &idx)) {
+		if (p->general_file[idx])
+			p->file = p->general_file[idx];
 		problem(p, CONFIG_PROBLEM_ERROR, p->general_line[idx], "pgbouncer", "auth_dbname",
 			"\"%.*s\" is no database of [databases]", CONFIG_QUOTE_MAX, adb);
+		p->file = was;
+	}
 	if (!g->saw_main)
 		problem(p, CONFIG_PROBLEM_ERROR, 0, NULL, NULL, "no [pgbouncer] section: PgBouncer refuses such a file too");
 	pgb_finish_settings(g);
@@ -863,9 +866,5 @@ void pgb_load(struct parser *p, const char *text)
 		finish(&g);
 	for (size_t i = 0; i < PGB_KEY_SLOTS; i++)
 		free(g.value[i]);
-	for (size_t i = 0; i < g.n_files; i++)
-		free(g.files[i]);
-	free(g.files);
 	free(g.socket_host);
-	free(g.pool_file);
 }

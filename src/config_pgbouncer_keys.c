@@ -380,8 +380,10 @@ static void emit(struct pgb *g, const struct pgb_key *k, const char *to, const c
 		return;
 	struct key_spec named = *spec;
 	named.name = k->name;   /* messages speak of PgBouncer's setting */
-	if (!g->defaults)
+	if (!g->defaults) {
 		g->p->general_line[idx] = g->p->lineno;
+		g->p->general_file[idx] = g->p->file;
+	}
 	set_value(g->p, &named, &g->p->cfg->general, value, false);
 }
 

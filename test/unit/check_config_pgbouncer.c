@@ -614,6 +614,14 @@ START_TEST(test_include_and_auth_file)
 	snprintf(buf, sizeof(buf), "%s/common.ini:2: [pgbouncer] max_client_conn: must be an integer", dir);
 	ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_ERROR, buf));
 	config_problems_free(&pr);
+	/* So does a check across settings, for a setting of an included file. */
+	write_file(dir, "common.ini", "\n\nclient_tls_sslmode = require\n");
+	cfg = config_load(path, &pr);
+	ck_assert_ptr_null(cfg);
+	snprintf(buf, sizeof(buf), "%s/common.ini:3: [pgbouncer] client_tls_sslmode: \"require\" needs "
+		 "client_tls_cert_file", dir);
+	ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_ERROR, buf));
+	config_problems_free(&pr);
 	remove_files(dir, names, sizeof(names) / sizeof(names[0]));
 	free(dir);
 }
