@@ -17,7 +17,9 @@ enum auth_type { AUTH_TYPE_SCRAM, AUTH_TYPE_MD5, AUTH_TYPE_TRUST };
 enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARNING, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG, LOG_LEVEL_TRACE };
 enum server_role { SERVER_ROLE_PRIMARY, SERVER_ROLE_REPLICA, SERVER_ROLE_AUTO };
 enum default_role { DEFAULT_ROLE_ANY, DEFAULT_ROLE_PRIMARY, DEFAULT_ROLE_REPLICA };
-enum lb_mode { LB_MODE_RANDOM, LB_MODE_LOC };
+/* first: the first server listed that is not banned (PgBouncer's
+ * load_balance_hosts = disable). */
+enum lb_mode { LB_MODE_RANDOM, LB_MODE_LOC, LB_MODE_FIRST };
 /* read_your_writes (SPEC §4): off, or reads after a write wait for the
  * replicas to replay its WAL position (lsn). */
 enum read_your_writes { READ_YOUR_WRITES_OFF, READ_YOUR_WRITES_LSN };

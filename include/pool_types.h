@@ -138,8 +138,9 @@ struct pool {
 	int idle_transaction_timeout;
 	int client_idle_timeout;
 	int transaction_timeout;
-	/* A client of it has logged in since it was made: min_pool_size is
-	 * kept for auth_file's users only from then on. */
+	/* A client of it has logged in (here, or in another worker: the
+	 * shared counters) since it was made: min_pool_size is kept for
+	 * auth_file's users only from then on. */
 	bool had_client;
 
 	struct srvpool **targets;     /* every server of every shard */

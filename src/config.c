@@ -63,7 +63,7 @@ static const char *const default_role_names[] = {
 	[DEFAULT_ROLE_ANY] = "any", [DEFAULT_ROLE_PRIMARY] = "primary", [DEFAULT_ROLE_REPLICA] = "replica",
 };
 static const char *const lb_mode_names[] = {
-	[LB_MODE_RANDOM] = "random", [LB_MODE_LOC] = "loc",
+	[LB_MODE_RANDOM] = "random", [LB_MODE_LOC] = "loc", [LB_MODE_FIRST] = "first",
 };
 static const char *const read_your_writes_names[] = {
 	[READ_YOUR_WRITES_OFF] = "off", [READ_YOUR_WRITES_LSN] = "lsn",

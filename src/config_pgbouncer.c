@@ -393,11 +393,9 @@ static void build_pool(struct pgb *g, const char *name, struct pgb_db *d)
 		/* One host: the primary; several: equals (replicas, at random). */
 		for (size_t k = 0; k < shard->n_servers; k++)
 			shard->servers[k].role = shard->n_servers == 1 ? SERVER_ROLE_PRIMARY : SERVER_ROLE_REPLICA;
-		if (d->lb_disable && shard->n_servers > 1)
-			pgb_warning(g, name, "load_balance_hosts=disable is not supported yet: pgcat spreads new "
-				    "connections over the hosts at random, and leaves a failing one out for ban_time");
-	} else if (d->host == NULL && d->lb_disable) {
-		/* nothing to balance */
+		/* disable: stay on the first host until it fails (then the next,
+		 * while the first is banned). */
+		pool->load_balancing_mode = d->lb_disable ? LB_MODE_FIRST : LB_MODE_RANDOM;
 	}
 	g->socket_host[i] = d->host == NULL;
 }

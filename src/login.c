@@ -250,10 +250,8 @@ static void start_login(struct client *c)
 		if (auth_query_login(c, start_login))
 			return;
 		c->pool = pool_find(w, client_database(c), client_user(c));
-		if (c->pool) {
+		if (c->pool)
 			c->pool->n_clients++;
-			c->pool->had_client = true;
-		}
 		if (c->pool && c->pool->disabled) {
 			client_close(c, SQLSTATE_CONNECTION_FAILURE, "database \"%s\" is disabled", client_database(c));
 			return;

@@ -281,3 +281,37 @@ def test_pgbouncer_ini_errors_name_file_and_line(pgcat):
                        cwd=str(inst.workdir))
     assert r.returncode == 1
     assert "pool_mode \"statement\" is not supported yet" in r.stderr
+
+
+def test_host_lists_spread_or_stay_on_the_first(pgcat, pg):
+    """host=h1,h2: PgBouncer spreads new connections over the hosts
+    (load_balance_hosts = round-robin, the default), or stays on the first
+    until it fails (disable). Two names for the same server, to tell which
+    entry each session went to (SHOW SHARDS, per host)."""
+    inst = pgcat(start=False)
+    w = inst.workdir
+    (w / "userlist.txt").write_text('"app" "%s"\n"pgb_admin" "%s"\n' % (PASSWORDS["app"], ADMIN_PW))
+    start_on(inst, f"""\
+[databases]
+spread = host=127.0.0.1,localhost port={pg.port} dbname=appdb
+ordered = host=localhost,127.0.0.1 port={pg.port} dbname=appdb load_balance_hosts=disable
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {inst.port}
+unix_socket_dir = {w}
+auth_file = userlist.txt
+admin_users = pgb_admin
+pool_mode = session
+""")
+    for db in ("spread", "ordered"):
+        for _ in range(24):
+            with inst.connect("app", dbname=db) as c:
+                assert c.execute("SELECT current_database()").fetchone()[0] == "appdb"
+    adm = console(inst, "pgb_admin", ADMIN_PW)
+    _, shards = show(adm, "SHARDS")
+    adm.close()
+    routed = {(s["pool"], s["host"]): int(s["xact_count"]) for s in shards}
+    # At random: both hosts (all 24 on one: 2 chances in 2^24).
+    assert routed[("spread", "127.0.0.1")] > 0 and routed[("spread", "localhost")] > 0, routed
+    # disable: the first listed, every time.
+    assert routed[("ordered", "localhost")] >= 24 and routed[("ordered", "127.0.0.1")] == 0, routed

@@ -394,8 +394,13 @@ START_TEST(test_connstrings)
 	}
 	expect_problem("[pgbouncer]\n[databases]\ndb = host=x password=p\n", true, CONFIG_PROBLEM_WARNING, 3,
 		       "pgb.ini:3: [databases] db: password= without user= is not used");
-	expect_problem("[pgbouncer]\n[databases]\ndb = host=x,y load_balance_hosts=disable\n", true,
-		       CONFIG_PROBLEM_WARNING, 3, "pgb.ini:3: [databases] db: load_balance_hosts=disable is not supported");
+	/* load_balance_hosts=disable: the first host that is not banned. */
+	cfg = load_clean("[pgbouncer]\n[databases]\ndb = host=x,y load_balance_hosts=disable\n"
+			 "rr = host=x,y load_balance_hosts=round-robin\n", &pr);
+	ck_assert_int_eq(config_find_pool(cfg, "db")->load_balancing_mode, LB_MODE_FIRST);
+	ck_assert_int_eq(config_find_pool(cfg, "rr")->load_balancing_mode, LB_MODE_RANDOM);
+	config_free(cfg);
+	config_problems_free(&pr);
 	expect_problem("[pgbouncer]\nunix_socket_dir =\n[databases]\ndb =\n", false, CONFIG_PROBLEM_ERROR, 4,
 		       "pgb.ini:4: [databases] db: no host=, and unix_socket_dir is empty");
 	/* A later entry of the same name wins, as in PgBouncer. */
