@@ -127,6 +127,10 @@ struct config_pool {
 	char *datestyle;
 	char *timezone;
 	char *application_name;
+	/* Made at run time from the `*` template for a database a client
+	 * asked for (config_autodb_instance): name and shards are its own,
+	 * everything else the template's. */
+	bool autodb_instance;
 	struct config_shard *shards;   /* sorted by index, indexes 0..n-1 without gaps */
 	size_t n_shards;
 	struct config_user *users;
@@ -152,6 +156,7 @@ struct config_general {
 	int min_pool_size;
 	int connect_timeout;
 	int client_login_timeout; /* ms, 0 = off; CONFIG_INHERIT: connect_timeout */
+	int autodb_idle_timeout;  /* ms a database made from `*` may go unused before it is dropped */
 	int query_wait_timeout;
 	int idle_timeout;
 	int server_lifetime;
@@ -241,6 +246,14 @@ struct config {
 	size_t n_peers;
 	struct config_user_settings *user_settings;   /* [users.NAME] */
 	size_t n_user_settings;
+	/* The `*` pool ([pools.*], PgBouncer's fallback database): a template
+	 * for any database name no pool has, its shards' database the name
+	 * asked for unless they give one. NULL: none. Not among pools. */
+	struct config_pool *autodb;
+	/* The databases made from it so far, each at a stable address
+	 * (workers' pools point at them); see config_autodb_instance. */
+	struct config_pool **autodb_pools;
+	size_t n_autodb_pools;
 	struct hba *hba;          /* auth_hba_file's rules, read with the file; NULL = no auth_hba_file */
 	/* auth_file's entry for auth_user as loaded (its name and password or
 	 * secret), when the file has one; NULL otherwise. Read for auth_query's
@@ -282,8 +295,18 @@ void config_free(struct config *cfg);
 void config_problems_free(struct config_problems *problems);
 bool config_problems_has(const struct config_problems *problems, enum config_problem_kind kind);
 
-/* Lookups over a loaded config. */
+/* Lookups over a loaded config: the pools, then the databases made from
+ * the `*` template. */
 const struct config_pool *config_find_pool(const struct config *cfg, const char *name);
+/* The pool for database name made from the `*` template (made now if
+ * there is none yet): the one exception to the snapshot being immutable,
+ * a worker adds to its own copy at login. NULL: no template, a name that
+ * cannot be one (empty, longer than 63 bytes, the console's), or out of
+ * memory. */
+const struct config_pool *config_autodb_instance(struct config *cfg, const char *name);
+/* Drop a pool config_autodb_instance made (no pool of a worker points at
+ * it any more). */
+void config_autodb_forget(struct config *cfg, const struct config_pool *cp);
 const struct config_user *config_find_user(const struct config_pool *pool, const char *name);
 /* Whether name is one of the comma-separated names of list (blanks
  * around each ignored). */

@@ -142,6 +142,9 @@ struct pool {
 	 * shared counters) since it was made: min_pool_size is kept for
 	 * auth_file's users only from then on. */
 	bool had_client;
+	/* Made from `*` (cpool->autodb_instance): since when no client has
+	 * used it (autodb_idle_timeout drops it then). */
+	uint64_t autodb_idle_since_us;
 
 	struct srvpool **targets;     /* every server of every shard */
 	size_t n_targets;

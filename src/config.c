@@ -443,7 +443,76 @@ const struct config_pool *config_find_pool(const struct config *cfg, const char 
 	for (size_t i = 0; i < cfg->n_pools; i++)
 		if (strcmp(cfg->pools[i].name, name) == 0)
 			return &cfg->pools[i];
+	for (size_t i = 0; i < cfg->n_autodb_pools; i++)
+		if (strcmp(cfg->autodb_pools[i]->name, name) == 0)
+			return cfg->autodb_pools[i];
 	return NULL;
+}
+
+static void autodb_pool_free(struct config_pool *cp)
+{
+	for (size_t i = 0; i < cp->n_shards; i++)
+		free(cp->shards[i].database);
+	free(cp->shards);
+	free(cp->name);
+	free(cp);
+}
+
+const struct config_pool *config_autodb_instance(struct config *cfg, const char *name)
+{
+	const struct config_pool *found = config_find_pool(cfg, name);
+	if (found != NULL || cfg->autodb == NULL)
+		return found;
+	size_t len = strlen(name);
+	if (len == 0 || len > CONFIG_MAX_NAME || strcmp(name, "pgcat") == 0 || strcmp(name, "pgbouncer") == 0)
+		return NULL;
+	const struct config_pool *t = cfg->autodb;
+	struct config_pool *cp = malloc(sizeof(*cp));
+	struct config_pool **list = cp ? realloc(cfg->autodb_pools, (cfg->n_autodb_pools + 1) * sizeof(*list)) : NULL;
+	if (list == NULL) {
+		free(cp);
+		return NULL;
+	}
+	cfg->autodb_pools = list;
+	/* The template's settings, servers and users (they live as long as
+	 * this snapshot); its own name and shards. */
+	*cp = *t;
+	cp->autodb_instance = true;
+	cp->name = strdup(name);
+	cp->shards = calloc(t->n_shards ? t->n_shards : 1, sizeof(*cp->shards));
+	bool ok = cp->name && cp->shards;
+	for (size_t i = 0; ok && i < t->n_shards; i++) {
+		cp->shards[i] = t->shards[i];
+		cp->shards[i].database = strdup(t->shards[i].database ? t->shards[i].database : name);
+		ok = cp->shards[i].database != NULL;
+	}
+	if (!ok) {
+		cp->n_shards = cp->shards ? t->n_shards : 0;
+		autodb_pool_free(cp);
+		return NULL;
+	}
+	cfg->autodb_pools[cfg->n_autodb_pools++] = cp;
+	return cp;
+}
+
+void config_autodb_forget(struct config *cfg, const struct config_pool *cp)
+{
+	for (size_t i = 0; i < cfg->n_autodb_pools; i++) {
+		if (cfg->autodb_pools[i] != cp)
+			continue;
+		autodb_pool_free(cfg->autodb_pools[i]);
+		cfg->autodb_pools[i] = cfg->autodb_pools[--cfg->n_autodb_pools];
+		return;
+	}
+}
+
+void config_autodb_free_all(struct config *cfg)
+{
+	for (size_t i = 0; i < cfg->n_autodb_pools; i++)
+		autodb_pool_free(cfg->autodb_pools[i]);
+	free(cfg->autodb_pools);
+	cfg->autodb_pools = NULL;
+	cfg->n_autodb_pools = 0;
 }
 
 const struct config_user *config_find_user(const struct config_pool *pool, const char *name)

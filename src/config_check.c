@@ -155,7 +155,8 @@ static void check_pool(struct parser *p, struct config_pool *pool, struct pool_m
 		struct config_shard *shard = &pool->shards[i];
 		const struct shard_meta *sm = &meta->shards[i];
 		snprintf(section, sizeof(section), "pools.%s.shards.%d", pool->name, shard->index);
-		if (shard->database == NULL && sm->key_line[SHARD_KEY_DATABASE] == 0) {
+		/* `*`: the database a client asks for (config_autodb_instance). */
+		if (shard->database == NULL && sm->key_line[SHARD_KEY_DATABASE] == 0 && strcmp(pool->name, "*") != 0) {
 			shard->database = p_strdup(p, pool->name);
 		}
 		if (shard->n_servers == 0 && p->cfg->format == CONFIG_FORMAT_PGCAT) {

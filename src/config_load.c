@@ -720,6 +720,38 @@ static void load_hba_file(struct parser *p)
 	free(path);
 }
 
+static void pool_fields_free(struct config_pool *pool)
+{
+	free(pool->name);
+	free_fields(pool_specs, POOL_KEY_COUNT, pool);
+	for (size_t j = 0; j < pool->n_shards; j++)
+		free_fields(shard_specs, SHARD_KEY_COUNT, &pool->shards[j]);
+	free(pool->shards);
+	for (size_t j = 0; j < pool->n_users; j++) {
+		free(pool->users[j].name);
+		free_fields(user_specs, USER_KEY_COUNT, &pool->users[j]);
+	}
+	free(pool->users);
+}
+
+/* The `*` pool, read and checked with the others, leaves them: it is the
+ * template of databases made at login, not one itself. */
+static bool detach_autodb(struct config *cfg)
+{
+	for (size_t i = 0; i < cfg->n_pools; i++) {
+		if (strcmp(cfg->pools[i].name, "*") != 0)
+			continue;
+		cfg->autodb = malloc(sizeof(*cfg->autodb));
+		if (cfg->autodb == NULL)
+			return false;
+		*cfg->autodb = cfg->pools[i];
+		memmove(&cfg->pools[i], &cfg->pools[i + 1], (cfg->n_pools - i - 1) * sizeof(*cfg->pools));
+		cfg->n_pools--;
+		return true;
+	}
+	return true;
+}
+
 static struct config *load_text(const char *text, const char *file, struct config_problems *problems)
 {
 	struct config_problems local = { 0 };
@@ -752,6 +784,8 @@ static struct config *load_text(const char *text, const char *file, struct confi
 		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
 			check_auth_user(&p);
 		parser_free(&p);
+		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR) && !detach_autodb(p.cfg))
+			p.oom = true;
 	}
 	if (p.oom) {
 		bool ignored = false;
@@ -848,20 +882,13 @@ void config_free(struct config *cfg)
 		return;
 	free(cfg->path);
 	free_fields(general_specs, N_GENERAL_KEYS, &cfg->general);
-	for (size_t i = 0; i < cfg->n_pools; i++) {
-		struct config_pool *pool = &cfg->pools[i];
-		free(pool->name);
-		free_fields(pool_specs, POOL_KEY_COUNT, pool);
-		for (size_t j = 0; j < pool->n_shards; j++)
-			free_fields(shard_specs, SHARD_KEY_COUNT, &pool->shards[j]);
-		free(pool->shards);
-		for (size_t j = 0; j < pool->n_users; j++) {
-			free(pool->users[j].name);
-			free_fields(user_specs, USER_KEY_COUNT, &pool->users[j]);
-		}
-		free(pool->users);
-	}
+	config_autodb_free_all(cfg);
+	for (size_t i = 0; i < cfg->n_pools; i++)
+		pool_fields_free(&cfg->pools[i]);
 	free(cfg->pools);
+	if (cfg->autodb != NULL)
+		pool_fields_free(cfg->autodb);
+	free(cfg->autodb);
 	for (size_t i = 0; i < cfg->n_peers; i++)
 		free(cfg->peers[i].host);
 	free(cfg->peers);

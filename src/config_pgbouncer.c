@@ -386,7 +386,8 @@ static void build_pool(struct pgb *g, const char *name, struct pgb_db *d)
 	for (size_t k = 0; k < SHARD_KEY_COUNT; k++)
 		meta->shards[0].key_line[k] = p->lineno;
 	struct config_shard *shard = &pool->shards[0];
-	shard->database = d->dbname ? d->dbname : p_strdup(p, name);
+	/* `*` without dbname=: the name each client asks for (made at login). */
+	shard->database = d->dbname ? d->dbname : strcmp(name, "*") == 0 ? NULL : p_strdup(p, name);
 	d->dbname = NULL;
 	g->socket_host[i] = d->host == NULL;
 	if (d->host != NULL && db_hosts(g, name, d, shard)) {
@@ -404,10 +405,6 @@ static void database_entry(struct pgb *g, const char *name, const char *connstr)
 {
 	if (strcmp(name, "pgbouncer") == 0 || strcmp(name, "pgcat") == 0) {
 		pgb_error(g, name, "the name is reserved for the admin console");
-		return;
-	}
-	if (strcmp(name, "*") == 0) {
-		pgb_error(g, name, "the fallback database \"*\" is not supported yet: list each database by name");
 		return;
 	}
 	if (strlen(name) > CONFIG_MAX_NAME) {

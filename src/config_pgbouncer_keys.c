@@ -109,7 +109,7 @@ static const struct pgb_key pgb_keys[] = {
 	STR_("auth_query", pgb_auth_query_default, true, "auth_query"),
 	FN("auth_type", PT_LOOKUP, "md5", true, NULL, fn_auth_type),
 	STR_("auth_user", NULL, true, "auth_user"),
-	ACCEPT("autodb_idle_timeout", PT_TIME, "3600", true),
+	SECS_("autodb_idle_timeout", "3600", "autodb_idle_timeout", Z_ZERO),
 	SAME("cancel_wait_timeout", PT_TIME, "10", true, "5", WARNING,
 	     "pgcat sends a cancel request at once on a connection of its own and gives up after 5 seconds"),
 	SECS_("client_idle_timeout", "0", "client_idle_timeout", Z_ZERO),

@@ -241,6 +241,15 @@ void config_print(const struct config *cfg, FILE *out)
 			print_section(out, section, user_specs, USER_KEY_COUNT, &pool->users[j]);
 		}
 	}
+	if (cfg->autodb != NULL) {
+		/* (its shards' database, when empty: the name a client asks for) */
+		const struct config_pool *pool = cfg->autodb;
+		print_section(out, "pools.*", pool_specs, POOL_KEY_COUNT, pool);
+		for (size_t j = 0; j < pool->n_shards; j++) {
+			snprintf(section, sizeof(section), "pools.*.shards.%d", pool->shards[j].index);
+			print_section(out, section, shard_specs, SHARD_KEY_COUNT, &pool->shards[j]);
+		}
+	}
 	for (size_t i = 0; i < cfg->n_user_settings; i++) {
 		snprintf(section, sizeof(section), "users.%s", cfg->user_settings[i].name);
 		print_section(out, section, uset_specs, USET_KEY_COUNT, &cfg->user_settings[i]);

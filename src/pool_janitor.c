@@ -27,6 +27,23 @@
  * pgcat gives up on that server connection. */
 #define STATEMENT_TIMEOUT_GRACE_US 1000000
 
+/* A pool of a database made from `*` that no client used for
+ * autodb_idle_timeout (0: never) goes: drained, then freed, and the
+ * database with its last pool (pool_autodb_release). */
+static bool autodb_idle(struct worker *w, struct pool *p)
+{
+	int ms = w->cfg->general.autodb_idle_timeout;
+	if (p->n_clients > 0 || p->autodb_idle_since_us == 0) {
+		p->autodb_idle_since_us = w->now_us;
+		return false;
+	}
+	if (ms <= 0 || w->now_us - p->autodb_idle_since_us < (uint64_t)ms * 1000)
+		return false;
+	log_info("pool %s user %s: made from \"*\", unused for autodb_idle_timeout; dropped", p->name, p->user);
+	p->removed = true;
+	return true;
+}
+
 /* Has any worker logged in a client of p (its counters in the shared
  * segment)? Remembered once true. */
 static bool pool_had_client(struct pool *p)
@@ -268,6 +285,8 @@ void pool_janitor(struct worker *w)
 			}
 			continue;
 		}
+		if (p->cpool->autodb_instance && autodb_idle(w, p))
+			continue;
 		if (!w->shutting_down)
 			pool_fill_min(p);
 	}

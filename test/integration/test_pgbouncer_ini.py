@@ -270,11 +270,11 @@ def test_conftest_pgbouncer_ini_runs_pgcat_unchanged(pgcat, pg):
 def test_pgbouncer_ini_errors_name_file_and_line(pgcat):
     inst = pgcat(start=False)
     bad = inst.workdir / "pgbouncer.ini"
-    bad.write_text("[pgbouncer]\nlisten_port = %d\n\n[databases]\n* = host=127.0.0.1\n"
+    bad.write_text("[pgbouncer]\nlisten_port = %d\n\n[databases]\nx = host=127.0.0.1 bogus=1\n"
                    "db = host=127.0.0.1 pool_mode=statement\n" % inst.port)
     t = subprocess.run([pgcat_binary(), "-t", str(bad)], capture_output=True, text=True, timeout=30)
     assert t.returncode == 1
-    assert "%s:5: [databases] *: the fallback database \"*\" is not supported yet" % bad in t.stderr
+    assert "%s:5: [databases] x: unknown connection parameter \"bogus\"" % bad in t.stderr
     assert "%s:6: [databases] db: pool_mode \"statement\" is not supported yet" % bad in t.stderr
     # Started on it, pgcat refuses to start, with the same lines.
     r = subprocess.run([pgcat_binary(), str(bad)], capture_output=True, text=True, timeout=30,
@@ -315,3 +315,67 @@ pool_mode = session
     assert routed[("spread", "127.0.0.1")] > 0 and routed[("spread", "localhost")] > 0, routed
     # disable: the first listed, every time.
     assert routed[("ordered", "localhost")] >= 24 and routed[("ordered", "127.0.0.1")] == 0, routed
+
+
+def test_fallback_database(pgcat, pg):
+    """`* = host=...`: any database name a client asks for connects to that
+    name on the template's host; a made database goes after
+    autodb_idle_timeout without clients, and comes back at the next login;
+    a reload makes them again from the new template."""
+    inst = pgcat(start=False)
+    w = inst.workdir
+    (w / "userlist.txt").write_text('"app" "%s"\n"pgb_admin" "%s"\n' % (PASSWORDS["app"], ADMIN_PW))
+
+    def ini(extra=""):
+        return f"""\
+[databases]
+appdb = host=127.0.0.1 port={pg.port} dbname=appdb
+* = host=127.0.0.1 port={pg.port} pool_size=2 {extra}
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {inst.port}
+unix_socket_dir = {w}
+auth_file = userlist.txt
+admin_users = pgb_admin
+pool_mode = transaction
+autodb_idle_timeout = 1
+"""
+    start_on(inst, ini())
+    for db in ("shard0", "shard1", "benchdb"):
+        with inst.connect("app", dbname=db) as c:
+            assert c.execute("SELECT current_database()").fetchone()[0] == db
+    # A name the server does not have: the server's own error.
+    with pytest.raises(psycopg.OperationalError) as e:
+        inst.connect("app", dbname="no_such_db").close()
+    assert "no_such_db" in str(e.value) and "does not exist" in str(e.value)
+
+    def databases():
+        r = console(inst, "pgb_admin", ADMIN_PW)
+        try:
+            _, rows = show(r, "DATABASES")
+            return {d["name"]: d for d in rows}
+        finally:
+            r.close()
+    dbs = databases()
+    assert dbs["shard0"]["pool_size"] == "2" and dbs["shard0"]["database"] == "shard0"
+    # Unused for autodb_idle_timeout (1 s): dropped, servers closed.
+    with inst.connect("app", dbname="shard1") as c:
+        c.execute("SELECT 1")
+        wait_until(lambda: "shard0" not in databases(), 15, msg="idle fallback database not dropped")
+        assert "shard1" in databases()               # in use: kept
+    wait_until(lambda: pg.count("app", "shard0") == 0, 10)
+    with inst.connect("app", dbname="shard0") as c:    # and made again
+        assert c.execute("SELECT current_database()").fetchone()[0] == "shard0"
+        # A reload: the template's new settings for the databases made from it.
+        inst.ini.write_text(ini("pool_size=3"))
+        inst.send_signal(signal.SIGHUP)
+        wait_until(lambda: databases().get("shard0", {}).get("pool_size") == "3", 10,
+                   msg="reload did not remake shard0 from the new template")
+        assert c.execute("SELECT 1").fetchone()[0] == 1  # the client's connection went on
+    # Without a template, made databases go with the reload.
+    inst.ini.write_text(ini().replace("* = host", "; * = host"))
+    inst.send_signal(signal.SIGHUP)
+    wait_until(lambda: "shard0" not in databases(), 10, msg="reload kept a database of a removed template")
+    with pytest.raises(psycopg.OperationalError) as e:
+        inst.connect("app", dbname="shard0").close()
+    assert "does not exist" in str(e.value)

@@ -179,7 +179,7 @@ START_TEST(test_key_table)
 {
 	size_t n;
 	const struct config_key_info *keys = config_general_keys(&n);
-	ck_assert_uint_eq(n, 75);
+	ck_assert_uint_eq(n, 76);
 	size_t fixed = 0;
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = i + 1; j < n; j++)
@@ -1446,6 +1446,23 @@ START_TEST(test_pool_and_user_settings)
 }
 END_TEST
 
+/* [pools.*]: pgcat.ini's fallback database, a template for any name. */
+START_TEST(test_autodb_pool)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean("[pools.*]\npool_mode = session\n[pools.*.shards.0]\n"
+					"servers = 127.0.0.1:5432:primary\n" POOL, &pr);
+	ck_assert_uint_eq(cfg->n_pools, 1);
+	ck_assert_ptr_nonnull(cfg->autodb);
+	const struct config_pool *x = config_autodb_instance(cfg, "x");
+	ck_assert_str_eq(x->shards[0].database, "x");
+	ck_assert_int_eq(x->pool_mode, POOL_MODE_SESSION);
+	ck_assert_ptr_eq(config_find_pool(cfg, "x"), x);
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
 Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
@@ -1480,6 +1497,7 @@ Suite *config_suite(void)
 	tcase_add_test(tc, test_unix_socket_servers);
 	tcase_add_test(tc, test_connect_query);
 	tcase_add_test(tc, test_pool_and_user_settings);
+	tcase_add_test(tc, test_autodb_pool);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -383,7 +383,6 @@ START_TEST(test_connstrings)
 		{ "db = host='x'y", "[databases] db: a blank must follow the closing quote of host" },
 		{ "db = =x", "[databases] db: expected key=value" },
 		{ "pgbouncer = host=x", "[databases] pgbouncer: the name is reserved for the admin console" },
-		{ "* = host=x", "[databases] *: the fallback database \"*\" is not supported yet" },
 		{ "db = host=x auth_dbname=nowhere", "[databases] db: auth_dbname \"nowhere\" is no database" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -736,6 +735,54 @@ START_TEST(test_set_and_show)
 }
 END_TEST
 
+START_TEST(test_autodb)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean("[pgbouncer]\nautodb_idle_timeout = 60\n[databases]\n"
+					"* = host=db1,db2 port=6000 pool_size=4\nnamed = host=x\n", &pr);
+	/* The template is no pool itself. */
+	ck_assert_uint_eq(cfg->n_pools, 1);
+	ck_assert_ptr_null(config_find_pool(cfg, "*"));
+	ck_assert_ptr_nonnull(cfg->autodb);
+	ck_assert_ptr_null(cfg->autodb->shards[0].database);
+	ck_assert_int_eq(cfg->general.autodb_idle_timeout, 60000);
+	/* A name no pool has: made from it, the name as its database. */
+	const struct config_pool *a = config_autodb_instance(cfg, "sales");
+	ck_assert_ptr_nonnull(a);
+	ck_assert(a->autodb_instance);
+	ck_assert_str_eq(a->name, "sales");
+	ck_assert_str_eq(a->shards[0].database, "sales");
+	ck_assert_uint_eq(a->shards[0].n_servers, 2);
+	ck_assert_int_eq(a->shards[0].servers[1].port, 6000);
+	ck_assert_int_eq(a->pool_size, 4);
+	ck_assert_ptr_eq(config_find_pool(cfg, "sales"), a);
+	ck_assert_ptr_eq(config_autodb_instance(cfg, "sales"), a);   /* once */
+	/* A named pool stays itself; names a database cannot have are refused. */
+	ck_assert(!config_autodb_instance(cfg, "named")->autodb_instance);
+	ck_assert_ptr_null(config_autodb_instance(cfg, "pgbouncer"));
+	ck_assert_ptr_null(config_autodb_instance(cfg, ""));
+	ck_assert_ptr_null(config_autodb_instance(cfg, "a234567890123456789012345678901234567890123456789012345678901234"));
+	ck_assert_ptr_nonnull(config_autodb_instance(cfg, "other"));
+	ck_assert_uint_eq(cfg->n_autodb_pools, 2);
+	config_autodb_forget(cfg, a);
+	ck_assert_ptr_null(config_find_pool(cfg, "sales"));
+	ck_assert_uint_eq(cfg->n_autodb_pools, 1);
+	config_free(cfg);   /* (frees "other": ASan would see a leak) */
+	config_problems_free(&pr);
+
+	/* dbname= in the template: every name goes to that database. */
+	cfg = load_clean("[pgbouncer]\n[databases]\n* = host=x dbname=fixed\n", &pr);
+	ck_assert_str_eq(config_autodb_instance(cfg, "any")->shards[0].database, "fixed");
+	config_free(cfg);
+	config_problems_free(&pr);
+	/* No template: nothing is made. */
+	cfg = load_clean("[pgbouncer]\n" DB, &pr);
+	ck_assert_ptr_null(config_autodb_instance(cfg, "any"));
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
 Suite *config_pgbouncer_suite(void)
 {
 	Suite *s = suite_create("config_pgbouncer");
@@ -749,6 +796,7 @@ Suite *config_pgbouncer_suite(void)
 	tcase_add_test(tc, test_include_and_auth_file);
 	tcase_add_test(tc, test_auth_types);
 	tcase_add_test(tc, test_set_and_show);
+	tcase_add_test(tc, test_autodb);
 	suite_add_tcase(s, tc);
 	return s;
 }
