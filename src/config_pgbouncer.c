@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define PGB_MAX_INCLUDE 10              /* PgBouncer's nesting limit */
 #define PGB_MAX_FILE (16 * 1024 * 1024)
@@ -609,6 +610,12 @@ static void include_file(struct pgb *g, const char *name)
 		return;
 	}
 	p->files[p->n_files++] = path;   /* named by the problems of its lines, until the parser goes */
+	/* A FIFO or a device would hang or flood the reload that reads it. */
+	struct stat st;
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		problem(p, CONFIG_PROBLEM_ERROR, p->lineno, NULL, NULL, "%%include %s: not a regular file", path);
+		return;
+	}
 	size_t len = 0;
 	char *err = NULL;
 	char *text = config_read_file(path, PGB_MAX_FILE, &len, &err);

@@ -2,7 +2,7 @@
 """pgcat on an unchanged pgbouncer.ini (issue 41 item 1, doc/configuration.md
 "Coming from PgBouncer"): a file of a production shape (several databases,
 a forced user, a database over the Unix socket, one over TLS with its own
-startup parameters, auth_file with md5, SCRAM and plaintext secrets,
+startup parameters, the `*` fallback, auth_file with md5, SCRAM and plaintext secrets,
 auth_query for users it does not list, an hba file, [users] overrides, TLS
 on both sides) passes `pgcat -t` without a word, serves psycopg and psql
 clients as PgBouncer would, shows PgBouncer's settings on the console, and
@@ -60,6 +60,8 @@ forced = host=127.0.0.1 port={pg.port} dbname=appdb user=md5user pool_size=3
 sock = host={pg.sockdir} port={pg.port} dbname=shard0
 ; a hostssl-only server, its own startup parameters
 secure = host=127.0.0.1 port={pg_ssl.port} dbname=appdb user=app password='{PASSWORDS["app"]}' application_name=from_ini datestyle='SQL, DMY'
+; any other name: that database on the main server
+* = host=127.0.0.1 port={pg.port}
 {extra_db}
 [users]
 app = pool_size=2 query_timeout=1.5
@@ -144,6 +146,7 @@ def test_production_pgbouncer_ini(pgcat, pg, pg_ssl, certs, roles):
     assert "query_wait_timeout = 30\n" in t.stdout            # [pgbouncer], seconds
     assert "query_wait_timeout = 30s\n" in t.stdout           # [general], pgcat's
     assert "[pools.forced]" in t.stdout and "server_username = md5user" in t.stdout
+    assert "[pools.*]" in t.stdout
 
     start_on(inst, text)
     assert (inst.workdir / "pgbouncer.pid").read_text().strip() == str(inst.pid)
@@ -186,6 +189,9 @@ def test_production_pgbouncer_ini(pgcat, pg, pg_ssl, certs, roles):
         assert c.execute("SELECT current_user").fetchone()[0] == "app"
         assert c.execute("SHOW application_name").fetchone()[0] == "from_ini"
         assert c.execute("SHOW datestyle").fetchone()[0] == "SQL, DMY"
+    # The fallback database: a name no entry has.
+    with inst.connect("md5user", dbname="benchdb") as c:
+        assert c.execute("SELECT current_database(), current_user").fetchone() == ("benchdb", "md5user")
     # psql, over pgcat's Unix socket in unix_socket_dir.
     r = inst.psql("SELECT current_user", user="md5user", host=str(inst.workdir))
     assert r.stdout.strip() == "md5user"

@@ -610,6 +610,13 @@ START_TEST(test_include_and_auth_file)
 	dump(&pr, buf, sizeof(buf));
 	ck_assert_msg(strstr(buf, "loop.ini:1: %include nested more than 10 deep") != NULL, "%s", buf);
 	config_problems_free(&pr);
+	write_file(dir, "pgbouncer.ini", "[pgbouncer]\n%include /dev/null\n" DB);
+	cfg = config_load(path, &pr);
+	ck_assert_ptr_null(cfg);
+	ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_ERROR, path));
+	dump(&pr, buf, sizeof(buf));
+	ck_assert_msg(strstr(buf, ":2: %include /dev/null: not a regular file") != NULL, "%s", buf);
+	config_problems_free(&pr);
 	/* An error in an included file names that file and its line. */
 	write_file(dir, "pgbouncer.ini", "[pgbouncer]\n%include common.ini\n" DB);
 	write_file(dir, "common.ini", "\nmax_client_conn = lots\n");
