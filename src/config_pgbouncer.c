@@ -117,12 +117,13 @@ static int cstr_pair(const char **pos, char **key, char **value, char *why, size
 	return 1;
 }
 
-/* An integer of a connection string, min..max. */
+/* An integer of a connection string, min..max: decimal (PgBouncer reads
+ * these with atoi, [pgbouncer]'s settings with strtol's C notation). */
 static bool cstr_int(struct pgb *g, const char *entry, const char *key, const char *value, long long min,
 		     long long max, int *out)
 {
-	long long v;
-	if (!pgb_int(value, &v) || v < min || v > max) {
+	int64_t v;
+	if (!parse_int64(value, &v) || v < min || v > max) {
 		pgb_error(g, entry, "%s must be an integer between %lld and %lld, got \"%.*s\"", key, min, max,
 			  CONFIG_QUOTE_MAX, value);
 		return false;
@@ -522,8 +523,8 @@ static void peer_entry(struct pgb *g, const char *name, const char *connstr)
 {
 	struct parser *p = g->p;
 	struct config *cfg = p->cfg;
-	long long id;
-	if (!pgb_int(name, &id) || id < 1 || id > CONFIG_MAX_PEER_ID) {
+	int64_t id;
+	if (!parse_int64(name, &id) || id < 1 || id > CONFIG_MAX_PEER_ID) {
 		pgb_error(g, name, "a peer id must be an integer between 1 and %d", CONFIG_MAX_PEER_ID);
 		return;
 	}

@@ -16,15 +16,36 @@ import time
 import psycopg
 import pytest
 
-from conftest import (PASSWORDS, PG_OS_USER, default_general, default_pools, md5_secret, pgcat_binary,
-                      render_pgbouncer, wait_until)
+from conftest import (PASSWORDS, PgServer, _setup_roles, default_general, default_pools, md5_secret,
+                      pgcat_binary, render_pgbouncer, wait_until)
 from test_admin import show
-from test_tls import certs, p, pg_ssl  # noqa: F401 (fixtures)
+from test_tls import certs, p  # noqa: F401 (a fixture)
 
 LOOKUP_PW = "lookup_pw"
 AQ_PW = "aq_pw"
 ADMIN_PW = "pgb_admin_pw"
 STATS_PW = "pgb_stats_pw"
+
+
+@pytest.fixture(scope="module")
+def pg_ssl(pg_root, certs):  # noqa: F811
+    """A PostgreSQL that takes TLS connections only (as test_tls.py's, a
+    server of this module's own)."""
+    server = PgServer(pg_root, "pgb_sslonly")
+    server.initdb()
+    with open(server.datadir / "postgresql.conf", "a") as f:
+        f.write("ssl = on\nssl_cert_file = '%s'\nssl_key_file = '%s'\n"
+                % (p(certs, "server.crt"), p(certs, "server.key")))
+    (server.datadir / "pg_hba.conf").write_text(
+        "local all all trust\n"
+        "hostssl all postgres 127.0.0.1/32 trust\n"
+        "hostssl all all 127.0.0.1/32 scram-sha-256\n")
+    server.start()
+    try:
+        _setup_roles(server)
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -402,6 +402,12 @@ START_TEST(test_connstrings)
 	config_problems_free(&pr);
 	expect_problem("[pgbouncer]\nunix_socket_dir =\n[databases]\ndb =\n", false, CONFIG_PROBLEM_ERROR, 4,
 		       "pgb.ini:4: [databases] db: no host=, and unix_socket_dir is empty");
+	/* A connection string's integers are decimal (PgBouncer's atoi), not C's. */
+	cfg = load_clean("[pgbouncer]\npeer_id = 10\n[databases]\ndb = host=a pool_size=010\n[peers]\n010 = host=b\n", &pr);
+	ck_assert_int_eq(cfg->pools[0].pool_size, 10);
+	ck_assert_int_eq(cfg->peers[0].id, 10);
+	config_free(cfg);
+	config_problems_free(&pr);
 	/* A later entry of the same name wins, as in PgBouncer. */
 	cfg = load_clean("[pgbouncer]\n[databases]\ndb = host=a\ndb = host=b\n", &pr);
 	ck_assert_uint_eq(cfg->n_pools, 1);
