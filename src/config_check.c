@@ -180,7 +180,8 @@ static void check_pool(struct parser *p, struct config_pool *pool, struct pool_m
 	}
 	bool pgcat_ini = p->cfg->format == CONFIG_FORMAT_PGCAT;
 	snprintf(section, sizeof(section), "pools.%s", pool->name);
-	if (pgcat_ini && pool->min_pool_size != CONFIG_INHERIT && pool->min_pool_size > config_user_pool_size(p->cfg, pool, NULL))
+	if (pgcat_ini && pool->min_pool_size != CONFIG_INHERIT &&
+	    pool->min_pool_size > config_user_pool_size(p->cfg, pool, NULL))
 		problem(p, CONFIG_PROBLEM_ERROR, meta->key_line[POOL_KEY_MIN_POOL_SIZE], section, "min_pool_size",
 			"the minimum pool size (%d) exceeds the pool size (%d)", pool->min_pool_size,
 			config_user_pool_size(p->cfg, pool, NULL));

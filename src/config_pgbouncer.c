@@ -35,8 +35,11 @@
 #define PGB_MAX_INCLUDE 10              /* PgBouncer's nesting limit */
 #define PGB_MAX_FILE (16 * 1024 * 1024)
 
-#define pgb_error(g, key, ...) problem((g)->p, CONFIG_PROBLEM_ERROR, (g)->p->lineno, (g)->p->section_name, (key), __VA_ARGS__)
-#define pgb_warning(g, key, ...) problem((g)->p, CONFIG_PROBLEM_WARNING, (g)->p->lineno, (g)->p->section_name, (key), __VA_ARGS__)
+/* A problem on the current line of the current file. */
+#define pgb_error(g, key, ...) \
+	problem((g)->p, CONFIG_PROBLEM_ERROR, (g)->p->lineno, (g)->p->section_name, (key), __VA_ARGS__)
+#define pgb_warning(g, key, ...) \
+	problem((g)->p, CONFIG_PROBLEM_WARNING, (g)->p->lineno, (g)->p->section_name, (key), __VA_ARGS__)
 
 /* ------------------------------------------------------------------ */
 /* Connection strings                                                   */

@@ -85,7 +85,8 @@ static void fn_verbose(struct pgb *g, const struct pgb_key *k, const char *value
 #define BOOL_(n, def, to) { n, PT_INT, def, true, M_BOOL, to, Z_ZERO, NULL, 0, NULL, NULL, false }
 #define SECS_(n, def, to, z) { n, PT_TIME, def, true, M_SECS, to, z, NULL, 0, NULL, NULL, false }
 #define STR_(n, def, rl, to) { n, PT_STR, def, rl, M_STR, to, Z_ZERO, NULL, 0, NULL, NULL, false }
-#define SAME(n, t, def, rl, same, lvl, why) { n, t, def, rl, M_SAME, NULL, Z_ZERO, same, CONFIG_PROBLEM_##lvl, why, NULL, false }
+#define SAME(n, t, def, rl, same, lvl, why) \
+	{ n, t, def, rl, M_SAME, NULL, Z_ZERO, same, CONFIG_PROBLEM_##lvl, why, NULL, false }
 #define ACCEPT(n, t, def, rl) { n, t, def, rl, M_ACCEPT, NULL, Z_ZERO, NULL, 0, NULL, NULL, false }
 #define FN(n, t, def, rl, show, f) { n, t, def, rl, M_FN, show, Z_ZERO, NULL, 0, NULL, f, false }
 
