@@ -280,7 +280,10 @@ void check_all(struct parser *p)
 	check_general(p);
 	for (size_t i = 0; i < p->cfg->n_pools; i++)
 		check_pool(p, &p->cfg->pools[i], &p->pools[i]);
-	if (p->cfg->n_pools == 0)
+	if (p->cfg->n_pools == 0 && p->cfg->format == CONFIG_FORMAT_PGBOUNCER)
+		problem(p, CONFIG_PROBLEM_WARNING, 0, NULL, NULL,
+			"no database in [databases]: only the admin console can be reached");
+	else if (p->cfg->n_pools == 0)
 		problem(p, CONFIG_PROBLEM_WARNING, 0, NULL, NULL,
 			"no [pools.NAME] section: only the admin console can be reached");
 }

@@ -278,11 +278,17 @@ static bool db_hosts(struct pgb *g, const char *name, const struct pgb_db *d, st
 			pgb_error(g, name, "host: %s", n == 0 ? "an empty host in the list" : why);
 			return false;
 		}
-		for (size_t i = 0; i < shard->n_servers; i++) {
-			if (strlen(shard->servers[i].host) == n && strncmp(shard->servers[i].host, h, n) == 0) {
-				pgb_error(g, name, "host \"%.*s\" is listed twice", (int)n, h);
-				return false;
-			}
+		bool twice = false;
+		for (size_t i = 0; i < shard->n_servers && !twice; i++)
+			twice = strlen(shard->servers[i].host) == n && strncmp(shard->servers[i].host, h, n) == 0;
+		if (twice) {
+			/* PgBouncer gives such a host two turns of its round; pgcat
+			 * has one server for it. */
+			pgb_warning(g, name, "host \"%.*s\" is listed twice: pgcat takes it once", (int)n, h);
+			if (comma == NULL)
+				break;
+			s = comma + 1;
+			continue;
 		}
 		if (shard->n_servers >= CONFIG_MAX_SHARD_SERVERS) {
 			pgb_error(g, name, "host lists at most %d hosts", CONFIG_MAX_SHARD_SERVERS);
