@@ -17,7 +17,9 @@ enum auth_type { AUTH_TYPE_SCRAM, AUTH_TYPE_MD5, AUTH_TYPE_TRUST };
 enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARNING, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG, LOG_LEVEL_TRACE };
 enum server_role { SERVER_ROLE_PRIMARY, SERVER_ROLE_REPLICA, SERVER_ROLE_AUTO };
 enum default_role { DEFAULT_ROLE_ANY, DEFAULT_ROLE_PRIMARY, DEFAULT_ROLE_REPLICA };
-enum lb_mode { LB_MODE_RANDOM, LB_MODE_LOC };
+/* first: the first server listed that is not banned (PgBouncer's
+ * load_balance_hosts = disable). */
+enum lb_mode { LB_MODE_RANDOM, LB_MODE_LOC, LB_MODE_FIRST };
 /* read_your_writes (SPEC §4): off, or reads after a write wait for the
  * replicas to replay its WAL position (lsn). */
 enum read_your_writes { READ_YOUR_WRITES_OFF, READ_YOUR_WRITES_LSN };
@@ -69,6 +71,24 @@ struct config_user {
 	int transaction_timeout;  /* CONFIG_INHERIT or ms (0 = off) */
 	int reserve_pool_size;    /* CONFIG_INHERIT or >= 0 */
 	int max_user_connections; /* CONFIG_INHERIT or >= 0 (0: no cap for this user) */
+	bool from_auth_file;      /* a line of auth_file, not a users section */
+};
+
+/* [users.NAME] (PgBouncer's [users]): settings of a user name in every
+ * pool, below a pool's own users section and above the pool's and
+ * [general]'s. pool_size, reserve_pool_size, max_user_connections and
+ * pool_mode follow the name pgcat logs in to the servers as (a pool's
+ * forced server_username, else the client's); the timeouts the client's. */
+struct config_user_settings {
+	char *name;
+	int pool_mode;                 /* CONFIG_INHERIT or enum pool_mode */
+	int pool_size;                 /* CONFIG_INHERIT or >= 1 */
+	int reserve_pool_size;         /* CONFIG_INHERIT or >= 0 */
+	int max_user_connections;      /* CONFIG_INHERIT or >= 0 */
+	int query_timeout;             /* CONFIG_INHERIT or ms (0 = off) */
+	int idle_transaction_timeout;  /* CONFIG_INHERIT or ms */
+	int client_idle_timeout;       /* CONFIG_INHERIT or ms */
+	int transaction_timeout;       /* CONFIG_INHERIT or ms */
 };
 
 struct config_pool {
@@ -89,6 +109,28 @@ struct config_pool {
 	enum read_your_writes read_your_writes;
 	int max_db_connections;   /* CONFIG_INHERIT or >= 0 (0: no cap for this pool's databases) */
 	char *connect_query;      /* run once on each new server connection; NULL = none */
+	int pool_size;            /* CONFIG_INHERIT or >= 1: the users' default below [users.NAME] */
+	int min_pool_size;        /* CONFIG_INHERIT or >= 0 */
+	int reserve_pool_size;    /* CONFIG_INHERIT or >= 0 */
+	int server_lifetime;      /* CONFIG_INHERIT or ms (0 = no age limit) */
+	/* PgBouncer's forced user: every client of the pool logs in to the
+	 * servers as this role (NULL: as itself); a users section's own
+	 * server_username still wins. */
+	char *server_username;
+	char *server_password;    /* NULL: auth_file's line of server_username, else none */
+	char *auth_user;          /* NULL: [general]'s */
+	char *auth_query;         /* NULL: [general]'s */
+	char *auth_dbname;        /* NULL: [general]'s; names the pool whose server auth_query asks */
+	/* Sent in the startup packet of every server connection (NULL: not
+	 * sent): what a client that sets none of its own sees. */
+	char *client_encoding;
+	char *datestyle;
+	char *timezone;
+	char *application_name;
+	/* Made at run time from the `*` template for a database a client
+	 * asked for (config_autodb_instance): name and shards are its own,
+	 * everything else the template's. */
+	bool autodb_instance;
 	struct config_shard *shards;   /* sorted by index, indexes 0..n-1 without gaps */
 	size_t n_shards;
 	struct config_user *users;
@@ -113,6 +155,8 @@ struct config_general {
 	int default_pool_size;
 	int min_pool_size;
 	int connect_timeout;
+	int client_login_timeout; /* ms, 0 = off; CONFIG_INHERIT: connect_timeout */
+	int autodb_idle_timeout;  /* ms a database made from `*` may go unused before it is dropped */
 	int query_wait_timeout;
 	int idle_timeout;
 	int server_lifetime;
@@ -157,6 +201,7 @@ struct config_general {
 	char *auth_hba_file;      /* "" = none: auth_type for every login */
 	char *auth_query;         /* run as auth_user for users found nowhere else (auth_query.c) */
 	char *auth_user;          /* "" = auth_query off */
+	char *auth_dbname;        /* "": auth_query runs in the pool's own database; else that pool's */
 	int auth_query_cache_ttl; /* ms a looked-up secret is reused */
 	enum log_level log_level;
 	char *log_file;           /* "" = stderr */
@@ -187,13 +232,33 @@ struct config_general {
 	enum tls_negotiation server_tls_negotiation;
 };
 
+/* Which file format the snapshot was read from: pgcat.ini, or a
+ * pgbouncer.ini (PgBouncer's format, config_pgbouncer.c). */
+enum config_format { CONFIG_FORMAT_PGCAT, CONFIG_FORMAT_PGBOUNCER };
+
+struct config_pgbouncer;
+
 struct config {
 	char *path;
+	enum config_format format;
+	/* PgBouncer's [pgbouncer] settings as the file gave them (for SHOW
+	 * CONFIG and SET under PgBouncer's names); NULL for pgcat.ini. */
+	struct config_pgbouncer *pgbouncer;
 	struct config_general general;
 	struct config_pool *pools;
 	size_t n_pools;
 	struct config_peer *peers;
 	size_t n_peers;
+	struct config_user_settings *user_settings;   /* [users.NAME] */
+	size_t n_user_settings;
+	/* The `*` pool ([pools.*], PgBouncer's fallback database): a template
+	 * for any database name no pool has, its shards' database the name
+	 * asked for unless they give one. NULL: none. Not among pools. */
+	struct config_pool *autodb;
+	/* The databases made from it so far, each at a stable address
+	 * (workers' pools point at them); see config_autodb_instance. */
+	struct config_pool **autodb_pools;
+	size_t n_autodb_pools;
 	struct hba *hba;          /* auth_hba_file's rules, read with the file; NULL = no auth_hba_file */
 	/* auth_file's entry for auth_user as loaded (its name and password or
 	 * secret), when the file has one; NULL otherwise. Read for auth_query's
@@ -235,8 +300,18 @@ void config_free(struct config *cfg);
 void config_problems_free(struct config_problems *problems);
 bool config_problems_has(const struct config_problems *problems, enum config_problem_kind kind);
 
-/* Lookups over a loaded config. */
+/* Lookups over a loaded config: the pools, then the databases made from
+ * the `*` template. */
 const struct config_pool *config_find_pool(const struct config *cfg, const char *name);
+/* The pool for database name made from the `*` template (made now if
+ * there is none yet): the one exception to the snapshot being immutable,
+ * a worker adds to its own copy at login. NULL: no template, a name that
+ * cannot be one (empty, longer than 63 bytes, the console's), or out of
+ * memory. */
+const struct config_pool *config_autodb_instance(struct config *cfg, const char *name);
+/* Drop a pool config_autodb_instance made (no pool of a worker points at
+ * it any more). */
+void config_autodb_forget(struct config *cfg, const struct config_pool *cp);
 const struct config_user *config_find_user(const struct config_pool *pool, const char *name);
 /* Whether name is one of the comma-separated names of list (blanks
  * around each ignored). */
@@ -244,24 +319,48 @@ bool config_list_has(const char *list, const char *name);
 /* The secret a console user of admin_users or stats_users logs in with:
  * auth_file's, else the first users section of that name; NULL: none. */
 const char *config_console_secret(const struct config *cfg, const char *user);
-/* Effective values for a user in a pool (inheritance resolved). */
+/* Effective values for a user in a pool (inheritance resolved): the
+ * user's own section, then [users.NAME], then the pool, then [general]. */
 int config_user_pool_size(const struct config *cfg, const struct config_pool *pool,
 			  const struct config_user *user);
 int config_user_min_pool_size(const struct config *cfg, const struct config_pool *pool,
 			      const struct config_user *user);
-enum pool_mode config_user_pool_mode(const struct config_pool *pool, const struct config_user *user);
-/* How a user logs in to the servers: server_username, else its name;
- * server_password, else its password (NULL: none). */
-const char *config_user_server_name(const struct config_user *user);
-const char *config_user_server_password(const struct config_user *user);
-/* The user's transaction_timeout (ms, 0 = off): its own, else [general]'s. */
-int config_user_transaction_timeout(const struct config *cfg, const struct config_user *user);
-/* The user's reserve_pool_size: its own, else [general]'s. */
-int config_user_reserve_pool_size(const struct config *cfg, const struct config_user *user);
-/* The caps on server connections (0: none): the pool's or user's own,
+enum pool_mode config_user_pool_mode(const struct config *cfg, const struct config_pool *pool,
+				     const struct config_user *user);
+/* How a user logs in to the servers: its server_username, else the pool's
+ * forced server_username, else its name; the password that goes with
+ * that name (NULL: none). */
+const char *config_user_server_name(const struct config_pool *pool, const struct config_user *user);
+const char *config_user_server_password(const struct config_pool *pool, const struct config_user *user);
+/* [users.NAME] of that name; NULL: none. */
+const struct config_user_settings *config_find_user_settings(const struct config *cfg, const char *name);
+/* The user's time limits (ms, 0 = off): its own, else [users.NAME]'s,
  * else [general]'s. */
+int config_user_transaction_timeout(const struct config *cfg, const struct config_user *user);
+int config_user_query_timeout(const struct config *cfg, const struct config_user *user);
+int config_user_idle_transaction_timeout(const struct config *cfg, const struct config_user *user);
+int config_user_client_idle_timeout(const struct config *cfg, const struct config_user *user);
+/* Whether any user has that limit on ([general]'s or a [users.NAME]'s). */
+bool config_any_idle_transaction_timeout(const struct config *cfg);
+bool config_any_client_idle_timeout(const struct config *cfg);
+/* The user's reserve_pool_size: its own, else [users.NAME]'s, the pool's,
+ * [general]'s. */
+int config_user_reserve_pool_size(const struct config *cfg, const struct config_pool *pool,
+				  const struct config_user *user);
+/* The caps on server connections (0: none): the pool's or user's own
+ * (and [users.NAME]'s), else [general]'s. */
 int config_pool_max_db_connections(const struct config *cfg, const struct config_pool *pool);
-int config_user_max_user_connections(const struct config *cfg, const struct config_user *user);
+int config_user_max_user_connections(const struct config *cfg, const struct config_pool *pool,
+				     const struct config_user *user);
+/* The pool's server_lifetime (ms, 0 = none): its own, else [general]'s. */
+int config_pool_server_lifetime(const struct config *cfg, const struct config_pool *pool);
+/* How long a client may take to log in (ms, 0 = no limit). */
+int config_client_login_timeout(const struct config *cfg);
+/* auth_query's settings for a pool: its own, else [general]'s ("" for
+ * auth_user: auth_query off; for auth_dbname: the pool itself). */
+const char *config_pool_auth_user(const struct config *cfg, const struct config_pool *pool);
+const char *config_pool_auth_query(const struct config *cfg, const struct config_pool *pool);
+const char *config_pool_auth_dbname(const struct config *cfg, const struct config_pool *pool);
 
 /* A time setting (SPEC §2): a bare integer (bare = true) in the key's unit
  * (milliseconds, or seconds when seconds), or a number with one of
@@ -294,6 +393,20 @@ struct config_key_info {
 const struct config_key_info *config_general_keys(size_t *n);
 /* Current value of a [general] key, formatted as in the ini, into buf. */
 bool config_general_value(const struct config *cfg, const char *key, char *buf, size_t buflen);
+
+/* SHOW CONFIG (SPEC §7): row i of the running configuration under the
+ * names of the file it came from: pgcat.ini's [general] keys, or
+ * PgBouncer's [pgbouncer] settings for a pgbouncer.ini (as PgBouncer's
+ * SHOW CONFIG: value and default as PgBouncer writes them, times in
+ * seconds). false past the last row. */
+struct config_show_row {
+	const char *key;
+	char value[1024];
+	const char *default_value;   /* NULL: none */
+	bool changeable;
+	bool value_null;             /* a setting PgBouncer shows as NULL */
+};
+bool config_show_row(const struct config *cfg, size_t i, struct config_show_row *row);
 
 /* Every key of every section with its effective value, as an ini file
  * (inherited values resolved, secrets hidden, durations with their unit):

@@ -89,6 +89,8 @@ struct key_spec {
 	X(default_pool_size, INT, "10", true, VALUE_INT, 1, 10000, NULL, 0, NULL, 0) \
 	X(min_pool_size, INT, "0", true, VALUE_INT, 0, 10000, NULL, 0, NULL, 0) \
 	X(connect_timeout, INT, "5000", true, VALUE_DURATION, 1, INT_MAX, NULL, 0, NULL, 0) \
+	X(autodb_idle_timeout, INT, "3600000", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
+	X(client_login_timeout, INT, "", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_EMPTY_INHERITS, NULL, 0) \
 	X(query_wait_timeout, INT, "120000", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
 	X(idle_timeout, INT, "600000", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(server_lifetime, INT, "3600000", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
@@ -128,6 +130,7 @@ struct key_spec {
 	X(auth_query, STRING, "SELECT usename, passwd FROM pg_shadow WHERE usename = $1", true, VALUE_STRING, 0, 0, \
 	  NULL, KEY_NOT_EMPTY, NULL, 0) \
 	X(auth_user, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(auth_dbname, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(auth_query_cache_ttl, INT, "60000", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(auth_hba_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(log_level, ENUM, "info", true, VALUE_ENUM, 0, 0, &log_level_enum, 0, NULL, 0) \
@@ -164,7 +167,10 @@ enum pool_key {
 	POOL_KEY_PRIMARY_READS_ENABLED, POOL_KEY_LOAD_BALANCING_MODE, POOL_KEY_SHARDING_FUNCTION,
 	POOL_KEY_SHARDED_TABLES, POOL_KEY_DEFAULT_SHARD, POOL_KEY_MAX_REPLICA_LAG,
 	POOL_KEY_STICKY_PRIMARY_AFTER_WRITE, POOL_KEY_READ_YOUR_WRITES, POOL_KEY_WRITING_FUNCTIONS,
-	POOL_KEY_MAX_DB_CONNECTIONS, POOL_KEY_CONNECT_QUERY, POOL_KEY_COUNT
+	POOL_KEY_MAX_DB_CONNECTIONS, POOL_KEY_CONNECT_QUERY, POOL_KEY_POOL_SIZE, POOL_KEY_MIN_POOL_SIZE,
+	POOL_KEY_RESERVE_POOL_SIZE, POOL_KEY_SERVER_LIFETIME, POOL_KEY_SERVER_USERNAME, POOL_KEY_SERVER_PASSWORD,
+	POOL_KEY_AUTH_USER, POOL_KEY_AUTH_QUERY, POOL_KEY_AUTH_DBNAME, POOL_KEY_CLIENT_ENCODING, POOL_KEY_DATESTYLE,
+	POOL_KEY_TIMEZONE, POOL_KEY_APPLICATION_NAME, POOL_KEY_COUNT
 };
 
 enum shard_key { SHARD_KEY_DATABASE, SHARD_KEY_SERVERS, SHARD_KEY_COUNT };
@@ -175,11 +181,18 @@ enum user_key {
 	USER_KEY_RESERVE_POOL_SIZE, USER_KEY_MAX_USER_CONNECTIONS, USER_KEY_COUNT
 };
 
+/* [users.NAME] */
+enum uset_key {
+	USET_KEY_POOL_MODE, USET_KEY_POOL_SIZE, USET_KEY_RESERVE_POOL_SIZE, USET_KEY_MAX_USER_CONNECTIONS,
+	USET_KEY_QUERY_TIMEOUT, USET_KEY_IDLE_TRANSACTION_TIMEOUT, USET_KEY_CLIENT_IDLE_TIMEOUT,
+	USET_KEY_TRANSACTION_TIMEOUT, USET_KEY_COUNT
+};
+
 /* ------------------------------------------------------------------ */
 /* Parser state (lives on the stack of one load call)                   */
 
 enum section_kind { SECTION_NONE, SECTION_GENERAL, SECTION_POOL, SECTION_SHARD, SECTION_USER,
-		    SECTION_PEERS, SECTION_IGNORED };
+		    SECTION_USER_SETTINGS, SECTION_PEERS, SECTION_IGNORED };
 
 enum line_kind {
 	LINE_NONE,          /* blank, comment, section header, or already reported */
@@ -191,10 +204,13 @@ struct shard_meta { int line; int key_line[SHARD_KEY_COUNT]; };
 struct user_meta { int line; int key_line[USER_KEY_COUNT]; };
 struct pool_meta {
 	int line;
+	const char *file;           /* of line, when not the parser's file (an %include); NULL: that */
 	int key_line[POOL_KEY_COUNT];
 	struct shard_meta *shards;  /* parallel to config_pool.shards */
 	struct user_meta *users;    /* parallel to config_pool.users */
 };
+
+struct uset_meta { int line; int key_line[USET_KEY_COUNT]; };
 
 struct parser {
 	struct config *cfg;
@@ -213,14 +229,24 @@ struct parser {
 	enum section_kind section;
 	char *section_name;         /* full, as written between [ and ] */
 	size_t pool, shard, user;   /* indexes of the current section's object */
+	size_t uset;                /* index of the current [users.NAME] */
+	/* The name of [general] in messages: "general", or "pgbouncer" when
+	 * the file is PgBouncer's (its keys are checked under that name). */
+	const char *general_section;
 
 	const struct key_spec *last_spec;  /* key an indented line would continue */
 	char last_key[64];                 /* its name as written; "" = ignore continuations */
 
 	int general_line[N_GENERAL_KEYS];
+	/* The file of each general_line when it is not `file` (a pgbouncer.ini's
+	 * %include); NULL: file. The names are in files, freed with the parser. */
+	const char *general_file[N_GENERAL_KEYS];
+	char **files;
+	size_t n_files;
 	struct pool_meta *pools;    /* parallel to cfg->pools */
 	int *peer_line;             /* parallel to cfg->peers */
 	int peers_line;
+	struct uset_meta *usets;    /* parallel to cfg->user_settings */
 };
 
 /* ------------------------------------------------------------------ */
@@ -268,6 +294,15 @@ static inline void trim(const char **s, size_t *n)
 
 /* ---- config.c: allocations (failure sets p->oom), problems, the key tables ---- */
 
+/* Free the databases made from the `*` template (config_free). */
+void config_autodb_free_all(struct config *cfg);
+/* A whole small file (a path as given), NUL-terminated, in a malloc'ed
+ * buffer of *len bytes; NULL with *err (malloc'ed, or NULL when out of
+ * memory) saying why. */
+char *config_read_file(const char *path, size_t max, size_t *len, char **err);
+/* file relative to the directory of the file base names (NULL: as it is). */
+char *config_relative_path(const char *base, const char *file);
+
 void *p_alloc(struct parser *p, size_t n);
 char *p_strndup(struct parser *p, const char *s, size_t n);
 char *p_strdup(struct parser *p, const char *s);
@@ -293,6 +328,8 @@ extern const struct key_spec general_specs[];
 extern const struct key_spec pool_specs[POOL_KEY_COUNT];
 extern const struct key_spec shard_specs[SHARD_KEY_COUNT];
 extern const struct key_spec user_specs[USER_KEY_COUNT];
+extern const struct key_spec uset_specs[USET_KEY_COUNT];
+extern const struct enum_names pool_mode_enum, auth_type_enum, log_level_enum;
 extern const struct config_key_info general_info[];
 const char *enum_name(const struct enum_names *e, int v);
 const struct key_spec *find_spec(const struct key_spec *specs, size_t n, const char *name, size_t *index);
@@ -304,11 +341,75 @@ bool parse_int64(const char *s, int64_t *out);
 bool parse_endpoint(const char *s, size_t n, bool want_role, const char **host, size_t *host_len,
 		    int *port, int *role, char *why, size_t whylen);
 bool is_list(enum value_kind kind);
+/* A server's host as written without a port: a name, an IPv4 or IPv6
+ * address, or a Unix socket directory (starting with '/'). */
+bool check_server_host(const char *s, size_t n, char *why, size_t whylen);
 void set_value(struct parser *p, const struct key_spec *k, void *base, const char *value, bool append);
 void apply_defaults(struct parser *p, const struct key_spec *specs, size_t n, void *base);
 void free_field(const struct key_spec *k, void *base);
 void detach_field(const struct key_spec *k, void *base);
 void free_fields(const struct key_spec *specs, size_t n, void *base);
+
+/* ---- config_pgbouncer.c: a pgbouncer.ini into the same snapshot ---- */
+
+/* Whether text is PgBouncer's format (a [pgbouncer] or [databases]
+ * section, or a %include line). */
+bool pgb_detect(const char *text);
+/* Read it into p->cfg (whose [general] holds pgcat's defaults), with
+ * PgBouncer's defaults, units and rules; the checks of config_check.c
+ * and auth_file follow as for pgcat.ini. */
+void pgb_load(struct parser *p, const char *text);
+
+/* ---- config_pgbouncer_keys.c: the [pgbouncer] settings ---- */
+
+#define PGB_KEY_SLOTS 128   /* at least the number of PgBouncer's settings */
+
+enum pgb_section { PS_NONE, PS_PGBOUNCER, PS_DATABASES, PS_USERS, PS_PEERS, PS_UNKNOWN };
+
+/* Reading a pgbouncer.ini (or one SET of its settings). */
+struct pgb {
+	struct parser *p;
+	bool set_mode;             /* SET: pgcat's keys are collected in set, nothing is changed */
+	struct pgb_set *set;
+	bool defaults;             /* applying PgBouncer's defaults (no line) */
+	char *value[PGB_KEY_SLOTS];        /* the file's values of the settings */
+	int key_line[PGB_KEY_SLOTS];
+	const char *key_file[PGB_KEY_SLOTS];
+	enum pgb_section section;
+	bool saw_main;             /* a [pgbouncer] section was read */
+	bool *socket_host;         /* parallel to cfg->pools: no host=, the Unix socket directory */
+	int autodb_line;           /* the `*` entry of [databases]; 0: none */
+	const char *autodb_file;
+	int depth;                 /* of %include */
+};
+
+/* PgBouncer's notations: an integer as C writes it (0777, 0x1F); seconds
+ * (digits, an optional fraction); seconds as ms, never 0 for a value that
+ * is not 0 (false: more than pgcat's ms hold). */
+bool pgb_int(const char *s, long long *out);
+bool pgb_seconds(const char *s, double *out);
+bool pgb_seconds_to_ms(double v, long long *ms);
+/* PgBouncer's defaults onto cfg->general (before the file). */
+void pgb_apply_defaults(struct pgb *g);
+/* One line `name = value` of [pgbouncer]. */
+void pgb_setting(struct pgb *g, const char *name, const char *value);
+/* Once every file is read: what depends on several settings (auth_type
+ * hba and cert), and the values kept for SHOW CONFIG. */
+void pgb_finish_settings(struct pgb *g);
+void config_pgbouncer_free(struct config_pgbouncer *pg);
+bool pgb_show_row(const struct config *cfg, size_t i, struct config_show_row *row);
+/* SET of one of PgBouncer's settings (value unquoted): the pgcat keys and
+ * values it comes to. -1: not one of PgBouncer's settings; 0: refused
+ * (why in err); 1: out holds them (maybe none). */
+#define PGB_SET_MAX_PAIRS 2
+struct pgb_set {
+	struct { const char *key; char value[1024]; } pairs[PGB_SET_MAX_PAIRS];
+	size_t n;
+};
+int pgb_translate_set(const struct config *cfg, const char *key, const char *value, struct pgb_set *out,
+		      char *err, size_t errlen);
+/* Remember value as the setting's (for SHOW CONFIG); false: out of memory. */
+bool pgb_note_set(struct config *cfg, const char *key, const char *value);
 
 /* ---- config_check.c: checks across keys, once the whole file is read ---- */
 

@@ -59,6 +59,11 @@ bool pool_set_looked_up_secret(struct pool *p, const char *secret);
 /* The lookup no longer finds the user: no new logins; drained and freed
  * like a pool a reload removed. */
 void pool_retire_looked_up(struct pool *p);
+/* A database no pool has, made from the `*` template (PgBouncer's
+ * fallback database), and the pool of user there when the template lists
+ * that user (made at its first login, or again after autodb_idle_timeout
+ * dropped it). false: no template, or a name it cannot make. */
+bool pool_add_autodb(struct worker *w, const char *db, const char *user) __attribute__((warn_unused_result));
 /* Is there any pool for this database name? */
 /* Is p the first (pool, user) of its pool name in w's list (per-server
  * figures and monitor connections are kept once per pool name)?

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pool_internal: what the files of the pool room share (src/pool.c,
- * pool_janitor.c): the helpers pool.c keeps for its lists, waiters and
- * connects, which the janitor's periodic duties use too. Not an interface:
- * no other room includes it (they use include/pool.h).
+ * pool_janitor.c, pool_reload.c): the helpers pool.c keeps for its lists,
+ * waiters and connects, which the janitor's periodic duties and a reload
+ * use too. Not an interface: no other room includes it (they use
+ * include/pool.h).
  */
 #ifndef PGCAT_POOL_INTERNAL_H
 #define PGCAT_POOL_INTERNAL_H
@@ -16,6 +17,23 @@
 struct list_node;
 
 /* ---- srvpools and pools (pool.c) ---- */
+
+/* A pool of (cp, cu), not yet on the worker's list; NULL: out of memory. */
+struct pool *pool_new(struct worker *w, const struct config_pool *cp, const struct config_user *cu);
+/* The srvpools of cp for p, reusing those of old that match (the others
+ * stay in old); false: out of memory. */
+bool build_targets(struct pool *p, const struct config_pool *cp, struct srvpool **old, size_t n_old,
+		   struct srvpool ***out, size_t *n_out);
+/* p's settings from cfg (sizes, mode, time limits), cp and cu its config. */
+void pool_apply_config(struct pool *p, const struct config *cfg, const struct config_pool *cp,
+		       const struct config_user *cu);
+/* The SCRAM verifier of p's user, again (its password changed). */
+void pool_derive_scram(struct pool *p);
+/* p, a pool of database cp, is being freed: cp goes too when it was made
+ * from `*` and no other pool points at it (pool_reload.c). */
+void pool_autodb_release(struct worker *w, const struct config_pool *cp, const struct pool *freed);
+/* Frees a user auth_query found (struct pool's own_user). */
+void own_user_free(struct config_user *u);
 
 /* Frees sp (its servers are gone) and zeroes its shared counts. */
 void srvpool_free(struct srvpool *sp);

@@ -131,6 +131,20 @@ struct pool {
 	int pool_size;
 	int min_pool_size;
 	int reserve_pool_size;   /* beyond pool_size, for clients that waited reserve_pool_timeout */
+	/* Resolved from the user, [users.NAME], the pool and [general]
+	 * (pool_apply_config; again after a SET): ms, 0 = off. */
+	int server_lifetime;
+	int query_timeout;
+	int idle_transaction_timeout;
+	int client_idle_timeout;
+	int transaction_timeout;
+	/* A client of it has logged in (here, or in another worker: the
+	 * shared counters) since it was made: min_pool_size is kept for
+	 * auth_file's users only from then on. */
+	bool had_client;
+	/* Made from `*` (cpool->autodb_instance): since when no client has
+	 * used it (autodb_idle_timeout drops it then). */
+	uint64_t autodb_idle_since_us;
 
 	struct srvpool **targets;     /* every server of every shard */
 	size_t n_targets;

@@ -20,7 +20,9 @@ enum admin_role admin_role_of(const struct config *cfg, const char *user)
 	/* The same order as admin_login_credentials: admin_username logs in
 	 * with admin_password when there is one, else (listed in stats_users)
 	 * with its list secret, and then it is a stats user. */
-	bool is_admin_username = strcmp(user, g->admin_username) == 0;
+	/* (An empty admin_username names nobody: a pgbouncer.ini's console
+	 * has only admin_users and stats_users.) */
+	bool is_admin_username = g->admin_username[0] && strcmp(user, g->admin_username) == 0;
 	if (is_admin_username && g->admin_password && g->admin_password[0])
 		return ADMIN_ROLE_ADMIN;
 	if (config_list_has(g->stats_users, user))
@@ -53,7 +55,7 @@ bool admin_login_credentials(struct worker *w, const char *user, struct auth_cre
 	const struct config *cfg = w->cfg;
 	const struct config_general *g = &cfg->general;
 	memset(cred, 0, sizeof *cred);
-	bool is_admin_username = strcmp(user, g->admin_username) == 0;
+	bool is_admin_username = g->admin_username[0] && strcmp(user, g->admin_username) == 0;
 	/* admin_username with admin_password: as before the lists existed. */
 	if (is_admin_username && g->admin_password && g->admin_password[0]) {
 		cred->password = g->admin_password;

@@ -235,11 +235,14 @@ static void show_databases(struct client *c)
 			admin_row_s(&r, sp->host);
 			admin_row_i(&r, sp->port);
 			admin_row_s(&r, sp->database);
-			admin_row_null(&r);
+			if (p->cpool->server_username)   /* PgBouncer's forced user */
+				admin_row_s(&r, p->cpool->server_username);
+			else
+				admin_row_null(&r);
 			admin_row_i(&r, p->pool_size);
 			admin_row_i(&r, p->min_pool_size);
 			admin_row_i(&r, p->reserve_pool_size);
-			admin_row_i(&r, w->cfg->general.server_lifetime / 1000);
+			admin_row_i(&r, p->server_lifetime / 1000);
 			admin_row_s(&r, config_pool_mode_name(p->mode));
 			admin_row_null(&r);
 			admin_row_i(&r, config_pool_max_db_connections(w->cfg, p->cpool));
@@ -591,7 +594,7 @@ static void show_users(struct client *c)
 		admin_row_i(&r, p->pool_size);
 		admin_row_i(&r, p->reserve_pool_size);
 		admin_row_s(&r, config_pool_mode_name(p->mode));
-		admin_row_i(&r, config_user_max_user_connections(w->cfg, p->cuser));
+		admin_row_i(&r, config_user_max_user_connections(w->cfg, p->cpool, p->cuser));
 		admin_row_i(&r, conns);
 		admin_row_i(&r, 0);
 		admin_row_i(&r, clients);
@@ -606,21 +609,25 @@ static void show_config(struct client *c)
 	static const struct admin_column cols[] = { COL_T("key"), COL_T("value"), COL_T("default"), COL_T("changeable") };
 	struct admin_result r;
 	admin_res_begin(&r, c, COLUMNS(cols));
-	size_t n;
-	const struct config_key_info *keys = config_general_keys(&n);
-	for (size_t i = 0; i < n; i++) {
-		char value[1024];
-		if (!config_general_value(c->w->cfg, keys[i].name, value, sizeof value))
-			value[0] = '\0';
+	/* pgcat.ini's [general], or PgBouncer's names and units when the
+	 * configuration came from a pgbouncer.ini. */
+	struct config_show_row row;
+	for (size_t i = 0; config_show_row(c->w->cfg, i, &row); i++) {
 		/* The engine in use, which auto (or a kernel that refused
 		 * io_uring) decided: this worker's (SPEC §12). */
-		if (strcmp(keys[i].name, "io_engine") == 0)
-			snprintf(value, sizeof value, "%s", io_flusher_engine(&c->w->flusher));
+		if (strcmp(row.key, "io_engine") == 0 && c->w->cfg->format == CONFIG_FORMAT_PGCAT)
+			snprintf(row.value, sizeof row.value, "%s", io_flusher_engine(&c->w->flusher));
 		admin_row_begin(&r);
-		admin_row_s(&r, keys[i].name);
-		admin_row_s(&r, value);
-		admin_row_s(&r, keys[i].default_value);
-		admin_row_s(&r, keys[i].reloadable ? "yes" : "no");
+		admin_row_s(&r, row.key);
+		if (row.value_null)
+			admin_row_null(&r);
+		else
+			admin_row_s(&r, row.value);
+		if (row.default_value)
+			admin_row_s(&r, row.default_value);
+		else
+			admin_row_null(&r);
+		admin_row_s(&r, row.changeable ? "yes" : "no");
 		admin_row_end(&r);
 	}
 	admin_res_end(&r);

@@ -198,12 +198,12 @@ enum auth_outcome auth_client_step(struct worker *w, struct pool *passthrough, s
 
 const char *auth_server_user(const struct pool *p)
 {
-	return p->cuser ? config_user_server_name(p->cuser) : p->user;
+	return p->cuser ? config_user_server_name(p->cpool, p->cuser) : p->user;
 }
 
 const char *auth_server_password(const struct pool *p)
 {
-	return p->cuser ? config_user_server_password(p->cuser) : NULL;
+	return p->cuser ? config_user_server_password(p->cpool, p->cuser) : NULL;
 }
 
 bool auth_open_server_conn(struct bconn *b, const struct bconn_profile *profile, const struct pool *p,

@@ -379,7 +379,10 @@ static void conn_down(void *arg, const char *why)
 static void send_lookup(struct aq_conn *k, struct auth_query_entry *e)
 {
 	const char *params[1] = { e->user };
-	if (!bconn_extended(&k->b, k->aq->w->cfg->general.auth_query, 1, params)) {
+	/* The query of the pool the user asked for (its own, else [general]'s). */
+	const struct config *cfg = k->aq->w->cfg;
+	const char *query = config_pool_auth_query(cfg, config_find_pool(cfg, e->pool));
+	if (!bconn_extended(&k->b, query, 1, params)) {
 		entry_fail(k->aq, e, "auth_query too long");
 		return;
 	}
@@ -560,13 +563,14 @@ static const struct config_server *pick_server(const struct config_pool *cp, con
 static bool auth_user_login(struct worker *w, const struct config_pool *cp, const char **user, const char **password)
 {
 	const struct config *cfg = w->cfg;
-	const char *au = cfg->general.auth_user;
+	const char *au = config_pool_auth_user(cfg, cp);
 	const struct config_user *u = config_find_user(cp, au);
-	for (size_t i = 0; !u && i < cfg->n_pools; i++)
+	for (size_t i = 0; (!u || u->from_auth_file) && i < cfg->n_pools; i++)
 		u = config_find_user(&cfg->pools[i], au);
-	if (u) {
-		*user = config_user_server_name(u);   /* (its name is au) */
-		*password = config_user_server_password(u);
+	if (u && !u->from_auth_file) {
+		/* Its own section's server_username, never a pool's forced role. */
+		*user = config_user_server_name(NULL, u);   /* (its name is au) */
+		*password = config_user_server_password(NULL, u);
 		return true;
 	}
 	if (cfg->auth_user_secret && cfg->auth_user_secret_of && strcmp(cfg->auth_user_secret_of, au) == 0) {
@@ -574,7 +578,13 @@ static bool auth_user_login(struct worker *w, const struct config_pool *cp, cons
 		*password = cfg->auth_user_secret;
 		return true;
 	}
-	return false;
+	const char *secret = cfg->auth_users ? config_console_secret(cfg, au) : NULL;
+	*user = au;
+	/* In no users section nor auth_file: without a password (a
+	 * pgbouncer.ini may rely on the server trusting auth_user; the load
+	 * warned about it). */
+	*password = secret;
+	return au[0] != '\0';
 }
 
 static struct aq_conn *conn_find(struct auth_query *aq, const char *host, int port, const char *db, const char *user)
@@ -647,15 +657,17 @@ static struct aq_conn *conn_open(struct auth_query *aq, const struct config_pool
 {
 	struct worker *w = aq->w;
 	const struct config_shard *sh = NULL;
-	const struct config_server *cs = pick_server(cp, &sh);
+	/* auth_dbname: the lookup runs on that pool's server and database. */
+	const char *adb = config_pool_auth_dbname(w->cfg, cp);
+	const struct config_pool *ap = adb[0] ? config_find_pool(w->cfg, adb) : cp;
+	const struct config_server *cs = ap ? pick_server(ap, &sh) : NULL;
 	const char *user, *password;
 	if (!cs) {
 		*error = "the pool has no server";
 		return NULL;
 	}
 	if (!auth_user_login(w, cp, &user, &password)) {
-		log_warning("auth_query: auth_user \"%s\" is in no users section and not in auth_file",
-			    w->cfg->general.auth_user);
+		log_warning("auth_query: pool %s has no auth_user", cp->name);
 		*error = "auth_user is not configured";
 		return NULL;
 	}
@@ -721,7 +733,8 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 	aq->timer_armed = false;
 	const struct config_general *g = &w->cfg->general;
 	uint64_t now = w->now_us;
-	uint64_t login_limit = (uint64_t)g->connect_timeout * 1000;
+	int login_ms = config_client_login_timeout(w->cfg);
+	uint64_t login_limit = login_ms > 0 ? (uint64_t)login_ms * 1000 : UINT64_MAX;
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &aq->conns) {
 		struct aq_conn *k = LIST_OWNER(pos, struct aq_conn, node);
@@ -884,15 +897,15 @@ bool auth_query_login(struct client *c, void (*resume)(struct client *c))
 	struct pool *p = pool_find(w, db, user);
 	if (p && !p->own_user)
 		return false;   /* the config's user */
-	if (!g->auth_user[0]) {
+	const struct config_pool *cp = config_find_pool(w->cfg, db);
+	if (!cp)
+		return false;
+	if (!config_pool_auth_user(w->cfg, cp)[0]) {
 		/* Off (SET auth_user = ''): users it had found no longer log in. */
 		if (p)
 			pool_retire_looked_up(p);
 		return false;
 	}
-	const struct config_pool *cp = config_find_pool(w->cfg, db);
-	if (!cp)
-		return false;
 	struct auth_query *aq = aq_get(w);
 	if (!aq) {
 		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");

@@ -421,6 +421,7 @@ void client_send_welcome(struct client *c)
 	if (!client_finish_welcome(c, &pb))
 		return;
 	stats_add(p->stats, STAT_CLIENT_LOGIN, 1);
+	p->had_client = true;   /* (min_pool_size for auth_file's users, pool_fill_min) */
 	if (w->cfg->general.log_connections) {
 		char a[CLIENT_ADDR_STRLEN];
 		log_info("C-%llu %s@%s %s:%d: login", (unsigned long long)c->id, client_user(c), client_database(c),

@@ -23,6 +23,7 @@
 #include "auth_file.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -62,7 +63,7 @@ static const char *const default_role_names[] = {
 	[DEFAULT_ROLE_ANY] = "any", [DEFAULT_ROLE_PRIMARY] = "primary", [DEFAULT_ROLE_REPLICA] = "replica",
 };
 static const char *const lb_mode_names[] = {
-	[LB_MODE_RANDOM] = "random", [LB_MODE_LOC] = "loc",
+	[LB_MODE_RANDOM] = "random", [LB_MODE_LOC] = "loc", [LB_MODE_FIRST] = "first",
 };
 static const char *const read_your_writes_names[] = {
 	[READ_YOUR_WRITES_OFF] = "off", [READ_YOUR_WRITES_LSN] = "lsn",
@@ -89,9 +90,9 @@ static const char *const io_engine_names[] = {
 	[IO_ENGINE_AUTO] = "auto", [IO_ENGINE_EPOLL] = "epoll", [IO_ENGINE_IO_URING] = "io_uring",
 };
 
-static const struct enum_names pool_mode_enum = ENUM_NAMES(pool_mode_names);
-static const struct enum_names auth_type_enum = ENUM_NAMES(auth_type_names);
-static const struct enum_names log_level_enum = ENUM_NAMES(log_level_names);
+const struct enum_names pool_mode_enum = ENUM_NAMES(pool_mode_names);
+const struct enum_names auth_type_enum = ENUM_NAMES(auth_type_names);
+const struct enum_names log_level_enum = ENUM_NAMES(log_level_names);
 const struct enum_names server_role_enum = ENUM_NAMES(server_role_names);
 static const struct enum_names default_role_enum = ENUM_NAMES(default_role_names);
 static const struct enum_names lb_mode_enum = ENUM_NAMES(lb_mode_names);
@@ -203,6 +204,32 @@ const struct key_spec pool_specs[POOL_KEY_COUNT] = {
 		POOL_FIELD(writing_functions), POOL_FIELD(n_writing_functions), 0, "", NULL },
 	[POOL_KEY_CONNECT_QUERY] = { "connect_query", VALUE_STRING, 0, 0, NULL, POOL_FIELD(connect_query), 0,
 		KEY_EMPTY_IS_NULL, NULL, NULL },
+	[POOL_KEY_POOL_SIZE] = { "pool_size", VALUE_INT, 1, 10000, NULL, POOL_FIELD(pool_size), 0,
+		KEY_EMPTY_INHERITS, "", NULL },
+	[POOL_KEY_MIN_POOL_SIZE] = { "min_pool_size", VALUE_INT, 0, 10000, NULL, POOL_FIELD(min_pool_size), 0,
+		KEY_EMPTY_INHERITS, "", NULL },
+	[POOL_KEY_RESERVE_POOL_SIZE] = { "reserve_pool_size", VALUE_INT, 0, 10000, NULL,
+		POOL_FIELD(reserve_pool_size), 0, KEY_EMPTY_INHERITS, "", NULL },
+	[POOL_KEY_SERVER_LIFETIME] = { "server_lifetime", VALUE_DURATION, 0, INT_MAX, NULL,
+		POOL_FIELD(server_lifetime), 0, KEY_EMPTY_INHERITS | KEY_PGB_SECONDS, "", NULL },
+	[POOL_KEY_SERVER_USERNAME] = { "server_username", VALUE_STRING, 0, 0, NULL, POOL_FIELD(server_username), 0,
+		KEY_EMPTY_IS_NULL, NULL, NULL },
+	[POOL_KEY_SERVER_PASSWORD] = { "server_password", VALUE_STRING, 0, 0, NULL, POOL_FIELD(server_password), 0,
+		KEY_EMPTY_IS_NULL | KEY_SECRET, NULL, NULL },
+	[POOL_KEY_AUTH_USER] = { "auth_user", VALUE_STRING, 0, 0, NULL, POOL_FIELD(auth_user), 0,
+		KEY_EMPTY_IS_NULL, NULL, NULL },
+	[POOL_KEY_AUTH_QUERY] = { "auth_query", VALUE_STRING, 0, 0, NULL, POOL_FIELD(auth_query), 0,
+		KEY_EMPTY_IS_NULL, NULL, NULL },
+	[POOL_KEY_AUTH_DBNAME] = { "auth_dbname", VALUE_STRING, 0, 0, NULL, POOL_FIELD(auth_dbname), 0,
+		KEY_EMPTY_IS_NULL, NULL, NULL },
+	[POOL_KEY_CLIENT_ENCODING] = { "client_encoding", VALUE_STRING, 0, 0, NULL, POOL_FIELD(client_encoding), 0,
+		KEY_EMPTY_IS_NULL, NULL, NULL },
+	[POOL_KEY_DATESTYLE] = { "datestyle", VALUE_STRING, 0, 0, NULL, POOL_FIELD(datestyle), 0,
+		KEY_EMPTY_IS_NULL, NULL, NULL },
+	[POOL_KEY_TIMEZONE] = { "timezone", VALUE_STRING, 0, 0, NULL, POOL_FIELD(timezone), 0,
+		KEY_EMPTY_IS_NULL, NULL, NULL },
+	[POOL_KEY_APPLICATION_NAME] = { "application_name", VALUE_STRING, 0, 0, NULL, POOL_FIELD(application_name), 0,
+		KEY_EMPTY_IS_NULL, NULL, NULL },
 };
 
 const struct key_spec shard_specs[SHARD_KEY_COUNT] = {
@@ -235,6 +262,26 @@ const struct key_spec user_specs[USER_KEY_COUNT] = {
 		USER_FIELD(reserve_pool_size), 0, KEY_EMPTY_INHERITS, "", NULL },
 	[USER_KEY_MAX_USER_CONNECTIONS] = { "max_user_connections", VALUE_INT, 0, 1000000, NULL,
 		USER_FIELD(max_user_connections), 0, KEY_EMPTY_INHERITS, "", NULL },
+};
+
+#define USET_FIELD(f) offsetof(struct config_user_settings, f)
+const struct key_spec uset_specs[USET_KEY_COUNT] = {
+	[USET_KEY_POOL_MODE] = { "pool_mode", VALUE_ENUM, 0, 0, &pool_mode_enum, USET_FIELD(pool_mode), 0,
+		KEY_EMPTY_INHERITS, "", NULL },
+	[USET_KEY_POOL_SIZE] = { "pool_size", VALUE_INT, 1, 10000, NULL, USET_FIELD(pool_size), 0,
+		KEY_EMPTY_INHERITS, "", NULL },
+	[USET_KEY_RESERVE_POOL_SIZE] = { "reserve_pool_size", VALUE_INT, 0, 10000, NULL, USET_FIELD(reserve_pool_size),
+		0, KEY_EMPTY_INHERITS, "", NULL },
+	[USET_KEY_MAX_USER_CONNECTIONS] = { "max_user_connections", VALUE_INT, 0, 1000000, NULL,
+		USET_FIELD(max_user_connections), 0, KEY_EMPTY_INHERITS, "", NULL },
+	[USET_KEY_QUERY_TIMEOUT] = { "query_timeout", VALUE_DURATION, 0, INT_MAX, NULL, USET_FIELD(query_timeout), 0,
+		KEY_EMPTY_INHERITS | KEY_PGB_SECONDS, "", NULL },
+	[USET_KEY_IDLE_TRANSACTION_TIMEOUT] = { "idle_transaction_timeout", VALUE_DURATION, 0, INT_MAX, NULL,
+		USET_FIELD(idle_transaction_timeout), 0, KEY_EMPTY_INHERITS | KEY_PGB_SECONDS, "", NULL },
+	[USET_KEY_CLIENT_IDLE_TIMEOUT] = { "client_idle_timeout", VALUE_DURATION, 0, INT_MAX, NULL,
+		USET_FIELD(client_idle_timeout), 0, KEY_EMPTY_INHERITS | KEY_PGB_SECONDS, "", NULL },
+	[USET_KEY_TRANSACTION_TIMEOUT] = { "transaction_timeout", VALUE_DURATION, 0, INT_MAX, NULL,
+		USET_FIELD(transaction_timeout), 0, KEY_EMPTY_INHERITS | KEY_PGB_SECONDS, "", NULL },
 };
 
 /* ------------------------------------------------------------------ */
@@ -396,7 +443,76 @@ const struct config_pool *config_find_pool(const struct config *cfg, const char 
 	for (size_t i = 0; i < cfg->n_pools; i++)
 		if (strcmp(cfg->pools[i].name, name) == 0)
 			return &cfg->pools[i];
+	for (size_t i = 0; i < cfg->n_autodb_pools; i++)
+		if (strcmp(cfg->autodb_pools[i]->name, name) == 0)
+			return cfg->autodb_pools[i];
 	return NULL;
+}
+
+static void autodb_pool_free(struct config_pool *cp)
+{
+	for (size_t i = 0; i < cp->n_shards; i++)
+		free(cp->shards[i].database);
+	free(cp->shards);
+	free(cp->name);
+	free(cp);
+}
+
+const struct config_pool *config_autodb_instance(struct config *cfg, const char *name)
+{
+	const struct config_pool *found = config_find_pool(cfg, name);
+	if (found != NULL || cfg->autodb == NULL)
+		return found;
+	size_t len = strlen(name);
+	if (len == 0 || len > CONFIG_MAX_NAME || strcmp(name, "pgcat") == 0 || strcmp(name, "pgbouncer") == 0)
+		return NULL;
+	const struct config_pool *t = cfg->autodb;
+	struct config_pool *cp = malloc(sizeof(*cp));
+	struct config_pool **list = cp ? realloc(cfg->autodb_pools, (cfg->n_autodb_pools + 1) * sizeof(*list)) : NULL;
+	if (list == NULL) {
+		free(cp);
+		return NULL;
+	}
+	cfg->autodb_pools = list;
+	/* The template's settings, servers and users (they live as long as
+	 * this snapshot); its own name and shards. */
+	*cp = *t;
+	cp->autodb_instance = true;
+	cp->name = strdup(name);
+	cp->shards = calloc(t->n_shards ? t->n_shards : 1, sizeof(*cp->shards));
+	bool ok = cp->name && cp->shards;
+	for (size_t i = 0; ok && i < t->n_shards; i++) {
+		cp->shards[i] = t->shards[i];
+		cp->shards[i].database = strdup(t->shards[i].database ? t->shards[i].database : name);
+		ok = cp->shards[i].database != NULL;
+	}
+	if (!ok) {
+		cp->n_shards = cp->shards ? t->n_shards : 0;
+		autodb_pool_free(cp);
+		return NULL;
+	}
+	cfg->autodb_pools[cfg->n_autodb_pools++] = cp;
+	return cp;
+}
+
+void config_autodb_forget(struct config *cfg, const struct config_pool *cp)
+{
+	for (size_t i = 0; i < cfg->n_autodb_pools; i++) {
+		if (cfg->autodb_pools[i] != cp)
+			continue;
+		autodb_pool_free(cfg->autodb_pools[i]);
+		cfg->autodb_pools[i] = cfg->autodb_pools[--cfg->n_autodb_pools];
+		return;
+	}
+}
+
+void config_autodb_free_all(struct config *cfg)
+{
+	for (size_t i = 0; i < cfg->n_autodb_pools; i++)
+		autodb_pool_free(cfg->autodb_pools[i]);
+	free(cfg->autodb_pools);
+	cfg->autodb_pools = NULL;
+	cfg->n_autodb_pools = 0;
 }
 
 const struct config_user *config_find_user(const struct config_pool *pool, const char *name)
@@ -443,21 +559,53 @@ const char *config_console_secret(const struct config *cfg, const char *user)
 	return NULL;
 }
 
+const struct config_user_settings *config_find_user_settings(const struct config *cfg, const char *name)
+{
+	for (size_t i = 0; cfg != NULL && name != NULL && i < cfg->n_user_settings; i++)
+		if (strcmp(cfg->user_settings[i].name, name) == 0)
+			return &cfg->user_settings[i];
+	return NULL;
+}
+
+/* [users.NAME] of the name the pool logs in to the servers as (sizes and
+ * the role cap follow the server-side user, as PgBouncer's pools do). */
+static const struct config_user_settings *server_side_settings(const struct config *cfg,
+							      const struct config_pool *pool,
+							      const struct config_user *user)
+{
+	if (user != NULL)
+		return config_find_user_settings(cfg, config_user_server_name(pool, user));
+	if (pool != NULL && pool->server_username != NULL)
+		return config_find_user_settings(cfg, pool->server_username);
+	return NULL;
+}
+
+/* [users.NAME] of the client's own name (its time limits). */
+static const struct config_user_settings *client_settings(const struct config *cfg, const struct config_user *user)
+{
+	return user != NULL ? config_find_user_settings(cfg, user->name) : NULL;
+}
+
 int config_user_pool_size(const struct config *cfg, const struct config_pool *pool,
 			  const struct config_user *user)
 {
-	(void)pool;
 	if (user != NULL && user->pool_size != CONFIG_INHERIT)
 		return user->pool_size;
+	const struct config_user_settings *us = server_side_settings(cfg, pool, user);
+	if (us != NULL && us->pool_size != CONFIG_INHERIT)
+		return us->pool_size;
+	if (pool != NULL && pool->pool_size != CONFIG_INHERIT)
+		return pool->pool_size;
 	return cfg->general.default_pool_size;
 }
 
 int config_user_min_pool_size(const struct config *cfg, const struct config_pool *pool,
 			      const struct config_user *user)
 {
-	(void)pool;
 	if (user != NULL && user->min_pool_size != CONFIG_INHERIT)
 		return user->min_pool_size;
+	if (pool != NULL && pool->min_pool_size != CONFIG_INHERIT)
+		return pool->min_pool_size;
 	return cfg->general.min_pool_size;
 }
 
@@ -465,7 +613,54 @@ int config_user_transaction_timeout(const struct config *cfg, const struct confi
 {
 	if (user != NULL && user->transaction_timeout != CONFIG_INHERIT)
 		return user->transaction_timeout;
+	const struct config_user_settings *us = client_settings(cfg, user);
+	if (us != NULL && us->transaction_timeout != CONFIG_INHERIT)
+		return us->transaction_timeout;
 	return cfg->general.transaction_timeout;
+}
+
+int config_user_query_timeout(const struct config *cfg, const struct config_user *user)
+{
+	const struct config_user_settings *us = client_settings(cfg, user);
+	if (us != NULL && us->query_timeout != CONFIG_INHERIT)
+		return us->query_timeout;
+	return cfg->general.query_timeout;
+}
+
+int config_user_idle_transaction_timeout(const struct config *cfg, const struct config_user *user)
+{
+	const struct config_user_settings *us = client_settings(cfg, user);
+	if (us != NULL && us->idle_transaction_timeout != CONFIG_INHERIT)
+		return us->idle_transaction_timeout;
+	return cfg->general.idle_transaction_timeout;
+}
+
+int config_user_client_idle_timeout(const struct config *cfg, const struct config_user *user)
+{
+	const struct config_user_settings *us = client_settings(cfg, user);
+	if (us != NULL && us->client_idle_timeout != CONFIG_INHERIT)
+		return us->client_idle_timeout;
+	return cfg->general.client_idle_timeout;
+}
+
+bool config_any_idle_transaction_timeout(const struct config *cfg)
+{
+	if (cfg->general.idle_transaction_timeout > 0)
+		return true;
+	for (size_t i = 0; i < cfg->n_user_settings; i++)
+		if (cfg->user_settings[i].idle_transaction_timeout > 0)
+			return true;
+	return false;
+}
+
+bool config_any_client_idle_timeout(const struct config *cfg)
+{
+	if (cfg->general.client_idle_timeout > 0)
+		return true;
+	for (size_t i = 0; i < cfg->n_user_settings; i++)
+		if (cfg->user_settings[i].client_idle_timeout > 0)
+			return true;
+	return false;
 }
 
 int config_pool_max_db_connections(const struct config *cfg, const struct config_pool *pool)
@@ -475,34 +670,93 @@ int config_pool_max_db_connections(const struct config *cfg, const struct config
 	return cfg->general.max_db_connections;
 }
 
-int config_user_max_user_connections(const struct config *cfg, const struct config_user *user)
+int config_user_max_user_connections(const struct config *cfg, const struct config_pool *pool,
+				     const struct config_user *user)
 {
 	if (user != NULL && user->max_user_connections != CONFIG_INHERIT)
 		return user->max_user_connections;
+	const struct config_user_settings *us = server_side_settings(cfg, pool, user);
+	if (us != NULL && us->max_user_connections != CONFIG_INHERIT)
+		return us->max_user_connections;
 	return cfg->general.max_user_connections;
 }
 
-int config_user_reserve_pool_size(const struct config *cfg, const struct config_user *user)
+int config_user_reserve_pool_size(const struct config *cfg, const struct config_pool *pool,
+				  const struct config_user *user)
 {
 	if (user != NULL && user->reserve_pool_size != CONFIG_INHERIT)
 		return user->reserve_pool_size;
+	const struct config_user_settings *us = server_side_settings(cfg, pool, user);
+	if (us != NULL && us->reserve_pool_size != CONFIG_INHERIT)
+		return us->reserve_pool_size;
+	if (pool != NULL && pool->reserve_pool_size != CONFIG_INHERIT)
+		return pool->reserve_pool_size;
 	return cfg->general.reserve_pool_size;
 }
 
-const char *config_user_server_name(const struct config_user *user)
+int config_pool_server_lifetime(const struct config *cfg, const struct config_pool *pool)
 {
-	return user->server_username && user->server_username[0] ? user->server_username : user->name;
+	if (pool != NULL && pool->server_lifetime != CONFIG_INHERIT)
+		return pool->server_lifetime;
+	return cfg->general.server_lifetime;
 }
 
-const char *config_user_server_password(const struct config_user *user)
+int config_client_login_timeout(const struct config *cfg)
 {
-	return user->server_password && user->server_password[0] ? user->server_password : user->password;
+	int v = cfg->general.client_login_timeout;
+	return v == CONFIG_INHERIT ? cfg->general.connect_timeout : v;
 }
 
-enum pool_mode config_user_pool_mode(const struct config_pool *pool, const struct config_user *user)
+const char *config_pool_auth_user(const struct config *cfg, const struct config_pool *pool)
+{
+	if (pool != NULL && pool->auth_user != NULL)
+		return pool->auth_user;
+	return cfg->general.auth_user ? cfg->general.auth_user : "";
+}
+
+const char *config_pool_auth_query(const struct config *cfg, const struct config_pool *pool)
+{
+	if (pool != NULL && pool->auth_query != NULL)
+		return pool->auth_query;
+	return cfg->general.auth_query;
+}
+
+const char *config_pool_auth_dbname(const struct config *cfg, const struct config_pool *pool)
+{
+	if (pool != NULL && pool->auth_dbname != NULL)
+		return pool->auth_dbname;
+	return cfg->general.auth_dbname ? cfg->general.auth_dbname : "";
+}
+
+const char *config_user_server_name(const struct config_pool *pool, const struct config_user *user)
+{
+	if (user->server_username && user->server_username[0])
+		return user->server_username;
+	if (pool != NULL && pool->server_username != NULL && pool->server_username[0])
+		return pool->server_username;
+	return user->name;
+}
+
+const char *config_user_server_password(const struct config_pool *pool, const struct config_user *user)
+{
+	if (user->server_password && user->server_password[0])
+		return user->server_password;
+	/* A users section that names its own server role goes with its own
+	 * password; else the pool's forced role with the pool's. */
+	if (!(user->server_username && user->server_username[0]) && pool != NULL && pool->server_username != NULL &&
+	    pool->server_username[0])
+		return pool->server_password;
+	return user->password;
+}
+
+enum pool_mode config_user_pool_mode(const struct config *cfg, const struct config_pool *pool,
+				     const struct config_user *user)
 {
 	if (user != NULL && user->pool_mode != CONFIG_INHERIT)
 		return (enum pool_mode)user->pool_mode;
+	const struct config_user_settings *us = server_side_settings(cfg, pool, user);
+	if (us != NULL && us->pool_mode != CONFIG_INHERIT)
+		return (enum pool_mode)us->pool_mode;
 	return pool->pool_mode;
 }
 
@@ -526,4 +780,40 @@ const struct config_key_info *config_general_keys(size_t *n)
 	if (n != NULL)
 		*n = N_GENERAL_KEYS;
 	return general_info;
+}
+
+/* ------------------------------------------------------------------ */
+/* Files a configuration names                                          */
+
+char *config_relative_path(const char *base, const char *file)
+{
+	if (file[0] == '/' || base == NULL)
+		return strdup(file);
+	const char *slash = strrchr(base, '/');
+	if (slash == NULL)
+		return strdup(file);
+	return format("%.*s/%s", (int)(slash - base), base, file);
+}
+
+char *config_read_file(const char *path, size_t max, size_t *len, char **err)
+{
+	FILE *f = fopen(path, "rb");
+	if (f == NULL) {
+		*err = format("cannot open: %s", strerror(errno));
+		return NULL;
+	}
+	char *buf = malloc(max + 1);
+	size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+	bool bad = buf == NULL || ferror(f);
+	int saved = errno;
+	fclose(f);
+	if (bad || n > max) {
+		*err = buf == NULL ? format("out of memory") : n > max ? format("larger than %zu bytes", max)
+								       : format("cannot read: %s", strerror(saved));
+		free(buf);
+		return NULL;
+	}
+	buf[n] = '\0';
+	*len = n;
+	return buf;
 }

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "config_internal.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,13 +30,33 @@ static int general_line(const struct parser *p, const char *key)
 	return find_spec(general_specs, N_GENERAL_KEYS, key, &i) ? p->general_line[i] : 0;
 }
 
-#define general_error(p, key, ...) \
-	problem((p), CONFIG_PROBLEM_ERROR, general_line((p), (key)), "general", (key), __VA_ARGS__)
+/* A problem at a [general] key's line, in the file it was read from. */
+__attribute__((format(printf, 4, 5)))
+static void general_problem(struct parser *p, enum config_problem_kind kind, const char *key, const char *fmt, ...)
+{
+	size_t i;
+	const char *file = find_spec(general_specs, N_GENERAL_KEYS, key, &i) ? p->general_file[i] : NULL;
+	const char *was = p->file;
+	if (file != NULL)
+		p->file = file;
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	problem(p, kind, general_line(p, key), p->general_section, key, "%s", msg);
+	p->file = was;
+}
+
+#define general_error(p, key, ...) general_problem((p), CONFIG_PROBLEM_ERROR, (key), __VA_ARGS__)
 
 void check_general(struct parser *p)
 {
 	const struct config_general *g = &p->cfg->general;
-	if (g->min_pool_size > g->default_pool_size)
+	/* PgBouncer caps min_pool_size at the pool size, as pool_fill_min
+	 * does: only pgcat.ini calls a larger one a mistake. */
+	bool pgcat_ini = p->cfg->format == CONFIG_FORMAT_PGCAT;
+	if (pgcat_ini && g->min_pool_size > g->default_pool_size)
 		general_error(p, "min_pool_size", "must not exceed default_pool_size (%d), got %d",
 			      g->default_pool_size, g->min_pool_size);
 	if (g->n_listen_addr == 0 && g->unix_socket_dir[0] == '\0')
@@ -61,11 +82,11 @@ void check_general(struct parser *p)
 		general_error(p, g->server_tls_cert_file[0] ? "server_tls_cert_file" : "server_tls_key_file",
 			      "server_tls_cert_file and server_tls_key_file go together: set both or neither");
 	if (g->server_tls_cert_file[0] && g->server_tls_sslmode == TLS_MODE_DISABLE)
-		problem(p, CONFIG_PROBLEM_WARNING, general_line(p, "server_tls_cert_file"), "general",
-			"server_tls_cert_file", "ignored while server_tls_sslmode is disable");
+		general_problem(p, CONFIG_PROBLEM_WARNING, "server_tls_cert_file",
+				"ignored while server_tls_sslmode is disable");
 	if (p->cfg->n_peers > 0 && g->peer_id == 0)
 		problem(p, CONFIG_PROBLEM_WARNING, p->peers_line, "peers", NULL,
-			"ignored while [general] peer_id is 0");
+			"ignored while [%s] peer_id is 0", p->general_section);
 }
 
 /* Put shards in index order; they must be numbered 0..n-1. */
@@ -134,10 +155,11 @@ static void check_pool(struct parser *p, struct config_pool *pool, struct pool_m
 		struct config_shard *shard = &pool->shards[i];
 		const struct shard_meta *sm = &meta->shards[i];
 		snprintf(section, sizeof(section), "pools.%s.shards.%d", pool->name, shard->index);
-		if (shard->database == NULL && sm->key_line[SHARD_KEY_DATABASE] == 0) {
+		/* `*`: the database a client asks for (config_autodb_instance). */
+		if (shard->database == NULL && sm->key_line[SHARD_KEY_DATABASE] == 0 && strcmp(pool->name, "*") != 0) {
 			shard->database = p_strdup(p, pool->name);
 		}
-		if (shard->n_servers == 0) {
+		if (shard->n_servers == 0 && p->cfg->format == CONFIG_FORMAT_PGCAT) {
 			if (sm->key_line[SHARD_KEY_SERVERS] != 0)
 				problem(p, CONFIG_PROBLEM_ERROR, sm->key_line[SHARD_KEY_SERVERS], section, "servers",
 					"must list at least one server as host:port:role");
@@ -156,6 +178,19 @@ static void check_pool(struct parser *p, struct config_pool *pool, struct pool_m
 			problem(p, CONFIG_PROBLEM_ERROR, sm->key_line[SHARD_KEY_SERVERS], section, "servers",
 				"a shard has at most one primary, got %zu", primaries);
 	}
+	bool pgcat_ini = p->cfg->format == CONFIG_FORMAT_PGCAT;
+	snprintf(section, sizeof(section), "pools.%s", pool->name);
+	if (pgcat_ini && pool->min_pool_size != CONFIG_INHERIT &&
+	    pool->min_pool_size > config_user_pool_size(p->cfg, pool, NULL))
+		problem(p, CONFIG_PROBLEM_ERROR, meta->key_line[POOL_KEY_MIN_POOL_SIZE], section, "min_pool_size",
+			"the minimum pool size (%d) exceeds the pool size (%d)", pool->min_pool_size,
+			config_user_pool_size(p->cfg, pool, NULL));
+	if (pool->server_password != NULL && pool->server_username == NULL)
+		problem(p, CONFIG_PROBLEM_ERROR, meta->key_line[POOL_KEY_SERVER_PASSWORD], section, "server_password",
+			"goes with server_username, which is not set");
+	if (pool->auth_dbname != NULL && config_find_pool(p->cfg, pool->auth_dbname) == NULL)
+		problem(p, CONFIG_PROBLEM_ERROR, meta->key_line[POOL_KEY_AUTH_DBNAME], section, "auth_dbname",
+			"names no pool: \"%.*s\"", CONFIG_QUOTE_MAX, pool->auth_dbname);
 	for (size_t i = 0; i < pool->n_users; i++) {
 		const struct config_user *u = &pool->users[i];
 		const struct user_meta *um = &meta->users[i];
@@ -164,7 +199,7 @@ static void check_pool(struct parser *p, struct config_pool *pool, struct pool_m
 		int line = um->key_line[USER_KEY_MIN_POOL_SIZE] ? um->key_line[USER_KEY_MIN_POOL_SIZE]
 							       : um->key_line[USER_KEY_POOL_SIZE];
 		const char *key = um->key_line[USER_KEY_MIN_POOL_SIZE] ? "min_pool_size" : "pool_size";
-		if (min > size && line != 0) {
+		if (pgcat_ini && min > size && line != 0) {
 			snprintf(section, sizeof(section), "pools.%s.users.%s", pool->name, u->name);
 			problem(p, CONFIG_PROBLEM_ERROR, line, section, key,
 				"the minimum pool size (%d) exceeds the pool size (%d)", min, size);
@@ -172,19 +207,72 @@ static void check_pool(struct parser *p, struct config_pool *pool, struct pool_m
 	}
 }
 
+/* Whether pgcat knows a password (or that there is none to know) for
+ * user au: a users section, or auth_file. */
+static bool auth_user_known(const struct config *cfg, const char *au)
+{
+	if (cfg->auth_user_secret_of && strcmp(cfg->auth_user_secret_of, au) == 0)
+		return true;
+	if (cfg->auth_users && config_console_secret(cfg, au) != NULL)
+		return true;
+	for (size_t i = 0; i < cfg->n_pools; i++)
+		for (size_t j = 0; j < cfg->pools[i].n_users; j++)
+			if (strcmp(cfg->pools[i].users[j].name, au) == 0)
+				return true;
+	return false;
+}
+
+/* auth_user (of [general] or of a pool) that pgcat has no password for.
+ * A pgbouncer.ini may leave it out of auth_file: PgBouncer then logs in
+ * without a password (the server trusts it), and so does pgcat; in
+ * pgcat.ini it is a mistake. prefix: "" for the key itself, else what
+ * goes before the name in the message. */
+static void unknown_auth_user(struct parser *p, int line, const char *section, const char *key, const char *prefix,
+			      const char *au)
+{
+	const struct config *cfg = p->cfg;
+	const char *nofile = cfg->general.auth_file[0] ? "" : " (auth_file is not set)";
+	if (cfg->format == CONFIG_FORMAT_PGBOUNCER)
+		problem(p, CONFIG_PROBLEM_WARNING, line, section, key,
+			"%suser \"%.*s%s\" is not in auth_file%s: auth_query logs in as it without a password", prefix,
+			CONFIG_QUOTE_MAX, au, strlen(au) > CONFIG_QUOTE_MAX ? "..." : "", nofile);
+	else
+		problem(p, CONFIG_PROBLEM_ERROR, line, section, key,
+			"%suser \"%.*s%s\" is in no [pools.NAME.users.USER] section and not in auth_file%s: "
+			"auth_query cannot log in", prefix, CONFIG_QUOTE_MAX, au, strlen(au) > CONFIG_QUOTE_MAX ? "..." : "",
+			nofile);
+}
+
 void check_auth_user(struct parser *p)
 {
 	const struct config *cfg = p->cfg;
 	const char *au = cfg->general.auth_user;
-	if (au == NULL || au[0] == '\0' || (cfg->auth_user_secret_of && strcmp(cfg->auth_user_secret_of, au) == 0))
-		return;
-	for (size_t i = 0; i < cfg->n_pools; i++)
-		for (size_t j = 0; j < cfg->pools[i].n_users; j++)
-			if (strcmp(cfg->pools[i].users[j].name, au) == 0)
-				return;
-	general_error(p, "auth_user", "user \"%.*s%s\" is in no [pools.NAME.users.USER] section and not in auth_file%s: "
-		      "auth_query cannot log in", CONFIG_QUOTE_MAX, au, strlen(au) > CONFIG_QUOTE_MAX ? "..." : "",
-		      cfg->general.auth_file[0] ? "" : " (auth_file is not set)");
+	if (au != NULL && au[0] != '\0' && !auth_user_known(cfg, au)) {
+		size_t i;
+		const char *was = p->file;
+		if (find_spec(general_specs, N_GENERAL_KEYS, "auth_user", &i) && p->general_file[i])
+			p->file = p->general_file[i];
+		unknown_auth_user(p, general_line(p, "auth_user"), p->general_section, "auth_user", "", au);
+		p->file = was;
+	}
+	/* Pools' own auth_user: only at load (p->pools is NULL under SET). */
+	for (size_t i = 0; p->pools != NULL && i < cfg->n_pools; i++) {
+		const char *pau = cfg->pools[i].auth_user;
+		if (pau == NULL || auth_user_known(cfg, pau))
+			continue;
+		char section[CONFIG_MAX_NAME + 8];
+		int line = p->pools[i].key_line[POOL_KEY_AUTH_USER];
+		if (cfg->format == CONFIG_FORMAT_PGBOUNCER) {
+			const char *was = p->file;
+			if (p->pools[i].file)
+				p->file = p->pools[i].file;
+			unknown_auth_user(p, line, "databases", cfg->pools[i].name, "auth_user: ", pau);
+			p->file = was;
+		} else {
+			snprintf(section, sizeof(section), "pools.%s", cfg->pools[i].name);
+			unknown_auth_user(p, line, section, "auth_user", "", pau);
+		}
+	}
 }
 
 void check_all(struct parser *p)
@@ -192,7 +280,10 @@ void check_all(struct parser *p)
 	check_general(p);
 	for (size_t i = 0; i < p->cfg->n_pools; i++)
 		check_pool(p, &p->cfg->pools[i], &p->pools[i]);
-	if (p->cfg->n_pools == 0)
+	if (p->cfg->n_pools == 0 && p->cfg->format == CONFIG_FORMAT_PGBOUNCER)
+		problem(p, CONFIG_PROBLEM_WARNING, 0, NULL, NULL,
+			"no database in [databases]: only the admin console can be reached");
+	else if (p->cfg->n_pools == 0)
 		problem(p, CONFIG_PROBLEM_WARNING, 0, NULL, NULL,
 			"no [pools.NAME] section: only the admin console can be reached");
 }

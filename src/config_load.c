@@ -134,6 +134,31 @@ static bool find_or_add_user(struct parser *p, const char *name)
 	return true;
 }
 
+static bool find_or_add_user_settings(struct parser *p, const char *name)
+{
+	struct config *cfg = p->cfg;
+	for (size_t i = 0; i < cfg->n_user_settings; i++) {
+		if (strcmp(cfg->user_settings[i].name, name) == 0) {
+			p->uset = i;
+			return true;
+		}
+	}
+	char *copy = p_strdup(p, name);
+	if (copy == NULL)
+		return false;
+	if (!p_grow(p, &p->usets, cfg->n_user_settings, sizeof(*p->usets)) ||
+	    !p_grow(p, &cfg->user_settings, cfg->n_user_settings, sizeof(*cfg->user_settings))) {
+		free(copy);
+		return false;
+	}
+	struct config_user_settings *us = &cfg->user_settings[cfg->n_user_settings];
+	us->name = copy;
+	p->usets[cfg->n_user_settings].line = p->lineno;
+	p->uset = cfg->n_user_settings++;
+	apply_defaults(p, uset_specs, USET_KEY_COUNT, us);
+	return true;
+}
+
 /* [pools.NAME], [pools.NAME.shards.N], [pools.NAME.users.USER] */
 static enum section_kind enter_pools_section(struct parser *p, const char *rest)
 {
@@ -191,10 +216,15 @@ static void enter_section(struct parser *p, const char *name, size_t n)
 			p->peers_line = p->lineno;
 	} else if (strncmp(p->section_name, "pools.", 6) == 0) {
 		p->section = enter_pools_section(p, p->section_name + 6);
+	} else if (strncmp(p->section_name, "users.", 6) == 0) {
+		p->section = valid_object_name(p, "user", strlen(p->section_name + 6)) &&
+				     find_or_add_user_settings(p, p->section_name + 6)
+			     ? SECTION_USER_SETTINGS
+			     : SECTION_IGNORED;
 	} else {
 		problem(p, CONFIG_PROBLEM_UNKNOWN, p->lineno, p->section_name, NULL,
 			"unknown section; expected [general], [pools.NAME], [pools.NAME.shards.N], "
-			"[pools.NAME.users.USER] or [peers]");
+			"[pools.NAME.users.USER], [users.NAME] or [peers]");
 		p->section = SECTION_IGNORED;
 	}
 }
@@ -270,6 +300,8 @@ static void *section_base(struct parser *p)
 		return &cfg->pools[p->pool].shards[p->shard];
 	case SECTION_USER:
 		return &cfg->pools[p->pool].users[p->user];
+	case SECTION_USER_SETTINGS:
+		return &cfg->user_settings[p->uset];
 	case SECTION_NONE:
 	case SECTION_PEERS:
 	case SECTION_IGNORED:
@@ -355,6 +387,10 @@ static int on_key(void *user, const char *section, const char *name, const char 
 	case SECTION_USER:
 		table_key(p, user_specs, USER_KEY_COUNT, p->pools[p->pool].users[p->user].key_line,
 			  &cfg->pools[p->pool].users[p->user], name, value);
+		break;
+	case SECTION_USER_SETTINGS:
+		table_key(p, uset_specs, USET_KEY_COUNT, p->usets[p->uset].key_line, &cfg->user_settings[p->uset],
+			  name, value);
 		break;
 	case SECTION_PEERS:
 		peer_key(p, name, value);
@@ -479,45 +515,16 @@ static void parser_free(struct parser *p)
 	}
 	free(p->pools);
 	free(p->peer_line);
+	free(p->usets);
+	for (size_t i = 0; i < p->n_files; i++)
+		free(p->files[i]);
+	free(p->files);
 	free(p->section_name);
 }
 
 /* ---- auth_file (SPEC §2): users for pools without users sections ---- */
 
 #define AUTH_FILE_MAX_SIZE (16 * 1024 * 1024)
-
-/* auth_file relative to the directory of the config file. */
-static char *auth_file_path(const char *cfg_path, const char *file)
-{
-	if (file[0] == '/' || cfg_path == NULL)
-		return strdup(file);
-	const char *slash = strrchr(cfg_path, '/');
-	if (slash == NULL)
-		return strdup(file);
-	return format("%.*s/%s", (int)(slash - cfg_path), cfg_path, file);
-}
-
-static char *read_small_file(const char *path, size_t max, size_t *len, char **err)
-{
-	FILE *f = fopen(path, "rb");
-	if (f == NULL) {
-		*err = format("cannot open: %s", strerror(errno));
-		return NULL;
-	}
-	char *buf = malloc(max + 1);
-	size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
-	bool bad = buf == NULL || ferror(f);
-	fclose(f);
-	if (bad || n > max) {
-		*err = buf == NULL ? format("out of memory") : n > max ? format("larger than %zu bytes", max)
-								       : format("cannot read: %s", strerror(errno));
-		free(buf);
-		return NULL;
-	}
-	buf[n] = '\0';
-	*len = n;
-	return buf;
-}
 
 struct bad_line_ctx {
 	struct parser *p;
@@ -543,16 +550,16 @@ static bool read_key_file(struct parser *p, const char *key, const char *value, 
 			  size_t *len)
 {
 	*text = NULL;
-	*path = auth_file_path(p->cfg->path, value);
+	*path = config_relative_path(p->cfg->path, value);
 	if (*path == NULL) {
 		p->oom = true;
 		return false;
 	}
 	char *err = NULL;
-	*text = read_small_file(*path, AUTH_FILE_MAX_SIZE, len, &err);
+	*text = config_read_file(*path, AUTH_FILE_MAX_SIZE, len, &err);
 	if (*text != NULL)
 		return true;
-	char *msg = err ? format("%s: [general] %s: %s: %s", p->file, key, *path, err) : NULL;
+	char *msg = err ? format("%s: [%s] %s: %s: %s", p->file, p->general_section, key, *path, err) : NULL;
 	free(err);
 	if (msg == NULL)
 		p->oom = true;
@@ -577,7 +584,8 @@ static void load_auth_file(struct parser *p)
 		      (cfg->general.stats_users && cfg->general.stats_users[0]) ||
 		      (cfg->general.auth_user && cfg->general.auth_user[0]);
 	for (size_t i = 0; i < cfg->n_pools; i++)
-		wanted |= cfg->pools[i].n_users == 0;
+		wanted |= cfg->pools[i].n_users == 0 || cfg->pools[i].auth_user != NULL ||
+			  (cfg->pools[i].server_username != NULL && cfg->pools[i].server_password == NULL);
 	if (!cfg->general.auth_file || !cfg->general.auth_file[0] || !wanted)
 		return;
 	char *path, *text;
@@ -609,6 +617,7 @@ static void load_auth_file(struct parser *p)
 			u->name = p_strdup(p, af.entries[k].user);
 			free(u->password);
 			u->password = p_strdup(p, af.entries[k].secret);
+			u->from_auth_file = true;
 			if (u->name == NULL || u->password == NULL) {
 				free(u->name);
 				free(u->password);
@@ -617,7 +626,18 @@ static void load_auth_file(struct parser *p)
 			pool->n_users++;
 		}
 	}
-	/* Kept for the admin console (config_console_secret). */
+	/* A pool's forced server_username without a server_password logs in
+	 * with that role's line of the file, as PgBouncer's forced user. */
+	for (size_t i = 0; i < cfg->n_pools && !p->oom; i++) {
+		struct config_pool *pool = &cfg->pools[i];
+		const struct auth_file_entry *e = pool->server_username && !pool->server_password
+							  ? auth_file_find(&af, pool->server_username)
+							  : NULL;
+		if (e != NULL)
+			pool->server_password = p_strdup(p, e->secret);
+	}
+	/* Kept for the admin console (config_console_secret) and for pools'
+	 * own auth_user (auth_query.c). */
 	cfg->auth_users = p->oom ? NULL : malloc(sizeof *cfg->auth_users);
 	if (cfg->auth_users != NULL)
 		*cfg->auth_users = af;
@@ -700,24 +720,61 @@ static void load_hba_file(struct parser *p)
 	free(path);
 }
 
+static void pool_fields_free(struct config_pool *pool)
+{
+	free(pool->name);
+	free_fields(pool_specs, POOL_KEY_COUNT, pool);
+	for (size_t j = 0; j < pool->n_shards; j++)
+		free_fields(shard_specs, SHARD_KEY_COUNT, &pool->shards[j]);
+	free(pool->shards);
+	for (size_t j = 0; j < pool->n_users; j++) {
+		free(pool->users[j].name);
+		free_fields(user_specs, USER_KEY_COUNT, &pool->users[j]);
+	}
+	free(pool->users);
+}
+
+/* The `*` pool, read and checked with the others, leaves them: it is the
+ * template of databases made at login, not one itself. */
+static bool detach_autodb(struct config *cfg)
+{
+	for (size_t i = 0; i < cfg->n_pools; i++) {
+		if (strcmp(cfg->pools[i].name, "*") != 0)
+			continue;
+		cfg->autodb = malloc(sizeof(*cfg->autodb));
+		if (cfg->autodb == NULL)
+			return false;
+		*cfg->autodb = cfg->pools[i];
+		memmove(&cfg->pools[i], &cfg->pools[i + 1], (cfg->n_pools - i - 1) * sizeof(*cfg->pools));
+		cfg->n_pools--;
+		return true;
+	}
+	return true;
+}
+
 static struct config *load_text(const char *text, const char *file, struct config_problems *problems)
 {
 	struct config_problems local = { 0 };
 	if (problems == NULL)
 		problems = &local;
-	struct parser p = { .problems = problems, .file = file, .pos = text };
+	struct parser p = { .problems = problems, .file = file, .pos = text, .general_section = "general" };
 	p.cfg = calloc(1, sizeof(*p.cfg));
 	if (p.cfg == NULL) {
 		p.oom = true;
 	} else {
 		p.cfg->path = p_strdup(&p, file);
 		apply_defaults(&p, general_specs, N_GENERAL_KEYS, &p.cfg->general);
-		int rc = ini_parse_stream(read_line, &p, on_key, &p);
-		finish_line(&p);
-		if (rc == -2)
-			p.oom = true;
-		else if (rc > 0 && p.first_syntax_line == 0)
-			problem(&p, CONFIG_PROBLEM_ERROR, rc, NULL, NULL, "syntax error");
+		if (pgb_detect(text)) {
+			/* A pgbouncer.ini: its own reader, the same checks after. */
+			pgb_load(&p, text);
+		} else {
+			int rc = ini_parse_stream(read_line, &p, on_key, &p);
+			finish_line(&p);
+			if (rc == -2)
+				p.oom = true;
+			else if (rc > 0 && p.first_syntax_line == 0)
+				problem(&p, CONFIG_PROBLEM_ERROR, rc, NULL, NULL, "syntax error");
+		}
 		if (!p.oom)
 			check_all(&p);
 		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
@@ -727,6 +784,8 @@ static struct config *load_text(const char *text, const char *file, struct confi
 		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
 			check_auth_user(&p);
 		parser_free(&p);
+		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR) && !detach_autodb(p.cfg))
+			p.oom = true;
 	}
 	if (p.oom) {
 		bool ignored = false;
@@ -823,23 +882,22 @@ void config_free(struct config *cfg)
 		return;
 	free(cfg->path);
 	free_fields(general_specs, N_GENERAL_KEYS, &cfg->general);
-	for (size_t i = 0; i < cfg->n_pools; i++) {
-		struct config_pool *pool = &cfg->pools[i];
-		free(pool->name);
-		free_fields(pool_specs, POOL_KEY_COUNT, pool);
-		for (size_t j = 0; j < pool->n_shards; j++)
-			free_fields(shard_specs, SHARD_KEY_COUNT, &pool->shards[j]);
-		free(pool->shards);
-		for (size_t j = 0; j < pool->n_users; j++) {
-			free(pool->users[j].name);
-			free_fields(user_specs, USER_KEY_COUNT, &pool->users[j]);
-		}
-		free(pool->users);
-	}
+	config_autodb_free_all(cfg);
+	for (size_t i = 0; i < cfg->n_pools; i++)
+		pool_fields_free(&cfg->pools[i]);
 	free(cfg->pools);
+	if (cfg->autodb != NULL)
+		pool_fields_free(cfg->autodb);
+	free(cfg->autodb);
 	for (size_t i = 0; i < cfg->n_peers; i++)
 		free(cfg->peers[i].host);
 	free(cfg->peers);
+	for (size_t i = 0; i < cfg->n_user_settings; i++) {
+		free(cfg->user_settings[i].name);
+		free_fields(uset_specs, USET_KEY_COUNT, &cfg->user_settings[i]);
+	}
+	free(cfg->user_settings);
+	config_pgbouncer_free(cfg->pgbouncer);
 	hba_free(cfg->hba);
 	free(cfg->hba);
 	free(cfg->auth_user_secret);

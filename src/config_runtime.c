@@ -55,6 +55,8 @@ bool config_general_value(const struct config *cfg, const char *key, char *buf, 
 	case VALUE_SHARD: {
 		int v;
 		memcpy(&v, cfield(base, k->off), sizeof(v));
+		if (v == CONFIG_INHERIT && (k->flags & KEY_EMPTY_INHERITS))
+			return true;    /* empty: inherited */
 		snprintf(num, sizeof(num), "%d", v);
 		return put(buf, buflen, &used, num);
 	}
@@ -206,9 +208,33 @@ static void print_section(FILE *out, const char *header, const struct key_spec *
 	}
 }
 
+bool config_show_row(const struct config *cfg, size_t i, struct config_show_row *row)
+{
+	memset(row, 0, sizeof(*row));
+	if (cfg->format == CONFIG_FORMAT_PGBOUNCER)
+		return pgb_show_row(cfg, i, row);
+	if (i >= N_GENERAL_KEYS)
+		return false;
+	row->key = general_info[i].name;
+	if (!config_general_value(cfg, row->key, row->value, sizeof(row->value)))
+		row->value[0] = '\0';
+	row->default_value = general_info[i].default_value;
+	row->changeable = general_info[i].reloadable;
+	return true;
+}
+
 void config_print(const struct config *cfg, FILE *out)
 {
 	char section[CONFIG_MAX_NAME * 2 + 32];
+	if (cfg->format == CONFIG_FORMAT_PGBOUNCER) {
+		/* PgBouncer's settings first, as its SHOW CONFIG has them; then
+		 * what pgcat runs, in pgcat.ini's terms. */
+		struct config_show_row row;
+		fprintf(out, "\n[pgbouncer]\n");
+		for (size_t i = 0; config_show_row(cfg, i, &row); i++)
+			fprintf(out, "%s =%s%s\n", row.key, row.value[0] ? " " : "", row.value);
+		fprintf(out, "\n; as pgcat runs it, in pgcat.ini's keys:\n");
+	}
 	print_section(out, "general", general_specs, N_GENERAL_KEYS, &cfg->general);
 	for (size_t i = 0; i < cfg->n_pools; i++) {
 		const struct config_pool *pool = &cfg->pools[i];
@@ -222,6 +248,19 @@ void config_print(const struct config *cfg, FILE *out)
 			snprintf(section, sizeof(section), "pools.%s.users.%s", pool->name, pool->users[j].name);
 			print_section(out, section, user_specs, USER_KEY_COUNT, &pool->users[j]);
 		}
+	}
+	if (cfg->autodb != NULL) {
+		/* (its shards' database, when empty: the name a client asks for) */
+		const struct config_pool *pool = cfg->autodb;
+		print_section(out, "pools.*", pool_specs, POOL_KEY_COUNT, pool);
+		for (size_t j = 0; j < pool->n_shards; j++) {
+			snprintf(section, sizeof(section), "pools.*.shards.%d", pool->shards[j].index);
+			print_section(out, section, shard_specs, SHARD_KEY_COUNT, &pool->shards[j]);
+		}
+	}
+	for (size_t i = 0; i < cfg->n_user_settings; i++) {
+		snprintf(section, sizeof(section), "users.%s", cfg->user_settings[i].name);
+		print_section(out, section, uset_specs, USET_KEY_COUNT, &cfg->user_settings[i]);
 	}
 	if (cfg->n_peers > 0)
 		fprintf(out, "\n[peers]\n");
@@ -293,6 +332,31 @@ bool config_general_set(struct config *cfg, const char *key, const char *value, 
 	return config_general_set_if(cfg, key, value, NULL, NULL, err, errlen);
 }
 
+static bool general_set(struct config *cfg, const char *key, const char *value, config_set_accept_fn accept,
+			void *arg, char *err, size_t errlen);
+
+/* SET of a PgBouncer setting on a configuration read from a pgbouncer.ini:
+ * its value in PgBouncer's units, checked as in the file, set through the
+ * pgcat keys it maps to. -1: key is not one of PgBouncer's settings. */
+static int pgbouncer_set(struct config *cfg, const char *key, const char *value, config_set_accept_fn accept,
+			 void *arg, char *err, size_t errlen)
+{
+	char *v = set_unquote(value, err, errlen);
+	if (v == NULL)
+		return 0;
+	struct pgb_set set;
+	int r = pgb_translate_set(cfg, key, v, &set, err, errlen);
+	for (size_t i = 0; r == 1 && i < set.n; i++)
+		if (!general_set(cfg, set.pairs[i].key, set.pairs[i].value, accept, arg, err, errlen))
+			r = 0;
+	if (r == 1 && !pgb_note_set(cfg, key, v)) {
+		snprintf(err, errlen, "out of memory");
+		r = 0;
+	}
+	free(v);
+	return r;
+}
+
 bool config_general_set_if(struct config *cfg, const char *key, const char *value, config_set_accept_fn accept,
 			   void *arg, char *err, size_t errlen)
 {
@@ -306,6 +370,19 @@ bool config_general_set_if(struct config *cfg, const char *key, const char *valu
 		snprintf(err, errlen, "missing key or value");
 		return false;
 	}
+	/* A pgbouncer.ini's settings are SET under PgBouncer's names and
+	 * units; pgcat's other keys as in pgcat.ini. */
+	if (cfg->format == CONFIG_FORMAT_PGBOUNCER) {
+		int r = pgbouncer_set(cfg, key, value, accept, arg, err, errlen);
+		if (r >= 0)
+			return r == 1;
+	}
+	return general_set(cfg, key, value, accept, arg, err, errlen);
+}
+
+static bool general_set(struct config *cfg, const char *key, const char *value, config_set_accept_fn accept,
+			void *arg, char *err, size_t errlen)
+{
 	size_t idx = N_GENERAL_KEYS;
 	for (size_t i = 0; i < N_GENERAL_KEYS; i++) {
 		if (ci_equal(general_specs[i].name, key)) {
@@ -338,7 +415,7 @@ bool config_general_set_if(struct config *cfg, const char *key, const char *valu
 	struct config trial = *cfg;
 	detach_field(k, &trial.general);
 	struct config_problems problems = { 0 };
-	struct parser p = { .cfg = &trial, .problems = &problems, .file = SET_FILE };
+	struct parser p = { .cfg = &trial, .problems = &problems, .file = SET_FILE, .general_section = "general" };
 	set_value(&p, k, &trial.general, v, false);
 	free(v);
 	if (!p.oom && !config_problems_has(&problems, CONFIG_PROBLEM_ERROR))

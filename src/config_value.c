@@ -319,6 +319,28 @@ static bool check_sharded_table(const char *s, size_t n, char *why, size_t whyle
 	return false;
 }
 
+bool check_server_host(const char *s, size_t n, char *why, size_t whylen)
+{
+	if (n > 0 && s[0] == '/') {
+		if (n > CONFIG_MAX_SOCKET_DIR) {
+			snprintf(why, whylen, "a Unix socket directory must be at most %d characters, so that the "
+				 "socket path fits", CONFIG_MAX_SOCKET_DIR);
+			return false;
+		}
+		return true;
+	}
+	if (memchr(s, ':', n) != NULL) {
+		if (valid_ip(AF_INET6, s, n))
+			return true;
+		snprintf(why, whylen, "\"%.*s\" is not an IPv6 address", (int)n, s);
+		return false;
+	}
+	if (valid_hostname(s, n))
+		return true;
+	snprintf(why, whylen, "\"%.*s\" is not a host name, an IP address or a Unix socket directory", (int)n, s);
+	return false;
+}
+
 /* "host:port" (want_role false) or "host:port:role"; IPv6 hosts in brackets. */
 bool parse_endpoint(const char *s, size_t n, bool want_role, const char **host, size_t *host_len,
 			   int *port, int *role, char *why, size_t whylen)

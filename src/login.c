@@ -241,7 +241,9 @@ static void start_login(struct client *c)
 		}
 		credp = &cred;
 	} else {
-		if (!pool_db_exists(w, client_database(c))) {
+		/* A name no pool has: made from `*` when there is one. */
+		const struct config_pool *named = config_find_pool(w->cfg, client_database(c));
+		if ((!named || named->autodb_instance) && !pool_add_autodb(w, client_database(c), client_user(c))) {
 			client_close(c, SQLSTATE_INVALID_CATALOG_NAME, "database \"%s\" does not exist", client_database(c));
 			return;
 		}

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pool: checkout, checkin and the FIFO of waiting clients per (pool, user,
- * server); the link between a client and a server; reload and the admin
- * console's operations on pools. The janitor's pool duties are in
- * pool_janitor.c. Knows no protocol: it moves connections between lists
+ * server); the link between a client and a server; the admin console's
+ * operations on pools. The janitor's pool duties are in pool_janitor.c,
+ * reload and the databases made from `*` in pool_reload.c. Knows no protocol: it moves connections between lists
  * and tells the client and server machines what happened.
  */
 #include "pool.h"
@@ -155,7 +155,7 @@ static bool srvpool_matches(const struct srvpool *sp, const struct config_shard 
 
 /* Build the target array for cp, reusing srvpools of old[] that still
  * match (their connections live on); consumed entries of old are NULLed. */
-static bool build_targets(struct pool *p, const struct config_pool *cp, struct srvpool **old, size_t n_old,
+bool build_targets(struct pool *p, const struct config_pool *cp, struct srvpool **old, size_t n_old,
 			  struct srvpool ***out, size_t *n_out)
 {
 	size_t n = 0;
@@ -194,7 +194,7 @@ static bool build_targets(struct pool *p, const struct config_pool *cp, struct s
 	return true;
 }
 
-static void pool_derive_scram(struct pool *p)
+void pool_derive_scram(struct pool *p)
 {
 	p->have_scram = false;
 	p->have_passthrough_key = false;
@@ -216,18 +216,23 @@ static void pool_derive_scram(struct pool *p)
 		p->have_scram = scram_secret_from_password(pw, salt, sizeof salt, SCRAM_DEFAULT_ITERATIONS, &p->scram);
 }
 
-static void pool_apply_config(struct pool *p, const struct config *cfg, const struct config_pool *cp,
+void pool_apply_config(struct pool *p, const struct config *cfg, const struct config_pool *cp,
 			      const struct config_user *cu)
 {
 	p->cpool = cp;
 	p->cuser = cu;
-	p->mode = config_user_pool_mode(cp, cu);
+	p->mode = config_user_pool_mode(cfg, cp, cu);
 	p->pool_size = config_user_pool_size(cfg, cp, cu);
 	p->min_pool_size = config_user_min_pool_size(cfg, cp, cu);
-	p->reserve_pool_size = config_user_reserve_pool_size(cfg, cu);
+	p->reserve_pool_size = config_user_reserve_pool_size(cfg, cp, cu);
+	p->server_lifetime = config_pool_server_lifetime(cfg, cp);
+	p->query_timeout = config_user_query_timeout(cfg, cu);
+	p->idle_transaction_timeout = config_user_idle_transaction_timeout(cfg, cu);
+	p->client_idle_timeout = config_user_client_idle_timeout(cfg, cu);
+	p->transaction_timeout = config_user_transaction_timeout(cfg, cu);
 }
 
-static struct pool *pool_new(struct worker *w, const struct config_pool *cp, const struct config_user *cu)
+struct pool *pool_new(struct worker *w, const struct config_pool *cp, const struct config_user *cu)
 {
 	struct pool *p = calloc(1, sizeof *p);
 	if (!p)
@@ -268,7 +273,7 @@ static struct pool *pool_new(struct worker *w, const struct config_pool *cp, con
 
 /* ---- auth_query's users (auth_query.c): pools of users in no config ---- */
 
-static void own_user_free(struct config_user *u)
+void own_user_free(struct config_user *u)
 {
 	if (!u)
 		return;
@@ -405,6 +410,7 @@ void pool_free(struct pool *p)
 		freelocale(p->collation);
 	p->collation = (locale_t)0;
 	p->collation_known = false;
+	pool_autodb_release(p->w, p->cpool, p);
 	config_ref_put(p->cfg_ref);
 	own_user_free(p->own_user);
 	free(p->targets);
@@ -676,7 +682,6 @@ static void pool_server_clean(struct server *s)
 {
 	struct srvpool *sp = s->sp;
 	struct worker *w = sp->pool->w;
-	const struct config_general *g = &w->cfg->general;
 	assert(s->client == NULL);
 	server_settings_discard(s);   /* a client gone mid-transaction: rolled back */
 	if (s->cancels_in_flight > 0) {
@@ -687,7 +692,7 @@ static void pool_server_clean(struct server *s)
 	if (sp->pool->removed && list_empty(&sp->waiters))
 		s->close_when_idle = true;
 	if (s->close_when_idle || w->shutting_down ||
-	    (g->server_lifetime > 0 && w->now_us - s->connect_us > (uint64_t)g->server_lifetime * 1000)) {
+	    (sp->pool->server_lifetime > 0 && w->now_us - s->connect_us > (uint64_t)sp->pool->server_lifetime * 1000)) {
 		if (list_empty(&sp->waiters) || s->close_when_idle) {
 			server_close(s, s->close_when_idle ? "close requested" : "server_lifetime");
 			return;
@@ -859,236 +864,6 @@ void pool_dns_done(struct worker *w, const struct dns_entry *e)
 			fail_waiters(sp);
 		}
 	}
-}
-
-/* ---- reload ---- */
-
-static void retire_srvpool(struct pool *p, struct srvpool *sp)
-{
-	log_info("pool %s user %s: server %s:%d removed by reload; closing its connections once idle",
-		 p->name, p->user, sp->host, sp->port);
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &sp->active)
-		LIST_OWNER(pos, struct server, node)->close_when_idle = true;
-	LIST_FOREACH_SAFE(pos, tmp, &sp->other)
-		LIST_OWNER(pos, struct server, node)->close_when_idle = true;
-	LIST_FOREACH_SAFE(pos, tmp, &sp->opening)
-		LIST_OWNER(pos, struct server, node)->close_when_idle = true;
-	srvpool_close_list(&sp->idle);
-	list_add_tail(&p->retired, &sp->retired_node);
-	/* Its waiters go to wherever the pool now sends them. */
-	LIST_FOREACH_SAFE(pos, tmp, &sp->waiters) {
-		struct pool_waiter *pw = LIST_OWNER(pos, struct pool_waiter, node);
-		pool_cancel_wait(pw);
-		if (p->removed || p->n_targets == 0)
-			pool_fail_waiter(pw, "08006", "server removed from the configuration");
-		else
-			(void)pool_checkout(pool_pick_target(p), pw);
-	}
-}
-
-/* A reload, planned before anything changes: for each pool the new
- * config keeps, its new srvpools (t: NULL for a new pool), config and
- * whether its password changed. Built first into fresh arrays, so that a
- * failure changes nothing. */
-struct reload_entry {
-	struct pool *p;
-	struct srvpool **t;
-	size_t n;
-	const struct config_pool *cp;
-	const struct config_user *cu;
-	bool password_changed;
-};
-struct reload_plan {
-	struct reload_entry *e;
-	size_t n, cap;
-};
-
-/* A new, zeroed entry; NULL: out of memory. */
-static struct reload_entry *plan_add(struct reload_plan *pl)
-{
-	if (pl->n == pl->cap) {
-		size_t cap = pl->cap ? pl->cap * 2 : 16;
-		struct reload_entry *ne = realloc(pl->e, cap * sizeof *ne);
-		if (!ne)
-			return NULL;
-		pl->e = ne;
-		pl->cap = cap;
-	}
-	struct reload_entry *e = &pl->e[pl->n];
-	memset(e, 0, sizeof *e);
-	return e;
-}
-
-static bool plan_has(const struct reload_plan *pl, const struct pool *p)
-{
-	for (size_t i = 0; i < pl->n; i++)
-		if (pl->e[i].p == p)
-			return true;
-	return false;
-}
-
-/* e's pool (existing) gets the srvpools of cp, reusing its own. */
-static bool plan_targets(struct reload_entry *e, const struct config_pool *cp)
-{
-	struct pool *p = e->p;
-	struct srvpool **old = calloc(p->n_targets ? p->n_targets : 1, sizeof *old);
-	if (!old)
-		return false;
-	memcpy(old, p->targets, p->n_targets * sizeof *old);
-	bool ok = build_targets(p, cp, old, p->n_targets, &e->t, &e->n);
-	free(old);
-	return ok;
-}
-
-/* Every (pool, user) of the new config: the existing pool re-targeted, or
- * a new one. */
-static bool plan_configured(struct worker *w, const struct config *newcfg, struct reload_plan *pl)
-{
-	for (size_t i = 0; i < newcfg->n_pools; i++) {
-		const struct config_pool *cp = &newcfg->pools[i];
-		for (size_t j = 0; j < cp->n_users; j++) {
-			const struct config_user *cu = &cp->users[j];
-			struct reload_entry *e = plan_add(pl);
-			if (!e)
-				return false;
-			e->cp = cp;
-			e->cu = cu;
-			e->p = pool_find(w, cp->name, cu->name);
-			if (e->p) {
-				if (!plan_targets(e, cp))
-					return false;
-				const char *a = e->p->cuser ? e->p->cuser->password : NULL;
-				const char *b = cu->password;
-				e->password_changed = (a == NULL) != (b == NULL) || (a && strcmp(a, b) != 0);
-			} else {
-				e->p = pool_new(w, cp, cu);
-				if (!e->p)
-					return false;
-				/* pool_new read w->cfg: apply the new snapshot's values. */
-				pool_apply_config(e->p, newcfg, cp, cu);
-			}
-			pl->n++;
-		}
-	}
-	return true;
-}
-
-/* Users auth_query found: kept while their database is configured,
- * auth_query still on and no users section took them over. */
-static bool plan_looked_up(struct worker *w, const struct config *newcfg, struct reload_plan *pl)
-{
-	if (!newcfg->general.auth_user[0])
-		return true;
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		const struct config_pool *cp = p->own_user && !p->removed ? config_find_pool(newcfg, p->name) : NULL;
-		if (!cp || plan_has(pl, p))
-			continue;
-		struct reload_entry *e = plan_add(pl);
-		if (!e)
-			return false;
-		e->p = p;
-		e->cp = cp;
-		e->cu = p->own_user;
-		if (!plan_targets(e, cp))
-			return false;
-		pl->n++;
-	}
-	return true;
-}
-
-/* Nothing changed: free what the plan made (new pools, new srvpools). */
-static void plan_abort(struct reload_plan *pl)
-{
-	for (size_t i = 0; i < pl->n; i++) {
-		struct reload_entry *e = &pl->e[i];
-		if (e->t) {
-			for (size_t k = 0; k < e->n; k++) {
-				bool existing = false;
-				for (size_t m = 0; m < e->p->n_targets && !existing; m++)
-					existing = e->p->targets[m] == e->t[k];
-				if (!existing)
-					srvpool_free(e->t[k]);
-			}
-			free(e->t);
-		} else if (e->p) {
-			pool_free(e->p);
-		}
-	}
-	free(pl->e);
-}
-
-/* The plan applied to one pool: old srvpools not reused retired, the new
- * config's values, a new verifier if the password changed; a new pool
- * joins the list. */
-static void plan_apply(struct worker *w, const struct config *newcfg, struct reload_entry *e)
-{
-	struct pool *p = e->p;
-	if (!e->t) {
-		list_add_tail(&w->pools, &p->node);
-		return;
-	}
-	for (size_t k = 0; k < p->n_targets; k++) {
-		bool reused = false;
-		for (size_t m = 0; m < e->n && !reused; m++)
-			reused = e->t[m] == p->targets[k];
-		if (!reused)
-			retire_srvpool(p, p->targets[k]);
-	}
-	free(p->targets);
-	p->targets = e->t;
-	p->n_targets = e->n;
-	pool_apply_config(p, newcfg, e->cp, e->cu);
-	if (p->own_user && p->cuser != p->own_user) {
-		/* a users section now lists the user auth_query found */
-		own_user_free(p->own_user);
-		p->own_user = NULL;
-	}
-	if (e->password_changed)
-		pool_derive_scram(p);
-}
-
-bool pool_reload(struct worker *w, struct config *newcfg, struct config *oldcfg, bool *oldcfg_kept)
-{
-	*oldcfg_kept = false;
-	struct list_node *pos, *tmp;
-	struct reload_plan pl = { NULL, 0, 0 };
-	/* Allocated up front so that nothing can fail after the first change. */
-	struct config_ref *ref = calloc(1, sizeof *ref);
-	if (!ref)
-		return false;
-	ref->cfg = oldcfg;
-	if (!plan_configured(w, newcfg, &pl) || !plan_looked_up(w, newcfg, &pl)) {
-		plan_abort(&pl);
-		free(ref);
-		return false;
-	}
-	/* Commit. Pools not in the new config: removed, draining. */
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		if (plan_has(&pl, p) || p->removed)
-			continue;
-		log_info("pool %s user %s: removed by reload; draining", p->name, p->user);
-		p->removed = true;
-	}
-	/* Pools removed now still point into the old snapshot: they hold it. */
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		if (p->removed && !p->cfg_ref) {
-			ref->refs++;
-			p->cfg_ref = ref;
-		}
-	}
-	if (ref->refs > 0)
-		*oldcfg_kept = true;
-	else
-		free(ref);
-	for (size_t i = 0; i < pl.n; i++)
-		plan_apply(w, newcfg, &pl.e[i]);
-	free(pl.e);
-	return true;
 }
 
 /* ---- admin console operations ---- */

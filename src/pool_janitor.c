@@ -27,10 +27,45 @@
  * pgcat gives up on that server connection. */
 #define STATEMENT_TIMEOUT_GRACE_US 1000000
 
+/* A pool of a database made from `*` that no client used for
+ * autodb_idle_timeout (0: never) goes: drained, then freed, and the
+ * database with its last pool (pool_autodb_release). */
+static bool autodb_idle(struct worker *w, struct pool *p)
+{
+	int ms = w->cfg->general.autodb_idle_timeout;
+	if (p->n_clients > 0 || p->autodb_idle_since_us == 0) {
+		p->autodb_idle_since_us = w->now_us;
+		return false;
+	}
+	if (ms <= 0 || w->now_us - p->autodb_idle_since_us < (uint64_t)ms * 1000)
+		return false;
+	log_info("pool %s user %s: made from \"*\", unused for autodb_idle_timeout; dropped", p->name, p->user);
+	p->removed = true;
+	return true;
+}
+
+/* Has any worker logged in a client of p (its counters in the shared
+ * segment)? Remembered once true. */
+static bool pool_had_client(struct pool *p)
+{
+	if (p->had_client)
+		return true;
+	struct shm *shm = p->w->shm;
+	if (shm && p->shm_slot >= 0)
+		for (uint32_t i = 0; i < shm->h->n_workers && !p->had_client; i++)
+			p->had_client = shm_stats(shm, (int)i, p->shm_slot)->v[STAT_CLIENT_LOGIN] > 0;
+	return p->had_client;
+}
+
 void pool_fill_min(struct pool *p)
 {
 	/* One worker keeps the instance's warm connections. */
 	if (p->w->id != 0)
+		return;
+	/* auth_file's users are every user of every pool without users
+	 * sections: as PgBouncer, min_pool_size is kept for those only once a
+	 * client of that user came (in worker 0: its clients count there). */
+	if (p->min_pool_size <= 0 || (p->cuser && p->cuser->from_auth_file && !pool_had_client(p)))
 		return;
 	/* Only a SCRAM verifier for this user: no login is possible before a
 	 * client has lent its key (SCRAM pass-through, doc/authentication.md). */
@@ -55,7 +90,7 @@ void pool_fill_min(struct pool *p)
 static void query_timeouts(struct srvpool *sp, uint64_t now)
 {
 	int st_ms = sp->pool->cuser ? sp->pool->cuser->statement_timeout : 0;
-	int qt_ms = sp->pool->w->cfg->general.query_timeout;
+	int qt_ms = sp->pool->query_timeout;
 	if (st_ms <= 0 && qt_ms <= 0)
 		return;
 	/* The shorter of the two that are on decides. */
@@ -95,8 +130,7 @@ static void query_timeouts(struct srvpool *sp, uint64_t now)
  * (cancel, ROLLBACK) and kept. */
 static void transaction_timeouts(struct srvpool *sp, uint64_t now)
 {
-	struct worker *w = sp->pool->w;
-	int ms = config_user_transaction_timeout(w->cfg, sp->pool->cuser);
+	int ms = sp->pool->transaction_timeout;
 	if (ms <= 0)
 		return;
 	uint64_t limit = (uint64_t)ms * 1000;
@@ -198,7 +232,8 @@ static void srvpool_janitor(struct srvpool *sp)
 	int total = srvpool_total(sp);
 	LIST_FOREACH_SAFE(pos, tmp, &sp->idle) {
 		struct server *s = LIST_OWNER(pos, struct server, node);
-		bool too_old = g->server_lifetime > 0 && now - s->connect_us > (uint64_t)g->server_lifetime * 1000;
+		bool too_old = sp->pool->server_lifetime > 0 &&
+			       now - s->connect_us > (uint64_t)sp->pool->server_lifetime * 1000;
 		bool too_idle = g->idle_timeout > 0 && now - s->last_used_us > (uint64_t)g->idle_timeout * 1000 &&
 				total > sp->pool->min_pool_size;
 		if (too_old || too_idle || w->shutting_down) {
@@ -250,6 +285,8 @@ void pool_janitor(struct worker *w)
 			}
 			continue;
 		}
+		if (p->cpool->autodb_instance && autodb_idle(w, p))
+			continue;
 		if (!w->shutting_down)
 			pool_fill_min(p);
 	}

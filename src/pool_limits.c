@@ -79,7 +79,7 @@ enum cap_kind { CAP_DB, CAP_ROLE };
 /* The role pgcat logs in to p's servers as. */
 static const char *server_role_of(const struct pool *p)
 {
-	return p->cuser ? config_user_server_name(p->cuser) : p->user;
+	return p->cuser ? config_user_server_name(p->cpool, p->cuser) : p->user;
 }
 
 /* Do a's connections count against the same cap as b's: the same server
@@ -126,7 +126,7 @@ static void caps_of(const struct srvpool *sp, int caps[2])
 {
 	const struct worker *w = sp->pool->w;
 	caps[CAP_DB] = config_pool_max_db_connections(w->cfg, sp->pool->cpool);
-	caps[CAP_ROLE] = config_user_max_user_connections(w->cfg, sp->pool->cuser);
+	caps[CAP_ROLE] = config_user_max_user_connections(w->cfg, sp->pool->cpool, sp->pool->cuser);
 }
 
 bool srvpool_at_cap(const struct srvpool *sp)

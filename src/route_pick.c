@@ -179,6 +179,10 @@ struct srvpool *route_choose_in_shard(struct client *c, struct srvpool **all, si
 		if (m == 0)
 			return role == ROUTER_ROLE_ANY && primary ? primary : cand[next_random(w) % k];
 	}
+	/* ok[] keeps the order of the servers list: the first one that is not
+	 * banned takes everything, the next when it fails. */
+	if (cp->load_balancing_mode == LB_MODE_FIRST)
+		return ok[0];
 	if (cp->load_balancing_mode == LB_MODE_LOC) {
 		/* least outstanding connections; ties at random */
 		size_t best = 0, ties = 0;

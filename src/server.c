@@ -207,6 +207,18 @@ static void send_startup(struct server *s)
 	pktbuf_put_cstring(&pb, auth_server_user(s->sp->pool));
 	pktbuf_put_cstring(&pb, "database");
 	pktbuf_put_cstring(&pb, s->sp->database);
+	/* The pool's own startup parameters (PgBouncer's per-database
+	 * client_encoding, datestyle, timezone, application_name): the
+	 * server's values for clients that set none of their own. */
+	const struct config_pool *cp = s->sp->pool->cpool;
+	const char *const names[] = { "client_encoding", "datestyle", "timezone", "application_name" };
+	const char *const values[] = { cp->client_encoding, cp->datestyle, cp->timezone, cp->application_name };
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		if (values[i] != NULL) {
+			pktbuf_put_cstring(&pb, names[i]);
+			pktbuf_put_cstring(&pb, values[i]);
+		}
+	}
 	pktbuf_put_u8(&pb, 0);
 	pktbuf_end(&pb);
 	if (pb.failed) {

@@ -293,8 +293,8 @@ static bool visit_add(void *arg, const struct config_pool *cp, const struct conf
 	/* The pool's first user, as its servers are logged in to. */
 	if (cp->n_users > 0) {
 		const struct config_user *u = &cp->users[0];
-		const char *user = config_user_server_name(u);
-		const char *pw = config_user_server_password(u);
+		const char *user = config_user_server_name(cp, u);
+		const char *pw = config_user_server_password(cp, u);
 		if (!(t->user = strdup(user)) || (pw && !(t->password = strdup(pw))))
 			return false;
 	}

@@ -451,8 +451,9 @@ static void client_timeouts(struct worker *w)
 	const struct config_general *g = &w->cfg->general;
 	uint64_t now = w->now_us;
 	struct list_node *pos, *tmp;
-	if (g->connect_timeout > 0) {
-		uint64_t limit = (uint64_t)g->connect_timeout * 1000;
+	int login_ms = config_client_login_timeout(w->cfg);
+	if (login_ms > 0) {
+		uint64_t limit = (uint64_t)login_ms * 1000;
 		LIST_FOREACH_SAFE(pos, tmp, &w->clients_login) {
 			struct client *c = LIST_OWNER(pos, struct client, node);
 			if (now - c->connect_us >= limit)
@@ -477,11 +478,12 @@ static void client_timeouts(struct worker *w)
 			client_process(c);
 		}
 	}
-	if (g->client_idle_timeout > 0) {
-		uint64_t limit = (uint64_t)g->client_idle_timeout * 1000;
+	/* Each client's limits are its user's ([users.NAME], else [general]). */
+	if (config_any_client_idle_timeout(w->cfg)) {
 		LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
 			struct client *c = LIST_OWNER(pos, struct client, node);
-			if (now - c->last_activity_us >= limit)
+			int ms = c->pool ? c->pool->client_idle_timeout : g->client_idle_timeout;
+			if (ms > 0 && now - c->last_activity_us >= (uint64_t)ms * 1000)
 				client_close(c, SQLSTATE_ADMIN_SHUTDOWN, "client_idle_timeout");
 		}
 	}
@@ -499,13 +501,13 @@ static void client_timeouts(struct worker *w)
 			}
 		}
 	}
-	if (g->idle_transaction_timeout > 0) {
-		uint64_t limit = (uint64_t)g->idle_transaction_timeout * 1000;
+	if (config_any_idle_transaction_timeout(w->cfg)) {
 		LIST_FOREACH_SAFE(pos, tmp, &w->clients_active) {
 			struct client *c = LIST_OWNER(pos, struct client, node);
 			struct server *s = c->end.server;
-			if (s && s->state == SERVER_ACTIVE && s->txn.outstanding == 0 && s->txn.tx_status != 'I' &&
-			    now - c->last_activity_us >= limit)
+			int ms = c->pool ? c->pool->idle_transaction_timeout : g->idle_transaction_timeout;
+			if (ms > 0 && s && s->state == SERVER_ACTIVE && s->txn.outstanding == 0 && s->txn.tx_status != 'I' &&
+			    now - c->last_activity_us >= (uint64_t)ms * 1000)
 				client_close(c, "25P03", "terminating connection due to idle-in-transaction timeout");
 		}
 	}

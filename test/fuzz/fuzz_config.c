@@ -96,7 +96,7 @@ static void read_back(const struct config *cfg)
 			CHECK(config_find_user(pool, user->name) != NULL);
 			CHECK(config_user_pool_size(cfg, pool, user) >= 1);
 			CHECK(config_user_min_pool_size(cfg, pool, user) >= 0);
-			(void)config_pool_mode_name(config_user_pool_mode(pool, user));
+			(void)config_pool_mode_name(config_user_pool_mode(cfg, pool, user));
 		}
 	}
 }

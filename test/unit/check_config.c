@@ -179,7 +179,7 @@ START_TEST(test_key_table)
 {
 	size_t n;
 	const struct config_key_info *keys = config_general_keys(&n);
-	ck_assert_uint_eq(n, 74);
+	ck_assert_uint_eq(n, 77);
 	size_t fixed = 0;
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = i + 1; j < n; j++)
@@ -449,15 +449,15 @@ START_TEST(test_inheritance)
 	ck_assert_int_eq(u1->pool_mode, CONFIG_INHERIT);
 	ck_assert_int_eq(u1->pool_size, CONFIG_INHERIT);
 	ck_assert_int_eq(u1->min_pool_size, CONFIG_INHERIT);
-	ck_assert_int_eq(config_user_pool_mode(a, u1), POOL_MODE_SESSION);
+	ck_assert_int_eq(config_user_pool_mode(cfg, a, u1), POOL_MODE_SESSION);
 	ck_assert_int_eq(config_user_pool_size(cfg, a, u1), 20);
 	ck_assert_int_eq(config_user_min_pool_size(cfg, a, u1), 2);
-	ck_assert_int_eq(config_user_pool_mode(a, u2), POOL_MODE_TRANSACTION);
+	ck_assert_int_eq(config_user_pool_mode(cfg, a, u2), POOL_MODE_TRANSACTION);
 	ck_assert_int_eq(config_user_pool_size(cfg, a, u2), 3);
 	ck_assert_int_eq(config_user_min_pool_size(cfg, a, u2), 1);
-	ck_assert_int_eq(config_user_pool_mode(b, config_find_user(b, "u1")), POOL_MODE_TRANSACTION);
+	ck_assert_int_eq(config_user_pool_mode(cfg, b, config_find_user(b, "u1")), POOL_MODE_TRANSACTION);
 	/* Users from auth_file have no section. */
-	ck_assert_int_eq(config_user_pool_mode(a, NULL), POOL_MODE_SESSION);
+	ck_assert_int_eq(config_user_pool_mode(cfg, a, NULL), POOL_MODE_SESSION);
 	ck_assert_int_eq(config_user_pool_size(cfg, a, NULL), 20);
 	ck_assert_int_eq(config_user_min_pool_size(cfg, a, NULL), 2);
 	/* A pool section may be implied by its shards. */
@@ -1418,6 +1418,92 @@ START_TEST(test_connect_query)
 }
 END_TEST
 
+/* What a pgbouncer.ini can say, in pgcat.ini's own keys: a pool's sizes,
+ * lifetime, forced server user, auth_query settings and startup
+ * parameters; [users.NAME] for a user name in every pool. */
+START_TEST(test_pool_and_user_settings)
+{
+	struct config_problems pr;
+	static const char userlist[] = "\"svc\" \"svcpw\"\n\"app\" \"apppw\"\n";
+	char *ul = write_temp(userlist, strlen(userlist));
+	char text[2048];
+	snprintf(text, sizeof text,
+		 "[general]\nauth_file = %s\nclient_login_timeout = 2s\n"
+		 "[pools.db]\npool_size = 4\nmin_pool_size = 1\nreserve_pool_size = 2\nserver_lifetime = 10s\n"
+		 "server_username = svc\nauth_user = svc\nauth_query = SELECT 1\nauth_dbname = other\n"
+		 "client_encoding = LATIN1\ntimezone = UTC\napplication_name = app\ndatestyle = ISO\n"
+		 "[pools.db.shards.0]\nservers = 127.0.0.1:5432:primary\n"
+		 "[pools.other.shards.0]\nservers = 127.0.0.1:5432:primary\n"
+		 "[users.app]\npool_size = 9\npool_mode = session\nquery_timeout = 3s\nclient_idle_timeout = 1min\n",
+		 ul);
+	struct config *cfg = load_clean(text, &pr);
+	ck_assert_int_eq(config_client_login_timeout(cfg), 2000);
+	const struct config_pool *db = config_find_pool(cfg, "db");
+	ck_assert_int_eq(db->server_lifetime, 10000);
+	ck_assert_str_eq(db->client_encoding, "LATIN1");
+	ck_assert_str_eq(config_pool_auth_query(cfg, db), "SELECT 1");
+	ck_assert_str_eq(config_pool_auth_user(cfg, db), "svc");
+	ck_assert_str_eq(config_pool_auth_dbname(cfg, db), "other");
+	/* The forced role's password: its auth_file line. */
+	ck_assert_str_eq(db->server_password, "svcpw");
+	ck_assert_uint_eq(db->n_users, 2);
+	const struct config_user *app = config_find_user(db, "app");
+	ck_assert(app->from_auth_file);
+	ck_assert_str_eq(config_user_server_name(db, app), "svc");
+	ck_assert_str_eq(config_user_server_password(db, app), "svcpw");
+	/* [users.app] goes by the server-side name for sizes: svc has none. */
+	ck_assert_int_eq(config_user_pool_size(cfg, db, app), 4);
+	ck_assert_int_eq(config_user_min_pool_size(cfg, db, app), 1);
+	ck_assert_int_eq(config_user_reserve_pool_size(cfg, db, app), 2);
+	ck_assert_int_eq(config_user_pool_mode(cfg, db, app), POOL_MODE_TRANSACTION);
+	/* ... and by the client's for its time limits. */
+	ck_assert_int_eq(config_user_query_timeout(cfg, app), 3000);
+	ck_assert_int_eq(config_user_client_idle_timeout(cfg, app), 60000);
+	const struct config_pool *other = config_find_pool(cfg, "other");
+	const struct config_user *app2 = config_find_user(other, "app");
+	ck_assert_int_eq(config_user_pool_size(cfg, other, app2), 9);
+	ck_assert_int_eq(config_user_pool_mode(cfg, other, app2), POOL_MODE_SESSION);
+	ck_assert_int_eq(config_pool_server_lifetime(cfg, other), 3600000);
+	ck_assert_str_eq(config_pool_auth_dbname(cfg, other), "");
+	config_free(cfg);
+	config_problems_free(&pr);
+	unlink(ul);
+	free(ul);
+
+	expect_error_at("[pools.db]\nauth_dbname = nowhere\n[pools.db.shards.0]\nservers = h:1:primary\n", 2,
+			"t.ini:2: [pools.db] auth_dbname: names no pool: \"nowhere\"");
+	expect_error_at("[pools.db]\nserver_password = x\n[pools.db.shards.0]\nservers = h:1:primary\n", 2,
+			"t.ini:2: [pools.db] server_password: goes with server_username");
+	expect_error_at("[pools.db]\npool_size = 2\nmin_pool_size = 3\n[pools.db.shards.0]\nservers = h:1:primary\n", 3,
+			"t.ini:3: [pools.db] min_pool_size: the minimum pool size (3) exceeds the pool size (2)");
+	expect_error_at("[users.app]\npool_size = 0\n" POOL, 2,
+			"t.ini:2: [users.app] pool_size: must be empty (inherit) or an integer between 1 and 10000");
+	expect_error_at("[users.app]\nquery_timeout = soon\n" POOL, 2, "t.ini:2: [users.app] query_timeout: must be");
+	/* Without a value: connect_timeout. */
+	cfg = load_clean("[general]\nconnect_timeout = 3s\n" POOL, &pr);
+	ck_assert_int_eq(config_client_login_timeout(cfg), 3000);
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
+/* [pools.*]: pgcat.ini's fallback database, a template for any name. */
+START_TEST(test_autodb_pool)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean("[pools.*]\npool_mode = session\n[pools.*.shards.0]\n"
+					"servers = 127.0.0.1:5432:primary\n" POOL, &pr);
+	ck_assert_uint_eq(cfg->n_pools, 1);
+	ck_assert_ptr_nonnull(cfg->autodb);
+	const struct config_pool *x = config_autodb_instance(cfg, "x");
+	ck_assert_str_eq(x->shards[0].database, "x");
+	ck_assert_int_eq(x->pool_mode, POOL_MODE_SESSION);
+	ck_assert_ptr_eq(config_find_pool(cfg, "x"), x);
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
 Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
@@ -1452,6 +1538,8 @@ Suite *config_suite(void)
 	tcase_add_test(tc, test_bytes);
 	tcase_add_test(tc, test_unix_socket_servers);
 	tcase_add_test(tc, test_connect_query);
+	tcase_add_test(tc, test_pool_and_user_settings);
+	tcase_add_test(tc, test_autodb_pool);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -11,6 +11,7 @@ int main(void)
 	srunner_add_suite(sr, auth_backend_suite());
 	srunner_add_suite(sr, kdf_suite());
 	srunner_add_suite(sr, config_suite());
+	srunner_add_suite(sr, config_pgbouncer_suite());
 	srunner_add_suite(sr, router_suite());
 	srunner_add_suite(sr, sharding_suite());
 	srunner_add_suite(sr, prepared_suite());

@@ -9,6 +9,7 @@ Suite *scram_suite(void);
 Suite *auth_backend_suite(void);
 Suite *kdf_suite(void);
 Suite *config_suite(void);
+Suite *config_pgbouncer_suite(void);
 Suite *router_suite(void);
 Suite *sharding_suite(void);
 Suite *prepared_suite(void);

@@ -1,0 +1,408 @@
+# SPDX-License-Identifier: MIT
+"""pgcat on an unchanged pgbouncer.ini (issue 41 item 1, doc/configuration.md
+"Coming from PgBouncer"): a file of a production shape (several databases,
+a forced user, a database over the Unix socket, one over TLS with its own
+startup parameters, the `*` fallback, auth_file with md5, SCRAM and plaintext secrets,
+auth_query for users it does not list, an hba file, [users] overrides, TLS
+on both sides) passes `pgcat -t` without a word, serves psycopg and psql
+clients as PgBouncer would, shows PgBouncer's settings on the console, and
+takes an edited file on SIGHUP. The pgbouncer.ini conftest.py writes for
+running the suite against PgBouncer itself runs pgcat unchanged too."""
+import os
+import signal
+import subprocess
+import time
+
+import psycopg
+import pytest
+
+from conftest import (PASSWORDS, PgServer, _setup_roles, default_general, default_pools, md5_secret,
+                      pgcat_binary, render_pgbouncer, wait_until)
+from test_admin import show
+from test_tls import certs, p  # noqa: F401 (a fixture)
+
+LOOKUP_PW = "lookup_pw"
+AQ_PW = "aq_pw"
+ADMIN_PW = "pgb_admin_pw"
+STATS_PW = "pgb_stats_pw"
+
+
+@pytest.fixture(scope="module")
+def pg_ssl(pg_root, certs):  # noqa: F811
+    """A PostgreSQL that takes TLS connections only (as test_tls.py's, a
+    server of this module's own)."""
+    server = PgServer(pg_root, "pgb_sslonly")
+    server.initdb()
+    with open(server.datadir / "postgresql.conf", "a") as f:
+        f.write("ssl = on\nssl_cert_file = '%s'\nssl_key_file = '%s'\n"
+                % (p(certs, "server.crt"), p(certs, "server.key")))
+    (server.datadir / "pg_hba.conf").write_text(
+        "local all all trust\n"
+        "hostssl all postgres 127.0.0.1/32 trust\n"
+        "hostssl all all 127.0.0.1/32 scram-sha-256\n")
+    server.start()
+    try:
+        _setup_roles(server)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def roles(pg):
+    """pgb_lookup runs auth_query (a superuser: PgBouncer's default query
+    reads pg_authid); pgb_aq is a user only the server knows."""
+    with pg.connect("postgres") as c:
+        c.execute("SET password_encryption = 'scram-sha-256'")
+        c.execute("CREATE ROLE pgb_lookup LOGIN SUPERUSER PASSWORD '%s'" % LOOKUP_PW)
+        c.execute("CREATE ROLE pgb_aq LOGIN PASSWORD '%s'" % AQ_PW)
+        app_secret = c.execute("SELECT rolpassword FROM pg_authid WHERE rolname = 'app'").fetchone()[0]
+    try:
+        yield app_secret
+    finally:
+        with pg.connect("postgres") as c:
+            for r in ("pgb_lookup", "pgb_aq"):
+                c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (r,))
+            wait_until(lambda: pg.count("pgb_aq") + pg.count("pgb_lookup") == 0, 10)
+            c.execute("DROP ROLE pgb_lookup")
+            c.execute("DROP ROLE pgb_aq")
+
+
+def production_ini(inst, pg, pg_ssl, certs, extra_db="", wait="30"):
+    """A pgbouncer.ini as an operator would have it, pointing at this test's servers."""
+    w = inst.workdir
+    return f"""\
+;; pgbouncer.ini of a production shape
+[databases]
+appdb = host=127.0.0.1 port={pg.port} dbname=appdb
+; every client logs in to the server as md5user
+forced = host=127.0.0.1 port={pg.port} dbname=appdb user=md5user pool_size=3
+; another name for another database, over PostgreSQL's Unix socket
+sock = host={pg.sockdir} port={pg.port} dbname=shard0
+; a hostssl-only server, its own startup parameters
+secure = host=127.0.0.1 port={pg_ssl.port} dbname=appdb user=app password='{PASSWORDS["app"]}' application_name=from_ini datestyle='SQL, DMY'
+; any other name: that database on the main server
+* = host=127.0.0.1 port={pg.port}
+{extra_db}
+[users]
+app = pool_size=2 query_timeout=1.5
+md5user = pool_mode=transaction
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {inst.port}
+unix_socket_dir = {w}
+logfile = {w}/pgbouncer.log
+pidfile = {w}/pgbouncer.pid
+auth_type = hba
+auth_hba_file = hba.conf
+auth_file = userlist.txt
+auth_user = pgb_lookup
+admin_users = pgb_admin
+stats_users = pgb_stats
+pool_mode = session
+default_pool_size = 5
+max_client_conn = 200
+server_idle_timeout = 600
+server_lifetime = 3600
+query_wait_timeout = {wait}
+server_reset_query = DISCARD ALL
+ignore_startup_parameters = extra_float_digits, options
+client_tls_sslmode = prefer
+client_tls_cert_file = {p(certs, "server.crt")}
+client_tls_key_file = {p(certs, "server.key")}
+client_tls_ca_file = {p(certs, "ca.crt")}
+server_tls_sslmode = prefer
+server_tls_ca_file = {p(certs, "ca.crt")}
+"""
+
+
+def write_files(inst, app_secret):
+    w = inst.workdir
+    (w / "userlist.txt").write_text(
+        '"app" "%s"\n' % app_secret                         # PostgreSQL's own SCRAM secret
+        + '"md5user" "%s"\n' % md5_secret("md5user", PASSWORDS["md5user"])
+        + '"pgb_lookup" "%s"\n' % LOOKUP_PW                 # plaintext: auth_query logs in with it
+        + '"pgb_admin" "%s"\n' % ADMIN_PW
+        + '"pgb_stats" "%s"\n' % STATS_PW)
+    (w / "hba.conf").write_text(
+        "local all      all                      md5\n"
+        "host  sock     app        127.0.0.1/32  reject\n"
+        "host  all      md5user    127.0.0.1/32  md5\n"
+        "host  all      all        127.0.0.1/32  scram-sha-256\n")
+
+
+def start_on(inst, text):
+    """Start pgcat of the fixture on this pgbouncer.ini instead of a pgcat.ini."""
+    inst.ini = inst.workdir / "pgbouncer.ini"
+    inst.ini.write_text(text)
+    inst.write = lambda: None
+    inst.start()
+    return inst
+
+
+def console(inst, user, password):
+    r = inst.raw()
+    r.login(user, password, "pgbouncer")
+    return r
+
+
+def show_config(r):
+    cols, rows = show(r, "CONFIG")
+    assert cols == ["key", "value", "default", "changeable"]
+    return {row["key"]: (row["value"], row["default"], row["changeable"]) for row in rows}
+
+
+def test_production_pgbouncer_ini(pgcat, pg, pg_ssl, certs, roles):
+    inst = pgcat(start=False)
+    write_files(inst, roles)
+    text = production_ini(inst, pg, pg_ssl, certs)
+    (inst.workdir / "pgbouncer.ini").write_text(text)
+
+    # pgcat -t: no error, no warning; PgBouncer's settings, then pgcat's.
+    t = subprocess.run([pgcat_binary(), "-t", str(inst.workdir / "pgbouncer.ini")], capture_output=True,
+                       text=True, timeout=30)
+    assert t.returncode == 0, t.stderr
+    assert t.stderr == "", t.stderr
+    assert "query_wait_timeout = 30\n" in t.stdout            # [pgbouncer], seconds
+    assert "query_wait_timeout = 30s\n" in t.stdout           # [general], pgcat's
+    assert "[pools.forced]" in t.stdout and "server_username = md5user" in t.stdout
+    assert "[pools.*]" in t.stdout
+
+    start_on(inst, text)
+    assert (inst.workdir / "pgbouncer.pid").read_text().strip() == str(inst.pid)
+
+    # A SCRAM secret from auth_file: the client proves it, pgcat logs in
+    # to the server with the same key (pass-through). Over TLS, as the
+    # client asked.
+    with inst.connect("app", sslmode="require") as c:
+        assert c.pgconn.ssl_in_use
+        assert c.execute("SELECT current_user, current_database()").fetchone() == ("app", "appdb")
+        # [users] app: query_timeout = 1.5 s (PgBouncer's unit): cancelled.
+        t0 = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            c.execute("SELECT pg_sleep(5)")
+        assert 1.0 < time.monotonic() - t0 < 4.5
+        assert c.execute("SELECT 2").fetchone()[0] == 2       # still connected
+    # md5 secret, md5 hba line, plain TCP (prefer).
+    with inst.connect("md5user", sslmode="disable") as c:
+        assert not c.pgconn.ssl_in_use
+        assert c.execute("SELECT current_user").fetchone()[0] == "md5user"
+    # The forced user: whoever the client is, md5user on the server.
+    with inst.connect("app", dbname="forced") as c:
+        assert c.execute("SELECT current_user, session_user").fetchone() == ("md5user", "md5user")
+    # Another database name, over PostgreSQL's Unix socket; the hba file
+    # rejects app there.
+    with inst.connect("md5user", dbname="sock") as c:
+        assert c.execute("SELECT current_database(), inet_server_addr()").fetchone() == ("shard0", None)
+    with pytest.raises(psycopg.OperationalError):
+        inst.connect("app", dbname="sock").close()
+    # A user in no auth_file: auth_query (PgBouncer's default, as
+    # pgb_lookup) finds its SCRAM secret.
+    with inst.connect("pgb_aq", password=AQ_PW) as c:
+        assert c.execute("SELECT current_user").fetchone()[0] == "pgb_aq"
+    with pytest.raises(psycopg.OperationalError):
+        inst.connect("pgb_aq", password="wrong").close()
+    # The hostssl-only server, over TLS (prefer); the database's
+    # startup parameters are what a client that sets none sees.
+    with inst.connect("md5user", dbname="secure") as c:
+        assert c.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()[0] is True
+        assert c.execute("SELECT current_user").fetchone()[0] == "app"
+        assert c.execute("SHOW application_name").fetchone()[0] == "from_ini"
+        assert c.execute("SHOW datestyle").fetchone()[0] == "SQL, DMY"
+    # The fallback database: a name no entry has.
+    with inst.connect("md5user", dbname="benchdb") as c:
+        assert c.execute("SELECT current_database(), current_user").fetchone() == ("benchdb", "md5user")
+    # psql, over pgcat's Unix socket in unix_socket_dir.
+    r = inst.psql("SELECT current_user", user="md5user", host=str(inst.workdir))
+    assert r.stdout.strip() == "md5user"
+    # logfile: pgcat's log goes there.
+    assert "pgcat" in (inst.workdir / "pgbouncer.log").read_text()
+
+    # The console under PgBouncer's names and units, for admin_users and
+    # stats_users of auth_file.
+    adm = console(inst, "pgb_admin", ADMIN_PW)
+    cfg = show_config(adm)
+    assert cfg["query_wait_timeout"] == ("30", "120", "yes")
+    assert cfg["server_lifetime"] == ("3600", "3600", "yes")
+    assert cfg["listen_port"] == (str(inst.port), "6432", "no")
+    assert cfg["auth_type"][0] == "hba"
+    assert cfg["pool_mode"][0] == "session"
+    assert cfg["auth_dbname"] == (None, None, "yes")           # PgBouncer's NULL
+    assert "workers" not in cfg and "idle_timeout" not in cfg   # pgcat's own names are not shown
+    _, users = show(adm, "USERS")
+    by_user = {u["name"]: u for u in users}
+    assert by_user["app"]["pool_size"] == "2"                   # [users] app pool_size
+    _, dbs = show(adm, "DATABASES")
+    forced = [d for d in dbs if d["name"] == "forced"][0]
+    assert forced["force_user"] == "md5user" and forced["pool_size"] == "3"
+    # SET in PgBouncer's units.
+    rows, err, _ = adm.simple("SET query_wait_timeout = 45")
+    assert err is None, err
+    assert show_config(adm)["query_wait_timeout"][0] == "45"
+    rows, err, _ = adm.simple("SET pool_mode = statement")
+    assert err is not None and "statement" in err.get("M", ""), err
+    stats = console(inst, "pgb_stats", STATS_PW)
+    assert show_config(stats)["max_client_conn"][0] == "200"
+    stats.close()
+    adm.close()
+
+    # SIGHUP re-reads the edited file: a new database, a new value.
+    text2 = production_ini(inst, pg, pg_ssl, certs,
+                           extra_db="newdb = host=127.0.0.1 port=%d dbname=shard1" % pg.port, wait="20")
+    inst.ini.write_text(text2)
+    inst.send_signal(signal.SIGHUP)
+
+    def reloaded():
+        r = console(inst, "pgb_admin", ADMIN_PW)
+        try:
+            return show_config(r)["query_wait_timeout"][0] == "20"
+        finally:
+            r.close()
+    wait_until(reloaded, 10, msg="SIGHUP did not apply the edited pgbouncer.ini")
+    with inst.connect("md5user", dbname="newdb") as c:
+        assert c.execute("SELECT current_database()").fetchone()[0] == "shard1"
+    # A file that would not load is refused whole; the running one stays.
+    inst.ini.write_text(text2 + "pool_mode = statement\n")
+    adm = console(inst, "pgb_admin", ADMIN_PW)
+    rows, err, _ = adm.simple("RELOAD")
+    assert err is not None and "statement" in err.get("M", ""), err
+    assert show_config(adm)["pool_mode"][0] == "session"
+    adm.close()
+    with inst.connect("md5user", dbname="newdb") as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+
+
+def test_conftest_pgbouncer_ini_runs_pgcat_unchanged(pgcat, pg):
+    """The file conftest.py writes to run this suite against PgBouncer
+    (PGCAT_TEST_TARGET=pgbouncer) starts pgcat as it is."""
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    text = render_pgbouncer(g, default_pools(pg), inst.workdir)
+    start_on(inst, text)
+    with inst.connect("app") as c:
+        assert c.execute("SELECT current_user, current_database()").fetchone() == ("app", "appdb")
+    # Its console user: admin_users with auth_file's password, on
+    # database pgbouncer as PgBouncer's tools connect.
+    adm = console(inst, g["admin_username"], g["admin_password"])
+    cfg = show_config(adm)
+    assert cfg["pool_mode"][0] == "transaction"
+    assert cfg["server_connect_timeout"][0] == "5"
+    assert cfg["ignore_startup_parameters"][0] == "extra_float_digits, options"
+    adm.close()
+    # server_login_retry = 1: honoured as pgcat's own, with a warning naming it.
+    assert "server_login_retry" in inst.log()
+
+
+def test_pgbouncer_ini_errors_name_file_and_line(pgcat):
+    inst = pgcat(start=False)
+    bad = inst.workdir / "pgbouncer.ini"
+    bad.write_text("[pgbouncer]\nlisten_port = %d\n\n[databases]\nx = host=127.0.0.1 bogus=1\n"
+                   "db = host=127.0.0.1 pool_mode=statement\n" % inst.port)
+    t = subprocess.run([pgcat_binary(), "-t", str(bad)], capture_output=True, text=True, timeout=30)
+    assert t.returncode == 1
+    assert "%s:5: [databases] x: unknown connection parameter \"bogus\"" % bad in t.stderr
+    assert "%s:6: [databases] db: pool_mode \"statement\" is not supported yet" % bad in t.stderr
+    # Started on it, pgcat refuses to start, with the same lines.
+    r = subprocess.run([pgcat_binary(), str(bad)], capture_output=True, text=True, timeout=30,
+                       cwd=str(inst.workdir))
+    assert r.returncode == 1
+    assert "pool_mode \"statement\" is not supported yet" in r.stderr
+
+
+def test_host_lists_spread_or_stay_on_the_first(pgcat, pg):
+    """host=h1,h2: PgBouncer spreads new connections over the hosts
+    (load_balance_hosts = round-robin, the default), or stays on the first
+    until it fails (disable). Two names for the same server, to tell which
+    entry each session went to (SHOW SHARDS, per host)."""
+    inst = pgcat(start=False)
+    w = inst.workdir
+    (w / "userlist.txt").write_text('"app" "%s"\n"pgb_admin" "%s"\n' % (PASSWORDS["app"], ADMIN_PW))
+    start_on(inst, f"""\
+[databases]
+spread = host=127.0.0.1,localhost port={pg.port} dbname=appdb
+ordered = host=localhost,127.0.0.1 port={pg.port} dbname=appdb load_balance_hosts=disable
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {inst.port}
+unix_socket_dir = {w}
+auth_file = userlist.txt
+admin_users = pgb_admin
+pool_mode = session
+""")
+    for db in ("spread", "ordered"):
+        for _ in range(24):
+            with inst.connect("app", dbname=db) as c:
+                assert c.execute("SELECT current_database()").fetchone()[0] == "appdb"
+    adm = console(inst, "pgb_admin", ADMIN_PW)
+    _, shards = show(adm, "SHARDS")
+    adm.close()
+    routed = {(s["pool"], s["host"]): int(s["xact_count"]) for s in shards}
+    # At random: both hosts (all 24 on one: 2 chances in 2^24).
+    assert routed[("spread", "127.0.0.1")] > 0 and routed[("spread", "localhost")] > 0, routed
+    # disable: the first listed, every time.
+    assert routed[("ordered", "localhost")] >= 24 and routed[("ordered", "127.0.0.1")] == 0, routed
+
+
+def test_fallback_database(pgcat, pg):
+    """`* = host=...`: any database name a client asks for connects to that
+    name on the template's host; a made database goes after
+    autodb_idle_timeout without clients, and comes back at the next login;
+    a reload makes them again from the new template."""
+    inst = pgcat(start=False)
+    w = inst.workdir
+    (w / "userlist.txt").write_text('"app" "%s"\n"pgb_admin" "%s"\n' % (PASSWORDS["app"], ADMIN_PW))
+
+    def ini(extra=""):
+        return f"""\
+[databases]
+appdb = host=127.0.0.1 port={pg.port} dbname=appdb
+* = host=127.0.0.1 port={pg.port} pool_size=2 {extra}
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {inst.port}
+unix_socket_dir = {w}
+auth_file = userlist.txt
+admin_users = pgb_admin
+pool_mode = transaction
+autodb_idle_timeout = 1
+"""
+    start_on(inst, ini())
+    for db in ("shard0", "shard1", "benchdb"):
+        with inst.connect("app", dbname=db) as c:
+            assert c.execute("SELECT current_database()").fetchone()[0] == db
+    # A name the server does not have: the server's own error.
+    with pytest.raises(psycopg.OperationalError) as e:
+        inst.connect("app", dbname="no_such_db").close()
+    assert "no_such_db" in str(e.value) and "does not exist" in str(e.value)
+
+    def databases():
+        r = console(inst, "pgb_admin", ADMIN_PW)
+        try:
+            _, rows = show(r, "DATABASES")
+            return {d["name"]: d for d in rows}
+        finally:
+            r.close()
+    dbs = databases()
+    assert dbs["shard0"]["pool_size"] == "2" and dbs["shard0"]["database"] == "shard0"
+    # Unused for autodb_idle_timeout (1 s): dropped, servers closed.
+    with inst.connect("app", dbname="shard1") as c:
+        c.execute("SELECT 1")
+        wait_until(lambda: "shard0" not in databases(), 15, msg="idle fallback database not dropped")
+        assert "shard1" in databases()               # in use: kept
+    wait_until(lambda: pg.count("app", "shard0") == 0, 10)
+    with inst.connect("app", dbname="shard0") as c:    # and made again
+        assert c.execute("SELECT current_database()").fetchone()[0] == "shard0"
+        # A reload: the template's new settings for the databases made from it.
+        inst.ini.write_text(ini("pool_size=3"))
+        inst.send_signal(signal.SIGHUP)
+        wait_until(lambda: databases().get("shard0", {}).get("pool_size") == "3", 10,
+                   msg="reload did not remake shard0 from the new template")
+        assert c.execute("SELECT 1").fetchone()[0] == 1  # the client's connection went on
+    # Without a template, made databases go with the reload.
+    inst.ini.write_text(ini().replace("* = host", "; * = host"))
+    inst.send_signal(signal.SIGHUP)
+    wait_until(lambda: "shard0" not in databases(), 10, msg="reload kept a database of a removed template")
+    with pytest.raises(psycopg.OperationalError) as e:
+        inst.connect("app", dbname="shard0").close()
+    assert "does not exist" in str(e.value)
