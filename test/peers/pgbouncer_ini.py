@@ -24,16 +24,15 @@ RUN/pgbouncer that the runner writes):
     pgbouncer [--quiet|-q] [--verbose|-v] [--reboot|-R] [--version|-V] [--help|-h] INI
 
 --version and --help are passed on to pgcat; anything else it does not know
-(--reboot, -d) too, so pgcat refuses it as it would. Otherwise INI is
-translated to INI's stem + ".pgcat.ini" beside it and pgcat is started on
-that file as a child process. The shim forwards SIGTERM, SIGINT, SIGQUIT,
-SIGHUP, SIGUSR1 and SIGUSR2 to it, translates again before forwarding a
-SIGHUP, and watches INI and its auth_file (every 10 ms) so that a console
-RELOAD finds the new translation; a RELOAD issued within those few
-milliseconds of the write may still read the old one. It exits with
-pgcat's status. Environment: PGBOUNCER_SUITE_PGCAT (the pgcat binary,
-required), PGBOUNCER_SUITE_SHIM_LOG (a file each start, translation and
-pgcat's stderr are appended to; default: stderr).
+(--reboot, -d) too, so pgcat refuses it as it would. Otherwise pgcat is
+started as a child process on INI's stem + ".pgcat.ini" beside it: a FIFO
+the shim serves, so that each time pgcat reads its configuration (at
+start, on SIGHUP and on RELOAD) it reads a translation of INI as INI is
+then; the latest one is also written to INI's stem + ".pgcat-last.ini".
+The shim forwards SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1 and SIGUSR2 to
+pgcat and exits with its status. Environment: PGBOUNCER_SUITE_PGCAT (the
+pgcat binary, required), PGBOUNCER_SUITE_SHIM_LOG (a file each start,
+translation and pgcat's stderr are appended to; default: stderr).
 """
 import os
 import re
@@ -378,7 +377,8 @@ class Translation:
             elif cs.get("password") and safe(cs["password"]):
                 sec.append("server_password = %s" % cs["password"])
             vals = dict(per_db)
-            ucs = self.users.get(user, ({}, ""))[0]
+            # with a forced user all clients share its pool: its [users] line counts
+            ucs = self.users.get(forced or user, ({}, ""))[0]
             for k, v in ucs.items():
                 if k in ("pool_size", "reserve_pool_size", "max_user_connections"):
                     vals[k] = v
@@ -430,80 +430,64 @@ def shim_main(argv):
     ini = pos[0]
     cwd = os.getcwd()
     src = os.path.join(cwd, ini)
-    out = os.path.splitext(src)[0] + ".pgcat.ini"
-    lock = threading.Lock()
-    state = {"sig": None}
+    base = os.path.splitext(src)[0]
+    fifo = base + ".pgcat.ini"
+    last = base + ".pgcat-last.ini"   # a copy of the latest translation, for the logs
 
-    def inputs():
-        res = []
-        paths = [src]
+    def translation():
         try:
-            with open(out) as f:
-                for line in f:
-                    if line.startswith("auth_file = "):
-                        paths.append(line.split("=", 1)[1].strip())
-        except OSError:
-            pass
-        for p in paths:
-            try:
-                st = os.stat(p)
-                res.append((p, st.st_mtime_ns, st.st_size))
-            except OSError:
-                res.append((p, None, None))
-        return res
+            text, t = translate(ini, cwd)
+            note = "%d dropped" % len(t.dropped)
+        except Exception as e:      # the harness wrote something unreadable: pgcat refuses it
+            text = "; cannot translate %s: %r\n[general]\nnot a key value line\n" % (src, e)
+            note = "cannot translate: %r" % e
+        with open(last, "w") as f:
+            f.write(text)
+        log.write("%s shim %d: %s translated (%s)\n" % (time.strftime("%T"), os.getpid(), src, note))
+        return text
 
-    def write():
-        with lock:
+    # pgcat reads its configuration from a FIFO: each time it opens the
+    # file (at start, on SIGHUP or RELOAD) it gets a translation of the ini
+    # as it is at that moment, so that a RELOAD right after the harness
+    # rewrote the ini sees the new one. pgcat reads the file with fopen
+    # and fread to the end of file, which a FIFO serves; with one worker
+    # only one process reads it at a time.
+    if os.path.lexists(fifo):
+        os.unlink(fifo)
+    os.mkfifo(fifo, 0o600)
+
+    def serve():
+        while True:
+            fd = os.open(fifo, os.O_WRONLY)        # waits for pgcat to open it
+            # A new FIFO in its place before this one is written: the next
+            # open is a new reader's, and this reader sees the end of file
+            # when this one write end closes.
+            tmp = fifo + ".next"
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            os.mkfifo(tmp, 0o600)
+            os.replace(tmp, fifo)
+            data = translation().encode()
             try:
-                text, t = translate(ini, cwd)
-            except Exception as e:      # the harness wrote something unreadable
-                log.write("%s shim %d: cannot translate %s: %r\n" % (time.strftime("%T"), os.getpid(), src, e))
-                return
-            try:
-                with open(out) as f:
-                    if f.read() == text:
-                        return
-            except OSError:
+                while data:
+                    data = data[os.write(fd, data):]
+            except BrokenPipeError:
                 pass
-            tmp = out + ".tmp"
-            with open(tmp, "w") as f:
-                f.write(text)
-            os.replace(tmp, out)
-            log.write("%s shim %d: %s -> %s (%d dropped)\n"
-                      % (time.strftime("%T"), os.getpid(), src, out, len(t.dropped)))
-
-    write()
-    log.write("%s shim %d: starting pgcat %s %s\n" % (time.strftime("%T"), os.getpid(), " ".join(flags), out))
-    child = subprocess.Popen([pgcat] + flags + [out], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            finally:
+                os.close(fd)
+    threading.Thread(target=serve, daemon=True).start()
+    log.write("%s shim %d: starting pgcat %s %s\n" % (time.strftime("%T"), os.getpid(), " ".join(flags), fifo))
+    child = subprocess.Popen([pgcat] + flags + [fifo], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
 
     def forward(sig, _frame):
-        if sig == signal.SIGHUP:
-            write()
         try:
             child.send_signal(sig)
         except ProcessLookupError:
             pass
 
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(s, forward)
-
-    def watch():
-        last = inputs()
-        while child.poll() is None:
-            time.sleep(0.01)
-            now = inputs()
-            if now != last:
-                # the harness truncates and then writes: wait until the
-                # file holds still before reading it
-                while True:
-                    time.sleep(0.005)
-                    again = inputs()
-                    if again == now:
-                        break
-                    now = again
-                last = now
-                write()
-    threading.Thread(target=watch, daemon=True).start()
     while True:
         try:
             rc = child.wait()
