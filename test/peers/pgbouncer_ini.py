@@ -414,7 +414,10 @@ def shim_main(argv):
     flags, pos, passthrough = [], [], False
     for a in argv:
         if a in ("-q", "--quiet"):
-            flags.append("-q")
+            # PgBouncer's --quiet only keeps the log off stderr (pgcat
+            # writes to log_file alone when it is set); pgcat's -q lowers
+            # the log level, which would hide the lines the tests read
+            continue
         elif a in ("-v", "--verbose"):
             flags.append("-v")
         elif a.startswith("-"):
