@@ -16,7 +16,9 @@ console as user pgbouncer on the Unix socket, rewrites the ini and sends
 RELOAD or SET, stops it with SIGQUIT, and checks clients' errors, console
 rows and the log file it names (logfile).
 
---target pgcat (the default): RUN/pgbouncer is PGCAT_BIN itself; its
+--target pgcat (the default): RUN/pgbouncer is PGCAT_BIN itself (when
+`pgcat -t` on the suite's test.ini calls [pgbouncer] an unknown section,
+pgcat cannot read pgbouncer.ini yet and the run fails at once); its
 config.mak says TLS yes, LDAP no (pgcat has no LDAP authentication;
 PGBOUNCER_SUITE_LDAP=yes says yes). --target pgbouncer: PgBouncer 1.25.2
 built by ANCHORS_DIR/build-pgbouncer into a temporary directory (or
@@ -357,6 +359,19 @@ def sanitizer_reports(paths):
     return found
 
 
+def reads_pgbouncer_ini(args):
+    """Whether pgcat takes a file with a [pgbouncer] section as PgBouncer's
+    format: `pgcat -t` on the suite's test.ini must not call the section
+    unknown (it may find other faults: the file is a template)."""
+    with tempfile.TemporaryDirectory(prefix="pgbsuite-check-") as d:
+        with tarfile.open(Path(args.anchors) / TARBALL) as tf:
+            member = next(m for m in tf.getmembers() if m.name.endswith("/test/test.ini"))
+            Path(d, "test.ini").write_bytes(tf.extractfile(member).read())
+        r = subprocess.run([args.pgcat_bin, "-t", str(Path(d, "test.ini"))], capture_output=True, text=True,
+                           cwd=d, timeout=60)
+    return not re.search(r"\[pgbouncer\]: unknown section", r.stdout + r.stderr)
+
+
 def after_pytest(run: Path, out: Path):
     """Leftovers stopped, logs kept; sanitizer reports as problems."""
     stop_leftovers(run)
@@ -392,6 +407,13 @@ def main():
     args.pgcat_bin = str(Path(args.pgcat_bin).resolve())
     if args.target == "pgcat" and not os.access(args.pgcat_bin, os.X_OK):
         raise SystemExit("pgbouncer suite: no pgcat at %s (PGCAT_BIN)" % args.pgcat_bin)
+    if args.target == "pgcat" and not args.translate_ini and not reads_pgbouncer_ini(args):
+        # Every test would fail in its fixture, and each pgcat, taking none
+        # of test.ini's settings, would listen on 0.0.0.0:6432 and
+        # /tmp/.s.PGSQL.6432, where other programs on this machine may be.
+        print("pgbouncer suite: FAILED, %s does not read pgbouncer.ini ([pgbouncer] is an unknown section "
+              "to `pgcat -t`); --translate-ini runs the suite through a translation" % args.pgcat_bin)
+        return 1
     label = args.target + ("-translated" if args.translate_ini else "")
     out = Path(args.out_dir).resolve() / ("pgbouncer-" + label)
     shutil.rmtree(out, ignore_errors=True)
