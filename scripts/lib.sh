@@ -7,10 +7,12 @@ PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 # Debian 12 packages: the build (autotools, compiler, libraries of SPEC §1,
 # Check for the unit tests), PostgreSQL 15 with psql/pgbench, python3-venv for
 # the integration tests. git and tar are used to snapshot a configured tree.
+# socat: PgBouncer's own test suite starts it as a TCP proxy
+# (test/peers/pgbouncer_suite.py).
 APT_PACKAGES="build-essential autoconf automake libtool pkg-config \
 libevent-dev libssl-dev libc-ares-dev libpg-query-dev libinih-dev liburing-dev libidn-dev check \
 postgresql-15 postgresql-client-15 python3 python3-venv git tar \
-prometheus-pgbouncer-exporter iproute2"
+prometheus-pgbouncer-exporter iproute2 socat"
 
 log() { printf '\n==> %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
