@@ -442,8 +442,8 @@ static bool run_command(struct client *c, const char *sql)
 		admin_complete(c, "BAN");
 		return true;
 	}
-	if (is(&ws, 0, "set") && ws.n >= 3) {
-		/* SET key = value | SET key TO value */
+	if (is(&ws, 0, "set") && ws.n >= 2) {
+		/* SET key = value | SET key TO value | SET key=value */
 		const char *key = ws.w[1];
 		char keybuf[128];
 		const char *value;
@@ -453,9 +453,9 @@ static bool run_command(struct client *c, const char *sql)
 			snprintf(keybuf, sizeof keybuf, "%.*s", (int)(eq - key), key);
 			key = keybuf;
 			value = eq[1] ? ws.rest[1] + (eq - ws.w[1]) + 1 : (ws.n >= 3 ? ws.rest[2] : "");
-		} else if (strcmp(ws.w[2], "=") == 0 || strcasecmp(ws.w[2], "to") == 0) {
+		} else if (ws.n >= 3 && (strcmp(ws.w[2], "=") == 0 || strcasecmp(ws.w[2], "to") == 0)) {
 			value = ws.n >= 4 ? ws.rest[3] : "";
-		} else if (ws.w[2][0] == '=') {
+		} else if (ws.n >= 3 && ws.w[2][0] == '=') {
 			value = ws.rest[2] + 1;
 		} else {
 			admin_error(c, "42601", "expected SET key = value");

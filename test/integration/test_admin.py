@@ -277,6 +277,12 @@ def test_set_changeable_settings(pgcat):
     err = command(r, "SET default_pool_size = -5")
     assert err is not None
     assert {x["key"]: x for x in show(r, "CONFIG")[1]}["default_pool_size"]["value"] == "3"
+    # PgBouncer's spellings: key=value in one word, and TO
+    assert command(r, "SET default_pool_size=4") is None
+    assert {x["key"]: x for x in show(r, "CONFIG")[1]}["default_pool_size"]["value"] == "4"
+    assert command(r, "SET default_pool_size TO 3") is None
+    err = command(r, "SET default_pool_size")
+    assert err is not None and err["C"] == "42601", err
     # the new size holds for pools: 5 concurrent transactions use at most 3 servers
     conns = [inst.connect(autocommit=False) for _ in range(3)]
     for c in conns:
