@@ -20,6 +20,7 @@
 
 #include "hba.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <pwd.h>
@@ -666,8 +667,9 @@ void pgb_setting(struct pgb *g, const char *name, const char *value)
 
 static const char *setting(const struct pgb *g, const char *name, int *line, const char **file)
 {
-	size_t i;
+	size_t i = 0;
 	const struct pgb_key *k = find_pgb_key(name, &i);
+	assert(k);   /* (names of the table itself) */
 	*line = g->key_line[i];
 	*file = g->key_file[i];
 	return g->value[i] ? g->value[i] : k->def;
