@@ -119,6 +119,10 @@ struct client_end {
 	 * position before going back to the pool, and tells wal_position.
 	 * Set by the client before it links. */
 	bool want_wal;
+	/* Statement mode (PgBouncer's): a ReadyForQuery inside a transaction
+	 * block closes the server, which rolls it back, and the client is
+	 * closed with PgBouncer's error. Set by the client before it links. */
+	bool no_tx_blocks;
 };
 
 #endif

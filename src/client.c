@@ -563,7 +563,7 @@ void client_on_server_lost(struct client *c, struct server *s, bool may_replay, 
 	/* (retry_on without a copy: nothing of the request was sent yet.) */
 	const struct txn *t = link_txn(s);
 	bool half_sent = link_reply_half_sent(s);
-	if (may_replay && c->retry_on && !t->req_data && !half_sent && p->mode == POOL_MODE_TRANSACTION &&
+	if (may_replay && c->retry_on && !t->req_data && !half_sent && pool_mode_per_transaction(p->mode) &&
 	    !c->end.close_when_released && c->io.in) {
 		/* A read whose replica died before answering: the same bytes go
 		 * to another server (SPEC §4), once. */
@@ -591,9 +591,11 @@ void client_on_server_lost(struct client *c, struct server *s, bool may_replay, 
 		 client_user(c), client_database(c), may_replay ? "server connection lost" : "transaction ended",
 		 message, may_replay && c->retry_on ? "on" : "off",
 		 t->req_data ? "yes" : "no", half_sent ? "yes" : "no");
-	if (p->mode == POOL_MODE_SESSION || half_sent || c->end.close_when_released) {
+	if (p->mode == POOL_MODE_SESSION || half_sent || c->end.close_when_released ||
+	    (c->end.no_tx_blocks && t->tx_status != 'I')) {
 		/* Session mode: the session is gone with its server. Half a server
-		 * message forwarded: the client's stream cannot be repaired. */
+		 * message forwarded: the client's stream cannot be repaired.
+		 * Statement mode: a transaction block was refused. */
 		client_close(c, sqlstate, "%s", message);
 		return;
 	}

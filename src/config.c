@@ -47,7 +47,7 @@ _Static_assert(sizeof(enum io_engine) == sizeof(int), "enum size");
 /* Enum spellings                                                       */
 
 static const char *const pool_mode_names[] = {
-	[POOL_MODE_SESSION] = "session", [POOL_MODE_TRANSACTION] = "transaction",
+	[POOL_MODE_SESSION] = "session", [POOL_MODE_TRANSACTION] = "transaction", [POOL_MODE_STATEMENT] = "statement",
 };
 static const char *const auth_type_names[] = {
 	[AUTH_TYPE_SCRAM] = "scram-sha-256", [AUTH_TYPE_MD5] = "md5", [AUTH_TYPE_TRUST] = "trust",

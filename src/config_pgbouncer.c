@@ -150,16 +150,14 @@ static bool cstr_seconds(struct pgb *g, const char *entry, const char *key, cons
 
 static bool cstr_pool_mode(struct pgb *g, const char *entry, const char *value, int *out)
 {
-	if (ci_equal(value, "session") || ci_equal(value, "transaction")) {
-		*out = ci_equal(value, "session") ? POOL_MODE_SESSION : POOL_MODE_TRANSACTION;
+	if (ci_equal(value, "session") || ci_equal(value, "transaction") || ci_equal(value, "statement")) {
+		*out = ci_equal(value, "session")       ? POOL_MODE_SESSION
+		       : ci_equal(value, "transaction") ? POOL_MODE_TRANSACTION
+							: POOL_MODE_STATEMENT;
 		return true;
 	}
-	if (ci_equal(value, "statement"))
-		pgb_error(g, entry, "pool_mode \"statement\" is not supported yet: pgcat pools in session or "
-			  "transaction mode");
-	else
-		pgb_error(g, entry, "pool_mode must be session, transaction or statement, got \"%.*s\"",
-			  CONFIG_QUOTE_MAX, value);
+	pgb_error(g, entry, "pool_mode must be session, transaction or statement, got \"%.*s\"", CONFIG_QUOTE_MAX,
+		  value);
 	return false;
 }
 

@@ -70,7 +70,6 @@ struct pgb_key {
 
 static void fn_auth_type(struct pgb *g, const struct pgb_key *k, const char *value);
 static void fn_auth_hba_file(struct pgb *g, const struct pgb_key *k, const char *value);
-static void fn_pool_mode(struct pgb *g, const struct pgb_key *k, const char *value);
 static void fn_listen_addr(struct pgb *g, const struct pgb_key *k, const char *value);
 static void fn_unix_socket_dir(struct pgb *g, const struct pgb_key *k, const char *value);
 static void fn_max_prepared(struct pgb *g, const struct pgb_key *k, const char *value);
@@ -164,7 +163,7 @@ static const struct pgb_key pgb_keys[] = {
 	STR_("pidfile", "", false, "pidfile"),
 	SAME("pkt_buf", PT_INT, "4096", false, "4096", WARNING,
 	     "pgcat reads a socket up to 64 KiB at a time"),
-	FN("pool_mode", PT_LOOKUP, "session", true, "pool_mode", fn_pool_mode),
+	{ "pool_mode", PT_LOOKUP, "session", true, M_STR, "pool_mode", Z_ZERO, NULL, 0, NULL, NULL, false },
 	SECS_("query_timeout", "0", "query_timeout", Z_ZERO),
 	SAME("query_wait_notify", PT_INT, "5", true, "0", WARNING,
 	     "not supported yet: pgcat sends no notice to a client waiting for a server"),
@@ -485,15 +484,6 @@ static void fn_auth_hba_file(struct pgb *g, const struct pgb_key *k, const char 
 	(void)value;   /* read at the end: it counts only with auth_type = hba */
 	if (g->set_mode)
 		pgb_error(g, k->name, "cannot be SET: edit the file and RELOAD");
-}
-
-static void fn_pool_mode(struct pgb *g, const struct pgb_key *k, const char *value)
-{
-	if (ci_equal(value, "statement")) {
-		pgb_error(g, k->name, "\"statement\" is not supported yet: pgcat pools in session or transaction mode");
-		return;
-	}
-	emit(g, k, "pool_mode", value);
 }
 
 static void fn_listen_addr(struct pgb *g, const struct pgb_key *k, const char *value)

@@ -311,7 +311,7 @@ void fanout_free(struct fanout *fo)
 void fanout_ask_wal(struct fanout *fo, struct fanout_leg *leg)
 {
 	const struct client *c = fo->c;
-	if (c->pool->cpool->read_your_writes != READ_YOUR_WRITES_LSN || c->pool->mode != POOL_MODE_TRANSACTION)
+	if (c->pool->cpool->read_your_writes != READ_YOUR_WRITES_LSN || !pool_mode_per_transaction(c->pool->mode))
 		return;   /* (in session mode reads stay on the client's server: nothing to steer) */
 	/* A READ ONLY spread transaction wrote nowhere but where it began,
 	 * before it turned read only (SET TRANSACTION READ ONLY may follow a
@@ -674,7 +674,7 @@ static bool leg_may_retry(const struct fanout_leg *leg, const struct server *s)
 {
 	const struct pool *p = s->sp->pool;
 	return leg->fo->kind == FANOUT_READ && !leg->retried && leg->sent && !s->txn.req_data && p->n_targets > 1 &&
-	       p->mode == POOL_MODE_TRANSACTION && s->sp->role != SERVER_ROLE_PRIMARY;
+	       pool_mode_per_transaction(p->mode) && s->sp->role != SERVER_ROLE_PRIMARY;
 }
 
 static void leg_lost(struct client_end *end, struct server *s, bool untouched, const char *sqlstate,

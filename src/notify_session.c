@@ -58,7 +58,7 @@ static const char *tag_of(enum notify_sql kind)
 
 static bool in_transaction_mode(const struct client *c)
 {
-	return c->pool && c->pool->mode == POOL_MODE_TRANSACTION;
+	return c->pool && pool_mode_per_transaction(c->pool->mode);
 }
 
 /* Now (autocommit) or at the transaction's commit (in). false: out of memory. */

@@ -36,7 +36,7 @@
 
 bool prep_enabled(const struct client *c)
 {
-	return c->pool && c->pool->mode == POOL_MODE_TRANSACTION && c->w->cfg->general.prepared_statements;
+	return c->pool && pool_mode_per_transaction(c->pool->mode) && c->w->cfg->general.prepared_statements;
 }
 
 static struct prep_server *server_prep(struct server *s)

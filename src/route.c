@@ -309,7 +309,7 @@ static enum shard_decision ask_fanout(struct route_decision *d, enum route_fanou
  * statement whose key is a parameter. */
 static void after_declined_flush(const struct client *c, unsigned declined, struct route_decision *d)
 {
-	if ((declined & ROUTE_DECLINED_FLUSH) && c->pool->mode == POOL_MODE_TRANSACTION && prep_enabled(c))
+	if ((declined & ROUTE_DECLINED_FLUSH) && pool_mode_per_transaction(c->pool->mode) && prep_enabled(c))
 		d->phase = ROUTE_PHASE_PROVISIONAL;
 }
 
@@ -372,7 +372,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 		bool provisional;
 		if (!scan_request(c, f, rr, &r, &provisional, &d->read_need))
 			return SHARD_WAIT;
-		if (provisional && c->pool->mode == POOL_MODE_TRANSACTION && prep_enabled(c))
+		if (provisional && pool_mode_per_transaction(c->pool->mode) && prep_enabled(c))
 			d->phase = ROUTE_PHASE_PROVISIONAL;
 	} else if (first_statement(c, f, &sql, &len)) {
 		struct router_verdict local;
@@ -473,7 +473,7 @@ static enum route_active refuse_on_server(const struct client *c, struct server 
  * the first message of a request, s owing nothing and no error since its
  * last ReadyForQuery (an extended segment may be open: asyncpg prepares
  * with Flush, then sends its Bind; s closes it with pgcat's next Sync or
- * Query there). */
+ * Query there). Not in statement mode, which has no transaction blocks. */
 static bool may_cross(const struct client *c, const struct server *s)
 {
 	return c->w->cfg->general.two_phase_commit && c->pool->mode == POOL_MODE_TRANSACTION &&
@@ -684,7 +684,8 @@ static const char *begin_tag(const char *sql, size_t len)
  * about the shard: pgcat answers it and holds it until the transaction's
  * first statement has been routed (server.c sends it first on link). true:
  * answered (held BEGIN, or the COMMIT/ROLLBACK of a transaction that never
- * reached a server). */
+ * reached a server). Not in statement mode: its BEGIN goes to a server,
+ * which closes the client at once (server.c), as PgBouncer does. */
 static bool hold_begin(const struct client *c, const struct proto_frame *f, struct route_decision *d)
 {
 	const struct config_pool *cp = c->pool->cpool;
@@ -862,7 +863,7 @@ void route_pick(struct client *c, const struct proto_frame *f, bool may_hold, un
 	d->action = ROUTE_CHECKOUT;
 	d->sp = sp;
 	/* Reads on a replica can be sent elsewhere if it dies before answering. */
-	d->retry_on = c->pool->mode == POOL_MODE_TRANSACTION && sp->role != SERVER_ROLE_PRIMARY && c->pool->n_targets > 1;
+	d->retry_on = pool_mode_per_transaction(c->pool->mode) && sp->role != SERVER_ROLE_PRIMARY && c->pool->n_targets > 1;
 }
 
 static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
@@ -933,7 +934,7 @@ static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame 
 	struct srvpool **from = all;
 	if (cp->read_your_writes == READ_YOUR_WRITES_LSN) {
 		if (writes)
-			d->want_wal = c->pool->mode == POOL_MODE_TRANSACTION;
+			d->want_wal = pool_mode_per_transaction(c->pool->mode);
 		else if (role != ROUTER_ROLE_PRIMARY) {
 			struct route_ryw r;
 			/* (not with a held BEGIN: server.c would have to undo it) */

@@ -1421,7 +1421,7 @@ static enum pump_step prep_reply(struct server *s, struct evbuffer *in, struct e
 		/* pgcat's own Sync after a Flush (sharding, route.c): nothing
 		 * else owed, the server goes back. */
 		if (s->txn.outstanding == 0 && !s->txn.ext_pending && s->txn.tx_status == 'I' &&
-		    s->sp->pool->mode == POOL_MODE_TRANSACTION) {
+		    pool_mode_per_transaction(s->sp->pool->mode)) {
 			s->sp->ev->release(s);
 			return PUMP_STOP;
 		}
@@ -1481,6 +1481,16 @@ static enum pump_step ready_for_query(struct server *s, struct client_end *c, st
 	if (s->txn.outstanding == 1 && !s->txn.ext_pending && !settle_behind(s, in, 6))
 		return PUMP_STOP;
 	txn_ready(&s->txn, status);
+	if (status != 'I' && c->no_tx_blocks) {
+		/* Statement mode: the block is not let open. Closing the server
+		 * rolls it back; its client is closed with this error. */
+		s->have_error = true;
+		snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08P01");
+		snprintf(s->error_message, sizeof s->error_message,
+			 "transaction blocks not allowed in statement pooling mode");
+		server_close(s, s->error_message);
+		return PUMP_STOP;
+	}
 	/* A listening client's transaction ends, nothing more owed: its end
 	 * sends this ReadyForQuery itself, after the notifications due
 	 * before it (with more owed, the replies after it must not pass it). */
@@ -1511,11 +1521,11 @@ static enum pump_step ready_for_query(struct server *s, struct client_end *c, st
 	 * answered here: their replies are this client's, so the server stays
 	 * until the ReadyForQuery of their own Sync. */
 	if (s->txn.outstanding == 0 && !s->txn.ext_pending && s->txn.tx_status == 'I' && !c->keep_linked &&
-	    (s->sp->pool->mode == POOL_MODE_TRANSACTION || c->close_when_released)) {
+	    (pool_mode_per_transaction(s->sp->pool->mode) || c->close_when_released)) {
 		/* read_your_writes: a transaction that wrote asks its position
 		 * first, while the link still holds (the release follows the
 		 * answer); want_wal is set again at the client's next checkout. */
-		if (c->want_wal && c->ev->wal_position && s->sp->pool->mode == POOL_MODE_TRANSACTION &&
+		if (c->want_wal && c->ev->wal_position && pool_mode_per_transaction(s->sp->pool->mode) &&
 		    s->client == c && s->state == SERVER_ACTIVE) {
 			wal_ask(s);
 			return PUMP_STOP;

@@ -464,6 +464,7 @@ __attribute__((always_inline)) static inline bool route_and_check_out(struct cli
 	}
 	/* Its messages are rewritten for the server it gets (prepared.c). */
 	c->end.prep_on = prep_enabled(c);
+	c->end.no_tx_blocks = c->pool->mode == POOL_MODE_STATEMENT;
 	(void)pool_checkout(sp, &c->wait);
 	return true;
 }

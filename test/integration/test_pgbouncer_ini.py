@@ -241,7 +241,12 @@ def test_production_pgbouncer_ini(pgcat, pg, pg_ssl, certs, roles):
     assert err is None, err
     assert show_config(adm)["query_wait_timeout"][0] == "45"
     rows, err, _ = adm.simple("SET pool_mode = statement")
-    assert err is not None and "statement" in err.get("M", ""), err
+    assert err is None, err
+    assert show_config(adm)["pool_mode"][0] == "statement"
+    rows, err, _ = adm.simple("SET pool_mode = bogus")
+    assert err is not None and "pool_mode" in err.get("M", ""), err
+    rows, err, _ = adm.simple("SET pool_mode = session")
+    assert err is None, err
     stats = console(inst, "pgb_stats", STATS_PW)
     assert show_config(stats)["max_client_conn"][0] == "200"
     stats.close()
@@ -263,10 +268,10 @@ def test_production_pgbouncer_ini(pgcat, pg, pg_ssl, certs, roles):
     with inst.connect("md5user", dbname="newdb") as c:
         assert c.execute("SELECT current_database()").fetchone()[0] == "shard1"
     # A file that would not load is refused whole; the running one stays.
-    inst.ini.write_text(text2 + "pool_mode = statement\n")
+    inst.ini.write_text(text2 + "pool_mode = bogus\n")
     adm = console(inst, "pgb_admin", ADMIN_PW)
     rows, err, _ = adm.simple("RELOAD")
-    assert err is not None and "statement" in err.get("M", ""), err
+    assert err is not None and "pool_mode" in err.get("M", ""), err
     assert show_config(adm)["pool_mode"][0] == "session"
     adm.close()
     with inst.connect("md5user", dbname="newdb") as c:
@@ -298,16 +303,16 @@ def test_pgbouncer_ini_errors_name_file_and_line(pgcat):
     inst = pgcat(start=False)
     bad = inst.workdir / "pgbouncer.ini"
     bad.write_text("[pgbouncer]\nlisten_port = %d\n\n[databases]\nx = host=127.0.0.1 bogus=1\n"
-                   "db = host=127.0.0.1 pool_mode=statement\n" % inst.port)
+                   "db = host=127.0.0.1 pool_mode=bogus\n" % inst.port)
     t = subprocess.run([pgcat_binary(), "-t", str(bad)], capture_output=True, text=True, timeout=30)
     assert t.returncode == 1
     assert "%s:5: [databases] x: unknown connection parameter \"bogus\"" % bad in t.stderr
-    assert "%s:6: [databases] db: pool_mode \"statement\" is not supported yet" % bad in t.stderr
+    assert "%s:6: [databases] db: pool_mode must be session, transaction or statement, got \"bogus\"" % bad in t.stderr
     # Started on it, pgcat refuses to start, with the same lines.
     r = subprocess.run([pgcat_binary(), str(bad)], capture_output=True, text=True, timeout=30,
                        cwd=str(inst.workdir))
     assert r.returncode == 1
-    assert "pool_mode \"statement\" is not supported yet" in r.stderr
+    assert "pool_mode must be session, transaction or statement" in r.stderr
 
 
 def test_host_lists_spread_or_stay_on_the_first(pgcat, pg):

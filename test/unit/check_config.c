@@ -544,7 +544,7 @@ START_TEST(test_out_of_range)
 		{ "peer_id = 16384", "peer_id: must be an integer between 0 and 16383" },
 		{ "stats_period = 0", "stats_period: must be a duration between 1s and 1d" },
 		{ "autoreload = x", "autoreload: must be a duration" },
-		{ "pool_mode = statement", "pool_mode: must be one of session | transaction, got \"statement\"" },
+		{ "pool_mode = statements", "pool_mode: must be one of session | transaction | statement, got \"statements\"" },
 		{ "io_engine = uring", "io_engine: must be one of auto | epoll | io_uring, got \"uring\"" },
 		{ "log_level = verbose", "log_level: must be one of error | warning | info | debug | trace" },
 		{ "auth_type = password", "auth_type: must be one of scram-sha-256 | md5 | trust" },
@@ -825,8 +825,8 @@ START_TEST(test_users)
 			"t.ini:5: [pools.db.users.u] min_pool_size: must be empty (inherit) or an integer between 0");
 	expect_error_at(POOL "[pools.db.users.u]\nstatement_timeout = -1\n", 5,
 			"t.ini:5: [pools.db.users.u] statement_timeout: must be a duration between 0 and 2147483647ms");
-	expect_error_at(POOL "[pools.db.users.u]\npool_mode = statement\n", 5,
-			"t.ini:5: [pools.db.users.u] pool_mode: must be empty (inherit) or one of session | transaction");
+	expect_error_at(POOL "[pools.db.users.u]\npool_mode = stmt\n", 5,
+			"t.ini:5: [pools.db.users.u] pool_mode: must be empty (inherit) or one of session | transaction | statement");
 	expect_error_at(POOL "[pools.db.users.u]\npool_size = 2\nmin_pool_size = 3\n", 6,
 			"t.ini:6: [pools.db.users.u] min_pool_size: the minimum pool size (3) exceeds the pool size (2)");
 	expect_error_at("[general]\nmin_pool_size = 5\n" POOL "[pools.db.users.u]\npool_size = 2\n", 7,

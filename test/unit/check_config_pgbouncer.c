@@ -223,7 +223,7 @@ START_TEST(test_refused_and_warned)
 		enum config_problem_kind kind;
 		const char *start;
 	} cases[] = {
-		{ "pool_mode = statement", false, CONFIG_PROBLEM_ERROR, "pool_mode: \"statement\" is not supported yet" },
+		{ "pool_mode = bogus", false, CONFIG_PROBLEM_ERROR, "pool_mode: must be one of session | transaction | statement" },
 		{ "auth_type = ldap", false, CONFIG_PROBLEM_ERROR, "auth_type: \"ldap\" is not supported yet" },
 		{ "auth_type = pam", false, CONFIG_PROBLEM_ERROR, "auth_type: \"pam\" is not supported yet" },
 		{ "auth_type = any", false, CONFIG_PROBLEM_ERROR, "auth_type: \"any\" is not supported yet" },
@@ -375,7 +375,7 @@ START_TEST(test_connstrings)
 		{ "db = host=", "[databases] db: empty value for host" },
 		{ "db = host=x bogus=1", "[databases] db: unknown connection parameter \"bogus\"" },
 		{ "db = host=x port=0", "[databases] db: port must be an integer between 1 and 65535" },
-		{ "db = host=x pool_mode=statement", "[databases] db: pool_mode \"statement\" is not supported yet" },
+		{ "db = host=x pool_mode=bogus", "[databases] db: pool_mode must be session, transaction or statement" },
 		{ "db = host=x load_balance_hosts=sometimes", "[databases] db: load_balance_hosts must be" },
 		{ "db = host=bad!name", "[databases] db: host: \"bad!name\" is not a host name" },
 		{ "db = host=@abstract", "[databases] db: host \"@abstract\": sockets in the abstract namespace" },
@@ -468,8 +468,8 @@ START_TEST(test_users_and_peers)
 	config_free(cfg);
 	config_problems_free(&pr);
 
-	expect_problem(DB "[users]\napp = pool_mode=statement\n[pgbouncer]\n", false, CONFIG_PROBLEM_ERROR, 4,
-		       "pgb.ini:4: [users] app: pool_mode \"statement\" is not supported yet");
+	expect_problem(DB "[users]\napp = pool_mode=bogus\n[pgbouncer]\n", false, CONFIG_PROBLEM_ERROR, 4,
+		       "pgb.ini:4: [users] app: pool_mode must be session, transaction or statement");
 	expect_problem(DB "[users]\napp = bogus=1\n[pgbouncer]\n", false, CONFIG_PROBLEM_ERROR, 4,
 		       "pgb.ini:4: [users] app: unknown user parameter \"bogus\"");
 	expect_problem(DB "[users]\napp = max_user_client_connections=5\n[pgbouncer]\n", true, CONFIG_PROBLEM_WARNING, 4,
@@ -718,8 +718,10 @@ START_TEST(test_set_and_show)
 	ck_assert_msg(config_general_set(cfg, "ban_time", "30", err, sizeof err), "%s", err);
 	ck_assert_int_eq(cfg->general.ban_time, 30);
 	/* What the file would refuse or not honour is refused. */
-	ck_assert(!config_general_set(cfg, "pool_mode", "statement", err, sizeof err));
-	ck_assert_msg(strstr(err, "pool_mode: \"statement\" is not supported yet") != NULL, "%s", err);
+	ck_assert_msg(config_general_set(cfg, "pool_mode", "statement", err, sizeof err), "%s", err);
+	ck_assert_int_eq(cfg->general.pool_mode, POOL_MODE_STATEMENT);
+	ck_assert(!config_general_set(cfg, "pool_mode", "bogus", err, sizeof err));
+	ck_assert_msg(strstr(err, "pool_mode: must be one of") != NULL, "%s", err);
 	ck_assert(!config_general_set(cfg, "syslog_ident", "pgbouncer", err, sizeof err));
 	ck_assert_msg(strstr(err, "syslog_ident: \"pgbouncer\" is not honoured") != NULL, "%s", err);
 	ck_assert(!config_general_set(cfg, "query_wait_timeout", "5s", err, sizeof err));
