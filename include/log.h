@@ -15,6 +15,9 @@
  * gone (shutdown), so it lives in log.c. */
 bool log_open(enum log_level level, const char *file, bool use_syslog) __attribute__((warn_unused_result));
 void log_set_level(enum log_level level);
+/* Nothing to stderr (PgBouncer's --quiet): with no log file and no syslog
+ * the lines are dropped. */
+void log_quiet_stderr(void);
 enum log_level log_get_level(void);
 void log_close(void);
 /* Re-open the log file (after logrotate). */

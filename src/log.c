@@ -20,6 +20,7 @@ static struct {
 	FILE *file;          /* NULL: stderr */
 	char path[4096];
 	bool use_syslog;
+	bool no_stderr;      /* log_quiet_stderr */
 	/* Every line carries the pid and a timestamp: both are cached (a
 	 * login logs two lines, and getpid and strftime were a visible part of
 	 * its cost). The pid is refreshed in a forked child by an atfork
@@ -28,7 +29,7 @@ static struct {
 	bool atfork_set;
 	time_t ts_sec;
 	char ts[32];
-} logger = { LOG_LEVEL_INFO, NULL, "", false, 0, false, -1, "" };
+} logger = { LOG_LEVEL_INFO, NULL, "", false, false, 0, false, -1, "" };
 
 static void log_child_after_fork(void) { logger.pid = getpid(); }
 
@@ -65,6 +66,7 @@ bool log_open(enum log_level level, const char *file, bool use_syslog)
 }
 
 void log_set_level(enum log_level level) { logger.level = level; }
+void log_quiet_stderr(void) { logger.no_stderr = true; }
 enum log_level log_get_level(void) { return logger.level; }
 
 void log_close(void)
@@ -106,6 +108,8 @@ void log_write(enum log_level level, const char *fmt, ...)
 		syslog(prio[level], "%s %s", level_names[level], msg);
 		return;
 	}
+	if (!logger.file && logger.no_stderr)
+		return;
 	struct timeval tv;
 	gettimeofday(&tv, NULL);
 	if (tv.tv_sec != logger.ts_sec) {

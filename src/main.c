@@ -33,7 +33,8 @@ static void usage(FILE *out)
 		"  -t, --test-config  parse and validate CONFIG, print problems, exit 0/1\n"
 		"  -w, --workers N    override [general] workers\n"
 		"  -v, --verbose      raise log level one step (repeatable)\n"
-		"  -q, --quiet        lower log level one step (repeatable)\n"
+		"  -q, --quiet        lower log level one step (repeatable); with a pgbouncer.ini,\n"
+		"                     PgBouncer's meaning: nothing logged to stderr\n"
 		"  -V, --version      print the version and the linked library versions\n"
 		"  -h, --help         this help\n",
 		SYSCONFDIR);
@@ -108,7 +109,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	bool daemon_mode = false, test_only = false;
-	int workers = -1, verbosity = 0;
+	int workers = -1, verbosity = 0, quiet = 0;
 	int ch;
 	while ((ch = getopt_long(argc, argv, "dtw:vqVh", opts, NULL)) != -1) {
 		switch (ch) {
@@ -125,7 +126,7 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'v': verbosity++; break;
-		case 'q': verbosity--; break;
+		case 'q': quiet++; break;
 		case 'V': print_version(); return 0;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return EXIT_BAD_ARGS;
@@ -162,6 +163,12 @@ int main(int argc, char **argv)
 	if (workers >= 0)
 		cfg->general.workers = workers;
 
+	/* PgBouncer's --quiet keeps stderr quiet and the level as it is: its
+	 * operators (and its test harness) read the log file behind it. */
+	if (cfg->pgbouncer && quiet > 0)
+		log_quiet_stderr();
+	else
+		verbosity -= quiet;
 	int level = (int)cfg->general.log_level + verbosity;
 	if (level < LOG_LEVEL_ERROR)
 		level = LOG_LEVEL_ERROR;

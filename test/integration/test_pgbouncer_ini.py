@@ -411,3 +411,17 @@ autodb_idle_timeout = 1
     with pytest.raises(psycopg.OperationalError) as e:
         inst.connect("app", dbname="shard0").close()
     assert "does not exist" in str(e.value)
+
+
+def test_quiet_keeps_stderr_quiet_and_the_log_file_full(pgcat, pg):
+    """PgBouncer's --quiet (its test harness starts it so): nothing on
+    stderr, the log file at the configured level, LOG lines included."""
+    inst = pgcat(start=False, args=["--quiet"])
+    g = default_general(inst.port, inst.workdir)
+    g["log_file"] = str(inst.workdir / "pgbouncer.log")
+    start_on(inst, render_pgbouncer(g, default_pools(pg), inst.workdir))
+    with inst.connect("app") as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+    logged = (inst.workdir / "pgbouncer.log").read_text()
+    assert " LOG " in logged and "starting" in logged, logged[-2000:]
+    assert " LOG " not in inst.log() and " WARNING " not in inst.log(), inst.log()[-2000:]
