@@ -310,11 +310,17 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 		/* Best effort: the error goes out now, before the socket closes. */
 		io_flush(&c->io);
 	}
+	/* PgBouncer's words, which operators alert on: "closing because:
+	 * REASON (age=Ns)". A login refused with an error is logged too; a
+	 * connection that never logged in and was told nothing (a port
+	 * probe, a client gone mid-login) only at debug. */
 	bool logged_in = c->state == CLIENT_IDLE || c->state == CLIENT_WAITING || c->state == CLIENT_ACTIVE;
-	if (logged_in ? w->cfg->general.log_disconnections : log_enabled(LOG_LEVEL_DEBUG)) {
+	if ((logged_in || sqlstate) ? w->cfg->general.log_disconnections : log_enabled(LOG_LEVEL_DEBUG)) {
 		char a[CLIENT_ADDR_STRLEN];
-		log_info("C-%llu %s@%s %s:%d: closing%s%s", (unsigned long long)c->id, client_user(c), client_database(c),
-			 client_addr_str(c, a), c->port, msg[0] ? ": " : "", msg);
+		log_info("C-%llu %s@%s %s:%d: closing because: %s (age=%llus)", (unsigned long long)c->id,
+			 client_user(c), client_database(c), client_addr_str(c, a), c->port,
+			 msg[0] ? msg : "client close request",
+			 (unsigned long long)((w->now_us - c->connect_us) / 1000000));
 	}
 
 	if (c->session->closing)
@@ -1463,7 +1469,10 @@ static void client_event_cb(struct io *io, enum io_event what, int err, void *ar
 				 c->port, c->io.ssl && tls_is_direct(c->io.ssl) ? "direct " : "",
 				 what == IO_EOF ? "connection closed" : why);
 		}
-		client_close(c, NULL, NULL);
+		if (what == IO_EOF)
+			client_close(c, NULL, "client unexpected eof");
+		else
+			client_close(c, NULL, "client connection error: %s", strerror(err));
 		return;
 	}
 }

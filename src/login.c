@@ -244,7 +244,11 @@ static void start_login(struct client *c)
 		/* A name no pool has: made from `*` when there is one. */
 		const struct config_pool *named = config_find_pool(w->cfg, client_database(c));
 		if ((!named || named->autodb_instance) && !pool_add_autodb(w, client_database(c), client_user(c))) {
-			client_close(c, SQLSTATE_INVALID_CATALOG_NAME, "database \"%s\" does not exist", client_database(c));
+			/* On a pgbouncer.ini, PgBouncer's words, which its users'
+			 * scripts and alerts look for. */
+			client_close(c, SQLSTATE_INVALID_CATALOG_NAME,
+				     w->cfg->pgbouncer ? "no such database: %s" : "database \"%s\" does not exist",
+				     client_database(c));
 			return;
 		}
 		/* A user of no config: looked up on the server first (auth_query;
@@ -283,13 +287,9 @@ static void start_login(struct client *c)
 		client_set_state(c, CLIENT_AUTH);
 		return;
 	case AUTH_FAILED:
-	case AUTH_PROTOCOL_ERROR: {
-		char a[CLIENT_ADDR_STRLEN];
-		log_info("C-%llu %s@%s %s:%d: authentication failed", (unsigned long long)c->id, client_user(c),
-			 client_database(c), client_addr_str(c, a), c->port);
+	case AUTH_PROTOCOL_ERROR:   /* (client_close logs why) */
 		client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", client_user(c));
 		return;
-	}
 	}
 }
 
@@ -500,13 +500,9 @@ static void process_auth(struct client *c)
 		case AUTH_OK:
 			login_done(c);
 			return;
-		case AUTH_FAILED: {
-			char a[CLIENT_ADDR_STRLEN];
-			log_info("C-%llu %s@%s %s:%d: password authentication failed", (unsigned long long)c->id,
-				 client_user(c), client_database(c), client_addr_str(c, a), c->port);
+		case AUTH_FAILED:   /* (client_close logs why) */
 			client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", client_user(c));
 			return;
-		}
 		case AUTH_PROTOCOL_ERROR:
 			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid authentication message");
 			return;

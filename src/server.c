@@ -142,8 +142,9 @@ void server_close(struct server *s, const char *why)
 	struct client_end *c = s->client;
 	enum server_state old = s->state;
 	if (why)
-		log_info("S-%llu %s:%d: closing (%s): %s", (unsigned long long)s->id, s->sp->host, s->sp->port,
-			 server_state_name(old), why);
+		log_info("S-%llu %s:%d: closing because: %s (%s, age=%llus)", (unsigned long long)s->id, s->sp->host,
+			 s->sp->port, why, server_state_name(old),
+			 (unsigned long long)((w->now_us - s->connect_us) / 1000000));
 	/* A polite Terminate when the connection is healthy and idle. */
 	if (old == SERVER_IDLE && !s->io.closed) {
 		evbuf_add_bodyless(io_out(&s->io), PqMsg_Terminate);

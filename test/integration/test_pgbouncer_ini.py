@@ -9,6 +9,7 @@ clients as PgBouncer would, shows PgBouncer's settings on the console, and
 takes an edited file on SIGHUP. The pgbouncer.ini conftest.py writes for
 running the suite against PgBouncer itself runs pgcat unchanged too."""
 import os
+import re
 import signal
 import subprocess
 import time
@@ -425,3 +426,29 @@ def test_quiet_keeps_stderr_quiet_and_the_log_file_full(pgcat, pg):
     logged = (inst.workdir / "pgbouncer.log").read_text()
     assert " LOG " in logged and "starting" in logged, logged[-2000:]
     assert " LOG " not in inst.log() and " WARNING " not in inst.log(), inst.log()[-2000:]
+
+
+def test_pgbouncer_words_for_what_operators_alert_on(pgcat, pg):
+    """The log lines and client errors a PgBouncer operator's scripts look
+    for: "closing because: REASON (age=Ns)" for clients and servers, "no
+    such database: X"."""
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    g["pool_mode"] = "statement"
+    start_on(inst, render_pgbouncer(g, default_pools(pg), inst.workdir))
+    with pytest.raises(psycopg.OperationalError, match="no such database: nosuchdb"):
+        psycopg.connect(inst.dsn("app", dbname="nosuchdb"))
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(inst.dsn("app", password="wrong"))
+    with inst.connect("app") as c:
+        c.execute("SELECT 1")
+    with inst.connect("app") as c:
+        with pytest.raises(psycopg.OperationalError):
+            c.execute("BEGIN")
+    log = inst.log()
+    assert re.search(r"closing because: no such database: nosuchdb \(age=\d+s\)", log), log[-3000:]
+    assert re.search(r"closing because: password authentication failed for user \"app\" \(age=\d+s\)", log), log[-3000:]
+    assert re.search(r"C-\d+ app@appdb .*closing because: client close request \(age=\d+s\)", log), log[-3000:]
+    reason = "transaction blocks not allowed in statement pooling mode"
+    assert re.search(r"C-\d+ app@appdb .*closing because: %s \(age=\d+s\)" % reason, log), log[-3000:]
+    assert re.search(r"S-\d+ .*closing because: %s \(active, age=\d+s\)" % reason, log), log[-3000:]
