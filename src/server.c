@@ -25,6 +25,8 @@
 #include <event2/event.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -1793,6 +1795,26 @@ static void server_drain_cb(struct io *io, void *arg)
 		s->client->ev->resume(s->client);
 }
 
+/* log_connections: PgBouncer's line, with the local address a server's
+ * log (log_connections there) shows as the client's, to match the two. */
+static void log_new_connection(const struct server *s)
+{
+	struct sockaddr_storage local;
+	socklen_t len = sizeof local;
+	char host[NI_MAXHOST] = "", port[NI_MAXSERV] = "";
+	if (s->sp->addr.ss_family == AF_UNIX || getsockname(s->io.fd, (struct sockaddr *)&local, &len) != 0 ||
+	    getnameinfo((struct sockaddr *)&local, len, host, sizeof host, port, sizeof port,
+			NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+		log_info("S-%llu %s@%s %s:%d: new connection to server", (unsigned long long)s->id,
+			 auth_server_user(s->sp->pool), s->sp->database, s->sp->host, s->sp->port);
+		return;
+	}
+	bool v6 = local.ss_family == AF_INET6;
+	log_info("S-%llu %s@%s %s:%d: new connection to server (from %s%s%s:%s)", (unsigned long long)s->id,
+		 auth_server_user(s->sp->pool), s->sp->database, s->sp->host, s->sp->port, v6 ? "[" : "", host,
+		 v6 ? "]" : "", port);
+}
+
 static void set_socket_options(struct server *s)
 {
 	evutil_socket_t fd = s->io.fd;
@@ -1815,6 +1837,8 @@ static void server_event_cb(struct io *io, enum io_event what, int err, void *ar
 	if (what == IO_CONNECTED) {
 		set_socket_options(s);
 		server_set_state(s, SERVER_LOGIN);
+		if (s->w->cfg->general.log_connections)
+			log_new_connection(s);
 		/* As libpq: no TLS over a Unix socket, whatever server_tls_sslmode
 		 * says (PostgreSQL would answer an SSLRequest there with 'N'). */
 		if (s->sp->addr.ss_family == AF_UNIX) {

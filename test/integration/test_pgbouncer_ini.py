@@ -452,3 +452,16 @@ def test_pgbouncer_words_for_what_operators_alert_on(pgcat, pg):
     reason = "transaction blocks not allowed in statement pooling mode"
     assert re.search(r"C-\d+ app@appdb .*closing because: %s \(age=\d+s\)" % reason, log), log[-3000:]
     assert re.search(r"S-\d+ .*closing because: %s \(active, age=\d+s\)" % reason, log), log[-3000:]
+
+
+def test_new_connection_to_server_is_logged(pgcat, pg):
+    """log_connections: PgBouncer's 'new connection to server (from ADDR)',
+    ADDR the local address the server sees as its client's."""
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    start_on(inst, render_pgbouncer(g, default_pools(pg), inst.workdir))
+    with inst.connect("app") as c:
+        c.execute("SELECT 1")
+        port = c.execute("SELECT inet_client_port()").fetchone()[0]
+    assert re.search(r"S-\d+ app@appdb 127\.0\.0\.1:%d: new connection to server \(from 127\.0\.0\.1:%d\)"
+                     % (pg.port, port), inst.log()), inst.log()[-3000:]
