@@ -77,6 +77,9 @@ void pool_defaults_retry(struct pool *p);
 /* Its last connect failed less than the reconnect back-off ago and no
  * connection to it is alive. */
 bool srvpool_recently_failed(const struct srvpool *sp, uint64_t now);
+/* A login of sp failed less than the back-off ago: no new one yet, even
+ * when the pool holds other connections. */
+bool srvpool_login_backoff(const struct srvpool *sp, uint64_t now);
 /* Connects for sp's waiters not yet promised a connection being opened,
  * up to pool_size. */
 void srvpool_maybe_launch(struct srvpool *sp);

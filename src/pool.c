@@ -550,6 +550,11 @@ void pool_fail_waiter(struct pool_waiter *pw, const char *sqlstate, const char *
 	pw->ev->failed(pw, sqlstate, message);
 }
 
+bool srvpool_login_backoff(const struct srvpool *sp, uint64_t now)
+{
+	return sp->last_failure_us && now - sp->last_failure_us < RECONNECT_BACKOFF_US;
+}
+
 bool srvpool_recently_failed(const struct srvpool *sp, uint64_t now)
 {
 	return sp->last_failure_us && now - sp->last_failure_us < RECONNECT_BACKOFF_US &&
@@ -603,6 +608,8 @@ void pool_defaults_retry(struct pool *p)
 void srvpool_maybe_launch(struct srvpool *sp)
 {
 	struct pool *p = sp->pool;
+	if (srvpool_login_backoff(sp, p->w->now_us))
+		return;   /* (the janitor asks again) */
 	/* A new connection: the freshest address (a stale one is used while
 	 * its refresh is in flight). */
 	sp->resolved = resolve(sp);
@@ -791,6 +798,12 @@ static void pool_server_closed(struct server *s, bool login_failed)
 			pw->ev->rerouted(pw);
 		}
 	}
+	/* A login the server refused for who or where it was (authentication,
+	 * authorization, a database it lacks) would be refused again: the
+	 * clients waiting are told now, whatever else the pool holds, as
+	 * PgBouncer tells them. */
+	if (strncmp(sp->last_error_code, "28", 2) == 0 || strcmp(sp->last_error_code, "3D000") == 0)
+		fail_waiters(sp);
 	/* Nobody left who could serve the waiters: tell them now rather than
 	 * at query_wait_timeout. */
 	if (srvpool_total(sp) == 0) {

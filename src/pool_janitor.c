@@ -74,7 +74,7 @@ void pool_fill_min(struct pool *p)
 		return;
 	for (size_t i = 0; i < p->n_targets; i++) {
 		struct srvpool *sp = p->targets[i];
-		if (srvpool_recently_failed(sp, p->w->now_us) || !sp->resolved)
+		if (srvpool_login_backoff(sp, p->w->now_us) || !sp->resolved)
 			continue;
 		int want = p->min_pool_size < p->pool_size ? p->min_pool_size : p->pool_size;
 		while (srvpool_reserve(sp, want, false)) {

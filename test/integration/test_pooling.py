@@ -3,6 +3,7 @@
 clients, session mode gives each client its own until it leaves (then runs
 server_reset_query), pool_size and min_pool_size hold, waiting clients are
 served in FIFO order, max_client_conn refuses with 53300."""
+import os
 import signal
 import subprocess
 import threading
@@ -460,3 +461,42 @@ def test_max_db_connections_closes_another_pools_idle_server(pgcat, pg):
     assert "closed to make room under max_db_connections" in p.log()
     for c in holders:
         c.close()
+
+
+def test_server_password_changed_waiters_told_at_once(pgcat, pg):
+    """A server login refused for its password, while the pool's other
+    connection is busy in a transaction: the clients waiting for a server
+    get PostgreSQL's error at once (not at query_wait_timeout), and pgcat
+    does not try again at every janitor tick while they wait."""
+    role = "pwchange_%s" % os.urandom(3).hex()
+    pg.sql("CREATE ROLE %s LOGIN PASSWORD 'first_pw'" % role)
+    try:
+        p = pgcat(general={"default_pool_size": 2, "query_wait_timeout": 60000},
+                  users={role: {"password": "first_pw", "pool_size": 2}})
+        holder = p.connect(user=role, password="first_pw", autocommit=False)
+        holder.execute("SELECT 1")   # its server, in a transaction now
+        pg.sql("ALTER ROLE %s PASSWORD 'second_pw'" % role)
+        offset = pg.log_offset()
+        results = [None] * 3
+
+        def run(i):
+            t0 = time.monotonic()
+            try:
+                with p.connect(user=role, password="first_pw") as c:
+                    c.execute("SELECT 1")
+                results[i] = ("ok", time.monotonic() - t0)
+            except psycopg.Error as e:
+                results[i] = (str(e), time.monotonic() - t0)
+        errors = run_threads(3, run)
+        assert not errors, errors
+        for msg, took in results:
+            assert "password authentication failed" in msg, results
+            assert took < 5, results
+        time.sleep(1.5)   # a janitor retrying at each tick would log ~15 more
+        fails = pg.log_since(offset, 1000).count('password authentication failed for user "%s"' % role)
+        assert 1 <= fails <= 3, "server logins refused: %d" % fails
+        holder.rollback()
+        holder.close()
+        assert_works(p)
+    finally:
+        pg.sql("DROP ROLE IF EXISTS %s" % role)
