@@ -133,7 +133,7 @@ static const struct pgb_key pgb_keys[] = {
 	     "not supported yet: pgcat passes simple Query messages through"),
 	SECS_("dns_max_ttl", "15", "dns_max_ttl", Z_ZERO),
 	SAME("dns_nxdomain_ttl", PT_TIME, "15", true, "0", WARNING,
-	     "pgcat keeps no failed lookups: the next new server connection asks again"),
+	     "pgcat keeps a failed lookup one second: the next new server connection after that asks again"),
 	SAME("dns_zone_check_period", PT_TIME, "0", true, "0", WARNING,
 	     "not supported: pgcat does not watch zone serials (it looks names up again after dns_max_ttl)"),
 	SECS_("idle_transaction_timeout", "0", "idle_transaction_timeout", Z_ZERO),

@@ -21,6 +21,10 @@
 #include "context.h"
 
 #define DNS_MAX_SOCKS 16
+/* A name that did not resolve is asked again this long after, at the
+ * earliest: often enough to notice a fixed record, not at every use (the
+ * janitor looks up every pool's names each tick). */
+#define DNS_FAILED_RETRY_US 1000000ULL
 
 struct dns_sock {
 	ares_socket_t fd;
@@ -244,10 +248,14 @@ static void lookup_done(void *arg, int status, int timeouts, struct ares_addrinf
 	} else {
 		snprintf(e->error, sizeof e->error, "cannot resolve %s: %s", e->host,
 			 status == ARES_SUCCESS ? "no IPv4 or IPv6 address" : ares_strerror(status));
-		log_warning("dns: %s", e->error);
+		/* Logged when it starts failing; "resolves again" ends it. */
+		if (e->state != DNS_FAILED)
+			log_warning("dns: %s", e->error);
+		else
+			log_debug("dns: %s", e->error);
 		e->state = DNS_FAILED;
 		e->n_addrs = 0;
-		e->expires_us = now;   /* try again at the next use */
+		e->expires_us = now + DNS_FAILED_RETRY_US;
 	}
 	d->done(d->w, e);
 }
@@ -286,7 +294,7 @@ const struct dns_entry *dns_lookup(struct dns *d, const char *host, int max_ttl_
 		d->n_entries++;
 	}
 	n->max_ttl_ms = max_ttl_ms;
-	if (!n->e.refreshing && (n->e.state != DNS_OK || d->w->now_us >= n->e.expires_us))
+	if (!n->e.refreshing && (n->e.state == DNS_RESOLVING || d->w->now_us >= n->e.expires_us))
 		start(n);   /* may complete at once (hosts file): the entry is then fresh */
 	return &n->e;
 }

@@ -6,11 +6,12 @@ DNS_HOSTS lists the cache. The tests add names to /etc/hosts (they run as
 root, like the rest of the suite) and take them out again."""
 import contextlib
 import os
+import time
 import uuid
 
 import pytest
 
-from conftest import wait_until
+from conftest import PASSWORDS, assert_works, wait_until
 from test_admin import admin, show
 
 HOSTS = "/etc/hosts"
@@ -137,3 +138,16 @@ def test_name_that_stops_resolving_fails_clients_clearly(pgcat, pg):
         except psycopg.Error as e:
             return "resolve" in str(e)
     wait_until(fails_with_reason, 15, msg="a clear 'cannot resolve' error to the client")
+
+
+def test_unresolvable_name_not_looked_up_at_every_tick(pgcat, pg):
+    """A pool whose host does not resolve and no client asking: the name is
+    asked again about once a second, and the warning is logged when it
+    starts failing, not at every janitor tick (10 a second)."""
+    unres = {"shards": {0: {"database": "appdb", "servers": "nonexistent-pgcat-test.invalid:5432:primary"}},
+             "users": {"app": {"password": PASSWORDS["app"]}}}
+    inst = pgcat(pools={"unres": unres})
+    time.sleep(3)
+    warned = inst.log().count("cannot resolve nonexistent-pgcat-test.invalid")
+    assert 1 <= warned <= 2, "%d warnings in 3 s:\n%s" % (warned, inst.log()[-2000:])
+    assert_works(inst)
