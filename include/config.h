@@ -385,6 +385,9 @@ void config_format_bytes(int64_t v, char *buf, size_t buflen);
 
 /* Names of enum values, as spelled in the ini file. */
 const char *config_pool_mode_name(enum pool_mode m);
+/* A [general] key the TLS contexts are built from (client_tls_*,
+ * server_tls_*, in either file format): a change rebuilds them. */
+bool config_key_is_tls(const char *key);
 const char *config_log_level_name(enum log_level l);
 const char *config_server_role_name(enum server_role r);
 

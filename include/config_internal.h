@@ -216,6 +216,7 @@ struct parser {
 	struct config *cfg;
 	struct config_problems *problems;
 	const char *file;           /* name used in messages */
+	bool one_set;               /* a console SET: one key changes at a time */
 	const char *pos;            /* rest of the text */
 	int lineno;
 	bool oom;

@@ -24,6 +24,9 @@ struct tls_contexts {
  * read now). On failure nothing is kept and err says why. */
 bool tls_contexts_build(const struct config_general *g, struct tls_contexts *out, char *err, size_t errlen)
 	__attribute__((warn_unused_result));
+/* t built anew from g (a console SET of a TLS key); t stays as it was
+ * when they cannot be built (false, err says why). */
+bool tls_contexts_rebuild(struct tls_contexts *t, const struct config_general *g, char *err, size_t errlen);
 void tls_contexts_free(struct tls_contexts *t);
 
 /* A client's certificate after the handshake: under verify-full its common

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* Enum fields are written through int-sized copies. */
 _Static_assert(sizeof(enum pool_mode) == sizeof(int), "enum size");
@@ -758,6 +759,11 @@ enum pool_mode config_user_pool_mode(const struct config *cfg, const struct conf
 	if (us != NULL && us->pool_mode != CONFIG_INHERIT)
 		return (enum pool_mode)us->pool_mode;
 	return pool->pool_mode;
+}
+
+bool config_key_is_tls(const char *key)
+{
+	return strncasecmp(key, "client_tls_", 11) == 0 || strncasecmp(key, "server_tls_", 11) == 0;
 }
 
 const char *config_pool_mode_name(enum pool_mode m)

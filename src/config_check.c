@@ -78,7 +78,9 @@ void check_general(struct parser *p)
 		general_error(p, "server_tls_negotiation",
 			      "\"direct\" needs server_tls_sslmode require, verify-ca or verify-full, got \"%s\"",
 			      enum_name(&server_tls_enum, (int)g->server_tls_sslmode));
-	if ((g->server_tls_cert_file[0] == '\0') != (g->server_tls_key_file[0] == '\0'))
+	/* (A console SET changes one of them at a time: the certificate is
+	 * used once both are set, tls.c.) */
+	if (!p->one_set && (g->server_tls_cert_file[0] == '\0') != (g->server_tls_key_file[0] == '\0'))
 		general_error(p, g->server_tls_cert_file[0] ? "server_tls_cert_file" : "server_tls_key_file",
 			      "server_tls_cert_file and server_tls_key_file go together: set both or neither");
 	if (g->server_tls_cert_file[0] && g->server_tls_sslmode == TLS_MODE_DISABLE)

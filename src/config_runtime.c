@@ -415,7 +415,8 @@ static bool general_set(struct config *cfg, const char *key, const char *value, 
 	struct config trial = *cfg;
 	detach_field(k, &trial.general);
 	struct config_problems problems = { 0 };
-	struct parser p = { .cfg = &trial, .problems = &problems, .file = SET_FILE, .general_section = "general" };
+	struct parser p = { .cfg = &trial, .problems = &problems, .file = SET_FILE, .one_set = true,
+			    .general_section = "general" };
 	set_value(&p, k, &trial.general, v, false);
 	free(v);
 	if (!p.oom && !config_problems_has(&problems, CONFIG_PROBLEM_ERROR))

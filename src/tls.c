@@ -200,7 +200,8 @@ static bool build_for_servers(const struct config_general *g, SSL_CTX **out, cha
 	}
 	/* A certificate of pgcat's own, for servers that authenticate their
 	 * clients by certificate (hostssl ... cert, clientcert=verify-full). */
-	if (g->server_tls_cert_file && g->server_tls_cert_file[0]) {
+	if (g->server_tls_cert_file && g->server_tls_cert_file[0] && g->server_tls_key_file &&
+	    g->server_tls_key_file[0]) {
 		if (SSL_CTX_use_certificate_chain_file(ctx, g->server_tls_cert_file) != 1) {
 			fail(err, errlen, "server_tls_cert_file", g->server_tls_cert_file);
 			SSL_CTX_free(ctx);
@@ -232,6 +233,17 @@ bool tls_contexts_build(const struct config_general *g, struct tls_contexts *out
 		tls_contexts_free(out);
 		return false;
 	}
+	return true;
+}
+
+bool tls_contexts_rebuild(struct tls_contexts *t, const struct config_general *g, char *err, size_t errlen)
+{
+	struct tls_contexts fresh;
+	if (!tls_contexts_build(g, &fresh, err, errlen))
+		return false;
+	/* Connections in their handshake keep a reference to the old ones. */
+	tls_contexts_free(t);
+	*t = fresh;
 	return true;
 }
 

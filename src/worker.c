@@ -536,6 +536,8 @@ static void apply_admin_commands(struct worker *w)
 			if (config_general_set(w->cfg, e.arg, e.value, err, sizeof err)) {
 				log_set_level(w->cfg->general.log_level);
 				pool_reapply_general(w);
+				if (config_key_is_tls(e.arg) && !tls_contexts_rebuild(&w->tls, &w->cfg->general, err, sizeof err))
+					log_error("SET %s: TLS: %s (the running TLS settings stay)", e.arg, err);
 			}
 			break;
 		}

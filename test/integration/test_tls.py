@@ -872,3 +872,47 @@ def test_server_direct_tls_to_postgresql_17(pgcat, pg17_ssl, pg_ssl, certs):
     with pytest.raises(psycopg.OperationalError) as ei:
         old.connect()
     assert "PostgreSQL 17" in str(ei.value), str(ei.value)
+
+
+def test_console_set_of_tls_keys_applies_at_once(pgcat, pg_ssl, certs):
+    """SET of client_tls_* and server_tls_* on the console is used by the
+    next handshake, one key at a time as PgBouncer's console takes them;
+    a file that cannot be read is refused and the running TLS stays."""
+    inst = pgcat(replace_pools={"appdb": ssl_pool(pg_ssl)})
+    r = admin(inst)
+    assert command(r, "SET client_tls_key_file = '%s'" % p(certs, "server.key")) is None
+    assert command(r, "SET client_tls_cert_file = '%s'" % p(certs, "server.crt")) is None
+    assert command(r, "SET client_tls_sslmode = require") is None
+    with inst.connect(sslmode="require") as c:
+        assert c.pgconn.ssl_in_use
+    err = command(r, "SET client_tls_cert_file = '%s'" % p(certs, "no-such.crt"))
+    assert err is not None and "client_tls_cert_file" in err.get("M", ""), err
+    with inst.connect(host="localhost", sslmode="verify-full", sslrootcert=p(certs, "ca.crt")) as c:
+        assert c.pgconn.ssl_in_use
+    r.close()
+    r = admin_tls(inst)
+    # Server side: a wrong CA to verify with makes new server logins fail...
+    assert command(r, "SET server_tls_ca_file = '%s'" % p(certs, "otherca.crt")) is None
+    assert command(r, "SET server_tls_sslmode = verify-full") is None
+    assert command(r, "RECONNECT") is None
+    with pytest.raises(psycopg.Error):
+        with inst.connect(sslmode="require") as c:
+            c.execute("SELECT 1")
+    # ... the right one makes them work; disable (a hostssl-only server)
+    # makes them fail again.
+    assert command(r, "SET server_tls_ca_file = '%s'" % p(certs, "ca.crt")) is None
+    wait_until(lambda: _works(inst), 10, msg="a login once server_tls_ca_file is right")
+    assert command(r, "SET server_tls_sslmode = disable") is None
+    assert command(r, "RECONNECT") is None
+    with pytest.raises(psycopg.Error):
+        with inst.connect(sslmode="require") as c:
+            c.execute("SELECT 1")
+    r.close()
+
+
+def _works(inst):
+    try:
+        with inst.connect(sslmode="require") as c:
+            return c.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()[0] is True
+    except psycopg.Error:
+        return False
