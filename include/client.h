@@ -156,6 +156,9 @@ struct client {
 	enum client_state state : 8;  /* a bit-field, so that the small fields fit in 32 bytes */
 
 	bool is_unix : 1;
+	/* PgBouncer's console access: user "pgbouncer" on the Unix socket
+	 * from pgcat's own OS user, let in as an admin without a password. */
+	bool console_peer : 1;
 	/* Its transaction as pgcat alone knows it (client_set_tx). */
 	enum client_tx tx : 2;
 	/* An extended batch pgcat answers itself (client_set_batch). */

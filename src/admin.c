@@ -313,7 +313,7 @@ static bool run_command(struct client *c, const char *sql)
 		return true;
 	}
 	/* stats_users (and anyone no longer listed since a reload): SHOW only. */
-	if (!is(&ws, 0, "show") && admin_role_of(w->cfg, client_user(c)) != ADMIN_ROLE_ADMIN) {
+	if (!is(&ws, 0, "show") && !c->console_peer && admin_role_of(w->cfg, client_user(c)) != ADMIN_ROLE_ADMIN) {
 		char a[CLIENT_ADDR_STRLEN];
 		log_warning("C-%llu %s@%s %s:%d: admin command refused, not in admin_users: %s", (unsigned long long)c->id,
 			    client_user(c), client_database(c), client_addr_str(c, a), c->port, ws.w[0]);

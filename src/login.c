@@ -21,6 +21,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "admin_login.h"
 #include "auth.h"
@@ -160,6 +161,19 @@ static bool negotiate_protocol(struct client *c, const struct proto_startup *st)
 /* auth_hba_file: the first line that matches the login (connection type,
  * database, user, address) decides its method. No line, or a reject line:
  * refused (28000), as PostgreSQL refuses it. false: the client is closed. */
+/* On a pgbouncer.ini, as PgBouncer: the admin console as user
+ * "pgbouncer" over the Unix socket, from a process of pgcat's own OS user
+ * (the kernel's peer credentials), needs no password. */
+static bool console_peer(const struct client *c)
+{
+	if (!c->is_admin || !c->is_unix || !c->w->cfg->pgbouncer || strcmp(client_user(c), "pgbouncer") != 0)
+		return false;
+	struct ucred cred;
+	socklen_t len = sizeof cred;
+	return getsockopt(c->io.fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && len == sizeof cred &&
+	       cred.uid == getuid();
+}
+
 static bool hba_decide(struct client *c, enum client_auth_rule *rule)
 {
 	const struct hba *h = c->w->cfg->hba;
@@ -224,6 +238,14 @@ static void start_login(struct client *c)
 	 * handshake) must also name this user, as clientcert=verify-full. */
 	if (c->io.ssl && g->client_tls_sslmode == TLS_MODE_VERIFY_FULL && !tls_client_cert_matches_user(c->io.ssl, client_user(c))) {
 		client_close(c, "28000", "certificate authentication failed for user \"%s\"", client_user(c));
+		return;
+	}
+	if (console_peer(c)) {
+		c->console_peer = true;
+		if (g->log_connections)
+			log_info("C-%llu pgbouncer@%s unix: pgbouncer access from unix socket", (unsigned long long)c->id,
+				 client_database(c));
+		login_done(c);
 		return;
 	}
 	enum client_auth_rule rule;

@@ -465,3 +465,25 @@ def test_new_connection_to_server_is_logged(pgcat, pg):
         port = c.execute("SELECT inet_client_port()").fetchone()[0]
     assert re.search(r"S-\d+ app@appdb 127\.0\.0\.1:%d: new connection to server \(from 127\.0\.0\.1:%d\)"
                      % (pg.port, port), inst.log()), inst.log()[-3000:]
+
+
+def test_console_as_pgbouncer_over_the_unix_socket(pgcat, pg):
+    """As PgBouncer: user "pgbouncer" on the Unix socket, from pgcat's own
+    OS user, reaches the console without a password and may run commands;
+    the same user over TCP is refused."""
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    start_on(inst, render_pgbouncer(g, default_pools(pg), inst.workdir))
+    with psycopg.connect(host=str(inst.workdir), port=inst.port, user="pgbouncer", dbname="pgbouncer",
+                         autocommit=True) as c:
+        c.execute("RELOAD")
+        assert any(r[0] == "appdb" for r in c.execute("SHOW POOLS").fetchall())
+    with pytest.raises(psycopg.OperationalError, match="not allowed to connect to the admin console"):
+        psycopg.connect(host="127.0.0.1", port=inst.port, user="pgbouncer", dbname="pgbouncer")
+    assert "pgbouncer access from unix socket" in inst.log()
+
+
+def test_console_peer_access_only_on_a_pgbouncer_ini(pgcat):
+    inst = pgcat()
+    with pytest.raises(psycopg.OperationalError, match="not allowed to connect to the admin console"):
+        psycopg.connect(host=str(inst.workdir), port=inst.port, user="pgbouncer", dbname="pgbouncer")
