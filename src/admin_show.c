@@ -80,7 +80,9 @@ static const enum stat_counter stat_order[] = {
 };
 #define N_STAT_ORDER (sizeof stat_order / sizeof *stat_order)
 
-enum stats_view { STATS_VIEW_BOTH, STATS_VIEW_TOTALS, STATS_VIEW_AVERAGES };
+/* TOTALS: SHOW STATS' figures summed over every database, one (name,
+ * value) row each, as PgBouncer's SHOW TOTALS. */
+enum stats_view { STATS_VIEW_BOTH, STATS_VIEW_TOTALS, STATS_VIEW_AVERAGES, STATS_VIEW_SUM };
 
 static void show_stats_view(struct client *c, enum stats_view view)
 {
@@ -109,10 +111,15 @@ static void show_stats_view(struct client *c, enum stats_view view)
 		COL_I("wait_time"), COL_I("avg_client_parse_count"), COL_I("avg_server_parse_count"),
 		COL_I("avg_bind_count"), COL_I("avg_client_login_count"),
 	};
+	static const struct admin_column sum[] = { COL_T("name"), COL_I("value") };
 	struct worker *w = c->w;
 	struct admin_result r;
 	admin_res_begin(&r, c,
-		  view == STATS_VIEW_BOTH ? COLUMNS(both) : view == STATS_VIEW_TOTALS ? COLUMNS(totals) : COLUMNS(avgs));
+		  view == STATS_VIEW_BOTH     ? COLUMNS(both)
+		  : view == STATS_VIEW_TOTALS ? COLUMNS(totals)
+		  : view == STATS_VIEW_SUM    ? COLUMNS(sum)
+					      : COLUMNS(avgs));
+	struct stats all_tot = { 0 }, all_avg = { 0 };
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
@@ -120,6 +127,13 @@ static void show_stats_view(struct client *c, enum stats_view view)
 			continue;
 		struct stats tot, avg;
 		db_stats(w, p->name, &tot, &avg);
+		if (view == STATS_VIEW_SUM) {
+			for (int i = 0; i < STAT__COUNT; i++) {
+				all_tot.v[i] += tot.v[i];
+				all_avg.v[i] += avg.v[i];
+			}
+			continue;
+		}
 		admin_row_begin(&r);
 		admin_row_s(&r, p->name);
 		if (view != STATS_VIEW_AVERAGES)
@@ -132,12 +146,21 @@ static void show_stats_view(struct client *c, enum stats_view view)
 			admin_row_i(&r, (int64_t)tot.v[STAT_QUERY]);
 		admin_row_end(&r);
 	}
+	/* (SHOW STATS' column names, "database" and the old alias left out) */
+	for (size_t i = 0; view == STATS_VIEW_SUM && i < 2 * N_STAT_ORDER; i++) {
+		admin_row_begin(&r);
+		admin_row_s(&r, both[1 + i].name);
+		admin_row_i(&r, (int64_t)(i < N_STAT_ORDER ? all_tot.v[stat_order[i]]
+							 : all_avg.v[stat_order[i - N_STAT_ORDER]]));
+		admin_row_end(&r);
+	}
 	admin_res_end(&r);
 }
 
 static void show_stats(struct client *c) { show_stats_view(c, STATS_VIEW_BOTH); }
 static void show_stats_totals(struct client *c) { show_stats_view(c, STATS_VIEW_TOTALS); }
 static void show_stats_averages(struct client *c) { show_stats_view(c, STATS_VIEW_AVERAGES); }
+static void show_totals(struct client *c) { show_stats_view(c, STATS_VIEW_SUM); }
 
 static void show_pools(struct client *c)
 {
@@ -938,6 +961,104 @@ struct show_command {
 	void (*fn)(struct client *c);
 };
 
+/* SHOW STATE: PgBouncer's three flags. paused: every pool paused (PAUSE
+ * without a database); suspended: never (pgcat has no SUSPEND). */
+static void show_state(struct client *c)
+{
+	static const struct admin_column cols[] = { COL_T("key"), COL_T("value") };
+	struct worker *w = c->w;
+	bool any = false, all_paused = true;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		any = true;
+		all_paused = all_paused && LIST_OWNER(pos, struct pool, node)->paused;
+	}
+	const char *rows[][2] = {
+		{ "active", w->shutting_down ? "no" : "yes" },
+		{ "paused", any && all_paused ? "yes" : "no" },
+		{ "suspended", "no" },
+	};
+	struct admin_result r;
+	admin_res_begin(&r, c, COLUMNS(cols));
+	for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+		admin_row_begin(&r);
+		admin_row_s(&r, rows[i][0]);
+		admin_row_s(&r, rows[i][1]);
+		admin_row_end(&r);
+	}
+	admin_res_end(&r);
+}
+
+/* SHOW PEERS: the [peers] pgcat forwards cancel requests to. */
+static void show_peers(struct client *c)
+{
+	static const struct admin_column cols[] = { COL_I("peer_id"), COL_T("host"), COL_I("port"), COL_I("pool_size") };
+	const struct config *cfg = c->w->cfg;
+	struct admin_result r;
+	admin_res_begin(&r, c, COLUMNS(cols));
+	for (size_t i = 0; i < cfg->n_peers; i++) {
+		admin_row_begin(&r);
+		admin_row_i(&r, cfg->peers[i].id);
+		admin_row_s(&r, cfg->peers[i].host);
+		admin_row_i(&r, cfg->peers[i].port);
+		admin_row_i(&r, 0);   /* a cancel request is forwarded on a connection of its own */
+		admin_row_end(&r);
+	}
+	admin_res_end(&r);
+}
+
+/* SHOW PEER_POOLS: pgcat keeps no pools of connections to its peers
+ * (each forwarded cancel request opens its own): no rows. */
+static void show_peer_pools(struct client *c)
+{
+	static const struct admin_column cols[] = { COL_I("peer_id"), COL_I("cl_active_cancel_req"),
+						    COL_I("cl_waiting_cancel_req"), COL_I("sv_active_cancel"),
+						    COL_I("sv_login") };
+	struct admin_result r;
+	admin_res_begin(&r, c, COLUMNS(cols));
+	admin_res_end(&r);
+}
+
+/* SHOW DNS_ZONES: pgcat does not watch zones' serial numbers
+ * (dns_zone_check_period): no rows. */
+static void show_dns_zones(struct client *c)
+{
+	static const struct admin_column cols[] = { COL_T("zonename"), COL_I("serial"), COL_I("count") };
+	struct admin_result r;
+	admin_res_begin(&r, c, COLUMNS(cols));
+	admin_res_end(&r);
+}
+
+/* SHOW HELP: the commands, as a notice (PgBouncer's form). */
+static void show_help(struct client *c)
+{
+	static const char text[] =
+		"Console usage\n"
+		"\tSHOW HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION\n"
+		"\tSHOW STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS|LISTS|MEM|STATE\n"
+		"\tSHOW DNS_HOSTS|DNS_ZONES|PEERS|PEER_POOLS\n"
+		"\tSHOW SHARDS|BANS|PREPARED_STATEMENTS|WORKERS\n"
+		"\tSET key = arg\n"
+		"\tRELOAD\n"
+		"\tPAUSE [<db>]\n"
+		"\tRESUME [<db>]\n"
+		"\tDISABLE <db>\n"
+		"\tENABLE <db>\n"
+		"\tRECONNECT [<db>]\n"
+		"\tKILL <db>\n"
+		"\tKILL_CLIENT <client_id>\n"
+		"\tWAIT_CLOSE [<db>]\n"
+		"\tBAN host:port [seconds] / UNBAN host:port\n"
+		"\tSHUTDOWN\n"
+		"\tSHUTDOWN WAIT_FOR_CLIENTS";
+	uint8_t storage[1024];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_notice(&pb, "NOTICE", "00000", text);
+	admin_out(c, &pb);
+	admin_complete(c, "SHOW");
+}
+
 static const struct show_command show_commands[] = {
 	{ "stats", show_stats },
 	{ "stats_totals", show_stats_totals },
@@ -956,6 +1077,12 @@ static const struct show_command show_commands[] = {
 	{ "bans", show_bans },
 	{ "prepared_statements", show_prepared_statements },
 	{ "workers", show_workers },
+	{ "totals", show_totals },
+	{ "state", show_state },
+	{ "peers", show_peers },
+	{ "peer_pools", show_peer_pools },
+	{ "dns_zones", show_dns_zones },
+	{ "help", show_help },
 };
 
 bool admin_show(struct client *c, const char *name)

@@ -480,3 +480,39 @@ def test_reload_under_load_no_failed_transactions(pgcat, pg, tmp_path):
     out = bench.communicate(timeout=60)[0]
     assert bench.returncode == 0, out
     assert "number of failed transactions: 0" in out, out
+
+
+def test_show_totals_state_help_peers(pgcat, pg):
+    """PgBouncer's SHOW TOTALS (SHOW STATS summed, one row per figure),
+    STATE, HELP (a notice), PEERS, PEER_POOLS and DNS_ZONES."""
+    inst = pgcat()
+    traffic(inst, 7)
+    r = admin(inst)
+
+    def totals():
+        cols, rows = show(r, "TOTALS")
+        assert cols == ["name", "value"], cols
+        return {row["name"]: int(row["value"]) for row in rows}
+    wait_until(lambda: totals().get("total_query_count", 0) >= 7, 10, msg="SHOW TOTALS counting the queries")
+    t = totals()
+    assert t["total_xact_count"] >= 7 and t["total_client_login_count"] >= 1, t
+    assert "avg_query_count" in t and "database" not in t and "total_requests" not in t, t
+    cols, rows = show(r, "STATE")
+    assert cols == ["key", "value"]
+    assert {row["key"]: row["value"] for row in rows} == {"active": "yes", "paused": "no", "suspended": "no"}
+    assert command(r, "PAUSE") is None
+    _, rows = show(r, "STATE")
+    assert {row["key"]: row["value"] for row in rows}["paused"] == "yes"
+    assert command(r, "RESUME") is None
+    r.send(pgwire.query("SHOW HELP"))
+    msgs = r.read_until((b"Z",))
+    notices = [pgwire.parse_fields(m[1]) for m in msgs if m[0] == b"N"]
+    assert notices and "SHOW" in notices[0]["M"] and "RELOAD" in notices[0]["M"], msgs
+    assert not any(m[0] == b"E" for m in msgs), msgs
+    cols, rows = show(r, "PEERS")
+    assert cols == ["peer_id", "host", "port", "pool_size"] and rows == []
+    cols, rows = show(r, "PEER_POOLS")
+    assert cols[0] == "peer_id" and rows == []
+    cols, rows = show(r, "DNS_ZONES")
+    assert cols == ["zonename", "serial", "count"] and rows == []
+    r.close()
