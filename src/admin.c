@@ -245,7 +245,8 @@ static bool kill_client(struct client *c, const char *arg)
 	errno = 0;
 	unsigned long long id = strtoull(digits, &end, 10);
 	if (!isdigit((unsigned char)digits[0]) || *end || errno || id == 0) {
-		admin_error(c, "22023", "KILL_CLIENT needs a client id from SHOW CLIENTS, got \"%s\"", arg);
+		admin_error(c, "22023", "invalid client pointer supplied: KILL_CLIENT needs a client id from SHOW CLIENTS, "
+			    "got \"%s\"", arg);
 		return true;
 	}
 	uint64_t owner = id / WORKER_ID_SPAN;
@@ -255,7 +256,7 @@ static bool kill_client(struct client *c, const char *arg)
 			return true;
 		}
 		if (!admin_kill_client(w, id)) {
-			admin_error(c, "42704", "no such client: %llu", id);
+			admin_error(c, "42704", "client not found: no such client: %llu", id);
 			return true;
 		}
 		admin_complete(c, "KILL_CLIENT");
@@ -263,7 +264,7 @@ static bool kill_client(struct client *c, const char *arg)
 	}
 	int32_t pid = owner < w->shm->h->n_workers ? atomic_load(&w->shm->h->workers[owner].pid) : 0;
 	if (pid <= 0) {
-		admin_error(c, "42704", "no such client: %llu", id);
+		admin_error(c, "42704", "client not found: no such client: %llu", id);
 		return true;
 	}
 	char arg_out[64];

@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "client.h"
+#include "config.h"
+#include "context.h"
 #include "log.h"
 #include "proto.h"
 #include "shm.h"
@@ -157,6 +159,10 @@ void admin_error(struct client *c, const char *sqlstate, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
+	/* On a pgbouncer.ini, PgBouncer's one SQLSTATE for every console
+	 * error, which its operators' scripts expect. */
+	if (c->w->cfg->pgbouncer)
+		sqlstate = "08P01";
 	uint8_t storage[1024];
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);

@@ -246,6 +246,9 @@ def test_production_pgbouncer_ini(pgcat, pg, pg_ssl, certs, roles):
     assert show_config(adm)["pool_mode"][0] == "statement"
     rows, err, _ = adm.simple("SET pool_mode = bogus")
     assert err is not None and "pool_mode" in err.get("M", ""), err
+    assert err["C"] == "08P01", err   # PgBouncer's one SQLSTATE for console errors
+    rows, err, _ = adm.simple("KILL_CLIENT 99999")
+    assert err is not None and err["C"] == "08P01" and "client not found" in err["M"], err
     rows, err, _ = adm.simple("SET pool_mode = session")
     assert err is None, err
     stats = console(inst, "pgb_stats", STATS_PW)
@@ -411,7 +414,7 @@ autodb_idle_timeout = 1
     wait_until(lambda: "shard0" not in databases(), 10, msg="reload kept a database of a removed template")
     with pytest.raises(psycopg.OperationalError) as e:
         inst.connect("app", dbname="shard0").close()
-    assert "does not exist" in str(e.value)
+    assert "no such database: shard0" in str(e.value)   # PgBouncer's words on a pgbouncer.ini
 
 
 def test_quiet_keeps_stderr_quiet_and_the_log_file_full(pgcat, pg):
