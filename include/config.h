@@ -91,6 +91,7 @@ struct config_user_settings {
 	int pool_size;                 /* CONFIG_INHERIT or >= 1 */
 	int reserve_pool_size;         /* CONFIG_INHERIT or >= 0 */
 	int max_user_connections;      /* CONFIG_INHERIT or >= 0 */
+	int max_user_client_connections; /* CONFIG_INHERIT or >= 0: the client's user name's */
 	int query_timeout;             /* CONFIG_INHERIT or ms (0 = off) */
 	int idle_transaction_timeout;  /* CONFIG_INHERIT or ms */
 	int client_idle_timeout;       /* CONFIG_INHERIT or ms */
@@ -114,6 +115,7 @@ struct config_pool {
 	int sticky_primary_after_write;
 	enum read_your_writes read_your_writes;
 	int max_db_connections;   /* CONFIG_INHERIT or >= 0 (0: no cap for this pool's databases) */
+	int max_db_client_connections; /* CONFIG_INHERIT or >= 0: clients of this database name */
 	char *connect_query;      /* run once on each new server connection; NULL = none */
 	int pool_size;            /* CONFIG_INHERIT or >= 1: the users' default below [users.NAME] */
 	int min_pool_size;        /* CONFIG_INHERIT or >= 0 */
@@ -169,6 +171,8 @@ struct config_general {
 	int idle_transaction_timeout;
 	int max_db_connections;   /* >0: server connections per server database (all pools, users, workers) */
 	int max_user_connections; /* >0: server connections per server role (all pools, workers) */
+	int max_db_client_connections;   /* >0: client connections per database name (all users, workers) */
+	int max_user_client_connections; /* >0: client connections per client user name (all databases, workers) */
 	int reserve_pool_size;    /* connections beyond pool_size for clients that waited reserve_pool_timeout */
 	int reserve_pool_timeout; /* ms */
 	int transaction_timeout;  /* ms, 0 = off: a transaction open longer is ended (25P04), its server kept */
@@ -356,6 +360,10 @@ int config_user_reserve_pool_size(const struct config *cfg, const struct config_
 /* The caps on server connections (0: none): the pool's or user's own
  * (and [users.NAME]'s), else [general]'s. */
 int config_pool_max_db_connections(const struct config *cfg, const struct config_pool *pool);
+/* Client connections allowed: to the pool's database name (0: no cap),
+ * and of a client user name (its [users.NAME], else [general]). */
+int config_pool_max_db_client_connections(const struct config *cfg, const struct config_pool *pool);
+int config_user_max_client_connections(const struct config *cfg, const char *user);
 int config_user_max_user_connections(const struct config *cfg, const struct config_pool *pool,
 				     const struct config_user *user);
 /* The pool's server_lifetime (ms, 0 = none): its own, else [general]'s. */

@@ -25,7 +25,7 @@
 #include "stats.h"
 
 #define SHM_MAGIC 0x70676361u      /* "pgca" */
-#define SHM_VERSION 11u           /* 10: WAL positions (read_your_writes), 11: open_lock */
+#define SHM_VERSION 12u           /* 10: WAL positions (read_your_writes), 11: open_lock, 12: clients */
 #define SHM_MAX_WORKERS 128
 #define SHM_MAX_POOLS 1024          /* (pool, user) pairs, over the life of the instance */
 #define SHM_MAX_TARGETS 4096        /* (pool, user, server) triples */
@@ -71,6 +71,11 @@ struct shm_target_entry {
 struct shm_pool_gauges {
 	_Atomic int32_t cl_active, cl_waiting, sv_active, sv_idle, sv_used, sv_login;
 	_Atomic int64_t maxwait_us;
+	/* The worker's client connections of the pool, from the moment its
+	 * pool is known at login to their close (max_db_client_connections,
+	 * max_user_client_connections): kept up at once, not at the tick, and
+	 * cleared only with the worker (a pool reloaded keeps its slot). */
+	_Atomic int32_t clients;
 };
 
 /* Per (pool, user, server) and worker, for SHOW SHARDS: transactions
@@ -232,6 +237,11 @@ void shm_open_unlock(struct shm *shm);
 void shm_waiters_set(struct shm *shm, int worker, int target, int32_t n);
 int32_t shm_waiters_others(struct shm *shm, int worker, int target);
 int32_t shm_clients_total(struct shm *shm);
+/* A client of pool counted in (+1) or out (-1) by worker. */
+void shm_pool_clients_add(struct shm *shm, int worker, int pool, int32_t delta);
+/* Client connections over every worker of the pools of database name
+ * (user NULL), or of user name (name NULL). */
+int32_t shm_pool_clients_of(struct shm *shm, const char *name, const char *user);
 /* This worker's counters of a target (NULL: target < 0), and the sums over
  * every worker (zeros for target < 0). */
 struct shm_target_counts *shm_target_counts(struct shm *shm, int worker, int target);

@@ -238,13 +238,9 @@ static void show_databases(struct client *c)
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (!pool_first_of_name(w, false, p) || p->removed)
 			continue;
-		int clients = 0;
+		/* (every worker's, as max_db_client_connections counts them) */
+		int clients = w->shm ? shm_pool_clients_of(w->shm, p->name, NULL) : p->n_clients;
 		struct list_node *qp, *qt;
-		LIST_FOREACH_SAFE(qp, qt, &w->pools) {
-			struct pool *q = LIST_OWNER(qp, struct pool, node);
-			if (strcmp(q->name, p->name) == 0)
-				clients += q->n_clients;
-		}
 		for (size_t i = 0; i < p->n_targets; i++) {
 			const struct srvpool *sp = p->targets[i];
 			int conns = 0;
@@ -270,7 +266,7 @@ static void show_databases(struct client *c)
 			admin_row_null(&r);
 			admin_row_i(&r, config_pool_max_db_connections(w->cfg, p->cpool));
 			admin_row_i(&r, conns);
-			admin_row_i(&r, w->cfg->general.max_client_conn);
+			admin_row_i(&r, config_pool_max_db_client_connections(w->cfg, p->cpool));
 			admin_row_i(&r, clients);
 			admin_row_i(&r, p->paused);
 			admin_row_i(&r, p->disabled);
@@ -603,12 +599,13 @@ static void show_users(struct client *c)
 		}
 		if (!first)
 			continue;
-		int conns = 0, clients = 0;
+		int conns = 0;
+		/* (every worker's, as max_user_client_connections counts them) */
+		int clients = w->shm ? shm_pool_clients_of(w->shm, NULL, p->user) : p->n_clients;
 		LIST_FOREACH_SAFE(qp, qt, &w->pools) {
 			struct pool *q = LIST_OWNER(qp, struct pool, node);
 			if (strcmp(q->user, p->user) != 0)
 				continue;
-			clients += q->n_clients;
 			for (size_t i = 0; i < q->n_targets; i++)
 				conns += srvpool_total(q->targets[i]);
 		}
@@ -619,7 +616,7 @@ static void show_users(struct client *c)
 		admin_row_s(&r, config_pool_mode_name(p->mode));
 		admin_row_i(&r, config_user_max_user_connections(w->cfg, p->cpool, p->cuser));
 		admin_row_i(&r, conns);
-		admin_row_i(&r, 0);
+		admin_row_i(&r, config_user_max_client_connections(w->cfg, p->user));
 		admin_row_i(&r, clients);
 		admin_row_end(&r);
 	}

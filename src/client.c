@@ -353,6 +353,8 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 	client_reply_started(c);   /* frees the retry copy */
 	if (c->pool) {
 		c->pool->n_clients--;
+		if (w->shm)
+			shm_pool_clients_add(w->shm, w->id, c->pool->shm_slot, -1);
 		/* the pool may be freed once drained; this client no longer counts */
 		c->pool = NULL;
 	}

@@ -201,6 +201,8 @@ const struct key_spec pool_specs[POOL_KEY_COUNT] = {
 		POOL_FIELD(read_your_writes), 0, 0, "off", NULL },
 	[POOL_KEY_MAX_DB_CONNECTIONS] = { "max_db_connections", VALUE_INT, 0, 1000000, NULL,
 		POOL_FIELD(max_db_connections), 0, KEY_EMPTY_INHERITS, "", NULL },
+	[POOL_KEY_MAX_DB_CLIENT_CONNECTIONS] = { "max_db_client_connections", VALUE_INT, 0, 1000000, NULL,
+		POOL_FIELD(max_db_client_connections), 0, KEY_EMPTY_INHERITS, "", NULL },
 	[POOL_KEY_WRITING_FUNCTIONS] = { "writing_functions", VALUE_NAME_LIST, 0, 0, NULL,
 		POOL_FIELD(writing_functions), POOL_FIELD(n_writing_functions), 0, "", NULL },
 	[POOL_KEY_CONNECT_QUERY] = { "connect_query", VALUE_STRING, 0, 0, NULL, POOL_FIELD(connect_query), 0,
@@ -275,6 +277,8 @@ const struct key_spec uset_specs[USET_KEY_COUNT] = {
 		0, KEY_EMPTY_INHERITS, "", NULL },
 	[USET_KEY_MAX_USER_CONNECTIONS] = { "max_user_connections", VALUE_INT, 0, 1000000, NULL,
 		USET_FIELD(max_user_connections), 0, KEY_EMPTY_INHERITS, "", NULL },
+	[USET_KEY_MAX_USER_CLIENT_CONNECTIONS] = { "max_user_client_connections", VALUE_INT, 0, 1000000, NULL,
+		USET_FIELD(max_user_client_connections), 0, KEY_EMPTY_INHERITS, "", NULL },
 	[USET_KEY_QUERY_TIMEOUT] = { "query_timeout", VALUE_DURATION, 0, INT_MAX, NULL, USET_FIELD(query_timeout), 0,
 		KEY_EMPTY_INHERITS | KEY_PGB_SECONDS, "", NULL },
 	[USET_KEY_IDLE_TRANSACTION_TIMEOUT] = { "idle_transaction_timeout", VALUE_DURATION, 0, INT_MAX, NULL,
@@ -669,6 +673,21 @@ int config_pool_max_db_connections(const struct config *cfg, const struct config
 	if (pool != NULL && pool->max_db_connections != CONFIG_INHERIT)
 		return pool->max_db_connections;
 	return cfg->general.max_db_connections;
+}
+
+int config_pool_max_db_client_connections(const struct config *cfg, const struct config_pool *pool)
+{
+	if (pool != NULL && pool->max_db_client_connections != CONFIG_INHERIT)
+		return pool->max_db_client_connections;
+	return cfg->general.max_db_client_connections;
+}
+
+int config_user_max_client_connections(const struct config *cfg, const char *user)
+{
+	const struct config_user_settings *us = config_find_user_settings(cfg, user);
+	if (us != NULL && us->max_user_client_connections != CONFIG_INHERIT)
+		return us->max_user_client_connections;
+	return cfg->general.max_user_client_connections;
 }
 
 int config_user_max_user_connections(const struct config *cfg, const struct config_pool *pool,

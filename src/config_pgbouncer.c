@@ -171,6 +171,7 @@ struct pgb_db {
 	char *client_encoding, *datestyle, *timezone, *application_name, *connect_query;
 	int port;
 	int pool_size, min_pool_size, reserve_pool_size, max_db_connections, server_lifetime, pool_mode;
+	int max_db_client_connections;
 	bool lb_disable;
 };
 
@@ -243,12 +244,12 @@ static bool db_key(struct pgb *g, const char *name, struct pgb_db *d, const char
 		pgb_error(g, name, "load_balance_hosts must be round-robin or disable, got \"%.*s\"", CONFIG_QUOTE_MAX, v);
 		return false;
 	} else if (strcmp(key, "max_db_client_connections") == 0) {
+		/* 0: [pgbouncer]'s applies, as in PgBouncer */
 		int n;
-		if (!cstr_int(g, name, key, v, 0, INT_MAX, &n))
+		if (!cstr_int(g, name, key, v, 0, 1000000, &n))
 			return false;
 		if (n > 0)
-			pgb_warning(g, name, "max_db_client_connections=%d is not enforced yet: only max_client_conn "
-				    "limits client connections", n);
+			d->max_db_client_connections = n;
 	} else {
 		pgb_error(g, name, "unknown connection parameter \"%.*s\"", CONFIG_QUOTE_MAX, key);
 		return false;
@@ -375,6 +376,7 @@ static void build_pool(struct pgb *g, const char *name, struct pgb_db *d)
 	pool->min_pool_size = d->min_pool_size;
 	pool->reserve_pool_size = d->reserve_pool_size;
 	pool->max_db_connections = d->max_db_connections;
+	pool->max_db_client_connections = d->max_db_client_connections;
 	pool->server_lifetime = d->server_lifetime;
 	give(&pool->connect_query, &d->connect_query);
 	give(&pool->auth_user, &d->auth_user);
@@ -422,6 +424,7 @@ static void database_entry(struct pgb *g, const char *name, const char *connstr)
 	}
 	struct pgb_db d = { .port = 5432, .pool_size = CONFIG_INHERIT, .min_pool_size = CONFIG_INHERIT,
 			    .reserve_pool_size = CONFIG_INHERIT, .max_db_connections = CONFIG_INHERIT,
+			    .max_db_client_connections = CONFIG_INHERIT,
 			    .server_lifetime = CONFIG_INHERIT, .pool_mode = -1 };
 	const char *pos = connstr;
 	bool ok = true;
@@ -463,6 +466,7 @@ static void user_entry(struct pgb *g, const char *name, const char *connstr)
 	}
 	struct config_user_settings us = { .pool_mode = CONFIG_INHERIT, .pool_size = CONFIG_INHERIT,
 					   .reserve_pool_size = CONFIG_INHERIT, .max_user_connections = CONFIG_INHERIT,
+					   .max_user_client_connections = CONFIG_INHERIT,
 					   .query_timeout = CONFIG_INHERIT, .idle_transaction_timeout = CONFIG_INHERIT,
 					   .client_idle_timeout = CONFIG_INHERIT, .transaction_timeout = CONFIG_INHERIT };
 	const char *pos = connstr;
@@ -496,9 +500,9 @@ static void user_entry(struct pgb *g, const char *name, const char *connstr)
 		} else if (strcmp(key, "max_user_connections") == 0) {
 			ok &= cstr_int(g, name, key, value, 0, 1000000, &us.max_user_connections);
 		} else if (strcmp(key, "max_user_client_connections") == 0) {
-			if ((ok &= cstr_int(g, name, key, value, 0, INT_MAX, &n)) && n > 0)
-				pgb_warning(g, name, "max_user_client_connections=%d is not enforced yet: only "
-					    "max_client_conn limits client connections", n);
+			/* 0: [pgbouncer]'s applies, as in PgBouncer */
+			if ((ok &= cstr_int(g, name, key, value, 0, 1000000, &n)) && n > 0)
+				us.max_user_client_connections = n;
 		} else {
 			pgb_error(g, name, "unknown user parameter \"%.*s\"", CONFIG_QUOTE_MAX, key);
 			ok = false;

@@ -174,6 +174,28 @@ static bool console_peer(const struct client *c)
 	       cred.uid == getuid();
 }
 
+/* max_db_client_connections and max_user_client_connections (PgBouncer's):
+ * the client, counted in already, over every worker. false: refused. */
+static bool client_caps_ok(struct client *c)
+{
+	struct worker *w = c->w;
+	const struct pool *p = c->pool;
+	if (!w->shm)
+		return true;
+	int db_cap = config_pool_max_db_client_connections(w->cfg, p->cpool);
+	if (db_cap > 0 && shm_pool_clients_of(w->shm, p->name, NULL) > db_cap) {
+		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS, "client connections exceeded (max_db_client_connections)");
+		return false;
+	}
+	int user_cap = config_user_max_client_connections(w->cfg, client_user(c));
+	if (user_cap > 0 && shm_pool_clients_of(w->shm, NULL, client_user(c)) > user_cap) {
+		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS,
+			     "client connections exceeded (max_user_client_connections)");
+		return false;
+	}
+	return true;
+}
+
 static bool hba_decide(struct client *c, enum client_auth_rule *rule)
 {
 	const struct hba *h = c->w->cfg->hba;
@@ -278,8 +300,13 @@ static void start_login(struct client *c)
 		if (auth_query_login(c, start_login))
 			return;
 		c->pool = pool_find(w, client_database(c), client_user(c));
-		if (c->pool)
+		if (c->pool) {
 			c->pool->n_clients++;
+			if (w->shm)
+				shm_pool_clients_add(w->shm, w->id, c->pool->shm_slot, 1);
+			if (!client_caps_ok(c))
+				return;
+		}
 		if (c->pool && c->pool->disabled) {
 			client_close(c, SQLSTATE_CONNECTION_FAILURE, "database \"%s\" is disabled", client_database(c));
 			return;

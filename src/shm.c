@@ -381,14 +381,36 @@ int32_t shm_clients_total(struct shm *shm)
 	return n;
 }
 
+void shm_pool_clients_add(struct shm *shm, int worker, int pool, int32_t delta)
+{
+	if (pool >= 0)
+		atomic_fetch_add_explicit(&shm_gauges(shm, worker, pool)->clients, delta, memory_order_relaxed);
+}
+
+int32_t shm_pool_clients_of(struct shm *shm, const char *name, const char *user)
+{
+	struct shm_header *h = shm->h;
+	int32_t n = 0;
+	for (int i = 0; i < SHM_MAX_POOLS; i++) {
+		const struct shm_pool_entry *e = &h->pools[i];
+		if (!e->used || (name && strcmp(e->name, name) != 0) || (user && strcmp(e->user, user) != 0))
+			continue;
+		for (uint32_t w = 0; w < h->n_workers; w++)
+			n += atomic_load_explicit(&shm_gauges(shm, (int)w, i)->clients, memory_order_relaxed);
+	}
+	return n;
+}
+
 void shm_worker_reset(struct shm *shm, int worker)
 {
 	for (int t = 0; t < SHM_MAX_TARGETS; t++) {
 		atomic_store_explicit(conns(shm, worker, t), 0, memory_order_relaxed);
 		atomic_store_explicit(waiters(shm, worker, t), 0, memory_order_relaxed);
 	}
-	for (int p = 0; p < SHM_MAX_POOLS; p++)
+	for (int p = 0; p < SHM_MAX_POOLS; p++) {
 		shm_gauges_clear(shm, worker, p);
+		atomic_store(&shm_gauges(shm, worker, p)->clients, 0);
+	}
 	for (uint32_t s = 0; s < shm->h->cancel_per_worker; s++) {
 		struct shm_cancel_slot *c = shm_cancel(shm, worker, s);
 		if (atomic_load(&c->secret))

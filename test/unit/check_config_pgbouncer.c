@@ -243,8 +243,6 @@ START_TEST(test_refused_and_warned)
 		{ "server_tls_sslmode = allow", true, CONFIG_PROBLEM_WARNING, "server_tls_sslmode: \"allow\" is taken as prefer" },
 		{ "tcp_defer_accept = 1", true, CONFIG_PROBLEM_WARNING, "tcp_defer_accept: \"1\" is not honoured" },
 		{ "listen_backlog = 4096", true, CONFIG_PROBLEM_WARNING, "listen_backlog: \"4096\" is not honoured" },
-		{ "max_db_client_connections = 10", true, CONFIG_PROBLEM_WARNING, "max_db_client_connections: \"10\" is not honoured" },
-		{ "max_user_client_connections = 10", true, CONFIG_PROBLEM_WARNING, "max_user_client_connections:" },
 		{ "query_wait_notify = 5", true, CONFIG_PROBLEM_WARNING, "query_wait_notify: \"5\" is not honoured" },
 		{ "server_check_query = select 1", true, CONFIG_PROBLEM_WARNING, "server_check_query: \"select 1\" is not" },
 		{ "server_login_retry = 15", true, CONFIG_PROBLEM_WARNING, "server_login_retry: \"15\" is not honoured" },
@@ -284,7 +282,7 @@ START_TEST(test_refused_and_warned)
 		"unix_socket_mode = 511", "listen_backlog = 128", "query_wait_notify = 0", "server_login_retry = 0.5",
 		"tcp_defer_accept = 0", "so_reuseport = 1", "ignore_startup_parameters = extra_float_digits",
 		"track_extra_parameters = search_path", "job_name = x", "autodb_idle_timeout = 60",
-		"syslog_ident = pgcat", "log_stats = 0", "max_db_client_connections = 0", "auth_ldap_options = x",
+		"syslog_ident = pgcat", "log_stats = 0", "max_db_client_connections = 10", "max_user_client_connections = 3", "auth_ldap_options = x",
 		"cancel_wait_timeout = 5", "server_check_query = <empty>", "client_tls13_ciphers =",
 	};
 	for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++)
@@ -472,8 +470,15 @@ START_TEST(test_users_and_peers)
 		       "pgb.ini:4: [users] app: pool_mode must be session, transaction or statement");
 	expect_problem(DB "[users]\napp = bogus=1\n[pgbouncer]\n", false, CONFIG_PROBLEM_ERROR, 4,
 		       "pgb.ini:4: [users] app: unknown user parameter \"bogus\"");
-	expect_problem(DB "[users]\napp = max_user_client_connections=5\n[pgbouncer]\n", true, CONFIG_PROBLEM_WARNING, 4,
-		       "pgb.ini:4: [users] app: max_user_client_connections=5 is not enforced yet");
+	cfg = load(DB "[users]\napp = max_user_client_connections=5\n[pgbouncer]\nmax_user_client_connections = 9\n"
+		      "max_db_client_connections = 7\n", &pr);
+	ck_assert_ptr_nonnull(cfg);
+	ck_assert_uint_eq(pr.n, 0);
+	ck_assert_int_eq(config_user_max_client_connections(cfg, "app"), 5);
+	ck_assert_int_eq(config_user_max_client_connections(cfg, "other"), 9);
+	ck_assert_int_eq(config_pool_max_db_client_connections(cfg, &cfg->pools[0]), 7);
+	config_free(cfg);
+	config_problems_free(&pr);
 	expect_problem(DB "[peers]\n1 = host=/tmp/pgb1\n[pgbouncer]\n", false, CONFIG_PROBLEM_ERROR, 4,
 		       "pgb.ini:4: [peers] 1: host \"/tmp/pgb1\": pgcat forwards cancel requests to peers over TCP only");
 	expect_problem(DB "[peers]\n1 = port=1\n[pgbouncer]\n", false, CONFIG_PROBLEM_ERROR, 4,
