@@ -68,6 +68,8 @@ void admin_row_end(struct admin_result *r);
 /* CommandComplete "SHOW". */
 void admin_res_end(struct admin_result *r);
 void admin_complete(struct client *c, const char *tag);
+/* A notice (severity WARNING or NOTICE) ahead of the command's reply. */
+void admin_notice(struct client *c, const char *severity, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void admin_error(struct client *c, const char *sqlstate, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* ReadyForQuery, idle. */
 void admin_rfq(struct client *c);

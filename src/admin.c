@@ -278,24 +278,12 @@ static bool kill_client(struct client *c, const char *arg)
  * Refused before anything changes. */
 struct set_verdict {
 	const struct config *cur;
-	const char *key;
 	bool needs_reload;
 };
 
 static bool set_acceptable(const struct config *trial, void *arg, char *err, size_t errlen)
 {
 	struct set_verdict *sv = arg;
-	if (config_key_is_tls(sv->key)) {
-		/* The files are read now: a SET that cannot be used is refused
-		 * and the running TLS settings stay. */
-		struct tls_contexts tls;
-		char why[200];
-		if (!tls_contexts_build(&trial->general, &tls, why, sizeof why)) {
-			snprintf(err, errlen, "TLS: %s", why);
-			return false;
-		}
-		tls_contexts_free(&tls);
-	}
 	if (sv->cur->general.two_phase_commit || !twophase_check_needed(trial, NULL))
 		return true;
 	sv->needs_reload = true;
@@ -476,15 +464,21 @@ static bool run_command(struct client *c, const char *sql)
 			return true;
 		}
 		char err[256];
-		struct set_verdict sv = { w->cfg, key, false };
+		struct set_verdict sv = { w->cfg, false };
 		if (!config_general_set_if(w->cfg, key, value, set_acceptable, &sv, err, sizeof err)) {
 			admin_error(c, sv.needs_reload ? "55000" : "22023", "%s", err);
 			return true;
 		}
 		log_set_level(w->cfg->general.log_level);
 		pool_reapply_general(w);
-		if (config_key_is_tls(key) && !tls_contexts_rebuild(&w->tls, &w->cfg->general, err, sizeof err))
-			log_error("SET %s: TLS: %s (the running TLS settings stay)", key, err);
+		/* TLS keys are SET one at a time (a key, then its certificate):
+		 * until they can be used together the running contexts stay,
+		 * and the reply says why. */
+		if (config_key_is_tls(key) && !tls_contexts_rebuild(&w->tls, &w->cfg->general, err, sizeof err)) {
+			log_warning("admin: SET %s: TLS: %s; the running TLS settings stay until these can be used", key,
+				    err);
+			admin_notice(c, "WARNING", "TLS: %s; the running TLS settings stay until these can be used", err);
+		}
 		log_info("admin: SET %s", key);
 		return broadcast(c, SHM_ADMIN_SET, key, value, "SET", false);
 	}

@@ -170,6 +170,20 @@ void admin_error(struct client *c, const char *sqlstate, const char *fmt, ...)
 	admin_out(c, &pb);
 }
 
+void admin_notice(struct client *c, const char *severity, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	uint8_t storage[1024];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_notice(&pb, severity, "01000", msg);
+	admin_out(c, &pb);
+}
+
 void admin_rfq(struct client *c)
 {
 	uint8_t storage[8];

@@ -188,8 +188,10 @@ static bool build_for_servers(const struct config_general *g, SSL_CTX **out, cha
 	common(ctx);
 	bool verify = g->server_tls_sslmode == TLS_MODE_VERIFY_CA || g->server_tls_sslmode == TLS_MODE_VERIFY_FULL;
 	bool have_ca = g->server_tls_ca_file && g->server_tls_ca_file[0];
-	if (verify && !have_ca) {
-		snprintf(err, errlen, "server_tls_sslmode verify-ca and verify-full need server_tls_ca_file");
+	/* No CA file: the system's store, as PgBouncer (libpq would look
+	 * for ~/.postgresql/root.crt, which a daemon has not). */
+	if (verify && !have_ca && SSL_CTX_set_default_verify_paths(ctx) != 1) {
+		fail(err, errlen, "the system's CA store", NULL);
 		SSL_CTX_free(ctx);
 		return false;
 	}

@@ -877,7 +877,9 @@ def test_server_direct_tls_to_postgresql_17(pgcat, pg17_ssl, pg_ssl, certs):
 def test_console_set_of_tls_keys_applies_at_once(pgcat, pg_ssl, certs):
     """SET of client_tls_* and server_tls_* on the console is used by the
     next handshake, one key at a time as PgBouncer's console takes them;
-    a file that cannot be read is refused and the running TLS stays."""
+    while the settings cannot be used together (a file that cannot be
+    read, a key of another certificate) the running TLS stays, and the
+    reply warns."""
     inst = pgcat(replace_pools={"appdb": ssl_pool(pg_ssl)})
     r = admin(inst)
     assert command(r, "SET client_tls_key_file = '%s'" % p(certs, "server.key")) is None
@@ -885,16 +887,27 @@ def test_console_set_of_tls_keys_applies_at_once(pgcat, pg_ssl, certs):
     assert command(r, "SET client_tls_sslmode = require") is None
     with inst.connect(sslmode="require") as c:
         assert c.pgconn.ssl_in_use
-    err = command(r, "SET client_tls_cert_file = '%s'" % p(certs, "no-such.crt"))
-    assert err is not None and "client_tls_cert_file" in err.get("M", ""), err
+    r.send(pgwire.query("SET client_tls_cert_file = '%s'" % p(certs, "no-such.crt")))
+    msgs = r.read_until((b"Z",))
+    notices = [pgwire.parse_fields(m[1]) for m in msgs if m[0] == b"N"]
+    assert not any(m[0] == b"E" for m in msgs), msgs
+    assert notices and "client_tls_cert_file" in notices[0]["M"] and "stay" in notices[0]["M"], msgs
     with inst.connect(host="localhost", sslmode="verify-full", sslrootcert=p(certs, "ca.crt")) as c:
-        assert c.pgconn.ssl_in_use
+        assert c.pgconn.ssl_in_use   # the running TLS stayed
+    # a key, then its certificate, one at a time: the new pair serves
+    assert command(r, "SET client_tls_key_file = '%s'" % p(certs, "server2.key")) is None
+    assert command(r, "SET client_tls_cert_file = '%s'" % p(certs, "server2.crt")) is None
+    assert served_cert_der(inst) == der_of(p(certs, "server2.crt"))
     r.close()
     r = admin_tls(inst)
-    # Server side: a wrong CA to verify with makes new server logins fail...
-    assert command(r, "SET server_tls_ca_file = '%s'" % p(certs, "otherca.crt")) is None
+    # Server side: verify-full with no CA file (the system's store, which
+    # does not know this CA), then a wrong CA, make new server logins fail...
     assert command(r, "SET server_tls_sslmode = verify-full") is None
     assert command(r, "RECONNECT") is None
+    with pytest.raises(psycopg.Error):
+        with inst.connect(sslmode="require") as c:
+            c.execute("SELECT 1")
+    assert command(r, "SET server_tls_ca_file = '%s'" % p(certs, "otherca.crt")) is None
     with pytest.raises(psycopg.Error):
         with inst.connect(sslmode="require") as c:
             c.execute("SELECT 1")

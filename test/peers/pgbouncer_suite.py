@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """PgBouncer 1.25.2's own test suite, through pgcat (or through PgBouncer itself).
 
-    .venv/bin/python test/peers/pgbouncer_suite.py [--target pgcat|pgbouncer] [--translate-ini] [-- PYTEST ARGS]
+    .venv/bin/python test/peers/pgbouncer_suite.py [--target pgcat|pgbouncer] [-- PYTEST ARGS]
 
 The suite (`test/` of ANCHORS_DIR/pgbouncer-1.25.2.tar.gz: conftest.py,
 utils.py, 15 test_*.py files, test.ini, userlist.txt, ssl/, hba and ident
@@ -26,12 +26,6 @@ PGBOUNCER_BUILD_DIR, kept and reused), with its own config.mak: against
 it, 251 of the 259 tests pass and 8 skip (5 need root to shape loopback
 traffic, 1 LDAP, which that build lacks, 1 PostgreSQL 17, 1 libpq 17).
 
---translate-ini (pgcat only; a stop-gap while pgcat cannot read
-pgbouncer.ini): RUN/pgbouncer is instead test/peers/pgbouncer_ini.py's
-shim, which turns each ini the harness writes into a pgcat.ini beside it
-(dropping, in comments there, what it cannot carry over) and runs pgcat
-on that; see that file. Its log is OUT/shim.log.
-
 What the suite needs: socat (scripts/lib.sh's APT_PACKAGES), PostgreSQL's
 programs first on PATH (PG_BIN, default /usr/lib/postgresql/15/bin), pytest
 run as an OS user other than root (initdb refuses root: as root, pytest
@@ -49,7 +43,7 @@ compared with test/peers/pgbouncer-expected.txt (pgcat) or
 pgbouncer-expected-pgbouncer.txt (PgBouncer itself): one node id per line,
 " # " and the reason. The run fails on a failure that is not listed, or on
 a sanitizer report (ASan/UBSan's log_path files OUT/sanitizer.*, the test
-logs, the shim's log); a listed test that passes is printed ("now passes,
+logs); a listed test that passes is printed ("now passes,
 remove from list") and does not fail the run. Up to 40 unexpected failures
 are run again, up to 3 rounds (each on what still failed): one that passes
 then is printed as flaky and does not fail the run; one that never passes
@@ -60,8 +54,8 @@ Environment: PGCAT_BIN (default build-asan/pgcat), ANCHORS_DIR (default
 when this is a git worktree), PGBOUNCER_SUITE_VENV (default
 .venv-pgbouncer-suite in the repository), PGBOUNCER_SUITE_OUT_DIR (default
 build-peers/; pytest.log, junit.xml, failed.txt, summary.line and the
-pgbouncer/pgcat logs of every test (logs/) go to pgbouncer-TARGET/ or
-pgbouncer-pgcat-translated/ under it), PGBOUNCER_SUITE_JOBS (pytest-xdist
+pgbouncer/pgcat logs of every test (logs/) go to pgbouncer-TARGET/ under
+it), PGBOUNCER_SUITE_JOBS (pytest-xdist
 workers, default 2), PGBOUNCER_BUILD_DIR, PGBOUNCER_SUITE_LDAP, PG_BIN,
 PG_OS_USER, PGBOUNCER_SUITE_KEEP=1 (keep RUN); extra pytest arguments after
 "--" (e.g. `-- -k test_show`, or node ids `test/test_admin.py::test_show`).
@@ -199,12 +193,7 @@ def setup_run(args, run: Path, out: Path, python: Path):
     (run / "config.mak").write_text(
         "# written by test/peers/pgbouncer_suite.py: what the harness asks of the program under test\n"
         "tls_support = yes\nldap_support = %s\n" % ("yes" if ldap == "yes" else "no"))
-    if args.translate_ini:
-        exe.write_text("#!/bin/sh\n# the harness's pgbouncer: pgcat behind the ini translation\n"
-                       "exec %s %s shim \"$@\"\n" % (python, HERE / "pgbouncer_ini.py"))
-        exe.chmod(0o755)
-    else:
-        os.symlink(args.pgcat_bin, exe)
+    os.symlink(args.pgcat_bin, exe)
     return None
 
 
@@ -216,7 +205,6 @@ def pytest_env(args, out: Path, python: Path):
     env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", DEFAULT_ASAN) + ":log_path=%s/sanitizer" % out
     env["UBSAN_OPTIONS"] = os.environ.get("UBSAN_OPTIONS", DEFAULT_UBSAN) + ":log_path=%s/sanitizer" % out
     env["PGBOUNCER_SUITE_PGCAT"] = args.pgcat_bin
-    env["PGBOUNCER_SUITE_SHIM_LOG"] = str(out / "shim.log")
     if ipv6_loopback():
         env["HAVE_IPV6_LOCALHOST"] = "1"
     if IS_ROOT:
@@ -327,7 +315,6 @@ def test_files(run: Path, suffixes):
     for root, dirs, files in os.walk(run / "tmp"):
         dirs[:] = [d for d in dirs if d != "pgdata" and not os.path.islink(os.path.join(root, d))]
         if os.path.basename(root).startswith("bouncer"):
-            # regular files only: the shim's FIFO would block a reader
             res += [Path(root) / f for f in files
                     if f.endswith(suffixes) and os.path.isfile(os.path.join(root, f))
                     and not os.path.islink(os.path.join(root, f))]
@@ -335,10 +322,10 @@ def test_files(run: Path, suffixes):
 
 
 def keep_logs(run: Path, out: Path):
-    """Each test's pooler log and (translated) ini into OUT/logs/, by test directory."""
+    """Each test's pooler log into OUT/logs/, by test directory."""
     logs = out / "logs"
     shutil.rmtree(logs, ignore_errors=True)
-    for f in test_files(run, ("test.log", ".pgcat-last.ini")):
+    for f in test_files(run, ("test.log",)):
         rel = f.relative_to(run / "tmp")
         dst = logs / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -387,8 +374,6 @@ def main():
         argv, extra = argv[:i], argv[i + 1:]
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", choices=("pgcat", "pgbouncer"), default="pgcat")
-    ap.add_argument("--translate-ini", action="store_true",
-                    help="pgcat: translate the harness's pgbouncer.ini to pgcat.ini (pgbouncer_ini.py)")
     ap.add_argument("--pgcat-bin", default=os.environ.get("PGCAT_BIN", str(REPO / "build-asan" / "pgcat")))
     ap.add_argument("--anchors", default=os.environ.get("ANCHORS_DIR") or default_anchors())
     ap.add_argument("--venv", default=os.environ.get("PGBOUNCER_SUITE_VENV", str(REPO / ".venv-pgbouncer-suite")))
@@ -397,8 +382,6 @@ def main():
     ap.add_argument("--pgbouncer-build", default=os.environ.get("PGBOUNCER_BUILD_DIR"))
     ap.add_argument("--pg-bin", default=os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
     args = ap.parse_args(argv)
-    if args.translate_ini and args.target != "pgcat":
-        ap.error("--translate-ini is for --target pgcat")
     if not (Path(args.anchors) / TARBALL).exists():
         print("pgbouncer suite: SKIPPED, no %s/%s" % (args.anchors, TARBALL))
         return 0
@@ -407,15 +390,14 @@ def main():
     args.pgcat_bin = str(Path(args.pgcat_bin).resolve())
     if args.target == "pgcat" and not os.access(args.pgcat_bin, os.X_OK):
         raise SystemExit("pgbouncer suite: no pgcat at %s (PGCAT_BIN)" % args.pgcat_bin)
-    if args.target == "pgcat" and not args.translate_ini and not reads_pgbouncer_ini(args):
+    if args.target == "pgcat" and not reads_pgbouncer_ini(args):
         # Every test would fail in its fixture, and each pgcat, taking none
         # of test.ini's settings, would listen on 0.0.0.0:6432 and
         # /tmp/.s.PGSQL.6432, where other programs on this machine may be.
         print("pgbouncer suite: FAILED, %s does not read pgbouncer.ini ([pgbouncer] is an unknown section "
-              "to `pgcat -t`); --translate-ini runs the suite through a translation" % args.pgcat_bin)
+              "to `pgcat -t`)" % args.pgcat_bin)
         return 1
-    label = args.target + ("-translated" if args.translate_ini else "")
-    out = Path(args.out_dir).resolve() / ("pgbouncer-" + label)
+    out = Path(args.out_dir).resolve() / ("pgbouncer-" + args.target)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     exp_path = HERE / ("pgbouncer-expected.txt" if args.target == "pgcat"
@@ -435,9 +417,9 @@ def main():
             chown_tree(run, PG_OS_USER)
             chown_tree(out, PG_OS_USER)
         env = pytest_env(args, out, python)
-        print("==> PgBouncer %s's suite against %s%s (%d workers, RUN %s)"
+        print("==> PgBouncer %s's suite against %s (%d workers, RUN %s)"
               % (VERSION, "PgBouncer %s" % VERSION if args.target == "pgbouncer" else args.pgcat_bin,
-                 ", ini translated" if args.translate_ini else "", args.jobs, run), flush=True)
+                 args.jobs, run), flush=True)
         rc = run_pytest(python, run, out, env, args.jobs, extra)
         if rc > 1:
             problems.append("pytest broke (exit %d), see %s/pytest.log" % (rc, out))
@@ -460,7 +442,7 @@ def main():
                 if not still:
                     break
         problems += ["sanitizer report in %s" % s
-                     for s in sanitizer_reports(sorted(out.glob("sanitizer*")) + [out / "shim.log"])]
+                     for s in sanitizer_reports(sorted(out.glob("sanitizer*")))]
     finally:
         stop_leftovers(run)
         if os.environ.get("PGBOUNCER_SUITE_KEEP") == "1":
