@@ -101,6 +101,7 @@ struct config_user_settings {
 struct config_pool {
 	char *name;               /* dbname clients connect with */
 	enum pool_mode pool_mode; /* resolved: [general] value unless overridden */
+	bool pool_mode_own;       /* set by the pool: a SET of [general]'s does not change it */
 	enum default_role default_role;
 	bool query_parser_enabled;
 	bool primary_reads_enabled;

@@ -777,7 +777,9 @@ enum pool_mode config_user_pool_mode(const struct config *cfg, const struct conf
 	const struct config_user_settings *us = server_side_settings(cfg, pool, user);
 	if (us != NULL && us->pool_mode != CONFIG_INHERIT)
 		return (enum pool_mode)us->pool_mode;
-	return pool->pool_mode;
+	/* [general]'s as it is now: a console SET of pool_mode reaches the
+	 * pools that set none of their own, as on PgBouncer */
+	return pool->pool_mode_own ? pool->pool_mode : cfg->general.pool_mode;
 }
 
 bool config_key_is_tls(const char *key)

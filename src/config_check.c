@@ -141,7 +141,8 @@ static void check_pool(struct parser *p, struct config_pool *pool, struct pool_m
 	const struct config_general *g = &p->cfg->general;
 	char section[CONFIG_MAX_NAME * 2 + 32];
 
-	if (meta->key_line[POOL_KEY_POOL_MODE] == 0)
+	pool->pool_mode_own = meta->key_line[POOL_KEY_POOL_MODE] != 0;
+	if (!pool->pool_mode_own)
 		pool->pool_mode = g->pool_mode;
 	snprintf(section, sizeof(section), "pools.%s", pool->name);
 	if (pool->n_shards == 0) {

@@ -127,3 +127,25 @@ def test_pgbouncer_ini_statement_default_and_user_override(pgcat, pg):
     with inst.connect("md5user", autocommit=False) as c:
         assert c.execute("SELECT 2").fetchone()[0] == 2
         c.commit()
+
+
+def test_console_set_pool_mode_reaches_the_pools(pgcat, pg):
+    """SET pool_mode on the console changes the pools that set none of their
+    own, as on PgBouncer (its test suite switches modes so)."""
+    p = pgcat(general={"pool_mode": "transaction"}, pools={"own": {
+        "pool_mode": "transaction",
+        "shards": {0: {"database": "appdb", "servers": "127.0.0.1:%d:primary" % pg.port}},
+        "users": {"app": {"password": PASSWORDS["app"]}}}})
+    r = admin(p)
+    assert r.simple("SET pool_mode = statement")[1] is None
+    with p.connect() as c:
+        with pytest.raises(psycopg.OperationalError, match=REFUSED):
+            c.execute("BEGIN")
+    with p.connect(dbname="own", autocommit=False) as c:    # its own mode stays
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+        c.commit()
+    assert r.simple("SET pool_mode = transaction")[1] is None
+    with p.connect(autocommit=False) as c:
+        assert c.execute("SELECT 2").fetchone()[0] == 2
+        c.commit()
+    r.close()
