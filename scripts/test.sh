@@ -14,7 +14,9 @@
 # (test/peers/psycopg_suite.py; only when
 # ../shared/peers exists beside the repository, else it prints that it is
 # skipped; failures must be listed in test/peers/psycopg-expected-MODE.txt),
-# then make distcheck and scripts/test-deb.sh (the Debian package). After the
+# then PgBouncer 1.25.2's own test suite through pgcat
+# (test/peers/pgbouncer_suite.py, from ../shared/anchors; failures listed in
+# test/peers/pgbouncer-expected.txt), then make distcheck and scripts/test-deb.sh (the Debian package). After the
 # unit tests, scripts/fuzz.sh runs each libFuzzer target for FUZZ_SECONDS
 # (default here 15).
 # Exits non-zero on any failure. Extra arguments go to pytest, e.g.
@@ -24,7 +26,8 @@
 # PGCAT_DRIVERS_DIR (where the driver programs are built, default
 # build-drivers/), PSYCOPG_SUITE_MODES (default "session transaction"; empty
 # skips the psycopg suite), PSYCOPG_SUITE_VENV (its venv, default
-# .venv-psycopg-suite/), PEERS_DIR (default ../shared/peers).
+# .venv-psycopg-suite/), PEERS_DIR (default ../shared/peers), PGBOUNCER_SUITE
+# (0 skips PgBouncer's own suite, test/peers/pgbouncer_suite.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -166,6 +169,17 @@ else
 fi
 phase "psycopg suite" "$t"
 
+# --- 4c. PgBouncer 1.25.2's own test suite through pgcat (issue 41) -----------
+t=$(date +%s)
+pgb_rc=0
+if [ "${PGBOUNCER_SUITE-1}" = 0 ]; then
+	echo "PgBouncer suite: SKIPPED (PGBOUNCER_SUITE=0)"
+else
+	log "PgBouncer 1.25.2's test suite through pgcat (test/peers/pgbouncer_suite.py)"
+	"$VENV/bin/python" test/peers/pgbouncer_suite.py || pgb_rc=$?
+fi
+phase "PgBouncer suite" "$t"
+
 # --- 5. make distcheck, Debian package -----------------------------------------
 t=$(date +%s)
 log "make distcheck (in build-dist/)"
@@ -191,10 +205,11 @@ echo "driver programs: $([ "$drivers_rc" -eq 0 ] && echo built || echo "FAILED (
 echo "integration tests: $([ "$py_rc" -eq 0 ] && echo passed || echo "FAILED (pytest exit $py_rc)")"
 echo "integration tests, io_engine = epoll: $([ "$epoll_rc" -eq 0 ] && echo passed || echo "FAILED (pytest exit $epoll_rc)")"
 echo "psycopg suite: $([ "$suite_rc" -eq 0 ] && echo "as expected" || echo "FAILED ($suite_rc)")"
+echo "PgBouncer suite: $([ "$pgb_rc" -eq 0 ] && echo "as expected" || echo "FAILED ($pgb_rc)")"
 echo "make distcheck: $([ "$dist_rc" -eq 0 ] && echo passed || echo "FAILED ($dist_rc)")"
 echo "debian package: $([ "$deb_rc" -eq 0 ] && echo passed || echo "FAILED ($deb_rc)")"
 echo "total time: $(( $(date +%s) - t_start ))s"
 if [ "$unit_rc" -ne 0 ] || [ "$fuzz_rc" -ne 0 ] || [ "$drivers_rc" -ne 0 ] || [ "$py_rc" -ne 0 ] || [ "$epoll_rc" -ne 0 ] \
-	|| [ "$suite_rc" -ne 0 ] || [ "$dist_rc" -ne 0 ] || [ "$deb_rc" -ne 0 ]; then
+	|| [ "$suite_rc" -ne 0 ] || [ "$pgb_rc" -ne 0 ] || [ "$dist_rc" -ne 0 ] || [ "$deb_rc" -ne 0 ]; then
 	exit 1
 fi

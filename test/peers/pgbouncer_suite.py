@@ -471,7 +471,7 @@ def main():
     summary = "%d passed, %d failed, %d skipped" % (len(passed), len(failed), len(skipped))
     (out / "summary.line").write_text(summary + "\n")
     print("pgbouncer suite (%s): %s; %d failed as expected, %d unexpected, %d flaky, %d listed now pass; %.0fs; %s"
-          % (label, summary, len(set(failed) & set(expected)), len(unexpected), len(flaky), len(now_pass),
+          % (args.target, summary, len(set(failed) & set(expected)), len(unexpected), len(flaky), len(now_pass),
              time.monotonic() - t0, "ok" if ok else "FAILED"), flush=True)
     return 0 if ok else 1
 
