@@ -336,6 +336,9 @@ extern const struct enum_names pool_mode_enum, auth_type_enum, log_level_enum;
 extern const struct config_key_info general_info[];
 const char *enum_name(const struct enum_names *e, int v);
 const struct key_spec *find_spec(const struct key_spec *specs, size_t n, const char *name, size_t *index);
+/* Append s to buf (buflen bytes) at *used; false once it no longer fits
+ * (buf then holds what fitted). config_value.c. */
+bool config_buf_put(char *buf, size_t buflen, size_t *used, const char *s);
 
 /* ---- config_value.c: one value, read, checked and put into its field ---- */
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * config_runtime: [general] of a loaded snapshot at run time (SPEC §7):
- * one value rendered as text for SHOW CONFIG (secrets hidden), and SET of
+ * SHOW CONFIG's rows (their values rendered by config_value.c, secrets
+ * hidden), and SET of
  * a reloadable key, parsed and checked as the file's loading would
  * (config_value.c, config_check.c) on a trial copy, so that the snapshot
  * changes only if every check passes. Its own room because it works on
@@ -19,85 +20,6 @@
 
 /* ------------------------------------------------------------------ */
 /* SHOW CONFIG                                                          */
-
-/* Append to buf at *used; false once it no longer fits. */
-static bool put(char *buf, size_t buflen, size_t *used, const char *s)
-{
-	size_t len = strlen(s);
-	if (*used + len >= buflen) {
-		if (*used < buflen) {
-			memcpy(buf + *used, s, buflen - *used - 1);
-			buf[buflen - 1] = '\0';
-		}
-		*used = buflen;
-		return false;
-	}
-	memcpy(buf + *used, s, len + 1);
-	*used += len;
-	return true;
-}
-
-bool config_general_value(const struct config *cfg, const char *key, char *buf, size_t buflen)
-{
-	if (buf == NULL || buflen == 0)
-		return false;
-	buf[0] = '\0';
-	size_t i;
-	const struct key_spec *k = cfg && key ? find_spec(general_specs, N_GENERAL_KEYS, key, &i) : NULL;
-	if (k == NULL)
-		return false;
-	const void *base = &cfg->general;
-	char num[32];
-	size_t used = 0;
-	switch (k->kind) {
-	case VALUE_INT:
-	case VALUE_DURATION:    /* a number in the key's unit, as PgBouncer's SHOW CONFIG */
-	case VALUE_SHARD: {
-		int v;
-		memcpy(&v, cfield(base, k->off), sizeof(v));
-		if (v == CONFIG_INHERIT && (k->flags & KEY_EMPTY_INHERITS))
-			return true;    /* empty: inherited */
-		snprintf(num, sizeof(num), "%d", v);
-		return put(buf, buflen, &used, num);
-	}
-	case VALUE_INT64:
-	case VALUE_BYTES: {     /* (bytes, as max_packet_size) */
-		int64_t v;
-		memcpy(&v, cfield(base, k->off), sizeof(v));
-		snprintf(num, sizeof(num), "%lld", (long long)v);
-		return put(buf, buflen, &used, num);
-	}
-	case VALUE_BOOL:
-		return put(buf, buflen, &used, *(const bool *)cfield(base, k->off) ? "true" : "false");
-	case VALUE_STRING: {
-		const char *s = *(char *const *)cfield(base, k->off);
-		if (s == NULL)
-			s = "";
-		/* SHOW CONFIG must not print secrets. */
-		if ((k->flags & KEY_SECRET) && s[0] != '\0')
-			s = "********";
-		return put(buf, buflen, &used, s);
-	}
-	case VALUE_ENUM: {
-		int v;
-		memcpy(&v, cfield(base, k->off), sizeof(v));
-		return put(buf, buflen, &used, enum_name(k->names, v));
-	}
-	case VALUE_ADDR_LIST:
-	case VALUE_TABLE_LIST:
-	case VALUE_NAME_LIST: {
-		char *const *list = *(char **const *)cfield(base, k->off);
-		size_t n = *(const size_t *)cfield(base, k->off_n);
-		for (size_t j = 0; j < n; j++)
-			if ((j > 0 && !put(buf, buflen, &used, ",")) || !put(buf, buflen, &used, list[j]))
-				return false;
-		return true;
-	}
-	case VALUE_SERVER_LIST:
-		return false;
-	}
-	return false;
-}
 
 /* ------------------------------------------------------------------ */
 /* pgcat -t: the effective values                                       */
@@ -183,7 +105,7 @@ static void format_field(const struct key_spec *k, const void *base, char *buf, 
 		char *const *list = *(char **const *)cfield(base, k->off);
 		size_t n = *(const size_t *)cfield(base, k->off_n), used = 0;
 		for (size_t j = 0; j < n; j++)
-			if ((j > 0 && !put(buf, buflen, &used, ", ")) || !put(buf, buflen, &used, list[j]))
+			if ((j > 0 && !config_buf_put(buf, buflen, &used, ", ")) || !config_buf_put(buf, buflen, &used, list[j]))
 				return;
 		return;
 	}

@@ -5,7 +5,8 @@
  * booleans, enum spellings, host:port[:role], lists of addresses, tables,
  * functions and servers, and the extra check its key's table names (those
  * stand with the tables in config.c); the defaults, and freeing what a
- * field owns. Its own room because it knows one key at a time: the file's
+ * field owns; and one [general] value written back as text (SHOW CONFIG in
+ * either format). Its own room because it knows one key at a time: the file's
  * lines and sections are config_load.c's, and checks across keys
  * config_check.c's.
  */
@@ -800,4 +801,86 @@ void free_fields(const struct key_spec *specs, size_t n, void *base)
 {
 	for (size_t i = 0; i < n; i++)
 		free_field(&specs[i], base);
+}
+
+/* ------------------------------------------------------------------ */
+/* A [general] value as text (SHOW CONFIG, pgcat's and PgBouncer's rows) */
+
+/* Append to buf at *used; false once it no longer fits. */
+bool config_buf_put(char *buf, size_t buflen, size_t *used, const char *s)
+{
+	size_t len = strlen(s);
+	if (*used + len >= buflen) {
+		if (*used < buflen) {
+			memcpy(buf + *used, s, buflen - *used - 1);
+			buf[buflen - 1] = '\0';
+		}
+		*used = buflen;
+		return false;
+	}
+	memcpy(buf + *used, s, len + 1);
+	*used += len;
+	return true;
+}
+
+bool config_general_value(const struct config *cfg, const char *key, char *buf, size_t buflen)
+{
+	if (buf == NULL || buflen == 0)
+		return false;
+	buf[0] = '\0';
+	size_t i;
+	const struct key_spec *k = cfg && key ? find_spec(general_specs, N_GENERAL_KEYS, key, &i) : NULL;
+	if (k == NULL)
+		return false;
+	const void *base = &cfg->general;
+	char num[32];
+	size_t used = 0;
+	switch (k->kind) {
+	case VALUE_INT:
+	case VALUE_DURATION:    /* a number in the key's unit, as PgBouncer's SHOW CONFIG */
+	case VALUE_SHARD: {
+		int v;
+		memcpy(&v, cfield(base, k->off), sizeof(v));
+		if (v == CONFIG_INHERIT && (k->flags & KEY_EMPTY_INHERITS))
+			return true;    /* empty: inherited */
+		snprintf(num, sizeof(num), "%d", v);
+		return config_buf_put(buf, buflen, &used, num);
+	}
+	case VALUE_INT64:
+	case VALUE_BYTES: {     /* (bytes, as max_packet_size) */
+		int64_t v;
+		memcpy(&v, cfield(base, k->off), sizeof(v));
+		snprintf(num, sizeof(num), "%lld", (long long)v);
+		return config_buf_put(buf, buflen, &used, num);
+	}
+	case VALUE_BOOL:
+		return config_buf_put(buf, buflen, &used, *(const bool *)cfield(base, k->off) ? "true" : "false");
+	case VALUE_STRING: {
+		const char *s = *(char *const *)cfield(base, k->off);
+		if (s == NULL)
+			s = "";
+		/* SHOW CONFIG must not print secrets. */
+		if ((k->flags & KEY_SECRET) && s[0] != '\0')
+			s = "********";
+		return config_buf_put(buf, buflen, &used, s);
+	}
+	case VALUE_ENUM: {
+		int v;
+		memcpy(&v, cfield(base, k->off), sizeof(v));
+		return config_buf_put(buf, buflen, &used, enum_name(k->names, v));
+	}
+	case VALUE_ADDR_LIST:
+	case VALUE_TABLE_LIST:
+	case VALUE_NAME_LIST: {
+		char *const *list = *(char **const *)cfield(base, k->off);
+		size_t n = *(const size_t *)cfield(base, k->off_n);
+		for (size_t j = 0; j < n; j++)
+			if ((j > 0 && !config_buf_put(buf, buflen, &used, ",")) || !config_buf_put(buf, buflen, &used, list[j]))
+				return false;
+		return true;
+	}
+	case VALUE_SERVER_LIST:
+		return false;
+	}
+	return false;
 }
