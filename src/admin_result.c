@@ -152,36 +152,40 @@ void admin_res_end(struct admin_result *r)
 	admin_complete(r->c, "SHOW");
 }
 
-void admin_error(struct client *c, const char *sqlstate, const char *fmt, ...)
+/* An ErrorResponse (error) or a NoticeResponse of msg, formatted. */
+static void send_message(struct client *c, bool error, const char *severity, const char *sqlstate,
+			 const char *fmt, va_list ap)
 {
 	char msg[512];
-	va_list ap;
-	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
+	uint8_t storage[1024];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	if (error)
+		pktbuf_error(&pb, severity, sqlstate, msg);
+	else
+		pktbuf_notice(&pb, severity, sqlstate, msg);
+	admin_out(c, &pb);
+}
+
+void admin_error(struct client *c, const char *sqlstate, const char *fmt, ...)
+{
 	/* On a pgbouncer.ini, PgBouncer's one SQLSTATE for every console
 	 * error, which its operators' scripts expect. */
 	if (c->w->cfg->pgbouncer)
 		sqlstate = "08P01";
-	uint8_t storage[1024];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_error(&pb, "ERROR", sqlstate, msg);
-	admin_out(c, &pb);
+	va_list ap;
+	va_start(ap, fmt);
+	send_message(c, true, "ERROR", sqlstate, fmt, ap);
+	va_end(ap);
 }
 
 void admin_notice(struct client *c, const char *severity, const char *fmt, ...)
 {
-	char msg[512];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	send_message(c, false, severity, "01000", fmt, ap);
 	va_end(ap);
-	uint8_t storage[1024];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_notice(&pb, severity, "01000", msg);
-	admin_out(c, &pb);
 }
 
 void admin_rfq(struct client *c)
