@@ -164,6 +164,7 @@ struct config_general {
 	int default_pool_size;
 	int min_pool_size;
 	int connect_timeout;
+	int server_login_retry;   /* ms after a failed server login before the next; clients fail at once meanwhile */
 	int client_login_timeout; /* ms, 0 = off; CONFIG_INHERIT: connect_timeout */
 	int autodb_idle_timeout;  /* ms a database made from `*` may go unused before it is dropped */
 	int query_wait_timeout;

@@ -32,10 +32,13 @@
 #include "server.h"
 #include "context.h"
 
-/* After a failed connect, do not try the same server again sooner than
- * this while no connection to it is alive; clients asking meanwhile get
- * the failure at once instead of a storm of doomed connects. */
-#define RECONNECT_BACKOFF_US 500000ULL
+/* server_login_retry: after a failed connect, the same server is not
+ * tried again sooner; while no connection to it is alive, clients asking
+ * meanwhile get the failure at once instead of a storm of doomed connects. */
+static uint64_t login_retry_us(const struct srvpool *sp)
+{
+	return (uint64_t)sp->pool->w->cfg->general.server_login_retry * 1000;
+}
 
 /* The entry's first address, with the server's port. */
 static bool take_dns_entry(struct srvpool *sp, const struct dns_entry *e)
@@ -552,12 +555,12 @@ void pool_fail_waiter(struct pool_waiter *pw, const char *sqlstate, const char *
 
 bool srvpool_login_backoff(const struct srvpool *sp, uint64_t now)
 {
-	return sp->last_failure_us && now - sp->last_failure_us < RECONNECT_BACKOFF_US;
+	return sp->last_failure_us && now - sp->last_failure_us < login_retry_us(sp);
 }
 
 bool srvpool_recently_failed(const struct srvpool *sp, uint64_t now)
 {
-	return sp->last_failure_us && now - sp->last_failure_us < RECONNECT_BACKOFF_US &&
+	return sp->last_failure_us && now - sp->last_failure_us < login_retry_us(sp) &&
 	       srvpool_total(sp) == 0;
 }
 

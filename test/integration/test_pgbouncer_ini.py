@@ -299,8 +299,9 @@ def test_conftest_pgbouncer_ini_runs_pgcat_unchanged(pgcat, pg):
     assert cfg["server_connect_timeout"][0] == "5"
     assert cfg["ignore_startup_parameters"][0] == "extra_float_digits, options"
     adm.close()
-    # server_login_retry = 1: honoured as pgcat's own, with a warning naming it.
-    assert "server_login_retry" in inst.log()
+    # server_login_retry = 1: one second, as PgBouncer's, no warning.
+    assert cfg["server_login_retry"][0] == "1"
+    assert "server_login_retry" not in inst.log()
 
 
 def test_pgbouncer_ini_errors_name_file_and_line(pgcat):

@@ -500,3 +500,29 @@ def test_server_password_changed_waiters_told_at_once(pgcat, pg):
         assert_works(p)
     finally:
         pg.sql("DROP ROLE IF EXISTS %s" % role)
+
+
+def test_server_login_retry_spaces_failed_logins(pgcat, pg):
+    """server_login_retry: after a refused server login, clients asking for
+    that server within it get the failure at once and no new login is
+    tried; after it, one is."""
+    role = "retry_%s" % os.urandom(3).hex()
+    pg.sql("CREATE ROLE %s LOGIN PASSWORD 'right_pw'" % role)
+    try:
+        p = pgcat(general={"server_login_retry": "3s"},
+                  users={role: {"password": "wrong_pw"}})
+        offset = pg.log_offset()
+        t0 = time.monotonic()
+        for _ in range(8):
+            with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+                psycopg.connect(p.dsn(role, password="wrong_pw"))
+            time.sleep(0.2)
+        assert time.monotonic() - t0 < 3
+        refused = lambda: pg.log_since(offset, 1000).count('password authentication failed for user "%s"' % role)
+        assert refused() == 1, "server logins within server_login_retry: %d" % refused()
+        time.sleep(3.2)
+        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+            psycopg.connect(p.dsn(role, password="wrong_pw"))
+        wait_until(lambda: refused() == 2, 5, msg="one new server login once server_login_retry passed")
+    finally:
+        pg.sql("DROP ROLE IF EXISTS %s" % role)

@@ -245,7 +245,6 @@ START_TEST(test_refused_and_warned)
 		{ "listen_backlog = 4096", true, CONFIG_PROBLEM_WARNING, "listen_backlog: \"4096\" is not honoured" },
 		{ "query_wait_notify = 5", true, CONFIG_PROBLEM_WARNING, "query_wait_notify: \"5\" is not honoured" },
 		{ "server_check_query = select 1", true, CONFIG_PROBLEM_WARNING, "server_check_query: \"select 1\" is not" },
-		{ "server_login_retry = 15", true, CONFIG_PROBLEM_WARNING, "server_login_retry: \"15\" is not honoured" },
 		{ "cancel_wait_timeout = 10", true, CONFIG_PROBLEM_WARNING, "cancel_wait_timeout: \"10\" is not honoured" },
 		{ "log_stats = 1", true, CONFIG_PROBLEM_WARNING, "log_stats: \"1\" is not honoured" },
 		{ "log_pooler_errors = 0", true, CONFIG_PROBLEM_WARNING, "log_pooler_errors: \"0\" is not honoured" },
@@ -474,6 +473,7 @@ START_TEST(test_users_and_peers)
 		      "max_db_client_connections = 7\n", &pr);
 	ck_assert_ptr_nonnull(cfg);
 	ck_assert_uint_eq(pr.n, 0);
+	ck_assert_int_eq(cfg->general.server_login_retry, 15000);   /* PgBouncer's default, in seconds */
 	ck_assert_int_eq(config_user_max_client_connections(cfg, "app"), 5);
 	ck_assert_int_eq(config_user_max_client_connections(cfg, "other"), 9);
 	ck_assert_int_eq(config_pool_max_db_client_connections(cfg, &cfg->pools[0]), 7);
