@@ -168,6 +168,7 @@ struct config_general {
 	int client_login_timeout; /* ms, 0 = off; CONFIG_INHERIT: connect_timeout */
 	int autodb_idle_timeout;  /* ms a database made from `*` may go unused before it is dropped */
 	int query_wait_timeout;
+	int query_wait_notify;    /* ms, 0 = off: a client waiting this long for a server gets a notice */
 	int idle_timeout;
 	int server_lifetime;
 	int idle_transaction_timeout;

@@ -93,6 +93,7 @@ struct key_spec {
 	X(autodb_idle_timeout, INT, "3600000", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
 	X(client_login_timeout, INT, "", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_EMPTY_INHERITS, NULL, 0) \
 	X(query_wait_timeout, INT, "120000", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
+	X(query_wait_notify, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(idle_timeout, INT, "600000", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(server_lifetime, INT, "3600000", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
 	X(idle_transaction_timeout, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \

@@ -43,6 +43,9 @@ struct pool_waiter_events {
 	void (*defaults_failed)(struct pool_waiter *pw, const char *sqlstate, const char *message);
 	/* KILL or shutdown: the client is closed with this FATAL. */
 	void (*closed)(struct pool_waiter *pw, const char *sqlstate, const char *message);
+	/* It has waited query_wait_notify for a server, once per wait; it
+	 * stays queued. NULL: nothing to tell (a fan-out's leg). */
+	void (*waited_long)(struct pool_waiter *pw);
 };
 
 struct pool_waiter {
@@ -54,6 +57,7 @@ struct pool_waiter {
 	/* A client's wait (SHOW CLIENTS lists it), not one shard's part of a
 	 * fan-out (fanout.c). */
 	bool is_client;
+	bool told_waiting;              /* waited_long called in this wait */
 };
 
 /* What a server reports to the srvpool it belongs to (installed by pool.c;

@@ -1389,6 +1389,19 @@ static void wait_closed(struct pool_waiter *pw, const char *sqlstate, const char
 	client_close(client_of_waiter(pw), sqlstate, "%s", message);
 }
 
+/* query_wait_notify: PgBouncer's notice, word for word (clients and
+ * scripts match it). */
+static void wait_long(struct pool_waiter *pw)
+{
+	struct client *c = client_of_waiter(pw);
+	uint8_t storage[256];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_notice(&pb, "NOTICE", "01000", "No server connection available in postgres backend, client being queued");
+	client_send_pkt(c, &pb);
+	io_flush(&c->io);
+}
+
 static const struct pool_waiter_events client_wait_events = {
 	.queued = wait_queued,
 	.granted = wait_granted,
@@ -1397,6 +1410,7 @@ static const struct pool_waiter_events client_wait_events = {
 	.defaults_known = wait_defaults_known,
 	.defaults_failed = wait_defaults_failed,
 	.closed = wait_closed,
+	.waited_long = wait_long,
 };
 
 void client_cancel_query(struct client *c)

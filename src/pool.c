@@ -648,6 +648,7 @@ static void queue(struct srvpool *sp, struct pool_waiter *pw)
 	sp->n_waiters++;
 	pw->target = sp;
 	pw->since_us = sp->pool->w->now_us;
+	pw->told_waiting = false;
 }
 
 bool pool_checkout(struct srvpool *sp, struct pool_waiter *pw)

@@ -243,6 +243,15 @@ static void srvpool_janitor(struct srvpool *sp)
 	}
 	if (!list_empty(&sp->waiters) && !srvpool_recently_failed(sp, now) && !sp->pool->paused)
 		srvpool_maybe_launch(sp);
+	/* query_wait_notify: a client that has waited that long hears why. */
+	uint64_t notify_us = (uint64_t)g->query_wait_notify * 1000;
+	LIST_FOREACH_SAFE(pos, tmp, &sp->waiters) {
+		struct pool_waiter *pw = LIST_OWNER(pos, struct pool_waiter, node);
+		if (notify_us > 0 && !pw->told_waiting && pw->ev->waited_long && now - pw->since_us >= notify_us) {
+			pw->told_waiting = true;
+			pw->ev->waited_long(pw);
+		}
+	}
 	/* Paused pools give their idle servers back to PostgreSQL. */
 	if (sp->pool->paused)
 		srvpool_close_list(&sp->idle);

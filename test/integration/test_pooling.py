@@ -526,3 +526,31 @@ def test_server_login_retry_spaces_failed_logins(pgcat, pg):
         wait_until(lambda: refused() == 2, 5, msg="one new server login once server_login_retry passed")
     finally:
         pg.sql("DROP ROLE IF EXISTS %s" % role)
+
+
+def test_query_wait_notify(pgcat, pg):
+    """query_wait_notify: a client that waits that long for a server gets
+    PgBouncer's notice, once per wait, and then its answer."""
+    p = pgcat(general={"default_pool_size": 1, "query_wait_notify": "1s"})
+    holder = p.connect(autocommit=False)
+    waiter = p.connect()
+    notices = []
+    waiter.add_notice_handler(lambda d: notices.append(d.message_primary))
+    try:
+        for n in (1, 2):
+            holder.execute("SELECT 1")          # holds the only server
+            result = []
+            t = threading.Thread(target=lambda: result.append(waiter.execute("SELECT 42").fetchone()[0]))
+            t.start()
+            time.sleep(1.6)
+            assert result == [], "the waiter was served while the only server was held"
+            holder.commit()
+            t.join(10)
+            assert result == [42]
+            assert notices == ["No server connection available in postgres backend, client being queued"] * n, notices
+        with p.connect() as c:                  # no wait, no notice
+            c.execute("SELECT 1")
+        assert len(notices) == 2
+    finally:
+        holder.close()
+        waiter.close()

@@ -243,7 +243,6 @@ START_TEST(test_refused_and_warned)
 		{ "server_tls_sslmode = allow", true, CONFIG_PROBLEM_WARNING, "server_tls_sslmode: \"allow\" is taken as prefer" },
 		{ "tcp_defer_accept = 1", true, CONFIG_PROBLEM_WARNING, "tcp_defer_accept: \"1\" is not honoured" },
 		{ "listen_backlog = 4096", true, CONFIG_PROBLEM_WARNING, "listen_backlog: \"4096\" is not honoured" },
-		{ "query_wait_notify = 5", true, CONFIG_PROBLEM_WARNING, "query_wait_notify: \"5\" is not honoured" },
 		{ "server_check_query = select 1", true, CONFIG_PROBLEM_WARNING, "server_check_query: \"select 1\" is not" },
 		{ "cancel_wait_timeout = 10", true, CONFIG_PROBLEM_WARNING, "cancel_wait_timeout: \"10\" is not honoured" },
 		{ "log_stats = 1", true, CONFIG_PROBLEM_WARNING, "log_stats: \"1\" is not honoured" },
@@ -278,7 +277,7 @@ START_TEST(test_refused_and_warned)
 	/* The values pgcat's behaviour matches pass in silence. */
 	static const char *const fine[] = {
 		"client_tls_protocols = secure", "client_tls_protocols = tlsv1.2,tlsv1.3", "server_tls_ciphers = fast",
-		"unix_socket_mode = 511", "listen_backlog = 128", "query_wait_notify = 0", "server_login_retry = 0.5",
+		"unix_socket_mode = 511", "listen_backlog = 128", "query_wait_notify = 5", "server_login_retry = 0.5",
 		"tcp_defer_accept = 0", "so_reuseport = 1", "ignore_startup_parameters = extra_float_digits",
 		"track_extra_parameters = search_path", "job_name = x", "autodb_idle_timeout = 60",
 		"syslog_ident = pgcat", "log_stats = 0", "max_db_client_connections = 10", "max_user_client_connections = 3", "auth_ldap_options = x",
