@@ -277,6 +277,33 @@ static void show_databases(struct client *c)
 			admin_row_end(&r);
 		}
 	}
+	/* On a pgbouncer.ini, PgBouncer's row of its console's database: its
+	 * clients counted (max_db_client_connections), no servers. */
+	if (w->cfg->pgbouncer) {
+		admin_row_begin(&r);
+		admin_row_s(&r, "pgbouncer");
+		admin_row_null(&r);
+		admin_row_i(&r, w->cfg->general.listen_port);
+		admin_row_s(&r, "pgbouncer");
+		admin_row_s(&r, "pgbouncer");
+		admin_row_i(&r, 2);
+		admin_row_i(&r, 0);
+		admin_row_i(&r, 0);
+		admin_row_i(&r, 0);
+		admin_row_s(&r, "statement");
+		admin_row_null(&r);
+		admin_row_i(&r, 0);
+		admin_row_i(&r, 0);
+		admin_row_i(&r, w->cfg->general.max_db_client_connections);
+		admin_row_i(&r, w->shm ? shm_pool_clients_of(w->shm, "pgbouncer", NULL) : 0);
+		admin_row_i(&r, 0);
+		admin_row_i(&r, 0);
+		admin_row_i(&r, 0);
+		admin_row_null(&r);
+		admin_row_i(&r, 0);
+		admin_row_i(&r, 0);
+		admin_row_end(&r);
+	}
 	admin_res_end(&r);
 }
 

@@ -176,24 +176,47 @@ static bool console_peer(const struct client *c)
 
 /* max_db_client_connections and max_user_client_connections (PgBouncer's):
  * the client, counted in already, over every worker. false: refused. */
+static bool over_caps(struct client *c, const char *db, int db_cap)
+{
+	struct worker *w = c->w;
+	if (db_cap > 0 && shm_pool_clients_of(w->shm, db, NULL) > db_cap) {
+		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS, "client connections exceeded (max_db_client_connections)");
+		return true;
+	}
+	int user_cap = config_user_max_client_connections(w->cfg, client_user(c));
+	if (user_cap > 0 && shm_pool_clients_of(w->shm, NULL, client_user(c)) > user_cap) {
+		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS,
+			     "client connections exceeded (max_user_client_connections)");
+		return true;
+	}
+	return false;
+}
+
+/* The console's clients count as PgBouncer counts them: as clients of the
+ * console's database (SHOW DATABASES) and of their user, under [general]'s
+ * caps, admin_users (and the peer pgbouncer user) excepted. false: refused. */
+static bool console_caps_ok(struct client *c)
+{
+	struct worker *w = c->w;
+	if (!w->shm)
+		return true;
+	int slot = shm_pool_slot(w->shm, client_database(c), client_user(c));
+	if (slot < 0)
+		return true;   /* (the directory is full: not counted) */
+	c->console_slot = (int16_t)slot;
+	shm_pool_clients_add(w->shm, w->id, slot, 1);
+	if (admin_role_of(w->cfg, client_user(c)) == ADMIN_ROLE_ADMIN || console_peer(c))
+		return true;
+	return !over_caps(c, client_database(c), w->cfg->general.max_db_client_connections);
+}
+
 static bool client_caps_ok(struct client *c)
 {
 	struct worker *w = c->w;
 	const struct pool *p = c->pool;
 	if (!w->shm)
 		return true;
-	int db_cap = config_pool_max_db_client_connections(w->cfg, p->cpool);
-	if (db_cap > 0 && shm_pool_clients_of(w->shm, p->name, NULL) > db_cap) {
-		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS, "client connections exceeded (max_db_client_connections)");
-		return false;
-	}
-	int user_cap = config_user_max_client_connections(w->cfg, client_user(c));
-	if (user_cap > 0 && shm_pool_clients_of(w->shm, NULL, client_user(c)) > user_cap) {
-		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS,
-			     "client connections exceeded (max_user_client_connections)");
-		return false;
-	}
-	return true;
+	return !over_caps(c, p->name, config_pool_max_db_client_connections(w->cfg, p->cpool));
 }
 
 static bool hba_decide(struct client *c, enum client_auth_rule *rule)
@@ -262,6 +285,8 @@ static void start_login(struct client *c)
 		client_close(c, "28000", "certificate authentication failed for user \"%s\"", client_user(c));
 		return;
 	}
+	if (c->is_admin && !console_caps_ok(c))
+		return;
 	if (console_peer(c)) {
 		c->console_peer = true;
 		if (g->log_connections)

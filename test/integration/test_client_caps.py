@@ -82,3 +82,40 @@ def test_pgbouncer_ini_per_database_and_per_user(pgcat, pg):
     with inst.connect("md5user"):
         refused(inst, "md5user", "appdb", "max_user_client_connections")
     assert "closing because: client connections exceeded" in inst.log()
+
+
+def test_console_clients_counted_as_pgbouncer_counts_them(pgcat, pg):
+    """On a pgbouncer.ini the console's clients are clients of database
+    pgbouncer (SHOW DATABASES has its row) and of their user, under the
+    caps; admin_users are let in over them."""
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    text = render_pgbouncer(g, default_pools(pg), inst.workdir)
+    text = text.replace("[pgbouncer]\n", "[pgbouncer]\nmax_db_client_connections = 2\nstats_users = md5user\n")
+    start_on(inst, text)
+    s1 = psycopg.connect(inst.dsn("md5user", dbname="pgbouncer"), autocommit=True)
+    try:
+        adm = psycopg.connect(inst.dsn(g["admin_username"], dbname="pgbouncer",
+                                       password=g["admin_password"]), autocommit=True)
+        cols = None
+        cur = adm.execute("SHOW DATABASES")
+        cols = [d.name for d in cur.description]
+        rows = [dict(zip(cols, r)) for r in cur.fetchall()]
+        row = [r for r in rows if r["name"] == "pgbouncer"][0]
+        assert row["current_client_connections"] == 2 and row["max_client_connections"] == 2, row
+        refused(inst, "md5user", "pgbouncer")            # a stats user over the cap
+        extra = psycopg.connect(inst.dsn(g["admin_username"], dbname="pgbouncer",
+                                         password=g["admin_password"]), autocommit=True)
+        extra.close()                                    # an admin is let in over it
+        adm.close()
+    finally:
+        s1.close()
+    wait_until(lambda: _console_logs_in(inst), 10, msg="a console client admitted once the others left")
+
+
+def _console_logs_in(inst):
+    try:
+        psycopg.connect(inst.dsn("md5user", dbname="pgbouncer"), autocommit=True).close()
+        return True
+    except psycopg.OperationalError:
+        return False
