@@ -341,6 +341,9 @@ const struct key_spec *find_spec(const struct key_spec *specs, size_t n, const c
 /* Append s to buf (buflen bytes) at *used; false once it no longer fits
  * (buf then holds what fitted). config_value.c. */
 bool config_buf_put(char *buf, size_t buflen, size_t *used, const char *s);
+/* digits [. digits] at the start of s: how many digits; *end after them
+ * (a duration's, a size's, PgBouncer's seconds). config_value.c. */
+size_t config_scan_decimal(const char *s, const char **end);
 
 /* ---- config_value.c: one value, read, checked and put into its field ---- */
 

@@ -285,15 +285,8 @@ bool pgb_int(const char *s, long long *out)
 /* Seconds: digits, an optional fraction; not negative. */
 bool pgb_seconds(const char *s, double *out)
 {
-	const char *q = s;
-	size_t digits = 0;
-	while (*q >= '0' && *q <= '9') {
-		q++;
-		digits++;
-	}
-	if (*q == '.')
-		for (q++; *q >= '0' && *q <= '9'; q++)
-			digits++;
+	const char *q;
+	size_t digits = config_scan_decimal(s, &q);
 	if (digits == 0 || *q != '\0' || q - s > 30)
 		return false;
 	*out = strtod(s, NULL);

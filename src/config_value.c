@@ -62,14 +62,8 @@ static const struct {
 	{ "s", 1000000LL }, { "ms", 1000LL }, { "us", 1LL },
 };
 
-bool config_parse_duration(const char *s, bool seconds, int64_t *out, bool *bare, char *why, size_t whylen)
+size_t config_scan_decimal(const char *s, const char **end)
 {
-	why[0] = '\0';
-	*bare = true;
-	if (parse_int64(s, out))
-		return true;
-	*bare = false;
-	/* digits [. digits], then optional blanks and a unit, as PostgreSQL takes them */
 	const char *q = s;
 	size_t digits = 0;
 	while (*q >= '0' && *q <= '9') {
@@ -79,6 +73,20 @@ bool config_parse_duration(const char *s, bool seconds, int64_t *out, bool *bare
 	if (*q == '.')
 		for (q++; *q >= '0' && *q <= '9'; q++)
 			digits++;
+	*end = q;
+	return digits;
+}
+
+bool config_parse_duration(const char *s, bool seconds, int64_t *out, bool *bare, char *why, size_t whylen)
+{
+	why[0] = '\0';
+	*bare = true;
+	if (parse_int64(s, out))
+		return true;
+	*bare = false;
+	/* digits [. digits], then optional blanks and a unit, as PostgreSQL takes them */
+	const char *q;
+	size_t digits = config_scan_decimal(s, &q);
 	if (digits == 0 || q - s > 30)
 		return false;
 	char num[32];
@@ -142,15 +150,8 @@ bool config_parse_bytes(const char *s, int64_t *out, char *why, size_t whylen)
 	if (parse_int64(s, out))
 		return true;
 	/* digits [. digits], then optional blanks and a unit, as PostgreSQL takes them */
-	const char *q = s;
-	size_t digits = 0;
-	while (*q >= '0' && *q <= '9') {
-		q++;
-		digits++;
-	}
-	if (*q == '.')
-		for (q++; *q >= '0' && *q <= '9'; q++)
-			digits++;
+	const char *q;
+	size_t digits = config_scan_decimal(s, &q);
 	if (digits == 0 || q - s > 30)
 		return false;
 	char num[32];
