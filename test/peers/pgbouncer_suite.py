@@ -80,6 +80,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "test" / "integration"))
 from conftest import SANITIZER_RE, DEFAULT_ASAN, DEFAULT_UBSAN, IS_ROOT, PG_OS_USER  # noqa: E402
+from psycopg_suite import read_expected  # noqa: E402  (the same file format)
 VERSION = "1.25.2"
 TARBALL = "pgbouncer-%s.tar.gz" % VERSION
 REQUIREMENTS = HERE / "pgbouncer-requirements.txt"
@@ -87,22 +88,6 @@ RERUN_MAX = 40
 RERUN_ROUNDS = 3
 # What the runner takes from the tarball (below its top directory).
 MEMBERS = ("test/", "include/bouncer.h", "pyproject.toml")
-
-
-def read_expected(path: Path):
-    """{node id: reason} from an expected-failures file; '#' lines and blank lines skipped."""
-    out = {}
-    if not path.exists():
-        return out
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        s = line.strip()
-        if not s or s.startswith("#"):
-            continue
-        node, sep, reason = s.partition(" # ")
-        if not sep or not reason.strip():
-            raise SystemExit("%s:%d: expected 'NODE_ID # reason', got %r" % (path, n, line))
-        out[node.strip()] = reason.strip()
-    return out
 
 
 def default_anchors():
