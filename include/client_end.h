@@ -38,8 +38,11 @@ struct client_end_events {
 	 * (sqlstate, message), never replayed elsewhere; end is still linked,
 	 * the handler unlinks, and s is then cleaned (cancel, ROLLBACK) and
 	 * kept. NULL: the end's transactions are not timed (a cross-shard
-	 * leg: its client's own transaction is what counts). */
-	void (*ended)(struct client_end *end, struct server *s, const char *sqlstate, const char *message);
+	 * leg: its client's own transaction is what counts). disconnect
+	 * (timeout_action = disconnect, PgBouncer's): the client's connection
+	 * is closed with that error instead, and s is closed by the caller. */
+	void (*ended)(struct client_end *end, struct server *s, const char *sqlstate, const char *message,
+		      bool disconnect);
 	/* s refused the session settings end's client has while being made
 	 * ready for it (a startup setting PostgreSQL would have refused at
 	 * login, or one another server took): nothing of the client's reached

@@ -43,6 +43,13 @@ enum tls_negotiation { TLS_NEGOTIATION_POSTGRES, TLS_NEGOTIATION_DIRECT };
 /* SPEC §12: how sockets are read and written (doc/io-engine.md). */
 enum io_engine { IO_ENGINE_AUTO, IO_ENGINE_EPOLL, IO_ENGINE_IO_URING };
 
+/* What query_timeout, transaction_timeout and idle_transaction_timeout do
+ * when they expire: pgcat's cancel (the query cancelled, 57014; the
+ * transaction ended, 25P04; the idle client closed with PostgreSQL's
+ * 25P03), or PgBouncer's disconnect (the client and its server closed,
+ * 08P01 with the timeout's name). A pgbouncer.ini has disconnect. */
+enum timeout_action { TIMEOUT_ACTION_CANCEL, TIMEOUT_ACTION_DISCONNECT };
+
 struct hba;
 struct auth_file;
 
@@ -180,6 +187,7 @@ struct config_general {
 	int reserve_pool_timeout; /* ms */
 	int transaction_timeout;  /* ms, 0 = off: a transaction open longer is ended (25P04), its server kept */
 	int query_timeout;        /* ms, 0 = off: a query running longer is cancelled (57014), for every user */
+	enum timeout_action timeout_action;
 	int client_idle_timeout;
 	int healthcheck_timeout;
 	int healthcheck_delay;

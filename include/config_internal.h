@@ -105,6 +105,7 @@ struct key_spec {
 	X(reserve_pool_timeout, INT, "5000", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
 	X(transaction_timeout, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
 	X(query_timeout, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
+	X(timeout_action, ENUM, "cancel", true, VALUE_ENUM, 0, 0, &timeout_action_enum, 0, NULL, 0) \
 	X(client_idle_timeout, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
 	X(healthcheck_timeout, INT, "1000", true, VALUE_DURATION, 1, INT_MAX, NULL, 0, NULL, 0) \
 	X(healthcheck_delay, INT, "30000", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \

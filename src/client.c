@@ -1265,13 +1265,17 @@ static void end_lost(struct client_end *end, struct server *s, bool untouched, c
 	client_on_server_lost(c, s, true, sqlstate, message);
 }
 
-static void end_ended(struct client_end *end, struct server *s, const char *sqlstate, const char *message)
+static void end_ended(struct client_end *end, struct server *s, const char *sqlstate, const char *message,
+		      bool disconnect)
 {
 	struct client *c = end_owner(end);
 	(void)link_detach(s);
 	end->begin = NULL;
 	link_cancel_key(c);
-	client_on_server_lost(c, s, false, sqlstate, message);
+	if (disconnect)
+		client_close(c, sqlstate, "%s", message);
+	else
+		client_on_server_lost(c, s, false, sqlstate, message);
 }
 
 /* Its session settings were refused by the server (client_end.h): as

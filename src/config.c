@@ -91,6 +91,10 @@ static const char *const io_engine_names[] = {
 	[IO_ENGINE_AUTO] = "auto", [IO_ENGINE_EPOLL] = "epoll", [IO_ENGINE_IO_URING] = "io_uring",
 };
 
+static const char *const timeout_action_names[] = {
+	[TIMEOUT_ACTION_CANCEL] = "cancel", [TIMEOUT_ACTION_DISCONNECT] = "disconnect",
+};
+
 const struct enum_names pool_mode_enum = ENUM_NAMES(pool_mode_names);
 const struct enum_names auth_type_enum = ENUM_NAMES(auth_type_names);
 const struct enum_names log_level_enum = ENUM_NAMES(log_level_names);
@@ -103,6 +107,7 @@ const struct enum_names client_tls_enum = ENUM_NAMES(client_tls_names);
 const struct enum_names server_tls_enum = ENUM_NAMES(server_tls_names);
 static const struct enum_names tls_negotiation_enum = ENUM_NAMES(tls_negotiation_names);
 static const struct enum_names io_engine_enum = ENUM_NAMES(io_engine_names);
+static const struct enum_names timeout_action_enum = ENUM_NAMES(timeout_action_names);
 
 const char *enum_name(const struct enum_names *e, int v)
 {

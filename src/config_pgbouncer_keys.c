@@ -721,6 +721,8 @@ void pgb_finish_settings(struct pgb *g)
 {
 	struct config *cfg = g->p->cfg;
 	finish_auth_type(g);
+	/* PgBouncer's timeouts close the client and its server. */
+	cfg->general.timeout_action = TIMEOUT_ACTION_DISCONNECT;
 	/* The console's users are admin_users and stats_users, as PgBouncer's:
 	 * pgcat's own admin_username names nobody here. */
 	char *none = p_strdup(g->p, "");

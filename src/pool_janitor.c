@@ -84,11 +84,28 @@ void pool_fill_min(struct pool *p)
 	}
 }
 
+/* timeout_action = disconnect (PgBouncer's): the client of s is closed
+ * with 08P01 and the timeout's name, and s with it. false: s has no
+ * client that can be told so (a cross-shard leg, whose client's own
+ * transaction is what counts): the caller acts as timeout_action =
+ * cancel would. */
+static bool timeout_disconnect(struct server *s, const char *what)
+{
+	struct client_end *end = s->client;
+	if (end == NULL || end->ev->ended == NULL)
+		return false;
+	end->ev->ended(end, s, "08P01", what, true);
+	server_close(s, what);
+	return true;
+}
+
 /* statement_timeout (per user) and query_timeout (for every user): a
  * query running longer is cancelled (the client gets PostgreSQL's 57014);
- * a replica that slow for statement_timeout is banned. */
+ * a replica that slow for statement_timeout is banned. query_timeout with
+ * timeout_action = disconnect closes the client and the server instead. */
 static void query_timeouts(struct srvpool *sp, uint64_t now)
 {
+	bool disconnect = sp->pool->w->cfg->general.timeout_action == TIMEOUT_ACTION_DISCONNECT;
 	int st_ms = sp->pool->cuser ? sp->pool->cuser->statement_timeout : 0;
 	int qt_ms = sp->pool->query_timeout;
 	if (st_ms <= 0 && qt_ms <= 0)
@@ -102,6 +119,8 @@ static void query_timeouts(struct srvpool *sp, uint64_t now)
 	LIST_FOREACH_SAFE(pos, tmp, &sp->active) {
 		struct server *s = LIST_OWNER(pos, struct server, node);
 		if (s->state != SERVER_ACTIVE || s->txn.outstanding == 0 || now - s->txn.query_start_us < limit)
+			continue;
+		if (!statement && disconnect && timeout_disconnect(s, "query timeout"))
 			continue;
 		if (!s->timeout_cancelled) {
 			s->timeout_cancelled = true;
@@ -127,9 +146,11 @@ static void query_timeouts(struct srvpool *sp, uint64_t now)
  * ended by pgcat: its client gets 25P04 (as for a lost server: at once if
  * it waits for a reply, else with its next message; in session mode the
  * connection ends, as PostgreSQL 17 ends it), and the server is cleaned
- * (cancel, ROLLBACK) and kept. */
+ * (cancel, ROLLBACK) and kept. With timeout_action = disconnect the
+ * client and the server are closed instead. */
 static void transaction_timeouts(struct srvpool *sp, uint64_t now)
 {
+	bool disconnect = sp->pool->w->cfg->general.timeout_action == TIMEOUT_ACTION_DISCONNECT;
 	int ms = sp->pool->transaction_timeout;
 	if (ms <= 0)
 		return;
@@ -145,9 +166,13 @@ static void transaction_timeouts(struct srvpool *sp, uint64_t now)
 		    (s->txn.tx_status == 'I' && s->txn.outstanding == 0 && !s->txn.ext_pending) ||
 		    now - s->txn.xact_start_us < limit)
 			continue;
+		if (disconnect) {
+			(void)timeout_disconnect(s, "transaction timeout");
+			continue;
+		}
 		log_info("S-%llu %s:%d: transaction_timeout (%d ms): the transaction is ended, the server kept",
 			 (unsigned long long)s->id, sp->host, sp->port, ms);
-		end->ev->ended(end, s, "25P04", "canceling transaction due to transaction_timeout");
+		end->ev->ended(end, s, "25P04", "canceling transaction due to transaction_timeout", false);
 		/* (the handler untied the link) */
 		if (s->state == SERVER_ACTIVE && !s->client)
 			server_drain(s);

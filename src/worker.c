@@ -506,8 +506,12 @@ static void client_timeouts(struct worker *w)
 			struct client *c = LIST_OWNER(pos, struct client, node);
 			struct server *s = c->end.server;
 			int ms = c->pool ? c->pool->idle_transaction_timeout : g->idle_transaction_timeout;
-			if (ms > 0 && s && s->state == SERVER_ACTIVE && s->txn.outstanding == 0 && s->txn.tx_status != 'I' &&
-			    now - c->last_activity_us >= (uint64_t)ms * 1000)
+			if (ms <= 0 || !s || s->state != SERVER_ACTIVE || s->txn.outstanding != 0 || s->txn.tx_status == 'I' ||
+			    now - c->last_activity_us < (uint64_t)ms * 1000)
+				continue;
+			if (g->timeout_action == TIMEOUT_ACTION_DISCONNECT)   /* PgBouncer's words */
+				client_close(c, "08P01", "idle transaction timeout");
+			else
 				client_close(c, "25P03", "terminating connection due to idle-in-transaction timeout");
 		}
 	}

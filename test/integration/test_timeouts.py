@@ -300,3 +300,60 @@ def test_transaction_timeout_session_mode_ends_the_connection(pgcat, pg):
     c2 = p.connect()
     assert backend_pid(c2) == pid
     c2.close()
+
+
+# timeout_action = disconnect: PgBouncer's timeouts (a pgbouncer.ini has it).
+
+def gone(pg, pid):
+    return pg.sql("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,))[0][0] == 0
+
+
+def test_timeout_action_disconnect_query_timeout(pgcat, pg):
+    p = pgcat(general={"query_timeout": 500, "timeout_action": "disconnect", "default_pool_size": 1})
+    c = p.connect()
+    pid = backend_pid(c)
+    t0 = time.monotonic()
+    with pytest.raises(psycopg.OperationalError) as ei:
+        c.execute("SELECT pg_sleep(10)")
+    took = time.monotonic() - t0
+    assert ei.value.sqlstate == "08P01", "got %r: %s" % (ei.value.sqlstate, ei.value)
+    assert "query timeout" in str(ei.value)
+    assert ei.value.diag.severity == "FATAL"
+    assert 0.4 <= took < 3, "query_timeout 0.5s fired after %.1fs" % took
+    assert c.closed or c.broken, "the client was not disconnected"
+    wait_until(lambda: gone(pg, pid), 10, msg="the server to be closed")
+    assert "closing because: query timeout" in p.log()
+    # The pool serves the next client on a new server.
+    c2 = p.connect()
+    assert backend_pid(c2) != pid
+    c2.close()
+
+
+def test_timeout_action_disconnect_transaction_timeout(pgcat, pg, table):
+    t = table("id int")
+    p = pgcat(general={"transaction_timeout": 600, "timeout_action": "disconnect", "default_pool_size": 1})
+    c = p.connect(autocommit=False)
+    c.execute("INSERT INTO %s VALUES (1)" % t)
+    pid = backend_pid(c)
+    wait_until(lambda: gone(pg, pid), 10, msg="the server to be closed")
+    with pytest.raises(psycopg.OperationalError) as ei:
+        c.execute("SELECT 1")
+    assert "transaction timeout" in str(ei.value), str(ei.value)
+    assert c.closed or c.broken
+    assert pg.sql("SELECT count(*) FROM %s" % t)[0][0] == 0, "the transaction's insert was committed"
+    assert "closing because: transaction timeout" in p.log()
+    assert_works(p)
+
+
+def test_timeout_action_disconnect_idle_transaction_timeout(pgcat, pg, table):
+    t = table("id int")
+    p = pgcat(general={"idle_transaction_timeout": 500, "timeout_action": "disconnect", "default_pool_size": 1})
+    c = p.connect(autocommit=False)
+    c.execute("INSERT INTO %s VALUES (1)" % t)
+    time.sleep(1.2)
+    with pytest.raises(psycopg.OperationalError) as ei:
+        c.execute("SELECT 1")
+    assert "idle transaction timeout" in str(ei.value), str(ei.value)
+    assert pg.sql("SELECT count(*) FROM %s" % t)[0][0] == 0, "the transaction's insert was committed"
+    assert "closing because: idle transaction timeout" in p.log()
+    assert_works(p)
