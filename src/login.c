@@ -259,6 +259,21 @@ static bool hba_decide(struct client *c, enum client_auth_rule *rule)
 	return true;
 }
 
+/* A refused login, in PostgreSQL's words; on a pgbouncer.ini in
+ * PgBouncer's, which name the method (operators' alerts look for them). */
+static void close_auth_failed(struct client *c)
+{
+	if (!c->w->cfg->pgbouncer) {
+		client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", client_user(c));
+		return;
+	}
+	enum client_auth_method m = c->auth ? c->auth->method : CLIENT_AUTH_MD5;
+	client_close(c, SQLSTATE_INVALID_PASSWORD, "%s",
+		     m == CLIENT_AUTH_SCRAM   ? "SASL authentication failed"
+		     : m == CLIENT_AUTH_TRUST ? "\"trust\" authentication failed"
+					      : "password authentication failed");
+}
+
 static void start_login(struct client *c)
 {
 	struct worker *w = c->w;
@@ -362,7 +377,7 @@ static void start_login(struct client *c)
 		return;
 	case AUTH_FAILED:
 	case AUTH_PROTOCOL_ERROR:   /* (client_close logs why) */
-		client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", client_user(c));
+		close_auth_failed(c);
 		return;
 	}
 }
@@ -575,7 +590,7 @@ static void process_auth(struct client *c)
 			login_done(c);
 			return;
 		case AUTH_FAILED:   /* (client_close logs why) */
-			client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", client_user(c));
+			close_auth_failed(c);
 			return;
 		case AUTH_PROTOCOL_ERROR:
 			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid authentication message");

@@ -452,11 +452,37 @@ def test_pgbouncer_words_for_what_operators_alert_on(pgcat, pg):
             c.execute("BEGIN")
     log = inst.log()
     assert re.search(r"closing because: no such database: nosuchdb \(age=\d+s\)", log), log[-3000:]
-    assert re.search(r"closing because: password authentication failed for user \"app\" \(age=\d+s\)", log), log[-3000:]
+    assert re.search(r"app@appdb .*closing because: password authentication failed \(age=\d+s\)", log), log[-3000:]
     assert re.search(r"C-\d+ app@appdb .*closing because: client close request \(age=\d+s\)", log), log[-3000:]
     reason = "transaction blocks not allowed in statement pooling mode"
     assert re.search(r"C-\d+ app@appdb .*closing because: %s \(age=\d+s\)" % reason, log), log[-3000:]
     assert re.search(r"S-\d+ .*closing because: %s \(active, age=\d+s\)" % reason, log), log[-3000:]
+
+
+def test_pgbouncer_words_for_refused_logins_name_the_method(pgcat, pg):
+    """md5: "password authentication failed"; SCRAM: "SASL authentication
+    failed"; trust and a user no one knows: '"trust" authentication
+    failed' (PgBouncer's words)."""
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    g["auth_type"] = "md5"
+    start_on(inst, render_pgbouncer(g, default_pools(pg), inst.workdir))
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed$"):
+        psycopg.connect(inst.dsn("nosuchuser", password="wrong"))
+    inst.stop()
+    g["auth_type"] = "scram-sha-256"
+    start_on(inst, render_pgbouncer(g, default_pools(pg), inst.workdir))
+    for user in ("app", "nosuchuser"):
+        with pytest.raises(psycopg.OperationalError, match="SASL authentication failed$"):
+            psycopg.connect(inst.dsn(user, password="wrong"))
+    inst.stop()
+    g["auth_type"] = "trust"
+    start_on(inst, render_pgbouncer(g, default_pools(pg), inst.workdir))
+    with pytest.raises(psycopg.OperationalError, match='"trust" authentication failed'):
+        psycopg.connect(inst.dsn("nosuchuser", password="wrong"))
+    with inst.connect("app") as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+    assert re.search(r'nosuchuser@appdb .*closing because: "trust" authentication failed \(age=\d+s\)', inst.log())
 
 
 def test_new_connection_to_server_is_logged(pgcat, pg):
