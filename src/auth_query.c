@@ -476,14 +476,21 @@ static void lookup_done(struct aq_conn *k)
 			    "parse; the login is refused", e->user, e->pool);
 		break;
 	case AUTH_QUERY_SECRET_NONE:
-		break;   /* no row, or no password: not found */
+		/* A row without a password (NULL: none set, or expired by
+		 * PgBouncer's default query): the user exists and logs in only
+		 * where no password is asked (trust), as in PgBouncer. No row:
+		 * not found. */
+		if (k->row_seen)
+			secret = "";
+		break;
 	}
-	log_debug("auth_query: user \"%s\" (pool %s): %s", e->user, e->pool, secret ? "found" : "not found");
+	log_debug("auth_query: user \"%s\" (pool %s): %s", e->user, e->pool,
+		  !secret ? "not found" : secret[0] ? "found" : "found, without a password");
 	/* The answer is copied into the entry before the logins resume. */
 	char *keep = k->row_secret;
 	k->row_secret = NULL;
 	reset_answer(k);
-	entry_answered(aq, e, secret ? keep : NULL);
+	entry_answered(aq, e, secret);
 	if (keep) {
 		OPENSSL_cleanse(keep, strlen(keep));
 		free(keep);

@@ -267,6 +267,32 @@ def test_ttl_zero_looks_up_every_login(pgcat, aq_pg):
     assert lookups(aq_pg, user) == 3
 
 
+def test_a_role_without_a_password_logs_in_under_trust_only(pgcat, aq_pg):
+    """auth_query finds the role but no password (none set, or expired):
+    the user exists, and logs in only where no password is asked (trust),
+    as in PgBouncer; where one is asked it is refused as an unknown user."""
+    name = "aq_nopw_" + os.urandom(3).hex()
+    with aq_pg.connect("postgres") as c:
+        c.execute("CREATE ROLE %s LOGIN" % name)
+    # PostgreSQL lets the role in from 127.0.0.1 without a password.
+    hba = aq_pg.datadir / "pg_hba.conf"
+    original = hba.read_text()
+    hba.write_text("host all %s 127.0.0.1/32 trust\n" % name + original)
+    aq_pg.sql("SELECT pg_reload_conf()", dbname="postgres")
+    try:
+        p = start(pgcat, aq_pg, auth_type="trust")
+        with p.connect(user=name, password="anything") as c:
+            assert c.execute("SELECT current_user").fetchone()[0] == name
+        with pytest.raises(psycopg.OperationalError):
+            p.connect(user="aq_nobody_" + os.urandom(3).hex()).close()
+        p2 = start(pgcat, aq_pg)   # scram-sha-256: a password is asked
+        err = login_error(p2, name, "")
+        assert err["C"] == "28P01" and err["M"] == 'password authentication failed for user "%s"' % name, err
+    finally:
+        hba.write_text(original)
+        aq_pg.sql("SELECT pg_reload_conf()", dbname="postgres")
+
+
 def test_config_users_are_not_looked_up(pgcat, aq_pg):
     p = start(pgcat, aq_pg)
     # auth_user itself is in the users section: no lookup for it.
