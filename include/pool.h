@@ -29,6 +29,8 @@ void pool_reapply_general(struct worker *w);
 int pool_pause(struct worker *w, const char *db);
 int pool_resume(struct worker *w, const char *db);
 int pool_set_disabled(struct worker *w, const char *db, bool disabled);
+/* DISABLE holds for database db (its pools' flag). */
+bool pool_db_disabled(struct worker *w, const char *db);
 /* KILL: pause, close the waiting clients and every server (the worker
  * closes the other clients first, worker_kill). */
 int pool_kill(struct worker *w, const char *db);

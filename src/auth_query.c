@@ -269,6 +269,7 @@ struct auth_query {
 	bool timer_armed;
 	uint64_t gen;                 /* bumped by a reload: answers asked before are not kept */
 	void (*resume)(struct client *c);
+	char why[160];                /* a refusal's words that name something */
 };
 
 static void arm_timer(struct auth_query *aq);
@@ -455,7 +456,7 @@ static void lookup_done(struct aq_conn *k)
 		log_warning("auth_query for user \"%s\" (pool %s) failed on %s:%d: %s", e->user, e->pool, k->host, k->port,
 			    k->error);
 		reset_answer(k);
-		entry_fail(aq, e, "auth_query failed on the server");
+		entry_fail(aq, e, aq->w->cfg->pgbouncer ? "bouncer config error" : "auth_query failed on the server");
 		return;
 	}
 	if (k->bad_row) {
@@ -667,6 +668,22 @@ static struct aq_conn *conn_open(struct auth_query *aq, const struct config_pool
 	/* auth_dbname: the lookup runs on that pool's server and database. */
 	const char *adb = config_pool_auth_dbname(w->cfg, cp);
 	const struct config_pool *ap = adb[0] ? config_find_pool(w->cfg, adb) : cp;
+	bool reserved = strcmp(adb, "pgbouncer") == 0 || strcmp(adb, "pgcat") == 0;   /* the console's */
+	if (adb[0] && (!ap || reserved)) {
+		/* PgBouncer's log lines, and on a pgbouncer.ini its words to the
+		 * client, for a configuration that cannot work. */
+		if (reserved)
+			log_warning("cannot use the reserved \"%s\" database as an auth_dbname", adb);
+		else
+			log_warning("authentication database \"%s\" is not configured", adb);
+		*error = w->cfg->pgbouncer ? "bouncer config error" : "auth_dbname names no pool";
+		return NULL;
+	}
+	if (adb[0] && pool_db_disabled(w, adb)) {
+		snprintf(aq->why, sizeof aq->why, "authentication database \"%.64s\" is disabled", adb);
+		*error = aq->why;
+		return NULL;
+	}
 	const struct config_server *cs = ap ? pick_server(ap, &sh) : NULL;
 	const char *user, *password;
 	if (!cs) {

@@ -191,7 +191,7 @@ static void check_pool(struct parser *p, struct config_pool *pool, struct pool_m
 	if (pool->server_password != NULL && pool->server_username == NULL)
 		problem(p, CONFIG_PROBLEM_ERROR, meta->key_line[POOL_KEY_SERVER_PASSWORD], section, "server_password",
 			"goes with server_username, which is not set");
-	if (pool->auth_dbname != NULL && config_find_pool(p->cfg, pool->auth_dbname) == NULL)
+	if (pgcat_ini && pool->auth_dbname != NULL && config_find_pool(p->cfg, pool->auth_dbname) == NULL)
 		problem(p, CONFIG_PROBLEM_ERROR, meta->key_line[POOL_KEY_AUTH_DBNAME], section, "auth_dbname",
 			"names no pool: \"%.*s\"", CONFIG_QUOTE_MAX, pool->auth_dbname);
 	for (size_t i = 0; i < pool->n_users; i++) {

@@ -830,12 +830,13 @@ static void finish(struct pgb *g)
 	for (size_t i = 0; i < cfg->n_pools && !p->oom; i++) {
 		struct config_pool *pool = &cfg->pools[i];
 		p->file = p->pools[i].file;
-		if (pool->auth_dbname != NULL && config_find_pool(cfg, pool->auth_dbname) == NULL) {
-			problem(p, CONFIG_PROBLEM_ERROR, p->pools[i].line, "databases", pool->name,
-				"auth_dbname \"%.*s\" is no database of [databases]", CONFIG_QUOTE_MAX, pool->auth_dbname);
-			free(pool->auth_dbname);
-			pool->auth_dbname = NULL;
-		}
+		/* As PgBouncer: the file is taken, and the logins to this
+		 * database that need auth_query are refused (auth_query.c says
+		 * why, in PgBouncer's words). */
+		if (pool->auth_dbname != NULL && config_find_pool(cfg, pool->auth_dbname) == NULL)
+			problem(p, CONFIG_PROBLEM_WARNING, p->pools[i].line, "databases", pool->name,
+				"auth_dbname \"%.*s\" is no database of [databases]: logins that need auth_query "
+				"will be refused", CONFIG_QUOTE_MAX, pool->auth_dbname);
 		if (!g->socket_host[i])
 			continue;
 		const char *dir = cfg->general.unix_socket_dir;
@@ -860,8 +861,12 @@ static void finish(struct pgb *g)
 	    find_spec(general_specs, N_GENERAL_KEYS, "auth_dbname", &idx)) {
 		if (p->general_file[idx])
 			p->file = p->general_file[idx];
-		problem(p, CONFIG_PROBLEM_ERROR, p->general_line[idx], "pgbouncer", "auth_dbname",
-			"\"%.*s\" is no database of [databases]", CONFIG_QUOTE_MAX, adb);
+		if (strcmp(adb, "pgbouncer") == 0)   /* PgBouncer's words */
+			problem(p, CONFIG_PROBLEM_ERROR, p->general_line[idx], "pgbouncer", "auth_dbname",
+				"cannot use the reserved \"pgbouncer\" database as an auth_dbname");
+		else
+			problem(p, CONFIG_PROBLEM_ERROR, p->general_line[idx], "pgbouncer", "auth_dbname",
+				"\"%.*s\" is no database of [databases]", CONFIG_QUOTE_MAX, adb);
 		p->file = was;
 	}
 	if (!g->saw_main)

@@ -931,6 +931,17 @@ int pool_resume(struct worker *w, const char *db)
 	return n;
 }
 
+bool pool_db_disabled(struct worker *w, const char *db)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		const struct pool *p = LIST_OWNER(pos, struct pool, node);
+		if (pool_matches_db(p, db) && p->disabled)
+			return true;
+	}
+	return false;
+}
+
 int pool_set_disabled(struct worker *w, const char *db, bool disabled)
 {
 	int n = 0;

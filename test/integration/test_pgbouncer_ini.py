@@ -283,6 +283,34 @@ def test_production_pgbouncer_ini(pgcat, pg, pg_ssl, certs, roles):
         assert c.execute("SELECT 1").fetchone()[0] == 1
 
 
+def test_auth_dbname_that_cannot_serve_refuses_in_pgbouncer_words(pgcat, pg, pg_ssl, certs, roles):
+    """A database whose auth_dbname names no database is taken (as
+    PgBouncer takes it, with a warning); its logins that need auth_query
+    get "bouncer config error". One whose authentication database is
+    DISABLEd: 'authentication database "X" is disabled'."""
+    inst = pgcat(start=False)
+    write_files(inst, roles)
+    extra = ("noauth = host=127.0.0.1 port=%d dbname=appdb auth_dbname=nowhere\n"
+             "viaapp = host=127.0.0.1 port=%d dbname=appdb auth_dbname=appdb\n" % (pg.port, pg.port))
+    start_on(inst, production_ini(inst, pg, pg_ssl, certs, extra_db=extra))
+    with pytest.raises(psycopg.OperationalError, match="bouncer config error"):
+        psycopg.connect(inst.dsn("pgb_aq", dbname="noauth", password=AQ_PW, sslmode="disable"))
+    assert 'authentication database "nowhere" is not configured' in (inst.workdir / "pgbouncer.log").read_text()
+    adm = console(inst, "pgb_admin", ADMIN_PW)
+    rows, err, _ = adm.simple("DISABLE appdb")
+    assert err is None, err
+    with pytest.raises(psycopg.OperationalError, match='authentication database "appdb" is disabled'):
+        psycopg.connect(inst.dsn("pgb_aq", dbname="viaapp", password=AQ_PW, sslmode="disable"))
+    rows, err, _ = adm.simple("ENABLE appdb")
+    assert err is None, err
+    adm.close()
+    with psycopg.connect(inst.dsn("pgb_aq", dbname="viaapp", password=AQ_PW, sslmode="disable")) as c:
+        assert c.execute("SELECT current_user").fetchone()[0] == "pgb_aq"
+    # Users of auth_file need no lookup: they log in to noauth as anywhere.
+    with inst.connect("md5user", dbname="noauth") as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+
+
 def test_conftest_pgbouncer_ini_runs_pgcat_unchanged(pgcat, pg):
     """The file conftest.py writes to run this suite against PgBouncer
     (PGCAT_TEST_TARGET=pgbouncer) starts pgcat as it is."""

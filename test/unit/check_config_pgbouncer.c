@@ -378,7 +378,6 @@ START_TEST(test_connstrings)
 		{ "db = host='x'y", "[databases] db: a blank must follow the closing quote of host" },
 		{ "db = =x", "[databases] db: expected key=value" },
 		{ "pgbouncer = host=x", "[databases] pgbouncer: the name is reserved for the admin console" },
-		{ "db = host=x auth_dbname=nowhere", "[databases] db: auth_dbname \"nowhere\" is no database" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char text[512], start[256];
@@ -388,6 +387,13 @@ START_TEST(test_connstrings)
 	}
 	expect_problem("[pgbouncer]\n[databases]\ndb = host=x password=p\n", true, CONFIG_PROBLEM_WARNING, 3,
 		       "pgb.ini:3: [databases] db: password= without user= is not used");
+	/* As PgBouncer: taken; its logins that need auth_query are refused. */
+	expect_problem("[pgbouncer]\n[databases]\ndb = host=x auth_dbname=nowhere\n", true, CONFIG_PROBLEM_WARNING, 3,
+		       "pgb.ini:3: [databases] db: auth_dbname \"nowhere\" is no database of [databases]: logins that "
+		       "need auth_query will be refused");
+	expect_problem("[pgbouncer]\nauth_dbname = pgbouncer\n" DB, false, CONFIG_PROBLEM_ERROR, 2,
+		       "pgb.ini:2: [pgbouncer] auth_dbname: cannot use the reserved \"pgbouncer\" database as an "
+		       "auth_dbname");
 	expect_problem("[pgbouncer]\n[databases]\ndb = host=a,b,a\n", true, CONFIG_PROBLEM_WARNING, 3,
 		       "pgb.ini:3: [databases] db: host \"a\" is listed twice: pgcat takes it once");
 	/* load_balance_hosts=disable: the first host that is not banned. */
