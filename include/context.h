@@ -82,6 +82,9 @@ struct worker {
 	bool serving;                     /* worker_listen opened the listeners and /metrics */
 	bool shutting_down;
 	bool waiting_for_clients;         /* SHUTDOWN WAIT_FOR_CLIENTS: not accepting, exit after the last client */
+	/* SHUTDOWN WAIT_FOR_SERVERS: not accepting, a client that wants a
+	 * server is closed, exit once no client holds one. */
+	bool waiting_for_servers;
 	int exit_code;
 
 	uint64_t next_id;
@@ -147,6 +150,7 @@ struct worker_commands {
 	int (*kill)(struct worker *w, const char *db);
 	bool (*reload)(struct worker *w, char *err, size_t errlen);
 	void (*wait_for_clients)(struct worker *w);   /* SHUTDOWN WAIT_FOR_CLIENTS */
+	void (*wait_for_servers)(struct worker *w);   /* SHUTDOWN WAIT_FOR_SERVERS */
 };
 
 /* The cached clock, refreshed at the start of every callback. */

@@ -36,6 +36,12 @@ void worker_begin_shutdown(struct worker *w);
 /* SHUTDOWN WAIT_FOR_CLIENTS: stop accepting; the process exits once its
  * last client has gone, with no shutdown_timeout. */
 void worker_wait_for_clients(struct worker *w);
+/* SHUTDOWN WAIT_FOR_SERVERS (PgBouncer's): as WAIT_FOR_CLIENTS, and every
+ * client that wants a server (waiting for one, or between transactions)
+ * is closed with "server shutting down"; those holding one finish their
+ * transaction (in session mode, their session). The worker exits once no
+ * client holds a server. */
+void worker_wait_for_servers(struct worker *w);
 /* This worker's figures to the shared segment: its clients counted per
  * pool, then pool_publish. */
 void worker_publish_pools(struct worker *w);

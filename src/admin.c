@@ -349,6 +349,10 @@ static bool run_command(struct client *c, const char *sql)
 			admin_error(c, "F0000", "reload failed, old configuration kept: %s", err);
 		return true;
 	}
+	if (is(&ws, 0, "resume") && (w->shutting_down || w->waiting_for_clients || w->waiting_for_servers)) {
+		admin_error(c, "08P01", "pooler is shutting down");   /* PgBouncer's words */
+		return true;
+	}
 	if ((is(&ws, 0, "pause") || is(&ws, 0, "resume") || is(&ws, 0, "reconnect")) && ws.n <= 2) {
 		int n;
 		enum shm_admin_command cmd;
@@ -395,16 +399,21 @@ static bool run_command(struct client *c, const char *sql)
 		log_info("admin: WAIT_CLOSE %s", db ? db : "(all)");
 		return wait_close(c, db);
 	}
-	if (is(&ws, 0, "shutdown") && ws.n == 2 && is(&ws, 1, "wait_for_clients")) {
-		log_info("admin: SHUTDOWN WAIT_FOR_CLIENTS");
+	if (is(&ws, 0, "shutdown") && ws.n == 2 && (is(&ws, 1, "wait_for_clients") || is(&ws, 1, "wait_for_servers"))) {
+		bool servers = is(&ws, 1, "wait_for_servers");
+		log_info("admin: SHUTDOWN %s", servers ? "WAIT_FOR_SERVERS" : "WAIT_FOR_CLIENTS");
 		/* The supervisor stops too (and does not restart a worker that
 		 * exits); the other workers hear it through the admin ring. */
 		union sigval v = { .sival_int = SHM_SIGVAL_WAIT_FOR_CLIENTS };
 		if (sigqueue(getppid(), SIGTERM, v) != 0)
-			log_warning("SHUTDOWN WAIT_FOR_CLIENTS: cannot tell the supervisor");
-		w->cmds->wait_for_clients(w);
+			log_warning("SHUTDOWN: cannot tell the supervisor");
+		if (servers)
+			w->cmds->wait_for_servers(w);
+		else
+			w->cmds->wait_for_clients(w);
 		/* The reply once every worker has stopped accepting. */
-		return broadcast(c, SHM_ADMIN_WAIT_FOR_CLIENTS, NULL, NULL, "SHUTDOWN", false);
+		return broadcast(c, servers ? SHM_ADMIN_WAIT_FOR_SERVERS : SHM_ADMIN_WAIT_FOR_CLIENTS, NULL, NULL,
+				 "SHUTDOWN", false);
 	}
 	if (is(&ws, 0, "shutdown") && ws.n == 1) {
 		log_info("admin: SHUTDOWN");

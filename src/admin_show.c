@@ -1074,7 +1074,8 @@ static void show_help(struct client *c)
 		"\tWAIT_CLOSE [<db>]\n"
 		"\tBAN host:port [seconds] / UNBAN host:port\n"
 		"\tSHUTDOWN\n"
-		"\tSHUTDOWN WAIT_FOR_CLIENTS";
+		"\tSHUTDOWN WAIT_FOR_CLIENTS\n"
+		"\tSHUTDOWN WAIT_FOR_SERVERS";
 	uint8_t storage[1024];
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);

@@ -288,6 +288,11 @@ static void start_login(struct client *c)
 	/* Its session: the admin console's, which the worker hands in. */
 	if (c->is_admin)
 		c->session = w->admin_session;
+	/* SHUTDOWN WAIT_FOR_*: the Unix socket still takes the console only. */
+	if (!c->is_admin && (w->waiting_for_clients || w->waiting_for_servers)) {
+		client_close(c, SQLSTATE_ADMIN_SHUTDOWN, "pooler is shutting down");   /* PgBouncer's words */
+		return;
+	}
 	/* An operator can always get in: admin logins have 5 slots of their own. */
 	/* max_client_conn holds for the instance: every worker's clients count. */
 	if (shm_clients_total(w->shm) > g->max_client_conn + (c->is_admin ? ADMIN_EXTRA_CONNECTIONS : 0)) {

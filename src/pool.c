@@ -655,6 +655,12 @@ bool pool_checkout(struct srvpool *sp, struct pool_waiter *pw)
 {
 	struct worker *w = sp->pool->w;
 	assert(!list_linked(&pw->node));
+	if (w->waiting_for_servers) {
+		/* SHUTDOWN WAIT_FOR_SERVERS: no server for a new transaction
+		 * (PgBouncer's words). */
+		pw->ev->closed(pw, SQLSTATE_ADMIN_SHUTDOWN, "server shutting down");
+		return false;
+	}
 	if (sp->pool->paused) {
 		/* PAUSE: the client waits, in order, until RESUME. */
 		queue(sp, pw);
@@ -715,7 +721,8 @@ static void pool_server_clean(struct server *s)
 		server_reset_untracked(s);
 		return;
 	}
-	if (!list_empty(&sp->waiters) && !sp->pool->paused) {
+	/* (SHUTDOWN WAIT_FOR_SERVERS: the janitor closes the waiters.) */
+	if (!list_empty(&sp->waiters) && !sp->pool->paused && !w->waiting_for_servers) {
 		grant(s, srvpool_take_waiter(sp));
 		return;
 	}

@@ -325,7 +325,7 @@ int supervisor_run(struct config *cfg, const char *config_path)
 			break;
 		case SIGTERM:
 		case SIGINT:
-			/* SHUTDOWN WAIT_FOR_CLIENTS, from a worker: no new clients,
+			/* SHUTDOWN WAIT_FOR_CLIENTS or _SERVERS, from a worker: no new clients,
 			 * and the workers (told through the admin ring) exit once
 			 * their last client has gone. Not forwarded: SIGTERM would
 			 * start the drain with shutdown_timeout. */
@@ -335,8 +335,9 @@ int supervisor_run(struct config *cfg, const char *config_path)
 					log_info("supervisor: SHUTDOWN WAIT_FOR_CLIENTS, exiting after the last client");
 					sd_notify_send("STOPPING=1");
 				}
+				/* The Unix socket stays, for the console (login.c
+				 * refuses the other logins), until the end. */
 				sv.shutting_down = true;
-				remove_unix_socket(&sv);
 				break;
 			}
 			if (!sv.shutting_down) {

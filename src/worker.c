@@ -411,11 +411,23 @@ static bool open_listeners(struct worker *w, int unix_fd)
 	return true;
 }
 
-static void close_listeners(struct worker *w)
+/* keep_unix: the Unix socket's listener stays (SHUTDOWN WAIT_FOR_*, as
+ * PgBouncer: the console is still reached there; login.c refuses every
+ * other login). */
+static void close_listeners(struct worker *w, bool keep_unix)
 {
-	for (size_t i = 0; i < w->n_listeners; i++)
+	size_t kept = 0;
+	for (size_t i = 0; i < w->n_listeners; i++) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof ss;
+		if (keep_unix && getsockname(evconnlistener_get_fd(w->listeners[i]), (struct sockaddr *)&ss, &len) == 0 &&
+		    ss.ss_family == AF_UNIX) {
+			w->listeners[kept++] = w->listeners[i];
+			continue;
+		}
 		evconnlistener_free(w->listeners[i]);
-	w->n_listeners = 0;
+	}
+	w->n_listeners = kept;
 }
 
 static void poll_cancel_flag(struct worker *w, struct client *c)
@@ -535,6 +547,7 @@ static void apply_admin_commands(struct worker *w)
 		case SHM_ADMIN_DUMP: admin_dump(w, e.arg, e.seq); break;
 		case SHM_ADMIN_KILL_CLIENT: admin_kill_client_posted(w, e.arg); break;
 		case SHM_ADMIN_WAIT_FOR_CLIENTS: worker_wait_for_clients(w); break;
+		case SHM_ADMIN_WAIT_FOR_SERVERS: worker_wait_for_servers(w); break;
 		case SHM_ADMIN_SET: {
 			char err[256];
 			if (config_general_set(w->cfg, e.arg, e.value, err, sizeof err)) {
@@ -636,6 +649,8 @@ static void trim_heap(struct worker *w)
 #endif
 }
 
+static void wait_for_servers_check(struct worker *w);
+
 static void janitor_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct worker *w = arg;
@@ -659,6 +674,7 @@ static void janitor_cb(evutil_socket_t fd, short what, void *arg)
 	admin_janitor(w);
 	worker_publish(w);
 	trim_heap(w);
+	wait_for_servers_check(w);
 	if (w->waiting_for_clients && !w->shutting_down && w->n_clients == 0) {
 		/* Every client has gone: the servers are closed on the way out. */
 		log_info("SHUTDOWN WAIT_FOR_CLIENTS: the last client has gone, exiting");
@@ -681,7 +697,7 @@ void worker_begin_shutdown(struct worker *w)
 		return;
 	w->shutting_down = true;
 	log_info("shutting down: waiting up to %d ms for clients to finish", w->cfg->general.shutdown_timeout);
-	close_listeners(w);
+	close_listeners(w, false);
 	/* /metrics keeps answering while clients drain (SPEC §8). Clients in
 	 * the middle of logging in (an online restart) may finish and run
 	 * their first transaction; they are closed after it. */
@@ -732,7 +748,51 @@ void worker_wait_for_clients(struct worker *w)
 		return;
 	w->waiting_for_clients = true;
 	log_info("SHUTDOWN WAIT_FOR_CLIENTS: not accepting; exiting once the last of %d clients has gone", w->n_clients);
-	close_listeners(w);
+	close_listeners(w, true);
+}
+
+/* A client that wants a server during SHUTDOWN WAIT_FOR_SERVERS: PgBouncer's words. */
+#define WAIT_FOR_SERVERS_CLOSE "server shutting down"
+
+void worker_wait_for_servers(struct worker *w)
+{
+	if (w->shutting_down || w->waiting_for_servers)
+		return;
+	w->waiting_for_servers = true;
+	w->waiting_for_clients = false;   /* this one ends sooner */
+	log_info("SHUTDOWN WAIT_FOR_SERVERS: not accepting; exiting once no client holds a server");
+	close_listeners(w, true);
+	/* From now on a client that asks for a server is closed instead
+	 * (pool_checkout), and a server given back goes to no waiter
+	 * (pool.c); the janitor closes those already waiting. Clients that
+	 * hold one go on with their transaction (in session mode, their
+	 * session). */
+}
+
+/* SHUTDOWN WAIT_FOR_SERVERS, each janitor tick: the clients waiting for
+ * a server are closed; once no client holds one, the rest (between
+ * transactions, the console's) go too, and the worker exits. */
+static void wait_for_servers_check(struct worker *w)
+{
+	if (!w->waiting_for_servers || w->shutting_down)
+		return;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools)
+		pool_close_waiters(LIST_OWNER(pos, struct pool, node), true, true, SQLSTATE_ADMIN_SHUTDOWN,
+				   WAIT_FOR_SERVERS_CLOSE);
+	if (!list_empty(&w->clients_active))
+		return;
+	/* A console reply that waits for the other workers (the command's
+	 * own, with several) goes out first. */
+	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
+		const struct client *c = LIST_OWNER(pos, struct client, node);
+		if (c->is_admin && c->kind_state)
+			return;
+	}
+	log_info("SHUTDOWN WAIT_FOR_SERVERS: no client holds a server, exiting");
+	w->shutting_down = true;
+	close_all_clients(w, &w->clients_idle, SQLSTATE_ADMIN_SHUTDOWN, WAIT_FOR_SERVERS_CLOSE);
+	close_all_clients(w, &w->clients_login, SQLSTATE_ADMIN_SHUTDOWN, WAIT_FOR_SERVERS_CLOSE);
 }
 
 static void shutdown_timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -776,6 +836,10 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 		(void)pool_pause(w, NULL);
 		break;
 	case SIGUSR2:
+		if (w->shutting_down || w->waiting_for_clients || w->waiting_for_servers) {
+			log_info("got SIGUSR2 while shutting down, ignoring");   /* PgBouncer's words */
+			break;
+		}
 		log_info("SIGUSR2: resuming all pools");
 		(void)pool_resume(w, NULL);
 		break;
@@ -791,6 +855,7 @@ static const struct worker_commands worker_commands = {
 	.kill = worker_kill,
 	.reload = worker_reload,
 	.wait_for_clients = worker_wait_for_clients,
+	.wait_for_servers = worker_wait_for_servers,
 };
 
 struct worker *worker_create(struct config *cfg, const char *config_path, int id, struct shm *shm)
@@ -989,7 +1054,7 @@ void worker_destroy(struct worker *w)
 	sigaddset(&quiet, SIGUSR2);
 	sigprocmask(SIG_BLOCK, &quiet, NULL);
 	worker_update_clock(w);
-	close_listeners(w);
+	close_listeners(w, false);
 	/* Clients first (they detach from servers), then pools and servers. */
 	struct list_node *pos, *tmp;
 	w->shutting_down = true;

@@ -358,15 +358,18 @@ def test_shutdown_wait_for_clients(pgcat, pg, workers):
     r = admin(inst)
     assert command(r, "SHUTDOWN WAIT_FOR_CLIENTS") is None
     r.close()
-    # New logins are refused (nothing listens any more), on every worker,
-    # and the Unix socket is gone.
+    # New logins are refused (nothing listens on TCP any more), on every
+    # worker; the Unix socket stays for the console only (as PgBouncer's).
     for _ in range(6):
         with pytest.raises(psycopg.OperationalError):
             inst.connect()
-    wait_until(lambda: not os.path.exists(sock), 5)
-    with pytest.raises(psycopg.OperationalError):
-        psycopg.connect(host=inst.sockdir, port=inst.port, user="app", password=PASSWORDS["app"],
-                        dbname="appdb", connect_timeout=3)
+    for _ in range(4):
+        with pytest.raises(psycopg.OperationalError, match="pooler is shutting down"):
+            psycopg.connect(host=inst.sockdir, port=inst.port, user="app", password=PASSWORDS["app"],
+                            dbname="appdb", connect_timeout=3)
+    with psycopg.connect(host=inst.sockdir, port=inst.port, user=ADMIN_USER, password=ADMIN_PASSWORD,
+                         dbname="pgcat", autocommit=True, connect_timeout=3) as con:
+        assert con.execute("SHOW VERSION").fetchone()[0].startswith("pgcat")
     time.sleep(1.5)
     assert inst.alive()
     for i, c in enumerate(clients):
@@ -379,7 +382,62 @@ def test_shutdown_wait_for_clients(pgcat, pg, workers):
     wait_until(lambda: not inst.alive(), 15)
     assert inst.proc.returncode == 0
     inst.stopped_by_test = True
+    assert not os.path.exists(sock), "the Unix socket outlived pgcat"
     log = inst.log()
     assert "SHUTDOWN WAIT_FOR_CLIENTS: the last client has gone" in log
     assert "shutdown_timeout reached" not in log
+    wait_until(lambda: pg.backends(user="app", db="appdb") == [], 10)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_shutdown_wait_for_servers(pgcat, pg, workers):
+    """PgBouncer's SHUTDOWN WAIT_FOR_SERVERS: no new logins (the console
+    still over the Unix socket); a transaction under way finishes; a client
+    that wants a server after the command, or was waiting for one, is
+    closed with "server shutting down"; RESUME is refused; pgcat exits
+    once no client holds a server."""
+    inst = pgcat(general={"workers": workers, "default_pool_size": 1, "shutdown_timeout": 500})
+    holder = inst.connect(autocommit=False)
+    holder.execute("SELECT 1")                       # holds the only server
+    idle = inst.connect()                            # between transactions
+    waiting = inst.connect()
+    outcome = []
+
+    def wait_for_a_server():
+        try:
+            waiting.execute("SELECT 2")
+            outcome.append("served")
+        except psycopg.Error as e:
+            outcome.append(str(e))
+    t = threading.Thread(target=wait_for_a_server)
+    t.start()
+    wait_until(lambda: any(p.get("cl_waiting", "0") != "0" for p in show(admin(inst), "POOLS")[1])
+               if workers == 1 else True, 10)
+    time.sleep(0.3)
+    sock = os.path.join(inst.sockdir, ".s.PGSQL.%d" % inst.port)
+    r = admin(inst)
+    assert command(r, "SHUTDOWN WAIT_FOR_SERVERS") is None
+    if workers == 1:
+        # (With two, the console's worker may hold no server and be gone.)
+        rows, err, _ = r.simple("RESUME")
+        assert err is not None and "pooler is shutting down" in err["M"], err
+    r.close()
+    t.join(10)
+    assert len(outcome) == 1 and "server shutting down" in outcome[0], outcome
+    # The transaction under way goes on, and commits.
+    assert holder.execute("SELECT 3").fetchone()[0] == 3
+    with pytest.raises(psycopg.OperationalError):
+        inst.connect()
+    with pytest.raises(psycopg.OperationalError, match="pooler is shutting down"):
+        psycopg.connect(host=inst.sockdir, port=inst.port, user="app", password=PASSWORDS["app"],
+                        dbname="appdb", connect_timeout=3)
+    with pytest.raises(psycopg.OperationalError, match="server shutting down"):
+        idle.execute("SELECT 4")
+    assert inst.alive()
+    holder.commit()
+    wait_until(lambda: not inst.alive(), 15)
+    assert inst.proc.returncode == 0
+    inst.stopped_by_test = True
+    assert not os.path.exists(sock)
+    assert "SHUTDOWN WAIT_FOR_SERVERS: no client holds a server, exiting" in inst.log()
     wait_until(lambda: pg.backends(user="app", db="appdb") == [], 10)
