@@ -277,6 +277,7 @@ int supervisor_run(struct config *cfg, const char *config_path)
 	memset(&sv, 0, sizeof sv);
 	sv.cfg = cfg;
 	sv.config_path = config_path;
+	bool pgbouncer_signals = cfg->format == CONFIG_FORMAT_PGBOUNCER;
 	sv.unix_fd = -1;
 	int n = cfg->general.workers;
 	if (n <= 0) {
@@ -338,6 +339,23 @@ int supervisor_run(struct config *cfg, const char *config_path)
 				/* The Unix socket stays, for the console (login.c
 				 * refuses the other logins), until the end. */
 				sv.shutting_down = true;
+				break;
+			}
+			/* On a pgbouncer.ini, SIGINT is PgBouncer's: SHUTDOWN
+			 * WAIT_FOR_SERVERS (the workers take it so, the Unix
+			 * socket stays for the console), and a second one is a
+			 * fast exit. */
+			if (sig == SIGINT && pgbouncer_signals) {
+				if (sv.shutting_down) {
+					log_info("supervisor: SIGINT while shutting down, fast exit");
+					forward(&sv, SIGQUIT, 0);
+					break;
+				}
+				log_info("supervisor: SIGINT, shutting down, waiting for all servers connections to be "
+					 "released");
+				sd_notify_send("STOPPING=1");
+				sv.shutting_down = true;
+				forward(&sv, SIGINT, 0);
 				break;
 			}
 			if (!sv.shutting_down) {

@@ -814,8 +814,20 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 	struct worker *w = arg;
 	worker_update_clock(w);
 	switch (sig) {
-	case SIGTERM:
 	case SIGINT:
+		if (w->cfg->format == CONFIG_FORMAT_PGBOUNCER) {
+			/* PgBouncer's SIGINT (the supervisor's doing too). */
+			if (w->shutting_down || w->waiting_for_clients || w->waiting_for_servers) {
+				log_info("got SIGINT while shutting down, fast exit");
+				event_base_loopbreak(w->base);
+			} else {
+				log_info("got SIGINT, shutting down, waiting for all servers connections to be released");
+				worker_wait_for_servers(w);
+			}
+			break;
+		}
+		/* fall through */
+	case SIGTERM:
 		log_info("received signal %d: graceful shutdown", (int)sig);
 		worker_begin_shutdown(w);
 		break;

@@ -513,6 +513,29 @@ def test_pgbouncer_words_for_refused_logins_name_the_method(pgcat, pg):
     assert re.search(r'nosuchuser@appdb .*closing because: "trust" authentication failed \(age=\d+s\)', inst.log())
 
 
+def test_sigint_is_pgbouncers_wait_for_servers(pgcat, pg):
+    """SIGINT on a pgbouncer.ini: no new clients, a session goes on until
+    it ends; a second SIGINT exits at once."""
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    g["pool_mode"] = "session"
+    start_on(inst, render_pgbouncer(g, default_pools(pg), inst.workdir))
+    c = inst.connect("app")
+    c.execute("SELECT 1")
+    inst.send_signal(signal.SIGINT)
+    time.sleep(1)
+    assert c.execute("SELECT 2").fetchone()[0] == 2     # its session goes on
+    assert inst.alive()
+    with pytest.raises(psycopg.OperationalError):
+        inst.connect("app")
+    inst.send_signal(signal.SIGINT)
+    wait_until(lambda: not inst.alive(), 10, msg="a second SIGINT did not exit")
+    inst.stopped_by_test = True
+    with pytest.raises(psycopg.OperationalError):
+        c.execute("SELECT 3")
+    assert "SIGINT while shutting down, fast exit" in inst.log()
+
+
 def test_new_connection_to_server_is_logged(pgcat, pg):
     """log_connections: PgBouncer's 'new connection to server (from ADDR)',
     ADDR the local address the server sees as its client's."""
