@@ -11,6 +11,11 @@
  * login (ParameterStatus, BackendKeyData, NoticeResponse,
  * NegotiateProtocolVersion are read and dropped) through its events.
  *
+ * A relay (a replication client's connection, session_replication.c)
+ * sends the client's startup parameters too, and is handed every message
+ * but those of the authentication: the login's ParameterStatus, and once
+ * ready all of them.
+ *
  * It knows nothing of timeouts or logs: the owner reads the state and its
  * age (bconn_state_since) and gives up by bconn_close. The struct is
  * embedded in the owner; nothing is allocated per message (a message is
@@ -48,6 +53,7 @@ struct bconn_profile {
 	const char *refused;
 	size_t max_message;           /* a longer message from the server: down */
 	size_t read_high;             /* io.c's read high-water mark */
+	bool relay;                   /* every message to the owner (above) */
 };
 
 struct bconn {
@@ -73,6 +79,14 @@ struct bconn {
 	uint8_t passthrough_client_key[SCRAM_KEY_LEN];
 	uint8_t passthrough_server_key[SCRAM_KEY_LEN];
 	struct auth_backend auth;
+	/* A relay's: the client's startup parameters (its application_name
+	 * instead of the profile's) and the replication parameter's value,
+	 * sent in the StartupMessage; set before bconn_open, kept by the
+	 * owner while open. NULL: none. */
+	const struct params *startup_params;
+	const char *replication;
+	/* Its output drained (a relay's backpressure); NULL: not told. */
+	void (*on_drain)(void *arg);
 };
 
 /* Once, on zeroed memory: closed, no login. The owner's events, each
@@ -118,6 +132,10 @@ static inline const char *bconn_user(const struct bconn *b)
 {
 	return b->user ? b->user : "";
 }
+
+/* A relay's backpressure: stop reading the server, or read on (and hand
+ * over at once what came in meanwhile). */
+void bconn_pause(struct bconn *b, bool paused);
 
 /* Sending, once ready. false: the message would be too long (nothing sent). */
 bool bconn_query(struct bconn *b, const char *sql) __attribute__((warn_unused_result));

@@ -28,7 +28,15 @@ enum client_state {
 	CLIENT_WAITING,      /* queued for a server */
 	CLIENT_ACTIVE,       /* linked to a server */
 	CLIENT_FANOUT,       /* a cross-shard read runs on every shard (fanout.c) */
+	CLIENT_RELAY,        /* a replication connection: its bytes relayed to a server of its own (session_replication.c) */
 	CLIENT_CLOSED        /* socket gone, memory freed by the reaper */
+};
+
+/* The replication startup parameter, as PostgreSQL reads it. */
+enum client_replication {
+	CLIENT_REPLICATION_NONE,      /* absent, or false */
+	CLIENT_REPLICATION_PHYSICAL,  /* true, yes, on, 1 */
+	CLIENT_REPLICATION_LOGICAL    /* database */
 };
 
 struct client_auth;
@@ -172,6 +180,8 @@ struct client {
 	bool has_cancel_key : 1;
 	bool long_cancel_key : 1;     /* protocol 3.2: a 32-byte key in BackendKeyData */
 	bool is_admin : 1;
+	/* A replication connection (session_replication.c). */
+	enum client_replication replication : 2;
 	bool paused : 1;              /* reading stopped for the server's backpressure */
 	/* The session holds the ReadyForQuery of the last request (LISTEN:
 	 * the notifications due before it, SPEC §11): the next requests wait. */

@@ -103,6 +103,9 @@ struct worker {
 	/* The normal session (session_normal.c), every other connection's:
 	 * above client.c too, installed here. */
 	const struct session_ops *normal_session;
+	/* A replication connection's (session_replication.c): its bytes
+	 * relayed to a server of its own. */
+	const struct session_ops *replication_session;
 	/* The login (login.c), that the pump hands a client in CLIENT_STARTUP
 	 * or CLIENT_AUTH to (session.h): above client.c, installed here. */
 	const struct login_ops *login;

@@ -30,7 +30,7 @@ struct hba_rule {
 	int line;                    /* in the file, for messages */
 	enum hba_conn_type type;
 	struct hba_names db, user;
-	bool db_replication;         /* `replication` was among the databases (matches no login of pgcat's) */
+	bool db_replication;         /* `replication` was among the databases: physical replication logins */
 	bool any_addr;               /* address `all` (and always for local) */
 	int family;                  /* AF_INET or AF_INET6 when !any_addr */
 	uint8_t addr[16], mask[16];  /* addr already masked */
@@ -63,6 +63,10 @@ struct hba_login {
 	const void *addr;
 	const char *database;
 	const char *user;
+	/* A physical replication connection (replication=true): as in
+	 * PostgreSQL, only the `replication` keyword matches its database
+	 * column; any other login never matches that keyword. */
+	bool physical_replication;
 };
 
 /* The first rule that matches, or NULL when none does (refused). */

@@ -75,6 +75,11 @@ bool pool_db_exists(struct worker *w, const char *db);
 
 /* The server this client's next transaction goes to. */
 struct srvpool *pool_pick_target(struct pool *p);
+/* An address for sp now (an IP literal, or a host name from the DNS
+ * cache, which starts a lookup when it has none). false: not yet, or
+ * the name does not resolve; pool_target_resolving tells which. */
+bool pool_target_address(struct srvpool *sp);
+bool pool_target_resolving(struct srvpool *sp);
 
 /* Would pool_checkout(sp, ...) make the client wait for a server that is
  * busy (not one being connected for it)? */

@@ -78,13 +78,15 @@ struct session_ops {
 	 * it (client_end.h hold_ready): the session sends it, then lets the
 	 * client's next requests in (c->reply_held). */
 	void (*ready_held)(struct client *c, bool committed);
-	/* In CLIENT_FANOUT: bytes arrived (a cross-shard COPY's rows), or a
-	 * cancel request for the work under way. */
-	void (*on_fanout_input)(struct client *c);
-	void (*on_fanout_cancel)(struct client *c);
-	/* In CLIENT_FANOUT: its output drained below the low watermark (a
-	 * cross-shard read streams on). NULL: not told. */
-	void (*on_fanout_drain)(struct client *c);
+	/* In the states where the session drives the client itself
+	 * (CLIENT_FANOUT, CLIENT_RELAY): bytes arrived (a cross-shard COPY's
+	 * rows, a replication client's messages), or a cancel request for
+	 * the work under way. */
+	void (*on_own_input)(struct client *c);
+	void (*on_own_cancel)(struct client *c);
+	/* In those states: its output drained below the low watermark (a
+	 * cross-shard read, a replication stream goes on). NULL: not told. */
+	void (*on_own_drain)(struct client *c);
 	/* The client is closing, still in its state: what the session holds
 	 * goes (cross-shard work, prepared statements). Any kind may set it. */
 	void (*closing)(struct client *c);

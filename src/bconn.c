@@ -19,17 +19,19 @@
 #include "context.h"
 #include "dns.h"
 #include "evbuf.h"
+#include "params.h"
 #include "pktbuf.h"
 #include "proto.h"
 #include "tls.h"
 
 static void read_cb(struct io *io, void *arg);
+static void drain_cb(struct io *io, void *arg);
 static void event_cb(struct io *io, enum io_event what, int err, void *arg);
 static void auth_derived(void *arg);
 
 static const struct io_ops bconn_io_ops = {
 	.on_read = read_cb,
-	.on_drain = NULL,
+	.on_drain = drain_cb,
 	.on_event = event_cb,
 	.write_low = 0,
 	.owner_offset = offsetof(struct bconn, io),
@@ -232,7 +234,7 @@ bool bconn_extended(struct bconn *b, const char *sql, size_t n_params, const cha
 
 static void send_startup(struct bconn *b)
 {
-	uint8_t storage[1024];
+	uint8_t storage[PROTO_STARTUP_MAX + 512];
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);
 	pktbuf_begin(&pb, 0);
@@ -241,8 +243,20 @@ static void send_startup(struct bconn *b)
 	pktbuf_put_cstring(&pb, bconn_user(b));
 	pktbuf_put_cstring(&pb, "database");
 	pktbuf_put_cstring(&pb, b->database);
-	pktbuf_put_cstring(&pb, "application_name");
-	pktbuf_put_cstring(&pb, b->profile->application_name);
+	const struct param *own_name = b->startup_params ? params_get(b->startup_params, "application_name") : NULL;
+	if (!own_name) {
+		pktbuf_put_cstring(&pb, "application_name");
+		pktbuf_put_cstring(&pb, b->profile->application_name);
+	}
+	for (size_t i = 0; b->startup_params && i < params_count(b->startup_params); i++) {
+		const struct param *p = params_at(b->startup_params, i);
+		pktbuf_put_cstring(&pb, p->name);
+		pktbuf_put_cstring(&pb, p->value);
+	}
+	if (b->replication) {
+		pktbuf_put_cstring(&pb, "replication");
+		pktbuf_put_cstring(&pb, b->replication);
+	}
 	pktbuf_put_u8(&pb, 0);
 	pktbuf_end(&pb);
 	if (pb.failed) {
@@ -379,9 +393,14 @@ static bool dispatch(struct bconn *b, uint8_t type, const uint8_t *body, size_t 
 			return login_message(b, type, body, len);
 		break;
 	case PqMsg_ParameterStatus:
+		if (b->profile->relay)   /* the login's too: the relay's client hears them */
+			break;
+		return true;
 	case PqMsg_BackendKeyData:
 	case PqMsg_NoticeResponse:
 	case PqMsg_NegotiateProtocolVersion:
+		if (b->profile->relay && b->state == BCONN_READY)
+			break;
 		return true;
 	default:
 		break;
@@ -410,8 +429,12 @@ static void process(struct bconn *b)
 			fail(b, "the server sent an invalid or too long message");
 			return;
 		}
-		if (evbuffer_get_length(in) < (size_t)f.len + 1)
+		if (evbuffer_get_length(in) < (size_t)f.len + 1) {
+			/* A message longer than the read mark: room for it whole. */
+			if ((size_t)f.len + 1 > b->io.read_high)
+				io_set_read_high(&b->io, (size_t)f.len + 1);
 			break;
+		}
 		const uint8_t *msg = evbuffer_pullup(in, (ssize_t)f.len + 1);
 		if (!msg) {
 			fail(b, "out of memory");
@@ -423,6 +446,23 @@ static void process(struct bconn *b)
 	}
 	if (b->state != BCONN_CLOSED && !b->io.closed)
 		io_update_reading(&b->io);
+}
+
+void bconn_pause(struct bconn *b, bool paused)
+{
+	if (b->state != BCONN_READY || b->io.closed)
+		return;
+	io_pause(&b->io, paused);
+	if (!paused)
+		process(b);   /* (what the engine read before the pause took hold) */
+}
+
+static void drain_cb(struct io *io, void *arg)
+{
+	(void)io;
+	struct bconn *b = arg;
+	if (b->on_drain && b->state == BCONN_READY)
+		b->on_drain(b->arg);
 }
 
 /* The SCRAM key the server's challenge needed is derived (kdf.c): answer,

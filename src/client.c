@@ -55,7 +55,7 @@
 
 static const char *const state_names[] = {
 	[CLIENT_STARTUP] = "startup", [CLIENT_AUTH] = "auth", [CLIENT_LOGIN_WAIT] = "login_wait",
-	[CLIENT_IDLE] = "idle", [CLIENT_WAITING] = "waiting", [CLIENT_ACTIVE] = "active", [CLIENT_FANOUT] = "fanout",
+	[CLIENT_IDLE] = "idle", [CLIENT_WAITING] = "waiting", [CLIENT_ACTIVE] = "active", [CLIENT_FANOUT] = "fanout", [CLIENT_RELAY] = "relay",
 	[CLIENT_CLOSED] = "closed",
 };
 
@@ -91,6 +91,7 @@ void client_set_state(struct client *c, enum client_state st)
 		break;
 	case CLIENT_ACTIVE:
 	case CLIENT_FANOUT:
+	case CLIENT_RELAY:
 		list_add_tail(&w->clients_active, &c->node);
 		break;
 	case CLIENT_WAITING:      /* on the srvpool's waiters (c->wait) */
@@ -332,6 +333,7 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 		pool_cancel_wait(&c->wait);
 		break;
 	case CLIENT_FANOUT:   /* (ended by the session's closing) */
+	case CLIENT_RELAY:
 		break;
 	case CLIENT_ACTIVE:
 		if (c->end.server) {
@@ -1155,7 +1157,8 @@ static void process_once(struct client *c)
 			process_active(c);
 		break;
 	case CLIENT_FANOUT:
-		c->session->on_fanout_input(c);   /* a COPY's rows; else its input waits */
+	case CLIENT_RELAY:
+		c->session->on_own_input(c);   /* a COPY's rows, a replication client's messages */
 		break;
 	case CLIENT_LOGIN_WAIT:
 	case CLIENT_WAITING:
@@ -1422,8 +1425,8 @@ static const struct pool_waiter_events client_wait_events = {
 
 void client_cancel_query(struct client *c)
 {
-	if (c->state == CLIENT_FANOUT) {
-		c->session->on_fanout_cancel(c);
+	if (c->state == CLIENT_FANOUT || c->state == CLIENT_RELAY) {
+		c->session->on_own_cancel(c);
 		return;
 	}
 	if (c->state == CLIENT_WAITING) {
@@ -1461,8 +1464,8 @@ static void client_drain_cb(struct io *io, void *arg)
 	 * cross-shard read's merged rows). */
 	if (c->end.server)
 		link_resume(c->end.server);
-	else if (c->state == CLIENT_FANOUT && c->session->on_fanout_drain)
-		c->session->on_fanout_drain(c);
+	else if ((c->state == CLIENT_FANOUT || c->state == CLIENT_RELAY) && c->session->on_own_drain)
+		c->session->on_own_drain(c);
 }
 
 static void client_event_cb(struct io *io, enum io_event what, int err, void *arg)

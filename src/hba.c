@@ -488,7 +488,9 @@ const struct hba_rule *hba_match(const struct hba *h, const struct hba_login *l)
 			continue;
 		if (!r->any_addr && !addr_match(r, l->family, l->addr))
 			continue;
-		if (!names_match(&r->db, l->database, l->user) || !names_match(&r->user, l->user, NULL))
+		if (l->physical_replication ? !r->db_replication : !names_match(&r->db, l->database, l->user))
+			continue;
+		if (!names_match(&r->user, l->user, NULL))
 			continue;
 		return r;
 	}

@@ -47,6 +47,32 @@
 
 static void login_done(struct client *c);
 
+/* The replication parameter as PostgreSQL reads it: "database" (logical),
+ * else a boolean (its words, or a prefix that tells one from the others,
+ * in any case). false: neither. */
+static bool replication_kind(const char *v, enum client_replication *kind)
+{
+	if (strcmp(v, "database") == 0) {
+		*kind = CLIENT_REPLICATION_LOGICAL;
+		return true;
+	}
+	static const struct {
+		const char *word;
+		size_t min;   /* the shortest prefix PostgreSQL takes */
+		bool value;
+	} words[] = { { "true", 1, true }, { "false", 1, false }, { "yes", 1, true },
+		      { "no", 1, false },  { "on", 2, true },     { "off", 2, false },
+		      { "1", 1, true },    { "0", 1, false } };
+	size_t n = strlen(v);
+	for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+		if (n >= words[i].min && n <= strlen(words[i].word) && strncasecmp(v, words[i].word, n) == 0) {
+			*kind = words[i].value ? CLIENT_REPLICATION_PHYSICAL : CLIENT_REPLICATION_NONE;
+			return true;
+		}
+	}
+	return false;
+}
+
 /* The client's startup settings, taken as PostgreSQL takes them: the
  * "options" first, then the other parameters (which win over them), each
  * refused with PostgreSQL's error where pgcat can tell without a server
@@ -54,6 +80,7 @@ static void login_done(struct client *c);
 static bool startup_params(struct client *c, const struct proto_startup *st)
 {
 	struct params_refusal why;
+	enum client_replication kind;
 	for (size_t i = 0; i < st->n_params; i++) {
 		if (strcmp(st->params[i].name, "options") != 0)
 			continue;
@@ -67,8 +94,12 @@ static bool startup_params(struct client *c, const struct proto_startup *st)
 		if (strcmp(name, "user") == 0 || strcmp(name, "database") == 0 || strcmp(name, "options") == 0) {
 			/* user and database: taken by set_names after the loop */
 		} else if (strcmp(name, "replication") == 0) {
-			client_close(c, SQLSTATE_FEATURE_NOT_SUPPORTED, "replication connections are not supported by pgcat");
-			return false;
+			if (!replication_kind(value, &kind)) {
+				client_close(c, SQLSTATE_INVALID_PARAMETER_VALUE, "invalid value for parameter \"replication\": \"%s\"",
+					     value);
+				return false;
+			}
+			c->replication = kind;
 		} else if (proto_is_protocol_option(name)) {
 			/* protocol options: pgcat knows none; each was named back in
 			 * NegotiateProtocolVersion, and none goes to a server */
@@ -227,7 +258,8 @@ static bool hba_decide(struct client *c, enum client_auth_rule *rule)
 		return true;
 	bool tls = c->io.ssl != NULL;
 	struct hba_login l = { .is_unix = c->is_unix, .tls = tls, .family = c->peer_family, .addr = &c->peer,
-			       .database = client_database(c), .user = client_user(c) };
+			       .database = client_database(c), .user = client_user(c),
+			       .physical_replication = c->replication == CLIENT_REPLICATION_PHYSICAL };
 	const struct hba_rule *r = hba_match(h, &l);
 	char a[CLIENT_ADDR_STRLEN];
 	const char *host = c->is_unix ? "[local]" : client_addr_str(c, a);
@@ -288,6 +320,12 @@ static void start_login(struct client *c)
 	/* Its session: the admin console's, which the worker hands in. */
 	if (c->is_admin)
 		c->session = w->admin_session;
+	else if (c->replication != CLIENT_REPLICATION_NONE)
+		c->session = w->replication_session;
+	if (c->is_admin && c->replication != CLIENT_REPLICATION_NONE) {
+		client_close(c, SQLSTATE_FEATURE_NOT_SUPPORTED, "the admin console takes no replication connections");
+		return;
+	}
 	/* SHUTDOWN WAIT_FOR_*: the Unix socket still takes the console only. */
 	if (!c->is_admin && (w->waiting_for_clients || w->waiting_for_servers)) {
 		client_close(c, SQLSTATE_ADMIN_SHUTDOWN, "pooler is shutting down");   /* PgBouncer's words */

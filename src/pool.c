@@ -453,6 +453,18 @@ bool pool_first_of_name(struct worker *w, bool skip_removed, const struct pool *
 	return true;
 }
 
+bool pool_target_address(struct srvpool *sp)
+{
+	if (!sp->resolved)
+		sp->resolved = resolve(sp);
+	return sp->resolved;
+}
+
+bool pool_target_resolving(struct srvpool *sp)
+{
+	return resolving(sp);
+}
+
 bool pool_db_exists(struct worker *w, const char *db)
 {
 	return config_find_pool(w->cfg, db) != NULL;

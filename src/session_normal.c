@@ -662,9 +662,9 @@ const struct session_ops normal_session = {
 	.active_query = notify_session_active_query,
 	.active_extended = notify_session_active_extended,
 	.ready_held = notify_session_ready_held,
-	.on_fanout_input = fanout_client_input,
-	.on_fanout_cancel = fanout_cancel,
-	.on_fanout_drain = fanout_client_drain,
+	.on_own_input = fanout_client_input,
+	.on_own_cancel = fanout_cancel,
+	.on_own_drain = fanout_client_drain,
 	.closing = normal_closing,
 	.fanout = &normal_fanout_events,
 };

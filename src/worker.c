@@ -43,6 +43,7 @@
 #include "pool.h"
 #include "server.h"
 #include "session_normal.h"
+#include "session_replication.h"
 #include "admin.h"
 #include "admin_ops.h"
 #include "admin_show.h"
@@ -938,6 +939,7 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	admin_credentials(w);
 	w->admin_session = &admin_session;
 	w->normal_session = &normal_session;
+	w->replication_session = &replication_session;
 	w->login = &client_login;
 	w->cmds = &worker_commands;
 	w->stats_timer = evtimer_new(w->base, stats_timer_cb, w);

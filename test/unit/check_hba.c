@@ -56,7 +56,8 @@ static void parse_bad(const char *text, int line, const char *want)
 }
 
 /* The line (1-based rule number) a login matches; 0 = none. */
-static int match(const struct hba *h, bool is_unix, bool tls, const char *addr, const char *db, const char *user)
+static int match_login(const struct hba *h, bool is_unix, bool tls, const char *addr, const char *db, const char *user,
+		       bool physical_replication)
 {
 	uint8_t a[16] = { 0 };
 	int family = 0;
@@ -64,9 +65,14 @@ static int match(const struct hba *h, bool is_unix, bool tls, const char *addr, 
 		family = strchr(addr, ':') ? AF_INET6 : AF_INET;
 		ck_assert_int_eq(inet_pton(family, addr, a), 1);
 	}
-	struct hba_login l = { is_unix, tls, family, a, db, user };
+	struct hba_login l = { is_unix, tls, family, a, db, user, physical_replication };
 	const struct hba_rule *r = hba_match(h, &l);
 	return r ? r->line : 0;
+}
+
+static int match(const struct hba *h, bool is_unix, bool tls, const char *addr, const char *db, const char *user)
+{
+	return match_login(h, is_unix, tls, addr, db, user, false);
 }
 
 START_TEST(test_each_line_type)
@@ -177,9 +183,13 @@ START_TEST(test_names_keywords_lists_quotes)
 	ck_assert_int_eq(h.rules[1].user.all, false);
 	/* doubled quote */
 	ck_assert_int_eq(match(&h, false, false, "1.1.1.1", "we\"ird", "zed"), 6);
-	/* replication matches no login of pgcat's (it refuses replication) */
+	/* replication matches physical replication logins only (whatever
+	 * database they name), and they match nothing else (PostgreSQL's rule) */
 	ck_assert(h.rules[3].db_replication);
 	ck_assert_int_eq(match(&h, false, false, "1.1.1.1", "replication", "zed"), 0);
+	ck_assert_int_eq(match_login(&h, false, false, "1.1.1.1", "replication", "zed", true), 7);
+	ck_assert_int_eq(match_login(&h, false, false, "1.1.1.1", "bob", "bob", true), 7);
+	ck_assert_int_eq(match_login(&h, false, false, "1.1.1.1", "other", "x", true), 7);
 	ck_assert_int_eq(match(&h, false, false, "1.1.1.1", "other", "x"), 8);
 	/* names are case-sensitive */
 	ck_assert_int_eq(match(&h, false, false, "1.1.1.1", "DB1", "u1"), 0);

@@ -1,0 +1,134 @@
+# SPDX-License-Identifier: MIT
+"""Replication connections (PgBouncer 1.23's; issue 41): a client that logs
+in with replication=true or database gets a server connection of its own,
+opened with its startup parameters and the replication parameter, and
+pgcat relays its bytes both ways: pg_basebackup, pg_receivewal and a
+walsender's SQL work through pgcat as against PostgreSQL itself; a server
+that refuses the login fails the client with "login failed"."""
+import os
+import signal
+import subprocess
+import time
+
+import psycopg
+import pytest
+
+import pgwire
+from conftest import PG_BIN, assert_works, wait_until
+
+PG_PW = "repl_pw"      # what clients give pgcat; PostgreSQL trusts postgres on 127.0.0.1
+
+
+def start(pgcat, pg, **general):
+    # "replication": the database name libpq sends for a physical
+    # replication connection (pg_basebackup, pg_receivewal), as PgBouncer's
+    # users name it too.
+    pool = {"shards": {0: {"database": "postgres", "servers": "127.0.0.1:%d:primary" % pg.port}},
+            "users": {"postgres": {"password": PG_PW}, "app": {"password": "app_pw"}}}
+    return pgcat(general=general or None, pools={"repl": pool, "replication": pool})
+
+
+def conninfo(p, **kw):
+    args = {"host": "127.0.0.1", "port": p.port, "dbname": "repl", "user": "postgres", "password": PG_PW}
+    args.update(kw)
+    return " ".join("%s=%s" % (k, v) for k, v in args.items())
+
+
+def pg_env():
+    env = dict(os.environ)
+    env.pop("PGPASSWORD", None)
+    return env
+
+
+def test_pg_basebackup_through_pgcat(pgcat, pg, tmp_path):
+    p = start(pgcat, pg)
+    target = tmp_path / "backup"
+    r = subprocess.run([str(PG_BIN / "pg_basebackup"), "--dbname", conninfo(p), "--checkpoint=fast",
+                        "--pgdata", str(target), "--wal-method=stream", "--no-sync"],
+                       capture_output=True, text=True, timeout=120, env=pg_env())
+    assert r.returncode == 0, r.stderr
+    assert (target / "PG_VERSION").read_text().strip() == "15", r.stderr
+    assert (target / "global" / "pg_control").exists()
+    assert any((target / "pg_wal").iterdir()), "no WAL streamed"
+    assert "replication connection to" in p.log()
+    assert_works(p)
+
+
+def test_pg_receivewal_streams_through_pgcat(pgcat, pg, tmp_path):
+    p = start(pgcat, pg)
+    target = tmp_path / "wal"
+    target.mkdir()
+    proc = subprocess.Popen([str(PG_BIN / "pg_receivewal"), "--dbname", conninfo(p), "--directory", str(target),
+                             "--no-loop"], stderr=subprocess.PIPE, text=True, env=pg_env())
+    try:
+        wait_until(lambda: pg.sql("SELECT count(*) FROM pg_stat_replication WHERE application_name = "
+                                  "'pg_receivewal'", dbname="postgres")[0][0] == 1, 20,
+                   msg="pg_receivewal to stream")
+        # New WAL while it streams (a switch alone writes none in an
+        # empty segment).
+        pg.sql("CREATE TABLE IF NOT EXISTS repl_wal (i int); INSERT INTO repl_wal SELECT generate_series(1, 1000)",
+               dbname="postgres")
+        lsn = pg.sql("SELECT pg_current_wal_lsn()::text", dbname="postgres")[0][0]
+        wait_until(lambda: pg.sql("SELECT write_lsn >= %s::pg_lsn FROM pg_stat_replication WHERE application_name "
+                                  "= 'pg_receivewal'", (lsn,), dbname="postgres") == [(True,)], 20,
+                   msg="pg_receivewal to write the new WAL")
+        assert any(f.name.endswith(".partial") for f in target.iterdir())
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=15)
+        pg.sql("DROP TABLE IF EXISTS repl_wal", dbname="postgres")
+    assert proc.returncode == 0, err
+    assert_works(p)
+
+
+def test_logical_walsender_takes_replication_commands_and_sql(pgcat, pg):
+    p = start(pgcat, pg)
+    dsn = conninfo(p, replication="database", application_name="relay_test", options="'-c enable_seqscan=off'")
+    with psycopg.connect(dsn, autocommit=True) as c:
+        row = c.execute("IDENTIFY_SYSTEM").fetchone()
+        system_id = pg.sql("SELECT system_identifier::text FROM pg_control_system()", dbname="postgres")[0][0]
+        assert row[0] == system_id, row
+        # The startup parameters reached the walsender itself.
+        assert c.execute("SHOW application_name").fetchone()[0] == "relay_test"
+        assert c.execute("SHOW enable_seqscan").fetchone()[0] == "off"
+        assert c.execute("SELECT 1 + 1").fetchone()[0] == 2
+        backend = c.execute("SELECT pg_backend_pid()").fetchone()[0]
+    # A server of its own, gone with the client.
+    wait_until(lambda: pg.sql("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (backend,),
+                              dbname="postgres")[0][0] == 0, 10, msg="the walsender to end with its client")
+    assert_works(p)
+
+
+def test_physical_walsender_refuses_sql_as_postgresql_does(pgcat, pg):
+    p = start(pgcat, pg)
+    with psycopg.connect(conninfo(p, dbname="replication", replication="true"), autocommit=True) as c:
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="physical replication"):
+            c.execute("SELECT 1")
+
+
+def test_a_refused_replication_login_is_login_failed(pgcat, pg):
+    """app has no REPLICATION attribute: PostgreSQL refuses its walsender;
+    the client gets PgBouncer's "login failed", the log says why."""
+    p = start(pgcat, pg)
+    with pytest.raises(psycopg.OperationalError, match="login failed"):
+        psycopg.connect(conninfo(p, user="app", password="app_pw", replication="database"))
+    log = p.log()
+    assert "closing because: login failed" in log
+    assert "must be superuser or replication role" in log or "permission denied" in log, log[-2000:]
+    assert_works(p)
+
+
+def test_replication_parameter_values(pgcat, pg):
+    p = start(pgcat, pg)
+    r = p.raw()
+    try:
+        with pytest.raises(pgwire.ProtocolError) as ei:
+            r.login("postgres", PG_PW, "repl", params={"replication": "maybe"})
+        fields = ei.value.args[0]
+        assert fields["C"] == "22023" and fields["M"] == 'invalid value for parameter "replication": "maybe"', fields
+    finally:
+        r.close()
+    # false is a normal connection, pooled as any.
+    with psycopg.connect(conninfo(p, replication="false")) as c:
+        assert c.execute("SELECT 3").fetchone()[0] == 3
+    assert_works(p)
