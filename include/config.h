@@ -407,6 +407,9 @@ const char *config_pool_mode_name(enum pool_mode m);
 /* A [general] key the TLS contexts are built from (client_tls_*,
  * server_tls_*, in either file format): a change rebuilds them. */
 bool config_key_is_tls(const char *key);
+/* Do a and b ask for the same TLS towards servers (server_tls_*, and a
+ * pgbouncer.ini's own server_tls_protocols and ciphers as written)? */
+bool config_server_tls_same(const struct config *a, const struct config *b);
 const char *config_log_level_name(enum log_level l);
 const char *config_server_role_name(enum server_role r);
 

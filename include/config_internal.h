@@ -409,6 +409,9 @@ void pgb_setting(struct pgb *g, const char *name, const char *value);
  * hba and cert), and the values kept for SHOW CONFIG. */
 void pgb_finish_settings(struct pgb *g);
 void config_pgbouncer_free(struct config_pgbouncer *pg);
+/* The settings of PgBouncer's whose names start with prefix have the same
+ * values (as written, or the default) in a and b (NULL: none). */
+bool config_pgbouncer_same(const struct config_pgbouncer *a, const struct config_pgbouncer *b, const char *prefix);
 bool pgb_show_row(const struct config *cfg, size_t i, struct config_show_row *row);
 /* SET of one of PgBouncer's settings (value unquoted): the pgcat keys and
  * values it comes to. -1: not one of PgBouncer's settings; 0: refused

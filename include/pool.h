@@ -108,6 +108,10 @@ void pool_janitor(struct worker *w);
 /* A logged-in client needs the server parameters to be told: queue it
  * until a server login provides them (its defaults_known/failed events). */
 void pool_request_defaults(struct pool *p, struct pool_waiter *pw);
+/* The server TLS settings changed (a reload, a SET): every server
+ * connection is closed as RECONNECT closes them (idle ones now, the others
+ * once idle), and a failed login no longer holds clients off. */
+void pool_server_tls_changed(struct worker *w);
 /* Open connections up to min_pool_size. */
 void pool_fill_min(struct pool *p);
 int srvpool_total(const struct srvpool *sp);

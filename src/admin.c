@@ -487,6 +487,8 @@ static bool run_command(struct client *c, const char *sql)
 			log_warning("admin: SET %s: TLS: %s; the running TLS settings stay until these can be used", key,
 				    err);
 			admin_notice(c, "WARNING", "TLS: %s; the running TLS settings stay until these can be used", err);
+		} else if (strncasecmp(key, "server_tls_", 11) == 0) {
+			pool_server_tls_changed(w);   /* the servers open with the old settings go */
 		}
 		log_info("admin: SET %s", key);
 		return broadcast(c, SHM_ADMIN_SET, key, value, "SET", false);

@@ -792,6 +792,21 @@ bool config_key_is_tls(const char *key)
 	return strncasecmp(key, "client_tls_", 11) == 0 || strncasecmp(key, "server_tls_", 11) == 0;
 }
 
+static bool same_text(const char *a, const char *b)
+{
+	return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
+bool config_server_tls_same(const struct config *a, const struct config *b)
+{
+	const struct config_general *x = &a->general, *y = &b->general;
+	return x->server_tls_sslmode == y->server_tls_sslmode && x->server_tls_negotiation == y->server_tls_negotiation &&
+	       same_text(x->server_tls_ca_file, y->server_tls_ca_file) &&
+	       same_text(x->server_tls_cert_file, y->server_tls_cert_file) &&
+	       same_text(x->server_tls_key_file, y->server_tls_key_file) &&
+	       config_pgbouncer_same(a->pgbouncer, b->pgbouncer, "server_tls");
+}
+
 const char *config_pool_mode_name(enum pool_mode m)
 {
 	return enum_name(&pool_mode_enum, (int)m);

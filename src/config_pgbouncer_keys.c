@@ -739,6 +739,20 @@ void pgb_finish_settings(struct pgb *g)
 	}
 }
 
+bool config_pgbouncer_same(const struct config_pgbouncer *a, const struct config_pgbouncer *b, const char *prefix)
+{
+	size_t n = strlen(prefix);
+	for (size_t i = 0; i < N_PGB_KEYS; i++) {
+		if (strncmp(pgb_keys[i].name, prefix, n) != 0)
+			continue;
+		const char *x = a && a->value[i] ? a->value[i] : pgb_keys[i].def;
+		const char *y = b && b->value[i] ? b->value[i] : pgb_keys[i].def;
+		if (strcmp(x ? x : "", y ? y : "") != 0)
+			return false;
+	}
+	return true;
+}
+
 void config_pgbouncer_free(struct config_pgbouncer *pg)
 {
 	if (pg == NULL)

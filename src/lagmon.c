@@ -463,6 +463,17 @@ static void conn_tick(struct lagmon_conn *c, const struct pool *p, const struct 
 
 static bool pool_monitored(const struct pool *p)
 {
+	/* Servers that are only alternatives to each other (no primary, the
+	 * parser off, as a pgbouncer.ini host list): no lag means anything to
+	 * routing, and no lag limit asks for one; the monitor would only add
+	 * connections to servers that PgBouncer's users counted without it. */
+	const struct config_pool *cp = p->cpool;
+	bool has_primary = false;
+	for (size_t i = 0; i < p->n_targets; i++)
+		has_primary |= p->targets[i]->role == SERVER_ROLE_PRIMARY;
+	if (!has_primary && !cp->query_parser_enabled && cp->max_replica_lag <= 0 &&
+	    cp->read_your_writes != READ_YOUR_WRITES_LSN)
+		return false;
 	/* A shard of one server has no replica to measure. */
 	for (size_t i = 0; i < p->n_targets; i++)
 		for (size_t k = i + 1; k < p->n_targets; k++)

@@ -1035,6 +1035,33 @@ int pool_reconnect(struct worker *w, const char *db)
 	return n;
 }
 
+void pool_server_tls_changed(struct worker *w)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		if (p->removed)
+			continue;
+		/* The last failed login is no reason to wait any more: it may
+		 * have been the old settings'. */
+		for (size_t i = 0; i < p->n_targets; i++)
+			p->targets[i]->last_failure_us = 0;
+		if (!pool_first_of_name(w, true, p))
+			continue;
+		bool any = false;
+		struct list_node *qp, *qt;
+		LIST_FOREACH_SAFE(qp, qt, &w->pools) {
+			const struct pool *q = LIST_OWNER(qp, struct pool, node);
+			for (size_t i = 0; !q->removed && strcmp(q->name, p->name) == 0 && i < q->n_targets && !any; i++)
+				any = srvpool_total(q->targets[i]) > 0;
+		}
+		if (any)   /* (PgBouncer's words, which its operators know) */
+			log_info("pool %s: server TLS settings changed: its server connections are obsolete connections, "
+				 "closed once idle", p->name);
+		(void)pool_reconnect(w, p->name);
+	}
+}
+
 void pool_count_waiting(struct worker *w, const struct pool *p, int *waiting, uint64_t *maxwait_us)
 {
 	int wt = 0;

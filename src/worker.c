@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
@@ -228,6 +229,7 @@ static bool reload_apply(struct worker *w, struct config *cfg, char *err, size_t
 		return false;
 	}
 	struct config *old = w->cfg;
+	bool server_tls_changed = !config_server_tls_same(old, cfg);
 	bool old_kept = false;
 	if (!pool_reload(w, cfg, old, &old_kept)) {
 		snprintf(err, errlen, "out of memory while applying the new configuration");
@@ -254,6 +256,8 @@ static bool reload_apply(struct worker *w, struct config *cfg, char *err, size_t
 	/* (Not before worker_listen: a reload during the startup check.) */
 	if (w->serving && !prometheus_reconfigure(w))
 		log_error("reload: /metrics is not served (see above)");
+	if (server_tls_changed)
+		pool_server_tls_changed(w);
 	auth_query_reload(w);   /* cached answers of the old auth_query go */
 	kdf_forget(w->kdf);     /* and the SCRAM keys of passwords perhaps no longer configured */
 	log_info("configuration reloaded from %s", w->config_path);
@@ -554,8 +558,12 @@ static void apply_admin_commands(struct worker *w)
 			if (config_general_set(w->cfg, e.arg, e.value, err, sizeof err)) {
 				log_set_level(w->cfg->general.log_level);
 				pool_reapply_general(w);
-				if (config_key_is_tls(e.arg) && !tls_contexts_rebuild(&w->tls, &w->cfg->general, err, sizeof err))
-					log_error("SET %s: TLS: %s (the running TLS settings stay)", e.arg, err);
+				if (config_key_is_tls(e.arg)) {
+					if (!tls_contexts_rebuild(&w->tls, &w->cfg->general, err, sizeof err))
+						log_error("SET %s: TLS: %s (the running TLS settings stay)", e.arg, err);
+					else if (strncasecmp(e.arg, "server_tls_", 11) == 0)
+						pool_server_tls_changed(w);
+				}
 			}
 			break;
 		}

@@ -381,6 +381,12 @@ pool_mode = session
     assert routed[("spread", "127.0.0.1")] > 0 and routed[("spread", "localhost")] > 0, routed
     # disable: the first listed, every time.
     assert routed[("ordered", "localhost")] >= 24 and routed[("ordered", "127.0.0.1")] == 0, routed
+    # Alternatives, not replicas: no lag monitor connections to them (they
+    # would add to the servers' counts, which PgBouncer's users keep).
+    time.sleep(1.5)   # (past replica_lag_check_interval)
+    monitors = pg.sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgcat lag monitor' "
+                      "AND client_port IS NOT NULL", dbname="postgres")[0][0]
+    assert monitors == 0
 
 
 def test_fallback_database(pgcat, pg):

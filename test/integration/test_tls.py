@@ -929,3 +929,36 @@ def _works(inst):
             return c.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()[0] is True
     except psycopg.Error:
         return False
+
+
+def test_a_server_tls_change_closes_the_servers_opened_before(pgcat, pg_ssl):
+    """As PgBouncer: a reload that changes the server TLS settings closes
+    the server connections made with the old ones (idle at once, in use once
+    idle); one that changes nothing of them keeps them."""
+    inst = pgcat(general={"default_pool_size": 2}, replace_pools={"appdb": ssl_pool(pg_ssl)})
+    busy = inst.connect(autocommit=False)
+    busy_pid = busy.execute("SELECT pg_backend_pid()").fetchone()[0]     # in a transaction
+    with inst.connect() as c:
+        idle_pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]
+    assert idle_pid != busy_pid
+
+    def alive(pid):
+        return pg_ssl.sql("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,),
+                          dbname="postgres")[0][0] == 1
+    r = admin(inst)
+    assert command(r, "RELOAD") is None                 # nothing changed: both stay
+    assert alive(idle_pid) and alive(busy_pid)
+    assert "obsolete connection" not in inst.log()
+    inst.general["server_tls_sslmode"] = "require"
+    inst.write()
+    assert command(r, "RELOAD") is None
+    wait_until(lambda: not alive(idle_pid), 10, msg="the idle server to be closed")
+    assert alive(busy_pid), "a server in use was closed under its client"
+    assert busy.execute("SELECT 1").fetchone()[0] == 1
+    busy.commit()
+    wait_until(lambda: not alive(busy_pid), 10, msg="the server to be closed once idle")
+    assert "pool appdb: server TLS settings changed" in inst.log()
+    with inst.connect() as c:
+        assert c.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()[0] is True
+    busy.close()
+    r.close()
