@@ -50,6 +50,14 @@ enum io_engine { IO_ENGINE_AUTO, IO_ENGINE_EPOLL, IO_ENGINE_IO_URING };
  * 08P01 with the timeout's name). A pgbouncer.ini has disconnect. */
 enum timeout_action { TIMEOUT_ACTION_CANCEL, TIMEOUT_ACTION_DISCONNECT };
 
+/* A server that cannot be connected to (refused, unreachable, timed
+ * out): its waiting clients fail at once, and the next ones too for
+ * server_login_retry (fail, pgcat's); or they wait, in order, while pgcat
+ * tries again every server_login_retry, until query_wait_timeout (wait,
+ * PgBouncer's; a pgbouncer.ini has it). A login the server refuses (28xxx,
+ * 3D000) fails them at once either way. */
+enum unreachable_server { UNREACHABLE_SERVER_FAIL, UNREACHABLE_SERVER_WAIT };
+
 struct hba;
 struct auth_file;
 
@@ -171,7 +179,8 @@ struct config_general {
 	int default_pool_size;
 	int min_pool_size;
 	int connect_timeout;
-	int server_login_retry;   /* ms after a failed server login before the next; clients fail at once meanwhile */
+	int server_login_retry;   /* ms after a failed server login before the next */
+	enum unreachable_server unreachable_server;
 	int client_login_timeout; /* ms, 0 = off; CONFIG_INHERIT: connect_timeout */
 	int autodb_idle_timeout;  /* ms a database made from `*` may go unused before it is dropped */
 	int query_wait_timeout;

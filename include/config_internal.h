@@ -90,6 +90,7 @@ struct key_spec {
 	X(min_pool_size, INT, "0", true, VALUE_INT, 0, 10000, NULL, 0, NULL, 0) \
 	X(connect_timeout, INT, "5000", true, VALUE_DURATION, 1, INT_MAX, NULL, 0, NULL, 0) \
 	X(server_login_retry, INT, "500", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(unreachable_server, ENUM, "fail", true, VALUE_ENUM, 0, 0, &unreachable_server_enum, 0, NULL, 0) \
 	X(autodb_idle_timeout, INT, "3600000", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
 	X(client_login_timeout, INT, "", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_EMPTY_INHERITS, NULL, 0) \
 	X(query_wait_timeout, INT, "120000", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \

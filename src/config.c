@@ -91,6 +91,9 @@ static const char *const io_engine_names[] = {
 	[IO_ENGINE_AUTO] = "auto", [IO_ENGINE_EPOLL] = "epoll", [IO_ENGINE_IO_URING] = "io_uring",
 };
 
+static const char *const unreachable_server_names[] = {
+	[UNREACHABLE_SERVER_FAIL] = "fail", [UNREACHABLE_SERVER_WAIT] = "wait",
+};
 static const char *const timeout_action_names[] = {
 	[TIMEOUT_ACTION_CANCEL] = "cancel", [TIMEOUT_ACTION_DISCONNECT] = "disconnect",
 };
@@ -108,6 +111,7 @@ const struct enum_names server_tls_enum = ENUM_NAMES(server_tls_names);
 static const struct enum_names tls_negotiation_enum = ENUM_NAMES(tls_negotiation_names);
 static const struct enum_names io_engine_enum = ENUM_NAMES(io_engine_names);
 static const struct enum_names timeout_action_enum = ENUM_NAMES(timeout_action_names);
+static const struct enum_names unreachable_server_enum = ENUM_NAMES(unreachable_server_names);
 
 const char *enum_name(const struct enum_names *e, int v)
 {

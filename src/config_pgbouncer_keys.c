@@ -723,6 +723,8 @@ void pgb_finish_settings(struct pgb *g)
 	finish_auth_type(g);
 	/* PgBouncer's timeouts close the client and its server. */
 	cfg->general.timeout_action = TIMEOUT_ACTION_DISCONNECT;
+	/* and its clients wait for a server that cannot be reached. */
+	cfg->general.unreachable_server = UNREACHABLE_SERVER_WAIT;
 	/* The console's users are admin_users and stats_users, as PgBouncer's:
 	 * pgcat's own admin_username names nobody here. */
 	char *none = p_strdup(g->p, "");

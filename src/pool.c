@@ -642,6 +642,15 @@ void srvpool_maybe_launch(struct srvpool *sp)
 	}
 }
 
+/* Its clients wait for it (unreachable_server = wait, PgBouncer's): the
+ * last failure was no refusal of the login itself (28xxx, 3D000), which
+ * would come again whatever the wait. */
+static bool clients_wait(const struct srvpool *sp)
+{
+	return sp->pool->w->cfg->general.unreachable_server == UNREACHABLE_SERVER_WAIT &&
+	       strncmp(sp->last_error_code, "28", 2) != 0 && strcmp(sp->last_error_code, "3D000") != 0;
+}
+
 static void fail_waiters(struct srvpool *sp)
 {
 	struct list_node *pos, *tmp;
@@ -688,6 +697,10 @@ bool pool_checkout(struct srvpool *sp, struct pool_waiter *pw)
 		return false;
 	}
 	if (srvpool_recently_failed(sp, w->now_us)) {
+		if (clients_wait(sp)) {
+			queue(sp, pw);   /* the janitor tries again after server_login_retry */
+			return false;
+		}
 		pool_fail_waiter(pw, sp->last_error_code[0] ? sp->last_error_code : "08006",
 			    sp->last_error[0] ? sp->last_error : "server connection failed");
 		return false;
@@ -828,8 +841,9 @@ static void pool_server_closed(struct server *s, bool login_failed)
 	if (strncmp(sp->last_error_code, "28", 2) == 0 || strcmp(sp->last_error_code, "3D000") == 0)
 		fail_waiters(sp);
 	/* Nobody left who could serve the waiters: tell them now rather than
-	 * at query_wait_timeout. */
-	if (srvpool_total(sp) == 0) {
+	 * at query_wait_timeout (unless they wait for it: the janitor tries
+	 * again after server_login_retry). */
+	if (srvpool_total(sp) == 0 && !clients_wait(sp)) {
 		fail_waiters(sp);
 		if (!p->have_defaults) {
 			/* Another server of the shard may tell the parameters. */
@@ -856,10 +870,13 @@ static void pool_server_closed(struct server *s, bool login_failed)
 void pool_request_defaults(struct pool *p, struct pool_waiter *pw)
 {
 	pw->ev->queued(pw, true);
+	pw->since_us = p->w->now_us;
 	list_add_tail(&p->login_waiters, &pw->node);
 	struct srvpool *sp = pool_pick_target(p);
 	if (sp->n_opening > 0 || sp->n_idle > 0 || sp->n_active > 0)
 		return;
+	if (srvpool_recently_failed(sp, p->w->now_us) && clients_wait(sp))
+		return;   /* (pool_defaults_retry, from the janitor, after server_login_retry) */
 	bool usable = !srvpool_recently_failed(sp, p->w->now_us) && (sp->resolved || (sp->resolved = resolve(sp)));
 	/* At max_db_connections or max_user_connections, or the open lock
 	 * not to be had: the logins wait (the janitor asks again,

@@ -186,6 +186,18 @@ static void srvpool_janitor(struct srvpool *sp)
 	uint64_t now = w->now_us;
 	struct list_node *pos, *tmp;
 
+	/* PgBouncer's query_timeout counts a client's wait for a server too
+	 * (timeout_action = disconnect): it is closed with "query_timeout". */
+	int qt = sp->pool->query_timeout;
+	if (qt > 0 && g->timeout_action == TIMEOUT_ACTION_DISCONNECT) {
+		LIST_FOREACH_SAFE(pos, tmp, &sp->waiters) {
+			struct pool_waiter *pw = LIST_OWNER(pos, struct pool_waiter, node);
+			if (now - pw->since_us < (uint64_t)qt * 1000)
+				continue;
+			pool_cancel_wait(pw);
+			pw->ev->closed(pw, "08P01", "query_timeout");
+		}
+	}
 	if (g->query_wait_timeout > 0) {
 		uint64_t limit = (uint64_t)g->query_wait_timeout * 1000;
 		while (!list_empty(&sp->waiters)) {
@@ -244,7 +256,7 @@ static void srvpool_janitor(struct srvpool *sp)
 				s->have_error = true;
 				snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08006");
 				snprintf(s->error_message, sizeof s->error_message, "server connect timeout");
-				server_close(s, "connect_timeout");
+				server_close(s, "connect timeout");   /* (PgBouncer's words) */
 			}
 		}
 	}
@@ -296,6 +308,21 @@ void pool_janitor(struct worker *w)
 			srvpool_janitor(sp);
 		}
 		pool_defaults_retry(p);
+		/* Logins waiting for the server's parameters (its server cannot
+		 * be reached, unreachable_server = wait) wait no longer than
+		 * query_wait_timeout, as the clients queued for a server. */
+		int qwt = w->cfg->general.query_wait_timeout;
+		int qt = w->cfg->general.timeout_action == TIMEOUT_ACTION_DISCONNECT ? p->query_timeout : 0;
+		struct list_node *lp, *lt;
+		LIST_FOREACH_SAFE(lp, lt, &p->login_waiters) {
+			struct pool_waiter *pw = LIST_OWNER(lp, struct pool_waiter, node);
+			uint64_t waited = w->now_us - pw->since_us;
+			bool query = qt > 0 && waited >= (uint64_t)qt * 1000;
+			if (!query && (qwt <= 0 || waited < (uint64_t)qwt * 1000))
+				continue;
+			list_del(&pw->node);
+			pw->ev->defaults_failed(pw, "08P01", query ? "query_timeout" : "query_wait_timeout");
+		}
 		struct list_node *rp, *rt;
 		LIST_FOREACH_SAFE(rp, rt, &p->retired) {
 			struct srvpool *sp = LIST_OWNER(rp, struct srvpool, retired_node);

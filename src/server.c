@@ -1905,7 +1905,8 @@ static void server_event_cb(struct io *io, enum io_event what, int err, void *ar
 		/* The reason names the kernel's verdict: "Connection timed out"
 		 * is how tcp_user_timeout and keepalive report a vanished peer. */
 		char reason[96];
-		snprintf(reason, sizeof reason, "connection error%s%s", err ? ": " : "", err ? strerror(err) : "");
+		snprintf(reason, sizeof reason, "%s%s%s", s->state == SERVER_CONNECTING ? "connect failed" : "connection error",
+			 err ? ": " : "", err ? strerror(err) : "");
 		server_close(s, what == IO_EOF ? "server closed the connection" : reason);
 	}
 }

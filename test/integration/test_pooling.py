@@ -554,3 +554,139 @@ def test_query_wait_notify(pgcat, pg):
     finally:
         holder.close()
         waiter.close()
+
+
+# unreachable_server = wait (PgBouncer's; a pgbouncer.ini has it): clients
+# wait for a server that cannot be connected to, pgcat tries again every
+# server_login_retry, query_wait_timeout bounds the wait.
+
+class LateForwarder:
+    """Listens on port only once started, then relays each connection to
+    the PostgreSQL server at target (a server that comes up late)."""
+
+    def __init__(self, port, target):
+        self.port, self.target = port, target
+        self.lsock = None
+        self.threads = []
+
+    def start(self):
+        import socket
+        self.lsock = socket.socket()
+        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.lsock.bind(("127.0.0.1", self.port))
+        self.lsock.listen(16)
+        t = threading.Thread(target=self._accept, daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def _accept(self):
+        import socket
+        while True:
+            try:
+                cs, _ = self.lsock.accept()
+            except OSError:
+                return
+            us = socket.create_connection(("127.0.0.1", self.target))
+            for a, b in ((cs, us), (us, cs)):
+                t = threading.Thread(target=self._pipe, args=(a, b), daemon=True)
+                t.start()
+
+    @staticmethod
+    def _pipe(a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def stop(self):
+        import socket
+        if self.lsock:
+            try:
+                self.lsock.shutdown(socket.SHUT_RDWR)   # (wakes the accept; close alone would not)
+            except OSError:
+                pass
+            self.lsock.close()
+
+
+def late_pool(pg, port):
+    return {"late": {"shards": {0: {"database": "appdb", "servers": "127.0.0.1:%d:primary" % port}},
+                     "users": {"app": {"password": PASSWORDS["app"]}}}}
+
+
+def test_unreachable_server_wait_keeps_clients_until_it_comes_up(pgcat, pg):
+    from conftest import free_port
+    port = free_port()
+    fwd = LateForwarder(port, pg.port)
+    p = pgcat(general={"unreachable_server": "wait", "server_login_retry": 300, "query_wait_timeout": 20000},
+              pools=late_pool(pg, port))
+    threading.Timer(1.5, fwd.start).start()
+    try:
+        t0 = time.monotonic()
+        with p.connect(dbname="late") as c:            # waits for the server's parameters
+            assert c.execute("SELECT current_database()").fetchone()[0] == "appdb"
+        took = time.monotonic() - t0
+        assert 1.2 < took < 10, "the login took %.1fs" % took
+        assert "connect failed: Connection refused" in p.log()
+    finally:
+        fwd.stop()
+    assert_works(p)
+
+
+def test_unreachable_server_wait_ends_at_query_wait_timeout(pgcat, pg):
+    from conftest import free_port
+    port = free_port()
+    p = pgcat(general={"unreachable_server": "wait", "server_login_retry": 300, "query_wait_timeout": 1500},
+              pools=late_pool(pg, port))
+    t0 = time.monotonic()
+    with pytest.raises(psycopg.OperationalError, match="query_wait_timeout"):
+        p.connect(dbname="late")
+    took = time.monotonic() - t0
+    assert 1.2 < took < 6, "failed after %.1fs" % took
+    assert_works(p)
+
+
+def test_unreachable_server_fail_is_at_once(pgcat, pg):
+    from conftest import free_port
+    port = free_port()
+    p = pgcat(general={"server_login_retry": 300, "query_wait_timeout": 20000}, pools=late_pool(pg, port))
+    t0 = time.monotonic()
+    with pytest.raises(psycopg.OperationalError, match="Connection refused"):
+        p.connect(dbname="late")
+    assert time.monotonic() - t0 < 3
+    assert_works(p)
+
+
+def test_unreachable_server_wait_holds_a_logged_in_clients_query(pgcat, pg):
+    from conftest import free_port
+    from test_admin import admin, command
+    port = free_port()
+    fwd = LateForwarder(port, pg.port)
+    fwd.start()
+    p = pgcat(general={"unreachable_server": "wait", "server_login_retry": 300, "query_wait_timeout": 20000},
+              pools=late_pool(pg, port))
+    c = p.connect(dbname="late")
+    assert c.execute("SELECT 1").fetchone()[0] == 1
+    fwd.stop()                                         # the server goes away ...
+    r = admin(p)
+    assert command(r, "RECONNECT late") is None        # ... and its connection with it
+    r.close()
+    wait_until(lambda: "closing because" in p.log(), 5)
+    fwd2 = LateForwarder(port, pg.port)
+    threading.Timer(1.5, fwd2.start).start()           # ... and comes back
+    try:
+        t0 = time.monotonic()
+        assert c.execute("SELECT 2").fetchone()[0] == 2
+        assert time.monotonic() - t0 > 1.0, "served before the server was back?"
+    finally:
+        fwd2.stop()
+        c.close()
