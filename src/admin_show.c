@@ -263,7 +263,16 @@ static void show_databases(struct client *c)
 			admin_row_i(&r, p->reserve_pool_size);
 			admin_row_i(&r, p->server_lifetime / 1000);
 			admin_row_s(&r, config_pool_mode_name(p->mode));
-			admin_row_null(&r);
+			/* PgBouncer's load_balance_hosts, for a shard of several
+			 * servers: the first that works, or spread over them. */
+			int in_shard = 0;
+			for (size_t k = 0; k < p->n_targets; k++)
+				in_shard += p->targets[k]->shard == sp->shard;
+			enum lb_mode lb = p->cpool->load_balancing_mode;
+			if (in_shard > 1)   /* (pgcat's loc named as pgcat.ini names it) */
+				admin_row_s(&r, lb == LB_MODE_FIRST ? "disable" : lb == LB_MODE_LOC ? "loc" : "round-robin");
+			else
+				admin_row_null(&r);
 			admin_row_i(&r, config_pool_max_db_connections(w->cfg, p->cpool));
 			admin_row_i(&r, conns);
 			admin_row_i(&r, config_pool_max_db_client_connections(w->cfg, p->cpool));

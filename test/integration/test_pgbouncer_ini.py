@@ -375,7 +375,10 @@ pool_mode = session
                 assert c.execute("SELECT current_database()").fetchone()[0] == "appdb"
     adm = console(inst, "pgb_admin", ADMIN_PW)
     _, shards = show(adm, "SHARDS")
+    _, dbs = show(adm, "DATABASES")
     adm.close()
+    lb = {d["name"]: d["load_balance_hosts"] for d in dbs}
+    assert lb["spread"] == "round-robin" and lb["ordered"] == "disable", lb
     routed = {(s["pool"], s["host"]): int(s["xact_count"]) for s in shards}
     # At random: both hosts (all 24 on one: 2 chances in 2^24).
     assert routed[("spread", "127.0.0.1")] > 0 and routed[("spread", "localhost")] > 0, routed
