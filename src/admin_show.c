@@ -342,7 +342,10 @@ static void client_row(struct admin_result *r, const struct client *c, const cha
 	admin_row_s(r, "C");
 	admin_row_s(r, client_user(c));
 	admin_row_s(r, client_database(c));
-	admin_row_s(r, "no");
+	/* PgBouncer's words for a replication connection's kind. */
+	admin_row_s(r, c->replication == CLIENT_REPLICATION_LOGICAL    ? "logical"
+		       : c->replication == CLIENT_REPLICATION_PHYSICAL ? "physical"
+								 : "no");
 	admin_row_s(r, state);
 	char a[CLIENT_ADDR_STRLEN];
 	admin_row_s(r, client_addr_str(c, a));

@@ -15,6 +15,7 @@ import pytest
 
 import pgwire
 from conftest import PG_BIN, assert_works, wait_until
+from test_admin import admin, show
 
 PG_PW = "repl_pw"      # what clients give pgcat; PostgreSQL trusts postgres on 127.0.0.1
 
@@ -93,6 +94,12 @@ def test_logical_walsender_takes_replication_commands_and_sql(pgcat, pg):
         assert c.execute("SHOW enable_seqscan").fetchone()[0] == "off"
         assert c.execute("SELECT 1 + 1").fetchone()[0] == 2
         backend = c.execute("SELECT pg_backend_pid()").fetchone()[0]
+        # The console shows it as a replication connection holding its server.
+        r = admin(p)
+        _, clients = show(r, "CLIENTS")
+        r.close()
+        mine = [x for x in clients if x["application_name"] == "relay_test"]
+        assert len(mine) == 1 and mine[0]["replication"] == "logical" and mine[0]["state"] == "active", clients
     # A server of its own, gone with the client.
     wait_until(lambda: pg.sql("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (backend,),
                               dbname="postgres")[0][0] == 0, 10, msg="the walsender to end with its client")

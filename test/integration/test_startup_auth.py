@@ -247,15 +247,20 @@ def test_gssenc_request_answered_n(pgcat):
 
 
 @pytest.mark.parametrize("value", ["database", "true"])
-def test_replication_refused(pgcat, pg, value):
+def test_replication_needs_the_servers_consent(pgcat, pg, value):
+    """A replication connection gets a server connection of its own
+    (test_replication.py); app may not replicate (no REPLICATION
+    attribute, no pg_hba.conf replication line): PostgreSQL refuses it,
+    the client gets "login failed" and nothing is left open."""
     p = pgcat()
     r = p.raw()
-    r.startup("app", "appdb", {"replication": value})
-    err, closed = r.read_error_then_eof(10)
-    r.close()
-    assert err is not None, "no ErrorResponse for a replication connection"
-    assert err.get("C") == "0A000", err
-    assert closed
+    try:
+        with pytest.raises(pgwire.ProtocolError) as ei:
+            r.login("app", PASSWORDS["app"], "appdb", params={"replication": value})
+    finally:
+        r.close()
+    err = ei.value.args[0]
+    assert isinstance(err, dict) and err.get("C") == "08P01" and err.get("M") == "login failed", err
     assert_works(p)
     assert_pool_idle(pg)
 
