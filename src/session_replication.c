@@ -197,8 +197,14 @@ static void relay_connect(struct relay *r)
 	}
 	r->b.startup_params = &c->startup_params;
 	r->b.replication = c->replication == CLIENT_REPLICATION_LOGICAL ? "database" : "true";
-	if (!auth_open_server_conn(&r->b, &relay_profile, c->pool, r->sp, r->sp->host, r->sp->database))
-		return;   /* (its down event failed the client) */
+	if (!auth_open_server_conn(&r->b, &relay_profile, c->pool, r->sp, r->sp->host, r->sp->database)) {
+		/* A connect that could not start has failed the client through
+		 * its down event; a login that could not be set (out of
+		 * memory) has not. */
+		if (r->c)
+			login_failed(r, "cannot open a server connection");
+		return;
+	}
 	uint64_t left = deadline > w->now_us ? deadline - w->now_us : 0;
 	struct timeval tv = { (time_t)(left / 1000000), (suseconds_t)(left % 1000000) };
 	evtimer_add(r->timer, &tv);

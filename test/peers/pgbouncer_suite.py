@@ -267,6 +267,33 @@ def junit_results(junit: Path):
     return failed, passed, skipped
 
 
+def socat_proxies():
+    """The pids of the socat proxies running now (test_misc's tests start
+    them with a command line that does not name RUN)."""
+    found = set()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            argv = open("/proc/%s/cmdline" % d, "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0]) == b"socat" and len(argv) > 1 and argv[1].startswith(b"tcp-listen:"):
+            found.add(int(d))
+    return found
+
+
+def stop_proxies(before):
+    """socat proxies started during this run (not running before it) and
+    left behind by a test: stopped by pid."""
+    for pid in sorted(socat_proxies() - before):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            print("pgbouncer suite: killed leftover socat proxy pid %d" % pid)
+        except OSError:
+            pass
+
+
 def stop_leftovers(run: Path):
     """Servers and poolers a killed or timed-out test left behind: only
     processes whose command line names RUN (all started by this run)."""
@@ -392,6 +419,7 @@ def main():
 
     t0 = time.monotonic()
     # short: the harness puts Unix sockets in per-test directories below it
+    proxies_before = socat_proxies()
     run = Path(tempfile.mkdtemp(prefix="pgbsuite-"))
     os.chmod(run, 0o755)
     build_tmp = None
@@ -430,6 +458,7 @@ def main():
                      for s in sanitizer_reports(sorted(out.glob("sanitizer*")))]
     finally:
         stop_leftovers(run)
+        stop_proxies(proxies_before)
         if os.environ.get("PGBOUNCER_SUITE_KEEP") == "1":
             print("pgbouncer suite: RUN kept in %s" % run)
         else:
