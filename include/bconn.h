@@ -12,9 +12,10 @@
  * NegotiateProtocolVersion are read and dropped) through its events.
  *
  * A relay (a replication client's connection, session_replication.c)
- * sends the client's startup parameters too, and is handed every message
- * but those of the authentication: the login's ParameterStatus, and once
- * ready all of them.
+ * sends the client's startup parameters too, is handed the login's
+ * ParameterStatus, and once ready the server's bytes as they come, unread
+ * (on_bytes): a message of any length streams through, none is held
+ * whole.
  *
  * It knows nothing of timeouts or logs: the owner reads the state and its
  * age (bconn_state_since) and gives up by bconn_close. The struct is
@@ -53,7 +54,7 @@ struct bconn_profile {
 	const char *refused;
 	size_t max_message;           /* a longer message from the server: down */
 	size_t read_high;             /* io.c's read high-water mark */
-	bool relay;                   /* every message to the owner (above) */
+	bool relay;                   /* the login's ParameterStatus to the owner (above) */
 };
 
 struct bconn {
@@ -87,6 +88,11 @@ struct bconn {
 	const char *replication;
 	/* Its output drained (a relay's backpressure); NULL: not told. */
 	void (*on_drain)(void *arg);
+	/* A relay's, once ready: the server's input, unread; the owner
+	 * removes what it takes (what it leaves comes again with the next
+	 * read or bconn_pause(false)). It may close the connection. NULL:
+	 * messages through on_message. */
+	void (*on_bytes)(void *arg, struct evbuffer *in);
 };
 
 /* Once, on zeroed memory: closed, no login. The owner's events, each

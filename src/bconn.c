@@ -399,8 +399,6 @@ static bool dispatch(struct bconn *b, uint8_t type, const uint8_t *body, size_t 
 	case PqMsg_BackendKeyData:
 	case PqMsg_NoticeResponse:
 	case PqMsg_NegotiateProtocolVersion:
-		if (b->profile->relay && b->state == BCONN_READY)
-			break;
 		return true;
 	default:
 		break;
@@ -421,6 +419,12 @@ static void process(struct bconn *b)
 		/* Nothing more is read until the SCRAM key is there (auth_derived). */
 		if (auth_backend_pending(&b->auth))
 			break;
+		/* A relay once ready: the owner takes the bytes as they are;
+		 * no message is ever held whole. */
+		if (b->state == BCONN_READY && b->on_bytes) {
+			b->on_bytes(b->arg, in);
+			break;
+		}
 		uint8_t hdr[5];
 		if (evbuffer_copyout(in, hdr, 5) < 5)
 			break;

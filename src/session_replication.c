@@ -65,7 +65,7 @@ static const struct bconn_profile relay_profile = {
 	.application_name = "pgcat",   /* (the client's own is sent when it gave one) */
 	.auth_failed = "authentication failed: ",
 	.refused = "",
-	.max_message = 0x7fffffff,     /* a walsender's CopyData can be large: max_packet_size holds */
+	.max_message = 65536,          /* the login's; once ready bytes stream through unread */
 	.read_high = RELAY_HIGH,
 	.relay = true,
 };
@@ -134,29 +134,36 @@ static void relay_ready(void *arg)
 	client_process(c);   /* what it sent meanwhile */
 }
 
-/* A message of the server: kept for the welcome during the login, then
- * relayed. */
+/* A message of the server's login: its ParameterStatus are kept for the
+ * welcome. */
 static bool relay_message(void *arg, uint8_t type, const uint8_t *body, size_t len)
 {
 	struct relay *r = arg;
-	struct client *c = r->c;
-	if (!c)
+	if (!r->c || type != PqMsg_ParameterStatus)
 		return true;
 	uint8_t hdr[5] = { type };
 	proto_put_u32(hdr + 1, (uint32_t)len + 4);
-	if (bconn_state(&r->b) != BCONN_READY) {
-		if (type == PqMsg_ParameterStatus) {
-			evbuffer_add(r->params, hdr, sizeof hdr);
-			evbuffer_add(r->params, body, len);
-		}
-		return true;
+	evbuffer_add(r->params, hdr, sizeof hdr);
+	evbuffer_add(r->params, body, len);
+	return true;
+}
+
+/* The server's bytes once ready, to the client as they came (the read
+ * mark bounds what one read brings; a full output pauses the server). */
+static void relay_server_bytes(void *arg, struct evbuffer *in)
+{
+	struct relay *r = arg;
+	struct client *c = r->c;
+	if (!c) {
+		evbuffer_drain(in, evbuffer_get_length(in));
+		return;
 	}
-	struct evbuffer *out = client_output(c);
-	evbuffer_add(out, hdr, sizeof hdr);
-	evbuffer_add(out, body, len);
+	if (evbuffer_remove_buffer(in, client_output(c), evbuffer_get_length(in)) < 0) {
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return;
+	}
 	if (io_out_len(&c->io) >= RELAY_HIGH)
 		bconn_pause(&r->b, true);   /* until the client's output drains */
-	return true;
 }
 
 static void relay_down(void *arg, const char *why)
@@ -249,6 +256,7 @@ static void relay_welcome(struct client *c)
 	r->started_us = w->now_us;
 	bconn_init(&r->b, w, relay_ready, relay_message, relay_down, r);
 	r->b.on_drain = relay_server_drained;
+	r->b.on_bytes = relay_server_bytes;
 	free(c->kind_state);
 	c->kind_state = r;
 	client_set_state(c, CLIENT_LOGIN_WAIT);   /* nothing of its is read until its server is there */

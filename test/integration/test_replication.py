@@ -7,7 +7,10 @@ walsender's SQL work through pgcat as against PostgreSQL itself; a server
 that refuses the login fails the client with "login failed"."""
 import os
 import signal
+import socket
+import struct
 import subprocess
+import threading
 import time
 
 import psycopg
@@ -16,6 +19,7 @@ import pytest
 import pgwire
 from conftest import PG_BIN, assert_works, wait_until
 from test_admin import admin, show
+from test_memory_bounds import MB, PeakRss, small_quarantine_env
 
 PG_PW = "repl_pw"      # what clients give pgcat; PostgreSQL trusts postgres on 127.0.0.1
 
@@ -138,4 +142,103 @@ def test_replication_parameter_values(pgcat, pg):
     # false is a normal connection, pooled as any.
     with psycopg.connect(conninfo(p, replication="false")) as c:
         assert c.execute("SELECT 3").fetchone()[0] == 3
+    assert_works(p)
+
+
+class WalsenderStub:
+    """A server that logs anyone in (trust) and answers the first query with
+    CopyBothResponse and one CopyData declared 1 GB long, then streams its
+    body as fast as pgcat takes it: what a hostile or broken server could
+    send on a replication connection."""
+
+    DECLARED = 1 << 30
+
+    def __init__(self, body_bytes):
+        self.body_bytes = body_bytes
+        self.sent = 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.t = threading.Thread(target=self._serve, daemon=True)
+        self.t.start()
+
+    @staticmethod
+    def _msg(typ, payload=b""):
+        return typ + struct.pack("!I", len(payload) + 4) + payload
+
+    def _read_exact(self, c, n):
+        buf = b""
+        while len(buf) < n:
+            chunk = c.recv(n - len(buf))
+            if not chunk:
+                raise EOFError
+            buf += chunk
+        return buf
+
+    def _serve(self):
+        c, _ = self.sock.accept()
+        try:
+            while True:   # an SSLRequest ('N': no TLS here), then the StartupMessage
+                (ln,) = struct.unpack("!I", self._read_exact(c, 4))
+                if struct.unpack("!I", self._read_exact(c, ln - 4)[:4])[0] != 80877103:
+                    break
+                c.sendall(b"N")
+            c.sendall(self._msg(b"R", struct.pack("!I", 0))
+                      + self._msg(b"S", b"server_version\x0015.0\x00")
+                      + self._msg(b"K", struct.pack("!II", 4242, 1))
+                      + self._msg(b"Z", b"I"))
+            typ = self._read_exact(c, 1)
+            (ln,) = struct.unpack("!I", self._read_exact(c, 4))
+            self._read_exact(c, ln - 4)
+            assert typ == b"Q"
+            c.sendall(self._msg(b"W", b"\x00\x00\x00") + b"d" + struct.pack("!I", self.DECLARED + 4))
+            chunk = b"w" * 65536
+            while self.sent < self.body_bytes:
+                c.sendall(chunk)
+                self.sent += len(chunk)
+            time.sleep(30)   # (pgcat or the test closes it first)
+        except (EOFError, OSError):
+            pass
+        finally:
+            c.close()
+
+    def close(self):
+        self.sock.close()
+
+
+def test_a_server_message_of_any_length_streams_through_unheld(pgcat, pg):
+    """SPEC §10: a server's message of any declared length does not make
+    pgcat hold it. Once a replication connection is logged in its server's
+    bytes are relayed as they come: a CopyData declared 1 GB reaches the
+    client while it streams, pgcat's memory stays flat, and a client that
+    stops reading stops pgcat reading its server (bounded, not buffered)."""
+    stub = WalsenderStub(192 * MB)
+    pool = {"shards": {0: {"database": "postgres", "servers": "127.0.0.1:%d:primary" % stub.port}},
+            "users": {"postgres": {"password": PG_PW}}}
+    p = pgcat(pools={"stub": pool}, env=small_quarantine_env())
+    r = p.raw()
+    try:
+        r.login("postgres", PG_PW, "stub", params={"replication": "true"})
+        rss = PeakRss(p.pid)
+        r.send(pgwire.query("START_REPLICATION 0/0"))
+        assert r.read_msg()[0] == b"W"
+        assert r.read_bytes(5) == b"d" + struct.pack("!I", WalsenderStub.DECLARED + 4)
+        # A client that does not read: pgcat stops reading its server.
+        time.sleep(1.5)
+        held = stub.sent
+        time.sleep(1.0)
+        assert stub.sent - held <= 2 * 65536, "pgcat read on for a client that read nothing"
+        assert stub.sent < 64 * MB, "pgcat took %d MB for a client that read nothing" % (stub.sent // MB)
+        # Reading again: the rest of what the stub sends arrives as it comes.
+        got = 0
+        while got < stub.body_bytes:
+            got += len(r.read_bytes(min(1 << 20, stub.body_bytes - got), timeout=30))
+        growth = rss.growth_mb()
+        print("pgcat RSS growth: %.1f MB for %d MB relayed" % (growth, got // MB))
+        assert got == stub.body_bytes
+        assert growth < 40, "pgcat grew by %.0f MB relaying %d MB of one message" % (growth, got // MB)
+    finally:
+        r.close()
+        stub.close()
     assert_works(p)
