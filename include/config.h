@@ -416,6 +416,9 @@ const char *config_pool_mode_name(enum pool_mode m);
 /* A [general] key the TLS contexts are built from (client_tls_*,
  * server_tls_*, in either file format): a change rebuilds them. */
 bool config_key_is_tls(const char *key);
+/* The admin console's database names, "pgcat" and "pgbouncer" (a pool
+ * may not take them in a pgbouncer.ini, and auth_dbname may not name them). */
+bool config_is_console_db(const char *name);
 /* Do a and b ask for the same TLS towards servers (server_tls_*, and a
  * pgbouncer.ini's own server_tls_protocols and ciphers as written)? */
 bool config_server_tls_same(const struct config *a, const struct config *b);

@@ -112,6 +112,13 @@ void pool_request_defaults(struct pool *p, struct pool_waiter *pw);
  * connection is closed as RECONNECT closes them (idle ones now, the others
  * once idle), and a failed login no longer holds clients off. */
 void pool_server_tls_changed(struct worker *w);
+/* A [general] key just SET in w->cfg (the console's SET, or its
+ * broadcast to the other workers): what depends on it follows (log
+ * level, the pools' settings, the TLS contexts; a server TLS change
+ * closes the servers opened with the old settings). false: the TLS
+ * settings cannot be used together yet (err says why) and the running
+ * contexts stay. */
+bool pool_apply_set(struct worker *w, const char *key, char *err, size_t errlen);
 /* Open connections up to min_pool_size. */
 void pool_fill_min(struct pool *p);
 int srvpool_total(const struct srvpool *sp);

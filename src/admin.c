@@ -478,17 +478,13 @@ static bool run_command(struct client *c, const char *sql)
 			admin_error(c, sv.needs_reload ? "55000" : "22023", "%s", err);
 			return true;
 		}
-		log_set_level(w->cfg->general.log_level);
-		pool_reapply_general(w);
 		/* TLS keys are SET one at a time (a key, then its certificate):
 		 * until they can be used together the running contexts stay,
 		 * and the reply says why. */
-		if (config_key_is_tls(key) && !tls_contexts_rebuild(&w->tls, &w->cfg->general, err, sizeof err)) {
+		if (!pool_apply_set(w, key, err, sizeof err)) {
 			log_warning("admin: SET %s: TLS: %s; the running TLS settings stay until these can be used", key,
 				    err);
 			admin_notice(c, "WARNING", "TLS: %s; the running TLS settings stay until these can be used", err);
-		} else if (strncasecmp(key, "server_tls_", 11) == 0) {
-			pool_server_tls_changed(w);   /* the servers open with the old settings go */
 		}
 		log_info("admin: SET %s", key);
 		return broadcast(c, SHM_ADMIN_SET, key, value, "SET", false);

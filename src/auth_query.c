@@ -668,7 +668,7 @@ static struct aq_conn *conn_open(struct auth_query *aq, const struct config_pool
 	/* auth_dbname: the lookup runs on that pool's server and database. */
 	const char *adb = config_pool_auth_dbname(w->cfg, cp);
 	const struct config_pool *ap = adb[0] ? config_find_pool(w->cfg, adb) : cp;
-	bool reserved = strcmp(adb, "pgbouncer") == 0 || strcmp(adb, "pgcat") == 0;   /* the console's */
+	bool reserved = config_is_console_db(adb);
 	if (adb[0] && (!ap || reserved)) {
 		/* PgBouncer's log lines, and on a pgbouncer.ini its words to the
 		 * client, for a configuration that cannot work. */

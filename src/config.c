@@ -478,7 +478,7 @@ const struct config_pool *config_autodb_instance(struct config *cfg, const char 
 	if (found != NULL || cfg->autodb == NULL)
 		return found;
 	size_t len = strlen(name);
-	if (len == 0 || len > CONFIG_MAX_NAME || strcmp(name, "pgcat") == 0 || strcmp(name, "pgbouncer") == 0)
+	if (len == 0 || len > CONFIG_MAX_NAME || config_is_console_db(name))
 		return NULL;
 	const struct config_pool *t = cfg->autodb;
 	struct config_pool *cp = malloc(sizeof(*cp));
@@ -789,6 +789,11 @@ enum pool_mode config_user_pool_mode(const struct config *cfg, const struct conf
 	/* [general]'s as it is now: a console SET of pool_mode reaches the
 	 * pools that set none of their own, as on PgBouncer */
 	return pool->pool_mode_own ? pool->pool_mode : cfg->general.pool_mode;
+}
+
+bool config_is_console_db(const char *name)
+{
+	return strcmp(name, "pgcat") == 0 || strcmp(name, "pgbouncer") == 0;
 }
 
 bool config_key_is_tls(const char *key)

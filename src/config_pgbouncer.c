@@ -414,7 +414,7 @@ static void build_pool(struct pgb *g, const char *name, struct pgb_db *d)
 
 static void database_entry(struct pgb *g, const char *name, const char *connstr)
 {
-	if (strcmp(name, "pgbouncer") == 0 || strcmp(name, "pgcat") == 0) {
+	if (config_is_console_db(name)) {
 		pgb_error(g, name, "the name is reserved for the admin console");
 		return;
 	}

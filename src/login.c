@@ -315,8 +315,7 @@ static void start_login(struct client *c)
 	}
 	const struct config_general *g = &w->cfg->general;
 	/* The admin console: its own database names, unless a pool took them. */
-	c->is_admin = (strcmp(client_database(c), "pgcat") == 0 || strcmp(client_database(c), "pgbouncer") == 0) &&
-		      !pool_db_exists(w, client_database(c));
+	c->is_admin = config_is_console_db(client_database(c)) && !pool_db_exists(w, client_database(c));
 	/* Its session: the admin console's, which the worker hands in. */
 	if (c->is_admin)
 		c->session = w->admin_session;

@@ -31,6 +31,7 @@
 #include "log.h"
 #include "server.h"
 #include "context.h"
+#include "tls.h"
 
 /* server_login_retry: after a failed connect, the same server is not
  * tried again sooner; while no connection to it is alive, clients asking
@@ -1052,6 +1053,21 @@ int pool_reconnect(struct worker *w, const char *db)
 	return n;
 }
 
+/* Whether a pool of this name (one per user) has a server connection. */
+static bool pool_name_has_servers(struct worker *w, const char *name)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		const struct pool *q = LIST_OWNER(pos, struct pool, node);
+		if (q->removed || strcmp(q->name, name) != 0)
+			continue;
+		for (size_t i = 0; i < q->n_targets; i++)
+			if (srvpool_total(q->targets[i]) > 0)
+				return true;
+	}
+	return false;
+}
+
 void pool_server_tls_changed(struct worker *w)
 {
 	struct list_node *pos, *tmp;
@@ -1065,14 +1081,7 @@ void pool_server_tls_changed(struct worker *w)
 			p->targets[i]->last_failure_us = 0;
 		if (!pool_first_of_name(w, true, p))
 			continue;
-		bool any = false;
-		struct list_node *qp, *qt;
-		LIST_FOREACH_SAFE(qp, qt, &w->pools) {
-			const struct pool *q = LIST_OWNER(qp, struct pool, node);
-			for (size_t i = 0; !q->removed && strcmp(q->name, p->name) == 0 && i < q->n_targets && !any; i++)
-				any = srvpool_total(q->targets[i]) > 0;
-		}
-		if (any)   /* (PgBouncer's words, which its operators know) */
+		if (pool_name_has_servers(w, p->name))   /* (PgBouncer's words, which its operators know) */
 			log_info("pool %s: server TLS settings changed: its server connections are obsolete connections, "
 				 "closed once idle", p->name);
 		(void)pool_reconnect(w, p->name);
@@ -1095,6 +1104,19 @@ void pool_count_waiting(struct worker *w, const struct pool *p, int *waiting, ui
 	}
 	*waiting = wt;
 	*maxwait_us = maxwait;
+}
+
+bool pool_apply_set(struct worker *w, const char *key, char *err, size_t errlen)
+{
+	log_set_level(w->cfg->general.log_level);
+	pool_reapply_general(w);
+	if (!config_key_is_tls(key))
+		return true;
+	if (!tls_contexts_rebuild(&w->tls, &w->cfg->general, err, errlen))
+		return false;
+	if (strncasecmp(key, "server_tls_", 11) == 0)
+		pool_server_tls_changed(w);   /* the servers open with the old settings go */
+	return true;
 }
 
 void pool_reapply_general(struct worker *w)

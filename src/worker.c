@@ -555,16 +555,9 @@ static void apply_admin_commands(struct worker *w)
 		case SHM_ADMIN_WAIT_FOR_SERVERS: worker_wait_for_servers(w); break;
 		case SHM_ADMIN_SET: {
 			char err[256];
-			if (config_general_set(w->cfg, e.arg, e.value, err, sizeof err)) {
-				log_set_level(w->cfg->general.log_level);
-				pool_reapply_general(w);
-				if (config_key_is_tls(e.arg)) {
-					if (!tls_contexts_rebuild(&w->tls, &w->cfg->general, err, sizeof err))
-						log_error("SET %s: TLS: %s (the running TLS settings stay)", e.arg, err);
-					else if (strncasecmp(e.arg, "server_tls_", 11) == 0)
-						pool_server_tls_changed(w);
-				}
-			}
+			if (config_general_set(w->cfg, e.arg, e.value, err, sizeof err) &&
+			    !pool_apply_set(w, e.arg, err, sizeof err))
+				log_error("SET %s: TLS: %s (the running TLS settings stay)", e.arg, err);
 			break;
 		}
 		}
