@@ -15,6 +15,7 @@ import time
 import psycopg
 import pytest
 
+from forward import Forwarder
 from conftest import ADMIN_PASSWORD, ADMIN_USER, own_netns, pgcat_binary, pgcat_env, wait_until
 
 
@@ -113,51 +114,6 @@ def _loopback(up):
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags))
 
 
-class UnixForwarder:
-    """A TCP port on 127.0.0.1 (of the namespace it is made in) forwarded to
-    PostgreSQL's Unix socket, which the file system shares across network
-    namespaces: a server pgcat reaches over TCP on the namespace's lo."""
-
-    def __init__(self, pg):
-        self.path = "%s/.s.PGSQL.%d" % (pg.sockdir, pg.port)
-        self.lsock = socket.socket()
-        self.lsock.bind(("127.0.0.1", 0))
-        self.lsock.listen(16)
-        self.port = self.lsock.getsockname()[1]
-        self.socks = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                a, _ = self.lsock.accept()
-            except OSError:
-                return
-            b = socket.socket(socket.AF_UNIX)
-            b.connect(self.path)
-            self.socks += [a, b]
-            for x, y in ((a, b), (b, a)):
-                threading.Thread(target=self._pump, args=(x, y), daemon=True).start()
-
-    @staticmethod
-    def _pump(src, dst):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_WR)
-
-    def close(self):
-        for s in [self.lsock] + self.socks:
-            with contextlib.suppress(OSError):
-                s.close()
-
-
 @contextlib.contextmanager
 def lossy_server(pgcat, pg, general):
     """pgcat in a network namespace of the test's own, its pool's server
@@ -176,7 +132,7 @@ def lossy_server(pgcat, pg, general):
 @contextlib.contextmanager
 def _lossy_server(pgcat, pg, general):
     with own_netns():
-        fwd = UnixForwarder(pg)
+        fwd = Forwarder(["%s/.s.PGSQL.%d" % (pg.sockdir, pg.port)])
         p = None
         try:
             g = {"pool_mode": "session", "listen_addr": "127.0.0.1"}

@@ -7,11 +7,9 @@ psycopg behind a round-robin balancer): every query is cancelled. Keys
 naming a peer id [peers] does not list are ignored; a loop in the [peers]
 sections stops at the hop limit; forwarding goes over TLS when the peer
 offers it."""
-import contextlib
 import os
 import socket
 import struct
-import threading
 import time
 import uuid
 
@@ -19,6 +17,7 @@ import pytest
 from psycopg import errors
 
 import pgwire
+from forward import Forwarder
 from conftest import PASSWORDS, assert_works, wait_until
 from test_admin import admin, command
 from test_cancel import run_in_thread
@@ -106,52 +105,12 @@ def test_every_cancel_sent_to_another_instance_cancels(pgcat, pg, workers, versi
         assert_works(inst)
 
 
-class RoundRobin:
-    """A TCP load balancer: its n-th connection goes to targets[n % len]."""
-
-    def __init__(self, targets):
-        self.targets = targets
-        self.n = 0
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            s = socket.create_connection(self.targets[self.n % len(self.targets)])
-            self.n += 1
-            for a, b in ((c, s), (s, c)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(a, b):
-        try:
-            while True:
-                data = a.recv(65536)
-                if not data:
-                    break
-                b.sendall(data)
-        except OSError:
-            pass
-        with contextlib.suppress(OSError):
-            b.shutdown(socket.SHUT_WR)
-
-    def close(self):
-        self.sock.close()
-
-
 def test_psycopg_behind_a_round_robin_balancer(pgcat, pg):
     """psycopg's own cancel (libpq's, a new connection to the balancer)
     lands on the next instance: each query is cancelled all the
     same, and the connection goes on."""
     insts = instances(pgcat, general={"log_level": "debug"})
-    lb = RoundRobin([(inst.host, inst.port) for inst in insts])
+    lb = Forwarder([(inst.host, inst.port) for inst in insts])
     try:
         for k in range(3):
             c = insts[0].connect(port=lb.port)   # connection 2k: instance 2k % 3

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 import pgwire
+from forward import Forwarder
 from conftest import PASSWORDS, assert_pool_idle, assert_works, wait_until
 from test_admin import admin, show
 
@@ -560,64 +561,6 @@ def test_query_wait_notify(pgcat, pg):
 # wait for a server that cannot be connected to, pgcat tries again every
 # server_login_retry, query_wait_timeout bounds the wait.
 
-class LateForwarder:
-    """Listens on port only once started, then relays each connection to
-    the PostgreSQL server at target (a server that comes up late)."""
-
-    def __init__(self, port, target):
-        self.port, self.target = port, target
-        self.lsock = None
-        self.threads = []
-
-    def start(self):
-        import socket
-        self.lsock = socket.socket()
-        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.lsock.bind(("127.0.0.1", self.port))
-        self.lsock.listen(16)
-        t = threading.Thread(target=self._accept, daemon=True)
-        t.start()
-        self.threads.append(t)
-
-    def _accept(self):
-        import socket
-        while True:
-            try:
-                cs, _ = self.lsock.accept()
-            except OSError:
-                return
-            us = socket.create_connection(("127.0.0.1", self.target))
-            for a, b in ((cs, us), (us, cs)):
-                t = threading.Thread(target=self._pipe, args=(a, b), daemon=True)
-                t.start()
-
-    @staticmethod
-    def _pipe(a, b):
-        try:
-            while True:
-                data = a.recv(65536)
-                if not data:
-                    break
-                b.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (a, b):
-                try:
-                    s.close()
-                except OSError:
-                    pass
-
-    def stop(self):
-        import socket
-        if self.lsock:
-            try:
-                self.lsock.shutdown(socket.SHUT_RDWR)   # (wakes the accept; close alone would not)
-            except OSError:
-                pass
-            self.lsock.close()
-
-
 def late_pool(pg, port):
     return {"late": {"shards": {0: {"database": "appdb", "servers": "127.0.0.1:%d:primary" % port}},
                      "users": {"app": {"password": PASSWORDS["app"]}}}}
@@ -626,7 +569,7 @@ def late_pool(pg, port):
 def test_unreachable_server_wait_keeps_clients_until_it_comes_up(pgcat, pg):
     from conftest import free_port
     port = free_port()
-    fwd = LateForwarder(port, pg.port)
+    fwd = Forwarder([("127.0.0.1", pg.port)], port, start=False)
     p = pgcat(general={"unreachable_server": "wait", "server_login_retry": 300, "query_wait_timeout": 20000},
               pools=late_pool(pg, port))
     threading.Timer(1.5, fwd.start).start()
@@ -670,7 +613,7 @@ def test_unreachable_server_wait_holds_a_logged_in_clients_query(pgcat, pg):
     from conftest import free_port
     from test_admin import admin, command
     port = free_port()
-    fwd = LateForwarder(port, pg.port)
+    fwd = Forwarder([("127.0.0.1", pg.port)], port, start=False)
     fwd.start()
     p = pgcat(general={"unreachable_server": "wait", "server_login_retry": 300, "query_wait_timeout": 20000},
               pools=late_pool(pg, port))
@@ -681,7 +624,7 @@ def test_unreachable_server_wait_holds_a_logged_in_clients_query(pgcat, pg):
     assert command(r, "RECONNECT late") is None        # ... and its connection with it
     r.close()
     wait_until(lambda: "closing because" in p.log(), 5)
-    fwd2 = LateForwarder(port, pg.port)
+    fwd2 = Forwarder([("127.0.0.1", pg.port)], port, start=False)
     threading.Timer(1.5, fwd2.start).start()           # ... and comes back
     try:
         t0 = time.monotonic()
