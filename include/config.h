@@ -200,6 +200,9 @@ struct config_general {
 	int client_idle_timeout;
 	int healthcheck_timeout;
 	int healthcheck_delay;
+	/* The health check's query where no role check is asked for ("", the
+	 * default: an empty query, as ";", PostgreSQL's cheapest answer). */
+	char *healthcheck_query;
 	/* Writes on several shards commit with PREPARE TRANSACTION on each,
 	 * the decision logged in state_dir first (twophase.c, SPEC §6). */
 	bool two_phase_commit;

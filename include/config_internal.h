@@ -110,6 +110,7 @@ struct key_spec {
 	X(client_idle_timeout, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, KEY_PGB_SECONDS, NULL, 0) \
 	X(healthcheck_timeout, INT, "1000", true, VALUE_DURATION, 1, INT_MAX, NULL, 0, NULL, 0) \
 	X(healthcheck_delay, INT, "30000", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(healthcheck_query, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(two_phase_commit, BOOL, "false", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
 	X(state_dir, STRING, "/var/lib/pgcat", false, VALUE_STRING, 0, 0, NULL, KEY_NOT_EMPTY, NULL, 0) \
 	X(two_phase_recovery_interval, INT, "10000", true, VALUE_DURATION, 100, INT_MAX, NULL, 0, NULL, 0) \

@@ -93,6 +93,7 @@ struct server {
 	/* SYNCING includes a health check (unused for healthcheck_delay):
 	 * if it fails, the server is banned and the client routed again. */
 	bool health_check;
+	bool role_check;          /* the health check is pg_is_in_recovery() (its row is read) */
 	/* SYNCING: the server refused a setting of the client's (its error
 	 * in error_sqlstate and error_message, have_error not set: the
 	 * server is well): the client's end is told at the ReadyForQuery. */

@@ -79,6 +79,7 @@ static void fn_ciphers(struct pgb *g, const struct pgb_key *k, const char *value
 static void fn_tls13_ciphers(struct pgb *g, const struct pgb_key *k, const char *value);
 static void fn_user(struct pgb *g, const struct pgb_key *k, const char *value);
 static void fn_verbose(struct pgb *g, const struct pgb_key *k, const char *value);
+static void fn_server_check_query(struct pgb *g, const struct pgb_key *k, const char *value);
 
 #define INT_(n, def, rl, to) { n, PT_INT, def, rl, M_INT, to, Z_ZERO, NULL, 0, NULL, NULL, false }
 #define UINT_(n, def, rl, to) { n, PT_UINT, def, rl, M_INT, to, Z_ZERO, NULL, 0, NULL, NULL, false }
@@ -174,9 +175,7 @@ static const struct pgb_key pgb_keys[] = {
 	SAME("scram_iterations", PT_INT, "4096", true, "4096", WARNING,
 	     "pgcat derives SCRAM secrets with 4096 iterations"),
 	SECS_("server_check_delay", "30", "healthcheck_delay", Z_ZERO),
-	SAME("server_check_query", PT_STR, "<empty>", true, "<empty>", WARNING,
-	     "pgcat checks a server with an empty query (with pg_is_in_recovery() where a database lists several "
-	     "hosts), and cannot turn the check off"),
+	FN("server_check_query", PT_STR, "<empty>", true, NULL, fn_server_check_query),
 	SECS_("server_connect_timeout", "15", "connect_timeout", Z_NEVER),
 	SAME("server_fast_close", PT_INT, "0", true, "0", WARNING,
 	     "not supported yet: in session mode a server marked for closing closes when its client leaves"),
@@ -597,6 +596,18 @@ static void fn_verbose(struct pgb *g, const struct pgb_key *k, const char *value
 	long long v = 0;
 	(void)pgb_int(value, &v);
 	emit(g, k, "log_level", v <= 0 ? "info" : v == 1 ? "debug" : "trace");
+}
+
+/* PgBouncer's "<empty>" is an empty query; an empty value turns its
+ * check off, which pgcat's role checks cannot do without. */
+static void fn_server_check_query(struct pgb *g, const struct pgb_key *k, const char *value)
+{
+	if (value[0] == '\0') {
+		pgb_warning(g, k->name, "pgcat cannot turn the server check off: it sends an empty query instead");
+		emit(g, k, "healthcheck_query", "");
+		return;
+	}
+	emit(g, k, "healthcheck_query", strcmp(value, "<empty>") == 0 ? "" : value);
 }
 
 /* ------------------------------------------------------------------ */

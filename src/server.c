@@ -605,24 +605,25 @@ void server_link(struct server *s)
 		return;
 	}
 	/* Unused for healthcheck_delay: checked before the client's first byte
-	 * goes there (the SETs, if any, are the check; else an empty query). */
+	 * goes there (healthcheck_query, after the SETs if any). */
 	const struct config_general *g = &s->w->cfg->general;
 	bool idle_long = g->healthcheck_delay >= 0 && s->last_used_us &&
 			 s->w->now_us - s->last_used_us > (uint64_t)g->healthcheck_delay * 1000;
 	/* Where roles matter, the check also asks the server what it is (SPEC
 	 * §4 role checks), and a new connection is checked at its first use;
-	 * elsewhere an empty query, when idle long. (Replica lag is the lag
+	 * elsewhere healthcheck_query, when idle long. (Replica lag is the lag
 	 * monitor's, lagmon.c.) */
 	bool ask = (idle_long || !s->checked) && rotation_wants_role_check(s->sp);
 	s->health_check = idle_long || (ask && !s->checked);
+	s->role_check = s->health_check && ask;
 	s->checked = true;
-	const char *check = s->health_check ? (ask ? "SELECT pg_is_in_recovery()" : ";") : "";
+	const char *check = !s->health_check ? NULL : ask ? "SELECT pg_is_in_recovery()" : g->healthcheck_query;
 	bool syncing = false;
 	s->sync_refused = false;
-	if (n > 0 || check[0]) {
+	if (n > 0 || check) {
 		if (n > 0)
 			log_trace("S-%llu: sync parameters: %s", (unsigned long long)s->id, sql);
-		(void)evbuf_add_query(io_out(&s->io), n > 0 ? sql : "", check);
+		(void)evbuf_add_query(io_out(&s->io), n > 0 ? sql : "", check ? check : "");
 		own_query_sent(s);
 		syncing = true;
 	}
@@ -822,7 +823,7 @@ void server_reset_untracked(struct server *s)
 static void sync_refused(struct server *s, struct client_end *c)
 {
 	s->sync_refused = false;
-	s->health_check = false;
+	s->health_check = s->role_check = false;
 	s->replay_check = SERVER_REPLAY_NOT_ASKED;
 	c->ev->refused(c, s, s->error_sqlstate, s->error_message);
 	if (s->state == SERVER_CLOSED || s->client)
@@ -1156,8 +1157,9 @@ static void process_unlinked(struct server *s)
 			 replay_row(body, blen)) {
 			s->replay_check = SERVER_REPLAY_REACHED;
 		} else if (f.type == PqMsg_DataRow && need_body && total <= SERVER_INSPECT_MAX) {
-			/* The health check's answer: one column, in recovery? */
-			if (blen >= 7 && (body[0] << 8 | body[1]) == 1 && proto_get_u32(body + 2) == 1 &&
+			/* The role check's answer: one column, in recovery? (A
+			 * healthcheck_query's rows are not read.) */
+			if (s->role_check && blen >= 7 && (body[0] << 8 | body[1]) == 1 && proto_get_u32(body + 2) == 1 &&
 			    (body[6] == 't' || body[6] == 'f'))
 				rotation_role_result(s->sp, body[6] == 't');
 		}
@@ -1175,7 +1177,7 @@ static void process_unlinked(struct server *s)
 				/* The SETs ran: the server's session is now the client's. */
 				if (c)
 					(void)params_copy(&s->params, c->params);
-				s->health_check = false;
+				s->health_check = s->role_check = false;
 				bool asked_behind = s->replay_check == SERVER_REPLAY_ASKED;
 				s->replay_check = SERVER_REPLAY_NOT_ASKED;
 				if (c && asked_behind) {

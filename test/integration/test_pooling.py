@@ -633,3 +633,22 @@ def test_unreachable_server_wait_holds_a_logged_in_clients_query(pgcat, pg):
     finally:
         fwd2.stop()
         c.close()
+
+
+def test_healthcheck_query_runs_before_a_reused_server_is_handed_out(pgcat, pg):
+    """healthcheck_query (PgBouncer's server_check_query) is what the health
+    check sends: here one that counts its runs in a session setting, which
+    the client then reads on the same server."""
+    count = ("SELECT set_config('pgcat.checks', (coalesce(nullif(current_setting('pgcat.checks', true), ''), '0')"
+             "::int + 1)::text, false)")
+    p = pgcat(general={"healthcheck_delay": 0, "healthcheck_query": count, "pool_mode": "transaction"},
+              users={"app": {"pool_size": 1}})
+    with p.connect(autocommit=True) as c:
+        first = c.execute("SELECT current_setting('pgcat.checks', true)").fetchone()[0]
+        time.sleep(0.01)
+        second = c.execute("SELECT current_setting('pgcat.checks', true)").fetchone()[0]
+        time.sleep(0.01)
+        third = c.execute("SELECT current_setting('pgcat.checks', true)").fetchone()[0]
+    # (The first query's server had served the login already: checked too.)
+    assert first is not None and (int(second), int(third)) == (int(first) + 1, int(first) + 2), (first, second, third)
+    assert_works(p)

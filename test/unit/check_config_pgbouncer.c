@@ -112,6 +112,7 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(g->server_lifetime, 3600000);
 	ck_assert_int_eq(g->reserve_pool_timeout, 5000);
 	ck_assert_int_eq(g->healthcheck_delay, 30000);
+	ck_assert_str_eq(g->healthcheck_query, "");   /* PgBouncer's <empty> */
 	ck_assert_int_eq(g->dns_max_ttl, 15000);
 	ck_assert(g->prepared_statements);
 	ck_assert_int_eq(g->prepared_statements_cache_size, 200);
@@ -151,9 +152,11 @@ START_TEST(test_units)
 					"tcp_user_timeout = 2500\n"     /* ms in both */
 					"stats_period = 15\n"
 					"max_client_conn = 0x10\n"      /* C's notation, as PgBouncer reads it */
-					"unix_socket_mode = 0777\n",
+					"unix_socket_mode = 0777\n"
+					"server_check_query = SELECT 2\n",
 					&pr);
 	const struct config_general *g = &cfg->general;
+	ck_assert_str_eq(g->healthcheck_query, "SELECT 2");
 	ck_assert_int_eq(g->query_wait_timeout, 30500);
 	ck_assert_int_eq(g->server_lifetime, 1);
 	ck_assert_int_eq(g->connect_timeout, INT_MAX);
@@ -243,7 +246,7 @@ START_TEST(test_refused_and_warned)
 		{ "server_tls_sslmode = allow", true, CONFIG_PROBLEM_WARNING, "server_tls_sslmode: \"allow\" is taken as prefer" },
 		{ "tcp_defer_accept = 1", true, CONFIG_PROBLEM_WARNING, "tcp_defer_accept: \"1\" is not honoured" },
 		{ "listen_backlog = 4096", true, CONFIG_PROBLEM_WARNING, "listen_backlog: \"4096\" is not honoured" },
-		{ "server_check_query = select 1", true, CONFIG_PROBLEM_WARNING, "server_check_query: \"select 1\" is not" },
+		{ "server_check_query =", true, CONFIG_PROBLEM_WARNING, "server_check_query: pgcat cannot turn the server check off" },
 		{ "cancel_wait_timeout = 10", true, CONFIG_PROBLEM_WARNING, "cancel_wait_timeout: \"10\" is not honoured" },
 		{ "log_stats = 1", true, CONFIG_PROBLEM_WARNING, "log_stats: \"1\" is not honoured" },
 		{ "log_pooler_errors = 0", true, CONFIG_PROBLEM_WARNING, "log_pooler_errors: \"0\" is not honoured" },
@@ -281,7 +284,7 @@ START_TEST(test_refused_and_warned)
 		"tcp_defer_accept = 0", "so_reuseport = 1", "ignore_startup_parameters = extra_float_digits",
 		"track_extra_parameters = search_path", "job_name = x", "autodb_idle_timeout = 60",
 		"syslog_ident = pgcat", "log_stats = 0", "max_db_client_connections = 10", "max_user_client_connections = 3", "auth_ldap_options = x",
-		"cancel_wait_timeout = 5", "server_check_query = <empty>", "client_tls13_ciphers =",
+		"cancel_wait_timeout = 5", "server_check_query = <empty>", "server_check_query = select 1", "client_tls13_ciphers =",
 	};
 	for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++)
 		expect_clean_setting(fine[i]);
