@@ -194,6 +194,15 @@ static bool wait_close(struct client *c, const char *db)
 	return false;
 }
 
+/* A refused RELOAD: the old configuration stays (the log has the
+ * details too); on a pgbouncer.ini in PgBouncer's words. */
+static void reload_failed(struct client *c, const char *why)
+{
+	if (c->w->cfg->pgbouncer)
+		admin_error(c, "F0000", "RELOAD failed, see logs for additional details (%s)", why);
+	else
+		admin_error(c, "F0000", "reload failed, old configuration kept: %s", why);
+}
 void admin_janitor(struct worker *w)
 {
 	struct list_node *pos, *tmp;
@@ -211,7 +220,7 @@ void admin_janitor(struct worker *w)
 				continue;
 			c->kind_state = NULL;
 			if (w->reload.failed)
-				admin_error(c, "F0000", "reload failed, old configuration kept: %s", w->reload.error);
+				reload_failed(c, w->reload.error);
 			else
 				admin_complete(c, ap->tag);
 			free(ap);
@@ -346,7 +355,7 @@ static bool run_command(struct client *c, const char *sql)
 			}
 			admin_complete(c, "RELOAD");
 		} else
-			admin_error(c, "F0000", "reload failed, old configuration kept: %s", err);
+			reload_failed(c, err);
 		return true;
 	}
 	if (is(&ws, 0, "resume") && (w->shutting_down || w->waiting_for_clients || w->waiting_for_servers)) {

@@ -171,8 +171,9 @@ static void send_message(struct client *c, bool error, const char *severity, con
 void admin_error(struct client *c, const char *sqlstate, const char *fmt, ...)
 {
 	/* On a pgbouncer.ini, PgBouncer's one SQLSTATE for every console
-	 * error, which its operators' scripts expect. */
-	if (c->w->cfg->pgbouncer)
+	 * error, which its operators' scripts expect; but a refused RELOAD is
+	 * a config file error there too (F0000). */
+	if (c->w->cfg->pgbouncer && strcmp(sqlstate, "F0000") != 0)
 		sqlstate = "08P01";
 	va_list ap;
 	va_start(ap, fmt);

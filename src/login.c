@@ -333,7 +333,9 @@ static void start_login(struct client *c)
 	/* An operator can always get in: admin logins have 5 slots of their own. */
 	/* max_client_conn holds for the instance: every worker's clients count. */
 	if (shm_clients_total(w->shm) > g->max_client_conn + (c->is_admin ? ADMIN_EXTRA_CONNECTIONS : 0)) {
-		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS, "too many clients already");
+		/* (PostgreSQL's words, or on a pgbouncer.ini PgBouncer's) */
+		client_close(c, SQLSTATE_TOO_MANY_CONNECTIONS, "%s",
+			     w->cfg->pgbouncer ? "no more connections allowed (max_client_conn)" : "too many clients already");
 		return;
 	}
 	/* verify-full: the certificate (checked against the CA in the

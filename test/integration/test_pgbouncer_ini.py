@@ -578,3 +578,29 @@ def test_console_peer_access_only_on_a_pgbouncer_ini(pgcat):
     inst = pgcat()
     with pytest.raises(psycopg.OperationalError, match="not allowed to connect to the admin console"):
         psycopg.connect(host=str(inst.workdir), port=inst.port, user="pgbouncer", dbname="pgbouncer")
+
+
+def test_pgbouncer_words_for_a_full_pooler_and_a_refused_reload(pgcat, pg):
+    """max_client_conn reached: PgBouncer's 'no more connections allowed
+    (max_client_conn)'; a RELOAD of a file that cannot be read: F0000
+    'RELOAD failed, see logs for additional details', the old settings kept."""
+    from test_admin import command
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    g["max_client_conn"] = 2
+    text = render_pgbouncer(g, default_pools(pg), inst.workdir)
+    start_on(inst, text)
+    a = inst.connect("app")
+    b = inst.connect("app")
+    with pytest.raises(psycopg.OperationalError, match=r"no more connections allowed \(max_client_conn\)"):
+        inst.connect("app")
+    b.close()
+    adm = console(inst, g["admin_username"], g["admin_password"])
+    inst.ini.write_text(text.replace("[pgbouncer]", "[pgbouncer]\nserver_lifetime = not_a_duration", 1))
+    err = command(adm, "RELOAD")
+    assert err is not None and err["C"] == "F0000", err
+    assert err["M"].startswith("RELOAD failed, see logs for additional details"), err
+    assert "server_lifetime" in inst.log()
+    adm.close()
+    assert a.execute("SELECT 1").fetchone()[0] == 1
+    a.close()
