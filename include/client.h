@@ -160,10 +160,12 @@ struct client {
 	int8_t role_override;
 	int8_t primary_reads_override;
 	int16_t shard_override;
-	/* A console client's slot in the shared segment's pool directory
-	 * (console database, user), where it is counted as PgBouncer counts
-	 * its console's clients; -1: none. */
-	int16_t console_slot;
+	/* Its slot in the shared segment's pool directory (its database and
+	 * its own user name), where it counts as a client for the caps and
+	 * SHOW DATABASES / USERS: its own pool's, even where it is served by a
+	 * forced user's pool (pool_serving); a console client's (console
+	 * database, user) as PgBouncer counts them. -1: none. */
+	int16_t count_slot;
 	uint8_t shard_phase;          /* enum route_phase (route.c) */
 	enum client_state state : 8;  /* a bit-field, so that the small fields fit in 32 bytes */
 

@@ -93,6 +93,10 @@ struct config_user {
 	int reserve_pool_size;    /* CONFIG_INHERIT or >= 0 */
 	int max_user_connections; /* CONFIG_INHERIT or >= 0 (0: no cap for this user) */
 	bool from_auth_file;      /* a line of auth_file, not a users section */
+	/* Made for the pool's forced server_username, which no users section
+	 * or auth_file line names: no client logs in as it; its pool holds
+	 * the server connections the pool's clients share (pool_serving). */
+	bool server_only;
 };
 
 /* [users.NAME] (PgBouncer's [users]): settings of a user name in every

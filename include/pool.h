@@ -49,6 +49,14 @@ void pool_publish(struct worker *w);
 void pool_count_waiting(struct worker *w, const struct pool *p, int *waiting, uint64_t *maxwait_us);
 void pool_destroy_all(struct worker *w);
 struct pool *pool_find(struct worker *w, const char *db, const char *user);
+/* The pool whose servers p's clients use: where p's database forces a
+ * server_username, the forced user's pool, which the database's users
+ * without a users section of their own (auth_file's, auth_query's)
+ * share (PgBouncer's one pool per database); else p itself. */
+struct pool *pool_serving(struct worker *w, struct pool *p);
+/* Whether p serves its clients itself (pool_serving(p) is p): a pool of a
+ * forced database's other users holds credentials only, no servers. */
+bool pool_serves_itself(struct worker *w, struct pool *p);
 /* auth_query (auth_query.c): the pool of a user the config does not list,
  * made on its first login with the secret a lookup returned (settings
  * inherited from the pool and [general]); NULL when out of memory. Kept

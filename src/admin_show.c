@@ -180,6 +180,8 @@ static void show_pools(struct client *c)
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		if (!pool_serves_itself(w, p))
+			continue;   /* its clients are the forced user's pool's (pool_serving) */
 		int32_t active, waiting, sv_active, sv_idle, sv_other, sv_login;
 		int64_t maxwait;
 		shm_gauges_total(w->shm, p->shm_slot, &active, &waiting, &sv_active, &sv_idle, &sv_other, &sv_login,
@@ -657,6 +659,30 @@ static void show_users(struct client *c)
 		admin_row_i(&r, conns);
 		admin_row_i(&r, config_user_max_client_connections(w->cfg, p->user));
 		admin_row_i(&r, clients);
+		admin_row_end(&r);
+	}
+	/* [users.NAME] (PgBouncer's [users]) names no pool has (yet): their
+	 * settings and caps, as PgBouncer lists every user it knows. */
+	const struct config *cfg = w->cfg;
+	const struct config_general *g = &cfg->general;
+	for (size_t i = 0; i < cfg->n_user_settings; i++) {
+		const struct config_user_settings *us = &cfg->user_settings[i];
+		bool has_pool = false;
+		LIST_FOREACH_SAFE(pos, tmp, &w->pools)
+			has_pool |= strcmp(LIST_OWNER(pos, struct pool, node)->user, us->name) == 0;
+		if (has_pool)
+			continue;
+		admin_row_begin(&r);
+		admin_row_s(&r, us->name);
+		admin_row_i(&r, us->pool_size != CONFIG_INHERIT ? us->pool_size : g->default_pool_size);
+		admin_row_i(&r, us->reserve_pool_size != CONFIG_INHERIT ? us->reserve_pool_size : g->reserve_pool_size);
+		admin_row_s(&r, config_pool_mode_name(us->pool_mode != CONFIG_INHERIT ? (enum pool_mode)us->pool_mode
+										      : g->pool_mode));
+		admin_row_i(&r, us->max_user_connections != CONFIG_INHERIT ? us->max_user_connections
+									   : g->max_user_connections);
+		admin_row_i(&r, 0);
+		admin_row_i(&r, config_user_max_client_connections(cfg, us->name));
+		admin_row_i(&r, w->shm ? shm_pool_clients_of(w->shm, NULL, us->name) : 0);
 		admin_row_end(&r);
 	}
 	admin_res_end(&r);

@@ -231,7 +231,7 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 		return;
 	}
 	c->role_override = 0;            /* ROUTER_ROLE_NONE */
-	c->console_slot = -1;
+	c->count_slot = -1;
 	c->primary_reads_override = -1;
 	c->shard_override = -1;
 	c->peer_family = AF_UNIX;
@@ -354,12 +354,10 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 		break;
 	}
 	client_reply_started(c);   /* frees the retry copy */
-	if (c->console_slot >= 0)
-		shm_pool_clients_add(w->shm, w->id, c->console_slot, -1);
+	if (c->count_slot >= 0)
+		shm_pool_clients_add(w->shm, w->id, c->count_slot, -1);
 	if (c->pool) {
 		c->pool->n_clients--;
-		if (w->shm)
-			shm_pool_clients_add(w->shm, w->id, c->pool->shm_slot, -1);
 		/* the pool may be freed once drained; this client no longer counts */
 		c->pool = NULL;
 	}

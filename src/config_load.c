@@ -646,6 +646,30 @@ static void load_auth_file(struct parser *p)
 	free(path);
 }
 
+/* A pool's forced server_username is a user of the pool, as PgBouncer's
+ * forced user has a pool of its own that every client of the database
+ * shares: made here (server_only) when no users section or auth_file
+ * line names it. */
+static void add_forced_users(struct parser *p)
+{
+	struct config *cfg = p->cfg;
+	for (size_t i = 0; i < cfg->n_pools && !p->oom; i++) {
+		struct config_pool *pool = &cfg->pools[i];
+		if (!pool->server_username || !pool->server_username[0] ||
+		    config_find_user(pool, pool->server_username))
+			continue;
+		if (!p_grow(p, &pool->users, pool->n_users, sizeof(*pool->users)))
+			return;
+		struct config_user *u = &pool->users[pool->n_users];
+		apply_defaults(p, user_specs, USER_KEY_COUNT, u);
+		u->name = p_strdup(p, pool->server_username);
+		u->server_only = true;
+		if (u->name == NULL)
+			return;
+		pool->n_users++;
+	}
+}
+
 /* ---- auth_hba_file (SPEC §2, §3): which method per connection ---- */
 
 struct hba_ctx {
@@ -779,6 +803,8 @@ static struct config *load_text(const char *text, const char *file, struct confi
 			check_all(&p);
 		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
 			load_auth_file(&p);
+		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
+			add_forced_users(&p);
 		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
 			load_hba_file(&p);
 		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))

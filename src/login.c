@@ -234,7 +234,7 @@ static bool console_caps_ok(struct client *c)
 	int slot = shm_pool_slot(w->shm, client_database(c), client_user(c));
 	if (slot < 0)
 		return true;   /* (the directory is full: not counted) */
-	c->console_slot = (int16_t)slot;
+	c->count_slot = (int16_t)slot;
 	shm_pool_clients_add(w->shm, w->id, slot, 1);
 	if (admin_role_of(w->cfg, client_user(c)) == ADMIN_ROLE_ADMIN || console_peer(c))
 		return true;
@@ -383,11 +383,19 @@ static void start_login(struct client *c)
 		 * this function runs again with the answer). */
 		if (auth_query_login(c, start_login))
 			return;
-		c->pool = pool_find(w, client_database(c), client_user(c));
+		/* Its own pool holds its credentials; the pool that serves it is
+		 * the forced user's where its database has one (pool_serving). A
+		 * forced user no client may log in as has no credentials. */
+		struct pool *own = pool_find(w, client_database(c), client_user(c));
+		if (own && own->cuser && own->cuser->server_only)
+			own = NULL;
+		c->pool = own ? pool_serving(w, own) : NULL;
 		if (c->pool) {
 			c->pool->n_clients++;
-			if (w->shm)
-				shm_pool_clients_add(w->shm, w->id, c->pool->shm_slot, 1);
+			if (w->shm && own->shm_slot >= 0) {
+				c->count_slot = (int16_t)own->shm_slot;
+				shm_pool_clients_add(w->shm, w->id, own->shm_slot, 1);
+			}
 			if (!client_caps_ok(c))
 				return;
 		}
@@ -395,9 +403,9 @@ static void start_login(struct client *c)
 			client_close(c, SQLSTATE_CONNECTION_FAILURE, "database \"%s\" is disabled", client_database(c));
 			return;
 		}
-		if (c->pool) {
-			cred.password = c->pool->cuser ? c->pool->cuser->password : NULL;
-			cred.scram = c->pool->have_scram ? &c->pool->scram : NULL;
+		if (own) {
+			cred.password = own->cuser ? own->cuser->password : NULL;
+			cred.scram = own->have_scram ? &own->scram : NULL;
 			credp = &cred;
 		}
 	}

@@ -441,6 +441,24 @@ struct pool *pool_find(struct worker *w, const char *db, const char *user)
 	return NULL;
 }
 
+struct pool *pool_serving(struct worker *w, struct pool *p)
+{
+	/* Only users without a section of their own (auth_file's, auth_query's)
+	 * share: a users section's settings (its own server_username, its
+	 * statement_timeout, ...) hold for its own pool. */
+	const char *forced = p->cpool->server_username;
+	bool sectionless = p->own_user || (p->cuser && p->cuser->from_auth_file);
+	if (!forced || !forced[0] || strcmp(p->user, forced) == 0 || !sectionless)
+		return p;
+	struct pool *q = pool_find(w, p->name, forced);
+	return q ? q : p;
+}
+
+bool pool_serves_itself(struct worker *w, struct pool *p)
+{
+	return pool_serving(w, p) == p;
+}
+
 bool pool_first_of_name(struct worker *w, bool skip_removed, const struct pool *p)
 {
 	struct list_node *pos, *tmp;
@@ -634,10 +652,11 @@ void srvpool_maybe_launch(struct srvpool *sp)
 	int limit = srvpool_limit(sp);
 	while (sp->n_opening < sp->n_waiters && srvpool_reserve(sp, limit, true)) {
 		/* (the instance's count includes this reservation now) */
+		/* (the words PgBouncer's operators alert on, in both formats) */
 		if (srvpool_instance_total(sp) > p->pool_size)
-			log_info("%s@%s %s:%d: a reserve connection (reserve_pool_size %d) for clients waiting over %d ms",
-				 p->user, p->name, sp->host, sp->port, p->reserve_pool_size,
-				 p->w->cfg->general.reserve_pool_timeout);
+			log_warning("%s@%s %s:%d: taking connection from reserve_pool (reserve_pool_size %d, clients "
+				    "waiting over %d ms)", p->user, p->name, sp->host, sp->port, p->reserve_pool_size,
+				    p->w->cfg->general.reserve_pool_timeout);
 		if (!srvpool_connect(sp))
 			break;
 	}

@@ -65,7 +65,11 @@ void pool_fill_min(struct pool *p)
 	/* auth_file's users are every user of every pool without users
 	 * sections: as PgBouncer, min_pool_size is kept for those only once a
 	 * client of that user came (in worker 0: its clients count there). */
-	if (p->min_pool_size <= 0 || (p->cuser && p->cuser->from_auth_file && !pool_had_client(p)))
+	if (p->min_pool_size <= 0 || !pool_serves_itself(p->w, p))
+		return;
+	/* A forced user's pool is the database's: kept from the start. */
+	bool forced = p->cpool->server_username && strcmp(p->cpool->server_username, p->user) == 0;
+	if (p->cuser && p->cuser->from_auth_file && !forced && !pool_had_client(p))
 		return;
 	/* Only a SCRAM verifier for this user: no login is possible before a
 	 * client has lent its key (SCRAM pass-through, doc/authentication.md). */

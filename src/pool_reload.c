@@ -253,13 +253,16 @@ bool pool_add_autodb(struct worker *w, const char *db, const char *user)
 	/* The pool of this client's user, if the template (auth_file) has it,
 	 * made at its first login, as PgBouncer makes them; auth_query makes
 	 * those of the others (auth_query.c). */
-	const struct config_user *cu = config_find_user(cp, user);
-	if (cu && !pool_find(w, cp->name, user)) {
-		struct pool *p = pool_new(w, cp, cu);
-		if (!p)
-			return false;
-		p->autodb_idle_since_us = w->now_us;
-		list_add_tail(&w->pools, &p->node);
+	const char *names[] = { user, cp->server_username };   /* (and the forced user's, which serves it) */
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+		const struct config_user *cu = names[i] ? config_find_user(cp, names[i]) : NULL;
+		if (cu && !pool_find(w, cp->name, names[i])) {
+			struct pool *p = pool_new(w, cp, cu);
+			if (!p)
+				return false;
+			p->autodb_idle_since_us = w->now_us;
+			list_add_tail(&w->pools, &p->node);
+		}
 	}
 	return true;
 }

@@ -73,8 +73,15 @@ def test_pgbouncer_ini_per_database_and_per_user(pgcat, pg):
     text = render_pgbouncer(g, default_pools(pg), inst.workdir)
     text = text.replace("[databases]\n", "[databases]\ncapped = host=127.0.0.1 port=%d dbname=appdb "
                         "max_db_client_connections=1\n" % pg.port)
-    text += "[users]\nmd5user = max_user_client_connections=1\n"
+    text += "[users]\nmd5user = max_user_client_connections=1\nnot_in_auth_file = max_user_client_connections=3\n"
     start_on(inst, text)
+    # A [users] name no pool has is listed too, with its cap (PgBouncer lists it).
+    r = inst.raw()
+    r.login(g["admin_username"], g["admin_password"], "pgbouncer")
+    _, users = show(r, "USERS")
+    r.close()
+    row = [u for u in users if u["name"] == "not_in_auth_file"]
+    assert row and row[0]["max_user_client_connections"] == "3" and row[0]["current_client_connections"] == "0", users
     with inst.connect("app", dbname="capped"):
         refused(inst, "app", "capped")
         with inst.connect("app") as c:              # appdb has no cap

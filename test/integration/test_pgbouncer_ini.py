@@ -604,3 +604,49 @@ def test_pgbouncer_words_for_a_full_pooler_and_a_refused_reload(pgcat, pg):
     adm.close()
     assert a.execute("SELECT 1").fetchone()[0] == 1
     a.close()
+
+
+def test_forced_user_one_pool_for_the_database(pgcat, pg):
+    """user= in [databases] (PgBouncer's forced user): clients of every user
+    share the forced user's server connections, one pool_size for the
+    database; min_pool_size is kept from the start; SHOW POOLS has one row
+    under the forced user; each client still counts as its own user."""
+    import threading
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    g["pool_mode"] = "transaction"
+    text = render_pgbouncer(g, default_pools(pg), inst.workdir)
+    # auth_file: app, md5user and the console's user; clients log in as app
+    # and md5user, the servers see md5user only.
+    with open(inst.workdir / "userlist.txt", "a") as f:
+        f.write('"md5user" "%s"\n' % PASSWORDS["md5user"])
+    text = text.replace("[pgbouncer]", "forced = host=127.0.0.1 port=%d dbname=appdb user=md5user pool_size=2 "
+                        "min_pool_size=1\n[pgbouncer]" % pg.port, 1)
+    start_on(inst, text)
+    wait_until(lambda: pg.count("md5user", "appdb") == 1, 10, msg="min_pool_size's connection from the start")
+    errors = []
+
+    def sleeper(user):
+        try:
+            with psycopg.connect(inst.dsn(user, dbname="forced")) as c:
+                assert c.execute("SELECT current_user").fetchone()[0] == "md5user"
+                c.execute("SELECT pg_sleep(0.6)")
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=sleeper, args=(u,)) for u in ("app", "md5user") * 3]
+    for t in threads:
+        t.start()
+    peak = 0
+    while any(t.is_alive() for t in threads):
+        peak = max(peak, pg.count("md5user", "appdb"))
+        time.sleep(0.05)
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert peak == 2, "%d server connections for a database of pool_size 2" % peak
+    adm = console(inst, g["admin_username"], g["admin_password"])
+    _, rows = show(adm, "POOLS")
+    forced = [(r["database"], r["user"]) for r in rows if r["database"] == "forced"]
+    assert forced == [("forced", "md5user")], rows
+    adm.close()

@@ -373,7 +373,7 @@ def test_reserve_pool(pgcat, pg):
     # the reserve's connection closes once it is no longer needed
     wait_until(lambda: pg.count("app", "appdb") == 1, 10, msg="the reserve connection to close")
     assert reserve_in_use() == 0
-    assert "a reserve connection (reserve_pool_size 1)" in p.log()
+    assert "taking connection from reserve_pool (reserve_pool_size 1" in p.log()
 
 
 # ---- max_db_connections, max_user_connections -----------------------------------

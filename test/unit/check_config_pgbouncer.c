@@ -315,6 +315,12 @@ START_TEST(test_connstrings)
 	const struct config_pool *f = config_find_pool(cfg, "forced");
 	ck_assert_str_eq(f->server_username, "svc");
 	ck_assert_str_eq(f->server_password, "it's a secret");
+	/* The forced user, in no auth_file: a user of its own that no client
+	 * logs in as, whose pool the database's clients share. */
+	ck_assert_uint_eq(f->n_users, 1);
+	ck_assert(config_find_user(f, "svc")->server_only);
+	ck_assert_ptr_null(config_find_user(f, "svc")->password);
+	ck_assert_uint_eq(config_find_pool(cfg, "other")->n_users, 0);
 	ck_assert_int_eq(f->pool_size, 5);
 	ck_assert_int_eq(f->min_pool_size, 2);
 	ck_assert_int_eq(f->reserve_pool_size, 3);
