@@ -19,8 +19,8 @@
  * "login failed", the server's reason in the log.
  *
  * The server connection is a bconn (bconn.c) in relay mode, owned here;
- * the client waits in CLIENT_RELAY, where client.c hands this session its
- * input, its cancel requests and its output's drain. Backpressure both
+ * the client is in CLIENT_RELAY from its login on, where client.c hands
+ * this session its input, its cancel requests and its output's drain. Backpressure both
  * ways: the server is not read while the client's output is full, and the
  * client not while the server's output is.
  *
@@ -127,7 +127,7 @@ static void relay_ready(void *arg)
 	pktbuf_init(&pb, storage, sizeof storage);
 	if (!client_finish_welcome(c, &pb))
 		return;
-	client_set_state(c, CLIENT_RELAY);
+	client_set_state(c, CLIENT_RELAY);   /* (the welcome left it idle) */
 	if (c->w->cfg->general.log_connections)
 		log_info("C-%llu %s@%s: replication connection to %s:%d", (unsigned long long)c->id, client_user(c),
 			 client_database(c), r->sp->host, r->sp->port);
@@ -259,7 +259,10 @@ static void relay_welcome(struct client *c)
 	r->b.on_bytes = relay_server_bytes;
 	free(c->kind_state);
 	c->kind_state = r;
-	client_set_state(c, CLIENT_LOGIN_WAIT);   /* nothing of its is read until its server is there */
+	/* Relaying from now (on the worker's list of active clients, which
+	 * KILL and shutdown walk), though nothing of its is relayed until its
+	 * server is there (relay_client_input). */
+	client_set_state(c, CLIENT_RELAY);
 	relay_connect(r);
 }
 
