@@ -388,7 +388,7 @@ bool parse_endpoint(const char *s, size_t n, bool want_role, const char **host, 
 		*host_len = (size_t)(port_colon - s);
 		while (s[0] == '/' && *host_len > 1 && s[*host_len - 1] == '/')
 			(*host_len)--;       /* "/run/postgresql/" names the same socket */
-		if (!check_peer_host(*host, *host_len, why, whylen))
+		if (!(want_role ? check_server_host : check_peer_host)(*host, *host_len, why, whylen))
 			return false;
 		rest = port_colon + 1;
 	} else if (n > 0 && s[0] == '[') {
