@@ -358,6 +358,8 @@ bool is_list(enum value_kind kind);
 /* A server's host as written without a port: a name, an IPv4 or IPv6
  * address, or a Unix socket directory (starting with '/'). */
 bool check_server_host(const char *s, size_t n, char *why, size_t whylen);
+/* A [peers] host: a server host, or '@' and a name in the abstract namespace. */
+bool check_peer_host(const char *s, size_t n, char *why, size_t whylen);
 void set_value(struct parser *p, const struct key_spec *k, void *base, const char *value, bool append);
 void apply_defaults(struct parser *p, const struct key_spec *specs, size_t n, void *base);
 void free_field(const struct key_spec *k, void *base);

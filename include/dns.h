@@ -47,9 +47,11 @@ void dns_free(struct dns *d);
  * NULL only when out of memory. */
 const struct dns_entry *dns_lookup(struct dns *d, const char *host, int max_ttl_ms);
 
-/* Is host an IPv4 or IPv6 literal, or a Unix socket directory (starting
- * with '/')? Then out/outlen hold it with port (for a directory, the
- * socket <host>/.s.PGSQL.<port>). */
+/* Is host an IPv4 or IPv6 literal, a Unix socket directory (starting
+ * with '/') or '@' and a name in Linux's abstract namespace? Then out/outlen
+ * hold it with port (for a directory, the socket <host>/.s.PGSQL.<port>;
+ * for '@name', name/.s.PGSQL.<port> in the abstract namespace, as libpq).
+ * A socket path too long for sun_path is false (the config keeps to it). */
 bool dns_literal(const char *host, int port, struct sockaddr_storage *out, socklen_t *outlen);
 
 /* For SHOW DNS_HOSTS: the i-th cached entry, NULL past the end. */

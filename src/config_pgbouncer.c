@@ -573,13 +573,16 @@ static void peer_entry(struct pgb *g, const char *name, const char *connstr)
 	if (ok && host == NULL) {
 		pgb_error(g, name, "host was not given");
 		ok = false;
-	} else if (ok && (host[0] == '/' || host[0] == '@')) {
-		pgb_error(g, name, "host \"%.*s\": pgcat forwards cancel requests to peers over TCP only",
-			  CONFIG_QUOTE_MAX, host);
-		ok = false;
-	} else if (ok && !check_server_host(host, strlen(host), why, sizeof(why))) {
-		pgb_error(g, name, "host: %s", why);
-		ok = false;
+	} else if (ok) {
+		/* As libpq: '/' a Unix socket directory, '@' a name in Linux's
+		 * abstract namespace, anything else TCP. */
+		size_t n = strlen(host);
+		while (host[0] == '/' && n > 1 && host[n - 1] == '/')
+			host[--n] = '\0';   /* "/run/pgbouncer/" names the same socket */
+		if (!check_peer_host(host, n, why, sizeof(why))) {
+			pgb_error(g, name, "host: %s", why);
+			ok = false;
+		}
 	}
 	if (!ok) {
 		free(host);

@@ -187,8 +187,11 @@ void config_print(const struct config *cfg, FILE *out)
 	if (cfg->n_peers > 0)
 		fprintf(out, "\n[peers]\n");
 	for (size_t i = 0; i < cfg->n_peers; i++) {
-		bool v6 = strchr(cfg->peers[i].host, ':') != NULL;
-		fprintf(out, "%d = %s%s%s:%d\n", cfg->peers[i].id, v6 ? "[" : "", cfg->peers[i].host, v6 ? "]" : "",
+		/* a socket directory or abstract name keeps its ':' unbracketed:
+		 * the port is after the last one */
+		const char *h = cfg->peers[i].host;
+		bool v6 = h[0] != '/' && h[0] != '@' && strchr(h, ':') != NULL;
+		fprintf(out, "%d = %s%s%s:%d\n", cfg->peers[i].id, v6 ? "[" : "", h, v6 ? "]" : "",
 			cfg->peers[i].port);
 	}
 }

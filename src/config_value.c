@@ -343,39 +343,53 @@ bool check_server_host(const char *s, size_t n, char *why, size_t whylen)
 	return false;
 }
 
+bool check_peer_host(const char *s, size_t n, char *why, size_t whylen)
+{
+	if (n > 0 && s[0] == '@') {
+		/* As libpq: '@name' is the socket "name/.s.PGSQL.<port>" in
+		 * Linux's abstract namespace; the same cap as a directory keeps
+		 * it inside sun_path. */
+		if (n == 1) {
+			snprintf(why, whylen, "a socket name must follow '@' (Linux's abstract namespace)");
+			return false;
+		}
+		if (n > CONFIG_MAX_SOCKET_DIR) {
+			snprintf(why, whylen, "a socket name in the abstract namespace must be at most %d characters, so "
+				 "that the socket path fits", CONFIG_MAX_SOCKET_DIR);
+			return false;
+		}
+		return true;
+	}
+	return check_server_host(s, n, why, whylen);
+}
+
 /* "host:port" (want_role false) or "host:port:role"; IPv6 hosts in brackets. */
 bool parse_endpoint(const char *s, size_t n, bool want_role, const char **host, size_t *host_len,
 			   int *port, int *role, char *why, size_t whylen)
 {
 	const char *form = want_role ? "host:port:role" : "host:port";
 	const char *rest;
-	if (want_role && n > 0 && s[0] == '/') {
-		/* A Unix socket directory (it may hold ':' itself): the port and
-		 * role are after its last two colons. */
-		const char *role_colon = NULL, *port_colon = NULL;
-		for (size_t i = n; i-- > 0;) {
-			if (s[i] != ':')
-				continue;
-			if (role_colon == NULL) {
-				role_colon = s + i;
-			} else {
+	if (n > 0 && (s[0] == '/' || (!want_role && s[0] == '@'))) {
+		/* A Unix socket directory, or for a peer (want_role false) '@' and
+		 * a name in the abstract namespace (pgcat's servers are not
+		 * reached there): either may hold ':' itself, so the port (and
+		 * the role) are after its last colon(s). */
+		const char *port_colon = NULL;
+		size_t colons = 0;
+		for (size_t i = n; i-- > 0 && port_colon == NULL;)
+			if (s[i] == ':' && ++colons == (want_role ? 2 : 1))
 				port_colon = s + i;
-				break;
-			}
-		}
 		if (port_colon == NULL) {
-			snprintf(why, whylen, "expected /socket/directory:port:role");
+			snprintf(why, whylen, "expected %s:port%s", s[0] == '@' ? "@name" : "/socket/directory",
+				 want_role ? ":role" : "");
 			return false;
 		}
 		*host = s;
 		*host_len = (size_t)(port_colon - s);
-		while (*host_len > 1 && s[*host_len - 1] == '/')
+		while (s[0] == '/' && *host_len > 1 && s[*host_len - 1] == '/')
 			(*host_len)--;       /* "/run/postgresql/" names the same socket */
-		if (*host_len > CONFIG_MAX_SOCKET_DIR) {
-			snprintf(why, whylen, "a Unix socket directory must be at most %d characters, so that the "
-				 "socket path fits", CONFIG_MAX_SOCKET_DIR);
+		if (!(want_role ? check_server_host : check_peer_host)(*host, *host_len, why, whylen))
 			return false;
-		}
 		rest = port_colon + 1;
 	} else if (n > 0 && s[0] == '[') {
 		const char *close = memchr(s, ']', n);

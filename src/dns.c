@@ -113,16 +113,22 @@ bool dns_literal(const char *host, int port, struct sockaddr_storage *out, sockl
 	struct sockaddr_in v4 = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
 	struct sockaddr_in6 v6 = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port) };
 	memset(out, 0, sizeof *out);
-	if (host[0] == '/') {
+	if (host[0] == '/' || host[0] == '@') {
 		/* A Unix socket directory, as libpq's host=/dir: the socket is
-		 * <dir>/.s.PGSQL.<port> (the config caps dir's length). */
+		 * <dir>/.s.PGSQL.<port> (the config caps dir's length). '@name'
+		 * (a [peers] host), as libpq too: the socket name/.s.PGSQL.<port>
+		 * in Linux's abstract namespace, the '@' a NUL in the address,
+		 * whose length ends the name (no NUL after it). */
 		struct sockaddr_un un = { .sun_family = AF_UNIX };
 		int n = snprintf(un.sun_path, sizeof un.sun_path, "%s/.s.PGSQL.%d", host, port);
 		if (n < 0 || (size_t)n >= sizeof un.sun_path)
 			return false;
+		bool abstract = host[0] == '@';
+		if (abstract)
+			un.sun_path[0] = '\0';
 		_Static_assert(sizeof un <= sizeof *out, "sockaddr_un fits sockaddr_storage");
 		memcpy(out, &un, sizeof un);
-		*outlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n + 1);
+		*outlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n + (abstract ? 0 : 1));
 		return true;
 	}
 	if (inet_pton(AF_INET, host, &v4.sin_addr) == 1) {

@@ -2,10 +2,12 @@
 /*
  * peer: a CancelRequest for another pgcat instance's key, sent on to it
  * (SPEC §3.4). One struct peer_forward per request, on the worker's loop:
- * resolving (a host name not yet in the c-ares cache), connecting, waiting
- * for the answer to an SSLRequest, in the TLS handshake, then sent (waiting
- * for the peer to close, as PostgreSQL does after a CancelRequest). One
- * timer bounds it all and polls the cache while a lookup runs.
+ * resolving (a host name not yet in the c-ares cache), connecting (over TCP,
+ * or to a Unix socket: a directory, or '@' Linux's abstract namespace),
+ * waiting for the answer to an SSLRequest (TCP only), in the TLS handshake,
+ * then sent (waiting for the peer to close, as PostgreSQL does after a
+ * CancelRequest). One timer bounds it all and polls the cache while a
+ * lookup runs.
  */
 #include "peer.h"
 
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "cancel.h"
 #include "config.h"
@@ -200,8 +203,10 @@ static void start_connect(struct peer_forward *f, const struct sockaddr *addr, s
 	bufferevent_setcb(f->bev, read_cb, NULL, event_cb, f);
 	bufferevent_enable(f->bev, EV_READ | EV_WRITE);
 	f->phase = PEER_CONNECTING;
-	if (f->w->tls.for_servers) {
-		/* server_tls_sslmode other than disable: ask first. */
+	if (f->w->tls.for_servers && addr->sa_family != AF_UNIX) {
+		/* server_tls_sslmode other than disable: ask first. As libpq
+		 * (and as towards servers), never over a Unix socket, whatever
+		 * the mode says: the request goes in clear there. */
 		uint8_t req[8];
 		proto_put_u32(req, 8);
 		proto_put_u32(req + 4, PG_SSL_REQUEST_CODE);
@@ -217,14 +222,20 @@ static void start_connect(struct peer_forward *f, const struct sockaddr *addr, s
 	arm_timer(f, PEER_FORWARD_TIMEOUT_MS);
 }
 
-/* Connect when the address is known: an IP at once, a host name from the
- * worker's c-ares cache (a first lookup is waited for by polling). */
+/* Connect when the address is known: an IP or a Unix socket at once, a
+ * host name from the worker's c-ares cache (a first lookup is waited for by
+ * polling). */
 static void resolve(struct peer_forward *f)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	if (dns_literal(f->host, f->port, &ss, &sl)) {
 		start_connect(f, (struct sockaddr *)&ss, sl);
+		return;
+	}
+	if (f->host[0] == '/' || f->host[0] == '@') {
+		/* The config keeps the path inside sun_path: never a name to look up. */
+		forward_fail(f, "the Unix socket path is too long");
 		return;
 	}
 	const struct dns_entry *e = f->w->dns ? dns_lookup(f->w->dns, f->host, f->w->cfg->general.dns_max_ttl) : NULL;

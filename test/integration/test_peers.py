@@ -6,10 +6,12 @@ cancel sent to another instance (3.0 and 3.2 keys, one and two workers, and
 psycopg behind a round-robin balancer): every query is cancelled. Keys
 naming a peer id [peers] does not list are ignored; a loop in the [peers]
 sections stops at the hop limit; forwarding goes over TLS when the peer
-offers it."""
+offers it, and in clear to a peer's Unix socket (a directory, or Linux's
+abstract namespace)."""
 import os
 import socket
 import struct
+import threading
 import time
 import uuid
 
@@ -248,3 +250,99 @@ def test_keys_issued_before_a_reload_of_peer_id_still_cancel(pgcat, pg):
         rows, err, status = c.collect(10)
         assert err is not None and err["C"] == "57014", err
         c.close()
+
+
+def test_forwarded_to_a_peer_over_its_unix_socket(pgcat, pg, certs):  # noqa: F811
+    """[peers] naming each instance by its Unix socket directory (as
+    PgBouncer's own suite writes them): a cancel sent to the other instance
+    over TCP reaches the client's instance through its socket, for 3.0 and
+    3.2 keys. Client TLS is on and server_tls_sslmode is prefer: over TCP
+    the forward would ask for TLS, over a Unix socket it goes in clear, as
+    libpq does there."""
+    a, b = [pgcat(general=dict(tls_general(certs, "prefer"), peer_id=i, log_level="debug"), start=False)
+            for i in (1, 2)]
+    for inst in (a, b):
+        # a trailing '/' names the same socket
+        inst.peers = {1: "%s/:%d" % (a.sockdir, a.port), 2: "%s:%d" % (b.sockdir, b.port)}
+        inst.start()
+    for version in (pgwire.PROTO_3_0, pgwire.PROTO_3_2):
+        for home, other in ((a, b), (b, a)):
+            r = login(home, version)
+            r.send(pgwire.query("SELECT pg_sleep(30)"))
+            wait_until(lambda: sleeping(pg), 10, msg="pg_sleep running")
+            send_cancel(other, *r.backend_key)
+            rows, err, status = r.collect(10)
+            assert err is not None and err["C"] == "57014", err
+            assert status == "I"
+            rows, err, status = r.simple("SELECT 7")
+            assert err is None and rows == [["7"]]
+            r.close()
+    for inst, peer_id, peer in ((b, 1, a), (a, 2, b)):
+        forwarded = "cancel request for peer %d forwarded to %s:%d" % (peer_id, peer.sockdir, peer.port)
+        assert inst.log().count(forwarded + "\n") == 2, inst.log()
+    assert "over TLS" not in a.log() + b.log()
+    assert "not forwarded" not in a.log() + b.log()
+
+
+class AbstractListener:
+    """A socket in Linux's abstract namespace, named as libpq names
+    host=@NAME port=PORT: NAME/.s.PGSQL.PORT after a NUL. It keeps what the
+    first connection sends until that side closes, then closes too."""
+
+    def __init__(self, name, port):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind("\0%s/.s.PGSQL.%d" % (name, port))
+        self.sock.listen(1)
+        self.sock.settimeout(10)
+        self.data = b""
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        try:
+            c, _ = self.sock.accept()
+        except OSError:
+            return
+        c.settimeout(10)
+        try:
+            # a CancelRequest says its length first; the peer closes after it
+            while len(self.data) < 4 or len(self.data) < struct.unpack("!I", self.data[:4])[0]:
+                chunk = c.recv(4096)
+                if not chunk:
+                    break
+                self.data += chunk
+        except OSError:
+            pass
+        c.close()
+
+    def close(self):
+        self.sock.close()
+        self.thread.join(5)
+
+
+@pytest.mark.parametrize("key", [peer_key_30, peer_key_32], ids=["3.0", "3.2"])
+def test_forwarded_to_a_peer_in_the_abstract_namespace(pgcat, pg, certs, key):  # noqa: F811
+    """A peer written '@NAME:PORT' (pgcat.ini) is reached at NAME/.s.PGSQL.PORT
+    in the abstract namespace, as libpq reaches host=@NAME: the request
+    arrives there first thing (no SSLRequest before it, although
+    server_tls_sslmode is prefer), its hop counter moved by one."""
+    name = "pgcat-peer-%s" % uuid.uuid4().hex[:8]
+    listener = AbstractListener(name, 6439)
+    try:
+        a = pgcat(general=dict(tls_general(certs, "prefer"), peer_id=1, log_level="debug"), start=False)
+        a.peers = {1: "127.0.0.1:%d" % a.port, 2: "@%s:6439" % name}
+        a.start()
+        pid, k = key(2)
+        send_cancel(a, pid, k)
+        listener.thread.join(10)
+        assert not listener.thread.is_alive(), "nothing reached the abstract socket"
+    finally:
+        listener.close()
+    if isinstance(k, int):
+        sent = struct.pack("!I", (k & ~3) | 2)      # hops left: 3 -> 2
+    else:
+        sent = k[:1] + bytes([k[1] + 1]) + k[2:]   # hop counter: 0 -> 1
+    assert listener.data == pgwire.cancel_request(pid, sent), listener.data
+    wait_until(lambda: "cancel request for peer 2 forwarded to @%s:6439\n" % name in a.log(), 5)
+    assert "not forwarded" not in a.log()
+    assert_works(a)

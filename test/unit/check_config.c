@@ -845,8 +845,47 @@ START_TEST(test_peers)
 	expect_error_at("[general]\npeer_id = 1\n" POOL "[peers]\n1 = a:1\n  b:2\n", 8,
 			"t.ini:8: [peers] 1: this indented line continues the value of 1");
 
+	/* Unix sockets, as libpq names them: a directory holding .s.PGSQL.<port>
+	 * (':' in it allowed, the port after the last one; a trailing '/'
+	 * names the same socket), or '@' and a name in the abstract namespace. */
 	struct config_problems pr;
-	struct config *cfg = load(POOL "[peers]\n1 = a:1\n", &pr);
+	struct config *cfg = load_clean("[general]\npeer_id = 1\n" POOL
+					"[peers]\n1 = /run/pgcat/:6432\n2 = /tmp/a:b:7000\n3 = @pgcat-c:6433\n", &pr);
+	ck_assert_uint_eq(cfg->n_peers, 3);
+	ck_assert_str_eq(cfg->peers[0].host, "/run/pgcat");
+	ck_assert_int_eq(cfg->peers[0].port, 6432);
+	ck_assert_str_eq(cfg->peers[1].host, "/tmp/a:b");
+	ck_assert_int_eq(cfg->peers[1].port, 7000);
+	ck_assert_str_eq(cfg->peers[2].host, "@pgcat-c");
+	ck_assert_int_eq(cfg->peers[2].port, 6433);
+	config_free(cfg);
+	config_problems_free(&pr);
+	expect_error_at("[general]\npeer_id = 1\n" POOL "[peers]\n1 = /run/pgcat\n", 7,
+			"t.ini:7: [peers] 1: expected /socket/directory:port, got \"/run/pgcat\"");
+	expect_error_at("[general]\npeer_id = 1\n" POOL "[peers]\n1 = @:6432\n", 7,
+			"t.ini:7: [peers] 1: a socket name must follow '@'");
+	expect_error_at("[general]\npeer_id = 1\n" POOL "[peers]\n1 = /tmp/x:port\n", 7,
+			"t.ini:7: [peers] 1: port must be an integer between 1 and 65535");
+	/* sun_path holds 108 bytes: 92 for the directory, 15 for
+	 * "/.s.PGSQL.65535", one for the NUL */
+	char text[512], dir[128];
+	memset(dir, 'd', sizeof(dir));
+	dir[0] = '/';
+	dir[93] = '\0';
+	snprintf(text, sizeof(text), "[general]\npeer_id = 1\n" POOL "[peers]\n1 = %s:6432\n", dir);
+	expect_error_at(text, 7, "t.ini:7: [peers] 1: a Unix socket directory must be at most 92 characters");
+	dir[0] = '@';
+	snprintf(text, sizeof(text), "[general]\npeer_id = 1\n" POOL "[peers]\n1 = %s:6432\n", dir);
+	expect_error_at(text, 7, "t.ini:7: [peers] 1: a socket name in the abstract namespace must be at most 92");
+	dir[92] = '\0';
+	snprintf(text, sizeof(text), "[general]\npeer_id = 1\n" POOL "[peers]\n1 = %s:65535\n", dir);
+	config_free(load_clean(text, &pr));
+	config_problems_free(&pr);
+	/* servers are not reached in the abstract namespace */
+	expect_error_at("[pools.db]\n[pools.db.shards.0]\nservers = @pg:5432:primary\n", 3,
+			"t.ini:3: [pools.db.shards.0] servers: \"@pg:5432:primary\": \"@pg\" is not a host name or IPv4");
+
+	cfg = load(POOL "[peers]\n1 = a:1\n", &pr);
 	ck_assert_ptr_nonnull(cfg);
 	ck_assert_uint_eq(pr.n, 1);
 	ck_assert_int_eq(pr.items[0].kind, CONFIG_PROBLEM_WARNING);
@@ -1400,8 +1439,6 @@ START_TEST(test_unix_socket_servers)
 	expect_error_at("[pools.db.shards.0]\nservers = /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 			"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa:5432:primary\n", 2,
 			"t.ini:2: [pools.db.shards.0] servers: \"/aaaa");
-	/* [peers] stay host:port over TCP */
-	expect_error_at("[peers]\n1 = /tmp:6432\n", 2, "t.ini:2: [peers] 1: \"/tmp\" is not a host name");
 }
 END_TEST
 

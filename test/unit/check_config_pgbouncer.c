@@ -493,8 +493,29 @@ START_TEST(test_users_and_peers)
 	ck_assert_int_eq(config_pool_max_db_client_connections(cfg, &cfg->pools[0]), 7);
 	config_free(cfg);
 	config_problems_free(&pr);
-	expect_problem(DB "[peers]\n1 = host=/tmp/pgb1\n[pgbouncer]\n", false, CONFIG_PROBLEM_ERROR, 4,
-		       "pgb.ini:4: [peers] 1: host \"/tmp/pgb1\": pgcat forwards cancel requests to peers over TCP only");
+	/* Unix sockets as libpq names them: a directory (a trailing '/' names
+	 * the same), or '@' and a name in the abstract namespace. */
+	cfg = load_clean(DB "[peers]\n1 = host=/tmp/pgb1/ port=6001\n2 = host=@pgb2\n[pgbouncer]\npeer_id = 1\n", &pr);
+	ck_assert_uint_eq(cfg->n_peers, 2);
+	ck_assert_str_eq(cfg->peers[0].host, "/tmp/pgb1");
+	ck_assert_int_eq(cfg->peers[0].port, 6001);
+	ck_assert_str_eq(cfg->peers[1].host, "@pgb2");
+	ck_assert_int_eq(cfg->peers[1].port, 6432);
+	config_free(cfg);
+	config_problems_free(&pr);
+	expect_problem(DB "[peers]\n1 = host=@\n[pgbouncer]\n", false, CONFIG_PROBLEM_ERROR, 4,
+		       "pgb.ini:4: [peers] 1: host: a socket name must follow '@'");
+	char text[512], dir[128];
+	memset(dir, 'd', sizeof(dir));
+	dir[0] = '/';
+	dir[93] = '\0';   /* with "/.s.PGSQL.65535" and a NUL, more than sun_path's 108 bytes */
+	snprintf(text, sizeof(text), DB "[peers]\n1 = host=%s\n[pgbouncer]\n", dir);
+	expect_problem(text, false, CONFIG_PROBLEM_ERROR, 4,
+		       "pgb.ini:4: [peers] 1: host: a Unix socket directory must be at most 92 characters");
+	dir[0] = '@';
+	snprintf(text, sizeof(text), DB "[peers]\n1 = host=%s\n[pgbouncer]\n", dir);
+	expect_problem(text, false, CONFIG_PROBLEM_ERROR, 4,
+		       "pgb.ini:4: [peers] 1: host: a socket name in the abstract namespace must be at most 92");
 	expect_problem(DB "[peers]\n1 = port=1\n[pgbouncer]\n", false, CONFIG_PROBLEM_ERROR, 4,
 		       "pgb.ini:4: [peers] 1: host was not given");
 	expect_problem(DB "[peers]\n99999 = host=x\n[pgbouncer]\n", false, CONFIG_PROBLEM_ERROR, 4,
