@@ -217,6 +217,10 @@ struct config_general {
 	int shutdown_timeout;
 	char *server_reset_query; /* "" = none */
 	bool server_round_robin;
+	/* Session mode: a server marked for closing (RECONNECT, a changed
+	 * configuration) goes at the end of its client's transaction, and the
+	 * client with it, instead of at the end of the session. */
+	bool server_fast_close;
 	bool tcp_keepalive;
 	int tcp_keepidle;         /* seconds; 0 = the kernel's */
 	int tcp_keepintvl;        /* seconds; 0 = the kernel's */

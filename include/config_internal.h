@@ -119,6 +119,7 @@ struct key_spec {
 	X(shutdown_timeout, INT, "60000", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
 	X(server_reset_query, STRING, "DISCARD ALL", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(server_round_robin, BOOL, "false", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
+	X(server_fast_close, BOOL, "false", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
 	X(tcp_keepalive, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
 	X(tcp_keepidle, INT, "0", true, VALUE_DURATION, 0, 32767, NULL, KEY_SECONDS, NULL, 0) \
 	X(tcp_keepintvl, INT, "0", true, VALUE_DURATION, 0, 32767, NULL, KEY_SECONDS, NULL, 0) \

@@ -115,6 +115,12 @@ struct server {
 struct server *server_connect(struct srvpool *sp) __attribute__((warn_unused_result));
 /* Close the connection, log why, report to the pool, defer the free. */
 void server_close(struct server *s, const char *why);
+/* Mark s to be closed once its client is done with it (RECONNECT, a
+ * changed configuration). With server_fast_close, a server linked in
+ * session mode goes at the end of its client's transaction instead, and
+ * the client with it (08P01 "database configuration changed"): at once if
+ * it is between transactions now. */
+void server_close_when_idle(struct server *s);
 void server_free(struct server *s);
 void server_set_state(struct server *s, enum server_state st);
 const char *server_state_name(enum server_state st);

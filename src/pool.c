@@ -1065,7 +1065,7 @@ int pool_reconnect(struct worker *w, const char *db)
 			struct list_node *lists[] = { &sp->active, &sp->other, &sp->opening };
 			for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
 				LIST_FOREACH_SAFE(sp_pos, sp_tmp, lists[l])
-					LIST_OWNER(sp_pos, struct server, node)->close_when_idle = true;
+					server_close_when_idle(LIST_OWNER(sp_pos, struct server, node));
 			srvpool_close_list(&sp->idle);
 		}
 	}

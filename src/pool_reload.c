@@ -28,7 +28,7 @@ static void retire_srvpool(struct pool *p, struct srvpool *sp)
 		 p->name, p->user, sp->host, sp->port);
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &sp->active)
-		LIST_OWNER(pos, struct server, node)->close_when_idle = true;
+		server_close_when_idle(LIST_OWNER(pos, struct server, node));
 	LIST_FOREACH_SAFE(pos, tmp, &sp->other)
 		LIST_OWNER(pos, struct server, node)->close_when_idle = true;
 	LIST_FOREACH_SAFE(pos, tmp, &sp->opening)

@@ -185,6 +185,30 @@ void server_close(struct server *s, const char *why)
 	}
 }
 
+/* server_fast_close's moment: in session mode, linked, between the
+ * client's transactions (nothing owed, nothing open). */
+static bool fast_close_due(const struct server *s)
+{
+	return s->close_when_idle && s->w->cfg->general.server_fast_close && s->client && s->client->ev->ended &&
+	       s->state == SERVER_ACTIVE && !pool_mode_per_transaction(s->sp->pool->mode) &&
+	       s->txn.outstanding == 0 && !s->txn.ext_pending && s->txn.tx_status == 'I';
+}
+
+/* The client's session ends with its server (PgBouncer's words). */
+static void fast_close(struct server *s)
+{
+	static const char why[] = "database configuration changed";
+	s->client->ev->ended(s->client, s, "08P01", why, true);
+	server_close(s, why);
+}
+
+void server_close_when_idle(struct server *s)
+{
+	s->close_when_idle = true;
+	if (fast_close_due(s))
+		fast_close(s);
+}
+
 void server_free(struct server *s)
 {
 	params_clear(&s->params);
@@ -1536,6 +1560,10 @@ static enum pump_step ready_for_query(struct server *s, struct client_end *c, st
 			return PUMP_STOP;
 		}
 		s->sp->ev->release(s);
+		return PUMP_STOP;
+	}
+	if (fast_close_due(s)) {
+		fast_close(s);
 		return PUMP_STOP;
 	}
 	return PUMP_NEXT;

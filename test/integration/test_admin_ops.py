@@ -441,3 +441,33 @@ def test_shutdown_wait_for_servers(pgcat, pg, workers):
     assert not os.path.exists(sock)
     assert "SHUTDOWN WAIT_FOR_SERVERS: no client holds a server, exiting" in inst.log()
     wait_until(lambda: pg.backends(user="app", db="appdb") == [], 10)
+
+
+def test_server_fast_close_ends_sessions_at_their_transaction_end(pgcat, pg):
+    """server_fast_close (PgBouncer's): in session mode RECONNECT closes a
+    server between its client's transactions at once, and one inside a
+    transaction when that transaction ends; the client goes with it
+    (08P01 "database configuration changed"). Without it the sessions go on."""
+    p = pgcat(general={"pool_mode": "session"})
+    idle, busy, keeps = p.connect(), p.connect(autocommit=False), p.connect()
+    for c in (idle, busy, keeps):
+        c.execute("SELECT 1")
+    r = admin(p)
+    assert command(r, "RECONNECT appdb") is None          # fast close off: nobody notices
+    time.sleep(0.3)
+    assert keeps.execute("SELECT 2").fetchone()[0] == 2
+    keeps.close()
+    assert command(r, "SET server_fast_close = true") is None
+    busy.execute("SELECT 1")                               # a transaction open (not autocommit)
+    assert command(r, "RECONNECT appdb") is None
+    time.sleep(0.3)
+    with pytest.raises(psycopg.OperationalError, match="database configuration changed"):
+        idle.execute("SELECT 3")
+    assert busy.execute("SELECT 4").fetchone()[0] == 4     # its transaction goes on
+    busy.commit()                                          # ... to its end
+    with pytest.raises(psycopg.OperationalError):
+        busy.execute("SELECT 5")
+    r.close()
+    wait_until(lambda: p.log().count("closing because: database configuration changed") >= 2, 5)
+    with p.connect() as c:                                 # new sessions are served
+        assert c.execute("SELECT 6").fetchone()[0] == 6

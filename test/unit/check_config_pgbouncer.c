@@ -153,10 +153,12 @@ START_TEST(test_units)
 					"stats_period = 15\n"
 					"max_client_conn = 0x10\n"      /* C's notation, as PgBouncer reads it */
 					"unix_socket_mode = 0777\n"
-					"server_check_query = SELECT 2\n",
+					"server_check_query = SELECT 2\n"
+					"server_fast_close = 1\n",
 					&pr);
 	const struct config_general *g = &cfg->general;
 	ck_assert_str_eq(g->healthcheck_query, "SELECT 2");
+	ck_assert(g->server_fast_close);
 	ck_assert_int_eq(g->query_wait_timeout, 30500);
 	ck_assert_int_eq(g->server_lifetime, 1);
 	ck_assert_int_eq(g->connect_timeout, INT_MAX);
@@ -250,7 +252,6 @@ START_TEST(test_refused_and_warned)
 		{ "cancel_wait_timeout = 10", true, CONFIG_PROBLEM_WARNING, "cancel_wait_timeout: \"10\" is not honoured" },
 		{ "log_stats = 1", true, CONFIG_PROBLEM_WARNING, "log_stats: \"1\" is not honoured" },
 		{ "log_pooler_errors = 0", true, CONFIG_PROBLEM_WARNING, "log_pooler_errors: \"0\" is not honoured" },
-		{ "server_fast_close = 1", true, CONFIG_PROBLEM_WARNING, "server_fast_close: \"1\" is not honoured" },
 		{ "server_reset_query_always = 1", true, CONFIG_PROBLEM_WARNING, "server_reset_query_always: \"1\"" },
 		{ "application_name_add_host = 1", true, CONFIG_PROBLEM_WARNING, "application_name_add_host: \"1\"" },
 		{ "syslog_ident = pgbouncer", true, CONFIG_PROBLEM_WARNING, "syslog_ident: \"pgbouncer\" is not honoured" },
@@ -284,7 +285,7 @@ START_TEST(test_refused_and_warned)
 		"tcp_defer_accept = 0", "so_reuseport = 1", "ignore_startup_parameters = extra_float_digits",
 		"track_extra_parameters = search_path", "job_name = x", "autodb_idle_timeout = 60",
 		"syslog_ident = pgcat", "log_stats = 0", "max_db_client_connections = 10", "max_user_client_connections = 3", "auth_ldap_options = x",
-		"cancel_wait_timeout = 5", "server_check_query = <empty>", "server_check_query = select 1", "client_tls13_ciphers =",
+		"cancel_wait_timeout = 5", "server_check_query = <empty>", "server_check_query = select 1", "server_fast_close = 1", "client_tls13_ciphers =",
 	};
 	for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++)
 		expect_clean_setting(fine[i]);
