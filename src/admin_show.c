@@ -318,16 +318,47 @@ static void show_databases(struct client *c)
 	admin_res_end(&r);
 }
 
-static const struct admin_column conn_cols[] = {
-	COL_T("type"), COL_T("user"), COL_T("database"), COL_T("replication"), COL_T("state"), COL_T("addr"),
-	COL_I("port"), COL_T("local_addr"), COL_I("local_port"), COL_T("connect_time"), COL_T("request_time"),
-	COL_I("wait"), COL_I("wait_us"), COL_I("close_needed"), COL_T("ptr"), COL_T("link"), COL_I("remote_pid"),
-	COL_T("tls"), COL_T("application_name"), COL_I("prepared_statements"), COL_I("id"), COL_I("worker"),
-	COL_I("shard"), COL_T("role"), COL_I("prepared_hits"), COL_I("prepared_misses"),
+#define CONN_COLS                                                                                                \
+	COL_T("type"), COL_T("user"), COL_T("database"), COL_T("replication"), COL_T("state"), COL_T("addr"),    \
+		COL_I("port"), COL_T("local_addr"), COL_I("local_port"), COL_T("connect_time"),                  \
+		COL_T("request_time"), COL_I("wait"), COL_I("wait_us"), COL_I("close_needed"), COL_T("ptr"),     \
+		COL_T("link"), COL_I("remote_pid"), COL_T("tls"), COL_T("application_name"),                     \
+		COL_I("prepared_statements"), COL_I("id"), COL_I("worker"), COL_I("shard"), COL_T("role"),       \
+		COL_I("prepared_hits"), COL_I("prepared_misses")
+
+static const struct admin_column conn_cols[] = { CONN_COLS };
+/* SHOW SOCKETS: the connection's row and its buffers, in PgBouncer's
+ * columns: what pgcat holds of its input (recv_pos, pkt_avail) and output
+ * (send_remain, send_avail), and what is left of a message being streamed
+ * through (pkt_remain); pgcat parses in place, so pkt_pos and send_pos
+ * are 0. */
+static const struct admin_column socket_cols[] = {
+	CONN_COLS, COL_I("recv_pos"), COL_I("pkt_pos"), COL_I("pkt_remain"), COL_I("send_pos"),
+	COL_I("send_remain"), COL_I("pkt_avail"), COL_I("send_avail"),
 };
 
-static void client_row(struct admin_result *r, const struct client *c, const char *state)
+/* Which rows and columns: SHOW CLIENTS / SERVERS, SHOW SOCKETS (every
+ * connection with its buffers), SHOW ACTIVE_SOCKETS (those linked to the
+ * other side). */
+enum conn_view { VIEW_CONNS, VIEW_SOCKETS, VIEW_ACTIVE_SOCKETS };
+
+static void buffer_cells(struct admin_result *r, const struct io *io, uint32_t remaining)
 {
+	int64_t in = io->in ? (int64_t)evbuffer_get_length(io->in) : 0;
+	int64_t out = (int64_t)io_out_len(io);
+	admin_row_i(r, in);
+	admin_row_i(r, 0);
+	admin_row_i(r, remaining);
+	admin_row_i(r, 0);
+	admin_row_i(r, out);
+	admin_row_i(r, in);
+	admin_row_i(r, out);
+}
+
+static void client_row(struct admin_result *r, const struct client *c, const char *state, enum conn_view v)
+{
+	if (v == VIEW_ACTIVE_SOCKETS && !c->end.server)
+		return;
 	char ct[40], rt[40], ptr[32], link[32];
 	/* Wall-clock times from the monotonic ones (kept per client). */
 	int64_t connect_wall = (int64_t)time(NULL) - (int64_t)((c->w->now_us - c->connect_us) / 1000000);
@@ -373,18 +404,20 @@ static void client_row(struct admin_result *r, const struct client *c, const cha
 	admin_row_s(r, c->end.server ? role_name(c->end.server->sp->role) : NULL);
 	admin_row_i(r, 0);
 	admin_row_i(r, 0);
+	if (v != VIEW_CONNS)
+		buffer_cells(r, &c->io, c->fwd_remaining);
 	admin_row_end(r);
 }
 
 /* This worker's clients, as rows of r. */
-static void client_rows(struct admin_result *r, struct worker *w)
+static void client_rows(struct admin_result *r, struct worker *w, enum conn_view v)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->clients_active)
-		client_row(r, LIST_OWNER(pos, struct client, node), "active");
+		client_row(r, LIST_OWNER(pos, struct client, node), "active", v);
 	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
 		const struct client *x = LIST_OWNER(pos, struct client, node);
-		client_row(r, x, x->is_admin ? "active" : "idle");
+		client_row(r, x, x->is_admin ? "active" : "idle", v);
 	}
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
@@ -393,7 +426,7 @@ static void client_rows(struct admin_result *r, struct worker *w)
 			LIST_FOREACH_SAFE(cp, ct, &p->targets[i]->waiters) {
 				const struct client *x = client_of_waiter(LIST_OWNER(cp, struct pool_waiter, node));
 				if (x)   /* a fan-out's legs show as their client */
-					client_row(r, x, "waiting");
+					client_row(r, x, "waiting", v);
 			}
 		}
 	}
@@ -403,7 +436,7 @@ static void show_clients(struct client *c)
 {
 	struct admin_result r;
 	admin_res_begin(&r, c, COLUMNS(conn_cols));
-	client_rows(&r, c->w);
+	client_rows(&r, c->w, VIEW_CONNS);
 	admin_res_end(&r);
 }
 
@@ -425,11 +458,13 @@ static const char *server_show_state(const struct server *s)
 	return "?";
 }
 
-static void server_rows(struct admin_result *r, struct list_node *head)
+static void server_rows(struct admin_result *r, struct list_node *head, enum conn_view v)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, head) {
 		const struct server *s = LIST_OWNER(pos, struct server, node);
+		if (v == VIEW_ACTIVE_SOCKETS && !s->client)
+			continue;
 		char ct[40], rt[40], ptr[32], link[32];
 		fmt_time(s->connect_wall, ct, sizeof ct);
 		fmt_time(s->connect_wall + (int64_t)((s->last_used_us - s->connect_us) / 1000000), rt, sizeof rt);
@@ -466,22 +501,24 @@ static void server_rows(struct admin_result *r, struct list_node *head)
 		admin_row_s(r, role_name(s->sp->role));
 		admin_row_i(r, s->prep ? (int64_t)s->prep->hits : 0);
 		admin_row_i(r, s->prep ? (int64_t)s->prep->misses : 0);
+		if (v != VIEW_CONNS)
+			buffer_cells(r, &s->io, s->fwd_remaining);
 		admin_row_end(r);
 	}
 }
 
 /* This worker's server connections, as rows of r. */
-static void all_server_rows(struct admin_result *r, struct worker *w)
+static void all_server_rows(struct admin_result *r, struct worker *w, enum conn_view v)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++) {
 			struct srvpool *sp = p->targets[i];
-			server_rows(r, &sp->active);
-			server_rows(r, &sp->idle);
-			server_rows(r, &sp->other);
-			server_rows(r, &sp->opening);
+			server_rows(r, &sp->active, v);
+			server_rows(r, &sp->idle, v);
+			server_rows(r, &sp->other, v);
+			server_rows(r, &sp->opening, v);
 		}
 	}
 }
@@ -490,8 +527,28 @@ static void show_servers(struct client *c)
 {
 	struct admin_result r;
 	admin_res_begin(&r, c, COLUMNS(conn_cols));
-	all_server_rows(&r, c->w);
+	all_server_rows(&r, c->w, VIEW_CONNS);
 	admin_res_end(&r);
+}
+
+/* This worker's connections: its clients, then its servers. */
+static void socket_rows(struct client *c, enum conn_view v)
+{
+	struct admin_result r;
+	admin_res_begin(&r, c, COLUMNS(socket_cols));
+	client_rows(&r, c->w, v);
+	all_server_rows(&r, c->w, v);
+	admin_res_end(&r);
+}
+
+static void show_sockets(struct client *c)
+{
+	socket_rows(c, VIEW_SOCKETS);
+}
+
+static void show_active_sockets(struct client *c)
+{
+	socket_rows(c, VIEW_ACTIVE_SOCKETS);
 }
 
 /* ---- SHOW CLIENTS / SERVERS across workers ---- */
@@ -534,9 +591,19 @@ static void show_prepared_statements(struct client *c)
 	admin_res_end(&r);
 }
 
+static void dump_clients(struct admin_result *r, struct worker *w)
+{
+	client_rows(r, w, VIEW_CONNS);
+}
+
+static void dump_servers(struct admin_result *r, struct worker *w)
+{
+	all_server_rows(r, w, VIEW_CONNS);
+}
+
 static void (*const dump_producers[SHM_DUMP__COUNT])(struct admin_result *, struct worker *) = {
-	[SHM_DUMP_CLIENTS] = client_rows,
-	[SHM_DUMP_SERVERS] = all_server_rows,
+	[SHM_DUMP_CLIENTS] = dump_clients,
+	[SHM_DUMP_SERVERS] = dump_servers,
 	[SHM_DUMP_PREPARED] = prepared_rows,
 };
 static const char *const dump_names[SHM_DUMP__COUNT] = {
@@ -1129,6 +1196,8 @@ static const struct show_command show_commands[] = {
 	{ "pools", show_pools },
 	{ "databases", show_databases },
 	{ "servers", show_servers },
+	{ "sockets", show_sockets },
+	{ "active_sockets", show_active_sockets },
 	{ "clients", show_clients },
 	{ "users", show_users },
 	{ "config", show_config },

@@ -37,6 +37,14 @@ PGBOUNCER_COLUMNS = {
     "CLIENTS": "type, user, database, replication, state, addr, port, local_addr, local_port, connect_time, "
                "request_time, wait, wait_us, close_needed, ptr, link, remote_pid, tls, application_name, "
                "prepared_statements, id, worker, shard, role, prepared_hits, prepared_misses",
+    "SOCKETS": "type, user, database, replication, state, addr, port, local_addr, local_port, connect_time, "
+               "request_time, wait, wait_us, close_needed, ptr, link, remote_pid, tls, application_name, "
+               "prepared_statements, id, worker, shard, role, prepared_hits, prepared_misses, recv_pos, pkt_pos, "
+               "pkt_remain, send_pos, send_remain, pkt_avail, send_avail",
+    "ACTIVE_SOCKETS": "type, user, database, replication, state, addr, port, local_addr, local_port, connect_time, "
+               "request_time, wait, wait_us, close_needed, ptr, link, remote_pid, tls, application_name, "
+               "prepared_statements, id, worker, shard, role, prepared_hits, prepared_misses, recv_pos, pkt_pos, "
+               "pkt_remain, send_pos, send_remain, pkt_avail, send_avail",
     "DATABASES": "name, host, port, database, force_user, pool_size, min_pool_size, reserve_pool_size, "
                  "server_lifetime, pool_mode, load_balance_hosts, max_connections, current_connections, "
                  "max_client_connections, current_client_connections, paused, disabled, shard, role, banned",
@@ -515,4 +523,26 @@ def test_show_totals_state_help_peers(pgcat, pg):
     assert cols[0] == "peer_id" and rows == []
     cols, rows = show(r, "DNS_ZONES")
     assert cols == ["zonename", "serial", "count"] and rows == []
+    r.close()
+
+
+def test_show_sockets_lists_connections_with_their_buffers(pgcat):
+    """SHOW SOCKETS: every client then every server of the worker, with
+    PgBouncer's buffer columns; SHOW ACTIVE_SOCKETS: those linked to the
+    other side (a session-mode client in a transaction and its server)."""
+    p = pgcat(general={"pool_mode": "session"})
+    c = p.connect(autocommit=False)
+    c.execute("SELECT 1")                  # a transaction open: client and server linked
+    r = admin(p)
+    _, rows = show(r, "SOCKETS")
+    kinds = sorted((x["type"], x["user"], x["database"]) for x in rows)
+    assert kinds == [("C", "app", "appdb"), ("C", "pgcat", "pgcat"), ("S", "app", "appdb")], rows
+    client = [x for x in rows if x["type"] == "C" and x["user"] == "app"][0]
+    server = [x for x in rows if x["type"] == "S"][0]
+    assert client["link"] == server["ptr"] and server["link"] == client["ptr"], rows
+    assert all(int(x["send_avail"]) >= 0 and int(x["pkt_pos"]) == 0 for x in rows), rows
+    _, active = show(r, "ACTIVE_SOCKETS")
+    assert sorted(x["ptr"] for x in active) == sorted([client["ptr"], server["ptr"]]), active
+    c.rollback()
+    c.close()
     r.close()
