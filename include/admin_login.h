@@ -28,4 +28,11 @@ enum admin_role admin_role_of(const struct config *cfg, const char *user);
 bool admin_login_credentials(struct worker *w, const char *user, struct auth_credentials *cred,
 			     struct scram_secret *scram) __attribute__((warn_unused_result));
 
+/* A login no pool serves (an unknown database, refused once the client
+ * has authenticated: start_login): the user's auth_file secret, into cred
+ * (cred->scram may point to *scram, as above); false: auth_file does not
+ * name the user. */
+bool auth_file_login_credentials(struct worker *w, const char *user, struct auth_credentials *cred,
+				 struct scram_secret *scram) __attribute__((warn_unused_result));
+
 #endif

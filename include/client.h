@@ -182,6 +182,10 @@ struct client {
 	bool has_cancel_key : 1;
 	bool long_cancel_key : 1;     /* protocol 3.2: a 32-byte key in BackendKeyData */
 	bool is_admin : 1;
+	/* A database no pool serves, refused once the client has proved
+	 * who it is (a pgbouncer.ini's order: a wrong password learns nothing
+	 * of the databases). */
+	bool unknown_database : 1;
 	/* A replication connection (session_replication.c). */
 	enum client_replication replication : 2;
 	bool paused : 1;              /* reading stopped for the server's backpressure */

@@ -6,6 +6,7 @@
 
 #include <string.h>
 
+#include "auth_file.h"
 #include "auth_md5.h"
 #include "auth_scram.h"
 #include "config.h"
@@ -47,6 +48,19 @@ static const struct scram_secret *listed_scram(const struct config *cfg, const c
 	    !scram_secret_from_password(pw, salt, sizeof salt, SCRAM_DEFAULT_ITERATIONS, out))
 		return NULL;
 	return out;
+}
+
+bool auth_file_login_credentials(struct worker *w, const char *user, struct auth_credentials *cred,
+				 struct scram_secret *scram)
+{
+	const struct config *cfg = w->cfg;
+	memset(cred, 0, sizeof *cred);
+	const struct auth_file_entry *e = cfg->auth_users ? auth_file_find(cfg->auth_users, user) : NULL;
+	if (!e)
+		return false;
+	cred->password = e->secret;
+	cred->scram = listed_scram(cfg, cred->password, scram);
+	return true;
 }
 
 bool admin_login_credentials(struct worker *w, const char *user, struct auth_credentials *cred,

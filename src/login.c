@@ -372,12 +372,18 @@ static void start_login(struct client *c)
 		/* A name no pool has: made from `*` when there is one. */
 		const struct config_pool *named = config_find_pool(w->cfg, client_database(c));
 		if ((!named || named->autodb_instance) && !pool_add_autodb(w, client_database(c), client_user(c))) {
-			/* On a pgbouncer.ini, PgBouncer's words, which its users'
-			 * scripts and alerts look for. */
-			client_close(c, SQLSTATE_INVALID_CATALOG_NAME,
-				     w->cfg->pgbouncer ? "no such database: %s" : "database \"%s\" does not exist",
-				     client_database(c));
-			return;
+			if (!w->cfg->pgbouncer) {
+				client_close(c, SQLSTATE_INVALID_CATALOG_NAME, "database \"%s\" does not exist",
+					     client_database(c));
+				return;
+			}
+			/* A pgbouncer.ini: PgBouncer's order, the client first
+			 * proves who it is (its auth_file line), then hears
+			 * "no such database" (login_done). */
+			c->unknown_database = true;
+			if (auth_file_login_credentials(w, client_user(c), &cred, &console_scram))
+				credp = &cred;
+			goto authenticate;
 		}
 		/* A user of no config: looked up on the server first (auth_query;
 		 * this function runs again with the answer). */
@@ -409,6 +415,7 @@ static void start_login(struct client *c)
 			credp = &cred;
 		}
 	}
+authenticate:;
 	/* Only the head is zeroed: the SCRAM state (3 kB) is set up by
 	 * scram_server_init when the method is SCRAM, and untouched otherwise. */
 	c->auth = malloc(sizeof *c->auth);
@@ -656,6 +663,11 @@ static void login_done(struct client *c)
 {
 	free(c->auth);
 	c->auth = NULL;
+	if (c->unknown_database) {
+		/* (PgBouncer's words, which its users' scripts and alerts look for) */
+		client_close(c, SQLSTATE_INVALID_CATALOG_NAME, "no such database: %s", client_database(c));
+		return;
+	}
 	c->session->welcome(c);
 }
 

@@ -345,6 +345,20 @@ int supervisor_run(struct config *cfg, const char *config_path)
 			 * WAIT_FOR_SERVERS (the workers take it so, the Unix
 			 * socket stays for the console), and a second one is a
 			 * fast exit. */
+			/* And SIGTERM PgBouncer's SHUTDOWN WAIT_FOR_CLIENTS, a
+			 * second one a fast exit too. */
+			if (sig == SIGTERM && pgbouncer_signals) {
+				if (sv.shutting_down) {
+					log_info("supervisor: SIGTERM while shutting down, fast exit");
+					forward(&sv, SIGQUIT, 0);
+					break;
+				}
+				log_info("supervisor: SIGTERM, shutting down, waiting for all clients to disconnect");
+				sd_notify_send("STOPPING=1");
+				sv.shutting_down = true;
+				forward(&sv, SIGTERM, 0);
+				break;
+			}
 			if (sig == SIGINT && pgbouncer_signals) {
 				if (sv.shutting_down) {
 					log_info("supervisor: SIGINT while shutting down, fast exit");

@@ -830,6 +830,18 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 		}
 		/* fall through */
 	case SIGTERM:
+		if (w->cfg->format == CONFIG_FORMAT_PGBOUNCER && sig == SIGTERM) {
+			/* PgBouncer's SIGTERM: SHUTDOWN WAIT_FOR_CLIENTS, and
+			 * while shutting down a fast exit (its words). */
+			if (w->shutting_down || w->waiting_for_clients || w->waiting_for_servers) {
+				log_info("got SIGTERM while shutting down, fast exit");
+				event_base_loopbreak(w->base);
+			} else {
+				log_info("got SIGTERM, shutting down, waiting for all clients disconnect");
+				worker_wait_for_clients(w);
+			}
+			break;
+		}
 		log_info("received signal %d: graceful shutdown", (int)sig);
 		worker_begin_shutdown(w);
 		break;

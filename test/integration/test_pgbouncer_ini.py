@@ -480,6 +480,11 @@ def test_pgbouncer_words_for_what_operators_alert_on(pgcat, pg):
     start_on(inst, render_pgbouncer(g, default_pools(pg), inst.workdir))
     with pytest.raises(psycopg.OperationalError, match="no such database: nosuchdb"):
         psycopg.connect(inst.dsn("app", dbname="nosuchdb"))
+    # As PgBouncer, the client proves who it is first: a wrong password or
+    # an unknown user learns nothing of which databases exist.
+    for user, pw in (("app", "wrong"), ("nosuchuser", "x")):
+        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+            psycopg.connect(inst.dsn(user, dbname="nosuchdb", password=pw))
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
         psycopg.connect(inst.dsn("app", password="wrong"))
     with inst.connect("app") as c:
@@ -650,3 +655,28 @@ def test_forced_user_one_pool_for_the_database(pgcat, pg):
     forced = [(r["database"], r["user"]) for r in rows if r["database"] == "forced"]
     assert forced == [("forced", "md5user")], rows
     adm.close()
+
+
+def test_sigterm_is_pgbouncers_wait_for_clients(pgcat, pg):
+    """SIGTERM on a pgbouncer.ini (PgBouncer 1.23's): no new clients, those
+    connected go on as long as they like; pgcat exits after the last one,
+    or at once on a second SIGTERM."""
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    g["pool_mode"] = "transaction"
+    start_on(inst, render_pgbouncer(g, default_pools(pg), inst.workdir))
+    c = inst.connect("app")
+    c.execute("SELECT 1")
+    inst.send_signal(signal.SIGTERM)
+    time.sleep(1.5)
+    for i in range(3):                                  # its next transactions are served
+        assert c.execute("SELECT %s::int", (i,)).fetchone()[0] == i
+    assert inst.alive()
+    with pytest.raises(psycopg.OperationalError):
+        inst.connect("app")
+    inst.send_signal(signal.SIGTERM)
+    wait_until(lambda: not inst.alive(), 10, msg="a second SIGTERM did not exit")
+    inst.stopped_by_test = True
+    with pytest.raises(psycopg.OperationalError):
+        c.execute("SELECT 3")
+    assert "SIGTERM while shutting down, fast exit" in inst.log()
