@@ -525,6 +525,13 @@ void client_on_checkout_failed(struct client *c, const char *sqlstate, const cha
 {
 	if (c->state == CLIENT_CLOSED)
 		return;
+	/* On a pgbouncer.ini, as PgBouncer: a client no server could be had
+	 * for is closed with the reason (its log line "closing because: ..."
+	 * is what operators alert on). */
+	if (c->w->cfg->pgbouncer) {
+		client_close(c, sqlstate, "%s", message);
+		return;
+	}
 	client_set_state(c, CLIENT_IDLE);
 	fail_current_request(c, sqlstate, message);
 	client_process(c);

@@ -740,7 +740,19 @@ void pool_cancel_wait(struct pool_waiter *pw)
 	pw->target = NULL;
 }
 
+/* A server back at 'I' with no client: idled, handed to a waiter or
+ * closed. server_lifetime is enforced when it comes back from a client,
+ * not from its own login (as PgBouncer: with server_lifetime = 0, "used
+ * once", the connection that told a first login the server's parameters
+ * still serves that client's first transaction). */
+static void server_back(struct server *s, bool from_login);
+
 static void pool_server_clean(struct server *s)
+{
+	server_back(s, false);
+}
+
+static void server_back(struct server *s, bool from_login)
 {
 	struct srvpool *sp = s->sp;
 	struct worker *w = sp->pool->w;
@@ -754,7 +766,8 @@ static void pool_server_clean(struct server *s)
 	if (sp->pool->removed && list_empty(&sp->waiters))
 		s->close_when_idle = true;
 	if (s->close_when_idle || w->shutting_down ||
-	    (sp->pool->server_lifetime > 0 && w->now_us - s->connect_us > (uint64_t)sp->pool->server_lifetime * 1000)) {
+	    (!from_login && sp->pool->server_lifetime > 0 &&
+	     w->now_us - s->connect_us > (uint64_t)sp->pool->server_lifetime * 1000)) {
 		if (list_empty(&sp->waiters) || s->close_when_idle) {
 			server_close(s, s->close_when_idle ? "close requested" : "server_lifetime");
 			return;
@@ -815,7 +828,7 @@ static void pool_server_ready(struct server *s)
 			pw->ev->defaults_known(pw);
 		}
 	}
-	pool_server_clean(s);
+	server_back(s, true);
 }
 
 static void pool_server_closed(struct server *s, bool login_failed)

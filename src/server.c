@@ -255,15 +255,29 @@ static void send_startup(struct server *s)
 	evbuffer_add(io_out(&s->io), pb.data, pb.len);
 }
 
-static void login_fail(struct server *s, const char *msg)
+/* The login failed: pgcat's reason, or the server's own error (FATAL
+ * during a login) when refused is set. */
+static void login_failed(struct server *s, const char *msg, bool refused)
 {
 	if (!s->have_error) {
 		s->have_error = true;
 		snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08006");
 		snprintf(s->error_message, sizeof s->error_message, "%s", msg);
 	}
+	if (s->w->cfg->pgbouncer) {
+		/* PgBouncer's lines, which its operators alert on. */
+		log_warning("S-%llu %s:%d: server login failed: %s%s", (unsigned long long)s->id, s->sp->host,
+			    s->sp->port, refused ? "FATAL " : "", msg);
+		server_close(s, msg);
+		return;
+	}
 	log_warning("S-%llu %s:%d: login failed: %s", (unsigned long long)s->id, s->sp->host, s->sp->port, msg);
 	server_close(s, NULL);
+}
+
+static void login_fail(struct server *s, const char *msg)
+{
+	login_failed(s, msg, false);
 }
 
 /* What auth_backend made of an 'R' (or of a finished key derivation):
@@ -563,7 +577,7 @@ static void process_login(struct server *s)
 				memcpy(s->error_message, pfx, sizeof pfx - 1);
 				snprintf(s->error_message + sizeof pfx - 1, room, "%.*s", (int)(room - 1), msg);
 			}
-			login_fail(s, s->error_message);
+			login_failed(s, s->error_message, !s->connect_query_sent);
 			return;
 		}
 		case PqMsg_ReadyForQuery:

@@ -680,3 +680,26 @@ def test_sigterm_is_pgbouncers_wait_for_clients(pgcat, pg):
     with pytest.raises(psycopg.OperationalError):
         c.execute("SELECT 3")
     assert "SIGTERM while shutting down, fast exit" in inst.log()
+
+
+def test_server_login_failure_in_pgbouncer_words(pgcat, pg):
+    """A server that refuses pgcat's login: the log has PgBouncer's 'server
+    login failed: FATAL ...' and 'closing because: ...' for the server and
+    for each client that waited for it, which is closed with the reason."""
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    g["pool_mode"] = "transaction"
+    text = render_pgbouncer(g, default_pools(pg), inst.workdir)
+    text = text.replace("[pgbouncer]", "badpw = host=127.0.0.1 port=%d dbname=appdb user=md5user password=wrong\n"
+                        "[pgbouncer]" % pg.port, 1)
+    start_on(inst, text)
+    with pytest.raises(psycopg.OperationalError, match='password authentication failed for user "md5user"'):
+        psycopg.connect(inst.dsn("app", dbname="badpw"))
+    log = inst.log()
+    assert re.search(r'S-\d+ .*: server login failed: FATAL password authentication failed for user "md5user"',
+                     log), log[-3000:]
+    assert re.search(r'S-\d+ .*closing because: password authentication failed for user "md5user"', log), log[-3000:]
+    assert re.search(r'C-\d+ app@badpw .*closing because: password authentication failed for user "md5user"',
+                     log), log[-3000:]
+    with inst.connect("app") as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
