@@ -12,14 +12,27 @@
 #include <stdint.h>
 
 #include "auth_scram.h"
+#include "kdf.h"
 #include "types.h"
 
-enum client_auth_method { CLIENT_AUTH_TRUST, CLIENT_AUTH_MD5, CLIENT_AUTH_SCRAM };
-enum client_auth_step { CLIENT_AUTH_WANT_PASSWORD, CLIENT_AUTH_WANT_SASL_INITIAL, CLIENT_AUTH_WANT_SASL_RESPONSE };
+/* PASSWORD: the password in clear (AuthenticationCleartextPassword). */
+enum client_auth_method { CLIENT_AUTH_TRUST, CLIENT_AUTH_MD5, CLIENT_AUTH_SCRAM, CLIENT_AUTH_PASSWORD };
+enum client_auth_step {
+	CLIENT_AUTH_WANT_PASSWORD,        /* md5: the salted hash */
+	CLIENT_AUTH_WANT_SASL_INITIAL,
+	CLIENT_AUTH_WANT_SASL_RESPONSE,
+	CLIENT_AUTH_WANT_CLEARTEXT,       /* password: the password itself */
+	/* password against a SCRAM verifier: its SaltedPassword is being
+	 * derived off the loop (kdf.h); no message is read meanwhile. */
+	CLIENT_AUTH_DERIVING,
+	CLIENT_AUTH_DERIVED,              /* the derivation is over: auth_client_resume */
+};
 /* Who picks the method: auth_type (0, what a zeroed client_auth says), or
  * the auth_hba_file line that matched the login, set by the caller before
  * auth_client_begin. */
-enum client_auth_rule { AUTH_RULE_AUTH_TYPE, AUTH_RULE_TRUST, AUTH_RULE_MD5, AUTH_RULE_SCRAM };
+enum client_auth_rule { AUTH_RULE_AUTH_TYPE, AUTH_RULE_TRUST, AUTH_RULE_MD5, AUTH_RULE_SCRAM, AUTH_RULE_PASSWORD };
+/* The stored secret a password given in clear is checked against. */
+enum client_auth_secret { AUTH_SECRET_PLAIN, AUTH_SECRET_MD5, AUTH_SECRET_SCRAM };
 
 struct client_auth {
 	enum client_auth_method method;
@@ -27,11 +40,26 @@ struct client_auth {
 	enum client_auth_rule rule;
 	bool user_known;              /* false: run the exchange, then refuse (SPEC §3) */
 	uint8_t md5_salt[4];
-	char md5_stored[40];          /* "md5..." */
+	char md5_stored[40];          /* "md5..." (md5; password with an md5 secret) */
+	/* password: what the given password is checked against, copied at
+	 * the start (a reload may free the config's meanwhile). */
+	enum client_auth_secret secret_kind;
+	uint8_t plain_digest[SCRAM_KEY_LEN];   /* SHA-256 of a plaintext secret */
+	struct scram_secret verifier;          /* a SCRAM secret (or an unknown user's fake) */
+	/* The derivation for a SCRAM secret: set by the caller before
+	 * auth_client_begin, derived(arg) is called on the loop when it is
+	 * over (never after auth_client_free). */
+	void (*derived)(void *arg);
+	void *arg;
+	struct kdf_request req;
+	bool derive_ok;
+	uint8_t salted[SCRAM_KEY_LEN];
 	struct scram_server scram;    /* last: valid once scram_server_init ran (method SCRAM) */
 };
 
-enum auth_outcome { AUTH_CONTINUE, AUTH_OK, AUTH_FAILED, AUTH_PROTOCOL_ERROR };
+/* PENDING: nothing to send yet; the derived event comes, then
+ * auth_client_resume gives the outcome. */
+enum auth_outcome { AUTH_CONTINUE, AUTH_OK, AUTH_FAILED, AUTH_PROTOCOL_ERROR, AUTH_PENDING };
 
 /* What a user logs in with: the configured password (plaintext, md5 hash
  * or SCRAM secret) and, when one could be made, its SCRAM verifier. */
@@ -46,12 +74,24 @@ struct auth_credentials {
 enum auth_outcome auth_client_begin(struct worker *w, const char *user, const struct auth_credentials *cred,
 				    struct client_auth *a, struct evbuffer *out)
 	__attribute__((warn_unused_result));
-/* Handle one 'p' message body from the client. passthrough: the pool whose
- * servers a verified SCRAM ClientKey may log in to (SCRAM pass-through;
- * NULL: none, e.g. the admin console). */
+/* Handle one 'p' message body from the client, user's. passthrough: the
+ * pool whose servers a verified SCRAM ClientKey may log in to (SCRAM
+ * pass-through; NULL: none, e.g. the admin console). */
 enum auth_outcome auth_client_step(struct worker *w, struct pool *passthrough, struct client_auth *a,
-				   const uint8_t *body, size_t len, struct evbuffer *out)
+				   const char *user, const uint8_t *body, size_t len, struct evbuffer *out)
 	__attribute__((warn_unused_result));
+/* After the derived event: the verdict on the password (AUTH_OK or
+ * AUTH_FAILED), passthrough as for auth_client_step. */
+enum auth_outcome auth_client_resume(struct pool *passthrough, struct client_auth *a)
+	__attribute__((warn_unused_result));
+/* Waiting for the derived event: no message is to be read. */
+static inline bool auth_client_pending(const struct client_auth *a)
+{
+	return a->step == CLIENT_AUTH_DERIVING;
+}
+/* Cancel a derivation under way, wipe the state (keys, hashes), free it.
+ * NULL: nothing. */
+void auth_client_free(struct client_auth *a);
 
 /* Server side: the password pgcat logs in to servers with for this pool's user. */
 const char *auth_server_user(const struct pool *p);

@@ -19,9 +19,13 @@
 #include "kdf.h"
 #include "pktbuf.h"
 
+/* The longest password sent in clear to a server that asks for one:
+ * PgBouncer's (its MAX_PASSWORD less the NUL), which auth_file takes too. */
+#define AUTH_BACKEND_MAX_PASSWORD 2047
 /* Storage enough for any message auth_backend_answer writes (a SCRAM
- * message, or a PasswordMessage with a password of reasonable length). */
-#define AUTH_BACKEND_MAX_MESSAGE (SCRAM_MAX_MESSAGE + 128)
+ * message, or a PasswordMessage with a password up to the above). */
+#define AUTH_BACKEND_MAX_MESSAGE (AUTH_BACKEND_MAX_PASSWORD + 64)
+_Static_assert(AUTH_BACKEND_MAX_MESSAGE >= SCRAM_MAX_MESSAGE + 128, "a SCRAM message and its envelope fit");
 
 /* What pgcat logs in with. */
 struct auth_backend_secret {

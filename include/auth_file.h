@@ -13,7 +13,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define AUTH_FILE_MAX_FIELD 1024
+/* A field's longest, with its NUL: PgBouncer's MAX_PASSWORD, so that a
+ * userlist PgBouncer takes (passwords up to 2047 bytes) is taken whole. */
+#define AUTH_FILE_MAX_FIELD 2048
 
 struct auth_file_entry {
 	char *user;

@@ -36,6 +36,13 @@ bool scram_secret_parse(const char *text, struct scram_secret *out)
 bool scram_secret_from_password(const char *password, const uint8_t *salt, size_t salt_len,
 				int iterations, struct scram_secret *out)
 	__attribute__((warn_unused_result));
+/* A password given in clear against a verifier: does salted (the
+ * SaltedPassword of the SASLprepped password, with the verifier's salt and
+ * iterations) give the verifier's StoredKey and ServerKey? On true, and
+ * client_key not NULL, the ClientKey is written there (SCRAM pass-through). */
+bool scram_secret_check_salted(const struct scram_secret *secret, const uint8_t salted[SCRAM_KEY_LEN],
+			       uint8_t client_key[SCRAM_KEY_LEN])
+	__attribute__((warn_unused_result));
 /* SaltedPassword = Hi(password, salt, iterations): PBKDF2 with HMAC-SHA-256,
  * on a password already SASLprepped (saslprep.h). Safe to run on any thread
  * (its digest contexts are its own). stop (NULL: none) is looked at every

@@ -19,7 +19,10 @@ enum pool_mode { POOL_MODE_SESSION, POOL_MODE_TRANSACTION, POOL_MODE_STATEMENT }
 /* A server goes back to its pool when a transaction ends: transaction
  * and statement mode alike. */
 static inline bool pool_mode_per_transaction(enum pool_mode m) { return m != POOL_MODE_SESSION; }
-enum auth_type { AUTH_TYPE_SCRAM, AUTH_TYPE_MD5, AUTH_TYPE_TRUST };
+/* password: the client sends its password in clear (PostgreSQL's hba
+ * method "password", PgBouncer's auth_type plain), checked against the
+ * stored secret whatever its form. */
+enum auth_type { AUTH_TYPE_SCRAM, AUTH_TYPE_MD5, AUTH_TYPE_TRUST, AUTH_TYPE_PASSWORD };
 enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARNING, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG, LOG_LEVEL_TRACE };
 enum server_role { SERVER_ROLE_PRIMARY, SERVER_ROLE_REPLICA, SERVER_ROLE_AUTO };
 enum default_role { DEFAULT_ROLE_ANY, DEFAULT_ROLE_PRIMARY, DEFAULT_ROLE_REPLICA };

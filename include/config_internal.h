@@ -28,11 +28,21 @@
 /* ------------------------------------------------------------------ */
 /* Key tables (the tables themselves are config.c's)                  */
 
+/* A second spelling read as the value it names (written back under the
+ * main name). */
+struct enum_alias {
+	const char *name;
+	int value;
+};
+
 struct enum_names {
 	const char *const *names;   /* indexed by enum value; NULL = not accepted */
 	size_t n;
+	const struct enum_alias *aliases;   /* NULL: none */
+	size_t n_aliases;
 };
-#define ENUM_NAMES(a) { (a), sizeof(a) / sizeof((a)[0]) }
+#define ENUM_NAMES(a) { (a), sizeof(a) / sizeof((a)[0]), NULL, 0 }
+#define ENUM_NAMES_ALIASED(a, al) { (a), sizeof(a) / sizeof((a)[0]), (al), sizeof(al) / sizeof((al)[0]) }
 
 enum value_kind {
 	VALUE_INT,          /* int field, min..max */

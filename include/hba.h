@@ -16,7 +16,8 @@
 #include <stdint.h>
 
 enum hba_conn_type { HBA_LOCAL, HBA_HOST, HBA_HOSTSSL, HBA_HOSTNOSSL };
-enum hba_method { HBA_TRUST, HBA_REJECT, HBA_MD5, HBA_SCRAM, HBA_CERT };
+/* password: the password in clear (PostgreSQL's method of that name). */
+enum hba_method { HBA_TRUST, HBA_REJECT, HBA_MD5, HBA_SCRAM, HBA_CERT, HBA_PASSWORD };
 
 /* A database or user column: keywords and names (a comma list). */
 struct hba_names {

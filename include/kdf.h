@@ -18,6 +18,7 @@
  * costs no derivation. At most KDF_CACHE_MAX entries, the least recently
  * used going first; the password itself is not kept (its SHA-256 is the
  * key). Logins asking for the same derivation at once share one job.
+ * A request can ask that its result not be kept (a client's guess).
  *
  * A request whose owner goes away (a server connection closed while it
  * waits) is cancelled: its job no longer knows it, nothing reaches the
@@ -52,6 +53,11 @@ struct kdf_request {
 	/* The result (ok false: the derivation failed), on the loop, once;
 	 * salted is valid during the call only. */
 	void (*done)(struct kdf_request *req, bool ok, const uint8_t *salted);
+	/* Set by the owner: its result goes to no cache. A client's password
+	 * checked against a verifier (auth.c) may be a wrong guess, or many:
+	 * they must not push out the servers' keys. (The cache is still
+	 * looked in.) */
+	bool uncached;
 };
 
 /* For this worker's loop; NULL: out of memory or no eventfd. */

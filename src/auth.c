@@ -4,6 +4,14 @@
  * it, and the exchange itself as a small step machine. An unknown user runs
  * the same exchange as a known one and is refused at the end with the same
  * message as a wrong password, so logins do not reveal which users exist.
+ *
+ * The password method (auth_type password, PgBouncer's plain) takes the
+ * password in clear and checks it against the stored secret whatever its
+ * form: a plaintext one as it is, an md5 hash by hashing the password with
+ * the user's name, a SCRAM verifier by deriving its keys from the password
+ * with the verifier's salt and iterations. That derivation is PBKDF2 (kdf.c,
+ * off the loop: the exchange waits for it, AUTH_PENDING), and the ClientKey
+ * it yields is kept for SCRAM pass-through as a SCRAM login's is.
  */
 #include "auth.h"
 
@@ -12,15 +20,19 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "auth_md5.h"
 #include "bconn.h"
 #include "config.h"
+#include "kdf.h"
+#include "list.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool.h"
 #include "proto.h"
+#include "saslprep.h"
 #include "context.h"
 
 static bool is_scram_secret(const char *pw) { return pw && strncmp(pw, "SCRAM-SHA-256$", 14) == 0; }
@@ -48,6 +60,56 @@ static bool fake_secret(struct worker *w, const char *user, struct scram_secret 
 	       pg_random_bytes(out->server_key, sizeof out->server_key);
 }
 
+static void derived(struct kdf_request *req, bool ok, const uint8_t *salted);
+
+/* SHA-256 of a password: what a plaintext secret and the password given
+ * for it are compared by, in constant time and at a fixed length. */
+static bool password_digest(const char *pw, uint8_t out[SCRAM_KEY_LEN])
+{
+	unsigned int n = 0;
+	return EVP_Digest(pw, strlen(pw), out, &n, EVP_sha256(), NULL) == 1 && n == SCRAM_KEY_LEN;
+}
+
+/* The password method: what the password will be checked against, and
+ * AuthenticationCleartextPassword. */
+static enum auth_outcome begin_cleartext(struct worker *w, const char *user, const char *pw, struct client_auth *a,
+					 struct evbuffer *out)
+{
+	a->method = CLIENT_AUTH_PASSWORD;
+	a->step = CLIENT_AUTH_WANT_CLEARTEXT;
+	a->req.done = derived;
+	a->req.uncached = true;
+	if (a->user_known && pg_md5_is_stored(pw)) {
+		a->secret_kind = AUTH_SECRET_MD5;
+		snprintf(a->md5_stored, sizeof a->md5_stored, "%s", pw);
+	} else if (a->user_known && is_scram_secret(pw)) {
+		a->secret_kind = AUTH_SECRET_SCRAM;
+		if (!scram_secret_parse(pw, &a->verifier)) {
+			log_warning("user \"%s\": cannot parse its SCRAM secret: no password can log it in", user);
+			a->user_known = false;
+		}
+	} else if (a->user_known) {
+		a->secret_kind = AUTH_SECRET_PLAIN;
+		if (!password_digest(pw, a->plain_digest))
+			return AUTH_FAILED;
+	}
+	if (!a->user_known) {
+		/* Checked against a made-up verifier, refused at the end: the
+		 * answer takes as long as for a user with a SCRAM secret. */
+		a->secret_kind = AUTH_SECRET_SCRAM;
+		if (!fake_secret(w, user, &a->verifier))
+			return AUTH_FAILED;
+	}
+	uint8_t storage[16];
+	struct pktbuf pb;
+	pktbuf_init(&pb, storage, sizeof storage);
+	pktbuf_auth_request(&pb, AUTH_REQ_PASSWORD, NULL, 0);
+	if (pb.failed)
+		return AUTH_FAILED;
+	evbuffer_add(out, pb.data, pb.len);
+	return AUTH_CONTINUE;
+}
+
 enum auth_outcome auth_client_begin(struct worker *w, const char *user, const struct auth_credentials *cred,
 				    struct client_auth *a, struct evbuffer *out)
 {
@@ -63,6 +125,7 @@ enum auth_outcome auth_client_begin(struct worker *w, const char *user, const st
 	case AUTH_RULE_AUTH_TYPE: break;
 	case AUTH_RULE_TRUST: type = AUTH_TYPE_TRUST; break;
 	case AUTH_RULE_MD5: type = AUTH_TYPE_MD5; break;
+	case AUTH_RULE_PASSWORD: type = AUTH_TYPE_PASSWORD; break;
 	case AUTH_RULE_SCRAM:
 		type = AUTH_TYPE_SCRAM;
 		/* An hba line that says scram-sha-256 means SCRAM, never md5 in
@@ -77,6 +140,9 @@ enum auth_outcome auth_client_begin(struct worker *w, const char *user, const st
 	}
 	if (type == AUTH_TYPE_TRUST)
 		return cred ? AUTH_OK : AUTH_FAILED;
+	/* Any stored form serves the password in clear. */
+	if (type == AUTH_TYPE_PASSWORD)
+		return begin_cleartext(w, user, pw, a, out);
 
 	/* The stored form decides what is possible: an md5 hash cannot serve
 	 * SCRAM, and a SCRAM secret cannot serve md5 (PostgreSQL does the same). */
@@ -117,8 +183,106 @@ enum auth_outcome auth_client_begin(struct worker *w, const char *user, const st
 	return AUTH_CONTINUE;
 }
 
+/* A verified ClientKey logs pgcat in to the pool's servers when the user's
+ * secret is a SCRAM verifier: only for the verifier the pool holds now
+ * (auth_query may have brought another since the exchange began). */
+static void keep_passthrough_key(struct pool *p, const uint8_t server_key[SCRAM_KEY_LEN],
+				 const uint8_t client_key[SCRAM_KEY_LEN])
+{
+	if (p && p->cuser && is_scram_secret(p->cuser->password) && p->have_scram &&
+	    CRYPTO_memcmp(p->scram.server_key, server_key, SCRAM_KEY_LEN) == 0) {
+		memcpy(p->passthrough_client_key, client_key, SCRAM_KEY_LEN);
+		p->have_passthrough_key = true;
+	}
+}
+
+/* kdf's answer, on the loop: kept for auth_client_resume, the owner told. */
+static void derived(struct kdf_request *req, bool ok, const uint8_t *salted)
+{
+	struct client_auth *a = LIST_OWNER(req, struct client_auth, req);
+	if (ok)
+		memcpy(a->salted, salted, SCRAM_KEY_LEN);
+	a->derive_ok = ok;
+	a->step = CLIENT_AUTH_DERIVED;
+	a->derived(a->arg);
+}
+
+enum auth_outcome auth_client_resume(struct pool *passthrough, struct client_auth *a)
+{
+	if (a->step != CLIENT_AUTH_DERIVED)
+		return AUTH_PROTOCOL_ERROR;
+	uint8_t client_key[SCRAM_KEY_LEN];
+	bool ok = a->derive_ok && scram_secret_check_salted(&a->verifier, a->salted, client_key);
+	OPENSSL_cleanse(a->salted, sizeof a->salted);
+	a->derive_ok = false;
+	if (ok && a->user_known)
+		keep_passthrough_key(passthrough, a->verifier.server_key, client_key);
+	OPENSSL_cleanse(client_key, sizeof client_key);
+	return ok && a->user_known ? AUTH_OK : AUTH_FAILED;
+}
+
+/* The password given in clear (NUL-terminated, length checked by the
+ * caller) against the stored secret. */
+static enum auth_outcome check_cleartext(struct worker *w, struct pool *passthrough, struct client_auth *a,
+					 const char *user, const char *given)
+{
+	/* No secret is empty (an empty one makes the user unknown): PostgreSQL
+	 * refuses an empty password before looking, and so does pgcat. */
+	if (!given[0])
+		return AUTH_FAILED;
+	switch (a->secret_kind) {
+	case AUTH_SECRET_PLAIN: {
+		uint8_t d[SCRAM_KEY_LEN];
+		bool ok = password_digest(given, d) && CRYPTO_memcmp(d, a->plain_digest, sizeof d) == 0;
+		OPENSSL_cleanse(d, sizeof d);
+		return ok && a->user_known ? AUTH_OK : AUTH_FAILED;
+	}
+	case AUTH_SECRET_MD5: {
+		char h[PG_MD5_LEN + 1];
+		pg_md5_stored(given, user, h);
+		bool ok = strlen(h) == PG_MD5_LEN && pg_secure_streq(h, a->md5_stored);
+		OPENSSL_cleanse(h, sizeof h);
+		return ok && a->user_known ? AUTH_OK : AUTH_FAILED;
+	}
+	case AUTH_SECRET_SCRAM:
+		break;
+	}
+	/* PBKDF2 on the password as PostgreSQL would have hashed it (SASLprep
+	 * first): off the loop, its cost is the verifier's. */
+	char *prepared;
+	if (saslprep_password(given, &prepared) == SASLPREP_NO_MEMORY)
+		return AUTH_FAILED;
+	enum kdf_result r = kdf_derive(w->kdf, &a->req, prepared, a->verifier.salt, a->verifier.salt_len,
+				       a->verifier.iterations, a->salted);
+	OPENSSL_cleanse(prepared, strlen(prepared));
+	free(prepared);
+	switch (r) {
+	case KDF_DONE:
+		a->derive_ok = true;
+		a->step = CLIENT_AUTH_DERIVED;
+		return auth_client_resume(passthrough, a);
+	case KDF_PENDING:
+		a->step = CLIENT_AUTH_DERIVING;
+		return AUTH_PENDING;
+	case KDF_FAILED:
+		break;
+	}
+	return AUTH_FAILED;
+}
+
+void auth_client_free(struct client_auth *a)
+{
+	if (!a)
+		return;
+	kdf_cancel(&a->req);   /* its result must not reach a login that is gone */
+	/* md5 hashes, the digest of a password, the SCRAM keys: the whole
+	 * state, whatever the method. */
+	OPENSSL_cleanse(a, sizeof *a);
+	free(a);
+}
+
 enum auth_outcome auth_client_step(struct worker *w, struct pool *passthrough, struct client_auth *a,
-				   const uint8_t *body, size_t len, struct evbuffer *out)
+				   const char *user, const uint8_t *body, size_t len, struct evbuffer *out)
 {
 	uint8_t storage[SCRAM_MAX_MESSAGE + 64];
 	struct pktbuf pb;
@@ -178,20 +342,25 @@ enum auth_outcome auth_client_step(struct worker *w, struct pool *passthrough, s
 			return AUTH_FAILED;
 		/* The user's secret is a SCRAM verifier: the client's key is what
 		 * logs pgcat in to servers with the same verifier. */
-		/* (Only for the verifier the pool holds now: auth_query may have
-		 * brought another since this exchange began.) */
-		if (passthrough && passthrough->cuser && is_scram_secret(passthrough->cuser->password) &&
-		    passthrough->have_scram &&
-		    CRYPTO_memcmp(passthrough->scram.server_key, a->scram.secret.server_key, SCRAM_KEY_LEN) == 0) {
-			memcpy(passthrough->passthrough_client_key, a->scram.client_key, SCRAM_KEY_LEN);
-			passthrough->have_passthrough_key = true;
-		}
+		keep_passthrough_key(passthrough, a->scram.secret.server_key, a->scram.client_key);
 		pktbuf_auth_request(&pb, AUTH_REQ_SASL_FIN, msg, mlen);
 		if (pb.failed)
 			return AUTH_FAILED;
 		evbuffer_add(out, pb.data, pb.len);
 		return AUTH_OK;
 	}
+	case CLIENT_AUTH_WANT_CLEARTEXT: {
+		/* One NUL-terminated string filling the message (its length is
+		 * bounded by the caller's PROTO_AUTH_MSG_MAX). */
+		const char *given;
+		if (!proto_read_cstring(body, len, &off, &given) || off != len)
+			return AUTH_PROTOCOL_ERROR;
+		return check_cleartext(w, passthrough, a, user, given);
+	}
+	case CLIENT_AUTH_DERIVING:
+	case CLIENT_AUTH_DERIVED:
+		/* (the login reads no message while the key is derived) */
+		return AUTH_PROTOCOL_ERROR;
 	}
 	return AUTH_PROTOCOL_ERROR;
 }

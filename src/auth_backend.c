@@ -179,6 +179,10 @@ enum auth_backend_result auth_backend_answer(struct auth_backend *ab, const stru
 			*error = "server asks for a cleartext password, and pgcat has none for this user";
 			return AUTH_BACKEND_FAILED;
 		}
+		if (strlen(pw) > AUTH_BACKEND_MAX_PASSWORD) {
+			*error = "password too long";
+			return AUTH_BACKEND_FAILED;
+		}
 		auth_backend_put_password(out, pw, strlen(pw) + 1);
 		if (out->failed) {
 			*error = "password too long";

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(AUTH_FILE_MAX_FIELD == 2048, "read_field's message names the longest field");
+
 /* One quoted field at text[*i]: copies its value (quotes undoubled) into
  * buf. Returns false (why set) when the line does not hold one. */
 static bool read_field(const char *text, size_t end, size_t *i, char *buf, size_t bufsz, const char **why)
@@ -38,7 +40,7 @@ static bool read_field(const char *text, size_t end, size_t *i, char *buf, size_
 			return false;
 		}
 		if (n + 1 >= bufsz) {
-			*why = "field longer than 1023 bytes";
+			*why = "field longer than 2047 bytes";
 			return false;
 		}
 		buf[n++] = ch;

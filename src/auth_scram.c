@@ -532,6 +532,28 @@ bool scram_secret_from_password(const char *password, const uint8_t *salt, size_
 	return ok;
 }
 
+bool scram_secret_check_salted(const struct scram_secret *secret, const uint8_t salted[SCRAM_KEY_LEN],
+			       uint8_t client_key[SCRAM_KEY_LEN])
+{
+	uint8_t ck[SCRAM_KEY_LEN], sk[SCRAM_KEY_LEN], stored[SCRAM_KEY_LEN];
+	/* Both keys: the StoredKey proves the ClientKey (which pass-through
+	 * will use), the ServerKey that the verifier is whole. Compared in
+	 * constant time, each whatever the other gave. */
+	bool ok = secret != NULL && salted != NULL && keys_from_salted(salted, ck, sk) &&
+		  sha256(ck, SCRAM_KEY_LEN, stored);
+	if (ok) {
+		int diff = CRYPTO_memcmp(stored, secret->stored_key, SCRAM_KEY_LEN);
+		diff |= CRYPTO_memcmp(sk, secret->server_key, SCRAM_KEY_LEN);
+		ok = diff == 0;
+	}
+	if (ok && client_key != NULL)
+		memcpy(client_key, ck, SCRAM_KEY_LEN);
+	OPENSSL_cleanse(ck, sizeof ck);
+	OPENSSL_cleanse(sk, sizeof sk);
+	OPENSSL_cleanse(stored, sizeof stored);
+	return ok;
+}
+
 /* Decode base64 that must yield exactly want bytes. */
 static bool b64_exact(const char *in, size_t len, uint8_t *out, size_t want)
 {

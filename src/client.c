@@ -369,7 +369,7 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 	client_set_state(c, CLIENT_CLOSED);
 	w->n_clients--;
 	atomic_store_explicit(&w->shm->h->workers[w->id].clients, w->n_clients, memory_order_relaxed);
-	free(c->auth);
+	auth_client_free(c->auth);
 	c->auth = NULL;
 	list_add_tail(&w->dead_clients, &c->node);
 	worker_schedule_reap(w);
@@ -381,7 +381,7 @@ void client_free(struct client *c)
 {
 	params_clear(&c->params);
 	params_clear(&c->startup_params);
-	free(c->auth);
+	auth_client_free(c->auth);
 	free(c->names);
 	free(c->pending_error);
 	free(c->kind_state);

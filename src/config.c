@@ -52,7 +52,10 @@ static const char *const pool_mode_names[] = {
 };
 static const char *const auth_type_names[] = {
 	[AUTH_TYPE_SCRAM] = "scram-sha-256", [AUTH_TYPE_MD5] = "md5", [AUTH_TYPE_TRUST] = "trust",
+	[AUTH_TYPE_PASSWORD] = "password",
 };
+/* PgBouncer's name for it, for those who come from a pgbouncer.ini. */
+static const struct enum_alias auth_type_aliases[] = { { "plain", AUTH_TYPE_PASSWORD } };
 static const char *const log_level_names[] = {
 	[LOG_LEVEL_ERROR] = "error", [LOG_LEVEL_WARNING] = "warning", [LOG_LEVEL_INFO] = "info",
 	[LOG_LEVEL_DEBUG] = "debug", [LOG_LEVEL_TRACE] = "trace",
@@ -99,7 +102,7 @@ static const char *const timeout_action_names[] = {
 };
 
 const struct enum_names pool_mode_enum = ENUM_NAMES(pool_mode_names);
-const struct enum_names auth_type_enum = ENUM_NAMES(auth_type_names);
+const struct enum_names auth_type_enum = ENUM_NAMES_ALIASED(auth_type_names, auth_type_aliases);
 const struct enum_names log_level_enum = ENUM_NAMES(log_level_names);
 const struct enum_names server_role_enum = ENUM_NAMES(server_role_names);
 static const struct enum_names default_role_enum = ENUM_NAMES(default_role_names);

@@ -456,6 +456,12 @@ static void fn_auth_type(struct pgb *g, const struct pgb_key *k, const char *val
 		emit(g, k, "auth_type", value);
 		return;
 	}
+	/* plain: the password in clear, pgcat.ini's "password" (PostgreSQL's
+	 * name); SHOW CONFIG still shows what the file or SET said. */
+	if (ci_equal(value, "plain")) {
+		emit(g, k, "auth_type", "password");
+		return;
+	}
 	if (ci_equal(value, "hba") || ci_equal(value, "cert")) {
 		/* Read with the rest (pgb_finish): the rules come from
 		 * auth_hba_file, or for cert from one rule of pgcat's. */
@@ -463,7 +469,8 @@ static void fn_auth_type(struct pgb *g, const struct pgb_key *k, const char *val
 			pgb_error(g, k->name, "\"%s\" cannot be SET: edit the file and RELOAD", value);
 		return;
 	}
-	pgb_error(g, k->name, "\"%s\" is not supported yet: pgcat knows md5, scram-sha-256, trust, hba and cert", value);
+	pgb_error(g, k->name, "\"%s\" is not supported yet: pgcat knows md5, scram-sha-256, plain, trust, hba and cert",
+		  value);
 }
 
 static void fn_auth_hba_file(struct pgb *g, const struct pgb_key *k, const char *value)

@@ -213,6 +213,12 @@ static bool parse_enum(const struct enum_names *e, const char *s, int *out)
 			return true;
 		}
 	}
+	for (size_t i = 0; i < e->n_aliases; i++) {
+		if (ci_equal(s, e->aliases[i].name)) {
+			*out = e->aliases[i].value;
+			return true;
+		}
+	}
 	return false;
 }
 

@@ -301,7 +301,7 @@ static bool read_method(struct line *ln, const char *m, struct hba_rule *r)
 {
 	static const struct { const char *name; enum hba_method m; } methods[] = {
 		{ "trust", HBA_TRUST }, { "reject", HBA_REJECT }, { "md5", HBA_MD5 },
-		{ "scram-sha-256", HBA_SCRAM }, { "cert", HBA_CERT },
+		{ "scram-sha-256", HBA_SCRAM }, { "cert", HBA_CERT }, { "password", HBA_PASSWORD },
 	};
 	for (size_t k = 0; k < sizeof methods / sizeof methods[0]; k++) {
 		if (strcmp(m, methods[k].name) == 0) {
@@ -311,12 +311,12 @@ static bool read_method(struct line *ln, const char *m, struct hba_rule *r)
 			return true;
 		}
 	}
-	static const char *const known[] = { "password", "peer", "ident", "gss", "sspi", "pam", "ldap",
-					     "radius", "bsd", "oauth" };
+	static const char *const known[] = { "peer", "ident", "gss", "sspi", "pam", "ldap", "radius", "bsd", "oauth" };
 	for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
 		if (strcmp(m, known[k]) == 0)
-			return fail(ln, "method \"%s\" is not supported by pgcat (trust, reject, md5, scram-sha-256, cert)", m);
-	return fail(ln, "unknown method \"%s\" (trust, reject, md5, scram-sha-256, cert)", m);
+			return fail(ln, "method \"%s\" is not supported by pgcat (trust, reject, md5, scram-sha-256, password, "
+				    "cert)", m);
+	return fail(ln, "unknown method \"%s\" (trust, reject, md5, scram-sha-256, password, cert)", m);
 }
 
 /* The fields of one non-empty line into r. */
@@ -505,6 +505,7 @@ const char *hba_method_name(enum hba_method m)
 	case HBA_MD5: return "md5";
 	case HBA_SCRAM: return "scram-sha-256";
 	case HBA_CERT: return "cert";
+	case HBA_PASSWORD: return "password";
 	}
 	return "?";
 }

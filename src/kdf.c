@@ -46,6 +46,9 @@ struct kdf_job {
 	 * waiting for it. */
 	struct list_node all;
 	struct list_node waiters;
+	/* Loop only: its result goes to the cache (a waiter that did not ask
+	 * for none). */
+	bool keep;
 	/* Set before it is queued, read by its thread. */
 	struct kdf_key key;
 	char *password;
@@ -199,7 +202,7 @@ static bool start_threads(struct kdf *k)
 static void deliver(struct kdf *k, struct kdf_job *j)
 {
 	list_del(&j->all);
-	if (j->ok)
+	if (j->ok && j->keep)
 		cache_put(k, &j->key, j->salted);
 	log_debug("SCRAM key derivation of %d iterations: %s after %.1f ms (%s)", j->key.iterations,
 		  j->ok ? "done" : "failed", (double)(now_us() - j->queued_us) / 1000.0,
@@ -352,6 +355,7 @@ enum kdf_result kdf_derive(struct kdf *k, struct kdf_request *req, const char *p
 	LIST_FOREACH_SAFE(pos, tmp, &k->jobs) {
 		struct kdf_job *j = LIST_OWNER(pos, struct kdf_job, all);
 		if (key_equal(&j->key, &key)) {
+			j->keep = j->keep || !req->uncached;
 			list_add_tail(&j->waiters, &req->node);
 			req->job = j;
 			goto out;
@@ -368,6 +372,7 @@ enum kdf_result kdf_derive(struct kdf *k, struct kdf_request *req, const char *p
 		goto out;
 	}
 	j->k = k;
+	j->keep = !req->uncached;
 	j->key = key;
 	j->queued_us = now_us();
 	j->state = KDF_JOB_QUEUED;

@@ -14,6 +14,7 @@
  */
 #include "login.h"
 
+#include <openssl/crypto.h>
 #include <openssl/ssl.h>
 
 #include <event2/buffer.h>
@@ -46,6 +47,7 @@
 #define ADMIN_EXTRA_CONNECTIONS 5
 
 static void login_done(struct client *c);
+static void auth_derived(void *arg);
 
 /* The replication parameter as PostgreSQL reads it: "database" (logical),
  * else a boolean (its words, or a prefix that tells one from the others,
@@ -285,7 +287,16 @@ static bool hba_decide(struct client *c, enum client_auth_rule *rule)
 		client_close(c, SQLSTATE_INVALID_AUTHORIZATION, "certificate authentication failed for user \"%s\"", l.user);
 		return false;
 	}
-	*rule = r->method == HBA_MD5 ? AUTH_RULE_MD5 : r->method == HBA_SCRAM ? AUTH_RULE_SCRAM : AUTH_RULE_TRUST;
+	switch (r->method) {
+	case HBA_MD5: *rule = AUTH_RULE_MD5; break;
+	case HBA_SCRAM: *rule = AUTH_RULE_SCRAM; break;
+	case HBA_PASSWORD: *rule = AUTH_RULE_PASSWORD; break;
+	case HBA_TRUST:
+	case HBA_CERT:   /* (its certificate checked above: the login is done) */
+	case HBA_REJECT: /* (refused above) */
+		*rule = AUTH_RULE_TRUST;
+		break;
+	}
 	log_debug("C-%llu %s@%s %s:%d: auth_hba_file line %d: %s", id, l.user, l.database, host, c->port, r->line,
 		  hba_method_name(r->method));
 	return true;
@@ -426,12 +437,15 @@ authenticate:;
 		return;
 	}
 	c->auth->rule = rule;
+	c->auth->derived = auth_derived;
+	c->auth->arg = c;
 	enum auth_outcome o = auth_client_begin(w, client_user(c), credp, c->auth, io_out(&c->io));
 	switch (o) {
 	case AUTH_OK:
 		login_done(c);
 		return;
 	case AUTH_CONTINUE:
+	case AUTH_PENDING:   /* (never at the start: nothing is derived before a password comes) */
 		client_set_state(c, CLIENT_AUTH);
 		return;
 	case AUTH_FAILED:
@@ -623,10 +637,40 @@ static void process_startup(struct client *c)
 	}
 }
 
+/* The outcome of one step of the exchange. */
+static void after_auth_step(struct client *c, enum auth_outcome o)
+{
+	switch (o) {
+	case AUTH_CONTINUE:
+	case AUTH_PENDING:   /* (the derived event comes) */
+		return;
+	case AUTH_OK:
+		login_done(c);
+		return;
+	case AUTH_FAILED:   /* (client_close logs why) */
+		close_auth_failed(c);
+		return;
+	case AUTH_PROTOCOL_ERROR:
+		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid authentication message");
+		return;
+	}
+}
+
+/* The key a password given in clear needed is derived (kdf.c, off the
+ * loop): the verdict, then whatever the client sent meanwhile. */
+static void auth_derived(void *arg)
+{
+	struct client *c = arg;
+	worker_update_clock(c->w);
+	after_auth_step(c, auth_client_resume(c->is_admin ? NULL : c->pool, c->auth));
+	if (c->state != CLIENT_CLOSED)
+		client_process(c);
+}
+
 static void process_auth(struct client *c)
 {
 	struct evbuffer *in = c->io.in;
-	while (c->state == CLIENT_AUTH) {
+	while (c->state == CLIENT_AUTH && !auth_client_pending(c->auth)) {
 		uint8_t hdr[5];
 		if (evbuffer_copyout(in, hdr, 5) < 5)
 			return;
@@ -638,30 +682,24 @@ static void process_auth(struct client *c)
 		}
 		if (evbuffer_get_length(in) < f.len + 1)
 			return;
-		const uint8_t *buf = evbuffer_pullup(in, f.len + 1);
-		enum auth_outcome o = auth_client_step(c->w, c->is_admin ? NULL : c->pool, c->auth, buf + 5, f.len - 4,
-						       io_out(&c->io));
-		evbuffer_drain(in, f.len + 1);
-		switch (o) {
-		case AUTH_CONTINUE:
-			continue;
-		case AUTH_OK:
-			login_done(c);
-			return;
-		case AUTH_FAILED:   /* (client_close logs why) */
-			close_auth_failed(c);
-			return;
-		case AUTH_PROTOCOL_ERROR:
-			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "invalid authentication message");
+		unsigned char *buf = evbuffer_pullup(in, f.len + 1);
+		if (!buf) {
+			client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 			return;
 		}
+		enum auth_outcome o = auth_client_step(c->w, c->is_admin ? NULL : c->pool, c->auth, client_user(c),
+						       buf + 5, f.len - 4, io_out(&c->io));
+		/* It may be a password in clear: wiped before the buffer goes back. */
+		OPENSSL_cleanse(buf, f.len + 1);
+		evbuffer_drain(in, f.len + 1);
+		after_auth_step(c, o);
 	}
 }
 
 
 static void login_done(struct client *c)
 {
-	free(c->auth);
+	auth_client_free(c->auth);
 	c->auth = NULL;
 	if (c->unknown_database) {
 		/* (PgBouncer's words, which its users' scripts and alerts look for) */

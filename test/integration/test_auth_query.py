@@ -171,6 +171,35 @@ def test_new_server_connections_log_in_by_pass_through(pgcat, aq_pg):
         assert aq_pg.count(user=user) >= 3
 
 
+def test_users_looked_up_log_in_with_the_password_in_clear(pgcat, aq_pg):
+    """auth_type password: the password in clear checked against the SCRAM
+    verifier or md5 hash auth_query brought; the verifier's key (derived
+    from the clear password) logs pgcat in to PostgreSQL; wrong passwords
+    and unknown users refused alike."""
+    p = start(pgcat, aq_pg, auth_type="password")
+    s_user = new_role(aq_pg, "s_clear_pw")
+    m_user = new_role(aq_pg, "m_clear_pw", method="md5")
+    for user, pw in ((s_user, "s_clear_pw"), (m_user, "m_clear_pw")):
+        r = p.raw()
+        r.startup(user, "appdb")
+        typ, payload = r.read_msg()
+        r.close()
+        assert (typ, payload[:4]) == (b"R", b"\x00\x00\x00\x03"), (typ, payload)
+        conns = [p.connect(user=user, password=pw, autocommit=False) for _ in range(2)]
+        pids = {c.execute("SELECT pg_backend_pid()").fetchone()[0] for c in conns}
+        assert len(pids) == 2
+        for c in conns:
+            assert c.execute("SELECT current_user").fetchone()[0] == user
+            c.rollback()
+            c.close()
+        wrong = login_error(p, user, "wrong_pw")
+        assert (wrong["C"], wrong["M"]) == ("28P01", 'password authentication failed for user "%s"' % user), wrong
+    nobody = "aq_nobody_" + os.urandom(3).hex()
+    unknown = login_error(p, nobody, "s_clear_pw")
+    assert (unknown["C"], unknown["M"]) == ("28P01", 'password authentication failed for user "%s"' % nobody)
+    assert can_login(p, s_user, "s_clear_pw")
+
+
 def test_default_auth_query_as_superuser(pgcat, aq_pg):
     """The default auth_query (pg_shadow) with a superuser as auth_user,
     from a users section of another pool (PostgreSQL trusts postgres here)."""

@@ -3,7 +3,7 @@
 each login by connection type, database, user and address. Per line type
 and method, with real clients (psycopg, psql) and the raw protocol where
 the SQLSTATE or the first authentication request is what is checked:
-host md5 / scram-sha-256 / trust / reject, no matching line (28000),
+host md5 / scram-sha-256 / password / trust / reject, no matching line (28000),
 hostssl against hostnossl with TLS and plain clients, cert with client
 certificates, local on the Unix socket, the admin console under the same
 rules, RELOAD and SIGHUP switching a method, and a malformed file: refused
@@ -24,7 +24,7 @@ from test_admin import admin, command
 from test_cli import good_ini, run, write
 from test_tls import certs, p as cert_path, tls_general  # noqa: F401 (certs: a fixture)
 
-AUTH_OK, AUTH_MD5, AUTH_SASL = 0, 5, 10
+AUTH_OK, AUTH_CLEARTEXT, AUTH_MD5, AUTH_SASL = 0, 3, 5, 10
 
 
 def start(pgcat, tmp_path, rules, general=None, users=None):
@@ -114,6 +114,28 @@ def test_host_scram_line(pgcat, tmp_path):
     e = login_error(inst, "md5user")
     assert e["C"] == "28P01", e
     assert 'user "md5user" has an md5 secret only' in inst.log()
+
+
+def test_host_password_line(pgcat, tmp_path):
+    # auth_type says scram-sha-256; the line says password (PostgreSQL's
+    # method of the password in clear): asked for in clear, checked against
+    # a plaintext secret and an md5 hash alike
+    inst = start(pgcat, tmp_path, "host appdb app,md5user,nobody 127.0.0.1/32 password\n"
+                                  "host all all 127.0.0.1/32 md5\n",
+                 users={"md5user": {"password": md5_secret("md5user", PASSWORDS["md5user"])}})
+    assert first_auth(inst, "app") == AUTH_CLEARTEXT
+    assert first_auth(inst, "md5user") == AUTH_CLEARTEXT
+    works(inst, "app")
+    works(inst, "md5user")
+    assert inst.psql("SELECT 40 + 2", user="md5user").stdout.strip() == "42"
+    e = login_error(inst, "app", password="wrong")
+    assert e["C"] == "28P01" and e["M"] == 'password authentication failed for user "app"', e
+    e = login_error(inst, "nobody", password="x")
+    assert e["C"] == "28P01" and e["M"] == 'password authentication failed for user "nobody"', e
+    assert first_auth(inst, "nobody") == AUTH_CLEARTEXT
+    # another user: the next line, md5
+    assert first_auth(inst, "cleartext_user") == AUTH_MD5
+    works(inst, "cleartext_user")
 
 
 def test_host_trust_line_and_no_match(pgcat, tmp_path):

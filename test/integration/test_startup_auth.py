@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Startup and authentication (SPEC §3): clients log in to pgcat with
-SCRAM-SHA-256, MD5 or trust; pgcat logs in to PostgreSQL with trust,
+SCRAM-SHA-256, MD5, a password in clear or trust; pgcat logs in to PostgreSQL with trust,
 cleartext, MD5 or SCRAM; the exact errors for a wrong password, an unknown
 user and an unknown database; SSLRequest/GSSENCRequest; listening on TCP
 (IPv4, IPv6) and the unix socket."""
@@ -8,6 +8,8 @@ import asyncio
 import os
 import socket
 import struct
+import threading
+import time
 
 import asyncpg
 import psycopg
@@ -16,6 +18,10 @@ import pytest
 import pgwire
 from conftest import (PASSWORDS, assert_pool_idle, assert_works, md5_secret, port_open,
                       wait_until)
+from test_admin import admin, command
+from test_auth_file import pg_secret, scram_secret
+
+AUTH_CLEARTEXT = 3
 
 
 def auth_code(pgc, user, dbname="appdb"):
@@ -93,6 +99,184 @@ def test_trust_client_auth(pgcat):
     assert code == 0, "trust: expected AuthenticationOk at once, got %r" % (code,)
     with p.connect(password="") as c:
         assert c.execute("SELECT current_user").fetchone()[0] == "app"
+
+
+# --- the password in clear (auth_type password, PgBouncer's plain) -------------
+
+def cleartext_challenge(pgc, user, dbname="appdb"):
+    """A raw connection that has been asked for the password in clear: the
+    AuthenticationCleartextPassword is checked (code 3, nothing after it)."""
+    r = pgc.raw()
+    r.startup(user, dbname)
+    m = r.read_msg()
+    assert m is not None and m[0] == b"R", m
+    assert m[1] == struct.pack("!I", AUTH_CLEARTEXT), "expected AuthenticationCleartextPassword, got %r" % (m[1],)
+    return r
+
+
+def error_then_closed(r):
+    fields, closed = r.read_error_then_eof()
+    assert isinstance(fields, dict) and closed, (fields, closed)
+    return fields
+
+
+def cleartext_refusal(pgc, payload, dbname="appdb", user="app"):
+    """The ErrorResponse fields pgcat answers a PasswordMessage payload with;
+    the connection must be closed after it."""
+    r = cleartext_challenge(pgc, user, dbname)
+    try:
+        r.send(pgwire.msg(b"p", payload))
+        return error_then_closed(r)
+    finally:
+        r.close()
+
+
+@pytest.mark.parametrize("name", ["password", "plain"])
+def test_password_client_auth(pgcat, name):
+    """auth_type password (PostgreSQL's name; PgBouncer's plain is taken
+    too): AuthenticationCleartextPassword, then the password itself."""
+    p = pgcat(general={"auth_type": name})
+    code, rest = auth_code(p, "app")
+    assert code == AUTH_CLEARTEXT and rest == b"", (code, rest)
+    r = cleartext_challenge(p, "app")
+    r.send(pgwire.msg(b"p", pgwire.cstr(PASSWORDS["app"])))
+    typ, payload = r.read_msg()
+    assert (typ, payload) == (b"R", struct.pack("!I", 0)), (typ, payload)
+    r.read_until()
+    rows, err, status = r.simple("SELECT current_user")
+    assert err is None and rows == [["app"]] and status == "I"
+    r.close()
+    with p.connect() as c:
+        assert c.execute("SELECT current_user").fetchone()[0] == "app"
+    assert p.psql("SELECT 7").stdout.strip() == "7"
+
+
+def test_password_client_against_every_kind_of_secret(pgcat, pg):
+    """The password in clear checked against a plaintext secret, an md5 hash
+    and a SCRAM verifier; a wrong password and an unknown user refused
+    alike. app holds only PostgreSQL's verifier, which asks app for SCRAM:
+    pgcat logs in to it with the key the clear password gave (pass-through)."""
+    p = pgcat(general={"auth_type": "password"},
+              users={"app": {"password": pg_secret(pg, "app")},
+                     "md5user": {"password": md5_secret("md5user", PASSWORDS["md5user"])},
+                     "cleartext_user": {"password": PASSWORDS["cleartext_user"]}})
+    for user in ("app", "md5user", "cleartext_user"):
+        assert auth_code(p, user)[0] == AUTH_CLEARTEXT
+        with p.connect(user=user, autocommit=False) as c:
+            assert c.execute("SELECT current_user").fetchone()[0] == user
+            # a second server connection at once: logged in by the same key
+            with p.connect(user=user) as c2:
+                assert c2.execute("SELECT 41 + 1").fetchone()[0] == 42
+            c.rollback()
+        r = p.raw_login(user)
+        assert r.simple("SELECT 1")[0] == [["1"]]
+        r.close()
+    assert PASSWORDS["app"] not in p.ini.read_text()
+    # the same challenge, the same refusal, for a wrong password and for no user
+    assert auth_code(p, "nosuchuser")[0] == AUTH_CLEARTEXT
+    for user in ("app", "md5user", "cleartext_user", "nosuchuser"):
+        fields = raw_login_error(p, user, "not-the-password")
+        assert (fields.get("S"), fields.get("C")) == ("FATAL", "28P01"), fields
+        assert fields.get("M") == 'password authentication failed for user "%s"' % user, fields
+        with pytest.raises(psycopg.OperationalError) as ei:
+            p.connect(user=user, password="not-the-password")
+        assert 'password authentication failed for user "%s"' % user in str(ei.value)
+    # (the right password of another user is no better)
+    assert raw_login_error(p, "md5user", PASSWORDS["cleartext_user"])["C"] == "28P01"
+    assert "closing because: password authentication failed" in p.log()
+    assert_works(p, user="md5user")
+
+
+def test_set_auth_type_password(pgcat):
+    """The console's SET auth_type switches the next logins to the clear
+    password, under either name, and back."""
+    p = pgcat(general={"auth_type": "md5"})
+    assert auth_code(p, "app")[0] == 5
+    r = admin(p)
+    try:
+        assert command(r, "SET auth_type = 'plain'") is None
+        assert auth_code(p, "app")[0] == AUTH_CLEARTEXT
+        assert_works(p)
+        assert command(r, "SET auth_type = 'scram-sha-256'") is None
+        assert auth_code(p, "app")[0] == 10
+        assert command(r, "SET auth_type = 'password'") is None
+        assert auth_code(p, "app")[0] == AUTH_CLEARTEXT
+    finally:
+        r.close()
+
+
+def test_password_client_bad_messages(pgcat):
+    """PasswordMessages that are not one string: refused (08P01), as is an
+    empty password (28P01) and a message longer than any password may be;
+    each closes its connection, and the next client is served."""
+    p = pgcat(general={"auth_type": "password"})
+    for payload in (b"app_pw",                 # no terminating NUL
+                    b"app_pw\x00extra",        # bytes after it
+                    b"app_pw\x00\x00",         # two strings
+                    b""):                      # nothing at all
+        fields = cleartext_refusal(p, payload)
+        assert (fields.get("C"), fields.get("M")) == ("08P01", "invalid authentication message"), (payload, fields)
+    fields = cleartext_refusal(p, b"\x00")
+    assert fields.get("C") == "28P01", fields
+    # longer than an authentication message may be: refused on its header
+    r = cleartext_challenge(p, "app")
+    try:
+        r.send(b"p" + struct.pack("!I", 100004) + b"a" * 1000)
+        fields = error_then_closed(r)
+        assert fields.get("C") == "08P01", fields
+    finally:
+        r.close()
+    # another message than a PasswordMessage
+    r = cleartext_challenge(p, "app")
+    try:
+        r.send(pgwire.query("SELECT 1"))
+        fields = error_then_closed(r)
+        assert fields.get("C") == "08P01", fields
+    finally:
+        r.close()
+    # the longest password that fits is only a wrong one
+    fields = cleartext_refusal(p, b"x" * 8000 + b"\x00")
+    assert fields.get("C") == "28P01", fields
+    assert_works(p)
+
+
+def test_password_client_derivation_off_the_loop(pgcat, pg):
+    """A SCRAM verifier of many iterations makes the clear password's check
+    slow: it is derived off the worker's loop, which serves other clients
+    meanwhile; a client that leaves during it harms nothing."""
+    iterations = 3000000
+    slow = scram_secret("slow_pw", os.urandom(16), iterations)
+    p = pgcat(general={"auth_type": "password"},
+              users={"slowuser": {"password": slow, "server_username": "app",
+                                  "server_password": PASSWORDS["app"]}})
+    # Leaves as soon as its password is sent.
+    r = cleartext_challenge(p, "slowuser")
+    r.send(pgwire.msg(b"p", pgwire.cstr("slow_pw")))
+    r.close()
+    done = {}
+
+    def slow_login():
+        t0 = time.monotonic()
+        with p.connect(user="slowuser", password="slow_pw", connect_timeout=120) as c:
+            done["user"] = c.execute("SELECT current_user").fetchone()[0]
+        done["took"] = time.monotonic() - t0
+    t = threading.Thread(target=slow_login)
+    t.start()
+    try:
+        # Asked and answered (its derivation under way), as far as we can tell.
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        with p.connect(user="md5user") as c:
+            assert c.execute("SELECT current_user").fetchone()[0] == "md5user"
+        fast = time.monotonic() - t0
+        assert t.is_alive(), "the slow login ended before the other client was served (%.2fs)" % fast
+    finally:
+        t.join(180)
+    assert done.get("user") == "app", done
+    assert fast < done["took"], (fast, done)
+    fields = raw_login_error(p, "slowuser", "wrong")
+    assert fields.get("C") == "28P01", fields
+    assert_works(p)
 
 
 @pytest.mark.parametrize("auth_type", ["scram-sha-256", "md5"])

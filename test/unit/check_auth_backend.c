@@ -68,6 +68,17 @@ START_TEST(test_backend_cleartext)
 	const struct auth_backend_secret sec = { .user = "app", .password = "secret" };
 	ck_assert_int_eq(ab_run(&f, &sec, body, len), AUTH_BACKEND_CONTINUE);
 	ab_expect_p(&f, "secret", 7);
+	/* The longest password PgBouncer takes fits; one byte more does not. */
+	char longest[AUTH_BACKEND_MAX_PASSWORD + 2];
+	memset(longest, 'a', sizeof longest - 1);
+	longest[AUTH_BACKEND_MAX_PASSWORD] = '\0';
+	const struct auth_backend_secret long_sec = { .user = "longpass", .password = longest };
+	ck_assert_int_eq(ab_run(&f, &long_sec, body, len), AUTH_BACKEND_CONTINUE);
+	ab_expect_p(&f, longest, AUTH_BACKEND_MAX_PASSWORD + 1);
+	longest[AUTH_BACKEND_MAX_PASSWORD] = 'a';
+	longest[AUTH_BACKEND_MAX_PASSWORD + 1] = '\0';
+	ck_assert_int_eq(ab_run(&f, &long_sec, body, len), AUTH_BACKEND_FAILED);
+	ck_assert_str_eq(f.error, "password too long");
 
 	/* Neither a hash nor a verifier can be sent as the password. */
 	const char *unusable[] = { NULL, "", STORED_SECRET_APP, "SCRAM-SHA-256$4096:c2FsdA==$a2V5:a2V5" };

@@ -104,6 +104,15 @@ START_TEST(test_duplicate_user_keeps_last_and_long_field_refused)
 	ck_assert_int_eq(bad.n, 1);
 	ck_assert_int_eq(bad.lines[0], 3);
 	auth_file_free(&af);
+	/* the longest that fits: PgBouncer's longest password, 2047 bytes */
+	big[AUTH_FILE_MAX_FIELD - 1] = '\0';
+	ck_assert_uint_eq(strlen(big), 2047);
+	snprintf(text, sizeof text, "\"longpass\" \"%s\"\n", big);
+	parse(text, &af, &bad);
+	ck_assert_uint_eq(af.n, 1);
+	ck_assert_str_eq(af.entries[0].secret, big);
+	ck_assert_int_eq(bad.n, 0);
+	auth_file_free(&af);
 }
 END_TEST
 

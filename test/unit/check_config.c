@@ -547,7 +547,7 @@ START_TEST(test_out_of_range)
 		{ "pool_mode = statements", "pool_mode: must be one of session | transaction | statement, got \"statements\"" },
 		{ "io_engine = uring", "io_engine: must be one of auto | epoll | io_uring, got \"uring\"" },
 		{ "log_level = verbose", "log_level: must be one of error | warning | info | debug | trace" },
-		{ "auth_type = password", "auth_type: must be one of scram-sha-256 | md5 | trust" },
+		{ "auth_type = ldap", "auth_type: must be one of scram-sha-256 | md5 | trust | password, got \"ldap\"" },
 		{ "client_tls_sslmode = on", "client_tls_sslmode: must be one of disable | allow | prefer | require | "
 					     "verify-ca | verify-full" },
 		{ "server_tls_sslmode = allow", "server_tls_sslmode: must be one of disable | prefer | require | "
@@ -1134,6 +1134,12 @@ START_TEST(test_set)
 	ck_assert_int_eq(cfg->general.log_level, LOG_LEVEL_DEBUG);
 	expect_set(cfg, "pool_mode", "session", "session");
 	ck_assert_int_eq(cfg->general.pool_mode, POOL_MODE_SESSION);
+	/* password, also under PgBouncer's name plain (shown as password) */
+	expect_set(cfg, "auth_type", "password", "password");
+	ck_assert_int_eq(cfg->general.auth_type, AUTH_TYPE_PASSWORD);
+	expect_set(cfg, "auth_type", "md5", "md5");
+	expect_set(cfg, "auth_type", "PLAIN", "password");
+	ck_assert_int_eq(cfg->general.auth_type, AUTH_TYPE_PASSWORD);
 	expect_set(cfg, "server_reset_query", "DISCARD ALL", "DISCARD ALL");
 	expect_set(cfg, "server_reset_query", "", "");
 	expect_set(cfg, "auth_file", "/etc/pgcat/users.txt", "/etc/pgcat/users.txt");

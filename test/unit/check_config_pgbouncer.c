@@ -232,7 +232,6 @@ START_TEST(test_refused_and_warned)
 		{ "auth_type = ldap", false, CONFIG_PROBLEM_ERROR, "auth_type: \"ldap\" is not supported yet" },
 		{ "auth_type = pam", false, CONFIG_PROBLEM_ERROR, "auth_type: \"pam\" is not supported yet" },
 		{ "auth_type = any", false, CONFIG_PROBLEM_ERROR, "auth_type: \"any\" is not supported yet" },
-		{ "auth_type = plain", false, CONFIG_PROBLEM_ERROR, "auth_type: \"plain\" is not supported yet" },
 		{ "disable_pqexec = 1", false, CONFIG_PROBLEM_ERROR, "disable_pqexec: \"1\" is refused" },
 		{ "resolv_conf = /etc/other.conf", false, CONFIG_PROBLEM_ERROR, "resolv_conf: \"/etc/other.conf\" is refused" },
 		{ "unix_socket_mode = 0700", false, CONFIG_PROBLEM_ERROR, "unix_socket_mode: \"0700\" is refused" },
@@ -731,6 +730,21 @@ START_TEST(test_auth_types)
 	ck_assert_int_eq(cfg->general.auth_type, AUTH_TYPE_SCRAM);
 	config_free(cfg);
 	config_problems_free(&pr);
+	/* plain: the password in clear, pgcat.ini's "password"; SHOW CONFIG
+	 * shows PgBouncer's word, as the file has it. */
+	cfg = load_clean("[pgbouncer]\nauth_type = plain\n" DB, &pr);
+	ck_assert_int_eq(cfg->general.auth_type, AUTH_TYPE_PASSWORD);
+	struct config_show_row row;
+	bool shown = false;
+	for (size_t i = 0; config_show_row(cfg, i, &row); i++) {
+		if (strcmp(row.key, "auth_type") == 0) {
+			ck_assert_str_eq(row.value, "plain");
+			shown = true;
+		}
+	}
+	ck_assert(shown);
+	config_free(cfg);
+	config_problems_free(&pr);
 	/* auth_user in no file: PgBouncer logs in without a password; a warning. */
 	expect_problem("[pgbouncer]\nauth_user = lookup\n" DB, true, CONFIG_PROBLEM_WARNING, 2,
 		       "pgb.ini:2: [pgbouncer] auth_user: user \"lookup\" is not in auth_file");
@@ -770,6 +784,13 @@ START_TEST(test_set_and_show)
 	ck_assert(!config_general_set(cfg, "listen_port", "7000", err, sizeof err));
 	ck_assert_msg(strstr(err, "cannot be changed at run time") != NULL, "%s", err);
 	ck_assert(!config_general_set(cfg, "auth_type", "hba", err, sizeof err));
+	/* SET auth_type = 'plain', as PgBouncer's tests do; and back. */
+	ck_assert_msg(config_general_set(cfg, "auth_type", "'plain'", err, sizeof err), "%s", err);
+	ck_assert_int_eq(cfg->general.auth_type, AUTH_TYPE_PASSWORD);
+	ck_assert_msg(config_general_set(cfg, "auth_type", "md5", err, sizeof err), "%s", err);
+	ck_assert_int_eq(cfg->general.auth_type, AUTH_TYPE_MD5);
+	ck_assert(!config_general_set(cfg, "auth_type", "ldap", err, sizeof err));
+	ck_assert_int_eq(cfg->general.auth_type, AUTH_TYPE_MD5);
 	ck_assert_int_eq(cfg->general.query_wait_timeout, 10000);
 	/* SHOW CONFIG follows. */
 	struct config_show_row row;

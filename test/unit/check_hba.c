@@ -117,6 +117,17 @@ START_TEST(test_methods_and_reject)
 	ck_assert_str_eq(hba_method_name(HBA_SCRAM), "scram-sha-256");
 	ck_assert_str_eq(hba_method_name(HBA_REJECT), "reject");
 	hba_free(&h);
+	/* password: PostgreSQL's method of the password in clear, on any
+	 * connection type */
+	parse_ok("local all all password\n"
+		 "host all all 10.0.0.0/8 password\n"
+		 "hostnossl all all 0.0.0.0/0 password\n", &h);
+	ck_assert_uint_eq(h.n, 3);
+	for (size_t i = 0; i < h.n; i++)
+		ck_assert_int_eq(h.rules[i].method, HBA_PASSWORD);
+	ck_assert_str_eq(hba_method_name(HBA_PASSWORD), "password");
+	ck_assert_int_eq(match(&h, false, false, "10.1.2.3", "db", "u"), 2);
+	hba_free(&h);
 }
 END_TEST
 
@@ -242,7 +253,7 @@ START_TEST(test_errors_name_the_line)
 	parse_bad("host all all samehost md5\n", 1, "\"samehost\" is not supported");
 	parse_bad("host all all 0.0.0.0/0 md5 clientcert=verify-full\n", 1, "option \"clientcert=verify-full\"");
 	parse_bad("host all all 0.0.0.0/0 md5 extra\n", 1, "unexpected \"extra\"");
-	parse_bad("host all all 0.0.0.0/0 password\n", 1, "\"password\" is not supported");
+	parse_bad("host all all 0.0.0.0/0 ldap\n", 1, "\"ldap\" is not supported");
 	parse_bad("local all all peer\n", 1, "\"peer\" is not supported");
 	parse_bad("host all all 0.0.0.0/0 cert\n", 1, "cert needs a hostssl line");
 	parse_bad("host \"unterminated all 0.0.0.0/0 md5\n", 1, "unterminated quoted name");

@@ -109,6 +109,44 @@ START_TEST(test_kdf_shared_and_cancelled)
 }
 END_TEST
 
+/* A request that asks for no caching (a client's password, maybe a wrong
+ * guess): its result is delivered and not kept; joined by one that does
+ * ask, it is kept. The cache is still looked in. */
+START_TEST(test_kdf_uncached)
+{
+	struct event_base *base = event_base_new();
+	struct kdf *k = kdf_new(base);
+	ck_assert_ptr_nonnull(k);
+	struct waiter guess = { .req.done = waiter_done, .req.uncached = true };
+	struct waiter server = { .req.done = waiter_done };
+	uint8_t out[SCRAM_KEY_LEN], want[SCRAM_KEY_LEN];
+	ck_assert(scram_salted_password("guess", salt, sizeof salt, 20000, NULL, want));
+	ck_assert_int_eq(kdf_derive(k, &guess.req, "guess", salt, sizeof salt, 20000, out), KDF_PENDING);
+	loop_until(base, &guess.calls, 30);
+	ck_assert_int_eq(guess.calls, 1);
+	ck_assert(guess.ok);
+	ck_assert(memcmp(guess.salted, want, SCRAM_KEY_LEN) == 0);
+	/* not kept: derived again, for either kind of request */
+	ck_assert_int_eq(kdf_derive(k, &server.req, "guess", salt, sizeof salt, 20000, out), KDF_PENDING);
+	kdf_cancel(&server.req);
+	/* shared with a request that keeps it: kept */
+	guess.calls = 0;
+	ck_assert_int_eq(kdf_derive(k, &guess.req, "pw", salt, sizeof salt, 20000, out), KDF_PENDING);
+	ck_assert_int_eq(kdf_derive(k, &server.req, "pw", salt, sizeof salt, 20000, out), KDF_PENDING);
+	ck_assert_ptr_eq(guess.req.job, server.req.job);
+	loop_until(base, &server.calls, 30);
+	ck_assert_int_eq(server.calls, 1);
+	ck_assert_int_eq(guess.calls, 1);
+	/* and an uncached request finds it there */
+	ck_assert(scram_salted_password("pw", salt, sizeof salt, 20000, NULL, want));
+	memset(out, 0, sizeof out);
+	ck_assert_int_eq(kdf_derive(k, &guess.req, "pw", salt, sizeof salt, 20000, out), KDF_DONE);
+	ck_assert(memcmp(out, want, SCRAM_KEY_LEN) == 0);
+	kdf_free(k);
+	event_base_free(base);
+}
+END_TEST
+
 /* Every waiter gone: the job still ends (into the cache, if it ran), and
  * no one is called. */
 START_TEST(test_kdf_abandoned)
@@ -282,6 +320,7 @@ Suite *kdf_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_kdf_async_and_cache);
 	tcase_add_test(tc, test_kdf_shared_and_cancelled);
+	tcase_add_test(tc, test_kdf_uncached);
 	tcase_add_test(tc, test_kdf_abandoned);
 	tcase_add_test(tc, test_kdf_free_stops_running);
 	tcase_add_test(tc, test_auth_backend_waits_for_kdf);

@@ -164,6 +164,36 @@ START_TEST(test_secret_postgres_verifier)
 }
 END_TEST
 
+/* A password in clear against a verifier (auth_type password): its
+ * SaltedPassword gives the verifier's keys, and the ClientKey for
+ * pass-through; a wrong password, or a verifier with another ServerKey,
+ * does not. */
+START_TEST(test_secret_check_salted)
+{
+	struct scram_secret parsed;
+	uint8_t salted[SCRAM_KEY_LEN], client_key[SCRAM_KEY_LEN], stored[SCRAM_KEY_LEN];
+	unsigned int n = 0;
+	ck_assert(scram_secret_parse(PG_SECRET_APP, &parsed));
+	ck_assert(scram_salted_password("correct horse battery staple", parsed.salt, parsed.salt_len, parsed.iterations,
+					NULL, salted));
+	memset(client_key, 0, sizeof client_key);
+	ck_assert(scram_secret_check_salted(&parsed, salted, client_key));
+	ck_assert(EVP_Digest(client_key, SCRAM_KEY_LEN, stored, &n, EVP_sha256(), NULL) == 1);
+	ck_assert(memcmp(stored, parsed.stored_key, SCRAM_KEY_LEN) == 0);
+	ck_assert(scram_secret_check_salted(&parsed, salted, NULL));
+	struct scram_secret other = parsed;
+	other.server_key[0] ^= 1;
+	ck_assert(!scram_secret_check_salted(&other, salted, NULL));
+	ck_assert(scram_salted_password("correct horse battery stapl", parsed.salt, parsed.salt_len,
+					parsed.iterations, NULL, salted));
+	memset(client_key, 0, sizeof client_key);
+	ck_assert(!scram_secret_check_salted(&parsed, salted, client_key));
+	static const uint8_t zero[SCRAM_KEY_LEN];
+	ck_assert(memcmp(client_key, zero, SCRAM_KEY_LEN) == 0);   /* nothing written */
+	ck_assert(!scram_secret_check_salted(NULL, salted, NULL));
+}
+END_TEST
+
 START_TEST(test_secret_rejects)
 {
 	static const char *const bad[] = {
@@ -952,6 +982,7 @@ Suite *scram_suite(void)
 	tc = tcase_create("secret");
 	tcase_add_test(tc, test_secret_postgres_verifier);
 	tcase_add_test(tc, test_secret_rejects);
+	tcase_add_test(tc, test_secret_check_salted);
 	tcase_add_test(tc, test_secret_from_password_bounds);
 	suite_add_tcase(s, tc);
 
