@@ -249,7 +249,7 @@ bool pool_add_autodb(struct worker *w, const char *db, const char *user)
 	if (cp == NULL)
 		return false;
 	if (cfg->n_autodb_pools > before)
-		log_info("database \"%s\": made from \"*\"", db);
+		log_info("registered new auto-database: %s (made from \"*\")", db);   /* (PgBouncer's words) */
 	/* The pool of this client's user, if the template (auth_file) has it,
 	 * made at its first login, as PgBouncer makes them; auth_query makes
 	 * those of the others (auth_query.c). */

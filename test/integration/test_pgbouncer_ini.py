@@ -419,6 +419,7 @@ autodb_idle_timeout = 1
     for db in ("shard0", "shard1", "benchdb"):
         with inst.connect("app", dbname=db) as c:
             assert c.execute("SELECT current_database()").fetchone()[0] == db
+    assert "registered new auto-database: shard1" in inst.log()   # (PgBouncer's words)
     # A name the server does not have: the server's own error.
     with pytest.raises(psycopg.OperationalError) as e:
         inst.connect("app", dbname="no_such_db").close()
