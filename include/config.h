@@ -269,11 +269,20 @@ struct config_general {
 	char *client_tls_cert_file;
 	char *client_tls_key_file;
 	char *client_tls_ca_file;
+	/* TLS versions (config_tls_versions) and cipher lists, each way:
+	 * ciphers for TLS 1.2 and below in OpenSSL's syntax (or PgBouncer's
+	 * preset names), tls13_ciphers TLS 1.3's suites ("": OpenSSL's). */
+	char *client_tls_protocols;
+	char *client_tls_ciphers;
+	char *client_tls13_ciphers;
 	enum tls_mode server_tls_sslmode;
 	char *server_tls_ca_file;
 	char *server_tls_cert_file;   /* the certificate pgcat presents to servers ("": none) */
 	char *server_tls_key_file;
 	enum tls_negotiation server_tls_negotiation;
+	char *server_tls_protocols;
+	char *server_tls_ciphers;
+	char *server_tls13_ciphers;
 };
 
 /* Which file format the snapshot was read from: pgcat.ini, or a
@@ -430,6 +439,13 @@ const char *config_pool_mode_name(enum pool_mode m);
 /* A [general] key the TLS contexts are built from (client_tls_*,
  * server_tls_*, in either file format): a change rebuilds them. */
 bool config_key_is_tls(const char *key);
+/* A key of the TLS towards servers (server_tls_*, server_tls13_*). */
+bool config_key_is_server_tls(const char *key);
+/* A *_tls_protocols list (tlsv1.0, tlsv1.1, tlsv1.2, tlsv1.3, all,
+ * secure, legacy, default; commas or spaces between) as the lowest and
+ * highest version it names (10 .. 13). false: a word it does not know
+ * (why says so). */
+bool config_tls_versions(const char *list, int *min, int *max, char *why, size_t whylen);
 /* The admin console's database names, "pgcat" and "pgbouncer" (a pool
  * may not take them in a pgbouncer.ini, and auth_dbname may not name them). */
 bool config_is_console_db(const char *name);

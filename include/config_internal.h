@@ -170,10 +170,16 @@ struct key_spec {
 	X(client_tls_cert_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(client_tls_key_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(client_tls_ca_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(client_tls_protocols, STRING, "secure", true, VALUE_STRING, 0, 0, NULL, 0, check_tls_protocols, 0) \
+	X(client_tls_ciphers, STRING, "default", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(client_tls13_ciphers, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(server_tls_sslmode, ENUM, "prefer", true, VALUE_ENUM, 0, 0, &server_tls_enum, 0, NULL, 0) \
 	X(server_tls_ca_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(server_tls_cert_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(server_tls_key_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(server_tls_protocols, STRING, "secure", true, VALUE_STRING, 0, 0, NULL, 0, check_tls_protocols, 0) \
+	X(server_tls_ciphers, STRING, "default", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
+	X(server_tls13_ciphers, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(server_tls_negotiation, ENUM, "postgres", true, VALUE_ENUM, 0, 0, &tls_negotiation_enum, 0, NULL, 0)
 
 /* How many keys [general] has (the parser keeps a line number per key). */
@@ -340,6 +346,7 @@ void problem(struct parser *p, enum config_problem_kind kind, int line, const ch
 
 /* The extra checks the key tables name (unix_socket_dir; a user's SCRAM secret). */
 bool check_socket_dir(const char *value, char *why, size_t whylen);
+bool check_tls_protocols(const char *value, char *why, size_t whylen);
 bool check_password(const char *value, char *why, size_t whylen);
 
 extern const struct enum_names server_role_enum, client_tls_enum, server_tls_enum;

@@ -434,9 +434,13 @@ void client_send_welcome(struct client *c)
 	stats_add(p->stats, STAT_CLIENT_LOGIN, 1);
 	p->had_client = true;   /* (min_pool_size for auth_file's users, pool_fill_min) */
 	if (w->cfg->general.log_connections) {
-		char a[CLIENT_ADDR_STRLEN];
-		log_info("C-%llu %s@%s %s:%d: login", (unsigned long long)c->id, client_user(c), client_database(c),
-			 client_addr_str(c, a), c->port);
+		char a[CLIENT_ADDR_STRLEN], tls[96] = "";
+		if (c->io.ssl) {   /* (PgBouncer's "tls=VERSION/CIPHER") */
+			memcpy(tls, " tls=", 5);
+			tls_describe(c->io.ssl, tls + 5, sizeof tls - 5);
+		}
+		log_info("C-%llu %s@%s %s:%d: login%s", (unsigned long long)c->id, client_user(c), client_database(c),
+			 client_addr_str(c, a), c->port, tls);
 	}
 }
 

@@ -801,7 +801,58 @@ bool config_is_console_db(const char *name)
 
 bool config_key_is_tls(const char *key)
 {
-	return strncasecmp(key, "client_tls_", 11) == 0 || strncasecmp(key, "server_tls_", 11) == 0;
+	return strncasecmp(key, "client_tls", 10) == 0 || config_key_is_server_tls(key);
+}
+
+bool config_key_is_server_tls(const char *key)
+{
+	return strncasecmp(key, "server_tls", 10) == 0;
+}
+
+bool config_tls_versions(const char *list, int *min, int *max, char *why, size_t whylen)
+{
+	static const struct {
+		const char *word;
+		int lo, hi;
+	} words[] = {
+		{ "tlsv1.0", 10, 10 }, { "tlsv1.1", 11, 11 }, { "tlsv1.2", 12, 12 }, { "tlsv1.3", 13, 13 },
+		{ "all", 10, 13 },     { "legacy", 10, 13 },  { "secure", 12, 13 },  { "default", 12, 13 },
+	};
+	int lo = 99, hi = 0;
+	const char *s = list;
+	while (*s) {
+		while (*s == ',' || isspace((unsigned char)*s))
+			s++;
+		size_t n = 0;
+		while (s[n] && s[n] != ',' && !isspace((unsigned char)s[n]))
+			n++;
+		if (n == 0)
+			break;
+		size_t i = 0;
+		while (i < sizeof words / sizeof *words && !(strlen(words[i].word) == n && strncasecmp(s, words[i].word, n) == 0))
+			i++;
+		if (i == sizeof words / sizeof *words) {
+			snprintf(why, whylen, "\"%.*s\" is no TLS version: tlsv1.0, tlsv1.1, tlsv1.2, tlsv1.3, all, secure, legacy",
+				 (int)(n > 40 ? 40 : n), s);
+			return false;
+		}
+		lo = words[i].lo < lo ? words[i].lo : lo;
+		hi = words[i].hi > hi ? words[i].hi : hi;
+		s += n;
+	}
+	if (hi == 0) {
+		snprintf(why, whylen, "names no TLS version");
+		return false;
+	}
+	*min = lo;
+	*max = hi;
+	return true;
+}
+
+bool check_tls_protocols(const char *value, char *why, size_t whylen)
+{
+	int lo, hi;
+	return config_tls_versions(value, &lo, &hi, why, whylen);
 }
 
 static bool same_text(const char *a, const char *b)
@@ -816,6 +867,9 @@ bool config_server_tls_same(const struct config *a, const struct config *b)
 	       same_text(x->server_tls_ca_file, y->server_tls_ca_file) &&
 	       same_text(x->server_tls_cert_file, y->server_tls_cert_file) &&
 	       same_text(x->server_tls_key_file, y->server_tls_key_file) &&
+	       same_text(x->server_tls_protocols, y->server_tls_protocols) &&
+	       same_text(x->server_tls_ciphers, y->server_tls_ciphers) &&
+	       same_text(x->server_tls13_ciphers, y->server_tls13_ciphers) &&
 	       config_pgbouncer_same(a->pgbouncer, b->pgbouncer, "server_tls");
 }
 

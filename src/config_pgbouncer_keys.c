@@ -74,9 +74,6 @@ static void fn_listen_addr(struct pgb *g, const struct pgb_key *k, const char *v
 static void fn_unix_socket_dir(struct pgb *g, const struct pgb_key *k, const char *value);
 static void fn_max_prepared(struct pgb *g, const struct pgb_key *k, const char *value);
 static void fn_server_sslmode(struct pgb *g, const struct pgb_key *k, const char *value);
-static void fn_protocols(struct pgb *g, const struct pgb_key *k, const char *value);
-static void fn_ciphers(struct pgb *g, const struct pgb_key *k, const char *value);
-static void fn_tls13_ciphers(struct pgb *g, const struct pgb_key *k, const char *value);
 static void fn_user(struct pgb *g, const struct pgb_key *k, const char *value);
 static void fn_verbose(struct pgb *g, const struct pgb_key *k, const char *value);
 static void fn_server_check_query(struct pgb *g, const struct pgb_key *k, const char *value);
@@ -116,16 +113,16 @@ static const struct pgb_key pgb_keys[] = {
 	     "pgcat sends a cancel request at once on a connection of its own and gives up after 5 seconds"),
 	SECS_("client_idle_timeout", "0", "client_idle_timeout", Z_ZERO),
 	SECS_("client_login_timeout", "60", "client_login_timeout", Z_ZERO),
-	FN("client_tls13_ciphers", PT_STR, NULL, true, NULL, fn_tls13_ciphers),
+	STR_("client_tls13_ciphers", NULL, true, "client_tls13_ciphers"),
 	STR_("client_tls_ca_file", "", true, "client_tls_ca_file"),
 	STR_("client_tls_cert_file", "", true, "client_tls_cert_file"),
-	FN("client_tls_ciphers", PT_STR, "default", true, NULL, fn_ciphers),
+	STR_("client_tls_ciphers", "default", true, "client_tls_ciphers"),
 	SAME("client_tls_dheparams", PT_STR, "auto", true, "auto", WARNING,
 	     "pgcat leaves the DH parameters to OpenSSL's defaults"),
 	SAME("client_tls_ecdhcurve", PT_STR, "auto", true, "auto", WARNING,
 	     "pgcat leaves the ECDH curves to OpenSSL's defaults"),
 	STR_("client_tls_key_file", "", true, "client_tls_key_file"),
-	FN("client_tls_protocols", PT_STR, "secure", true, NULL, fn_protocols),
+	STR_("client_tls_protocols", "secure", true, "client_tls_protocols"),
 	STR_("client_tls_sslmode", "disable", true, "client_tls_sslmode"),
 	SAME("conffile", PT_STR, NULL, true, "", WARNING,
 	     "pgcat reads the file named on its command line, at start and on every reload"),
@@ -185,12 +182,12 @@ static const struct pgb_key pgb_keys[] = {
 	SAME("server_reset_query_always", PT_INT, "0", true, "0", WARNING,
 	     "not supported: pgcat runs server_reset_query in session mode only"),
 	BOOL_("server_round_robin", "0", "server_round_robin"),
-	FN("server_tls13_ciphers", PT_STR, NULL, true, NULL, fn_tls13_ciphers),
+	STR_("server_tls13_ciphers", NULL, true, "server_tls13_ciphers"),
 	STR_("server_tls_ca_file", "", true, "server_tls_ca_file"),
 	STR_("server_tls_cert_file", "", true, "server_tls_cert_file"),
-	FN("server_tls_ciphers", PT_STR, "default", true, NULL, fn_ciphers),
+	STR_("server_tls_ciphers", "default", true, "server_tls_ciphers"),
 	STR_("server_tls_key_file", "", true, "server_tls_key_file"),
-	FN("server_tls_protocols", PT_STR, "secure", true, NULL, fn_protocols),
+	STR_("server_tls_protocols", "secure", true, "server_tls_protocols"),
 	FN("server_tls_sslmode", PT_LOOKUP, "prefer", true, "server_tls_sslmode", fn_server_sslmode),
 	{ "service_name", PT_STR, NULL, false, M_ACCEPT, NULL, Z_ZERO, NULL, 0, NULL, NULL, true },
 	ACCEPT("so_reuseport", PT_INT, "0", false),
@@ -524,65 +521,6 @@ static void fn_server_sslmode(struct pgb *g, const struct pgb_key *k, const char
 /* pgcat allows TLS 1.2 and 1.3 (PgBouncer's "secure"). A list without
  * them would let more through than asked: refused. Older versions asked
  * for as well: warned about, pgcat is stricter. */
-static void fn_protocols(struct pgb *g, const struct pgb_key *k, const char *value)
-{
-	bool v12 = false, v13 = false, older = false, bad = false;
-	const char *s = value;
-	while (*s) {
-		while (*s == ',' || is_space(*s))
-			s++;
-		const char *e = s;
-		while (*e && *e != ',' && !is_space(*e))
-			e++;
-		char w[32];
-		snprintf(w, sizeof(w), "%.*s", (int)(e - s), s);
-		if (w[0] == '\0')
-			break;
-		if (ci_equal(w, "secure")) {
-			v12 = v13 = true;
-		} else if (ci_equal(w, "all") || ci_equal(w, "legacy")) {
-			v12 = v13 = older = true;
-		} else if (ci_equal(w, "tlsv1.2")) {
-			v12 = true;
-		} else if (ci_equal(w, "tlsv1.3")) {
-			v13 = true;
-		} else if (ci_equal(w, "tlsv1.0") || ci_equal(w, "tlsv1.1")) {
-			older = true;
-		} else {
-			bad = true;
-		}
-		s = e;
-	}
-	if (bad)
-		pgb_error(g, k->name, "\"%.*s\": the versions are tlsv1.0, tlsv1.1, tlsv1.2, tlsv1.3, all, secure, legacy",
-			  CONFIG_QUOTE_MAX, value);
-	else if (!v12 || !v13)
-		pgb_error(g, k->name, "\"%.*s\" is refused: not supported yet, pgcat allows TLS 1.2 and 1.3 both",
-			  CONFIG_QUOTE_MAX, value);
-	else if (older)
-		pgb_warning(g, k->name, "\"%.*s\" is not honoured: pgcat allows TLS 1.2 and 1.3 only", CONFIG_QUOTE_MAX,
-			    value);
-}
-
-static void fn_ciphers(struct pgb *g, const struct pgb_key *k, const char *value)
-{
-	if (ci_equal(value, "default") || ci_equal(value, "secure") || ci_equal(value, "fast") ||
-	    ci_equal(value, "normal"))
-		return;   /* OpenSSL's defaults, as pgcat uses */
-	if (ci_equal(value, "all"))
-		pgb_warning(g, k->name, "\"all\" is not honoured: pgcat uses OpenSSL's default cipher list");
-	else
-		pgb_error(g, k->name, "\"%.*s\" is refused: not supported yet, pgcat uses OpenSSL's default cipher list",
-			  CONFIG_QUOTE_MAX, value);
-}
-
-static void fn_tls13_ciphers(struct pgb *g, const struct pgb_key *k, const char *value)
-{
-	if (value[0] != '\0')
-		pgb_error(g, k->name, "\"%.*s\" is refused: not supported yet, pgcat uses OpenSSL's default TLS 1.3 "
-			  "suites", CONFIG_QUOTE_MAX, value);
-}
-
 /* PgBouncer changes to this user after start; pgcat does not: fine when
  * it runs as that user already. */
 static void fn_user(struct pgb *g, const struct pgb_key *k, const char *value)

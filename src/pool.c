@@ -1146,7 +1146,7 @@ bool pool_apply_set(struct worker *w, const char *key, char *err, size_t errlen)
 		return true;
 	if (!tls_contexts_rebuild(&w->tls, &w->cfg->general, err, errlen))
 		return false;
-	if (strncasecmp(key, "server_tls_", 11) == 0)
+	if (config_key_is_server_tls(key))
 		pool_server_tls_changed(w);   /* the servers open with the old settings go */
 	return true;
 }

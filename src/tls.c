@@ -11,6 +11,7 @@
 #include <openssl/x509v3.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "config.h"
 
@@ -33,14 +34,54 @@ static bool fail(char *err, size_t errlen, const char *what, const char *file)
 	return false;
 }
 
-/* Encrypted writes go out of an evbuffer whose chains may move between two
- * tries, and partially (as much as fits). */
-static void common(SSL_CTX *ctx)
+static int openssl_version(int v)
 {
-	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+	switch (v) {
+	case 10: return TLS1_VERSION;
+	case 11: return TLS1_1_VERSION;
+	case 12: return TLS1_2_VERSION;
+	default: return TLS1_3_VERSION;
+	}
+}
+
+/* Encrypted writes go out of an evbuffer whose chains may move between two
+ * tries, and partially (as much as fits). The versions and ciphers of one
+ * direction (client_tls_* or server_tls_*): the lowest to the highest
+ * version the list names; PgBouncer's preset cipher names are OpenSSL's
+ * defaults ("all" and "legacy" every cipher OpenSSL has). */
+static bool common(SSL_CTX *ctx, const char *side, const char *protocols, const char *ciphers, const char *tls13,
+		   char *err, size_t errlen)
+{
 	SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE);
 	/* Renegotiation and compression have no place in a pooler. */
 	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+	int lo = 12, hi = 13;
+	char why[160];
+	if (protocols && protocols[0] && !config_tls_versions(protocols, &lo, &hi, why, sizeof why)) {
+		snprintf(err, errlen, "%s_tls_protocols: %s", side, why);
+		return false;
+	}
+	if (SSL_CTX_set_min_proto_version(ctx, openssl_version(lo)) != 1 ||
+	    SSL_CTX_set_max_proto_version(ctx, openssl_version(hi)) != 1)
+		return fail(err, errlen, side[0] == 'c' ? "client_tls_protocols" : "server_tls_protocols", NULL);
+	bool preset = !ciphers || !ciphers[0] || strcasecmp(ciphers, "default") == 0 ||
+		      strcasecmp(ciphers, "secure") == 0 || strcasecmp(ciphers, "normal") == 0 ||
+		      strcasecmp(ciphers, "fast") == 0;
+	const char *list = !preset && (strcasecmp(ciphers, "all") == 0 || strcasecmp(ciphers, "legacy") == 0)
+				   ? "ALL"
+				   : ciphers;
+	if (!preset && SSL_CTX_set_cipher_list(ctx, list) != 1) {
+		char what[64];
+		snprintf(what, sizeof what, "%s_tls_ciphers: failed to set the cipher list", side);
+		return fail(err, errlen, what, NULL);
+	}
+	/* (PgBouncer's words for a list OpenSSL refuses) */
+	if (tls13 && tls13[0] && SSL_CTX_set_ciphersuites(ctx, tls13) != 1) {
+		char what[64];
+		snprintf(what, sizeof what, "%s_tls13_ciphers: failed to set the TLSv1.3 cipher suites", side);
+		return fail(err, errlen, what, NULL);
+	}
+	return true;
 }
 
 /* ALPN's wire form: a list of names, each after a length byte. */
@@ -136,7 +177,11 @@ static bool build_for_clients(const struct config_general *g, SSL_CTX **out, cha
 	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
 	if (!ctx)
 		return fail(err, errlen, "cannot create a TLS context", NULL);
-	common(ctx);
+	if (!common(ctx, "client", g->client_tls_protocols, g->client_tls_ciphers, g->client_tls13_ciphers, err,
+		    errlen)) {
+		SSL_CTX_free(ctx);
+		return false;
+	}
 	if (SSL_CTX_use_certificate_chain_file(ctx, g->client_tls_cert_file) != 1) {
 		fail(err, errlen, "client_tls_cert_file", g->client_tls_cert_file);
 		SSL_CTX_free(ctx);
@@ -185,7 +230,11 @@ static bool build_for_servers(const struct config_general *g, SSL_CTX **out, cha
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	if (!ctx)
 		return fail(err, errlen, "cannot create a TLS context", NULL);
-	common(ctx);
+	if (!common(ctx, "server", g->server_tls_protocols, g->server_tls_ciphers, g->server_tls13_ciphers, err,
+		    errlen)) {
+		SSL_CTX_free(ctx);
+		return false;
+	}
 	bool verify = g->server_tls_sslmode == TLS_MODE_VERIFY_CA || g->server_tls_sslmode == TLS_MODE_VERIFY_FULL;
 	bool have_ca = g->server_tls_ca_file && g->server_tls_ca_file[0];
 	/* No CA file: the system's store, as PgBouncer (libpq would look

@@ -962,3 +962,34 @@ def test_a_server_tls_change_closes_the_servers_opened_before(pgcat, pg_ssl):
         assert c.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()[0] is True
     busy.close()
     r.close()
+
+
+def test_tls_versions_and_cipher_lists(pgcat, certs):
+    """client_tls_protocols bounds the versions a client may negotiate,
+    client_tls13_ciphers the TLS 1.3 suites (PgBouncer's keys), SET too;
+    a suite OpenSSL does not know is refused and the running ones stay."""
+    g = tls_general(certs)
+    g.update({"client_tls_protocols": "tlsv1.3", "client_tls13_ciphers": "TLS_CHACHA20_POLY1305_SHA256",
+              "log_connections": "true"})
+    inst = pgcat(general=g)
+
+    def client_tls():
+        with inst.connect(sslmode="require", application_name="tls_probe"):
+            r = admin_tls(inst)
+            _, rows = show(r, "CLIENTS")
+            r.close()
+        return [x["tls"] for x in rows if x["application_name"] == "tls_probe"][0]
+    assert client_tls() == "TLSv1.3/TLS_CHACHA20_POLY1305_SHA256"
+    assert "tls=TLSv1.3/TLS_CHACHA20_POLY1305_SHA256" in inst.log()
+    r = admin_tls(inst)
+    assert command(r, "SET client_tls13_ciphers = 'TLS_AES_256_GCM_SHA384'") is None
+    assert client_tls() == "TLSv1.3/TLS_AES_256_GCM_SHA384"
+    r.send(pgwire.query("SET client_tls13_ciphers = 'unknown'"))
+    notices = [pgwire.parse_fields(m) for t, m in r.read_until() if t == b"N"]
+    assert any("failed to set the TLSv1.3 cipher suites" in n.get("M", "") for n in notices), notices
+    assert client_tls() == "TLSv1.3/TLS_AES_256_GCM_SHA384"     # the running settings stay
+    # TLS 1.2 only: a client that can do 1.3 settles for 1.2.
+    assert command(r, "SET client_tls13_ciphers = ''") is None
+    assert command(r, "SET client_tls_protocols = 'tlsv1.2'") is None
+    assert client_tls().startswith("TLSv1.2/")
+    r.close()
