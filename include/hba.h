@@ -44,6 +44,7 @@ struct hba_rule {
 struct hba {
 	struct hba_rule *rules;
 	size_t n;
+	bool same_family;   /* HBA_PARSE_SAME_FAMILY */
 };
 
 /* Called for each bad line (why: a sentence without the line number). */
@@ -60,6 +61,10 @@ enum hba_parse_result hba_parse(const char *text, size_t len, struct hba *out, h
  * them; such a line fails a login without TLS), not only hostssl
  * (PostgreSQL's rule, hba_parse's). */
 #define HBA_PARSE_CERT_ON_HOST 1u
+/* HBA_PARSE_SAME_FAMILY: an IPv6 line matches IPv6 clients only and an
+ * IPv4 line IPv4 ones, as PgBouncer matches them (hba_parse's rules also
+ * match IPv4-mapped IPv6 addresses across families). */
+#define HBA_PARSE_SAME_FAMILY 2u
 enum hba_parse_result hba_parse_flags(const char *text, size_t len, struct hba *out, hba_bad_line_fn bad, void *arg,
 				      unsigned flags) __attribute__((warn_unused_result));
 void hba_free(struct hba *h);

@@ -767,7 +767,7 @@ static void load_hba_file(struct parser *p)
 		p->oom = true;
 	} else {
 		enum hba_parse_result r = hba_parse_flags(text, len, rules, hba_bad_line, &ctx,
-							  cfg->pgbouncer ? HBA_PARSE_CERT_ON_HOST : 0);
+							  cfg->pgbouncer ? HBA_PARSE_CERT_ON_HOST | HBA_PARSE_SAME_FAMILY : 0);
 		if (r == HBA_PARSE_NOMEM)
 			p->oom = true;
 		if (r == HBA_PARSE_OK) {

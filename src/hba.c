@@ -477,6 +477,8 @@ enum hba_parse_result hba_parse_flags(const char *text, size_t len, struct hba *
 	}
 	if (res != HBA_PARSE_OK)
 		hba_free(out);
+	else
+		out->same_family = (flags & HBA_PARSE_SAME_FAMILY) != 0;
 	return res;
 }
 
@@ -505,10 +507,12 @@ static const uint8_t v4mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff }
 
 /* An IPv4 rule matches a client seen as ::ffff:a.b.c.d, and an IPv6 rule
  * for ::ffff:a.b.c.d/n an IPv4 client, as PostgreSQL does. */
-static bool addr_match(const struct hba_rule *r, int family, const uint8_t *a)
+static bool addr_match(const struct hba_rule *r, int family, const uint8_t *a, bool same_family)
 {
 	if (r->family == family)
 		return masked_equal(a, r->mask, r->addr, family == AF_INET ? 4 : 16);
+	if (same_family)
+		return false;
 	if (r->family == AF_INET && family == AF_INET6 && memcmp(a, v4mapped, 12) == 0)
 		return masked_equal(a + 12, r->mask, r->addr, 4);
 	if (r->family == AF_INET6 && family == AF_INET) {
@@ -528,7 +532,7 @@ const struct hba_rule *hba_match(const struct hba *h, const struct hba_login *l)
 			continue;
 		if ((r->type == HBA_HOSTSSL && !l->tls) || (r->type == HBA_HOSTNOSSL && l->tls))
 			continue;
-		if (!r->any_addr && !addr_match(r, l->family, l->addr))
+		if (!r->any_addr && !addr_match(r, l->family, l->addr, h->same_family))
 			continue;
 		if (l->physical_replication ? !r->db_replication : !names_match(&r->db, l->database, l->user))
 			continue;

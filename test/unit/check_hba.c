@@ -362,6 +362,15 @@ START_TEST(test_cert_on_host_flag)
 	text = "hostnossl all all 19.0.0.0/8 cert\n";
 	ck_assert_int_eq(hba_parse_flags(text, strlen(text), &h, note_bad, &bad, HBA_PARSE_CERT_ON_HOST),
 			 HBA_PARSE_BAD);
+	/* PgBouncer's address match: same family only, so ::/0 is no IPv4 line */
+	text = "hostssl all all ::/0 md5\nhostssl all all 0.0.0.0/0 cert\n";
+	parse_ok(text, &h);
+	ck_assert_int_eq(match(&h, false, true, "127.0.0.1", "db", "u"), 1);
+	hba_free(&h);
+	ck_assert_int_eq(hba_parse_flags(text, strlen(text), &h, note_bad, &bad, HBA_PARSE_SAME_FAMILY), HBA_PARSE_OK);
+	ck_assert_int_eq(match(&h, false, true, "127.0.0.1", "db", "u"), 2);
+	ck_assert_int_eq(match(&h, false, true, "::1", "db", "u"), 1);
+	hba_free(&h);
 }
 END_TEST
 
