@@ -62,6 +62,7 @@ enum timeout_action { TIMEOUT_ACTION_CANCEL, TIMEOUT_ACTION_DISCONNECT };
 enum unreachable_server { UNREACHABLE_SERVER_FAIL, UNREACHABLE_SERVER_WAIT };
 
 struct hba;
+struct ident;
 struct auth_file;
 
 #define CONFIG_DEFAULT_SHARD_ALL (-1)
@@ -243,6 +244,7 @@ struct config_general {
 	enum auth_type auth_type;
 	char *auth_file;          /* "" = none */
 	char *auth_hba_file;      /* "" = none: auth_type for every login */
+	char *auth_ident_file;    /* "" = none: user name maps for hba lines' map= (peer, cert) */
 	char *auth_query;         /* run as auth_user for users found nowhere else (auth_query.c) */
 	char *auth_user;          /* "" = auth_query off */
 	char *auth_dbname;        /* "": auth_query runs in the pool's own database; else that pool's */
@@ -313,6 +315,7 @@ struct config {
 	struct config_pool **autodb_pools;
 	size_t n_autodb_pools;
 	struct hba *hba;          /* auth_hba_file's rules, read with the file; NULL = no auth_hba_file */
+	struct ident *ident;      /* auth_ident_file's maps, read with it; NULL = no auth_ident_file */
 	/* auth_file's entry for auth_user as loaded (its name and password or
 	 * secret), when the file has one; NULL otherwise. Read for auth_query's
 	 * logins; a SET of auth_user to another name does not match it. */

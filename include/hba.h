@@ -16,8 +16,10 @@
 #include <stdint.h>
 
 enum hba_conn_type { HBA_LOCAL, HBA_HOST, HBA_HOSTSSL, HBA_HOSTNOSSL };
-/* password: the password in clear (PostgreSQL's method of that name). */
-enum hba_method { HBA_TRUST, HBA_REJECT, HBA_MD5, HBA_SCRAM, HBA_CERT, HBA_PASSWORD };
+/* password: the password in clear (PostgreSQL's method of that name).
+ * peer: local lines only, the client's OS user (the kernel's peer
+ * credentials) is the user name, or maps to it (map=, auth_ident_file). */
+enum hba_method { HBA_TRUST, HBA_REJECT, HBA_MD5, HBA_SCRAM, HBA_CERT, HBA_PASSWORD, HBA_PEER };
 
 /* A database or user column: keywords and names (a comma list). */
 struct hba_names {
@@ -36,11 +38,13 @@ struct hba_rule {
 	int family;                  /* AF_INET or AF_INET6 when !any_addr */
 	uint8_t addr[16], mask[16];  /* addr already masked */
 	enum hba_method method;
+	char *map;                   /* map=NAME (peer, cert): a map of auth_ident_file; NULL = the name itself */
 };
 
 struct hba {
 	struct hba_rule *rules;
 	size_t n;
+	bool same_family;   /* HBA_PARSE_SAME_FAMILY */
 };
 
 /* Called for each bad line (why: a sentence without the line number). */
@@ -53,6 +57,16 @@ enum hba_parse_result { HBA_PARSE_OK, HBA_PARSE_BAD, HBA_PARSE_NOMEM };
  * each bad line and *out is empty. */
 enum hba_parse_result hba_parse(const char *text, size_t len, struct hba *out, hba_bad_line_fn bad, void *arg)
 	__attribute__((warn_unused_result));
+/* HBA_PARSE_CERT_ON_HOST: method cert on host lines too (PgBouncer reads
+ * them; such a line fails a login without TLS), not only hostssl
+ * (PostgreSQL's rule, hba_parse's). */
+#define HBA_PARSE_CERT_ON_HOST 1u
+/* HBA_PARSE_SAME_FAMILY: an IPv6 line matches IPv6 clients only and an
+ * IPv4 line IPv4 ones, as PgBouncer matches them (hba_parse's rules also
+ * match IPv4-mapped IPv6 addresses across families). */
+#define HBA_PARSE_SAME_FAMILY 2u
+enum hba_parse_result hba_parse_flags(const char *text, size_t len, struct hba *out, hba_bad_line_fn bad, void *arg,
+				      unsigned flags) __attribute__((warn_unused_result));
 void hba_free(struct hba *h);
 
 /* A login to match: unix socket or TCP (TLS or not), with the peer's

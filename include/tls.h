@@ -33,6 +33,9 @@ void tls_contexts_free(struct tls_contexts *t);
  * name must be the user name (as PostgreSQL's clientcert=verify-full).
  * Returns true when the session may go on. */
 bool tls_client_cert_matches_user(SSL *ssl, const char *user);
+/* The client certificate's common name into cn (cnlen bytes with its
+ * NUL). false: no certificate, no CN, a CN with a NUL byte or too long. */
+bool tls_client_cert_cn(SSL *ssl, char *cn, size_t cnlen);
 
 /* "TLSv1.3/TLS_AES_256_GCM_SHA384" for SHOW CLIENTS/SERVERS ("" without). */
 void tls_describe(SSL *ssl, char *out, size_t outlen);

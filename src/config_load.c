@@ -25,6 +25,7 @@
 
 #include "auth_file.h"
 #include "hba.h"
+#include "ident.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -542,15 +543,18 @@ static void auth_file_bad_line(void *arg, int line, const char *why)
 	add_problem(b->p->problems, CONFIG_PROBLEM_WARNING, line, msg, &b->p->oom);
 }
 
-/* The file a [general] key names (a path relative to pgcat.ini's
- * directory), read whole into *text (*len bytes) with its path in *path,
- * both the caller's to free. false: nothing read; the problem (naming the
- * key and the file) is recorded, or p->oom set. */
+/* The file a [general] key names, read whole into *text (*len bytes) with
+ * its path in *path, both the caller's to free. A relative path is taken
+ * from pgcat.ini's directory; in a pgbouncer.ini from the working
+ * directory, as PgBouncer opens auth_file, auth_hba_file and
+ * auth_ident_file (so that its files keep working unchanged). false:
+ * nothing read; the problem (naming the key and the file) is recorded, or
+ * p->oom set. */
 static bool read_key_file(struct parser *p, const char *key, const char *value, char **path, char **text,
 			  size_t *len)
 {
 	*text = NULL;
-	*path = config_relative_path(p->cfg->path, value);
+	*path = config_relative_path(p->cfg->pgbouncer ? NULL : p->cfg->path, value);
 	if (*path == NULL) {
 		p->oom = true;
 		return false;
@@ -688,11 +692,35 @@ static void hba_bad_line(void *arg, int line, const char *why)
 		add_problem(h->p->problems, CONFIG_PROBLEM_ERROR, 0, msg, &h->p->oom);
 }
 
+static void hba_warning(struct hba_ctx *h, int line, const char *why)
+{
+	char *msg = format("%s: [general] auth_hba_file: %s:%d: %s", h->p->file, h->path, line, why);
+	if (msg == NULL)
+		h->p->oom = true;
+	else
+		add_problem(h->p->problems, CONFIG_PROBLEM_WARNING, 0, msg, &h->p->oom);
+}
+
 /* What the rest of the configuration makes of the rules: cert needs a
- * verified client certificate, hostssl needs client TLS. */
+ * verified client certificate, hostssl needs client TLS, map= a map of
+ * auth_ident_file. */
 static void check_hba_rules(struct hba_ctx *h, const struct hba *rules)
 {
 	const struct config_general *g = &h->p->cfg->general;
+	const struct ident *ident = h->p->cfg->ident;
+	for (size_t i = 0; i < rules->n; i++) {
+		const struct hba_rule *r = &rules->rules[i];
+		if (r->map && !ident)
+			hba_bad_line(h, r->line, "map= needs auth_ident_file (the file of the user name maps)");
+		else if (r->map && !ident_has_map(ident, r->map)) {
+			char *why = format("map \"%s\" is not in auth_ident_file", r->map);
+			if (why == NULL)
+				h->p->oom = true;
+			else
+				hba_bad_line(h, r->line, why);
+			free(why);
+		}
+	}
 	if (rules->n == 0) {
 		char *msg = format("%s: [general] auth_hba_file: %s: no rules: every login is refused", h->p->file, h->path);
 		if (msg == NULL)
@@ -702,7 +730,15 @@ static void check_hba_rules(struct hba_ctx *h, const struct hba *rules)
 	}
 	for (size_t i = 0; i < rules->n; i++) {
 		const struct hba_rule *r = &rules->rules[i];
-		if (r->method == HBA_CERT && g->client_tls_sslmode < TLS_MODE_VERIFY_CA)
+		/* A pgbouncer.ini: PgBouncer asks a client for a certificate
+		 * whenever client_tls_ca_file is set (verified if sent), so its
+		 * cert lines hold with any client_tls_sslmode; without a CA
+		 * none can succeed, which PgBouncer loads all the same. */
+		if (r->method == HBA_CERT && h->p->cfg->pgbouncer) {
+			if (!g->client_tls_ca_file || !g->client_tls_ca_file[0])
+				hba_warning(h, r->line, "cert line never lets a login in: no client_tls_ca_file to "
+							"check a client certificate against");
+		} else if (r->method == HBA_CERT && g->client_tls_sslmode < TLS_MODE_VERIFY_CA)
 			hba_bad_line(h, r->line, "method cert needs client_tls_sslmode verify-ca or verify-full "
 						 "(a client certificate checked against client_tls_ca_file)");
 		else if (r->type == HBA_HOSTSSL && g->client_tls_sslmode == TLS_MODE_DISABLE) {
@@ -730,7 +766,8 @@ static void load_hba_file(struct parser *p)
 	if (rules == NULL) {
 		p->oom = true;
 	} else {
-		enum hba_parse_result r = hba_parse(text, len, rules, hba_bad_line, &ctx);
+		enum hba_parse_result r = hba_parse_flags(text, len, rules, hba_bad_line, &ctx,
+							  cfg->pgbouncer ? HBA_PARSE_CERT_ON_HOST | HBA_PARSE_SAME_FAMILY : 0);
 		if (r == HBA_PARSE_NOMEM)
 			p->oom = true;
 		if (r == HBA_PARSE_OK) {
@@ -740,6 +777,46 @@ static void load_hba_file(struct parser *p)
 		}
 	}
 	free(rules);
+	free(text);
+	free(path);
+}
+
+/* ---- auth_ident_file: user name maps for hba lines' map= ---- */
+
+static void ident_bad_line(void *arg, int line, const char *why)
+{
+	struct hba_ctx *h = arg;
+	char *msg = format("%s: [general] auth_ident_file: %s:%d: %s", h->p->file, h->path, line, why);
+	if (msg == NULL)
+		h->p->oom = true;
+	else
+		add_problem(h->p->problems, CONFIG_PROBLEM_ERROR, 0, msg, &h->p->oom);
+}
+
+/* Read before auth_hba_file, whose map= names must be among its maps. */
+static void load_ident_file(struct parser *p)
+{
+	struct config *cfg = p->cfg;
+	if (!cfg->general.auth_ident_file || !cfg->general.auth_ident_file[0])
+		return;
+	char *path, *text;
+	size_t len = 0;
+	if (!read_key_file(p, "auth_ident_file", cfg->general.auth_ident_file, &path, &text, &len))
+		return;
+	struct hba_ctx ctx = { p, path };
+	struct ident *maps = calloc(1, sizeof *maps);
+	if (maps == NULL) {
+		p->oom = true;
+	} else {
+		enum ident_parse_result r = ident_parse(text, len, maps, ident_bad_line, &ctx);
+		if (r == IDENT_PARSE_NOMEM)
+			p->oom = true;
+		if (r == IDENT_PARSE_OK) {
+			cfg->ident = maps;
+			maps = NULL;
+		}
+	}
+	free(maps);
 	free(text);
 	free(path);
 }
@@ -805,6 +882,8 @@ static struct config *load_text(const char *text, const char *file, struct confi
 			load_auth_file(&p);
 		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
 			add_forced_users(&p);
+		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
+			load_ident_file(&p);
 		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
 			load_hba_file(&p);
 		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
@@ -926,6 +1005,8 @@ void config_free(struct config *cfg)
 	config_pgbouncer_free(cfg->pgbouncer);
 	hba_free(cfg->hba);
 	free(cfg->hba);
+	ident_free(cfg->ident);
+	free(cfg->ident);
 	free(cfg->auth_user_secret);
 	free(cfg->auth_user_secret_of);
 	if (cfg->auth_users != NULL)

@@ -102,8 +102,7 @@ static const struct pgb_key pgb_keys[] = {
 	STR_("auth_dbname", NULL, true, "auth_dbname"),
 	STR_("auth_file", NULL, true, "auth_file"),
 	FN("auth_hba_file", PT_STR, "", true, NULL, fn_auth_hba_file),
-	SAME("auth_ident_file", PT_STR, NULL, true, "", WARNING,
-	     "not supported yet: pgcat has no ident maps, and refuses hba lines with map="),
+	FN("auth_ident_file", PT_STR, NULL, true, NULL, fn_auth_hba_file),
 	ACCEPT("auth_ldap_options", PT_STR, NULL, true),
 	STR_("auth_query", pgb_auth_query_default, true, "auth_query"),
 	FN("auth_type", PT_LOOKUP, "md5", true, NULL, fn_auth_type),
@@ -470,9 +469,10 @@ static void fn_auth_type(struct pgb *g, const struct pgb_key *k, const char *val
 		  value);
 }
 
+/* auth_hba_file and auth_ident_file. */
 static void fn_auth_hba_file(struct pgb *g, const struct pgb_key *k, const char *value)
 {
-	(void)value;   /* read at the end: it counts only with auth_type = hba */
+	(void)value;   /* read at the end: they count only with auth_type = hba */
 	if (g->set_mode)
 		pgb_error(g, k->name, "cannot be SET: edit the file and RELOAD");
 }
@@ -652,6 +652,18 @@ static void finish_auth_type(struct pgb *g)
 		size_t idx;
 		if (find_spec(general_specs, N_GENERAL_KEYS, "auth_hba_file", &idx))
 			g->p->general_line[idx] = line;
+		/* The maps of its map= lines, read with it (PgBouncer reads
+		 * them only for hba too). */
+		const char *ident = setting(g, "auth_ident_file", &line, &file);
+		if (ident != NULL && ident[0] != '\0') {
+			copy = p_strdup(g->p, ident);
+			if (copy == NULL)
+				return;
+			free(cfg->general.auth_ident_file);
+			cfg->general.auth_ident_file = copy;
+			if (find_spec(general_specs, N_GENERAL_KEYS, "auth_ident_file", &idx))
+				g->p->general_line[idx] = line;
+		}
 		return;
 	}
 	if (!ci_equal(type, "cert"))

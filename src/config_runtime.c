@@ -331,6 +331,10 @@ static bool general_set(struct config *cfg, const char *key, const char *value, 
 		snprintf(err, errlen, "auth_hba_file cannot be SET: edit pgcat.ini or the hba file, then RELOAD");
 		return false;
 	}
+	if (strcmp(k->name, "auth_ident_file") == 0) {
+		snprintf(err, errlen, "auth_ident_file cannot be SET: edit pgcat.ini or the ident file, then RELOAD");
+		return false;
+	}
 	char *v = set_unquote(value, err, errlen);
 	if (v == NULL)
 		return false;

@@ -38,6 +38,7 @@ struct line {
 	size_t n;
 	char why[HBA_WHY_MAX];  /* set on the first problem */
 	bool oom;
+	unsigned flags;         /* HBA_PARSE_* */
 };
 
 static bool is_blank(char c)
@@ -302,21 +303,57 @@ static bool read_method(struct line *ln, const char *m, struct hba_rule *r)
 	static const struct { const char *name; enum hba_method m; } methods[] = {
 		{ "trust", HBA_TRUST }, { "reject", HBA_REJECT }, { "md5", HBA_MD5 },
 		{ "scram-sha-256", HBA_SCRAM }, { "cert", HBA_CERT }, { "password", HBA_PASSWORD },
+		{ "peer", HBA_PEER },
 	};
 	for (size_t k = 0; k < sizeof methods / sizeof methods[0]; k++) {
 		if (strcmp(m, methods[k].name) == 0) {
 			r->method = methods[k].m;
-			if (r->method == HBA_CERT && r->type != HBA_HOSTSSL)
+			if (r->method == HBA_CERT && r->type != HBA_HOSTSSL &&
+			    !(r->type == HBA_HOST && (ln->flags & HBA_PARSE_CERT_ON_HOST)))
 				return fail(ln, "method cert needs a hostssl line (a client certificate comes only over TLS)");
+			/* As PostgreSQL: the kernel knows the peer's user only
+			 * for a Unix socket. */
+			if (r->method == HBA_PEER && r->type != HBA_LOCAL)
+				return fail(ln, "method peer is only for local lines (the client's OS user is known only "
+						"over the Unix socket)");
 			return true;
 		}
 	}
-	static const char *const known[] = { "peer", "ident", "gss", "sspi", "pam", "ldap", "radius", "bsd", "oauth" };
+	static const char *const known[] = { "ident", "gss", "sspi", "pam", "ldap", "radius", "bsd", "oauth" };
 	for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
 		if (strcmp(m, known[k]) == 0)
 			return fail(ln, "method \"%s\" is not supported by pgcat (trust, reject, md5, scram-sha-256, password, "
-				    "cert)", m);
-	return fail(ln, "unknown method \"%s\" (trust, reject, md5, scram-sha-256, password, cert)", m);
+				    "cert, peer)", m);
+	return fail(ln, "unknown method \"%s\" (trust, reject, md5, scram-sha-256, password, cert, peer)", m);
+}
+
+/* NAME=VALUE options after the method: map= for peer and cert (the
+ * methods that get a user name from elsewhere), as PostgreSQL allows it. */
+static bool read_option(struct line *ln, const struct field *f, struct hba_rule *r)
+{
+	if (f->n != 1 || f->items[0].quoted)
+		return fail(ln, "an option must be one NAME=VALUE word");
+	const char *o = f->items[0].s;
+	const char *eq = strchr(o, '=');
+	if (!eq)
+		return fail(ln, "unexpected \"%s\" after the method (options are NAME=VALUE)", o);
+	if ((size_t)(eq - o) != 3 || strncmp(o, "map", 3) != 0)
+		return fail(ln, "option \"%s\" is not supported (map= only)", o);
+	if (r->method != HBA_PEER && r->method != HBA_CERT)
+		return fail(ln, "option map= is only for methods peer and cert");
+	if (r->map)
+		return fail(ln, "map= given twice");
+	const char *name = eq + 1;
+	if (name[0] == '\0')
+		return fail(ln, "map= needs a map name");
+	if (strlen(name) > HBA_MAX_NAME)
+		return fail(ln, "map name \"%.40s...\" is longer than %d bytes", name, HBA_MAX_NAME);
+	r->map = strdup(name);
+	if (!r->map) {
+		ln->oom = true;
+		return false;
+	}
+	return true;
 }
 
 /* The fields of one non-empty line into r. */
@@ -351,12 +388,9 @@ static bool read_rule(struct line *ln, struct hba_rule *r)
 	const char *m = single(ln, &ln->fields[i], "method");
 	if (!m || !read_method(ln, m, r))
 		return false;
-	if (++i < ln->n) {
-		const char *extra = ln->fields[i].items[0].s;
-		if (strchr(extra, '='))
-			return fail(ln, "option \"%s\" is not supported", extra);
-		return fail(ln, "unexpected \"%s\" after the method", extra);
-	}
+	for (i++; i < ln->n; i++)
+		if (!read_option(ln, &ln->fields[i], r))
+			return false;
 	return true;
 }
 
@@ -377,6 +411,7 @@ void hba_free(struct hba *h)
 	for (size_t i = 0; i < h->n; i++) {
 		names_free(&h->rules[i].db);
 		names_free(&h->rules[i].user);
+		free(h->rules[i].map);
 	}
 	free(h->rules);
 	h->rules = NULL;
@@ -385,9 +420,9 @@ void hba_free(struct hba *h)
 
 /* One line: a rule appended to h, nothing (blank, comment), or a report. */
 static enum hba_parse_result parse_line(struct hba *h, const char *s, const char *end, int lineno,
-					hba_bad_line_fn bad, void *arg)
+					hba_bad_line_fn bad, void *arg, unsigned flags)
 {
-	struct line ln = { 0 };
+	struct line ln = { .flags = flags };
 	enum hba_parse_result res = HBA_PARSE_OK;
 	struct hba_rule r = { .line = lineno };
 	if (split_fields(&ln, s, end) && ln.n > 0) {
@@ -404,6 +439,7 @@ static enum hba_parse_result parse_line(struct hba *h, const char *s, const char
 	}
 	names_free(&r.db);
 	names_free(&r.user);
+	free(r.map);
 	if (ln.oom)
 		res = HBA_PARSE_NOMEM;
 	else if (ln.why[0]) {
@@ -416,6 +452,12 @@ static enum hba_parse_result parse_line(struct hba *h, const char *s, const char
 
 enum hba_parse_result hba_parse(const char *text, size_t len, struct hba *out, hba_bad_line_fn bad, void *arg)
 {
+	return hba_parse_flags(text, len, out, bad, arg, 0);
+}
+
+enum hba_parse_result hba_parse_flags(const char *text, size_t len, struct hba *out, hba_bad_line_fn bad, void *arg,
+				      unsigned flags)
+{
 	*out = (struct hba){ 0 };
 	enum hba_parse_result res = HBA_PARSE_OK;
 	const char *p = text, *end = text + len;
@@ -427,7 +469,7 @@ enum hba_parse_result hba_parse(const char *text, size_t len, struct hba *out, h
 			bad(arg, lineno, "the line contains a NUL byte");
 			r = HBA_PARSE_BAD;
 		} else {
-			r = parse_line(out, p, eol, lineno, bad, arg);
+			r = parse_line(out, p, eol, lineno, bad, arg, flags);
 		}
 		if (r != HBA_PARSE_OK)
 			res = r;
@@ -435,6 +477,8 @@ enum hba_parse_result hba_parse(const char *text, size_t len, struct hba *out, h
 	}
 	if (res != HBA_PARSE_OK)
 		hba_free(out);
+	else
+		out->same_family = (flags & HBA_PARSE_SAME_FAMILY) != 0;
 	return res;
 }
 
@@ -463,10 +507,12 @@ static const uint8_t v4mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff }
 
 /* An IPv4 rule matches a client seen as ::ffff:a.b.c.d, and an IPv6 rule
  * for ::ffff:a.b.c.d/n an IPv4 client, as PostgreSQL does. */
-static bool addr_match(const struct hba_rule *r, int family, const uint8_t *a)
+static bool addr_match(const struct hba_rule *r, int family, const uint8_t *a, bool same_family)
 {
 	if (r->family == family)
 		return masked_equal(a, r->mask, r->addr, family == AF_INET ? 4 : 16);
+	if (same_family)
+		return false;
 	if (r->family == AF_INET && family == AF_INET6 && memcmp(a, v4mapped, 12) == 0)
 		return masked_equal(a + 12, r->mask, r->addr, 4);
 	if (r->family == AF_INET6 && family == AF_INET) {
@@ -486,7 +532,7 @@ const struct hba_rule *hba_match(const struct hba *h, const struct hba_login *l)
 			continue;
 		if ((r->type == HBA_HOSTSSL && !l->tls) || (r->type == HBA_HOSTNOSSL && l->tls))
 			continue;
-		if (!r->any_addr && !addr_match(r, l->family, l->addr))
+		if (!r->any_addr && !addr_match(r, l->family, l->addr, h->same_family))
 			continue;
 		if (l->physical_replication ? !r->db_replication : !names_match(&r->db, l->database, l->user))
 			continue;
@@ -506,6 +552,7 @@ const char *hba_method_name(enum hba_method m)
 	case HBA_SCRAM: return "scram-sha-256";
 	case HBA_CERT: return "cert";
 	case HBA_PASSWORD: return "password";
+	case HBA_PEER: return "peer";
 	}
 	return "?";
 }

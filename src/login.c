@@ -17,7 +17,9 @@
 #include <openssl/crypto.h>
 #include <openssl/ssl.h>
 
+#include <errno.h>
 #include <event2/buffer.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -32,6 +34,7 @@
 #include "config.h"
 #include "context.h"
 #include "hba.h"
+#include "ident.h"
 #include "log.h"
 #include "peer.h"
 #include "pktbuf.h"
@@ -252,6 +255,56 @@ static bool client_caps_ok(struct client *c)
 	return !over_caps(c, p->name, config_pool_max_db_client_connections(w->cfg, p->cpool));
 }
 
+/* The OS user name of the process at the other end of a Unix socket.
+ * false (logged): not a Unix socket, or no credentials or passwd entry. */
+static bool peer_os_user(struct client *c, char *out, size_t outlen)
+{
+	unsigned long long id = (unsigned long long)c->id;
+	struct ucred cred;
+	socklen_t len = sizeof cred;
+	if (!c->is_unix || getsockopt(c->io.fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof cred) {
+		log_info("C-%llu %s@%s: peer authentication: could not get the client's credentials%s%s", id,
+			 client_user(c), client_database(c), c->is_unix ? ": " : "", c->is_unix ? strerror(errno) : "");
+		return false;
+	}
+	struct passwd pw, *found = NULL;
+	char buf[4096];
+	int rc = getpwuid_r(cred.uid, &pw, buf, sizeof buf, &found);
+	if (rc != 0 || found == NULL) {
+		log_info("C-%llu %s@%s: peer authentication: no OS user name for uid %lu%s%s", id, client_user(c),
+			 client_database(c), (unsigned long)cred.uid, rc ? ": " : "", rc ? strerror(rc) : "");
+		return false;
+	}
+	size_t n = strlen(pw.pw_name);
+	if (n >= outlen) {
+		log_info("C-%llu %s@%s: peer authentication: OS user name of uid %lu too long", id, client_user(c),
+			 client_database(c), (unsigned long)cred.uid);
+		return false;
+	}
+	memcpy(out, pw.pw_name, n + 1);
+	return true;
+}
+
+/* Whether the system user (a peer's OS user, a certificate's CN) may log
+ * in as the client's user under the line r: the same name, or through
+ * r's map of auth_ident_file. A refusal is logged, not sent. */
+static bool system_user_ok(struct client *c, const struct hba_rule *r, const char *system_user, const char *what,
+			   const char *host)
+{
+	const char *user = client_user(c);
+	if (r->map ? ident_match(c->w->cfg->ident, r->map, system_user, user) : strcmp(system_user, user) == 0)
+		return true;
+	unsigned long long id = (unsigned long long)c->id;
+	if (r->map)
+		log_info("C-%llu %s@%s %s:%d: %s authentication failed (auth_hba_file line %d): ident map %s cannot be "
+			 "matched: \"%s\" may not log in as \"%s\"", id, user, client_database(c), host, c->port, what,
+			 r->line, r->map, system_user, user);
+	else
+		log_info("C-%llu %s@%s %s:%d: %s authentication failed (auth_hba_file line %d): \"%s\" is not the user "
+			 "name", id, user, client_database(c), host, c->port, what, r->line, system_user);
+	return false;
+}
+
 static bool hba_decide(struct client *c, enum client_auth_rule *rule)
 {
 	const struct hba *h = c->w->cfg->hba;
@@ -279,13 +332,31 @@ static bool hba_decide(struct client *c, enum client_auth_rule *rule)
 		return false;
 	}
 	/* cert: a client certificate checked against the CA in the handshake
-	 * (verify-ca, verify-full) whose common name is the user name. */
-	if (r->method == HBA_CERT && (!tls || SSL_get_verify_result(c->io.ssl) != X509_V_OK ||
-				      !tls_client_cert_matches_user(c->io.ssl, l.user))) {
-		log_info("C-%llu %s@%s %s:%d: certificate authentication failed (auth_hba_file line %d)", id, l.user,
-			 l.database, host, c->port, r->line);
-		client_close(c, SQLSTATE_INVALID_AUTHORIZATION, "certificate authentication failed for user \"%s\"", l.user);
-		return false;
+	 * whose common name is the user name, or maps to it (map=). */
+	if (r->method == HBA_CERT) {
+		char cn[256];
+		bool cert_ok = tls && SSL_get_verify_result(c->io.ssl) == X509_V_OK &&
+			       tls_client_cert_cn(c->io.ssl, cn, sizeof cn);
+		if (!cert_ok || !system_user_ok(c, r, cn, "certificate", host)) {
+			if (!cert_ok)
+				log_info("C-%llu %s@%s %s:%d: certificate authentication failed (auth_hba_file line %d): "
+					 "%s", id, l.user, l.database, host, c->port, r->line,
+					 tls ? "no verified client certificate with a common name" : "no TLS");
+			client_close(c, SQLSTATE_INVALID_AUTHORIZATION, "certificate authentication failed for user \"%s\"",
+				     l.user);
+			return false;
+		}
+	}
+	/* peer: the client process's OS user, from the kernel (SO_PEERCRED),
+	 * is the user name or maps to it. The same refusal whether or not
+	 * the user exists: nothing else has been looked at yet. */
+	if (r->method == HBA_PEER) {
+		char os_user[256];
+		if (!peer_os_user(c, os_user, sizeof os_user) || !system_user_ok(c, r, os_user, "peer", host)) {
+			client_close(c, SQLSTATE_INVALID_AUTHORIZATION, "peer authentication failed for user \"%s\"",
+				     l.user);
+			return false;
+		}
 	}
 	switch (r->method) {
 	case HBA_MD5: *rule = AUTH_RULE_MD5; break;
@@ -293,6 +364,7 @@ static bool hba_decide(struct client *c, enum client_auth_rule *rule)
 	case HBA_PASSWORD: *rule = AUTH_RULE_PASSWORD; break;
 	case HBA_TRUST:
 	case HBA_CERT:   /* (its certificate checked above: the login is done) */
+	case HBA_PEER:   /* (its OS user checked above) */
 	case HBA_REJECT: /* (refused above) */
 		*rule = AUTH_RULE_TRUST;
 		break;

@@ -10,6 +10,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <stdio.h>
+#include <limits.h>
 #include <string.h>
 #include <strings.h>
 
@@ -210,8 +211,14 @@ static bool build_for_clients(const struct config_general *g, SSL_CTX **out, cha
 		if (names)
 			SSL_CTX_set_client_CA_list(ctx, names);
 	}
-	/* verify-*: a client certificate signed by the CA is required. */
-	SSL_CTX_set_verify(ctx, verify ? SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT : SSL_VERIFY_NONE, NULL);
+	/* verify-*: a client certificate signed by the CA is required. Below
+	 * them, with a CA: asked for, and checked if the client sends one
+	 * (as PostgreSQL with ssl_ca_file and PgBouncer do), so that an hba
+	 * line's cert method can hold without requiring one of everyone. */
+	SSL_CTX_set_verify(ctx, verify    ? SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT
+				: have_ca ? SSL_VERIFY_PEER
+					  : SSL_VERIFY_NONE,
+			   NULL);
 	/* ALPN "postgresql" if offered (either way of starting TLS); direct
 	 * TLS must offer it. */
 	SSL_CTX_set_alpn_select_cb(ctx, alpn_select_cb, NULL);
@@ -307,15 +314,24 @@ void tls_contexts_free(struct tls_contexts *t)
 	t->for_clients = t->for_servers = NULL;
 }
 
-bool tls_client_cert_matches_user(SSL *ssl, const char *user)
+bool tls_client_cert_cn(SSL *ssl, char *cn, size_t cnlen)
 {
 	X509 *cert = SSL_get1_peer_certificate(ssl);
-	if (!cert)
+	if (!cert || cnlen > INT_MAX) {
+		X509_free(cert);
 		return false;
-	char cn[256];
-	int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);
+	}
+	int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, (int)cnlen);
 	X509_free(cert);
-	return n > 0 && (size_t)n == strlen(cn) && strcmp(cn, user) == 0;
+	/* A CN with a NUL inside would compare as its prefix: none. And a
+	 * CN cut to fit (n >= cnlen) is not the certificate's. */
+	return n > 0 && (size_t)n < cnlen && (size_t)n == strlen(cn);
+}
+
+bool tls_client_cert_matches_user(SSL *ssl, const char *user)
+{
+	char cn[256];
+	return tls_client_cert_cn(ssl, cn, sizeof cn) && strcmp(cn, user) == 0;
 }
 
 void tls_describe(SSL *ssl, char *out, size_t outlen)

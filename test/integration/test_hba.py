@@ -338,3 +338,111 @@ def test_reload_reaches_every_worker(pgcat, tmp_path):
     wait_until(lambda: all(first_auth(inst, "app") == AUTH_SASL for _ in range(20)), 10,
                msg="every worker on the new rules")
     works(inst, "app")
+
+
+# --- peer, map= and auth_ident_file ----------------------------------------------
+# The tests run as root and so does the client here: over the Unix socket
+# pgcat sees OS user "root" (SO_PEERCRED). "root" is made a pgcat user so
+# that a peer login with its own name has someone to be.
+
+ROOT_USER = {"root": {"password": "root_pw", "server_username": "app", "server_password": PASSWORDS["app"]}}
+
+
+def start_ident(pgcat, tmp_path, rules, ident, general=None):
+    (tmp_path / "ident.conf").write_text(ident)
+    g = {"auth_ident_file": str(tmp_path / "ident.conf")}
+    g.update(general or {})
+    inst = start(pgcat, tmp_path, rules, general=g, users=ROOT_USER)
+    wait_until(lambda: os.path.exists(os.path.join(inst.sockdir, ".s.PGSQL.%d" % inst.port)), 5)
+    return inst
+
+
+def peer_refused(e, user):
+    # the same words whether or not pgcat knows the user
+    assert e["C"] == "28000" and e["M"] == 'peer authentication failed for user "%s"' % user, e
+
+
+def test_peer_line(pgcat, tmp_path):
+    inst = start(pgcat, tmp_path, "local all all peer\n"
+                                  "host  all all 127.0.0.1/32 md5\n", users=ROOT_USER)
+    wait_until(lambda: os.path.exists(os.path.join(inst.sockdir, ".s.PGSQL.%d" % inst.port)), 5)
+    # the OS user's own name: in, without a password
+    assert first_auth(inst, "root", unix=True) == AUTH_OK
+    # another name: refused, as for a name pgcat does not know
+    peer_refused(first_auth(inst, "app", unix=True), "app")
+    peer_refused(first_auth(inst, "nosuchuser", unix=True), "nosuchuser")
+    # TCP takes the host line
+    assert first_auth(inst, "app") == AUTH_MD5
+    assert "peer authentication failed" in inst.log() and '"root" is not the user name' in inst.log()
+
+
+def test_peer_with_map_and_reload(pgcat, tmp_path):
+    inst = start_ident(pgcat, tmp_path, "local all all peer map=os\n"
+                                        "host pgcat pgcat 127.0.0.1/32 scram-sha-256\n",
+                       "os root app\nos  root  \"md5user\"\n")
+    assert first_auth(inst, "app", unix=True) == AUTH_OK
+    r = inst.psql("SELECT current_user", user="app", password="wrong", host=inst.sockdir)
+    assert r.stdout.strip() == "app"
+    assert first_auth(inst, "md5user", unix=True) == AUTH_OK
+    # a map line for others only: not the name itself either
+    peer_refused(first_auth(inst, "root", unix=True), "root")
+    peer_refused(first_auth(inst, "cleartext_user", unix=True), "cleartext_user")
+    assert "ident map os cannot be matched" in inst.log()
+    # RELOAD reads the maps again
+    (tmp_path / "ident.conf").write_text("os root all\n")
+    r = admin(inst)
+    assert command(r, "RELOAD") is None
+    r.close()
+    assert first_auth(inst, "cleartext_user", unix=True) == AUTH_OK
+    assert first_auth(inst, "root", unix=True) == AUTH_OK
+    # a map line pgcat cannot read: the reload is refused, the old maps serve
+    (tmp_path / "ident.conf").write_text("os root all\nos /(root all\n")
+    r = admin(inst)
+    err = command(r, "RELOAD")
+    r.close()
+    assert err is not None and "ident.conf:2: invalid regular expression" in err["M"], err
+    assert first_auth(inst, "cleartext_user", unix=True) == AUTH_OK
+
+
+def test_ident_regex_and_backreference(pgcat, tmp_path):
+    inst = start_ident(pgcat, tmp_path, "local all all peer map=rx\n",
+                       "# MAPNAME SYSTEM-USERNAME PG-USERNAME\n"
+                       "rx  /^r(o+)t$         r\\1t\n"
+                       "rx  /^roo?t$          /^(app|md5user)$\n")
+    assert first_auth(inst, "root", unix=True) == AUTH_OK       # \1 = "oo"
+    assert first_auth(inst, "app", unix=True) == AUTH_OK        # the PG-side regex
+    assert first_auth(inst, "md5user", unix=True) == AUTH_OK
+    peer_refused(first_auth(inst, "cleartext_user", unix=True), "cleartext_user")
+
+
+def test_peer_and_map_errors_at_startup(pg, tmp_path):
+    hba = write(tmp_path, "local all all peer\nhost all all 0.0.0.0/0 peer\n", "hba.conf")
+    path = write(tmp_path, good_ini(pg, tmp_path, auth_hba_file=str(hba)))
+    r = run(["-t", str(path)])
+    assert r.returncode == 1
+    assert "%s:2: method peer is only for local lines" % hba in r.stdout + r.stderr
+    hba = write(tmp_path, "local all all peer map=nomap\n", "hba.conf")
+    ident = write(tmp_path, "other root app\nbad\n", "ident.conf")
+    path = write(tmp_path, good_ini(pg, tmp_path, auth_hba_file=str(hba), auth_ident_file=str(ident)))
+    r = run(["-t", str(path)])
+    assert r.returncode == 1
+    assert "auth_ident_file: %s:2: missing the system user name" % ident in r.stdout + r.stderr
+    write(tmp_path, "other root app\n", "ident.conf")
+    r = run(["-t", str(path)])
+    assert r.returncode == 1
+    assert '%s:1: map "nomap" is not in auth_ident_file' % hba in r.stdout + r.stderr
+
+
+def test_cert_line_with_map(pgcat, tmp_path, certs):  # noqa: F811
+    g = tls_general(certs, "verify-ca", ca="ca")
+    inst = start_ident(pgcat, tmp_path, "hostssl all all all cert map=certs\n",
+                       "certs  app  md5user\ncerts /^a(p+)$ a\\1\n", general=g)
+    kw = dict(sslmode="require", sslcert=cert_path(certs, "client_app.crt"),
+              sslkey=cert_path(certs, "client_app.key"))
+    # CN=app maps to md5user and (regex) to app: no password asked
+    works(inst, "md5user", password="not the password", **kw)
+    works(inst, "app", password="not the password", **kw)
+    with pytest.raises(psycopg.OperationalError) as ei:
+        inst.connect(user="cleartext_user", **kw)
+    assert 'certificate authentication failed for user "cleartext_user"' in str(ei.value), str(ei.value)
+    assert "ident map certs cannot be matched" in inst.log()

@@ -161,7 +161,10 @@ def test_production_pgbouncer_ini(pgcat, pg, pg_ssl, certs, roles):
     (inst.workdir / "pgbouncer.ini").write_text(text)
 
     # pgcat -t: no error, no warning; PgBouncer's settings, then pgcat's.
-    t = subprocess.run([pgcat_binary(), "-t", str(inst.workdir / "pgbouncer.ini")], capture_output=True,
+    # From the file's directory: its relative auth_file and auth_hba_file
+    # are opened from the working directory, as PgBouncer opens them.
+    t = subprocess.run([pgcat_binary(), "-t", str(inst.workdir / "pgbouncer.ini")], cwd=str(inst.workdir),
+                       capture_output=True,
                        text=True, timeout=30)
     assert t.returncode == 0, t.stderr
     assert t.stderr == "", t.stderr

@@ -254,7 +254,6 @@ START_TEST(test_refused_and_warned)
 		{ "dns_zone_check_period = 60", true, CONFIG_PROBLEM_WARNING, "dns_zone_check_period: \"60\"" },
 		{ "tcp_socket_buffer = 65536", true, CONFIG_PROBLEM_WARNING, "tcp_socket_buffer: \"65536\"" },
 		{ "unix_socket_group = postgres", true, CONFIG_PROBLEM_WARNING, "unix_socket_group: \"postgres\"" },
-		{ "auth_ident_file = ident.map", true, CONFIG_PROBLEM_WARNING, "auth_ident_file: \"ident.map\"" },
 		{ "client_tls_ecdhcurve = prime256v1", true, CONFIG_PROBLEM_WARNING, "client_tls_ecdhcurve:" },
 		{ "client_tls_dheparams = legacy", true, CONFIG_PROBLEM_WARNING, "client_tls_dheparams:" },
 		{ "pkt_buf = 8192", true, CONFIG_PROBLEM_WARNING, "pkt_buf: \"8192\" is not honoured" },
@@ -589,6 +588,19 @@ static void remove_files(const char *dir, const char *const *names, size_t n)
 	rmdir(dir);
 }
 
+/* config_load from the working directory cwd (then back): a
+ * pgbouncer.ini's relative auth_file, auth_hba_file and auth_ident_file
+ * are taken from there, as PgBouncer opens them. */
+static struct config *load_in(const char *cwd, const char *path, struct config_problems *pr)
+{
+	char was[PATH_MAX];
+	ck_assert_ptr_nonnull(getcwd(was, sizeof was));
+	ck_assert_int_eq(chdir(cwd), 0);
+	struct config *cfg = config_load(path, pr);
+	ck_assert_int_eq(chdir(was), 0);
+	return cfg;
+}
+
 START_TEST(test_include_and_auth_file)
 {
 	char *dir = tmpdir();
@@ -606,8 +618,15 @@ START_TEST(test_include_and_auth_file)
 					  "[pgbouncer]\nlisten_port = 7001\n");
 	snprintf(path, sizeof(path), "%s/pgbouncer.ini", dir);
 	struct config_problems pr;
-	struct config *cfg = config_load(path, &pr);
 	char buf[4096];
+	/* auth_file = userlist.txt: from the working directory, not the
+	 * file's (PgBouncer's rule), so not found from / */
+	struct config *cfg = load_in("/", path, &pr);
+	ck_assert_ptr_null(cfg);
+	dump(&pr, buf, sizeof(buf));
+	ck_assert_msg(strstr(buf, "auth_file: userlist.txt: cannot open") != NULL, "%s", buf);
+	config_problems_free(&pr);
+	cfg = load_in(dir, path, &pr);
 	dump(&pr, buf, sizeof(buf));
 	ck_assert_msg(cfg != NULL && pr.n == 0, "%s", buf);
 	ck_assert_int_eq(cfg->general.listen_port, 7001);   /* the later line wins */
@@ -689,7 +708,7 @@ START_TEST(test_auth_types)
 	char text[1024], path[512];
 	snprintf(path, sizeof(path), "%s/pgbouncer.ini", dir);
 	write_file(dir, "pgbouncer.ini", "[pgbouncer]\nauth_type = hba\nauth_hba_file = hba.conf\n" DB);
-	struct config *cfg = config_load(path, &pr);
+	struct config *cfg = load_in(dir, path, &pr);
 	char buf[4096];
 	dump(&pr, buf, sizeof(buf));
 	ck_assert_msg(cfg != NULL && pr.n == 0, "%s", buf);
@@ -697,6 +716,40 @@ START_TEST(test_auth_types)
 	ck_assert_uint_eq(cfg->hba->n, 1);
 	config_free(cfg);
 	config_problems_free(&pr);
+	/* Relative to the working directory, as PgBouncer: not the file's. */
+	cfg = load_in("/", path, &pr);
+	ck_assert_ptr_null(cfg);
+	dump(&pr, buf, sizeof(buf));
+	ck_assert_msg(strstr(buf, "auth_hba_file: hba.conf: cannot open") != NULL, "%s", buf);
+	config_problems_free(&pr);
+	/* peer, map= and auth_ident_file; cert on a host line (PgBouncer
+	 * reads it; without client_tls_ca_file a warning). */
+	write_file(dir, "hba.conf", "local all postgres peer\nlocal all all peer map=m\n"
+				    "host all all 19.0.0.0/8 cert map=m\n");
+	write_file(dir, "ident.conf", "m /^(.*)$ \\1\n");
+	write_file(dir, "pgbouncer.ini", "[pgbouncer]\nauth_type = hba\nauth_hba_file = hba.conf\n"
+					 "auth_ident_file = ident.conf\n" DB);
+	cfg = load_in(dir, path, &pr);
+	dump(&pr, buf, sizeof(buf));
+	ck_assert_msg(cfg != NULL && pr.n == 1 && pr.items[0].kind == CONFIG_PROBLEM_WARNING &&
+			      strstr(buf, "hba.conf:3: cert line never lets a login in: no client_tls_ca_file"),
+		      "%s", buf);
+	ck_assert_uint_eq(cfg->hba->n, 3);
+	ck_assert_int_eq(cfg->hba->rules[0].method, HBA_PEER);
+	ck_assert_ptr_nonnull(cfg->ident);
+	config_free(cfg);
+	config_problems_free(&pr);
+	/* auth_ident_file counts only with hba, as auth_hba_file. */
+	write_file(dir, "pgbouncer.ini", "[pgbouncer]\nauth_type = md5\nauth_ident_file = nowhere.conf\n" DB);
+	cfg = load_in(dir, path, &pr);
+	dump(&pr, buf, sizeof(buf));
+	ck_assert_msg(cfg != NULL && pr.n == 0, "%s", buf);
+	ck_assert_ptr_null(cfg->ident);
+	config_free(cfg);
+	config_problems_free(&pr);
+	snprintf(text, sizeof(text), "%s/ident.conf", dir);
+	unlink(text);
+	write_file(dir, "hba.conf", "host all all 127.0.0.1/32 md5\n");
 	/* auth_hba_file counts only with auth_type = hba, as in PgBouncer. */
 	write_file(dir, "pgbouncer.ini", "[pgbouncer]\nauth_type = md5\nauth_hba_file = hba.conf\n" DB);
 	cfg = config_load(path, &pr);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "hba.h"
+#include "ident.h"
 
 struct bad_lines {
 	int lines[16];
@@ -254,7 +255,14 @@ START_TEST(test_errors_name_the_line)
 	parse_bad("host all all 0.0.0.0/0 md5 clientcert=verify-full\n", 1, "option \"clientcert=verify-full\"");
 	parse_bad("host all all 0.0.0.0/0 md5 extra\n", 1, "unexpected \"extra\"");
 	parse_bad("host all all 0.0.0.0/0 ldap\n", 1, "\"ldap\" is not supported");
-	parse_bad("local all all peer\n", 1, "\"peer\" is not supported");
+	parse_bad("host all all 0.0.0.0/0 peer\n", 1, "method peer is only for local lines");
+	parse_bad("hostssl all all 0.0.0.0/0 peer map=m\n", 1, "method peer is only for local lines");
+	parse_bad("local all all md5 map=m\n", 1, "map= is only for methods peer and cert");
+	parse_bad("local all all peer map=\n", 1, "map= needs a map name");
+	parse_bad("local all all peer map=a map=b\n", 1, "map= given twice");
+	parse_bad("local all all peer \"map=a\"\n", 1, "one NAME=VALUE word");
+	parse_bad("local all all peer map=a,b\n", 1, "one NAME=VALUE word");
+	parse_bad("local all all peer mapx\n", 1, "unexpected \"mapx\"");
 	parse_bad("host all all 0.0.0.0/0 cert\n", 1, "cert needs a hostssl line");
 	parse_bad("host \"unterminated all 0.0.0.0/0 md5\n", 1, "unterminated quoted name");
 	parse_bad("host \"a\"b all 0.0.0.0/0 md5\n", 1, "after a quoted name");
@@ -315,6 +323,190 @@ START_TEST(test_nul_byte_and_no_final_newline)
 END_TEST
 
 /* ---- with the configuration (config_load.c reads the file) ---- */
+
+START_TEST(test_peer_and_map)
+{
+	struct hba h;
+	parse_ok("local all postgres peer\n"
+		 "local all all peer map=mymap\n"
+		 "hostssl p0x all 0.0.0.0/0 cert map=test\n"
+		 "hostssl p0 bouncer 0.0.0.0/0 cert\n", &h);
+	ck_assert_uint_eq(h.n, 4);
+	ck_assert_int_eq(h.rules[0].method, HBA_PEER);
+	ck_assert_ptr_null(h.rules[0].map);
+	ck_assert_str_eq(h.rules[1].map, "mymap");
+	ck_assert_int_eq(h.rules[2].method, HBA_CERT);
+	ck_assert_str_eq(h.rules[2].map, "test");
+	ck_assert_ptr_null(h.rules[3].map);
+	ck_assert_str_eq(hba_method_name(HBA_PEER), "peer");
+	/* peer lines are local ones: never a TCP login */
+	ck_assert_int_eq(match(&h, true, false, NULL, "db", "postgres"), 1);
+	ck_assert_int_eq(match(&h, false, false, "127.0.0.1", "db", "postgres"), 0);
+	hba_free(&h);
+}
+END_TEST
+
+/* PgBouncer reads cert on host lines; PostgreSQL (and a pgcat.ini) only
+ * on hostssl ones. */
+START_TEST(test_cert_on_host_flag)
+{
+	const char *text = "host all all 19.0.0.0/8 cert\n";
+	struct hba h;
+	struct bad_lines bad = { 0 };
+	ck_assert_int_eq(hba_parse(text, strlen(text), &h, note_bad, &bad), HBA_PARSE_BAD);
+	bad.n = 0;
+	ck_assert_int_eq(hba_parse_flags(text, strlen(text), &h, note_bad, &bad, HBA_PARSE_CERT_ON_HOST), HBA_PARSE_OK);
+	ck_assert_uint_eq(h.n, 1);
+	ck_assert_int_eq(h.rules[0].method, HBA_CERT);
+	hba_free(&h);
+	text = "hostnossl all all 19.0.0.0/8 cert\n";
+	ck_assert_int_eq(hba_parse_flags(text, strlen(text), &h, note_bad, &bad, HBA_PARSE_CERT_ON_HOST),
+			 HBA_PARSE_BAD);
+	/* PgBouncer's address match: same family only, so ::/0 is no IPv4 line */
+	text = "hostssl all all ::/0 md5\nhostssl all all 0.0.0.0/0 cert\n";
+	parse_ok(text, &h);
+	ck_assert_int_eq(match(&h, false, true, "127.0.0.1", "db", "u"), 1);
+	hba_free(&h);
+	ck_assert_int_eq(hba_parse_flags(text, strlen(text), &h, note_bad, &bad, HBA_PARSE_SAME_FAMILY), HBA_PARSE_OK);
+	ck_assert_int_eq(match(&h, false, true, "127.0.0.1", "db", "u"), 2);
+	ck_assert_int_eq(match(&h, false, true, "::1", "db", "u"), 1);
+	hba_free(&h);
+}
+END_TEST
+
+/* ---- auth_ident_file ---- */
+
+static void ident_ok(const char *text, struct ident *id)
+{
+	struct bad_lines bad = { 0 };
+	enum ident_parse_result r = ident_parse(text, strlen(text), id, note_bad, &bad);
+	ck_assert_msg(r == IDENT_PARSE_OK, "line %d: %s", bad.lines[0], bad.why[0]);
+	ck_assert_int_eq(bad.n, 0);
+}
+
+static void ident_bad(const char *text, int line, const char *want)
+{
+	struct ident id;
+	struct bad_lines bad = { 0 };
+	ck_assert_int_eq(ident_parse(text, strlen(text), &id, note_bad, &bad), IDENT_PARSE_BAD);
+	ck_assert_uint_eq(id.n, 0);
+	ck_assert_ptr_null(id.entries);
+	ck_assert_int_ge(bad.n, 1);
+	ck_assert_int_eq(bad.lines[0], line);
+	ck_assert_msg(strstr(bad.why[0], want) != NULL, "\"%s\" does not say \"%s\"", bad.why[0], want);
+}
+
+START_TEST(test_ident_names)
+{
+	struct ident id;
+	/* PgBouncer's test file, as written */
+	ident_ok("# PostgreSQL User Name Maps\n"
+		 "# MAPNAME       SYSTEM-USERNAME         PG-USERNAME\n"
+		 "test\t\tpgbouncer.acme.org\tsomeuser\n"
+		 "test\t\tpgbouncer.acme.org\tanotheruser\n"
+		 "test2\t\t\"bouncer\"\t\tall\n"
+		 "test2\t\tpgbouncer.acme.org\t\"anotheruser\"   # trailing comment\n"
+		 "quoted  alice  \"all\"\n"
+		 "   \t\n", &id);
+	ck_assert_uint_eq(id.n, 5);
+	ck_assert(ident_has_map(&id, "test") && ident_has_map(&id, "test2") && !ident_has_map(&id, "test3"));
+	ck_assert(ident_match(&id, "test", "pgbouncer.acme.org", "someuser"));
+	ck_assert(ident_match(&id, "test", "pgbouncer.acme.org", "anotheruser"));
+	ck_assert(!ident_match(&id, "test", "pgbouncer.acme.org", "bouncer"));
+	ck_assert(!ident_match(&id, "test", "PGBOUNCER.acme.org", "someuser"));   /* case matters */
+	ck_assert(!ident_match(&id, "test2", "pgbouncer.acme.org", "someuser"));
+	ck_assert(ident_match(&id, "test2", "bouncer", "someuser"));              /* all */
+	ck_assert(ident_match(&id, "test2", "bouncer", "anyone"));
+	ck_assert(!ident_match(&id, "test", "bouncer", "someuser"));              /* another map's line */
+	ck_assert(!ident_match(&id, "nomap", "bouncer", "bouncer"));
+	/* a quoted "all" is a name */
+	ck_assert(ident_match(&id, "quoted", "alice", "all"));
+	ck_assert(!ident_match(&id, "quoted", "alice", "bob"));
+	ident_free(&id);
+	ident_free(&id);   /* (twice: harmless) */
+	ident_ok("", &id);
+	ck_assert_uint_eq(id.n, 0);
+	ident_free(&id);
+}
+END_TEST
+
+START_TEST(test_ident_regex)
+{
+	struct ident id;
+	ident_ok("m /^(.*)@example\\.com$ \\1\n"
+		 "m /^admin-([a-z]+)$ app_\\1_ro\n"
+		 "m \"/^svc, (x|y)$\" \\1\n"
+		 "m /^root$ /^(postgres|someuser)$\n"
+		 "m /^opt(a)?z$ pre\\1post\n"
+		 "long /^(.*)$ \\1\n", &id);
+	ck_assert(ident_match(&id, "m", "alice@example.com", "alice"));
+	ck_assert(!ident_match(&id, "m", "alice@example.com", "bob"));
+	ck_assert(!ident_match(&id, "m", "alice@exampleXcom", "alice"));
+	ck_assert(ident_match(&id, "m", "admin-joe", "app_joe_ro"));
+	ck_assert(!ident_match(&id, "m", "admin-joe", "joe"));
+	ck_assert(ident_match(&id, "m", "svc, y", "y"));
+	ck_assert(ident_match(&id, "m", "root", "postgres"));
+	ck_assert(ident_match(&id, "m", "root", "someuser"));
+	ck_assert(!ident_match(&id, "m", "root", "postgresx"));
+	/* an optional group that took no part: \1 is empty */
+	ck_assert(ident_match(&id, "m", "optz", "prepost"));
+	ck_assert(ident_match(&id, "m", "optaz", "preapost"));
+	/* a substitution longer than a PG name matches nothing */
+	char big[200];
+	memset(big, 'a', sizeof big - 1);
+	big[sizeof big - 1] = '\0';
+	ck_assert(!ident_match(&id, "long", big, big));
+	big[63] = '\0';
+	ck_assert(ident_match(&id, "long", big, big));
+	ident_free(&id);
+}
+END_TEST
+
+START_TEST(test_ident_errors_name_the_line)
+{
+	ident_bad("m a b\nm a\n", 2, "missing the PG user name");
+	ident_bad("m\n", 1, "missing the system user name");
+	ident_bad("m a b c\n", 1, "more than three fields");
+	ident_bad("m a,b c\n", 1, "a comma outside quotes");
+	ident_bad("m \"a b\n", 1, "unterminated quoted name");
+	ident_bad("m \"a\"b c\n", 1, "after a quoted name");
+	ident_bad("m a\"b c\n", 1, "a quote inside a name");
+	ident_bad("m \"\" c\n", 1, "empty name");
+	ident_bad("m /( c\n", 1, "invalid regular expression for the system user name");
+	ident_bad("m / c\n", 1, "empty regular expression");
+	ident_bad("m a /[\n", 1, "invalid regular expression for the PG user name");
+	ident_bad("m /^a$ \\1\n", 1, "has no parenthesized group");
+	ident_bad("m /^(a)$ /\\1\n", 1, "\\1 in a regular expression");
+	ident_bad("m a +admins\n", 1, "group names");
+	ident_bad("m a @users.txt\n", 1, "file inclusion");
+	ident_bad("m a "
+		  "a234567890123456789012345678901234567890123456789012345678901234\n",
+		  1, "longer than 63 bytes");
+	ident_bad("a234567890123456789012345678901234567890123456789012345678901234 a b\n", 1,
+		  "map name");
+	char huge[1200];
+	memset(huge, 'x', sizeof huge);
+	memcpy(huge, "m a ", 4);
+	huge[sizeof huge - 2] = '\n';
+	huge[sizeof huge - 1] = '\0';
+	ident_bad(huge, 1, "longer than 1024 bytes");
+	/* every bad line, none kept */
+	const char *text = "m a b\nbad\nm a b\nm a b c\n";
+	struct ident id;
+	struct bad_lines bad = { 0 };
+	ck_assert_int_eq(ident_parse(text, strlen(text), &id, note_bad, &bad), IDENT_PARSE_BAD);
+	ck_assert_int_eq(bad.n, 2);
+	ck_assert_int_eq(bad.lines[0], 2);
+	ck_assert_int_eq(bad.lines[1], 4);
+	ck_assert_uint_eq(id.n, 0);
+	/* a NUL byte; no final newline; no callback */
+	const char nul[] = "m a b\nm a\0b c";
+	bad.n = 0;
+	ck_assert_int_eq(ident_parse(nul, sizeof nul - 1, &id, note_bad, &bad), IDENT_PARSE_BAD);
+	ck_assert_int_eq(bad.lines[0], 2);
+	ck_assert_int_eq(ident_parse("m", 1, &id, NULL, NULL), IDENT_PARSE_BAD);
+}
+END_TEST
 
 struct tmp {
 	char dir[64];
@@ -432,6 +624,63 @@ START_TEST(test_config_cert_needs_verified_certificates)
 }
 END_TEST
 
+static void write_file(const char *dir, const char *name, const char *text)
+{
+	char path[192];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* auth_ident_file next to pgcat.ini; map= must name one of its maps. */
+START_TEST(test_config_ident_file)
+{
+	struct tmp t;
+	tmp_make(&t, "local all all peer map=mymap\n");
+	write_file(t.dir, "ident.conf", "mymap root postgres\nmymap /^(.*)$ \\1\n");
+	struct config_problems pr;
+	struct config *cfg = tmp_load(&t, "auth_hba_file = hba.conf\nauth_ident_file = ident.conf", &pr);
+	ck_assert_msg(cfg != NULL, "%s", first_problem(&pr, CONFIG_PROBLEM_ERROR));
+	ck_assert_ptr_nonnull(cfg->ident);
+	ck_assert(ident_match(cfg->ident, "mymap", "root", "postgres"));
+	config_free(cfg);
+	config_problems_free(&pr);
+	/* no auth_ident_file */
+	cfg = tmp_load(&t, "auth_hba_file = hba.conf", &pr);
+	ck_assert_ptr_null(cfg);
+	ck_assert_msg(strstr(first_problem(&pr, CONFIG_PROBLEM_ERROR), "hba.conf:1: map= needs auth_ident_file"), "%s",
+		      first_problem(&pr, CONFIG_PROBLEM_ERROR));
+	config_problems_free(&pr);
+	/* a map the file does not have */
+	write_file(t.dir, "ident.conf", "other root postgres\n");
+	cfg = tmp_load(&t, "auth_hba_file = hba.conf\nauth_ident_file = ident.conf", &pr);
+	ck_assert_ptr_null(cfg);
+	ck_assert_msg(strstr(first_problem(&pr, CONFIG_PROBLEM_ERROR),
+			     "hba.conf:1: map \"mymap\" is not in auth_ident_file"), "%s",
+		      first_problem(&pr, CONFIG_PROBLEM_ERROR));
+	config_problems_free(&pr);
+	/* a bad line of it: file and line */
+	write_file(t.dir, "ident.conf", "mymap root postgres\nmymap /( x\n");
+	cfg = tmp_load(&t, "auth_hba_file = hba.conf\nauth_ident_file = ident.conf", &pr);
+	ck_assert_ptr_null(cfg);
+	char want[256];
+	snprintf(want, sizeof want, "[general] auth_ident_file: %s/ident.conf:2: invalid regular expression", t.dir);
+	ck_assert_msg(strstr(first_problem(&pr, CONFIG_PROBLEM_ERROR), want), "%s", first_problem(&pr, CONFIG_PROBLEM_ERROR));
+	config_problems_free(&pr);
+	char path[192];
+	snprintf(path, sizeof path, "%s/ident.conf", t.dir);
+	unlink(path);
+	/* not there */
+	cfg = tmp_load(&t, "auth_hba_file = hba.conf\nauth_ident_file = ident.conf", &pr);
+	ck_assert_ptr_null(cfg);
+	ck_assert_ptr_nonnull(strstr(first_problem(&pr, CONFIG_PROBLEM_ERROR), "cannot open"));
+	config_problems_free(&pr);
+	tmp_remove(&t);
+}
+END_TEST
+
 START_TEST(test_config_warnings)
 {
 	struct tmp t;
@@ -466,12 +715,18 @@ Suite *hba_suite(void)
 	tcase_add_test(tc, test_errors_name_the_line);
 	tcase_add_test(tc, test_every_bad_line_reported);
 	tcase_add_test(tc, test_nul_byte_and_no_final_newline);
+	tcase_add_test(tc, test_peer_and_map);
+	tcase_add_test(tc, test_cert_on_host_flag);
+	tcase_add_test(tc, test_ident_names);
+	tcase_add_test(tc, test_ident_regex);
+	tcase_add_test(tc, test_ident_errors_name_the_line);
 	suite_add_tcase(s, tc);
 	TCase *cf = tcase_create("config");
 	tcase_add_test(cf, test_config_reads_the_file);
 	tcase_add_test(cf, test_config_bad_file_refused_whole);
 	tcase_add_test(cf, test_config_cert_needs_verified_certificates);
 	tcase_add_test(cf, test_config_warnings);
+	tcase_add_test(cf, test_config_ident_file);
 	suite_add_tcase(s, cf);
 	return s;
 }
