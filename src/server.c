@@ -1849,12 +1849,12 @@ static void log_new_connection(const struct server *s)
 	if (s->sp->addr.ss_family == AF_UNIX || getsockname(s->io.fd, (struct sockaddr *)&local, &len) != 0 ||
 	    getnameinfo((struct sockaddr *)&local, len, host, sizeof host, port, sizeof port,
 			NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-		log_info("S-%llu %s@%s %s:%d: new connection to server", (unsigned long long)s->id,
+		log_info("S-%llu %s@%s %s:%d new connection to server", (unsigned long long)s->id,
 			 auth_server_user(s->sp->pool), s->sp->database, s->sp->host, s->sp->port);
 		return;
 	}
 	bool v6 = local.ss_family == AF_INET6;
-	log_info("S-%llu %s@%s %s:%d: new connection to server (from %s%s%s:%s)", (unsigned long long)s->id,
+	log_info("S-%llu %s@%s %s:%d new connection to server (from %s%s%s:%s)", (unsigned long long)s->id,
 		 auth_server_user(s->sp->pool), s->sp->database, s->sp->host, s->sp->port, v6 ? "[" : "", host,
 		 v6 ? "]" : "", port);
 }

@@ -563,7 +563,7 @@ def test_new_connection_to_server_is_logged(pgcat, pg):
     with inst.connect("app") as c:
         c.execute("SELECT 1")
         port = c.execute("SELECT inet_client_port()").fetchone()[0]
-    assert re.search(r"S-\d+ app@appdb 127\.0\.0\.1:%d: new connection to server \(from 127\.0\.0\.1:%d\)"
+    assert re.search(r"S-\d+ app@appdb 127\.0\.0\.1:%d new connection to server \(from 127\.0\.0\.1:%d\)"
                      % (pg.port, port), inst.log()), inst.log()[-3000:]
 
 
