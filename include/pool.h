@@ -83,6 +83,13 @@ bool pool_db_exists(struct worker *w, const char *db);
 
 /* The server this client's next transaction goes to. */
 struct srvpool *pool_pick_target(struct pool *p);
+/* A replication connection to sp counts as one of its connections
+ * (pool_size, max_db_connections, max_user_connections), over every
+ * worker: take a slot (an idle pooled connection is closed to make room
+ * when sp is full; false: no room, ask again later), give it back when
+ * the replication connection closes. */
+bool pool_relay_slot_take(struct srvpool *sp) __attribute__((warn_unused_result));
+void pool_relay_slot_give(struct srvpool *sp);
 /* An address for sp now (an IP literal, or a host name from the DNS
  * cache, which starts a lookup when it has none). false: not yet, or
  * the name does not resolve; pool_target_resolving tells which. */

@@ -97,6 +97,10 @@ struct srvpool {
 	struct list_node opening;     /* connecting or logging in */
 	struct list_node other;       /* resetting or draining */
 	int n_idle, n_active, n_opening, n_other;
+	/* Replication connections of its clients (session_replication.c):
+	 * not pooled, but they count against its pool_size and caps as
+	 * PgBouncer counts them (pool_relay_slot_take). */
+	int n_relay;
 	/* Connections decided on under the shared open lock
 	 * (srvpool_reserve) and not yet begun: counted in what this worker
 	 * publishes until server_connect's first state change turns each

@@ -25,7 +25,34 @@
 
 int srvpool_total(const struct srvpool *sp)
 {
-	return sp->n_idle + sp->n_active + sp->n_opening + sp->n_other;
+	return sp->n_idle + sp->n_active + sp->n_opening + sp->n_other + sp->n_relay;
+}
+
+bool pool_relay_slot_take(struct srvpool *sp)
+{
+	int limit = srvpool_limit(sp);
+	if (!srvpool_reserve(sp, limit, true)) {
+		/* Full with pooled connections: an idle one makes room, as
+		 * PgBouncer evicts one for a replication connection. */
+		if (list_empty(&sp->idle))
+			return false;
+		server_close(LIST_OWNER(list_last(&sp->idle), struct server, node), "evicted");
+		if (!srvpool_reserve(sp, limit, true))
+			return false;
+	}
+	sp->n_reserved--;   /* the reservation becomes the relay's slot */
+	sp->n_relay++;
+	srvpool_publish(sp);
+	return true;
+}
+
+void pool_relay_slot_give(struct srvpool *sp)
+{
+	sp->n_relay--;
+	srvpool_publish(sp);
+	/* The slot may be what a queued client waited for. */
+	if (!list_empty(&sp->waiters) && !sp->pool->paused)
+		srvpool_maybe_launch(sp);
 }
 
 void srvpool_publish(const struct srvpool *sp)

@@ -24,9 +24,10 @@
  * ways: the server is not read while the client's output is full, and the
  * client not while the server's output is.
  *
- * Not yet: the connection does not count towards pool_size,
- * max_db_connections or max_user_connections (PgBouncer counts it, and
- * evicts an idle pooled connection to make room).
+ * The connection counts as one of its pool's server's connections
+ * (pool_size, max_db_connections, max_user_connections), as PgBouncer
+ * counts it: an idle pooled connection is closed to make room, and
+ * without one the client waits (up to query_wait_timeout) for a slot.
  */
 #include "session_replication.h"
 
@@ -48,7 +49,8 @@
 
 /* Output held for the other side beyond which pgcat stops reading. */
 #define RELAY_HIGH (256u * 1024)
-/* How often an address still being looked up is asked for again. */
+/* How often an address still being looked up, or a slot in a full pool,
+ * is asked for again. */
 #define RELAY_RESOLVE_RETRY_MS 50
 
 struct relay {
@@ -58,6 +60,8 @@ struct relay {
 	struct event *timer;         /* the address lookup's retries, the login's deadline */
 	struct evbuffer *params;     /* the server's ParameterStatus of its login, for the welcome */
 	uint64_t started_us;
+	uint64_t slot_us;            /* when it took its slot in the pool (has_slot) */
+	bool has_slot;               /* counted in its server's connections (pool_relay_slot_take) */
 	uint32_t fwd_remaining;      /* bytes of the client's current message still to relay */
 };
 
@@ -88,6 +92,10 @@ static void relay_forget(struct client *c)
 	}
 	bconn_close(&r->b, true);
 	bconn_release(&r->b);
+	if (r->has_slot) {
+		r->has_slot = false;
+		pool_relay_slot_give(r->sp);
+	}
 	if (r->params) {
 		evbuffer_free(r->params);
 		r->params = NULL;
@@ -192,7 +200,23 @@ static void relay_connect(struct relay *r)
 {
 	struct client *c = r->c;
 	struct worker *w = c->w;
-	uint64_t deadline = r->started_us + (uint64_t)w->cfg->general.connect_timeout * 1000;
+	if (!r->has_slot) {
+		if (!pool_relay_slot_take(r->sp)) {
+			/* A full pool: its next free slot, as long as a client
+			 * waits for a server (timer: ask again). */
+			uint64_t qwt = (uint64_t)w->cfg->general.query_wait_timeout * 1000;
+			if (qwt > 0 && w->now_us - r->started_us >= qwt) {
+				login_failed(r, "query_wait_timeout: no room in the pool");
+				return;
+			}
+			struct timeval tv = { 0, RELAY_RESOLVE_RETRY_MS * 1000 };
+			evtimer_add(r->timer, &tv);
+			return;
+		}
+		r->has_slot = true;
+		r->slot_us = w->now_us;
+	}
+	uint64_t deadline = r->slot_us + (uint64_t)w->cfg->general.connect_timeout * 1000;
 	if (!pool_target_address(r->sp)) {
 		if (w->now_us >= deadline || !pool_target_resolving(r->sp)) {
 			login_failed(r, "cannot resolve the server's host name");
@@ -226,7 +250,7 @@ static void relay_timer_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	worker_update_clock(r->c->w);
 	if (bconn_state(&r->b) == BCONN_CLOSED) {
-		relay_connect(r);   /* the address lookup's retry */
+		relay_connect(r);   /* the address lookup's retry, or a slot's */
 		return;
 	}
 	if (bconn_state(&r->b) != BCONN_READY)

@@ -242,3 +242,46 @@ def test_a_server_message_of_any_length_streams_through_unheld(pgcat, pg):
         r.close()
         stub.close()
     assert_works(p)
+
+
+def test_replication_connections_count_in_the_pool(pgcat, pg):
+    """A replication connection is one of its pool's server connections
+    (PgBouncer's rule): an idle pooled connection is closed to make room
+    ('closing because: evicted'), and with none idle a new replication
+    client waits for a slot instead of going over pool_size."""
+    pool = {"pool_size": 2, "shards": {0: {"database": "postgres", "servers": "127.0.0.1:%d:primary" % pg.port}},
+            "users": {"postgres": {"password": PG_PW}}}
+    p = pgcat(general={"pool_mode": "transaction", "query_wait_timeout": 20000}, pools={"repl": pool})
+
+    def pooled():
+        return pg.sql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'postgres' AND datname = 'postgres' "
+                      "AND application_name <> 'psql' AND pid <> pg_backend_pid()", dbname="postgres")[0][0]
+    # Two pooled connections, then idle.
+    threads = [threading.Thread(target=lambda: psycopg.connect(conninfo(p), autocommit=True)
+                                .execute("SELECT pg_sleep(0.5)").connection.close()) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wait_until(lambda: pooled() == 2, 10, msg="two pooled connections")
+    r1 = psycopg.connect(conninfo(p, replication="database"), autocommit=True)
+    r2 = psycopg.connect(conninfo(p, replication="database"), autocommit=True)
+    assert p.log().count("closing because: evicted") == 2
+    assert pooled() == 2, "over pool_size"
+    box = {}
+
+    def third():
+        t0 = time.monotonic()
+        box["conn"] = psycopg.connect(conninfo(p, replication="database"), autocommit=True)
+        box["waited"] = time.monotonic() - t0
+    t = threading.Thread(target=third)
+    t.start()
+    time.sleep(1.0)
+    assert "conn" not in box, "a third replication connection went over pool_size"
+    r1.close()
+    t.join(15)
+    assert box.get("waited", 0) >= 0.9, box
+    assert box["conn"].execute("IDENTIFY_SYSTEM").fetchone() is not None
+    box["conn"].close()
+    r2.close()
+    assert_works(p)
