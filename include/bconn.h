@@ -86,6 +86,10 @@ struct bconn {
 	 * owner while open. NULL: none. */
 	const struct params *startup_params;
 	const char *replication;
+	/* The server's own words when it refused the login (its
+	 * ErrorResponse's message; "" otherwise), for an owner that passes
+	 * them on. */
+	char server_error[256];
 	/* Its output drained (a relay's backpressure); NULL: not told. */
 	void (*on_drain)(void *arg);
 	/* A relay's, once ready: the server's input, unread; the owner

@@ -297,8 +297,9 @@ static void conn_free(struct aq_conn *k)
 
 /* ---- the end of a lookup ---- */
 
-/* The logins waiting on e fail (the lookup did not answer); e goes. */
-static void entry_fail(struct auth_query *aq, struct auth_query_entry *e, const char *why)
+/* The logins waiting on e fail (the lookup did not answer); e goes.
+ * verbatim: why is the client's whole error (a server's own refusal). */
+static void entry_fail(struct auth_query *aq, struct auth_query_entry *e, const char *why, bool verbatim)
 {
 	if (e->conn) {
 		list_del(&e->conn_node);
@@ -308,7 +309,9 @@ static void entry_fail(struct auth_query *aq, struct auth_query_entry *e, const 
 		struct pool_waiter *pw = LIST_OWNER(list_first(&e->waiters), struct pool_waiter, node);
 		list_del(&pw->node);
 		struct client *c = client_of_waiter(pw);
-		if (c)
+		if (c && verbatim)
+			client_close(c, SQLSTATE_CONNECTION_FAILURE, "%s", why);
+		else if (c)
 			client_close(c, SQLSTATE_CONNECTION_FAILURE, "authentication lookup failed for user \"%s\": %s",
 				     client_user(c), why);
 	}
@@ -324,7 +327,7 @@ static void entry_answered(struct auth_query *aq, struct auth_query_entry *e, co
 		e->conn = NULL;
 	}
 	if (!auth_query_cache_answer(e, secret, w->now_us)) {
-		entry_fail(aq, e, "out of memory");
+		entry_fail(aq, e, "out of memory", false);
 		return;
 	}
 	e->serving = true;
@@ -363,12 +366,17 @@ static void conn_down(void *arg, const char *why)
 		log_debug("auth_query: %s:%d database %s: connection closed: %s", k->host, k->port, k->database, why);
 	bconn_close(&k->b, true);   /* Terminate first when logged in */
 	k->state = AQ_CLOSED;
-	/* The client-facing reason: no server detail (the log has it). */
+	/* The client-facing reason: no server detail (the log has it); on a
+	 * pgbouncer.ini a server's own refusal of the login, as PgBouncer
+	 * passes it on ('database "x" does not exist'), logged in its words. */
 	const char *short_why = strstr(why, "timed out") ? "the server did not answer within connect_timeout"
 							 : "the server could not be reached or refused the lookup";
+	bool verbatim = aq->w->cfg->pgbouncer && k->b.server_error[0];
+	if (verbatim)
+		log_warning("auth_query: %s:%d: server login failed: FATAL %s", k->host, k->port, k->b.server_error);
 	while (!list_empty(&k->queue)) {
 		struct auth_query_entry *e = LIST_OWNER(list_first(&k->queue), struct auth_query_entry, conn_node);
-		entry_fail(aq, e, short_why);
+		entry_fail(aq, e, verbatim ? k->b.server_error : short_why, verbatim);
 	}
 	list_del(&k->node);
 	list_add_tail(&aq->dead, &k->node);
@@ -384,7 +392,7 @@ static void send_lookup(struct aq_conn *k, struct auth_query_entry *e)
 	const struct config *cfg = k->aq->w->cfg;
 	const char *query = config_pool_auth_query(cfg, config_find_pool(cfg, e->pool));
 	if (!bconn_extended(&k->b, query, 1, params)) {
-		entry_fail(k->aq, e, "auth_query too long");
+		entry_fail(k->aq, e, "auth_query too long", false);
 		return;
 	}
 	e->sent = true;
@@ -456,13 +464,13 @@ static void lookup_done(struct aq_conn *k)
 		log_warning("auth_query for user \"%s\" (pool %s) failed on %s:%d: %s", e->user, e->pool, k->host, k->port,
 			    k->error);
 		reset_answer(k);
-		entry_fail(aq, e, aq->w->cfg->pgbouncer ? "bouncer config error" : "auth_query failed on the server");
+		entry_fail(aq, e, aq->w->cfg->pgbouncer ? "bouncer config error" : "auth_query failed on the server", false);
 		return;
 	}
 	if (k->bad_row) {
 		log_warning("auth_query for user \"%s\" (pool %s): the row is not (user name, password)", e->user, e->pool);
 		reset_answer(k);
-		entry_fail(aq, e, "auth_query returned an unusable row");
+		entry_fail(aq, e, "auth_query returned an unusable row", false);
 		return;
 	}
 	const char *secret = NULL;

@@ -135,6 +135,7 @@ bool bconn_open(struct bconn *b, const struct bconn_profile *profile, const char
 		const struct sockaddr *addr, socklen_t addrlen, const char *database)
 {
 	b->profile = profile;
+	b->server_error[0] = '\0';
 	b->host = host;
 	b->port = port;
 	b->database = database;
@@ -367,7 +368,9 @@ static bool login_message(struct bconn *b, uint8_t type, const uint8_t *body, si
 		return true;
 	case PqMsg_ErrorResponse: {
 		struct proto_error_fields e;
-		fail_login(b, b->profile->refused, proto_parse_error(body, len, &e) && e.message ? e.message : "server error");
+		const char *m = proto_parse_error(body, len, &e) && e.message ? e.message : "server error";
+		snprintf(b->server_error, sizeof b->server_error, "%s", m);
+		fail_login(b, b->profile->refused, m);
 		return false;
 	}
 	case PqMsg_ReadyForQuery:

@@ -707,3 +707,22 @@ def test_server_login_failure_in_pgbouncer_words(pgcat, pg):
                      log), log[-3000:]
     with inst.connect("app") as c:
         assert c.execute("SELECT 1").fetchone()[0] == 1
+
+
+def test_auth_query_on_a_database_the_server_lacks(pgcat, pg):
+    """auth_query's login refused by the server (a '*' database PostgreSQL
+    does not have): the client hears the server's own words and the log
+    has PgBouncer's 'server login failed: FATAL ...', as PgBouncer does."""
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    g["auth_type"] = "md5"
+    text = render_pgbouncer(g, default_pools(pg), inst.workdir)
+    text = text.replace("[pgbouncer]", "* = host=127.0.0.1 port=%d\n[pgbouncer]\nauth_user = postgres" % pg.port, 1)
+    start_on(inst, text)
+    with pytest.raises(psycopg.OperationalError, match='database "nosuchdb" does not exist'):
+        psycopg.connect(inst.dsn("someone", dbname="nosuchdb", password="x"))
+    log = inst.log()
+    assert 'server login failed: FATAL database "nosuchdb" does not exist' in log, log[-3000:]
+    assert re.search(r'someone@nosuchdb .*closing because: database "nosuchdb" does not exist', log), log[-3000:]
+    with inst.connect("app") as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
