@@ -243,6 +243,9 @@ void shm_pool_clients_add(struct shm *shm, int worker, int pool, int32_t delta);
 /* Client connections over every worker of the pools of database name
  * (user NULL), or of user name (name NULL). */
 int32_t shm_pool_clients_of(struct shm *shm, const char *name, const char *user);
+/* The counters of every slot of that database name (every user and
+ * worker): the console's, whose clients have no pool. */
+void shm_stats_of_name(struct shm *shm, const char *name, struct stats *out);
 /* This worker's counters of a target (NULL: target < 0), and the sums over
  * every worker (zeros for target < 0). */
 struct shm_target_counts *shm_target_counts(struct shm *shm, int worker, int target);

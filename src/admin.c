@@ -535,6 +535,14 @@ static bool admin_message(struct client *c, const struct proto_frame *f)
 		memmove(sql, sql + 5, n);
 		trim_statement(sql);
 		log_debug("admin C-%llu: %s", (unsigned long long)c->id, sql);
+		/* Each command is a transaction and a query of the console's
+		 * database, in its slot of the shared segment (SHOW STATS and
+		 * TOTALS count them, as PgBouncer's do). */
+		if (c->w->shm && c->count_slot >= 0) {
+			struct stats *st = shm_stats(c->w->shm, c->w->id, c->count_slot);
+			stats_add(st, STAT_XACT, 1);
+			stats_add(st, STAT_QUERY, 1);
+		}
 		if (run_command(c, sql) && c->state != CLIENT_CLOSED)
 			admin_rfq(c);
 		return true;

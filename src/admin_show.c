@@ -146,6 +146,28 @@ static void show_stats_view(struct client *c, enum stats_view view)
 			admin_row_i(&r, (int64_t)tot.v[STAT_QUERY]);
 		admin_row_end(&r);
 	}
+	/* On a pgbouncer.ini, the console's database has its row, as in
+	 * PgBouncer: its commands (admin.c counts them). */
+	if (w->cfg->pgbouncer && w->shm) {
+		struct stats tot;
+		shm_stats_of_name(w->shm, "pgbouncer", &tot);
+		if (view == STATS_VIEW_SUM) {
+			for (int i = 0; i < STAT__COUNT; i++)
+				all_tot.v[i] += tot.v[i];
+		} else {
+			admin_row_begin(&r);
+			admin_row_s(&r, "pgbouncer");
+			if (view != STATS_VIEW_AVERAGES)
+				for (size_t i = 0; i < N_STAT_ORDER; i++)
+					admin_row_i(&r, (int64_t)tot.v[stat_order[i]]);
+			if (view != STATS_VIEW_TOTALS)
+				for (size_t i = 0; i < N_STAT_ORDER; i++)
+					admin_row_i(&r, 0);
+			if (view == STATS_VIEW_BOTH)
+				admin_row_i(&r, (int64_t)tot.v[STAT_QUERY]);
+			admin_row_end(&r);
+		}
+	}
 	/* (SHOW STATS' column names, "database" and the old alias left out) */
 	for (size_t i = 0; view == STATS_VIEW_SUM && i < 2 * N_STAT_ORDER; i++) {
 		admin_row_begin(&r);

@@ -401,6 +401,19 @@ int32_t shm_pool_clients_of(struct shm *shm, const char *name, const char *user)
 	return n;
 }
 
+void shm_stats_of_name(struct shm *shm, const char *name, struct stats *out)
+{
+	struct shm_header *h = shm->h;
+	memset(out, 0, sizeof *out);
+	for (int i = 0; i < SHM_MAX_POOLS; i++) {
+		const struct shm_pool_entry *e = &h->pools[i];
+		if (!e->used || strcmp(e->name, name) != 0)
+			continue;
+		for (uint32_t w = 0; w < h->n_workers; w++)
+			stats_sum(out, shm_stats(shm, (int)w, i));
+	}
+}
+
 void shm_worker_reset(struct shm *shm, int worker)
 {
 	for (int t = 0; t < SHM_MAX_TARGETS; t++) {

@@ -726,3 +726,24 @@ def test_auth_query_on_a_database_the_server_lacks(pgcat, pg):
     assert re.search(r'someone@nosuchdb .*closing because: database "nosuchdb" does not exist', log), log[-3000:]
     with inst.connect("app") as c:
         assert c.execute("SELECT 1").fetchone()[0] == 1
+
+
+def test_console_commands_count_in_stats(pgcat, pg):
+    """On a pgbouncer.ini the console's database has its SHOW STATS row and
+    each command counts as a transaction and a query (SHOW TOTALS too), as
+    PgBouncer counts them."""
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    start_on(inst, render_pgbouncer(g, default_pools(pg), inst.workdir))
+    with inst.connect("app") as c:
+        c.execute("SELECT 1")
+    adm = console(inst, g["admin_username"], g["admin_password"])
+    show(adm, "VERSION")
+    _, rows = show(adm, "STATS")                      # the third command
+    row = [x for x in rows if x["database"] == "pgbouncer"][0]
+    assert (row["total_xact_count"], row["total_query_count"]) == ("2", "2"), row
+    _, totals = show(adm, "TOTALS")
+    totals = {x["name"]: int(x["value"]) for x in totals}
+    app = [x for x in rows if x["database"] == "appdb"][0]
+    assert totals["total_xact_count"] == int(app["total_xact_count"]) + 3, (totals, app)
+    adm.close()
