@@ -122,7 +122,15 @@ enum auth_outcome auth_client_begin(struct worker *w, const char *user, const st
 
 	enum auth_type type = g->auth_type;
 	switch (a->rule) {
-	case AUTH_RULE_AUTH_TYPE: break;
+	case AUTH_RULE_AUTH_TYPE:
+		/* A pgbouncer.ini's auth_type = scram-sha-256 is SCRAM only, as
+		 * in PgBouncer (and PostgreSQL): an md5 secret is refused, where
+		 * a pgcat.ini asks such a user for md5. */
+		if (type == AUTH_TYPE_SCRAM && w->cfg->pgbouncer && a->user_known && pg_md5_is_stored(pw)) {
+			log_info("user \"%s\" has an md5 secret only: auth_type scram-sha-256 refuses it", user);
+			a->user_known = false;
+		}
+		break;
 	case AUTH_RULE_TRUST: type = AUTH_TYPE_TRUST; break;
 	case AUTH_RULE_MD5: type = AUTH_TYPE_MD5; break;
 	case AUTH_RULE_PASSWORD: type = AUTH_TYPE_PASSWORD; break;

@@ -747,3 +747,20 @@ def test_console_commands_count_in_stats(pgcat, pg):
     app = [x for x in rows if x["database"] == "appdb"][0]
     assert totals["total_xact_count"] == int(app["total_xact_count"]) + 3, (totals, app)
     adm.close()
+
+
+def test_scram_auth_type_refuses_an_md5_secret(pgcat, pg):
+    """auth_type = scram-sha-256 on a pgbouncer.ini: SCRAM only, a user whose
+    auth_file secret is an md5 hash is refused (PgBouncer's and PostgreSQL's
+    rule), while a plaintext secret logs in."""
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    g["auth_type"] = "scram-sha-256"
+    text = render_pgbouncer(g, default_pools(pg), inst.workdir)
+    with open(inst.workdir / "userlist.txt", "a") as f:
+        f.write('"md5user" "%s"\n' % md5_secret("md5user", PASSWORDS["md5user"]))
+    start_on(inst, text)
+    with pytest.raises(psycopg.OperationalError, match="SASL authentication failed"):
+        psycopg.connect(inst.dsn("md5user"))
+    with inst.connect("app") as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
