@@ -49,6 +49,10 @@ void pool_publish(struct worker *w);
 void pool_count_waiting(struct worker *w, const struct pool *p, int *waiting, uint64_t *maxwait_us);
 void pool_destroy_all(struct worker *w);
 struct pool *pool_find(struct worker *w, const char *db, const char *user);
+/* The verifier a client of p's user proves its password against (SCRAM):
+ * derived from a plaintext password the first time it is asked for; NULL:
+ * none (an md5 hash, no password). */
+const struct scram_secret *pool_client_scram(struct pool *p);
 /* The pool whose servers p's clients use: where p's database forces a
  * server_username, the forced user's pool, which the database's users
  * without a users section of their own (auth_file's, auth_query's)

@@ -187,6 +187,10 @@ struct pool {
 
 	struct scram_secret scram;    /* for clients logging in with SCRAM */
 	bool have_scram;
+	/* A plaintext password: its verifier is derived at the first login
+	 * that looks (pool_client_scram), not for every pool at start (a
+	 * PBKDF2 each: thousands of pools would take seconds). */
+	bool scram_pending;
 	/* SCRAM pass-through: when the user's only secret is a SCRAM verifier,
 	 * the ClientKey recovered from a client's verified proof logs pgcat in
 	 * to servers holding the same verifier. Memory only; reset when the

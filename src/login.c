@@ -494,7 +494,7 @@ static void start_login(struct client *c)
 		}
 		if (own) {
 			cred.password = own->cuser ? own->cuser->password : NULL;
-			cred.scram = own->have_scram ? &own->scram : NULL;
+			cred.scram = pool_client_scram(own);
 			credp = &cred;
 		}
 	}

@@ -201,6 +201,7 @@ bool build_targets(struct pool *p, const struct config_pool *cp, struct srvpool 
 void pool_derive_scram(struct pool *p)
 {
 	p->have_scram = false;
+	p->scram_pending = false;
 	p->have_passthrough_key = false;
 	OPENSSL_cleanse(p->passthrough_client_key, sizeof p->passthrough_client_key);
 	const struct config_user *cu = p->cuser;
@@ -213,11 +214,22 @@ void pool_derive_scram(struct pool *p)
 			log_warning("pool %s user %s: cannot parse SCRAM secret", p->name, p->user);
 		return;
 	}
-	/* Derive the verifier once: PBKDF2 costs milliseconds, too much to
-	 * pay per login. */
-	uint8_t salt[16];
-	if (pg_random_bytes(salt, sizeof salt))
-		p->have_scram = scram_secret_from_password(pw, salt, sizeof salt, SCRAM_DEFAULT_ITERATIONS, &p->scram);
+	/* Derived once, at the first login that needs it: PBKDF2 costs
+	 * milliseconds, too much to pay per login or per pool at start. */
+	p->scram_pending = true;
+}
+
+const struct scram_secret *pool_client_scram(struct pool *p)
+{
+	if (p->scram_pending) {
+		p->scram_pending = false;
+		const char *pw = p->cuser ? p->cuser->password : NULL;
+		uint8_t salt[16];
+		if (pw && pg_random_bytes(salt, sizeof salt))
+			p->have_scram =
+				scram_secret_from_password(pw, salt, sizeof salt, SCRAM_DEFAULT_ITERATIONS, &p->scram);
+	}
+	return p->have_scram ? &p->scram : NULL;
 }
 
 void pool_apply_config(struct pool *p, const struct config *cfg, const struct config_pool *cp,
