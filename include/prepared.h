@@ -215,6 +215,8 @@ struct prep_client {
 	 * streamed to one server, not kept (unnamed_len is 0): only that
 	 * server holds it. */
 	bool unnamed_unkept;
+	/* Why PREP_REFUSED refused the client (its closing words). */
+	char refusal[128];
 };
 
 /* The instance's schema generation (SPEC §5): statements are prepared
@@ -235,7 +237,10 @@ enum prep_action {
 	PREP_WAIT,      /* need more bytes */
 	PREP_DISCARD,   /* answered without it (what the server needs is queued): the
 			 * pump discards the message, *stream_rest bytes, as they come */
-	PREP_FAILED     /* out of memory: the caller closes the client */
+	PREP_FAILED,    /* out of memory: the caller closes the client */
+	PREP_REFUSED    /* a pgbouncer.ini's rule: a Parse of a name the client holds, or a
+			 * Bind or Describe of one it does not, closes the client, as
+			 * PgBouncer closes it (the caller does, with prep->refusal) */
 };
 /* A client message (Parse, Bind, Describe, Close, Query) with the client
  * linked to s. Also counts Sync/Query/FunctionCall segments. On PREP_DONE,

@@ -985,14 +985,18 @@ static enum pump_step inspect_request(struct client *c, struct server *s, const 
 	case PqMsg_Parse: {
 		/* Drivers send SET through the extended protocol too. */
 		enum pump_step step = inspect_text(c, s, f);
-		if (step == PUMP_ON) {
+		/* A pgcat.ini counts every Parse and Bind; a pgbouncer.ini
+		 * PgBouncer's way, only named statements pgcat keeps track of
+		 * (prepared.c counts those). */
+		if (step == PUMP_ON && !c->w->cfg->pgbouncer) {
 			stats_add(c->pool->stats, STAT_CLIENT_PARSE, 1);
 			stats_add(c->pool->stats, STAT_SERVER_PARSE, 1);
 		}
 		return step;
 	}
 	case PqMsg_Bind:
-		stats_add(c->pool->stats, STAT_BIND, 1);
+		if (!c->w->cfg->pgbouncer)
+			stats_add(c->pool->stats, STAT_BIND, 1);
 		return c->setters ? track_bind(c, s, f) : PUMP_ON;
 	default:
 		return PUMP_ON;
@@ -1018,6 +1022,9 @@ static enum pump_step rewrite_step(struct client *c, struct server *s, const str
 		return PUMP_NEXT;
 	case PREP_FAILED:
 		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return PUMP_STOP;
+	case PREP_REFUSED:
+		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "%s", c->end.prep->refusal);
 		return PUMP_STOP;
 	}
 	return PUMP_ON;

@@ -23,6 +23,7 @@
 #include "config.h"
 #include "evbuf.h"
 #include "link.h"
+#include "log.h"
 #include "params.h"
 #include "pktbuf.h"
 #include "pool.h"
@@ -160,6 +161,8 @@ static bool add_to_server(struct client *c, struct server *s, struct prep_stmt *
 	} else {
 		ps->misses++;
 		stats_add(c->pool->stats, STAT_PREPARED_MISSES, 1);
+		if (c->w->cfg->pgbouncer)   /* (PgBouncer's server_parse_count: see client.c) */
+			stats_add(c->pool->stats, STAT_SERVER_PARSE, 1);
 	}
 	return true;
 }
@@ -476,11 +479,16 @@ static enum prep_action on_parse(struct client *c, struct server *s, const uint8
 		return PREP_FORWARD;
 	}
 	bool ok;
-	if (prep_cmap_get(&pc->names, name)) {
+	if (prep_cmap_get(&pc->names, name) && c->w->cfg->pgbouncer) {
+		snprintf(pc->refusal, sizeof pc->refusal, "prepared statement '%.64s' was already prepared", name);
+		return PREP_REFUSED;
+	} else if (prep_cmap_get(&pc->names, name)) {
 		char msg[160];
 		snprintf(msg, sizeof msg, "prepared statement \"%s\" already exists", name);
 		ok = send_error_bind(s, "42P05", msg);
 	} else {
+		if (c->w->cfg->pgbouncer)   /* (PgBouncer's client_parse_count: see client.c) */
+			stats_add(c->pool->stats, STAT_CLIENT_PARSE, 1);
 		struct prep_stmt *st = prep_registry_get(prep_reg_of(s), false, m + 5 + off, total - 5 - off,
 							 prep_schema_generation(c->w));
 		ok = st != NULL;
@@ -557,7 +565,14 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 		if (!st)
 			return replay_unnamed(c, s) ? PREP_FORWARD : PREP_FAILED;
 		ok = ensure_unnamed_on_server(c, s, st);
-	} else if (!(st = c->end.prep ? prep_cmap_get(&c->end.prep->names, name) : NULL)) {
+	} else if (!(st = c->end.prep ? prep_cmap_get(&c->end.prep->names, name) : NULL) && c->w->cfg->pgbouncer) {
+		struct prep_client *pc = prep_client_of(c);   /* (made for the refusal's words) */
+		if (!pc)
+			return PREP_FAILED;
+		log_info("C-%llu: prepared statement '%.64s' not found", (unsigned long long)c->id, name);
+		snprintf(pc->refusal, sizeof pc->refusal, "prepared statement did not exist");
+		return PREP_REFUSED;
+	} else if (!st) {
 		char msg[160];
 		snprintf(msg, sizeof msg, "prepared statement \"%s\" does not exist", name);
 		ok = send_error_bind(s, "26000", msg);
@@ -566,6 +581,8 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 			return PREP_DISCARD;
 		}
 	} else {
+		if (f->type == PqMsg_Bind && c->w->cfg->pgbouncer)   /* (PgBouncer's bind_count: see client.c) */
+			stats_add(c->pool->stats, STAT_BIND, 1);
 		ok = ensure_on_server(c, s, st);
 	}
 	if (!ok) {

@@ -764,3 +764,37 @@ def test_scram_auth_type_refuses_an_md5_secret(pgcat, pg):
         psycopg.connect(inst.dsn("md5user"))
     with inst.connect("app") as c:
         assert c.execute("SELECT 1").fetchone()[0] == 1
+
+
+def test_prepared_statement_errors_and_counts_in_pgbouncer_ways(pgcat, pg):
+    """On a pgbouncer.ini, as PgBouncer: a Parse of a name the client already
+    prepared, or a Bind of one it never did, closes the client ("prepared
+    statement 'x' was already prepared", "prepared statement did not
+    exist"); SHOW STATS counts only named statements' Parse and Bind."""
+    import pgwire
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    g["pool_mode"] = "transaction"
+    text = render_pgbouncer(g, default_pools(pg), inst.workdir)
+    start_on(inst, text.replace("[pgbouncer]", "[pgbouncer]\nmax_prepared_statements = 100", 1))
+    r = inst.raw_login()
+    r.send(pgwire.parse("SELECT 1", name="s1") + pgwire.sync())
+    assert [t for t, _ in r.read_until()] == [b"1", b"Z"]
+    r.send(pgwire.bind(stmt="s1") + pgwire.execute() + pgwire.sync())
+    assert [t for t, _ in r.read_until()][-1] == b"Z"
+    r.send(pgwire.parse("SELECT 1") + pgwire.bind() + pgwire.execute() + pgwire.sync())   # unnamed: not counted
+    assert [t for t, _ in r.read_until()][-1] == b"Z"
+    r.send(pgwire.parse("SELECT 2", name="s1") + pgwire.sync())
+    err, closed = r.read_error_then_eof(10)
+    assert closed and err and err["M"] == "prepared statement 's1' was already prepared", err
+    r = inst.raw_login()
+    r.send(pgwire.bind(stmt="nosuch") + pgwire.execute() + pgwire.sync())
+    err, closed = r.read_error_then_eof(10)
+    assert closed and err and err["M"] == "prepared statement did not exist", err
+    adm = console(inst, g["admin_username"], g["admin_password"])
+    _, rows = show(adm, "STATS")
+    row = [x for x in rows if x["database"] == "appdb"][0]
+    assert (row["total_client_parse_count"], row["total_server_parse_count"], row["total_bind_count"]) == \
+        ("1", "1", "1"), row
+    adm.close()
+    assert "closing because: prepared statement did not exist" in inst.log()
