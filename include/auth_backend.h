@@ -58,6 +58,11 @@ struct auth_backend {
 	struct kdf_request req;
 	enum { AUTH_DERIVE_NONE, AUTH_DERIVE_PENDING, AUTH_DERIVE_OK, AUTH_DERIVE_FAILED } derive;
 	uint8_t salted[SCRAM_KEY_LEN];
+	/* The last failure was no secret of the kind the server's method
+	 * needs (a SCRAM verifier no client lent its key for, an md5 hash
+	 * where SCRAM is asked, ...): the configuration's doing, which no
+	 * retry mends. */
+	bool wrong_secret;
 };
 
 enum auth_backend_result {

@@ -73,11 +73,13 @@ static enum auth_backend_result auth_backend_sasl_start(struct auth_backend *ab,
 	bool passthrough = auth_backend_is_scram_secret(pw);
 	if (!pw || !pw[0] || pg_md5_is_stored(pw)) {
 		*error = "server asks for SCRAM, and pgcat has no plaintext password for this user";
+		ab->wrong_secret = true;
 		return AUTH_BACKEND_FAILED;
 	}
 	if (passthrough && !(sec->passthrough_client_key && sec->passthrough_server_key)) {
 		*error = "server asks for SCRAM, and pgcat has only a SCRAM secret for this user: "
 			 "no client has logged in with it yet to pass its key through";
+		ab->wrong_secret = true;
 		return AUTH_BACKEND_FAILED;
 	}
 	auth_backend_clear(ab);   /* a second SASL request starts over */
@@ -177,6 +179,7 @@ enum auth_backend_result auth_backend_answer(struct auth_backend *ab, const stru
 	case AUTH_REQ_PASSWORD:
 		if (!pw || !pw[0] || pg_md5_is_stored(pw) || auth_backend_is_scram_secret(pw)) {
 			*error = "server asks for a cleartext password, and pgcat has none for this user";
+			ab->wrong_secret = true;
 			return AUTH_BACKEND_FAILED;
 		}
 		if (strlen(pw) > AUTH_BACKEND_MAX_PASSWORD) {
@@ -192,6 +195,7 @@ enum auth_backend_result auth_backend_answer(struct auth_backend *ab, const stru
 	case AUTH_REQ_MD5: {
 		if (len != 8 || !pw || !pw[0] || auth_backend_is_scram_secret(pw)) {
 			*error = "server asks for an md5 password, and pgcat has none for this user";
+			ab->wrong_secret = true;
 			return AUTH_BACKEND_FAILED;
 		}
 		char stored[PG_MD5_LEN + 1], resp[PG_MD5_LEN + 1];

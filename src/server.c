@@ -297,6 +297,18 @@ static bool auth_answered(struct server *s, enum auth_backend_result r, struct p
 	case AUTH_BACKEND_FAILED:
 		break;
 	}
+	if (s->auth && s->auth->wrong_secret && !s->have_error) {
+		/* No secret the server's method can use: every login would fail
+		 * alike, so the clients waiting are told now (28000 fails them,
+		 * pool.c), in PgBouncer's words on a pgbouncer.ini. */
+		s->have_error = true;
+		snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "28000");
+		snprintf(s->error_message, sizeof s->error_message, "%s",
+			 s->w->cfg->pgbouncer ? "server login failed: wrong password type" : error);
+		log_warning("S-%llu %s:%d: %s", (unsigned long long)s->id, s->sp->host, s->sp->port, error);
+		login_fail(s, s->error_message);
+		return false;
+	}
 	login_fail(s, error);
 	return false;
 }

@@ -798,3 +798,27 @@ def test_prepared_statement_errors_and_counts_in_pgbouncer_ways(pgcat, pg):
         ("1", "1", "1"), row
     adm.close()
     assert "closing because: prepared statement did not exist" in inst.log()
+
+
+def test_server_login_without_a_usable_secret_fails_at_once(pgcat, pg):
+    """A forced user whose only secret is a SCRAM verifier, before any
+    client lent its key: every login would fail alike, so the client is
+    told at once, in PgBouncer's words ("wrong password type"), not left
+    waiting for a server."""
+    from test_auth_file import scram_secret
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    g["auth_type"] = "md5"
+    text = render_pgbouncer(g, default_pools(pg), inst.workdir)
+    ul = inst.workdir / "userlist.txt"
+    lines = [x for x in ul.read_text().splitlines() if not x.startswith('"app"')]
+    lines.append('"app" "%s"' % scram_secret(PASSWORDS["app"], b"0123456789abcdef"))
+    ul.write_text("\n".join(lines) + "\n")
+    text = text.replace("[pgbouncer]", "scramonly = host=127.0.0.1 port=%d dbname=appdb user=app\n[pgbouncer]"
+                        % pg.port, 1)
+    start_on(inst, text)
+    t0 = time.monotonic()
+    with pytest.raises(psycopg.OperationalError, match="wrong password type"):
+        psycopg.connect(inst.dsn("md5user", dbname="scramonly"))
+    assert time.monotonic() - t0 < 5
+    assert "no client has logged in with it yet" in inst.log()
