@@ -110,11 +110,15 @@ static const char *server_role_of(const struct pool *p)
 }
 
 /* Do a's connections count against the same cap as b's: the same server
- * (host and port), and the same database or role there. */
+ * (host and port), and the same database or role there. On a
+ * pgbouncer.ini max_db_connections counts per database entry, as
+ * PgBouncer counts it (the entries' pools, every user). */
 static bool cap_shared(const struct srvpool *a, const struct srvpool *b, enum cap_kind k)
 {
 	if (a->port != b->port || strcmp(a->host, b->host) != 0)
 		return false;
+	if (k == CAP_DB && a->pool->w->cfg->pgbouncer)
+		return strcmp(a->pool->name, b->pool->name) == 0 && strcmp(a->database, b->database) == 0;
 	return k == CAP_DB ? strcmp(a->database, b->database) == 0
 			   : strcmp(server_role_of(a->pool), server_role_of(b->pool)) == 0;
 }
@@ -136,7 +140,10 @@ static int cap_count(const struct srvpool *sp, enum cap_kind k, struct server **
 			if (!cap_shared(t, sp, k))
 				continue;
 			n += srvpool_instance_total(t);
-			if (victim && !*victim && t != sp && !list_empty(&t->idle))
+			/* Not one min_pool_size keeps: its pool would open it again
+			 * at once, and the two would take turns forever. */
+			if (victim && !*victim && t != sp && !list_empty(&t->idle) &&
+			    srvpool_instance_total(t) > t->pool->min_pool_size)
 				*victim = LIST_OWNER(list_last(&t->idle), struct server, node);
 		}
 		LIST_FOREACH_SAFE(rp, rt, &p->retired) {

@@ -822,3 +822,25 @@ def test_server_login_without_a_usable_secret_fails_at_once(pgcat, pg):
         psycopg.connect(inst.dsn("md5user", dbname="scramonly"))
     assert time.monotonic() - t0 < 5
     assert "no client has logged in with it yet" in inst.log()
+
+
+def test_max_db_connections_counts_per_entry(pgcat, pg):
+    """On a pgbouncer.ini max_db_connections counts the connections of its
+    own database entry, as PgBouncer: another entry's connections to the
+    same server database do not fill it."""
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    g["pool_mode"] = "transaction"
+    text = render_pgbouncer(g, default_pools(pg), inst.workdir)
+    text = text.replace("[pgbouncer]", "warm = host=127.0.0.1 port=%d dbname=appdb min_pool_size=3 pool_size=3\n"
+                        "capped = host=127.0.0.1 port=%d dbname=appdb max_db_connections=1\n[pgbouncer]"
+                        % (pg.port, pg.port), 1)
+    start_on(inst, text.replace("[pgbouncer]", "[pgbouncer]\nquery_wait_timeout = 3", 1))
+    with inst.connect("app", dbname="warm") as c:        # (min_pool_size counts once a client came)
+        c.execute("SELECT 1")
+    wait_until(lambda: pg.count("app", "appdb") >= 3, 10, msg="warm's min_pool_size connections")
+    t0 = time.monotonic()
+    with inst.connect("app", dbname="capped") as c:
+        assert c.execute("SELECT 7").fetchone()[0] == 7
+    assert time.monotonic() - t0 < 2
+    assert "closed to make room" not in inst.log()
