@@ -123,6 +123,17 @@ static bool cap_shared(const struct srvpool *a, const struct srvpool *b, enum ca
 			   : strcmp(server_role_of(a->pool), server_role_of(b->pool)) == 0;
 }
 
+static void caps_of(const struct srvpool *sp, int caps[2]);
+
+/* Is t's pool held back by a cap of kind k itself (its min_pool_size
+ * fills under it, pool_fill_min)? */
+static bool capped_by(const struct srvpool *t, enum cap_kind k)
+{
+	int caps[2];
+	caps_of(t, caps);
+	return caps[k] > 0;
+}
+
 /* The connections counting against sp's cap of kind k, over every worker
  * (each pool's connection counts are in the shared segment; every worker
  * has the same pools), retired srvpools of a reload included. With
@@ -140,10 +151,11 @@ static int cap_count(const struct srvpool *sp, enum cap_kind k, struct server **
 			if (!cap_shared(t, sp, k))
 				continue;
 			n += srvpool_instance_total(t);
-			/* Not one min_pool_size keeps: its pool would open it again
-			 * at once, and the two would take turns forever. */
+			/* Not one that min_pool_size keeps in a pool this cap does
+			 * not hold back: that pool would open it again at once,
+			 * and the two would take turns forever. */
 			if (victim && !*victim && t != sp && !list_empty(&t->idle) &&
-			    srvpool_instance_total(t) > t->pool->min_pool_size)
+			    (srvpool_instance_total(t) > t->pool->min_pool_size || capped_by(t, k)))
 				*victim = LIST_OWNER(list_last(&t->idle), struct server, node);
 		}
 		LIST_FOREACH_SAFE(rp, rt, &p->retired) {

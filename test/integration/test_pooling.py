@@ -656,14 +656,18 @@ def test_healthcheck_query_runs_before_a_reused_server_is_handed_out(pgcat, pg):
 
 def test_max_db_connections_does_not_take_min_pool_size_connections(pgcat, pg):
     """At the cap, the idle connections another pool keeps for its
-    min_pool_size are not closed to make room: that pool would open them
-    again at once and the two pools would take turns forever. The client
-    waits (here until query_wait_timeout), and nothing churns."""
-    p = pgcat(general={"max_db_connections": 2, "default_pool_size": 5, "query_wait_timeout": 1500},
-              users={"app": {"min_pool_size": 2}})
+    min_pool_size, a pool the cap does not hold back, are not closed to
+    make room: that pool would open them again at once and the two pools
+    would take turns forever. The client waits (here until
+    query_wait_timeout), and nothing churns."""
+    capped = {"max_db_connections": 2, "shards": {0: {"database": "appdb",
+                                                      "servers": "127.0.0.1:%d:primary" % pg.port}},
+              "users": {"md5user": {"password": PASSWORDS["md5user"]}}}
+    p = pgcat(general={"default_pool_size": 5, "query_wait_timeout": 1500},
+              users={"app": {"min_pool_size": 2}}, pools={"capped": capped})
     wait_until(lambda: _backends(pg, CAP_USERS) == 2, 10, msg="app's min_pool_size connections")
     with pytest.raises(psycopg.OperationalError, match="query_wait_timeout"):
-        with p.connect(user="md5user") as c:
+        with p.connect(user="md5user", dbname="capped") as c:
             c.execute("SELECT 1")
     time.sleep(0.5)
     assert p.log().count("closed to make room under max_db_connections") == 0
