@@ -293,8 +293,12 @@ static void show_databases(struct client *c)
 			for (size_t k = 0; k < p->n_targets; k++)
 				in_shard += p->targets[k]->shard == sp->shard;
 			enum lb_mode lb = p->cpool->load_balancing_mode;
-			if (in_shard > 1)   /* (pgcat's loc named as pgcat.ini names it) */
-				admin_row_s(&r, lb == LB_MODE_FIRST ? "disable" : lb == LB_MODE_LOC ? "loc" : "round-robin");
+			/* (pgcat's loc named as pgcat.ini names it; a pgbouncer.ini's
+			 * round-robin, which is loc, as PgBouncer names it) */
+			if (in_shard > 1)
+				admin_row_s(&r, lb == LB_MODE_FIRST		      ? "disable"
+						: lb == LB_MODE_LOC && !w->cfg->pgbouncer ? "loc"
+											  : "round-robin");
 			else
 				admin_row_null(&r);
 			admin_row_i(&r, config_pool_max_db_connections(w->cfg, p->cpool));

@@ -402,12 +402,15 @@ static void build_pool(struct pgb *g, const char *name, struct pgb_db *d)
 	d->dbname = NULL;
 	g->socket_host[i] = d->host == NULL;
 	if (d->host != NULL && db_hosts(g, name, d, shard)) {
-		/* One host: the primary; several: equals (replicas, at random). */
+		/* One host: the primary; several: equals (replicas). */
 		for (size_t k = 0; k < shard->n_servers; k++)
 			shard->servers[k].role = shard->n_servers == 1 ? SERVER_ROLE_PRIMARY : SERVER_ROLE_REPLICA;
 		/* disable: stay on the first host until it fails (then the next,
-		 * while the first is banned). */
-		pool->load_balancing_mode = d->lb_disable ? LB_MODE_FIRST : LB_MODE_RANDOM;
+		 * while the first is banned). round-robin: pgcat's loc, the host
+		 * with the fewest connections in use (ties at random), which
+		 * spreads concurrent clients over the hosts as PgBouncer's turns
+		 * do, without a turn order shared between workers. */
+		pool->load_balancing_mode = d->lb_disable ? LB_MODE_FIRST : LB_MODE_LOC;
 	}
 	g->socket_host[i] = d->host == NULL;
 }

@@ -383,8 +383,20 @@ pool_mode = session
     lb = {d["name"]: d["load_balance_hosts"] for d in dbs}
     assert lb["spread"] == "round-robin" and lb["ordered"] == "disable", lb
     routed = {(s["pool"], s["host"]): int(s["xact_count"]) for s in shards}
-    # At random: both hosts (all 24 on one: 2 chances in 2^24).
+    # One session at a time: a tie each time, broken at random: both hosts
+    # (all 24 on one: 2 chances in 2^24).
     assert routed[("spread", "127.0.0.1")] > 0 and routed[("spread", "localhost")] > 0, routed
+    # Sessions at the same time go to the host with fewer in use: one each.
+    a, b = inst.connect("app", dbname="spread"), inst.connect("app", dbname="spread")
+    for c in (a, b):
+        c.execute("SELECT 1")
+    adm = console(inst, "pgb_admin", ADMIN_PW)
+    _, servers = show(adm, "SERVERS")
+    adm.close()
+    hosts = sorted(x["addr"] for x in servers if x["database"] == "spread" and x["link"])
+    assert hosts == ["127.0.0.1", "localhost"], servers
+    a.close()
+    b.close()
     # disable: the first listed, every time.
     assert routed[("ordered", "localhost")] >= 24 and routed[("ordered", "127.0.0.1")] == 0, routed
     # Alternatives, not replicas: no lag monitor connections to them (they

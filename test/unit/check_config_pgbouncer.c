@@ -403,7 +403,7 @@ START_TEST(test_connstrings)
 	cfg = load_clean("[pgbouncer]\n[databases]\ndb = host=x,y load_balance_hosts=disable\n"
 			 "rr = host=x,y load_balance_hosts=round-robin\n", &pr);
 	ck_assert_int_eq(config_find_pool(cfg, "db")->load_balancing_mode, LB_MODE_FIRST);
-	ck_assert_int_eq(config_find_pool(cfg, "rr")->load_balancing_mode, LB_MODE_RANDOM);
+	ck_assert_int_eq(config_find_pool(cfg, "rr")->load_balancing_mode, LB_MODE_LOC);
 	config_free(cfg);
 	config_problems_free(&pr);
 	expect_problem("[pgbouncer]\nunix_socket_dir =\n[databases]\ndb =\n", false, CONFIG_PROBLEM_ERROR, 4,
