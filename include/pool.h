@@ -108,6 +108,9 @@ bool pool_checkout_would_wait(const struct srvpool *sp);
 int pool_reserve_in_use(const struct pool *p);
 /* Its last connection attempt failed moments ago (reconnect back-off). */
 bool pool_srvpool_failing(const struct srvpool *sp);
+/* sp's host name does not resolve (its lookup failed, none under way);
+ * logged as PgBouncer logs it on a pgbouncer.ini. The router bans it. */
+bool pool_srvpool_unresolvable(struct srvpool *sp);
 /* A client wants a server: granted one now (its granted event, returns
  * true), failed now (its failed event), or queued (its queued event; one
  * of the others comes later). */

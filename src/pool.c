@@ -516,6 +516,10 @@ struct srvpool *pool_pick_target(struct pool *p)
 			first = sp;
 		if (srvpool_recently_failed(sp, p->w->now_us) || rotation_is_banned(sp))
 			continue;
+		if (pool_srvpool_unresolvable(sp)) {   /* (as the router does) */
+			rotation_server_failed(sp, "server DNS lookup failed");
+			continue;
+		}
 		if (!healthy || sp->role == SERVER_ROLE_PRIMARY)
 			healthy = sp;
 	}
@@ -621,6 +625,20 @@ bool pool_checkout_would_wait(const struct srvpool *sp)
 bool pool_srvpool_failing(const struct srvpool *sp)
 {
 	return srvpool_recently_failed(sp, sp->pool->w->now_us);
+}
+
+bool pool_srvpool_unresolvable(struct srvpool *sp)
+{
+	if (sp->resolved || sp->host_is_literal)
+		return false;
+	if ((sp->resolved = resolve(sp)) || resolving(sp))
+		return false;
+	/* (PgBouncer's words for a connection its DNS lookup failed) */
+	if (sp->pool->w->cfg->pgbouncer)
+		log_info("%s@%s %s:%d: closing because: server DNS lookup failed (%s)",
+			 sp->pool->cuser ? config_user_server_name(sp->pool->cpool, sp->pool->cuser) : sp->pool->user,
+			 sp->database, sp->host, sp->port, sp->last_error[0] ? sp->last_error : "no address");
+	return true;
 }
 
 struct server *srvpool_connect(struct srvpool *sp)
@@ -958,6 +976,12 @@ void pool_dns_done(struct worker *w, const struct dns_entry *e)
 			sp->resolved = false;
 			snprintf(sp->last_error_code, sizeof sp->last_error_code, "08006");
 			snprintf(sp->last_error, sizeof sp->last_error, "%s", e->error);
+			/* A pgbouncer.ini's host lists: as PgBouncer, which looks a
+			 * name up when it connects, the failure counts when a client
+			 * would go there (the router bans it then,
+			 * pool_srvpool_unresolvable), not at a lookup nobody waited for. */
+			if (w->cfg->pgbouncer && sp->n_waiters == 0)
+				continue;
 			rotation_server_failed(sp, e->error);
 			fail_waiters(sp);
 		}

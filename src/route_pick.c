@@ -169,6 +169,12 @@ struct srvpool *route_choose_in_shard(struct client *c, struct srvpool **all, si
 			rotation_server_failed(cand[i], cand[i]->last_error);
 			continue;
 		}
+		if (pool_srvpool_unresolvable(cand[i])) {
+			/* its name did not resolve (a pgbouncer.ini does not ban at
+			 * the lookup, pool_dns_done: here, as its clients meet it) */
+			rotation_server_failed(cand[i], "server DNS lookup failed");
+			continue;
+		}
 		ok[m++] = cand[i];
 	}
 	if (m == 0) {

@@ -856,3 +856,23 @@ def test_max_db_connections_counts_per_entry(pgcat, pg):
         assert c.execute("SELECT 7").fetchone()[0] == 7
     assert time.monotonic() - t0 < 2
     assert "closed to make room" not in inst.log()
+
+
+def test_unresolvable_first_host_is_met_by_the_clients(pgcat, pg):
+    """host=BAD,GOOD with load_balance_hosts = disable: as PgBouncer, a name
+    that does not resolve counts when a client would go there ('closing
+    because: server DNS lookup failed', once: the host is then left out for
+    ban_time), and the clients are served by the next host."""
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    g["pool_mode"] = "transaction"
+    text = render_pgbouncer(g, default_pools(pg), inst.workdir)
+    text = text.replace("[pgbouncer]", "badfirst = host=no-such-host.invalid,127.0.0.1 port=%d dbname=appdb "
+                        "load_balance_hosts=disable\n[pgbouncer]" % pg.port, 1)
+    start_on(inst, text)
+    time.sleep(0.5)
+    assert "server DNS lookup failed" not in inst.log()   # not before a client went there
+    for _ in range(3):
+        with inst.connect("app", dbname="badfirst") as c:
+            assert c.execute("SELECT 1").fetchone()[0] == 1
+    assert inst.log().count("closing because: server DNS lookup failed") == 1, inst.log()[-3000:]
