@@ -855,23 +855,6 @@ bool check_tls_protocols(const char *value, char *why, size_t whylen)
 	return config_tls_versions(value, &lo, &hi, why, whylen);
 }
 
-static bool same_text(const char *a, const char *b)
-{
-	return strcmp(a ? a : "", b ? b : "") == 0;
-}
-
-bool config_server_tls_same(const struct config *a, const struct config *b)
-{
-	const struct config_general *x = &a->general, *y = &b->general;
-	return x->server_tls_sslmode == y->server_tls_sslmode && x->server_tls_negotiation == y->server_tls_negotiation &&
-	       same_text(x->server_tls_ca_file, y->server_tls_ca_file) &&
-	       same_text(x->server_tls_cert_file, y->server_tls_cert_file) &&
-	       same_text(x->server_tls_key_file, y->server_tls_key_file) &&
-	       same_text(x->server_tls_protocols, y->server_tls_protocols) &&
-	       same_text(x->server_tls_ciphers, y->server_tls_ciphers) &&
-	       same_text(x->server_tls13_ciphers, y->server_tls13_ciphers) &&
-	       config_pgbouncer_same(a->pgbouncer, b->pgbouncer, "server_tls");
-}
 
 const char *config_pool_mode_name(enum pool_mode m)
 {
