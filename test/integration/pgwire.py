@@ -29,6 +29,18 @@ def msg(typ: bytes, payload: bytes = b"") -> bytes:
     return typ + struct.pack("!I", len(payload) + 4) + payload
 
 
+def recv_exact(sock, n: int) -> bytes:
+    """n bytes from a blocking socket (a fake server's reads); EOFError if
+    the peer closes first."""
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return buf
+
+
 def cstr(s) -> bytes:
     if isinstance(s, str):
         s = s.encode()

@@ -670,16 +670,6 @@ class FakeServer:
             self.threads.append(th)
             th.start()
 
-    @staticmethod
-    def _read(c, n):
-        buf = b""
-        while len(buf) < n:
-            chunk = c.recv(n - len(buf))
-            if not chunk:
-                raise EOFError
-            buf += chunk
-        return buf
-
     def _serve(self, c):
         c.settimeout(0.5)
         try:
@@ -700,7 +690,7 @@ class FakeServer:
             if self.stop:
                 raise OSError("stopping")
             try:
-                return self._read(c, n)
+                return pgwire.recv_exact(c, n)
             except socket.timeout:
                 continue
 

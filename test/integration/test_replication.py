@@ -163,36 +163,23 @@ class WalsenderStub:
         self.t = threading.Thread(target=self._serve, daemon=True)
         self.t.start()
 
-    @staticmethod
-    def _msg(typ, payload=b""):
-        return typ + struct.pack("!I", len(payload) + 4) + payload
-
-    def _read_exact(self, c, n):
-        buf = b""
-        while len(buf) < n:
-            chunk = c.recv(n - len(buf))
-            if not chunk:
-                raise EOFError
-            buf += chunk
-        return buf
-
     def _serve(self):
         c, _ = self.sock.accept()
         try:
             while True:   # an SSLRequest ('N': no TLS here), then the StartupMessage
-                (ln,) = struct.unpack("!I", self._read_exact(c, 4))
-                if struct.unpack("!I", self._read_exact(c, ln - 4)[:4])[0] != 80877103:
+                (ln,) = struct.unpack("!I", pgwire.recv_exact(c, 4))
+                if struct.unpack("!I", pgwire.recv_exact(c, ln - 4)[:4])[0] != 80877103:
                     break
                 c.sendall(b"N")
-            c.sendall(self._msg(b"R", struct.pack("!I", 0))
-                      + self._msg(b"S", b"server_version\x0015.0\x00")
-                      + self._msg(b"K", struct.pack("!II", 4242, 1))
-                      + self._msg(b"Z", b"I"))
-            typ = self._read_exact(c, 1)
-            (ln,) = struct.unpack("!I", self._read_exact(c, 4))
-            self._read_exact(c, ln - 4)
+            c.sendall(pgwire.msg(b"R", struct.pack("!I", 0))
+                      + pgwire.msg(b"S", b"server_version\x0015.0\x00")
+                      + pgwire.msg(b"K", struct.pack("!II", 4242, 1))
+                      + pgwire.msg(b"Z", b"I"))
+            typ = pgwire.recv_exact(c, 1)
+            (ln,) = struct.unpack("!I", pgwire.recv_exact(c, 4))
+            pgwire.recv_exact(c, ln - 4)
             assert typ == b"Q"
-            c.sendall(self._msg(b"W", b"\x00\x00\x00") + b"d" + struct.pack("!I", self.DECLARED + 4))
+            c.sendall(pgwire.msg(b"W", b"\x00\x00\x00") + b"d" + struct.pack("!I", self.DECLARED + 4))
             chunk = b"w" * 65536
             while self.sent < self.body_bytes:
                 c.sendall(chunk)
