@@ -307,15 +307,12 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 		vsnprintf(msg, sizeof msg, fmt, ap);
 		va_end(ap);
 	}
-	if (sqlstate && !c->io.closed) {
-		client_send_error(c, "FATAL", sqlstate, msg);
-		/* Best effort: the error goes out now, before the socket closes. */
-		io_flush(&c->io);
-	}
 	/* PgBouncer's words, which operators alert on: "closing because:
 	 * REASON (age=Ns)". A login refused with an error is logged too; a
 	 * connection that never logged in and was told nothing (a port
-	 * probe, a client gone mid-login) only at debug. */
+	 * probe, a client gone mid-login) only at debug. Written before the
+	 * error goes out: a script that reads the log once its client has
+	 * the error finds the line. */
 	bool logged_in = c->state == CLIENT_IDLE || c->state == CLIENT_WAITING || c->state == CLIENT_ACTIVE;
 	if ((logged_in || sqlstate) ? w->cfg->general.log_disconnections : log_enabled(LOG_LEVEL_DEBUG)) {
 		char a[CLIENT_ADDR_STRLEN];
@@ -323,6 +320,11 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 			 client_user(c), client_database(c), client_addr_str(c, a), c->port,
 			 msg[0] ? msg : "client close request",
 			 (unsigned long long)((w->now_us - c->connect_us) / 1000000));
+	}
+	if (sqlstate && !c->io.closed) {
+		client_send_error(c, "FATAL", sqlstate, msg);
+		/* Best effort: the error goes out now, before the socket closes. */
+		io_flush(&c->io);
 	}
 
 	if (c->session->closing)
