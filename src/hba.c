@@ -5,58 +5,36 @@
  *
  * A line is read in two passes: first cut into fields (white space
  * between fields, commas inside one, "quoted names" with "" for a quote,
- * # to the end of the line), then each field read for what its column
- * holds. A bad line is reported and parsing goes on, so that one run names
+ * # to the end of the line; conf_tokens.c), then each field read for
+ * what its column holds. A bad line is reported and parsing goes on, so that one run names
  * every bad line; the result is still all or nothing.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "hba.h"
 
+#include "conf_tokens.h"
+
 #include <arpa/inet.h>
-#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
 #define HBA_MAX_NAME 63     /* NAMEDATALEN - 1: longer names never reach pgcat whole */
-#define HBA_WHY_MAX 256
 
-/* One name of a comma list, as written (quotes removed). */
-struct item {
-	char *s;
-	bool quoted;
-};
-
+/* One column: the names of a comma list, as written (quotes removed). */
 struct field {
-	struct item *items;
+	struct conf_token *items;
 	size_t n;
 };
 
 struct line {
 	struct field *fields;
 	size_t n;
-	char why[HBA_WHY_MAX];  /* set on the first problem */
-	bool oom;
+	struct conf_status *st; /* where the first problem goes */
 	unsigned flags;         /* HBA_PARSE_* */
 };
-
-static bool is_blank(char c)
-{
-	return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
-}
-
-__attribute__((format(printf, 2, 3)))
-static bool fail(struct line *ln, const char *fmt, ...)
-{
-	if (ln->why[0] == '\0') {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(ln->why, sizeof ln->why, fmt, ap);
-		va_end(ap);
-	}
-	return false;
-}
 
 static void line_free(struct line *ln)
 {
@@ -73,94 +51,45 @@ static void line_free(struct line *ln)
 /* ------------------------------------------------------------------ */
 /* Pass 1: fields                                                       */
 
+/* Commas separate the names of a list (the caller reads them); a name
+ * has no length limit here, the columns check what they keep. */
+static const struct conf_token_rules hba_tokens = { .max_len = SIZE_MAX, .bare_comma = NULL };
+
 /* One name at *p (p < end): quoted or bare. Appends it to f. */
 static bool read_item(struct line *ln, const char **p, const char *end, struct field *f)
 {
-	const char *s = *p;
-	size_t cap = (size_t)(end - s) + 1;
-	char *out = malloc(cap);
-	struct item *grown = realloc(f->items, (f->n + 1) * sizeof *f->items);
-	if (!out || !grown) {
-		free(out);
-		if (grown)
-			f->items = grown;
-		ln->oom = true;
+	struct conf_token *grown = conf_grow(f->items, f->n, sizeof *f->items, ln->st);
+	if (!grown)
 		return false;
-	}
 	f->items = grown;
-	size_t used = 0;
-	bool quoted = *s == '"';
-	if (quoted) {
-		for (s++;; s++) {
-			if (s >= end) {
-				free(out);
-				return fail(ln, "unterminated quoted name");
-			}
-			if (*s == '"') {
-				if (s + 1 < end && s[1] == '"') {
-					out[used++] = '"';
-					s++;
-					continue;
-				}
-				s++;
-				break;
-			}
-			out[used++] = *s;
-		}
-		if (s < end && !is_blank(*s) && *s != ',' && *s != '#') {
-			free(out);
-			return fail(ln, "unexpected character '%c' after a quoted name", *s);
-		}
-	} else {
-		for (; s < end && !is_blank(*s) && *s != ',' && *s != '#'; s++) {
-			if (*s == '"') {
-				free(out);
-				return fail(ln, "a quote inside a name: quote the whole name (\"...\")");
-			}
-			out[used++] = *s;
-		}
-	}
-	out[used] = '\0';
-	if (used == 0) {
-		free(out);
-		return fail(ln, "empty name");
-	}
-	f->items[f->n++] = (struct item){ out, quoted };
-	*p = s;
+	if (!conf_read_token(ln->st, p, end, &hba_tokens, &f->items[f->n]))
+		return false;
+	f->n++;
 	return true;
-}
-
-static const char *skip_blanks(const char *p, const char *end)
-{
-	while (p < end && is_blank(*p))
-		p++;
-	return p;
 }
 
 /* Cut [text, end) into fields; false on a syntax error or out of memory. */
 static bool split_fields(struct line *ln, const char *text, const char *end)
 {
-	const char *p = skip_blanks(text, end);
+	const char *p = conf_skip_blanks(text, end);
 	while (p < end && *p != '#') {
-		struct field *grown = realloc(ln->fields, (ln->n + 1) * sizeof *ln->fields);
-		if (!grown) {
-			ln->oom = true;
+		struct field *grown = conf_grow(ln->fields, ln->n, sizeof *ln->fields, ln->st);
+		if (!grown)
 			return false;
-		}
 		ln->fields = grown;
 		struct field *f = &ln->fields[ln->n++];
 		*f = (struct field){ 0 };
 		for (;;) {
 			if (!read_item(ln, &p, end, f))
 				return false;
-			p = skip_blanks(p, end);
+			p = conf_skip_blanks(p, end);
 			if (p >= end || *p != ',')
 				break;
-			p = skip_blanks(p + 1, end);
+			p = conf_skip_blanks(p + 1, end);
 			if (p >= end || *p == '#')
-				return fail(ln, "a list ends with a comma");
+				return conf_fail(ln->st, "a list ends with a comma");
 			if (*p == ',')
-				return fail(ln, "empty name in a list");
+				return conf_fail(ln->st, "empty name in a list");
 		}
 	}
 	return true;
@@ -169,7 +98,7 @@ static bool split_fields(struct line *ln, const char *text, const char *end)
 /* ------------------------------------------------------------------ */
 /* Pass 2: columns                                                      */
 
-static bool is_kw(const struct item *it, const char *kw)
+static bool is_kw(const struct conf_token *it, const char *kw)
 {
 	return !it->quoted && strcmp(it->s, kw) == 0;
 }
@@ -178,7 +107,7 @@ static bool is_kw(const struct item *it, const char *kw)
 static const char *single(struct line *ln, const struct field *f, const char *what)
 {
 	if (f->n != 1 || f->items[0].quoted) {
-		fail(ln, "the %s must be a single unquoted word", what);
+		conf_fail(ln->st, "the %s must be a single unquoted word", what);
 		return NULL;
 	}
 	return f->items[0].s;
@@ -191,7 +120,7 @@ static bool add_name(struct line *ln, struct hba_names *nm, const char *s)
 		nm->names = grown;
 	char *dup = grown ? strdup(s) : NULL;
 	if (!dup) {
-		ln->oom = true;
+		ln->st->oom = true;
 		return false;
 	}
 	nm->names[nm->n++] = dup;
@@ -202,7 +131,7 @@ static bool add_name(struct line *ln, struct hba_names *nm, const char *s)
 static bool read_names(struct line *ln, const struct field *f, bool is_db, struct hba_names *nm, bool *replication)
 {
 	for (size_t i = 0; i < f->n; i++) {
-		const struct item *it = &f->items[i];
+		const struct conf_token *it = &f->items[i];
 		if (is_kw(it, "all")) {
 			nm->all = true;
 			continue;
@@ -216,15 +145,15 @@ static bool read_names(struct line *ln, const struct field *f, bool is_db, struc
 			continue;
 		}
 		if (is_db && (is_kw(it, "samerole") || is_kw(it, "samegroup")))
-			return fail(ln, "\"%s\" is not supported (pgcat knows no role membership)", it->s);
+			return conf_fail(ln->st, "\"%s\" is not supported (pgcat knows no role membership)", it->s);
 		if (!it->quoted && it->s[0] == '+')
-			return fail(ln, "group names (\"%s\") are not supported: pgcat knows no role membership", it->s);
+			return conf_fail(ln->st, "group names (\"%s\") are not supported: pgcat knows no role membership", it->s);
 		if (!it->quoted && it->s[0] == '@')
-			return fail(ln, "file inclusion (\"%s\") is not supported: write the names on the line", it->s);
+			return conf_fail(ln->st, "file inclusion (\"%s\") is not supported: write the names on the line", it->s);
 		if (!it->quoted && it->s[0] == '/')
-			return fail(ln, "regular expressions (\"%s\") are not supported", it->s);
+			return conf_fail(ln->st, "regular expressions (\"%s\") are not supported", it->s);
 		if (strlen(it->s) > HBA_MAX_NAME)
-			return fail(ln, "name \"%.40s...\" is longer than %d bytes and would never match", it->s,
+			return conf_fail(ln->st, "name \"%.40s...\" is longer than %d bytes and would never match", it->s,
 				    HBA_MAX_NAME);
 		if (!add_name(ln, nm, it->s))
 			return false;
@@ -263,19 +192,19 @@ static bool read_address(struct line *ln, size_t *i, struct hba_rule *r)
 		return true;
 	}
 	if (strcmp(a, "samehost") == 0 || strcmp(a, "samenet") == 0)
-		return fail(ln, "address \"%s\" is not supported: write the addresses as CIDR (e.g. 10.0.0.0/8)", a);
+		return conf_fail(ln->st, "address \"%s\" is not supported: write the addresses as CIDR (e.g. 10.0.0.0/8)", a);
 	char buf[64];
 	const char *slash = strchr(a, '/');
 	size_t alen = slash ? (size_t)(slash - a) : strlen(a);
 	if (alen >= sizeof buf)
-		return fail(ln, "invalid address \"%s\"", a);
+		return conf_fail(ln->st, "invalid address \"%s\"", a);
 	memcpy(buf, a, alen);
 	buf[alen] = '\0';
 	r->family = parse_ip(buf, r->addr);
 	if (r->family == 0) {
 		if (strchr(buf, ':') || strspn(buf, "0123456789.") == alen)
-			return fail(ln, "invalid IP address \"%s\"", buf);
-		return fail(ln, "host names are not supported (\"%s\"): write an IP address with a CIDR mask", a);
+			return conf_fail(ln->st, "invalid IP address \"%s\"", buf);
+		return conf_fail(ln->st, "host names are not supported (\"%s\"): write an IP address with a CIDR mask", a);
 	}
 	unsigned maxbits = r->family == AF_INET ? 32 : 128;
 	if (slash) {
@@ -283,14 +212,14 @@ static bool read_address(struct line *ln, size_t *i, struct hba_rule *r)
 		size_t nd = strspn(d, "0123456789");
 		unsigned long bits = nd > 0 && nd <= 3 && d[nd] == '\0' ? strtoul(d, NULL, 10) : maxbits + 1;
 		if (bits > maxbits)
-			return fail(ln, "invalid CIDR mask in address \"%s\" (0 to %u bits)", a, maxbits);
+			return conf_fail(ln->st, "invalid CIDR mask in address \"%s\" (0 to %u bits)", a, maxbits);
 		prefix_mask(r->mask, (unsigned)bits);
 	} else {
 		const char *m = *i < ln->n && ln->fields[*i].n == 1 && !ln->fields[*i].items[0].quoted
 					? ln->fields[*i].items[0].s : NULL;
 		memset(r->mask, 0, sizeof r->mask);
 		if (!m || parse_ip(m, r->mask) != r->family)
-			return fail(ln, "address \"%s\" needs a mask: write %s/%u, or give a netmask column", a, a, maxbits);
+			return conf_fail(ln->st, "address \"%s\" needs a mask: write %s/%u, or give a netmask column", a, a, maxbits);
 		(*i)++;
 	}
 	for (size_t k = 0; k < 16; k++)
@@ -310,11 +239,11 @@ static bool read_method(struct line *ln, const char *m, struct hba_rule *r)
 			r->method = methods[k].m;
 			if (r->method == HBA_CERT && r->type != HBA_HOSTSSL &&
 			    !(r->type == HBA_HOST && (ln->flags & HBA_PARSE_CERT_ON_HOST)))
-				return fail(ln, "method cert needs a hostssl line (a client certificate comes only over TLS)");
+				return conf_fail(ln->st, "method cert needs a hostssl line (a client certificate comes only over TLS)");
 			/* As PostgreSQL: the kernel knows the peer's user only
 			 * for a Unix socket. */
 			if (r->method == HBA_PEER && r->type != HBA_LOCAL)
-				return fail(ln, "method peer is only for local lines (the client's OS user is known only "
+				return conf_fail(ln->st, "method peer is only for local lines (the client's OS user is known only "
 						"over the Unix socket)");
 			return true;
 		}
@@ -322,9 +251,9 @@ static bool read_method(struct line *ln, const char *m, struct hba_rule *r)
 	static const char *const known[] = { "ident", "gss", "sspi", "pam", "ldap", "radius", "bsd", "oauth" };
 	for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
 		if (strcmp(m, known[k]) == 0)
-			return fail(ln, "method \"%s\" is not supported by pgcat (trust, reject, md5, scram-sha-256, password, "
+			return conf_fail(ln->st, "method \"%s\" is not supported by pgcat (trust, reject, md5, scram-sha-256, password, "
 				    "cert, peer)", m);
-	return fail(ln, "unknown method \"%s\" (trust, reject, md5, scram-sha-256, password, cert, peer)", m);
+	return conf_fail(ln->st, "unknown method \"%s\" (trust, reject, md5, scram-sha-256, password, cert, peer)", m);
 }
 
 /* NAME=VALUE options after the method: map= for peer and cert (the
@@ -332,25 +261,25 @@ static bool read_method(struct line *ln, const char *m, struct hba_rule *r)
 static bool read_option(struct line *ln, const struct field *f, struct hba_rule *r)
 {
 	if (f->n != 1 || f->items[0].quoted)
-		return fail(ln, "an option must be one NAME=VALUE word");
+		return conf_fail(ln->st, "an option must be one NAME=VALUE word");
 	const char *o = f->items[0].s;
 	const char *eq = strchr(o, '=');
 	if (!eq)
-		return fail(ln, "unexpected \"%s\" after the method (options are NAME=VALUE)", o);
+		return conf_fail(ln->st, "unexpected \"%s\" after the method (options are NAME=VALUE)", o);
 	if ((size_t)(eq - o) != 3 || strncmp(o, "map", 3) != 0)
-		return fail(ln, "option \"%s\" is not supported (map= only)", o);
+		return conf_fail(ln->st, "option \"%s\" is not supported (map= only)", o);
 	if (r->method != HBA_PEER && r->method != HBA_CERT)
-		return fail(ln, "option map= is only for methods peer and cert");
+		return conf_fail(ln->st, "option map= is only for methods peer and cert");
 	if (r->map)
-		return fail(ln, "map= given twice");
+		return conf_fail(ln->st, "map= given twice");
 	const char *name = eq + 1;
 	if (name[0] == '\0')
-		return fail(ln, "map= needs a map name");
+		return conf_fail(ln->st, "map= needs a map name");
 	if (strlen(name) > HBA_MAX_NAME)
-		return fail(ln, "map name \"%.40s...\" is longer than %d bytes", name, HBA_MAX_NAME);
+		return conf_fail(ln->st, "map name \"%.40s...\" is longer than %d bytes", name, HBA_MAX_NAME);
 	r->map = strdup(name);
 	if (!r->map) {
-		ln->oom = true;
+		ln->st->oom = true;
 		return false;
 	}
 	return true;
@@ -369,11 +298,11 @@ static bool read_rule(struct line *ln, struct hba_rule *r)
 	while (k < sizeof types / sizeof types[0] && strcmp(t, types[k].name) != 0)
 		k++;
 	if (k == sizeof types / sizeof types[0])
-		return fail(ln, "unknown connection type \"%s\" (local, host, hostssl, hostnossl)", t);
+		return conf_fail(ln->st, "unknown connection type \"%s\" (local, host, hostssl, hostnossl)", t);
 	r->type = types[k].t;
 	size_t need = r->type == HBA_LOCAL ? 4 : 5;
 	if (ln->n < need)
-		return fail(ln, "too few fields: %s needs %s", t,
+		return conf_fail(ln->st, "too few fields: %s needs %s", t,
 			    r->type == HBA_LOCAL ? "database, user and method" : "database, user, address and method");
 	if (!read_names(ln, &ln->fields[1], true, &r->db, &r->db_replication) ||
 	    !read_names(ln, &ln->fields[2], false, &r->user, &r->db_replication))
@@ -384,7 +313,7 @@ static bool read_rule(struct line *ln, struct hba_rule *r)
 	else if (!read_address(ln, &i, r))
 		return false;
 	if (i >= ln->n)
-		return fail(ln, "no method after the address");
+		return conf_fail(ln->st, "no method after the address");
 	const char *m = single(ln, &ln->fields[i], "method");
 	if (!m || !read_method(ln, m, r))
 		return false;
@@ -418,36 +347,40 @@ void hba_free(struct hba *h)
 	h->n = 0;
 }
 
-/* One line: a rule appended to h, nothing (blank, comment), or a report. */
-static enum hba_parse_result parse_line(struct hba *h, const char *s, const char *end, int lineno,
-					hba_bad_line_fn bad, void *arg, unsigned flags)
+/* A rule read but not (yet) h's. */
+static void rule_free(struct hba_rule *r)
 {
-	struct line ln = { .flags = flags };
-	enum hba_parse_result res = HBA_PARSE_OK;
+	names_free(&r->db);
+	names_free(&r->user);
+	free(r->map);
+}
+
+static bool add_rule(struct hba *h, const struct hba_rule *r, struct conf_status *st)
+{
+	struct hba_rule *grown = conf_grow(h->rules, h->n, sizeof *h->rules, st);
+	if (!grown)
+		return false;
+	h->rules = grown;
+	h->rules[h->n++] = *r;
+	return true;
+}
+
+struct parse_ctx {
+	struct hba *h;
+	unsigned flags;         /* HBA_PARSE_* */
+};
+
+/* One line (conf_line_fn): a rule appended to pc->h, or a problem in st. */
+static void parse_line(void *ctx, const char *s, const char *end, int lineno, struct conf_status *st)
+{
+	struct parse_ctx *pc = ctx;
+	struct hba *h = pc->h;
+	struct line ln = { .st = st, .flags = pc->flags };
 	struct hba_rule r = { .line = lineno };
-	if (split_fields(&ln, s, end) && ln.n > 0) {
-		if (read_rule(&ln, &r)) {
-			struct hba_rule *grown = realloc(h->rules, (h->n + 1) * sizeof *h->rules);
-			if (grown) {
-				h->rules = grown;
-				h->rules[h->n++] = r;
-				r = (struct hba_rule){ 0 };
-			} else {
-				ln.oom = true;
-			}
-		}
-	}
-	names_free(&r.db);
-	names_free(&r.user);
-	free(r.map);
-	if (ln.oom)
-		res = HBA_PARSE_NOMEM;
-	else if (ln.why[0]) {
-		bad(arg, lineno, ln.why);
-		res = HBA_PARSE_BAD;
-	}
+	/* Once appended, r is h's; until then (a bad line, no memory) ours. */
+	if (!split_fields(&ln, s, end) || !read_rule(&ln, &r) || !add_rule(h, &r, st))
+		rule_free(&r);
 	line_free(&ln);
-	return res;
 }
 
 enum hba_parse_result hba_parse(const char *text, size_t len, struct hba *out, hba_bad_line_fn bad, void *arg)
@@ -459,27 +392,19 @@ enum hba_parse_result hba_parse_flags(const char *text, size_t len, struct hba *
 				      unsigned flags)
 {
 	*out = (struct hba){ 0 };
-	enum hba_parse_result res = HBA_PARSE_OK;
-	const char *p = text, *end = text + len;
-	for (int lineno = 1; p < end && res != HBA_PARSE_NOMEM; lineno++) {
-		const char *nl = memchr(p, '\n', (size_t)(end - p));
-		const char *eol = nl ? nl : end;
-		enum hba_parse_result r;
-		if (memchr(p, '\0', (size_t)(eol - p))) {
-			bad(arg, lineno, "the line contains a NUL byte");
-			r = HBA_PARSE_BAD;
-		} else {
-			r = parse_line(out, p, eol, lineno, bad, arg, flags);
-		}
-		if (r != HBA_PARSE_OK)
-			res = r;
-		p = nl ? nl + 1 : end;
-	}
-	if (res != HBA_PARSE_OK)
-		hba_free(out);
-	else
+	struct parse_ctx pc = { .h = out, .flags = flags };
+	switch (conf_each_line(text, len, parse_line, &pc, bad, arg)) {
+	case CONF_OK:
 		out->same_family = (flags & HBA_PARSE_SAME_FAMILY) != 0;
-	return res;
+		return HBA_PARSE_OK;
+	case CONF_BAD:
+		hba_free(out);
+		return HBA_PARSE_BAD;
+	case CONF_NOMEM:
+		break;
+	}
+	hba_free(out);
+	return HBA_PARSE_NOMEM;
 }
 
 /* ------------------------------------------------------------------ */

@@ -7,13 +7,15 @@
  * "quoted name" ("" for a quote), and # starts a comment. PostgreSQL's
  * reader cuts fields at commas too and then refuses a list there, so a
  * bare comma is refused here with a hint to quote (a regex such as
- * /^a{1,3}$ needs quotes in PostgreSQL as well).
+ * /^a{1,3}$ needs quotes in PostgreSQL as well). The cutting is
+ * conf_tokens.c's, shared with hba.c.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "ident.h"
 
+#include "conf_tokens.h"
+
 #include <regex.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +23,6 @@
 #define IDENT_MAX_NAME 63      /* NAMEDATALEN - 1, as hba.c: longer PG names never reach pgcat whole */
 #define IDENT_MAX_SYSTEM 255   /* OS user names and certificate CNs (64 at most) are shorter */
 #define IDENT_MAX_FIELD 1024   /* a regular expression */
-#define IDENT_WHY_MAX 256
 #define IDENT_FIELDS 3
 
 enum pg_kind { PG_NAME, PG_ALL, PG_REGEX };
@@ -37,112 +38,32 @@ struct ident_entry {
 	const char *backref;   /* PG_NAME with a regex system name: where \1 is in pg, else NULL */
 };
 
-struct field {
-	char *s;
-	bool quoted;
-};
-
 struct line {
-	struct field f[IDENT_FIELDS];
+	struct conf_token f[IDENT_FIELDS];
 	size_t n;
-	char why[IDENT_WHY_MAX];
-	bool oom;
+	struct conf_status *st;
 };
 
-static bool is_blank(char c)
-{
-	return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
-}
-
-__attribute__((format(printf, 2, 3)))
-static bool fail(struct line *ln, const char *fmt, ...)
-{
-	if (ln->why[0] == '\0') {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(ln->why, sizeof ln->why, fmt, ap);
-		va_end(ap);
-	}
-	return false;
-}
-
-/* One field at *p (p < end, not blank, not '#') into ln->f[ln->n]. */
-static bool read_field(struct line *ln, const char **p, const char *end)
-{
-	const char *s = *p;
-	size_t cap = (size_t)(end - s) + 1;
-	if (cap > IDENT_MAX_FIELD + 3)   /* (the quotes) */
-		cap = IDENT_MAX_FIELD + 3;
-	char *out = malloc(cap);
-	if (!out) {
-		ln->oom = true;
-		return false;
-	}
-	size_t used = 0;
-	bool quoted = *s == '"';
-	if (quoted) {
-		for (s++;; s++) {
-			if (s >= end) {
-				free(out);
-				return fail(ln, "unterminated quoted name");
-			}
-			if (*s == '"') {
-				if (s + 1 < end && s[1] == '"')
-					s++;
-				else {
-					s++;
-					break;
-				}
-			}
-			if (used >= IDENT_MAX_FIELD) {
-				free(out);
-				return fail(ln, "a field longer than %d bytes", IDENT_MAX_FIELD);
-			}
-			out[used++] = *s;
-		}
-		if (s < end && !is_blank(*s) && *s != '#') {
-			free(out);
-			return fail(ln, "unexpected character '%c' after a quoted name", *s);
-		}
-	} else {
-		for (; s < end && !is_blank(*s) && *s != '#'; s++) {
-			if (*s == '"') {
-				free(out);
-				return fail(ln, "a quote inside a name: quote the whole name (\"...\")");
-			}
-			if (*s == ',') {
-				free(out);
-				return fail(ln, "a comma outside quotes: a map line takes one name per field "
-						"(quote a name or regular expression that holds a comma)");
-			}
-			if (used >= IDENT_MAX_FIELD) {
-				free(out);
-				return fail(ln, "a field longer than %d bytes", IDENT_MAX_FIELD);
-			}
-			out[used++] = *s;
-		}
-	}
-	out[used] = '\0';
-	if (used == 0) {
-		free(out);
-		return fail(ln, "empty name");
-	}
-	ln->f[ln->n++] = (struct field){ out, quoted };
-	*p = s;
-	return true;
-}
+/* PostgreSQL cuts a map line's fields at commas too and then refuses a
+ * list, so a bare comma is refused (with a hint to quote) rather than
+ * taken as part of a name; a field is at most IDENT_MAX_FIELD bytes. */
+static const struct conf_token_rules ident_tokens = {
+	.max_len = IDENT_MAX_FIELD,
+	.bare_comma = "a comma outside quotes: a map line takes one name per field "
+		      "(quote a name or regular expression that holds a comma)",
+};
 
 static bool split_fields(struct line *ln, const char *p, const char *end)
 {
 	for (;;) {
-		while (p < end && is_blank(*p))
-			p++;
+		p = conf_skip_blanks(p, end);
 		if (p >= end || *p == '#')
 			return true;
 		if (ln->n == IDENT_FIELDS)
-			return fail(ln, "more than three fields (map name, system user name, PG user name)");
-		if (!read_field(ln, &p, end))
+			return conf_fail(ln->st, "more than three fields (map name, system user name, PG user name)");
+		if (!conf_read_token(ln->st, &p, end, &ident_tokens, &ln->f[ln->n]))
 			return false;
+		ln->n++;
 	}
 }
 
@@ -165,10 +86,10 @@ static void entry_free(struct ident_entry *e)
 static bool compile(struct line *ln, const char *pattern, const char *what, regex_t **out)
 {
 	if (pattern[0] == '\0')
-		return fail(ln, "empty regular expression for the %s", what);
+		return conf_fail(ln->st, "empty regular expression for the %s", what);
 	regex_t *re = malloc(sizeof *re);
 	if (!re) {
-		ln->oom = true;
+		ln->st->oom = true;
 		return false;
 	}
 	int rc = regcomp(re, pattern, REG_EXTENDED);
@@ -177,10 +98,10 @@ static bool compile(struct line *ln, const char *pattern, const char *what, rege
 		regerror(rc, re, msg, sizeof msg);
 		free(re);
 		if (rc == REG_ESPACE) {
-			ln->oom = true;
+			ln->st->oom = true;
 			return false;
 		}
-		return fail(ln, "invalid regular expression for the %s: %s", what, msg);
+		return conf_fail(ln->st, "invalid regular expression for the %s: %s", what, msg);
 	}
 	*out = re;
 	return true;
@@ -190,28 +111,28 @@ static bool compile(struct line *ln, const char *pattern, const char *what, rege
 static bool read_entry(struct line *ln, struct ident_entry *e)
 {
 	if (ln->n < IDENT_FIELDS)
-		return fail(ln, "%s", ln->n == 1 ? "missing the system user name and the PG user name"
+		return conf_fail(ln->st, "%s", ln->n == 1 ? "missing the system user name and the PG user name"
 						 : "missing the PG user name");
-	struct field *map = &ln->f[0], *sys = &ln->f[1], *pg = &ln->f[2];
+	struct conf_token *map = &ln->f[0], *sys = &ln->f[1], *pg = &ln->f[2];
 	if (strlen(map->s) > IDENT_MAX_NAME)
-		return fail(ln, "map name \"%.40s...\" is longer than %d bytes", map->s, IDENT_MAX_NAME);
+		return conf_fail(ln->st, "map name \"%.40s...\" is longer than %d bytes", map->s, IDENT_MAX_NAME);
 	/* A '/' starts a regular expression, quoted or not, as PostgreSQL
 	 * reads this file (quotes let it hold blanks and commas). */
 	if (sys->s[0] == '/') {
 		if (!compile(ln, sys->s + 1, "system user name", &e->system_re))
 			return false;
 	} else if (strlen(sys->s) > IDENT_MAX_SYSTEM) {
-		return fail(ln, "system user name \"%.40s...\" is longer than %d bytes", sys->s, IDENT_MAX_SYSTEM);
+		return conf_fail(ln->st, "system user name \"%.40s...\" is longer than %d bytes", sys->s, IDENT_MAX_SYSTEM);
 	}
 	if (!pg->quoted && strcmp(pg->s, "all") == 0) {
 		e->pg_kind = PG_ALL;
 	} else if (!pg->quoted && pg->s[0] == '+') {
-		return fail(ln, "group names (\"%s\") are not supported: pgcat knows no role membership", pg->s);
+		return conf_fail(ln->st, "group names (\"%s\") are not supported: pgcat knows no role membership", pg->s);
 	} else if (!pg->quoted && pg->s[0] == '@') {
-		return fail(ln, "file inclusion (\"%s\") is not supported: write the names on the line", pg->s);
+		return conf_fail(ln->st, "file inclusion (\"%s\") is not supported: write the names on the line", pg->s);
 	} else if (pg->s[0] == '/') {
 		if (strstr(pg->s, "\\1"))
-			return fail(ln, "\\1 in a regular expression for the PG user name is not supported");
+			return conf_fail(ln->st, "\\1 in a regular expression for the PG user name is not supported");
 		e->pg_kind = PG_REGEX;
 		if (!compile(ln, pg->s + 1, "PG user name", &e->pg_re))
 			return false;
@@ -220,11 +141,11 @@ static bool read_entry(struct line *ln, struct ident_entry *e)
 		const char *br = strstr(pg->s, "\\1");
 		if (br && e->system_re) {
 			if (e->system_re->re_nsub < 1)
-				return fail(ln, "the PG user name has \\1 but the regular expression \"%s\" has no "
+				return conf_fail(ln->st, "the PG user name has \\1 but the regular expression \"%s\" has no "
 						"parenthesized group", sys->s);
 			e->backref = br;
 		} else if (strlen(pg->s) > IDENT_MAX_NAME) {
-			return fail(ln, "PG user name \"%.40s...\" is longer than %d bytes and would never match", pg->s,
+			return conf_fail(ln->st, "PG user name \"%.40s...\" is longer than %d bytes and would never match", pg->s,
 				    IDENT_MAX_NAME);
 		}
 	}
@@ -248,58 +169,41 @@ void ident_free(struct ident *id)
 	id->n = 0;
 }
 
-static enum ident_parse_result parse_line(struct ident *id, const char *s, const char *end, int lineno,
-					  ident_bad_line_fn bad, void *arg)
+/* One line (conf_line_fn): an entry appended to the struct ident at ctx,
+ * or a problem in st. */
+static void parse_line(void *ctx, const char *s, const char *end, int lineno, struct conf_status *st)
 {
-	struct line ln = { 0 };
+	struct ident *id = ctx;
+	struct line ln = { .st = st };
 	struct ident_entry e = { .line = lineno };
-	if (split_fields(&ln, s, end) && ln.n > 0 && read_entry(&ln, &e)) {
-		struct ident_entry *grown = realloc(id->entries, (id->n + 1) * sizeof *id->entries);
+	if (split_fields(&ln, s, end) && read_entry(&ln, &e)) {
+		struct ident_entry *grown = conf_grow(id->entries, id->n, sizeof *id->entries, st);
 		if (grown) {
 			id->entries = grown;
 			id->entries[id->n++] = e;
 			e = (struct ident_entry){ 0 };
-		} else {
-			ln.oom = true;
 		}
 	}
 	entry_free(&e);
 	for (size_t i = 0; i < ln.n; i++)
 		free(ln.f[i].s);
-	if (ln.oom)
-		return IDENT_PARSE_NOMEM;
-	if (ln.why[0]) {
-		if (bad)
-			bad(arg, lineno, ln.why);
-		return IDENT_PARSE_BAD;
-	}
-	return IDENT_PARSE_OK;
 }
 
 enum ident_parse_result ident_parse(const char *text, size_t len, struct ident *out, ident_bad_line_fn bad,
 				    void *arg)
 {
 	*out = (struct ident){ 0 };
-	enum ident_parse_result res = IDENT_PARSE_OK;
-	const char *p = text, *end = text + len;
-	for (int lineno = 1; p < end && res != IDENT_PARSE_NOMEM; lineno++) {
-		const char *nl = memchr(p, '\n', (size_t)(end - p));
-		const char *eol = nl ? nl : end;
-		enum ident_parse_result r;
-		if (memchr(p, '\0', (size_t)(eol - p))) {
-			if (bad)
-				bad(arg, lineno, "the line contains a NUL byte");
-			r = IDENT_PARSE_BAD;
-		} else {
-			r = parse_line(out, p, eol, lineno, bad, arg);
-		}
-		if (r != IDENT_PARSE_OK)
-			res = r;
-		p = nl ? nl + 1 : end;
-	}
-	if (res != IDENT_PARSE_OK)
+	switch (conf_each_line(text, len, parse_line, out, bad, arg)) {
+	case CONF_OK:
+		return IDENT_PARSE_OK;
+	case CONF_BAD:
 		ident_free(out);
-	return res;
+		return IDENT_PARSE_BAD;
+	case CONF_NOMEM:
+		break;
+	}
+	ident_free(out);
+	return IDENT_PARSE_NOMEM;
 }
 
 bool ident_has_map(const struct ident *id, const char *map)
