@@ -37,6 +37,9 @@ const char *conf_skip_blanks(const char *p, const char *end);
 struct conf_token {
 	char *s;
 	bool quoted;
+	/* With pg_words: the quotes did not wrap the whole field (a"b"c,
+	 * name="value"). Names refuse it; option values take it. */
+	bool mixed;
 };
 
 /* How a reader wants fields cut. */
@@ -47,6 +50,12 @@ struct conf_token_rules {
 	 * caller reads the comma). Otherwise a bare comma is refused with this
 	 * message and a comma after a quoted field is an unexpected character. */
 	const char *bare_comma;
+	/* PostgreSQL's own reading of a field: bare and quoted parts may
+	 * follow each other (ldapprefix="uid="), the quotes are removed and
+	 * the parts joined (the token says mixed); a comma outside quotes
+	 * ends the field. Otherwise a field is one bare word or one quoted
+	 * name, and anything else is refused with a message. */
+	bool pg_words;
 };
 
 /* Reads the field at *p (p < end, not blank, not '#') into *out and moves

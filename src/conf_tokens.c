@@ -57,8 +57,39 @@ bool conf_read_token(struct conf_status *st, const char **p, const char *end, co
 		return false;
 	}
 	size_t used = 0;
-	bool quoted = *s == '"';
-	if (quoted) {
+	bool quoted = *s == '"', mixed = false;
+	if (rules->pg_words) {
+		/* Quoted parts and bare parts until a blank, '#' or a comma
+		 * outside the quotes. */
+		bool in_quote = false;
+		quoted = false;
+		for (; s < end && (in_quote || !ends_field(*s, rules)); s++) {
+			if (*s == '"') {
+				if (in_quote && s + 1 < end && s[1] == '"') {
+					s++;   /* "" inside quotes is one quote, stored below */
+				} else {
+					if (!in_quote && quoted)
+						mixed = true;   /* a second quoted part */
+					if (!in_quote && s != *p)
+						mixed = true;   /* bare text before it */
+					in_quote = !in_quote;
+					quoted = true;
+					if (!in_quote && s + 1 < end && !ends_field(s[1], rules))
+						mixed = true;   /* text after it */
+					continue;
+				}
+			}
+			if (used >= rules->max_len) {
+				free(buf);
+				return conf_fail(st, "a field longer than %zu bytes", rules->max_len);
+			}
+			buf[used++] = *s;
+		}
+		if (in_quote) {
+			free(buf);
+			return conf_fail(st, "unterminated quoted name");
+		}
+	} else if (quoted) {
 		for (s++;; s++) {
 			if (s >= end) {
 				free(buf);
@@ -106,7 +137,7 @@ bool conf_read_token(struct conf_status *st, const char **p, const char *end, co
 		free(buf);
 		return conf_fail(st, "empty name");
 	}
-	*out = (struct conf_token){ buf, quoted };
+	*out = (struct conf_token){ buf, quoted, mixed };
 	*p = s;
 	return true;
 }
