@@ -13,24 +13,29 @@
 
 #include "auth_scram.h"
 #include "kdf.h"
+#include "ldap_auth.h"
 #include "types.h"
 
-/* PASSWORD: the password in clear (AuthenticationCleartextPassword). */
-enum client_auth_method { CLIENT_AUTH_TRUST, CLIENT_AUTH_MD5, CLIENT_AUTH_SCRAM, CLIENT_AUTH_PASSWORD };
+/* PASSWORD: the password in clear (AuthenticationCleartextPassword).
+ * LDAP: the password in clear, checked by an LDAP server (ldap_auth.h). */
+enum client_auth_method { CLIENT_AUTH_TRUST, CLIENT_AUTH_MD5, CLIENT_AUTH_SCRAM, CLIENT_AUTH_PASSWORD, CLIENT_AUTH_LDAP };
 enum client_auth_step {
 	CLIENT_AUTH_WANT_PASSWORD,        /* md5: the salted hash */
 	CLIENT_AUTH_WANT_SASL_INITIAL,
 	CLIENT_AUTH_WANT_SASL_RESPONSE,
 	CLIENT_AUTH_WANT_CLEARTEXT,       /* password: the password itself */
 	/* password against a SCRAM verifier: its SaltedPassword is being
-	 * derived off the loop (kdf.h); no message is read meanwhile. */
+	 * derived off the loop (kdf.h); ldap: the server is being asked
+	 * (offload.h). No message is read meanwhile. */
 	CLIENT_AUTH_DERIVING,
-	CLIENT_AUTH_DERIVED,              /* the derivation is over: auth_client_resume */
+	CLIENT_AUTH_DERIVED,              /* the derivation (or bind) is over: auth_client_resume */
 };
 /* Who picks the method: auth_type (0, what a zeroed client_auth says), or
  * the auth_hba_file line that matched the login, set by the caller before
- * auth_client_begin. */
-enum client_auth_rule { AUTH_RULE_AUTH_TYPE, AUTH_RULE_TRUST, AUTH_RULE_MD5, AUTH_RULE_SCRAM, AUTH_RULE_PASSWORD };
+ * auth_client_begin. LDAP: an hba line's ldap, or auth_type = ldap; the
+ * caller copies the options into client_auth's ldap first. */
+enum client_auth_rule { AUTH_RULE_AUTH_TYPE, AUTH_RULE_TRUST, AUTH_RULE_MD5, AUTH_RULE_SCRAM, AUTH_RULE_PASSWORD,
+			AUTH_RULE_LDAP };
 /* The stored secret a password given in clear is checked against. */
 enum client_auth_secret { AUTH_SECRET_PLAIN, AUTH_SECRET_MD5, AUTH_SECRET_SCRAM };
 
@@ -46,6 +51,15 @@ struct client_auth {
 	enum client_auth_secret secret_kind;
 	uint8_t plain_digest[SCRAM_KEY_LEN];   /* SHA-256 of a plaintext secret */
 	struct scram_secret verifier;          /* a SCRAM secret (or an unknown user's fake) */
+	/* ldap: the options (the caller's copy; the bind takes them), the
+	 * bind under way, its verdict and why, and the password the server
+	 * took, kept for the user's logins to servers (auth_client_ldap_password). */
+	struct ldap_opts ldap;
+	struct offload *offload;
+	struct ldap_auth_job *ldap_job;
+	enum ldap_auth_verdict ldap_verdict;
+	char *ldap_password;
+	char ldap_why[LDAP_AUTH_WHY_MAX];
 	/* The derivation for a SCRAM secret: set by the caller before
 	 * auth_client_begin, derived(arg) is called on the loop when it is
 	 * over (never after auth_client_free). */
@@ -89,8 +103,14 @@ static inline bool auth_client_pending(const struct client_auth *a)
 {
 	return a->step == CLIENT_AUTH_DERIVING;
 }
-/* Cancel a derivation under way, wipe the state (keys, hashes), free it.
- * NULL: nothing. */
+/* ldap, once AUTH_OK: the password the LDAP server took (the user's
+ * servers are logged in to with it); NULL for the other methods. */
+static inline const char *auth_client_ldap_password(const struct client_auth *a)
+{
+	return a->method == CLIENT_AUTH_LDAP && a->ldap_verdict == LDAP_AUTH_OK ? a->ldap_password : NULL;
+}
+/* Cancel a derivation or bind under way, wipe the state (keys, hashes,
+ * passwords), free it. NULL: nothing. */
 void auth_client_free(struct client_auth *a);
 
 /* Server side: the password pgcat logs in to servers with for this pool's user. */

@@ -22,7 +22,8 @@ static inline bool pool_mode_per_transaction(enum pool_mode m) { return m != POO
 /* password: the client sends its password in clear (PostgreSQL's hba
  * method "password", PgBouncer's auth_type plain), checked against the
  * stored secret whatever its form. */
-enum auth_type { AUTH_TYPE_SCRAM, AUTH_TYPE_MD5, AUTH_TYPE_TRUST, AUTH_TYPE_PASSWORD };
+/* LDAP: the password in clear, checked by an LDAP server as auth_ldap_options says. */
+enum auth_type { AUTH_TYPE_SCRAM, AUTH_TYPE_MD5, AUTH_TYPE_TRUST, AUTH_TYPE_PASSWORD, AUTH_TYPE_LDAP };
 enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARNING, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG, LOG_LEVEL_TRACE };
 enum server_role { SERVER_ROLE_PRIMARY, SERVER_ROLE_REPLICA, SERVER_ROLE_AUTO };
 enum default_role { DEFAULT_ROLE_ANY, DEFAULT_ROLE_PRIMARY, DEFAULT_ROLE_REPLICA };
@@ -245,6 +246,7 @@ struct config_general {
 	char *auth_file;          /* "" = none */
 	char *auth_hba_file;      /* "" = none: auth_type for every login */
 	char *auth_ident_file;    /* "" = none: user name maps for hba lines' map= (peer, cert) */
+	char *auth_ldap_options;  /* "" = none: auth_type = ldap's options (ldap_opts.h), as an hba line's */
 	char *auth_query;         /* run as auth_user for users found nowhere else (auth_query.c) */
 	char *auth_user;          /* "" = auth_query off */
 	char *auth_dbname;        /* "": auth_query runs in the pool's own database; else that pool's */
@@ -316,6 +318,7 @@ struct config {
 	size_t n_autodb_pools;
 	struct hba *hba;          /* auth_hba_file's rules, read with the file; NULL = no auth_hba_file */
 	struct ident *ident;      /* auth_ident_file's maps, read with it; NULL = no auth_ident_file */
+	struct ldap_opts *ldap;   /* auth_ldap_options read; NULL = none */
 	/* auth_file's entry for auth_user as loaded (its name and password or
 	 * secret), when the file has one; NULL otherwise. Read for auth_query's
 	 * logins; a SET of auth_user to another name does not match it. */

@@ -31,6 +31,7 @@
 struct auth_query;
 struct dns;
 struct kdf;
+struct offload;
 struct lagmon;
 struct twophase;
 struct twophase_recover;
@@ -132,6 +133,7 @@ struct worker {
 	struct notify_hub *notify;        /* LISTEN/NOTIFY's listening connections, made on first use (notify.c) */
 	struct dns *dns;                  /* c-ares resolver and cache of server host names */
 	struct kdf *kdf;                  /* SCRAM key derivation for logins to servers: threads, cache (kdf.c) */
+	struct offload *offload;          /* blocking calls off the loop (LDAP binds): threads (offload.c) */
 	struct tls_contexts tls;          /* OpenSSL contexts of both sides (tls.c) */
 	struct event *stats_timer;        /* every stats_period: SHOW STATS averages */
 	struct evhttp *http;              /* /metrics, when prometheus_port > 0 */

@@ -15,11 +15,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ldap_opts.h"
+
 enum hba_conn_type { HBA_LOCAL, HBA_HOST, HBA_HOSTSSL, HBA_HOSTNOSSL };
 /* password: the password in clear (PostgreSQL's method of that name).
  * peer: local lines only, the client's OS user (the kernel's peer
  * credentials) is the user name, or maps to it (map=, auth_ident_file). */
-enum hba_method { HBA_TRUST, HBA_REJECT, HBA_MD5, HBA_SCRAM, HBA_CERT, HBA_PASSWORD, HBA_PEER };
+/* ldap: the password in clear, checked by binding to an LDAP server
+ * (ldap_opts.h: the line's options say where and how). */
+enum hba_method { HBA_TRUST, HBA_REJECT, HBA_MD5, HBA_SCRAM, HBA_CERT, HBA_PASSWORD, HBA_PEER, HBA_LDAP };
 
 /* A database or user column: keywords and names (a comma list). */
 struct hba_names {
@@ -39,6 +43,7 @@ struct hba_rule {
 	uint8_t addr[16], mask[16];  /* addr already masked */
 	enum hba_method method;
 	char *map;                   /* map=NAME (peer, cert): a map of auth_ident_file; NULL = the name itself */
+	struct ldap_opts ldap;       /* method ldap: its options (finished) */
 };
 
 struct hba {

@@ -15,6 +15,7 @@
  * first in the include path. */
 #include "config.h"
 #include "config_internal.h"
+#include "ldap_opts.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -59,6 +60,18 @@ void check_general(struct parser *p)
 	if (pgcat_ini && g->min_pool_size > g->default_pool_size)
 		general_error(p, "min_pool_size", "must not exceed default_pool_size (%d), got %d",
 			      g->default_pool_size, g->min_pool_size);
+	if (g->auth_type == AUTH_TYPE_LDAP && g->auth_ldap_options[0] == '\0')
+		general_error(p, "auth_type", "ldap needs auth_ldap_options (where the LDAP server is, and how to find "
+			      "the user)");
+	if (g->auth_ldap_options[0] != '\0') {
+		/* Read for good by config_load.c, once the whole file is good. */
+		struct ldap_opts o;
+		char why[LDAP_OPTS_WHY_MAX];
+		if (ldap_opts_parse_string(g->auth_ldap_options, &o, why, sizeof why))
+			ldap_opts_free(&o);
+		else
+			general_error(p, "auth_ldap_options", "%s", why);
+	}
 	if (g->n_listen_addr == 0 && g->unix_socket_dir[0] == '\0')
 		general_error(p, "listen_addr", "is empty and so is unix_socket_dir: nothing to listen on");
 	if (g->prometheus_port != 0 && g->prometheus_port == g->listen_port)

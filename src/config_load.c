@@ -25,6 +25,7 @@
 
 #include "auth_file.h"
 #include "hba.h"
+#include "ldap_opts.h"
 #include "ident.h"
 
 #include <errno.h>
@@ -821,6 +822,36 @@ static void load_ident_file(struct parser *p)
 	free(path);
 }
 
+/* ---- auth_ldap_options: auth_type = ldap's options ---- */
+
+static void load_ldap_options(struct parser *p)
+{
+	struct config *cfg = p->cfg;
+	const char *s = cfg->general.auth_ldap_options;
+	if (!s || !s[0])
+		return;   /* (auth_type = ldap without it: check_general's error) */
+	struct ldap_opts *o = calloc(1, sizeof *o);
+	char why[LDAP_OPTS_WHY_MAX];
+	if (o == NULL) {
+		p->oom = true;
+		return;
+	}
+	if (!ldap_opts_parse_string(s, o, why, sizeof why)) {
+		free(o);
+		if (strcmp(why, "out of memory") == 0) {
+			p->oom = true;
+			return;
+		}
+		char *msg = format("%s: [general] auth_ldap_options: %s", p->file, why);
+		if (msg == NULL)
+			p->oom = true;
+		else
+			add_problem(p->problems, CONFIG_PROBLEM_ERROR, 0, msg, &p->oom);
+		return;
+	}
+	cfg->ldap = o;
+}
+
 static void pool_fields_free(struct config_pool *pool)
 {
 	free(pool->name);
@@ -886,6 +917,8 @@ static struct config *load_text(const char *text, const char *file, struct confi
 			load_ident_file(&p);
 		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
 			load_hba_file(&p);
+		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
+			load_ldap_options(&p);
 		if (!p.oom && !config_problems_has(problems, CONFIG_PROBLEM_ERROR))
 			check_auth_user(&p);
 		parser_free(&p);
@@ -1007,6 +1040,9 @@ void config_free(struct config *cfg)
 	free(cfg->hba);
 	ident_free(cfg->ident);
 	free(cfg->ident);
+	if (cfg->ldap)
+		ldap_opts_free(cfg->ldap);
+	free(cfg->ldap);
 	free(cfg->auth_user_secret);
 	free(cfg->auth_user_secret_of);
 	if (cfg->auth_users != NULL)

@@ -103,7 +103,7 @@ static const struct pgb_key pgb_keys[] = {
 	STR_("auth_file", NULL, true, "auth_file"),
 	FN("auth_hba_file", PT_STR, "", true, NULL, fn_auth_hba_file),
 	FN("auth_ident_file", PT_STR, NULL, true, NULL, fn_auth_hba_file),
-	ACCEPT("auth_ldap_options", PT_STR, NULL, true),
+	STR_("auth_ldap_options", NULL, true, "auth_ldap_options"),
 	STR_("auth_query", pgb_auth_query_default, true, "auth_query"),
 	FN("auth_type", PT_LOOKUP, "md5", true, NULL, fn_auth_type),
 	STR_("auth_user", NULL, true, "auth_user"),
@@ -448,7 +448,8 @@ static void apply_key(struct pgb *g, const struct pgb_key *k, const char *value)
 
 static void fn_auth_type(struct pgb *g, const struct pgb_key *k, const char *value)
 {
-	if (ci_equal(value, "md5") || ci_equal(value, "scram-sha-256") || ci_equal(value, "trust")) {
+	if (ci_equal(value, "md5") || ci_equal(value, "scram-sha-256") || ci_equal(value, "trust") ||
+	    ci_equal(value, "ldap")) {
 		emit(g, k, "auth_type", value);
 		return;
 	}
@@ -465,8 +466,8 @@ static void fn_auth_type(struct pgb *g, const struct pgb_key *k, const char *val
 			pgb_error(g, k->name, "\"%s\" cannot be SET: edit the file and RELOAD", value);
 		return;
 	}
-	pgb_error(g, k->name, "\"%s\" is not supported yet: pgcat knows md5, scram-sha-256, plain, trust, hba and cert",
-		  value);
+	pgb_error(g, k->name, "\"%s\" is not supported yet: pgcat knows md5, scram-sha-256, plain, trust, hba, cert "
+		  "and ldap", value);
 }
 
 /* auth_hba_file and auth_ident_file. */

@@ -331,6 +331,10 @@ static bool general_set(struct config *cfg, const char *key, const char *value, 
 		snprintf(err, errlen, "auth_hba_file cannot be SET: edit pgcat.ini or the hba file, then RELOAD");
 		return false;
 	}
+	if (strcmp(k->name, "auth_ldap_options") == 0) {
+		snprintf(err, errlen, "auth_ldap_options cannot be SET: edit the configuration file, then RELOAD");
+		return false;
+	}
 	if (strcmp(k->name, "auth_ident_file") == 0) {
 		snprintf(err, errlen, "auth_ident_file cannot be SET: edit pgcat.ini or the ident file, then RELOAD");
 		return false;

@@ -53,7 +53,7 @@ static void line_free(struct line *ln)
 
 /* Commas separate the names of a list (the caller reads them); a name
  * has no length limit here, the columns check what they keep. */
-static const struct conf_token_rules hba_tokens = { .max_len = SIZE_MAX, .bare_comma = NULL };
+static const struct conf_token_rules hba_tokens = { .max_len = SIZE_MAX, .bare_comma = NULL, .pg_words = true };
 
 /* One name at *p (p < end): quoted or bare. Appends it to f. */
 static bool read_item(struct line *ln, const char **p, const char *end, struct field *f)
@@ -132,6 +132,8 @@ static bool read_names(struct line *ln, const struct field *f, bool is_db, struc
 {
 	for (size_t i = 0; i < f->n; i++) {
 		const struct conf_token *it = &f->items[i];
+		if (it->mixed)
+			return conf_fail(ln->st, "a quote inside a name: quote the whole name (\"...\")");
 		if (is_kw(it, "all")) {
 			nm->all = true;
 			continue;
@@ -232,7 +234,7 @@ static bool read_method(struct line *ln, const char *m, struct hba_rule *r)
 	static const struct { const char *name; enum hba_method m; } methods[] = {
 		{ "trust", HBA_TRUST }, { "reject", HBA_REJECT }, { "md5", HBA_MD5 },
 		{ "scram-sha-256", HBA_SCRAM }, { "cert", HBA_CERT }, { "password", HBA_PASSWORD },
-		{ "peer", HBA_PEER },
+		{ "peer", HBA_PEER }, { "ldap", HBA_LDAP },
 	};
 	for (size_t k = 0; k < sizeof methods / sizeof methods[0]; k++) {
 		if (strcmp(m, methods[k].name) == 0) {
@@ -248,24 +250,34 @@ static bool read_method(struct line *ln, const char *m, struct hba_rule *r)
 			return true;
 		}
 	}
-	static const char *const known[] = { "ident", "gss", "sspi", "pam", "ldap", "radius", "bsd", "oauth" };
+	static const char *const known[] = { "ident", "gss", "sspi", "pam", "radius", "bsd", "oauth" };
 	for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
 		if (strcmp(m, known[k]) == 0)
 			return conf_fail(ln->st, "method \"%s\" is not supported by pgcat (trust, reject, md5, scram-sha-256, password, "
-				    "cert, peer)", m);
-	return conf_fail(ln->st, "unknown method \"%s\" (trust, reject, md5, scram-sha-256, password, cert, peer)", m);
+				    "cert, peer, ldap)", m);
+	return conf_fail(ln->st, "unknown method \"%s\" (trust, reject, md5, scram-sha-256, password, cert, peer, ldap)",
+			 m);
 }
 
 /* NAME=VALUE options after the method: map= for peer and cert (the
- * methods that get a user name from elsewhere), as PostgreSQL allows it. */
-static bool read_option(struct line *ln, const struct field *f, struct hba_rule *r)
+ * methods that get a user name from elsewhere), as PostgreSQL allows it;
+ * ldap*= for ldap. A value may be quoted in part (ldapprefix="uid="),
+ * and options may be separated by commas, as PostgreSQL reads them. */
+static bool read_option(struct line *ln, const struct conf_token *it, struct hba_rule *r)
 {
-	if (f->n != 1 || f->items[0].quoted)
-		return conf_fail(ln->st, "an option must be one NAME=VALUE word");
-	const char *o = f->items[0].s;
+	const char *o = it->s;
 	const char *eq = strchr(o, '=');
 	if (!eq)
 		return conf_fail(ln->st, "unexpected \"%s\" after the method (options are NAME=VALUE)", o);
+	if (r->method == HBA_LDAP) {
+		char why[LDAP_OPTS_WHY_MAX];
+		if (!ldap_opts_set(&r->ldap, o, why, sizeof why)) {
+			if (strcmp(why, "out of memory") == 0)
+				ln->st->oom = true;
+			return conf_fail(ln->st, "%s", why);
+		}
+		return true;
+	}
 	if ((size_t)(eq - o) != 3 || strncmp(o, "map", 3) != 0)
 		return conf_fail(ln->st, "option \"%s\" is not supported (map= only)", o);
 	if (r->method != HBA_PEER && r->method != HBA_CERT)
@@ -317,9 +329,17 @@ static bool read_rule(struct line *ln, struct hba_rule *r)
 	const char *m = single(ln, &ln->fields[i], "method");
 	if (!m || !read_method(ln, m, r))
 		return false;
+	if (r->method == HBA_LDAP)
+		r->ldap.scope = LDAP_OPTS_SCOPE_SUB;
 	for (i++; i < ln->n; i++)
-		if (!read_option(ln, &ln->fields[i], r))
-			return false;
+		for (size_t j = 0; j < ln->fields[i].n; j++)
+			if (!read_option(ln, &ln->fields[i].items[j], r))
+				return false;
+	if (r->method == HBA_LDAP) {
+		char why[LDAP_OPTS_WHY_MAX];
+		if (!ldap_opts_finish(&r->ldap, why, sizeof why))
+			return conf_fail(ln->st, "%s", why);
+	}
 	return true;
 }
 
@@ -341,6 +361,7 @@ void hba_free(struct hba *h)
 		names_free(&h->rules[i].db);
 		names_free(&h->rules[i].user);
 		free(h->rules[i].map);
+		ldap_opts_free(&h->rules[i].ldap);
 	}
 	free(h->rules);
 	h->rules = NULL;
@@ -353,6 +374,7 @@ static void rule_free(struct hba_rule *r)
 	names_free(&r->db);
 	names_free(&r->user);
 	free(r->map);
+	ldap_opts_free(&r->ldap);
 }
 
 static bool add_rule(struct hba *h, const struct hba_rule *r, struct conf_status *st)
@@ -478,6 +500,7 @@ const char *hba_method_name(enum hba_method m)
 	case HBA_CERT: return "cert";
 	case HBA_PASSWORD: return "password";
 	case HBA_PEER: return "peer";
+	case HBA_LDAP: return "ldap";
 	}
 	return "?";
 }

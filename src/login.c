@@ -305,12 +305,21 @@ static bool system_user_ok(struct client *c, const struct hba_rule *r, const cha
 	return false;
 }
 
-static bool hba_decide(struct client *c, enum client_auth_rule *rule)
+/* The method of c's login: its auth_hba_file line's, or auth_type's
+ * (AUTH_RULE_AUTH_TYPE), and for ldap the options (*ldap, the config's).
+ * false: refused (c closed). */
+static bool hba_decide(struct client *c, enum client_auth_rule *rule, const struct ldap_opts **ldap)
 {
 	const struct hba *h = c->w->cfg->hba;
 	*rule = AUTH_RULE_AUTH_TYPE;
-	if (!h)
+	*ldap = NULL;
+	if (!h) {
+		if (c->w->cfg->general.auth_type == AUTH_TYPE_LDAP && c->w->cfg->ldap) {
+			*rule = AUTH_RULE_LDAP;
+			*ldap = c->w->cfg->ldap;
+		}
 		return true;
+	}
 	bool tls = c->io.ssl != NULL;
 	struct hba_login l = { .is_unix = c->is_unix, .tls = tls, .family = c->peer_family, .addr = &c->peer,
 			       .database = client_database(c), .user = client_user(c),
@@ -362,6 +371,10 @@ static bool hba_decide(struct client *c, enum client_auth_rule *rule)
 	case HBA_MD5: *rule = AUTH_RULE_MD5; break;
 	case HBA_SCRAM: *rule = AUTH_RULE_SCRAM; break;
 	case HBA_PASSWORD: *rule = AUTH_RULE_PASSWORD; break;
+	case HBA_LDAP:
+		*rule = AUTH_RULE_LDAP;
+		*ldap = &r->ldap;
+		break;
 	case HBA_TRUST:
 	case HBA_CERT:   /* (its certificate checked above: the login is done) */
 	case HBA_PEER:   /* (its OS user checked above) */
@@ -378,15 +391,46 @@ static bool hba_decide(struct client *c, enum client_auth_rule *rule)
  * PgBouncer's, which name the method (operators' alerts look for them). */
 static void close_auth_failed(struct client *c)
 {
+	enum client_auth_method m = c->auth ? c->auth->method : CLIENT_AUTH_MD5;
+	if (m == CLIENT_AUTH_LDAP) {
+		/* (28000 and these words: PostgreSQL's and PgBouncer's) */
+		log_info("C-%llu %s@%s: LDAP authentication failed: %s", (unsigned long long)c->id, client_user(c),
+			 client_database(c), c->auth->ldap_why);
+		if (c->w->cfg->pgbouncer)
+			client_close(c, SQLSTATE_INVALID_AUTHORIZATION, "LDAP authentication failed");
+		else
+			client_close(c, SQLSTATE_INVALID_AUTHORIZATION, "LDAP authentication failed for user \"%s\"",
+				     client_user(c));
+		return;
+	}
 	if (!c->w->cfg->pgbouncer) {
 		client_close(c, SQLSTATE_INVALID_PASSWORD, "password authentication failed for user \"%s\"", client_user(c));
 		return;
 	}
-	enum client_auth_method m = c->auth ? c->auth->method : CLIENT_AUTH_MD5;
 	client_close(c, SQLSTATE_INVALID_PASSWORD, "%s",
 		     m == CLIENT_AUTH_SCRAM   ? "SASL authentication failed"
 		     : m == CLIENT_AUTH_TRUST ? "\"trust\" authentication failed"
 					      : "password authentication failed");
+}
+
+/* c is own's user: it counts in own's figures and is served by
+ * pool_serving's pool. false: c was closed (a cap, a disabled database). */
+static bool attach_pool(struct client *c, struct pool *own)
+{
+	struct worker *w = c->w;
+	c->pool = pool_serving(w, own);
+	c->pool->n_clients++;
+	if (w->shm && own->shm_slot >= 0) {
+		c->count_slot = (int16_t)own->shm_slot;
+		shm_pool_clients_add(w->shm, w->id, own->shm_slot, 1);
+	}
+	if (!client_caps_ok(c))
+		return false;
+	if (c->pool->disabled) {
+		client_close(c, SQLSTATE_CONNECTION_FAILURE, "database \"%s\" is disabled", client_database(c));
+		return false;
+	}
+	return true;
 }
 
 static void start_login(struct client *c)
@@ -438,7 +482,8 @@ static void start_login(struct client *c)
 		return;
 	}
 	enum client_auth_rule rule;
-	if (!hba_decide(c, &rule))
+	const struct ldap_opts *ldap;
+	if (!hba_decide(c, &rule, &ldap))
 		return;
 	struct auth_credentials cred = { 0 };
 	const struct auth_credentials *credp = NULL;
@@ -469,8 +514,10 @@ static void start_login(struct client *c)
 			goto authenticate;
 		}
 		/* A user of no config: looked up on the server first (auth_query;
-		 * this function runs again with the answer). */
-		if (auth_query_login(c, start_login))
+		 * this function runs again with the answer). An LDAP login
+		 * needs no lookup: the LDAP server decides, and the password it
+		 * takes logs in to the servers (ldap_pool, at the end). */
+		if (rule != AUTH_RULE_LDAP && auth_query_login(c, start_login))
 			return;
 		/* Its own pool holds its credentials; the pool that serves it is
 		 * the forced user's where its database has one (pool_serving). A
@@ -478,20 +525,8 @@ static void start_login(struct client *c)
 		struct pool *own = pool_find(w, client_database(c), client_user(c));
 		if (own && own->cuser && own->cuser->server_only)
 			own = NULL;
-		c->pool = own ? pool_serving(w, own) : NULL;
-		if (c->pool) {
-			c->pool->n_clients++;
-			if (w->shm && own->shm_slot >= 0) {
-				c->count_slot = (int16_t)own->shm_slot;
-				shm_pool_clients_add(w->shm, w->id, own->shm_slot, 1);
-			}
-			if (!client_caps_ok(c))
-				return;
-		}
-		if (c->pool && c->pool->disabled) {
-			client_close(c, SQLSTATE_CONNECTION_FAILURE, "database \"%s\" is disabled", client_database(c));
+		if (own && !attach_pool(c, own))
 			return;
-		}
 		if (own) {
 			cred.password = own->cuser ? own->cuser->password : NULL;
 			cred.scram = pool_client_scram(own);
@@ -509,6 +544,10 @@ authenticate:;
 		return;
 	}
 	c->auth->rule = rule;
+	if (ldap && !ldap_opts_copy(&c->auth->ldap, ldap)) {
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return;
+	}
 	c->auth->derived = auth_derived;
 	c->auth->arg = c;
 	enum auth_outcome o = auth_client_begin(w, client_user(c), credp, c->auth, io_out(&c->io));
@@ -769,8 +808,50 @@ static void process_auth(struct client *c)
 }
 
 
+/* An LDAP login's user: the password the LDAP server took logs in to
+ * the servers. A user of no config gets a pool of its own, made now
+ * (as auth_query's users: settings inherited, kept by reloads while its
+ * database is configured), or its pool follows the password; a user the
+ * config lists keeps the config's. false: c was closed. */
+static bool ldap_pool(struct client *c, const char *password)
+{
+	struct worker *w = c->w;
+	if (c->is_admin || c->unknown_database)
+		return true;
+	struct pool *own = pool_find(w, client_database(c), client_user(c));
+	if (own && own->cuser && own->cuser->server_only) {
+		/* (as for the other methods: no client logs in as a forced user) */
+		client_close(c, SQLSTATE_INVALID_AUTHORIZATION, "LDAP authentication failed for user \"%s\"",
+			     client_user(c));
+		return false;
+	}
+	if (own && own->own_user) {
+		own->proven = true;
+		if (!pool_set_looked_up_secret(own, password)) {
+			client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+			return false;
+		}
+	}
+	if (c->pool)
+		return true;
+	if (!own) {
+		const struct config_pool *cp = config_find_pool(w->cfg, client_database(c));
+		own = cp ? pool_add_looked_up(w, cp, client_user(c), password) : NULL;
+		if (!own) {
+			client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+			return false;
+		}
+		own->proven = true;
+		log_info("pool %s user %s: made for a user the LDAP server let in", own->name, own->user);
+	}
+	return attach_pool(c, own);
+}
+
 static void login_done(struct client *c)
 {
+	const char *ldap_password = c->auth ? auth_client_ldap_password(c->auth) : NULL;
+	if (ldap_password && !ldap_pool(c, ldap_password))
+		return;
 	auth_client_free(c->auth);
 	c->auth = NULL;
 	if (c->unknown_database) {

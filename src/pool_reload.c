@@ -134,14 +134,15 @@ static bool plan_configured(struct worker *w, const struct config *newcfg, struc
 }
 
 /* Users auth_query found: kept while their database is configured,
- * auth_query still on and no users section took them over. */
+ * auth_query still on and no users section took them over; users an LDAP
+ * server let in (proven) while their database is configured. */
 static bool plan_looked_up(struct worker *w, const struct config *newcfg, struct reload_plan *pl)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		const struct config_pool *cp = p->own_user && !p->removed ? config_find_pool(newcfg, p->name) : NULL;
-		if (!cp || !config_pool_auth_user(newcfg, cp)[0] || plan_has(pl, p))
+		if (!cp || (!p->proven && !config_pool_auth_user(newcfg, cp)[0]) || plan_has(pl, p))
 			continue;
 		struct reload_entry *e = plan_add(pl);
 		if (!e)

@@ -50,6 +50,7 @@
 #include "admin_show.h"
 #include "auth_scram.h"
 #include "kdf.h"
+#include "offload.h"
 #include "prometheus.h"
 #include "stats.h"
 
@@ -932,6 +933,8 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	 * with the first derivation, in this process. */
 	if (!(w->kdf = kdf_new(w->base)))
 		goto fail;
+	if (!(w->offload = offload_new(w->base)))
+		goto fail;
 	{
 		char tls_err[384];
 		if (!tls_contexts_build(&cfg->general, &w->tls, tls_err, sizeof tls_err)) {
@@ -1116,6 +1119,7 @@ void worker_destroy(struct worker *w)
 			event_free(evs[i]);
 	cancel_table_free(&w->cancel);
 	kdf_free(w->kdf);   /* after every login that could wait for it */
+	offload_free(w->offload);
 	dns_free(w->dns);
 	tls_contexts_free(&w->tls);
 	io_flusher_free(&w->flusher);

@@ -19,8 +19,8 @@ rows and the log file it names (logfile).
 --target pgcat (the default): RUN/pgbouncer is PGCAT_BIN itself (when
 `pgcat -t` on the suite's test.ini calls [pgbouncer] an unknown section,
 pgcat cannot read pgbouncer.ini yet and the run fails at once); its
-config.mak says TLS yes, LDAP no (pgcat has no LDAP authentication;
-PGBOUNCER_SUITE_LDAP=yes says yes). --target pgbouncer: PgBouncer 1.25.2
+config.mak says TLS yes, LDAP yes (test_ldap_auth starts Debian's slapd;
+PGBOUNCER_SUITE_LDAP=no says no). --target pgbouncer: PgBouncer 1.25.2
 built by ANCHORS_DIR/build-pgbouncer into a temporary directory (or
 PGBOUNCER_BUILD_DIR, kept and reused), with its own config.mak: against
 it, 251 of the 259 tests pass and 8 skip (5 need root to shape loopback
@@ -174,7 +174,7 @@ def setup_run(args, run: Path, out: Path, python: Path):
         shutil.copy(binary.parent / "config.mak", run / "config.mak")
         os.symlink(binary, exe)
         return dest if not args.pgbouncer_build else None
-    ldap = os.environ.get("PGBOUNCER_SUITE_LDAP", "no")
+    ldap = os.environ.get("PGBOUNCER_SUITE_LDAP", "yes")
     (run / "config.mak").write_text(
         "# written by test/peers/pgbouncer_suite.py: what the harness asks of the program under test\n"
         "tls_support = yes\nldap_support = %s\n" % ("yes" if ldap == "yes" else "no"))

@@ -229,7 +229,6 @@ START_TEST(test_refused_and_warned)
 		const char *start;
 	} cases[] = {
 		{ "pool_mode = bogus", false, CONFIG_PROBLEM_ERROR, "pool_mode: must be one of session | transaction | statement" },
-		{ "auth_type = ldap", false, CONFIG_PROBLEM_ERROR, "auth_type: \"ldap\" is not supported yet" },
 		{ "auth_type = pam", false, CONFIG_PROBLEM_ERROR, "auth_type: \"pam\" is not supported yet" },
 		{ "auth_type = any", false, CONFIG_PROBLEM_ERROR, "auth_type: \"any\" is not supported yet" },
 		{ "disable_pqexec = 1", false, CONFIG_PROBLEM_ERROR, "disable_pqexec: \"1\" is refused" },
@@ -277,7 +276,7 @@ START_TEST(test_refused_and_warned)
 		"unix_socket_mode = 511", "listen_backlog = 128", "query_wait_notify = 5", "server_login_retry = 0.5",
 		"tcp_defer_accept = 0", "so_reuseport = 1", "ignore_startup_parameters = extra_float_digits",
 		"track_extra_parameters = search_path", "job_name = x", "autodb_idle_timeout = 60",
-		"syslog_ident = pgcat", "log_stats = 0", "max_db_client_connections = 10", "max_user_client_connections = 3", "auth_ldap_options = x",
+		"syslog_ident = pgcat", "log_stats = 0", "max_db_client_connections = 10", "max_user_client_connections = 3", "auth_ldap_options = ldapurl=\"ldap://127.0.0.1/dc=x?uid?sub\"",
 		"cancel_wait_timeout = 5", "server_check_query = <empty>", "server_check_query = select 1", "server_fast_close = 1", "client_tls13_ciphers =",
 	};
 	for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++)

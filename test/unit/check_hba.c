@@ -254,19 +254,19 @@ START_TEST(test_errors_name_the_line)
 	parse_bad("host all all samehost md5\n", 1, "\"samehost\" is not supported");
 	parse_bad("host all all 0.0.0.0/0 md5 clientcert=verify-full\n", 1, "option \"clientcert=verify-full\"");
 	parse_bad("host all all 0.0.0.0/0 md5 extra\n", 1, "unexpected \"extra\"");
-	parse_bad("host all all 0.0.0.0/0 ldap\n", 1, "\"ldap\" is not supported");
+	parse_bad("host all all 0.0.0.0/0 pam\n", 1, "\"pam\" is not supported");
 	parse_bad("host all all 0.0.0.0/0 peer\n", 1, "method peer is only for local lines");
 	parse_bad("hostssl all all 0.0.0.0/0 peer map=m\n", 1, "method peer is only for local lines");
 	parse_bad("local all all md5 map=m\n", 1, "map= is only for methods peer and cert");
 	parse_bad("local all all peer map=\n", 1, "map= needs a map name");
 	parse_bad("local all all peer map=a map=b\n", 1, "map= given twice");
-	parse_bad("local all all peer \"map=a\"\n", 1, "one NAME=VALUE word");
-	parse_bad("local all all peer map=a,b\n", 1, "one NAME=VALUE word");
+	parse_bad("local all all peer map=a,b\n", 1, "unexpected \"b\"");
 	parse_bad("local all all peer mapx\n", 1, "unexpected \"mapx\"");
 	parse_bad("host all all 0.0.0.0/0 cert\n", 1, "cert needs a hostssl line");
 	parse_bad("host \"unterminated all 0.0.0.0/0 md5\n", 1, "unterminated quoted name");
-	parse_bad("host \"a\"b all 0.0.0.0/0 md5\n", 1, "after a quoted name");
-	parse_bad("host a\"b all 0.0.0.0/0 md5\n", 1, "a quote inside a name");
+	parse_bad("host \"a\"b all 0.0.0.0/0 md5\n", 1, "a quote inside a name");
+	parse_bad("host a\"b all 0.0.0.0/0 md5\n", 1, "unterminated quoted name");
+	parse_bad("host a\"b\" all 0.0.0.0/0 md5\n", 1, "a quote inside a name");
 	parse_bad("host \"\" all 0.0.0.0/0 md5\n", 1, "empty name");
 	/* "db1, all" is one list: the user is 0.0.0.0/0, the address md5 */
 	parse_bad("host db1, all 0.0.0.0/0 md5\n", 1, "too few fields");
@@ -348,6 +348,55 @@ END_TEST
 
 /* PgBouncer reads cert on host lines; PostgreSQL (and a pgcat.ini) only
  * on hostssl ones. */
+/* ldap and its options, as PostgreSQL reads them: quoted parts inside a
+ * value, a quoted name, commas between options, an ldapurl. */
+START_TEST(test_ldap_options)
+{
+	struct hba h;
+	parse_ok("host all u 0.0.0.0/0 ldap ldapserver=127.0.0.1 ldapport=3890 ldapprefix=\"uid=\" "
+		 "ldapsuffix=\",dc=example,dc=net\"\n", &h);
+	ck_assert_int_eq(h.rules[0].method, HBA_LDAP);
+	ck_assert_str_eq(h.rules[0].ldap.servers, "127.0.0.1");
+	ck_assert_int_eq(h.rules[0].ldap.port, 3890);
+	ck_assert_str_eq(h.rules[0].ldap.prefix, "uid=");
+	ck_assert_str_eq(h.rules[0].ldap.suffix, ",dc=example,dc=net");
+	ck_assert_ptr_null(h.rules[0].ldap.basedn);
+	hba_free(&h);
+	parse_ok("host all u 0.0.0.0/0 ldap ldapserver=h \"ldapport\"=3890 ldapbasedn=\"dc=example,dc=net\" "
+		 ",ldapsearchfilter=\"uid=$username\" ldaptls=1\n", &h);
+	ck_assert_int_eq(h.rules[0].ldap.port, 3890);
+	ck_assert_str_eq(h.rules[0].ldap.basedn, "dc=example,dc=net");
+	ck_assert_str_eq(h.rules[0].ldap.search_filter, "uid=$username");
+	ck_assert(h.rules[0].ldap.starttls);
+	ck_assert_int_eq(h.rules[0].ldap.scope, LDAP_OPTS_SCOPE_SUB);
+	hba_free(&h);
+	parse_ok("host all u 0.0.0.0/0 ldap ldapurl=\"ldaps://h1:6360/dc=example,dc=net??one?(|(uid=$username)(mail=$username))\"\n",
+		 &h);
+	ck_assert(h.rules[0].ldap.ldaps);
+	ck_assert_str_eq(h.rules[0].ldap.servers, "h1");
+	ck_assert_int_eq(h.rules[0].ldap.port, 6360);
+	ck_assert_str_eq(h.rules[0].ldap.basedn, "dc=example,dc=net");
+	ck_assert_int_eq(h.rules[0].ldap.scope, LDAP_OPTS_SCOPE_ONE);
+	ck_assert_str_eq(h.rules[0].ldap.search_filter, "(|(uid=$username)(mail=$username))");
+	hba_free(&h);
+	parse_ok("host all u 0.0.0.0/0 ldap ldapurl=\"ldap://h:389/dc=x?uid?sub\"\n", &h);
+	ck_assert_str_eq(h.rules[0].ldap.search_attribute, "uid");
+	ck_assert(!h.rules[0].ldap.ldaps);
+	hba_free(&h);
+	parse_bad("host all u 0.0.0.0/0 ldap\n", 1, "needs ldapbasedn, ldapprefix or ldapsuffix");
+	parse_bad("host all u 0.0.0.0/0 ldap ldapbasedn=dc=x\n", 1, "needs ldapserver");
+	parse_bad("host all u 0.0.0.0/0 ldap ldapserver=h ldapprefix=uid= ldapbasedn=dc=x\n", 1, "cannot be mixed");
+	parse_bad("host all u 0.0.0.0/0 ldap ldapserver=h ldapbasedn=dc=x ldapsearchattribute=uid "
+		  "ldapsearchfilter=x\n", 1, "cannot be used together");
+	parse_bad("host all u 0.0.0.0/0 ldap ldapserver=h ldapbasedn=dc=x ldapport=0\n", 1, "invalid LDAP port");
+	parse_bad("host all u 0.0.0.0/0 ldap ldapserver=h ldapbasedn=dc=x ldapscheme=http\n", 1, "invalid ldapscheme");
+	parse_bad("host all u 0.0.0.0/0 ldap ldapserver=h ldapbasedn=dc=x ldapfoo=1\n", 1, "unknown LDAP option");
+	parse_bad("host all u 0.0.0.0/0 ldap ldapurl=\"http://h/dc=x\"\n", 1, "LDAP URL");
+	parse_bad("host all u 0.0.0.0/0 ldap ldapserver=h ldapbasedn=\"dc=x\n", 1, "unterminated");
+	parse_bad("host all u 0.0.0.0/0 md5 ldapserver=h\n", 1, "map= only");
+}
+END_TEST
+
 START_TEST(test_cert_on_host_flag)
 {
 	const char *text = "host all all 19.0.0.0/8 cert\n";
@@ -717,6 +766,7 @@ Suite *hba_suite(void)
 	tcase_add_test(tc, test_nul_byte_and_no_final_newline);
 	tcase_add_test(tc, test_peer_and_map);
 	tcase_add_test(tc, test_cert_on_host_flag);
+	tcase_add_test(tc, test_ldap_options);
 	tcase_add_test(tc, test_ident_names);
 	tcase_add_test(tc, test_ident_regex);
 	tcase_add_test(tc, test_ident_errors_name_the_line);
