@@ -84,6 +84,16 @@ static bool start_threads(struct offload *o)
 	return o->n_threads > 0;
 }
 
+/* Moves every node of from to the tail of to (under the mutex). */
+static void take_all(struct list_node *from, struct list_node *to)
+{
+	while (!list_empty(from)) {
+		struct list_node *first = list_first(from);
+		list_del(first);
+		list_add_tail(to, first);
+	}
+}
+
 static void ready_cb(evutil_socket_t fd, short what, void *arg)
 {
 	(void)what;
@@ -94,11 +104,7 @@ static void ready_cb(evutil_socket_t fd, short what, void *arg)
 	struct list_node done;
 	list_init(&done);
 	pthread_mutex_lock(&o->lock);
-	while (!list_empty(&o->finished)) {
-		struct list_node *first = list_first(&o->finished);
-		list_del(first);
-		list_add_tail(&done, first);
-	}
+	take_all(&o->finished, &done);
 	pthread_mutex_unlock(&o->lock);
 	/* One at a time from the head: a done call may cancel other jobs,
 	 * which are still on this private list then (cancel sees them
@@ -167,21 +173,29 @@ bool offload_submit(struct offload *o, struct offload_job *j)
 void offload_cancel(struct offload *o, struct offload_job *j)
 {
 	pthread_mutex_lock(&o->lock);
-	bool queued = j->state == OFFLOAD_QUEUED;
-	if (queued)
+	enum offload_job_state state = j->state;
+	if (state == OFFLOAD_QUEUED) {
 		list_del(&j->node);
-	pthread_mutex_unlock(&o->lock);
-	if (queued) {
 		j->state = OFFLOAD_IDLE;
-		j->free(j);
-		return;
 	}
-	/* Running, or finished and not yet taken (ready_cb frees it); an idle
-	 * job is the caller's. */
-	if (j->state == OFFLOAD_IDLE)
+	pthread_mutex_unlock(&o->lock);
+	/* Queued (taken off now) or idle: the job goes now. Running, or
+	 * finished and not yet taken: ready_cb (or offload_free) frees it. */
+	if (state == OFFLOAD_QUEUED || state == OFFLOAD_IDLE)
 		j->free(j);
 	else
 		j->cancelled = true;
+}
+
+/* Frees the jobs of a list of the loop's own. */
+static void free_jobs(struct list_node *jobs)
+{
+	while (!list_empty(jobs)) {
+		struct offload_job *j = LIST_OWNER(list_first(jobs), struct offload_job, node);
+		list_del(&j->node);
+		j->state = OFFLOAD_IDLE;
+		j->free(j);
+	}
 }
 
 void offload_free(struct offload *o)
@@ -195,34 +209,16 @@ void offload_free(struct offload *o)
 	pthread_cond_broadcast(&o->wake);
 	struct list_node gone;
 	list_init(&gone);
-	while (!list_empty(&o->queue)) {
-		struct list_node *first = list_first(&o->queue);
-		list_del(first);
-		list_add_tail(&gone, first);
-	}
-	while (!list_empty(&o->finished)) {
-		struct list_node *first = list_first(&o->finished);
-		list_del(first);
-		list_add_tail(&gone, first);
-	}
+	take_all(&o->queue, &gone);
+	take_all(&o->finished, &gone);
 	pthread_mutex_unlock(&o->lock);
-	while (!list_empty(&gone)) {
-		struct offload_job *j = LIST_OWNER(list_first(&gone), struct offload_job, node);
-		list_del(&j->node);
-		j->state = OFFLOAD_IDLE;
-		j->free(j);
-	}
+	free_jobs(&gone);
 	/* A thread inside a call ends it first: the calls have timeouts
 	 * (ldap_auth.c's, seconds). */
 	for (size_t i = 0; i < o->n_threads; i++)
 		pthread_join(o->threads[i], NULL);
 	/* What they finished meanwhile (cancelled: their owners are gone). */
-	while (!list_empty(&o->finished)) {
-		struct offload_job *j = LIST_OWNER(list_first(&o->finished), struct offload_job, node);
-		list_del(&j->node);
-		j->state = OFFLOAD_IDLE;
-		j->free(j);
-	}
+	free_jobs(&o->finished);
 	pthread_cond_destroy(&o->wake);
 	pthread_mutex_destroy(&o->lock);
 	close(o->efd);
