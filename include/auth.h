@@ -13,29 +13,40 @@
 
 #include "auth_scram.h"
 #include "kdf.h"
-#include "ldap_auth.h"
+#include "ldap_opts.h"
+#include "pwcheck.h"
 #include "types.h"
 
 /* PASSWORD: the password in clear (AuthenticationCleartextPassword).
- * LDAP: the password in clear, checked by an LDAP server (ldap_auth.h). */
-enum client_auth_method { CLIENT_AUTH_TRUST, CLIENT_AUTH_MD5, CLIENT_AUTH_SCRAM, CLIENT_AUTH_PASSWORD, CLIENT_AUTH_LDAP };
+ * LDAP, PAM: the password in clear, checked by an LDAP server
+ * (ldap_auth.h) or by PAM (pam_auth.h). */
+enum client_auth_method {
+	CLIENT_AUTH_TRUST,
+	CLIENT_AUTH_MD5,
+	CLIENT_AUTH_SCRAM,
+	CLIENT_AUTH_PASSWORD,
+	CLIENT_AUTH_LDAP,
+	CLIENT_AUTH_PAM,
+};
 enum client_auth_step {
 	CLIENT_AUTH_WANT_PASSWORD,        /* md5: the salted hash */
 	CLIENT_AUTH_WANT_SASL_INITIAL,
 	CLIENT_AUTH_WANT_SASL_RESPONSE,
 	CLIENT_AUTH_WANT_CLEARTEXT,       /* password: the password itself */
 	/* password against a SCRAM verifier: its SaltedPassword is being
-	 * derived off the loop (kdf.h); ldap: the server is being asked
-	 * (offload.h). No message is read meanwhile. */
+	 * derived off the loop (kdf.h); ldap, pam: the LDAP server or PAM
+	 * is being asked (pwcheck.h). No message is read meanwhile. */
 	CLIENT_AUTH_DERIVING,
 	CLIENT_AUTH_DERIVED,              /* the derivation (or bind) is over: auth_client_resume */
 };
 /* Who picks the method: auth_type (0, what a zeroed client_auth says), or
  * the auth_hba_file line that matched the login, set by the caller before
  * auth_client_begin. LDAP: an hba line's ldap, or auth_type = ldap; the
- * caller copies the options into client_auth's ldap first. */
+ * caller copies the options into client_auth's ldap first. PAM: an hba
+ * line's pam, or auth_type = pam; the caller sets pam_service and
+ * pam_rhost first. */
 enum client_auth_rule { AUTH_RULE_AUTH_TYPE, AUTH_RULE_TRUST, AUTH_RULE_MD5, AUTH_RULE_SCRAM, AUTH_RULE_PASSWORD,
-			AUTH_RULE_LDAP };
+			AUTH_RULE_LDAP, AUTH_RULE_PAM };
 /* The stored secret a password given in clear is checked against. */
 enum client_auth_secret { AUTH_SECRET_PLAIN, AUTH_SECRET_MD5, AUTH_SECRET_SCRAM };
 
@@ -51,15 +62,18 @@ struct client_auth {
 	enum client_auth_secret secret_kind;
 	uint8_t plain_digest[SCRAM_KEY_LEN];   /* SHA-256 of a plaintext secret */
 	struct scram_secret verifier;          /* a SCRAM secret (or an unknown user's fake) */
-	/* ldap: the options (the caller's copy; the bind takes them), the
-	 * bind under way, its verdict and why, and the password the server
-	 * took, kept for the user's logins to servers (auth_client_ldap_password). */
+	/* ldap: the options (the caller's copy; the bind takes them); pam:
+	 * the service and the client's address (the caller's copies). Then
+	 * the check under way, its verdict and why, and the password it
+	 * took, kept for the user's logins to servers
+	 * (auth_client_proven_password). */
 	struct ldap_opts ldap;
+	char *pam_service, *pam_rhost;
 	struct offload *offload;
-	struct ldap_auth_job *ldap_job;
-	enum ldap_auth_verdict ldap_verdict;
-	char *ldap_password;
-	char ldap_why[LDAP_AUTH_WHY_MAX];
+	struct offload_job *pwcheck_job;
+	enum pwcheck_verdict pwcheck_verdict;
+	char *pwcheck_password;
+	char pwcheck_why[PWCHECK_WHY_MAX];
 	/* The derivation for a SCRAM secret: set by the caller before
 	 * auth_client_begin, derived(arg) is called on the loop when it is
 	 * over (never after auth_client_free). */
@@ -103,11 +117,13 @@ static inline bool auth_client_pending(const struct client_auth *a)
 {
 	return a->step == CLIENT_AUTH_DERIVING;
 }
-/* ldap, once AUTH_OK: the password the LDAP server took (the user's
- * servers are logged in to with it); NULL for the other methods. */
-static inline const char *auth_client_ldap_password(const struct client_auth *a)
+/* ldap, pam, once AUTH_OK: the password the LDAP server or PAM took (the
+ * user's servers are logged in to with it); NULL for the other methods. */
+static inline const char *auth_client_proven_password(const struct client_auth *a)
 {
-	return a->method == CLIENT_AUTH_LDAP && a->ldap_verdict == LDAP_AUTH_OK ? a->ldap_password : NULL;
+	return (a->method == CLIENT_AUTH_LDAP || a->method == CLIENT_AUTH_PAM) && a->pwcheck_verdict == PWCHECK_OK
+		       ? a->pwcheck_password
+		       : NULL;
 }
 /* Cancel a derivation or bind under way, wipe the state (keys, hashes,
  * passwords), free it. NULL: nothing. */

@@ -22,8 +22,9 @@ static inline bool pool_mode_per_transaction(enum pool_mode m) { return m != POO
 /* password: the client sends its password in clear (PostgreSQL's hba
  * method "password", PgBouncer's auth_type plain), checked against the
  * stored secret whatever its form. */
-/* LDAP: the password in clear, checked by an LDAP server as auth_ldap_options says. */
-enum auth_type { AUTH_TYPE_SCRAM, AUTH_TYPE_MD5, AUTH_TYPE_TRUST, AUTH_TYPE_PASSWORD, AUTH_TYPE_LDAP };
+/* LDAP: the password in clear, checked by an LDAP server as auth_ldap_options says.
+ * PAM: the password in clear, checked by PAM's service auth_pam_service. */
+enum auth_type { AUTH_TYPE_SCRAM, AUTH_TYPE_MD5, AUTH_TYPE_TRUST, AUTH_TYPE_PASSWORD, AUTH_TYPE_LDAP, AUTH_TYPE_PAM };
 enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARNING, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG, LOG_LEVEL_TRACE };
 enum server_role { SERVER_ROLE_PRIMARY, SERVER_ROLE_REPLICA, SERVER_ROLE_AUTO };
 enum default_role { DEFAULT_ROLE_ANY, DEFAULT_ROLE_PRIMARY, DEFAULT_ROLE_REPLICA };
@@ -247,6 +248,7 @@ struct config_general {
 	char *auth_hba_file;      /* "" = none: auth_type for every login */
 	char *auth_ident_file;    /* "" = none: user name maps for hba lines' map= (peer, cert) */
 	char *auth_ldap_options;  /* "" = none: auth_type = ldap's options (ldap_opts.h), as an hba line's */
+	char *auth_pam_service;   /* PAM's service of auth_type = pam and hba pam lines (pgbouncer.ini: "pgbouncer") */
 	char *auth_query;         /* run as auth_user for users found nowhere else (auth_query.c) */
 	char *auth_user;          /* "" = auth_query off */
 	char *auth_dbname;        /* "": auth_query runs in the pool's own database; else that pool's */

@@ -22,8 +22,9 @@ enum hba_conn_type { HBA_LOCAL, HBA_HOST, HBA_HOSTSSL, HBA_HOSTNOSSL };
  * peer: local lines only, the client's OS user (the kernel's peer
  * credentials) is the user name, or maps to it (map=, auth_ident_file). */
 /* ldap: the password in clear, checked by binding to an LDAP server
- * (ldap_opts.h: the line's options say where and how). */
-enum hba_method { HBA_TRUST, HBA_REJECT, HBA_MD5, HBA_SCRAM, HBA_CERT, HBA_PASSWORD, HBA_PEER, HBA_LDAP };
+ * (ldap_opts.h: the line's options say where and how). pam: the password
+ * in clear, checked by PAM (pamservice=, else auth_pam_service). */
+enum hba_method { HBA_TRUST, HBA_REJECT, HBA_MD5, HBA_SCRAM, HBA_CERT, HBA_PASSWORD, HBA_PEER, HBA_LDAP, HBA_PAM };
 
 /* A database or user column: keywords and names (a comma list). */
 struct hba_names {
@@ -44,6 +45,7 @@ struct hba_rule {
 	enum hba_method method;
 	char *map;                   /* map=NAME (peer, cert): a map of auth_ident_file; NULL = the name itself */
 	struct ldap_opts ldap;       /* method ldap: its options (finished) */
+	char *pam_service;           /* method pam: pamservice=NAME; NULL = auth_pam_service */
 };
 
 struct hba {

@@ -18,34 +18,20 @@
 #include <stddef.h>
 
 #include "ldap_opts.h"
+#include "pwcheck.h"
 
 #define LDAP_AUTH_TIMEOUT_S 10   /* each connect, bind and search */
-#define LDAP_AUTH_WHY_MAX 256
-
-enum ldap_auth_verdict {
-	LDAP_AUTH_OK,       /* the server took the password */
-	LDAP_AUTH_DENIED,   /* wrong password, no such entry, or an entry not unique */
-	LDAP_AUTH_ERROR,    /* the server could not be asked (down, TLS, a bad search) */
-};
 
 /* Blocking: binds as user with password as o says. why: what went wrong,
  * for the log (never the password). An empty password is refused before
  * any server is asked (a simple bind with none is an anonymous login). */
-enum ldap_auth_verdict ldap_auth_check(const struct ldap_opts *o, const char *user, const char *password, char *why,
-				       size_t why_len);
+enum pwcheck_verdict ldap_auth_check(const struct ldap_opts *o, const char *user, const char *password, char *why,
+				     size_t why_len);
 
-struct offload;
-struct ldap_auth_job;
-/* The verdict, on the loop (why as for ldap_auth_check). */
-typedef void (*ldap_auth_done_fn)(void *arg, enum ldap_auth_verdict v, const char *why);
-
-/* Checks user's password off the loop: done(arg, ...) comes later, on the
- * loop, unless cancelled. The job takes o's strings (o is zeroed) and
- * copies user and password (wiped when it ends). NULL: out of memory or
- * no thread (o freed). */
-struct ldap_auth_job *ldap_auth_start(struct offload *off, struct ldap_opts *o, const char *user, const char *password,
-				      ldap_auth_done_fn done, void *arg) __attribute__((warn_unused_result));
-/* The login is gone: done will not be called. */
-void ldap_auth_cancel(struct offload *off, struct ldap_auth_job *j);
+/* Checks user's password off the loop (pwcheck.h): the job takes o's
+ * strings (o is zeroed). NULL: out of memory or no thread (o freed);
+ * cancelled with offload_cancel. */
+struct offload_job *ldap_auth_start(struct offload *off, struct ldap_opts *o, const char *user, const char *password,
+				    pwcheck_done_fn done, void *arg) __attribute__((warn_unused_result));
 
 #endif

@@ -17,6 +17,7 @@
 #ifndef PGCAT_OFFLOAD_H
 #define PGCAT_OFFLOAD_H
 
+#include <pthread.h>
 #include <stdbool.h>
 
 #include <event2/event.h>
@@ -46,6 +47,9 @@ bool offload_submit(struct offload *o, struct offload_job *j) __attribute__((war
 /* Nobody waits for j any more: freed now if it has not started, else when
  * it ends; done is not called. */
 void offload_cancel(struct offload *o, struct offload_job *j);
+/* A mutex for the calls that must not run at once on o's threads (PAM's:
+ * pam_auth.c holds it around them). */
+pthread_mutex_t *offload_serial_lock(struct offload *o);
 /* At exit: queued and finished jobs freed (free), the threads stopped; a
  * thread inside a blocking call is waited for (the calls have timeouts). */
 void offload_free(struct offload *o);

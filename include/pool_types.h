@@ -135,7 +135,7 @@ struct pool {
 	/* A user found by auth_query, in no config (auth_query.c): its
 	 * settings, owned (cuser points here); NULL for the config's users. */
 	struct config_user *own_user;
-	/* own_user's password was proven by an LDAP server (login.c), not
+	/* own_user's password was proven by an LDAP server or PAM (login.c), not
 	 * found by auth_query: reloads keep the pool while its database is
 	 * configured, with or without auth_query. */
 	bool proven;

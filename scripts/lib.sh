@@ -10,7 +10,7 @@ PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 # socat: PgBouncer's own test suite starts it as a TCP proxy
 # (test/peers/pgbouncer_suite.py).
 APT_PACKAGES="build-essential autoconf automake libtool pkg-config \
-libevent-dev libssl-dev libc-ares-dev libpg-query-dev libinih-dev liburing-dev libidn-dev libldap-dev check \
+libevent-dev libssl-dev libc-ares-dev libpg-query-dev libinih-dev liburing-dev libidn-dev libldap-dev libpam0g-dev check \
 postgresql-15 postgresql-client-15 python3 python3-venv git tar \
 prometheus-pgbouncer-exporter iproute2 socat slapd ldap-utils"
 

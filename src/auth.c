@@ -27,8 +27,11 @@
 #include "bconn.h"
 #include "config.h"
 #include "kdf.h"
+#include "ldap_auth.h"
 #include "list.h"
 #include "log.h"
+#include "offload.h"
+#include "pam_auth.h"
 #include "pktbuf.h"
 #include "pool.h"
 #include "proto.h"
@@ -135,8 +138,9 @@ enum auth_outcome auth_client_begin(struct worker *w, const char *user, const st
 	case AUTH_RULE_MD5: type = AUTH_TYPE_MD5; break;
 	case AUTH_RULE_PASSWORD: type = AUTH_TYPE_PASSWORD; break;
 	case AUTH_RULE_LDAP:
-		/* The LDAP server decides; auth_file's secret plays no part. */
-		a->method = CLIENT_AUTH_LDAP;
+	case AUTH_RULE_PAM:
+		/* The LDAP server or PAM decides; auth_file's secret plays no part. */
+		a->method = a->rule == AUTH_RULE_LDAP ? CLIENT_AUTH_LDAP : CLIENT_AUTH_PAM;
 		a->step = CLIENT_AUTH_WANT_CLEARTEXT;
 		pktbuf_auth_request(&pb, AUTH_REQ_PASSWORD, NULL, 0);
 		send_pkt(out, &pb);
@@ -155,8 +159,8 @@ enum auth_outcome auth_client_begin(struct worker *w, const char *user, const st
 	}
 	if (type == AUTH_TYPE_TRUST)
 		return cred ? AUTH_OK : AUTH_FAILED;
-	if (type == AUTH_TYPE_LDAP)
-		return AUTH_FAILED;   /* (no options: the caller makes it AUTH_RULE_LDAP when there are) */
+	if (type == AUTH_TYPE_LDAP || type == AUTH_TYPE_PAM)
+		return AUTH_FAILED;   /* (the caller makes them AUTH_RULE_LDAP and AUTH_RULE_PAM) */
 	/* Any stored form serves the password in clear. */
 	if (type == AUTH_TYPE_PASSWORD)
 		return begin_cleartext(w, user, pw, a, out);
@@ -224,33 +228,37 @@ static void derived(struct kdf_request *req, bool ok, const uint8_t *salted)
 	a->derived(a->arg);
 }
 
-/* ldap_auth's verdict, on the loop. */
-static void ldap_checked(void *arg, enum ldap_auth_verdict v, const char *why)
+/* The LDAP server's or PAM's verdict, on the loop. */
+static void pwcheck_done(void *arg, enum pwcheck_verdict v, const char *why)
 {
 	struct client_auth *a = arg;
-	a->ldap_job = NULL;   /* (freed after this call) */
-	a->ldap_verdict = v;
-	snprintf(a->ldap_why, sizeof a->ldap_why, "%s", why);
+	a->pwcheck_job = NULL;   /* (freed after this call) */
+	a->pwcheck_verdict = v;
+	snprintf(a->pwcheck_why, sizeof a->pwcheck_why, "%s", why);
 	a->step = CLIENT_AUTH_DERIVED;
 	a->derived(a->arg);
 }
 
-/* ldap: the password goes to the LDAP server, off the loop. */
-static enum auth_outcome check_ldap(struct worker *w, struct client_auth *a, const char *user, const char *given)
+/* ldap, pam: the password goes to the LDAP server or to PAM, off the loop. */
+static enum auth_outcome check_outside(struct worker *w, struct client_auth *a, const char *user, const char *given)
 {
-	a->ldap_verdict = LDAP_AUTH_DENIED;
+	a->pwcheck_verdict = PWCHECK_DENIED;
 	if (!given[0]) {
-		/* (a bind with no password would be an anonymous login) */
-		snprintf(a->ldap_why, sizeof a->ldap_why, "empty password");
+		/* (an LDAP bind with no password would be an anonymous login) */
+		snprintf(a->pwcheck_why, sizeof a->pwcheck_why, "empty password");
 		return AUTH_FAILED;
 	}
-	a->ldap_password = strdup(given);
-	if (!a->ldap_password)
+	a->pwcheck_password = strdup(given);
+	if (!a->pwcheck_password)
 		return AUTH_FAILED;
 	a->offload = w->offload;
-	a->ldap_job = ldap_auth_start(w->offload, &a->ldap, user, given, ldap_checked, a);
-	if (!a->ldap_job) {
-		snprintf(a->ldap_why, sizeof a->ldap_why, "out of memory, or no thread to ask the LDAP server on");
+	if (a->method == CLIENT_AUTH_LDAP)
+		a->pwcheck_job = ldap_auth_start(w->offload, &a->ldap, user, given, pwcheck_done, a);
+	else
+		a->pwcheck_job = pam_auth_start(w->offload, offload_serial_lock(w->offload), a->pam_service,
+						a->pam_rhost, user, given, pwcheck_done, a);
+	if (!a->pwcheck_job) {
+		snprintf(a->pwcheck_why, sizeof a->pwcheck_why, "out of memory, or no thread to ask on");
 		return AUTH_FAILED;
 	}
 	a->step = CLIENT_AUTH_DERIVING;
@@ -261,8 +269,8 @@ enum auth_outcome auth_client_resume(struct pool *passthrough, struct client_aut
 {
 	if (a->step != CLIENT_AUTH_DERIVED)
 		return AUTH_PROTOCOL_ERROR;
-	if (a->method == CLIENT_AUTH_LDAP)
-		return a->ldap_verdict == LDAP_AUTH_OK ? AUTH_OK : AUTH_FAILED;
+	if (a->method == CLIENT_AUTH_LDAP || a->method == CLIENT_AUTH_PAM)
+		return a->pwcheck_verdict == PWCHECK_OK ? AUTH_OK : AUTH_FAILED;
 	uint8_t client_key[SCRAM_KEY_LEN];
 	bool ok = a->derive_ok && scram_secret_check_salted(&a->verifier, a->salted, client_key);
 	OPENSSL_cleanse(a->salted, sizeof a->salted);
@@ -327,12 +335,14 @@ void auth_client_free(struct client_auth *a)
 	if (!a)
 		return;
 	kdf_cancel(&a->req);   /* its result must not reach a login that is gone */
-	if (a->ldap_job)
-		ldap_auth_cancel(a->offload, a->ldap_job);
+	if (a->pwcheck_job)
+		offload_cancel(a->offload, a->pwcheck_job);
 	ldap_opts_free(&a->ldap);
-	if (a->ldap_password) {
-		OPENSSL_cleanse(a->ldap_password, strlen(a->ldap_password));
-		free(a->ldap_password);
+	free(a->pam_service);
+	free(a->pam_rhost);
+	if (a->pwcheck_password) {
+		OPENSSL_cleanse(a->pwcheck_password, strlen(a->pwcheck_password));
+		free(a->pwcheck_password);
 	}
 	/* md5 hashes, the digest of a password, the SCRAM keys: the whole
 	 * state, whatever the method. */
@@ -414,8 +424,8 @@ enum auth_outcome auth_client_step(struct worker *w, struct pool *passthrough, s
 		const char *given;
 		if (!proto_read_cstring(body, len, &off, &given) || off != len)
 			return AUTH_PROTOCOL_ERROR;
-		if (a->method == CLIENT_AUTH_LDAP)
-			return check_ldap(w, a, user, given);
+		if (a->method == CLIENT_AUTH_LDAP || a->method == CLIENT_AUTH_PAM)
+			return check_outside(w, a, user, given);
 		return check_cleartext(w, passthrough, a, user, given);
 	}
 	case CLIENT_AUTH_DERIVING:

@@ -52,7 +52,7 @@ static const char *const pool_mode_names[] = {
 };
 static const char *const auth_type_names[] = {
 	[AUTH_TYPE_SCRAM] = "scram-sha-256", [AUTH_TYPE_MD5] = "md5", [AUTH_TYPE_TRUST] = "trust",
-	[AUTH_TYPE_PASSWORD] = "password", [AUTH_TYPE_LDAP] = "ldap",
+	[AUTH_TYPE_PASSWORD] = "password", [AUTH_TYPE_LDAP] = "ldap", [AUTH_TYPE_PAM] = "pam",
 };
 /* PgBouncer's name for it, for those who come from a pgbouncer.ini. */
 static const struct enum_alias auth_type_aliases[] = { { "plain", AUTH_TYPE_PASSWORD } };

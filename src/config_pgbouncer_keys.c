@@ -449,7 +449,7 @@ static void apply_key(struct pgb *g, const struct pgb_key *k, const char *value)
 static void fn_auth_type(struct pgb *g, const struct pgb_key *k, const char *value)
 {
 	if (ci_equal(value, "md5") || ci_equal(value, "scram-sha-256") || ci_equal(value, "trust") ||
-	    ci_equal(value, "ldap")) {
+	    ci_equal(value, "ldap") || ci_equal(value, "pam")) {
 		emit(g, k, "auth_type", value);
 		return;
 	}
@@ -466,8 +466,8 @@ static void fn_auth_type(struct pgb *g, const struct pgb_key *k, const char *val
 			pgb_error(g, k->name, "\"%s\" cannot be SET: edit the file and RELOAD", value);
 		return;
 	}
-	pgb_error(g, k->name, "\"%s\" is not supported yet: pgcat knows md5, scram-sha-256, plain, trust, hba, cert "
-		  "and ldap", value);
+	pgb_error(g, k->name, "\"%s\" is not supported yet: pgcat knows md5, scram-sha-256, plain, trust, hba, cert, "
+		  "ldap and pam", value);
 }
 
 /* auth_hba_file and auth_ident_file. */
@@ -691,6 +691,12 @@ void pgb_finish_settings(struct pgb *g)
 	finish_auth_type(g);
 	/* PgBouncer's timeouts close the client and its server. */
 	cfg->general.timeout_action = TIMEOUT_ACTION_DISCONNECT;
+	/* and its PAM service is "pgbouncer" (/etc/pam.d/pgbouncer). */
+	char *service = p_strdup(g->p, "pgbouncer");
+	if (service != NULL) {
+		free(cfg->general.auth_pam_service);
+		cfg->general.auth_pam_service = service;
+	}
 	/* and its clients wait for a server that cannot be reached. */
 	cfg->general.unreachable_server = UNREACHABLE_SERVER_WAIT;
 	/* The console's users are admin_users and stats_users, as PgBouncer's:

@@ -234,7 +234,7 @@ static bool read_method(struct line *ln, const char *m, struct hba_rule *r)
 	static const struct { const char *name; enum hba_method m; } methods[] = {
 		{ "trust", HBA_TRUST }, { "reject", HBA_REJECT }, { "md5", HBA_MD5 },
 		{ "scram-sha-256", HBA_SCRAM }, { "cert", HBA_CERT }, { "password", HBA_PASSWORD },
-		{ "peer", HBA_PEER }, { "ldap", HBA_LDAP },
+		{ "peer", HBA_PEER }, { "ldap", HBA_LDAP }, { "pam", HBA_PAM },
 	};
 	for (size_t k = 0; k < sizeof methods / sizeof methods[0]; k++) {
 		if (strcmp(m, methods[k].name) == 0) {
@@ -250,18 +250,18 @@ static bool read_method(struct line *ln, const char *m, struct hba_rule *r)
 			return true;
 		}
 	}
-	static const char *const known[] = { "ident", "gss", "sspi", "pam", "radius", "bsd", "oauth" };
+	static const char *const known[] = { "ident", "gss", "sspi", "radius", "bsd", "oauth" };
 	for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
 		if (strcmp(m, known[k]) == 0)
 			return conf_fail(ln->st, "method \"%s\" is not supported by pgcat (trust, reject, md5, scram-sha-256, password, "
-				    "cert, peer, ldap)", m);
-	return conf_fail(ln->st, "unknown method \"%s\" (trust, reject, md5, scram-sha-256, password, cert, peer, ldap)",
-			 m);
+				    "cert, peer, ldap, pam)", m);
+	return conf_fail(ln->st, "unknown method \"%s\" (trust, reject, md5, scram-sha-256, password, cert, peer, ldap, "
+			 "pam)", m);
 }
 
 /* NAME=VALUE options after the method: map= for peer and cert (the
  * methods that get a user name from elsewhere), as PostgreSQL allows it;
- * ldap*= for ldap. A value may be quoted in part (ldapprefix="uid="),
+ * ldap*= for ldap; pamservice= for pam. A value may be quoted in part (ldapprefix="uid="),
  * and options may be separated by commas, as PostgreSQL reads them. */
 static bool read_option(struct line *ln, const struct conf_token *it, struct hba_rule *r)
 {
@@ -275,6 +275,20 @@ static bool read_option(struct line *ln, const struct conf_token *it, struct hba
 			if (strcmp(why, "out of memory") == 0)
 				ln->st->oom = true;
 			return conf_fail(ln->st, "%s", why);
+		}
+		return true;
+	}
+	if (r->method == HBA_PAM) {
+		if ((size_t)(eq - o) != 10 || strncmp(o, "pamservice", 10) != 0)
+			return conf_fail(ln->st, "option \"%s\" is not supported (pamservice= only)", o);
+		if (r->pam_service)
+			return conf_fail(ln->st, "pamservice= given twice");
+		if (eq[1] == '\0' || strchr(eq + 1, '/'))
+			return conf_fail(ln->st, "pamservice= needs a service name (a file of /etc/pam.d)");
+		r->pam_service = strdup(eq + 1);
+		if (!r->pam_service) {
+			ln->st->oom = true;
+			return false;
 		}
 		return true;
 	}
@@ -362,6 +376,7 @@ void hba_free(struct hba *h)
 		names_free(&h->rules[i].user);
 		free(h->rules[i].map);
 		ldap_opts_free(&h->rules[i].ldap);
+		free(h->rules[i].pam_service);
 	}
 	free(h->rules);
 	h->rules = NULL;
@@ -375,6 +390,7 @@ static void rule_free(struct hba_rule *r)
 	names_free(&r->user);
 	free(r->map);
 	ldap_opts_free(&r->ldap);
+	free(r->pam_service);
 }
 
 static bool add_rule(struct hba *h, const struct hba_rule *r, struct conf_status *st)
@@ -501,6 +517,7 @@ const char *hba_method_name(enum hba_method m)
 	case HBA_PASSWORD: return "password";
 	case HBA_PEER: return "peer";
 	case HBA_LDAP: return "ldap";
+	case HBA_PAM: return "pam";
 	}
 	return "?";
 }

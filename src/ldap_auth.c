@@ -12,9 +12,8 @@
 #include <string.h>
 #include <sys/time.h>
 
-#include "offload.h"
 
-__attribute__((format(printf, 4, 5))) static enum ldap_auth_verdict say(enum ldap_auth_verdict v, char *why,
+__attribute__((format(printf, 4, 5))) static enum pwcheck_verdict say(enum pwcheck_verdict v, char *why,
 									  size_t why_len, const char *fmt, ...)
 {
 	va_list ap;
@@ -109,33 +108,33 @@ static int simple_bind(LDAP *ld, const char *dn, const char *password)
 }
 
 /* search+bind: the DN of user's one entry into *dn (ldap_memfree). */
-static enum ldap_auth_verdict find_dn(LDAP *ld, const struct ldap_opts *o, const char *user, char **dn, char *why,
+static enum pwcheck_verdict find_dn(LDAP *ld, const struct ldap_opts *o, const char *user, char **dn, char *why,
 				      size_t why_len)
 {
 	const char *binddn = o->binddn ? o->binddn : "";
 	int rc = simple_bind(ld, binddn, o->bindpasswd ? o->bindpasswd : "");
 	if (rc != LDAP_SUCCESS)
-		return say(LDAP_AUTH_ERROR, why, why_len, "could not bind for the search as \"%.80s\": %s", binddn,
+		return say(PWCHECK_ERROR, why, why_len, "could not bind for the search as \"%.80s\": %s", binddn,
 			   ldap_err2string(rc));
 	char *filter = search_filter(o, user);
 	if (!filter)
-		return say(LDAP_AUTH_ERROR, why, why_len, "out of memory");
+		return say(PWCHECK_ERROR, why, why_len, "out of memory");
 	char *attrs[] = { (char *)LDAP_NO_ATTRS, NULL };
 	struct timeval tv = { .tv_sec = LDAP_AUTH_TIMEOUT_S };
 	LDAPMessage *res = NULL;
 	rc = ldap_search_ext_s(ld, o->basedn, (int)o->scope, filter, attrs, 0, NULL, NULL, &tv, 2, &res);
-	enum ldap_auth_verdict v = LDAP_AUTH_OK;
+	enum pwcheck_verdict v = PWCHECK_OK;
 	int n = res ? ldap_count_entries(ld, res) : 0;
 	if (rc != LDAP_SUCCESS && !(rc == LDAP_SIZELIMIT_EXCEEDED && n > 1)) {
-		v = say(LDAP_AUTH_ERROR, why, why_len, "could not search for \"%.80s\" under \"%.80s\": %s", filter,
+		v = say(PWCHECK_ERROR, why, why_len, "could not search for \"%.80s\" under \"%.80s\": %s", filter,
 			o->basedn, ldap_err2string(rc));
 	} else if (n != 1) {
-		v = say(LDAP_AUTH_DENIED, why, why_len, "the search for \"%.80s\" under \"%.80s\" found %s", filter,
+		v = say(PWCHECK_DENIED, why, why_len, "the search for \"%.80s\" under \"%.80s\" found %s", filter,
 			o->basedn, n == 0 ? "no entry" : "more than one entry");
 	} else {
 		*dn = ldap_get_dn(ld, ldap_first_entry(ld, res));
 		if (!*dn)
-			v = say(LDAP_AUTH_ERROR, why, why_len, "the entry found for \"%.80s\" has no DN", filter);
+			v = say(PWCHECK_ERROR, why, why_len, "the entry found for \"%.80s\" has no DN", filter);
 	}
 	if (res)
 		ldap_msgfree(res);
@@ -143,35 +142,35 @@ static enum ldap_auth_verdict find_dn(LDAP *ld, const struct ldap_opts *o, const
 	return v;
 }
 
-enum ldap_auth_verdict ldap_auth_check(const struct ldap_opts *o, const char *user, const char *password, char *why,
+enum pwcheck_verdict ldap_auth_check(const struct ldap_opts *o, const char *user, const char *password, char *why,
 				       size_t why_len)
 {
 	if (!password[0])
-		return say(LDAP_AUTH_DENIED, why, why_len, "empty password");
+		return say(PWCHECK_DENIED, why, why_len, "empty password");
 	if (!user_name_ok(user))
-		return say(LDAP_AUTH_DENIED, why, why_len, "the user name has characters LDAP authentication refuses");
+		return say(PWCHECK_DENIED, why, why_len, "the user name has characters LDAP authentication refuses");
 	char *uris = server_uris(o);
 	if (!uris)
-		return say(LDAP_AUTH_ERROR, why, why_len, "out of memory");
+		return say(PWCHECK_ERROR, why, why_len, "out of memory");
 	LDAP *ld = NULL;
 	int rc = ldap_initialize(&ld, uris);
 	if (rc != LDAP_SUCCESS || !ld) {
-		say(LDAP_AUTH_ERROR, why, why_len, "could not initialize LDAP for \"%.80s\": %s", uris, ldap_err2string(rc));
+		say(PWCHECK_ERROR, why, why_len, "could not initialize LDAP for \"%.80s\": %s", uris, ldap_err2string(rc));
 		free(uris);
-		return LDAP_AUTH_ERROR;
+		return PWCHECK_ERROR;
 	}
 	int version = LDAP_VERSION3;
 	struct timeval tv = { .tv_sec = LDAP_AUTH_TIMEOUT_S };
-	enum ldap_auth_verdict v = LDAP_AUTH_OK;
+	enum pwcheck_verdict v = PWCHECK_OK;
 	if ((rc = ldap_set_option(ld, LDAP_OPT_PROTOCOL_VERSION, &version)) != LDAP_OPT_SUCCESS ||
 	    (rc = ldap_set_option(ld, LDAP_OPT_NETWORK_TIMEOUT, &tv)) != LDAP_OPT_SUCCESS ||
 	    (rc = ldap_set_option(ld, LDAP_OPT_TIMEOUT, &tv)) != LDAP_OPT_SUCCESS ||
 	    (rc = ldap_set_option(ld, LDAP_OPT_REFERRALS, LDAP_OPT_OFF)) != LDAP_OPT_SUCCESS)
-		v = say(LDAP_AUTH_ERROR, why, why_len, "could not set LDAP options: %s", ldap_err2string(rc));
-	if (v == LDAP_AUTH_OK && o->starttls && (rc = ldap_start_tls_s(ld, NULL, NULL)) != LDAP_SUCCESS)
-		v = say(LDAP_AUTH_ERROR, why, why_len, "could not start TLS with %s: %s", uris, ldap_err2string(rc));
+		v = say(PWCHECK_ERROR, why, why_len, "could not set LDAP options: %s", ldap_err2string(rc));
+	if (v == PWCHECK_OK && o->starttls && (rc = ldap_start_tls_s(ld, NULL, NULL)) != LDAP_SUCCESS)
+		v = say(PWCHECK_ERROR, why, why_len, "could not start TLS with %s: %s", uris, ldap_err2string(rc));
 	char *dn = NULL, *built = NULL;
-	if (v == LDAP_AUTH_OK) {
+	if (v == PWCHECK_OK) {
 		if (o->basedn) {
 			v = find_dn(ld, o, user, &dn, why, why_len);
 		} else {
@@ -181,17 +180,17 @@ enum ldap_auth_verdict ldap_auth_check(const struct ldap_opts *o, const char *us
 			if (built)
 				snprintf(built, n, "%s%s%s", pre, user, suf);
 			else
-				v = say(LDAP_AUTH_ERROR, why, why_len, "out of memory");
+				v = say(PWCHECK_ERROR, why, why_len, "out of memory");
 		}
 	}
-	if (v == LDAP_AUTH_OK) {
+	if (v == PWCHECK_OK) {
 		const char *bind_dn = dn ? dn : built;
 		rc = simple_bind(ld, bind_dn, password);
 		if (rc == LDAP_INVALID_CREDENTIALS)
-			v = say(LDAP_AUTH_DENIED, why, why_len, "bind as \"%.80s\" on %s: %s", bind_dn, uris,
+			v = say(PWCHECK_DENIED, why, why_len, "bind as \"%.80s\" on %s: %s", bind_dn, uris,
 				ldap_err2string(rc));
 		else if (rc != LDAP_SUCCESS)
-			v = say(LDAP_AUTH_ERROR, why, why_len, "bind as \"%.80s\" on %s: %s", bind_dn, uris,
+			v = say(PWCHECK_ERROR, why, why_len, "bind as \"%.80s\" on %s: %s", bind_dn, uris,
 				ldap_err2string(rc));
 	}
 	if (dn)
@@ -204,67 +203,26 @@ enum ldap_auth_verdict ldap_auth_check(const struct ldap_opts *o, const char *us
 
 /* ---- off the loop ---- */
 
-struct ldap_auth_job {
-	struct offload_job job;   /* first */
-	struct ldap_opts opts;
-	char *user, *password;
-	ldap_auth_done_fn done;
-	void *arg;
-	enum ldap_auth_verdict verdict;
-	char why[LDAP_AUTH_WHY_MAX];
-};
-
-static void job_free(struct offload_job *oj)
+static enum pwcheck_verdict check_job(void *ctx, const char *user, const char *password, char *why, size_t why_len)
 {
-	struct ldap_auth_job *j = (struct ldap_auth_job *)oj;
-	ldap_opts_free(&j->opts);
-	if (j->password) {
-		explicit_bzero(j->password, strlen(j->password));
-		free(j->password);
-	}
-	free(j->user);
-	free(j);
+	return ldap_auth_check(ctx, user, password, why, why_len);
 }
 
-static void job_run(struct offload_job *oj)
+static void opts_free(void *ctx)
 {
-	struct ldap_auth_job *j = (struct ldap_auth_job *)oj;
-	j->verdict = ldap_auth_check(&j->opts, j->user, j->password, j->why, sizeof j->why);
+	ldap_opts_free(ctx);
+	free(ctx);
 }
 
-static void job_done(struct offload_job *oj)
+struct offload_job *ldap_auth_start(struct offload *off, struct ldap_opts *o, const char *user, const char *password,
+				    pwcheck_done_fn done, void *arg)
 {
-	struct ldap_auth_job *j = (struct ldap_auth_job *)oj;
-	j->done(j->arg, j->verdict, j->why);
-	job_free(oj);
-}
-
-struct ldap_auth_job *ldap_auth_start(struct offload *off, struct ldap_opts *o, const char *user, const char *password,
-				      ldap_auth_done_fn done, void *arg)
-{
-	struct ldap_auth_job *j = calloc(1, sizeof *j);
-	if (!j) {
+	struct ldap_opts *mine = malloc(sizeof *mine);
+	if (!mine) {
 		ldap_opts_free(o);
 		return NULL;
 	}
-	j->opts = *o;
+	*mine = *o;
 	*o = (struct ldap_opts){ 0 };
-	j->user = strdup(user);
-	j->password = strdup(password);
-	j->done = done;
-	j->arg = arg;
-	j->job.run = job_run;
-	j->job.done = job_done;
-	j->job.free = job_free;
-	if (!j->user || !j->password || !off || !offload_submit(off, &j->job)) {
-		job_free(&j->job);
-		return NULL;
-	}
-	return j;
-}
-
-void ldap_auth_cancel(struct offload *off, struct ldap_auth_job *j)
-{
-	if (j)
-		offload_cancel(off, &j->job);
+	return pwcheck_start(off, check_job, mine, opts_free, user, password, done, arg);
 }

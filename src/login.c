@@ -306,17 +306,23 @@ static bool system_user_ok(struct client *c, const struct hba_rule *r, const cha
 }
 
 /* The method of c's login: its auth_hba_file line's, or auth_type's
- * (AUTH_RULE_AUTH_TYPE), and for ldap the options (*ldap, the config's).
- * false: refused (c closed). */
-static bool hba_decide(struct client *c, enum client_auth_rule *rule, const struct ldap_opts **ldap)
+ * (AUTH_RULE_AUTH_TYPE); for ldap the options (*ldap, the config's), for
+ * pam the service (*pam_service, the config's). false: refused (c closed). */
+static bool hba_decide(struct client *c, enum client_auth_rule *rule, const struct ldap_opts **ldap,
+		       const char **pam_service)
 {
-	const struct hba *h = c->w->cfg->hba;
+	const struct config *cfg = c->w->cfg;
+	const struct hba *h = cfg->hba;
 	*rule = AUTH_RULE_AUTH_TYPE;
 	*ldap = NULL;
+	*pam_service = NULL;
 	if (!h) {
-		if (c->w->cfg->general.auth_type == AUTH_TYPE_LDAP && c->w->cfg->ldap) {
+		if (cfg->general.auth_type == AUTH_TYPE_LDAP && cfg->ldap) {
 			*rule = AUTH_RULE_LDAP;
-			*ldap = c->w->cfg->ldap;
+			*ldap = cfg->ldap;
+		} else if (cfg->general.auth_type == AUTH_TYPE_PAM) {
+			*rule = AUTH_RULE_PAM;
+			*pam_service = cfg->general.auth_pam_service;
 		}
 		return true;
 	}
@@ -375,6 +381,10 @@ static bool hba_decide(struct client *c, enum client_auth_rule *rule, const stru
 		*rule = AUTH_RULE_LDAP;
 		*ldap = &r->ldap;
 		break;
+	case HBA_PAM:
+		*rule = AUTH_RULE_PAM;
+		*pam_service = r->pam_service ? r->pam_service : cfg->general.auth_pam_service;
+		break;
 	case HBA_TRUST:
 	case HBA_CERT:   /* (its certificate checked above: the login is done) */
 	case HBA_PEER:   /* (its OS user checked above) */
@@ -392,14 +402,15 @@ static bool hba_decide(struct client *c, enum client_auth_rule *rule, const stru
 static void close_auth_failed(struct client *c)
 {
 	enum client_auth_method m = c->auth ? c->auth->method : CLIENT_AUTH_MD5;
-	if (m == CLIENT_AUTH_LDAP) {
+	if (m == CLIENT_AUTH_LDAP || m == CLIENT_AUTH_PAM) {
 		/* (28000 and these words: PostgreSQL's and PgBouncer's) */
-		log_info("C-%llu %s@%s: LDAP authentication failed: %s", (unsigned long long)c->id, client_user(c),
-			 client_database(c), c->auth->ldap_why);
+		const char *what = m == CLIENT_AUTH_PAM ? "PAM" : "LDAP";
+		log_info("C-%llu %s@%s: %s authentication failed: %s", (unsigned long long)c->id, client_user(c),
+			 client_database(c), what, c->auth->pwcheck_why);
 		if (c->w->cfg->pgbouncer)
-			client_close(c, SQLSTATE_INVALID_AUTHORIZATION, "LDAP authentication failed");
+			client_close(c, SQLSTATE_INVALID_AUTHORIZATION, "%s authentication failed", what);
 		else
-			client_close(c, SQLSTATE_INVALID_AUTHORIZATION, "LDAP authentication failed for user \"%s\"",
+			client_close(c, SQLSTATE_INVALID_AUTHORIZATION, "%s authentication failed for user \"%s\"", what,
 				     client_user(c));
 		return;
 	}
@@ -483,7 +494,8 @@ static void start_login(struct client *c)
 	}
 	enum client_auth_rule rule;
 	const struct ldap_opts *ldap;
-	if (!hba_decide(c, &rule, &ldap))
+	const char *pam_service;
+	if (!hba_decide(c, &rule, &ldap, &pam_service))
 		return;
 	struct auth_credentials cred = { 0 };
 	const struct auth_credentials *credp = NULL;
@@ -517,7 +529,7 @@ static void start_login(struct client *c)
 		 * this function runs again with the answer). An LDAP login
 		 * needs no lookup: the LDAP server decides, and the password it
 		 * takes logs in to the servers (ldap_pool, at the end). */
-		if (rule != AUTH_RULE_LDAP && auth_query_login(c, start_login))
+		if (rule != AUTH_RULE_LDAP && rule != AUTH_RULE_PAM && auth_query_login(c, start_login))
 			return;
 		/* Its own pool holds its credentials; the pool that serves it is
 		 * the forced user's where its database has one (pool_serving). A
@@ -547,6 +559,15 @@ authenticate:;
 	if (ldap && !ldap_opts_copy(&c->auth->ldap, ldap)) {
 		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 		return;
+	}
+	if (pam_service) {
+		char a[CLIENT_ADDR_STRLEN];
+		c->auth->pam_service = strdup(pam_service);
+		c->auth->pam_rhost = strdup(c->is_unix ? "[local]" : client_addr_str(c, a));
+		if (!c->auth->pam_service || !c->auth->pam_rhost) {
+			client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+			return;
+		}
 	}
 	c->auth->derived = auth_derived;
 	c->auth->arg = c;
@@ -808,12 +829,12 @@ static void process_auth(struct client *c)
 }
 
 
-/* An LDAP login's user: the password the LDAP server took logs in to
- * the servers. A user of no config gets a pool of its own, made now
+/* An LDAP or PAM login's user: the password the LDAP server or PAM took
+ * logs in to the servers. A user of no config gets a pool of its own, made now
  * (as auth_query's users: settings inherited, kept by reloads while its
  * database is configured), or its pool follows the password; a user the
  * config lists keeps the config's. false: c was closed. */
-static bool ldap_pool(struct client *c, const char *password)
+static bool proven_pool(struct client *c, const char *password)
 {
 	struct worker *w = c->w;
 	if (c->is_admin || c->unknown_database)
@@ -821,8 +842,8 @@ static bool ldap_pool(struct client *c, const char *password)
 	struct pool *own = pool_find(w, client_database(c), client_user(c));
 	if (own && own->cuser && own->cuser->server_only) {
 		/* (as for the other methods: no client logs in as a forced user) */
-		client_close(c, SQLSTATE_INVALID_AUTHORIZATION, "LDAP authentication failed for user \"%s\"",
-			     client_user(c));
+		client_close(c, SQLSTATE_INVALID_AUTHORIZATION, "%s authentication failed for user \"%s\"",
+			     c->auth->method == CLIENT_AUTH_PAM ? "PAM" : "LDAP", client_user(c));
 		return false;
 	}
 	if (own && own->own_user) {
@@ -842,15 +863,16 @@ static bool ldap_pool(struct client *c, const char *password)
 			return false;
 		}
 		own->proven = true;
-		log_info("pool %s user %s: made for a user the LDAP server let in", own->name, own->user);
+		log_info("pool %s user %s: made for a user %s let in", own->name, own->user,
+			 c->auth->method == CLIENT_AUTH_PAM ? "PAM" : "the LDAP server");
 	}
 	return attach_pool(c, own);
 }
 
 static void login_done(struct client *c)
 {
-	const char *ldap_password = c->auth ? auth_client_ldap_password(c->auth) : NULL;
-	if (ldap_password && !ldap_pool(c, ldap_password))
+	const char *proven = c->auth ? auth_client_proven_password(c->auth) : NULL;
+	if (proven && !proven_pool(c, proven))
 		return;
 	auth_client_free(c->auth);
 	c->auth = NULL;

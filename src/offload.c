@@ -25,6 +25,7 @@ struct offload {
 	int efd;
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
+	pthread_mutex_t serial;   /* offload_serial_lock's */
 	struct list_node queue;      /* OFFLOAD_QUEUED jobs, oldest first */
 	struct list_node finished;   /* OFFLOAD_FINISHED jobs the loop has not taken */
 	pthread_t threads[OFFLOAD_THREADS];
@@ -144,10 +145,18 @@ struct offload *offload_new(struct event_base *base)
 		free(o);
 		return NULL;
 	}
+	if (pthread_mutex_init(&o->serial, NULL) != 0) {
+		pthread_cond_destroy(&o->wake);
+		pthread_mutex_destroy(&o->lock);
+		close(o->efd);
+		free(o);
+		return NULL;
+	}
 	o->ready = event_new(base, o->efd, EV_READ | EV_PERSIST, ready_cb, o);
 	if (!o->ready || event_add(o->ready, NULL) != 0) {
 		if (o->ready)
 			event_free(o->ready);
+		pthread_mutex_destroy(&o->serial);
 		pthread_cond_destroy(&o->wake);
 		pthread_mutex_destroy(&o->lock);
 		close(o->efd);
@@ -219,8 +228,14 @@ void offload_free(struct offload *o)
 		pthread_join(o->threads[i], NULL);
 	/* What they finished meanwhile (cancelled: their owners are gone). */
 	free_jobs(&o->finished);
+	pthread_mutex_destroy(&o->serial);
 	pthread_cond_destroy(&o->wake);
 	pthread_mutex_destroy(&o->lock);
 	close(o->efd);
 	free(o);
+}
+
+pthread_mutex_t *offload_serial_lock(struct offload *o)
+{
+	return &o->serial;
 }

@@ -135,7 +135,7 @@ static bool plan_configured(struct worker *w, const struct config *newcfg, struc
 
 /* Users auth_query found: kept while their database is configured,
  * auth_query still on and no users section took them over; users an LDAP
- * server let in (proven) while their database is configured. */
+ * server or PAM let in (proven) while their database is configured. */
 static bool plan_looked_up(struct worker *w, const struct config *newcfg, struct reload_plan *pl)
 {
 	struct list_node *pos, *tmp;

@@ -179,7 +179,7 @@ START_TEST(test_key_table)
 {
 	size_t n;
 	const struct config_key_info *keys = config_general_keys(&n);
-	ck_assert_uint_eq(n, 93);
+	ck_assert_uint_eq(n, 94);
 	size_t fixed = 0;
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = i + 1; j < n; j++)
@@ -547,7 +547,8 @@ START_TEST(test_out_of_range)
 		{ "pool_mode = statements", "pool_mode: must be one of session | transaction | statement, got \"statements\"" },
 		{ "io_engine = uring", "io_engine: must be one of auto | epoll | io_uring, got \"uring\"" },
 		{ "log_level = verbose", "log_level: must be one of error | warning | info | debug | trace" },
-		{ "auth_type = pam", "auth_type: must be one of scram-sha-256 | md5 | trust | password | ldap, got \"pam\"" },
+		{ "auth_type = any", "auth_type: must be one of scram-sha-256 | md5 | trust | password | ldap | pam, got \"any\"" },
+		{ "auth_pam_service = ", "auth_pam_service: must not be empty" },
 		{ "auth_type = ldap", "auth_type: ldap needs auth_ldap_options" },
 		{ "auth_ldap_options = ldapserver=h", "auth_ldap_options: method ldap needs ldapbasedn, ldapprefix or ldapsuffix" },
 		{ "client_tls_sslmode = on", "client_tls_sslmode: must be one of disable | allow | prefer | require | "

@@ -229,7 +229,6 @@ START_TEST(test_refused_and_warned)
 		const char *start;
 	} cases[] = {
 		{ "pool_mode = bogus", false, CONFIG_PROBLEM_ERROR, "pool_mode: must be one of session | transaction | statement" },
-		{ "auth_type = pam", false, CONFIG_PROBLEM_ERROR, "auth_type: \"pam\" is not supported yet" },
 		{ "auth_type = any", false, CONFIG_PROBLEM_ERROR, "auth_type: \"any\" is not supported yet" },
 		{ "disable_pqexec = 1", false, CONFIG_PROBLEM_ERROR, "disable_pqexec: \"1\" is refused" },
 		{ "resolv_conf = /etc/other.conf", false, CONFIG_PROBLEM_ERROR, "resolv_conf: \"/etc/other.conf\" is refused" },

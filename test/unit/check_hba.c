@@ -254,7 +254,10 @@ START_TEST(test_errors_name_the_line)
 	parse_bad("host all all samehost md5\n", 1, "\"samehost\" is not supported");
 	parse_bad("host all all 0.0.0.0/0 md5 clientcert=verify-full\n", 1, "option \"clientcert=verify-full\"");
 	parse_bad("host all all 0.0.0.0/0 md5 extra\n", 1, "unexpected \"extra\"");
-	parse_bad("host all all 0.0.0.0/0 pam\n", 1, "\"pam\" is not supported");
+	parse_bad("host all all 0.0.0.0/0 radius\n", 1, "\"radius\" is not supported");
+	parse_bad("host all all 0.0.0.0/0 pam pam_use_hostname=1\n", 1, "pamservice= only");
+	parse_bad("host all all 0.0.0.0/0 pam pamservice=a pamservice=b\n", 1, "pamservice= given twice");
+	parse_bad("host all all 0.0.0.0/0 pam pamservice=../x\n", 1, "needs a service name");
 	parse_bad("host all all 0.0.0.0/0 peer\n", 1, "method peer is only for local lines");
 	parse_bad("hostssl all all 0.0.0.0/0 peer map=m\n", 1, "method peer is only for local lines");
 	parse_bad("local all all md5 map=m\n", 1, "map= is only for methods peer and cert");
@@ -394,6 +397,11 @@ START_TEST(test_ldap_options)
 	parse_bad("host all u 0.0.0.0/0 ldap ldapurl=\"http://h/dc=x\"\n", 1, "LDAP URL");
 	parse_bad("host all u 0.0.0.0/0 ldap ldapserver=h ldapbasedn=\"dc=x\n", 1, "unterminated");
 	parse_bad("host all u 0.0.0.0/0 md5 ldapserver=h\n", 1, "map= only");
+	parse_ok("host all u 0.0.0.0/0 pam pamservice=pgcat-test\nlocal all all pam\n", &h);
+	ck_assert_int_eq(h.rules[0].method, HBA_PAM);
+	ck_assert_str_eq(h.rules[0].pam_service, "pgcat-test");
+	ck_assert_ptr_null(h.rules[1].pam_service);
+	hba_free(&h);
 }
 END_TEST
 
