@@ -248,6 +248,7 @@ struct config_general {
 	char *auth_hba_file;      /* "" = none: auth_type for every login */
 	char *auth_ident_file;    /* "" = none: user name maps for hba lines' map= (peer, cert) */
 	char *auth_ldap_options;  /* "" = none: auth_type = ldap's options (ldap_opts.h), as an hba line's */
+	char *ignore_startup_parameters;   /* startup settings dropped, options' -c too (comma list; "" = none) */
 	char *auth_pam_service;   /* PAM's service of auth_type = pam and hba pam lines (pgbouncer.ini: "pgbouncer") */
 	char *auth_query;         /* run as auth_user for users found nowhere else (auth_query.c) */
 	char *auth_user;          /* "" = auth_query off */

@@ -120,6 +120,12 @@ struct params_refusal {
  * params_check_startup checks it. false: refused, *why says how
  * PostgreSQL refuses it (p may hold some of the settings). */
 bool params_apply_options(struct params *p, const char *options, struct params_refusal *why);
+/* The same, the settings named in ignore (ignore_startup_parameters: a
+ * comma or blank separated list, any case; NULL: none) dropped unread. */
+bool params_apply_options_ignoring(struct params *p, const char *options, const char *ignore,
+				   struct params_refusal *why);
+/* Whether name is in list (comma or blank separated, any case; NULL: no). */
+bool params_name_listed(const char *list, const char *name);
 /* A startup setting (from options or the startup packet): refused as
  * PostgreSQL refuses it when pgcat can tell without a server — a name no
  * setting can have, a setting fixed for the life of a server, a

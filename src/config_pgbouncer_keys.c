@@ -134,7 +134,7 @@ static const struct pgb_key pgb_keys[] = {
 	SAME("dns_zone_check_period", PT_TIME, "0", true, "0", WARNING,
 	     "not supported: pgcat does not watch zone serials (it looks names up again after dns_max_ttl)"),
 	SECS_("idle_transaction_timeout", "0", "idle_transaction_timeout", Z_ZERO),
-	ACCEPT("ignore_startup_parameters", PT_STR, "", true),
+	STR_("ignore_startup_parameters", "", true, "ignore_startup_parameters"),
 	ACCEPT("job_name", PT_STR, "pgbouncer", false),
 	FN("listen_addr", PT_STR, "", false, "listen_addr", fn_listen_addr),
 	SAME("listen_backlog", PT_INT, "128", false, "128|1024", WARNING, "pgcat's listen backlog is 1024"),

@@ -86,10 +86,12 @@ static bool startup_params(struct client *c, const struct proto_startup *st)
 {
 	struct params_refusal why;
 	enum client_replication kind;
+	/* ignore_startup_parameters: dropped unread, inside options too. */
+	const char *ignore = c->w->cfg->general.ignore_startup_parameters;
 	for (size_t i = 0; i < st->n_params; i++) {
 		if (strcmp(st->params[i].name, "options") != 0)
 			continue;
-		if (!params_apply_options(&c->params, st->params[i].value, &why)) {
+		if (!params_apply_options_ignoring(&c->params, st->params[i].value, ignore, &why)) {
 			client_close(c, why.sqlstate, "%s", why.message);
 			return false;
 		}
@@ -108,6 +110,8 @@ static bool startup_params(struct client *c, const struct proto_startup *st)
 		} else if (proto_is_protocol_option(name)) {
 			/* protocol options: pgcat knows none; each was named back in
 			 * NegotiateProtocolVersion, and none goes to a server */
+		} else if (params_name_listed(ignore, name)) {
+			/* ignore_startup_parameters */
 		} else if (!params_check_startup(name, value, &why)) {
 			client_close(c, why.sqlstate, "%s", why.message);
 			return false;

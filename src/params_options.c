@@ -212,18 +212,26 @@ static bool split_words(const char *s, struct words *out)
 /* The backend's switches: a letter followed by ':' takes an argument. */
 static const char switches[] = "B:bc:C:D:d:EeFf:h:ijk:lN:nOPp:r:S:sTt:v:W:-:";
 
-static bool set_one(struct params *p, const char *name, const char *value, struct params_refusal *why)
+/* Where the settings go, and the names to drop (ignore_startup_parameters). */
+struct opt_target {
+	struct params *params;
+	const char *ignore;
+};
+
+static bool set_one(struct opt_target *p, const char *name, const char *value, struct params_refusal *why)
 {
+	if (params_name_listed(p->ignore, name))
+		return true;   /* dropped unread, as PgBouncer drops it */
 	if (!params_check_startup(name, value, why))
 		return false;
-	if (!params_set(p, name, value, false))
+	if (!params_set(p->params, name, value, false))
 		return refuse(why, SQLSTATE_PROGRAM_LIMIT_EXCEEDED, "too many or too long settings in %s",
 			      "startup options");
 	return true;
 }
 
 /* -c name=value and --name=value: '-' in the name is '_'. */
-static bool long_option(struct params *p, char flag, const char *arg, struct params_refusal *why)
+static bool long_option(struct opt_target *p, char flag, const char *arg, struct params_refusal *why)
 {
 	const char *eq = strchr(arg, '=');
 	if (!eq)
@@ -245,7 +253,7 @@ static bool long_option(struct params *p, char flag, const char *arg, struct par
 enum switch_result { SWITCH_OK, SWITCH_REFUSED, SWITCH_BAD_ARG };
 
 /* -d N: the log level N stands for, and what levels 2 to 5 turn on. */
-static enum switch_result debug_switch(struct params *p, const char *arg, struct params_refusal *why)
+static enum switch_result debug_switch(struct opt_target *p, const char *arg, struct params_refusal *why)
 {
 	int level = atoi(arg);
 	char v[32];
@@ -263,7 +271,7 @@ static enum switch_result debug_switch(struct params *p, const char *arg, struct
 	return SWITCH_OK;
 }
 
-static enum switch_result apply_switch(struct params *p, char flag, const char *arg, struct params_refusal *why)
+static enum switch_result apply_switch(struct opt_target *p, char flag, const char *arg, struct params_refusal *why)
 {
 	const char *name = NULL, *value = arg;
 	switch (flag) {
@@ -331,7 +339,7 @@ static bool bad_word(struct params_refusal *why, const char *word)
  * once it is used up; while letters of a group are left, the word before
  * it as getopt has them arranged, which is the last word set aside if any
  * (getopt moved them there), else the word before in the string. */
-static bool read_switches(struct params *p, const struct words *wd, struct params_refusal *why)
+static bool read_switches(struct opt_target *p, const struct words *wd, struct params_refusal *why)
 {
 	size_t first_aside = 0, last_aside = 0;   /* 0: none */
 	size_t i = 1;
@@ -384,8 +392,31 @@ static bool read_switches(struct params *p, const struct words *wd, struct param
 	return true;
 }
 
+bool params_name_listed(const char *list, const char *name)
+{
+	if (!list)
+		return false;
+	size_t n = strlen(name);
+	for (const char *s = list; *s;) {
+		while (*s == ',' || *s == ' ' || *s == '\t')
+			s++;
+		size_t k = strcspn(s, ", \t");
+		if (k == n && k > 0 && strncasecmp(s, name, n) == 0)
+			return true;
+		s += k;
+	}
+	return false;
+}
+
 bool params_apply_options(struct params *p, const char *options, struct params_refusal *why)
 {
+	return params_apply_options_ignoring(p, options, NULL, why);
+}
+
+bool params_apply_options_ignoring(struct params *params, const char *options, const char *ignore,
+				   struct params_refusal *why)
+{
+	struct opt_target target = { params, ignore }, *p = &target;
 	struct words wd = { 0 };
 	bool ok = split_words(options, &wd) ||
 		  refuse(why, SQLSTATE_PROGRAM_LIMIT_EXCEEDED, "out of memory reading %s", "startup options");

@@ -10,7 +10,7 @@ import psycopg
 
 import pytest
 
-from conftest import PG_BIN, assert_pool_idle
+from conftest import PASSWORDS, PG_BIN, assert_pool_idle
 
 
 def show(c, name):
@@ -357,3 +357,28 @@ def test_startup_client_encoding_not_replayed(pgcat):
     assert _sync_sets(p, "client_encoding") == []
     assert _sync_sets(p, "DateStyle") == []
     a.close()
+
+
+def test_ignore_startup_parameters(pgcat):
+    """ignore_startup_parameters: the named settings are dropped unread, in
+    the startup packet and inside options (where a value the server would
+    refuse does no harm then); the others reach the server."""
+    inst = pgcat(general={"pool_mode": "transaction", "ignore_startup_parameters": "extra_float_digits, geqo"})
+    long = "1" * 4096
+    with inst.connect(options="-c extra_float_digits=%s -c timezone=Europe/Lisbon" % long) as c:
+        assert show(c, "extra_float_digits") == "1"      # the server's default
+        assert show(c, "TimeZone") == "Europe/Lisbon"
+    with inst.connect(options="-c geqo=off") as c:
+        assert show(c, "geqo") == "on"
+    # as startup parameters of their own (libpq sends none such: the raw protocol)
+    r = inst.raw()
+    try:
+        r.login("app", PASSWORDS["app"], "appdb", params={"extra_float_digits": "3", "application_name": "kept"})
+        rows, err, _ = r.simple("SELECT current_setting('extra_float_digits'), current_setting('application_name')")
+        assert err is None and [tuple(x) for x in rows] == [("1", "kept")], (rows, err)
+    finally:
+        r.close()
+    # without the key, the setting goes through
+    plain = pgcat(general={"pool_mode": "transaction"})
+    with plain.connect(options="-c geqo=off") as c:
+        assert show(c, "geqo") == "off"

@@ -40,6 +40,30 @@ static void options_refused(const char *options, const char *sqlstate, const cha
 	params_clear(&p);
 }
 
+/* ignore_startup_parameters inside options: the named settings are
+ * dropped unread (a value PostgreSQL would refuse included), the others
+ * taken. */
+START_TEST(options_ignoring_names)
+{
+	struct params p;
+	struct params_refusal why = { "", "" };
+	params_init(&p);
+	ck_assert(params_apply_options_ignoring(&p, "-c extra_float_digits=11111111111111111111 -c timezone=UTC",
+						"application_name, Extra_Float_Digits", &why));
+	ck_assert_ptr_null(params_get(&p, "extra_float_digits"));
+	ck_assert_ptr_nonnull(params_get(&p, "timezone"));
+	params_clear(&p);
+	params_init(&p);
+	ck_assert(!params_apply_options_ignoring(&p, "-c port=5", "timezone", &why));
+	params_clear(&p);
+	ck_assert(params_name_listed("a,b c", "c"));
+	ck_assert(params_name_listed(" A ", "a"));
+	ck_assert(!params_name_listed("ab", "a"));
+	ck_assert(!params_name_listed("", "a"));
+	ck_assert(!params_name_listed(NULL, "a"));
+}
+END_TEST
+
 START_TEST(options_split_as_postgresql)
 {
 	/* a backslash takes the next byte; one at the very end is dropped */
@@ -336,6 +360,7 @@ Suite *params_suite(void)
 	Suite *s = suite_create("params");
 	TCase *t = tcase_create("params");
 	tcase_add_test(t, options_split_as_postgresql);
+	tcase_add_test(t, options_ignoring_names);
 	tcase_add_test(t, options_switches_as_postgresql);
 	tcase_add_test(t, statements_tracked);
 	tcase_add_test(t, tracking_bounds);
