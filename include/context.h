@@ -83,6 +83,7 @@ struct worker {
 	bool serving;                     /* worker_listen opened the listeners and /metrics */
 	bool shutting_down;
 	bool waiting_for_clients;         /* SHUTDOWN WAIT_FOR_CLIENTS: not accepting, exit after the last client */
+	bool suspended;                   /* SUSPEND: clients' input not read (the console's is) until RESUME */
 	/* SHUTDOWN WAIT_FOR_SERVERS: not accepting, a client that wants a
 	 * server is closed, exit once no client holds one. */
 	bool waiting_for_servers;
@@ -156,6 +157,7 @@ struct worker_commands {
 	bool (*reload)(struct worker *w, char *err, size_t errlen);
 	void (*wait_for_clients)(struct worker *w);   /* SHUTDOWN WAIT_FOR_CLIENTS */
 	void (*wait_for_servers)(struct worker *w);   /* SHUTDOWN WAIT_FOR_SERVERS */
+	void (*suspend)(struct worker *w, bool on);   /* SUSPEND (on) and RESUME (off) */
 };
 
 /* The cached clock, refreshed at the start of every callback. */

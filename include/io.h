@@ -100,7 +100,9 @@ struct io {
 	uint32_t dirty_slot;     /* index + 1 in flusher->dirty; 0: nothing to flush */
 	bool connecting : 1;
 	bool read_armed : 1, write_armed : 1;
-	bool paused : 1;             /* the owner asked: stop reading (peer backpressure) */
+	bool paused : 1;             /* no reading: backpressure or suspended (what io.c looks at) */
+	bool backpressure : 1;       /* io_pause: the owner's peer is behind */
+	bool suspended : 1;          /* io_suspend: the console's SUSPEND */
 	bool closed : 1;
 	bool trim_after_flush : 1;   /* io_trim once the output is written */
 	bool tls_handshaking : 1;    /* ssl set, handshake not finished */
@@ -202,6 +204,9 @@ void io_start_tls(struct io *io, SSL *ssl);
 void io_start_tls_replay(struct io *io, SSL *ssl);
 /* Pause or resume reading for peer backpressure. */
 void io_pause(struct io *io, bool paused);
+/* Stop or resume reading for the console's SUSPEND; independent of
+ * io_pause (reading goes on only once neither holds it). */
+void io_suspend(struct io *io, bool suspended);
 /* Re-arm reading after the owner consumed input below read_high. */
 void io_update_reading(struct io *io);
 /* Reading stops while the input holds read_high bytes from now on (a

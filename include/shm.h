@@ -128,7 +128,8 @@ enum shm_admin_command {
 	SHM_ADMIN_DUMP,            /* write my rows of SHOW <arg> into my dump slot */
 	SHM_ADMIN_KILL_CLIENT,     /* arg "<worker pid> <client id>": that worker closes that client */
 	SHM_ADMIN_WAIT_FOR_CLIENTS, /* SHUTDOWN WAIT_FOR_CLIENTS: stop accepting, exit after the last client */
-	SHM_ADMIN_WAIT_FOR_SERVERS  /* SHUTDOWN WAIT_FOR_SERVERS: stop accepting, exit once no server is held */
+	SHM_ADMIN_WAIT_FOR_SERVERS, /* SHUTDOWN WAIT_FOR_SERVERS: stop accepting, exit once no server is held */
+	SHM_ADMIN_SUSPEND           /* SUSPEND: stop reading from clients until RESUME */
 };
 
 /* The value a worker sends with SIGTERM (sigqueue) to tell the supervisor

@@ -42,6 +42,11 @@ void worker_wait_for_clients(struct worker *w);
  * transaction (in session mode, their session). The worker exits once no
  * client holds a server. */
 void worker_wait_for_servers(struct worker *w);
+/* SUSPEND (on, PgBouncer's): this worker stops reading from its clients
+ * but the console's, and a client that logs in meanwhile is held the same
+ * way (login.c); servers are still read, so what they send reaches the
+ * clients and every buffer empties. RESUME (off): reading goes on. */
+void worker_suspend(struct worker *w, bool on);
 /* This worker's figures to the shared segment: its clients counted per
  * pool, then pool_publish. */
 void worker_publish_pools(struct worker *w);

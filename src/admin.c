@@ -362,6 +362,15 @@ static bool run_command(struct client *c, const char *sql)
 		admin_error(c, "08P01", "pooler is shutting down");   /* PgBouncer's words */
 		return true;
 	}
+	if (is(&ws, 0, "suspend") && ws.n == 1) {
+		if (w->suspended) {
+			admin_error(c, "08P01", "already suspended/paused");   /* PgBouncer's words */
+			return true;
+		}
+		log_info("admin: SUSPEND");
+		w->cmds->suspend(w, true);
+		return broadcast(c, SHM_ADMIN_SUSPEND, NULL, NULL, "SUSPEND", false);
+	}
 	if ((is(&ws, 0, "pause") || is(&ws, 0, "resume") || is(&ws, 0, "reconnect")) && ws.n <= 2) {
 		int n;
 		enum shm_admin_command cmd;
@@ -370,6 +379,8 @@ static bool run_command(struct client *c, const char *sql)
 			cmd = SHM_ADMIN_PAUSE;
 		} else if (is(&ws, 0, "resume")) {
 			n = pool_resume(w, db);
+			if (!db)
+				w->cmds->suspend(w, false);   /* RESUME ends a SUSPEND too */
 			cmd = SHM_ADMIN_RESUME;
 		} else {
 			n = pool_reconnect(w, db);

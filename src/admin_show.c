@@ -1117,7 +1117,7 @@ struct show_command {
 };
 
 /* SHOW STATE: PgBouncer's three flags. paused: every pool paused (PAUSE
- * without a database); suspended: never (pgcat has no SUSPEND). */
+ * without a database); suspended: SUSPEND until RESUME (this worker's). */
 static void show_state(struct client *c)
 {
 	static const struct admin_column cols[] = { COL_T("key"), COL_T("value") };
@@ -1131,7 +1131,7 @@ static void show_state(struct client *c)
 	const char *rows[][2] = {
 		{ "active", w->shutting_down ? "no" : "yes" },
 		{ "paused", any && all_paused ? "yes" : "no" },
-		{ "suspended", "no" },
+		{ "suspended", w->suspended ? "yes" : "no" },
 	};
 	struct admin_result r;
 	admin_res_begin(&r, c, COLUMNS(cols));

@@ -193,7 +193,7 @@ static const struct pgb_key pgb_keys[] = {
 	INT_("stats_period", "60", true, "stats_period"),
 	STR_("stats_users", "", true, "stats_users"),
 	SAME("suspend_timeout", PT_TIME, "10", true, "10", WARNING,
-	     "pgcat has no SUSPEND: an online restart shares the port instead"),
+	     "pgcat's SUSPEND drops no connection: it stops reading from clients, servers' answers still reach them"),
 	BOOL_("syslog", "0", "syslog"),
 	SAME("syslog_facility", PT_STR, "daemon", true, "daemon", WARNING, "pgcat logs to syslog as daemon"),
 	SAME("syslog_ident", PT_STR, "pgbouncer", true, "pgcat", WARNING, "pgcat logs to syslog as pgcat"),

@@ -880,6 +880,10 @@ static void login_done(struct client *c)
 		return;
 	auth_client_free(c->auth);
 	c->auth = NULL;
+	/* SUSPEND: a new client waits for RESUME as the others do (its
+	 * welcome goes out; what it sends is read then). */
+	if (c->w->suspended && !c->is_admin)
+		io_suspend(&c->io, true);
 	if (c->unknown_database) {
 		/* (PgBouncer's words, which its users' scripts and alerts look for) */
 		client_close(c, SQLSTATE_INVALID_CATALOG_NAME, "no such database: %s", client_database(c));

@@ -545,7 +545,12 @@ static void apply_admin_commands(struct worker *w)
 		const char *db = e.arg[0] ? e.arg : NULL;
 		switch (e.cmd) {
 		case SHM_ADMIN_PAUSE: (void)pool_pause(w, db); break;
-		case SHM_ADMIN_RESUME: (void)pool_resume(w, db); break;
+		case SHM_ADMIN_RESUME:
+			(void)pool_resume(w, db);
+			if (!db)
+				worker_suspend(w, false);
+			break;
+		case SHM_ADMIN_SUSPEND: worker_suspend(w, true); break;
 		case SHM_ADMIN_DISABLE: (void)pool_set_disabled(w, db, true); break;
 		case SHM_ADMIN_ENABLE: (void)pool_set_disabled(w, db, false); break;
 		case SHM_ADMIN_KILL: (void)worker_kill(w, db); break;
@@ -772,6 +777,27 @@ void worker_wait_for_servers(struct worker *w)
 	 * session). */
 }
 
+void worker_suspend(struct worker *w, bool on)
+{
+	if (w->suspended == on)
+		return;
+	w->suspended = on;
+	struct list_node *lists[] = { &w->clients_idle, &w->clients_active };
+	size_t n = 0;
+	for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+		struct list_node *pos, *tmp;
+		LIST_FOREACH_SAFE(pos, tmp, lists[i]) {
+			struct client *c = LIST_OWNER(pos, struct client, node);
+			if (c->is_admin)
+				continue;
+			io_suspend(&c->io, on);
+			n++;
+		}
+	}
+	log_info("%s: %zu client%s %s", on ? "SUSPEND" : "RESUME", n, n == 1 ? "" : "s",
+		 on ? "no longer read until RESUME" : "read again");
+}
+
 /* SHUTDOWN WAIT_FOR_SERVERS, each janitor tick: the clients waiting for
  * a server are closed; once no client holds one, the rest (between
  * transactions, the console's) go too, and the worker exits. */
@@ -869,6 +895,7 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 		}
 		log_info("SIGUSR2: resuming all pools");
 		(void)pool_resume(w, NULL);
+		worker_suspend(w, false);
 		break;
 	default:
 		break;
@@ -883,6 +910,7 @@ static const struct worker_commands worker_commands = {
 	.reload = worker_reload,
 	.wait_for_clients = worker_wait_for_clients,
 	.wait_for_servers = worker_wait_for_servers,
+	.suspend = worker_suspend,
 };
 
 struct worker *worker_create(struct config *cfg, const char *config_path, int id, struct shm *shm)

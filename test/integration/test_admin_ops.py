@@ -10,6 +10,7 @@
 Everything goes through real clients: the raw wire client for the console,
 psycopg for traffic and for the console as the Prometheus exporters use it."""
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -471,3 +472,61 @@ def test_server_fast_close_ends_sessions_at_their_transaction_end(pgcat, pg):
     wait_until(lambda: p.log().count("closing because: database configuration changed") >= 2, 5)
     with p.connect() as c:                                 # new sessions are served
         assert c.execute("SELECT 6").fetchone()[0] == 6
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_suspend_resume(pgcat, workers):
+    """SUSPEND (PgBouncer's): no client's input is read until RESUME, on
+    every worker; the answer to a query under way still arrives; a client
+    that logs in meanwhile waits too; the console goes on; SHOW STATE
+    says so; RESUME (or SIGUSR2) lets them all go on, nothing lost."""
+    inst = pgcat(general={"workers": workers})
+    clients = [inst.connect(autocommit=True) for _ in range(4)]
+    for c in clients:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+    slow = inst.connect(autocommit=True)
+    done = {}
+    t = threading.Thread(target=lambda: done.setdefault("v", slow.execute("SELECT pg_sleep(1), 7").fetchone()[1]))
+    t.start()
+    time.sleep(0.3)
+    r = admin(inst)
+    try:
+        assert command(r, "SUSPEND") is None
+        err = command(r, "SUSPEND")
+        assert err is not None and err.get("M") == "already suspended/paused", err
+        t.join(5)
+        assert done.get("v") == 7, "the answer under way did not arrive during SUSPEND"
+        results = {}
+
+        def query(i, c):
+            results[i] = c.execute("SELECT %s::int", (i,)).fetchone()[0]
+        threads = [threading.Thread(target=query, args=(i, c)) for i, c in enumerate(clients)]
+        late = {}
+        threads.append(threading.Thread(target=lambda: late.setdefault(
+            "v", inst.connect(autocommit=True).execute("SELECT 42").fetchone()[0])))
+        for th in threads:
+            th.start()
+        time.sleep(1.0)
+        assert results == {} and late == {}, (results, late)
+        rows = dict((x["key"], x["value"]) for x in show(r, "STATE")[1])
+        assert rows["suspended"] == "yes", rows
+        assert command(r, "RESUME") is None
+        for th in threads:
+            th.join(10)
+        assert results == {i: i for i in range(len(clients))} and late == {"v": 42}, (results, late)
+        rows = dict((x["key"], x["value"]) for x in show(r, "STATE")[1])
+        assert rows["suspended"] == "no", rows
+        # SIGUSR2 resumes as RESUME does
+        assert command(r, "SUSPEND") is None
+        got = {}
+        th = threading.Thread(target=lambda: got.setdefault("v", clients[0].execute("SELECT 5").fetchone()[0]))
+        th.start()
+        time.sleep(0.5)
+        assert got == {}
+        os.kill(inst.proc.pid, signal.SIGUSR2)
+        th.join(10)
+        assert got == {"v": 5}
+    finally:
+        r.close()
+        for c in clients + [slow]:
+            c.close()
