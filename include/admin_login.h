@@ -25,6 +25,10 @@ enum admin_role admin_role_of(const struct config *cfg, const char *user);
 /* The credentials user logs in to the console with, into cred (cred->scram
  * may point to *scram, which must outlive the call to auth_client_begin).
  * false: the user may not use the console at all. */
+/* A listed console user's secret found by auth_query: into cred as
+ * admin_login_credentials would put it. */
+void admin_login_looked_up(struct worker *w, const char *secret, struct auth_credentials *cred,
+			   struct scram_secret *scram);
 bool admin_login_credentials(struct worker *w, const char *user, struct auth_credentials *cred,
 			     struct scram_secret *scram) __attribute__((warn_unused_result));
 

@@ -104,6 +104,14 @@ void auth_query_cache_trim(struct auth_query_cache *c);
  * resume(c) called, which starts the login again (and finds the answer
  * cached); or c was closed (lookup failed, timeout, out of memory). */
 bool auth_query_login(struct client *c, void (*resume)(struct client *c));
+/* A console user (admin_users, stats_users) whom auth_file does not list,
+ * looked up as PgBouncer looks it up: with auth_query, in the database
+ * the global auth_dbname names (none: the console's own, which cannot
+ * serve: refused, as one that names no database, with "bouncer config
+ * error" on a pgbouncer.ini). Only with auth_user set. false: go on, the
+ * answer in *secret (NULL: no such user, or auth_query off); true: as for
+ * auth_query_login (parked, or closed). */
+bool auth_query_console_login(struct client *c, void (*resume)(struct client *c), const char **secret);
 /* After a reload: cached answers are forgotten (auth_query or auth_user
  * may be other); idle lookup connections close. Lookups under way finish
  * and serve their logins. */

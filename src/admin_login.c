@@ -63,6 +63,13 @@ bool auth_file_login_credentials(struct worker *w, const char *user, struct auth
 	return true;
 }
 
+void admin_login_looked_up(struct worker *w, const char *secret, struct auth_credentials *cred,
+			   struct scram_secret *scram)
+{
+	cred->password = secret;
+	cred->scram = listed_scram(w->cfg, secret, scram);
+}
+
 bool admin_login_credentials(struct worker *w, const char *user, struct auth_credentials *cred,
 			     struct scram_secret *scram)
 {
@@ -78,7 +85,7 @@ bool admin_login_credentials(struct worker *w, const char *user, struct auth_cre
 	}
 	if (config_list_has(g->admin_users, user) || config_list_has(g->stats_users, user)) {
 		cred->password = config_console_secret(cfg, user);
-		if (!cred->password)
+		if (!cred->password && !(g->auth_user && g->auth_user[0]))
 			log_warning("admin console: user \"%s\" is in admin_users or stats_users but has no password "
 				    "in auth_file or a users section", user);
 		cred->scram = listed_scram(cfg, cred->password, scram);

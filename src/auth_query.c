@@ -669,12 +669,15 @@ static void conn_connect(struct aq_conn *k)
 			 k->database);
 }
 
-static struct aq_conn *conn_open(struct auth_query *aq, const struct config_pool *cp, const char **error)
+/* A connection for lookups of cp's users: on the server and database of
+ * cp's auth_dbname, or with direct of cp itself (the console's lookups,
+ * whose database the global auth_dbname names already). */
+static struct aq_conn *conn_open(struct auth_query *aq, const struct config_pool *cp, bool direct, const char **error)
 {
 	struct worker *w = aq->w;
 	const struct config_shard *sh = NULL;
 	/* auth_dbname: the lookup runs on that pool's server and database. */
-	const char *adb = config_pool_auth_dbname(w->cfg, cp);
+	const char *adb = direct ? "" : config_pool_auth_dbname(w->cfg, cp);
 	const struct config_pool *ap = adb[0] ? config_find_pool(w->cfg, adb) : cp;
 	bool reserved = config_is_console_db(adb);
 	if (adb[0] && (!ap || reserved)) {
@@ -888,19 +891,21 @@ static void park(struct client *c, struct auth_query_entry *e)
 	client_set_state(c, CLIENT_LOGIN_WAIT);
 }
 
-/* A lookup of c's user in pool cp, c parked on it. (c may be closed on
- * return: the connection failed at once.) */
-static void start_lookup(struct auth_query *aq, const struct config_pool *cp, struct client *c)
+/* A lookup of c's user in pool cp (direct: see conn_open), cached under
+ * (key, user), c parked on it. (c may be closed on return: the connection
+ * failed at once.) */
+static void start_lookup(struct auth_query *aq, const struct config_pool *cp, const char *key, bool direct,
+			 struct client *c)
 {
 	struct worker *w = aq->w;
 	const char *error = NULL;
-	struct aq_conn *k = conn_open(aq, cp, &error);
+	struct aq_conn *k = conn_open(aq, cp, direct, &error);
 	if (!k) {
 		client_close(c, SQLSTATE_CONNECTION_FAILURE, "authentication lookup failed for user \"%s\": %s",
 			     client_user(c), error ? error : "error");
 		return;
 	}
-	struct auth_query_entry *e = auth_query_cache_add(&aq->cache, cp->name, client_user(c));
+	struct auth_query_entry *e = auth_query_cache_add(&aq->cache, key, client_user(c));
 	if (!e) {
 		if (list_empty(&k->queue) && k->state == AQ_RESOLVING)
 			conn_free(k);   /* made for this lookup, never started */
@@ -954,7 +959,53 @@ bool auth_query_login(struct client *c, void (*resume)(struct client *c))
 	if (e)
 		park(c, e);   /* a lookup of this user is under way: its answer serves c too */
 	else
-		start_lookup(aq, cp, c);
+		start_lookup(aq, cp, cp->name, false, c);
+	return true;
+}
+
+bool auth_query_console_login(struct client *c, void (*resume)(struct client *c), const char **secret)
+{
+	struct worker *w = c->w;
+	const struct config_general *g = &w->cfg->general;
+	*secret = NULL;
+	if (!g->auth_user || !g->auth_user[0])
+		return false;
+	const char *adb = g->auth_dbname ? g->auth_dbname : "";
+	const struct config_pool *cp = adb[0] && !config_is_console_db(adb) ? config_find_pool(w->cfg, adb) : NULL;
+	if (!cp) {
+		/* PgBouncer's log lines: the console's own database serves no
+		 * lookup. */
+		if (!adb[0] || config_is_console_db(adb))
+			log_warning("cannot use the reserved \"%s\" database as an auth_dbname",
+				    adb[0] ? adb : client_database(c));
+		else
+			log_warning("authentication database \"%s\" is not configured", adb);
+		client_close(c, SQLSTATE_CONNECTION_FAILURE, "authentication lookup failed for user \"%s\": %s",
+			     client_user(c), w->cfg->pgbouncer ? "bouncer config error" : "auth_dbname names no pool");
+		return true;
+	}
+	struct auth_query *aq = aq_get(w);
+	if (!aq) {
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return true;
+	}
+	aq->resume = resume;
+	/* Keyed by the console's name, which no pool has: its answers are
+	 * the console's alone. */
+	const char *key = client_database(c);
+	struct auth_query_entry *e = auth_query_cache_find(&aq->cache, key, client_user(c));
+	if (e && e->answered && auth_query_entry_fresh(e, w->now_us, g->auth_query_cache_ttl)) {
+		*secret = e->secret;
+		return false;
+	}
+	if (e && e->answered) {
+		auth_query_cache_remove(&aq->cache, e);
+		e = NULL;
+	}
+	if (e)
+		park(c, e);
+	else
+		start_lookup(aq, cp, key, true, c);
 	return true;
 }
 

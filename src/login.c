@@ -512,6 +512,20 @@ static void start_login(struct client *c)
 			return;
 		}
 		credp = &cred;
+		/* A listed user without a password of pgcat's: auth_query's
+		 * (PgBouncer's way; this function runs again with the answer).
+		 * No LDAP or PAM login needs one. */
+		const char *secret;
+		if (!cred.password && rule != AUTH_RULE_LDAP && rule != AUTH_RULE_PAM &&
+		    (config_list_has(w->cfg->general.admin_users, client_user(c)) ||
+		     config_list_has(w->cfg->general.stats_users, client_user(c)))) {
+			if (auth_query_console_login(c, start_login, &secret))
+				return;
+			if (secret)
+				admin_login_looked_up(w, secret, &cred, &console_scram);
+			else if (w->cfg->general.auth_user[0])
+				credp = NULL;   /* auth_query does not know it: refused as unknown */
+		}
 	} else {
 		/* A name no pool has: made from `*` when there is one. */
 		const struct config_pool *named = config_find_pool(w->cfg, client_database(c));

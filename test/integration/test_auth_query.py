@@ -465,3 +465,36 @@ def test_lookup_over_a_unix_socket_takes_no_tls(pgcat, aq_pg):
     user = new_role(aq_pg, "sock_pw")
     assert can_login(p, user, "sock_pw")
     assert login_error(p, user, "wrong")["C"] == "28P01"
+
+
+def test_console_users_looked_up_in_auth_dbname(pgcat, aq_pg):
+    """A console user (stats_users) that no auth_file or users section
+    lists is looked up with auth_query in the database the global
+    auth_dbname names, as PgBouncer does; a wrong password is refused;
+    without auth_dbname the console's own database cannot serve the
+    lookup: refused, and the log says why."""
+    user = new_role(aq_pg, "st_pw")
+    p = start(pgcat, aq_pg, stats_users=user, auth_dbname="appdb")
+    with psycopg.connect(host=p.host, port=p.port, user=user, password="st_pw", dbname="pgcat",
+                         autocommit=True, connect_timeout=5) as c:
+        assert c.execute("SHOW VERSION").fetchone()[0].startswith("pgcat")
+    assert lookups(aq_pg, user) == 1
+    assert login_error_db(p, user, "wrong", "pgcat")["C"] == "28P01"
+    # not in stats_users: not looked up, not let in
+    other = new_role(aq_pg, "o_pw")
+    assert "not allowed" in login_error_db(p, other, "o_pw", "pgcat")["M"]
+    assert lookups(aq_pg, other) == 0
+    q = start(pgcat, aq_pg, stats_users=user)
+    e = login_error_db(q, user, "st_pw", "pgcat")
+    assert e["C"] == "08006" and "auth_dbname names no pool" in e["M"], e
+    assert 'cannot use the reserved "pgcat" database as an auth_dbname' in q.log()
+
+
+def login_error_db(p, user, password, dbname):
+    r = p.raw()
+    try:
+        with pytest.raises(pgwire.ProtocolError) as ei:
+            r.login(user, password, dbname)
+        return ei.value.args[0]
+    finally:
+        r.close()
