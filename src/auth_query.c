@@ -934,6 +934,8 @@ bool auth_query_login(struct client *c, void (*resume)(struct client *c))
 	struct pool *p = pool_find(w, db, user);
 	if (p && !p->own_user)
 		return false;   /* the config's user */
+	if (p && p->proven)
+		return false;   /* an LDAP or PAM user's: no lookup retires or rewrites it */
 	const struct config_pool *cp = config_find_pool(w->cfg, db);
 	if (!cp)
 		return false;

@@ -217,6 +217,11 @@ static void opts_free(void *ctx)
 struct offload_job *ldap_auth_start(struct offload *off, struct ldap_opts *o, const char *user, const char *password,
 				    pwcheck_done_fn done, void *arg)
 {
+	/* libldap sets itself up (ldap.conf, TLS defaults) at its first call,
+	 * which must not be made by two threads at once: made here, on the
+	 * loop, before any job runs (later calls find it done). */
+	int version;
+	(void)ldap_get_option(NULL, LDAP_OPT_PROTOCOL_VERSION, &version);
 	struct ldap_opts *mine = malloc(sizeof *mine);
 	if (!mine) {
 		ldap_opts_free(o);

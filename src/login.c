@@ -92,6 +92,15 @@ static bool startup_params(struct client *c, const struct proto_startup *st)
 		if (strcmp(st->params[i].name, "options") != 0)
 			continue;
 		if (!params_apply_options_ignoring(&c->params, st->params[i].value, ignore, &why)) {
+			/* "options" in the list: a refused options is dropped
+			 * whole (they come first: nothing else is set yet). */
+			if (params_name_listed(ignore, "options")) {
+				log_debug("C-%llu: startup options dropped (ignore_startup_parameters): %s",
+					  (unsigned long long)c->id, why.message);
+				params_clear(&c->params);
+				params_init(&c->params);
+				continue;
+			}
 			client_close(c, why.sqlstate, "%s", why.message);
 			return false;
 		}
@@ -554,6 +563,11 @@ static void start_login(struct client *c)
 		 * forced user no client may log in as has no credentials. */
 		struct pool *own = pool_find(w, client_database(c), client_user(c));
 		if (own && own->cuser && own->cuser->server_only)
+			own = NULL;
+		/* The pool of a user an LDAP server or PAM let in holds the
+		 * password they took: no other method logs in with it (such a
+		 * login is of an unknown user). */
+		if (own && own->proven && rule != AUTH_RULE_LDAP && rule != AUTH_RULE_PAM)
 			own = NULL;
 		if (own && !attach_pool(c, own))
 			return;

@@ -2,6 +2,7 @@
 /*
  * pam_auth: PAM checks for logins (include/pam_auth.h).
  */
+#define _DEFAULT_SOURCE   /* explicit_bzero */
 #include "pam_auth.h"
 
 #include <security/pam_appl.h>
@@ -39,7 +40,7 @@ static int conversation(int n, const struct pam_message **msg, struct pam_respon
 		if (answer && !(r[i].resp = strdup(answer))) {
 			for (int k = 0; k < i; k++) {
 				if (r[k].resp) {
-					memset(r[k].resp, 0, strlen(r[k].resp));
+					explicit_bzero(r[k].resp, strlen(r[k].resp));
 					free(r[k].resp);
 				}
 			}
@@ -49,6 +50,17 @@ static int conversation(int n, const struct pam_message **msg, struct pam_respon
 	}
 	*resp = r;   /* (PAM frees the answers) */
 	return PAM_SUCCESS;
+}
+
+/* PAM's delay after a failure (pam_unix asks for 2 s): none here. The
+ * worker's PAM calls go one at a time; a delay inside them would hold up
+ * every other PAM login of the worker, and LDAP's too once the threads
+ * are all taken. (pgcat delays no other refused login either.) */
+static void no_fail_delay(int retval, unsigned usec_delay, void *appdata)
+{
+	(void)retval;
+	(void)usec_delay;
+	(void)appdata;
 }
 
 static enum pwcheck_verdict verdict(pam_handle_t *h, int rc, const char *step, char *why, size_t why_len)
@@ -86,7 +98,10 @@ enum pwcheck_verdict pam_auth_check(const char *service, const char *rhost, cons
 		return PWCHECK_ERROR;
 	}
 	enum pwcheck_verdict v = PWCHECK_OK;
-	if (rhost && rhost[0] && (rc = pam_set_item(h, PAM_RHOST, rhost)) != PAM_SUCCESS)
+	void (*delay_fn)(int, unsigned, void *) = no_fail_delay;
+	if ((rc = pam_set_item(h, PAM_FAIL_DELAY, (const void *)delay_fn)) != PAM_SUCCESS)
+		v = verdict(h, rc, "pam_set_item", why, why_len);
+	if (v == PWCHECK_OK && rhost && rhost[0] && (rc = pam_set_item(h, PAM_RHOST, rhost)) != PAM_SUCCESS)
 		v = verdict(h, rc, "pam_set_item", why, why_len);
 	if (v == PWCHECK_OK && (rc = pam_authenticate(h, PAM_SILENT | PAM_DISALLOW_NULL_AUTHTOK)) != PAM_SUCCESS)
 		v = verdict(h, rc, "pam_authenticate", why, why_len);

@@ -461,3 +461,28 @@ def test_pool_made_on_first_login_and_reused(pgcat, pg, slapd, ldap_roles, tmp_p
         refused(inst, "ldapuser1", "")
     finally:
         r.close()
+
+
+def test_ldap_pool_is_not_another_methods(pgcat, slapd, ldap_roles, tmp_path):
+    """The pool an LDAP login made holds the password the LDAP server took:
+    a login of the same user by another method (md5 on the Unix socket
+    here) is of an unknown user, and does not retire or rewrite that
+    pool; LDAP logins go on through it."""
+    inst = start(pgcat, slapd, tmp_path, SIMPLE % slapd.port)
+    inst.hba.write_text("local all ldapuser1 md5\n" + inst.hba.read_text())
+    r = admin(inst)
+    try:
+        assert command(r, "RELOAD") is None
+    finally:
+        r.close()
+    ldap_ok(inst, "ldapuser1")
+    e = login_error(inst, "ldapuser1", password=LDAP_USERS["ldapuser1"], unix=True)
+    assert e.get("C") == "28P01", e
+    ldap_ok(inst, "ldapuser1")
+    r = admin(inst)
+    try:
+        rows = [x for x in show(r, "POOLS")[1] if (x["database"], x["user"]) == ("appdb", "ldapuser1")]
+    finally:
+        r.close()
+    assert len(rows) == 1, rows
+    assert "auth_query no longer finds the user" not in inst.log()

@@ -378,7 +378,16 @@ def test_ignore_startup_parameters(pgcat):
         assert err is None and [tuple(x) for x in rows] == [("1", "kept")], (rows, err)
     finally:
         r.close()
-    # without the key, the setting goes through
+    # without the key, the setting goes through; options PostgreSQL refuses
+    # are refused (a -c without a value)
     plain = pgcat(general={"pool_mode": "transaction"})
     with plain.connect(options="-c geqo=off") as c:
+        assert show(c, "geqo") == "off"
+    with pytest.raises(psycopg.OperationalError, match="requires a value"):
+        plain.connect(options="-c geqo")
+    # "options" in the list: a refused options is dropped whole (PgBouncer's reading)
+    lax = pgcat(general={"pool_mode": "transaction", "ignore_startup_parameters": "options"})
+    with lax.connect(options="-c geqo=off -c timezone") as c:
+        assert show(c, "geqo") == "on"
+    with lax.connect(options="-c geqo=off") as c:
         assert show(c, "geqo") == "off"
