@@ -142,6 +142,18 @@ def start_on(inst, text):
     return inst
 
 
+def start_transaction_mode(pgcat, pg, databases="", settings=""):
+    """pgcat on a pgbouncer.ini of the default pools in transaction mode,
+    with these [databases] lines ({port}: PostgreSQL's) and [pgbouncer]
+    settings added. Returns it and its [pgbouncer] settings."""
+    inst = pgcat(start=False)
+    g = default_general(inst.port, inst.workdir)
+    g["pool_mode"] = "transaction"
+    text = render_pgbouncer(g, default_pools(pg), inst.workdir)
+    text = text.replace("[pgbouncer]", databases.format(port=pg.port) + "[pgbouncer]\n" + settings, 1)
+    return start_on(inst, text), g
+
+
 def console(inst, user, password):
     r = inst.raw()
     r.login(user, password, "pgbouncer")
@@ -702,13 +714,8 @@ def test_server_login_failure_in_pgbouncer_words(pgcat, pg):
     """A server that refuses pgcat's login: the log has PgBouncer's 'server
     login failed: FATAL ...' and 'closing because: ...' for the server and
     for each client that waited for it, which is closed with the reason."""
-    inst = pgcat(start=False)
-    g = default_general(inst.port, inst.workdir)
-    g["pool_mode"] = "transaction"
-    text = render_pgbouncer(g, default_pools(pg), inst.workdir)
-    text = text.replace("[pgbouncer]", "badpw = host=127.0.0.1 port=%d dbname=appdb user=md5user password=wrong\n"
-                        "[pgbouncer]" % pg.port, 1)
-    start_on(inst, text)
+    inst, _ = start_transaction_mode(pgcat, pg, "badpw = host=127.0.0.1 port={port} dbname=appdb user=md5user "
+                                                "password=wrong\n")
     with pytest.raises(psycopg.OperationalError, match='password authentication failed for user "md5user"'):
         psycopg.connect(inst.dsn("app", dbname="badpw"))
     log = inst.log()
@@ -784,11 +791,7 @@ def test_prepared_statement_errors_and_counts_in_pgbouncer_ways(pgcat, pg):
     statement 'x' was already prepared", "prepared statement did not
     exist"); SHOW STATS counts only named statements' Parse and Bind."""
     import pgwire
-    inst = pgcat(start=False)
-    g = default_general(inst.port, inst.workdir)
-    g["pool_mode"] = "transaction"
-    text = render_pgbouncer(g, default_pools(pg), inst.workdir)
-    start_on(inst, text.replace("[pgbouncer]", "[pgbouncer]\nmax_prepared_statements = 100", 1))
+    inst, g = start_transaction_mode(pgcat, pg, settings="max_prepared_statements = 100\n")
     r = inst.raw_login()
     r.send(pgwire.parse("SELECT 1", name="s1") + pgwire.sync())
     assert [t for t, _ in r.read_until()] == [b"1", b"Z"]
@@ -840,14 +843,9 @@ def test_max_db_connections_counts_per_entry(pgcat, pg):
     """On a pgbouncer.ini max_db_connections counts the connections of its
     own database entry, as PgBouncer: another entry's connections to the
     same server database do not fill it."""
-    inst = pgcat(start=False)
-    g = default_general(inst.port, inst.workdir)
-    g["pool_mode"] = "transaction"
-    text = render_pgbouncer(g, default_pools(pg), inst.workdir)
-    text = text.replace("[pgbouncer]", "warm = host=127.0.0.1 port=%d dbname=appdb min_pool_size=3 pool_size=3\n"
-                        "capped = host=127.0.0.1 port=%d dbname=appdb max_db_connections=1\n[pgbouncer]"
-                        % (pg.port, pg.port), 1)
-    start_on(inst, text.replace("[pgbouncer]", "[pgbouncer]\nquery_wait_timeout = 3", 1))
+    inst, _ = start_transaction_mode(pgcat, pg, "warm = host=127.0.0.1 port={port} dbname=appdb min_pool_size=3 "
+                                                "pool_size=3\ncapped = host=127.0.0.1 port={port} dbname=appdb "
+                                                "max_db_connections=1\n", "query_wait_timeout = 3\n")
     with inst.connect("app", dbname="warm") as c:        # (min_pool_size counts once a client came)
         c.execute("SELECT 1")
     wait_until(lambda: pg.count("app", "appdb") >= 3, 10, msg="warm's min_pool_size connections")
@@ -863,13 +861,8 @@ def test_unresolvable_first_host_is_met_by_the_clients(pgcat, pg):
     that does not resolve counts when a client would go there ('closing
     because: server DNS lookup failed', once: the host is then left out for
     ban_time), and the clients are served by the next host."""
-    inst = pgcat(start=False)
-    g = default_general(inst.port, inst.workdir)
-    g["pool_mode"] = "transaction"
-    text = render_pgbouncer(g, default_pools(pg), inst.workdir)
-    text = text.replace("[pgbouncer]", "badfirst = host=no-such-host.invalid,127.0.0.1 port=%d dbname=appdb "
-                        "load_balance_hosts=disable\n[pgbouncer]" % pg.port, 1)
-    start_on(inst, text)
+    inst, _ = start_transaction_mode(pgcat, pg, "badfirst = host=no-such-host.invalid,127.0.0.1 port={port} "
+                                                "dbname=appdb load_balance_hosts=disable\n")
     time.sleep(0.5)
     assert "server DNS lookup failed" not in inst.log()   # not before a client went there
     for _ in range(3):
