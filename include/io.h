@@ -100,9 +100,7 @@ struct io {
 	uint32_t dirty_slot;     /* index + 1 in flusher->dirty; 0: nothing to flush */
 	bool connecting : 1;
 	bool read_armed : 1, write_armed : 1;
-	bool paused : 1;             /* no reading: backpressure or suspended (what io.c looks at) */
-	bool backpressure : 1;       /* io_pause: the owner's peer is behind */
-	bool suspended : 1;          /* io_suspend: the console's SUSPEND */
+	unsigned paused : 2;         /* why reading stops, IO_PAUSE_* (0: it does not) */
 	bool closed : 1;
 	bool trim_after_flush : 1;   /* io_trim once the output is written */
 	bool tls_handshaking : 1;    /* ssl set, handshake not finished */
@@ -202,11 +200,24 @@ void io_start_tls(struct io *io, SSL *ssl);
  * handshake first. The handshake must have consumed all of it by its end,
  * else IO_ERROR. */
 void io_start_tls_replay(struct io *io, SSL *ssl);
+/* The reasons reading stops, each set and cleared on its own: reading
+ * goes on once none holds. */
+enum { IO_PAUSE_BACKPRESSURE = 1, IO_PAUSE_SUSPEND = 2 };
+void io_set_pause(struct io *io, unsigned reason, bool on);
 /* Pause or resume reading for peer backpressure. */
-void io_pause(struct io *io, bool paused);
-/* Stop or resume reading for the console's SUSPEND; independent of
- * io_pause (reading goes on only once neither holds it). */
-void io_suspend(struct io *io, bool suspended);
+static inline void io_pause(struct io *io, bool paused)
+{
+	io_set_pause(io, IO_PAUSE_BACKPRESSURE, paused);
+}
+/* Stop or resume reading for the console's SUSPEND. */
+static inline void io_suspend(struct io *io, bool suspended)
+{
+	io_set_pause(io, IO_PAUSE_SUSPEND, suspended);
+}
+static inline bool io_suspended(const struct io *io)
+{
+	return (io->paused & IO_PAUSE_SUSPEND) != 0;
+}
 /* Re-arm reading after the owner consumed input below read_high. */
 void io_update_reading(struct io *io);
 /* Reading stops while the input holds read_high bytes from now on (a

@@ -926,10 +926,36 @@ static void start_lookup(struct auth_query *aq, const struct config_pool *cp, co
 	arm_timer(aq);
 }
 
+/* The fresh answer cached for (key, c's user); else NULL, with c parked
+ * on the lookup under way or on a new one (in cp, direct: see conn_open),
+ * or closed (out of memory). resume(c) runs once the answer is in. */
+static const struct auth_query_entry *answer_or_park(struct client *c, void (*resume)(struct client *c),
+						     const struct config_pool *cp, const char *key, bool direct)
+{
+	struct worker *w = c->w;
+	struct auth_query *aq = aq_get(w);
+	if (!aq) {
+		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return NULL;
+	}
+	aq->resume = resume;
+	struct auth_query_entry *e = auth_query_cache_find(&aq->cache, key, client_user(c));
+	if (e && e->answered && auth_query_entry_fresh(e, w->now_us, w->cfg->general.auth_query_cache_ttl))
+		return e;
+	if (e && e->answered) {
+		auth_query_cache_remove(&aq->cache, e);   /* stale: asked again */
+		e = NULL;
+	}
+	if (e)
+		park(c, e);   /* a lookup of this user is under way: its answer serves c too */
+	else
+		start_lookup(aq, cp, key, direct, c);
+	return NULL;
+}
+
 bool auth_query_login(struct client *c, void (*resume)(struct client *c))
 {
 	struct worker *w = c->w;
-	const struct config_general *g = &w->cfg->general;
 	const char *db = client_database(c), *user = client_user(c);
 	struct pool *p = pool_find(w, db, user);
 	if (p && !p->own_user)
@@ -945,24 +971,8 @@ bool auth_query_login(struct client *c, void (*resume)(struct client *c))
 			pool_retire_looked_up(p);
 		return false;
 	}
-	struct auth_query *aq = aq_get(w);
-	if (!aq) {
-		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
-		return true;
-	}
-	aq->resume = resume;
-	struct auth_query_entry *e = auth_query_cache_find(&aq->cache, db, user);
-	if (e && e->answered && auth_query_entry_fresh(e, w->now_us, g->auth_query_cache_ttl))
-		return !apply_answer(c, cp, p, e);
-	if (e && e->answered) {
-		auth_query_cache_remove(&aq->cache, e);   /* stale: asked again */
-		e = NULL;
-	}
-	if (e)
-		park(c, e);   /* a lookup of this user is under way: its answer serves c too */
-	else
-		start_lookup(aq, cp, cp->name, false, c);
-	return true;
+	const struct auth_query_entry *e = answer_or_park(c, resume, cp, db, false);
+	return !e || !apply_answer(c, cp, p, e);
 }
 
 bool auth_query_console_login(struct client *c, void (*resume)(struct client *c), const char **secret)
@@ -986,29 +996,13 @@ bool auth_query_console_login(struct client *c, void (*resume)(struct client *c)
 			     client_user(c), w->cfg->pgbouncer ? "bouncer config error" : "auth_dbname names no pool");
 		return true;
 	}
-	struct auth_query *aq = aq_get(w);
-	if (!aq) {
-		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
-		return true;
-	}
-	aq->resume = resume;
 	/* Keyed by the console's name, which no pool has: its answers are
 	 * the console's alone. */
-	const char *key = client_database(c);
-	struct auth_query_entry *e = auth_query_cache_find(&aq->cache, key, client_user(c));
-	if (e && e->answered && auth_query_entry_fresh(e, w->now_us, g->auth_query_cache_ttl)) {
-		*secret = e->secret;
-		return false;
-	}
-	if (e && e->answered) {
-		auth_query_cache_remove(&aq->cache, e);
-		e = NULL;
-	}
-	if (e)
-		park(c, e);
-	else
-		start_lookup(aq, cp, key, true, c);
-	return true;
+	const struct auth_query_entry *e = answer_or_park(c, resume, cp, client_database(c), true);
+	if (!e)
+		return true;
+	*secret = e->secret;
+	return false;
 }
 
 void auth_query_reload(struct worker *w)

@@ -106,7 +106,7 @@ void client_set_state(struct client *c, enum client_state st)
 	/* SUSPEND: a logged-in client's reading follows the worker's flag at
 	 * each move, so that one on no list when SUSPEND or RESUME came
 	 * (waiting for a server, or for its pool's parameters) catches up. */
-	if (st >= CLIENT_IDLE && st != CLIENT_CLOSED && c->io.suspended != w->suspended && !c->is_admin)
+	if (st >= CLIENT_IDLE && st != CLIENT_CLOSED && io_suspended(&c->io) != w->suspended && !c->is_admin)
 		io_suspend(&c->io, w->suspended);
 }
 

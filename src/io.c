@@ -1270,25 +1270,12 @@ size_t io_out_len(const struct io *io)
 	return n;
 }
 
-static void set_paused(struct io *io)
+void io_set_pause(struct io *io, unsigned reason, bool on)
 {
-	bool paused = io->backpressure || io->suspended;
-	if (io->paused == paused)
-		return;
-	io->paused = paused;
-	io_arm_read(io);
-}
-
-void io_pause(struct io *io, bool paused)
-{
-	io->backpressure = paused;
-	set_paused(io);
-}
-
-void io_suspend(struct io *io, bool suspended)
-{
-	io->suspended = suspended;
-	set_paused(io);
+	unsigned was = io->paused;
+	io->paused = on ? was | reason : was & ~reason;
+	if (!io->paused != !was)
+		io_arm_read(io);
 }
 
 void io_update_reading(struct io *io)

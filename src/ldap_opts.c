@@ -6,6 +6,7 @@
 #include "ldap_opts.h"
 
 #include <ldap.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,27 @@
 _Static_assert(LDAP_OPTS_SCOPE_BASE == LDAP_SCOPE_BASE && LDAP_OPTS_SCOPE_ONE == LDAP_SCOPE_ONELEVEL &&
 		       LDAP_OPTS_SCOPE_SUB == LDAP_SCOPE_SUBTREE,
 	       "scope values");
+
+/* The options that are a string as written, and where each goes. */
+static const struct {
+	const char *name;
+	size_t off;
+} string_opts[] = {
+	{ "ldapserver", offsetof(struct ldap_opts, servers) },
+	{ "ldapprefix", offsetof(struct ldap_opts, prefix) },
+	{ "ldapsuffix", offsetof(struct ldap_opts, suffix) },
+	{ "ldapbasedn", offsetof(struct ldap_opts, basedn) },
+	{ "ldapbinddn", offsetof(struct ldap_opts, binddn) },
+	{ "ldapbindpasswd", offsetof(struct ldap_opts, bindpasswd) },
+	{ "ldapsearchattribute", offsetof(struct ldap_opts, search_attribute) },
+	{ "ldapsearchfilter", offsetof(struct ldap_opts, search_filter) },
+};
+#define N_STRING_OPTS (sizeof string_opts / sizeof string_opts[0])
+
+static char **string_opt(struct ldap_opts *o, size_t i)
+{
+	return (char **)((char *)o + string_opts[i].off);
+}
 
 /* Replaces *slot by a copy of v. false: out of memory. */
 static bool set_str(char **slot, const char *v, char *why, size_t why_len)
@@ -73,9 +95,10 @@ bool ldap_opts_set(struct ldap_opts *o, const char *name_value, char *why, size_
 	}
 	size_t n = (size_t)(eq - name_value);
 	const char *v = eq + 1;
+	for (size_t i = 0; i < N_STRING_OPTS; i++)
+		if (strlen(string_opts[i].name) == n && strncmp(name_value, string_opts[i].name, n) == 0)
+			return set_str(string_opt(o, i), v, why, why_len);
 #define IS(word) (n == sizeof(word) - 1 && strncmp(name_value, word, n) == 0)
-	if (IS("ldapserver"))
-		return set_str(&o->servers, v, why, why_len);
 	if (IS("ldapport")) {
 		char *end;
 		long port = strtol(v, &end, 10);
@@ -98,20 +121,6 @@ bool ldap_opts_set(struct ldap_opts *o, const char *name_value, char *why, size_
 		o->starttls = strcmp(v, "1") == 0;   /* (PostgreSQL's reading: 1 or not) */
 		return true;
 	}
-	if (IS("ldapprefix"))
-		return set_str(&o->prefix, v, why, why_len);
-	if (IS("ldapsuffix"))
-		return set_str(&o->suffix, v, why, why_len);
-	if (IS("ldapbasedn"))
-		return set_str(&o->basedn, v, why, why_len);
-	if (IS("ldapbinddn"))
-		return set_str(&o->binddn, v, why, why_len);
-	if (IS("ldapbindpasswd"))
-		return set_str(&o->bindpasswd, v, why, why_len);
-	if (IS("ldapsearchattribute"))
-		return set_str(&o->search_attribute, v, why, why_len);
-	if (IS("ldapsearchfilter"))
-		return set_str(&o->search_filter, v, why, why_len);
 	if (IS("ldapurl"))
 		return set_url(o, v, why, why_len);
 #undef IS
@@ -173,37 +182,26 @@ bool ldap_opts_parse_string(const char *s, struct ldap_opts *o, char *why, size_
 	return ok;
 }
 
-static bool copy_str(char **dst, const char *src)
-{
-	*dst = src ? strdup(src) : NULL;
-	return !src || *dst;
-}
-
 bool ldap_opts_copy(struct ldap_opts *dst, const struct ldap_opts *src)
 {
-	*dst = (struct ldap_opts){ .port = src->port, .ldaps = src->ldaps, .starttls = src->starttls,
-				   .scope = src->scope };
-	if (copy_str(&dst->servers, src->servers) && copy_str(&dst->prefix, src->prefix) &&
-	    copy_str(&dst->suffix, src->suffix) && copy_str(&dst->basedn, src->basedn) &&
-	    copy_str(&dst->binddn, src->binddn) && copy_str(&dst->bindpasswd, src->bindpasswd) &&
-	    copy_str(&dst->search_attribute, src->search_attribute) &&
-	    copy_str(&dst->search_filter, src->search_filter))
-		return true;
-	ldap_opts_free(dst);
-	return false;
+	*dst = *src;
+	for (size_t i = 0; i < N_STRING_OPTS; i++)
+		*string_opt(dst, i) = NULL;
+	for (size_t i = 0; i < N_STRING_OPTS; i++) {
+		const char *from = *string_opt((struct ldap_opts *)src, i);
+		if (from && !(*string_opt(dst, i) = strdup(from))) {
+			ldap_opts_free(dst);
+			return false;
+		}
+	}
+	return true;
 }
 
 void ldap_opts_free(struct ldap_opts *o)
 {
 	if (o->bindpasswd)
 		explicit_bzero(o->bindpasswd, strlen(o->bindpasswd));
-	free(o->servers);
-	free(o->prefix);
-	free(o->suffix);
-	free(o->basedn);
-	free(o->binddn);
-	free(o->bindpasswd);
-	free(o->search_attribute);
-	free(o->search_filter);
+	for (size_t i = 0; i < N_STRING_OPTS; i++)
+		free(*string_opt(o, i));
 	*o = (struct ldap_opts){ 0 };
 }
