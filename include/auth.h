@@ -129,6 +129,12 @@ static inline const char *auth_client_proven_password(const struct client_auth *
  * passwords), free it. NULL: nothing. */
 void auth_client_free(struct client_auth *a);
 
+/* A ClientKey a client proved to the process this one took over from
+ * (-R), with the ServerKey it was proved against: kept for p's server
+ * logins as if proved here, when p holds that same verifier. */
+void auth_adopt_passthrough_key(struct pool *p, const uint8_t server_key[SCRAM_KEY_LEN],
+				const uint8_t client_key[SCRAM_KEY_LEN]);
+
 /* Server side: the password pgcat logs in to servers with for this pool's user. */
 const char *auth_server_user(const struct pool *p);
 const char *auth_server_password(const struct pool *p);

@@ -149,6 +149,22 @@ bool cancel_table_grow(struct cancel_table *t, uint32_t n_slots) __attribute__((
 bool cancel_key_assign(struct cancel_table *t, void *owner, enum cancel_key_kind kind, uint32_t *pid,
 		       uint32_t *secret, uint8_t *key_out, size_t *key_len) __attribute__((warn_unused_result));
 void cancel_key_release(struct cancel_table *t, uint32_t pid);
+/* A key as a process hands it to the one taking its clients over
+ * (-R, handover.c): everything a slot holds but its owner. */
+struct cancel_key_state {
+	uint32_t pid, secret;
+	uint8_t kind;             /* enum cancel_key_kind */
+	uint8_t peer_pid;
+	uint16_t peer_id;
+	uint8_t ext[CANCEL_KEY_EXT_LEN];
+};
+/* The state of this table's key pid; false: no such key here. */
+bool cancel_key_export(const struct cancel_table *t, uint32_t pid, struct cancel_key_state *out);
+/* Take key k as it was issued, for owner: the same slot, secret and
+ * bytes, so that the client's key keeps working. false: the slot is not
+ * this worker's or is taken (a login got it first): the caller issues
+ * nothing, the client's old key then cancels nothing. */
+bool cancel_key_adopt(struct cancel_table *t, void *owner, const struct cancel_key_state *k);
 /* The owner a (pid, key) pair names, or NULL: the key must be of the kind
  * issued for that slot and match in full. */
 void *cancel_key_lookup(const struct cancel_table *t, uint32_t pid, const uint8_t *key, size_t key_len);

@@ -204,6 +204,9 @@ struct client {
 	 * position: this request is routed again without asking (the
 	 * session clears it at the next checkout). */
 	bool ryw_no_ask : 1;
+	/* Handed to the process that took over (-R): closed here without a
+	 * "closing because" line, it goes on there. */
+	bool moved : 1;
 };
 
 /* The client of a waiter on a pool's lists; NULL: not a client's (a
@@ -213,6 +216,10 @@ static inline struct client *client_of_waiter(struct pool_waiter *pw)
 	return pw->is_client ? LIST_OWNER(pw, struct client, wait) : NULL;
 }
 
+/* A client on socket fd (non-blocking), counted in the worker, in state
+ * CLIENT_CLOSED on no list: the caller sets its state. NULL: out of memory
+ * (fd closed). */
+struct client *client_new(struct worker *w, int fd, bool is_unix);
 /* Accept a connection (fd already non-blocking). */
 void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int salen, bool is_unix);
 /* Close with an error sent first (sqlstate NULL: just close). severity FATAL. */

@@ -87,6 +87,15 @@ struct worker {
 	/* SHUTDOWN WAIT_FOR_SERVERS: not accepting, a client that wants a
 	 * server is closed, exit once no client holds one. */
 	bool waiting_for_servers;
+	/* -R: take the clients of the old worker of this number (handover.c)
+	 * instead of binding the listeners. */
+	bool take_over;
+	/* The link to the process taking over from this one, or to the one
+	 * this one takes over from, and its socket (handover.c); NULL: none. */
+	struct handover *handover;
+	/* While this worker hands its clients over (handover.c): told of each
+	 * client that becomes idle, before it reads another request. */
+	void (*on_client_idle)(struct client *c);
 	int exit_code;
 
 	uint64_t next_id;
@@ -158,6 +167,9 @@ struct worker_commands {
 	void (*wait_for_clients)(struct worker *w);   /* SHUTDOWN WAIT_FOR_CLIENTS */
 	void (*wait_for_servers)(struct worker *w);   /* SHUTDOWN WAIT_FOR_SERVERS */
 	void (*suspend)(struct worker *w, bool on);   /* SUSPEND (on) and RESUME (off) */
+	/* -R: the listeners were handed to the next process: close this
+	 * worker's copies, take no new client. */
+	void (*stop_listening)(struct worker *w);
 };
 
 /* The cached clock, refreshed at the start of every callback. */

@@ -183,6 +183,10 @@ void io_trim(struct io *io);
 /* Write what is queued now, as far as the socket takes it (before a close). */
 void io_flush(struct io *io);
 size_t io_out_len(const struct io *io);
+/* Reading stopped (a pause reason holds), no receive or send in flight,
+ * nothing left to write, plain TCP or Unix: the socket may pass to another
+ * process (handover.c) with what its input holds. */
+bool io_at_rest(const struct io *io);
 /* Read now, as if the socket had been reported readable: for a socket just
  * accepted, whose first packet has often arrived already (a wait for the
  * event would cost an epoll round). Nothing happens if there is no data.

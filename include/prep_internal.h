@@ -42,6 +42,9 @@ void prep_ring_clear(struct prep_ring *q, struct prep_registry *r);
 /* ---- the schema generation (prep_schema.c) ---- */
 
 struct worker;
+/* The generation a client's unnamed Parse is filed under in its pool's
+ * registry (prepare_unnamed): its schema generation and settings. */
+uint64_t prep_unnamed_generation(const struct client *c);
 /* A new schema generation, for the reason why (logged). */
 void prep_schema_changed(struct worker *w, const char *why);
 

@@ -322,6 +322,13 @@ void prep_server_discarded(struct server *s);
  * a client left there is not known to be there any more. */
 void prep_server_forget_unnamed(struct server *s);
 void prep_client_free(struct client *c);
+/* -R (client_move.c): the client's statements written to pb (false: pb
+ * full), and read back into a client of the new process, in its pool's
+ * registry (false: a malformed part or no memory). */
+struct pktbuf;
+struct bytes_in;
+bool prep_client_write(const struct client *c, struct pktbuf *pb);
+bool prep_client_read(struct client *c, struct bytes_in *r);
 /* An idle client gives back its unnamed-Parse copy. */
 void prep_client_trim(struct client *c);
 

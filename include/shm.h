@@ -137,6 +137,10 @@ enum shm_admin_command {
  * signal (the workers learn it through the admin ring, and drain without
  * shutdown_timeout). */
 #define SHM_SIGVAL_WAIT_FOR_CLIENTS 0x57464321
+/* ... that a new pgcat (-R) took this worker's listeners over: shut down
+ * without forwarding the signal and restart no worker (each hands its
+ * clients over, then exits). */
+#define SHM_SIGVAL_HANDOVER 0x48414e44
 
 /* SHOW CLIENTS / SHOW SERVERS with several workers: the console's worker
  * asks the others (SHM_ADMIN_DUMP) and each writes its rows, as DataRow

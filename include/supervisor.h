@@ -7,9 +7,11 @@
 #ifndef PGCAT_SUPERVISOR_H
 #define PGCAT_SUPERVISOR_H
 
+#include <stdbool.h>
+
 #include "types.h"
 
 /* Runs until the instance shuts down; returns the exit code. Takes cfg. */
-int supervisor_run(struct config *cfg, const char *config_path);
+int supervisor_run(struct config *cfg, const char *config_path, bool take_over);
 
 #endif

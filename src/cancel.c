@@ -220,6 +220,59 @@ void cancel_key_release(struct cancel_table *t, uint32_t pid)
 		shm_cancel_publish(t->shm, t->worker, idx, 0, CANCEL_KEY_NONE, NULL);
 }
 
+bool cancel_key_export(const struct cancel_table *t, uint32_t pid, struct cancel_key_state *out)
+{
+	bool peer_pid = is_peer_pid(pid);
+	if (!peer_pid && worker_of(pid) != t->worker)
+		return false;
+	uint32_t idx = peer_pid ? peer_pid_slot(pid) : slot_of(pid);
+	if (idx >= t->n_slots || !t->slots[idx].secret || t->slots[idx].peer_pid != peer_pid)
+		return false;
+	const struct cancel_slot *slot = &t->slots[idx];
+	memset(out, 0, sizeof *out);
+	out->pid = pid;
+	out->secret = slot->secret;
+	out->kind = slot->kind;
+	out->peer_pid = slot->peer_pid;
+	out->peer_id = slot->peer_id;
+	memcpy(out->ext, slot->ext, sizeof out->ext);
+	return true;
+}
+
+bool cancel_key_adopt(struct cancel_table *t, void *owner, const struct cancel_key_state *k)
+{
+	bool peer_pid = is_peer_pid(k->pid);
+	if (peer_pid != (k->peer_pid != 0) || (!peer_pid && worker_of(k->pid) != t->worker) || k->secret == 0 ||
+	    (k->kind != CANCEL_KEY_SHORT && k->kind != CANCEL_KEY_LONG))
+		return false;
+	uint32_t idx = peer_pid ? peer_pid_slot(k->pid) : slot_of(k->pid);
+	if (idx >= t->n_slots || t->slots[idx].secret)
+		return false;
+	/* Off the free list (a walk: a handover adopts each client once). */
+	uint32_t prev = 0;
+	for (uint32_t cur = t->free_head; cur; prev = cur, cur = t->slots[cur - 1].next_free) {
+		if (cur != idx + 1)
+			continue;
+		uint32_t next = t->slots[idx].next_free;
+		if (prev)
+			t->slots[prev - 1].next_free = next;
+		else
+			t->free_head = next;
+		if (t->free_tail == cur)
+			t->free_tail = prev;
+		break;
+	}
+	struct cancel_slot *slot = &t->slots[idx];
+	slot->secret = k->secret;
+	slot->owner = owner;
+	slot->published = 0;
+	slot->kind = k->kind;
+	slot->peer_pid = k->peer_pid;
+	slot->peer_id = k->peer_id;
+	memcpy(slot->ext, k->ext, sizeof slot->ext);
+	return true;
+}
+
 /* What a CancelRequest's key says: which kind of key it is, the secret
  * bytes to check, whose it is. false: no key pgcat issues looks like this
  * one (a length other than 4 or 32, another layout). */

@@ -108,6 +108,8 @@ void client_set_state(struct client *c, enum client_state st)
 	 * (waiting for a server, or for its pool's parameters) catches up. */
 	if (st >= CLIENT_IDLE && st != CLIENT_CLOSED && io_suspended(&c->io) != w->suspended && !c->is_admin)
 		io_suspend(&c->io, w->suspended);
+	if (st == CLIENT_IDLE && w->on_client_idle)
+		w->on_client_idle(c);
 }
 
 void client_send_pkt(struct client *c, struct pktbuf *pb)
@@ -214,12 +216,12 @@ static void init_end(struct client *c)
 	c->end.out_budget = CLIENT_OUT_BUDGET;
 }
 
-void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int salen, bool is_unix)
+struct client *client_new(struct worker *w, int fd, bool is_unix)
 {
 	struct client *c = calloc(1, sizeof *c);
 	if (!c) {
 		evutil_closesocket(fd);
-		return;
+		return NULL;
 	}
 	c->w = w;
 	c->id = ++w->next_id;
@@ -233,13 +235,24 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 	if (!io_open(&c->io, w->base, &w->flusher, fd, CLIENT_READ_HIGH_WATER, &client_io_ops)) {
 		evutil_closesocket(fd);
 		free(c);
-		return;
+		return NULL;
 	}
 	c->role_override = 0;            /* ROUTER_ROLE_NONE */
 	c->count_slot = -1;
 	c->primary_reads_override = -1;
 	c->shard_override = -1;
 	c->peer_family = AF_UNIX;
+	w->n_clients++;
+	atomic_store_explicit(&w->shm->h->workers[w->id].clients, w->n_clients, memory_order_relaxed);
+	c->state = CLIENT_CLOSED;
+	return c;
+}
+
+void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int salen, bool is_unix)
+{
+	struct client *c = client_new(w, fd, is_unix);
+	if (!c)
+		return;
 	if (is_unix) {
 		/* no address */
 	} else if (sa->sa_family == AF_INET) {
@@ -266,9 +279,6 @@ void client_accept(struct worker *w, int fd, const struct sockaddr *sa, int sale
 		if (!io_tcp_tune(fd, &t, why, sizeof why))
 			log_warning("C-%llu: %s", (unsigned long long)c->id, why);
 	}
-	w->n_clients++;
-	atomic_store_explicit(&w->shm->h->workers[w->id].clients, w->n_clients, memory_order_relaxed);
-	c->state = CLIENT_CLOSED;
 	client_set_state(c, CLIENT_STARTUP);
 	char a[CLIENT_ADDR_STRLEN];
 	log_debug("C-%llu %s:%d: new connection", (unsigned long long)c->id, client_addr_str(c, a), c->port);
@@ -319,7 +329,9 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 	 * error goes out: a script that reads the log once its client has
 	 * the error finds the line. */
 	bool logged_in = c->state == CLIENT_IDLE || c->state == CLIENT_WAITING || c->state == CLIENT_ACTIVE;
-	if ((logged_in || sqlstate) ? w->cfg->general.log_disconnections : log_enabled(LOG_LEVEL_DEBUG)) {
+	if (c->moved)
+		log_debug("C-%llu: %s", (unsigned long long)c->id, msg);
+	else if ((logged_in || sqlstate) ? w->cfg->general.log_disconnections : log_enabled(LOG_LEVEL_DEBUG)) {
 		char a[CLIENT_ADDR_STRLEN];
 		log_info("C-%llu %s@%s %s:%d: closing because: %s (age=%llus)", (unsigned long long)c->id,
 			 client_user(c), client_database(c), client_addr_str(c, a), c->port,

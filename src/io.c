@@ -1262,6 +1262,12 @@ void io_trim(struct io *io)
 	}
 }
 
+bool io_at_rest(const struct io *io)
+{
+	return io->paused && !io->closed && !io->ssl && !io->loopback && io->recv == RECV_OFF && !io->send_in_flight &&
+	       !io->connecting && io_out_len(io) == 0;
+}
+
 size_t io_out_len(const struct io *io)
 {
 	size_t n = io->out ? evbuffer_get_length(io->out) : 0;

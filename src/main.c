@@ -32,6 +32,8 @@ static void usage(FILE *out)
 		"  -d, --daemon       detach (pidfile from config)\n"
 		"  -t, --test-config  parse and validate CONFIG, print problems, exit 0/1\n"
 		"  -w, --workers N    override [general] workers\n"
+		"  -R, --reboot       take over from the pgcat running on the same port: its\n"
+		"                     listening sockets, then its clients between requests\n"
 		"  -v, --verbose      raise log level one step (repeatable)\n"
 		"  -q, --quiet        lower log level one step (repeatable); with a pgbouncer.ini,\n"
 		"                     PgBouncer's meaning: nothing logged to stderr\n"
@@ -71,6 +73,20 @@ static bool write_pidfile(const char *path)
 	return fclose(f) == 0;
 }
 
+/* On the way out: the pidfile goes only while it still names this
+ * process (after -R it names the new one). */
+static void remove_pidfile(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return;
+	int pid = 0;
+	bool ours = fscanf(f, "%d", &pid) == 1 && pid == (int)getpid();
+	fclose(f);
+	if (ours)
+		unlink(path);
+}
+
 static bool daemonize(void)
 {
 	pid_t pid = fork();
@@ -102,19 +118,21 @@ int main(int argc, char **argv)
 		{ "daemon", no_argument, NULL, 'd' },
 		{ "test-config", no_argument, NULL, 't' },
 		{ "workers", required_argument, NULL, 'w' },
+		{ "reboot", no_argument, NULL, 'R' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	bool daemon_mode = false, test_only = false;
+	bool daemon_mode = false, test_only = false, take_over = false;
 	int workers = -1, verbosity = 0, quiet = 0;
 	int ch;
-	while ((ch = getopt_long(argc, argv, "dtw:vqVh", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "dtw:RvqVh", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'd': daemon_mode = true; break;
 		case 't': test_only = true; break;
+		case 'R': take_over = true; break;
 		case 'w': {
 			char *end;
 			long n = strtol(optarg, &end, 10);
@@ -190,9 +208,9 @@ int main(int argc, char **argv)
 		return EXIT_BAD_CONFIG;
 	}
 	log_info("pgcat %s starting", PACKAGE_VERSION);
-	int rc = supervisor_run(cfg, path);
+	int rc = supervisor_run(cfg, path, take_over);
 	if (pidfile)
-		unlink(pidfile);
+		remove_pidfile(pidfile);
 	free(pidfile);
 	log_info("pgcat stopped");
 	log_close();

@@ -330,7 +330,7 @@ static bool plannable(const uint8_t *key, size_t len)
  * client's settings: a text parsed under one set is used only under the
  * same set (clients whose settings match share it). Never a small number,
  * so never the generation of a named statement's entry. */
-static uint64_t unnamed_gen(const struct client *c)
+uint64_t prep_unnamed_generation(const struct client *c)
 {
 	uint64_t h = (prep_schema_generation(c->w) + 1) * 0x9e3779b97f4a7c15ULL;
 	h ^= c->params.digest + 0x632be59bd9b4e019ULL;
@@ -365,7 +365,7 @@ static enum prep_action on_unnamed_parse(struct client *c, struct server *s, str
 	if (!c->w->cfg->general.prepare_unnamed || s->txn.tx_status == 'E')
 		return PREP_FORWARD;
 	struct prep_registry *r = prep_reg_of(s);
-	uint64_t th = prep_key_hash(key, klen), gen = unnamed_gen(c);
+	uint64_t th = prep_key_hash(key, klen), gen = prep_unnamed_generation(c);
 	struct prep_stmt *st = prep_registry_find_hashed(r, th, key, klen, gen);
 	if (st ? !unnamed_plannable(st, key, klen) : !plannable(key, klen))
 		return PREP_FORWARD;
@@ -780,7 +780,7 @@ static bool scan_cached_batch(struct client *c, bool unverified_ok, struct cache
 		struct prep_stmt *st;
 		if (!name[0]) {
 			/* the unnamed statement: a text the pool maps already */
-			st = prep_registry_find_hashed(r, prep_key_hash(key, klen), key, klen, unnamed_gen(c));
+			st = prep_registry_find_hashed(r, prep_key_hash(key, klen), key, klen, prep_unnamed_generation(c));
 			if (!st || !st->verified || !unnamed_plannable(st, key, klen))
 				return false;
 		} else {

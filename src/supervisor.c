@@ -46,6 +46,7 @@ struct supervisor {
 	sigset_t old_mask;
 	bool shutting_down;
 	bool ready_sent;
+	bool take_over;           /* -R: the first workers take over from the old instance's */
 	int exit_code;
 };
 
@@ -172,6 +173,9 @@ static pid_t spawn(struct supervisor *sv, int id, bool restart)
 		log_close();
 		exit(code);
 	}
+	/* -R: a worker started with the instance takes over from the old
+	 * one's of its number (a restarted one binds: the old is gone). */
+	w->take_over = sv->take_over && !restart;
 	/* Listening only now, past the check (worker_check_startup). */
 	if (!worker_listen(w, sv->unix_fd)) {
 		log_error("worker %d: startup failed", id);
@@ -271,12 +275,13 @@ static void raise_nofile_limit(const struct config *cfg)
 			    (unsigned long long)rl.rlim_cur, cfg->general.max_client_conn, (unsigned long long)want);
 }
 
-int supervisor_run(struct config *cfg, const char *config_path)
+int supervisor_run(struct config *cfg, const char *config_path, bool take_over)
 {
 	struct supervisor sv;
 	memset(&sv, 0, sizeof sv);
 	sv.cfg = cfg;
 	sv.config_path = config_path;
+	sv.take_over = take_over;
 	bool pgbouncer_signals = cfg->format == CONFIG_FORMAT_PGBOUNCER;
 	sv.unix_fd = -1;
 	int n = cfg->general.workers;
@@ -330,6 +335,17 @@ int supervisor_run(struct config *cfg, const char *config_path)
 			 * and the workers (told through the admin ring) exit once
 			 * their last client has gone. Not forwarded: SIGTERM would
 			 * start the drain with shutdown_timeout. */
+			/* -R: a new pgcat took a worker's listeners; each worker
+			 * hands its clients over, then exits. */
+			if (sig == SIGTERM && info.si_code == SI_QUEUE && info.si_value.sival_int == SHM_SIGVAL_HANDOVER) {
+				if (!sv.shutting_down) {
+					log_info("supervisor: a new pgcat takes over; exiting once the workers have handed "
+						 "their clients over");
+					sd_notify_send("STOPPING=1");
+				}
+				sv.shutting_down = true;
+				break;
+			}
 			if (sig == SIGTERM && info.si_code == SI_QUEUE &&
 			    info.si_value.sival_int == SHM_SIGVAL_WAIT_FOR_CLIENTS) {
 				if (!sv.shutting_down) {

@@ -39,6 +39,7 @@
 #include "twophase_recover.h"
 #include "notify.h"
 #include "login.h"
+#include "handover.h"
 #include "log.h"
 #include "proto.h"
 #include "pool.h"
@@ -371,11 +372,41 @@ static bool add_listener(struct worker *w, const struct sockaddr *sa, socklen_t 
 	return true;
 }
 
+/* -R: the old worker's listening sockets, as they are (bound, listening,
+ * their options set); connections queued on them are accepted here. */
+static bool adopt_listeners(struct worker *w, const int *fds, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct evconnlistener *l =
+			w->n_listeners < WORKER_MAX_LISTENERS
+				? evconnlistener_new(w->base, accept_cb, w, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0,
+						     fds[i])
+				: NULL;
+		if (!l) {
+			for (size_t j = i; j < n; j++)
+				close(fds[j]);
+			log_error("cannot accept on the listening sockets taken over: %s", strerror(errno));
+			return false;
+		}
+		evconnlistener_set_error_cb(l, accept_error_cb);
+		listener_options(w, l);
+		w->listeners[w->n_listeners++] = l;
+	}
+	return true;
+}
+
 static bool open_listeners(struct worker *w, int unix_fd)
 {
 	const struct config_general *g = &w->cfg->general;
 	char port[16];
 	snprintf(port, sizeof port, "%d", g->listen_port);
+	int taken[HANDOVER_MAX_LISTENERS];
+	size_t n_taken = 0;
+	if (w->take_over && handover_take(w, taken, &n_taken)) {
+		if (!adopt_listeners(w, taken, n_taken))
+			return false;
+		goto unix_socket;
+	}
 	for (size_t i = 0; i < g->n_listen_addr; i++) {
 		const char *host = g->listen_addr[i];
 		bool any = strcmp(host, "*") == 0;
@@ -398,6 +429,10 @@ static bool open_listeners(struct worker *w, int unix_fd)
 		}
 		freeaddrinfo(res);
 	}
+	/* The next process's -R finds this worker here (not while this
+	 * one still takes over: handover.c answers once it has). */
+	(void)handover_listen(w);
+unix_socket:
 	if (unix_fd >= 0) {
 		/* Bound once by the supervisor; every worker accepts from its
 		 * copy. Backlog 0: it is listening already. */
@@ -750,6 +785,11 @@ void worker_begin_shutdown(struct worker *w)
 	worker_check_shutdown_done(w);
 }
 
+static void stop_listening(struct worker *w)
+{
+	close_listeners(w, false);
+}
+
 void worker_wait_for_clients(struct worker *w)
 {
 	if (w->shutting_down || w->waiting_for_clients)
@@ -911,6 +951,7 @@ static const struct worker_commands worker_commands = {
 	.wait_for_clients = worker_wait_for_clients,
 	.wait_for_servers = worker_wait_for_servers,
 	.suspend = worker_suspend,
+	.stop_listening = stop_listening,
 };
 
 struct worker *worker_create(struct config *cfg, const char *config_path, int id, struct shm *shm)
@@ -1113,6 +1154,7 @@ void worker_destroy(struct worker *w)
 	sigprocmask(SIG_BLOCK, &quiet, NULL);
 	worker_update_clock(w);
 	close_listeners(w, false);
+	handover_free(w);
 	/* Clients first (they detach from servers), then pools and servers. */
 	struct list_node *pos, *tmp;
 	w->shutting_down = true;

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client_move: a logged-in client as one process hands it to the next
+ * (-R, handover.c): when it may go, its state written out as bytes, and a
+ * client made again from those bytes and its socket on the other side.
+ * The socket itself travels beside the bytes (SCM_RIGHTS, handover.c).
+ */
+#ifndef PGCAT_CLIENT_MOVE_H
+#define PGCAT_CLIENT_MOVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct client;
+struct pktbuf;
+struct worker;
+
+enum client_move_check {
+	CLIENT_MOVE_READY,     /* between requests, reading stopped, nothing in flight */
+	CLIENT_MOVE_NOT_NOW,   /* in a transaction, a request under way, output unsent: later */
+	CLIENT_MOVE_NEVER      /* the console, a replication connection, TLS: it drains */
+};
+
+/* Is c at a point where it can move? NOT_NOW for an idle client also
+ * stops reading it, so that it is READY at a later look once what was in
+ * flight has landed. */
+enum client_move_check client_move_check(struct client *c);
+/* c's state (READY) appended to pb; false: pb too small. */
+bool client_move_write(struct client *c, struct pktbuf *pb);
+/* The client of socket fd and the state rec of len bytes, in worker w:
+ * logged in to its pool, idle, what it had sent and pgcat had not read yet
+ * processed. false: a record this process cannot read or a pool it does
+ * not have (the client is told why and closed; fd is closed either way). */
+bool client_move_read(struct worker *w, int fd, const uint8_t *rec, size_t len);
+
+#endif

@@ -1,0 +1,299 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client_move: a logged-in client written out for the process that takes
+ * this one's place (-R), and made again there. Only a client between
+ * requests moves: idle, no transaction, nothing half read or half
+ * written, no state of its session but its settings (a client with
+ * LISTEN, read-your-writes positions, a held BEGIN or tracked
+ * setters waits, and drains if it never gets there). What moves: who it
+ * is (user, database, the pool's credentials it logged in with), its
+ * address, its cancel key, its session's settings and what it logged in
+ * with, its prepared statements, its SET SERVER ROLE / SHARD choices, and the bytes it sent that
+ * pgcat had not read yet.
+ *
+ * The record, integers high byte first:
+ *   u32 version, cstring user, cstring database,
+ *   u8 flags (CM_*), u8 peer family, u16 port, 16 bytes of address,
+ *   i8 role, i8 primary reads, i16 shard, u64 age in microseconds,
+ *   [CM_KEY] u32 pid, u32 secret, u8 kind, u8 peer pid, u16 peer id, 20 bytes,
+ *   [CM_SECRET] cstring secret,
+ *   [CM_PASSTHROUGH] 32 bytes ClientKey, 32 bytes ServerKey,
+ *   settings then startup settings: u16 count, each u8 raw, cstring name, cstring value,
+ *   u32 input length, the input,
+ *   its prepared statements (prep_move.c).
+ */
+#include "client_move.h"
+
+#include <event2/buffer.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "bytes_in.h"
+#include "cancel.h"
+#include "client.h"
+#include "config.h"
+#include "context.h"
+#include "log.h"
+#include "pktbuf.h"
+#include "pool.h"
+#include "prepared.h"
+#include "proto.h"
+#include "shm.h"
+
+#define CLIENT_MOVE_VERSION 1u
+/* Input a moving client may carry (it was not read yet): beyond, it
+ * waits for pgcat to read it here. */
+#define CLIENT_MOVE_INPUT_MAX (32u * 1024)
+
+enum {
+	CM_UNIX = 1,
+	CM_KEY = 2,
+	CM_LONG_KEY = 4,
+	CM_SECRET = 8,
+	CM_PROVEN = 16,
+	CM_PASSTHROUGH = 32
+};
+
+enum client_move_check client_move_check(struct client *c)
+{
+	if (c->is_admin || c->replication != CLIENT_REPLICATION_NONE || c->io.ssl || c->console_peer)
+		return CLIENT_MOVE_NEVER;
+	if (c->state != CLIENT_IDLE || c->pending_error || c->tx != CLIENT_TX_NONE || c->batch != CLIENT_BATCH_NONE ||
+	    c->held_begin || c->ryw || c->setters || c->fanout || c->xshard || c->kind_state || c->retry ||
+	    c->reply_held || c->wait_answer || c->fwd_remaining || c->skip_remaining ||
+	    c->sticky_until_us > c->w->now_us || !c->pool)
+		return CLIENT_MOVE_NOT_NOW;
+	/* Reading stops first (a request already read is still served: the
+	 * client is not idle then, and reading follows the worker again at its
+	 * next state); a receive in flight lands in the input. */
+	if (!io_suspended(&c->io))
+		io_suspend(&c->io, true);
+	if (c->processing || !io_at_rest(&c->io))
+		return CLIENT_MOVE_NOT_NOW;
+	size_t in = c->io.in ? evbuffer_get_length(c->io.in) : 0;
+	return in <= CLIENT_MOVE_INPUT_MAX ? CLIENT_MOVE_READY : CLIENT_MOVE_NOT_NOW;
+}
+
+static void put_u64(struct pktbuf *pb, uint64_t v)
+{
+	pktbuf_put_u32(pb, (uint32_t)(v >> 32));
+	pktbuf_put_u32(pb, (uint32_t)v);
+}
+
+static void put_params(struct pktbuf *pb, const struct params *p)
+{
+	size_t n = params_count(p);
+	if (n > UINT16_MAX) {
+		pb->failed = true;
+		return;
+	}
+	pktbuf_put_u16(pb, (uint16_t)n);
+	for (size_t i = 0; i < n; i++) {
+		const struct param *e = params_at(p, i);
+		pktbuf_put_u8(pb, e->raw);
+		pktbuf_put_cstring(pb, e->name);
+		pktbuf_put_cstring(pb, e->value);
+	}
+}
+
+bool client_move_write(struct client *c, struct pktbuf *pb)
+{
+	struct worker *w = c->w;
+	/* The user's own pool holds what it logged in with (c->pool may be
+	 * a forced user's, which serves it). */
+	struct pool *own = pool_find(w, client_database(c), client_user(c));
+	struct cancel_key_state key;
+	bool has_key = c->has_cancel_key && cancel_key_export(&w->cancel, c->cancel_pid, &key);
+	const char *secret = own && own->own_user ? own->own_user->password : NULL;
+	bool passthrough = own && own->have_scram && own->have_passthrough_key;
+	uint8_t flags = (c->is_unix ? CM_UNIX : 0) | (has_key ? CM_KEY : 0) | (c->long_cancel_key ? CM_LONG_KEY : 0) |
+			(secret ? CM_SECRET : 0) | (own && own->proven ? CM_PROVEN : 0) |
+			(passthrough ? CM_PASSTHROUGH : 0);
+	pktbuf_put_u32(pb, CLIENT_MOVE_VERSION);
+	pktbuf_put_cstring(pb, client_user(c));
+	pktbuf_put_cstring(pb, client_database(c));
+	pktbuf_put_u8(pb, flags);
+	pktbuf_put_u8(pb, c->peer_family);
+	pktbuf_put_u16(pb, c->port);
+	uint8_t addr[16] = { 0 };
+	if (c->peer_family == AF_INET)
+		memcpy(addr, &c->peer.v4, sizeof c->peer.v4);
+	else if (c->peer_family == AF_INET6)
+		memcpy(addr, &c->peer.v6, sizeof c->peer.v6);
+	pktbuf_put_bytes(pb, addr, sizeof addr);
+	pktbuf_put_u8(pb, (uint8_t)c->role_override);
+	pktbuf_put_u8(pb, (uint8_t)c->primary_reads_override);
+	pktbuf_put_u16(pb, (uint16_t)c->shard_override);
+	put_u64(pb, w->now_us - c->connect_us);
+	if (has_key) {
+		pktbuf_put_u32(pb, key.pid);
+		pktbuf_put_u32(pb, key.secret);
+		pktbuf_put_u8(pb, key.kind);
+		pktbuf_put_u8(pb, key.peer_pid);
+		pktbuf_put_u16(pb, key.peer_id);
+		pktbuf_put_bytes(pb, key.ext, sizeof key.ext);
+	}
+	if (secret)
+		pktbuf_put_cstring(pb, secret);
+	if (passthrough) {
+		pktbuf_put_bytes(pb, own->passthrough_client_key, SCRAM_KEY_LEN);
+		pktbuf_put_bytes(pb, own->scram.server_key, SCRAM_KEY_LEN);
+	}
+	put_params(pb, &c->params);
+	put_params(pb, &c->startup_params);
+	size_t in = c->io.in ? evbuffer_get_length(c->io.in) : 0;
+	pktbuf_put_u32(pb, (uint32_t)in);
+	if (in) {
+		const unsigned char *p = evbuffer_pullup(c->io.in, -1);
+		if (!p)
+			return false;
+		pktbuf_put_bytes(pb, p, in);
+	}
+	return prep_client_write(c, pb) && !pb->failed;
+}
+
+/* ---- the other side ---- */
+
+static bool get_params(struct bytes_in *r, struct params *out)
+{
+	uint16_t n = bytes_u16(r);
+	for (uint16_t i = 0; i < n && !r->bad; i++) {
+		bool raw = bytes_u8(r) != 0;
+		const char *name = bytes_cstring(r), *value = bytes_cstring(r);
+		if (r->bad || !params_set(out, name, value, raw))
+			return false;
+	}
+	return !r->bad;
+}
+
+/* The user's own pool in this process, made as a login would make it. */
+static struct pool *own_pool(struct worker *w, const char *db, const char *user, const char *secret, bool proven)
+{
+	struct pool *own = pool_find(w, db, user);
+	if (!own) {
+		const struct config_pool *named = config_find_pool(w->cfg, db);
+		if ((!named || named->autodb_instance) && pool_add_autodb(w, db, user))
+			own = pool_find(w, db, user);
+	}
+	if (own && own->cuser && own->cuser->server_only)
+		return NULL;
+	if (!own && secret) {
+		const struct config_pool *cp = config_find_pool(w->cfg, db);
+		own = cp ? pool_add_looked_up(w, cp, user, secret) : NULL;
+		if (own)
+			own->proven = proven;
+	}
+	return own;
+}
+
+static bool refuse(struct client *c, const char *why)
+{
+	log_warning("C-%llu %s@%s: cannot take this client over: %s", (unsigned long long)c->id, client_user(c),
+		    client_database(c), why);
+	client_close(c, SQLSTATE_ADMIN_SHUTDOWN, "pgcat restarted and %s", why);
+	return false;
+}
+
+bool client_move_read(struct worker *w, int fd, const uint8_t *rec, size_t len)
+{
+	struct bytes_in r = { rec, len, 0, false };
+	uint32_t version = bytes_u32(&r);
+	const char *user = bytes_cstring(&r), *db = bytes_cstring(&r);
+	uint8_t flags = bytes_u8(&r);
+	uint8_t family = bytes_u8(&r);
+	uint16_t port = bytes_u16(&r);
+	const uint8_t *addr = bytes_take(&r, 16);
+	int8_t role = (int8_t)bytes_u8(&r), primary_reads = (int8_t)bytes_u8(&r);
+	int16_t shard = (int16_t)bytes_u16(&r);
+	uint64_t age = (uint64_t)bytes_u32(&r) << 32;
+	age |= bytes_u32(&r);
+	struct cancel_key_state key = { 0 };
+	if (flags & CM_KEY) {
+		key.pid = bytes_u32(&r);
+		key.secret = bytes_u32(&r);
+		key.kind = bytes_u8(&r);
+		key.peer_pid = bytes_u8(&r);
+		key.peer_id = bytes_u16(&r);
+		const uint8_t *ext = bytes_take(&r, sizeof key.ext);
+		if (ext)
+			memcpy(key.ext, ext, sizeof key.ext);
+	}
+	const char *secret = flags & CM_SECRET ? bytes_cstring(&r) : NULL;
+	const uint8_t *client_key = flags & CM_PASSTHROUGH ? bytes_take(&r, SCRAM_KEY_LEN) : NULL;
+	const uint8_t *server_key = flags & CM_PASSTHROUGH ? bytes_take(&r, SCRAM_KEY_LEN) : NULL;
+	if (r.bad || version != CLIENT_MOVE_VERSION || !user[0] || !db[0] ||
+	    (family != AF_UNIX && family != AF_INET && family != AF_INET6)) {
+		log_error("handover: a client record this version cannot read (version %u, %zu bytes)", version, len);
+		close(fd);
+		return false;
+	}
+	struct client *c = client_new(w, fd, (flags & CM_UNIX) != 0);
+	if (!c)
+		return false;
+	c->peer_family = family;
+	c->port = port;
+	if (family == AF_INET)
+		memcpy(&c->peer.v4, addr, sizeof c->peer.v4);
+	else if (family == AF_INET6)
+		memcpy(&c->peer.v6, addr, sizeof c->peer.v6);
+	c->role_override = role;
+	c->primary_reads_override = primary_reads;
+	c->shard_override = shard;
+	c->connect_us = age < w->now_us ? w->now_us - age : 0;
+	size_t ul = strlen(user), dl = strlen(db);
+	c->names = malloc(ul + dl + 2);
+	if (!c->names)
+		return refuse(c, "ran out of memory");
+	memcpy(c->names, user, ul + 1);
+	memcpy(c->names + ul + 1, db, dl + 1);
+	client_set_state(c, CLIENT_IDLE);
+	if (!get_params(&r, &c->params) || !get_params(&r, &c->startup_params))
+		return refuse(c, "its session settings could not be read");
+	uint32_t in = bytes_u32(&r);
+	const uint8_t *input = bytes_take(&r, in);
+	if (r.bad)
+		return refuse(c, "its record is malformed");
+	struct pool *own = own_pool(w, db, user, secret, (flags & CM_PROVEN) != 0);
+	if (!own)
+		return refuse(c, "its database or user is no longer configured");
+	if (client_key)
+		auth_adopt_passthrough_key(own, server_key, client_key);
+	c->pool = pool_serving(w, own);
+	c->pool->n_clients++;
+	c->pool->had_client = true;
+	if (w->shm && own->shm_slot >= 0) {
+		c->count_slot = (int16_t)own->shm_slot;
+		shm_pool_clients_add(w->shm, w->id, own->shm_slot, 1);
+	}
+	if (strcmp(c->pool->user, user) == 0 && strcmp(c->pool->name, db) == 0) {
+		free(c->names);   /* the pool's names serve (client_user) */
+		c->names = NULL;
+	}
+	if (!prep_client_read(c, &r) || r.off != r.len)
+		return refuse(c, r.bad || r.off != r.len ? "its record is malformed" : "its prepared statements could not be kept");
+	c->long_cancel_key = (flags & CM_LONG_KEY) != 0;
+	if ((flags & CM_KEY) && cancel_key_adopt(&w->cancel, c, &key)) {
+		c->has_cancel_key = true;
+		c->cancel_pid = key.pid;
+		c->cancel_key = key.secret;
+		c->end.backend_pid = key.pid;
+	} else if (flags & CM_KEY) {
+		log_warning("C-%llu %s@%s: its cancel key could not be kept: it cancels nothing from now on",
+			    (unsigned long long)c->id, client_user(c), client_database(c));
+	}
+	if (w->cfg->general.log_connections) {
+		char a[CLIENT_ADDR_STRLEN];
+		log_info("C-%llu %s@%s %s:%d: taken over from the previous process", (unsigned long long)c->id,
+			 client_user(c), client_database(c), client_addr_str(c, a), c->port);
+	}
+	if (in && evbuffer_add(io_in(&c->io), input, in) != 0)
+		return refuse(c, "ran out of memory");
+	io_read_now(&c->io);
+	if (c->state == CLIENT_IDLE && c->io.in && evbuffer_get_length(c->io.in))
+		client_process(c);
+	return true;
+}

@@ -1,0 +1,541 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * handover: -R, a worker's sockets passed to its successor.
+ *
+ * Each worker listens on an abstract Unix name, "pgcat.handover.PORT.N"
+ * (a SOCK_SEQPACKET socket: one record per message, sockets passed
+ * beside it). Only a process of pgcat's own OS user (or root) is
+ * answered, checked with SO_PEERCRED on both ends: a client's socket is
+ * trusted as logged in by whoever receives it.
+ *
+ * The records (the first byte says which):
+ *   'H' new -> old: u32 version, u8 'T' (take over) or 'D' (drain: no
+ *       successor for this worker number, shut down as for SIGTERM)
+ *   'L' old -> new: u32 version, u32 the old instance's workers, and its
+ *       TCP listening sockets beside it; the old worker stops accepting
+ *   'C' old -> new: one client (client_move.h), its socket beside it
+ *   'E' old -> new: u32 clients moved, u32 clients left to drain; the end
+ * The handshake (H, L) is synchronous on both sides with a timeout; the
+ * clients come on the new worker's loop. The old worker looks for clients
+ * that can move every HANDOVER_TICK_MS until none is left that could, or
+ * shutdown_timeout ends; then it shuts down as for SIGTERM, and the rest
+ * (a transaction that did not end, TLS, the console) drains.
+ */
+#include "handover.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "client_move.h"
+#include "config.h"
+#include "context.h"
+#include "log.h"
+#include "pktbuf.h"
+#include "proto.h"
+#include "shm.h"
+
+#define HANDOVER_VERSION 1u
+#define HANDOVER_TICK_MS 20
+/* The handshake's and each record's send wait at most this long: a
+ * successor that stops reading ends the handover (the rest drains). */
+#define HANDOVER_IO_TIMEOUT_S 5
+/* A record: a client's state with the input it had not read yet. */
+#define HANDOVER_RECORD_MAX (96u * 1024)
+
+struct handover {
+	int listen_fd;             /* the abstract name, while this worker answers on it */
+	struct event *listen_ev;
+	int link_fd;               /* the link to the successor or predecessor; -1: none */
+	struct event *link_ev;     /* new side: the records */
+	struct event *tick;        /* old side: clients that can move */
+	uint64_t deadline_us;
+	unsigned moved, refused;
+	bool giving;               /* old side: handing over */
+};
+
+static socklen_t handover_addr(const struct worker *w, int id, struct sockaddr_un *un)
+{
+	memset(un, 0, sizeof *un);
+	un->sun_family = AF_UNIX;
+	int n = snprintf(un->sun_path + 1, sizeof un->sun_path - 1, "pgcat.handover.%d.%d",
+			 w->cfg->general.listen_port, id);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* Our own OS user, or root. */
+static bool peer_trusted(int fd)
+{
+	struct ucred cr;
+	socklen_t len = sizeof cr;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0)
+		return false;
+	return cr.uid == geteuid() || cr.uid == 0;
+}
+
+static void set_timeouts(int fd)
+{
+	struct timeval tv = { HANDOVER_IO_TIMEOUT_S, 0 };
+	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+static struct handover *state(struct worker *w)
+{
+	if (!w->handover) {
+		w->handover = calloc(1, sizeof *w->handover);
+		if (w->handover)
+			w->handover->listen_fd = w->handover->link_fd = -1;
+	}
+	return w->handover;
+}
+
+/* One record with up to HANDOVER_MAX_LISTENERS sockets beside it. */
+static bool send_record(int fd, const void *buf, size_t len, const int *fds, size_t n_fds)
+{
+	struct iovec iov = { (void *)buf, len };
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * HANDOVER_MAX_LISTENERS)];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (n_fds) {
+		memset(&ctl, 0, sizeof ctl);
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * n_fds);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * n_fds);
+	}
+	ssize_t r;
+	do
+		r = sendmsg(fd, &mh, MSG_NOSIGNAL);
+	while (r < 0 && errno == EINTR);
+	return r == (ssize_t)len;
+}
+
+/* One record; its sockets in fds (the rest closed). -1: error or
+ * nothing now (errno EAGAIN), 0: the end. */
+static ssize_t recv_record(int fd, uint8_t *buf, size_t cap, int *fds, size_t *n_fds, int flags)
+{
+	struct iovec iov = { buf, cap };
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * HANDOVER_MAX_LISTENERS)];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf };
+	ssize_t r;
+	do
+		r = recvmsg(fd, &mh, flags | MSG_CMSG_CLOEXEC);
+	while (r < 0 && errno == EINTR);
+	size_t got = 0;
+	if (r >= 0) {
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+				continue;
+			size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			int tmp[HANDOVER_MAX_LISTENERS];
+			if (k > HANDOVER_MAX_LISTENERS)
+				k = HANDOVER_MAX_LISTENERS;
+			memcpy(tmp, CMSG_DATA(cm), k * sizeof(int));
+			for (size_t i = 0; i < k; i++) {
+				if (got < *n_fds)
+					fds[got++] = tmp[i];
+				else
+					close(tmp[i]);
+			}
+		}
+		if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+			for (size_t i = 0; i < got; i++)
+				close(fds[i]);
+			got = 0;
+			r = -1;
+			errno = EMSGSIZE;
+		}
+	}
+	*n_fds = got;
+	return r;
+}
+
+/* ---- the old side ---- */
+
+static void close_link(struct handover *h)
+{
+	if (h->link_ev)
+		event_free(h->link_ev);
+	h->link_ev = NULL;
+	if (h->link_fd >= 0)
+		close(h->link_fd);
+	h->link_fd = -1;
+}
+
+/* The handover ends: what did not move drains (a shutdown as for
+ * SIGTERM, shutdown_timeout from now). */
+static void give_end(struct worker *w, const char *why)
+{
+	struct handover *h = w->handover;
+	if (h->tick)
+		event_del(h->tick);
+	h->giving = false;
+	w->on_client_idle = NULL;
+	unsigned left = (unsigned)w->n_clients;
+	if (h->link_fd >= 0) {
+		uint8_t rec[9] = { 'E' };
+		proto_put_u32(rec + 1, h->moved);
+		proto_put_u32(rec + 5, left);
+		(void)send_record(h->link_fd, rec, sizeof rec, NULL, 0);
+	}
+	close_link(h);
+	if (left)
+		log_warning("handover: %u clients moved to the new process, %u left to drain: %s", h->moved, left, why);
+	else
+		log_info("handover: %u clients moved to the new process: %s", h->moved, why);
+	/* Clients held for the move that did not go read again. */
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
+		struct client *c = LIST_OWNER(pos, struct client, node);
+		if (io_suspended(&c->io) != w->suspended && !c->is_admin)
+			io_suspend(&c->io, w->suspended);
+	}
+	w->cmds->begin_shutdown(w);
+}
+
+/* Send c to the successor; false: the link failed (c stays here). */
+static bool give_client(struct worker *w, struct client *c)
+{
+	struct handover *h = w->handover;
+	static uint8_t rec[HANDOVER_RECORD_MAX];   /* (one process, one thread: not reentered) */
+	struct pktbuf pb;
+	pktbuf_init(&pb, rec, sizeof rec);
+	pktbuf_put_u8(&pb, 'C');
+	if (!client_move_write(c, &pb)) {
+		/* (a client whose settings or input do not fit drains) */
+		h->refused++;
+		return true;
+	}
+	int fd = c->io.fd;
+	if (!send_record(h->link_fd, pb.data, pb.len, &fd, 1)) {
+		log_error("handover: sending a client to the new process failed: %s", strerror(errno));
+		return false;
+	}
+	h->moved++;
+	c->moved = true;
+	client_close(c, NULL, "moved to the new process");
+	return true;
+}
+
+static void give_tick(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	struct worker *w = arg;
+	struct handover *h = w->handover;
+	worker_update_clock(w);
+	unsigned staying = 0;
+	struct list_node *heads[] = { &w->clients_idle, &w->clients_active, &w->clients_login };
+	for (size_t i = 0; i < sizeof heads / sizeof *heads; i++) {
+		struct list_node *pos, *tmp;
+		LIST_FOREACH_SAFE(pos, tmp, heads[i]) {
+			struct client *c = LIST_OWNER(pos, struct client, node);
+			enum client_move_check k = client_move_check(c);
+			if (k == CLIENT_MOVE_NEVER) {
+				staying++;
+			} else if (k == CLIENT_MOVE_READY && !give_client(w, c)) {
+				give_end(w, "the link to the new process failed");
+				return;
+			}
+		}
+	}
+	if ((unsigned)w->n_clients <= staying + h->refused) {
+		give_end(w, "no client left that can move");
+		return;
+	}
+	if (w->now_us >= h->deadline_us) {
+		give_end(w, "shutdown_timeout reached");
+		return;
+	}
+	struct timeval tv = { 0, HANDOVER_TICK_MS * 1000 };
+	evtimer_add(h->tick, &tv);
+}
+
+/* A client became idle (client_set_state): stop reading it now if it can
+ * move, and move it at the end of this loop turn, before its next request
+ * is read. */
+static void client_idle(struct client *c)
+{
+	struct handover *h = c->w->handover;
+	if (h && h->giving && h->tick && client_move_check(c) != CLIENT_MOVE_NEVER)
+		event_active(h->tick, EV_TIMEOUT, 0);
+}
+
+/* The TCP listeners' sockets (the Unix socket is the supervisor's: the
+ * new one binds its own). */
+static size_t tcp_listener_fds(struct worker *w, int *fds)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < w->n_listeners && n < HANDOVER_MAX_LISTENERS; i++) {
+		if (!w->listeners[i])
+			continue;
+		int fd = evconnlistener_get_fd(w->listeners[i]);
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof ss;
+		if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0 && ss.ss_family != AF_UNIX)
+			fds[n++] = fd;
+	}
+	return n;
+}
+
+static void stop_answering(struct handover *h)
+{
+	if (h->listen_ev)
+		event_free(h->listen_ev);
+	h->listen_ev = NULL;
+	if (h->listen_fd >= 0)
+		close(h->listen_fd);
+	h->listen_fd = -1;
+}
+
+static void give(struct worker *w, int fd)
+{
+	struct handover *h = w->handover;
+	int fds[HANDOVER_MAX_LISTENERS];
+	size_t n = tcp_listener_fds(w, fds);
+	uint8_t rec[9] = { 'L' };
+	proto_put_u32(rec + 1, HANDOVER_VERSION);
+	proto_put_u32(rec + 5, w->shm ? w->shm->h->n_workers : 1);
+	if (!send_record(fd, rec, sizeof rec, fds, n)) {
+		log_error("handover: the new process did not take the listeners: %s", strerror(errno));
+		close(fd);
+		return;
+	}
+	/* From here the new process accepts: this worker only hands over. */
+	h->link_fd = fd;
+	h->giving = true;
+	stop_answering(h);   /* (the successor answers on the name from now on) */
+	w->cmds->stop_listening(w);
+	union sigval v = { .sival_int = SHM_SIGVAL_HANDOVER };
+	if (sigqueue(getppid(), SIGTERM, v) != 0)
+		log_warning("handover: cannot tell the supervisor: %s", strerror(errno));
+	h->deadline_us = w->now_us + (uint64_t)w->cfg->general.shutdown_timeout * 1000;
+	log_info("handover: a new process took the listeners; moving %d clients as each is between requests",
+		 w->n_clients);
+	if (!h->tick)
+		h->tick = evtimer_new(w->base, give_tick, w);
+	if (!h->tick) {
+		give_end(w, "out of memory");
+		return;
+	}
+	w->on_client_idle = client_idle;
+	give_tick(-1, 0, w);
+}
+
+static void answer_cb(evutil_socket_t lfd, short what, void *arg)
+{
+	(void)what;
+	struct worker *w = arg;
+	struct handover *h = w->handover;
+	worker_update_clock(w);
+	int fd = accept4((int)lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd < 0)
+		return;
+	uint8_t hello[6];
+	size_t no_fds = 0;
+	if (!peer_trusted(fd)) {
+		log_warning("handover: refused a connection from another OS user");
+		close(fd);
+		return;
+	}
+	set_timeouts(fd);
+	ssize_t r = recv_record(fd, hello, sizeof hello, NULL, &no_fds, 0);
+	if (r != (ssize_t)sizeof hello || hello[0] != 'H' || proto_get_u32(hello + 1) != HANDOVER_VERSION ||
+	    (hello[5] != 'T' && hello[5] != 'D')) {
+		log_warning("handover: refused a connection that is not a pgcat of this version");
+		close(fd);
+		return;
+	}
+	if (hello[5] == 'D') {
+		close(fd);
+		log_info("handover: the new process has no worker %d: shutting down", w->id);
+		w->cmds->begin_shutdown(w);
+		return;
+	}
+	if (h->giving || w->shutting_down || w->waiting_for_clients || w->waiting_for_servers) {
+		log_warning("handover: refused: this process is shutting down already");
+		close(fd);
+		return;
+	}
+	give(w, fd);
+}
+
+bool handover_listen(struct worker *w)
+{
+	struct handover *h = state(w);
+	if (!h)
+		return false;
+	if (h->listen_fd >= 0)
+		return true;
+	struct sockaddr_un un;
+	socklen_t len = handover_addr(w, w->id, &un);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	if (bind(fd, (struct sockaddr *)&un, len) != 0 || listen(fd, 4) != 0) {
+		log_debug("handover: %s taken (another pgcat on this port): -R cannot take over from this worker",
+			  un.sun_path + 1);
+		close(fd);
+		return false;
+	}
+	h->listen_ev = event_new(w->base, fd, EV_READ | EV_PERSIST, answer_cb, w);
+	if (!h->listen_ev || event_add(h->listen_ev, NULL) != 0) {
+		close(fd);
+		return false;
+	}
+	h->listen_fd = fd;
+	return true;
+}
+
+/* ---- the new side ---- */
+
+static void take_end(struct worker *w, const char *how)
+{
+	struct handover *h = w->handover;
+	close_link(h);
+	log_info("handover: %u clients taken over (%s)", h->moved, how);
+	(void)handover_listen(w);
+}
+
+static void take_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)what;
+	struct worker *w = arg;
+	struct handover *h = w->handover;
+	worker_update_clock(w);
+	static uint8_t rec[HANDOVER_RECORD_MAX];
+	for (;;) {
+		int cfd[1];
+		size_t n = 1;
+		ssize_t r = recv_record((int)fd, rec, sizeof rec, cfd, &n, MSG_DONTWAIT);
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (r <= 0) {
+			take_end(w, r == 0 ? "the old process closed the link" : strerror(errno));
+			return;
+		}
+		if (rec[0] == 'C' && n == 1) {
+			if (client_move_read(w, cfd[0], rec + 1, (size_t)r - 1))
+				h->moved++;
+			continue;
+		}
+		for (size_t i = 0; i < n; i++)
+			close(cfd[i]);
+		if (rec[0] == 'E' && r == 9) {
+			unsigned left = proto_get_u32(rec + 5);
+			char how[96];
+			snprintf(how, sizeof how, "the old process has %u left to drain", left);
+			take_end(w, how);
+			return;
+		}
+		log_error("handover: an unexpected record from the old process ('%c', %zd bytes)", rec[0], r);
+		take_end(w, "a bad record");
+		return;
+	}
+}
+
+static int connect_old(const struct worker *w, int id)
+{
+	struct sockaddr_un un;
+	socklen_t len = handover_addr(w, id, &un);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&un, len) != 0) {
+		close(fd);
+		return -1;
+	}
+	if (!peer_trusted(fd)) {
+		log_error("handover: %s belongs to another OS user: not taken over", un.sun_path + 1);
+		close(fd);
+		return -1;
+	}
+	set_timeouts(fd);
+	return fd;
+}
+
+static bool say_hello(int fd, char mode)
+{
+	uint8_t hello[6] = { 'H' };
+	proto_put_u32(hello + 1, HANDOVER_VERSION);
+	hello[5] = (uint8_t)mode;
+	return send_record(fd, hello, sizeof hello, NULL, 0);
+}
+
+bool handover_take(struct worker *w, int *fds, size_t *n)
+{
+	*n = 0;
+	struct handover *h = state(w);
+	if (!h)
+		return false;
+	int fd = connect_old(w, w->id);
+	if (fd < 0) {
+		log_info("handover: no old worker %d on port %d to take over from", w->id, w->cfg->general.listen_port);
+		return false;
+	}
+	uint8_t rec[9];
+	size_t got = HANDOVER_MAX_LISTENERS;
+	ssize_t r = -1;
+	if (say_hello(fd, 'T'))
+		r = recv_record(fd, rec, sizeof rec, fds, &got, 0);
+	if (r != (ssize_t)sizeof rec || rec[0] != 'L' || proto_get_u32(rec + 1) != HANDOVER_VERSION) {
+		log_error("handover: the old worker %d did not hand its listeners over", w->id);
+		for (size_t i = 0; i < got; i++)
+			close(fds[i]);
+		close(fd);
+		return false;
+	}
+	*n = got;
+	/* Old workers beyond this instance's last drain: the last one here
+	 * tells them. */
+	uint32_t old_workers = proto_get_u32(rec + 5);
+	uint32_t mine = w->shm ? w->shm->h->n_workers : 1;
+	if ((uint32_t)w->id + 1 == mine) {
+		for (uint32_t j = mine; j < old_workers && j < SHM_MAX_WORKERS; j++) {
+			int d = connect_old(w, (int)j);
+			if (d >= 0) {
+				(void)say_hello(d, 'D');
+				close(d);
+			}
+		}
+	}
+	h->link_fd = fd;
+	h->link_ev = event_new(w->base, fd, EV_READ | EV_PERSIST, take_cb, w);
+	if (!h->link_ev || event_add(h->link_ev, NULL) != 0) {
+		log_error("handover: cannot watch the link to the old worker");
+		close_link(h);
+		return true;   /* (the listeners are ours all the same) */
+	}
+	log_info("handover: took %zu listening sockets from the old worker %d", got, w->id);
+	return true;
+}
+
+void handover_free(struct worker *w)
+{
+	struct handover *h = w->handover;
+	if (!h)
+		return;
+	stop_answering(h);
+	close_link(h);
+	if (h->tick)
+		event_free(h->tick);
+	free(h);
+	w->handover = NULL;
+}

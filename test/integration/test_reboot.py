@@ -1,0 +1,180 @@
+# SPDX-License-Identifier: MIT
+"""pgcat -R (--reboot): a new pgcat takes over the old one's listening
+sockets and, as each is between requests, its clients, with their session
+settings and cancel keys (SPEC §9; doc/operations.md "Online restart with
+-R"). The clients never reconnect."""
+import re
+import socket
+import subprocess
+import threading
+import time
+
+import psycopg
+import pytest
+
+from conftest import as_pg_user, pgcat_binary, pgcat_process, port_open, wait_until
+from test_admin import admin, show
+
+
+def run_in_thread(fn):
+    box = {}
+
+    def target():
+        try:
+            box["result"] = fn()
+        except Exception as e:   # the test inspects it
+            box["error"] = e
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t, box
+
+
+def handover_name(port, worker=0):
+    return "\0pgcat.handover.%d.%d" % (port, worker)
+
+
+def app_clients(inst):
+    r = admin(inst)
+    _, rows = show(r, "CLIENTS")
+    r.close()
+    return [x for x in rows if x["user"] == "app"]
+
+
+def test_reboot_moves_clients_with_their_session(pgcat, pg, tmp_path):
+    a = pgcat(general={"shutdown_timeout": 15000})
+    idle = a.connect()
+    idle.execute("SET application_name = 'kept_over'")
+    key_pid = idle.info.backend_pid
+    in_tx = a.connect(autocommit=False)
+    in_tx.execute("SELECT 1")                  # a transaction is open: it finishes here first
+    with pgcat_process(["-R", a.ini], tmp_path / "b.log") as b:
+        wait_until(lambda: "took 1 listening sockets" in (tmp_path / "b.log").read_text(), 15)
+        wait_until(lambda: "moving 2 clients" in a.log(), 10)
+        time.sleep(0.3)
+        assert a.alive(), "the old pgcat left while a transaction of its client was open"
+        in_tx.commit()
+        assert a.proc.wait(20) == 0
+        a.stopped_by_test = True
+        assert b.poll() is None
+        # the same connections, served by the new process
+        assert idle.execute("SHOW application_name").fetchone()[0] == "kept_over"
+        assert idle.info.backend_pid == key_pid
+        assert in_tx.execute("SELECT 2").fetchone()[0] == 2
+        in_tx.commit()
+        assert "2 clients moved to the new process" in a.log()
+        wait_until(lambda: "handover: 2 clients taken over" in (tmp_path / "b.log").read_text(), 10)
+        assert len(app_clients(a)) == 2
+        # the key the client got from the old process cancels on the new one
+        t, box = run_in_thread(lambda: idle.execute("SELECT pg_sleep(30)"))
+        wait_until(lambda: pg.count("app", "appdb", "active") >= 1, 10)
+        idle.cancel()
+        t.join(10)
+        assert isinstance(box.get("error"), psycopg.errors.QueryCanceled), box
+        assert idle.execute("SELECT 3").fetchone()[0] == 3
+        # and new clients land on it
+        with a.connect() as fresh:
+            assert fresh.execute("SELECT 4").fetchone()[0] == 4
+        idle.close()
+        in_tx.close()
+
+
+def test_reboot_two_workers_moves_every_client(pgcat, tmp_path):
+    a = pgcat(general={"workers": 2})
+    conns = [a.connect() for _ in range(10)]
+    for i, c in enumerate(conns):
+        c.execute("SET application_name = 'c%d'" % i)
+    with pgcat_process(["-R", a.ini], tmp_path / "b.log") as b:
+        assert a.proc.wait(20) == 0
+        a.stopped_by_test = True
+        log = (tmp_path / "b.log").read_text()
+        assert log.count("listening sockets from the old worker") == 2, log
+        for i, c in enumerate(conns):
+            assert c.execute("SHOW application_name").fetchone()[0] == "c%d" % i
+        assert len(app_clients(a)) == 10
+        assert b.poll() is None
+        for c in conns:
+            c.close()
+
+
+def test_reboot_with_a_bad_config_leaves_the_old_serving(pgcat, tmp_path):
+    a = pgcat()
+    c = a.connect()
+    bad = tmp_path / "bad.ini"
+    bad.write_text(a.ini.read_text().replace("pool_mode = \"transaction\"", "pool_mode = \"sometimes\"")
+                   .replace("pool_mode = transaction", "pool_mode = sometimes"))
+    assert "sometimes" in bad.read_text()
+    r = subprocess.run([pgcat_binary(), "-R", str(bad)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1, r
+    assert "pool_mode" in r.stderr
+    assert "handover" not in a.log()
+    assert c.execute("SELECT 1").fetchone()[0] == 1
+    assert a.alive()
+    c.close()
+
+
+def test_handover_socket_refuses_strangers(pgcat, tmp_path):
+    a = pgcat()
+    c = a.connect()
+    # the same OS user, but not a pgcat: refused, nothing handed out
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.settimeout(10)
+    s.connect(handover_name(a.port))
+    s.send(b"GET / HTTP/1.0\r\n\r\n")
+    assert s.recv(100) == b""
+    s.close()
+    wait_until(lambda: "refused a connection that is not a pgcat" in a.log(), 10)
+    # another OS user, even with the right greeting: refused before it is read
+    probe = ("import socket; s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.settimeout(10); "
+             "s.connect(%r); s.send(b'H\\x00\\x00\\x00\\x01T')\n"
+             "try:\n    m = s.recvmsg(100, 1024); print(len(m[0]), len(m[1]))\n"
+             "except ConnectionResetError:\n    print(0, 0)\n" % handover_name(a.port))
+    r = subprocess.run(as_pg_user(["python3", "-c", probe]), capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r
+    assert r.stdout.split() == ["0", "0"], r.stdout
+    wait_until(lambda: "refused a connection from another OS user" in a.log(), 10)
+    assert c.execute("SELECT 1").fetchone()[0] == 1
+    # still taken over properly afterwards
+    with pgcat_process(["-R", a.ini], tmp_path / "b.log") as b:
+        assert a.proc.wait(20) == 0
+        a.stopped_by_test = True
+        assert c.execute("SELECT 2").fetchone()[0] == 2
+        assert b.poll() is None
+    c.close()
+
+
+def test_reboot_without_an_old_process_starts_normally(pgcat, tmp_path):
+    a = pgcat(start=False)
+    a.write()
+    with pgcat_process(["-R", a.ini], tmp_path / "b.log"):
+        wait_until(lambda: port_open(a.host, a.port), 15)
+        with a.connect() as c:
+            assert c.execute("SELECT 1").fetchone()[0] == 1
+        assert "no old worker 0" in (tmp_path / "b.log").read_text()
+
+
+@pytest.mark.parametrize("workers,proto", [(1, "simple"), (1, "extended"), (1, "prepared"), (2, "prepared")])
+def test_reboot_under_pgbench_no_failed_transaction(pgcat, pg, tmp_path, workers, proto):
+    """pgbench's clients keep their connections across the takeover: none
+    fails, none reconnects (pgbench without -C would report a lost
+    connection), and the old process leaves."""
+    import os
+    from conftest import PASSWORDS, PG_BIN
+    a = pgcat(general={"workers": workers, "default_pool_size": 4})
+    script = tmp_path / "tx.sql"
+    script.write_text("BEGIN;\nSELECT 1;\nSELECT pg_sleep(0.002);\nCOMMIT;\n")
+    env = dict(os.environ, PGPASSWORD=PASSWORDS["app"], PGSSLMODE="disable")
+    bench = subprocess.Popen([str(PG_BIN / "pgbench"), "-h", a.host, "-p", str(a.port), "-U", "app", "-n",
+                              "-M", proto, "-c", "10", "-j", "2", "-T", "6", "-f", str(script), "appdb"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(2)
+    with pgcat_process(["-R", a.ini], tmp_path / "b.log") as b:
+        assert a.proc.wait(20) == 0
+        a.stopped_by_test = True
+        out = bench.communicate(timeout=60)[0]
+        assert bench.returncode == 0, out
+        assert "number of failed transactions: 0" in out, out
+        moved = [int(n) for n in re.findall(r"handover: (\d+) clients moved to the new process", a.log())]
+        assert len(moved) == workers and sum(moved) == 10, a.log()[-3000:]
+        assert "left to drain" not in a.log()
+        assert not re.search(r"C-\d+ .*closing because", a.log().split("took the listeners")[-1])
+        assert b.poll() is None
