@@ -131,7 +131,8 @@ void auth_client_free(struct client_auth *a);
 
 /* A ClientKey a client proved to the process this one took over from
  * (-R), with the ServerKey it was proved against: kept for p's server
- * logins as if proved here, when p holds that same verifier. */
+ * logins as if proved here, when p holds that same verifier (made
+ * already: pool_client_scram). */
 void auth_adopt_passthrough_key(struct pool *p, const uint8_t server_key[SCRAM_KEY_LEN],
 				const uint8_t client_key[SCRAM_KEY_LEN]);
 

@@ -220,7 +220,6 @@ static void keep_passthrough_key(struct pool *p, const uint8_t server_key[SCRAM_
 void auth_adopt_passthrough_key(struct pool *p, const uint8_t server_key[SCRAM_KEY_LEN],
 				const uint8_t client_key[SCRAM_KEY_LEN])
 {
-	(void)pool_client_scram(p);   /* (the verifier, if not made yet) */
 	keep_passthrough_key(p, server_key, client_key);
 }
 

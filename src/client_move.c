@@ -260,8 +260,10 @@ bool client_move_read(struct worker *w, int fd, const uint8_t *rec, size_t len)
 	struct pool *own = own_pool(w, db, user, secret, (flags & CM_PROVEN) != 0);
 	if (!own)
 		return refuse(c, "its database or user is no longer configured");
-	if (client_key)
+	if (client_key) {
+		(void)pool_client_scram(own);   /* (the verifier, if not made yet) */
 		auth_adopt_passthrough_key(own, server_key, client_key);
+	}
 	c->pool = pool_serving(w, own);
 	c->pool->n_clients++;
 	c->pool->had_client = true;
