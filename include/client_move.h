@@ -24,14 +24,18 @@ enum client_move_check {
 
 /* Is c at a point where it can move? NOT_NOW for an idle client also
  * stops reading it, so that it is READY at a later look once what was in
- * flight has landed. */
+ * flight has landed. A session-mode client is READY between transactions,
+ * linked to its server (c->end.server), which moves with it when it is
+ * ready too (server_move_linked_ready). */
 enum client_move_check client_move_check(struct client *c);
 /* c's state (READY) appended to pb; false: pb too small. */
 bool client_move_write(struct client *c, struct pktbuf *pb);
 /* The client of socket fd and the state rec of len bytes, in worker w:
  * logged in to its pool, idle, what it had sent and pgcat had not read yet
- * processed. false: a record this process cannot read or a pool it does
- * not have (the client is told why and closed; fd is closed either way). */
-bool client_move_read(struct worker *w, int fd, const uint8_t *rec, size_t len);
+ * processed (a client whose server follows: once linked to it, the
+ * caller's part). NULL: a record this process cannot read or a pool it
+ * does not have (the client is told why and closed; fd is closed either
+ * way). */
+struct client *client_move_read(struct worker *w, int fd, const uint8_t *rec, size_t len);
 
 #endif

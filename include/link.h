@@ -64,6 +64,8 @@ struct evbuffer *link_output(struct server *s);
 struct txn *link_txn(struct server *s);
 /* The session settings s has. */
 struct params *link_server_params(struct server *s);
+/* s's connection is TLS (-R: it cannot move to another process). */
+bool link_server_tls(const struct server *s);
 /* A server message is half forwarded to the client: the client's stream
  * cannot take an error now. */
 bool link_reply_half_sent(const struct server *s);

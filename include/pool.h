@@ -115,6 +115,9 @@ bool pool_srvpool_unresolvable(struct srvpool *sp);
  * true), failed now (its failed event), or queued (its queued event; one
  * of the others comes later). */
 bool pool_checkout(struct srvpool *sp, struct pool_waiter *pw);
+/* -R: s, a server connection taken over with the session-mode client of
+ * pw (server_move.c, in state LOGIN), goes on serving that client. */
+void pool_grant_adopted(struct server *s, struct pool_waiter *pw);
 /* The client stops waiting (for a server or for the server parameters). */
 void pool_cancel_wait(struct pool_waiter *pw);
 /* The client is gone while linked: detach it; the server finishes what it

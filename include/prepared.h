@@ -329,6 +329,14 @@ struct pktbuf;
 struct bytes_in;
 bool prep_client_write(const struct client *c, struct pktbuf *pb);
 bool prep_client_read(struct client *c, struct bytes_in *r);
+/* -R (server_move.c): the generation of the names a server connection's
+ * statements have; whether nothing of the protocol is pending on it; and
+ * on the new process, the connection's names from a generation after gen
+ * (the statements the old process prepared there are not reused: their
+ * names are its registry's). false: no memory. */
+uint32_t prep_server_generation(const struct server *s);
+bool prep_server_movable(const struct server *s);
+bool prep_server_adopt(struct server *s, uint32_t gen);
 /* An idle client gives back its unnamed-Parse copy. */
 void prep_client_trim(struct client *c);
 

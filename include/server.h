@@ -109,10 +109,18 @@ struct server {
 	/* SYNCING: whether the replica was asked if it replayed the client's
 	 * position (check_replayed), and its answer. */
 	enum { SERVER_REPLAY_NOT_ASKED, SERVER_REPLAY_ASKED, SERVER_REPLAY_REACHED } replay_check;
+	/* Handed to the process that took over (-R): closed here without a
+	 * Terminate, it goes on there. */
+	bool moved;
 };
 
 /* Open a new connection for this srvpool (state CONNECTING). */
 struct server *server_connect(struct srvpool *sp) __attribute__((warn_unused_result));
+/* -R (server_move.c): a logged-in server connection on socket fd, taken
+ * over from the old process, in state LOGIN on sp's lists: the caller
+ * sets what it knows of it, then reports it ready (sp->ev->ready). NULL:
+ * out of memory (fd closed). */
+struct server *server_adopt(struct srvpool *sp, int fd);
 /* Close the connection, log why, report to the pool, defer the free. */
 void server_close(struct server *s, const char *why);
 /* Mark s to be closed once its client is done with it (RECONNECT, a

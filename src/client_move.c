@@ -37,12 +37,14 @@
 #include "client.h"
 #include "config.h"
 #include "context.h"
+#include "link.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool.h"
 #include "prepared.h"
 #include "proto.h"
 #include "shm.h"
+#include "txn.h"
 
 #define CLIENT_MOVE_VERSION 1u
 /* Input a moving client may carry (it was not read yet): beyond, it
@@ -55,14 +57,25 @@ enum {
 	CM_LONG_KEY = 4,
 	CM_SECRET = 8,
 	CM_PROVEN = 16,
-	CM_PASSTHROUGH = 32
+	CM_PASSTHROUGH = 32,
+	CM_LINKED = 64        /* its server follows in the same record (session mode) */
 };
 
 enum client_move_check client_move_check(struct client *c)
 {
-	if (c->is_admin || c->replication != CLIENT_REPLICATION_NONE || c->io.ssl || c->console_peer)
+	if (c->is_admin || c->replication != CLIENT_REPLICATION_NONE || c->io.ssl || c->console_peer ||
+	    (c->end.server && link_server_tls(c->end.server)))
 		return CLIENT_MOVE_NEVER;
-	if (c->state != CLIENT_IDLE || c->pending_error || c->tx != CLIENT_TX_NONE || c->batch != CLIENT_BATCH_NONE ||
+	/* A session-mode client moves with its server, between transactions
+	 * (the server's side: server_move_linked_ready). */
+	bool linked = c->state == CLIENT_ACTIVE && c->end.server && c->pool && !pool_mode_per_transaction(c->pool->mode);
+	if (linked) {
+		const struct txn *t = link_txn(c->end.server);
+		if (t->outstanding || t->tx_status != 'I' || t->ext_pending || t->in_copy_in || t->set_pending ||
+		    link_reply_half_sent(c->end.server))
+			return CLIENT_MOVE_NOT_NOW;
+	}
+	if ((c->state != CLIENT_IDLE && !linked) || c->pending_error || c->tx != CLIENT_TX_NONE || c->batch != CLIENT_BATCH_NONE ||
 	    c->held_begin || c->ryw || c->setters || c->fanout || c->xshard || c->kind_state || c->retry ||
 	    c->reply_held || c->wait_answer || c->fwd_remaining || c->skip_remaining ||
 	    c->sticky_until_us > c->w->now_us || !c->pool)
@@ -112,7 +125,7 @@ bool client_move_write(struct client *c, struct pktbuf *pb)
 	bool passthrough = own && own->have_scram && own->have_passthrough_key;
 	uint8_t flags = (c->is_unix ? CM_UNIX : 0) | (has_key ? CM_KEY : 0) | (c->long_cancel_key ? CM_LONG_KEY : 0) |
 			(secret ? CM_SECRET : 0) | (own && own->proven ? CM_PROVEN : 0) |
-			(passthrough ? CM_PASSTHROUGH : 0);
+			(passthrough ? CM_PASSTHROUGH : 0) | (c->end.server ? CM_LINKED : 0);
 	pktbuf_put_u32(pb, CLIENT_MOVE_VERSION);
 	pktbuf_put_cstring(pb, client_user(c));
 	pktbuf_put_cstring(pb, client_database(c));
@@ -190,15 +203,15 @@ static struct pool *own_pool(struct worker *w, const char *db, const char *user,
 	return own;
 }
 
-static bool refuse(struct client *c, const char *why)
+static struct client *refuse(struct client *c, const char *why)
 {
 	log_warning("C-%llu %s@%s: cannot take this client over: %s", (unsigned long long)c->id, client_user(c),
 		    client_database(c), why);
 	client_close(c, SQLSTATE_ADMIN_SHUTDOWN, "pgcat restarted and %s", why);
-	return false;
+	return NULL;
 }
 
-bool client_move_read(struct worker *w, int fd, const uint8_t *rec, size_t len)
+struct client *client_move_read(struct worker *w, int fd, const uint8_t *rec, size_t len)
 {
 	struct bytes_in r = { rec, len, 0, false };
 	uint32_t version = bytes_u32(&r);
@@ -229,11 +242,11 @@ bool client_move_read(struct worker *w, int fd, const uint8_t *rec, size_t len)
 	    (family != AF_UNIX && family != AF_INET && family != AF_INET6)) {
 		log_error("handover: a client record this version cannot read (version %u, %zu bytes)", version, len);
 		close(fd);
-		return false;
+		return NULL;
 	}
 	struct client *c = client_new(w, fd, (flags & CM_UNIX) != 0);
 	if (!c)
-		return false;
+		return NULL;
 	c->peer_family = family;
 	c->port = port;
 	if (family == AF_INET)
@@ -294,8 +307,11 @@ bool client_move_read(struct worker *w, int fd, const uint8_t *rec, size_t len)
 	}
 	if (in && evbuffer_add(io_in(&c->io), input, in) != 0)
 		return refuse(c, "ran out of memory");
-	io_read_now(&c->io);
-	if (c->state == CLIENT_IDLE && c->io.in && evbuffer_get_length(c->io.in))
-		client_process(c);
-	return true;
+	/* With its server (CM_LINKED) it reads once linked (handover.c). */
+	if (!(flags & CM_LINKED)) {
+		io_read_now(&c->io);
+		if (c->state == CLIENT_IDLE && c->io.in && evbuffer_get_length(c->io.in))
+			client_process(c);
+	}
+	return c;
 }

@@ -14,6 +14,8 @@
  *   'L' old -> new: u32 version, u32 the old instance's workers, and its
  *       TCP listening sockets beside it; the old worker stops accepting
  *   'C' old -> new: one client (client_move.h), its socket beside it
+ *   'S' old -> new: one idle server connection (server_move.h), its socket
+ *   'P' old -> new: a session-mode client with its server, both sockets
  *   'E' old -> new: u32 clients moved, u32 clients left to drain; the end
  * The handshake (H, L) is synchronous on both sides with a timeout; the
  * clients come on the new worker's loop. The old worker looks for clients
@@ -24,6 +26,7 @@
 #include "handover.h"
 
 #include <errno.h>
+#include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <signal.h>
@@ -38,9 +41,14 @@
 #include "client_move.h"
 #include "config.h"
 #include "context.h"
+#include "link.h"
 #include "log.h"
+#include "pool.h"
 #include "pktbuf.h"
+#include "pool_types.h"
 #include "proto.h"
+#include "server.h"
+#include "server_move.h"
 #include "shm.h"
 
 #define HANDOVER_VERSION 1u
@@ -58,7 +66,7 @@ struct handover {
 	struct event *link_ev;     /* new side: the records */
 	struct event *tick;        /* old side: clients that can move */
 	uint64_t deadline_us;
-	unsigned moved, refused;
+	unsigned moved, refused, servers_moved;
 	bool giving;               /* old side: handing over */
 };
 
@@ -197,40 +205,119 @@ static void give_end(struct worker *w, const char *why)
 	}
 	close_link(h);
 	if (left)
-		log_warning("handover: %u clients moved to the new process, %u left to drain: %s", h->moved, left, why);
+		log_warning("handover: %u clients moved to the new process, %u left to drain, %u server connections "
+			    "moved: %s", h->moved, left, h->servers_moved, why);
 	else
-		log_info("handover: %u clients moved to the new process: %s", h->moved, why);
-	/* Clients held for the move that did not go read again. */
+		log_info("handover: %u clients moved to the new process, %u server connections moved: %s", h->moved,
+			 h->servers_moved, why);
+	/* Clients and servers held for the move that did not go read again. */
+	struct list_node *heads[] = { &w->clients_idle, &w->clients_active, &w->clients_login };
+	for (size_t i = 0; i < sizeof heads / sizeof *heads; i++) {
+		struct list_node *pos, *tmp;
+		LIST_FOREACH_SAFE(pos, tmp, heads[i]) {
+			struct client *c = LIST_OWNER(pos, struct client, node);
+			if (io_suspended(&c->io) != w->suspended && !c->is_admin)
+				io_suspend(&c->io, w->suspended);
+		}
+	}
 	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
-		struct client *c = LIST_OWNER(pos, struct client, node);
-		if (io_suspended(&c->io) != w->suspended && !c->is_admin)
-			io_suspend(&c->io, w->suspended);
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		for (size_t i = 0; i < p->n_targets; i++) {
+			struct list_node *lists[] = { &p->targets[i]->idle, &p->targets[i]->active };
+			for (size_t k = 0; k < 2; k++) {
+				struct list_node *sn, *st;
+				LIST_FOREACH_SAFE(sn, st, lists[k])
+					server_move_abandoned(LIST_OWNER(sn, struct server, node));
+			}
+		}
 	}
 	w->cmds->begin_shutdown(w);
 }
 
-/* Send c to the successor; false: the link failed (c stays here). */
+/* Send c to the successor, with its server in session mode (a record
+ * 'P': u32 the client's part's length, the client's part, the server's;
+ * both sockets beside it); false: the link failed (c stays here). */
 static bool give_client(struct worker *w, struct client *c)
 {
 	struct handover *h = w->handover;
 	static uint8_t rec[HANDOVER_RECORD_MAX];   /* (one process, one thread: not reentered) */
+	struct server *s = c->end.server;
+	if (s && !server_move_linked_ready(s))
+		return true;   /* (a later look) */
 	struct pktbuf pb;
 	pktbuf_init(&pb, rec, sizeof rec);
-	pktbuf_put_u8(&pb, 'C');
-	if (!client_move_write(c, &pb)) {
+	pktbuf_put_u8(&pb, s ? 'P' : 'C');
+	if (s)
+		pktbuf_put_u32(&pb, 0);   /* the client's part's length, below */
+	bool ok = client_move_write(c, &pb);
+	size_t client_end = pb.len;
+	if (ok && s) {
+		proto_put_u32(pb.data + 1, (uint32_t)(client_end - 5));
+		ok = server_move_write(s, &pb);
+	}
+	if (!ok) {
 		/* (a client whose settings or input do not fit drains) */
 		h->refused++;
 		return true;
 	}
-	int fd = c->io.fd;
-	if (!send_record(h->link_fd, pb.data, pb.len, &fd, 1)) {
+	int fds[2] = { c->io.fd, s ? s->io.fd : -1 };
+	if (!send_record(h->link_fd, pb.data, pb.len, fds, s ? 2 : 1)) {
 		log_error("handover: sending a client to the new process failed: %s", strerror(errno));
 		return false;
 	}
 	h->moved++;
+	if (s) {
+		(void)link_detach(s);
+		h->servers_moved++;
+		s->moved = true;
+		server_close(s, NULL);
+	}
 	c->moved = true;
 	client_close(c, NULL, "moved to the new process");
+	return true;
+}
+
+/* Send s to the successor; false: the link failed (s stays here). */
+static bool give_server(struct worker *w, struct server *s)
+{
+	struct handover *h = w->handover;
+	static uint8_t rec[HANDOVER_RECORD_MAX];
+	struct pktbuf pb;
+	pktbuf_init(&pb, rec, sizeof rec);
+	pktbuf_put_u8(&pb, 'S');
+	if (!server_move_write(s, &pb))
+		return true;   /* (it stays, and closes with this process) */
+	int fd = s->io.fd;
+	if (!send_record(h->link_fd, pb.data, pb.len, &fd, 1)) {
+		log_error("handover: sending a server connection to the new process failed: %s", strerror(errno));
+		return false;
+	}
+	h->servers_moved++;
+	s->moved = true;
+	server_close(s, NULL);
+	return true;
+}
+
+/* The idle servers: the clients that moved will want them. A client
+ * here wants a server only once it has sent a request (it waits, and an
+ * idle server is handed to it at once), and a client that becomes idle
+ * goes: so no idle server is left wanted here. Sent before the clients
+ * of the same look, so that the new process has them first. */
+static bool give_servers(struct worker *w)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		for (size_t i = 0; i < p->n_targets; i++) {
+			struct list_node *sn, *st;
+			LIST_FOREACH_SAFE(sn, st, &p->targets[i]->idle) {
+				struct server *s = LIST_OWNER(sn, struct server, node);
+				if (server_move_ready(s) && !give_server(w, s))
+					return false;
+			}
+		}
+	}
 	return true;
 }
 
@@ -241,6 +328,10 @@ static void give_tick(evutil_socket_t fd, short what, void *arg)
 	struct worker *w = arg;
 	struct handover *h = w->handover;
 	worker_update_clock(w);
+	if (!give_servers(w)) {
+		give_end(w, "the link to the new process failed");
+		return;
+	}
 	unsigned staying = 0;
 	struct list_node *heads[] = { &w->clients_idle, &w->clients_active, &w->clients_login };
 	for (size_t i = 0; i < sizeof heads / sizeof *heads; i++) {
@@ -410,8 +501,36 @@ static void take_end(struct worker *w, const char *how)
 {
 	struct handover *h = w->handover;
 	close_link(h);
-	log_info("handover: %u clients taken over (%s)", h->moved, how);
+	log_info("handover: %u clients and %u server connections taken over (%s)", h->moved, h->servers_moved, how);
 	(void)handover_listen(w);
+}
+
+/* A session-mode client and its server (record 'P'): linked again as they
+ * were, the client's unread input then served. */
+static void take_pair(struct worker *w, const int *fds, const uint8_t *rec, size_t client_len, size_t len)
+{
+	struct handover *h = w->handover;
+	struct client *c = client_move_read(w, fds[0], rec, client_len);
+	struct server *s = server_move_read(w, fds[1], rec + client_len, len - client_len, true);
+	if (c && s && s->sp->pool == c->pool && c->state == CLIENT_IDLE) {
+		h->moved++;
+		h->servers_moved++;
+		pool_grant_adopted(s, &c->wait);
+		if (s->state != SERVER_CLOSED && s->io.in && evbuffer_get_length(s->io.in))
+			server_process(s);
+		if (c->state != CLIENT_CLOSED) {
+			io_read_now(&c->io);
+			if (c->state != CLIENT_CLOSED && c->io.in && evbuffer_get_length(c->io.in))
+				client_process(c);
+		}
+		return;
+	}
+	/* One half alone is no session: neither goes on. */
+	if (s)
+		server_close(s, "its session-mode client could not be taken over");
+	if (c)
+		client_close(c, SQLSTATE_ADMIN_SHUTDOWN, "pgcat restarted and the server connection of this session "
+			     "could not be kept");
 }
 
 static void take_cb(evutil_socket_t fd, short what, void *arg)
@@ -422,8 +541,8 @@ static void take_cb(evutil_socket_t fd, short what, void *arg)
 	worker_update_clock(w);
 	static uint8_t rec[HANDOVER_RECORD_MAX];
 	for (;;) {
-		int cfd[1];
-		size_t n = 1;
+		int cfd[2];
+		size_t n = 2;
 		ssize_t r = recv_record((int)fd, rec, sizeof rec, cfd, &n, MSG_DONTWAIT);
 		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return;
@@ -434,6 +553,15 @@ static void take_cb(evutil_socket_t fd, short what, void *arg)
 		if (rec[0] == 'C' && n == 1) {
 			if (client_move_read(w, cfd[0], rec + 1, (size_t)r - 1))
 				h->moved++;
+			continue;
+		}
+		if (rec[0] == 'S' && n == 1) {
+			if (server_move_read(w, cfd[0], rec + 1, (size_t)r - 1, false))
+				h->servers_moved++;
+			continue;
+		}
+		if (rec[0] == 'P' && n == 2 && r >= 5 && proto_get_u32(rec + 1) <= (size_t)r - 5) {
+			take_pair(w, cfd, rec + 5, proto_get_u32(rec + 1), (size_t)r - 5);
 			continue;
 		}
 		for (size_t i = 0; i < n; i++)

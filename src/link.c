@@ -96,6 +96,8 @@ struct txn *link_txn(struct server *s) { return &s->txn; }
 
 struct params *link_server_params(struct server *s) { return &s->params; }
 
+bool link_server_tls(const struct server *s) { return s->io.ssl != NULL; }
+
 bool link_reply_half_sent(const struct server *s) { return s->fwd_remaining > 0; }
 
 void link_server_failed(struct server *s, const char *why) { rotation_server_failed(s->sp, why); }

@@ -843,6 +843,12 @@ void pool_client_done(struct server *s)
 	server_finish(s);
 }
 
+void pool_grant_adopted(struct server *s, struct pool_waiter *pw)
+{
+	s->last_used_us = s->w->now_us;
+	grant(s, pw);
+}
+
 static void pool_server_ready(struct server *s)
 {
 	struct pool *p = s->sp->pool;

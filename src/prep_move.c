@@ -86,3 +86,26 @@ bool prep_client_read(struct client *c, struct bytes_in *r)
 	}
 	return true;
 }
+
+uint32_t prep_server_generation(const struct server *s)
+{
+	return s->prep ? s->prep->set.gen : 0;
+}
+
+bool prep_server_movable(const struct server *s)
+{
+	const struct prep_server *ps = s->prep;
+	return !ps || (ps->parses.len == 0 && ps->closes.len == 0 && ps->sqlpreps.len == 0 && ps->repls.len == 0 &&
+		       ps->swallows.len == 0 && ps->describes.len == 0 && ps->owed_parses.len == 0);
+}
+
+bool prep_server_adopt(struct server *s, uint32_t gen)
+{
+	if (!s->prep && !(s->prep = calloc(1, sizeof *s->prep)))
+		return false;
+	/* The statements the old process prepared here keep their names,
+	 * which name its registry's entries: the names made from here on
+	 * are of a generation past theirs, so none is prepared twice. */
+	s->prep->set.gen = gen + 1;
+	return true;
+}

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 #include <openssl/crypto.h>
 
 #include "auth.h"
@@ -135,6 +136,33 @@ struct server *server_connect(struct srvpool *sp)
 	return s;
 }
 
+struct server *server_adopt(struct srvpool *sp, int fd)
+{
+	struct worker *w = sp->pool->w;
+	struct server *s = calloc(1, sizeof *s);
+	if (!s) {
+		close(fd);
+		return NULL;
+	}
+	s->w = w;
+	s->id = ++w->next_id;
+	s->sp = sp;
+	s->txn.tx_status = 'I';
+	s->pid_slot = -1;
+	params_init(&s->params);
+	list_init(&s->node);
+	s->connect_us = s->state_since_us = w->now_us;
+	s->connect_wall = (int64_t)time(NULL);
+	if (!io_open(&s->io, w->base, &w->flusher, fd, SERVER_READ_HIGH_WATER, &server_io_ops)) {
+		close(fd);
+		free(s);
+		return NULL;
+	}
+	s->state = SERVER_CLOSED;
+	server_set_state(s, SERVER_LOGIN);
+	return s;
+}
+
 void server_close(struct server *s, const char *why)
 {
 	if (s->state == SERVER_CLOSED)
@@ -147,8 +175,9 @@ void server_close(struct server *s, const char *why)
 		log_info("S-%llu %s:%d: closing because: %s (%s, age=%llus)", (unsigned long long)s->id, s->sp->host,
 			 s->sp->port, why, server_state_name(old),
 			 (unsigned long long)((w->now_us - s->connect_us) / 1000000));
-	/* A polite Terminate when the connection is healthy and idle. */
-	if (old == SERVER_IDLE && !s->io.closed) {
+	/* A polite Terminate when the connection is healthy and idle (and
+	 * not handed to the process that took over: it goes on there). */
+	if (old == SERVER_IDLE && !s->io.closed && !s->moved) {
 		evbuf_add_bodyless(io_out(&s->io), PqMsg_Terminate);
 		io_flush(&s->io);
 	}

@@ -47,6 +47,7 @@ def test_reboot_moves_clients_with_their_session(pgcat, pg, tmp_path):
     key_pid = idle.info.backend_pid
     in_tx = a.connect(autocommit=False)
     in_tx.execute("SELECT 1")                  # a transaction is open: it finishes here first
+    pg_offset = pg.log_offset()
     with pgcat_process(["-R", a.ini], tmp_path / "b.log") as b:
         wait_until(lambda: "took 1 listening sockets" in (tmp_path / "b.log").read_text(), 15)
         wait_until(lambda: "moving 2 clients" in a.log(), 10)
@@ -62,7 +63,8 @@ def test_reboot_moves_clients_with_their_session(pgcat, pg, tmp_path):
         assert in_tx.execute("SELECT 2").fetchone()[0] == 2
         in_tx.commit()
         assert "2 clients moved to the new process" in a.log()
-        wait_until(lambda: "handover: 2 clients taken over" in (tmp_path / "b.log").read_text(), 10)
+        wait_until(lambda: "handover: 2 clients and 1 server connections taken over"
+                   in (tmp_path / "b.log").read_text(), 10)
         assert len(app_clients(a)) == 2
         # the key the client got from the old process cancels on the new one
         t, box = run_in_thread(lambda: idle.execute("SELECT pg_sleep(30)"))
@@ -71,6 +73,8 @@ def test_reboot_moves_clients_with_their_session(pgcat, pg, tmp_path):
         t.join(10)
         assert isinstance(box.get("error"), psycopg.errors.QueryCanceled), box
         assert idle.execute("SELECT 3").fetchone()[0] == 3
+        # the server connection moved too: PostgreSQL saw no new login
+        assert "connection authorized: user=app" not in pg.log_since(pg_offset, 10000)
         # and new clients land on it
         with a.connect() as fresh:
             assert fresh.execute("SELECT 4").fetchone()[0] == 4
@@ -167,6 +171,75 @@ def test_reboot_under_pgbench_no_failed_transaction(pgcat, pg, tmp_path, workers
                               "-M", proto, "-c", "10", "-j", "2", "-T", "6", "-f", str(script), "appdb"],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(2)
+    pg_offset = pg.log_offset()
+    with pgcat_process(["-R", a.ini], tmp_path / "b.log") as b:
+        assert a.proc.wait(20) == 0
+        a.stopped_by_test = True
+        out = bench.communicate(timeout=60)[0]
+        assert bench.returncode == 0, out
+        assert "number of failed transactions: 0" in out, out
+        logins = pg.log_since(pg_offset, 10000).count("connection authorized: user=app")
+        print("server logins during the takeover:", logins)
+        moved = [int(n) for n in re.findall(r"handover: (\d+) clients moved to the new process", a.log())]
+        assert len(moved) == workers and sum(moved) == 10, a.log()[-3000:]
+        assert "left to drain" not in a.log()
+        assert not re.search(r"C-\d+ .*closing because", a.log().split("took the listeners")[-1])
+        assert b.poll() is None
+
+
+def test_reboot_session_mode_moves_each_client_with_its_server(pgcat, pg, tmp_path):
+    """Session mode: a client moves with its own server connection, between
+    its transactions: its temporary tables, its LISTEN and its settings are
+    the server's session's, and stay. A transaction open at the takeover
+    finishes on the old process, then the pair moves."""
+    a = pgcat(general={"pool_mode": "session", "shutdown_timeout": 15000})
+    temp = a.connect()
+    temp.execute("CREATE TEMP TABLE kept (x int)")
+    temp.execute("INSERT INTO kept VALUES (1)")
+    temp.execute("SET work_mem = '7MB'")
+    backend = temp.execute("SELECT pg_backend_pid()").fetchone()[0]
+    listener = a.connect()
+    listener.execute("LISTEN reboot_channel")
+    in_tx = a.connect(autocommit=False)
+    in_tx.execute("CREATE TEMP TABLE held (x int)")
+    in_tx.execute("INSERT INTO held VALUES (2)")      # BEGIN ... still open
+    pg_offset = pg.log_offset()
+    with pgcat_process(["-R", a.ini], tmp_path / "b.log") as b:
+        wait_until(lambda: "moving 3 clients" in a.log(), 15)
+        time.sleep(0.3)
+        assert a.alive(), "the old pgcat left while a transaction of its client was open"
+        in_tx.commit()
+        assert a.proc.wait(20) == 0
+        a.stopped_by_test = True
+        assert temp.execute("SELECT pg_backend_pid()").fetchone()[0] == backend
+        assert temp.execute("SELECT count(*) FROM kept").fetchone()[0] == 1
+        assert temp.execute("SHOW work_mem").fetchone()[0] == "7MB"
+        assert in_tx.execute("SELECT x FROM held").fetchone()[0] == 2
+        in_tx.commit()
+        with pg.connect() as direct:
+            direct.execute("NOTIFY reboot_channel, 'after'")
+        got = next(listener.notifies(timeout=10), None)
+        assert got is not None and got.payload == "after"
+        assert "connection authorized: user=app" not in pg.log_since(pg_offset, 10000)
+        assert re.search(r"handover: 3 clients moved to the new process, 3 server connections moved", a.log())
+        assert b.poll() is None
+    for c in (temp, listener, in_tx):
+        c.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_reboot_session_mode_under_pgbench(pgcat, pg, tmp_path, workers):
+    import os
+    from conftest import PASSWORDS, PG_BIN
+    a = pgcat(general={"workers": workers, "pool_mode": "session", "default_pool_size": 20})
+    script = tmp_path / "tx.sql"
+    script.write_text("BEGIN;\nSELECT 1;\nSELECT pg_sleep(0.002);\nCOMMIT;\n")
+    env = dict(os.environ, PGPASSWORD=PASSWORDS["app"], PGSSLMODE="disable")
+    bench = subprocess.Popen([str(PG_BIN / "pgbench"), "-h", a.host, "-p", str(a.port), "-U", "app", "-n",
+                              "-M", "extended", "-c", "10", "-j", "2", "-T", "6", "-f", str(script), "appdb"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(2)
+    pg_offset = pg.log_offset()
     with pgcat_process(["-R", a.ini], tmp_path / "b.log") as b:
         assert a.proc.wait(20) == 0
         a.stopped_by_test = True
@@ -174,7 +247,6 @@ def test_reboot_under_pgbench_no_failed_transaction(pgcat, pg, tmp_path, workers
         assert bench.returncode == 0, out
         assert "number of failed transactions: 0" in out, out
         moved = [int(n) for n in re.findall(r"handover: (\d+) clients moved to the new process", a.log())]
-        assert len(moved) == workers and sum(moved) == 10, a.log()[-3000:]
-        assert "left to drain" not in a.log()
-        assert not re.search(r"C-\d+ .*closing because", a.log().split("took the listeners")[-1])
+        assert sum(moved) == 10, a.log()[-3000:]
+        assert "connection authorized: user=app" not in pg.log_since(pg_offset, 10000)
         assert b.poll() is None
