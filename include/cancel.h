@@ -122,6 +122,10 @@ struct cancel_forward {
 	uint32_t pid;
 	uint8_t key[CANCEL_KEY_LONG_LEN];
 	size_t key_len;
+	/* A key of this instance's layout that no worker here holds: the
+	 * worker it names (-R: the old process may still hold it, handover.h);
+	 * -1 otherwise. */
+	int unknown_worker;
 };
 
 /* A CancelRequest (pid, and a key of key_len bytes). This worker's key:

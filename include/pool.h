@@ -115,6 +115,9 @@ bool pool_srvpool_unresolvable(struct srvpool *sp);
  * true), failed now (its failed event), or queued (its queued event; one
  * of the others comes later). */
 bool pool_checkout(struct srvpool *sp, struct pool_waiter *pw);
+/* -R, the new process: delta more (or fewer) connections of sp the old
+ * process will hand over (struct srvpool's n_promised). */
+void pool_promise(struct srvpool *sp, int delta);
 /* -R: s, a server connection taken over with the session-mode client of
  * pw (server_move.c, in state LOGIN), goes on serving that client. */
 void pool_grant_adopted(struct server *s, struct pool_waiter *pw);

@@ -106,6 +106,14 @@ struct srvpool {
 	 * publishes until server_connect's first state change turns each
 	 * into an opening one. 0 between events. */
 	int n_reserved;
+	/* -R, the new process: connections the old process still holds and
+	 * will hand over (server_move.c), counted in what this worker
+	 * publishes as if open here, so that the pool's size holds over both
+	 * processes and a client waits for them rather than a new login. */
+	int n_promised;
+	/* -R, the old process: how many of its connections it promised the
+	 * new one and has not handed over yet (handover.c). */
+	int n_promised_out;
 	struct list_node waiters;     /* struct pool_waiter, FIFO */
 	int n_waiters;
 

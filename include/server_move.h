@@ -36,4 +36,17 @@ bool server_move_write(struct server *s, struct pktbuf *pb);
  * (then the server is sent a Terminate); fd is closed either way. */
 struct server *server_move_read(struct worker *w, int fd, const uint8_t *rec, size_t len, bool linked);
 
+/* Promises (record 'N'): the old process tells the new one how many
+ * connections of each server set it will hand over (delta: more, or fewer
+ * when some closed meanwhile), so that the new one counts them against
+ * the pool's size and its clients wait for them rather than a new login
+ * (pool_promise). At the end of the handover what was not kept is
+ * forgotten (promises_end). promisable: the connections of sp that could
+ * move (TLS ones cannot). */
+struct srvpool;
+void server_move_promise_write(const struct srvpool *sp, int delta, struct pktbuf *pb);
+void server_move_promise_read(struct worker *w, const uint8_t *rec, size_t len);
+void server_move_promises_end(struct worker *w);
+int server_move_promisable(const struct srvpool *sp);
+
 #endif

@@ -420,6 +420,7 @@ void *cancel_handle_request(struct cancel_table *t, uint32_t pid, const uint8_t 
 {
 	fwd->peer_id = 0;
 	fwd->exhausted = false;
+	fwd->unknown_worker = -1;
 	struct cancel_parsed k;
 	if (!parse_key(t, pid, key, key_len, &k))
 		return NULL;   /* no key pgcat issued: ignored, as an unknown key */
@@ -439,6 +440,8 @@ void *cancel_handle_request(struct cancel_table *t, uint32_t pid, const uint8_t 
 	 * ignored silently, as PostgreSQL does. */
 	if (t->peer_id > 0 && k.peer_id > 0 && k.peer_id != t->peer_id)
 		next_hop(pid, key, key_len, &k, fwd);
+	else if (k.worker >= 0)
+		fwd->unknown_worker = k.worker;
 	return NULL;
 }
 

@@ -10,12 +10,15 @@
  *
  * The records (the first byte says which):
  *   'H' new -> old: u32 version, u8 'T' (take over) or 'D' (drain: no
- *       successor for this worker number, shut down as for SIGTERM)
+ *       successor for this worker number, shut down as for SIGTERM), or
+ *       'X' and a CancelRequest (handover_link.h) for a client still here
  *   'L' old -> new: u32 version, u32 the old instance's workers, and its
  *       TCP listening sockets beside it; the old worker stops accepting
  *   'C' old -> new: one client (client_move.h), its socket beside it
  *   'S' old -> new: one idle server connection (server_move.h), its socket
  *   'P' old -> new: a session-mode client with its server, both sockets
+ *   'N' old -> new: how many connections of a server set are to come
+ *       (server_move.h: the new process's clients wait for them)
  *   'E' old -> new: u32 clients moved, u32 clients left to drain; the end
  * The handshake (H, L) is synchronous on both sides with a timeout; the
  * clients come on the new worker's loop. The old worker looks for clients
@@ -24,6 +27,7 @@
  * (a transaction that did not end, TLS, the console) drains.
  */
 #include "handover.h"
+#include "handover_link.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -37,6 +41,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "cancel.h"
 #include "client.h"
 #include "client_move.h"
 #include "config.h"
@@ -51,7 +56,6 @@
 #include "server_move.h"
 #include "shm.h"
 
-#define HANDOVER_VERSION 1u
 #define HANDOVER_TICK_MS 20
 /* The handshake's and each record's send wait at most this long: a
  * successor that stops reading ends the handover (the rest drains). */
@@ -69,25 +73,6 @@ struct handover {
 	unsigned moved, refused, servers_moved;
 	bool giving;               /* old side: handing over */
 };
-
-static socklen_t handover_addr(const struct worker *w, int id, struct sockaddr_un *un)
-{
-	memset(un, 0, sizeof *un);
-	un->sun_family = AF_UNIX;
-	int n = snprintf(un->sun_path + 1, sizeof un->sun_path - 1, "pgcat.handover.%d.%d",
-			 w->cfg->general.listen_port, id);
-	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
-}
-
-/* Our own OS user, or root. */
-static bool peer_trusted(int fd)
-{
-	struct ucred cr;
-	socklen_t len = sizeof cr;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0)
-		return false;
-	return cr.uid == geteuid() || cr.uid == 0;
-}
 
 static void set_timeouts(int fd)
 {
@@ -187,6 +172,16 @@ static void close_link(struct handover *h)
 	h->link_fd = -1;
 }
 
+static void stop_answering(struct handover *h)
+{
+	if (h->listen_ev)
+		event_free(h->listen_ev);
+	h->listen_ev = NULL;
+	if (h->listen_fd >= 0)
+		close(h->listen_fd);
+	h->listen_fd = -1;
+}
+
 /* The handover ends: what did not move drains (a shutdown as for
  * SIGTERM, shutdown_timeout from now). */
 static void give_end(struct worker *w, const char *why)
@@ -196,6 +191,8 @@ static void give_end(struct worker *w, const char *why)
 		event_del(h->tick);
 	h->giving = false;
 	w->on_client_idle = NULL;
+	/* The name is the successor's from now on (it binds it at the 'E'). */
+	stop_answering(h);
 	unsigned left = (unsigned)w->n_clients;
 	if (h->link_fd >= 0) {
 		uint8_t rec[9] = { 'E' };
@@ -235,6 +232,43 @@ static void give_end(struct worker *w, const char *why)
 	w->cmds->begin_shutdown(w);
 }
 
+/* Tell the successor how many connections of each server set are still
+ * to come: all of them at the start, fewer when some closed here since.
+ * false: the link failed. */
+static bool promise(struct worker *w, bool first)
+{
+	struct handover *h = w->handover;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		for (size_t i = 0; i < p->n_targets; i++) {
+			struct srvpool *sp = p->targets[i];
+			int now = server_move_promisable(sp);
+			int delta = first ? now : now < sp->n_promised_out ? now - sp->n_promised_out : 0;
+			if (!delta)
+				continue;
+			uint8_t rec[1024];
+			struct pktbuf pb;
+			pktbuf_init(&pb, rec, sizeof rec);
+			pktbuf_put_u8(&pb, 'N');
+			server_move_promise_write(sp, delta, &pb);
+			if (pb.failed)
+				continue;   /* (names too long to promise: its clients may log in anew) */
+			if (!send_record(h->link_fd, pb.data, pb.len, NULL, 0))
+				return false;
+			sp->n_promised_out += delta;
+		}
+	}
+	return true;
+}
+
+/* A connection of sp goes: one promise kept. */
+static void promise_kept(struct srvpool *sp)
+{
+	if (sp->n_promised_out > 0)
+		sp->n_promised_out--;
+}
+
 /* Send c to the successor, with its server in session mode (a record
  * 'P': u32 the client's part's length, the client's part, the server's;
  * both sockets beside it); false: the link failed (c stays here). */
@@ -269,6 +303,7 @@ static bool give_client(struct worker *w, struct client *c)
 	h->moved++;
 	if (s) {
 		(void)link_detach(s);
+		promise_kept(s->sp);
 		h->servers_moved++;
 		s->moved = true;
 		server_close(s, NULL);
@@ -294,6 +329,7 @@ static bool give_server(struct worker *w, struct server *s)
 		return false;
 	}
 	h->servers_moved++;
+	promise_kept(s->sp);
 	s->moved = true;
 	server_close(s, NULL);
 	return true;
@@ -304,18 +340,24 @@ static bool give_server(struct worker *w, struct server *s)
  * idle server is handed to it at once), and a client that becomes idle
  * goes: so no idle server is left wanted here. Sent before the clients
  * of the same look, so that the new process has them first. */
-static bool give_servers(struct worker *w)
+static bool give_servers(struct worker *w, unsigned *settling)
 {
+	*settling = 0;
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++) {
+			struct srvpool *sp = p->targets[i];
 			struct list_node *sn, *st;
-			LIST_FOREACH_SAFE(sn, st, &p->targets[i]->idle) {
+			LIST_FOREACH_SAFE(sn, st, &sp->idle) {
 				struct server *s = LIST_OWNER(sn, struct server, node);
-				if (server_move_ready(s) && !give_server(w, s))
+				if (!server_move_ready(s))
+					*settling += s->io.ssl == NULL;   /* (a later look, once at rest) */
+				else if (!give_server(w, s))
 					return false;
 			}
+			/* Being reset or drained, or logging in: idle soon. */
+			*settling += (unsigned)(sp->n_other + sp->n_opening);
 		}
 	}
 	return true;
@@ -328,7 +370,8 @@ static void give_tick(evutil_socket_t fd, short what, void *arg)
 	struct worker *w = arg;
 	struct handover *h = w->handover;
 	worker_update_clock(w);
-	if (!give_servers(w)) {
+	unsigned settling;
+	if (!give_servers(w, &settling) || !promise(w, false)) {
 		give_end(w, "the link to the new process failed");
 		return;
 	}
@@ -347,7 +390,9 @@ static void give_tick(evutil_socket_t fd, short what, void *arg)
 			}
 		}
 	}
-	if ((unsigned)w->n_clients <= staying + h->refused) {
+	/* Done when no client that could move is left, nor (when no client
+	 * at all is) a server connection on its way back to idle. */
+	if ((unsigned)w->n_clients <= staying + h->refused && (w->n_clients > 0 || settling == 0)) {
 		give_end(w, "no client left that can move");
 		return;
 	}
@@ -386,15 +431,6 @@ static size_t tcp_listener_fds(struct worker *w, int *fds)
 	return n;
 }
 
-static void stop_answering(struct handover *h)
-{
-	if (h->listen_ev)
-		event_free(h->listen_ev);
-	h->listen_ev = NULL;
-	if (h->listen_fd >= 0)
-		close(h->listen_fd);
-	h->listen_fd = -1;
-}
 
 static void give(struct worker *w, int fd)
 {
@@ -412,7 +448,8 @@ static void give(struct worker *w, int fd)
 	/* From here the new process accepts: this worker only hands over. */
 	h->link_fd = fd;
 	h->giving = true;
-	stop_answering(h);   /* (the successor answers on the name from now on) */
+	if (!promise(w, true))
+		log_warning("handover: the new process was not told which server connections follow");
 	w->cmds->stop_listening(w);
 	union sigval v = { .sival_int = SHM_SIGVAL_HANDOVER };
 	if (sigqueue(getppid(), SIGTERM, v) != 0)
@@ -439,19 +476,29 @@ static void answer_cb(evutil_socket_t lfd, short what, void *arg)
 	int fd = accept4((int)lfd, NULL, NULL, SOCK_CLOEXEC);
 	if (fd < 0)
 		return;
-	uint8_t hello[6];
+	uint8_t hello[11 + 255];
 	size_t no_fds = 0;
-	if (!peer_trusted(fd)) {
+	if (!handover_peer_trusted(fd)) {
 		log_warning("handover: refused a connection from another OS user");
 		close(fd);
 		return;
 	}
 	set_timeouts(fd);
 	ssize_t r = recv_record(fd, hello, sizeof hello, NULL, &no_fds, 0);
-	if (r != (ssize_t)sizeof hello || hello[0] != 'H' || proto_get_u32(hello + 1) != HANDOVER_VERSION ||
-	    (hello[5] != 'T' && hello[5] != 'D')) {
+	bool hello_ok = r == 6 && (hello[5] == 'T' || hello[5] == 'D');
+	bool cancel_ok = r >= 11 && hello[5] == 'X' && (size_t)r == 11u + hello[10];
+	if (r < 6 || hello[0] != 'H' || proto_get_u32(hello + 1) != HANDOVER_VERSION || !(hello_ok || cancel_ok)) {
 		log_warning("handover: refused a connection that is not a pgcat of this version");
 		close(fd);
+		return;
+	}
+	if (cancel_ok) {
+		/* A client still here, its key sent to the new process. */
+		close(fd);
+		struct cancel_forward fwd;
+		struct client *target = cancel_handle_request(&w->cancel, proto_get_u32(hello + 6), hello + 11, hello[10], &fwd);
+		if (target)
+			client_cancel_query(target);
 		return;
 	}
 	if (hello[5] == 'D') {
@@ -501,6 +548,7 @@ static void take_end(struct worker *w, const char *how)
 {
 	struct handover *h = w->handover;
 	close_link(h);
+	server_move_promises_end(w);
 	log_info("handover: %u clients and %u server connections taken over (%s)", h->moved, h->servers_moved, how);
 	(void)handover_listen(w);
 }
@@ -560,6 +608,10 @@ static void take_cb(evutil_socket_t fd, short what, void *arg)
 				h->servers_moved++;
 			continue;
 		}
+		if (rec[0] == 'N' && n == 0) {
+			server_move_promise_read(w, rec + 1, (size_t)r - 1);
+			continue;
+		}
 		if (rec[0] == 'P' && n == 2 && r >= 5 && proto_get_u32(rec + 1) <= (size_t)r - 5) {
 			take_pair(w, cfd, rec + 5, proto_get_u32(rec + 1), (size_t)r - 5);
 			continue;
@@ -590,7 +642,7 @@ static int connect_old(const struct worker *w, int id)
 		close(fd);
 		return -1;
 	}
-	if (!peer_trusted(fd)) {
+	if (!handover_peer_trusted(fd)) {
 		log_error("handover: %s belongs to another OS user: not taken over", un.sun_path + 1);
 		close(fd);
 		return -1;

@@ -33,6 +33,7 @@
 #include "client.h"
 #include "config.h"
 #include "context.h"
+#include "handover_link.h"
 #include "hba.h"
 #include "ident.h"
 #include "log.h"
@@ -168,6 +169,8 @@ static void handle_cancel_request(struct client *c, uint32_t pid, const uint8_t 
 		client_cancel_query(target);
 	else if (fwd.peer_id)
 		peer_forward_cancel(c->w, &fwd);   /* another instance's key (SPEC §3.4) */
+	else if (fwd.unknown_worker >= 0)
+		handover_forward_cancel(c->w, fwd.unknown_worker, pid, key, key_len);   /* (-R) */
 	client_close(c, NULL, NULL);
 }
 

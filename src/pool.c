@@ -680,7 +680,7 @@ void srvpool_maybe_launch(struct srvpool *sp)
 	if (!sp->resolved)
 		return;
 	int limit = srvpool_limit(sp);
-	while (sp->n_opening < sp->n_waiters && srvpool_reserve(sp, limit, true)) {
+	while (sp->n_opening + sp->n_promised < sp->n_waiters && srvpool_reserve(sp, limit, true)) {
 		/* (the instance's count includes this reservation now) */
 		/* (the words PgBouncer's operators alert on, in both formats) */
 		if (srvpool_instance_total(sp) > p->pool_size)

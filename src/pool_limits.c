@@ -59,7 +59,19 @@ void srvpool_publish(const struct srvpool *sp)
 {
 	struct worker *w = sp->pool->w;
 	if (w->shm)
-		shm_conns_set(w->shm, w->id, sp->shm_target, srvpool_total(sp) + sp->n_reserved);
+		shm_conns_set(w->shm, w->id, sp->shm_target,
+			      srvpool_total(sp) + sp->n_reserved + sp->n_promised);
+}
+
+void pool_promise(struct srvpool *sp, int delta)
+{
+	sp->n_promised += delta;
+	if (sp->n_promised < 0)
+		sp->n_promised = 0;
+	srvpool_publish(sp);
+	/* Fewer to come: clients waiting for them may need new ones. */
+	if (delta < 0 && !list_empty(&sp->waiters) && !sp->pool->paused)
+		srvpool_maybe_launch(sp);
 }
 
 /* Connections to this server across every worker: pool sizes hold per

@@ -193,6 +193,8 @@ struct server *server_move_read(struct worker *w, int fd, const uint8_t *rec, si
 	struct server *s = server_adopt(sp, fd);
 	if (!s)
 		return NULL;
+	if (sp->n_promised > 0)
+		pool_promise(sp, -1);   /* (it came: counted as opening now) */
 	struct params defaults;
 	params_init(&defaults);
 	bool ok = get_params(&r, &s->params) && get_params(&r, &defaults);
@@ -229,4 +231,58 @@ struct server *server_move_read(struct worker *w, int fd, const uint8_t *rec, si
 	if (in && s->state != SERVER_CLOSED)
 		server_process(s);
 	return s;
+}
+
+/* ---- promises: how many connections of a server set are to come ---- */
+
+void server_move_promise_write(const struct srvpool *sp, int delta, struct pktbuf *pb)
+{
+	pktbuf_put_cstring(pb, sp->pool->name);
+	pktbuf_put_cstring(pb, sp->pool->user);
+	pktbuf_put_u32(pb, (uint32_t)sp->shard);
+	pktbuf_put_cstring(pb, sp->host);
+	pktbuf_put_u32(pb, (uint32_t)sp->port);
+	pktbuf_put_cstring(pb, sp->database);
+	pktbuf_put_u32(pb, (uint32_t)delta);
+}
+
+void server_move_promise_read(struct worker *w, const uint8_t *rec, size_t len)
+{
+	struct bytes_in r = { rec, len, 0, false };
+	const char *pool = bytes_cstring(&r), *user = bytes_cstring(&r);
+	uint32_t shard = bytes_u32(&r);
+	const char *host = bytes_cstring(&r);
+	uint32_t port = bytes_u32(&r);
+	const char *database = bytes_cstring(&r);
+	int32_t delta = (int32_t)bytes_u32(&r);
+	if (r.bad || r.off != r.len || delta < -100000 || delta > 100000) {
+		log_error("handover: a malformed promise of server connections (%zu bytes)", len);
+		return;
+	}
+	struct srvpool *sp = find_srvpool(w, pool, user, shard, host, port, database);
+	if (sp)
+		pool_promise(sp, delta);
+}
+
+void server_move_promises_end(struct worker *w)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		struct pool *p = LIST_OWNER(pos, struct pool, node);
+		for (size_t i = 0; i < p->n_targets; i++)
+			if (p->targets[i]->n_promised > 0)
+				pool_promise(p->targets[i], -p->targets[i]->n_promised);
+	}
+}
+
+int server_move_promisable(const struct srvpool *sp)
+{
+	int n = 0;
+	const struct list_node *lists[] = { &sp->idle, &sp->active, &sp->other };
+	for (size_t k = 0; k < 3; k++) {
+		const struct list_node *pos;
+		for (pos = lists[k]->next; pos != lists[k]; pos = pos->next)
+			n += LIST_OWNER(pos, struct server, node)->io.ssl == NULL;
+	}
+	return n;
 }

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * handover_link: the local socket names of -R (handover.c) and what a
+ * worker of the new process sends the old one outside the handover
+ * itself: a CancelRequest for a client the old process still serves.
+ */
+#ifndef PGCAT_HANDOVER_LINK_H
+#define PGCAT_HANDOVER_LINK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+struct worker;
+
+#define HANDOVER_VERSION 1u
+
+/* The abstract Unix name worker id of the instance on w's port answers
+ * on; the address's length. */
+socklen_t handover_addr(const struct worker *w, int id, struct sockaddr_un *un);
+/* Is the peer of fd pgcat's own OS user (or root)? */
+bool handover_peer_trusted(int fd);
+/* A CancelRequest with a key no worker here holds, naming worker: while
+ * this process takes over (-R), the old process's worker of that number
+ * may still serve the client (a query that was running): sent on to it
+ * ('H' mode 'X': u32 pid, u8 key length, the key). Nothing happens when
+ * there is no old process any more. */
+void handover_forward_cancel(struct worker *w, int worker, uint32_t pid, const uint8_t *key, size_t key_len);
+
+#endif

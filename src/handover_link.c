@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * handover_link: the names the workers answer on for -R, the peer check,
+ * and the one message a new worker sends an old one outside the handover:
+ * a CancelRequest for a client still served there.
+ */
+#include "handover_link.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "context.h"
+#include "log.h"
+#include "proto.h"
+
+socklen_t handover_addr(const struct worker *w, int id, struct sockaddr_un *un)
+{
+	memset(un, 0, sizeof *un);
+	un->sun_family = AF_UNIX;
+	int n = snprintf(un->sun_path + 1, sizeof un->sun_path - 1, "pgcat.handover.%d.%d",
+			 w->cfg->general.listen_port, id);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+bool handover_peer_trusted(int fd)
+{
+	struct ucred cr;
+	socklen_t len = sizeof cr;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0)
+		return false;
+	return cr.uid == geteuid() || cr.uid == 0;
+}
+
+void handover_forward_cancel(struct worker *w, int worker, uint32_t pid, const uint8_t *key, size_t key_len)
+{
+	/* Only a process that took over has an old one to ask; and then only
+	 * the old workers still handing over answer (each stops at its end). */
+	if (!w->take_over || worker < 0 || key_len > 255)
+		return;
+	struct sockaddr_un un;
+	socklen_t len = handover_addr(w, worker, &un);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	uint8_t rec[11 + 255] = { 'H' };
+	proto_put_u32(rec + 1, HANDOVER_VERSION);
+	rec[5] = 'X';
+	proto_put_u32(rec + 6, pid);
+	rec[10] = (uint8_t)key_len;
+	memcpy(rec + 11, key, key_len);
+	if (connect(fd, (struct sockaddr *)&un, len) == 0 && handover_peer_trusted(fd) &&
+	    send(fd, rec, 11 + key_len, MSG_NOSIGNAL) == (ssize_t)(11 + key_len))
+		log_debug("handover: a cancel request sent on to the old worker %d", worker);
+	close(fd);
+}
