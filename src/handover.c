@@ -522,6 +522,8 @@ bool handover_listen(struct worker *w)
 		return false;
 	if (h->listen_fd >= 0)
 		return true;
+	if (h->link_fd >= 0 && !h->giving)
+		return false;   /* (taking over: the name is bound at the end, take_end) */
 	struct sockaddr_un un;
 	socklen_t len = handover_addr(w, w->id, &un);
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

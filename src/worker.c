@@ -402,7 +402,9 @@ static bool open_listeners(struct worker *w, int unix_fd)
 	snprintf(port, sizeof port, "%d", g->listen_port);
 	int taken[HANDOVER_MAX_LISTENERS];
 	size_t n_taken = 0;
-	if (w->take_over && handover_take(w, taken, &n_taken)) {
+	/* (An old worker that passed no listener: this one binds its own, and
+	 * still takes the clients it sends.) */
+	if (w->take_over && handover_take(w, taken, &n_taken) && n_taken > 0) {
 		if (!adopt_listeners(w, taken, n_taken))
 			return false;
 		goto unix_socket;

@@ -318,6 +318,63 @@ START_TEST(peer_key_of_another_worker)
 }
 END_TEST
 
+/* -R: a key exported by one process and adopted by the next's table of
+ * the same worker keeps working there, in the same slot, and that slot
+ * leaves the free list (the next key issued is another one). */
+START_TEST(key_moves_to_a_new_table)
+{
+	struct fixture old, fresh;
+	fixture_init(&old, 8, 1, NULL, 0);
+	fixture_init(&fresh, 8, 1, NULL, 0);
+	int a_obj, b_obj, c_obj, d_obj;
+	uint32_t pid_a, sec_a, pid_b, sec_b;
+	uint8_t key_a[CANCEL_KEY_LONG_LEN], key_b[CANCEL_KEY_LONG_LEN];
+	size_t len_a, len_b;
+	ck_assert(cancel_key_assign(&old.t, &a_obj, CANCEL_KEY_SHORT, &pid_a, &sec_a, key_a, &len_a));
+	ck_assert(cancel_key_assign(&old.t, &b_obj, CANCEL_KEY_LONG, &pid_b, &sec_b, key_b, &len_b));
+	struct cancel_key_state ka, kb;
+	ck_assert(cancel_key_export(&old.t, pid_b, &kb));
+	ck_assert(cancel_key_export(&old.t, pid_a, &ka));
+	struct cancel_key_state none;
+	ck_assert(!cancel_key_export(&old.t, pid_a + 5, &none));   /* a free slot: no key */
+	/* adopted out of order: the second key's slot first */
+	ck_assert(cancel_key_adopt(&fresh.t, &d_obj, &kb));
+	ck_assert(cancel_key_adopt(&fresh.t, &c_obj, &ka));
+	struct cancel_forward fwd;
+	ck_assert_ptr_eq(cancel_handle_request(&fresh.t, pid_a, key_a, len_a, &fwd), &c_obj);
+	ck_assert_ptr_eq(cancel_handle_request(&fresh.t, pid_b, key_b, len_b, &fwd), &d_obj);
+	/* a wrong secret still cancels nothing */
+	key_a[0] ^= 1;
+	ck_assert_ptr_null(cancel_handle_request(&fresh.t, pid_a, key_a, len_a, &fwd));
+	/* taken slots are not given again, nor adopted twice */
+	ck_assert(!cancel_key_adopt(&fresh.t, &c_obj, &ka));
+	for (int i = 0; i < 6; i++) {
+		uint32_t pid, sec;
+		uint8_t key[CANCEL_KEY_LONG_LEN];
+		size_t len;
+		int obj;
+		ck_assert(cancel_key_assign(&fresh.t, &obj, CANCEL_KEY_SHORT, &pid, &sec, key, &len));
+		ck_assert_uint_ne(pid, pid_a);
+		ck_assert_uint_ne(pid, pid_b);
+	}
+	uint32_t pid, sec;
+	uint8_t key[CANCEL_KEY_LONG_LEN];
+	size_t len;
+	int obj;
+	ck_assert(!cancel_key_assign(&fresh.t, &obj, CANCEL_KEY_SHORT, &pid, &sec, key, &len));   /* all 8 in use */
+	/* another worker's key is not adopted */
+	struct fixture other;
+	fixture_init(&other, 8, 2, NULL, 0);
+	ck_assert(!cancel_key_adopt(&other.t, &obj, &ka));
+	/* an unknown key of this instance's layout names its worker (-R sends it on) */
+	ck_assert_ptr_null(cancel_handle_request(&other.t, pid_a, key_b, 4, &fwd));
+	ck_assert_int_eq(fwd.unknown_worker, 1);
+	fixture_free(&other);
+	fixture_free(&old);
+	fixture_free(&fresh);
+}
+END_TEST
+
 Suite *cancel_suite(void)
 {
 	Suite *s = suite_create("cancel");
@@ -331,6 +388,7 @@ Suite *cancel_suite(void)
 	tcase_add_test(tc, peer_id_changed_by_reload);
 	tcase_add_test(tc, slots_beyond_the_peer_layout);
 	tcase_add_test(tc, peer_key_of_another_worker);
+	tcase_add_test(tc, key_moves_to_a_new_table);
 	suite_add_tcase(s, tc);
 	return s;
 }
