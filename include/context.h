@@ -54,6 +54,9 @@ struct worker {
 	struct io_flusher flusher;
 	struct config *cfg;              /* current snapshot, owned */
 	char *config_path;
+	/* The binary this process was started from (UPGRADE runs it again:
+	 * the new one, after a package upgrade); NULL: not known. */
+	const char *exe_path;
 
 	struct evconnlistener *listeners[WORKER_MAX_LISTENERS];
 	size_t n_listeners;
@@ -93,9 +96,13 @@ struct worker {
 	/* The link to the process taking over from this one, or to the one
 	 * this one takes over from, and its socket (handover.c); NULL: none. */
 	struct handover *handover;
+	bool handing_over;                /* handover.c: the listeners went to a new process */
 	/* While this worker hands its clients over (handover.c): told of each
 	 * client that becomes idle, before it reads another request. */
 	void (*on_client_idle)(struct client *c);
+	/* The console's UPGRADE waits for this worker's handover (admin.c):
+	 * told how it ended, before the worker shuts down. */
+	void (*on_handover_end)(struct worker *w, const char *summary);
 	int exit_code;
 
 	uint64_t next_id;

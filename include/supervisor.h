@@ -12,6 +12,6 @@
 #include "types.h"
 
 /* Runs until the instance shuts down; returns the exit code. Takes cfg. */
-int supervisor_run(struct config *cfg, const char *config_path, bool take_over);
+int supervisor_run(struct config *cfg, const char *config_path, const char *exe_path, bool take_over);
 
 #endif

@@ -128,7 +128,7 @@ if ! systemd-analyze verify "$unit" > "$tmp/verify.out" 2>&1 || [ -s "$tmp/verif
 	cat "$tmp/verify.out"
 	fail "systemd-analyze verify $unit"
 fi
-for key in 'Type=notify' 'ExecReload=/bin/kill -HUP $MAINPID' "ExecStartPre=/usr/sbin/pgcat -t $ini" \
+for key in 'Type=notify' 'NotifyAccess=all' "ExecReload=/usr/sbin/pgcat -R -d $ini" "ExecStartPre=/usr/sbin/pgcat -t $ini" \
 	'ProtectSystem=strict' 'PrivateTmp=yes' 'NoNewPrivileges=yes' 'ProtectHome=yes' 'User=pgcat'; do
 	grep -qxF "$key" "$unit" || fail "$unit lacks '$key'"
 done

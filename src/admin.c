@@ -9,6 +9,7 @@
 #include "admin_login.h"
 #include "admin_ops.h"
 #include "admin_result.h"
+#include "admin_upgrade.h"
 #include "admin_show.h"
 
 #include <ctype.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -103,6 +105,7 @@ struct admin_pending {
 	bool drain;        /* PAUSE: and for the pools to drain */
 	bool wait_close;   /* WAIT_CLOSE: for the servers RECONNECT marked to be gone */
 	bool reload;       /* RELOAD: for its two_phase_commit check (seq: its number, w->reload) */
+	bool upgrade;      /* UPGRADE: for this worker's handover to end (seq: the new process's pid) */
 	int dump;          /* SHOW CLIENTS/SERVERS: the shm_dump_kind; -1: a command */
 	char tag[16];
 	char db[64];
@@ -203,6 +206,58 @@ static void reload_failed(struct client *c, const char *why)
 	else
 		admin_error(c, "F0000", "reload failed, old configuration kept: %s", why);
 }
+/* UPGRADE: this worker's handover ended (handover.c): the consoles that
+ * asked hear how, before the worker shuts down. */
+static void upgrade_done(struct worker *w, const char *summary)
+{
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
+		struct client *c = LIST_OWNER(pos, struct client, node);
+		struct admin_pending *ap = c->kind_state;
+		if (!c->is_admin || !ap || !ap->upgrade)
+			continue;
+		c->kind_state = NULL;
+		free(ap);
+		admin_notice(c, "NOTICE", "UPGRADE: %s", summary);
+		admin_complete(c, "UPGRADE");
+		admin_rfq(c);
+		io_flush(&c->io);
+	}
+	w->on_handover_end = NULL;
+}
+
+/* UPGRADE: the new binary checks the configuration, then takes over (-R);
+ * the reply waits for this worker's handover, or the new process's exit. */
+static bool upgrade(struct client *c)
+{
+	struct worker *w = c->w;
+	if (w->shutting_down || w->waiting_for_clients || w->waiting_for_servers || w->handing_over) {
+		admin_error(c, "55000", "UPGRADE: this pgcat is shutting down or being taken over already");
+		return true;
+	}
+	char err[600];
+	pid_t pid;
+	struct admin_pending *ap = calloc(1, sizeof *ap);
+	if (!ap) {
+		admin_error(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+		return true;
+	}
+	if (!admin_upgrade_start(w, &pid, err, sizeof err)) {
+		free(ap);
+		log_warning("UPGRADE refused: %s", err);
+		admin_error(c, "F0000", "UPGRADE refused, this pgcat goes on: %s", err);
+		return true;
+	}
+	ap->upgrade = true;
+	ap->seq = (uint64_t)pid;
+	ap->dump = -1;
+	snprintf(ap->tag, sizeof ap->tag, "UPGRADE");
+	free(c->kind_state);
+	c->kind_state = ap;
+	w->on_handover_end = upgrade_done;
+	return false;
+}
+
 void admin_janitor(struct worker *w)
 {
 	struct list_node *pos, *tmp;
@@ -211,6 +266,22 @@ void admin_janitor(struct worker *w)
 		struct admin_pending *ap = c->kind_state;
 		if (!c->is_admin || !ap)
 			continue;
+		if (ap->upgrade) {
+			/* The new process failed before it took this worker over. */
+			int status;
+			if (!admin_upgrade_exited((pid_t)ap->seq, &status))
+				continue;
+			c->kind_state = NULL;
+			int pid = (int)ap->seq;
+			free(ap);
+			w->on_handover_end = NULL;
+			admin_error(c, "F0000", "UPGRADE failed, this pgcat goes on: the new pgcat (pid %d) exited with "
+				    "status %d before it took over (its log says why)", pid,
+				    WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+			admin_rfq(c);
+			client_process(c);
+			continue;
+		}
 		if (ap->reload) {
 			/* Its reload, or the one that replaced it (a SIGHUP, an
 			 * autoreload: the file as it is now), still asking. The
@@ -331,6 +402,8 @@ static bool run_command(struct client *c, const char *sql)
 		return true;
 	}
 	const char *db = ws.n >= 2 ? ws.w[1] : NULL;
+	if (is(&ws, 0, "upgrade") && ws.n == 1)
+		return upgrade(c);
 	if (is(&ws, 0, "reload") && ws.n == 1) {
 		char err[512];
 		if (w->cmds->reload(w, err, sizeof err)) {

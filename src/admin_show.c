@@ -1206,7 +1206,8 @@ static void show_help(struct client *c)
 		"\tBAN host:port [seconds] / UNBAN host:port\n"
 		"\tSHUTDOWN\n"
 		"\tSHUTDOWN WAIT_FOR_CLIENTS\n"
-		"\tSHUTDOWN WAIT_FOR_SERVERS";
+		"\tSHUTDOWN WAIT_FOR_SERVERS\n"
+		"\tUPGRADE";
 	uint8_t storage[1024];
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);

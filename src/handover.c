@@ -190,6 +190,7 @@ static void give_end(struct worker *w, const char *why)
 	if (h->tick)
 		event_del(h->tick);
 	h->giving = false;
+	w->handing_over = false;
 	w->on_client_idle = NULL;
 	/* The name is the successor's from now on (it binds it at the 'E'). */
 	stop_answering(h);
@@ -201,12 +202,19 @@ static void give_end(struct worker *w, const char *why)
 		(void)send_record(h->link_fd, rec, sizeof rec, NULL, 0);
 	}
 	close_link(h);
+	char summary[256];
 	if (left)
-		log_warning("handover: %u clients moved to the new process, %u left to drain, %u server connections "
-			    "moved: %s", h->moved, left, h->servers_moved, why);
+		snprintf(summary, sizeof summary, "%u clients moved to the new process, %u left to drain, %u server "
+			 "connections moved: %s", h->moved, left, h->servers_moved, why);
 	else
-		log_info("handover: %u clients moved to the new process, %u server connections moved: %s", h->moved,
-			 h->servers_moved, why);
+		snprintf(summary, sizeof summary, "%u clients moved to the new process, %u server connections moved: %s",
+			 h->moved, h->servers_moved, why);
+	if (left)
+		log_warning("handover: %s", summary);
+	else
+		log_info("handover: %s", summary);
+	if (w->on_handover_end)
+		w->on_handover_end(w, summary);
 	/* Clients and servers held for the move that did not go read again. */
 	struct list_node *heads[] = { &w->clients_idle, &w->clients_active, &w->clients_login };
 	for (size_t i = 0; i < sizeof heads / sizeof *heads; i++) {
@@ -448,6 +456,7 @@ static void give(struct worker *w, int fd)
 	/* From here the new process accepts: this worker only hands over. */
 	h->link_fd = fd;
 	h->giving = true;
+	w->handing_over = true;
 	if (!promise(w, true))
 		log_warning("handover: the new process was not told which server connections follow");
 	w->cmds->stop_listening(w);

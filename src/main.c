@@ -29,7 +29,7 @@ static void usage(FILE *out)
 	fprintf(out,
 		"Usage: pgcat [OPTIONS] [CONFIG]\n"
 		"  CONFIG             path of pgcat.ini; default ./pgcat.ini, then %s/pgcat/pgcat.ini\n"
-		"  -d, --daemon       detach (pidfile from config)\n"
+		"  -d, --daemon       detach (pidfile from config); stderr stays open unless a terminal\n"
 		"  -t, --test-config  parse and validate CONFIG, print problems, exit 0/1\n"
 		"  -w, --workers N    override [general] workers\n"
 		"  -R, --reboot       take over from the pgcat running on the same port: its\n"
@@ -101,11 +101,15 @@ static bool daemonize(void)
 		return false;
 	if (pid > 0)
 		_exit(0);
+	/* A terminal is let go; a pipe or a file (systemd's journal, for
+	 * ExecReload=pgcat -R -d) keeps taking the log written to stderr. */
 	int fd = open("/dev/null", O_RDWR);
 	if (fd >= 0) {
 		dup2(fd, STDIN_FILENO);
-		dup2(fd, STDOUT_FILENO);
-		dup2(fd, STDERR_FILENO);
+		if (isatty(STDOUT_FILENO))
+			dup2(fd, STDOUT_FILENO);
+		if (isatty(STDERR_FILENO))
+			dup2(fd, STDERR_FILENO);
 		if (fd > STDERR_FILENO)
 			close(fd);
 	}
@@ -208,7 +212,11 @@ int main(int argc, char **argv)
 		return EXIT_BAD_CONFIG;
 	}
 	log_info("pgcat %s starting", PACKAGE_VERSION);
-	int rc = supervisor_run(cfg, path, take_over);
+	/* The binary's path as started (UPGRADE runs what is there then). */
+	char exe[4096];
+	ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	exe[el > 0 ? el : 0] = '\0';
+	int rc = supervisor_run(cfg, path, exe, take_over);
 	if (pidfile)
 		remove_pidfile(pidfile);
 	free(pidfile);

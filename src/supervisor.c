@@ -47,6 +47,7 @@ struct supervisor {
 	bool shutting_down;
 	bool ready_sent;
 	bool take_over;           /* -R: the first workers take over from the old instance's */
+	const char *exe_path;     /* the binary's path, for UPGRADE ("": not known) */
 	int exit_code;
 };
 
@@ -176,6 +177,7 @@ static pid_t spawn(struct supervisor *sv, int id, bool restart)
 	/* -R: a worker started with the instance takes over from the old
 	 * one's of its number (a restarted one binds: the old is gone). */
 	w->take_over = sv->take_over && !restart;
+	w->exe_path = sv->exe_path;
 	/* Listening only now, past the check (worker_check_startup). */
 	if (!worker_listen(w, sv->unix_fd)) {
 		log_error("worker %d: startup failed", id);
@@ -275,13 +277,14 @@ static void raise_nofile_limit(const struct config *cfg)
 			    (unsigned long long)rl.rlim_cur, cfg->general.max_client_conn, (unsigned long long)want);
 }
 
-int supervisor_run(struct config *cfg, const char *config_path, bool take_over)
+int supervisor_run(struct config *cfg, const char *config_path, const char *exe_path, bool take_over)
 {
 	struct supervisor sv;
 	memset(&sv, 0, sizeof sv);
 	sv.cfg = cfg;
 	sv.config_path = config_path;
 	sv.take_over = take_over;
+	sv.exe_path = exe_path;
 	bool pgbouncer_signals = cfg->format == CONFIG_FORMAT_PGBOUNCER;
 	sv.unix_fd = -1;
 	int n = cfg->general.workers;
@@ -428,7 +431,15 @@ int supervisor_run(struct config *cfg, const char *config_path, bool take_over)
 		}
 		if (!sv.ready_sent && ready == n) {
 			sv.ready_sent = true;
-			sd_notify_send("READY=1");
+			if (sv.take_over) {
+				/* -R: systemd follows this process from now on (the old
+				 * one exits once its clients moved; NotifyAccess=all). */
+				char msg[64];
+				snprintf(msg, sizeof msg, "MAINPID=%d\nREADY=1", (int)getpid());
+				sd_notify_send(msg);
+			} else {
+				sd_notify_send("READY=1");
+			}
 			log_info("ready: %d worker%s listening", n, n == 1 ? "" : "s");
 		}
 		if (!sv.shutting_down) {

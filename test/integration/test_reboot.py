@@ -328,3 +328,96 @@ def test_reboot_survives_bad_records_from_the_old_side(pgcat, tmp_path):
     srv.close()
     stray_a.close()
     stray_b.close()
+
+
+def _admin_conn(inst):
+    from conftest import ADMIN_PASSWORD, ADMIN_USER
+    return psycopg.connect(host=inst.host, port=inst.port, user=ADMIN_USER, password=ADMIN_PASSWORD,
+                           dbname="pgcat", sslmode="disable", autocommit=True, connect_timeout=10)
+
+
+def _stop_pid(pid, timeout=30):
+    import os
+    import signal
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    wait_until(lambda: not _alive(pid), timeout)
+
+
+def _alive(pid):
+    import os
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_upgrade_command_hands_over_to_the_binary_on_disk(pgcat, tmp_path):
+    """The console's UPGRADE: the binary pgcat was started from checks the
+    configuration, then takes over (-R); the reply says what moved."""
+    from conftest import check_sanitizer_log
+    a = pgcat()
+    c = a.connect()
+    c.execute("SET application_name = 'upgraded'")
+    adm = _admin_conn(a)
+    notices = []
+    adm.add_notice_handler(lambda d: notices.append(d.message_primary))
+    new_pid = None
+    try:
+        adm.execute("UPGRADE")
+        assert any("UPGRADE: 1 clients moved to the new process" in n for n in notices), notices
+        assert a.proc.wait(20) == 0
+        a.stopped_by_test = True
+        m = re.search(r"UPGRADE: started \S+ -R \S+ \(pid (\d+)\)", a.log())
+        assert m, a.log()[-2000:]
+        new_pid = int(m.group(1))
+        assert _alive(new_pid)
+        assert c.execute("SHOW application_name").fetchone()[0] == "upgraded"
+        with a.connect() as fresh:
+            assert fresh.execute("SELECT 1").fetchone()[0] == 1
+    finally:
+        adm.close()
+        c.close()
+        if new_pid:
+            _stop_pid(new_pid)
+    check_sanitizer_log(a.logfile)
+
+
+def test_upgrade_with_a_bad_config_is_refused_and_the_old_goes_on(pgcat):
+    a = pgcat()
+    c = a.connect()
+    a.ini.write_text(a.ini.read_text() + "\n[general]\npool_mode = sometimes\n")
+    adm = _admin_conn(a)
+    try:
+        with pytest.raises(psycopg.Error, match="UPGRADE refused, this pgcat goes on"):
+            adm.execute("UPGRADE")
+        assert adm.execute("SHOW VERSION").fetchone()[0].startswith("pgcat")
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+        assert "handover" not in a.log()
+    finally:
+        adm.close()
+        c.close()
+    a.write()   # (a good file again for the fixture's stop)
+
+
+def test_reboot_tells_systemd_its_pid(pgcat, tmp_path):
+    """Type=notify: the new supervisor says MAINPID= with READY=1 once its
+    workers listen, so that systemd follows it when the old one exits."""
+    sock_path = str(tmp_path / "notify.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(sock_path)
+    s.settimeout(20)
+    a = pgcat()
+    with pgcat_process(["-R", a.ini], tmp_path / "b.log", env={"NOTIFY_SOCKET": sock_path}) as b:
+        msg = s.recv(1024).decode()
+        assert msg == "MAINPID=%d\nREADY=1" % b.pid, msg
+        assert a.proc.wait(20) == 0
+        a.stopped_by_test = True
+    s.close()
