@@ -29,7 +29,7 @@ static void usage(FILE *out)
 	fprintf(out,
 		"Usage: pgcat [OPTIONS] [CONFIG]\n"
 		"  CONFIG             path of pgcat.ini; default ./pgcat.ini, then %s/pgcat/pgcat.ini\n"
-		"  -d, --daemon       detach (pidfile from config); stderr stays open unless a terminal\n"
+		"  -d, --daemon       detach (pidfile from config); a socket or file stderr stays\n"
 		"  -t, --test-config  parse and validate CONFIG, print problems, exit 0/1\n"
 		"  -w, --workers N    override [general] workers\n"
 		"  -R, --reboot       take over from the pgcat running on the same port: its\n"
@@ -87,6 +87,12 @@ static void remove_pidfile(const char *path)
 		unlink(path);
 }
 
+static bool keeps_log(int fd)
+{
+	struct stat st;
+	return fstat(fd, &st) == 0 && (S_ISSOCK(st.st_mode) || S_ISREG(st.st_mode));
+}
+
 static bool daemonize(void)
 {
 	pid_t pid = fork();
@@ -101,14 +107,15 @@ static bool daemonize(void)
 		return false;
 	if (pid > 0)
 		_exit(0);
-	/* A terminal is let go; a pipe or a file (systemd's journal, for
-	 * ExecReload=pgcat -R -d) keeps taking the log written to stderr. */
+	/* A terminal, or a pipe whose reader waits for its end ($(pgcat -d)),
+	 * is let go; a socket (systemd's journal, for ExecReload=pgcat -R -d)
+	 * or a file keeps taking the log written to stderr. */
 	int fd = open("/dev/null", O_RDWR);
 	if (fd >= 0) {
 		dup2(fd, STDIN_FILENO);
-		if (isatty(STDOUT_FILENO))
+		if (!keeps_log(STDOUT_FILENO))
 			dup2(fd, STDOUT_FILENO);
-		if (isatty(STDERR_FILENO))
+		if (!keeps_log(STDERR_FILENO))
 			dup2(fd, STDERR_FILENO);
 		if (fd > STDERR_FILENO)
 			close(fd);
