@@ -17,6 +17,7 @@
  *   'C' old -> new: one client (client_move.h), its socket beside it
  *   'S' old -> new: one idle server connection (server_move.h), its socket
  *   'P' old -> new: a session-mode client with its server, both sockets
+ *   'B' old -> new: a ban of the instance (worker 0's link only)
  *   'N' old -> new: how many connections of a server set are to come
  *       (server_move.h: the new process's clients wait for them)
  *   'E' old -> new: u32 clients moved, u32 clients left to drain; the end
@@ -39,8 +40,11 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "bans.h"
+#include "bytes_in.h"
 #include "cancel.h"
 #include "client.h"
 #include "client_move.h"
@@ -440,6 +444,53 @@ static size_t tcp_listener_fds(struct worker *w, int *fds)
 }
 
 
+/* The instance's bans (worker 0 sends them: they are the instance's, in
+ * the shared segment): record 'B', cstring host, u32 port, u32 seconds
+ * left, u8 source, cstring reason. */
+static void give_bans(struct worker *w, int fd)
+{
+	if (w->id != 0 || !w->shm)
+		return;
+	struct bans *all = malloc(sizeof *all);
+	if (!all)
+		return;
+	shm_bans_copy(w->shm, all);
+	int64_t now = (int64_t)time(NULL);
+	for (size_t i = 0; i < BANS_MAX; i++) {
+		const struct ban *b = &all->items[i];
+		if (!b->used || b->until <= now)
+			continue;
+		uint8_t rec[512];
+		struct pktbuf pb;
+		pktbuf_init(&pb, rec, sizeof rec);
+		pktbuf_put_u8(&pb, 'B');
+		pktbuf_put_cstring(&pb, b->host);
+		pktbuf_put_u32(&pb, (uint32_t)b->port);
+		pktbuf_put_u32(&pb, (uint32_t)(b->until - now));
+		pktbuf_put_u8(&pb, (uint8_t)b->source);
+		pktbuf_put_cstring(&pb, b->reason);
+		if (!pb.failed)
+			(void)send_record(fd, pb.data, pb.len, NULL, 0);
+	}
+	free(all);
+}
+
+static void take_ban(struct worker *w, const uint8_t *rec, size_t len)
+{
+	struct bytes_in r = { rec, len, 0, false };
+	const char *host = bytes_cstring(&r);
+	uint32_t port = bytes_u32(&r), seconds = bytes_u32(&r);
+	uint8_t source = bytes_u8(&r);
+	const char *reason = bytes_cstring(&r);
+	if (r.bad || r.off != r.len || port > 65535 || seconds > 10u * 365 * 86400 || source > BAN_SOURCE_ADMIN) {
+		log_error("handover: a malformed ban from the old process (%zu bytes)", len);
+		return;
+	}
+	if (w->shm && shm_ban_set(w->shm, host, (int)port, (int64_t)time(NULL), (int)seconds, (enum ban_source)source,
+				  reason))
+		log_info("handover: %s:%u stays banned for %u s (%s)", host, port, seconds, reason);
+}
+
 static void give(struct worker *w, int fd)
 {
 	struct handover *h = w->handover;
@@ -457,6 +508,7 @@ static void give(struct worker *w, int fd)
 	h->link_fd = fd;
 	h->giving = true;
 	w->handing_over = true;
+	give_bans(w, fd);
 	if (!promise(w, true))
 		log_warning("handover: the new process was not told which server connections follow");
 	w->cmds->stop_listening(w);
@@ -617,6 +669,10 @@ static void take_cb(evutil_socket_t fd, short what, void *arg)
 		if (rec[0] == 'S' && n == 1) {
 			if (server_move_read(w, cfd[0], rec + 1, (size_t)r - 1, false))
 				h->servers_moved++;
+			continue;
+		}
+		if (rec[0] == 'B' && n == 0) {
+			take_ban(w, rec + 1, (size_t)r - 1);
 			continue;
 		}
 		if (rec[0] == 'N' && n == 0) {

@@ -421,3 +421,21 @@ def test_reboot_tells_systemd_its_pid(pgcat, tmp_path):
         assert a.proc.wait(20) == 0
         a.stopped_by_test = True
     s.close()
+
+
+def test_reboot_keeps_the_bans(pgcat, tmp_path):
+    from test_admin import command
+    a = pgcat(general={"workers": 2})
+    r = admin(a)
+    assert command(r, "BAN 192.0.2.1:5999 300") is None
+    r.close()
+    with pgcat_process(["-R", a.ini], tmp_path / "b.log") as b:
+        assert a.proc.wait(20) == 0
+        a.stopped_by_test = True
+        r = admin(a)
+        _, rows = show(r, "BANS")
+        r.close()
+        assert len(rows) == 1, rows
+        assert "192.0.2.1" in rows[0]["host"] and rows[0]["source"] == "admin", rows
+        assert 250 <= int(rows[0]["remaining_s"]) <= 300, rows
+        assert b.poll() is None
