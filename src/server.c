@@ -674,6 +674,10 @@ void server_link(struct server *s)
 	char *sql = NULL;   /* the SETs, of any length (params.h bounds them) */
 	struct client_end *c = s->client;
 	take_end(s);
+	/* -R: an idle server held still for the move (server_move.c) that a
+	 * client here took after all: it is read again. */
+	if (io_suspended(&s->io))
+		io_suspend(&s->io, false);
 	/* Nothing of a previous client may still be awaited. */
 	if (s->prep && (s->prep->seg_sent != s->prep->seg_recv || s->prep->parses.len || s->prep->closes.len))
 		prep_server_reset_pending(s);
