@@ -207,6 +207,8 @@ struct client {
 	/* Handed to the process that took over (-R): closed here without a
 	 * "closing because" line, it goes on there. */
 	bool moved : 1;
+	/* -R: its state did not fit a record: it drains (handover.c). */
+	bool move_refused : 1;
 };
 
 /* The client of a waiter on a pool's lists; NULL: not a client's (a

@@ -22,12 +22,13 @@ enum client_move_check {
 	CLIENT_MOVE_NEVER      /* the console, a replication connection, TLS: it drains */
 };
 
-/* Is c at a point where it can move? NOT_NOW for an idle client also
- * stops reading it, so that it is READY at a later look once what was in
- * flight has landed. A session-mode client is READY between transactions,
- * linked to its server (c->end.server), which moves with it when it is
- * ready too (server_move_linked_ready). */
-enum client_move_check client_move_check(struct client *c);
+/* Is c at a point where it can move? When everything but what is in
+ * flight says yes, reading it stops, so that it is READY at a later look
+ * once that has landed. A session-mode client is READY between
+ * transactions, linked to its server (c->end.server), which moves with it:
+ * server_ok says that server is at a boundary too
+ * (server_move_at_boundary). */
+enum client_move_check client_move_check(struct client *c, bool server_ok);
 /* c's state (READY) appended to pb; false: pb too small. */
 bool client_move_write(struct client *c, struct pktbuf *pb);
 /* The client of socket fd and the state rec of len bytes, in worker w:

@@ -177,6 +177,10 @@ struct worker_commands {
 	/* -R: the listeners were handed to the next process: close this
 	 * worker's copies, take no new client. */
 	void (*stop_listening)(struct worker *w);
+	/* -R: accepting stops while the listeners are handed over, and
+	 * goes on if the new process went away before the end. */
+	void (*pause_listening)(struct worker *w);
+	void (*resume_listening)(struct worker *w);
 };
 
 /* The cached clock, refreshed at the start of every callback. */

@@ -20,13 +20,16 @@ struct worker;
 /* The abstract Unix name worker id of the instance on w's port answers
  * on; the address's length. */
 socklen_t handover_addr(const struct worker *w, int id, struct sockaddr_un *un);
-/* Is the peer of fd pgcat's own OS user (or root)? */
+/* The name an old worker answers cancel requests on, from its handover
+ * until it exits (its clients left to drain can still be cancelled). */
+socklen_t handover_cancel_addr(const struct worker *w, int id, struct sockaddr_un *un);
+/* Is the peer of fd pgcat's own OS user? */
 bool handover_peer_trusted(int fd);
 /* A CancelRequest with a key no worker here holds, naming worker: while
  * this process takes over (-R), the old process's worker of that number
- * may still serve the client (a query that was running): sent on to it
- * ('H' mode 'X': u32 pid, u8 key length, the key). Nothing happens when
- * there is no old process any more. */
+ * may still serve the client (a query that was running): sent on to it,
+ * on handover_cancel_addr ('H' mode 'X': u32 pid, u8 key length, the
+ * key). Nothing happens when there is no old process any more. */
 void handover_forward_cancel(struct worker *w, int worker, uint32_t pid, const uint8_t *key, size_t key_len);
 
 #endif

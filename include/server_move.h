@@ -21,6 +21,11 @@ struct worker;
  * Unix socket, nothing in flight. Also stops reading it, so that a later
  * look finds it at rest when this one did not. */
 bool server_move_ready(struct server *s);
+/* Between transactions, nothing owed or in flight, plain TCP (pure). */
+bool server_move_at_boundary(const struct server *s);
+/* A server taken over that cannot be used here (its client could not be
+ * taken, a malformed record): closed politely, as an idle one. */
+void server_move_drop(struct server *s, const char *why);
 /* The same for a server linked to a session-mode client, between its
  * transactions: it moves with the client. */
 bool server_move_linked_ready(struct server *s);

@@ -141,6 +141,9 @@ enum shm_admin_command {
  * without forwarding the signal and restart no worker (each hands its
  * clients over, then exits). */
 #define SHM_SIGVAL_HANDOVER 0x48414e44
+/* ... that the new process went away before the end: the worker serves
+ * again, and the supervisor supervises again. */
+#define SHM_SIGVAL_HANDOVER_UNDONE 0x48414e55
 
 /* SHOW CLIENTS / SHOW SERVERS with several workers: the console's worker
  * asks the others (SHM_ADMIN_DUMP) and each writes its rows, as DataRow

@@ -61,34 +61,36 @@ enum {
 	CM_LINKED = 64        /* its server follows in the same record (session mode) */
 };
 
-enum client_move_check client_move_check(struct client *c)
+enum client_move_check client_move_check(struct client *c, bool server_ok)
 {
 	if (c->is_admin || c->replication != CLIENT_REPLICATION_NONE || c->io.ssl || c->console_peer ||
-	    (c->end.server && link_server_tls(c->end.server)))
+	    c->move_refused || (c->end.server && link_server_tls(c->end.server)))
 		return CLIENT_MOVE_NEVER;
 	/* A session-mode client moves with its server, between transactions
-	 * (the server's side: server_move_linked_ready). */
+	 * (the server's side: server_ok, server_move_at_boundary). */
 	bool linked = c->state == CLIENT_ACTIVE && c->end.server && c->pool && !pool_mode_per_transaction(c->pool->mode);
-	if (linked) {
-		const struct txn *t = link_txn(c->end.server);
-		if (t->outstanding || t->tx_status != 'I' || t->ext_pending || t->in_copy_in || t->set_pending ||
-		    link_reply_half_sent(c->end.server))
-			return CLIENT_MOVE_NOT_NOW;
-	}
+	if (linked && !server_ok)
+		return CLIENT_MOVE_NOT_NOW;
+	size_t in = c->io.in ? evbuffer_get_length(c->io.in) : 0;
 	if ((c->state != CLIENT_IDLE && !linked) || c->pending_error || c->tx != CLIENT_TX_NONE || c->batch != CLIENT_BATCH_NONE ||
 	    c->held_begin || c->ryw || c->setters || c->fanout || c->xshard || c->kind_state || c->retry ||
 	    c->reply_held || c->wait_answer || c->fwd_remaining || c->skip_remaining ||
-	    c->sticky_until_us > c->w->now_us || !c->pool)
+	    c->sticky_until_us > c->w->now_us || !c->pool || in > CLIENT_MOVE_INPUT_MAX)
 		return CLIENT_MOVE_NOT_NOW;
-	/* Reading stops first (a request already read is still served: the
-	 * client is not idle then, and reading follows the worker again at its
-	 * next state); a receive in flight lands in the input. */
+	/* Only now, everything else being right, reading stops (a request
+	 * already read is still served: the client is not idle then, and its
+	 * reading follows the worker again at its next state); a receive in
+	 * flight lands in the input. */
 	if (!io_suspended(&c->io))
 		io_suspend(&c->io, true);
 	if (c->processing || !io_at_rest(&c->io))
 		return CLIENT_MOVE_NOT_NOW;
-	size_t in = c->io.in ? evbuffer_get_length(c->io.in) : 0;
-	return in <= CLIENT_MOVE_INPUT_MAX ? CLIENT_MOVE_READY : CLIENT_MOVE_NOT_NOW;
+	if (c->io.in && evbuffer_get_length(c->io.in) > CLIENT_MOVE_INPUT_MAX) {
+		/* What landed meanwhile is a large request: served here first. */
+		io_suspend(&c->io, c->w->suspended);
+		return CLIENT_MOVE_NOT_NOW;
+	}
+	return CLIENT_MOVE_READY;
 }
 
 static void put_u64(struct pktbuf *pb, uint64_t v)

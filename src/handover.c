@@ -70,6 +70,8 @@
 struct handover {
 	int listen_fd;             /* the abstract name, while this worker answers on it */
 	struct event *listen_ev;
+	int cancel_fd;             /* old side, from the handover on: cancel requests (handover_link.h) */
+	struct event *cancel_ev;
 	int link_fd;               /* the link to the successor or predecessor; -1: none */
 	struct event *link_ev;     /* new side: the records */
 	struct event *tick;        /* old side: clients that can move */
@@ -90,7 +92,7 @@ static struct handover *state(struct worker *w)
 	if (!w->handover) {
 		w->handover = calloc(1, sizeof *w->handover);
 		if (w->handover)
-			w->handover->listen_fd = w->handover->link_fd = -1;
+			w->handover->listen_fd = w->handover->link_fd = w->handover->cancel_fd = -1;
 	}
 	return w->handover;
 }
@@ -186,40 +188,10 @@ static void stop_answering(struct handover *h)
 	h->listen_fd = -1;
 }
 
-/* The handover ends: what did not move drains (a shutdown as for
- * SIGTERM, shutdown_timeout from now). */
-static void give_end(struct worker *w, const char *why)
+/* Clients and servers held still for a move that did not happen read
+ * again. */
+static void release_held(struct worker *w)
 {
-	struct handover *h = w->handover;
-	if (h->tick)
-		event_del(h->tick);
-	h->giving = false;
-	w->handing_over = false;
-	w->on_client_idle = NULL;
-	/* The name is the successor's from now on (it binds it at the 'E'). */
-	stop_answering(h);
-	unsigned left = (unsigned)w->n_clients;
-	if (h->link_fd >= 0) {
-		uint8_t rec[9] = { 'E' };
-		proto_put_u32(rec + 1, h->moved);
-		proto_put_u32(rec + 5, left);
-		(void)send_record(h->link_fd, rec, sizeof rec, NULL, 0);
-	}
-	close_link(h);
-	char summary[256];
-	if (left)
-		snprintf(summary, sizeof summary, "%u clients moved to the new process, %u left to drain, %u server "
-			 "connections moved: %s", h->moved, left, h->servers_moved, why);
-	else
-		snprintf(summary, sizeof summary, "%u clients moved to the new process, %u server connections moved: %s",
-			 h->moved, h->servers_moved, why);
-	if (left)
-		log_warning("handover: %s", summary);
-	else
-		log_info("handover: %s", summary);
-	if (w->on_handover_end)
-		w->on_handover_end(w, summary);
-	/* Clients and servers held for the move that did not go read again. */
 	struct list_node *heads[] = { &w->clients_idle, &w->clients_active, &w->clients_login };
 	for (size_t i = 0; i < sizeof heads / sizeof *heads; i++) {
 		struct list_node *pos, *tmp;
@@ -233,15 +205,82 @@ static void give_end(struct worker *w, const char *why)
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		for (size_t i = 0; i < p->n_targets; i++) {
-			struct list_node *lists[] = { &p->targets[i]->idle, &p->targets[i]->active };
-			for (size_t k = 0; k < 2; k++) {
+			struct srvpool *sp = p->targets[i];
+			struct list_node *lists[] = { &sp->idle, &sp->active, &sp->other, &sp->opening };
+			for (size_t k = 0; k < sizeof lists / sizeof *lists; k++) {
 				struct list_node *sn, *st;
 				LIST_FOREACH_SAFE(sn, st, lists[k])
 					server_move_abandoned(LIST_OWNER(sn, struct server, node));
 			}
+			sp->n_promised_out = 0;
 		}
 	}
+}
+
+/* The handover ends: what did not move drains (a shutdown as for
+ * SIGTERM, shutdown_timeout from now). Unless the link failed before
+ * (failed): the new process is gone, this one takes its listeners back and
+ * goes on serving. */
+static void give_end(struct worker *w, const char *why, bool failed)
+{
+	struct handover *h = w->handover;
+	if (h->tick)
+		event_del(h->tick);
+	h->giving = false;
+	w->handing_over = false;
+	w->on_client_idle = NULL;
+	/* The name is the successor's from now on (it binds it at the 'E'). */
+	if (!failed)
+		stop_answering(h);
+	unsigned left = (unsigned)w->n_clients;
+	if (h->link_fd >= 0 && !failed) {
+		uint8_t rec[9] = { 'E' };
+		proto_put_u32(rec + 1, h->moved);
+		proto_put_u32(rec + 5, left);
+		(void)send_record(h->link_fd, rec, sizeof rec, NULL, 0);
+	}
+	close_link(h);
+	char summary[256];
+	if (failed)
+		snprintf(summary, sizeof summary, "%u clients and %u server connections had moved when %s; this pgcat "
+			 "takes its listeners back and goes on serving", h->moved, h->servers_moved, why);
+	else if (left)
+		snprintf(summary, sizeof summary, "%u clients moved to the new process, %u left to drain, %u server "
+			 "connections moved: %s", h->moved, left, h->servers_moved, why);
+	else
+		snprintf(summary, sizeof summary, "%u clients moved to the new process, %u server connections moved: %s",
+			 h->moved, h->servers_moved, why);
+	if (left || failed)
+		log_warning("handover: %s", summary);
+	else
+		log_info("handover: %s", summary);
+	if (w->on_handover_end)
+		w->on_handover_end(w, summary);
+	release_held(w);
+	if (failed) {
+		w->cmds->resume_listening(w);
+		union sigval v = { .sival_int = SHM_SIGVAL_HANDOVER_UNDONE };
+		if (sigqueue(getppid(), SIGTERM, v) != 0)
+			log_warning("handover: cannot tell the supervisor: %s", strerror(errno));
+		return;
+	}
+	w->cmds->stop_listening(w);
 	w->cmds->begin_shutdown(w);
+}
+
+/* The new process closed the link before the end (it died, or failed to
+ * start): seen as the link's end of file on the old side. */
+static void give_link_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)what;
+	struct worker *w = arg;
+	worker_update_clock(w);
+	uint8_t b;
+	ssize_t r = recv((int)fd, &b, 1, MSG_DONTWAIT);
+	if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return;
+	if (w->handover && w->handover->giving)
+		give_end(w, "the new process closed the link", true);
 }
 
 /* Tell the successor how many connections of each server set are still
@@ -303,8 +342,13 @@ static bool give_client(struct worker *w, struct client *c)
 		ok = server_move_write(s, &pb);
 	}
 	if (!ok) {
-		/* (a client whose settings or input do not fit drains) */
+		/* A client whose state does not fit a record drains: marked, so
+		 * that it is not looked at again (and reads again). */
 		h->refused++;
+		c->move_refused = true;
+		io_suspend(&c->io, w->suspended);
+		if (s)
+			server_move_abandoned(s);
 		return true;
 	}
 	int fds[2] = { c->io.fd, s ? s->io.fd : -1 };
@@ -384,7 +428,7 @@ static void give_tick(evutil_socket_t fd, short what, void *arg)
 	worker_update_clock(w);
 	unsigned settling;
 	if (!give_servers(w, &settling) || !promise(w, false)) {
-		give_end(w, "the link to the new process failed");
+		give_end(w, "the link to the new process failed", true);
 		return;
 	}
 	unsigned staying = 0;
@@ -393,23 +437,24 @@ static void give_tick(evutil_socket_t fd, short what, void *arg)
 		struct list_node *pos, *tmp;
 		LIST_FOREACH_SAFE(pos, tmp, heads[i]) {
 			struct client *c = LIST_OWNER(pos, struct client, node);
-			enum client_move_check k = client_move_check(c);
+			struct server *linked = c->end.server;
+			enum client_move_check k = client_move_check(c, linked && server_move_at_boundary(linked));
 			if (k == CLIENT_MOVE_NEVER) {
 				staying++;
 			} else if (k == CLIENT_MOVE_READY && !give_client(w, c)) {
-				give_end(w, "the link to the new process failed");
+				give_end(w, "the link to the new process failed", true);
 				return;
 			}
 		}
 	}
 	/* Done when no client that could move is left, nor (when no client
 	 * at all is) a server connection on its way back to idle. */
-	if ((unsigned)w->n_clients <= staying + h->refused && (w->n_clients > 0 || settling == 0)) {
-		give_end(w, "no client left that can move");
+	if ((unsigned)w->n_clients <= staying && (w->n_clients > 0 || settling == 0)) {
+		give_end(w, "no client left that can move", false);
 		return;
 	}
 	if (w->now_us >= h->deadline_us) {
-		give_end(w, "shutdown_timeout reached");
+		give_end(w, "shutdown_timeout reached", false);
 		return;
 	}
 	struct timeval tv = { 0, HANDOVER_TICK_MS * 1000 };
@@ -422,7 +467,7 @@ static void give_tick(evutil_socket_t fd, short what, void *arg)
 static void client_idle(struct client *c)
 {
 	struct handover *h = c->w->handover;
-	if (h && h->giving && h->tick && client_move_check(c) != CLIENT_MOVE_NEVER)
+	if (h && h->giving && h->tick && client_move_check(c, false) != CLIENT_MOVE_NEVER)
 		event_active(h->tick, EV_TIMEOUT, 0);
 }
 
@@ -491,6 +536,34 @@ static void take_ban(struct worker *w, const uint8_t *rec, size_t len)
 		log_info("handover: %s:%u stays banned for %u s (%s)", host, port, seconds, reason);
 }
 
+static void answer_cb(evutil_socket_t lfd, short what, void *arg);
+
+/* Until this process exits, CancelRequests for its clients that the new
+ * process received come here (handover_link.h). */
+static void answer_cancels(struct worker *w)
+{
+	struct handover *h = w->handover;
+	if (h->cancel_fd >= 0)
+		return;
+	struct sockaddr_un un;
+	socklen_t len = handover_cancel_addr(w, w->id, &un);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	if (bind(fd, (struct sockaddr *)&un, len) != 0 || listen(fd, 16) != 0 ||
+	    !(h->cancel_ev = event_new(w->base, fd, EV_READ | EV_PERSIST, answer_cb, w)) ||
+	    event_add(h->cancel_ev, NULL) != 0) {
+		log_warning("handover: cannot answer on %s (%s): cancel requests for the clients left here are lost",
+			    un.sun_path + 1, strerror(errno));
+		if (h->cancel_ev)
+			event_free(h->cancel_ev);
+		h->cancel_ev = NULL;
+		close(fd);
+		return;
+	}
+	h->cancel_fd = fd;
+}
+
 static void give(struct worker *w, int fd)
 {
 	struct handover *h = w->handover;
@@ -511,7 +584,13 @@ static void give(struct worker *w, int fd)
 	give_bans(w, fd);
 	if (!promise(w, true))
 		log_warning("handover: the new process was not told which server connections follow");
-	w->cmds->stop_listening(w);
+	/* Accepting stops; the listeners are kept until the end, to take them
+	 * back if the new process goes away (give_link_cb). */
+	w->cmds->pause_listening(w);
+	h->link_ev = event_new(w->base, fd, EV_READ | EV_PERSIST, give_link_cb, w);
+	if (h->link_ev)
+		(void)event_add(h->link_ev, NULL);
+	answer_cancels(w);
 	union sigval v = { .sival_int = SHM_SIGVAL_HANDOVER };
 	if (sigqueue(getppid(), SIGTERM, v) != 0)
 		log_warning("handover: cannot tell the supervisor: %s", strerror(errno));
@@ -521,7 +600,7 @@ static void give(struct worker *w, int fd)
 	if (!h->tick)
 		h->tick = evtimer_new(w->base, give_tick, w);
 	if (!h->tick) {
-		give_end(w, "out of memory");
+		give_end(w, "out of memory", false);
 		return;
 	}
 	w->on_client_idle = client_idle;
@@ -551,6 +630,10 @@ static void answer_cb(evutil_socket_t lfd, short what, void *arg)
 	if (r < 6 || hello[0] != 'H' || proto_get_u32(hello + 1) != HANDOVER_VERSION || !(hello_ok || cancel_ok)) {
 		log_warning("handover: refused a connection that is not a pgcat of this version");
 		close(fd);
+		return;
+	}
+	if (!cancel_ok && (int)lfd == h->cancel_fd) {
+		close(fd);   /* (only cancel requests there) */
 		return;
 	}
 	if (cancel_ok) {
@@ -591,8 +674,8 @@ bool handover_listen(struct worker *w)
 	if (fd < 0)
 		return false;
 	if (bind(fd, (struct sockaddr *)&un, len) != 0 || listen(fd, 4) != 0) {
-		log_debug("handover: %s taken (another pgcat on this port): -R cannot take over from this worker",
-			  un.sun_path + 1);
+		log_warning("handover: %s is taken (another pgcat on this port, or another program): -R cannot take "
+			    "over from this worker", un.sun_path + 1);
 		close(fd);
 		return false;
 	}
@@ -638,7 +721,7 @@ static void take_pair(struct worker *w, const int *fds, const uint8_t *rec, size
 	}
 	/* One half alone is no session: neither goes on. */
 	if (s)
-		server_close(s, "its session-mode client could not be taken over");
+		server_move_drop(s, "its session-mode client could not be taken over");
 	if (c)
 		client_close(c, SQLSTATE_ADMIN_SHUTDOWN, "pgcat restarted and the server connection of this session "
 			     "could not be kept");
@@ -657,6 +740,10 @@ static void take_cb(evutil_socket_t fd, short what, void *arg)
 		ssize_t r = recv_record((int)fd, rec, sizeof rec, cfd, &n, MSG_DONTWAIT);
 		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return;
+		if (r < 0 && errno == EMSGSIZE) {
+			log_error("handover: a record from the old process too long to read, or with too many sockets");
+			continue;   /* (consumed, its sockets closed) */
+		}
 		if (r <= 0) {
 			take_end(w, r == 0 ? "the old process closed the link" : strerror(errno));
 			return;
@@ -692,9 +779,9 @@ static void take_cb(evutil_socket_t fd, short what, void *arg)
 			take_end(w, how);
 			return;
 		}
+		/* (Its sockets are closed above; the records behind it are
+		 * clients and servers still to take.) */
 		log_error("handover: an unexpected record from the old process ('%c', %zd bytes)", rec[0], r);
-		take_end(w, "a bad record");
-		return;
 	}
 }
 
@@ -780,6 +867,10 @@ void handover_free(struct worker *w)
 	if (!h)
 		return;
 	stop_answering(h);
+	if (h->cancel_ev)
+		event_free(h->cancel_ev);
+	if (h->cancel_fd >= 0)
+		close(h->cancel_fd);
 	close_link(h);
 	if (h->tick)
 		event_free(h->tick);

@@ -24,23 +24,34 @@ socklen_t handover_addr(const struct worker *w, int id, struct sockaddr_un *un)
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
+socklen_t handover_cancel_addr(const struct worker *w, int id, struct sockaddr_un *un)
+{
+	memset(un, 0, sizeof *un);
+	un->sun_family = AF_UNIX;
+	int n = snprintf(un->sun_path + 1, sizeof un->sun_path - 1, "pgcat.cancel.%d.%d", w->cfg->general.listen_port,
+			 id);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
 bool handover_peer_trusted(int fd)
 {
+	/* pgcat's own OS user only: what is handed over is its clients'
+	 * sockets and its pools' credentials. */
 	struct ucred cr;
 	socklen_t len = sizeof cr;
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0)
 		return false;
-	return cr.uid == geteuid() || cr.uid == 0;
+	return cr.uid == geteuid();
 }
 
 void handover_forward_cancel(struct worker *w, int worker, uint32_t pid, const uint8_t *key, size_t key_len)
 {
-	/* Only a process that took over has an old one to ask; and then only
-	 * the old workers still handing over answer (each stops at its end). */
+	/* Only a process that took over has an old one to ask: it answers
+	 * until it exits, on a name of its own (handover_cancel_addr). */
 	if (!w->take_over || worker < 0 || key_len > 255)
 		return;
 	struct sockaddr_un un;
-	socklen_t len = handover_addr(w, worker, &un);
+	socklen_t len = handover_cancel_addr(w, worker, &un);
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return;

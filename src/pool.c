@@ -674,6 +674,11 @@ void srvpool_maybe_launch(struct srvpool *sp)
 	struct pool *p = sp->pool;
 	if (srvpool_login_backoff(sp, p->w->now_us))
 		return;   /* (the janitor asks again) */
+	/* -R: this worker hands its connections over (handover.c), so its
+	 * count drops as they go; a client still waiting here gets one in use
+	 * as it comes back, not a new login, while there is one. */
+	if (p->w->handing_over && sp->n_active + sp->n_other > 0)
+		return;
 	/* A new connection: the freshest address (a stale one is used while
 	 * its refresh is in flight). */
 	sp->resolved = resolve(sp);

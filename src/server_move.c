@@ -40,7 +40,7 @@
 #define SERVER_MOVE_INPUT_MAX (16u * 1024)
 
 /* Clean between transactions, nothing owed or in flight. */
-static bool at_boundary(const struct server *s)
+bool server_move_at_boundary(const struct server *s)
 {
 	return !s->io.ssl && !s->txn.outstanding && s->txn.tx_status == 'I' && !s->txn.ext_pending &&
 	       !s->txn.untracked && !s->txn.in_copy_in && !s->txn.set_pending && !s->close_when_idle &&
@@ -55,14 +55,25 @@ static bool quiet(struct server *s)
 	return io_at_rest(&s->io) && in <= SERVER_MOVE_INPUT_MAX;
 }
 
+void server_move_drop(struct server *s, const char *why)
+{
+	/* Logged in and well: idle, then closed with a Terminate, not as a
+	 * login that failed (no backoff, no ban of its host). */
+	server_set_state(s, SERVER_IDLE);
+	server_close(s, why);
+}
+
 bool server_move_ready(struct server *s)
 {
-	return s->state == SERVER_IDLE && !s->client && at_boundary(s) && quiet(s);
+	/* (Unread input of an idle server, a notice, stays: it would be read
+	 * on the other side as the next client's reply.) */
+	return s->state == SERVER_IDLE && !s->client && server_move_at_boundary(s) && quiet(s) &&
+	       !(s->io.in && evbuffer_get_length(s->io.in));
 }
 
 bool server_move_linked_ready(struct server *s)
 {
-	return s->state == SERVER_ACTIVE && s->client && at_boundary(s) && quiet(s);
+	return s->state == SERVER_ACTIVE && s->client && server_move_at_boundary(s) && quiet(s);
 }
 
 void server_move_abandoned(struct server *s)
@@ -211,7 +222,7 @@ struct server *server_move_read(struct worker *w, int fd, const uint8_t *rec, si
 	params_clear(&defaults);
 	if (!ok) {
 		log_error("handover: a server record could not be taken (malformed, or no memory)");
-		server_close(s, "could not be taken over");
+		server_move_drop(s, "could not be taken over");
 		return NULL;
 	}
 	s->backend_pid = backend_pid;

@@ -47,6 +47,7 @@ struct supervisor {
 	bool shutting_down;
 	bool ready_sent;
 	bool take_over;           /* -R: the first workers take over from the old instance's */
+	bool handed_over;         /* shutting down because a new pgcat took over (and nothing else) */
 	const char *exe_path;     /* the binary's path, for UPGRADE ("": not known) */
 	int exit_code;
 };
@@ -344,9 +345,19 @@ int supervisor_run(struct config *cfg, const char *config_path, const char *exe_
 				if (!sv.shutting_down) {
 					log_info("supervisor: a new pgcat takes over; exiting once the workers have handed "
 						 "their clients over");
-					sd_notify_send("STOPPING=1");
+					sv.handed_over = true;
 				}
 				sv.shutting_down = true;
+				break;
+			}
+			/* ... and went away before the end: this instance goes on. */
+			if (sig == SIGTERM && info.si_code == SI_QUEUE &&
+			    info.si_value.sival_int == SHM_SIGVAL_HANDOVER_UNDONE) {
+				if (sv.handed_over) {
+					log_warning("supervisor: the new pgcat went away; this one goes on");
+					sv.handed_over = false;
+					sv.shutting_down = false;
+				}
 				break;
 			}
 			if (sig == SIGTERM && info.si_code == SI_QUEUE &&

@@ -792,6 +792,20 @@ static void stop_listening(struct worker *w)
 	close_listeners(w, false);
 }
 
+static void pause_listening(struct worker *w)
+{
+	for (size_t i = 0; i < w->n_listeners; i++)
+		if (w->listeners[i])
+			(void)evconnlistener_disable(w->listeners[i]);
+}
+
+static void resume_listening(struct worker *w)
+{
+	for (size_t i = 0; i < w->n_listeners; i++)
+		if (w->listeners[i])
+			(void)evconnlistener_enable(w->listeners[i]);
+}
+
 void worker_wait_for_clients(struct worker *w)
 {
 	if (w->shutting_down || w->waiting_for_clients)
@@ -954,6 +968,8 @@ static const struct worker_commands worker_commands = {
 	.wait_for_servers = worker_wait_for_servers,
 	.suspend = worker_suspend,
 	.stop_listening = stop_listening,
+	.pause_listening = pause_listening,
+	.resume_listening = resume_listening,
 };
 
 struct worker *worker_create(struct config *cfg, const char *config_path, int id, struct shm *shm)

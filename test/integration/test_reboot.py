@@ -439,3 +439,81 @@ def test_reboot_keeps_the_bans(pgcat, tmp_path):
         assert "192.0.2.1" in rows[0]["host"] and rows[0]["source"] == "admin", rows
         assert 250 <= int(rows[0]["remaining_s"]) <= 300, rows
         assert b.poll() is None
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_upgrade_under_load_loses_nothing(pgcat, pg, tmp_path, workers):
+    """Issue 43's scenario: pgbench -M prepared (transaction mode, 20
+    clients) and -M extended (session mode, 10 clients) run through pgcat,
+    with a session holding BEGIN and a temp table, a client that LISTENs,
+    and one whose long query runs across the takeover and is cancelled with
+    its old key; pgcat is taken over (-R) meanwhile. No transaction fails,
+    no client is disconnected, PostgreSQL sees no new login, the old
+    process exits."""
+    import copy
+    import os
+    from conftest import PASSWORDS, PG_BIN, default_pools
+    pools = default_pools(pg)
+    sess = copy.deepcopy(pools["appdb"])
+    sess["pool_mode"] = "session"
+    sess["pool_size"] = 16        # a server per session (12 of them)
+    pools["sessdb"] = sess
+    a = pgcat(general={"workers": workers, "default_pool_size": 8, "shutdown_timeout": 30000},
+              replace_pools=pools)
+    held = a.connect(dbname="sessdb", autocommit=False)
+    held.execute("CREATE TEMP TABLE held (x int)")
+    held.execute("INSERT INTO held VALUES (42)")       # BEGIN ... open across the takeover
+    listener = a.connect(dbname="sessdb")
+    listener.execute("LISTEN upgrade_channel")
+    sleeper = a.connect()
+    t, box = run_in_thread(lambda: sleeper.execute("SELECT pg_sleep(60)"))
+    env = dict(os.environ, PGPASSWORD=PASSWORDS["app"], PGSSLMODE="disable")
+    script = tmp_path / "tx.sql"
+    script.write_text("BEGIN;\nSELECT 1;\nSELECT pg_sleep(0.002);\nCOMMIT;\n")
+
+    def bench(db, proto, clients):
+        return subprocess.Popen([str(PG_BIN / "pgbench"), "-h", a.host, "-p", str(a.port), "-U", "app", "-n",
+                                 "-M", proto, "-c", str(clients), "-j", "2", "-T", "8", "-f", str(script), db],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    benches = [bench("appdb", "prepared", 20), bench("sessdb", "extended", 10)]
+    time.sleep(2.5)
+    pg_offset = pg.log_offset()
+    with pgcat_process(["-R", a.ini], tmp_path / "b.log") as b:
+        wait_until(lambda: (tmp_path / "b.log").read_text().count("listening sockets from the old worker") == workers,
+                   15)
+        time.sleep(1)
+        sleeper.cancel()                                 # its key, given by the old process
+        t.join(15)
+        assert isinstance(box.get("error"), psycopg.errors.QueryCanceled), box
+        time.sleep(0.5)
+        assert a.alive(), "the old pgcat left while a transaction of its client was open"
+        assert held.execute("SELECT x FROM held").fetchone()[0] == 42
+        held.commit()
+        for p in benches:
+            out = p.communicate(timeout=60)[0]
+            assert p.returncode == 0, out
+            assert "number of failed transactions: 0" in out, out
+        assert a.proc.wait(30) == 0
+        a.stopped_by_test = True
+        assert held.execute("SELECT x FROM held").fetchone()[0] == 42   # the temp table, after its commit
+        assert sleeper.execute("SELECT 7").fetchone()[0] == 7
+        with pg.connect() as direct:
+            direct.execute("NOTIFY upgrade_channel, 'after'")
+        got = next(listener.notifies(timeout=10), None)
+        assert got is not None and got.payload == "after"
+        logins = pg.log_since(pg_offset, 100000).count("connection authorized: user=app")
+        if workers == 1:
+            assert logins == 0, pg.log_since(pg_offset, 60)
+        else:
+            # each new worker gets the old one's connections of the same
+            # number; where that was more than pool_size allows it now
+            # (two workers' shares of an instance-wide size shift with
+            # their clients), it closes the extra ones and may open one
+            # later, as it would without a takeover
+            extra = len(re.findall(r"closing because: more server connections than pool_size",
+                                   (tmp_path / "b.log").read_text()))
+            assert logins <= extra, (logins, extra, pg.log_since(pg_offset, 60))
+        assert "left to drain" not in a.log()
+        assert b.poll() is None
+        for c in (held, listener, sleeper):
+            c.close()
