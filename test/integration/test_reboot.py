@@ -156,7 +156,7 @@ def test_reboot_without_an_old_process_starts_normally(pgcat, tmp_path):
         assert "no old worker 0" in (tmp_path / "b.log").read_text()
 
 
-@pytest.mark.parametrize("workers,proto,engine", [(1, "simple", None), (1, "extended", None), (1, "prepared", None),
+@pytest.mark.parametrize("workers,proto,engine", [(1, "simple", None), (1, "prepared", None),
                                                  (2, "prepared", None), (1, "prepared", "epoll")])
 def test_reboot_under_pgbench_no_failed_transaction(pgcat, pg, tmp_path, workers, proto, engine):
     """pgbench's clients keep their connections across the takeover: none
@@ -517,3 +517,29 @@ def test_upgrade_under_load_loses_nothing(pgcat, pg, tmp_path, workers):
         assert b.poll() is None
         for c in (held, listener, sleeper):
             c.close()
+
+
+def test_old_takes_its_listeners_back_when_the_new_process_dies(pgcat, tmp_path):
+    import os
+    import signal
+    from conftest import pgcat_binary, pgcat_env
+    a = pgcat(general={"shutdown_timeout": 30000})
+    in_tx = a.connect(autocommit=False)
+    in_tx.execute("SELECT 1")                  # keeps the handover open
+    log = open(tmp_path / "b.log", "ab")
+    b = subprocess.Popen([pgcat_binary(), "-R", str(a.ini)], stdout=log, stderr=subprocess.STDOUT,
+                         env=pgcat_env(None), start_new_session=True)
+    try:
+        wait_until(lambda: "moving 1 clients" in a.log(), 15)
+        os.killpg(b.pid, signal.SIGKILL)
+        b.wait(10)
+        wait_until(lambda: "takes its listeners back and goes on serving" in a.log(), 10)
+        assert a.alive()
+        in_tx.execute("SELECT 2")
+        in_tx.commit()
+        with a.connect() as c:                 # the old process accepts again
+            assert c.execute("SELECT 3").fetchone()[0] == 3
+        assert "the new pgcat went away; this one goes on" in a.log()
+    finally:
+        log.close()
+        in_tx.close()
