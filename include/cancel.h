@@ -22,7 +22,10 @@ struct randpool;
 enum cancel_key_kind {
 	CANCEL_KEY_NONE = 0,
 	CANCEL_KEY_SHORT = 1,     /* protocol 3.0 (and 3.1): 4 bytes, the secret */
-	CANCEL_KEY_LONG = 2       /* protocol 3.2: CANCEL_KEY_LONG_LEN bytes */
+	CANCEL_KEY_LONG = 2,      /* protocol 3.2: CANCEL_KEY_LONG_LEN bytes */
+	/* Not a key: a slot held (not free, matching nothing) for the key a
+	 * client of the process being taken over brings along (-R). */
+	CANCEL_KEY_RESERVED = 3
 };
 
 /* A 3.2 key (pgcat's own layout; a client treats it as opaque bytes):
@@ -162,6 +165,13 @@ struct cancel_key_state {
 	uint16_t peer_id;
 	uint8_t ext[CANCEL_KEY_EXT_LEN];
 };
+/* -R, the new process: the slots the old worker's clients hold are kept
+ * out of new logins' reach until their keys come (cancel_key_adopt) or
+ * the handover ends (unreserve: what did not come is free again). */
+void cancel_table_reserve(struct cancel_table *t, const uint32_t *slots, size_t n);
+void cancel_table_unreserve(struct cancel_table *t);
+/* The old side: the slots in use, up to max of them, into slots; how many. */
+size_t cancel_table_used(const struct cancel_table *t, uint32_t *slots, size_t max, size_t from, size_t *next);
 /* The state of this table's key pid; false: no such key here. */
 bool cancel_key_export(const struct cancel_table *t, uint32_t pid, struct cancel_key_state *out);
 /* Take key k as it was issued, for owner: the same slot, secret and

@@ -220,6 +220,54 @@ void cancel_key_release(struct cancel_table *t, uint32_t pid)
 		shm_cancel_publish(t->shm, t->worker, idx, 0, CANCEL_KEY_NONE, NULL);
 }
 
+/* The free list again from the slots' state, lowest first (-R's
+ * reservations: once at the start of a handover, once at its end). */
+static void rebuild_free_list(struct cancel_table *t)
+{
+	t->free_head = t->free_tail = 0;
+	for (uint32_t i = 0; i < t->n_slots; i++) {
+		struct cancel_slot *sl = &t->slots[i];
+		if (sl->secret || sl->kind == CANCEL_KEY_RESERVED)
+			continue;
+		sl->next_free = 0;
+		if (t->free_tail)
+			t->slots[t->free_tail - 1].next_free = i + 1;
+		else
+			t->free_head = i + 1;
+		t->free_tail = i + 1;
+	}
+}
+
+void cancel_table_reserve(struct cancel_table *t, const uint32_t *slots, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (slots[i] < t->n_slots && !t->slots[slots[i]].secret)
+			t->slots[slots[i]].kind = CANCEL_KEY_RESERVED;
+	rebuild_free_list(t);
+}
+
+void cancel_table_unreserve(struct cancel_table *t)
+{
+	bool any = false;
+	for (uint32_t i = 0; i < t->n_slots; i++)
+		if (!t->slots[i].secret && t->slots[i].kind == CANCEL_KEY_RESERVED) {
+			t->slots[i].kind = CANCEL_KEY_NONE;
+			any = true;
+		}
+	if (any)
+		rebuild_free_list(t);
+}
+
+size_t cancel_table_used(const struct cancel_table *t, uint32_t *slots, size_t max, size_t from, size_t *next)
+{
+	size_t n = 0, i = from;
+	for (; i < t->n_slots && n < max; i++)
+		if (t->slots[i].secret)
+			slots[n++] = (uint32_t)i;
+	*next = i;
+	return n;
+}
+
 bool cancel_key_export(const struct cancel_table *t, uint32_t pid, struct cancel_key_state *out)
 {
 	bool peer_pid = is_peer_pid(pid);
@@ -248,9 +296,11 @@ bool cancel_key_adopt(struct cancel_table *t, void *owner, const struct cancel_k
 	uint32_t idx = peer_pid ? peer_pid_slot(k->pid) : slot_of(k->pid);
 	if (idx >= t->n_slots || t->slots[idx].secret)
 		return false;
-	/* Off the free list (a walk: a handover adopts each client once). */
+	/* Off the free list: held for it already (cancel_table_reserve), or
+	 * a walk (a key that was not announced). */
 	uint32_t prev = 0;
-	for (uint32_t cur = t->free_head; cur; prev = cur, cur = t->slots[cur - 1].next_free) {
+	for (uint32_t cur = t->slots[idx].kind == CANCEL_KEY_RESERVED ? 0 : t->free_head; cur;
+	     prev = cur, cur = t->slots[cur - 1].next_free) {
 		if (cur != idx + 1)
 			continue;
 		uint32_t next = t->slots[idx].next_free;

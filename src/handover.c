@@ -18,6 +18,7 @@
  *   'S' old -> new: one idle server connection (server_move.h), its socket
  *   'P' old -> new: a session-mode client with its server, both sockets
  *   'B' old -> new: a ban of the instance (worker 0's link only)
+ *   'K' old -> new: cancel-key slots in use, kept for the keys that come
  *   'N' old -> new: how many connections of a server set are to come
  *       (server_move.h: the new process's clients wait for them)
  *   'E' old -> new: u32 clients moved, u32 clients left to drain; the end
@@ -520,6 +521,36 @@ static void give_bans(struct worker *w, int fd)
 	free(all);
 }
 
+/* The cancel-key slots in use here: the new worker keeps them for the
+ * keys its clients bring ('K': u32 count, then each slot's index). */
+static void give_key_slots(struct worker *w, int fd)
+{
+	static uint32_t slots[4096];
+	uint8_t rec[1 + 4 + sizeof slots];
+	size_t from = 0, n;
+	while ((n = cancel_table_used(&w->cancel, slots, sizeof slots / sizeof *slots, from, &from)) > 0) {
+		rec[0] = 'K';
+		proto_put_u32(rec + 1, (uint32_t)n);
+		for (size_t i = 0; i < n; i++)
+			proto_put_u32(rec + 5 + 4 * i, slots[i]);
+		if (!send_record(fd, rec, 5 + 4 * n, NULL, 0))
+			return;
+	}
+}
+
+static void take_key_slots(struct worker *w, const uint8_t *rec, size_t len)
+{
+	static uint32_t slots[4096];
+	uint32_t n = len >= 4 ? proto_get_u32(rec) : 0;
+	if (len < 4 || n > sizeof slots / sizeof *slots || len != 4 + 4 * (size_t)n) {
+		log_error("handover: a malformed list of cancel-key slots (%zu bytes)", len);
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		slots[i] = proto_get_u32(rec + 4 + 4 * i);
+	cancel_table_reserve(&w->cancel, slots, n);
+}
+
 static void take_ban(struct worker *w, const uint8_t *rec, size_t len)
 {
 	struct bytes_in r = { rec, len, 0, false };
@@ -582,6 +613,7 @@ static void give(struct worker *w, int fd)
 	h->giving = true;
 	w->handing_over = true;
 	give_bans(w, fd);
+	give_key_slots(w, fd);
 	if (!promise(w, true))
 		log_warning("handover: the new process was not told which server connections follow");
 	/* Accepting stops; the listeners are kept until the end, to take them
@@ -695,6 +727,7 @@ static void take_end(struct worker *w, const char *how)
 	struct handover *h = w->handover;
 	close_link(h);
 	server_move_promises_end(w);
+	cancel_table_unreserve(&w->cancel);
 	log_info("handover: %u clients and %u server connections taken over (%s)", h->moved, h->servers_moved, how);
 	(void)handover_listen(w);
 }
@@ -756,6 +789,10 @@ static void take_cb(evutil_socket_t fd, short what, void *arg)
 		if (rec[0] == 'S' && n == 1) {
 			if (server_move_read(w, cfd[0], rec + 1, (size_t)r - 1, false))
 				h->servers_moved++;
+			continue;
+		}
+		if (rec[0] == 'K' && n == 0) {
+			take_key_slots(w, rec + 1, (size_t)r - 1);
 			continue;
 		}
 		if (rec[0] == 'B' && n == 0) {

@@ -375,6 +375,45 @@ START_TEST(key_moves_to_a_new_table)
 }
 END_TEST
 
+/* -R: the slots the old worker's clients hold are kept from new logins
+ * until their keys come; at the end, what did not come is free again. */
+START_TEST(reserved_slots_wait_for_their_keys)
+{
+	struct fixture old, fresh;
+	fixture_init(&old, 4, 0, NULL, 0);
+	fixture_init(&fresh, 4, 0, NULL, 0);
+	int a_obj, b_obj, obj;
+	uint32_t pid_a, sec_a, pid_b, sec_b, pid, sec;
+	uint8_t key_a[CANCEL_KEY_LONG_LEN], key_b[CANCEL_KEY_LONG_LEN], key[CANCEL_KEY_LONG_LEN];
+	size_t len_a, len_b, len;
+	ck_assert(cancel_key_assign(&old.t, &a_obj, CANCEL_KEY_SHORT, &pid_a, &sec_a, key_a, &len_a));
+	ck_assert(cancel_key_assign(&old.t, &b_obj, CANCEL_KEY_SHORT, &pid_b, &sec_b, key_b, &len_b));
+	uint32_t used[8];
+	size_t next;
+	ck_assert_uint_eq(cancel_table_used(&old.t, used, 8, 0, &next), 2);
+	cancel_table_reserve(&fresh.t, used, 2);
+	/* two logins meanwhile get the two other slots, a third none */
+	for (int i = 0; i < 2; i++) {
+		ck_assert(cancel_key_assign(&fresh.t, &obj, CANCEL_KEY_SHORT, &pid, &sec, key, &len));
+		ck_assert(pid != pid_a && pid != pid_b);
+	}
+	ck_assert(!cancel_key_assign(&fresh.t, &obj, CANCEL_KEY_SHORT, &pid, &sec, key, &len));
+	/* a reserved slot matches nothing before its key comes */
+	struct cancel_forward fwd;
+	ck_assert_ptr_null(cancel_handle_request(&fresh.t, pid_a, key_a, len_a, &fwd));
+	struct cancel_key_state ka;
+	ck_assert(cancel_key_export(&old.t, pid_a, &ka));
+	ck_assert(cancel_key_adopt(&fresh.t, &a_obj, &ka));
+	ck_assert_ptr_eq(cancel_handle_request(&fresh.t, pid_a, key_a, len_a, &fwd), &a_obj);
+	/* b never came: free again at the end */
+	cancel_table_unreserve(&fresh.t);
+	ck_assert(cancel_key_assign(&fresh.t, &obj, CANCEL_KEY_SHORT, &pid, &sec, key, &len));
+	ck_assert_uint_eq(pid, pid_b);
+	fixture_free(&old);
+	fixture_free(&fresh);
+}
+END_TEST
+
 Suite *cancel_suite(void)
 {
 	Suite *s = suite_create("cancel");
@@ -389,6 +428,7 @@ Suite *cancel_suite(void)
 	tcase_add_test(tc, slots_beyond_the_peer_layout);
 	tcase_add_test(tc, peer_key_of_another_worker);
 	tcase_add_test(tc, key_moves_to_a_new_table);
+	tcase_add_test(tc, reserved_slots_wait_for_their_keys);
 	suite_add_tcase(s, tc);
 	return s;
 }
