@@ -48,6 +48,12 @@ static inline uint32_t bytes_u32(struct bytes_in *r)
 	return p ? ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3] : 0;
 }
 
+static inline uint64_t bytes_u64(struct bytes_in *r)
+{
+	uint64_t hi = bytes_u32(r);
+	return (hi << 32) | bytes_u32(r);
+}
+
 /* A NUL-terminated string inside the record; NULL (bad) when none ends. */
 static inline const char *bytes_cstring(struct bytes_in *r)
 {

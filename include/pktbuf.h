@@ -25,6 +25,7 @@ void pktbuf_begin(struct pktbuf *pb, uint8_t type);
 void pktbuf_put_u8(struct pktbuf *pb, uint8_t v);
 void pktbuf_put_u16(struct pktbuf *pb, uint16_t v);
 void pktbuf_put_u32(struct pktbuf *pb, uint32_t v);
+void pktbuf_put_u64(struct pktbuf *pb, uint64_t v);
 void pktbuf_put_bytes(struct pktbuf *pb, const void *p, size_t n);
 void pktbuf_put_cstring(struct pktbuf *pb, const char *s);
 void pktbuf_end(struct pktbuf *pb);

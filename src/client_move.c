@@ -93,12 +93,6 @@ enum client_move_check client_move_check(struct client *c, bool server_ok)
 	return CLIENT_MOVE_READY;
 }
 
-static void put_u64(struct pktbuf *pb, uint64_t v)
-{
-	pktbuf_put_u32(pb, (uint32_t)(v >> 32));
-	pktbuf_put_u32(pb, (uint32_t)v);
-}
-
 static void put_params(struct pktbuf *pb, const struct params *p)
 {
 	size_t n = params_count(p);
@@ -143,7 +137,7 @@ bool client_move_write(struct client *c, struct pktbuf *pb)
 	pktbuf_put_u8(pb, (uint8_t)c->role_override);
 	pktbuf_put_u8(pb, (uint8_t)c->primary_reads_override);
 	pktbuf_put_u16(pb, (uint16_t)c->shard_override);
-	put_u64(pb, w->now_us - c->connect_us);
+	pktbuf_put_u64(pb, w->now_us - c->connect_us);
 	if (has_key) {
 		pktbuf_put_u32(pb, key.pid);
 		pktbuf_put_u32(pb, key.secret);
@@ -224,8 +218,7 @@ struct client *client_move_read(struct worker *w, int fd, const uint8_t *rec, si
 	const uint8_t *addr = bytes_take(&r, 16);
 	int8_t role = (int8_t)bytes_u8(&r), primary_reads = (int8_t)bytes_u8(&r);
 	int16_t shard = (int16_t)bytes_u16(&r);
-	uint64_t age = (uint64_t)bytes_u32(&r) << 32;
-	age |= bytes_u32(&r);
+	uint64_t age = bytes_u64(&r);
 	struct cancel_key_state key = { 0 };
 	if (flags & CM_KEY) {
 		key.pid = bytes_u32(&r);

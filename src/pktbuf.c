@@ -65,6 +65,12 @@ void pktbuf_put_u32(struct pktbuf *pb, uint32_t v)
 	}
 }
 
+void pktbuf_put_u64(struct pktbuf *pb, uint64_t v)
+{
+	pktbuf_put_u32(pb, (uint32_t)(v >> 32));
+	pktbuf_put_u32(pb, (uint32_t)v);
+}
+
 void pktbuf_put_bytes(struct pktbuf *pb, const void *p, size_t n)
 {
 	if (n && reserve(pb, n)) {

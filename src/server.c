@@ -99,7 +99,8 @@ static void auth_free(struct server *s)
 	s->auth = NULL;
 }
 
-struct server *server_connect(struct srvpool *sp)
+/* A server connection of sp, on no list yet (state CLOSED). */
+static struct server *server_new(struct srvpool *sp)
 {
 	struct worker *w = sp->pool->w;
 	struct server *s = calloc(1, sizeof *s);
@@ -112,12 +113,20 @@ struct server *server_connect(struct srvpool *sp)
 	s->pid_slot = -1;
 	params_init(&s->params);
 	list_init(&s->node);
-	s->connect_us = w->now_us;
+	s->connect_us = s->state_since_us = w->now_us;
 	s->connect_wall = (int64_t)time(NULL);
-	s->state_since_us = w->now_us;
+	s->state = SERVER_CLOSED;
+	return s;
+}
+
+struct server *server_connect(struct srvpool *sp)
+{
+	struct worker *w = sp->pool->w;
+	struct server *s = server_new(sp);
+	if (!s)
+		return NULL;
 	/* Enter the lists as CONNECTING before anything can fail, so that
 	 * server_close finds it where it expects. */
-	s->state = SERVER_CLOSED;
 	server_set_state(s, SERVER_CONNECTING);
 	log_debug("S-%llu %s@%s %s:%d: connecting", (unsigned long long)s->id, auth_server_user(sp->pool),
 		  sp->database, sp->host, sp->port);
@@ -139,26 +148,12 @@ struct server *server_connect(struct srvpool *sp)
 struct server *server_adopt(struct srvpool *sp, int fd)
 {
 	struct worker *w = sp->pool->w;
-	struct server *s = calloc(1, sizeof *s);
-	if (!s) {
-		close(fd);
-		return NULL;
-	}
-	s->w = w;
-	s->id = ++w->next_id;
-	s->sp = sp;
-	s->txn.tx_status = 'I';
-	s->pid_slot = -1;
-	params_init(&s->params);
-	list_init(&s->node);
-	s->connect_us = s->state_since_us = w->now_us;
-	s->connect_wall = (int64_t)time(NULL);
-	if (!io_open(&s->io, w->base, &w->flusher, fd, SERVER_READ_HIGH_WATER, &server_io_ops)) {
+	struct server *s = server_new(sp);
+	if (!s || !io_open(&s->io, w->base, &w->flusher, fd, SERVER_READ_HIGH_WATER, &server_io_ops)) {
 		close(fd);
 		free(s);
 		return NULL;
 	}
-	s->state = SERVER_CLOSED;
 	server_set_state(s, SERVER_LOGIN);
 	return s;
 }

@@ -82,12 +82,6 @@ void server_move_abandoned(struct server *s)
 		io_suspend(&s->io, false);
 }
 
-static void put_u64(struct pktbuf *pb, uint64_t v)
-{
-	pktbuf_put_u32(pb, (uint32_t)(v >> 32));
-	pktbuf_put_u32(pb, (uint32_t)v);
-}
-
 static void put_params(struct pktbuf *pb, const struct params *p, bool known)
 {
 	size_t n = known ? params_count(p) : 0;
@@ -119,8 +113,8 @@ bool server_move_write(struct server *s, struct pktbuf *pb)
 	pktbuf_put_bytes(pb, s->backend_key, s->backend_key_len);
 	pktbuf_put_u32(pb, s->protocol);
 	pktbuf_put_u8(pb, s->checked);
-	put_u64(pb, s->w->now_us - s->connect_us);
-	put_u64(pb, (uint64_t)s->connect_wall);
+	pktbuf_put_u64(pb, s->w->now_us - s->connect_us);
+	pktbuf_put_u64(pb, (uint64_t)s->connect_wall);
 	put_params(pb, &s->params, true);
 	put_params(pb, &p->defaults, p->have_defaults);
 	pktbuf_put_u32(pb, prep_server_generation(s));
@@ -187,10 +181,8 @@ struct server *server_move_read(struct worker *w, int fd, const uint8_t *rec, si
 	const uint8_t *key = bytes_take(&r, key_len);
 	uint32_t protocol = bytes_u32(&r);
 	bool checked = bytes_u8(&r) != 0;
-	uint64_t age = (uint64_t)bytes_u32(&r) << 32;
-	age |= bytes_u32(&r);
-	uint64_t wall = (uint64_t)bytes_u32(&r) << 32;
-	wall |= bytes_u32(&r);
+	uint64_t age = bytes_u64(&r);
+	uint64_t wall = bytes_u64(&r);
 	if (r.bad || version != SERVER_MOVE_VERSION || key_len > sizeof ((struct server *)0)->backend_key) {
 		log_error("handover: a server record this version cannot read (version %u, %zu bytes)", version, len);
 		return terminate(fd);
