@@ -172,4 +172,12 @@ enum params_setter {
 /* For PARAMS_SETTER_BOUND, *name_param and *value_param (1-based). */
 enum params_setter params_setter_of(const char *sql, size_t len, uint16_t *name_param, uint16_t *value_param);
 
+/* A set as a record of pgcat's own carries it (-R, client_move.c and
+ * server_move.c): u16 count, each u8 raw, cstring name, cstring value;
+ * read back into out (false: malformed, or no memory). */
+struct pktbuf;
+struct bytes_in;
+void params_write(struct pktbuf *pb, const struct params *p);
+bool params_read(struct bytes_in *r, struct params *out);
+
 #endif

@@ -18,7 +18,7 @@
  *   [CM_KEY] u32 pid, u32 secret, u8 kind, u8 peer pid, u16 peer id, 20 bytes,
  *   [CM_SECRET] cstring secret,
  *   [CM_PASSTHROUGH] 32 bytes ClientKey, 32 bytes ServerKey,
- *   settings then startup settings: u16 count, each u8 raw, cstring name, cstring value,
+ *   settings then startup settings (params_write),
  *   u32 input length, the input,
  *   its prepared statements (prep_move.c).
  */
@@ -93,22 +93,6 @@ enum client_move_check client_move_check(struct client *c, bool server_ok)
 	return CLIENT_MOVE_READY;
 }
 
-static void put_params(struct pktbuf *pb, const struct params *p)
-{
-	size_t n = params_count(p);
-	if (n > UINT16_MAX) {
-		pb->failed = true;
-		return;
-	}
-	pktbuf_put_u16(pb, (uint16_t)n);
-	for (size_t i = 0; i < n; i++) {
-		const struct param *e = params_at(p, i);
-		pktbuf_put_u8(pb, e->raw);
-		pktbuf_put_cstring(pb, e->name);
-		pktbuf_put_cstring(pb, e->value);
-	}
-}
-
 bool client_move_write(struct client *c, struct pktbuf *pb)
 {
 	struct worker *w = c->w;
@@ -152,8 +136,8 @@ bool client_move_write(struct client *c, struct pktbuf *pb)
 		pktbuf_put_bytes(pb, own->passthrough_client_key, SCRAM_KEY_LEN);
 		pktbuf_put_bytes(pb, own->scram.server_key, SCRAM_KEY_LEN);
 	}
-	put_params(pb, &c->params);
-	put_params(pb, &c->startup_params);
+	params_write(pb, &c->params);
+	params_write(pb, &c->startup_params);
 	size_t in = c->io.in ? evbuffer_get_length(c->io.in) : 0;
 	pktbuf_put_u32(pb, (uint32_t)in);
 	if (in) {
@@ -166,18 +150,6 @@ bool client_move_write(struct client *c, struct pktbuf *pb)
 }
 
 /* ---- the other side ---- */
-
-static bool get_params(struct bytes_in *r, struct params *out)
-{
-	uint16_t n = bytes_u16(r);
-	for (uint16_t i = 0; i < n && !r->bad; i++) {
-		bool raw = bytes_u8(r) != 0;
-		const char *name = bytes_cstring(r), *value = bytes_cstring(r);
-		if (r->bad || !params_set(out, name, value, raw))
-			return false;
-	}
-	return !r->bad;
-}
 
 /* The user's own pool in this process, made as a login would make it. */
 static struct pool *own_pool(struct worker *w, const char *db, const char *user, const char *secret, bool proven)
@@ -259,7 +231,7 @@ struct client *client_move_read(struct worker *w, int fd, const uint8_t *rec, si
 	memcpy(c->names, user, ul + 1);
 	memcpy(c->names + ul + 1, db, dl + 1);
 	client_set_state(c, CLIENT_IDLE);
-	if (!get_params(&r, &c->params) || !get_params(&r, &c->startup_params))
+	if (!params_read(&r, &c->params) || !params_read(&r, &c->startup_params))
 		return refuse(c, "its session settings could not be read");
 	uint32_t in = bytes_u32(&r);
 	const uint8_t *input = bytes_take(&r, in);

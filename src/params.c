@@ -8,6 +8,9 @@
  */
 #include "params.h"
 
+#include "bytes_in.h"
+#include "pktbuf.h"
+
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1156,4 +1159,32 @@ enum params_setter params_setter_of(const char *sql, size_t len, uint16_t *name_
 	if (r & PARAMS_UNTRACKED)
 		return PARAMS_SETTER_UNTRACKED;
 	return r & PARAMS_CHANGED ? PARAMS_SETTER_TEXT : PARAMS_SETTER_NONE;
+}
+
+void params_write(struct pktbuf *pb, const struct params *p)
+{
+	size_t n = params_count(p);
+	if (n > UINT16_MAX) {
+		pb->failed = true;
+		return;
+	}
+	pktbuf_put_u16(pb, (uint16_t)n);
+	for (size_t i = 0; i < n; i++) {
+		const struct param *e = params_at(p, i);
+		pktbuf_put_u8(pb, e->raw);
+		pktbuf_put_cstring(pb, e->name);
+		pktbuf_put_cstring(pb, e->value);
+	}
+}
+
+bool params_read(struct bytes_in *r, struct params *out)
+{
+	uint16_t n = bytes_u16(r);
+	for (uint16_t i = 0; i < n && !r->bad; i++) {
+		bool raw = bytes_u8(r) != 0;
+		const char *name = bytes_cstring(r), *value = bytes_cstring(r);
+		if (r->bad || !params_set(out, name, value, raw))
+			return false;
+	}
+	return !r->bad;
 }

@@ -12,8 +12,8 @@
  *   cstring host, u32 port, cstring database on the server,
  *   u32 backend pid, u16 key length, the key, u32 protocol, u8 checked,
  *   u64 age in microseconds, u64 wall clock of its connect (seconds),
- *   its settings, then its pool's server parameters: u16 count, each
- *   cstring name, cstring value (the pool's: count 0 when not known),
+ *   its settings, then its pool's server parameters (params_write; the
+ *   pool's: count 0 when not known),
  *   u32 prepared-statement name generation,
  *   u32 input length, the input (a notice or ParameterStatus not read yet).
  */
@@ -82,21 +82,6 @@ void server_move_abandoned(struct server *s)
 		io_suspend(&s->io, false);
 }
 
-static void put_params(struct pktbuf *pb, const struct params *p, bool known)
-{
-	size_t n = known ? params_count(p) : 0;
-	if (n > UINT16_MAX) {
-		pb->failed = true;
-		return;
-	}
-	pktbuf_put_u16(pb, (uint16_t)n);
-	for (size_t i = 0; i < n; i++) {
-		const struct param *e = params_at(p, i);
-		pktbuf_put_cstring(pb, e->name);
-		pktbuf_put_cstring(pb, e->value);
-	}
-}
-
 bool server_move_write(struct server *s, struct pktbuf *pb)
 {
 	const struct srvpool *sp = s->sp;
@@ -115,8 +100,11 @@ bool server_move_write(struct server *s, struct pktbuf *pb)
 	pktbuf_put_u8(pb, s->checked);
 	pktbuf_put_u64(pb, s->w->now_us - s->connect_us);
 	pktbuf_put_u64(pb, (uint64_t)s->connect_wall);
-	put_params(pb, &s->params, true);
-	put_params(pb, &p->defaults, p->have_defaults);
+	params_write(pb, &s->params);
+	if (p->have_defaults)
+		params_write(pb, &p->defaults);
+	else
+		pktbuf_put_u16(pb, 0);
 	pktbuf_put_u32(pb, prep_server_generation(s));
 	size_t in = s->io.in ? evbuffer_get_length(s->io.in) : 0;
 	pktbuf_put_u32(pb, (uint32_t)in);
@@ -130,17 +118,6 @@ bool server_move_write(struct server *s, struct pktbuf *pb)
 }
 
 /* ---- the other side ---- */
-
-static bool get_params(struct bytes_in *r, struct params *out)
-{
-	uint16_t n = bytes_u16(r);
-	for (uint16_t i = 0; i < n && !r->bad; i++) {
-		const char *name = bytes_cstring(r), *value = bytes_cstring(r);
-		if (r->bad || !params_set(out, name, value, false))
-			return false;
-	}
-	return !r->bad;
-}
 
 static struct srvpool *find_srvpool(struct worker *w, const char *pool, const char *user, uint32_t shard,
 				    const char *host, uint32_t port, const char *database)
@@ -200,7 +177,7 @@ struct server *server_move_read(struct worker *w, int fd, const uint8_t *rec, si
 		pool_promise(sp, -1);   /* (it came: counted as opening now) */
 	struct params defaults;
 	params_init(&defaults);
-	bool ok = get_params(&r, &s->params) && get_params(&r, &defaults);
+	bool ok = params_read(&r, &s->params) && params_read(&r, &defaults);
 	uint32_t gen = bytes_u32(&r);
 	uint32_t in = bytes_u32(&r);
 	const uint8_t *input = bytes_take(&r, in);
