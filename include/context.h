@@ -103,6 +103,9 @@ struct worker {
 	/* The console's UPGRADE waits for this worker's handover (admin.c):
 	 * told how it ended, before the worker shuts down. */
 	void (*on_handover_end)(struct worker *w, const char *summary);
+	/* The console's UPGRADE started this process (admin.c reaps it if it
+	 * exits while this one runs); 0: none. */
+	int upgrade_pid;
 	int exit_code;
 
 	uint64_t next_id;

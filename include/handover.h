@@ -25,9 +25,12 @@ struct worker;
 bool handover_listen(struct worker *w);
 /* New side (-R), before listening: take over from the old worker of this
  * number. Its listening sockets land in fds (up to HANDOVER_MAX_LISTENERS,
- * *n of them), its clients follow on the loop. false: no old worker to
- * take over from (the caller binds its own listeners). */
-bool handover_take(struct worker *w, int *fds, size_t *n);
+ * *n of them), its clients follow on the loop. NONE: no old worker (the
+ * caller binds its own listeners); FAILED: one answered but handed
+ * nothing over (it is being taken over already, or shutting down): this
+ * process must not start beside it. */
+enum handover_took { HANDOVER_NONE, HANDOVER_TAKEN, HANDOVER_FAILED };
+enum handover_took handover_take(struct worker *w, int *fds, size_t *n);
 /* Either side: the link, its timer and its listening socket go. */
 void handover_free(struct worker *w);
 

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/un.h>
 
 struct worker;
@@ -23,6 +24,8 @@ socklen_t handover_addr(const struct worker *w, int id, struct sockaddr_un *un);
 /* The name an old worker answers cancel requests on, from its handover
  * until it exits (its clients left to drain can still be cancelled). */
 socklen_t handover_cancel_addr(const struct worker *w, int id, struct sockaddr_un *un);
+/* The peer's pid (-1: not known). */
+pid_t handover_peer_pid(int fd);
 /* Is the peer of fd pgcat's own OS user? */
 bool handover_peer_trusted(int fd);
 /* A CancelRequest with a key no worker here holds, naming worker: while

@@ -231,7 +231,8 @@ static void upgrade_done(struct worker *w, const char *summary)
 static bool upgrade(struct client *c)
 {
 	struct worker *w = c->w;
-	if (w->shutting_down || w->waiting_for_clients || w->waiting_for_servers || w->handing_over) {
+	if (w->shutting_down || w->waiting_for_clients || w->waiting_for_servers || w->handing_over ||
+	    w->on_handover_end) {
 		admin_error(c, "55000", "UPGRADE: this pgcat is shutting down or being taken over already");
 		return true;
 	}
@@ -250,6 +251,7 @@ static bool upgrade(struct client *c)
 	}
 	ap->upgrade = true;
 	ap->seq = (uint64_t)pid;
+	w->upgrade_pid = (int)pid;
 	ap->dump = -1;
 	snprintf(ap->tag, sizeof ap->tag, "UPGRADE");
 	free(c->kind_state);
@@ -260,6 +262,15 @@ static bool upgrade(struct client *c)
 
 void admin_janitor(struct worker *w)
 {
+	/* The new pgcat UPGRADE started exited while this one runs: reaped;
+	 * a console still waiting hears it failed. */
+	int status = 0;
+	bool upgrade_exited = w->upgrade_pid > 0 && admin_upgrade_exited(w->upgrade_pid, &status);
+	int upgrade_pid = w->upgrade_pid;
+	if (upgrade_exited) {
+		w->upgrade_pid = 0;
+		w->on_handover_end = NULL;
+	}
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
 		struct client *c = LIST_OWNER(pos, struct client, node);
@@ -268,15 +279,12 @@ void admin_janitor(struct worker *w)
 			continue;
 		if (ap->upgrade) {
 			/* The new process failed before it took this worker over. */
-			int status;
-			if (!admin_upgrade_exited((pid_t)ap->seq, &status))
+			if (!upgrade_exited || (int)ap->seq != upgrade_pid)
 				continue;
 			c->kind_state = NULL;
-			int pid = (int)ap->seq;
 			free(ap);
-			w->on_handover_end = NULL;
 			admin_error(c, "F0000", "UPGRADE failed, this pgcat goes on: the new pgcat (pid %d) exited with "
-				    "status %d before it took over (its log says why)", pid,
+				    "status %d before it took over (its log says why)", upgrade_pid,
 				    WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 			admin_rfq(c);
 			client_process(c);

@@ -13,26 +13,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "context.h"
 #include "log.h"
 
-/* In the child: descriptors 3 and up closed, stdin from /dev/null, then
- * exe with args. */
-static void exec_child(const char *exe, char *const argv[], int out_fd)
+/* In the child (a fork of a process with threads: async-signal-safe
+ * calls only): descriptors 3 and up closed, stdin from /dev/null, then exe
+ * with args. null_fd was opened before the fork. */
+static void exec_child(const char *exe, char *const argv[], int null_fd, int out_fd, int max_fd)
 {
-	int null = open("/dev/null", O_RDWR);
-	if (null >= 0)
-		dup2(null, STDIN_FILENO);
+	if (null_fd >= 0)
+		dup2(null_fd, STDIN_FILENO);
 	if (out_fd >= 0) {
 		dup2(out_fd, STDOUT_FILENO);
 		dup2(out_fd, STDERR_FILENO);
 	}
-	long max = sysconf(_SC_OPEN_MAX);
-	for (long fd = 3; fd < (max > 0 ? max : 65536); fd++)
-		(void)close((int)fd);
+	/* close_range (Linux 5.9); CLOEXEC on them all where it is refused,
+	 * which execv then closes. */
+	if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0)
+		for (int fd = 3; fd < max_fd; fd++)
+			(void)close(fd);
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
@@ -53,12 +57,19 @@ bool admin_upgrade_start(struct worker *w, pid_t *pid, char *err, size_t errlen)
 		return false;
 	}
 	char *check_argv[] = { (char *)w->exe_path, (char *)"-t", w->config_path, NULL };
+	int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	struct rlimit rl;
+	int max_fd = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (1u << 20)
+			     ? (int)rl.rlim_cur
+			     : 1 << 20;
 	pid_t check = fork();
 	if (check == 0)
-		exec_child(w->exe_path, check_argv, pipefd[1]);
+		exec_child(w->exe_path, check_argv, null_fd, pipefd[1], max_fd);
 	close(pipefd[1]);
 	if (check < 0) {
 		close(pipefd[0]);
+		if (null_fd >= 0)
+			close(null_fd);
 		snprintf(err, errlen, "fork: %s", strerror(errno));
 		return false;
 	}
@@ -71,9 +82,18 @@ bool admin_upgrade_start(struct worker *w, pid_t *pid, char *err, size_t errlen)
 	out[got] = '\0';
 	close(pipefd[0]);
 	int status = 0;
-	while (waitpid(check, &status, 0) < 0 && errno == EINTR)
+	pid_t waited;
+	while ((waited = waitpid(check, &status, 0)) < 0 && errno == EINTR)
 		;
+	if (waited != check) {
+		if (null_fd >= 0)
+			close(null_fd);
+		snprintf(err, errlen, "waiting for %s -t: %s", w->exe_path, strerror(errno));
+		return false;
+	}
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		if (null_fd >= 0)
+			close(null_fd);
 		/* Its errors ("pgcat: error: ..."), one line. */
 		const char *e = strstr(out, "error:");
 		const char *line = e ? e : out;
@@ -86,8 +106,10 @@ bool admin_upgrade_start(struct worker *w, pid_t *pid, char *err, size_t errlen)
 	pid_t p = fork();
 	if (p == 0) {
 		setsid();   /* not stopped by a signal to this process's group */
-		exec_child(w->exe_path, argv, -1);
+		exec_child(w->exe_path, argv, null_fd, -1, max_fd);
 	}
+	if (null_fd >= 0)
+		close(null_fd);
 	if (p < 0) {
 		snprintf(err, errlen, "fork: %s", strerror(errno));
 		return false;

@@ -220,8 +220,10 @@ struct client *client_move_read(struct worker *w, int fd, const uint8_t *rec, si
 		memcpy(&c->peer.v4, addr, sizeof c->peer.v4);
 	else if (family == AF_INET6)
 		memcpy(&c->peer.v6, addr, sizeof c->peer.v6);
-	c->role_override = role;
-	c->primary_reads_override = primary_reads;
+	/* (Checked against this process's pools below: a value out of range
+	 * is the default.) */
+	c->role_override = role >= 0 && role <= 3 ? role : 0;
+	c->primary_reads_override = primary_reads >= -1 && primary_reads <= 1 ? primary_reads : -1;
 	c->shard_override = shard;
 	c->connect_us = age < w->now_us ? w->now_us - age : 0;
 	size_t ul = strlen(user), dl = strlen(db);
@@ -245,6 +247,8 @@ struct client *client_move_read(struct worker *w, int fd, const uint8_t *rec, si
 		auth_adopt_passthrough_key(own, server_key, client_key);
 	}
 	c->pool = pool_serving(w, own);
+	if (c->shard_override < -1 || (c->shard_override >= 0 && (size_t)c->shard_override >= c->pool->cpool->n_shards))
+		c->shard_override = -1;   /* (a shard this configuration does not have) */
 	c->pool->n_clients++;
 	c->pool->had_client = true;
 	if (w->shm && own->shm_slot >= 0) {

@@ -72,6 +72,9 @@ struct handover {
 	int listen_fd;             /* the abstract name, while this worker answers on it */
 	struct event *listen_ev;
 	int cancel_fd;             /* old side, from the handover on: cancel requests (handover_link.h) */
+	pid_t peer_pid;            /* old side: the new process (SO_PEERCRED) */
+	uint64_t link_eof_us;      /* old side: when the new side closed the link (0: it did not) */
+	struct event *deadline;    /* new side: the old one has this long to finish */
 	struct event *cancel_ev;
 	int link_fd;               /* the link to the successor or predecessor; -1: none */
 	struct event *link_ev;     /* new side: the records */
@@ -189,6 +192,23 @@ static void stop_answering(struct handover *h)
 	h->listen_fd = -1;
 }
 
+/* No such process, or one that has exited and waits to be reaped. */
+static bool process_gone(pid_t pid)
+{
+	if (kill(pid, 0) != 0 && errno == ESRCH)
+		return true;
+	char path[64], buf[256];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return true;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *st = strrchr(buf, ')');   /* (the name may hold spaces) */
+	return !st || st[1] != ' ' || st[2] == 'Z' || st[2] == 'X';
+}
+
 /* Clients and servers held still for a move that did not happen read
  * again. */
 static void release_held(struct worker *w)
@@ -225,6 +245,11 @@ static void release_held(struct worker *w)
 static void give_end(struct worker *w, const char *why, bool failed)
 {
 	struct handover *h = w->handover;
+	/* The listeners come back only when the new process is really gone:
+	 * one that is alive but slow serves them, and this one drains. Nor
+	 * while this process is being shut down anyway. */
+	if (failed && (w->shutting_down || (h->peer_pid > 0 && !process_gone(h->peer_pid))))
+		failed = false;
 	if (h->tick)
 		event_del(h->tick);
 	h->giving = false;
@@ -259,6 +284,13 @@ static void give_end(struct worker *w, const char *why, bool failed)
 		w->on_handover_end(w, summary);
 	release_held(w);
 	if (failed) {
+		struct list_node *cl[] = { &w->clients_idle, &w->clients_active, &w->clients_login };
+		for (size_t i = 0; i < sizeof cl / sizeof *cl; i++) {
+			struct list_node *pos, *tmp;
+			LIST_FOREACH_SAFE(pos, tmp, cl[i])
+				LIST_OWNER(pos, struct client, node)->move_refused = false;
+		}
+		h->moved = h->servers_moved = h->refused = 0;
 		w->cmds->resume_listening(w);
 		union sigval v = { .sival_int = SHM_SIGVAL_HANDOVER_UNDONE };
 		if (sigqueue(getppid(), SIGTERM, v) != 0)
@@ -278,10 +310,17 @@ static void give_link_cb(evutil_socket_t fd, short what, void *arg)
 	worker_update_clock(w);
 	uint8_t b;
 	ssize_t r = recv((int)fd, &b, 1, MSG_DONTWAIT);
-	if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+	if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+		return;   /* (the new side sends nothing on it: only its end counts) */
+	struct handover *h = w->handover;
+	if (!h || !h->giving)
 		return;
-	if (w->handover && w->handover->giving)
-		give_end(w, "the new process closed the link", true);
+	/* A process's sockets close a moment before it is gone: the next
+	 * looks decide (give_tick). */
+	event_del(h->link_ev);
+	h->link_eof_us = w->now_us;
+	if (h->tick)
+		event_active(h->tick, EV_TIMEOUT, 0);
 }
 
 /* Tell the successor how many connections of each server set are still
@@ -329,8 +368,13 @@ static bool give_client(struct worker *w, struct client *c)
 	struct handover *h = w->handover;
 	static uint8_t rec[HANDOVER_RECORD_MAX];   /* (one process, one thread: not reentered) */
 	struct server *s = c->end.server;
-	if (s && !server_move_linked_ready(s))
-		return true;   /* (a later look) */
+	if (s && !server_move_linked_ready(s)) {
+		/* A later look; unless the server reads again (it is not
+		 * movable after all): the client too, then. */
+		if (!io_suspended(&s->io))
+			io_suspend(&c->io, w->suspended);
+		return true;
+	}
 	struct pktbuf pb;
 	pktbuf_init(&pb, rec, sizeof rec);
 	pktbuf_put_u8(&pb, s ? 'P' : 'C');
@@ -427,6 +471,22 @@ static void give_tick(evutil_socket_t fd, short what, void *arg)
 	struct worker *w = arg;
 	struct handover *h = w->handover;
 	worker_update_clock(w);
+	if (h->link_eof_us) {
+		/* Gone: the listeners come back here. Still there a second
+		 * later: it closed the link by itself, and serves; this one
+		 * drains. */
+		if (h->peer_pid > 0 && process_gone(h->peer_pid)) {
+			give_end(w, "the new process went away", true);
+			return;
+		}
+		if (w->now_us - h->link_eof_us > 1000000) {
+			give_end(w, "the new process closed the link", false);
+			return;
+		}
+		struct timeval tv = { 0, HANDOVER_TICK_MS * 1000 };
+		evtimer_add(h->tick, &tv);
+		return;
+	}
 	unsigned settling;
 	if (!give_servers(w, &settling) || !promise(w, false)) {
 		give_end(w, "the link to the new process failed", true);
@@ -610,6 +670,9 @@ static void give(struct worker *w, int fd)
 	}
 	/* From here the new process accepts: this worker only hands over. */
 	h->link_fd = fd;
+	h->peer_pid = handover_peer_pid(fd);
+	h->link_eof_us = 0;
+	h->moved = h->servers_moved = h->refused = 0;
 	h->giving = true;
 	w->handing_over = true;
 	give_bans(w, fd);
@@ -725,6 +788,9 @@ bool handover_listen(struct worker *w)
 static void take_end(struct worker *w, const char *how)
 {
 	struct handover *h = w->handover;
+	if (h->deadline)
+		event_free(h->deadline);
+	h->deadline = NULL;
 	close_link(h);
 	server_move_promises_end(w);
 	cancel_table_unreserve(&w->cancel);
@@ -822,6 +888,18 @@ static void take_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* The old worker never ended (it hangs): what it promised is forgotten,
+ * its link closed (it drains when it wakes). */
+static void take_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	struct worker *w = arg;
+	worker_update_clock(w);
+	if (w->handover && w->handover->link_fd >= 0)
+		take_end(w, "the old process did not end in shutdown_timeout");
+}
+
 static int connect_old(const struct worker *w, int id)
 {
 	struct sockaddr_un un;
@@ -850,16 +928,16 @@ static bool say_hello(int fd, char mode)
 	return send_record(fd, hello, sizeof hello, NULL, 0);
 }
 
-bool handover_take(struct worker *w, int *fds, size_t *n)
+enum handover_took handover_take(struct worker *w, int *fds, size_t *n)
 {
 	*n = 0;
 	struct handover *h = state(w);
 	if (!h)
-		return false;
+		return HANDOVER_FAILED;
 	int fd = connect_old(w, w->id);
 	if (fd < 0) {
 		log_info("handover: no old worker %d on port %d to take over from", w->id, w->cfg->general.listen_port);
-		return false;
+		return HANDOVER_NONE;
 	}
 	uint8_t rec[9];
 	size_t got = HANDOVER_MAX_LISTENERS;
@@ -867,11 +945,13 @@ bool handover_take(struct worker *w, int *fds, size_t *n)
 	if (say_hello(fd, 'T'))
 		r = recv_record(fd, rec, sizeof rec, fds, &got, 0);
 	if (r != (ssize_t)sizeof rec || rec[0] != 'L' || proto_get_u32(rec + 1) != HANDOVER_VERSION) {
+		/* (It is taking over from, or handing over to, another already:
+		 * this process must not serve beside them.) */
 		log_error("handover: the old worker %d did not hand its listeners over", w->id);
 		for (size_t i = 0; i < got; i++)
 			close(fds[i]);
 		close(fd);
-		return false;
+		return HANDOVER_FAILED;
 	}
 	*n = got;
 	/* Old workers beyond this instance's last drain: the last one here
@@ -892,10 +972,14 @@ bool handover_take(struct worker *w, int *fds, size_t *n)
 	if (!h->link_ev || event_add(h->link_ev, NULL) != 0) {
 		log_error("handover: cannot watch the link to the old worker");
 		close_link(h);
-		return true;   /* (the listeners are ours all the same) */
+		return HANDOVER_TAKEN;   /* (the listeners are ours all the same) */
 	}
+	h->deadline = evtimer_new(w->base, take_deadline_cb, w);
+	struct timeval tv = { w->cfg->general.shutdown_timeout / 1000 + 10, 0 };
+	if (h->deadline)
+		(void)evtimer_add(h->deadline, &tv);
 	log_info("handover: took %zu listening sockets from the old worker %d", got, w->id);
-	return true;
+	return HANDOVER_TAKEN;
 }
 
 void handover_free(struct worker *w)
@@ -904,6 +988,8 @@ void handover_free(struct worker *w)
 	if (!h)
 		return;
 	stop_answering(h);
+	if (h->deadline)
+		event_free(h->deadline);
 	if (h->cancel_ev)
 		event_free(h->cancel_ev);
 	if (h->cancel_fd >= 0)

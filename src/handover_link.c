@@ -33,6 +33,13 @@ socklen_t handover_cancel_addr(const struct worker *w, int id, struct sockaddr_u
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
+pid_t handover_peer_pid(int fd)
+{
+	struct ucred cr;
+	socklen_t len = sizeof cr;
+	return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0 ? cr.pid : -1;
+}
+
 bool handover_peer_trusted(int fd)
 {
 	/* pgcat's own OS user only: what is handed over is its clients'

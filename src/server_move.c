@@ -44,7 +44,8 @@ bool server_move_at_boundary(const struct server *s)
 {
 	return !s->io.ssl && !s->txn.outstanding && s->txn.tx_status == 'I' && !s->txn.ext_pending &&
 	       !s->txn.untracked && !s->txn.in_copy_in && !s->txn.set_pending && !s->close_when_idle &&
-	       !s->cancels_in_flight && !s->fwd_remaining && !s->paused && prep_server_movable(s);
+	       !s->cancels_in_flight && !s->fwd_remaining && !s->paused && prep_server_movable(s) &&
+	       !(s->io.in && evbuffer_get_length(s->io.in) > SERVER_MOVE_INPUT_MAX);
 }
 
 static bool quiet(struct server *s)
@@ -52,7 +53,11 @@ static bool quiet(struct server *s)
 	if (!io_suspended(&s->io))
 		io_suspend(&s->io, true);
 	size_t in = s->io.in ? evbuffer_get_length(s->io.in) : 0;
-	return io_at_rest(&s->io) && in <= SERVER_MOVE_INPUT_MAX;
+	if (in > SERVER_MOVE_INPUT_MAX) {
+		io_suspend(&s->io, false);   /* (what landed meanwhile is large: read here) */
+		return false;
+	}
+	return io_at_rest(&s->io);
 }
 
 void server_move_drop(struct server *s, const char *why)

@@ -357,6 +357,13 @@ int supervisor_run(struct config *cfg, const char *config_path, const char *exe_
 					log_warning("supervisor: the new pgcat went away; this one goes on");
 					sv.handed_over = false;
 					sv.shutting_down = false;
+					/* A worker that had handed everything over and exited
+					 * meanwhile is started again. */
+					for (int i = 0; i < n; i++)
+						if (sv.pids[i] <= 0 && !sv.restart_pending[i]) {
+							sv.restart_pending[i] = true;
+							sv.died_at[i] = 0;
+						}
 				}
 				break;
 			}
@@ -406,6 +413,7 @@ int supervisor_run(struct config *cfg, const char *config_path, const char *exe_
 				log_info("supervisor: signal %d, shutting down", sig);
 				sd_notify_send("STOPPING=1");
 			}
+			sv.handed_over = false;   /* (a shutdown asked for: no undo brings the workers back) */
 			sv.shutting_down = true;
 			/* No new client waits in a queue nobody will accept from. */
 			remove_unix_socket(&sv);

@@ -404,7 +404,10 @@ static bool open_listeners(struct worker *w, int unix_fd)
 	size_t n_taken = 0;
 	/* (An old worker that passed no listener: this one binds its own, and
 	 * still takes the clients it sends.) */
-	if (w->take_over && handover_take(w, taken, &n_taken) && n_taken > 0) {
+	enum handover_took took = w->take_over ? handover_take(w, taken, &n_taken) : HANDOVER_NONE;
+	if (took == HANDOVER_FAILED)
+		return false;
+	if (took == HANDOVER_TAKEN && n_taken > 0) {
 		if (!adopt_listeners(w, taken, n_taken))
 			return false;
 		goto unix_socket;
