@@ -2,9 +2,12 @@
 /*
  * pool: checkout, checkin and the FIFO of waiting clients per (pool, user,
  * server); the link between a client and a server; the admin console's
- * operations on pools. The janitor's pool duties are in pool_janitor.c,
- * reload and the databases made from `*` in pool_reload.c. Knows no protocol: it moves connections between lists
- * and tells the client and server machines what happened.
+ * operations on pools; the slots counted beside pooled connections (a
+ * replication relay's, the connections a takeover promises). The janitor's
+ * pool duties are in pool_janitor.c, reload and the databases made from
+ * `*` in pool_reload.c (both above it: they call pool.c, never the other
+ * way). Knows no protocol: it moves connections between lists and tells
+ * the client and server machines what happened.
  */
 #include "pool.h"
 #include "pool_internal.h"
@@ -394,6 +397,21 @@ static void config_ref_put(struct config_ref *ref)
 		config_free(ref->cfg);
 		free(ref);
 	}
+}
+
+/* Forget the made database cp of the current snapshot once no pool points
+ * at it (pool_free calls this for a pool it frees). */
+void pool_autodb_release(struct worker *w, const struct config_pool *cp, const struct pool *freed)
+{
+	if (!cp->autodb_instance)
+		return;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		const struct pool *q = LIST_OWNER(pos, struct pool, node);
+		if (q != freed && q->cpool == cp)
+			return;
+	}
+	config_autodb_forget(w->cfg, cp);   /* (no-op for another snapshot's) */
 }
 
 void pool_free(struct pool *p)
@@ -1206,4 +1224,44 @@ void pool_reapply_general(struct worker *w)
 		if (!p->removed)
 			pool_apply_config(p, w->cfg, p->cpool, p->cuser);
 	}
+}
+
+/* ---- counted slots that are not pooled connections ---- */
+
+bool pool_relay_slot_take(struct srvpool *sp)
+{
+	int limit = srvpool_limit(sp);
+	if (!srvpool_reserve(sp, limit, true)) {
+		/* Full with pooled connections: an idle one makes room, as
+		 * PgBouncer evicts one for a replication connection. */
+		if (list_empty(&sp->idle))
+			return false;
+		server_close(LIST_OWNER(list_last(&sp->idle), struct server, node), "evicted");
+		if (!srvpool_reserve(sp, limit, true))
+			return false;
+	}
+	sp->n_reserved--;   /* the reservation becomes the relay's slot */
+	sp->n_relay++;
+	srvpool_publish(sp);
+	return true;
+}
+
+void pool_relay_slot_give(struct srvpool *sp)
+{
+	sp->n_relay--;
+	srvpool_publish(sp);
+	/* The slot may be what a queued client waited for. */
+	if (!list_empty(&sp->waiters) && !sp->pool->paused)
+		srvpool_maybe_launch(sp);
+}
+
+void pool_promise(struct srvpool *sp, int delta)
+{
+	sp->n_promised += delta;
+	if (sp->n_promised < 0)
+		sp->n_promised = 0;
+	srvpool_publish(sp);
+	/* Fewer to come: clients waiting for them may need new ones. */
+	if (delta < 0 && !list_empty(&sp->waiters) && !sp->pool->paused)
+		srvpool_maybe_launch(sp);
 }

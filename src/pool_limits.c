@@ -11,7 +11,9 @@
  * (srvpool_reserve), so the workers together stay within every limit.
  * Split from pool.c
  * (checkout and checkin), whose internals it shares through
- * include/pool_internal.h.
+ * include/pool_internal.h. Below pool.c: it counts and decides, and calls
+ * nothing of pool.c's; launching a connection for a waiter, when a slot
+ * frees, is pool.c's (pool_relay_slot_give, pool_promise).
  */
 #include "pool_internal.h"
 
@@ -28,50 +30,12 @@ int srvpool_total(const struct srvpool *sp)
 	return sp->n_idle + sp->n_active + sp->n_opening + sp->n_other + sp->n_relay;
 }
 
-bool pool_relay_slot_take(struct srvpool *sp)
-{
-	int limit = srvpool_limit(sp);
-	if (!srvpool_reserve(sp, limit, true)) {
-		/* Full with pooled connections: an idle one makes room, as
-		 * PgBouncer evicts one for a replication connection. */
-		if (list_empty(&sp->idle))
-			return false;
-		server_close(LIST_OWNER(list_last(&sp->idle), struct server, node), "evicted");
-		if (!srvpool_reserve(sp, limit, true))
-			return false;
-	}
-	sp->n_reserved--;   /* the reservation becomes the relay's slot */
-	sp->n_relay++;
-	srvpool_publish(sp);
-	return true;
-}
-
-void pool_relay_slot_give(struct srvpool *sp)
-{
-	sp->n_relay--;
-	srvpool_publish(sp);
-	/* The slot may be what a queued client waited for. */
-	if (!list_empty(&sp->waiters) && !sp->pool->paused)
-		srvpool_maybe_launch(sp);
-}
-
 void srvpool_publish(const struct srvpool *sp)
 {
 	struct worker *w = sp->pool->w;
 	if (w->shm)
 		shm_conns_set(w->shm, w->id, sp->shm_target,
 			      srvpool_total(sp) + sp->n_reserved + sp->n_promised);
-}
-
-void pool_promise(struct srvpool *sp, int delta)
-{
-	sp->n_promised += delta;
-	if (sp->n_promised < 0)
-		sp->n_promised = 0;
-	srvpool_publish(sp);
-	/* Fewer to come: clients waiting for them may need new ones. */
-	if (delta < 0 && !list_empty(&sp->waiters) && !sp->pool->paused)
-		srvpool_maybe_launch(sp);
 }
 
 /* Connections to this server across every worker: pool sizes hold per

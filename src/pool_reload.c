@@ -214,21 +214,6 @@ static void plan_apply(struct worker *w, const struct config *newcfg, struct rel
  * for any name, before it has authenticated. */
 #define AUTODB_MAX 4096
 
-/* Forget the made database cp of the current snapshot once no pool points
- * at it (pool_free calls this for a pool it frees). */
-void pool_autodb_release(struct worker *w, const struct config_pool *cp, const struct pool *freed)
-{
-	if (!cp->autodb_instance)
-		return;
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		const struct pool *q = LIST_OWNER(pos, struct pool, node);
-		if (q != freed && q->cpool == cp)
-			return;
-	}
-	config_autodb_forget(w->cfg, cp);   /* (no-op for another snapshot's) */
-}
-
 bool pool_add_autodb(struct worker *w, const char *db, const char *user)
 {
 	struct config *cfg = w->cfg;
