@@ -128,4 +128,10 @@ struct client_end {
 	bool no_tx_blocks;
 };
 
+/* Past this many bytes in a server's output the client's bytes wait (the
+ * server reads its client's end again, the resume event, at half of it).
+ * Both sides of the link honour it: the client's pump before it writes,
+ * the server when it resumes. */
+#define LINK_SERVER_OUT_BUDGET (128u * 1024)
+
 #endif

@@ -24,13 +24,9 @@ void link_attach(struct client_end *end, struct server *s);
 /* Untie s from its client, if any: that client's end, or NULL. */
 struct client_end *link_detach(struct server *s);
 
-/* LISTEN/NOTIFY (SPEC §11): a NotificationResponse names the pid pgcat
- * gave the client whose transaction sent it, looked up by the server's
- * backend pid (shm.h). link_attach names the client it links, unless a
- * client that named NOTIFY on the server a moment ago (link_note_notifier)
- * still holds it: its notification may be on its way to the listening
- * connections while the server already serves the next client. */
-/* Requests are looked at for NOTIFY: some pool of the instance listens. */
+/* LISTEN/NOTIFY (SPEC §11): the server's backend pid slot names the client
+ * it serves (link_attach), or the client that named NOTIFY on it a moment
+ * ago (shm.h). Requests are looked at for NOTIFY: some pool listens. */
 bool link_watch_notify(const struct server *s);
 /* end, linked to s, sent a request naming NOTIFY. */
 void link_note_notifier(struct server *s, const struct client_end *end);
@@ -57,9 +53,8 @@ bool link_serving(struct server *s);
 /* s's output buffer, where the client's bytes go (marked for the flush at
  * the end of the loop turn: asked once per batch). */
 struct evbuffer *link_output(struct server *s);
-/* Past this many bytes in s's output the client's bytes wait (s reads its
- * client's end again, the resume event, at half of it). */
-#define LINK_SERVER_OUT_BUDGET (128u * 1024)
+/* (LINK_SERVER_OUT_BUDGET, what s's output holds before the client's bytes
+ * wait, is in client_end.h: the server side honours it too.) */
 /* The transaction on the link: what s owes, its status, SET-undo (txn.h). */
 struct txn *link_txn(struct server *s);
 /* The session settings s has. */

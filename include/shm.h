@@ -118,7 +118,7 @@ struct shm_backend_slot {
 	_Atomic int32_t target;        /* its (pool, user, server) entry: the host it runs on */
 	_Atomic uint32_t client_pid;   /* 0: serving nobody (yet) */
 	/* When a client's request named NOTIFY on it (CLOCK_MONOTONIC ms,
-	 * wrapping): that client keeps the slot a while (link.c). */
+	 * wrapping): that client keeps the slot a while (shm_backend_serves). */
 	_Atomic uint32_t noted_ms;
 };
 
@@ -266,6 +266,19 @@ void shm_worker_reset(struct shm *shm, int worker);
 int shm_backend_claim(struct shm *shm, uint32_t backend_pid, int target);
 static inline struct shm_backend_slot *shm_backend(struct shm *shm, int slot);
 void shm_backend_release(struct shm *shm, int slot);
+/* LISTEN/NOTIFY (SPEC §11): a NotificationResponse names the pid pgcat
+ * gave the client whose transaction sent it, looked up by the server's
+ * backend pid. A slot names the client its server is linked to
+ * (shm_backend_serves, at each link), unless a client that named NOTIFY
+ * there a moment ago (shm_backend_note_notifier) still holds it: its
+ * notification may be on its way to the listening connections while the
+ * server already serves the next client. now_ms: CLOCK_MONOTONIC ms,
+ * wrapping. Slots < 0 are no slot. */
+void shm_backend_serves(struct shm *shm, int slot, uint32_t client_pid, uint32_t now_ms);
+void shm_backend_note_notifier(struct shm *shm, int slot, uint32_t client_pid, uint32_t now_ms);
+/* Requests on the server of this slot are looked at for NOTIFY: it has a
+ * slot and some pool of the instance listens. */
+bool shm_backend_watch_notify(const struct shm *shm, int slot);
 /* The client pid (BackendKeyData's) last served by backend_pid on this
  * host, port and database; 0: not a connection of pgcat's. */
 uint32_t shm_backend_client_pid(struct shm *shm, uint32_t backend_pid, const char *host, int port,

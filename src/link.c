@@ -16,14 +16,10 @@
 #include "server.h"
 #include "shm.h"
 
-/* How long a client that named NOTIFY keeps its server's pid slot: far
- * longer than a notification takes to reach the listening connections
- * (they are idle and the server signals them at commit). */
-#define LINK_NOTIFIER_HOLD_MS 1000u
-
+/* CLOCK_MONOTONIC ms, wrapping: compared by difference (shm.h). */
 static uint32_t now_ms(const struct server *s)
 {
-	return (uint32_t)(s->w->now_us / 1000);   /* wraps; compared by difference */
+	return (uint32_t)(s->w->now_us / 1000);
 }
 
 void link_attach(struct client_end *end, struct server *s)
@@ -35,27 +31,17 @@ void link_attach(struct client_end *end, struct server *s)
 	s->client = end;
 	/* Its notifications name this client from now on (SPEC §11), unless
 	 * a notifier holds the slot (the slot is this worker's). */
-	if (s->pid_slot >= 0) {
-		struct shm_backend_slot *b = shm_backend(s->w->shm, s->pid_slot);
-		uint32_t noted = atomic_load_explicit(&b->noted_ms, memory_order_relaxed);
-		if (noted == 0 || (uint32_t)(now_ms(s) - noted) > LINK_NOTIFIER_HOLD_MS)
-			atomic_store_explicit(&b->client_pid, end->backend_pid, memory_order_relaxed);
-	}
+	shm_backend_serves(s->w->shm, s->pid_slot, end->backend_pid, now_ms(s));
 }
 
 bool link_watch_notify(const struct server *s)
 {
-	return s->pid_slot >= 0 && atomic_load_explicit(&s->w->shm->h->notify_pools, memory_order_relaxed) > 0;
+	return shm_backend_watch_notify(s->w->shm, s->pid_slot);
 }
 
 void link_note_notifier(struct server *s, const struct client_end *end)
 {
-	if (s->pid_slot < 0)
-		return;
-	struct shm_backend_slot *b = shm_backend(s->w->shm, s->pid_slot);
-	uint32_t ms = now_ms(s);
-	atomic_store_explicit(&b->client_pid, end->backend_pid, memory_order_relaxed);
-	atomic_store_explicit(&b->noted_ms, ms ? ms : 1, memory_order_relaxed);
+	shm_backend_note_notifier(s->w->shm, s->pid_slot, end->backend_pid, now_ms(s));
 }
 
 struct client_end *link_detach(struct server *s)

@@ -775,6 +775,35 @@ void shm_backend_release(struct shm *shm, int slot)
 		atomic_store_explicit(&shm_backend(shm, slot)->backend_pid, SHM_BACKEND_GONE, memory_order_release);
 }
 
+/* How long a client that named NOTIFY keeps its server's pid slot: far
+ * longer than a notification takes to reach the listening connections
+ * (they are idle and the server signals them at commit). */
+#define SHM_NOTIFIER_HOLD_MS 1000u
+
+void shm_backend_serves(struct shm *shm, int slot, uint32_t client_pid, uint32_t now_ms)
+{
+	if (slot < 0)
+		return;
+	struct shm_backend_slot *b = shm_backend(shm, slot);
+	uint32_t noted = atomic_load_explicit(&b->noted_ms, memory_order_relaxed);
+	if (noted == 0 || (uint32_t)(now_ms - noted) > SHM_NOTIFIER_HOLD_MS)
+		atomic_store_explicit(&b->client_pid, client_pid, memory_order_relaxed);
+}
+
+void shm_backend_note_notifier(struct shm *shm, int slot, uint32_t client_pid, uint32_t now_ms)
+{
+	if (slot < 0)
+		return;
+	struct shm_backend_slot *b = shm_backend(shm, slot);
+	atomic_store_explicit(&b->client_pid, client_pid, memory_order_relaxed);
+	atomic_store_explicit(&b->noted_ms, now_ms ? now_ms : 1, memory_order_relaxed);
+}
+
+bool shm_backend_watch_notify(const struct shm *shm, int slot)
+{
+	return slot >= 0 && atomic_load_explicit(&shm->h->notify_pools, memory_order_relaxed) > 0;
+}
+
 uint32_t shm_backend_client_pid(struct shm *shm, uint32_t backend_pid, const char *host, int port,
 				const char *database)
 {
