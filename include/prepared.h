@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "prep_server.h"
+
 struct client;
 struct server;
 struct proto_frame;
@@ -249,18 +251,6 @@ enum prep_action {
 enum prep_action prep_client_message(struct client *c, struct server *s, const struct proto_frame *f,
 				     uint32_t *stream_rest);
 
-enum prep_verdict {
-	PREP_PASS,      /* forward */
-	PREP_SWALLOW,   /* drop the message */
-	PREP_REPLACE,   /* send *repl instead (caller frees it with free()) */
-	PREP_PREFIX     /* send a ParseComplete first (pgcat's, owed), then forward */
-};
-/* A server reply while linked (type, and the whole message for E/C when
- * msg is not NULL). */
-enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint8_t *msg, uint32_t total,
-				      uint8_t **repl, uint32_t *repl_len);
-/* Does this reply type need the whole message for prep_server_message? */
-bool prep_server_wants(const struct server *s, uint8_t type);
 
 /* A client that holds no server sends Parses and a Sync (pgbench -M
  * prepared prepares each statement so, blocking its thread while its other
@@ -307,20 +297,6 @@ bool prep_client_adopt(struct client *c, const uint8_t *parse, uint32_t total);
  * statement exist on no server then. The caller answers CloseComplete. */
 void prep_client_close_idle(struct client *c, const uint8_t *m, uint32_t total);
 
-/* The server's session was reset or lost: forget pending matches. */
-void prep_server_reset_pending(struct server *s);
-/* n Syncs of the client's that the server ignored (sent behind the Execute
- * of a COPY FROM STDIN, before after more Syncs of the client's:
- * txn_copy_in): the segments they would have ended are one. */
-void prep_server_syncs_ignored(struct server *s, uint32_t n, uint32_t after);
-/* The server connection ends: release everything. */
-void prep_server_free(struct server *s);
-/* The server ran DISCARD ALL (reset query): it holds nothing now. */
-void prep_server_discarded(struct server *s);
-/* s is linked to an end whose messages are not rewritten (a fan-out's
- * leg, which parses its own unnamed statement): whatever unnamed statement
- * a client left there is not known to be there any more. */
-void prep_server_forget_unnamed(struct server *s);
 void prep_client_free(struct client *c);
 /* -R (client_move.c): the client's statements written to pb (false: pb
  * full), and read back into a client of the new process, in its pool's

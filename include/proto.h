@@ -187,6 +187,8 @@ struct proto_error_fields {
 	const char *message;      /* 'M' */
 };
 bool proto_parse_error(const uint8_t *body, size_t len, struct proto_error_fields *out);
+/* Is this ErrorResponse body a FATAL or PANIC (the connection ends)? */
+bool proto_error_is_fatal(const uint8_t *body, size_t len);
 
 /* ParameterStatus body: two NUL-terminated strings filling the body exactly. */
 bool proto_parse_parameter_status(const uint8_t *body, size_t len, const char **name, const char **value);

@@ -16,6 +16,12 @@
 #include "txn.h"
 #include "types.h"
 
+/* Messages pgcat must read whole are buffered up to this; longer ones are
+ * streamed without being read. */
+#define SERVER_INSPECT_MAX (32u * 1024)
+/* No server message is longer than PostgreSQL's 1 GB field limit plus slack. */
+#define SERVER_MAX_MESSAGE (0x40000000u + 65536u)
+
 enum server_state {
 	SERVER_CONNECTING,   /* TCP connect in progress */
 	SERVER_LOGIN,        /* startup and authentication */

@@ -208,3 +208,12 @@ bool proto_frontend_type_valid(uint8_t type)
 		return false;
 	}
 }
+
+bool proto_error_is_fatal(const uint8_t *body, size_t len)
+{
+	struct proto_error_fields f;
+	if (!proto_parse_error(body, len, &f))
+		return false;
+	const char *sev = f.severity_nl ? f.severity_nl : f.severity;
+	return sev && (strcmp(sev, "FATAL") == 0 || strcmp(sev, "PANIC") == 0);
+}

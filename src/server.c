@@ -1,123 +1,49 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * server: one PostgreSQL server connection. Connects and logs in, then
- * streams the server's messages to the linked client by header, reading
- * only the few it must (ReadyForQuery, ParameterStatus, FATAL errors,
- * CopyInResponse). When its client is gone it brings itself back to a clean
- * idle state (cancel, CopyFail, Sync, ROLLBACK) instead of being closed.
+ * server: one PostgreSQL server connection's state machine. Connects (the
+ * login itself is server_login.c's), then streams the server's messages to
+ * the linked client by header, reading only the few it must (ReadyForQuery,
+ * ParameterStatus, FATAL errors, CopyInResponse). When its client is gone
+ * it brings itself back to a clean idle state (cancel, CopyFail, Sync,
+ * ROLLBACK) instead of being closed. Below it server_conn.c (the object:
+ * made, closed, freed), above it server_use.c (linking it to a client).
  */
-#include "server.h"
-
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
-
-#include "dns.h"
-#include "evbuf.h"
-#include "tls.h"
-#include "prepared.h"
-#include "rotation.h"
-#include "route.h"
-#include "ryw.h"
+#include "server_internal.h"
 
 #include <errno.h>
-#include <stdio.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <netdb.h>
-#include <sys/socket.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
+#include <sys/socket.h>
 #include <unistd.h>
-#include <openssl/crypto.h>
 
 #include "auth.h"
-#include "auth_backend.h"
 #include "client_end.h"
 #include "config.h"
-#include "link.h"
+#include "context.h"
+#include "evbuf.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool_types.h"
+#include "prep_server.h"
 #include "proto.h"
-#include "stats.h"
-#include "context.h"
+#include "rotation.h"
+#include "ryw.h"
+#include "server_login.h"
+#include "tls.h"
 
 /* Stop reading the server once this much waits for a slow client. */
 #define SERVER_OUT_BUDGET LINK_SERVER_OUT_BUDGET   /* (the client side's pump checks it too) */
-/* Messages pgcat must read whole are buffered up to this; longer ones are
- * streamed without being read. */
-#define SERVER_INSPECT_MAX (32u * 1024)
-/* No server message is longer than PostgreSQL's 1 GB field limit plus slack. */
-#define SERVER_MAX_MESSAGE (0x40000000u + 65536u)
 #define SERVER_READ_HIGH_WATER (64u * 1024)
-
-static const char *const state_names[] = {
-	[SERVER_CONNECTING] = "connecting", [SERVER_LOGIN] = "login", [SERVER_IDLE] = "idle",
-	[SERVER_SYNCING] = "syncing", [SERVER_ACTIVE] = "active", [SERVER_WAL_POSITION] = "wal_position",
-	[SERVER_ASKING] = "asking",
-	[SERVER_DRAINING] = "draining",
-	[SERVER_RESETTING] = "resetting", [SERVER_CANCEL_WAIT] = "being_canceled", [SERVER_CLOSED] = "closed",
-};
-
-const char *server_state_name(enum server_state st) { return state_names[st]; }
 
 static void server_read_cb(struct io *io, void *arg);
 static void server_drain_cb(struct io *io, void *arg);
 static void server_event_cb(struct io *io, enum io_event what, int err, void *arg);
 static const struct io_ops server_io_ops = { server_read_cb, server_drain_cb, server_event_cb, SERVER_OUT_BUDGET / 2,
 					      offsetof(struct server, io) };
-
-void server_set_state(struct server *s, enum server_state st)
-{
-	enum server_state old = s->state;
-	if (old == st)
-		return;
-	log_trace("S-%llu: %s -> %s (outstanding %u, tx %c)", (unsigned long long)s->id, server_state_name(old),
-		  server_state_name(st), s->txn.outstanding, s->txn.tx_status);
-	s->state = st;
-	s->state_since_us = s->w->now_us;
-	s->sp->ev->state_changed(s, (int)old);
-}
-
-struct evbuffer *server_output(struct server *s) { return io_out(&s->io); }
-
-bool server_output_full(struct server *s)
-{
-	return io_out_len(&s->io) >= SERVER_OUT_BUDGET;
-}
-
-static void auth_free(struct server *s)
-{
-	if (!s->auth)
-		return;
-	auth_backend_clear(s->auth);   /* a pass-through key, maybe */
-	free(s->auth);
-	s->auth = NULL;
-}
-
-/* A server connection of sp, on no list yet (state CLOSED). */
-static struct server *server_new(struct srvpool *sp)
-{
-	struct worker *w = sp->pool->w;
-	struct server *s = calloc(1, sizeof *s);
-	if (!s)
-		return NULL;
-	s->w = w;
-	s->id = ++w->next_id;
-	s->sp = sp;
-	s->txn.tx_status = 'I';
-	s->pid_slot = -1;
-	params_init(&s->params);
-	list_init(&s->node);
-	s->connect_us = s->state_since_us = w->now_us;
-	s->connect_wall = (int64_t)time(NULL);
-	s->state = SERVER_CLOSED;
-	return s;
-}
 
 struct server *server_connect(struct srvpool *sp)
 {
@@ -158,126 +84,7 @@ struct server *server_adopt(struct srvpool *sp, int fd)
 	return s;
 }
 
-void server_close(struct server *s, const char *why)
-{
-	if (s->state == SERVER_CLOSED)
-		return;
-	struct worker *w = s->w;
-	bool login_failed = s->state == SERVER_CONNECTING || s->state == SERVER_LOGIN;
-	struct client_end *c = s->client;
-	enum server_state old = s->state;
-	if (why)
-		log_info("S-%llu %s:%d: closing because: %s (%s, age=%llus)", (unsigned long long)s->id, s->sp->host,
-			 s->sp->port, why, server_state_name(old),
-			 (unsigned long long)((w->now_us - s->connect_us) / 1000000));
-	/* A polite Terminate when the connection is healthy and idle (and
-	 * not handed to the process that took over: it goes on there). */
-	if (old == SERVER_IDLE && !s->io.closed && !s->moved) {
-		evbuf_add_bodyless(io_out(&s->io), PqMsg_Terminate);
-		io_flush(&s->io);
-	}
-	prep_server_free(s);
-	s->prep_on = false;
-	shm_backend_release(w->shm, s->pid_slot);
-	s->pid_slot = -1;
-	cancel_requests_forget(&w->cancel_requests, s);
-	s->cancels_in_flight = 0;
-	io_close(&s->io);
-	s->sp->ev->closed(s, login_failed);
-	s->state = SERVER_CLOSED;
-	auth_free(s);
-	list_add_tail(&w->dead_servers, &s->node);
-	worker_schedule_reap(w);
-	if (c && old == SERVER_WAL_POSITION) {
-		/* The client's transaction was over and answered: only its
-		 * position is not known (read_your_writes). */
-		c->ev->wal_position(c, s, s->sp->shard, false, 0, true);
-		return;
-	}
-	if (c && old == SERVER_SYNCING && (s->health_check || s->replay_check == SERVER_REPLAY_ASKED)) {
-		/* Nothing of the client's reached this server: it goes elsewhere. */
-		c->ev->lost(c, s, true, "08006", why ? why : "health check failed");
-		return;
-	}
-	if (c) {
-		/* Its transaction is gone with it, and its SETs with it. */
-		if (s->txn.set_pending)
-			params_copy(c->params, &s->txn.set_undo_client);
-		const char *code = s->have_error ? s->error_sqlstate : "08006";
-		const char *msg = s->have_error ? s->error_message : "server connection lost";
-		c->ev->lost(c, s, false, code, msg);
-	}
-}
-
-/* server_fast_close's moment: in session mode, linked, between the
- * client's transactions (nothing owed, nothing open). */
-static bool fast_close_due(const struct server *s)
-{
-	return s->close_when_idle && s->w->cfg->general.server_fast_close && s->client && s->client->ev->ended &&
-	       s->state == SERVER_ACTIVE && !pool_mode_per_transaction(s->sp->pool->mode) &&
-	       s->txn.outstanding == 0 && !s->txn.ext_pending && s->txn.tx_status == 'I';
-}
-
-/* The client's session ends with its server (PgBouncer's words). */
-static void fast_close(struct server *s)
-{
-	static const char why[] = "database configuration changed";
-	s->client->ev->ended(s->client, s, "08P01", why, true);
-	server_close(s, why);
-}
-
-void server_close_when_idle(struct server *s)
-{
-	s->close_when_idle = true;
-	if (fast_close_due(s))
-		fast_close(s);
-}
-
-void server_free(struct server *s)
-{
-	params_clear(&s->params);
-	params_clear(&s->txn.set_undo_client);
-	params_clear(&s->txn.set_undo_server);
-	auth_free(s);
-	free(s);
-}
-
-/* ---- login ---- */
-
-static void send_startup(struct server *s)
-{
-	uint8_t storage[1024];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_begin(&pb, 0);
-	/* 3.2 (cancel keys as long as the server likes); PostgreSQL 13 to 17
-	 * answer with a NegotiateProtocolVersion down to 3.0. */
-	pktbuf_put_u32(&pb, PG_PROTOCOL_3_2);
-	s->protocol = PG_PROTOCOL_3_2;
-	pktbuf_put_cstring(&pb, "user");
-	pktbuf_put_cstring(&pb, auth_server_user(s->sp->pool));
-	pktbuf_put_cstring(&pb, "database");
-	pktbuf_put_cstring(&pb, s->sp->database);
-	/* The pool's own startup parameters (PgBouncer's per-database
-	 * client_encoding, datestyle, timezone, application_name): the
-	 * server's values for clients that set none of their own. */
-	const struct config_pool *cp = s->sp->pool->cpool;
-	const char *const names[] = { "client_encoding", "datestyle", "timezone", "application_name" };
-	const char *const values[] = { cp->client_encoding, cp->datestyle, cp->timezone, cp->application_name };
-	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-		if (values[i] != NULL) {
-			pktbuf_put_cstring(&pb, names[i]);
-			pktbuf_put_cstring(&pb, values[i]);
-		}
-	}
-	pktbuf_put_u8(&pb, 0);
-	pktbuf_end(&pb);
-	if (pb.failed) {
-		server_close(s, "startup packet too long");
-		return;
-	}
-	evbuffer_add(io_out(&s->io), pb.data, pb.len);
-}
+/* ---- login (server_login.c reads it; here what follows from it) ---- */
 
 /* The login failed: pgcat's reason, or the server's own error (FATAL
  * during a login) when refused is set. */
@@ -304,465 +111,42 @@ static void login_fail(struct server *s, const char *msg)
 	login_failed(s, msg, false);
 }
 
-/* What auth_backend made of an 'R' (or of a finished key derivation):
- * send it, or fail the login. false when the connection was closed. */
-static bool auth_answered(struct server *s, enum auth_backend_result r, struct pktbuf *pb, const char *error)
-{
-	if (r == AUTH_BACKEND_CONTINUE && pb->len > 0)
-		evbuffer_add(io_out(&s->io), pb->data, pb->len);
-	OPENSSL_cleanse(pb->data, pb->cap);   /* a cleartext password, maybe */
-	switch (r) {
-	case AUTH_BACKEND_DONE:
-		auth_free(s);
-		return true;
-	case AUTH_BACKEND_CONTINUE:
-	case AUTH_BACKEND_PENDING:   /* (process_login waits for auth_derived) */
-		return true;
-	case AUTH_BACKEND_FAILED:
-		break;
-	}
-	if (s->auth && s->auth->wrong_secret && !s->have_error) {
-		/* No secret the server's method can use: every login would fail
-		 * alike, so the clients waiting are told now (28000 fails them,
-		 * pool.c), in PgBouncer's words on a pgbouncer.ini. */
-		s->have_error = true;
-		snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "28000");
-		snprintf(s->error_message, sizeof s->error_message, "%s",
-			 s->w->cfg->pgbouncer ? "server login failed: wrong password type" : error);
-		log_warning("S-%llu %s:%d: %s", (unsigned long long)s->id, s->sp->host, s->sp->port, error);
-		login_fail(s, s->error_message);
-		return false;
-	}
-	login_fail(s, error);
-	return false;
-}
-
 /* The SCRAM key the server's challenge needed is derived (kdf.c, off the
  * loop): answer, then go on with what the server sent meanwhile. */
 static void auth_derived(void *arg)
 {
 	struct server *s = arg;
 	worker_update_clock(s->w);
-	uint8_t storage[AUTH_BACKEND_MAX_MESSAGE];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	const char *error;
-	enum auth_backend_result r = auth_backend_resume(s->auth, &pb, &error);
-	if (auth_answered(s, r, &pb, error))
+	struct server_login_failure fail;
+	if (server_login_derived(s, &fail))
 		server_process(s);
-}
-
-/* One 'R' message during login; false when the connection was closed. */
-static bool handle_auth_request(struct server *s, const uint8_t *body, size_t len)
-{
-	/* Kept from the SASL request to its last step; allocated here, on the
-	 * first request, to keep idle servers small. */
-	if (!s->auth) {
-		if (!(s->auth = calloc(1, sizeof *s->auth))) {
-			login_fail(s, "out of memory");
-			return false;
-		}
-		auth_backend_init(s->auth, s->w->kdf, auth_derived, s);
-	}
-	struct pool *pool = s->sp->pool;
-	bool have_key = pool->have_scram && pool->have_passthrough_key;
-	const struct auth_backend_secret sec = {
-		.user = auth_server_user(pool),
-		.password = auth_server_password(pool),
-		.passthrough_client_key = have_key ? pool->passthrough_client_key : NULL,
-		.passthrough_server_key = have_key ? pool->scram.server_key : NULL,
-	};
-	uint8_t storage[AUTH_BACKEND_MAX_MESSAGE];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	const char *error;
-	enum auth_backend_result r = auth_backend_answer(s->auth, &sec, body, len, &pb, &error);
-	return auth_answered(s, r, &pb, error);
-}
-
-static void note_error(struct server *s, const uint8_t *body, size_t len)
-{
-	struct proto_error_fields f;
-	if (!proto_parse_error(body, len, &f))
-		return;
-	s->have_error = true;
-	snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "%s", f.sqlstate ? f.sqlstate : "08006");
-	snprintf(s->error_message, sizeof s->error_message, "%s", f.message ? f.message : "server error");
-}
-
-static bool error_is_fatal(const uint8_t *body, size_t len)
-{
-	struct proto_error_fields f;
-	if (!proto_parse_error(body, len, &f))
-		return false;
-	const char *sev = f.severity_nl ? f.severity_nl : f.severity;
-	return sev && (strcmp(sev, "FATAL") == 0 || strcmp(sev, "PANIC") == 0);
-}
-
-/* Copy a whole message (header included) out of in, if it is all there. */
-static bool take_whole(struct evbuffer *in, uint32_t total, uint8_t *buf)
-{
-	if (evbuffer_get_length(in) < total)
-		return false;
-	evbuffer_remove(in, buf, total);
-	return true;
-}
-
-static void start_server_tls(struct server *s, bool direct);
-
-/* The server's one-byte answer to pgcat's SSLRequest. Returns true when
- * the login goes on in this call (in clear, after 'N'). */
-static bool handle_ssl_answer(struct server *s)
-{
-	struct evbuffer *in = s->io.in;
-	uint8_t b;
-	if (evbuffer_copyout(in, &b, 1) < 1)
-		return false;
-	evbuffer_drain(in, 1);
-	enum tls_mode mode = s->w->cfg->general.server_tls_sslmode;
-	if (b == 'N') {
-		if (mode >= TLS_MODE_REQUIRE) {
-			login_fail(s, "the server does not support TLS, and server_tls_sslmode requires it");
-			return false;
-		}
-		s->tls_phase = SERVER_TLS_NONE;
-		send_startup(s);
-		return true;
-	}
-	if (b != 'S') {
-		login_fail(s, "the server answered the SSL request with something else than S or N");
-		return false;
-	}
-	/* Bytes after 'S' would be taken as if encrypted (CVE-2021-23222). */
-	if (evbuffer_get_length(in) > 0) {
-		login_fail(s, "the server sent unencrypted data after accepting TLS");
-		return false;
-	}
-	start_server_tls(s, false);
-	return false;
-}
-
-/* The handshake, after the server's 'S' or (server_tls_negotiation =
- * direct) at once on the new connection. Its end comes as IO_TLS_READY. */
-static void start_server_tls(struct server *s, bool direct)
-{
-	enum tls_mode mode = s->w->cfg->general.server_tls_sslmode;
-	SSL *ssl = SSL_new(s->w->tls.for_servers);
-	/* ALPN "postgresql", as libpq 17 offers it: PostgreSQL 17 requires
-	 * it on a direct handshake, and earlier servers ignore it. */
-	if (!ssl || !tls_offer_alpn(ssl)) {
-		SSL_free(ssl);
-		login_fail(s, "cannot start TLS (out of memory)");
-		return;
-	}
-	SSL_set_connect_state(ssl);
-	if (direct)
-		tls_mark_direct(ssl);   /* checked when the handshake is done */
-	struct sockaddr_storage ss;
-	socklen_t sl;
-	bool literal = dns_literal(s->sp->host, s->sp->port, &ss, &sl);
-	if (!literal)
-		(void)SSL_set_tlsext_host_name(ssl, s->sp->host);
-	if (mode == TLS_MODE_VERIFY_FULL) {
-		/* The certificate must name the host as configured. */
-		int ok = literal ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), s->sp->host)
-				 : SSL_set1_host(ssl, s->sp->host);
-		if (ok != 1) {
-			SSL_free(ssl);
-			login_fail(s, "cannot set the host name to verify");
-			return;
-		}
-	}
-	s->tls_phase = SERVER_TLS_HANDSHAKE;
-	io_start_tls(&s->io, ssl);
-}
-
-/* The pool's connect_query (SPEC §2), once, at the end of the login: true
- * when it went out and its answer is awaited before the server is ready. */
-static bool send_connect_query(struct server *s)
-{
-	const char *q = s->sp->pool->cpool ? s->sp->pool->cpool->connect_query : NULL;
-	if (q == NULL || q[0] == '\0')
-		return false;
-	size_t n = strlen(q);
-	if (n > UINT32_MAX - 64) {
-		login_fail(s, "connect_query is too long");
-		return true;
-	}
-	uint8_t hdr[5] = { PqMsg_Query };
-	proto_put_u32(hdr + 1, (uint32_t)(4 + n + 1));
-	struct evbuffer *out = io_out(&s->io);
-	evbuffer_add(out, hdr, sizeof hdr);
-	evbuffer_add(out, q, n + 1);
-	s->connect_query_sent = true;
-	log_debug("S-%llu %s:%d: running connect_query", (unsigned long long)s->id, s->sp->host, s->sp->port);
-	return true;
-}
-
-/* While connect_query runs: its rows, row descriptions, command tags and
- * notices are dropped, whatever their size (its result is discarded). 1:
- * one such message dropped; 0: not one of those (the login's own
- * handling follows); -1: wait for more input, or the connection is gone. */
-static int skip_connect_query_reply(struct server *s, struct evbuffer *in, const uint8_t *hdr)
-{
-	struct proto_frame f;
-	if (proto_frame_header(hdr, 5, SERVER_MAX_MESSAGE, &f) != PROTO_FRAME_OK) {
-		login_fail(s, "server sent an invalid message during connect_query");
-		return -1;
-	}
-	switch (f.type) {
-	case PqMsg_RowDescription:
-	case PqMsg_DataRow:
-	case PqMsg_CommandComplete:
-	case PqMsg_EmptyQueryResponse:
-	case PqMsg_NoticeResponse:
-	case PqMsg_NotificationResponse:
-		break;
-	case PqMsg_CopyInResponse:
-	case PqMsg_CopyOutResponse:
-	case PqMsg_CopyBothResponse:
-		login_fail(s, "connect_query must not run COPY");
-		return -1;
-	default:
-		return 0;
-	}
-	if (evbuffer_get_length(in) < (size_t)f.len + 1)
-		return -1;
-	evbuffer_drain(in, (size_t)f.len + 1);
-	return 1;
+	else
+		login_failed(s, fail.why, fail.refused);
 }
 
 static void process_login(struct server *s)
 {
-	struct evbuffer *in = s->io.in;
-	uint8_t buf[SERVER_INSPECT_MAX];
-	if (s->tls_phase == SERVER_TLS_WAIT_ANSWER && !handle_ssl_answer(s))
+	struct server_login_failure fail;
+	switch (server_login_read(s, auth_derived, &fail)) {
+	case SERVER_LOGIN_WAIT:
 		return;
-	if (s->tls_phase == SERVER_TLS_HANDSHAKE)
+	case SERVER_LOGIN_READY:
+		s->sp->ev->ready(s);
 		return;
-	while (s->state == SERVER_LOGIN) {
-		/* Nothing more is read until the SCRAM key is there (auth_derived). */
-		if (s->auth && auth_backend_pending(s->auth))
-			return;
-		uint8_t hdr[5];
-		if (evbuffer_copyout(in, hdr, 5) < 5)
-			return;
-		struct proto_frame f;
-		if (s->connect_query_sent) {
-			int r = skip_connect_query_reply(s, in, hdr);
-			if (r < 0)
-				return;
-			if (r > 0)
-				continue;
-		}
-		if (proto_frame_header(hdr, 5, SERVER_INSPECT_MAX - 1, &f) != PROTO_FRAME_OK) {
-			login_fail(s, "server sent an invalid message during login");
-			return;
-		}
-		if (!take_whole(in, f.len + 1, buf))
-			return;
-		const uint8_t *body = buf + 5;
-		size_t blen = f.len - 4;
-		switch (f.type) {
-		case PqMsg_AuthenticationRequest:
-			if (!handle_auth_request(s, body, blen))
-				return;
-			break;
-		case PqMsg_ParameterStatus: {
-			const char *name, *value;
-			if (proto_parse_parameter_status(body, blen, &name, &value))
-				(void)params_set(&s->params, name, value, false);
-			break;
-		}
-		case PqMsg_BackendKeyData:
-			/* pid, then the key: 4 bytes in 3.0, up to 256 in 3.2. A
-			 * key of another length leaves the connection without a
-			 * key (its queries cannot be cancelled), as before. */
-			if (blen >= 4 + PROTO_CANCEL_KEY_MIN && blen <= 4 + PROTO_CANCEL_KEY_MAX &&
-			    (s->protocol >= PG_PROTOCOL_3_2 || blen == 8)) {
-				_Static_assert(sizeof s->backend_key == PROTO_CANCEL_KEY_MAX, "room for any key");
-				s->backend_pid = proto_get_u32(body);
-				if (s->pid_slot < 0)
-					s->pid_slot = shm_backend_claim(s->w->shm, s->backend_pid, s->sp->shm_target);
-				s->backend_key_len = (uint16_t)(blen - 4);
-				memcpy(s->backend_key, body + 4, blen - 4);
-			}
-			break;
-		case PqMsg_NegotiateProtocolVersion: {
-			/* We asked for 3.2 and no protocol options: a server that
-			 * speaks less says which 3.x it will use. */
-			uint32_t version, n_unknown;
-			if (!proto_parse_negotiate(body, blen, &version, &n_unknown) ||
-			    PG_PROTOCOL_MAJOR(version) != 3 || version > s->protocol) {
-				login_fail(s, "server sent an invalid NegotiateProtocolVersion");
-				return;
-			}
-			s->protocol = version;
-			log_debug("S-%llu %s:%d: server speaks protocol 3.%u", (unsigned long long)s->id, s->sp->host,
-				  s->sp->port, PG_PROTOCOL_MINOR(version));
-			break;
-		}
-		case PqMsg_ErrorResponse: {
-			note_error(s, body, blen);
-			if (s->connect_query_sent) {
-				/* The client sees it as a failed login, saying why. */
-				char msg[sizeof s->error_message];
-				snprintf(msg, sizeof msg, "%s", s->error_message);
-				static const char pfx[] = "connect_query failed: ";
-				size_t room = sizeof s->error_message - (sizeof pfx - 1);
-				memcpy(s->error_message, pfx, sizeof pfx - 1);
-				snprintf(s->error_message + sizeof pfx - 1, room, "%.*s", (int)(room - 1), msg);
-			}
-			login_failed(s, s->error_message, !s->connect_query_sent);
-			return;
-		}
-		case PqMsg_ReadyForQuery:
-			if (!s->connect_query_sent && send_connect_query(s))
-				break;
-			s->txn.tx_status = blen >= 1 ? (char)body[0] : 'I';
-			auth_free(s);
-			log_debug("S-%llu %s:%d: login done (backend pid %u, protocol 3.%u, key of %u bytes)",
-				  (unsigned long long)s->id, s->sp->host, s->sp->port, s->backend_pid,
-				  PG_PROTOCOL_MINOR(s->protocol), (unsigned)s->backend_key_len);
-			s->sp->ev->ready(s);
-			return;
-		case PqMsg_NoticeResponse:
-			break;
-		default:
-			login_fail(s, "server sent an unexpected message during login");
-			return;
-		}
+	case SERVER_LOGIN_FAILED:
+		login_failed(s, fail.why, fail.refused);
+		return;
 	}
+}
+
+static void login_start(struct server *s)
+{
+	const char *why = server_login_start(s);
+	if (why)
+		login_fail(s, why);
 }
 
 /* ---- linking, syncing, draining, resetting ---- */
-
-/* What a server keeps of the end it serves from now on. */
-static void take_end(struct server *s)
-{
-	struct client_end *c = s->client;
-	s->txn.sent_to_client = false;
-	s->txn.req_msgs = 0;
-	s->txn.req_data = false;
-	s->txn.skip_msgs = c->retry_skip;
-	s->prep_on = c->prep_on;
-	if (!c->prep_on && s->prep)
-		prep_server_forget_unnamed(s);
-}
-
-/* One of pgcat's own simple Queries went to the server: it owes a
- * ReadyForQuery, and the server's unnamed statement is gone (PostgreSQL
- * drops it at any simple Query), whoever's it was. */
-static void own_query_sent(struct server *s)
-{
-	txn_sent(&s->txn, PqMsg_Query);
-	prep_server_forget_unnamed(s);
-}
-
-void server_relink(struct server *s)
-{
-	take_end(s);
-}
-
-void server_link(struct server *s)
-{
-	char *sql = NULL;   /* the SETs, of any length (params.h bounds them) */
-	struct client_end *c = s->client;
-	take_end(s);
-	/* -R: an idle server held still for the move (server_move.c) that a
-	 * client here took after all: it is read again. */
-	if (io_suspended(&s->io))
-		io_suspend(&s->io, false);
-	/* Nothing of a previous client may still be awaited. */
-	if (s->prep && (s->prep->seg_sent != s->prep->seg_recv || s->prep->parses.len || s->prep->closes.len))
-		prep_server_reset_pending(s);
-	int n = params_same(c->params, &s->params) ? 0 : params_build_sync(c->params, &s->params, &sql);
-	if (n < 0) {
-		/* Without its settings the client would run with another's. */
-		server_close(s, "out of memory");
-		return;
-	}
-	/* Unused for healthcheck_delay: checked before the client's first byte
-	 * goes there (healthcheck_query, after the SETs if any). */
-	const struct config_general *g = &s->w->cfg->general;
-	bool idle_long = g->healthcheck_delay >= 0 && s->last_used_us &&
-			 s->w->now_us - s->last_used_us > (uint64_t)g->healthcheck_delay * 1000;
-	/* Where roles matter, the check also asks the server what it is (SPEC
-	 * §4 role checks), and a new connection is checked at its first use;
-	 * elsewhere healthcheck_query, when idle long. (Replica lag is the lag
-	 * monitor's, lagmon.c.) */
-	bool ask = (idle_long || !s->checked) && rotation_wants_role_check(s->sp);
-	s->health_check = idle_long || (ask && !s->checked);
-	s->role_check = s->health_check && ask;
-	s->checked = true;
-	const char *check = !s->health_check ? NULL : ask ? "SELECT pg_is_in_recovery()" : g->healthcheck_query;
-	bool syncing = false;
-	s->sync_refused = false;
-	if (n > 0 || check) {
-		if (n > 0)
-			log_trace("S-%llu: sync parameters: %s", (unsigned long long)s->id, sql);
-		(void)evbuf_add_query(io_out(&s->io), n > 0 ? sql : "", check ? check : "");
-		own_query_sent(s);
-		syncing = true;
-	}
-	free(sql);
-	if (c->begin) {
-		/* sharding: the BEGIN pgcat answered (route.c), replies absorbed */
-		uint8_t storage[512];
-		struct pktbuf pb;
-		pktbuf_init(&pb, storage, sizeof storage);
-		pktbuf_query(&pb, c->begin);
-		if (!pb.failed) {
-			evbuffer_add(io_out(&s->io), pb.data, pb.len);
-			own_query_sent(s);
-			/* The client's transaction starts here on this server (its
-			 * own first message finds it open: xact_time and
-			 * transaction_timeout count from now, not from the last). */
-			s->txn.xact_start_us = s->w->now_us;
-			syncing = true;
-		}
-	}
-	/* read_your_writes: a replica whose figures are too old is asked
-	 * whether it replayed the client's position, in a query of its own
-	 * (two columns: not the health check's row). Not with a held BEGIN,
-	 * which would have to be undone (route.c asks for none then). */
-	s->replay_check = SERVER_REPLAY_NOT_ASKED;
-	if (c->check_replayed && c->ev->behind && !c->begin) {
-		char q[128];
-		snprintf(q, sizeof q, "SELECT pg_last_wal_replay_lsn() >= '%X/%X'::pg_lsn, 'replayed'",
-			 (unsigned)(c->check_replayed >> 32), (unsigned)(c->check_replayed & 0xffffffffu));
-		uint8_t storage[160];
-		struct pktbuf pb;
-		pktbuf_init(&pb, storage, sizeof storage);
-		pktbuf_query(&pb, q);
-		if (!pb.failed) {
-			evbuffer_add(io_out(&s->io), pb.data, pb.len);
-			own_query_sent(s);
-			s->replay_check = SERVER_REPLAY_ASKED;
-			syncing = true;
-		}
-	}
-	if (syncing) {
-		server_set_state(s, SERVER_SYNCING);
-		return;
-	}
-	server_set_state(s, SERVER_ACTIVE);
-	c->ev->ready(c, false);
-}
-
-static void send_simple_query(struct server *s, const char *sql)
-{
-	uint8_t storage[4096];
-	struct pktbuf pb;
-	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_query(&pb, sql);
-	if (pb.failed) {
-		server_close(s, "query too long");
-		return;
-	}
-	evbuffer_add(io_out(&s->io), pb.data, pb.len);
-	own_query_sent(s);
-}
 
 static void drain_begin(struct server *s, bool cancel);
 
@@ -774,7 +158,7 @@ static void drain_step(struct server *s)
 	if (s->txn.outstanding > 0)
 		return;
 	if (s->txn.tx_status != 'I') {
-		send_simple_query(s, "ROLLBACK");
+		server_send_query(s, "ROLLBACK");
 		return;
 	}
 	if (s->sp->pool->mode == POOL_MODE_SESSION) {
@@ -875,22 +259,7 @@ void server_reset(struct server *s)
 	/* DISCARD ALL (the usual reset) drops every prepared statement. */
 	if (strncasecmp(q, "discard all", 11) == 0 || strstr(q, "DISCARD ALL") || strstr(q, "discard all"))
 		prep_server_discarded(s);
-	send_simple_query(s, q);
-}
-
-void server_reset_untracked(struct server *s)
-{
-	const struct pool *p = s->sp->pool;
-	if (p->cpool && p->cpool->connect_query && p->cpool->connect_query[0]) {
-		server_close(s, "session state pgcat does not follow, and a connect_query a reset would undo");
-		return;
-	}
-	log_debug("S-%llu: reset: the session took a change pgcat does not follow", (unsigned long long)s->id);
-	server_set_state(s, SERVER_RESETTING);
-	s->prep_on = false;
-	s->reset_untracked = true;
-	/* RESET ALL leaves the role and the session user as they are */
-	send_simple_query(s, "RESET SESSION AUTHORIZATION; RESET ALL");
+	server_send_query(s, q);
 }
 
 /* The client's settings were refused (sync_refused set): the SETs ran as
@@ -907,26 +276,6 @@ static void sync_refused(struct server *s, struct client_end *c)
 	if (s->state == SERVER_CLOSED || s->client)
 		return;
 	server_drain(s);
-}
-
-/* PostgreSQL answered (closed) one of the CancelRequests of s, or it timed
- * out (cancel_send). */
-static void server_cancel_done(void *arg)
-{
-	struct server *s = arg;
-	if (s->cancels_in_flight > 0)
-		s->cancels_in_flight--;
-	if (s->cancels_in_flight == 0 && s->state == SERVER_CANCEL_WAIT)
-		s->sp->ev->clean(s);
-}
-
-void server_send_cancel(struct server *s)
-{
-	if (!s->backend_pid || !s->backend_key_len)
-		return;
-	if (cancel_send(&s->w->cancel_requests, (struct sockaddr *)&s->sp->addr, s->sp->addrlen, s->backend_pid,
-			s->backend_key, s->backend_key_len, server_cancel_done, s))
-		s->cancels_in_flight++;
 }
 
 static bool reset_query_clears_all(const char *q)
@@ -951,7 +300,7 @@ static void wal_ask(struct server *s)
 	s->wal_known = false;
 	s->wal_lsn = 0;
 	server_set_state(s, SERVER_WAL_POSITION);
-	send_simple_query(s, RYW_POSITION_QUERY);
+	server_send_query(s, RYW_POSITION_QUERY);
 }
 
 /* Its one row: one text column, "X/Y". Anything else: not known. */
@@ -975,52 +324,6 @@ static void wal_done(struct server *s)
 	if (c)
 		c->ev->wal_position(c, s, s->sp->shard, s->wal_known, s->wal_lsn, false);
 	s->sp->ev->release(s);
-}
-
-/* Sharding: an INSERT without a column list, inside the client's
- * transaction on this server, between its requests (route.c's guard): the
- * place of the table's sharding column, asked of this very server, as the
- * transaction sees the table. Through the extended protocol with a named
- * statement and portal of pgcat's own (the client's unnamed ones stay) and
- * a Sync, which inside the transaction block ends nothing of the
- * client's; a question that cannot fail (an unknown table or column gives
- * no row, not an error). */
-bool server_ask_placement(struct server *s, uint8_t table, const char *sql)
-{
-	if (s->state != SERVER_ACTIVE || s->txn.outstanding || s->txn.ext_pending || s->txn.tx_status != 'T')
-		return false;
-	static const char name[] = "pgcat_placement";
-	size_t sl = strlen(sql);
-	struct evbuffer *out = io_out(&s->io);
-	uint8_t h[5] = { PqMsg_Parse };
-	proto_put_u32(h + 1, (uint32_t)(4 + sizeof name + sl + 1 + 2));
-	static const uint8_t no_types[2] = { 0, 0 };
-	if (evbuffer_add(out, h, 5) || evbuffer_add(out, name, sizeof name) || evbuffer_add(out, sql, sl + 1) ||
-	    evbuffer_add(out, no_types, 2))
-		return false;
-	/* Bind: portal, statement, no formats, no parameters, no result formats */
-	uint8_t b[5 + 2 * sizeof name + 6] = { PqMsg_Bind };
-	proto_put_u32(b + 1, (uint32_t)(sizeof b - 1));
-	memcpy(b + 5, name, sizeof name);
-	memcpy(b + 5 + sizeof name, name, sizeof name);
-	memset(b + 5 + 2 * sizeof name, 0, 6);
-	uint8_t e[5 + sizeof name + 4] = { PqMsg_Execute };
-	proto_put_u32(e + 1, (uint32_t)(sizeof e - 1));
-	memcpy(e + 5, name, sizeof name);
-	memset(e + 5 + sizeof name, 0, 4);
-	uint8_t cl[5 + 1 + sizeof name] = { PqMsg_Close };
-	proto_put_u32(cl + 1, (uint32_t)(sizeof cl - 1));
-	cl[5] = 'S';   /* its portal closes with it */
-	memcpy(cl + 6, name, sizeof name);
-	if (evbuffer_add(out, b, sizeof b) || evbuffer_add(out, e, sizeof e) || evbuffer_add(out, cl, sizeof cl) ||
-	    evbuf_add_bodyless(out, PqMsg_Sync))
-		return false;
-	txn_sent(&s->txn, PqMsg_Parse);
-	txn_sent(&s->txn, PqMsg_Sync);
-	s->txn.placement = TXN_PLACEMENT_ASKED;
-	s->txn.placed_table = table;
-	server_set_state(s, SERVER_ASKING);
-	return true;
 }
 
 /* Its one row: the number of live columns before the sharding column. */
@@ -1091,19 +394,6 @@ static void replay_behind(struct server *s, struct client_end *c)
 	s->sp->ev->clean(s);
 }
 
-/* A reply nobody asked for (SPEC §10): passed on, it would answer a later
- * request, this client's or the next one's, and shift every answer after
- * it. The server is closed instead; the client it serves gets pgcat's
- * error, nobody gets the reply. */
-static void close_unasked(struct server *s, uint8_t type)
-{
-	s->have_error = true;
-	snprintf(s->error_sqlstate, sizeof s->error_sqlstate, "08P01");
-	snprintf(s->error_message, sizeof s->error_message,
-		 "server sent a reply nobody asked for (message type '%c')", type);
-	server_close(s, s->error_message);
-}
-
 /* What the bytes buffered behind the first off bytes of in are, once the
  * server owes nothing. */
 enum behind {
@@ -1141,7 +431,7 @@ static enum behind look_behind(struct evbuffer *in, size_t off)
 			if (total > SERVER_INSPECT_MAX)
 				return BEHIND_UNASKED;
 			const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)(off + total));
-			return m && error_is_fatal(m + off + 5, len - 4) ? BEHIND_FATAL : BEHIND_UNASKED;
+			return m && proto_error_is_fatal(m + off + 5, len - 4) ? BEHIND_FATAL : BEHIND_UNASKED;
 		}
 		off += total;
 	}
@@ -1158,7 +448,7 @@ static bool settle_behind(struct server *s, struct evbuffer *in, size_t off)
 	case BEHIND_NOTHING:
 		return true;
 	case BEHIND_UNASKED:
-		close_unasked(s, PqMsg_ReadyForQuery);
+		server_close_unasked(s, PqMsg_ReadyForQuery);
 		return false;
 	case BEHIND_FATAL:
 		log_info("S-%llu: the server ends its session right after its last answer: not handed on",
@@ -1199,7 +489,7 @@ static void process_unlinked(struct server *s)
 		uint32_t total = f.len + 1;
 		/* (an ErrorResponse is judged below, once its severity is known) */
 		if (f.type != PqMsg_ErrorResponse && txn_unasked(&s->txn, f.type)) {
-			close_unasked(s, f.type);
+			server_close_unasked(s, f.type);
 			return;
 		}
 		bool need_body = f.type == PqMsg_ParameterStatus || f.type == PqMsg_ErrorResponse ||
@@ -1207,7 +497,7 @@ static void process_unlinked(struct server *s)
 				  (s->health_check || s->replay_check == SERVER_REPLAY_ASKED)) ||
 				 (f.type == PqMsg_DataRow && (st == SERVER_WAL_POSITION || st == SERVER_ASKING));
 		if (need_body && total <= SERVER_INSPECT_MAX) {
-			if (!take_whole(in, total, buf))
+			if (!evbuf_take_whole(in, total, buf))
 				return;
 		} else if (f.type == PqMsg_ReadyForQuery) {
 			if (have < 6)
@@ -1311,13 +601,13 @@ static void process_unlinked(struct server *s)
 			break;
 		}
 		case PqMsg_ErrorResponse:
-			if (total <= SERVER_INSPECT_MAX && error_is_fatal(body, blen)) {
-				note_error(s, body, blen);
+			if (total <= SERVER_INSPECT_MAX && proto_error_is_fatal(body, blen)) {
+				server_login_note_error(s, body, blen);
 				server_close(s, s->error_message);
 				return;
 			}
 			if (txn_unasked(&s->txn, f.type)) {
-				close_unasked(s, f.type);
+				server_close_unasked(s, f.type);
 				return;
 			}
 			if (st == SERVER_RESETTING && s->reset_untracked) {
@@ -1616,10 +906,8 @@ static enum pump_step ready_for_query(struct server *s, struct client_end *c, st
 		s->sp->ev->release(s);
 		return PUMP_STOP;
 	}
-	if (fast_close_due(s)) {
-		fast_close(s);
+	if (server_fast_close_if_due(s))
 		return PUMP_STOP;
-	}
 	return PUMP_NEXT;
 }
 
@@ -1654,7 +942,7 @@ static enum pump_step inspect_reply(struct server *s, struct client_end *c, stru
 	case PqMsg_ParameterStatus:
 		if (total > SERVER_INSPECT_MAX)
 			return PUMP_ON;
-		if (!take_whole(in, total, buf))
+		if (!evbuf_take_whole(in, total, buf))
 			return PUMP_STOP;
 		const char *name, *value;
 		if (proto_parse_parameter_status(buf + 5, f->len - 4, &name, &value)) {
@@ -1669,12 +957,12 @@ static enum pump_step inspect_reply(struct server *s, struct client_end *c, stru
 		s->txn.set_cycle_error = true;
 		if (total > SERVER_INSPECT_MAX)
 			return PUMP_ON;
-		if (!take_whole(in, total, buf))
+		if (!evbuf_take_whole(in, total, buf))
 			return PUMP_STOP;
-		if (error_is_fatal(buf + 5, f->len - 4)) {
+		if (proto_error_is_fatal(buf + 5, f->len - 4)) {
 			/* The server is about to close: the client gets this as an
 			 * ERROR through its end's lost event. */
-			note_error(s, buf + 5, f->len - 4);
+			server_login_note_error(s, buf + 5, f->len - 4);
 			server_close(s, s->error_message);
 			return PUMP_STOP;
 		}
@@ -1733,7 +1021,7 @@ static enum pump_step count_for_replay(struct server *s, struct evbuffer *in, co
 /* The start of a reply message at the head of in: its header checked,
  * then each step that reads it. PUMP_ON: forward it (s->fwd_remaining
  * set); PUMP_NEXT: it was taken; PUMP_STOP: wait, or the link moved. */
-static enum pump_step reply_step(struct server *s, struct client_end *c, struct evbuffer *in, struct evbuffer *out,
+static enum pump_step server_reply_step(struct server *s, struct client_end *c, struct evbuffer *in, struct evbuffer *out,
 				 uint8_t *buf)
 {
 	uint8_t hdr[6];
@@ -1752,14 +1040,14 @@ static enum pump_step reply_step(struct server *s, struct client_end *c, struct 
 		 * inspect_reply closes the server with it) */
 		uint32_t total = f.len + 1;
 		if (f.type != PqMsg_ErrorResponse || total > SERVER_INSPECT_MAX) {
-			close_unasked(s, f.type);
+			server_close_unasked(s, f.type);
 			return PUMP_STOP;
 		}
 		if (evbuffer_get_length(in) < total)
 			return PUMP_STOP;
 		const uint8_t *m = evbuffer_pullup(in, total);
-		if (!m || !error_is_fatal(m + 5, f.len - 4)) {
-			close_unasked(s, f.type);
+		if (!m || !proto_error_is_fatal(m + 5, f.len - 4)) {
+			server_close_unasked(s, f.type);
 			return PUMP_STOP;
 		}
 	}
@@ -1802,7 +1090,7 @@ static void process_active(struct server *s)
 			return;
 		}
 		if (s->fwd_remaining == 0) {
-			enum pump_step step = reply_step(s, c, in, out, buf);
+			enum pump_step step = server_reply_step(s, c, in, out, buf);
 			if (step == PUMP_STOP)
 				return;
 			if (step == PUMP_NEXT)
@@ -1879,59 +1167,26 @@ static void server_drain_cb(struct io *io, void *arg)
 		s->client->ev->resume(s->client);
 }
 
-/* log_connections: PgBouncer's line, with the local address a server's
- * log (log_connections there) shows as the client's, to match the two. */
-static void log_new_connection(const struct server *s)
-{
-	struct sockaddr_storage local;
-	socklen_t len = sizeof local;
-	char host[NI_MAXHOST] = "", port[NI_MAXSERV] = "";
-	if (s->sp->addr.ss_family == AF_UNIX || getsockname(s->io.fd, (struct sockaddr *)&local, &len) != 0 ||
-	    getnameinfo((struct sockaddr *)&local, len, host, sizeof host, port, sizeof port,
-			NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-		log_info("S-%llu %s@%s %s:%d new connection to server", (unsigned long long)s->id,
-			 auth_server_user(s->sp->pool), s->sp->database, s->sp->host, s->sp->port);
-		return;
-	}
-	bool v6 = local.ss_family == AF_INET6;
-	log_info("S-%llu %s@%s %s:%d new connection to server (from %s%s%s:%s)", (unsigned long long)s->id,
-		 auth_server_user(s->sp->pool), s->sp->database, s->sp->host, s->sp->port, v6 ? "[" : "", host,
-		 v6 ? "]" : "", port);
-}
-
-static void set_socket_options(struct server *s)
-{
-	evutil_socket_t fd = s->io.fd;
-	int one = 1;
-	if (s->sp->addr.ss_family == AF_INET || s->sp->addr.ss_family == AF_INET6) {
-		const struct config_general *g = &s->w->cfg->general;
-		const struct io_tcp_tuning t = { g->tcp_keepalive, g->tcp_keepidle, g->tcp_keepintvl, g->tcp_keepcnt,
-						 g->tcp_user_timeout };
-		char why[160];
-		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-		if (!io_tcp_tune(fd, &t, why, sizeof why))
-			log_warning("S-%llu: %s", (unsigned long long)s->id, why);
-	}
-}
-
 static void server_event_cb(struct io *io, enum io_event what, int err, void *arg)
 {
 	struct server *s = arg;
 	worker_update_clock(s->w);
 	if (what == IO_CONNECTED) {
-		set_socket_options(s);
+		server_set_socket_options(s);
 		server_set_state(s, SERVER_LOGIN);
 		if (s->w->cfg->general.log_connections)
-			log_new_connection(s);
+			server_log_new_connection(s);
 		/* As libpq: no TLS over a Unix socket, whatever server_tls_sslmode
 		 * says (PostgreSQL would answer an SSLRequest there with 'N'). */
 		if (s->sp->addr.ss_family == AF_UNIX) {
-			send_startup(s);
+			login_start(s);
 			return;
 		}
 		if (s->w->tls.for_servers && s->w->cfg->general.server_tls_negotiation == TLS_NEGOTIATION_DIRECT) {
 			/* Direct TLS (PostgreSQL 17+): the ClientHello goes first. */
-			start_server_tls(s, true);
+			const char *why = server_login_start_tls(s, true);
+			if (why)
+				login_fail(s, why);
 			return;
 		}
 		if (s->w->tls.for_servers) {
@@ -1941,7 +1196,7 @@ static void server_event_cb(struct io *io, enum io_event what, int err, void *ar
 			s->tls_phase = SERVER_TLS_WAIT_ANSWER;
 			return;
 		}
-		send_startup(s);
+		login_start(s);
 		return;
 	}
 	if (what == IO_TLS_READY) {
@@ -1955,7 +1210,7 @@ static void server_event_cb(struct io *io, enum io_event what, int err, void *ar
 			return;
 		}
 		s->tls_phase = SERVER_TLS_NONE;
-		send_startup(s);
+		login_start(s);
 		return;
 	}
 	if (s->tls_phase == SERVER_TLS_HANDSHAKE && !s->have_error) {
