@@ -76,6 +76,8 @@ struct session_ops;
 /* The client's usual read watermark: input beyond it waits in the kernel
  * until the pump consumed some. */
 #define CLIENT_READ_HIGH_WATER (64u * 1024)
+/* Stop reading the client once this much waits for a slow server. */
+#define CLIENT_OUT_BUDGET (128u * 1024)
 #define CLIENT_INSPECT_MAX (8u * 1024)
 
 /* Room for a formatted peer address ("unix", IPv4 or IPv6). */
@@ -266,6 +268,9 @@ bool client_output_full(struct client *c);
 void client_set_state(struct client *c, enum client_state st);
 /* A reply of the current transaction reached the client: no more retry. */
 void client_reply_started(struct client *c);
+/* The copy kept for a retry is dropped: the request cannot be sent again
+ * (client_conn.c; the pump, client.c, keeps it). */
+void client_drop_retry(struct client *c);
 /* read_your_writes = lsn: a transaction of the client's that wrote on
  * shard ended, at WAL position lsn of its primary (known), or at a
  * position that could not be learnt: the client's reads there wait for it
