@@ -3,7 +3,9 @@
 # The test command: installs what is missing (Debian packages, a Python venv),
 # builds the other languages' driver programs into build-drivers/
 # (node-postgres, postgres.js, pgx, pgjdbc: setup_drivers in scripts/lib.sh,
-# fetched once from npm, the Go module proxy and Maven Central), builds pgcat
+# fetched once from npm, the Go module proxy and Maven Central),
+# checks that src/ stays a tree (scripts/check-tree.py: no circle of files
+# calling each other, no src/*.c over 1,300 lines), builds pgcat
 # with AddressSanitizer + UndefinedBehaviorSanitizer and -Werror in
 # build-asan/, runs the Check unit tests (make check), then the pytest
 # integration tests against real PostgreSQL 15 servers they start themselves
@@ -89,6 +91,13 @@ if [ -n "${PGCAT_DRIVERS_DIR:-}" ]; then drivers_out=$PGCAT_DRIVERS_DIR; else dr
 unset PGCAT_DRIVERS_DIR
 setup_drivers "$drivers_out" || { drivers_rc=$?; echo "driver programs NOT built: test_drivers.py will fail"; }
 phase "driver setup" "$t"
+
+# --- 1c. the house stays a tree (doc/architecture.md) ---------------------------
+# A static reading of src/: no circle of files that call each other, no
+# src/*.c over 1,300 lines (scripts/check-tree.py; its own self-test first).
+log "the core a tree: scripts/check-tree.py"
+tree_rc=0
+{ python3 scripts/check-tree.py --self-test && python3 scripts/check-tree.py; } || tree_rc=$?
 
 # --- 2. ASan + UBSan build ---------------------------------------------------
 t=$(date +%s)
@@ -223,6 +232,7 @@ phase "debian package" "$t"
 
 # --- summary -----------------------------------------------------------------
 echo
+echo "the core a tree: $([ "$tree_rc" -eq 0 ] && echo passed || echo "FAILED ($tree_rc)")"
 echo "unit tests: $([ "$unit_rc" -eq 0 ] && echo passed || echo "FAILED ($unit_rc)")"
 echo "fuzzing: $([ "$fuzz_rc" -eq 0 ] && echo passed || echo "FAILED ($fuzz_rc)")"
 echo "driver programs: $([ "$drivers_rc" -eq 0 ] && echo built || echo "FAILED ($drivers_rc)")"
@@ -237,7 +247,7 @@ echo "PgBouncer suite: $([ "$pgb_rc" -eq 0 ] && echo "as expected" || echo "FAIL
 echo "make distcheck: $([ "$dist_rc" -eq 0 ] && echo passed || echo "FAILED ($dist_rc)")"
 echo "debian package: $([ "$deb_rc" -eq 0 ] && echo passed || echo "FAILED ($deb_rc)")"
 echo "total time: $(( $(date +%s) - t_start ))s"
-if [ "$unit_rc" -ne 0 ] || [ "$fuzz_rc" -ne 0 ] || [ "$drivers_rc" -ne 0 ] || [ "$py_rc" -ne 0 ] || [ "$epoll_rc" -ne 0 ] \
+if [ "$tree_rc" -ne 0 ] || [ "$unit_rc" -ne 0 ] || [ "$fuzz_rc" -ne 0 ] || [ "$drivers_rc" -ne 0 ] || [ "$py_rc" -ne 0 ] || [ "$epoll_rc" -ne 0 ] \
 	|| [ "$suite_rc" -ne 0 ] || [ "$pgb_rc" -ne 0 ] || [ "$dist_rc" -ne 0 ] || [ "$deb_rc" -ne 0 ]; then
 	exit 1
 fi
