@@ -559,7 +559,6 @@ static void count_adjust(struct srvpool *sp, enum server_state st, int delta)
 	case SERVER_CANCEL_WAIT: sp->n_other += delta; break;
 	case SERVER_CLOSED: break;
 	}
-	srvpool_publish(sp);
 }
 
 /* One list per state, and its count, kept in step with the server's state. */
@@ -575,6 +574,11 @@ static void pool_server_state_changed(struct server *s, int old_state)
 		sp->n_reserved--;
 	count_adjust(sp, (enum server_state)old_state, -1);
 	count_adjust(sp, s->state, +1);
+	/* What the shared segment holds (srvpool_publish) is the total, which
+	 * only a connection made or closed changes: not the moves between
+	 * idle and active at every transaction. */
+	if ((old_state == SERVER_CLOSED) != (s->state == SERVER_CLOSED))
+		srvpool_publish(sp);
 	switch (s->state) {
 	case SERVER_CONNECTING:
 	case SERVER_LOGIN: list_add_tail(&sp->opening, &s->node); break;
@@ -897,6 +901,7 @@ static void pool_server_closed(struct server *s, bool login_failed)
 	if (list_linked(&s->node))
 		list_del(&s->node);
 	count_adjust(sp, s->state, -1);
+	srvpool_publish(sp);   /* (one connection fewer) */
 	if (!login_failed || p->freeing)
 		return;
 	sp->last_failure_us = s->w->now_us ? s->w->now_us : 1;
