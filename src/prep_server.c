@@ -234,6 +234,11 @@ static void undo_segment(struct server *s, uint32_t seg)
 static void finish_segment(struct server *s, uint32_t seg)
 {
 	struct prep_server *ps = s->prep;
+	/* The usual segment: nothing of pgcat's pending in it (a simple
+	 * Query, or statements the server already holds). */
+	if (!(ps->parses.len | ps->sqlpreps.len | ps->closes.len | ps->describes.len | ps->repls.len |
+	      ps->owed_parses.len))
+		return;
 	struct prep_registry *r = prep_reg_of(s);
 	struct prep_pend *p;
 	while ((p = prep_ring_head(&ps->sqlpreps)) && p->seg == seg) {
