@@ -7,6 +7,7 @@ more. Usage: junit-failed.py REPORT.xml [PREFIX]; PREFIX (default
 test/integration/) is put before each node id so that pytest can be given
 them from the repository root. Exit 0 with no output when nothing failed.
 """
+import os
 import sys
 import xml.etree.ElementTree as ET
 
@@ -14,10 +15,18 @@ import xml.etree.ElementTree as ET
 def node_id(case, prefix):
     # pytest writes classname as the dotted module path ("test_x" or
     # "test_x.TestClass") relative to its rootdir, and name as the test's
-    # name with its parameters.
+    # name with its parameters. The rootdir is test/integration when pytest
+    # is given paths there (its pytest.ini), the repository root when it is
+    # given none ("test.integration.test_x"): the module is the longest
+    # dotted prefix that names a file, from here or under PREFIX.
     parts = case.get("classname", "").split(".")
-    module, classes = parts[0], parts[1:]
-    return "::".join([prefix + module + ".py"] + classes + [case.get("name", "")])
+    name = case.get("name", "")
+    for i in range(len(parts), 0, -1):
+        path = "/".join(parts[:i]) + ".py"
+        for candidate in (path, prefix + path):
+            if os.path.isfile(candidate):
+                return "::".join([candidate] + parts[i:] + [name])
+    return "::".join([prefix + parts[0] + ".py"] + parts[1:] + [name])
 
 
 def main():
