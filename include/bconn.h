@@ -96,7 +96,7 @@ struct bconn {
 	 * removes what it takes (what it leaves comes again with the next
 	 * read or bconn_pause(false)). It may close the connection. NULL:
 	 * messages through on_message. */
-	void (*on_bytes)(void *arg, struct evbuffer *in);
+	void (*on_bytes)(void *arg, struct buf *in);
 };
 
 /* Once, on zeroed memory: closed, no login. The owner's events, each

@@ -46,14 +46,4 @@ static inline int evbuf_add_query(struct evbuffer *b, const char *a, const char 
 	       evbuffer_add(b, "", 1);
 }
 
-/* Moves a whole message of total bytes (header included) out of b into
- * dst, if it is all there. */
-static inline bool evbuf_take_whole(struct evbuffer *b, uint32_t total, uint8_t *dst)
-{
-	if (evbuffer_get_length(b) < total)
-		return false;
-	evbuffer_remove(b, dst, total);
-	return true;
-}
-
 #endif

@@ -336,7 +336,7 @@ bool fanout_first_int(const uint8_t *msg, size_t len, int *out);
 /* The whole messages of a shard's buffered reply, in order; a partial or
  * malformed tail ends the walk. fanout_walk_done drains what was walked. */
 struct fanout_walk {
-	struct evbuffer *in;
+	struct buf *in;
 	const uint8_t *m;
 	size_t len, off;
 };

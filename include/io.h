@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * io: the byte pump of one socket — an input and an output evbuffer, one
+ * io: the byte pump of one socket — an input block (buf.h) and an output evbuffer, one
  * read and one write event — with backpressure by watermarks. Writes are
  * flushed once per loop turn for every connection written to, straight to
  * the socket; the write event is armed only when the kernel buffer is full.
@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "buf.h"
 #include "list.h"
 
 typedef struct ssl_st SSL;
@@ -66,7 +67,7 @@ struct io_flusher {
 	unsigned ring_turn_work;
 	int pair_fd[2];
 	unsigned pair_streak;
-	/* Every read lands here first: large results stream in big chunks. */
+	/* An output of several chains is joined here for one send (send_out). */
 	uint8_t scratch[65536];
 };
 
@@ -87,7 +88,8 @@ struct io_ops {
 struct io {
 	struct event rev;
 	/* NULL while empty and trimmed (io_trim): an idle client holds no buffers. */
-	struct evbuffer *in, *out;
+	struct buf *in;
+	struct evbuffer *out;
 	union {
 		struct event *wev;          /* epoll: made on first need */
 		struct io_ring_send *send;  /* io_uring (ring set): the send record, while one exists */
@@ -167,17 +169,21 @@ bool io_connect(struct io *io, struct event_base *base, struct io_flusher *f, co
 /* A TLS connection first writes what is queued and a close_notify
  * (SSL_shutdown), as PostgreSQL ends its TLS connections: libpq 17 reports
  * an end without one as "unexpected eof". What the socket does not take at
- * once is sent from the event loop, for at most IO_TLS_CLOSE_MS, after the
- * owner is gone. */
+ * once is sent from the event loop, for at most IO_TLS_CLOSE_MS
+ * (io_tls_close.h), after the owner is gone. */
 void io_close(struct io *io);
-#define IO_TLS_CLOSE_MS 5000
 
 /* The output buffer, marked for flushing at the end of this loop turn.
  * Never NULL: after a close (or out of memory) writes go to a scratch
  * buffer that is discarded. */
 struct evbuffer *io_out(struct io *io);
 /* The input buffer, made if the connection had none (NULL: out of memory). */
-struct evbuffer *io_in(struct io *io);
+struct buf *io_in(struct io *io);
+/* Puts n bytes after the unread input (input carried over from another
+ * process) or before it (a message handed back to be read again). false:
+ * out of memory. */
+bool io_in_add(struct io *io, const void *data, size_t n) __attribute__((warn_unused_result));
+bool io_in_prepend(struct io *io, const void *data, size_t n) __attribute__((warn_unused_result));
 /* Free both buffers if they are empty: for connections that sit idle. */
 void io_trim(struct io *io);
 /* Write what is queued now, as far as the socket takes it (before a close). */
@@ -230,32 +236,30 @@ void io_set_read_high(struct io *io, size_t read_high);
 
 /* The head of in, the header of its next message: copies its first max
  * bytes, or all of them when it holds fewer, into hdr and returns how
- * many; 0 when it holds fewer than min. Read in place where they sit in
- * the first chain (nearly always): cheaper than evbuffer_copyout. */
-static inline size_t io_head(struct evbuffer *in, uint8_t *hdr, size_t min, size_t max)
+ * many; 0 when it holds fewer than min. */
+static inline size_t io_head(const struct buf *in, uint8_t *hdr, size_t min, size_t max)
 {
-	size_t have = evbuffer_get_length(in);
+	size_t have = buf_len(in);
 	if (have < min)
 		return 0;
 	size_t n = have < max ? have : max;
-	const uint8_t *p = evbuffer_pullup(in, (ssize_t)n);
-	if (!p)   /* out of memory joining two chains: copied across them */
-		return evbuffer_copyout(in, hdr, n) == (ssize_t)n ? n : 0;
-	memcpy(hdr, p, n);
+	memcpy(hdr, buf_head(in), n);
 	return n;
 }
 
 /* The step both halves of the byte pump share (client to server, server
  * to client): the rest of a message being forwarded, *remaining bytes of
  * it, moves from in to out as far as in holds it. Returns the bytes moved;
- * 0: in is empty (wait for the next read). */
-static inline size_t io_forward_rest(struct evbuffer *in, struct evbuffer *out, uint32_t *remaining)
+ * 0: in is empty (wait for the next read) or out of memory (the output's
+ * owner times out, as for any write lost that way). */
+static inline size_t io_forward_rest(struct buf *in, struct evbuffer *out, uint32_t *remaining)
 {
-	size_t have = evbuffer_get_length(in);
+	size_t have = buf_len(in);
 	if (have == 0)
 		return 0;
 	size_t n = have < *remaining ? have : *remaining;
-	evbuffer_remove_buffer(in, out, n);
+	if (buf_move_to(in, out, n) != 0)
+		return 0;
 	*remaining -= (uint32_t)n;
 	return n;
 }

@@ -88,7 +88,7 @@ static inline void prep_count_hit(struct client *c, struct server *s, struct pre
 /* The client's message (total bytes) was consumed. */
 static inline void prep_drain_msg(struct client *c, uint32_t total)
 {
-	evbuffer_drain(c->io.in, total);
+	buf_drain(c->io.in, total);
 	stats_add(c->pool->stats, STAT_RECEIVED, total);
 }
 

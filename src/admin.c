@@ -605,7 +605,7 @@ static void trim_statement(char *s)
  * needed, or the reply to the previous command is still pending. */
 static bool admin_message(struct client *c, const struct proto_frame *f)
 {
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	uint32_t total = f->len + 1;
 	if (c->kind_state)
 		return false;   /* the reply to the previous command comes first */
@@ -615,10 +615,10 @@ static bool admin_message(struct client *c, const struct proto_frame *f)
 			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "admin command too long");
 			return true;
 		}
-		if (evbuffer_get_length(in) < total)
+		if (buf_len(in) < total)
 			return false;
 		char sql[ADMIN_MAX_QUERY + 1];
-		evbuffer_remove(in, sql, total);
+		buf_take(in, sql, total);
 		size_t n = f->len - 4;
 		if (n == 0 || sql[5 + n - 1] != '\0') {
 			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "malformed Query message");
@@ -640,7 +640,7 @@ static bool admin_message(struct client *c, const struct proto_frame *f)
 		return true;
 	}
 	case PqMsg_Sync:
-		evbuffer_drain(in, total);
+		buf_drain(in, total);
 		admin_rfq(c);
 		return true;
 	default:

@@ -370,7 +370,7 @@ enum conn_view { VIEW_CONNS, VIEW_SOCKETS, VIEW_ACTIVE_SOCKETS };
 
 static void buffer_cells(struct admin_result *r, const struct io *io, uint32_t remaining)
 {
-	int64_t in = io->in ? (int64_t)evbuffer_get_length(io->in) : 0;
+	int64_t in = io->in ? (int64_t)buf_len(io->in) : 0;
 	int64_t out = (int64_t)io_out_len(io);
 	admin_row_i(r, in);
 	admin_row_i(r, 0);

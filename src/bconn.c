@@ -331,11 +331,11 @@ static void start_tls(struct bconn *b, bool direct)
  * the handshake began (its end comes as IO_TLS_READY). */
 static bool handle_ssl_answer(struct bconn *b)
 {
-	struct evbuffer *in = io_in(&b->io);
+	struct buf *in = io_in(&b->io);
 	uint8_t c;
-	if (!in || evbuffer_copyout(in, &c, 1) < 1)
+	if (!in || buf_copyout(in, &c, 1) < 1)
 		return false;
-	evbuffer_drain(in, 1);
+	buf_drain(in, 1);
 	if (c == 'N') {
 		if (b->w->cfg->general.server_tls_sslmode >= TLS_MODE_REQUIRE) {
 			fail(b, "the server does not support TLS, and server_tls_sslmode requires it");
@@ -345,7 +345,7 @@ static bool handle_ssl_answer(struct bconn *b)
 		return b->state == BCONN_LOGIN;
 	}
 	/* Bytes after 'S' would be taken as if encrypted (CVE-2021-23222). */
-	if (c != 'S' || evbuffer_get_length(in) > 0) {
+	if (c != 'S' || buf_len(in) > 0) {
 		fail(b, "bad answer to the SSL request");
 		return false;
 	}
@@ -417,7 +417,7 @@ static void process(struct bconn *b)
 {
 	if (b->state == BCONN_TLS_ANSWER && !handle_ssl_answer(b))
 		return;
-	struct evbuffer *in = io_in(&b->io);
+	struct buf *in = io_in(&b->io);
 	while (in && (b->state == BCONN_LOGIN || b->state == BCONN_READY)) {
 		/* Nothing more is read until the SCRAM key is there (auth_derived). */
 		if (auth_backend_pending(&b->auth))
@@ -429,27 +429,27 @@ static void process(struct bconn *b)
 			break;
 		}
 		uint8_t hdr[5];
-		if (evbuffer_copyout(in, hdr, 5) < 5)
+		if (buf_copyout(in, hdr, 5) < 5)
 			break;
 		struct proto_frame f;
 		if (proto_frame_header(hdr, 5, b->profile->max_message, &f) != PROTO_FRAME_OK) {
 			fail(b, "the server sent an invalid or too long message");
 			return;
 		}
-		if (evbuffer_get_length(in) < (size_t)f.len + 1) {
+		if (buf_len(in) < (size_t)f.len + 1) {
 			/* A message longer than the read mark: room for it whole. */
 			if ((size_t)f.len + 1 > b->io.read_high)
 				io_set_read_high(&b->io, (size_t)f.len + 1);
 			break;
 		}
-		const uint8_t *msg = evbuffer_pullup(in, (ssize_t)f.len + 1);
+		const uint8_t *msg = buf_pullup(in, (size_t)f.len + 1);
 		if (!msg) {
 			fail(b, "out of memory");
 			return;
 		}
 		if (!dispatch(b, f.type, msg + 5, f.len - 4))
 			return;
-		evbuffer_drain(in, (size_t)f.len + 1);
+		buf_drain(in, (size_t)f.len + 1);
 	}
 	if (b->state != BCONN_CLOSED && !b->io.closed)
 		io_update_reading(&b->io);

@@ -167,12 +167,12 @@ void client_on_defaults_failed(struct client *c, const char *sqlstate, const cha
 
 void client_discard_message(struct client *c, uint32_t total)
 {
-	struct evbuffer *in = c->io.in;
-	size_t have = evbuffer_get_length(in);
+	struct buf *in = c->io.in;
+	size_t have = buf_len(in);
 	if (have >= total) {
-		evbuffer_drain(in, total);
+		buf_drain(in, total);
 	} else {
-		evbuffer_drain(in, have);
+		buf_drain(in, have);
 		c->skip_remaining = total - (uint32_t)have;
 	}
 }
@@ -182,10 +182,10 @@ void client_discard_message(struct client *c, uint32_t total)
  * skipped to its Sync. */
 static void fail_current_request(struct client *c, const char *sqlstate, const char *msg)
 {
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	client_send_error(c, "ERROR", sqlstate, msg);
 	uint8_t hdr[5];
-	if (evbuffer_copyout(in, hdr, 5) == 5 && (hdr[0] == PqMsg_Query || hdr[0] == PqMsg_FunctionCall)) {
+	if (buf_copyout(in, hdr, 5) == 5 && (hdr[0] == PqMsg_Query || hdr[0] == PqMsg_FunctionCall)) {
 		uint32_t total = proto_get_u32(hdr + 1) + 1;
 		client_discard_message(c, total);
 		client_send_rfq(c, client_idle_status(c));
@@ -262,11 +262,18 @@ void client_on_server_lost(struct client *c, struct server *s, bool may_replay, 
 			 (unsigned long long)c->id, client_user(c), client_database(c), message);
 		link_server_failed(s, message);
 		if (c->fwd_remaining > 0) {
-			evbuffer_drain(c->io.in, c->fwd_remaining);   /* the rest of a message the copy holds whole */
+			buf_drain(c->io.in, c->fwd_remaining);   /* the rest of a message the copy holds whole */
 			c->fwd_remaining = 0;
 		}
-		if (c->retry)
-			evbuffer_prepend_buffer(c->io.in, c->retry);
+		size_t copied = c->retry ? evbuffer_get_length(c->retry) : 0;
+		if (copied > 0) {
+			const uint8_t *r = evbuffer_pullup(c->retry, -1);
+			if (!r || !io_in_prepend(&c->io, r, copied)) {
+				client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
+				return;
+			}
+			evbuffer_drain(c->retry, copied);
+		}
 		client_reply_started(c);
 		/* What the client already got (ParseComplete, RowDescription...)
 		 * comes again from the next server: dropped there. */
@@ -391,12 +398,12 @@ static void capture_for_retry(struct client *c, const struct proto_frame *f, boo
 {
 	uint32_t total = f->len + 1;
 	bool named_parse = false;
-	if (prep && f->type == PqMsg_Parse && evbuffer_get_length(c->io.in) >= 6) {
+	if (prep && f->type == PqMsg_Parse && buf_len(c->io.in) >= 6) {
 		uint8_t b[6];
-		evbuffer_copyout(c->io.in, b, 6);
+		buf_copyout(c->io.in, b, 6);
 		named_parse = b[5] != 0;
 	}
-	if (named_parse || evbuffer_get_length(c->io.in) < total ||
+	if (named_parse || buf_len(c->io.in) < total ||
 	    (c->retry ? evbuffer_get_length(c->retry) : 0) + total > RETRY_MAX) {
 		client_drop_retry(c);
 		return;
@@ -405,7 +412,7 @@ static void capture_for_retry(struct client *c, const struct proto_frame *f, boo
 		client_drop_retry(c);
 		return;
 	}
-	if (evbuffer_add(c->retry, evbuffer_pullup(c->io.in, total), total) != 0)
+	if (evbuffer_add(c->retry, buf_pullup(c->io.in, total), total) != 0)
 		client_drop_retry(c);
 }
 
@@ -429,7 +436,7 @@ static enum pump_step guard_step(struct client *c, struct server *s, const struc
 		return PUMP_STOP;
 	case ROUTE_ACTIVE_CONSUMED:
 		/* refused on the server (its error comes in turn) */
-		evbuffer_drain(c->io.in, rd.consume);
+		buf_drain(c->io.in, rd.consume);
 		client_reply_started(c);   /* what was captured for a replay is incomplete now */
 		return PUMP_NEXT;
 	case ROUTE_ACTIVE_ASK:
@@ -457,7 +464,7 @@ static bool prep_bytes_here(struct client *c, const struct proto_frame *f)
 		need = 0;
 	else if ((f->type == PqMsg_Parse || f->type == PqMsg_Query) && config_prep_too_long(&c->w->cfg->general, total))
 		need = total < PROTO_LONG_HEAD ? total : PROTO_LONG_HEAD;   /* never held whole */
-	if (evbuffer_get_length(c->io.in) < need) {
+	if (buf_len(c->io.in) < need) {
 		/* A message bigger than the read watermark (a long query): let
 		 * it all in, max_packet_size bounds it. */
 		client_read_limit(c, (uint32_t)need);
@@ -491,7 +498,7 @@ static enum pump_step session_step(struct client *c, enum session_query q)
  * followed: its server is reset before it serves anyone else. */
 static enum pump_step inspect_text(struct client *c, struct server *s, const struct proto_frame *f)
 {
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	uint32_t total = f->len + 1;
 	if (total > PARAMS_SQL_MAX) {
 		if (f->type == PqMsg_Query) {
@@ -500,9 +507,9 @@ static enum pump_step inspect_text(struct client *c, struct server *s, const str
 		}
 		/* a Parse: its statement is one pgcat cannot follow, wherever it runs */
 		size_t head = total < PROTO_LONG_HEAD ? total : PROTO_LONG_HEAD;
-		if (evbuffer_get_length(in) < head)
+		if (buf_len(in) < head)
 			return PUMP_STOP;
-		const uint8_t *h = evbuffer_pullup(in, (ev_ssize_t)head);
+		const uint8_t *h = buf_pullup(in, (size_t)head);
 		size_t nl = strnlen((const char *)h + 5, head - 5);
 		char *name = nl < head - 5 ? strndup((const char *)h + 5, nl) : NULL;
 		if (!name || !setters_note_unread(&c->setters, name))
@@ -510,12 +517,12 @@ static enum pump_step inspect_text(struct client *c, struct server *s, const str
 		free(name);
 		return PUMP_ON;
 	}
-	if (evbuffer_get_length(in) < total) {
+	if (buf_len(in) < total) {
 		client_read_limit(c, total);   /* (past the usual watermark, if need be) */
 		return PUMP_STOP;
 	}
 	client_read_limit(c, 0);
-	const uint8_t *buf = evbuffer_pullup(in, total);
+	const uint8_t *buf = buf_pullup(in, total);
 	size_t off = 0;
 	const char *stmt;
 	if (f->type == PqMsg_Parse && !proto_read_cstring(buf + 5, f->len - 4, &off, &stmt))
@@ -548,12 +555,12 @@ static enum pump_step inspect_text(struct client *c, struct server *s, const str
  * names) first, the whole of it for a set_config of bound values. */
 static enum pump_step track_bind(struct client *c, struct server *s, const struct proto_frame *f)
 {
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	uint32_t total = f->len + 1;
 	size_t head = total < PROTO_LONG_HEAD ? total : PROTO_LONG_HEAD;
-	if (evbuffer_get_length(in) < head)
+	if (buf_len(in) < head)
 		return PUMP_STOP;
-	const char *m = (const char *)evbuffer_pullup(in, (ev_ssize_t)head);
+	const char *m = (const char *)buf_pullup(in, (size_t)head);
 	size_t pl = strnlen(m + 5, head - 5);
 	size_t nl = 5 + pl + 1 < head ? strnlen(m + 5 + pl + 1, head - 5 - pl - 1) : head;
 	if (5 + pl + 1 + nl >= head) {
@@ -584,12 +591,12 @@ static enum pump_step track_bind(struct client *c, struct server *s, const struc
 		link_txn(s)->untracked = true;
 		return PUMP_ON;
 	}
-	if (evbuffer_get_length(in) < total) {
+	if (buf_len(in) < total) {
 		client_read_limit(c, total);
 		return PUMP_STOP;
 	}
 	client_read_limit(c, 0);
-	const uint8_t *b = evbuffer_pullup(in, total);
+	const uint8_t *b = buf_pullup(in, total);
 	const uint8_t *nv, *vv;
 	int32_t nlen, vlen;
 	int16_t nf, vf;
@@ -622,7 +629,7 @@ static enum pump_step track_bind(struct client *c, struct server *s, const struc
  * (the session settings it changes), and the counts of SHOW STATS. */
 static enum pump_step inspect_request(struct client *c, struct server *s, const struct proto_frame *f)
 {
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	if (c->session_watch && c->session->active_extended &&
 	    (f->type == PqMsg_Bind || f->type == PqMsg_Describe || f->type == PqMsg_Execute || f->type == PqMsg_Close ||
 	     f->type == PqMsg_Sync)) {
@@ -632,7 +639,7 @@ static enum pump_step inspect_request(struct client *c, struct server *s, const 
 	}
 	switch (f->type) {
 	case PqMsg_Terminate:
-		evbuffer_drain(in, evbuffer_get_length(in));
+		buf_drain(in, buf_len(in));
 		client_close(c, NULL, NULL);
 		return PUMP_STOP;
 	case PqMsg_Query:
@@ -727,7 +734,7 @@ static enum pump_step request_step(struct client *c, struct server *s, struct tx
  * way. The server is seen through the link only (link.h). */
 static void process_active(struct client *c)
 {
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	struct server *s = c->end.server;
 	/* The server's state moves only on its own events, or through this
 	 * client leaving the loop (closed, unlinked): checked once here. */
@@ -744,11 +751,11 @@ static void process_active(struct client *c)
 	while (c->state == CLIENT_ACTIVE && c->end.server == s) {
 		if (c->skip_remaining > 0) {
 			/* the rest of a message answered without it (prepared.c) */
-			size_t have = evbuffer_get_length(in);
+			size_t have = buf_len(in);
 			if (have == 0)
 				return;
 			size_t n = have < c->skip_remaining ? have : c->skip_remaining;
-			evbuffer_drain(in, n);
+			buf_drain(in, n);
 			c->skip_remaining -= (uint32_t)n;
 			continue;
 		}
@@ -778,14 +785,14 @@ static void process_active(struct client *c)
  * and Terminate; each other message goes to the session. */
 static void process_idle(struct client *c)
 {
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	while (c->state == CLIENT_IDLE && !c->reply_held) {
 		if (c->skip_remaining > 0) {
-			size_t have = evbuffer_get_length(in);
+			size_t have = buf_len(in);
 			if (have == 0)
 				return;
 			size_t n = have < c->skip_remaining ? have : c->skip_remaining;
-			evbuffer_drain(in, n);
+			buf_drain(in, n);
 			c->skip_remaining -= (uint32_t)n;
 			continue;
 		}

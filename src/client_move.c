@@ -71,7 +71,7 @@ enum client_move_check client_move_check(struct client *c, bool server_ok)
 	bool linked = c->state == CLIENT_ACTIVE && c->end.server && c->pool && !pool_mode_per_transaction(c->pool->mode);
 	if (linked && !server_ok)
 		return CLIENT_MOVE_NOT_NOW;
-	size_t in = c->io.in ? evbuffer_get_length(c->io.in) : 0;
+	size_t in = c->io.in ? buf_len(c->io.in) : 0;
 	if ((c->state != CLIENT_IDLE && !linked) || c->pending_error || c->tx != CLIENT_TX_NONE || c->batch != CLIENT_BATCH_NONE ||
 	    c->held_begin || c->ryw || c->setters || c->fanout || c->xshard || c->kind_state || c->retry ||
 	    c->reply_held || c->wait_answer || c->fwd_remaining || c->skip_remaining ||
@@ -85,7 +85,7 @@ enum client_move_check client_move_check(struct client *c, bool server_ok)
 		io_suspend(&c->io, true);
 	if (c->processing || !io_at_rest(&c->io))
 		return CLIENT_MOVE_NOT_NOW;
-	if (c->io.in && evbuffer_get_length(c->io.in) > CLIENT_MOVE_INPUT_MAX) {
+	if (c->io.in && buf_len(c->io.in) > CLIENT_MOVE_INPUT_MAX) {
 		/* What landed meanwhile is a large request: served here first. */
 		io_suspend(&c->io, c->w->suspended);
 		return CLIENT_MOVE_NOT_NOW;
@@ -138,10 +138,10 @@ bool client_move_write(struct client *c, struct pktbuf *pb)
 	}
 	params_write(pb, &c->params);
 	params_write(pb, &c->startup_params);
-	size_t in = c->io.in ? evbuffer_get_length(c->io.in) : 0;
+	size_t in = c->io.in ? buf_len(c->io.in) : 0;
 	pktbuf_put_u32(pb, (uint32_t)in);
 	if (in) {
-		const unsigned char *p = evbuffer_pullup(c->io.in, -1);
+		const unsigned char *p = buf_head(c->io.in);
 		if (!p)
 			return false;
 		pktbuf_put_bytes(pb, p, in);
@@ -276,12 +276,12 @@ struct client *client_move_read(struct worker *w, int fd, const uint8_t *rec, si
 		log_info("C-%llu %s@%s %s:%d: taken over from the previous process", (unsigned long long)c->id,
 			 client_user(c), client_database(c), client_addr_str(c, a), c->port);
 	}
-	if (in && evbuffer_add(io_in(&c->io), input, in) != 0)
+	if (in && !io_in_add(&c->io, input, in))
 		return refuse(c, "ran out of memory");
 	/* With its server (CM_LINKED) it reads once linked (handover.c). */
 	if (!(flags & CM_LINKED)) {
 		io_read_now(&c->io);
-		if (c->state == CLIENT_IDLE && c->io.in && evbuffer_get_length(c->io.in))
+		if (c->state == CLIENT_IDLE && c->io.in && buf_len(c->io.in))
 			client_process(c);
 	}
 	return c;

@@ -347,7 +347,7 @@ static bool commit_tag(const uint8_t *msg, size_t total)
 static void take_position(struct fanout *fo, struct fanout_leg *leg)
 {
 	leg->wal_asked = false;
-	struct evbuffer *in = leg->io_open ? leg->io.in : NULL;
+	struct buf *in = leg->io_open ? leg->io.in : NULL;
 	struct fanout_walk w;
 	const uint8_t *msg;
 	size_t total, cut = 0;
@@ -370,26 +370,12 @@ static void take_position(struct fanout *fo, struct fanout_leg *leg)
 			known = false;
 		}
 	}
-	if (in && cut > 0 && cut < evbuffer_get_length(in)) {
+	if (in && cut > 0 && cut < buf_len(in)) {
 		/* the commit's part alone stays, as if nothing followed it */
-		struct evbuffer *head = evbuffer_new();
-		bool cut_ok = head && evbuffer_remove_buffer(in, head, cut) == (int)cut;
-		if (cut_ok) {
-			evbuffer_drain(in, evbuffer_get_length(in));
-			cut_ok = evbuffer_add_buffer(in, head) == 0;
-		}
-		if (head)
-			evbuffer_free(head);
-		if (!cut_ok) {
-			/* (out of memory) what is left is not the commit's reply
-			 * alone: the kind must not read it as one */
-			evbuffer_drain(in, evbuffer_get_length(in));
-			leg->too_big = true;
-			committed = false;
-		}
+		buf_truncate(in, cut);
 	}
 	if (in)
-		leg->scanned = evbuffer_get_length(in);
+		leg->scanned = buf_len(in);
 	struct client *c = fo->c;
 	if (committed && !failed)
 		fanout_ev(c)->wrote(c, leg->shard, known, lsn);
@@ -432,11 +418,11 @@ static size_t leg_reply_max(const struct fanout *fo)
  * awaited), or it failed (lost, too big). Calls nothing. */
 static bool leg_scan(struct fanout_leg *leg)
 {
-	struct evbuffer *in = leg->io.in;
-	size_t have = in ? evbuffer_get_length(in) : 0;
+	struct buf *in = leg->io.in;
+	size_t have = in ? buf_len(in) : 0;
 	while (have - leg->scanned >= 5) {
 		uint8_t h[5];
-		if (!evbuf_copy_at(in, leg->scanned, h, 5))
+		if (!buf_copy_at(in, leg->scanned, h, 5))
 			break;
 		uint32_t l = proto_get_u32(h + 1);
 		if (l < 4) {
@@ -980,8 +966,8 @@ bool fanout_first_int(const uint8_t *msg, size_t len, int *out)
 void fanout_walk_start(struct fanout_walk *w, struct fanout_leg *leg)
 {
 	w->in = leg->io.in;
-	w->len = w->in ? evbuffer_get_length(w->in) : 0;
-	w->m = w->len ? evbuffer_pullup(w->in, (ev_ssize_t)w->len) : NULL;
+	w->len = w->in ? buf_len(w->in) : 0;
+	w->m = w->len ? buf_head(w->in) : NULL;
 	w->off = 0;
 }
 
@@ -1001,6 +987,6 @@ bool fanout_walk_next(struct fanout_walk *w, const uint8_t **msg, size_t *len)
 void fanout_walk_done(struct fanout_walk *w, struct fanout_leg *leg)
 {
 	if (w->len)
-		evbuffer_drain(w->in, w->len);
+		buf_drain(w->in, w->len);
 	leg->scanned = 0;
 }

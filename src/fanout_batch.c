@@ -328,7 +328,7 @@ static enum fanout_start batch_split(struct client *c, const struct router_rules
 		fanout_free(fo);
 		return FANOUT_REFUSED;
 	}
-	evbuffer_drain(c->io.in, bs->end);
+	buf_drain(c->io.in, bs->end);
 	fanout_ev(c)->started(c, fo);
 	fanout_send(fo);   /* each leg checks its server out */
 	log_debug("C-%llu: a batch of %u statements split over %d shards", (unsigned long long)c->id, bs->n_binds,
@@ -338,11 +338,11 @@ static enum fanout_start batch_split(struct client *c, const struct router_rules
 
 enum fanout_start fanout_start_batch(struct client *c, const struct router_rules *rules, char *why, size_t whylen)
 {
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	why[0] = '\0';
-	size_t have = evbuffer_get_length(in);
+	size_t have = buf_len(in);
 	size_t lim = have < FANOUT_REQUEST_MAX ? have : FANOUT_REQUEST_MAX;
-	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim);
+	const uint8_t *m = buf_pullup(in, (size_t)lim);
 	if (!m || lim < 5 || (m[0] != PqMsg_Parse && m[0] != PqMsg_Bind))
 		return FANOUT_ANY_SHARD;
 	struct batch_shape bs;

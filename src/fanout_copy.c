@@ -146,14 +146,14 @@ void fanout_client_input(struct client *c)
 	struct fanout *fo = c->fanout;
 	if (!fo || fo->kind != FANOUT_COPY || fo->phase != PHASE_COPY_DATA)
 		return;
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	while (fo->phase == PHASE_COPY_DATA && !fo->waiting_drain) {
-		size_t have = evbuffer_get_length(in);
+		size_t have = buf_len(in);
 		if (fo->skip_remaining) {
 			size_t n = have < fo->skip_remaining ? have : fo->skip_remaining;
 			if (!n)
 				return;
-			evbuffer_drain(in, n);
+			buf_drain(in, n);
 			fo->skip_remaining -= (uint32_t)n;
 			continue;
 		}
@@ -163,18 +163,13 @@ void fanout_client_input(struct client *c)
 				return;
 			/* the splitter takes any piece: no need to wait for the
 			 * whole message, however large */
-			struct evbuffer_iovec v;
-			if (evbuffer_peek(in, (ev_ssize_t)n, NULL, &v, 1) < 1)
-				return;
-			if (v.iov_len > n)
-				v.iov_len = n;
-			copy_feed(fo, v.iov_base, v.iov_len);
-			evbuffer_drain(in, v.iov_len);
-			fo->copy_remaining -= (uint32_t)v.iov_len;
+			copy_feed(fo, buf_head(in), n);
+			buf_drain(in, n);
+			fo->copy_remaining -= (uint32_t)n;
 			continue;
 		}
 		uint8_t h[5];
-		if (have < 5 || evbuffer_copyout(in, h, 5) != 5)
+		if (have < 5 || buf_copyout(in, h, 5) != 5)
 			return;
 		uint32_t l = proto_get_u32(h + 1);
 		if (l < 4) {
@@ -183,11 +178,11 @@ void fanout_client_input(struct client *c)
 		}
 		switch (h[0]) {
 		case PqMsg_CopyData:
-			evbuffer_drain(in, 5);
+			buf_drain(in, 5);
 			fo->copy_remaining = l - 4;
 			break;
 		case PqMsg_CopyDone:
-			evbuffer_drain(in, 5);
+			buf_drain(in, 5);
 			fo->skip_remaining = l - 4;
 			if (!fo->copy_discard && !fo->split.ended) {
 				enum copysplit_result r = copysplit_finish(&fo->split, copy_row, fo);
@@ -214,9 +209,9 @@ void fanout_client_input(struct client *c)
 				return;
 			char msg[300];
 			size_t ml = l - 4 < sizeof msg - 1 ? l - 4 : sizeof msg - 1;
-			evbuffer_drain(in, 5);
-			evbuffer_remove(in, msg, ml);
-			evbuffer_drain(in, l - 4 - ml);
+			buf_drain(in, 5);
+			buf_take(in, msg, ml);
+			buf_drain(in, l - 4 - ml);
 			msg[ml] = '\0';
 			char err[400];
 			snprintf(err, sizeof err, "COPY from stdin failed: %s", msg);
@@ -228,14 +223,14 @@ void fanout_client_input(struct client *c)
 		case PqMsg_Flush:
 		case PqMsg_Sync:
 			/* ignored during COPY, as PostgreSQL does */
-			evbuffer_drain(in, 5);
+			buf_drain(in, 5);
 			fo->skip_remaining = l - 4;
 			break;
 		default: {
 			char msg[120];
 			snprintf(msg, sizeof msg, "unexpected message type 0x%02X during COPY from stdin", h[0]);
 			fanout_set_error(fo, SQLSTATE_PROTOCOL_VIOLATION, msg);
-			evbuffer_drain(in, 5);
+			buf_drain(in, 5);
 			fo->skip_remaining = l - 4;
 			copy_abort(fo);
 			copy_close(fo, true, msg);
@@ -342,14 +337,14 @@ enum fanout_start fanout_start_copy(struct client *c, const struct proto_frame *
 {
 	struct pool *p = c->pool;
 	int n_shards = (int)p->cpool->n_shards;
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	why[0] = '\0';
 	if (f->type != PqMsg_Query)
 		return FANOUT_ANY_SHARD;   /* not a COPY (route refuses what it was) */
 	size_t total = (size_t)f->len + 1;
-	if (evbuffer_get_length(in) < total || total > FANOUT_REQUEST_MAX || n_shards > MERGE_MAX_SHARDS)
+	if (buf_len(in) < total || total > FANOUT_REQUEST_MAX || n_shards > MERGE_MAX_SHARDS)
 		return FANOUT_ANY_SHARD;
-	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)total);
+	const uint8_t *m = buf_pullup(in, (size_t)total);
 	if (!m)
 		return FANOUT_ANY_SHARD;
 	const char *sql = (const char *)m + 5;
@@ -397,7 +392,7 @@ enum fanout_start fanout_start_copy(struct client *c, const struct proto_frame *
 		fanout_free(fo);
 		return FANOUT_REFUSED;
 	}
-	evbuffer_drain(in, total);
+	buf_drain(in, total);
 	fanout_ev(c)->started(c, fo);
 	fanout_send(fo);   /* each leg checks its server out */
 	log_debug("C-%llu: COPY split over %d shards", (unsigned long long)c->id, n_shards);

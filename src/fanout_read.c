@@ -148,10 +148,10 @@ static const uint8_t *leg_message(struct fanout *fo, int i, size_t *total)
 			leg_failed(rl);
 		return NULL;
 	}
-	struct evbuffer *in = leg->io_open ? leg->io.in : NULL;
-	size_t have = in ? evbuffer_get_length(in) : 0;
+	struct buf *in = leg->io_open ? leg->io.in : NULL;
+	size_t have = in ? buf_len(in) : 0;
 	uint8_t h[5];
-	if (have < 5 || evbuffer_copyout(in, h, 5) != 5)
+	if (have < 5 || buf_copyout(in, h, 5) != 5)
 		return NULL;
 	uint32_t l = proto_get_u32(h + 1);
 	if (l < 4) {
@@ -161,7 +161,7 @@ static const uint8_t *leg_message(struct fanout *fo, int i, size_t *total)
 	}
 	*total = (size_t)l + 1;
 	if (*total <= have)
-		return evbuffer_pullup(in, (ev_ssize_t)*total);
+		return buf_pullup(in, (size_t)*total);
 	if (*total > FANOUT_READ_WINDOW && *total > rl->big) {
 		/* One message larger than the window: the window grows to hold it
 		 * whole (the merge needs whole rows), within the read's bound. */
@@ -183,7 +183,7 @@ static void leg_consume(struct fanout *fo, int i, size_t total)
 {
 	struct fanout_leg *leg = &fo->legs[i];
 	struct read_leg *rl = &fo->rd->legs[i];
-	evbuffer_drain(leg->io.in, total);
+	buf_drain(leg->io.in, total);
 	if (rl->big && total >= rl->big) {
 		fo->rd->oversize -= rl->big;
 		rl->big = 0;
@@ -339,7 +339,7 @@ static void source_take(void *arg, int i)
 {
 	struct fanout *fo = arg;
 	uint8_t h[5];
-	if (evbuffer_copyout(fo->legs[i].io.in, h, 5) == 5)
+	if (buf_copyout(fo->legs[i].io.in, h, 5) == 5)
 		leg_consume(fo, i, (size_t)proto_get_u32(h + 1) + 1);
 }
 
@@ -680,7 +680,8 @@ bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 		return false;
 	struct fanout *fo = xp->fo;
 	struct fanout_read *rd = fo->rd;
-	struct evbuffer *in = c->io.in, *out = io_out(&c->io);
+	struct buf *in = c->io.in;
+	struct evbuffer *out = io_out(&c->io);
 	uint32_t total = f->len + 1;
 	if (f->type != PqMsg_Sync && f->type != PqMsg_Execute && f->type != PqMsg_Describe && f->type != PqMsg_Close) {
 		/* outside a transaction the portal ended with the last Sync */
@@ -688,9 +689,9 @@ bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 			fanout_portal_drop(c);
 		return false;
 	}
-	if (total > 5 + 256 || evbuffer_get_length(in) < total)
+	if (total > 5 + 256 || buf_len(in) < total)
 		return false;   /* not one of ours (names are short), or wait */
-	const uint8_t *m = evbuffer_pullup(in, total), *body = m + 5;
+	const uint8_t *m = buf_pullup(in, total), *body = m + 5;
 	size_t blen = total - 5, b = 0;
 	const char *name;
 	switch (f->type) {
@@ -698,7 +699,7 @@ bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 		uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
 		if (!c->held_begin)
 			fanout_portal_drop(c);
-		evbuffer_drain(in, total);
+		buf_drain(in, total);
 		evbuffer_add(out, z, sizeof z);
 		return true;
 	}
@@ -706,7 +707,7 @@ bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 		if (!proto_read_cstring(body, blen, &b, &name) || blen - b != 4 || strcmp(name, xp->name) != 0)
 			return false;
 		uint32_t max_rows = proto_get_u32(body + b);
-		evbuffer_drain(in, total);
+		buf_drain(in, total);
 		/* The read goes on: it is the client's until it suspends again
 		 * (the portal's name waits with it). */
 		xp->fo = NULL;
@@ -729,7 +730,7 @@ bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 		b = 1;
 		if (!proto_read_cstring(body, blen, &b, &name) || strcmp(name, xp->name) != 0)
 			return false;
-		evbuffer_drain(in, total);
+		buf_drain(in, total);
 		if (rd->desc)
 			evbuffer_add(out, rd->desc, rd->desc_len);
 		else
@@ -741,7 +742,7 @@ bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 		b = 1;
 		if (!proto_read_cstring(body, blen, &b, &name) || strcmp(name, xp->name) != 0)
 			return false;
-		evbuffer_drain(in, total);
+		buf_drain(in, total);
 		fanout_portal_drop(c);   /* (what its shards still run is cancelled) */
 		fanout_put_msg(out, PqMsg_CloseComplete, NULL, 0, NULL, 0);
 		return true;
@@ -936,10 +937,10 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 	(void)f;
 	struct pool *p = c->pool;
 	int n_shards = (int)p->cpool->n_shards;
-	struct evbuffer *in = c->io.in;
-	size_t have = evbuffer_get_length(in);
+	struct buf *in = c->io.in;
+	size_t have = buf_len(in);
 	size_t lim = have < FANOUT_REQUEST_MAX ? have : FANOUT_REQUEST_MAX;
-	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim);
+	const uint8_t *m = buf_pullup(in, (size_t)lim);
 	struct request r;
 	why[0] = '\0';
 	if (n_shards > MERGE_MAX_SHARDS) {
@@ -1032,7 +1033,7 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 	}
 	for (int i = 0; i < fo->n_legs; i++)
 		fanout_leg_stream(&fo->legs[i], FANOUT_READ_WINDOW);
-	evbuffer_drain(in, r.end);
+	buf_drain(in, r.end);
 	fanout_ev(c)->started(c, fo);
 	fanout_send(fo);   /* each leg checks its server out */
 	log_debug("C-%llu: cross-shard read sent to %d shards", (unsigned long long)c->id, n_shards);

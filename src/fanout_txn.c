@@ -126,8 +126,8 @@ static bool one_plain_statement(const char *sql, size_t len)
 static int read_request(struct client *c, const struct proto_frame *f, struct txn_request *q, uint32_t *need,
 			char *why, size_t whylen)
 {
-	struct evbuffer *in = c->io.in;
-	size_t have = evbuffer_get_length(in);
+	struct buf *in = c->io.in;
+	size_t have = buf_len(in);
 	memset(q, 0, sizeof *q);
 	if (f->type == PqMsg_Query) {
 		size_t total = (size_t)f->len + 1;
@@ -139,7 +139,7 @@ static int read_request(struct client *c, const struct proto_frame *f, struct tx
 			*need = (uint32_t)total;
 			return 0;
 		}
-		const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)total);
+		const uint8_t *m = buf_pullup(in, (size_t)total);
 		q->end = total;
 		q->query = (const char *)m + 5;
 		size_t ql = strnlen(q->query, total - 5);
@@ -160,7 +160,7 @@ static int read_request(struct client *c, const struct proto_frame *f, struct tx
 		return 1;
 	}
 	size_t lim = have < FANOUT_REQUEST_MAX ? have : FANOUT_REQUEST_MAX;
-	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim);
+	const uint8_t *m = buf_pullup(in, (size_t)lim);
 	if (!m || !request_end(m, lim)) {
 		if (lim == have) {
 			*need = FANOUT_REQUEST_MAX;
@@ -287,7 +287,7 @@ static bool run_request(struct fanout *fo, int shard, const struct txn_request *
 		fo->parse_len = q->r.parse_total;
 	}
 	put_request(fo, leg, q);
-	evbuffer_drain(c->io.in, q->end);
+	buf_drain(c->io.in, q->end);
 	fo->txn_leg = leg;
 	fo->phase = PHASE_RUN;
 	fo->phase_done = txn_answered;
@@ -437,7 +437,7 @@ static void txn_learned(struct fanout *fo)
 		struct proto_frame f;
 		struct txn_request q;
 		uint32_t need = 0;
-		if (evbuffer_copyout(c->io.in, h, 5) == 5) {
+		if (buf_copyout(c->io.in, h, 5) == 5) {
 			f.type = h[0];
 			f.len = proto_get_u32(h + 1);
 			if (read_request(c, &f, &q, &need, why, sizeof why) == 1 &&

@@ -429,12 +429,12 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 	struct pool *p = c->pool;
 	const struct config_pool *cp = p->cpool;
 	int n_shards = (int)cp->n_shards;
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	why[0] = '\0';
 	(void)f;
-	size_t have = evbuffer_get_length(in);
+	size_t have = buf_len(in);
 	size_t lim = have < FANOUT_REQUEST_MAX ? have : FANOUT_REQUEST_MAX;
-	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim);
+	const uint8_t *m = buf_pullup(in, (size_t)lim);
 	struct insert_request q;
 	if (!read_insert_request(c, m, lim, &q, why, whylen)) {
 		/* Parse/Describe only (asyncpg prepares first): nothing to split
@@ -514,7 +514,7 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 		fanout_free(fo);
 		return FANOUT_REFUSED;
 	}
-	evbuffer_drain(in, q.r.end);
+	buf_drain(in, q.r.end);
 	fanout_ev(c)->started(c, fo);
 	fanout_send(fo);   /* each leg checks its server out */
 	log_debug("C-%llu: INSERT split over %d shards%s", (unsigned long long)c->id, n_legs,
@@ -528,7 +528,7 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 static void insert_reroute(struct fanout *fo, int shard)
 {
 	struct client *c = fo->c;
-	if (evbuffer_prepend(c->io.in, fo->req_copy, fo->req_len) != 0) {
+	if (!io_in_prepend(&c->io, fo->req_copy, fo->req_len)) {
 		fanout_free(fo);
 		fanout_ev(c)->fatal(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 		return;
@@ -606,16 +606,16 @@ enum fanout_start fanout_start_broadcast(struct client *c, const struct router_r
 {
 	struct pool *p = c->pool;
 	int n_shards = (int)p->cpool->n_shards;
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	why[0] = '\0';
 	if (c->held_begin) {
 		snprintf(why, whylen, "cross-shard write: a write that runs on every shard cannot run inside a transaction; "
 				      "use SET SHARD or send it on its own");
 		return FANOUT_REFUSED;
 	}
-	size_t have = evbuffer_get_length(in);
+	size_t have = buf_len(in);
 	size_t lim = have < FANOUT_REQUEST_MAX ? have : FANOUT_REQUEST_MAX;
-	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim);
+	const uint8_t *m = buf_pullup(in, (size_t)lim);
 	struct request r;
 	char rwhy[200] = "";
 	if (!m || !fanout_read_request(m, lim, &r, rwhy, sizeof rwhy)) {
@@ -707,7 +707,7 @@ enum fanout_start fanout_start_broadcast(struct client *c, const struct router_r
 		fanout_free(fo);
 		return FANOUT_REFUSED;
 	}
-	evbuffer_drain(in, r.end);
+	buf_drain(in, r.end);
 	fanout_ev(c)->started(c, fo);
 	fanout_send(fo);   /* each leg checks its server out */
 	log_debug("C-%llu: write sent to all %d shards", (unsigned long long)c->id, n_shards);
@@ -721,9 +721,9 @@ enum parked_end fanout_parked_try_end(struct client *c, const struct proto_frame
 	struct fanout *fo = c->xshard ? c->xshard->parked : NULL;
 	if (!fo)
 		return PARKED_END_NOT;
-	struct evbuffer *in = c->io.in;
-	size_t have = evbuffer_get_length(in), lim = have < 4096 ? have : 4096;
-	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim);
+	struct buf *in = c->io.in;
+	size_t have = buf_len(in), lim = have < 4096 ? have : 4096;
+	const uint8_t *m = buf_pullup(in, (size_t)lim);
 	const char *tag = NULL;
 	size_t end = 0;
 	uint8_t prefix[16];
@@ -783,7 +783,7 @@ enum parked_end fanout_parked_try_end(struct client *c, const struct proto_frame
 	}
 	if (!tag)
 		return PARKED_END_NOT;
-	evbuffer_drain(in, end);
+	buf_drain(in, end);
 	c->xshard->parked = NULL;
 	fo->parked = false;
 	snprintf(fo->end_tag, sizeof fo->end_tag, "%s", tag);

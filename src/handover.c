@@ -809,11 +809,11 @@ static void take_pair(struct worker *w, const int *fds, const uint8_t *rec, size
 		h->moved++;
 		h->servers_moved++;
 		pool_grant_adopted(s, &c->wait);
-		if (s->state != SERVER_CLOSED && s->io.in && evbuffer_get_length(s->io.in))
+		if (s->state != SERVER_CLOSED && s->io.in && buf_len(s->io.in))
 			server_process(s);
 		if (c->state != CLIENT_CLOSED) {
 			io_read_now(&c->io);
-			if (c->state != CLIENT_CLOSED && c->io.in && evbuffer_get_length(c->io.in))
+			if (c->state != CLIENT_CLOSED && c->io.in && buf_len(c->io.in))
 				client_process(c);
 		}
 		return;

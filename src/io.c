@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * io: socket reads into an evbuffer, writes from one, flushed in a batch at
+ * io: socket reads into an input block (buf.h), writes from an evbuffer,
+ * flushed in a batch at
  * the end of the loop turn. Compared with bufferevents this saves arming
  * and disarming the write event for every reply: a reply that fits in the
  * socket buffer (nearly all do) costs one writev and no epoll_ctl.
@@ -8,6 +9,7 @@
 #include "io.h"
 
 #include "io_ring.h"
+#include "io_tls_close.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -46,7 +48,7 @@ static inline void *io_owner(struct io *io)
 /* Reading wanted: not paused by the owner, input below read_high. */
 static bool want_read(const struct io *io)
 {
-	return !io->closed && !io->connecting && !io->paused && (!io->in || evbuffer_get_length(io->in) < io->read_high);
+	return !io->closed && !io->connecting && !io->paused && (!io->in || buf_len(io->in) < io->read_high);
 }
 
 static void io_arm_read(struct io *io)
@@ -184,18 +186,40 @@ static bool io_write_some(struct io *io)
 	return true;
 }
 
-/* evbuffer_read asks the kernel how much is readable (an ioctl) before
- * every read, and reserving a big chain per read costs an allocation; one
- * read into the worker's scratch buffer and one append cost neither. */
+/* Reads land in the room after the unread input: at least IO_READ_MIN
+ * bytes of it, made by moving the unread bytes to the block's head or by a
+ * larger block. NULL: out of memory (errno ENOMEM). */
+#define IO_READ_MIN 4096u
+static uint8_t *read_room(struct io *io, size_t *room)
+{
+	struct buf *b = io_in(io);
+	if (!b || !buf_reserve(b, IO_READ_MIN)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return buf_tail(b, room);
+}
+
+/* A read took n of room bytes: the bytes count, and a read that filled the
+ * room (the kernel likely holds more: a result streaming) doubles the
+ * block for the next one, up to BUF_STREAM. */
+static void read_took(struct io *io, size_t n, size_t room)
+{
+	buf_commit(io->in, n);
+	if (n == room && io->in->cap < BUF_STREAM && !buf_reserve(io->in, io->in->cap))
+		return;   /* out of memory: the next read is as large as this one */
+}
+
 static ssize_t tls_read_into(struct io *io)
 {
 	ERR_clear_error();
-	int n = SSL_read(io->ssl, io->flusher->scratch, (int)sizeof io->flusher->scratch);
+	size_t room;
+	uint8_t *at = read_room(io, &room);
+	if (!at)
+		return -1;
+	int n = SSL_read(io->ssl, at, room > INT_MAX ? INT_MAX : (int)room);
 	if (n > 0) {
-		if (!io_in(io) || evbuffer_add(io->in, io->flusher->scratch, (size_t)n) < 0) {
-			errno = ENOMEM;
-			return -1;
-		}
+		read_took(io, (size_t)n, room);
 		return n;
 	}
 	switch (SSL_get_error(io->ssl, n)) {
@@ -226,12 +250,14 @@ static ssize_t read_into(struct io *io)
 {
 	if (io->ssl)
 		return tls_read_into(io);
-	/* recv, not read: the socket path skips the VFS layers read goes through. */
-	ssize_t n = recv(io->fd, io->flusher->scratch, sizeof io->flusher->scratch, 0);
-	if (n > 0 && (!io_in(io) || evbuffer_add(io->in, io->flusher->scratch, (size_t)n) < 0)) {
-		errno = ENOMEM;
+	size_t room;
+	uint8_t *at = read_room(io, &room);
+	if (!at)
 		return -1;
-	}
+	/* recv, not read: the socket path skips the VFS layers read goes through. */
+	ssize_t n = recv(io->fd, at, room, 0);
+	if (n > 0)
+		read_took(io, (size_t)n, room);
 	return n;
 }
 
@@ -255,7 +281,7 @@ static void read_ready(struct io *io)
 		if (io->paused)
 			return;
 		io->unread = false;
-		if (io->in && evbuffer_get_length(io->in) > 0)
+		if (io->in && buf_len(io->in) > 0)
 			io->ops->on_read(io, io_owner(io));
 		if (!io->closed)
 			io_arm_read(io);
@@ -414,7 +440,7 @@ static void ring_leave(struct io *io)
 	 * handshake may finish without ever waiting (the peer's last flight
 	 * already in), and the bytes after it must still raise an event. */
 	io_arm_read(io);
-	if (io->in && evbuffer_get_length(io->in) > 0)
+	if (io->in && buf_len(io->in) > 0)
 		tls_begin_replay(io);
 	else
 		tls_begin(io);
@@ -445,17 +471,17 @@ void io_start_tls_replay(struct io *io, SSL *ssl)
 static void tls_begin_replay(struct io *io)
 {
 	SSL *ssl = io->ssl;
-	size_t n = io->in ? evbuffer_get_length(io->in) : 0;
+	size_t n = io->in ? buf_len(io->in) : 0;
 	BIO *mem = n > 0 && n <= INT_MAX ? BIO_new(BIO_s_mem()) : NULL;
 	BIO *sock = mem ? BIO_new_socket((int)io->fd, BIO_NOCLOSE) : NULL;
-	const unsigned char *bytes = sock ? evbuffer_pullup(io->in, (ev_ssize_t)n) : NULL;
+	const unsigned char *bytes = sock ? buf_head(io->in) : NULL;
 	if (!bytes || BIO_write(mem, bytes, (int)n) != (int)n) {
 		BIO_free(mem);
 		BIO_free(sock);
 		io->ops->on_event(io, IO_ERROR, n > 0 ? ENOMEM : EPROTO, io_owner(io));
 		return;
 	}
-	evbuffer_drain(io->in, n);
+	buf_drain(io->in, n);
 	/* Empty: "retry", as a socket with nothing to read says, not EOF. */
 	BIO_set_mem_eof_return(mem, -1);
 	SSL_set_bio(ssl, mem, sock);   /* both owned by ssl from here on */
@@ -581,104 +607,13 @@ static bool make_dirty(struct io *io)
  * owner (it is being freed), for at most IO_TLS_CLOSE_MS. A peer that went
  * away makes a write fail, which ends it at once. */
 
-struct tls_closing {
-	struct list_node node;     /* in flusher->tls_closing */
-	struct event ev;           /* writability or the deadline */
-	struct timeval deadline;
-	SSL *ssl;
-	struct evbuffer *out;      /* NULL or what was still queued */
-	evutil_socket_t fd;
-};
-
-enum tls_close_step { TLS_CLOSE_DONE, TLS_CLOSE_WANT_WRITE };
-
-/* One try at the output, then at close_notify. DONE also when a write
- * failed: the close is best effort, the socket is closed either way. */
-static enum tls_close_step tls_close_step(SSL *ssl, struct evbuffer *out)
-{
-	ERR_clear_error();
-	while (out && evbuffer_get_length(out) > 0) {
-		struct evbuffer_iovec v;
-		if (evbuffer_peek(out, -1, NULL, &v, 1) < 1)
-			break;
-		int n = SSL_write(ssl, v.iov_base, v.iov_len > INT_MAX ? INT_MAX : (int)v.iov_len);
-		if (n > 0) {
-			evbuffer_drain(out, (size_t)n);
-			continue;
-		}
-		int e = SSL_get_error(ssl, n);
-		ERR_clear_error();
-		/* WANT_READ would need the peer's bytes (a TLS 1.3 key update):
-		 * not worth waiting for at a close. */
-		return e == SSL_ERROR_WANT_WRITE ? TLS_CLOSE_WANT_WRITE : TLS_CLOSE_DONE;
-	}
-	/* 0: close_notify sent; 1: the peer's had come already. */
-	int rc = SSL_shutdown(ssl);
-	if (rc >= 0)
-		return TLS_CLOSE_DONE;
-	int e = SSL_get_error(ssl, rc);
-	ERR_clear_error();
-	return e == SSL_ERROR_WANT_WRITE ? TLS_CLOSE_WANT_WRITE : TLS_CLOSE_DONE;
-}
-
-static void tls_closing_free(struct tls_closing *tc)
-{
-	list_del(&tc->node);
-	event_del(&tc->ev);
-	SSL_free(tc->ssl);
-	if (tc->out)
-		evbuffer_free(tc->out);
-	close(tc->fd);
-	free(tc);
-}
-
-/* Arm for writability, with what is left of the time allowed; false when
- * the time is up (or the event cannot be added). */
-static bool tls_closing_arm(struct tls_closing *tc)
-{
-	struct timeval now, left;
-	if (event_base_gettimeofday_cached(event_get_base(&tc->ev), &now) < 0)
-		return false;
-	if (!evutil_timercmp(&now, &tc->deadline, <))
-		return false;
-	evutil_timersub(&tc->deadline, &now, &left);
-	return event_add(&tc->ev, &left) == 0;
-}
-
-static void tls_closing_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct tls_closing *tc = arg;
-	(void)fd;
-	if ((what & EV_TIMEOUT) || tls_close_step(tc->ssl, tc->out) == TLS_CLOSE_DONE || !tls_closing_arm(tc))
-		tls_closing_free(tc);
-}
-
 /* From io_close: true when the SSL, the socket and the output were handed
- * to a tls_closing that finishes later; false: the caller frees them now
+ * to io_tls_close.c, which finishes later; false: the caller frees them now
  * (all written, the peer gone, or no memory for the wait). */
 static bool tls_close_begin(struct io *io)
 {
-	if (SSL_in_init(io->ssl) || tls_close_step(io->ssl, io->out) == TLS_CLOSE_DONE)
+	if (!io_tls_close_begin(&io->flusher->tls_closing, event_get_base(&io->rev), io->ssl, io->fd, io->out))
 		return false;
-	struct tls_closing *tc = calloc(1, sizeof *tc);
-	if (!tc)
-		return false;
-	struct event_base *base = event_get_base(&io->rev);
-	struct timeval now, span = { IO_TLS_CLOSE_MS / 1000, (IO_TLS_CLOSE_MS % 1000) * 1000 };
-	if (event_assign(&tc->ev, base, io->fd, EV_WRITE, tls_closing_cb, tc) < 0 ||
-	    event_base_gettimeofday_cached(base, &now) < 0) {
-		free(tc);
-		return false;
-	}
-	evutil_timeradd(&now, &span, &tc->deadline);
-	if (!tls_closing_arm(tc)) {
-		free(tc);
-		return false;
-	}
-	tc->ssl = io->ssl;
-	tc->fd = io->fd;
-	tc->out = io->out;
-	list_add_tail(&io->flusher->tls_closing, &tc->node);
 	io->ssl = NULL;
 	io->fd = -1;
 	io->out = NULL;
@@ -703,11 +638,8 @@ bool io_flusher_init(struct io_flusher *f, struct event_base *base)
 
 void io_flusher_free(struct io_flusher *f)
 {
-	/* next is NULL when init never ran (the flusher sits in a calloc'd worker) */
-	struct list_node *pos, *tmp;
-	if (f->tls_closing.next)
-		LIST_FOREACH_SAFE(pos, tmp, &f->tls_closing)
-			tls_closing_free(LIST_OWNER(pos, struct tls_closing, node));
+	/* (io_tls_close_drop_all: next is NULL when init never ran, the flusher in a calloc'd worker) */
+	io_tls_close_drop_all(&f->tls_closing);
 	io_ring_free(f->ring);
 	f->ring = NULL;
 	if (f->ev)
@@ -731,9 +663,15 @@ static void loopback_deliver(struct io *io)
 {
 	if (io->closed || !io->out || evbuffer_get_length(io->out) == 0 || !want_read(io))
 		return;
-	struct evbuffer *in = io_in(io);
-	if (!in || evbuffer_add_buffer(in, io->out) != 0)
+	struct buf *in = io_in(io);
+	size_t n = evbuffer_get_length(io->out);
+	if (!in || !buf_reserve(in, n))
 		return;   /* out of memory: the owner's limits end it */
+	size_t room;
+	uint8_t *at = buf_tail(in, &room);
+	if (evbuffer_remove(io->out, at, n) != (int)n)
+		return;
+	buf_commit(in, n);
 	io->ops->on_read(io, io_owner(io));
 }
 
@@ -918,8 +856,8 @@ static void ring_recv(void *conn, int res, const uint8_t *data, bool more)
 		io->recv = RECV_OFF;
 	if (res > 0) {
 		ring_note_receiver(io->flusher, io->fd);
-		struct evbuffer *in = io_in(io);
-		if (!in || evbuffer_add(in, data, (size_t)res) < 0) {
+		struct buf *in = io_in(io);
+		if (!in || !buf_append(in, data, (size_t)res)) {
 			io->ops->on_event(io, IO_ERROR, ENOMEM, io_owner(io));
 			return;
 		}
@@ -1212,18 +1150,30 @@ void io_close(struct io *io)
 	if (io->wev)
 		event_free(io->wev);
 	io->wev = NULL;
-	if (io->in)
-		evbuffer_free(io->in);
+	buf_free(io->in);
 	if (io->out)
 		evbuffer_free(io->out);
-	io->in = io->out = NULL;
+	io->in = NULL;
+	io->out = NULL;
 }
 
-struct evbuffer *io_in(struct io *io)
+struct buf *io_in(struct io *io)
 {
 	if (!io->in)
-		io->in = evbuffer_new();
+		io->in = buf_new();
 	return io->in;
+}
+
+bool io_in_add(struct io *io, const void *data, size_t n)
+{
+	struct buf *in = io_in(io);
+	return in && buf_append(in, data, n);
+}
+
+bool io_in_prepend(struct io *io, const void *data, size_t n)
+{
+	struct buf *in = io_in(io);
+	return in && buf_prepend(in, data, n);
 }
 
 /* Writes to a closed connection land in a buffer that is thrown away; one
@@ -1252,8 +1202,8 @@ void io_trim(struct io *io)
 {
 	if (io->closed || io->dirty_slot)
 		return;
-	if (io->in && evbuffer_get_length(io->in) == 0) {
-		evbuffer_free(io->in);
+	if (io->in && buf_len(io->in) == 0) {
+		buf_free(io->in);
 		io->in = NULL;
 	}
 	if (io->out && evbuffer_get_length(io->out) == 0 && !io->write_armed) {

@@ -627,7 +627,7 @@ static void start_client_tls(struct client *c)
 {
 	/* Bytes sent after the SSLRequest, before our answer, would be taken
 	 * as if they came through TLS (CVE-2021-23214): refuse them. */
-	if (c->io.in && evbuffer_get_length(c->io.in) > 0) {
+	if (c->io.in && buf_len(c->io.in) > 0) {
 		client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "received unencrypted data after SSL request");
 		return;
 	}
@@ -709,10 +709,10 @@ static void refuse_version(struct client *c, uint32_t version)
 
 static void process_startup(struct client *c)
 {
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	while (c->state == CLIENT_STARTUP) {
 		uint8_t hdr[8];
-		ssize_t got = evbuffer_copyout(in, hdr, sizeof hdr);
+		ssize_t got = buf_copyout(in, hdr, sizeof hdr);
 		/* 0x16, a TLS handshake record, where the first byte of a length
 		 * would be (a startup packet of hundreds of megabytes): direct
 		 * TLS, taken only as the very first bytes, as PostgreSQL does. */
@@ -727,9 +727,9 @@ static void process_startup(struct client *c)
 			refuse_length(c);
 			return;
 		}
-		if (evbuffer_get_length(in) < len)
+		if (buf_len(in) < len)
 			return;
-		const uint8_t *buf = evbuffer_pullup(in, len);
+		const uint8_t *buf = buf_pullup(in, len);
 		struct proto_startup st;
 		enum proto_startup_result r = proto_parse_startup(buf, len, &st);
 		switch (r) {
@@ -757,7 +757,7 @@ static void process_startup(struct client *c)
 		switch (st.kind) {
 		case PROTO_STARTUP_SSL:
 		case PROTO_STARTUP_GSSENC: {
-			evbuffer_drain(in, len);
+			buf_drain(in, len);
 			if (++c->skip_remaining > CLIENT_MAX_NEGOTIATIONS) {
 				client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "too many encryption requests");
 				return;
@@ -777,7 +777,7 @@ static void process_startup(struct client *c)
 			uint8_t key[PROTO_CANCEL_KEY_MAX];
 			size_t key_len = st.cancel_key_len;
 			memcpy(key, st.cancel_key, key_len);
-			evbuffer_drain(in, len);
+			buf_drain(in, len);
 			handle_cancel_request(c, st.cancel_pid, key, key_len);
 			return;
 		}
@@ -797,7 +797,7 @@ static void process_startup(struct client *c)
 			return;
 		if (!set_names(c, &st))
 			return;
-		evbuffer_drain(in, len);
+		buf_drain(in, len);
 		params_copy(&c->startup_params, &c->params);
 		start_login(c);
 		return;
@@ -836,10 +836,10 @@ static void auth_derived(void *arg)
 
 static void process_auth(struct client *c)
 {
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	while (c->state == CLIENT_AUTH && !auth_client_pending(c->auth)) {
 		uint8_t hdr[5];
-		if (evbuffer_copyout(in, hdr, 5) < 5)
+		if (buf_copyout(in, hdr, 5) < 5)
 			return;
 		struct proto_frame f;
 		if (proto_frame_header(hdr, 5, PROTO_AUTH_MSG_MAX, &f) != PROTO_FRAME_OK ||
@@ -847,9 +847,9 @@ static void process_auth(struct client *c)
 			client_close(c, SQLSTATE_PROTOCOL_VIOLATION, "expected password response, got message type %d", hdr[0]);
 			return;
 		}
-		if (evbuffer_get_length(in) < f.len + 1)
+		if (buf_len(in) < f.len + 1)
 			return;
-		unsigned char *buf = evbuffer_pullup(in, f.len + 1);
+		unsigned char *buf = buf_pullup(in, f.len + 1);
 		if (!buf) {
 			client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 			return;
@@ -858,7 +858,7 @@ static void process_auth(struct client *c)
 						       buf + 5, f.len - 4, io_out(&c->io));
 		/* It may be a password in clear: wiped before the buffer goes back. */
 		OPENSSL_cleanse(buf, f.len + 1);
-		evbuffer_drain(in, f.len + 1);
+		buf_drain(in, f.len + 1);
 		after_auth_step(c, o);
 	}
 }

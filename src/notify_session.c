@@ -109,16 +109,16 @@ static enum notify_here idle_query(struct client *c, const struct proto_frame *f
 	uint32_t total = f->len + 1;
 	if (total > CLIENT_INSPECT_MAX)
 		return NOTIFY_HERE_NOT;
-	if (evbuffer_get_length(c->io.in) < total)
+	if (buf_len(c->io.in) < total)
 		return NOTIFY_HERE_WAIT;
-	const char *sql = (const char *)evbuffer_pullup(c->io.in, total) + 5;
+	const char *sql = (const char *)buf_pullup(c->io.in, total) + 5;
 	if (!sqllex_may_be_listen(sql, f->len - 4))
 		return NOTIFY_HERE_NOT;   /* (every Query passes here: the first character decides) */
 	char channel[NOTIFY_CHANNEL_MAX + 1];
 	enum notify_sql kind = notify_sql_parse(sql, f->len - 4, channel, sizeof channel);
 	if (kind == NOTIFY_SQL_NONE)
 		return NOTIFY_HERE_NOT;
-	evbuffer_drain(c->io.in, total);
+	buf_drain(c->io.in, total);
 	answer_query(c, kind, channel, client_idle_status(c));
 	return NOTIFY_HERE_ANSWERED;
 }
@@ -185,11 +185,11 @@ static bool front_names(struct client *c, const struct proto_frame *f, uint8_t *
 	uint32_t total = f->len + 1;
 	uint32_t need = total < 5 + NOTIFY_NAMES_PREFIX ? total : 5 + NOTIFY_NAMES_PREFIX;
 	*wait = false;
-	if (evbuffer_get_length(c->io.in) < need) {
+	if (buf_len(c->io.in) < need) {
 		*wait = true;
 		return false;
 	}
-	const uint8_t *body = evbuffer_pullup(c->io.in, need) + 5;
+	const uint8_t *body = buf_pullup(c->io.in, need) + 5;
 	size_t len = need - 5, off = 0;
 	if (kind) {
 		if (len < 1)
@@ -231,9 +231,9 @@ static enum notify_here ext_parse(struct client *c, const struct proto_frame *f,
 	struct notify_client *nc = notify_client_of(c);
 	if (total > CLIENT_INSPECT_MAX)
 		return NOTIFY_HERE_NOT;
-	if (evbuffer_get_length(c->io.in) < total)
+	if (buf_len(c->io.in) < total)
 		return NOTIFY_HERE_WAIT;
-	const uint8_t *body = evbuffer_pullup(c->io.in, total) + 5;
+	const uint8_t *body = buf_pullup(c->io.in, total) + 5;
 	size_t off = 0;
 	const char *name, *sql;
 	if (!proto_read_cstring(body, f->len - 4, &off, &name))
@@ -265,7 +265,7 @@ static enum notify_here ext_parse(struct client *c, const struct proto_frame *f,
 	if (name[0] && x) {
 		char msg[96 + NOTIFY_NAMES_PREFIX];
 		snprintf(msg, sizeof msg, "prepared statement \"%s\" already exists", name);
-		evbuffer_drain(c->io.in, total);
+		buf_drain(c->io.in, total);
 		client_send_error(c, "ERROR", SQLSTATE_DUPLICATE_PSTATEMENT, msg);
 		client_set_batch(c, CLIENT_BATCH_SKIP_TO_SYNC);
 		return NOTIFY_HERE_ANSWERED;
@@ -274,7 +274,7 @@ static enum notify_here ext_parse(struct client *c, const struct proto_frame *f,
 	watch_update(c, st);
 	if (!ok && at.linked)
 		return NOTIFY_HERE_NOT;   /* (out of memory: the server's statement then) */
-	evbuffer_drain(c->io.in, total);
+	buf_drain(c->io.in, total);
 	if (!ok) {
 		client_send_error(c, "ERROR", SQLSTATE_OUT_OF_MEMORY, "out of memory");
 		client_set_batch(c, CLIENT_BATCH_SKIP_TO_SYNC);
@@ -302,7 +302,7 @@ static enum notify_here ext_message(struct client *c, struct notify_client *nc, 
 		watch_update(c, st);
 		if (!mine)
 			return NOTIFY_HERE_NOT;
-		evbuffer_drain(c->io.in, total);
+		buf_drain(c->io.in, total);
 		send_ready(c, nc, at.linked ? at.status : client_idle_status(c));
 		return NOTIFY_HERE_ANSWERED;
 	}
@@ -340,7 +340,7 @@ static enum notify_here ext_message(struct client *c, struct notify_client *nc, 
 			return wait ? NOTIFY_HERE_WAIT : NOTIFY_HERE_NOT;
 		if (!stmt_find(st, kind == 'P', name))
 			return NOTIFY_HERE_NOT;
-		evbuffer_drain(c->io.in, total);
+		buf_drain(c->io.in, total);
 		if (kind == 'S') {   /* no parameters */
 			uint8_t pd[7] = { PqMsg_ParameterDescription, 0, 0, 0, 6, 0, 0 };
 			evbuffer_add(client_output(c), pd, sizeof pd);
@@ -376,7 +376,7 @@ static enum notify_here ext_message(struct client *c, struct notify_client *nc, 
 			return NOTIFY_HERE_NOT;
 		stmt_drop(st, x);
 		watch_update(c, st);
-		evbuffer_drain(c->io.in, total);
+		buf_drain(c->io.in, total);
 		client_send_simple(c, PqMsg_CloseComplete);
 		return NOTIFY_HERE_ANSWERED;
 	}
@@ -414,7 +414,7 @@ enum session_query notify_session_active_query(struct client *c, struct server *
 	const struct txn *t = link_txn(s);
 	if (t->outstanding > 0 || t->ext_pending)
 		return SESSION_QUERY_WAIT;   /* its answer must come after theirs */
-	evbuffer_drain(c->io.in, (size_t)f->len + 1);
+	buf_drain(c->io.in, (size_t)f->len + 1);
 	if (t->tx_status == 'E') {
 		client_send_error(c, "ERROR", SQLSTATE_IN_FAILED_TRANSACTION,
 				  "current transaction is aborted, commands ignored until end of transaction block");

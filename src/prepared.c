@@ -206,7 +206,7 @@ static bool owe_parse_complete(struct client *c, struct server *s, uint32_t tota
 	if (!s->txn.ext_first || c->pool->cpool->n_shards > 1)
 		return false;
 	uint8_t next[7];
-	if (!evbuf_copy_at(c->io.in, total, next, sizeof next))
+	if (!buf_copy_at(c->io.in, total, next, sizeof next))
 		return false;
 	/* 'B', a length, "" (portal), "" (statement) */
 	if (next[0] != PqMsg_Bind || next[5] != 0 || next[6] != 0)
@@ -611,7 +611,7 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 		evbuffer_add(out, m + 5, portal);
 		evbuffer_add(out, g, gl);
 	}
-	evbuffer_drain(c->io.in, old_prefix);
+	buf_drain(c->io.in, old_prefix);
 	stats_add(c->pool->stats, STAT_RECEIVED, old_prefix);
 	*stream_rest = rest;
 	txn_sent(&s->txn, f->type);
@@ -697,15 +697,15 @@ struct cached_op {
  * bytes) start a batch pgcat answers? Every extended-protocol query's
  * Parse comes here: the message after it (a Bind, mostly) turns it away
  * before anything is made contiguous. */
-static bool unnamed_batch_may_do(struct client *c, struct evbuffer *in, const uint8_t head[6])
+static bool unnamed_batch_may_do(struct client *c, struct buf *in, const uint8_t head[6])
 {
 	if (!c->w->cfg->general.prepare_unnamed)
 		return false;
 	uint32_t plen = proto_get_u32(head + 1);
-	if (plen < 4 || (size_t)plen + 2 > CACHED_BATCH_MAX || evbuffer_get_length(in) < (size_t)plen + 2)
+	if (plen < 4 || (size_t)plen + 2 > CACHED_BATCH_MAX || buf_len(in) < (size_t)plen + 2)
 		return false;
 	/* (contiguous already, mostly: the pump reads the Parse whole too) */
-	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)plen + 2);
+	const uint8_t *m = buf_pullup(in, (size_t)plen + 2);
 	return m && (m[plen + 1] == PqMsg_Describe || m[plen + 1] == PqMsg_Sync);
 }
 
@@ -718,17 +718,17 @@ static bool unnamed_batch_may_do(struct client *c, struct evbuffer *in, const ui
 static bool scan_cached_batch(struct client *c, bool unverified_ok, struct cached_parse *ps, uint32_t *n,
 			      struct cached_op *ops, uint32_t *nops, size_t *len)
 {
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	if (!in)
 		return false;
 	uint8_t head[6];
-	if (evbuffer_copyout(in, head, sizeof head) < (ev_ssize_t)sizeof head ||
+	if (buf_copyout(in, head, sizeof head) < (ev_ssize_t)sizeof head ||
 	    (head[5] == 0 && !unnamed_batch_may_do(c, in, head)))
 		return false;
-	size_t have = evbuffer_get_length(in);
+	size_t have = buf_len(in);
 	if (have > CACHED_BATCH_MAX)
 		have = CACHED_BATCH_MAX;
-	const uint8_t *b = evbuffer_pullup(in, (ev_ssize_t)have);
+	const uint8_t *b = buf_pullup(in, (size_t)have);
 	if (!b)
 		return false;
 	struct prep_registry *r = &c->pool->prep;
@@ -857,7 +857,7 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 {
 	*stream_rest = 0;
 	uint32_t total = f->len + 1;
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	if (!server_prep(s)) {
 		return PREP_FAILED;
 	}
@@ -865,22 +865,22 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 	case PqMsg_Parse: {
 		if (config_prep_too_long(&c->w->cfg->general, total)) {
 			size_t want = total < PROTO_LONG_HEAD ? total : PROTO_LONG_HEAD;
-			if (evbuffer_get_length(in) < want)
+			if (buf_len(in) < want)
 				return PREP_WAIT;
-			return on_long_parse(c, s, evbuffer_pullup(in, (ev_ssize_t)want), want, total, stream_rest);
+			return on_long_parse(c, s, buf_pullup(in, (size_t)want), want, total, stream_rest);
 		}
-		if (evbuffer_get_length(in) < total)
+		if (buf_len(in) < total)
 			return PREP_WAIT;
-		return on_parse(c, s, evbuffer_pullup(in, total), total);
+		return on_parse(c, s, buf_pullup(in, total), total);
 	}
 	case PqMsg_Bind:
 	case PqMsg_Describe: {
 		/* Only the names at the front matter: the rest streams through. */
 		size_t want = total < 5 + 2 * 256 ? total : 5 + 2 * 256;
-		size_t have = evbuffer_get_length(in);
+		size_t have = buf_len(in);
 		if (have < want)
 			return PREP_WAIT;
-		const uint8_t *m = evbuffer_pullup(in, (ssize_t)want);
+		const uint8_t *m = buf_pullup(in, (size_t)want);
 		size_t name_off;
 		if (f->type == PqMsg_Bind) {
 			size_t pl = strnlen((const char *)m + 5, want - 5);
@@ -889,7 +889,7 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 					return PREP_FORWARD;   /* malformed */
 				if (have < total)
 					return PREP_WAIT;
-				m = evbuffer_pullup(in, total);
+				m = buf_pullup(in, total);
 				want = total;
 				pl = strnlen((const char *)m + 5, want - 5);
 				if (5 + pl >= want)
@@ -909,7 +909,7 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 		if (strnlen((const char *)m + name_off, want - name_off) >= want - name_off && want < total) {
 			if (have < total)
 				return PREP_WAIT;
-			m = evbuffer_pullup(in, total);
+			m = buf_pullup(in, total);
 			want = total;
 		}
 		struct prep_stmt *used = NULL;
@@ -919,24 +919,24 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 		return a;
 	}
 	case PqMsg_Close: {
-		if (evbuffer_get_length(in) < total)
+		if (buf_len(in) < total)
 			return PREP_WAIT;
-		return on_close(c, s, evbuffer_pullup(in, total), total);
+		return on_close(c, s, buf_pullup(in, total), total);
 	}
 	case PqMsg_Query: {
 		enum prep_action a;
 		if (config_prep_too_long(&c->w->cfg->general, total)) {
 			size_t want = total < PROTO_LONG_HEAD ? total : PROTO_LONG_HEAD;
-			if (evbuffer_get_length(in) < want)
+			if (buf_len(in) < want)
 				return PREP_WAIT;
-			a = prep_sql_long_query(c, s, evbuffer_pullup(in, (ev_ssize_t)want), want, total, stream_rest);
+			a = prep_sql_long_query(c, s, buf_pullup(in, (size_t)want), want, total, stream_rest);
 			if (a != PREP_FAILED)
 				s->prep->seg_sent++;
 			return a;
 		}
-		if (evbuffer_get_length(in) < total)
+		if (buf_len(in) < total)
 			return PREP_WAIT;
-		a = prep_sql_query(c, s, evbuffer_pullup(in, total), total);
+		a = prep_sql_query(c, s, buf_pullup(in, total), total);
 		if (a != PREP_FAILED)
 			s->prep->seg_sent++;
 		return a;

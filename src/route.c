@@ -37,12 +37,12 @@
 static bool first_statement(struct client *c, const struct proto_frame *f, const char **sql, size_t *len)
 {
 	uint32_t total = f->len + 1;
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	if (f->type == PqMsg_Bind) {
 		/* A named statement: its text is in the pool's registry. */
-		if (!c->end.prep || total > ROUTE_INSPECT_MAX || evbuffer_get_length(in) < total)
+		if (!c->end.prep || total > ROUTE_INSPECT_MAX || buf_len(in) < total)
 			return false;
-		const uint8_t *m = evbuffer_pullup(in, total);
+		const uint8_t *m = buf_pullup(in, total);
 		size_t pl = strnlen((const char *)m + 5, total - 5);
 		if (5 + pl + 1 >= total)
 			return false;
@@ -58,9 +58,9 @@ static bool first_statement(struct client *c, const struct proto_frame *f, const
 	}
 	if (f->type != PqMsg_Query && f->type != PqMsg_Parse)
 		return false;
-	if (total > ROUTE_INSPECT_MAX || evbuffer_get_length(in) < total)
+	if (total > ROUTE_INSPECT_MAX || buf_len(in) < total)
 		return false;
-	const uint8_t *m = evbuffer_pullup(in, total);
+	const uint8_t *m = buf_pullup(in, total);
 	size_t off = 0;
 	if (f->type == PqMsg_Parse) {
 		const char *name;
@@ -186,8 +186,8 @@ static bool scan_request(struct client *c, const struct proto_frame *f, const st
 {
 	*provisional = false;
 	*read_need = 0;
-	struct evbuffer *in = c->io.in;
-	size_t have = evbuffer_get_length(in);
+	struct buf *in = c->io.in;
+	size_t have = buf_len(in);
 	bool sharded = false;
 	acc->outcome = SHARDKEY_DEFAULT;
 	acc->shard = -1;
@@ -200,7 +200,7 @@ static bool scan_request(struct client *c, const struct proto_frame *f, const st
 		}
 		if (have < total)
 			return false;
-		const uint8_t *m = evbuffer_pullup(in, total);
+		const uint8_t *m = buf_pullup(in, total);
 		const char *sql = (const char *)m + 5;
 		scan_statement(c, rr, sql, strnlen(sql, total - 5), NULL, acc, &sharded);
 		return true;
@@ -209,7 +209,7 @@ static bool scan_request(struct client *c, const struct proto_frame *f, const st
 	    f->type != PqMsg_Execute && f->type != PqMsg_Close)
 		return true;
 	size_t lim = have < ROUTE_SCAN_MAX ? have : ROUTE_SCAN_MAX;
-	const uint8_t *m = evbuffer_pullup(in, lim);
+	const uint8_t *m = buf_pullup(in, lim);
 	struct scan_parse parses[ROUTE_SCAN_PARSES];
 	size_t n_parses = 0;
 	bool complete = false, truncated = false, flush = false, bound = false;
@@ -435,13 +435,13 @@ static bool scan_message(struct client *c, const struct proto_frame *f, const st
 	acc->outcome = SHARDKEY_DEFAULT;
 	acc->shard = -1;
 	acc->writes = false;
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	size_t total = (size_t)f->len + 1;
-	if (evbuffer_get_length(in) < total) {
+	if (buf_len(in) < total) {
 		*read_need = (uint32_t)total;   /* (at most ROUTE_SCAN_MAX) */
 		return false;
 	}
-	const uint8_t *body = evbuffer_pullup(in, (ev_ssize_t)total) + 5;
+	const uint8_t *body = buf_pullup(in, (size_t)total) + 5;
 	size_t blen = total - 5, noff = 0;
 	const char *portal, *name;
 	struct scan_parse st;
@@ -458,7 +458,7 @@ static enum route_active refuse_on_server(const struct client *c, struct server 
 					  const char *msg, struct route_active_decision *d)
 {
 	uint32_t total = f->len + 1;
-	if (evbuffer_get_length(c->io.in) < total)
+	if (buf_len(c->io.in) < total)
 		return ROUTE_ACTIVE_WAIT;
 	bool ok = f->type == PqMsg_Query ? prep_server_fail_query(s, "0A000", msg)
 					 : prep_server_fail_bind(s, "0A000", msg);
@@ -695,9 +695,9 @@ static bool hold_begin(const struct client *c, const struct proto_frame *f, stru
 			       c->shard_override >= 0 || c->pool->mode != POOL_MODE_TRANSACTION))
 		return false;
 	uint32_t total = f->len + 1;
-	if (total > 5 + ROUTE_HELD_BEGIN_MAX || evbuffer_get_length(c->io.in) < total)
+	if (total > 5 + ROUTE_HELD_BEGIN_MAX || buf_len(c->io.in) < total)
 		return false;
-	const char *sql = (const char *)evbuffer_pullup(c->io.in, total) + 5;
+	const char *sql = (const char *)buf_pullup(c->io.in, total) + 5;
 	size_t len = strnlen(sql, total - 5);
 	struct pktbuf *pb = decision_reply(d);
 	if (c->held_begin) {
@@ -761,9 +761,9 @@ static bool hold_begin_extended(const struct client *c, const struct proto_frame
 	    !cp->query_parser_enabled || cp->n_sharded_tables == 0 || c->shard_override >= 0 ||
 	    c->pool->mode != POOL_MODE_TRANSACTION || !prep_enabled(c))
 		return false;
-	struct evbuffer *in = c->io.in;
-	size_t have = evbuffer_get_length(in), lim = have < 1024 ? have : 1024, off = 0, parse_at = 0, parse_total = 0;
-	const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)lim), *body, *key = NULL;
+	struct buf *in = c->io.in;
+	size_t have = buf_len(in), lim = have < 1024 ? have : 1024, off = 0, parse_at = 0, parse_total = 0;
+	const uint8_t *m = buf_pullup(in, (size_t)lim), *body, *key = NULL;
 	size_t blen, b = 0, keylen;
 	uint8_t type;
 	const char *name = NULL, *sql = NULL, *portal, *stmt;

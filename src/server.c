@@ -408,13 +408,13 @@ enum behind {
  * its last answer): the answer before it stands, and the server is not
  * given to anyone. A message not yet whole is judged when it is, by the
  * pump. */
-static enum behind look_behind(struct evbuffer *in, size_t off)
+static enum behind look_behind(struct buf *in, size_t off)
 {
-	size_t have = evbuffer_get_length(in);
+	size_t have = buf_len(in);
 	while (off < have) {
 		uint8_t hdr[5];
 		size_t n = have - off < sizeof hdr ? have - off : sizeof hdr;
-		if (!evbuf_copy_at(in, off, hdr, n))
+		if (!buf_copy_at(in, off, hdr, n))
 			return BEHIND_UNASKED;
 		bool error = hdr[0] == PqMsg_ErrorResponse;
 		if (!error && !proto_backend_unprompted(hdr[0]))
@@ -430,7 +430,7 @@ static enum behind look_behind(struct evbuffer *in, size_t off)
 				return BEHIND_NOTHING;
 			if (total > SERVER_INSPECT_MAX)
 				return BEHIND_UNASKED;
-			const uint8_t *m = evbuffer_pullup(in, (ev_ssize_t)(off + total));
+			const uint8_t *m = buf_pullup(in, (size_t)(off + total));
 			return m && proto_error_is_fatal(m + off + 5, len - 4) ? BEHIND_FATAL : BEHIND_UNASKED;
 		}
 		off += total;
@@ -442,7 +442,7 @@ static enum behind look_behind(struct evbuffer *in, size_t off)
  * it decides what becomes of the server. false: it sent a reply nobody
  * asked for, and is closed; a FATAL error behind it: it is not handed on
  * (closed when it goes back). */
-static bool settle_behind(struct server *s, struct evbuffer *in, size_t off)
+static bool settle_behind(struct server *s, struct buf *in, size_t off)
 {
 	switch (look_behind(in, off)) {
 	case BEHIND_NOTHING:
@@ -473,12 +473,12 @@ static void copy_in_started(struct server *s)
  * the WAL position query): track state, forward nothing. */
 static void process_unlinked(struct server *s)
 {
-	struct evbuffer *in = s->io.in;
+	struct buf *in = s->io.in;
 	uint8_t buf[SERVER_INSPECT_MAX];
 	enum server_state st = s->state;
 	while (s->state == st) {
 		uint8_t hdr[6];
-		size_t have = evbuffer_copyout(in, hdr, 6) < 0 ? 0 : evbuffer_get_length(in);
+		size_t have = buf_copyout(in, hdr, 6) < 5 ? 0 : buf_len(in);
 		if (have < 5)
 			return;
 		struct proto_frame f;
@@ -497,23 +497,23 @@ static void process_unlinked(struct server *s)
 				  (s->health_check || s->replay_check == SERVER_REPLAY_ASKED)) ||
 				 (f.type == PqMsg_DataRow && (st == SERVER_WAL_POSITION || st == SERVER_ASKING));
 		if (need_body && total <= SERVER_INSPECT_MAX) {
-			if (!evbuf_take_whole(in, total, buf))
+			if (!buf_take_whole(in, total, buf))
 				return;
 		} else if (f.type == PqMsg_ReadyForQuery) {
 			if (have < 6)
 				return;
-			evbuffer_drain(in, 6);
+			buf_drain(in, 6);
 		} else {
 			/* Skip the body, in pieces if it is large. */
 			size_t n = have < total ? have : total;
 			if (n < total) {
 				/* Drop what is there and remember how much of this
 				 * message is still to come (server_process skips it). */
-				evbuffer_drain(in, n);
+				buf_drain(in, n);
 				s->fwd_remaining = total - (uint32_t)n;
 				return;
 			}
-			evbuffer_drain(in, total);
+			buf_drain(in, total);
 		}
 		const uint8_t *body = buf + 5;
 		size_t blen = f.len - 4;
@@ -668,7 +668,7 @@ void server_resume_reading(struct server *s)
 /* A small server message pgcat consumed itself (all of it is buffered). */
 static void drop_message(struct server *s, uint32_t total)
 {
-	evbuffer_drain(s->io.in, total);
+	buf_drain(s->io.in, total);
 }
 
 /* A request or transaction that changed session settings has ended
@@ -697,11 +697,11 @@ void server_settings_discard(struct server *s)
 
 /* While settings are pending, note whether a CommandComplete says ROLLBACK
  * (also what COMMIT of a failed transaction answers). */
-static void settings_note_complete(struct server *s, struct evbuffer *in, uint32_t total)
+static void settings_note_complete(struct server *s, struct buf *in, uint32_t total)
 {
 	static const char tag[] = "ROLLBACK";   /* with its NUL */
 	uint8_t b[5 + sizeof tag];
-	s->txn.set_last_rollback = total == 5 + sizeof tag && evbuffer_copyout(in, b, sizeof b) == (ssize_t)sizeof b &&
+	s->txn.set_last_rollback = total == 5 + sizeof tag && buf_copyout(in, b, sizeof b) == (ssize_t)sizeof b &&
 			       memcmp(b + 5, tag, sizeof tag) == 0;
 }
 
@@ -760,7 +760,7 @@ static bool replay_forward_ack(struct server *s)
 
 /* Prepared statements: a reply prepared.c passes, swallows (the answer to
  * pgcat's own message) or replaces. */
-static enum pump_step prep_reply(struct server *s, struct evbuffer *in, struct evbuffer *out,
+static enum pump_step prep_reply(struct server *s, struct buf *in, struct evbuffer *out,
 				 const struct proto_frame *f, const uint8_t *hdr, ssize_t got)
 {
 	uint32_t total = f->len + 1;
@@ -770,10 +770,10 @@ static enum pump_step prep_reply(struct server *s, struct evbuffer *in, struct e
 	bool small = total <= SERVER_INSPECT_MAX;
 	/* Replies pgcat may drop or replace are small: have them whole first. */
 	bool wanted = small && prep_server_wants(s, f->type);
-	if (small && (replaceable_reply(f->type) || wanted) && evbuffer_get_length(in) < total)
+	if (small && (replaceable_reply(f->type) || wanted) && buf_len(in) < total)
 		return PUMP_STOP;
 	if (wanted)
-		whole = evbuffer_pullup(in, total);
+		whole = buf_pullup(in, total);
 	uint8_t *repl = NULL;
 	uint32_t repl_len = 0;
 	switch (prep_server_message(s, f->type, whole, total, &repl, &repl_len)) {
@@ -846,7 +846,7 @@ static void count_answer(struct server *s)
 /* ReadyForQuery (whole, got 6): forwarded, the transaction's books
  * settled, the client told; the server goes back to its pool when nothing
  * more is owed outside a transaction. PUMP_STOP: it went back. */
-static enum pump_step ready_for_query(struct server *s, struct client_end *c, struct evbuffer *in,
+static enum pump_step ready_for_query(struct server *s, struct client_end *c, struct buf *in,
 				      struct evbuffer *out, char status)
 {
 	/* The last answer owed: anything already here behind it was not asked
@@ -870,9 +870,9 @@ static enum pump_step ready_for_query(struct server *s, struct client_end *c, st
 	bool held = c->hold_ready && status == 'I' && s->txn.outstanding == 0 && !s->txn.ext_pending;
 	bool committed = !s->txn.set_cycle_error && !s->txn.set_last_rollback;
 	if (held)
-		evbuffer_drain(in, 6);
+		buf_drain(in, 6);
 	else
-		evbuffer_remove_buffer(in, out, 6);
+		buf_move_to(in, out, 6);
 	if (s->txn.set_pending && s->txn.tx_status == 'I')
 		settings_settle(s, committed);
 	s->txn.set_cycle_error = false;
@@ -915,13 +915,13 @@ static enum pump_step ready_for_query(struct server *s, struct client_end *c, st
  * LISTEN passed through): the notifier's pid becomes the one pgcat gave
  * the client that notified, as the listener's are (SPEC §11), so that an
  * application recognises its own notifications. Rewritten in place. */
-static enum pump_step notification_pid(struct server *s, struct evbuffer *in, const struct proto_frame *f)
+static enum pump_step notification_pid(struct server *s, struct buf *in, const struct proto_frame *f)
 {
 	if (f->len < 4 + 4 + 2)   /* pid, two strings: else refused whole by the client */
 		return PUMP_ON;
-	if (evbuffer_get_length(in) < 9)
+	if (buf_len(in) < 9)
 		return PUMP_STOP;
-	uint8_t *h = evbuffer_pullup(in, 9);
+	uint8_t *h = buf_pullup(in, 9);
 	const struct srvpool *sp = s->sp;
 	uint32_t pid = proto_get_u32(h + 5);
 	uint32_t mine = shm_backend_client_pid(s->w->shm, pid, sp->host, sp->port, sp->database);
@@ -934,7 +934,7 @@ static enum pump_step notification_pid(struct server *s, struct evbuffer *in, co
  * CopyInResponse, CommandComplete): taken whole where small, into buf
  * (SERVER_INSPECT_MAX bytes, the pump's: one stack frame of that size per
  * batch, not per message). */
-static enum pump_step inspect_reply(struct server *s, struct client_end *c, struct evbuffer *in,
+static enum pump_step inspect_reply(struct server *s, struct client_end *c, struct buf *in,
 				    struct evbuffer *out, const struct proto_frame *f, uint8_t *buf)
 {
 	uint32_t total = f->len + 1;
@@ -942,7 +942,7 @@ static enum pump_step inspect_reply(struct server *s, struct client_end *c, stru
 	case PqMsg_ParameterStatus:
 		if (total > SERVER_INSPECT_MAX)
 			return PUMP_ON;
-		if (!evbuf_take_whole(in, total, buf))
+		if (!buf_take_whole(in, total, buf))
 			return PUMP_STOP;
 		const char *name, *value;
 		if (proto_parse_parameter_status(buf + 5, f->len - 4, &name, &value)) {
@@ -957,7 +957,7 @@ static enum pump_step inspect_reply(struct server *s, struct client_end *c, stru
 		s->txn.set_cycle_error = true;
 		if (total > SERVER_INSPECT_MAX)
 			return PUMP_ON;
-		if (!evbuf_take_whole(in, total, buf))
+		if (!buf_take_whole(in, total, buf))
 			return PUMP_STOP;
 		if (proto_error_is_fatal(buf + 5, f->len - 4)) {
 			/* The server is about to close: the client gets this as an
@@ -990,7 +990,7 @@ static enum pump_step inspect_reply(struct server *s, struct client_end *c, stru
  * acknowledgement a replayed read already gave the client is dropped
  * (PUMP_NEXT), one forwarded is counted, anything else marks the reply as
  * carrying data. */
-static enum pump_step count_for_replay(struct server *s, struct evbuffer *in, const struct proto_frame *f)
+static enum pump_step count_for_replay(struct server *s, struct buf *in, const struct proto_frame *f)
 {
 	uint32_t total = f->len + 1;
 	if (f->type == PqMsg_ParseComplete || f->type == PqMsg_BindComplete || f->type == PqMsg_CloseComplete ||
@@ -1001,12 +1001,12 @@ static enum pump_step count_for_replay(struct server *s, struct evbuffer *in, co
 				server_close(s, "replayed read: unexpected large reply");
 				return PUMP_STOP;
 			}
-			if (evbuffer_get_length(in) < total)
+			if (buf_len(in) < total)
 				return PUMP_STOP;
 		}
 		if (replay_forward_ack(s))
 			return PUMP_ON;
-		evbuffer_drain(in, total);
+		buf_drain(in, total);
 		return PUMP_NEXT;
 	}
 	if (f->type != PqMsg_NoticeResponse && f->type != PqMsg_NotificationResponse) {
@@ -1021,7 +1021,7 @@ static enum pump_step count_for_replay(struct server *s, struct evbuffer *in, co
 /* The start of a reply message at the head of in: its header checked,
  * then each step that reads it. PUMP_ON: forward it (s->fwd_remaining
  * set); PUMP_NEXT: it was taken; PUMP_STOP: wait, or the link moved. */
-static enum pump_step server_reply_step(struct server *s, struct client_end *c, struct evbuffer *in, struct evbuffer *out,
+static enum pump_step server_reply_step(struct server *s, struct client_end *c, struct buf *in, struct evbuffer *out,
 				 uint8_t *buf)
 {
 	uint8_t hdr[6];
@@ -1043,9 +1043,9 @@ static enum pump_step server_reply_step(struct server *s, struct client_end *c, 
 			server_close_unasked(s, f.type);
 			return PUMP_STOP;
 		}
-		if (evbuffer_get_length(in) < total)
+		if (buf_len(in) < total)
 			return PUMP_STOP;
-		const uint8_t *m = evbuffer_pullup(in, total);
+		const uint8_t *m = buf_pullup(in, total);
 		if (!m || !proto_error_is_fatal(m + 5, f.len - 4)) {
 			server_close_unasked(s, f.type);
 			return PUMP_STOP;
@@ -1074,7 +1074,7 @@ static enum pump_step server_reply_step(struct server *s, struct client_end *c, 
  * streamed by header (io_forward_rest). */
 static void process_active(struct server *s)
 {
-	struct evbuffer *in = s->io.in;
+	struct buf *in = s->io.in;
 	uint8_t buf[SERVER_INSPECT_MAX];
 	struct client_end *c = s->client;
 	if (!c)
@@ -1126,10 +1126,10 @@ static void process_once(struct server *s)
 	case SERVER_RESETTING:
 	case SERVER_CANCEL_WAIT:
 		if (s->fwd_remaining > 0) {
-			struct evbuffer *in = s->io.in;
-			size_t have = evbuffer_get_length(in);
+			struct buf *in = s->io.in;
+			size_t have = buf_len(in);
 			size_t n = have < s->fwd_remaining ? have : s->fwd_remaining;
-			evbuffer_drain(in, n);
+			buf_drain(in, n);
 			s->fwd_remaining -= (uint32_t)n;
 			if (s->fwd_remaining > 0)
 				return;

@@ -171,11 +171,11 @@ void server_login_note_error(struct server *s, const uint8_t *body, size_t len)
  * waits (for the answer, or for the handshake) or failed (fail->why). */
 static bool handle_ssl_answer(struct server *s, struct server_login_failure *fail)
 {
-	struct evbuffer *in = s->io.in;
+	struct buf *in = s->io.in;
 	uint8_t b;
-	if (evbuffer_copyout(in, &b, 1) < 1)
+	if (buf_copyout(in, &b, 1) < 1)
 		return false;
-	evbuffer_drain(in, 1);
+	buf_drain(in, 1);
 	enum tls_mode mode = s->w->cfg->general.server_tls_sslmode;
 	if (b == 'N') {
 		if (mode >= TLS_MODE_REQUIRE) {
@@ -194,7 +194,7 @@ static bool handle_ssl_answer(struct server *s, struct server_login_failure *fai
 		return false;
 	}
 	/* Bytes after 'S' would be taken as if encrypted (CVE-2021-23222). */
-	if (evbuffer_get_length(in) > 0) {
+	if (buf_len(in) > 0) {
 		login_fail(fail, "the server sent unencrypted data after accepting TLS");
 		return false;
 	}
@@ -261,7 +261,7 @@ static bool send_connect_query(struct server *s, struct server_login_failure *fa
  * notices are dropped, whatever their size (its result is discarded). 1:
  * one such message dropped; 0: not one of those (the login's own
  * handling follows); -1: wait for more input, or the connection is gone. */
-static int skip_connect_query_reply(struct evbuffer *in, const uint8_t *hdr, struct server_login_failure *fail)
+static int skip_connect_query_reply(struct buf *in, const uint8_t *hdr, struct server_login_failure *fail)
 {
 	struct proto_frame f;
 	if (proto_frame_header(hdr, 5, SERVER_MAX_MESSAGE, &f) != PROTO_FRAME_OK) {
@@ -284,9 +284,9 @@ static int skip_connect_query_reply(struct evbuffer *in, const uint8_t *hdr, str
 	default:
 		return 0;
 	}
-	if (evbuffer_get_length(in) < (size_t)f.len + 1)
+	if (buf_len(in) < (size_t)f.len + 1)
 		return -1;
-	evbuffer_drain(in, (size_t)f.len + 1);
+	buf_drain(in, (size_t)f.len + 1);
 	return 1;
 }
 
@@ -297,7 +297,7 @@ const char *server_login_start(struct server *s)
 
 enum server_login_step server_login_read(struct server *s, void (*derived)(void *), struct server_login_failure *fail)
 {
-	struct evbuffer *in = s->io.in;
+	struct buf *in = s->io.in;
 	uint8_t buf[SERVER_INSPECT_MAX];
 	fail->why = NULL;
 	fail->refused = false;
@@ -311,7 +311,7 @@ enum server_login_step server_login_read(struct server *s, void (*derived)(void 
 		if (s->auth && auth_backend_pending(s->auth))
 			return SERVER_LOGIN_WAIT;
 		uint8_t hdr[5];
-		if (evbuffer_copyout(in, hdr, 5) < 5)
+		if (buf_copyout(in, hdr, 5) < 5)
 			return SERVER_LOGIN_WAIT;
 		struct proto_frame f;
 		if (s->connect_query_sent) {
@@ -325,7 +325,7 @@ enum server_login_step server_login_read(struct server *s, void (*derived)(void 
 			login_fail(fail, "server sent an invalid message during login");
 			return SERVER_LOGIN_FAILED;
 		}
-		if (!evbuf_take_whole(in, f.len + 1, buf))
+		if (!buf_take_whole(in, f.len + 1, buf))
 			return SERVER_LOGIN_WAIT;
 		const uint8_t *body = buf + 5;
 		size_t blen = f.len - 4;

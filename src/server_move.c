@@ -45,14 +45,14 @@ bool server_move_at_boundary(const struct server *s)
 	return !s->io.ssl && !s->txn.outstanding && s->txn.tx_status == 'I' && !s->txn.ext_pending &&
 	       !s->txn.untracked && !s->txn.in_copy_in && !s->txn.set_pending && !s->close_when_idle &&
 	       !s->cancels_in_flight && !s->fwd_remaining && !s->paused && prep_server_movable(s) &&
-	       !(s->io.in && evbuffer_get_length(s->io.in) > SERVER_MOVE_INPUT_MAX);
+	       !(s->io.in && buf_len(s->io.in) > SERVER_MOVE_INPUT_MAX);
 }
 
 static bool quiet(struct server *s)
 {
 	if (!io_suspended(&s->io))
 		io_suspend(&s->io, true);
-	size_t in = s->io.in ? evbuffer_get_length(s->io.in) : 0;
+	size_t in = s->io.in ? buf_len(s->io.in) : 0;
 	if (in > SERVER_MOVE_INPUT_MAX) {
 		io_suspend(&s->io, false);   /* (what landed meanwhile is large: read here) */
 		return false;
@@ -73,7 +73,7 @@ bool server_move_ready(struct server *s)
 	/* (Unread input of an idle server, a notice, stays: it would be read
 	 * on the other side as the next client's reply.) */
 	return s->state == SERVER_IDLE && !s->client && server_move_at_boundary(s) && quiet(s) &&
-	       !(s->io.in && evbuffer_get_length(s->io.in));
+	       !(s->io.in && buf_len(s->io.in));
 }
 
 bool server_move_linked_ready(struct server *s)
@@ -111,10 +111,10 @@ bool server_move_write(struct server *s, struct pktbuf *pb)
 	else
 		pktbuf_put_u16(pb, 0);
 	pktbuf_put_u32(pb, prep_server_generation(s));
-	size_t in = s->io.in ? evbuffer_get_length(s->io.in) : 0;
+	size_t in = s->io.in ? buf_len(s->io.in) : 0;
 	pktbuf_put_u32(pb, (uint32_t)in);
 	if (in) {
-		const unsigned char *bytes = evbuffer_pullup(s->io.in, -1);
+		const unsigned char *bytes = buf_head(s->io.in);
 		if (!bytes)
 			return false;
 		pktbuf_put_bytes(pb, bytes, in);
@@ -187,7 +187,7 @@ struct server *server_move_read(struct worker *w, int fd, const uint8_t *rec, si
 	uint32_t in = bytes_u32(&r);
 	const uint8_t *input = bytes_take(&r, in);
 	ok = ok && !r.bad && r.off == r.len && prep_server_adopt(s, gen) &&
-	     (!in || evbuffer_add(io_in(&s->io), input, in) == 0);
+	     (!in || io_in_add(&s->io, input, in));
 	struct pool *p = sp->pool;
 	if (ok && !p->have_defaults && params_count(&defaults)) {
 		params_copy(&p->defaults, &defaults);

@@ -73,14 +73,14 @@ static bool is_transaction_end(const uint8_t *sql, size_t len)
  * needs more bytes. */
 static bool answer_locally(struct client *c, const struct proto_frame *f)
 {
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	uint32_t total = f->len + 1;
 	const uint8_t *body = NULL;
 	bool inspectable = total <= CLIENT_INSPECT_MAX;
 	if ((f->type == PqMsg_Query || f->type == PqMsg_Parse) && inspectable) {
-		if (evbuffer_get_length(in) < total)
+		if (buf_len(in) < total)
 			return false;
-		body = evbuffer_pullup(in, total) + 5;
+		body = buf_pullup(in, total) + 5;
 	}
 	bool is_end = false;
 	if (body && f->type == PqMsg_Query)
@@ -213,7 +213,7 @@ static void apply_local(struct client *c, const struct route_decision *d)
 		c->shard_override = (int16_t)d->value;
 		break;
 	}
-	evbuffer_drain(c->io.in, d->consume);
+	buf_drain(c->io.in, d->consume);
 	if (d->reply.len && !d->reply.failed)
 		evbuffer_add(client_output(c), d->reply.data, d->reply.len);
 }
@@ -252,7 +252,7 @@ static bool apply_held(struct client *c, const struct route_decision *d)
 		fanout_portal_drop(c);   /* a cross-shard portal read in parts ends with it (its shards' servers go back) */
 		break;
 	}
-	evbuffer_drain(c->io.in, d->consume);
+	buf_drain(c->io.in, d->consume);
 	if (d->held == ROUTE_HELD_END && notify_client_of(c) && !d->reply.failed) {
 		/* LISTENs of that transaction apply at its COMMIT. */
 		static const char commit[] = "COMMIT";
@@ -276,14 +276,14 @@ enum answered_here { HERE_NOT, HERE_ANSWERED, HERE_WAIT };
 __attribute__((always_inline)) static inline enum answered_here answer_here(struct client *c,
 									  const struct proto_frame *f)
 {
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	if (f->type == PqMsg_Sync && !c->end.server) {
 		/* A Sync with nothing before it (after messages pgcat
 		 * answered: a Close, a portal's rows): ReadyForQuery as the
 		 * server would say it. Sent to a server it would open the
 		 * held transaction there and pin it to that shard. */
 		uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
-		evbuffer_drain(in, (size_t)f->len + 1);
+		buf_drain(in, (size_t)f->len + 1);
 		evbuffer_add(client_output(c), z, sizeof z);
 		return HERE_ANSWERED;
 	}
@@ -305,18 +305,18 @@ __attribute__((always_inline)) static inline enum answered_here answer_here(stru
 		 * part of the next request (which a cross-shard read cannot
 		 * carry to every shard). */
 		uint32_t total = f->len + 1;
-		if (evbuffer_get_length(in) < total)
+		if (buf_len(in) < total)
 			return HERE_WAIT;
-		prep_client_close_idle(c, evbuffer_pullup(in, total), total);
-		evbuffer_drain(in, total);
+		prep_client_close_idle(c, buf_pullup(in, total), total);
+		buf_drain(in, total);
 		client_send_simple(c, PqMsg_CloseComplete);
 		return HERE_ANSWERED;
 	}
 	if (f->type == PqMsg_Query && f->len + 1 <= CLIENT_INSPECT_MAX) {
 		uint32_t total = f->len + 1;
-		if (evbuffer_get_length(in) < total)
+		if (buf_len(in) < total)
 			return HERE_WAIT;
-		const uint8_t *m = evbuffer_pullup(in, total);
+		const uint8_t *m = buf_pullup(in, total);
 		struct route_decision d;   /* (initialized by route_local_command if it answers) */
 		if (route_local_command(c, (const char *)m + 5, strnlen((const char *)m + 5, total - 5), &d)) {
 			d.consume = total;

@@ -158,15 +158,15 @@ static bool relay_message(void *arg, uint8_t type, const uint8_t *body, size_t l
 
 /* The server's bytes once ready, to the client as they came (the read
  * mark bounds what one read brings; a full output pauses the server). */
-static void relay_server_bytes(void *arg, struct evbuffer *in)
+static void relay_server_bytes(void *arg, struct buf *in)
 {
 	struct relay *r = arg;
 	struct client *c = r->c;
 	if (!c) {
-		evbuffer_drain(in, evbuffer_get_length(in));
+		buf_drain(in, buf_len(in));
 		return;
 	}
-	if (evbuffer_remove_buffer(in, client_output(c), evbuffer_get_length(in)) < 0) {
+	if (buf_move_to(in, client_output(c), buf_len(in)) < 0) {
 		client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 		return;
 	}
@@ -299,16 +299,16 @@ static void relay_client_input(struct client *c)
 	struct relay *r = relay_of(c);
 	if (!r || bconn_state(&r->b) != BCONN_READY)
 		return;
-	struct evbuffer *in = c->io.in;
+	struct buf *in = c->io.in;
 	if (!in)
 		return;
 	struct evbuffer *out = io_out(&r->b.io);
-	while (evbuffer_get_length(in) > 0 && io_out_len(&r->b.io) < RELAY_HIGH) {
+	while (buf_len(in) > 0 && io_out_len(&r->b.io) < RELAY_HIGH) {
 		if (r->fwd_remaining > 0) {
-			size_t n = evbuffer_get_length(in);
+			size_t n = buf_len(in);
 			if (n > r->fwd_remaining)
 				n = r->fwd_remaining;
-			if (evbuffer_remove_buffer(in, out, n) < 0) {
+			if (buf_move_to(in, out, n) < 0) {
 				client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 				return;
 			}
@@ -316,7 +316,7 @@ static void relay_client_input(struct client *c)
 			continue;
 		}
 		uint8_t hdr[5];
-		if (evbuffer_copyout(in, hdr, 5) < 5)
+		if (buf_copyout(in, hdr, 5) < 5)
 			return;
 		struct proto_frame f;
 		if (proto_frame_header(hdr, 5, (uint32_t)c->w->cfg->general.max_packet_size, &f) != PROTO_FRAME_OK) {

@@ -30,6 +30,7 @@ int main(void)
 	srunner_add_suite(sr, cancel_suite());
 	srunner_add_suite(sr, shm_suite());
 	srunner_add_suite(sr, params_suite());
+	srunner_add_suite(sr, buf_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -28,4 +28,5 @@ Suite *txn_suite(void);
 Suite *cancel_suite(void);
 Suite *shm_suite(void);
 Suite *params_suite(void);
+Suite *buf_suite(void);
 #endif
