@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "auth_scram.h"
 #include "kdf.h"
 #include "ldap_opts.h"
@@ -100,13 +101,13 @@ struct auth_credentials {
  * out, for user. cred NULL: unknown user (the exchange runs and fails at
  * the end). */
 enum auth_outcome auth_client_begin(struct worker *w, const char *user, const struct auth_credentials *cred,
-				    struct client_auth *a, struct evbuffer *out)
+				    struct client_auth *a, struct buf *out)
 	__attribute__((warn_unused_result));
 /* Handle one 'p' message body from the client, user's. passthrough: the
  * pool whose servers a verified SCRAM ClientKey may log in to (SCRAM
  * pass-through; NULL: none, e.g. the admin console). */
 enum auth_outcome auth_client_step(struct worker *w, struct pool *passthrough, struct client_auth *a,
-				   const char *user, const uint8_t *body, size_t len, struct evbuffer *out)
+				   const char *user, const uint8_t *body, size_t len, struct buf *out)
 	__attribute__((warn_unused_result));
 /* After the derived event: the verdict on the password (AUTH_OK or
  * AUTH_FAILED), passthrough as for auth_client_step. */

@@ -123,7 +123,7 @@ struct client {
 	struct ryw *ryw;
 	/* A read sent to a replica: a copy of its bytes until the first reply
 	 * reaches the client, to send it elsewhere if the replica dies. */
-	struct evbuffer *retry;
+	struct buf *retry;
 	/* Its prepared statements that change session settings, tracked at
 	 * each of their Binds (setters.h); NULL: none. */
 	struct setters *setters;
@@ -263,7 +263,7 @@ void client_resume_reading(struct client *c);
 /* Process whatever the client has buffered (after a state change). */
 void client_process(struct client *c);
 /* The output buffer towards the client. */
-struct evbuffer *client_output(struct client *c);
+struct buf *client_output(struct client *c);
 bool client_output_full(struct client *c);
 void client_set_state(struct client *c, enum client_state st);
 /* A reply of the current transaction reached the client: no more retry. */

@@ -24,7 +24,7 @@
 #include "session.h"
 
 struct client;
-struct evbuffer;
+struct buf;
 
 /* A write's (or a spread transaction's) reply from a shard is kept whole
  * until every shard answered: at most this much of it (54000 beyond). */
@@ -64,16 +64,16 @@ struct fanout_leg {
 	struct client_end end;    /* the leg's end of the link to its server */
 	struct pool_waiter wait;  /* its wait for a server */
 	struct params params;     /* the client's session settings, as the server must see them */
-	struct evbuffer *req;     /* requests queued, not sent yet */
+	struct buf *req;     /* requests queued, not sent yet */
 	/* READ: what was sent, sent again elsewhere if the replica dies before
 	 * answering (the read retry of SPEC §4, once) */
-	struct evbuffer *sent;
+	struct buf *sent;
 	bool retried;
 	size_t scanned;           /* bytes of the reply walked so far */
 	int ready_needed;         /* ReadyForQuery messages still to come */
 	bool io_open;
 	bool want_copy_in;        /* COPY: done at CopyInResponse (after ready_needed) */
-	struct evbuffer *rows;    /* COPY: this shard's rows, for the next CopyData */
+	struct buf *rows;    /* COPY: this shard's rows, for the next CopyData */
 	bool done;                /* the reply is complete, or the leg failed */
 	bool lost;                /* its server was lost before its reply was complete */
 	bool too_big;
@@ -131,7 +131,7 @@ struct fanout {
 	/* READ (fanout_read.c): the reply as read so far and the merge */
 	struct fanout_read *rd;
 	/* INSERT: the rows of RETURNING and the counts, kept from PHASE_RUN */
-	struct evbuffer *result;
+	struct buf *result;
 	uint8_t *error;           /* the first shard's ErrorResponse (whole) */
 	size_t error_len;
 	bool wrote_desc;
@@ -250,9 +250,9 @@ bool fanout_refuse(char *why, size_t whylen, const char *msg);
 /* Reads the request's messages. false: not one pgcat can fan out. */
 bool fanout_read_request(const uint8_t *m, size_t lim, struct request *r, char *why, size_t whylen);
 /* Appends one message (type, a then b as its body) to out. */
-void fanout_put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t alen, const void *b, size_t blen);
+void fanout_put_msg(struct buf *out, uint8_t type, const void *a, size_t alen, const void *b, size_t blen);
 /* Parse of the unnamed statement: sql (sql_len bytes and its NUL), then the parameter types as given. */
-void fanout_put_unnamed_parse(struct evbuffer *out, const char *sql, size_t sql_len, const void *types, size_t types_len);
+void fanout_put_unnamed_parse(struct buf *out, const char *sql, size_t sql_len, const void *types, size_t types_len);
 /* Frees a portal read in parts and its read (NULL: nothing). */
 void fanout_portal_free(struct fanout_portal *xp);
 /* Closes the legs (what their servers run is cancelled, fanout_leg_finish
@@ -285,7 +285,7 @@ bool fanout_adopt_leg(struct fanout *fo, int idx, int shard, struct server *s, c
  * fo after. */
 void fanout_wait_one(struct fanout *fo, struct fanout_leg *leg);
 /* Where a leg's requests are queued (whole messages). */
-static inline struct evbuffer *fanout_leg_out(struct fanout_leg *leg) { return leg->req; }
+static inline struct buf *fanout_leg_out(struct fanout_leg *leg) { return leg->req; }
 /* Every leg's queued requests go to its server (checked out first if it
  * has none): after a kind queued a phase's requests. */
 void fanout_send(struct fanout *fo);
@@ -364,6 +364,6 @@ bool fanout_park(struct fanout *fo);
 /* The client's answer, once every shard committed or rolled back. */
 void fanout_write_reply(struct fanout *fo);
 /* A batch's answer: each Bind's replies in the client's order. */
-void fanout_batch_put_result(struct fanout *fo, struct evbuffer *out);
+void fanout_batch_put_result(struct fanout *fo, struct buf *out);
 
 #endif

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * io: the byte pump of one socket — an input block (buf.h) and an output evbuffer, one
- * read and one write event — with backpressure by watermarks. Writes are
+ * io: the byte pump of one socket — an input and an output block (buf.h),
+ * one read and one write event — with backpressure by watermarks. Writes are
  * flushed once per loop turn for every connection written to, straight to
  * the socket; the write event is armed only when the kernel buffer is full.
  * With the io_uring engine (io_engine, doc/io-engine.md) plain sockets are
@@ -13,7 +13,6 @@
 #ifndef PGCAT_IO_H
 #define PGCAT_IO_H
 
-#include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
 #include <stdbool.h>
@@ -50,7 +49,7 @@ struct io_flusher {
 	struct event_base *base;
 	struct event *ev;
 	int depth;                 /* socket callbacks under way */
-	struct evbuffer *discard;  /* what is written to closed connections */
+	struct buf *discard;       /* what is written to closed connections */
 	/* TLS connections whose owner closed them while their output or
 	 * close_notify could not all be written at once (io_close): they end
 	 * on their own, and are freed here when the worker exits. */
@@ -67,8 +66,6 @@ struct io_flusher {
 	unsigned ring_turn_work;
 	int pair_fd[2];
 	unsigned pair_streak;
-	/* An output of several chains is joined here for one send (send_out). */
-	uint8_t scratch[65536];
 };
 
 /* What an owner gives every connection of its kind: callbacks and the
@@ -88,8 +85,7 @@ struct io_ops {
 struct io {
 	struct event rev;
 	/* NULL while empty and trimmed (io_trim): an idle client holds no buffers. */
-	struct buf *in;
-	struct evbuffer *out;
+	struct buf *in, *out;
 	union {
 		struct event *wev;          /* epoll: made on first need */
 		struct io_ring_send *send;  /* io_uring (ring set): the send record, while one exists */
@@ -176,7 +172,7 @@ void io_close(struct io *io);
 /* The output buffer, marked for flushing at the end of this loop turn.
  * Never NULL: after a close (or out of memory) writes go to a scratch
  * buffer that is discarded. */
-struct evbuffer *io_out(struct io *io);
+struct buf *io_out(struct io *io);
 /* The input buffer, made if the connection had none (NULL: out of memory). */
 struct buf *io_in(struct io *io);
 /* Puts n bytes after the unread input (input carried over from another
@@ -252,7 +248,7 @@ static inline size_t io_head(const struct buf *in, uint8_t *hdr, size_t min, siz
  * it, moves from in to out as far as in holds it. Returns the bytes moved;
  * 0: in is empty (wait for the next read) or out of memory (the output's
  * owner times out, as for any write lost that way). */
-static inline size_t io_forward_rest(struct buf *in, struct evbuffer *out, uint32_t *remaining)
+static inline size_t io_forward_rest(struct buf *in, struct buf *out, uint32_t *remaining)
 {
 	size_t have = buf_len(in);
 	if (have == 0)

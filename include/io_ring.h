@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct evbuffer;
+struct buf;
 struct io_ring;
 struct io_ring_send;
 
@@ -61,7 +61,7 @@ struct io_ring_send *io_ring_send_new(struct io_ring *r, int fd, void *conn);
 void io_ring_send_free(struct io_ring *r, struct io_ring_send *s);
 /* Move everything in more (may be NULL) behind what s still holds, and
  * queue a send of it all. */
-bool io_ring_send_start(struct io_ring *r, struct io_ring_send *s, struct evbuffer *more) __attribute__((warn_unused_result));
+bool io_ring_send_start(struct io_ring *r, struct io_ring_send *s, struct buf *more) __attribute__((warn_unused_result));
 size_t io_ring_send_len(const struct io_ring_send *s);
 
 /* Hand what is queued to the kernel (one system call for all of it), and

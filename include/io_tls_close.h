@@ -12,7 +12,7 @@
 #include "list.h"
 
 struct event_base;
-struct evbuffer;
+struct buf;
 typedef struct ssl_st SSL;
 
 /* A TLS connection first writes what is queued and a close_notify
@@ -27,7 +27,7 @@ typedef struct ssl_st SSL;
  * was written (or the peer is gone, or no memory for the wait), and the
  * caller frees them. */
 bool io_tls_close_begin(struct list_node *closing, struct event_base *base, SSL *ssl, evutil_socket_t fd,
-			struct evbuffer *out);
+			struct buf *out);
 /* Ends every entry of closing now (the worker exits). */
 void io_tls_close_drop_all(struct list_node *closing);
 

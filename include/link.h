@@ -52,7 +52,7 @@ void link_abandon(struct server *s, const char *why);
 bool link_serving(struct server *s);
 /* s's output buffer, where the client's bytes go (marked for the flush at
  * the end of the loop turn: asked once per batch). */
-struct evbuffer *link_output(struct server *s);
+struct buf *link_output(struct server *s);
 /* (LINK_SERVER_OUT_BUDGET, what s's output holds before the client's bytes
  * wait, is in client_end.h: the server side honours it too.) */
 /* The transaction on the link: what s owes, its status, SET-undo (txn.h). */

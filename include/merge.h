@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct evbuffer;
+struct buf;
 
 #define MERGE_MAX_SORT 8
 #define MERGE_MAX_AGGS 32
@@ -152,7 +152,7 @@ size_t merge_stream_held(const struct merge_stream *ms);
  * PortalSuspended. OFFSET and LIMIT are applied across Executes. After
  * MERGE_COMPLETE a run answers "SELECT 0".
  */
-enum merge_status merge_stream_run(struct merge_stream *ms, const struct merge_source *src, struct evbuffer *out,
+enum merge_status merge_stream_run(struct merge_stream *ms, const struct merge_source *src, struct buf *out,
 				   size_t out_high, char why[MERGE_WHY]);
 
 /* One shard's whole result: its DataRow messages, whole and contiguous
@@ -172,7 +172,7 @@ struct merge_shard {
  */
 bool merge_rows(const struct merge_plan *p, const struct merge_column *cols, int n_cols,
 		const struct merge_shard *shards, size_t n_shards, locale_t coll, uint32_t max_rows,
-		struct evbuffer *out, char why[MERGE_WHY]);
+		struct buf *out, char why[MERGE_WHY]);
 
 /* A RowDescription body into cols (at most cap of them). false: malformed. */
 bool merge_read_row_description(const uint8_t *body, size_t len, struct merge_column *cols, int cap, int *n_cols);

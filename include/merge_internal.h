@@ -13,9 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "merge.h"
 
-struct evbuffer;
+struct buf;
 
 /* An ORDER BY key resolved against the result's columns. */
 struct sort_key {
@@ -63,6 +64,6 @@ bool merge_group_rows(const struct merge_plan *p, const struct merge_column *col
 		      struct mrow *rows, struct mrow *tmp, size_t n, merge_alloc_fn alloc, void *arg,
 		      struct mrow **out, size_t *n_out, char why[MERGE_WHY]);
 /* CommandComplete "SELECT n" onto out. */
-void merge_put_command_complete(struct evbuffer *out, uint64_t n);
+void merge_put_command_complete(struct buf *out, uint64_t n);
 
 #endif

@@ -9,7 +9,6 @@
 #ifndef PGCAT_PREP_INTERNAL_H
 #define PGCAT_PREP_INTERNAL_H
 
-#include <event2/buffer.h>
 #include <stdlib.h>
 
 #include "client.h"
@@ -60,7 +59,7 @@ static inline struct prep_client *prep_client_of(struct client *c)
 }
 
 /* A message of type with body a then b. */
-static inline void prep_put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t alen, const void *b,
+static inline void prep_put_msg(struct buf *out, uint8_t type, const void *a, size_t alen, const void *b,
 				size_t blen)
 {
 	uint8_t hdr[5];
@@ -70,11 +69,11 @@ static inline void prep_put_msg(struct evbuffer *out, uint8_t type, const void *
 	hdr[2] = (uint8_t)(len >> 16);
 	hdr[3] = (uint8_t)(len >> 8);
 	hdr[4] = (uint8_t)len;
-	evbuffer_add(out, hdr, 5);
+	buf_add(out, hdr, 5);
 	if (alen)
-		evbuffer_add(out, a, alen);
+		buf_add(out, a, alen);
 	if (blen)
-		evbuffer_add(out, b, blen);
+		buf_add(out, b, blen);
 }
 
 /* The server already held st. */

@@ -167,7 +167,7 @@ bool server_ask_placement(struct server *s, uint8_t table, const char *sql);
 void server_reset(struct server *s);
 /* The client drained its output: resume reading the server. */
 void server_resume_reading(struct server *s);
-struct evbuffer *server_output(struct server *s);
+struct buf *server_output(struct server *s);
 bool server_output_full(struct server *s);
 /* Process bytes already buffered from the server. */
 void server_process(struct server *s);

@@ -16,7 +16,6 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <signal.h>
-#include <event2/buffer.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +27,7 @@
 #include "bans.h"
 #include "client.h"
 #include "config.h"
-#include "evbuf.h"
+#include "buf_msg.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool.h"
@@ -386,7 +385,7 @@ static bool run_command(struct client *c, const char *sql)
 	struct words ws;
 	split_words(sql, &ws);
 	if (ws.n == 0) {
-		evbuf_add_bodyless(client_output(c), PqMsg_EmptyQueryResponse);
+		buf_add_bodyless(client_output(c), PqMsg_EmptyQueryResponse);
 		return true;
 	}
 	/* stats_users (and anyone no longer listed since a reload): SHOW only. */

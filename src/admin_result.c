@@ -6,7 +6,6 @@
  */
 #include "admin_result.h"
 
-#include <event2/buffer.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,7 +24,7 @@
 void admin_out(struct client *c, struct pktbuf *pb)
 {
 	if (!pb->failed)
-		evbuffer_add(client_output(c), pb->data, pb->len);
+		buf_add(client_output(c), pb->data, pb->len);
 }
 
 void admin_res_begin(struct admin_result *r, struct client *c, struct admin_columns cols)

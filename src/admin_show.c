@@ -9,7 +9,6 @@
 #include "admin_show.h"
 
 #include <stdatomic.h>
-#include <event2/buffer.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -693,7 +692,7 @@ void admin_finish_dump(struct client *c, int kind, uint64_t seq)
 			missing++;
 			continue;
 		}
-		evbuffer_add(client_output(c), data, len);
+		buf_add(client_output(c), data, len);
 		free(data);
 		truncated += trunc;
 	}

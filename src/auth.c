@@ -15,7 +15,6 @@
  */
 #include "auth.h"
 
-#include <event2/buffer.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -40,10 +39,10 @@
 
 static bool is_scram_secret(const char *pw) { return pw && strncmp(pw, "SCRAM-SHA-256$", 14) == 0; }
 
-static void send_pkt(struct evbuffer *out, struct pktbuf *pb)
+static void send_pkt(struct buf *out, struct pktbuf *pb)
 {
 	if (!pb->failed)
-		evbuffer_add(out, pb->data, pb->len);
+		buf_add(out, pb->data, pb->len);
 }
 
 /* A stable fake verifier for an unknown user: the salt must not change
@@ -76,7 +75,7 @@ static bool password_digest(const char *pw, uint8_t out[SCRAM_KEY_LEN])
 /* The password method: what the password will be checked against, and
  * AuthenticationCleartextPassword. */
 static enum auth_outcome begin_cleartext(struct worker *w, const char *user, const char *pw, struct client_auth *a,
-					 struct evbuffer *out)
+					 struct buf *out)
 {
 	a->method = CLIENT_AUTH_PASSWORD;
 	a->step = CLIENT_AUTH_WANT_CLEARTEXT;
@@ -109,12 +108,12 @@ static enum auth_outcome begin_cleartext(struct worker *w, const char *user, con
 	pktbuf_auth_request(&pb, AUTH_REQ_PASSWORD, NULL, 0);
 	if (pb.failed)
 		return AUTH_FAILED;
-	evbuffer_add(out, pb.data, pb.len);
+	buf_add(out, pb.data, pb.len);
 	return AUTH_CONTINUE;
 }
 
 enum auth_outcome auth_client_begin(struct worker *w, const char *user, const struct auth_credentials *cred,
-				    struct client_auth *a, struct evbuffer *out)
+				    struct client_auth *a, struct buf *out)
 {
 	const struct config_general *g = &w->cfg->general;
 	const char *pw = cred ? cred->password : NULL;
@@ -357,7 +356,7 @@ void auth_client_free(struct client_auth *a)
 }
 
 enum auth_outcome auth_client_step(struct worker *w, struct pool *passthrough, struct client_auth *a,
-				   const char *user, const uint8_t *body, size_t len, struct evbuffer *out)
+				   const char *user, const uint8_t *body, size_t len, struct buf *out)
 {
 	uint8_t storage[SCRAM_MAX_MESSAGE + 64];
 	struct pktbuf pb;
@@ -397,7 +396,7 @@ enum auth_outcome auth_client_step(struct worker *w, struct pool *passthrough, s
 		pktbuf_auth_request(&pb, AUTH_REQ_SASL_CONT, msg, mlen);
 		if (pb.failed)
 			return AUTH_FAILED;
-		evbuffer_add(out, pb.data, pb.len);
+		buf_add(out, pb.data, pb.len);
 		a->step = CLIENT_AUTH_WANT_SASL_RESPONSE;
 		return AUTH_CONTINUE;
 	}
@@ -421,7 +420,7 @@ enum auth_outcome auth_client_step(struct worker *w, struct pool *passthrough, s
 		pktbuf_auth_request(&pb, AUTH_REQ_SASL_FIN, msg, mlen);
 		if (pb.failed)
 			return AUTH_FAILED;
-		evbuffer_add(out, pb.data, pb.len);
+		buf_add(out, pb.data, pb.len);
 		return AUTH_OK;
 	}
 	case CLIENT_AUTH_WANT_CLEARTEXT: {

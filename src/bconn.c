@@ -7,7 +7,6 @@
 #include "bconn.h"
 
 #include <errno.h>
-#include <event2/buffer.h>
 #include <openssl/crypto.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -18,7 +17,7 @@
 #include "config.h"
 #include "context.h"
 #include "dns.h"
-#include "evbuf.h"
+#include "buf_msg.h"
 #include "params.h"
 #include "pktbuf.h"
 #include "proto.h"
@@ -98,7 +97,7 @@ void bconn_close(struct bconn *b, bool terminate)
 		return;
 	}
 	if (terminate && b->state == BCONN_READY && !b->io.closed) {
-		evbuf_add_bodyless(io_out(&b->io), PqMsg_Terminate);   /* to be polite */
+		buf_add_bodyless(io_out(&b->io), PqMsg_Terminate);   /* to be polite */
 		io_flush(&b->io);
 	}
 	io_close(&b->io);
@@ -164,25 +163,25 @@ static void put_u32(uint8_t *p, uint32_t v)
 }
 
 /* A message header: type (0: none, the StartupMessage) and length. */
-static void put_header(struct evbuffer *out, uint8_t type, size_t len)
+static void put_header(struct buf *out, uint8_t type, size_t len)
 {
 	uint8_t h[5];
 	size_t n = 0;
 	if (type)
 		h[n++] = type;
 	put_u32(h + n, (uint32_t)len);
-	evbuffer_add(out, h, n + 4);
+	buf_add(out, h, n + 4);
 }
 
-static void put_u16(struct evbuffer *out, uint16_t v)
+static void put_u16(struct buf *out, uint16_t v)
 {
 	uint8_t p[2] = { (uint8_t)(v >> 8), (uint8_t)v };
-	evbuffer_add(out, p, 2);
+	buf_add(out, p, 2);
 }
 
-static void put_cstring(struct evbuffer *out, const char *s)
+static void put_cstring(struct buf *out, const char *s)
 {
-	evbuffer_add(out, s, strlen(s) + 1);
+	buf_add(out, s, strlen(s) + 1);
 }
 
 bool bconn_query(struct bconn *b, const char *sql)
@@ -190,7 +189,7 @@ bool bconn_query(struct bconn *b, const char *sql)
 	size_t len = 4 + strlen(sql) + 1;
 	if (len > BCONN_MAX_SEND)
 		return false;
-	struct evbuffer *out = io_out(&b->io);
+	struct buf *out = io_out(&b->io);
 	put_header(out, PqMsg_Query, len);
 	put_cstring(out, sql);
 	return true;
@@ -206,7 +205,7 @@ bool bconn_extended(struct bconn *b, const char *sql, size_t n_params, const cha
 		bind_len += 4 + strlen(params[i]);
 	if (parse_len > BCONN_MAX_SEND || bind_len > BCONN_MAX_SEND)
 		return false;
-	struct evbuffer *out = io_out(&b->io);
+	struct buf *out = io_out(&b->io);
 	put_header(out, PqMsg_Parse, parse_len);
 	put_cstring(out, "");                 /* the unnamed statement */
 	put_cstring(out, sql);
@@ -219,14 +218,14 @@ bool bconn_extended(struct bconn *b, const char *sql, size_t n_params, const cha
 	for (size_t i = 0; i < n_params; i++) {
 		uint8_t l[4];
 		put_u32(l, (uint32_t)strlen(params[i]));
-		evbuffer_add(out, l, 4);
-		evbuffer_add(out, params[i], strlen(params[i]));
+		buf_add(out, l, 4);
+		buf_add(out, params[i], strlen(params[i]));
 	}
 	put_u16(out, 0);                      /* results in text */
 	put_header(out, PqMsg_Execute, 4 + 1 + 4);
 	put_cstring(out, "");
 	static const uint8_t all_rows[4] = { 0, 0, 0, 0 };
-	evbuffer_add(out, all_rows, 4);
+	buf_add(out, all_rows, 4);
 	put_header(out, PqMsg_Sync, 4);
 	return true;
 }
@@ -264,7 +263,7 @@ static void send_startup(struct bconn *b)
 		fail(b, "startup packet too long");
 		return;
 	}
-	evbuffer_add(io_out(&b->io), pb.data, pb.len);
+	buf_add(io_out(&b->io), pb.data, pb.len);
 	set_state(b, BCONN_LOGIN);
 }
 
@@ -273,7 +272,7 @@ static void send_startup(struct bconn *b)
 static bool auth_answered(struct bconn *b, enum auth_backend_result r, struct pktbuf *pb)
 {
 	if (r == AUTH_BACKEND_CONTINUE && pb->len > 0)
-		evbuffer_add(io_out(&b->io), pb->data, pb->len);
+		buf_add(io_out(&b->io), pb->data, pb->len);
 	OPENSSL_cleanse(pb->data, pb->cap);   /* a cleartext password, maybe */
 	if (r == AUTH_BACKEND_DONE)
 		auth_backend_clear(&b->auth);   /* the SCRAM keys are of no more use */
@@ -514,7 +513,7 @@ static void event_cb(struct io *io, enum io_event what, int err, void *arg)
 		} else if (w->tls.for_servers) {
 			/* server_tls_sslmode: ask first (Int32 8, Int32 80877103). */
 			static const uint8_t ssl_request[8] = { 0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f };
-			evbuffer_add(io_out(&b->io), ssl_request, sizeof ssl_request);
+			buf_add(io_out(&b->io), ssl_request, sizeof ssl_request);
 			set_state(b, BCONN_TLS_ANSWER);
 		} else {
 			send_startup(b);

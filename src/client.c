@@ -20,7 +20,6 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <stdatomic.h>
-#include <event2/buffer.h>
 #include <event2/event.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -34,7 +33,7 @@
 #include "auth.h"
 #include "cancel.h"
 #include "config.h"
-#include "evbuf.h"
+#include "buf_msg.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool.h"
@@ -265,14 +264,13 @@ void client_on_server_lost(struct client *c, struct server *s, bool may_replay, 
 			buf_drain(c->io.in, c->fwd_remaining);   /* the rest of a message the copy holds whole */
 			c->fwd_remaining = 0;
 		}
-		size_t copied = c->retry ? evbuffer_get_length(c->retry) : 0;
+		size_t copied = c->retry ? buf_len(c->retry) : 0;
 		if (copied > 0) {
-			const uint8_t *r = evbuffer_pullup(c->retry, -1);
-			if (!r || !io_in_prepend(&c->io, r, copied)) {
+			if (!io_in_prepend(&c->io, buf_head(c->retry), copied)) {
 				client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 				return;
 			}
-			evbuffer_drain(c->retry, copied);
+			buf_drain(c->retry, copied);
 		}
 		client_reply_started(c);
 		/* What the client already got (ParseComplete, RowDescription...)
@@ -404,15 +402,15 @@ static void capture_for_retry(struct client *c, const struct proto_frame *f, boo
 		named_parse = b[5] != 0;
 	}
 	if (named_parse || buf_len(c->io.in) < total ||
-	    (c->retry ? evbuffer_get_length(c->retry) : 0) + total > RETRY_MAX) {
+	    (c->retry ? buf_len(c->retry) : 0) + total > RETRY_MAX) {
 		client_drop_retry(c);
 		return;
 	}
-	if (!c->retry && !(c->retry = evbuffer_new())) {
+	if (!c->retry && !(c->retry = buf_new(BUF_SMALL))) {
 		client_drop_retry(c);
 		return;
 	}
-	if (evbuffer_add(c->retry, buf_pullup(c->io.in, total), total) != 0)
+	if (buf_add(c->retry, buf_head(c->io.in), total) != 0)
 		client_drop_retry(c);
 }
 
@@ -743,7 +741,7 @@ static void process_active(struct client *c)
 	/* Once per batch: the server's output buffer, marked for the flusher
 	 * (every way out of this link leaves the loop at once), and the
 	 * transaction on the link. */
-	struct evbuffer *out = link_output(s);
+	struct buf *out = link_output(s);
 	struct txn *t = link_txn(s);
 	/* One pass per message: the header (unless a message is
 	 * part-forwarded, which goes on whatever the server's budget), then as
@@ -760,7 +758,7 @@ static void process_active(struct client *c)
 			continue;
 		}
 		if (c->fwd_remaining == 0) {
-			if (evbuffer_get_length(out) >= LINK_SERVER_OUT_BUDGET) {
+			if (buf_len(out) >= LINK_SERVER_OUT_BUDGET) {
 				pause_for_server(c);
 				return;
 			}

@@ -11,7 +11,6 @@
 
 #include <arpa/inet.h>
 #include <assert.h>
-#include <event2/buffer.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -23,7 +22,7 @@
 #include "cancel.h"
 #include "config.h"
 #include "context.h"
-#include "evbuf.h"
+#include "buf_msg.h"
 #include "link.h"
 #include "log.h"
 #include "params.h"
@@ -45,7 +44,7 @@ static const char *const state_names[] = {
 
 const char *client_state_name(enum client_state st) { return state_names[st]; }
 
-struct evbuffer *client_output(struct client *c) { return io_out(&c->io); }
+struct buf *client_output(struct client *c) { return io_out(&c->io); }
 
 bool client_output_full(struct client *c)
 {
@@ -93,7 +92,7 @@ void client_set_state(struct client *c, enum client_state st)
 void client_send_pkt(struct client *c, struct pktbuf *pb)
 {
 	if (!pb->failed && !c->io.closed)
-		evbuffer_add(io_out(&c->io), pb->data, pb->len);
+		buf_add(io_out(&c->io), pb->data, pb->len);
 }
 
 void client_send_error(struct client *c, const char *severity, const char *sqlstate, const char *msg)
@@ -116,7 +115,7 @@ void client_send_rfq(struct client *c, char status)
 
 void client_send_simple(struct client *c, uint8_t type)
 {
-	evbuf_add_bodyless(io_out(&c->io), type);
+	buf_add_bodyless(io_out(&c->io), type);
 }
 
 char client_idle_status(const struct client *c)
@@ -392,7 +391,7 @@ void client_drop_retry(struct client *c)
 {
 	c->retry_on = false;
 	if (c->retry) {
-		evbuffer_free(c->retry);
+		buf_free(c->retry);
 		c->retry = NULL;
 	}
 }

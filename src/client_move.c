@@ -24,7 +24,6 @@
  */
 #include "client_move.h"
 
-#include <event2/buffer.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

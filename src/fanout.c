@@ -13,7 +13,6 @@
 
 #include <assert.h>
 #include <errno.h>
-#include <event2/buffer.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +20,7 @@
 
 #include "client.h"
 #include "config.h"
-#include "evbuf.h"
+#include "buf_msg.h"
 #include "context.h"
 #include "io.h"
 #include "link.h"
@@ -132,26 +131,26 @@ bool fanout_read_request(const uint8_t *m, size_t lim, struct request *r, char *
 	return fanout_refuse(why, whylen, "the request is too large to be sent to every shard");
 }
 
-void fanout_put_msg(struct evbuffer *out, uint8_t type, const void *a, size_t alen, const void *b, size_t blen)
+void fanout_put_msg(struct buf *out, uint8_t type, const void *a, size_t alen, const void *b, size_t blen)
 {
 	uint8_t h[5] = { type };
 	proto_put_u32(h + 1, (uint32_t)(4 + alen + blen));
-	evbuffer_add(out, h, 5);
+	buf_add(out, h, 5);
 	if (alen)
-		evbuffer_add(out, a, alen);
+		buf_add(out, a, alen);
 	if (blen)
-		evbuffer_add(out, b, blen);
+		buf_add(out, b, blen);
 }
 
-void fanout_put_unnamed_parse(struct evbuffer *out, const char *sql, size_t sql_len, const void *types, size_t types_len)
+void fanout_put_unnamed_parse(struct buf *out, const char *sql, size_t sql_len, const void *types, size_t types_len)
 {
 	uint8_t h[6] = { PqMsg_Parse };
 	proto_put_u32(h + 1, (uint32_t)(4 + 1 + sql_len + 1 + types_len));
 	/* h[5] = 0: the statement's empty name */
-	evbuffer_add(out, h, 6);
-	evbuffer_add(out, sql, sql_len + 1);
+	buf_add(out, h, 6);
+	buf_add(out, sql, sql_len + 1);
 	if (types_len)
-		evbuffer_add(out, types, types_len);
+		buf_add(out, types, types_len);
 }
 
 /* ---- legs ---- */
@@ -214,7 +213,7 @@ static void fanout_release(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	struct fanout *fo = arg;
 	if (fo->result)
-		evbuffer_free(fo->result);
+		buf_free(fo->result);
 	if (fo->split_ready)
 		copysplit_free(&fo->split);
 	free(fo->copy_in_response);
@@ -253,7 +252,7 @@ struct fanout *fanout_new_write(struct client *c, enum fanout_kind kind, enum fa
 				void (*phase_done)(struct fanout *fo))
 {
 	struct fanout *fo = calloc(1, sizeof *fo + (size_t)n_legs * sizeof fo->legs[0]);
-	if (!fo || !(fo->result = evbuffer_new())) {
+	if (!fo || !(fo->result = buf_new(BUF_SMALL))) {
 		free(fo);
 		return NULL;
 	}
@@ -288,11 +287,11 @@ void fanout_free(struct fanout *fo)
 		leg_close_io(leg);
 		params_clear(&leg->params);
 		if (leg->req)
-			evbuffer_free(leg->req);
+			buf_free(leg->req);
 		if (leg->sent)
-			evbuffer_free(leg->sent);
+			buf_free(leg->sent);
 		if (leg->rows)
-			evbuffer_free(leg->rows);
+			buf_free(leg->rows);
 		leg->req = leg->sent = leg->rows = NULL;
 	}
 	const struct timeval now = { 0, 0 };
@@ -496,19 +495,19 @@ static const struct io_ops leg_io_ops = { leg_read_cb, leg_drain_cb, leg_event_c
 static void leg_fail_request(struct fanout_leg *leg, const char *sqlstate, const char *message)
 {
 	if (leg->req)
-		evbuffer_drain(leg->req, evbuffer_get_length(leg->req));
+		buf_drain(leg->req, buf_len(leg->req));
 	if (!leg->io_open)
 		return;
 	uint8_t storage[640];
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);
 	pktbuf_error(&pb, "ERROR", sqlstate, message);
-	struct evbuffer *out = io_out(&leg->io);
+	struct buf *out = io_out(&leg->io);
 	if (!pb.failed)
-		evbuffer_add(out, pb.data, pb.len);
+		buf_add(out, pb.data, pb.len);
 	int rfq = leg->ready_needed + (leg->want_copy_in ? 1 : 0);
 	for (int i = 0; i < rfq; i++)
-		evbuffer_add(out, "Z\0\0\0\5I", 6);
+		buf_add(out, "Z\0\0\0\5I", 6);
 }
 
 static void leg_push(struct fanout_leg *leg);
@@ -521,11 +520,11 @@ static void leg_checkout(struct fanout_leg *leg)
 	const char *sql = "";
 	size_t len = 0;
 	uint8_t h[5];
-	if (evbuffer_copyout(leg->req, h, 5) == 5) {
+	if (buf_copyout(leg->req, h, 5) == 5) {
 		size_t total = (size_t)proto_get_u32(h + 1) + 1;
-		if (total > 5 && total <= evbuffer_get_length(leg->req) &&
+		if (total > 5 && total <= buf_len(leg->req) &&
 		    (h[0] == PqMsg_Query || h[0] == PqMsg_Parse)) {
-			const uint8_t *m = evbuffer_pullup(leg->req, (ev_ssize_t)total);
+			const uint8_t *m = buf_pullup(leg->req, (ev_ssize_t)total);
 			size_t off = 0;
 			const char *name;
 			if (h[0] == PqMsg_Query || proto_read_cstring(m + 5, total - 5, &off, &name)) {
@@ -549,12 +548,12 @@ static void leg_checkout(struct fanout_leg *leg)
  * what each one owes), or a server is found for them first. */
 static void leg_push(struct fanout_leg *leg)
 {
-	size_t n = leg->req ? evbuffer_get_length(leg->req) : 0;
+	size_t n = leg->req ? buf_len(leg->req) : 0;
 	if (n == 0)
 		return;
 	switch (leg->link) {
 	case LEG_GONE:
-		evbuffer_drain(leg->req, n);
+		buf_drain(leg->req, n);
 		return;
 	case LEG_UNLINKED:
 		leg_checkout(leg);
@@ -569,19 +568,19 @@ static void leg_push(struct fanout_leg *leg)
 	struct worker *w = leg->fo->c->w;
 	if (leg->fo->kind == FANOUT_READ && !leg->retried) {
 		if (!leg->sent)
-			leg->sent = evbuffer_new();
+			leg->sent = buf_new(BUF_SMALL);
 		if (leg->sent)
-			evbuffer_add(leg->sent, evbuffer_pullup(leg->req, (ev_ssize_t)n), n);
+			buf_add(leg->sent, buf_pullup(leg->req, (ev_ssize_t)n), n);
 	}
 	size_t off = 0;
 	while (n - off >= 5) {
 		uint8_t h[5];
-		if (!evbuf_copy_at(leg->req, off, h, 5))
+		if (!buf_copy_at(leg->req, off, h, 5))
 			break;
 		txn_frontend(&s->txn, h[0], w->now_us);
 		off += (size_t)proto_get_u32(h + 1) + 1;
 	}
-	evbuffer_remove_buffer(leg->req, server_output(s), n);
+	buf_move_to(leg->req, server_output(s), n);
 	stats_add(leg->fo->c->pool->stats, STAT_RECEIVED, n);
 }
 
@@ -594,7 +593,7 @@ void fanout_send(struct fanout *fo)
 
 bool fanout_leg_full(const struct fanout_leg *leg)
 {
-	if (leg->req && evbuffer_get_length(leg->req) > COPY_LEG_HIGH)
+	if (leg->req && buf_len(leg->req) > COPY_LEG_HIGH)
 		return true;
 	return leg->link == LEG_READY && server_output_full(leg->end.server);
 }
@@ -677,7 +676,9 @@ static void leg_lost(struct client_end *end, struct server *s, bool untouched, c
 				 (unsigned long long)leg->fo->c->id, leg->shard, message);
 			leg->retried = true;
 			end->retry_skip = s->txn.req_msgs;   /* what the loopback got already */
-			evbuffer_prepend_buffer(leg->req, leg->sent);
+			/* (out of memory: the copy stays behind, the leg times out) */
+			if (buf_prepend(leg->req, buf_head(leg->sent), buf_len(leg->sent)))
+				buf_drain(leg->sent, buf_len(leg->sent));
 		}
 		leg_set(leg, LEG_UNLINKED);
 		leg_push(leg);
@@ -814,7 +815,7 @@ bool fanout_open_leg(struct fanout *fo, int idx, int shard, char *why, size_t wh
 	leg->end.client_id = c->id;
 	leg->end.out_budget = UINT32_MAX;   /* the reply is bounded by FANOUT_REPLY_MAX (leg_scan), or streamed (fanout_leg_stream) */
 	params_copy(&leg->params, &c->params);
-	if (!(leg->req = evbuffer_new())) {
+	if (!(leg->req = buf_new(BUF_SMALL))) {
 		snprintf(why, whylen, "cross-shard %s: out of memory", fo->kind == FANOUT_READ ? "read" : "write");
 		return false;
 	}

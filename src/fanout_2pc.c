@@ -21,7 +21,6 @@
 #include "fanout.h"
 #include "fanout_internal.h"
 
-#include <event2/buffer.h>
 #include <stdio.h>
 #include <string.h>
 

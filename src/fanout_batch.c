@@ -8,7 +8,6 @@
 #include "fanout.h"
 #include "fanout_internal.h"
 
-#include <event2/buffer.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,7 +224,7 @@ static bool batch_shards(struct client *c, const struct router_verdict *v, const
 
 /* A shard's leg's request: BEGIN, the statement unnamed, each of its
  * Binds as the client sent it, Sync. */
-static void batch_fill_leg(struct evbuffer *out, const uint8_t *m, const struct batch_shape *bs,
+static void batch_fill_leg(struct buf *out, const uint8_t *m, const struct batch_shape *bs,
 			   const uint16_t *leg_of, int shard, size_t sql_len)
 {
 	fanout_put_msg(out, PqMsg_Query, "BEGIN", 6, NULL, 0);
@@ -313,7 +312,7 @@ static enum fanout_start batch_split(struct client *c, const struct router_rules
 		if (!fanout_open_leg(fo, li, s, why, whylen))
 			break;
 		struct fanout_leg *leg = &fo->legs[li];
-		if (!(leg->rows = evbuffer_new()) || !(leg->unit_len = calloc(per_shard[s], sizeof *leg->unit_len))) {
+		if (!(leg->rows = buf_new(BUF_SMALL)) || !(leg->unit_len = calloc(per_shard[s], sizeof *leg->unit_len))) {
 			snprintf(why, whylen, "cross-shard write: out of memory");
 			break;
 		}
@@ -391,7 +390,7 @@ static void batch_take_reply(struct fanout *fo, struct fanout_leg *leg)
 					  type == PqMsg_PortalSuspended)) {
 			size_t unit_len = (size_t)(msg + total - unit_start);
 			if (leg->n_units < leg->cap_units) {
-				evbuffer_add(leg->rows, unit_start, unit_len);
+				buf_add(leg->rows, unit_start, unit_len);
 				leg->unit_len[leg->n_units++] = unit_len;
 			}
 			unit_start = NULL;
@@ -425,10 +424,10 @@ void fanout_batch_finish(struct fanout *fo)
 		return;
 	}
 	struct client *c = fo->c;
-	struct evbuffer *out = io_out(&c->io);
+	struct buf *out = io_out(&c->io);
 	fanout_batch_put_result(fo, out);
 	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
-	evbuffer_add(out, z, sizeof z);
+	buf_add(out, z, sizeof z);
 	fanout_free(fo);
 	fanout_ev(c)->answered(c);
 }

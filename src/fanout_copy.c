@@ -8,7 +8,6 @@
 #include "fanout.h"
 #include "fanout_internal.h"
 
-#include <event2/buffer.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +30,7 @@ static bool copy_row(void *arg, const uint8_t *row, size_t rowlen, bool header, 
 	struct fanout *fo = arg;
 	if (header) {
 		for (int i = 0; i < fo->n_legs; i++)
-			evbuffer_add(fo->legs[i].rows, row, rowlen);
+			buf_add(fo->legs[i].rows, row, rowlen);
 		return true;
 	}
 	char msg[200], err[120];
@@ -59,7 +58,7 @@ static bool copy_row(void *arg, const uint8_t *row, size_t rowlen, bool header, 
 		fanout_set_error(fo, "22P02", msg);
 		return false;
 	}
-	evbuffer_add(fo->legs[s].rows, row, rowlen);
+	buf_add(fo->legs[s].rows, row, rowlen);
 	return true;
 }
 
@@ -68,7 +67,7 @@ static void copy_flush_rows(struct fanout *fo)
 {
 	for (int i = 0; i < fo->n_legs; i++) {
 		struct fanout_leg *leg = &fo->legs[i];
-		size_t n = evbuffer_get_length(leg->rows);
+		size_t n = buf_len(leg->rows);
 		if (!n)
 			continue;
 		while (n > 0) {
@@ -76,9 +75,9 @@ static void copy_flush_rows(struct fanout *fo)
 			size_t part = n < (1u << 20) ? n : (1u << 20);
 			uint8_t h[5] = { PqMsg_CopyData };
 			proto_put_u32(h + 1, (uint32_t)(4 + part));
-			struct evbuffer *out = fanout_leg_out(leg);
-			evbuffer_add(out, h, 5);
-			evbuffer_remove_buffer(leg->rows, out, part);
+			struct buf *out = fanout_leg_out(leg);
+			buf_add(out, h, 5);
+			buf_move_to(leg->rows, out, part);
 			n -= part;
 		}
 	}
@@ -277,7 +276,7 @@ static void copy_opened(struct fanout *fo)
 		copysplit_init(&fo->split, &o);
 		fo->split_ready = true;
 		for (int i = 0; i < fo->n_legs && !fo->error; i++)
-			if (!(fo->legs[i].rows = evbuffer_new()))
+			if (!(fo->legs[i].rows = buf_new(BUF_SMALL)))
 				fanout_set_error(fo, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 	}
 	if (fo->error) {
@@ -294,7 +293,7 @@ static void copy_opened(struct fanout *fo)
 		fanout_begin_wait(fo);
 		return;
 	}
-	evbuffer_add(io_out(&c->io), fo->copy_in_response, fo->copy_in_response_len);
+	buf_add(io_out(&c->io), fo->copy_in_response, fo->copy_in_response_len);
 	fo->phase = PHASE_COPY_DATA;
 	for (int i = 0; i < fo->n_legs; i++)
 		fo->legs[i].done = true;   /* nothing awaited while rows flow */

@@ -14,7 +14,6 @@
 #include "fanout_internal.h"
 
 #include <errno.h>
-#include <event2/buffer.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +22,7 @@
 #include "client.h"
 #include "config.h"
 #include "context.h"
-#include "evbuf.h"
+#include "buf_msg.h"
 #include "log.h"
 #include "merge.h"
 #include "pktbuf.h"
@@ -101,14 +100,14 @@ static void fanout_pool_collation(struct pool *p, const char *name)
 	snprintf(p->collation_name, sizeof p->collation_name, "%s", name);
 }
 
-static void send_error(struct evbuffer *out, const char *sqlstate, const char *msg)
+static void send_error(struct buf *out, const char *sqlstate, const char *msg)
 {
 	uint8_t storage[1024];
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);
 	pktbuf_error(&pb, "ERROR", sqlstate, msg);
 	if (!pb.failed)
-		evbuffer_add(out, pb.data, pb.len);
+		buf_add(out, pb.data, pb.len);
 }
 
 static uint8_t *copy_msg(const uint8_t *m, size_t len)
@@ -347,17 +346,17 @@ static void source_take(void *arg, int i)
 
 /* A shard's RowDescription (whole message m) for the client: without the
  * hidden sum/count columns the shards were asked for (avg alone). */
-static void add_row_description(struct evbuffer *out, const uint8_t *m, size_t len, const struct merge_plan *p)
+static void add_row_description(struct buf *out, const uint8_t *m, size_t len, const struct merge_plan *p)
 {
 	if (!p->aggregates || p->n_hidden == 0 || len < 7 || m[0] != PqMsg_RowDescription) {
-		evbuffer_add(out, m, len);
+		buf_add(out, m, len);
 		return;
 	}
 	size_t off = 7;
 	for (int i = 0; i < p->n_visible; i++) {
 		const uint8_t *nul = off < len ? memchr(m + off, 0, len - off) : NULL;
 		if (!nul || (size_t)(nul - m) + 1 + 18 > len) {
-			evbuffer_add(out, m, len);   /* (not ours to judge: the merge refuses it) */
+			buf_add(out, m, len);   /* (not ours to judge: the merge refuses it) */
 			return;
 		}
 		off = (size_t)(nul - m) + 1 + 18;
@@ -366,8 +365,8 @@ static void add_row_description(struct evbuffer *out, const uint8_t *m, size_t l
 	proto_put_u32(h + 1, (uint32_t)(off - 1));
 	h[5] = (uint8_t)(p->n_visible >> 8);
 	h[6] = (uint8_t)p->n_visible;
-	evbuffer_add(out, h, 7);
-	evbuffer_add(out, m + 7, off - 7);
+	buf_add(out, h, 7);
+	buf_add(out, m + 7, off - 7);
 }
 
 static void read_free(struct fanout *fo)
@@ -400,11 +399,11 @@ static void read_end(struct fanout *fo, bool ok)
 {
 	struct client *c = fo->c;
 	struct fanout_read *rd = fo->rd;
-	struct evbuffer *out = io_out(&c->io);
+	struct buf *out = io_out(&c->io);
 	bool portal_execute = rd->portal_execute;
 	if (!portal_execute) {
 		uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
-		evbuffer_add(out, z, sizeof z);
+		buf_add(out, z, sizeof z);
 	}
 	bool keep = ok && rd->keep_portal && (rd->suspended || portal_execute);
 	if (ok) {
@@ -445,9 +444,9 @@ static void read_end(struct fanout *fo, bool ok)
 static void read_fail(struct fanout *fo, const uint8_t *error, size_t error_len, const char *sqlstate,
 		      const char *msg)
 {
-	struct evbuffer *out = io_out(&fo->c->io);
+	struct buf *out = io_out(&fo->c->io);
 	if (error) {
-		evbuffer_add(out, error, error_len);   /* a shard's error, as PostgreSQL wrote it */
+		buf_add(out, error, error_len);   /* a shard's error, as PostgreSQL wrote it */
 	} else {
 		log_debug("C-%llu: %s", (unsigned long long)fo->c->id, msg);
 		send_error(out, sqlstate, msg);
@@ -535,14 +534,14 @@ static bool read_begin_rows(struct fanout *fo)
 	}
 	merge_stream_execute(rd->ms, fo->max_rows);
 	if (rd->keep_portal) {
-		struct evbuffer *b = evbuffer_new();
+		struct buf *b = buf_new(BUF_SMALL);
 		if (b) {
 			add_row_description(b, d, rd->legs[0].portal_desc_len, &fo->plan);
-			rd->desc_len = evbuffer_get_length(b);
+			rd->desc_len = buf_len(b);
 			rd->desc = malloc(rd->desc_len);
 			if (rd->desc)
-				evbuffer_remove(b, rd->desc, rd->desc_len);
-			evbuffer_free(b);
+				buf_take(b, rd->desc, rd->desc_len);
+			buf_free(b);
 		}
 	}
 	/* The client's named statement lives on (SPEC §5): its Parse
@@ -561,9 +560,9 @@ static bool read_rows(struct fanout *fo)
 {
 	struct fanout_read *rd = fo->rd;
 	struct client *c = fo->c;
-	struct evbuffer *out = io_out(&c->io);
+	struct buf *out = io_out(&c->io);
 	size_t used = io_out_len(&c->io), budget = c->end.out_budget;
-	size_t high = evbuffer_get_length(out) + (used < budget ? budget - used : 0);
+	size_t high = buf_len(out) + (used < budget ? budget - used : 0);
 	struct merge_source src = { source_peek, source_take, fo };
 	char why[MERGE_WHY], msg[MERGE_WHY + 120];
 	merge_stream_hold_limit(rd->ms, rd->hold_max > rd->oversize ? rd->hold_max - rd->oversize : 0);
@@ -628,20 +627,20 @@ static void read_pump(struct fanout *fo)
 	}
 	struct client *c = fo->c;
 	while (rd->step < rd->n_steps) {
-		struct evbuffer *out = io_out(&c->io);
+		struct buf *out = io_out(&c->io);
 		const struct read_leg *l0 = &rd->legs[0];
 		switch (rd->steps[rd->step]) {
 		case STEP_PARSE:
-			evbuf_add_bodyless(out, PqMsg_ParseComplete);
+			buf_add_bodyless(out, PqMsg_ParseComplete);
 			break;
 		case STEP_DESCRIBE_STMT:
 			if (l0->param_desc)
-				evbuffer_add(out, l0->param_desc, l0->param_desc_len);
+				buf_add(out, l0->param_desc, l0->param_desc_len);
 			if (l0->stmt_desc)
 				add_row_description(out, l0->stmt_desc, l0->stmt_desc_len, &fo->plan);
 			break;
 		case STEP_BIND:
-			evbuf_add_bodyless(out, PqMsg_BindComplete);
+			buf_add_bodyless(out, PqMsg_BindComplete);
 			break;
 		case STEP_DESCRIBE_PORTAL:
 			if (l0->portal_desc)
@@ -681,7 +680,7 @@ bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 	struct fanout *fo = xp->fo;
 	struct fanout_read *rd = fo->rd;
 	struct buf *in = c->io.in;
-	struct evbuffer *out = io_out(&c->io);
+	struct buf *out = io_out(&c->io);
 	uint32_t total = f->len + 1;
 	if (f->type != PqMsg_Sync && f->type != PqMsg_Execute && f->type != PqMsg_Describe && f->type != PqMsg_Close) {
 		/* outside a transaction the portal ended with the last Sync */
@@ -700,7 +699,7 @@ bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 		if (!c->held_begin)
 			fanout_portal_drop(c);
 		buf_drain(in, total);
-		evbuffer_add(out, z, sizeof z);
+		buf_add(out, z, sizeof z);
 		return true;
 	}
 	case PqMsg_Execute: {
@@ -732,7 +731,7 @@ bool fanout_portal_message(struct client *c, const struct proto_frame *f)
 			return false;
 		buf_drain(in, total);
 		if (rd->desc)
-			evbuffer_add(out, rd->desc, rd->desc_len);
+			buf_add(out, rd->desc, rd->desc_len);
 		else
 			fanout_put_msg(out, PqMsg_NoData, NULL, 0, NULL, 0);
 		return true;
@@ -877,17 +876,17 @@ static enum fanout_start read_plan(struct fanout *fo, const struct request *r, c
  * rows or hidden columns), simple or as Parse, [Describe S], Bind,
  * Describe P, Execute (with shard_rows as its row limit, 0: none), Sync,
  * unnamed whatever the client named them. NULL: out of memory. */
-static struct evbuffer *read_shard_request(const struct fanout *fo, const struct request *r, const char *sql,
+static struct buf *read_shard_request(const struct fanout *fo, const struct request *r, const char *sql,
 					   const uint8_t *types, size_t types_len, bool passthrough, uint32_t shard_rows)
 {
-	struct evbuffer *req = evbuffer_new();
+	struct buf *req = buf_new(BUF_SMALL);
 	size_t sql_len = strlen(sql);
 	bool rewrite = merge_plan_rewrites(&fo->plan) && !passthrough;
 	char *shard_sql = rewrite ? merge_plan_shard_sql(&fo->plan, sql, sql_len, &sql_len) : NULL;
 	const char *run = shard_sql ? shard_sql : sql;
 	if (!req || (rewrite && !shard_sql)) {
 		if (req)
-			evbuffer_free(req);
+			buf_free(req);
 		free(shard_sql);
 		return NULL;
 	}
@@ -911,7 +910,7 @@ static struct evbuffer *read_shard_request(const struct fanout *fo, const struct
 
 /* One leg per shard, each with the request (the first one asking the
  * collation first, if the merge compares text). false: *why says why. */
-static bool read_open_legs(struct fanout *fo, struct evbuffer *req, int n_shards, char *why, size_t whylen)
+static bool read_open_legs(struct fanout *fo, struct buf *req, int n_shards, char *why, size_t whylen)
 {
 	fo->n_legs = n_shards;
 	int made = 0;
@@ -924,8 +923,8 @@ static bool read_open_legs(struct fanout *fo, struct evbuffer *req, int n_shards
 		leg->ready_needed = made == 0 && fo->asks_collation ? 2 : 1;
 		if (made == 0 && fo->asks_collation)
 			fanout_put_msg(fanout_leg_out(leg), PqMsg_Query, COLLATION_QUERY, sizeof COLLATION_QUERY, NULL, 0);
-		size_t rl = evbuffer_get_length(req);
-		evbuffer_add(fanout_leg_out(leg), evbuffer_pullup(req, (ev_ssize_t)rl), rl);
+		size_t rl = buf_len(req);
+		buf_add(fanout_leg_out(leg), buf_head(req), rl);
 	}
 	fo->n_legs = made;
 	return made == n_shards && !why[0];
@@ -996,12 +995,12 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 		uint64_t need = (uint64_t)fo->max_rows + 1 + (fo->plan.has_offset ? (uint64_t)fo->plan.offset : 0);
 		shard_rows = need <= UINT32_MAX ? (uint32_t)need : 0;
 	}
-	struct evbuffer *req = read_shard_request(fo, &r, sql, types, types_len, passthrough, shard_rows);
+	struct buf *req = read_shard_request(fo, &r, sql, types, types_len, passthrough, shard_rows);
 	struct fanout_read *rd = calloc(1, sizeof *rd);
 	struct read_leg *rls = calloc((size_t)n_shards, sizeof *rls);
 	if (!req || !rd || !rls) {
 		if (req)
-			evbuffer_free(req);
+			buf_free(req);
 		free(rd);
 		free(rls);
 		free(fo->parse_msg);
@@ -1026,7 +1025,7 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 	fo->on_free = read_free;
 	fo->leg_input = read_leg_input;
 	bool opened = read_open_legs(fo, req, n_shards, why, whylen);
-	evbuffer_free(req);
+	buf_free(req);
 	if (!opened) {
 		fanout_free(fo);
 		return FANOUT_REFUSED;

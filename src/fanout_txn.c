@@ -28,7 +28,6 @@
 #include "fanout.h"
 #include "fanout_internal.h"
 
-#include <event2/buffer.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,7 +237,7 @@ static struct fanout_leg *leg_for(struct fanout *fo, int shard, char *why, size_
  * its Bind's parameters and result formats, Execute, Sync. */
 static void put_request(struct fanout *fo, struct fanout_leg *leg, const struct txn_request *q)
 {
-	struct evbuffer *out = fanout_leg_out(leg);
+	struct buf *out = fanout_leg_out(leg);
 	leg->ready_needed = leg->begin_pending ? 2 : 1;
 	leg->want_copy_in = false;
 	if (q->query) {
@@ -500,7 +499,7 @@ static void txn_answered(struct fanout *fo)
 {
 	struct client *c = fo->c;
 	struct fanout_leg *leg = fo->txn_leg;
-	struct evbuffer *out = io_out(&c->io);
+	struct buf *out = io_out(&c->io);
 	struct fanout_walk w;
 	const uint8_t *msg;
 	size_t total;
@@ -512,7 +511,7 @@ static void txn_answered(struct fanout *fo)
 		if (in_begin) {
 			if (type == PqMsg_ErrorResponse) {
 				failed = true;
-				evbuffer_add(out, msg, total);
+				buf_add(out, msg, total);
 			}
 			if (type == PqMsg_ReadyForQuery)
 				in_begin = false;
@@ -530,7 +529,7 @@ static void txn_answered(struct fanout *fo)
 			if (failed || fo->txn_strip_ready)
 				break;   /* (the client's ReadyForQuery comes from its failed transaction; or it sent Flush) */
 		}
-		evbuffer_add(out, msg, total);
+		buf_add(out, msg, total);
 	}
 	fanout_walk_done(&w, leg);
 	leg->begin_pending = false;
@@ -552,12 +551,12 @@ static void txn_answered(struct fanout *fo)
 		size_t err_len = 0;
 		fanout_keep_leg_failure(leg, &err, &err_len);
 		if (err)
-			evbuffer_add(out, err, err_len);
+			buf_add(out, err, err_len);
 		free(err);
 	}
 	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, 'E' };
 	if (!fo->txn_strip_ready)
-		evbuffer_add(out, z, sizeof z);   /* (after Flush: at the client's Sync, from its failed transaction) */
+		buf_add(out, z, sizeof z);   /* (after Flush: at the client's Sync, from its failed transaction) */
 	fanout_free(fo);
 	fanout_ev(c)->tx_aborted(c);
 	fanout_ev(c)->answered(c);

@@ -10,7 +10,6 @@
 #include "fanout.h"
 #include "fanout_internal.h"
 
-#include <event2/buffer.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +17,7 @@
 #include "broadcast.h"
 #include "client.h"
 #include "config.h"
-#include "evbuf.h"
+#include "buf_msg.h"
 #include "copy_route.h"
 #include "insert_split.h"
 #include "log.h"
@@ -77,10 +76,9 @@ void fanout_insert_take_reply(struct fanout *fo, struct fanout_leg *leg)
 			fanout_keep_msg(&fo->error, &fo->error_len, msg, total);
 		} else if (fo->phase == PHASE_RUN && (type == PqMsg_RowDescription || type == PqMsg_NoData) &&
 			   !fo->wrote_desc) {
-			evbuffer_prepend(fo->result, msg, total);
-			fo->wrote_desc = true;
+			fo->wrote_desc = buf_prepend(fo->result, msg, total);
 		} else if (fo->phase == PHASE_RUN && type == PqMsg_DataRow) {
-			evbuffer_add(fo->result, msg, total);
+			buf_add(fo->result, msg, total);
 		} else if (fo->phase == PHASE_RUN && type == PqMsg_CommandComplete) {
 			take_tag(fo, leg, (const char *)msg + 5, total - 5);
 		} else if (fo->phase == PHASE_COPY_CLOSE && type == PqMsg_CommandComplete && total > 5 + 5 &&
@@ -118,22 +116,22 @@ void fanout_write_end(struct fanout *fo)
 	fanout_begin_wait(fo);
 }
 
-static void put_result(struct fanout *fo, struct evbuffer *out);
+static void put_result(struct fanout *fo, struct buf *out);
 
 /* The answer to the client's COMMIT or ROLLBACK of a parked split write,
  * once every shard ended its transaction: the transaction is over. */
 void fanout_write_end_reply(struct fanout *fo)
 {
 	struct client *c = fo->c;
-	struct evbuffer *out = io_out(&c->io);
-	evbuffer_add(out, fo->end_prefix, fo->end_prefix_len);
+	struct buf *out = io_out(&c->io);
+	buf_add(out, fo->end_prefix, fo->end_prefix_len);
 	if (fo->error)
-		evbuffer_add(out, fo->error, fo->error_len);
+		buf_add(out, fo->error, fo->error_len);
 	else
 		fanout_put_msg(out, PqMsg_CommandComplete, fo->end_tag, strlen(fo->end_tag) + 1, NULL, 0);
 	fanout_ev(c)->tx_over(c);   /* committed or rolled back on every shard */
 	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, 'I' };
-	evbuffer_add(out, z, sizeof z);
+	buf_add(out, z, sizeof z);
 	fanout_free(fo);
 	fanout_ev(c)->answered(c);
 }
@@ -154,13 +152,13 @@ bool fanout_park(struct fanout *fo)
 	for (int i = 0; i < fo->n_legs; i++)
 		if (fo->legs[i].lost || !fo->legs[i].io_open)
 			return false;
-	struct evbuffer *out = io_out(&c->io);
+	struct buf *out = io_out(&c->io);
 	if (fo->kind == FANOUT_BATCH)
 		fanout_batch_put_result(fo, out);
 	else
 		put_result(fo, out);
 	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, 'T' };
-	evbuffer_add(out, z, sizeof z);
+	buf_add(out, z, sizeof z);
 	fo->parked = true;
 	xs->parked = fo;
 	fanout_ev(c)->answered(c);
@@ -171,32 +169,32 @@ bool fanout_park(struct fanout *fo)
 void fanout_write_reply(struct fanout *fo)
 {
 	struct client *c = fo->c;
-	struct evbuffer *out = io_out(&c->io);
+	struct buf *out = io_out(&c->io);
 	if (fo->end_tag[0]) {
 		fanout_write_end_reply(fo);
 		return;
 	}
 	put_result(fo, out);
 	uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
-	evbuffer_add(out, z, sizeof z);
+	buf_add(out, z, sizeof z);
 	fanout_free(fo);
 	fanout_ev(c)->answered(c);
 }
 
 /* The statement's own answer: its error, or its rows and command tag. */
-static void put_result(struct fanout *fo, struct evbuffer *out)
+static void put_result(struct fanout *fo, struct buf *out)
 {
 	struct client *c = fo->c;
 	if (fo->error) {
-		evbuffer_add(out, fo->error, fo->error_len);
+		buf_add(out, fo->error, fo->error_len);
 	} else {
 		for (int i = 0; fo->extended && i < fo->n_steps; i++) {
 			if (fo->steps[i] == STEP_PARSE)
-				evbuf_add_bodyless(out, PqMsg_ParseComplete);
+				buf_add_bodyless(out, PqMsg_ParseComplete);
 			else if (fo->steps[i] == STEP_BIND)
-				evbuf_add_bodyless(out, PqMsg_BindComplete);
+				buf_add_bodyless(out, PqMsg_BindComplete);
 		}
-		evbuffer_add_buffer(out, fo->result);   /* RowDescription or NoData, rows */
+		buf_add_buf(out, fo->result);   /* RowDescription or NoData, rows */
 		if (fo->parse_msg && prep_enabled(c))
 			(void)prep_client_adopt(c, fo->parse_msg, fo->parse_len);
 		char tag[96];
@@ -291,21 +289,21 @@ static const uint8_t *bind_value(const struct bind_parts *b, uint16_t k, size_t 
 
 /* One shard's part of a split INSERT in the extended protocol: its
  * statement, and a Bind with the parameters it uses, renumbered. */
-static void put_insert_part(struct evbuffer *out, const char *sql, size_t sql_len, const uint16_t *params,
+static void put_insert_part(struct buf *out, const char *sql, size_t sql_len, const uint16_t *params,
 			    uint16_t n_params, const uint8_t *types, uint16_t n_types, const struct bind_parts *b,
 			    bool describe)
 {
 	uint8_t h[5] = { PqMsg_Parse };
 	proto_put_u32(h + 1, (uint32_t)(4 + 1 + sql_len + 1 + 2 + 4 * (size_t)n_params));
-	evbuffer_add(out, h, 5);
-	evbuffer_add(out, "", 1);
-	evbuffer_add(out, sql, sql_len + 1);
+	buf_add(out, h, 5);
+	buf_add(out, "", 1);
+	buf_add(out, sql, sql_len + 1);
 	uint8_t n16[2] = { (uint8_t)(n_params >> 8), (uint8_t)n_params };
-	evbuffer_add(out, n16, 2);
+	buf_add(out, n16, 2);
 	for (uint16_t k = 0; k < n_params; k++) {
 		uint16_t old = params[k];
 		static const uint8_t unknown[4] = { 0 };
-		evbuffer_add(out, old <= n_types ? types + 4 * (old - 1) : unknown, 4);
+		buf_add(out, old <= n_types ? types + 4 * (old - 1) : unknown, 4);
 	}
 	/* Bind: formats (all alike, or one per kept parameter), values */
 	size_t len = 4 + 2 + 2 + (b->n_formats > 1 ? 2 * (size_t)n_params : 2 * (size_t)b->n_formats) + 2 + b->results_len;
@@ -317,31 +315,31 @@ static void put_insert_part(struct evbuffer *out, const char *sql, size_t sql_le
 	}
 	h[0] = PqMsg_Bind;
 	proto_put_u32(h + 1, (uint32_t)len);
-	evbuffer_add(out, h, 5);
-	evbuffer_add(out, "\0\0", 2);
+	buf_add(out, h, 5);
+	buf_add(out, "\0\0", 2);
 	if (b->n_formats > 1) {
-		evbuffer_add(out, n16, 2);
+		buf_add(out, n16, 2);
 		for (uint16_t k = 0; k < n_params; k++) {
 			static const uint8_t text[2] = { 0, 0 };
-			evbuffer_add(out, params[k] <= b->n_formats ? b->formats + 2 * (params[k] - 1) : text, 2);
+			buf_add(out, params[k] <= b->n_formats ? b->formats + 2 * (params[k] - 1) : text, 2);
 		}
 	} else {
 		uint8_t nf[2] = { 0, (uint8_t)b->n_formats };
-		evbuffer_add(out, nf, 2);
-		evbuffer_add(out, b->formats, 2 * (size_t)b->n_formats);
+		buf_add(out, nf, 2);
+		buf_add(out, b->formats, 2 * (size_t)b->n_formats);
 	}
-	evbuffer_add(out, n16, 2);
+	buf_add(out, n16, 2);
 	for (uint16_t k = 0; k < n_params; k++) {
 		size_t t;
 		if (params[k] <= b->n_values) {
 			const uint8_t *v = bind_value(b, (uint16_t)(params[k] - 1), &t);
-			evbuffer_add(out, v, t);
+			buf_add(out, v, t);
 		} else {
 			static const uint8_t null[4] = { 0xff, 0xff, 0xff, 0xff };   /* PostgreSQL refuses it as it would */
-			evbuffer_add(out, null, 4);
+			buf_add(out, null, 4);
 		}
 	}
-	evbuffer_add(out, b->results, b->results_len);
+	buf_add(out, b->results, b->results_len);
 	if (describe)
 		fanout_put_msg(out, PqMsg_Describe, "P", 2, NULL, 0);
 	fanout_put_msg(out, PqMsg_Execute, "\0\0\0\0", 5, NULL, 0);
@@ -409,7 +407,7 @@ static void insert_send_parts(struct fanout *fo, const struct insert_split *spli
 	for (int i = 0; i < fo->n_legs; i++) {
 		struct fanout_leg *leg = &fo->legs[i];
 		int s = leg->shard;
-		struct evbuffer *out = fanout_leg_out(leg);
+		struct buf *out = fanout_leg_out(leg);
 		leg->begin_pending = true;
 		leg->ready_needed = split->sql[s] ? 2 : 1;
 		fanout_put_msg(out, PqMsg_Query, "BEGIN", 6, NULL, 0);
@@ -471,7 +469,7 @@ enum fanout_start fanout_start_insert(struct client *c, const struct proto_frame
 					     fanout_insert_finish);
 	if (!fo || (position && !(fo->req_copy = malloc(q.r.end)))) {
 		if (fo)
-			evbuffer_free(fo->result);
+			buf_free(fo->result);
 		free(fo);
 		insert_split_free(&split);
 		snprintf(why, whylen, "cross-shard write: out of memory");
@@ -690,7 +688,7 @@ enum fanout_start fanout_start_broadcast(struct client *c, const struct router_r
 		if (!fanout_open_leg(fo, s, s, why, whylen))
 			break;
 		struct fanout_leg *leg = &fo->legs[s];
-		struct evbuffer *out = fanout_leg_out(leg);
+		struct buf *out = fanout_leg_out(leg);
 		/* In a transaction on each shard, committed only once every shard
 		 * succeeded; what PostgreSQL runs only outside one goes alone. */
 		leg->ready_needed = outside_tx ? 1 : 2;
@@ -837,14 +835,14 @@ void fanout_parked_abort(struct client *c)
 /* ---- a batch's answer (fanout_park's and fanout_batch_finish's) ---- */
 
 /* A batch's answer: each Bind's replies in the client's order. */
-void fanout_batch_put_result(struct fanout *fo, struct evbuffer *out)
+void fanout_batch_put_result(struct fanout *fo, struct buf *out)
 {
 	struct client *c = fo->c;
 	bool parsed = true;
 	for (int i = 0; i < fo->n_legs; i++)
 		parsed &= fo->legs[i].parsed;
 	if (fo->batch_parse && parsed) {
-		evbuf_add_bodyless(out, PqMsg_ParseComplete);
+		buf_add_bodyless(out, PqMsg_ParseComplete);
 		/* the client's named statement exists, whatever its Binds did */
 		if (fo->parse_msg && prep_enabled(c))
 			(void)prep_client_adopt(c, fo->parse_msg, fo->parse_len);
@@ -860,7 +858,7 @@ void fanout_batch_put_result(struct fanout *fo, struct evbuffer *out)
 		 * replies, or before the error of a Bind that failed (the same
 		 * text parsed, so its Parse did not) */
 		if (k > 0 && fo->batch_parse_each && parsed)
-			evbuf_add_bodyless(out, PqMsg_ParseComplete);
+			buf_add_bodyless(out, PqMsg_ParseComplete);
 		if (fo->batch_idx[k] >= leg->n_units) {
 			if (leg->error) {
 				error = leg->error;
@@ -868,10 +866,10 @@ void fanout_batch_put_result(struct fanout *fo, struct evbuffer *out)
 			}
 			break;
 		}
-		evbuffer_remove_buffer(leg->rows, out, leg->unit_len[fo->batch_idx[k]]);
+		buf_move_to(leg->rows, out, leg->unit_len[fo->batch_idx[k]]);
 		taken[fo->batch_leg[k]]++;
 	}
 	free(taken);
 	if (error)
-		evbuffer_add(out, error, error_len);
+		buf_add(out, error, error_len);
 }

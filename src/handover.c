@@ -32,7 +32,6 @@
 #include "handover_link.h"
 
 #include <errno.h>
-#include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <signal.h>

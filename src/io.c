@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * io: socket reads into an input block (buf.h), writes from an evbuffer,
+ * io: socket reads into an input block (buf.h), writes from an output block,
  * flushed in a batch at
  * the end of the loop turn. Compared with bufferevents this saves arming
  * and disarming the write event for every reply: a reply that fits in the
@@ -12,7 +12,6 @@
 #include "io_tls_close.h"
 
 #include <errno.h>
-#include <event2/buffer.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -56,7 +55,7 @@ static void io_arm_read(struct io *io)
 	if (io->loopback) {
 		/* No socket to watch: output held back while the input was full
 		 * is handed over at the flush once there is room again. */
-		if (want_read(io) && io->out && evbuffer_get_length(io->out) > 0)
+		if (want_read(io) && io->out && buf_len(io->out) > 0)
 			(void)make_dirty(io);   /* (out of memory: the next write retries) */
 		return;
 	}
@@ -98,20 +97,19 @@ static void io_arm_write(struct io *io, bool want)
 
 static void tls_step(struct io *io);
 
-/* TLS: as much of the output as SSL_write takes, chain by chain. */
+/* TLS: as much of the output as SSL_write takes (the block may have
+ * moved since a write that wanted more: SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER). */
 static bool tls_write_some(struct io *io)
 {
 	if (io->tls_handshaking)
 		return true;   /* stays queued until the handshake is done */
-	while (io->out && evbuffer_get_length(io->out) > 0) {
-		struct evbuffer_iovec v;
-		if (evbuffer_peek(io->out, -1, NULL, &v, 1) < 1)
-			break;
-		int len = v.iov_len > INT_MAX ? INT_MAX : (int)v.iov_len;
+	while (io->out && buf_len(io->out) > 0) {
+		int len = buf_len(io->out) > INT_MAX ? INT_MAX : (int)buf_len(io->out);
 		ERR_clear_error();
-		int n = SSL_write(io->ssl, v.iov_base, len);
+		int n = SSL_write(io->ssl, buf_head(io->out), len);
 		if (n > 0) {
-			evbuffer_drain(io->out, (size_t)n);
+			buf_drain(io->out, (size_t)n);
+			buf_settle(io->out);
 			continue;
 		}
 		int e = SSL_get_error(io->ssl, n);
@@ -135,28 +133,11 @@ static bool tls_write_some(struct io *io)
  * errno set). out must not be empty. */
 static ssize_t send_out(struct io *io)
 {
-	/* The usual reply sits in one chain: send() it, cheaper than the
-	 * writev evbuffer_write would make. */
-	struct evbuffer_iovec v[2];
-	int chains = evbuffer_peek(io->out, -1, NULL, v, 2);
-	size_t total = evbuffer_get_length(io->out);
-	ssize_t n;
-	if (chains == 1) {
-		n = send(io->fd, v[0].iov_base, v[0].iov_len, MSG_NOSIGNAL | MSG_DONTWAIT);
-	} else if (total <= sizeof io->flusher->scratch) {
-		/* A reply forwarded message by message often ends in a chain
-		 * of its own (the last message moved whole): one copy into the
-		 * scratch buffer and a send cost less than the kernel's writev
-		 * path. */
-		ssize_t got = evbuffer_copyout(io->out, io->flusher->scratch, total);
-		if (got <= 0)
-			return evbuffer_write(io->out, io->fd);
-		n = send(io->fd, io->flusher->scratch, (size_t)got, MSG_NOSIGNAL | MSG_DONTWAIT);
-	} else {
-		return evbuffer_write(io->out, io->fd);   /* drains what it wrote */
+	ssize_t n = send(io->fd, buf_head(io->out), buf_len(io->out), MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n > 0) {
+		buf_drain(io->out, (size_t)n);
+		buf_settle(io->out);
 	}
-	if (n > 0)
-		evbuffer_drain(io->out, (size_t)n);
 	return n;
 }
 
@@ -169,7 +150,7 @@ static bool io_write_some(struct io *io)
 	}
 	if (io->ssl)
 		return tls_write_some(io);
-	while (io->out && evbuffer_get_length(io->out) > 0) {
+	while (io->out && buf_len(io->out) > 0) {
 		ssize_t n = send_out(io);
 		if (n > 0)
 			continue;
@@ -192,8 +173,10 @@ static bool io_write_some(struct io *io)
 #define IO_READ_MIN 4096u
 static uint8_t *read_room(struct io *io, size_t *room)
 {
-	struct buf *b = io_in(io);
-	if (!b || !buf_reserve(b, IO_READ_MIN)) {
+	struct buf *b = io->in ? io->in : io_in(io);
+	if (b)
+		buf_settle(b);
+	if (!b || (b->cap - b->off - b->len < IO_READ_MIN && !buf_reserve(b, IO_READ_MIN))) {
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -646,7 +629,7 @@ void io_flusher_free(struct io_flusher *f)
 		event_free(f->ev);
 	f->ev = NULL;
 	if (f->discard)
-		evbuffer_free(f->discard);
+		buf_free(f->discard);
 	f->discard = NULL;
 	free(f->dirty);
 	f->dirty = NULL;
@@ -661,17 +644,12 @@ void io_flusher_free(struct io_flusher *f)
  * after). */
 static void loopback_deliver(struct io *io)
 {
-	if (io->closed || !io->out || evbuffer_get_length(io->out) == 0 || !want_read(io))
+	if (io->closed || !io->out || buf_len(io->out) == 0 || !want_read(io))
 		return;
+	/* Copied, not swapped: a writer may still hold io->out. */
 	struct buf *in = io_in(io);
-	size_t n = evbuffer_get_length(io->out);
-	if (!in || !buf_reserve(in, n))
+	if (!in || buf_add_buf(in, io->out) != 0)
 		return;   /* out of memory: the owner's limits end it */
-	size_t room;
-	uint8_t *at = buf_tail(in, &room);
-	if (evbuffer_remove(io->out, at, n) != (int)n)
-		return;
-	buf_commit(in, n);
 	io->ops->on_read(io, io_owner(io));
 }
 
@@ -810,7 +788,7 @@ static void ring_flush(struct io *io)
 	}
 	/* Output queued while a send is in flight goes when it ends; a
 	 * connection starting TLS sends nothing more from here. */
-	if (io->send_in_flight || io->ssl || !io->out || evbuffer_get_length(io->out) == 0)
+	if (io->send_in_flight || io->ssl || !io->out || buf_len(io->out) == 0)
 		return;
 	if (ring_send_alone(io)) {
 		ssize_t n = send_out(io);
@@ -822,7 +800,7 @@ static void ring_flush(struct io *io)
 		/* What the socket did not take waits for room in the ring's
 		 * send below (the kernel arms its own poll for it), as any
 		 * partial send on the ring. */
-		if (evbuffer_get_length(io->out) == 0)
+		if (buf_len(io->out) == 0)
 			return;
 	}
 	if (!io->send && !(io->send = io_ring_send_new(r, io->fd, io))) {
@@ -857,7 +835,7 @@ static void ring_recv(void *conn, int res, const uint8_t *data, bool more)
 	if (res > 0) {
 		ring_note_receiver(io->flusher, io->fd);
 		struct buf *in = io_in(io);
-		if (!in || !buf_append(in, data, (size_t)res)) {
+		if (!in || buf_add(in, data, (size_t)res) != 0) {
 			io->ops->on_event(io, IO_ERROR, ENOMEM, io_owner(io));
 			return;
 		}
@@ -907,8 +885,8 @@ static void ring_sent(void *conn, struct io_ring_send *s, int res)
 	}
 	/* What the kernel did not take goes again, with what was queued
 	 * since (not when starting TLS: the rest of what was in flight only). */
-	struct evbuffer *more = io->ssl ? NULL : io->out;
-	if (left > 0 || (more && evbuffer_get_length(more) > 0)) {
+	struct buf *more = io->ssl ? NULL : io->out;
+	if (left > 0 || (more && buf_len(more) > 0)) {
 		if (!io_ring_send_start(io->flusher->ring, s, more)) {
 			io->write_armed = false;
 			io->ops->on_event(io, IO_ERROR, ENOMEM, io_owner(io));
@@ -1151,8 +1129,7 @@ void io_close(struct io *io)
 		event_free(io->wev);
 	io->wev = NULL;
 	buf_free(io->in);
-	if (io->out)
-		evbuffer_free(io->out);
+	buf_free(io->out);
 	io->in = NULL;
 	io->out = NULL;
 }
@@ -1160,14 +1137,14 @@ void io_close(struct io *io)
 struct buf *io_in(struct io *io)
 {
 	if (!io->in)
-		io->in = buf_new();
+		io->in = buf_new(BUF_IN_FIRST);
 	return io->in;
 }
 
 bool io_in_add(struct io *io, const void *data, size_t n)
 {
 	struct buf *in = io_in(io);
-	return in && buf_append(in, data, n);
+	return in && buf_add(in, data, n) == 0;
 }
 
 bool io_in_prepend(struct io *io, const void *data, size_t n)
@@ -1178,20 +1155,20 @@ bool io_in_prepend(struct io *io, const void *data, size_t n)
 
 /* Writes to a closed connection land in a buffer that is thrown away; one
  * per worker serves them all, so callers need no NULL checks. */
-static struct evbuffer *discard_buffer(struct io *io)
+static struct buf *discard_buffer(struct io *io)
 {
 	if (!io->flusher->discard)
-		io->flusher->discard = evbuffer_new();
+		io->flusher->discard = buf_new(BUF_SMALL);
 	else
-		evbuffer_drain(io->flusher->discard, evbuffer_get_length(io->flusher->discard));
+		buf_drain(io->flusher->discard, buf_len(io->flusher->discard));
 	return io->flusher->discard;
 }
 
-struct evbuffer *io_out(struct io *io)
+struct buf *io_out(struct io *io)
 {
 	if (io->closed)
 		return io->out ? io->out : discard_buffer(io);
-	if (!io->out && !(io->out = evbuffer_new()))
+	if (!io->out && !(io->out = buf_new(BUF_OUT_FIRST)))
 		return discard_buffer(io);   /* out of memory: the bytes are lost, the connection times out */
 	if (!make_dirty(io))
 		return discard_buffer(io);   /* out of memory, as above */
@@ -1206,8 +1183,8 @@ void io_trim(struct io *io)
 		buf_free(io->in);
 		io->in = NULL;
 	}
-	if (io->out && evbuffer_get_length(io->out) == 0 && !io->write_armed) {
-		evbuffer_free(io->out);
+	if (io->out && buf_len(io->out) == 0 && !io->write_armed) {
+		buf_free(io->out);
 		io->out = NULL;
 	}
 }
@@ -1220,7 +1197,7 @@ bool io_at_rest(const struct io *io)
 
 size_t io_out_len(const struct io *io)
 {
-	size_t n = io->out ? evbuffer_get_length(io->out) : 0;
+	size_t n = io->out ? buf_len(io->out) : 0;
 	if (io->on_ring && io->send)
 		n += io_ring_send_len(io->send);   /* in flight, or left by a partial send */
 	return n;

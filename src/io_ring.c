@@ -16,10 +16,11 @@
  */
 #include "io_ring.h"
 
+#include "buf.h"
+
 #include "list.h"
 
 #include <errno.h>
-#include <event2/buffer.h>
 #include <liburing.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,8 +48,6 @@
 #define BUF_STEP 16u
 #define BUF_SIZE 16384u
 #define BUF_GROUP 0
-/* Chains one send hands to the kernel at once (the rest goes next). */
-#define SEND_IOV 16
 /* Send records kept for reuse (a send per reply would otherwise cost two
  * allocations and two frees). */
 #define SPARE_SENDS 64
@@ -60,12 +59,12 @@ enum op_kind { OP_RECV = 1, OP_SEND = 2, OP_CANCEL = 3 };
 
 struct io_ring_send {
 	struct list_node node;    /* in io_ring.sends, or in io_ring.spare */
-	struct evbuffer *buf;     /* the bytes in flight, then what is left */
+	/* The bytes in flight, then what is left: copied from the owner's
+	 * output, which writers may go on filling (and moving) meanwhile. */
+	struct buf *buf;
 	void *conn;               /* NULL: the owner closed (the socket waits for this) */
 	int fd;
 	bool in_flight;
-	struct msghdr msg;
-	struct iovec iov[SEND_IOV];
 };
 _Static_assert(_Alignof(max_align_t) >= 4, "send records carry the kind in two low bits");
 
@@ -242,13 +241,13 @@ void io_ring_free(struct io_ring *r)
 	LIST_FOREACH_SAFE(pos, tmp, &r->sends) {
 		struct io_ring_send *s = LIST_OWNER(pos, struct io_ring_send, node);
 		list_del(&s->node);
-		evbuffer_free(s->buf);
+		buf_free(s->buf);
 		free(s);
 	}
 	LIST_FOREACH_SAFE(pos, tmp, &r->spare) {
 		struct io_ring_send *s = LIST_OWNER(pos, struct io_ring_send, node);
 		list_del(&s->node);
-		evbuffer_free(s->buf);
+		buf_free(s->buf);
 		free(s);
 	}
 	close(r->efd);
@@ -378,7 +377,7 @@ struct io_ring_send *io_ring_send_new(struct io_ring *r, int fd, void *conn)
 		s = calloc(1, sizeof *s);
 		if (!s)
 			return NULL;
-		s->buf = evbuffer_new();
+		s->buf = buf_new(BUF_OUT_FIRST);
 		if (!s->buf) {
 			free(s);
 			return NULL;
@@ -396,48 +395,33 @@ void io_ring_send_free(struct io_ring *r, struct io_ring_send *s)
 	if (!s)
 		return;
 	list_del(&s->node);
-	evbuffer_drain(s->buf, evbuffer_get_length(s->buf));
+	buf_drain(s->buf, buf_len(s->buf));
 	if (r->n_spare < SPARE_SENDS) {
 		list_add_head(&r->spare, &s->node);
 		r->n_spare++;
 		return;
 	}
-	evbuffer_free(s->buf);
+	buf_free(s->buf);
 	free(s);
 }
 
 size_t io_ring_send_len(const struct io_ring_send *s)
 {
-	return evbuffer_get_length(s->buf);
+	return buf_len(s->buf);
 }
 
-bool io_ring_send_start(struct io_ring *r, struct io_ring_send *s, struct evbuffer *more)
+bool io_ring_send_start(struct io_ring *r, struct io_ring_send *s, struct buf *more)
 {
-	/* Chains move, bytes are not copied; nothing appends to s->buf while
-	 * the kernel reads it, so they do not move under it either. */
-	if (more && evbuffer_get_length(more) > 0 && evbuffer_add_buffer(s->buf, more) != 0)
+	/* Nothing appends to s->buf while the kernel reads it: the bytes do
+	 * not move under it. */
+	if (more && buf_len(more) > 0 && buf_add_buf(s->buf, more) != 0)
 		return false;
-	struct evbuffer_iovec v[SEND_IOV];
-	int n = evbuffer_peek(s->buf, -1, NULL, v, SEND_IOV);
-	if (n <= 0)
+	if (buf_len(s->buf) == 0)
 		return false;
-	if (n > SEND_IOV)
-		n = SEND_IOV;
 	struct io_uring_sqe *sqe = get_sqe(r);
 	if (!sqe)
 		return false;
-	if (n == 1) {
-		io_uring_prep_send(sqe, s->fd, v[0].iov_base, v[0].iov_len, MSG_NOSIGNAL);
-	} else {
-		for (int i = 0; i < n; i++) {
-			s->iov[i].iov_base = v[i].iov_base;
-			s->iov[i].iov_len = v[i].iov_len;
-		}
-		memset(&s->msg, 0, sizeof s->msg);
-		s->msg.msg_iov = s->iov;
-		s->msg.msg_iovlen = (size_t)n;
-		io_uring_prep_sendmsg(sqe, s->fd, &s->msg, MSG_NOSIGNAL);
-	}
+	io_uring_prep_send(sqe, s->fd, buf_head(s->buf), buf_len(s->buf), MSG_NOSIGNAL);
 	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)s | OP_SEND);
 	s->in_flight = true;
 	return true;
@@ -536,8 +520,10 @@ static void send_done(struct io_ring *r, const struct io_uring_cqe *cqe)
 		zombie_done(r, fd);
 		return;
 	}
-	if (cqe->res > 0)
-		evbuffer_drain(s->buf, (size_t)cqe->res);
+	if (cqe->res > 0) {
+		buf_drain(s->buf, (size_t)cqe->res);
+		buf_settle(s->buf);
+	}
 	r->h.on_send(s->conn, s, cqe->res);
 }
 

@@ -8,7 +8,8 @@
  */
 #include "io_tls_close.h"
 
-#include <event2/buffer.h>
+#include "buf.h"
+
 #include <event2/event.h>
 #include <event2/event_struct.h>
 #include <limits.h>
@@ -23,7 +24,7 @@ struct tls_closing {
 	struct event ev;           /* writability or the deadline */
 	struct timeval deadline;
 	SSL *ssl;
-	struct evbuffer *out;      /* NULL or what was still queued */
+	struct buf *out;           /* NULL or what was still queued */
 	evutil_socket_t fd;
 };
 
@@ -31,16 +32,14 @@ enum tls_close_step { TLS_CLOSE_DONE, TLS_CLOSE_WANT_WRITE };
 
 /* One try at the output, then at close_notify. DONE also when a write
  * failed: the close is best effort, the socket is closed either way. */
-static enum tls_close_step tls_close_step(SSL *ssl, struct evbuffer *out)
+static enum tls_close_step tls_close_step(SSL *ssl, struct buf *out)
 {
 	ERR_clear_error();
-	while (out && evbuffer_get_length(out) > 0) {
-		struct evbuffer_iovec v;
-		if (evbuffer_peek(out, -1, NULL, &v, 1) < 1)
-			break;
-		int n = SSL_write(ssl, v.iov_base, v.iov_len > INT_MAX ? INT_MAX : (int)v.iov_len);
+	while (out && buf_len(out) > 0) {
+		size_t len = buf_len(out);
+		int n = SSL_write(ssl, buf_head(out), len > INT_MAX ? INT_MAX : (int)len);
 		if (n > 0) {
-			evbuffer_drain(out, (size_t)n);
+			buf_drain(out, (size_t)n);
 			continue;
 		}
 		int e = SSL_get_error(ssl, n);
@@ -63,8 +62,7 @@ static void tls_closing_free(struct tls_closing *tc)
 	list_del(&tc->node);
 	event_del(&tc->ev);
 	SSL_free(tc->ssl);
-	if (tc->out)
-		evbuffer_free(tc->out);
+	buf_free(tc->out);
 	close(tc->fd);
 	free(tc);
 }
@@ -91,7 +89,7 @@ static void tls_closing_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 bool io_tls_close_begin(struct list_node *closing, struct event_base *base, SSL *ssl, evutil_socket_t fd,
-			struct evbuffer *out)
+			struct buf *out)
 {
 	if (SSL_in_init(ssl) || tls_close_step(ssl, out) == TLS_CLOSE_DONE)
 		return false;

@@ -76,7 +76,7 @@ void link_abandon(struct server *s, const char *why)
 
 bool link_serving(struct server *s) { return s->state == SERVER_ACTIVE; }
 
-struct evbuffer *link_output(struct server *s) { return server_output(s); }
+struct buf *link_output(struct server *s) { return server_output(s); }
 
 struct txn *link_txn(struct server *s) { return &s->txn; }
 

@@ -18,7 +18,6 @@
 #include <openssl/ssl.h>
 
 #include <errno.h>
-#include <event2/buffer.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -701,7 +700,7 @@ static void refuse_version(struct client *c, uint32_t version)
 	int n = snprintf(msg, sizeof msg, "EFATAL:  unsupported frontend protocol %u.%u: server supports 3.0 to 3.%u\n",
 			 major, minor, PROTO_MINOR_LATEST);
 	if (n > 0 && (size_t)n < sizeof msg) {
-		evbuffer_add(io_out(&c->io), msg, (size_t)n + 1);   /* with its NUL */
+		buf_add(io_out(&c->io), msg, (size_t)n + 1);   /* with its NUL */
 		io_flush(&c->io);
 	}
 	client_close(c, NULL, NULL);
@@ -769,7 +768,7 @@ static void process_startup(struct client *c)
 			/* No TLS here (off, a unix socket, or already on): 'N', and
 			 * the client goes on in plain text (or, libpq 17, sends its
 			 * CancelRequest). */
-			evbuffer_add(io_out(&c->io), "N", 1);
+			buf_add(io_out(&c->io), "N", 1);
 			continue;
 		}
 		case PROTO_STARTUP_CANCEL: {

@@ -12,12 +12,12 @@
 #include "merge.h"
 #include "merge_internal.h"
 
-#include <event2/buffer.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "pgvalue.h"
 #include "proto.h"
 
@@ -109,14 +109,14 @@ bool merge_row_compare(const struct sort_key *keys, int n, const uint8_t *a, siz
 	return true;
 }
 
-void merge_put_command_complete(struct evbuffer *out, uint64_t n)
+void merge_put_command_complete(struct buf *out, uint64_t n)
 {
 	char tag[32];
 	int tl = snprintf(tag, sizeof tag, "SELECT %" PRIu64, n);
 	uint8_t h[5] = { PqMsg_CommandComplete };
 	proto_put_u32(h + 1, (uint32_t)(4 + tl + 1));
-	evbuffer_add(out, h, 5);
-	evbuffer_add(out, tag, (size_t)tl + 1);
+	buf_add(out, h, 5);
+	buf_add(out, tag, (size_t)tl + 1);
 }
 
 static bool type_name_fail(char why[MERGE_WHY], const char *what, const struct merge_column *c)

@@ -15,13 +15,13 @@
 #include "merge.h"
 #include "merge_internal.h"
 
-#include <event2/buffer.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "evbuf.h"
+#include "buf.h"
+#include "buf_msg.h"
 #include "proto.h"
 
 /* The rows kept for aggregates, GROUP BY and DISTINCT sit in blocks of
@@ -438,7 +438,7 @@ void merge_stream_hold_limit(struct merge_stream *ms, size_t bytes)
 	ms->hold_max = bytes;
 }
 
-static enum merge_status finish_run(struct merge_stream *ms, struct evbuffer *out)
+static enum merge_status finish_run(struct merge_stream *ms, struct buf *out)
 {
 	merge_put_command_complete(out, ms->run_rows);
 	ms->run_rows = 0;
@@ -446,7 +446,7 @@ static enum merge_status finish_run(struct merge_stream *ms, struct evbuffer *ou
 	return MERGE_COMPLETE;
 }
 
-enum merge_status merge_stream_run(struct merge_stream *ms, const struct merge_source *src, struct evbuffer *out,
+enum merge_status merge_stream_run(struct merge_stream *ms, const struct merge_source *src, struct buf *out,
 				   size_t out_high, char why[MERGE_WHY])
 {
 	why[0] = '\0';
@@ -463,7 +463,7 @@ enum merge_status merge_stream_run(struct merge_stream *ms, const struct merge_s
 		if (ms->p.has_limit && ms->given >= (uint64_t)ms->p.limit)
 			return finish_run(ms, out);
 		bool lookahead = ms->max_rows > 0 && ms->run_rows >= ms->max_rows;
-		if (!lookahead && evbuffer_get_length(out) >= out_high)
+		if (!lookahead && buf_len(out) >= out_high)
 			return MERGE_OUT_FULL;
 		struct mrow row;
 		int shard = -1;
@@ -483,14 +483,14 @@ enum merge_status merge_stream_run(struct merge_stream *ms, const struct merge_s
 		}
 		if (lookahead) {
 			/* one more row exists: the Execute is suspended before it */
-			evbuf_add_bodyless(out, PqMsg_PortalSuspended);
+			buf_add_bodyless(out, PqMsg_PortalSuspended);
 			ms->run_rows = 0;
 			return MERGE_SUSPENDED;
 		}
 		if (ms->skip > 0) {
 			ms->skip--;
 		} else {
-			evbuffer_add(out, row.p, row.len);
+			buf_add(out, row.p, row.len);
 			ms->run_rows++;
 			ms->given++;
 		}
@@ -528,11 +528,11 @@ static void array_take(void *arg, int shard)
 
 bool merge_rows(const struct merge_plan *p, const struct merge_column *cols, int n_cols,
 		const struct merge_shard *shards, size_t n_shards, locale_t coll, uint32_t max_rows,
-		struct evbuffer *out, char why[MERGE_WHY])
+		struct buf *out, char why[MERGE_WHY])
 {
 	why[0] = '\0';
 	struct merge_stream *ms = merge_stream_new(p, cols, n_cols, (int)n_shards, coll, why);
-	struct evbuffer *tmp = evbuffer_new();
+	struct buf *tmp = buf_new(BUF_SMALL);
 	bool ok = false;
 	if (ms && tmp) {
 		struct array_source a = { shards, { 0 } };
@@ -541,12 +541,12 @@ bool merge_rows(const struct merge_plan *p, const struct merge_column *cols, int
 		enum merge_status st = merge_stream_run(ms, &src, tmp, SIZE_MAX, why);
 		ok = st == MERGE_COMPLETE || st == MERGE_SUSPENDED;
 		if (ok)
-			evbuffer_add_buffer(out, tmp);
+			buf_add_buf(out, tmp);
 	} else if (!why[0]) {
 		snprintf(why, MERGE_WHY, "cross-shard read: out of memory");
 	}
 	if (tmp)
-		evbuffer_free(tmp);
+		buf_free(tmp);
 	merge_stream_free(ms);
 	return ok;
 }

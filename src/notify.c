@@ -5,7 +5,6 @@
  */
 #include "notify.h"
 
-#include <event2/buffer.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,7 +93,7 @@ struct notify_client {
 	uint32_t n_channels, cap_channels;
 	struct notify_op *ops;
 	uint32_t n_ops, cap_ops;
-	struct evbuffer *queue;       /* due after the client's transaction */
+	struct buf *queue;       /* due after the client's transaction */
 	uint64_t *barrier;            /* per shard: the command to wait for; 0 none */
 	char held_status;             /* the ReadyForQuery held; 0: none */
 	bool dropped_logged;
@@ -112,7 +111,7 @@ static void check_held(struct notify_pool *np);
 
 static void update_hold(struct notify_client *nc)
 {
-	nc->c->end.hold_ready = nc->n_channels > 0 || nc->n_ops > 0 || (nc->queue && evbuffer_get_length(nc->queue));
+	nc->c->end.hold_ready = nc->n_channels > 0 || nc->n_ops > 0 || (nc->queue && buf_len(nc->queue));
 }
 
 static struct notify_channel *channel_find(struct notify_pool *np, const char *name)
@@ -297,8 +296,8 @@ static bool deliverable(const struct notify_client *nc)
 
 static void write_queue(struct notify_client *nc)
 {
-	if (nc->queue && evbuffer_get_length(nc->queue) > 0)
-		evbuffer_add_buffer(client_output(nc->c), nc->queue);
+	if (nc->queue && buf_len(nc->queue) > 0)
+		buf_add_buf(client_output(nc->c), nc->queue);
 }
 
 void notify_flush(struct notify_client *nc)
@@ -312,10 +311,10 @@ void notify_flush(struct notify_client *nc)
 static void deliver(struct notify_client *nc, const uint8_t *msg, size_t len)
 {
 	bool now = deliverable(nc) && !nc->held_status;
-	struct evbuffer *to = now ? client_output(nc->c) : nc->queue;
-	if (!to && !(to = nc->queue = evbuffer_new()))
+	struct buf *to = now ? client_output(nc->c) : nc->queue;
+	if (!to && !(to = nc->queue = buf_new(BUF_SMALL)))
 		return;
-	if (evbuffer_get_length(to) + len > NOTIFY_CLIENT_MAX_BYTES) {
+	if (buf_len(to) + len > NOTIFY_CLIENT_MAX_BYTES) {
 		if (!nc->dropped_logged)
 			log_warning("C-%llu: notifications dropped: the client has %u bytes of them unread",
 				    (unsigned long long)nc->c->id, NOTIFY_CLIENT_MAX_BYTES);
@@ -325,7 +324,7 @@ static void deliver(struct notify_client *nc, const uint8_t *msg, size_t len)
 	nc->dropped_logged = false;
 	if (now)
 		write_queue(nc);   /* (anything older first) */
-	evbuffer_add(to, msg, len);
+	buf_add(to, msg, len);
 	if (!now)
 		update_hold(nc);
 }
@@ -607,7 +606,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 		struct list_node *cpos, *ctmp;
 		LIST_FOREACH_SAFE(cpos, ctmp, &np->clients) {
 			struct notify_client *nc = LIST_OWNER(cpos, struct notify_client, node);
-			if (nc->queue && evbuffer_get_length(nc->queue) > 0)
+			if (nc->queue && buf_len(nc->queue) > 0)
 				notify_flush(nc);
 		}
 	}
@@ -694,7 +693,7 @@ void notify_client_free(struct client *c)
 	c->kind_state = NULL;
 	c->end.hold_ready = false;
 	if (nc->queue)
-		evbuffer_free(nc->queue);
+		buf_free(nc->queue);
 	for (uint32_t i = 0; i < nc->stmts.n; i++)
 		free(nc->stmts.v[i].name);
 	free(nc->stmts.v);

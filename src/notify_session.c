@@ -5,7 +5,6 @@
  */
 #include "notify_session.h"
 
-#include <event2/buffer.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,7 +342,7 @@ static enum notify_here ext_message(struct client *c, struct notify_client *nc, 
 		buf_drain(c->io.in, total);
 		if (kind == 'S') {   /* no parameters */
 			uint8_t pd[7] = { PqMsg_ParameterDescription, 0, 0, 0, 6, 0, 0 };
-			evbuffer_add(client_output(c), pd, sizeof pd);
+			buf_add(client_output(c), pd, sizeof pd);
 		}
 		client_send_simple(c, PqMsg_NoData);
 		return NOTIFY_HERE_ANSWERED;
@@ -476,10 +475,10 @@ void notify_session_tx_end(struct client *c, bool committed, const void *reply, 
 	if (!nc || reply_len < 6 || r[reply_len - 6] != PqMsg_ReadyForQuery) {
 		if (nc)
 			notify_tx_end(nc, committed);
-		evbuffer_add(client_output(c), reply, reply_len);
+		buf_add(client_output(c), reply, reply_len);
 		return;
 	}
 	notify_tx_end(nc, committed);
-	evbuffer_add(client_output(c), reply, reply_len - 6);
+	buf_add(client_output(c), reply, reply_len - 6);
 	notify_hold_ready(nc, (char)r[reply_len - 1], true);
 }

@@ -14,14 +14,13 @@
 #include "prepared.h"
 #include "prep_internal.h"
 
-#include <event2/buffer.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
 #include "config.h"
-#include "evbuf.h"
+#include "buf_msg.h"
 #include "link.h"
 #include "log.h"
 #include "params.h"
@@ -79,7 +78,7 @@ static void send_parse(struct server *s, struct prep_stmt *st)
 {
 	char g[PREP_GNAME_MAX];
 	prep_gname(g, st, s->prep->set.gen);
-	struct evbuffer *out = server_output(s);
+	struct buf *out = server_output(s);
 	if (st->sql) {
 		/* An SQL PREPARE's "(types) AS query": only the query carries
 		 * over to a protocol Parse (the server infers the types). */
@@ -178,7 +177,7 @@ static bool send_nop_parse(struct server *s, const char *cname)
 	/* (each length counts itself and the body; the array's own NUL is not sent) */
 	_Static_assert(sizeof msgs == (1 + 0x11) + (1 + 0x0f) + 1, "Parse and Close lengths");
 	struct prep_server *ps = s->prep;
-	evbuffer_add(server_output(s), msgs, sizeof msgs - 1);
+	buf_add(server_output(s), msgs, sizeof msgs - 1);
 	/* If an earlier message fails, this Parse is skipped: the client's
 	 * name is then undone like any failed Parse. */
 	struct prep_pend p = { .seg = ps->seg_sent, .cname = strdup(cname) };
@@ -226,7 +225,7 @@ static bool send_unnamed_nop(struct server *s)
 	static const uint8_t parse[] = "P\0\0\0\x08\0\0\0\0";   /* "", "", no types */
 	_Static_assert(sizeof parse == 1 + 8 + 1, "Parse length");
 	struct prep_server *ps = s->prep;
-	evbuffer_add(server_output(s), parse, sizeof parse - 1);
+	buf_add(server_output(s), parse, sizeof parse - 1);
 	ps->unnamed_client = 0;
 	struct prep_pend p = { .seg = ps->seg_sent };
 	txn_sent(&s->txn, PqMsg_Parse);
@@ -262,7 +261,7 @@ static bool replay_unnamed(struct client *c, struct server *s)
 		return true;
 	if (ps->unnamed_client == c->id && ps->unnamed_gen == pc->unnamed_gen)
 		return true;
-	evbuffer_add(server_output(s), pc->unnamed, pc->unnamed_len);
+	buf_add(server_output(s), pc->unnamed, pc->unnamed_len);
 	struct prep_pend p = { .seg = ps->seg_sent, .swallow = true };
 	ps->unnamed_client = c->id;
 	ps->unnamed_gen = pc->unnamed_gen;
@@ -597,7 +596,7 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 	uint32_t rest = total - (uint32_t)old_prefix;
 	uint32_t len = (uint32_t)(4 + (name_off - 5) + gl + rest);
 	uint8_t hdr[5] = { f->type, (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len };
-	struct evbuffer *out = server_output(s);
+	struct buf *out = server_output(s);
 	size_t portal = name_off - 5;
 	uint8_t prefix[5 + 64 + PREP_GNAME_MAX];
 	if (portal <= 64) {
@@ -605,11 +604,11 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 		memcpy(prefix, hdr, 5);
 		memcpy(prefix + 5, m + 5, portal);
 		memcpy(prefix + 5 + portal, g, gl);
-		evbuffer_add(out, prefix, 5 + portal + gl);
+		buf_add(out, prefix, 5 + portal + gl);
 	} else {
-		evbuffer_add(out, hdr, 5);
-		evbuffer_add(out, m + 5, portal);
-		evbuffer_add(out, g, gl);
+		buf_add(out, hdr, 5);
+		buf_add(out, m + 5, portal);
+		buf_add(out, g, gl);
 	}
 	buf_drain(c->io.in, old_prefix);
 	stats_add(c->pool->stats, STAT_RECEIVED, old_prefix);
@@ -809,7 +808,7 @@ enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok)
 		return PREP_CACHED_NO;
 	struct prep_registry *r = &c->pool->prep;
 	uint64_t gen = prep_schema_generation(c->w);
-	struct evbuffer *out = io_out(&c->io);
+	struct buf *out = io_out(&c->io);
 	/* The entries found stay while the batch is answered (the client's
 	 * old unnamed statement, let go below, may have been the last hold
 	 * on one of them). */
@@ -821,7 +820,7 @@ enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok)
 		struct cached_parse *cp = &ps[ops[k].parse];
 		if (ops[k].describe) {
 			/* the server's own reply to a Describe of it, as it was */
-			evbuffer_add(out, cp->st->desc, cp->st->desc_len);
+			buf_add(out, cp->st->desc, cp->st->desc_len);
 			continue;
 		}
 		if (!cp->name[0]) {
@@ -842,7 +841,7 @@ enum prep_cached prep_client_parse_cached(struct client *c, bool unverified_ok)
 				break;
 			}
 		}
-		evbuf_add_bodyless(out, PqMsg_ParseComplete);
+		buf_add_bodyless(out, PqMsg_ParseComplete);
 		stats_add(c->pool->stats, STAT_CLIENT_PARSE, 1);
 	}
 	for (uint32_t i = 0; i < n; i++)
@@ -995,7 +994,7 @@ bool prep_server_end_segment(struct server *s)
 	struct prep_pend p = { .seg = ps->seg_sent, .swallow = true };
 	if (!prep_server_push(ps, &ps->swallows, &p))
 		return false;
-	evbuf_add_bodyless(server_output(s), PqMsg_Sync);
+	buf_add_bodyless(server_output(s), PqMsg_Sync);
 	ps->seg_sent++;
 	txn_sent(&s->txn, PqMsg_Sync);
 	return true;

@@ -4,7 +4,6 @@
  */
 #include "route.h"
 
-#include <event2/buffer.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>

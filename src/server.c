@@ -11,7 +11,6 @@
 #include "server_internal.h"
 
 #include <errno.h>
-#include <event2/buffer.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +23,7 @@
 #include "client_end.h"
 #include "config.h"
 #include "context.h"
-#include "evbuf.h"
+#include "buf_msg.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool_types.h"
@@ -178,7 +177,7 @@ static void send_copy_fail(struct server *s)
 	pktbuf_begin(&pb, PqMsg_CopyFail);
 	pktbuf_put_cstring(&pb, reason);
 	pktbuf_end(&pb);
-	evbuffer_add(io_out(&s->io), pb.data, pb.len);
+	buf_add(io_out(&s->io), pb.data, pb.len);
 }
 
 /* The client left before the Sync that would end its extended request.
@@ -201,9 +200,9 @@ static void abort_extended_request(struct server *s)
 	pktbuf_put_cstring(&pb, sql);
 	pktbuf_put_u16(&pb, 0);
 	pktbuf_end(&pb);
-	evbuffer_add(io_out(&s->io), pb.data, pb.len);
+	buf_add(io_out(&s->io), pb.data, pb.len);
 	txn_sent(&s->txn, PqMsg_Parse);
-	evbuf_add_bodyless(io_out(&s->io), PqMsg_Sync);
+	buf_add_bodyless(io_out(&s->io), PqMsg_Sync);
 	txn_sent(&s->txn, PqMsg_Sync);
 }
 
@@ -760,7 +759,7 @@ static bool replay_forward_ack(struct server *s)
 
 /* Prepared statements: a reply prepared.c passes, swallows (the answer to
  * pgcat's own message) or replaces. */
-static enum pump_step prep_reply(struct server *s, struct buf *in, struct evbuffer *out,
+static enum pump_step prep_reply(struct server *s, struct buf *in, struct buf *out,
 				 const struct proto_frame *f, const uint8_t *hdr, ssize_t got)
 {
 	uint32_t total = f->len + 1;
@@ -801,7 +800,7 @@ static enum pump_step prep_reply(struct server *s, struct buf *in, struct evbuff
 		return PUMP_NEXT;
 	case PREP_REPLACE:
 		drop_message(s, total);
-		evbuffer_add(out, repl, repl_len);
+		buf_add(out, repl, repl_len);
 		free(repl);
 		s->txn.sent_to_client = true;
 		stats_add(s->sp->pool->stats, STAT_SENT, repl_len);
@@ -811,7 +810,7 @@ static enum pump_step prep_reply(struct server *s, struct buf *in, struct evbuff
 		 * not send, where PostgreSQL's would be: right before its Bind's
 		 * reply. A replayed read's client has it already. */
 		if (replay_forward_ack(s)) {
-			evbuf_add_bodyless(out, PqMsg_ParseComplete);
+			buf_add_bodyless(out, PqMsg_ParseComplete);
 			s->txn.sent_to_client = true;
 			stats_add(s->sp->pool->stats, STAT_SENT, PROTO_BODYLESS_LEN);
 		}
@@ -847,7 +846,7 @@ static void count_answer(struct server *s)
  * settled, the client told; the server goes back to its pool when nothing
  * more is owed outside a transaction. PUMP_STOP: it went back. */
 static enum pump_step ready_for_query(struct server *s, struct client_end *c, struct buf *in,
-				      struct evbuffer *out, char status)
+				      struct buf *out, char status)
 {
 	/* The last answer owed: anything already here behind it was not asked
 	 * for (checked before the client is told, so it gets the error). */
@@ -935,7 +934,7 @@ static enum pump_step notification_pid(struct server *s, struct buf *in, const s
  * (SERVER_INSPECT_MAX bytes, the pump's: one stack frame of that size per
  * batch, not per message). */
 static enum pump_step inspect_reply(struct server *s, struct client_end *c, struct buf *in,
-				    struct evbuffer *out, const struct proto_frame *f, uint8_t *buf)
+				    struct buf *out, const struct proto_frame *f, uint8_t *buf)
 {
 	uint32_t total = f->len + 1;
 	switch (f->type) {
@@ -949,7 +948,7 @@ static enum pump_step inspect_reply(struct server *s, struct client_end *c, stru
 			(void)params_set(&s->params, name, value, false);
 			(void)params_set(c->params, name, value, false);
 		}
-		evbuffer_add(out, buf, total);
+		buf_add(out, buf, total);
 		stats_add(s->sp->pool->stats, STAT_SENT, total);
 		return PUMP_NEXT;
 	case PqMsg_ErrorResponse:
@@ -966,7 +965,7 @@ static enum pump_step inspect_reply(struct server *s, struct client_end *c, stru
 			server_close(s, s->error_message);
 			return PUMP_STOP;
 		}
-		evbuffer_add(out, buf, total);
+		buf_add(out, buf, total);
 		s->txn.sent_to_client = true;
 		s->txn.req_data = true;
 		stats_add(s->sp->pool->stats, STAT_SENT, total);
@@ -1021,7 +1020,7 @@ static enum pump_step count_for_replay(struct server *s, struct buf *in, const s
 /* The start of a reply message at the head of in: its header checked,
  * then each step that reads it. PUMP_ON: forward it (s->fwd_remaining
  * set); PUMP_NEXT: it was taken; PUMP_STOP: wait, or the link moved. */
-static enum pump_step server_reply_step(struct server *s, struct client_end *c, struct buf *in, struct evbuffer *out,
+static enum pump_step server_reply_step(struct server *s, struct client_end *c, struct buf *in, struct buf *out,
 				 uint8_t *buf)
 {
 	uint8_t hdr[6];
@@ -1081,7 +1080,7 @@ static void process_active(struct server *s)
 		return;
 	/* Once per batch: the output buffer, marked for the flusher. Every
 	 * way out of this client's link leaves the loop (return) at once. */
-	struct evbuffer *out = io_out(c->io);
+	struct buf *out = io_out(c->io);
 	/* One pass per message: the client's budget, the header (unless a
 	 * message is part-forwarded), then as much of it as is here. */
 	while (s->state == SERVER_ACTIVE && s->client == c) {
@@ -1192,7 +1191,7 @@ static void server_event_cb(struct io *io, enum io_event what, int err, void *ar
 		if (s->w->tls.for_servers) {
 			/* server_tls_sslmode: ask first (Int32 8, Int32 80877103). */
 			static const uint8_t ssl_request[8] = { 0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f };
-			evbuffer_add(io_out(&s->io), ssl_request, sizeof ssl_request);
+			buf_add(io_out(&s->io), ssl_request, sizeof ssl_request);
 			s->tls_phase = SERVER_TLS_WAIT_ANSWER;
 			return;
 		}

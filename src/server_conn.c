@@ -10,7 +10,6 @@
  */
 #include "server_internal.h"
 
-#include <event2/buffer.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -25,7 +24,7 @@
 #include "client_end.h"
 #include "config.h"
 #include "context.h"
-#include "evbuf.h"
+#include "buf_msg.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool_types.h"
@@ -56,7 +55,7 @@ void server_set_state(struct server *s, enum server_state st)
 	s->sp->ev->state_changed(s, (int)old);
 }
 
-struct evbuffer *server_output(struct server *s) { return io_out(&s->io); }
+struct buf *server_output(struct server *s) { return io_out(&s->io); }
 
 bool server_output_full(struct server *s)
 {
@@ -98,7 +97,7 @@ void server_close(struct server *s, const char *why)
 	/* A polite Terminate when the connection is healthy and idle (and
 	 * not handed to the process that took over: it goes on there). */
 	if (old == SERVER_IDLE && !s->io.closed && !s->moved) {
-		evbuf_add_bodyless(io_out(&s->io), PqMsg_Terminate);
+		buf_add_bodyless(io_out(&s->io), PqMsg_Terminate);
 		io_flush(&s->io);
 	}
 	prep_server_free(s);
@@ -193,7 +192,7 @@ void server_send_query(struct server *s, const char *sql)
 		server_close(s, "query too long");
 		return;
 	}
-	evbuffer_add(io_out(&s->io), pb.data, pb.len);
+	buf_add(io_out(&s->io), pb.data, pb.len);
 	server_own_query_sent(s);
 }
 

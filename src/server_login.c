@@ -23,7 +23,7 @@
 #include "config.h"
 #include "context.h"
 #include "dns.h"
-#include "evbuf.h"
+#include "buf_msg.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool_types.h"
@@ -71,7 +71,7 @@ static bool send_startup(struct server *s)
 	pktbuf_end(&pb);
 	if (pb.failed)
 		return false;
-	evbuffer_add(io_out(&s->io), pb.data, pb.len);
+	buf_add(io_out(&s->io), pb.data, pb.len);
 	return true;
 }
 
@@ -88,7 +88,7 @@ static bool auth_answered(struct server *s, enum auth_backend_result r, struct p
 			  struct server_login_failure *fail)
 {
 	if (r == AUTH_BACKEND_CONTINUE && pb->len > 0)
-		evbuffer_add(io_out(&s->io), pb->data, pb->len);
+		buf_add(io_out(&s->io), pb->data, pb->len);
 	OPENSSL_cleanse(pb->data, pb->cap);   /* a cleartext password, maybe */
 	switch (r) {
 	case AUTH_BACKEND_DONE:
@@ -249,9 +249,9 @@ static bool send_connect_query(struct server *s, struct server_login_failure *fa
 	}
 	uint8_t hdr[5] = { PqMsg_Query };
 	proto_put_u32(hdr + 1, (uint32_t)(4 + n + 1));
-	struct evbuffer *out = io_out(&s->io);
-	evbuffer_add(out, hdr, sizeof hdr);
-	evbuffer_add(out, q, n + 1);
+	struct buf *out = io_out(&s->io);
+	buf_add(out, hdr, sizeof hdr);
+	buf_add(out, q, n + 1);
 	s->connect_query_sent = true;
 	log_debug("S-%llu %s:%d: running connect_query", (unsigned long long)s->id, s->sp->host, s->sp->port);
 	return true;

@@ -19,7 +19,6 @@
  */
 #include "server_move.h"
 
-#include <event2/buffer.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>

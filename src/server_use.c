@@ -11,7 +11,6 @@
  */
 #include "server_internal.h"
 
-#include <event2/buffer.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +18,7 @@
 #include "client_end.h"
 #include "config.h"
 #include "context.h"
-#include "evbuf.h"
+#include "buf_msg.h"
 #include "log.h"
 #include "pktbuf.h"
 #include "pool_types.h"
@@ -82,7 +81,7 @@ void server_link(struct server *s)
 	if (n > 0 || check) {
 		if (n > 0)
 			log_trace("S-%llu: sync parameters: %s", (unsigned long long)s->id, sql);
-		(void)evbuf_add_query(io_out(&s->io), n > 0 ? sql : "", check ? check : "");
+		(void)buf_add_query(io_out(&s->io), n > 0 ? sql : "", check ? check : "");
 		server_own_query_sent(s);
 		syncing = true;
 	}
@@ -94,7 +93,7 @@ void server_link(struct server *s)
 		pktbuf_init(&pb, storage, sizeof storage);
 		pktbuf_query(&pb, c->begin);
 		if (!pb.failed) {
-			evbuffer_add(io_out(&s->io), pb.data, pb.len);
+			buf_add(io_out(&s->io), pb.data, pb.len);
 			server_own_query_sent(s);
 			/* The client's transaction starts here on this server (its
 			 * own first message finds it open: xact_time and
@@ -117,7 +116,7 @@ void server_link(struct server *s)
 		pktbuf_init(&pb, storage, sizeof storage);
 		pktbuf_query(&pb, q);
 		if (!pb.failed) {
-			evbuffer_add(io_out(&s->io), pb.data, pb.len);
+			buf_add(io_out(&s->io), pb.data, pb.len);
 			server_own_query_sent(s);
 			s->replay_check = SERVER_REPLAY_ASKED;
 			syncing = true;
@@ -145,12 +144,12 @@ bool server_ask_placement(struct server *s, uint8_t table, const char *sql)
 		return false;
 	static const char name[] = "pgcat_placement";
 	size_t sl = strlen(sql);
-	struct evbuffer *out = io_out(&s->io);
+	struct buf *out = io_out(&s->io);
 	uint8_t h[5] = { PqMsg_Parse };
 	proto_put_u32(h + 1, (uint32_t)(4 + sizeof name + sl + 1 + 2));
 	static const uint8_t no_types[2] = { 0, 0 };
-	if (evbuffer_add(out, h, 5) || evbuffer_add(out, name, sizeof name) || evbuffer_add(out, sql, sl + 1) ||
-	    evbuffer_add(out, no_types, 2))
+	if (buf_add(out, h, 5) || buf_add(out, name, sizeof name) || buf_add(out, sql, sl + 1) ||
+	    buf_add(out, no_types, 2))
 		return false;
 	/* Bind: portal, statement, no formats, no parameters, no result formats */
 	uint8_t b[5 + 2 * sizeof name + 6] = { PqMsg_Bind };
@@ -166,8 +165,8 @@ bool server_ask_placement(struct server *s, uint8_t table, const char *sql)
 	proto_put_u32(cl + 1, (uint32_t)(sizeof cl - 1));
 	cl[5] = 'S';   /* its portal closes with it */
 	memcpy(cl + 6, name, sizeof name);
-	if (evbuffer_add(out, b, sizeof b) || evbuffer_add(out, e, sizeof e) || evbuffer_add(out, cl, sizeof cl) ||
-	    evbuf_add_bodyless(out, PqMsg_Sync))
+	if (buf_add(out, b, sizeof b) || buf_add(out, e, sizeof e) || buf_add(out, cl, sizeof cl) ||
+	    buf_add_bodyless(out, PqMsg_Sync))
 		return false;
 	txn_sent(&s->txn, PqMsg_Parse);
 	txn_sent(&s->txn, PqMsg_Sync);

@@ -15,7 +15,6 @@
  */
 #include "session_normal.h"
 
-#include <event2/buffer.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,7 +214,7 @@ static void apply_local(struct client *c, const struct route_decision *d)
 	}
 	buf_drain(c->io.in, d->consume);
 	if (d->reply.len && !d->reply.failed)
-		evbuffer_add(client_output(c), d->reply.data, d->reply.len);
+		buf_add(client_output(c), d->reply.data, d->reply.len);
 }
 
 /* A request route refused (route_pick): answered with its error. Inside
@@ -259,7 +258,7 @@ static bool apply_held(struct client *c, const struct route_decision *d)
 		bool committed = d->reply.len > 5 + sizeof commit && memcmp(d->reply.data + 5, commit, sizeof commit) == 0;
 		notify_session_tx_end(c, committed, d->reply.data, d->reply.len);
 	} else if (d->reply.len && !d->reply.failed) {
-		evbuffer_add(client_output(c), d->reply.data, d->reply.len);
+		buf_add(client_output(c), d->reply.data, d->reply.len);
 	}
 	if (d->reprocess)
 		c->reprocess = true;
@@ -284,7 +283,7 @@ __attribute__((always_inline)) static inline enum answered_here answer_here(stru
 		 * held transaction there and pin it to that shard. */
 		uint8_t z[6] = { PqMsg_ReadyForQuery, 0, 0, 0, 5, (uint8_t)(c->held_begin ? 'T' : 'I') };
 		buf_drain(in, (size_t)f->len + 1);
-		evbuffer_add(client_output(c), z, sizeof z);
+		buf_add(client_output(c), z, sizeof z);
 		return HERE_ANSWERED;
 	}
 	if (!c->end.server && f->type == PqMsg_Flush) {

@@ -31,7 +31,6 @@
  */
 #include "session_replication.h"
 
-#include <event2/buffer.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +57,7 @@ struct relay {
 	struct client *c;
 	struct srvpool *sp;          /* the server it logs in to (its pool outlives the client) */
 	struct event *timer;         /* the address lookup's retries, the login's deadline */
-	struct evbuffer *params;     /* the server's ParameterStatus of its login, for the welcome */
+	struct buf *params;       /* the server's ParameterStatus of its login, for the welcome */
 	uint64_t started_us;
 	uint64_t slot_us;            /* when it took its slot in the pool (has_slot) */
 	bool has_slot;               /* counted in its server's connections (pool_relay_slot_take) */
@@ -97,7 +96,7 @@ static void relay_forget(struct client *c)
 		pool_relay_slot_give(r->sp);
 	}
 	if (r->params) {
-		evbuffer_free(r->params);
+		buf_free(r->params);
 		r->params = NULL;
 	}
 }
@@ -131,7 +130,7 @@ static void relay_ready(void *arg)
 	pktbuf_init(&pb, storage, sizeof storage);
 	pktbuf_auth_request(&pb, AUTH_REQ_OK, NULL, 0);
 	client_send_pkt(c, &pb);
-	evbuffer_add_buffer(client_output(c), r->params);
+	buf_add_buf(client_output(c), r->params);
 	pktbuf_init(&pb, storage, sizeof storage);
 	if (!client_finish_welcome(c, &pb))
 		return;
@@ -151,8 +150,8 @@ static bool relay_message(void *arg, uint8_t type, const uint8_t *body, size_t l
 		return true;
 	uint8_t hdr[5] = { type };
 	proto_put_u32(hdr + 1, (uint32_t)len + 4);
-	evbuffer_add(r->params, hdr, sizeof hdr);
-	evbuffer_add(r->params, body, len);
+	buf_add(r->params, hdr, sizeof hdr);
+	buf_add(r->params, body, len);
 	return true;
 }
 
@@ -263,12 +262,12 @@ static void relay_welcome(struct client *c)
 	struct worker *w = c->w;
 	struct relay *r = calloc(1, sizeof *r);
 	if (r)
-		r->params = evbuffer_new();
+		r->params = buf_new(BUF_SMALL);
 	if (r)
 		r->timer = evtimer_new(w->base, relay_timer_cb, r);
 	if (!r || !r->params || !r->timer) {
 		if (r && r->params)
-			evbuffer_free(r->params);
+			buf_free(r->params);
 		if (r && r->timer)
 			event_free(r->timer);
 		free(r);
@@ -302,7 +301,7 @@ static void relay_client_input(struct client *c)
 	struct buf *in = c->io.in;
 	if (!in)
 		return;
-	struct evbuffer *out = io_out(&r->b.io);
+	struct buf *out = io_out(&r->b.io);
 	while (buf_len(in) > 0 && io_out_len(&r->b.io) < RELAY_HIGH) {
 		if (r->fwd_remaining > 0) {
 			size_t n = buf_len(in);

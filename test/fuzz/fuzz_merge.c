@@ -14,6 +14,7 @@
  * refuses.
  */
 #include "broadcast.h"
+#include "buf.h"
 #include "copy_route.h"
 #include "insert_split.h"
 #include "merge.h"
@@ -108,13 +109,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			for (int i = 0; i < n_cols && i < MERGE_MAX_AGGS; i++)
 				cols[i] = (struct merge_column){ "x", oid, format };
 			struct merge_shard shards[2] = { { a, alen, 0 }, { b, blen, 0 } };
-			struct evbuffer *merged = evbuffer_new();
+			struct buf *merged = buf_new(BUF_SMALL);
 			if (merged) {
 				for (uint32_t max_rows = 0; max_rows < 3; max_rows += 2) {
 					if (!merge_rows(&plan, cols, n_cols, shards, 2, (locale_t)0, max_rows, merged, why))
 						CHECK(strlen(why) < MERGE_WHY && why[0]);
 				}
-				evbuffer_free(merged);
+				buf_free(merged);
 			}
 		}
 	}

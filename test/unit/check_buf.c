@@ -4,7 +4,6 @@
  * the head or into a larger block, and nothing unread is ever lost or
  * reordered on the way. */
 #include <check.h>
-#include <event2/buffer.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +18,7 @@ static void put_stream(struct buf *b, size_t n, unsigned *next)
 		size_t k = n < sizeof chunk ? n : sizeof chunk;
 		for (size_t i = 0; i < k; i++)
 			chunk[i] = (uint8_t)(*next)++;
-		ck_assert(buf_append(b, chunk, k));
+		ck_assert_int_eq(buf_add(b, chunk, k), 0);
 		n -= k;
 	}
 }
@@ -36,7 +35,7 @@ static void take_stream(struct buf *b, size_t n, unsigned *expect)
 
 START_TEST(test_drain_to_empty_rewinds)
 {
-	struct buf *b = buf_new();
+	struct buf *b = buf_new(BUF_IN_FIRST);
 	ck_assert_ptr_nonnull(b);
 	unsigned next = 0, expect = 0;
 	put_stream(b, 100, &next);
@@ -53,7 +52,7 @@ END_TEST
 
 START_TEST(test_reserve_moves_unread_to_head_before_growing)
 {
-	struct buf *b = buf_new();
+	struct buf *b = buf_new(BUF_IN_FIRST);
 	unsigned next = 0, expect = 0;
 	uint32_t cap = b->cap;
 	put_stream(b, cap - 10, &next);
@@ -70,7 +69,7 @@ END_TEST
 
 START_TEST(test_a_large_message_grows_the_block_and_keeps_the_order)
 {
-	struct buf *b = buf_new();
+	struct buf *b = buf_new(BUF_IN_FIRST);
 	unsigned next = 0, expect = 0;
 	put_stream(b, 3000, &next);
 	take_stream(b, 1000, &expect);
@@ -82,9 +81,27 @@ START_TEST(test_a_large_message_grows_the_block_and_keeps_the_order)
 }
 END_TEST
 
+START_TEST(test_an_emptied_large_block_goes_back_to_the_first)
+{
+	struct buf *b = buf_new(BUF_SMALL);
+	unsigned next = 0, expect = 0;
+	put_stream(b, 3 * BUF_STREAM, &next);
+	ck_assert_uint_gt(b->cap, BUF_STREAM);
+	buf_settle(b);   /* not empty: kept */
+	ck_assert_uint_gt(b->cap, BUF_STREAM);
+	take_stream(b, 3 * BUF_STREAM, &expect);
+	buf_settle(b);
+	ck_assert_ptr_eq(b->data, b->inline_block);
+	ck_assert_uint_eq(b->cap, BUF_SMALL);
+	put_stream(b, 100, &next);
+	take_stream(b, 100, &expect);
+	buf_free(b);
+}
+END_TEST
+
 START_TEST(test_tail_and_commit_are_a_read)
 {
-	struct buf *b = buf_new();
+	struct buf *b = buf_new(BUF_IN_FIRST);
 	unsigned next = 0, expect = 0;
 	put_stream(b, 5, &next);
 	size_t room;
@@ -100,17 +117,17 @@ END_TEST
 
 START_TEST(test_prepend_before_unread_in_place_and_by_moving)
 {
-	struct buf *b = buf_new();
+	struct buf *b = buf_new(BUF_IN_FIRST);
 	uint8_t msg[6] = { 'Q', 0, 0, 0, 5, 0 };
 	/* Room before the unread bytes (some consumed): put back in place. */
-	ck_assert(buf_append(b, "abcdefghij", 10));
+	ck_assert_int_eq(buf_add(b, "abcdefghij", 10), 0);
 	buf_drain(b, 8);
 	ck_assert(buf_prepend(b, msg, sizeof msg));
 	ck_assert_uint_eq(buf_len(b), 8);
 	ck_assert_mem_eq(buf_head(b), "Q\0\0\0\5\0ij", 8);
 	/* None before them: they move up. */
 	buf_drain(b, buf_len(b));
-	ck_assert(buf_append(b, "xyz", 3));
+	ck_assert_int_eq(buf_add(b, "xyz", 3), 0);
 	ck_assert(buf_prepend(b, msg, sizeof msg));
 	ck_assert_mem_eq(buf_head(b), "Q\0\0\0\5\0xyz", 9);
 	/* Into a full block: it grows. */
@@ -127,10 +144,39 @@ START_TEST(test_prepend_before_unread_in_place_and_by_moving)
 }
 END_TEST
 
+START_TEST(test_writers)
+{
+	struct buf *b = buf_new(BUF_IN_FIRST);
+	/* printf: into the room, and longer than the room (made, then written). */
+	ck_assert_int_eq(buf_add_printf(b, "%s=%d", "a", 42), 4);
+	size_t room;
+	buf_tail(b, &room);
+	char *big = malloc(room + 100);
+	memset(big, 'x', room + 99);
+	big[room + 99] = '\0';
+	ck_assert_int_eq(buf_add_printf(b, "[%s]", big), (int)room + 101);
+	ck_assert_uint_eq(buf_len(b), 4 + room + 101);
+	ck_assert_mem_eq(buf_head(b), "a=42[x", 6);
+	ck_assert_int_eq(buf_head(b)[buf_len(b) - 1], ']');
+	free(big);
+	/* From another buf: all moved, the source emptied. */
+	buf_drain(b, buf_len(b));
+	ck_assert_int_eq(buf_add(b, "abcdef", 6), 0);
+	struct buf *o = buf_new(BUF_IN_FIRST);
+	ck_assert_int_eq(buf_add(o, "ghi", 3), 0);
+	ck_assert_int_eq(buf_add_buf(b, o), 0);
+	ck_assert_uint_eq(buf_len(o), 0);
+	ck_assert_uint_eq(buf_len(b), 9);
+	ck_assert_mem_eq(buf_head(b), "abcdefghi", 9);
+	buf_free(o);
+	buf_free(b);
+}
+END_TEST
+
 START_TEST(test_copy_take_truncate_and_move)
 {
-	struct buf *b = buf_new();
-	ck_assert(buf_append(b, "0123456789", 10));
+	struct buf *b = buf_new(BUF_IN_FIRST);
+	ck_assert_int_eq(buf_add(b, "0123456789", 10), 0);
 	uint8_t d[16];
 	ck_assert(buf_copy_at(b, 3, d, 4));
 	ck_assert_mem_eq(d, "3456", 4);
@@ -143,16 +189,16 @@ START_TEST(test_copy_take_truncate_and_move)
 	ck_assert_mem_eq(d, "01", 2);
 	ck_assert_ptr_null(buf_pullup(b, 9));
 	ck_assert_ptr_nonnull(buf_pullup(b, 8));
-	struct evbuffer *out = evbuffer_new();
+	struct buf *out = buf_new(BUF_IN_FIRST);
 	ck_assert_int_eq(buf_move_to(b, out, 3), 0);
-	ck_assert_uint_eq(evbuffer_get_length(out), 3);
-	ck_assert_mem_eq(evbuffer_pullup(out, -1), "234", 3);
+	ck_assert_uint_eq(buf_len(out), 3);
+	ck_assert_mem_eq(buf_head(out), "234", 3);
 	ck_assert_uint_eq(buf_take(b, d, 2), 2);
 	ck_assert_mem_eq(d, "56", 2);
 	buf_truncate(b, 1);
 	ck_assert_uint_eq(buf_len(b), 1);
 	ck_assert_mem_eq(buf_head(b), "7", 1);
-	evbuffer_free(out);
+	buf_free(out);
 	buf_free(b);
 }
 END_TEST
@@ -161,7 +207,7 @@ END_TEST
  * against a plain copy of what must be unread. */
 START_TEST(test_random_against_a_model)
 {
-	struct buf *b = buf_new();
+	struct buf *b = buf_new(BUF_IN_FIRST);
 	uint8_t *model = malloc(1 << 20);
 	size_t mlen = 0;
 	unsigned seed = 12345, next = 0;
@@ -172,7 +218,7 @@ START_TEST(test_random_against_a_model)
 			uint8_t tmp[5000];
 			for (unsigned i = 0; i < k; i++)
 				tmp[i] = (uint8_t)(next++ * 7);
-			ck_assert(buf_append(b, tmp, k));
+			ck_assert_int_eq(buf_add(b, tmp, k), 0);
 			memcpy(model + mlen, tmp, k);
 			mlen += k;
 		} else if (r < 90) {
@@ -210,8 +256,10 @@ Suite *buf_suite(void)
 	tcase_add_test(tc, test_reserve_moves_unread_to_head_before_growing);
 	tcase_add_test(tc, test_a_large_message_grows_the_block_and_keeps_the_order);
 	tcase_add_test(tc, test_tail_and_commit_are_a_read);
+	tcase_add_test(tc, test_an_emptied_large_block_goes_back_to_the_first);
 	tcase_add_test(tc, test_prepend_before_unread_in_place_and_by_moving);
 	tcase_add_test(tc, test_copy_take_truncate_and_move);
+	tcase_add_test(tc, test_writers);
 	tcase_add_test(tc, test_random_against_a_model);
 	suite_add_tcase(s, tc);
 	return s;

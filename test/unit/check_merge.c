@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "copy_route.h"
 #include "copysplit.h"
 #include "insert_split.h"
@@ -200,10 +201,10 @@ static size_t put_rows(uint8_t *buf, const char *const *vals, size_t n)
 
 /* The first column of every DataRow in out, joined with ',' ("N" for NULL),
  * and the CommandComplete tag after '|'. */
-static void read_out(struct evbuffer *out, char *s, size_t cap)
+static void read_out(struct buf *out, char *s, size_t cap)
 {
-	size_t len = evbuffer_get_length(out), o = 0;
-	const uint8_t *m = evbuffer_pullup(out, (ev_ssize_t)len);
+	size_t len = buf_len(out), o = 0;
+	const uint8_t *m = buf_head(out);
 	s[0] = '\0';
 	size_t off = 0;
 	while (off + 5 <= len) {
@@ -230,12 +231,12 @@ static void merge_case(const char *sql, const char *const *a, size_t na, const c
 	uint8_t ba[1024], bb[1024];
 	struct merge_shard sh[2] = { { ba, put_rows(ba, a, na), na }, { bb, put_rows(bb, b, nb), nb } };
 	struct merge_column col = { "x", type, 0 };
-	struct evbuffer *out = evbuffer_new();
+	struct buf *out = buf_new(BUF_SMALL);
 	ck_assert_msg(merge_rows(&p, &col, 1, sh, 2, (locale_t)0, max_rows, out, why), "%s", why);
 	char got[512];
 	read_out(out, got, sizeof got);
 	ck_assert_str_eq(got, want);
-	evbuffer_free(out);
+	buf_free(out);
 }
 
 START_TEST(merge_sorted_rows)
@@ -302,11 +303,11 @@ static void merge_case2(const char *sql, const char *const (*a)[2], size_t na, c
 		sh[s] = (struct merge_shard){ buf[s], o, nin[s] };
 	}
 	struct merge_column cols[2] = { { "x", key_type, 0 }, { "n", 20, 0 } };
-	struct evbuffer *out = evbuffer_new();
+	struct buf *out = buf_new(BUF_SMALL);
 	ck_assert_msg(merge_rows(&p, cols, 2, sh, 2, (locale_t)0, 0, out, why), "%s", why);
 	char got[512];
-	size_t len = evbuffer_get_length(out), off = 0, o = 0;
-	const uint8_t *m = evbuffer_pullup(out, (ev_ssize_t)len);
+	size_t len = buf_len(out), off = 0, o = 0;
+	const uint8_t *m = buf_head(out);
 	got[0] = '\0';
 	while (off + 5 <= len) {
 		uint32_t l = proto_get_u32(m + off + 1);
@@ -326,7 +327,7 @@ static void merge_case2(const char *sql, const char *const (*a)[2], size_t na, c
 		off += (size_t)l + 1;
 	}
 	ck_assert_str_eq(got, want);
-	evbuffer_free(out);
+	buf_free(out);
 }
 
 START_TEST(merge_grouped_rows)
@@ -395,11 +396,11 @@ static enum merge_status run_into(struct merge_stream *ms, struct script_shard *
 				  size_t cap)
 {
 	struct merge_source src = { script_peek, script_take, sh };
-	struct evbuffer *out = evbuffer_new();
+	struct buf *out = buf_new(BUF_SMALL);
 	char why[MERGE_WHY];
 	enum merge_status st = merge_stream_run(ms, &src, out, out_high, why);
 	read_out(out, got, cap);
-	evbuffer_free(out);
+	buf_free(out);
 	return st;
 }
 
