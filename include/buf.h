@@ -154,11 +154,7 @@ static inline size_t buf_take(struct buf *b, void *dst, size_t n)
 /* Moves a whole message of total bytes into dst, if it is all here. */
 static inline bool buf_take_whole(struct buf *b, uint32_t total, uint8_t *dst)
 {
-	if (b->len < total)
-		return false;
-	memcpy(dst, b->data + b->off, total);
-	buf_drain(b, total);
-	return true;
+	return b->len >= total && buf_take(b, dst, total) == total;
 }
 
 /* Appends the first n unread bytes (n ≤ len) to out and consumes them:

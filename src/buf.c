@@ -49,6 +49,8 @@ bool buf_reserve(struct buf *b, size_t want)
 		b->off = 0;
 		return true;
 	}
+	if (want > UINT32_MAX - b->len)
+		return false;   /* over 4 GiB (also no size_t wrap below) */
 	size_t cap = (size_t)b->cap * 2;
 	while (cap < (size_t)b->len + want)
 		cap *= 2;
@@ -68,7 +70,7 @@ bool buf_reserve(struct buf *b, size_t want)
 
 int buf_add_grow(struct buf *b, const void *src, size_t n)
 {
-	if (n > UINT32_MAX - b->len || !buf_reserve(b, n))
+	if (!buf_reserve(b, n))
 		return -1;
 	memcpy(b->data + b->off + b->len, src, n);
 	b->len += (uint32_t)n;
@@ -114,7 +116,7 @@ bool buf_prepend(struct buf *b, const void *src, size_t n)
 	if (n <= b->off) {
 		b->off -= (uint32_t)n;
 	} else {
-		if (n > UINT32_MAX - b->len || !buf_reserve(b, n))
+		if (!buf_reserve(b, n))
 			return false;
 		/* The unread bytes move up by n (reserve left them at off with
 		 * n bytes of room after them). */

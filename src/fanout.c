@@ -524,7 +524,7 @@ static void leg_checkout(struct fanout_leg *leg)
 		size_t total = (size_t)proto_get_u32(h + 1) + 1;
 		if (total > 5 && total <= buf_len(leg->req) &&
 		    (h[0] == PqMsg_Query || h[0] == PqMsg_Parse)) {
-			const uint8_t *m = buf_pullup(leg->req, (ev_ssize_t)total);
+			const uint8_t *m = buf_pullup(leg->req, total);
 			size_t off = 0;
 			const char *name;
 			if (h[0] == PqMsg_Query || proto_read_cstring(m + 5, total - 5, &off, &name)) {
@@ -570,7 +570,7 @@ static void leg_push(struct fanout_leg *leg)
 		if (!leg->sent)
 			leg->sent = buf_new(BUF_SMALL);
 		if (leg->sent)
-			buf_add(leg->sent, buf_pullup(leg->req, (ev_ssize_t)n), n);
+			buf_add(leg->sent, buf_head(leg->req), n);
 	}
 	size_t off = 0;
 	while (n - off >= 5) {

@@ -173,7 +173,7 @@ static bool io_write_some(struct io *io)
 #define IO_READ_MIN 4096u
 static uint8_t *read_room(struct io *io, size_t *room)
 {
-	struct buf *b = io->in ? io->in : io_in(io);
+	struct buf *b = io_in(io);
 	if (b)
 		buf_settle(b);
 	if (!b || (b->cap - b->off - b->len < IO_READ_MIN && !buf_reserve(b, IO_READ_MIN))) {

@@ -721,7 +721,7 @@ static bool scan_cached_batch(struct client *c, bool unverified_ok, struct cache
 	if (!in)
 		return false;
 	uint8_t head[6];
-	if (buf_copyout(in, head, sizeof head) < (ev_ssize_t)sizeof head ||
+	if (buf_copyout(in, head, sizeof head) < sizeof head ||
 	    (head[5] == 0 && !unnamed_batch_may_do(c, in, head)))
 		return false;
 	size_t have = buf_len(in);

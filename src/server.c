@@ -477,9 +477,9 @@ static void process_unlinked(struct server *s)
 	enum server_state st = s->state;
 	while (s->state == st) {
 		uint8_t hdr[6];
-		size_t have = buf_copyout(in, hdr, 6) < 5 ? 0 : buf_len(in);
-		if (have < 5)
+		if (io_head(in, hdr, 5, 6) == 0)
 			return;
+		size_t have = buf_len(in);
 		struct proto_frame f;
 		if (proto_frame_header(hdr, 5, SERVER_MAX_MESSAGE, &f) != PROTO_FRAME_OK) {
 			server_close(s, "server sent an invalid message");
@@ -700,7 +700,7 @@ static void settings_note_complete(struct server *s, struct buf *in, uint32_t to
 {
 	static const char tag[] = "ROLLBACK";   /* with its NUL */
 	uint8_t b[5 + sizeof tag];
-	s->txn.set_last_rollback = total == 5 + sizeof tag && buf_copyout(in, b, sizeof b) == (ssize_t)sizeof b &&
+	s->txn.set_last_rollback = total == 5 + sizeof tag && buf_copyout(in, b, sizeof b) == sizeof b &&
 			       memcmp(b + 5, tag, sizeof tag) == 0;
 }
 
