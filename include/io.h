@@ -172,7 +172,14 @@ void io_close(struct io *io);
 /* The output buffer, marked for flushing at the end of this loop turn.
  * Never NULL: after a close (or out of memory) writes go to a scratch
  * buffer that is discarded. */
-struct buf *io_out(struct io *io);
+struct buf *io_out_mark(struct io *io);
+static inline struct buf *io_out(struct io *io)
+{
+	/* (the usual call: a second write in one turn, already marked) */
+	if (io->dirty_slot && io->out && !io->closed)
+		return io->out;
+	return io_out_mark(io);
+}
 /* The input buffer, made if the connection had none (NULL: out of memory). */
 struct buf *io_in(struct io *io);
 /* Puts n bytes after the unread input (input carried over from another
@@ -184,7 +191,13 @@ bool io_in_prepend(struct io *io, const void *data, size_t n) __attribute__((war
 void io_trim(struct io *io);
 /* Write what is queued now, as far as the socket takes it (before a close). */
 void io_flush(struct io *io);
-size_t io_out_len(const struct io *io);
+size_t io_out_len_ring(const struct io *io);
+static inline size_t io_out_len(const struct io *io)
+{
+	if (io->on_ring)
+		return io_out_len_ring(io);
+	return io->out ? buf_len(io->out) : 0;
+}
 /* Reading stopped (a pause reason holds), no receive or send in flight,
  * nothing left to write, plain TCP or Unix: the socket may pass to another
  * process (handover.c) with what its input holds. */
@@ -238,9 +251,12 @@ static inline size_t io_head(const struct buf *in, uint8_t *hdr, size_t min, siz
 	size_t have = buf_len(in);
 	if (have < min)
 		return 0;
-	size_t n = have < max ? have : max;
-	memcpy(hdr, buf_head(in), n);
-	return n;
+	if (have >= max) {
+		memcpy(hdr, buf_head(in), max);   /* (max is a constant where this is inlined: no call) */
+		return max;
+	}
+	memcpy(hdr, buf_head(in), have);
+	return have;
 }
 
 /* The step both halves of the byte pump share (client to server, server

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -37,6 +38,21 @@ enum io_recv { RECV_OFF, RECV_ON, RECV_CANCELLING };
  * ring (ring_go_solo; sends skip it meanwhile, ring_send_alone): four
  * transactions of one client. */
 #define RING_PAIR_STREAK 8u
+
+/* A socket's recv and send as bare system calls. Once a process has a
+ * second thread (the KDF and offload threads start at the first SCRAM
+ * login), glibc's recv and send wrap every call in thread-cancellation
+ * bookkeeping, about 90 instructions a call; pgcat never cancels a thread,
+ * and these run a few times per transaction. (recv and send are recvfrom
+ * and sendto with no address.) */
+static inline ssize_t sock_recv(int fd, void *b, size_t n)
+{
+	return (ssize_t)syscall(SYS_recvfrom, fd, b, n, 0, NULL, NULL);
+}
+static inline ssize_t sock_send(int fd, const void *b, size_t n)
+{
+	return (ssize_t)syscall(SYS_sendto, fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT, NULL, 0);
+}
 
 /* The struct the connection is embedded in: its callbacks' arg. */
 static inline void *io_owner(struct io *io)
@@ -133,7 +149,7 @@ static bool tls_write_some(struct io *io)
  * errno set). out must not be empty. */
 static ssize_t send_out(struct io *io)
 {
-	ssize_t n = send(io->fd, buf_head(io->out), buf_len(io->out), MSG_NOSIGNAL | MSG_DONTWAIT);
+	ssize_t n = sock_send(io->fd, buf_head(io->out), buf_len(io->out));
 	if (n > 0) {
 		buf_drain(io->out, (size_t)n);
 		buf_settle(io->out);
@@ -238,7 +254,7 @@ static ssize_t read_into(struct io *io)
 	if (!at)
 		return -1;
 	/* recv, not read: the socket path skips the VFS layers read goes through. */
-	ssize_t n = recv(io->fd, at, room, 0);
+	ssize_t n = sock_recv(io->fd, at, room);
 	if (n > 0)
 		read_took(io, (size_t)n, room);
 	return n;
@@ -1164,7 +1180,7 @@ static struct buf *discard_buffer(struct io *io)
 	return io->flusher->discard;
 }
 
-struct buf *io_out(struct io *io)
+struct buf *io_out_mark(struct io *io)
 {
 	if (io->closed)
 		return io->out ? io->out : discard_buffer(io);
@@ -1195,10 +1211,10 @@ bool io_at_rest(const struct io *io)
 	       !io->connecting && io_out_len(io) == 0;
 }
 
-size_t io_out_len(const struct io *io)
+size_t io_out_len_ring(const struct io *io)
 {
 	size_t n = io->out ? buf_len(io->out) : 0;
-	if (io->on_ring && io->send)
+	if (io->send)
 		n += io_ring_send_len(io->send);   /* in flight, or left by a partial send */
 	return n;
 }
