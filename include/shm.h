@@ -294,6 +294,10 @@ void shm_cancel_publish(struct shm *shm, int worker, uint32_t slot, uint32_t sec
 /* Ask the owning worker to cancel its client, when the key (its kind, the
  * secret and, for a long key, ext) matches the published one in full. */
 bool shm_cancel_flag(struct shm *shm, int worker, uint32_t slot, int kind, uint32_t secret, const uint8_t *ext);
+/* The owner, at a new state of a published slot: a cancel asked before it
+ * no longer applies (as shm_cancel_publish does, without writing the key
+ * again). */
+void shm_cancel_forget_request(struct shm *shm, int worker, uint32_t slot);
 /* The owner: was a cancel asked for this slot? (clears the request) */
 bool shm_cancel_take_flag(struct shm *shm, int worker, uint32_t slot, uint32_t secret);
 

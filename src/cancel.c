@@ -433,13 +433,19 @@ void cancel_key_link(struct cancel_table *t, uint32_t pid, uint32_t secret)
 {
 	/* The server is not published: another worker never sends a cancel
 	 * itself (cancel_handle_request), the owner does, from the server
-	 * connection it holds. Publishing again still marks a new state of the
-	 * slot (shm_cancel_publish). */
+	 * connection it holds. A new link is a new state of the slot: a
+	 * cancel asked before it no longer applies (shm_cancel_publish). */
 	struct cancel_slot *slot = own_slot(t, pid, secret);
 	if (!slot)
 		return;
-	slot->published = 1;
-	publish(t, slot);
+	if (!slot->published) {
+		slot->published = 1;
+		publish(t, slot);
+		return;
+	}
+	/* Published already (its key does not change while it is issued):
+	 * only a cancel asked for an earlier query is forgotten. */
+	shm_cancel_forget_request(t->shm, t->worker, (uint32_t)(slot - t->slots));
 }
 
 /* The request to send on to the key's issuer, its hop counter moved by

@@ -493,6 +493,17 @@ bool shm_cancel_flag(struct shm *shm, int worker, uint32_t slot, int kind, uint3
 	return false;
 }
 
+void shm_cancel_forget_request(struct shm *shm, int worker, uint32_t slot)
+{
+	if (slot >= shm->h->cancel_per_worker)
+		return;
+	struct shm_cancel_slot *c = shm_cancel(shm, worker, slot);
+	/* (read first: the usual slot has no request, and its cache line
+	 * then stays shared) */
+	if (atomic_load_explicit(&c->cancel_req, memory_order_relaxed) != 0)
+		atomic_store_explicit(&c->cancel_req, 0, memory_order_relaxed);
+}
+
 bool shm_cancel_take_flag(struct shm *shm, int worker, uint32_t slot, uint32_t secret)
 {
 	if (slot >= shm->h->cancel_per_worker)
