@@ -280,6 +280,13 @@ static bool prefix_parse_complete(uint8_t **repl, uint32_t *repl_len)
 	return true;
 }
 
+/* The segment being answered is one of pgcat's own (its replies swallowed). */
+static inline bool swallow_seg(struct prep_server *ps)
+{
+	const struct prep_pend *p = prep_ring_head(&ps->swallows);
+	return p && p->seg == ps->seg_recv;
+}
+
 enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint8_t *msg, uint32_t total,
 				      uint8_t **repl, uint32_t *repl_len)
 {
@@ -288,7 +295,6 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 		return PREP_PASS;
 	struct prep_registry *r = prep_reg_of(s);
 	struct prep_pend *p;
-	bool swallow_seg = (p = prep_ring_head(&ps->swallows)) && p->seg == ps->seg_recv;
 	switch (type) {
 	case PqMsg_ParseComplete:
 		if ((p = prep_ring_head(&ps->parses)) && p->seg == ps->seg_recv) {
@@ -344,7 +350,7 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 	case PqMsg_CommandComplete:
 		if (msg && total > 5 && prep_tag_changes_schema((const char *)msg + 5, total - 5))
 			server_schema_changed(s, (const char *)msg + 5, total - 5);
-		return swallow_seg ? PREP_SWALLOW : PREP_PASS;
+		return swallow_seg(ps) ? PREP_SWALLOW : PREP_PASS;
 	case PqMsg_ErrorResponse: {
 		enum prep_verdict v = PREP_PASS;
 		/* The segment's first error, and its first message was the Bind
@@ -393,12 +399,13 @@ enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint
 			prep_schema_changed(s->w, "a transaction with DDL ended");
 		}
 		finish_segment(s, ps->seg_recv);
-		if (swallow_seg) {
+		bool swallow = swallow_seg(ps);
+		if (swallow) {
 			prep_pend_release(r, prep_ring_head(&ps->swallows));
 			prep_ring_pop(&ps->swallows);
 		}
 		ps->seg_recv++;
-		return swallow_seg ? PREP_SWALLOW : PREP_PASS;
+		return swallow ? PREP_SWALLOW : PREP_PASS;
 	default:
 		return PREP_PASS;
 	}

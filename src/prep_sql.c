@@ -129,19 +129,26 @@ enum prep_action prep_sql_query(struct client *c, struct server *s, const uint8_
 {
 	struct prep_server *ps = s->prep;
 	const char *sql = (const char *)m + 5;
-	/* PostgreSQL reads the text up to its first NUL (its own end) */
-	const char *end = memchr(sql, '\0', total - 5);
-	if (!end)
-		end = sql + (total - 5);
+	const char *end = sql + (total - 5);
 	const char *p = prep_sql_space(sql, end);
 	/* The simple protocol ends the server's unnamed statement (the
 	 * client's Query, or pgcat's in its place). */
 	ps->unnamed_client = 0;
-	/* PREPARE, EXECUTE, DEALLOCATE start so; anything else is left alone */
+	/* PREPARE, EXECUTE, DEALLOCATE start so; anything else is left alone
+	 * (looked at first: a NUL is no letter, and where one ends the text
+	 * sooner the text is read again below) */
 	char first = p < end ? (char)(*p | 0x20) : 0;
-	bool maybe = first == 'p' || first == 'e' || first == 'd';
-	if (!maybe)
+	if (first != 'p' && first != 'e' && first != 'd')
 		return PREP_FORWARD;
+	/* PostgreSQL reads the text up to its first NUL (its own end) */
+	const char *nul = memchr(sql, '\0', total - 5);
+	if (nul) {
+		end = nul;
+		p = prep_sql_space(sql, end);
+		first = p < end ? (char)(*p | 0x20) : 0;
+		if (first != 'p' && first != 'e' && first != 'd')
+			return PREP_FORWARD;
+	}
 	const char *stop = single_statement_end(p, end);
 	char name[128];
 	bool ok = true;

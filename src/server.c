@@ -723,6 +723,15 @@ static inline bool replaceable_reply(uint8_t type)
 	}
 }
 
+/* The replies to a Describe (ParameterDescription, RowDescription,
+ * NoData): the prepared-statement layer keeps a statement's. With
+ * replaceable_reply, every reply that layer reads: a DataRow, the bulk of
+ * most results, never goes through it. */
+static inline bool described_reply(uint8_t type)
+{
+	return type == PqMsg_ParameterDescription || type == PqMsg_RowDescription || type == PqMsg_NoData;
+}
+
 /* What the pump does after a step on one message: go on with the same
  * message, take the next one, or stop (wait for bytes, or the link moved). */
 enum pump_step { PUMP_ON, PUMP_NEXT, PUMP_STOP };
@@ -1051,7 +1060,7 @@ static enum pump_step server_reply_step(struct server *s, struct client_end *c, 
 		}
 	}
 	enum pump_step step = PUMP_ON;
-	if (s->prep_on)
+	if (s->prep_on && (replaceable_reply(f.type) || described_reply(f.type)))
 		step = prep_reply(s, in, out, &f, hdr, got);
 	if (step == PUMP_ON && f.type == PqMsg_ReadyForQuery) {
 		if (got < 6)
