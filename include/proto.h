@@ -118,9 +118,6 @@ struct proto_frame {
 	uint32_t len;            /* the length field: counts itself, not the type byte */
 };
 
-/* Read a typed message header from data[0..avail). max_len bounds the length field. */
-enum proto_frame_result proto_frame_header(const uint8_t *data, size_t avail, uint32_t max_len,
-					   struct proto_frame *out);
 
 enum proto_startup_kind {
 	PROTO_STARTUP_NORMAL,
@@ -221,9 +218,56 @@ static inline void proto_put_bodyless(uint8_t *p, uint8_t type)
 	proto_put_u32(p + 1, 4);
 }
 
+/* Read a typed message header from data[0..avail). max_len bounds the
+ * length field. (Inline, as the two below: every message of both
+ * directions passes here.) */
+static inline enum proto_frame_result proto_frame_header(const uint8_t *data, size_t avail, uint32_t max_len,
+							 struct proto_frame *out)
+{
+	if (avail < PROTO_HEADER_LEN)
+		return PROTO_FRAME_NEED_MORE;
+	uint32_t len = proto_get_u32(data + 1);
+	out->type = data[0];
+	out->len = len;
+	if (len < 4)
+		return PROTO_FRAME_BAD_LENGTH;
+	if (len > max_len)
+		return PROTO_FRAME_TOO_LONG;
+	return PROTO_FRAME_OK;
+}
+
 /* Is this a frontend message type valid after login (extended, simple, COPY, function call)? */
-bool proto_frontend_type_valid(uint8_t type);
-bool proto_backend_type_valid(uint8_t type);
+static inline bool proto_frontend_type_valid(uint8_t type)
+{
+	switch (type) {
+	case PqMsg_Bind: case PqMsg_Close: case PqMsg_Describe: case PqMsg_Execute:
+	case PqMsg_FunctionCall: case PqMsg_Flush: case PqMsg_Parse: case PqMsg_Query:
+	case PqMsg_Sync: case PqMsg_Terminate: case PqMsg_CopyFail: case PqMsg_CopyData:
+	case PqMsg_CopyDone:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* What a PostgreSQL v3 server sends after login (a switch: the compiler
+ * makes it a bit test). */
+static inline bool proto_backend_type_valid(uint8_t type)
+{
+	switch (type) {
+	case PqMsg_ParseComplete: case PqMsg_BindComplete: case PqMsg_CloseComplete:
+	case PqMsg_NotificationResponse: case PqMsg_CommandComplete: case PqMsg_DataRow:
+	case PqMsg_ErrorResponse: case PqMsg_CopyInResponse: case PqMsg_CopyOutResponse:
+	case PqMsg_EmptyQueryResponse: case PqMsg_BackendKeyData: case PqMsg_NoticeResponse:
+	case PqMsg_AuthenticationRequest: case PqMsg_ParameterStatus: case PqMsg_RowDescription:
+	case PqMsg_FunctionCallResponse: case PqMsg_CopyBothResponse: case PqMsg_ReadyForQuery:
+	case PqMsg_CopyDone: case PqMsg_CopyData: case PqMsg_NoData: case PqMsg_PortalSuspended:
+	case PqMsg_ParameterDescription: case PqMsg_NegotiateProtocolVersion:
+		return true;
+	default:
+		return false;
+	}
+}
 
 /* Of a message too long to be held whole, what is read of it before it is
  * judged (a statement's name, a leading keyword): its header and 1 kB. */

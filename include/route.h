@@ -279,5 +279,18 @@ static inline void route_decision_init(struct route_decision *d)
  * reply (with its ReadyForQuery) and the setting to change; sql is the
  * query text. false: *d untouched. */
 bool route_local_command(const struct client *c, const char *sql, size_t len, struct route_decision *d);
+/* The cheap refusal route_local_command starts with, for its caller to
+ * make first: only SET and SHOW can be pgcat's, and most traffic is SELECT,
+ * which shares their first letter: three letters are looked at. */
+static inline bool route_may_be_local(const char *sql, size_t len)
+{
+	size_t i = 0;
+	while (i < len && (sql[i] == ' ' || sql[i] == '\t' || sql[i] == '\n' || sql[i] == '\r'))
+		i++;
+	if (len - i < 3 || (sql[i] | 0x20) != 's')
+		return false;
+	char c1 = (char)(sql[i + 1] | 0x20), c2 = (char)(sql[i + 2] | 0x20);
+	return (c1 == 'e' && c2 == 't') || (c1 == 'h' && c2 == 'o');
+}
 
 #endif

@@ -837,7 +837,7 @@ static inline bool letters_are(const char *s, const char *w, size_t n)
 static bool mentions_setter(const char *s, size_t len, bool view_too)
 {
 	const char *end = s + len;
-	for (const char *u = s; (u = memchr(u, '_', (size_t)(end - u))) != NULL; u++) {
+	for (const char *u = s; u < end && (u = memchr(u, '_', (size_t)(end - u))) != NULL; u++) {
 		/* (the byte before the '_' first: most underscores go no further) */
 		char before = (char)(u > s ? u[-1] | 0x20 : 0);
 		if (before == 't' && u - s >= 3 && end - u >= 7 && letters_are(u - 3, "set", 3) &&
@@ -1052,7 +1052,8 @@ bool params_sql_may_change(const char *sql, size_t len)
 		return true;
 	/* Each statement after the first starts after a ';': every ';' is
 	 * looked after (one in a string costs only this look). */
-	for (const char *q = sql; (q = memchr(q, ';', len - (size_t)(q - sql))) != NULL; q++)
+	/* (no call for the empty rest after a final ';') */
+	for (const char *q = sql; q < sql + len && (q = memchr(q, ';', len - (size_t)(q - sql))) != NULL; q++)
 		if (may_start_change(sql, len, (size_t)(q - sql) + 1))
 			return true;
 	return mentions_setter(sql, len, true);

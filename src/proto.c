@@ -7,21 +7,6 @@
 
 #include <string.h>
 
-enum proto_frame_result proto_frame_header(const uint8_t *data, size_t avail, uint32_t max_len,
-					   struct proto_frame *out)
-{
-	if (avail < PROTO_HEADER_LEN)
-		return PROTO_FRAME_NEED_MORE;
-	uint32_t len = proto_get_u32(data + 1);
-	out->type = data[0];
-	out->len = len;
-	if (len < 4)
-		return PROTO_FRAME_BAD_LENGTH;
-	if (len > max_len)
-		return PROTO_FRAME_TOO_LONG;
-	return PROTO_FRAME_OK;
-}
-
 enum proto_startup_result proto_parse_startup(const uint8_t *buf, size_t avail, struct proto_startup *out)
 {
 	memset(out, 0, sizeof *out);
@@ -175,38 +160,6 @@ bool proto_parse_datarow_first(const uint8_t *body, size_t len, const char **val
 	*val = (const char *)body + 6;
 	*vlen = (size_t)l;
 	return true;
-}
-
-bool proto_backend_type_valid(uint8_t type)
-{
-	/* What a PostgreSQL v3 server sends after login (a switch: every
-	 * reply passes here, and the compiler makes it a bit test). */
-	switch (type) {
-	case PqMsg_ParseComplete: case PqMsg_BindComplete: case PqMsg_CloseComplete:
-	case PqMsg_NotificationResponse: case PqMsg_CommandComplete: case PqMsg_DataRow:
-	case PqMsg_ErrorResponse: case PqMsg_CopyInResponse: case PqMsg_CopyOutResponse:
-	case PqMsg_EmptyQueryResponse: case PqMsg_BackendKeyData: case PqMsg_NoticeResponse:
-	case PqMsg_AuthenticationRequest: case PqMsg_ParameterStatus: case PqMsg_RowDescription:
-	case PqMsg_FunctionCallResponse: case PqMsg_CopyBothResponse: case PqMsg_ReadyForQuery:
-	case PqMsg_CopyDone: case PqMsg_CopyData: case PqMsg_NoData: case PqMsg_PortalSuspended:
-	case PqMsg_ParameterDescription: case PqMsg_NegotiateProtocolVersion:
-		return true;
-	default:
-		return false;
-	}
-}
-
-bool proto_frontend_type_valid(uint8_t type)
-{
-	switch (type) {
-	case PqMsg_Bind: case PqMsg_Close: case PqMsg_Describe: case PqMsg_Execute:
-	case PqMsg_FunctionCall: case PqMsg_Flush: case PqMsg_Parse: case PqMsg_Query:
-	case PqMsg_Sync: case PqMsg_Terminate: case PqMsg_CopyFail: case PqMsg_CopyData:
-	case PqMsg_CopyDone:
-		return true;
-	default:
-		return false;
-	}
 }
 
 bool proto_error_is_fatal(const uint8_t *body, size_t len)

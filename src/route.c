@@ -1017,15 +1017,7 @@ static const char *role_text(int r)
 
 bool route_local_command(const struct client *c, const char *sql, size_t len, struct route_decision *d)
 {
-	/* Cheap refusal: only SET/SHOW can be ours, and most traffic is
-	 * SELECT, which shares their first letter: look at three. */
-	size_t i = 0;
-	while (i < len && (sql[i] == ' ' || sql[i] == '\t' || sql[i] == '\n' || sql[i] == '\r'))
-		i++;
-	if (len - i < 3 || (sql[i] | 0x20) != 's')
-		return false;
-	char c1 = (char)(sql[i + 1] | 0x20), c2 = (char)(sql[i + 2] | 0x20);
-	if (!(c1 == 'e' && c2 == 't') && !(c1 == 'h' && c2 == 'o'))
+	if (!route_may_be_local(sql, len))
 		return false;
 	char value[1024];   /* SET SHARDING KEY: a text key may be long */
 	enum router_command cmd = router_parse_command(sql, len, value, sizeof value);

@@ -315,9 +315,10 @@ __attribute__((always_inline)) static inline enum answered_here answer_here(stru
 		uint32_t total = f->len + 1;
 		if (buf_len(in) < total)
 			return HERE_WAIT;
-		const uint8_t *m = buf_pullup(in, total);
+		const char *sql = (const char *)buf_pullup(in, total) + 5;
 		struct route_decision d;   /* (initialized by route_local_command if it answers) */
-		if (route_local_command(c, (const char *)m + 5, strnlen((const char *)m + 5, total - 5), &d)) {
+		if (route_may_be_local(sql, total - 5) &&
+		    route_local_command(c, sql, strnlen(sql, total - 5), &d)) {
 			d.consume = total;
 			apply_local(c, &d);
 			return HERE_ANSWERED;

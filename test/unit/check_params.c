@@ -224,6 +224,23 @@ START_TEST(statements_tracked)
 	for (size_t i = 0; i < sizeof quick_no / sizeof *quick_no; i++)
 		ck_assert_msg(!params_sql_may_change(quick_no[i], strlen(quick_no[i])), "%s", quick_no[i]);
 	ck_assert(params_sql_may_change("SELECT 1;/* x */", 16));   /* a comment may hide one */
+	/* the scan goes eight bytes at a time: a ';' or a setter's '_' is
+	 * found at every place in and across those words, and at the end */
+	for (size_t pad = 0; pad < 17; pad++) {
+		static const char *const tails[] = { ";SET a.b = 1", "; reset all", "SELECT set_config('a.b', '1', false)",
+						     "SELECT * FROM pg_settings", ";/*" };
+		static const char *const quiet[] = { ";", "; SELECT 2", "_x", "SELECT * FROM pg_setting",
+						     "set_confi" };
+		char q2[96];
+		for (size_t k = 0; k < sizeof tails / sizeof *tails; k++) {
+			int n = snprintf(q2, sizeof q2, "SELECT %.*s%s", (int)pad, "xxxxxxxxxxxxxxxxx", tails[k]);
+			ck_assert_msg(params_sql_may_change(q2, (size_t)n), "%s", q2);
+		}
+		for (size_t k = 0; k < sizeof quiet / sizeof *quiet; k++) {
+			int n = snprintf(q2, sizeof q2, "SELECT %.*s%s", (int)pad, "xxxxxxxxxxxxxxxxx", quiet[k]);
+			ck_assert_msg(!params_sql_may_change(q2, (size_t)n), "%s", q2);
+		}
+	}
 	/* PostgreSQL reads up to the first NUL */
 	ck_assert_uint_eq(params_track_sql(&p, "SELECT 1\0; SET a.x = 1", 23, NULL), 0);
 	ck_assert_ptr_null(params_get(&p, "a.x"));
