@@ -125,6 +125,8 @@ enum prep_action prep_sql_long_query(struct client *c, struct server *s, const u
 	return PREP_DISCARD;
 }
 
+static enum prep_action sql_statement(struct client *c, struct server *s, const char *sql, size_t len);
+
 enum prep_action prep_sql_query(struct client *c, struct server *s, const uint8_t *m, uint32_t total)
 {
 	struct prep_server *ps = s->prep;
@@ -140,15 +142,24 @@ enum prep_action prep_sql_query(struct client *c, struct server *s, const uint8_
 	char first = p < end ? (char)(*p | 0x20) : 0;
 	if (first != 'p' && first != 'e' && first != 'd')
 		return PREP_FORWARD;
+	return sql_statement(c, s, sql, total - 5);
+}
+
+/* prep_sql_query's text that may be PREPARE, EXECUTE or DEALLOCATE (a
+ * call of its own: the usual Query, none of them, never makes its frame). */
+static __attribute__((noinline)) enum prep_action sql_statement(struct client *c, struct server *s, const char *sql,
+								 size_t len)
+{
+	struct prep_server *ps = s->prep;
+	const char *end = sql + len;
 	/* PostgreSQL reads the text up to its first NUL (its own end) */
-	const char *nul = memchr(sql, '\0', total - 5);
-	if (nul) {
+	const char *nul = memchr(sql, '\0', len);
+	if (nul)
 		end = nul;
-		p = prep_sql_space(sql, end);
-		first = p < end ? (char)(*p | 0x20) : 0;
-		if (first != 'p' && first != 'e' && first != 'd')
-			return PREP_FORWARD;
-	}
+	const char *p = prep_sql_space(sql, end);
+	char first = p < end ? (char)(*p | 0x20) : 0;
+	if (first != 'p' && first != 'e' && first != 'd')
+		return PREP_FORWARD;
 	const char *stop = single_statement_end(p, end);
 	char name[128];
 	bool ok = true;
@@ -279,6 +290,6 @@ enum prep_action prep_sql_query(struct client *c, struct server *s, const uint8_
 	if (!ok) {
 		return PREP_FAILED;
 	}
-	prep_drain_msg(c, total);
+	prep_drain_msg(c, (uint32_t)len + 5);   /* the whole Query message */
 	return PREP_DONE;
 }
