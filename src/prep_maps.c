@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "sqllex.h"
+#include "texthash.h"
 
 static uint64_t fnv(const void *p, size_t n, uint64_t h)
 {
@@ -23,24 +24,10 @@ static uint64_t fnv(const void *p, size_t n, uint64_t h)
 	return h;
 }
 
-/* A statement's text, eight bytes a step: every unnamed Parse hashes its
- * text (FNV's byte a step cost ~350 instructions for pgbench's query).
- * Multiply and xor-shift; only pgcat's own tables use it. */
+/* A statement's text (every unnamed Parse hashes it). */
 static uint64_t text_hash(const void *p, size_t n, uint64_t seed)
 {
-	const uint8_t *b = p;
-	uint64_t h = seed ^ ((uint64_t)n * 0x9e3779b97f4a7c15ULL);
-	for (; n >= 8; b += 8, n -= 8) {
-		uint64_t w;
-		memcpy(&w, b, sizeof w);
-		h = (h ^ w) * 0xff51afd7ed558ccdULL;
-		h ^= h >> 32;
-	}
-	uint64_t w = 0;
-	for (size_t i = 0; i < n; i++)
-		w |= (uint64_t)b[i] << (8 * i);
-	h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
-	return h ^ (h >> 29);
+	return texthash(p, n, seed);
 }
 
 /* ---- registry ---- */

@@ -23,6 +23,7 @@
 #include "pgjson.h"
 #include "sqllex.h"
 #include "sqlshape.h"
+#include "texthash.h"
 
 /* ------------------------------------------------------------------ */
 /* The walk over one query's statements                                 */
@@ -1004,40 +1005,30 @@ struct router_cache {
 	struct router_verdict scratch;
 };
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
+/* A string of the rules, or its absence, into h. */
+static uint64_t str_hash(uint64_t h, const char *s)
 {
-	const unsigned char *b = p;
-	for (size_t i = 0; i < n; i++) {
-		h ^= b[i];
-		h *= 1099511628211ULL;
-	}
-	return h;
+	return s ? texthash(s, strlen(s), h) : texthash_mix(h, 0xfe);
 }
 
-static uint64_t fnv_str(uint64_t h, const char *s)
-{
-	static const unsigned char sep = 0xff, none = 0xfe;
-	if (!s)
-		return fnv(h, &none, 1);
-	return fnv(fnv(h, s, strlen(s)), &sep, 1);
-}
-
-/* Everything in the rules that changes a verdict. */
+/* Everything in the rules that changes a verdict. Computed at every
+ * lookup: a few multiplications when the pool has no sharded table and no
+ * writing_functions. */
 static uint64_t rules_hash(const struct router_rules *r)
 {
 	uint64_t h = 1469598103934665603ULL;
-	h = fnv(h, &r->max_length, sizeof(r->max_length));
-	h = fnv(h, &r->n_sharded, sizeof(r->n_sharded));
+	h = texthash_mix(h, r->max_length);
+	h = texthash_mix(h, r->n_sharded);
 	for (size_t i = 0; i < r->n_sharded; i++) {
-		h = fnv_str(h, r->sharded[i].schema);
-		h = fnv_str(h, r->sharded[i].table);
-		h = fnv_str(h, r->sharded[i].column);
+		h = str_hash(h, r->sharded[i].schema);
+		h = str_hash(h, r->sharded[i].table);
+		h = str_hash(h, r->sharded[i].column);
 		uint32_t place = r->sharded[i].positioned ? (uint32_t)r->sharded[i].position + 1 : 0;
-		h = fnv(h, &place, sizeof place);
+		h = texthash_mix(h, place);
 	}
-	h = fnv(h, &r->n_writing_functions, sizeof(r->n_writing_functions));
+	h = texthash_mix(h, r->n_writing_functions);
 	for (size_t i = 0; i < r->n_writing_functions; i++)
-		h = fnv_str(h, r->writing_functions[i]);
+		h = str_hash(h, r->writing_functions[i]);
 	return h;
 }
 
@@ -1184,8 +1175,7 @@ const struct router_verdict *router_cache_classify(struct router_cache *c, const
 			rh ^= 0x7368617065ULL;   /* "shape" */
 		}
 	}
-	uint64_t h = fnv(rh, key, klen);
-	h ^= h >> 29;
+	uint64_t h = texthash(key, klen, rh);
 	if (c->n_buckets) {
 		for (struct cache_entry *e = c->buckets[h & (c->n_buckets - 1)]; e; e = e->chain) {
 			if (e->hash != h || e->rules != rh || e->len != klen || memcmp(entry_text(e), key, klen) != 0)
