@@ -268,6 +268,9 @@ bool client_output_full(struct client *c);
 void client_set_state(struct client *c, enum client_state st);
 /* A reply of the current transaction reached the client: no more retry. */
 void client_reply_started(struct client *c);
+/* The client sits idle: its empty buffers (input, output, retry copy) go
+ * back. */
+void client_trim(struct client *c);
 /* The copy kept for a retry is dropped: the request cannot be sent again
  * (client_conn.c; the pump, client.c, keeps it). */
 void client_drop_retry(struct client *c);

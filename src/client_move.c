@@ -72,7 +72,7 @@ enum client_move_check client_move_check(struct client *c, bool server_ok)
 		return CLIENT_MOVE_NOT_NOW;
 	size_t in = c->io.in ? buf_len(c->io.in) : 0;
 	if ((c->state != CLIENT_IDLE && !linked) || c->pending_error || c->tx != CLIENT_TX_NONE || c->batch != CLIENT_BATCH_NONE ||
-	    c->held_begin || c->ryw || c->setters || c->fanout || c->xshard || c->kind_state || c->retry ||
+	    c->held_begin || c->ryw || c->setters || c->fanout || c->xshard || c->kind_state || (c->retry && buf_len(c->retry)) ||
 	    c->reply_held || c->wait_answer || c->fwd_remaining || c->skip_remaining ||
 	    c->sticky_until_us > c->w->now_us || !c->pool || in > CLIENT_MOVE_INPUT_MAX)
 		return CLIENT_MOVE_NOT_NOW;

@@ -553,8 +553,7 @@ static void client_timeouts(struct worker *w)
 		LIST_FOREACH_SAFE(pos, tmp, &w->clients_idle) {
 			struct client *c = LIST_OWNER(pos, struct client, node);
 			if (now - c->last_activity_us >= 1000000) {
-				if (c->io.in || c->io.out)
-					io_trim(&c->io);
+				client_trim(c);
 				prep_client_trim(c);
 			}
 		}
