@@ -95,7 +95,15 @@ static void io_arm_read(struct io *io)
 /* The write event exists only once a connection has needed one (a connect,
  * or a socket buffer that filled up): most clients never do, and an event
  * is 128 bytes of an idle client's footprint. */
-static void io_arm_write(struct io *io, bool want)
+static void write_event_change(struct io *io, bool want);
+static inline void io_arm_write(struct io *io, bool want)
+{
+	/* (nearly every flush: no write event, none wanted) */
+	if (want != io->write_armed)
+		write_event_change(io, want);
+}
+
+static void write_event_change(struct io *io, bool want)
 {
 	if (want && !io->write_armed) {
 		if (!io->wev) {

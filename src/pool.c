@@ -544,7 +544,7 @@ struct srvpool *pool_pick_target(struct pool *p)
 	return healthy ? healthy : first ? first : p->targets[0];
 }
 
-static void count_adjust(struct srvpool *sp, enum server_state st, int delta)
+static inline __attribute__((always_inline)) void count_adjust(struct srvpool *sp, enum server_state st, int delta)
 {
 	switch (st) {
 	case SERVER_CONNECTING:
