@@ -197,7 +197,18 @@ bool proto_parse_parameter_status(const uint8_t *body, size_t len, const char **
 bool proto_parse_datarow_first(const uint8_t *body, size_t len, const char **val, size_t *vlen);
 
 /* A NUL-terminated string starting at body[*off] within len; advances *off. */
-bool proto_read_cstring(const uint8_t *body, size_t len, size_t *off, const char **out);
+bool proto_read_cstring_at(const uint8_t *body, size_t len, size_t *off, const char **out);
+static inline bool proto_read_cstring(const uint8_t *body, size_t len, size_t *off, const char **out)
+{
+	/* (the empty string, inline: the unnamed statement and portal of
+	 * every extended-protocol request, read by several layers) */
+	if (*off < len && body[*off] == 0) {
+		*out = (const char *)body + *off;
+		*off += 1;
+		return true;
+	}
+	return proto_read_cstring_at(body, len, off, out);
+}
 
 static inline uint32_t proto_get_u32(const uint8_t *p)
 {

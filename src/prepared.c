@@ -32,6 +32,13 @@
 #include "stats.h"
 #include "context.h"
 
+/* The length of the name at p (at most max bytes): the unnamed statement's
+ * and portal's, empty, without a call (every Bind and Describe reads two). */
+static inline size_t name_len(const uint8_t *p, size_t max)
+{
+	return max > 0 && p[0] == 0 ? 0 : strnlen((const char *)p, max);
+}
+
 /* ---- helpers ---- */
 
 bool prep_enabled(const struct client *c)
@@ -536,7 +543,7 @@ static enum prep_action rewrite_name(struct client *c, struct server *s, const s
 {
 	uint32_t total = f->len + 1;
 	const char *name = (const char *)m + name_off;
-	size_t nl = strnlen(name, have - name_off);
+	size_t nl = name_len((const uint8_t *)name, have - name_off);
 	if (name_off + nl >= have)
 		return have >= total ? PREP_FORWARD : PREP_WAIT;   /* no terminator in the message: malformed */
 	struct prep_stmt *st;
@@ -882,7 +889,7 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 		const uint8_t *m = buf_pullup(in, (size_t)want);
 		size_t name_off;
 		if (f->type == PqMsg_Bind) {
-			size_t pl = strnlen((const char *)m + 5, want - 5);
+			size_t pl = name_len(m + 5, want - 5);
 			if (5 + pl >= want) {
 				if (want == total)
 					return PREP_FORWARD;   /* malformed */
@@ -890,7 +897,7 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 					return PREP_WAIT;
 				m = buf_pullup(in, total);
 				want = total;
-				pl = strnlen((const char *)m + 5, want - 5);
+				pl = name_len(m + 5, want - 5);
 				if (5 + pl >= want)
 					return PREP_FORWARD;
 			}
@@ -905,7 +912,7 @@ enum prep_action prep_client_message(struct client *c, struct server *s, const s
 				return PREP_WAIT;
 			return PREP_FORWARD;
 		}
-		if (strnlen((const char *)m + name_off, want - name_off) >= want - name_off && want < total) {
+		if (name_len(m + name_off, want - name_off) >= want - name_off && want < total) {
 			if (have < total)
 				return PREP_WAIT;
 			m = buf_pullup(in, total);

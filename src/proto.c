@@ -100,7 +100,7 @@ bool proto_parse_negotiate(const uint8_t *body, size_t len, uint32_t *version, u
 	return off == len;
 }
 
-bool proto_read_cstring(const uint8_t *body, size_t len, size_t *off, const char **out)
+bool proto_read_cstring_at(const uint8_t *body, size_t len, size_t *off, const char **out)
 {
 	if (*off >= len)
 		return false;
