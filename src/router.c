@@ -1151,6 +1151,27 @@ static void cache_insert(struct router_cache *c, uint64_t h, uint64_t rh, const 
 	c->entries++;
 }
 
+/* The verdict kept for key under rules rh (h: their hash), made the
+ * newest; NULL: none kept. */
+static const struct router_verdict *cache_find(struct router_cache *c, uint64_t h, uint64_t rh, const char *key,
+					       size_t klen)
+{
+	if (!c->n_buckets)
+		return NULL;
+	struct router_verdict *v = &c->scratch;
+	for (struct cache_entry *e = c->buckets[h & (c->n_buckets - 1)]; e; e = e->chain) {
+		if (e->hash != h || e->rules != rh || e->len != klen || memcmp(entry_text(e), key, klen) != 0)
+			continue;
+		memcpy(v, e->data, VERDICT_HEAD);
+		memcpy(v->keys, e->data + VERDICT_HEAD, e->n_keys * sizeof(struct router_key));
+		lru_unlink(c, e);
+		lru_push(c, e);
+		c->hits++;
+		return v;
+	}
+	return NULL;
+}
+
 const struct router_verdict *router_cache_classify(struct router_cache *c, const char *sql, size_t len,
 						   const struct router_rules *rules)
 {
@@ -1160,6 +1181,13 @@ const struct router_verdict *router_cache_classify(struct router_cache *c, const
 		return v;
 	}
 	uint64_t rh = rules_hash(rules);
+	/* The text itself first: one without constants (an extended-protocol
+	 * Parse with $n parameters) is kept under its text, and found
+	 * without its shape being made. */
+	uint64_t h = texthash(sql, len, rh);
+	const struct router_verdict *kept = cache_find(c, h, rh, sql, len);
+	if (kept)
+		return kept;
 	/* Without sharded tables a verdict never depends on the values of the
 	 * constants: a statement sent with literals (the simple protocol) is
 	 * looked up by its shape, so `WHERE aid = 1` and `WHERE aid = 2` share
@@ -1173,19 +1201,9 @@ const struct router_verdict *router_cache_classify(struct router_cache *c, const
 			key = shape;
 			klen = n;
 			rh ^= 0x7368617065ULL;   /* "shape" */
-		}
-	}
-	uint64_t h = texthash(key, klen, rh);
-	if (c->n_buckets) {
-		for (struct cache_entry *e = c->buckets[h & (c->n_buckets - 1)]; e; e = e->chain) {
-			if (e->hash != h || e->rules != rh || e->len != klen || memcmp(entry_text(e), key, klen) != 0)
-				continue;
-			memcpy(v, e->data, VERDICT_HEAD);
-			memcpy(v->keys, e->data + VERDICT_HEAD, e->n_keys * sizeof(struct router_key));
-			lru_unlink(c, e);
-			lru_push(c, e);
-			c->hits++;
-			return v;
+			h = texthash(key, klen, rh);
+			if ((kept = cache_find(c, h, rh, key, klen)) != NULL)
+				return kept;
 		}
 	}
 	c->misses++;
