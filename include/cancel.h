@@ -101,6 +101,7 @@ struct cancel_table {
 	int worker;
 	int peer_id;              /* [general] peer_id: put in the keys issued from now on */
 	bool warned_peer_slots;   /* logged once: a 3.0 key beyond CANCEL_PEER_SLOTS */
+	uint8_t worker_bits;      /* of a peer-layout secret, naming the worker (cancel.c) */
 	struct shm *shm;
 	struct randpool *rand;    /* where keys come from (the worker's) */
 };
@@ -110,13 +111,12 @@ bool cancel_table_init(struct cancel_table *t, uint32_t n_slots, int worker, str
 /* This instance's peer id (0: none), at startup and after each reload.
  * Keys issued before keep working: each key says which layout it is of. */
 void cancel_table_set_peer_id(struct cancel_table *t, int peer_id);
-/* Publish that the owner of key (pid, secret), as cancel_key_assign gave
- * it, now runs a query on a server, or no longer does. A key this table
- * does not hold (any more) is ignored, here and in cancel_key_share. */
+/* The owner of key (pid, secret), as cancel_key_assign gave it, starts a
+ * new request (waits for a server, runs on one, fans out): the key is
+ * published if it is not already (another worker may be asked to cancel
+ * it), and a cancel asked before, for an earlier request, is forgotten. A
+ * key this table does not hold (any more) is ignored. */
 void cancel_key_link(struct cancel_table *t, uint32_t pid, uint32_t secret);
-/* Publish the key (no query yet) if it is not already: its owner waits for
- * a server, and another worker may be asked to cancel that wait. */
-void cancel_key_share(struct cancel_table *t, uint32_t pid, uint32_t secret);
 /* A CancelRequest that names another instance, to be sent on to it: the
  * peer's id, and the request with the hop counter moved by one. */
 struct cancel_forward {

@@ -44,15 +44,17 @@ static uint32_t make_peer_pid(uint32_t idx, int peer_id)
 }
 
 /* How many top bits of a peer-layout secret name the worker: enough for
- * the instance's workers (fixed for its life), none for one. */
-static unsigned worker_bits(const struct cancel_table *t)
+ * the instance's workers (fixed for its life), none for one. Counted once
+ * (cancel_table_init): every link of a key to a query reads it. */
+static uint8_t count_worker_bits(const struct shm *shm)
 {
-	uint32_t n = t->shm ? t->shm->h->n_workers : 1;
-	unsigned bits = 0;
+	uint32_t n = shm ? shm->h->n_workers : 1;
+	uint8_t bits = 0;
 	while (bits < 8 && (1u << bits) < n)
 		bits++;
 	return bits;
 }
+static unsigned worker_bits(const struct cancel_table *t) { return t->worker_bits; }
 static int secret_worker(const struct cancel_table *t, uint32_t secret)
 {
 	unsigned bits = worker_bits(t);
@@ -79,6 +81,7 @@ bool cancel_table_init(struct cancel_table *t, uint32_t n_slots, int worker, str
 	t->warned_peer_slots = false;
 	t->rand = rand;
 	t->shm = shm;
+	t->worker_bits = count_worker_bits(shm);
 	if (shm && n_slots > shm->h->cancel_per_worker)
 		n_slots = shm->h->cancel_per_worker;
 	t->slots = calloc(n_slots, sizeof *t->slots);
@@ -418,15 +421,6 @@ static void publish(struct cancel_table *t, const struct cancel_slot *slot)
 {
 	uint32_t idx = (uint32_t)(slot - t->slots);
 	shm_cancel_publish(t->shm, t->worker, idx, slot->secret, (enum cancel_key_kind)slot->kind, slot->ext);
-}
-
-void cancel_key_share(struct cancel_table *t, uint32_t pid, uint32_t secret)
-{
-	struct cancel_slot *slot = own_slot(t, pid, secret);
-	if (!slot || slot->published)
-		return;
-	slot->published = 1;
-	publish(t, slot);
 }
 
 void cancel_key_link(struct cancel_table *t, uint32_t pid, uint32_t secret)

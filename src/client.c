@@ -887,17 +887,8 @@ void client_on_released(struct client *c)
 	client_process(c);
 }
 
-/* The client's key now names a query on a server, or no longer does
- * (cancel_key_link). */
-static void link_cancel_key(struct client *c)
-{
-	if (c->has_cancel_key)
-		cancel_key_link(&c->w->cancel, c->cancel_pid, c->cancel_key);
-}
-
 void client_on_granted(struct client *c, struct server *s)
 {
-	link_cancel_key(c);
 	client_set_state(c, CLIENT_ACTIVE);
 	/* Not while only preparing, before the shard key is known (route.c). */
 	c->end.begin = c->held_begin && c->shard_phase != ROUTE_PHASE_PROVISIONAL ? c->held_begin : NULL;
@@ -934,7 +925,6 @@ static void end_lost(struct client_end *end, struct server *s, bool untouched, c
 	struct client *c = end_owner(end);
 	(void)link_detach(s);
 	end->begin = NULL;
-	link_cancel_key(c);
 	if (untouched) {
 		/* Nothing of the client's reached that server: it goes elsewhere. */
 		link_server_failed(s, message);
@@ -950,7 +940,6 @@ static void end_ended(struct client_end *end, struct server *s, const char *sqls
 	struct client *c = end_owner(end);
 	(void)link_detach(s);
 	end->begin = NULL;
-	link_cancel_key(c);
 	if (disconnect)
 		client_close(c, sqlstate, "%s", message);
 	else
@@ -965,14 +954,12 @@ static void end_refused(struct client_end *end, struct server *s, const char *sq
 	struct client *c = end_owner(end);
 	(void)link_detach(s);
 	end->begin = NULL;
-	link_cancel_key(c);
 	client_close(c, sqlstate, "%s", message);
 }
 
 static void end_released(struct client_end *end)
 {
 	struct client *c = end_owner(end);
-	link_cancel_key(c);
 	client_on_released(c);
 }
 
@@ -1028,7 +1015,6 @@ static void end_behind(struct client_end *end, struct server *s)
 	(void)link_detach(s);
 	end->begin = NULL;
 	end->check_replayed = 0;
-	link_cancel_key(c);
 	c->ryw_no_ask = true;
 	reroute(c);
 }

@@ -70,11 +70,14 @@ void client_set_state(struct client *c, enum client_state st)
 	case CLIENT_FANOUT:
 	case CLIENT_RELAY:
 		list_add_tail(&w->clients_active, &c->node);
-		break;
+		/* fall through */
 	case CLIENT_WAITING:      /* on the srvpool's waiters (c->wait) */
-		/* a CancelRequest for this wait may land on another worker */
+		/* A new request: a CancelRequest for it may land on another
+		 * worker, and one asked for an earlier request (flagged after it
+		 * ended) must not reach this one (cancel_key_link; these are the
+		 * states the worker polls the flag in). */
 		if (c->has_cancel_key)
-			cancel_key_share(&w->cancel, c->cancel_pid, c->cancel_key);
+			cancel_key_link(&w->cancel, c->cancel_pid, c->cancel_key);
 		break;
 	case CLIENT_LOGIN_WAIT:   /* on the pool's login_waiters (c->wait) */
 	case CLIENT_CLOSED:

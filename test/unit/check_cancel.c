@@ -302,7 +302,7 @@ START_TEST(peer_key_of_another_worker)
 	size_t len;
 	ck_assert(cancel_key_assign(&w2.t, &a_obj, CANCEL_KEY_SHORT, &pid, &sec, key, &len));
 	ck_assert_uint_eq(sec >> 30, 2);
-	cancel_key_share(&w2.t, pid, sec);
+	cancel_key_link(&w2.t, pid, sec);
 	uint8_t k[4];
 	memcpy(k, key, 4);
 	k[3] &= (uint8_t)~CANCEL_PEER_HOPS_MASK;   /* after its last hop */
@@ -311,6 +311,12 @@ START_TEST(peer_key_of_another_worker)
 	ck_assert_int_eq(fwd.peer_id, 0);
 	ck_assert(cancel_take_flag(&w2.t, pid, sec));
 	ck_assert(!cancel_take_flag(&w2.t, pid, sec));
+	/* The owner's next request: a cancel asked for the last one is gone. */
+	ck_assert_ptr_null(cancel_handle_request(&w0.t, pid, k, 4, &fwd));
+	cancel_key_link(&w2.t, pid, sec);
+	ck_assert(!cancel_take_flag(&w2.t, pid, sec));
+	ck_assert_ptr_null(cancel_handle_request(&w0.t, pid, k, 4, &fwd));
+	ck_assert(cancel_take_flag(&w2.t, pid, sec));
 	cancel_key_release(&w2.t, pid);
 	fixture_free(&w2);
 	fixture_free(&w0);
