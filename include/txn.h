@@ -176,9 +176,10 @@ static inline void txn_frontend(struct txn *t, uint8_t type, uint64_t now_us)
  * with no request open. The caller tells a FATAL ErrorResponse apart. */
 static inline bool txn_unasked(const struct txn *t, uint8_t type)
 {
-	if (type == PqMsg_ReadyForQuery)
-		return t->outstanding == 0;
-	return t->outstanding == 0 && !t->ext_pending && !proto_backend_unprompted(type);
+	/* (the count first: nearly every reply has a request owed) */
+	if (t->outstanding != 0)
+		return false;
+	return type == PqMsg_ReadyForQuery || (!t->ext_pending && !proto_backend_unprompted(type));
 }
 
 /* A ReadyForQuery with this status came from the server: one less owed. */

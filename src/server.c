@@ -704,33 +704,47 @@ static void settings_note_complete(struct server *s, struct buf *in, uint32_t to
 			       memcmp(b + 5, tag, sizeof tag) == 0;
 }
 
-/* Replies the prepared-statement layer may drop or replace (ParseComplete,
- * BindComplete, CloseComplete, CommandComplete, ErrorResponse,
- * EmptyQueryResponse, ReadyForQuery). */
-static inline bool replaceable_reply(uint8_t type)
-{
-	switch (type) {
-	case PqMsg_ParseComplete:
-	case PqMsg_BindComplete:
-	case PqMsg_CloseComplete:
-	case PqMsg_CommandComplete:
-	case PqMsg_ErrorResponse:
-	case PqMsg_EmptyQueryResponse:
-	case PqMsg_ReadyForQuery:
-		return true;
-	default:
-		return false;
-	}
-}
+/* What the pump does with each type of reply, looked up once per message
+ * (a table, not the chains of comparisons each step would make). */
+enum reply_class {
+	/* The prepared-statement layer may drop or replace it (ParseComplete,
+	 * BindComplete, CloseComplete, CommandComplete, ErrorResponse,
+	 * EmptyQueryResponse, ReadyForQuery). */
+	REPLY_REPLACEABLE = 1 << 0,
+	/* The replies to a Describe (ParameterDescription, RowDescription,
+	 * NoData): that layer keeps a statement's. With REPLY_REPLACEABLE,
+	 * every reply it reads: a DataRow, the bulk of most results, never
+	 * goes through it. */
+	REPLY_DESCRIBED = 1 << 1,
+	/* Read by inspect_reply (ParameterStatus, ErrorResponse,
+	 * CopyInResponse, CommandComplete, NotificationResponse). */
+	REPLY_INSPECTED = 1 << 2,
+	/* An acknowledgement or a description: counted for a replayed read
+	 * (count_for_replay). */
+	REPLY_ACK = 1 << 3,
+};
 
-/* The replies to a Describe (ParameterDescription, RowDescription,
- * NoData): the prepared-statement layer keeps a statement's. With
- * replaceable_reply, every reply that layer reads: a DataRow, the bulk of
- * most results, never goes through it. */
-static inline bool described_reply(uint8_t type)
-{
-	return type == PqMsg_ParameterDescription || type == PqMsg_RowDescription || type == PqMsg_NoData;
-}
+#define REPLY_ACKED (REPLY_REPLACEABLE | REPLY_ACK)
+#define REPLY_DESCRIPTION (REPLY_DESCRIBED | REPLY_ACK)
+static const uint8_t reply_classes[256] = {
+	[PqMsg_ParseComplete] = REPLY_ACKED,
+	[PqMsg_BindComplete] = REPLY_ACKED,
+	[PqMsg_CloseComplete] = REPLY_ACKED,
+	[PqMsg_ParameterDescription] = REPLY_DESCRIPTION,
+	[PqMsg_RowDescription] = REPLY_DESCRIPTION,
+	[PqMsg_NoData] = REPLY_DESCRIPTION,
+	[PqMsg_CommandComplete] = REPLY_REPLACEABLE | REPLY_INSPECTED,
+	[PqMsg_ErrorResponse] = REPLY_REPLACEABLE | REPLY_INSPECTED,
+	[PqMsg_EmptyQueryResponse] = REPLY_REPLACEABLE,
+	[PqMsg_ReadyForQuery] = REPLY_REPLACEABLE,
+	[PqMsg_ParameterStatus] = REPLY_INSPECTED,
+	[PqMsg_NotificationResponse] = REPLY_INSPECTED,
+	[PqMsg_CopyInResponse] = REPLY_INSPECTED,
+};
+#undef REPLY_ACKED
+#undef REPLY_DESCRIPTION
+
+static inline unsigned reply_class(uint8_t type) { return reply_classes[type]; }
 
 /* What the pump does after a step on one message: go on with the same
  * message, take the next one, or stop (wait for bytes, or the link moved). */
@@ -778,7 +792,7 @@ static enum pump_step prep_reply(struct server *s, struct buf *in, struct buf *o
 	bool small = total <= SERVER_INSPECT_MAX;
 	/* Replies pgcat may drop or replace are small: have them whole first. */
 	bool wanted = small && prep_server_wants(s, f->type);
-	if (small && (replaceable_reply(f->type) || wanted) && buf_len(in) < total)
+	if (small && ((reply_class(f->type) & REPLY_REPLACEABLE) || wanted) && buf_len(in) < total)
 		return PUMP_STOP;
 	if (wanted)
 		whole = buf_pullup(in, total);
@@ -998,11 +1012,10 @@ static enum pump_step inspect_reply(struct server *s, struct client_end *c, stru
  * acknowledgement a replayed read already gave the client is dropped
  * (PUMP_NEXT), one forwarded is counted, anything else marks the reply as
  * carrying data. */
-static enum pump_step count_for_replay(struct server *s, struct buf *in, const struct proto_frame *f)
+static enum pump_step count_for_replay(struct server *s, struct buf *in, const struct proto_frame *f, unsigned cls)
 {
 	uint32_t total = f->len + 1;
-	if (f->type == PqMsg_ParseComplete || f->type == PqMsg_BindComplete || f->type == PqMsg_CloseComplete ||
-	    f->type == PqMsg_ParameterDescription || f->type == PqMsg_RowDescription || f->type == PqMsg_NoData) {
+	if (cls & REPLY_ACK) {
 		if (s->txn.skip_msgs > 0) {
 			/* A replayed read: the client may have this one already. */
 			if (total > SERVER_INSPECT_MAX) {
@@ -1041,6 +1054,7 @@ static enum pump_step server_reply_step(struct server *s, struct client_end *c, 
 		server_close(s, "server sent an invalid message");
 		return PUMP_STOP;
 	}
+	unsigned cls = reply_class(f.type);
 	if (refuse_invalid(s, &f, hdr, got))
 		return PUMP_STOP;
 	if (txn_unasked(&s->txn, f.type)) {
@@ -1060,19 +1074,17 @@ static enum pump_step server_reply_step(struct server *s, struct client_end *c, 
 		}
 	}
 	enum pump_step step = PUMP_ON;
-	if (s->prep_on && (replaceable_reply(f.type) || described_reply(f.type)))
+	if (s->prep_on && (cls & (REPLY_REPLACEABLE | REPLY_DESCRIBED)))
 		step = prep_reply(s, in, out, &f, hdr, got);
 	if (step == PUMP_ON && f.type == PqMsg_ReadyForQuery) {
 		if (got < 6)
 			return PUMP_STOP;
 		step = ready_for_query(s, c, in, out, (char)hdr[5]);
 	}
-	if (step == PUMP_ON && (f.type == PqMsg_ParameterStatus || f.type == PqMsg_ErrorResponse ||
-				f.type == PqMsg_CopyInResponse || f.type == PqMsg_CommandComplete ||
-				f.type == PqMsg_NotificationResponse))
+	if (step == PUMP_ON && (cls & REPLY_INSPECTED))
 		step = inspect_reply(s, c, in, out, &f, buf);
 	if (step == PUMP_ON)
-		step = count_for_replay(s, in, &f);
+		step = count_for_replay(s, in, &f, cls);
 	if (step == PUMP_ON)
 		s->fwd_remaining = f.len + 1;
 	return step;
