@@ -66,7 +66,16 @@ static bool want_read(const struct io *io)
 	return !io->closed && !io->connecting && !io->paused && (!io->in || buf_len(io->in) < io->read_high);
 }
 
-static void io_arm_read(struct io *io)
+static void arm_read_change(struct io *io);
+static inline __attribute__((always_inline)) void io_arm_read(struct io *io)
+{
+	/* (after nearly every read: armed, and reading still wanted) */
+	if (io->read_armed && !io->on_ring && want_read(io))
+		return;
+	arm_read_change(io);
+}
+
+static void arm_read_change(struct io *io)
 {
 	if (io->loopback) {
 		/* No socket to watch: output held back while the input was full
