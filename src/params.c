@@ -834,19 +834,24 @@ static inline bool letters_are(const char *s, const char *w, size_t n)
 	return true;
 }
 
+/* The '_' at u of s..end is set_config's, or pg_settings' (view_too). */
+static inline bool setter_at(const char *s, const char *end, const char *u, bool view_too)
+{
+	/* (the byte before the '_' first: most underscores go no further) */
+	char before = (char)(u > s ? u[-1] | 0x20 : 0);
+	if (before == 't' && u - s >= 3 && end - u >= 7 && letters_are(u - 3, "set", 3) &&
+	    letters_are(u + 1, "config", 6))
+		return true;
+	return view_too && before == 'g' && u - s >= 2 && end - u >= 9 && letters_are(u - 2, "pg", 2) &&
+	       letters_are(u + 1, "settings", 8);
+}
+
 static bool mentions_setter(const char *s, size_t len, bool view_too)
 {
 	const char *end = s + len;
-	for (const char *u = s; u < end && (u = memchr(u, '_', (size_t)(end - u))) != NULL; u++) {
-		/* (the byte before the '_' first: most underscores go no further) */
-		char before = (char)(u > s ? u[-1] | 0x20 : 0);
-		if (before == 't' && u - s >= 3 && end - u >= 7 && letters_are(u - 3, "set", 3) &&
-		    letters_are(u + 1, "config", 6))
+	for (const char *u = s; u < end && (u = memchr(u, '_', (size_t)(end - u))) != NULL; u++)
+		if (setter_at(s, end, u, view_too))
 			return true;
-		if (view_too && before == 'g' && u - s >= 2 && end - u >= 9 && letters_are(u - 2, "pg", 2) &&
-		    letters_are(u + 1, "settings", 8))
-			return true;
-	}
 	return false;
 }
 
@@ -1044,19 +1049,80 @@ static bool may_start_change(const char *s, size_t len, size_t i)
 	}
 }
 
+/* At sql[at], a ';' or a '_': a statement after it may change a setting,
+ * or it is set_config's or pg_settings'. */
+static inline __attribute__((always_inline)) bool mark_may_change(const char *sql, size_t len, size_t at)
+{
+	if (sql[at] == ';')   /* (the usual one ends the text) */
+		return at + 1 < len && may_start_change(sql, len, at + 1);
+	return setter_at(sql, sql + len, sql + at, true);
+}
+
+/* The marks (';' and '_') of the 16 bytes at sql[at], found with one
+ * vector compare (GCC's vector extension: SSE2 on x86-64, plain code where
+ * there is none): two lanes of one bit per marked byte, the first byte
+ * lowest. */
+typedef unsigned char scan_block __attribute__((vector_size(16)));
+struct scan_marks {
+	uint64_t lane[2];
+};
+static inline __attribute__((always_inline)) struct scan_marks block_marks(const char *at)
+{
+	scan_block v, hit;
+	memcpy(&v, at, sizeof v);
+	hit = (scan_block)((v == (unsigned char)';') | (v == (unsigned char)'_'));
+	struct scan_marks m;
+	memcpy(m.lane, &hit, sizeof m.lane);
+	for (size_t h = 0; h < 2; h++) {
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+		m.lane[h] = __builtin_bswap64(m.lane[h]);
+#endif
+		m.lane[h] &= 0x0101010101010101ull;
+	}
+	return m;
+}
+
+/* The marks of the block at sql[at], from its skip-th byte on. */
+static inline __attribute__((always_inline)) bool marks_may_change(const char *sql, size_t len, size_t at,
+									  struct scan_marks m, size_t skip)
+{
+	for (size_t h = 0; h < 2; h++)
+		for (uint64_t bits = m.lane[h]; bits; bits &= bits - 1) {
+			size_t k = h * 8 + (size_t)__builtin_ctzll(bits) / 8;
+			if (k >= skip && mark_may_change(sql, len, at + k))
+				return true;
+		}
+	return false;
+}
+
 bool params_sql_may_change(const char *sql, size_t len)
 {
 	/* (bytes after a NUL, which PostgreSQL does not read, can only make
-	 * this say yes: params_track_sql stops at the NUL) */
+	 * this say yes: params_track_sql stops at the NUL; a Query's own
+	 * final NUL is not looked at) */
+	if (len > 0 && sql[len - 1] == '\0')
+		len--;
 	if (may_start_change(sql, len, 0))
 		return true;
-	/* Each statement after the first starts after a ';': every ';' is
-	 * looked after (one in a string costs only this look). */
-	/* (no call for the empty rest after a final ';') */
-	for (const char *q = sql; q < sql + len && (q = memchr(q, ';', len - (size_t)(q - sql))) != NULL; q++)
-		if (may_start_change(sql, len, (size_t)(q - sql) + 1))
+	/* Each statement after the first starts after a ';', and set_config
+	 * and pg_settings have a '_': every one is looked at (one in a string
+	 * or a name costs only this look), 16 bytes at a time. */
+	size_t i = 0;
+	for (; i + 16 <= len; i += 16) {
+		struct scan_marks m = block_marks(sql + i);
+		if ((m.lane[0] | m.lane[1]) && marks_may_change(sql, len, i, m, 0))
 			return true;
-	return mentions_setter(sql, len, true);
+	}
+	if (i == len)
+		return false;
+	if (len >= 16) {   /* the last 16 bytes, the ones already seen skipped */
+		struct scan_marks m = block_marks(sql + len - 16);
+		return (m.lane[0] | m.lane[1]) && marks_may_change(sql, len, len - 16, m, i - (len - 16));
+	}
+	for (; i < len; i++)
+		if ((sql[i] == ';' || sql[i] == '_') && mark_may_change(sql, len, i))
+			return true;
+	return false;
 }
 
 unsigned params_track_sql(struct params *p, const char *sql, size_t len, const struct params *defaults)

@@ -224,22 +224,31 @@ START_TEST(statements_tracked)
 	for (size_t i = 0; i < sizeof quick_no / sizeof *quick_no; i++)
 		ck_assert_msg(!params_sql_may_change(quick_no[i], strlen(quick_no[i])), "%s", quick_no[i]);
 	ck_assert(params_sql_may_change("SELECT 1;/* x */", 16));   /* a comment may hide one */
-	/* the scan goes eight bytes at a time: a ';' or a setter's '_' is
-	 * found at every place in and across those words, and at the end */
-	for (size_t pad = 0; pad < 17; pad++) {
+	/* the scan goes sixteen bytes at a time (the last block overlapping
+	 * the one before): a ';' or a setter's '_' is found at every place in
+	 * and across those blocks, and at the end, with or without the
+	 * Query's final NUL */
+	for (size_t pad = 0; pad < 34; pad++) {
 		static const char *const tails[] = { ";SET a.b = 1", "; reset all", "SELECT set_config('a.b', '1', false)",
 						     "SELECT * FROM pg_settings", ";/*" };
 		static const char *const quiet[] = { ";", "; SELECT 2", "_x", "SELECT * FROM pg_setting",
 						     "set_confi" };
 		char q2[96];
 		for (size_t k = 0; k < sizeof tails / sizeof *tails; k++) {
-			int n = snprintf(q2, sizeof q2, "SELECT %.*s%s", (int)pad, "xxxxxxxxxxxxxxxxx", tails[k]);
+			int n = snprintf(q2, sizeof q2, "SELECT %.*s%s", (int)pad, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+					 tails[k]);
 			ck_assert_msg(params_sql_may_change(q2, (size_t)n), "%s", q2);
+			ck_assert_msg(params_sql_may_change(q2, (size_t)n + 1), "%s (with its NUL)", q2);
 		}
 		for (size_t k = 0; k < sizeof quiet / sizeof *quiet; k++) {
-			int n = snprintf(q2, sizeof q2, "SELECT %.*s%s", (int)pad, "xxxxxxxxxxxxxxxxx", quiet[k]);
+			int n = snprintf(q2, sizeof q2, "SELECT %.*s%s", (int)pad, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+					 quiet[k]);
 			ck_assert_msg(!params_sql_may_change(q2, (size_t)n), "%s", q2);
+			ck_assert_msg(!params_sql_may_change(q2, (size_t)n + 1), "%s (with its NUL)", q2);
 		}
+		/* a mark only in the bytes the last block sees twice: found once */
+		int n = snprintf(q2, sizeof q2, "SELECT %.*s;SET a.b = 1;x", (int)pad, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx");
+		ck_assert_msg(params_sql_may_change(q2, (size_t)n), "%s", q2);
 	}
 	/* PostgreSQL reads up to the first NUL */
 	ck_assert_uint_eq(params_track_sql(&p, "SELECT 1\0; SET a.x = 1", 23, NULL), 0);
