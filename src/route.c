@@ -854,6 +854,18 @@ static bool hold_begin_extended(const struct client *c, const struct proto_frame
 void route_pick(struct client *c, const struct proto_frame *f, bool may_hold, unsigned declined,
 		struct route_decision *d)
 {
+	/* One server in all (most pools): no shard to decide, so no BEGIN to
+	 * hold (hold_begin, hold_begin_extended), no role to pick, nowhere
+	 * to retry; nothing below would read the request, and it is not
+	 * walked through to find that out. */
+	if (c->pool->n_targets == 1 && !c->held_begin) {
+		d->set_phase = true;
+		d->phase = ROUTE_PHASE_NONE;
+		d->action = ROUTE_CHECKOUT;
+		d->sp = c->pool->targets[0];
+		d->retry_on = false;
+		return;
+	}
 	if (may_hold && (hold_begin(c, f, d) || hold_begin_extended(c, f, d)))
 		return;
 	struct srvpool *sp = pick(c, f, declined, d);
