@@ -287,12 +287,55 @@ static inline bool swallow_seg(struct prep_server *ps)
 	return p && p->seg == ps->seg_recv;
 }
 
+/* (out of line: the quick answers above need none of its registers) */
+static __attribute__((noinline)) enum prep_verdict match_reply(struct server *s, uint8_t type, const uint8_t *msg,
+							       uint32_t total, uint8_t **repl, uint32_t *repl_len);
+
+/* Nothing of pgcat's waits for a reply on this server (no match, drop or
+ * replacement; the usual state between the client's own statements), and
+ * no DDL ran in its transaction. */
+static inline bool quiet(const struct prep_server *ps)
+{
+	return !(ps->parses.len | ps->sqlpreps.len | ps->closes.len | ps->describes.len | ps->repls.len |
+		 ps->owed_parses.len | ps->swallows.len) &&
+	       !ps->ddl_in_tx;
+}
+
 enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint8_t *msg, uint32_t total,
 				      uint8_t **repl, uint32_t *repl_len)
 {
 	struct prep_server *ps = s->prep;
 	if (!ps)
 		return PREP_PASS;
+	/* The replies of a plain query, matched with nothing (what
+	 * match_reply would find), here without its frame. */
+	switch (type) {
+	case PqMsg_RowDescription:
+	case PqMsg_NoData:
+		if (!ps->describes.len)
+			return PREP_PASS;
+		break;
+	case PqMsg_CommandComplete:
+		if (ps->swallows.len)
+			break;
+		if (msg && total > 5 && prep_tag_changes_schema((const char *)msg + 5, total - 5))
+			server_schema_changed(s, (const char *)msg + 5, total - 5);
+		return PREP_PASS;
+	case PqMsg_ReadyForQuery:
+		if (!quiet(ps))
+			break;
+		ps->seg_recv++;
+		return PREP_PASS;
+	default:
+		break;
+	}
+	return match_reply(s, type, msg, total, repl, repl_len);
+}
+
+static enum prep_verdict match_reply(struct server *s, uint8_t type, const uint8_t *msg, uint32_t total,
+				     uint8_t **repl, uint32_t *repl_len)
+{
+	struct prep_server *ps = s->prep;
 	struct prep_registry *r = prep_reg_of(s);
 	struct prep_pend *p;
 	switch (type) {
