@@ -845,6 +845,12 @@ static void process_once(struct client *c)
 
 void client_process(struct client *c)
 {
+	/* Idle with nothing read (the usual call when its server has just
+	 * been released): nothing to take, only reading to keep on. */
+	if (c->state == CLIENT_IDLE && !c->processing && c->io.in && buf_len(c->io.in) == 0) {
+		io_update_reading(&c->io);
+		return;
+	}
 	if (c->processing) {
 		c->reprocess = true;
 		return;
