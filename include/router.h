@@ -41,6 +41,10 @@ struct router_rules {
 	/* query_parser_max_length: text longer than this (in bytes) is not
 	 * parsed (verdict parsed = false): 0 parses nothing, SIZE_MAX is no limit. */
 	size_t max_length;
+	/* A hint, not a rule (never part of a cached verdict's key): the text
+	 * came in a simple Query, which usually writes its constants in it,
+	 * so router_cache_classify looks its shape up first. */
+	bool literals_inline;
 };
 
 enum router_role { ROUTER_ROLE_NONE, ROUTER_ROLE_PRIMARY, ROUTER_ROLE_REPLICA, ROUTER_ROLE_ANY };

@@ -712,6 +712,7 @@ static bool hold_begin(const struct client *c, const struct proto_frame *f, stru
 	}
 	struct route_rules rr;
 	route_rules_build(c, &rr);
+	rr.r.literals_inline = true;   /* (a Query's) */
 	struct router_verdict local;
 	const struct router_verdict *v = route_classify(c, &rr, sql, len, &local);
 	if (!v->parsed || !v->begins || v->ends || v->multi_statement || v->reads_sharded || v->hint_shard >= 0 ||
@@ -813,6 +814,7 @@ static bool hold_begin_extended(const struct client *c, const struct proto_frame
 		return false;
 	struct route_rules rr;
 	route_rules_build(c, &rr);
+	rr.r.literals_inline = true;   /* (a Query's) */
 	struct router_verdict local;
 	const struct router_verdict *v = route_classify(c, &rr, sql, len, &local);
 	if (!v->parsed || !v->begins || v->ends || v->multi_statement || v->reads_sharded || v->hint_shard >= 0 ||
@@ -889,8 +891,10 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f, unsig
 	 * nothing below reads them (decide_shard and pick_in_shard return
 	 * first), so they are not built for every request. */
 	struct route_rules rr;
-	if (p->n_targets > 1)
+	if (p->n_targets > 1) {
 		route_rules_build(c, &rr);
+		rr.r.literals_inline = f->type == PqMsg_Query;
+	}
 	d->set_phase = true;
 	d->phase = ROUTE_PHASE_NONE;
 	int shard;

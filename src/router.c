@@ -1181,30 +1181,36 @@ const struct router_verdict *router_cache_classify(struct router_cache *c, const
 		return v;
 	}
 	uint64_t rh = rules_hash(rules);
-	/* The text itself first: one without constants (an extended-protocol
-	 * Parse with $n parameters) is kept under its text, and found
-	 * without its shape being made. */
-	uint64_t h = texthash(sql, len, rh);
-	const struct router_verdict *kept = cache_find(c, h, rh, sql, len);
-	if (kept)
-		return kept;
 	/* Without sharded tables a verdict never depends on the values of the
 	 * constants: a statement sent with literals (the simple protocol) is
 	 * looked up by its shape, so `WHERE aid = 1` and `WHERE aid = 2` share
-	 * one parse. Shapes and texts never meet: their rules hashes differ. */
+	 * one parse. Shapes and texts never meet: their rules hashes differ.
+	 * A text without constants (an extended-protocol Parse with $n
+	 * parameters) is kept under itself, and looked up as it is first:
+	 * found without its shape being made (a scan of the whole text). A
+	 * simple Query's is shaped first, its text itself being a miss when
+	 * it holds constants. */
+	bool shapes = rules->n_sharded == 0;
 	char shape[ROUTER_SHAPE_MAX];
+	size_t n = shapes && rules->literals_inline ? sqlshape_make(sql, len, shape, sizeof shape) : 0;
+	uint64_t h = 0;
+	const struct router_verdict *kept;
+	if (n == 0) {
+		h = texthash(sql, len, rh);
+		if ((kept = cache_find(c, h, rh, sql, len)) != NULL)
+			return kept;
+		if (shapes && !rules->literals_inline)
+			n = sqlshape_make(sql, len, shape, sizeof shape);
+	}
 	const char *key = sql;
 	size_t klen = len;
-	if (rules->n_sharded == 0) {
-		size_t n = sqlshape_make(sql, len, shape, sizeof shape);
-		if (n > 0) {
-			key = shape;
-			klen = n;
-			rh ^= 0x7368617065ULL;   /* "shape" */
-			h = texthash(key, klen, rh);
-			if ((kept = cache_find(c, h, rh, key, klen)) != NULL)
-				return kept;
-		}
+	if (n > 0) {
+		key = shape;
+		klen = n;
+		rh ^= 0x7368617065ULL;   /* "shape" */
+		h = texthash(key, klen, rh);
+		if ((kept = cache_find(c, h, rh, key, klen)) != NULL)
+			return kept;
 	}
 	c->misses++;
 	router_classify(sql, len, rules, v);

@@ -835,6 +835,30 @@ START_TEST(cache_shapes)
 	v = router_cache_classify(c, "SELECT * FROM users WHERE id = 2", 32, &rules);
 	ck_assert(has_key(v, "2") && !has_key(v, "1"));
 	router_cache_free(c);
+
+	/* A simple Query's text (literals_inline) is shaped first: it meets
+	 * the entries made from the other order, and the other order its. */
+	c = router_cache_new(16);
+	ck_assert_ptr_nonnull(c);
+	struct router_rules query = { .max_length = 1000, .literals_inline = true };
+	v = router_cache_classify(c, "SELECT * FROM users WHERE id = 1", 32, &query);
+	ck_assert(v->parsed && !v->writes);
+	v = router_cache_classify(c, "SELECT * FROM users WHERE id = 7", 32, &plain);
+	v = router_cache_classify(c, "SELECT * FROM users WHERE id = 8", 32, &query);
+	ck_assert(v->parsed && !v->writes);
+	router_cache_stats(c, &st);
+	ck_assert(st.hits == 2 && st.misses == 1 && st.entries == 1);
+	/* without constants: kept under the text, found either way */
+	v = router_cache_classify(c, "DELETE FROM t WHERE id = $1", 27, &plain);
+	ck_assert(v->writes);
+	v = router_cache_classify(c, "DELETE FROM t WHERE id = $1", 27, &query);
+	ck_assert(v->writes);
+	v = router_cache_classify(c, "SELECT now()", 12, &query);
+	v = router_cache_classify(c, "SELECT now()", 12, &plain);
+	ck_assert(v->parsed && !v->writes);
+	router_cache_stats(c, &st);
+	ck_assert(st.hits == 4 && st.misses == 3 && st.entries == 3);
+	router_cache_free(c);
 }
 END_TEST
 
