@@ -9,6 +9,7 @@
 #include "params.h"
 
 #include "bytes_in.h"
+#include "bytescan.h"
 #include "pktbuf.h"
 
 #include <ctype.h>
@@ -1058,33 +1059,16 @@ static inline __attribute__((always_inline)) bool mark_may_change(const char *sq
 	return setter_at(sql, sql + len, sql + at, true);
 }
 
-/* The marks (';' and '_') of the 16 bytes at sql[at], found with one
- * vector compare (GCC's vector extension: SSE2 on x86-64, plain code where
- * there is none): two lanes of one bit per marked byte, the first byte
- * lowest. */
-typedef unsigned char scan_block __attribute__((vector_size(16)));
-struct scan_marks {
-	uint64_t lane[2];
-};
-static inline __attribute__((always_inline)) struct scan_marks block_marks(const char *at)
+/* The marks (';' and '_') of the 16 bytes at at. */
+static inline __attribute__((always_inline)) struct bytescan_bits block_marks(const char *at)
 {
-	scan_block v, hit;
-	memcpy(&v, at, sizeof v);
-	hit = (scan_block)((v == (unsigned char)';') | (v == (unsigned char)'_'));
-	struct scan_marks m;
-	memcpy(m.lane, &hit, sizeof m.lane);
-	for (size_t h = 0; h < 2; h++) {
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-		m.lane[h] = __builtin_bswap64(m.lane[h]);
-#endif
-		m.lane[h] &= 0x0101010101010101ull;
-	}
-	return m;
+	bytescan_block v = bytescan_load(at);
+	return bytescan_bits((bytescan_block)((v == (unsigned char)';') | (v == (unsigned char)'_')));
 }
 
 /* The marks of the block at sql[at], from its skip-th byte on. */
 static inline __attribute__((always_inline)) bool marks_may_change(const char *sql, size_t len, size_t at,
-									  struct scan_marks m, size_t skip)
+									  struct bytescan_bits m, size_t skip)
 {
 	for (size_t h = 0; h < 2; h++)
 		for (uint64_t bits = m.lane[h]; bits; bits &= bits - 1) {
@@ -1109,15 +1093,15 @@ bool params_sql_may_change(const char *sql, size_t len)
 	 * or a name costs only this look), 16 bytes at a time. */
 	size_t i = 0;
 	for (; i + 16 <= len; i += 16) {
-		struct scan_marks m = block_marks(sql + i);
-		if ((m.lane[0] | m.lane[1]) && marks_may_change(sql, len, i, m, 0))
+		struct bytescan_bits m = block_marks(sql + i);
+		if (bytescan_any(m) && marks_may_change(sql, len, i, m, 0))
 			return true;
 	}
 	if (i == len)
 		return false;
 	if (len >= 16) {   /* the last 16 bytes, the ones already seen skipped */
-		struct scan_marks m = block_marks(sql + len - 16);
-		return (m.lane[0] | m.lane[1]) && marks_may_change(sql, len, len - 16, m, i - (len - 16));
+		struct bytescan_bits m = block_marks(sql + len - 16);
+		return bytescan_any(m) && marks_may_change(sql, len, len - 16, m, i - (len - 16));
 	}
 	for (; i < len; i++)
 		if ((sql[i] == ';' || sql[i] == '_') && mark_may_change(sql, len, i))

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "bytescan.h"
 #include "sqllex.h"
 
 /* The text is read once, left to right; bytes are copied to out in runs,
@@ -137,6 +138,54 @@ static size_t string(struct shape *sh, size_t i)
 	return 0;
 }
 
+/* A byte the shape must look at: one that may start a constant, a quoted
+ * name, a parameter, a comment or the statement's end (" $ ' - . / ; and
+ * the digits), or a control byte. Every other one (letters, blanks,
+ * operators, punctuation) is copied as it is. */
+static inline bool is_special(unsigned char ch)
+{
+	return ch < 0x20 || ch == '"' || ch == '$' || ch == '\'' || (unsigned char)(ch - '-') <= '9' - '-' ||
+	       ch == ';' || ch == 0x7f;
+}
+
+static inline struct bytescan_bits block_specials(const char *at)
+{
+	bytescan_block v = bytescan_load(at);
+	return bytescan_bits((bytescan_block)((v < 0x20) | (v == '"') | (v == '$') | (v == '\'') |
+					      ((bytescan_block)(v - '-') <= '9' - '-') | (v == ';') | (v == 0x7f)));
+}
+
+/* The first special byte from i (len if none): 16 bytes at a time (the
+ * last 16 overlapping what was seen), byte by byte in a text shorter. */
+static size_t next_special(const struct shape *sh, size_t i)
+{
+	const char *s = (const char *)sh->s;
+	for (; i + 16 <= sh->len; i += 16) {
+		size_t k = bytescan_first(block_specials(s + i));
+		if (k < 16)
+			return i + k;
+	}
+	if (i >= sh->len)
+		return sh->len;
+	if (sh->len >= 16) {
+		size_t from = sh->len - 16, k;
+		struct bytescan_bits b = block_specials(s + from);
+		/* (bits of the bytes before i: seen already, dropped) */
+		size_t seen = i - from;
+		if (seen >= 8) {
+			b.lane[0] = 0;
+			b.lane[1] &= ~0ull << ((seen - 8) * 8);
+		} else {
+			b.lane[0] &= ~0ull << (seen * 8);
+		}
+		k = bytescan_first(b);
+		return k < 16 ? from + k : sh->len;
+	}
+	while (i < sh->len && !is_special(sh->s[i]))
+		i++;
+	return i;
+}
+
 size_t sqlshape_make(const char *sql, size_t len, char *out, size_t cap)
 {
 	struct shape sh = { (const unsigned char *)sql, len, 0, out, cap, 0, 0 };
@@ -146,15 +195,23 @@ size_t sqlshape_make(const char *sql, size_t len, char *out, size_t cap)
 		return 0;
 	size_t i = 0;
 	while (i < len) {
+		i = next_special(&sh, i);
+		if (i >= len)
+			break;
 		unsigned char ch = sh.s[i];
-		if (sqllex_is_ident_start(ch)) {
-			while (++i < len && sqllex_is_ident_cont(sh.s[i]))
-				;
-			/* E'..', B'..', X'..', N'..', a string right after a type
-			 * name: prefixed strings have rules of their own */
-			if (at(&sh, i) == '\'')
+		if (i > 0 && sqllex_is_ident_cont(sh.s[i - 1])) {
+			/* Within a word (a digit or '$' of a name), or right after
+			 * one: E'..', B'..', X'..', N'..', a string right after a
+			 * type name; prefixed strings have rules of their own. */
+			if (ch == '\'')
 				return 0;
-			continue;
+			if (sqllex_is_ident_cont(ch)) {
+				while (++i < len && sqllex_is_ident_cont(sh.s[i]))
+					;
+				if (at(&sh, i) == '\'')
+					return 0;
+				continue;
+			}
 		}
 		if (sqllex_is_space(ch)) {
 			i++;

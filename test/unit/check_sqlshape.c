@@ -137,6 +137,52 @@ START_TEST(same_shape_same_tokens)
 }
 END_TEST
 
+/* tpl with its one "%s" replaced by pad, into out. */
+static void fill(char *out, size_t cap, const char *tpl, const char *pad)
+{
+	const char *at = strstr(tpl, "%s");
+	ck_assert_ptr_nonnull(at);
+	size_t head = (size_t)(at - tpl), n = strlen(pad), tail = strlen(at + 2);
+	ck_assert_uint_lt(head + n + tail, cap);
+	memcpy(out, tpl, head);
+	memcpy(out + head, pad, n);
+	memcpy(out + head + n, at + 2, tail + 1);
+}
+
+/* The scan goes 16 bytes at a time (the last 16 overlapping those before):
+ * each kind of byte it stops at is found at every place in and across
+ * those blocks, and the words it skips over are read as before. */
+START_TEST(every_alignment)
+{
+	static const struct {
+		const char *sql, *shape;   /* %s: the padding */
+	} cases[] = {
+		{ "SELECT %s FROM t WHERE a = 12", "SELECT %s FROM t WHERE a = #i" },
+		{ "SELECT y%s1 FROM t9 WHERE b$2 = 'v'", "SELECT y%s1 FROM t9 WHERE b$2 = #s" },
+		{ "SELECT 7 FROM %s WHERE a = .5", "SELECT #i FROM %s WHERE a = #f" },
+		{ "SELECT %s\n\t-- 'c' 1\n4;", "SELECT %s\n\t-- 'c' 1\n#i;" },
+		{ "SELECT \"%s\" = $1, 3", "SELECT \"%s\" = $1, #i" },
+		{ "SELECT y%sE'x'", "" },
+		{ "SELECT 1 %s\x01", "" },
+		{ "SELECT 1 %s; SELECT 2", "" },
+		{ "SELECT 1 FROM y%s1x", "SELECT #i FROM y%s1x" },
+	};
+	char pad[48], sql[160], want[160];
+	for (size_t n = 0; n < 40; n++) {
+		memset(pad, 'x', n);
+		pad[n] = '\0';
+		for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+			fill(sql, sizeof sql, cases[k].sql, pad);
+			if (cases[k].shape[0])
+				fill(want, sizeof want, cases[k].shape, pad);
+			else
+				want[0] = '\0';
+			ck_assert_msg(strcmp(shape(sql), want) == 0, "%s: %s, not %s", sql, shape(sql), want);
+		}
+	}
+}
+END_TEST
+
 Suite *sqlshape_suite(void)
 {
 	Suite *s = suite_create("sqlshape");
@@ -144,6 +190,7 @@ Suite *sqlshape_suite(void)
 	tcase_add_test(tc, constants_blanked);
 	tcase_add_test(tc, no_shape);
 	tcase_add_test(tc, same_shape_same_tokens);
+	tcase_add_test(tc, every_alignment);
 	suite_add_tcase(s, tc);
 	return s;
 }
