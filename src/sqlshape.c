@@ -63,18 +63,42 @@ static size_t blank_end(const struct shape *sh, size_t i)
 	}
 }
 
+/* PostgreSQL reads a query string up to its first NUL: a text holding one
+ * is not what it looks like past it, and gets no shape. The scan finds
+ * one where it reads byte classes (a control byte); the spans it passes
+ * over whole (comments, quoted names) are looked at here. */
+static inline bool has_nul(const struct shape *sh, size_t from, size_t to)
+{
+	return to > from && memchr(sh->s + from, '\0', to - from) != NULL;
+}
+
 /* The statement's first keyword is one of the DML ones. */
 static bool starts_with_dml(const struct shape *sh)
 {
-	static const char *const kw[] = { "select", "insert", "update", "delete", "with", "values", "table" };
-	const char *s = (const char *)sh->s;
-	size_t start = sqllex_skip_blank(s, sh->len, 0);
-	for (size_t i = 0; i < sizeof kw / sizeof kw[0]; i++) {
-		size_t at = start;
-		if (sqllex_keyword(s, sh->len, &at, kw[i]))
-			return true;
+	size_t start = sqllex_skip_blank((const char *)sh->s, sh->len, 0);
+	if (has_nul(sh, 0, start))
+		return false;
+	/* The word, in lower case ("| 0x20" turns only letters into
+	 * letters): up to 6 bytes, the longest keyword's length. */
+	char w[6];
+	size_t n = 0;
+	while (start + n < sh->len && sqllex_is_ident_cont(sh->s[start + n])) {
+		if (n == sizeof w)
+			return false;
+		w[n] = (char)(sh->s[start + n] | 0x20);
+		n++;
 	}
-	return false;
+	switch (n) {
+	case 4:
+		return memcmp(w, "with", 4) == 0;
+	case 5:
+		return memcmp(w, "table", 5) == 0;
+	case 6:
+		return memcmp(w, "select", 6) == 0 || memcmp(w, "insert", 6) == 0 || memcmp(w, "update", 6) == 0 ||
+		       memcmp(w, "delete", 6) == 0 || memcmp(w, "values", 6) == 0;
+	default:
+		return false;
+	}
 }
 
 /* A number at i (a digit, or '.' and a digit): the index after it, 0 if it
@@ -123,7 +147,7 @@ static size_t string(struct shape *sh, size_t i)
 	size_t start = i++;
 	while (i < sh->len) {
 		unsigned char ch = sh->s[i];
-		if (ch == '\\')
+		if (ch == '\\' || ch == '\0')
 			return 0;
 		if (ch == '\'') {
 			if (at(sh, i + 1) == '\'') {
@@ -189,9 +213,8 @@ static size_t next_special(const struct shape *sh, size_t i)
 size_t sqlshape_make(const char *sql, size_t len, char *out, size_t cap)
 {
 	struct shape sh = { (const unsigned char *)sql, len, 0, out, cap, 0, 0 };
-	/* PostgreSQL reads a query string up to its first NUL: a text holding
-	 * one is not what it looks like past it */
-	if (!sql || !out || memchr(sql, '\0', len) || !starts_with_dml(&sh))
+	/* (a NUL: has_nul) */
+	if (!sql || !out || !starts_with_dml(&sh))
 		return 0;
 	size_t i = 0;
 	while (i < len) {
@@ -228,11 +251,14 @@ size_t sqlshape_make(const char *sql, size_t len, char *out, size_t cap)
 			if ((i > 0 && sh.s[i - 1] == '&') || (i = string(&sh, i)) == 0)
 				return 0;
 			continue;
-		case '"':
+		case '"': {
 			/* a name, kept with what it holds */
-			if ((i = sqllex_quoted_end(sql, len, i)) == SQLLEX_OPEN)
+			size_t e = sqllex_quoted_end(sql, len, i);
+			if (e == SQLLEX_OPEN || has_nul(&sh, i, e))
 				return 0;
+			i = e;
 			continue;
+		}
 		case '$':
 			/* $n: a parameter, kept; anything else is dollar quoting */
 			if (!sqllex_is_digit(at(&sh, i + 1)))
@@ -244,15 +270,17 @@ size_t sqlshape_make(const char *sql, size_t len, char *out, size_t cap)
 			continue;
 		case ';':
 			/* only the statement's own end: blanks after it, nothing more */
-			if (blank_end(&sh, i + 1) != len)
+			if (blank_end(&sh, i + 1) != len || has_nul(&sh, i + 1, len))
 				return 0;
 			i = len;
 			continue;
 		case '-':
 		case '/':
 			if (sqllex_at_comment(sql, len, i)) {
-				if ((i = sqllex_comment_end(sql, len, i)) == SQLLEX_OPEN)
+				size_t e = sqllex_comment_end(sql, len, i);
+				if (e == SQLLEX_OPEN || has_nul(&sh, i, e))
 					return 0;
+				i = e;
 				continue;
 			}
 			i++;

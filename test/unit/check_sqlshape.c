@@ -114,6 +114,28 @@ START_TEST(no_shape)
 	char big[32];
 	ck_assert_uint_eq(sqlshape_make("SELECT 'a\0b'", 12, big, sizeof big), 0);
 	ck_assert_uint_eq(sqlshape_make("SELECT 'ab'", 11, big, sizeof big), 8);
+	/* wherever it is: among words, in a name, a comment, after the end,
+	 * before the first word */
+#define WITH_LEN(x) { x, sizeof x - 1 }
+	static const struct {
+		const char *sql;
+		size_t len;
+	} nul_in[] = { WITH_LEN("SELECT 1 \0 FROM t"), WITH_LEN("SELECT \"a\0\" = 1"), WITH_LEN("SELECT 1 /* \0 */"),
+		       WITH_LEN("SELECT 1 -- \0\n"), WITH_LEN("SELECT 1; /* \0 */"), WITH_LEN("/* \0 */ SELECT 1"),
+		       WITH_LEN("SELECT 1 FROM t WHERE name_with_pad = 2\0") };
+#undef WITH_LEN
+	for (size_t k = 0; k < sizeof nul_in / sizeof *nul_in; k++) {
+		ck_assert_msg(memchr(nul_in[k].sql, '\0', nul_in[k].len) != NULL, "case %zu", k);
+		char shaped[64];
+		ck_assert_msg(sqlshape_make(nul_in[k].sql, nul_in[k].len, shaped, sizeof shaped) == 0, "case %zu", k);
+		/* the NUL alone is why: a blank in its place gets one */
+		char blank[64];
+		memcpy(blank, nul_in[k].sql, nul_in[k].len);
+		for (size_t i = 0; i < nul_in[k].len; i++)
+			if (blank[i] == '\0')
+				blank[i] = ' ';
+		ck_assert_msg(sqlshape_make(blank, nul_in[k].len, shaped, sizeof shaped) > 0, "case %zu", k);
+	}
 	/* the length bounds the text: a NUL-free prefix of a longer buffer */
 	ck_assert_uint_eq(sqlshape_make("SELECT 1 garbage 'x", 8, out, 8), 8);
 }
