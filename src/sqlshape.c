@@ -76,29 +76,26 @@ static inline bool has_nul(const struct shape *sh, size_t from, size_t to)
 static bool starts_with_dml(const struct shape *sh)
 {
 	size_t start = sqllex_skip_blank((const char *)sh->s, sh->len, 0);
-	if (has_nul(sh, 0, start))
+	if (start >= sh->len || has_nul(sh, 0, start))
 		return false;
-	/* The word, in lower case ("| 0x20" turns only letters into
-	 * letters): up to 6 bytes, the longest keyword's length. */
-	char w[6];
-	size_t n = 0;
-	while (start + n < sh->len && sqllex_is_ident_cont(sh->s[start + n])) {
-		if (n == sizeof w)
+	/* The one keyword its first letter can make ("| 0x20" turns only
+	 * letters into letters), then the end of the word. */
+	const char *kw;
+	switch (sh->s[start] | 0x20) {
+	case 's': kw = "select"; break;
+	case 'i': kw = "insert"; break;
+	case 'u': kw = "update"; break;
+	case 'd': kw = "delete"; break;
+	case 'w': kw = "with"; break;
+	case 'v': kw = "values"; break;
+	case 't': kw = "table"; break;
+	default: return false;
+	}
+	size_t i = start + 1;
+	for (kw++; *kw; kw++, i++)
+		if (i >= sh->len || (sh->s[i] | 0x20) != (unsigned char)*kw)
 			return false;
-		w[n] = (char)(sh->s[start + n] | 0x20);
-		n++;
-	}
-	switch (n) {
-	case 4:
-		return memcmp(w, "with", 4) == 0;
-	case 5:
-		return memcmp(w, "table", 5) == 0;
-	case 6:
-		return memcmp(w, "select", 6) == 0 || memcmp(w, "insert", 6) == 0 || memcmp(w, "update", 6) == 0 ||
-		       memcmp(w, "delete", 6) == 0 || memcmp(w, "values", 6) == 0;
-	default:
-		return false;
-	}
+	return i >= sh->len || !sqllex_is_ident_cont(sh->s[i]);
 }
 
 /* A number at i (a digit, or '.' and a digit): the index after it, 0 if it
@@ -164,19 +161,19 @@ static size_t string(struct shape *sh, size_t i)
 
 /* A byte the shape must look at: one that may start a constant, a quoted
  * name, a parameter, a comment or the statement's end (" $ ' - . / ; and
- * the digits), or a control byte. Every other one (letters, blanks,
- * operators, punctuation) is copied as it is. */
+ * the digits), or a control byte; some neighbours of those come along
+ * (! # % & and :), for a test of three ranges. Every other byte (letters,
+ * blanks, most operators and punctuation) is copied as it is. */
 static inline bool is_special(unsigned char ch)
 {
-	return ch < 0x20 || ch == '"' || ch == '$' || ch == '\'' || (unsigned char)(ch - '-') <= '9' - '-' ||
-	       ch == ';' || ch == 0x7f;
+	return (ch <= '\'' && ch != ' ') || (unsigned char)(ch - '-') <= ';' - '-' || ch == 0x7f;
 }
 
 static inline struct bytescan_bits block_specials(const char *at)
 {
 	bytescan_block v = bytescan_load(at);
-	return bytescan_bits((bytescan_block)((v < 0x20) | (v == '"') | (v == '$') | (v == '\'') |
-					      ((bytescan_block)(v - '-') <= '9' - '-') | (v == ';') | (v == 0x7f)));
+	return bytescan_bits((bytescan_block)(((v <= '\'') & (v != ' ')) | ((bytescan_block)(v - '-') <= ';' - '-') |
+					      (v == 0x7f)));
 }
 
 /* The first special byte from i (len if none): 16 bytes at a time (the
