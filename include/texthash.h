@@ -25,14 +25,20 @@ static inline uint64_t texthash(const void *p, size_t n, uint64_t seed)
 {
 	const uint8_t *b = p;
 	uint64_t h = seed ^ ((uint64_t)n * 0x9e3779b97f4a7c15ULL);
-	for (; n >= 8; b += 8, n -= 8) {
-		uint64_t w;
-		memcpy(&w, b, sizeof w);
-		h = texthash_mix(h, w);
-	}
 	uint64_t w = 0;
-	for (size_t i = 0; i < n; i++)
-		w |= (uint64_t)b[i] << (8 * i);
+	if (n >= 8) {
+		const uint8_t *last = b + n - 8;
+		for (; b < last; b += 8) {
+			memcpy(&w, b, sizeof w);
+			h = texthash_mix(h, w);
+		}
+		/* the last 8 bytes, overlapping the word before when n is not a
+		 * multiple of 8 (the length, folded in, tells those apart) */
+		memcpy(&w, last, sizeof w);
+	} else {
+		for (size_t i = 0; i < n; i++)
+			w |= (uint64_t)b[i] << (8 * i);
+	}
 	h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
 	return h ^ (h >> 29);
 }

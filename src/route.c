@@ -868,7 +868,9 @@ void route_pick(struct client *c, const struct proto_frame *f, bool may_hold, un
 		d->retry_on = false;
 		return;
 	}
-	if (may_hold && (hold_begin(c, f, d) || hold_begin_extended(c, f, d)))
+	/* (a BEGIN is held only in a sharded pool: hold_begin) */
+	if (may_hold && (c->pool->cpool->n_shards > 1 || c->held_begin) &&
+	    (hold_begin(c, f, d) || hold_begin_extended(c, f, d)))
 		return;
 	struct srvpool *sp = pick(c, f, declined, d);
 	if (!sp)

@@ -1163,9 +1163,12 @@ static const struct router_verdict *cache_find(struct router_cache *c, uint64_t 
 		if (e->hash != h || e->rules != rh || e->len != klen || memcmp(entry_text(e), key, klen) != 0)
 			continue;
 		memcpy(v, e->data, VERDICT_HEAD);
-		memcpy(v->keys, e->data + VERDICT_HEAD, e->n_keys * sizeof(struct router_key));
-		lru_unlink(c, e);
-		lru_push(c, e);
+		if (e->n_keys)
+			memcpy(v->keys, e->data + VERDICT_HEAD, e->n_keys * sizeof(struct router_key));
+		if (c->newest != e) {   /* (a statement run again and again is the newest already) */
+			lru_unlink(c, e);
+			lru_push(c, e);
+		}
 		c->hits++;
 		return v;
 	}

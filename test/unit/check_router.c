@@ -7,6 +7,7 @@
 
 #include "check_suites.h"
 #include "router.h"
+#include "texthash.h"
 
 static const struct router_table tables[] = {
 	{ .schema = NULL, .table = "users", .column = "id" },
@@ -862,12 +863,36 @@ START_TEST(cache_shapes)
 }
 END_TEST
 
+/* The cache's hash (include/texthash.h) reads every byte at every length,
+ * the overlapping last word included: a change of any one byte changes it,
+ * and so does the length alone. */
+START_TEST(texthash_every_byte)
+{
+	char a[48], b[48];
+	for (size_t n = 0; n <= 40; n++) {
+		for (size_t i = 0; i < n; i++)
+			a[i] = (char)('a' + (i * 7) % 26);
+		memcpy(b, a, n);
+		ck_assert(texthash(a, n, 1) == texthash(b, n, 1));
+		ck_assert(texthash(a, n, 1) != texthash(a, n, 2));
+		if (n > 0)
+			ck_assert_msg(texthash(a, n, 1) != texthash(a, n - 1, 1), "length %zu", n);
+		for (size_t i = 0; i < n; i++) {
+			b[i] ^= 0x01;
+			ck_assert_msg(texthash(a, n, 1) != texthash(b, n, 1), "length %zu, byte %zu", n, i);
+			b[i] = a[i];
+		}
+	}
+}
+END_TEST
+
 Suite *router_suite(void)
 {
 	Suite *s = suite_create("router");
 	TCase *tc = tcase_create("router");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, reads);
+	tcase_add_test(tc, texthash_every_byte);
 	tcase_add_test(tc, writes);
 	tcase_add_test(tc, transactions);
 	tcase_add_test(tc, unparsable);
