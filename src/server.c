@@ -893,8 +893,8 @@ static enum pump_step ready_for_query(struct server *s, struct client_end *c, st
 	bool committed = !s->txn.set_cycle_error && !s->txn.set_last_rollback;
 	if (held)
 		buf_drain(in, 6);
-	else
-		buf_move_to(in, out, 6);
+	else if (buf_add(out, buf_head(in), 6) == 0)   /* (whole, as said: a copy of a known size) */
+		buf_drain(in, 6);
 	if (s->txn.set_pending && s->txn.tx_status == 'I')
 		settings_settle(s, committed);
 	s->txn.set_cycle_error = false;
