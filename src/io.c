@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 static void write_cb(evutil_socket_t fd, short what, void *arg);
-static bool make_dirty(struct io *io);
+static inline bool make_dirty(struct io *io);
 static void ring_sync(struct io *io);
 static void ring_note_receiver(struct io_flusher *f, int fd);
 static void ring_rejoin(struct io *io);
@@ -164,7 +164,7 @@ static bool tls_write_some(struct io *io)
 /* One send of what io->out holds, as far as the socket takes it now: the
  * bytes it took (drained from out), or what send returned (0, or -1 with
  * errno set). out must not be empty. */
-static ssize_t send_out(struct io *io)
+static inline __attribute__((always_inline)) ssize_t send_out(struct io *io)
 {
 	ssize_t n = sock_send(io->fd, buf_head(io->out), buf_len(io->out));
 	if (n > 0) {
@@ -175,7 +175,7 @@ static ssize_t send_out(struct io *io)
 }
 
 /* Returns false when the socket failed (the owner was told). */
-static bool io_write_some(struct io *io)
+static inline __attribute__((always_inline)) bool io_write_some(struct io *io)
 {
 	if (io->on_ring) {
 		(void)make_dirty(io);   /* the end of the callback submits it */
@@ -589,20 +589,27 @@ static void undirty(struct io *io)
 	io->dirty_slot = 0;
 }
 
-/* Onto the dirty array; false: out of memory. */
-static bool make_dirty(struct io *io)
+/* Room for more dirty connections; false: out of memory. */
+static bool dirty_grow(struct io_flusher *f)
+{
+	uint32_t cap = f->cap_dirty ? f->cap_dirty * 2 : 256;
+	struct io **d = cap > f->cap_dirty ? realloc(f->dirty, (size_t)cap * sizeof *d) : NULL;
+	if (!d)
+		return false;
+	f->dirty = d;
+	f->cap_dirty = cap;
+	return true;
+}
+
+/* Onto the dirty array; false: out of memory. (Inline: once or twice a
+ * transaction per connection.) */
+static inline __attribute__((always_inline)) bool make_dirty(struct io *io)
 {
 	struct io_flusher *f = io->flusher;
 	if (io->dirty_slot)
 		return true;
-	if (f->n_dirty == f->cap_dirty) {
-		uint32_t cap = f->cap_dirty ? f->cap_dirty * 2 : 256;
-		struct io **d = cap > f->cap_dirty ? realloc(f->dirty, (size_t)cap * sizeof *d) : NULL;
-		if (!d)
-			return false;
-		f->dirty = d;
-		f->cap_dirty = cap;
-	}
+	if (f->n_dirty == f->cap_dirty && !dirty_grow(f))
+		return false;
 	/* inside a socket callback, its end flushes (callback_done) */
 	if (f->n_dirty == 0 && f->depth == 0)
 		event_active(f->ev, 0, 0);
@@ -975,7 +982,8 @@ void io_flusher_ring_buffers(const struct io_flusher *f, unsigned *count, unsign
 		io_ring_buffers(f->ring, count, size, held);
 }
 
-void io_flush(struct io *io)
+/* (inline in the flusher's loop, where nearly every flush happens) */
+static inline __attribute__((always_inline)) void flush_one(struct io *io)
 {
 	undirty(io);
 	if (io->loopback) {
@@ -992,6 +1000,11 @@ void io_flush(struct io *io)
 		return;
 	if (io_write_some(io) && io->solo && !io->closed)
 		ring_rejoin(io);
+}
+
+void io_flush(struct io *io)
+{
+	flush_one(io);
 }
 
 static void flush_dirty(struct io_flusher *f);
@@ -1022,7 +1035,7 @@ static void flush_dirty(struct io_flusher *f)
 	while (f->n_dirty > 0) {
 		struct io *io = f->dirty[f->n_dirty - 1];
 		size_t before = io_out_len(io);
-		io_flush(io);
+		flush_one(io);
 		/* Here, outside every read callback, no caller holds the buffers. */
 		/* (On the ring with a send in flight: when it has ended,
 		 * ring_sent.) */
