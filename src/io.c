@@ -204,7 +204,17 @@ static inline __attribute__((always_inline)) bool io_write_some(struct io *io)
  * bytes of it, made by moving the unread bytes to the block's head or by a
  * larger block. NULL: out of memory (errno ENOMEM). */
 #define IO_READ_MIN 4096u
-static uint8_t *read_room(struct io *io, size_t *room)
+static uint8_t *read_room_made(struct io *io, size_t *room);
+static inline __attribute__((always_inline)) uint8_t *read_room(struct io *io, size_t *room)
+{
+	/* (nearly every read: a block with room, not one to shrink) */
+	struct buf *b = io->in;
+	if (b && b->cap - b->off - b->len >= IO_READ_MIN && !(b->len == 0 && b->cap > BUF_STREAM))
+		return buf_tail(b, room);
+	return read_room_made(io, room);
+}
+
+static uint8_t *read_room_made(struct io *io, size_t *room)
 {
 	struct buf *b = io_in(io);
 	if (b)
