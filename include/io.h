@@ -237,8 +237,25 @@ static inline bool io_suspended(const struct io *io)
 {
 	return (io->paused & IO_PAUSE_SUSPEND) != 0;
 }
+/* Reading wanted: not paused by the owner, input below read_high. */
+static inline bool io_wants_read(const struct io *io)
+{
+	return !io->closed && !io->connecting && !io->paused && (!io->in || buf_len(io->in) < io->read_high);
+}
+/* The read event is as it should be: armed, and reading still wanted
+ * (after nearly every read). */
+static inline bool io_reading_steady(const struct io *io)
+{
+	return io->read_armed && !io->on_ring && io_wants_read(io);
+}
+/* Arm or disarm reading as io_wants_read says (io.c). */
+void io_arm_read_change(struct io *io);
 /* Re-arm reading after the owner consumed input below read_high. */
-void io_update_reading(struct io *io);
+static inline void io_update_reading(struct io *io)
+{
+	if (!io_reading_steady(io))
+		io_arm_read_change(io);
+}
 /* Reading stops while the input holds read_high bytes from now on (a
  * larger value: room for a message the owner needs whole). */
 void io_set_read_high(struct io *io, size_t read_high);

@@ -60,27 +60,20 @@ static inline void *io_owner(struct io *io)
 	return (char *)io - io->ops->owner_offset;
 }
 
-/* Reading wanted: not paused by the owner, input below read_high. */
-static bool want_read(const struct io *io)
-{
-	return !io->closed && !io->connecting && !io->paused && (!io->in || buf_len(io->in) < io->read_high);
-}
 
-static void arm_read_change(struct io *io);
 static inline __attribute__((always_inline)) void io_arm_read(struct io *io)
 {
-	/* (after nearly every read: armed, and reading still wanted) */
-	if (io->read_armed && !io->on_ring && want_read(io))
+	if (io_reading_steady(io))
 		return;
-	arm_read_change(io);
+	io_arm_read_change(io);
 }
 
-static void arm_read_change(struct io *io)
+void io_arm_read_change(struct io *io)
 {
 	if (io->loopback) {
 		/* No socket to watch: output held back while the input was full
 		 * is handed over at the flush once there is room again. */
-		if (want_read(io) && io->out && buf_len(io->out) > 0)
+		if (io_wants_read(io) && io->out && buf_len(io->out) > 0)
 			(void)make_dirty(io);   /* (out of memory: the next write retries) */
 		return;
 	}
@@ -88,7 +81,7 @@ static void arm_read_change(struct io *io)
 		ring_sync(io);
 		return;
 	}
-	bool want = want_read(io);
+	bool want = io_wants_read(io);
 	if (want && !io->read_armed) {
 		event_add(&io->rev, NULL);
 		io->read_armed = true;
@@ -521,7 +514,7 @@ void io_read_now(struct io *io)
 	if (io->on_ring) {
 		/* Before the receive is armed (at the end of the turn), a read
 		 * of our own cannot race it. */
-		if (io->recv == RECV_OFF && want_read(io)) {
+		if (io->recv == RECV_OFF && io_wants_read(io)) {
 			struct io_flusher *f = io->flusher;
 			f->depth++;
 			read_and_report(io);
@@ -694,7 +687,7 @@ void io_flusher_free(struct io_flusher *f)
  * after). */
 static void loopback_deliver(struct io *io)
 {
-	if (io->closed || !io->out || buf_len(io->out) == 0 || !want_read(io))
+	if (io->closed || !io->out || buf_len(io->out) == 0 || !io_wants_read(io))
 		return;
 	/* Copied, not swapped: a writer may still hold io->out. */
 	struct buf *in = io_in(io);
@@ -710,13 +703,13 @@ static void loopback_deliver(struct io *io)
  * and go to the kernel in one submission for all connections; their
  * completions come back through ring_recv and ring_sent below. */
 
-/* The receive is armed or cancelled at the next flush to match want_read;
+/* The receive is armed or cancelled at the next flush to match io_wants_read;
  * input owed to a resumed owner is delivered from the loop. */
 static void ring_sync(struct io *io)
 {
 	if (io->closed)
 		return;
-	bool want = want_read(io) && !io->ssl;   /* ssl: leaving for epoll */
+	bool want = io_wants_read(io) && !io->ssl;   /* ssl: leaving for epoll */
 	if ((want && io->recv == RECV_OFF) || (!want && io->recv == RECV_ON))
 		(void)make_dirty(io);
 	if (want && io->unread)
@@ -816,7 +809,7 @@ static void ring_rejoin(struct io *io)
 static void ring_flush(struct io *io)
 {
 	struct io_ring *r = io->flusher->ring;
-	bool want = want_read(io) && !io->ssl;
+	bool want = io_wants_read(io) && !io->ssl;
 	if (want && !io->send_in_flight && !io->unread && ring_pair_alone(io->flusher, io->fd)) {
 		if (io->recv == RECV_OFF) {
 			ring_go_solo(io);
@@ -872,7 +865,7 @@ static void ring_flush(struct io *io)
  * stops at read_high). The reap's next entry submits the cancel. */
 static void ring_stop_now(struct io *io)
 {
-	if (io->recv == RECV_ON && !want_read(io) && io_ring_recv_cancel(io->flusher->ring, io->fd))
+	if (io->recv == RECV_ON && !io_wants_read(io) && io_ring_recv_cancel(io->flusher->ring, io->fd))
 		io->recv = RECV_CANCELLING;
 }
 
@@ -1267,10 +1260,6 @@ void io_set_pause(struct io *io, unsigned reason, bool on)
 		io_arm_read(io);
 }
 
-void io_update_reading(struct io *io)
-{
-	io_arm_read(io);
-}
 
 void io_set_read_high(struct io *io, size_t read_high)
 {
