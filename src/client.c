@@ -878,6 +878,10 @@ void client_on_linked(struct client *c)
 {
 	if (c->state != CLIENT_ACTIVE)
 		return;
+	if (c->processing) {   /* (the usual link: from its own request; the pump goes on) */
+		c->reprocess = true;
+		return;
+	}
 	client_process(c);
 }
 

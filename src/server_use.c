@@ -85,7 +85,8 @@ void server_link(struct server *s)
 		server_own_query_sent(s);
 		syncing = true;
 	}
-	free(sql);
+	if (sql)
+		free(sql);
 	if (c->begin) {
 		/* sharding: the BEGIN pgcat answered (route.c), replies absorbed */
 		uint8_t storage[512];
