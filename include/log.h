@@ -10,15 +10,18 @@
 #include <stdbool.h>
 #include "config.h"
 
-/* The logger is the one piece of process-wide state outside struct worker:
- * it must work before the worker exists (config errors) and after it is
- * gone (shutdown), so it lives in log.c. */
+/* The logger is the one piece of process-wide state outside struct worker
+ * (its level, log_level_now, and the rest in log.c): it must work before
+ * the worker exists (config errors) and after it is gone (shutdown). */
 bool log_open(enum log_level level, const char *file, bool use_syslog) __attribute__((warn_unused_result));
 void log_set_level(enum log_level level);
 /* Nothing to stderr (PgBouncer's --quiet): with no log file and no syslog
  * the lines are dropped. */
 void log_quiet_stderr(void);
-enum log_level log_get_level(void);
+/* The logger's level (log.c): part of the logger's state, read here so
+ * that a disabled log point costs a load and a compare, no call. */
+extern enum log_level log_level_now;
+static inline enum log_level log_get_level(void) { return log_level_now; }
 void log_close(void);
 /* Re-open the log file (after logrotate). */
 void log_reopen(void);

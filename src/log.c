@@ -15,8 +15,12 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The level: log.h reads it inline at every log point (a trace point
+ * runs a few times per transaction; a call to learn the level cost more
+ * than the test). Only log_open and log_set_level write it. */
+enum log_level log_level_now = LOG_LEVEL_INFO;
+
 static struct {
-	enum log_level level;
 	FILE *file;          /* NULL: stderr */
 	char path[4096];
 	bool use_syslog;
@@ -29,7 +33,7 @@ static struct {
 	bool atfork_set;
 	time_t ts_sec;
 	char ts[32];
-} logger = { LOG_LEVEL_INFO, NULL, "", false, false, 0, false, -1, "" };
+} logger = { NULL, "", false, false, 0, false, -1, "" };
 
 static void log_child_after_fork(void) { logger.pid = getpid(); }
 
@@ -43,7 +47,7 @@ static const char *const level_names[] = {
 
 bool log_open(enum log_level level, const char *file, bool use_syslog)
 {
-	logger.level = level;
+	log_level_now = level;
 	logger.use_syslog = use_syslog;
 	logger.pid = getpid();
 	if (!logger.atfork_set && pthread_atfork(NULL, NULL, log_child_after_fork) == 0)
@@ -65,9 +69,8 @@ bool log_open(enum log_level level, const char *file, bool use_syslog)
 	return true;
 }
 
-void log_set_level(enum log_level level) { logger.level = level; }
+void log_set_level(enum log_level level) { log_level_now = level; }
 void log_quiet_stderr(void) { logger.no_stderr = true; }
-enum log_level log_get_level(void) { return logger.level; }
 
 void log_close(void)
 {
