@@ -929,13 +929,20 @@ static struct srvpool *pick(struct client *c, const struct proto_frame *f, unsig
 static struct srvpool *pick_in_shard(struct client *c, const struct proto_frame *f, const struct route_rules *rr,
 				     int shard, struct route_decision *d)
 {
-	struct srvpool *all[CONFIG_MAX_SHARD_SERVERS];
-	size_t n = rotation_shard_servers(c->pool, shard, all, CONFIG_MAX_SHARD_SERVERS);
+	const struct config_pool *cp = c->pool->cpool;
+	struct srvpool *in_shard[CONFIG_MAX_SHARD_SERVERS];
+	struct srvpool **all = in_shard;
+	size_t n;
+	if (cp->n_shards <= 1 && shard == 0 && c->pool->n_targets <= CONFIG_MAX_SHARD_SERVERS) {
+		all = c->pool->targets;   /* one shard: every server is in it */
+		n = c->pool->n_targets;
+	} else {
+		n = rotation_shard_servers(c->pool, shard, in_shard, CONFIG_MAX_SHARD_SERVERS);
+	}
 	if (n == 0)
 		return c->pool->targets[0];
 	if (n == 1)
 		return all[0];   /* nothing to choose: no parsing, no ban checks */
-	const struct config_pool *cp = c->pool->cpool;
 	uint64_t now = c->w->now_us;
 	bool writes;
 	enum router_role role = decide_role(c, f, rr, &writes);
