@@ -46,7 +46,7 @@
 #                                    where unpinned runs vary with where the scheduler put them;
 #                                    SC_PIN=one: all of them on CPU 1 (no wake-up crosses CPUs)
 #   SC_PERF=1                        cpu mode: also count sendto, recvfrom, io_uring_enter and
-#                                    epoll_wait per transaction with perf's syscall tracepoints
+#                                    epoll_wait/epoll_pwait per transaction with perf's syscall tracepoints
 #                                    (cheaper than strace, so timing, thus batching, is closer to
 #                                    an untraced run; the counting itself costs a little CPU)
 #   PGBOUNCER125_BIN=/path           default: ../shared/anchors/build-pgbouncer (bench/anchors.sh)
@@ -77,7 +77,8 @@ case "${SC_PIN:-}" in
 one) PIN_PG=(taskset -c 1) PIN_POOLER=(taskset -c 1) ;;
 *) PIN_PG=(taskset -c 0) PIN_POOLER=(taskset -c 1) ;;
 esac
-PERF_CALLS="sendto recvfrom io_uring_enter epoll_wait"
+# (pgcat waits with epoll_pwait, src/epoll_wait.c; PgBouncer's libevent with epoll_wait)
+PERF_CALLS="sendto recvfrom io_uring_enter epoll_wait epoll_pwait"
 
 [ "$(id -u)" = 0 ] || { echo "syscalls.sh: run as root (servers are started as user postgres)" >&2; exit 1; }
 for b in "$PGBIN/postgres" "$PGBIN/initdb" pgbench psql pgbouncer strace setpriv; do
