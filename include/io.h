@@ -57,6 +57,9 @@ struct io_flusher {
 	/* io_uring engine (io_ring.c), NULL: epoll. Plain TCP and Unix
 	 * sockets go through it once connected; TLS and loopbacks do not. */
 	struct io_ring *ring;
+	/* Its eventfd's event, and a zero timer for a collection the ring
+	 * asks to go on next turn (io_ring_take_later); both collect. */
+	struct event *ring_ev, *ring_later;
 	/* When the ring has nothing to batch (one client and its server),
 	 * their sockets leave it (io.c, ring_go_solo) and sends skip it
 	 * meanwhile (ring_send_alone): completions collected since the ring
@@ -150,15 +153,6 @@ bool io_open(struct io *io, struct event_base *base, struct io_flusher *f, evuti
  * when that took the output from above ops->write_low to below. on_event
  * is never called. */
 void io_open_loopback(struct io *io, struct io_flusher *f, size_t read_high, const struct io_ops *ops);
-/* Dead-peer detection on a TCP socket (SPEC §2 tcp_*): SO_KEEPALIVE on or
- * off and, where not 0 (0 = leave the kernel's default), TCP_KEEPIDLE and
- * TCP_KEEPINTVL in seconds, TCP_KEEPCNT, and TCP_USER_TIMEOUT in ms. The
- * first option the kernel refuses is named in why; false then. */
-struct io_tcp_tuning {
-	bool keepalive;
-	int keepidle_s, keepintvl_s, keepcnt, user_timeout_ms;
-};
-bool io_tcp_tune(int fd, const struct io_tcp_tuning *t, char *why, size_t whylen);
 /* Start a non-blocking connect; on_event(IO_CONNECTED) or (IO_ERROR) follows. */
 bool io_connect(struct io *io, struct event_base *base, struct io_flusher *f, const struct sockaddr *sa,
 		socklen_t salen, size_t read_high, const struct io_ops *ops) __attribute__((warn_unused_result));

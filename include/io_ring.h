@@ -1,18 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * io_ring: the io_uring engine under io.c (SPEC §12, doc/io-engine.md).
- * One ring per worker process; libevent stays the loop, and the ring is one
- * more event in it (an eventfd the kernel signals when completions wait).
- * Sockets are known by fd, their owners only as opaque pointers: this room
- * knows nothing of struct io, and reports completions through the handlers
- * io.c gives it. Receives are multishot, into a ring of provided buffers
+ * One ring per worker process; libevent stays the loop, and the ring's
+ * eventfd, which the kernel signals when completions wait, is one more
+ * event in it (io.c's). Sockets are known by fd, their owners only as
+ * opaque pointers: this room knows nothing of struct io and calls nothing
+ * above it; it moves bytes and hands completions up one at a time
+ * (io_ring_next). Receives are multishot, into a ring of provided buffers
  * (an idle socket pins no buffer); sends take the bytes out of the owner's
  * buffer into a record of their own, which outlives the owner if it must.
  */
 #ifndef PGCAT_IO_RING_H
 #define PGCAT_IO_RING_H
 
-#include <event2/event.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -21,22 +21,31 @@ struct buf;
 struct io_ring;
 struct io_ring_send;
 
-struct io_ring_handlers {
-	/* conn's receive: res > 0 bytes at data, 0 end of file, < 0 -errno.
-	 * more: the receive stays armed (false: it ended; arm it again to go
-	 * on reading). data is valid during the call only. */
-	void (*on_recv)(void *conn, int res, const uint8_t *data, bool more);
-	/* conn's send s finished: res bytes sent (what is left stays in s,
-	 * io_ring_send_len) or -errno. */
-	void (*on_send)(void *conn, struct io_ring_send *s, int res);
-	/* Completions wait: the owner calls io_ring_reap, as from a socket
-	 * callback of its own. */
-	void (*on_wake)(void *arg);
-	void *arg;
+/* One completion, for its owner. */
+enum io_ring_event_kind {
+	IO_RING_RECEIVED,   /* conn's receive reported */
+	IO_RING_SENT,       /* conn's send (send) finished */
+};
+struct io_ring_event {
+	enum io_ring_event_kind kind;
+	void *conn;
+	/* RECEIVED: res > 0 bytes at data, 0 end of file, < 0 -errno; more:
+	 * the receive stays armed (false: it ended; arm it again to go on
+	 * reading). data is valid until the next io_ring_next.
+	 * SENT: res bytes sent (what is left stays in send, io_ring_send_len)
+	 * or -errno. */
+	int res;
+	const uint8_t *data;
+	bool more;
+	struct io_ring_send *send;
 };
 
 /* NULL: io_uring cannot be used here; why says so (for the one log line). */
-struct io_ring *io_ring_new(struct event_base *base, const struct io_ring_handlers *h, char *why, size_t whylen);
+struct io_ring *io_ring_new(char *why, size_t whylen);
+/* The eventfd the kernel signals when completions wait: edge-triggered
+ * (the owner watches it with EV_ET and never reads it); when it fires,
+ * the owner collects (io_ring_next). */
+int io_ring_wake_fd(const struct io_ring *r);
 /* Sockets still in flight are closed; their owners are gone by now. */
 void io_ring_free(struct io_ring *r);
 
@@ -64,12 +73,23 @@ void io_ring_send_free(struct io_ring *r, struct io_ring_send *s);
 bool io_ring_send_start(struct io_ring *r, struct io_ring_send *s, struct buf *more) __attribute__((warn_unused_result));
 size_t io_ring_send_len(const struct io_ring_send *s);
 
-/* Hand what is queued to the kernel (one system call for all of it), and
- * collect what completed meanwhile. */
+/* Hand what is queued to the kernel (one system call for all of it); what
+ * completed meanwhile waits for the next collection. */
 void io_ring_submit(struct io_ring *r);
-/* Collect every completion waiting, calling the handlers; returns how many
- * there were. */
-unsigned io_ring_reap(struct io_ring *r);
+/* The next completion of the collection under way (one starts with the
+ * first call): true with ev filled; false when the collection ends. The
+ * owner handles each before asking for the next, and may queue and submit
+ * meanwhile. Bounded: a ring kept busy ends the collection early, and
+ * io_ring_take_later then says so. */
+bool io_ring_next(struct io_ring *r, struct io_ring_event *ev) __attribute__((warn_unused_result));
+/* How many completions the last collection went through. */
+unsigned io_ring_collected(const struct io_ring *r);
+/* Collect again on the loop's next turn, once it has polled its other
+ * events (a collection ended early, or a submit made for room kept the
+ * eventfd quiet); reading it clears it. Not the eventfd's event activated
+ * from its own callback: libevent would run it again in the same pass,
+ * before any other socket, timer or signal. */
+bool io_ring_take_later(struct io_ring *r);
 /* Operations queued and not yet submitted. */
 bool io_ring_pending(const struct io_ring *r);
 /* Nothing queued and no completion waiting (in the queue, or held by the

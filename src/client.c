@@ -11,6 +11,7 @@
  * (w->login, w->normal_session; session.h), never by name.
  */
 #include "client.h"
+#include "tcp_tune.h"
 
 #include <openssl/ssl.h>
 

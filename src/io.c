@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * io: socket reads into an input block (buf.h), writes from an output block,
- * flushed in a batch at
- * the end of the loop turn. Compared with bufferevents this saves arming
- * and disarming the write event for every reply: a reply that fits in the
- * socket buffer (nearly all do) costs one writev and no epoll_ctl.
+ * flushed in a batch at the end of the loop turn. Compared with
+ * bufferevents this saves arming and disarming the write event for every
+ * reply: a reply that fits in the socket buffer (nearly all do) costs one
+ * send and no epoll_ctl.
  */
 #include "io.h"
 
@@ -12,17 +12,13 @@
 #include "io_tls_close.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 static void write_cb(evutil_socket_t fd, short what, void *arg);
@@ -284,10 +280,15 @@ static ssize_t read_into(struct io *io)
  * through the event loop (the flusher's event costs an activation, a
  * dispatch and a removal per loop turn). The owners' callbacks have all
  * returned here, as at the end of the turn. */
+static void ring_later_check(struct io_flusher *f);
 static void callback_done(struct io_flusher *f)
 {
-	if (--f->depth == 0 && (f->n_dirty > 0 || (f->ring && io_ring_pending(f->ring))))
+	if (--f->depth != 0)
+		return;
+	if (f->n_dirty > 0 || (f->ring && io_ring_pending(f->ring)))
 		io_flush_all(f);
+	else if (f->ring)
+		ring_later_check(f);   /* (a submit made for room: io_ring_take_later) */
 }
 
 static void read_and_report(struct io *io);
@@ -653,6 +654,7 @@ bool io_flusher_init(struct io_flusher *f, struct event_base *base)
 	f->discard = NULL;
 	f->depth = 0;
 	f->ring = NULL;
+	f->ring_ev = f->ring_later = NULL;
 	f->ring_turn_work = 0;
 	f->pair_fd[0] = f->pair_fd[1] = -1;
 	f->pair_streak = 0;
@@ -662,10 +664,20 @@ bool io_flusher_init(struct io_flusher *f, struct event_base *base)
 	return f->ev != NULL;
 }
 
+static void ring_events_free(struct io_flusher *f)
+{
+	if (f->ring_ev)
+		event_free(f->ring_ev);
+	if (f->ring_later)
+		event_free(f->ring_later);
+	f->ring_ev = f->ring_later = NULL;
+}
+
 void io_flusher_free(struct io_flusher *f)
 {
 	/* (io_tls_close_drop_all: next is NULL when init never ran, the flusher in a calloc'd worker) */
 	io_tls_close_drop_all(&f->tls_closing);
+	ring_events_free(f);
 	io_ring_free(f->ring);
 	f->ring = NULL;
 	if (f->ev)
@@ -869,7 +881,7 @@ static void ring_stop_now(struct io *io)
 		io->recv = RECV_CANCELLING;
 }
 
-/* io_ring's on_recv: the connection's receive reported. */
+/* The connection's receive reported (io_ring_next). */
 static void ring_recv(void *conn, int res, const uint8_t *data, bool more)
 {
 	struct io *io = conn;
@@ -915,7 +927,7 @@ static void ring_recv(void *conn, int res, const uint8_t *data, bool more)
 	io->ops->on_event(io, IO_ERROR, -res, io_owner(io));
 }
 
-/* io_ring's on_send: the connection's send ended, all or part of it. */
+/* The connection's send ended, all or part of it (io_ring_next). */
 static void ring_sent(void *conn, struct io_ring_send *s, int res)
 {
 	struct io *io = conn;
@@ -956,11 +968,38 @@ static void ring_sent(void *conn, struct io_ring_send *s, int res)
 		io->ops->on_drain(io, io_owner(io));
 }
 
-static void ring_wake(void *arg)
+/* The ring asked to be collected again once the loop has polled its other
+ * events (io_ring_take_later): a zero timer, not the eventfd's event. */
+static void ring_later_check(struct io_flusher *f)
+{
+	static const struct timeval now = { 0, 0 };
+	if (f->ring && io_ring_take_later(f->ring))
+		(void)event_add(f->ring_later, &now);
+}
+
+/* Every completion waiting, each to its connection; how many there were
+ * (the ring's work this turn, for ring_go_solo). */
+static unsigned ring_collect(struct io_flusher *f)
+{
+	struct io_ring_event ev;
+	while (io_ring_next(f->ring, &ev)) {
+		if (ev.kind == IO_RING_RECEIVED)
+			ring_recv(ev.conn, ev.res, ev.data, ev.more);
+		else
+			ring_sent(ev.conn, ev.send, ev.res);
+	}
+	ring_later_check(f);
+	return io_ring_collected(f->ring);
+}
+
+/* The ring's eventfd fired (completions wait), or its zero timer. */
+static void ring_wake_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct io_flusher *f = arg;
+	(void)fd;
+	(void)what;
 	f->depth++;
-	f->ring_turn_work = io_ring_reap(f->ring);
+	f->ring_turn_work = ring_collect(f);
 	callback_done(f);
 }
 
@@ -968,9 +1007,21 @@ bool io_flusher_use_io_uring(struct io_flusher *f, char *why, size_t whylen)
 {
 	if (f->ring)
 		return true;
-	const struct io_ring_handlers h = { ring_recv, ring_sent, ring_wake, f };
-	f->ring = io_ring_new(f->base, &h, why, whylen);
-	return f->ring != NULL;
+	f->ring = io_ring_new(why, whylen);
+	if (!f->ring)
+		return false;
+	/* Edge-triggered: every signal is an edge, so the counter is never
+	 * read (a read would be a system call per wake). */
+	f->ring_ev = event_new(f->base, io_ring_wake_fd(f->ring), EV_READ | EV_PERSIST | EV_ET, ring_wake_cb, f);
+	f->ring_later = evtimer_new(f->base, ring_wake_cb, f);
+	if (!f->ring_ev || !f->ring_later || event_add(f->ring_ev, NULL) < 0) {
+		snprintf(why, whylen, "cannot add the ring's event to the loop");
+		ring_events_free(f);
+		io_ring_free(f->ring);
+		f->ring = NULL;
+		return false;
+	}
+	return true;
 }
 
 const char *io_flusher_engine(const struct io_flusher *f)
@@ -1019,15 +1070,20 @@ void io_flush_all(struct io_flusher *f)
 	 * made more to flush. Bounded: the rest waits for the next turn. */
 	for (int round = 0;; round++) {
 		flush_dirty(f);
-		if (!f->ring || !io_ring_pending(f->ring))
+		if (!f->ring)
 			return;
+		if (!io_ring_pending(f->ring)) {
+			ring_later_check(f);
+			return;
+		}
 		io_ring_submit(f->ring);
 		f->depth++;
-		f->ring_turn_work += io_ring_reap(f->ring);
+		f->ring_turn_work += ring_collect(f);
 		f->depth--;
 		if (round >= 8) {
 			if (f->n_dirty > 0 || io_ring_pending(f->ring))
 				event_active(f->ev, 0, 0);
+			ring_later_check(f);
 			return;
 		}
 	}
@@ -1088,33 +1144,6 @@ void io_open_loopback(struct io *io, struct io_flusher *f, size_t read_high, con
 	io->read_high = read_high > UINT32_MAX ? UINT32_MAX : (uint32_t)read_high;
 	io->ops = ops;
 	io->loopback = true;   /* no event: never armed (io_arm_read is not called) */
-}
-
-bool io_tcp_tune(int fd, const struct io_tcp_tuning *t, char *why, size_t whylen)
-{
-	const struct {
-		int level, name, value;
-		bool only_if_set;
-		const char *what;
-	} opts[] = {
-		{ SOL_SOCKET, SO_KEEPALIVE, t->keepalive ? 1 : 0, false, "SO_KEEPALIVE" },
-		{ IPPROTO_TCP, TCP_KEEPIDLE, t->keepidle_s, true, "TCP_KEEPIDLE" },
-		{ IPPROTO_TCP, TCP_KEEPINTVL, t->keepintvl_s, true, "TCP_KEEPINTVL" },
-		{ IPPROTO_TCP, TCP_KEEPCNT, t->keepcnt, true, "TCP_KEEPCNT" },
-		{ IPPROTO_TCP, TCP_USER_TIMEOUT, t->user_timeout_ms, true, "TCP_USER_TIMEOUT" },
-	};
-	for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
-		if (opts[i].only_if_set && opts[i].value == 0)
-			continue;
-		/* The keepalive timings mean nothing without keepalive. */
-		if (i >= 1 && i <= 3 && !t->keepalive)
-			continue;
-		if (setsockopt(fd, opts[i].level, opts[i].name, &opts[i].value, sizeof opts[i].value) != 0) {
-			snprintf(why, whylen, "cannot set %s to %d: %s", opts[i].what, opts[i].value, strerror(errno));
-			return false;
-		}
-	}
-	return true;
 }
 
 bool io_connect(struct io *io, struct event_base *base, struct io_flusher *f, const struct sockaddr *sa,

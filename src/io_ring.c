@@ -70,10 +70,14 @@ _Static_assert(_Alignof(max_align_t) >= 4, "send records carry the kind in two l
 
 struct io_ring {
 	struct io_uring ring;
-	struct io_ring_handlers h;
-	struct event *ev;          /* the eventfd, edge-triggered: never read */
-	struct event *later;       /* a zero timer: collect again once the loop has polled */
-	int efd;
+	int efd;                   /* the kernel signals it when completions wait (io_ring_wake_fd) */
+	/* The collection under way (io_ring_next): its round, whether the
+	 * last enter for the kernel's flag brought nothing, the completions
+	 * of this round and of the whole collection. */
+	bool collecting;
+	bool fruitless;
+	unsigned round, seen, total;
+	bool later;                /* collect again once the loop has polled (io_ring_take_later) */
 	bool taskrun_flag;         /* IORING_SQ_TASKRUN tells when completions wait to be run */
 	bool test_stale_flag;      /* PGCAT_TEST_STALE_TASKRUN: leave the flag set after each pass */
 	/* fd -> owner (even), or (ops in flight << 1) | 1 for a closed owner's
@@ -96,22 +100,11 @@ static uint64_t recv_data(int fd)
 	return ((uint64_t)(unsigned)fd << 2) | OP_RECV;
 }
 
-static void wake_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct io_ring *r = arg;
-	(void)fd;
-	(void)what;
-	r->h.on_wake(r->h.arg);
-}
-
 /* Collect again on the loop's next turn, after it has polled its other
- * events. Not event_active on the eventfd's event: libevent runs an event
- * activated from its own callback again in the same pass, before any
- * other socket, timer or signal is looked at. */
+ * events: the owner learns it from io_ring_take_later. */
 static void collect_later(struct io_ring *r)
 {
-	static const struct timeval now = { 0, 0 };
-	(void)event_add(r->later, &now);
+	r->later = true;
 }
 
 /* Multishot receives into a buffer ring came with 6.0. */
@@ -125,7 +118,7 @@ static bool kernel_recent(char *why, size_t whylen)
 	return false;
 }
 
-struct io_ring *io_ring_new(struct event_base *base, const struct io_ring_handlers *h, char *why, size_t whylen)
+struct io_ring *io_ring_new(char *why, size_t whylen)
 {
 	/* For tests: a kernel that refuses io_uring (seccomp, kernel.io_uring_disabled). */
 	if (getenv("PGCAT_TEST_DENY_IO_URING")) {
@@ -139,7 +132,6 @@ struct io_ring *io_ring_new(struct event_base *base, const struct io_ring_handle
 		snprintf(why, whylen, "out of memory");
 		return NULL;
 	}
-	r->h = *h;
 	r->efd = -1;
 	list_init(&r->sends);
 	list_init(&r->spare);
@@ -197,23 +189,11 @@ struct io_ring *io_ring_new(struct event_base *base, const struct io_ring_handle
 		snprintf(why, whylen, "eventfd: %s", strerror(r->efd < 0 ? errno : -rc));
 		goto fail_maps;
 	}
-	/* Edge-triggered: every signal is an edge, so the counter is never
-	 * read (a read would be a system call per wake). */
-	r->ev = event_new(base, r->efd, EV_READ | EV_PERSIST | EV_ET, wake_cb, r);
-	r->later = evtimer_new(base, wake_cb, r);
-	if (!r->ev || !r->later || event_add(r->ev, NULL) < 0) {
-		snprintf(why, whylen, "cannot add the ring's event to the loop");
-		goto fail_maps;
-	}
 	/* For tests: the kernel's task-work flag left set with nothing to run
-	 * (io_ring_reap), after every pass. */
+	 * (io_ring_next), after every pass. */
 	r->test_stale_flag = r->taskrun_flag && getenv("PGCAT_TEST_STALE_TASKRUN") != NULL;
 	return r;
 fail_maps:
-	if (r->later)
-		event_free(r->later);
-	if (r->ev)
-		event_free(r->ev);
 	if (r->efd >= 0)
 		close(r->efd);
 	io_uring_queue_exit(&r->ring);
@@ -229,8 +209,6 @@ void io_ring_free(struct io_ring *r)
 {
 	if (!r)
 		return;
-	event_free(r->later);
-	event_free(r->ev);
 	/* What was queued last (a Terminate to a server) goes out; then
 	 * exiting the ring cancels what is in flight, and the send records
 	 * are freed here: no completion is reaped any more (the owners are
@@ -434,7 +412,7 @@ bool io_ring_pending(const struct io_ring *r)
 
 /* Our own io_uring_enter posts completions, and the kernel would signal
  * the eventfd for them: a wake for what this very pass collects. Off while
- * we are in the kernel; what arrives then is seen after (io_ring_reap). */
+ * we are in the kernel; what arrives then is seen after (io_ring_next). */
 static void quiet(struct io_ring *r, bool on)
 {
 	(void)io_uring_cq_eventfd_toggle(&r->ring, !on);
@@ -475,7 +453,9 @@ static void grow(struct io_ring *r)
 		ring_add(r, r->active++);
 }
 
-static void recv_done(struct io_ring *r, const struct io_uring_cqe *cqe)
+/* A receive's completion: true with ev filled for its owner; false when
+ * it has none (its socket closed meanwhile). */
+static bool recv_done(struct io_ring *r, const struct io_uring_cqe *cqe, struct io_ring_event *ev)
 {
 	int fd = (int)(cqe->user_data >> 2);
 	bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
@@ -495,8 +475,8 @@ static void recv_done(struct io_ring *r, const struct io_uring_cqe *cqe)
 	if (cqe->res == -ENOBUFS)
 		grow(r);
 	/* Given back at once: the kernel sees it only when the buffer ring
-	 * advances, at the end of this pass, so data stays valid for the
-	 * handler; SHOW MEM counts it as held no longer. */
+	 * advances, at the end of this round (io_ring_next), after the owner
+	 * has taken the bytes; SHOW MEM counts it as held no longer. */
 	if (has_buf)
 		give_back(r, bid);
 	uintptr_t e = fd >= 0 && (size_t)fd < r->n_fds ? r->fds[fd] : 0;
@@ -504,13 +484,17 @@ static void recv_done(struct io_ring *r, const struct io_uring_cqe *cqe)
 		int res = cqe->res;
 		if (res > 0 && !data)
 			res = -EIO;   /* bytes without a buffer: cannot happen */
-		r->h.on_recv((void *)e, res, data, more);
-	} else if (!more) {
-		zombie_done(r, fd);
+		*ev = (struct io_ring_event){ .kind = IO_RING_RECEIVED, .conn = (void *)e, .res = res, .data = data,
+					      .more = more };
+		return true;
 	}
+	if (!more)
+		zombie_done(r, fd);
+	return false;
 }
 
-static void send_done(struct io_ring *r, const struct io_uring_cqe *cqe)
+/* A send's completion: as recv_done. */
+static bool send_done(struct io_ring *r, const struct io_uring_cqe *cqe, struct io_ring_event *ev)
 {
 	struct io_ring_send *s = (struct io_ring_send *)(uintptr_t)(cqe->user_data & ~(uint64_t)3);
 	s->in_flight = false;
@@ -518,13 +502,14 @@ static void send_done(struct io_ring *r, const struct io_uring_cqe *cqe)
 		int fd = s->fd;
 		io_ring_send_free(r, s);
 		zombie_done(r, fd);
-		return;
+		return false;
 	}
 	if (cqe->res > 0) {
 		buf_drain(s->buf, (size_t)cqe->res);
 		buf_settle(s->buf);
 	}
-	r->h.on_send(s->conn, s, cqe->res);
+	*ev = (struct io_ring_event){ .kind = IO_RING_SENT, .conn = s->conn, .res = cqe->res, .send = s };
+	return true;
 }
 
 /* Completions the kernel holds that only an io_uring_enter of ours brings
@@ -536,7 +521,7 @@ static bool kernel_holds_completions(const struct io_ring *r)
 	return (f & IORING_SQ_CQ_OVERFLOW) || (r->taskrun_flag && (f & IORING_SQ_TASKRUN));
 }
 
-/* The next completion, copied out, the queue advanced past it: a handler
+/* The next completion, copied out, the queue advanced past it: its owner
  * may submit (when the queue is full), which may post more behind it. */
 static bool next_cqe(struct io_ring *r, struct io_uring_cqe *out)
 {
@@ -569,32 +554,53 @@ static void test_leave_flag_set(struct io_ring *r)
 		__atomic_fetch_or(r->ring.sq.kflags, IORING_SQ_TASKRUN, __ATOMIC_RELEASE);
 }
 
-unsigned io_ring_reap(struct io_ring *r)
+/* A round of the collection: the kernel entered first when it holds
+ * completions only an enter of ours brings to the queue. */
+static void round_start(struct io_ring *r)
 {
-	unsigned total = 0;
-	bool fruitless = false;   /* the last enter for the flag brought nothing */
+	if (kernel_holds_completions(r)) {
+		quiet(r, !r->fruitless);
+		/* (with what an owner queued meanwhile: the cancel of a receive
+		 * whose owner wants no more, io.c) */
+		if (io_uring_sq_ready(&r->ring) > 0)
+			(void)io_uring_submit_and_get_events(&r->ring);
+		else
+			(void)io_uring_get_events(&r->ring);
+		quiet(r, false);
+	}
+	r->seen = 0;
+}
+
+static void collection_end(struct io_ring *r, bool busy)
+{
+	r->collecting = false;
+	if (busy)
+		collect_later(r);   /* still busy: the next loop turn goes on */
+	test_leave_flag_set(r);
+}
+
+bool io_ring_next(struct io_ring *r, struct io_ring_event *ev)
+{
+	if (!r->collecting) {
+		r->collecting = true;
+		r->fruitless = false;
+		r->round = 0;
+		r->total = 0;
+		round_start(r);
+	}
 	/* Bounded: a peer that keeps the ring busy yields to the loop. */
-	for (int round = 0; round < 16; round++) {
-		if (kernel_holds_completions(r)) {
-			quiet(r, !fruitless);
-			/* (with what a handler queued meanwhile: the cancel of a
-			 * receive whose owner wants no more, io.c) */
-			if (io_uring_sq_ready(&r->ring) > 0)
-				(void)io_uring_submit_and_get_events(&r->ring);
-			else
-				(void)io_uring_get_events(&r->ring);
-			quiet(r, false);
-		}
-		unsigned seen = 0;
+	for (;;) {
 		struct io_uring_cqe c;
 		while (next_cqe(r, &c)) {
-			seen++;
+			r->seen++;
 			switch (OP_KIND(c.user_data)) {
 			case OP_RECV:
-				recv_done(r, &c);
+				if (recv_done(r, &c, ev))
+					return true;
 				break;
 			case OP_SEND:
-				send_done(r, &c);
+				if (send_done(r, &c, ev))
+					return true;
 				break;
 			case OP_CANCEL:
 				break;
@@ -604,21 +610,39 @@ unsigned io_ring_reap(struct io_ring *r)
 			io_uring_buf_ring_advance(r->br, r->to_return);
 			r->to_return = 0;
 		}
-		total += seen;
-		if (seen == 0) {
-			if (!kernel_holds_completions(r) || fruitless) {
-				test_leave_flag_set(r);
-				return total;
+		r->total += r->seen;
+		if (r->seen == 0) {
+			if (!kernel_holds_completions(r) || r->fruitless) {
+				collection_end(r, false);
+				return false;
 			}
-			fruitless = true;
+			r->fruitless = true;
 		} else {
-			fruitless = false;
+			r->fruitless = false;
 		}
+		if (++r->round >= 16) {
+			collection_end(r, true);
+			return false;
+		}
+		round_start(r);
 	}
-	/* Still busy: the next loop turn goes on. */
-	collect_later(r);
-	test_leave_flag_set(r);
-	return total;
+}
+
+unsigned io_ring_collected(const struct io_ring *r)
+{
+	return r->total;
+}
+
+bool io_ring_take_later(struct io_ring *r)
+{
+	bool later = r->later;
+	r->later = false;
+	return later;
+}
+
+int io_ring_wake_fd(const struct io_ring *r)
+{
+	return r->efd;
 }
 
 void io_ring_buffers(const struct io_ring *r, unsigned *count, unsigned *size, unsigned *held)

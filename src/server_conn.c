@@ -9,6 +9,7 @@
  * and the log_connections line. It calls nothing of server.c's.
  */
 #include "server_internal.h"
+#include "tcp_tune.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
