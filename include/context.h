@@ -98,8 +98,10 @@ struct worker {
 	struct handover *handover;
 	bool handing_over;                /* handover.c: the listeners went to a new process */
 	/* While this worker hands its clients over (handover.c): told of each
-	 * client that becomes idle, before it reads another request. */
-	void (*on_client_idle)(struct client *c);
+	 * client between two requests, before it reads the next one: one that
+	 * becomes idle, and one in session mode whose server has just answered
+	 * (it stays linked). */
+	void (*on_client_between_requests)(struct client *c);
 	/* The console's UPGRADE waits for this worker's handover (admin.c):
 	 * told how it ended, before the worker shuts down. */
 	void (*on_handover_end)(struct worker *w, const char *summary);

@@ -983,6 +983,9 @@ static void end_answered(struct client_end *end)
 		c->wait_answer = false;
 		client_process(c);
 	}
+	/* (a session-mode client stays linked: no state change tells) */
+	if (c->w->on_client_between_requests && c->state == CLIENT_ACTIVE)
+		c->w->on_client_between_requests(c);
 }
 
 static void end_ready_held(struct client_end *end, bool committed)

@@ -88,8 +88,8 @@ void client_set_state(struct client *c, enum client_state st)
 	 * (waiting for a server, or for its pool's parameters) catches up. */
 	if (st >= CLIENT_IDLE && st != CLIENT_CLOSED && io_suspended(&c->io) != w->suspended && !c->is_admin)
 		io_suspend(&c->io, w->suspended);
-	if (st == CLIENT_IDLE && w->on_client_idle)
-		w->on_client_idle(c);
+	if (st == CLIENT_IDLE && w->on_client_between_requests)
+		w->on_client_between_requests(c);
 }
 
 void client_send_pkt(struct client *c, struct pktbuf *pb)

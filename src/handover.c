@@ -253,7 +253,7 @@ static void give_end(struct worker *w, const char *why, bool failed)
 		event_del(h->tick);
 	h->giving = false;
 	w->handing_over = false;
-	w->on_client_idle = NULL;
+	w->on_client_between_requests = NULL;
 	/* The name is the successor's from now on (it binds it at the 'E'). */
 	if (!failed)
 		stop_answering(h);
@@ -521,13 +521,22 @@ static void give_tick(evutil_socket_t fd, short what, void *arg)
 	evtimer_add(h->tick, &tv);
 }
 
-/* A client became idle (client_set_state): stop reading it now if it can
- * move, and move it at the end of this loop turn, before its next request
- * is read. */
-static void client_idle(struct client *c)
+/* A client is between two requests (it became idle, or in session mode
+ * its server has just answered): stop reading it now if it can move, and
+ * move it at the end of this loop turn, before its next request is read.
+ * A session-mode client moves with its server, which must be at a
+ * boundary too: checked here, at the one moment the client is sure not to
+ * be in a request (the ticks alone would catch a busy one rarely). */
+static void client_between_requests(struct client *c)
 {
 	struct handover *h = c->w->handover;
-	if (h && h->giving && h->tick && client_move_check(c, false) != CLIENT_MOVE_NEVER)
+	if (!h || !h->giving || !h->tick)
+		return;
+	struct server *linked = c->end.server;
+	bool server_ok = linked && server_move_at_boundary(linked);
+	if (linked && !server_ok)
+		return;   /* in a transaction: its end is the next chance */
+	if (client_move_check(c, server_ok) != CLIENT_MOVE_NEVER)
 		event_active(h->tick, EV_TIMEOUT, 0);
 }
 
@@ -697,7 +706,7 @@ static void give(struct worker *w, int fd)
 		give_end(w, "out of memory", false);
 		return;
 	}
-	w->on_client_idle = client_idle;
+	w->on_client_between_requests = client_between_requests;
 	give_tick(-1, 0, w);
 }
 
