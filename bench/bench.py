@@ -518,6 +518,19 @@ def cmd_report(a):
             P(f"| {p} | {c} | {f0(g['tps'])} | {f0(ge['tps'])}{' ⚠' if ge['bad'] else ''} | "
               f"{f2(ratio(g['tps'], ge['tps']))} | {f1(g['cpu'])} | {f1(ge['cpu'])} |")
 
+    if any("pgcat-before" in t for t in cells.values()):
+        P("\n### pgcat before (PGCAT_BIN_BEFORE) vs pgcat (medians)\n")
+        P("The same config, the same PostgreSQL, interleaved in one run.\n")
+        P("| protocol | clients | before tps | pgcat tps | pgcat/before tps | CPU µs/txn before | "
+          "CPU µs/txn pgcat | pgcat/before CPU |")
+        P("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for p, c, g, gb in cell_rows("pgcat", "pgcat-before"):
+            if not g or not gb:
+                continue
+            P(f"| {p} | {c} | {f0(gb['tps'])}{' ⚠' if gb['bad'] else ''} | {f0(g['tps'])} | "
+              f"{f2(ratio(g['tps'], gb['tps']))} | {f1(gb['cpu'])} | {f1(g['cpu'])} | "
+              f"{f2(ratio(g['cpu'], gb['cpu']))} |")
+
     if "prepared" in protos:
         P("\n### pgcat: prepared vs extended protocol (medians)\n")
         P("| clients | extended tps | prepared tps | prepared/extended | prepared failures |")

@@ -28,6 +28,9 @@
 #   BENCH_QUICK=1           SECONDS=3 REPEATS=1 CLIENTS="1 100 1000" IDLE=2000
 #   PGCAT_BIN=/path/pgcat   benchmark this binary; default: clone this repo's
 #                           HEAD into the temp dir and build it with -O2 -g
+#   PGCAT_BIN_BEFORE=/path  a second pgcat binary (an earlier commit), target
+#                           pgcat-before with pgcat's config: before and after
+#                           in one interleaved run (its own table)
 #   BENCH_DOORMAN=1         add pg_doorman 3.10.7 as a target (threads, one
 #                           worker thread); its binary is PG_DOORMAN_BIN, or
 #                           built once by ../shared/anchors/build-pg-doorman
@@ -41,7 +44,7 @@
 #   PGBOUNCER125_BIN=/path  this PgBouncer 1.25.2 binary
 #   BENCH_TARGETS="..."    run the pgbench -S cells only on these targets
 #                           (of direct pgbouncer pgbouncer125 pgcat pgcat-epoll
-#                           pgcat-parser pgcat-w2 pg_doorman)
+#                           pgcat-parser pgcat-w2 pg_doorman pgcat-before)
 #   BENCH_OUT=dir           results (results.jsonl, report.md, machine.txt);
 #                           default /tmp/pgcat-bench-<timestamp>
 #   BENCH_KEEP=1            keep the temp dir (logs) after the run
@@ -111,7 +114,7 @@ trap 'exit 130' INT TERM
 AS_PG=(setpriv --reuid=postgres --regid=postgres --init-groups --)
 
 read -r PGPORT PGB_PORT PGB_PLAIN_PORT PGB_MD5_PORT PGCAT_PORT PGCAT_PARSER_PORT PGCAT_MD5_PORT PGCAT_W2_PORT \
-	PGCAT_SECRET_PORT DOORMAN_PORT PGB125_PORT PGCAT_EPOLL_PORT <<<"$($PY "$HERE/bench.py" freeports 12)"
+	PGCAT_SECRET_PORT DOORMAN_PORT PGB125_PORT PGCAT_EPOLL_PORT PGCAT_BEFORE_PORT <<<"$($PY "$HERE/bench.py" freeports 13)"
 
 # ---------------------------------------------------------------- pgcat build
 if [ -z "${PGCAT_BIN:-}" ]; then
@@ -238,7 +241,7 @@ start_pgbouncer pgbouncer-md5 "$PGB_MD5_PORT" md5 userlist-plain.txt
 # server connections as with the parser off: with primary reads on (the
 # default) reads are spread at random over both addresses, and the cell
 # would measure two sets of backends taking turns, not the parser.
-start_pgcat() { # name port parser auth_type [workers] [password] [io_engine]
+start_pgcat() { # name port parser auth_type [workers] [password] [io_engine] [binary]
 	cat >"$TMP/$1.ini" <<EOF
 [general]
 listen_addr = 127.0.0.1
@@ -264,7 +267,7 @@ password = ${6:-bench}
 pool_size = 10
 EOF
 	chown postgres: "$TMP/$1.ini"
-	"${AS_PG[@]}" "$PGCAT_BIN" "$TMP/$1.ini" >"$TMP/$1.log" 2>&1 &
+	"${AS_PG[@]}" "${8:-$PGCAT_BIN}" "$TMP/$1.ini" >"$TMP/$1.log" 2>&1 &
 	PIDS+=("$!")
 	eval "PID_${1//-/_}=$!"
 }
@@ -282,6 +285,15 @@ start_pgcat pgcat-w2 "$PGCAT_W2_PORT" false scram-sha-256 2
 # The same as pgcat with the epoll engine (pgcat itself: auto, io_uring where
 # the kernel allows it; doc/io-engine.md).
 start_pgcat pgcat-epoll "$PGCAT_EPOLL_PORT" false scram-sha-256 1 bench epoll
+# PGCAT_BIN_BEFORE: an earlier pgcat with pgcat's own config, for "before
+# and after" in one run (the same PostgreSQL, the same minutes).
+BEFORE=
+if [ -n "${PGCAT_BIN_BEFORE:-}" ]; then
+	[ -x "$PGCAT_BIN_BEFORE" ] || { echo "run.sh: PGCAT_BIN_BEFORE=$PGCAT_BIN_BEFORE is not an executable" >&2; exit 1; }
+	echo "pgcat-before: $("$PGCAT_BIN_BEFORE" --version 2>&1 | head -1) ($PGCAT_BIN_BEFORE)"
+	start_pgcat pgcat-before "$PGCAT_BEFORE_PORT" false scram-sha-256 1 bench auto "$PGCAT_BIN_BEFORE"
+	BEFORE=" pgcat-before"
+fi
 
 # ---------------------------------------------------------------- pg_doorman
 # Its config and why: pg_doorman_toml in bench/doorman.sh. Log in the temp dir.
@@ -302,6 +314,11 @@ declare -A PID=([direct]="" [pgbouncer]=$PID_pgbouncer [pgbouncer-plain]=$PID_pg
 	[pgcat-md5]=$PID_pgcat_md5 [pgcat-w2]=$PID_pgcat_w2 [pgcat-secret]=$PID_pgcat_secret
 	[pgcat-epoll]=$PID_pgcat_epoll)
 POOLERS="pgbouncer pgbouncer-plain pgbouncer-md5 pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret pgcat-epoll"
+if [ -n "$BEFORE" ]; then
+	PORT[pgcat-before]=$PGCAT_BEFORE_PORT
+	PID[pgcat-before]=$PID_pgcat_before
+	POOLERS="$POOLERS pgcat-before"
+fi
 DM=   # " pg_doorman" when it is a target: appended to each section's list
 if [ "$DOORMAN" = 1 ]; then
 	PORT[pg_doorman]=$DOORMAN_PORT
@@ -355,8 +372,8 @@ pgb_has_prepared() { # PgBouncer >= 1.21 supports prepared statements in transac
 echo "== pgbench -S cells: ${SECS}s x $REPEATS repeats, clients: $CLIENTS, protocols: $PROTOCOLS"
 for c in $CLIENTS; do
 	for p in $PROTOCOLS; do
-		targets="direct pgbouncer$B125 pgcat pgcat-epoll pgcat-parser pgcat-w2$DM"
-		if [ "$p" = prepared ] && ! pgb_has_prepared; then targets="direct$B125 pgcat pgcat-epoll pgcat-parser pgcat-w2$DM"; fi
+		targets="direct pgbouncer$B125 pgcat pgcat-epoll pgcat-parser pgcat-w2$DM$BEFORE"
+		if [ "$p" = prepared ] && ! pgb_has_prepared; then targets="direct$B125 pgcat pgcat-epoll pgcat-parser pgcat-w2$DM$BEFORE"; fi
 		# BENCH_TARGETS: only these of them (e.g. to leave out the parser and w2 rows)
 		if [ -n "${BENCH_TARGETS:-}" ]; then
 			targets=$(for t in $targets; do case " $BENCH_TARGETS " in *" $t "*) echo "$t";; esac; done | tr '\n' ' ')
@@ -378,10 +395,10 @@ for r in $(seq "$REPEATS"); do
 done
 
 # ---------------------------------------------------------------- report
-for t in pgbouncer$B125 pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret pgcat-epoll$DM; do
+for t in pgbouncer$B125 pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret pgcat-epoll$DM$BEFORE; do
 	kill -0 "${PID[$t]}" 2>/dev/null || echo "run.sh: WARNING: $t (pid ${PID[$t]}) died during the run" | tee -a "$OUT/machine.txt" >&2
 done
-for t in pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret pgcat-epoll$DM; do cp "$TMP/$t.log" "$OUT/$t.log"; done
+for t in pgcat pgcat-parser pgcat-md5 pgcat-w2 pgcat-secret pgcat-epoll$DM$BEFORE; do cp "$TMP/$t.log" "$OUT/$t.log"; done
 $PY "$HERE/bench.py" report "$RES" | tee "$OUT/report.md"
 echo
 echo "results: $OUT (machine.txt, results.jsonl, report.md)"
