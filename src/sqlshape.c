@@ -214,12 +214,13 @@ size_t sqlshape_make(const char *sql, size_t len, char *out, size_t cap)
 	if (!sql || !out || !starts_with_dml(&sh))
 		return 0;
 	size_t i = 0;
+	size_t lit_end = 0;   /* where the last number or $n ended: no word before i then */
 	while (i < len) {
 		i = next_special(&sh, i);
 		if (i >= len)
 			break;
 		unsigned char ch = sh.s[i];
-		if (i > 0 && sqllex_is_ident_cont(sh.s[i - 1])) {
+		if (i > 0 && i != lit_end && sqllex_is_ident_cont(sh.s[i - 1])) {
 			/* Within a word (a digit or '$' of a name), or right after
 			 * one: E'..', B'..', X'..', N'..', a string right after a
 			 * type name; prefixed strings have rules of their own. */
@@ -240,6 +241,7 @@ size_t sqlshape_make(const char *sql, size_t len, char *out, size_t cap)
 		if (sqllex_is_digit(ch) || (ch == '.' && sqllex_is_digit(at(&sh, i + 1)))) {
 			if ((i = number(&sh, i)) == 0)
 				return 0;
+			lit_end = i;
 			continue;
 		}
 		switch (ch) {
@@ -264,6 +266,7 @@ size_t sqlshape_make(const char *sql, size_t len, char *out, size_t cap)
 				;
 			if (sqllex_is_ident_cont(at(&sh, i)))
 				return 0;
+			lit_end = i;
 			continue;
 		case ';':
 			/* only the statement's own end: blanks after it, nothing more */

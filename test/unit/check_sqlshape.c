@@ -188,6 +188,11 @@ START_TEST(every_alignment)
 		{ "SELECT 1 %s\x01", "" },
 		{ "SELECT 1 %s; SELECT 2", "" },
 		{ "SELECT 1 FROM y%s1x", "SELECT #i FROM y%s1x" },
+		/* a string right after a number or a parameter is a constant of
+		 * its own; right after a name it is not read (E'..') */
+		{ "SELECT y%s, 3.'abc', .25'v', $1'w'", "SELECT y%s, #f#s, #f#s, $1#s" },
+		{ "SELECT y%s, 12'x'", "SELECT y%s, #i#s" },
+		{ "SELECT y%s, n12'x'", "" },
 	};
 	char pad[48], sql[160], want[160];
 	for (size_t n = 0; n < 40; n++) {
