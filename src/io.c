@@ -56,14 +56,6 @@ static inline void *io_owner(struct io *io)
 	return (char *)io - io->ops->owner_offset;
 }
 
-
-static inline __attribute__((always_inline)) void io_arm_read(struct io *io)
-{
-	if (io_reading_steady(io))
-		return;
-	io_arm_read_change(io);
-}
-
 void io_arm_read_change(struct io *io)
 {
 	if (io->loopback) {
@@ -304,7 +296,7 @@ static void read_ready(struct io *io)
 		if (io->in && buf_len(io->in) > 0)
 			io->ops->on_read(io, io_owner(io));
 		if (!io->closed)
-			io_arm_read(io);
+			io_update_reading(io);
 		return;
 	}
 	if (io->ssl) {
@@ -340,7 +332,7 @@ static void read_and_report(struct io *io)
 		ring_note_receiver(io->flusher, io->fd);
 	io->ops->on_read(io, io_owner(io));
 	if (!io->closed) {
-		io_arm_read(io);
+		io_update_reading(io);
 		/* A record holds more than one read took: no socket event will say so. */
 		if (io->ssl && io->read_armed && SSL_has_pending(io->ssl))
 			event_active(&io->rev, EV_READ, 0);
@@ -414,7 +406,7 @@ static void tls_step(struct io *io)
 	switch (SSL_get_error(io->ssl, rc)) {
 	case SSL_ERROR_WANT_READ:
 		io_arm_write(io, false);
-		io_arm_read(io);
+		io_update_reading(io);
 		return;
 	case SSL_ERROR_WANT_WRITE:
 		io_arm_write(io, true);
@@ -459,7 +451,7 @@ static void ring_leave(struct io *io)
 	/* Watched by epoll from here on, as a connection opened there: the
 	 * handshake may finish without ever waiting (the peer's last flight
 	 * already in), and the bytes after it must still raise an event. */
-	io_arm_read(io);
+	io_update_reading(io);
 	if (io->in && buf_len(io->in) > 0)
 		tls_begin_replay(io);
 	else
@@ -550,7 +542,7 @@ static void write_ready(struct io *io)
 			io->wev = NULL;
 			io->on_ring = true;
 		}
-		io_arm_read(io);
+		io_update_reading(io);
 		io->ops->on_event(io, IO_CONNECTED, 0, io_owner(io));
 		if (!io->closed && io_out_len(io) > 0)
 			(void)io_write_some(io);
@@ -789,7 +781,7 @@ static void ring_go_solo(struct io *io)
 	io->on_ring = false;
 	io->solo = true;
 	io->write_armed = false;
-	io_arm_read(io);
+	io_update_reading(io);
 }
 
 /* A socket off the ring for one exchange goes back once the worker serves
@@ -1132,7 +1124,7 @@ bool io_open(struct io *io, struct event_base *base, struct io_flusher *f, evuti
 	/* On the ring if the worker has one (and the fd table has room). */
 	if (f->ring && io_ring_attach(f->ring, fd, io))
 		io->on_ring = true;
-	io_arm_read(io);
+	io_update_reading(io);
 	return true;
 }
 
@@ -1143,7 +1135,7 @@ void io_open_loopback(struct io *io, struct io_flusher *f, size_t read_high, con
 	io->flusher = f;
 	io->read_high = read_high > UINT32_MAX ? UINT32_MAX : (uint32_t)read_high;
 	io->ops = ops;
-	io->loopback = true;   /* no event: never armed (io_arm_read is not called) */
+	io->loopback = true;   /* no event: never armed (io_update_reading is not called) */
 }
 
 bool io_connect(struct io *io, struct event_base *base, struct io_flusher *f, const struct sockaddr *sa,
@@ -1191,7 +1183,7 @@ void io_close(struct io *io)
 		io->write_armed = false;   /* wev is NULL: nothing to delete */
 		io->fd = -1;
 	}
-	io_arm_read(io);
+	io_update_reading(io);
 	io_arm_write(io, false);
 	if (io->ssl) {
 		/* On success the socket, the SSL and the output belong to a
@@ -1286,12 +1278,12 @@ void io_set_pause(struct io *io, unsigned reason, bool on)
 	unsigned was = io->paused;
 	io->paused = on ? was | reason : was & ~reason;
 	if (!io->paused != !was)
-		io_arm_read(io);
+		io_update_reading(io);
 }
 
 
 void io_set_read_high(struct io *io, size_t read_high)
 {
 	io->read_high = read_high > UINT32_MAX ? UINT32_MAX : (uint32_t)read_high;
-	io_arm_read(io);
+	io_update_reading(io);
 }

@@ -230,14 +230,20 @@ static void undo_segment(struct server *s, uint32_t seg)
 		}
 }
 
+/* Replies pgcat still matches with what it sent (swallows aside). */
+static inline bool replies_pending(const struct prep_server *ps)
+{
+	return (ps->parses.len | ps->sqlpreps.len | ps->closes.len | ps->describes.len | ps->repls.len |
+		ps->owed_parses.len) != 0;
+}
+
 /* Replies of finished segments that never came (skipped by an error). */
 static void finish_segment(struct server *s, uint32_t seg)
 {
 	struct prep_server *ps = s->prep;
 	/* The usual segment: nothing of pgcat's pending in it (a simple
 	 * Query, or statements the server already holds). */
-	if (!(ps->parses.len | ps->sqlpreps.len | ps->closes.len | ps->describes.len | ps->repls.len |
-	      ps->owed_parses.len))
+	if (!replies_pending(ps))
 		return;
 	struct prep_registry *r = prep_reg_of(s);
 	struct prep_pend *p;
@@ -296,9 +302,7 @@ static __attribute__((noinline)) enum prep_verdict match_reply(struct server *s,
  * no DDL ran in its transaction. */
 static inline bool quiet(const struct prep_server *ps)
 {
-	return !(ps->parses.len | ps->sqlpreps.len | ps->closes.len | ps->describes.len | ps->repls.len |
-		 ps->owed_parses.len | ps->swallows.len) &&
-	       !ps->ddl_in_tx;
+	return !replies_pending(ps) && !ps->swallows.len && !ps->ddl_in_tx;
 }
 
 enum prep_verdict prep_server_message(struct server *s, uint8_t type, const uint8_t *msg, uint32_t total,
