@@ -1251,13 +1251,19 @@ bool pool_relay_slot_take(struct srvpool *sp)
 	return true;
 }
 
+/* The counts changed: publish them, and if room opened (a slot given back,
+ * fewer servers to come), clients queued for one may get a new one. */
+static void counts_changed(struct srvpool *sp, bool room_opened)
+{
+	srvpool_publish(sp);
+	if (room_opened && !list_empty(&sp->waiters) && !sp->pool->paused)
+		srvpool_maybe_launch(sp);
+}
+
 void pool_relay_slot_give(struct srvpool *sp)
 {
 	sp->n_relay--;
-	srvpool_publish(sp);
-	/* The slot may be what a queued client waited for. */
-	if (!list_empty(&sp->waiters) && !sp->pool->paused)
-		srvpool_maybe_launch(sp);
+	counts_changed(sp, true);
 }
 
 void pool_promise(struct srvpool *sp, int delta)
@@ -1265,8 +1271,5 @@ void pool_promise(struct srvpool *sp, int delta)
 	sp->n_promised += delta;
 	if (sp->n_promised < 0)
 		sp->n_promised = 0;
-	srvpool_publish(sp);
-	/* Fewer to come: clients waiting for them may need new ones. */
-	if (delta < 0 && !list_empty(&sp->waiters) && !sp->pool->paused)
-		srvpool_maybe_launch(sp);
+	counts_changed(sp, delta < 0);
 }

@@ -295,15 +295,21 @@ const char *server_login_start(struct server *s)
 	return send_startup(s) ? NULL : "startup packet too long";
 }
 
+/* A step that stopped without a whole message: failed if it said why,
+ * otherwise waiting for more bytes. */
+static enum server_login_step failed_or_wait(const struct server_login_failure *fail)
+{
+	return fail->why ? SERVER_LOGIN_FAILED : SERVER_LOGIN_WAIT;
+}
+
 enum server_login_step server_login_read(struct server *s, void (*derived)(void *), struct server_login_failure *fail)
 {
 	struct buf *in = s->io.in;
 	uint8_t buf[SERVER_INSPECT_MAX];
 	fail->why = NULL;
 	fail->refused = false;
-#define FAILED_OR_WAIT (fail->why ? SERVER_LOGIN_FAILED : SERVER_LOGIN_WAIT)
 	if (s->tls_phase == SERVER_TLS_WAIT_ANSWER && !handle_ssl_answer(s, fail))
-		return FAILED_OR_WAIT;
+		return failed_or_wait(fail);
 	if (s->tls_phase == SERVER_TLS_HANDSHAKE)
 		return SERVER_LOGIN_WAIT;
 	for (;;) {
@@ -317,7 +323,7 @@ enum server_login_step server_login_read(struct server *s, void (*derived)(void 
 		if (s->connect_query_sent) {
 			int r = skip_connect_query_reply(in, hdr, fail);
 			if (r < 0)
-				return FAILED_OR_WAIT;
+				return failed_or_wait(fail);
 			if (r > 0)
 				continue;
 		}
@@ -402,6 +408,5 @@ enum server_login_step server_login_read(struct server *s, void (*derived)(void 
 			return SERVER_LOGIN_FAILED;
 		}
 	}
-#undef FAILED_OR_WAIT
 }
 
