@@ -104,6 +104,10 @@ t=$(date +%s)
 SAN_CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
 build_out_of_tree build-asan --enable-werror CFLAGS="$SAN_CFLAGS" LDFLAGS="-fsanitize=address,undefined"
 export PGCAT_BIN="$BUILT_BIN"
+# The same program with another version string: the newer build the upgrade
+# tests take over to (include/version.h; test_reboot.py).
+make -C build-asan pgcat-next >/dev/null
+export PGCAT_BIN_NEXT="$(dirname "$BUILT_BIN")/pgcat-next"
 phase build "$t"
 
 # A sanitizer report makes the process exit non-zero, with a stack.

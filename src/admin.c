@@ -35,6 +35,7 @@
 #include "sqllex.h"
 #include "tls.h"
 #include "twophase_check.h"
+#include "version.h"
 #include "context.h"
 
 #define ADMIN_MAX_QUERY 8192
@@ -662,7 +663,9 @@ static void admin_welcome(struct client *c)
 	pktbuf_init(&pb, storage, sizeof storage);
 	pktbuf_auth_request(&pb, AUTH_REQ_OK, NULL, 0);
 	/* Enough for psql and drivers; the version says what this is. */
-	pktbuf_parameter_status(&pb, "server_version", "15.0 (pgcat " PACKAGE_VERSION ")");
+	char v[64];
+	snprintf(v, sizeof v, "15.0 (pgcat %s)", pgcat_version);
+	pktbuf_parameter_status(&pb, "server_version", v);
 	pktbuf_parameter_status(&pb, "server_encoding", "UTF8");
 	pktbuf_parameter_status(&pb, "client_encoding", "UTF8");
 	pktbuf_parameter_status(&pb, "DateStyle", "ISO, MDY");

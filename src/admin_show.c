@@ -28,6 +28,7 @@
 #include "server.h"
 #include "shm.h"
 #include "stats.h"
+#include "version.h"
 #include "context.h"
 
 static void fmt_time(int64_t t, char *buf, size_t len)
@@ -857,8 +858,10 @@ static void show_version(struct client *c)
 	static const struct admin_column cols[] = { COL_T("version") };
 	struct admin_result r;
 	admin_res_begin(&r, c, COLUMNS(cols));
+	char v[64];
+	snprintf(v, sizeof v, "pgcat %s", pgcat_version);
 	admin_row_begin(&r);
-	admin_row_s(&r, "pgcat " PACKAGE_VERSION);
+	admin_row_s(&r, v);
 	admin_row_end(&r);
 	admin_res_end(&r);
 }

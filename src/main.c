@@ -19,6 +19,7 @@
 #include "config.h"
 #include "log.h"
 #include "supervisor.h"
+#include "version.h"
 
 
 #define EXIT_BAD_CONFIG 1
@@ -44,7 +45,7 @@ static void usage(FILE *out)
 
 static void print_version(void)
 {
-	printf("pgcat %s\n", PACKAGE_VERSION);
+	printf("pgcat %s\n", pgcat_version);
 	printf("libevent %s\n", event_get_version());
 	printf("%s\n", OpenSSL_version(OPENSSL_VERSION));
 	printf("libpg_query (PostgreSQL %d grammar)\n", PG_VERSION_NUM / 10000);
@@ -218,7 +219,7 @@ int main(int argc, char **argv)
 		config_free(cfg);
 		return EXIT_BAD_CONFIG;
 	}
-	log_info("pgcat %s starting", PACKAGE_VERSION);
+	log_info("pgcat %s starting", pgcat_version);
 	/* The binary's path as started (UPGRADE runs what is there then). */
 	char exe[4096];
 	ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);

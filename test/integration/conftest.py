@@ -106,6 +106,17 @@ def pgcat_binary():
     return str(REPO / "pgcat")
 
 
+def pgcat_next_binary():
+    """pgcat with another version string (make pgcat-next, include/version.h):
+    the newer build the upgrade tests take over to. PGCAT_BIN_NEXT, else
+    pgcat-next beside pgcat_binary(); scripts/test.sh builds it."""
+    env = os.environ.get("PGCAT_BIN_NEXT")
+    path = Path(env) if env else Path(pgcat_binary()).parent / "pgcat-next"
+    if not path.exists():
+        pytest.fail("no %s: run 'make pgcat-next' in pgcat's build directory, or set PGCAT_BIN_NEXT" % path)
+    return str(path)
+
+
 def md5_secret(user, password):
     return "md5" + hashlib.md5((password + user).encode()).hexdigest()
 
@@ -237,15 +248,15 @@ def stop_and_check(proc, log, sig=signal.SIGTERM, timeout=30.0, expect_rc=0):
 
 
 @contextlib.contextmanager
-def pgcat_process(args, log, env=None, **kw):
-    """Start pgcat (pgcat_binary() + args) with stdout and stderr to the file
+def pgcat_process(args, log, env=None, binary=None, **kw):
+    """Start pgcat (binary, default pgcat_binary(), + args) with stdout and stderr to the file
     log, in a session of its own; yield the Popen. On leaving, stop_and_check()
     it (SIGTERM unless it has exited already: a test may stop it itself and
     assert on the exit code). When the body failed, pgcat is still stopped
     (by PID, bounded) but the body's error is the one reported."""
     fh = open(log, "ab")
     try:
-        proc = subprocess.Popen([pgcat_binary()] + [str(a) for a in args], stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen([binary or pgcat_binary()] + [str(a) for a in args], stdin=subprocess.DEVNULL,
                                 stdout=fh, stderr=subprocess.STDOUT, env=pgcat_env(env),
                                 start_new_session=True, **kw)
     except BaseException:

@@ -435,9 +435,12 @@ def test_upgrade_under_load_loses_nothing(pgcat, pg, tmp_path, workers):
     clients) and -M extended (session mode, 10 clients) run through pgcat,
     with a session holding BEGIN and a temp table, a client that LISTENs,
     and one whose long query runs across the takeover and is cancelled with
-    its old key; pgcat is taken over (-R) meanwhile. No transaction fails,
-    no client is disconnected, PostgreSQL sees no new login, the old
-    process exits."""
+    its old key; pgcat is taken over (-R) meanwhile by another build
+    (pgcat-next: another version string, which SHOW VERSION tells). No
+    transaction fails, no client is disconnected, PostgreSQL sees no new
+    login, the old process exits."""
+    from conftest import pgcat_next_binary
+    next_bin = pgcat_next_binary()
     import copy
     from conftest import default_pools
     pools = default_pools(pg)
@@ -447,6 +450,8 @@ def test_upgrade_under_load_loses_nothing(pgcat, pg, tmp_path, workers):
     pools["sessdb"] = sess
     a = pgcat(general={"workers": workers, "default_pool_size": 8, "shutdown_timeout": 30000},
               replace_pools=pools)
+    with _admin_conn(a) as adm:
+        old_version = adm.execute("SHOW VERSION").fetchone()[0]
     held = a.connect(dbname="sessdb", autocommit=False)
     held.execute("CREATE TEMP TABLE held (x int)")
     held.execute("INSERT INTO held VALUES (42)")       # BEGIN ... open across the takeover
@@ -458,10 +463,13 @@ def test_upgrade_under_load_loses_nothing(pgcat, pg, tmp_path, workers):
                start_pgbench(a, tmp_path, "sessdb", "extended", 10, 8)]
     time.sleep(2.5)
     pg_offset = pg.log_offset()
-    with pgcat_process(["-R", a.ini], tmp_path / "b.log") as b:
+    with pgcat_process(["-R", a.ini], tmp_path / "b.log", binary=next_bin) as b:
         wait_until(lambda: (tmp_path / "b.log").read_text().count("listening sockets from the old worker") == workers,
                    15)
         time.sleep(1)
+        with _admin_conn(a) as adm:                     # a new connection: the new process answers
+            new_version = adm.execute("SHOW VERSION").fetchone()[0]
+        assert old_version.startswith("pgcat ") and new_version == old_version + "+next", (old_version, new_version)
         sleeper.cancel()                                 # its key, given by the old process
         t.join(15)
         assert isinstance(box.get("error"), psycopg.errors.QueryCanceled), box

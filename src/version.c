@@ -1,0 +1,4 @@
+/* SPDX-License-Identifier: MIT */
+#include "version.h"
+
+const char pgcat_version[] = PACKAGE_VERSION;
