@@ -211,6 +211,8 @@ struct client {
 	bool moved : 1;
 	/* -R: its state did not fit a record: it drains (handover.c). */
 	bool move_refused : 1;
+	/* -R: taken over from the process before (SHOW CLIENTS' upgrade). */
+	bool moved_in : 1;
 };
 
 /* The client of a waiter on a pool's lists; NULL: not a client's (a

@@ -29,6 +29,10 @@ enum client_move_check {
  * server_ok says that server is at a boundary too
  * (server_move_at_boundary). */
 enum client_move_check client_move_check(struct client *c, bool server_ok);
+/* Why c would drain in a takeover instead of moving (a short word: SHOW
+ * CLIENTS), or NULL: it moves at a point where it is between requests. No
+ * side effect. */
+const char *client_move_never_why(const struct client *c);
 /* c's state (READY) appended to pb; false: pb too small. */
 bool client_move_write(struct client *c, struct pktbuf *pb);
 /* The client of socket fd and the state rec of len bytes, in worker w:

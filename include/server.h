@@ -118,6 +118,8 @@ struct server {
 	/* Handed to the process that took over (-R): closed here without a
 	 * Terminate, it goes on there. */
 	bool moved;
+	/* -R: taken over from the process before (SHOW SERVERS' upgrade). */
+	bool moved_in;
 };
 
 /* Open a new connection for this srvpool (state CONNECTING). */

@@ -41,6 +41,13 @@ struct shm_worker {
 	_Atomic int32_t ready;         /* listening */
 	_Atomic int32_t restarts;
 	_Atomic uint64_t admin_applied;  /* last admin command seq this worker has seen */
+	/* -R, the new side (handover.c, /metrics): 1 while this worker takes
+	 * over from the old one; the clients and server connections it took;
+	 * what the old one had left to drain at its end (-1: not told). */
+	_Atomic int32_t taking_over;
+	_Atomic int32_t taken_clients;
+	_Atomic int32_t taken_servers;
+	_Atomic int32_t left_on_old;
 };
 
 struct shm_pool_entry {

@@ -19,6 +19,7 @@
 #include "bans.h"
 #include "cancel.h"
 #include "client.h"
+#include "client_move.h"
 #include "config.h"
 #include "dns.h"
 #include "io.h"
@@ -350,7 +351,7 @@ static void show_databases(struct client *c)
 		COL_T("request_time"), COL_I("wait"), COL_I("wait_us"), COL_I("close_needed"), COL_T("ptr"),     \
 		COL_T("link"), COL_I("remote_pid"), COL_T("tls"), COL_T("application_name"),                     \
 		COL_I("prepared_statements"), COL_I("id"), COL_I("worker"), COL_I("shard"), COL_T("role"),       \
-		COL_I("prepared_hits"), COL_I("prepared_misses")
+		COL_I("prepared_hits"), COL_I("prepared_misses"), COL_T("upgrade")
 
 static const struct admin_column conn_cols[] = { CONN_COLS };
 /* SHOW SOCKETS: the connection's row and its buffers, in PgBouncer's
@@ -379,6 +380,24 @@ static void buffer_cells(struct admin_result *r, const struct io *io, uint32_t r
 	admin_row_i(r, out);
 	admin_row_i(r, in);
 	admin_row_i(r, out);
+}
+
+/* The upgrade column: what a takeover (-R, UPGRADE) does with the
+ * connection. On the old process while it hands over, "moving" (at its next
+ * point between requests) or "draining: why" (it cannot move: it is served
+ * to its end here); then, and in any shutdown, "draining". On the new one,
+ * "moved" for what came from the old. NULL otherwise. */
+static const char *upgrade_cell(const struct worker *w, bool moved_in, const char *never_why, char *buf, size_t len)
+{
+	if (w->handing_over) {
+		if (!never_why)
+			return "moving";
+		snprintf(buf, len, "draining: %s", never_why);
+		return buf;
+	}
+	if (w->shutting_down)
+		return "draining";
+	return moved_in ? "moved" : NULL;
 }
 
 static void client_row(struct admin_result *r, const struct client *c, const char *state, enum conn_view v)
@@ -430,6 +449,8 @@ static void client_row(struct admin_result *r, const struct client *c, const cha
 	admin_row_s(r, c->end.server ? role_name(c->end.server->sp->role) : NULL);
 	admin_row_i(r, 0);
 	admin_row_i(r, 0);
+	char up[48];
+	admin_row_s(r, upgrade_cell(c->w, c->moved_in, client_move_never_why(c), up, sizeof up));
 	if (v != VIEW_CONNS)
 		buffer_cells(r, &c->io, c->fwd_remaining);
 	admin_row_end(r);
@@ -527,6 +548,8 @@ static void server_rows(struct admin_result *r, struct list_node *head, enum con
 		admin_row_s(r, role_name(s->sp->role));
 		admin_row_i(r, s->prep ? (int64_t)s->prep->hits : 0);
 		admin_row_i(r, s->prep ? (int64_t)s->prep->misses : 0);
+		char up[48];
+		admin_row_s(r, upgrade_cell(s->w, s->moved_in, s->io.ssl ? "tls" : NULL, up, sizeof up));
 		if (v != VIEW_CONNS)
 			buffer_cells(r, &s->io, s->fwd_remaining);
 		admin_row_end(r);

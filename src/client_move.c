@@ -60,10 +60,22 @@ enum {
 	CM_LINKED = 64        /* its server follows in the same record (session mode) */
 };
 
+const char *client_move_never_why(const struct client *c)
+{
+	if (c->is_admin || c->console_peer)
+		return "console";
+	if (c->replication != CLIENT_REPLICATION_NONE)
+		return "replication";
+	if (c->io.ssl || (c->end.server && link_server_tls(c->end.server)))
+		return "tls";
+	if (c->move_refused)
+		return "state too large";
+	return NULL;
+}
+
 enum client_move_check client_move_check(struct client *c, bool server_ok)
 {
-	if (c->is_admin || c->replication != CLIENT_REPLICATION_NONE || c->io.ssl || c->console_peer ||
-	    c->move_refused || (c->end.server && link_server_tls(c->end.server)))
+	if (client_move_never_why(c))
 		return CLIENT_MOVE_NEVER;
 	/* A session-mode client moves with its server, between transactions
 	 * (the server's side: server_ok, server_move_at_boundary). */
@@ -213,6 +225,7 @@ struct client *client_move_read(struct worker *w, int fd, const uint8_t *rec, si
 	struct client *c = client_new(w, fd, (flags & CM_UNIX) != 0);
 	if (!c)
 		return NULL;
+	c->moved_in = true;
 	c->peer_family = family;
 	c->port = port;
 	if (family == AF_INET)

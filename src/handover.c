@@ -61,6 +61,9 @@
 #include "shm.h"
 
 #define HANDOVER_TICK_MS 20
+/* Clients that stay (they drain) may keep the servers busy: how long the
+ * handover still waits for those on their way back to idle. */
+#define HANDOVER_SETTLE_US 1000000u
 /* The handshake's and each record's send wait at most this long: a
  * successor that stops reading ends the handover (the rest drains). */
 #define HANDOVER_IO_TIMEOUT_S 5
@@ -80,6 +83,7 @@ struct handover {
 	struct event *tick;        /* old side: clients that can move */
 	uint64_t deadline_us;
 	unsigned moved, refused, servers_moved;
+	uint64_t settling_since_us; /* old side: only servers on their way to idle left since */
 	bool giving;               /* old side: handing over */
 };
 
@@ -507,11 +511,24 @@ static void give_tick(evutil_socket_t fd, short what, void *arg)
 			}
 		}
 	}
-	/* Done when no client that could move is left, nor (when no client
-	 * at all is) a server connection on its way back to idle. */
-	if ((unsigned)w->n_clients <= staying && (w->n_clients > 0 || settling == 0)) {
-		give_end(w, "no client left that can move", false);
-		return;
+	/* Done when no client that could move is left, nor a server
+	 * connection on its way back to idle (one a client that just moved
+	 * had: it follows at a later look). With clients that stay (they
+	 * drain), those may keep servers coming and going: a second of that
+	 * is enough. */
+	if ((unsigned)w->n_clients <= staying) {
+		if (settling == 0) {
+			give_end(w, "no client left that can move", false);
+			return;
+		}
+		if (!h->settling_since_us)
+			h->settling_since_us = w->now_us;
+		if (w->n_clients > 0 && w->now_us - h->settling_since_us >= HANDOVER_SETTLE_US) {
+			give_end(w, "no client left that can move (server connections still busy stay)", false);
+			return;
+		}
+	} else {
+		h->settling_since_us = 0;
 	}
 	if (w->now_us >= h->deadline_us) {
 		give_end(w, "shutdown_timeout reached", false);
@@ -681,6 +698,7 @@ static void give(struct worker *w, int fd)
 	h->peer_pid = handover_peer_pid(fd);
 	h->link_eof_us = 0;
 	h->moved = h->servers_moved = h->refused = 0;
+	h->settling_since_us = 0;
 	h->giving = true;
 	w->handing_over = true;
 	give_bans(w, fd);
@@ -793,9 +811,24 @@ bool handover_listen(struct worker *w)
 
 /* ---- the new side ---- */
 
-static void take_end(struct worker *w, const char *how)
+/* The new side's progress, for /metrics: taking is whether the link to the
+ * old worker is still open, left what it had left to drain (-1: not told). */
+static void publish_taken(struct worker *w, bool taking, int left)
 {
 	struct handover *h = w->handover;
+	if (!w->shm)
+		return;
+	struct shm_worker *sw = &w->shm->h->workers[w->id];
+	atomic_store_explicit(&sw->taken_clients, (int32_t)h->moved, memory_order_relaxed);
+	atomic_store_explicit(&sw->taken_servers, (int32_t)h->servers_moved, memory_order_relaxed);
+	atomic_store_explicit(&sw->left_on_old, left, memory_order_relaxed);
+	atomic_store_explicit(&sw->taking_over, taking ? 1 : 0, memory_order_relaxed);
+}
+
+static void take_end(struct worker *w, const char *how, int left)
+{
+	struct handover *h = w->handover;
+	publish_taken(w, false, left);
 	if (h->deadline)
 		event_free(h->deadline);
 	h->deadline = NULL;
@@ -845,14 +878,16 @@ static void take_cb(evutil_socket_t fd, short what, void *arg)
 		int cfd[2];
 		size_t n = 2;
 		ssize_t r = recv_record((int)fd, rec, sizeof rec, cfd, &n, MSG_DONTWAIT);
-		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			publish_taken(w, true, -1);
 			return;
+		}
 		if (r < 0 && errno == EMSGSIZE) {
 			log_error("handover: a record from the old process too long to read, or with too many sockets");
 			continue;   /* (consumed, its sockets closed) */
 		}
 		if (r <= 0) {
-			take_end(w, r == 0 ? "the old process closed the link" : strerror(errno));
+			take_end(w, r == 0 ? "the old process closed the link" : strerror(errno), -1);
 			return;
 		}
 		if (rec[0] == 'C' && n == 1) {
@@ -887,7 +922,7 @@ static void take_cb(evutil_socket_t fd, short what, void *arg)
 			unsigned left = proto_get_u32(rec + 5);
 			char how[96];
 			snprintf(how, sizeof how, "the old process has %u left to drain", left);
-			take_end(w, how);
+			take_end(w, how, left > INT32_MAX ? INT32_MAX : (int)left);
 			return;
 		}
 		/* (Its sockets are closed above; the records behind it are
@@ -905,7 +940,7 @@ static void take_deadline_cb(evutil_socket_t fd, short what, void *arg)
 	struct worker *w = arg;
 	worker_update_clock(w);
 	if (w->handover && w->handover->link_fd >= 0)
-		take_end(w, "the old process did not end in shutdown_timeout");
+		take_end(w, "the old process did not end in shutdown_timeout", -1);
 }
 
 static int connect_old(const struct worker *w, int id)
@@ -986,6 +1021,7 @@ enum handover_took handover_take(struct worker *w, int *fds, size_t *n)
 	struct timeval tv = { w->cfg->general.shutdown_timeout / 1000 + 10, 0 };
 	if (h->deadline)
 		(void)evtimer_add(h->deadline, &tv);
+	publish_taken(w, true, -1);
 	log_info("handover: took %zu listening sockets from the old worker %d", got, w->id);
 	return HANDOVER_TAKEN;
 }

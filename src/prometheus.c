@@ -8,7 +8,9 @@
 
 #include <event2/buffer.h>
 #include <event2/http.h>
+#include <event2/listener.h>
 #include <inttypes.h>
+#include <netdb.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -51,6 +53,8 @@ struct metric {
 	const char *type;
 	const char *help;
 };
+
+static void upgrade_gauges(struct worker *w, struct evbuffer *out);
 
 static void header(struct evbuffer *out, const struct metric *m)
 {
@@ -236,6 +240,33 @@ void prometheus_render(struct worker *w, struct evbuffer *out)
 	evbuffer_add_printf(out, "pgcat_workers %d\n", workers);
 	header(out, &m_clients);
 	evbuffer_add_printf(out, "pgcat_client_connections %d\n", (int)shm_clients_total(w->shm));
+	upgrade_gauges(w, out);
+}
+
+/* The last takeover (-R, UPGRADE) as this process saw it from the new
+ * side, summed over its workers (shm_worker: handover.c publishes). */
+static void upgrade_gauges(struct worker *w, struct evbuffer *out)
+{
+	static const struct metric m[] = {
+		{ "upgrade_taking_over", "gauge", "Workers still taking connections over from the previous process." },
+		{ "upgrade_clients_taken", "gauge", "Client connections taken over from the previous process." },
+		{ "upgrade_servers_taken", "gauge", "Server connections taken over from the previous process." },
+		{ "upgrade_clients_left_to_drain", "gauge",
+		  "Client connections the previous process kept to drain (it could not hand them over)." },
+	};
+	int64_t v[4] = { 0, 0, 0, 0 };
+	for (uint32_t i = 0; i < w->shm->h->n_workers; i++) {
+		struct shm_worker *sw = &w->shm->h->workers[i];
+		v[0] += atomic_load_explicit(&sw->taking_over, memory_order_relaxed);
+		v[1] += atomic_load_explicit(&sw->taken_clients, memory_order_relaxed);
+		v[2] += atomic_load_explicit(&sw->taken_servers, memory_order_relaxed);
+		int32_t left = atomic_load_explicit(&sw->left_on_old, memory_order_relaxed);
+		v[3] += left > 0 ? left : 0;
+	}
+	for (size_t k = 0; k < 4; k++) {
+		header(out, &m[k]);
+		evbuffer_add_printf(out, "pgcat_%s %" PRId64 "\n", m[k].name, v[k]);
+	}
 }
 
 static void metrics_cb(struct evhttp_request *req, void *arg)
@@ -272,6 +303,36 @@ void prometheus_stop(struct worker *w)
 	w->http_port = 0;
 }
 
+/* /metrics on host:port. Bound with SO_REUSEPORT, as pgcat's own port: a
+ * process taking over (-R) binds it while the old one still listens (which
+ * stops at the start of its handover, worker.c's pause_listening). */
+static bool bind_metrics(struct worker *w, const char *host, int port)
+{
+	char ps[8];
+	snprintf(ps, sizeof ps, "%d", port);
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV,
+				  .ai_family = AF_UNSPEC };
+	struct addrinfo *res = NULL;
+	if (getaddrinfo(host, ps, &hints, &res) != 0)
+		return false;
+	bool bound = false;
+	for (struct addrinfo *ai = res; ai && !bound; ai = ai->ai_next) {
+		struct evconnlistener *l =
+			evconnlistener_new_bind(w->base, NULL, NULL,
+						LEV_OPT_REUSEABLE | LEV_OPT_REUSEABLE_PORT | LEV_OPT_CLOSE_ON_FREE |
+							LEV_OPT_CLOSE_ON_EXEC,
+						128, ai->ai_addr, (int)ai->ai_addrlen);
+		if (!l)
+			continue;
+		if (evhttp_bind_listener(w->http, l))
+			bound = true;   /* (the listener is evhttp's now) */
+		else
+			evconnlistener_free(l);
+	}
+	freeaddrinfo(res);
+	return bound;
+}
+
 bool prometheus_reconfigure(struct worker *w)
 {
 	/* One worker serves /metrics: the figures come from the shared
@@ -291,7 +352,7 @@ bool prometheus_reconfigure(struct worker *w)
 	bool bound = false;
 	for (size_t i = 0; i < g->n_listen_addr; i++) {
 		const char *addr = strcmp(g->listen_addr[i], "*") == 0 ? "0.0.0.0" : g->listen_addr[i];
-		if (evhttp_bind_socket(w->http, addr, (uint16_t)port) == 0)
+		if (bind_metrics(w, addr, port))
 			bound = true;
 		else
 			log_error("cannot listen for /metrics on %s:%d", addr, port);

@@ -79,6 +79,7 @@ struct server *server_adopt(struct srvpool *sp, int fd)
 		free(s);
 		return NULL;
 	}
+	s->moved_in = true;
 	server_set_state(s, SERVER_LOGIN);
 	return s;
 }

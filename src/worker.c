@@ -794,18 +794,25 @@ static void stop_listening(struct worker *w)
 	close_listeners(w, false);
 }
 
+/* A takeover (-R) began: nothing more is accepted here. /metrics stops
+ * too: the new process serves it (both bind its port, SO_REUSEPORT, so a
+ * scrape would otherwise land on either). */
 static void pause_listening(struct worker *w)
 {
 	for (size_t i = 0; i < w->n_listeners; i++)
 		if (w->listeners[i])
 			(void)evconnlistener_disable(w->listeners[i]);
+	prometheus_stop(w);
 }
 
+/* The takeover was undone (the new process went away): serving again. */
 static void resume_listening(struct worker *w)
 {
 	for (size_t i = 0; i < w->n_listeners; i++)
 		if (w->listeners[i])
 			(void)evconnlistener_enable(w->listeners[i]);
+	if (!prometheus_reconfigure(w))
+		log_error("handover undone: /metrics is not served (see above)");
 }
 
 void worker_wait_for_clients(struct worker *w)

@@ -33,18 +33,18 @@ PGBOUNCER_COLUMNS = {
              "pool_mode, load_balance_hosts, prepared_hits, prepared_misses",
     "SERVERS": "type, user, database, replication, state, addr, port, local_addr, local_port, connect_time, "
                "request_time, wait, wait_us, close_needed, ptr, link, remote_pid, tls, application_name, "
-               "prepared_statements, id, worker, shard, role, prepared_hits, prepared_misses",
+               "prepared_statements, id, worker, shard, role, prepared_hits, prepared_misses, upgrade",
     "CLIENTS": "type, user, database, replication, state, addr, port, local_addr, local_port, connect_time, "
                "request_time, wait, wait_us, close_needed, ptr, link, remote_pid, tls, application_name, "
-               "prepared_statements, id, worker, shard, role, prepared_hits, prepared_misses",
+               "prepared_statements, id, worker, shard, role, prepared_hits, prepared_misses, upgrade",
     "SOCKETS": "type, user, database, replication, state, addr, port, local_addr, local_port, connect_time, "
                "request_time, wait, wait_us, close_needed, ptr, link, remote_pid, tls, application_name, "
-               "prepared_statements, id, worker, shard, role, prepared_hits, prepared_misses, recv_pos, pkt_pos, "
-               "pkt_remain, send_pos, send_remain, pkt_avail, send_avail",
+               "prepared_statements, id, worker, shard, role, prepared_hits, prepared_misses, upgrade, recv_pos, "
+               "pkt_pos, pkt_remain, send_pos, send_remain, pkt_avail, send_avail",
     "ACTIVE_SOCKETS": "type, user, database, replication, state, addr, port, local_addr, local_port, connect_time, "
                "request_time, wait, wait_us, close_needed, ptr, link, remote_pid, tls, application_name, "
-               "prepared_statements, id, worker, shard, role, prepared_hits, prepared_misses, recv_pos, pkt_pos, "
-               "pkt_remain, send_pos, send_remain, pkt_avail, send_avail",
+               "prepared_statements, id, worker, shard, role, prepared_hits, prepared_misses, upgrade, recv_pos, "
+               "pkt_pos, pkt_remain, send_pos, send_remain, pkt_avail, send_avail",
     "DATABASES": "name, host, port, database, force_user, pool_size, min_pool_size, reserve_pool_size, "
                  "server_lifetime, pool_mode, load_balance_hosts, max_connections, current_connections, "
                  "max_client_connections, current_client_connections, paused, disabled, shard, role, banned",

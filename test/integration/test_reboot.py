@@ -88,6 +88,59 @@ def test_reboot_moves_clients_with_their_session(pgcat, pg, tmp_path):
         in_tx.close()
 
 
+def _metrics(port):
+    import urllib.request
+    body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read().decode()
+    return {l.split()[0]: float(l.split()[1]) for l in body.splitlines() if l.startswith("pgcat_upgrade_")}
+
+
+def test_show_clients_says_what_moves_and_what_drains(pgcat, tmp_path):
+    """SPEC §9: the log and SHOW CLIENTS say which connections drain. On the
+    old process (its console stays there) during the handover: a client in
+    a transaction 'moving', the console 'draining: console'; on the new
+    process the client that came over 'moved', a new one nothing. The new
+    process's /metrics count what it took and what the old kept."""
+    from conftest import free_port
+    mport = free_port()
+    a = pgcat(general={"shutdown_timeout": 15000, "prometheus_port": mport})
+    assert _metrics(mport) == {"pgcat_upgrade_taking_over": 0, "pgcat_upgrade_clients_taken": 0,
+                               "pgcat_upgrade_servers_taken": 0, "pgcat_upgrade_clients_left_to_drain": 0}
+    mover = a.connect(autocommit=False)
+    mover.execute("SET application_name = 'mover'")   # a transaction is open: it moves at its end
+    old_console = admin(a)
+    _, rows = show(old_console, "CLIENTS")
+    assert [x["upgrade"] for x in rows] == [None] * len(rows), rows
+    with pgcat_process(["-R", a.ini], tmp_path / "b.log") as b:
+        wait_until(lambda: "took 1 listening sockets" in (tmp_path / "b.log").read_text(), 15)
+        wait_until(lambda: re.search(r"moving \d+ clients", a.log()), 10)
+        _, rows = show(old_console, "CLIENTS")
+        by_app = {x["application_name"]: x for x in rows if x["user"] == "app"}
+        assert by_app["mover"]["upgrade"] == "moving", rows
+        console = [x for x in rows if x["database"] in ("pgcat", "pgbouncer")]
+        assert console and all(x["upgrade"] == "draining: console" for x in console), rows
+        _, srows = show(old_console, "SERVERS")
+        assert srows and all(x["upgrade"] == "moving" for x in srows), srows
+        m = _metrics(mport)   # the new process answers: it has taken nothing yet
+        assert m["pgcat_upgrade_taking_over"] == 1 and m["pgcat_upgrade_clients_taken"] == 0, m
+        mover.commit()
+        # the console cannot move: the old one ends with it left to drain
+        wait_until(lambda: "1 left to drain" in a.log(), 10)
+        old_console.close()
+        assert a.proc.wait(20) == 0
+        a.stopped_by_test = True
+        assert b.poll() is None
+        assert mover.execute("SHOW application_name").fetchone()[0] == "mover"
+        with a.connect() as fresh:
+            fresh.execute("SET application_name = 'fresh'")
+            rows = app_clients(a)
+            by_app = {x["application_name"]: x["upgrade"] for x in rows}
+            assert by_app == {"mover": "moved", "fresh": None}, rows
+        wait_until(lambda: _metrics(mport)["pgcat_upgrade_taking_over"] == 0, 10)
+        assert _metrics(mport) == {"pgcat_upgrade_taking_over": 0, "pgcat_upgrade_clients_taken": 1,
+                                   "pgcat_upgrade_servers_taken": 1, "pgcat_upgrade_clients_left_to_drain": 1}
+        mover.close()
+
+
 def test_reboot_two_workers_moves_every_client(pgcat, tmp_path):
     a = pgcat(general={"workers": 2})
     conns = [a.connect() for _ in range(10)]
