@@ -41,7 +41,7 @@ TEXT_COLUMNS = {
     "database", "user", "name", "host", "pool_mode", "load_balance_hosts", "force_user", "role",
     "type", "replication", "state", "addr", "local_addr", "connect_time", "request_time", "ptr", "link",
     "tls", "application_name", "key", "value", "default", "changeable", "list", "version", "hostname",
-    "addrs", "pool", "ban_reason", "reason", "banned_at", "source", "query", "started",
+    "addrs", "pool", "ban_reason", "reason", "banned_at", "source", "query", "started", "upgrade",
 }
 
 APP_NAME = "psql-typed-app"   # non-numeric on purpose: it used to go out as int8
