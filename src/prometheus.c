@@ -54,11 +54,35 @@ struct metric {
 	const char *help;
 };
 
-static void upgrade_gauges(struct worker *w, struct evbuffer *out);
-
 static void header(struct evbuffer *out, const struct metric *m)
 {
 	evbuffer_add_printf(out, "# HELP pgcat_%s %s\n# TYPE pgcat_%s %s\n", m->name, m->help, m->name, m->type);
+}
+
+/* The last takeover (-R, UPGRADE) as this process saw it from the new
+ * side, summed over its workers (shm_worker: handover.c publishes). */
+static void upgrade_gauges(struct worker *w, struct evbuffer *out)
+{
+	static const struct metric m[] = {
+		{ "upgrade_taking_over", "gauge", "Workers still taking connections over from the previous process." },
+		{ "upgrade_clients_taken", "gauge", "Client connections taken over from the previous process." },
+		{ "upgrade_servers_taken", "gauge", "Server connections taken over from the previous process." },
+		{ "upgrade_clients_left_to_drain", "gauge",
+		  "Client connections the previous process kept to drain (it could not hand them over)." },
+	};
+	int64_t v[4] = { 0, 0, 0, 0 };
+	for (uint32_t i = 0; i < w->shm->h->n_workers; i++) {
+		struct shm_worker *sw = &w->shm->h->workers[i];
+		v[0] += atomic_load_explicit(&sw->taking_over, memory_order_relaxed);
+		v[1] += atomic_load_explicit(&sw->taken_clients, memory_order_relaxed);
+		v[2] += atomic_load_explicit(&sw->taken_servers, memory_order_relaxed);
+		int32_t left = atomic_load_explicit(&sw->left_on_old, memory_order_relaxed);
+		v[3] += left > 0 ? left : 0;
+	}
+	for (size_t k = 0; k < 4; k++) {
+		header(out, &m[k]);
+		evbuffer_add_printf(out, "pgcat_%s %" PRId64 "\n", m[k].name, v[k]);
+	}
 }
 
 enum pool_gauge { PG_CL_ACTIVE, PG_CL_WAITING, PG_SV_ACTIVE, PG_SV_IDLE, PG_SV_USED, PG_SV_LOGIN, PG_MAXWAIT,
@@ -241,32 +265,6 @@ void prometheus_render(struct worker *w, struct evbuffer *out)
 	header(out, &m_clients);
 	evbuffer_add_printf(out, "pgcat_client_connections %d\n", (int)shm_clients_total(w->shm));
 	upgrade_gauges(w, out);
-}
-
-/* The last takeover (-R, UPGRADE) as this process saw it from the new
- * side, summed over its workers (shm_worker: handover.c publishes). */
-static void upgrade_gauges(struct worker *w, struct evbuffer *out)
-{
-	static const struct metric m[] = {
-		{ "upgrade_taking_over", "gauge", "Workers still taking connections over from the previous process." },
-		{ "upgrade_clients_taken", "gauge", "Client connections taken over from the previous process." },
-		{ "upgrade_servers_taken", "gauge", "Server connections taken over from the previous process." },
-		{ "upgrade_clients_left_to_drain", "gauge",
-		  "Client connections the previous process kept to drain (it could not hand them over)." },
-	};
-	int64_t v[4] = { 0, 0, 0, 0 };
-	for (uint32_t i = 0; i < w->shm->h->n_workers; i++) {
-		struct shm_worker *sw = &w->shm->h->workers[i];
-		v[0] += atomic_load_explicit(&sw->taking_over, memory_order_relaxed);
-		v[1] += atomic_load_explicit(&sw->taken_clients, memory_order_relaxed);
-		v[2] += atomic_load_explicit(&sw->taken_servers, memory_order_relaxed);
-		int32_t left = atomic_load_explicit(&sw->left_on_old, memory_order_relaxed);
-		v[3] += left > 0 ? left : 0;
-	}
-	for (size_t k = 0; k < 4; k++) {
-		header(out, &m[k]);
-		evbuffer_add_printf(out, "pgcat_%s %" PRId64 "\n", m[k].name, v[k]);
-	}
 }
 
 static void metrics_cb(struct evhttp_request *req, void *arg)
