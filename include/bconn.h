@@ -124,6 +124,13 @@ bool bconn_set_login(struct bconn *b, const char *user, const char *password, co
  * the connect could not start; the down event has run and it is closed. */
 bool bconn_open(struct bconn *b, const struct bconn_profile *profile, const char *host, int port,
 		const struct sockaddr *addr, socklen_t addrlen, const char *database);
+/* Take over fd, a connection logged in and between commands that
+ * another process made (-R, notify_move.c): ready at once, reading
+ * stopped (bconn_pause(b, false) starts it: what the owner needs to know
+ * first, it sets up before). host and database as for bconn_open. false:
+ * out of memory or no room on the worker's ring (fd closed). */
+bool bconn_adopt(struct bconn *b, const struct bconn_profile *profile, int fd, const char *host, int port,
+		 const char *database) __attribute__((warn_unused_result));
 /* Close (if open); terminate: send Terminate first when logged
  * in. The password and keys are wiped; the user stays. */
 void bconn_close(struct bconn *b, bool terminate);

@@ -27,7 +27,9 @@ enum client_move_check {
  * once that has landed. A session-mode client is READY between
  * transactions, linked to its server (c->end.server), which moves with it:
  * server_ok says that server is at a boundary too
- * (server_move_at_boundary). */
+ * (server_move_at_boundary). A client with LISTEN registrations (its
+ * kind_state) is READY by this test alone; it moves with its pool's
+ * other listening clients (notify_move.h), whose test adds theirs. */
 enum client_move_check client_move_check(struct client *c, bool server_ok);
 /* Why c would drain in a takeover instead of moving (a short word: SHOW
  * CLIENTS), or NULL: it moves at a point where it is between requests. No

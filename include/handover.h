@@ -13,10 +13,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "handover_link.h"
+
 struct worker;
 
-/* The most listening sockets one worker passes. */
-#define HANDOVER_MAX_LISTENERS 16
 
 /* Old side: listen for the next process (an abstract Unix name made of
  * the port and the worker's number). false: the name is taken (another

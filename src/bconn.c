@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "context.h"
@@ -146,6 +147,27 @@ bool bconn_open(struct bconn *b, const struct bconn_profile *profile, const char
 		fail(b, why);
 		return false;
 	}
+	return true;
+}
+
+bool bconn_adopt(struct bconn *b, const struct bconn_profile *profile, int fd, const char *host, int port,
+		 const char *database)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	b->profile = profile;
+	b->server_error[0] = '\0';
+	b->host = host;
+	b->port = port;
+	b->database = database;
+	b->unix_socket = getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_UNIX;
+	if (!io_open(&b->io, b->w->base, &b->w->flusher, fd, profile->read_high, &bconn_io_ops)) {
+		close(fd);
+		return false;
+	}
+	/* (Before the loop runs again: nothing is handed to the owner yet.) */
+	io_pause(&b->io, true);
+	set_state(b, BCONN_READY);
 	return true;
 }
 

@@ -4,8 +4,10 @@
  * this one's place (-R), and made again there. Only a client between
  * requests moves: idle, no transaction, nothing half read or half
  * written, no state of its session but its settings (a client with
- * LISTEN, read-your-writes positions, a held BEGIN or tracked
- * setters waits, and drains if it never gets there). What moves: who it
+ * read-your-writes positions, a held BEGIN or tracked setters waits, and
+ * drains if it never gets there; one with LISTEN registrations moves with
+ * the others of its pool and their listening connection, notify_move.c,
+ * whose part follows this one's in its record). What moves: who it
  * is (user, database, the pool's credentials it logged in with), its
  * address, its cancel key, its session's settings and what it logged in
  * with, its prepared statements, its SET SERVER ROLE / SHARD choices, and the bytes it sent that
@@ -57,7 +59,9 @@ enum {
 	CM_SECRET = 8,
 	CM_PROVEN = 16,
 	CM_PASSTHROUGH = 32,
-	CM_LINKED = 64        /* its server follows in the same record (session mode) */
+	/* Its server (session mode) or its LISTEN registrations (notify_move.c)
+	 * follow in the same record: the caller starts its reading. */
+	CM_LINKED = 64
 };
 
 const char *client_move_never_why(const struct client *c)
@@ -84,7 +88,7 @@ enum client_move_check client_move_check(struct client *c, bool server_ok)
 		return CLIENT_MOVE_NOT_NOW;
 	size_t in = c->io.in ? buf_len(c->io.in) : 0;
 	if ((c->state != CLIENT_IDLE && !linked) || c->pending_error || c->tx != CLIENT_TX_NONE || c->batch != CLIENT_BATCH_NONE ||
-	    c->held_begin || c->ryw || c->setters || c->fanout || c->xshard || c->kind_state || (c->retry && buf_len(c->retry)) ||
+	    c->held_begin || c->ryw || c->setters || c->fanout || c->xshard || (c->retry && buf_len(c->retry)) ||
 	    c->reply_held || c->wait_answer || c->fwd_remaining || c->skip_remaining ||
 	    c->sticky_until_us > c->w->now_us || !c->pool || in > CLIENT_MOVE_INPUT_MAX)
 		return CLIENT_MOVE_NOT_NOW;
@@ -116,7 +120,7 @@ bool client_move_write(struct client *c, struct pktbuf *pb)
 	bool passthrough = own && own->have_scram && own->have_passthrough_key;
 	uint8_t flags = (c->is_unix ? CM_UNIX : 0) | (has_key ? CM_KEY : 0) | (c->long_cancel_key ? CM_LONG_KEY : 0) |
 			(secret ? CM_SECRET : 0) | (own && own->proven ? CM_PROVEN : 0) |
-			(passthrough ? CM_PASSTHROUGH : 0) | (c->end.server ? CM_LINKED : 0);
+			(passthrough ? CM_PASSTHROUGH : 0) | (c->end.server || c->kind_state ? CM_LINKED : 0);
 	pktbuf_put_u32(pb, CLIENT_MOVE_VERSION);
 	pktbuf_put_cstring(pb, client_user(c));
 	pktbuf_put_cstring(pb, client_database(c));
@@ -290,7 +294,8 @@ struct client *client_move_read(struct worker *w, int fd, const uint8_t *rec, si
 	}
 	if (in && !io_in_add(&c->io, input, in))
 		return refuse(c, "ran out of memory");
-	/* With its server (CM_LINKED) it reads once linked (handover.c). */
+	/* With its server or its LISTEN state (CM_LINKED) it reads once the
+	 * caller has set those up (handover.c, notify_move.c). */
 	if (!(flags & CM_LINKED)) {
 		io_read_now(&c->io);
 		if (c->state == CLIENT_IDLE && c->io.in && buf_len(c->io.in))

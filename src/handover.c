@@ -21,6 +21,8 @@
  *   'K' old -> new: cancel-key slots in use, kept for the keys that come
  *   'N' old -> new: how many connections of a server set are to come
  *       (server_move.h: the new process's clients wait for them)
+ *   'w', 'W', 'M', 'g' old -> new: the clients of a transaction-mode pool
+ *       that LISTEN, with the listening connections (notify_move.h)
  *   'E' old -> new: u32 clients moved, u32 clients left to drain; the end
  * The handshake (H, L) is synchronous on both sides with a timeout; the
  * clients come on the new worker's loop. The old worker looks for clients
@@ -52,6 +54,7 @@
 #include "context.h"
 #include "link.h"
 #include "log.h"
+#include "notify_move.h"
 #include "pool.h"
 #include "pktbuf.h"
 #include "pool_types.h"
@@ -67,8 +70,6 @@
 /* The handshake's and each record's send wait at most this long: a
  * successor that stops reading ends the handover (the rest drains). */
 #define HANDOVER_IO_TIMEOUT_S 5
-/* A record: a client's state with the input it had not read yet. */
-#define HANDOVER_RECORD_MAX (96u * 1024)
 
 struct handover {
 	int listen_fd;             /* the abstract name, while this worker answers on it */
@@ -102,32 +103,6 @@ static struct handover *state(struct worker *w)
 			w->handover->listen_fd = w->handover->link_fd = w->handover->cancel_fd = -1;
 	}
 	return w->handover;
-}
-
-/* One record with up to HANDOVER_MAX_LISTENERS sockets beside it. */
-static bool send_record(int fd, const void *buf, size_t len, const int *fds, size_t n_fds)
-{
-	struct iovec iov = { (void *)buf, len };
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * HANDOVER_MAX_LISTENERS)];
-		struct cmsghdr align;
-	} ctl;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (n_fds) {
-		memset(&ctl, 0, sizeof ctl);
-		mh.msg_control = ctl.buf;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int) * n_fds);
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
-		memcpy(CMSG_DATA(cm), fds, sizeof(int) * n_fds);
-	}
-	ssize_t r;
-	do
-		r = sendmsg(fd, &mh, MSG_NOSIGNAL);
-	while (r < 0 && errno == EINTR);
-	return r == (ssize_t)len;
 }
 
 /* One record; its sockets in fds (the rest closed). -1: error or
@@ -239,6 +214,7 @@ static void release_held(struct worker *w)
 			sp->n_promised_out = 0;
 		}
 	}
+	notify_move_abandon(w);
 }
 
 /* The handover ends: what did not move drains (a shutdown as for
@@ -266,7 +242,7 @@ static void give_end(struct worker *w, const char *why, bool failed)
 		uint8_t rec[9] = { 'E' };
 		proto_put_u32(rec + 1, h->moved);
 		proto_put_u32(rec + 5, left);
-		(void)send_record(h->link_fd, rec, sizeof rec, NULL, 0);
+		(void)handover_send(h->link_fd, rec, sizeof rec, NULL, 0);
 	}
 	close_link(h);
 	char summary[256];
@@ -348,7 +324,7 @@ static bool promise(struct worker *w, bool first)
 			server_move_promise_write(sp, delta, &pb);
 			if (pb.failed)
 				continue;   /* (names too long to promise: its clients may log in anew) */
-			if (!send_record(h->link_fd, pb.data, pb.len, NULL, 0))
+			if (!handover_send(h->link_fd, pb.data, pb.len, NULL, 0))
 				return false;
 			sp->n_promised_out += delta;
 		}
@@ -400,7 +376,7 @@ static bool give_client(struct worker *w, struct client *c)
 		return true;
 	}
 	int fds[2] = { c->io.fd, s ? s->io.fd : -1 };
-	if (!send_record(h->link_fd, pb.data, pb.len, fds, s ? 2 : 1)) {
+	if (!handover_send(h->link_fd, pb.data, pb.len, fds, s ? 2 : 1)) {
 		log_error("handover: sending a client to the new process failed: %s", strerror(errno));
 		return false;
 	}
@@ -428,7 +404,7 @@ static bool give_server(struct worker *w, struct server *s)
 	if (!server_move_write(s, &pb))
 		return true;   /* (it stays, and closes with this process) */
 	int fd = s->io.fd;
-	if (!send_record(h->link_fd, pb.data, pb.len, &fd, 1)) {
+	if (!handover_send(h->link_fd, pb.data, pb.len, &fd, 1)) {
 		log_error("handover: sending a server connection to the new process failed: %s", strerror(errno));
 		return false;
 	}
@@ -495,12 +471,21 @@ static void give_tick(evutil_socket_t fd, short what, void *arg)
 		give_end(w, "the link to the new process failed", true);
 		return;
 	}
-	unsigned staying = 0;
+	/* The clients that LISTEN in transaction mode go with their pool's
+	 * listening connections, together (notify_move.h). */
+	unsigned staying = 0, grouped_moved = 0;
+	if (!notify_move_give(w, h->link_fd, &grouped_moved, &staying)) {
+		give_end(w, "the link to the new process failed", true);
+		return;
+	}
+	h->moved += grouped_moved;
 	struct list_node *heads[] = { &w->clients_idle, &w->clients_active, &w->clients_login };
 	for (size_t i = 0; i < sizeof heads / sizeof *heads; i++) {
 		struct list_node *pos, *tmp;
 		LIST_FOREACH_SAFE(pos, tmp, heads[i]) {
 			struct client *c = LIST_OWNER(pos, struct client, node);
+			if (notify_move_grouped(c) && !client_move_never_why(c))
+				continue;   /* (above) */
 			struct server *linked = c->end.server;
 			enum client_move_check k = client_move_check(c, linked && server_move_at_boundary(linked));
 			if (k == CLIENT_MOVE_NEVER) {
@@ -601,7 +586,7 @@ static void give_bans(struct worker *w, int fd)
 		pktbuf_put_u8(&pb, (uint8_t)b->source);
 		pktbuf_put_cstring(&pb, b->reason);
 		if (!pb.failed)
-			(void)send_record(fd, pb.data, pb.len, NULL, 0);
+			(void)handover_send(fd, pb.data, pb.len, NULL, 0);
 	}
 	free(all);
 }
@@ -618,7 +603,7 @@ static void give_key_slots(struct worker *w, int fd)
 		proto_put_u32(rec + 1, (uint32_t)n);
 		for (size_t i = 0; i < n; i++)
 			proto_put_u32(rec + 5 + 4 * i, slots[i]);
-		if (!send_record(fd, rec, 5 + 4 * n, NULL, 0))
+		if (!handover_send(fd, rec, 5 + 4 * n, NULL, 0))
 			return;
 	}
 }
@@ -688,7 +673,7 @@ static void give(struct worker *w, int fd)
 	uint8_t rec[9] = { 'L' };
 	proto_put_u32(rec + 1, HANDOVER_VERSION);
 	proto_put_u32(rec + 5, w->shm ? w->shm->h->n_workers : 1);
-	if (!send_record(fd, rec, sizeof rec, fds, n)) {
+	if (!handover_send(fd, rec, sizeof rec, fds, n)) {
 		log_error("handover: the new process did not take the listeners: %s", strerror(errno));
 		close(fd);
 		return;
@@ -703,7 +688,7 @@ static void give(struct worker *w, int fd)
 	w->handing_over = true;
 	give_bans(w, fd);
 	give_key_slots(w, fd);
-	if (!promise(w, true))
+	if (!promise(w, true) || !notify_move_promise(w, fd))
 		log_warning("handover: the new process was not told which server connections follow");
 	/* Accepting stops; the listeners are kept until the end, to take them
 	 * back if the new process goes away (give_link_cb). */
@@ -834,6 +819,7 @@ static void take_end(struct worker *w, const char *how, int left)
 	h->deadline = NULL;
 	close_link(h);
 	server_move_promises_end(w);
+	notify_move_take_end(w);
 	cancel_table_unreserve(&w->cancel);
 	log_info("handover: %u clients and %u server connections taken over (%s)", h->moved, h->servers_moved, how);
 	(void)handover_listen(w);
@@ -898,6 +884,11 @@ static void take_cb(evutil_socket_t fd, short what, void *arg)
 		if (rec[0] == 'S' && n == 1) {
 			if (server_move_read(w, cfd[0], rec + 1, (size_t)r - 1, false))
 				h->servers_moved++;
+			continue;
+		}
+		if (rec[0] == 'w' || rec[0] == 'W' || rec[0] == 'M' || rec[0] == 'g') {
+			if (notify_move_take(w, rec[0], rec + 1, (size_t)r - 1, cfd, n))
+				h->moved++;
 			continue;
 		}
 		if (rec[0] == 'K' && n == 0) {
@@ -968,7 +959,7 @@ static bool say_hello(int fd, char mode)
 	uint8_t hello[6] = { 'H' };
 	proto_put_u32(hello + 1, HANDOVER_VERSION);
 	hello[5] = (uint8_t)mode;
-	return send_record(fd, hello, sizeof hello, NULL, 0);
+	return handover_send(fd, hello, sizeof hello, NULL, 0);
 }
 
 enum handover_took handover_take(struct worker *w, int *fds, size_t *n)

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * handover_link: the names the workers answer on for -R, the peer check,
- * and the one message a new worker sends an old one outside the handover:
- * a CancelRequest for a client still served there.
+ * the sending of a record with its sockets, and the one message a new
+ * worker sends an old one outside the handover: a CancelRequest for a
+ * client still served there.
  */
 #include "handover_link.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -72,4 +74,33 @@ void handover_forward_cancel(struct worker *w, int worker, uint32_t pid, const u
 	    send(fd, rec, 11 + key_len, MSG_NOSIGNAL) == (ssize_t)(11 + key_len))
 		log_debug("handover: a cancel request sent on to the old worker %d", worker);
 	close(fd);
+}
+
+bool handover_send(int fd, const void *buf, size_t len, const int *fds, size_t n_fds)
+{
+	if (n_fds > HANDOVER_MAX_LISTENERS) {
+		errno = EINVAL;
+		return false;
+	}
+	struct iovec iov = { (void *)buf, len };
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * HANDOVER_MAX_LISTENERS)];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (n_fds) {
+		memset(&ctl, 0, sizeof ctl);
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * n_fds);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * n_fds);
+	}
+	ssize_t r;
+	do
+		r = sendmsg(fd, &mh, MSG_NOSIGNAL);
+	while (r < 0 && errno == EINTR);
+	return r == (ssize_t)len;
 }

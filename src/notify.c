@@ -4,6 +4,7 @@
  * delivery of notifications (notify.h, SPEC §11).
  */
 #include "notify.h"
+#include "notify_internal.h"
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -27,7 +28,7 @@
 /* A listening connection lost: tried again after this. */
 #define NOTIFY_RETRY_US (1000u * 1000)
 
-static const struct bconn_profile listener_profile = {
+const struct bconn_profile notify_listener_profile = {
 	.application_name = "pgcat listener",
 	.refused = "login failed: ",
 	/* A notification's payload is under 8000 bytes. */
@@ -35,76 +36,9 @@ static const struct bconn_profile listener_profile = {
 	.read_high = 65536,
 };
 
-/* One per (pool, shard) and worker. */
-struct notify_listener {
-	struct bconn b;
-	struct notify_pool *np;
-	int shard;
-	char *host, *database;        /* owned: a reload may drop the server's config */
-	int port;
-	/* Commands sent (LISTEN, UNLISTEN, the empty query of a barrier) and
-	 * answered (ReadyForQuery), in order: a command is done once
-	 * done_seq reaches its number. */
-	uint64_t sent_seq, done_seq;
-	uint64_t retry_at_us;         /* down: connect again from then */
-	uint64_t oldest_sent_us;      /* when the first command unanswered went */
-	bool failing;                 /* a failure was logged; log the recovery */
-};
-
-struct notify_channel {
-	char name[NOTIFY_CHANNEL_MAX + 1];
-	struct notify_client **clients;
-	uint32_t n_clients, cap_clients;
-	/* Per shard: the number of its LISTEN on that shard's connection
-	 * (0: not sent there since the connection was made). */
-	uint64_t listen_seq[];
-};
-
-/* A pool's listening state on this worker. */
-struct notify_pool {
-	struct list_node node;        /* hub->pools */
-	struct notify_hub *hub;
-	struct pool *pool;
-	int n_shards;
-	struct notify_channel **channels;
-	size_t n_channels, cap_channels;
-	struct list_node clients;     /* struct notify_client: every one of the pool's */
-	struct notify_listener *listeners;   /* n_shards */
-};
-
-struct notify_hub {
-	struct worker *w;
-	struct list_node pools;
-	struct event *timer;
-};
-
-/* What a client deferred to its transaction's commit. */
-struct notify_op {
-	bool listen;
-	bool all;                     /* UNLISTEN * */
-	char channel[NOTIFY_CHANNEL_MAX + 1];
-};
-
-struct notify_client {
-	struct client *c;
-	struct notify_pool *np;
-	struct list_node node;        /* np->clients */
-	struct notify_channel **channels;
-	uint32_t n_channels, cap_channels;
-	struct notify_op *ops;
-	uint32_t n_ops, cap_ops;
-	struct buf *queue;       /* due after the client's transaction */
-	uint64_t *barrier;            /* per shard: the command to wait for; 0 none */
-	char held_status;             /* the ReadyForQuery held; 0: none */
-	bool dropped_logged;
-	struct notify_stmts stmts;
-};
-
 struct notify_stmts *notify_stmts(struct notify_client *nc) { return &nc->stmts; }
 
-static struct notify_hub *hub_get(struct worker *w);
 static void listener_send(struct notify_listener *l, const char *verb, const char *channel, uint64_t *seq);
-static void listener_open(struct notify_listener *l);
 static void check_held(struct notify_pool *np);
 
 /* ---- the client's registrations ---- */
@@ -163,7 +97,7 @@ static struct notify_channel *channel_add(struct notify_pool *np, const char *na
 		struct notify_listener *l = &np->listeners[k];
 		/* (not ready: it LISTENs to every channel once it is) */
 		if (bconn_state(&l->b) == BCONN_CLOSED && now >= l->retry_at_us)
-			listener_open(l);
+			notify_listener_open(l);
 		else
 			listener_send(l, "LISTEN", ch->name, &ch->listen_seq[k]);
 	}
@@ -390,7 +324,7 @@ static void listener_send(struct notify_listener *l, const char *verb, const cha
 		*seq = l->sent_seq;
 }
 
-static void listener_open(struct notify_listener *l)
+void notify_listener_open(struct notify_listener *l)
 {
 	struct notify_pool *np = l->np;
 	struct pool *p = np->pool;
@@ -416,7 +350,7 @@ static void listener_open(struct notify_listener *l)
 	l->port = sp->port;
 	if (!l->host || !l->database)
 		return;
-	(void)auth_open_server_conn(&l->b, &listener_profile, p, sp, l->host, l->database);
+	(void)auth_open_server_conn(&l->b, &notify_listener_profile, p, sp, l->host, l->database);
 }
 
 static void listener_ready(void *arg)
@@ -481,13 +415,14 @@ static void listener_down(void *arg, const char *why)
 
 /* Listener k answers what the client waits for there: ready and past its
  * barrier and its channels' LISTEN. A connection that is down holds
- * nobody (what it would have delivered is lost, and logged). */
+ * nobody (what it would have delivered is lost, and logged); one on its
+ * way from the old process (awaited) holds as one logging in does. */
 static bool shard_settled(const struct notify_client *nc, int k)
 {
 	const struct notify_listener *l = &nc->np->listeners[k];
 	enum bconn_state st = bconn_state(&l->b);
 	if (st == BCONN_CLOSED)
-		return true;
+		return !l->awaited;
 	if (st != BCONN_READY)
 		return false;
 	if (nc->barrier && nc->barrier[k] > l->done_seq)
@@ -560,7 +495,7 @@ void notify_hold_ready(struct notify_client *nc, char status, bool barrier)
 
 /* ---- the hub, its pools and clients ---- */
 
-static void pool_state_free(struct notify_pool *np)
+void notify_pool_free(struct notify_pool *np)
 {
 	while (np->n_channels > 0)
 		channel_drop(np, np->channels[np->n_channels - 1]);
@@ -590,11 +525,15 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &hub->pools) {
 		struct notify_pool *np = LIST_OWNER(pos, struct notify_pool, node);
+		if (list_empty(&np->clients) && !np->taking) {
+			notify_pool_free(np);   /* (its last listening client went) */
+			continue;
+		}
 		for (int k = 0; k < np->n_shards; k++) {
 			struct notify_listener *l = &np->listeners[k];
 			enum bconn_state st = bconn_state(&l->b);
 			if (st == BCONN_CLOSED && np->n_channels > 0 && w->now_us >= l->retry_at_us)
-				listener_open(l);
+				notify_listener_open(l);
 			else if (st != BCONN_CLOSED && st != BCONN_READY && w->now_us - bconn_state_since(&l->b) > limit_us)
 				listener_down(l, "connect or login timed out");
 			else if (st == BCONN_READY && l->sent_seq > l->done_seq &&
@@ -612,7 +551,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-static struct notify_hub *hub_get(struct worker *w)
+struct notify_hub *notify_hub_get(struct worker *w)
 {
 	if (w->notify)
 		return w->notify;
@@ -632,7 +571,7 @@ static struct notify_hub *hub_get(struct worker *w)
 	return hub;
 }
 
-static struct notify_pool *pool_state_get(struct notify_hub *hub, struct pool *p)
+struct notify_pool *notify_pool_get(struct notify_hub *hub, struct pool *p)
 {
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &hub->pools) {
@@ -671,8 +610,8 @@ struct notify_client *notify_client_get(struct client *c)
 	struct notify_client *nc = notify_client_of(c);
 	if (nc)
 		return nc;
-	struct notify_hub *hub = hub_get(c->w);
-	struct notify_pool *np = hub ? pool_state_get(hub, c->pool) : NULL;
+	struct notify_hub *hub = notify_hub_get(c->w);
+	struct notify_pool *np = hub ? notify_pool_get(hub, c->pool) : NULL;
 	if (!np || !(nc = calloc(1, sizeof *nc)))
 		return NULL;
 	nc->c = c;
@@ -687,7 +626,6 @@ void notify_client_free(struct client *c)
 	struct notify_client *nc = notify_client_of(c);
 	if (!nc)
 		return;
-	struct notify_pool *np = nc->np;
 	unregister_all(nc);
 	list_del(&nc->node);
 	c->kind_state = NULL;
@@ -701,9 +639,10 @@ void notify_client_free(struct client *c)
 	free(nc->ops);
 	free(nc->barrier);
 	free(nc);
-	/* The last listening client of the pool: its connections go. */
-	if (list_empty(&np->clients))
-		pool_state_free(np);
+	/* The last listening client of the pool: its connections go at the
+	 * hub's next tick (timer_cb), not here: this may run inside one of
+	 * their own events (a held ReadyForQuery released, the client's next
+	 * request a Terminate), whose bconn must outlive it. */
 }
 
 void notify_hub_free(struct worker *w)
@@ -712,7 +651,7 @@ void notify_hub_free(struct worker *w)
 	if (!hub)
 		return;
 	while (!list_empty(&hub->pools))
-		pool_state_free(LIST_OWNER(hub->pools.next, struct notify_pool, node));
+		notify_pool_free(LIST_OWNER(hub->pools.next, struct notify_pool, node));
 	event_free(hub->timer);
 	free(hub);
 	w->notify = NULL;

@@ -425,3 +425,28 @@ def test_listeners_and_notifiers_on_two_workers(pgcat, pg):
         for c in listeners + notifiers:
             c.close()
     wait_until(lambda: not listener_backends(pg), timeout=10, msg="listening connections left open")
+
+
+def test_listen_then_terminate_in_one_packet(pgcat):
+    """A client's first LISTEN and its Terminate in one packet: the
+    ReadyForQuery waits for the pool's new listening connection, whose
+    answer releases it and lets the Terminate be read, inside that
+    connection's own event; the pool's listening state, left without a
+    client, must outlive the event (it goes at the hub's next tick). pgcat
+    goes on serving listeners."""
+    import pgwire
+    pgc = pgcat()
+    for i in range(3):
+        r = pgc.raw_login()
+        try:
+            r.send(pgwire.query("LISTEN gone_%d" % i) + pgwire.terminate())
+            time.sleep(0.4)            # past the hub's tick: the state is gone, made anew next time
+        finally:
+            r.close()
+    with pgc.connect() as a:
+        a.execute("LISTEN stays")
+        with pgc.connect() as b:
+            b.execute("NOTIFY stays, 'x'")
+        got = notifies(a, timeout=5, stop_after=1)
+        assert [n.payload for n in got] == ["x"]
+    assert pgc.alive()

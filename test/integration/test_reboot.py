@@ -286,6 +286,98 @@ def test_reboot_session_mode_moves_each_client_with_its_server(pgcat, pg, tmp_pa
         c.close()
 
 
+def _payloads(conn, until, times=1, timeout=15):
+    """The notifications conn receives, (channel, payload), until times of
+    them had the payload until."""
+    got = []
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for n in conn.notifies(timeout=max(0.1, deadline - time.time()), stop_after=1):
+            got.append((n.channel, n.payload))
+        if sum(1 for _, p in got if p == until) >= times:
+            return got
+    raise AssertionError("no %r among %r" % (until, got[-5:]))
+
+
+@pytest.mark.parametrize("engine", [None, "epoll"])
+def test_reboot_moves_transaction_mode_listeners_with_their_connection(pgcat, pg, tmp_path, engine):
+    """Transaction mode: clients that LISTEN (pgcat listens for them on a
+    connection of its own, SPEC §11) move together with that connection,
+    once every one of them is between transactions; a notification sent at
+    any moment of the takeover reaches each of them once, in order, and
+    PostgreSQL sees no new login. A LISTEN prepared by name before the
+    takeover is executed by that name after it."""
+    general = {"shutdown_timeout": 15000}
+    if engine:
+        general["io_engine"] = engine
+    a = pgcat(general=general)
+    one = a.connect()
+    one.execute("LISTEN tx_a")
+    one.execute("LISTEN tx_b")
+    two = a.connect()
+    two.execute("LISTEN tx_a", prepare=True)
+    two.execute("LISTEN tx_a", prepare=True)          # now by its name
+    busy = a.connect(autocommit=False)
+    busy.execute("LISTEN tx_b")
+    busy.commit()
+    busy.execute("SELECT 1")                          # a transaction open across the start
+    sent = []
+    stop = []
+
+    def notifier():
+        with pg.connect(autocommit=True) as direct:
+            i = 0
+            while not stop:
+                direct.execute("SELECT pg_notify('tx_a', %s), pg_notify('tx_b', %s)", (str(i), str(i)))
+                sent.append(i)
+                i += 1
+                time.sleep(0.005)
+
+    import threading
+    th = threading.Thread(target=notifier, daemon=True)
+    th.start()
+    time.sleep(0.3)
+    pg_offset = pg.log_offset()
+    with pgcat_process(["-R", a.ini], tmp_path / "b.log") as b:
+        wait_until(lambda: "took 1 listening sockets" in (tmp_path / "b.log").read_text(), 15)
+        time.sleep(1)
+        # the group waits for its member in a transaction: the old process
+        # still serves (and delivers) meanwhile
+        assert a.alive(), "the old pgcat left while a listening client was in a transaction"
+        assert "listening clients moved" not in a.log()
+        busy.commit()
+        assert a.proc.wait(20) == 0
+        a.stopped_by_test = True
+        time.sleep(0.3)
+        stop.append(True)
+        th.join(10)
+        with pg.connect(autocommit=True) as direct:
+            direct.execute("NOTIFY tx_a, 'end'")
+            direct.execute("NOTIFY tx_b, 'end'")
+        n = len(sent)
+        assert n > 100, n
+        want = [str(i) for i in range(n)] + ["end"]
+        got_one = _payloads(one, "end", times=2)
+        assert [p for c, p in got_one if c == "tx_a"] == want
+        assert [p for c, p in got_one if c == "tx_b"] == want
+        assert [p for c, p in _payloads(two, "end")] == want
+        assert [p for c, p in _payloads(busy, "end")] == want
+        two.execute("LISTEN tx_a", prepare=True)      # its statement came along
+        two.execute("UNLISTEN *")
+        with pg.connect(autocommit=True) as direct:
+            direct.execute("NOTIFY tx_a, 'after'")
+            direct.execute("NOTIFY tx_b, 'after'")
+        assert _payloads(busy, "after") == [("tx_b", "after")]
+        assert next(two.notifies(timeout=0.5), None) is None
+        assert "connection authorized: user=app" not in pg.log_since(pg_offset, 10000)
+        assert re.search(r"pool appdb: 3 listening clients moved to the new process with their listening "
+                         r"connections", a.log()), a.log()[-2000:]
+        assert re.search(r"handover: 3 clients moved to the new process", a.log()), a.log()[-2000:]
+        assert b.poll() is None
+    for c in (one, two, busy):
+        c.close()
+
+
 @pytest.mark.parametrize("workers,engine", [(1, None), (2, None), (1, "epoll")])
 def test_reboot_session_mode_under_pgbench(pgcat, pg, tmp_path, workers, engine):
     general = {"workers": workers, "pool_mode": "session", "default_pool_size": 20}
@@ -334,7 +426,8 @@ def test_reboot_survives_bad_records_from_the_old_side(pgcat, tmp_path):
     """What -R reads from the old process is checked like any input: a
     process of pgcat's user that answers on the handover name with
     malformed records (truncated, unknown, with stray sockets) gets them
-    refused and logged; the new pgcat binds its own listeners and serves."""
+    refused and logged; the new pgcat binds its own listeners and serves,
+    LISTEN included."""
     import array
     import struct
     a = pgcat(start=False)
@@ -356,10 +449,38 @@ def test_reboot_survives_bad_records_from_the_old_side(pgcat, tmp_path):
             conn.sendmsg([rec], fds)
         conn.send(b"N" + b"\x01\x02")
         conn.sendmsg([b"P" + struct.pack("!I", 10 ** 6) + b"x"], fds)   # a length past the record
+        # a transaction-mode pool's listening connection and clients
+        # (notify_move.h): truncated, for no pool, without their socket,
+        # and one for the real pool whose "server" speaks garbage
+        listen_a, listen_b = socket.socketpair()
+        real = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [listen_a.fileno()]))]
+        conn.send(b"w" + b"appdb\x00app\x00")
+        for rec in (b"W", b"W" + b"appdb\x00app\x00" + struct.pack("!I", 0),
+                    b"W" + b"nodb\x00nouser\x00" + struct.pack("!I", 0) + b"h\x00" + struct.pack("!I", 5432)
+                    + b"d\x00" + struct.pack("!I", 0),
+                    b"M" + struct.pack("!I", 10 ** 6), b"M"):
+            conn.sendmsg([rec], fds)
+        conn.send(b"W" + b"appdb\x00app\x00" + struct.pack("!I", 0))      # no socket beside it
+        conn.sendmsg([b"W" + b"appdb\x00app\x00" + struct.pack("!I", 0) + b"127.0.0.1\x00"
+                      + struct.pack("!I", 5432) + b"appdb\x00" + struct.pack("!I", 6) + b"\xff" * 6], real)
+        conn.send(b"g" + b"appdb\x00app\x00")
+        conn.send(b"g")
         wait_until(lambda: port_open(a.host, a.port), 15)
         with a.connect() as c:
             assert c.execute("SELECT 1").fetchone()[0] == 1
         log = (tmp_path / "b.log").read_text()
+        assert "a listening connection's record this version cannot read" in log
+        assert "a listening client's record this version cannot read" in log
+        assert "a record 'W' with 0 sockets" in log
+        wait_until(lambda: "sent an invalid or too long message" in (tmp_path / "b.log").read_text(), 10)
+        time.sleep(1.2)                               # (its retry is a second away)
+        with a.connect() as c, a.connect() as d:      # and LISTEN is served
+            c.execute("LISTEN after_garbage")
+            d.execute("NOTIFY after_garbage, 'ok'")
+            got = next(c.notifies(timeout=10), None)
+            assert got is not None and got.payload == "ok"
+        listen_a.close()
+        listen_b.close()
         assert "a client record this version cannot read" in log
         assert "a server record this version cannot read" in log
         assert "a malformed promise" in log
@@ -486,7 +607,8 @@ def test_reboot_keeps_the_bans(pgcat, tmp_path):
 def test_upgrade_under_load_loses_nothing(pgcat, pg, tmp_path, workers):
     """Issue 43's scenario: pgbench -M prepared (transaction mode, 20
     clients) and -M extended (session mode, 10 clients) run through pgcat,
-    with a session holding BEGIN and a temp table, a client that LISTENs,
+    with a session holding BEGIN and a temp table, clients that LISTEN (in
+    session mode, and in transaction mode, where pgcat listens for it),
     and one whose long query runs across the takeover and is cancelled with
     its old key; pgcat is taken over (-R) meanwhile by another build
     (pgcat-next: another version string, which SHOW VERSION tells). No
@@ -510,6 +632,8 @@ def test_upgrade_under_load_loses_nothing(pgcat, pg, tmp_path, workers):
     held.execute("INSERT INTO held VALUES (42)")       # BEGIN ... open across the takeover
     listener = a.connect(dbname="sessdb")
     listener.execute("LISTEN upgrade_channel")
+    tx_listener = a.connect()                          # transaction mode: pgcat listens for it
+    tx_listener.execute("LISTEN upgrade_tx_channel")
     sleeper = a.connect()
     t, box = run_in_thread(lambda: sleeper.execute("SELECT pg_sleep(60)"))
     benches = [start_pgbench(a, tmp_path, "appdb", "prepared", 20, 8),
@@ -538,8 +662,12 @@ def test_upgrade_under_load_loses_nothing(pgcat, pg, tmp_path, workers):
         assert sleeper.execute("SELECT 7").fetchone()[0] == 7
         with pg.connect() as direct:
             direct.execute("NOTIFY upgrade_channel, 'after'")
+            direct.execute("NOTIFY upgrade_tx_channel, 'after tx'")
         got = next(listener.notifies(timeout=10), None)
         assert got is not None and got.payload == "after"
+        got = next(tx_listener.notifies(timeout=10), None)
+        assert got is not None and got.payload == "after tx"
+        assert "listening clients moved to the new process" in a.log()
         logins = pg.log_since(pg_offset, 100000).count("connection authorized: user=app")
         if workers == 1:
             assert logins == 0, pg.log_since(pg_offset, 60)
@@ -557,7 +685,7 @@ def test_upgrade_under_load_loses_nothing(pgcat, pg, tmp_path, workers):
             assert logins <= extra, (logins, extra, pg.log_since(pg_offset, 60))
         assert "left to drain" not in a.log()
         assert b.poll() is None
-        for c in (held, listener, sleeper):
+        for c in (held, listener, tx_listener, sleeper):
             c.close()
 
 
