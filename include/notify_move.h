@@ -54,6 +54,11 @@ static inline bool notify_move_grouped(const struct client *c)
 {
 	return c->kind_state && !c->is_admin && !c->console_peer && c->replication == CLIENT_REPLICATION_NONE;
 }
+/* Why c would drain in a takeover instead of moving, as
+ * client_move_never_why, or because of its group: "tls" (its listening
+ * connection is over TLS), "listens with a client that stays" (another
+ * member cannot move). NULL: it moves. */
+const char *notify_move_never_why(const struct client *c);
 /* Old side, the handover over: the connections held still read again. */
 void notify_move_abandon(struct worker *w);
 

@@ -23,6 +23,7 @@
 #include "config.h"
 #include "dns.h"
 #include "io.h"
+#include "notify_move.h"
 #include "tls.h"
 #include "pool.h"
 #include "prepared.h"
@@ -382,6 +383,18 @@ static void buffer_cells(struct admin_result *r, const struct io *io, uint32_t r
 	admin_row_i(r, out);
 }
 
+/* Why server s would drain in a takeover (NULL: it moves): TLS, or in
+ * session mode the reason of the client it is linked to, which it stays
+ * with. */
+static const char *server_never_why(const struct server *s)
+{
+	if (s->io.ssl)
+		return "tls";
+	if (s->client && !pool_mode_per_transaction(s->sp->pool->mode))
+		return notify_move_never_why(LIST_OWNER(s->client, struct client, end));
+	return NULL;
+}
+
 /* The upgrade column: what a takeover (-R, UPGRADE) does with the
  * connection. On the old process while it hands over, "moving" (at its next
  * point between requests) or "draining: why" (it cannot move: it is served
@@ -449,8 +462,8 @@ static void client_row(struct admin_result *r, const struct client *c, const cha
 	admin_row_s(r, c->end.server ? role_name(c->end.server->sp->role) : NULL);
 	admin_row_i(r, 0);
 	admin_row_i(r, 0);
-	char up[48];
-	admin_row_s(r, upgrade_cell(c->w, c->moved_in, client_move_never_why(c), up, sizeof up));
+	char up[64];
+	admin_row_s(r, upgrade_cell(c->w, c->moved_in, notify_move_never_why(c), up, sizeof up));
 	if (v != VIEW_CONNS)
 		buffer_cells(r, &c->io, c->fwd_remaining);
 	admin_row_end(r);
@@ -548,8 +561,8 @@ static void server_rows(struct admin_result *r, struct list_node *head, enum con
 		admin_row_s(r, role_name(s->sp->role));
 		admin_row_i(r, s->prep ? (int64_t)s->prep->hits : 0);
 		admin_row_i(r, s->prep ? (int64_t)s->prep->misses : 0);
-		char up[48];
-		admin_row_s(r, upgrade_cell(s->w, s->moved_in, s->io.ssl ? "tls" : NULL, up, sizeof up));
+		char up[64];
+		admin_row_s(r, upgrade_cell(s->w, s->moved_in, server_never_why(s), up, sizeof up));
 		if (v != VIEW_CONNS)
 			buffer_cells(r, &s->io, s->fwd_remaining);
 		admin_row_end(r);

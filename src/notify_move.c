@@ -56,6 +56,21 @@ static bool pool_over_tls(const struct notify_pool *np)
 	return false;
 }
 
+const char *notify_move_never_why(const struct client *c)
+{
+	const char *why = client_move_never_why(c);
+	if (why || !notify_move_grouped(c))
+		return why;
+	struct notify_pool *np = ((struct notify_client *)c->kind_state)->np;
+	if (pool_over_tls(np))
+		return "tls";
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &np->clients)
+		if (client_move_never_why(LIST_OWNER(pos, struct notify_client, node)->c))
+			return "listens with a client that stays";
+	return NULL;
+}
+
 bool notify_move_promise(struct worker *w, int link_fd)
 {
 	struct notify_hub *hub = w->notify;

@@ -993,3 +993,50 @@ def test_tls_versions_and_cipher_lists(pgcat, certs):
     assert command(r, "SET client_tls_protocols = 'tlsv1.2'") is None
     assert client_tls().startswith("TLSv1.2/")
     r.close()
+
+
+def test_reboot_a_tls_listener_keeps_its_listening_group_draining(pgcat, pg, certs, tmp_path):
+    """-R in transaction mode: clients that LISTEN move as one group with
+    their pool's listening connection (doc/operations.md); a TLS client
+    cannot move, so its group stays whole on the old process and drains.
+    SHOW CLIENTS on the old process says why for each; both keep receiving
+    notifications there until they leave."""
+    import re
+    import time
+    from conftest import pgcat_process
+    general = dict(tls_general(certs, "prefer"), shutdown_timeout=20000)
+    inst = pgcat(general=general)
+    secure = inst.connect(sslmode="require")
+    secure.execute("SET application_name = 'secure'")
+    secure.execute("LISTEN tls_group")
+    plain = inst.connect(sslmode="disable")
+    plain.execute("SET application_name = 'plain'")
+    plain.execute("LISTEN tls_group")
+    other = inst.connect(sslmode="disable", autocommit=False)   # no LISTEN: it moves
+    other.execute("SET application_name = 'other'")             # (in a transaction: it holds
+    console = admin(inst)                                         # the handover open meanwhile)
+    with pgcat_process(["-R", inst.ini], tmp_path / "b.log") as b:
+        wait_until(lambda: re.search(r"moving \d+ clients", inst.log()), 15)
+        _, rows = show(console, "CLIENTS")
+        by_app = {x["application_name"]: x["upgrade"] for x in rows if x["user"] == "app"}
+        assert by_app == {"secure": "draining: tls", "plain": "draining: listens with a client that stays",
+                          "other": "moving"}, rows
+        other.commit()
+        wait_until(lambda: "left to drain" in inst.log(), 15)
+        _, rows = show(console, "CLIENTS")
+        by_app = {x["application_name"]: x["upgrade"] for x in rows if x["user"] == "app"}
+        assert by_app == {"secure": "draining", "plain": "draining"}, rows
+        assert re.search(r"1 clients moved to the new process, 3 left to drain", inst.log()), inst.log()[-2000:]
+        assert "listening clients moved" not in inst.log()
+        with pg.connect(autocommit=True) as direct:
+            direct.execute("NOTIFY tls_group, 'still here'")
+        for c in (secure, plain):
+            got = next(c.notifies(timeout=10), None)
+            assert got is not None and got.payload == "still here"
+        assert other.execute("SHOW application_name").fetchone()[0] == "other"
+        for c in (secure, plain, console):
+            c.close()
+        assert inst.proc.wait(20) == 0
+        inst.stopped_by_test = True
+        assert b.poll() is None
+        other.close()
