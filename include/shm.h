@@ -48,6 +48,11 @@ struct shm_worker {
 	_Atomic int32_t taken_clients;
 	_Atomic int32_t taken_servers;
 	_Atomic int32_t left_on_old;
+	/* -R, the old side: the pid of the new process's supervisor, which
+	 * took this worker over (0: none, or the takeover was undone). The
+	 * supervisor tells systemd it is the main process from now on before
+	 * it exits (MAINPID=, supervisor.c). */
+	_Atomic int32_t successor_pid;
 };
 
 struct shm_pool_entry {

@@ -8,11 +8,13 @@ PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 # Check for the unit tests), PostgreSQL 15 with psql/pgbench, python3-venv for
 # the integration tests. git and tar are used to snapshot a configured tree.
 # socat: PgBouncer's own test suite starts it as a TCP proxy
-# (test/peers/pgbouncer_suite.py).
+# (test/peers/pgbouncer_suite.py). systemd, util-linux: the package's unit
+# is tested under a systemd of the test's own, in namespaces
+# (test/integration/test_systemd.py), not as this machine's init.
 APT_PACKAGES="build-essential autoconf automake libtool pkg-config \
 libevent-dev libssl-dev libc-ares-dev libpg-query-dev libinih-dev liburing-dev libidn-dev libldap-dev libpam0g-dev check \
 postgresql-15 postgresql-client-15 python3 python3-venv git tar \
-prometheus-pgbouncer-exporter iproute2 socat slapd ldap-utils"
+prometheus-pgbouncer-exporter iproute2 socat slapd ldap-utils systemd util-linux"
 
 log() { printf '\n==> %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }

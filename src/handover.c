@@ -170,6 +170,32 @@ static void stop_answering(struct handover *h)
 	h->listen_fd = -1;
 }
 
+/* The parent of pid (the new process's supervisor, for its worker);
+ * 0: not known. */
+static pid_t parent_of(pid_t pid)
+{
+	char path[64], buf[256];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *st = strrchr(buf, ')');   /* (the name may hold spaces) */
+	int ppid = 0;
+	if (!st || sscanf(st + 1, " %*c %d", &ppid) != 1 || ppid <= 1)
+		return 0;
+	return (pid_t)ppid;
+}
+
+/* Which process systemd is to follow once this one exits (supervisor.c). */
+static void publish_successor(struct worker *w, pid_t pid)
+{
+	if (w->shm)
+		atomic_store_explicit(&w->shm->h->workers[w->id].successor_pid, (int32_t)pid, memory_order_relaxed);
+}
+
 /* No such process, or one that has exited and waits to be reaped. */
 static bool process_gone(pid_t pid)
 {
@@ -270,6 +296,7 @@ static void give_end(struct worker *w, const char *why, bool failed)
 				LIST_OWNER(pos, struct client, node)->move_refused = false;
 		}
 		h->moved = h->servers_moved = h->refused = 0;
+		publish_successor(w, 0);
 		w->cmds->resume_listening(w);
 		union sigval v = { .sival_int = SHM_SIGVAL_HANDOVER_UNDONE };
 		if (sigqueue(getppid(), SIGTERM, v) != 0)
@@ -681,6 +708,7 @@ static void give(struct worker *w, int fd)
 	/* From here the new process accepts: this worker only hands over. */
 	h->link_fd = fd;
 	h->peer_pid = handover_peer_pid(fd);
+	publish_successor(w, h->peer_pid > 0 ? parent_of(h->peer_pid) : 0);
 	h->link_eof_us = 0;
 	h->moved = h->servers_moved = h->refused = 0;
 	h->settling_since_us = 0;

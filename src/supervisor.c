@@ -208,6 +208,25 @@ static bool any_alive(const struct supervisor *sv)
 	return false;
 }
 
+/* -R: this process exits, handed over: systemd's main process is the new
+ * supervisor from now on (Type=notify, NotifyAccess=all). The new one says
+ * so too once its workers listen, but it may not have before this one is
+ * gone, and a main process that exits unannounced is the service's end.
+ * The pid comes from the workers' handover (the new worker's parent). */
+static void announce_successor(const struct supervisor *sv, int n)
+{
+	for (int i = 0; i < n; i++) {
+		int32_t pid = atomic_load(&sv->shm.h->workers[i].successor_pid);
+		if (pid <= 1 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH))
+			continue;
+		char msg[32];
+		snprintf(msg, sizeof msg, "MAINPID=%d", (int)pid);
+		sd_notify_send(msg);
+		log_info("supervisor: the new pgcat, pid %d, is the main process from now on", (int)pid);
+		return;
+	}
+}
+
 static void reap(struct supervisor *sv)
 {
 	int status;
@@ -476,6 +495,8 @@ int supervisor_run(struct config *cfg, const char *config_path, const char *exe_
 		if (sv.shutting_down && !any_alive(&sv))
 			break;
 	}
+	if (sv.handed_over)
+		announce_successor(&sv, n);
 	remove_unix_socket(&sv);
 	shm_destroy(&sv.shm);
 	config_free(cfg);
