@@ -61,9 +61,14 @@ struct notify_pool {
 	/* Old side of a takeover: the new process was told that this pool's
 	 * listening connections will not come (notify_move.c). */
 	bool move_given_up;
-	/* New side: its group is coming (between 'w' or 'W' and its end):
-	 * kept while it has no client yet. */
+	/* Its group's move is under way (notify_move.c): on the new side
+	 * between 'w' or 'W' and the group's end, on the old between the
+	 * promise and the end: kept while it has no client. */
 	bool taking;
+	/* Old side: since when its members are held together, waiting for
+	 * what they have in flight (0: they are not); not before this again
+	 * (a group that did not come together in time is let go a while). */
+	uint64_t gathering_since_us, gather_again_us;
 };
 
 struct notify_hub {
@@ -91,6 +96,8 @@ struct notify_client {
 	uint64_t *barrier;            /* per shard: the command to wait for; 0 none */
 	char held_status;             /* the ReadyForQuery held; 0: none */
 	bool dropped_logged;
+	/* New side: taken over, not reading until its group's end. */
+	bool held_for_group;
 	struct notify_stmts stmts;
 };
 
@@ -105,5 +112,8 @@ struct notify_pool *notify_pool_get(struct notify_hub *hub, struct pool *p);
 void notify_pool_free(struct notify_pool *np);
 /* Connect l to its shard's primary now. */
 void notify_listener_open(struct notify_listener *l);
+/* l is logged in (or was handed over): it LISTENs to every channel of its
+ * pool, and the clients waiting for that are looked at again. */
+void notify_listener_ready(struct notify_listener *l);
 
 #endif

@@ -68,9 +68,13 @@ static void channel_drop(struct notify_pool *np, struct notify_channel *ch)
 	 * with no channel left, they close. */
 	for (int k = 0; k < np->n_shards; k++) {
 		struct notify_listener *l = &np->listeners[k];
-		if (np->n_channels == 0)
+		if (np->n_channels == 0) {
 			bconn_close(&l->b, true);
-		else if (ch->listen_seq[k])
+			/* (closed on purpose, not lost: the next LISTEN opens
+			 * one at once) */
+			if (!l->awaited)
+				l->retry_at_us = 0;
+		} else if (ch->listen_seq[k])
 			listener_send(l, "UNLISTEN", ch->name, NULL);
 	}
 	free(ch->clients);
@@ -353,9 +357,8 @@ void notify_listener_open(struct notify_listener *l)
 	(void)auth_open_server_conn(&l->b, &notify_listener_profile, p, sp, l->host, l->database);
 }
 
-static void listener_ready(void *arg)
+void notify_listener_ready(struct notify_listener *l)
 {
-	struct notify_listener *l = arg;
 	struct notify_pool *np = l->np;
 	if (l->failing)
 		log_info("listener (pool %s, shard %d): connected to %s:%d again; notifications sent meanwhile are lost",
@@ -365,6 +368,11 @@ static void listener_ready(void *arg)
 	for (size_t i = 0; i < np->n_channels; i++)
 		listener_send(l, "LISTEN", np->channels[i]->name, &np->channels[i]->listen_seq[l->shard]);
 	check_held(np);
+}
+
+static void listener_ready(void *arg)
+{
+	notify_listener_ready(arg);
 }
 
 static bool listener_message(void *arg, uint8_t type, const uint8_t *body, size_t len)

@@ -14,6 +14,7 @@
 #include "context.h"
 #include "handover_link.h"
 #include "log.h"
+#include "notify_session.h"
 #include "notify_internal.h"
 #include "pktbuf.h"
 #include "pool.h"
@@ -22,6 +23,9 @@
 /* The unread input a listening connection may carry (a notification
  * not read whole yet; its read mark): beyond, it is read here first. */
 #define LISTENER_MOVE_INPUT_MAX (64u * 1024)
+/* A group whose members are all idle holds them still at most this long,
+ * waiting for what they have in flight, then lets them go a while. */
+#define NOTIFY_GATHER_MAX_US (1000u * 1000)
 
 /* ---- the old side ---- */
 
@@ -80,8 +84,12 @@ bool notify_move_promise(struct worker *w, int link_fd)
 	LIST_FOREACH_SAFE(pos, tmp, &hub->pools) {
 		struct notify_pool *np = LIST_OWNER(pos, struct notify_pool, node);
 		np->move_given_up = false;
-		if (!list_empty(&np->clients) && !pool_over_tls(np) && !send_pool_record(link_fd, 'w', np))
+		np->gathering_since_us = np->gather_again_us = 0;
+		if (list_empty(&np->clients) || pool_over_tls(np))
+			continue;
+		if (!send_pool_record(link_fd, 'w', np))
 			return false;
+		np->taking = true;   /* (kept until its end is told, even if its members leave) */
 	}
 	return true;
 }
@@ -230,6 +238,8 @@ static bool write_listener(const struct notify_listener *l, struct pktbuf *pb)
 struct written {
 	struct pktbuf pb;
 	int fd;
+	struct notify_listener *listener;   /* the record's: a connection, */
+	struct client *client;               /* or a client */
 };
 
 static void written_free(struct written *v, size_t n)
@@ -257,6 +267,7 @@ static struct written *write_group(struct notify_pool *np, size_t *n_out)
 			goto fail;
 		pktbuf_init(&v[n].pb, mem, HANDOVER_RECORD_MAX);
 		v[n].fd = l->b.io.fd;
+		v[n].listener = l;
 		n++;
 		if (!write_listener(l, &v[n - 1].pb))
 			goto fail;
@@ -268,6 +279,7 @@ static struct written *write_group(struct notify_pool *np, size_t *n_out)
 			goto fail;
 		pktbuf_init(&v[n].pb, mem, HANDOVER_RECORD_MAX);
 		v[n].fd = nc->c->io.fd;
+		v[n].client = nc->c;
 		n++;
 		write_member(nc, &v[n - 1].pb);
 		if (v[n - 1].pb.failed) {
@@ -282,8 +294,30 @@ fail:
 	return NULL;
 }
 
+/* What the new process has now is gone from here: the connections
+ * (closed, not ended: the new process has them), then the clients, whose
+ * registrations go with them without a word to a server (the pool's state
+ * goes once they are all gone, notify.c). The count of clients. */
+static unsigned gone(const struct written *v, size_t n)
+{
+	unsigned count = 0;
+	for (size_t i = 0; i < n; i++)
+		if (v[i].listener)
+			bconn_close(&v[i].listener->b, false);
+	for (size_t i = 0; i < n; i++) {
+		struct client *c = v[i].client;
+		if (!c)
+			continue;
+		c->moved = true;
+		client_close(c, NULL, "moved to the new process");
+		count++;
+	}
+	return count;
+}
+
 /* np goes: its connections, its members, its end. false: the link
- * failed (nothing of it closed here). */
+ * failed; what went before it is the new process's all the same (gone
+ * from here: two processes must never read one socket). */
 static bool give_group(struct worker *w, int link_fd, struct notify_pool *np, unsigned *moved)
 {
 	size_t n = 0;
@@ -292,34 +326,35 @@ static bool give_group(struct worker *w, int link_fd, struct notify_pool *np, un
 		let_go(w, np);
 		return true;   /* (a later look finds it NEVER, or out of memory no more) */
 	}
-	bool ok = true;
-	for (size_t i = 0; i < n && ok; i++)
-		ok = handover_send(link_fd, v[i].pb.data, v[i].pb.len, &v[i].fd, 1);
-	ok = ok && send_pool_record(link_fd, 'g', np);
+	size_t sent = 0;
+	while (sent < n && handover_send(link_fd, v[sent].pb.data, v[sent].pb.len, &v[sent].fd, 1))
+		sent++;
+	bool ok = sent == n && send_pool_record(link_fd, 'g', np);
+	np->taking = false;
+	char name[128];
+	snprintf(name, sizeof name, "%s", np->pool->name);
+	unsigned count = gone(v, sent);
 	written_free(v, n);
+	*moved += count;
 	if (!ok) {
-		log_error("handover: sending the listening clients of pool %s to the new process failed", np->pool->name);
+		log_error("handover: sending the listening clients of pool %s to the new process failed (%u had gone)",
+			  name, count);
 		return false;
 	}
-	/* Here they are gone: the connections first (closed, not ended: the
-	 * new process has them), then the clients, whose registrations go
-	 * with them without a word to a server (the pool's state goes once
-	 * they are all gone, notify.c). */
-	for (int k = 0; k < np->n_shards; k++)
-		if (bconn_state(&np->listeners[k].b) == BCONN_READY)
-			bconn_close(&np->listeners[k].b, false);
-	unsigned count = 0;
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &np->clients) {
-		struct client *c = LIST_OWNER(pos, struct notify_client, node)->c;
-		c->moved = true;
-		client_close(c, NULL, "moved to the new process");
-		count++;
-	}
 	log_info("handover: pool %s: %u listening clients moved to the new process with their listening connections",
-		 np->pool->name, count);
-	*moved += count;
+		 name, count);
 	return true;
+}
+
+/* The group will not move in this handover: the new process stops
+ * waiting for its connections. false: the link failed. */
+static bool give_up(int link_fd, struct notify_pool *np)
+{
+	if (np->move_given_up)
+		return true;
+	np->move_given_up = true;
+	np->taking = false;
+	return send_pool_record(link_fd, 'g', np);
 }
 
 bool notify_move_give(struct worker *w, int link_fd, unsigned *moved, unsigned *staying)
@@ -331,9 +366,24 @@ bool notify_move_give(struct worker *w, int link_fd, unsigned *moved, unsigned *
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &hub->pools) {
 		struct notify_pool *np = LIST_OWNER(pos, struct notify_pool, node);
-		if (list_empty(&np->clients))
+		if (list_empty(&np->clients)) {
+			/* (its members left: nothing comes) */
+			if (np->taking && !give_up(link_fd, np))
+				return false;
 			continue;
-		switch (look(np)) {
+		}
+		enum group_look k = np->move_given_up ? GROUP_NEVER : w->now_us < np->gather_again_us ? GROUP_BUSY : look(np);
+		if (k == GROUP_GATHERING && !np->gathering_since_us)
+			np->gathering_since_us = w->now_us;
+		if (k == GROUP_GATHERING && w->now_us - np->gathering_since_us > NOTIFY_GATHER_MAX_US) {
+			/* One of them does not get to rest (its output does not
+			 * drain): the others are not held for it longer; later. */
+			np->gather_again_us = w->now_us + NOTIFY_GATHER_MAX_US;
+			k = GROUP_BUSY;
+		}
+		if (k != GROUP_GATHERING)
+			np->gathering_since_us = 0;
+		switch (k) {
 		case GROUP_READY:
 			if (!give_group(w, link_fd, np, moved))
 				return false;
@@ -343,11 +393,8 @@ bool notify_move_give(struct worker *w, int link_fd, unsigned *moved, unsigned *
 			struct list_node *cp, *ct;
 			LIST_FOREACH_SAFE(cp, ct, &np->clients)
 				*staying += client_move_never_why(LIST_OWNER(cp, struct notify_client, node)->c) == NULL;
-			if (!np->move_given_up) {
-				np->move_given_up = true;
-				if (!send_pool_record(link_fd, 'g', np))
-					return false;
-			}
+			if (!give_up(link_fd, np))
+				return false;
 			break;
 		}
 		case GROUP_BUSY:
@@ -371,9 +418,17 @@ static void each_pool(struct worker *w, void (*fn)(struct notify_pool *np))
 		fn(LIST_OWNER(pos, struct notify_pool, node));
 }
 
+/* Every connection and member of np reads again; its move is over. */
+static void abandon(struct notify_pool *np)
+{
+	np->taking = false;
+	np->gathering_since_us = np->gather_again_us = 0;
+	let_go(np->hub->w, np);
+}
+
 void notify_move_abandon(struct worker *w)
 {
-	each_pool(w, read_again);
+	each_pool(w, abandon);
 }
 
 /* ---- the new side ---- */
@@ -480,8 +535,13 @@ static void take_listener(struct worker *w, const uint8_t *rec, size_t len, int 
 		log_warning("listener (pool %s, shard %u): out of memory: notifications the old process had not read "
 			    "are lost", np->pool->name, shard);
 		bconn_close(&l->b, true);
+		return;
 	}
-	/* (It stays held until the group's end: its clients come first.) */
+	/* The channels this process knows already (a client here may have
+	 * LISTENed meanwhile) are listened to on it; its clients' come as
+	 * they register. It stays held until the group's end: its clients
+	 * come first, and the answers are read then. */
+	notify_listener_ready(l);
 }
 
 static bool take_member(struct worker *w, const uint8_t *rec, size_t len, int fd)
@@ -509,8 +569,10 @@ static bool take_member(struct worker *w, const uint8_t *rec, size_t len, int fd
 		const char *name = bytes_cstring(&r);
 		uint8_t portal = bytes_u8(&r), cmd = bytes_u8(&r);
 		const char *channel = bytes_cstring(&r);
-		if (r.bad || strlen(channel) > NOTIFY_CHANNEL_MAX)
+		if (r.bad || strlen(channel) > NOTIFY_CHANNEL_MAX || cmd > NOTIFY_SQL_UNLISTEN_ALL) {
+			ok = false;
 			break;
+		}
 		if (stmts->n == stmts->cap) {
 			uint32_t cap = stmts->cap ? stmts->cap * 2 : 2;
 			struct notify_stmt *v = realloc(stmts->v, cap * sizeof *v);
@@ -538,10 +600,11 @@ static bool take_member(struct worker *w, const uint8_t *rec, size_t len, int fd
 			     "could not be kept");
 		return false;
 	}
-	/* Its reading starts (client_move_read left it to this). */
-	io_read_now(&c->io);
-	if (c->state == CLIENT_IDLE && c->io.in && buf_len(c->io.in))
-		client_process(c);
+	/* It reads at the group's end (group_end), once its pool's
+	 * connections are in and read: whatever it sent meanwhile (a
+	 * Terminate, an UNLISTEN) then finds them there. */
+	nc->held_for_group = true;
+	io_suspend(&c->io, true);
 	return true;
 }
 
@@ -561,6 +624,20 @@ static void group_end(struct notify_pool *np)
 	}
 	/* (After: reading may deliver, and its clients' ReadyForQuery go.) */
 	read_again(np);
+	/* Its clients that came read now (client_move_read left it to us). */
+	struct worker *w = np->hub->w;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &np->clients) {
+		struct notify_client *nc = LIST_OWNER(pos, struct notify_client, node);
+		if (!nc->held_for_group)
+			continue;
+		struct client *c = nc->c;
+		nc->held_for_group = false;
+		io_suspend(&c->io, w->suspended);
+		io_read_now(&c->io);
+		if (c->state == CLIENT_IDLE && c->io.in && buf_len(c->io.in))
+			client_process(c);
+	}
 }
 
 bool notify_move_take(struct worker *w, uint8_t type, const uint8_t *rec, size_t len, const int *fds, size_t n_fds)

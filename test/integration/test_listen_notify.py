@@ -450,3 +450,20 @@ def test_listen_then_terminate_in_one_packet(pgcat):
         got = notifies(a, timeout=5, stop_after=1)
         assert [n.payload for n in got] == ["x"]
     assert pgc.alive()
+
+
+def test_listen_again_right_after_the_last_listener_left(pgcat, pg):
+    """The pool's listening connection closes when its last channel goes;
+    a LISTEN a moment later (within the second a lost connection waits
+    before it is opened again) opens one at once: a notification right
+    after it arrives."""
+    pgc = pgcat()
+    for i in range(3):
+        with pgc.connect() as a:
+            a.execute("LISTEN again_%d" % i)
+        with pgc.connect() as b:
+            b.execute("LISTEN again_%d" % i)
+            with pg.connect(autocommit=True) as direct:
+                direct.execute("NOTIFY again_%d, 'n%d'" % (i, i))
+            got = notifies(b, timeout=5, stop_after=1)
+            assert [n.payload for n in got] == ["n%d" % i]

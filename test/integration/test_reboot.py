@@ -378,6 +378,46 @@ def test_reboot_moves_transaction_mode_listeners_with_their_connection(pgcat, pg
         c.close()
 
 
+def test_reboot_listen_on_the_new_process_while_the_old_listening_connection_comes(pgcat, pg, tmp_path):
+    """While a pool's listening clients wait on the old process for the
+    one among them in a transaction, a client of the new process LISTENs
+    in that pool: its ReadyForQuery waits for the connection on its way
+    (none is opened beside it), and once the group came, its notifications
+    come over that connection: PostgreSQL sees no new listening
+    connection."""
+    a = pgcat(general={"shutdown_timeout": 15000})
+    busy = a.connect(autocommit=False)
+    busy.execute("LISTEN on_its_way")
+    busy.commit()
+    busy.execute("SELECT 1")                          # holds its group on the old process
+    pg_offset = pg.log_offset()
+    with pgcat_process(["-R", a.ini], tmp_path / "b.log") as b:
+        wait_until(lambda: "took 1 listening sockets" in (tmp_path / "b.log").read_text(), 15)
+        fresh = a.connect()                           # the new process's
+        t, box = run_in_thread(lambda: fresh.execute("LISTEN fresh_channel"))
+        time.sleep(1)
+        assert t.is_alive(), "the LISTEN was answered before any connection listened"
+        busy.commit()
+        t.join(15)
+        assert not t.is_alive() and "error" not in box, box
+        assert a.proc.wait(20) == 0
+        a.stopped_by_test = True
+        with pg.connect(autocommit=True) as direct:
+            direct.execute("NOTIFY fresh_channel, 'to the new one'")
+            direct.execute("NOTIFY on_its_way, 'to the moved one'")
+        got = next(fresh.notifies(timeout=10), None)
+        assert got is not None and got.payload == "to the new one"
+        got = next(busy.notifies(timeout=10), None)
+        assert got is not None and got.payload == "to the moved one"
+        # (the new client's login may open a server connection, as with no
+        # takeover: the old one's only server is in the transaction)
+        assert "application_name=pgcat listener" not in pg.log_since(pg_offset, 10000)
+        assert "listening clients moved" in a.log()
+        assert b.poll() is None
+        fresh.close()
+    busy.close()
+
+
 @pytest.mark.parametrize("workers,engine", [(1, None), (2, None), (1, "epoll")])
 def test_reboot_session_mode_under_pgbench(pgcat, pg, tmp_path, workers, engine):
     general = {"workers": workers, "pool_mode": "session", "default_pool_size": 20}
