@@ -647,7 +647,7 @@ def test_reboot_keeps_the_bans(pgcat, tmp_path):
 def test_upgrade_under_load_loses_nothing(pgcat, pg, tmp_path, workers):
     """Issue 43's scenario: pgbench -M prepared (transaction mode, 20
     clients) and -M extended (session mode, 10 clients) run through pgcat,
-    with a session holding BEGIN and a temp table, clients that LISTEN (in
+    with a psql session holding BEGIN and a temp table, clients that LISTEN (in
     session mode, and in transaction mode, where pgcat listens for it),
     and one whose long query runs across the takeover and is cancelled with
     its old key; pgcat is taken over (-R) meanwhile by another build
@@ -667,9 +667,22 @@ def test_upgrade_under_load_loses_nothing(pgcat, pg, tmp_path, workers):
               replace_pools=pools)
     with _admin_conn(a) as adm:
         old_version = adm.execute("SHOW VERSION").fetchone()[0]
-    held = a.connect(dbname="sessdb", autocommit=False)
-    held.execute("CREATE TEMP TABLE held (x int)")
-    held.execute("INSERT INTO held VALUES (42)")       # BEGIN ... open across the takeover
+    # psql, in session mode, holds BEGIN with a temporary table across the
+    # takeover (its commands come through a pipe, its output is read at
+    # its end)
+    import os
+    from conftest import PASSWORDS, PG_BIN
+    psql = subprocess.Popen([str(PG_BIN / "psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+                             "-h", a.host, "-p", str(a.port), "-U", "app", "-d", "sessdb"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, PGPASSWORD=PASSWORDS["app"], PGSSLMODE="disable",
+                                     PGAPPNAME="held_psql"))
+    psql.stdin.write("BEGIN;\nCREATE TEMP TABLE held (x int);\nINSERT INTO held VALUES (42);\n")
+    psql.stdin.flush()
+    with pg.connect() as direct:
+        wait_until(lambda: direct.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                                          "'held_psql' AND state = 'idle in transaction' AND query LIKE "
+                                          "'INSERT INTO held%'").fetchone()[0] == 1, 15)
     listener = a.connect(dbname="sessdb")
     listener.execute("LISTEN upgrade_channel")
     tx_listener = a.connect()                          # transaction mode: pgcat listens for it
@@ -692,13 +705,16 @@ def test_upgrade_under_load_loses_nothing(pgcat, pg, tmp_path, workers):
         assert isinstance(box.get("error"), psycopg.errors.QueryCanceled), box
         time.sleep(0.5)
         assert a.alive(), "the old pgcat left while a transaction of its client was open"
-        assert held.execute("SELECT x FROM held").fetchone()[0] == 42
-        held.commit()
+        psql.stdin.write("SELECT 'in', x FROM held;\nCOMMIT;\n")
+        psql.stdin.flush()
         for p in benches:
             assert_no_failure(p)
         assert a.proc.wait(30) == 0
         a.stopped_by_test = True
-        assert held.execute("SELECT x FROM held").fetchone()[0] == 42   # the temp table, after its commit
+        # the temp table, in the transaction and after its commit, on the
+        # same session (its server came over with it)
+        out = psql.communicate("SELECT 'after', x FROM held;\n", timeout=30)[0]
+        assert psql.returncode == 0 and out.split() == ["in|42", "after|42"], out
         assert sleeper.execute("SELECT 7").fetchone()[0] == 7
         with pg.connect() as direct:
             direct.execute("NOTIFY upgrade_channel, 'after'")
@@ -725,7 +741,7 @@ def test_upgrade_under_load_loses_nothing(pgcat, pg, tmp_path, workers):
             assert logins <= extra, (logins, extra, pg.log_since(pg_offset, 60))
         assert "left to drain" not in a.log()
         assert b.poll() is None
-        for c in (held, listener, tx_listener, sleeper):
+        for c in (listener, tx_listener, sleeper):
             c.close()
 
 
