@@ -3,15 +3,16 @@
  * client_move: a logged-in client written out for the process that takes
  * this one's place (-R), and made again there. Only a client between
  * requests moves: idle, no transaction, nothing half read or half
- * written, no state of its session but its settings (a client with
- * read-your-writes positions, a held BEGIN or tracked setters waits, and
- * drains if it never gets there; one with LISTEN registrations moves with
- * the others of its pool and their listening connection, notify_move.c,
- * whose part follows this one's in its record). What moves: who it
- * is (user, database, the pool's credentials it logged in with), its
+ * written (a held BEGIN is a transaction: it waits, and drains if it
+ * never gets there; a client with LISTEN registrations moves with the
+ * others of its pool and their listening connection, notify_move.c,
+ * whose part follows this one's in its record). What moves: who it is
+ * (user, database, the pool's credentials it logged in with), its
  * address, its cancel key, its session's settings and what it logged in
- * with, its prepared statements, its SET SERVER ROLE / SHARD choices, and the bytes it sent that
- * pgcat had not read yet.
+ * with, its prepared statements and which of them change settings (its
+ * setters), the WAL positions its reads wait for (read-your-writes), its
+ * SET SERVER ROLE / SHARD choices, and the bytes it sent that pgcat had
+ * not read yet.
  *
  * The record, integers high byte first:
  *   u32 version, cstring user, cstring database,
@@ -22,7 +23,12 @@
  *   [CM_PASSTHROUGH] 32 bytes ClientKey, 32 bytes ServerKey,
  *   settings then startup settings (params_write),
  *   u32 input length, the input,
- *   its prepared statements (prep_move.c).
+ *   its prepared statements (prep_move.c),
+ *   [version 2] u16 read-your-writes marks, each u8 state, u64 WAL
+ *   position, u64 age in microseconds; u8 setters (255: none), u8 overflow,
+ *   each cstring name, u8 kind, u16 name parameter, u16 value parameter,
+ *   u32 text length, the text.
+ * A version 1 record (a pgcat before these) is read as one with neither.
  */
 #include "client_move.h"
 
@@ -44,10 +50,12 @@
 #include "pool.h"
 #include "prepared.h"
 #include "proto.h"
+#include "ryw.h"
+#include "setters.h"
 #include "shm.h"
 #include "txn.h"
 
-#define CLIENT_MOVE_VERSION 1u
+#define CLIENT_MOVE_VERSION 2u
 /* Input a moving client may carry (it was not read yet): beyond, it
  * waits for pgcat to read it here. */
 #define CLIENT_MOVE_INPUT_MAX (32u * 1024)
@@ -88,7 +96,7 @@ enum client_move_check client_move_check(struct client *c, bool server_ok)
 		return CLIENT_MOVE_NOT_NOW;
 	size_t in = c->io.in ? buf_len(c->io.in) : 0;
 	if ((c->state != CLIENT_IDLE && !linked) || c->pending_error || c->tx != CLIENT_TX_NONE || c->batch != CLIENT_BATCH_NONE ||
-	    c->held_begin || c->ryw || c->setters || c->fanout || c->xshard || (c->retry && buf_len(c->retry)) ||
+	    c->held_begin || c->fanout || c->xshard || (c->retry && buf_len(c->retry)) ||
 	    c->reply_held || c->wait_answer || c->fwd_remaining || c->skip_remaining ||
 	    c->sticky_until_us > c->w->now_us || !c->pool || in > CLIENT_MOVE_INPUT_MAX)
 		return CLIENT_MOVE_NOT_NOW;
@@ -106,6 +114,106 @@ enum client_move_check client_move_check(struct client *c, bool server_ok)
 		return CLIENT_MOVE_NOT_NOW;
 	}
 	return CLIENT_MOVE_READY;
+}
+
+/* The positions c's reads wait for, each mark's time as an age. */
+static bool write_ryw(const struct client *c, struct pktbuf *pb)
+{
+	size_t n = c->ryw ? c->ryw->n : 0;
+	if (n > UINT16_MAX)
+		return false;
+	pktbuf_put_u16(pb, (uint16_t)n);
+	for (size_t i = 0; i < n; i++) {
+		const struct ryw_mark *m = &c->ryw->m[i];
+		pktbuf_put_u8(pb, (uint8_t)m->state);
+		pktbuf_put_u64(pb, m->lsn);
+		pktbuf_put_u64(pb, m->since_us && m->since_us < c->w->now_us ? c->w->now_us - m->since_us : 0);
+	}
+	return true;
+}
+
+static struct ryw *read_ryw(struct bytes_in *r, uint64_t now_us)
+{
+	uint16_t n = bytes_u16(r);
+	if (r->bad || n == 0)
+		return NULL;
+	struct ryw *y = calloc(1, sizeof *y + (size_t)n * sizeof y->m[0]);
+	if (!y) {
+		r->bad = true;
+		return NULL;
+	}
+	y->n = n;
+	for (uint16_t i = 0; i < n; i++) {
+		uint8_t state = bytes_u8(r);
+		y->m[i].lsn = bytes_u64(r);
+		uint64_t age = bytes_u64(r);
+		y->m[i].state = state <= RYW_UNKNOWN ? (enum ryw_mark_state)state : RYW_NONE;
+		y->m[i].since_us = age < now_us ? now_us - age : 0;
+		if (state > RYW_UNKNOWN)
+			r->bad = true;
+	}
+	return y;
+}
+
+/* Which of c's prepared statements change settings (setters.h). */
+static bool write_setters(const struct setters *s, struct pktbuf *pb)
+{
+	if (!s) {
+		pktbuf_put_u8(pb, 255);
+		return true;
+	}
+	pktbuf_put_u8(pb, (uint8_t)s->n);
+	pktbuf_put_u8(pb, s->overflow);
+	for (unsigned i = 0; i < s->n && i < SETTERS_MAX; i++) {
+		const struct setter *e = &s->e[i];
+		pktbuf_put_cstring(pb, e->name);
+		pktbuf_put_u8(pb, (uint8_t)e->kind);
+		pktbuf_put_u16(pb, e->name_param);
+		pktbuf_put_u16(pb, e->value_param);
+		size_t len = e->sql ? e->len : 0;
+		pktbuf_put_u32(pb, (uint32_t)len);
+		if (len)
+			pktbuf_put_bytes(pb, e->sql, len);
+	}
+	return true;
+}
+
+static bool read_setters(struct bytes_in *r, struct setters **sp)
+{
+	uint8_t n = bytes_u8(r);
+	if (r->bad || n == 255)
+		return !r->bad;
+	uint8_t overflow = bytes_u8(r);
+	struct setters *s = calloc(1, sizeof *s);
+	if (!s || n > SETTERS_MAX) {
+		free(s);
+		return false;
+	}
+	*sp = s;   /* (freed with the client, whatever it holds) */
+	s->overflow = overflow != 0;
+	for (uint8_t i = 0; i < n; i++) {
+		const char *name = bytes_cstring(r);
+		uint8_t kind = bytes_u8(r);
+		uint16_t name_param = bytes_u16(r), value_param = bytes_u16(r);
+		uint32_t len = bytes_u32(r);
+		const uint8_t *sql = bytes_take(r, len);
+		if (r->bad || kind == PARAMS_SETTER_NONE || kind > PARAMS_SETTER_UNTRACKED || len > SETTERS_SQL_MAX)
+			return false;
+		struct setter *e = &s->e[s->n];
+		if (!(e->name = strdup(name)))
+			return false;
+		s->n++;
+		e->kind = (enum params_setter)kind;
+		e->name_param = name_param;
+		e->value_param = value_param;
+		if (len) {
+			if (!(e->sql = malloc(len)))
+				return false;
+			memcpy(e->sql, sql, len);
+			e->len = len;
+		}
+	}
+	return true;
 }
 
 bool client_move_write(struct client *c, struct pktbuf *pb)
@@ -161,7 +269,7 @@ bool client_move_write(struct client *c, struct pktbuf *pb)
 			return false;
 		pktbuf_put_bytes(pb, p, in);
 	}
-	return prep_client_write(c, pb) && !pb->failed;
+	return prep_client_write(c, pb) && write_ryw(c, pb) && write_setters(c->setters, pb) && !pb->failed;
 }
 
 /* ---- the other side ---- */
@@ -220,7 +328,7 @@ struct client *client_move_read(struct worker *w, int fd, const uint8_t *rec, si
 	const char *secret = flags & CM_SECRET ? bytes_cstring(&r) : NULL;
 	const uint8_t *client_key = flags & CM_PASSTHROUGH ? bytes_take(&r, SCRAM_KEY_LEN) : NULL;
 	const uint8_t *server_key = flags & CM_PASSTHROUGH ? bytes_take(&r, SCRAM_KEY_LEN) : NULL;
-	if (r.bad || version != CLIENT_MOVE_VERSION || !user[0] || !db[0] ||
+	if (r.bad || version < 1 || version > CLIENT_MOVE_VERSION || !user[0] || !db[0] ||
 	    (family != AF_UNIX && family != AF_INET && family != AF_INET6)) {
 		log_error("handover: a client record this version cannot read (version %u, %zu bytes)", version, len);
 		close(fd);
@@ -275,7 +383,12 @@ struct client *client_move_read(struct worker *w, int fd, const uint8_t *rec, si
 		free(c->names);   /* the pool's names serve (client_user) */
 		c->names = NULL;
 	}
-	if (!prep_client_read(c, &r) || r.off != r.len)
+	bool prep_ok = prep_client_read(c, &r);
+	if (prep_ok && version >= 2) {
+		c->ryw = read_ryw(&r, w->now_us);
+		prep_ok = read_setters(&r, &c->setters) && !r.bad;
+	}
+	if (!prep_ok || r.off != r.len)
 		return refuse(c, r.bad || r.off != r.len ? "its record is malformed" : "its prepared statements could not be kept");
 	c->long_cancel_key = (flags & CM_LONG_KEY) != 0;
 	if ((flags & CM_KEY) && cancel_key_adopt(&w->cancel, c, &key)) {

@@ -351,3 +351,30 @@ def test_replica_asked_when_figures_are_too_old(pgcat, pg, delayed, monitor_lock
     other.close()
     # a replica that had not replayed yet is not a failed one
     assert "banning" not in inst.log() and "ban " not in inst.log(), inst.log()
+
+
+def test_marks_move_with_the_client_in_a_takeover(pgcat, pg, delayed, tmp_path):
+    """-R: a client that wrote moves to the new process with the WAL
+    position its reads wait for (it used to stay and drain): right after
+    the takeover, within the replica's 3 s delay, its read still goes to
+    the primary and sees its row, while a client that did not write reads
+    from the replica."""
+    import re
+    from conftest import pgcat_process
+    inst = start(pgcat, pg, delayed, general={"shutdown_timeout": 15000})
+    c = inst.connect()
+    other = inst.connect()
+    wait_lag_figures(inst)
+    m = marker("takeover", 0)
+    c.execute("INSERT INTO ryw_t (v) VALUES (%s)", (m,))
+    assert c.execute(READ, (m,)).fetchone() == (1, False)
+    with pgcat_process(["-R", inst.ini], tmp_path / "b.log") as b:
+        assert inst.proc.wait(10) == 0
+        inst.stopped_by_test = True
+        assert re.search(r"handover: 2 clients moved to the new process", inst.log()), inst.log()[-2000:]
+        assert "left to drain" not in inst.log()
+        assert c.execute(READ, (m,)).fetchone() == (1, False)
+        assert other.execute(READ, (m,)).fetchone() == (0, True)
+        assert b.poll() is None
+        c.close()
+        other.close()

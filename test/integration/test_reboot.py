@@ -418,6 +418,31 @@ def test_reboot_listen_on_the_new_process_while_the_old_listening_connection_com
     busy.close()
 
 
+def test_reboot_moves_a_client_with_a_prepared_setter(pgcat, tmp_path):
+    """A client whose prepared statement changes a setting (set_config
+    with Bind parameters, which pgcat tracks at each run: SPEC §10) moves
+    with that knowledge: run again by its name on the new process, the
+    setting is the client's, and the one server it shares with another
+    client does not keep it for that one."""
+    a = pgcat(users={"app": {"pool_size": 1}}, general={"shutdown_timeout": 15000})
+    setter = a.connect()
+    setter.execute("SELECT set_config(%s, %s, false)", ["work_mem", "5MB"], prepare=True)
+    assert setter.execute("SHOW work_mem").fetchone()[0] == "5MB"
+    other = a.connect()
+    with pgcat_process(["-R", a.ini], tmp_path / "b.log") as b:
+        assert a.proc.wait(20) == 0
+        a.stopped_by_test = True
+        assert re.search(r"handover: 2 clients moved to the new process", a.log()), a.log()[-2000:]
+        assert "left to drain" not in a.log()
+        setter.execute("SELECT set_config(%s, %s, false)", ["work_mem", "7MB"], prepare=True)   # by its name
+        assert other.execute("SHOW work_mem").fetchone()[0] == "4MB"
+        assert setter.execute("SHOW work_mem").fetchone()[0] == "7MB"
+        assert other.execute("SHOW work_mem").fetchone()[0] == "4MB"
+        assert b.poll() is None
+        setter.close()
+        other.close()
+
+
 @pytest.mark.parametrize("workers,engine", [(1, None), (2, None), (1, "epoll")])
 def test_reboot_session_mode_under_pgbench(pgcat, pg, tmp_path, workers, engine):
     general = {"workers": workers, "pool_mode": "session", "default_pool_size": 20}
