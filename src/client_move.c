@@ -28,7 +28,11 @@
  *   position, u64 age in microseconds; u8 setters (255: none), u8 overflow,
  *   each cstring name, u8 kind, u16 name parameter, u16 value parameter,
  *   u32 text length, the text.
- * A version 1 record (a pgcat before these) is read as one with neither.
+ * A client with neither is written as version 1 (a pgcat before version
+ * 2, taking over in a downgrade, reads it); a version 1 record is read as
+ * one with neither. A pgcat before version 2 refuses a version 2 record:
+ * in a downgrade, a client with read-your-writes marks or setters is
+ * closed (told why).
  */
 #include "client_move.h"
 
@@ -229,7 +233,10 @@ bool client_move_write(struct client *c, struct pktbuf *pb)
 	uint8_t flags = (c->is_unix ? CM_UNIX : 0) | (has_key ? CM_KEY : 0) | (c->long_cancel_key ? CM_LONG_KEY : 0) |
 			(secret ? CM_SECRET : 0) | (own && own->proven ? CM_PROVEN : 0) |
 			(passthrough ? CM_PASSTHROUGH : 0) | (c->end.server || c->kind_state ? CM_LINKED : 0);
-	pktbuf_put_u32(pb, CLIENT_MOVE_VERSION);
+	/* Version 1 when there is nothing of version 2's to say: a pgcat
+	 * before version 2 (a downgrade) reads that one, and takes the client. */
+	bool v2 = (c->ryw && c->ryw->n) || c->setters;
+	pktbuf_put_u32(pb, v2 ? CLIENT_MOVE_VERSION : 1u);
 	pktbuf_put_cstring(pb, client_user(c));
 	pktbuf_put_cstring(pb, client_database(c));
 	pktbuf_put_u8(pb, flags);
@@ -269,7 +276,7 @@ bool client_move_write(struct client *c, struct pktbuf *pb)
 			return false;
 		pktbuf_put_bytes(pb, p, in);
 	}
-	return prep_client_write(c, pb) && write_ryw(c, pb) && write_setters(c->setters, pb) && !pb->failed;
+	return prep_client_write(c, pb) && (!v2 || (write_ryw(c, pb) && write_setters(c->setters, pb))) && !pb->failed;
 }
 
 /* ---- the other side ---- */

@@ -24,8 +24,10 @@
  * not read whole yet; its read mark): beyond, it is read here first. */
 #define LISTENER_MOVE_INPUT_MAX (64u * 1024)
 /* A group whose members are all idle holds them still at most this long,
- * waiting for what they have in flight, then lets them go a while. */
-#define NOTIFY_GATHER_MAX_US (1000u * 1000)
+ * waiting for what they have in flight (their output to drain: a few
+ * milliseconds for a client that reads), then lets them go a while. */
+#define NOTIFY_GATHER_MAX_US (200u * 1000)
+#define NOTIFY_GATHER_PAUSE_US (1000u * 1000)
 
 /* ---- the old side ---- */
 
@@ -367,9 +369,13 @@ bool notify_move_give(struct worker *w, int link_fd, unsigned *moved, unsigned *
 	LIST_FOREACH_SAFE(pos, tmp, &hub->pools) {
 		struct notify_pool *np = LIST_OWNER(pos, struct notify_pool, node);
 		if (list_empty(&np->clients)) {
-			/* (its members left: nothing comes) */
-			if (np->taking && !give_up(link_fd, np))
-				return false;
+			/* Its members left: nothing comes, for now (a client
+			 * that LISTENs here later makes a group that may move). */
+			if (np->taking) {
+				np->taking = false;
+				if (!send_pool_record(link_fd, 'g', np))
+					return false;
+			}
 			continue;
 		}
 		enum group_look k = np->move_given_up ? GROUP_NEVER : w->now_us < np->gather_again_us ? GROUP_BUSY : look(np);
@@ -378,7 +384,7 @@ bool notify_move_give(struct worker *w, int link_fd, unsigned *moved, unsigned *
 		if (k == GROUP_GATHERING && w->now_us - np->gathering_since_us > NOTIFY_GATHER_MAX_US) {
 			/* One of them does not get to rest (its output does not
 			 * drain): the others are not held for it longer; later. */
-			np->gather_again_us = w->now_us + NOTIFY_GATHER_MAX_US;
+			np->gather_again_us = w->now_us + NOTIFY_GATHER_PAUSE_US;
 			k = GROUP_BUSY;
 		}
 		if (k != GROUP_GATHERING)
@@ -561,7 +567,7 @@ static bool take_member(struct worker *w, const uint8_t *rec, size_t len, int fd
 	uint16_t n = bytes_u16(&r);
 	for (uint16_t i = 0; i < n && ok && !r.bad; i++) {
 		const char *channel = bytes_cstring(&r);
-		ok = r.bad || notify_apply(nc, true, channel);
+		ok = r.bad || (strlen(channel) <= NOTIFY_CHANNEL_MAX && notify_apply(nc, true, channel));
 	}
 	uint16_t n_stmts = bytes_u16(&r);
 	struct notify_stmts *stmts = nc ? notify_stmts(nc) : NULL;

@@ -208,6 +208,16 @@ static bool any_alive(const struct supervisor *sv)
 	return false;
 }
 
+/* -R, the new side: some worker still takes connections over from the
+ * old process (handover.c publishes it). */
+static bool taking_over(const struct supervisor *sv, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (atomic_load(&sv->shm.h->workers[i].taking_over))
+			return true;
+	return false;
+}
+
 /* -R: this process exits, handed over: systemd's main process is the new
  * supervisor from now on (Type=notify, NotifyAccess=all). The new one says
  * so too once its workers listen, but it may not have before this one is
@@ -374,6 +384,8 @@ int supervisor_run(struct config *cfg, const char *config_path, const char *exe_
 			    info.si_value.sival_int == SHM_SIGVAL_HANDOVER_UNDONE) {
 				if (sv.handed_over) {
 					log_warning("supervisor: the new pgcat went away; this one goes on");
+					/* (systemd follows this one still: the new one says
+					 * MAINPID= only once it has taken everything over) */
 					sv.handed_over = false;
 					sv.shutting_down = false;
 					/* A worker that had handed everything over and exited
@@ -467,11 +479,15 @@ int supervisor_run(struct config *cfg, const char *config_path, const char *exe_
 				ready++;
 			}
 		}
-		if (!sv.ready_sent && ready == n) {
+		if (!sv.ready_sent && ready == n && !taking_over(&sv, n)) {
 			sv.ready_sent = true;
 			if (sv.take_over) {
 				/* -R: systemd follows this process from now on (the old
-				 * one exits once its clients moved; NotifyAccess=all). */
+				 * one exits once its clients moved; NotifyAccess=all).
+				 * Said once every worker has taken over, not before: if
+				 * this process died while taking over, the old one takes
+				 * its listeners back and must still be the main one (it
+				 * also says MAINPID= of this one as it exits). */
 				char msg[64];
 				snprintf(msg, sizeof msg, "MAINPID=%d\nREADY=1", (int)getpid());
 				sd_notify_send(msg);
