@@ -32,7 +32,7 @@
  * 2, taking over in a downgrade, reads it); a version 1 record is read as
  * one with neither. A pgcat before version 2 refuses a version 2 record:
  * in a downgrade, a client with read-your-writes marks or setters is
- * closed (told why).
+ * closed.
  */
 #include "client_move.h"
 
