@@ -288,6 +288,10 @@ struct pktbuf;
  * built in pb (nothing if pb failed or the connection is closed). */
 void client_send_pkt(struct client *c, struct pktbuf *pb);
 void client_send_error(struct client *c, const char *severity, const char *sqlstate, const char *msg);
+/* An error pgcat raised itself for c, counted by SQLSTATE (errstats.h,
+ * SHOW ERRORS): client_send_error does it; a place that writes its own
+ * ErrorResponse to the client calls this. */
+void client_count_error(const struct client *c, const char *sqlstate);
 void client_send_rfq(struct client *c, char status);
 /* A message of no body (ParseComplete, CloseComplete...). */
 void client_send_simple(struct client *c, uint8_t type);

@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 
 #include "bans.h"
+#include "errstats.h"
 #include "stats.h"
 
 #define SHM_MAGIC 0x70676361u      /* "pgca" */
@@ -208,6 +209,7 @@ struct shm_header {
 	_Atomic int32_t notify_pools;
 	struct shm_admin_entry admin[SHM_ADMIN_RING];
 	uint64_t off_stats, off_avg, off_gauges, off_conns, off_waiters, off_cancel, off_target_counts, off_backends;
+	uint64_t off_errors;   /* n_workers struct errstats_table */
 	uint64_t off_dump, dump_slot_size;   /* SHM_DUMP__COUNT x n_workers slots */
 };
 
@@ -270,6 +272,12 @@ void shm_stats_of_name(struct shm *shm, const char *name, struct stats *out);
  * every worker (zeros for target < 0). */
 struct shm_target_counts *shm_target_counts(struct shm *shm, int worker, int target);
 void shm_target_counts_total(struct shm *shm, int target, uint64_t *xacts, uint64_t routed[SHM_ROUTE_VIA]);
+/* A worker's table of errors by SQLSTATE (errstats.h; NULL: no such
+ * worker). Its worker writes it, anyone reads. */
+struct errstats_table *shm_errstats(struct shm *shm, int worker);
+/* Every worker's, summed by key (errstats_collect): at most max rows,
+ * the largest count first; how many. */
+size_t shm_errstats_rows(struct shm *shm, struct errstats_row *rows, size_t max, uint64_t *untracked);
 /* A worker restarting: its connection counts start from zero again. */
 void shm_worker_reset(struct shm *shm, int worker);
 

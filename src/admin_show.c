@@ -5,6 +5,7 @@
  * worker writes into shared memory for a console on another. Column names
  * and order follow PgBouncer's, pgcat's own columns come after them.
  */
+#include "admin_errors.h"
 #include "admin_result.h"
 #include "admin_show.h"
 
@@ -1230,7 +1231,7 @@ static void show_help(struct client *c)
 		"\tSHOW HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION\n"
 		"\tSHOW STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS|LISTS|MEM|STATE\n"
 		"\tSHOW DNS_HOSTS|DNS_ZONES|PEERS|PEER_POOLS\n"
-		"\tSHOW SHARDS|BANS|PREPARED_STATEMENTS|WORKERS\n"
+		"\tSHOW SHARDS|BANS|PREPARED_STATEMENTS|WORKERS|ERRORS\n"
 		"\tSET key = arg\n"
 		"\tRELOAD\n"
 		"\tPAUSE [<db>]\n"
@@ -1272,6 +1273,7 @@ static const struct show_command show_commands[] = {
 	{ "dns_hosts", show_dns_hosts },
 	{ "shards", show_shards },
 	{ "bans", show_bans },
+	{ "errors", admin_show_errors },
 	{ "prepared_statements", show_prepared_statements },
 	{ "workers", show_workers },
 	{ "totals", show_totals },

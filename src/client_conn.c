@@ -98,8 +98,16 @@ void client_send_pkt(struct client *c, struct pktbuf *pb)
 		buf_add(io_out(&c->io), pb->data, pb->len);
 }
 
+void client_count_error(const struct client *c, const char *sqlstate)
+{
+	errstats_count(shm_errstats(c->w->shm, c->w->id), client_database(c), client_user(c), sqlstate,
+		       ERRSTATS_PGCAT);
+}
+
 void client_send_error(struct client *c, const char *severity, const char *sqlstate, const char *msg)
 {
+	if (strcmp(severity, "ERROR") == 0 || strcmp(severity, "FATAL") == 0)
+		client_count_error(c, sqlstate);
 	uint8_t storage[1024];
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);

@@ -924,6 +924,8 @@ void fanout_set_error(struct fanout *fo, const char *sqlstate, const char *msg)
 	pktbuf_error(&pb, "ERROR", sqlstate, msg);
 	if (!pb.failed)
 		fanout_keep_msg(&fo->error, &fo->error_len, pb.data, pb.len);
+	if (fo->error)
+		client_count_error(fo->c, sqlstate);   /* (the one the client gets) */
 }
 
 void fanout_keep_msg(uint8_t **dst, size_t *dst_len, const uint8_t *msg, size_t len)
@@ -945,9 +947,12 @@ void fanout_keep_leg_failure(const struct fanout_leg *leg, uint8_t **dst, size_t
 	uint8_t storage[256];
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);
-	pktbuf_error(&pb, "ERROR", leg->lost ? SQLSTATE_CONNECTION_FAILURE : "54000", why);
+	const char *code = leg->lost ? SQLSTATE_CONNECTION_FAILURE : "54000";
+	pktbuf_error(&pb, "ERROR", code, why);
 	if (!pb.failed)
 		fanout_keep_msg(dst, dst_len, pb.data, pb.len);
+	if (*dst && leg->fo && leg->fo->c)
+		client_count_error(leg->fo->c, code);
 }
 
 bool fanout_first_int(const uint8_t *msg, size_t len, int *out)

@@ -449,6 +449,7 @@ static void read_fail(struct fanout *fo, const uint8_t *error, size_t error_len,
 		buf_add(out, error, error_len);   /* a shard's error, as PostgreSQL wrote it */
 	} else {
 		log_debug("C-%llu: %s", (unsigned long long)fo->c->id, msg);
+		client_count_error(fo->c, sqlstate);
 		send_error(out, sqlstate, msg);
 	}
 	read_end(fo, false);

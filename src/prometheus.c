@@ -13,6 +13,7 @@
 #include <netdb.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -57,6 +58,35 @@ struct metric {
 static void header(struct evbuffer *out, const struct metric *m)
 {
 	evbuffer_add_printf(out, "# HELP pgcat_%s %s\n# TYPE pgcat_%s %s\n", m->name, m->help, m->name, m->type);
+}
+
+/* Errors by SQLSTATE (errstats.h): a series per database, user, code and
+ * source, at most ERRSTATS_SLOTS per worker (bounded cardinality). */
+static void error_counters(struct worker *w, struct evbuffer *out)
+{
+	static const struct metric m[] = {
+		{ "errors_total", "counter",
+		  "Errors sent to clients, by SQLSTATE: those servers sent (source=server) and pgcat's own (source=pgcat)." },
+		{ "errors_untracked_total", "counter", "Errors not counted by SQLSTATE (their table was full)." },
+	};
+	size_t max = (size_t)w->shm->h->n_workers * ERRSTATS_SLOTS;
+	struct errstats_row *rows = calloc(max, sizeof *rows);
+	uint64_t untracked = 0;
+	size_t n = rows ? shm_errstats_rows(w->shm, rows, max, &untracked) : 0;
+	header(out, &m[0]);
+	for (size_t i = 0; i < n; i++) {
+		evbuffer_add(out, "pgcat_errors_total{pool=\"", 25);
+		label(out, rows[i].database);
+		evbuffer_add(out, "\",user=\"", 8);
+		label(out, rows[i].user);
+		evbuffer_add_printf(out, "\",sqlstate=\"");
+		label(out, rows[i].sqlstate);
+		evbuffer_add_printf(out, "\",source=\"%s\"} %" PRIu64 "\n", errstats_source_name(rows[i].source),
+				    rows[i].count);
+	}
+	header(out, &m[1]);
+	evbuffer_add_printf(out, "pgcat_errors_untracked_total %" PRIu64 "\n", untracked);
+	free(rows);
 }
 
 /* The last takeover (-R, UPGRADE) as this process saw it from the new
@@ -265,6 +295,7 @@ void prometheus_render(struct worker *w, struct evbuffer *out)
 	header(out, &m_clients);
 	evbuffer_add_printf(out, "pgcat_client_connections %d\n", (int)shm_clients_total(w->shm));
 	upgrade_gauges(w, out);
+	error_counters(w, out);
 }
 
 static void metrics_cb(struct evhttp_request *req, void *arg)

@@ -1016,6 +1016,7 @@ static void reply_show(const struct client *c, struct pktbuf *pb, const char *co
 
 static void reply_error(const struct client *c, struct pktbuf *pb, const char *sqlstate, const char *msg)
 {
+	client_count_error(c, sqlstate);
 	pktbuf_error(pb, "ERROR", sqlstate, msg);
 	reply(c, pb);
 }

@@ -32,6 +32,7 @@
 #include "rotation.h"
 #include "ryw.h"
 #include "server_login.h"
+#include "shm.h"
 #include "tls.h"
 
 /* Stop reading the server once this much waits for a slow client. */
@@ -401,6 +402,16 @@ enum behind {
 	BEHIND_UNASKED,   /* a reply nobody asked for */
 	BEHIND_FATAL      /* a FATAL error: the server ends its session */
 };
+
+/* An error a server sends its client, counted by its SQLSTATE under the
+ * pool's database and user (errstats.h; body NULL: not read). */
+static void count_server_error(const struct server *s, const uint8_t *body, size_t len)
+{
+	struct proto_error_fields ef;
+	const char *code = body && proto_parse_error(body, len, &ef) ? ef.sqlstate : NULL;
+	const struct pool *p = s->sp->pool;
+	errstats_count(shm_errstats(s->w->shm, s->w->id), p->name, p->user, code, ERRSTATS_SERVER);
+}
 
 /* A reply that came in the same read as the last one asked for would be
  * taken by the next request as its own. A FATAL ErrorResponse comes
@@ -978,8 +989,10 @@ static enum pump_step inspect_reply(struct server *s, struct client_end *c, stru
 	case PqMsg_ErrorResponse:
 		s->txn.in_copy_in = false;
 		s->txn.set_cycle_error = true;
-		if (total > SERVER_INSPECT_MAX)
+		if (total > SERVER_INSPECT_MAX) {
+			count_server_error(s, NULL, 0);   /* (too long to read: its code unknown) */
 			return PUMP_ON;
+		}
 		if (!buf_take_whole(in, total, buf))
 			return PUMP_STOP;
 		if (proto_error_is_fatal(buf + 5, f->len - 4)) {
@@ -989,6 +1002,7 @@ static enum pump_step inspect_reply(struct server *s, struct client_end *c, stru
 			server_close(s, s->error_message);
 			return PUMP_STOP;
 		}
+		count_server_error(s, buf + 5, f->len - 4);
 		buf_add(out, buf, total);
 		s->txn.sent_to_client = true;
 		s->txn.req_data = true;

@@ -44,6 +44,8 @@ bool shm_create(struct shm *shm, uint32_t n_workers, uint32_t max_client_conn)
 	off += align8((size_t)n_workers * SHM_MAX_TARGETS * sizeof(struct shm_target_counts));
 	size_t off_backends = off;
 	off += align8((size_t)SHM_BACKEND_SLOTS * sizeof(struct shm_backend_slot));
+	size_t off_errors = off;
+	off += align8((size_t)n_workers * sizeof(struct errstats_table));
 	/* Room for about 320 bytes of row per possible client (a SHOW CLIENTS
 	 * row is ~200), at least 64 kB, at most 16 MB per slot. Pages are
 	 * only touched when a worker writes rows. */
@@ -74,6 +76,7 @@ bool shm_create(struct shm *shm, uint32_t n_workers, uint32_t max_client_conn)
 	h->off_cancel = off_cancel;
 	h->off_target_counts = off_target_counts;
 	h->off_backends = off_backends;
+	h->off_errors = off_errors;
 	h->off_dump = off_dump;
 	h->dump_slot_size = dump_slot;
 	pthread_mutexattr_t attr;
@@ -356,6 +359,22 @@ struct shm_target_counts *shm_target_counts(struct shm *shm, int worker, int tar
 		return NULL;
 	return (struct shm_target_counts *)at(shm, shm->h->off_target_counts) + (size_t)worker * SHM_MAX_TARGETS +
 	       (size_t)target;
+}
+
+struct errstats_table *shm_errstats(struct shm *shm, int worker)
+{
+	if (!shm || !shm->h || worker < 0 || (uint32_t)worker >= shm->h->n_workers)
+		return NULL;
+	return (struct errstats_table *)at(shm, shm->h->off_errors) + worker;
+}
+
+size_t shm_errstats_rows(struct shm *shm, struct errstats_row *rows, size_t max, uint64_t *untracked)
+{
+	struct errstats_table *t[SHM_MAX_WORKERS];
+	uint32_t n = shm && shm->h ? shm->h->n_workers : 0;
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = shm_errstats(shm, (int)i);
+	return errstats_collect(t, n, rows, max, untracked);
 }
 
 void shm_target_counts_total(struct shm *shm, int target, uint64_t *xacts, uint64_t routed[SHM_ROUTE_VIA])

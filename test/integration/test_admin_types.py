@@ -30,6 +30,7 @@ from conftest import ADMIN_PASSWORD, ADMIN_USER, wait_until
 SHOW_COMMANDS = (
     "STATS", "STATS_TOTALS", "STATS_AVERAGES", "POOLS", "DATABASES", "SERVERS", "CLIENTS", "SOCKETS",
     "ACTIVE_SOCKETS", "USERS", "CONFIG", "LISTS", "VERSION", "MEM", "DNS_HOSTS", "SHARDS", "BANS", "PREPARED_STATEMENTS", "WORKERS",
+    "ERRORS",
 )
 
 INT8OID = 20
@@ -41,7 +42,7 @@ TEXT_COLUMNS = {
     "database", "user", "name", "host", "pool_mode", "load_balance_hosts", "force_user", "role",
     "type", "replication", "state", "addr", "local_addr", "connect_time", "request_time", "ptr", "link",
     "tls", "application_name", "key", "value", "default", "changeable", "list", "version", "hostname",
-    "addrs", "pool", "ban_reason", "reason", "banned_at", "source", "query", "started", "upgrade",
+    "addrs", "pool", "ban_reason", "reason", "banned_at", "source", "query", "started", "upgrade", "sqlstate",
 }
 
 APP_NAME = "psql-typed-app"   # non-numeric on purpose: it used to go out as int8
@@ -109,6 +110,8 @@ def scene(pgcat, pg, request):
     held.append(prep)
     with inst.connect(dbname="dnsdb") as c:
         c.execute("SELECT 1")
+        with pytest.raises(psycopg.errors.DivisionByZero):   # a row of SHOW ERRORS
+            c.execute("SELECT 1/0")
     r = admin_raw(inst)
     for cmd in ("BAN 127.0.0.1:%d 300" % pg.port, "BAN 192.0.2.1:5999 300"):
         r.send(pgwire.query(cmd))

@@ -22,6 +22,7 @@ Suite *pgvalue_suite(void);
 Suite *sqlshape_suite(void);
 Suite *sqllex_suite(void);
 Suite *ryw_suite(void);
+Suite *errstats_suite(void);
 Suite *twophase_suite(void);
 Suite *txn_mode_suite(void);
 Suite *txn_suite(void);

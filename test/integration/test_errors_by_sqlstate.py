@@ -1,0 +1,89 @@
+# SPDX-License-Identifier: MIT
+"""Errors by SQLSTATE (issue 44, doc/monitoring.md): every error a client
+is sent is counted per database, user, SQLSTATE and source: `server` for
+a server's ErrorResponse passed on, `pgcat` for one pgcat raised itself.
+The console's SHOW ERRORS and /metrics' pgcat_errors_total show the sums
+over every worker. The table is bounded: errors whose key finds no room
+are counted as untracked, and pgcat goes on serving."""
+import urllib.request
+
+import psycopg
+import pytest
+
+from conftest import PASSWORDS, free_port, wait_until
+from test_admin import admin, show
+
+
+def errors(inst):
+    r = admin(inst)
+    try:
+        cols, rows = show(r, "ERRORS")
+    finally:
+        r.close()
+    assert cols == ["database", "user", "sqlstate", "source", "count"], cols
+    return {(x["database"], x["user"], x["sqlstate"], x["source"]): int(x["count"]) for x in rows}
+
+
+def metrics(port):
+    body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read().decode()
+    return {l.rsplit(" ", 1)[0]: float(l.rsplit(" ", 1)[1]) for l in body.splitlines()
+            if l.startswith("pgcat_errors_")}
+
+
+def refused(inst, **kw):
+    with pytest.raises(psycopg.OperationalError):
+        inst.connect(**kw).close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_server_and_pgcat_errors_by_sqlstate(pgcat, workers):
+    port = free_port()
+    inst = pgcat(general={"workers": workers, "prometheus_port": port})
+    assert errors(inst) == {}
+    conns = [inst.connect() for _ in range(6)]    # (spread over the workers)
+    for c in conns:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            c.execute("SELECT 1/0")                           # simple protocol
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            c.execute("SELECT 1/%s::int", [0])                # extended protocol
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        conns[0].execute("SELECT * FROM no_such_table_here")
+    with pytest.raises(psycopg.errors.InvalidParameterValue):
+        conns[0].execute("SET SERVER ROLE TO 'bogus'")         # pgcat's own, answered in place
+    refused(inst, password="wrong")                            # pgcat's: 28P01
+    refused(inst, dbname="no_such_database")                   # pgcat's: 3D000
+    got = errors(inst)
+    assert got[("appdb", "app", "22012", "server")] == 12, got
+    assert got[("appdb", "app", "42P01", "server")] == 1, got
+    assert got[("appdb", "app", "28P01", "pgcat")] == 1, got
+    assert got[("appdb", "app", "22023", "pgcat")] == 1, got
+    assert got[("no_such_database", "app", "3D000", "pgcat")] == 1, got
+    m = metrics(port)
+    key = 'pgcat_errors_total{pool="appdb",user="app",sqlstate="22012",source="server"}'
+    assert m[key] == 12, m
+    assert m['pgcat_errors_total{pool="appdb",user="app",sqlstate="28P01",source="pgcat"}'] == 1, m
+    assert m["pgcat_errors_untracked_total"] == 0, m
+    # a client between transactions is not an error
+    for c in conns:
+        c.close()
+    assert errors(inst) == got
+
+
+def test_error_table_full_counts_the_rest_as_untracked(pgcat):
+    """600 logins to as many databases that do not exist (a client probing
+    names): the worker's 512 keys fill up, the rest is counted as
+    untracked, and pgcat still serves and counts known keys."""
+    inst = pgcat()
+    for i in range(600):
+        refused(inst, dbname="probe_%d" % i)
+    got = errors(inst)
+    untracked = [v for k, v in got.items() if k == (None, None, None, "untracked")]
+    assert len(got) == 513 and untracked and untracked[0] == 600 - 512, (len(got), untracked)
+    with inst.connect() as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            c.execute("SELECT 1/0")
+    got = errors(inst)
+    # the table is full: a new key is untracked too
+    assert got[(None, None, None, "untracked")] == 600 - 512 + 1
