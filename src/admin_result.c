@@ -160,9 +160,10 @@ static void send_message(struct client *c, bool error, const char *severity, con
 	uint8_t storage[1024];
 	struct pktbuf pb;
 	pktbuf_init(&pb, storage, sizeof storage);
-	if (error)
+	if (error) {
+		client_count_error(c, sqlstate);   /* (SHOW ERRORS: the console's too) */
 		pktbuf_error(&pb, severity, sqlstate, msg);
-	else
+	} else
 		pktbuf_notice(&pb, severity, sqlstate, msg);
 	admin_out(c, &pb);
 }

@@ -10,7 +10,8 @@ import urllib.request
 import psycopg
 import pytest
 
-from conftest import PASSWORDS, free_port, wait_until
+import pgwire
+from conftest import ADMIN_USER, free_port
 from test_admin import admin, show
 
 
@@ -51,6 +52,10 @@ def test_server_and_pgcat_errors_by_sqlstate(pgcat, workers):
         conns[0].execute("SELECT * FROM no_such_table_here")
     with pytest.raises(psycopg.errors.InvalidParameterValue):
         conns[0].execute("SET SERVER ROLE TO 'bogus'")         # pgcat's own, answered in place
+    r = admin(inst)                                            # the console's own: 42601
+    r.send(pgwire.query("NO SUCH COMMAND"))
+    assert [m for m in r.read_until((b"Z",)) if m[0] == b"E"]
+    r.close()
     refused(inst, password="wrong")                            # pgcat's: 28P01
     refused(inst, dbname="no_such_database")                   # pgcat's: 3D000
     got = errors(inst)
@@ -58,6 +63,7 @@ def test_server_and_pgcat_errors_by_sqlstate(pgcat, workers):
     assert got[("appdb", "app", "42P01", "server")] == 1, got
     assert got[("appdb", "app", "28P01", "pgcat")] == 1, got
     assert got[("appdb", "app", "22023", "pgcat")] == 1, got
+    assert got[("pgcat", ADMIN_USER, "42601", "pgcat")] == 1, got
     assert got[("no_such_database", "app", "3D000", "pgcat")] == 1, got
     m = metrics(port)
     key = 'pgcat_errors_total{pool="appdb",user="app",sqlstate="22012",source="server"}'
