@@ -546,3 +546,40 @@ def test_show_sockets_lists_connections_with_their_buffers(pgcat):
     c.rollback()
     c.close()
     r.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_log_level_set_at_run_time(pgcat, workers):
+    """SET log_level on the console (issue 44: as PgBouncer's verbose)
+    changes what every worker logs from now on, without a reload; SHOW
+    CONFIG says the level in force. A level that does not exist is
+    refused."""
+    import re
+    import time
+    inst = pgcat(general={"workers": workers, "log_level": "info"})
+    r = admin(inst)
+    def debug_lines():
+        return len(re.findall(r"\] DEBUG ", inst.log()))
+    traffic(inst, 3)
+    assert debug_lines() == 0
+    assert command(r, "SET log_level = debug") is None
+    _, rows = show(r, "CONFIG")
+    assert {x["key"]: x["value"] for x in rows}["log_level"] == "debug"
+    time.sleep(0.5)                             # (the other worker applies it at its next tick)
+    for _ in range(16):                         # (clients spread over the workers by the kernel)
+        traffic(inst, 1)
+    pids = set(re.findall(r"\[(\d+)\] DEBUG ", inst.log()))
+    assert len(pids) == workers, pids           # every worker logs at the new level
+    assert command(r, "SET log_level = info") is None
+    time.sleep(0.5)
+    before = debug_lines()
+    traffic(inst, 3)
+    assert debug_lines() == before
+    err = command(r, "SET log_level = chatty")
+    assert err is not None and err["C"] == "22023", err
+    # the file's level comes back with a RELOAD
+    assert command(r, "SET log_level = debug") is None
+    assert command(r, "RELOAD") is None
+    _, rows = show(r, "CONFIG")
+    assert {x["key"]: x["value"] for x in rows}["log_level"] == "info"
+    r.close()
