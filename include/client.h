@@ -292,6 +292,12 @@ void client_send_error(struct client *c, const char *severity, const char *sqlst
  * SHOW ERRORS): client_send_error does it; a place that writes its own
  * ErrorResponse to the client calls this. */
 void client_count_error(const struct client *c, const char *sqlstate);
+/* A log line about c (log_event): "C-id user@database addr:port: "
+ * before the message in text; the fields client_id, user, database, addr,
+ * port and extra's (at most three) in json. */
+struct log_field;
+void client_log_event(const struct client *c, enum log_level level, const char *event, const struct log_field *extra,
+		      size_t n_extra, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 void client_send_rfq(struct client *c, char status);
 /* A message of no body (ParseComplete, CloseComplete...). */
 void client_send_simple(struct client *c, uint8_t type);

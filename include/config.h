@@ -26,6 +26,9 @@ static inline bool pool_mode_per_transaction(enum pool_mode m) { return m != POO
  * PAM: the password in clear, checked by PAM's service auth_pam_service. */
 enum auth_type { AUTH_TYPE_SCRAM, AUTH_TYPE_MD5, AUTH_TYPE_TRUST, AUTH_TYPE_PASSWORD, AUTH_TYPE_LDAP, AUTH_TYPE_PAM };
 enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARNING, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG, LOG_LEVEL_TRACE };
+/* How a log line is written: text (time, pid, level, message) or one JSON
+ * object per line (log.h). */
+enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON };
 enum server_role { SERVER_ROLE_PRIMARY, SERVER_ROLE_REPLICA, SERVER_ROLE_AUTO };
 enum default_role { DEFAULT_ROLE_ANY, DEFAULT_ROLE_PRIMARY, DEFAULT_ROLE_REPLICA };
 /* first: the first server listed that is not banned (PgBouncer's
@@ -255,6 +258,7 @@ struct config_general {
 	char *auth_dbname;        /* "": auth_query runs in the pool's own database; else that pool's */
 	int auth_query_cache_ttl; /* ms a looked-up secret is reused */
 	enum log_level log_level;
+	enum log_format log_format;
 	char *log_file;           /* "" = stderr */
 	bool syslog;
 	bool log_connections;

@@ -156,6 +156,7 @@ struct key_spec {
 	X(auth_pam_service, STRING, "pgcat", true, VALUE_STRING, 0, 0, NULL, KEY_NOT_EMPTY, NULL, 0) \
 	X(ignore_startup_parameters, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(log_level, ENUM, "info", true, VALUE_ENUM, 0, 0, &log_level_enum, 0, NULL, 0) \
+	X(log_format, ENUM, "text", true, VALUE_ENUM, 0, 0, &log_format_enum, 0, NULL, 0) \
 	X(log_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(syslog, BOOL, "false", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
 	X(log_connections, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
@@ -359,7 +360,7 @@ extern const struct key_spec pool_specs[POOL_KEY_COUNT];
 extern const struct key_spec shard_specs[SHARD_KEY_COUNT];
 extern const struct key_spec user_specs[USER_KEY_COUNT];
 extern const struct key_spec uset_specs[USET_KEY_COUNT];
-extern const struct enum_names pool_mode_enum, auth_type_enum, log_level_enum;
+extern const struct enum_names pool_mode_enum, auth_type_enum, log_level_enum, log_format_enum;
 extern const struct config_key_info general_info[];
 const char *enum_name(const struct enum_names *e, int v);
 const struct key_spec *find_spec(const struct key_spec *specs, size_t n, const char *name, size_t *index);

@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * log: one line per event — timestamp, level, pid, message — to stderr, a
- * file or syslog. The level is checked before any formatting. Never pass a
- * password here.
+ * file or syslog, as text or as JSON (log_format). The level is checked
+ * before any formatting. Never pass a password here.
  */
 #ifndef PGCAT_LOG_H
 #define PGCAT_LOG_H
 
 #include <stdbool.h>
+#include <stddef.h>
+
 #include "config.h"
 
 /* The logger is the one piece of process-wide state outside struct worker
@@ -27,6 +29,24 @@ void log_close(void);
 void log_reopen(void);
 
 void log_write(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* log_format: text (the default) or json, one object per line with the
+ * keys time, level, pid, event, then the event's fields, then message. A
+ * line written by log_write is event "log" with its message only. */
+void log_set_format(enum log_format format);
+
+/* A field of an event: a string (str non-NULL) or a number. */
+struct log_field {
+	const char *key;
+	const char *str;
+	long long num;
+};
+/* An event (a short name: "client_login", "server_connect"...) with its
+ * fields and a message (fmt). In text, the line is prefix (it names the
+ * subject, as "C-12 app@appdb 127.0.0.1:5000: ") then the message; in
+ * json, prefix is left out. The caller checks log_enabled first. */
+void log_event(enum log_level level, const char *event, const struct log_field *fields, size_t n_fields,
+	       const char *prefix, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 #define log_enabled(lvl) ((lvl) <= log_get_level())
 #define log_error(...)   do { if (log_enabled(LOG_LEVEL_ERROR)) log_write(LOG_LEVEL_ERROR, __VA_ARGS__); } while (0)

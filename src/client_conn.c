@@ -98,6 +98,29 @@ void client_send_pkt(struct client *c, struct pktbuf *pb)
 		buf_add(io_out(&c->io), pb->data, pb->len);
 }
 
+void client_log_event(const struct client *c, enum log_level level, const char *event, const struct log_field *extra,
+		      size_t n_extra, const char *fmt, ...)
+{
+	if (!log_enabled(level))
+		return;
+	char a[CLIENT_ADDR_STRLEN], prefix[CLIENT_ADDR_STRLEN + 2 * 64 + 64], msg[1024];
+	client_addr_str(c, a);
+	snprintf(prefix, sizeof prefix, "C-%llu %s@%s %s:%d: ", (unsigned long long)c->id, client_user(c),
+		 client_database(c), a, c->port);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	struct log_field f[8] = {
+		{ "client_id", NULL, (long long)c->id }, { "user", client_user(c), 0 },
+		{ "database", client_database(c), 0 }, { "addr", a, 0 }, { "port", NULL, c->port },
+	};
+	size_t n = 5;
+	for (size_t i = 0; i < n_extra && n < sizeof f / sizeof *f; i++)
+		f[n++] = extra[i];
+	log_event(level, event, f, n, prefix, "%s", msg);
+}
+
 void client_count_error(const struct client *c, const char *sqlstate)
 {
 	errstats_count(shm_errstats(c->w->shm, c->w->id), client_database(c), client_user(c), sqlstate,
@@ -231,11 +254,11 @@ void client_close(struct client *c, const char *sqlstate, const char *fmt, ...)
 	if (c->moved)
 		log_debug("C-%llu: %s", (unsigned long long)c->id, msg);
 	else if ((logged_in || sqlstate) ? w->cfg->general.log_disconnections : log_enabled(LOG_LEVEL_DEBUG)) {
-		char a[CLIENT_ADDR_STRLEN];
-		log_info("C-%llu %s@%s %s:%d: closing because: %s (age=%llus)", (unsigned long long)c->id,
-			 client_user(c), client_database(c), client_addr_str(c, a), c->port,
-			 msg[0] ? msg : "client close request",
-			 (unsigned long long)((w->now_us - c->connect_us) / 1000000));
+		const char *reason = msg[0] ? msg : "client close request";
+		long long age = (long long)((w->now_us - c->connect_us) / 1000000);
+		struct log_field extra[] = { { "reason", reason, 0 }, { "age_s", NULL, age } };
+		client_log_event(c, LOG_LEVEL_INFO, "client_close", extra, 2, "closing because: %s (age=%llds)", reason,
+				 age);
 	}
 	if (sqlstate && !c->io.closed) {
 		client_send_error(c, "FATAL", sqlstate, msg);
@@ -358,8 +381,9 @@ void client_send_welcome(struct client *c)
 			memcpy(tls, " tls=", 5);
 			tls_describe(c->io.ssl, tls + 5, sizeof tls - 5);
 		}
-		log_info("C-%llu %s@%s %s:%d: login%s", (unsigned long long)c->id, client_user(c), client_database(c),
-			 client_addr_str(c, a), c->port, tls);
+		(void)a;
+		struct log_field extra[] = { { "tls", tls[0] ? tls + 5 : "", 0 } };
+		client_log_event(c, LOG_LEVEL_INFO, "client_login", extra, 1, "login%s", tls);
 	}
 }
 

@@ -35,6 +35,7 @@
 _Static_assert(sizeof(enum pool_mode) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum auth_type) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum log_level) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum log_format) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum server_role) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum default_role) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum lb_mode) == sizeof(int), "enum size");
@@ -60,6 +61,7 @@ static const char *const log_level_names[] = {
 	[LOG_LEVEL_ERROR] = "error", [LOG_LEVEL_WARNING] = "warning", [LOG_LEVEL_INFO] = "info",
 	[LOG_LEVEL_DEBUG] = "debug", [LOG_LEVEL_TRACE] = "trace",
 };
+static const char *const log_format_names[] = { [LOG_FORMAT_TEXT] = "text", [LOG_FORMAT_JSON] = "json" };
 static const char *const server_role_names[] = {
 	[SERVER_ROLE_PRIMARY] = "primary", [SERVER_ROLE_REPLICA] = "replica", [SERVER_ROLE_AUTO] = "auto",
 };
@@ -104,6 +106,7 @@ static const char *const timeout_action_names[] = {
 const struct enum_names pool_mode_enum = ENUM_NAMES(pool_mode_names);
 const struct enum_names auth_type_enum = ENUM_NAMES_ALIASED(auth_type_names, auth_type_aliases);
 const struct enum_names log_level_enum = ENUM_NAMES(log_level_names);
+const struct enum_names log_format_enum = ENUM_NAMES(log_format_names);
 const struct enum_names server_role_enum = ENUM_NAMES(server_role_names);
 static const struct enum_names default_role_enum = ENUM_NAMES(default_role_names);
 static const struct enum_names lb_mode_enum = ENUM_NAMES(lb_mode_names);

@@ -208,6 +208,7 @@ int main(int argc, char **argv)
 		config_free(cfg);
 		return EXIT_BAD_CONFIG;
 	}
+	log_set_format(cfg->general.log_format);
 	if (daemon_mode && !daemonize()) {
 		fprintf(stderr, "pgcat: cannot detach: %s\n", strerror(errno));
 		config_free(cfg);

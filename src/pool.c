@@ -1211,6 +1211,7 @@ void pool_count_waiting(struct worker *w, const struct pool *p, int *waiting, ui
 bool pool_apply_set(struct worker *w, const char *key, char *err, size_t errlen)
 {
 	log_set_level(w->cfg->general.log_level);
+	log_set_format(w->cfg->general.log_format);
 	pool_reapply_general(w);
 	if (!config_key_is_tls(key))
 		return true;

@@ -91,10 +91,18 @@ void server_close(struct server *s, const char *why)
 	bool login_failed = s->state == SERVER_CONNECTING || s->state == SERVER_LOGIN;
 	struct client_end *c = s->client;
 	enum server_state old = s->state;
-	if (why)
-		log_info("S-%llu %s:%d: closing because: %s (%s, age=%llus)", (unsigned long long)s->id, s->sp->host,
-			 s->sp->port, why, server_state_name(old),
-			 (unsigned long long)((w->now_us - s->connect_us) / 1000000));
+	if (why && log_enabled(LOG_LEVEL_INFO)) {
+		char prefix[320];
+		snprintf(prefix, sizeof prefix, "S-%llu %s:%d: ", (unsigned long long)s->id, s->sp->host, s->sp->port);
+		long long age = (long long)((w->now_us - s->connect_us) / 1000000);
+		struct log_field f[] = {
+			{ "server_id", NULL, (long long)s->id }, { "host", s->sp->host, 0 }, { "port", NULL, s->sp->port },
+			{ "database", s->sp->database, 0 }, { "reason", why, 0 }, { "state", server_state_name(old), 0 },
+			{ "age_s", NULL, age },
+		};
+		log_event(LOG_LEVEL_INFO, "server_close", f, sizeof f / sizeof *f, prefix, "closing because: %s (%s, age=%llds)",
+			  why, server_state_name(old), age);
+	}
 	/* A polite Terminate when the connection is healthy and idle (and
 	 * not handed to the process that took over: it goes on there). */
 	if (old == SERVER_IDLE && !s->io.closed && !s->moved) {
@@ -234,20 +242,27 @@ void server_close_unasked(struct server *s, uint8_t type)
  * log (log_connections there) shows as the client's, to match the two. */
 void server_log_new_connection(const struct server *s)
 {
+	if (!log_enabled(LOG_LEVEL_INFO))
+		return;
 	struct sockaddr_storage local;
 	socklen_t len = sizeof local;
 	char host[NI_MAXHOST] = "", port[NI_MAXSERV] = "";
-	if (s->sp->addr.ss_family == AF_UNIX || getsockname(s->io.fd, (struct sockaddr *)&local, &len) != 0 ||
-	    getnameinfo((struct sockaddr *)&local, len, host, sizeof host, port, sizeof port,
-			NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-		log_info("S-%llu %s@%s %s:%d new connection to server", (unsigned long long)s->id,
-			 auth_server_user(s->sp->pool), s->sp->database, s->sp->host, s->sp->port);
-		return;
+	bool local_known = s->sp->addr.ss_family != AF_UNIX && getsockname(s->io.fd, (struct sockaddr *)&local, &len) == 0 &&
+			   getnameinfo((struct sockaddr *)&local, len, host, sizeof host, port, sizeof port,
+				       NI_NUMERICHOST | NI_NUMERICSERV) == 0;
+	char prefix[512], from[NI_MAXHOST + NI_MAXSERV + 16] = "";
+	snprintf(prefix, sizeof prefix, "S-%llu %s@%s %s:%d ", (unsigned long long)s->id, auth_server_user(s->sp->pool),
+		 s->sp->database, s->sp->host, s->sp->port);
+	if (local_known) {
+		bool v6 = local.ss_family == AF_INET6;
+		snprintf(from, sizeof from, " (from %s%s%s:%s)", v6 ? "[" : "", host, v6 ? "]" : "", port);
 	}
-	bool v6 = local.ss_family == AF_INET6;
-	log_info("S-%llu %s@%s %s:%d new connection to server (from %s%s%s:%s)", (unsigned long long)s->id,
-		 auth_server_user(s->sp->pool), s->sp->database, s->sp->host, s->sp->port, v6 ? "[" : "", host,
-		 v6 ? "]" : "", port);
+	struct log_field f[] = {
+		{ "server_id", NULL, (long long)s->id }, { "user", auth_server_user(s->sp->pool), 0 },
+		{ "database", s->sp->database, 0 }, { "host", s->sp->host, 0 }, { "port", NULL, s->sp->port },
+		{ "pool", s->sp->pool->name, 0 }, { "shard", NULL, s->sp->shard },
+	};
+	log_event(LOG_LEVEL_INFO, "server_connect", f, sizeof f / sizeof *f, prefix, "new connection to server%s", from);
 }
 
 void server_set_socket_options(struct server *s)

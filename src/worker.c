@@ -253,6 +253,7 @@ static bool reload_apply(struct worker *w, struct config *cfg, char *err, size_t
 		if (w->listeners[i])
 			listener_options(w, w->listeners[i]);   /* tcp_keepalive may have changed */
 	log_set_level(w->cfg->general.log_level);
+	log_set_format(w->cfg->general.log_format);
 	admin_credentials(w);
 	w->config_mtime = file_mtime(w->config_path);
 	/* (Not before worker_listen: a reload during the startup check.) */

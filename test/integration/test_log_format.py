@@ -1,0 +1,69 @@
+# SPDX-License-Identifier: MIT
+"""log_format = json (issue 44, doc/monitoring.md): every line pgcat writes
+is one JSON object with time, level, pid, event and message; the events
+of clients and servers carry their fields; a hostile name stays a string
+(quotes, backslashes and control characters escaped). RELOAD switches the
+format of the workers."""
+import json
+import re
+
+import psycopg
+import pytest
+
+from conftest import wait_until
+from test_admin import admin, command
+
+
+def lines(inst):
+    return [l for l in inst.log().splitlines() if l.strip()]
+
+
+def test_json_lines_with_client_and_server_events(pgcat, pg):
+    inst = pgcat(general={"log_format": "json", "log_connections": "true", "log_disconnections": "true"})
+    with inst.connect() as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+    # a user name a client chose, with what JSON must escape
+    with pytest.raises(psycopg.OperationalError):
+        inst.connect(user='ev"il\\name\ttab', password="x").close()
+    # the server's backend ends: pgcat closes its connection, with a reason
+    pg.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'app'")
+    wait_until(lambda: '"event":"server_close"' in inst.log(), 10)
+    objs = []
+    for l in lines(inst):
+        o = json.loads(l)                        # every line is one object
+        assert list(o)[:4] == ["time", "level", "pid", "event"], o
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", o["time"]), o
+        assert o["level"] in ("ERROR", "WARNING", "LOG", "DEBUG", "TRACE") and list(o)[-1] == "message", o
+        objs.append(o)
+    by = {}
+    for o in objs:
+        by.setdefault(o["event"], []).append(o)
+    login = [o for o in by["client_login"] if o["user"] == "app"][0]
+    assert login["database"] == "appdb" and login["addr"] == "127.0.0.1" and isinstance(login["client_id"], int)
+    assert login["message"] == "login" and login["tls"] == ""
+    close = [o for o in by["client_close"] if o["client_id"] == login["client_id"]][0]
+    assert close["reason"] == "client close request" and close["age_s"] >= 0
+    evil = [o for o in by["client_close"] if o["user"] == 'ev"il\\name\ttab']
+    assert evil, by["client_close"]
+    conn = by["server_connect"][0]
+    assert conn["pool"] == "appdb" and conn["shard"] == 0 and conn["host"] == "127.0.0.1"
+    assert conn["message"].startswith("new connection to server")
+    assert by["server_close"] and by["server_close"][0]["server_id"] == conn["server_id"]
+    assert by["log"], "lines without an event of their own are event log"
+
+
+def test_reload_switches_the_format(pgcat):
+    inst = pgcat()
+    with inst.connect() as c:
+        c.execute("SELECT 1")
+    assert not lines(inst)[-1].startswith("{")
+    inst.general["log_format"] = "json"
+    inst.write()
+    r = admin(inst)
+    assert command(r, "RELOAD") is None
+    r.close()
+    n = len(lines(inst))
+    with inst.connect() as c:
+        c.execute("SELECT 1")
+    after = lines(inst)[n:]
+    assert after and all(json.loads(l)["pid"] > 0 for l in after), after
