@@ -150,6 +150,7 @@ struct config_pool {
 	int min_pool_size;        /* CONFIG_INHERIT or >= 0 */
 	int reserve_pool_size;    /* CONFIG_INHERIT or >= 0 */
 	int server_lifetime;      /* CONFIG_INHERIT or ms (0 = no age limit) */
+	int log_min_duration;     /* CONFIG_INHERIT or ms: requests this long are logged (0 = none) */
 	/* PgBouncer's forced user: every client of the pool logs in to the
 	 * servers as this role (NULL: as itself); a users section's own
 	 * server_username still wins. */
@@ -259,6 +260,7 @@ struct config_general {
 	int auth_query_cache_ttl; /* ms a looked-up secret is reused */
 	enum log_level log_level;
 	enum log_format log_format;
+	int log_min_duration;     /* ms: a request this long is logged (slowlog.h); 0 = none */
 	char *log_file;           /* "" = stderr */
 	bool syslog;
 	bool log_connections;
@@ -424,6 +426,8 @@ int config_user_max_user_connections(const struct config *cfg, const struct conf
 				     const struct config_user *user);
 /* The pool's server_lifetime (ms, 0 = none): its own, else [general]'s. */
 int config_pool_server_lifetime(const struct config *cfg, const struct config_pool *pool);
+/* The pool's log_min_duration (ms, 0 = none): its own, else [general]'s. */
+int config_pool_log_min_duration(const struct config *cfg, const struct config_pool *pool);
 /* How long a client may take to log in (ms, 0 = no limit). */
 int config_client_login_timeout(const struct config *cfg);
 /* auth_query's settings for a pool: its own, else [general]'s ("" for

@@ -57,6 +57,8 @@ struct buf *link_output(struct server *s);
  * wait, is in client_end.h: the server side honours it too.) */
 /* The transaction on the link: what s owes, its status, SET-undo (txn.h). */
 struct txn *link_txn(struct server *s);
+/* The slow-query log's notes of the request s serves (slowlog.h). */
+struct slowlog_req *link_slowlog(struct server *s);
 /* The session settings s has. */
 struct params *link_server_params(struct server *s);
 /* s's connection is TLS (-R: it cannot move to another process). */

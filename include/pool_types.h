@@ -154,6 +154,7 @@ struct pool {
 	/* Resolved from the user, [users.NAME], the pool and [general]
 	 * (pool_apply_config; again after a SET): ms, 0 = off. */
 	int server_lifetime;
+	uint64_t log_min_duration_us;   /* a request this long is logged (slowlog.h); 0: none */
 	int query_timeout;
 	int idle_transaction_timeout;
 	int client_idle_timeout;

@@ -14,6 +14,7 @@
 #include "list.h"
 #include "params.h"
 #include "txn.h"
+#include "slowlog.h"
 #include "types.h"
 
 /* Messages pgcat must read whole are buffered up to this; longer ones are
@@ -107,6 +108,7 @@ struct server {
 	bool reset_untracked;         /* RESETTING: pgcat's own reset (server_reset_untracked) */
 	bool timeout_cancelled;       /* statement_timeout sent a cancel for this request */
 	uint16_t cancels_in_flight;   /* CancelRequests pgcat sent for it, not yet answered */
+	struct slowlog_req slow;      /* the request under way, for the slow-query log (slowlog.h) */
 	bool checked;                 /* had its first health check */
 	bool connect_query_sent;      /* in LOGIN: the pool's connect_query is running */
 	/* WAL_POSITION: the position the query answered, if it did. */

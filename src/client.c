@@ -43,6 +43,7 @@
 #include "session.h"
 #include "link.h"
 #include "shm.h"
+#include "slowlog.h"
 #include "setters.h"
 #include "shardkey.h"
 #include "sqllex.h"
@@ -490,6 +491,35 @@ static enum pump_step session_step(struct client *c, enum session_query q)
 	return PUMP_ON;
 }
 
+/* Who the request's client is, for the slow-query log (slowlog.h). */
+static void note_slowlog_client(const struct client *c, struct server *s)
+{
+	char a[CLIENT_ADDR_STRLEN];
+	slowlog_note_client(link_slowlog(s), c->id, client_addr_str(c, a), c->port);
+}
+
+/* A Bind of a statement parsed in an earlier request: its name, for the
+ * slow-query log (its text is not in this request). */
+static enum pump_step note_slowlog_bind(struct client *c, struct server *s, const struct proto_frame *f)
+{
+	uint32_t total = f->len + 1;
+	size_t head = total < PROTO_LONG_HEAD ? total : PROTO_LONG_HEAD;
+	if (buf_len(c->io.in) < head)
+		return PUMP_STOP;
+	const char *m = (const char *)buf_pullup(c->io.in, head);
+	if (!m)
+		return PUMP_ON;
+	size_t pl = strnlen(m + 5, head - 5);
+	if (5 + pl + 1 >= head)
+		return PUMP_ON;
+	char name[64];
+	size_t nl = strnlen(m + 5 + pl + 1, head - 5 - pl - 1);
+	snprintf(name, sizeof name, "%.*s", (int)(nl < sizeof name - 1 ? nl : sizeof name - 1), m + 5 + pl + 1);
+	note_slowlog_client(c, s);
+	slowlog_note_statement(link_slowlog(s), name);
+	return PUMP_ON;
+}
+
 /* A Query or a Parse, read whole for what pgcat learns of its text:
  * LISTEN and UNLISTEN, which the session may answer (SPEC §11), and NOTIFY,
  * up to CLIENT_INSPECT_MAX; the settings it changes, up to PARAMS_SQL_MAX
@@ -528,6 +558,10 @@ static enum pump_step inspect_text(struct client *c, struct server *s, const str
 		return PUMP_ON;   /* malformed: the server refuses it */
 	const char *sql = (const char *)buf + 5 + off;
 	size_t len = f->len - 4 - off;
+	if (c->pool->log_min_duration_us && !link_slowlog(s)->noted) {
+		note_slowlog_client(c, s);
+		slowlog_note_text(link_slowlog(s), sql, strnlen(sql, len));
+	}
 	if (total <= CLIENT_INSPECT_MAX) {
 		/* only texts that start with l or u (or a comment) ask */
 		if (sqllex_may_be_listen(sql, len)) {
@@ -655,10 +689,14 @@ static enum pump_step inspect_request(struct client *c, struct server *s, const 
 		}
 		return step;
 	}
-	case PqMsg_Bind:
+	case PqMsg_Bind: {
 		if (!c->w->cfg->pgbouncer)
 			stats_add(c->pool->stats, STAT_BIND, 1);
-		return c->setters ? track_bind(c, s, f) : PUMP_ON;
+		enum pump_step step = c->setters ? track_bind(c, s, f) : PUMP_ON;
+		if (step == PUMP_ON && c->pool->log_min_duration_us && !link_slowlog(s)->noted)
+			step = note_slowlog_bind(c, s, f);
+		return step;
+	}
 	default:
 		return PUMP_ON;
 	}

@@ -230,6 +230,8 @@ const struct key_spec pool_specs[POOL_KEY_COUNT] = {
 		POOL_FIELD(reserve_pool_size), 0, KEY_EMPTY_INHERITS, "", NULL },
 	[POOL_KEY_SERVER_LIFETIME] = { "server_lifetime", VALUE_DURATION, 0, INT_MAX, NULL,
 		POOL_FIELD(server_lifetime), 0, KEY_EMPTY_INHERITS | KEY_PGB_SECONDS, "", NULL },
+	[POOL_KEY_LOG_MIN_DURATION] = { "log_min_duration", VALUE_DURATION, 0, INT_MAX, NULL,
+		POOL_FIELD(log_min_duration), 0, KEY_EMPTY_INHERITS, "", NULL },
 	[POOL_KEY_SERVER_USERNAME] = { "server_username", VALUE_STRING, 0, 0, NULL, POOL_FIELD(server_username), 0,
 		KEY_EMPTY_IS_NULL, NULL, NULL },
 	[POOL_KEY_SERVER_PASSWORD] = { "server_password", VALUE_STRING, 0, 0, NULL, POOL_FIELD(server_password), 0,
@@ -734,6 +736,13 @@ int config_pool_server_lifetime(const struct config *cfg, const struct config_po
 	if (pool != NULL && pool->server_lifetime != CONFIG_INHERIT)
 		return pool->server_lifetime;
 	return cfg->general.server_lifetime;
+}
+
+int config_pool_log_min_duration(const struct config *cfg, const struct config_pool *pool)
+{
+	if (pool != NULL && pool->log_min_duration != CONFIG_INHERIT)
+		return pool->log_min_duration;
+	return cfg->general.log_min_duration;
 }
 
 int config_client_login_timeout(const struct config *cfg)

@@ -378,6 +378,7 @@ static void build_pool(struct pgb *g, const char *name, struct pgb_db *d)
 	pool->max_db_connections = d->max_db_connections;
 	pool->max_db_client_connections = d->max_db_client_connections;
 	pool->server_lifetime = d->server_lifetime;
+	pool->log_min_duration = CONFIG_INHERIT;
 	give(&pool->connect_query, &d->connect_query);
 	give(&pool->auth_user, &d->auth_user);
 	give(&pool->auth_query, &d->auth_query);

@@ -79,6 +79,7 @@ bool link_serving(struct server *s) { return s->state == SERVER_ACTIVE; }
 struct buf *link_output(struct server *s) { return server_output(s); }
 
 struct txn *link_txn(struct server *s) { return &s->txn; }
+struct slowlog_req *link_slowlog(struct server *s) { return &s->slow; }
 
 struct params *link_server_params(struct server *s) { return &s->params; }
 

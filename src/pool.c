@@ -31,6 +31,7 @@
 #include "client_end.h"
 #include "link.h"
 #include "shm.h"
+#include "slowlog.h"
 #include "log.h"
 #include "server.h"
 #include "context.h"
@@ -245,6 +246,7 @@ void pool_apply_config(struct pool *p, const struct config *cfg, const struct co
 	p->min_pool_size = config_user_min_pool_size(cfg, cp, cu);
 	p->reserve_pool_size = config_user_reserve_pool_size(cfg, cp, cu);
 	p->server_lifetime = config_pool_server_lifetime(cfg, cp);
+	p->log_min_duration_us = (uint64_t)config_pool_log_min_duration(cfg, cp) * 1000;
 	p->query_timeout = config_user_query_timeout(cfg, cu);
 	p->idle_transaction_timeout = config_user_idle_transaction_timeout(cfg, cu);
 	p->client_idle_timeout = config_user_client_idle_timeout(cfg, cu);
@@ -602,6 +604,7 @@ static void grant(struct server *s, struct pool_waiter *pw)
 	uint64_t waited = pw->since_us ? s->w->now_us - pw->since_us : 0;
 	st->v[STAT_WAIT_TIME] += waited;
 	stats_observe(st, HIST_WAIT, waited);
+	slowlog_begin(&s->slow, waited);   /* (a new link: the slow-query log's notes start afresh) */
 	pw->target = NULL;
 	pw->since_us = 0;
 	pw->ev->granted(pw, s);

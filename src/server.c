@@ -864,6 +864,11 @@ static void count_answer(struct server *s)
 	st->v[STAT_QUERY]++;
 	st->v[STAT_QUERY_TIME] += now - s->txn.query_start_us;
 	stats_observe(st, HIST_QUERY, now - s->txn.query_start_us);
+	const struct pool *p = s->sp->pool;
+	if (p->log_min_duration_us) {
+		struct slowlog_where where = { p->name, p->user, s->sp->host, s->sp->port, s->sp->shard, s->id };
+		slowlog_done(&s->slow, now - s->txn.query_start_us, p->log_min_duration_us, &where);
+	}
 	s->txn.query_start_us = now;
 	if (s->txn.tx_status != 'I')
 		return;

@@ -179,6 +179,7 @@ void server_free(struct server *s)
 	params_clear(&s->txn.set_undo_client);
 	params_clear(&s->txn.set_undo_server);
 	server_login_auth_free(s);
+	slowlog_free(&s->slow);
 	free(s);
 }
 

@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * slowlog: the notes of a request and the slow-query line (slowlog.h).
+ */
+#include "slowlog.h"
+
+#include <inttypes.h>
+#include <pg_query.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+void slowlog_note_text(struct slowlog_req *r, const char *sql, size_t len)
+{
+	if (r->noted)
+		return;   /* (the request's first text is the one logged) */
+	r->noted = true;
+	r->cut = len > SLOWLOG_SQL_MAX;
+	if (r->cut)
+		len = SLOWLOG_SQL_MAX;
+	if (len + 1 > r->cap) {
+		char *n = realloc(r->sql, len + 1);
+		if (!n) {
+			r->len = 0;
+			r->cut = true;   /* (written without text) */
+			return;
+		}
+		r->sql = n;
+		r->cap = (uint32_t)len + 1;
+	}
+	memcpy(r->sql, sql, len);
+	r->sql[len] = '\0';
+	r->len = (uint32_t)len;
+}
+
+void slowlog_note_statement(struct slowlog_req *r, const char *name)
+{
+	if (r->noted)
+		return;
+	r->noted = true;
+	r->len = 0;
+	snprintf(r->stmt, sizeof r->stmt, "%s", name && name[0] ? name : "(unnamed)");
+}
+
+void slowlog_note_client(struct slowlog_req *r, uint64_t client_id, const char *addr, int port)
+{
+	r->client_id = client_id;
+	r->client_port = port;
+	snprintf(r->client_addr, sizeof r->client_addr, "%s", addr ? addr : "");
+}
+
+static void reset(struct slowlog_req *r)
+{
+	r->noted = r->cut = false;
+	r->len = 0;
+	r->stmt[0] = '\0';
+	r->wait_us = 0;
+}
+
+void slowlog_begin(struct slowlog_req *r, uint64_t wait_us)
+{
+	reset(r);
+	r->wait_us = wait_us;
+}
+
+void slowlog_done(struct slowlog_req *r, uint64_t duration_us, uint64_t min_us, const struct slowlog_where *where)
+{
+	if (!r->noted || duration_us < min_us || !log_enabled(LOG_LEVEL_INFO)) {
+		reset(r);
+		return;
+	}
+	/* Constants out (normalise), then the shape's fingerprint: of the
+	 * text as it came, which libpg_query reads the same way. A text
+	 * libpg_query cannot read is not written at all: it may hold values. */
+	const char *text = "", *fingerprint = "";
+	PgQueryNormalizeResult norm = { 0 };
+	PgQueryFingerprintResult fp = { 0 };
+	bool have_text = r->len > 0 && !r->cut, asked = have_text;
+	if (have_text) {
+		norm = pg_query_normalize(r->sql);
+		fp = pg_query_fingerprint(r->sql);
+		if (!norm.error && norm.normalized_query && !fp.error && fp.fingerprint_str) {
+			text = norm.normalized_query;
+			fingerprint = fp.fingerprint_str;
+		} else {
+			have_text = false;
+		}
+	}
+	const char *what = have_text ? text
+		: r->stmt[0] ? r->stmt
+		: r->cut ? "(text longer than 8 kB: not written)" : "(text not written: not read as SQL)";
+	char wait_ms[32], dur_ms[32];
+	snprintf(dur_ms, sizeof dur_ms, "%.3f", (double)duration_us / 1000.0);
+	snprintf(wait_ms, sizeof wait_ms, "%.3f", (double)r->wait_us / 1000.0);
+	struct log_field f[] = {
+		{ "fingerprint", fingerprint, 0 },
+		{ "query", have_text ? text : "", 0 },
+		{ "statement", r->stmt, 0 },
+		{ "duration_ms", dur_ms, 0 },
+		{ "wait_ms", wait_ms, 0 },
+		{ "pool", where->pool, 0 },
+		{ "user", where->user, 0 },
+		{ "client_id", NULL, (long long)r->client_id },
+		{ "client_addr", r->client_addr, 0 },
+		{ "client_port", NULL, r->client_port },
+		{ "server_id", NULL, (long long)where->server_id },
+		{ "host", where->host, 0 },
+		{ "port", NULL, where->port },
+		{ "shard", NULL, where->shard },
+	};
+	log_event(LOG_LEVEL_INFO, "slow_query", f, sizeof f / sizeof *f, NULL,
+		  "slow query: %s ms, waited %s ms, pool %s, user %s, client C-%" PRIu64 " %s:%d, server S-%" PRIu64
+		  " %s:%d, shard %d, fingerprint %s%s: %s",
+		  dur_ms, wait_ms, where->pool, where->user, r->client_id, r->client_addr, r->client_port,
+		  where->server_id, where->host, where->port, where->shard, fingerprint[0] ? fingerprint : "-",
+		  r->stmt[0] && !have_text ? ", prepared statement" : "", what);
+	if (asked) {
+		pg_query_free_normalize_result(norm);
+		pg_query_free_fingerprint_result(fp);
+	}
+	reset(r);
+}
+
+void slowlog_free(struct slowlog_req *r)
+{
+	free(r->sql);
+	r->sql = NULL;
+	r->cap = r->len = 0;
+}
