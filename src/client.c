@@ -500,24 +500,21 @@ static void note_slowlog_client(const struct client *c, struct server *s)
 
 /* A Bind of a statement parsed in an earlier request: its name, for the
  * slow-query log (its text is not in this request). */
-static enum pump_step note_slowlog_bind(struct client *c, struct server *s, const struct proto_frame *f)
+static void note_slowlog_bind(struct client *c, struct server *s, const struct proto_frame *f)
 {
 	uint32_t total = f->len + 1;
 	size_t head = total < PROTO_LONG_HEAD ? total : PROTO_LONG_HEAD;
-	if (buf_len(c->io.in) < head)
-		return PUMP_STOP;
-	const char *m = (const char *)buf_pullup(c->io.in, head);
+	const char *m = buf_len(c->io.in) >= head ? (const char *)buf_pullup(c->io.in, head) : NULL;
 	if (!m)
-		return PUMP_ON;
+		return;   /* (its names not read yet: not waited for, the request is not held for a log line) */
 	size_t pl = strnlen(m + 5, head - 5);
 	if (5 + pl + 1 >= head)
-		return PUMP_ON;
+		return;
 	char name[64];
 	size_t nl = strnlen(m + 5 + pl + 1, head - 5 - pl - 1);
 	snprintf(name, sizeof name, "%.*s", (int)(nl < sizeof name - 1 ? nl : sizeof name - 1), m + 5 + pl + 1);
 	note_slowlog_client(c, s);
 	slowlog_note_statement(link_slowlog(s), name);
-	return PUMP_ON;
 }
 
 /* A Query or a Parse, read whole for what pgcat learns of its text:
@@ -694,7 +691,7 @@ static enum pump_step inspect_request(struct client *c, struct server *s, const 
 			stats_add(c->pool->stats, STAT_BIND, 1);
 		enum pump_step step = c->setters ? track_bind(c, s, f) : PUMP_ON;
 		if (step == PUMP_ON && c->pool->log_min_duration_us && !link_slowlog(s)->noted)
-			step = note_slowlog_bind(c, s, f);
+			note_slowlog_bind(c, s, f);
 		return step;
 	}
 	default:
