@@ -604,7 +604,8 @@ static void grant(struct server *s, struct pool_waiter *pw)
 	uint64_t waited = pw->since_us ? s->w->now_us - pw->since_us : 0;
 	st->v[STAT_WAIT_TIME] += waited;
 	stats_observe(st, HIST_WAIT, waited);
-	slowlog_begin(&s->slow, waited);   /* (a new link: the slow-query log's notes start afresh) */
+	if (s->sp->pool->log_min_duration_us)   /* (a new link: the slow-query log's notes start afresh) */
+		slowlog_begin(&s->slow, waited);
 	pw->target = NULL;
 	pw->since_us = 0;
 	pw->ev->granted(pw, s);
