@@ -108,7 +108,6 @@ struct server {
 	bool reset_untracked;         /* RESETTING: pgcat's own reset (server_reset_untracked) */
 	bool timeout_cancelled;       /* statement_timeout sent a cancel for this request */
 	uint16_t cancels_in_flight;   /* CancelRequests pgcat sent for it, not yet answered */
-	struct slowlog_req slow;      /* the request under way, for the slow-query log (slowlog.h) */
 	bool checked;                 /* had its first health check */
 	bool connect_query_sent;      /* in LOGIN: the pool's connect_query is running */
 	/* WAL_POSITION: the position the query answered, if it did. */
@@ -122,6 +121,9 @@ struct server {
 	bool moved;
 	/* -R: taken over from the process before (SHOW SERVERS' upgrade). */
 	bool moved_in;
+	/* The request under way, for the slow-query log (slowlog.h); at the
+	 * end: off the lines the hot path reads. */
+	struct slowlog_req slow;
 };
 
 /* Open a new connection for this srvpool (state CONNECTING). */

@@ -555,7 +555,9 @@ static enum pump_step inspect_text(struct client *c, struct server *s, const str
 		return PUMP_ON;   /* malformed: the server refuses it */
 	const char *sql = (const char *)buf + 5 + off;
 	size_t len = f->len - 4 - off;
-	if (c->pool->log_min_duration_us && !link_slowlog(s)->noted) {
+	/* (Not a request sent behind others not answered yet: its answer
+	 * would end theirs, and its text be logged with their time.) */
+	if (c->pool->log_min_duration_us && !link_slowlog(s)->noted && !link_txn(s)->outstanding) {
 		note_slowlog_client(c, s);
 		slowlog_note_text(link_slowlog(s), sql, strnlen(sql, len));
 	}
@@ -690,7 +692,7 @@ static enum pump_step inspect_request(struct client *c, struct server *s, const 
 		if (!c->w->cfg->pgbouncer)
 			stats_add(c->pool->stats, STAT_BIND, 1);
 		enum pump_step step = c->setters ? track_bind(c, s, f) : PUMP_ON;
-		if (step == PUMP_ON && c->pool->log_min_duration_us && !link_slowlog(s)->noted)
+		if (step == PUMP_ON && c->pool->log_min_duration_us && !link_slowlog(s)->noted && !link_txn(s)->outstanding)
 			note_slowlog_bind(c, s, f);
 		return step;
 	}

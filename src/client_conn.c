@@ -104,16 +104,16 @@ void client_log_event(const struct client *c, enum log_level level, const char *
 	if (!log_enabled(level))
 		return;
 	char a[CLIENT_ADDR_STRLEN], prefix[CLIENT_ADDR_STRLEN + 2 * 64 + 64], msg[1024];
-	client_addr_str(c, a);
+	const char *addr = client_addr_str(c, a);   /* (a, or a constant: "unix") */
 	snprintf(prefix, sizeof prefix, "C-%llu %s@%s %s:%d: ", (unsigned long long)c->id, client_user(c),
-		 client_database(c), a, c->port);
+		 client_database(c), addr, c->port);
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	struct log_field f[8] = {
 		{ "client_id", NULL, (long long)c->id }, { "user", client_user(c), 0 },
-		{ "database", client_database(c), 0 }, { "addr", a, 0 }, { "port", NULL, c->port },
+		{ "database", client_database(c), 0 }, { "addr", addr, 0 }, { "port", NULL, c->port },
 	};
 	size_t n = 5;
 	for (size_t i = 0; i < n_extra && n < sizeof f / sizeof *f; i++)
@@ -123,8 +123,12 @@ void client_log_event(const struct client *c, enum log_level level, const char *
 
 void client_count_error(const struct client *c, const char *sqlstate)
 {
-	errstats_count(shm_errstats(c->w->shm, c->w->id), client_database(c), client_user(c), sqlstate,
-		       ERRSTATS_PGCAT);
+	/* Under the names the client asked for only once they name a pool
+	 * (or it is a console's logged-in user): before that, anyone can
+	 * send any names, and a table of them would fill with noise. */
+	bool named = c->pool || (c->is_admin && c->state != CLIENT_STARTUP && c->state != CLIENT_AUTH);
+	errstats_count(shm_errstats(c->w->shm, c->w->id), named ? client_database(c) : "", named ? client_user(c) : "",
+		       sqlstate, ERRSTATS_PGCAT);
 }
 
 void client_send_error(struct client *c, const char *severity, const char *sqlstate, const char *msg)

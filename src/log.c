@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "utf8.h"
+
 /* The level: log.h reads it inline at every log point (a trace point
  * runs a few times per transaction; a call to learn the level cost more
  * than the test). Only log_open and log_set_level write it. */
@@ -96,37 +98,78 @@ void log_reopen(void)
 	logger.file = f;
 }
 
-/* A JSON string's contents: quotes, backslashes and control characters
- * escaped; bytes of 0x80 and above (UTF-8) as they are. */
-static size_t json_string(char *out, size_t cap, size_t at, const char *s)
+/* A JSON line being written: appends are whole (an escape, a UTF-8
+ * character) or not at all (full), so that whatever is cut, what was
+ * written is valid. */
+struct jbuf {
+	char *p;
+	size_t cap, at;
+	bool full;
+};
+
+static void jput(struct jbuf *b, const char *s, size_t n)
 {
-	static const char hex[] = "0123456789abcdef";
-	for (; s && *s && at + 7 < cap; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (ch == '"' || ch == '\\') {
-			out[at++] = '\\';
-			out[at++] = (char)ch;
-		} else if (ch == '\n') {
-			out[at++] = '\\';
-			out[at++] = 'n';
-		} else if (ch < 0x20) {
-			memcpy(out + at, "\\u00", 4);
-			out[at + 4] = hex[ch >> 4];
-			out[at + 5] = hex[ch & 15];
-			at += 6;
-		} else {
-			out[at++] = (char)ch;
-		}
+	if (b->full || b->at + n > b->cap) {
+		b->full = true;
+		return;
 	}
-	return at;
+	memcpy(b->p + b->at, s, n);
+	b->at += n;
 }
 
-static size_t json_key(char *out, size_t cap, size_t at, const char *key)
+/* A JSON string's contents: quotes, backslashes and control characters
+ * escaped, UTF-8 as it is, a byte that is not UTF-8 as U+FFFD. */
+static void jstr(struct jbuf *b, const char *str)
 {
-	if (at + 4 + strlen(key) >= cap)
-		return at;
-	at += (size_t)snprintf(out + at, cap - at, ",\"%s\":", key);
-	return at;
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *s = (const unsigned char *)(str ? str : "");
+	while (*s && !b->full) {
+		unsigned char ch = *s;
+		if (ch == '"' || ch == '\\') {
+			char e[2] = { '\\', (char)ch };
+			jput(b, e, 2);
+			s++;
+		} else if (ch < 0x20 || ch == 0x7f) {
+			char e[6] = { '\\', 'u', '0', '0', hex[ch >> 4], hex[ch & 15] };
+			jput(b, e, 6);
+			s++;
+		} else if (ch < 0x80) {
+			jput(b, (const char *)s, 1);
+			s++;
+		} else {
+			size_t n = utf8_char_len(s);
+			if (n) {
+				jput(b, (const char *)s, n);
+				s += n;
+			} else {
+				jput(b, "\\ufffd", 6);
+				s++;
+			}
+		}
+	}
+}
+
+/* ,"key":value, whole or not at all, leaving reserve bytes free. */
+static void jfield(struct jbuf *b, size_t reserve, const struct log_field *f)
+{
+	size_t mark = b->at, cap = b->cap;
+	b->cap = cap > reserve ? cap - reserve : 0;
+	jput(b, ",\"", 2);
+	jstr(b, f->key);
+	jput(b, "\":", 2);
+	if (f->str) {
+		jput(b, "\"", 1);
+		jstr(b, f->str);
+		jput(b, "\"", 1);
+	} else {
+		char num[24];
+		int n = snprintf(num, sizeof num, "%lld", f->num);
+		jput(b, num, n > 0 ? (size_t)n : 0);
+	}
+	if (b->full)
+		b->at = mark;   /* (it does not fit: left out) */
+	b->full = false;
+	b->cap = cap;
 }
 
 /* The timestamp of now (cached per second), and the pid. */
@@ -161,33 +204,36 @@ static void emit(enum log_level level, const char *event, const struct log_field
 	pid_t pid = stamp(&tv);
 	FILE *out = logger.file ? logger.file : stderr;
 	if (logger.format != LOG_FORMAT_JSON) {
-		fprintf(out, "%s.%03dZ [%d] %s %s%s\n", logger.ts, (int)(tv.tv_usec / 1000), (int)pid,
-			level_names[level], prefix ? prefix : "", msg);
+		/* One line per event: a control character in a message (a
+		 * client's name, a query's text) would start a line of its own
+		 * that looks like pgcat's. */
+		char clean[2560];
+		size_t n = 0;
+		const char *parts[2] = { prefix ? prefix : "", msg };
+		for (int k = 0; k < 2; k++)
+			for (const char *m = parts[k]; *m && n + 1 < sizeof clean; m++)
+				clean[n++] = (unsigned char)*m < 0x20 || *m == 0x7f ? ' ' : *m;
+		clean[n] = '\0';
+		fprintf(out, "%s.%03dZ [%d] %s %s\n", logger.ts, (int)(tv.tv_usec / 1000), (int)pid,
+			level_names[level], clean);
 		return;
 	}
 	char line[8192];
-	size_t at = (size_t)snprintf(line, sizeof line, "{\"time\":\"%s.%03dZ\",\"level\":\"%s\",\"pid\":%d,\"event\":\"",
-				     logger.ts, (int)(tv.tv_usec / 1000), level_names[level], (int)pid);
-	at = json_string(line, sizeof line, at, event);
-	line[at++] = '"';
-	for (size_t i = 0; i < n_fields && at + 32 < sizeof line; i++) {
-		at = json_key(line, sizeof line, at, fields[i].key);
-		if (fields[i].str) {
-			line[at++] = '"';
-			at = json_string(line, sizeof line, at, fields[i].str);
-			line[at++] = '"';
-		} else {
-			at += (size_t)snprintf(line + at, sizeof line - at, "%lld", fields[i].num);
-		}
-	}
-	at = json_key(line, sizeof line, at, "message");
-	line[at++] = '"';
-	at = json_string(line, sizeof line, at, msg);
-	if (at + 3 > sizeof line)
-		at = sizeof line - 3;   /* (cut: the object still closes) */
-	line[at++] = '"';
-	line[at++] = '}';
-	line[at] = '\0';
+	struct jbuf b = { line, sizeof line - 3, 0, false };   /* (3: the closing quote, brace and NUL) */
+	char head[160];
+	int hn = snprintf(head, sizeof head, "{\"time\":\"%s.%03dZ\",\"level\":\"%s\",\"pid\":%d,\"event\":\"",
+			  logger.ts, (int)(tv.tv_usec / 1000), level_names[level], (int)pid);
+	jput(&b, head, hn > 0 && (size_t)hn < sizeof head ? (size_t)hn : 0);
+	jstr(&b, event);
+	jput(&b, "\"", 1);
+	/* The fields, each whole or left out, with room kept for the message. */
+	for (size_t i = 0; i < n_fields; i++)
+		jfield(&b, 64, &fields[i]);
+	jput(&b, ",\"message\":\"", 12);
+	jstr(&b, msg);   /* (cut at a whole character when the line is full) */
+	line[b.at++] = '"';
+	line[b.at++] = '}';
+	line[b.at] = '\0';
 	fprintf(out, "%s\n", line);
 }
 

@@ -604,7 +604,9 @@ static void grant(struct server *s, struct pool_waiter *pw)
 	uint64_t waited = pw->since_us ? s->w->now_us - pw->since_us : 0;
 	st->v[STAT_WAIT_TIME] += waited;
 	stats_observe(st, HIST_WAIT, waited);
-	if (s->sp->pool->log_min_duration_us)   /* (a new link: the slow-query log's notes start afresh) */
+	/* A new link: the slow-query log's notes start afresh (noted: a
+	 * RELOAD turned it off while a request was noted). */
+	if (s->sp->pool->log_min_duration_us || s->slow.noted)
 		slowlog_begin(&s->slow, waited);
 	pw->target = NULL;
 	pw->since_us = 0;

@@ -25,17 +25,24 @@
 #include "shm.h"
 #include "stats.h"
 #include "context.h"
+#include "utf8.h"
 
-/* Label values escaped as the text format wants (\\, \", \n). */
+/* Label values escaped as the text format wants (\\, \", \n), and UTF-8
+ * (a byte that is not, from a name a client sent, as U+FFFD: a scrape
+ * with one is refused whole). */
 static void label(struct evbuffer *out, const char *s)
 {
-	for (; *s; s++) {
+	while (*s) {
+		size_t n = utf8_char_len((const unsigned char *)s);
 		if (*s == '\\' || *s == '"')
 			evbuffer_add_printf(out, "\\%c", *s);
 		else if (*s == '\n')
 			evbuffer_add(out, "\\n", 2);
+		else if (n)
+			evbuffer_add(out, s, n);
 		else
-			evbuffer_add(out, s, 1);
+			evbuffer_add(out, "\xef\xbf\xbd", 3);
+		s += n ? n : 1;
 	}
 }
 

@@ -865,7 +865,7 @@ static void count_answer(struct server *s)
 	st->v[STAT_QUERY_TIME] += now - s->txn.query_start_us;
 	stats_observe(st, HIST_QUERY, now - s->txn.query_start_us);
 	const struct pool *p = s->sp->pool;
-	if (p->log_min_duration_us) {
+	if (p->log_min_duration_us || s->slow.noted) {   /* (noted: it was on; the notes go either way) */
 		struct slowlog_where where = { p->name, p->user, s->sp->host, s->sp->port, s->sp->shard, s->id };
 		slowlog_done(&s->slow, now - s->txn.query_start_us, p->log_min_duration_us, &where);
 	}

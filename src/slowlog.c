@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "sqllex.h"
 
 void slowlog_note_text(struct slowlog_req *r, const char *sql, size_t len)
 {
@@ -51,6 +52,56 @@ void slowlog_note_client(struct slowlog_req *r, uint64_t client_id, const char *
 	snprintf(r->client_addr, sizeof r->client_addr, "%s", addr ? addr : "");
 }
 
+/* The normalised text in out (cap bytes) with its comments as one space
+ * each (a comment may hold anything: an e-mail, a key); false when a
+ * constant is left in it (libpg_query's normalisation leaves some: those
+ * of utility statements as NOTIFY's payload, EXECUTE's arguments, COPY's
+ * file, a type's length): such a text is not written at all. Quoted
+ * identifiers stay; $n are the normalisation's (or the client's)
+ * parameters. */
+static bool constant_free(const char *s, char *out, size_t cap)
+{
+	size_t len = strlen(s), o = 0;
+	for (size_t i = 0; i < len;) {
+		unsigned char ch = (unsigned char)s[i];
+		size_t next;
+		if (sqllex_at_comment(s, len, i)) {
+			next = sqllex_comment_end(s, len, i);
+			if (next == SQLLEX_OPEN)
+				return false;
+			if (o + 1 >= cap)
+				return false;
+			out[o++] = ' ';
+			i = next;
+			continue;
+		}
+		if (ch == '"') {
+			next = sqllex_quoted_end(s, len, i);   /* a quoted identifier */
+			if (next == SQLLEX_OPEN || next == i)
+				return false;
+		} else if (ch == '\'' || sqllex_is_digit(ch) || (ch == '.' && i + 1 < len && sqllex_is_digit((unsigned char)s[i + 1]))) {
+			return false;   /* a string or a number */
+		} else if (ch == '$') {
+			if (i + 1 >= len || !sqllex_is_digit((unsigned char)s[i + 1]))
+				return false;   /* a dollar-quoted string */
+			next = i + 1;
+			while (next < len && sqllex_is_digit((unsigned char)s[next]))
+				next++;
+		} else if (sqllex_is_ident_start(ch)) {
+			next = sqllex_word_end(s, len, i);   /* (a word: E'x', B'1' and U&'x' end at their quote, above) */
+		} else {
+			next = i + 1;
+		}
+		if (o + (next - i) >= cap)
+			return false;
+		memcpy(out + o, s + i, next - i);
+		o += next - i;
+		i = next;
+	}
+	out[o] = '\0';
+	return true;
+}
+
 static void reset(struct slowlog_req *r)
 {
 	r->noted = r->cut = false;
@@ -67,7 +118,7 @@ void slowlog_begin(struct slowlog_req *r, uint64_t wait_us)
 
 void slowlog_done(struct slowlog_req *r, uint64_t duration_us, uint64_t min_us, const struct slowlog_where *where)
 {
-	if (!r->noted || duration_us < min_us || !log_enabled(LOG_LEVEL_INFO)) {
+	if (!r->noted || !min_us || duration_us < min_us || !log_enabled(LOG_LEVEL_INFO)) {
 		reset(r);
 		return;
 	}
@@ -77,20 +128,25 @@ void slowlog_done(struct slowlog_req *r, uint64_t duration_us, uint64_t min_us, 
 	const char *text = "", *fingerprint = "";
 	PgQueryNormalizeResult norm = { 0 };
 	PgQueryFingerprintResult fp = { 0 };
-	bool have_text = r->len > 0 && !r->cut, asked = have_text;
+	bool have_text = r->len > 0 && !r->cut, asked = have_text, unsafe = false;
+	char *clean = NULL;
 	if (have_text) {
 		norm = pg_query_normalize(r->sql);
 		fp = pg_query_fingerprint(r->sql);
-		if (!norm.error && norm.normalized_query && !fp.error && fp.fingerprint_str) {
-			text = norm.normalized_query;
+		clean = norm.normalized_query ? malloc(strlen(norm.normalized_query) + 1) : NULL;
+		if (!norm.error && clean && !fp.error && fp.fingerprint_str &&
+		    constant_free(norm.normalized_query, clean, strlen(norm.normalized_query) + 1)) {
+			text = clean;
 			fingerprint = fp.fingerprint_str;
 		} else {
 			have_text = false;
+			unsafe = !norm.error && clean;
 		}
 	}
 	const char *what = have_text ? text
 		: r->stmt[0] ? r->stmt
-		: r->cut ? "(text longer than 8 kB: not written)" : "(text not written: not read as SQL)";
+		: r->cut ? "(text longer than 8 kB: not written)"
+		: unsafe ? "(text not written: constants left after normalising)" : "(text not written: not read as SQL)";
 	char wait_ms[32], dur_ms[32];
 	snprintf(dur_ms, sizeof dur_ms, "%.3f", (double)duration_us / 1000.0);
 	snprintf(wait_ms, sizeof wait_ms, "%.3f", (double)r->wait_us / 1000.0);
@@ -120,6 +176,7 @@ void slowlog_done(struct slowlog_req *r, uint64_t duration_us, uint64_t min_us, 
 		pg_query_free_normalize_result(norm);
 		pg_query_free_fingerprint_result(fp);
 	}
+	free(clean);
 	reset(r);
 }
 

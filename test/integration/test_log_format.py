@@ -22,6 +22,8 @@ def test_json_lines_with_client_and_server_events(pgcat, pg):
     inst = pgcat(general={"log_format": "json", "log_connections": "true", "log_disconnections": "true"})
     with inst.connect() as c:
         assert c.execute("SELECT 1").fetchone()[0] == 1
+    with inst.connect(host=str(inst.sockdir)) as c:         # over the Unix socket
+        assert c.execute("SELECT 2").fetchone()[0] == 2
     # a user name a client chose, with what JSON must escape
     with pytest.raises(psycopg.OperationalError):
         inst.connect(user='ev"il\\name\ttab', password="x").close()
@@ -38,7 +40,9 @@ def test_json_lines_with_client_and_server_events(pgcat, pg):
     by = {}
     for o in objs:
         by.setdefault(o["event"], []).append(o)
-    login = [o for o in by["client_login"] if o["user"] == "app"][0]
+    unix = [o for o in by["client_login"] if o["addr"] == "unix"]
+    assert len(unix) == 1 and unix[0]["user"] == "app", by["client_login"]
+    login = [o for o in by["client_login"] if o["user"] == "app" and o["addr"] != "unix"][0]
     assert login["database"] == "appdb" and login["addr"] == "127.0.0.1" and isinstance(login["client_id"], int)
     assert login["message"] == "login" and login["tls"] == ""
     close = [o for o in by["client_close"] if o["client_id"] == login["client_id"]][0]
@@ -50,6 +54,39 @@ def test_json_lines_with_client_and_server_events(pgcat, pg):
     assert conn["message"].startswith("new connection to server")
     assert by["server_close"] and by["server_close"][0]["server_id"] == conn["server_id"]
     assert by["log"], "lines without an event of their own are event log"
+
+
+def test_bytes_that_are_not_utf8_stay_out_of_the_lines(pgcat):
+    """A user name of bytes that are not UTF-8, and a very long one: each
+    JSON line is still valid UTF-8 and valid JSON (U+FFFD for such a byte;
+    the text format writes control characters as spaces: a name cannot
+    start a line of its own)."""
+    import pgwire
+    inst = pgcat(general={"log_format": "json", "log_connections": "true", "log_disconnections": "true"})
+    for user in (b"ev\xffil\xc3", b"x" * 5000 + b"\xe2\x82", b"multi\nline\r\x01"):
+        r = inst.raw()
+        r.send(pgwire.startup_packet({"user": user, "database": "no_such_db"}))   # refused at once
+        r.read_error_then_eof()
+        r.close()
+    raw = open(inst.logfile, "rb").read()
+    text = raw.decode("utf-8")                  # strict: fails on a byte that is not UTF-8
+    objs = [json.loads(l) for l in text.splitlines() if l.strip()]
+    names = [o.get("user", "") for o in objs if o["event"] == "client_close"]
+    assert "ev\ufffdil\ufffd" in names, names
+    assert "multi\nline\r\x01" in names, names
+    with inst.connect() as c:
+        assert c.execute("SELECT 1").fetchone()[0] == 1
+
+
+def test_text_lines_stay_one_line(pgcat):
+    import pgwire
+    inst = pgcat(general={"log_disconnections": "true"})
+    r = inst.raw()
+    r.send(pgwire.startup_packet({"user": "forged\n2026-01-01T00:00:00.000Z [1] LOG fake", "database": "no_such_db"}))
+    r.read_error_then_eof()
+    r.close()
+    wait_until(lambda: "forged" in inst.log(), 10)
+    assert not re.search(r"^2026-01-01T00:00:00.000Z \[1\] LOG fake", inst.log(), re.M), inst.log()[-1000:]
 
 
 def test_reload_switches_the_format(pgcat):

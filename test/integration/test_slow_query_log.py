@@ -102,3 +102,23 @@ def test_session_mode_bind_of_an_earlier_statement_names_it(pgcat, pg):
     (o,) = [json.loads(l) for l in slow_lines(inst)]
     assert o["query"] == "" and o["fingerprint"] == "" and o["statement"] == "napper", o
     assert "prepared statement" in o["message"], o
+
+
+def test_no_constant_ever_written(pgcat):
+    """What libpg_query's normalisation leaves is not written: a comment
+    goes, and a text with a constant left (EXECUTE's arguments) is not
+    written at all."""
+    inst = pgcat(general={"pool_mode": "session", "log_min_duration": "150ms", "log_format": "json"})
+    with inst.connect() as c:
+        c.execute("/* email=bob@example.com */ SELECT pg_sleep(0.2) -- token=s3cr3t-42")
+        c.execute("DO $$ BEGIN PERFORM pg_sleep(0.2); RAISE NOTICE 'dollar-secret-5z'; END $$")
+        c.execute("PREPARE slowp(text) AS SELECT pg_sleep(0.2), $1")
+        c.execute("EXECUTE slowp('exec-secret-3q')")
+    wait_until(lambda: len(slow_lines(inst)) >= 3, 10)
+    commented, block, executed = [json.loads(l) for l in slow_lines(inst)]
+    assert commented["query"].split() == ["SELECT", "pg_sleep($1)"], commented
+    assert block["query"] == "DO $1", block
+    assert executed["query"] == "" and executed["fingerprint"] == "", executed
+    assert "constants left after normalising" in executed["message"], executed
+    for secret in ("bob@example.com", "s3cr3t-42", "dollar-secret-5z", "exec-secret-3q"):
+        assert secret not in "\n".join(slow_lines(inst)), secret
