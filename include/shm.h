@@ -278,6 +278,9 @@ struct errstats_table *shm_errstats(struct shm *shm, int worker);
 /* Every worker's, summed by key (errstats_collect): at most max rows,
  * the largest count first; how many. */
 size_t shm_errstats_rows(struct shm *shm, struct errstats_row *rows, size_t max, uint64_t *untracked);
+/* The same, into an array made for every key of every worker (the
+ * caller frees *rows; 0 rows and NULL when out of memory). */
+size_t shm_errstats_all(struct shm *shm, struct errstats_row **rows, uint64_t *untracked);
 /* A worker restarting: its connection counts start from zero again. */
 void shm_worker_reset(struct shm *shm, int worker);
 

@@ -18,10 +18,9 @@ void admin_show_errors(struct client *c)
 		COL_T("database"), COL_T("user"), COL_T("sqlstate"), COL_T("source"), COL_I("count"),
 	};
 	struct worker *w = c->w;
-	size_t max = (size_t)w->shm->h->n_workers * ERRSTATS_SLOTS;
-	struct errstats_row *rows = calloc(max, sizeof *rows);
-	uint64_t untracked = 0;
-	size_t n = rows ? shm_errstats_rows(w->shm, rows, max, &untracked) : 0;
+	struct errstats_row *rows;
+	uint64_t untracked;
+	size_t n = shm_errstats_all(w->shm, &rows, &untracked);
 	struct admin_result r;
 	admin_res_begin(&r, c, COLUMNS(cols));
 	for (size_t i = 0; i < n; i++) {

@@ -380,12 +380,11 @@ void client_send_welcome(struct client *c)
 	stats_add(p->stats, STAT_CLIENT_LOGIN, 1);
 	p->had_client = true;   /* (min_pool_size for auth_file's users, pool_fill_min) */
 	if (w->cfg->general.log_connections) {
-		char a[CLIENT_ADDR_STRLEN], tls[96] = "";
+		char tls[96] = "";
 		if (c->io.ssl) {   /* (PgBouncer's "tls=VERSION/CIPHER") */
 			memcpy(tls, " tls=", 5);
 			tls_describe(c->io.ssl, tls + 5, sizeof tls - 5);
 		}
-		(void)a;
 		struct log_field extra[] = { { "tls", tls[0] ? tls + 5 : "", 0 } };
 		client_log_event(c, LOG_LEVEL_INFO, "client_login", extra, 1, "login%s", tls);
 	}

@@ -170,21 +170,30 @@ static void stop_answering(struct handover *h)
 	h->listen_fd = -1;
 }
 
+/* The fields of /proc/PID/stat after the process's name (its state
+ * first), in buf; NULL: no such process (or a line not understood). */
+static const char *proc_stat(pid_t pid, char *buf, size_t size)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return NULL;
+	size_t n = fread(buf, 1, size - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *st = strrchr(buf, ')');   /* (the name may hold spaces) */
+	return st && st[1] == ' ' ? st + 2 : NULL;
+}
+
 /* The parent of pid (the new process's supervisor, for its worker);
  * 0: not known. */
 static pid_t parent_of(pid_t pid)
 {
-	char path[64], buf[256];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return 0;
-	size_t n = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	const char *st = strrchr(buf, ')');   /* (the name may hold spaces) */
+	char buf[256];
+	const char *st = proc_stat(pid, buf, sizeof buf);
 	int ppid = 0;
-	if (!st || sscanf(st + 1, " %*c %d", &ppid) != 1 || ppid <= 1)
+	if (!st || sscanf(st, "%*c %d", &ppid) != 1 || ppid <= 1)
 		return 0;
 	return (pid_t)ppid;
 }
@@ -201,16 +210,9 @@ static bool process_gone(pid_t pid)
 {
 	if (kill(pid, 0) != 0 && errno == ESRCH)
 		return true;
-	char path[64], buf[256];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return true;
-	size_t n = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	const char *st = strrchr(buf, ')');   /* (the name may hold spaces) */
-	return !st || st[1] != ' ' || st[2] == 'Z' || st[2] == 'X';
+	char buf[256];
+	const char *st = proc_stat(pid, buf, sizeof buf);
+	return !st || st[0] == 'Z' || st[0] == 'X';
 }
 
 /* Clients and servers held still for a move that did not happen read

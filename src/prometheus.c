@@ -76,10 +76,9 @@ static void error_counters(struct worker *w, struct evbuffer *out)
 		  "Errors sent to clients, by SQLSTATE: those servers sent (source=server) and pgcat's own (source=pgcat)." },
 		{ "errors_untracked_total", "counter", "Errors not counted by SQLSTATE (their table was full)." },
 	};
-	size_t max = (size_t)w->shm->h->n_workers * ERRSTATS_SLOTS;
-	struct errstats_row *rows = calloc(max, sizeof *rows);
-	uint64_t untracked = 0;
-	size_t n = rows ? shm_errstats_rows(w->shm, rows, max, &untracked) : 0;
+	struct errstats_row *rows;
+	uint64_t untracked;
+	size_t n = shm_errstats_all(w->shm, &rows, &untracked);
 	header(out, &m[0]);
 	for (size_t i = 0; i < n; i++) {
 		evbuffer_add(out, "pgcat_errors_total{pool=\"", 25);

@@ -377,6 +377,14 @@ size_t shm_errstats_rows(struct shm *shm, struct errstats_row *rows, size_t max,
 	return errstats_collect(t, n, rows, max, untracked);
 }
 
+size_t shm_errstats_all(struct shm *shm, struct errstats_row **rows, uint64_t *untracked)
+{
+	size_t max = (size_t)(shm && shm->h ? shm->h->n_workers : 1) * ERRSTATS_SLOTS;
+	*untracked = 0;
+	*rows = calloc(max, sizeof **rows);
+	return *rows ? shm_errstats_rows(shm, *rows, max, untracked) : 0;
+}
+
 void shm_target_counts_total(struct shm *shm, int target, uint64_t *xacts, uint64_t routed[SHM_ROUTE_VIA])
 {
 	*xacts = 0;
