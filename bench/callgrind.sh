@@ -20,7 +20,8 @@
 #   CG_PROTOCOLS="simple extended prepared"
 #   CG_CLIENTS=1           pgbench -c (with -j 1)
 #   CG_T1=1000 CG_T2=6000  transactions per client of the two runs
-#   CG_TARGETS="pgbouncer pgcat pgcat-parser"   pgbouncer125 may be added:
+#   CG_TARGETS="pgbouncer pgcat pgcat-parser"   pgbouncer125 may be added, and
+#                          pgcat-qstats (pgcat with query_stats = on, issue 44);
 #                          PgBouncer 1.25.2, binary PGBOUNCER125_BIN or built
 #                          once by ../shared/anchors/build-pgbouncer
 #                          (bench/anchors.sh), config as pgbouncer's plus
@@ -136,9 +137,10 @@ EOF
 	pg_doorman)
 		pg_doorman_toml "$PORT" "$PGPORT" "$SECRET" >"$TMP/pg_doorman.toml"
 		;;
-	pgcat | pgcat-parser)
-		local parser=false replica=
+	pgcat | pgcat-parser | pgcat-qstats)
+		local parser=false replica= qstats=off
 		if [ "$1" = pgcat-parser ]; then parser=true; replica=", 127.0.0.2:$PGPORT:replica"; fi
+		if [ "$1" = pgcat-qstats ]; then qstats=on; fi
 		cat >"$TMP/$1.ini" <<EOF
 [general]
 listen_addr = 127.0.0.1
@@ -153,6 +155,7 @@ log_level = warning
 auth_type = scram-sha-256
 [pools.bench]
 query_parser_enabled = $parser
+query_stats = $qstats
 primary_reads_enabled = $( [ "$parser" = true ] && echo false || echo true )
 [pools.bench.shards.0]
 database = bench

@@ -127,6 +127,9 @@ struct client {
 	/* Its prepared statements that change session settings, tracked at
 	 * each of their Binds (setters.h); NULL: none. */
 	struct setters *setters;
+	/* query_stats: its named statements' shapes (qshape.h); NULL: none
+	 * noted. */
+	struct qshape_names *qnames;
 	/* The cross-shard work under way (CLIENT_FANOUT); NULL otherwise. */
 	struct fanout *fanout;
 	/* Cross-shard state beyond one read (a portal read in parts, a split

@@ -151,6 +151,8 @@ struct config_pool {
 	int reserve_pool_size;    /* CONFIG_INHERIT or >= 0 */
 	int server_lifetime;      /* CONFIG_INHERIT or ms (0 = no age limit) */
 	int log_min_duration;     /* CONFIG_INHERIT or ms: requests this long are logged (0 = none) */
+	int query_stats;          /* CONFIG_INHERIT, 0 or 1: statistics per query shape (qstats.h) */
+	int query_stats_max;      /* CONFIG_INHERIT or shapes kept per worker */
 	/* PgBouncer's forced user: every client of the pool logs in to the
 	 * servers as this role (NULL: as itself); a users section's own
 	 * server_username still wins. */
@@ -261,6 +263,8 @@ struct config_general {
 	enum log_level log_level;
 	enum log_format log_format;
 	int log_min_duration;     /* ms: a request this long is logged (slowlog.h); 0 = none */
+	bool query_stats;         /* statistics per query shape (qstats.h) */
+	int query_stats_max;      /* shapes a pool keeps per worker */
 	char *log_file;           /* "" = stderr */
 	bool syslog;
 	bool log_connections;
@@ -428,6 +432,9 @@ int config_user_max_user_connections(const struct config *cfg, const struct conf
 int config_pool_server_lifetime(const struct config *cfg, const struct config_pool *pool);
 /* The pool's log_min_duration (ms, 0 = none): its own, else [general]'s. */
 int config_pool_log_min_duration(const struct config *cfg, const struct config_pool *pool);
+/* The pool's query_stats and query_stats_max: its own, else [general]'s. */
+bool config_pool_query_stats(const struct config *cfg, const struct config_pool *pool);
+int config_pool_query_stats_max(const struct config *cfg, const struct config_pool *pool);
 /* How long a client may take to log in (ms, 0 = no limit). */
 int config_client_login_timeout(const struct config *cfg);
 /* auth_query's settings for a pool: its own, else [general]'s ("" for

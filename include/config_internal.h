@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "qstats.h"   /* (QSTATS_SLOTS: query_stats_max's bound) */
 
 #define CONFIG_MAX_NAME 63          /* PostgreSQL's NAMEDATALEN - 1 */
 #define CONFIG_MAX_SHARD 65535
@@ -158,6 +159,8 @@ struct key_spec {
 	X(log_level, ENUM, "info", true, VALUE_ENUM, 0, 0, &log_level_enum, 0, NULL, 0) \
 	X(log_format, ENUM, "text", true, VALUE_ENUM, 0, 0, &log_format_enum, 0, NULL, 0) \
 	X(log_min_duration, INT, "0", true, VALUE_DURATION, 0, INT_MAX, NULL, 0, NULL, 0) \
+	X(query_stats, BOOL, "false", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
+	X(query_stats_max, INT, "500", true, VALUE_INT, 1, QSTATS_SLOTS, NULL, 0, NULL, 0) \
 	X(log_file, STRING, "", true, VALUE_STRING, 0, 0, NULL, 0, NULL, 0) \
 	X(syslog, BOOL, "false", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
 	X(log_connections, BOOL, "true", true, VALUE_BOOL, 0, 0, NULL, 0, NULL, 0) \
@@ -200,7 +203,7 @@ enum pool_key {
 	POOL_KEY_MAX_DB_CONNECTIONS, POOL_KEY_CONNECT_QUERY, POOL_KEY_POOL_SIZE, POOL_KEY_MIN_POOL_SIZE,
 	POOL_KEY_RESERVE_POOL_SIZE, POOL_KEY_SERVER_LIFETIME, POOL_KEY_SERVER_USERNAME, POOL_KEY_SERVER_PASSWORD,
 	POOL_KEY_AUTH_USER, POOL_KEY_AUTH_QUERY, POOL_KEY_AUTH_DBNAME, POOL_KEY_CLIENT_ENCODING, POOL_KEY_DATESTYLE,
-	POOL_KEY_TIMEZONE, POOL_KEY_APPLICATION_NAME, POOL_KEY_MAX_DB_CLIENT_CONNECTIONS, POOL_KEY_LOG_MIN_DURATION,
+	POOL_KEY_TIMEZONE, POOL_KEY_APPLICATION_NAME, POOL_KEY_MAX_DB_CLIENT_CONNECTIONS, POOL_KEY_LOG_MIN_DURATION, POOL_KEY_QUERY_STATS, POOL_KEY_QUERY_STATS_MAX,
 	POOL_KEY_COUNT
 };
 

@@ -136,6 +136,13 @@ struct worker {
 	bool have_admin_scram;
 
 	struct lagmon *lagmon;            /* the replica lag monitor: worker 0 only (lagmon.c) */
+	/* query_stats (qstats.h, qshape.h): this worker's index of its
+	 * table in shared memory, and its cache of shapes; NULL until a
+	 * request of a pool with query_stats on is counted. */
+	struct qstats_local *qstats_local;
+	struct qshape_cache *qshapes;
+	struct qstats_table *qstats_table;     /* this worker's, in shared memory */
+	struct qstats_resets *qstats_resets;
 	struct twophase *twophase;        /* cross-shard commits and their log (twophase.c) */
 	struct twophase_recover *twophase_recover;   /* the in-doubt resolver (twophase_recover.c) */
 	/* A reload that waits for its two_phase_commit check (worker.c): the
@@ -159,6 +166,7 @@ struct worker {
 	struct tls_contexts tls;          /* OpenSSL contexts of both sides (tls.c) */
 	struct event *stats_timer;        /* every stats_period: SHOW STATS averages */
 	struct evhttp *http;              /* /metrics, when prometheus_port > 0 */
+	struct web *web;                  /* the web page on that listener (web.c) */
 	int http_port;
 	int64_t start_wall;
 	int64_t config_mtime;             /* for autoreload */

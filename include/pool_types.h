@@ -155,6 +155,8 @@ struct pool {
 	 * (pool_apply_config; again after a SET): ms, 0 = off. */
 	int server_lifetime;
 	uint64_t log_min_duration_us;   /* a request this long is logged (slowlog.h); 0: none */
+	bool query_stats;               /* requests counted per shape (qstats.h) */
+	uint32_t query_stats_max;       /* shapes kept per worker */
 	int query_timeout;
 	int idle_transaction_timeout;
 	int client_idle_timeout;

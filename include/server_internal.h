@@ -30,5 +30,11 @@ bool server_fast_close_if_due(struct server *s);
 /* log_connections' line for a new connection; TCP_NODELAY and keepalive. */
 void server_log_new_connection(const struct server *s);
 void server_set_socket_options(struct server *s);
+/* query_stats (server_qstats.c): the rows of a CommandComplete of len
+ * (its length field) at the head of in; the request just answered,
+ * counted under its shape. */
+struct buf;
+void server_note_rows(struct server *s, const struct buf *in, uint32_t len);
+void server_count_shape(struct server *s, uint64_t exec_us);
 
 #endif

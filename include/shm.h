@@ -23,10 +23,11 @@
 
 #include "bans.h"
 #include "errstats.h"
+#include "qstats.h"
 #include "stats.h"
 
 #define SHM_MAGIC 0x70676361u      /* "pgca" */
-#define SHM_VERSION 12u           /* 10: WAL positions (read_your_writes), 11: open_lock, 12: clients */
+#define SHM_VERSION 13u           /* 10: WAL positions (read_your_writes), 11: open_lock, 12: clients, 13: query statistics */
 #define SHM_MAX_WORKERS 128
 #define SHM_MAX_POOLS 1024          /* (pool, user) pairs, over the life of the instance */
 #define SHM_MAX_TARGETS 4096        /* (pool, user, server) triples */
@@ -210,6 +211,8 @@ struct shm_header {
 	struct shm_admin_entry admin[SHM_ADMIN_RING];
 	uint64_t off_stats, off_avg, off_gauges, off_conns, off_waiters, off_cancel, off_target_counts, off_backends;
 	uint64_t off_errors;   /* n_workers struct errstats_table */
+	uint64_t off_qstats;   /* n_workers struct qstats_table */
+	uint64_t off_qresets;  /* one struct qstats_resets */
 	uint64_t off_dump, dump_slot_size;   /* SHM_DUMP__COUNT x n_workers slots */
 };
 
@@ -282,6 +285,12 @@ size_t shm_errstats_rows(struct shm *shm, struct errstats_row *rows, size_t max,
  * caller frees *rows; 0 rows and NULL when out of memory). */
 size_t shm_errstats_all(struct shm *shm, struct errstats_row **rows, uint64_t *untracked);
 /* A worker restarting: its connection counts start from zero again. */
+/* Query statistics (qstats.h): a worker's table; the reset generations;
+ * the rows of pool (< 0: of all) summed over workers, into a new array
+ * (*rows, free()), with the shapes dropped for room in *dropped. */
+struct qstats_table *shm_qstats(struct shm *shm, int worker);
+struct qstats_resets *shm_qstats_resets(struct shm *shm);
+size_t shm_qstats_all(struct shm *shm, int pool, struct qstats_row **rows, uint64_t *dropped);
 void shm_worker_reset(struct shm *shm, int worker);
 
 /* The backend pid map: a slot for a logged-in server connection (-1:

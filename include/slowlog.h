@@ -13,7 +13,13 @@
  * client side notes the text (its first Query or Parse) or the statement
  * a Bind runs, and who the client is; the pool notes the wait when it
  * grants the server; the server side, at the ReadyForQuery, decides and
- * writes. Nothing is noted while the pool's log_min_duration is 0.
+ * writes. Nothing is noted while the pool's log_min_duration is 0 and
+ * its query_stats off.
+ *
+ * The same notes serve the statistics per query shape (qstats.h): the
+ * client side notes the shape's key too (qshape.h), the server side the
+ * rows and errors of the answer, and counts the request at its
+ * ReadyForQuery (server.c) before the slow-query log has its say.
  */
 #ifndef PGCAT_SLOWLOG_H
 #define PGCAT_SLOWLOG_H
@@ -36,6 +42,11 @@ struct slowlog_req {
 	int client_port;
 	uint64_t client_id;
 	uint64_t wait_us;          /* the client's wait for this server (the pool's grant) */
+	/* query_stats: the shape's key (qshape_key; 0: not known), and what
+	 * the answer said: rows (CommandComplete), errors. */
+	uint64_t qkey;
+	uint64_t rows;
+	uint32_t errors;
 };
 
 /* The pool gave the server to a client that waited wait_us for it: the
@@ -45,6 +56,11 @@ void slowlog_begin(struct slowlog_req *r, uint64_t wait_us);
 void slowlog_note_text(struct slowlog_req *r, const char *sql, size_t len);
 /* A Bind of statement name, when no text was noted in this request. */
 void slowlog_note_statement(struct slowlog_req *r, const char *name);
+/* The key of the request's shape (qstats.h). */
+void slowlog_note_key(struct slowlog_req *r, uint64_t key);
+/* Server side: a CommandComplete's tag (its rows counted), an error. */
+void slowlog_note_complete(struct slowlog_req *r, const char *tag, size_t len);
+void slowlog_note_error(struct slowlog_req *r);
 /* Who the client is (once per request). */
 void slowlog_note_client(struct slowlog_req *r, uint64_t client_id, const char *addr, int port);
 

@@ -14,7 +14,8 @@ PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 APT_PACKAGES="build-essential autoconf automake libtool pkg-config \
 libevent-dev libssl-dev libc-ares-dev libpg-query-dev libinih-dev liburing-dev libidn-dev libldap-dev libpam0g-dev check \
 postgresql-15 postgresql-client-15 python3 python3-venv git tar \
-prometheus-pgbouncer-exporter iproute2 socat slapd ldap-utils systemd util-linux"
+prometheus-pgbouncer-exporter iproute2 socat slapd ldap-utils systemd util-linux \
+chromium fonts-dejavu-core"
 
 log() { printf '\n==> %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }

@@ -8,6 +8,7 @@
 #include "admin.h"
 #include "admin_login.h"
 #include "admin_ops.h"
+#include "admin_queries.h"
 #include "admin_result.h"
 #include "admin_upgrade.h"
 #include "admin_show.h"
@@ -45,7 +46,7 @@
 /* Words of the statement, copies as written (is() compares them in any
  * case): split at whitespace (sqllex_is_cspace) and nothing else, so a
  * quote or a comment is part of a word. */
-#define MAX_WORDS 8
+#define MAX_WORDS 12   /* (SHOW QUERIES db ORDER BY col DESC LIMIT n: 9; more is refused) */
 struct words {
 	char buf[ADMIN_MAX_QUERY + 1];
 	char *w[MAX_WORDS];
@@ -397,6 +398,18 @@ static bool run_command(struct client *c, const char *sql)
 		admin_error(c, "42501", "permission denied: user \"%s\" may run SHOW commands only", client_user(c));
 		return true;
 	}
+	if (ws.n == MAX_WORDS) {   /* (the words past the last are not split: no command has that many) */
+		admin_error(c, "42601", "too many words in an admin command");
+		return true;
+	}
+	if (is(&ws, 0, "show") && is(&ws, 1, "queries")) {
+		admin_show_queries(c, ws.w + 2, ws.n - 2);
+		return true;
+	}
+	if (is(&ws, 0, "reset") && is(&ws, 1, "queries") && ws.n <= 3) {
+		admin_reset_queries(c, ws.n == 3 ? ws.w[2] : NULL);
+		return true;
+	}
 	if (is(&ws, 0, "show")) {
 		if (ws.n != 2) {
 			admin_error(c, "42601", "SHOW needs exactly one name, e.g. SHOW POOLS");
@@ -533,7 +546,9 @@ static bool run_command(struct client *c, const char *sql)
 		}
 		if (is(&ws, 0, "unban")) {
 			(void)shm_ban_clear(w->shm, host, port);
-			log_info("admin: unban %s:%d", host, port);
+			struct log_field f[] = { { "host", host, 0 }, { "port", NULL, port }, { "source", "admin", 0 } };
+			log_event(LOG_LEVEL_INFO, "server_unban", f, sizeof f / sizeof *f, NULL, "admin: unban %s:%d", host,
+				  port);
 			admin_complete(c, "UNBAN");
 			return true;
 		}
@@ -550,7 +565,10 @@ static bool run_command(struct client *c, const char *sql)
 			admin_error(c, "53000", "ban table is full");
 			return true;
 		}
-		log_info("admin: ban %s:%d for %ld s", host, port, secs);
+		struct log_field f[] = { { "host", host, 0 }, { "port", NULL, port }, { "seconds", NULL, secs },
+					 { "reason", "admin", 0 }, { "source", "admin", 0 } };
+		log_event(LOG_LEVEL_INFO, "server_ban", f, sizeof f / sizeof *f, NULL, "admin: ban %s:%d for %ld s", host,
+			  port, secs);
 		admin_complete(c, "BAN");
 		return true;
 	}

@@ -1232,6 +1232,8 @@ static void show_help(struct client *c)
 		"\tSHOW STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS|LISTS|MEM|STATE\n"
 		"\tSHOW DNS_HOSTS|DNS_ZONES|PEERS|PEER_POOLS\n"
 		"\tSHOW SHARDS|BANS|PREPARED_STATEMENTS|WORKERS|ERRORS\n"
+		"\tSHOW QUERIES [<db>] [ORDER BY <column> [ASC|DESC]] [LIMIT <n>]\n"
+		"\tRESET QUERIES [<db>]\n"
 		"\tSET key = arg\n"
 		"\tRELOAD\n"
 		"\tPAUSE [<db>]\n"

@@ -43,6 +43,7 @@
 #include "session.h"
 #include "link.h"
 #include "shm.h"
+#include "qshape.h"
 #include "slowlog.h"
 #include "setters.h"
 #include "shardkey.h"
@@ -491,15 +492,19 @@ static enum pump_step session_step(struct client *c, enum session_query q)
 	return PUMP_ON;
 }
 
-/* Who the request's client is, for the slow-query log (slowlog.h). */
+/* Who the request's client is, for the slow-query log (slowlog.h; not
+ * written for query_stats alone: the address costs a formatting). */
 static void note_slowlog_client(const struct client *c, struct server *s)
 {
+	if (!c->pool->log_min_duration_us)
+		return;
 	char a[CLIENT_ADDR_STRLEN];
 	slowlog_note_client(link_slowlog(s), c->id, client_addr_str(c, a), c->port);
 }
 
 /* A Bind of a statement parsed in an earlier request: its name, for the
- * slow-query log (its text is not in this request). */
+ * slow-query log (its text is not in this request), and its shape's key
+ * for query_stats (noted at its Parse). */
 static void note_slowlog_bind(struct client *c, struct server *s, const struct proto_frame *f)
 {
 	uint32_t total = f->len + 1;
@@ -512,9 +517,14 @@ static void note_slowlog_bind(struct client *c, struct server *s, const struct p
 		return;
 	char name[64];
 	size_t nl = strnlen(m + 5 + pl + 1, head - 5 - pl - 1);
-	snprintf(name, sizeof name, "%.*s", (int)(nl < sizeof name - 1 ? nl : sizeof name - 1), m + 5 + pl + 1);
+	size_t keep = nl < sizeof name - 1 ? nl : sizeof name - 1;
+	memcpy(name, m + 5 + pl + 1, keep);
+	name[keep] = '\0';
 	note_slowlog_client(c, s);
-	slowlog_note_statement(link_slowlog(s), name);
+	/* (the name is the slow-query log's; query_stats wants the key) */
+	slowlog_note_statement(link_slowlog(s), c->pool->log_min_duration_us ? name : "");
+	if (c->pool->query_stats)
+		slowlog_note_key(link_slowlog(s), qshape_names_get(c->qnames, m + 5 + pl + 1, nl));
 }
 
 /* A Query or a Parse, read whole for what pgcat learns of its text:
@@ -557,9 +567,24 @@ static enum pump_step inspect_text(struct client *c, struct server *s, const str
 	size_t len = f->len - 4 - off;
 	/* (Not a request sent behind others not answered yet: its answer
 	 * would end theirs, and its text be logged with their time.) */
-	if (c->pool->log_min_duration_us && !link_slowlog(s)->noted && !link_txn(s)->outstanding) {
+	bool noting = (c->pool->log_min_duration_us || c->pool->query_stats) && !link_slowlog(s)->noted &&
+		      !link_txn(s)->outstanding;
+	size_t sql_len = noting || c->pool->query_stats ? strnlen(sql, len) : 0;
+	if (noting) {
 		note_slowlog_client(c, s);
-		slowlog_note_text(link_slowlog(s), sql, strnlen(sql, len));
+		slowlog_note_text(link_slowlog(s), sql, sql_len);
+		/* query_stats: the shape of a text kept is found from it (at
+		 * the answer); one too long to keep is known by its key */
+		if (c->pool->query_stats && sql_len > SLOWLOG_SQL_MAX)
+			slowlog_note_key(link_slowlog(s), qshape_key(sql, sql_len));
+	}
+	if (c->pool->query_stats && f->type == PqMsg_Parse) {
+		/* A later Bind's shape: a named statement's key; the unnamed
+		 * one's raw key, cheap for the Parse of every request, found
+		 * when its text has no constant (qshape.h). A full map: its
+		 * Binds count without text. */
+		uint64_t key = stmt[0] ? qshape_key(sql, sql_len) : qshape_raw_key(sql, sql_len);
+		(void)qshape_names_put(&c->qnames, stmt, strlen(stmt), key);
 	}
 	if (total <= CLIENT_INSPECT_MAX) {
 		/* only texts that start with l or u (or a comment) ask */
@@ -692,7 +717,8 @@ static enum pump_step inspect_request(struct client *c, struct server *s, const 
 		if (!c->w->cfg->pgbouncer)
 			stats_add(c->pool->stats, STAT_BIND, 1);
 		enum pump_step step = c->setters ? track_bind(c, s, f) : PUMP_ON;
-		if (step == PUMP_ON && c->pool->log_min_duration_us && !link_slowlog(s)->noted && !link_txn(s)->outstanding)
+		if (step == PUMP_ON && (c->pool->log_min_duration_us || c->pool->query_stats) && !link_slowlog(s)->noted &&
+		    !link_txn(s)->outstanding)
 			note_slowlog_bind(c, s, f);
 		return step;
 	}

@@ -29,6 +29,7 @@
 #include "pktbuf.h"
 #include "pool.h"
 #include "proto.h"
+#include "qshape.h"
 #include "ryw.h"
 #include "session.h"
 #include "setters.h"
@@ -333,6 +334,8 @@ void client_free(struct client *c)
 	free(c->held_begin);
 	ryw_free(&c->ryw);
 	setters_free(&c->setters);
+	qshape_names_free(c->qnames);
+	c->qnames = NULL;
 	free(c->xshard);   /* (its parts went at client_close) */
 	buf_free(c->retry);   /* (client_close freed it; a client moved to another process is not closed) */
 	free(c);

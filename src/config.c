@@ -111,6 +111,12 @@ const struct enum_names server_role_enum = ENUM_NAMES(server_role_names);
 static const struct enum_names default_role_enum = ENUM_NAMES(default_role_names);
 static const struct enum_names lb_mode_enum = ENUM_NAMES(lb_mode_names);
 static const struct enum_names read_your_writes_enum = ENUM_NAMES(read_your_writes_names);
+/* A pool's switch that inherits [general]'s: a boolean, or "" */
+static const char *const switch_names[] = { "off", "on" };
+static const struct enum_alias switch_aliases[] = {
+	{ "false", 0 }, { "no", 0 }, { "0", 0 }, { "true", 1 }, { "yes", 1 }, { "1", 1 },
+};
+static const struct enum_names switch_enum = ENUM_NAMES_ALIASED(switch_names, switch_aliases);
 static const struct enum_names sharding_function_enum = ENUM_NAMES(sharding_function_names);
 const struct enum_names client_tls_enum = ENUM_NAMES(client_tls_names);
 const struct enum_names server_tls_enum = ENUM_NAMES(server_tls_names);
@@ -232,6 +238,10 @@ const struct key_spec pool_specs[POOL_KEY_COUNT] = {
 		POOL_FIELD(server_lifetime), 0, KEY_EMPTY_INHERITS | KEY_PGB_SECONDS, "", NULL },
 	[POOL_KEY_LOG_MIN_DURATION] = { "log_min_duration", VALUE_DURATION, 0, INT_MAX, NULL,
 		POOL_FIELD(log_min_duration), 0, KEY_EMPTY_INHERITS, "", NULL },
+	[POOL_KEY_QUERY_STATS] = { "query_stats", VALUE_ENUM, 0, 0, &switch_enum, POOL_FIELD(query_stats), 0,
+		KEY_EMPTY_INHERITS, "", NULL },
+	[POOL_KEY_QUERY_STATS_MAX] = { "query_stats_max", VALUE_INT, 1, QSTATS_SLOTS, NULL,
+		POOL_FIELD(query_stats_max), 0, KEY_EMPTY_INHERITS, "", NULL },
 	[POOL_KEY_SERVER_USERNAME] = { "server_username", VALUE_STRING, 0, 0, NULL, POOL_FIELD(server_username), 0,
 		KEY_EMPTY_IS_NULL, NULL, NULL },
 	[POOL_KEY_SERVER_PASSWORD] = { "server_password", VALUE_STRING, 0, 0, NULL, POOL_FIELD(server_password), 0,
@@ -736,6 +746,20 @@ int config_pool_server_lifetime(const struct config *cfg, const struct config_po
 	if (pool != NULL && pool->server_lifetime != CONFIG_INHERIT)
 		return pool->server_lifetime;
 	return cfg->general.server_lifetime;
+}
+
+bool config_pool_query_stats(const struct config *cfg, const struct config_pool *pool)
+{
+	if (pool != NULL && pool->query_stats != CONFIG_INHERIT)
+		return pool->query_stats != 0;
+	return cfg->general.query_stats;
+}
+
+int config_pool_query_stats_max(const struct config *cfg, const struct config_pool *pool)
+{
+	if (pool != NULL && pool->query_stats_max != CONFIG_INHERIT)
+		return pool->query_stats_max;
+	return cfg->general.query_stats_max;
 }
 
 int config_pool_log_min_duration(const struct config *cfg, const struct config_pool *pool)

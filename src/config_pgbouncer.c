@@ -379,6 +379,8 @@ static void build_pool(struct pgb *g, const char *name, struct pgb_db *d)
 	pool->max_db_client_connections = d->max_db_client_connections;
 	pool->server_lifetime = d->server_lifetime;
 	pool->log_min_duration = CONFIG_INHERIT;
+	pool->query_stats = CONFIG_INHERIT;
+	pool->query_stats_max = CONFIG_INHERIT;
 	give(&pool->connect_query, &d->connect_query);
 	give(&pool->auth_user, &d->auth_user);
 	give(&pool->auth_query, &d->auth_query);

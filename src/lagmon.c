@@ -237,13 +237,21 @@ static void apply_limit(struct lagmon *lm, const struct lagmon_conn *c, int64_t 
 		bool was_banned = false;
 		if (!shm_ban_set_auto(w->shm, c->at.host, c->at.port, now, (int)secs, why, &was_banned))
 			log_warning("ban table full: %s:%d not banned (%s)", c->at.host, c->at.port, why);
-		else if (!was_banned)
-			log_warning("banning %s:%d: %s > max_replica_lag %" PRId64, c->at.host, c->at.port, why, max_lag);
+		else if (!was_banned) {
+			struct log_field f[] = { { "host", c->at.host, 0 }, { "port", NULL, c->at.port },
+						 { "seconds", NULL, secs }, { "reason", why, 0 }, { "source", "auto", 0 } };
+			log_event(LOG_LEVEL_WARNING, "server_ban", f, sizeof f / sizeof *f, NULL,
+				  "banning %s:%d: %s > max_replica_lag %" PRId64, c->at.host, c->at.port, why, max_lag);
+		}
 		return;
 	}
-	if (lag_bytes >= 0 && shm_ban_clear_auto(w->shm, c->at.host, c->at.port, now, LAGMON_BAN_REASON_PREFIX))
-		log_info("unbanning %s:%d: replica lag %" PRId64 " bytes is within max_replica_lag %" PRId64, c->at.host,
-			 c->at.port, lag_bytes, max_lag);
+	if (lag_bytes >= 0 && shm_ban_clear_auto(w->shm, c->at.host, c->at.port, now, LAGMON_BAN_REASON_PREFIX)) {
+		struct log_field f[] = { { "host", c->at.host, 0 }, { "port", NULL, c->at.port },
+					 { "reason", "replica lag within max_replica_lag", 0 }, { "source", "auto", 0 } };
+		log_event(LOG_LEVEL_INFO, "server_unban", f, sizeof f / sizeof *f, NULL,
+			  "unbanning %s:%d: replica lag %" PRId64 " bytes is within max_replica_lag %" PRId64, c->at.host,
+			  c->at.port, lag_bytes, max_lag);
+	}
 }
 
 /* A round of a (pool, shard) is over (every server answered or failed,

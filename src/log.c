@@ -240,6 +240,8 @@ static void emit(enum log_level level, const char *event, const struct log_field
 void log_event(enum log_level level, const char *event, const struct log_field *fields, size_t n_fields,
 	       const char *prefix, const char *fmt, ...)
 {
+	if (!log_enabled(level))
+		return;
 	char msg[2048];
 	va_list ap;
 	va_start(ap, fmt);

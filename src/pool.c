@@ -247,6 +247,8 @@ void pool_apply_config(struct pool *p, const struct config *cfg, const struct co
 	p->reserve_pool_size = config_user_reserve_pool_size(cfg, cp, cu);
 	p->server_lifetime = config_pool_server_lifetime(cfg, cp);
 	p->log_min_duration_us = (uint64_t)config_pool_log_min_duration(cfg, cp) * 1000;
+	p->query_stats = config_pool_query_stats(cfg, cp);
+	p->query_stats_max = (uint32_t)config_pool_query_stats_max(cfg, cp);
 	p->query_timeout = config_user_query_timeout(cfg, cu);
 	p->idle_transaction_timeout = config_user_idle_transaction_timeout(cfg, cu);
 	p->client_idle_timeout = config_user_client_idle_timeout(cfg, cu);
@@ -606,7 +608,7 @@ static void grant(struct server *s, struct pool_waiter *pw)
 	stats_observe(st, HIST_WAIT, waited);
 	/* A new link: the slow-query log's notes start afresh (noted: a
 	 * RELOAD turned it off while a request was noted). */
-	if (s->sp->pool->log_min_duration_us || s->slow.noted)
+	if (s->sp->pool->log_min_duration_us || s->sp->pool->query_stats || s->slow.noted)
 		slowlog_begin(&s->slow, waited);
 	pw->target = NULL;
 	pw->since_us = 0;

@@ -26,6 +26,7 @@
 #include "stats.h"
 #include "context.h"
 #include "utf8.h"
+#include "web.h"
 
 /* Label values escaped as the text format wants (\\, \", \n), and UTF-8
  * (a byte that is not, from a name a client sent, as U+FFFD: a scrape
@@ -93,6 +94,90 @@ static void error_counters(struct worker *w, struct evbuffer *out)
 	header(out, &m[1]);
 	evbuffer_add_printf(out, "pgcat_errors_untracked_total %" PRIu64 "\n", untracked);
 	free(rows);
+}
+
+/* A label value of at most max bytes, cut at a whole character. */
+static void label_cut(struct evbuffer *out, const char *s, size_t max)
+{
+	char cut[256];
+	size_t n = 0;
+	if (max >= sizeof cut)
+		max = sizeof cut - 1;
+	while (s[n]) {
+		size_t c = utf8_char_len((const unsigned char *)s + n);
+		if (!c)
+			c = 1;   /* (label() writes it as U+FFFD) */
+		if (n + c > max)
+			break;
+		n += c;
+	}
+	memcpy(cut, s, n);
+	cut[n] = '\0';
+	label(out, cut);
+}
+
+/* Query statistics (qstats.h): the top PROMETHEUS_QUERIES_TOP shapes by
+ * total execution time, labelled by pool, user and fingerprint (their
+ * text, cut, on an info series): a bounded number of series, whatever
+ * the number of shapes. And the shapes dropped for room, per pool. */
+#define PROMETHEUS_QUERIES_TOP 20
+#define PROMETHEUS_QUERY_TEXT_MAX 200
+static void query_metrics(struct worker *w, struct evbuffer *out)
+{
+	enum { Q_CALLS, Q_ROWS, Q_ERRORS, Q_EXEC, Q_WAIT, Q_INFO, Q__COUNT };
+	static const struct metric m[Q__COUNT] = {
+		{ "query_calls_total", "counter", "Requests of a query shape (query_stats; the top shapes by execution time)." },
+		{ "query_rows_total", "counter", "Rows the commands of a query shape returned or changed." },
+		{ "query_errors_total", "counter", "Errors servers answered a query shape with." },
+		{ "query_exec_seconds_total", "counter", "Time a query shape took on its servers, request to ReadyForQuery." },
+		{ "query_wait_seconds_total", "counter", "Time a query shape's clients waited for a server." },
+		{ "query_info", "gauge", "A query shape's normalised text (cut), by its fingerprint." },
+	};
+	struct qstats_row *rows;
+	uint64_t dropped_all;
+	size_t n = shm_qstats_all(w->shm, -1, &rows, &dropped_all);
+	size_t top = qstats_top(rows, n, PROMETHEUS_QUERIES_TOP);
+	for (int k = 0; k < Q__COUNT; k++) {
+		header(out, &m[k]);
+		for (size_t i = 0; i < top; i++) {
+			const struct qstats_row *r = &rows[i];
+			const struct shm_pool_entry *pe = &w->shm->h->pools[r->pool];
+			evbuffer_add_printf(out, "pgcat_%s{pool=\"", m[k].name);
+			label(out, pe->name);
+			evbuffer_add(out, "\",user=\"", 8);
+			label(out, pe->user);
+			evbuffer_add_printf(out, "\",fingerprint=\"%016" PRIx64 "\"", r->fingerprint);
+			switch (k) {
+			case Q_CALLS: evbuffer_add_printf(out, "} %" PRIu64 "\n", r->calls); break;
+			case Q_ROWS: evbuffer_add_printf(out, "} %" PRIu64 "\n", r->rows); break;
+			case Q_ERRORS: evbuffer_add_printf(out, "} %" PRIu64 "\n", r->errors); break;
+			case Q_EXEC: evbuffer_add_printf(out, "} %.6f\n", (double)r->exec_us / 1e6); break;
+			case Q_WAIT: evbuffer_add_printf(out, "} %.6f\n", (double)r->wait_us / 1e6); break;
+			default:
+				evbuffer_add(out, ",query=\"", 8);
+				label_cut(out, r->text, PROMETHEUS_QUERY_TEXT_MAX);
+				evbuffer_add(out, "\"} 1\n", 5);
+			}
+		}
+	}
+	free(rows);
+	static const struct metric dropped = { "query_shapes_dropped_total", "counter",
+		"Query shapes dropped to make room (query_stats_max, least recently used first)." };
+	header(out, &dropped);
+	struct qstats_table *t[SHM_MAX_WORKERS] = { 0 };
+	uint32_t nw = w->shm->h->n_workers;
+	for (uint32_t i = 0; i < nw; i++)
+		t[i] = shm_qstats(w->shm, (int)i);
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
+		const struct pool *p = LIST_OWNER(pos, struct pool, node);
+		if (!p->query_stats || p->shm_slot < 0)
+			continue;
+		evbuffer_add(out, "pgcat_query_shapes_dropped_total", 32);
+		pool_labels(out, p);
+		evbuffer_add_printf(out, " %" PRIu64 "\n", qstats_dropped(t, nw, p->shm_slot));
+	}
+	(void)dropped_all;
 }
 
 /* The last takeover (-R, UPGRADE) as this process saw it from the new
@@ -302,6 +387,7 @@ void prometheus_render(struct worker *w, struct evbuffer *out)
 	evbuffer_add_printf(out, "pgcat_client_connections %d\n", (int)shm_clients_total(w->shm));
 	upgrade_gauges(w, out);
 	error_counters(w, out);
+	query_metrics(w, out);
 }
 
 static void metrics_cb(struct evhttp_request *req, void *arg)
@@ -331,6 +417,7 @@ static void other_cb(struct evhttp_request *req, void *arg)
 
 void prometheus_stop(struct worker *w)
 {
+	web_detach(w);   /* (before the requests it holds go with http) */
 	if (w->http) {
 		evhttp_free(w->http);
 		w->http = NULL;
@@ -383,6 +470,16 @@ bool prometheus_reconfigure(struct worker *w)
 		return false;
 	evhttp_set_cb(w->http, "/metrics", metrics_cb, w);
 	evhttp_set_gencb(w->http, other_cb, w);
+	/* Every method reaches the callbacks, which answer 405 to what they
+	 * do not serve (evhttp alone would answer 501 to some); headers are
+	 * bounded (the web page's basic auth is the largest, 1.4 kB). */
+	evhttp_set_allowed_methods(w->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
+						    EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
+						    EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+	evhttp_set_max_headers_size(w->http, 65536);
+	/* The web page (web.c) on the same port; /metrics stays open. */
+	if (!web_attach(w, w->http))
+		log_error("web page: not served on port %d", port);
 	const struct config_general *g = &w->cfg->general;
 	bool bound = false;
 	for (size_t i = 0; i < g->n_listen_addr; i++) {

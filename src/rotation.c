@@ -55,7 +55,10 @@ void rotation_server_failed(struct srvpool *sp, const char *reason)
 		return;
 	int secs = w->cfg->general.ban_time > 0 ? w->cfg->general.ban_time : 60;
 	if (!shm_is_banned(w->shm, sp->host, sp->port, (int64_t)time(NULL))) {
-		log_warning("banning %s:%d for %d s: %s", sp->host, sp->port, secs, reason);
+		struct log_field f[] = { { "host", sp->host, 0 }, { "port", NULL, sp->port }, { "seconds", NULL, secs },
+					 { "reason", reason, 0 }, { "source", "auto", 0 } };
+		log_event(LOG_LEVEL_WARNING, "server_ban", f, sizeof f / sizeof *f, NULL, "banning %s:%d for %d s: %s",
+			  sp->host, sp->port, secs, reason);
 		if (!shm_ban_set(w->shm, sp->host, sp->port, (int64_t)time(NULL), secs, BAN_SOURCE_AUTO, reason))
 			log_warning("ban table full: %s:%d not banned", sp->host, sp->port);
 	}

@@ -405,12 +405,14 @@ enum behind {
 
 /* An error a server sends its client, counted by its SQLSTATE under the
  * pool's database and user (errstats.h; body NULL: not read). */
-static void count_server_error(const struct server *s, const uint8_t *body, size_t len)
+static void count_server_error(struct server *s, const uint8_t *body, size_t len)
 {
 	struct proto_error_fields ef;
 	const char *code = body && proto_parse_error(body, len, &ef) ? ef.sqlstate : NULL;
 	const struct pool *p = s->sp->pool;
 	errstats_count(shm_errstats(s->w->shm, s->w->id), p->name, p->user, code, ERRSTATS_SERVER);
+	if (s->slow.noted)
+		slowlog_note_error(&s->slow);
 }
 
 /* A reply that came in the same read as the last one asked for would be
@@ -865,6 +867,8 @@ static void count_answer(struct server *s)
 	st->v[STAT_QUERY_TIME] += now - s->txn.query_start_us;
 	stats_observe(st, HIST_QUERY, now - s->txn.query_start_us);
 	const struct pool *p = s->sp->pool;
+	if (p->query_stats && s->slow.noted)
+		server_count_shape(s, now - s->txn.query_start_us);
 	if (p->log_min_duration_us || s->slow.noted) {   /* (noted: it was on; the notes go either way) */
 		struct slowlog_where where = { p->name, p->user, s->sp->host, s->sp->port, s->sp->shard, s->id };
 		slowlog_done(&s->slow, now - s->txn.query_start_us, p->log_min_duration_us, &where);
@@ -1020,6 +1024,8 @@ static enum pump_step inspect_reply(struct server *s, struct client_end *c, stru
 		/* (a listening client's transaction: committed or not, SPEC §11) */
 		if (s->txn.set_pending || c->hold_ready)
 			settings_note_complete(s, in, total);
+		if (s->slow.noted && s->sp->pool->query_stats)
+			server_note_rows(s, in, f->len);
 		return PUMP_ON;
 	case PqMsg_NotificationResponse:
 		return notification_pid(s, in, f);

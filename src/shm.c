@@ -18,6 +18,8 @@
 _Static_assert(sizeof(struct shm_cancel_slot) % 8 == 0, "cancel slots stay 8-byte aligned");
 _Static_assert(sizeof(struct stats) % 8 == 0, "stats slots stay 8-byte aligned");
 
+_Static_assert(QSTATS_POOLS == SHM_MAX_POOLS, "query statistics count pools by their shm number");
+
 static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
 
 bool shm_create(struct shm *shm, uint32_t n_workers, uint32_t max_client_conn)
@@ -46,6 +48,11 @@ bool shm_create(struct shm *shm, uint32_t n_workers, uint32_t max_client_conn)
 	off += align8((size_t)SHM_BACKEND_SLOTS * sizeof(struct shm_backend_slot));
 	size_t off_errors = off;
 	off += align8((size_t)n_workers * sizeof(struct errstats_table));
+	/* (6 MB a worker, its pages touched only as shapes come: query_stats) */
+	size_t off_qstats = off;
+	off += align8((size_t)n_workers * sizeof(struct qstats_table));
+	size_t off_qresets = off;
+	off += align8(sizeof(struct qstats_resets));
 	/* Room for about 320 bytes of row per possible client (a SHOW CLIENTS
 	 * row is ~200), at least 64 kB, at most 16 MB per slot. Pages are
 	 * only touched when a worker writes rows. */
@@ -77,6 +84,8 @@ bool shm_create(struct shm *shm, uint32_t n_workers, uint32_t max_client_conn)
 	h->off_target_counts = off_target_counts;
 	h->off_backends = off_backends;
 	h->off_errors = off_errors;
+	h->off_qstats = off_qstats;
+	h->off_qresets = off_qresets;
 	h->off_dump = off_dump;
 	h->dump_slot_size = dump_slot;
 	pthread_mutexattr_t attr;
@@ -383,6 +392,29 @@ size_t shm_errstats_all(struct shm *shm, struct errstats_row **rows, uint64_t *u
 	*untracked = 0;
 	*rows = calloc(max, sizeof **rows);
 	return *rows ? shm_errstats_rows(shm, *rows, max, untracked) : 0;
+}
+
+struct qstats_table *shm_qstats(struct shm *shm, int worker)
+{
+	if (!shm || !shm->h || worker < 0 || (uint32_t)worker >= shm->h->n_workers)
+		return NULL;
+	return (struct qstats_table *)at(shm, shm->h->off_qstats) + worker;
+}
+
+struct qstats_resets *shm_qstats_resets(struct shm *shm)
+{
+	return shm && shm->h ? (struct qstats_resets *)at(shm, shm->h->off_qresets) : NULL;
+}
+
+size_t shm_qstats_all(struct shm *shm, int pool, struct qstats_row **rows, uint64_t *dropped)
+{
+	struct qstats_table *t[SHM_MAX_WORKERS] = { 0 };
+	uint32_t n = shm && shm->h ? shm->h->n_workers : 0;
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = shm_qstats(shm, (int)i);
+	*dropped = qstats_dropped(t, n, pool);
+	*rows = NULL;
+	return n ? qstats_collect(t, n, shm_qstats_resets(shm), pool, rows) : 0;
 }
 
 void shm_target_counts_total(struct shm *shm, int target, uint64_t *xacts, uint64_t routed[SHM_ROUTE_VIA])

@@ -5,13 +5,12 @@
 #include "slowlog.h"
 
 #include <inttypes.h>
-#include <pg_query.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
-#include "sqllex.h"
+#include "qshape.h"
 
 void slowlog_note_text(struct slowlog_req *r, const char *sql, size_t len)
 {
@@ -42,7 +41,11 @@ void slowlog_note_statement(struct slowlog_req *r, const char *name)
 		return;
 	r->noted = true;
 	r->len = 0;
-	snprintf(r->stmt, sizeof r->stmt, "%s", name && name[0] ? name : "(unnamed)");
+	if (!name || !name[0])
+		name = "(unnamed)";
+	size_t n = strnlen(name, sizeof r->stmt - 1);
+	memcpy(r->stmt, name, n);
+	r->stmt[n] = '\0';
 }
 
 void slowlog_note_client(struct slowlog_req *r, uint64_t client_id, const char *addr, int port)
@@ -52,62 +55,57 @@ void slowlog_note_client(struct slowlog_req *r, uint64_t client_id, const char *
 	snprintf(r->client_addr, sizeof r->client_addr, "%s", addr ? addr : "");
 }
 
-/* The normalised text in out (cap bytes) with its comments as one space
- * each (a comment may hold anything: an e-mail, a key); false when a
- * constant is left in it (libpg_query's normalisation leaves some: those
- * of utility statements as NOTIFY's payload, EXECUTE's arguments, COPY's
- * file, a type's length): such a text is not written at all. Quoted
- * identifiers stay; $n are the normalisation's (or the client's)
- * parameters. */
-static bool constant_free(const char *s, char *out, size_t cap)
-{
-	size_t len = strlen(s), o = 0;
-	for (size_t i = 0; i < len;) {
-		unsigned char ch = (unsigned char)s[i];
-		size_t next;
-		if (sqllex_at_comment(s, len, i)) {
-			next = sqllex_comment_end(s, len, i);
-			if (next == SQLLEX_OPEN)
-				return false;
-			if (o + 1 >= cap)
-				return false;
-			out[o++] = ' ';
-			i = next;
-			continue;
-		}
-		if (ch == '"') {
-			next = sqllex_quoted_end(s, len, i);   /* a quoted identifier */
-			if (next == SQLLEX_OPEN || next == i)
-				return false;
-		} else if (ch == '\'' || sqllex_is_digit(ch) || (ch == '.' && i + 1 < len && sqllex_is_digit((unsigned char)s[i + 1]))) {
-			return false;   /* a string or a number */
-		} else if (ch == '$') {
-			if (i + 1 >= len || !sqllex_is_digit((unsigned char)s[i + 1]))
-				return false;   /* a dollar-quoted string */
-			next = i + 1;
-			while (next < len && sqllex_is_digit((unsigned char)s[next]))
-				next++;
-		} else if (sqllex_is_ident_start(ch)) {
-			next = sqllex_word_end(s, len, i);   /* (a word: E'x', B'1' and U&'x' end at their quote, above) */
-		} else {
-			next = i + 1;
-		}
-		if (o + (next - i) >= cap)
-			return false;
-		memcpy(out + o, s + i, next - i);
-		o += next - i;
-		i = next;
-	}
-	out[o] = '\0';
-	return true;
-}
-
 static void reset(struct slowlog_req *r)
 {
 	r->noted = r->cut = false;
 	r->len = 0;
 	r->stmt[0] = '\0';
 	r->wait_us = 0;
+	r->qkey = r->rows = 0;
+	r->errors = 0;
+}
+
+void slowlog_note_key(struct slowlog_req *r, uint64_t key)
+{
+	r->qkey = key;
+}
+
+void slowlog_note_complete(struct slowlog_req *r, const char *tag, size_t len)
+{
+	/* The rows of the commands that say so: "SELECT 5", "INSERT 0 5",
+	 * "UPDATE 5", "DELETE 5", "MERGE 5", "FETCH 5", "MOVE 5", "COPY 5"
+	 * (the count is the tag's last word; CREATE TABLE AS and SELECT INTO
+	 * say SELECT too). */
+	while (len > 0 && tag[len - 1] == '\0')
+		len--;
+	const char *word = NULL;
+	switch (len > 5 ? tag[0] : '\0') {
+	case 'S': word = "SELECT "; break;
+	case 'I': word = "INSERT "; break;
+	case 'U': word = "UPDATE "; break;
+	case 'D': word = "DELETE "; break;
+	case 'M': word = tag[1] == 'E' ? "MERGE " : "MOVE "; break;
+	case 'F': word = "FETCH "; break;
+	case 'C': word = "COPY "; break;
+	default: return;
+	}
+	size_t wl = strlen(word);
+	if (len <= wl || memcmp(tag, word, wl) != 0)
+		return;
+	size_t d = len;
+	while (d > 0 && tag[d - 1] >= '0' && tag[d - 1] <= '9')
+		d--;
+	if (d == len || d == 0 || tag[d - 1] != ' ' || len - d > 19)
+		return;
+	uint64_t v = 0;
+	for (size_t i = d; i < len; i++)
+		v = v * 10 + (uint64_t)(tag[i] - '0');
+	r->rows += v;
+}
+
+void slowlog_note_error(struct slowlog_req *r)
+{
+	r->errors++;
 }
 
 void slowlog_begin(struct slowlog_req *r, uint64_t wait_us)
@@ -122,37 +120,25 @@ void slowlog_done(struct slowlog_req *r, uint64_t duration_us, uint64_t min_us, 
 		reset(r);
 		return;
 	}
-	/* Constants out (normalise), then the shape's fingerprint: of the
-	 * text as it came, which libpg_query reads the same way. A text
-	 * libpg_query cannot read is not written at all: it may hold values. */
-	const char *text = "", *fingerprint = "";
-	PgQueryNormalizeResult norm = { 0 };
-	PgQueryFingerprintResult fp = { 0 };
-	bool have_text = r->len > 0 && !r->cut, asked = have_text, unsafe = false;
-	char *clean = NULL;
-	if (have_text) {
-		norm = pg_query_normalize(r->sql);
-		fp = pg_query_fingerprint(r->sql);
-		clean = norm.normalized_query ? malloc(strlen(norm.normalized_query) + 1) : NULL;
-		if (!norm.error && clean && !fp.error && fp.fingerprint_str &&
-		    constant_free(norm.normalized_query, clean, strlen(norm.normalized_query) + 1)) {
-			text = clean;
-			fingerprint = fp.fingerprint_str;
-		} else {
-			have_text = false;
-			unsafe = !norm.error && clean;
-		}
-	}
-	const char *what = have_text ? text
+	/* Constants out (normalise), and the shape's fingerprint (qshape.h).
+	 * A text libpg_query cannot read, or that keeps a constant, is not
+	 * written at all: it may hold values. */
+	struct qshape_desc d = { 0 };
+	bool have_text = r->len > 0 && !r->cut;
+	if (have_text)
+		qshape_describe(r->sql, &d);
+	const char *text = have_text && d.why == QSHAPE_TEXT_OK ? d.text : NULL;
+	const char *fingerprint = text ? d.fingerprint_hex : "";
+	const char *what = text ? text
 		: r->stmt[0] ? r->stmt
 		: r->cut ? "(text longer than 8 kB: not written)"
-		: unsafe ? "(text not written: constants left after normalising)" : "(text not written: not read as SQL)";
+		: qshape_text_why(have_text ? d.why : QSHAPE_TEXT_NOT_SQL);
 	char wait_ms[32], dur_ms[32];
 	snprintf(dur_ms, sizeof dur_ms, "%.3f", (double)duration_us / 1000.0);
 	snprintf(wait_ms, sizeof wait_ms, "%.3f", (double)r->wait_us / 1000.0);
 	struct log_field f[] = {
 		{ "fingerprint", fingerprint, 0 },
-		{ "query", have_text ? text : "", 0 },
+		{ "query", text ? text : "", 0 },
 		{ "statement", r->stmt, 0 },
 		{ "duration_ms", dur_ms, 0 },
 		{ "wait_ms", wait_ms, 0 },
@@ -171,12 +157,8 @@ void slowlog_done(struct slowlog_req *r, uint64_t duration_us, uint64_t min_us, 
 		  " %s:%d, shard %d, fingerprint %s%s: %s",
 		  dur_ms, wait_ms, where->pool, where->user, r->client_id, r->client_addr, r->client_port,
 		  where->server_id, where->host, where->port, where->shard, fingerprint[0] ? fingerprint : "-",
-		  r->stmt[0] && !have_text ? ", prepared statement" : "", what);
-	if (asked) {
-		pg_query_free_normalize_result(norm);
-		pg_query_free_fingerprint_result(fp);
-	}
-	free(clean);
+		  r->stmt[0] && !text ? ", prepared statement" : "", what);
+	qshape_desc_free(&d);
 	reset(r);
 }
 

@@ -53,6 +53,7 @@
 #include "kdf.h"
 #include "offload.h"
 #include "prometheus.h"
+#include "qshape.h"
 #include "stats.h"
 
 #define JANITOR_INTERVAL_MS 100
@@ -108,6 +109,18 @@ static bool reload_apply(struct worker *w, struct config *cfg, char *err, size_t
 
 /* Reload number n (w->reload.started) is over, applied or not: what an
  * admin RELOAD waiting since it or a reload it replaced answers. */
+/* A reload refused (event "reload", outcome rejected; the message as
+ * before: why, in parentheses, when given). */
+static void log_reload_rejected(const char *why, const char *error)
+{
+	struct log_field f[] = { { "outcome", "rejected", 0 }, { "error", error, 0 } };
+	if (why)
+		log_event(LOG_LEVEL_ERROR, "reload", f, 2, NULL, "reload rejected (%s): the old configuration stays in force",
+			  why);
+	else
+		log_event(LOG_LEVEL_ERROR, "reload", f, 2, NULL, "reload rejected: the old configuration stays in force");
+}
+
 static void reload_end(struct worker *w, uint64_t n, bool failed, const char *err)
 {
 	w->reload.ended = n;
@@ -128,7 +141,7 @@ static void reload_checked(struct twophase_check *chk, bool refused, void *arg)
 	twophase_check_free(chk);
 	worker_update_clock(w);
 	if (refused) {
-		log_error("reload rejected (two_phase_commit, see above): the old configuration stays in force");
+		log_reload_rejected("two_phase_commit, see above", err);
 		config_free(cfg);
 		reload_end(w, w->reload.started, true, err);
 		return;
@@ -157,7 +170,7 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 			}
 		snprintf(err, errlen, "%s", first);
 		config_problems_free(&problems);
-		log_error("reload rejected: the old configuration stays in force");
+		log_reload_rejected(NULL, err);
 		return false;
 	}
 	config_problems_free(&problems);
@@ -196,7 +209,7 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 			w->reload.cfg = NULL;
 			config_free(cfg);
 			snprintf(err, errlen, "out of memory");
-			log_error("reload rejected (%s): the old configuration stays in force", err);
+			log_reload_rejected(err, err);
 			reload_end(w, n, true, err);
 			return false;
 		}
@@ -220,7 +233,7 @@ static bool reload_apply(struct worker *w, struct config *cfg, char *err, size_t
 	char tls_err[384];
 	if (!tls_contexts_build(ng, &tls, tls_err, sizeof tls_err)) {
 		snprintf(err, errlen, "TLS: %s", tls_err);
-		log_error("reload rejected (%s): the old configuration stays in force", err);
+		log_reload_rejected(err, err);
 		config_free(cfg);
 		return false;
 	}
@@ -263,7 +276,8 @@ static bool reload_apply(struct worker *w, struct config *cfg, char *err, size_t
 		pool_server_tls_changed(w);
 	auth_query_reload(w);   /* cached answers of the old auth_query go */
 	kdf_forget(w->kdf);     /* and the SCRAM keys of passwords perhaps no longer configured */
-	log_info("configuration reloaded from %s", w->config_path);
+	struct log_field applied[] = { { "outcome", "applied", 0 }, { "file", w->config_path, 0 } };
+	log_event(LOG_LEVEL_INFO, "reload", applied, 2, NULL, "configuration reloaded from %s", w->config_path);
 	twophase_recover_kick(w->twophase_recover);   /* new shards, or two_phase_commit turned on: check them */
 	return true;
 }
@@ -1193,6 +1207,10 @@ void worker_destroy(struct worker *w)
 	close_all_clients(w, &w->clients_active, NULL, "");
 	auth_query_free(w);   /* its parked logins too */
 	notify_hub_free(w);   /* (its clients are gone: the listening connections are) */
+	free(w->qstats_local);
+	w->qstats_local = NULL;
+	qshape_cache_free(w->qshapes);
+	w->qshapes = NULL;
 	lagmon_free(w->lagmon);   /* before the pools it reads */
 	w->lagmon = NULL;
 	twophase_check_free(w->reload.check);   /* a reload still waiting: not applied */

@@ -104,3 +104,32 @@ def test_reload_switches_the_format(pgcat):
         c.execute("SELECT 1")
     after = lines(inst)[n:]
     assert after and all(json.loads(l)["pid"] > 0 for l in after), after
+
+
+def test_ban_unban_and_reload_events(pgcat):
+    """Bans and unbans with their server, reason and source; reloads with
+    their outcome (SPEC §8's list of what is logged)."""
+    inst = pgcat(general={"log_format": "json"})
+    r = admin(inst)
+    try:
+        assert command(r, "BAN 192.0.2.7:6543 120") is None
+        assert command(r, "UNBAN 192.0.2.7:6543") is None
+        assert command(r, "RELOAD") is None
+        inst.general["max_client_conn"] = "not a number"       # a reload refused
+        inst.write()
+        assert command(r, "RELOAD") is not None
+    finally:
+        r.close()
+    wait_until(lambda: '"outcome":"rejected"' in inst.log(), 10)
+    objs = [json.loads(l) for l in lines(inst)]
+    ban = [o for o in objs if o["event"] == "server_ban"]
+    assert len(ban) == 1, ban
+    assert (ban[0]["host"], ban[0]["port"], ban[0]["seconds"], ban[0]["source"]) == ("192.0.2.7", 6543, 120, "admin")
+    unban = [o for o in objs if o["event"] == "server_unban"]
+    assert len(unban) == 1 and unban[0]["host"] == "192.0.2.7" and unban[0]["source"] == "admin", unban
+    reloads = [o for o in objs if o["event"] == "reload"]
+    assert [o["outcome"] for o in reloads] == ["applied", "rejected"], reloads
+    assert reloads[0]["file"] and reloads[0]["message"].startswith("configuration reloaded")
+    assert "max_client_conn" in reloads[1]["error"] and reloads[1]["level"] == "ERROR", reloads[1]
+    with inst.connect() as c:                                  # the old configuration serves on
+        assert c.execute("SELECT 1").fetchone()[0] == 1
