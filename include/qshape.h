@@ -71,15 +71,17 @@ struct qshape_desc *qshape_cache_get(struct qshape_cache *c, uint64_t key, const
 struct qshape_desc *qshape_cache_text(struct qshape_cache *c, const char *sql, size_t len);
 
 /* A client's named statements: name -> the key of its text, noted at its
- * Parse, so that a later Bind of it is counted under its shape. At most
- * QSHAPE_NAMES_MAX names (more are not noted: their Binds count as a
- * shape without text). Names are kept as 64-bit hashes. */
+ * Parse, so that a later Bind of it is counted under its shape; a Close
+ * forgets it. At most QSHAPE_NAMES_MAX names: one more empties the map
+ * first (the Binds of the names forgotten then count as a shape without
+ * text). Names are kept as 64-bit hashes. */
 #define QSHAPE_NAMES_MAX 2048
 struct qshape_names;
-/* false: out of memory or full (nothing noted). *m is allocated on first use. */
+/* false: out of memory (nothing noted). *m is allocated on first use. */
 bool qshape_names_put(struct qshape_names **m, const char *name, size_t len, uint64_t key);
 /* 0: not noted. */
 uint64_t qshape_names_get(const struct qshape_names *m, const char *name, size_t len);
+void qshape_names_del(struct qshape_names *m, const char *name, size_t len);
 void qshape_names_free(struct qshape_names *m);
 
 #endif

@@ -75,8 +75,10 @@ struct qstats_local {
 	int32_t chain[QSTATS_SLOTS];               /* next slot of the same bucket */
 	int32_t newer[QSTATS_SLOTS], older[QSTATS_SLOTS];   /* use order, -1 at the ends */
 	int32_t newest, oldest;
-	uint32_t used;                             /* slots given a shape */
+	uint32_t used;                             /* slots given a shape (at least once) */
 	uint32_t count[QSTATS_POOLS];              /* slots per pool */
+	int32_t free_slots[QSTATS_SLOTS];          /* slots given up (a pool's max lowered) */
+	uint32_t n_free;
 };
 
 void qstats_local_init(struct qstats_local *l);
@@ -121,13 +123,15 @@ struct qstats_row {
 
 /* The current rows of tables t[0..n) (of pool only, when pool >= 0), the
  * same shape's added up, into a new array (*rows, free()); how many.
- * Unordered. */
+ * Unordered. The shapes are found and merged first, from a few fields of
+ * each slot; a row (3 kB, with its histograms) is copied only for what
+ * is returned. */
 size_t qstats_collect(struct qstats_table *const *t, size_t n, const struct qstats_resets *resets, int pool,
 		      struct qstats_row **rows);
-
-/* rows[0..n) ordered by total execution time, the largest first; how
- * many of them to show as the top (at most top). */
-size_t qstats_top(struct qstats_row *rows, size_t n, size_t top);
+/* The same for the top shapes by total execution time, the largest
+ * first, at most top of them. */
+size_t qstats_collect_top(struct qstats_table *const *t, size_t n, const struct qstats_resets *resets, size_t top,
+			  struct qstats_row **rows);
 
 /* The q-quantile (0 < q <= 1) of a histogram, in us (0: empty): the
  * middle of the bucket it falls in. */

@@ -291,6 +291,8 @@ size_t shm_errstats_all(struct shm *shm, struct errstats_row **rows, uint64_t *u
 struct qstats_table *shm_qstats(struct shm *shm, int worker);
 struct qstats_resets *shm_qstats_resets(struct shm *shm);
 size_t shm_qstats_all(struct shm *shm, int pool, struct qstats_row **rows, uint64_t *dropped);
+/* The top shapes by total execution time (at most top), the largest first. */
+size_t shm_qstats_top(struct shm *shm, size_t top, struct qstats_row **rows);
 void shm_worker_reset(struct shm *shm, int worker);
 
 /* The backend pid map: a slot for a logged-in server connection (-1:

@@ -28,6 +28,10 @@ bool web_attach(struct worker *w, struct evhttp *http) __attribute__((warn_unuse
 /* Before http is freed: checks of passwords still running are dropped
  * (their requests answered 503) and the page's state freed. */
 void web_detach(struct worker *w);
+/* After a RELOAD on the same port: TLS as the clients' settings now say
+ * (on, off, or new files). false: the page stays as it was (logged);
+ * /metrics is served either way. */
+bool web_reconfigure(struct worker *w);
 
 /* The listings of clients and servers gathered from the other workers
  * (SHM_ADMIN_DUMP): which request was posted when, so that the page's

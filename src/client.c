@@ -527,6 +527,19 @@ static void note_slowlog_bind(struct client *c, struct server *s, const struct p
 		slowlog_note_key(link_slowlog(s), qshape_names_get(c->qnames, m + 5 + pl + 1, nl));
 }
 
+/* A Close of a statement: query_stats forgets its shape (qshape.h). */
+static void forget_statement_shape(struct client *c, const struct proto_frame *f)
+{
+	uint32_t total = f->len + 1;
+	size_t head = total < PROTO_LONG_HEAD ? total : PROTO_LONG_HEAD;
+	const char *m = buf_len(c->io.in) >= head && head > 6 ? (const char *)buf_pullup(c->io.in, head) : NULL;
+	if (!m || m[5] != 'S')
+		return;   /* (a portal's, or not read yet: the name stays, harmless) */
+	size_t nl = strnlen(m + 6, head - 6);
+	if (6 + nl < head)
+		qshape_names_del(c->qnames, m + 6, nl);
+}
+
 /* A Query or a Parse, read whole for what pgcat learns of its text:
  * LISTEN and UNLISTEN, which the session may answer (SPEC §11), and NOTIFY,
  * up to CLIENT_INSPECT_MAX; the settings it changes, up to PARAMS_SQL_MAX
@@ -573,10 +586,8 @@ static enum pump_step inspect_text(struct client *c, struct server *s, const str
 	if (noting) {
 		note_slowlog_client(c, s);
 		slowlog_note_text(link_slowlog(s), sql, sql_len);
-		/* query_stats: the shape of a text kept is found from it (at
-		 * the answer); one too long to keep is known by its key */
-		if (c->pool->query_stats && sql_len > SLOWLOG_SQL_MAX)
-			slowlog_note_key(link_slowlog(s), qshape_key(sql, sql_len));
+		/* (query_stats: the shape of a text kept is found from it,
+		 * at the answer; one too long to keep is counted as such) */
 	}
 	if (c->pool->query_stats && f->type == PqMsg_Parse) {
 		/* A later Bind's shape: a named statement's key; the unnamed
@@ -713,6 +724,10 @@ static enum pump_step inspect_request(struct client *c, struct server *s, const 
 		}
 		return step;
 	}
+	case PqMsg_Close:
+		if (c->qnames)
+			forget_statement_shape(c, f);
+		return PUMP_ON;
 	case PqMsg_Bind: {
 		if (!c->w->cfg->pgbouncer)
 			stats_add(c->pool->stats, STAT_BIND, 1);

@@ -134,9 +134,7 @@ static void query_metrics(struct worker *w, struct evbuffer *out)
 		{ "query_info", "gauge", "A query shape's normalised text (cut), by its fingerprint." },
 	};
 	struct qstats_row *rows;
-	uint64_t dropped_all;
-	size_t n = shm_qstats_all(w->shm, -1, &rows, &dropped_all);
-	size_t top = qstats_top(rows, n, PROMETHEUS_QUERIES_TOP);
+	size_t top = shm_qstats_top(w->shm, PROMETHEUS_QUERIES_TOP, &rows);
 	for (int k = 0; k < Q__COUNT; k++) {
 		header(out, &m[k]);
 		for (size_t i = 0; i < top; i++) {
@@ -177,7 +175,6 @@ static void query_metrics(struct worker *w, struct evbuffer *out)
 		pool_labels(out, p);
 		evbuffer_add_printf(out, " %" PRIu64 "\n", qstats_dropped(t, nw, p->shm_slot));
 	}
-	(void)dropped_all;
 }
 
 /* The last takeover (-R, UPGRADE) as this process saw it from the new
@@ -460,8 +457,11 @@ bool prometheus_reconfigure(struct worker *w)
 	/* One worker serves /metrics: the figures come from the shared
 	 * segment, so any one of them can. */
 	int port = w->id == 0 ? w->cfg->general.prometheus_port : 0;
-	if (port == w->http_port && (port == 0 || w->http))
+	if (port == w->http_port && (port == 0 || w->http)) {
+		if (port)
+			(void)web_reconfigure(w);   /* (a failure is logged; the page stays as it was) */
 		return true;
+	}
 	prometheus_stop(w);
 	if (port == 0)
 		return true;
@@ -477,6 +477,10 @@ bool prometheus_reconfigure(struct worker *w)
 						    EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
 						    EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
 	evhttp_set_max_headers_size(w->http, 65536);
+	/* Nothing served takes a body: one is refused, not buffered; and a
+	 * connection that sends nothing is closed. */
+	evhttp_set_max_body_size(w->http, 0);
+	evhttp_set_timeout(w->http, 30);
 	/* The web page (web.c) on the same port; /metrics stays open. */
 	if (!web_attach(w, w->http))
 		log_error("web page: not served on port %d", port);

@@ -14,8 +14,9 @@
 #include "sqlshape.h"
 #include "texthash.h"
 
-/* Longest shape made (a longer text is its own key). */
-#define QSHAPE_MAX 4096
+/* Longest shape made: the longest text kept (slowlog.h's SLOWLOG_SQL_MAX;
+ * a longer one is not described). */
+#define QSHAPE_MAX (8u * 1024)
 
 /* The normalised text in out (cap bytes) with its comments as one space
  * each (a comment may hold anything: an e-mail, a key); false when a
@@ -182,8 +183,11 @@ bool qshape_names_put(struct qshape_names **mp, const char *name, size_t len, ui
 				return true;
 			}
 	}
-	if (m->n >= QSHAPE_NAMES_MAX)
-		return false;
+	if (m->n >= QSHAPE_NAMES_MAX) {
+		/* (a client that never closes what it prepares: start over) */
+		memset(m->e, 0, m->cap * sizeof *m->e);
+		m->n = 0;
+	}
 	if ((m->n + 1) * 2 > m->cap && !names_grow(m))
 		return false;
 	size_t j = h & (m->cap - 1);
@@ -204,6 +208,33 @@ uint64_t qshape_names_get(const struct qshape_names *m, const char *name, size_t
 		if (m->e[j].name == h)
 			return m->e[j].key;
 	return 0;
+}
+
+void qshape_names_del(struct qshape_names *m, const char *name, size_t len)
+{
+	if (!m || !m->cap)
+		return;
+	uint64_t h = name_hash(name, len);
+	size_t mask = m->cap - 1, j = h & mask;
+	while (m->e[j].name && m->e[j].name != h)
+		j = (j + 1) & mask;
+	if (!m->e[j].name)
+		return;
+	/* Backward shift: the entries after it that probed past it move up,
+	 * so that no lookup stops at the hole. */
+	size_t hole = j;
+	for (size_t k = (j + 1) & mask; m->e[k].name; k = (k + 1) & mask) {
+		size_t home = m->e[k].name & mask;
+		/* k may fill the hole if its home is not in (hole, k] */
+		bool stays = hole <= k ? (home > hole && home <= k) : (home > hole || home <= k);
+		if (!stays) {
+			m->e[hole] = m->e[k];
+			hole = k;
+		}
+	}
+	m->e[hole].name = 0;
+	m->e[hole].key = 0;
+	m->n--;
 }
 
 void qshape_names_free(struct qshape_names *m)

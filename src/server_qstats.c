@@ -63,9 +63,10 @@ void server_count_shape(struct server *s, uint64_t exec_us)
 		return;
 	struct qshape_desc *d = r->len && !r->cut ? qshape_cache_text(w->qshapes, r->sql, r->len)
 				: qshape_cache_get(w->qshapes, r->qkey, NULL);
-	/* (without a description: a made-up fingerprint, its key, 1 when
-	 * none; 0 is the one of texts that are not SQL) */
-	uint64_t fingerprint = r->qkey ? r->qkey : 1;
+	/* (without a description: a made-up fingerprint: 2 for every text
+	 * too long to keep, the key of a statement that left the cache, 1
+	 * for one never seen; 0 is the one of texts that are not SQL) */
+	uint64_t fingerprint = r->cut ? 2 : r->qkey ? r->qkey : 1;
 	const char *text = r->cut ? "(text longer than 8 kB: not shown)"
 		: r->qkey ? "(statement's text no longer cached)"
 		: "(statement whose Parse was not seen with query_stats on: text not known)";

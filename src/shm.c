@@ -417,6 +417,16 @@ size_t shm_qstats_all(struct shm *shm, int pool, struct qstats_row **rows, uint6
 	return n ? qstats_collect(t, n, shm_qstats_resets(shm), pool, rows) : 0;
 }
 
+size_t shm_qstats_top(struct shm *shm, size_t top, struct qstats_row **rows)
+{
+	struct qstats_table *t[SHM_MAX_WORKERS] = { 0 };
+	uint32_t n = shm && shm->h ? shm->h->n_workers : 0;
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = shm_qstats(shm, (int)i);
+	*rows = NULL;
+	return n ? qstats_collect_top(t, n, shm_qstats_resets(shm), top, rows) : 0;
+}
+
 void shm_target_counts_total(struct shm *shm, int target, uint64_t *xacts, uint64_t routed[SHM_ROUTE_VIA])
 {
 	*xacts = 0;

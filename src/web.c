@@ -42,7 +42,11 @@
 #define WEB_AUTH_CACHE 16        /* successful checks remembered */
 #define WEB_AUTH_TTL_S 60        /* ... for this long */
 #define WEB_AUTH_MAX_B64 1368    /* base64 of user:password, at most 1024 bytes */
-#define WEB_PENDING_MAX 16       /* SCRAM checks under way at once; more: 503 */
+/* SCRAM checks under way at once, more: 503. Fewer than the worker's
+ * key derivation threads (KDF_THREADS): the page's guesses must never
+ * hold up all of them, and the clients' logins behind. */
+#define WEB_PENDING_MAX 1
+_Static_assert(WEB_PENDING_MAX < KDF_THREADS, "the page leaves key derivation threads to the clients");
 
 enum web_route { WEB_ROUTE_PAGE, WEB_ROUTE_STATE };
 
@@ -431,23 +435,49 @@ static struct bufferevent *tls_bev_cb(struct event_base *base, void *arg)
 static bool tls_setup(struct web *web)
 {
 	const struct config_general *g = &web->w->cfg->general;
-	if (g->client_tls_sslmode != TLS_MODE_REQUIRE && g->client_tls_sslmode != TLS_MODE_VERIFY_CA &&
-	    g->client_tls_sslmode != TLS_MODE_VERIFY_FULL)
-		return true;
-	struct tls_contexts t = { NULL, NULL };
-	char err[256];
-	if (!tls_contexts_build(g, &t, err, sizeof err)) {
-		log_error("web page: TLS: %s", err);
-		return false;
+	SSL_CTX *ctx = NULL;
+	if (g->client_tls_sslmode == TLS_MODE_REQUIRE || g->client_tls_sslmode == TLS_MODE_VERIFY_CA ||
+	    g->client_tls_sslmode == TLS_MODE_VERIFY_FULL) {
+		struct tls_contexts t = { NULL, NULL };
+		char err[256];
+		if (!tls_contexts_build(g, &t, err, sizeof err)) {
+			log_error("web page: TLS: %s", err);
+			return false;
+		}
+		ctx = t.for_clients;
+		t.for_clients = NULL;
+		tls_contexts_free(&t);
 	}
-	web->tls = t.for_clients;
-	t.for_clients = NULL;
-	tls_contexts_free(&t);
-	if (!web->tls)
+	/* (connections made before keep the context they hold a reference
+	 * to; new ones get the new one) */
+	if (web->tls)
+		SSL_CTX_free(web->tls);
+	web->tls = ctx;
+	if (!ctx) {
+		evhttp_set_bevcb(web->http, NULL, NULL);
 		return true;
-	SSL_CTX_set_alpn_select_cb(web->tls, http_alpn_cb, NULL);
-	SSL_CTX_set_client_hello_cb(web->tls, NULL, NULL);
+	}
+	SSL_CTX_set_alpn_select_cb(ctx, http_alpn_cb, NULL);
+	SSL_CTX_set_client_hello_cb(ctx, NULL, NULL);
 	evhttp_set_bevcb(web->http, tls_bev_cb, web);
+	return true;
+}
+
+bool web_reconfigure(struct worker *w)
+{
+	struct web *web = w->web;
+	if (!web)
+		return true;
+	/* A RELOAD may have turned TLS on or off, or changed its files: the
+	 * page follows (a failure leaves it as it was, and is logged). */
+	const struct config_general *g = &w->cfg->general;
+	bool want = g->client_tls_sslmode == TLS_MODE_REQUIRE || g->client_tls_sslmode == TLS_MODE_VERIFY_CA ||
+		    g->client_tls_sslmode == TLS_MODE_VERIFY_FULL;
+	if (!want && !web->tls)
+		return true;
+	if (!tls_setup(web))   /* (it fails before it changes anything) */
+		return false;
+	log_info("web page: %s after the reload", web->tls ? "over TLS (client_tls_*)" : "plain HTTP");
 	return true;
 }
 

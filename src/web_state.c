@@ -95,6 +95,13 @@ static void kv_str(struct evbuffer *out, bool first, const char *k, const char *
 	json_str(out, v);
 }
 
+/* ,"k": and a string of at most len bytes (one not NUL-terminated). */
+static void json_key_strn(struct evbuffer *out, const char *k, const char *v, size_t len)
+{
+	key(out, false, k);
+	json_strn(out, v, len);
+}
+
 static void kv_i(struct evbuffer *out, bool first, const char *k, int64_t v)
 {
 	key(out, first, k);
@@ -222,7 +229,11 @@ static void shards_json(struct worker *w, const struct bans *bans, int64_t now, 
 			kv_i(out, false, "port", sp->port);
 			kv_str(out, false, "role", config_server_role_name(sp->role));
 			kv_i(out, false, "banned", b != NULL);
-			kv_str(out, false, "ban_reason", b ? b->reason : NULL);
+			if (b) {
+				json_key_strn(out, "ban_reason", b->reason, strnlen(b->reason, sizeof b->reason));
+			} else {
+				kv_str(out, false, "ban_reason", NULL);
+			}
 			kv_u(out, false, "xacts", xacts);
 			/* null: a primary, or not measured (yet) */
 			key(out, false, "lag_bytes");
@@ -294,9 +305,7 @@ static void errors_json(struct worker *w, struct evbuffer *out)
 static void queries_json(struct worker *w, struct evbuffer *out)
 {
 	struct qstats_row *rows;
-	uint64_t dropped;
-	size_t n = shm_qstats_all(w->shm, -1, &rows, &dropped);
-	size_t top = qstats_top(rows, n, WEB_QUERIES_TOP);
+	size_t top = shm_qstats_top(w->shm, WEB_QUERIES_TOP, &rows);
 	evbuffer_add(out, "[", 1);
 	for (size_t i = 0; i < top; i++) {
 		const struct qstats_row *r = &rows[i];

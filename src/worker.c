@@ -107,8 +107,6 @@ static void stats_timer_cb(evutil_socket_t fd, short what, void *arg)
 static void listener_options(struct worker *w, struct evconnlistener *l);
 static bool reload_apply(struct worker *w, struct config *cfg, char *err, size_t errlen);
 
-/* Reload number n (w->reload.started) is over, applied or not: what an
- * admin RELOAD waiting since it or a reload it replaced answers. */
 /* A reload refused (event "reload", outcome rejected; the message as
  * before: why, in parentheses, when given). */
 static void log_reload_rejected(const char *why, const char *error)
@@ -121,6 +119,8 @@ static void log_reload_rejected(const char *why, const char *error)
 		log_event(LOG_LEVEL_ERROR, "reload", f, 2, NULL, "reload rejected: the old configuration stays in force");
 }
 
+/* Reload number n (w->reload.started) is over, applied or not: what an
+ * admin RELOAD waiting since it or a reload it replaced answers. */
 static void reload_end(struct worker *w, uint64_t n, bool failed, const char *err)
 {
 	w->reload.ended = n;

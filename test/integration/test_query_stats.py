@@ -130,7 +130,8 @@ def test_reset_queries_and_bad_console_input(pgcat, pg):
     for bad, code in (("SHOW QUERIES appdb ORDER BY nothing", "42703"), ("SHOW QUERIES ORDER", "42601"),
                       ("SHOW QUERIES LIMIT -1", "42601"), ("SHOW QUERIES LIMIT x", "42601"),
                       ("SHOW QUERIES appdb LIMIT 1 extra", "42601"), ("SHOW QUERIES no_such_db", "3D000"),
-                      ("RESET QUERIES no_such_db", "3D000")):
+                      ("RESET QUERIES no_such_db", "3D000"),
+                      ("SHOW QUERIES appdb ORDER BY calls DESC LIMIT 1 a b c d e f", "42601")):
         rows, err = console(inst, bad)
         assert err and err.get("C") == code, (bad, err)
     rows, err = console(inst, "RESET QUERIES appdb")
@@ -141,6 +142,9 @@ def test_reset_queries_and_bad_console_input(pgcat, pg):
     assert int(by_text(queries(inst))["SELECT $1"]["calls"]) == 1   # counted afresh
     rows, err = console(inst, "RESET QUERIES")
     assert err is None and queries(inst) == []
+    # a console SET with a long value (more words than SHOW QUERIES may have) still works
+    rows, err = console(inst, "SET auth_query = 'SELECT usename, passwd FROM pg_shadow WHERE usename = $1 AND true AND true'")
+    assert err is None, err
     with inst.connect() as c:                              # and pgcat goes on serving
         assert c.execute("SELECT 1").fetchone()[0] == 1
 

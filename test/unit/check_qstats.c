@@ -121,7 +121,11 @@ START_TEST(test_record_and_collect_over_workers)
 	n = qstats_collect(w.t, 2, w.resets, 6, &rows);   /* one pool's */
 	ck_assert_uint_eq(n, 1);
 	ck_assert_uint_eq(rows[0].pool, 6);
-	ck_assert_uint_eq(qstats_top(rows, n, 10), 1);
+	free(rows);
+	n = qstats_collect_top(w.t, 2, w.resets, 1, &rows);   /* the top one: pool 6's, 2 s */
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_eq(rows[0].pool, 6);
+	ck_assert_uint_eq(rows[0].exec_us, 2000000);
 	free(rows);
 	world_free(&w);
 }
@@ -148,6 +152,21 @@ START_TEST(test_max_per_pool_drops_least_recently_used)
 	ck_assert_uint_eq(qstats_dropped(w.t, 1, 2), 0);
 	n = qstats_collect(w.t, 1, w.resets, 2, &rows);
 	ck_assert_uint_eq(n, 1);
+	free(rows);
+	/* A RELOAD lowers the max from 3 to 1: the pool shrinks at its next
+	 * new shape, the slots it gave up are used again. */
+	rec(&w, 0, 1, 1, 6, 10);
+	n = qstats_collect(w.t, 1, w.resets, 1, &rows);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_ptr_nonnull(find(rows, n, 1, 6));
+	free(rows);
+	ck_assert_uint_eq(qstats_dropped(w.t, 1, 1), 5);
+	uint32_t used = w.l[0]->used;
+	rec(&w, 0, 3, 10, 77, 10);                   /* another pool: a freed slot, not a new one */
+	rec(&w, 0, 3, 10, 78, 10);
+	ck_assert_uint_eq(w.l[0]->used, used);
+	n = qstats_collect(w.t, 1, w.resets, -1, &rows);
+	ck_assert_uint_eq(n, 4);                     /* pool 1: 6; pool 2: 99; pool 3: 77, 78 */
 	free(rows);
 	/* A full table: the least recently used of all goes. */
 	struct world f;
@@ -265,6 +284,24 @@ START_TEST(test_shape_keys_and_descriptions)
 	ck_assert_uint_eq(qshape_names_get(m, "", 0), 0);
 	ck_assert(qshape_names_put(&m, "", 0, 5));        /* the unnamed statement */
 	ck_assert_uint_eq(qshape_names_get(m, "", 0), 5);
+	for (int i = 0; i < 100; i += 2) {               /* Closes: half go, the rest stay found */
+		char name[16];
+		snprintf(name, sizeof name, "s%d", i);
+		qshape_names_del(m, name, strlen(name));
+	}
+	for (int i = 0; i < 100; i++) {
+		char name[16];
+		snprintf(name, sizeof name, "s%d", i);
+		ck_assert_uint_eq(qshape_names_get(m, name, strlen(name)), i % 2 ? (i == 7 ? 700 : (uint64_t)i + 1) : 0);
+	}
+	qshape_names_del(m, "nope", 4);
+	for (int i = 0; i < QSHAPE_NAMES_MAX + 10; i++) {   /* never closed: the map starts over, never refuses */
+		char name[24];
+		snprintf(name, sizeof name, "roll%d", i);
+		ck_assert(qshape_names_put(&m, name, strlen(name), 9));
+	}
+	ck_assert_uint_eq(qshape_names_get(m, "roll0", 5), 0);
+	ck_assert_uint_eq(qshape_names_get(m, "roll2057", 8), 9);
 	qshape_names_free(m);
 }
 END_TEST
