@@ -31,10 +31,11 @@ bool server_fast_close_if_due(struct server *s);
 void server_log_new_connection(const struct server *s);
 void server_set_socket_options(struct server *s);
 /* query_stats (server_qstats.c): the rows of a CommandComplete of len
- * (its length field) at the head of in; the request just answered,
- * counted under its shape. */
+ * (its length field) at the head of in (false: its tag is not all there
+ * yet: wait for more); the request just answered, counted under its
+ * shape. */
 struct buf;
-void server_note_rows(struct server *s, const struct buf *in, uint32_t len);
+bool server_note_rows(struct server *s, const struct buf *in, uint32_t len);
 void server_count_shape(struct server *s, uint64_t exec_us);
 
 #endif

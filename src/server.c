@@ -1024,12 +1024,8 @@ static enum pump_step inspect_reply(struct server *s, struct client_end *c, stru
 		/* (a listening client's transaction: committed or not, SPEC §11) */
 		if (s->txn.set_pending || c->hold_ready)
 			settings_note_complete(s, in, total);
-		if (s->slow.noted && s->sp->pool->query_stats) {
-			/* (its tag whole first, or its head: a few bytes more to wait for) */
-			if (buf_len(in) < (total < 5 + 32 ? total : 5 + 32))
-				return PUMP_STOP;
-			server_note_rows(s, in, f->len);
-		}
+		if (s->slow.noted && s->sp->pool->query_stats && !server_note_rows(s, in, f->len))
+			return PUMP_STOP;
 		return PUMP_ON;
 	case PqMsg_NotificationResponse:
 		return notification_pid(s, in, f);

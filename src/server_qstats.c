@@ -17,15 +17,17 @@
 #include "shm.h"
 #include "slowlog.h"
 
-void server_note_rows(struct server *s, const struct buf *in, uint32_t len)
+bool server_note_rows(struct server *s, const struct buf *in, uint32_t len)
 {
 	/* the rows it says (a tag that counts is short) */
 	char tag[32];   /* ("INSERT 0 " and 20 digits) */
 	if (len < 4)
-		return;
+		return true;
 	size_t n = len - 4 < sizeof tag ? len - 4 : sizeof tag;
-	if (buf_copy_at(in, 5, tag, n))
-		slowlog_note_complete(&s->slow, tag, n);
+	if (!buf_copy_at(in, 5, tag, n))
+		return false;   /* (split across reads: a few bytes more to wait for) */
+	slowlog_note_complete(&s->slow, tag, n);
+	return true;
 }
 
 /* The worker's query statistics, made at the first request counted. */
