@@ -21,7 +21,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 FUZZ_JOBS=${FUZZ_JOBS:-$(nproc)}
 FUZZ_TIMEOUT=${FUZZ_TIMEOUT:-10}
 FUZZ_BUILD=${FUZZ_BUILD:-build-fuzz}
-ALL_TARGETS="proto_startup proto_message scram_server scram_client config router params sharding client_sm server_sm auth_file hba shardkey copysplit merge"
+ALL_TARGETS="proto_startup proto_message scram_server scram_client config router params sharding client_sm server_sm auth_file hba shardkey copysplit merge pgoutput"
 
 # Longest input worth trying per target: a little past each parser's limit.
 max_len() {
@@ -36,6 +36,7 @@ max_len() {
 	shardkey) echo 512 ;;
 	copysplit) echo 8192 ;;
 	merge) echo 4096 ;;
+	pgoutput) echo 2048 ;;
 	*) echo 4096 ;;
 	esac
 }

@@ -459,7 +459,31 @@ def merge():
           + b"\x00" + bytes([0, 1, 0xff, 0xff, 0x40, 0, 0, 4, 0, 12]))
 
 
+def pgoutput():
+    t = "pgoutput"
+    # byte 0: the room (columns, values, relations: & 7); then a CopyData payload
+    def text(s):
+        return b"t" + struct.pack("!I", len(s)) + s
+    rel = (b"R" + struct.pack("!I", 16385) + b"public\0accounts\0d" + struct.pack("!H", 2)
+           + b"\x01id\0" + struct.pack("!Ii", 20, -1) + b"\x00note\0" + struct.pack("!Ii", 25, -1))
+    ins = b"I" + struct.pack("!I", 16385) + b"N" + struct.pack("!H", 2) + text(b"42") + b"n"
+    upd = (b"U" + struct.pack("!I", 16385) + b"K" + struct.pack("!H", 2) + text(b"42") + b"n"
+           + b"N" + struct.pack("!H", 2) + text(b"43") + b"u")
+    dele = b"D" + struct.pack("!I", 16385) + b"O" + struct.pack("!H", 2) + text(b"43") + text(b"x")
+    begin = b"B" + struct.pack("!QqI", 0x16B3748, 1234, 731)
+    commit = b"C" + b"\0" + struct.pack("!QQq", 0x16B3748, 0x16B3778, 1235)
+    trunc = b"T" + struct.pack("!IBII", 2, 1, 16385, 16390)
+    message = b"M" + b"\x01" + struct.pack("!Q", 99) + b"pgcat\0" + struct.pack("!I", 3) + b"a\0b"
+    def xlog(m):
+        return b"w" + struct.pack("!QQq", 0x100, 0x200, 777) + m
+    for name, m in (("relation", rel), ("insert", ins), ("update-key", upd), ("delete-full", dele),
+                    ("begin", begin), ("commit", commit), ("truncate", trunc), ("message", message)):
+        write(t, name, b"\x07" + xlog(m))
+    write(t, "keepalive", b"\x02" + b"k" + struct.pack("!QqB", 0x300, 888, 1))
+    write(t, "bare-update-small-room", b"\x01" + upd)
+
+
 if __name__ == "__main__":
     for f in (proto_startup, proto_message, scram_server, scram_client, config, router, params, sharding,
-              client_sm, server_sm, auth_file, hba, shardkey, copysplit, merge):
+              client_sm, server_sm, auth_file, hba, shardkey, copysplit, merge, pgoutput):
         f()
