@@ -173,6 +173,12 @@ struct config_pool {
 	bool autodb_instance;
 	struct config_shard *shards;   /* sorted by index, indexes 0..n-1 without gaps */
 	size_t n_shards;
+	/* [pools.NAME.next.shards.N]: the layout an online reshard moves the
+	 * pool to (issue 45; the same sharding function and keys), as
+	 * shards; 0 of them: none planned. Read and checked, not acted on
+	 * yet. */
+	struct config_shard *next_shards;
+	size_t n_next_shards;
 	struct config_user *users;
 	size_t n_users;
 };

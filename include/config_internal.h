@@ -225,8 +225,8 @@ enum uset_key {
 /* ------------------------------------------------------------------ */
 /* Parser state (lives on the stack of one load call)                   */
 
-enum section_kind { SECTION_NONE, SECTION_GENERAL, SECTION_POOL, SECTION_SHARD, SECTION_USER,
-		    SECTION_USER_SETTINGS, SECTION_PEERS, SECTION_IGNORED };
+enum section_kind { SECTION_NONE, SECTION_GENERAL, SECTION_POOL, SECTION_SHARD, SECTION_NEXT, SECTION_NEXT_SHARD,
+		    SECTION_USER, SECTION_USER_SETTINGS, SECTION_PEERS, SECTION_IGNORED };
 
 enum line_kind {
 	LINE_NONE,          /* blank, comment, section header, or already reported */
@@ -241,6 +241,8 @@ struct pool_meta {
 	const char *file;           /* of line, when not the parser's file (an %include); NULL: that */
 	int key_line[POOL_KEY_COUNT];
 	struct shard_meta *shards;  /* parallel to config_pool.shards */
+	struct shard_meta *next_shards;   /* parallel to config_pool.next_shards */
+	int next_line;              /* its [pools.NAME.next] section's, 0: none */
 	struct user_meta *users;    /* parallel to config_pool.users */
 };
 

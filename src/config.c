@@ -510,6 +510,8 @@ const struct config_pool *config_autodb_instance(struct config *cfg, const char 
 	 * this snapshot); its own name and shards. */
 	*cp = *t;
 	cp->autodb_instance = true;
+	cp->next_shards = NULL;   /* (the template has none: checked) */
+	cp->n_next_shards = 0;
 	cp->name = strdup(name);
 	cp->shards = calloc(t->n_shards ? t->n_shards : 1, sizeof(*cp->shards));
 	bool ok = cp->name && cp->shards;

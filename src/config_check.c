@@ -104,21 +104,23 @@ void check_general(struct parser *p)
 			"ignored while [%s] peer_id is 0", p->general_section);
 }
 
-/* Put shards in index order; they must be numbered 0..n-1. */
-static bool order_shards(struct parser *p, struct config_pool *pool, struct pool_meta *meta)
+/* Put shards[0..n) (of pool's layout, or its next one: what names the
+ * sections, "shards" or "next.shards") in index order; they must be
+ * numbered 0..n-1. */
+static bool order_shards(struct parser *p, const struct config_pool *pool, const struct pool_meta *meta,
+			 struct config_shard *shards, struct shard_meta *metas, size_t n, const char *what)
 {
-	size_t n = pool->n_shards;
 	bool *seen = p_alloc(p, n);
 	if (seen == NULL)
 		return false;
 	const struct shard_meta *beyond = NULL;
 	int beyond_index = 0;
 	for (size_t i = 0; i < n; i++) {
-		if ((size_t)pool->shards[i].index < n) {
-			seen[pool->shards[i].index] = true;
-		} else if (beyond == NULL || pool->shards[i].index < beyond_index) {
-			beyond = &meta->shards[i];
-			beyond_index = pool->shards[i].index;
+		if ((size_t)shards[i].index < n) {
+			seen[shards[i].index] = true;
+		} else if (beyond == NULL || shards[i].index < beyond_index) {
+			beyond = &metas[i];
+			beyond_index = shards[i].index;
 		}
 	}
 	if (beyond != NULL) {
@@ -129,24 +131,70 @@ static bool order_shards(struct parser *p, struct config_pool *pool, struct pool
 		snprintf(section, sizeof(section), "pools.%s", pool->name);
 		problem(p, CONFIG_PROBLEM_ERROR, meta->line, section, NULL,
 			"shard %zu is missing: shards must be numbered 0 to %zu without gaps, "
-			"but [pools.%s.shards.%d] is on line %d",
-			missing, n - 1, pool->name, beyond_index, beyond->line);
+			"but [pools.%s.%s.%d] is on line %d",
+			missing, n - 1, pool->name, what, beyond_index, beyond->line);
 		free(seen);
 		return false;
 	}
 	free(seen);
 	for (size_t i = 0; i < n; i++) {
-		while ((size_t)pool->shards[i].index != i) {
-			size_t j = (size_t)pool->shards[i].index;
-			struct config_shard ts = pool->shards[i];
-			pool->shards[i] = pool->shards[j];
-			pool->shards[j] = ts;
-			struct shard_meta tm = meta->shards[i];
-			meta->shards[i] = meta->shards[j];
-			meta->shards[j] = tm;
+		while ((size_t)shards[i].index != i) {
+			size_t j = (size_t)shards[i].index;
+			struct config_shard ts = shards[i];
+			shards[i] = shards[j];
+			shards[j] = ts;
+			struct shard_meta tm = metas[i];
+			metas[i] = metas[j];
+			metas[j] = tm;
 		}
 	}
 	return true;
+}
+
+/* [pools.NAME.next.shards.N] (issue 45): numbered without gaps, each with
+ * its database and servers (one primary, which the rows are written to),
+ * on a pool that has sharded tables to split. */
+static void check_next_layout(struct parser *p, struct config_pool *pool, struct pool_meta *meta)
+{
+	char section[CONFIG_MAX_NAME * 2 + 40];
+	snprintf(section, sizeof(section), "pools.%s.next", pool->name);
+	if (pool->n_next_shards == 0) {
+		if (meta->next_line)
+			problem(p, CONFIG_PROBLEM_ERROR, meta->next_line, section, NULL,
+				"the next layout has no shards; add [pools.%s.next.shards.0] and the others", pool->name);
+		return;
+	}
+	int line = meta->next_line ? meta->next_line : meta->next_shards[0].line;
+	if (strcmp(pool->name, "*") == 0) {
+		problem(p, CONFIG_PROBLEM_ERROR, line, section, NULL,
+			"the * pool (a template of databases) cannot be resharded");
+		return;
+	}
+	if (pool->n_sharded_tables == 0)
+		problem(p, CONFIG_PROBLEM_ERROR, line, section, NULL,
+			"a next layout splits the rows of sharded_tables by their key: the pool has none");
+	if (!order_shards(p, pool, meta, pool->next_shards, meta->next_shards, pool->n_next_shards, "next.shards"))
+		return;
+	for (size_t i = 0; i < pool->n_next_shards; i++) {
+		const struct config_shard *shard = &pool->next_shards[i];
+		const struct shard_meta *sm = &meta->next_shards[i];
+		snprintf(section, sizeof(section), "pools.%s.next.shards.%d", pool->name, shard->index);
+		if (shard->database == NULL)
+			problem(p, CONFIG_PROBLEM_ERROR, sm->line, section, "database",
+				"a shard of the next layout names its database");
+		size_t primaries = 0;
+		for (size_t j = 0; j < shard->n_servers; j++)
+			primaries += shard->servers[j].role == SERVER_ROLE_PRIMARY;
+		if (shard->n_servers > CONFIG_MAX_SHARD_SERVERS)
+			problem(p, CONFIG_PROBLEM_ERROR, sm->key_line[SHARD_KEY_SERVERS], section, "servers",
+				"a shard lists at most %d servers, got %zu", CONFIG_MAX_SHARD_SERVERS,
+				shard->n_servers);
+		else if (primaries != 1)
+			problem(p, CONFIG_PROBLEM_ERROR, sm->key_line[SHARD_KEY_SERVERS] ? sm->key_line[SHARD_KEY_SERVERS]
+											   : sm->line,
+				section, "servers", "a shard of the next layout has exactly one primary, got %zu",
+				primaries);
+	}
 }
 
 static void check_pool(struct parser *p, struct config_pool *pool, struct pool_meta *meta)
@@ -161,7 +209,7 @@ static void check_pool(struct parser *p, struct config_pool *pool, struct pool_m
 	if (pool->n_shards == 0) {
 		problem(p, CONFIG_PROBLEM_ERROR, meta->line, section, NULL,
 			"pool has no shards; add a [pools.%s.shards.0] section with its servers", pool->name);
-	} else if (order_shards(p, pool, meta)) {
+	} else if (order_shards(p, pool, meta, pool->shards, meta->shards, pool->n_shards, "shards")) {
 		if (pool->default_shard != CONFIG_DEFAULT_SHARD_ALL && (size_t)pool->default_shard >= pool->n_shards)
 			problem(p, CONFIG_PROBLEM_ERROR, meta->key_line[POOL_KEY_DEFAULT_SHARD], section,
 				"default_shard", "must be \"all\" or a shard number below %zu, got %d",
@@ -194,6 +242,7 @@ static void check_pool(struct parser *p, struct config_pool *pool, struct pool_m
 			problem(p, CONFIG_PROBLEM_ERROR, sm->key_line[SHARD_KEY_SERVERS], section, "servers",
 				"a shard has at most one primary, got %zu", primaries);
 	}
+	check_next_layout(p, pool, meta);
 	bool pgcat_ini = p->cfg->format == CONFIG_FORMAT_PGCAT;
 	snprintf(section, sizeof(section), "pools.%s", pool->name);
 	if (pgcat_ini && pool->min_pool_size != CONFIG_INHERIT &&

@@ -91,22 +91,25 @@ static bool find_or_add_pool(struct parser *p, const char *name, size_t n)
 	return true;
 }
 
-static bool find_or_add_shard(struct parser *p, int index)
+/* Shard index of the pool's layout (next: the one a reshard moves it to). */
+static bool find_or_add_shard(struct parser *p, int index, bool next)
 {
 	struct config_pool *pool = &p->cfg->pools[p->pool];
 	struct pool_meta *meta = &p->pools[p->pool];
-	for (size_t i = 0; i < pool->n_shards; i++) {
-		if (pool->shards[i].index == index) {
+	struct config_shard **shards = next ? &pool->next_shards : &pool->shards;
+	struct shard_meta **metas = next ? &meta->next_shards : &meta->shards;
+	size_t *n = next ? &pool->n_next_shards : &pool->n_shards;
+	for (size_t i = 0; i < *n; i++) {
+		if ((*shards)[i].index == index) {
 			p->shard = i;
 			return true;
 		}
 	}
-	if (!p_grow(p, &meta->shards, pool->n_shards, sizeof(*meta->shards)) ||
-	    !p_grow(p, &pool->shards, pool->n_shards, sizeof(*pool->shards)))
+	if (!p_grow(p, metas, *n, sizeof(**metas)) || !p_grow(p, shards, *n, sizeof(**shards)))
 		return false;
-	pool->shards[pool->n_shards].index = index;
-	meta->shards[pool->n_shards].line = p->lineno;
-	p->shard = pool->n_shards++;
+	(*shards)[*n].index = index;
+	(*metas)[*n].line = p->lineno;
+	p->shard = (*n)++;
 	return true;
 }
 
@@ -161,7 +164,8 @@ static bool find_or_add_user_settings(struct parser *p, const char *name)
 	return true;
 }
 
-/* [pools.NAME], [pools.NAME.shards.N], [pools.NAME.users.USER] */
+/* [pools.NAME], [pools.NAME.shards.N], [pools.NAME.users.USER],
+ * [pools.NAME.next], [pools.NAME.next.shards.N] */
 static enum section_kind enter_pools_section(struct parser *p, const char *rest)
 {
 	const char *dot = strchr(rest, '.');
@@ -169,15 +173,24 @@ static enum section_kind enter_pools_section(struct parser *p, const char *rest)
 	const char *sub = dot ? dot + 1 : NULL;
 	enum section_kind kind = SECTION_POOL;
 	int64_t index = 0;
+	bool next = false;
 
-	if (sub != NULL && strncmp(sub, "shards.", 7) == 0) {
+	if (sub != NULL && strcmp(sub, "next") == 0) {
+		kind = SECTION_NEXT;
+	} else if (sub != NULL && strncmp(sub, "next.shards.", 12) == 0) {
+		next = true;
+		sub += 5;   /* (as [pools.NAME.shards.N] from here) */
+	}
+	if (kind == SECTION_NEXT) {
+		/* (no keys of its own yet: it heads its shards) */
+	} else if (sub != NULL && strncmp(sub, "shards.", 7) == 0) {
 		const char *digits = sub + 7;
 		if (!parse_int64(digits, &index) || index < 0 || index > CONFIG_MAX_SHARD || digits[0] == '+' ||
 		    digits[0] == '-') {
 			line_error(p, NULL, "shard number must be an integer between 0 and %d", CONFIG_MAX_SHARD);
 			return SECTION_IGNORED;
 		}
-		kind = SECTION_SHARD;
+		kind = next ? SECTION_NEXT_SHARD : SECTION_SHARD;
 	} else if (sub != NULL && strncmp(sub, "users.", 6) == 0) {
 		if (!valid_object_name(p, "user", strlen(sub + 6)))
 			return SECTION_IGNORED;
@@ -185,15 +198,18 @@ static enum section_kind enter_pools_section(struct parser *p, const char *rest)
 	} else if (sub != NULL) {
 		problem(p, CONFIG_PROBLEM_UNKNOWN, p->lineno, p->section_name, NULL,
 			"unknown section; pool names cannot contain '.', and the parts of a pool are "
-			"[pools.NAME.shards.N] and [pools.NAME.users.USER]");
+			"[pools.NAME.shards.N], [pools.NAME.users.USER], [pools.NAME.next] and "
+			"[pools.NAME.next.shards.N]");
 		return SECTION_IGNORED;
 	}
 	if (!valid_object_name(p, "pool", name_len))
 		return SECTION_IGNORED;
 	if (!find_or_add_pool(p, rest, name_len))
 		return SECTION_IGNORED;
-	if (kind == SECTION_SHARD && !find_or_add_shard(p, (int)index))
+	if ((kind == SECTION_SHARD || kind == SECTION_NEXT_SHARD) && !find_or_add_shard(p, (int)index, next))
 		return SECTION_IGNORED;
+	if (kind == SECTION_NEXT && p->pools[p->pool].next_line == 0)
+		p->pools[p->pool].next_line = p->lineno;
 	if (kind == SECTION_USER && !find_or_add_user(p, sub + 6))
 		return SECTION_IGNORED;
 	return kind;
@@ -300,11 +316,14 @@ static void *section_base(struct parser *p)
 		return &cfg->pools[p->pool];
 	case SECTION_SHARD:
 		return &cfg->pools[p->pool].shards[p->shard];
+	case SECTION_NEXT_SHARD:
+		return &cfg->pools[p->pool].next_shards[p->shard];
 	case SECTION_USER:
 		return &cfg->pools[p->pool].users[p->user];
 	case SECTION_USER_SETTINGS:
 		return &cfg->user_settings[p->uset];
 	case SECTION_NONE:
+	case SECTION_NEXT:
 	case SECTION_PEERS:
 	case SECTION_IGNORED:
 		return NULL;
@@ -385,6 +404,16 @@ static int on_key(void *user, const char *section, const char *name, const char 
 	case SECTION_SHARD:
 		table_key(p, shard_specs, SHARD_KEY_COUNT, p->pools[p->pool].shards[p->shard].key_line,
 			  &cfg->pools[p->pool].shards[p->shard], name, value);
+		break;
+	case SECTION_NEXT_SHARD:
+		table_key(p, shard_specs, SHARD_KEY_COUNT, p->pools[p->pool].next_shards[p->shard].key_line,
+			  &cfg->pools[p->pool].next_shards[p->shard], name, value);
+		break;
+	case SECTION_NEXT:
+		problem(p, CONFIG_PROBLEM_UNKNOWN, p->lineno, p->section_name, name,
+			"unknown key: [pools.NAME.next] has no keys of its own; its shards are "
+			"[pools.NAME.next.shards.N] sections");
+		p->last_key[0] = '\0';
 		break;
 	case SECTION_USER:
 		table_key(p, user_specs, USER_KEY_COUNT, p->pools[p->pool].users[p->user].key_line,
@@ -513,6 +542,7 @@ static void parser_free(struct parser *p)
 {
 	for (size_t i = 0; p->pools != NULL && i < p->cfg->n_pools; i++) {
 		free(p->pools[i].shards);
+		free(p->pools[i].next_shards);
 		free(p->pools[i].users);
 	}
 	free(p->pools);
@@ -859,6 +889,9 @@ static void pool_fields_free(struct config_pool *pool)
 	for (size_t j = 0; j < pool->n_shards; j++)
 		free_fields(shard_specs, SHARD_KEY_COUNT, &pool->shards[j]);
 	free(pool->shards);
+	for (size_t j = 0; j < pool->n_next_shards; j++)
+		free_fields(shard_specs, SHARD_KEY_COUNT, &pool->next_shards[j]);
+	free(pool->next_shards);
 	for (size_t j = 0; j < pool->n_users; j++) {
 		free(pool->users[j].name);
 		free_fields(user_specs, USER_KEY_COUNT, &pool->users[j]);

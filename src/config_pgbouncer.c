@@ -312,9 +312,13 @@ static void pool_clear(struct config_pool *pool, struct pool_meta *meta)
 	for (size_t j = 0; j < pool->n_shards; j++)
 		free_fields(shard_specs, SHARD_KEY_COUNT, &pool->shards[j]);
 	free(pool->shards);
+	for (size_t j = 0; j < pool->n_next_shards; j++)   /* (pgbouncer.ini has none: for form's sake) */
+		free_fields(shard_specs, SHARD_KEY_COUNT, &pool->next_shards[j]);
+	free(pool->next_shards);
 	char *name = pool->name;
 	*pool = (struct config_pool){ .name = name };
 	free(meta->shards);
+	free(meta->next_shards);
 	free(meta->users);
 	*meta = (struct pool_meta){ 0 };
 }

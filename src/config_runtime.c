@@ -166,6 +166,10 @@ void config_print(const struct config *cfg, FILE *out)
 			snprintf(section, sizeof(section), "pools.%s.shards.%d", pool->name, pool->shards[j].index);
 			print_section(out, section, shard_specs, SHARD_KEY_COUNT, &pool->shards[j]);
 		}
+		for (size_t j = 0; j < pool->n_next_shards; j++) {
+			snprintf(section, sizeof(section), "pools.%s.next.shards.%d", pool->name, pool->next_shards[j].index);
+			print_section(out, section, shard_specs, SHARD_KEY_COUNT, &pool->next_shards[j]);
+		}
 		for (size_t j = 0; j < pool->n_users; j++) {
 			snprintf(section, sizeof(section), "pools.%s.users.%s", pool->name, pool->users[j].name);
 			print_section(out, section, user_specs, USER_KEY_COUNT, &pool->users[j]);

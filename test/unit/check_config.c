@@ -1550,6 +1550,70 @@ START_TEST(test_autodb_pool)
 }
 END_TEST
 
+/* [pools.NAME.next.shards.N]: the layout a reshard moves a pool to. */
+#define RESHARD_POOL \
+	"[pools.p]\nsharded_tables = accounts.id\n" \
+	"[pools.p.shards.0]\ndatabase = s0\nservers = 10.0.0.1:5432:primary\n" \
+	"[pools.p.shards.1]\ndatabase = s1\nservers = 10.0.0.1:5432:primary\n"
+START_TEST(test_next_layout)
+{
+	struct config_problems pr;
+	struct config *cfg = load_clean(RESHARD_POOL "[pools.p.next]\n"
+					"[pools.p.next.shards.1]\ndatabase = n1\nservers = 10.0.0.2:5432:primary, 10.0.0.3:5432:replica\n"
+					"[pools.p.next.shards.0]\ndatabase = n0\nservers = 10.0.0.2:5432:primary\n"
+					"[pools.p.next.shards.2]\ndatabase = n2\nservers = 10.0.0.4:5432:primary\n",
+					&pr);
+	const struct config_pool *pool = config_find_pool(cfg, "p");
+	ck_assert_ptr_nonnull(pool);
+	ck_assert_uint_eq(pool->n_shards, 2);
+	ck_assert_uint_eq(pool->n_next_shards, 3);
+	for (size_t i = 0; i < 3; i++)
+		ck_assert_int_eq(pool->next_shards[i].index, (int)i);   /* in index order */
+	ck_assert_str_eq(pool->next_shards[1].database, "n1");
+	ck_assert_uint_eq(pool->next_shards[1].n_servers, 2);
+	ck_assert_str_eq(pool->next_shards[1].servers[1].host, "10.0.0.3");
+	ck_assert_str_eq(pool->shards[1].database, "s1");   /* the layout in force is untouched */
+	char *printed = NULL;
+	size_t plen = 0;
+	FILE *f = open_memstream(&printed, &plen);
+	ck_assert_ptr_nonnull(f);
+	config_print(cfg, f);
+	fclose(f);
+	ck_assert_ptr_nonnull(strstr(printed, "[pools.p.next.shards.2]"));
+	free(printed);
+	config_free(cfg);
+	config_problems_free(&pr);
+	/* without: none planned */
+	cfg = load_clean(RESHARD_POOL, &pr);
+	ck_assert_uint_eq(config_find_pool(cfg, "p")->n_next_shards, 0);
+	config_free(cfg);
+	config_problems_free(&pr);
+
+	expect_error_at(RESHARD_POOL "[pools.p.next.shards.0]\ndatabase = n0\nservers = h:1:primary\n"
+			"[pools.p.next.shards.2]\ndatabase = n2\nservers = h:1:primary\n",
+			1, "t.ini:1: [pools.p]: shard 1 is missing: shards must be numbered 0 to 1 without gaps, but "
+			   "[pools.p.next.shards.2] is on line 12");
+	expect_error_at(RESHARD_POOL "[pools.p.next.shards.0]\nservers = h:1:primary\n", 9,
+			"t.ini:9: [pools.p.next.shards.0] database: a shard of the next layout names its database");
+	expect_error_at(RESHARD_POOL "[pools.p.next.shards.0]\ndatabase = n0\nservers = h:1:replica\n", 11,
+			"t.ini:11: [pools.p.next.shards.0] servers: a shard of the next layout has exactly one primary, got 0");
+	expect_error_at(RESHARD_POOL "[pools.p.next.shards.0]\ndatabase = n0\n", 9,
+			"t.ini:9: [pools.p.next.shards.0] servers: a shard of the next layout has exactly one primary");
+	expect_error_at(RESHARD_POOL "[pools.p.next]\n", 9,
+			"t.ini:9: [pools.p.next]: the next layout has no shards");
+	expect_error_at("[pools.q]\n[pools.q.shards.0]\nservers = h:1:primary\n"
+			"[pools.q.next.shards.0]\ndatabase = n0\nservers = h:1:primary\n",
+			4, "t.ini:4: [pools.q.next]: a next layout splits the rows of sharded_tables by their key");
+	expect_error_at(RESHARD_POOL "[pools.p.next.shards.x]\n", 9, "t.ini:9: [pools.p.next.shards.x]: shard number");
+	/* a key of the next section itself: unknown */
+	cfg = load(RESHARD_POOL "[pools.p.next]\nstart = now\n[pools.p.next.shards.0]\ndatabase = n0\n"
+		   "servers = h:1:primary\n", &pr);
+	ck_assert_ptr_nonnull(find(&pr, CONFIG_PROBLEM_UNKNOWN, "t.ini:10: [pools.p.next] start: unknown key"));
+	config_free(cfg);
+	config_problems_free(&pr);
+}
+END_TEST
+
 Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
@@ -1586,6 +1650,7 @@ Suite *config_suite(void)
 	tcase_add_test(tc, test_connect_query);
 	tcase_add_test(tc, test_pool_and_user_settings);
 	tcase_add_test(tc, test_autodb_pool);
+	tcase_add_test(tc, test_next_layout);
 	suite_add_tcase(s, tc);
 	return s;
 }
