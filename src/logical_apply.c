@@ -42,8 +42,9 @@ static void ident(struct sql *s, const char *name)
 	put(s, "\"", 1);
 }
 
-/* 'value', its quotes doubled (standard_conforming_strings: a backslash
- * is itself); NULL; false: a NUL byte, which no text value holds. */
+/* E'value', its quotes and backslashes doubled (read the same whatever
+ * standard_conforming_strings says); NULL; false: a NUL byte, which no
+ * text value holds. */
 static bool literal(struct sql *s, const struct pgoutput_value *v)
 {
 	if (v->kind == PGOUTPUT_NULL) {
@@ -52,12 +53,12 @@ static bool literal(struct sql *s, const struct pgoutput_value *v)
 	}
 	if (v->kind != PGOUTPUT_TEXT || memchr(v->data, '\0', v->len))
 		return false;
-	put(s, "'", 1);
+	put(s, "E'", 2);
 	size_t from = 0;
 	for (size_t i = 0; i < v->len; i++)
-		if (v->data[i] == '\'') {
-			put(s, (const char *)v->data + from, i + 1 - from);   /* (with the quote) */
-			put(s, "'", 1);
+		if (v->data[i] == '\'' || v->data[i] == '\\') {
+			put(s, (const char *)v->data + from, i + 1 - from);   /* (with it) */
+			put(s, (const char *)v->data + i, 1);                 /* and again */
 			from = i + 1;
 		}
 	put(s, (const char *)v->data + from, v->len - from);
@@ -162,7 +163,8 @@ enum logical_apply_result logical_apply_sql(const struct pgoutput_msg *m, const 
 	bool has_key = false;
 	for (uint16_t i = 0; i < rel->n_columns; i++)
 		has_key |= rel->columns[i].key;
-	if (!has_key)
+	/* (FULL marks every column as the key: no key to upsert on) */
+	if (!has_key || rel->replica_identity == 'f' || rel->replica_identity == 'n')
 		return LOGICAL_APPLY_NO_KEY;
 	const struct pgoutput_tuple *nt = &m->u.change.new_tuple, *ot = &m->u.change.old_tuple;
 	bool ok;
@@ -211,15 +213,16 @@ enum logical_apply_result logical_apply_sql(const struct pgoutput_msg *m, const 
 				ok = literal(&s, &nt->values[i]);
 			}
 			if (first)
-				return LOGICAL_APPLY_MISMATCH;   /* (nothing to set: cannot be, a non-key column changed) */
+				return LOGICAL_APPLY_NOTHING;   /* (SET doc = doc of a TOASTed doc: nothing sent) */
 			if (ok)
 				ok = where_key(&s, rel, nt);
 		}
 	}
-	if (!ok)
-		return LOGICAL_APPLY_MISMATCH;
-	if (s.full)
-		return LOGICAL_APPLY_TOO_LONG;
+	if (!ok || s.full) {
+		if (cap)
+			out[0] = '\0';   /* (no statement half written) */
+		return ok ? LOGICAL_APPLY_TOO_LONG : LOGICAL_APPLY_MISMATCH;
+	}
 	*len = s.len;
 	return LOGICAL_APPLY_OK;
 }
@@ -228,6 +231,7 @@ const char *logical_apply_text(enum logical_apply_result r)
 {
 	switch (r) {
 	case LOGICAL_APPLY_OK: return "ok";
+	case LOGICAL_APPLY_NOTHING: return "nothing to apply";
 	case LOGICAL_APPLY_TOO_LONG: return "statement too long";
 	case LOGICAL_APPLY_NO_KEY: return "the table has no replica identity key";
 	case LOGICAL_APPLY_KEY_CHANGED: return "an update changed the key";

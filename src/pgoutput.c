@@ -135,8 +135,8 @@ static enum pgoutput_error tuple(struct reader *r, struct pgoutput_value *room, 
 				return PGOUTPUT_SHORT;
 			break;
 		default:
-			/* 'b' (binary) only with protocol version 2 and the
-			 * binary option, which pgcat does not ask for */
+			/* 'b' (binary) only with the binary option, which
+			 * pgcat does not ask for */
 			return r->short_read ? PGOUTPUT_SHORT : PGOUTPUT_MALFORMED;
 		}
 	}

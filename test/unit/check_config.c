@@ -1605,6 +1605,9 @@ START_TEST(test_next_layout)
 			"[pools.q.next.shards.0]\ndatabase = n0\nservers = h:1:primary\n",
 			4, "t.ini:4: [pools.q.next]: a next layout splits the rows of sharded_tables by their key");
 	expect_error_at(RESHARD_POOL "[pools.p.next.shards.x]\n", 9, "t.ini:9: [pools.p.next.shards.x]: shard number");
+	expect_error_at("[pools.*]\nsharded_tables = t.id\n[pools.*.shards.0]\nservers = h:1:primary\n"
+			"[pools.*.next.shards.0]\ndatabase = n0\nservers = h:1:primary\n",
+			5, "t.ini:5: [pools.*.next]: the * pool (a template of databases) cannot be resharded");
 	/* a key of the next section itself: unknown */
 	cfg = load(RESHARD_POOL "[pools.p.next]\nstart = now\n[pools.p.next.shards.0]\ndatabase = n0\n"
 		   "servers = h:1:primary\n", &pr);

@@ -13,7 +13,7 @@
 static const struct pgoutput_column cols[] = {
 	{ true, "id", 20, -1 }, { false, "owner", 25, -1 }, { false, "no\"te", 25, -1 },
 };
-static const struct logical_rel rel = { "public", "acc\"ounts", cols, 3 };
+static const struct logical_rel rel = { "public", "acc\"ounts", 'd', cols, 3 };
 
 static struct pgoutput_value text(const char *s)
 {
@@ -43,31 +43,45 @@ START_TEST(test_statements)
 	struct pgoutput_value row[3] = { text("42"), text("it's \\ fine"), null_v };
 	ck_assert_int_eq(apply(PGOUTPUT_INSERT, 0, NULL, 0, row, 3, out, sizeof out), LOGICAL_APPLY_OK);
 	ck_assert_str_eq(out, "INSERT INTO \"public\".\"acc\"\"ounts\" (\"id\", \"owner\", \"no\"\"te\") VALUES "
-			      "('42', 'it''s \\ fine', NULL) ON CONFLICT (\"id\") DO UPDATE SET \"owner\" = "
+			      "(E'42', E'it''s \\\\ fine', NULL) ON CONFLICT (\"id\") DO UPDATE SET \"owner\" = "
 			      "EXCLUDED.\"owner\", \"no\"\"te\" = EXCLUDED.\"no\"\"te\"");
 	/* an update of the whole row: the same upsert */
 	ck_assert_int_eq(apply(PGOUTPUT_UPDATE, 0, NULL, 0, row, 3, out, sizeof out), LOGICAL_APPLY_OK);
 	ck_assert(strncmp(out, "INSERT INTO", 11) == 0);
-	/* an old key sent, the same key (REPLICA IDENTITY FULL's old row) */
-	struct pgoutput_value old[3] = { text("42"), text("x"), null_v };
-	ck_assert_int_eq(apply(PGOUTPUT_UPDATE, 'O', old, 3, row, 3, out, sizeof out), LOGICAL_APPLY_OK);
+	/* an old key sent, the same key (its key column was TOASTed, say) */
+	struct pgoutput_value old[3] = { text("42"), null_v, null_v };
+	ck_assert_int_eq(apply(PGOUTPUT_UPDATE, 'K', old, 3, row, 3, out, sizeof out), LOGICAL_APPLY_OK);
+	/* SET doc = doc of a TOASTed doc: nothing to apply, no statement */
+	struct pgoutput_value same[3] = { text("42"), unchanged_v, unchanged_v };
+	ck_assert_int_eq(apply(PGOUTPUT_UPDATE, 0, NULL, 0, same, 3, out, sizeof out), LOGICAL_APPLY_NOTHING);
 	/* a TOASTed value left out: UPDATE of the rest, by key */
 	struct pgoutput_value partial[3] = { text("42"), unchanged_v, text("n") };
 	ck_assert_int_eq(apply(PGOUTPUT_UPDATE, 0, NULL, 0, partial, 3, out, sizeof out), LOGICAL_APPLY_OK);
-	ck_assert_str_eq(out, "UPDATE \"public\".\"acc\"\"ounts\" SET \"no\"\"te\" = 'n' WHERE \"id\" = '42'");
+	ck_assert_str_eq(out, "UPDATE \"public\".\"acc\"\"ounts\" SET \"no\"\"te\" = E'n' WHERE \"id\" = E'42'");
 	/* a delete by its old key */
 	struct pgoutput_value key[3] = { text("42"), null_v, null_v };
 	ck_assert_int_eq(apply(PGOUTPUT_DELETE, 'K', key, 3, NULL, 0, out, sizeof out), LOGICAL_APPLY_OK);
-	ck_assert_str_eq(out, "DELETE FROM \"public\".\"acc\"\"ounts\" WHERE \"id\" = '42'");
+	ck_assert_str_eq(out, "DELETE FROM \"public\".\"acc\"\"ounts\" WHERE \"id\" = E'42'");
+	/* a NULL key value (a unique index allows it): IS NULL */
+	struct pgoutput_value nullkey[3] = { null_v, null_v, null_v };
+	ck_assert_int_eq(apply(PGOUTPUT_DELETE, 'K', nullkey, 3, NULL, 0, out, sizeof out), LOGICAL_APPLY_OK);
+	ck_assert_str_eq(out, "DELETE FROM \"public\".\"acc\"\"ounts\" WHERE \"id\" IS NULL");
+	/* a value that would end an ordinary string early, whatever standard_conforming_strings says */
+	struct pgoutput_value evil[3] = { text("\\' ; DROP TABLE x; --"), null_v, null_v };
+	ck_assert_int_eq(apply(PGOUTPUT_DELETE, 'K', evil, 3, NULL, 0, out, sizeof out), LOGICAL_APPLY_OK);
+	ck_assert_str_eq(out, "DELETE FROM \"public\".\"acc\"\"ounts\" WHERE \"id\" = E'\\\\'' ; DROP TABLE x; --'");
 	/* every column a key column: DO NOTHING */
 	static const struct pgoutput_column keys[] = { { true, "a", 23, -1 }, { true, "b", 23, -1 } };
-	static const struct logical_rel link = { "s", "link", keys, 2 };
+	static const struct logical_rel link = { "s", "link", 'i', keys, 2 };
 	struct pgoutput_value two[2] = { text("1"), text("2") };
 	struct pgoutput_msg m = { .kind = PGOUTPUT_INSERT };
 	m.u.change.new_tuple = (struct pgoutput_tuple){ 2, two };
 	size_t len;
 	ck_assert_int_eq(logical_apply_sql(&m, &link, out, sizeof out, &len), LOGICAL_APPLY_OK);
-	ck_assert_str_eq(out, "INSERT INTO \"s\".\"link\" (\"a\", \"b\") VALUES ('1', '2') ON CONFLICT (\"a\", \"b\") DO NOTHING");
+	ck_assert_str_eq(out, "INSERT INTO \"s\".\"link\" (\"a\", \"b\") VALUES (E'1', E'2') ON CONFLICT (\"a\", \"b\") DO NOTHING");
+	/* REPLICA IDENTITY FULL: every column flagged as key, and refused */
+	static const struct logical_rel full = { "s", "link", 'f', keys, 2 };
+	ck_assert_int_eq(logical_apply_sql(&m, &full, out, sizeof out, &len), LOGICAL_APPLY_NO_KEY);
 }
 END_TEST
 
@@ -85,9 +99,11 @@ START_TEST(test_refused)
 	struct pgoutput_value nul[3] = { text("1"), { PGOUTPUT_TEXT, (const uint8_t *)"a\0b", 3 }, null_v };
 	ck_assert_int_eq(apply(PGOUTPUT_INSERT, 0, NULL, 0, nul, 3, out, sizeof out), LOGICAL_APPLY_MISMATCH);
 	ck_assert_int_eq(apply(PGOUTPUT_INSERT, 0, NULL, 0, row, 3, out, 40), LOGICAL_APPLY_TOO_LONG);
+	ck_assert_str_eq(out, "");   /* (nothing half written) */
+	ck_assert_int_eq(apply(PGOUTPUT_DELETE, 'K', row, 2, NULL, 0, out, sizeof out), LOGICAL_APPLY_MISMATCH);
 	ck_assert_int_eq(apply(PGOUTPUT_INSERT, 0, NULL, 0, row, 3, out, 0), LOGICAL_APPLY_TOO_LONG);
 	static const struct pgoutput_column nokey[] = { { false, "a", 23, -1 } };
-	static const struct logical_rel bare = { "s", "bare", nokey, 1 };
+	static const struct logical_rel bare = { "s", "bare", 'n', nokey, 1 };
 	struct pgoutput_msg m = { .kind = PGOUTPUT_INSERT };
 	m.u.change.new_tuple = (struct pgoutput_tuple){ 1, row };
 	size_t len;

@@ -163,6 +163,23 @@ START_TEST(test_relation_and_changes)
 	ck_assert_uint_eq(del.u.change.new_tuple.n, 0);
 	cuts_refused(&m);
 
+	m.n = 0;   /* UPDATE with the whole old row (REPLICA IDENTITY FULL) */
+	p8(&m, 'U'); p32(&m, 16385); p8(&m, 'O'); p16(&m, 1); ptext(&m, "6"); p8(&m, 'N'); p16(&m, 1); ptext(&m, "7");
+	struct pgoutput_msg up3 = parse_ok(&m);
+	ck_assert_int_eq(up3.u.change.old_kind, 'O');
+	ck_assert_int_eq(memcmp(up3.u.change.old_tuple.values[0].data, "6", 1), 0);
+	cuts_refused(&m);
+
+	m.n = 0;   /* DELETE by key */
+	p8(&m, 'D'); p32(&m, 16385); p8(&m, 'K'); p16(&m, 1); ptext(&m, "42");
+	struct pgoutput_msg delk = parse_ok(&m);
+	ck_assert_int_eq(delk.u.change.old_kind, 'K');
+	cuts_refused(&m);
+
+	m.n = 0;   /* TRUNCATE of no relation */
+	p8(&m, 'T'); p32(&m, 0); p8(&m, 0);
+	ck_assert_uint_eq(parse_ok(&m).u.truncate.n_relids, 0);
+
 	m.n = 0;
 	p8(&m, 'T'); p32(&m, 2); p8(&m, 1); p32(&m, 16385); p32(&m, 16390);
 	struct pgoutput_msg tr = parse_ok(&m);
@@ -192,6 +209,15 @@ START_TEST(test_refused)
 	p8(&m, 'I'); p32(&m, 1); p8(&m, 'N'); p16(&m, 9);   /* more values than the room */
 	for (int i = 0; i < 9; i++)
 		p8(&m, 'n');
+	ck_assert_int_eq(pgoutput_parse(m.b, m.n, &room, &out), PGOUTPUT_TOO_MANY);
+	m.n = 0;
+	p8(&m, 'U'); p32(&m, 1); p8(&m, 'K'); p16(&m, 0); p8(&m, 'K'); p16(&m, 0);   /* no new tuple after the old */
+	ck_assert_int_eq(pgoutput_parse(m.b, m.n, &room, &out), PGOUTPUT_MALFORMED);
+	m.n = 0;
+	p8(&m, 'R'); p32(&m, 1); pstr(&m, "s"); pstr(&m, "t"); p8(&m, 'd'); p16(&m, 9);   /* more columns than the room */
+	ck_assert_int_eq(pgoutput_parse(m.b, m.n, &room, &out), PGOUTPUT_TOO_MANY);
+	m.n = 0;
+	p8(&m, 'U'); p32(&m, 1); p8(&m, 'O'); p16(&m, 9);   /* an old tuple of more values than the room */
 	ck_assert_int_eq(pgoutput_parse(m.b, m.n, &room, &out), PGOUTPUT_TOO_MANY);
 	m.n = 0;
 	p8(&m, 'T'); p32(&m, 5); p8(&m, 0);
@@ -231,6 +257,13 @@ START_TEST(test_wal_wrapping_and_status)
 	ck_assert_uint_eq(w.end_lsn, 0x300);
 	ck_assert(w.reply_now);
 	ck_assert(!pgoutput_wal_parse(m.b, m.n - 1, &w));
+	m.b[m.n] = 0;
+	ck_assert(!pgoutput_wal_parse(m.b, m.n + 1, &w));   /* a byte too many */
+	m.n = 0;
+	p8(&m, 'w'); p64(&m, 1); p64(&m, 2); p64(&m, 3);    /* an XLogData with no message */
+	ck_assert(pgoutput_wal_parse(m.b, m.n, &w));
+	ck_assert_uint_eq(w.len, 0);
+	ck_assert_int_eq(pgoutput_parse(w.data, w.len, &room, &b), PGOUTPUT_SHORT);
 	m.b[0] = 'x';
 	ck_assert(!pgoutput_wal_parse(m.b, m.n, &w));
 	ck_assert(!pgoutput_wal_parse(m.b, 0, &w));
