@@ -287,10 +287,11 @@ size_t shm_errstats_all(struct shm *shm, struct errstats_row **rows, uint64_t *u
 /* A worker restarting: its connection counts start from zero again. */
 /* Query statistics (qstats.h): a worker's table; the reset generations;
  * the rows of pool (< 0: of all) summed over workers, into a new array
- * (*rows, free()), with the shapes dropped for room in *dropped. */
+ * (*rows, free()); the shapes of pool dropped for room, over workers. */
 struct qstats_table *shm_qstats(struct shm *shm, int worker);
 struct qstats_resets *shm_qstats_resets(struct shm *shm);
-size_t shm_qstats_all(struct shm *shm, int pool, struct qstats_row **rows, uint64_t *dropped);
+size_t shm_qstats_all(struct shm *shm, int pool, struct qstats_row **rows);
+uint64_t shm_qstats_dropped(struct shm *shm, int pool);
 /* The top shapes by total execution time (at most top), the largest first. */
 size_t shm_qstats_top(struct shm *shm, size_t top, struct qstats_row **rows);
 void shm_worker_reset(struct shm *shm, int worker);

@@ -142,8 +142,7 @@ void admin_show_queries(struct client *c, char *const *words, int n)
 		return;
 	}
 	struct qstats_row *rows;
-	uint64_t dropped;
-	size_t k = shm_qstats_all(shm, -1, &rows, &dropped);
+	size_t k = shm_qstats_all(shm, -1, &rows);
 	struct shown *v = calloc(k ? k : 1, sizeof *v);
 	if (!v) {
 		free(rows);

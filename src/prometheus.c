@@ -162,10 +162,6 @@ static void query_metrics(struct worker *w, struct evbuffer *out)
 	static const struct metric dropped = { "query_shapes_dropped_total", "counter",
 		"Query shapes dropped to make room (query_stats_max, least recently used first)." };
 	header(out, &dropped);
-	struct qstats_table *t[SHM_MAX_WORKERS] = { 0 };
-	uint32_t nw = w->shm->h->n_workers;
-	for (uint32_t i = 0; i < nw; i++)
-		t[i] = shm_qstats(w->shm, (int)i);
 	struct list_node *pos, *tmp;
 	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
 		const struct pool *p = LIST_OWNER(pos, struct pool, node);
@@ -173,7 +169,7 @@ static void query_metrics(struct worker *w, struct evbuffer *out)
 			continue;
 		evbuffer_add(out, "pgcat_query_shapes_dropped_total", 32);
 		pool_labels(out, p);
-		evbuffer_add_printf(out, " %" PRIu64 "\n", qstats_dropped(t, nw, p->shm_slot));
+		evbuffer_add_printf(out, " %" PRIu64 "\n", shm_qstats_dropped(w->shm, p->shm_slot));
 	}
 }
 

@@ -406,23 +406,34 @@ struct qstats_resets *shm_qstats_resets(struct shm *shm)
 	return shm && shm->h ? (struct qstats_resets *)at(shm, shm->h->off_qresets) : NULL;
 }
 
-size_t shm_qstats_all(struct shm *shm, int pool, struct qstats_row **rows, uint64_t *dropped)
+/* Every worker's table into t; how many. */
+static uint32_t qstats_tables(struct shm *shm, struct qstats_table *t[SHM_MAX_WORKERS])
 {
-	struct qstats_table *t[SHM_MAX_WORKERS] = { 0 };
 	uint32_t n = shm && shm->h ? shm->h->n_workers : 0;
 	for (uint32_t i = 0; i < n; i++)
 		t[i] = shm_qstats(shm, (int)i);
-	*dropped = qstats_dropped(t, n, pool);
+	return n;
+}
+
+size_t shm_qstats_all(struct shm *shm, int pool, struct qstats_row **rows)
+{
+	struct qstats_table *t[SHM_MAX_WORKERS];
+	uint32_t n = qstats_tables(shm, t);
 	*rows = NULL;
 	return n ? qstats_collect(t, n, shm_qstats_resets(shm), pool, rows) : 0;
 }
 
+uint64_t shm_qstats_dropped(struct shm *shm, int pool)
+{
+	struct qstats_table *t[SHM_MAX_WORKERS];
+	uint32_t n = qstats_tables(shm, t);
+	return qstats_dropped(t, n, pool);
+}
+
 size_t shm_qstats_top(struct shm *shm, size_t top, struct qstats_row **rows)
 {
-	struct qstats_table *t[SHM_MAX_WORKERS] = { 0 };
-	uint32_t n = shm && shm->h ? shm->h->n_workers : 0;
-	for (uint32_t i = 0; i < n; i++)
-		t[i] = shm_qstats(shm, (int)i);
+	struct qstats_table *t[SHM_MAX_WORKERS];
+	uint32_t n = qstats_tables(shm, t);
 	*rows = NULL;
 	return n ? qstats_collect_top(t, n, shm_qstats_resets(shm), top, rows) : 0;
 }
