@@ -762,6 +762,14 @@ static void leg_rerouted(struct pool_waiter *pw)
 {
 	struct fanout_leg *leg = leg_of_wait(pw);
 	leg_set(leg, LEG_UNLINKED);
+	/* A leg per shard of the layout the statement was planned on: once
+	 * the pool moved to another (an online reshard cut over while it
+	 * waited), the plan no longer holds. Nothing ran anywhere yet. */
+	if ((size_t)leg->fo->n_legs != leg->fo->c->pool->cpool->n_shards) {
+		leg_fail_request(leg, "40001", "the pool's shards changed (an online reshard cut over) while this "
+				 "statement waited for its servers; run it again");
+		return;
+	}
 	leg_push(leg);
 }
 

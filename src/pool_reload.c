@@ -35,14 +35,16 @@ static void retire_srvpool(struct pool *p, struct srvpool *sp)
 		LIST_OWNER(pos, struct server, node)->close_when_idle = true;
 	srvpool_close_list(&sp->idle);
 	list_add_tail(&p->retired, &sp->retired_node);
-	/* Its waiters go to wherever the pool now sends them. */
+	/* Its waiters are routed again, as when a server is banned: the
+	 * server they wait for may now be another shard's (a reshard's
+	 * layout switch), so the pool's generic pick would not do. */
 	LIST_FOREACH_SAFE(pos, tmp, &sp->waiters) {
 		struct pool_waiter *pw = LIST_OWNER(pos, struct pool_waiter, node);
 		pool_cancel_wait(pw);
 		if (p->removed || p->n_targets == 0)
 			pool_fail_waiter(pw, "08006", "server removed from the configuration");
 		else
-			(void)pool_checkout(pool_pick_target(p), pw);
+			pw->ev->rerouted(pw);
 	}
 }
 
@@ -188,17 +190,21 @@ static void plan_apply(struct worker *w, const struct config *newcfg, struct rel
 		list_add_tail(&w->pools, &p->node);
 		return;
 	}
-	for (size_t k = 0; k < p->n_targets; k++) {
-		bool reused = false;
-		for (size_t m = 0; m < e->n && !reused; m++)
-			reused = e->t[m] == p->targets[k];
-		if (!reused)
-			retire_srvpool(p, p->targets[k]);
-	}
-	free(p->targets);
+	/* The new targets and settings first: the waiters of a server
+	 * retired below are routed again, over what the pool has now. */
+	struct srvpool **old = p->targets;
+	size_t n_old = p->n_targets;
 	p->targets = e->t;
 	p->n_targets = e->n;
 	pool_apply_config(p, newcfg, e->cp, e->cu);
+	for (size_t k = 0; k < n_old; k++) {
+		bool reused = false;
+		for (size_t m = 0; m < e->n && !reused; m++)
+			reused = e->t[m] == old[k];
+		if (!reused)
+			retire_srvpool(p, old[k]);
+	}
+	free(old);
 	if (p->own_user && p->cuser != p->own_user) {
 		/* a users section now lists the user auth_query found */
 		own_user_free(p->own_user);
