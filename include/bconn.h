@@ -156,6 +156,9 @@ void bconn_pause(struct bconn *b, bool paused);
 
 /* Sending, once ready. false: the message would be too long (nothing sent). */
 bool bconn_query(struct bconn *b, const char *sql) __attribute__((warn_unused_result));
+/* One message of any type (CopyData, CopyDone...); body len bytes, at
+ * most INT32_MAX - 4 (the caller's). */
+void bconn_send(struct bconn *b, uint8_t type, const void *body, size_t len);
 /* Parse (unnamed, types inferred), Bind (params in text, results in text),
  * Execute (all rows), Sync. */
 bool bconn_extended(struct bconn *b, const char *sql, size_t n_params, const char *const *params)

@@ -217,6 +217,14 @@ bool bconn_query(struct bconn *b, const char *sql)
 	return true;
 }
 
+void bconn_send(struct bconn *b, uint8_t type, const void *body, size_t len)
+{
+	struct buf *out = io_out(&b->io);
+	put_header(out, type, 4 + len);
+	if (len)
+		buf_add(out, body, len);
+}
+
 bool bconn_extended(struct bconn *b, const char *sql, size_t n_params, const char *const *params)
 {
 	size_t parse_len = 4 + 1 + strlen(sql) + 1 + 2;
