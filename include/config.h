@@ -175,8 +175,8 @@ struct config_pool {
 	size_t n_shards;
 	/* [pools.NAME.next.shards.N]: the layout an online reshard moves the
 	 * pool to (issue 45; the same sharding function and keys), as
-	 * shards; 0 of them: none planned. Read and checked, not acted on
-	 * yet. */
+	 * shards; 0 of them: none planned. Once the reshard cut over, the
+	 * two are swapped in the running snapshot (config_use_next_layout). */
 	struct config_shard *next_shards;
 	size_t n_next_shards;
 	struct config_user *users;
@@ -381,6 +381,10 @@ bool config_problems_has(const struct config_problems *problems, enum config_pro
 /* Lookups over a loaded config: the pools, then the databases made from
  * the `*` template. */
 const struct config_pool *config_find_pool(const struct config *cfg, const char *name);
+/* A finished reshard (reshard.c): the pool's next layout becomes its
+ * shards, and the layout it had is kept as its next (nothing is freed:
+ * pointers into either stay valid). */
+void config_use_next_layout(struct config_pool *cp);
 /* The pool for database name made from the `*` template (made now if
  * there is none yet): the one exception to the snapshot being immutable,
  * a worker adds to its own copy at login. NULL: no template, a name that

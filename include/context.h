@@ -136,6 +136,9 @@ struct worker {
 	bool have_admin_scram;
 
 	struct lagmon *lagmon;            /* the replica lag monitor: worker 0 only (lagmon.c) */
+	/* Online reshards (reshard.c): worker 0 runs them all. */
+	struct reshard **reshards;
+	size_t n_reshards;
 	/* query_stats (qstats.h, qshape.h): this worker's index of its
 	 * table in shared memory, and its cache of shapes; NULL until a
 	 * request of a pool with query_stats on is counted. */

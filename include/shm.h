@@ -27,7 +27,7 @@
 #include "stats.h"
 
 #define SHM_MAGIC 0x70676361u      /* "pgca" */
-#define SHM_VERSION 13u           /* 10: WAL positions (read_your_writes), 11: open_lock, 12: clients, 13: query statistics */
+#define SHM_VERSION 14u           /* 10: WAL positions (read_your_writes), 11: open_lock, 12: clients, 13: query statistics, 14: reshards */
 #define SHM_MAX_WORKERS 128
 #define SHM_MAX_POOLS 1024          /* (pool, user) pairs, over the life of the instance */
 #define SHM_MAX_TARGETS 4096        /* (pool, user, server) triples */
@@ -143,7 +143,21 @@ enum shm_admin_command {
 	SHM_ADMIN_KILL_CLIENT,     /* arg "<worker pid> <client id>": that worker closes that client */
 	SHM_ADMIN_WAIT_FOR_CLIENTS, /* SHUTDOWN WAIT_FOR_CLIENTS: stop accepting, exit after the last client */
 	SHM_ADMIN_WAIT_FOR_SERVERS, /* SHUTDOWN WAIT_FOR_SERVERS: stop accepting, exit once no server is held */
-	SHM_ADMIN_SUSPEND           /* SUSPEND: stop reading from clients until RESUME */
+	SHM_ADMIN_SUSPEND,          /* SUSPEND: stop reading from clients until RESUME */
+	SHM_ADMIN_RESHARD,          /* arg pool, value "<request> <hold>": for worker 0 (reshard.c) */
+	SHM_ADMIN_RESHARD_SWITCH    /* arg pool: its reshard cut over; use the next layout now */
+};
+
+/* SHOW RESHARD: one entry per pool with a reshard, written by worker 0
+ * only, under a sequence lock (odd while written). */
+#define SHM_RESHARD_MAX 16
+struct shm_reshard {
+	_Atomic uint64_t seq;
+	char pool[64];               /* "": free */
+	int32_t phase;               /* enum reshard_phase */
+	int32_t source_shards, target_shards, tables, tables_copied;
+	uint64_t rows_copied, bytes_copied, changes_applied, lag_bytes, pause_ms, errors;
+	char last_error[256];
 };
 
 /* The value a worker sends with SIGTERM (sigqueue) to tell the supervisor
@@ -209,6 +223,10 @@ struct shm_header {
 	 * 0, requests are not looked at for NOTIFY (link.c). */
 	_Atomic int32_t notify_pools;
 	struct shm_admin_entry admin[SHM_ADMIN_RING];
+	/* The last SHM_ADMIN_RESHARD worker 0 acted on: a restarted worker 0
+	 * replays the ring, and must not start a reshard twice. */
+	_Atomic uint64_t reshard_seen;
+	struct shm_reshard reshard[SHM_RESHARD_MAX];
 	uint64_t off_stats, off_avg, off_gauges, off_conns, off_waiters, off_cancel, off_target_counts, off_backends;
 	uint64_t off_errors;   /* n_workers struct errstats_table */
 	uint64_t off_qstats;   /* n_workers struct qstats_table */
@@ -376,6 +394,10 @@ uint64_t shm_admin_post(struct shm *shm, int from_worker, enum shm_admin_command
 			const char *value);
 /* Every live worker other than me has seen command seq. */
 bool shm_admin_applied_by_all(struct shm *shm, int me, uint64_t seq);
+/* SHOW RESHARD: entry i copied whole (false: free, or being written). */
+bool shm_reshard_read(struct shm *shm, int i, struct shm_reshard *out);
+/* Worker 0: the entry of pool (made when new; NULL: none free). */
+struct shm_reshard *shm_reshard_entry(struct shm *shm, const char *pool);
 /* Next command after *seen, or false. */
 bool shm_admin_next(struct shm *shm, uint64_t *seen, struct shm_admin_entry *out);
 

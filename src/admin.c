@@ -9,6 +9,7 @@
 #include "admin_login.h"
 #include "admin_ops.h"
 #include "admin_queries.h"
+#include "admin_reshard.h"
 #include "admin_result.h"
 #include "admin_upgrade.h"
 #include "admin_show.h"
@@ -407,6 +408,14 @@ static bool run_command(struct client *c, const char *sql)
 	}
 	if (is(&ws, 0, "reset") && is(&ws, 1, "queries") && ws.n <= 3) {
 		admin_reset_queries(c, ws.n == 3 ? ws.w[2] : NULL);
+		return true;
+	}
+	if (is(&ws, 0, "show") && is(&ws, 1, "reshard") && ws.n == 2) {
+		admin_show_reshard(c);
+		return true;
+	}
+	if (is(&ws, 0, "reshard")) {
+		admin_reshard(c, ws.w + 1, ws.n - 1);
 		return true;
 	}
 	if (is(&ws, 0, "show")) {

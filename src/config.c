@@ -951,3 +951,13 @@ char *config_read_file(const char *path, size_t max, size_t *len, char **err)
 	*len = n;
 	return buf;
 }
+
+void config_use_next_layout(struct config_pool *cp)
+{
+	struct config_shard *shards = cp->shards;
+	size_t n = cp->n_shards;
+	cp->shards = cp->next_shards;
+	cp->n_shards = cp->n_next_shards;
+	cp->next_shards = shards;
+	cp->n_next_shards = n;
+}

@@ -920,3 +920,38 @@ uint32_t shm_backend_client_pid(struct shm *shm, uint32_t backend_pid, const cha
 	}
 	return 0;
 }
+
+bool shm_reshard_read(struct shm *shm, int i, struct shm_reshard *out)
+{
+	if (i < 0 || i >= SHM_RESHARD_MAX)
+		return false;
+	struct shm_reshard *e = &shm->h->reshard[i];
+	for (int tries = 0; tries < 100; tries++) {
+		uint64_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
+		if (s1 & 1)
+			continue;
+		memcpy((char *)out + sizeof out->seq, (const char *)e + sizeof e->seq, sizeof *e - sizeof e->seq);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&e->seq, memory_order_relaxed) == s1)
+			return out->pool[0] != '\0';
+	}
+	return false;
+}
+
+struct shm_reshard *shm_reshard_entry(struct shm *shm, const char *pool)
+{
+	struct shm_reshard *free_one = NULL;
+	for (int i = 0; i < SHM_RESHARD_MAX; i++) {
+		struct shm_reshard *e = &shm->h->reshard[i];
+		if (strcmp(e->pool, pool) == 0)
+			return e;
+		if (!free_one && !e->pool[0])
+			free_one = e;
+	}
+	if (free_one) {
+		atomic_fetch_add_explicit(&free_one->seq, 1, memory_order_acq_rel);
+		snprintf(free_one->pool, sizeof free_one->pool, "%s", pool);
+		atomic_fetch_add_explicit(&free_one->seq, 1, memory_order_release);
+	}
+	return free_one;
+}

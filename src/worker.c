@@ -34,6 +34,7 @@
 #include "fanout.h"
 #include "auth_query.h"
 #include "lagmon.h"
+#include "reshard.h"
 #include "twophase.h"
 #include "twophase_check.h"
 #include "twophase_recover.h"
@@ -174,6 +175,7 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 		return false;
 	}
 	config_problems_free(&problems);
+	reshard_overlay(cfg);
 	const struct config_general *og = &w->cfg->general, *ng = &cfg->general;
 	/* Fixed at startup: keep the running values, say so. */
 	if (og->listen_port != ng->listen_port || og->workers != ng->workers ||
@@ -613,6 +615,8 @@ static void apply_admin_commands(struct worker *w)
 		case SHM_ADMIN_KILL_CLIENT: admin_kill_client_posted(w, e.arg); break;
 		case SHM_ADMIN_WAIT_FOR_CLIENTS: worker_wait_for_clients(w); break;
 		case SHM_ADMIN_WAIT_FOR_SERVERS: worker_wait_for_servers(w); break;
+		case SHM_ADMIN_RESHARD: reshard_posted(w, e.seq, e.arg, e.value); break;
+		case SHM_ADMIN_RESHARD_SWITCH: reshard_switch(w, e.arg); break;
 		case SHM_ADMIN_SET: {
 			char err[256];
 			if (config_general_set(w->cfg, e.arg, e.value, err, sizeof err) &&
@@ -734,6 +738,7 @@ static void janitor_cb(evutil_socket_t fd, short what, void *arg)
 	poll_cancel_flags(w);
 	pool_janitor(w);
 	admin_janitor(w);
+	reshard_tick(w);
 	worker_publish(w);
 	trim_heap(w);
 	wait_for_servers_check(w);
@@ -1012,6 +1017,7 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	w->next_id = (uint64_t)id * WORKER_ID_SPAN;
 	w->trimmed_at_id = w->id_at_last_tick = w->next_id;
 	w->cfg = cfg;
+	reshard_overlay(cfg);   /* a finished reshard's layout (state_dir) */
 	w->config_path = strdup(config_path ? config_path : "");
 	list_init(&w->clients_login);
 	list_init(&w->clients_idle);
@@ -1100,6 +1106,8 @@ struct worker *worker_create(struct config *cfg, const char *config_path, int id
 	 * is restarted comes back with its id, so the monitor does too. */
 	if (id == 0 && !(w->lagmon = lagmon_new(w)))
 		log_warning("lag monitor: out of memory; replica lag is not measured");
+	/* Reshards left unfinished go on, in worker 0 (a restarted one too). */
+	reshard_resume_all(w);
 	/* Every worker ends its own in-doubt transactions; worker 0 those of
 	 * processes that are gone (twophase.h). */
 	if (!(w->twophase = twophase_new(w)) || !(w->twophase_recover = twophase_recover_new(w, w->twophase)))
@@ -1211,6 +1219,7 @@ void worker_destroy(struct worker *w)
 	w->qstats_local = NULL;
 	qshape_cache_free(w->qshapes);
 	w->qshapes = NULL;
+	reshard_free_all(w);
 	lagmon_free(w->lagmon);   /* before the pools it reads */
 	w->lagmon = NULL;
 	twophase_check_free(w->reload.check);   /* a reload still waiting: not applied */

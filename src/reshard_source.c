@@ -1,0 +1,1064 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * reshard_source: one source shard of a reshard (reshard.h) and the
+ * connections it works with: a control connection (publication, slot
+ * drop, current LSN), a replication connection (the slot, its exported
+ * snapshot, then the change stream), a copy connection (COPY TO STDOUT of
+ * every table inside that snapshot) and one connection per destination
+ * shard (COPY FROM STDIN while copying, the changes' statements after).
+ *
+ * Copy: the rows of a sharded table go to the destination their key
+ * hashes to under the new layout (copysplit.c reads the key); those of a
+ * table kept whole go to every destination, from source 0 only (every
+ * source holds the same). Stream: each source transaction's changes
+ * become, per destination, one query "BEGIN;...;COMMIT" of idempotent
+ * statements (logical_apply.c), sent in commit order; the slot's position
+ * is confirmed only up to the last transaction every destination has
+ * answered, so that pgcat started again replays from there and changes
+ * nothing twice.
+ */
+#include "reshard_internal.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "context.h"
+#include "dns.h"
+#include "io.h"
+#include "log.h"
+#include "logical_apply.h"
+#include "proto.h"
+#include "sharding.h"
+
+/* PostgreSQL's MaxTupleAttributeNumber: no relation has more columns. */
+#define RS_MAX_COLUMNS 1664
+#define RS_MAX_RELIDS 4096
+/* A destination's statements are sent before the commit once this long
+ * (the transaction stays open there: BEGIN came first). */
+#define RS_STMT_FLUSH (1024u * 1024u)
+#define RS_MAX_STATEMENT (256u * 1024u * 1024u)
+/* A status update at least this often (wal_sender_timeout is 60 s by default). */
+#define RS_STATUS_EVERY_US (1000u * 1000u)
+
+static const struct bconn_profile rs_profile = {
+	.application_name = "pgcat reshard",
+	.refused = "login failed: ",
+	.auth_failed = "authentication failed: ",
+	.max_message = 256u * 1024u * 1024u,
+	.read_high = 256u * 1024u,
+};
+
+void rs_profile_init(struct reshard *rs)
+{
+	rs->profile = rs_profile;
+	snprintf(rs->app_name, sizeof rs->app_name, "pgcat reshard %.40s %llx", rs->pool,
+		 (unsigned long long)rs->w->now_us);
+	/* (It goes into a literal of the query that ends the others.) */
+	for (char *p = rs->app_name + 14; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == ' '))
+			*p = '_';
+	rs->profile.application_name = rs->app_name;
+}
+
+static const char *role_name(const struct rs_conn *c)
+{
+	switch (c->role) {
+	case RSC_CTL: return "control";
+	case RSC_REPL: return "replication";
+	case RSC_COPY: return "copy";
+	case RSC_DST: return "destination";
+	}
+	return "?";
+}
+
+static void src_fail(struct rs_source *s, const struct rs_conn *c, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void src_fail(struct rs_source *s, const struct rs_conn *c, const char *fmt, ...)
+{
+	char why[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	if (c && c->role == RSC_DST)
+		rs_fail(s->rs, "source shard %d, new shard %d (%s:%d/%s): %s", s->index, c->dst, c->ep->host, c->ep->port,
+			c->ep->database, why);
+	else if (c)
+		rs_fail(s->rs, "source shard %d, %s connection (%s:%d/%s): %s", s->index, role_name(c), c->ep->host,
+			c->ep->port, c->ep->database, why);
+	else
+		rs_fail(s->rs, "source shard %d: %s", s->index, why);
+}
+
+bool rs_conn_query(struct rs_conn *c, const char *sql)
+{
+	if (bconn_state(&c->b) != BCONN_READY || !bconn_query(&c->b, sql))
+		return false;
+	c->sent++;
+	c->have_answer = false;
+	return true;
+}
+
+bool rs_conn_idle(const struct rs_conn *c)
+{
+	return c->done == c->sent;
+}
+
+static bool all_dst_idle(const struct rs_source *s)
+{
+	for (int d = 0; d < s->rs->n_dst; d++)
+		if (!rs_conn_idle(&s->dst[d]))
+			return false;
+	return true;
+}
+
+static bool send_or_fail(struct rs_source *s, struct rs_conn *c, const char *sql)
+{
+	if (rs_conn_query(c, sql))
+		return true;
+	src_fail(s, c, "could not send a query (connection not ready, or out of memory)");
+	return false;
+}
+
+/* ---- flow ---- */
+
+static bool dst_behind(const struct rs_source *s)
+{
+	for (int d = 0; d < s->rs->n_dst; d++)
+		if (io_out_len(&s->dst[d].b.io) > RESHARD_OUT_HIGH)
+			return true;
+	return false;
+}
+
+/* Read the source (copy or stream) only while every destination keeps up. */
+static void src_flow(struct rs_source *s)
+{
+	bool want = dst_behind(s);
+	if (want == s->paused)
+		return;
+	s->paused = want;
+	struct rs_conn *reader = s->state == RSS_COPY ? &s->copy : &s->repl;
+	bconn_pause(&reader->b, want);
+}
+
+/* ---- the stream ---- */
+
+static void send_status(struct rs_source *s, bool reply_requested)
+{
+	struct rs_conn *c = &s->repl;
+	if (!c->copy_both || bconn_state(&c->b) != BCONN_READY)
+		return;
+	uint8_t st[PGOUTPUT_STATUS_LEN];
+	struct worker *w = s->rs->w;
+	int64_t now = (int64_t)w->now_us - PGOUTPUT_EPOCH_OFFSET_US;
+	/* Written and flushed: what the destinations committed; nothing
+	 * later is acknowledged, so the slot keeps it after a restart. */
+	pgoutput_status_update(st, s->confirmed, s->confirmed, s->confirmed, now, reply_requested);
+	bconn_send(&c->b, PqMsg_CopyData, st, sizeof st);
+	s->last_status_us = w->now_us;
+}
+
+/* Transactions every destination has answered: confirmed. */
+static void advance_confirmed(struct rs_source *s)
+{
+	uint64_t before = s->confirmed;
+	while (s->ring_len > 0) {
+		struct rs_txn *t = &s->ring[s->ring_head];
+		bool done = true;
+		for (int d = 0; d < s->rs->n_dst && done; d++)
+			done = t->need[d] <= s->dst[d].done;
+		if (!done)
+			break;
+		if (t->end_lsn > s->confirmed)
+			s->confirmed = t->end_lsn;
+		s->ring_head = (s->ring_head + 1) % RESHARD_TXN_RING;
+		s->ring_len--;
+	}
+	/* Nothing open and nothing unanswered: everything the server sent
+	 * before its last keepalive is applied. */
+	if (s->ring_len == 0 && !s->in_txn && s->sent_end > s->confirmed)
+		s->confirmed = s->sent_end;
+	if (s->confirmed != before && s->target && s->confirmed >= s->target)
+		rs_source_progressed(s->rs);
+}
+
+static struct rs_rel *find_rel(struct rs_source *s, uint32_t relid)
+{
+	for (size_t i = 0; i < s->n_rels; i++)
+		if (s->rels[i].relid == relid)
+			return &s->rels[i];
+	return NULL;
+}
+
+static void rel_clear(struct rs_rel *r)
+{
+	free(r->nspname);
+	free(r->relname);
+	for (uint16_t i = 0; i < r->n_columns; i++)
+		free((char *)r->columns[i].name);
+	free(r->columns);
+	memset(r, 0, sizeof *r);
+}
+
+static bool on_relation(struct rs_source *s, const struct pgoutput_msg *m)
+{
+	struct rs_rel *r = find_rel(s, m->u.relation.relid);
+	if (!r) {
+		if (s->n_rels == s->cap_rels) {
+			size_t cap = s->cap_rels ? s->cap_rels * 2 : 16;
+			struct rs_rel *nr = realloc(s->rels, cap * sizeof *nr);
+			if (!nr)
+				return false;
+			s->rels = nr;
+			s->cap_rels = cap;
+		}
+		r = &s->rels[s->n_rels++];
+		memset(r, 0, sizeof *r);
+	} else {
+		rel_clear(r);
+	}
+	r->relid = m->u.relation.relid;
+	r->replica_identity = m->u.relation.replica_identity;
+	r->nspname = strdup(m->u.relation.nspname);
+	r->relname = strdup(m->u.relation.relname);
+	r->columns = calloc(m->u.relation.n_columns ? m->u.relation.n_columns : 1, sizeof *r->columns);
+	if (!r->nspname || !r->relname || !r->columns)
+		return false;
+	for (uint16_t i = 0; i < m->u.relation.n_columns; i++) {
+		r->columns[i] = m->u.relation.columns[i];
+		if (!(r->columns[i].name = strdup(m->u.relation.columns[i].name)))
+			return false;
+		r->n_columns = (uint16_t)(i + 1);
+	}
+	r->table = -1;
+	r->key_col = -1;
+	struct reshard *rs = s->rs;
+	for (size_t t = 0; t < rs->n_tables; t++) {
+		const struct rs_table *tb = &rs->tables[t];
+		if (strcmp(tb->nspname, r->nspname) != 0 || strcmp(tb->relname, r->relname) != 0)
+			continue;
+		r->table = (int)t;
+		if (tb->key_name)
+			for (uint16_t i = 0; i < r->n_columns; i++)
+				if (strcmp(r->columns[i].name, tb->key_name) == 0)
+					r->key_col = i;
+		break;
+	}
+	return true;
+}
+
+/* The statement of a change into s->scratch (grown as needed). */
+static enum logical_apply_result write_statement(struct rs_source *s, const struct pgoutput_msg *m,
+						 const struct rs_rel *r, size_t *len)
+{
+	struct logical_rel lr = { r->nspname, r->relname, r->replica_identity, r->columns, r->n_columns };
+	for (;;) {
+		if (!s->scratch) {
+			s->scratch_cap = 4096;
+			if (!(s->scratch = malloc(s->scratch_cap)))
+				return LOGICAL_APPLY_TOO_LONG;
+		}
+		enum logical_apply_result res = logical_apply_sql(m, &lr, s->scratch, s->scratch_cap, len);
+		if (res != LOGICAL_APPLY_TOO_LONG || s->scratch_cap >= RS_MAX_STATEMENT)
+			return res;
+		char *n = realloc(s->scratch, s->scratch_cap * 2);
+		if (!n)
+			return LOGICAL_APPLY_TOO_LONG;
+		s->scratch = n;
+		s->scratch_cap *= 2;
+	}
+}
+
+/* Send what destination d holds of this transaction (commit: and end it). */
+static bool flush_stmts(struct rs_source *s, int d, bool commit)
+{
+	struct buf *b = s->stmts[d];
+	if (buf_len(b) == 0)
+		return true;
+	if ((commit && buf_add(b, "COMMIT", 6) != 0) || buf_add(b, "", 1) != 0)
+		return false;
+	bool ok = rs_conn_query(&s->dst[d], (const char *)buf_head(b));
+	buf_drain(b, buf_len(b));
+	return ok;
+}
+
+static bool add_stmt(struct rs_source *s, int d, const char *sql, size_t len, bool *opened)
+{
+	struct buf *b = s->stmts[d];
+	if (!opened[d]) {
+		if (buf_add(b, "BEGIN;", 6) != 0)
+			return false;
+		opened[d] = true;
+	}
+	if (buf_add(b, sql, len) != 0 || buf_add(b, ";", 1) != 0)
+		return false;
+	return buf_len(b) < RS_STMT_FLUSH || flush_stmts(s, d, false);
+}
+
+/* The destinations of a change: one shard, or all of them (-1). */
+static bool change_target(struct rs_source *s, const struct pgoutput_msg *m, const struct rs_rel *r, int *dst)
+{
+	*dst = -1;
+	if (r->key_col < 0)
+		return true;
+	const struct pgoutput_tuple *t = m->kind == PGOUTPUT_DELETE ? &m->u.change.old_tuple : &m->u.change.new_tuple;
+	if (r->key_col >= t->n || t->values[r->key_col].kind != PGOUTPUT_TEXT) {
+		/* A delete whose key tuple lacks the sharding column (not part
+		 * of the replica identity): deleting by key everywhere is the
+		 * same, as the row is on one of them only. */
+		if (m->kind == PGOUTPUT_DELETE)
+			return true;
+		src_fail(s, &s->repl, "a change of %s.%s without its sharding column %s", r->nspname, r->relname,
+			 r->columns[r->key_col].name);
+		return false;
+	}
+	const struct pgoutput_value *v = &t->values[r->key_col];
+	char err[128];
+	if (!sharding_shard_for_key(s->rs->fn, (const char *)v->data, v->len, s->rs->n_dst, dst, err, sizeof err)) {
+		src_fail(s, &s->repl, "%s.%s: the sharding key does not fit: %s", r->nspname, r->relname, err);
+		return false;
+	}
+	return true;
+}
+
+static bool on_change(struct rs_source *s, const struct pgoutput_msg *m, bool *opened)
+{
+	struct rs_rel *r = find_rel(s, m->u.change.relid);
+	if (!r) {
+		src_fail(s, &s->repl, "a change of relation %" PRIu32 " before its description", m->u.change.relid);
+		return false;
+	}
+	if (r->table < 0) {
+		src_fail(s, &s->repl, "a change of %s.%s, a table the reshard did not copy (made during the reshard?)",
+			 r->nspname, r->relname);
+		return false;
+	}
+	if (r->key_col < 0 && s->index != 0)
+		return true;   /* a table kept whole: source 0's changes are every source's */
+	int d;
+	if (!change_target(s, m, r, &d))
+		return false;
+	size_t len;
+	enum logical_apply_result res = write_statement(s, m, r, &len);
+	if (res == LOGICAL_APPLY_NOTHING)
+		return true;
+	if (res != LOGICAL_APPLY_OK) {
+		src_fail(s, &s->repl, "%s.%s: %s", r->nspname, r->relname, logical_apply_text(res));
+		return false;
+	}
+	s->changes++;
+	for (int k = 0; k < s->rs->n_dst; k++)
+		if ((d < 0 || k == d) && !add_stmt(s, k, s->scratch, len, opened)) {
+			src_fail(s, &s->dst[k], "out of memory, or the statements could not be sent");
+			return false;
+		}
+	return true;
+}
+
+static bool on_truncate(struct rs_source *s, const struct pgoutput_msg *m, bool *opened)
+{
+	for (uint32_t i = 0; i < m->u.truncate.n_relids; i++) {
+		struct rs_rel *r = find_rel(s, m->u.truncate.relids[i]);
+		if (!r || r->table < 0) {
+			src_fail(s, &s->repl, "TRUNCATE of a table the reshard did not copy");
+			return false;
+		}
+		if (r->key_col >= 0) {
+			src_fail(s, &s->repl, "TRUNCATE of %s.%s, a sharded table, during the reshard", r->nspname, r->relname);
+			return false;
+		}
+		if (s->index != 0)
+			continue;
+		char sql[600];
+		int n = snprintf(sql, sizeof sql, "TRUNCATE \"%s\".\"%s\"", r->nspname, r->relname);
+		if (n < 0 || (size_t)n >= sizeof sql || strchr(r->nspname, '"') || strchr(r->relname, '"')) {
+			src_fail(s, &s->repl, "TRUNCATE of a table whose name pgcat does not write");
+			return false;
+		}
+		for (int k = 0; k < s->rs->n_dst; k++)
+			if (!add_stmt(s, k, sql, (size_t)n, opened)) {
+				src_fail(s, &s->dst[k], "out of memory");
+				return false;
+			}
+	}
+	return true;
+}
+
+/* A transaction's end: its queries go, and it waits in the ring to be confirmed. */
+static bool on_commit(struct rs_source *s, uint64_t end_lsn, bool *opened)
+{
+	struct reshard *rs = s->rs;
+	bool any = false;
+	for (int d = 0; d < rs->n_dst; d++)
+		if (opened[d]) {
+			if (!flush_stmts(s, d, true)) {
+				src_fail(s, &s->dst[d], "the transaction's statements could not be sent");
+				return false;
+			}
+			any = true;
+		}
+	if (!any && s->ring_len == 0) {
+		/* Nothing to wait for: confirmed at once. */
+		if (end_lsn > s->confirmed)
+			s->confirmed = end_lsn;
+		return true;
+	}
+	struct rs_txn *t;
+	if (s->ring_len == RESHARD_TXN_RING) {
+		/* Full: the last one waits for this one's queries too. */
+		t = &s->ring[(s->ring_head + s->ring_len - 1) % RESHARD_TXN_RING];
+	} else {
+		t = &s->ring[(s->ring_head + s->ring_len) % RESHARD_TXN_RING];
+		s->ring_len++;
+		memset(t->need, 0, (size_t)rs->n_dst * sizeof *t->need);
+	}
+	t->end_lsn = end_lsn;
+	for (int d = 0; d < rs->n_dst; d++)
+		if (opened[d] && s->dst[d].sent > t->need[d])
+			t->need[d] = s->dst[d].sent;
+	return true;
+}
+
+static void on_wal(struct rs_source *s, const uint8_t *payload, size_t len)
+{
+	struct pgoutput_wal wal;
+	if (!pgoutput_wal_parse(payload, len, &wal)) {
+		src_fail(s, &s->repl, "the server sent a replication message pgcat does not read");
+		return;
+	}
+	if (wal.end_lsn > s->server_end)
+		s->server_end = wal.end_lsn;
+	if (wal.kind == PGOUTPUT_WAL_KEEPALIVE) {
+		if (wal.end_lsn > s->sent_end)
+			s->sent_end = wal.end_lsn;
+		advance_confirmed(s);
+		if (wal.reply_now)
+			send_status(s, false);
+		return;
+	}
+	struct pgoutput_room room = { s->room_columns, RS_MAX_COLUMNS, s->room_new, s->room_old, RS_MAX_COLUMNS,
+				      s->room_relids, RS_MAX_RELIDS };
+	struct pgoutput_msg m;
+	enum pgoutput_error e = pgoutput_parse(wal.data, wal.len, &room, &m);
+	if (e != PGOUTPUT_OK) {
+		src_fail(s, &s->repl, "a pgoutput message pgcat does not read: %s", pgoutput_error_text(e));
+		return;
+	}
+	bool *opened = s->opened;
+	bool ok = true;
+	switch (m.kind) {
+	case PGOUTPUT_BEGIN:
+		s->in_txn = true;
+		memset(opened, 0, (size_t)s->rs->n_dst * sizeof *opened);
+		break;
+	case PGOUTPUT_COMMIT:
+		ok = on_commit(s, m.u.commit.end_lsn, opened);
+		s->in_txn = false;
+		if (ok)
+			advance_confirmed(s);
+		break;
+	case PGOUTPUT_RELATION:
+		if (!on_relation(s, &m)) {
+			src_fail(s, &s->repl, "out of memory");
+			return;
+		}
+		break;
+	case PGOUTPUT_INSERT:
+	case PGOUTPUT_UPDATE:
+	case PGOUTPUT_DELETE:
+		ok = on_change(s, &m, opened);
+		break;
+	case PGOUTPUT_TRUNCATE:
+		ok = on_truncate(s, &m, opened);
+		break;
+	case PGOUTPUT_ORIGIN:
+	case PGOUTPUT_TYPE:
+	case PGOUTPUT_MESSAGE:
+		break;
+	}
+	if (ok)
+		src_flow(s);
+}
+
+/* ---- the copy ---- */
+
+static void copy_row_to(struct rs_source *s, int d, const uint8_t *row, size_t len)
+{
+	bconn_send(&s->dst[d].b, PqMsg_CopyData, row, len);
+}
+
+static bool split_row(void *arg, const uint8_t *row, size_t rowlen, bool header, const uint8_t *key, size_t keylen,
+		      bool is_null)
+{
+	struct rs_source *s = arg;
+	if (header)
+		return true;
+	struct rs_table *t = &s->rs->tables[s->table];
+	if (is_null) {
+		src_fail(s, &s->copy, "%s.%s: a row with a NULL sharding key", t->nspname, t->relname);
+		return false;
+	}
+	int d;
+	char err[128];
+	if (!sharding_shard_for_key(s->rs->fn, (const char *)key, keylen, s->rs->n_dst, &d, err, sizeof err)) {
+		src_fail(s, &s->copy, "%s.%s: the sharding key does not fit: %s", t->nspname, t->relname, err);
+		return false;
+	}
+	copy_row_to(s, d, row, rowlen);
+	return true;
+}
+
+static void on_copy_data(struct rs_source *s, const uint8_t *body, size_t len)
+{
+	struct rs_table *t = &s->rs->tables[s->table];
+	t->bytes += len;
+	if (t->key_col < 0) {
+		for (int d = 0; d < s->rs->n_dst; d++)
+			copy_row_to(s, d, body, len);
+		t->rows++;
+	} else {
+		uint64_t before = s->split.rows;
+		enum copysplit_result r = copysplit_feed(&s->split, body, len, split_row, s);
+		t->rows += s->split.rows - before;
+		if (r != COPYSPLIT_OK && r != COPYSPLIT_STOPPED) {
+			src_fail(s, &s->copy, "%s.%s: %s", t->nspname, t->relname, copysplit_strerror(r));
+			return;
+		}
+	}
+	src_flow(s);
+}
+
+static bool quoted_name(char *out, size_t cap, const struct rs_table *t)
+{
+	if (strchr(t->nspname, '"') || strchr(t->relname, '"'))
+		return false;
+	int n = snprintf(out, cap, "\"%s\".\"%s\" (%s)", t->nspname, t->relname, t->columns);
+	return n > 0 && (size_t)n < cap;
+}
+
+/* The next table this source copies, or the copy's end. */
+static void next_table(struct rs_source *s)
+{
+	struct reshard *rs = s->rs;
+	if (s->split_on) {
+		copysplit_free(&s->split);
+		s->split_on = false;
+	}
+	while (s->table < rs->n_tables && rs->tables[s->table].key_col < 0 && s->index != 0)
+		s->table++;   /* kept whole: source 0 copies it */
+	if (s->table >= rs->n_tables) {
+		s->state = RSS_COPY_COMMIT;
+		(void)send_or_fail(s, &s->copy, "COMMIT");
+		return;
+	}
+	struct rs_table *t = &rs->tables[s->table];
+	size_t cap = strlen(t->columns) + strlen(t->nspname) + strlen(t->relname) + 64;
+	char *name = malloc(cap), *sql = malloc(cap + 32);
+	if (!name || !sql || !quoted_name(name, cap, t)) {
+		free(name);
+		free(sql);
+		src_fail(s, NULL, "%s.%s: out of memory, or a name pgcat does not write", t->nspname, t->relname);
+		return;
+	}
+	if (t->key_col >= 0) {
+		struct copysplit_options o;
+		copysplit_defaults(&o, COPYSPLIT_TEXT);
+		o.key_column = (unsigned)t->key_col;
+		copysplit_init(&s->split, &o);
+		s->split_on = true;
+	}
+	s->copy_ended = false;
+	snprintf(sql, cap + 32, "COPY %s FROM STDIN", name);
+	for (int d = 0; d < rs->n_dst; d++)
+		if (!send_or_fail(s, &s->dst[d], sql))
+			goto out;
+	snprintf(sql, cap + 32, "COPY %s TO STDOUT", name);
+	(void)send_or_fail(s, &s->copy, sql);
+out:
+	free(name);
+	free(sql);
+}
+
+static void copy_ended(struct rs_source *s)
+{
+	if (s->split_on) {
+		struct rs_table *t = &s->rs->tables[s->table];
+		uint64_t before = s->split.rows;
+		enum copysplit_result r = copysplit_finish(&s->split, split_row, s);
+		t->rows += s->split.rows - before;
+		if (r != COPYSPLIT_OK && r != COPYSPLIT_END) {
+			src_fail(s, &s->copy, "%s.%s: %s", t->nspname, t->relname, copysplit_strerror(r));
+			return;
+		}
+	}
+	s->copy_ended = true;
+	for (int d = 0; d < s->rs->n_dst; d++)
+		bconn_send(&s->dst[d].b, PqMsg_CopyDone, NULL, 0);
+}
+
+/* ---- steps ---- */
+
+static void start_stream(struct rs_source *s)
+{
+	char sql[256];
+	snprintf(sql, sizeof sql,
+		 "START_REPLICATION SLOT \"%s\" LOGICAL 0/0 (proto_version '1', publication_names '\"" RESHARD_PUBLICATION
+		 "\"')",
+		 s->slot);
+	s->state = RSS_START;
+	(void)send_or_fail(s, &s->repl, sql);
+}
+
+/* The next step, when the one under way has ended (every query answered). */
+static void src_step(struct rs_source *s)
+{
+	struct reshard *rs = s->rs;
+	if (rs->phase == RESHARD_FAILED || s->state == RSS_STOPPED || rs->controls_only)
+		return;
+	switch (s->state) {
+	case RSS_CONNECT: {
+		if (bconn_state(&s->ctl.b) != BCONN_READY || bconn_state(&s->repl.b) != BCONN_READY ||
+		    (!rs->resume_stream && bconn_state(&s->copy.b) != BCONN_READY))
+			return;
+		for (int d = 0; d < rs->n_dst; d++)
+			if (bconn_state(&s->dst[d].b) != BCONN_READY)
+				return;
+		s->state = RSS_PREP;
+		/* A walsender still holding the slot (pgcat was killed: its
+		 * server has not noticed yet) is ended first, and waited for:
+		 * the slot is taken again, or dropped for a copy that starts
+		 * again. */
+		char sql[1400];
+		snprintf(sql, sizeof sql,
+			 "SELECT pg_catalog.pg_terminate_backend(active_pid, 10000) FROM pg_catalog.pg_replication_slots "
+			 "WHERE slot_name = '%s' AND active_pid IS NOT NULL; "
+			 "%s%s%s"
+			 "DO $pgcat$BEGIN IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = '"
+			 RESHARD_PUBLICATION "') THEN CREATE PUBLICATION " RESHARD_PUBLICATION
+			 " FOR ALL TABLES; END IF; END$pgcat$; SELECT pg_catalog.current_setting('server_encoding')",
+			 s->slot,
+			 rs->resume_stream ? "" : "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM "
+						  "pg_catalog.pg_replication_slots WHERE slot_name = '",
+			 rs->resume_stream ? "" : s->slot, rs->resume_stream ? "" : "'; ");
+		(void)send_or_fail(s, &s->ctl, sql);
+		return;
+	}
+	case RSS_PREP:
+		if (!rs_conn_idle(&s->ctl) || !all_dst_idle(s))
+			return;
+		if (!s->encoding[0]) {
+			if (!s->ctl.have_answer || strchr(s->ctl.answer, '\'')) {
+				src_fail(s, &s->ctl, "the server did not tell its encoding");
+				return;
+			}
+			if (strlen(s->ctl.answer) >= sizeof s->encoding) {
+				src_fail(s, &s->ctl, "the server's encoding name is too long");
+				return;
+			}
+			memcpy(s->encoding, s->ctl.answer, strlen(s->ctl.answer) + 1);
+			/* The sessions a killed pgcat left on a new shard may still
+			 * run what it sent them: ended, and waited for, before
+			 * anything is applied again (a late commit there would
+			 * overwrite what the replay applies). Then the destinations
+			 * read values as the source writes them. */
+			char sql[1024];
+			snprintf(sql, sizeof sql,
+				 "SELECT pg_catalog.pg_terminate_backend(pid, 10000) FROM pg_catalog.pg_stat_activity "
+				 "WHERE datname = pg_catalog.current_database() AND application_name LIKE 'pgcat reshard %%' "
+				 "AND application_name <> '%s' AND pid <> pg_catalog.pg_backend_pid(); "
+				 "SET client_encoding = '%s'; SET DateStyle = ISO; SET IntervalStyle = postgres; "
+				 "SET extra_float_digits = 3; SET session_replication_role = replica; "
+				 "SET statement_timeout = 0; SET lock_timeout = 0; SET idle_in_transaction_session_timeout = 0",
+				 rs->app_name, s->encoding);
+			for (int d = 0; d < rs->n_dst; d++)
+				if (!send_or_fail(s, &s->dst[d], sql))
+					return;
+			if (!rs->resume_stream) {
+				snprintf(sql, sizeof sql,
+					 "SET client_encoding = '%s'; SET DateStyle = ISO; SET IntervalStyle = postgres; "
+					 "SET extra_float_digits = 3; SET statement_timeout = 0",
+					 s->encoding);
+				if (!send_or_fail(s, &s->copy, sql))
+					return;
+			}
+			return;
+		}
+		if (!rs->resume_stream && !rs_conn_idle(&s->copy))
+			return;
+		s->state = RSS_WAIT_SCHEMA;
+		rs_source_progressed(rs);
+		return;
+	case RSS_SLOT:
+		if (!rs_conn_idle(&s->repl))
+			return;
+		if (!s->snapshot[0]) {
+			src_fail(s, &s->repl, "CREATE_REPLICATION_SLOT gave no snapshot");
+			return;
+		}
+		s->state = RSS_SNAPSHOT;
+		{
+			char sql[300];
+			snprintf(sql, sizeof sql,
+				 "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET TRANSACTION SNAPSHOT '%s'", s->snapshot);
+			(void)send_or_fail(s, &s->copy, sql);
+		}
+		return;
+	case RSS_SNAPSHOT:
+		if (!rs_conn_idle(&s->copy))
+			return;
+		s->state = RSS_COPY;
+		s->table = 0;
+		next_table(s);
+		return;
+	case RSS_COPY:
+		if (!s->copy_ended || !rs_conn_idle(&s->copy) || !all_dst_idle(s))
+			return;
+		{
+			struct rs_table *t = &rs->tables[s->table];
+			if (++t->sources_done == (t->key_col < 0 ? 1 : rs->n_src))
+				rs->tables_copied++;
+		}
+		s->table++;
+		rs_publish(rs);
+		next_table(s);
+		return;
+	case RSS_COPY_COMMIT:
+		if (!rs_conn_idle(&s->copy))
+			return;
+		s->stopping = true;
+		bconn_close(&s->copy.b, true);
+		s->stopping = false;
+		start_stream(s);
+		return;
+	case RSS_WAIT_SCHEMA:
+	case RSS_START:
+	case RSS_STREAM:
+	case RSS_STOPPED:
+		return;
+	}
+}
+
+/* ---- connection events ---- */
+
+static void conn_ready(void *arg)
+{
+	struct rs_conn *c = arg;
+	src_step(c->src);
+}
+
+static void conn_down(void *arg, const char *why)
+{
+	struct rs_conn *c = arg;
+	struct rs_source *s = c->src;
+	if (s->stopping || s->state == RSS_STOPPED || s->rs->phase == RESHARD_FAILED)
+		return;
+	src_fail(s, c, "%s", why);
+}
+
+static bool conn_message(void *arg, uint8_t type, const uint8_t *body, size_t len)
+{
+	struct rs_conn *c = arg;
+	struct rs_source *s = c->src;
+	switch (type) {
+	case PqMsg_ErrorResponse: {
+		struct proto_error_fields e;
+		const char *m = proto_parse_error(body, len, &e) && e.message ? e.message : "error";
+		src_fail(s, c, "%s%s%s", e.sqlstate ? e.sqlstate : "", e.sqlstate ? ": " : "", m);
+		return true;
+	}
+	case PqMsg_ReadyForQuery:
+		c->done++;
+		if (c->role == RSC_DST && s->state >= RSS_START)
+			advance_confirmed(s);
+		if (c->role == RSC_CTL && s->asking_target && rs_conn_idle(c)) {
+			s->asking_target = false;
+			unsigned hi, lo;
+			if (!c->have_answer || sscanf(c->answer, "%X/%X", &hi, &lo) != 2) {
+				src_fail(s, c, "pg_current_wal_lsn() gave no position");
+				return true;
+			}
+			s->target = ((uint64_t)hi << 32) | lo;
+			advance_confirmed(s);
+		}
+		src_step(s);
+		if (rs_conn_idle(c) && (c->role == RSC_CTL || s->state == RSS_WAIT_SCHEMA))
+			rs_source_progressed(s->rs);
+		return true;
+	case PqMsg_DataRow: {
+		const char *v;
+		int32_t vl;
+		if (c->role == RSC_CTL && s->rs->listing_tables && s->index == 0) {
+			if (!rs_schema_table_row(s->rs, body, len))
+				src_fail(s, c, "a table list row pgcat does not read");
+			return true;
+		}
+		if (c->role == RSC_REPL && s->state == RSS_SLOT && rs_datarow_col(body, len, 2, &v, &vl) && v && vl > 0 &&
+		    (size_t)vl < sizeof s->snapshot) {
+			memcpy(s->snapshot, v, (size_t)vl);
+			s->snapshot[vl] = '\0';
+		}
+		if (rs_datarow_col(body, len, 0, &v, &vl) && v && vl >= 0 && (size_t)vl < sizeof c->answer) {
+			memcpy(c->answer, v, (size_t)vl);
+			c->answer[vl] = '\0';
+			c->have_answer = true;
+		}
+		return true;
+	}
+	case PqMsg_CopyData:
+		if (c->role == RSC_COPY && s->state == RSS_COPY)
+			on_copy_data(s, body, len);
+		else if (c->role == RSC_REPL && c->copy_both)
+			on_wal(s, body, len);
+		else
+			return false;
+		return true;
+	case PqMsg_CopyDone:
+		if (c->role == RSC_COPY && s->state == RSS_COPY) {
+			copy_ended(s);
+			return true;
+		}
+		if (c->role == RSC_REPL && c->copy_both) {
+			src_fail(s, c, "the server ended the change stream");
+			return true;
+		}
+		return false;
+	case PqMsg_CopyOutResponse:
+		return c->role == RSC_COPY;
+	case PqMsg_CopyInResponse:
+		c->copy_in = true;
+		return c->role == RSC_DST;
+	case PqMsg_CopyBothResponse:
+		if (c->role != RSC_REPL)
+			return false;
+		c->copy_both = true;
+		s->state = RSS_STREAM;
+		send_status(s, true);
+		rs_source_progressed(s->rs);
+		return true;
+	case PqMsg_RowDescription:
+	case PqMsg_CommandComplete:
+	case PqMsg_EmptyQueryResponse:
+	case PqMsg_NoticeResponse:
+	case PqMsg_ParameterStatus:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static void conn_drain(void *arg)
+{
+	struct rs_conn *c = arg;
+	src_flow(c->src);
+}
+
+/* ---- life ---- */
+
+static void conn_init(struct rs_source *s, struct rs_conn *c, enum rs_conn_role role, int dst,
+		      const struct rs_endpoint *ep)
+{
+	memset(c, 0, sizeof *c);
+	c->src = s;
+	c->role = role;
+	c->dst = dst;
+	c->ep = ep;
+	bconn_init(&c->b, s->rs->w, conn_ready, conn_message, conn_down, c);
+	c->b.on_drain = conn_drain;
+	if (role == RSC_REPL)
+		c->b.replication = "database";
+}
+
+bool rs_source_init(struct reshard *rs, struct rs_source *s, int index)
+{
+	memset(s, 0, sizeof *s);
+	s->rs = rs;
+	s->index = index;
+	rs_slot_name(s->slot, sizeof s->slot, rs->pool, index);
+	conn_init(s, &s->ctl, RSC_CTL, -1, &rs->src_ep[index]);
+	conn_init(s, &s->repl, RSC_REPL, -1, &rs->src_ep[index]);
+	conn_init(s, &s->copy, RSC_COPY, -1, &rs->src_ep[index]);
+	s->dst = calloc((size_t)rs->n_dst, sizeof *s->dst);
+	s->stmts = calloc((size_t)rs->n_dst, sizeof *s->stmts);
+	s->opened = calloc((size_t)rs->n_dst, sizeof *s->opened);
+	s->room_columns = calloc(RS_MAX_COLUMNS, sizeof *s->room_columns);
+	s->room_new = calloc(RS_MAX_COLUMNS, sizeof *s->room_new);
+	s->room_old = calloc(RS_MAX_COLUMNS, sizeof *s->room_old);
+	s->room_relids = calloc(RS_MAX_RELIDS, sizeof *s->room_relids);
+	if (!s->dst || !s->stmts || !s->opened || !s->room_columns || !s->room_new || !s->room_old || !s->room_relids)
+		return false;
+	for (int d = 0; d < rs->n_dst; d++) {
+		conn_init(s, &s->dst[d], RSC_DST, d, &rs->dst_ep[d]);
+		if (!(s->stmts[d] = buf_new(4096)))
+			return false;
+	}
+	for (size_t i = 0; i < RESHARD_TXN_RING; i++)
+		if (!(s->ring[i].need = calloc((size_t)rs->n_dst, sizeof *s->ring[i].need)))
+			return false;
+	return true;
+}
+
+static void conn_try_open(struct rs_source *s, struct rs_conn *c)
+{
+	struct reshard *rs = s->rs;
+	if (bconn_state(&c->b) != BCONN_CLOSED)
+		return;
+	if (!c->addrlen) {
+		if (!dns_literal(c->ep->host, c->ep->port, &c->addr, &c->addrlen)) {
+			const struct dns_entry *e = dns_lookup(rs->w->dns, c->ep->host, rs->w->cfg->general.dns_max_ttl);
+			if (!e) {
+				src_fail(s, c, "out of memory");
+				return;
+			}
+			if (e->state == DNS_FAILED) {
+				src_fail(s, c, "cannot resolve %s: %s", c->ep->host, e->error);
+				return;
+			}
+			if (e->state != DNS_OK || e->n_addrs == 0) {
+				c->resolving = true;
+				return;   /* the next tick looks again */
+			}
+			memcpy(&c->addr, &e->addrs[0], sizeof c->addr);
+			c->addrlen = e->addrlens[0];
+			if (c->addr.ss_family == AF_INET)
+				((struct sockaddr_in *)&c->addr)->sin_port = htons((uint16_t)c->ep->port);
+			else if (c->addr.ss_family == AF_INET6)
+				((struct sockaddr_in6 *)&c->addr)->sin6_port = htons((uint16_t)c->ep->port);
+		}
+	}
+	c->resolving = false;
+	c->sent = c->done = 0;
+	if (!bconn_set_login(&c->b, rs->user, rs->password, NULL, NULL)) {
+		src_fail(s, c, "out of memory");
+		return;
+	}
+	(void)bconn_open(&c->b, &rs->profile, c->ep->host, c->ep->port, (const struct sockaddr *)&c->addr, c->addrlen,
+			 c->ep->database);
+}
+
+void rs_source_open(struct rs_source *s)
+{
+	s->state = RSS_CONNECT;
+	conn_try_open(s, &s->ctl);
+	if (s->rs->controls_only)
+		return;
+	conn_try_open(s, &s->repl);
+	if (!s->rs->resume_stream)
+		conn_try_open(s, &s->copy);
+	for (int d = 0; d < s->rs->n_dst && s->rs->phase != RESHARD_FAILED; d++)
+		conn_try_open(s, &s->dst[d]);
+}
+
+void rs_source_begin_copy(struct rs_source *s)
+{
+	if (s->rs->resume_stream) {
+		start_stream(s);
+		return;
+	}
+	s->state = RSS_SLOT;
+	char sql[200];
+	snprintf(sql, sizeof sql, "CREATE_REPLICATION_SLOT \"%s\" LOGICAL pgoutput EXPORT_SNAPSHOT", s->slot);
+	(void)send_or_fail(s, &s->repl, sql);
+}
+
+void rs_source_tick(struct rs_source *s)
+{
+	if (s->state == RSS_STOPPED || s->rs->phase == RESHARD_FAILED)
+		return;
+	if (s->state == RSS_CONNECT || s->rs->controls_only) {
+		struct rs_conn *cs[] = { &s->ctl, &s->repl, &s->copy };
+		for (size_t i = 0; i < 3; i++)
+			if (cs[i]->resolving)
+				conn_try_open(s, cs[i]);
+		for (int d = 0; d < s->rs->n_dst; d++)
+			if (s->dst[d].resolving)
+				conn_try_open(s, &s->dst[d]);
+	}
+	if (s->state == RSS_STREAM) {
+		advance_confirmed(s);
+		uint64_t now = s->rs->w->now_us;
+		/* Cutover: ask for keepalives, whose position tells when the
+		 * stream has everything up to the target. */
+		if (s->target && s->confirmed < s->target)
+			send_status(s, true);
+		else if (now - s->last_status_us >= RS_STATUS_EVERY_US)
+			send_status(s, true);
+	}
+}
+
+void rs_source_ask_target(struct rs_source *s)
+{
+	s->target = 0;
+	s->asking_target = true;
+	(void)send_or_fail(s, &s->ctl, "SELECT pg_catalog.pg_current_wal_lsn()");
+}
+
+bool rs_source_drained(const struct rs_source *s)
+{
+	return s->target != 0 && s->confirmed >= s->target;
+}
+
+void rs_source_drop_slot(struct rs_source *s)
+{
+	const char *first = s->rs->drop_first ? s->rs->drop_first : "";
+	size_t cap = strlen(first) + 600;
+	char *sql = malloc(cap);
+	if (!sql) {
+		src_fail(s, &s->ctl, "out of memory");
+		return;
+	}
+	snprintf(sql, cap,
+		 "%s%sSELECT pg_catalog.pg_terminate_backend(active_pid, 10000) FROM pg_catalog.pg_replication_slots "
+		 "WHERE slot_name = '%s' AND active_pid IS NOT NULL; "
+		 "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots "
+		 "WHERE slot_name = '%s' AND NOT active; DROP PUBLICATION IF EXISTS " RESHARD_PUBLICATION "; "
+		 "SELECT pg_catalog.count(*)::text FROM pg_catalog.pg_replication_slots WHERE slot_name = '%s'",
+		 first, first[0] ? "; " : "", s->slot, s->slot, s->slot);
+	(void)send_or_fail(s, &s->ctl, sql);
+	free(sql);
+}
+
+void rs_source_close(struct rs_source *s)
+{
+	s->stopping = true;
+	bconn_close(&s->ctl.b, true);
+	bconn_close(&s->repl.b, true);
+	bconn_close(&s->copy.b, true);
+	for (int d = 0; s->dst && d < s->rs->n_dst; d++)
+		bconn_close(&s->dst[d].b, true);
+	s->stopping = false;
+	s->state = RSS_STOPPED;
+}
+
+void rs_source_free(struct rs_source *s)
+{
+	if (!s->rs)
+		return;
+	bconn_release(&s->ctl.b);
+	bconn_release(&s->repl.b);
+	bconn_release(&s->copy.b);
+	for (int d = 0; s->dst && d < s->rs->n_dst; d++) {
+		bconn_release(&s->dst[d].b);
+		if (s->stmts && s->stmts[d])
+			buf_free(s->stmts[d]);
+	}
+	free(s->dst);
+	free(s->stmts);
+	free(s->opened);
+	for (size_t i = 0; i < RESHARD_TXN_RING; i++)
+		free(s->ring[i].need);
+	for (size_t i = 0; i < s->n_rels; i++)
+		rel_clear(&s->rels[i]);
+	free(s->rels);
+	if (s->split_on)
+		copysplit_free(&s->split);
+	free(s->scratch);
+	free(s->room_columns);
+	free(s->room_new);
+	free(s->room_old);
+	free(s->room_relids);
+	memset(s, 0, sizeof *s);
+}
