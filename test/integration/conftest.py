@@ -652,7 +652,7 @@ def render_ini(general: dict, pools: dict, peers: dict = None, extra: str = "") 
         lines.append("")
         lines.append("[pools.%s]" % pname)
         for k, v in pool.items():
-            if k in ("shards", "users") or v is None:
+            if k in ("shards", "users", "next") or v is None:
                 continue
             lines.append("%s = %s" % (k, _fmt(v)))
         for idx, shard in sorted(pool.get("shards", {}).items()):
@@ -661,6 +661,21 @@ def render_ini(general: dict, pools: dict, peers: dict = None, extra: str = "") 
             for k, v in shard.items():
                 if v is not None:
                     lines.append("%s = %s" % (k, _fmt(v)))
+        # the target layout of a reshard: pool["next"] = {"shards": {0: {...}, ...}}
+        # (keys of [pools.NAME.next] itself beside "shards", if any)
+        nxt = pool.get("next")
+        if nxt:
+            own = [(k, v) for k, v in nxt.items() if k != "shards" and v is not None]
+            if own:
+                lines.append("")
+                lines.append("[pools.%s.next]" % pname)
+                lines += ["%s = %s" % (k, _fmt(v)) for k, v in own]
+            for idx, shard in sorted(nxt.get("shards", {}).items()):
+                lines.append("")
+                lines.append("[pools.%s.next.shards.%s]" % (pname, idx))
+                for k, v in shard.items():
+                    if v is not None:
+                        lines.append("%s = %s" % (k, _fmt(v)))
         for uname, user in pool.get("users", {}).items():
             lines.append("")
             lines.append("[pools.%s.users.%s]" % (pname, uname))
