@@ -9,9 +9,11 @@
 #ifndef PGCAT_RESHARD_INTERNAL_H
 #define PGCAT_RESHARD_INTERNAL_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -156,6 +158,7 @@ enum rs_step {
 /* A pool's reshard, run by worker 0. */
 struct reshard {
 	struct worker *w;
+	const struct rs_events *ev;
 	char pool[64];
 	enum reshard_phase phase;
 	enum rs_step step;
@@ -195,16 +198,30 @@ struct reshard {
 	uint64_t started_us;
 };
 
-/* ---- reshard.c ---- */
-/* The reshard fails: every connection closed, the state saved, the old
- * layout serving. */
-void rs_fail(struct reshard *rs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Progress to the shared segment (SHOW RESHARD). */
-void rs_publish(struct reshard *rs);
-/* A source moved on: the plan looks whether its next step can begin. */
-void rs_source_progressed(struct reshard *rs);
-/* The server a shard's primary is (NULL: none). */
-const struct config_server *rs_primary(const struct config_shard *sh);
+/* ---- reshard.c's, as events (the sources and the schema call nothing
+ * of reshard.c by name: it calls them) ---- */
+struct rs_events {
+	/* The reshard fails: every connection closed, the state saved, the
+	 * old layout serving. */
+	void (*fail)(struct reshard *rs, const char *why);
+	/* A source moved on: the plan looks whether its next step can begin. */
+	void (*progressed)(struct reshard *rs);
+	/* Progress to the shared segment (SHOW RESHARD). */
+	void (*publish)(struct reshard *rs);
+	/* pg_dump ended (ok: its output is in rs->dump_out). */
+	void (*schema_dumped)(struct reshard *rs, bool ok, const char *why);
+};
+
+static inline void rs_failf(struct reshard *rs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void rs_failf(struct reshard *rs, const char *fmt, ...)
+{
+	char why[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	rs->ev->fail(rs, why);
+}
 
 /* ---- reshard_source.c ---- */
 /* rs->profile for its connections (once, before they open). */
@@ -232,10 +249,9 @@ bool rs_conn_idle(const struct rs_conn *c);
 extern const char *const rs_tables_query;
 /* A DataRow of that query into rs->tables. false: out of memory or a bad row. */
 bool rs_schema_table_row(struct reshard *rs, const uint8_t *body, size_t len);
-/* pg_dump --schema-only of source 0, read into rs->dump_out; then
- * rs_schema_dumped. false: could not start (rs failed). */
+/* pg_dump --schema-only of source 0, read into rs->dump_out; then its
+ * schema_dumped event. false: could not start (rs failed). */
 bool rs_schema_dump(struct reshard *rs);
-void rs_schema_dumped(struct reshard *rs, bool ok, const char *why);
 void rs_schema_stop(struct reshard *rs);
 /* pg_dump's output as one query for the destinations (psql's meta
  * commands dropped): NUL-terminated, malloc'd; NULL: out of memory. */
@@ -258,6 +274,8 @@ struct rs_state {
 bool rs_state_read(const char *dir, const char *pool, struct rs_state *st);
 /* Written whole and fsync'd before it replaces the old one. false: why. */
 bool rs_state_write(const char *dir, const char *pool, const struct rs_state *st, char *why, size_t whylen);
+/* The server a shard's primary is (a lone server of role auto counts; NULL: none). */
+const struct config_server *rs_primary(const struct config_shard *sh);
 /* The layout's description as rs_state.targets holds it. */
 void rs_layout_text(const struct config_shard *shards, size_t n, char *out, size_t cap);
 

@@ -69,18 +69,9 @@ static struct rs_entry *entry_of(struct reshard *rs)
 	return (struct rs_entry *)rs;
 }
 
-const struct config_server *rs_primary(const struct config_shard *sh)
-{
-	for (size_t i = 0; i < sh->n_servers; i++)
-		if (sh->servers[i].role == SERVER_ROLE_PRIMARY)
-			return &sh->servers[i];
-	/* A lone server of role auto is the shard's primary. */
-	return sh->n_servers == 1 && sh->servers[0].role == SERVER_ROLE_AUTO ? &sh->servers[0] : NULL;
-}
-
 /* ---- progress and state ---- */
 
-void rs_publish(struct reshard *rs)
+static void rs_publish(struct reshard *rs)
 {
 	struct shm_reshard *e = shm_reshard_entry(rs->w->shm, rs->pool);
 	if (!e)
@@ -162,7 +153,8 @@ static void close_sources(struct reshard *rs)
 	rs_schema_stop(rs);
 }
 
-void rs_fail(struct reshard *rs, const char *fmt, ...)
+static void rs_fail(struct reshard *rs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void rs_fail(struct reshard *rs, const char *fmt, ...)
 {
 	struct rs_extra *x = &entry_of(rs)->x;
 	if (rs->phase == RESHARD_FAILED || x->stopped)
@@ -191,6 +183,11 @@ void rs_fail(struct reshard *rs, const char *fmt, ...)
 	/* Slots left behind would keep the sources' WAL: they go. */
 	x->drop_after = rs->slots;
 	rs_publish(rs);
+}
+
+static void ev_fail(struct reshard *rs, const char *why)
+{
+	rs_fail(rs, "%s", why);
 }
 
 /* ---- making one ---- */
@@ -256,6 +253,16 @@ static void rs_free(struct rs_entry *en)
 }
 
 static void timer_cb(evutil_socket_t fd, short what, void *arg);
+static void ev_fail(struct reshard *rs, const char *why);
+static void rs_source_progressed(struct reshard *rs);
+static void rs_schema_dumped(struct reshard *rs, bool ok, const char *why);
+
+static const struct rs_events plan_events = {
+	.fail = ev_fail,
+	.progressed = rs_source_progressed,
+	.publish = rs_publish,
+	.schema_dumped = rs_schema_dumped,
+};
 
 /* swapped: the running snapshot uses the next layout already (a reshard
  * that cut over): its sources are the layout it moved from. */
@@ -269,6 +276,7 @@ static struct rs_entry *rs_new(struct worker *w, const struct config_pool *cp, e
 	}
 	struct reshard *rs = &en->rs;
 	rs->w = w;
+	rs->ev = &plan_events;
 	rs->dump_fd = -1;
 	en->x.mode = mode;
 	snprintf(rs->pool, sizeof rs->pool, "%s", cp->name);
@@ -402,7 +410,7 @@ static void truncate_destinations(struct reshard *rs)
 	buf_free(b);
 }
 
-void rs_schema_dumped(struct reshard *rs, bool ok, const char *why)
+static void rs_schema_dumped(struct reshard *rs, bool ok, const char *why)
 {
 	if (!ok) {
 		rs_fail(rs, "schema: %s", why);
@@ -430,7 +438,7 @@ void rs_schema_dumped(struct reshard *rs, bool ok, const char *why)
 		(void)rs_conn_query(&rs->src[0].dst[d], set);
 }
 
-void rs_source_progressed(struct reshard *rs)
+static void rs_source_progressed(struct reshard *rs)
 {
 	struct rs_extra *x = &entry_of(rs)->x;
 	if (rs->phase == RESHARD_FAILED || x->stopped || x->mode != RSM_MOVE)

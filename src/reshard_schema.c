@@ -232,7 +232,7 @@ static void dump_readable(evutil_socket_t fd, short what, void *arg)
 		if (n > 0) {
 			if (buf_add(rs->dump_out, chunk, (size_t)n) != 0 || buf_len(rs->dump_out) > 256u * 1024u * 1024u) {
 				rs_schema_stop(rs);
-				rs_schema_dumped(rs, false, "pg_dump's output is too large, or out of memory");
+				rs->ev->schema_dumped(rs, false, "pg_dump's output is too large, or out of memory");
 				return;
 			}
 			continue;
@@ -261,17 +261,17 @@ static void dump_readable(evutil_socket_t fd, short what, void *arg)
 				 WEXITSTATUS(status));
 		else
 			snprintf(why, sizeof why, "pg_dump did not end normally");
-		rs_schema_dumped(rs, false, why);
+		rs->ev->schema_dumped(rs, false, why);
 		return;
 	}
-	rs_schema_dumped(rs, true, NULL);
+	rs->ev->schema_dumped(rs, true, NULL);
 }
 
 bool rs_schema_dump(struct reshard *rs)
 {
 	char exe[1100];
 	if (!find_pg_dump(exe, sizeof exe)) {
-		rs_fail(rs, "pg_dump is not found in PATH nor in /usr/lib/postgresql/*/bin: the schema cannot be copied");
+		rs_failf(rs, "pg_dump is not found in PATH nor in /usr/lib/postgresql/*/bin: the schema cannot be copied");
 		return false;
 	}
 	const struct rs_endpoint *ep = &rs->src_ep[0];
@@ -287,7 +287,7 @@ bool rs_schema_dump(struct reshard *rs)
 	char **env = calloc(n_env + 3, sizeof *env);
 	char *pw = NULL;
 	if (!env) {
-		rs_fail(rs, "out of memory");
+		rs_failf(rs, "out of memory");
 		return false;
 	}
 	size_t k = 0;
@@ -298,7 +298,7 @@ bool rs_schema_dump(struct reshard *rs)
 		size_t l = strlen(rs->password) + 12;
 		if (!(pw = malloc(l))) {
 			free(env);
-			rs_fail(rs, "out of memory");
+			rs_failf(rs, "out of memory");
 			return false;
 		}
 		snprintf(pw, l, "PGPASSWORD=%s", rs->password);
@@ -310,7 +310,7 @@ bool rs_schema_dump(struct reshard *rs)
 	if (pipe2(fds, O_CLOEXEC) != 0) {
 		free(pw);
 		free(env);
-		rs_fail(rs, "cannot run pg_dump: pipe: %s", strerror(errno));
+		rs_failf(rs, "cannot run pg_dump: pipe: %s", strerror(errno));
 		return false;
 	}
 	posix_spawn_file_actions_t fa;
@@ -328,7 +328,7 @@ bool rs_schema_dump(struct reshard *rs)
 	free(env);
 	if (err != 0) {
 		close(fds[0]);
-		rs_fail(rs, "cannot run %s: %s", exe, strerror(err));
+		rs_failf(rs, "cannot run %s: %s", exe, strerror(err));
 		return false;
 	}
 	(void)fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
@@ -338,7 +338,7 @@ bool rs_schema_dump(struct reshard *rs)
 	    !(rs->dump_ev = event_new(rs->w->base, fds[0], EV_READ | EV_PERSIST, dump_readable, rs)) ||
 	    event_add(rs->dump_ev, NULL) != 0) {
 		rs_schema_stop(rs);
-		rs_fail(rs, "out of memory");
+		rs_failf(rs, "out of memory");
 		return false;
 	}
 	log_info("reshard %s: copying the schema of source shard 0 with %s", rs->pool, exe);

@@ -85,13 +85,13 @@ static void src_fail(struct rs_source *s, const struct rs_conn *c, const char *f
 	vsnprintf(why, sizeof why, fmt, ap);
 	va_end(ap);
 	if (c && c->role == RSC_DST)
-		rs_fail(s->rs, "source shard %d, new shard %d (%s:%d/%s): %s", s->index, c->dst, c->ep->host, c->ep->port,
+		rs_failf(s->rs, "source shard %d, new shard %d (%s:%d/%s): %s", s->index, c->dst, c->ep->host, c->ep->port,
 			c->ep->database, why);
 	else if (c)
-		rs_fail(s->rs, "source shard %d, %s connection (%s:%d/%s): %s", s->index, role_name(c), c->ep->host,
+		rs_failf(s->rs, "source shard %d, %s connection (%s:%d/%s): %s", s->index, role_name(c), c->ep->host,
 			c->ep->port, c->ep->database, why);
 	else
-		rs_fail(s->rs, "source shard %d: %s", s->index, why);
+		rs_failf(s->rs, "source shard %d: %s", s->index, why);
 }
 
 bool rs_conn_query(struct rs_conn *c, const char *sql)
@@ -183,7 +183,7 @@ static void advance_confirmed(struct rs_source *s)
 	if (s->ring_len == 0 && !s->in_txn && s->sent_end > s->confirmed)
 		s->confirmed = s->sent_end;
 	if (s->confirmed != before && s->target && s->confirmed >= s->target)
-		rs_source_progressed(s->rs);
+		s->rs->ev->progressed(s->rs);
 }
 
 static struct rs_rel *find_rel(struct rs_source *s, uint32_t relid)
@@ -690,7 +690,7 @@ static void src_step(struct rs_source *s)
 		if (!rs->resume_stream && !rs_conn_idle(&s->copy))
 			return;
 		s->state = RSS_WAIT_SCHEMA;
-		rs_source_progressed(rs);
+		rs->ev->progressed(rs);
 		return;
 	case RSS_SLOT:
 		if (!rs_conn_idle(&s->repl))
@@ -723,7 +723,7 @@ static void src_step(struct rs_source *s)
 				rs->tables_copied++;
 		}
 		s->table++;
-		rs_publish(rs);
+		rs->ev->publish(rs);
 		next_table(s);
 		return;
 	case RSS_COPY_COMMIT:
@@ -786,7 +786,7 @@ static bool conn_message(void *arg, uint8_t type, const uint8_t *body, size_t le
 		}
 		src_step(s);
 		if (rs_conn_idle(c) && (c->role == RSC_CTL || s->state == RSS_WAIT_SCHEMA))
-			rs_source_progressed(s->rs);
+			s->rs->ev->progressed(s->rs);
 		return true;
 	case PqMsg_DataRow: {
 		const char *v;
@@ -837,7 +837,7 @@ static bool conn_message(void *arg, uint8_t type, const uint8_t *body, size_t le
 		c->copy_both = true;
 		s->state = RSS_STREAM;
 		send_status(s, true);
-		rs_source_progressed(s->rs);
+		s->rs->ev->progressed(s->rs);
 		return true;
 	case PqMsg_RowDescription:
 	case PqMsg_CommandComplete:

@@ -58,6 +58,15 @@ static bool state_path(const char *dir, const char *pool, const char *suffix, ch
 	return k > 0 && (size_t)k < cap;
 }
 
+const struct config_server *rs_primary(const struct config_shard *sh)
+{
+	for (size_t i = 0; i < sh->n_servers; i++)
+		if (sh->servers[i].role == SERVER_ROLE_PRIMARY)
+			return &sh->servers[i];
+	/* A lone server of role auto is the shard's primary. */
+	return sh->n_servers == 1 && sh->servers[0].role == SERVER_ROLE_AUTO ? &sh->servers[0] : NULL;
+}
+
 void rs_layout_text(const struct config_shard *shards, size_t n, char *out, size_t cap)
 {
 	size_t used = 0;
