@@ -203,7 +203,7 @@ struct reshard {
 struct rs_events {
 	/* The reshard fails: every connection closed, the state saved, the
 	 * old layout serving. */
-	void (*fail)(struct reshard *rs, const char *why);
+	void (*failed)(struct reshard *rs, const char *why);
 	/* A source moved on: the plan looks whether its next step can begin. */
 	void (*progressed)(struct reshard *rs);
 	/* Progress to the shared segment (SHOW RESHARD). */
@@ -220,7 +220,7 @@ static inline void rs_failf(struct reshard *rs, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof why, fmt, ap);
 	va_end(ap);
-	rs->ev->fail(rs, why);
+	rs->ev->failed(rs, why);
 }
 
 /* ---- reshard_source.c ---- */

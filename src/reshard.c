@@ -258,7 +258,7 @@ static void rs_source_progressed(struct reshard *rs);
 static void rs_schema_dumped(struct reshard *rs, bool ok, const char *why);
 
 static const struct rs_events plan_events = {
-	.fail = ev_fail,
+	.failed = ev_fail,
 	.progressed = rs_source_progressed,
 	.publish = rs_publish,
 	.schema_dumped = rs_schema_dumped,

@@ -28,6 +28,7 @@ int main(void)
 	srunner_add_suite(sr, qstats_suite());
 	srunner_add_suite(sr, pgoutput_suite());
 	srunner_add_suite(sr, logical_apply_suite());
+	srunner_add_suite(sr, reshard_suite());
 	srunner_add_suite(sr, twophase_suite());
 	srunner_add_suite(sr, txn_mode_suite());
 	srunner_add_suite(sr, txn_suite());

@@ -26,6 +26,7 @@ Suite *errstats_suite(void);
 Suite *qstats_suite(void);
 Suite *pgoutput_suite(void);
 Suite *logical_apply_suite(void);
+Suite *reshard_suite(void);
 Suite *twophase_suite(void);
 Suite *txn_mode_suite(void);
 Suite *txn_suite(void);
