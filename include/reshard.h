@@ -37,7 +37,10 @@ enum reshard_phase {
 const char *reshard_phase_name(enum reshard_phase p);
 bool reshard_phase_parse(const char *s, enum reshard_phase *out);
 
-enum reshard_request { RESHARD_REQ_START, RESHARD_REQ_CUTOVER, RESHARD_REQ_CANCEL, RESHARD_REQ_CLEANUP };
+/* SWITCH: a peer's cutover (reshard_peers.c): this instance takes the
+ * next layout now, and keeps it (state_dir). */
+enum reshard_request { RESHARD_REQ_START, RESHARD_REQ_CUTOVER, RESHARD_REQ_CANCEL, RESHARD_REQ_CLEANUP,
+		       RESHARD_REQ_SWITCH };
 
 /* Worker 0, once it serves: reshards left unfinished go on. */
 void reshard_resume_all(struct worker *w);

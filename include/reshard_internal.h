@@ -196,6 +196,7 @@ struct reshard {
 	char error[256];
 	struct event *timer;
 	uint64_t started_us;
+	struct rs_peers *peers;   /* the other instances of [peers] (reshard_peers.c) */
 };
 
 /* ---- reshard.c's, as events (the sources and the schema call nothing
@@ -243,6 +244,22 @@ bool rs_source_drained(const struct rs_source *s);
 void rs_source_drop_slot(struct rs_source *s);
 bool rs_conn_query(struct rs_conn *c, const char *sql);
 bool rs_conn_idle(const struct rs_conn *c);
+
+/* ---- reshard_peers.c ---- */
+struct rs_peers;
+/* The instances [peers] lists, other than this one (none: nothing to
+ * do). false: out of memory. */
+bool rs_peers_init(struct reshard *rs);
+/* A console command for every peer, in order (each logged in on its first). */
+void rs_peers_send(struct reshard *rs, const char *sql);
+void rs_peers_tick(struct reshard *rs);
+/* Every peer answered everything sent (or failed). */
+bool rs_peers_settled(const struct reshard *rs);
+/* Why a peer failed (NULL: none did). */
+const char *rs_peers_failed(const struct reshard *rs);
+/* A cutover given up: the failed peers are tried afresh next time. */
+void rs_peers_forget_failures(struct reshard *rs);
+void rs_peers_free(struct reshard *rs);
 
 /* ---- reshard_schema.c ---- */
 /* The catalog query listing the tables (on source 0's control connection). */

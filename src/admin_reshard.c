@@ -66,6 +66,9 @@ void admin_reshard(struct client *c, char *const *words, int n)
 	} else if (n == 2 && strcasecmp(words[0], "cleanup") == 0) {
 		req = RESHARD_REQ_CLEANUP;
 		pool = words[1];
+	} else if (n == 2 && strcasecmp(words[0], "switch") == 0) {
+		req = RESHARD_REQ_SWITCH;
+		pool = words[1];
 	} else if (n == 1 || (n == 2 && strcasecmp(words[1], "hold") == 0)) {
 		pool = words[0];
 		hold = n == 2;
@@ -80,7 +83,7 @@ void admin_reshard(struct client *c, char *const *words, int n)
 		admin_error(c, code, "%s", err);
 		return;
 	}
-	static const char *const names[] = { "", " CUTOVER", " CANCEL", " CLEANUP" };
+	static const char *const names[] = { "", " CUTOVER", " CANCEL", " CLEANUP", " SWITCH" };
 	log_info("admin: RESHARD%s %s%s", names[req], pool, hold ? " HOLD" : "");
 	admin_complete(c, "RESHARD");
 }

@@ -241,6 +241,7 @@ static void rs_free(struct rs_entry *en)
 		buf_free(rs->dump_out);
 	if (rs->timer)
 		event_free(rs->timer);
+	rs_peers_free(rs);
 	endpoints_free(rs->src_ep, rs->n_src);
 	endpoints_free(rs->dst_ep, rs->n_dst);
 	if (rs->password)
@@ -325,7 +326,7 @@ static struct rs_entry *rs_new(struct worker *w, const struct config_pool *cp, e
 			snprintf(why, whylen, "out of memory");
 			goto fail;
 		}
-	if (!(rs->timer = event_new(w->base, -1, EV_PERSIST, timer_cb, en))) {
+	if (!rs_peers_init(rs) || !(rs->timer = event_new(w->base, -1, EV_PERSIST, timer_cb, en))) {
 		snprintf(why, whylen, "out of memory");
 		goto fail;
 	}
@@ -512,6 +513,10 @@ static void give_up_cutover(struct reshard *rs, const char *why)
 {
 	struct rs_extra *x = &entry_of(rs)->x;
 	resume_pool(rs);
+	char sql[100];
+	snprintf(sql, sizeof sql, "RESUME %s", rs->pool);
+	rs_peers_forget_failures(rs);
+	rs_peers_send(rs, sql);
 	for (int i = 0; i < rs->n_src; i++)
 		rs->src[i].target = 0;
 	rs->step = RSP_SOURCES;
@@ -545,6 +550,11 @@ static void cut_over(struct reshard *rs)
 	/* Every worker switches before it resumes: the ring is read in order. */
 	reshard_switch(w, rs->pool);
 	(void)shm_admin_post(w->shm, w->id, SHM_ADMIN_RESHARD_SWITCH, rs->pool, NULL);
+	char sql[100];
+	snprintf(sql, sizeof sql, "RESHARD SWITCH %s", rs->pool);
+	rs_peers_send(rs, sql);
+	snprintf(sql, sizeof sql, "RESUME %s", rs->pool);
+	rs_peers_send(rs, sql);
 	resume_pool(rs);
 	rs->pause_us = w->now_us - rs->pause_start_us;
 	(void)save_state(rs);
@@ -577,6 +587,12 @@ static void cutover_tick(struct reshard *rs)
 		rs->pause_start_us = w->now_us;
 		(void)pool_pause(w, rs->pool);
 		x->pause_seq = shm_admin_post(w->shm, w->id, SHM_ADMIN_PAUSE, rs->pool, NULL);
+		{
+			/* The peers pause too: their PAUSE answers once drained. */
+			char sql[100];
+			snprintf(sql, sizeof sql, "PAUSE %s", rs->pool);
+			rs_peers_send(rs, sql);
+		}
 		rs->step = RSP_PAUSING;
 		set_phase(rs, RESHARD_CUTOVER);
 		return;
@@ -585,7 +601,14 @@ static void cutover_tick(struct reshard *rs)
 			give_up_cutover(rs, "clients kept their servers");
 			return;
 		}
-		if (!shm_admin_applied_by_all(w->shm, w->id, x->pause_seq) || !pool_paused_drained(w, rs->pool))
+		if (rs_peers_failed(rs)) {
+			char why[400];
+			snprintf(why, sizeof why, "%s", rs_peers_failed(rs));
+			give_up_cutover(rs, why);
+			return;
+		}
+		if (!shm_admin_applied_by_all(w->shm, w->id, x->pause_seq) || !pool_paused_drained(w, rs->pool) ||
+		    !rs_peers_settled(rs))
 			return;
 		for (int i = 0; i < rs->n_src; i++)
 			rs_source_ask_target(&rs->src[i]);
@@ -629,8 +652,16 @@ static void drop_tick(struct reshard *rs)
 		all = false;
 		rs_source_drop_slot(s);   /* still active (its walsender ending): again */
 	}
-	if (!all)
+	if (!all || !rs_peers_settled(rs))
 		return;
+	if (rs_peers_failed(rs)) {
+		/* The switch did not reach a peer: it stays paused (on the old
+		 * layout) until told; said loudly. */
+		copy_text(rs->error, sizeof rs->error, rs_peers_failed(rs));
+		rs->errors++;
+		log_error("reshard %s: a peer did not take the new layout: %s; it keeps its pool paused: run RESHARD "
+			  "SWITCH %s and RESUME %s on its console", rs->pool, rs->error, rs->pool, rs->pool);
+	}
 	x->dropping = false;
 	close_sources(rs);
 	rs->slots = false;
@@ -657,6 +688,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	for (int i = 0; i < rs->n_src && !en->x.stopped; i++)
 		rs_source_tick(&rs->src[i]);
+	rs_peers_tick(rs);
 	if (en->x.stopped)
 		return;
 	if (en->x.dropping) {
@@ -737,6 +769,14 @@ static void start_drop_run(struct worker *w, const struct config_pool *cp, enum 
 	}
 	(void)save_state(&en->rs);
 	rs_publish(&en->rs);
+	if (final == RESHARD_DONE) {
+		/* Cut over, not finished: the peers may not have had the switch. */
+		char sql[100];
+		snprintf(sql, sizeof sql, "RESHARD SWITCH %s", cp->name);
+		rs_peers_send(&en->rs, sql);
+		snprintf(sql, sizeof sql, "RESUME %s", cp->name);
+		rs_peers_send(&en->rs, sql);
+	}
 	en->x.dropping = true;
 	open_controls(&en->rs);
 }
@@ -783,6 +823,8 @@ static void reshard_act(struct worker *w, enum reshard_request req, const char *
 			rs_source_open(&rs->src[i]);
 		return;
 	}
+	case RESHARD_REQ_SWITCH:
+		return;   /* (done by the console's worker, switch_here) */
 	case RESHARD_REQ_CUTOVER:
 		if (run) {
 			run->cutover_asked = true;
@@ -826,6 +868,34 @@ static void reshard_act(struct worker *w, enum reshard_request req, const char *
 		return;
 	}
 	}
+}
+
+static void layout_switch_pool(struct worker *w, const char *pool);
+
+/* RESHARD SWITCH (a peer's cutover): phase done with this instance's next
+ * layout, kept in state_dir, and every worker on it. Idempotent. */
+static bool switch_here(struct worker *w, const char *pool, char *err, size_t errlen)
+{
+	const struct config_pool *cp = config_find_pool(w->cfg, pool);
+	struct rs_state st;
+	if (rs_state_read(w->cfg->general.state_dir, pool, &st) && st.phase == RESHARD_DONE)
+		return true;   /* switched already (the next layout is in use) */
+	memset(&st, 0, sizeof st);
+	st.phase = RESHARD_DONE;
+	rs_layout_text(cp->next_shards, cp->n_next_shards, st.targets, sizeof st.targets);
+	if (!rs_state_write(w->cfg->general.state_dir, pool, &st, err, errlen))
+		return false;
+	struct shm_reshard *e = shm_reshard_entry(w->shm, pool);
+	if (e) {
+		atomic_fetch_add_explicit(&e->seq, 1, memory_order_acq_rel);
+		e->phase = RESHARD_DONE;
+		e->source_shards = (int32_t)cp->n_shards;
+		e->target_shards = (int32_t)cp->n_next_shards;
+		atomic_fetch_add_explicit(&e->seq, 1, memory_order_release);
+	}
+	log_info("reshard %s: switched to the next layout by a peer's cutover", pool);
+	layout_switch_pool(w, pool);
+	return true;
 }
 
 static bool running_phase(int32_t p)
@@ -892,6 +962,12 @@ bool reshard_request(struct worker *w, enum reshard_request req, const char *poo
 			return false;
 		}
 		break;
+	case RESHARD_REQ_SWITCH:
+		if (running_phase(phase)) {
+			snprintf(err, errlen, "this instance runs the reshard of %s itself", pool);
+			return false;
+		}
+		return switch_here(w, pool, err, errlen);
 	case RESHARD_REQ_CLEANUP:
 		if (phase != RESHARD_DONE) {
 			snprintf(err, errlen, "the reshard of %s has not cut over (phase %s); nothing to clean up", pool,
@@ -904,6 +980,7 @@ bool reshard_request(struct worker *w, enum reshard_request req, const char *poo
 		reshard_act(w, req, pool, hold);
 		return true;
 	}
+	/* (SWITCH is done above, by this worker.) */
 	char value[32];
 	snprintf(value, sizeof value, "%d %d", (int)req, hold ? 1 : 0);
 	(void)shm_admin_post(w->shm, w->id, SHM_ADMIN_RESHARD, pool, value);
@@ -916,7 +993,7 @@ void reshard_posted(struct worker *w, uint64_t seq, const char *pool, const char
 		return;
 	atomic_store(&w->shm->h->reshard_seen, seq);
 	int req = -1, hold = 0;
-	if (sscanf(value, "%d %d", &req, &hold) != 2 || req < RESHARD_REQ_START || req > RESHARD_REQ_CLEANUP)
+	if (sscanf(value, "%d %d", &req, &hold) != 2 || req < RESHARD_REQ_START || req > RESHARD_REQ_SWITCH)
 		return;
 	reshard_act(w, (enum reshard_request)req, pool, hold != 0);
 }
@@ -1027,6 +1104,13 @@ void reshard_overlay(struct config *cfg)
 			config_use_next_layout(&cfg->pools[i]);
 			log_debug("reshard %s: its next layout is in use (the reshard is done)", cfg->pools[i].name);
 		}
+}
+
+/* This worker switches, and the others through the admin ring. */
+static void layout_switch_pool(struct worker *w, const char *pool)
+{
+	reshard_switch(w, pool);
+	(void)shm_admin_post(w->shm, w->id, SHM_ADMIN_RESHARD_SWITCH, pool, NULL);
 }
 
 void reshard_switch(struct worker *w, const char *pool)

@@ -360,8 +360,10 @@ def layout(s, dbs):
     return {i: {"database": db, "servers": "127.0.0.1:%d:primary" % s.port} for i, db in enumerate(dbs)}
 
 
-def start_pgcat(pgcat, s, tmp_path, workers=2, pools=None):
-    general = {"workers": workers, "state_dir": str(tmp_path / "state"), "prepared_statements": "true"}
+def start_pgcat(pgcat, s, tmp_path, workers=2, pools=None, peer_id=None, start=True, state="state"):
+    general = {"workers": workers, "state_dir": str(tmp_path / state), "prepared_statements": "true"}
+    if peer_id is not None:
+        general["peer_id"] = peer_id
     pool = {
         "pool_mode": "transaction",
         "query_parser_enabled": "true",
@@ -376,7 +378,7 @@ def start_pgcat(pgcat, s, tmp_path, workers=2, pools=None):
     all_pools.update(pools or {})
     # pg_dump (schema copy) from PATH, as the reshard looks for it
     env = {"PATH": "%s:%s" % (PG_BIN, os.environ.get("PATH", "/usr/bin:/bin"))}
-    return pgcat(general=general, replace_pools=all_pools, env=env)
+    return pgcat(general=general, replace_pools=all_pools, env=env, start=start)
 
 
 def connect(p, dbname=POOL, autocommit=False, **kw):
@@ -593,10 +595,10 @@ class Client(threading.Thread):
 
 
 class Load:
-    def __init__(self, p, data):
+    def __init__(self, p, data, clients=range(N_CLIENTS)):
         self.outages = Outages()
         self.stop_ev = threading.Event()
-        self.clients = [Client(i, p, data, self.outages, self.stop_ev) for i in range(N_CLIENTS)]
+        self.clients = [Client(i, p, data, self.outages, self.stop_ev) for i in clients]
 
     def start(self):
         for c in self.clients:
@@ -904,6 +906,57 @@ def test_reshard_destination_fails(pgcat, srv, tmp_path):
     probes += assert_routed_to(p, srv, OLD_DBS, "failed, restarted")
     drop_probes(srv, probes)
     assert_layout_holds(srv, OLD_DBS, data.rows())
+
+
+def test_reshard_switches_the_peers(pgcat, srv, tmp_path):
+    """Two instances in front of the same pool ([peers], each with its own
+    state_dir), a keyed load through both: the reshard run by instance 1
+    pauses instance 2 at its cutover (PAUSE on its console), switches it
+    (RESHARD SWITCH) and resumes it. Afterwards both route over the new
+    layout, also instance 2 once restarted, and the rows are those of a
+    replay of every client's operations."""
+    data = Dataset(items_per_client=60, docs_per_client=30)
+    data.load(srv)
+    a = start_pgcat(pgcat, srv, tmp_path, peer_id=1, start=False, state="state-a")
+    b = start_pgcat(pgcat, srv, tmp_path, peer_id=2, start=False, state="state-b")
+    every = {1: "127.0.0.1:%d" % a.port, 2: "127.0.0.1:%d" % b.port}
+    for inst in (a, b):
+        inst.peers = every
+        inst.start()
+    load_a, load_b = Load(a, data, clients=range(0, 4)), Load(b, data, clients=range(4, 8))
+    try:
+        load_a.start()
+        load_b.start()
+        assert run(a, "RESHARD app HOLD") == "RESHARD"
+        wait_phase(a, "replicate", 90)
+        load_a.wait_commits(5, after=time.monotonic())
+        load_b.wait_commits(5, after=time.monotonic())
+        t_cut = time.monotonic()
+        run(a, "RESHARD CUTOVER app")
+        done = wait_phase(a, "done", 60)
+        t_done = time.monotonic()
+        wait_phase(b, "done", 10)
+        load_a.wait_commits(5, after=t_done)
+        load_b.wait_commits(5, after=t_done)
+        time.sleep(1)
+    finally:
+        load_a.stop()
+        load_b.stop()
+    load_a.check_clean()
+    load_b.check_clean()
+    assert 0 <= int(done["pause_ms"]) < 1000, done
+    worst, n = load_b.max_latency(t_cut, t_done)
+    assert n > 0 and worst < 1.5, (worst, n)
+    want = replay(srv, data, load_a.clients + load_b.clients)
+    assert_layout_holds(srv, NEW_DBS, want)
+    probes = assert_routed_to(b, srv, NEW_DBS, "peer after the cutover")
+    rc = b.stop()
+    assert rc == 0, rc
+    b.log_fh.close()
+    b.start()
+    probes += assert_routed_to(b, srv, NEW_DBS, "peer restarted")
+    assert show_reshard(b)[POOL]["phase"] == "done"
+    drop_probes(srv, probes)
 
 
 def test_reshard_refusals(pgcat, srv, tmp_path):
