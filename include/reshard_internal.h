@@ -128,7 +128,7 @@ struct rs_source {
 	size_t n_rels, cap_rels;
 	bool in_txn;
 	bool *opened;             /* per destination: this transaction sent it a BEGIN */
-	bool asking_target;       /* cutover: pg_current_wal_lsn() asked */
+	bool asking_target;       /* cutover: the source's current position asked */
 	struct buf **stmts;       /* per destination: this transaction's statements */
 	struct rs_txn ring[RESHARD_TXN_RING];
 	size_t ring_head, ring_len;

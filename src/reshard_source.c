@@ -778,7 +778,7 @@ static bool conn_message(void *arg, uint8_t type, const uint8_t *body, size_t le
 			s->asking_target = false;
 			unsigned hi, lo;
 			if (!c->have_answer || sscanf(c->answer, "%X/%X", &hi, &lo) != 2) {
-				src_fail(s, c, "pg_current_wal_lsn() gave no position");
+				src_fail(s, c, "pg_logical_emit_message() gave no position");
 				return true;
 			}
 			s->target = ((uint64_t)hi << 32) | lo;
@@ -993,7 +993,15 @@ void rs_source_ask_target(struct rs_source *s)
 {
 	s->target = 0;
 	s->asking_target = true;
-	(void)send_or_fail(s, &s->ctl, "SELECT pg_catalog.pg_current_wal_lsn()");
+	/* Not pg_current_wal_lsn(): with synchronous_commit off a client's
+	 * COMMIT returns before its WAL is written, and the write position
+	 * can be behind it. A logical message is inserted after every commit
+	 * that has returned, and its transaction, committed synchronously,
+	 * flushes the WAL up to it, so that the walsender decodes past it at
+	 * once. Its position is the target. */
+	(void)send_or_fail(s, &s->ctl,
+			   "SET synchronous_commit = on; "
+			   "SELECT pg_catalog.pg_logical_emit_message(true, 'pgcat_reshard', 'cutover')");
 }
 
 bool rs_source_drained(const struct rs_source *s)

@@ -217,7 +217,14 @@ def assert_layout_holds(s, dbs, want):
     """Every row of the sharded tables on its shard of the layout `dbs`, and
     the union exactly `want` ({table: {key: row}})."""
     for table in SHARDED:
-        assert_same_rows(placed_rows(s, dbs, table), want[table], "%s over %s" % (table, ",".join(dbs)))
+        got = placed_rows(s, dbs, table)
+        try:
+            assert_same_rows(got, want[table], "%s over %s" % (table, ",".join(dbs)))
+        except AssertionError as e:
+            # where the rows that differ are, old shards included
+            keys = sorted((set(got) ^ set(want[table])) | {k for k in set(got) & set(want[table])
+                                                            if got[k] != want[table][k]})[:3]
+            raise AssertionError("%s; held by: %r" % (e, {k: holders(s, table, k) for k in keys})) from None
 
 
 def assert_kinds_everywhere(s, dbs, want):
