@@ -211,6 +211,9 @@ struct fanout {
 	 * TRANSACTION) and leaves no read_your_writes mark. */
 	bool txn_read_only;
 	int n_legs, n_done;
+	/* The pool's shard count when it was planned: a leg routed again
+	 * after an online reshard changed it would run on another layout. */
+	size_t layout_shards;
 	struct fanout_leg legs[];
 };
 

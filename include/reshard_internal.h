@@ -23,11 +23,10 @@
 #include "pgoutput.h"
 #include "reshard.h"
 
-#define RESHARD_PUBLICATION "pgcat_reshard"
 /* Cut over once every source's stream is this close to its server's end of WAL. */
 #define RESHARD_CUTOVER_LAG_BYTES (1024u * 1024u)
 /* Clients that do not release their servers within this give the cutover up (it is tried again later). */
-#define RESHARD_DRAIN_LIMIT_US (5u * 1000u * 1000u)
+#define RESHARD_DRAIN_LIMIT_US (2u * 1000u * 1000u)
 /* A destination's unsent output above this stops reading the source. */
 #define RESHARD_OUT_HIGH (4u * 1024u * 1024u)
 /* Source transactions applied and not yet confirmed by every destination. */
@@ -36,9 +35,13 @@
 /* A table of the source database, as the reshard moves it. */
 struct rs_table {
 	char *nspname, *relname;  /* as in the catalog */
+	char *qname;              /* "nspname"."relname", quoted for SQL */
 	char *columns;            /* its columns for COPY, quoted, in order */
 	int key_col;              /* position of the sharding column in columns; -1: not sharded (copied whole to every shard) */
 	char *key_name;           /* the sharding column's name, NULL when not sharded */
+	/* Why its changes cannot be moved ("": they can): no primary key or
+	 * replica identity index, or a sharding column outside it. */
+	char unmovable[96];
 	uint64_t rows, bytes;     /* copied (every source summed) */
 	int sources_done;         /* sources that copied it (a sharded table: all of them; else source 0) */
 };
@@ -59,6 +62,7 @@ enum rs_source_state {
 	RSS_CONNECT,        /* connections opening */
 	RSS_PREP,           /* publication made, stale slot dropped, destinations' settings */
 	RSS_WAIT_SCHEMA,    /* source 0 lists the tables and copies the schema */
+	RSS_PUBLISH,        /* its publication of the tables it moves made afresh */
 	RSS_SLOT,           /* CREATE_REPLICATION_SLOT ... EXPORT_SNAPSHOT */
 	RSS_SNAPSHOT,       /* the copy connection takes the snapshot */
 	RSS_COPY,           /* tables copied one after another */
@@ -129,11 +133,13 @@ struct rs_source {
 	bool in_txn;
 	bool *opened;             /* per destination: this transaction sent it a BEGIN */
 	bool asking_target;       /* cutover: the source's current position asked */
+	bool asking_lsn;          /* its end of WAL asked (the lag) */
+	uint64_t last_lsn_poll_us;
 	struct buf **stmts;       /* per destination: this transaction's statements */
 	struct rs_txn ring[RESHARD_TXN_RING];
 	size_t ring_head, ring_len;
 	uint64_t confirmed;       /* the slot's position pgcat confirms */
-	uint64_t server_end;      /* the server's end of WAL as last told */
+	uint64_t server_end;      /* the server's end of WAL as last asked (0: not yet) */
 	uint64_t sent_end;        /* a keepalive's: everything before it was sent */
 	uint64_t target;          /* cutover: drain up to this */
 	uint64_t last_status_us;
@@ -175,9 +181,11 @@ struct reshard {
 	 * sessions from those a killed pgcat left on the new shards. */
 	struct bconn_profile profile;
 	char app_name[96];
+	char publication[64];     /* pgcat_reshard_<pool>: the tables moved, on every source */
 	char *user, *password;    /* the pool's first user, as its servers are logged in to */
 	struct rs_endpoint *src_ep, *dst_ep;
 	char targets[2048];       /* the next layout, as the state file names it */
+	char sources[2048];       /* the layout it moves from */
 	int n_src, n_dst;
 	struct rs_source *src;
 	struct rs_table *tables;
@@ -275,8 +283,11 @@ void rs_schema_stop(struct reshard *rs);
 char *rs_schema_sql(const uint8_t *dump, size_t len);
 /* A DataRow body's column i: false when it is not there. */
 bool rs_datarow_col(const uint8_t *body, size_t len, int i, const char **val, int32_t *vlen);
-/* A slot name for (pool, source shard): letters, digits and _ only. */
+/* A slot name for (pool, source shard), and the publication's name for
+ * pool (shard < 0): letters, digits and _ only. */
 void rs_slot_name(char *out, size_t cap, const char *pool, int shard);
+/* name as a quoted identifier onto b (its quotes doubled). -1: out of memory. */
+int rs_quote_ident(struct buf *b, const char *name);
 
 /* ---- reshard_state.c ---- */
 struct rs_state {
@@ -284,6 +295,7 @@ struct rs_state {
 	bool hold, schema_done;
 	bool slots;               /* replication slots may be left on the sources */
 	char targets[2048];       /* the next layout it moved to: "host:port/db,..." */
+	char sources[2048];       /* the layout it moved from */
 	uint64_t pause_us;
 	char error[256];
 };

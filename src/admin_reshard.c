@@ -52,8 +52,32 @@ void admin_show_reshard(struct client *c)
 	admin_res_end(&r);
 }
 
+/* RESHARD CUTOVER|CANCEL|CLEANUP without a pool: the one pool whose
+ * reshard is in a phase the command applies to (running; done for
+ * CLEANUP). NULL: none or several (err says so). */
+static const char *only_pool(struct client *c, enum reshard_request req, char *out, size_t cap, char *err,
+			     size_t errlen)
+{
+	struct shm_reshard e;
+	int found = 0;
+	for (int i = 0; i < SHM_RESHARD_MAX; i++) {
+		if (!shm_reshard_read(c->w->shm, i, &e))
+			continue;
+		bool running = e.phase == RESHARD_COPY || e.phase == RESHARD_REPLICATE || e.phase == RESHARD_CUTOVER;
+		bool fits = req == RESHARD_REQ_CLEANUP ? e.phase == RESHARD_DONE :
+			    req == RESHARD_REQ_CANCEL  ? running || e.phase == RESHARD_FAILED : running;
+		if (fits && found++ == 0)
+			snprintf(out, cap, "%s", e.pool);
+	}
+	if (found == 1)
+		return out;
+	snprintf(err, errlen, found ? "several pools have a reshard: name the pool" : "no pool has a reshard to act on");
+	return NULL;
+}
+
 void admin_reshard(struct client *c, char *const *words, int n)
 {
+	char name[64];
 	enum reshard_request req = RESHARD_REQ_START;
 	const char *pool = NULL;
 	bool hold = false;
@@ -69,12 +93,22 @@ void admin_reshard(struct client *c, char *const *words, int n)
 	} else if (n == 2 && strcasecmp(words[0], "switch") == 0) {
 		req = RESHARD_REQ_SWITCH;
 		pool = words[1];
+	} else if (n == 1 && (strcasecmp(words[0], "cutover") == 0 || strcasecmp(words[0], "cancel") == 0 ||
+			      strcasecmp(words[0], "cleanup") == 0)) {
+		req = strcasecmp(words[0], "cutover") == 0 ? RESHARD_REQ_CUTOVER :
+		      strcasecmp(words[0], "cancel") == 0  ? RESHARD_REQ_CANCEL : RESHARD_REQ_CLEANUP;
+		char why[128];
+		if (!(pool = only_pool(c, req, name, sizeof name, why, sizeof why))) {
+			admin_error(c, "55000", "RESHARD %s: %s", words[0], why);
+			return;
+		}
 	} else if (n == 1 || (n == 2 && strcasecmp(words[1], "hold") == 0)) {
 		pool = words[0];
 		hold = n == 2;
 	} else {
 		admin_error(c, "42601",
-			    "RESHARD takes: RESHARD pool [HOLD], RESHARD CUTOVER pool, RESHARD CANCEL pool, RESHARD CLEANUP pool");
+			    "RESHARD takes: RESHARD pool [HOLD], RESHARD CUTOVER [pool], RESHARD CANCEL [pool], RESHARD CLEANUP "
+			    "[pool]");
 		return;
 	}
 	const char *code;

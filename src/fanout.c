@@ -257,6 +257,7 @@ struct fanout *fanout_new_write(struct client *c, enum fanout_kind kind, enum fa
 		return NULL;
 	}
 	fo->c = c;
+	fo->layout_shards = c->pool->cpool->n_shards;
 	fo->kind = kind;
 	fo->phase = phase;
 	fo->phase_done = phase_done;
@@ -765,7 +766,7 @@ static void leg_rerouted(struct pool_waiter *pw)
 	/* A leg per shard of the layout the statement was planned on: once
 	 * the pool moved to another (an online reshard cut over while it
 	 * waited), the plan no longer holds. Nothing ran anywhere yet. */
-	if ((size_t)leg->fo->n_legs != leg->fo->c->pool->cpool->n_shards) {
+	if (leg->fo->layout_shards != leg->fo->c->pool->cpool->n_shards) {
 		leg_fail_request(leg, "40001", "the pool's shards changed (an online reshard cut over) while this "
 				 "statement waited for its servers; run it again");
 		return;

@@ -965,6 +965,7 @@ enum fanout_start fanout_start(struct client *c, const struct proto_frame *f, bo
 		return FANOUT_REFUSED;
 	}
 	fo->c = c;   /* (kind FANOUT_READ: 0) */
+	fo->layout_shards = c->pool->cpool->n_shards;
 	fo->extended = r.query == NULL;
 	if (r.has_bind)
 		snprintf(fo->portal, sizeof fo->portal, "%s", r.bind_portal);

@@ -122,6 +122,7 @@ static bool save_state(struct reshard *rs)
 	st.slots = rs->slots;
 	st.pause_us = rs->pause_us;
 	snprintf(st.targets, sizeof st.targets, "%s", rs->targets);
+	snprintf(st.sources, sizeof st.sources, "%s", rs->sources);
 	snprintf(st.error, sizeof st.error, "%s", rs->error);
 	char why[300];
 	if (rs_state_write(rs->w->cfg->general.state_dir, rs->pool, &st, why, sizeof why))
@@ -164,6 +165,18 @@ static void rs_fail(struct reshard *rs, const char *fmt, ...)
 	vsnprintf(rs->error, sizeof rs->error, fmt, ap);
 	va_end(ap);
 	rs->errors++;
+	if (x->mode == RSM_MOVE && rs->phase == RESHARD_DONE) {
+		/* Cut over already (every worker has the new layout): only the
+		 * slots' drop failed. The phase stays done; the slots go by a
+		 * run of their own. */
+		log_error("reshard %s: after the cutover: %s; the replication slots are dropped again", rs->pool,
+			  rs->error);
+		close_sources(rs);
+		x->stopped = true;
+		x->drop_after = true;
+		rs_publish(rs);
+		return;
+	}
 	if (x->mode != RSM_MOVE) {
 		/* Dropping the slots failed: said, and the phase stays. */
 		log_error("reshard %s: %s", rs->pool, rs->error);
@@ -174,8 +187,13 @@ static void rs_fail(struct reshard *rs, const char *fmt, ...)
 	}
 	log_error("reshard %s failed: %s; the old layout keeps serving (RESHARD CANCEL drops the replication slots)",
 		  rs->pool, rs->error);
-	if (rs->step != RSP_SOURCES)
+	if (rs->step != RSP_SOURCES) {
 		resume_pool(rs);
+		char sql[100];
+		snprintf(sql, sizeof sql, "RESUME %s", rs->pool);
+		rs_peers_forget_failures(rs);
+		rs_peers_send(rs, sql);
+	}
 	close_sources(rs);
 	rs->phase = RESHARD_FAILED;
 	(void)save_state(rs);
@@ -233,6 +251,7 @@ static void rs_free(struct rs_entry *en)
 	for (size_t t = 0; t < rs->n_tables; t++) {
 		free(rs->tables[t].nspname);
 		free(rs->tables[t].relname);
+		free(rs->tables[t].qname);
 		free(rs->tables[t].columns);
 		free(rs->tables[t].key_name);
 	}
@@ -281,6 +300,7 @@ static struct rs_entry *rs_new(struct worker *w, const struct config_pool *cp, e
 	rs->dump_fd = -1;
 	en->x.mode = mode;
 	snprintf(rs->pool, sizeof rs->pool, "%s", cp->name);
+	rs_slot_name(rs->publication, sizeof rs->publication, rs->pool, -1);
 	rs_profile_init(rs);
 	rs->fn = cp->sharding_function;
 	/* After a cutover the configuration's next layout is the one in
@@ -296,6 +316,7 @@ static struct rs_entry *rs_new(struct worker *w, const struct config_pool *cp, e
 	rs->n_src = (int)n_from;
 	rs->n_dst = (int)n_to;
 	rs_layout_text(to, n_to, rs->targets, sizeof rs->targets);
+	rs_layout_text(from, n_from, rs->sources, sizeof rs->sources);
 	if (cp->n_users == 0) {
 		snprintf(why, whylen, "the pool has no user in the configuration to connect as");
 		goto fail;
@@ -392,7 +413,7 @@ static void truncate_destinations(struct reshard *rs)
 		return;
 	}
 	for (size_t t = 0; t < rs->n_tables; t++)
-		if (buf_add_printf(b, "%s\"%s\".\"%s\"", t ? ", " : "", rs->tables[t].nspname, rs->tables[t].relname) < 0) {
+		if (buf_add_printf(b, "%s%s", t ? ", " : "", rs->tables[t].qname) < 0) {
 			buf_free(b);
 			rs_fail(rs, "out of memory");
 			return;
@@ -462,6 +483,13 @@ static void rs_source_progressed(struct reshard *rs)
 				rs_fail(rs, "source shard 0 has no table to move");
 				return;
 			}
+			for (size_t t = 0; t < rs->n_tables; t++)
+				if (rs->tables[t].unmovable[0]) {
+					rs_fail(rs, "table %s.%s cannot be moved: %s (its updates and deletes could not be "
+						"applied by key); nothing was changed", rs->tables[t].nspname,
+						rs->tables[t].relname, rs->tables[t].unmovable);
+					return;
+				}
 			rs_publish(rs);
 			if (rs->resume_stream) {
 				begin_sources(rs);
@@ -502,6 +530,8 @@ static uint64_t max_lag(const struct reshard *rs)
 	uint64_t lag = 0;
 	for (int i = 0; i < rs->n_src; i++) {
 		const struct rs_source *s = &rs->src[i];
+		if (!s->server_end)
+			return UINT64_MAX;   /* not measured yet */
 		uint64_t l = s->server_end > s->confirmed ? s->server_end - s->confirmed : 0;
 		if (l > lag)
 			lag = l;
@@ -540,6 +570,19 @@ static void start_drop(struct reshard *rs)
 static void cut_over(struct reshard *rs)
 {
 	struct worker *w = rs->w;
+	/* A RELOAD during the reshard may have changed either layout: the
+	 * switch would then not be the one the data moved for. */
+	const struct config_pool *cp = config_find_pool(w->cfg, rs->pool);
+	char now[sizeof rs->sources], next[sizeof rs->targets];
+	now[0] = next[0] = '\0';
+	if (cp) {
+		rs_layout_text(cp->shards, cp->n_shards, now, sizeof now);
+		rs_layout_text(cp->next_shards, cp->n_next_shards, next, sizeof next);
+	}
+	if (!cp || strcmp(now, rs->sources) != 0 || strcmp(next, rs->targets) != 0) {
+		rs_fail(rs, "the configuration's layouts of %s changed during the reshard (a RELOAD): no cutover", rs->pool);
+		return;
+	}
 	rs->pause_us = w->now_us - rs->pause_start_us;
 	rs->phase = RESHARD_DONE;
 	if (!save_state(rs)) {
@@ -763,6 +806,9 @@ static void start_drop_run(struct worker *w, const struct config_pool *cp, enum 
 	en->rs.phase = final;
 	en->rs.slots = true;
 	en->x.final_phase = final;
+	struct rs_state prev;   /* (what the state said of the schema stays said) */
+	if (rs_state_read(w->cfg->general.state_dir, cp->name, &prev))
+		en->rs.schema_done = prev.schema_done;
 	if (error) {
 		copy_text(en->rs.error, sizeof en->rs.error, error);
 		en->rs.errors = 1;
@@ -813,6 +859,13 @@ static void reshard_act(struct worker *w, enum reshard_request req, const char *
 		rs->hold = hold;
 		rs->slots = true;
 		rs->phase = RESHARD_COPY;
+		/* Again after a cancelled or failed one to the same layout: its
+		 * schema is on the new shards (their tables are emptied instead). */
+		struct rs_state before;
+		if (rs_state_read(w->cfg->general.state_dir, pool, &before) && before.schema_done &&
+		    (before.phase == RESHARD_CANCELLED || before.phase == RESHARD_FAILED) &&
+		    strcmp(before.targets, rs->targets) == 0)
+			rs->schema_done = true;
 		log_info("reshard %s: started, %d shards to %d%s", pool, rs->n_src, rs->n_dst, hold ? " (HOLD)" : "");
 		if (!save_state(rs)) {
 			rs_fail(rs, "the state could not be saved");
@@ -835,8 +888,13 @@ static void reshard_act(struct worker *w, enum reshard_request req, const char *
 		if (run) {
 			if (run->phase == RESHARD_DONE)
 				return;
-			if (run->step != RSP_SOURCES)
+			if (run->step != RSP_SOURCES) {
 				resume_pool(run);
+				char sql[100];
+				snprintf(sql, sizeof sql, "RESUME %s", run->pool);
+				rs_peers_forget_failures(run);
+				rs_peers_send(run, sql);
+			}
 			close_sources(run);
 			entry_of(run)->x.stopped = true;
 		}
@@ -898,6 +956,16 @@ static bool switch_here(struct worker *w, const char *pool, char *err, size_t er
 	return true;
 }
 
+/* The snapshot uses the layout a done reshard moved to, the one it moved
+ * from as its next (the overlay, reshard_overlay). */
+static bool overlay_active(const struct config_pool *cp, const struct rs_state *st)
+{
+	char now[sizeof st->targets], next[sizeof st->sources];
+	rs_layout_text(cp->shards, cp->n_shards, now, sizeof now);
+	rs_layout_text(cp->next_shards, cp->n_next_shards, next, sizeof next);
+	return st->phase == RESHARD_DONE && strcmp(now, st->targets) == 0 && strcmp(next, st->sources) == 0;
+}
+
 static bool running_phase(int32_t p)
 {
 	return p == RESHARD_COPY || p == RESHARD_REPLICATE || p == RESHARD_CUTOVER;
@@ -931,8 +999,18 @@ bool reshard_request(struct worker *w, enum reshard_request req, const char *poo
 	int32_t phase = RESHARD_NONE;
 	bool known = shm_phase(w, pool, &phase);
 	struct rs_state st;
-	if (!known && rs_state_read(w->cfg->general.state_dir, pool, &st))
+	bool have_state = rs_state_read(w->cfg->general.state_dir, pool, &st);
+	if (!known && have_state)
 		phase = st.phase;
+	/* Done, and the configuration names a new next layout since (the
+	 * operator made the moved-to layout the pool's shards): that reshard
+	 * is history. */
+	if (phase == RESHARD_DONE && have_state && st.phase == RESHARD_DONE && !overlay_active(cp, &st)) {
+		char next[sizeof st.targets];
+		rs_layout_text(cp->next_shards, cp->n_next_shards, next, sizeof next);
+		if (strcmp(next, st.targets) != 0)
+			phase = RESHARD_NONE;
+	}
 	switch (req) {
 	case RESHARD_REQ_START:
 		if (running_phase(phase)) {
@@ -974,6 +1052,14 @@ bool reshard_request(struct worker *w, enum reshard_request req, const char *poo
 				 reshard_phase_name((enum reshard_phase)phase));
 			return false;
 		}
+		/* The old shards are those the reshard moved from, the
+		 * configuration's next now: anything else and CLEANUP could
+		 * empty shards in use. */
+		if (!have_state || !overlay_active(cp, &st)) {
+			snprintf(err, errlen, "the configuration of %s no longer names the layout the reshard moved from as its "
+				 "next layout: CLEANUP cannot tell the old shards; empty them by hand", pool);
+			return false;
+		}
 		break;
 	}
 	if (w->id == 0) {
@@ -984,6 +1070,18 @@ bool reshard_request(struct worker *w, enum reshard_request req, const char *poo
 	char value[32];
 	snprintf(value, sizeof value, "%d %d", (int)req, hold ? 1 : 0);
 	(void)shm_admin_post(w->shm, w->id, SHM_ADMIN_RESHARD, pool, value);
+	if (req == RESHARD_REQ_START) {
+		/* SHOW RESHARD says it at once (worker 0 takes it at its next
+		 * tick; it writes nothing of this pool meanwhile: none runs). */
+		struct shm_reshard *e = shm_reshard_entry(w->shm, pool);
+		if (e) {
+			atomic_fetch_add_explicit(&e->seq, 1, memory_order_acq_rel);
+			e->phase = RESHARD_COPY;
+			e->errors = 0;
+			e->last_error[0] = '\0';
+			atomic_fetch_add_explicit(&e->seq, 1, memory_order_release);
+		}
+	}
 	return true;
 }
 
@@ -1024,6 +1122,13 @@ void reshard_resume_all(struct worker *w)
 			 * on the way): they go now. */
 			if (st.slots && st.phase != RESHARD_NONE)
 				start_drop_run(w, cp, st.phase, st.error[0] ? st.error : NULL);
+			if (st.slots && st.phase == RESHARD_DONE) {
+				/* A worker 0 that died inside its cutover, after saving
+				 * done: the others may still be on the old layout,
+				 * paused. (Switched already: nothing changes.) */
+				(void)shm_admin_post(w->shm, w->id, SHM_ADMIN_RESHARD_SWITCH, cp->name, NULL);
+				(void)shm_admin_post(w->shm, w->id, SHM_ADMIN_RESUME, cp->name, NULL);
+			}
 			continue;
 		}
 		char why[300];
@@ -1056,6 +1161,7 @@ void reshard_tick(struct worker *w)
 	/* Reshards that ended are freed here, outside their own events. */
 	size_t k = 0, n = w->n_reshards;
 	char pool[64] = "", error[256] = "";
+	enum reshard_phase final = RESHARD_FAILED;
 	for (size_t i = 0; i < n; i++) {
 		struct rs_entry *en = entry_of(w->reshards[i]);
 		if (!en->x.stopped) {
@@ -1065,14 +1171,15 @@ void reshard_tick(struct worker *w)
 		if (en->x.drop_after && !pool[0]) {
 			copy_text(pool, sizeof pool, en->rs.pool);
 			copy_text(error, sizeof error, en->rs.error);
+			final = en->rs.phase;
 		}
 		rs_free(en);
 	}
 	w->n_reshards = k;
 	const struct config_pool *cp = pool[0] ? config_find_pool(w->cfg, pool) : NULL;
 	if (cp && cp->n_next_shards > 0 && !find_running(w, pool)) {
-		log_info("reshard %s: dropping the replication slots of the failed reshard", pool);
-		start_drop_run(w, cp, RESHARD_FAILED, error);
+		log_info("reshard %s: dropping the replication slots left", pool);
+		start_drop_run(w, cp, final, error);
 	}
 }
 

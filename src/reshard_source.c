@@ -55,7 +55,9 @@ static const struct bconn_profile rs_profile = {
 void rs_profile_init(struct reshard *rs)
 {
 	rs->profile = rs_profile;
-	snprintf(rs->app_name, sizeof rs->app_name, "pgcat reshard %.40s %llx", rs->pool,
+	/* (PostgreSQL keeps 63 bytes of an application_name: it must fit,
+	 * or the run would not know its own sessions.) */
+	snprintf(rs->app_name, sizeof rs->app_name, "pgcat reshard %.24s %llx", rs->pool,
 		 (unsigned long long)rs->w->now_us);
 	/* (It goes into a literal of the query that ends the others.) */
 	for (char *p = rs->app_name + 14; *p; p++)
@@ -274,10 +276,13 @@ static enum logical_apply_result write_statement(struct rs_source *s, const stru
 }
 
 /* Send what destination d holds of this transaction (commit: and end it). */
+/* commit: the transaction opened there (its BEGIN sent) ends: COMMIT goes
+ * even when nothing is left to send with it (an earlier flush took it
+ * all). */
 static bool flush_stmts(struct rs_source *s, int d, bool commit)
 {
 	struct buf *b = s->stmts[d];
-	if (buf_len(b) == 0)
+	if (buf_len(b) == 0 && !commit)
 		return true;
 	if ((commit && buf_add(b, "COMMIT", 6) != 0) || buf_add(b, "", 1) != 0)
 		return false;
@@ -430,8 +435,6 @@ static void on_wal(struct rs_source *s, const uint8_t *payload, size_t len)
 		src_fail(s, &s->repl, "the server sent a replication message pgcat does not read");
 		return;
 	}
-	if (wal.end_lsn > s->server_end)
-		s->server_end = wal.end_lsn;
 	if (wal.kind == PGOUTPUT_WAL_KEEPALIVE) {
 		if (wal.end_lsn > s->sent_end)
 			s->sent_end = wal.end_lsn;
@@ -534,9 +537,7 @@ static void on_copy_data(struct rs_source *s, const uint8_t *body, size_t len)
 
 static bool quoted_name(char *out, size_t cap, const struct rs_table *t)
 {
-	if (strchr(t->nspname, '"') || strchr(t->relname, '"'))
-		return false;
-	int n = snprintf(out, cap, "\"%s\".\"%s\" (%s)", t->nspname, t->relname, t->columns);
+	int n = snprintf(out, cap, "%s (%s)", t->qname, t->columns);
 	return n > 0 && (size_t)n < cap;
 }
 
@@ -556,7 +557,7 @@ static void next_table(struct rs_source *s)
 		return;
 	}
 	struct rs_table *t = &rs->tables[s->table];
-	size_t cap = strlen(t->columns) + strlen(t->nspname) + strlen(t->relname) + 64;
+	size_t cap = strlen(t->columns) + strlen(t->qname) + 64;
 	char *name = malloc(cap), *sql = malloc(cap + 32);
 	if (!name || !sql || !quoted_name(name, cap, t)) {
 		free(name);
@@ -606,9 +607,8 @@ static void start_stream(struct rs_source *s)
 {
 	char sql[256];
 	snprintf(sql, sizeof sql,
-		 "START_REPLICATION SLOT \"%s\" LOGICAL 0/0 (proto_version '1', publication_names '\"" RESHARD_PUBLICATION
-		 "\"')",
-		 s->slot);
+		 "START_REPLICATION SLOT \"%s\" LOGICAL 0/0 (proto_version '1', publication_names '\"%s\"')", s->slot,
+		 s->rs->publication);
 	s->state = RSS_START;
 	(void)send_or_fail(s, &s->repl, sql);
 }
@@ -637,9 +637,7 @@ static void src_step(struct rs_source *s)
 			 "SELECT pg_catalog.pg_terminate_backend(active_pid, 10000) FROM pg_catalog.pg_replication_slots "
 			 "WHERE slot_name = '%s' AND active_pid IS NOT NULL; "
 			 "%s%s%s"
-			 "DO $pgcat$BEGIN IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = '"
-			 RESHARD_PUBLICATION "') THEN CREATE PUBLICATION " RESHARD_PUBLICATION
-			 " FOR ALL TABLES; END IF; END$pgcat$; SELECT pg_catalog.current_setting('server_encoding')",
+			 "SELECT pg_catalog.current_setting('server_encoding')",
 			 s->slot,
 			 rs->resume_stream ? "" : "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM "
 						  "pg_catalog.pg_replication_slots WHERE slot_name = '",
@@ -672,7 +670,8 @@ static void src_step(struct rs_source *s)
 				 "AND application_name <> '%s' AND pid <> pg_catalog.pg_backend_pid(); "
 				 "SET client_encoding = '%s'; SET DateStyle = ISO; SET IntervalStyle = postgres; "
 				 "SET extra_float_digits = 3; SET session_replication_role = replica; "
-				 "SET statement_timeout = 0; SET lock_timeout = 0; SET idle_in_transaction_session_timeout = 0",
+				 "SET statement_timeout = 0; SET lock_timeout = 0; SET idle_in_transaction_session_timeout = 0; "
+				 "SET idle_session_timeout = 0",
 				 rs->app_name, s->encoding);
 			for (int d = 0; d < rs->n_dst; d++)
 				if (!send_or_fail(s, &s->dst[d], sql))
@@ -680,7 +679,8 @@ static void src_step(struct rs_source *s)
 			if (!rs->resume_stream) {
 				snprintf(sql, sizeof sql,
 					 "SET client_encoding = '%s'; SET DateStyle = ISO; SET IntervalStyle = postgres; "
-					 "SET extra_float_digits = 3; SET statement_timeout = 0",
+					 "SET extra_float_digits = 3; SET statement_timeout = 0; "
+					 "SET idle_in_transaction_session_timeout = 0; SET idle_session_timeout = 0",
 					 s->encoding);
 				if (!send_or_fail(s, &s->copy, sql))
 					return;
@@ -692,11 +692,21 @@ static void src_step(struct rs_source *s)
 		s->state = RSS_WAIT_SCHEMA;
 		rs->ev->progressed(rs);
 		return;
+	case RSS_PUBLISH:
+		if (!rs_conn_idle(&s->ctl))
+			return;
+		s->state = RSS_SLOT;
+		{
+			char sql[200];
+			snprintf(sql, sizeof sql, "CREATE_REPLICATION_SLOT \"%s\" LOGICAL pgoutput EXPORT_SNAPSHOT", s->slot);
+			(void)send_or_fail(s, &s->repl, sql);
+		}
+		return;
 	case RSS_SLOT:
 		if (!rs_conn_idle(&s->repl))
 			return;
-		if (!s->snapshot[0]) {
-			src_fail(s, &s->repl, "CREATE_REPLICATION_SLOT gave no snapshot");
+		if (!s->snapshot[0] || strspn(s->snapshot, "0123456789ABCDEFabcdef-") != strlen(s->snapshot)) {
+			src_fail(s, &s->repl, "CREATE_REPLICATION_SLOT gave no snapshot pgcat can use");
 			return;
 		}
 		s->state = RSS_SNAPSHOT;
@@ -774,6 +784,12 @@ static bool conn_message(void *arg, uint8_t type, const uint8_t *body, size_t le
 		c->done++;
 		if (c->role == RSC_DST && s->state >= RSS_START)
 			advance_confirmed(s);
+		if (c->role == RSC_CTL && s->asking_lsn && rs_conn_idle(c)) {
+			s->asking_lsn = false;
+			unsigned hi, lo;
+			if (c->have_answer && sscanf(c->answer, "%X/%X", &hi, &lo) == 2)
+				s->server_end = ((uint64_t)hi << 32) | lo;
+		}
 		if (c->role == RSC_CTL && s->asking_target && rs_conn_idle(c)) {
 			s->asking_target = false;
 			unsigned hi, lo;
@@ -954,14 +970,41 @@ void rs_source_open(struct rs_source *s)
 
 void rs_source_begin_copy(struct rs_source *s)
 {
-	if (s->rs->resume_stream) {
+	struct reshard *rs = s->rs;
+	if (rs->resume_stream) {
 		start_stream(s);
 		return;
 	}
-	s->state = RSS_SLOT;
-	char sql[200];
-	snprintf(sql, sizeof sql, "CREATE_REPLICATION_SLOT \"%s\" LOGICAL pgoutput EXPORT_SNAPSHOT", s->slot);
-	(void)send_or_fail(s, &s->repl, sql);
+	/* The publication of what this source moves (source 0: every
+	 * table; the others: the sharded ones, as source 0 moves the
+	 * others), made afresh; then the slot. Only these tables are
+	 * published: a table left out keeps its updates and deletes working
+	 * on the source whatever its replica identity. */
+	struct buf *b = buf_new(1024);
+	bool ok = b && buf_add_printf(b, "DROP PUBLICATION IF EXISTS %s; CREATE PUBLICATION %s FOR TABLE ", rs->publication,
+				      rs->publication) >= 0;
+	bool first = true;
+	for (size_t t = 0; ok && t < rs->n_tables; t++) {
+		if (rs->tables[t].key_col < 0 && s->index != 0)
+			continue;
+		ok = buf_add_printf(b, "%s%s", first ? "" : ", ", rs->tables[t].qname) >= 0;
+		first = false;
+	}
+	if (first && ok) {
+		/* Nothing sharded here: a publication of nothing (the stream
+		 * still carries the keepalives the cutover reads). */
+		buf_drain(b, buf_len(b));
+		ok = buf_add_printf(b, "DROP PUBLICATION IF EXISTS %s; CREATE PUBLICATION %s", rs->publication,
+				    rs->publication) >= 0;
+	}
+	ok = ok && buf_add(b, "", 1) == 0;
+	s->state = RSS_PUBLISH;
+	if (!ok)
+		src_fail(s, &s->ctl, "out of memory");
+	else
+		(void)send_or_fail(s, &s->ctl, (const char *)buf_head(b));
+	if (b)
+		buf_free(b);
 }
 
 void rs_source_tick(struct rs_source *s)
@@ -980,6 +1023,14 @@ void rs_source_tick(struct rs_source *s)
 	if (s->state == RSS_STREAM) {
 		advance_confirmed(s);
 		uint64_t now = s->rs->w->now_us;
+		/* The lag: the source's end of WAL against what is confirmed
+		 * (the stream's own positions are the decoder's, not the
+		 * server's end). Twice a second. */
+		if (!s->asking_lsn && !s->asking_target && rs_conn_idle(&s->ctl) &&
+		    bconn_state(&s->ctl.b) == BCONN_READY && now - s->last_lsn_poll_us >= 500000) {
+			s->last_lsn_poll_us = now;
+			s->asking_lsn = rs_conn_query(&s->ctl, "SELECT pg_catalog.pg_current_wal_insert_lsn()");
+		}
 		/* Cutover: ask for keepalives, whose position tells when the
 		 * stream has everything up to the target. */
 		if (s->target && s->confirmed < s->target)
@@ -1022,9 +1073,9 @@ void rs_source_drop_slot(struct rs_source *s)
 		 "%s%sSELECT pg_catalog.pg_terminate_backend(active_pid, 10000) FROM pg_catalog.pg_replication_slots "
 		 "WHERE slot_name = '%s' AND active_pid IS NOT NULL; "
 		 "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots "
-		 "WHERE slot_name = '%s' AND NOT active; DROP PUBLICATION IF EXISTS " RESHARD_PUBLICATION "; "
+		 "WHERE slot_name = '%s' AND NOT active; DROP PUBLICATION IF EXISTS %s; "
 		 "SELECT pg_catalog.count(*)::text FROM pg_catalog.pg_replication_slots WHERE slot_name = '%s'",
-		 first, first[0] ? "; " : "", s->slot, s->slot, s->slot);
+		 first, first[0] ? "; " : "", s->slot, s->slot, s->rs->publication, s->slot);
 	(void)send_or_fail(s, &s->ctl, sql);
 	free(sql);
 }

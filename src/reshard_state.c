@@ -111,6 +111,8 @@ bool rs_state_read(const char *dir, const char *pool, struct rs_state *st)
 			st->slots = strcmp(v, "1") == 0;
 		else if (strcmp(k, "targets") == 0)
 			snprintf(st->targets, sizeof st->targets, "%s", v);
+		else if (strcmp(k, "sources") == 0)
+			snprintf(st->sources, sizeof st->sources, "%s", v);
 		else if (strcmp(k, "pause_us") == 0)
 			st->pause_us = strtoull(v, NULL, 10);
 		else if (strcmp(k, "error") == 0)
@@ -147,7 +149,7 @@ bool rs_state_write(const char *dir, const char *pool, const struct rs_state *st
 		snprintf(why, whylen, "cannot create state_dir %s: %s", dir, strerror(errno));
 		return false;
 	}
-	char text[3200];
+	char text[5400];
 	/* An error's text stays on one line. */
 	char err[sizeof st->error];
 	snprintf(err, sizeof err, "%s", st->error);
@@ -155,9 +157,9 @@ bool rs_state_write(const char *dir, const char *pool, const struct rs_state *st
 		if (*p == '\n' || *p == '\r')
 			*p = ' ';
 	int n = snprintf(text, sizeof text,
-			 "pool=%s\nphase=%s\nhold=%d\nschema=%d\nslots=%d\ntargets=%s\npause_us=%llu\nerror=%s\n", pool,
-			 reshard_phase_name(st->phase), st->hold ? 1 : 0, st->schema_done ? 1 : 0, st->slots ? 1 : 0,
-			 st->targets,
+			 "pool=%s\nphase=%s\nhold=%d\nschema=%d\nslots=%d\ntargets=%s\nsources=%s\npause_us=%llu\nerror=%s\n",
+			 pool, reshard_phase_name(st->phase), st->hold ? 1 : 0, st->schema_done ? 1 : 0, st->slots ? 1 : 0,
+			 st->targets, st->sources,
 			 (unsigned long long)st->pause_us, err);
 	if (n < 0 || (size_t)n >= sizeof text) {
 		snprintf(why, whylen, "state too long");

@@ -175,7 +175,6 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
 		return false;
 	}
 	config_problems_free(&problems);
-	reshard_overlay(cfg);
 	const struct config_general *og = &w->cfg->general, *ng = &cfg->general;
 	/* Fixed at startup: keep the running values, say so. */
 	if (og->listen_port != ng->listen_port || og->workers != ng->workers ||
@@ -228,6 +227,9 @@ bool worker_reload(struct worker *w, char *err, size_t errlen)
  * is taken (freed on failure). */
 static bool reload_apply(struct worker *w, struct config *cfg, char *err, size_t errlen)
 {
+	/* A finished reshard's layout, as state_dir says now (a reload that
+	 * waited for its two-phase check may have been read before a cutover). */
+	reshard_overlay(cfg);
 	const struct config_general *og = &w->cfg->general, *ng = &cfg->general;
 	/* New certificates and keys are read now: a reload that cannot read
 	 * them fails as a whole, and the running contexts stay. */
