@@ -134,6 +134,7 @@ struct rs_source {
 	bool *opened;             /* per destination: this transaction sent it a BEGIN */
 	bool asking_target;       /* cutover: the source's current position asked */
 	bool asking_lsn;          /* its end of WAL asked (the lag) */
+	bool reading_seqs;        /* cutover: its sequences asked (DataRows to rs_seq_row) */
 	uint64_t last_lsn_poll_us;
 	struct buf **stmts;       /* per destination: this transaction's statements */
 	struct rs_txn ring[RESHARD_TXN_RING];
@@ -159,6 +160,13 @@ enum rs_step {
 	RSP_PAUSING,        /* cutover: the pool paused, waiting for its servers */
 	RSP_TARGET,         /* cutover: asking each source for its current LSN */
 	RSP_DRAINING,       /* cutover: the streams applied up to it */
+	RSP_SEQUENCES,      /* cutover: the sources' sequences read, then set on the new shards */
+};
+
+/* A sequence of the sources, at the highest value any of them has. */
+struct rs_seq {
+	char *name;               /* "schema"."name", quoted */
+	int64_t value;
 };
 
 /* A pool's reshard, run by worker 0. */
@@ -205,6 +213,9 @@ struct reshard {
 	struct event *timer;
 	uint64_t started_us;
 	struct rs_peers *peers;   /* the other instances of [peers] (reshard_peers.c) */
+	struct rs_seq *seqs;
+	size_t n_seqs, cap_seqs;
+	bool seqs_set;            /* cutover: the setval queries sent */
 };
 
 /* ---- reshard.c's, as events (the sources and the schema call nothing
@@ -268,6 +279,13 @@ const char *rs_peers_failed(const struct reshard *rs);
 /* A cutover given up: the failed peers are tried afresh next time. */
 void rs_peers_forget_failures(struct reshard *rs);
 void rs_peers_free(struct reshard *rs);
+
+/* Cutover: the sources' sequences asked (each answer's rows go to
+ * rs_seq_row), then set on the new shards. */
+void rs_source_ask_sequences(struct rs_source *s);
+bool rs_seq_row(struct reshard *rs, const uint8_t *body, size_t len);
+/* The setval query for every sequence (NULL: out of memory; "" when none). */
+char *rs_seq_sql(const struct reshard *rs);
 
 /* ---- reshard_schema.c ---- */
 /* The catalog query listing the tables (on source 0's control connection). */

@@ -29,8 +29,10 @@
 #include <event2/event.h>
 
 #include "buf.h"
+#include "client.h"
 #include "config.h"
 #include "context.h"
+#include "list.h"
 #include "log.h"
 #include "pool.h"
 #include "shm.h"
@@ -268,6 +270,9 @@ static void rs_free(struct rs_entry *en)
 	free(rs->password);
 	free(rs->user);
 	free(rs->drop_first);
+	for (size_t i = 0; i < rs->n_seqs; i++)
+		free(rs->seqs[i].name);
+	free(rs->seqs);
 	free(en->x.dropped);
 	free(en);
 }
@@ -665,6 +670,44 @@ static void cutover_tick(struct reshard *rs)
 		}
 		for (int i = 0; i < rs->n_src; i++)
 			if (!rs_source_drained(&rs->src[i]))
+				return;
+		/* Every row is there: the sequences next (nothing takes a
+		 * value while the pool is paused). */
+		for (size_t i = 0; i < rs->n_seqs; i++)
+			free(rs->seqs[i].name);
+		rs->n_seqs = 0;
+		rs->seqs_set = false;
+		for (int i = 0; i < rs->n_src; i++)
+			rs_source_ask_sequences(&rs->src[i]);
+		rs->step = RSP_SEQUENCES;
+		return;
+	case RSP_SEQUENCES:
+		if (w->now_us - rs->pause_start_us > RESHARD_DRAIN_LIMIT_US) {
+			give_up_cutover(rs, "the sequences could not be set in time");
+			return;
+		}
+		for (int i = 0; i < rs->n_src; i++)
+			if (rs->src[i].reading_seqs || !rs_conn_idle(&rs->src[i].ctl))
+				return;
+		if (!rs->seqs_set) {
+			rs->seqs_set = true;
+			char *sql = rs_seq_sql(rs);
+			if (!sql) {
+				give_up_cutover(rs, "out of memory");
+				return;
+			}
+			/* Each new shard at the highest value of any source: a key
+			 * a sequence gives there is new on it. */
+			for (int d = 0; sql[0] && d < rs->n_dst; d++)
+				if (!rs_conn_query(&rs->src[0].dst[d], sql)) {
+					free(sql);
+					give_up_cutover(rs, "the sequences could not be sent");
+					return;
+				}
+			free(sql);
+		}
+		for (int d = 0; d < rs->n_dst; d++)
+			if (!rs_conn_idle(&rs->src[0].dst[d]))
 				return;
 		cut_over(rs);
 		return;
@@ -1233,5 +1276,17 @@ void reshard_switch(struct worker *w, const char *pool)
 			log_error("reshard %s: out of memory while switching to the new layout", pool);
 		else
 			log_info("reshard %s: now routing over %zu shards", pool, cp->n_shards);
+		/* A session that chose its shard by number or key (SET SHARD, SET
+		 * SHARDING KEY) holds a number of the old layout: it would write
+		 * to another shard than it meant. Closed, with the reason. */
+		struct list_node *lists[] = { &w->clients_idle, &w->clients_active };
+		struct list_node *pos, *tmp;
+		for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
+			LIST_FOREACH_SAFE(pos, tmp, lists[l]) {
+				struct client *c = LIST_OWNER(pos, struct client, node);
+				if (c->pool && strcmp(c->pool->name, pool) == 0 && c->shard_override >= 0)
+					client_close(c, "08006", "the shards of \"%s\" changed (an online reshard): connect "
+						     "again and SET SHARD or SET SHARDING KEY again", pool);
+			}
 	}
 }

@@ -199,6 +199,61 @@ bool rs_schema_table_row(struct reshard *rs, const uint8_t *body, size_t len)
 	return ok;
 }
 
+bool rs_seq_row(struct reshard *rs, const uint8_t *body, size_t len)
+{
+	if (len < 2 || ((body[0] << 8) | body[1]) != 2)
+		return true;   /* another query's answer, before this one's (the lag's) */
+	char *name = dup_col(body, len, 0), *value = dup_col(body, len, 1);
+	char *end = NULL;
+	long long v = value ? strtoll(value, &end, 10) : 0;
+	bool ok = name && value && end && !*end;
+	free(value);
+	if (!ok) {
+		free(name);
+		return false;
+	}
+	for (size_t i = 0; i < rs->n_seqs; i++)
+		if (strcmp(rs->seqs[i].name, name) == 0) {
+			if (v > rs->seqs[i].value)
+				rs->seqs[i].value = v;
+			free(name);
+			return true;
+		}
+	if (rs->n_seqs == rs->cap_seqs) {
+		size_t cap = rs->cap_seqs ? rs->cap_seqs * 2 : 16;
+		struct rs_seq *n = realloc(rs->seqs, cap * sizeof *n);
+		if (!n) {
+			free(name);
+			return false;
+		}
+		rs->seqs = n;
+		rs->cap_seqs = cap;
+	}
+	rs->seqs[rs->n_seqs++] = (struct rs_seq){ name, v };
+	return true;
+}
+
+char *rs_seq_sql(const struct reshard *rs)
+{
+	struct buf *b = buf_new(256);
+	bool ok = b != NULL;
+	for (size_t i = 0; ok && i < rs->n_seqs; i++) {
+		/* The name as a literal (its quotes doubled) for regclass. */
+		/* (One made on the sources after the schema was copied is not
+		 * on the new shards: left alone.) */
+		ok = buf_add_printf(b, "SELECT pg_catalog.setval(r, %lld, true) FROM pg_catalog.to_regclass('",
+				    (long long)rs->seqs[i].value) >= 0;
+		for (const char *p = rs->seqs[i].name; ok && *p; p++)
+			ok = (*p != '\'' || buf_add(b, "'", 1) == 0) && buf_add(b, p, 1) == 0;
+		ok = ok && buf_add(b, "') r WHERE r IS NOT NULL;", 25) == 0;
+	}
+	ok = ok && buf_add(b, "", 1) == 0;
+	char *out = ok ? strdup((const char *)buf_head(b)) : NULL;
+	if (b)
+		buf_free(b);
+	return out;
+}
+
 void rs_slot_name(char *out, size_t cap, const char *pool, int shard)
 {
 	char clean[40];

@@ -790,6 +790,8 @@ static bool conn_message(void *arg, uint8_t type, const uint8_t *body, size_t le
 			if (c->have_answer && sscanf(c->answer, "%X/%X", &hi, &lo) == 2)
 				s->server_end = ((uint64_t)hi << 32) | lo;
 		}
+		if (c->role == RSC_CTL && s->reading_seqs && rs_conn_idle(c))
+			s->reading_seqs = false;
 		if (c->role == RSC_CTL && s->asking_target && rs_conn_idle(c)) {
 			s->asking_target = false;
 			unsigned hi, lo;
@@ -807,6 +809,11 @@ static bool conn_message(void *arg, uint8_t type, const uint8_t *body, size_t le
 	case PqMsg_DataRow: {
 		const char *v;
 		int32_t vl;
+		if (c->role == RSC_CTL && s->reading_seqs) {
+			if (!rs_seq_row(s->rs, body, len))
+				src_fail(s, c, "a sequence row pgcat does not read");
+			return true;
+		}
 		if (c->role == RSC_CTL && s->rs->listing_tables && s->index == 0) {
 			if (!rs_schema_table_row(s->rs, body, len))
 				src_fail(s, c, "a table list row pgcat does not read");
@@ -1026,7 +1033,7 @@ void rs_source_tick(struct rs_source *s)
 		/* The lag: the source's end of WAL against what is confirmed
 		 * (the stream's own positions are the decoder's, not the
 		 * server's end). Twice a second. */
-		if (!s->asking_lsn && !s->asking_target && rs_conn_idle(&s->ctl) &&
+		if (!s->asking_lsn && !s->asking_target && !s->target && !s->reading_seqs && rs_conn_idle(&s->ctl) &&
 		    bconn_state(&s->ctl.b) == BCONN_READY && now - s->last_lsn_poll_us >= 500000) {
 			s->last_lsn_poll_us = now;
 			s->asking_lsn = rs_conn_query(&s->ctl, "SELECT pg_catalog.pg_current_wal_insert_lsn()");
@@ -1053,6 +1060,14 @@ void rs_source_ask_target(struct rs_source *s)
 	(void)send_or_fail(s, &s->ctl,
 			   "SET synchronous_commit = on; "
 			   "SELECT pg_catalog.pg_logical_emit_message(true, 'pgcat_reshard', 'cutover')");
+}
+
+void rs_source_ask_sequences(struct rs_source *s)
+{
+	s->reading_seqs = true;
+	(void)send_or_fail(s, &s->ctl,
+			   "SELECT pg_catalog.quote_ident(schemaname) || '.' || pg_catalog.quote_ident(sequencename), "
+			   "last_value::text FROM pg_catalog.pg_sequences WHERE last_value IS NOT NULL");
 }
 
 bool rs_source_drained(const struct rs_source *s)

@@ -894,9 +894,14 @@ def test_reshard_cancel(pgcat, srv, tmp_path):
 def test_reshard_big_transactions(pgcat, srv, tmp_path):
     """Changes whose statements pass the 1 MB a new shard is sent at once:
     a row of 1.5 MB, and one source transaction of 3,000 rows. Both are on
-    their new shards after the cutover, committed (not left open there)."""
+    their new shards after the cutover, committed (not left open there).
+    The cutover also sets every sequence of the new shards to the highest
+    value of the sources, and closes a session that had SET its sharding
+    key (its shard number was the old layout's)."""
     data = Dataset(items_per_client=10, docs_per_client=10)
     data.load(srv)
+    for db in OLD_DBS:
+        srv.sql("CREATE SEQUENCE tickets", dbname=db)
     p = start_pgcat(pgcat, srv, tmp_path)
     assert run(p, "RESHARD app HOLD") == "RESHARD"
     wait_phase(p, "replicate", 90)
@@ -914,8 +919,19 @@ def test_reshard_big_transactions(pgcat, srv, tmp_path):
         for k in same:
             c.execute("INSERT INTO items (id, v, note) VALUES (%s, %s, %s)", (k, 1, "x" * 300), prepare=False)
         c.commit()
+    # a sequence the sources took values of (the new shards start above them)
+    for db, last in zip(OLD_DBS, (100, 250)):
+        srv.sql("SELECT setval('tickets', %d)" % last, dbname=db)
+    # a session that chose its shard by key: its number is the old layout's
+    pinned = connect(p, autocommit=True)
+    pinned.execute("SET SHARDING KEY TO '42'")
     run(p, "RESHARD CUTOVER app")
     wait_phase(p, "done", 60)
+    with pytest.raises(psycopg.OperationalError, match="SET SHARD"):
+        pinned.execute("SELECT 1")
+    pinned.close()
+    for db in NEW_DBS:
+        assert srv.sql("SELECT last_value FROM tickets", dbname=db) == [(250,)], db
     assert srv.sql("SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' "
                    "AND datname LIKE 'n%%'", dbname="postgres") == [(0,)]
     got = placed_rows(srv, NEW_DBS, "docs")
