@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check_suites.h"
+#include "buf.h"
 #include "reshard_internal.h"
 
 static char dir[64];
@@ -162,6 +163,73 @@ START_TEST(test_datarow_col)
 }
 END_TEST
 
+/* A DataRow of two text columns. */
+static size_t two_cols(uint8_t *out, const char *a, const char *b)
+{
+	size_t o = 0, la = strlen(a), lb = strlen(b);
+	out[o++] = 0;
+	out[o++] = 2;
+	const char *v[2] = { a, b };
+	size_t l[2] = { la, lb };
+	for (int i = 0; i < 2; i++) {
+		out[o++] = 0;
+		out[o++] = 0;
+		out[o++] = (uint8_t)(l[i] >> 8);
+		out[o++] = (uint8_t)l[i];
+		memcpy(out + o, v[i], l[i]);
+		o += l[i];
+	}
+	return o;
+}
+
+START_TEST(test_sequences)
+{
+	struct reshard rs;
+	memset(&rs, 0, sizeof rs);
+	uint8_t row[256];
+	size_t n = two_cols(row, "public.tickets", "100");
+	ck_assert(rs_seq_row(&rs, row, n));
+	n = two_cols(row, "\"odd'name\".s", "7");
+	ck_assert(rs_seq_row(&rs, row, n));
+	n = two_cols(row, "public.tickets", "250");   /* another source: the highest stays */
+	ck_assert(rs_seq_row(&rs, row, n));
+	n = two_cols(row, "public.tickets", "99");
+	ck_assert(rs_seq_row(&rs, row, n));
+	ck_assert_uint_eq(rs.n_seqs, 2);
+	ck_assert_int_eq(rs.seqs[0].value, 250);
+	/* Not a number: refused. Another query's one-column row: passed over. */
+	n = two_cols(row, "public.x", "12a");
+	ck_assert(!rs_seq_row(&rs, row, n));
+	const uint8_t one[] = { 0, 1, 0, 0, 0, 3, '0', '/', '1' };
+	ck_assert(rs_seq_row(&rs, one, sizeof one));
+	ck_assert_uint_eq(rs.n_seqs, 2);
+	char *sql = rs_seq_sql(&rs);
+	ck_assert_ptr_nonnull(sql);
+	ck_assert_str_eq(sql, "SELECT pg_catalog.setval(r, 250, true) FROM pg_catalog.to_regclass('public.tickets') r "
+			      "WHERE r IS NOT NULL;SELECT pg_catalog.setval(r, 7, true) FROM "
+			      "pg_catalog.to_regclass('\"odd''name\".s') r WHERE r IS NOT NULL;");
+	free(sql);
+	for (size_t i = 0; i < rs.n_seqs; i++)
+		free(rs.seqs[i].name);
+	free(rs.seqs);
+	struct reshard none;
+	memset(&none, 0, sizeof none);
+	sql = rs_seq_sql(&none);
+	ck_assert_str_eq(sql, "");
+	free(sql);
+}
+END_TEST
+
+START_TEST(test_quote_ident)
+{
+	struct buf *b = buf_new(16);
+	ck_assert_int_eq(rs_quote_ident(b, "we\"ird"), 0);
+	ck_assert_int_eq(buf_add(b, "", 1), 0);
+	ck_assert_str_eq((const char *)buf_head(b), "\"we\"\"ird\"");
+	buf_free(b);
+}
+END_TEST
+
 Suite *reshard_suite(void)
 {
 	Suite *s = suite_create("reshard");
@@ -172,6 +240,8 @@ Suite *reshard_suite(void)
 	tcase_add_test(tc, test_schema_sql);
 	tcase_add_test(tc, test_slot_name);
 	tcase_add_test(tc, test_datarow_col);
+	tcase_add_test(tc, test_sequences);
+	tcase_add_test(tc, test_quote_ident);
 	suite_add_tcase(s, tc);
 	return s;
 }
