@@ -19,7 +19,7 @@
  * slots and the publication go (CLEANUP also empties the sharded tables
  * of the old shards, whose rows moved).
  */
-#include "reshard_internal.h"
+#include "reshard_types.h"
 
 #include <stdarg.h>
 #include <stdio.h>

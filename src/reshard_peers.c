@@ -9,7 +9,7 @@
  * pool when the cutover is given up. The plan reads whether every peer
  * has answered everything sent (rs_peers_settled) and whether one failed.
  */
-#include "reshard_internal.h"
+#include "reshard_types.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,7 @@
  * source 0, run as a child process, its output read from a pipe in the
  * event loop and sent to every new shard as one query.
  */
-#include "reshard_internal.h"
+#include "reshard_types.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -17,7 +17,7 @@
  * answered, so that pgcat started again replays from there and changes
  * nothing twice.
  */
-#include "reshard_internal.h"
+#include "reshard_types.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

@@ -8,7 +8,7 @@
  * written to a temporary file, fsync'd, renamed over the old one, the
  * directory fsync'd.
  */
-#include "reshard_internal.h"
+#include "reshard_types.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -14,7 +14,7 @@
 
 #include "check_suites.h"
 #include "buf.h"
-#include "reshard_internal.h"
+#include "reshard_types.h"
 
 static char dir[64];
 

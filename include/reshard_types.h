@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * reshard_internal: what the online reshard's rooms share (reshard.c, the
+ * reshard_types: what the online reshard's rooms share (reshard.c, the
  * plan and its phases; reshard_source.c, one source shard's connections,
  * its copy and its change stream; reshard_schema.c, the table list and
  * the schema copy; reshard_state.c, the state in state_dir). Not for the
  * rest of pgcat: reshard.h is its face.
  */
-#ifndef PGCAT_RESHARD_INTERNAL_H
-#define PGCAT_RESHARD_INTERNAL_H
+#ifndef PGCAT_RESHARD_TYPES_H
+#define PGCAT_RESHARD_TYPES_H
 
 #include <stdarg.h>
 #include <stdbool.h>
