@@ -12,6 +12,8 @@
 /* One row per pool that has or had a reshard since pgcat started (or
  * whose state_dir holds one). */
 void admin_show_reshard(struct client *c);
+/* SHOW RESHARD TABLES: per pool, table and source shard. */
+void admin_show_reshard_tables(struct client *c);
 /* The words after RESHARD. */
 void admin_reshard(struct client *c, char *const *words, int n);
 

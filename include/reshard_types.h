@@ -145,6 +145,10 @@ struct rs_source {
 	uint64_t target;          /* cutover: drain up to this */
 	uint64_t last_status_us;
 	uint64_t changes;
+	uint64_t errors;          /* failures that came from this source's connections */
+	/* Per table of the plan (allocated once the tables are listed): rows
+	 * and bytes this source copied, changes it applied. */
+	uint64_t *t_rows, *t_bytes, *t_changes;
 	char *scratch;            /* a statement being written */
 	size_t scratch_cap;
 	/* Room for the parts of one pgoutput message. */

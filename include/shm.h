@@ -151,6 +151,13 @@ enum shm_admin_command {
 /* SHOW RESHARD: one entry per pool with a reshard, written by worker 0
  * only, under a sequence lock (odd while written). */
 #define SHM_RESHARD_MAX 16
+/* SHOW RESHARD TABLES: a table as one source shard moves it. */
+#define SHM_RESHARD_PARTS 128
+struct shm_reshard_part {
+	char table[128];             /* schema.table */
+	int32_t source_shard;
+	uint64_t rows_copied, bytes_copied, changes_applied, lag_bytes, errors;
+};
 struct shm_reshard {
 	_Atomic uint64_t seq;
 	char pool[64];               /* "": free */
@@ -158,6 +165,8 @@ struct shm_reshard {
 	int32_t source_shards, target_shards, tables, tables_copied;
 	uint64_t rows_copied, bytes_copied, changes_applied, lag_bytes, pause_ms, errors;
 	char last_error[256];
+	int32_t n_parts;             /* the first SHM_RESHARD_PARTS (table, source shard) */
+	struct shm_reshard_part parts[SHM_RESHARD_PARTS];
 };
 
 /* The value a worker sends with SIGTERM (sigqueue) to tell the supervisor

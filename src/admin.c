@@ -414,6 +414,10 @@ static bool run_command(struct client *c, const char *sql)
 		admin_show_reshard(c);
 		return true;
 	}
+	if (is(&ws, 0, "show") && is(&ws, 1, "reshard") && is(&ws, 2, "tables") && ws.n == 3) {
+		admin_show_reshard_tables(c);
+		return true;
+	}
 	if (is(&ws, 0, "reshard")) {
 		admin_reshard(c, ws.w + 1, ws.n - 1);
 		return true;

@@ -1234,7 +1234,7 @@ static void show_help(struct client *c)
 		"\tSHOW SHARDS|BANS|PREPARED_STATEMENTS|WORKERS|ERRORS\n"
 		"\tSHOW QUERIES [<db>] [ORDER BY <column> [ASC|DESC]] [LIMIT <n>]\n"
 		"\tRESET QUERIES [<db>]\n"
-		"\tSHOW RESHARD / RESHARD <db> [HOLD] / RESHARD CUTOVER|CANCEL|CLEANUP <db>\n"
+		"\tSHOW RESHARD [TABLES] / RESHARD <db> [HOLD] / RESHARD CUTOVER|CANCEL|CLEANUP [<db>]\n"
 		"\tSET key = arg\n"
 		"\tRELOAD\n"
 		"\tPAUSE [<db>]\n"

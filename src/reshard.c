@@ -102,6 +102,26 @@ static void rs_publish(struct reshard *rs)
 	e->pause_ms = rs->pause_us / 1000;
 	e->errors = rs->errors;
 	snprintf(e->last_error, sizeof e->last_error, "%s", rs->error);
+	/* Per table and source shard (those that copy it: every source for
+	 * a sharded table, source 0 for one kept whole). */
+	int32_t n = 0;
+	for (int i = 0; rs->src && i < rs->n_src; i++) {
+		const struct rs_source *s = &rs->src[i];
+		uint64_t slag = s->server_end > s->confirmed ? s->server_end - s->confirmed : 0;
+		for (size_t t = 0; t < rs->n_tables && n < SHM_RESHARD_PARTS; t++) {
+			if (rs->tables[t].key_col < 0 && i != 0)
+				continue;
+			struct shm_reshard_part *pt = &e->parts[n++];
+			snprintf(pt->table, sizeof pt->table, "%s.%s", rs->tables[t].nspname, rs->tables[t].relname);
+			pt->source_shard = i;
+			pt->rows_copied = s->t_rows ? s->t_rows[t] : 0;
+			pt->bytes_copied = s->t_bytes ? s->t_bytes[t] : 0;
+			pt->changes_applied = s->t_changes ? s->t_changes[t] : 0;
+			pt->lag_bytes = s->state == RSS_STREAM ? slag : 0;
+			pt->errors = s->errors;
+		}
+	}
+	e->n_parts = n;
 	atomic_fetch_add_explicit(&e->seq, 1, memory_order_release);
 }
 
@@ -1016,13 +1036,15 @@ static bool running_phase(int32_t p)
 
 static bool shm_phase(struct worker *w, const char *pool, int32_t *phase)
 {
-	struct shm_reshard e;
-	for (int i = 0; i < SHM_RESHARD_MAX; i++)
-		if (shm_reshard_read(w->shm, i, &e) && strcmp(e.pool, pool) == 0) {
-			*phase = e.phase;
-			return true;
+	struct shm_reshard *e = malloc(sizeof *e);   /* (some 30 kB) */
+	bool found = false;
+	for (int i = 0; e && !found && i < SHM_RESHARD_MAX; i++)
+		if (shm_reshard_read(w->shm, i, e) && strcmp(e->pool, pool) == 0) {
+			*phase = e->phase;
+			found = true;
 		}
-	return false;
+	free(e);
+	return found;
 }
 
 bool reshard_request(struct worker *w, enum reshard_request req, const char *pool, bool hold, const char **code,

@@ -86,6 +86,7 @@ static void src_fail(struct rs_source *s, const struct rs_conn *c, const char *f
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof why, fmt, ap);
 	va_end(ap);
+	s->errors++;
 	if (c && c->role == RSC_DST)
 		rs_failf(s->rs, "source shard %d, new shard %d (%s:%d/%s): %s", s->index, c->dst, c->ep->host, c->ep->port,
 			c->ep->database, why);
@@ -356,6 +357,8 @@ static bool on_change(struct rs_source *s, const struct pgoutput_msg *m, bool *o
 		return false;
 	}
 	s->changes++;
+	if (s->t_changes)
+		s->t_changes[r->table]++;
 	for (int k = 0; k < s->rs->n_dst; k++)
 		if ((d < 0 || k == d) && !add_stmt(s, k, s->scratch, len, opened)) {
 			src_fail(s, &s->dst[k], "out of memory, or the statements could not be sent");
@@ -519,14 +522,17 @@ static void on_copy_data(struct rs_source *s, const uint8_t *body, size_t len)
 {
 	struct rs_table *t = &s->rs->tables[s->table];
 	t->bytes += len;
+	s->t_bytes[s->table] += len;
 	if (t->key_col < 0) {
 		for (int d = 0; d < s->rs->n_dst; d++)
 			copy_row_to(s, d, body, len);
 		t->rows++;
+		s->t_rows[s->table]++;
 	} else {
 		uint64_t before = s->split.rows;
 		enum copysplit_result r = copysplit_feed(&s->split, body, len, split_row, s);
 		t->rows += s->split.rows - before;
+		s->t_rows[s->table] += s->split.rows - before;
 		if (r != COPYSPLIT_OK && r != COPYSPLIT_STOPPED) {
 			src_fail(s, &s->copy, "%s.%s: %s", t->nspname, t->relname, copysplit_strerror(r));
 			return;
@@ -591,6 +597,7 @@ static void copy_ended(struct rs_source *s)
 		uint64_t before = s->split.rows;
 		enum copysplit_result r = copysplit_finish(&s->split, split_row, s);
 		t->rows += s->split.rows - before;
+		s->t_rows[s->table] += s->split.rows - before;
 		if (r != COPYSPLIT_OK && r != COPYSPLIT_END) {
 			src_fail(s, &s->copy, "%s.%s: %s", t->nspname, t->relname, copysplit_strerror(r));
 			return;
@@ -978,6 +985,12 @@ void rs_source_open(struct rs_source *s)
 void rs_source_begin_copy(struct rs_source *s)
 {
 	struct reshard *rs = s->rs;
+	size_t n = rs->n_tables ? rs->n_tables : 1;
+	if (!s->t_rows && (!(s->t_rows = calloc(n, sizeof *s->t_rows)) || !(s->t_bytes = calloc(n, sizeof *s->t_bytes)) ||
+			   !(s->t_changes = calloc(n, sizeof *s->t_changes)))) {
+		src_fail(s, NULL, "out of memory");
+		return;
+	}
 	if (rs->resume_stream) {
 		start_stream(s);
 		return;
@@ -1130,6 +1143,9 @@ void rs_source_free(struct rs_source *s)
 	if (s->split_on)
 		copysplit_free(&s->split);
 	free(s->scratch);
+	free(s->t_rows);
+	free(s->t_bytes);
+	free(s->t_changes);
 	free(s->room_columns);
 	free(s->room_new);
 	free(s->room_old);

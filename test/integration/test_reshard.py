@@ -756,6 +756,17 @@ def test_reshard_two_to_four_without_load(pgcat, srv, tmp_path):
     assert int(row["bytes_copied"]) > 0, row
     assert row["errors"] == "0", row
     assert 0 <= int(row["pause_ms"]) < 1000, row
+    # per table and source shard: each old shard's rows of items and docs,
+    # kinds from source shard 0 only
+    tag, parts, err = console(p, "SHOW RESHARD TABLES")
+    assert err is None, err
+    got = {(r["table"], r["source_shard"]): int(r["rows_copied"]) for r in parts if r["pool"] == POOL}
+    want = {("public.kinds", "0"): len(data.kinds)}
+    for i, db in enumerate(OLD_DBS):
+        for t in SHARDED:
+            want[("public." + t, str(i))] = srv.sql("SELECT count(*) FROM %s" % t, dbname=db)[0][0]
+    assert got == want, (got, want)
+    assert all(r["errors"] == "0" and int(r["bytes_copied"]) > 0 for r in parts), parts
 
     assert_layout_holds(srv, NEW_DBS, source)
     assert_kinds_everywhere(srv, NEW_DBS, sorted(data.kinds))
