@@ -133,6 +133,7 @@ struct rs_source {
 	bool in_txn;
 	bool *opened;             /* per destination: this transaction sent it a BEGIN */
 	bool asking_target;       /* cutover: the source's current position asked */
+	bool stale_target;        /* that answer belongs to a cutover given up: dropped */
 	bool asking_lsn;          /* its end of WAL asked (the lag) */
 	bool reading_seqs;        /* cutover: its sequences asked (DataRows to rs_seq_row) */
 	uint64_t last_lsn_poll_us;
@@ -280,6 +281,9 @@ void rs_peers_tick(struct reshard *rs);
 bool rs_peers_settled(const struct reshard *rs);
 /* Why a peer failed (NULL: none did). */
 const char *rs_peers_failed(const struct reshard *rs);
+/* RESUME pool to every peer, on a fresh connection where the last one
+ * still waits for an answer (a PAUSE not drained yet). */
+void rs_peers_resume(struct reshard *rs);
 /* A cutover given up: the failed peers are tried afresh next time. */
 void rs_peers_forget_failures(struct reshard *rs);
 void rs_peers_free(struct reshard *rs);
@@ -305,6 +309,8 @@ void rs_schema_stop(struct reshard *rs);
 char *rs_schema_sql(const uint8_t *dump, size_t len);
 /* A DataRow body's column i: false when it is not there. */
 bool rs_datarow_col(const uint8_t *body, size_t len, int i, const char **val, int32_t *vlen);
+/* The first sharded_tables entry that names no table of the list (NULL: none). */
+const char *rs_unmatched_sharded(const struct reshard *rs);
 /* A slot name for (pool, source shard), and the publication's name for
  * pool (shard < 0): letters, digits and _ only. */
 void rs_slot_name(char *out, size_t cap, const char *pool, int shard);

@@ -40,6 +40,10 @@
 #define RS_TICK_US 20000
 /* A cutover given up waits this long before the next try. */
 #define RS_RETRY_CUTOVER_US (10u * 1000u * 1000u)
+/* A drop of the slots that failed is tried again after this. */
+#define RS_RETRY_DROP_US (5u * 1000u * 1000u)
+/* A stopped reshard waits this long at most for its peers' answers. */
+#define RS_PEERS_GRACE_US (10u * 1000u * 1000u)
 
 enum rs_mode {
 	RSM_MOVE,        /* copy, stream, cut over */
@@ -58,6 +62,8 @@ struct rs_extra {
 	bool dropping;
 	bool stopped;            /* nothing left to do: freed at the next tick */
 	bool drop_after;         /* failed: its slots are dropped by a run of their own (reshard_tick) */
+	uint64_t retry_drop_us;  /* RSM_DROP, RSM_CLEANUP that failed: connect again then (0: not waiting) */
+	uint64_t stopped_us;     /* when reshard_tick first saw it stopped */
 	enum reshard_phase final_phase;   /* RSM_DROP: the phase it ends in */
 };
 
@@ -180,7 +186,7 @@ static void rs_fail(struct reshard *rs, const char *fmt, ...) __attribute__((for
 static void rs_fail(struct reshard *rs, const char *fmt, ...)
 {
 	struct rs_extra *x = &entry_of(rs)->x;
-	if (rs->phase == RESHARD_FAILED || x->stopped)
+	if (x->stopped || (x->mode == RSM_MOVE && rs->phase == RESHARD_FAILED))
 		return;
 	va_list ap;
 	va_start(ap, fmt);
@@ -200,10 +206,12 @@ static void rs_fail(struct reshard *rs, const char *fmt, ...)
 		return;
 	}
 	if (x->mode != RSM_MOVE) {
-		/* Dropping the slots failed: said, and the phase stays. */
-		log_error("reshard %s: %s", rs->pool, rs->error);
+		/* Dropping the slots failed (a source down?): said, the phase
+		 * stays, and it is tried again a while later. */
+		log_error("reshard %s: %s; dropping the replication slots is tried again in %u s", rs->pool, rs->error,
+			  RS_RETRY_DROP_US / 1000000);
 		close_sources(rs);
-		x->stopped = true;
+		x->retry_drop_us = rs->w->now_us + RS_RETRY_DROP_US;
 		rs_publish(rs);
 		return;
 	}
@@ -211,13 +219,12 @@ static void rs_fail(struct reshard *rs, const char *fmt, ...)
 		  rs->pool, rs->error);
 	if (rs->step != RSP_SOURCES) {
 		resume_pool(rs);
-		char sql[100];
-		snprintf(sql, sizeof sql, "RESUME %s", rs->pool);
-		rs_peers_forget_failures(rs);
-		rs_peers_send(rs, sql);
+		rs_peers_resume(rs);
 	}
 	close_sources(rs);
 	rs->phase = RESHARD_FAILED;
+	if (x->truncating)
+		rs->schema_done = false;   /* the new shards do not have the tables it knew: copied again next time */
 	(void)save_state(rs);
 	x->stopped = true;
 	/* Slots left behind would keep the sources' WAL: they go. */
@@ -298,6 +305,7 @@ static void rs_free(struct rs_entry *en)
 }
 
 static void timer_cb(evutil_socket_t fd, short what, void *arg);
+static void open_controls(struct reshard *rs);
 static void ev_fail(struct reshard *rs, const char *why);
 static void rs_source_progressed(struct reshard *rs);
 static void rs_schema_dumped(struct reshard *rs, bool ok, const char *why);
@@ -508,6 +516,12 @@ static void rs_source_progressed(struct reshard *rs)
 				rs_fail(rs, "source shard 0 has no table to move");
 				return;
 			}
+			const char *unmatched = rs_unmatched_sharded(rs);
+			if (unmatched) {
+				rs_fail(rs, "sharded_tables names %s, a table source shard 0 does not have; nothing was changed",
+					unmatched);
+				return;
+			}
 			for (size_t t = 0; t < rs->n_tables; t++)
 				if (rs->tables[t].unmovable[0]) {
 					rs_fail(rs, "table %s.%s cannot be moved: %s (its updates and deletes could not be "
@@ -568,12 +582,13 @@ static void give_up_cutover(struct reshard *rs, const char *why)
 {
 	struct rs_extra *x = &entry_of(rs)->x;
 	resume_pool(rs);
-	char sql[100];
-	snprintf(sql, sizeof sql, "RESUME %s", rs->pool);
-	rs_peers_forget_failures(rs);
-	rs_peers_send(rs, sql);
-	for (int i = 0; i < rs->n_src; i++)
+	rs_peers_resume(rs);
+	for (int i = 0; i < rs->n_src; i++) {
+		/* (An answer still to come is read and dropped: the flags stay
+		 * until it comes, and the target with them is cleared then.) */
 		rs->src[i].target = 0;
+		rs->src[i].stale_target = rs->src[i].asking_target;
+	}
 	rs->step = RSP_SOURCES;
 	snprintf(rs->error, sizeof rs->error, "cutover given up: %s; tried again in %u s", why,
 		 RS_RETRY_CUTOVER_US / 1000000);
@@ -792,6 +807,12 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 		event_del(rs->timer);
 		return;
 	}
+	if (en->x.retry_drop_us) {
+		if (rs->w->now_us < en->x.retry_drop_us)
+			return;
+		en->x.retry_drop_us = 0;
+		open_controls(rs);
+	}
 	for (int i = 0; i < rs->n_src && !en->x.stopped; i++)
 		rs_source_tick(&rs->src[i]);
 	rs_peers_tick(rs);
@@ -899,6 +920,13 @@ static void reshard_act(struct worker *w, enum reshard_request req, const char *
 	char why[300];
 	switch (req) {
 	case RESHARD_REQ_START: {
+		if (run && entry_of(run)->x.mode != RSM_MOVE) {
+			/* Still dropping what an earlier one left: the new one
+			 * drops stale slots itself. */
+			close_sources(run);
+			entry_of(run)->x.stopped = true;
+			run = NULL;
+		}
 		if (run)
 			return;
 		struct rs_entry *en = rs_new(w, cp, RSM_MOVE, false, why, sizeof why);
@@ -953,10 +981,7 @@ static void reshard_act(struct worker *w, enum reshard_request req, const char *
 				return;
 			if (run->step != RSP_SOURCES) {
 				resume_pool(run);
-				char sql[100];
-				snprintf(sql, sizeof sql, "RESUME %s", run->pool);
-				rs_peers_forget_failures(run);
-				rs_peers_send(run, sql);
+				rs_peers_resume(run);
 			}
 			close_sources(run);
 			entry_of(run)->x.stopped = true;
@@ -992,6 +1017,7 @@ static void reshard_act(struct worker *w, enum reshard_request req, const char *
 }
 
 static void layout_switch_pool(struct worker *w, const char *pool);
+static bool overlay_active(const struct config_pool *cp, const struct rs_state *st);
 
 /* RESHARD SWITCH (a peer's cutover): phase done with this instance's next
  * layout, kept in state_dir, and every worker on it. Idempotent. */
@@ -999,11 +1025,12 @@ static bool switch_here(struct worker *w, const char *pool, char *err, size_t er
 {
 	const struct config_pool *cp = config_find_pool(w->cfg, pool);
 	struct rs_state st;
-	if (rs_state_read(w->cfg->general.state_dir, pool, &st) && st.phase == RESHARD_DONE)
-		return true;   /* switched already (the next layout is in use) */
+	if (rs_state_read(w->cfg->general.state_dir, pool, &st) && overlay_active(cp, &st))
+		return true;   /* switched already (this next layout is in use) */
 	memset(&st, 0, sizeof st);
 	st.phase = RESHARD_DONE;
 	rs_layout_text(cp->next_shards, cp->n_next_shards, st.targets, sizeof st.targets);
+	rs_layout_text(cp->shards, cp->n_shards, st.sources, sizeof st.sources);
 	if (!rs_state_write(w->cfg->general.state_dir, pool, &st, err, errlen))
 		return false;
 	struct shm_reshard *e = shm_reshard_entry(w->shm, pool);
@@ -1210,8 +1237,10 @@ void reshard_resume_all(struct worker *w)
 		rs->schema_done = st.schema_done;
 		rs->resume_stream = st.phase != RESHARD_COPY;
 		rs->phase = st.phase == RESHARD_COPY ? RESHARD_COPY : RESHARD_REPLICATE;
-		/* A worker 0 that died inside a cutover left the pool paused. */
+		/* A worker 0 that died inside a cutover left the pool paused,
+		 * here and on the peers. */
 		(void)shm_admin_post(w->shm, w->id, SHM_ADMIN_RESUME, cp->name, NULL);
+		rs_peers_resume(&en->rs);
 		log_info("reshard %s: going on from phase %s%s", cp->name, reshard_phase_name(rs->phase),
 			 rs->resume_stream ? " (the slots' changes since their last confirmed position)" :
 					     " (the copy starts again)");
@@ -1229,7 +1258,12 @@ void reshard_tick(struct worker *w)
 	enum reshard_phase final = RESHARD_FAILED;
 	for (size_t i = 0; i < n; i++) {
 		struct rs_entry *en = entry_of(w->reshards[i]);
-		if (!en->x.stopped) {
+		if (en->x.stopped && !en->x.stopped_us)
+			en->x.stopped_us = w->now_us;
+		/* Kept while a peer has not answered its RESUME (10 s at most):
+		 * freeing it would close that connection. */
+		if (!en->x.stopped ||
+		    (!rs_peers_settled(&en->rs) && w->now_us - en->x.stopped_us < RS_PEERS_GRACE_US)) {
 			w->reshards[k++] = w->reshards[i];
 			continue;
 		}

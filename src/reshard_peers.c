@@ -192,6 +192,35 @@ void rs_peers_send(struct reshard *rs, const char *sql)
 	}
 }
 
+/* A peer's connection dropped and made again: what it still owed (a
+ * PAUSE waiting for that peer's pool to drain) is not waited for. */
+static void peer_restart(struct rs_peer *p)
+{
+	bconn_close(&p->b, false);
+	for (size_t k = 0; k < p->n_pending; k++)
+		free(p->pending[k]);
+	p->n_pending = 0;
+	p->failed = false;
+	p->sent = p->done = 0;
+}
+
+void rs_peers_resume(struct reshard *rs)
+{
+	struct rs_peers *ps = rs->peers;
+	char sql[100];
+	snprintf(sql, sizeof sql, "RESUME %s", rs->pool);
+	for (size_t i = 0; ps && i < ps->n; i++) {
+		struct rs_peer *p = &ps->p[i];
+		/* Behind a PAUSE that has not answered, a RESUME on the same
+		 * connection would wait for it: a fresh one (PAUSE is the
+		 * peer's state, not the connection's). */
+		if (p->failed || p->n_pending > 0 || p->done < p->sent)
+			peer_restart(p);
+		peer_send(p, sql);
+		peer_open(p);
+	}
+}
+
 void rs_peers_tick(struct reshard *rs)
 {
 	struct rs_peers *ps = rs->peers;
@@ -223,14 +252,9 @@ const char *rs_peers_failed(const struct reshard *rs)
 void rs_peers_forget_failures(struct reshard *rs)
 {
 	struct rs_peers *ps = rs->peers;
-	for (size_t i = 0; ps && i < ps->n; i++) {
-		struct rs_peer *p = &ps->p[i];
-		if (p->failed) {
-			bconn_close(&p->b, false);
-			p->failed = false;
-			p->sent = p->done = 0;
-		}
-	}
+	for (size_t i = 0; ps && i < ps->n; i++)
+		if (ps->p[i].failed)
+			peer_restart(&ps->p[i]);
 }
 
 void rs_peers_free(struct reshard *rs)

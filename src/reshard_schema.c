@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,7 +67,7 @@ static bool listed(const char *list, const char *name)
 	for (const char *p = list; p && *p;) {
 		const char *nl = strchr(p, '\n');
 		size_t l = nl ? (size_t)(nl - p) : strlen(p);
-		if (l == n && strncmp(p, name, n) == 0)
+		if (l == n && strncasecmp(p, name, n) == 0)
 			return true;
 		p = nl ? nl + 1 : NULL;
 	}
@@ -108,28 +109,30 @@ static char *dup_col(const uint8_t *body, size_t len, int i)
 }
 
 /* Which column of the table sharded_tables names, if any:
- * "[schema.]table.column". NULL: not sharded. */
+ * "[schema.]table.column", its names compared as the router compares
+ * them (without regard to case). NULL: not sharded. */
+/* Does entry "[schema.]table.column" name table nsp.rel? */
+static bool sharding_column_entry(const char *e, const char *nsp, const char *rel)
+{
+	const char *last = strrchr(e, '.');
+	if (!last)
+		return false;
+	size_t tlen = (size_t)(last - e);
+	const char *dot = memchr(e, '.', tlen);
+	if (dot) {
+		size_t nlen = (size_t)(dot - e);
+		const char *t = dot + 1;
+		return strlen(nsp) == nlen && strncasecmp(nsp, e, nlen) == 0 && strlen(rel) == (size_t)(last - t) &&
+		       strncasecmp(rel, t, (size_t)(last - t)) == 0;
+	}
+	return strlen(rel) == tlen && strncasecmp(rel, e, tlen) == 0;
+}
+
 static const char *sharding_column(const struct config_pool *cp, const char *nsp, const char *rel)
 {
-	for (size_t i = 0; cp && i < cp->n_sharded_tables; i++) {
-		const char *e = cp->sharded_tables[i];
-		const char *last = strrchr(e, '.');
-		if (!last)
-			continue;
-		size_t tlen = (size_t)(last - e);
-		const char *dot = memchr(e, '.', tlen);
-		if (dot) {
-			size_t nlen = (size_t)(dot - e);
-			if (strlen(nsp) != nlen || strncmp(nsp, e, nlen) != 0)
-				continue;
-			const char *t = dot + 1;
-			if (strlen(rel) != (size_t)(last - t) || strncmp(rel, t, (size_t)(last - t)) != 0)
-				continue;
-		} else if (strlen(rel) != tlen || strncmp(rel, e, tlen) != 0) {
-			continue;
-		}
-		return last + 1;
-	}
+	for (size_t i = 0; cp && i < cp->n_sharded_tables; i++)
+		if (sharding_column_entry(cp->sharded_tables[i], nsp, rel))
+			return strrchr(cp->sharded_tables[i], '.') + 1;
 	return NULL;
 }
 
@@ -181,7 +184,7 @@ bool rs_schema_table_row(struct reshard *rs, const uint8_t *body, size_t len)
 			nl = strchr(p, '\n');
 			if (nl)
 				*nl = '\0';
-			if (strcmp(p, key) == 0) {
+			if (strcasecmp(p, key) == 0) {
 				t->key_col = pos;
 				break;
 			}
@@ -252,6 +255,23 @@ char *rs_seq_sql(const struct reshard *rs)
 	if (b)
 		buf_free(b);
 	return out;
+}
+
+const char *rs_unmatched_sharded(const struct reshard *rs)
+{
+	const struct config_pool *cp = config_find_pool(rs->w->cfg, rs->pool);
+	for (size_t i = 0; cp && i < cp->n_sharded_tables; i++) {
+		bool found = false;
+		for (size_t t = 0; t < rs->n_tables && !found; t++) {
+			const char *key = sharding_column(cp, rs->tables[t].nspname, rs->tables[t].relname);
+			/* (this entry's, or an earlier entry naming the same table) */
+			found = key != NULL && sharding_column_entry(cp->sharded_tables[i], rs->tables[t].nspname,
+								     rs->tables[t].relname);
+		}
+		if (!found)
+			return cp->sharded_tables[i];
+	}
+	return NULL;
 }
 
 void rs_slot_name(char *out, size_t cap, const char *pool, int shard)

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "buf.h"
 #include "context.h"
@@ -247,7 +248,7 @@ static bool on_relation(struct rs_source *s, const struct pgoutput_msg *m)
 		r->table = (int)t;
 		if (tb->key_name)
 			for (uint16_t i = 0; i < r->n_columns; i++)
-				if (strcmp(r->columns[i].name, tb->key_name) == 0)
+				if (strcasecmp(r->columns[i].name, tb->key_name) == 0)
 					r->key_col = i;
 		break;
 	}
@@ -771,7 +772,7 @@ static void conn_down(void *arg, const char *why)
 {
 	struct rs_conn *c = arg;
 	struct rs_source *s = c->src;
-	if (s->stopping || s->state == RSS_STOPPED || s->rs->phase == RESHARD_FAILED)
+	if (s->stopping || s->state == RSS_STOPPED)
 		return;
 	src_fail(s, c, "%s", why);
 }
@@ -806,7 +807,8 @@ static bool conn_message(void *arg, uint8_t type, const uint8_t *body, size_t le
 				src_fail(s, c, "pg_logical_emit_message() gave no position");
 				return true;
 			}
-			s->target = ((uint64_t)hi << 32) | lo;
+			s->target = s->stale_target ? 0 : ((uint64_t)hi << 32) | lo;
+			s->stale_target = false;
 			advance_confirmed(s);
 		}
 		src_step(s);
@@ -1029,7 +1031,7 @@ void rs_source_begin_copy(struct rs_source *s)
 
 void rs_source_tick(struct rs_source *s)
 {
-	if (s->state == RSS_STOPPED || s->rs->phase == RESHARD_FAILED)
+	if (s->state == RSS_STOPPED)
 		return;
 	if (s->state == RSS_CONNECT || s->rs->controls_only) {
 		struct rs_conn *cs[] = { &s->ctl, &s->repl, &s->copy };
@@ -1063,15 +1065,17 @@ void rs_source_tick(struct rs_source *s)
 void rs_source_ask_target(struct rs_source *s)
 {
 	s->target = 0;
+	s->stale_target = false;
 	s->asking_target = true;
 	/* Not pg_current_wal_lsn(): with synchronous_commit off a client's
 	 * COMMIT returns before its WAL is written, and the write position
 	 * can be behind it. A logical message is inserted after every commit
-	 * that has returned, and its transaction, committed synchronously,
-	 * flushes the WAL up to it, so that the walsender decodes past it at
-	 * once. Its position is the target. */
+	 * that has returned, and its transaction, committed with a local
+	 * flush (not waiting for synchronous standbys), flushes the WAL up
+	 * to it, so that the walsender decodes past it at once. Its position
+	 * is the target. */
 	(void)send_or_fail(s, &s->ctl,
-			   "SET synchronous_commit = on; "
+			   "SET synchronous_commit = local; "
 			   "SELECT pg_catalog.pg_logical_emit_message(true, 'pgcat_reshard', 'cutover')");
 }
 

@@ -367,7 +367,8 @@ def layout(s, dbs):
     return {i: {"database": db, "servers": "127.0.0.1:%d:primary" % s.port} for i, db in enumerate(dbs)}
 
 
-def start_pgcat(pgcat, s, tmp_path, workers=2, pools=None, peer_id=None, start=True, state="state"):
+def start_pgcat(pgcat, s, tmp_path, workers=2, pools=None, peer_id=None, start=True, state="state",
+                sharded_tables="items.id, docs.id"):
     general = {"workers": workers, "state_dir": str(tmp_path / state), "prepared_statements": "true"}
     if peer_id is not None:
         general["peer_id"] = peer_id
@@ -375,7 +376,7 @@ def start_pgcat(pgcat, s, tmp_path, workers=2, pools=None, peer_id=None, start=T
         "pool_mode": "transaction",
         "query_parser_enabled": "true",
         "sharding_function": SHARDING_FUNCTION,
-        "sharded_tables": "items.id, docs.id",
+        "sharded_tables": sharded_tables,
         "default_shard": "all",
         "shards": layout(s, OLD_DBS),
         "next": {"shards": layout(s, NEW_DBS)},
@@ -971,6 +972,27 @@ def test_reshard_refuses_a_table_without_key(pgcat, srv, tmp_path):
         assert srv.sql("SELECT count(*) FROM pg_publication", dbname=db) == [(0,)]
         srv.sql("UPDATE logs SET line = 'b'", dbname=db)   # not refused for want of a replica identity
     assert_routed_to(p, srv, OLD_DBS, "refused", others=())
+
+
+def test_reshard_reads_sharded_tables_as_the_router_does(pgcat, srv, tmp_path):
+    """sharded_tables names its tables in any case and with or without the
+    schema, as the router reads them: the reshard moves them by key all the
+    same (not as tables kept whole). An entry naming no table refuses the
+    reshard before anything changes."""
+    data = Dataset(items_per_client=20, docs_per_client=20)
+    data.load(srv)
+    p = start_pgcat(pgcat, srv, tmp_path, sharded_tables="Items.ID, public.Docs.id")
+    assert run(p, "RESHARD app") == "RESHARD"
+    wait_phase(p, "done", 90)
+    assert_layout_holds(srv, NEW_DBS, data.rows())
+    p.stop()
+    p.log_fh.close()
+    srv.sql("SELECT 1", dbname="postgres")
+    q = start_pgcat(pgcat, srv, tmp_path, sharded_tables="items.id, docs.id, orders.id", state="state-2")
+    assert run(q, "RESHARD app") == "RESHARD"
+    row = wait_phase(q, "failed", 60)
+    assert "orders.id" in row["last_error"], row
+    wait_until(lambda: slots(srv) == [], 30, msg="no slot left (%r)" % (slots(srv),))
 
 
 def test_reshard_destination_fails(pgcat, srv, tmp_path):
