@@ -269,6 +269,14 @@ void rs_source_drop_slot(struct rs_source *s);
 bool rs_conn_query(struct rs_conn *c, const char *sql);
 bool rs_conn_idle(const struct rs_conn *c);
 
+/* ---- reshard_layout.c ---- */
+struct rs_state;
+/* A done reshard's layout is the one cp uses, the one it left its next. */
+bool rs_overlay_active(const struct config_pool *cp, const struct rs_state *st);
+/* RESHARD SWITCH (a peer's cutover): phase done with this instance's next
+ * layout, kept in state_dir, every worker on it. false: err says why. */
+bool rs_switch_here(struct worker *w, const char *pool, char *err, size_t errlen);
+
 /* ---- reshard_peers.c ---- */
 struct rs_peers;
 /* The instances [peers] lists, other than this one (none: nothing to

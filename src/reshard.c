@@ -1016,46 +1016,6 @@ static void reshard_act(struct worker *w, enum reshard_request req, const char *
 	}
 }
 
-static void layout_switch_pool(struct worker *w, const char *pool);
-static bool overlay_active(const struct config_pool *cp, const struct rs_state *st);
-
-/* RESHARD SWITCH (a peer's cutover): phase done with this instance's next
- * layout, kept in state_dir, and every worker on it. Idempotent. */
-static bool switch_here(struct worker *w, const char *pool, char *err, size_t errlen)
-{
-	const struct config_pool *cp = config_find_pool(w->cfg, pool);
-	struct rs_state st;
-	if (rs_state_read(w->cfg->general.state_dir, pool, &st) && overlay_active(cp, &st))
-		return true;   /* switched already (this next layout is in use) */
-	memset(&st, 0, sizeof st);
-	st.phase = RESHARD_DONE;
-	rs_layout_text(cp->next_shards, cp->n_next_shards, st.targets, sizeof st.targets);
-	rs_layout_text(cp->shards, cp->n_shards, st.sources, sizeof st.sources);
-	if (!rs_state_write(w->cfg->general.state_dir, pool, &st, err, errlen))
-		return false;
-	struct shm_reshard *e = shm_reshard_entry(w->shm, pool);
-	if (e) {
-		atomic_fetch_add_explicit(&e->seq, 1, memory_order_acq_rel);
-		e->phase = RESHARD_DONE;
-		e->source_shards = (int32_t)cp->n_shards;
-		e->target_shards = (int32_t)cp->n_next_shards;
-		atomic_fetch_add_explicit(&e->seq, 1, memory_order_release);
-	}
-	log_info("reshard %s: switched to the next layout by a peer's cutover", pool);
-	layout_switch_pool(w, pool);
-	return true;
-}
-
-/* The snapshot uses the layout a done reshard moved to, the one it moved
- * from as its next (the overlay, reshard_overlay). */
-static bool overlay_active(const struct config_pool *cp, const struct rs_state *st)
-{
-	char now[sizeof st->targets], next[sizeof st->sources];
-	rs_layout_text(cp->shards, cp->n_shards, now, sizeof now);
-	rs_layout_text(cp->next_shards, cp->n_next_shards, next, sizeof next);
-	return st->phase == RESHARD_DONE && strcmp(now, st->targets) == 0 && strcmp(next, st->sources) == 0;
-}
-
 static bool running_phase(int32_t p)
 {
 	return p == RESHARD_COPY || p == RESHARD_REPLICATE || p == RESHARD_CUTOVER;
@@ -1097,7 +1057,7 @@ bool reshard_request(struct worker *w, enum reshard_request req, const char *poo
 	/* Done, and the configuration names a new next layout since (the
 	 * operator made the moved-to layout the pool's shards): that reshard
 	 * is history. */
-	if (phase == RESHARD_DONE && have_state && st.phase == RESHARD_DONE && !overlay_active(cp, &st)) {
+	if (phase == RESHARD_DONE && have_state && st.phase == RESHARD_DONE && !rs_overlay_active(cp, &st)) {
 		char next[sizeof st.targets];
 		rs_layout_text(cp->next_shards, cp->n_next_shards, next, sizeof next);
 		if (strcmp(next, st.targets) != 0)
@@ -1137,7 +1097,7 @@ bool reshard_request(struct worker *w, enum reshard_request req, const char *poo
 			snprintf(err, errlen, "this instance runs the reshard of %s itself", pool);
 			return false;
 		}
-		return switch_here(w, pool, err, errlen);
+		return rs_switch_here(w, pool, err, errlen);
 	case RESHARD_REQ_CLEANUP:
 		if (phase != RESHARD_DONE) {
 			snprintf(err, errlen, "the reshard of %s has not cut over (phase %s); nothing to clean up", pool,
@@ -1147,7 +1107,7 @@ bool reshard_request(struct worker *w, enum reshard_request req, const char *poo
 		/* The old shards are those the reshard moved from, the
 		 * configuration's next now: anything else and CLEANUP could
 		 * empty shards in use. */
-		if (!have_state || !overlay_active(cp, &st)) {
+		if (!have_state || !rs_overlay_active(cp, &st)) {
 			snprintf(err, errlen, "the configuration of %s no longer names the layout the reshard moved from as its "
 				 "next layout: CLEANUP cannot tell the old shards; empty them by hand", pool);
 			return false;
@@ -1289,60 +1249,4 @@ void reshard_free_all(struct worker *w)
 	free(w->reshards);
 	w->reshards = NULL;
 	w->n_reshards = 0;
-}
-
-/* ---- the layout in use ---- */
-
-static bool layout_done(const struct config *cfg, const struct config_pool *cp)
-{
-	struct rs_state st;
-	if (cp->n_next_shards == 0 || !rs_state_read(cfg->general.state_dir, cp->name, &st) || st.phase != RESHARD_DONE)
-		return false;
-	char now[sizeof st.targets];
-	rs_layout_text(cp->next_shards, cp->n_next_shards, now, sizeof now);
-	return strcmp(now, st.targets) == 0;
-}
-
-void reshard_overlay(struct config *cfg)
-{
-	for (size_t i = 0; i < cfg->n_pools; i++)
-		if (layout_done(cfg, &cfg->pools[i])) {
-			config_use_next_layout(&cfg->pools[i]);
-			log_debug("reshard %s: its next layout is in use (the reshard is done)", cfg->pools[i].name);
-		}
-}
-
-/* This worker switches, and the others through the admin ring. */
-static void layout_switch_pool(struct worker *w, const char *pool)
-{
-	reshard_switch(w, pool);
-	(void)shm_admin_post(w->shm, w->id, SHM_ADMIN_RESHARD_SWITCH, pool, NULL);
-}
-
-void reshard_switch(struct worker *w, const char *pool)
-{
-	struct config *cfg = w->cfg;
-	for (size_t i = 0; i < cfg->n_pools; i++) {
-		struct config_pool *cp = &cfg->pools[i];
-		if (strcmp(cp->name, pool) != 0 || !layout_done(cfg, cp))
-			continue;
-		config_use_next_layout(cp);
-		bool kept = false;
-		if (!pool_reload(w, cfg, cfg, &kept))
-			log_error("reshard %s: out of memory while switching to the new layout", pool);
-		else
-			log_info("reshard %s: now routing over %zu shards", pool, cp->n_shards);
-		/* A session that chose its shard by number or key (SET SHARD, SET
-		 * SHARDING KEY) holds a number of the old layout: it would write
-		 * to another shard than it meant. Closed, with the reason. */
-		struct list_node *lists[] = { &w->clients_idle, &w->clients_active };
-		struct list_node *pos, *tmp;
-		for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
-			LIST_FOREACH_SAFE(pos, tmp, lists[l]) {
-				struct client *c = LIST_OWNER(pos, struct client, node);
-				if (c->pool && strcmp(c->pool->name, pool) == 0 && c->shard_override >= 0)
-					client_close(c, "08006", "the shards of \"%s\" changed (an online reshard): connect "
-						     "again and SET SHARD or SET SHARDING KEY again", pool);
-			}
-	}
 }
