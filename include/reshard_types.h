@@ -168,10 +168,13 @@ enum rs_step {
 	RSP_SEQUENCES,      /* cutover: the sources' sequences read, then set on the new shards */
 };
 
-/* A sequence of the sources, at the highest value any of them has. */
+/* A sequence of the sources, at the furthest value any of them has
+ * reached in its direction (the highest, or the lowest when it counts
+ * down). */
 struct rs_seq {
 	char *name;               /* "schema"."name", quoted */
 	int64_t value;
+	bool descending;
 };
 
 /* A pool's reshard, run by worker 0. */

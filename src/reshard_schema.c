@@ -204,20 +204,22 @@ bool rs_schema_table_row(struct reshard *rs, const uint8_t *body, size_t len)
 
 bool rs_seq_row(struct reshard *rs, const uint8_t *body, size_t len)
 {
-	if (len < 2 || ((body[0] << 8) | body[1]) != 2)
+	if (len < 2 || ((body[0] << 8) | body[1]) != 3)
 		return true;   /* another query's answer, before this one's (the lag's) */
-	char *name = dup_col(body, len, 0), *value = dup_col(body, len, 1);
+	char *name = dup_col(body, len, 0), *value = dup_col(body, len, 1), *desc = dup_col(body, len, 2);
 	char *end = NULL;
 	long long v = value ? strtoll(value, &end, 10) : 0;
-	bool ok = name && value && end && !*end;
+	bool ok = name && value && desc && end && !*end;
+	bool down = desc && strcmp(desc, "true") == 0;
 	free(value);
+	free(desc);
 	if (!ok) {
 		free(name);
 		return false;
 	}
 	for (size_t i = 0; i < rs->n_seqs; i++)
 		if (strcmp(rs->seqs[i].name, name) == 0) {
-			if (v > rs->seqs[i].value)
+			if (down ? v < rs->seqs[i].value : v > rs->seqs[i].value)
 				rs->seqs[i].value = v;
 			free(name);
 			return true;
@@ -232,7 +234,7 @@ bool rs_seq_row(struct reshard *rs, const uint8_t *body, size_t len)
 		rs->seqs = n;
 		rs->cap_seqs = cap;
 	}
-	rs->seqs[rs->n_seqs++] = (struct rs_seq){ name, v };
+	rs->seqs[rs->n_seqs++] = (struct rs_seq){ name, v, down };
 	return true;
 }
 

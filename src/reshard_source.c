@@ -1084,7 +1084,7 @@ void rs_source_ask_sequences(struct rs_source *s)
 	s->reading_seqs = true;
 	(void)send_or_fail(s, &s->ctl,
 			   "SELECT pg_catalog.quote_ident(schemaname) || '.' || pg_catalog.quote_ident(sequencename), "
-			   "last_value::text FROM pg_catalog.pg_sequences WHERE last_value IS NOT NULL");
+			   "last_value::text, (increment_by < 0)::text FROM pg_catalog.pg_sequences WHERE last_value IS NOT NULL");
 }
 
 bool rs_source_drained(const struct rs_source *s)

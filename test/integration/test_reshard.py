@@ -92,6 +92,9 @@ OPS = {
     # leaves body alone: an UPDATE whose old TOASTed body pgoutput sends as "unchanged"
     ("docs", "set_n"): "UPDATE docs SET n = %s WHERE id = %s::uuid",
     ("docs", "delete"): "DELETE FROM docs WHERE id = %s::uuid",
+    # reads by key (the load is read-write; a replay runs them too, to no effect)
+    ("items", "read"): "SELECT id, v, note FROM items WHERE id = %s",
+    ("docs", "read"): "SELECT id, body, n FROM docs WHERE id = %s::uuid",
 }
 
 N_CLIENTS = 8
@@ -525,6 +528,10 @@ class Client(threading.Thread):
 
     def next_op(self):
         rnd = self.rnd
+        if rnd.random() < 0.2:
+            if rnd.random() < 0.5:
+                return ("items", "read", (rnd.choice(self.items),))
+            return ("docs", "read", (rnd.choice(self.docs),))
         if rnd.random() < 0.6:
             k = rnd.choice(self.items)
             here, r = k in self.m_items, rnd.random()

@@ -163,23 +163,28 @@ START_TEST(test_datarow_col)
 }
 END_TEST
 
-/* A DataRow of two text columns. */
-static size_t two_cols(uint8_t *out, const char *a, const char *b)
+/* A DataRow of text columns. */
+static size_t cols(uint8_t *out, int n, const char *const *v)
 {
-	size_t o = 0, la = strlen(a), lb = strlen(b);
+	size_t o = 0;
 	out[o++] = 0;
-	out[o++] = 2;
-	const char *v[2] = { a, b };
-	size_t l[2] = { la, lb };
-	for (int i = 0; i < 2; i++) {
+	out[o++] = (uint8_t)n;
+	for (int i = 0; i < n; i++) {
+		size_t l = strlen(v[i]);
 		out[o++] = 0;
 		out[o++] = 0;
-		out[o++] = (uint8_t)(l[i] >> 8);
-		out[o++] = (uint8_t)l[i];
-		memcpy(out + o, v[i], l[i]);
-		o += l[i];
+		out[o++] = (uint8_t)(l >> 8);
+		out[o++] = (uint8_t)l;
+		memcpy(out + o, v[i], l);
+		o += l;
 	}
 	return o;
+}
+
+static size_t seq_row(uint8_t *out, const char *name, const char *value, const char *desc)
+{
+	const char *v[3] = { name, value, desc };
+	return cols(out, 3, v);
 }
 
 START_TEST(test_sequences)
@@ -187,18 +192,30 @@ START_TEST(test_sequences)
 	struct reshard rs;
 	memset(&rs, 0, sizeof rs);
 	uint8_t row[256];
-	size_t n = two_cols(row, "public.tickets", "100");
+	size_t n = seq_row(row, "public.tickets", "100", "false");
 	ck_assert(rs_seq_row(&rs, row, n));
-	n = two_cols(row, "\"odd'name\".s", "7");
+	n = seq_row(row, "\"odd'name\".s", "7", "false");
 	ck_assert(rs_seq_row(&rs, row, n));
-	n = two_cols(row, "public.tickets", "250");   /* another source: the highest stays */
+	n = seq_row(row, "public.tickets", "250", "false");   /* another source: the highest stays */
 	ck_assert(rs_seq_row(&rs, row, n));
-	n = two_cols(row, "public.tickets", "99");
+	n = seq_row(row, "public.tickets", "99", "false");
 	ck_assert(rs_seq_row(&rs, row, n));
 	ck_assert_uint_eq(rs.n_seqs, 2);
 	ck_assert_int_eq(rs.seqs[0].value, 250);
+	/* Counting down: the lowest. */
+	struct reshard down;
+	memset(&down, 0, sizeof down);
+	n = seq_row(row, "public.countdown", "-5", "true");
+	ck_assert(rs_seq_row(&down, row, n));
+	n = seq_row(row, "public.countdown", "-40", "true");
+	ck_assert(rs_seq_row(&down, row, n));
+	n = seq_row(row, "public.countdown", "-7", "true");
+	ck_assert(rs_seq_row(&down, row, n));
+	ck_assert_int_eq(down.seqs[0].value, -40);
+	free(down.seqs[0].name);
+	free(down.seqs);
 	/* Not a number: refused. Another query's one-column row: passed over. */
-	n = two_cols(row, "public.x", "12a");
+	n = seq_row(row, "public.x", "12a", "false");
 	ck_assert(!rs_seq_row(&rs, row, n));
 	const uint8_t one[] = { 0, 1, 0, 0, 0, 3, '0', '/', '1' };
 	ck_assert(rs_seq_row(&rs, one, sizeof one));
