@@ -69,8 +69,8 @@ SHARDED = ("items", "docs")
 # type (not what pgcat does today: it refuses a uuid key with pg_bigint_hash).
 SHARDING_FUNCTION = "pg_text_hash"
 HASH_AS = {
-    "pg_text_hash": {"items": "text", "docs": "text"},
-    "pg_bigint_hash": {"items": "bigint", "docs": "uuid"},
+    "pg_text_hash": {"items": "text", "docs": "text", "events": "text"},
+    "pg_bigint_hash": {"items": "bigint", "docs": "uuid", "events": "bigint"},
 }[SHARDING_FUNCTION]
 
 SCHEMA = """
@@ -79,7 +79,8 @@ CREATE TABLE docs (id uuid PRIMARY KEY, body text, n int);
 CREATE TABLE kinds (id int PRIMARY KEY, name text);
 """
 
-COLUMNS = {"items": "id::text, v, note", "docs": "id::text, body, n", "kinds": "id::text, name"}
+COLUMNS = {"items": "id::text, v, note", "docs": "id::text, body, n", "kinds": "id::text, name",
+           "events": "id::text, payload"}
 
 # Every operation sets a row's state outright: running one again changes nothing.
 OPS = {
@@ -864,6 +865,40 @@ def test_reshard_under_load_with_kill(pgcat, srv, tmp_path):
     for (db, t), rows in old_at_done.items():
         assert sorted(table_rows(srv, db, t)) == rows, "%s.%s changed after the reshard was done" % (db, t)
     drop_probes(srv, assert_routed_to(p, srv, NEW_DBS, "after the load"))
+
+
+def test_reshard_killed_while_copying(pgcat, srv, tmp_path):
+    """pgcat SIGKILLed in phase copy (rows of a 300,000-row table on the way):
+    started again it goes on by itself, copying again from the start (the new
+    shards' tables emptied, the slots made again), and after the cutover
+    every row is on its new shard exactly once."""
+    data = Dataset(items_per_client=10, docs_per_client=10)
+    data.load(srv)
+    for db, first in zip(OLD_DBS, (1, 150001)):
+        srv.sql("CREATE TABLE events (id bigint PRIMARY KEY, payload text); "
+                "INSERT INTO events SELECT g, repeat('e', 100) FROM generate_series(%d, %d) g" % (first, first + 149999),
+                dbname=db)
+    p = start_pgcat(pgcat, srv, tmp_path, sharded_tables="items.id, docs.id, events.id")
+    assert run(p, "RESHARD app HOLD") == "RESHARD"
+
+    def copying():
+        row = show_reshard(p).get(POOL)
+        return row is not None and row["phase"] == "copy" and int(row["rows_copied"]) > 1000
+    wait_until(copying, 60, interval=0.02, msg="rows being copied")
+    p.stopped_by_test = True
+    p.kill_group()
+    wait_until(lambda: not p.group_alive(), 10, msg="pgcat's process group gone after SIGKILL")
+    p.log_fh.close()
+    p.start()
+    wait_phase(p, "replicate", 120)
+    assert len(slots(srv)) == len(OLD_DBS), slots(srv)
+    run(p, "RESHARD CUTOVER app")
+    wait_phase(p, "done", 60)
+    events = placed_rows(srv, NEW_DBS, "events")
+    assert len(events) == 300000, len(events)
+    assert_layout_holds(srv, NEW_DBS, data.rows())
+    assert_kinds_everywhere(srv, NEW_DBS, sorted(data.kinds))
+    wait_until(lambda: slots(srv) == [], 30, msg="no slot left (%r)" % (slots(srv),))
 
 
 def test_reshard_cancel(pgcat, srv, tmp_path):
