@@ -64,6 +64,8 @@ struct rs_extra {
 	bool drop_after;         /* failed: its slots are dropped by a run of their own (reshard_tick) */
 	uint64_t retry_drop_us;  /* RSM_DROP, RSM_CLEANUP that failed: connect again then (0: not waiting) */
 	uint64_t stopped_us;     /* when reshard_tick first saw it stopped */
+	bool checking_tables;    /* cutover: source 0's table count asked */
+	bool tables_checked;     /* ... and it is still the plan's (checked once per cutover try) */
 	enum reshard_phase final_phase;   /* RSM_DROP: the phase it ends in */
 };
 
@@ -595,6 +597,7 @@ static void give_up_cutover(struct reshard *rs, const char *why)
 	rs->errors++;
 	log_warning("reshard %s: %s", rs->pool, rs->error);
 	x->retry_after_us = rs->w->now_us + RS_RETRY_CUTOVER_US;
+	x->tables_checked = false;
 	set_phase(rs, RESHARD_REPLICATE);
 }
 
@@ -666,6 +669,35 @@ static void cutover_tick(struct reshard *rs)
 		if (rs->phase != RESHARD_REPLICATE || !all_sources(rs, RSS_STREAM) || (rs->hold && !rs->cutover_asked) ||
 		    w->now_us < x->retry_after_us || max_lag(rs) > RESHARD_CUTOVER_LAG_BYTES)
 			return;
+		/* First: are the tables still those it moves? A table made
+		 * since is in no publication and on no new shard (DDL is not
+		 * replicated): that reshard cannot cut over. */
+		if (!x->tables_checked) {
+			struct rs_conn *ctl = &rs->src[0].ctl;
+			if (!x->checking_tables) {
+				if (!rs_conn_idle(ctl))
+					return;
+				char *sql = malloc(strlen(rs_tables_query) + 64);
+				if (!sql)
+					return;
+				sprintf(sql, "SELECT pg_catalog.count(*)::text FROM (%s) t", rs_tables_query);
+				x->checking_tables = rs_conn_query(ctl, sql);
+				free(sql);
+				return;
+			}
+			if (!rs_conn_idle(ctl))
+				return;
+			x->checking_tables = false;
+			char want[24];
+			snprintf(want, sizeof want, "%zu", rs->n_tables);
+			if (!ctl->have_answer || strcmp(ctl->answer, want) != 0) {
+				rs_fail(rs, "source shard 0 has %s tables now, the reshard moves %zu: a table was created or "
+					"dropped during the reshard (DDL is not replicated); nothing was switched",
+					ctl->have_answer ? ctl->answer : "?", rs->n_tables);
+				return;
+			}
+			x->tables_checked = true;
+		}
 		log_info("reshard %s: replication caught up; cutting over (pausing the pool)", rs->pool);
 		rs->pause_start_us = w->now_us;
 		(void)pool_pause(w, rs->pool);

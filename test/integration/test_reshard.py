@@ -1037,6 +1037,25 @@ def test_reshard_reads_sharded_tables_as_the_router_does(pgcat, srv, tmp_path):
     wait_until(lambda: slots(srv) == [], 30, msg="no slot left (%r)" % (slots(srv),))
 
 
+def test_reshard_table_created_meanwhile_stops_the_cutover(pgcat, srv, tmp_path):
+    """A table created on the sources during the reshard is in no publication
+    and on no new shard (DDL is not replicated): the reshard does not cut
+    over, it fails with the reason, and the pool stays on its old layout."""
+    data = Dataset(items_per_client=10, docs_per_client=10)
+    data.load(srv)
+    p = start_pgcat(pgcat, srv, tmp_path)
+    assert run(p, "RESHARD app HOLD") == "RESHARD"
+    wait_phase(p, "replicate", 90)
+    for db in OLD_DBS:
+        srv.sql("CREATE TABLE late (id int PRIMARY KEY)", dbname=db)
+    run(p, "RESHARD CUTOVER app")
+    row = wait_phase(p, "failed", 60)
+    assert "created or dropped" in row["last_error"], row
+    assert row["pause_ms"] == "0", row
+    wait_until(lambda: slots(srv) == [], 30, msg="no slot left (%r)" % (slots(srv),))
+    drop_probes(srv, assert_routed_to(p, srv, OLD_DBS, "not cut over", others=()))
+
+
 def test_reshard_destination_fails(pgcat, srv, tmp_path):
     """A new shard that fails during replication stops the reshard with an
     error naming it (phase failed), the pool keeps serving on the old layout,
