@@ -29,6 +29,9 @@
 #define RESHARD_DRAIN_LIMIT_US (2u * 1000u * 1000u)
 /* A destination's unsent output above this stops reading the source. */
 #define RESHARD_OUT_HIGH (4u * 1024u * 1024u)
+/* Tables each source shard copies at the same time (each lane: a
+ * connection to the source and one per new shard). */
+#define RESHARD_COPY_LANES 2
 /* Source transactions applied and not yet confirmed by every destination. */
 #define RESHARD_TXN_RING 4096
 
@@ -83,11 +86,13 @@ struct rs_endpoint {
 };
 
 struct rs_source;
+struct rs_lane;
 
 /* One connection of the reshard's own. */
 struct rs_conn {
 	struct bconn b;
 	struct rs_source *src;
+	struct rs_lane *lane;     /* a copy lane's (its copy connection, or a destination of lane 1 on); NULL: none */
 	enum rs_conn_role role;
 	int dst;                  /* RSC_DST: the destination shard */
 	const struct rs_endpoint *ep;   /* where it goes */
@@ -112,6 +117,21 @@ struct rs_txn {
 
 struct reshard;
 
+/* A copy lane of a source: a connection in the slot's snapshot copying
+ * one table at a time, and a connection per destination its rows go to
+ * (lane 0: the source's own, which apply the stream afterwards). */
+struct rs_lane {
+	struct rs_conn copy;
+	struct rs_conn *dst;
+	bool own_dst;             /* dst is this lane's (freed with it) */
+	size_t table;             /* the table under way */
+	bool busy;                /* a table under way */
+	struct copysplit split;
+	bool split_on;
+	bool copy_ended;          /* the table's CopyDone came */
+	bool paused;              /* its copy is not read: a destination is behind */
+};
+
 struct rs_source {
 	struct reshard *rs;
 	int index;                /* source shard */
@@ -119,14 +139,12 @@ struct rs_source {
 	char slot[64];
 	char snapshot[128];
 	char encoding[64];        /* the source database's server_encoding */
-	struct rs_conn ctl, repl, copy;
+	struct rs_conn ctl, repl;
 	struct rs_conn *dst;      /* one per destination shard */
-	/* Copy: the table being copied, its splitter. */
-	size_t table;
-	struct copysplit split;
-	bool split_on;
-	bool copy_ended;          /* the source's CopyDone came */
-	int copy_waits;           /* ReadyForQuery still due for this table (source and destinations) */
+	/* Copy: its tables, RESHARD_COPY_LANES at a time; the next one to
+	 * give a lane. */
+	struct rs_lane lanes[RESHARD_COPY_LANES];
+	size_t next_table;
 	/* Stream. */
 	struct rs_rel *rels;
 	size_t n_rels, cap_rels;

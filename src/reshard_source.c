@@ -3,9 +3,11 @@
  * reshard_source: one source shard of a reshard (reshard.h) and the
  * connections it works with: a control connection (publication, slot
  * drop, current LSN), a replication connection (the slot, its exported
- * snapshot, then the change stream), a copy connection (COPY TO STDOUT of
- * every table inside that snapshot) and one connection per destination
- * shard (COPY FROM STDIN while copying, the changes' statements after).
+ * snapshot, then the change stream), copy lanes (RESHARD_COPY_LANES
+ * tables at a time: each a connection in that snapshot running COPY TO
+ * STDOUT and one per destination shard running COPY FROM STDIN) and one
+ * connection per destination shard (lane 0's, which then applies the
+ * changes' statements).
  *
  * Copy: the rows of a sharded table go to the destination their key
  * hashes to under the new layout (copysplit.c reads the key); those of a
@@ -112,10 +114,22 @@ bool rs_conn_idle(const struct rs_conn *c)
 	return c->done == c->sent;
 }
 
+static bool lane_dst_idle(const struct rs_source *s, const struct rs_lane *l)
+{
+	for (int d = 0; d < s->rs->n_dst; d++)
+		if (!rs_conn_idle(&l->dst[d]))
+			return false;
+	return true;
+}
+
+/* The source's destination connections and every lane's. */
 static bool all_dst_idle(const struct rs_source *s)
 {
 	for (int d = 0; d < s->rs->n_dst; d++)
 		if (!rs_conn_idle(&s->dst[d]))
+			return false;
+	for (int k = 1; k < RESHARD_COPY_LANES; k++)
+		if (!lane_dst_idle(s, &s->lanes[k]))
 			return false;
 	return true;
 }
@@ -130,23 +144,34 @@ static bool send_or_fail(struct rs_source *s, struct rs_conn *c, const char *sql
 
 /* ---- flow ---- */
 
-static bool dst_behind(const struct rs_source *s)
+static bool dst_behind(const struct rs_source *s, const struct rs_conn *dst)
 {
 	for (int d = 0; d < s->rs->n_dst; d++)
-		if (io_out_len(&s->dst[d].b.io) > RESHARD_OUT_HIGH)
+		if (io_out_len(&dst[d].b.io) > RESHARD_OUT_HIGH)
 			return true;
 	return false;
 }
 
-/* Read the source (copy or stream) only while every destination keeps up. */
+/* Read the source (each lane's copy, or the stream) only while its
+ * destinations keep up. */
 static void src_flow(struct rs_source *s)
 {
-	bool want = dst_behind(s);
+	if (s->state == RSS_COPY) {
+		for (int k = 0; k < RESHARD_COPY_LANES; k++) {
+			struct rs_lane *l = &s->lanes[k];
+			bool want = dst_behind(s, l->dst);
+			if (want != l->paused) {
+				l->paused = want;
+				bconn_pause(&l->copy.b, want);
+			}
+		}
+		return;
+	}
+	bool want = dst_behind(s, s->dst);
 	if (want == s->paused)
 		return;
 	s->paused = want;
-	struct rs_conn *reader = s->state == RSS_COPY ? &s->copy : &s->repl;
-	bconn_pause(&reader->b, want);
+	bconn_pause(&s->repl.b, want);
 }
 
 /* ---- the stream ---- */
@@ -493,49 +518,51 @@ static void on_wal(struct rs_source *s, const uint8_t *payload, size_t len)
 
 /* ---- the copy ---- */
 
-static void copy_row_to(struct rs_source *s, int d, const uint8_t *row, size_t len)
+static struct rs_source *lane_source(struct rs_lane *l)
 {
-	bconn_send(&s->dst[d].b, PqMsg_CopyData, row, len);
+	return l->copy.src;
 }
 
 static bool split_row(void *arg, const uint8_t *row, size_t rowlen, bool header, const uint8_t *key, size_t keylen,
 		      bool is_null)
 {
-	struct rs_source *s = arg;
+	struct rs_lane *l = arg;
+	struct rs_source *s = lane_source(l);
 	if (header)
 		return true;
-	struct rs_table *t = &s->rs->tables[s->table];
+	struct rs_table *t = &s->rs->tables[l->table];
 	if (is_null) {
-		src_fail(s, &s->copy, "%s.%s: a row with a NULL sharding key", t->nspname, t->relname);
+		src_fail(s, &l->copy, "%s.%s: a row with a NULL sharding key", t->nspname, t->relname);
 		return false;
 	}
 	int d;
 	char err[128];
 	if (!sharding_shard_for_key(s->rs->fn, (const char *)key, keylen, s->rs->n_dst, &d, err, sizeof err)) {
-		src_fail(s, &s->copy, "%s.%s: the sharding key does not fit: %s", t->nspname, t->relname, err);
+		src_fail(s, &l->copy, "%s.%s: the sharding key does not fit: %s", t->nspname, t->relname, err);
 		return false;
 	}
-	copy_row_to(s, d, row, rowlen);
+	bconn_send(&l->dst[d].b, PqMsg_CopyData, row, rowlen);
 	return true;
 }
 
-static void on_copy_data(struct rs_source *s, const uint8_t *body, size_t len)
+static void on_copy_data(struct rs_lane *l, const uint8_t *body, size_t len)
 {
-	struct rs_table *t = &s->rs->tables[s->table];
+	struct rs_source *s = lane_source(l);
+	struct rs_table *t = &s->rs->tables[l->table];
 	t->bytes += len;
-	s->t_bytes[s->table] += len;
+	s->t_bytes[l->table] += len;
 	if (t->key_col < 0) {
 		for (int d = 0; d < s->rs->n_dst; d++)
-			copy_row_to(s, d, body, len);
+			bconn_send(&l->dst[d].b, PqMsg_CopyData, body, len);
 		t->rows++;
-		s->t_rows[s->table]++;
+		s->t_rows[l->table]++;
 	} else {
-		uint64_t before = s->split.rows;
-		enum copysplit_result r = copysplit_feed(&s->split, body, len, split_row, s);
-		t->rows += s->split.rows - before;
-		s->t_rows[s->table] += s->split.rows - before;
+		uint64_t before = l->split.rows;
+		enum copysplit_result r = copysplit_feed(&l->split, body, len, split_row, l);
+		t->rows += l->split.rows - before;
+		s->t_rows[l->table] += l->split.rows - before;
 		if (r != COPYSPLIT_OK && r != COPYSPLIT_STOPPED) {
-			src_fail(s, &s->copy, "%s.%s: %s", t->nspname, t->relname, copysplit_strerror(r));
+			src_fail(s, &l->copy, "%s.%s: %s", t->nspname, t->relname, copysplit_strerror(r));
 			return;
 		}
 	}
@@ -548,22 +575,24 @@ static bool quoted_name(char *out, size_t cap, const struct rs_table *t)
 	return n > 0 && (size_t)n < cap;
 }
 
-/* The next table this source copies, or the copy's end. */
-static void next_table(struct rs_source *s)
+/* The lane takes the source's next table (none left: it rests). */
+static void lane_next_table(struct rs_lane *l)
 {
+	struct rs_source *s = lane_source(l);
 	struct reshard *rs = s->rs;
-	if (s->split_on) {
-		copysplit_free(&s->split);
-		s->split_on = false;
+	if (l->split_on) {
+		copysplit_free(&l->split);
+		l->split_on = false;
 	}
-	while (s->table < rs->n_tables && rs->tables[s->table].key_col < 0 && s->index != 0)
-		s->table++;   /* kept whole: source 0 copies it */
-	if (s->table >= rs->n_tables) {
-		s->state = RSS_COPY_COMMIT;
-		(void)send_or_fail(s, &s->copy, "COMMIT");
+	while (s->next_table < rs->n_tables && rs->tables[s->next_table].key_col < 0 && s->index != 0)
+		s->next_table++;   /* kept whole: source 0 copies it */
+	if (s->next_table >= rs->n_tables) {
+		l->busy = false;
 		return;
 	}
-	struct rs_table *t = &rs->tables[s->table];
+	l->table = s->next_table++;
+	l->busy = true;
+	struct rs_table *t = &rs->tables[l->table];
 	size_t cap = strlen(t->columns) + strlen(t->qname) + 64;
 	char *name = malloc(cap), *sql = malloc(cap + 32);
 	if (!name || !sql || !quoted_name(name, cap, t)) {
@@ -576,37 +605,75 @@ static void next_table(struct rs_source *s)
 		struct copysplit_options o;
 		copysplit_defaults(&o, COPYSPLIT_TEXT);
 		o.key_column = (unsigned)t->key_col;
-		copysplit_init(&s->split, &o);
-		s->split_on = true;
+		copysplit_init(&l->split, &o);
+		l->split_on = true;
 	}
-	s->copy_ended = false;
+	l->copy_ended = false;
 	snprintf(sql, cap + 32, "COPY %s FROM STDIN", name);
 	for (int d = 0; d < rs->n_dst; d++)
-		if (!send_or_fail(s, &s->dst[d], sql))
+		if (!send_or_fail(s, &l->dst[d], sql))
 			goto out;
 	snprintf(sql, cap + 32, "COPY %s TO STDOUT", name);
-	(void)send_or_fail(s, &s->copy, sql);
+	(void)send_or_fail(s, &l->copy, sql);
 out:
 	free(name);
 	free(sql);
 }
 
-static void copy_ended(struct rs_source *s)
+static void copy_ended(struct rs_lane *l)
 {
-	if (s->split_on) {
-		struct rs_table *t = &s->rs->tables[s->table];
-		uint64_t before = s->split.rows;
-		enum copysplit_result r = copysplit_finish(&s->split, split_row, s);
-		t->rows += s->split.rows - before;
-		s->t_rows[s->table] += s->split.rows - before;
+	struct rs_source *s = lane_source(l);
+	if (l->split_on) {
+		struct rs_table *t = &s->rs->tables[l->table];
+		uint64_t before = l->split.rows;
+		enum copysplit_result r = copysplit_finish(&l->split, split_row, l);
+		t->rows += l->split.rows - before;
+		s->t_rows[l->table] += l->split.rows - before;
 		if (r != COPYSPLIT_OK && r != COPYSPLIT_END) {
-			src_fail(s, &s->copy, "%s.%s: %s", t->nspname, t->relname, copysplit_strerror(r));
+			src_fail(s, &l->copy, "%s.%s: %s", t->nspname, t->relname, copysplit_strerror(r));
 			return;
 		}
 	}
-	s->copy_ended = true;
+	l->copy_ended = true;
 	for (int d = 0; d < s->rs->n_dst; d++)
-		bconn_send(&s->dst[d].b, PqMsg_CopyDone, NULL, 0);
+		bconn_send(&l->dst[d].b, PqMsg_CopyDone, NULL, 0);
+}
+
+/* Each lane whose table is in (its COPY answered on both sides) takes
+ * the next one. true: every lane rests, the copy is over. */
+static bool lanes_step(struct rs_source *s)
+{
+	struct reshard *rs = s->rs;
+	bool all_rest = true;
+	for (int k = 0; k < RESHARD_COPY_LANES && s->state == RSS_COPY; k++) {
+		struct rs_lane *l = &s->lanes[k];
+		if (l->busy && l->copy_ended && rs_conn_idle(&l->copy) && lane_dst_idle(s, l)) {
+			struct rs_table *t = &rs->tables[l->table];
+			if (++t->sources_done == (t->key_col < 0 ? 1 : rs->n_src))
+				rs->tables_copied++;
+			rs->ev->publish(rs);
+			lane_next_table(l);
+		}
+		if (l->busy)
+			all_rest = false;
+	}
+	return all_rest && s->state == RSS_COPY;
+}
+
+static bool lanes_copy_idle(const struct rs_source *s)
+{
+	for (int k = 0; k < RESHARD_COPY_LANES; k++)
+		if (!rs_conn_idle(&s->lanes[k].copy))
+			return false;
+	return true;
+}
+
+static bool lanes_send(struct rs_source *s, const char *sql)
+{
+	for (int k = 0; k < RESHARD_COPY_LANES; k++)
+		if (!send_or_fail(s, &s->lanes[k].copy, sql))
+			return false;
+	return true;
 }
 
 /* ---- steps ---- */
@@ -629,12 +696,18 @@ static void src_step(struct rs_source *s)
 		return;
 	switch (s->state) {
 	case RSS_CONNECT: {
-		if (bconn_state(&s->ctl.b) != BCONN_READY || bconn_state(&s->repl.b) != BCONN_READY ||
-		    (!rs->resume_stream && bconn_state(&s->copy.b) != BCONN_READY))
+		if (bconn_state(&s->ctl.b) != BCONN_READY || bconn_state(&s->repl.b) != BCONN_READY)
 			return;
 		for (int d = 0; d < rs->n_dst; d++)
 			if (bconn_state(&s->dst[d].b) != BCONN_READY)
 				return;
+		for (int k = 0; !rs->resume_stream && k < RESHARD_COPY_LANES; k++) {
+			if (bconn_state(&s->lanes[k].copy.b) != BCONN_READY)
+				return;
+			for (int d = 0; k > 0 && d < rs->n_dst; d++)
+				if (bconn_state(&s->lanes[k].dst[d].b) != BCONN_READY)
+					return;
+		}
 		s->state = RSS_PREP;
 		/* A walsender still holding the slot (pgcat was killed: its
 		 * server has not noticed yet) is ended first, and waited for:
@@ -684,18 +757,22 @@ static void src_step(struct rs_source *s)
 			for (int d = 0; d < rs->n_dst; d++)
 				if (!send_or_fail(s, &s->dst[d], sql))
 					return;
+			for (int k = 1; !rs->resume_stream && k < RESHARD_COPY_LANES; k++)
+				for (int d = 0; d < rs->n_dst; d++)
+					if (!send_or_fail(s, &s->lanes[k].dst[d], sql))
+						return;
 			if (!rs->resume_stream) {
 				snprintf(sql, sizeof sql,
 					 "SET client_encoding = '%s'; SET DateStyle = ISO; SET IntervalStyle = postgres; "
 					 "SET extra_float_digits = 3; SET statement_timeout = 0; "
 					 "SET idle_in_transaction_session_timeout = 0; SET idle_session_timeout = 0",
 					 s->encoding);
-				if (!send_or_fail(s, &s->copy, sql))
+				if (!lanes_send(s, sql))
 					return;
 			}
 			return;
 		}
-		if (!rs->resume_stream && !rs_conn_idle(&s->copy))
+		if (!rs->resume_stream && !lanes_copy_idle(s))
 			return;
 		s->state = RSS_WAIT_SCHEMA;
 		rs->ev->progressed(rs);
@@ -720,35 +797,40 @@ static void src_step(struct rs_source *s)
 		s->state = RSS_SNAPSHOT;
 		{
 			char sql[300];
+			/* Every lane in the same snapshot (imported before the
+			 * replication connection runs anything else). */
 			snprintf(sql, sizeof sql,
 				 "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET TRANSACTION SNAPSHOT '%s'", s->snapshot);
-			(void)send_or_fail(s, &s->copy, sql);
+			(void)lanes_send(s, sql);
 		}
 		return;
 	case RSS_SNAPSHOT:
-		if (!rs_conn_idle(&s->copy))
+		if (!lanes_copy_idle(s))
 			return;
 		s->state = RSS_COPY;
-		s->table = 0;
-		next_table(s);
+		s->next_table = 0;
+		for (int k = 0; k < RESHARD_COPY_LANES && s->state == RSS_COPY; k++)
+			lane_next_table(&s->lanes[k]);
+		if (s->state == RSS_COPY && lanes_step(s)) {
+			s->state = RSS_COPY_COMMIT;
+			(void)lanes_send(s, "COMMIT");
+		}
 		return;
 	case RSS_COPY:
-		if (!s->copy_ended || !rs_conn_idle(&s->copy) || !all_dst_idle(s))
-			return;
-		{
-			struct rs_table *t = &rs->tables[s->table];
-			if (++t->sources_done == (t->key_col < 0 ? 1 : rs->n_src))
-				rs->tables_copied++;
+		if (lanes_step(s)) {
+			s->state = RSS_COPY_COMMIT;
+			(void)lanes_send(s, "COMMIT");
 		}
-		s->table++;
-		rs->ev->publish(rs);
-		next_table(s);
 		return;
 	case RSS_COPY_COMMIT:
-		if (!rs_conn_idle(&s->copy))
+		if (!lanes_copy_idle(s))
 			return;
 		s->stopping = true;
-		bconn_close(&s->copy.b, true);
+		for (int k = 0; k < RESHARD_COPY_LANES; k++) {
+			bconn_close(&s->lanes[k].copy.b, true);
+			for (int d = 0; k > 0 && d < rs->n_dst; d++)
+				bconn_close(&s->lanes[k].dst[d].b, true);
+		}
 		s->stopping = false;
 		start_stream(s);
 		return;
@@ -841,16 +923,16 @@ static bool conn_message(void *arg, uint8_t type, const uint8_t *body, size_t le
 		return true;
 	}
 	case PqMsg_CopyData:
-		if (c->role == RSC_COPY && s->state == RSS_COPY)
-			on_copy_data(s, body, len);
+		if (c->role == RSC_COPY && s->state == RSS_COPY && c->lane && c->lane->busy)
+			on_copy_data(c->lane, body, len);
 		else if (c->role == RSC_REPL && c->copy_both)
 			on_wal(s, body, len);
 		else
 			return false;
 		return true;
 	case PqMsg_CopyDone:
-		if (c->role == RSC_COPY && s->state == RSS_COPY) {
-			copy_ended(s);
+		if (c->role == RSC_COPY && s->state == RSS_COPY && c->lane && c->lane->busy) {
+			copy_ended(c->lane);
 			return true;
 		}
 		if (c->role == RSC_REPL && c->copy_both) {
@@ -912,7 +994,6 @@ bool rs_source_init(struct reshard *rs, struct rs_source *s, int index)
 	rs_slot_name(s->slot, sizeof s->slot, rs->pool, index);
 	conn_init(s, &s->ctl, RSC_CTL, -1, &rs->src_ep[index]);
 	conn_init(s, &s->repl, RSC_REPL, -1, &rs->src_ep[index]);
-	conn_init(s, &s->copy, RSC_COPY, -1, &rs->src_ep[index]);
 	s->dst = calloc((size_t)rs->n_dst, sizeof *s->dst);
 	s->stmts = calloc((size_t)rs->n_dst, sizeof *s->stmts);
 	s->opened = calloc((size_t)rs->n_dst, sizeof *s->opened);
@@ -926,6 +1007,22 @@ bool rs_source_init(struct reshard *rs, struct rs_source *s, int index)
 		conn_init(s, &s->dst[d], RSC_DST, d, &rs->dst_ep[d]);
 		if (!(s->stmts[d] = buf_new(4096)))
 			return false;
+	}
+	for (int k = 0; k < RESHARD_COPY_LANES; k++) {
+		struct rs_lane *l = &s->lanes[k];
+		conn_init(s, &l->copy, RSC_COPY, -1, &rs->src_ep[index]);
+		l->copy.lane = l;
+		if (k == 0) {
+			l->dst = s->dst;
+			continue;
+		}
+		if (!(l->dst = calloc((size_t)rs->n_dst, sizeof *l->dst)))
+			return false;
+		l->own_dst = true;
+		for (int d = 0; d < rs->n_dst; d++) {
+			conn_init(s, &l->dst[d], RSC_DST, d, &rs->dst_ep[d]);
+			l->dst[d].lane = l;
+		}
 	}
 	for (size_t i = 0; i < RESHARD_TXN_RING; i++)
 		if (!(s->ring[i].need = calloc((size_t)rs->n_dst, sizeof *s->ring[i].need)))
@@ -978,10 +1075,13 @@ void rs_source_open(struct rs_source *s)
 	if (s->rs->controls_only)
 		return;
 	conn_try_open(s, &s->repl);
-	if (!s->rs->resume_stream)
-		conn_try_open(s, &s->copy);
-	for (int d = 0; d < s->rs->n_dst && s->rs->phase != RESHARD_FAILED; d++)
+	for (int d = 0; d < s->rs->n_dst && s->state != RSS_STOPPED; d++)
 		conn_try_open(s, &s->dst[d]);
+	for (int k = 0; !s->rs->resume_stream && k < RESHARD_COPY_LANES && s->state != RSS_STOPPED; k++) {
+		conn_try_open(s, &s->lanes[k].copy);
+		for (int d = 0; k > 0 && d < s->rs->n_dst && s->state != RSS_STOPPED; d++)
+			conn_try_open(s, &s->lanes[k].dst[d]);
+	}
 }
 
 void rs_source_begin_copy(struct rs_source *s)
@@ -1034,13 +1134,20 @@ void rs_source_tick(struct rs_source *s)
 	if (s->state == RSS_STOPPED)
 		return;
 	if (s->state == RSS_CONNECT || s->rs->controls_only) {
-		struct rs_conn *cs[] = { &s->ctl, &s->repl, &s->copy };
-		for (size_t i = 0; i < 3; i++)
+		struct rs_conn *cs[] = { &s->ctl, &s->repl };
+		for (size_t i = 0; i < 2; i++)
 			if (cs[i]->resolving)
 				conn_try_open(s, cs[i]);
 		for (int d = 0; d < s->rs->n_dst; d++)
 			if (s->dst[d].resolving)
 				conn_try_open(s, &s->dst[d]);
+		for (int k = 0; k < RESHARD_COPY_LANES; k++) {
+			if (s->lanes[k].copy.resolving)
+				conn_try_open(s, &s->lanes[k].copy);
+			for (int d = 0; k > 0 && d < s->rs->n_dst; d++)
+				if (s->lanes[k].dst[d].resolving)
+					conn_try_open(s, &s->lanes[k].dst[d]);
+		}
 	}
 	if (s->state == RSS_STREAM) {
 		advance_confirmed(s);
@@ -1117,9 +1224,13 @@ void rs_source_close(struct rs_source *s)
 	s->stopping = true;
 	bconn_close(&s->ctl.b, true);
 	bconn_close(&s->repl.b, true);
-	bconn_close(&s->copy.b, true);
 	for (int d = 0; s->dst && d < s->rs->n_dst; d++)
 		bconn_close(&s->dst[d].b, true);
+	for (int k = 0; k < RESHARD_COPY_LANES; k++) {
+		bconn_close(&s->lanes[k].copy.b, true);
+		for (int d = 0; s->lanes[k].own_dst && d < s->rs->n_dst; d++)
+			bconn_close(&s->lanes[k].dst[d].b, true);
+	}
 	s->stopping = false;
 	s->state = RSS_STOPPED;
 }
@@ -1130,7 +1241,16 @@ void rs_source_free(struct rs_source *s)
 		return;
 	bconn_release(&s->ctl.b);
 	bconn_release(&s->repl.b);
-	bconn_release(&s->copy.b);
+	for (int k = 0; k < RESHARD_COPY_LANES; k++) {
+		struct rs_lane *l = &s->lanes[k];
+		bconn_release(&l->copy.b);
+		for (int d = 0; l->own_dst && l->dst && d < s->rs->n_dst; d++)
+			bconn_release(&l->dst[d].b);
+		if (l->own_dst)
+			free(l->dst);
+		if (l->split_on)
+			copysplit_free(&l->split);
+	}
 	for (int d = 0; s->dst && d < s->rs->n_dst; d++) {
 		bconn_release(&s->dst[d].b);
 		if (s->stmts && s->stmts[d])
@@ -1144,8 +1264,6 @@ void rs_source_free(struct rs_source *s)
 	for (size_t i = 0; i < s->n_rels; i++)
 		rel_clear(&s->rels[i]);
 	free(s->rels);
-	if (s->split_on)
-		copysplit_free(&s->split);
 	free(s->scratch);
 	free(s->t_rows);
 	free(s->t_bytes);
