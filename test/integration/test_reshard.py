@@ -69,8 +69,8 @@ SHARDED = ("items", "docs")
 # type (not what pgcat does today: it refuses a uuid key with pg_bigint_hash).
 SHARDING_FUNCTION = "pg_text_hash"
 HASH_AS = {
-    "pg_text_hash": {"items": "text", "docs": "text", "events": "text"},
-    "pg_bigint_hash": {"items": "bigint", "docs": "uuid", "events": "bigint"},
+    "pg_text_hash": {"items": "text", "docs": "text", "events": "text", "events2": "text"},
+    "pg_bigint_hash": {"items": "bigint", "docs": "uuid", "events": "bigint", "events2": "bigint"},
 }[SHARDING_FUNCTION]
 
 SCHEMA = """
@@ -80,7 +80,7 @@ CREATE TABLE kinds (id int PRIMARY KEY, name text);
 """
 
 COLUMNS = {"items": "id::text, v, note", "docs": "id::text, body, n", "kinds": "id::text, name",
-           "events": "id::text, payload"}
+           "events": "id::text, payload", "events2": "id::text, payload"}
 
 # Every operation sets a row's state outright: running one again changes nothing.
 OPS = {
@@ -868,23 +868,30 @@ def test_reshard_under_load_with_kill(pgcat, srv, tmp_path):
 
 
 def test_reshard_killed_while_copying(pgcat, srv, tmp_path):
-    """pgcat SIGKILLed in phase copy (rows of a 300,000-row table on the way):
-    started again it goes on by itself, copying again from the start (the new
-    shards' tables emptied, the slots made again), and after the cutover
-    every row is on its new shard exactly once."""
+    """pgcat SIGKILLed in phase copy (two 300,000-row tables on the way, a
+    source shard copying two tables at once): started again it goes on by
+    itself, copying again from the start (the new shards' tables emptied,
+    the slots made again), and after the cutover every row is on its new
+    shard exactly once."""
     data = Dataset(items_per_client=10, docs_per_client=10)
     data.load(srv)
     for db, first in zip(OLD_DBS, (1, 150001)):
-        srv.sql("CREATE TABLE events (id bigint PRIMARY KEY, payload text); "
-                "INSERT INTO events SELECT g, repeat('e', 100) FROM generate_series(%d, %d) g" % (first, first + 149999),
-                dbname=db)
-    p = start_pgcat(pgcat, srv, tmp_path, sharded_tables="items.id, docs.id, events.id")
+        for t in ("events", "events2"):
+            srv.sql("CREATE TABLE %s (id bigint PRIMARY KEY, payload text); "
+                    "INSERT INTO %s SELECT g, repeat('e', 100) FROM generate_series(%d, %d) g"
+                    % (t, t, first, first + 149999), dbname=db)
+    p = start_pgcat(pgcat, srv, tmp_path, sharded_tables="items.id, docs.id, events.id, events2.id")
     assert run(p, "RESHARD app HOLD") == "RESHARD"
 
     def copying():
         row = show_reshard(p).get(POOL)
         return row is not None and row["phase"] == "copy" and int(row["rows_copied"]) > 1000
     wait_until(copying, 60, interval=0.02, msg="rows being copied")
+    # two tables at a time on a source shard (its copy lanes)
+    wait_until(lambda: srv.sql("SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM pg_stat_activity "
+                               "WHERE query LIKE 'COPY %%TO STDOUT' AND state = 'active' GROUP BY datname) c",
+                               dbname="postgres")[0][0] >= 2, 30, interval=0.02,
+               msg="two tables copied at once from one source shard")
     p.stopped_by_test = True
     p.kill_group()
     wait_until(lambda: not p.group_alive(), 10, msg="pgcat's process group gone after SIGKILL")
@@ -894,8 +901,9 @@ def test_reshard_killed_while_copying(pgcat, srv, tmp_path):
     assert len(slots(srv)) == len(OLD_DBS), slots(srv)
     run(p, "RESHARD CUTOVER app")
     wait_phase(p, "done", 60)
-    events = placed_rows(srv, NEW_DBS, "events")
-    assert len(events) == 300000, len(events)
+    for t in ("events", "events2"):
+        moved = placed_rows(srv, NEW_DBS, t)
+        assert len(moved) == 300000, (t, len(moved))
     assert_layout_holds(srv, NEW_DBS, data.rows())
     assert_kinds_everywhere(srv, NEW_DBS, sorted(data.kinds))
     wait_until(lambda: slots(srv) == [], 30, msg="no slot left (%r)" % (slots(srv),))
