@@ -99,6 +99,10 @@ struct router_key {
 struct router_verdict {
 	bool parsed;              /* libpg_query understood it; false: route by defaults */
 	bool writes;
+	/* A read that calls a function neither a known writer nor one of the
+	 * built-ins known to write nothing (router.c's list): the write pause
+	 * of a reshard's cutover (pool.h) does not take it for a read. */
+	bool calls_unknown;
 	bool begins;              /* BEGIN / START TRANSACTION */
 	bool begin_read_only;     /* ... READ ONLY (the last access mode given wins) */
 	bool ends;                /* COMMIT/END/ROLLBACK/ABORT (AND CHAIN too)/PREPARE TRANSACTION */

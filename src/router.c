@@ -511,24 +511,56 @@ static bool name_matches(const char *name, const char *pattern)
 	return strcasecmp(name, pattern) == 0;
 }
 
-static bool writing_function(const struct walk *w, int fc)
+/* Built-in functions known to write nothing: a read calling only these
+ * (unqualified or in pg_catalog) is one the write pause of a reshard's
+ * cutover lets through (calls_unknown). Any other function might write;
+ * a guess there would put a row on a layout about to be left. */
+static const char *const builtin_readers[] = {
+	"count", "sum", "avg", "min", "max", "array_agg", "string_agg", "json_agg", "jsonb_agg", "bool_and",
+	"bool_or", "every", "now", "clock_timestamp", "statement_timestamp", "transaction_timestamp", "lower",
+	"upper", "length", "char_length", "octet_length", "substr", "substring", "trim", "btrim", "ltrim",
+	"rtrim", "concat", "concat_ws", "replace", "left", "right", "strpos", "position", "format", "abs",
+	"round", "floor", "ceil", "ceiling", "trunc", "date_trunc", "date_part", "extract", "to_char",
+	"to_date", "to_timestamp", "to_number", "md5", "row_number", "rank", "dense_rank", "lag", "lead",
+	"first_value", "last_value", "generate_series", "unnest", "array_length", "cardinality",
+	"json_build_object", "jsonb_build_object", "json_build_array", "jsonb_build_array", "row_to_json",
+	"to_json", "to_jsonb", "current_setting", "version", "pg_backend_pid", "random", "gen_random_uuid",
+	"pg_is_in_recovery", "pg_last_wal_replay_lsn", "pg_current_wal_lsn",
+};
+
+/* What a FuncCall is: a writer (builtin_writers, writing_functions), a
+ * known reader, or neither. */
+enum func_kind { FUNC_WRITES, FUNC_READS, FUNC_UNKNOWN };
+
+static enum func_kind function_kind(const struct walk *w, int fc)
 {
 	const struct jdoc *d = &w->d;
-	int names = jget(d, fc, "funcname"), last = JNONE;
+	int names = jget(d, fc, "funcname"), last = JNONE, n = 0;
 	if (!pgjson_valid(d, names) || d->t[names].type != J_ARR)
-		return false;
-	for (int c = names + 1; c < (int)d->t[names].after; c = (int)d->t[c].after)
+		return FUNC_UNKNOWN;
+	for (int c = names + 1; c < (int)d->t[names].after; c = (int)d->t[c].after) {
 		last = c;
+		n++;
+	}
 	char name[NAME_MAX_BYTES];
 	if (pgjson_str(d, pgjson_string_node(d, last), name, sizeof(name)) < 0)
-		return false;
+		return FUNC_UNKNOWN;
 	for (size_t i = 0; i < sizeof(builtin_writers) / sizeof(builtin_writers[0]); i++)
 		if (name_matches(name, builtin_writers[i]))
-			return true;
+			return FUNC_WRITES;
 	for (size_t i = 0; i < w->rules->n_writing_functions; i++)
 		if (w->rules->writing_functions[i] && name_matches(name, w->rules->writing_functions[i]))
-			return true;
-	return false;
+			return FUNC_WRITES;
+	if (n > 2)
+		return FUNC_UNKNOWN;
+	if (n == 2) {
+		if (!pgjson_str_is(d, pgjson_string_node(d, names + 1), "pg_catalog", false))
+			return FUNC_UNKNOWN;
+	}
+	for (size_t i = 0; i < sizeof(builtin_readers) / sizeof(builtin_readers[0]); i++)
+		if (strcasecmp(name, builtin_readers[i]) == 0)
+			return FUNC_READS;
+	return FUNC_UNKNOWN;
 }
 
 /* ------------------------------------------------------------------ */
@@ -593,8 +625,11 @@ static void walk_dml(struct walk *w, int root, bool detect_writes)
 			if (range_var(w, x, &r))
 				count_sharded(w);
 		} else if (key_is(d, i, "FuncCall")) {
-			if (detect_writes && writing_function(w, x))
-				w->v->writes = true;
+			if (detect_writes) {
+				enum func_kind k = function_kind(w, x);
+				w->v->writes |= k == FUNC_WRITES;
+				w->v->calls_unknown |= k == FUNC_UNKNOWN;
+			}
 		}
 	}
 }

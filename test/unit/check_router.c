@@ -105,6 +105,36 @@ START_TEST(reads)
 }
 END_TEST
 
+/* The write pause of a reshard's cutover takes for reads only those that
+ * call no function but known readers: any other might write. */
+START_TEST(unknown_functions)
+{
+	static const char *const known[] = {
+		"SELECT count(*), max(a), lower(b) FROM t WHERE id = 1",
+		"SELECT pg_catalog.now(), coalesce(a, 0), greatest(a, 1) FROM t",
+		"SELECT a FROM t WHERE id = 1",
+		"SELECT 1",
+		"SHOW search_path",
+	};
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
+		struct router_verdict v = classify(known[i]);
+		ck_assert_msg(v.parsed && !v.writes, "%s: not a read", known[i]);
+		ck_assert_msg(!v.calls_unknown, "%s: calls an unknown function", known[i]);
+	}
+	static const char *const unknown[] = {
+		"SELECT my_func(1)",
+		"SELECT a FROM t WHERE b = app.lower(c)",
+		"SELECT * FROM t WHERE a IN (SELECT f(x) FROM u)",
+		"SELECT public.count(*) FROM t",
+	};
+	for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
+		struct router_verdict v = classify(unknown[i]);
+		ck_assert_msg(v.parsed && !v.writes, "%s: not a read", unknown[i]);
+		ck_assert_msg(v.calls_unknown, "%s: every function taken for a known reader", unknown[i]);
+	}
+}
+END_TEST
+
 START_TEST(writes)
 {
 	static const char *const sqls[] = {
@@ -894,6 +924,7 @@ Suite *router_suite(void)
 	tcase_add_test(tc, reads);
 	tcase_add_test(tc, texthash_every_byte);
 	tcase_add_test(tc, writes);
+	tcase_add_test(tc, unknown_functions);
 	tcase_add_test(tc, transactions);
 	tcase_add_test(tc, unparsable);
 	tcase_add_test(tc, keys_select);
