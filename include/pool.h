@@ -42,6 +42,18 @@ bool pool_matches_db(const struct pool *p, const char *db);
 int pool_reconnect(struct worker *w, const char *db);
 /* No server of these pools is linked to a client (PAUSE is complete). */
 bool pool_paused_drained(struct worker *w, const char *db);
+/* A reshard's cutover: pause the writes of pool db (pool_types.h's
+ * writes_paused) in this worker; RESUME ends it. Returns the pools paused. */
+int pool_pause_writes(struct worker *w, const char *db);
+/* Its end (RESHARD RESUME; RESUME ends only PAUSE's pause): the waiting
+ * writers are served, unless PAUSE holds the pool too. */
+int pool_resume_writes(struct worker *w, const char *db);
+/* With their writes paused, no server of pool db in any worker serves a
+ * transaction that may write (only write_gated links): nothing will write
+ * to its layout until RESUME. */
+bool pool_writes_drained(struct worker *w, const char *db);
+/* This worker's word on pool_writes_drained for p, to the shared segment. */
+void pool_write_gate_publish(struct pool *p);
 /* Publish this worker's figures to the shared segment (janitor; cl_active
  * counted by the worker first, worker_publish). */
 void pool_publish(struct worker *w);

@@ -39,6 +39,18 @@ void own_user_free(struct config_user *u);
 void srvpool_free(struct srvpool *sp);
 /* Closes every server on head (one of a srvpool's lists). */
 void srvpool_close_list(struct list_node *head);
+/* A pause ended: sp's idle servers to the waiters that may have one now
+ * (all, or with the writes still paused those that only read), and new
+ * connections launched for the rest of those. */
+void srvpool_wake_waiters(struct srvpool *sp);
+/* The write pause: no server of p (this worker's) serves a transaction
+ * that may write (each one linked is write_gated, none between states). */
+bool pool_writes_drained_here(const struct pool *p);
+/* Closes every server of sp. */
+void srvpool_close_all(struct srvpool *sp);
+/* Server s to waiter pw, no longer on any waiters list (its wait counted,
+ * its link write_gated if the writes are paused and it only reads). */
+void srvpool_grant(struct server *s, struct pool_waiter *pw);
 /* Closes p's servers and frees it, off the worker's list. */
 void pool_free(struct pool *p);
 

@@ -58,6 +58,9 @@ struct pool_waiter {
 	 * fan-out (fanout.c). */
 	bool is_client;
 	bool told_waiting;              /* waited_long called in this wait */
+	/* Its request provably only reads (route_reads_only), known only
+	 * while the pool's writes are paused: it is served meanwhile. */
+	bool reads_only;
 };
 
 /* What a server reports to the srvpool it belongs to (installed by pool.c;
@@ -223,6 +226,11 @@ struct pool {
 	struct stats stats_local, stats_avg_local;
 
 	bool paused;                  /* PAUSE/KILL: no server is handed out until RESUME */
+	/* A reshard's cutover (reshard.c): until RESUME, a server is handed
+	 * out only to a request that provably only reads (pool_waiter's
+	 * reads_only), in transaction or statement mode; its link may not
+	 * write (txn.h's write_gated). The rest waits, as with PAUSE. */
+	bool writes_paused;
 	bool disabled;                /* DISABLE: new logins refused until ENABLE */
 };
 

@@ -122,6 +122,30 @@ enum route_active route_active_message(struct client *c, struct server *s, const
 /* The request route_active_message said CROSS of cannot go on elsewhere
  * after all: refused on the server (why, or as without two_phase_commit
  * when NULL or empty; a Parse: its Bind is). */
+/* Longest first statement the parser looks at; longer ones go by default_role
+ * (query_parser_max_length may lower it further). */
+#define ROUTE_INSPECT_MAX (64u * 1024)
+/* The text of the statement of f (a Query, a Parse, or a Bind of a named
+ * statement pgcat prepared), if whole in the buffer and at most
+ * ROUTE_INSPECT_MAX. */
+bool route_statement_text(struct client *c, const struct proto_frame *f, const char **sql, size_t *len);
+/* A refusal of the Query, FunctionCall or Bind f at the head of the input,
+ * raised by s itself (prepared.h's prep_server_fail_query and _bind), so
+ * that the server's transaction fails as the client is told: CONSUMED
+ * (d->consume), or WAIT (d->read_need) for the whole message. */
+enum route_active route_refuse_on_server(const struct client *c, struct server *s, const struct proto_frame *f,
+					 const char *sqlstate, const char *msg, struct route_active_decision *d);
+/* The write pause of a reshard's cutover (pool_types.h): whether the
+ * request starting with f (its first statement; a transaction pgcat began
+ * READ ONLY) provably only reads: parsed, writing nothing, calling no
+ * function that might (router.h's calls_unknown). */
+bool route_reads_only(struct client *c, const struct proto_frame *f);
+/* Message f from a client linked to s, whose transaction is write_gated
+ * (txn.h): a Query, FunctionCall or Bind that might write is refused on
+ * s (25006) and CONSUMED; the rest goes (FORWARD), or WAIT (read_need)
+ * for the whole of a text. */
+enum route_active route_gate(struct client *c, struct server *s, const struct proto_frame *f,
+			     struct route_active_decision *d);
 enum route_active route_active_refuse_cross(struct client *c, struct server *s, const struct proto_frame *f,
 					    const char *why, struct route_active_decision *d);
 /* The shard of the request at the head of c's input (Query, or Parse..Sync):

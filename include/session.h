@@ -56,6 +56,11 @@ struct session_ops {
 	 * the next shard phase and what a refusal consumed. */
 	enum route_active (*guard)(struct client *c, struct server *s, const struct proto_frame *f,
 				   struct route_active_decision *d);
+	/* Linked to s, whose transaction is write_gated (txn.h): message f
+	 * before it is forwarded; what might write is refused on s
+	 * (FORWARD, WAIT or CONSUMED, as the guard's). NULL: never gated. */
+	enum route_active (*write_gate)(struct client *c, struct server *s, const struct proto_frame *f,
+					struct route_active_decision *d);
 	/* Linked to s, which takes rewritten messages (s->prep_on): message f
 	 * (its bytes at the head of the input as far as asked) is rewritten
 	 * for s or forwarded as it is (prepared.h); on PREP_DONE *stream_rest

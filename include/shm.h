@@ -27,7 +27,7 @@
 #include "stats.h"
 
 #define SHM_MAGIC 0x70676361u      /* "pgca" */
-#define SHM_VERSION 14u           /* 10: WAL positions (read_your_writes), 11: open_lock, 12: clients, 13: query statistics, 14: reshards */
+#define SHM_VERSION 15u           /* 10: WAL positions (read_your_writes), 11: open_lock, 12: clients, 13: query statistics, 14: reshards, 15: writes_drained */
 #define SHM_MAX_WORKERS 128
 #define SHM_MAX_POOLS 1024          /* (pool, user) pairs, over the life of the instance */
 #define SHM_MAX_TARGETS 4096        /* (pool, user, server) triples */
@@ -90,6 +90,10 @@ struct shm_pool_gauges {
 	 * max_user_client_connections): kept up at once, not at the tick, and
 	 * cleared only with the worker (a pool reloaded keeps its slot). */
 	_Atomic int32_t clients;
+	/* 1: the pool's writes are paused in this worker and none of its
+	 * servers serves a transaction that may write (pool_writes_drained);
+	 * stored at once when it changes, not only at the tick. */
+	_Atomic int32_t writes_drained;
 };
 
 /* Per (pool, user, server) and worker, for SHOW SHARDS: transactions
@@ -145,7 +149,9 @@ enum shm_admin_command {
 	SHM_ADMIN_WAIT_FOR_SERVERS, /* SHUTDOWN WAIT_FOR_SERVERS: stop accepting, exit once no server is held */
 	SHM_ADMIN_SUSPEND,          /* SUSPEND: stop reading from clients until RESUME */
 	SHM_ADMIN_RESHARD,          /* arg pool, value "<request> <hold>": for worker 0 (reshard.c) */
-	SHM_ADMIN_RESHARD_SWITCH    /* arg pool: its reshard cut over; use the next layout now */
+	SHM_ADMIN_RESHARD_SWITCH,   /* arg pool: its reshard cut over; use the next layout now */
+	SHM_ADMIN_PAUSE_WRITES,     /* arg pool: a reshard's cutover pauses its writes (pool_pause_writes) */
+	SHM_ADMIN_RESUME_WRITES     /* arg pool: ... and resumes them (pool_resume_writes) */
 };
 
 /* SHOW RESHARD: one entry per pool with a reshard, written by worker 0
@@ -265,6 +271,8 @@ void shm_gauges_clear(struct shm *shm, int worker, int pool);
 /* Sums over every worker. */
 void shm_stats_total(struct shm *shm, int pool, struct stats *out);
 void shm_stats_avg_total(struct shm *shm, int pool, struct stats *out);
+/* Every worker says writes_drained for pool. */
+bool shm_writes_drained_all(struct shm *shm, int pool);
 void shm_gauges_total(struct shm *shm, int pool, int32_t *cl_active, int32_t *cl_waiting, int32_t *sv_active,
 		      int32_t *sv_idle, int32_t *sv_used, int32_t *sv_login, int64_t *maxwait_us);
 

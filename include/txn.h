@@ -85,6 +85,15 @@ struct txn {
 		placement : 8;
 	uint8_t placed_table;         /* an index into the pool's sharded tables */
 	uint16_t placed_position;     /* (KNOWN) */
+
+	/* Handed out while the pool's writes were paused (a reshard's cutover,
+	 * pool_types.h), to a request that only reads: until the server goes
+	 * back to the pool, whatever might write is refused on it (route.h's
+	 * route_gate), so that no row lands on the layout being left after
+	 * the cutover counted it drained. Set and cleared by pool.c. */
+	bool write_gated;
+	/* (write_gated) the last unnamed Parse sent read only: its Binds pass */
+	bool gate_unnamed_reads;
 };
 
 /* A message of this type, pgcat's own, went to the server: what it owes

@@ -101,10 +101,24 @@ static bool parse_host_port(const char *s, char *host, size_t hostlen, int *port
 	return true;
 }
 
+/* What a pause's reply waits for besides every worker applying it: nothing,
+ * the pools to drain (PAUSE), or their writes to (RESHARD PAUSE). */
+enum admin_drain { ADMIN_DRAIN_NONE, ADMIN_DRAIN_ALL, ADMIN_DRAIN_WRITES };
+
+static bool drained(struct worker *w, enum admin_drain drain, const char *db)
+{
+	switch (drain) {
+	case ADMIN_DRAIN_NONE: return true;
+	case ADMIN_DRAIN_ALL: return pool_paused_drained(w, db);
+	case ADMIN_DRAIN_WRITES: return pool_writes_drained(w, db);
+	}
+	return true;
+}
+
 /* A reply that waits for the other workers (the client's kind_state). */
 struct admin_pending {
 	uint64_t seq;      /* WAIT_CLOSE: the SHOW SERVERS listing asked of the others; 0: none yet */
-	bool drain;        /* PAUSE: and for the pools to drain */
+	enum admin_drain drain;
 	bool wait_close;   /* WAIT_CLOSE: for the servers RECONNECT marked to be gone */
 	bool reload;       /* RELOAD: for its two_phase_commit check (seq: its number, w->reload) */
 	bool upgrade;      /* UPGRADE: for this worker's handover to end (seq: the new process's pid) */
@@ -117,13 +131,13 @@ struct admin_pending {
  * PAUSE, once the pools drained), else later from the janitor. Returns
  * true when the reply went out now. */
 static bool broadcast(struct client *c, enum shm_admin_command cmd, const char *arg, const char *value,
-		      const char *tag, bool drain)
+		      const char *tag, enum admin_drain drain)
 {
 	struct worker *w = c->w;
 	uint64_t seq = shm_admin_post(w->shm, w->id, cmd, arg, value);
 	struct admin_pending *ap;
 	if ((shm_admin_applied_by_all(w->shm, w->id, seq) &&
-	     (!drain || pool_paused_drained(w, arg && arg[0] ? arg : NULL))) ||
+	     drained(w, drain, arg && arg[0] ? arg : NULL)) ||
 	    !(ap = calloc(1, sizeof *ap))) {
 		/* (Out of memory: the command is posted; the reply cannot wait.) */
 		admin_complete(c, tag);
@@ -311,7 +325,7 @@ void admin_janitor(struct worker *w)
 		}
 		if (ap->wait_close ? !wait_close_done(w, ap) : !shm_admin_applied_by_all(w->shm, w->id, ap->seq))
 			continue;
-		if (ap->drain && !pool_paused_drained(w, ap->db[0] ? ap->db : NULL))
+		if (!drained(w, ap->drain, ap->db[0] ? ap->db : NULL))
 			continue;
 		c->kind_state = NULL;
 		if (ap->dump >= 0)
@@ -359,7 +373,7 @@ static bool kill_client(struct client *c, const char *arg)
 	}
 	char arg_out[64];
 	snprintf(arg_out, sizeof arg_out, "%d %llu", (int)pid, id);
-	return broadcast(c, SHM_ADMIN_KILL_CLIENT, arg_out, NULL, "KILL_CLIENT", false);
+	return broadcast(c, SHM_ADMIN_KILL_CLIENT, arg_out, NULL, "KILL_CLIENT", ADMIN_DRAIN_NONE);
 }
 
 /* Returns false when the reply is deferred (no ReadyForQuery yet). */
@@ -418,6 +432,19 @@ static bool run_command(struct client *c, const char *sql)
 		admin_show_reshard_tables(c);
 		return true;
 	}
+	if (is(&ws, 0, "reshard") && (is(&ws, 1, "pause") || is(&ws, 1, "resume")) && ws.n == 3) {
+		/* What a reshard's cutover asks of a peer instance (reshard_peers.c):
+		 * pause the pool's writes, answered once none may write; resume
+		 * them. */
+		bool pause = is(&ws, 1, "pause");
+		if ((pause ? pool_pause_writes(w, ws.w[2]) : pool_resume_writes(w, ws.w[2])) == 0) {
+			admin_error(c, "3D000", "no such database: %s", ws.w[2]);
+			return true;
+		}
+		log_info("admin: RESHARD %s %s", pause ? "PAUSE" : "RESUME", ws.w[2]);
+		return broadcast(c, pause ? SHM_ADMIN_PAUSE_WRITES : SHM_ADMIN_RESUME_WRITES, ws.w[2], NULL, "RESHARD",
+				 pause ? ADMIN_DRAIN_WRITES : ADMIN_DRAIN_NONE);
+	}
 	if (is(&ws, 0, "reshard")) {
 		admin_reshard(c, ws.w + 1, ws.n - 1);
 		return true;
@@ -475,7 +502,7 @@ static bool run_command(struct client *c, const char *sql)
 		}
 		log_info("admin: SUSPEND");
 		w->cmds->suspend(w, true);
-		return broadcast(c, SHM_ADMIN_SUSPEND, NULL, NULL, "SUSPEND", false);
+		return broadcast(c, SHM_ADMIN_SUSPEND, NULL, NULL, "SUSPEND", ADMIN_DRAIN_NONE);
 	}
 	if ((is(&ws, 0, "pause") || is(&ws, 0, "resume") || is(&ws, 0, "reconnect")) && ws.n <= 2) {
 		int n;
@@ -501,7 +528,7 @@ static bool run_command(struct client *c, const char *sql)
 		snprintf(tag, sizeof tag, "%s", ws.w[0]);
 		for (char *t = tag; *t; t++)
 			*t = (char)toupper((unsigned char)*t);
-		return broadcast(c, cmd, db, NULL, tag, cmd == SHM_ADMIN_PAUSE);
+		return broadcast(c, cmd, db, NULL, tag, cmd == SHM_ADMIN_PAUSE ? ADMIN_DRAIN_ALL : ADMIN_DRAIN_NONE);
 	}
 	if ((is(&ws, 0, "disable") || is(&ws, 0, "enable") || is(&ws, 0, "kill")) &&
 	    (ws.n == 2 || (ws.n == 1 && is(&ws, 0, "kill")))) {
@@ -513,7 +540,7 @@ static bool run_command(struct client *c, const char *sql)
 		log_info("admin: %s %s", ws.w[0], db ? db : "(all)");
 		return broadcast(c,
 				 is(&ws, 0, "kill") ? SHM_ADMIN_KILL : is(&ws, 0, "disable") ? SHM_ADMIN_DISABLE : SHM_ADMIN_ENABLE,
-				 db, NULL, is(&ws, 0, "kill") ? "KILL" : is(&ws, 0, "disable") ? "DISABLE" : "ENABLE", false);
+				 db, NULL, is(&ws, 0, "kill") ? "KILL" : is(&ws, 0, "disable") ? "DISABLE" : "ENABLE", ADMIN_DRAIN_NONE);
 	}
 	if (is(&ws, 0, "kill_client") && ws.n == 2)
 		return kill_client(c, ws.w[1]);
@@ -539,7 +566,7 @@ static bool run_command(struct client *c, const char *sql)
 			w->cmds->wait_for_clients(w);
 		/* The reply once every worker has stopped accepting. */
 		return broadcast(c, servers ? SHM_ADMIN_WAIT_FOR_SERVERS : SHM_ADMIN_WAIT_FOR_CLIENTS, NULL, NULL,
-				 "SHUTDOWN", false);
+				 "SHUTDOWN", ADMIN_DRAIN_NONE);
 	}
 	if (is(&ws, 0, "shutdown") && ws.n == 1) {
 		log_info("admin: SHUTDOWN");
@@ -618,7 +645,7 @@ static bool run_command(struct client *c, const char *sql)
 			admin_notice(c, "WARNING", "TLS: %s; the running TLS settings stay until these can be used", err);
 		}
 		log_info("admin: SET %s", key);
-		return broadcast(c, SHM_ADMIN_SET, key, value, "SET", false);
+		return broadcast(c, SHM_ADMIN_SET, key, value, "SET", ADMIN_DRAIN_NONE);
 	}
 	admin_error(c, "42601", "unknown admin command: %s", sql);
 	return true;

@@ -454,6 +454,31 @@ static enum pump_step guard_step(struct client *c, struct server *s, const struc
 	return PUMP_ON;
 }
 
+/* A link handed out while the pool's writes were paused (txn.h's
+ * write_gated): what might write is refused on the server (route.h). */
+static enum pump_step gate_step(struct client *c, struct server *s, const struct proto_frame *f)
+{
+	struct route_active_decision rd = { .read_need = 0 };
+	if (!c->session->write_gate)
+		return PUMP_ON;
+	enum route_active ra = c->session->write_gate(c, s, f, &rd);
+	client_read_limit(c, rd.read_need);
+	switch (ra) {
+	case ROUTE_ACTIVE_WAIT:
+		return PUMP_STOP;
+	case ROUTE_ACTIVE_CONSUMED:
+		buf_drain(c->io.in, rd.consume);
+		client_reply_started(c);
+		return PUMP_NEXT;
+	case ROUTE_ACTIVE_FORWARD:
+	case ROUTE_ACTIVE_CROSS:      /* (never from the gate) */
+	case ROUTE_ACTIVE_CROSSED:
+	case ROUTE_ACTIVE_ASK:
+		break;
+	}
+	return PUMP_ON;
+}
+
 /* Prepared statements: the messages rewritten need their bytes (Bind and
  * Describe: the names at the front) before anything is counted. false:
  * not here yet (the read watermark lets a long one in). */
@@ -779,7 +804,9 @@ static enum pump_step request_step(struct client *c, struct server *s, struct tx
 	if (!read_header(c, &f))
 		return PUMP_STOP;
 	enum pump_step step = PUMP_ON;
-	if (c->shard_phase != ROUTE_PHASE_NONE)
+	if (t->write_gated)
+		step = gate_step(c, s, &f);
+	if (step == PUMP_ON && c->shard_phase != ROUTE_PHASE_NONE)
 		step = guard_step(c, s, &f);
 	if (step != PUMP_ON)
 		return step;

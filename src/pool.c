@@ -3,8 +3,9 @@
  * pool: checkout, checkin and the FIFO of waiting clients per (pool, user,
  * server); the link between a client and a server; the admin console's
  * operations on pools; the slots counted beside pooled connections (a
- * replication relay's, the connections a takeover promises). The janitor's
- * pool duties are in pool_janitor.c, reload and the databases made from
+ * replication relay's, the connections a takeover promises). The admin
+ * console's operations (PAUSE, RESUME, KILL...) are in pool_admin.c, the janitor's
+ * pool duties in pool_janitor.c, reload and the databases made from
  * `*` in pool_reload.c (both above it: they call pool.c, never the other
  * way). Knows no protocol: it moves connections between lists and tells
  * the client and server machines what happened.
@@ -387,7 +388,7 @@ void srvpool_close_list(struct list_node *head)
 		server_close(LIST_OWNER(pos, struct server, node), NULL);
 }
 
-static void srvpool_close_all(struct srvpool *sp)
+void srvpool_close_all(struct srvpool *sp)
 {
 	srvpool_close_list(&sp->idle);
 	srvpool_close_list(&sp->active);
@@ -599,7 +600,7 @@ static void pool_server_state_changed(struct server *s, int old_state)
 }
 
 /* Server s to a client no longer on any waiters list. */
-static void grant(struct server *s, struct pool_waiter *pw)
+void srvpool_grant(struct server *s, struct pool_waiter *pw)
 {
 	struct stats *st = s->sp->pool->stats;
 	st->v[STAT_SERVER_ASSIGNMENT]++;
@@ -612,7 +613,36 @@ static void grant(struct server *s, struct pool_waiter *pw)
 		slowlog_begin(&s->slow, waited);
 	pw->target = NULL;
 	pw->since_us = 0;
+	s->txn.write_gated = s->sp->pool->writes_paused && pw->reads_only;
+	s->txn.gate_unnamed_reads = false;
+	pw->reads_only = false;   /* (said again at each checkout) */
 	pw->ev->granted(pw, s);
+}
+
+/* The first waiter of sp a server may go to now: none while paused; while
+ * the writes are, the first that only reads (the others keep their place). */
+static struct pool_waiter *admitted_waiter(const struct srvpool *sp)
+{
+	if (sp->pool->paused || list_empty(&sp->waiters))
+		return NULL;
+	struct list_node *pos, *tmp;
+	LIST_FOREACH_SAFE(pos, tmp, &sp->waiters) {
+		struct pool_waiter *pw = LIST_OWNER(pos, struct pool_waiter, node);
+		if (!sp->pool->writes_paused || pw->reads_only)
+			return pw;
+	}
+	return NULL;
+}
+
+void srvpool_wake_waiters(struct srvpool *sp)
+{
+	struct pool_waiter *pw;
+	while (!list_empty(&sp->idle) && (pw = admitted_waiter(sp))) {
+		pool_cancel_wait(pw);
+		srvpool_grant(LIST_OWNER(list_first(&sp->idle), struct server, node), pw);
+	}
+	if (admitted_waiter(sp))
+		srvpool_maybe_launch(sp);
 }
 
 /* The first waiter of sp, taken off the list. */
@@ -643,7 +673,7 @@ bool srvpool_recently_failed(const struct srvpool *sp, uint64_t now)
 
 bool pool_checkout_would_wait(const struct srvpool *sp)
 {
-	if (sp->pool->paused)
+	if (sp->pool->paused || sp->pool->writes_paused)
 		return true;
 	if (!list_empty(&sp->idle))
 		return false;
@@ -767,14 +797,15 @@ bool pool_checkout(struct srvpool *sp, struct pool_waiter *pw)
 		pw->ev->closed(pw, SQLSTATE_ADMIN_SHUTDOWN, "server shutting down");
 		return false;
 	}
-	if (sp->pool->paused) {
-		/* PAUSE: the client waits, in order, until RESUME. */
+	if (sp->pool->paused || (sp->pool->writes_paused && !pw->reads_only)) {
+		/* PAUSE: the client waits, in order, until RESUME; with the
+		 * writes paused, unless it only reads. */
 		queue(sp, pw);
 		return false;
 	}
 	if (!list_empty(&sp->idle)) {
 		struct list_node *n = w->cfg->general.server_round_robin ? list_last(&sp->idle) : list_first(&sp->idle);
-		grant(LIST_OWNER(n, struct server, node), pw);
+		srvpool_grant(LIST_OWNER(n, struct server, node), pw);
 		return true;
 	}
 	if (!sp->resolved && !(sp->resolved = resolve(sp)) && !resolving(sp)) {
@@ -822,6 +853,11 @@ static void server_back(struct server *s, bool from_login)
 	struct srvpool *sp = s->sp;
 	struct worker *w = sp->pool->w;
 	assert(s->client == NULL);
+	if (s->txn.write_gated) {
+		s->txn.write_gated = false;
+		if (sp->pool->writes_paused)
+			pool_write_gate_publish(sp->pool);   /* one fewer reader: maybe drained now */
+	}
 	server_settings_discard(s);   /* a client gone mid-transaction: rolled back */
 	if (s->cancels_in_flight > 0) {
 		/* server_cancel_done brings it back */
@@ -845,8 +881,10 @@ static void server_back(struct server *s, bool from_login)
 		return;
 	}
 	/* (SHUTDOWN WAIT_FOR_SERVERS: the janitor closes the waiters.) */
-	if (!list_empty(&sp->waiters) && !sp->pool->paused && !w->waiting_for_servers) {
-		grant(s, srvpool_take_waiter(sp));
+	struct pool_waiter *next = w->waiting_for_servers ? NULL : admitted_waiter(sp);
+	if (next) {
+		pool_cancel_wait(next);
+		srvpool_grant(s, next);
 		return;
 	}
 	/* Over the instance's pool_size (a connection opened only to learn the
@@ -881,7 +919,7 @@ void pool_client_done(struct server *s)
 void pool_grant_adopted(struct server *s, struct pool_waiter *pw)
 {
 	s->last_used_us = s->w->now_us;
-	grant(s, pw);
+	srvpool_grant(s, pw);
 }
 
 static void pool_server_ready(struct server *s)
@@ -1030,214 +1068,31 @@ void pool_dns_done(struct worker *w, const struct dns_entry *e)
 	}
 }
 
-/* ---- admin console operations ---- */
+/* ---- the write pause (its admin side: pool_admin.c) ---- */
 
-bool pool_matches_db(const struct pool *p, const char *db)
+/* Whether no server of p (this worker's) serves a transaction that may
+ * write: each one linked is write_gated, none is between states. */
+bool pool_writes_drained_here(const struct pool *p)
 {
-	return !p->removed && (db == NULL || strcmp(p->name, db) == 0);
-}
-
-int pool_pause(struct worker *w, const char *db)
-{
-	int n = 0;
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		if (!pool_matches_db(p, db))
-			continue;
-		p->paused = true;
-		for (size_t i = 0; i < p->n_targets; i++)
-			srvpool_close_list(&p->targets[i]->idle);
-		n++;
-	}
-	return n;
-}
-
-int pool_resume(struct worker *w, const char *db)
-{
-	int n = 0;
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		if (!pool_matches_db(p, db))
-			continue;
-		n++;
-		if (!p->paused)
-			continue;
-		p->paused = false;
-		for (size_t i = 0; i < p->n_targets; i++) {
-			struct srvpool *sp = p->targets[i];
-			while (!list_empty(&sp->waiters) && !list_empty(&sp->idle)) {
-				struct pool_waiter *pw = srvpool_take_waiter(sp);
-				grant(LIST_OWNER(list_first(&sp->idle), struct server, node), pw);
-			}
-			if (!list_empty(&sp->waiters))
-				srvpool_maybe_launch(sp);
-		}
-	}
-	return n;
-}
-
-bool pool_db_disabled(struct worker *w, const char *db)
-{
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		const struct pool *p = LIST_OWNER(pos, struct pool, node);
-		if (pool_matches_db(p, db) && p->disabled)
-			return true;
-	}
-	return false;
-}
-
-int pool_set_disabled(struct worker *w, const char *db, bool disabled)
-{
-	int n = 0;
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		if (pool_matches_db(p, db)) {
-			p->disabled = disabled;
-			n++;
-		}
-	}
-	return n;
-}
-
-/* Close the waiters on head (a waiters or login_waiters list of p). */
-static void close_waiters(struct list_node *head, const char *sqlstate, const char *message)
-{
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, head) {
-		struct pool_waiter *pw = LIST_OWNER(pos, struct pool_waiter, node);
-		pool_cancel_wait(pw);
-		pw->ev->closed(pw, sqlstate, message);
-	}
-}
-
-void pool_close_waiters(struct pool *p, bool login, bool server, const char *sqlstate, const char *message)
-{
-	if (login)
-		close_waiters(&p->login_waiters, sqlstate, message);
-	for (size_t i = 0; server && i < p->n_targets; i++)
-		close_waiters(&p->targets[i]->waiters, sqlstate, message);
-}
-
-int pool_kill(struct worker *w, const char *db)
-{
-	int n = 0;
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		if (!pool_matches_db(p, db))
-			continue;
-		n++;
-		p->paused = true;
-		char msg[256];
-		snprintf(msg, sizeof msg, "database \"%s\" was killed by an administrator", p->name);
-		pool_close_waiters(p, true, true, "57P01", msg);
-		for (size_t i = 0; i < p->n_targets; i++)
-			srvpool_close_all(p->targets[i]);
-	}
-	return n;
-}
-
-int pool_reconnect(struct worker *w, const char *db)
-{
-	int n = 0;
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		if (!pool_matches_db(p, db))
-			continue;
-		n++;
-		for (size_t i = 0; i < p->n_targets; i++) {
-			struct srvpool *sp = p->targets[i];
-			struct list_node *sp_pos, *sp_tmp;
-			struct list_node *lists[] = { &sp->active, &sp->other, &sp->opening };
-			for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
-				LIST_FOREACH_SAFE(sp_pos, sp_tmp, lists[l])
-					server_close_when_idle(LIST_OWNER(sp_pos, struct server, node));
-			srvpool_close_list(&sp->idle);
-		}
-	}
-	return n;
-}
-
-/* Whether a pool of this name (one per user) has a server connection. */
-static bool pool_name_has_servers(struct worker *w, const char *name)
-{
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		const struct pool *q = LIST_OWNER(pos, struct pool, node);
-		if (q->removed || strcmp(q->name, name) != 0)
-			continue;
-		for (size_t i = 0; i < q->n_targets; i++)
-			if (srvpool_total(q->targets[i]) > 0)
-				return true;
-	}
-	return false;
-}
-
-void pool_server_tls_changed(struct worker *w)
-{
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		if (p->removed)
-			continue;
-		/* The last failed login is no reason to wait any more: it may
-		 * have been the old settings'. */
-		for (size_t i = 0; i < p->n_targets; i++)
-			p->targets[i]->last_failure_us = 0;
-		if (!pool_first_of_name(w, true, p))
-			continue;
-		if (pool_name_has_servers(w, p->name))   /* (PgBouncer's words, which its operators know) */
-			log_info("pool %s: server TLS settings changed: its server connections are obsolete connections, "
-				 "closed once idle", p->name);
-		(void)pool_reconnect(w, p->name);
-	}
-}
-
-void pool_count_waiting(struct worker *w, const struct pool *p, int *waiting, uint64_t *maxwait_us)
-{
-	int wt = 0;
-	uint64_t maxwait = 0;
 	for (size_t i = 0; i < p->n_targets; i++) {
-		struct srvpool *sp = p->targets[i];
-		wt += sp->n_waiters;
-		if (!list_empty(&sp->waiters)) {
-			const struct pool_waiter *pw = LIST_OWNER(list_first(&sp->waiters), struct pool_waiter, node);
-			uint64_t waited = w->now_us - pw->since_us;
-			if (waited > maxwait)
-				maxwait = waited;
-		}
+		const struct srvpool *sp = p->targets[i];
+		if (sp->n_other > 0)
+			return false;
+		const struct list_node *pos;
+		for (pos = sp->active.next; pos != &sp->active; pos = pos->next)
+			if (!LIST_OWNER(pos, const struct server, node)->txn.write_gated)
+				return false;
 	}
-	*waiting = wt;
-	*maxwait_us = maxwait;
-}
-
-bool pool_apply_set(struct worker *w, const char *key, char *err, size_t errlen)
-{
-	log_set_level(w->cfg->general.log_level);
-	log_set_format(w->cfg->general.log_format);
-	pool_reapply_general(w);
-	if (!config_key_is_tls(key))
-		return true;
-	if (!tls_contexts_rebuild(&w->tls, &w->cfg->general, err, errlen))
-		return false;
-	if (config_key_is_server_tls(key))
-		pool_server_tls_changed(w);   /* the servers open with the old settings go */
 	return true;
 }
 
-void pool_reapply_general(struct worker *w)
+void pool_write_gate_publish(struct pool *p)
 {
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		if (!p->removed)
-			pool_apply_config(p, w->cfg, p->cpool, p->cuser);
-	}
+	struct worker *w = p->w;
+	if (!w->shm || p->shm_slot < 0)
+		return;
+	struct shm_pool_gauges *g = shm_gauges(w->shm, w->id, p->shm_slot);
+	atomic_store_explicit(&g->writes_drained, p->writes_paused && pool_writes_drained_here(p), memory_order_release);
 }
 
 /* ---- counted slots that are not pooled connections ---- */

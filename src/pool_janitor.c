@@ -389,6 +389,7 @@ void pool_publish(struct worker *w)
 		}
 		if (p->shm_slot < 0)
 			continue;
+		pool_write_gate_publish(p);
 		struct shm_pool_gauges *g = shm_gauges(w->shm, w->id, p->shm_slot);
 		atomic_store_explicit(&g->cl_active, active, memory_order_relaxed);
 		atomic_store_explicit(&g->cl_waiting, waiting, memory_order_relaxed);

@@ -28,12 +28,8 @@
 #include "sqllex.h"
 #include "context.h"
 
-/* Longest first statement the parser looks at; longer ones go by default_role
- * (query_parser_max_length may lower it further). */
-#define ROUTE_INSPECT_MAX (64u * 1024)
 
-/* The text of the transaction's first statement, if whole in the buffer. */
-static bool first_statement(struct client *c, const struct proto_frame *f, const char **sql, size_t *len)
+bool route_statement_text(struct client *c, const struct proto_frame *f, const char **sql, size_t *len)
 {
 	uint32_t total = f->len + 1;
 	struct buf *in = c->io.in;
@@ -84,7 +80,7 @@ static enum router_role decide_role(struct client *c, const struct proto_frame *
 	size_t len;
 	struct router_verdict local;
 	const struct router_verdict *v = NULL;
-	if (!held && first_statement(c, f, &sql, &len))
+	if (!held && route_statement_text(c, f, &sql, &len))
 		v = route_classify(c, rr, sql, len, &local);
 	return route_role_of(c, v, held, writes);
 }
@@ -330,7 +326,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 	/* A comment hint routes this one transaction, whatever was SET. */
 	const char *sql;
 	size_t len;
-	if (first_statement(c, f, &sql, &len)) {
+	if (route_statement_text(c, f, &sql, &len)) {
 		struct router_verdict local;
 		const struct router_verdict *v = route_classify(c, rr, sql, len, &local);
 		char msg[160];
@@ -373,7 +369,7 @@ static enum shard_decision decide_shard(struct client *c, const struct proto_fra
 			return SHARD_WAIT;
 		if (provisional && pool_mode_per_transaction(c->pool->mode) && prep_enabled(c))
 			d->phase = ROUTE_PHASE_PROVISIONAL;
-	} else if (first_statement(c, f, &sql, &len)) {
+	} else if (route_statement_text(c, f, &sql, &len)) {
 		struct router_verdict local;
 		r.writes = route_classify(c, rr, sql, len, &local)->writes;
 	}
@@ -452,15 +448,17 @@ static bool scan_message(struct client *c, const struct proto_frame *f, const st
 	return true;
 }
 
-/* The guard's refusal of a Query or Bind at the head of the input. */
-static enum route_active refuse_on_server(const struct client *c, struct server *s, const struct proto_frame *f,
-					  const char *msg, struct route_active_decision *d)
+enum route_active route_refuse_on_server(const struct client *c, struct server *s, const struct proto_frame *f,
+					 const char *sqlstate, const char *msg, struct route_active_decision *d)
 {
 	uint32_t total = f->len + 1;
-	if (buf_len(c->io.in) < total)
+	if (buf_len(c->io.in) < total) {
+		d->read_need = total;
 		return ROUTE_ACTIVE_WAIT;
-	bool ok = f->type == PqMsg_Query ? prep_server_fail_query(s, "0A000", msg)
-					 : prep_server_fail_bind(s, "0A000", msg);
+	}
+	/* (a FunctionCall is answered as a Query is: an error, ReadyForQuery) */
+	bool ok = f->type == PqMsg_Bind ? prep_server_fail_bind(s, sqlstate, msg)
+					: prep_server_fail_query(s, sqlstate, msg);
 	if (!ok)
 		return ROUTE_ACTIVE_FORWARD;
 	d->consume = total;
@@ -490,7 +488,7 @@ enum route_active route_active_refuse_cross(struct client *c, struct server *s, 
 		return ROUTE_ACTIVE_FORWARD;
 	}
 	if (why && why[0])
-		return refuse_on_server(c, s, f, why, d);
+		return route_refuse_on_server(c, s, f, "0A000", why, d);
 	struct shardkey_result r = { SHARDKEY_ONE, d->cross_shard, true, false, 0 };
 	return refuse_elsewhere(c, s, f, &r, d);
 }
@@ -657,7 +655,7 @@ static enum route_active refuse_elsewhere(struct client *c, struct server *s, co
 			 "cross-shard statement inside a transaction or pipeline on shard %d: its sharding keys are "
 			 "missing or on several shards",
 			 here);
-	return refuse_on_server(c, s, f, msg, d);
+	return route_refuse_on_server(c, s, f, "0A000", msg, d);
 }
 
 static struct srvpool *pick(struct client *c, const struct proto_frame *f, unsigned declined,

@@ -465,6 +465,10 @@ __attribute__((always_inline)) static inline bool route_and_check_out(struct cli
 	/* Its messages are rewritten for the server it gets (prepared.c). */
 	c->end.prep_on = prep_enabled(c);
 	c->end.no_tx_blocks = c->pool->mode == POOL_MODE_STATEMENT;
+	/* A reshard's cutover: reads go on meanwhile (pool_types.h); a
+	 * session is not a transaction, and waits. */
+	c->wait.reads_only = sp->pool->writes_paused && pool_mode_per_transaction(sp->pool->mode) &&
+			     route_reads_only(c, f);
 	(void)pool_checkout(sp, &c->wait);
 	return true;
 }
@@ -658,6 +662,7 @@ const struct session_ops normal_session = {
 	.welcome = normal_welcome,
 	.message = normal_message,
 	.guard = normal_guard,
+	.write_gate = route_gate,
 	.rewrite = prep_client_message,
 	.active_query = notify_session_active_query,
 	.active_extended = notify_session_active_extended,

@@ -228,6 +228,17 @@ void shm_gauges_clear(struct shm *shm, int worker, int pool)
 	atomic_store(&g->sv_used, 0);
 	atomic_store(&g->sv_login, 0);
 	atomic_store(&g->maxwait_us, 0);
+	atomic_store(&g->writes_drained, 0);
+}
+
+bool shm_writes_drained_all(struct shm *shm, int pool)
+{
+	if (pool < 0)
+		return false;
+	for (uint32_t w = 0; w < shm->h->n_workers; w++)
+		if (!atomic_load_explicit(&shm_gauges(shm, (int)w, pool)->writes_drained, memory_order_acquire))
+			return false;
+	return true;
 }
 
 void shm_stats_total(struct shm *shm, int pool, struct stats *out)

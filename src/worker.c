@@ -619,6 +619,8 @@ static void apply_admin_commands(struct worker *w)
 		case SHM_ADMIN_WAIT_FOR_SERVERS: worker_wait_for_servers(w); break;
 		case SHM_ADMIN_RESHARD: reshard_posted(w, e.seq, e.arg, e.value); break;
 		case SHM_ADMIN_RESHARD_SWITCH: reshard_switch(w, e.arg); break;
+		case SHM_ADMIN_PAUSE_WRITES: (void)pool_pause_writes(w, db); break;
+		case SHM_ADMIN_RESUME_WRITES: (void)pool_resume_writes(w, db); break;
 		case SHM_ADMIN_SET: {
 			char err[256];
 			if (config_general_set(w->cfg, e.arg, e.value, err, sizeof err) &&
