@@ -184,6 +184,7 @@ enum rs_step {
 	RSP_TARGET,         /* cutover: asking each source for its current LSN */
 	RSP_DRAINING,       /* cutover: the streams applied up to it */
 	RSP_SEQUENCES,      /* cutover: the sources' sequences read, then set on the new shards */
+	RSP_SWITCHING,      /* cutover: done and saved; waiting for every worker and peer to switch */
 };
 
 /* A sequence of the sources, at the furthest value any of them has
@@ -364,5 +365,9 @@ bool rs_state_write(const char *dir, const char *pool, const struct rs_state *st
 const struct config_server *rs_primary(const struct config_shard *sh);
 /* The layout's description as rs_state.targets holds it. */
 void rs_layout_text(const struct config_shard *shards, size_t n, char *out, size_t cap);
+/* (reshard_publish.c) rs's progress to the shared segment, for SHOW
+ * RESHARD: its phase (cutover until every worker and peer switched),
+ * counts, and per table and source shard. */
+void rs_publish(struct reshard *rs);
 
 #endif

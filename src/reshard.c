@@ -7,8 +7,9 @@
  * on when they all reached a step, saves it in state_dir, publishes the
  * progress for SHOW RESHARD, and runs the cutover:
  *
- *   pause the pool in every worker, wait until no server of it is in use
- *   (a client inside a transaction finishes it first), ask every source
+ *   pause the pool's writes in every worker (reads go on, on the old
+ *   layout), wait until no server of it serves a transaction that may
+ *   write (a client inside one finishes it first), ask every source
  *   for its current WAL position, wait until each stream has applied up
  *   to it, save phase done, switch every worker to the new layout through
  *   the admin ring, resume. A cutover whose clients do not release their
@@ -66,6 +67,8 @@ struct rs_extra {
 	uint64_t stopped_us;     /* when reshard_tick first saw it stopped */
 	bool checking_tables;    /* cutover: source 0's table count asked */
 	bool tables_checked;     /* ... and it is still the plan's (checked once per cutover try) */
+	uint64_t switch_seq;     /* RSP_SWITCHING: the ring's SHM_ADMIN_RESHARD_SWITCH */
+	uint64_t switch_start_us;
 	enum reshard_phase final_phase;   /* RSM_DROP: the phase it ends in */
 };
 
@@ -80,58 +83,6 @@ static struct rs_entry *entry_of(struct reshard *rs)
 }
 
 /* ---- progress and state ---- */
-
-static void rs_publish(struct reshard *rs)
-{
-	struct shm_reshard *e = shm_reshard_entry(rs->w->shm, rs->pool);
-	if (!e)
-		return;
-	uint64_t rows = 0, bytes = 0, changes = 0, lag = 0;
-	for (size_t t = 0; t < rs->n_tables; t++) {
-		rows += rs->tables[t].rows;
-		bytes += rs->tables[t].bytes;
-	}
-	for (int i = 0; rs->src && i < rs->n_src; i++) {
-		const struct rs_source *s = &rs->src[i];
-		changes += s->changes;
-		if (s->state == RSS_STREAM && s->server_end > s->confirmed && s->server_end - s->confirmed > lag)
-			lag = s->server_end - s->confirmed;
-	}
-	atomic_fetch_add_explicit(&e->seq, 1, memory_order_acq_rel);
-	e->phase = (int32_t)rs->phase;
-	e->source_shards = rs->n_src;
-	e->target_shards = rs->n_dst;
-	e->tables = (int32_t)rs->n_tables;
-	e->tables_copied = (int32_t)rs->tables_copied;
-	e->rows_copied = rows;
-	e->bytes_copied = bytes;
-	e->changes_applied = changes;
-	e->lag_bytes = lag;
-	e->pause_ms = rs->pause_us / 1000;
-	e->errors = rs->errors;
-	snprintf(e->last_error, sizeof e->last_error, "%s", rs->error);
-	/* Per table and source shard (those that copy it: every source for
-	 * a sharded table, source 0 for one kept whole). */
-	int32_t n = 0;
-	for (int i = 0; rs->src && i < rs->n_src; i++) {
-		const struct rs_source *s = &rs->src[i];
-		uint64_t slag = s->server_end > s->confirmed ? s->server_end - s->confirmed : 0;
-		for (size_t t = 0; t < rs->n_tables && n < SHM_RESHARD_PARTS; t++) {
-			if (rs->tables[t].key_col < 0 && i != 0)
-				continue;
-			struct shm_reshard_part *pt = &e->parts[n++];
-			snprintf(pt->table, sizeof pt->table, "%s.%s", rs->tables[t].nspname, rs->tables[t].relname);
-			pt->source_shard = i;
-			pt->rows_copied = s->t_rows ? s->t_rows[t] : 0;
-			pt->bytes_copied = s->t_bytes ? s->t_bytes[t] : 0;
-			pt->changes_applied = s->t_changes ? s->t_changes[t] : 0;
-			pt->lag_bytes = s->state == RSS_STREAM ? slag : 0;
-			pt->errors = s->errors;
-		}
-	}
-	e->n_parts = n;
-	atomic_fetch_add_explicit(&e->seq, 1, memory_order_release);
-}
 
 /* A bounded copy (a longer text is cut). */
 static void copy_text(char *dst, size_t cap, const char *src)
@@ -173,8 +124,8 @@ static void set_phase(struct reshard *rs, enum reshard_phase p)
 
 static void resume_pool(struct reshard *rs)
 {
-	(void)pool_resume(rs->w, rs->pool);
-	(void)shm_admin_post(rs->w->shm, rs->w->id, SHM_ADMIN_RESUME, rs->pool, NULL);
+	(void)pool_resume_writes(rs->w, rs->pool);
+	(void)shm_admin_post(rs->w->shm, rs->w->id, SHM_ADMIN_RESUME_WRITES, rs->pool, NULL);
 }
 
 static void close_sources(struct reshard *rs)
@@ -201,6 +152,12 @@ static void rs_fail(struct reshard *rs, const char *fmt, ...)
 		 * run of their own. */
 		log_error("reshard %s: after the cutover: %s; the replication slots are dropped again", rs->pool,
 			  rs->error);
+		if (rs->step == RSP_SWITCHING) {
+			/* (the writes were still paused, for the switch) */
+			resume_pool(rs);
+			rs_peers_resume(rs);
+			rs->step = RSP_SOURCES;
+		}
 		close_sources(rs);
 		x->stopped = true;
 		x->drop_after = true;
@@ -633,13 +590,26 @@ static void cut_over(struct reshard *rs)
 		give_up_cutover(rs, "the state could not be saved");
 		return;
 	}
-	/* Every worker switches before it resumes: the ring is read in order. */
+	/* Every worker and peer switches before any resumes its writes: until
+	 * its switch, each reads on the old layout, which must not miss a
+	 * write made on the new one (finish_cut_over, once they all did). */
 	reshard_switch(w, rs->pool);
-	(void)shm_admin_post(w->shm, w->id, SHM_ADMIN_RESHARD_SWITCH, rs->pool, NULL);
+	entry_of(rs)->x.switch_seq = shm_admin_post(w->shm, w->id, SHM_ADMIN_RESHARD_SWITCH, rs->pool, NULL);
 	char sql[100];
 	snprintf(sql, sizeof sql, "RESHARD SWITCH %s", rs->pool);
 	rs_peers_send(rs, sql);
-	snprintf(sql, sizeof sql, "RESUME %s", rs->pool);
+	entry_of(rs)->x.switch_start_us = w->now_us;
+	rs->step = RSP_SWITCHING;
+	rs_publish(rs);
+}
+
+/* Every worker and peer on the new layout (or the wait given up): the
+ * writes resume, the streams end, the slots go. */
+static void finish_cut_over(struct reshard *rs)
+{
+	struct worker *w = rs->w;
+	char sql[100];
+	snprintf(sql, sizeof sql, "RESHARD RESUME %s", rs->pool);
 	rs_peers_send(rs, sql);
 	resume_pool(rs);
 	rs->pause_us = w->now_us - rs->pause_start_us;
@@ -698,14 +668,17 @@ static void cutover_tick(struct reshard *rs)
 			}
 			x->tables_checked = true;
 		}
-		log_info("reshard %s: replication caught up; cutting over (pausing the pool)", rs->pool);
+		log_info("reshard %s: replication caught up; cutting over (pausing the pool's writes)", rs->pool);
 		rs->pause_start_us = w->now_us;
-		(void)pool_pause(w, rs->pool);
-		x->pause_seq = shm_admin_post(w->shm, w->id, SHM_ADMIN_PAUSE, rs->pool, NULL);
+		/* Writes wait; reads go on, on the old layout until the switch
+		 * (pool_types.h's writes_paused). */
+		(void)pool_pause_writes(w, rs->pool);
+		x->pause_seq = shm_admin_post(w->shm, w->id, SHM_ADMIN_PAUSE_WRITES, rs->pool, NULL);
 		{
-			/* The peers pause too: their PAUSE answers once drained. */
+			/* The peers pause theirs too: RESHARD PAUSE answers once
+			 * nothing there may write. */
 			char sql[100];
-			snprintf(sql, sizeof sql, "PAUSE %s", rs->pool);
+			snprintf(sql, sizeof sql, "RESHARD PAUSE %s", rs->pool);
 			rs_peers_send(rs, sql);
 		}
 		rs->step = RSP_PAUSING;
@@ -722,7 +695,7 @@ static void cutover_tick(struct reshard *rs)
 			give_up_cutover(rs, why);
 			return;
 		}
-		if (!shm_admin_applied_by_all(w->shm, w->id, x->pause_seq) || !pool_paused_drained(w, rs->pool) ||
+		if (!shm_admin_applied_by_all(w->shm, w->id, x->pause_seq) || !pool_writes_drained(w, rs->pool) ||
 		    !rs_peers_settled(rs))
 			return;
 		for (int i = 0; i < rs->n_src; i++)
@@ -739,7 +712,7 @@ static void cutover_tick(struct reshard *rs)
 			if (!rs_source_drained(&rs->src[i]))
 				return;
 		/* Every row is there: the sequences next (nothing takes a
-		 * value while the pool is paused). */
+		 * value while the writes are paused: nextval is a write). */
 		for (size_t i = 0; i < rs->n_seqs; i++)
 			free(rs->seqs[i].name);
 		rs->n_seqs = 0;
@@ -778,6 +751,15 @@ static void cutover_tick(struct reshard *rs)
 				return;
 		cut_over(rs);
 		return;
+	case RSP_SWITCHING:
+		/* A worker or peer slow to switch only keeps the writes paused
+		 * longer; one that does not answer within the limit is said
+		 * loudly (drop_tick) and the writes resume. */
+		if ((!shm_admin_applied_by_all(w->shm, w->id, x->switch_seq) || !rs_peers_settled(rs)) &&
+		    w->now_us - x->switch_start_us < RESHARD_DRAIN_LIMIT_US)
+			return;
+		finish_cut_over(rs);
+		return;
 	}
 }
 
@@ -813,7 +795,7 @@ static void drop_tick(struct reshard *rs)
 		copy_text(rs->error, sizeof rs->error, rs_peers_failed(rs));
 		rs->errors++;
 		log_error("reshard %s: a peer did not take the new layout: %s; it keeps its pool paused: run RESHARD "
-			  "SWITCH %s and RESUME %s on its console", rs->pool, rs->error, rs->pool, rs->pool);
+			  "SWITCH %s and RESHARD RESUME %s on its console", rs->pool, rs->error, rs->pool, rs->pool);
 	}
 	x->dropping = false;
 	close_sources(rs);
@@ -854,7 +836,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 		drop_tick(rs);
 		return;
 	}
-	if (en->x.mode == RSM_MOVE && rs->phase != RESHARD_DONE)
+	if (en->x.mode == RSM_MOVE && (rs->phase != RESHARD_DONE || rs->step == RSP_SWITCHING))
 		cutover_tick(rs);
 	if (rs->w->now_us / 1000000 != rs->started_us / 1000000) {
 		rs->started_us = rs->w->now_us;   /* (published once a second) */
@@ -936,7 +918,7 @@ static void start_drop_run(struct worker *w, const struct config_pool *cp, enum 
 		char sql[100];
 		snprintf(sql, sizeof sql, "RESHARD SWITCH %s", cp->name);
 		rs_peers_send(&en->rs, sql);
-		snprintf(sql, sizeof sql, "RESUME %s", cp->name);
+		snprintf(sql, sizeof sql, "RESHARD RESUME %s", cp->name);
 		rs_peers_send(&en->rs, sql);
 	}
 	en->x.dropping = true;
@@ -1211,7 +1193,7 @@ void reshard_resume_all(struct worker *w)
 				 * done: the others may still be on the old layout,
 				 * paused. (Switched already: nothing changes.) */
 				(void)shm_admin_post(w->shm, w->id, SHM_ADMIN_RESHARD_SWITCH, cp->name, NULL);
-				(void)shm_admin_post(w->shm, w->id, SHM_ADMIN_RESUME, cp->name, NULL);
+				(void)shm_admin_post(w->shm, w->id, SHM_ADMIN_RESUME_WRITES, cp->name, NULL);
 			}
 			continue;
 		}
@@ -1231,7 +1213,7 @@ void reshard_resume_all(struct worker *w)
 		rs->phase = st.phase == RESHARD_COPY ? RESHARD_COPY : RESHARD_REPLICATE;
 		/* A worker 0 that died inside a cutover left the pool paused,
 		 * here and on the peers. */
-		(void)shm_admin_post(w->shm, w->id, SHM_ADMIN_RESUME, cp->name, NULL);
+		(void)shm_admin_post(w->shm, w->id, SHM_ADMIN_RESUME_WRITES, cp->name, NULL);
 		rs_peers_resume(&en->rs);
 		log_info("reshard %s: going on from phase %s%s", cp->name, reshard_phase_name(rs->phase),
 			 rs->resume_stream ? " (the slots' changes since their last confirmed position)" :

@@ -4,9 +4,10 @@
  * ([peers], SPEC §3.4) during a cutover. The instance running the reshard
  * logs in to each peer's admin console (admin_username and
  * admin_password, which the instances share) and sends it the cutover's
- * commands as they come: PAUSE pool (answered once that peer's pool has
- * no server in use), then RESHARD SWITCH pool and RESUME pool, or RESUME
- * pool when the cutover is given up. The plan reads whether every peer
+ * commands as they come: RESHARD PAUSE pool (answered once no server of
+ * that peer's pool serves a transaction that may write), then RESHARD
+ * SWITCH pool and RESHARD RESUME pool, or RESHARD RESUME pool when the
+ * cutover is given up. The plan reads whether every peer
  * has answered everything sent (rs_peers_settled) and whether one failed.
  */
 #include "reshard_types.h"
@@ -193,7 +194,7 @@ void rs_peers_send(struct reshard *rs, const char *sql)
 }
 
 /* A peer's connection dropped and made again: what it still owed (a
- * PAUSE waiting for that peer's pool to drain) is not waited for. */
+ * RESHARD PAUSE waiting for that peer's writes to drain) is not waited for. */
 static void peer_restart(struct rs_peer *p)
 {
 	bconn_close(&p->b, false);
@@ -208,11 +209,11 @@ void rs_peers_resume(struct reshard *rs)
 {
 	struct rs_peers *ps = rs->peers;
 	char sql[100];
-	snprintf(sql, sizeof sql, "RESUME %s", rs->pool);
+	snprintf(sql, sizeof sql, "RESHARD RESUME %s", rs->pool);
 	for (size_t i = 0; ps && i < ps->n; i++) {
 		struct rs_peer *p = &ps->p[i];
 		/* Behind a PAUSE that has not answered, a RESUME on the same
-		 * connection would wait for it: a fresh one (PAUSE is the
+		 * connection would wait for it: a fresh one (the pause is the
 		 * peer's state, not the connection's). */
 		if (p->failed || p->n_pending > 0 || p->done < p->sent)
 			peer_restart(p);
