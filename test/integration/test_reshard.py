@@ -867,6 +867,128 @@ def test_reshard_under_load_with_kill(pgcat, srv, tmp_path):
     drop_probes(srv, assert_routed_to(p, srv, NEW_DBS, "after the load"))
 
 
+class Waiter(threading.Thread):
+    """One statement on connection `conn` (autocommit), run in the
+    background: `.done` is when it returned (None while it waits), or the
+    exception it raised."""
+
+    def __init__(self, conn, sql, params):
+        super().__init__(daemon=True)
+        self.conn, self.sql, self.params, self.done = conn, sql, params, None
+
+    def run(self):
+        try:
+            self.conn.execute(self.sql, self.params)
+            self.done = time.monotonic()
+        except Exception as e:      # noqa: BLE001 (the test reports it)
+            self.done = e
+
+
+def test_reshard_cutover_pauses_writes_not_reads(pgcat, srv, tmp_path):
+    """The cutover pauses writes, not reads. A client holds a write
+    transaction open on the old layout, so the cutover waits for it (up to
+    its 2 s drain limit) with the pool's writes paused. Meanwhile: an INSERT
+    waits; a read by key and a transaction begun READ ONLY are answered at
+    once, from the old layout; a request that begins with a read and then
+    writes (one extended-protocol batch) gets its read and an error 25006 for
+    its write, which lands nowhere. The writer commits, the cutover ends
+    (done), the waiting INSERT lands on its shard of the new layout only."""
+    data = Dataset(items_per_client=20, docs_per_client=10)
+    data.load(srv)
+    p = start_pgcat(pgcat, srv, tmp_path)
+    assert run(p, "RESHARD app HOLD") == "RESHARD"
+    wait_phase(p, "replicate", 90)
+    held_key, read_key = sorted(data.items)[:2]
+    read_row = data.items[read_key]
+    batch_key = str(3 * 10 ** 12 + 7)      # no client's, not present
+    late_key = str(3 * 10 ** 12 + 8)
+    blocker = connect(p)
+    reader = connect(p, autocommit=True)
+    ro = connect(p)
+    ro.read_only = True
+    late = connect(p, autocommit=True)
+    raw = pgwire.Raw(p.host, p.port, 10)
+    raw.login(USER, PASSWORD, POOL)
+    writer = Waiter(late, OPS[("items", "upsert")], (int(late_key), 8, "late"))
+    try:
+        blocker.execute("UPDATE items SET v = -1 WHERE id = %s", (int(held_key),))
+        run(p, "RESHARD CUTOVER app")
+        wait_phase(p, "cutover", 10)
+        t_paused = time.monotonic()
+        time.sleep(0.2)                     # every worker has the pause
+        writer.start()
+        time.sleep(0.3)
+        assert writer.done is None, "a write went through during the cutover's pause: %r" % writer.done
+
+        t0 = time.monotonic()
+        got = reader.execute("SELECT id::text, v, note FROM items WHERE id = %s", (int(read_key),)).fetchall()
+        t_read = time.monotonic() - t0
+        assert got == [read_row], got
+        got = ro.execute("SELECT id::text, v, note FROM items WHERE id = %s", (int(read_key),)).fetchall()
+        ro.commit()
+        assert got == [read_row], got
+        raw.send(pgwire.parse("SELECT id::text FROM items WHERE id = $1") + pgwire.bind([read_key]) +
+                 pgwire.execute() +
+                 pgwire.parse("INSERT INTO items (id, v, note) VALUES ($1, 1, 'batch')") +
+                 pgwire.bind([batch_key]) + pgwire.execute() + pgwire.sync())
+        rows, err, status = raw.collect(5)
+        t_all = time.monotonic() - t0
+        assert rows == [[read_key]], rows
+        assert err is not None and err.get("C") == "25006" and "reshard" in err.get("M", ""), err
+        assert status == "I", status
+        assert t_read < 0.5 and t_all < 1.0, "reads took %.3f s (all %.3f s) during the pause" % (t_read, t_all)
+        assert writer.done is None, "a write went through during the cutover's pause: %r" % writer.done
+        assert show_reshard(p)[POOL]["phase"] == "cutover", "the reads did not run during the pause"
+        assert time.monotonic() - t_paused < 1.5, "too slow to finish before the drain limit"
+        blocker.commit()
+        done = wait_phase(p, "done", 30)
+        writer.join(10)
+        assert isinstance(writer.done, float), writer.done
+        assert writer.done > t_paused + 0.4
+        assert 0 < int(done["pause_ms"]) < 2000, done
+    finally:
+        for c in (blocker, reader, ro, late):
+            c.close()
+        raw.close()
+    assert holders(srv, "items", batch_key) == [], "the refused write landed somewhere"
+    home = NEW_DBS[expected_shards(srv, "items", [late_key], len(NEW_DBS))[late_key]]
+    assert holders(srv, "items", late_key) == [home], holders(srv, "items", late_key)
+    assert srv.sql("SELECT v FROM items WHERE id = %s", (int(held_key),),
+                   dbname=NEW_DBS[expected_shards(srv, "items", [held_key], len(NEW_DBS))[held_key]]) == [(-1,)]
+    drop_probes(srv, [("items", late_key)])
+    drop_probes(srv, assert_routed_to(p, srv, NEW_DBS, "after a paused cutover"))
+
+
+def test_reshard_cutover_keeps_an_operators_pause(pgcat, srv, tmp_path):
+    """The cutover's write pause is its own: a pool the operator PAUSEd
+    stays paused through a cutover (its clients keep waiting), and RESUME
+    then serves them, over the new layout."""
+    data = Dataset(items_per_client=10, docs_per_client=5)
+    data.load(srv)
+    p = start_pgcat(pgcat, srv, tmp_path)
+    assert run(p, "RESHARD app HOLD") == "RESHARD"
+    wait_phase(p, "replicate", 90)
+    key = str(3 * 10 ** 12 + 11)
+    c = connect(p, autocommit=True)
+    assert run(p, "PAUSE app") == "PAUSE"
+    t = Waiter(c, OPS[("items", "upsert")], (int(key), 3, "after pause"))
+    try:
+        t.start()
+        run(p, "RESHARD CUTOVER app")
+        wait_phase(p, "done", 30)
+        time.sleep(0.5)
+        assert t.done is None, "the cutover ended the operator's PAUSE: %r" % t.done
+        t_resume = time.monotonic()
+        assert run(p, "RESUME app") == "RESUME"
+        t.join(10)
+        assert isinstance(t.done, float) and t.done >= t_resume, t.done
+    finally:
+        c.close()
+    home = NEW_DBS[expected_shards(srv, "items", [key], len(NEW_DBS))[key]]
+    assert holders(srv, "items", key) == [home], holders(srv, "items", key)
+    drop_probes(srv, [("items", key)])
+
+
 def test_reshard_killed_while_copying(pgcat, srv, tmp_path):
     """pgcat SIGKILLed in phase copy (two 300,000-row tables on the way, a
     source shard copying two tables at once): started again it goes on by
