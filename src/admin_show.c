@@ -1235,6 +1235,7 @@ static void show_help(struct client *c)
 		"\tSHOW QUERIES [<db>] [ORDER BY <column> [ASC|DESC]] [LIMIT <n>]\n"
 		"\tRESET QUERIES [<db>]\n"
 		"\tSHOW RESHARD [TABLES] / RESHARD <db> [HOLD] / RESHARD CUTOVER|CANCEL|CLEANUP [<db>]\n"
+		"\tRESHARD PAUSE|RESUME|SWITCH <db> (a peer's part of a cutover)\n"
 		"\tSET key = arg\n"
 		"\tRELOAD\n"
 		"\tPAUSE [<db>]\n"
