@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pool: checkout, checkin and the FIFO of waiting clients per (pool, user,
- * server); the link between a client and a server; the admin console's
- * operations on pools; the slots counted beside pooled connections (a
+ * server); the link between a client and a server; the write pause of a
+ * reshard's cutover; the slots counted beside pooled connections (a
  * replication relay's, the connections a takeover promises). The admin
  * console's operations (PAUSE, RESUME, KILL...) are in pool_admin.c, the janitor's
  * pool duties in pool_janitor.c, reload and the databases made from
@@ -597,6 +597,10 @@ static void pool_server_state_changed(struct server *s, int old_state)
 	case SERVER_CANCEL_WAIT: list_add_tail(&sp->other, &s->node); break;
 	case SERVER_CLOSED: break;
 	}
+	/* A reshard's write pause: a server in use or back may be what the
+	 * drain waits for, in this worker or another (its word, at once). */
+	if (sp->pool->writes_paused)
+		pool_write_gate_publish(sp->pool);
 }
 
 /* Server s to a client no longer on any waiters list. */
@@ -853,11 +857,7 @@ static void server_back(struct server *s, bool from_login)
 	struct srvpool *sp = s->sp;
 	struct worker *w = sp->pool->w;
 	assert(s->client == NULL);
-	if (s->txn.write_gated) {
-		s->txn.write_gated = false;
-		if (sp->pool->writes_paused)
-			pool_write_gate_publish(sp->pool);   /* one fewer reader: maybe drained now */
-	}
+	s->txn.write_gated = false;   /* (its link is over) */
 	server_settings_discard(s);   /* a client gone mid-transaction: rolled back */
 	if (s->cancels_in_flight > 0) {
 		/* server_cancel_done brings it back */
