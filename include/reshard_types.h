@@ -154,6 +154,11 @@ struct rs_source {
 	bool stale_target;        /* that answer belongs to a cutover given up: dropped */
 	bool asking_lsn;          /* its end of WAL asked (the lag) */
 	bool reading_seqs;        /* cutover: its sequences asked (DataRows to rs_seq_row) */
+	/* Cutover: its count of tables asked (rs_source_count_tables); the
+	 * answer kept apart, as the control connection's next question (the
+	 * lag's) would take the place of its text. -1: none (no answer). */
+	bool counting_tables;
+	long long tables_now;
 	uint64_t last_lsn_poll_us;
 	struct buf **stmts;       /* per destination: this transaction's statements */
 	struct rs_txn ring[RESHARD_TXN_RING];
@@ -283,6 +288,10 @@ void rs_source_begin_copy(struct rs_source *s);
 void rs_source_tick(struct rs_source *s);
 /* Cutover: the position to drain to. */
 void rs_source_ask_target(struct rs_source *s);
+/* Cutover: how many tables the source has now (rs_tables_query counted),
+ * asked on its control connection, idle: false if it is not (asked
+ * later). The answer: counting_tables false, tables_now. */
+bool rs_source_count_tables(struct rs_source *s);
 bool rs_source_drained(const struct rs_source *s);
 /* Its slot and the publication dropped (done or cancelled), on its
  * control connection, rs->drop_first before; the answer is the count of

@@ -643,27 +643,21 @@ static void cutover_tick(struct reshard *rs)
 		 * since is in no publication and on no new shard (DDL is not
 		 * replicated): that reshard cannot cut over. */
 		if (!x->tables_checked) {
-			struct rs_conn *ctl = &rs->src[0].ctl;
+			struct rs_source *s0 = &rs->src[0];
 			if (!x->checking_tables) {
-				if (!rs_conn_idle(ctl))
-					return;
-				char *sql = malloc(strlen(rs_tables_query) + 64);
-				if (!sql)
-					return;
-				sprintf(sql, "SELECT pg_catalog.count(*)::text FROM (%s) t", rs_tables_query);
-				x->checking_tables = rs_conn_query(ctl, sql);
-				free(sql);
+				x->checking_tables = rs_source_count_tables(s0);   /* (not idle: next tick) */
 				return;
 			}
-			if (!rs_conn_idle(ctl))
+			if (s0->counting_tables)
 				return;
 			x->checking_tables = false;
-			char want[24];
-			snprintf(want, sizeof want, "%zu", rs->n_tables);
-			if (!ctl->have_answer || strcmp(ctl->answer, want) != 0) {
+			if (s0->tables_now != (long long)rs->n_tables) {
+				char now[24] = "?";
+				if (s0->tables_now >= 0)
+					snprintf(now, sizeof now, "%lld", s0->tables_now);
 				rs_fail(rs, "source shard 0 has %s tables now, the reshard moves %zu: a table was created or "
 					"dropped during the reshard (DDL is not replicated); nothing was switched",
-					ctl->have_answer ? ctl->answer : "?", rs->n_tables);
+					now, rs->n_tables);
 				return;
 			}
 			x->tables_checked = true;

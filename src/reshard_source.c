@@ -882,6 +882,12 @@ static bool conn_message(void *arg, uint8_t type, const uint8_t *body, size_t le
 		}
 		if (c->role == RSC_CTL && s->reading_seqs && rs_conn_idle(c))
 			s->reading_seqs = false;
+		if (c->role == RSC_CTL && s->counting_tables && rs_conn_idle(c)) {
+			s->counting_tables = false;
+			char *end = NULL;
+			long long n = c->have_answer ? strtoll(c->answer, &end, 10) : -1;
+			s->tables_now = end && end != c->answer && *end == '\0' ? n : -1;
+		}
 		if (c->role == RSC_CTL && s->asking_target && rs_conn_idle(c)) {
 			s->asking_target = false;
 			unsigned hi, lo;
@@ -1155,7 +1161,8 @@ void rs_source_tick(struct rs_source *s)
 		/* The lag: the source's end of WAL against what is confirmed
 		 * (the stream's own positions are the decoder's, not the
 		 * server's end). Twice a second. */
-		if (!s->asking_lsn && !s->asking_target && !s->target && !s->reading_seqs && rs_conn_idle(&s->ctl) &&
+		if (!s->asking_lsn && !s->asking_target && !s->target && !s->reading_seqs && !s->counting_tables &&
+		    rs_conn_idle(&s->ctl) &&
 		    bconn_state(&s->ctl.b) == BCONN_READY && now - s->last_lsn_poll_us >= 500000) {
 			s->last_lsn_poll_us = now;
 			s->asking_lsn = rs_conn_query(&s->ctl, "SELECT pg_catalog.pg_current_wal_insert_lsn()");
@@ -1184,6 +1191,21 @@ void rs_source_ask_target(struct rs_source *s)
 	(void)send_or_fail(s, &s->ctl,
 			   "SET synchronous_commit = local; "
 			   "SELECT pg_catalog.pg_logical_emit_message(true, 'pgcat_reshard', 'cutover')");
+}
+
+bool rs_source_count_tables(struct rs_source *s)
+{
+	if (s->counting_tables || s->asking_lsn || !rs_conn_idle(&s->ctl))
+		return false;
+	size_t n = strlen(rs_tables_query) + 64;
+	char *sql = malloc(n);
+	if (!sql)
+		return false;
+	snprintf(sql, n, "SELECT pg_catalog.count(*)::text FROM (%s) t", rs_tables_query);
+	s->tables_now = -1;
+	s->counting_tables = rs_conn_query(&s->ctl, sql);
+	free(sql);
+	return s->counting_tables;
 }
 
 void rs_source_ask_sequences(struct rs_source *s)
