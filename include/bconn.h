@@ -92,6 +92,10 @@ struct bconn {
 	char server_error[256];
 	/* Its output drained (a relay's backpressure); NULL: not told. */
 	void (*on_drain)(void *arg);
+	/* Ready, and every whole message read so far went to on_message (the
+	 * input holds none): an owner that gathers what the messages ask for
+	 * acts on it now. NULL: not told. */
+	void (*on_read_done)(void *arg);
 	/* A relay's, once ready: the server's input, unread; the owner
 	 * removes what it takes (what it leaves comes again with the next
 	 * read or bconn_pause(false)). It may close the connection. NULL:

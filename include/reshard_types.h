@@ -34,6 +34,8 @@
 #define RESHARD_COPY_LANES 2
 /* Source transactions applied and not yet confirmed by every destination. */
 #define RESHARD_TXN_RING 4096
+/* Source transactions one destination transaction takes at most. */
+#define RESHARD_BATCH_TXNS 256
 
 /* A table of the source database, as the reshard moves it. */
 struct rs_table {
@@ -149,7 +151,15 @@ struct rs_source {
 	struct rs_rel *rels;
 	size_t n_rels, cap_rels;
 	bool in_txn;
-	bool *opened;             /* per destination: this transaction sent it a BEGIN */
+	/* Source transactions applied as one transaction per destination
+	 * (the apply keeps up with many small ones: one COMMIT there for
+	 * many): open since the first of them, ended (end_batch) at a source
+	 * transaction's end once the stream has nothing more to read, or at
+	 * RESHARD_BATCH_TXNS. Confirmed as one, at batch_end_lsn. */
+	bool batch_open;
+	uint32_t batch_txns;
+	uint64_t batch_end_lsn;
+	bool *opened;             /* per destination: this batch sent it a BEGIN */
 	bool asking_target;       /* cutover: the source's current position asked */
 	bool stale_target;        /* that answer belongs to a cutover given up: dropped */
 	bool asking_lsn;          /* its end of WAL asked (the lag) */
@@ -287,6 +297,10 @@ void rs_source_begin_copy(struct rs_source *s);
 /* A tick: resolve, status updates, timeouts. */
 void rs_source_tick(struct rs_source *s);
 /* Cutover: the position to drain to. */
+/* (reshard_source.c) sql on c, or the reshard fails (connection not
+ * ready, out of memory). */
+bool rs_source_send(struct rs_source *s, struct rs_conn *c, const char *sql);
+/* (reshard_ask.c, the questions below) */
 void rs_source_ask_target(struct rs_source *s);
 /* Cutover: how many tables the source has now (rs_tables_query counted),
  * asked on its control connection, idle: false if it is not (asked

@@ -480,8 +480,11 @@ static void process(struct bconn *b)
 			return;
 		buf_drain(in, (size_t)f.len + 1);
 	}
-	if (b->state != BCONN_CLOSED && !b->io.closed)
+	if (b->state != BCONN_CLOSED && !b->io.closed) {
 		io_update_reading(&b->io);
+		if (b->state == BCONN_READY && !b->on_bytes && b->on_read_done)
+			b->on_read_done(b->arg);   /* (it may close b: nothing after) */
+	}
 }
 
 void bconn_pause(struct bconn *b, bool paused)

@@ -134,7 +134,7 @@ static bool all_dst_idle(const struct rs_source *s)
 	return true;
 }
 
-static bool send_or_fail(struct rs_source *s, struct rs_conn *c, const char *sql)
+bool rs_source_send(struct rs_source *s, struct rs_conn *c, const char *sql)
 {
 	if (rs_conn_query(c, sql))
 		return true;
@@ -209,7 +209,7 @@ static void advance_confirmed(struct rs_source *s)
 	}
 	/* Nothing open and nothing unanswered: everything the server sent
 	 * before its last keepalive is applied. */
-	if (s->ring_len == 0 && !s->in_txn && s->sent_end > s->confirmed)
+	if (s->ring_len == 0 && !s->in_txn && !s->batch_open && s->sent_end > s->confirmed)
 		s->confirmed = s->sent_end;
 	if (s->confirmed != before && s->target && s->confirmed >= s->target)
 		s->rs->ev->progressed(s->rs);
@@ -422,10 +422,16 @@ static bool on_truncate(struct rs_source *s, const struct pgoutput_msg *m, bool 
 	return true;
 }
 
-/* A transaction's end: its queries go, and it waits in the ring to be confirmed. */
-static bool on_commit(struct rs_source *s, uint64_t end_lsn, bool *opened)
+/* The batch's end: its queries go (each with its COMMIT), and it waits in
+ * the ring to be confirmed at the end of its last source transaction. */
+static bool end_batch(struct rs_source *s)
 {
 	struct reshard *rs = s->rs;
+	bool *opened = s->opened;
+	if (!s->batch_open)
+		return true;
+	s->batch_open = false;
+	s->batch_txns = 0;
 	bool any = false;
 	for (int d = 0; d < rs->n_dst; d++)
 		if (opened[d]) {
@@ -435,6 +441,7 @@ static bool on_commit(struct rs_source *s, uint64_t end_lsn, bool *opened)
 			}
 			any = true;
 		}
+	uint64_t end_lsn = s->batch_end_lsn;
 	if (!any && s->ring_len == 0) {
 		/* Nothing to wait for: confirmed at once. */
 		if (end_lsn > s->confirmed)
@@ -454,7 +461,32 @@ static bool on_commit(struct rs_source *s, uint64_t end_lsn, bool *opened)
 	for (int d = 0; d < rs->n_dst; d++)
 		if (opened[d] && s->dst[d].sent > t->need[d])
 			t->need[d] = s->dst[d].sent;
+	memset(opened, 0, (size_t)rs->n_dst * sizeof *opened);
 	return true;
+}
+
+/* A source transaction's end: it joins the batch, which ends now if full. */
+static bool on_commit(struct rs_source *s, uint64_t end_lsn)
+{
+	s->batch_open = true;
+	s->batch_end_lsn = end_lsn;
+	if (++s->batch_txns >= RESHARD_BATCH_TXNS)
+		return end_batch(s);
+	return true;
+}
+
+/* The stream has nothing more to read for now (bconn's on_read_done), or
+ * the tick: a batch between source transactions ends. */
+static void stream_idle(struct rs_source *s)
+{
+	if (s->state == RSS_STREAM && s->batch_open && !s->in_txn && end_batch(s))
+		advance_confirmed(s);
+}
+
+static void repl_read_done(void *arg)
+{
+	struct rs_conn *c = arg;
+	stream_idle(c->src);
 }
 
 static void on_wal(struct rs_source *s, const uint8_t *payload, size_t len)
@@ -484,11 +516,11 @@ static void on_wal(struct rs_source *s, const uint8_t *payload, size_t len)
 	bool ok = true;
 	switch (m.kind) {
 	case PGOUTPUT_BEGIN:
+		/* (in an open batch, its destinations' transactions go on) */
 		s->in_txn = true;
-		memset(opened, 0, (size_t)s->rs->n_dst * sizeof *opened);
 		break;
 	case PGOUTPUT_COMMIT:
-		ok = on_commit(s, m.u.commit.end_lsn, opened);
+		ok = on_commit(s, m.u.commit.end_lsn);
 		s->in_txn = false;
 		if (ok)
 			advance_confirmed(s);
@@ -611,10 +643,10 @@ static void lane_next_table(struct rs_lane *l)
 	l->copy_ended = false;
 	snprintf(sql, cap + 32, "COPY %s FROM STDIN", name);
 	for (int d = 0; d < rs->n_dst; d++)
-		if (!send_or_fail(s, &l->dst[d], sql))
+		if (!rs_source_send(s, &l->dst[d], sql))
 			goto out;
 	snprintf(sql, cap + 32, "COPY %s TO STDOUT", name);
-	(void)send_or_fail(s, &l->copy, sql);
+	(void)rs_source_send(s, &l->copy, sql);
 out:
 	free(name);
 	free(sql);
@@ -671,7 +703,7 @@ static bool lanes_copy_idle(const struct rs_source *s)
 static bool lanes_send(struct rs_source *s, const char *sql)
 {
 	for (int k = 0; k < RESHARD_COPY_LANES; k++)
-		if (!send_or_fail(s, &s->lanes[k].copy, sql))
+		if (!rs_source_send(s, &s->lanes[k].copy, sql))
 			return false;
 	return true;
 }
@@ -685,7 +717,7 @@ static void start_stream(struct rs_source *s)
 		 "START_REPLICATION SLOT \"%s\" LOGICAL 0/0 (proto_version '1', publication_names '\"%s\"')", s->slot,
 		 s->rs->publication);
 	s->state = RSS_START;
-	(void)send_or_fail(s, &s->repl, sql);
+	(void)rs_source_send(s, &s->repl, sql);
 }
 
 /* The next step, when the one under way has ended (every query answered). */
@@ -723,7 +755,7 @@ static void src_step(struct rs_source *s)
 			 rs->resume_stream ? "" : "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM "
 						  "pg_catalog.pg_replication_slots WHERE slot_name = '",
 			 rs->resume_stream ? "" : s->slot, rs->resume_stream ? "" : "'; ");
-		(void)send_or_fail(s, &s->ctl, sql);
+		(void)rs_source_send(s, &s->ctl, sql);
 		return;
 	}
 	case RSS_PREP:
@@ -755,11 +787,11 @@ static void src_step(struct rs_source *s)
 				 "SET idle_session_timeout = 0",
 				 rs->app_name, s->encoding);
 			for (int d = 0; d < rs->n_dst; d++)
-				if (!send_or_fail(s, &s->dst[d], sql))
+				if (!rs_source_send(s, &s->dst[d], sql))
 					return;
 			for (int k = 1; !rs->resume_stream && k < RESHARD_COPY_LANES; k++)
 				for (int d = 0; d < rs->n_dst; d++)
-					if (!send_or_fail(s, &s->lanes[k].dst[d], sql))
+					if (!rs_source_send(s, &s->lanes[k].dst[d], sql))
 						return;
 			if (!rs->resume_stream) {
 				snprintf(sql, sizeof sql,
@@ -784,7 +816,7 @@ static void src_step(struct rs_source *s)
 		{
 			char sql[200];
 			snprintf(sql, sizeof sql, "CREATE_REPLICATION_SLOT \"%s\" LOGICAL pgoutput EXPORT_SNAPSHOT", s->slot);
-			(void)send_or_fail(s, &s->repl, sql);
+			(void)rs_source_send(s, &s->repl, sql);
 		}
 		return;
 	case RSS_SLOT:
@@ -988,8 +1020,10 @@ static void conn_init(struct rs_source *s, struct rs_conn *c, enum rs_conn_role 
 	c->ep = ep;
 	bconn_init(&c->b, s->rs->w, conn_ready, conn_message, conn_down, c);
 	c->b.on_drain = conn_drain;
-	if (role == RSC_REPL)
+	if (role == RSC_REPL) {
 		c->b.replication = "database";
+		c->b.on_read_done = repl_read_done;
+	}
 }
 
 bool rs_source_init(struct reshard *rs, struct rs_source *s, int index)
@@ -1130,7 +1164,7 @@ void rs_source_begin_copy(struct rs_source *s)
 	if (!ok)
 		src_fail(s, &s->ctl, "out of memory");
 	else
-		(void)send_or_fail(s, &s->ctl, (const char *)buf_head(b));
+		(void)rs_source_send(s, &s->ctl, (const char *)buf_head(b));
 	if (b)
 		buf_free(b);
 }
@@ -1156,6 +1190,7 @@ void rs_source_tick(struct rs_source *s)
 		}
 	}
 	if (s->state == RSS_STREAM) {
+		stream_idle(s);   /* (a batch left open by a stream read no more) */
 		advance_confirmed(s);
 		uint64_t now = s->rs->w->now_us;
 		/* The lag: the source's end of WAL against what is confirmed
@@ -1174,71 +1209,6 @@ void rs_source_tick(struct rs_source *s)
 		else if (now - s->last_status_us >= RS_STATUS_EVERY_US)
 			send_status(s, true);
 	}
-}
-
-void rs_source_ask_target(struct rs_source *s)
-{
-	s->target = 0;
-	s->stale_target = false;
-	s->asking_target = true;
-	/* Not pg_current_wal_lsn(): with synchronous_commit off a client's
-	 * COMMIT returns before its WAL is written, and the write position
-	 * can be behind it. A logical message is inserted after every commit
-	 * that has returned, and its transaction, committed with a local
-	 * flush (not waiting for synchronous standbys), flushes the WAL up
-	 * to it, so that the walsender decodes past it at once. Its position
-	 * is the target. */
-	(void)send_or_fail(s, &s->ctl,
-			   "SET synchronous_commit = local; "
-			   "SELECT pg_catalog.pg_logical_emit_message(true, 'pgcat_reshard', 'cutover')");
-}
-
-bool rs_source_count_tables(struct rs_source *s)
-{
-	if (s->counting_tables || s->asking_lsn || !rs_conn_idle(&s->ctl))
-		return false;
-	size_t n = strlen(rs_tables_query) + 64;
-	char *sql = malloc(n);
-	if (!sql)
-		return false;
-	snprintf(sql, n, "SELECT pg_catalog.count(*)::text FROM (%s) t", rs_tables_query);
-	s->tables_now = -1;
-	s->counting_tables = rs_conn_query(&s->ctl, sql);
-	free(sql);
-	return s->counting_tables;
-}
-
-void rs_source_ask_sequences(struct rs_source *s)
-{
-	s->reading_seqs = true;
-	(void)send_or_fail(s, &s->ctl,
-			   "SELECT pg_catalog.quote_ident(schemaname) || '.' || pg_catalog.quote_ident(sequencename), "
-			   "last_value::text, (increment_by < 0)::text FROM pg_catalog.pg_sequences WHERE last_value IS NOT NULL");
-}
-
-bool rs_source_drained(const struct rs_source *s)
-{
-	return s->target != 0 && s->confirmed >= s->target;
-}
-
-void rs_source_drop_slot(struct rs_source *s)
-{
-	const char *first = s->rs->drop_first ? s->rs->drop_first : "";
-	size_t cap = strlen(first) + 600;
-	char *sql = malloc(cap);
-	if (!sql) {
-		src_fail(s, &s->ctl, "out of memory");
-		return;
-	}
-	snprintf(sql, cap,
-		 "%s%sSELECT pg_catalog.pg_terminate_backend(active_pid, 10000) FROM pg_catalog.pg_replication_slots "
-		 "WHERE slot_name = '%s' AND active_pid IS NOT NULL; "
-		 "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots "
-		 "WHERE slot_name = '%s' AND NOT active; DROP PUBLICATION IF EXISTS %s; "
-		 "SELECT pg_catalog.count(*)::text FROM pg_catalog.pg_replication_slots WHERE slot_name = '%s'",
-		 first, first[0] ? "; " : "", s->slot, s->slot, s->rs->publication, s->slot);
-	(void)send_or_fail(s, &s->ctl, sql);
-	free(sql);
 }
 
 void rs_source_close(struct rs_source *s)
