@@ -422,14 +422,12 @@ static void capture_for_retry(struct client *c, const struct proto_frame *f, boo
  * or the client closed). */
 enum pump_step { PUMP_ON, PUMP_NEXT, PUMP_STOP };
 
-/* Sharding: each statement of the transaction is checked against the
- * server's shard (route.h) by the session's guard. */
-static enum pump_step guard_step(struct client *c, struct server *s, const struct proto_frame *f)
+/* What the pump does with a check's answer on message f (the shard guard's,
+ * the write gate's: route.h). */
+static enum pump_step active_step(struct client *c, struct server *s, enum route_active ra,
+				  const struct route_active_decision *rd)
 {
-	struct route_active_decision rd;
-	enum route_active ra = c->session->guard(c, s, f, &rd);
-	c->shard_phase = rd.phase;
-	client_read_limit(c, rd.read_need);
+	client_read_limit(c, rd->read_need);
 	switch (ra) {
 	case ROUTE_ACTIVE_FORWARD:
 		return PUMP_ON;
@@ -437,12 +435,12 @@ static enum pump_step guard_step(struct client *c, struct server *s, const struc
 		return PUMP_STOP;
 	case ROUTE_ACTIVE_CONSUMED:
 		/* refused on the server (its error comes in turn) */
-		buf_drain(c->io.in, rd.consume);
+		buf_drain(c->io.in, rd->consume);
 		client_reply_started(c);   /* what was captured for a replay is incomplete now */
 		return PUMP_NEXT;
 	case ROUTE_ACTIVE_ASK:
 		/* the server is asked first; its answer resumes this pump */
-		if (!link_ask_placement(s, rd.ask_table, rd.ask_sql)) {
+		if (!link_ask_placement(s, rd->ask_table, rd->ask_sql)) {
 			client_close(c, SQLSTATE_OUT_OF_MEMORY, "out of memory");
 			return PUMP_STOP;
 		}
@@ -454,6 +452,16 @@ static enum pump_step guard_step(struct client *c, struct server *s, const struc
 	return PUMP_ON;
 }
 
+/* Sharding: each statement of the transaction is checked against the
+ * server's shard (route.h) by the session's guard. */
+static enum pump_step guard_step(struct client *c, struct server *s, const struct proto_frame *f)
+{
+	struct route_active_decision rd;
+	enum route_active ra = c->session->guard(c, s, f, &rd);
+	c->shard_phase = rd.phase;
+	return active_step(c, s, ra, &rd);
+}
+
 /* A link handed out while the pool's writes were paused (txn.h's
  * write_gated): what might write is refused on the server (route.h). */
 static enum pump_step gate_step(struct client *c, struct server *s, const struct proto_frame *f)
@@ -461,22 +469,7 @@ static enum pump_step gate_step(struct client *c, struct server *s, const struct
 	struct route_active_decision rd = { .read_need = 0 };
 	if (!c->session->write_gate)
 		return PUMP_ON;
-	enum route_active ra = c->session->write_gate(c, s, f, &rd);
-	client_read_limit(c, rd.read_need);
-	switch (ra) {
-	case ROUTE_ACTIVE_WAIT:
-		return PUMP_STOP;
-	case ROUTE_ACTIVE_CONSUMED:
-		buf_drain(c->io.in, rd.consume);
-		client_reply_started(c);
-		return PUMP_NEXT;
-	case ROUTE_ACTIVE_FORWARD:
-	case ROUTE_ACTIVE_CROSS:      /* (never from the gate) */
-	case ROUTE_ACTIVE_CROSSED:
-	case ROUTE_ACTIVE_ASK:
-		break;
-	}
-	return PUMP_ON;
+	return active_step(c, s, c->session->write_gate(c, s, f, &rd), &rd);
 }
 
 /* Prepared statements: the messages rewritten need their bytes (Bind and

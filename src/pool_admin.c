@@ -24,7 +24,9 @@ bool pool_matches_db(const struct pool *p, const char *db)
 	return !p->removed && (db == NULL || strcmp(p->name, db) == 0);
 }
 
-int pool_pause(struct worker *w, const char *db)
+/* PAUSE (writes false: its idle servers closed, as PgBouncer's) or a
+ * reshard's write pause (true: this worker's word on the drain published). */
+static int pause_pools(struct worker *w, const char *db, bool writes)
 {
 	int n = 0;
 	struct list_node *pos, *tmp;
@@ -32,27 +34,27 @@ int pool_pause(struct worker *w, const char *db)
 		struct pool *p = LIST_OWNER(pos, struct pool, node);
 		if (!pool_matches_db(p, db))
 			continue;
+		n++;
+		if (writes) {
+			p->writes_paused = true;
+			pool_write_gate_publish(p);
+			continue;
+		}
 		p->paused = true;
 		for (size_t i = 0; i < p->n_targets; i++)
 			srvpool_close_list(&p->targets[i]->idle);
-		n++;
 	}
 	return n;
 }
 
+int pool_pause(struct worker *w, const char *db)
+{
+	return pause_pools(w, db, false);
+}
+
 int pool_pause_writes(struct worker *w, const char *db)
 {
-	int n = 0;
-	struct list_node *pos, *tmp;
-	LIST_FOREACH_SAFE(pos, tmp, &w->pools) {
-		struct pool *p = LIST_OWNER(pos, struct pool, node);
-		if (!pool_matches_db(p, db))
-			continue;
-		p->writes_paused = true;
-		pool_write_gate_publish(p);
-		n++;
-	}
-	return n;
+	return pause_pools(w, db, true);
 }
 
 bool pool_writes_drained(struct worker *w, const char *db)
@@ -76,7 +78,7 @@ bool pool_writes_drained(struct worker *w, const char *db)
  * waiters it held that may go now get servers. The two pauses are apart:
  * a cutover's RESHARD RESUME leaves an operator's PAUSE, and RESUME does
  * not end a cutover's write pause (writes there would miss the new layout). */
-static int resume(struct worker *w, const char *db, bool writes)
+static int resume_pools(struct worker *w, const char *db, bool writes)
 {
 	int n = 0;
 	struct list_node *pos, *tmp;
@@ -99,12 +101,12 @@ static int resume(struct worker *w, const char *db, bool writes)
 
 int pool_resume(struct worker *w, const char *db)
 {
-	return resume(w, db, false);
+	return resume_pools(w, db, false);
 }
 
 int pool_resume_writes(struct worker *w, const char *db)
 {
-	return resume(w, db, true);
+	return resume_pools(w, db, true);
 }
 
 bool pool_db_disabled(struct worker *w, const char *db)

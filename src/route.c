@@ -28,7 +28,6 @@
 #include "sqllex.h"
 #include "context.h"
 
-
 bool route_statement_text(struct client *c, const struct proto_frame *f, const char **sql, size_t *len)
 {
 	uint32_t total = f->len + 1;

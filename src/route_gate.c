@@ -79,27 +79,32 @@ static int bind_name(struct client *c, const struct proto_frame *f, const char *
 	return 1;
 }
 
+/* A text judged whole, if short enough to judge: the rest of it first
+ * (d->read_need). A longer one is taken for a write. */
+static bool await_whole(const struct client *c, uint32_t total, struct route_active_decision *d)
+{
+	if (total > ROUTE_INSPECT_MAX || buf_len(c->io.in) >= total)
+		return false;
+	d->read_need = total;
+	return true;
+}
+
 enum route_active route_gate(struct client *c, struct server *s, const struct proto_frame *f,
 			     struct route_active_decision *d)
 {
 	uint32_t total = f->len + 1;
 	switch (f->type) {
 	case PqMsg_Query:
-		/* (a text too long to judge might write: refused) */
-		if (total <= ROUTE_INSPECT_MAX && buf_len(c->io.in) < total) {
-			d->read_need = total;
+		if (await_whole(c, total, d))
 			return ROUTE_ACTIVE_WAIT;
-		}
 		if (text_reads_only(c, f))
 			return ROUTE_ACTIVE_FORWARD;
 		break;
 	case PqMsg_Parse: {
 		/* A Parse writes nothing: its Bind is judged. The unnamed
 		 * statement's text is not kept anywhere else. */
-		if (total <= ROUTE_INSPECT_MAX && buf_len(c->io.in) < total) {
-			d->read_need = total;
+		if (await_whole(c, total, d))
 			return ROUTE_ACTIVE_WAIT;
-		}
 		const char *stmt = NULL;
 		if (buf_len(c->io.in) >= 6)
 			stmt = (const char *)buf_pullup(c->io.in, 6) + 5;
@@ -114,15 +119,19 @@ enum route_active route_gate(struct client *c, struct server *s, const struct pr
 			d->read_need = total < PROTO_LONG_HEAD ? total : PROTO_LONG_HEAD;
 			return ROUTE_ACTIVE_WAIT;
 		}
-		if (got > 0 && name[0] == '\0' && s->txn.gate_unnamed_reads)
-			return ROUTE_ACTIVE_FORWARD;
-		/* A named statement pgcat prepared: its text (route_statement_text
-		 * finds it by name, the Bind whole here). */
-		if (got > 0 && name[0] != '\0' && total <= ROUTE_INSPECT_MAX && buf_len(c->io.in) < total) {
-			d->read_need = total;
-			return ROUTE_ACTIVE_WAIT;
+		if (got < 0)
+			break;
+		if (name[0] == '\0') {
+			/* the unnamed statement: as its Parse on this link said */
+			if (s->txn.gate_unnamed_reads)
+				return ROUTE_ACTIVE_FORWARD;
+			break;
 		}
-		if (got > 0 && name[0] != '\0' && text_reads_only(c, f))
+		/* a named statement pgcat prepared: its text, found by name
+		 * (route_statement_text reads the Bind whole) */
+		if (await_whole(c, total, d))
+			return ROUTE_ACTIVE_WAIT;
+		if (text_reads_only(c, f))
 			return ROUTE_ACTIVE_FORWARD;
 		break;
 	}
